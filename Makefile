@@ -1,0 +1,42 @@
+# shardlab: two commands do everything (`make run`, `make test`); `make lab` opens the course.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.shardlab-installed
+KERNEL := shardlab
+
+OUT ?= receipts
+SEED ?= 17
+BATCH_SIZE ?= 7
+IMPL ?= reference
+STAGE ?= all
+PORT ?= 8888
+
+.PHONY: venv run test lab lint check drills bench torture clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements-cpu.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "shardlab pins are for Python 3.11; set PYTHON=python3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-cpu.txt
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (shardlab)" >/dev/null
+	@touch $(STAMP)
+
+run: venv
+	env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace
+
+test: venv
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check lib tests
+
+lab: venv
+	@echo "Open the URL below; pick the kernel 'Python (shardlab)' if asked. Notebooks are in notebooks/."
+	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

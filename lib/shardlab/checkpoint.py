@@ -1,0 +1,225 @@
+"""Contract-checked NPZ checkpoints, published atomically and never overwritten.
+
+`save` writes a temporary file in the target folder, flushes and fsyncs it, then
+hard-links it to the final name (which fails if that name exists, even when two
+savers race) and removes the temporary name. A reader therefore sees either no
+file or a complete one. This shows local restart, not power-loss durability.
+"""
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+from jax.sharding import Mesh
+
+from shardlab.config import Config
+from shardlab.errors import (
+    CheckpointExistsError,
+    ContractMismatchError,
+    CorruptCheckpointError,
+)
+from shardlab.fixtures import check_dataset
+from shardlab.state import FIELDS, replicate
+
+SCHEMA_VERSION = 1
+MEMBERS = frozenset(FIELDS) | {"contract"}
+MAX_MEMBER_BYTES = 1 << 30  # refuse declared arrays larger than 1 GiB before reading them
+
+
+def data_hash(data) -> str:
+    """sha256 over the dataset's shapes, dtypes and bytes."""
+    data = check_dataset(data)
+    digest = hashlib.sha256()
+    for arr in data:
+        digest.update(f"{arr.dtype.str}{arr.shape}".encode())
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    return digest.hexdigest()
+
+
+def contract(data, config: Config) -> dict:
+    """Everything that must match for a checkpoint to continue *this* experiment."""
+    data = check_dataset(data)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "features_shape": list(data.features.shape),
+        "features_dtype": data.features.dtype.str,
+        "targets_shape": list(data.targets.shape),
+        "targets_dtype": data.targets.dtype.str,
+        "data_sha256": data_hash(data),
+        "seed": int(config.seed),
+        "batch_size": int(config.batch_size),
+        "num_features": int(data.features.shape[1]),
+        "learning_rate": float(config.learning_rate),
+        "decay": float(config.decay),
+        "num_devices": int(config.num_devices),
+    }
+
+
+def _arrays(state: dict, contract_: dict) -> dict:
+    missing = [f for f in FIELDS if f not in state]
+    if missing:
+        raise CorruptCheckpointError(f"state lacks field(s) {missing}; a checkpoint needs all of {list(FIELDS)}")
+    return {
+        "weights": np.asarray(state["weights"], np.float32),
+        "momentum": np.asarray(state["momentum"], np.float32),
+        "key": np.asarray(state["key"], np.uint32),
+        "order": np.asarray(state["order"], np.int32),
+        "cursor": np.asarray(int(state["cursor"]), np.int64),
+        "step": np.asarray(int(state["step"]), np.int64),
+        "contract": np.asarray(json.dumps(contract_, sort_keys=True)),
+    }
+
+
+def save(path, state: dict, contract_: dict) -> str:
+    """Write all six fields plus the contract to a new NPZ at `path`; return the path.
+
+    Raises CheckpointExistsError (and writes nothing) if `path` already exists.
+    """
+    path = os.fspath(path)
+    if os.path.lexists(path):
+        raise CheckpointExistsError(f"{path} already exists; checkpoints are never overwritten, use a new path")
+    arrays = _arrays(state, contract_)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise CheckpointExistsError(
+                f"{path} appeared while saving (another saver won); nothing was overwritten, use a new path"
+            ) from None
+    finally:
+        os.unlink(tmp)
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def _check_headers(raw: bytes, path: str) -> None:
+    """Refuse unexpected members, object dtypes and huge declared shapes before loading."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+    except zipfile.BadZipFile:
+        raise CorruptCheckpointError(f"{path} is not an NPZ (zip) file, or it is truncated") from None
+    names = {}
+    for info in archive.infolist():
+        if not info.filename.endswith(".npy") or "/" in info.filename or "\\" in info.filename:
+            raise CorruptCheckpointError(f"{path} holds an unexpected member {info.filename!r}")
+        names[info.filename[:-4]] = info
+    missing = sorted(MEMBERS - names.keys())
+    extra = sorted(names.keys() - MEMBERS)
+    if missing:
+        hint = " (momentum is part of the optimiser state; it cannot be rebuilt)" if "momentum" in missing else ""
+        raise CorruptCheckpointError(f"{path} lacks array(s) {missing}{hint}")
+    if extra:
+        raise CorruptCheckpointError(f"{path} holds unexpected array(s) {extra}")
+    for name, info in names.items():
+        try:
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = {
+                    (1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0,
+                }[version]
+                shape, _, dtype = read_header(member)
+        except Exception as exc:  # any malformed header is a refusal, never a crash
+            raise CorruptCheckpointError(f"{path}: member {name!r} has no valid .npy header ({exc})") from None
+        if dtype.hasobject:
+            raise CorruptCheckpointError(f"{path}: member {name!r} holds Python objects; refusing to unpickle")
+        if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > MAX_MEMBER_BYTES:
+            raise CorruptCheckpointError(f"{path}: member {name!r} declares shape {shape}, far too large")
+
+
+def _read(path: str) -> dict:
+    if os.path.islink(path):
+        raise CorruptCheckpointError(f"{path} is a symbolic link; restore reads only regular files")
+    if not os.path.isfile(path):
+        raise CorruptCheckpointError(f"{path} does not exist or is not a regular file")
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    _check_headers(raw, path)
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            return {name: npz[name] for name in MEMBERS}
+    except Exception as exc:
+        raise CorruptCheckpointError(
+            f"{path} could not be read as a checkpoint ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def check_contract(found: dict, expected: dict) -> None:
+    """Raise ContractMismatchError naming every field that differs."""
+    keys = sorted(set(found) | set(expected))
+    diffs = [
+        f"{k}: checkpoint has {found.get(k)!r}, this run has {expected.get(k)!r}"
+        for k in keys
+        if found.get(k) != expected.get(k)
+    ]
+    if diffs:
+        raise ContractMismatchError(
+            "the checkpoint belongs to a different experiment, so restoring it would not continue "
+            "this one (a changed batch size or seed is a new experiment, not a continuation):\n  " + "\n  ".join(diffs)
+        )
+
+
+def _check_fields(arrays: dict, expected: dict, path: str) -> None:
+    width, rows = expected["num_features"], expected["features_shape"][0]
+    want = {
+        "weights": ((width,), np.float32),
+        "momentum": ((width,), np.float32),
+        "key": ((2,), np.uint32),
+        "order": ((rows,), np.int32),
+        "cursor": ((), np.int64),
+        "step": ((), np.int64),
+    }
+    for name, (shape, dtype) in want.items():
+        arr = arrays[name]
+        if arr.shape != shape or arr.dtype != dtype:
+            raise CorruptCheckpointError(
+                f"{path}: {name} should be {np.dtype(dtype).name}{shape}, found {arr.dtype.name}{arr.shape}"
+            )
+    for name in ("weights", "momentum"):
+        if not np.all(np.isfinite(arrays[name])):
+            raise CorruptCheckpointError(f"{path}: {name} hold non-finite values; refusing a diverged state")
+    if not np.array_equal(np.sort(arrays["order"]), np.arange(rows)):
+        raise CorruptCheckpointError(
+            f"{path}: order is not a permutation of 0..{rows - 1} (duplicate or out-of-range ids)"
+        )
+    if not 0 <= int(arrays["cursor"]) <= rows:
+        raise CorruptCheckpointError(f"{path}: cursor {int(arrays['cursor'])} is outside [0, {rows}]")
+    if int(arrays["step"]) < 0:
+        raise CorruptCheckpointError(f"{path}: step {int(arrays['step'])} is negative")
+
+
+def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
+    """Return the saved state after checking contract, then fields; weights re-replicated on `mesh`."""
+    path = os.fspath(path)
+    arrays = _read(path)
+    try:
+        found = json.loads(str(arrays["contract"][()]))
+    except (ValueError, TypeError, IndexError):
+        raise CorruptCheckpointError(f"{path}: the contract is not valid JSON") from None
+    if not isinstance(found, dict):
+        raise CorruptCheckpointError(f"{path}: the contract is not a JSON object")
+    check_contract(found, expected_contract)
+    _check_fields(arrays, expected_contract, path)
+    return {
+        "weights": replicate(arrays["weights"], mesh),
+        "momentum": replicate(arrays["momentum"], mesh),
+        "key": arrays["key"].copy(),
+        "order": arrays["order"].copy(),
+        "cursor": int(arrays["cursor"]),
+        "step": int(arrays["step"]),
+    }

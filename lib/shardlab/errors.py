@@ -1,0 +1,37 @@
+"""Exception types: each says what was expected, what was found and what to do."""
+
+
+class ShardlabError(Exception):
+    """Base class for every error the course raises on purpose."""
+
+
+class DeviceSetupError(ShardlabError, RuntimeError):
+    """JAX is already running with another device count; only a kernel restart fixes it."""
+
+
+class DataError(ShardlabError, ValueError):
+    """The dataset is unusable: wrong shapes, lengths, dtypes or non-finite values."""
+
+
+class ConfigError(ShardlabError, ValueError):
+    """A run parameter (batch size, device count, learning rate, ...) is invalid."""
+
+
+class EmptyBatchError(ShardlabError, ValueError):
+    """A batch holds no valid observation, so the global mean is undefined."""
+
+
+class CheckpointError(ShardlabError):
+    """Base class for checkpoint refusals; nothing on disk is modified when raised."""
+
+
+class CheckpointExistsError(CheckpointError, FileExistsError):
+    """The checkpoint path is taken; checkpoints are never overwritten."""
+
+
+class CorruptCheckpointError(CheckpointError, ValueError):
+    """The file is not a well-formed shardlab checkpoint (truncated, wrong arrays, bad values)."""
+
+
+class ContractMismatchError(CheckpointError, ValueError):
+    """The checkpoint belongs to another experiment (data or configuration differ)."""

@@ -1,0 +1,159 @@
+"""Execute the stage notebooks with papermill, each in a fresh kernel, into an output folder.
+
+The run happens in a staging folder beside OUT; only a run in which every notebook
+succeeded replaces OUT, so a failed run never modifies earlier receipts.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from shardlab.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOKS = [
+    "stage1_batches",
+    "stage2_update",
+]
+MARKER = ".shardlab-receipts"  # present in every folder this runner wrote
+KERNEL = "shardlab"
+CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised or timed out; the message names the notebook and the cell."""
+
+
+def _failing_cell(path: Path) -> str:
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:
+        return "unknown cell"
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                return f"cell {index} ({cell.get('id', '?')}): {output.get('ename')}: {output.get('evalue')}"
+    return "no error output recorded (timeout or dead kernel)"
+
+
+def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT) -> Path:
+    """Run notebooks/<name>.ipynb in a new kernel with cwd=folder; return the executed copy."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    source = NOTEBOOK_DIR / f"{name}.ipynb"
+    target = folder / f"{name}.ipynb"
+    os.environ.pop("MPLBACKEND", None)  # kernels inherit it; Agg would hide inline figures
+    try:
+        papermill.execute_notebook(
+            str(source),
+            str(target),
+            parameters=parameters,
+            kernel_name=KERNEL,
+            cwd=str(folder),
+            execution_timeout=timeout,
+            progress_bar=False,
+            log_output=False,
+        )
+    except (papermill.PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
+        raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target)} [{type(exc).__name__}]") from exc
+    nb = nbformat.read(target, as_version=4)
+    if nb.metadata.get("papermill", {}).get("exception"):
+        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target)}")
+    return target
+
+
+def export_html(executed: Path) -> Path:
+    """Write an HTML copy next to the executed notebook, readable without Jupyter."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_filename(str(executed))
+    html = executed.with_suffix(".html")
+    html.write_text(body, encoding="utf-8")
+    return html
+
+
+def check_out(out: Path, replace: bool) -> None:
+    """Refuse an output folder we did not write, or any existing one without --replace."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ConfigError(f"output path {out} exists and is not a folder; choose another OUT")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).exists():
+            raise ConfigError(f"{out} holds files that no shardlab run wrote; choose an empty or new OUT")
+        if not replace:
+            raise ConfigError(f"{out} holds a previous run; pass --replace (make run does) or choose a new OUT")
+
+
+def run(
+    out,
+    seed: int,
+    batch_size: int,
+    implementation: str = "reference",
+    replace: bool = False,
+    notebooks: list[str] | None = None,
+    timeout: int = CELL_TIMEOUT,
+    html: bool = True,
+) -> Path:
+    """Execute the notebooks into a staging folder and publish it as `out` on success."""
+    from shardlab.config import Config
+
+    Config(seed=seed, batch_size=batch_size)  # parameter errors before any kernel starts
+    out = Path(out).resolve()
+    check_out(out, replace)
+    if implementation != "reference":
+        implementation = str(Path(implementation).resolve())
+        if not Path(implementation).is_file():
+            raise ConfigError(f"implementation file {implementation} does not exist")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
+    try:
+        for name in notebooks or NOTEBOOKS:
+            print(f"[shardlab] executing {name}.ipynb ...", flush=True)
+            executed = execute(name, staging, parameters, timeout)
+            if html:
+                export_html(executed)
+        for hook in _finishers():
+            hook(staging)
+        (staging / MARKER).write_text("written by `python -m shardlab run`; replaced whole by the next run\n")
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def _finishers():
+    """Steps that run after every notebook succeeded (stage 4 adds the audit here)."""
+    return []
+
+
+def _publish(staging: Path, out: Path) -> None:
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+    os.rename(staging, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def summary(out: Path) -> str:
+    """A few lines on where the evidence is."""
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != MARKER)
+    return f"[shardlab] evidence in {out}:\n" + "\n".join(f"  {f}" for f in files)
+
+
+def main(args) -> int:
+    try:
+        out = run(args.out, args.seed, args.batch_size, args.implementation, args.replace, args.notebooks)
+    except (NotebookFailed, ConfigError) as exc:
+        print(f"[shardlab] run failed: {exc}", file=sys.stderr)
+        return 1
+    print(summary(out))
+    return 0
