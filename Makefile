@@ -40,3 +40,16 @@ lab: venv
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Beyond the course: each writes machine-readable results into OUT.
+check: venv
+	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
+
+drills: venv
+	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))
+
+bench: venv
+	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench_out,$(OUT))
+
+torture: venv
+	$(BIN)/python -m shardlab torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

@@ -3,6 +3,7 @@
 Import order matters once: call `setup_devices` before anything creates a JAX array.
 """
 
+from shardlab import implementation, record
 from shardlab.batch import Batch, device_counts, next_batch, pad, padded_length, place
 from shardlab.checkpoint import contract, restore, save
 from shardlab.config import Config
@@ -24,6 +25,8 @@ __all__ = [
     "device_counts",
     "epoch_batches",
     "host_copy",
+    "implementation",
+    "record",
     "initial",
     "initial_sampler",
     "make_global_step",

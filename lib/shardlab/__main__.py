@@ -1,29 +1,30 @@
-"""Command line: `python -m shardlab run ...` (more sub-commands join as stages land)."""
+"""Command line for shardlab: `python -m shardlab COMMAND --help` for each command.
+
+Each command lives in its own module, which provides `add_arguments(parser)` and
+`main(args) -> int`; COMMANDS maps the command name to (module, one-line help).
+"""
 
 import argparse
+import importlib
 import sys
+
+COMMANDS = {
+    "run": ("shardlab.runner", "execute every stage notebook with papermill into an output folder"),
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m shardlab", description=__doc__)
+    top = argparse.ArgumentParser(prog="python -m shardlab", description="shardlab course commands")
     sub = top.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="execute every stage notebook with papermill into an output folder")
-    run.add_argument("--out", default="receipts", help="output folder (default: receipts)")
-    run.add_argument("--seed", type=int, default=17)
-    run.add_argument("--batch-size", type=int, default=7)
-    run.add_argument("--implementation", default="reference", help="'reference' or a learner's .py file")
-    run.add_argument("--replace", action="store_true", help="replace a previous run in --out (only on success)")
-    run.add_argument("--notebooks", nargs="*", default=None, help="subset of notebook names, in order")
+    for name, (module, help_text) in COMMANDS.items():
+        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text, description=help_text))
     return top
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "run":
-        from shardlab.runner import main as run_main
-
-        return run_main(args)
-    return 2
+    module, _ = COMMANDS[args.command]
+    return int(importlib.import_module(module).main(args) or 0)
 
 
 if __name__ == "__main__":

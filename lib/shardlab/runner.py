@@ -149,6 +149,15 @@ def summary(out: Path) -> str:
     return f"[shardlab] evidence in {out}:\n" + "\n".join(f"  {f}" for f in files)
 
 
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default="receipts", help="output folder (default: receipts)")
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--batch-size", type=int, default=7)
+    parser.add_argument("--implementation", default="reference", help="'reference' or a learner's .py file")
+    parser.add_argument("--replace", action="store_true", help="replace a previous run in --out (only on success)")
+    parser.add_argument("--notebooks", nargs="*", default=None, help="subset of notebook names, in order")
+
+
 def main(args) -> int:
     try:
         out = run(args.out, args.seed, args.batch_size, args.implementation, args.replace, args.notebooks)
