@@ -74,6 +74,10 @@ def _arrays(state: dict, contract_: dict) -> dict:
     }
 
 
+def _phase(name: str) -> None:
+    """Fault-injection point: a no-op, replaced in crash drills to stop a saver at `name`."""
+
+
 def save(path, state: dict, contract_: dict) -> str:
     """Write all six fields plus the contract to a new NPZ at `path`; return the path.
 
@@ -85,12 +89,16 @@ def save(path, state: dict, contract_: dict) -> str:
     arrays = _arrays(state, contract_)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
+    _phase("before_temp")
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
     try:
         with os.fdopen(fd, "wb") as handle:
+            _phase("temp_created")
             np.savez(handle, **arrays)
             handle.flush()
+            _phase("written")
             os.fsync(handle.fileno())
+        _phase("fsynced")
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -98,7 +106,9 @@ def save(path, state: dict, contract_: dict) -> str:
                 f"{path} appeared while saving (another saver won); nothing was overwritten, use a new path"
             ) from None
     finally:
+        _phase("linked_or_failed")
         os.unlink(tmp)
+    _phase("temp_removed")
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
