@@ -6,6 +6,7 @@ notebook exactly once, in fresh kernels, exactly as `make run` does.
 
 import nbformat
 import pytest
+
 import shardlab as sl
 from shardlab import record, runner
 

@@ -3,9 +3,10 @@
 import jax
 import numpy as np
 import pytest
-import shardlab as sl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import shardlab as sl
 from shardlab.errors import ConfigError, DataError, EmptyBatchError
 
 pytestmark = pytest.mark.stage1

@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
-import shardlab as sl
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import shardlab as sl
 
 pytestmark = pytest.mark.stage2
 

@@ -3,7 +3,7 @@
 Import order matters once: call `setup_devices` before anything creates a JAX array.
 """
 
-from shardlab import implementation, record
+from shardlab import errors, implementation, record
 from shardlab.batch import Batch, device_counts, next_batch, pad, padded_length, place
 from shardlab.checkpoint import contract, restore, save
 from shardlab.config import Config
@@ -24,6 +24,7 @@ __all__ = [
     "count_all_reduce",
     "device_counts",
     "epoch_batches",
+    "errors",
     "host_copy",
     "implementation",
     "record",

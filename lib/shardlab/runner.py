@@ -29,16 +29,19 @@ class NotebookFailed(RuntimeError):
     """A notebook raised or timed out; the message names the notebook and the cell."""
 
 
-def _failing_cell(path: Path) -> str:
+def _failing_cell(executed: Path, source: Path) -> str:
+    """Where the executed copy recorded an error, as the cell's index in the *source* notebook."""
     try:
-        nb = nbformat.read(path, as_version=4)
+        nb = nbformat.read(executed, as_version=4)
+        ids = [cell.get("id") for cell in nbformat.read(source, as_version=4).cells]
     except Exception:
         return "unknown cell"
-    for index, cell in enumerate(nb.cells):
+    for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                return f"cell {index} ({cell.get('id', '?')}): {output.get('ename')}: {output.get('evalue')}"
-    return "no error output recorded (timeout or dead kernel)"
+                where = ids.index(cell.get("id")) if cell.get("id") in ids else "?"
+                return f"cell {where} (id {cell.get('id')}): {output.get('ename')}: {output.get('evalue')}"
+    return "a cell with no error output (timeout or dead kernel)"
 
 
 def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT) -> Path:
@@ -61,10 +64,10 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
             log_output=False,
         )
     except (papermill.PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
-        raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target)} [{type(exc).__name__}]") from exc
+        raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target, source)} [{type(exc).__name__}]") from exc
     nb = nbformat.read(target, as_version=4)
     if nb.metadata.get("papermill", {}).get("exception"):
-        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target)}")
+        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target, source)}")
     return target
 
 

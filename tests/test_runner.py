@@ -1,0 +1,73 @@
+"""The runner treats errors and timeouts as failures and never touches an earlier run."""
+
+import hashlib
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from shardlab import runner
+from shardlab.errors import ConfigError
+
+
+def write_notebook(folder, name, code):
+    params = new_code_cell("seed = 17  # x\nbatch_size = 7  # x\nout_dir = '.'  # x\nimplementation = 'reference'  # x")
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params, new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "shardlab", "display_name": "Python (shardlab)", "language": "python"}
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+def tree_digest(folder):
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def sources(tmp_path, monkeypatch):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    write_notebook(folder, "ok", "open('ok.txt', 'w').write(str(seed * batch_size))")
+    write_notebook(folder, "raises", "raise ValueError('deliberate failure')")
+    write_notebook(folder, "sleeps", "import time\ntime.sleep(30)")
+    monkeypatch.setattr(runner, "NOTEBOOK_DIR", folder)
+    return folder
+
+
+def test_a_successful_run_passes_parameters_and_publishes(sources, tmp_path):
+    out = runner.run(tmp_path / "out", seed=3, batch_size=5, notebooks=["ok"], html=False)
+    assert (out / "ok.txt").read_text() == "15"
+    assert (out / runner.MARKER).exists() and (out / "ok.ipynb").exists()
+
+
+def test_a_failing_cell_names_notebook_and_cell_and_keeps_the_previous_run(sources, tmp_path):
+    out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["ok"], html=False)
+    before = tree_digest(out)
+    with pytest.raises(runner.NotebookFailed, match=r"raises\.ipynb failed at cell 1 .*deliberate failure"):
+        runner.run(out, seed=1, batch_size=2, notebooks=["ok", "raises"], replace=True, html=False)
+    assert tree_digest(out) == before
+    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+
+
+def test_a_cell_timeout_is_a_failure(sources, tmp_path):
+    with pytest.raises(runner.NotebookFailed, match="CellTimeoutError"):
+        runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["sleeps"], timeout=3, html=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_folders_are_refused_unless_ours_and_replace(sources, tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="no shardlab run wrote"):
+        runner.run(foreign, seed=1, batch_size=2, notebooks=["ok"], replace=True, html=False)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["ok"], html=False)
+    with pytest.raises(ConfigError, match="--replace"):
+        runner.run(out, seed=1, batch_size=2, notebooks=["ok"], html=False)
+    with pytest.raises(ConfigError, match="batch_size"):
+        runner.run(tmp_path / "new", seed=1, batch_size=0, notebooks=["ok"], html=False)
