@@ -4,6 +4,22 @@
 hard-links it to the final name (which fails if that name exists, even when two
 savers race) and removes the temporary name. A reader therefore sees either no
 file or a complete one. This shows local restart, not power-loss durability.
+
+`restore` is a continuation, never a migration: any contract difference (data,
+seed, batch size, optimiser constants, device count) is refused. Loosening that
+for, say, a new batch size would need a separate, deliberate migration contract
+that promises, in writing and in a test:
+
+- both contracts, old and new, recorded in the new checkpoint with a new schema
+  version and the hash of the parent checkpoint, so no receipt can claim an
+  uninterrupted replay across the change;
+- how the unread rest of the current `order` is regrouped (the cursor stays a
+  position in the same permutation; only the grouping of the remaining ids
+  changes) and what `step` means afterwards (updates of different sizes);
+- what happens to `momentum`, which summarises gradients of the old grouping
+  (kept, rescaled or reset) and to any learning-rate schedule keyed on `step`;
+- a control: the migrated run equals an uninterrupted run that made the same
+  change at the same step, compared field by field like every other resume.
 """
 
 import hashlib
@@ -26,7 +42,7 @@ from shardlab.fixtures import check_dataset
 from shardlab.state import FIELDS, replicate
 
 SCHEMA_VERSION = 1
-MEMBERS = frozenset(FIELDS) | {"contract"}
+MEMBERS = frozenset(FIELDS) | {"contract", "integrity"}  # integrity: sha256 tying the members of one save together
 MAX_MEMBER_BYTES = 1 << 30  # refuse declared arrays larger than 1 GiB before reading them
 
 
@@ -63,7 +79,7 @@ def _arrays(state: dict, contract_: dict) -> dict:
     missing = [f for f in FIELDS if f not in state]
     if missing:
         raise CorruptCheckpointError(f"state lacks field(s) {missing}; a checkpoint needs all of {list(FIELDS)}")
-    return {
+    arrays = {
         "weights": np.asarray(state["weights"], np.float32),
         "momentum": np.asarray(state["momentum"], np.float32),
         "key": np.asarray(state["key"], np.uint32),
@@ -72,6 +88,17 @@ def _arrays(state: dict, contract_: dict) -> dict:
         "step": np.asarray(int(state["step"]), np.int64),
         "contract": np.asarray(json.dumps(contract_, sort_keys=True)),
     }
+    return {**arrays, "integrity": np.asarray(integrity(arrays))}
+
+
+def integrity(arrays: dict) -> str:
+    """sha256 over each field's and the contract's name, dtype, shape and bytes, as saved."""
+    digest = hashlib.sha256()
+    for name in (*FIELDS, "contract"):
+        arr = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{arr.dtype.str}:{arr.shape}:".encode())
+        digest.update(arr.tobytes())
+    return digest.hexdigest()
 
 
 def _phase(name: str) -> None:
@@ -87,6 +114,7 @@ def save(path, state: dict, contract_: dict) -> str:
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; checkpoints are never overwritten, use a new path")
     arrays = _arrays(state, contract_)
+    _check_fields(arrays, contract_, f"refusing to save {path}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     _phase("before_temp")
@@ -121,12 +149,16 @@ def _check_headers(raw: bytes, path: str) -> None:
     """Refuse unexpected members, object dtypes and huge declared shapes before loading."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(raw))
-    except zipfile.BadZipFile:
-        raise CorruptCheckpointError(f"{path} is not an NPZ (zip) file, or it is truncated") from None
+    except Exception as exc:  # BadZipFile, but also NotImplementedError etc. for damaged headers
+        raise CorruptCheckpointError(
+            f"{path} is not an NPZ (zip) file, or it is truncated ({type(exc).__name__}: {exc})"
+        ) from None
     names = {}
     for info in archive.infolist():
         if not info.filename.endswith(".npy") or "/" in info.filename or "\\" in info.filename:
             raise CorruptCheckpointError(f"{path} holds an unexpected member {info.filename!r}")
+        if info.filename[:-4] in names:
+            raise CorruptCheckpointError(f"{path} holds member {info.filename!r} twice; which one was saved is unknown")
         names[info.filename[:-4]] = info
     missing = sorted(MEMBERS - names.keys())
     extra = sorted(names.keys() - MEMBERS)
@@ -180,11 +212,15 @@ def check_contract(found: dict, expected: dict) -> None:
     if diffs:
         raise ContractMismatchError(
             "the checkpoint belongs to a different experiment, so restoring it would not continue "
-            "this one (a changed batch size or seed is a new experiment, not a continuation):\n  " + "\n  ".join(diffs)
+            "this one (a changed batch size or seed is a new experiment, not a continuation):\n  "
+            + "\n  ".join(diffs)
+            + "\nRestore with the checkpoint's own data and settings, or start the new experiment from step 0 "
+            "(shardlab/checkpoint.py says what a deliberate migration would have to promise)."
         )
 
 
 def _check_fields(arrays: dict, expected: dict, path: str) -> None:
+    """Raise CorruptCheckpointError unless every field has the contract's shape, dtype and range."""
     width, rows = expected["num_features"], expected["features_shape"][0]
     want = {
         "weights": ((width,), np.float32),
@@ -225,6 +261,16 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
         raise CorruptCheckpointError(f"{path}: the contract is not a JSON object")
     check_contract(found, expected_contract)
     _check_fields(arrays, expected_contract, path)
+    if str(arrays["integrity"][()]) != integrity(arrays):
+        raise CorruptCheckpointError(
+            f"{path}: the arrays do not match the integrity checksum saved with them, so the file was altered "
+            "after saving or mixes members of two checkpoints; restore another checkpoint"
+        )
+    if mesh.size != expected_contract["num_devices"]:
+        raise ContractMismatchError(
+            f"{path}: the contract pins {expected_contract['num_devices']} device(s) but the mesh has {mesh.size}; "
+            f"restart the kernel and call setup_devices({expected_contract['num_devices']}) before restoring"
+        )
     return {
         "weights": replicate(arrays["weights"], mesh),
         "momentum": replicate(arrays["momentum"], mesh),
