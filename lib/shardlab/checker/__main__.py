@@ -1,0 +1,20 @@
+"""Child interpreter of `python -m shardlab check`: four CPU devices first, then the checks."""
+
+import argparse
+import sys
+
+from shardlab.devices import setup_devices
+
+
+def main(argv=None) -> int:
+    from shardlab.checker import runner
+
+    parser = argparse.ArgumentParser(prog="python -m shardlab.checker")
+    runner.add_arguments(parser)
+    args = parser.parse_args(argv)
+    return runner.child_main(args)
+
+
+if __name__ == "__main__":
+    setup_devices(4)  # the interpreter's first JAX configuration: CPU, four logical devices
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""What every check shares: the run context, the verdict a check raises, and the inputs it builds.
+
+A check is a function `check(ctx)` that returns `(expected, observed)` when it passes and
+raises `CheckFailed(expected, observed, diagnosis)` when it does not. Expected values come
+from NumPy formulas, coverage arithmetic or the course's PRNG recipe, never from the
+reference implementation.
+"""
+
+import traceback
+import types
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardlab.devices import AXIS, make_mesh
+from shardlab.fixtures import Dataset
+
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32 arithmetic against float64 NumPy
+PADDING_VALUE = 3.0  # what the checker puts in padded slots: mask 0 must win "whatever its contents"
+
+
+class CheckFailed(Exception):
+    """A check's verdict: what was expected, what was observed, and the likely cause."""
+
+    def __init__(self, expected, observed, diagnosis: str):
+        super().__init__(diagnosis)
+        self.expected, self.observed, self.diagnosis = expected, observed, diagnosis
+
+
+def expect(ok: bool, expected, observed, diagnosis: str):
+    """Return (expected, observed) if `ok`, else raise CheckFailed with the diagnosis."""
+    if not ok:
+        raise CheckFailed(plain(expected), plain(observed), diagnosis)
+    return plain(expected), plain(observed)
+
+
+@dataclass
+class Context:
+    """The implementation under test and the fixed inputs every check uses."""
+
+    impl: types.ModuleType
+    spec: str  # how another interpreter loads the same implementation ('reference' or a path)
+    data: Dataset
+    mesh: Mesh
+    workdir: str
+    seed: int = 17
+    batch_size: int = 7
+    cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
+
+
+def cached_step(ctx: Context, num_devices: int = 4):
+    """The implementation's compiled step for the first `num_devices` devices, built once per run."""
+    if ("step", num_devices) not in ctx.cache:
+        mesh = ctx.mesh if num_devices == ctx.mesh.size else make_mesh(num_devices)
+        ctx.cache["step", num_devices] = ctx.impl.make_step(mesh)
+    return ctx.cache["step", num_devices]
+
+
+def plain(value):
+    """JSON-ready copy: arrays become lists, floats keep 8 significant digits."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (np.ndarray, jax.Array, np.generic)):
+        return plain(np.asarray(value).tolist())
+    if isinstance(value, float):
+        return float(f"{value:.8g}")
+    return value
+
+
+def close(observed, expected) -> bool:
+    """Same shape and equal within float32 tolerance (NaN never passes)."""
+    observed, expected = np.asarray(observed, np.float64), np.asarray(expected, np.float64)
+    return (
+        observed.shape == expected.shape
+        and bool(np.all(np.isfinite(observed)))
+        and np.allclose(observed, expected, **TOLERANCE)
+    )
+
+
+def matches(observed, candidate) -> bool:
+    """Like `close`, but NaN matches NaN: for naming which wrong formula an output follows."""
+    observed, candidate = np.asarray(observed, np.float64), np.asarray(candidate, np.float64)
+    return observed.shape == candidate.shape and np.allclose(observed, candidate, rtol=1e-4, atol=1e-6, equal_nan=True)
+
+
+def batch_arrays(data: Dataset, ids, num_devices: int):
+    """Host (features, targets, mask) for `ids`, padded to a device multiple with non-zero junk."""
+    ids = np.asarray(ids)
+    slots = -(-len(ids) // num_devices) * num_devices
+    features = np.full((slots, data.features.shape[1]), PADDING_VALUE, np.float32)
+    targets = np.full(slots, PADDING_VALUE, np.float32)
+    mask = np.zeros(slots, np.float32)
+    features[: len(ids)], targets[: len(ids)], mask[: len(ids)] = data.features[ids], data.targets[ids], 1.0
+    return features, targets, mask
+
+
+def placed(mesh: Mesh, features, targets, mask, weights, momentum) -> tuple:
+    """The five step inputs on `mesh` with the course's shardings."""
+    put = jax.device_put
+    return (
+        put(features, NamedSharding(mesh, P(AXIS, None))),
+        put(targets, NamedSharding(mesh, P(AXIS))),
+        put(mask, NamedSharding(mesh, P(AXIS))),
+        put(np.asarray(weights, np.float32), NamedSharding(mesh, P())),
+        put(np.asarray(momentum, np.float32), NamedSharding(mesh, P())),
+    )
+
+
+def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
+    """None if `array` is a jax.Array with NamedSharding(mesh, spec), else what it is instead."""
+    if not isinstance(array, jax.Array):
+        return f"a {type(array).__name__}, not a jax.Array placed on the mesh"
+    sharding = array.sharding
+    if not isinstance(sharding, NamedSharding):
+        return f"{type(sharding).__name__} on {len(sharding.device_set)} device(s), not a NamedSharding"
+    if sharding.spec != spec or set(sharding.mesh.devices.flat) != set(mesh.devices.flat):
+        return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
+    return None
+
+
+def replicas(array) -> list[np.ndarray]:
+    """Every device's copy of a replicated array, in device order."""
+    shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
+    return [np.asarray(s.data) for s in shards]
+
+
+def raised_where(exc: BaseException) -> str:
+    """`file:line in function` of the innermost frame that raised `exc`."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown place"
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"

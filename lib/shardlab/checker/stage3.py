@@ -1,0 +1,291 @@
+"""Stage 3 checks: `contract`, `save` and `restore`, judged by replay against an uninterrupted run.
+
+The control is the same implementation continuing in memory from the state it saved; the
+resumed run restores that checkpoint (in this interpreter, then in a fresh one) and must
+follow the control exactly: every sampler field, every id, every loss and weight.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from shardlab import faults, replay
+from shardlab.checker.common import cached_step, expect, plain, sharding_of
+from shardlab.config import Config
+from shardlab.fixtures import Dataset
+from shardlab.sampler import epoch_batches
+from shardlab.state import FIELDS
+
+STAGE = 3
+WEIGHT_TOLERANCE = 1e-6  # float32 allowance for weights, momentum and losses; the sampler gets none
+CHILD_TIMEOUT = 600  # seconds for the fresh-interpreter resume on a loaded machine
+
+
+def _config(ctx, **changes) -> Config:
+    return Config(**{"seed": ctx.seed, "batch_size": ctx.batch_size, **changes})
+
+
+def _resume_steps(ctx) -> int:
+    """More than two further epochs."""
+    return 2 * len(epoch_batches(ctx.data.features.shape[0], ctx.batch_size)) + 2
+
+
+def _trained(ctx) -> tuple[dict, object]:
+    """(state one batch past the first epoch boundary, the step function), computed once per run."""
+    if "trained" not in ctx.cache:
+        step = cached_step(ctx)
+        at = faults.save_step(ctx.data.features.shape[0], ctx.batch_size)
+        head = replay.run(
+            ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh),
+            ctx.data,
+            ctx.batch_size,
+            at,
+            ctx.mesh,
+            step,
+            ctx.impl.transition,
+        )
+        ctx.cache["trained"] = head["state"], step
+    return ctx.cache["trained"]
+
+
+def _control(ctx) -> dict:
+    """The uninterrupted run: the trained state continued in memory."""
+    if "control" not in ctx.cache:
+        state, step = _trained(ctx)
+        ctx.cache["control"] = replay.run(
+            state, ctx.data, ctx.batch_size, _resume_steps(ctx), ctx.mesh, step, ctx.impl.transition
+        )
+    return ctx.cache["control"]
+
+
+def _saved(ctx, folder: str) -> tuple[str, dict, dict]:
+    """(path, state, contract): the trained state saved to a new file in workdir/folder."""
+    state, _ = _trained(ctx)
+    contract = ctx.impl.contract(ctx.data, _config(ctx))
+    os.makedirs(os.path.join(ctx.workdir, folder), exist_ok=True)
+    path = os.path.join(ctx.workdir, folder, "checkpoint.npz")
+    ctx.impl.save(path, state, contract)
+    return path, state, contract
+
+
+def _members(path: str) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except Exception as exc:
+        expect(
+            False,
+            "an NPZ readable with allow_pickle=False",
+            f"{type(exc).__name__}: {exc}",
+            "save writes the six fields (and the contract) with np.savez; no pickled objects",
+        )
+
+
+def _refused(call) -> tuple[bool, str]:
+    """(raised, what): run `call`, which should refuse."""
+    try:
+        call()
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        return True, f"{type(exc).__name__}: {exc}"[:300]
+    return False, "accepted (no error)"
+
+
+def contract_pins_the_experiment(ctx):
+    """The contract is plain data, stable, and changes with seed, batch size, optimiser, devices and data."""
+    base = ctx.impl.contract(ctx.data, _config(ctx))
+    expect(base == ctx.impl.contract(ctx.data, _config(ctx)), "equal contracts", "different", "contract is stable")
+    features = ctx.data.features.copy()
+    features[0, 0] += 1.0
+    changes = {
+        "seed": (ctx.data, _config(ctx, seed=ctx.seed + 1)),
+        "batch size": (ctx.data, _config(ctx, batch_size=ctx.batch_size + 3)),
+        "learning rate": (ctx.data, _config(ctx, learning_rate=0.05)),
+        "momentum decay": (ctx.data, _config(ctx, decay=0.5)),
+        "device count": (ctx.data, _config(ctx, num_devices=2)),
+        "data bytes": (Dataset(features, ctx.data.targets), _config(ctx)),
+        "data shape": (Dataset(ctx.data.features[:-1], ctx.data.targets[:-1]), _config(ctx)),
+    }
+    ignored = [what for what, args in changes.items() if ctx.impl.contract(*args) == base]
+    return expect(
+        not ignored,
+        "a different contract for each change",
+        f"unchanged for {ignored}",
+        "the contract ignores what makes another experiment -> include shapes, dtypes, a data hash, seed, batch "
+        "size, learning rate, momentum and device count (a checkpoint of another experiment would be accepted)",
+    )
+
+
+def checkpoint_holds_every_field(ctx):
+    """save writes a plain NPZ with all six fields, equal to the state it was given."""
+    path, state, _ = _saved(ctx, "fields")
+    members = _members(path)
+    missing = [name for name in FIELDS if name not in members]
+    hint = " (momentum is optimiser history: it cannot be rebuilt)" if "momentum" in missing else ""
+    expect(not missing, list(FIELDS), sorted(members), f"the checkpoint lacks {missing}{hint} -> save all six fields")
+    differ = [name for name in FIELDS if not np.array_equal(np.asarray(state[name]), members[name])]
+    return expect(not differ, "saved values equal the state", f"{differ} differ", "save must write the state as is")
+
+
+def restore_returns_every_field(ctx):
+    """restore gives back every field exactly, weights and momentum replicated on the mesh."""
+    path, state, contract = _saved(ctx, "restore")
+    restored = ctx.impl.restore(path, contract, ctx.mesh)
+    causes = {
+        "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
+        "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
+        "replays examples this epoch already consumed",
+        "key": "restore changed the key -> the next epoch would draw another permutation",
+    }
+    for name in FIELDS:
+        want, got = np.asarray(state[name]), np.asarray(restored.get(name))
+        expect(np.array_equal(want, got), want, got, causes.get(name, f"restore must return the saved {name}"))
+    for name in ("weights", "momentum"):
+        wrong = sharding_of(restored[name], ctx.mesh, P())
+        expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
+    return "every field as saved", "equal"
+
+
+def _replay_verdict(control: dict, resumed: dict, where: str):
+    comparison = replay.compare(control, resumed)
+    try:
+        replay.check_recovery(comparison, WEIGHT_TOLERANCE)
+    except replay.ReplayMismatchError as exc:
+        first = replay.first_divergence(control, resumed) or {}
+        expect(
+            False,
+            "no difference from the uninterrupted run",
+            {"first divergence": first, **comparison},
+            f"{where}, first visible at step {first.get('step')} in {first.get('fields')}: {exc}",
+        )
+    return f"{comparison['steps_compared']} steps equal to the uninterrupted run", plain(comparison)
+
+
+def resume_continues_the_same_run(ctx):
+    """Restored in this interpreter, the run continues exactly as the uninterrupted one (> 2 epochs)."""
+    path, _, contract = _saved(ctx, "resume")
+    _, step = _trained(ctx)
+    restored = ctx.impl.restore(path, contract, ctx.mesh)
+    resumed = replay.run(restored, ctx.data, ctx.batch_size, _resume_steps(ctx), ctx.mesh, step, ctx.impl.transition)
+    return _replay_verdict(_control(ctx), resumed, "resumed in this interpreter")
+
+
+def fresh_process_resume(ctx):
+    """A fresh interpreter restores the checkpoint and continues exactly as the uninterrupted run."""
+    path, _, _ = _saved(ctx, "fresh")
+    record = os.path.join(ctx.workdir, "fresh", "resumed.npz")
+    command = [
+        sys.executable,
+        "-m",
+        "shardlab.checker.resume",
+        "--implementation",
+        ctx.spec,
+        "--checkpoint",
+        path,
+        "--steps",
+        str(_resume_steps(ctx)),
+        "--seed",
+        str(ctx.seed),
+        "--batch-size",
+        str(ctx.batch_size),
+        "--record",
+        record,
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=CHILD_TIMEOUT, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
+    expect(
+        done.returncode == 0,
+        "exit status 0",
+        f"{done.returncode}: {done.stderr.strip()[-600:]}",
+        "the fresh interpreter could not restore and continue",
+    )
+    return _replay_verdict(_control(ctx), replay.load_record(record), "resumed in a fresh interpreter")
+
+
+def save_never_overwrites(ctx):
+    """save refuses a path that exists and leaves its bytes untouched."""
+    state, _ = _trained(ctx)
+    folder = os.path.join(ctx.workdir, "exists")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "checkpoint.npz")
+    earlier = b"an earlier checkpoint"
+    with open(path, "wb") as handle:
+        handle.write(earlier)
+    raised, what = _refused(lambda: ctx.impl.save(path, state, ctx.impl.contract(ctx.data, _config(ctx))))
+    with open(path, "rb") as handle:
+        kept = handle.read() == earlier
+    return expect(
+        raised and kept,
+        "an error, the existing file untouched",
+        f"{what}; existing file {'untouched' if kept else 'replaced'}",
+        "save overwrote an existing checkpoint -> refuse an existing path (checkpoints are never overwritten; "
+        "use a new path)",
+    )
+
+
+def save_leaves_only_the_final_file(ctx):
+    """After save, the folder holds the checkpoint and nothing else (no temporary leftovers)."""
+    path, _, _ = _saved(ctx, "tidy")
+    found = sorted(os.listdir(os.path.dirname(path)))
+    return expect(
+        found == ["checkpoint.npz"],
+        ["checkpoint.npz"],
+        found,
+        "write a temporary file in the same folder, then rename it into place and remove leftovers",
+    )
+
+
+def restore_refuses_another_experiment(ctx):
+    """restore raises for a checkpoint of another batch size or other data."""
+    path, _, _ = _saved(ctx, "other")
+    features = ctx.data.features.copy()
+    features[3, 2] -= 1.0
+    others = {
+        f"batch size {ctx.batch_size + 3}": ctx.impl.contract(ctx.data, _config(ctx, batch_size=ctx.batch_size + 3)),
+        "changed data": ctx.impl.contract(Dataset(features, ctx.data.targets), _config(ctx)),
+    }
+    for what, contract in others.items():
+        raised, got = _refused(lambda contract=contract: ctx.impl.restore(path, contract, ctx.mesh))
+        expect(
+            raised,
+            "an error naming the mismatch",
+            got,
+            f"restore accepted a checkpoint of a different experiment ({what}) -> compare the saved contract with "
+            "the expected one before accepting anything (a changed batch size is a new experiment)",
+        )
+    return "refused", "refused"
+
+
+def restore_refuses_damaged_checkpoints(ctx):
+    """restore raises for a checkpoint without momentum and for an order that is not a permutation."""
+    path, _, contract = _saved(ctx, "damaged")
+    _members(path)
+
+    def duplicate_id(arrays):
+        arrays["order"] = arrays["order"].copy()
+        arrays["order"][1] = arrays["order"][0]
+
+    damages = {"missing momentum": lambda arrays: arrays.pop("momentum", None), "corrupted permutation": duplicate_id}
+    for what, change in damages.items():
+        target = faults.tampered(path, os.path.join(os.path.dirname(path), what.replace(" ", "_") + ".npz"), change)
+        raised, got = _refused(lambda target=target: ctx.impl.restore(target, contract, ctx.mesh))
+        expect(raised, "an error", got, f"restore accepted a checkpoint with {what} -> validate every field first")
+    return "refused", "refused"
+
+
+CHECKS = (
+    contract_pins_the_experiment,
+    checkpoint_holds_every_field,
+    restore_returns_every_field,
+    resume_continues_the_same_run,
+    fresh_process_resume,
+    save_never_overwrites,
+    save_leaves_only_the_final_file,
+    restore_refuses_another_experiment,
+    restore_refuses_damaged_checkpoints,
+)

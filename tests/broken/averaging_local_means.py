@@ -1,0 +1,20 @@
+"""Mistake: each device takes its own mean, then the devices average those means."""
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from shardlab.batch import ROWS, VALUES
+from shardlab.config import DECAY, LEARNING_RATE
+from shardlab.reference import *  # noqa: F403
+from shardlab.update import partial_sums
+
+
+def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
+    def body(features, targets, mask, weights, momentum):
+        count, grad_num, loss_num = partial_sums(features, targets, mask, weights)
+        grad, loss = jax.lax.pmean(grad_num / count, "data"), jax.lax.pmean(loss_num / count, "data")
+        momentum = decay * momentum + grad
+        return weights - learning_rate * momentum, momentum, loss, grad
+
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(ROWS, VALUES, VALUES, P(), P()), out_specs=P())
+    return jax.jit(mapped) if compiled else mapped

@@ -1,0 +1,21 @@
+"""Mistake: the numerators are added over devices, but each device divides by its own count."""
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from shardlab.batch import ROWS, VALUES
+from shardlab.config import DECAY, LEARNING_RATE
+from shardlab.reference import *  # noqa: F403
+from shardlab.update import apply_momentum, partial_sums
+
+
+def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
+    def body(features, targets, mask, weights, momentum):
+        count, grad_num, loss_num = partial_sums(features, targets, mask, weights)
+        grad_num, loss_num = jax.lax.psum(grad_num, "data"), jax.lax.psum(loss_num, "data")
+        return apply_momentum(count, grad_num, loss_num, weights, momentum, learning_rate, decay)
+
+    # check_vma=False silences JAX's warning that the outputs now differ per device
+    specs = {"in_specs": (ROWS, VALUES, VALUES, P(), P()), "out_specs": P(), "check_vma": False}
+    mapped = jax.shard_map(body, mesh=mesh, **specs)
+    return jax.jit(mapped) if compiled else mapped

@@ -1,0 +1,20 @@
+"""Mistake: the loss is taken at the updated weights instead of the weights the gradient used."""
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from shardlab.batch import ROWS, VALUES
+from shardlab.config import DECAY, LEARNING_RATE
+from shardlab.reference import *  # noqa: F403
+from shardlab.update import apply_momentum, partial_sums
+
+
+def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
+    def body(features, targets, mask, weights, momentum):
+        sums = (jax.lax.psum(s, "data") for s in partial_sums(features, targets, mask, weights))
+        weights, momentum, _, grad = apply_momentum(*sums, weights, momentum, learning_rate, decay)
+        count, _, loss_num = (jax.lax.psum(s, "data") for s in partial_sums(features, targets, mask, weights))
+        return weights, momentum, loss_num / count, grad
+
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(ROWS, VALUES, VALUES, P(), P()), out_specs=P())
+    return jax.jit(mapped) if compiled else mapped
