@@ -42,3 +42,35 @@ def results(run_dir, name):
     found = record.from_notebook(executed(run_dir, name))
     assert found == record.load(run_dir, name), f"{name}: notebook outputs and results file disagree"
     return found
+
+
+_SESSION = {}  # whole-suite wall time, for `python -m shardlab bench` (see pytest_sessionfinish)
+
+
+def pytest_sessionstart(session):
+    import time
+
+    _SESSION["start"] = time.perf_counter()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After a whole-suite run (tests from `testpaths`, no -k/-m, as `make test` runs), keep its wall time."""
+    import time
+    from datetime import UTC, datetime
+
+    config = session.config
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    whole = whole and not config.option.keyword and not config.option.markexpr
+    if not whole or getattr(config, "cache", None) is None or "start" not in _SESSION:
+        return
+    config.cache.set(
+        "shardlab/wall_time",
+        {
+            "wall_s": round(time.perf_counter() - _SESSION["start"], 1),
+            "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "tests": session.testscollected,
+            "failed": session.testsfailed,
+            "exit_status": int(exitstatus),
+            "measured_by": "tests/conftest.py: pytest session start to finish (excludes make's venv check)",
+        },
+    )

@@ -71,3 +71,15 @@ def test_existing_output_folders_are_refused_unless_ours_and_replace(sources, tm
         runner.run(out, seed=1, batch_size=2, notebooks=["ok"], html=False)
     with pytest.raises(ConfigError, match="batch_size"):
         runner.run(tmp_path / "new", seed=1, batch_size=0, notebooks=["ok"], html=False)
+
+
+def test_unknown_notebooks_and_symlinked_outputs_are_refused(sources, tmp_path):
+    with pytest.raises(ConfigError, match="no notebook named"):
+        runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["nope"], html=False)
+    real = runner.run(tmp_path / "real", seed=1, batch_size=2, notebooks=["ok"], html=False)
+    before = tree_digest(real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(ConfigError, match="not a folder"):
+        runner.run(link, seed=1, batch_size=2, notebooks=["ok"], replace=True, html=False)
+    assert tree_digest(real) == before and link.is_symlink()

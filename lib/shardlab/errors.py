@@ -35,3 +35,31 @@ class CorruptCheckpointError(CheckpointError, ValueError):
 
 class ContractMismatchError(CheckpointError, ValueError):
     """The checkpoint belongs to another experiment (data or configuration differ)."""
+
+
+class VariantMismatchError(ShardlabError, AssertionError):
+    """A timed update variant disagrees with the NumPy update, so nothing is timed."""
+
+
+class TraceError(ShardlabError, ValueError):
+    """A profiler trace lacks an expected annotation, or its XPlane and Perfetto readings disagree."""
+
+
+class LostProcessError(ShardlabError, RuntimeError):
+    """A controller of a multi-controller run stopped responding (killed, crashed or unreachable)."""
+
+
+class HangError(ShardlabError, RuntimeError):
+    """A bounded wait expired while every controller was alive: the group is out of step."""
+
+
+class SamplerMismatchError(ShardlabError, RuntimeError):
+    """Controllers disagree on the host sampler state or the batch of a step."""
+
+
+class IncompleteCheckpointError(CheckpointError):
+    """No checkpoint step carries a valid completion manifest, so none may be restored."""
+
+
+class LaunchError(ShardlabError, RuntimeError):
+    """The launcher could not start, supervise or collect a group of controller processes."""

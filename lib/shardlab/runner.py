@@ -4,10 +4,12 @@ The run happens in a staging folder beside OUT; only a run in which every notebo
 succeeded replaces OUT, so a failed run never modifies earlier receipts.
 """
 
+import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -19,8 +21,13 @@ NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = [
     "stage1_batches",
     "stage2_update",
+    "stage3_checkpoint",
+    "stage3_resume",
+    "stage4_profile",
+    "stage5_multicontroller",
 ]
 MARKER = ".shardlab-receipts"  # present in every folder this runner wrote
+WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
 KERNEL = "shardlab"
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
 
@@ -106,8 +113,12 @@ def run(
     from shardlab.config import Config
 
     Config(seed=seed, batch_size=batch_size)  # parameter errors before any kernel starts
-    out = Path(out).resolve()
-    check_out(out, replace)
+    unknown = [name for name in notebooks or NOTEBOOKS if not (NOTEBOOK_DIR / f"{name}.ipynb").is_file()]
+    if unknown:
+        raise ConfigError(f"no notebook named {unknown} in {NOTEBOOK_DIR}; choose from {NOTEBOOKS}")
+    out = Path(out).absolute()
+    check_out(out, replace)  # before resolving, so a symlinked OUT is refused, never followed
+    out = out.resolve()
     if implementation != "reference":
         implementation = str(Path(implementation).resolve())
         if not Path(implementation).is_file():
@@ -115,6 +126,7 @@ def run(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
     parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
+    started = time.perf_counter()
     try:
         for name in notebooks or NOTEBOOKS:
             print(f"[shardlab] executing {name}.ipynb ...", flush=True)
@@ -123,6 +135,7 @@ def run(
                 export_html(executed)
         for hook in _finishers():
             hook(staging)
+        _write_wall_time(staging, time.perf_counter() - started, notebooks or NOTEBOOKS)
         (staging / MARKER).write_text("written by `python -m shardlab run`; replaced whole by the next run\n")
         _publish(staging, out)
     except BaseException:
@@ -132,8 +145,23 @@ def run(
 
 
 def _finishers():
-    """Steps that run after every notebook succeeded (stage 4 adds the audit here)."""
-    return []
+    """Steps that run after every notebook succeeded: folder-relative paths, then the audit of all results."""
+    from shardlab.report import relative_paths, write_audit
+
+    return [relative_paths, write_audit]
+
+
+def _write_wall_time(staging: Path, seconds: float, names: list[str]) -> None:
+    """Record this run's wall time in wall_time.json (`python -m shardlab bench` cites it)."""
+    from datetime import UTC, datetime
+
+    record = {
+        "wall_s": round(seconds, 1),
+        "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "notebooks": list(names),
+        "measured_by": "shardlab.runner.run: first notebook start to last finisher (excludes make's venv check)",
+    }
+    (staging / WALL_TIME).write_text(json.dumps(record, indent=1) + "\n")
 
 
 def _publish(staging: Path, out: Path) -> None:

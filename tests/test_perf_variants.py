@@ -1,0 +1,174 @@
+"""The optimised updates (packed, resident, multistep) replay the NumPy reference and the stage 2 path.
+
+Correctness only: nothing here is timed. The reference IDs come from the course idiom
+(each epoch's order cut into batches, never across epochs), the losses and weights from
+float64 NumPy (shardlab.oracle).
+"""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import shardlab as sl
+from shardlab import multistep, oracle, packed, resident
+from shardlab.errors import ConfigError, EmptyBatchError
+
+pytestmark = pytest.mark.stage4
+
+STEPS = 9  # crosses at least one epoch boundary of the 23-row fixture for every batch size below
+
+
+def reference_run(data, seed, batch_size, steps):
+    """(ids per step, losses, weights, momentum) from the idiom orders and float64 NumPy updates."""
+    n = len(data.targets)
+    orders = oracle.idiom_orders(seed, n, steps)  # at most one epoch per step
+    ids = [order[i : i + batch_size] for order in orders for i in range(0, n, batch_size)][:steps]
+    w = v = np.zeros(data.features.shape[1])
+    losses = []
+    for batch in ids:
+        w, v, loss, _ = oracle.momentum_step(data.features[batch], data.targets[batch], np.ones(len(batch)), w, v)
+        losses.append(loss)
+    return ids, losses, w, v
+
+
+def single_transitions(data, mesh, seed, batch_size, steps, step):
+    """Stage 2 transitions with the given compiled step."""
+    state, losses, ids = sl.initial(seed, data, mesh), [], []
+    for _ in range(steps):
+        state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
+        losses.append(loss)
+        ids.append(batch_ids)
+    return state, losses, ids
+
+
+def resident_transitions(data, placed, mesh, seed, batch_size, steps, step):
+    """Transitions with the dataset already on the devices."""
+    state, losses, ids = sl.initial(seed, data, mesh), [], []
+    for _ in range(steps):
+        state, loss, batch_ids = resident.transition(state, placed, batch_size, step, mesh)
+        losses.append(loss)
+        ids.append(batch_ids)
+    return state, losses, ids
+
+
+def multistep_transitions(data, mesh, seed, batch_size, steps, run, chunks=(2, 7)):
+    """`steps` updates dispatched in uneven chunks (2 + 7 = 9), so the second straddles epochs."""
+    assert sum(chunks) == steps
+    state, losses, ids = sl.initial(seed, data, mesh), [], []
+    for k in chunks:
+        state, chunk_losses, chunk_ids = multistep.transitions(state, data, batch_size, k, run, mesh)
+        losses += chunk_losses
+        ids += chunk_ids
+    return state, losses, ids
+
+
+@pytest.fixture(scope="module")
+def runs(data, mesh):
+    """Each path as f(seed, batch_size) -> (state, losses, ids); compiled once for the module."""
+    placed = resident.place_dataset(data, mesh)
+    plain, packed_step = sl.make_step(mesh), packed.make_packed_step(mesh)
+    res, res_packed = resident.make_resident_step(mesh), resident.make_resident_step(mesh, packed=True)
+    scan = multistep.make_multistep(mesh)
+    return {
+        "stage2": functools.cache(lambda seed, b: single_transitions(data, mesh, seed, b, STEPS, plain)),
+        "packed": lambda seed, b: single_transitions(data, mesh, seed, b, STEPS, packed_step),
+        "resident": lambda seed, b: resident_transitions(data, placed, mesh, seed, b, STEPS, res),
+        "resident_packed": lambda seed, b: resident_transitions(data, placed, mesh, seed, b, STEPS, res_packed),
+        "multistep": lambda seed, b: multistep_transitions(data, mesh, seed, b, STEPS, scan),
+    }
+
+
+@pytest.mark.parametrize("batch_size", [7, 10, 40])
+@pytest.mark.parametrize("variant", ["multistep", "packed", "resident", "resident_packed"])
+def test_variant_replays_numpy_and_the_stage2_path(variant, batch_size, data, runs):
+    seed = 17 if batch_size != 10 else 29
+    ref_ids, ref_losses, ref_w, ref_v = reference_run(data, seed, batch_size, STEPS)
+    base, base_losses, base_ids = runs["stage2"](seed, batch_size)
+    state, losses, ids = runs[variant](seed, batch_size)
+    for got, want, plain in zip(ids, ref_ids, base_ids):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, plain)
+    np.testing.assert_allclose(losses, ref_losses, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(losses, base_losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(state["weights"]), ref_w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(state["momentum"]), ref_v, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(state["weights"]), np.asarray(base["weights"]), rtol=1e-5, atol=1e-6)
+    got, plain = sl.host_copy(state), sl.host_copy(base)
+    for field in ("key", "order", "cursor", "step"):
+        np.testing.assert_array_equal(got[field], plain[field])
+    assert got["step"] == STEPS
+
+
+def test_packed_ir_has_exactly_one_all_reduce(data, mesh):
+    args = (*sl.place(*sl.pad(data, np.arange(7), 4), mesh), sl.replicate(np.zeros(8), mesh))
+    args = (*args, sl.replicate(np.zeros(8), mesh))
+    text = sl.stablehlo(packed.make_packed_step(mesh), *args)
+    assert sl.count_all_reduce(text) == 1
+    assert text.count("stablehlo.all_reduce") == 1
+    assert sl.count_all_reduce(sl.stablehlo(sl.make_step(mesh), *args)) == 3
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+@pytest.mark.parametrize("rows", [1, 5, 23])
+def test_packed_step_equals_three_reductions_and_numpy(devices, rows, data):
+    mesh = sl.make_mesh(devices)
+    rng = np.random.default_rng(rows * 10 + devices)
+    ids = rng.permutation(23)[:rows]
+    x, y, m = sl.pad(data, ids, devices)
+    x[rows:] = np.nan  # padding contents must not matter
+    w, v = rng.normal(size=8).astype(np.float32), rng.normal(size=8).astype(np.float32)
+    args = (*sl.place(x, y, m, mesh), sl.replicate(w, mesh), sl.replicate(v, mesh))
+    got = packed.make_packed_step(mesh)(*args)
+    plain = sl.make_step(mesh)(*args)
+    expected = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(rows), w, v)
+    for a, b, c in zip(got, plain, expected):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_allclose(np.asarray(a), c, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+def test_resident_step_on_timing_fixture_matches_numpy(devices):
+    """Rows spread over every device block (1,023 rows, uneven last block) are gathered where they live."""
+    data = sl.timing_fixture()
+    mesh = sl.make_mesh(devices)
+    placed = resident.place_dataset(data, mesh)
+    step = resident.make_resident_step(mesh)
+    ids = np.array([0, 255, 256, 511, 512, 767, 768, 1022, 3], np.int32)
+    w = np.linspace(-0.5, 0.5, 64).astype(np.float32)
+    v = np.full(64, 0.1, np.float32)
+    slots = jax.device_put(resident.slot_ids(ids, 12), jax.sharding.NamedSharding(mesh, P()))
+    got = step(placed.features, placed.targets, slots, sl.replicate(w, mesh), sl.replicate(v, mesh))
+    expected = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
+    for a, c in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(a), c, rtol=1e-4, atol=1e-4)
+
+
+def test_resident_moves_only_ids_after_placement(data, mesh):
+    placed = resident.place_dataset(data, mesh)
+    assert placed.features.sharding.spec == P("data", None) and placed.targets.sharding.spec == P("data")
+    assert placed.features.shape == (24, 8) and placed.rows == 23
+    state = sl.initial(17, data, mesh)
+    new, ids_on_devices, ids = resident.prepare(state, placed, 7, mesh)
+    assert ids_on_devices.dtype == np.int32 and ids_on_devices.shape == (7,)
+    np.testing.assert_array_equal(np.asarray(ids_on_devices), ids)
+    assert new["cursor"] == 7 and state["cursor"] == 0
+    with pytest.raises(EmptyBatchError):
+        resident.slot_ids(np.array([], np.int32), 4)
+
+
+def test_sixteen_updates_in_one_dispatch_equal_sixteen_transitions(mesh):
+    data = sl.timing_fixture()
+    base, base_losses, base_ids = single_transitions(data, mesh, 17, 7, 16, sl.make_step(mesh))
+    run = multistep.make_multistep(mesh)
+    state, losses, ids = multistep.transitions(sl.initial(17, data, mesh), data, 7, 16, run, mesh)
+    for a, b in zip(ids, base_ids):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(losses, base_losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(state["weights"]), np.asarray(base["weights"]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(state["momentum"]), np.asarray(base["momentum"]), rtol=1e-5, atol=1e-6)
+    assert state["step"] == 16 and state["cursor"] == base["cursor"] == 16 * 7
+    with pytest.raises(ConfigError):
+        multistep.prepare_many(state, data, 7, 0, mesh)

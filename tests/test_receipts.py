@@ -1,0 +1,245 @@
+"""Receipts stay honest: audit.json's schema and invariants, for the committed receipts and a fresh run.
+
+Invariants only (counts, equalities, zero and non-zero errors, files that exist), never timings.
+The committed receipts are checked against the current sources: after any change to the library
+or a notebook, `make run` regenerates them.
+"""
+
+import gzip
+import hashlib
+import json
+import re
+from importlib import metadata
+
+import nbformat
+import numpy as np
+import pytest
+from conftest import executed, results
+
+from shardlab import runner
+
+pytestmark = pytest.mark.stage4
+
+COMMITTED = runner.REPO / "receipts"
+VARIANTS = ("eager_4dev", "compiled_4dev", "compiled_1dev")
+PREPARE, UPDATE, STEP = "prepare_and_place_ms", "compiled_update_and_wait_ms", "sharded_learner_step_ms"
+FAULTS = ("momentum", "cursor", "key")
+FIXTURES = {"seed17_batch7", "seed29_batch10"}
+RECOVERY_DIFFERENCES = ("weights", "momentum", "key", "order", "cursor", "step", "ids_mismatched", "losses")
+KEYS = {
+    "schema_version",
+    "run",
+    "environment",
+    "sources",
+    "notebooks",
+    "timing",
+    "trace",
+    "device_counts",
+    "all_reduce",
+    "recovery",
+    "faults",
+    "figure",
+    "drills",
+    "results",
+    "missing",
+}
+
+
+def load_audit(folder):
+    path = folder / "audit.json"
+    assert path.is_file(), f"{path} is missing: run `make run` to regenerate the receipts"
+    return json.loads(path.read_text())
+
+
+def current_sources():
+    """sha256 of every file of lib/shardlab and every source notebook, hashed here with hashlib."""
+    library = [p for p in (runner.REPO / "lib" / "shardlab").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    files = library + list(runner.NOTEBOOK_DIR.glob("*.ipynb"))
+    return {p.relative_to(runner.REPO).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def stale(recorded: dict, current: dict) -> list[str]:
+    """Paths whose hash differs, plus files added or removed since the audit was written."""
+    return sorted(p for p in set(recorded) | set(current) if recorded.get(p) != current.get(p))
+
+
+def perfetto_ms(path):
+    """{annotation: [ms, ...]} in time order, read directly from the gzipped Perfetto JSON."""
+    with gzip.open(path, "rt") as handle:
+        events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+    found = {key: [] for key in (STEP, PREPARE, UPDATE)}
+    for event in sorted(events, key=lambda e: e["ts"]):
+        if f"{event['name']}_ms" in found:
+            found[f"{event['name']}_ms"].append(event["dur"] / 1e3)
+    return found
+
+
+def inside(folder, relative):
+    """`relative` is a relative path naming a file inside `folder`."""
+    assert not relative.startswith("/") and ".." not in relative.split("/"), relative
+    path = folder / relative
+    assert path.is_file(), f"{relative} is listed in audit.json but missing from {folder.name}/"
+    return path
+
+
+def check_timing(timing):
+    for name in VARIANTS:
+        row = timing[name]
+        assert len(row["samples_ms"]) == 11, name
+        assert all(np.isfinite(s) and s > 0 for s in row["samples_ms"]), name
+        assert row["median_ms"] == pytest.approx(np.median(row["samples_ms"]))
+    assert timing["eager_4dev"]["compile_ms"] is None
+    assert timing["compiled_4dev"]["compile_ms"] > 0 and timing["compiled_1dev"]["compile_ms"] > 0
+    median = {name: np.median(timing[name]["samples_ms"]) for name in VARIANTS}
+    assert timing["ratios"]["compiled_4dev_over_compiled_1dev"] == pytest.approx(
+        median["compiled_4dev"] / median["compiled_1dev"]
+    )
+    assert timing["ratios"]["eager_4dev_over_compiled_4dev"] == pytest.approx(
+        median["eager_4dev"] / median["compiled_4dev"]
+    )
+    assert len(timing["order"]) == 11 and all(sorted(r) == sorted(VARIANTS) for r in timing["order"])
+    leads = [r[0] for r in timing["order"]]
+    assert all(leads.count(name) >= 3 for name in VARIANTS), "the order alternates"
+    assert max(timing["max_abs_error_vs_numpy"].values()) < 1e-4
+    assert "no sampling, no placement" in timing["boundary"]
+
+
+def check_trace(folder, trace):
+    xplane, perfetto = inside(folder, trace["xplane"]), inside(folder, trace["perfetto"])
+    assert xplane.name.endswith(".xplane.pb") and perfetto.name.endswith(".json.gz")
+    rows = trace["transitions"]
+    assert [r["transition"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:
+        assert r[PREPARE] > 0 and r[UPDATE] > 0 and r[PREPARE] + r[UPDATE] <= r[STEP]
+        assert r["reshuffled"] is True
+    direct = perfetto_ms(perfetto)
+    for key in (STEP, PREPARE, UPDATE):
+        np.testing.assert_allclose([r[key] for r in rows], direct[key], atol=1e-3, err_msg=key)
+    larger = PREPARE if np.median(direct[PREPARE]) >= np.median(direct[UPDATE]) else UPDATE
+    assert f"{trace['dominant']['dominant']}_ms" == larger
+    assert "Hypothesis" in trace["hypothesis"] and "Falsified" in trace["hypothesis"]
+
+
+def check_stage3(recovery, faults):
+    assert all(recovery[k] == 0 for k in RECOVERY_DIFFERENCES), recovery
+    assert recovery["steps_compared"] > 0 and recovery["epochs_covered"] > 2
+    assert {row["fixture"] for row in faults} == FIXTURES
+    for fixture in FIXTURES:
+        rows = {row["fault"]: row for row in faults if row["fixture"] == fixture}
+        assert set(FAULTS) <= set(rows), fixture
+        for fault in FAULTS:
+            assert rows[fault]["max_weight_error"] > 0, (fixture, fault)
+            assert isinstance(rows[fault]["first_divergence_step"], int), (fixture, fault)
+        assert rows["cursor"]["ids_changed"] and rows["key"]["ids_changed"]
+        if "none" in rows:
+            assert rows["none"]["max_weight_error"] == 0 and rows["none"]["first_divergence_step"] is None
+
+
+def check_audit(folder, audit):
+    """Schema and invariants of one receipts folder."""
+    assert KEYS <= set(audit), f"audit.json lacks {sorted(KEYS - set(audit))}"
+    assert audit["missing"] == [], f"the run left results missing: {audit['missing']}"
+    assert audit["schema_version"] == 1
+    assert audit["run"]["notebooks"] == runner.NOTEBOOKS
+    assert audit["notebooks"] == {n: {"executed": f"{n}.ipynb", "html": f"{n}.html"} for n in runner.NOTEBOOKS}
+    for name in runner.NOTEBOOKS:
+        assert "<html" in inside(folder, f"{name}.html").read_text(encoding="utf-8")[:2000].lower()
+        assert nbformat.read(inside(folder, f"{name}.ipynb"), as_version=4).metadata.papermill.exception is None
+    env = audit["environment"]
+    assert len(env["devices"]) == 4 and env["backend"] == "cpu" and env["cpu_count"] >= 1
+    assert {"jax", "jaxlib", "numpy"} <= set(env["packages"]) and env["python"].startswith("3.")
+    check_timing(audit["timing"])
+    check_trace(folder, audit["trace"])
+    check_stage3(audit["recovery"], audit["faults"])
+    ir = inside(folder, audit["all_reduce"]["ir"]).read_text()
+    ops = len(re.findall(r'"stablehlo\.all_reduce"|stablehlo\.all_reduce\(', ir))
+    assert audit["all_reduce"]["count"] == audit["all_reduce"]["recorded"] == ops == 3
+    assert audit["device_counts"]["batch_of_7_rows"] == [2, 2, 2, 1]  # 7 rows -> 8 slots over 4 devices
+    assert audit["device_counts"]["batch_of_1_row"] == [1, 0, 0, 0]
+    assert inside(folder, audit["figure"]["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in inside(folder, audit["figure"]["svg"]).read_text()[:1000]
+    stored = {p.stem: json.loads(p.read_text()) for p in (folder / "results").glob("*.json")}
+    assert audit["results"] == stored
+    drills = folder / "drills.json"
+    assert audit["drills"] == (json.loads(drills.read_text()) if drills.is_file() else None)
+    assert set(audit["sources"]) == set(current_sources()), "the audit hashes every library file and notebook"
+
+
+def absolute_paths(folder, roots):
+    """(file, root) for every file in `folder` whose bytes (unzipped if .gz) contain one of `roots`."""
+    hits = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        body = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        hits += [(path.relative_to(folder).as_posix(), root) for root in roots if root.encode() in body]
+    return hits
+
+
+@pytest.mark.notebooks
+def test_fresh_run_audit(run_dir):
+    audit = load_audit(run_dir)
+    check_audit(run_dir, audit)
+    assert stale(audit["sources"], current_sources()) == []
+    env = audit["environment"]
+    assert {k: env["packages"][k] for k in ("jax", "jaxlib", "numpy")} == {
+        k: metadata.version(k) for k in ("jax", "jaxlib", "numpy")
+    }
+
+
+@pytest.mark.notebooks
+def test_fresh_run_holds_no_absolute_paths(run_dir):
+    hits = absolute_paths(run_dir, [str(runner.REPO), str(run_dir.resolve().parent), ".staging-"])
+    assert not hits, f"receipts hold absolute, machine-specific paths (file, path): {hits}; write relative paths"
+
+
+@pytest.mark.notebooks
+def test_stage4_notebook_records_what_the_audit_holds(run_dir):
+    found = results(run_dir, "stage4_profile")
+    audit = load_audit(run_dir)
+    for key in ("timing", "trace", "environment", "figure"):
+        assert found[key] == audit[key], key
+    assert set(found["compile"]) == set(VARIANTS)
+    assert {k: found["timing"][k]["compile_ms"] for k in VARIANTS} == {
+        k: found["compile"][k]["compile_ms"] for k in VARIANTS
+    }
+    nb = executed(run_dir, "stage4_profile")
+    figure_cells = [c for c in nb.cells if "figure" in c.metadata.get("tags", [])]
+    assert len(figure_cells) == 1
+    assert any("image/png" in o.get("data", {}) for o in figure_cells[0].outputs), "the figure is shown inline"
+
+
+def test_runner_runs_stage4_after_stage3():
+    names = runner.NOTEBOOKS
+    assert names.index("stage4_profile") == names.index("stage3_resume") + 1
+
+
+def test_committed_receipts_follow_the_schema():
+    check_audit(COMMITTED, load_audit(COMMITTED))
+    hits = absolute_paths(COMMITTED, [str(runner.REPO), "/home/", ".staging-"])
+    assert not hits, f"receipts hold absolute, machine-specific paths (file, path): {hits}; write relative paths"
+
+
+def test_committed_receipts_match_current_sources():
+    changed = stale(load_audit(COMMITTED)["sources"], current_sources())
+    assert not changed, (
+        f"receipts/audit.json was written from other sources: {len(changed)} file(s) changed, added or removed "
+        f"since ({', '.join(changed[:8])}{', ...' if len(changed) > 8 else ''}). Run `make run` to regenerate "
+        "the receipts, then commit them."
+    )
+
+
+def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
+    from nbformat.v4 import new_notebook
+
+    from shardlab import report
+
+    folder = (tmp_path / "staging").resolve()
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "note.txt").write_text(f"committed to {folder}/sub/x and {folder}\n")
+    nb = new_notebook()
+    nb.metadata["papermill"] = {"input_path": "/somewhere/notebooks/a.ipynb", "output_path": f"{folder}/a.ipynb"}
+    nbformat.write(nb, folder / "a.ipynb")
+    report.relative_paths(folder)
+    assert (folder / "sub" / "note.txt").read_text() == "committed to sub/x and .\n"
+    meta = nbformat.read(folder / "a.ipynb", as_version=4).metadata.papermill
+    assert (meta.input_path, meta.output_path) == ("notebooks/a.ipynb", "a.ipynb")
+    assert absolute_paths(folder, [str(tmp_path)]) == []

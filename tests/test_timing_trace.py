@@ -1,0 +1,276 @@
+"""Stage 4 harnesses: the timing loop (checked before timed, counts, order) and the trace reader.
+
+Nothing here asserts on how long anything took: the timing loop runs with a fake clock, and the
+trace reader is compared with a plain reading of the Perfetto JSON and with deliberately damaged files.
+"""
+
+import gzip
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import shardlab as sl
+from shardlab import timing, trace
+from shardlab.errors import TraceError, VariantMismatchError
+
+pytestmark = pytest.mark.stage4
+
+NAMES = ["eager_4dev", "compiled_4dev", "compiled_1dev"]
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+
+def test_rotations_let_every_variant_lead_in_turn():
+    rounds = timing.rotations(NAMES, 11)
+    assert len(rounds) == 11
+    assert all(sorted(r) == sorted(NAMES) for r in rounds)
+    assert [r[0] for r in rounds] == [NAMES[i % 3] for i in range(11)]
+    for r in rounds:  # a rotation keeps the cyclic order
+        start = NAMES.index(r[0])
+        assert r == [NAMES[(start + k) % 3] for k in range(3)]
+
+
+class FakeClock:
+    """Returns 0, 1, 2, ... seconds and logs each reading in a shared event list."""
+
+    def __init__(self, events):
+        self.events, self.now = events, -1
+
+    def __call__(self):
+        self.now += 1
+        self.events.append(("clock", self.now))
+        return float(self.now)
+
+
+def test_measure_warms_alternates_and_blocks_on_every_output():
+    events = []
+
+    def variant(name):
+        def fn(x):
+            events.append(("call", name))
+            return {"out": (name, x)}
+
+        return timing.Variant(fn, (name.upper(),), None, None)
+
+    def block(tree):
+        events.append(("block", tree))
+        return tree
+
+    variants = {name: variant(name) for name in NAMES}
+    measured = timing.measure(variants, samples=11, warmup=2, clock=FakeClock(events), block=block)
+
+    warm, timed = events[: 2 * 3 * 2], events[2 * 3 * 2 :]
+    assert [e for e in warm if e[0] == "call"] == [("call", n) for r in timing.rotations(NAMES, 2) for n in r]
+    assert not [e for e in warm if e[0] == "clock"], "warm-up calls are not timed"
+    assert len(timed) == 11 * 3 * 4
+    calls = []
+    for i in range(0, len(timed), 4):
+        clock_start, call, blocked, clock_stop = timed[i : i + 4]
+        assert clock_start[0] == "clock" and clock_stop[0] == "clock"
+        assert call[0] == "call"
+        assert blocked == ("block", {"out": (call[1], call[1].upper())}), "the whole output tree is blocked on"
+        calls.append(call[1])
+    assert calls == [n for r in timing.rotations(NAMES, 11) for n in r]
+    assert measured["order"] == timing.rotations(NAMES, 11)
+    assert measured["warm_compilations"] == {n: {"count": 0, "total_ms": 0.0} for n in NAMES}
+    assert {n: len(s) for n, s in measured["samples_ms"].items()} == {n: 11 for n in NAMES}
+    assert all(s == 1000.0 for n in NAMES for s in measured["samples_ms"][n])  # one fake second per sample
+
+
+def numpy_update(x, y, m, w, v, lr=0.03, decay=0.8):
+    """Masked mean gradient with momentum, straight from the course formulas, in float64."""
+    x, y, w, v = (np.asarray(a, np.float64) for a in (x, y, w, v))
+    keep = np.asarray(m) > 0
+    r = x[keep] @ w - y[keep]
+    grad = 2 * x[keep].T @ r / keep.sum()
+    v = decay * v + grad
+    return w - lr * v, v, r @ r / keep.sum(), grad
+
+
+@pytest.fixture(scope="module")
+def built(mesh, data):
+    host = timing.inputs(data, mesh)
+    return host, timing.build(host, mesh)
+
+
+def test_build_compiles_explicitly_and_every_variant_matches_numpy(built, data):
+    host, variants = built
+    assert list(variants) == NAMES
+    assert host["mask"].sum() == len(data.targets) and len(host["mask"]) % 4 == 0
+    assert variants["eager_4dev"].compile_ms is None and variants["eager_4dev"].lower_ms is None
+    for name in ("compiled_4dev", "compiled_1dev"):
+        assert isinstance(variants[name].fn, jax.stages.Compiled)
+        assert variants[name].compile_ms > 0 and variants[name].lower_ms > 0
+    assert len(variants["compiled_4dev"].args[0].sharding.device_set) == 4
+    assert len(variants["compiled_1dev"].args[0].sharding.device_set) == 1
+    expected = numpy_update(host["features"], host["targets"], host["mask"], host["weights"], host["momentum"])
+    for name, (fn, args, _, _) in variants.items():
+        for got, want in zip(fn(*args), expected):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=name)
+    errors = timing.check(variants, host)
+    assert set(errors) == set(NAMES) and max(errors.values()) < 1e-4
+
+
+def test_a_wrong_variant_is_refused_before_any_timing(mesh, data, monkeypatch):
+    def wrong(mesh, learning_rate, decay, compiled=True):
+        return sl.make_step(mesh, 2 * learning_rate, decay, compiled=compiled)
+
+    def never(*args, **kwargs):
+        raise AssertionError("measure() ran although a variant was wrong")
+
+    monkeypatch.setattr(timing, "measure", never)
+    with pytest.raises(VariantMismatchError, match="eager_4dev: weights differs .* nothing was timed"):
+        timing.run(data, mesh, make_sharded=wrong)
+
+
+def test_summary_keeps_every_sample_and_ratios_of_medians(built):
+    _, variants = built
+    samples = {"eager_4dev": [9.0, 7.0, 8.0], "compiled_4dev": [2.0, 4.0, 3.0], "compiled_1dev": [1.0, 1.5, 0.5]}
+    result = timing.summary(variants, {"order": timing.rotations(NAMES, 3), "samples_ms": samples})
+    assert {n: result[n]["samples_ms"] for n in NAMES} == samples
+    assert result["ratios"] == {"compiled_4dev_over_compiled_1dev": 3.0, "eager_4dev_over_compiled_4dev": 8.0 / 3.0}
+    assert "no sampling, no placement" in result["boundary"]
+
+
+# --- trace ----------------------------------------------------------------------------------
+
+
+def perfetto_durations(path):
+    """{annotation: [ms, ...]} read directly from the gzipped Perfetto JSON."""
+    with gzip.open(path, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    found = {name: [] for name in trace.ANNOTATIONS}
+    for event in sorted((e for e in events if e.get("name") in found), key=lambda e: e["ts"]):
+        found[event["name"]].append(event["dur"] / 1e3)
+    return found
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory, mesh, data):
+    """Two traced transitions of the teaching fixture with batch 23 (each reshuffles), and a control run."""
+    step = sl.make_step(mesh)
+    state = sl.initial(17, data, mesh)
+    state, _, _ = sl.transition(state, data, 23, step, mesh)  # compile; use up epoch 0
+    logdir = tmp_path_factory.mktemp("trace")
+    (traced, log), files = trace.capture(logdir, lambda: trace.traced_transitions(state, data, 23, step, mesh, 2))
+    control, current = [], state
+    for _ in range(2):
+        current, loss, ids = sl.transition(current, data, 23, step, mesh)
+        control.append((current, loss, ids))
+    return logdir, files, traced, log, control
+
+
+def test_traced_transitions_equal_plain_transitions(captured):
+    _, _, traced, log, control = captured
+    for entry, (state, loss, ids) in zip(log, control):
+        np.testing.assert_array_equal(entry["ids"], ids)
+        assert entry["loss"] == loss and entry["step"] == state["step"]
+        assert entry["reshuffled"]
+    np.testing.assert_array_equal(np.asarray(traced["weights"]), np.asarray(control[-1][0]["weights"]))
+    np.testing.assert_array_equal(traced["order"], control[-1][0]["order"])
+
+
+def test_durations_come_from_the_trace_files(captured):
+    logdir, files, *_ = captured
+    assert files == trace.find_files(logdir)
+    assert files.xplane.name == "shardlab.xplane.pb" and files.perfetto.name == "perfetto_trace.json.gz"
+    rows = trace.annotation_durations(logdir)
+    direct = perfetto_durations(files.perfetto)
+    assert [r["transition"] for r in rows] == [1, 2]
+    for name in trace.ANNOTATIONS:
+        np.testing.assert_allclose([r[f"{name}_ms"] for r in rows], direct[name], atol=1e-6)
+    for r in rows:
+        assert 0 < r["prepare_and_place_ms"] + r["compiled_update_and_wait_ms"] <= r["sharded_learner_step_ms"]
+    assert rows[0]["start_ms"] == 0 < rows[1]["start_ms"]
+    # the XPlane reading alone gives the same events as the Perfetto reading alone
+    assert trace.xplane_events(files.xplane) == trace.perfetto_events(files.perfetto)
+
+
+def test_breakdown_parts_add_up(captured):
+    _, files, *_ = captured
+    for row in trace.breakdown(files):
+        parts = row["jitted_dispatch_ms"] + row["placement_ms"] + row["other_ms"]
+        assert row["placement_ms"] > 0 and row["jitted_dispatch_ms"] > 0
+        assert parts == pytest.approx(row["prepare_and_place_ms"])
+        assert any("shuffle" in name for name in row["dispatched"]), "each traced transition reshuffles"
+
+
+def test_covered_counts_nested_time_once():
+    assert trace._covered([(0, 10), (2, 5), (8, 12), (20, 21)]) == 13
+
+
+def test_files_that_disagree_are_refused(captured, tmp_path):
+    _, files, *_ = captured
+    with gzip.open(files.perfetto, "rt") as handle:
+        body = json.load(handle)
+    victim = next(e for e in body["traceEvents"] if e.get("name") == trace.UPDATE)
+    victim["dur"] += 500.0  # half a millisecond, in µs
+    damaged = tmp_path / "perfetto_trace.json.gz"
+    with gzip.open(damaged, "wt") as handle:
+        json.dump(body, handle)
+    with pytest.raises(TraceError, match="XPlane and Perfetto differ by 0.5000 ms"):
+        trace.annotation_durations(trace.TraceFiles(files.xplane, damaged))
+
+
+def test_a_missing_annotation_is_named(tmp_path, mesh, data):
+    step = sl.make_step(mesh)
+    state = sl.initial(29, data, mesh)
+
+    def without_update():
+        with jax.profiler.TraceAnnotation(trace.STEP):
+            with jax.profiler.TraceAnnotation(trace.PREPARE):
+                _, batch = sl.next_batch(state, data, 10, mesh)
+            jax.block_until_ready(step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"]))
+
+    trace.capture(tmp_path, without_update)
+    with pytest.raises(TraceError, match="transition 1: expected one 'compiled_update_and_wait' .* found 0"):
+        trace.annotation_durations(tmp_path)
+
+
+def test_no_transition_annotation_and_no_files_are_named(tmp_path):
+    with pytest.raises(TraceError, match="no 'sharded_learner_step' annotation"):
+        trace.transitions([(trace.PREPARE, 0, 5)])
+    with pytest.raises(TraceError, match="no trace files"):
+        trace.find_files(tmp_path)
+
+
+def test_capture_refuses_to_mix_captures(captured, tmp_path):
+    logdir, files, *_ = captured
+    with pytest.raises(TraceError, match="already holds a capture"):
+        trace.capture(logdir, lambda: None)
+    shutil.copytree(logdir, tmp_path / "copy")
+    _, again = trace.capture(tmp_path / "copy", lambda: None, replace=True)
+    assert again.xplane.is_file() and again.perfetto.is_file()
+
+
+def test_dominant_is_computed_from_medians():
+    rows = [{"prepare_and_place_ms": p, "compiled_update_and_wait_ms": u} for p, u in [(3, 1), (1, 2), (5, 2)]]
+    assert trace.dominant(rows) == {
+        "dominant": "prepare_and_place",
+        "median_prepare_and_place_ms": 3.0,
+        "median_compiled_update_and_wait_ms": 2.0,
+        "factor": 1.5,
+    }
+
+
+def test_the_hypothesis_follows_what_dominates():
+    from shardlab.report import next_optimisation
+
+    def dominance(prepare, update):
+        name = trace.PREPARE if prepare >= update else trace.UPDATE
+        return {
+            "dominant": name,
+            "median_prepare_and_place_ms": prepare,
+            "median_compiled_update_and_wait_ms": update,
+        }
+
+    parts = {"jitted_dispatch_ms": 0.1, "placement_ms": 0.2, "other_ms": 0.7, "dispatched": ["PjitFunction(_shuffle)"]}
+    assert next_optimisation(dominance(1.0, 3.0), [parts]).startswith("The update dominates")
+    reshuffle = next_optimisation(dominance(1.0, 0.3), [parts])
+    assert "epoch reshuffle" in reshuffle and "PjitFunction(_shuffle)" in reshuffle and "Falsified" in reshuffle
+    placement = next_optimisation(dominance(1.0, 0.3), [{**parts, "placement_ms": 0.9, "other_ms": 0.0}])
+    assert "placement is the cost" in placement
