@@ -70,8 +70,8 @@ def _floor_programs(mesh, features) -> dict:
     first = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x[0, 0], AXIS), mesh=mesh, in_specs=ROWS, out_specs=P()))
     local = jax.jit(jax.shard_map(lambda x: x[:1, 0] * 2, mesh=mesh, in_specs=ROWS, out_specs=P(AXIS)))
     return {
-        "floor_psum_4dev": timing._compile(first, (features,)),
-        "floor_local_4dev": timing._compile(local, (features,)),
+        "floor_psum_4dev": timing.compile_variant(first, (features,)),
+        "floor_local_4dev": timing.compile_variant(local, (features,)),
     }
 
 
@@ -93,7 +93,7 @@ def collectives(data, mesh, samples=SAMPLES, warmup=WARMUP) -> dict:
     variants = {
         "compiled_1dev": built["compiled_1dev"],
         "compiled_4dev": built["compiled_4dev"],
-        "packed_4dev": timing._compile(make_packed_step(mesh), args),
+        "packed_4dev": timing.compile_variant(make_packed_step(mesh), args),
     }
     errors = timing.check(variants, host)
     packed_out, plain_out = (variants[n].fn(*args) for n in ("packed_4dev", "compiled_4dev"))
@@ -134,12 +134,12 @@ def dispatch(data, mesh, batch_size, seed, ks=KS, samples=SAMPLES, warmup=WARMUP
     start = initial(seed, data, mesh)
     weights, momentum = start["weights"], start["momentum"]
     _, batch = next_batch(start, data, batch_size, mesh)
-    variants = {"blocking_k1": timing._compile(make_step(mesh), (*batch[:3], weights, momentum))}
+    variants = {"blocking_k1": timing.compile_variant(make_step(mesh), (*batch[:3], weights, momentum))}
     errors = {}
     for k in ks:
         _, placed, ids = multistep.prepare_many(start, data, batch_size, k, mesh)
         name = f"scan_k{k}"
-        variants[name] = timing._compile(multistep.make_multistep(mesh), (*placed, weights, momentum))
+        variants[name] = timing.compile_variant(multistep.make_multistep(mesh), (*placed, weights, momentum))
         new_w, _, losses = variants[name].fn(*variants[name].args)
         errors[name] = _check_steps(ids, losses, new_w, data, name)
     new_w, _, loss, _ = variants["blocking_k1"].fn(*variants["blocking_k1"].args)
@@ -221,7 +221,9 @@ def scaling(rows_grid=GRID_ROWS, devices=DEVICES, samples=GRID_SAMPLES, seed=fix
     for rows in rows_grid:
         data = fixtures.synthetic(rows, WIDTH, seed)
         host = timing.inputs(data, make_mesh(max(devices)))
-        variants = {f"w{w}": timing._compile(make_step(make_mesh(w)), _placed(host, make_mesh(w))) for w in devices}
+        variants = {
+            f"w{w}": timing.compile_variant(make_step(make_mesh(w)), _placed(host, make_mesh(w))) for w in devices
+        }
         timing.check(variants, host, rtol=1e-3, atol=1e-3)
         measured = timing.summary(variants, timing.measure(variants, samples, WARMUP))
         throughput = {w: rows / measured[f"w{w}"]["median_ms"] * 1e3 for w in devices}

@@ -6,16 +6,13 @@ once over `data`, and split again before the single division by the global count
 formulas are the stage 2 ones (`partial_sums`, `apply_momentum`); only the reduction changes.
 """
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from shardlab.batch import REPLICATED, ROWS, VALUES
 from shardlab.config import DECAY, LEARNING_RATE
 from shardlab.devices import AXIS
-from shardlab.update import apply_momentum, partial_sums
+from shardlab.update import apply_momentum, map_step, partial_sums
 
 
 def pack(count, grad_num, loss_num):
@@ -43,11 +40,4 @@ def make_packed_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: fl
 
     Same signature, placement and results as `make_step`; its StableHLO holds one all_reduce.
     """
-    body = partial(_packed_body, learning_rate=float(learning_rate), decay=float(decay))
-    mapped = jax.shard_map(
-        body,
-        mesh=mesh,
-        in_specs=(ROWS, VALUES, VALUES, REPLICATED, REPLICATED),
-        out_specs=(REPLICATED, REPLICATED, REPLICATED, REPLICATED),
-    )
-    return jax.jit(mapped) if compiled else mapped
+    return map_step(_packed_body, mesh, learning_rate, decay, compiled)

@@ -58,7 +58,7 @@ def inputs(data, mesh: Mesh, seed: int = 0) -> dict:
     return {"features": features, "targets": targets, "mask": mask, "weights": weights, "momentum": momentum}
 
 
-def _compile(jitted, args: tuple) -> Variant:
+def compile_variant(jitted, args: tuple) -> Variant:
     """Lower, then compile, each on its own clock."""
     start = time.perf_counter()
     lowered = jitted.lower(*args)
@@ -83,8 +83,8 @@ def build(host: dict, mesh: Mesh, make_sharded=make_step, learning_rate=LEARNING
     eager = make_sharded(mesh, learning_rate, decay, compiled=False)
     return {
         "eager_4dev": Variant(eager, sharded_args, None, None),
-        "compiled_4dev": _compile(make_sharded(mesh, learning_rate, decay, compiled=True), sharded_args),
-        "compiled_1dev": _compile(make_global_step(learning_rate, decay), single_args),
+        "compiled_4dev": compile_variant(make_sharded(mesh, learning_rate, decay, compiled=True), sharded_args),
+        "compiled_1dev": compile_variant(make_global_step(learning_rate, decay), single_args),
     }
 
 

@@ -49,9 +49,14 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     loss is taken before the update. `compiled=False` omits the outer `jit` (eager
     dispatch of the same mapped body).
     """
-    body = partial(_sharded_body, learning_rate=float(learning_rate), decay=float(decay))
+    return map_step(_sharded_body, mesh, learning_rate, decay, compiled)
+
+
+def map_step(body, mesh: Mesh, learning_rate: float, decay: float, compiled: bool = True):
+    """Wrap a per-device `body(features, targets, mask, weights, momentum, *, learning_rate, decay)`
+    in `shard_map` with the course's placements (rows split over `data`, weights replicated)."""
     mapped = jax.shard_map(
-        body,
+        partial(body, learning_rate=float(learning_rate), decay=float(decay)),
         mesh=mesh,
         in_specs=(ROWS, VALUES, VALUES, REPLICATED, REPLICATED),
         out_specs=(REPLICATED, REPLICATED, REPLICATED, REPLICATED),
