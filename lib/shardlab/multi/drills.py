@@ -1,0 +1,400 @@
+"""The four stage 5 drills, each bounded in time and compared with an uninterrupted control.
+
+1. `kill_during_save`: SIGKILL a controller inside a save, after Orbax finalised the step but
+   before the manifest; the step is never accepted; the group restarts from the newest
+   complete step and matches the control.
+2. `kill_during_step`: SIGKILL a controller inside a step; the survivors stop with an error
+   naming it; restart and compare.
+3. `world_change`: restore a 2x2 checkpoint on 1x4, 4x1 and 1x2 under the migration contract.
+4. `skipped_batch`: one controller skips a batch; everyone stops, naming it.
+
+`run_all(out_dir)` runs them (after one uninterrupted 2x2 group, which also writes the
+checkpoint drill 3 restores) and writes out_dir/drills.json. For a reliability campaign,
+`kill_during_save(trial_seed, out_dir)` runs one randomised kill against the save path and
+returns the accepted step and whether the restored and resumed states equal the control.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardlab.errors import ContractMismatchError
+from shardlab.multi import control, launcher, manifest, migration
+from shardlab.multi.guard import EXIT_STOPPED
+from shardlab.multi.program import parse_fault
+
+STEPS, SAVE_EVERY, TIMEOUT = 10, 3, 10.0  # 23 rows in batches of 7: 10 steps cross two epoch boundaries
+STOP_BOUND = 60.0  # seconds within which survivors must stop by themselves
+WORLDS = ((1, 4), (4, 1), (1, 2))  # drill 3: restored by these (processes, devices per process)
+
+
+@dataclass
+class Context:
+    """Where a series of drills writes, its parameters and the single-process control."""
+
+    out: str
+    seed: int
+    batch_size: int
+    timeout: float
+    reference: dict
+
+    def launch(self, name: str, shared: str, processes: int = 2, local_devices: int = 2, **kw) -> dict:
+        """One group under out/name with this context's parameters."""
+        kw.setdefault("save_every", SAVE_EVERY)
+        return launcher.launch(
+            os.path.join(self.out, name),
+            shared,
+            processes,
+            local_devices,
+            steps=STEPS,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            timeout=self.timeout,
+            **kw,
+        )
+
+
+def context(out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT) -> Context:
+    """A fresh drill folder and the control run (computed here, in one process, four devices)."""
+    out = os.path.abspath(os.fspath(out_dir))
+    os.makedirs(out, exist_ok=True)
+    return Context(out, seed, batch_size, float(timeout), control.run(seed, batch_size, STEPS))
+
+
+def _fresh(ctx: Context, name: str) -> str:
+    """A new folder name under ctx.out (a trial may be repeated into the same out_dir)."""
+    n = 0
+    while os.path.exists(os.path.join(ctx.out, f"{name}-{n}")):
+        n += 1
+    return f"{name}-{n}"
+
+
+def _stops(outcome: dict, since: float) -> dict:
+    """Seconds from `since` until each process that was not killed exited."""
+    victim = (outcome["killed"] or {}).get("process")
+    return {pid: round(t - since, 2) for pid, t in outcome["exit_times"].items() if pid != victim}
+
+
+def _named(outcome: dict, kind: str, process: int) -> bool:
+    """Every process that was not killed stopped itself with `kind` naming `process`."""
+    victim = (outcome["killed"] or {}).get("process")
+    others = [pid for pid in range(outcome["processes"]) if pid != victim]
+    found = control.errors(outcome)
+    return bool(others) and all(
+        outcome["exit_codes"][pid] == EXIT_STOPPED
+        and found.get(pid, {}).get("type") == kind
+        and f"[{process}]" in found[pid]["message"]
+        for pid in others
+    )
+
+
+def _completed(outcome: dict) -> bool:
+    return not outcome["timed_out"] and all(code == 0 for code in outcome["exit_codes"].values())
+
+
+def _kill_and_restart(ctx: Context, name: str, pause: str, kill_delay: float = 0.0) -> dict:
+    """Kill at a fault point, read what is complete, restart the whole group, compare with the control."""
+    began = time.time()
+    shared = os.path.join(ctx.out, name, "shared")
+    first = ctx.launch(f"{name}/interrupted", shared, pause=pause, kill_delay=kill_delay)
+    killed = first["killed"]
+    stops = _stops(first, killed["time"]) if killed else {}
+    found = manifest.scan(shared)
+    accepted = found["complete"][-1] if found["complete"] else None
+    second = ctx.launch(f"{name}/restarted", shared, resume="latest")
+    report = second["reports"].get(0) or {}
+    restored = report.get("restored")
+    resumed = control.compare(report, ctx.reference)
+    fault = parse_fault(pause)
+    return {
+        "world_sizes": [first["world"], second["world"]],
+        "victim": fault["rank"],
+        "fault": fault,
+        "kill_delay_s": kill_delay,
+        "killed": killed is not None,
+        "kill_landed": bool(killed and not killed.get("after_exit")),  # False: the run had already finished
+        "survivor_errors": control.errors(first),
+        "survivors_named_victim": _named(first, "LostProcessError", fault["rank"]),
+        "survivor_exit_codes": {p: c for p, c in first["exit_codes"].items() if p != fault["rank"]},
+        "stop_after_kill_s": stops,
+        "detect_s": max(stops.values()) if stops else None,
+        "stopped_within_bound": bool(killed and stops and max(stops.values()) <= STOP_BOUND),
+        "complete_steps": found["complete"],
+        "ignored": found["ignored"],
+        "accepted_step": accepted,
+        "resumed_from": report.get("resumed_from"),
+        "set_aside": report.get("set_aside", []),
+        "restored_equals_control": control.state_matches(restored, ctx.reference["states"][accepted])
+        if accepted is not None
+        else {"matches": False, "reason": "no complete step"},
+        "resumed": resumed,
+        "restart_completed": _completed(second),
+        "restart_divergence": second["divergence"],
+        "max_weight_diff": resumed.get("max_weight_diff"),
+        "ids_equal": resumed.get("ids_equal"),
+        "final_weights": (report.get("final") or {}).get("weights"),
+        "wall_s": round(time.time() - began, 2),
+    }
+
+
+def _restart_ok(result: dict) -> bool:
+    return bool(
+        result["killed"]
+        and result["stopped_within_bound"]
+        and result["resumed_from"] == result["accepted_step"]
+        and result["restored_equals_control"]["matches"]
+        and result["resumed"]["matches"]
+        and result["restart_completed"]
+        and result["restart_divergence"] is None
+    )
+
+
+def _save_drill(ctx: Context, name: str, plan: dict, strict: bool) -> dict:
+    pause = f"{plan['victim']}:{plan['phase']}:{plan['save_step']}" + ("" if plan["hold"] else ":mark")
+    result = _kill_and_restart(ctx, name, pause, plan.get("delay", 0.0))
+    step = plan["save_step"]
+    allowed = {step - SAVE_EVERY} if strict else {step - SAVE_EVERY, step}
+    result["interrupted_step"] = step
+    result["interrupted_step_accepted"] = step in result["complete_steps"]
+    result["passed"] = bool(
+        _restart_ok(result) and result["accepted_step"] in allowed and (result["survivors_named_victim"] or not strict)
+    )
+    return {"drill": "kill_during_save", **result}
+
+
+def kill_during_save(trial_seed: int, out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT) -> dict:
+    """One randomised kill against the stage 5 save path; returns the accepted step and the comparisons.
+
+    `trial_seed` draws the save step (6 or 9), the fault point and the victim: before its
+    pieces ('save-begin', held), at a random 0-0.6 s delay into the save ('save-begin',
+    not held: the kill lands anywhere in Orbax's write), after Orbax finalised but before
+    the manifest ('save-written'), or process 0 just before publishing ('publish'; JAX
+    itself then aborts the other process, so no named error is required). Passed means:
+    the accepted step is the interrupted one only if its manifest was published, else the
+    previous one; the restored state and the resumed run equal the control.
+    """
+    rng = np.random.default_rng(trial_seed)
+    phase, hold = [("save-begin", True), ("save-begin", False), ("save-written", True), ("publish", True)][
+        int(rng.integers(4))
+    ]
+    plan = {
+        "save_step": int(rng.choice([6, 9])),
+        "phase": phase,
+        "hold": hold,
+        "victim": 0 if phase == "publish" else int(rng.integers(2)),
+        "delay": 0.0 if hold else round(float(rng.uniform(0.0, 0.6)), 3),
+    }
+    ctx = context(out_dir, seed, batch_size, timeout)
+    result = _save_drill(ctx, _fresh(ctx, f"trial-{trial_seed}"), plan, strict=False)
+    return {"trial_seed": trial_seed, "plan": plan, **result}
+
+
+def kill_during_step(ctx: Context, victim: int = 1, step: int = 7) -> dict:
+    """Drill 2: SIGKILL `victim` inside step `step` (after agreement, before its all-reduce)."""
+    result = _kill_and_restart(ctx, "2-kill-step", f"{victim}:update:{step}")
+    expected = (step // SAVE_EVERY) * SAVE_EVERY
+    result["passed"] = bool(
+        _restart_ok(result) and result["survivors_named_victim"] and result["accepted_step"] == expected
+    )
+    return {"drill": "kill_during_step", **result}
+
+
+def uninterrupted(ctx: Context) -> dict:
+    """The 2x2 group with no fault: same IDs, losses and weights as the single-process control."""
+    shared = os.path.join(ctx.out, "0-uninterrupted", "shared")
+    outcome = ctx.launch("0-uninterrupted/group", shared)
+    compared = {pid: control.compare(r, ctx.reference) for pid, r in outcome["reports"].items()}
+    return {
+        "world_sizes": [outcome["world"]],
+        "completed": _completed(outcome),
+        "divergence": outcome["divergence"],
+        "against_control": compared,
+        "complete_steps": manifest.scan(shared)["complete"],
+        "final_weights": ((outcome["reports"].get(0) or {}).get("final") or {}).get("weights"),
+        "passed": _completed(outcome)
+        and outcome["divergence"] is None
+        and all(c["matches"] for c in compared.values()),
+        "shared": shared,
+        "wall_s": outcome["wall_s"],
+    }
+
+
+def world_change(ctx: Context, writer_shared: str, from_step: int = SAVE_EVERY) -> dict:
+    """Drill 3: restore `from_step` written by 2x2 on each world of WORLDS, under the migration contract."""
+    import shardlab as sl
+
+    began, record = time.time(), manifest.read(writer_shared, from_step)
+    data, runs = sl.teaching_fixture(), []
+    for processes, local_devices in WORLDS:
+        wanted = sl.contract(data, sl.Config(ctx.seed, ctx.batch_size, num_devices=processes * local_devices))
+        try:
+            migration.check(record["contract"], wanted)
+            default = "accepts"
+        except ContractMismatchError as exc:
+            lines = [line.strip() for line in str(exc).splitlines()]
+            default = "refuses: " + next((line for line in lines if migration.FIELD in line), lines[-1])
+        outcome = ctx.launch(
+            f"3-world/{processes}x{local_devices}",
+            writer_shared,
+            processes,
+            local_devices,
+            resume=str(from_step),
+            migrate=True,
+            save_every=0,
+        )
+        report = outcome["reports"].get(0) or {}
+        compared = control.compare(report, ctx.reference)
+        restored = control.state_matches(report.get("restored"), ctx.reference["states"][from_step])
+        runs.append(
+            {
+                "world": outcome["world"],
+                "devices": processes * local_devices,
+                "default_contract": default,
+                "migration": report.get("migration"),
+                "completed": _completed(outcome),
+                "divergence": outcome["divergence"],
+                "restored_equals_control": restored,
+                "resumed": compared,
+                "final_weights": (report.get("final") or {}).get("weights"),
+                "passed": bool(
+                    _completed(outcome)
+                    and outcome["divergence"] is None
+                    and restored["matches"]
+                    and compared["matches"]
+                ),
+                "wall_s": outcome["wall_s"],
+            }
+        )
+    refuses = all(r["default_contract"].startswith("refuses") == (r["devices"] != 4) for r in runs)
+    return {
+        "drill": "world_change",
+        "written_by": record["writer_world"],
+        "from_step": from_step,
+        "world_sizes": ["2x2"] + [r["world"] for r in runs],
+        "runs": runs,
+        "default_refuses_device_change": refuses,
+        "detect_s": None,
+        "max_weight_diff": max(r["resumed"].get("max_weight_diff", float("inf")) for r in runs),
+        "ids_equal": all(r["resumed"].get("ids_equal") for r in runs),
+        "passed": refuses and all(r["passed"] for r in runs),
+        "wall_s": round(time.time() - began, 2),
+    }
+
+
+def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
+    """Drill 4: `rank` consumes the batch of `step` without its update; every controller stops, naming it."""
+    began = time.time()
+    shared = os.path.join(ctx.out, "4-skip", "shared")
+    outcome = ctx.launch("4-skip/group", shared, skip=f"{rank}:{step}")
+    skipped = ((outcome["reports"].get(rank) or {}).get("skipped")) or {}
+    stops = _stops(outcome, skipped["time"]) if skipped else {}
+    before = control.compare(outcome["reports"].get(0), ctx.reference, need_final=False)
+    named = _named(outcome, "HangError", rank)
+    return {
+        "drill": "skipped_batch",
+        "world_sizes": [outcome["world"]],
+        "skipper": rank,
+        "skipped_step": step,
+        "errors": control.errors(outcome),
+        "all_named_skipper": named,
+        "stop_after_skip_s": stops,
+        "detect_s": max(stops.values()) if stops else None,
+        "stopped_within_bound": bool(stops and max(stops.values()) <= STOP_BOUND),
+        "before_stop": before,
+        "max_weight_diff": before.get("max_weight_diff"),
+        "ids_equal": before.get("ids_equal"),
+        "passed": bool(named and stops and max(stops.values()) <= STOP_BOUND and before["matches"]),
+        "wall_s": round(time.time() - began, 2),
+    }
+
+
+def run_all(out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, keep: bool = False) -> dict:
+    """The uninterrupted group, then drills 1-4; writes and returns out_dir/drills.json's content.
+
+    Checkpoints and per-process logs go to out_dir/drills when `keep`, else to a temporary
+    folder removed afterwards (drills.json holds every number and error message).
+    """
+    began = time.time()
+    os.makedirs(out_dir, exist_ok=True)
+    work = os.path.abspath(os.path.join(out_dir, "drills")) if keep else tempfile.mkdtemp(prefix="shardlab-drills-")
+    try:
+        result = _run_all(context(work, seed, batch_size, timeout), began)
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    # receipts hold no machine-specific paths: name the work folder relative to out_dir
+    text = json.dumps(result, default=str).replace(work, "drills" if keep else "<temporary drills folder>")
+    result = json.loads(text)
+    path = os.path.join(out_dir, "drills.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    return result
+
+
+def _run_all(ctx: Context, began: float) -> dict:
+    base = uninterrupted(ctx)
+    plan = {"save_step": 2 * SAVE_EVERY, "phase": "save-written", "hold": True, "victim": 1}
+    drills = [
+        _save_drill(ctx, "1-kill-save", plan, strict=True),
+        kill_during_step(ctx),
+        world_change(ctx, base["shared"]),
+        skipped_batch(ctx),
+    ]
+    base.pop("shared")
+    return {
+        "seed": ctx.seed,
+        "batch_size": ctx.batch_size,
+        "steps": STEPS,
+        "save_every": SAVE_EVERY,
+        "timeout_s": ctx.timeout,
+        "stop_bound_s": STOP_BOUND,
+        "uninterrupted": base,
+        "drills": drills,
+        "all_passed": bool(base["passed"] and all(d["passed"] for d in drills)),
+        "wall_s": round(time.time() - began, 2),
+    }
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default="drills_out", help="folder for drills.json and every group's reports")
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--batch-size", type=int, default=7)
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="bound of every wait, seconds")
+    parser.add_argument("--keep", action="store_true", help="keep checkpoints and process logs in OUT/drills")
+
+
+def main(args) -> int:
+    result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep)
+    for drill in result["drills"]:
+        print(
+            f"[drills] {drill['drill']:<17} passed={drill['passed']} worlds={drill['world_sizes']} "
+            f"detect_s={drill['detect_s']} max_weight_diff={drill['max_weight_diff']} ids_equal={drill['ids_equal']}"
+        )
+    print(
+        f"[drills] all passed: {result['all_passed']} in {result['wall_s']} s; {os.path.join(args.out, 'drills.json')}"
+    )
+    return 0 if result["all_passed"] else 1
+
+
+def summary(result: dict) -> dict:
+    """Drill name -> the numbers a reader checks first (from a run_all result)."""
+    rows = {}
+    for drill in result["drills"]:
+        errors = drill.get("survivor_errors") or drill.get("errors") or {}
+        rows[drill["drill"]] = {
+            "passed": drill["passed"],
+            "world_sizes": drill["world_sizes"],
+            "detect_s": drill["detect_s"],
+            "max_weight_diff": drill["max_weight_diff"],
+            "ids_equal": drill["ids_equal"],
+            "accepted_step": drill.get("accepted_step"),
+            "errors": {pid: f"{e['type']}: {e['message'][:240]}" for pid, e in errors.items()},
+            "wall_s": drill["wall_s"],
+        }
+    return rows

@@ -1,0 +1,194 @@
+"""Start P controller processes on loopback, supervise them within a bound, gather their reports.
+
+    python -m shardlab multi --processes 2 --local-devices 2 --out DIR
+
+Every process runs `shardlab.multi.program` with the coordinator on 127.0.0.1 and its id in
+the environment. Each process leads its own process group, and every group the launcher
+started is killed in `finally`, so no controller outlives a launch.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from shardlab.fingerprint import first_divergence
+from shardlab.multi import program, runtime
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _environment(port: int, processes: int, process_id: int, local_devices: int) -> dict:
+    env = dict(os.environ)
+    env.pop("MPLBACKEND", None)
+    env.update(
+        {
+            runtime.COORDINATOR: f"127.0.0.1:{port}",
+            runtime.NUM_PROCESSES: str(processes),
+            runtime.PROCESS_ID: str(process_id),
+            runtime.LOCAL_DEVICES: str(local_devices),
+            "JAX_PLATFORMS": "cpu",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def _read(path: str) -> dict | None:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def divergence(reports: dict) -> dict | None:
+    """The first step and process whose fingerprint log disagrees with process 0's, or None."""
+    logs = {pid: r["log"] for pid, r in reports.items() if r}
+    if 0 not in logs:
+        return None
+    found = []
+    for pid in sorted(logs):
+        if pid != 0:
+            where = first_divergence(logs[0], logs[pid])
+            if where:
+                found.append({**where, "process": pid})
+    return min(found, key=lambda d: (d["step"] is None, d["step"] or 0)) if found else None
+
+
+def launch(
+    out,
+    shared,
+    processes: int = 2,
+    local_devices: int = 2,
+    *,
+    steps: int = 10,
+    save_every: int = 3,
+    seed: int = 17,
+    batch_size: int = 7,
+    resume: str = "none",
+    migrate: bool = False,
+    pause: str | None = None,
+    kill_delay: float | None = None,
+    skip: str | None = None,
+    timeout: float = 20.0,
+    limit: float | None = None,
+) -> dict:
+    """Run one group to its end (or to `limit` seconds); return exit codes, times and reports.
+
+    `pause='RANK:PHASE:STEP[:mark]'` stops that rank at a fault point; with `kill_delay` set, the
+    launcher SIGKILLs it that many seconds after it reaches the point.
+    """
+    out, shared = os.path.abspath(os.fspath(out)), os.path.abspath(os.fspath(shared))
+    os.makedirs(out, exist_ok=False)
+    limit = float(limit or 90 + 6 * timeout)
+    args = [
+        *("--shared", shared, "--out", out, "--steps", str(steps), "--save-every", str(save_every)),
+        *("--seed", str(seed), "--batch-size", str(batch_size), "--resume", str(resume), "--timeout", str(timeout)),
+        *(["--migrate"] if migrate else []),
+        *(["--pause", pause] if pause else []),
+        *(["--skip", skip] if skip else []),
+    ]
+    victim = program.parse_fault(pause)["rank"] if pause and kill_delay is not None else None
+    port, procs, logs, exits, killed = free_port(), {}, [], {}, None
+    start = time.time()
+    try:
+        for pid in range(processes):
+            log = open(os.path.join(out, f"process_{pid}.log"), "w")
+            logs.append(log)
+            procs[pid] = subprocess.Popen(
+                [sys.executable, "-m", "shardlab.multi.program", *args],
+                env=_environment(port, processes, pid, local_devices),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        while len(exits) < processes and time.time() - start < limit:
+            for pid, proc in procs.items():
+                if pid not in exits and proc.poll() is not None:
+                    exits[pid] = time.time()
+            if victim is not None and killed is None and os.path.exists(program.marker_path(out, victim)):
+                time.sleep(kill_delay)
+                already = procs[victim].poll() is not None  # a late kill may find the run finished
+                if not already:
+                    os.killpg(procs[victim].pid, signal.SIGKILL)
+                killed = {"process": victim, "time": time.time(), "fault": program.parse_fault(pause)}
+                killed["after_exit"] = already
+            time.sleep(0.05)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for log in logs:
+            log.close()
+    reports = {pid: _read(program.report_path(out, pid)) for pid in range(processes)}
+    return {
+        "world": runtime.World(processes, local_devices, 0).label,
+        "processes": processes,
+        "local_devices": local_devices,
+        "exit_codes": {pid: proc.returncode for pid, proc in procs.items()},
+        "exit_times": exits,
+        "first_exit": min(exits, key=exits.get) if exits else None,
+        "timed_out": len(exits) < processes,
+        "killed": killed,
+        "wall_s": round(time.time() - start, 2),
+        "reports": reports,
+        "divergence": divergence(reports),
+        "out": out,
+    }
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--processes", type=int, default=2, help="controller processes (default 2)")
+    parser.add_argument("--local-devices", type=int, default=2, help="logical CPU devices per process (default 2)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--save-every", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--batch-size", type=int, default=7)
+    parser.add_argument("--resume", default="none", help="'none', 'latest' or a step")
+    parser.add_argument("--migrate", action="store_true", help="allow a device-count change on resume")
+    parser.add_argument("--timeout", type=float, default=20.0, help="bound of every wait, seconds")
+    parser.add_argument("--out", default="multi_out", help="folder for reports (a new run subfolder each time)")
+    parser.add_argument("--shared", default=None, help="checkpoint folder (default OUT/shared)")
+
+
+def main(args) -> int:
+    from shardlab.multi import control
+
+    shared = args.shared or os.path.join(args.out, "shared")
+    run_out = os.path.join(args.out, f"run-{time.strftime('%Y%m%dT%H%M%S')}")
+    outcome = launch(
+        run_out,
+        shared,
+        args.processes,
+        args.local_devices,
+        steps=args.steps,
+        save_every=args.save_every,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        resume=args.resume,
+        migrate=args.migrate,
+        timeout=args.timeout,
+    )
+    reference = control.run(args.seed, args.batch_size, args.steps)
+    summary = {
+        "world": outcome["world"],
+        "exit_codes": outcome["exit_codes"],
+        "wall_s": outcome["wall_s"],
+        "divergence": outcome["divergence"],
+        "against_single_process": control.compare(outcome["reports"].get(0), reference),
+        "errors": control.errors(outcome),
+    }
+    print(json.dumps(summary, indent=1, sort_keys=True))
+    ok = all(code == 0 for code in outcome["exit_codes"].values()) and summary["against_single_process"]["matches"]
+    return 0 if ok else 1

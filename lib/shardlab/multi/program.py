@@ -1,0 +1,240 @@
+"""The controller program: every process of a group runs this, takes the same branches, in order.
+
+    python -m shardlab.multi.program --shared DIR --out DIR [--steps N] [--save-every K] [--resume latest]
+
+Per step: advance the host sampler, agree on the batch and sampler digest (bounded), place
+this process's rows, run stage 2's global update (watched), log the stage 3 fingerprint.
+Every `save_every` steps: Orbax save (watched), a bounded barrier, then process 0 hashes
+the pieces and publishes the completion manifest last. A stop writes a report naming the
+error; `--pause` and `--skip` are the drills' fault hooks.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import jax
+import numpy as np
+
+import shardlab as sl
+from shardlab.errors import CheckpointExistsError, ShardlabError
+from shardlab.multi import manifest, migration, runtime, shards, store
+from shardlab.multi.guard import EXIT_STOPPED, Guard
+
+PAUSE_LIMIT = 600  # seconds a paused controller waits to be killed before giving up
+FIRST_STEP_FACTOR = 3  # the first step's waits allow 3 bounds: start-up skew and compilation
+
+
+def report_path(out, process_id: int) -> str:
+    """Where process `process_id` writes its report."""
+    return os.path.join(os.fspath(out), f"process_{process_id}.json")
+
+
+def marker_path(out, process_id: int) -> str:
+    """The file a controller writes when it reaches its fault point."""
+    return os.path.join(os.fspath(out), f"fault_{process_id}.json")
+
+
+def _write_json(path: str, value: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(value, handle, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def parse_fault(text: str | None) -> dict | None:
+    """'RANK:PHASE:STEP[:hold|mark]' -> {rank, phase, step, hold}."""
+    if not text:
+        return None
+    parts = text.split(":")
+    return {"rank": int(parts[0]), "phase": parts[1], "step": int(parts[2]), "hold": parts[3:] != ["mark"]}
+
+
+class Controller:
+    """One controller's run: state, log, checkpoints, report."""
+
+    def __init__(self, args, world: runtime.World):
+
+        self.args, self.world, self.pid = args, world, world.process_id
+        self.report = {"process_id": self.pid, "world": world.as_dict(), "status": "running", "log": []}
+        self.report["timing"] = {"started": args.started, "initialized": time.time()}
+        self.pause = parse_fault(args.pause)
+        self.mesh = sl.make_mesh()
+        self.data = sl.teaching_fixture()
+        config = sl.Config(seed=args.seed, batch_size=args.batch_size, num_devices=self.mesh.size)
+        self.contract = sl.contract(self.data, config)
+        self.step_fn = sl.make_step(self.mesh, config.learning_rate, config.decay)
+        self.guard = Guard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped)
+        self.state = shards.initial(args.seed, self.data, self.mesh)
+        self.checkpoints = None
+
+    def fault(self, phase: str, step: int) -> None:
+        """Drill hook: at (phase, step) on the chosen rank, leave a marker and (if holding) wait."""
+        pause = self.pause
+        if not pause or pause["rank"] != self.pid or pause["phase"] != phase or pause["step"] != step:
+            return
+        _write_json(marker_path(self.args.out, self.pid), {"phase": phase, "step": step, "time": time.time()})
+        if pause["hold"]:
+            time.sleep(PAUSE_LIMIT)
+
+    def stopped(self, error: Exception) -> None:
+        """Record a named stop (called by the watchdog thread or the main thread)."""
+        self.report.update(
+            status="stopped",
+            error={"type": type(error).__name__, "message": str(error), "time": time.time()},
+        )
+        self.write()
+
+    def write(self) -> None:
+        """Write this process's report."""
+        _write_json(report_path(self.args.out, self.pid), self.report)
+
+    def resume(self) -> None:
+        """Pick the newest complete step (or the one asked for), agree on it, set the rest aside, restore."""
+
+        shared, args = self.args.shared, self.args
+        found = manifest.scan(shared)
+        step = manifest.newest_complete(shared) if args.resume == "latest" else int(args.resume)
+        if step not in found["complete"]:
+            manifest.read(shared, step)  # raises the reason this step is not complete
+        self.guard.agree("resume", str(step), FIRST_STEP_FACTOR * args.timeout)
+        record = manifest.read(shared, step)
+        self.report["migration"] = migration.check(record["contract"], self.contract, args.migrate)
+        self.report["ignored"] = found["ignored"]
+        if args.save_every and self.pid == 0:
+            self.report["set_aside"] = manifest.set_aside(shared, step)
+        self.guard.barrier("set-aside")
+        self.checkpoints = store.manager(shared, args.timeout)
+        with self.guard.bounded(f"Orbax restore of step {step}"):
+            state = store.restore(self.checkpoints, step, self.state, self.mesh)
+        manifest.check_state(record, self._host(state))
+        self.state = state
+        self.report["restored"] = self._plain(state)
+        self.report.update(resumed_from=step, writer_world=record["writer_world"])
+
+    def _host(self, state: dict) -> dict:
+
+        return sl.host_copy(state)
+
+    def _plain(self, state: dict) -> dict:
+        host = self._host(state)
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in host.items()}
+
+    def save(self, step: int) -> None:
+        """Save `step` on every controller; process 0 publishes the manifest after all pieces are durable."""
+
+        began = time.time()
+        self.fault("save-begin", step)
+        with self.guard.bounded(f"Orbax save of step {step}"):
+            store.save(self.checkpoints, step, self.state)
+        self.fault("save-written", step)
+        self.guard.barrier(f"saved-{step}")
+        if self.pid == 0:
+            files = manifest.file_digests(manifest.step_dir(self.args.shared, step), sync=True)
+            record = manifest.build(step, self.world.as_dict(), self._host(self.state), files, self.contract)
+            self.fault("publish", step)
+            manifest.publish(self.args.shared, record)
+        self.guard.barrier(f"published-{step}")
+        self.report.setdefault("published", []).append(step)
+        self.report.setdefault("save_seconds", []).append(round(time.time() - began, 3))
+
+    def train(self) -> None:
+        """Steps from the current state to `--steps`, saving every `--save-every`."""
+
+        args = self.args
+        skip = dict(zip(("rank", "step"), map(int, args.skip.split(":")))) if args.skip else None
+        while self.state["step"] < args.steps:
+            step = int(self.state["step"])
+            self.guard.position = f"step {step}"
+            state, batch = shards.next_batch(self.state, self.data, args.batch_size, self.mesh)
+            if skip and skip["rank"] == self.pid and skip["step"] == step:
+                self.report["skipped"] = {"step": step, "time": time.time()}
+                self.state = {**state, "step": step + 1}  # the fault: a batch consumed, no update, no all-reduce
+                continue
+            first = step == self.report["start_step"]  # peers may still be starting; the step compiles
+            bound = FIRST_STEP_FACTOR * args.timeout if first else None
+            self.guard.agree(step, shards.agreement(state, self.data, batch.ids), bound)
+            self.fault("update", step)
+            with self.guard.bounded(f"the all-reduce of step {step}", bound):
+                self.state, loss = shards.apply(state, batch, self.step_fn)
+            entry = sl.fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
+            weights = np.asarray(self.state["weights"]).tolist()
+            self.report["log"].append({**entry, "ids": [int(i) for i in batch.ids], "weights_values": weights})
+            if args.save_every and (step + 1) % args.save_every == 0:
+                self.save(step + 1)
+
+    def run(self) -> None:
+        """Resume or start, train, and record the final state."""
+
+        if self.args.resume != "none":
+            self.resume()
+        else:
+            if manifest.scan(self.args.shared)["complete"]:
+                raise CheckpointExistsError(f"{self.args.shared} already holds complete steps; pass --resume latest")
+            if self.args.save_every:
+                self.checkpoints = store.manager(self.args.shared, self.args.timeout)
+        self.report["start_step"] = int(self.state["step"])
+        self.train()
+        self.report["final"] = self._plain(self.state)
+        self.guard.barrier("finished")
+        self.report["status"] = "complete"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--shared", required=True, help="checkpoint folder every process shares")
+    parser.add_argument("--out", required=True, help="folder for this group's per-process reports")
+    parser.add_argument("--steps", type=int, default=10, help="train until this many updates are done")
+    parser.add_argument("--save-every", type=int, default=3, help="save every K steps (0: never)")
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--batch-size", type=int, default=7)
+    parser.add_argument("--resume", default="none", help="'none', 'latest' or a step number")
+    parser.add_argument("--migrate", action="store_true", help="accept a device-count change (migration contract)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="bound in seconds of every wait")
+    parser.add_argument("--pause", default=None, help="fault: RANK:PHASE:STEP[:mark] (update, save-begin, ...)")
+    parser.add_argument("--skip", default=None, help="fault: RANK:STEP, that rank skips the batch of STEP")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shardlab.multi.program", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.started = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    world = runtime.initialize(args.timeout)
+
+    controller = None
+    try:
+        controller = Controller(args, world)
+        controller.run()
+    except ShardlabError as exc:
+        if controller is None:
+            raise
+        controller.stopped(exc)
+        controller.guard.linger(exc)
+        print(f"[process {world.process_id}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        os._exit(EXIT_STOPPED)  # skip JAX's shutdown barrier: a peer may be gone
+    except BaseException as exc:
+        if controller is not None:
+            controller.report.update(
+                status="failed", error={"type": type(exc).__name__, "message": str(exc), "time": time.time()}
+            )
+            controller.report["traceback"] = traceback.format_exc()
+            controller.write()
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    controller.report["timing"]["finished"] = time.time()
+    controller.guard.close()
+    if controller.checkpoints is not None:
+        controller.checkpoints.close()
+    controller.write()
+
+    jax.distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

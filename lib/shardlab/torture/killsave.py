@@ -1,0 +1,220 @@
+"""Kill during save: SIGKILL a saver at chosen phases and random moments, then check what survives.
+
+After every kill: the target path restores exactly the state being saved or is refused;
+any temporary file left behind restores exactly or is refused; every checkpoint accepted
+earlier in the same folder is byte-identical and restores exactly; a retried save works.
+"""
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+
+from shardlab import checkpoint
+from shardlab.errors import CheckpointExistsError
+from shardlab.torture.outcome import Tally, file_digest
+
+PAUSE = 0.002  # seconds a timed saver rests at each event, so one save spans ~0.1-0.3 s to land in
+REPLY_TIMEOUT = 120.0  # seconds to wait for the zygote on a loaded machine before giving up
+
+
+class Zygote:
+    """The forking helper process (shardlab.torture.zygote), one JSON line per trial."""
+
+    def __init__(self):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shardlab.torture.zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+
+    def trial(self, request: dict) -> dict:
+        """Send one request, wait (bounded) for its reply."""
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_TIMEOUT)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            raise RuntimeError(f"the zygote did not answer within {REPLY_TIMEOUT} s (exit code {self.proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        """Close stdin (the zygote exits) and reap it; kill it if it hangs."""
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def encode_state(state: dict) -> dict:
+    """JSON lists for a host state (float32 values round-trip exactly through Python floats)."""
+    return {k: (np.asarray(v).tolist() if k not in ("cursor", "step") else int(v)) for k, v in state.items()}
+
+
+# Where a kill can land, in the order a save passes through them ("returned": save() had
+# returned; "not_killed": the saver exited before the random moment came).
+LANDINGS = (
+    "before_start",
+    "start",
+    "before_temp",
+    "temp_created",
+    "mid_write",
+    "written",
+    "fsynced",
+    "linked_or_failed",
+    "temp_removed",
+    "returned",
+    "not_killed",
+)
+
+
+def landing(events: list[str]) -> str:
+    """Where a kill landed: the last event the saver reported ('mid_write' for any write)."""
+    reported = [e for e in events if not e.startswith("!")]
+    last = reported[-1] if reported else "before_start"
+    return "mid_write" if last.startswith("write:") else last
+
+
+FIRST = ("mid_write", "fsynced", "linked_or_failed", "temp_created", "temp_removed", "written")  # few trials: these
+
+
+def plan(trials: int, control_events: list[str], span: float, rng) -> list[dict]:
+    """Alternate targeted stops (uniform over phases, then over writes) and random-delay kills."""
+    writes = [e for e in control_events if e.startswith("write:")]
+    phases = [e for e in control_events if not e.startswith("write:") and e != "returned"] + ["mid_write"]
+    buckets = [b for b in FIRST if b in phases] + [b for b in phases if b not in FIRST]
+    plans = []
+    for i in range(trials):
+        if i % 2 == 0:
+            bucket = buckets[(i // 2) % len(buckets)]
+            stop = writes[int(rng.integers(len(writes)))] if bucket == "mid_write" else bucket
+            plans.append({"stop_at": stop})
+        else:
+            plans.append({"delay": float(rng.uniform(0.0, span)), "pause": PAUSE})
+    return plans
+
+
+def _temps(folder: str) -> list[str]:
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(".tmp-"))
+
+
+def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int) -> dict:
+    """Run `trials` kill trials saving states[1:] next to an accepted states[0]; return counts and details."""
+    if len(states) < trials + 1:
+        raise ValueError(f"need {trials + 1} states for {trials} trials, got {len(states)}")
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    started = time.perf_counter()
+    tally, temps = Tally(), Tally()
+    accepted = {}  # path -> (sha256, state)
+    first = os.path.join(folder, "accepted.npz")
+    checkpoint.save(first, states[0], contract)
+    if tally.attempt("accepted", lambda: checkpoint.restore(first, contract, mesh), states[0]) != "exact":
+        raise RuntimeError("the reference checkpoint does not restore exactly; the campaign cannot start")
+    tally.refused = tally.restored_exact = 0
+    accepted[first] = (file_digest(first), states[0])
+    spread, modes, by_phase = Counter(), Counter(), {}
+    retries, lost, records = Counter(), set(), []
+    zygote = Zygote()
+    try:
+        control_path = os.path.join(folder, "control.npz")
+        control = zygote.trial(
+            {"path": control_path, "state": encode_state(states[0]), "contract": contract, "pause": PAUSE}
+        )
+        if control["exit_code"] != 0 or control["events"][-1] != "returned":
+            raise RuntimeError(f"an uninterrupted save in the zygote failed: {control}")
+        os.unlink(control_path)
+        span = 0.9 * control["seconds"]
+        for index, request in enumerate(plan(trials, control["events"], span, rng)):
+            state = states[index + 1]
+            path = os.path.join(folder, f"trial-{index:03d}.npz")
+            request = {**request, "path": path, "state": encode_state(state), "contract": contract}
+            reply = zygote.trial(request)
+            where = landing(reply["events"]) if reply["killed"] else "not_killed"
+            spread[where] += 1
+            modes["stop_at" if "stop_at" in request else "random_delay"] += 1
+            tally.trials += 1
+            outcome = tally.attempt(
+                f"trial {index} ({where})", lambda p=path: checkpoint.restore(p, contract, mesh), state
+            )
+            by_phase.setdefault(where, Counter())[outcome] += 1
+            left = []
+            for temp in _temps(folder):
+                temps.trials += 1
+                label = f"temp after trial {index} ({where})"
+                left.append(temps.attempt(label, lambda t=temp: checkpoint.restore(t, contract, mesh), state))
+                os.unlink(temp)
+            retry = _retry(path, state, contract, outcome)
+            if (
+                retry == "written"
+                and Tally().attempt(path, lambda p=path: checkpoint.restore(p, contract, mesh), state) != "exact"
+            ):
+                retry = "failed"
+            retries[retry] += 1
+            kind = f"stop_at:{request['stop_at']}" if "stop_at" in request else f"delay:{request['delay']:.4f}"
+            records.append({"kill": kind, "landed": where, "outcome": outcome, "temp_files": left, "retry": retry})
+            if os.path.exists(path) and retry != "failed":
+                accepted[path] = (file_digest(path), state)
+            lost |= _lost(accepted, contract, mesh, full=False)
+    finally:
+        zygote.close()
+    lost |= _lost(accepted, contract, mesh, full=True)
+    tally.lost_accepted = len(lost)
+    tally.wrong_accepts += temps.wrong_accepts
+    tally.unexpected_errors += temps.unexpected_errors
+    result = tally.as_dict()
+    result["details"] = {
+        "kill_landed_after": {k: spread[k] for k in LANDINGS if spread[k]},
+        "outcome_by_landing": {k: dict(by_phase[k]) for k in LANDINGS if k in by_phase},
+        "modes": dict(modes),
+        "temp_files_left": temps.trials,
+        "temp_files_refused": temps.refused,
+        "temp_files_restored_exact": temps.restored_exact,
+        "retried_saves": dict(retries),
+        "accepted_checkpoints_checked": len(accepted),
+        "timed_save_span_seconds": round(span, 4),
+        "seconds": round(time.perf_counter() - started, 2),
+        "trials": records,
+    }
+    result["clean"] = tally.clean and retries.get("failed", 0) == 0
+    return result
+
+
+def _retry(path: str, state: dict, contract: dict, outcome: str) -> str:
+    """Save again after the kill: a missing checkpoint can be written; an existing one is never overwritten."""
+    if os.path.exists(path):
+        before = file_digest(path)
+        try:
+            checkpoint.save(path, state, contract)
+        except CheckpointExistsError:
+            return "refused_existing" if file_digest(path) == before else "failed"
+        return "failed"
+    try:
+        checkpoint.save(path, state, contract)
+    except Exception:
+        return "failed"
+    return "written" if outcome == "refused" else "failed"
+
+
+def _lost(accepted: dict, contract: dict, mesh, full: bool) -> set:
+    """Accepted checkpoints whose bytes changed or that no longer restore exactly (all with `full`, else the first)."""
+    lost = set()
+    for index, (path, (digest, state)) in enumerate(accepted.items()):
+        if not os.path.isfile(path) or file_digest(path) != digest:
+            lost.add(path)
+        elif (full or index == 0) and Tally().attempt(
+            path, lambda p=path: checkpoint.restore(p, contract, mesh), state
+        ) != "exact":
+            lost.add(path)
+    return lost

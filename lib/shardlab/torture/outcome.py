@@ -1,0 +1,114 @@
+"""Counting what happened to each torture trial: refused, restored exactly, accepted wrong, lost."""
+
+import hashlib
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardlab.errors import CheckpointError
+from shardlab.state import FIELDS, host_copy
+
+MAX_EXAMPLES = 5  # failure descriptions kept per category
+COUNTERS = {
+    "refused": "refused",
+    "exact": "restored_exact",
+    "wrong": "wrong_accepts",
+    "lost": "lost_accepted",
+    "unexpected": "unexpected_errors",
+}
+BAD = ("wrong", "lost", "unexpected")
+
+
+def same_state(found: dict, expected: dict) -> bool:
+    """True iff every field of `found` is bit-identical (same dtype and bytes) to `expected`."""
+    got, want = host_copy(found), host_copy(expected)
+    for name in FIELDS:
+        a, b = np.asarray(got[name]), np.asarray(want[name])
+        if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+            return False
+    return True
+
+
+def file_digest(path) -> str:
+    """sha256 of a file's bytes."""
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def tree_digest(folder) -> str:
+    """sha256 over every path, file content and symlink target under `folder` (missing folder -> 'absent')."""
+    folder = os.fspath(folder)
+    if not os.path.lexists(folder):
+        return "absent"
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, folder).encode())
+            if os.path.islink(path):
+                digest.update(b"->" + os.readlink(path).encode())
+            elif os.path.isfile(path):
+                digest.update(file_digest(path).encode())
+    return digest.hexdigest()
+
+
+@dataclass
+class Tally:
+    """Per-category counts; `wrong_accepts`, `lost_accepted` and `unexpected_errors` must stay 0."""
+
+    trials: int = 0
+    refused: int = 0
+    restored_exact: int = 0
+    wrong_accepts: int = 0
+    lost_accepted: int = 0
+    unexpected_errors: int = 0
+    errors: Counter = field(default_factory=Counter)
+    failures: list = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        """Keep the first few failure descriptions for the report."""
+        if len(self.failures) < MAX_EXAMPLES:
+            self.failures.append(message)
+
+    def count(self, outcome: str, message: str = "") -> None:
+        """Add one outcome (a key of COUNTERS); keep `message` when the outcome is a bad one."""
+        setattr(self, COUNTERS[outcome], getattr(self, COUNTERS[outcome]) + 1)
+        if message and outcome in BAD:
+            self.note(message)
+
+    def attempt(self, label: str, restore, expected: dict | None) -> str:
+        """Run `restore()`, classify against `expected` (None: nothing may be accepted); return the outcome."""
+        try:
+            found = restore()
+        except CheckpointError as exc:
+            self.errors[type(exc).__name__] += 1
+            outcome = "refused"
+        except Exception as exc:  # the point of the campaign: any other type is a finding
+            self.errors[type(exc).__name__] += 1
+            self.count("unexpected", f"{label}: unexpected {type(exc).__name__}: {exc}")
+            return "unexpected"
+        else:
+            outcome = "exact" if expected is not None and same_state(found, expected) else "wrong"
+        self.count(outcome, f"{label}: accepted a state that was never saved as valid")
+        return outcome
+
+    @property
+    def clean(self) -> bool:
+        """No wrong accept, no lost checkpoint, no unexpected exception type."""
+        return self.wrong_accepts == 0 and self.lost_accepted == 0 and self.unexpected_errors == 0
+
+    def as_dict(self) -> dict:
+        """The counts torture.json reports, plus error types and the first failures."""
+        return {
+            "trials": self.trials,
+            "refused": self.refused,
+            "restored_exact": self.restored_exact,
+            "wrong_accepts": self.wrong_accepts,
+            "lost_accepted": self.lost_accepted,
+            "unexpected_errors": self.unexpected_errors,
+            "error_types": dict(sorted(self.errors.items())),
+            "failures": list(self.failures),
+        }

@@ -1,0 +1,162 @@
+"""The reduced torture campaign (`make torture` with fewer trials, same categories)."""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shardlab as sl
+from shardlab.__main__ import main
+from shardlab.errors import CheckpointError, CorruptCheckpointError
+from shardlab.multi.drills import SAVE_EVERY
+from shardlab.torture import REDUCED, badparams, corrupt, killsave, multi, subjects
+
+ZERO = ("wrong_accepts", "lost_accepted", "unexpected_errors")
+# after these landings the final name exists: it is created by os.link, after the fsync
+PUBLISHED = {"linked_or_failed", "temp_removed", "returned", "not_killed"}
+
+
+@pytest.fixture(scope="module")
+def states(mesh):
+    return subjects.trajectory(REDUCED["kill_trials"] + 1, mesh)
+
+
+@pytest.fixture(scope="module")
+def contract():
+    return subjects.experiment()[2]
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory, states, contract):
+    path = tmp_path_factory.mktemp("good") / "good.npz"
+    sl.save(path, states[-1], contract)
+    return path, path.read_bytes()
+
+
+def plain(path):
+    """Members of an NPZ read with numpy alone (no shardlab code)."""
+    with np.load(path, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def identical(restored, expected):
+    host = sl.host_copy(restored)
+    return all(np.asarray(host[n]).tobytes() == np.asarray(expected[n]).tobytes() for n in sl.FIELDS)
+
+
+def test_a_killed_save_leaves_the_old_checkpoint_or_nothing_never_a_wrong_state(tmp_path, states, contract, mesh):
+    trials = REDUCED["kill_trials"]
+    result = killsave.run(trials, tmp_path, states, contract, mesh, seed=0)
+    assert result["trials"] == trials and all(result[k] == 0 for k in ZERO), result["failures"]
+    assert result["refused"] + result["restored_exact"] == trials
+    for record in result["details"]["trials"]:
+        if record["kill"].startswith("stop_at:"):
+            target = record["kill"].split(":", 1)[1]
+            assert record["landed"] == ("mid_write" if target.startswith("write:") else target)
+        assert record["outcome"] == ("exact" if record["landed"] in PUBLISHED else "refused"), record
+        assert set(record["temp_files"]) <= {"exact", "refused"}
+    assert {"mid_write", "written", "fsynced", "linked_or_failed"} <= set(result["details"]["kill_landed_after"])
+    # read back with numpy alone: the accepted checkpoint is untouched, and every retried save holds its own state
+    for name in sl.FIELDS:
+        np.testing.assert_array_equal(plain(tmp_path / "accepted.npz")[name], states[0][name])
+    for index in range(trials):
+        saved = plain(tmp_path / f"trial-{index:03d}.npz")
+        for name in sl.FIELDS:
+            np.testing.assert_array_equal(saved[name], states[index + 1][name])
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+
+
+def test_every_kind_of_corrupted_file_is_refused_or_restored_bit_identical(tmp_path, states, contract, mesh):
+    foreign = subjects.experiment(seed=29, batch_size=10)[2]
+    result = corrupt.run(REDUCED["corrupt_scale"], tmp_path, states, contract, foreign, mesh, seed=1)
+    assert all(result[k] == 0 for k in ZERO), result["failures"]
+    kinds = result["details"]["by_kind"]
+    assert set(kinds) == set(corrupt.KINDS) and all(k["trials"] >= 1 for k in kinds.values())
+    assert sum(k["trials"] for k in kinds.values()) == result["trials"] >= 30
+    for kind in ("repack_value", "wrong_dtype", "object_array", "path_traversal", "huge_shape", "invalid_state_saved"):
+        assert kinds[kind]["refused"] == kinds[kind]["trials"], kind
+
+
+def test_a_plausible_edit_passes_every_field_check_and_only_the_checksum_refuses_it(
+    tmp_path, good, states, contract, mesh
+):
+    members = plain(good[0])
+    order = members["order"].copy()
+    order[[0, 1]] = order[[1, 0]]
+    corrupt.pack(str(tmp_path / "edited.npz"), {**members, "order": order})
+    edited = plain(tmp_path / "edited.npz")
+    assert sorted(edited["order"].tolist()) == list(range(23))  # still a permutation, same dtype and shape
+    assert edited["order"].dtype == np.int32 and not np.array_equal(edited["order"], states[-1]["order"])
+    with pytest.raises(CorruptCheckpointError, match="integrity checksum"):
+        sl.restore(tmp_path / "edited.npz", contract, mesh)
+
+
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(1, 255)), max_size=4),
+    cut=st.one_of(st.none(), st.integers(0, 1 << 20)),
+)
+def test_any_byte_edit_or_truncation_is_refused_or_harmless(good, states, contract, mesh, flips, cut):
+    path, raw = good
+    data = bytearray(raw)
+    for offset, mask in flips:
+        data[offset % len(data)] ^= mask
+    if cut is not None:
+        data = data[: cut % len(data)]
+    with tempfile.TemporaryDirectory() as folder:
+        target = os.path.join(folder, "edited.npz")
+        with open(target, "wb") as handle:
+            handle.write(bytes(data))
+        try:
+            restored = sl.restore(target, contract, mesh)
+        except CheckpointError:
+            return
+    assert identical(restored, states[-1]), (flips, cut)
+
+
+def test_bad_parameters_raise_their_own_errors_and_leave_earlier_files_alone(tmp_path, states, mesh):
+    data, config, contract = subjects.experiment()
+    result = badparams.run(tmp_path, data, config, contract, states[-1], mesh, full=False)
+    assert result["refused"] == result["trials"] and all(result[k] == 0 for k in ZERO), result["failures"]
+    names = [c["case"] for c in result["details"]["cases"]]
+    for needle in ("batch_size=0", "batch_size=-7", "empty dataset", "NaN", "num_devices=0", "3-device mesh"):
+        assert any(needle in n for n in names), needle
+    for needle in ("previous run without --replace", "raising notebook", "did not write", "check --"):
+        assert any(needle in n for n in names), needle
+    previous = tmp_path / "runner" / "previous"  # what badparams.previous_run wrote, read back directly
+    assert sorted(p.relative_to(previous).as_posix() for p in previous.rglob("*")) == [
+        ".shardlab-receipts",
+        "results",
+        "results/stage1_batches.json",
+        "stage1_batches.ipynb",
+    ]
+    assert json.loads((previous / "results" / "stage1_batches.json").read_text()) == {"coverage": True}
+    assert (tmp_path / "runner" / "foreign" / "notes.txt").read_text() == "a learner's notes\n"
+    assert not [p for p in (tmp_path / "runner").iterdir() if "staging" in p.name or ".old-" in p.name]
+
+
+def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["torture", "--reduced", "--only", "corrupted_files", "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "torture.json").read_text())
+    counts = report["categories"]["corrupted_files"]
+    assert {"trials", "refused", "restored_exact", "wrong_accepts", "lost_accepted"} <= set(counts)
+    assert counts["trials"] == counts["refused"] + counts["restored_exact"] and report["ok"] is True
+    printed = capsys.readouterr().out
+    assert "corrupted_files" in printed and "OK" in printed
+
+
+def test_killing_a_multi_process_save_never_accepts_a_wrong_step(tmp_path):
+    result = multi.run(REDUCED["multi_trials"], tmp_path, seed=0)
+    assert result["trials"] == REDUCED["multi_trials"] and all(result[k] == 0 for k in ZERO), result["failures"]
+    assert result["refused"] + result["restored_exact"] == result["trials"]
+    for record in result["details"]["trials"]:
+        assert record["accepted_step"] in (record["interrupted_step"], record["interrupted_step"] - SAVE_EVERY), record
+        assert record["drill_passed"], record
