@@ -49,7 +49,7 @@ drills: venv
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))
 
 bench: venv
-	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench_out,$(OUT))
+	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
 
 torture: venv
 	$(BIN)/python -m shardlab torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

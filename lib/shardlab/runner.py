@@ -176,8 +176,16 @@ def _publish(staging: Path, out: Path) -> None:
 
 def summary(out: Path) -> str:
     """A few lines on where the evidence is."""
-    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != MARKER)
-    return f"[shardlab] evidence in {out}:\n" + "\n".join(f"  {f}" for f in files)
+    import json
+
+    from shardlab.report import headline
+
+    top = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name != MARKER)
+    lines = [f"[shardlab] evidence in {out}:", "  " + "  ".join(top)]
+    audit = out / "audit.json"
+    if audit.is_file():
+        lines += [f"  {line}" for line in headline(json.loads(audit.read_text()))]
+    return "\n".join(lines)
 
 
 def add_arguments(parser) -> None:
