@@ -83,3 +83,14 @@ def test_unknown_notebooks_and_symlinked_outputs_are_refused(sources, tmp_path):
     with pytest.raises(ConfigError, match="not a folder"):
         runner.run(link, seed=1, batch_size=2, notebooks=["ok"], replace=True, html=False)
     assert tree_digest(real) == before and link.is_symlink()
+
+
+def test_html_copies_share_one_stylesheet(sources, tmp_path):
+    write_notebook(sources, "ok2", "print('second page')")
+    out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["ok", "ok2"])
+    sheets = list(out.glob("notebook-*.css"))
+    assert len(sheets) == 1 and sheets[0].stat().st_size > 10_000
+    for page in ("ok.html", "ok2.html"):
+        text = (out / page).read_text()
+        assert "<style" not in text and f'href="{sheets[0].name}"' in text
+    assert "second page" in (out / "ok2.html").read_text()

@@ -79,10 +79,24 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
 
 
 def export_html(executed: Path) -> Path:
-    """Write an HTML copy next to the executed notebook, readable without Jupyter."""
+    """Write an HTML copy next to the executed notebook, readable without Jupyter.
+
+    nbconvert embeds the same ~260 kB of CSS in every page; it is moved to one
+    content-addressed stylesheet beside the pages, which all of them link.
+    """
+    import hashlib
+    import re
+
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter().from_filename(str(executed))
+    styles = re.findall(r"<style[^>]*>.*?</style>", body, flags=re.S)
+    css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", block) for block in styles)
+    sheet = executed.with_name(f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css")
+    if not sheet.exists():
+        sheet.write_text(css, encoding="utf-8")
+    for index, block in enumerate(styles):
+        body = body.replace(block, f'<link rel="stylesheet" href="{sheet.name}">' if index == 0 else "", 1)
     html = executed.with_suffix(".html")
     html.write_text(body, encoding="utf-8")
     return html
