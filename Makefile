@@ -25,7 +25,7 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	@touch $(STAMP)
 
 run: venv
-	env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace
+	env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,)
 
 test: venv
 	$(BIN)/python -m pytest
@@ -35,7 +35,7 @@ lint: venv
 
 lab: venv
 	@echo "Open the URL below; pick the kernel 'Python (shardlab)' if asked. Notebooks are in notebooks/."
-	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
+	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=lib/shardlab/course/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -4,11 +4,16 @@ Every test that reads notebook results uses `run_dir`, so `make test` executes e
 notebook exactly once, in fresh kernels, exactly as `make run` does.
 """
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
 import shardlab as sl
-from shardlab import record, runner
+from shardlab.course import execute as runner
+from shardlab.lessons import results as record
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the library never needs it
 
 sl.setup_devices(4)
 

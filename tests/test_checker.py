@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shardlab import implementation, reference, starter
-from shardlab.checker import runner
+from shardlab.checker import cli as runner
+from shardlab.learner import implementation, reference, starter
 
 BROKEN = Path(__file__).parent / "broken"
 STAGE_OF = {"initial": 1, "next_batch": 1, "make_step": 2, "transition": 2, "contract": 3, "save": 3, "restore": 3}

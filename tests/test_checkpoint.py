@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import shardlab as sl
-from shardlab import checkpoint, orbax_io
-from shardlab.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
+from shardlab.core import checkpoint
+from shardlab.core.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
+from shardlab.lessons import orbax_io
 
 pytestmark = pytest.mark.stage3
 
@@ -201,8 +202,8 @@ RACER = textwrap.dedent(
     """
     import os, sys, time
     import numpy as np
-    from shardlab import checkpoint
-    from shardlab.errors import CheckpointExistsError
+    from shardlab.core import checkpoint
+    from shardlab.core.errors import CheckpointExistsError
 
     folder, target, index, racers, contract = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     import json

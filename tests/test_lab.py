@@ -19,6 +19,8 @@ import psutil
 import pytest
 import websocket
 
+from shardlab.course import catalog
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +110,7 @@ def lab(tmp_path):
         f"--port={port}",
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
-        f"--notebook-dir={REPO / 'notebooks'}",
+        f"--notebook-dir={catalog.NOTEBOOK_DIR}",
     ]
     if os.getuid() == 0:
         command.append("--allow-root")
@@ -172,7 +174,7 @@ def test_lab_serves_and_its_kernel_sees_four_devices(lab):
     session = lab.json("POST", "/api/sessions", payload)
     kernel = session["kernel"]
     assert kernel["name"] == "shardlab"
-    nb = nbformat.read(REPO / "notebooks" / NOTEBOOK, as_version=4)
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / NOTEBOOK, as_version=4)
     cells = {tag: [c.source for c in nb.cells if tag in c.metadata.get("tags", [])] for tag in ("parameters", "setup")}
     assert len(cells["parameters"]) == 1 and len(cells["setup"]) == 1
 
@@ -187,7 +189,7 @@ def test_lab_serves_and_its_kernel_sees_four_devices(lab):
         found = run_code(ws, "import jax\nlen(jax.devices())", client)
         assert found["result"] == "4"
         found = run_code(ws, "print(impl.__name__, dict(mesh.shape))", client)
-        assert "shardlab.reference" in found["stdout"] and "'data': 4" in found["stdout"]
+        assert "shardlab.learner.reference" in found["stdout"] and "'data': 4" in found["stdout"]
     finally:
         ws.close()
         lab.request("DELETE", f"/api/sessions/{session['id']}")

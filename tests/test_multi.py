@@ -12,7 +12,7 @@ import pytest
 from conftest import results
 
 import shardlab as sl
-from shardlab.errors import (
+from shardlab.core.errors import (
     CheckpointExistsError,
     ContractMismatchError,
     CorruptCheckpointError,

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from conftest import executed, results
 
-from shardlab import oracle, runner
+from shardlab.course import catalog
+from shardlab.course import execute as runner
+from shardlab.lessons import oracle
 
 STAGE1 = "stage1_batches"
 STAGE2 = "stage2_update"
@@ -169,7 +171,7 @@ def parameter_cells(nb):
 
 @pytest.mark.stage1
 @pytest.mark.stage2
-@pytest.mark.parametrize("path", sorted(runner.NOTEBOOK_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(catalog.NOTEBOOK_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
 def test_source_notebook_is_clean(path: Path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

@@ -5,7 +5,7 @@ import pytest
 from conftest import executed, results
 
 import shardlab as sl
-from shardlab import replay
+from shardlab.lessons import replay
 
 pytestmark = [pytest.mark.stage3, pytest.mark.notebooks]
 

@@ -2,7 +2,7 @@
 
 Correctness only: nothing here is timed. The reference IDs come from the course idiom
 (each epoch's order cut into batches, never across epochs), the losses and weights from
-float64 NumPy (shardlab.oracle).
+float64 NumPy (shardlab.lessons.oracle).
 """
 
 import functools
@@ -13,8 +13,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
-from shardlab import multistep, oracle, packed, resident
-from shardlab.errors import ConfigError, EmptyBatchError
+from shardlab.core.errors import ConfigError, EmptyBatchError
+from shardlab.lessons import oracle
+from shardlab.perf import multistep, packed, resident
 
 pytestmark = pytest.mark.stage4
 

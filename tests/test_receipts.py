@@ -14,13 +14,13 @@ from importlib import metadata
 import nbformat
 import numpy as np
 import pytest
-from conftest import executed, results
+from conftest import REPO, executed, results
 
-from shardlab import runner
+from shardlab.course import execute as runner
 
 pytestmark = pytest.mark.stage4
 
-COMMITTED = runner.REPO / "receipts"
+COMMITTED = REPO / "receipts"
 VARIANTS = ("eager_4dev", "compiled_4dev", "compiled_1dev")
 PREPARE, UPDATE, STEP = "prepare_and_place_ms", "compiled_update_and_wait_ms", "sharded_learner_step_ms"
 FAULTS = ("momentum", "cursor", "key")
@@ -52,10 +52,10 @@ def load_audit(folder):
 
 
 def current_sources():
-    """sha256 of every file of lib/shardlab and every source notebook, hashed here with hashlib."""
-    library = [p for p in (runner.REPO / "lib" / "shardlab").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    files = library + list(runner.NOTEBOOK_DIR.glob("*.ipynb"))
-    return {p.relative_to(runner.REPO).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    """sha256 of every file of the checkout's lib/shardlab (code, notebooks, templates), hashed here with hashlib."""
+    package = REPO / "lib" / "shardlab"
+    files = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    return {"shardlab/" + p.relative_to(package).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def stale(recorded: dict, current: dict) -> list[str]:
@@ -187,7 +187,7 @@ def test_fresh_run_audit(run_dir):
 
 @pytest.mark.notebooks
 def test_fresh_run_holds_no_absolute_paths(run_dir):
-    hits = absolute_paths(run_dir, [str(runner.REPO), str(run_dir.resolve().parent), ".staging-"])
+    hits = absolute_paths(run_dir, [str(REPO), str(run_dir.resolve().parent), ".staging-"])
     assert not hits, f"receipts hold absolute, machine-specific paths (file, path): {hits}; write relative paths"
 
 
@@ -214,7 +214,7 @@ def test_runner_runs_stage4_after_stage3():
 
 def test_committed_receipts_follow_the_schema():
     check_audit(COMMITTED, load_audit(COMMITTED))
-    hits = absolute_paths(COMMITTED, [str(runner.REPO), "/home/", ".staging-"])
+    hits = absolute_paths(COMMITTED, [str(REPO), "/home/", ".staging-"])
     assert not hits, f"receipts hold absolute, machine-specific paths (file, path): {hits}; write relative paths"
 
 
@@ -230,7 +230,7 @@ def test_committed_receipts_match_current_sources():
 def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
     from nbformat.v4 import new_notebook
 
-    from shardlab import report
+    from shardlab.evidence import report
 
     folder = (tmp_path / "staging").resolve()
     (folder / "sub").mkdir(parents=True)

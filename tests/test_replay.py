@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import shardlab as sl
-from shardlab import faults, fingerprint, replay
-from shardlab import reference as impl
+from shardlab.learner import reference as impl
+from shardlab.lessons import faults, fingerprint, replay
 
 pytestmark = pytest.mark.stage3
 

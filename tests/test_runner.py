@@ -6,8 +6,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from shardlab import runner
-from shardlab.errors import ConfigError
+from shardlab.core.errors import ConfigError
+from shardlab.course import catalog
+from shardlab.course import execute as runner
 
 
 def write_notebook(folder, name, code):
@@ -34,7 +35,7 @@ def sources(tmp_path, monkeypatch):
     write_notebook(folder, "ok", "open('ok.txt', 'w').write(str(seed * batch_size))")
     write_notebook(folder, "raises", "raise ValueError('deliberate failure')")
     write_notebook(folder, "sleeps", "import time\ntime.sleep(30)")
-    monkeypatch.setattr(runner, "NOTEBOOK_DIR", folder)
+    monkeypatch.setattr(catalog, "NOTEBOOK_DIR", folder)
     return folder
 
 

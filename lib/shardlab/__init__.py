@@ -3,17 +3,28 @@
 Import order matters once: call `setup_devices` before anything creates a JAX array.
 """
 
-from shardlab import errors, implementation, record
-from shardlab.batch import Batch, device_counts, next_batch, pad, padded_length, place
-from shardlab.checkpoint import contract, restore, save
-from shardlab.config import Config
-from shardlab.devices import make_mesh, setup_devices
-from shardlab.fixtures import Dataset, check_dataset, teaching_fixture, timing_fixture
-from shardlab.sampler import advance, epoch_batches, initial_sampler
-from shardlab.state import FIELDS, host_copy, initial, replicate, transition
-from shardlab.update import count_all_reduce, make_global_step, make_step, stablehlo
+from shardlab.core import batch, checkpoint, config, devices, errors, fixtures, sampler, schema, state, update
+from shardlab.core.batch import Batch, device_counts, next_batch, pad, padded_length, place
+from shardlab.core.checkpoint import contract, restore, save
+from shardlab.core.config import Config
+from shardlab.core.devices import make_mesh, setup_devices
+from shardlab.core.fixtures import Dataset, check_dataset, teaching_fixture, timing_fixture
+from shardlab.core.sampler import advance, epoch_batches, initial_sampler
+from shardlab.core.state import FIELDS, host_copy, initial, replicate, transition
+from shardlab.core.update import count_all_reduce, make_global_step, make_step, stablehlo
+from shardlab.learner import implementation
+from shardlab.lessons import results
 
 __all__ = [
+    "batch",
+    "checkpoint",
+    "config",
+    "devices",
+    "fixtures",
+    "sampler",
+    "schema",
+    "state",
+    "update",
     "Batch",
     "Config",
     "Dataset",
@@ -27,7 +38,7 @@ __all__ = [
     "errors",
     "host_copy",
     "implementation",
-    "record",
+    "results",
     "initial",
     "initial_sampler",
     "make_global_step",

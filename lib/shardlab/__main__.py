@@ -9,12 +9,15 @@ import importlib
 import sys
 
 COMMANDS = {
-    "run": ("shardlab.runner", "execute every stage notebook with papermill into an output folder"),
+    "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
     "multi": ("shardlab.multi.launcher", "start P controller processes on loopback and compare with one process"),
     "drills": ("shardlab.multi.drills", "run the four stage 5 crash drills and write OUT/drills.json"),
-    "starter": ("shardlab.starter", "copy the starter template to a new file for your own implementation"),
-    "check": ("shardlab.checker.runner", "check an implementation stage by stage in a fresh interpreter"),
-    "bench": ("shardlab.bench", "measure three optimisations beside their baselines; write bench.json and a figure"),
+    "starter": ("shardlab.learner.starter", "copy the starter template to a new file for your own implementation"),
+    "check": ("shardlab.checker.cli", "check an implementation stage by stage in a fresh interpreter"),
+    "bench": (
+        "shardlab.perf.bench",
+        "measure three optimisations beside their baselines; write bench.json and a figure",
+    ),
     "torture": ("shardlab.torture", "kill, corrupt and misuse the checkpoint path; write OUT/torture.json with counts"),
 }
 

@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 
-from shardlab.checkpoint import check_contract
-from shardlab.reference import *  # noqa: F403
-from shardlab.state import replicate
+from shardlab.core.checkpoint import check_contract
+from shardlab.core.state import replicate
+from shardlab.learner.reference import *  # noqa: F403
 
 KEPT = ("weights", "key", "order", "cursor", "step")
 

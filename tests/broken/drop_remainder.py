@@ -1,7 +1,7 @@
 """Mistake: a batch that would run short starts the next epoch instead (the remainder is dropped)."""
 
-from shardlab.reference import *  # noqa: F403
-from shardlab.reference import next_batch as reference_next_batch
+from shardlab.learner.reference import *  # noqa: F403
+from shardlab.learner.reference import next_batch as reference_next_batch
 
 
 def next_batch(state, data, batch_size, mesh):

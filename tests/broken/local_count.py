@@ -3,10 +3,10 @@
 import jax
 from jax.sharding import PartitionSpec as P
 
-from shardlab.batch import ROWS, VALUES
-from shardlab.config import DECAY, LEARNING_RATE
-from shardlab.reference import *  # noqa: F403
-from shardlab.update import apply_momentum, partial_sums
+from shardlab.core.batch import ROWS, VALUES
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.update import apply_momentum, partial_sums
+from shardlab.learner.reference import *  # noqa: F403
 
 
 def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):

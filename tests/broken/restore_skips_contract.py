@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
-from shardlab.reference import *  # noqa: F403
-from shardlab.reference import restore as reference_restore
+from shardlab.learner.reference import *  # noqa: F403
+from shardlab.learner.reference import restore as reference_restore
 
 
 def restore(path, expected_contract, mesh):

@@ -2,8 +2,8 @@
 
 import os
 
-from shardlab.reference import *  # noqa: F403
-from shardlab.reference import save as reference_save
+from shardlab.learner.reference import *  # noqa: F403
+from shardlab.learner.reference import save as reference_save
 
 
 def save(path, state, contract_):

@@ -1,7 +1,7 @@
 """Mistake: the sampler increments step too, so every transition counts twice."""
 
-from shardlab.reference import *  # noqa: F403
-from shardlab.reference import next_batch as reference_next_batch
+from shardlab.learner.reference import *  # noqa: F403
+from shardlab.learner.reference import next_batch as reference_next_batch
 
 
 def next_batch(state, data, batch_size, mesh):

@@ -3,8 +3,8 @@
 import jax
 import numpy as np
 
-from shardlab.reference import *  # noqa: F403
-from shardlab.reference import initial as reference_initial
+from shardlab.learner.reference import *  # noqa: F403
+from shardlab.learner.reference import initial as reference_initial
 
 
 def initial(seed, data, mesh):

@@ -3,11 +3,11 @@
 import argparse
 import sys
 
-from shardlab.devices import setup_devices
+from shardlab.core.devices import setup_devices
 
 
 def main(argv=None) -> int:
-    from shardlab.checker import runner
+    from shardlab.checker import cli as runner
 
     parser = argparse.ArgumentParser(prog="python -m shardlab.checker")
     runner.add_arguments(parser)

@@ -15,8 +15,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardlab.devices import AXIS, make_mesh
-from shardlab.fixtures import Dataset
+from shardlab.core.devices import AXIS, make_mesh
+from shardlab.core.fixtures import Dataset
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32 arithmetic against float64 NumPy
 PADDING_VALUE = 3.0  # what the checker puts in padded slots: mask 0 must win "whatever its contents"

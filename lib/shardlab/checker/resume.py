@@ -7,7 +7,7 @@ before anything else touches JAX, exactly as a learner's fresh kernel would.
 import argparse
 import sys
 
-from shardlab.devices import make_mesh, setup_devices
+from shardlab.core.devices import make_mesh, setup_devices
 
 
 def main(argv=None) -> int:
@@ -18,9 +18,10 @@ def main(argv=None) -> int:
         parser.add_argument(name, type=int, required=True)
     args = parser.parse_args(argv)
     setup_devices(4)
-    from shardlab import implementation, replay
-    from shardlab.config import Config
-    from shardlab.fixtures import teaching_fixture
+    from shardlab.core.config import Config
+    from shardlab.core.fixtures import teaching_fixture
+    from shardlab.learner import implementation
+    from shardlab.lessons import replay
 
     impl, data, mesh = implementation.load(args.implementation), teaching_fixture(), make_mesh(4)
     contract = impl.contract(data, Config(seed=args.seed, batch_size=args.batch_size))

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab import oracle
 from shardlab.checker.common import expect, sharding_of
-from shardlab.devices import AXIS
-from shardlab.sampler import epoch_batches
-from shardlab.state import FIELDS
+from shardlab.core.devices import AXIS
+from shardlab.core.sampler import epoch_batches
+from shardlab.core.state import FIELDS
+from shardlab.lessons import oracle
 
 STAGE = 1
 EPOCHS = 3

@@ -8,7 +8,6 @@ When a gradient is wrong, `explain_gradient` names the wrong formula it follows 
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab import oracle
 from shardlab.checker.common import (
     batch_arrays,
     cached_step,
@@ -19,9 +18,10 @@ from shardlab.checker.common import (
     replicas,
     sharding_of,
 )
-from shardlab.config import DECAY, LEARNING_RATE
-from shardlab.devices import make_mesh
-from shardlab.update import count_all_reduce
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.devices import make_mesh
+from shardlab.core.update import count_all_reduce
+from shardlab.lessons import oracle
 
 STAGE = 2
 FULL, TAILS = 8, (7, 2, 1)  # 8 rows fill four devices; 7 -> [2,2,2,1], 2 -> [1,1,0,0], 1 -> [1,0,0,0]

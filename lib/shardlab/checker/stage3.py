@@ -12,12 +12,12 @@ import sys
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab import faults, replay
 from shardlab.checker.common import cached_step, expect, plain, sharding_of
-from shardlab.config import Config
-from shardlab.fixtures import Dataset
-from shardlab.sampler import epoch_batches
-from shardlab.state import FIELDS
+from shardlab.core.config import Config
+from shardlab.core.fixtures import Dataset
+from shardlab.core.sampler import epoch_batches
+from shardlab.core.state import FIELDS
+from shardlab.lessons import faults, replay
 
 STAGE = 3
 WEIGHT_TOLERANCE = 1e-6  # float32 allowance for weights, momentum and losses; the sampler gets none

@@ -3,9 +3,9 @@ eager (compiled=False) and compiled steps both match NumPy and each other."""
 
 import numpy as np
 
-from shardlab import oracle
 from shardlab.checker.common import batch_arrays, cached_step, close, expect, placed
-from shardlab.update import count_all_reduce
+from shardlab.core.update import count_all_reduce
+from shardlab.lessons import oracle
 
 STAGE = 4
 ROWS = 7  # uneven partitions [2, 2, 2, 1]

@@ -8,8 +8,9 @@ sampler fields must match exactly; losses, weights and momentum within float32 t
 
 import numpy as np
 
+from shardlab.core.schema import SAMPLER
+
 RTOL, ATOL = 1e-5, 1e-6  # float32 tolerance for losses, weights and momentum
-SAMPLER = ("key", "order", "cursor", "step")
 
 
 def run(seed: int, batch_size: int, steps: int, num_devices: int = 4) -> dict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardlab.errors import ContractMismatchError
+from shardlab.core.errors import ContractMismatchError
 from shardlab.multi import control, launcher, manifest, migration
 from shardlab.multi.guard import EXIT_STOPPED
 from shardlab.multi.program import parse_fault

@@ -15,15 +15,13 @@ import json
 import os
 import tempfile
 
-import numpy as np
-
-from shardlab.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
+from shardlab.core.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
+from shardlab.core.schema import FIELDS, digests
 
 FORMAT_VERSION = 1
 ORBAX = "orbax"
 MANIFESTS = "manifests"
 REJECTED = "rejected"
-STATE_FIELDS = ("weights", "momentum", "key", "order", "cursor", "step")
 
 
 def step_dir(shared, step: int) -> str:
@@ -67,17 +65,8 @@ def file_digests(folder: str, sync: bool = False) -> dict:
 
 
 def state_digests(host: dict) -> dict:
-    """Logical state name -> {shape, dtype, sha256} from a host copy of the six fields."""
-    out = {}
-    for name in STATE_FIELDS:
-        value = host[name]
-        arr = np.asarray(int(value), np.int64) if name in ("cursor", "step") else np.ascontiguousarray(value)
-        out[name] = {
-            "shape": list(arr.shape),
-            "dtype": arr.dtype.str,
-            "sha256": hashlib.sha256(arr.tobytes()).hexdigest(),
-        }
-    return out
+    """Logical state name -> {shape, dtype, sha256} (the schema's digest of each field)."""
+    return digests(host)
 
 
 def build(step: int, world: dict, host: dict, files: dict, contract: dict) -> dict:
@@ -195,7 +184,7 @@ def set_aside(shared, keep: int) -> list[str]:
 def check_state(manifest: dict, host: dict) -> None:
     """Raise CorruptCheckpointError unless a restored host state matches the manifest's checksums."""
     found = state_digests(host)
-    differ = [name for name in STATE_FIELDS if found[name] != manifest["state"][name]]
+    differ = [name for name in FIELDS if found[name] != manifest["state"][name]]
     if differ:
         raise CorruptCheckpointError(
             f"step {manifest['step']}: restored field(s) {differ} differ from the manifest's checksums; "

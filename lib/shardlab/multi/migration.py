@@ -17,9 +17,9 @@ Why this is legal here, and only for this field:
 
 import numpy as np
 
-from shardlab.batch import pad
-from shardlab.checkpoint import check_contract
-from shardlab.update import partial_sums
+from shardlab.core.batch import pad
+from shardlab.core.checkpoint import check_contract
+from shardlab.core.update import partial_sums
 
 FIELD = "num_devices"
 

@@ -20,7 +20,9 @@ import jax
 import numpy as np
 
 import shardlab as sl
-from shardlab.errors import CheckpointExistsError, ShardlabError
+from shardlab.core.batch import put_shards
+from shardlab.core.errors import CheckpointExistsError, ShardlabError
+from shardlab.lessons import fingerprint
 from shardlab.multi import manifest, migration, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard
 
@@ -68,7 +70,7 @@ class Controller:
         self.contract = sl.contract(self.data, config)
         self.step_fn = sl.make_step(self.mesh, config.learning_rate, config.decay)
         self.guard = Guard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped)
-        self.state = shards.initial(args.seed, self.data, self.mesh)
+        self.state = sl.initial(args.seed, self.data, self.mesh, put=put_shards)
         self.checkpoints = None
 
     def fault(self, phase: str, step: int) -> None:
@@ -149,7 +151,7 @@ class Controller:
         while self.state["step"] < args.steps:
             step = int(self.state["step"])
             self.guard.position = f"step {step}"
-            state, batch = shards.next_batch(self.state, self.data, args.batch_size, self.mesh)
+            state, batch = sl.next_batch(self.state, self.data, args.batch_size, self.mesh, put=put_shards)
             if skip and skip["rank"] == self.pid and skip["step"] == step:
                 self.report["skipped"] = {"step": step, "time": time.time()}
                 self.state = {**state, "step": step + 1}  # the fault: a batch consumed, no update, no all-reduce
@@ -160,7 +162,7 @@ class Controller:
             self.fault("update", step)
             with self.guard.bounded(f"the all-reduce of step {step}", bound):
                 self.state, loss = shards.apply(state, batch, self.step_fn)
-            entry = sl.fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
+            entry = fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
             weights = np.asarray(self.state["weights"]).tolist()
             self.report["log"].append({**entry, "ids": [int(i) for i in batch.ids], "weights_values": weights})
             if args.save_every and (step + 1) % args.save_every == 0:

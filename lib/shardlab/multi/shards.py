@@ -1,53 +1,26 @@
-"""Placement from addressable shards only, and the transition every controller runs.
+"""What every controller adds to the course pipeline: agreement on the batch, and a blocking update.
 
-Each controller holds the same host values (the sampler is identical everywhere) but puts
-on its devices only the slices its own devices hold: `jax.make_array_from_callback`
-asks for exactly those indices. The update itself is stage 2's `make_step` on the global mesh.
+The pipeline itself is the course's (`sl.initial`, `sl.next_batch`) with `put=put_shards`:
+each controller holds the same host values and places only the slices its devices hold.
+The update is stage 2's `make_step` on the global mesh.
 """
 
 import hashlib
 
 import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
 
-from shardlab.batch import REPLICATED, ROWS, VALUES, Batch, pad
-from shardlab.fingerprint import batch_hash
-from shardlab.fixtures import check_dataset
-from shardlab.sampler import advance, initial_sampler
-
-
-def from_host(values, mesh: Mesh, spec) -> jax.Array:
-    """A global array whose addressable shards this process fills from its host copy."""
-    values = np.asarray(values)
-    return jax.make_array_from_callback(values.shape, NamedSharding(mesh, spec), lambda index: values[index])
-
-
-def initial(seed: int, data, mesh: Mesh) -> dict:
-    """Step-0 state (as `sl.initial`), with weights and momentum placed shard by shard."""
-    data = check_dataset(data)
-    zeros = np.zeros(data.features.shape[1], np.float32)
-    return {
-        "weights": from_host(zeros, mesh, REPLICATED),
-        "momentum": from_host(zeros, mesh, REPLICATED),
-        **initial_sampler(seed, data.features.shape[0]),
-        "step": 0,
-    }
-
-
-def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Batch]:
-    """Advance the host sampler, pad, and place only this process's rows."""
-    state, ids = advance(state, batch_size)
-    features, targets, mask = pad(data, ids, mesh.size)
-    placed = (from_host(features, mesh, ROWS), from_host(targets, mesh, VALUES), from_host(mask, mesh, VALUES))
-    return state, Batch(*placed, ids)
+from shardlab.core.batch import Batch
+from shardlab.core.schema import digests
+from shardlab.core.state import updated
+from shardlab.lessons.fingerprint import batch_hash
 
 
 def sampler_digest(state: dict) -> str:
     """sha256 of key, order and cursor (16 hex digits): equal on every controller or an error."""
-    digest = hashlib.sha256(np.asarray(state["key"], np.uint32).tobytes())
-    digest.update(np.asarray(state["order"], np.int32).tobytes())
-    digest.update(str(int(state["cursor"])).encode())
+    digest = hashlib.sha256()
+    for name, value in digests(state).items():
+        if name in ("key", "order", "cursor"):
+            digest.update(f"{name}:{value['sha256']}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -60,4 +33,4 @@ def apply(state: dict, batch: Batch, step) -> tuple[dict, float]:
     """Run the global update on a placed batch; return (new state, pre-update loss)."""
     weights, momentum, loss, _ = step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])
     jax.block_until_ready((weights, momentum, loss))
-    return {**state, "weights": weights, "momentum": momentum, "step": int(state["step"]) + 1}, float(loss)
+    return updated(state, weights, momentum), float(loss)

@@ -10,7 +10,8 @@ import os
 
 from jax.sharding import Mesh
 
-from shardlab import orbax_io
+from shardlab.core.schema import SCALARS
+from shardlab.lessons import orbax_io
 from shardlab.multi.manifest import ORBAX
 
 
@@ -40,4 +41,4 @@ def restore(checkpoints, step: int, like: dict, mesh: Mesh) -> dict:
     import orbax.checkpoint as ocp
 
     tree = checkpoints.restore(int(step), args=ocp.args.StandardRestore(orbax_io.target(like, mesh)))
-    return {**tree, "cursor": int(tree["cursor"]), "step": int(tree["step"])}
+    return {**tree, **{name: int(tree[name]) for name in SCALARS}}

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 import shardlab as sl
-from shardlab import checkpoint, runner
-from shardlab.errors import (
+from shardlab.core import checkpoint
+from shardlab.core.errors import (
     CheckpointExistsError,
     ConfigError,
     ContractMismatchError,
@@ -26,6 +26,8 @@ from shardlab.errors import (
     DeviceSetupError,
     EmptyBatchError,
 )
+from shardlab.course import catalog
+from shardlab.course import execute as runner
 from shardlab.torture.outcome import Tally, same_state, tree_digest
 
 
@@ -119,12 +121,12 @@ def _notebook(folder: Path, name: str, code: str) -> None:
 @contextmanager
 def notebook_dir(folder: Path):
     """Point the runner at `folder` for the duration (restored afterwards)."""
-    saved = runner.NOTEBOOK_DIR
-    runner.NOTEBOOK_DIR = folder
+    saved = catalog.NOTEBOOK_DIR
+    catalog.NOTEBOOK_DIR = folder
     try:
         yield
     finally:
-        runner.NOTEBOOK_DIR = saved
+        catalog.NOTEBOOK_DIR = saved
 
 
 def previous_run(folder: Path) -> Path:
@@ -195,7 +197,7 @@ def runner_cases(root: Path, full: bool) -> list[tuple]:
 
 def checker_cases(root: Path, full: bool) -> list[tuple]:
     """(name, call, expected error types) for `python -m shardlab check` ([] if the checker is absent)."""
-    if importlib.util.find_spec("shardlab.checker.runner") is None:
+    if importlib.util.find_spec("shardlab.checker.cli") is None:
         return []
     out = root / "check_out"
     out.mkdir()
@@ -247,7 +249,7 @@ def _cli(argv: list[str]) -> None:
 
 
 def _real(previous: Path, implementation: Path, notebooks: list[str]):
-    with notebook_dir(runner.REPO / "notebooks"):
+    with notebook_dir(catalog.NOTEBOOK_DIR):
         return runner.run(previous, 17, 7, str(implementation), replace=True, notebooks=notebooks, html=False)
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardlab import checkpoint
+from shardlab.core import checkpoint
+from shardlab.core.schema import FIELDS
 from shardlab.torture.outcome import BAD, Tally, file_digest
 
 
@@ -128,7 +129,7 @@ def _edited(b, name, i):
 
 def repack_value(b, rng, path, i):
     """One element changed, file rebuilt cleanly: well-formed, plausible, and wrong."""
-    name = ("weights", "momentum", "key", "order", "cursor", "step")[i % 6]
+    name = FIELDS[i % len(FIELDS)]
     pack(path, {**b.members, name: _edited(b, name, i)})
     return b.state
 
@@ -160,7 +161,7 @@ def wrong_dtype(b, rng, path, i):
 
 
 def wrong_shape(b, rng, path, i):
-    name = ("weights", "momentum", "key", "order", "cursor", "step")[i % 6]
+    name = FIELDS[i % len(FIELDS)]
     value = b.members[name]
     if i % 3 == 0:
         value = np.concatenate([value.ravel(), value.ravel()[:1]])

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardlab.errors import CheckpointError
-from shardlab.state import FIELDS, host_copy
+from shardlab.core.errors import CheckpointError
+from shardlab.core.state import FIELDS, host_copy
 
 MAX_EXAMPLES = 5  # failure descriptions kept per category
 COUNTERS = {

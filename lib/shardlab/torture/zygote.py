@@ -15,9 +15,8 @@ import signal
 import sys
 import time
 
-import numpy as np
-
-from shardlab import checkpoint
+from shardlab.core import checkpoint
+from shardlab.core.schema import host_copy
 
 STOPPED = "!stopped"
 STOP_WAIT = 60.0  # seconds a stopped saver waits for its SIGKILL before exiting by itself (never an orphan)
@@ -48,14 +47,7 @@ class _ReportingFile:
 
 def decode_state(fields: dict) -> dict:
     """Numpy state from the JSON lists a request carries."""
-    return {
-        "weights": np.asarray(fields["weights"], np.float32),
-        "momentum": np.asarray(fields["momentum"], np.float32),
-        "key": np.asarray(fields["key"], np.uint32),
-        "order": np.asarray(fields["order"], np.int32),
-        "cursor": int(fields["cursor"]),
-        "step": int(fields["step"]),
-    }
+    return host_copy(fields)
 
 
 def _saver(request: dict, state: dict, events_fd: int) -> None:

@@ -1,0 +1,377 @@
+"""The evidence report: `audit.json` and the three-panel figure, written into the output folder.
+
+`write_audit(out_dir)` runs after every notebook of `python -m shardlab run` succeeded. Every
+path it stores is relative to the folder holding audit.json; no absolute path is written.
+
+Schema of audit.json (schema_version 1; key order carries no meaning):
+
+- `schema_version` (int) — 1.
+- `run` — `seed`, `batch_size`, `implementation` ("reference", or `{"file": name, "sha256": ...}`
+  for a learner's file) and `notebooks` (names executed, in order).
+- `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
+  `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
+  (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
+- `sources` — relative path -> sha256 of every file of `lib/shardlab/` and every `notebooks/*.ipynb`.
+- `notebooks` — name -> {`executed`: "<name>.ipynb", `html`: "<name>.html" or null}.
+- `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
+  every warm sample in the order taken), `median_ms`, `lower_ms` and `compile_ms` (null for the
+  eager variant: it has no whole-program compile), `warm_compilations` (`count`, `total_ms`: XLA
+  compilations during the last warm-up call); plus `ratios`
+  (`compiled_4dev_over_compiled_1dev`, `eager_4dev_over_compiled_4dev`, of medians), `order`
+  (variant order of each sampling round), `boundary` (what a sample includes) and
+  `max_abs_error_vs_numpy` (per variant, checked before timing).
+- `trace` — `xplane` and `perfetto` (relative paths), `batch_size`, `transitions` (one object per
+  traced transition: `transition`, `start_ms`, `sharded_learner_step_ms`, `prepare_and_place_ms`,
+  `compiled_update_and_wait_ms`, `reshuffled`, `step`), `dominant` (which annotation has the
+  larger median, and the factor), `prepare_breakdown` (per transition: `jitted_dispatch_ms`,
+  `placement_ms`, `other_ms`, and `dispatched`, the jitted functions called inside) and
+  `hypothesis` (the next optimisation, stated so that the next trace can refute it).
+- `device_counts` — stage 1's observed valid rows per device: `batch_of_7_rows`, `batch_of_1_row`,
+  `walk` (one list per batch of its walk), `from` (the notebook).
+- `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
+- `recovery` — stage 3's exact differences after a fresh-kernel resume (all zero when correct).
+- `faults` — stage 3's fault rows: fixture, seed, batch_size, fault, max_weight_error,
+  ids_changed, first_divergence_step.
+- `figure` — `png` and `svg` (relative paths) of the three-panel figure.
+- `drills` — the content of stage 5's drills.json when it exists in the folder, else null.
+- `results` — notebook name -> every result it recorded (verbatim copy of results/<name>.json,
+  for every notebook that ran, stage 5 included).
+- `missing` — results the report looked for and did not find (empty in a complete run).
+"""
+
+import hashlib
+import json
+import os
+import platform
+from importlib import metadata, resources
+from pathlib import Path
+
+import nbformat
+import numpy as np
+
+from shardlab.core.update import count_all_reduce
+from shardlab.course.catalog import NOTEBOOKS
+from shardlab.lessons import results as record
+
+SCHEMA_VERSION = 1
+AUDIT = "audit.json"
+FIGURE = "evidence"  # evidence.png and evidence.svg in the output folder
+IR = "step.stablehlo.mlir"
+DRILLS = "drills.json"  # written by stage 5's drills, when they ran
+STAGE4 = "stage4_profile"
+PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermill")
+FAULTS = ("momentum", "cursor", "key")
+SHARES = ("jitted_dispatch_ms", "placement_ms", "other_ms")  # parts of prepare_and_place in trace.breakdown
+
+
+def sha256(path) -> str:
+    """Hex sha256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def source_hashes(package: str = "shardlab") -> dict:
+    """'shardlab/<path>' -> sha256 for every file of the installed package: code, notebooks, templates.
+
+    Read through importlib.resources, so an editable and a regular install hash the same files.
+    """
+    found = {}
+
+    def walk(node, prefix):
+        for child in node.iterdir():
+            name = f"{prefix}/{child.name}"
+            if child.is_dir():
+                if child.name != "__pycache__":
+                    walk(child, name)
+            elif not child.name.endswith((".pyc", ".pyo")):
+                found[name] = hashlib.sha256(child.read_bytes()).hexdigest()
+
+    walk(resources.files(package), package)
+    return dict(sorted(found.items()))
+
+
+def environment() -> dict:
+    """Interpreter, package versions, platform, CPUs, JAX devices and flags of the calling process."""
+    import jax
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "python": platform.python_version(),
+        "packages": versions,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "flags": {
+            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
+            "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+            "jax_num_cpu_devices": jax.config.jax_num_cpu_devices,
+            "jax_enable_x64": bool(jax.config.jax_enable_x64),
+        },
+    }
+
+
+def relative(path, out_dir) -> str:
+    """`path` relative to `out_dir`, with forward slashes (receipts never hold absolute paths)."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())).as_posix()
+
+
+def stage_results(out_dir, notebook: str) -> dict | None:
+    """Everything `notebook` recorded in out_dir/results, or None if it has not run there."""
+    try:
+        return record.load(out_dir, notebook)
+    except FileNotFoundError:
+        return None
+
+
+def _device_counts(stage1: dict | None) -> dict | None:
+    """Stage 1's observed valid rows per device: the 7-row and 1-row batches, and every batch of its walk."""
+    if not stage1 or "device_counts_7_rows" not in stage1:
+        return None
+    return {
+        "from": "stage1_batches",
+        "batch_of_7_rows": stage1["device_counts_7_rows"],
+        "batch_of_1_row": stage1.get("device_counts_1_row"),
+        "walk": [b.get("device_counts") for b in stage1.get("batches", [])],
+    }
+
+
+def next_optimisation(dominance: dict, prepare_breakdown: list[dict]) -> str:
+    """One falsifiable hypothesis, chosen from what dominates in this trace."""
+    prepare, update = dominance["median_prepare_and_place_ms"], dominance["median_compiled_update_and_wait_ms"]
+    if dominance["dominant"] == "compiled_update_and_wait":
+        return (
+            f"The update dominates here (median {update:.3f} ms against {prepare:.3f} ms of preparation). "
+            "Hypothesis: on this small workload the four-device executable pays for three all-reduces between "
+            "logical devices sharing the same cores; replacing the three psums by one packed psum "
+            "(shardlab.perf.packed) cuts the median traced compiled_update_and_wait of the next four transitions "
+            "by at least a quarter, with losses and weights equal to float32 rounding. Falsified if the cut is "
+            "smaller, or any id or loss differs beyond rounding."
+        )
+    parts = {k[: -len("_ms")]: float(np.median([r[k] for r in prepare_breakdown])) for k in SHARES}
+    split = ", ".join(f"{k} {v:.3f} ms" for k, v in parts.items())
+    dispatched = sorted({name for row in prepare_breakdown for name in row["dispatched"]})
+    evidence = (
+        f"Preparation dominates here (median {prepare:.3f} ms against {update:.3f} ms for the update). "
+        f"Inside prepare_and_place the trace shows (medians) {split}; the jitted calls inside are "
+        f"{', '.join(dispatched) or 'none'}. 'other' is host time the trace does not name (Python around the "
+        "sampler's jax.random calls, copying the new key and order back to NumPy, padding). "
+    )
+    if parts["placement"] > parts["jitted_dispatch"] + parts["other"]:
+        return evidence + (
+            "Hypothesis: placement is the cost; keeping the dataset on the devices and moving only the selected "
+            "int32 ids per step (shardlab.perf.resident) cuts the median traced prepare_and_place of the next four "
+            "transitions by at least a third, with the same ids and losses equal to float32 rounding. "
+            "Falsified if the cut is smaller or any id differs."
+        )
+    return evidence + (
+        "Hypothesis: most of it is the epoch reshuffle, which happens in every traced transition at this batch "
+        "size; drawing key split and permutation in one jitted call (same key, same order) cuts the median "
+        "traced prepare_and_place of the next four transitions by at least a quarter, with bit-identical ids, "
+        "losses and weights. Falsified if the cut is smaller or anything differs; a trace at a batch size that "
+        "does not reshuffle every step is the control."
+    )
+
+
+def figure(out_dir, faults: list | None, timing: dict, transitions: list[dict]):
+    """Three panels (fault errors, timing samples on a log axis, traced durations); saved as PNG and SVG."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
+    _fault_panel(left, faults)
+    _timing_panel(middle, timing)
+    _trace_panel(right, transitions)
+    paths = {}
+    for ext in ("png", "svg"):
+        path = Path(out_dir) / f"{FIGURE}.{ext}"
+        fig.savefig(path, dpi=120, metadata={"Date": None} if ext == "svg" else None)
+        paths[ext] = relative(path, out_dir)
+    return fig, paths
+
+
+def _fault_panel(ax, faults):
+    ax.set_title("Final-weight error per omitted state field")
+    if not faults:
+        ax.text(0.5, 0.5, "no stage3_checkpoint results in this folder", ha="center", transform=ax.transAxes)
+        return
+    fixtures = sorted({row["fixture"] for row in faults})
+    width = 0.8 / len(fixtures)
+    for i, fixture in enumerate(fixtures):
+        values = [
+            next((r["max_weight_error"] for r in faults if r["fixture"] == fixture and r["fault"] == f), 0.0)
+            for f in FAULTS
+        ]
+        bars = ax.bar(np.arange(len(FAULTS)) + (i - (len(fixtures) - 1) / 2) * width, values, width, label=fixture)
+        ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.set_xticks(range(len(FAULTS)), [f"{f} reset" for f in FAULTS])
+    ax.set_ylabel("max |w_fault - w_control| (audit: faults[].max_weight_error)")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
+    ax.legend(title="fixture (complete recovery: 0)", loc="upper right")
+
+
+def _timing_panel(ax, timing):
+    ax.set_title("Warm update samples (inputs placed; log axis)")
+    variants = [v for v in ("eager_4dev", "compiled_4dev", "compiled_1dev") if v in timing]
+    rng = np.random.default_rng(0)  # horizontal jitter only
+    for i, variant in enumerate(variants):
+        samples = timing[variant]["samples_ms"]
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(samples)), samples, s=14, alpha=0.7)
+        ax.hlines(np.median(samples), i - 0.3, i + 0.3, color="black")
+        ax.annotate(f"median\n{np.median(samples):.4g} ms", (i + 0.32, np.median(samples)), va="center", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(variants)), variants)
+    ax.set_xlim(-0.5, len(variants) - 0.1)
+    ax.set_ylabel("ms per call (audit: timing.<variant>.samples_ms)")
+
+
+def _trace_panel(ax, transitions):
+    ax.set_title("Traced annotations per transition")
+    index = np.arange(len(transitions))
+    for offset, key in ((-0.2, "prepare_and_place_ms"), (0.2, "compiled_update_and_wait_ms")):
+        bars = ax.bar(index + offset, [t[key] for t in transitions], 0.4, label=key[: -len("_ms")])
+        ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    ax.set_xticks(index, [str(t["transition"]) for t in transitions])
+    ax.set_xlabel("traced transition (audit: trace.transitions[].transition)")
+    ax.set_ylabel("ms (audit: trace.transitions[].<annotation>_ms)")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
+    ax.legend(loc="upper right", ncols=2, fontsize=8)
+
+
+def _run_section(out_dir: Path, executed: list[str]) -> dict:
+    """Seed, batch size and implementation from the executed notebooks' papermill parameters."""
+    params = [nbformat.read(out_dir / f"{n}.ipynb", as_version=4).metadata["papermill"]["parameters"] for n in executed]
+    first = params[0] if params else {}
+    spec = first.get("implementation", "reference")
+    if spec not in ("reference", "", None):
+        spec = {"file": Path(spec).name, "sha256": sha256(spec) if Path(spec).is_file() else None}
+    return {
+        "seed": first.get("seed"),
+        "batch_size": first.get("batch_size"),
+        "implementation": spec,
+        "notebooks": executed,
+    }
+
+
+def audit(out_dir, notebooks: list[str] | None = None) -> dict:
+    """The audit object for an output folder (see the module docstring for the schema)."""
+
+    out_dir = Path(out_dir)
+    executed = [n for n in (notebooks or NOTEBOOKS) if (out_dir / f"{n}.ipynb").is_file()]
+    results = {p.stem: record.load(out_dir, p.stem) for p in sorted((out_dir / record.RESULTS).glob("*.json"))}
+    stage4 = results.get(STAGE4, {})
+    missing = [f"{n}.ipynb" for n in (notebooks or NOTEBOOKS) if n not in executed]
+
+    def take(source: dict | None, key: str, where: str):
+        if source and key in source:
+            return source[key]
+        missing.append(f"{where}:{key}")
+        return None
+
+    stage3_ckpt, stage3_resume = results.get("stage3_checkpoint"), results.get("stage3_resume")
+    counts = _device_counts(results.get("stage1_batches"))
+    recorded = (results.get("stage2_update") or {}).get("all_reduce")
+    ir, drills = out_dir / IR, out_dir / DRILLS
+    if counts is None:
+        missing.append("stage1_batches:device_counts_7_rows")
+    if recorded is None:
+        missing.append("stage2_update:all_reduce")
+    if not ir.is_file():
+        missing.append(IR)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": _run_section(out_dir, executed),
+        "environment": take(stage4, "environment", STAGE4),
+        "sources": source_hashes(),
+        "notebooks": {
+            n: {"executed": f"{n}.ipynb", "html": f"{n}.html" if (out_dir / f"{n}.html").is_file() else None}
+            for n in executed
+        },
+        "timing": take(stage4, "timing", STAGE4),
+        "trace": take(stage4, "trace", STAGE4),
+        "device_counts": counts,
+        "all_reduce": {
+            "count": count_all_reduce(ir.read_text()) if ir.is_file() else None,
+            "ir": IR if ir.is_file() else None,
+            "recorded": recorded.get("count") if isinstance(recorded, dict) else recorded,
+        },
+        "recovery": take(stage3_resume, "recovery", "stage3_resume"),
+        "faults": take(stage3_ckpt, "faults", "stage3_checkpoint"),
+        "figure": take(stage4, "figure", STAGE4),
+        "drills": json.loads(drills.read_text()) if drills.is_file() else None,
+        "results": results,
+        "missing": missing,
+    }
+
+
+TEXT = {".json", ".ipynb", ".html", ".txt", ".mlir", ".svg", ".md", ".csv"}  # files `relative_paths` may edit
+
+
+def relative_paths(out_dir) -> None:
+    """Make receipts folder-relative: papermill's input and output paths, and any path into `out_dir` in text files.
+
+    The runner works in a staging folder that is renamed on success, so an absolute path into
+    it would dangle as well as name this machine.
+    """
+    root = str(Path(out_dir).resolve())
+    for path in sorted(Path(out_dir).rglob("*")):
+        if path.suffix == ".ipynb":
+            nb = nbformat.read(path, as_version=4)
+            if "papermill" in nb.metadata:
+                nb.metadata.papermill["input_path"] = f"notebooks/{path.name}"
+                nb.metadata.papermill["output_path"] = path.relative_to(out_dir).as_posix()
+                nbformat.write(nb, path)
+        if path.is_file() and path.suffix in TEXT:
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+            if root in text:
+                text = text.replace(root + "/", "").replace(root, ".")
+                path.write_text(text, encoding="utf-8", errors="surrogateescape")
+
+
+def write_audit(out_dir) -> Path:
+    """Write out_dir/audit.json (atomically) and return its path."""
+    body = audit(out_dir)
+    path = Path(out_dir) / AUDIT
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def headline(audit: dict) -> list[str]:
+    """The few numbers a reader checks first, each with the boundary it was measured at."""
+    lines = []
+    counts = audit.get("device_counts") or {}
+    if counts:
+        lines.append(
+            f"valid rows per device: 7 rows -> {counts.get('batch_of_7_rows')}, 1 row -> {counts.get('batch_of_1_row')}"
+        )
+    if audit.get("all_reduce"):
+        lines.append(f"all_reduce ops in the lowered step: {audit['all_reduce']['count']} (IR inspection, not traffic)")
+    recovery = audit.get("recovery") or {}
+    if recovery:
+        worst = max(v for k, v in recovery.items() if k in ("weights", "momentum", "key", "order", "cursor", "losses"))
+        lines.append(f"fresh-kernel resume: max |difference| {worst} over {recovery['steps_compared']} steps")
+    faults = [f for f in audit.get("faults") or [] if f["fault"] != "none"]
+    if faults:
+        shown = ", ".join(f"{f['fixture']}/{f['fault']} {f['max_weight_error']:.3g}" for f in faults)
+        lines.append(f"final-weight error per omitted field: {shown}")
+    timing = audit.get("timing") or {}
+    medians = {k: v["median_ms"] for k, v in timing.items() if isinstance(v, dict) and "median_ms" in v}
+    if medians:
+        shown = ", ".join(f"{k} {v:.4g} ms" for k, v in medians.items())
+        lines.append(f"warm medians (placed inputs; 4 logical devices on one host): {shown}")
+    dominant = (audit.get("trace") or {}).get("dominant")
+    if dominant:
+        lines.append(
+            f"trace (CPU, not accelerator utilisation): {dominant['dominant']} dominates by {dominant['factor']:.2f}x"
+        )
+    drills = audit.get("drills")
+    if drills:
+        lines.append(f"stage 5 drills (processes on one host, not a cluster): all passed = {drills['all_passed']}")
+    return lines

@@ -1,0 +1,181 @@
+"""Warm timings of three equivalent updates, compiled explicitly and checked before any clock runs.
+
+Variants (the names the audit uses):
+
+- `eager_4dev`: the four-device `shard_map` body dispatched op by op (no outer `jit`);
+- `compiled_4dev`: the same body lowered and compiled for the four-device mesh;
+- `compiled_1dev`: the global update with no collectives, compiled for one device.
+
+Measurement boundary: inputs are padded and placed before any sample; a sample is one
+call of a warmed-up variant plus `jax.block_until_ready` on every output leaf. Sampling
+and placement are outside the clock. The warm-up counts the XLA compilations a call still
+triggers (`compilations`): zero for the compiled variants, every call for the eager one.
+"""
+
+import time
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from shardlab.core.batch import pad, place
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.errors import VariantMismatchError
+from shardlab.core.state import replicate
+from shardlab.core.update import make_global_step, make_step
+from shardlab.lessons.oracle import momentum_step
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring event of one XLA compile
+VARIANTS = ("eager_4dev", "compiled_4dev", "compiled_1dev")
+SAMPLES = 11
+WARMUP = 1
+COURSE_MEDIANS_MS = {"eager_4dev": 421.46, "compiled_4dev": 0.1661, "compiled_1dev": 0.07225}  # another machine
+COURSE_COMPILE_MS = {"compiled_4dev": 33.90, "compiled_1dev": 28.76}
+BOUNDARY = (
+    "inputs already padded and placed; one sample = one call of a warmed-up variant plus "
+    "jax.block_until_ready on every output leaf; no sampling, no placement. Explicit compilation "
+    "is timed separately; XLA compilations still triggered by a warm call are counted in warm_compilations"
+)
+
+
+class Variant(NamedTuple):
+    """A callable update, its placed arguments, and its lower/compile times (None when eager)."""
+
+    fn: object
+    args: tuple
+    lower_ms: float | None
+    compile_ms: float | None
+
+
+def inputs(data, mesh: Mesh, seed: int = 0) -> dict:
+    """Host (features, targets, mask, weights, momentum): every row once, padded; seeded non-zero w and v."""
+    rng = np.random.default_rng(seed)
+    features, targets, mask = pad(data, np.arange(len(data.targets)), mesh.size)
+    width = features.shape[1]
+    weights = rng.normal(scale=0.1, size=width).astype(np.float32)
+    momentum = rng.normal(scale=0.1, size=width).astype(np.float32)
+    return {"features": features, "targets": targets, "mask": mask, "weights": weights, "momentum": momentum}
+
+
+def compile_variant(jitted, args: tuple) -> Variant:
+    """Lower, then compile, each on its own clock."""
+    start = time.perf_counter()
+    lowered = jitted.lower(*args)
+    lowered_at = time.perf_counter()
+    executable = lowered.compile()
+    done = time.perf_counter()
+    return Variant(executable, args, 1e3 * (lowered_at - start), 1e3 * (done - lowered_at))
+
+
+def build(host: dict, mesh: Mesh, make_sharded=make_step, learning_rate=LEARNING_RATE, decay=DECAY) -> dict:
+    """The three variants with placed arguments; the compiled ones lowered and compiled explicitly.
+
+    `make_sharded` is the implementation's `make_step` (the learner's or the reference).
+    """
+    sharded_args = (
+        *place(host["features"], host["targets"], host["mask"], mesh),
+        replicate(host["weights"], mesh),
+        replicate(host["momentum"], mesh),
+    )
+    device = jax.devices()[0]
+    single_args = tuple(jax.device_put(host[k], device) for k in ("features", "targets", "mask", "weights", "momentum"))
+    eager = make_sharded(mesh, learning_rate, decay, compiled=False)
+    return {
+        "eager_4dev": Variant(eager, sharded_args, None, None),
+        "compiled_4dev": compile_variant(make_sharded(mesh, learning_rate, decay, compiled=True), sharded_args),
+        "compiled_1dev": compile_variant(make_global_step(learning_rate, decay), single_args),
+    }
+
+
+def compilations(fn, args, block=jax.block_until_ready) -> dict:
+    """Backend compilations (count and total ms) that one blocking call of `fn(*args)` triggers."""
+    seen = []
+
+    def listener(event, duration_secs, **_):
+        if event == COMPILE_EVENT:
+            seen.append(duration_secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        block(fn(*args))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    return {"count": len(seen), "total_ms": 1e3 * sum(seen)}
+
+
+def check(variants: dict, host: dict, learning_rate=LEARNING_RATE, decay=DECAY, rtol=1e-4, atol=1e-5) -> dict:
+    """Max abs difference of each variant's (weights, momentum, loss, grad) from NumPy; raise if any is off."""
+    expected = momentum_step(
+        host["features"], host["targets"], host["mask"], host["weights"], host["momentum"], learning_rate, decay
+    )
+    names = ("weights", "momentum", "loss", "grad")
+    errors = {}
+    for variant, (fn, args, _, _) in variants.items():
+        outputs = [np.asarray(o, np.float64) for o in fn(*args)]
+        for name, got, want in zip(names, outputs, expected):
+            if not np.allclose(got, want, rtol=rtol, atol=atol):
+                raise VariantMismatchError(
+                    f"{variant}: {name} differs from the NumPy update by up to {np.max(np.abs(got - want)):.3g} "
+                    f"(allowed rtol={rtol}, atol={atol}); nothing was timed. Fix the update before measuring it."
+                )
+        errors[variant] = max(float(np.max(np.abs(g - w))) for g, w in zip(outputs, expected))
+    return errors
+
+
+def rotations(names, rounds: int) -> list[list[str]]:
+    """Round r calls the variants starting at index r mod len(names): each leads equally often."""
+    names = list(names)
+    return [names[r % len(names) :] + names[: r % len(names)] for r in range(rounds)]
+
+
+def measure(variants: dict, samples=SAMPLES, warmup=WARMUP, clock=time.perf_counter, block=jax.block_until_ready):
+    """Warm every variant, then `samples` rounds in rotating order; every sample kept, in ms.
+
+    Returns {"order": the rounds as called, "samples_ms": {variant: [ms, ...]},
+    "warm_compilations": {variant: compilations during its last warm-up call}}.
+    """
+    warm = {}
+    for order in rotations(variants, warmup):
+        for name in order:
+            warm[name] = compilations(variants[name].fn, variants[name].args, block)
+    rounds = rotations(variants, samples)
+    samples_ms = {name: [] for name in variants}
+    for order in rounds:
+        for name in order:
+            fn, args = variants[name].fn, variants[name].args
+            start = clock()
+            block(fn(*args))
+            samples_ms[name].append(1e3 * (clock() - start))
+    return {"order": rounds, "samples_ms": samples_ms, "warm_compilations": warm}
+
+
+def summary(variants: dict, measured: dict) -> dict:
+    """The audit's `timing` object: one entry per variant, then ratios of medians, order and boundary."""
+    table = {
+        name: {
+            "samples_ms": measured["samples_ms"][name],
+            "median_ms": float(np.median(measured["samples_ms"][name])),
+            "lower_ms": variants[name].lower_ms,
+            "compile_ms": variants[name].compile_ms,
+            "warm_compilations": measured.get("warm_compilations", {}).get(name),
+        }
+        for name in variants
+    }
+    median = {name: row["median_ms"] for name, row in table.items()}
+    pairs = {  # a ratio is given when both variants were measured (bench measures other sets)
+        "compiled_4dev_over_compiled_1dev": ("compiled_4dev", "compiled_1dev"),
+        "eager_4dev_over_compiled_4dev": ("eager_4dev", "compiled_4dev"),
+    }
+    ratios = {key: median[a] / median[b] for key, (a, b) in pairs.items() if a in median and b in median}
+    return {**table, "ratios": ratios, "order": measured["order"], "boundary": BOUNDARY}
+
+
+def run(data, mesh: Mesh, make_sharded=make_step, samples=SAMPLES, warmup=WARMUP) -> dict:
+    """Build, check against NumPy, then measure: the whole stage 4 timing in one call."""
+    host = inputs(data, mesh)
+    variants = build(host, mesh, make_sharded)
+    errors = check(variants, host)
+    result = summary(variants, measure(variants, samples, warmup))
+    result["max_abs_error_vs_numpy"] = errors
+    return result

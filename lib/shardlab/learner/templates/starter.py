@@ -1,0 +1,100 @@
+"""My shardlab implementation: replace each `raise` with code, one stage at a time.
+
+After each stage, check it (stages are cumulative, so stage 2 re-checks stage 1):
+
+    python -m shardlab check --implementation THIS_FILE --stage 1
+
+and run the notebooks against it with `make run IMPL=THIS_FILE`. Keep the signatures:
+the notebooks and the checker call these seven functions by name.
+"""
+
+import jax  # noqa: F401  (these imports are the ones you will need)
+import jax.numpy as jnp  # noqa: F401
+import numpy as np
+from jax.sharding import Mesh, NamedSharding  # noqa: F401
+from jax.sharding import PartitionSpec as P  # noqa: F401
+
+from shardlab import errors  # noqa: F401  (CheckpointExistsError, ContractMismatchError, EmptyBatchError, ...
+from shardlab.core.batch import Batch  # noqa: F401  (the container next_batch returns: features, targets, mask, ids)
+from shardlab.core.config import DECAY, LEARNING_RATE, Config
+
+AXIS = "data"  # the mesh axis name
+
+
+def _todo(function: str, stage: int, hint: str) -> NotImplementedError:
+    """The error every placeholder raises: which function, which stage, a one-line hint."""
+    return NotImplementedError(f"{function}: not implemented yet (stage {stage}); {hint} (hints: {__file__})")
+
+
+# ---------------------------------------------------------------- stage 1: the next batch is explicit
+
+
+def initial(seed: int, data, mesh: Mesh) -> dict:
+    """State at step 0: zero weights and momentum, a split key and the first order."""
+    # Hints:
+    # - data is (features, targets): float32 arrays of shapes (n, d) and (n,).
+    # - key = jax.random.PRNGKey(seed); key, subkey = jax.random.split(key); keep `key` in the state and
+    #   draw order = jax.random.permutation(subkey, n) with the second half (never the unsplit seed key).
+    # - weights and momentum: float32 zeros of shape (d,), replicated with NamedSharding(mesh, P()).
+    # - return {"weights", "momentum", "key", "order", "cursor": 0, "step": 0}; key as uint32 (2,).
+    raise _todo("initial", 1, "split PRNGKey(seed), keep the first half, permute with the second")
+
+
+def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Batch]:
+    """Return (new state, placed batch): advance the sampler, pad, place. Step is unchanged."""
+    # Hints:
+    # - If cursor has reached the end of order, split the saved key again, draw a new permutation, cursor 0.
+    # - Take ids = order[cursor : cursor + batch_size]; never cross the epoch boundary, keep the remainder
+    #   (23 rows in 7s give 7, 7, 7, 2).
+    # - Pad rows to a multiple of mesh.size; mask is 1 for real rows and 0 for padding.
+    # - Place features with P(AXIS, None), targets and mask with P(AXIS) (jax.device_put + NamedSharding).
+    # - Return a new dict ({**state, ...}); never assign into `state`; leave "step" alone.
+    raise _todo("next_batch", 1, "take the next ids, pad to a device multiple, place; new state")
+
+
+# ---------------------------------------------------------------- stage 2: the global update
+
+
+def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = DECAY, compiled: bool = True):
+    """Return step(features, targets, mask, weights, momentum) -> (weights, momentum, loss, grad)."""
+    # Hints:
+    # - Inside jax.shard_map over AXIS, each device computes its valid count N_d, gradient numerator
+    #   2 * sum m_i x_i r_i and loss numerator sum m_i r_i^2 (r_i = x_i.w - y_i, padding selected out).
+    # - jax.lax.psum each of the three over AXIS, then divide once by the global N: never average local means.
+    # - Loss before the update; then v <- decay * v + grad, w <- w - learning_rate * v (global gradient only).
+    # - in_specs (P(AXIS, None), P(AXIS), P(AXIS), P(), P()); out_specs P() for all four outputs.
+    # - compiled=True returns jax.jit(mapped); compiled=False returns the mapped function itself (stage 4).
+    raise _todo("make_step", 2, "shard_map: psum count and numerators, divide once, momentum")
+
+
+def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[dict, float, np.ndarray]:
+    """Return (new state, pre-update loss, ids): one batch, one optimiser update, step + 1."""
+    # Hints: next_batch, then step(batch.features, batch.targets, batch.mask, weights, momentum);
+    # the new state keeps the sampler fields from next_batch and increments step exactly once.
+    raise _todo("transition", 2, "next_batch, then one step; step + 1")
+
+
+# ---------------------------------------------------------------- stage 3: a fresh process continues
+
+
+def contract(data, config: Config) -> dict:
+    """Everything that must match for a checkpoint to continue *this* experiment."""
+    # Hints: plain JSON data: a schema version, dataset shapes and dtypes, a hash of the data bytes
+    # (hashlib.sha256), seed, batch size, feature width, learning rate, decay and device count.
+    raise _todo("contract", 3, "everything that must match to continue this experiment")
+
+
+def save(path, state: dict, contract_: dict) -> str:
+    """Write all six fields plus the contract to a new NPZ at `path`; return the path."""
+    # Hints: refuse a path that exists (raise errors.CheckpointExistsError); write np.savez to a temporary
+    # file in the same folder, then move it into place, so a reader never sees a half-written file.
+    # Everything must load with np.load(path, allow_pickle=False): store the contract as a JSON string.
+    raise _todo("save", 3, "six fields + contract into a new NPZ; never overwrite")
+
+
+def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
+    """Return the saved state after checking contract, then fields; weights re-replicated on `mesh`."""
+    # Hints: compare the saved contract with expected_contract *before* accepting anything
+    # (errors.ContractMismatchError); check shapes, dtypes, finite weights, that order is a permutation,
+    # cursor bounds and step >= 0 (errors.CorruptCheckpointError); replicate weights and momentum with P().
+    raise _todo("restore", 3, "check the contract first, then every field; replicate weights")

@@ -1,0 +1,193 @@
+"""Deliberate failures: resumes that lose one state field, and checkpoint files restore must refuse.
+
+Runtime faults restore a real checkpoint and then reset one field (momentum to zero,
+cursor to 0, key to the seed's key). File faults copy a checkpoint with one member
+damaged; `refused` runs a call that must raise and proves no file was touched.
+"""
+
+import hashlib
+import os
+
+import jax
+import numpy as np
+
+from shardlab.core.config import Config
+from shardlab.core.fixtures import check_dataset
+from shardlab.core.sampler import epoch_batches
+from shardlab.core.state import replicate
+from shardlab.lessons import replay
+
+FAULTS = ("none", "momentum", "cursor", "key")
+FIXTURES = {"seed17_batch7": (17, 7), "seed29_batch10": (29, 10)}
+# Final-weight errors the original course reported with *its own* 23-row fixture (pattern, not values).
+COURSE = {
+    "seed17_batch7": {"none": 0.0, "momentum": 0.340, "cursor": 0.0400, "key": 0.0617},
+    "seed29_batch10": {"none": 0.0, "momentum": 0.128, "cursor": 0.0938, "key": 0.173},
+}
+
+
+def inject(state: dict, fault: str, seed: int, mesh) -> dict:
+    """A copy of `state` with one field reset as a careless restore would leave it."""
+    if fault == "none":
+        return dict(state)
+    if fault == "momentum":
+        return {**state, "momentum": replicate(np.zeros(np.shape(state["momentum"]), np.float32), mesh)}
+    if fault == "cursor":
+        return {**state, "cursor": 0}
+    if fault == "key":
+        return {**state, "key": np.asarray(jax.random.PRNGKey(seed), np.uint32)}
+    raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
+
+
+def save_step(num_examples: int, batch_size: int) -> int:
+    """Where the fault runs save: one batch into the second epoch (mid-epoch if an epoch has >= 2 batches)."""
+    return len(epoch_batches(num_examples, batch_size)) + 1
+
+
+def fault_runs(impl, data, mesh, folder, seed: int, batch_size: int, epochs: int = 4) -> dict:
+    """Save mid-epoch, continue uninterrupted, and resume once per fault; every record of it."""
+    data = check_dataset(data)
+    rows = data.features.shape[0]
+    step = impl.make_step(mesh)
+    contract = impl.contract(data, Config(seed=seed, batch_size=batch_size))
+    at = save_step(rows, batch_size)
+    total = epochs * len(epoch_batches(rows, batch_size))
+    head = replay.run(impl.initial(seed, data, mesh), data, batch_size, at, mesh, step, impl.transition)
+    path = impl.save(os.path.join(folder, f"seed{seed}_batch{batch_size}.npz"), head["state"], contract)
+    control = replay.run(head["state"], data, batch_size, total - at, mesh, step, impl.transition)
+    runs = {}
+    for fault in FAULTS:
+        resumed = inject(impl.restore(path, contract, mesh), fault, seed, mesh)
+        runs[fault] = replay.run(resumed, data, batch_size, total - at, mesh, step, impl.transition)
+    cursor = int(head["state"]["cursor"])
+    return {
+        "save_step": at,
+        "cursor": cursor,
+        "total_steps": total,
+        "next_epoch_step": replay.boundary(rows, cursor, batch_size, at),
+        "control": control,
+        "runs": runs,
+    }
+
+
+def row(fixture: str, seed: int, batch_size: int, fault: str, control: dict, resumed: dict) -> dict:
+    """One machine-readable fault row: final-weight error, changed ids, first divergent step."""
+    divergence = replay.first_divergence(control, resumed)
+    return {
+        "fixture": fixture,
+        "seed": int(seed),
+        "batch_size": int(batch_size),
+        "fault": fault,
+        "max_weight_error": float(np.max(np.abs(control["weights"][-1] - resumed["weights"][-1]))),
+        "ids_changed": replay.ids_mismatched(control["ids"], resumed["ids"]) > 0,
+        "first_divergence_step": None if divergence is None else int(divergence["step"]),
+    }
+
+
+def fault_table(impl, data, mesh, folder, fixtures: dict = FIXTURES, epochs: int = 4) -> tuple[list, dict]:
+    """(rows, setup): four rows per fixture, and per fixture the save point and what first diverged."""
+    rows, setup = [], {}
+    for name, (seed, batch_size) in fixtures.items():
+        found = fault_runs(impl, data, mesh, folder, seed, batch_size, epochs)
+        control = found["control"]
+        for fault in FAULTS:
+            rows.append(row(name, seed, batch_size, fault, control, found["runs"][fault]))
+        divergence = {f: replay.first_divergence(control, found["runs"][f]) for f in FAULTS}
+        setup[name] = {
+            **{k: found[k] for k in ("save_step", "cursor", "total_steps", "next_epoch_step")},
+            "diverged_fields": {f: (d or {}).get("fields", []) for f, d in divergence.items()},
+            "key_fault_first_step_matches": found["runs"]["key"]["log"][0] == control["log"][0],
+        }
+    return rows, setup
+
+
+def _snapshot(path: str):
+    """Bytes hash, size and mtime of a file plus its folder listing (None if it does not exist)."""
+    folder = os.listdir(os.path.dirname(os.path.abspath(path)))
+    if not os.path.exists(path):
+        return None, sorted(folder)
+    with open(path, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    stat = os.stat(path)
+    return (digest, stat.st_size, stat.st_mtime_ns), sorted(folder)
+
+
+def refused(call, error: type, *paths) -> str:
+    """Run `call`; require `error` and that no file in `paths` (or its folder) changed; return the message."""
+    before = [_snapshot(os.fspath(p)) for p in paths]
+    try:
+        call()
+    except error as exc:
+        message = str(exc)
+    else:
+        raise AssertionError(f"expected {error.__name__}, but the call succeeded")
+    after = [_snapshot(os.fspath(p)) for p in paths]
+    changed = [os.fspath(p) for p, a, b in zip(paths, before, after) if a != b]
+    if changed:
+        raise AssertionError(f"a refused call modified {changed}; a refusal must leave the disk untouched")
+    return message
+
+
+def tampered(source, target, change) -> str:
+    """Copy the checkpoint `source` to a new file `target` after `change(arrays)` edits its arrays in place."""
+    with np.load(os.fspath(source), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    change(arrays)
+    with open(os.fspath(target), "xb") as handle:
+        np.savez(handle, **arrays)
+    return os.fspath(target)
+
+
+def truncated(source, target) -> str:
+    """Copy the first half of `source` to a new file `target` (a save cut short, seen without the rename)."""
+    with open(os.fspath(source), "rb") as handle:
+        raw = handle.read()
+    with open(os.fspath(target), "xb") as handle:
+        handle.write(raw[: len(raw) // 2])
+    return os.fspath(target)
+
+
+def _set(name, value_of):
+    def change(arrays):
+        arrays[name] = value_of(arrays[name])
+
+    return change
+
+
+def _drop(name):
+    def change(arrays):
+        del arrays[name]
+
+    return change
+
+
+def _duplicate_id(order):
+    order = order.copy()
+    order[1] = order[0]
+    return order
+
+
+def _out_of_range_id(order):
+    order = order.copy()
+    order[0] = len(order)
+    return order
+
+
+def _nan_first(weights):
+    weights = weights.copy()
+    weights[0] = np.nan
+    return weights
+
+
+# name -> how the copy is damaged; every one must raise CorruptCheckpointError on restore.
+DAMAGE = {
+    "missing momentum": _drop("momentum"),
+    "duplicate id in order": _set("order", _duplicate_id),
+    "out-of-range id in order": _set("order", _out_of_range_id),
+    "object array": _set("weights", lambda w: np.array(list(w), dtype=object)),
+    "non-finite weights": _set("weights", _nan_first),
+    "cursor out of range": _set("cursor", lambda c: np.asarray(10**6, np.int64)),
+    "negative step": _set("step", lambda s: np.asarray(-1, np.int64)),
+    "key dtype": _set("key", lambda k: k.astype(np.int64)),
+    "key shape": _set("key", lambda k: np.zeros(4, np.uint32)),
+}

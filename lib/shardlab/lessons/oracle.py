@@ -1,0 +1,100 @@
+"""Independent answers the notebooks check against: NumPy formulas, coverage arithmetic, refusals.
+
+Nothing here advances a sampler, pads a batch or runs the sharded update. Sums are taken in
+float64 on the host, written straight from the course formulas with r_i = x_i.w - y_i:
+N = sum m_i, L = sum m_i r_i^2 / N, grad L = 2 sum m_i x_i r_i / N.
+"""
+
+import jax
+import numpy as np
+
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.sampler import epoch_batches
+
+
+def _float64(*arrays):
+    return [np.asarray(a, np.float64) for a in arrays]
+
+
+def masked_sums(features, targets, mask, weights) -> tuple[float, np.ndarray, float]:
+    """(N, gradient numerator, loss numerator) over rows with mask > 0; other rows are skipped."""
+    features, targets, weights = _float64(features, targets, weights)
+    keep = np.asarray(mask) > 0
+    x, y = features[keep], targets[keep]
+    r = x @ weights - y
+    return float(keep.sum()), 2.0 * x.T @ r, float(r @ r)
+
+
+def masked_mean(features, targets, mask, weights) -> tuple[float, np.ndarray]:
+    """(loss, gradient) of the global masked mean: both numerators divided once by N."""
+    count, grad_num, loss_num = masked_sums(features, targets, mask, weights)
+    return loss_num / count, grad_num / count
+
+
+def momentum_step(features, targets, mask, weights, momentum, learning_rate=LEARNING_RATE, decay=DECAY):
+    """(weights, momentum, pre-update loss, gradient) after v <- decay*v + g, w <- w - lr*v."""
+    loss, grad = masked_mean(features, targets, mask, weights)
+    momentum = decay * np.asarray(momentum, np.float64) + grad
+    return np.asarray(weights, np.float64) - learning_rate * momentum, momentum, loss, grad
+
+
+def partition_sums(features, targets, mask, weights, num_devices: int) -> dict:
+    """Per-device (counts, grad_nums, loss_nums): the padded slots cut into equal contiguous blocks."""
+    blocks = zip(*(np.split(np.asarray(a), num_devices) for a in (features, targets, mask)))
+    sums = [masked_sums(x, y, m, weights) for x, y, m in blocks]
+    return {
+        "counts": np.array([s[0] for s in sums]),
+        "grad_nums": np.stack([s[1] for s in sums]),
+        "loss_nums": np.array([s[2] for s in sums]),
+    }
+
+
+def rebuild(parts: dict) -> tuple[float, np.ndarray]:
+    """(loss, gradient) from per-partition pieces: add the numerators and counts, divide once."""
+    count = parts["counts"].sum()
+    return parts["loss_nums"].sum() / count, parts["grad_nums"].sum(axis=0) / count
+
+
+def local_means(parts: dict) -> np.ndarray:
+    """Each partition's own mean gradient (NaN rows where a partition holds no observation)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return parts["grad_nums"] / parts["counts"][:, None]
+
+
+def device_counts(rows: int, num_devices: int) -> list[int]:
+    """Valid rows per device when `rows` rows fill slots in order, padded to a device multiple."""
+    per_device = -(-rows // num_devices)
+    return [min(per_device, max(0, rows - d * per_device)) for d in range(num_devices)]
+
+
+def epoch_coverage(id_batches, num_examples: int, batch_size: int) -> list[bool]:
+    """Per epoch: do that epoch's batches hold every id in range(num_examples) exactly once?"""
+    per_epoch = len(epoch_batches(num_examples, batch_size))
+    epochs = [id_batches[i : i + per_epoch] for i in range(0, len(id_batches), per_epoch)]
+    return [sorted(np.concatenate(e).tolist()) == list(range(num_examples)) for e in epochs]
+
+
+def idiom_epochs(seed: int, num_examples: int, epochs: int) -> list[dict]:
+    """Each epoch's saved key and order from the course idiom: key, subkey = split(key); permutation(subkey, n)."""
+    key, found = jax.random.PRNGKey(seed), []
+    for _ in range(epochs):
+        key, subkey = jax.random.split(key)
+        order = np.asarray(jax.random.permutation(subkey, num_examples))
+        found.append({"key": np.asarray(key, np.uint32).tolist(), "order": order})
+    return found
+
+
+def idiom_orders(seed: int, num_examples: int, epochs: int) -> list[np.ndarray]:
+    """Just the orders of `idiom_epochs`, one permutation per epoch."""
+    return [epoch["order"] for epoch in idiom_epochs(seed, num_examples, epochs)]
+
+
+def expect_error(error_type: type, call, *args, **kwargs) -> str:
+    """Run `call(*args, **kwargs)`; return the message if it raises `error_type`, else raise AssertionError."""
+    try:
+        call(*args, **kwargs)
+    except error_type as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        print(message)
+        return message
+    raise AssertionError(f"{getattr(call, '__name__', call)} should have raised {error_type.__name__}, but returned")

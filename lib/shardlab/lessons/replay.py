@@ -1,0 +1,170 @@
+"""Control runs, resumed runs and their field-by-field comparison, step by step.
+
+A *record* is what one run leaves: the ids and loss of every step, all six state
+fields after every step, and a fingerprint log. Comparing two records aligned on
+`step` shows whether a resumed run continued the control or where it left it.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+from jax.sharding import NamedSharding
+
+from shardlab.core.batch import REPLICATED
+from shardlab.core.errors import CheckpointError, ShardlabError
+from shardlab.core.schema import FIELDS, SAMPLER, host_copy
+from shardlab.core.state import transition as reference_transition
+from shardlab.lessons import fingerprint
+
+MARKER = ".shardlab-stage3"  # present in every folder `fresh_folder` created
+
+
+class ReplayMismatchError(ShardlabError, AssertionError):
+    """A resumed run did not reproduce the control run it should continue."""
+
+
+def run(state, data, batch_size: int, steps: int, mesh, step, transition=reference_transition) -> dict:
+    """Advance `steps` transitions from `state`; return the record and (under "state") the final state."""
+    after = {name: [] for name in FIELDS}
+    ids, losses, log = [], [], []
+    for _ in range(int(steps)):
+        state, loss, batch_ids = transition(state, data, batch_size, step, mesh)
+        host = host_copy(state)
+        for name in FIELDS:
+            after[name].append(host[name])
+        ids.append(np.asarray(batch_ids, np.int64))
+        losses.append(float(loss))
+        log.append(fingerprint.entry(host["step"], data, batch_ids, host["weights"], loss))
+    record = {name: np.asarray(values) for name, values in after.items()}
+    record.update(ids=ids, losses=np.asarray(losses, np.float64), log=log, state=state)
+    return record
+
+
+def _max_diff(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return float("inf")
+    if a.size == 0:
+        return 0.0
+    wide = np.float64 if a.dtype.kind == "f" else np.int64
+    return float(np.max(np.abs(a.astype(wide) - b.astype(wide))))
+
+
+def ids_mismatched(ids_a: list, ids_b: list) -> int:
+    """How many sample ids differ position by position; every missing or extra id counts as one."""
+    longer = ids_a if len(ids_a) > len(ids_b) else ids_b
+    count = sum(len(extra) for extra in longer[min(len(ids_a), len(ids_b)) :])
+    for a, b in zip(ids_a, ids_b):
+        shared = min(len(a), len(b))
+        count += int(np.count_nonzero(np.asarray(a[:shared]) != np.asarray(b[:shared])))
+        count += abs(len(a) - len(b))
+    return count
+
+
+def compare(control: dict, resumed: dict) -> dict:
+    """Max absolute difference per field over every step, mismatched ids, losses, coverage."""
+    diffs = {name: _max_diff(control[name], resumed[name]) for name in FIELDS}
+    steps = len(resumed["ids"])
+    rows = np.asarray(resumed["order"]).shape[-1] if steps else 1
+    return {
+        **diffs,
+        "ids_mismatched": ids_mismatched(control["ids"], resumed["ids"]),
+        "losses": _max_diff(control["losses"], resumed["losses"]),
+        "steps_compared": int(min(len(control["ids"]), steps)),
+        "epochs_covered": float(sum(len(i) for i in resumed["ids"]) / rows),
+    }
+
+
+def first_divergence(control: dict, other: dict):
+    """The first step at which the fingerprint logs differ (None if they agree)."""
+    return fingerprint.first_divergence(control["log"], other["log"])
+
+
+def check_recovery(recovery: dict, weight_tolerance: float = 0.0) -> None:
+    """Raise ReplayMismatchError unless sampler fields, ids and step counts match exactly."""
+    exact = [name for name in (*SAMPLER, "ids_mismatched") if recovery[name] != 0]
+    if recovery["steps_compared"] < 1:
+        exact.append("steps_compared")
+    if exact:
+        raise ReplayMismatchError(
+            f"the resumed run left the control in {exact} ({ {k: recovery[k] for k in exact} }); the sampler "
+            "must match exactly. Restore every field (key, order, cursor, step) from the checkpoint."
+        )
+    loose = [k for k in ("weights", "momentum", "losses") if not recovery[k] <= weight_tolerance]
+    if loose:
+        raise ReplayMismatchError(
+            f"{loose} differ by more than {weight_tolerance} ({ {k: recovery[k] for k in loose} }); "
+            "the optimiser state was not restored bit for bit"
+        )
+
+
+def save_record(path, record: dict) -> str:
+    """Write a record (without the live state) as one NPZ at a new `path`; ids are stored flat."""
+    path = os.fspath(path)
+    if os.path.lexists(path):
+        raise CheckpointError(f"{path} already exists; records are never overwritten, use a new folder")
+    lengths = np.asarray([len(i) for i in record["ids"]], np.int64)
+    flat = np.concatenate(record["ids"]) if record["ids"] else np.zeros(0, np.int64)
+    with open(path, "xb") as handle:
+        np.savez(
+            handle,
+            **{name: np.asarray(record[name]) for name in FIELDS},
+            ids=flat.astype(np.int64),
+            ids_lengths=lengths,
+            losses=np.asarray(record["losses"], np.float64),
+            log=np.asarray(json.dumps(record["log"])),
+        )
+    return path
+
+
+def load_record(path) -> dict:
+    """Read a record written by `save_record` (no pickles)."""
+    with np.load(os.fspath(path), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    bounds = np.cumsum(arrays["ids_lengths"])[:-1]
+    record = {name: arrays[name] for name in FIELDS}
+    record.update(
+        ids=list(np.split(arrays["ids"], bounds)) if len(arrays["ids_lengths"]) else [],
+        losses=arrays["losses"],
+        log=json.loads(str(arrays["log"][()])),
+    )
+    return record
+
+
+def fresh_folder(path) -> str:
+    """Create `path` empty for a notebook's files, clearing it only if a previous run of ours made it."""
+    path = os.fspath(path)
+    if os.path.lexists(path):
+        if not os.path.isfile(os.path.join(path, MARKER)):
+            raise CheckpointError(f"{path} exists and was not made by shardlab; move it away or choose another out_dir")
+        shutil.rmtree(path)
+    os.makedirs(path)
+    with open(os.path.join(path, MARKER), "w") as handle:
+        handle.write("stage 3 files; cleared when the stage 3 notebook runs again\n")
+    return path
+
+
+def boundary(num_examples: int, cursor: int, batch_size: int, step: int) -> int:
+    """Number of the first step that reads a new permutation, from cursor arithmetic alone."""
+    remaining = -(-(num_examples - cursor) // batch_size)  # batches left in this epoch
+    return step + remaining + 1
+
+
+def is_replicated(array, mesh) -> bool:
+    """True if `array` is laid out as NamedSharding(mesh, P()) with a copy on every device of `mesh`."""
+    sharding = getattr(array, "sharding", None)
+    return bool(
+        sharding is not None
+        and sharding.is_equivalent_to(NamedSharding(mesh, REPLICATED), np.ndim(array))
+        and len(array.addressable_shards) == mesh.size
+    )
+
+
+def process_identity() -> dict:
+    """This interpreter's pid and start time: two kernels never share both."""
+    import psutil
+
+    process = psutil.Process()
+    return {"pid": process.pid, "started": process.create_time()}

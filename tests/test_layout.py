@@ -1,0 +1,103 @@
+"""The package's shape: no import cycles, a small core that stands alone, one home for the state schema."""
+
+import ast
+import re
+
+from conftest import REPO
+
+PACKAGE = REPO / "lib" / "shardlab"
+CORE_LINE_BUDGET = 1000  # the part the four stage notebooks need, read in one sitting
+EXTENSIONS = ("shardlab.multi", "shardlab.torture", "shardlab.checker", "shardlab.perf")
+
+
+def module_name(path):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path):
+    """Every shardlab module `path` imports, at top level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("shardlab")}
+        elif (
+            isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("shardlab") and node.level == 0
+        ):
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def graph():
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    edges = {}
+    for name, path in modules.items():
+        targets = {t for t in imports(path) if t in modules and t != name}
+        edges[name] = targets - {"shardlab"}  # the package face imports everything; nothing may need it back
+    return modules, edges
+
+
+def find_cycle(edges):
+    """One import cycle as a list of modules, or None (depth-first search with colours)."""
+    colour, stack = {}, []
+
+    def visit(node):
+        colour[node] = "grey"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if colour.get(nxt) == "grey":
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in colour and (cycle := visit(nxt)):
+                return cycle
+        colour[node] = "black"
+        stack.pop()
+        return None
+
+    for node in sorted(edges):
+        if node not in colour and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_in_the_library():
+    _, edges = graph()
+    assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges))}"
+
+
+def test_core_imports_only_the_core_and_stays_small():
+    modules, edges = graph()
+    core = {name: path for name, path in modules.items() if name.startswith("shardlab.core")}
+    outside = {name: sorted(t for t in edges[name] if not t.startswith("shardlab.core")) for name in core}
+    assert not any(outside.values()), (
+        f"core modules import outside the core: { {k: v for k, v in outside.items() if v} }"
+    )
+    lines = sum(len(p.read_text().splitlines()) for p in core.values())
+    assert lines < CORE_LINE_BUDGET, f"the core has {lines} lines; keep it under {CORE_LINE_BUDGET}"
+
+
+def test_nothing_low_imports_an_extension():
+    _, edges = graph()
+    low = [n for n in edges if n.startswith(("shardlab.core", "shardlab.lessons", "shardlab.learner"))]
+    bad = {n: sorted(t for t in edges[n] if t.startswith(EXTENSIONS)) for n in low}
+    assert not any(bad.values()), f"course modules import extensions: { {k: v for k, v in bad.items() if v} }"
+
+
+def test_the_state_fields_are_written_down_once():
+    spelled = re.compile(r'"weights",\s*"momentum",\s*"key",\s*"order",\s*"cursor",\s*"step"')
+    homes = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if spelled.search(p.read_text())]
+    assert homes == ["core/schema.py"], f"the six-field tuple is spelled out in {homes}; import it from core/schema.py"
+
+
+def test_the_library_does_not_locate_the_checkout():
+    offenders = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if re.search(r"__file__\)?\.?\s*\)?\.(resolve\(\)\.)?parents?\b", p.read_text())
+    ]
+    assert not offenders, f"{offenders} find files through __file__; pass folders in or use importlib.resources"
