@@ -11,8 +11,9 @@ BATCH_SIZE ?= 7
 IMPL ?= reference
 STAGE ?= all
 PORT ?= 8888
+WORKSPACE ?= workspace
 
-.PHONY: venv run test lab lint check drills bench torture clean
+.PHONY: venv run test lab sync lint check drills bench torture clean
 
 venv: $(STAMP)
 
@@ -32,10 +33,15 @@ test: venv
 
 lint: venv
 	$(BIN)/ruff check lib tests
+	$(BIN)/ruff format --check lib tests
 
 lab: venv
-	@echo "Open the URL below; pick the kernel 'Python (shardlab)' if asked. Notebooks are in notebooks/."
-	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=lib/shardlab/course/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
+	@$(BIN)/python -m shardlab workspace $(WORKSPACE)
+	@echo "Open the URL below; pick the kernel 'Python (shardlab)' if asked. Your copies are in $(WORKSPACE)/."
+	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(WORKSPACE) $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+sync: venv
+	$(BIN)/jupytext --sync lib/shardlab/course/notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import websocket
 
-from shardlab.course import catalog
+from shardlab.course import catalog, workspace
 
 pytestmark = pytest.mark.slow
 
@@ -97,6 +97,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture
 def lab(tmp_path):
+    workspace_dir = tmp_path / "workspace"  # as `make lab` does: the learner's copy, never the course sources
+    assert set(workspace.prepare(workspace_dir).values()) == {"copied"}
     port, token = free_port(), secrets.token_hex(24)
     jupyter = Path(sys.executable).parent / "jupyter"
     # as `make lab` starts it: no MPLBACKEND, and no JAX_PLATFORMS (conftest's setup_devices set it here)
@@ -110,7 +112,7 @@ def lab(tmp_path):
         f"--port={port}",
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
-        f"--notebook-dir={catalog.NOTEBOOK_DIR}",
+        f"--notebook-dir={workspace_dir}",
     ]
     if os.getuid() == 0:
         command.append("--allow-root")
@@ -193,3 +195,15 @@ def test_lab_serves_and_its_kernel_sees_four_devices(lab):
     finally:
         ws.close()
         lab.request("DELETE", f"/api/sessions/{session['id']}")
+
+
+def test_saving_in_lab_changes_the_workspace_copy_not_the_course(lab):
+    course = {p.name: p.read_bytes() for p in catalog.NOTEBOOK_DIR.iterdir() if p.is_file()}
+    model = lab.json("GET", f"/api/contents/{NOTEBOOK}?content=1")
+    first = next(c for c in model["content"]["cells"] if c["cell_type"] == "code")
+    first["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "a learner's output\n"}]
+    first["execution_count"] = 1
+    lab.json("PUT", f"/api/contents/{NOTEBOOK}", {"type": "notebook", "format": "json", "content": model["content"]})
+    saved = lab.json("GET", f"/api/contents/{NOTEBOOK}?content=1")
+    assert any(c.get("outputs") for c in saved["content"]["cells"]), "the save reached the workspace copy"
+    assert {p.name: p.read_bytes() for p in catalog.NOTEBOOK_DIR.iterdir() if p.is_file()} == course

@@ -12,6 +12,10 @@ COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
     "multi": ("shardlab.multi.launcher", "start P controller processes on loopback and compare with one process"),
     "drills": ("shardlab.multi.drills", "run the four stage 5 crash drills and write OUT/drills.json"),
+    "workspace": (
+        "shardlab.course.workspace",
+        "copy the course notebooks into your own folder (`make lab` opens it)",
+    ),
     "starter": ("shardlab.learner.starter", "copy the starter template to a new file for your own implementation"),
     "check": ("shardlab.checker.cli", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (
