@@ -106,7 +106,7 @@ def test_single_device_global_step_matches_numpy(data):
     ids = np.arange(23)
     x, y, m = sl.pad(data, ids, 1)
     w, v = np.full(8, 0.5, np.float32), np.zeros(8, np.float32)
-    out = sl.make_global_step()(x, y, m, w, v)
+    out = sl.make_single_device_step()(x, y, m, w, v)
     ref = numpy_step(x, y, w, v)
     for a, b in zip(out, ref):
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5)

@@ -11,7 +11,7 @@ from shardlab.core.devices import make_mesh, setup_devices
 from shardlab.core.fixtures import Dataset, check_dataset, teaching_fixture, timing_fixture
 from shardlab.core.sampler import advance, epoch_batches, initial_sampler
 from shardlab.core.state import FIELDS, host_copy, initial, replicate, transition
-from shardlab.core.update import count_all_reduce, make_global_step, make_step, stablehlo
+from shardlab.core.update import count_all_reduce, make_single_device_step, make_step, stablehlo
 from shardlab.learner import implementation
 from shardlab.lessons import results
 
@@ -41,7 +41,7 @@ __all__ = [
     "results",
     "initial",
     "initial_sampler",
-    "make_global_step",
+    "make_single_device_step",
     "make_mesh",
     "make_step",
     "next_batch",

@@ -5,15 +5,15 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.batch import ROWS, VALUES
 from shardlab.core.config import DECAY, LEARNING_RATE
-from shardlab.core.update import apply_momentum, partial_sums
+from shardlab.core.update import apply_momentum, local_sums
 from shardlab.learner.reference import *  # noqa: F403
 
 
 def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
     def body(features, targets, mask, weights, momentum):
-        sums = (jax.lax.psum(s, "data") for s in partial_sums(features, targets, mask, weights))
+        sums = (jax.lax.psum(s, "data") for s in local_sums(features, targets, mask, weights))
         weights, momentum, _, grad = apply_momentum(*sums, weights, momentum, learning_rate, decay)
-        count, _, loss_num = (jax.lax.psum(s, "data") for s in partial_sums(features, targets, mask, weights))
+        count, _, loss_num = (jax.lax.psum(s, "data") for s in local_sums(features, targets, mask, weights))
         return weights, momentum, loss_num / count, grad
 
     mapped = jax.shard_map(body, mesh=mesh, in_specs=(ROWS, VALUES, VALUES, P(), P()), out_specs=P())

@@ -5,13 +5,13 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.batch import ROWS, VALUES
 from shardlab.core.config import DECAY, LEARNING_RATE
-from shardlab.core.update import partial_sums
+from shardlab.core.update import local_sums
 from shardlab.learner.reference import *  # noqa: F403
 
 
 def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
     def body(features, targets, mask, weights, momentum):
-        count, grad_num, loss_num = partial_sums(features, targets, mask, weights)
+        count, grad_num, loss_num = local_sums(features, targets, mask, weights)
         count = jax.lax.psum(count, "data")
         share = grad_num / count
         momentum = jax.lax.psum(decay * momentum + share, "data")  # momentum added on every device, then summed

@@ -6,13 +6,13 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.batch import ROWS, VALUES
 from shardlab.core.config import DECAY, LEARNING_RATE
-from shardlab.core.update import apply_momentum, partial_sums
+from shardlab.core.update import apply_momentum, local_sums
 from shardlab.learner.reference import *  # noqa: F403
 
 
 def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
     def body(features, targets, mask, weights, momentum):
-        _, grad_num, loss_num = partial_sums(features, targets, mask, weights)
+        _, grad_num, loss_num = local_sums(features, targets, mask, weights)
         count = jnp.float32(features.shape[0])
         sums = (jax.lax.psum(s, "data") for s in (count, grad_num, loss_num))
         return apply_momentum(*sums, weights, momentum, learning_rate, decay)

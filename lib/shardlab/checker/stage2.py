@@ -49,7 +49,7 @@ def _step_outputs(step, args) -> tuple:
 
 def explain_gradient(grad, features, targets, mask, weights, num_devices: int) -> str | None:
     """Which wrong formula `grad` follows, in the course's diagnostic language (None if none)."""
-    parts = oracle.partition_sums(features, targets, mask, weights, num_devices)
+    parts = oracle.device_sums(features, targets, mask, weights, num_devices)
     local = oracle.local_means(parts)
     numerator = parts["grad_nums"].sum(axis=0)
     candidates = [

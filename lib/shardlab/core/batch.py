@@ -77,3 +77,13 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh, put=put_whole) ->
     state, ids = advance(state, batch_size)
     features, targets, mask = pad(data, ids, mesh.size)
     return state, Batch(*place(features, targets, mask, mesh, put), ids)
+
+
+def is_replicated(array, mesh) -> bool:
+    """True if `array` is laid out as NamedSharding(mesh, P()) with a copy on every device of `mesh`."""
+    sharding = getattr(array, "sharding", None)
+    return bool(
+        sharding is not None
+        and sharding.is_equivalent_to(NamedSharding(mesh, REPLICATED), np.ndim(array))
+        and len(array.addressable_shards) == mesh.size
+    )

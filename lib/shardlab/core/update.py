@@ -11,7 +11,7 @@ from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
 
 
-def partial_sums(features, targets, mask, weights):
+def local_sums(features, targets, mask, weights):
     """(valid count, gradient numerator, loss numerator) of one partition.
 
     Padded slots contribute exactly zero whatever their contents: residuals are
@@ -34,7 +34,7 @@ def apply_momentum(count, grad_num, loss_num, weights, momentum, learning_rate, 
 
 
 def _sharded_body(features, targets, mask, weights, momentum, *, learning_rate, decay):
-    count, grad_num, loss_num = partial_sums(features, targets, mask, weights)
+    count, grad_num, loss_num = local_sums(features, targets, mask, weights)
     count = jax.lax.psum(count, AXIS)
     grad_num = jax.lax.psum(grad_num, AXIS)
     loss_num = jax.lax.psum(loss_num, AXIS)
@@ -64,7 +64,7 @@ def map_step(body, mesh: Mesh, learning_rate: float, decay: float, compiled: boo
     return jax.jit(mapped) if compiled else mapped
 
 
-def partition_sums(mesh: Mesh):
+def per_device_sums(mesh: Mesh):
     """Return f(features, targets, mask, weights) -> each device's unreduced (count, grad numerator, loss numerator).
 
     Nothing is added across devices: the pieces come back stacked along `data` (shapes
@@ -72,7 +72,7 @@ def partition_sums(mesh: Mesh):
     """
 
     def body(features, targets, mask, weights):
-        count, grad_num, loss_num = partial_sums(features, targets, mask, weights)
+        count, grad_num, loss_num = local_sums(features, targets, mask, weights)
         return count[None], grad_num[None], loss_num[None]
 
     mapped = jax.shard_map(
@@ -81,11 +81,11 @@ def partition_sums(mesh: Mesh):
     return jax.jit(mapped)
 
 
-def make_global_step(learning_rate: float = LEARNING_RATE, decay: float = DECAY):
+def make_single_device_step(learning_rate: float = LEARNING_RATE, decay: float = DECAY):
     """The same update on one device with no collectives (the single-device baseline)."""
 
     def step(features, targets, mask, weights, momentum):
-        sums = partial_sums(features, targets, mask, weights)
+        sums = local_sums(features, targets, mask, weights)
         return apply_momentum(*sums, weights, momentum, learning_rate, decay)
 
     return jax.jit(step)

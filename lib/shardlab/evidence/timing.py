@@ -23,7 +23,7 @@ from shardlab.core.batch import pad, place
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.errors import VariantMismatchError
 from shardlab.core.state import replicate
-from shardlab.core.update import make_global_step, make_step
+from shardlab.core.update import make_single_device_step, make_step
 from shardlab.lessons.oracle import momentum_step
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring event of one XLA compile
@@ -84,7 +84,7 @@ def build(host: dict, mesh: Mesh, make_sharded=make_step, learning_rate=LEARNING
     return {
         "eager_4dev": Variant(eager, sharded_args, None, None),
         "compiled_4dev": compile_variant(make_sharded(mesh, learning_rate, decay, compiled=True), sharded_args),
-        "compiled_1dev": compile_variant(make_global_step(learning_rate, decay), single_args),
+        "compiled_1dev": compile_variant(make_single_device_step(learning_rate, decay), single_args),
     }
 
 

@@ -38,7 +38,7 @@ def momentum_step(features, targets, mask, weights, momentum, learning_rate=LEAR
     return np.asarray(weights, np.float64) - learning_rate * momentum, momentum, loss, grad
 
 
-def partition_sums(features, targets, mask, weights, num_devices: int) -> dict:
+def device_sums(features, targets, mask, weights, num_devices: int) -> dict:
     """Per-device (counts, grad_nums, loss_nums): the padded slots cut into equal contiguous blocks."""
     blocks = zip(*(np.split(np.asarray(a), num_devices) for a in (features, targets, mask)))
     sums = [masked_sums(x, y, m, weights) for x, y, m in blocks]
@@ -87,14 +87,3 @@ def idiom_epochs(seed: int, num_examples: int, epochs: int) -> list[dict]:
 def idiom_orders(seed: int, num_examples: int, epochs: int) -> list[np.ndarray]:
     """Just the orders of `idiom_epochs`, one permutation per epoch."""
     return [epoch["order"] for epoch in idiom_epochs(seed, num_examples, epochs)]
-
-
-def expect_error(error_type: type, call, *args, **kwargs) -> str:
-    """Run `call(*args, **kwargs)`; return the message if it raises `error_type`, else raise AssertionError."""
-    try:
-        call(*args, **kwargs)
-    except error_type as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        print(message)
-        return message
-    raise AssertionError(f"{getattr(call, '__name__', call)} should have raised {error_type.__name__}, but returned")

@@ -6,10 +6,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from shardlab.core.batch import REPLICATED
+from shardlab.core.batch import REPLICATED, is_replicated
 from shardlab.core.errors import CheckpointExistsError
 from shardlab.core.schema import DEVICE, FIELDS, SCALARS, to_arrays
-from shardlab.lessons.replay import is_replicated
 
 
 def as_tree(state: dict) -> dict:

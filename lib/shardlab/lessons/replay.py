@@ -10,9 +10,7 @@ import os
 import shutil
 
 import numpy as np
-from jax.sharding import NamedSharding
 
-from shardlab.core.batch import REPLICATED
 from shardlab.core.errors import CheckpointError, ShardlabError
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
@@ -150,21 +148,3 @@ def boundary(num_examples: int, cursor: int, batch_size: int, step: int) -> int:
     """Number of the first step that reads a new permutation, from cursor arithmetic alone."""
     remaining = -(-(num_examples - cursor) // batch_size)  # batches left in this epoch
     return step + remaining + 1
-
-
-def is_replicated(array, mesh) -> bool:
-    """True if `array` is laid out as NamedSharding(mesh, P()) with a copy on every device of `mesh`."""
-    sharding = getattr(array, "sharding", None)
-    return bool(
-        sharding is not None
-        and sharding.is_equivalent_to(NamedSharding(mesh, REPLICATED), np.ndim(array))
-        and len(array.addressable_shards) == mesh.size
-    )
-
-
-def process_identity() -> dict:
-    """This interpreter's pid and start time: two kernels never share both."""
-    import psutil
-
-    process = psutil.Process()
-    return {"pid": process.pid, "started": process.create_time()}

@@ -19,7 +19,7 @@ import numpy as np
 
 from shardlab.core.batch import pad
 from shardlab.core.checkpoint import check_contract
-from shardlab.core.update import partial_sums
+from shardlab.core.update import local_sums
 
 FIELD = "num_devices"
 
@@ -45,7 +45,7 @@ def split_invariance(data, ids, weights, device_counts=(1, 2, 4)) -> dict:
     out = {}
     for n in device_counts:
         blocks = [np.split(np.asarray(a), n) for a in pad(data, ids, n)]
-        sums = [partial_sums(f, t, m, np.asarray(weights, np.float32)) for f, t, m in zip(*blocks)]
+        sums = [local_sums(f, t, m, np.asarray(weights, np.float32)) for f, t, m in zip(*blocks)]
         counts = np.array([float(s[0]) for s in sums])
         losses = np.array([float(s[2]) for s in sums])
         held = counts > 0

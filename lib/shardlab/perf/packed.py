@@ -3,7 +3,7 @@
 The stage 2 step reduces its three partial sums with three `psum`s. Here they are laid
 end to end in one float32 buffer [gradient numerator..., loss numerator, count], reduced
 once over `data`, and split again before the single division by the global count. The
-formulas are the stage 2 ones (`partial_sums`, `apply_momentum`); only the reduction changes.
+formulas are the stage 2 ones (`local_sums`, `apply_momentum`); only the reduction changes.
 """
 
 import jax
@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
-from shardlab.core.update import apply_momentum, map_step, partial_sums
+from shardlab.core.update import apply_momentum, local_sums, map_step
 
 
 def pack(count, grad_num, loss_num):
@@ -31,7 +31,7 @@ def packed_psum(count, grad_num, loss_num):
 
 
 def _packed_body(features, targets, mask, weights, momentum, *, learning_rate, decay):
-    sums = packed_psum(*partial_sums(features, targets, mask, weights))
+    sums = packed_psum(*local_sums(features, targets, mask, weights))
     return apply_momentum(*sums, weights, momentum, learning_rate, decay)
 
 

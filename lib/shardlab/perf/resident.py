@@ -5,7 +5,7 @@ contiguous block). A step then receives the batch as a small int32 vector of IDs
 with -1 to a fixed length (the -1s are the mask: a slot is valid iff its ID is >= 0),
 copied to every device. Inside the compiled step each device gathers the selected rows
 it holds and feeds them, with "valid and held here" as the mask, to the stage 2
-`partial_sums`; the reduction and the momentum update are unchanged. No row crosses
+`local_sums`; the reduction and the momentum update are unchanged. No row crosses
 between devices or from the host after placement.
 
 The sums are grouped by the device that holds a row rather than by batch slot, so
@@ -27,7 +27,7 @@ from shardlab.core.errors import EmptyBatchError
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import advance
 from shardlab.core.state import updated
-from shardlab.core.update import apply_momentum, partial_sums
+from shardlab.core.update import apply_momentum, local_sums
 from shardlab.perf.packed import packed_psum
 
 EMPTY = -1  # ID of a padded slot
@@ -92,7 +92,7 @@ def _held_rows(features, targets, ids):
 
 
 def _resident_body(features, targets, ids, weights, momentum, *, learning_rate, decay, packed):
-    sums = partial_sums(*_held_rows(features, targets, ids), weights)
+    sums = local_sums(*_held_rows(features, targets, ids), weights)
     sums = packed_psum(*sums) if packed else tuple(jax.lax.psum(s, AXIS) for s in sums)
     return apply_momentum(*sums, weights, momentum, learning_rate, decay)
 

@@ -1,0 +1,12 @@
+"""What a notebook cell insists on: a call that must be refused with a named error."""
+
+
+def expect_error(error_type: type, call, *args, **kwargs) -> str:
+    """Run `call(*args, **kwargs)`; return the message if it raises `error_type`, else raise AssertionError."""
+    try:
+        call(*args, **kwargs)
+    except error_type as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        print(message)
+        return message
+    raise AssertionError(f"{getattr(call, '__name__', call)} should have raised {error_type.__name__}, but returned")
