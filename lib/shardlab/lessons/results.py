@@ -1,7 +1,9 @@
-"""Machine-readable cell results: shown as JSON in the notebook and kept in a results file."""
+"""Machine-readable cell results: kept in a results file and in the output's metadata; people see one short line."""
 
 import json
 import os
+
+from shardlab.lessons import show
 
 RESULTS = "results"  # folder under the output directory
 
@@ -18,7 +20,7 @@ def _plain(value):
 
 
 def emit(out_dir: str, notebook: str, name: str, value) -> dict:
-    """Display `value` as JSON tagged `shardlab: name` and store it in out_dir/results/<notebook>.json."""
+    """Store `value` in out_dir/results/<notebook>.json and show it as one rounded line tagged `shardlab: name`."""
     value = _plain(value)
     folder = os.path.join(out_dir, RESULTS)
     os.makedirs(folder, exist_ok=True)
@@ -32,10 +34,8 @@ def emit(out_dir: str, notebook: str, name: str, value) -> dict:
     if _in_kernel():
         from IPython.display import display
 
-        text = json.dumps(value, sort_keys=True)
-        display(
-            {"application/json": value, "text/plain": f"{name}: {text[:2000]}"}, raw=True, metadata={"shardlab": name}
-        )
+        # the value rides in the output's metadata (for tests and tools); the reader sees a rounded line
+        display({"text/plain": show.line(name, value)}, raw=True, metadata={"shardlab": name, "value": value})
     return value
 
 
@@ -58,7 +58,7 @@ def from_notebook(nb) -> dict:
     found = {}
     for cell in nb.cells:
         for output in cell.get("outputs", []):
-            name = output.get("metadata", {}).get("shardlab")
-            if name and "application/json" in output.get("data", {}):
-                found[name] = output["data"]["application/json"]
+            meta = output.get("metadata", {})
+            if meta.get("shardlab") and "value" in meta:
+                found[meta["shardlab"]] = meta["value"]
     return found

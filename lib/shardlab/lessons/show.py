@@ -1,0 +1,63 @@
+"""What a person sees of a result: a short, rounded line or a small table (machines read results files)."""
+
+import math
+
+SIGNIFICANT = 4  # digits kept when a float is shown
+MAX_ITEMS = 8  # list items shown before "... (N in all)"
+MAX_CHARS = 160  # one line, never cut mid-number
+
+
+def number(value) -> str:
+    """A float rounded to SIGNIFICANT digits ('0.0785', '1.2e-07', '421.5'); ints and others as they are."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if value == 0 or not math.isfinite(value):
+        return str(value)
+    return f"{value:.{SIGNIFICANT}g}"
+
+
+def brief(value, depth: int = 0) -> str:
+    """A compact, rounded rendering of a JSON-like value; long lists and deep nesting are elided by count."""
+    if isinstance(value, dict):
+        if depth >= 2:
+            return f"{{{len(value)} keys}}"
+        items = [f"{k}: {brief(v, depth + 1)}" for k, v in value.items()]
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        if depth >= 2 and len(value) > 3:
+            return f"[{len(value)} items]"
+        shown = [brief(v, depth + 1) for v in value[:MAX_ITEMS]]
+        more = f", ... ({len(value)} in all)" if len(value) > MAX_ITEMS else ""
+        return "[" + ", ".join(shown) + more + "]"
+    if isinstance(value, str) and len(value) > 60:
+        return repr(value[:57] + "...")
+    return number(value)
+
+
+def line(name: str, value) -> str:
+    """`name: brief(value)`, shortened at an item boundary to one readable line."""
+    text = f"{name}: {brief(value)}"
+    if len(text) <= MAX_CHARS:
+        return text
+    kind = (
+        f"{len(value)} keys" if isinstance(value, dict) else f"{len(value)} items" if hasattr(value, "__len__") else ""
+    )
+    cut = text.rfind(", ", 0, MAX_CHARS - 20)
+    return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind}; full value in results/)"
+
+
+def table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A Markdown table of `rows` (dicts), numbers rounded; columns default to the first row's keys."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(rows[0])
+    out = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    out += ["| " + " | ".join(brief(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def display_table(rows: list[dict], columns: list[str] | None = None) -> None:
+    """Show `table(rows)` rendered in a notebook (plain text elsewhere)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(table(rows, columns)))
