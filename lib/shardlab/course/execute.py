@@ -44,7 +44,7 @@ def _failing_cell(executed: Path, source: Path) -> str:
 
 
 def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT) -> Path:
-    """Run notebooks/<name>.ipynb in a new kernel with cwd=folder; return the executed copy."""
+    """Run the course notebook <name>.ipynb (package data) in a new kernel with cwd=folder; return the executed copy."""
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 

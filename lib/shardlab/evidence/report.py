@@ -11,7 +11,7 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
   `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
   (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
-- `sources` — relative path -> sha256 of every file of `lib/shardlab/` and every `notebooks/*.ipynb`.
+- `sources` — 'shardlab/<path>' -> sha256 of every file of the installed package (code, notebooks, templates).
 - `notebooks` — name -> {`executed`: "<name>.ipynb", `html`: "<name>.html" or null}.
 - `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
   every warm sample in the order taken), `median_ms`, `lower_ms` and `compile_ms` (null for the
