@@ -313,6 +313,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--keep", type=int, default=0, help="keep the newest N complete checkpoints (0: all)")
 
 
+def _launch_failed(args, exc: Exception) -> int:
+    """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
+    pid = os.environ.get(runtime.PROCESS_ID) or os.environ.get("SLURM_PROCID") or "unknown"
+    error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
+    _write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
+    print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    return EXIT_STOPPED
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardlab.multi.program", description=__doc__.splitlines()[0])
     add_arguments(parser)
@@ -320,13 +329,9 @@ def main(argv=None) -> int:
     args.started = time.time()
     os.makedirs(args.out, exist_ok=True)
     try:
-        world = runtime.initialize(args.timeout)
+        world = runtime.initialize(args.timeout, on_timeout=lambda exc: os._exit(_launch_failed(args, exc)))
     except ShardlabError as exc:  # a launch problem, named before (or instead of) JAX's own error
-        pid = os.environ.get(runtime.PROCESS_ID) or os.environ.get("SLURM_PROCID") or "unknown"
-        error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
-        _write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
-        print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return EXIT_STOPPED
+        return _launch_failed(args, exc)
 
     controller = None
     try:

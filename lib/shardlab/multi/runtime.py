@@ -94,8 +94,15 @@ def _detected(timeout: float) -> tuple:
     return ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, init_timeout(timeout))
 
 
-def initialize(timeout: float) -> World:
-    """Configure CPU devices and gloo, then `jax.distributed.initialize`, before any device query."""
+def initialize(timeout: float, on_timeout=None) -> World:
+    """Configure CPU devices and gloo, then `jax.distributed.initialize`, before any device query.
+
+    JAX ends a process with a fatal (uncatchable) error when the group does not assemble within
+    its initialisation timeout; two seconds before that, `on_timeout(LaunchError)` is called from
+    a timer thread so the process can record a named error and exit first.
+    """
+    import threading
+
     import jax
 
     local = os.environ.get(LOCAL_DEVICES)
@@ -116,11 +123,23 @@ def initialize(timeout: float) -> World:
         address, count, rank, _ = _detected(timeout)
     if rank == 0:
         check_port_free(address)
+    waited = max(bounds["initialization_timeout"] - 2, 1)
+    late = LaunchError(
+        f"process {rank} of {count}: the group did not assemble at {address} within {waited} s. Were all "
+        f"{count} processes started? Check the task count (SLURM_NTASKS or the process count) and that "
+        "every process was given the same coordinator."
+    )
+    timer = threading.Timer(waited, on_timeout, args=(late,)) if on_timeout else None
+    if timer:
+        timer.daemon = True
+        timer.start()
     try:
         if coordinator:
             jax.distributed.initialize(address, count, rank, **bounds)
         else:
             jax.distributed.initialize(**bounds)  # JAX's cluster auto-detection supplies address, count and id
+        if timer:
+            timer.cancel()
     except Exception as exc:
         raise LaunchError(
             f"process {rank} of {count}: jax.distributed.initialize via {address} did not complete within "

@@ -24,7 +24,7 @@ import time
 
 from shardlab.core.errors import LaunchError, RestartBudgetError
 from shardlab.multi import launcher, manifest, program
-from shardlab.multi.guard import EXIT_STOPPED, PULSE
+from shardlab.multi.guard import EXIT_STOPPED, PULSE, PULSE_WINDOW
 
 POLL = 0.05  # seconds between looks at the group
 FREEZE_S = 5.0  # a pulse older than this (10 missed pulses) is a frozen process
@@ -36,6 +36,7 @@ def detection_bounds(timeout: float) -> dict:
     return {
         "death_s": round(2 * POLL, 3),
         "freeze_s": round(FREEZE_S + PULSE + 2 * POLL, 3),
+        "named_s": round(timeout + PULSE_WINDOW + 2.0, 1),  # a guard's bound, its pulse check, its report
         "start_s": round(launcher_start_bound(timeout), 1),
     }
 
@@ -254,13 +255,14 @@ def supervise(
         finally:
             teardown = _teardown(procs, logs)
         injected = _read(program.marker_path(folder, fault["rank"])) if fault else None
+        skipped = [r["skipped"]["time"] for r in map(lambda q: _report(folder, q), procs) if r and r.get("skipped")]
         record = {
             "attempt": k,
             "port": port,
             "resume": resume,
             "launched": launched,
             "fault": fault,
-            "fault_time": json.loads(injected)["time"] if injected else None,
+            "fault_time": json.loads(injected)["time"] if injected else (skipped[0] if skipped else None),
             "event": event,
             "teardown_s": teardown,
             "exit_codes": {pid: proc.returncode for pid, proc in procs.items()},
