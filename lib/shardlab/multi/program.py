@@ -249,6 +249,7 @@ class Controller:
             state, batch = sl.next_batch(self.state, self.data, args.batch_size, self.mesh, put=put_shards)
             if skip and skip["rank"] == self.pid and skip["step"] == step:
                 self.report["skipped"] = {"step": step, "time": time.time()}
+                self.progress("skipped", step=step)
                 self.state = {**state, "step": step + 1}  # the fault: a batch consumed, no update, no all-reduce
                 continue
             first = step == self.report["start_step"]  # peers may still be starting; the step compiles

@@ -52,7 +52,7 @@ def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: d
         checks = {
             "named_process": kind == "preempted" or named is None or event.get("process") == named,
             "named_cause": want.get("cause", "") in event.get("cause", ""),
-            "detected_within_bound": kind == "preempted" or (detect is not None and bound is not None and detect <= bound),
+            "detected_within_bound": kind == "preempted" or (None not in (detect, bound) and detect <= bound),
             "resumed_from_newest_complete": resumed == newest,
             "no_step_lost": kind != "preempted" or lost[k] == 0,
         }

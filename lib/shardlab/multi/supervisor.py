@@ -255,7 +255,7 @@ def supervise(
         finally:
             teardown = _teardown(procs, logs)
         injected = _read(program.marker_path(folder, fault["rank"])) if fault else None
-        skipped = [r["skipped"]["time"] for r in map(lambda q: _report(folder, q), procs) if r and r.get("skipped")]
+        skipped = [e["t"] for q in procs for e in progress(folder, q) if e["event"] == "skipped"]
         record = {
             "attempt": k,
             "port": port,
