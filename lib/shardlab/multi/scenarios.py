@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from shardlab.multi import launcher, ledger, manifest, program, runtime, supervisor
+from shardlab.multi import launcher, ledger, manifest, runtime, supervisor
 
 STEPS, SAVE_EVERY = 10, 3
 
@@ -275,26 +275,44 @@ def overhead(ctx, pairs: int = 1) -> dict:
     }
 
 
+def _cleanup(ctx) -> dict:
+    faults = (kill(0, "cleanup", 3, "die"),)
+    return _cleanup_check(run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
+
+
+def _one_fault(name: str, fault: dict, cause: str, **kw):
+    return lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
+
+
+ASYNC = {"async_save": True}
+FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
+    ("p0_killed_mid_step", _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)")),
+    ("p0_frozen", _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen")),
+    ("p1_frozen", _one_fault("p1_frozen", kill(1, "update", 5, "stop"), "frozen")),
+    ("p0_preempted", _one_fault("p0_preempted", kill(0, "update", 4, "term"), "preempted at step 5")),
+    ("p1_preempted", _one_fault("p1_preempted", kill(1, "update", 7, "term"), "preempted at step 8")),
+    (
+        "async_kill_staging",
+        _one_fault("async_kill_staging", kill(1, "save-begin", 6, "die"), "killed", async_save=True),
+    ),
+    (
+        "async_kill_writing",
+        _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
+    ),
+    (
+        "async_kill_before_manifest",
+        _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
+    ),
+    ("cleanup_killed", _cleanup),
+    ("crash_loop", lambda ctx: crash_loop(ctx)),
+    ("launch_paths", lambda ctx: _slurm_vs_explicit(ctx)),
+    ("launch_negatives", lambda ctx: launch_negatives(ctx)),
+)
+
+
 def full(ctx) -> list[dict]:
-    """Every supervised scenario (`make drills`)."""
-    rows = [
-        run(ctx, "p0_killed_mid_step", (kill(0, "update", 7),), [{"cause": "killed (SIGKILL)"}]),
-        run(ctx, "p0_frozen", (kill(0, "update", 5, "stop"),), [{"cause": "frozen"}]),
-        run(ctx, "p1_frozen", (kill(1, "update", 5, "stop"),), [{"cause": "frozen"}]),
-        run(ctx, "p0_preempted", (kill(0, "update", 4, "term"),), [{"cause": "preempted at step 5"}]),
-        run(ctx, "p1_preempted", (kill(1, "update", 7, "term"),), [{"cause": "preempted at step 8"}]),
-        run(ctx, "async_kill_staging", (kill(1, "save-begin", 6, "die"),), [{"cause": "killed"}], async_save=True),
-        run(ctx, "async_kill_writing", (kill(1, "save-staged", 6, "die"),), [{"cause": "killed"}], async_save=True),
-        run(ctx, "async_kill_before_manifest", (kill(0, "publish", 6, "die"),), [{"cause": "killed"}], async_save=True),
-        _cleanup_check(
-            run(ctx, "cleanup_killed", (kill(0, "cleanup", 3, "die"),), [{"cause": "killed"}], async_save=True, keep=1)
-        ),
-        several_failures(ctx),
-        crash_loop(ctx),
-        _slurm_vs_explicit(ctx),
-        launch_negatives(ctx),
-    ]
-    return rows
+    """Every supervised scenario of FULL, in order."""
+    return [fn(ctx) for _, fn in FULL]
 
 
 def named_stop(ctx) -> dict:
@@ -335,6 +353,3 @@ def crash_loop(ctx) -> dict:
         "passed": error.get("type") == "RestartBudgetError" and result["failures"] == 3 and not result["completed"],
         "wall_s": result["wall_s"],
     }
-
-
-__all__ = ["full", "several_failures", "overhead", "named_stop", "launch_negatives", "program"]
