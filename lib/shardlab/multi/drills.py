@@ -329,13 +329,13 @@ def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=No
     return ctx
 
 
-def timed(name: str, fn, *args, **kw) -> dict:
-    """Run one drill with a start and an end line; return its row."""
+def timed(name: str, fn, *args, verdict: bool = True, **kw) -> dict:
+    """Run one drill with a start and an end line (the verdict left out where a prediction waits)."""
     say(f"{name} ...")
     began = time.time()
     row = fn(*args, **kw)
     row.setdefault("wall_s", round(time.time() - began, 2))
-    say(f"{name}: passed={row['passed']} in {time.time() - began:.1f} s")
+    say(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
     return row
 
 
