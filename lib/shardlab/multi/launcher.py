@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from shardlab.core.errors import LaunchError
 from shardlab.lessons.fingerprint import first_divergence
 from shardlab.multi import program, runtime
 
@@ -58,7 +59,7 @@ def environment(port: int, processes: int, process_id: int, local_devices: int, 
             }
         )
     else:
-        raise ValueError(f"launch must be 'explicit' or 'slurm', not {launch!r}")
+        raise LaunchError(f"launch must be 'explicit' or 'slurm', not {launch!r}; mpirun is not a launch path here")
     return env
 
 

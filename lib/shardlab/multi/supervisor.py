@@ -4,7 +4,7 @@ An attempt is one group, launched with a coordinator port no earlier attempt use
 POLL seconds the supervisor looks at each process:
 
 - death: a non-zero exit (a signal, a crash, JAX's own abort, or a named stop, whose report
-  says what stopped it) is seen at the next poll;
+  says what stopped it) is seen at the next poll (stated bound: DEATH_S);
 - freeze: a process whose pulse file has not changed for FREEZE_S seconds is frozen (SIGSTOP,
   a wedged interpreter); a process that never pulses within the start-up bound never started;
 - preemption: every process exiting with EXIT_PREEMPTED after an agreed save is not a failure.
@@ -28,13 +28,14 @@ from shardlab.multi.guard import EXIT_STOPPED, PULSE, PULSE_WINDOW
 
 POLL = 0.05  # seconds between looks at the group
 FREEZE_S = 5.0  # a pulse older than this (10 missed pulses) is a frozen process
+DEATH_S = 0.5  # an exit is seen at the next poll; 10 polls allow for a loaded machine (2 cores, many processes)
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
 
 
 def detection_bounds(timeout: float) -> dict:
-    """The stated bounds, seconds: death within two polls, a freeze within FREEZE_S plus a pulse and a poll."""
+    """The stated bounds, seconds: a death within DEATH_S, a freeze within FREEZE_S plus a pulse and two polls."""
     return {
-        "death_s": round(2 * POLL, 3),
+        "death_s": DEATH_S,
         "freeze_s": round(FREEZE_S + PULSE + 2 * POLL, 3),
         "named_s": round(timeout + PULSE_WINDOW + 2.0, 1),  # a guard's bound, its pulse check, its report
         "start_s": round(launcher_start_bound(timeout), 1),
