@@ -323,9 +323,11 @@ def say(text: str) -> None:
 
 def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=None) -> Context:
     """A drill series in `work` (default: a fresh temporary folder that `finish` removes)."""
-    work = os.path.abspath(work) if work else tempfile.mkdtemp(prefix="shardlab-drills-")
-    ctx = context(work, seed, batch_size, timeout)
-    ctx.temporary = not work or work.startswith(tempfile.gettempdir())
+    temporary = work is None
+    ctx = context(
+        tempfile.mkdtemp(prefix="shardlab-drills-") if temporary else os.path.abspath(work), seed, batch_size, timeout
+    )
+    ctx.temporary = temporary
     return ctx
 
 

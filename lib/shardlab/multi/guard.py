@@ -35,7 +35,8 @@ class Guard:
         self.timeout, self.report = float(timeout), report
         self.position = "start"
         self._deadline, self._what, self._stop = None, None, threading.Event()
-        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._pulse, self._watch)]
+        loops = (self._pulse, self._watch) + ((self._pulse_to_file,) if pulse_file else ())
+        self._threads = [threading.Thread(target=f, daemon=True) for f in loops]
         for thread in self._threads:
             thread.start()
 
@@ -58,8 +59,14 @@ class Guard:
                 )
             except Exception:
                 pass  # the coordinator is gone; a waiting call will diagnose it
-            if self.pulse_file:
-                _write_pulse(self.pulse_file, f"{count}|{self.position}")
+            self._stop.wait(PULSE)
+
+    def _pulse_to_file(self) -> None:
+        """Its own thread: a frozen coordinator blocks `key_value_set`, and must not stop this pulse."""
+        count = 0
+        while not self._stop.is_set():
+            count += 1
+            _write_pulse(self.pulse_file, f"{count}|{self.position}")
             self._stop.wait(PULSE)
 
     def _watch(self) -> None:

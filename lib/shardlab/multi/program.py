@@ -74,17 +74,18 @@ def _write_json(path: str, value: dict) -> None:
 
 
 def parse_fault(text: str | None) -> dict | None:
-    """'RANK:PHASE:STEP[:hold|mark|die]' -> {rank, phase, step, hold, die}.
+    """'RANK:PHASE:STEP[:hold|mark|die|term]' -> {rank, phase, step, hold, die, term}.
 
     hold (default): leave a marker and wait to be signalled; mark: leave it and go on; die: leave
-    it and SIGKILL itself at once (a kill that lands exactly in that window, e.g. mid-write).
+    it and SIGKILL itself at once (a kill that lands exactly in that window, e.g. mid-write);
+    term: leave it and go on once the SIGTERM has arrived (so the signal lands in that step).
     """
     if not text:
         return None
     parts = text.split(":")
     mode = parts[3] if len(parts) > 3 else "hold"
     fault = {"rank": int(parts[0]), "phase": parts[1], "step": int(parts[2])}
-    return {**fault, "hold": mode == "hold", "die": mode == "die"}
+    return {**fault, "hold": mode == "hold", "die": mode == "die", "term": mode == "term"}
 
 
 class Controller:
@@ -134,6 +135,9 @@ class Controller:
         _write_json(marker_path(self.args.out, self.pid), mark)
         if pause["die"]:
             os.kill(os.getpid(), signal.SIGKILL)
+        deadline = time.monotonic() + self.args.timeout
+        while pause.get("term") and not self.preempt and time.monotonic() < deadline:
+            time.sleep(0.01)
         if pause["hold"]:
             time.sleep(PAUSE_LIMIT)
 

@@ -23,6 +23,7 @@ import time
 from shardlab.multi import launcher, ledger, manifest, runtime, supervisor
 
 STEPS, SAVE_EVERY = 10, 3
+SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
 
 def _published(attempt: dict) -> list[int]:
@@ -39,9 +40,11 @@ def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: d
     compared = ledger.against_control(result, reference, STEPS)
     lost = ledger.wasted_steps(result)
     failures, ok = [], bool(result["completed"] and result["error"] is None)
-    newest = 0  # newest step published so far (checkpoints survive attempts)
+    published = 0  # newest step any process saw published so far
     for k, attempt in enumerate(attempts[:-1]):
-        newest = max([newest, *_published(attempt)])
+        published = max([published, *_published(attempt)])
+        on_disk = attempts[k + 1]["complete_before"]  # verified complete steps when attempt k+1 started
+        newest = on_disk[-1] if on_disk else 0
         event, fault = attempt["event"], attempt["fault"] or {}
         want = expect[k] if k < len(expect) else {}
         resumed = ledger.resumed_from(attempts[k + 1])
@@ -53,7 +56,8 @@ def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: d
             "named_process": kind == "preempted" or named is None or event.get("process") == named,
             "named_cause": want.get("cause", "") in event.get("cause", ""),
             "detected_within_bound": kind == "preempted" or (None not in (detect, bound) and detect <= bound),
-            "resumed_from_newest_complete": resumed == newest,
+            "resumed_from_newest_complete": resumed == newest and newest >= published,
+            "interrupted_save_not_accepted": fault.get("phase") not in SAVE_WINDOWS or fault["step"] not in on_disk,
             "no_step_lost": kind != "preempted" or lost[k] == 0,
         }
         failures.append(

@@ -161,7 +161,8 @@ def _watch(procs: dict, out: str, fault: dict | None, timeout: float, limit: flo
         if failed:
             pid = min(failed, key=lambda q: (_rank(failed[q]), q))
             cause = _cause(failed[pid], _report(out, pid))
-            return {"kind": "failed", "process": pid, "cause": cause, "exit_code": failed[pid], "time": now}
+            found = {"kind": "failed", "process": pid, "cause": cause, "exit_code": failed[pid], "time": now}
+            return {**found, "injected": injected}
         if all(c is not None for c in codes.values()):
             preempted = [pid for pid, c in codes.items() if c == program.EXIT_PREEMPTED]
             if not preempted:
@@ -185,7 +186,14 @@ def _watch(procs: dict, out: str, fault: dict | None, timeout: float, limit: flo
                 pulses[pid] = (content, now)
             elif content is not None and now - since > FREEZE_S:
                 cause = f"frozen (no pulse for {now - since:.1f} s; last position {content.partition('|')[2]!r})"
-                return {"kind": "failed", "process": pid, "cause": cause, "exit_code": None, "time": now}
+                return {
+                    "kind": "failed",
+                    "process": pid,
+                    "cause": cause,
+                    "exit_code": None,
+                    "time": now,
+                    "injected": injected,
+                }
             elif content is None and now - start > launcher_start_bound(timeout):
                 return {"kind": "failed", "process": pid, "cause": "never started (no pulse)", "time": now}
         time.sleep(POLL)
@@ -199,8 +207,8 @@ def _write(path: str, value: dict) -> None:
 
 
 def fault_arg(fault: dict) -> str:
-    """The program's --pause for a supervisor fault: 'die' kills itself, 'term' goes on, others hold."""
-    mode = {"die": "die", "term": "mark"}.get(fault["signal"], "hold")
+    """The program's --pause for a supervisor fault: 'die' kills itself, 'term' waits for it, others hold."""
+    mode = {"die": "die", "term": "term"}.get(fault["signal"], "hold")
     return f"{fault['rank']}:{fault['phase']}:{fault['step']}:{mode}"
 
 
@@ -237,7 +245,8 @@ def supervise(
         while port in ports:
             port = launcher.free_port()
         ports.add(port)
-        resume = "latest" if manifest.scan(shared)["complete"] else "none"
+        complete = manifest.scan(shared)["complete"]  # what "latest" can mean for this attempt
+        resume = "latest" if complete else "none"
         fault = faults[k] if k < len(faults) else None
         folder = os.path.join(out, f"attempt-{k}")
         os.makedirs(folder)
@@ -255,15 +264,17 @@ def supervise(
             event = _watch(procs, folder, fault, timeout, limit)
         finally:
             teardown = _teardown(procs, logs)
-        injected = _read(program.marker_path(folder, fault["rank"])) if fault else None
+        marker = _read(program.marker_path(folder, fault["rank"])) if fault else None
+        injected = event.get("injected") or (json.loads(marker) if marker else None)  # signal time, else marker's
         skipped = [e["t"] for q in procs for e in progress(folder, q) if e["event"] == "skipped"]
         record = {
             "attempt": k,
             "port": port,
             "resume": resume,
+            "complete_before": complete,
             "launched": launched,
             "fault": fault,
-            "fault_time": json.loads(injected)["time"] if injected else (skipped[0] if skipped else None),
+            "fault_time": injected["time"] if injected else (skipped[0] if skipped else None),
             "event": event,
             "teardown_s": teardown,
             "exit_codes": {pid: proc.returncode for pid, proc in procs.items()},
