@@ -442,7 +442,10 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    from shardlab.multi import figure
+
     result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep, getattr(args, "reduced", False))
+    figure.draw(result, os.path.join(args.out, "stage5_goodput.png"))
     for row in result["table"]:
         detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.2f}"
         dw = "-" if row["max_weight_diff"] is None else f"{row['max_weight_diff']:.1e}"

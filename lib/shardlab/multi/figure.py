@@ -34,7 +34,7 @@ def draw(result: dict, path) -> str:
     left.invert_yaxis()
     left.set_xlabel("seconds (summed over attempts)")
     left.set_title("goodput ledger per supervised drill", fontsize=10)
-    left.legend(fontsize=7, loc="lower right")
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.1 / max(len(rows), 1)), ncol=5)
     cost = result["async_vs_sync"]
     labels, series = [], []
     for mode in ("sync", "async"):
