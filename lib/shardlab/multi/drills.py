@@ -368,6 +368,15 @@ def finish(ctx: Context, out_dir, rows: list, extra: dict, keep: bool = False) -
     return result
 
 
+def _what(failure: dict) -> str:
+    """'SIGNAL to process P at PHASE:STEP' (or the process that stopped, for a fault without a signal)."""
+    who = failure.get("victim", failure.get("process"))
+    how = failure.get("signal") or "fault"
+    where = failure.get("phase") or "?"
+    step = failure.get("at_step")
+    return f"{how} p{who} @{where}" + (f":{step}" if step is not None else "")
+
+
 def row_summary(row: dict) -> dict:
     """The columns drills.json's table shows for every scenario, whichever kind of drill it is."""
     failures = row.get("failures")
@@ -375,7 +384,9 @@ def row_summary(row: dict) -> dict:
         failures = [
             {
                 "process": row["victim"],
+                "signal": "kill",
                 "phase": row["fault"]["phase"],
+                "at_step": row["fault"]["step"],
                 "cause": "; ".join(f"{e['type']}" for e in row.get("survivor_errors", {}).values()),
                 "resumed_from": row.get("resumed_from"),
             }
@@ -384,7 +395,7 @@ def row_summary(row: dict) -> dict:
     return {
         "drill": row["drill"],
         "passed": row["passed"],
-        "what": [f"p{f.get('process')} {f.get('signal') or ''} @{f.get('phase')}:{f.get('at_step')}" for f in failures],
+        "what": [_what(f) for f in failures],
         "cause": [f.get("cause") for f in failures],
         "detect_s": row.get("detect_s"),
         "restarts": row.get("restarts", 1 if row.get("resumed_from") is not None else 0),

@@ -63,6 +63,7 @@ def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: d
         failures.append(
             {
                 "attempt": k,
+                "victim": fault.get("rank"),
                 "process": event.get("process"),
                 "phase": fault.get("phase"),
                 "at_step": fault.get("step"),
@@ -349,7 +350,17 @@ def crash_loop(ctx) -> dict:
         "drill": "crash_loop",
         "world_sizes": ["2x2"],
         "restarts": result["restarts"],
-        "failures": [{"attempt": a["attempt"], "cause": a["event"].get("cause")} for a in result["attempts"]],
+        "failures": [
+            {
+                **{k: a["fault"][k] for k in ("signal", "phase")},
+                "victim": 1,
+                "at_step": 1,
+                "attempt": a["attempt"],
+                "process": a["event"].get("process"),
+                "cause": a["event"].get("cause"),
+            }
+            for a in result["attempts"]
+        ],
         "error": error,
         "detect_s": None,
         "max_weight_diff": None,
