@@ -11,7 +11,10 @@ import sys
 COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
     "multi": ("shardlab.multi.launcher", "start P controller processes on loopback and compare with one process"),
-    "drills": ("shardlab.multi.drills", "run the four stage 5 crash drills and write OUT/drills.json"),
+    "drills": (
+        "shardlab.multi.drills",
+        "run the stage 5 drills (kills, freezes, preemption, async saves, launches); write OUT/drills.json",
+    ),
     "workspace": (
         "shardlab.course.workspace",
         "copy the course notebooks into your own folder (`make lab` opens it)",

@@ -63,3 +63,11 @@ class IncompleteCheckpointError(CheckpointError):
 
 class LaunchError(ShardlabError, RuntimeError):
     """The launcher could not start, supervise or collect a group of controller processes."""
+
+
+class RestartBudgetError(ShardlabError, RuntimeError):
+    """A supervised group failed more often than its restart budget allows: a crash loop, not bad luck."""
+
+
+class AsyncSaveError(CheckpointError, RuntimeError):
+    """A background checkpoint save failed; reported at the next save or wait, never swallowed."""

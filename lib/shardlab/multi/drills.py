@@ -9,7 +9,10 @@
 4. `skipped_batch`: one controller skips a batch; everyone stops, naming it.
 
 `run_all(out_dir)` runs them (after one uninterrupted 2x2 group, which also writes the
-checkpoint drill 3 restores) and writes out_dir/drills.json. For a reliability campaign,
+checkpoint drill 3 restores) together with the supervised scenarios of `scenarios` (every
+process killed, frozen, preempted; asynchronous saves killed in each window; a crash loop;
+launch paths) and writes out_dir/drills.json with one row per scenario; `reduced=True` is the
+stage 5 notebook's set. For a reliability campaign,
 `kill_during_save(trial_seed, out_dir)` runs one randomised kill against the save path and
 returns the accepted step and whether the restored and resumed states equal the control.
 """
@@ -31,6 +34,7 @@ from shardlab.multi.program import parse_fault
 STEPS, SAVE_EVERY, TIMEOUT = 10, 3, 10.0  # 23 rows in batches of 7: 10 steps cross two epoch boundaries
 STOP_BOUND = 60.0  # seconds within which survivors must stop by themselves
 WORLDS = ((1, 4), (4, 1), (1, 2))  # drill 3: restored by these (processes, devices per process)
+NOTEBOOK_WORLDS = ((1, 4), (1, 2))  # the notebook's (make test's) reduced set: 4 processes on 2 cores is slow
 
 
 @dataclass
@@ -224,13 +228,13 @@ def uninterrupted(ctx: Context) -> dict:
     }
 
 
-def world_change(ctx: Context, writer_shared: str, from_step: int = SAVE_EVERY) -> dict:
-    """Drill 3: restore `from_step` written by 2x2 on each world of WORLDS, under the migration contract."""
+def world_change(ctx: Context, writer_shared: str, from_step: int = SAVE_EVERY, worlds=WORLDS) -> dict:
+    """Drill 3: restore `from_step` written by 2x2 on each of `worlds`, under the migration contract."""
     import shardlab as sl
 
     began, record = time.time(), manifest.read(writer_shared, from_step)
     data, runs = sl.teaching_fixture(), []
-    for processes, local_devices in WORLDS:
+    for processes, local_devices in worlds:
         wanted = sl.contract(data, sl.Config(ctx.seed, ctx.batch_size, num_devices=processes * local_devices))
         try:
             migration.check(record["contract"], wanted)
@@ -313,52 +317,130 @@ def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
     }
 
 
-def run_all(out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, keep: bool = False) -> dict:
-    """The uninterrupted group, then drills 1-4; writes and returns out_dir/drills.json's content.
+def say(text: str) -> None:
+    """One short progress line (drills take seconds each; a reader sees which one runs)."""
+    print(f"[drills] {text}", flush=True)
 
-    Checkpoints and per-process logs go to out_dir/drills when `keep`, else to a temporary
-    folder removed afterwards (drills.json holds every number and error message).
-    """
+
+def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=None) -> Context:
+    """A drill series in `work` (default: a fresh temporary folder that `finish` removes)."""
+    temporary = work is None
+    ctx = context(
+        tempfile.mkdtemp(prefix="shardlab-drills-") if temporary else os.path.abspath(work), seed, batch_size, timeout
+    )
+    ctx.temporary = temporary
+    return ctx
+
+
+def timed(name: str, fn, *args, verdict: bool = True, **kw) -> dict:
+    """Run one drill with a start and an end line (the verdict left out where a prediction waits)."""
+    say(f"{name} ...")
     began = time.time()
+    row = fn(*args, **kw)
+    row.setdefault("wall_s", round(time.time() - began, 2))
+    say(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
+    return row
+
+
+def finish(ctx: Context, out_dir, rows: list, extra: dict, keep: bool = False) -> dict:
+    """Write out_dir/drills.json (no machine paths) from every row; remove a temporary work folder."""
     os.makedirs(out_dir, exist_ok=True)
-    work = os.path.abspath(os.path.join(out_dir, "drills")) if keep else tempfile.mkdtemp(prefix="shardlab-drills-")
-    try:
-        result = _run_all(context(work, seed, batch_size, timeout), began)
-    finally:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
-    # receipts hold no machine-specific paths: name the work folder relative to out_dir
-    text = json.dumps(result, default=str).replace(work, "drills" if keep else "<temporary drills folder>")
-    result = json.loads(text)
-    path = os.path.join(out_dir, "drills.json")
-    with open(path + ".tmp", "w") as handle:
-        json.dump(result, handle, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
-    return result
-
-
-def _run_all(ctx: Context, began: float) -> dict:
-    base = uninterrupted(ctx)
-    plan = {"save_step": 2 * SAVE_EVERY, "phase": "save-written", "hold": True, "victim": 1}
-    drills = [
-        _save_drill(ctx, "1-kill-save", plan, strict=True),
-        kill_during_step(ctx),
-        world_change(ctx, base["shared"]),
-        skipped_batch(ctx),
-    ]
-    base.pop("shared")
-    return {
+    result = {
         "seed": ctx.seed,
         "batch_size": ctx.batch_size,
         "steps": STEPS,
         "save_every": SAVE_EVERY,
         "timeout_s": ctx.timeout,
         "stop_bound_s": STOP_BOUND,
-        "uninterrupted": base,
-        "drills": drills,
-        "all_passed": bool(base["passed"] and all(d["passed"] for d in drills)),
-        "wall_s": round(time.time() - began, 2),
+        **extra,
+        "drills": rows,
+        "table": [row_summary(r) for r in rows],
+        "all_passed": bool(all(r["passed"] for r in rows) and extra.get("uninterrupted", {}).get("passed", True)),
     }
+    text = json.dumps(result, default=str).replace(ctx.out, "drills" if keep else "<temporary drills folder>")
+    result = json.loads(text)
+    path = os.path.join(out_dir, "drills.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    if not keep and getattr(ctx, "temporary", False):
+        shutil.rmtree(ctx.out, ignore_errors=True)
+    return result
+
+
+def _what(failure: dict) -> str:
+    """'SIGNAL to process P at PHASE:STEP' (or the process that stopped, for a fault without a signal)."""
+    who = failure.get("victim", failure.get("process"))
+    how = failure.get("signal") or "fault"
+    where = failure.get("phase") or "?"
+    step = failure.get("at_step")
+    return f"{how} p{who} @{where}" + (f":{step}" if step is not None else "")
+
+
+def row_summary(row: dict) -> dict:
+    """The columns drills.json's table shows for every scenario, whichever kind of drill it is."""
+    failures = row.get("failures")
+    if failures is None and row.get("fault"):  # a drill without the supervisor: one kill, a hand restart
+        failures = [
+            {
+                "process": row["victim"],
+                "signal": "kill",
+                "phase": row["fault"]["phase"],
+                "at_step": row["fault"]["step"],
+                "cause": "; ".join(f"{e['type']}" for e in row.get("survivor_errors", {}).values()),
+                "resumed_from": row.get("resumed_from"),
+            }
+        ]
+    failures = failures or []
+    return {
+        "drill": row["drill"],
+        "passed": row["passed"],
+        "what": [_what(f) for f in failures],
+        "cause": [f.get("cause") for f in failures],
+        "detect_s": row.get("detect_s"),
+        "restarts": row.get("restarts", 1 if row.get("resumed_from") is not None else 0),
+        "resumed_from": row.get("resumed_from"),
+        "steps_lost": row.get("steps_lost"),
+        "max_weight_diff": row.get("max_weight_diff"),
+        "ids_equal": row.get("ids_equal"),
+        "goodput": row.get("goodput"),
+    }
+
+
+def run_all(
+    out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, keep: bool = False, reduced: bool = False
+) -> dict:
+    """The uninterrupted group and every drill (`reduced`: the notebook's set); writes out_dir/drills.json.
+
+    Checkpoints and per-process logs go to out_dir/drills when `keep`, else to a temporary
+    folder removed afterwards (drills.json holds every number and error message).
+    """
+    from shardlab.multi import scenarios
+
+    began = time.time()
+    ctx = begin(seed, batch_size, timeout, os.path.join(out_dir, "drills") if keep else None)
+    try:
+        base = timed("uninterrupted", uninterrupted, ctx)
+        rows = [timed("several_failures", scenarios.several_failures, ctx)]
+        if not reduced:
+            plan = {"save_step": 2 * SAVE_EVERY, "phase": "save-written", "hold": True, "victim": 1}
+            rows += [timed("kill_during_save", _save_drill, ctx, "1-kill-save", plan, strict=True)]
+            rows += [timed("kill_during_step", kill_during_step, ctx)]
+        rows += [
+            timed("world_change", world_change, ctx, base["shared"], worlds=NOTEBOOK_WORLDS if reduced else WORLDS)
+        ]
+        rows += [timed("skipped_batch", skipped_batch, ctx)]
+        if not reduced:
+            rows += [timed("named_stop", scenarios.named_stop, ctx)]
+            rows += [timed(name, fn, ctx) for name, fn in scenarios.FULL]
+        cost = timed("async_vs_sync", lambda c: {"passed": True, **scenarios.overhead(c, 1 if reduced else 3)}, ctx)
+    except BaseException:
+        if not keep:
+            shutil.rmtree(ctx.out, ignore_errors=True)
+        raise
+    base.pop("shared")
+    extra = {"uninterrupted": base, "async_vs_sync": cost, "reduced": reduced, "wall_s": round(time.time() - began, 2)}
+    return finish(ctx, out_dir, rows, extra, keep)
 
 
 def add_arguments(parser) -> None:
@@ -367,17 +449,25 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="bound of every wait, seconds")
     parser.add_argument("--keep", action="store_true", help="keep checkpoints and process logs in OUT/drills")
+    parser.add_argument("--reduced", action="store_true", help="only the stage 5 notebook's set (as make test)")
 
 
 def main(args) -> int:
-    result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep)
-    for drill in result["drills"]:
+    from shardlab.multi import figure
+
+    result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep, getattr(args, "reduced", False))
+    figure.draw(result, os.path.join(args.out, "stage5_goodput.png"))
+    for row in result["table"]:
+        detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.2f}"
+        dw = "-" if row["max_weight_diff"] is None else f"{row['max_weight_diff']:.1e}"
         print(
-            f"[drills] {drill['drill']:<17} passed={drill['passed']} worlds={drill['world_sizes']} "
-            f"detect_s={drill['detect_s']} max_weight_diff={drill['max_weight_diff']} ids_equal={drill['ids_equal']}"
+            f"[drills] {row['drill']:<27} passed={row['passed']!s:<5} detect_s={detect:>6} max|dw|={dw} "
+            f"resumed_from={row['resumed_from']} lost={row['steps_lost']}"
         )
+    failed = [row["drill"] for row in result["table"] if not row["passed"]]
     print(
-        f"[drills] all passed: {result['all_passed']} in {result['wall_s']} s; {os.path.join(args.out, 'drills.json')}"
+        f"[drills] all passed: {result['all_passed']} in {result['wall_s']} s (failed: {failed or 'none'}); "
+        f"{os.path.join(args.out, 'drills.json')}"
     )
     return 0 if result["all_passed"] else 1
 

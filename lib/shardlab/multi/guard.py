@@ -5,8 +5,9 @@ Three mechanisms share the coordination service's key-value store:
 - pulses: a thread overwrites `pulse/<id>` with a counter and this controller's position
   every PULSE seconds; a controller whose counter stops advancing is lost;
 - agreement: before each step every controller publishes `agree/<step>/<id>` (batch hash and
-  sampler digest) and reads everyone else's within the bound; a missing entry is diagnosed,
-  a different entry is a SamplerMismatchError;
+  sampler digest, then `#` and its flags: a preemption request, a finished background save)
+  and reads everyone else's within the bound; a missing entry is diagnosed, a different digest
+  is a SamplerMismatchError, and every controller sees every flag, so all take the same branch;
 - a watchdog: a blocking call that cannot be interrupted (a collective, an Orbax save) runs
   under `bounded`; past the deadline the watchdog diagnoses, reports and ends the process.
 """
@@ -20,6 +21,7 @@ from shardlab.core.errors import HangError, LostProcessError, SamplerMismatchErr
 
 PULSE = 0.5  # seconds between pulses
 PULSE_WINDOW = 3.0  # seconds a diagnosis watches the pulses: a live process pulses ~6 times in it
+FLAGS = "#"  # separates the compared digest from a controller's flags in an agreement entry
 PREFIX = "shardlab"
 EXIT_STOPPED = 3  # exit code of a controller that stopped itself with a named error
 
@@ -27,12 +29,14 @@ EXIT_STOPPED = 3  # exit code of a controller that stopped itself with a named e
 class Guard:
     """Pulses, agreement and a watchdog for one controller; `report(error)` records a stop."""
 
-    def __init__(self, client, process_id: int, processes: int, timeout: float, report):
+    def __init__(self, client, process_id: int, processes: int, timeout: float, report, pulse_file=None):
         self.client, self.process_id, self.processes = client, process_id, processes
+        self.pulse_file = pulse_file  # also pulsed to a file, for a supervisor outside the group
         self.timeout, self.report = float(timeout), report
         self.position = "start"
         self._deadline, self._what, self._stop = None, None, threading.Event()
-        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._pulse, self._watch)]
+        loops = (self._pulse, self._watch) + ((self._pulse_to_file,) if pulse_file else ())
+        self._threads = [threading.Thread(target=f, daemon=True) for f in loops]
         for thread in self._threads:
             thread.start()
 
@@ -55,6 +59,14 @@ class Guard:
                 )
             except Exception:
                 pass  # the coordinator is gone; a waiting call will diagnose it
+            self._stop.wait(PULSE)
+
+    def _pulse_to_file(self) -> None:
+        """Its own thread: a frozen coordinator blocks `key_value_set`, and must not stop this pulse."""
+        count = 0
+        while not self._stop.is_set():
+            count += 1
+            _write_pulse(self.pulse_file, f"{count}|{self.position}")
             self._stop.wait(PULSE)
 
     def _watch(self) -> None:
@@ -160,24 +172,27 @@ class Guard:
             except Exception:
                 return
 
-    def agree(self, step: int, value: str, timeout: float | None = None) -> None:
-        """Publish this step's batch and sampler digest; raise unless every process reports the same."""
-        self.client.key_value_set(f"{PREFIX}/agree/{step}/{self.process_id}", value)
+    def agree(self, step: int, value: str, timeout: float | None = None, flags: str = "") -> dict[int, str]:
+        """Publish this step's digest (and flags); raise unless every digest is the same; return everyone's flags."""
+        self.client.key_value_set(f"{PREFIX}/agree/{step}/{self.process_id}", f"{value}{FLAGS}{flags}")
         deadline = time.monotonic() + (timeout or self.timeout)
-        found = {self.process_id: value}
+        found = {self.process_id: (value, flags)}
         for q in self.others:
             remaining = max(1, int(1000 * (deadline - time.monotonic())))
             try:
-                found[q] = self.client.blocking_key_value_get(f"{PREFIX}/agree/{step}/{q}", remaining)
+                entry = self.client.blocking_key_value_get(f"{PREFIX}/agree/{step}/{q}", remaining)
             except Exception:
                 raise self.diagnose(f"agreement on step {step} (waiting for process {q})") from None
-        odd = sorted(q for q, v in found.items() if v != found[0])
+            digest, _, their_flags = entry.partition(FLAGS)
+            found[q] = (digest, their_flags)
+        odd = sorted(q for q, (v, _) in found.items() if v != found[0][0])
         if odd:
             raise SamplerMismatchError(
                 f"step {step}: process(es) {odd} report batch/sampler digest "
-                f"{[found[q] for q in odd]} but process 0 reports {found[0]!r}; the host sampler must be "
+                f"{[found[q][0] for q in odd]} but process 0 reports {found[0][0]!r}; the host sampler must be "
                 "identical on every controller. Stop the group and restart from the newest complete checkpoint."
             )
+        return {q: f for q, (_, f) in sorted(found.items())}
 
     def barrier(self, name: str) -> None:
         """Wait until every process reaches `name`, within the bound."""
@@ -185,6 +200,15 @@ class Guard:
             self.client.wait_at_barrier(f"{PREFIX}/{name}", int(1000 * self.timeout))
         except Exception:
             raise self.diagnose(f"barrier {name!r}") from None
+
+
+def _write_pulse(path: str, text: str) -> None:
+    try:
+        with open(f"{path}.tmp", "w") as handle:
+            handle.write(text)
+        os.replace(f"{path}.tmp", path)
+    except OSError:
+        pass  # a missing pulse is what the supervisor reports; never stop training for it
 
 
 def _naming(lost: list[int], kind):

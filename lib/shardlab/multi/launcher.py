@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from shardlab.core.errors import LaunchError
 from shardlab.lessons.fingerprint import first_divergence
 from shardlab.multi import program, runtime
 
@@ -26,19 +27,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _environment(port: int, processes: int, process_id: int, local_devices: int) -> dict:
-    env = dict(os.environ)
+def environment(port: int, processes: int, process_id: int, local_devices: int, launch: str = "explicit") -> dict:
+    """A controller's environment: explicit coordinator variables, or a SLURM-style one on loopback.
+
+    'slurm' sets only what a SLURM step would (job id, node list, task count, task id, local id),
+    plus JAX_COORDINATOR_PORT, JAX's own override of the port it derives from the job id; JAX's
+    cluster detection does the rest. It exercises that detection code, not a scheduler.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHARDLAB_", "SLURM_", "JAX_COORDINATOR"))}
     env.pop("MPLBACKEND", None)
-    env.update(
-        {
-            runtime.COORDINATOR: f"127.0.0.1:{port}",
-            runtime.NUM_PROCESSES: str(processes),
-            runtime.PROCESS_ID: str(process_id),
-            runtime.LOCAL_DEVICES: str(local_devices),
-            "JAX_PLATFORMS": "cpu",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
+    env.update({runtime.LOCAL_DEVICES: str(local_devices), runtime.LAUNCH: launch})
+    env.update({"JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
+    if launch == "explicit":
+        env.update(
+            {
+                runtime.COORDINATOR: f"127.0.0.1:{port}",
+                runtime.NUM_PROCESSES: str(processes),
+                runtime.PROCESS_ID: str(process_id),
+            }
+        )
+    elif launch == "slurm":
+        env.update(
+            {
+                "SLURM_JOB_ID": str(40000 + port),
+                "SLURM_STEP_NODELIST": "127.0.0.1",
+                "SLURM_NTASKS": str(processes),
+                "SLURM_PROCID": str(process_id),
+                "SLURM_LOCALID": str(process_id),
+                "SLURM_STEP_NUM_NODES": "1",
+                "JAX_COORDINATOR_PORT": str(port),
+            }
+        )
+    else:
+        raise LaunchError(f"launch must be 'explicit' or 'slurm', not {launch!r}; mpirun is not a launch path here")
     return env
 
 
@@ -106,7 +127,7 @@ def launch(
             logs.append(log)
             procs[pid] = subprocess.Popen(
                 [sys.executable, "-m", "shardlab.multi.program", *args],
-                env=_environment(port, processes, pid, local_devices),
+                env=environment(port, processes, pid, local_devices),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -5,13 +5,23 @@
 Per step: advance the host sampler, agree on the batch and sampler digest (bounded), place
 this process's rows, run stage 2's global update (watched), log the stage 3 fingerprint.
 Every `save_every` steps: Orbax save (watched), a bounded barrier, then process 0 hashes
-the pieces and publishes the completion manifest last. A stop writes a report naming the
-error; `--pause` and `--skip` are the drills' fault hooks.
+the pieces and publishes the completion manifest last, and removes what retention expires.
+
+With `--async-save` the save returns once the state is off the devices and training goes on;
+the agreement of a later step carries each controller's "my background save is written" flag,
+and only when every controller says so does the group publish the manifest (at the latest,
+before the next save and at the end). SIGTERM sets a flag the next agreement carries too:
+the whole group saves the step it agreed on and exits with EXIT_PREEMPTED, "preempted at step N".
+
+A stop writes a report naming the error; every step is also appended to progress_<id>.jsonl
+(a supervisor reads it even when the process was killed); `--pause` and `--skip` are the
+drills' fault hooks.
 """
 
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -23,11 +33,17 @@ import shardlab as sl
 from shardlab.core.batch import put_shards
 from shardlab.core.errors import CheckpointExistsError, ShardlabError
 from shardlab.lessons import fingerprint
-from shardlab.multi import manifest, migration, runtime, shards, store
+from shardlab.multi import manifest, migration, retention, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard
 
 PAUSE_LIMIT = 600  # seconds a paused controller waits to be killed before giving up
 FIRST_STEP_FACTOR = 3  # the first step's waits allow 3 bounds: start-up skew and compilation
+EXIT_PREEMPTED = 4  # exit code of a controller that saved an agreed step after SIGTERM and stopped
+PREEMPT, DURABLE = "P", "D"  # agreement flags: SIGTERM received; my background save is written
+
+
+class Preempted(Exception):
+    """Control flow, not a failure: the group saved the agreed step after a SIGTERM."""
 
 
 def report_path(out, process_id: int) -> str:
@@ -40,6 +56,16 @@ def marker_path(out, process_id: int) -> str:
     return os.path.join(os.fspath(out), f"fault_{process_id}.json")
 
 
+def pulse_path(out, process_id: int) -> str:
+    """The file a controller's pulse thread rewrites every PULSE seconds (read by the supervisor)."""
+    return os.path.join(os.fspath(out), f"pulse_{process_id}")
+
+
+def progress_path(out, process_id: int) -> str:
+    """One JSON line per event (ready, restored, step, saved, published, preempted), appended as it happens."""
+    return os.path.join(os.fspath(out), f"progress_{process_id}.jsonl")
+
+
 def _write_json(path: str, value: dict) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as handle:
@@ -48,11 +74,18 @@ def _write_json(path: str, value: dict) -> None:
 
 
 def parse_fault(text: str | None) -> dict | None:
-    """'RANK:PHASE:STEP[:hold|mark]' -> {rank, phase, step, hold}."""
+    """'RANK:PHASE:STEP[:hold|mark|die|term]' -> {rank, phase, step, hold, die, term}.
+
+    hold (default): leave a marker and wait to be signalled; mark: leave it and go on; die: leave
+    it and SIGKILL itself at once (a kill that lands exactly in that window, e.g. mid-write);
+    term: leave it and go on once the SIGTERM has arrived (so the signal lands in that step).
+    """
     if not text:
         return None
     parts = text.split(":")
-    return {"rank": int(parts[0]), "phase": parts[1], "step": int(parts[2]), "hold": parts[3:] != ["mark"]}
+    mode = parts[3] if len(parts) > 3 else "hold"
+    fault = {"rank": int(parts[0]), "phase": parts[1], "step": int(parts[2])}
+    return {**fault, "hold": mode == "hold", "die": mode == "die", "term": mode == "term"}
 
 
 class Controller:
@@ -69,16 +102,42 @@ class Controller:
         config = sl.Config(seed=args.seed, batch_size=args.batch_size, num_devices=self.mesh.size)
         self.contract = sl.contract(self.data, config)
         self.step_fn = sl.make_step(self.mesh, config.learning_rate, config.decay)
-        self.guard = Guard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped)
+        pulse = pulse_path(args.out, self.pid)
+        self.guard = Guard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped, pulse)
         self.state = sl.initial(args.seed, self.data, self.mesh, put=put_shards)
-        self.checkpoints = None
+        self.checkpoints, self.pending, self.preempt = None, None, False
+        self.saved_host = {}  # host copies of steps saved but not yet published (for their manifests)
+        self.report["mesh"] = {
+            "shape": {k: int(v) for k, v in self.mesh.shape.items()},
+            "devices": [[int(d.id), int(d.process_index)] for d in self.mesh.devices.flat],
+        }
+        self.report["launched_by"] = os.environ.get(runtime.LAUNCH, "explicit")
+        signal.signal(signal.SIGTERM, self._sigterm)  # after jax.distributed.initialize: ours wins
+        self.progress("ready", world=world.as_dict())
+
+    def _sigterm(self, signum, frame) -> None:
+        self.preempt = True
+        self.report["sigterm_time"] = time.time()
+
+    def progress(self, event: str, **fields) -> None:
+        """Append one event line to this process's progress file (flushed, so a kill keeps it)."""
+        line = json.dumps({"event": event, "t": time.time(), **fields}, sort_keys=True)
+        with open(progress_path(self.args.out, self.pid), "a") as handle:
+            handle.write(line + "\n")
 
     def fault(self, phase: str, step: int) -> None:
         """Drill hook: at (phase, step) on the chosen rank, leave a marker and (if holding) wait."""
         pause = self.pause
         if not pause or pause["rank"] != self.pid or pause["phase"] != phase or pause["step"] != step:
             return
-        _write_json(marker_path(self.args.out, self.pid), {"phase": phase, "step": step, "time": time.time()})
+        saving = store.in_progress(self.checkpoints) if self.checkpoints is not None else False
+        mark = {"phase": phase, "step": step, "time": time.time(), "saving_in_progress": saving}
+        _write_json(marker_path(self.args.out, self.pid), mark)
+        if pause["die"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        deadline = time.monotonic() + self.args.timeout
+        while pause.get("term") and not self.preempt and time.monotonic() < deadline:
+            time.sleep(0.01)
         if pause["hold"]:
             time.sleep(PAUSE_LIMIT)
 
@@ -109,10 +168,12 @@ class Controller:
         if args.save_every and self.pid == 0:
             self.report["set_aside"] = manifest.set_aside(shared, step)
         self.guard.barrier("set-aside")
-        self.checkpoints = store.manager(shared, args.timeout)
+        self.checkpoints = store.manager(shared, args.timeout, args.async_save)
+        began = time.time()
         with self.guard.bounded(f"Orbax restore of step {step}"):
             state = store.restore(self.checkpoints, step, self.state, self.mesh)
         manifest.check_state(record, self._host(state))
+        self.progress("restored", step=step, s=round(time.time() - began, 4))
         self.state = state
         self.report["restored"] = self._plain(state)
         self.report.update(resumed_from=step, writer_world=record["writer_world"])
@@ -126,22 +187,60 @@ class Controller:
         return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in host.items()}
 
     def save(self, step: int) -> None:
-        """Save `step` on every controller; process 0 publishes the manifest after all pieces are durable."""
-
+        """Save `step` on every controller; publish it now (synchronous) or once every piece is written."""
+        self.finish_pending()
         began = time.time()
         self.fault("save-begin", step)
         with self.guard.bounded(f"Orbax save of step {step}"):
-            store.save(self.checkpoints, step, self.state)
+            store.save(self.checkpoints, step, self.state, wait=not self.args.async_save)
+        blocking = round(time.time() - began, 4)
+        self.report.setdefault("save_seconds", []).append(blocking)
+        self.progress("saved", step=step, block_s=blocking, asynchronous=bool(self.args.async_save))
+        if self.args.async_save:
+            self.pending = step
+            self.fault("save-staged", step)  # the background thread is writing now
+        else:
+            self.publish(step)
+
+    def finish_pending(self) -> None:
+        """Wait (bounded) for the background save, then publish it; an AsyncSaveError if it failed."""
+        if self.pending is None:
+            return
+        step, self.pending = self.pending, None
+        with self.guard.bounded(f"the background save of step {step}"):
+            store.finish(self.checkpoints, step)
+        self.publish(step)
+
+    def publish(self, step: int) -> None:
+        """After every controller's pieces of `step` are written: process 0 verifies and publishes, last."""
         self.fault("save-written", step)
         self.guard.barrier(f"saved-{step}")
         if self.pid == 0:
             files = manifest.file_digests(manifest.step_dir(self.args.shared, step), sync=True)
-            record = manifest.build(step, self.world.as_dict(), self._host(self.state), files, self.contract)
+            record = manifest.build(step, self.world.as_dict(), self.saved_host.pop(step), files, self.contract)
             self.fault("publish", step)
             manifest.publish(self.args.shared, record)
+            if self.args.keep:
+                removed = retention.clean(self.args.shared, self.args.keep, self.fault)
+                self.report.setdefault("retention", []).append({"after": step, **removed})
+        else:
+            self.saved_host.pop(step)
         self.guard.barrier(f"published-{step}")
         self.report.setdefault("published", []).append(step)
-        self.report.setdefault("save_seconds", []).append(round(time.time() - began, 3))
+        self.progress("published", step=step)
+
+    def preempted(self, step: int) -> None:
+        """Every controller agreed on `step` after a SIGTERM: save it (unless saved), publish, stop."""
+        self.finish_pending()
+        if step not in self.report.get("published", []):
+            if self.checkpoints is None:
+                self.checkpoints = store.manager(self.args.shared, self.args.timeout)
+            self.saved_host[step] = self._host(self.state)
+            with self.guard.bounded(f"Orbax save of preemption step {step}"):
+                store.save(self.checkpoints, step, self.state, wait=True)
+            self.publish(step)
+        self.progress("preempted", step=step)
+        raise Preempted(f"preempted at step {step}")
 
     def train(self) -> None:
         """Steps from the current state to `--steps`, saving every `--save-every`."""
@@ -154,19 +253,32 @@ class Controller:
             state, batch = sl.next_batch(self.state, self.data, args.batch_size, self.mesh, put=put_shards)
             if skip and skip["rank"] == self.pid and skip["step"] == step:
                 self.report["skipped"] = {"step": step, "time": time.time()}
+                self.progress("skipped", step=step)
                 self.state = {**state, "step": step + 1}  # the fault: a batch consumed, no update, no all-reduce
                 continue
             first = step == self.report["start_step"]  # peers may still be starting; the step compiles
             bound = FIRST_STEP_FACTOR * args.timeout if first else None
-            self.guard.agree(step, shards.agreement(state, self.data, batch.ids), bound)
+            began = time.time()
+            flags = self.guard.agree(step, shards.agreement(state, self.data, batch.ids), bound, self._flags())
+            if self.pending is not None and all(DURABLE in f for f in flags.values()):
+                self.finish_pending()  # every controller's pieces are written: publish without waiting
+            if any(PREEMPT in f for f in flags.values()):
+                self.preempted(step)
             self.fault("update", step)
             with self.guard.bounded(f"the all-reduce of step {step}", bound):
                 self.state, loss = shards.apply(state, batch, self.step_fn)
             entry = fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
             weights = np.asarray(self.state["weights"]).tolist()
-            self.report["log"].append({**entry, "ids": [int(i) for i in batch.ids], "weights_values": weights})
+            ids = [int(i) for i in batch.ids]
+            self.report["log"].append({**entry, "ids": ids, "weights_values": weights})
+            self.progress("step", step=step + 1, s=round(time.time() - began, 5), ids=ids, loss=loss, weights=weights)
             if args.save_every and (step + 1) % args.save_every == 0:
+                self.saved_host[step + 1] = self._host(self.state)
                 self.save(step + 1)
+
+    def _flags(self) -> str:
+        durable = self.pending is not None and not store.in_progress(self.checkpoints)
+        return (PREEMPT if self.preempt else "") + (DURABLE if durable else "")
 
     def run(self) -> None:
         """Resume or start, train, and record the final state."""
@@ -176,10 +288,15 @@ class Controller:
         else:
             if manifest.scan(self.args.shared)["complete"]:
                 raise CheckpointExistsError(f"{self.args.shared} already holds complete steps; pass --resume latest")
+            self.guard.agree("start", "fresh", FIRST_STEP_FACTOR * self.args.timeout)
+            if self.args.save_every and self.pid == 0:
+                self.report["set_aside"] = manifest.set_aside(self.args.shared, -1)  # a failed first attempt's
+            self.guard.barrier("set-aside")
             if self.args.save_every:
-                self.checkpoints = store.manager(self.args.shared, self.args.timeout)
+                self.checkpoints = store.manager(self.args.shared, self.args.timeout, self.args.async_save)
         self.report["start_step"] = int(self.state["step"])
         self.train()
+        self.finish_pending()
         self.report["final"] = self._plain(self.state)
         self.guard.barrier("finished")
         self.report["status"] = "complete"
@@ -197,6 +314,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=float, default=20.0, help="bound in seconds of every wait")
     parser.add_argument("--pause", default=None, help="fault: RANK:PHASE:STEP[:mark] (update, save-begin, ...)")
     parser.add_argument("--skip", default=None, help="fault: RANK:STEP, that rank skips the batch of STEP")
+    parser.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
+    parser.add_argument("--keep", type=int, default=0, help="keep the newest N complete checkpoints (0: all)")
+
+
+def _launch_failed(args, exc: Exception) -> int:
+    """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
+    pid = os.environ.get(runtime.PROCESS_ID) or os.environ.get("SLURM_PROCID") or "unknown"
+    error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
+    _write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
+    print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    return EXIT_STOPPED
 
 
 def main(argv=None) -> int:
@@ -205,12 +333,23 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.started = time.time()
     os.makedirs(args.out, exist_ok=True)
-    world = runtime.initialize(args.timeout)
+    try:
+        world = runtime.initialize(args.timeout, on_timeout=lambda exc: os._exit(_launch_failed(args, exc)))
+    except ShardlabError as exc:  # a launch problem, named before (or instead of) JAX's own error
+        return _launch_failed(args, exc)
 
     controller = None
     try:
         controller = Controller(args, world)
         controller.run()
+    except Preempted as stop:
+        controller.report.update(status="preempted", message=str(stop), preempted_at=int(controller.state["step"]))
+        controller.guard.close()
+        controller.checkpoints.close()
+        controller.write()
+        print(f"[process {world.process_id}] {stop}", file=sys.stderr, flush=True)
+        jax.distributed.shutdown()
+        return EXIT_PREEMPTED
     except ShardlabError as exc:
         if controller is None:
             raise

@@ -3,16 +3,25 @@
 The launcher passes the coordinator, the process count and id and the local device count
 through environment variables. Without a coordinator the controller calls
 `jax.distributed.initialize()` with no arguments, so JAX's own cluster auto-detection
-(SLURM, Open MPI, TPU VMs, ...) supplies them.
+(SLURM, Open MPI, TPU VMs, ...) supplies them. Before that call, three checks fail fast with
+a LaunchError naming the problem: an incomplete SLURM-style environment, a process id outside
+the task count, and (on process 0) a coordinator port that is already taken. A group with
+fewer processes than the task count is reported when JAX's initialisation timeout expires.
 """
 
 import os
+import socket
 from dataclasses import dataclass
+
+from shardlab.core.errors import LaunchError
 
 COORDINATOR = "SHARDLAB_COORDINATOR"  # host:port of process 0's coordination service
 NUM_PROCESSES = "SHARDLAB_NUM_PROCESSES"
 PROCESS_ID = "SHARDLAB_PROCESS_ID"
 LOCAL_DEVICES = "SHARDLAB_LOCAL_DEVICES"  # logical CPU devices per process (unset: the real ones)
+LAUNCH = "SHARDLAB_LAUNCH"  # how the launcher started this process: 'explicit' or 'slurm'
+# What JAX's SLURM detection (jax/_src/clusters/slurm_cluster.py) requires before it applies.
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
 
 
 @dataclass(frozen=True)
@@ -43,8 +52,57 @@ def heartbeat_seconds(timeout: float) -> int:
     return int(3 * timeout + 30)
 
 
-def initialize(timeout: float) -> World:
-    """Configure CPU devices and gloo, then `jax.distributed.initialize`, before any device query."""
+def init_timeout(timeout: float) -> int:
+    """Seconds `jax.distributed.initialize` waits for every process to connect."""
+    return int(max(3 * timeout, 10))
+
+
+def check_cluster_environment(env) -> None:
+    """LaunchError unless `env` holds every variable JAX's SLURM detection reads, with a valid id."""
+    missing = [name for name in SLURM_VARIABLES if name not in env]
+    if missing:
+        raise LaunchError(
+            f"no coordinator given and the SLURM-style environment is incomplete: missing {missing} "
+            f"(JAX's cluster detection needs all of {list(SLURM_VARIABLES)}). Set them, or pass the "
+            "coordinator, process count and id explicitly."
+        )
+    count, rank = int(env["SLURM_NTASKS"]), int(env["SLURM_PROCID"])
+    if not 0 <= rank < count:
+        raise LaunchError(
+            f"SLURM_PROCID={rank} is outside SLURM_NTASKS={count}: the task count is wrong for this "
+            "launch; start exactly SLURM_NTASKS processes with ids 0..SLURM_NTASKS-1."
+        )
+
+
+def check_port_free(address: str) -> None:
+    """LaunchError if the coordinator's port is already taken (process 0 is about to bind it)."""
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host or "127.0.0.1", int(port)))
+        except OSError as exc:
+            raise LaunchError(
+                f"coordinator port {port} on {host} is already in use ({exc.strerror}); another job or an old "
+                "coordinator holds it. Pick a free port (the launcher draws a fresh one for every attempt)."
+            ) from None
+
+
+def _detected(timeout: float) -> tuple:
+    """What JAX's own cluster detection finds in this environment: (address, count, id, local ids)."""
+    from jax._src.clusters import ClusterEnv
+
+    return ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, init_timeout(timeout))
+
+
+def initialize(timeout: float, on_timeout=None) -> World:
+    """Configure CPU devices and gloo, then `jax.distributed.initialize`, before any device query.
+
+    JAX ends a process with a fatal (uncatchable) error when the group does not assemble within
+    its initialisation timeout; two seconds before that, `on_timeout(LaunchError)` is called from
+    a timer thread so the process can record a named error and exit first.
+    """
+    import threading
+
     import jax
 
     local = os.environ.get(LOCAL_DEVICES)
@@ -53,15 +111,41 @@ def initialize(timeout: float) -> World:
         jax.config.update("jax_num_cpu_devices", int(local))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     bounds = {
-        "initialization_timeout": int(max(3 * timeout, 60)),
+        "initialization_timeout": init_timeout(timeout),
         "heartbeat_timeout_seconds": heartbeat_seconds(timeout),
         "shutdown_timeout_seconds": int(max(timeout, 10)),
     }
     coordinator = os.environ.get(COORDINATOR)
     if coordinator:
-        jax.distributed.initialize(coordinator, int(os.environ[NUM_PROCESSES]), int(os.environ[PROCESS_ID]), **bounds)
+        address, count, rank = coordinator, int(os.environ[NUM_PROCESSES]), int(os.environ[PROCESS_ID])
     else:
-        jax.distributed.initialize(**bounds)  # cluster auto-detection supplies address, count and id
+        check_cluster_environment(os.environ)
+        address, count, rank, _ = _detected(timeout)
+    if rank == 0:
+        check_port_free(address)
+    waited = max(bounds["initialization_timeout"] - 2, 1)
+    late = LaunchError(
+        f"process {rank} of {count}: the group did not assemble at {address} within {waited} s. Were all "
+        f"{count} processes started? Check the task count (SLURM_NTASKS or the process count) and that "
+        "every process was given the same coordinator."
+    )
+    timer = threading.Timer(waited, on_timeout, args=(late,)) if on_timeout else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        if coordinator:
+            jax.distributed.initialize(address, count, rank, **bounds)
+        else:
+            jax.distributed.initialize(**bounds)  # JAX's cluster auto-detection supplies address, count and id
+        if timer:
+            timer.cancel()
+    except Exception as exc:
+        raise LaunchError(
+            f"process {rank} of {count}: jax.distributed.initialize via {address} did not complete within "
+            f"{bounds['initialization_timeout']} s ({type(exc).__name__}: {str(exc)[:160]}). Were all {count} "
+            "processes started? Check the task count and that the coordinator is reachable."
+        ) from None
     return World(jax.process_count(), jax.local_device_count(), jax.process_index())
 
 

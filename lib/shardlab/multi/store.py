@@ -1,26 +1,31 @@
 """Orbax CheckpointManager for the six-field state in one folder every controller shares.
 
 Every controller calls `save` and `restore` for the same steps in the same order; Orbax
-writes each process's pieces and finalises the step. Saving is synchronous here so a step
-is either fully written or visibly unfinished when a drill kills a controller. The state
-pytree and the restore target come from stage 3's `orbax_io`.
+writes each process's pieces and finalises the step. With `asynchronous=True` `save` returns
+once the state is copied off the devices and Orbax writes in a background thread; `wait`
+blocks until that write is finished and turns a failure of it into an AsyncSaveError, so a
+failed background save is reported at the next save or wait, never swallowed. Either way
+Orbax keeps every step (`max_to_keep=None`): which steps count and which are removed is the
+manifest's and `retention`'s business. The state pytree and the restore target come from
+stage 3's `orbax_io`.
 """
 
 import os
 
 from jax.sharding import Mesh
 
+from shardlab.core.errors import AsyncSaveError
 from shardlab.core.schema import SCALARS
 from shardlab.lessons import orbax_io
 from shardlab.multi.manifest import ORBAX
 
 
-def manager(shared, timeout: float):
-    """A CheckpointManager on <shared>/orbax: synchronous, keeps every step, bounded barriers."""
+def manager(shared, timeout: float, asynchronous: bool = False):
+    """A CheckpointManager on <shared>/orbax: keeps every step, bounded barriers, (a)synchronous."""
     import orbax.checkpoint as ocp
 
     options = ocp.CheckpointManagerOptions(
-        enable_async_checkpointing=False,
+        enable_async_checkpointing=bool(asynchronous),
         max_to_keep=None,
         create=True,
         async_options=ocp.options.AsyncOptions(timeout_secs=int(2 * timeout)),
@@ -28,12 +33,37 @@ def manager(shared, timeout: float):
     return ocp.CheckpointManager(os.path.join(os.fspath(shared), ORBAX), options=options)
 
 
-def save(checkpoints, step: int, state: dict) -> None:
-    """Save the state as step `step` (every controller calls this, in the same order)."""
+def save(checkpoints, step: int, state: dict, wait: bool = True) -> None:
+    """Save the state as step `step` (every controller calls this, in the same order); `wait` for it."""
     import orbax.checkpoint as ocp
 
-    checkpoints.save(int(step), args=ocp.args.StandardSave(orbax_io.as_tree(state)), force=True)
-    checkpoints.wait_until_finished()
+    try:
+        checkpoints.save(int(step), args=ocp.args.StandardSave(orbax_io.as_tree(state)), force=True)
+    except Exception as exc:  # Orbax re-raises a failed earlier background save here
+        raise AsyncSaveError(
+            f"saving step {step} failed ({type(exc).__name__}: {str(exc)[:200]}); an earlier background save "
+            "may have failed. Its step has no manifest and will not be restored; restart from the newest "
+            "complete checkpoint."
+        ) from exc
+    if wait:
+        finish(checkpoints, step)
+
+
+def finish(checkpoints, step: int) -> None:
+    """Block until the background save of `step` is written; AsyncSaveError if it failed."""
+    try:
+        checkpoints.wait_until_finished()
+    except Exception as exc:
+        raise AsyncSaveError(
+            f"the background save of step {step} failed ({type(exc).__name__}: {str(exc)[:200]}); the step has "
+            "no manifest and will not be restored. Free the disk or fix the folder, then restart from the newest "
+            "complete checkpoint."
+        ) from exc
+
+
+def in_progress(checkpoints) -> bool:
+    """Whether this process's background save is still being written."""
+    return bool(checkpoints.is_saving_in_progress())
 
 
 def restore(checkpoints, step: int, like: dict, mesh: Mesh) -> dict:

@@ -1,0 +1,102 @@
+"""What a supervised run cost, and whether its pieces make one continuous run.
+
+From a `supervisor.supervise` result (every attempt's progress events, read from process 0
+or the lowest process that left any) this computes:
+
+- the loss path: for each attempt, the steps it completed up to the step the next attempt
+  resumed from (later ones were recomputed); together they must be steps 1..N exactly once;
+- the goodput ledger, seconds: start-up and initialisation (launch to ready), restore,
+  compilation (the first step of each attempt, which compiles: it includes that step's own
+  run), productive steps, save (the blocking part, on the training thread), detection (the
+  fault to the supervisor's verdict), teardown, wasted steps (completed, then recomputed
+  after a failure), and the rest (agreement, publication, shutdown) as `other`.
+"""
+
+import numpy as np
+
+from shardlab.multi import control
+
+PARTS = ("startup", "restore", "compile", "productive", "save_block", "detection", "teardown", "wasted", "other")
+
+
+def _events(attempt: dict) -> list[dict]:
+    found = [attempt["progress"][pid] for pid in sorted(attempt["progress"]) if attempt["progress"][pid]]
+    return found[0] if found else []
+
+
+def resumed_from(attempt: dict) -> int:
+    """The step an attempt restored (0 for a fresh start)."""
+    return next((e["step"] for e in _events(attempt) if e["event"] == "restored"), 0)
+
+
+def path(result: dict) -> list[dict]:
+    """The steps that survive: attempt k's steps up to attempt k+1's resume step, and all of the last's."""
+    attempts, kept = result["attempts"], []
+    for k, attempt in enumerate(attempts):
+        stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
+        kept += [e for e in _events(attempt) if e["event"] == "step" and (stop is None or e["step"] <= stop)]
+    return kept
+
+
+def wasted_steps(result: dict) -> list[int]:
+    """Per failure or preemption: how many completed steps the next attempt recomputed."""
+    attempts, lost = result["attempts"], []
+    for k in range(len(attempts) - 1):
+        stop = resumed_from(attempts[k + 1])
+        lost.append(sum(1 for e in _events(attempts[k]) if e["event"] == "step" and e["step"] > stop))
+    return lost
+
+
+def against_control(result: dict, reference: dict, steps: int) -> dict:
+    """The stitched path against the uninterrupted control: IDs exact, losses and weights in float32 tolerance."""
+    kept = path(result)
+    numbers = [e["step"] for e in kept]
+    if numbers != list(range(1, steps + 1)):
+        return {"matches": False, "reason": f"steps {numbers} are not 1..{steps} exactly once", "steps": numbers}
+    ids_equal = all(e["ids"] == reference["ids"][e["step"]] for e in kept)
+    weights = np.array([e["weights"] for e in kept], np.float64)
+    expected = np.array([reference["states"][e["step"]]["weights"] for e in kept], np.float64)
+    losses = np.array([e["loss"] for e in kept])
+    ref_losses = np.array([reference["losses"][e["step"]] for e in kept])
+    close = np.allclose(weights, expected, rtol=control.RTOL, atol=control.ATOL) and np.allclose(
+        losses, ref_losses, rtol=control.RTOL, atol=control.ATOL
+    )
+    return {
+        "matches": bool(ids_equal and close),
+        "ids_equal": bool(ids_equal),
+        "max_weight_diff": float(np.max(np.abs(weights - expected))),
+        "max_loss_diff": float(np.max(np.abs(losses - ref_losses))),
+        "steps": [numbers[0], numbers[-1]],
+    }
+
+
+def goodput(result: dict) -> dict:
+    """Seconds per part of the wall time (PARTS), summed over attempts, and the productive fraction."""
+    attempts = result["attempts"]
+    parts = dict.fromkeys(PARTS, 0.0)
+    for k, attempt in enumerate(attempts):
+        events = _events(attempt)
+        stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
+        ready = next((e["t"] for e in events if e["event"] == "ready"), None)
+        end = attempt["event"]["time"]
+        parts["startup"] += (ready or end) - attempt["launched"]
+        parts["restore"] += sum(e["s"] for e in events if e["event"] == "restored")
+        parts["save_block"] += sum(e["block_s"] for e in events if e["event"] == "saved")
+        steps = [e for e in events if e["event"] == "step"]
+        for i, e in enumerate(steps):
+            if stop is not None and e["step"] > stop:
+                parts["wasted"] += e["s"]
+            elif i == 0:
+                parts["compile"] += e["s"]
+            else:
+                parts["productive"] += e["s"]
+        if attempt.get("detect_s"):
+            parts["detection"] += attempt["detect_s"]
+        parts["teardown"] += attempt["teardown_s"]
+        wall = end + attempt["teardown_s"] - attempt["launched"]
+        parts["other"] += wall
+    named = sum(v for k, v in parts.items() if k != "other")
+    parts["other"] = max(0.0, parts["other"] - named)
+    total = sum(parts.values())
+    rounded = {k: round(v, 3) for k, v in parts.items()}
+    return {**rounded, "total": round(total, 3), "productive_fraction": round(parts["productive"] / total, 4)}

@@ -1,0 +1,370 @@
+"""Supervised stage 5 scenarios: each a whole run through failures, one row of drills.json.
+
+A scenario hands the supervisor a list of faults (one per attempt) and checks, against the
+uninterrupted single-process control:
+
+- every failure was detected within its stated bound and named the right process and cause;
+- every relaunch resumed from the newest step whose manifest had been published ("latest"
+  never points at anything else) and loses exactly the steps after it;
+- the steps that survive form one continuous path 1..N equal to the control (IDs exact,
+  weights within float32 tolerance);
+- a preemption saves the agreed step, every process exits with "preempted at step N", and
+  the relaunch loses no step.
+
+`FULL` is `make drills`' set; `REDUCED` is what the stage 5 notebook (and so `make test`) runs.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from shardlab.multi import launcher, ledger, manifest, runtime, supervisor
+
+STEPS, SAVE_EVERY = 10, 3
+SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
+
+
+def _published(attempt: dict) -> list[int]:
+    """Steps whose manifest any process saw published during the attempt (plus those it resumed past)."""
+    found = set()
+    for events in attempt["progress"].values():
+        found |= {e["step"] for e in events if e["event"] == "published"}
+    return sorted(found)
+
+
+def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: dict) -> dict:
+    """One drills.json row: per failure the process, phase, cause, detection and resume; the path; goodput."""
+    attempts = result["attempts"]
+    compared = ledger.against_control(result, reference, STEPS)
+    lost = ledger.wasted_steps(result)
+    failures, ok = [], bool(result["completed"] and result["error"] is None)
+    published = 0  # newest step any process saw published so far
+    for k, attempt in enumerate(attempts[:-1]):
+        published = max([published, *_published(attempt)])
+        on_disk = attempts[k + 1]["complete_before"]  # verified complete steps when attempt k+1 started
+        newest = on_disk[-1] if on_disk else 0
+        event, fault = attempt["event"], attempt["fault"] or {}
+        want = expect[k] if k < len(expect) else {}
+        resumed = ledger.resumed_from(attempts[k + 1])
+        kind = event["kind"]
+        bound = bounds["freeze_s"] if fault.get("signal") == "stop" else bounds.get(want.get("bound", "death_s"))
+        detect = attempt.get("detect_s")
+        named = want.get("process", fault.get("rank"))
+        checks = {
+            "named_process": kind == "preempted" or named is None or event.get("process") == named,
+            "named_cause": want.get("cause", "") in event.get("cause", ""),
+            "detected_within_bound": kind == "preempted" or (None not in (detect, bound) and detect <= bound),
+            "resumed_from_newest_complete": resumed == newest and newest >= published,
+            "interrupted_save_not_accepted": fault.get("phase") not in SAVE_WINDOWS or fault["step"] not in on_disk,
+            "no_step_lost": kind != "preempted" or lost[k] == 0,
+        }
+        failures.append(
+            {
+                "attempt": k,
+                "victim": fault.get("rank"),
+                "process": event.get("process"),
+                "phase": fault.get("phase"),
+                "at_step": fault.get("step"),
+                "signal": fault.get("signal"),
+                "kind": kind,
+                "cause": event.get("cause"),
+                "detect_s": detect,
+                "bound_s": bound,
+                "port": attempt["port"],
+                "resumed_from": resumed,
+                "steps_lost": lost[k],
+                "checks": checks,
+            }
+        )
+        ok = ok and all(checks.values())
+    ports = result["ports"]
+    fresh = len(set(ports)) == len(ports)
+    return {
+        "drill": name,
+        "world_sizes": [f"{result['processes']}x{result['local_devices']}"],
+        "launch": result["launch"],
+        "failures": failures,
+        "restarts": result["restarts"],
+        "resumed_from": [f["resumed_from"] for f in failures],
+        "steps_lost": sum(lost),
+        "fresh_port_every_attempt": fresh,
+        "detect_s": max((f["detect_s"] for f in failures if f["detect_s"] is not None), default=None),
+        "max_weight_diff": compared.get("max_weight_diff"),
+        "ids_equal": compared.get("ids_equal"),
+        "against_control": compared,
+        "goodput": ledger.goodput(result),
+        "error": result["error"],
+        "passed": bool(ok and fresh and compared["matches"]),
+        "wall_s": result["wall_s"],
+    }
+
+
+def run(ctx, name: str, faults: tuple, expect: list[dict], **kw) -> dict:
+    """Supervise one scenario under ctx.out/name and return its row."""
+    folder = os.path.join(ctx.out, name)
+    kw.setdefault("save_every", SAVE_EVERY)
+    result = supervisor.supervise(
+        os.path.join(folder, "supervised"),
+        os.path.join(folder, "shared"),
+        steps=STEPS,
+        seed=ctx.seed,
+        batch_size=ctx.batch_size,
+        timeout=ctx.timeout,
+        faults=faults,
+        **kw,
+    )
+    row = _row(name, result, ctx.reference, expect, supervisor.detection_bounds(ctx.timeout))
+    if name.startswith("cleanup"):
+        row["shared_after"] = _entries(os.path.join(folder, "shared"))
+    return row
+
+
+def _entries(shared: str) -> dict:
+    found = manifest.scan(shared)
+    root = os.path.join(shared, manifest.ORBAX)
+    return {"complete": found["complete"], "orbax_entries": sorted(os.listdir(root)) if os.path.isdir(root) else []}
+
+
+def kill(rank, phase, step, signal="kill", **extra):
+    """A fault for one attempt."""
+    return {"rank": rank, "phase": phase, "step": step, "signal": signal, **extra}
+
+
+def several_failures(ctx) -> dict:
+    """Process 1 dies writing an async save, process 0 is killed mid-step, then SIGTERM preempts process 1."""
+    faults = (
+        kill(1, "save-staged", 6, "die"),  # inside the background write of step 6
+        kill(0, "update", 8),  # process 0, the coordinator, inside step 8
+        kill(1, "update", 8, "term"),  # preemption: the group agrees on step 9 and saves it
+    )
+    expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 9"}]
+    row = run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
+    return row
+
+
+def _cleanup_check(row: dict) -> dict:
+    after = row.get("shared_after", {})
+    newest_kept = bool(after.get("complete")) and after["complete"][-1] == STEPS - STEPS % SAVE_EVERY
+    row["newest_complete_survived"] = newest_kept
+    row["passed"] = bool(row["passed"] and newest_kept and len(after.get("complete", [])) <= 1)
+    return row
+
+
+def _slurm_vs_explicit(ctx) -> dict:
+    """The same program launched both ways: identical indices, mesh, IDs and loss hash."""
+    rows = {}
+    for launch in ("explicit", "slurm"):
+        outcome = supervisor.supervise(
+            os.path.join(ctx.out, f"launch-{launch}", "supervised"),
+            os.path.join(ctx.out, f"launch-{launch}", "shared"),
+            steps=STEPS,
+            save_every=0,
+            seed=ctx.seed,
+            batch_size=ctx.batch_size,
+            timeout=ctx.timeout,
+            launch=launch,
+            budget=0,
+        )
+        reports = outcome["attempts"][-1]["reports"]
+        rows[launch] = {
+            "completed": outcome["completed"],
+            "process_ids": sorted(r["process_id"] for r in reports.values() if r),
+            "launched_by": sorted({r.get("launched_by") for r in reports.values() if r}),
+            "mesh": (reports.get(0) or {}).get("mesh"),
+            "ids": [e["ids"] for e in ledger.path(outcome)],
+            "loss_hash": _loss_hash(ledger.path(outcome)),
+            "against_control": ledger.against_control(outcome, ctx.reference, STEPS),
+        }
+    same = all(rows["explicit"][k] == rows["slurm"][k] for k in ("process_ids", "mesh", "ids", "loss_hash"))
+    return {
+        "drill": "launch_paths",
+        "world_sizes": ["2x2"],
+        "paths": {k: {**v, "ids": len(v["ids"])} for k, v in rows.items()},
+        "identical": same,
+        "detect_s": None,
+        "max_weight_diff": rows["slurm"]["against_control"].get("max_weight_diff"),
+        "ids_equal": rows["slurm"]["against_control"].get("ids_equal"),
+        "passed": bool(same and all(v["completed"] and v["against_control"]["matches"] for v in rows.values())),
+    }
+
+
+def _loss_hash(steps: list[dict]) -> str:
+    import hashlib
+
+    return hashlib.sha256(",".join(f"{e['loss']:.6e}" for e in steps).encode()).hexdigest()[:16]
+
+
+def launch_negatives(ctx) -> dict:
+    """A missing variable, a task id outside the count, a port in use, too few processes: each named, fast."""
+    cases = {}
+    env = launcher.environment(launcher.free_port(), 2, 0, 2, "slurm")
+    cases["missing_variable"] = _one(ctx, {k: v for k, v in env.items() if k != "SLURM_PROCID"}, "SLURM_PROCID")
+    cases["wrong_task_count"] = _one(ctx, {**env, "SLURM_PROCID": "2"}, "outside SLURM_NTASKS=2")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        cases["port_in_use"] = _one(ctx, launcher.environment(port, 2, 0, 2, "explicit"), f"port {port}")
+    cases["too_few_processes"] = _one(ctx, env, "did not assemble")
+    bound = runtime.init_timeout(ctx.timeout) + 30
+    passed = all(c["named"] and c["exit_code"] == 3 and c["wall_s"] <= bound for c in cases.values())
+    return {
+        "drill": "launch_negatives",
+        "world_sizes": ["2x2"],
+        "cases": cases,
+        "bound_s": bound,
+        "detect_s": max(c["wall_s"] for c in cases.values()),
+        "max_weight_diff": None,
+        "ids_equal": None,
+        "passed": passed,
+    }
+
+
+def _one(ctx, env: dict, expected: str) -> dict:
+    """Start one controller with `env`; it must stop with a LaunchError whose message contains `expected`."""
+    folder = os.path.join(ctx.out, "launch-negatives", f"case-{time.time_ns()}")
+    os.makedirs(folder)
+    began = time.time()
+    args = ["--shared", os.path.join(folder, "shared"), "--out", folder, "--timeout", str(ctx.timeout)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardlab.multi.program", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=runtime.init_timeout(ctx.timeout) + 60,
+    )
+    report = supervisor._report(folder, env.get(runtime.PROCESS_ID) or env.get("SLURM_PROCID") or "unknown") or {}
+    error = report.get("error") or {}
+    return {
+        "exit_code": proc.returncode,
+        "error": f"{error.get('type')}: {error.get('message', '')[:240]}",
+        "named": error.get("type") == "LaunchError" and expected in error.get("message", ""),
+        "wall_s": round(time.time() - began, 2),
+    }
+
+
+def overhead(ctx, pairs: int = 1) -> dict:
+    """Synchronous against asynchronous saving, alternated: median step time and blocking save time."""
+    samples = {"sync": {"step_s": [], "save_block_s": []}, "async": {"step_s": [], "save_block_s": []}}
+    for i in range(pairs):
+        for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
+            result = supervisor.supervise(
+                os.path.join(ctx.out, f"overhead-{mode}-{i}", "supervised"),
+                os.path.join(ctx.out, f"overhead-{mode}-{i}", "shared"),
+                steps=STEPS,
+                save_every=1,
+                seed=ctx.seed,
+                batch_size=ctx.batch_size,
+                timeout=ctx.timeout,
+                async_save=mode == "async",
+                budget=0,
+            )
+            events = ledger._events(result["attempts"][-1])
+            steps = [e["s"] for e in events if e["event"] == "step"][1:]  # the first step compiles
+            samples[mode]["step_s"] += steps
+            samples[mode]["save_block_s"] += [e["block_s"] for e in events if e["event"] == "saved"]
+    import numpy as np
+
+    med = {m: {k: float(np.median(v)) for k, v in s.items()} for m, s in samples.items()}
+    return {
+        "pairs": pairs,
+        "save_every": 1,
+        "samples": samples,
+        "median": med,
+        "blocking_save_ratio_async_over_sync": round(med["async"]["save_block_s"] / med["sync"]["save_block_s"], 3),
+        "step_ratio_async_over_sync": round(med["async"]["step_s"] / med["sync"]["step_s"], 3),
+        "note": "8 float32 weights: the write itself is tiny, so this measures Orbax's fixed costs on one disk",
+    }
+
+
+def _cleanup(ctx) -> dict:
+    faults = (kill(0, "cleanup", 3, "die"),)
+    return _cleanup_check(run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
+
+
+def _one_fault(name: str, fault: dict, cause: str, **kw):
+    return lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
+
+
+ASYNC = {"async_save": True}
+FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
+    ("p0_killed_mid_step", _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)")),
+    ("p0_frozen", _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen")),
+    ("p1_frozen", _one_fault("p1_frozen", kill(1, "update", 5, "stop"), "frozen")),
+    ("p0_preempted", _one_fault("p0_preempted", kill(0, "update", 4, "term"), "preempted at step 5")),
+    ("p1_preempted", _one_fault("p1_preempted", kill(1, "update", 7, "term"), "preempted at step 8")),
+    (
+        "async_kill_staging",
+        _one_fault("async_kill_staging", kill(1, "save-begin", 6, "die"), "killed", async_save=True),
+    ),
+    (
+        "async_kill_writing",
+        _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
+    ),
+    (
+        "async_kill_before_manifest",
+        _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
+    ),
+    ("cleanup_killed", _cleanup),
+    ("crash_loop", lambda ctx: crash_loop(ctx)),
+    ("launch_paths", lambda ctx: _slurm_vs_explicit(ctx)),
+    ("launch_negatives", lambda ctx: launch_negatives(ctx)),
+)
+
+
+def full(ctx) -> list[dict]:
+    """Every supervised scenario of FULL, in order."""
+    return [fn(ctx) for _, fn in FULL]
+
+
+def named_stop(ctx) -> dict:
+    """Process 1 skips a batch: the group stops itself with a HangError naming it; the supervisor restarts."""
+    return run(
+        ctx,
+        "named_stop",
+        (),
+        [{"process": None, "cause": "named stop: HangError: process(es) [1] skipped step 2", "bound": "named_s"}],
+        skip={"attempt": 0, "rank": 1, "step": 2},
+    )
+
+
+def crash_loop(ctx) -> dict:
+    """Process 1 dies at step 2 in every attempt: the restart budget (2) ends it with a RestartBudgetError."""
+    fault = kill(1, "update", 1, "die")
+    result = supervisor.supervise(
+        os.path.join(ctx.out, "crash_loop", "supervised"),
+        os.path.join(ctx.out, "crash_loop", "shared"),
+        steps=STEPS,
+        save_every=SAVE_EVERY,
+        seed=ctx.seed,
+        batch_size=ctx.batch_size,
+        timeout=ctx.timeout,
+        faults=(fault,) * 3,
+        budget=2,
+    )
+    error = result["error"] or {}
+    return {
+        "drill": "crash_loop",
+        "world_sizes": ["2x2"],
+        "restarts": result["restarts"],
+        "failures": [
+            {
+                **{k: a["fault"][k] for k in ("signal", "phase")},
+                "victim": 1,
+                "at_step": 1,
+                "attempt": a["attempt"],
+                "process": a["event"].get("process"),
+                "cause": a["event"].get("cause"),
+            }
+            for a in result["attempts"]
+        ],
+        "error": error,
+        "detect_s": None,
+        "max_weight_diff": None,
+        "ids_equal": None,
+        "passed": error.get("type") == "RestartBudgetError" and result["failures"] == 3 and not result["completed"],
+        "wall_s": result["wall_s"],
+    }
