@@ -63,3 +63,7 @@ class IncompleteCheckpointError(CheckpointError):
 
 class LaunchError(ShardlabError, RuntimeError):
     """The launcher could not start, supervise or collect a group of controller processes."""
+
+
+class OutputFolderError(ConfigError):
+    """An output folder cannot be used: not a folder, not writable, or holding files no command of ours wrote."""
