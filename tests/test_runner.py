@@ -6,9 +6,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from shardlab import outdir
 from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
-from shardlab import outdir
 from shardlab.course import execute as runner
 
 

@@ -155,7 +155,9 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         if rel not in known_dirs and not rel.split("/")[0].startswith(STAGING) and not _contains_known(rel, files)
     ]
     if foreign:
-        shown = ", ".join(sorted(foreign)[:SHOWN]) + (f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else "")
+        shown = ", ".join(sorted(foreign)[:SHOWN]) + (
+            f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
+        )
         raise OutputFolderError(
             f"{out} holds files no shardlab command wrote there (or changed since): {shown}; move them away or "
             "choose another output folder"
@@ -196,7 +198,9 @@ def _make_staging(out: Path) -> Path:
             os.chmod(out, DIR_MODE)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}-", dir=out))
     except OSError as exc:
-        raise OutputFolderError(f"cannot write to {out} ({exc.strerror or exc}); choose a folder you can write to") from None
+        raise OutputFolderError(
+            f"cannot write to {out} ({exc.strerror or exc}); choose a folder you can write to"
+        ) from None
     return staging
 
 
@@ -323,7 +327,9 @@ def owned_folder(folder, command: str) -> Path:
         try:
             out.mkdir(parents=True, mode=DIR_MODE)
         except OSError as exc:
-            raise OutputFolderError(f"cannot create {out} ({exc.strerror or exc}); choose a folder you can write to") from None
+            raise OutputFolderError(
+                f"cannot create {out} ({exc.strerror or exc}); choose a folder you can write to"
+            ) from None
         os.chmod(out, DIR_MODE)
     return out
 

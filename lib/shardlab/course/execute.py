@@ -13,10 +13,10 @@ from pathlib import Path
 
 import nbformat
 
-from shardlab.core.errors import ConfigError
 from shardlab import outdir
+from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
-from shardlab.course.catalog import KERNEL, NOTEBOOKS
+from shardlab.course.catalog import KERNEL
 
 COMMAND = "run"  # this command's section of the output folder's manifest
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)

@@ -17,7 +17,7 @@ returns the accepted step and whether the restored and resumed states equal the 
 import json
 import os
 import shutil
-import tempfile
+import sys
 import time
 from dataclasses import dataclass
 
@@ -316,24 +316,23 @@ def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
 def run_all(out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, keep: bool = False) -> dict:
     """The uninterrupted group, then drills 1-4; writes and returns out_dir/drills.json's content.
 
-    Checkpoints and per-process logs go to out_dir/drills when `keep`, else to a temporary
-    folder removed afterwards (drills.json holds every number and error message).
+    Checkpoints and per-process logs go to out_dir/drills when `keep`; otherwise they are
+    removed before publication (drills.json holds every number and error message). Every
+    file is written under the output-folder policy of `shardlab.outdir`.
     """
+    from shardlab import outdir
+
     began = time.time()
-    os.makedirs(out_dir, exist_ok=True)
-    work = os.path.abspath(os.path.join(out_dir, "drills")) if keep else tempfile.mkdtemp(prefix="shardlab-drills-")
-    try:
+    with outdir.writing(out_dir, "drills") as staging:
+        work = os.path.join(os.fspath(staging), "drills")
         result = _run_all(context(work, seed, batch_size, timeout), began)
-    finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    # receipts hold no machine-specific paths: name the work folder relative to out_dir
-    text = json.dumps(result, default=str).replace(work, "drills" if keep else "<temporary drills folder>")
-    result = json.loads(text)
-    path = os.path.join(out_dir, "drills.json")
-    with open(path + ".tmp", "w") as handle:
-        json.dump(result, handle, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
+        # receipts hold no machine-specific paths: name the work folder relative to out_dir
+        text = json.dumps(result, default=str).replace(work, "drills" if keep else "<temporary drills folder>")
+        result = json.loads(text)
+        with open(os.path.join(staging, "drills.json"), "w") as handle:
+            json.dump(result, handle, indent=1, sort_keys=True)
     return result
 
 
@@ -370,7 +369,15 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep)
+    from shardlab import outdir
+    from shardlab.core.errors import OutputFolderError
+
+    try:
+        outdir.claim(args.out, "drills")
+        result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep)
+    except OutputFolderError as exc:
+        print(f"[drills] {exc}", file=sys.stderr)
+        return 1
     for drill in result["drills"]:
         print(
             f"[drills] {drill['drill']:<17} passed={drill['passed']} worlds={drill['world_sizes']} "

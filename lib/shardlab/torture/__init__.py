@@ -7,7 +7,6 @@ save, corrupted files, bad parameters, and the multi-process save path of stage 
 depend on the machine's load, which is why every kill records where it landed.
 """
 
-import json
 import os
 import platform
 import sys
@@ -81,14 +80,10 @@ def summary(report: dict) -> str:
 
 
 def write(report: dict, out) -> str:
-    """Write out/torture.json atomically; return its path."""
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "torture.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(report, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-    return path
+    """Write out/torture.json under the output-folder policy (`shardlab.outdir`); return its path."""
+    from shardlab import outdir
+
+    return str(outdir.write_json(out, "torture", "torture.json", report))
 
 
 def add_arguments(parser) -> None:
@@ -100,7 +95,14 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     import shardlab as sl
+    from shardlab import outdir
+    from shardlab.core.errors import OutputFolderError
 
+    try:
+        outdir.claim(args.out, "torture")  # refuse a bad folder before the campaign, not after it
+    except OutputFolderError as exc:
+        print(f"[shardlab torture] {exc}", file=sys.stderr)
+        return 1
     sl.setup_devices(4)
     report = campaign(args.reduced, args.seed, args.only)
     print(summary(report))
