@@ -29,6 +29,10 @@ class CheckpointExistsError(CheckpointError, FileExistsError):
     """The checkpoint path is taken; checkpoints are never overwritten."""
 
 
+class CheckpointWriteError(CheckpointError, OSError):
+    """The checkpoint could not be written (folder missing, not a folder, read-only or full); nothing was published."""
+
+
 class CorruptCheckpointError(CheckpointError, ValueError):
     """The file is not a well-formed shardlab checkpoint (truncated, wrong arrays, bad values)."""
 
