@@ -271,10 +271,11 @@ def test_the_docs_state_what_a_migration_would_have_to_promise():
 
 def test_orbax_round_trip_onto_a_mesh_target(data, mesh, tmp_path):
     state = trained(data, mesh, seed=29, batch_size=10, steps=4)
-    path = orbax_io.save(tmp_path / "orbax", state)
+    contract = sl.contract(data, sl.Config(seed=29, batch_size=10))
+    path = orbax_io.save(tmp_path / "orbax", state, contract)
     with pytest.raises(CheckpointExistsError):
-        orbax_io.save(path, state)
-    restored = orbax_io.restore(path, state, mesh)
+        orbax_io.save(path, state, contract)
+    restored = orbax_io.restore(path, contract, mesh)
     host = sl.host_copy(state)
     for name in sl.FIELDS:
         got = np.asarray(restored[name])
