@@ -124,12 +124,9 @@ def _phase(name: str) -> None:  # fault-injection point: replaced in crash drill
 
 def _pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user
-        pass
-    return True
+        return os.kill(pid, 0) is None
+    except OSError as exc:  # ProcessLookupError: gone; PermissionError: alive, owned by another user
+        return isinstance(exc, PermissionError)
 
 
 def clean(folder) -> list[str]:
@@ -205,10 +202,11 @@ def _raw(path: str, limit: int) -> bytes:
     except OSError as exc:
         kind = "a symbolic link" if os.path.islink(path) else f"unreadable ({exc.strerror})"
         raise CorruptCheckpointError(f"{path} is {kind}; restore reads only regular files") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CorruptCheckpointError(f"{path} is not a regular file (a folder, FIFO or device); nothing was read")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CorruptCheckpointError(f"{path} is not a regular file (a folder, FIFO or device); nothing was read")
         if info.st_size > limit:
             raise CorruptCheckpointError(
                 f"{path} has {info.st_size} bytes; a checkpoint of this contract has at most {limit}"

@@ -10,6 +10,8 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
+import time
 
 import jax
 import numpy as np
@@ -24,6 +26,7 @@ STATE = "state"  # the Orbax checkpoint inside a saved folder
 CONTRACT = "shardlab.json"  # beside it: the contract and the field checksums
 TEMP = ".tmp-"  # + pid + "-" + random + ".orbax": a staging folder next to the checkpoint
 MAX_CONTRACT_BYTES = 1 << 16
+JOIN_SECONDS = 10  # bound on waiting for the writer threads of a failed save
 
 
 def as_tree(state: dict) -> dict:
@@ -66,6 +69,16 @@ def clean(folder) -> list[str]:
     return removed
 
 
+def _join(before: set, seconds: float) -> None:
+    """Wait (at most `seconds` in all) for threads started since `before` to finish."""
+    deadline = time.monotonic() + seconds
+    for thread in set(threading.enumerate()) - before:
+        try:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        except Exception:  # Orbax's signalling threads re-raise their own failure on join
+            pass
+
+
 def save(path, state: dict, contract_: dict) -> str:
     """Save `state` with Orbax into a new folder `path`, its contract beside it in `path`/shardlab.json.
 
@@ -89,8 +102,9 @@ def save(path, state: dict, contract_: dict) -> str:
         staging = tempfile.mkdtemp(prefix=f"{TEMP}{os.getpid()}-", suffix=".orbax", dir=parent)
     except OSError as exc:
         raise CheckpointWriteError(f"cannot write an Orbax checkpoint into {parent} ({exc.strerror or exc})") from None
+    threads = set(threading.enumerate())
     try:
-        with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:  # synchronous: no thread left behind
+        with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:  # synchronous: no barrier at exit
             checkpointer.save(os.path.join(staging, STATE), args=ocp.args.StandardSave(as_tree(state)))
         with open(os.path.join(staging, CONTRACT), "x", encoding="utf-8") as handle:
             json.dump({"contract": contract_, "state": digests(host)}, handle, indent=1, sort_keys=True)
@@ -103,6 +117,7 @@ def save(path, state: dict, contract_: dict) -> str:
     except CheckpointExistsError:
         raise
     except Exception as exc:  # Orbax and TensorStore raise ValueError, OSError, ...; all are a failed save
+        _join(threads, JOIN_SECONDS)  # Orbax's writer threads may still be writing into staging
         raise CheckpointWriteError(
             f"the Orbax save to {path} failed ({type(exc).__name__}: {str(exc)[:300]}); nothing was published"
         ) from None
@@ -120,9 +135,10 @@ def _contract_file(path: str) -> dict:
         raise CorruptCheckpointError(
             f"{file} cannot be read ({exc.strerror}); an Orbax checkpoint without its contract is not restored"
         ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptCheckpointError(f"{file} is not a regular file; nothing was restored")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise CorruptCheckpointError(f"{file} is not a regular file; nothing was restored")
         raw = handle.read(MAX_CONTRACT_BYTES + 1)
     try:
         if len(raw) > MAX_CONTRACT_BYTES:

@@ -118,10 +118,11 @@ def _load(path: str):
         raise IncompleteCheckpointError(f"there is no manifest at {path}; the step was never completed") from None
     except OSError as exc:
         raise CorruptCheckpointError(f"{path} cannot be opened as a manifest ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CorruptCheckpointError(f"{path} is not a regular file (a folder, FIFO or device); ignored")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CorruptCheckpointError(f"{path} is not a regular file (a folder, FIFO or device); ignored")
         if info.st_size > MAX_MANIFEST_BYTES:
             raise CorruptCheckpointError(f"{path} has {info.st_size} bytes, far more than any manifest; ignored")
         raw = handle.read(MAX_MANIFEST_BYTES + 1)
