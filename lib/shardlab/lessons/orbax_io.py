@@ -122,8 +122,20 @@ def save(path, state: dict, contract_: dict) -> str:
             f"the Orbax save to {path} failed ({type(exc).__name__}: {str(exc)[:300]}); nothing was published"
         ) from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging)
     return path
+
+
+def _remove(staging: str, seconds: float = 5.0) -> None:
+    """Remove `staging`, again while TensorStore's writers of a failed save still recreate files (bounded)."""
+    if not os.path.lexists(staging):  # published: renamed to the checkpoint's path
+        return
+    deadline, quiet = time.monotonic() + seconds, 0
+    while quiet < 3 and time.monotonic() < deadline:
+        shutil.rmtree(staging, ignore_errors=True)
+        quiet = quiet + 1 if not os.path.lexists(staging) else 0
+        if quiet < 3:
+            time.sleep(0.1)
 
 
 def _contract_file(path: str) -> dict:
