@@ -316,23 +316,27 @@ def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
 def run_all(out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, keep: bool = False) -> dict:
     """The uninterrupted group, then drills 1-4; writes and returns out_dir/drills.json's content.
 
-    Checkpoints and per-process logs go to out_dir/drills when `keep`; otherwise they are
-    removed before publication (drills.json holds every number and error message). Every
-    file is written under the output-folder policy of `shardlab.outdir`.
+    Checkpoints and per-process logs go to out_dir/drills when `keep`; otherwise to a work
+    folder inside out_dir, removed afterwards (drills.json holds every number and error
+    message). Nothing is written outside out_dir; `python -m shardlab drills` calls this
+    on a staging folder of the output-folder policy (`shardlab.outdir`).
     """
-    from shardlab import outdir
-
     began = time.time()
-    with outdir.writing(out_dir, "drills") as staging:
-        work = os.path.join(os.fspath(staging), "drills")
+    os.makedirs(out_dir, exist_ok=True)
+    name = "drills" if keep else f".drills-work-{os.getpid()}"
+    work = os.path.abspath(os.path.join(out_dir, name))
+    try:
         result = _run_all(context(work, seed, batch_size, timeout), began)
+    finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-        # receipts hold no machine-specific paths: name the work folder relative to out_dir
-        text = json.dumps(result, default=str).replace(work, "drills" if keep else "<temporary drills folder>")
-        result = json.loads(text)
-        with open(os.path.join(staging, "drills.json"), "w") as handle:
-            json.dump(result, handle, indent=1, sort_keys=True)
+    # receipts hold no machine-specific paths: name the work folder relative to out_dir
+    text = json.dumps(result, default=str).replace(work, "drills" if keep else "<temporary drills folder>")
+    result = json.loads(text)
+    path = os.path.join(out_dir, "drills.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
     return result
 
 
@@ -373,8 +377,8 @@ def main(args) -> int:
     from shardlab.core.errors import OutputFolderError
 
     try:
-        outdir.claim(args.out, "drills")
-        result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep)
+        with outdir.writing(args.out, "drills") as staging:  # writes only inside OUT, replaces only its own files
+            result = run_all(staging, args.seed, args.batch_size, args.timeout, args.keep)
     except OutputFolderError as exc:
         print(f"[drills] {exc}", file=sys.stderr)
         return 1
