@@ -21,6 +21,7 @@ import numpy as np
 from shardlab import outdir
 from shardlab.core import checkpoint
 from shardlab.core.errors import CheckpointError, ConfigError, ShardlabError
+from shardlab.core.schema import FIELDS
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
 from shardlab.torture.outcome import Tally, file_digest, tree_digest
@@ -370,7 +371,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
         )
     for text in ("[1, 2]", '"s"', "{}", "null", "1e999", '{"seed": NaN}')[: max(2, n)]:
         add(f"contract {text}", lambda p, t=text: np.savez(p, **{**members, "contract": np.asarray(t)}))
-    for name in ("weights", "momentum", "key", "order", "cursor", "step"):
+    for name in FIELDS:
         add(
             f"{name} byte-swapped",
             lambda p, m=name: np.savez(p, **{**members, m: members[m].astype(members[m].dtype.newbyteorder(">"))}),
