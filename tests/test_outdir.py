@@ -209,3 +209,13 @@ def test_stage3_folder_replaces_only_what_a_finished_run_sealed(tmp_path):
     os.unlink(os.path.join(folder, "MY_NOTES.md"))
     folder = replay.fresh_folder(folder)
     assert sorted(os.listdir(folder)) == [outdir.MANIFEST]
+
+
+def test_a_folder_of_an_older_shardlab_is_refused_with_what_to_do(tmp_path):
+    out = tmp_path / "receipts"
+    out.mkdir()
+    (out / ".shardlab-receipts").write_text("written by `python -m shardlab run`")
+    (out / "stage1_batches.ipynb").write_text("{}")
+    with pytest.raises(OutputFolderError, match="older shardlab.*move the folder away"):
+        publish(out, "run", {"a.ipynb": "1"})
+    assert sorted(os.listdir(out)) == [".shardlab-receipts", "stage1_batches.ipynb"]

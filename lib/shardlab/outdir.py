@@ -31,6 +31,7 @@ MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
 FILE_MODE, DIR_MODE = 0o644, 0o755
 SHOWN = 5  # foreign entries named in a refusal
+LEGACY_MARKERS = (".shardlab-receipts", ".shardlab-stage3")  # what folders held before there was a manifest
 
 
 def _sha256(path: Path) -> str:
@@ -154,6 +155,12 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         for rel in dirs
         if rel not in known_dirs and not rel.split("/")[0].startswith(STAGING) and not _contains_known(rel, files)
     ]
+    legacy = [rel for rel in LEGACY_MARKERS if rel in foreign]
+    if legacy and not commands:
+        raise OutputFolderError(
+            f"{out} was written by an older shardlab ({legacy[0]}, no manifest), so its files cannot be told apart "
+            "from files a person added; move the folder away (or delete it) and run again"
+        )
     if foreign:
         shown = ", ".join(sorted(foreign)[:SHOWN]) + (
             f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
