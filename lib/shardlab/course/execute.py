@@ -16,7 +16,7 @@ import nbformat
 from shardlab import outdir
 from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
-from shardlab.course.catalog import KERNEL
+from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
 
 COMMAND = "run"  # this command's section of the output folder's manifest
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)

@@ -321,8 +321,9 @@ def _bomb(path, members: dict, values: int) -> None:
                 continue
             header = io.BytesIO()
             np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (values,)})
-            with archive.open(zipfile.ZipInfo(f"{name}.npy"), "w", force_zip64=True) as out:
-                out._compress_type = zipfile.ZIP_DEFLATED
+            info = zipfile.ZipInfo(f"{name}.npy")
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(info, "w", force_zip64=True) as out:
                 out.write(header.getvalue())
                 chunk = bytes(1 << 22)
                 for _ in range(values * 4 // len(chunk)):
