@@ -399,12 +399,13 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
             f"forged state {sorted(fields)} at step {int(base['step'])}",
             lambda p, b=base, f=fields: _forged(p, b, contract, **f),
         )
-    over = []
+    over, peaks = [], []
     for name, path in paths:
         tally.trials += 1
         error, value, peak = _peak(lambda p=path: _timed(lambda: checkpoint.restore(p, contract, mesh)))
         _classify(tally, name, error, value, None)
         size = os.path.getsize(path) if os.path.isfile(path) and not os.path.islink(path) else 0
+        peaks.append(peak)
         if peak > legit_peak + size + MEMORY_SLACK:
             over.append({"case": name, "peak_bytes": peak})
     tally.trials += 1
@@ -416,7 +417,8 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
         started,
         legit_restore_peak_bytes=legit_peak,
         memory_over_bound=over,
-        max_refused_peak_bytes=max((o["peak_bytes"] for o in over), default=None),
+        max_refused_peak_bytes=max(peaks, default=None),
+        cases=[name for name, _ in paths],
     )
 
 
