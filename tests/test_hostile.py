@@ -13,6 +13,8 @@ import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shardlab as sl
 from shardlab.core import checkpoint
@@ -379,3 +381,17 @@ def test_a_kill_loop_ends_with_at_most_one_temporary(run, tmp_path):
         child.wait()
     temporaries = [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
     assert len(temporaries) == 1, temporaries  # each saver removed the one its killed predecessor left
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 40), batch_size=st.integers(1, 45), steps=st.integers(0, 30))
+def test_the_sampler_at_any_step_is_the_one_a_replay_reaches(seed, rows, batch_size, steps):
+    from shardlab.core.sampler import advance, initial_sampler, sampler_at
+
+    state = initial_sampler(seed, rows)  # the control: the real sampler, advanced one batch at a time
+    for _ in range(steps):
+        state, _ = advance(state, batch_size)
+    implied = sampler_at(seed, rows, batch_size, steps)
+    assert implied["cursor"] == state["cursor"]
+    np.testing.assert_array_equal(implied["key"], state["key"])
+    np.testing.assert_array_equal(implied["order"], state["order"])
