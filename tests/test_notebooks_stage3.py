@@ -15,10 +15,15 @@ REQUIRED_REJECTIONS = {
     "out-of-range id in order": "CorruptCheckpointError",
     "object array": "CorruptCheckpointError",
     "non-finite weights": "CorruptCheckpointError",
+    "big-endian weights": "CorruptCheckpointError",
+    "weights of another width": "CorruptCheckpointError",
     "cursor out of range": "CorruptCheckpointError",
+    "cursor the step does not imply": "CorruptCheckpointError",
     "negative step": "CorruptCheckpointError",
     "key dtype": "CorruptCheckpointError",
     "key shape": "CorruptCheckpointError",
+    "contract not JSON": "CorruptCheckpointError",
+    "an extra member": "CorruptCheckpointError",
     "truncated file": "CorruptCheckpointError",
     "not an NPZ file": "CorruptCheckpointError",
     "different data (one value changed)": "ContractMismatchError",
@@ -81,6 +86,7 @@ def test_every_rejection_is_demonstrated(run_dir):
     assert "batch_size" in by_case["different configuration (batch size)"]
     assert "data_sha256" in by_case["different data (one value changed)"]
     assert "never overwritten" in by_case["existing checkpoint path"]
+    assert "big-endian" in by_case["big-endian weights"] and "momentum" in by_case["missing momentum"]
 
 
 def test_fault_rows_show_each_fault_where_arithmetic_says(run_dir):

@@ -6,6 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from shardlab import outdir
 from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
 from shardlab.course import execute as runner
@@ -36,13 +37,14 @@ def sources(tmp_path, monkeypatch):
     write_notebook(folder, "raises", "raise ValueError('deliberate failure')")
     write_notebook(folder, "sleeps", "import time\ntime.sleep(30)")
     monkeypatch.setattr(catalog, "NOTEBOOK_DIR", folder)
+    monkeypatch.setattr(catalog, "NOTEBOOKS", ["ok", "raises", "sleeps", "ok2"])
     return folder
 
 
 def test_a_successful_run_passes_parameters_and_publishes(sources, tmp_path):
     out = runner.run(tmp_path / "out", seed=3, batch_size=5, notebooks=["ok"], html=False)
     assert (out / "ok.txt").read_text() == "15"
-    assert (out / runner.MARKER).exists() and (out / "ok.ipynb").exists()
+    assert (out / outdir.MANIFEST).exists() and (out / "ok.ipynb").exists()
 
 
 def test_a_failing_cell_names_notebook_and_cell_and_keeps_the_previous_run(sources, tmp_path):
@@ -51,7 +53,7 @@ def test_a_failing_cell_names_notebook_and_cell_and_keeps_the_previous_run(sourc
     with pytest.raises(runner.NotebookFailed, match=r"raises\.ipynb failed at cell 1 .*deliberate failure"):
         runner.run(out, seed=1, batch_size=2, notebooks=["ok", "raises"], replace=True, html=False)
     assert tree_digest(out) == before
-    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+    assert [p.name for p in out.iterdir() if "staging" in p.name] == []
 
 
 def test_a_cell_timeout_is_a_failure(sources, tmp_path):
@@ -64,7 +66,7 @@ def test_existing_output_folders_are_refused_unless_ours_and_replace(sources, tm
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="no shardlab run wrote"):
+    with pytest.raises(ConfigError, match="no shardlab command wrote there.*notes.txt.*move them away"):
         runner.run(foreign, seed=1, batch_size=2, notebooks=["ok"], replace=True, html=False)
     assert (foreign / "notes.txt").read_text() == "mine"
     out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["ok"], html=False)

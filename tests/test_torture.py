@@ -13,9 +13,9 @@ import shardlab as sl
 from shardlab.__main__ import main
 from shardlab.core.errors import CheckpointError, CorruptCheckpointError
 from shardlab.multi.drills import SAVE_EVERY
-from shardlab.torture import REDUCED, badparams, corrupt, killsave, multi, subjects
+from shardlab.torture import REDUCED, badparams, corrupt, edges, fuzz, killsave, multi, outcome, subjects
 
-ZERO = ("wrong_accepts", "lost_accepted", "unexpected_errors")
+ZERO = ("wrong_accepts", "lost", "unclear_errors", "leaks", "hangs", "writes_outside_out")
 # after these landings the final name exists: it is created by os.link, after the fsync
 PUBLISHED = {"linked_or_failed", "temp_removed", "returned", "not_killed"}
 
@@ -77,7 +77,7 @@ def test_every_kind_of_corrupted_file_is_refused_or_restored_bit_identical(tmp_p
     kinds = result["details"]["by_kind"]
     assert set(kinds) == set(corrupt.KINDS) and all(k["trials"] >= 1 for k in kinds.values())
     assert sum(k["trials"] for k in kinds.values()) == result["trials"] >= 30
-    for kind in ("repack_value", "wrong_dtype", "object_array", "path_traversal", "huge_shape", "invalid_state_saved"):
+    for kind in ("repack_value", "wrong_dtype", "listed_damage", "path_traversal", "huge_shape", "invalid_state_saved"):
         assert kinds[kind]["refused"] == kinds[kind]["trials"], kind
 
 
@@ -131,14 +131,17 @@ def test_bad_parameters_raise_their_own_errors_and_leave_earlier_files_alone(tmp
         assert any(needle in n for n in names), needle
     previous = tmp_path / "runner" / "previous"  # what badparams.previous_run wrote, read back directly
     assert sorted(p.relative_to(previous).as_posix() for p in previous.rglob("*")) == [
-        ".shardlab-receipts",
+        ".shardlab-manifest.json",
         "results",
         "results/stage1_batches.json",
         "stage1_batches.ipynb",
     ]
+    listed = json.loads((previous / ".shardlab-manifest.json").read_text())["commands"]["run"]["files"]
+    assert sorted(listed) == ["results/stage1_batches.json", "stage1_batches.ipynb"]
     assert json.loads((previous / "results" / "stage1_batches.json").read_text()) == {"coverage": True}
     assert (tmp_path / "runner" / "foreign" / "notes.txt").read_text() == "a learner's notes\n"
-    assert not [p for p in (tmp_path / "runner").iterdir() if "staging" in p.name or ".old-" in p.name]
+    assert not [p for p in (tmp_path / "runner").rglob("*") if "staging" in p.name or ".old-" in p.name]
+    assert any("path instead of a name" in n for n in names)
 
 
 def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, capsys):
@@ -147,7 +150,7 @@ def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, 
     assert code == 0
     report = json.loads((out / "torture.json").read_text())
     counts = report["categories"]["corrupted_files"]
-    assert {"trials", "refused", "restored_exact", "wrong_accepts", "lost_accepted"} <= set(counts)
+    assert {"trials", "refused", "restored_exact", *ZERO} <= set(counts)
     assert counts["trials"] == counts["refused"] + counts["restored_exact"] and report["ok"] is True
     printed = capsys.readouterr().out
     assert "corrupted_files" in printed and "OK" in printed
@@ -160,3 +163,50 @@ def test_killing_a_multi_process_save_never_accepts_a_wrong_step(tmp_path):
     for record in result["details"]["trials"]:
         assert record["accepted_step"] in (record["interrupted_step"], record["interrupted_step"] - SAVE_EVERY), record
         assert record["drill_passed"], record
+
+
+def test_the_edge_categories_count_every_failure_column_as_zero(tmp_path, states, contract, mesh, data):
+    other_key = sl.host_copy(sl.initial(18, data, mesh))["key"]
+    foreign = subjects.experiment(seed=29, batch_size=10)[2]
+    results = {
+        "output_folders": edges.output_folders(REDUCED["folder_trials"], tmp_path / "folders", seed=3),
+        "hostile_restore": edges.hostile_restore(0.2, tmp_path / "hostile", states[:12], contract, other_key, mesh, 4),
+        "save_refusals": edges.save_refusals(tmp_path / "save", states[:12], contract),
+        "stale_temporaries": edges.stale_temporaries(2, tmp_path / "stale", states[:12], contract, mesh, seed=5),
+        "orbax": edges.orbax(0, tmp_path / "orbax", states, contract, foreign, mesh),
+        "fuzz": fuzz.run(REDUCED["fuzz_examples"], tmp_path / "fuzz", states[-1], contract, mesh, seed=6),
+    }
+    for name, result in results.items():
+        assert result["clean"] and all(result[k] == 0 for k in ZERO), (name, result["failures"])
+        assert result["trials"] >= 2 and (result["refused"] >= 1 or name == "stale_temporaries"), (name, result)
+        assert result["trials"] == result["refused"] + result["restored_exact"], (name, result)
+    cases = {c["case"] for c in results["output_folders"]["details"]["cases"]}
+    assert {"a person's file in OUT", "SIGTERM during a run", "`bench` into a folder with foreign files"} <= cases
+    assert results["hostile_restore"]["details"]["memory_over_bound"] == []
+    assert results["fuzz"]["details"]["memory_over_bound"] == []
+
+
+def test_a_wrong_accept_or_a_leak_fails_the_category(tmp_path, states, contract, mesh):
+    tally = outcome.Tally()
+    tally.attempt("accepts anything", lambda: states[-1], None)
+    assert tally.wrong_accepts == 1 and not tally.clean
+    tally = outcome.Tally()
+    tally.count("leak", "a temporary survived")
+    assert not tally.clean and tally.as_dict()["leaks"] == 1
+    tally = outcome.Tally()
+    tally.attempt("slow", lambda: __import__("time").sleep(0.2), None, bound=0.05)
+    assert tally.hangs == 1 and not tally.clean
+
+
+def test_the_fuzzer_builds_files_restore_must_judge(states, contract, tmp_path, mesh):
+    good = sl.save(tmp_path / "good.npz", states[-1], contract)
+    members = plain(good)
+    example = {"contract": None, "edits": [], "deflate": False, "rehash": False, "prefix": b"", "suffix": b""}
+    (tmp_path / "same.npz").write_bytes(fuzz.build(example, members))
+    assert identical(sl.restore(tmp_path / "same.npz", contract, mesh), states[-1])  # unchanged: restored exactly
+    (tmp_path / "deflated.npz").write_bytes(fuzz.build({**example, "deflate": True}, members))
+    assert identical(sl.restore(tmp_path / "deflated.npz", contract, mesh), states[-1])
+    for edit in ([("momentum", "drop", 0)], [("order", "byteorder", 0)], [("weights", "header", 1)]):
+        (tmp_path / "edited.npz").write_bytes(fuzz.build({**example, "edits": edit, "rehash": True}, members))
+        with pytest.raises(CheckpointError):
+            sl.restore(tmp_path / "edited.npz", contract, mesh)

@@ -138,13 +138,10 @@ def report(spec: str, results: list[Result]) -> dict:
 
 
 def write_report(folder: str, content: dict) -> str:
-    """Write `content` as folder/check_report.json (replaced whole); return the path."""
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, REPORT)
-    with open(path + ".tmp", "w") as handle:
-        json.dump(content, handle, indent=1)
-    os.replace(path + ".tmp", path)
-    return path
+    """Write `content` as folder/check_report.json (the output-folder policy of `shardlab.outdir`); return the path."""
+    from shardlab import outdir
+
+    return str(outdir.write_text(folder, "check", REPORT, json.dumps(content, indent=1)))
 
 
 def describe(result: Result) -> str:
@@ -204,6 +201,14 @@ def main(args) -> int:
             return 2
     command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(args.stage)]
     if args.output:
+        from shardlab import outdir
+        from shardlab.core.errors import OutputFolderError
+
+        try:
+            outdir.claim(args.output, "check")  # refuse a bad folder before any check runs
+        except OutputFolderError as exc:
+            print(f"[shardlab check] {exc}", file=sys.stderr)
+            return 2
         command += ["--output", os.path.abspath(args.output)]
     try:
         return subprocess.run(command, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=CHILD_TIMEOUT).returncode

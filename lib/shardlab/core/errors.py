@@ -29,6 +29,10 @@ class CheckpointExistsError(CheckpointError, FileExistsError):
     """The checkpoint path is taken; checkpoints are never overwritten."""
 
 
+class CheckpointWriteError(CheckpointError, OSError):
+    """The checkpoint could not be written (folder missing, not a folder, read-only or full); nothing was published."""
+
+
 class CorruptCheckpointError(CheckpointError, ValueError):
     """The file is not a well-formed shardlab checkpoint (truncated, wrong arrays, bad values)."""
 
@@ -71,3 +75,7 @@ class RestartBudgetError(ShardlabError, RuntimeError):
 
 class AsyncSaveError(CheckpointError, RuntimeError):
     """A background checkpoint save failed; reported at the next save or wait, never swallowed."""
+
+
+class OutputFolderError(ConfigError):
+    """An output folder cannot be used: not a folder, not writable, or holding files no command of ours wrote."""

@@ -42,3 +42,27 @@ def epoch_batches(num_examples: int, batch_size: int) -> list[int]:
     check_batch_size(batch_size)
     full, rest = divmod(num_examples, batch_size)
     return [batch_size] * full + ([rest] if rest else [])
+
+
+MAX_EPOCHS = 1_000_000  # sampler_at replays at most this many key splits (a course run makes a few hundred)
+
+
+@jax.jit
+def _split_chain(key, count):
+    """`key` after `count` splits, each keeping the first half (the saved key of every epoch)."""
+    return jax.lax.fori_loop(0, count, lambda _, k: jax.random.split(k)[0], key)
+
+
+def sampler_at(seed: int, num_examples: int, batch_size: int, step: int) -> dict:
+    """Key, order and cursor after `step` transitions from `initial_sampler`: a pure function, no batch is read.
+
+    Arithmetic gives the number of permutations drawn and the cursor; the split chain gives the key.
+    """
+    per_epoch = len(epoch_batches(num_examples, batch_size))
+    draws = 1 if step == 0 else (step - 1) // per_epoch + 1  # the reshuffle happens when the next batch is read
+    cursor = 0 if step == 0 else min(((step - 1) % per_epoch + 1) * batch_size, num_examples)
+    if draws > MAX_EPOCHS:
+        raise DataError(f"step {step} lies {draws} epochs into the run; sampler_at replays at most {MAX_EPOCHS}")
+    key = _split_chain(np.asarray(jax.random.PRNGKey(seed), np.uint32), np.int32(draws - 1))
+    key, order = _draw(key, num_examples)
+    return {"key": key, "order": order, "cursor": cursor}

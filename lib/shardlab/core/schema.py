@@ -31,16 +31,31 @@ def shapes(width: int, rows: int) -> dict:
     return {"weights": (width,), "momentum": (width,), "key": (2,), "order": (rows,), "cursor": (), "step": ()}
 
 
+def _exact(name: str, value) -> np.ndarray:
+    """`value` as its schema dtype, refusing a conversion that changes it (3.7 -> 3, True -> 1, -1 -> 2**32-1)."""
+    try:
+        found = np.asarray(value)
+    except Exception as exc:  # a typed PRNG key, a ragged list, ...
+        raise CorruptCheckpointError(f"{name} is not an array of numbers ({type(exc).__name__}: {exc})") from None
+    dtype = DTYPES[name]
+    kinds = "f" if dtype.kind == "f" else "iu"  # weights may be cast to float32; integers must stay integers
+    if found.dtype.kind not in kinds:
+        raise CorruptCheckpointError(f"{name} must hold {dtype.name} values, found {found.dtype.name} {value!r:.80}")
+    info = np.iinfo(dtype) if dtype.kind != "f" else None
+    if info and found.size and (int(found.min()) < info.min or int(found.max()) > info.max):
+        raise CorruptCheckpointError(
+            f"{name} holds values outside the {dtype.name} range [{info.min}, {info.max}] (min {int(found.min())}, "
+            f"max {int(found.max())}); saving it would silently change them"
+        )
+    return np.asarray(found, dtype)
+
+
 def to_arrays(state: dict) -> dict:
-    """Every field as a NumPy array of its schema dtype (what a checkpoint stores)."""
-    missing = [name for name in FIELDS if name not in state]
+    """Every field as a NumPy array of its schema dtype (what a checkpoint stores); no value is changed silently."""
+    missing = [name for name in FIELDS if not isinstance(state, dict) or name not in state]
     if missing:
         raise CorruptCheckpointError(f"state lacks field(s) {missing}; a complete state has all of {list(FIELDS)}")
-    arrays = {}
-    for name in FIELDS:
-        value = int(state[name]) if name in SCALARS else state[name]
-        arrays[name] = np.asarray(value, DTYPES[name])
-    return arrays
+    return {name: _exact(name, state[name]) for name in FIELDS}
 
 
 def host_copy(state: dict) -> dict:
@@ -65,18 +80,24 @@ def digests(state: dict) -> dict:
 def _describe(dtype: np.dtype, shape) -> str:
     """'float32(8,)', with the byte order spelled out when it is not the native one ('>f4(8,)')."""
     dtype = np.dtype(dtype)
-    native = dtype.byteorder in ("=", "|") or dtype == dtype.newbyteorder("=")
-    return f"{dtype.name if native else dtype.str}{tuple(shape)}"
+    native = dtype.byteorder in ("=", "|") or dtype.str == dtype.newbyteorder("=").str
+    order = "" if native else (" big-endian" if dtype.byteorder == ">" else " little-endian")
+    return f"{dtype.name}{order} ({dtype.str}){tuple(shape)}" if order else f"{dtype.name}{tuple(shape)}"
+
+
+def check_layout(name: str, dtype, shape, width: int, rows: int, where: str) -> None:
+    """Raise CorruptCheckpointError unless field `name` has the schema's dtype (byte order included) and shape."""
+    expected, want = DTYPES[name], shapes(width, rows)[name]
+    if tuple(shape) != want or np.dtype(dtype) != expected or np.dtype(dtype).str != expected.str:
+        raise CorruptCheckpointError(
+            f"{where}: {name} should be {_describe(expected, want)}, found {_describe(dtype, shape)}"
+        )
 
 
 def check(arrays: dict, width: int, rows: int, where: str) -> None:
     """Raise CorruptCheckpointError unless every field has its shape, dtype and range (finite, a permutation, ...)."""
-    for name, shape in shapes(width, rows).items():
-        arr, dtype = arrays[name], DTYPES[name]
-        if arr.shape != shape or arr.dtype != dtype or arr.dtype.str != dtype.str:
-            raise CorruptCheckpointError(
-                f"{where}: {name} should be {_describe(dtype, shape)}, found {_describe(arr.dtype, arr.shape)}"
-            )
+    for name in FIELDS:
+        check_layout(name, arrays[name].dtype, arrays[name].shape, width, rows, where)
     for name in DEVICE:
         if not np.all(np.isfinite(arrays[name])):
             raise CorruptCheckpointError(f"{where}: {name} hold non-finite values; refusing a diverged state")

@@ -1,24 +1,24 @@
 """Execute the stage notebooks with papermill, each in a fresh kernel, into an output folder.
 
-The run happens in a staging folder beside OUT; only a run in which every notebook
-succeeded replaces OUT, so a failed run never modifies earlier receipts.
+The run happens in a staging folder inside OUT (`shardlab.outdir`); only a run in which
+every notebook succeeded replaces the files of the previous run, so a failed run never
+modifies earlier receipts, and a file a person put in OUT is never removed.
 """
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 
+from shardlab import outdir
 from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
-from shardlab.course.catalog import KERNEL, NOTEBOOKS
+from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
 
-MARKER = ".shardlab-receipts"  # present in every folder this runner wrote
+COMMAND = "run"  # this command's section of the output folder's manifest
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
 BENCH_READER = "stage4_profile"  # the notebook that shows a bench.json, when --bench names one
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
@@ -94,15 +94,13 @@ def export_html(executed: Path) -> Path:
     return html
 
 
-def check_out(out: Path, replace: bool) -> None:
-    """Refuse an output folder we did not write, or any existing one without --replace."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ConfigError(f"output path {out} exists and is not a folder; choose another OUT")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / MARKER).exists():
-            raise ConfigError(f"{out} holds files that no shardlab run wrote; choose an empty or new OUT")
-        if not replace:
-            raise ConfigError(f"{out} holds a previous run; pass --replace (make run does) or choose a new OUT")
+def notebook_names(names: list[str] | None) -> list[str]:
+    """The notebooks to run, in order: names from `catalog.NOTEBOOKS` (never paths); all of them by default."""
+    names = list(names or catalog.NOTEBOOKS)
+    unknown = [name for name in names if name not in catalog.NOTEBOOKS]
+    if unknown:
+        raise ConfigError(f"no notebook named {unknown}; --notebooks takes names, not paths: {catalog.NOTEBOOKS}")
+    return names
 
 
 def run(
@@ -120,22 +118,16 @@ def run(
     from shardlab.core.config import Config
 
     Config(seed=seed, batch_size=batch_size)  # parameter errors before any kernel starts
-    unknown = [name for name in notebooks or NOTEBOOKS if not (catalog.NOTEBOOK_DIR / f"{name}.ipynb").is_file()]
-    if unknown:
-        raise ConfigError(f"no notebook named {unknown} in {catalog.NOTEBOOK_DIR}; choose from {NOTEBOOKS}")
-    out = Path(out).absolute()
-    check_out(out, replace)  # before resolving, so a symlinked OUT is refused, never followed
-    out = out.resolve()
+    names = notebook_names(notebooks)
+    out = outdir.claim(out, COMMAND, replace)  # a symlinked or foreign OUT is refused, never followed
     if implementation != "reference":
         implementation = str(Path(implementation).resolve())
         if not Path(implementation).is_file():
             raise ConfigError(f"implementation file {implementation} does not exist")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
     parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
     started = time.perf_counter()
-    try:
-        for name in notebooks or NOTEBOOKS:
+    with outdir.writing(out, COMMAND, replace) as staging:
+        for name in names:
             print(f"[shardlab] executing {name}.ipynb ...", flush=True)
             extra = {"bench_json": str(Path(bench).resolve())} if bench and name == BENCH_READER else {}
             executed = execute(name, staging, {**parameters, **extra}, timeout)
@@ -143,12 +135,7 @@ def run(
                 export_html(executed)
         for hook in _finishers():
             hook(staging)
-        _write_wall_time(staging, time.perf_counter() - started, notebooks or NOTEBOOKS)
-        (staging / MARKER).write_text("written by `python -m shardlab run`; replaced whole by the next run\n")
-        _publish(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        _write_wall_time(staging, time.perf_counter() - started, names)
     return out
 
 
@@ -172,23 +159,13 @@ def _write_wall_time(staging: Path, seconds: float, names: list[str]) -> None:
     (staging / WALL_TIME).write_text(json.dumps(record, indent=1) + "\n")
 
 
-def _publish(staging: Path, out: Path) -> None:
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.rename(out, old)
-    os.rename(staging, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def summary(out: Path) -> str:
     """A few lines on where the evidence is."""
     import json
 
     from shardlab.evidence.report import headline
 
-    top = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name != MARKER)
+    top = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name != outdir.MANIFEST)
     lines = [f"[shardlab] evidence in {out}:", "  " + "  ".join(top)]
     audit = out / "audit.json"
     if audit.is_file():
@@ -211,7 +188,7 @@ def main(args) -> int:
         out = run(
             args.out, args.seed, args.batch_size, args.implementation, args.replace, args.notebooks, bench=args.bench
         )
-    except (NotebookFailed, ConfigError) as exc:
+    except (NotebookFailed, ConfigError) as exc:  # OutputFolderError is a ConfigError
         print(f"[shardlab] run failed: {exc}", file=sys.stderr)
         return 1
     print(summary(out))

@@ -179,15 +179,29 @@ def _nan_first(weights):
     return weights
 
 
-# name -> how the copy is damaged; every one must raise CorruptCheckpointError on restore.
+def _add(name, value_of):
+    def change(arrays):
+        arrays[name] = value_of(arrays)
+
+    return change
+
+
+# name -> how the copy is damaged; every one must raise CorruptCheckpointError on restore. This is
+# the one list of member damage: the stage 3 notebook shows each, `python -m shardlab torture`
+# applies each in its corrupted_files category (beside byte-level damage the notebook does not show).
 DAMAGE = {
     "missing momentum": _drop("momentum"),
     "duplicate id in order": _set("order", _duplicate_id),
     "out-of-range id in order": _set("order", _out_of_range_id),
     "object array": _set("weights", lambda w: np.array(list(w), dtype=object)),
     "non-finite weights": _set("weights", _nan_first),
+    "big-endian weights": _set("weights", lambda w: w.astype(">f4")),
+    "weights of another width": _set("weights", lambda w: np.concatenate([w, w[:1]])),
     "cursor out of range": _set("cursor", lambda c: np.asarray(10**6, np.int64)),
+    "cursor the step does not imply": _set("cursor", lambda c: np.asarray(int(c) - 1 if int(c) else 1, np.int64)),
     "negative step": _set("step", lambda s: np.asarray(-1, np.int64)),
     "key dtype": _set("key", lambda k: k.astype(np.int64)),
     "key shape": _set("key", lambda k: np.zeros(4, np.uint32)),
+    "contract not JSON": _set("contract", lambda c: np.asarray("{not json")),
+    "an extra member": _add("weights_backup", lambda arrays: arrays["weights"]),
 }

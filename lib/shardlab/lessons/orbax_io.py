@@ -1,14 +1,32 @@
-"""The same six-field state through Orbax: saved as a pytree, restored onto a mesh-carrying target."""
+"""The same six-field state through Orbax: saved as a pytree, restored onto a mesh-carrying target.
 
+A saved folder holds the Orbax checkpoint (`state/`) and `shardlab.json` (the contract and
+each field's checksum), published together by one rename. Restore checks the contract before
+Orbax reads anything, like the NPZ path, then the fields, checksums and sampler.
+"""
+
+import json
 import os
+import shutil
+import stat
+import tempfile
+import threading
+import time
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from shardlab.core import checkpoint
 from shardlab.core.batch import REPLICATED, is_replicated
-from shardlab.core.errors import CheckpointExistsError
-from shardlab.core.schema import DEVICE, FIELDS, SCALARS, to_arrays
+from shardlab.core.errors import CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
+from shardlab.core.schema import DEVICE, DTYPES, FIELDS, SCALARS, check, digests, host_copy, shapes, to_arrays
+
+STATE = "state"  # the Orbax checkpoint inside a saved folder
+CONTRACT = "shardlab.json"  # beside it: the contract and the field checksums
+TEMP = ".tmp-"  # + pid + "-" + random + ".orbax": a staging folder next to the checkpoint
+MAX_CONTRACT_BYTES = 1 << 16
+JOIN_SECONDS = 10  # bound on waiting for the writer threads of a failed save
 
 
 def as_tree(state: dict) -> dict:
@@ -28,26 +46,154 @@ def target(like: dict, mesh: Mesh) -> dict:
     }
 
 
-def save(path, state: dict) -> str:
-    """Save `state` with Orbax's StandardCheckpointer into a new folder `path` (never overwritten)."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def clean(folder) -> list[str]:
+    """Remove staging folders (`.tmp-<pid>-*.orbax`) of savers that were killed; return their names."""
+    removed = []
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        pid = name[len(TEMP) :].split("-", 1)[0]
+        entry = os.path.join(folder, name)
+        stale = name.startswith(TEMP) and name.endswith(".orbax") and pid.isdigit() and not _pid_alive(int(pid))
+        if stale and os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+def _join(before: set, seconds: float) -> None:
+    """Wait (at most `seconds` in all) for threads started since `before` to finish."""
+    deadline = time.monotonic() + seconds
+    for thread in set(threading.enumerate()) - before:
+        try:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        except Exception:  # Orbax's signalling threads re-raise their own failure on join
+            pass
+
+
+def save(path, state: dict, contract_: dict) -> str:
+    """Save `state` with Orbax into a new folder `path`, its contract beside it in `path`/shardlab.json.
+
+    Orbax writes inside a staging folder next to `path`; the contract and the field
+    checksums are added, and the staging folder is renamed to `path` only once complete.
+    A failing save raises CheckpointWriteError within the call and leaves no temporary.
+    """
     import orbax.checkpoint as ocp
 
     path = os.path.abspath(os.fspath(path))
+    where = f"refusing to save {path}"
+    checkpoint.check_contract_form(contract_, where)
+    host = host_copy(state)
+    check(to_arrays(host), contract_["num_features"], contract_["features_shape"][0], where)
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; Orbax checkpoints are never overwritten either")
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(path, as_tree(state))
-        checkpointer.wait_until_finished()
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        clean(parent)
+        staging = tempfile.mkdtemp(prefix=f"{TEMP}{os.getpid()}-", suffix=".orbax", dir=parent)
+    except OSError as exc:
+        raise CheckpointWriteError(f"cannot write an Orbax checkpoint into {parent} ({exc.strerror or exc})") from None
+    threads = set(threading.enumerate())
+    try:
+        with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:  # synchronous: no barrier at exit
+            checkpointer.save(os.path.join(staging, STATE), args=ocp.args.StandardSave(as_tree(state)))
+        with open(os.path.join(staging, CONTRACT), "x", encoding="utf-8") as handle:
+            json.dump({"contract": contract_, "state": digests(host)}, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(staging, 0o755)
+        if os.path.lexists(path):
+            raise CheckpointExistsError(f"{path} appeared while saving; nothing was overwritten, use a new path")
+        os.rename(staging, path)
+    except CheckpointExistsError:
+        raise
+    except Exception as exc:  # Orbax and TensorStore raise ValueError, OSError, ...; all are a failed save
+        _join(threads, JOIN_SECONDS)  # Orbax's writer threads may still be writing into staging
+        raise CheckpointWriteError(
+            f"the Orbax save to {path} failed ({type(exc).__name__}: {str(exc)[:300]}); nothing was published"
+        ) from None
+    finally:
+        _remove(staging)
     return path
 
 
-def restore(path, like: dict, mesh: Mesh) -> dict:
-    """Restore the folder `path` against `target(like, mesh)`: shapes, dtypes and shardings from the target."""
+def _remove(staging: str, seconds: float = 5.0) -> None:
+    """Remove `staging`, again while TensorStore's writers of a failed save still recreate files (bounded)."""
+    if not os.path.lexists(staging):  # published: renamed to the checkpoint's path
+        return
+    deadline, quiet = time.monotonic() + seconds, 0
+    while quiet < 3 and time.monotonic() < deadline:
+        shutil.rmtree(staging, ignore_errors=True)
+        quiet = quiet + 1 if not os.path.lexists(staging) else 0
+        if quiet < 3:
+            time.sleep(0.1)
+
+
+def _contract_file(path: str) -> dict:
+    """The JSON beside the Orbax state, read without following links or blocking; refused if malformed."""
+    file = os.path.join(path, CONTRACT)
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise CorruptCheckpointError(
+            f"{file} cannot be read ({exc.strerror}); an Orbax checkpoint without its contract is not restored"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptCheckpointError(f"{file} is not a regular file; nothing was restored")
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(MAX_CONTRACT_BYTES + 1)
+    try:
+        if len(raw) > MAX_CONTRACT_BYTES:
+            raise ValueError(f"more than {MAX_CONTRACT_BYTES} bytes")
+        found = json.loads(raw.decode("utf-8"))
+        checkpoint.check_contract_form(found.get("contract") if isinstance(found, dict) else None, file)
+        if not isinstance(found.get("state"), dict):
+            raise ValueError("no field checksums")
+    except (ValueError, RecursionError, AttributeError) as exc:
+        raise CorruptCheckpointError(f"{file} is not a shardlab contract file ({type(exc).__name__}: {exc})") from None
+    return found
+
+
+def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
+    """Restore the Orbax checkpoint `path` onto `mesh`: contract first, then fields, checksums and sampler."""
     import orbax.checkpoint as ocp
 
-    with ocp.StandardCheckpointer() as checkpointer:
-        tree = checkpointer.restore(os.path.abspath(os.fspath(path)), target(like, mesh))
-    return {**tree, **{name: int(tree[name]) for name in SCALARS}}
+    path = os.path.abspath(os.fspath(path))
+    checkpoint.check_contract_form(expected_contract, f"cannot restore {path}")
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise CorruptCheckpointError(f"{path} is not a folder; an Orbax checkpoint is a folder `save` wrote")
+    saved = _contract_file(path)
+    checkpoint.check_contract(saved["contract"], expected_contract)
+    width, rows = expected_contract["num_features"], expected_contract["features_shape"][0]
+    like = {name: np.zeros(shape, DTYPES[name]) for name, shape in shapes(width, rows).items()}
+    try:
+        with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+            tree = checkpointer.restore(os.path.join(path, STATE), args=ocp.args.StandardRestore(target(like, mesh)))
+        arrays = to_arrays({name: np.asarray(tree[name]) for name in FIELDS})
+    except Exception as exc:  # damaged metadata: JSONDecodeError, UnicodeDecodeError, ValueError, ...
+        raise CorruptCheckpointError(
+            f"{path}: Orbax could not restore the state ({type(exc).__name__}: {str(exc)[:300]})"
+        ) from None
+    check(arrays, width, rows, path)
+    if digests(arrays) != saved["state"]:
+        raise CorruptCheckpointError(f"{path}: the restored fields differ from the checksums saved beside them")
+    checkpoint.check_sampler(arrays, expected_contract, path)
+    return {
+        **{name: tree[name] for name in DEVICE},
+        **{name: int(arrays[name]) for name in SCALARS},
+        "key": arrays["key"],
+        "order": arrays["order"],
+    }
 
 
 def leaf_report(a: dict, b: dict, mesh: Mesh) -> dict:

@@ -7,16 +7,16 @@ fields after every step, and a fingerprint log. Comparing two records aligned on
 
 import json
 import os
-import shutil
 
 import numpy as np
 
+from shardlab import outdir
 from shardlab.core.errors import CheckpointError, ShardlabError
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
 from shardlab.lessons import fingerprint
 
-MARKER = ".shardlab-stage3"  # present in every folder `fresh_folder` created
+OWNER = "stage3_checkpoint"  # the manifest section of the files `fresh_folder` may replace
 
 
 class ReplayMismatchError(ShardlabError, AssertionError):
@@ -132,16 +132,17 @@ def load_record(path) -> dict:
 
 
 def fresh_folder(path) -> str:
-    """Create `path` empty for a notebook's files, clearing it only if a previous run of ours made it."""
-    path = os.fspath(path)
-    if os.path.lexists(path):
-        if not os.path.isfile(os.path.join(path, MARKER)):
-            raise CheckpointError(f"{path} exists and was not made by shardlab; move it away or choose another out_dir")
-        shutil.rmtree(path)
-    os.makedirs(path)
-    with open(os.path.join(path, MARKER), "w") as handle:
-        handle.write("stage 3 files; cleared when the stage 3 notebook runs again\n")
-    return path
+    """Create `path` for the stage 3 notebook's files, removing only files an earlier, finished run recorded.
+
+    Anything else in `path` (a person's notes, a run that stopped before `seal`) is refused
+    with OutputFolderError, which says what to do; see `shardlab.outdir`.
+    """
+    return str(outdir.owned_folder(path, OWNER))
+
+
+def seal(path) -> None:
+    """Record every file now under `path` as the stage 3 notebook's, for the next `fresh_folder` to replace."""
+    outdir.seal(path, OWNER)
 
 
 def boundary(num_examples: int, cursor: int, batch_size: int, step: int) -> int:

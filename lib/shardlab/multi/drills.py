@@ -20,6 +20,7 @@ returns the accepted step and whether the restored and resumed states equal the 
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -322,12 +323,19 @@ def say(text: str) -> None:
     print(f"[drills] {text}", flush=True)
 
 
-def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=None) -> Context:
-    """A drill series in `work` (default: a fresh temporary folder that `finish` removes)."""
+def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
+    """A drill series in `work`; by default a work folder that `finish` removes, inside `out_dir` when given.
+
+    With `out_dir`, nothing is written outside it (`python -m shardlab drills` passes a staging
+    folder of the output-folder policy, `shardlab.outdir`).
+    """
     temporary = work is None
-    ctx = context(
-        tempfile.mkdtemp(prefix="shardlab-drills-") if temporary else os.path.abspath(work), seed, batch_size, timeout
-    )
+    if temporary and out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=".drills-work-", dir=out_dir)
+    elif temporary:
+        work = tempfile.mkdtemp(prefix="shardlab-drills-")
+    ctx = context(os.path.abspath(work), seed, batch_size, timeout)
     ctx.temporary = temporary
     return ctx
 
@@ -412,13 +420,14 @@ def run_all(
 ) -> dict:
     """The uninterrupted group and every drill (`reduced`: the notebook's set); writes out_dir/drills.json.
 
-    Checkpoints and per-process logs go to out_dir/drills when `keep`, else to a temporary
-    folder removed afterwards (drills.json holds every number and error message).
+    Checkpoints and per-process logs go to out_dir/drills when `keep`, else to a work folder
+    inside out_dir removed afterwards (drills.json holds every number and error message).
+    Nothing is written outside out_dir.
     """
     from shardlab.multi import scenarios
 
     began = time.time()
-    ctx = begin(seed, batch_size, timeout, os.path.join(out_dir, "drills") if keep else None)
+    ctx = begin(seed, batch_size, timeout, os.path.join(out_dir, "drills") if keep else None, out_dir=out_dir)
     try:
         base = timed("uninterrupted", uninterrupted, ctx)
         rows = [timed("several_failures", scenarios.several_failures, ctx)]
@@ -453,10 +462,19 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    from shardlab import outdir
+    from shardlab.core.errors import OutputFolderError
     from shardlab.multi import figure
 
-    result = run_all(args.out, args.seed, args.batch_size, args.timeout, args.keep, getattr(args, "reduced", False))
-    figure.draw(result, os.path.join(args.out, "stage5_goodput.png"))
+    try:
+        with outdir.writing(args.out, "drills") as staging:  # writes only inside OUT, replaces only its own files
+            result = run_all(
+                staging, args.seed, args.batch_size, args.timeout, args.keep, getattr(args, "reduced", False)
+            )
+            figure.draw(result, os.path.join(staging, "stage5_goodput.png"))
+    except OutputFolderError as exc:
+        print(f"[drills] {exc}", file=sys.stderr)
+        return 1
     for row in result["table"]:
         detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.2f}"
         dw = "-" if row["max_weight_diff"] is None else f"{row['max_weight_diff']:.1e}"

@@ -13,6 +13,7 @@ step that verifies; an Orbax step folder without a manifest is ignored, whatever
 import hashlib
 import json
 import os
+import stat
 import tempfile
 
 from shardlab.core.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
@@ -57,9 +58,12 @@ def file_digests(folder: str, sync: bool = False) -> dict:
     for root, _, names in os.walk(folder):
         for name in sorted(names):
             path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO or link is never opened: it cannot match
+                found[rel] = {"bytes": -1, "sha256": "not a regular file"}
+                continue
             if sync:
                 _fsync(path)
-            rel = os.path.relpath(path, folder).replace(os.sep, "/")
             found[rel] = {"bytes": os.path.getsize(path), "sha256": _sha256_file(path)}
     return dict(sorted(found.items()))
 
@@ -103,26 +107,59 @@ def publish(shared, manifest: dict) -> str:
     return path
 
 
-def read(shared, step: int) -> dict:
-    """The manifest of `step`, checked against the files on disk; CorruptCheckpointError if not."""
-    path = manifest_path(shared, step)
+MAX_MANIFEST_BYTES = 1 << 24  # a manifest lists a few dozen files; anything larger is not one of ours
+
+
+def _load(path: str):
+    """The JSON value at `path`, read without following a symlink or blocking on a FIFO."""
     try:
-        with open(path) as handle:
-            manifest = json.load(handle)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise IncompleteCheckpointError(f"step {step} has no manifest at {path}; it was never completed") from None
-    except (OSError, ValueError) as exc:
-        raise CorruptCheckpointError(f"{path} is not a readable JSON manifest ({exc})") from None
+        raise IncompleteCheckpointError(f"there is no manifest at {path}; the step was never completed") from None
+    except OSError as exc:
+        raise CorruptCheckpointError(f"{path} cannot be opened as a manifest ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise CorruptCheckpointError(f"{path} is not a regular file (a folder, FIFO or device); ignored")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > MAX_MANIFEST_BYTES:
+            raise CorruptCheckpointError(f"{path} has {info.st_size} bytes, far more than any manifest; ignored")
+        raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CorruptCheckpointError(f"{path} is not a readable JSON manifest ({type(exc).__name__})") from None
+
+
+def _entry_ok(entry) -> bool:
+    return isinstance(entry, dict) and set(entry) == {"bytes", "sha256"}
+
+
+def read(shared, step: int) -> dict:
+    """The manifest of `step`, checked against the files on disk; CorruptCheckpointError if not.
+
+    Any JSON value and any file type is either a manifest of this step or a named refusal.
+    """
+    path = manifest_path(shared, step)
+    manifest = _load(path)
+    if not isinstance(manifest, dict):
+        raise CorruptCheckpointError(f"{path} holds a JSON {type(manifest).__name__}, not a manifest object")
     expected = {"format_version": FORMAT_VERSION, "status": "complete", "step": int(step)}
-    wrong = {k: manifest.get(k) for k, v in expected.items() if not isinstance(manifest, dict) or manifest.get(k) != v}
+    wrong = {k: manifest.get(k) for k, v in expected.items() if manifest.get(k) != v or type(manifest.get(k)) is bool}
     if wrong:
         raise CorruptCheckpointError(f"{path}: expected {expected}, found {wrong}")
-    found = file_digests(step_dir(shared, step)) if os.path.isdir(step_dir(shared, step)) else {}
-    listed = manifest.get("files") or {}
+    listed, state = manifest.get("files"), manifest.get("state")
+    if not isinstance(listed, dict) or not listed or not all(_entry_ok(e) for e in listed.values()):
+        raise CorruptCheckpointError(f"{path}: `files` should map each file to its bytes and sha256")
+    if not isinstance(state, dict) or not all(isinstance(state.get(name), dict) for name in FIELDS):
+        raise CorruptCheckpointError(f"{path}: `state` should hold the checksums of all of {list(FIELDS)}")
+    folder = step_dir(shared, step)
+    found = file_digests(folder) if os.path.isdir(folder) and not os.path.islink(folder) else {}
     differ = sorted(name for name in set(found) | set(listed) if found.get(name) != listed.get(name))
-    if differ or not listed:
+    if differ:
         raise CorruptCheckpointError(
-            f"step {step}: the files under {step_dir(shared, step)} do not match its manifest "
+            f"step {step}: the files under {folder} do not match its manifest "
             f"(first differences: {differ[:3]}); the step cannot be trusted"
         )
     return manifest

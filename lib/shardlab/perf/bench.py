@@ -531,7 +531,15 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    result = run(args.out, args.batch_size, args.seed, args.samples, tuple(args.rows), args.checkout)
+    from shardlab import outdir
+    from shardlab.core.errors import OutputFolderError
+
+    try:
+        with outdir.writing(args.out, "bench") as staging:  # writes only inside OUT, replaces only its own files
+            result = run(staging, args.batch_size, args.seed, args.samples, tuple(args.rows), args.checkout)
+    except OutputFolderError as exc:
+        print(f"[shardlab bench] {exc}", file=sys.stderr)
+        return 1
     print(markdown_table(Path(args.out) / "bench.json"))
     print()
     print(scaling_table(Path(args.out) / "bench.json"))

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import shardlab as sl
+from shardlab import outdir
 from shardlab.core import checkpoint
 from shardlab.core.errors import (
     CheckpointExistsError,
@@ -29,6 +30,8 @@ from shardlab.core.errors import (
 from shardlab.course import catalog
 from shardlab.course import execute as runner
 from shardlab.torture.outcome import Tally, same_state, tree_digest
+
+COURSE_DIR, COURSE_NOTEBOOKS = catalog.NOTEBOOK_DIR, list(catalog.NOTEBOOKS)  # before any test points elsewhere
 
 
 def _nan(data):
@@ -120,22 +123,22 @@ def _notebook(folder: Path, name: str, code: str) -> None:
 
 @contextmanager
 def notebook_dir(folder: Path):
-    """Point the runner at `folder` for the duration (restored afterwards)."""
-    saved = catalog.NOTEBOOK_DIR
+    """Point the runner at `folder` and its notebooks for the duration (restored afterwards)."""
+    saved = catalog.NOTEBOOK_DIR, catalog.NOTEBOOKS
     catalog.NOTEBOOK_DIR = folder
+    catalog.NOTEBOOKS = sorted(p.stem for p in folder.glob("*.ipynb")) or list(saved[1])
     try:
         yield
     finally:
-        catalog.NOTEBOOK_DIR = saved
+        catalog.NOTEBOOK_DIR, catalog.NOTEBOOKS = saved
 
 
 def previous_run(folder: Path) -> Path:
-    """A folder the runner treats as its own earlier run (its marker plus a receipt)."""
-    folder.mkdir(parents=True)
-    (folder / runner.MARKER).write_text("written by `python -m shardlab run`\n")
-    (folder / "stage1_batches.ipynb").write_text('{"cells": []}\n')
-    (folder / "results").mkdir()
-    (folder / "results" / "stage1_batches.json").write_text('{"coverage": true}\n')
+    """A folder the runner treats as its own earlier run: a receipt published under the output-folder policy."""
+    with outdir.writing(folder, runner.COMMAND) as staging:
+        (staging / "stage1_batches.ipynb").write_text('{"cells": []}\n')
+        (staging / "results").mkdir()
+        (staging / "results" / "stage1_batches.json").write_text('{"coverage": true}\n')
     return folder
 
 
@@ -178,13 +181,18 @@ def runner_cases(root: Path, full: bool) -> list[tuple]:
             run(previous, notebooks=["no_such_notebook"], replace=True),
             (ConfigError, FileNotFoundError),
         ),
+        (
+            "run with a notebook path instead of a name",
+            run(previous, notebooks=["../notebooks/ok"], replace=True),
+            ConfigError,
+        ),
     ]
     cli = ["run", "--out", str(previous), "--replace", "--notebooks", "ok"]
     cases.append(
         ("CLI run --batch-size 0 over a previous run", lambda: _cli(cli + ["--batch-size", "0"]), CommandFailed)
     )
     if full:
-        real = runner.NOTEBOOKS[:1]
+        real = COURSE_NOTEBOOKS[:1]
         cases.append(
             (
                 f"real notebook {real[0]} with a broken implementation over a previous run",
@@ -249,7 +257,7 @@ def _cli(argv: list[str]) -> None:
 
 
 def _real(previous: Path, implementation: Path, notebooks: list[str]):
-    with notebook_dir(catalog.NOTEBOOK_DIR):
+    with notebook_dir(COURSE_DIR):
         return runner.run(previous, 17, 7, str(implementation), replace=True, notebooks=notebooks, html=False)
 
 
@@ -297,15 +305,15 @@ def run(folder, data, config, contract, state: dict, mesh, full: bool) -> dict:
     with notebook_dir(source):
         for name, call, expected in runner_cases(root, full):
             lines.append(probe(tally, name, call, expected, [root]))
-    staging = [p.name for p in root.iterdir() if "staging" in p.name or ".old-" in p.name]
+    staging = [str(p.relative_to(root)) for p in root.rglob("*") if "staging" in p.name or ".old-" in p.name]
     if staging:
-        tally.count("lost", f"runner left {staging} behind")
+        tally.count("leak", f"runner left {staging} behind")
     checker = folder / "checker"
     checker.mkdir()
     for name, call, expected in checker_cases(checker, full):
         lines.append(probe(tally, name, call, expected, [checker]))
     if Tally().attempt("accepted", lambda: sl.restore(accepted, contract, mesh), state) != "exact":
-        tally.lost_accepted += 1
+        tally.lost += 1
     result = tally.as_dict()
     result["details"] = {"cases": lines, "seconds": round(time.perf_counter() - started, 2)}
     result["clean"] = tally.clean

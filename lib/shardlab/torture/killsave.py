@@ -1,7 +1,8 @@
 """Kill during save: SIGKILL a saver at chosen phases and random moments, then check what survives.
 
 After every kill: the target path restores exactly the state being saved or is refused;
-any temporary file left behind restores exactly or is refused; every checkpoint accepted
+any temporary file left behind restores exactly or is refused, and is removed by the next save
+(at most one temporary, the interrupted one, is ever present); every checkpoint accepted
 earlier in the same folder is byte-identical and restores exactly; a retried save works.
 """
 
@@ -125,7 +126,7 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
     tally.refused = tally.restored_exact = 0
     accepted[first] = (file_digest(first), states[0])
     spread, modes, by_phase = Counter(), Counter(), {}
-    retries, lost, records = Counter(), set(), []
+    retries, lost, records, seen = Counter(), set(), [], set()
     zygote = Zygote()
     try:
         control_path = os.path.join(folder, "control.npz")
@@ -149,13 +150,17 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
                 f"trial {index} ({where})", lambda p=path: checkpoint.restore(p, contract, mesh), state
             )
             by_phase.setdefault(where, Counter())[outcome] += 1
-            left = []
-            for temp in _temps(folder):
+            left, present = [], _temps(folder)
+            if len(present) > 1:  # the one this kill interrupted is allowed; older ones are leaks
+                tally.count("leak", f"trial {index}: {len(present)} temporaries in the folder: {present}")
+            for temp in present:
+                if temp in seen:
+                    continue
+                seen.add(temp)
                 temps.trials += 1
                 label = f"temp after trial {index} ({where})"
                 left.append(temps.attempt(label, lambda t=temp: checkpoint.restore(t, contract, mesh), state))
-                os.unlink(temp)
-            retry = _retry(path, state, contract, outcome)
+            retry = _retry(path, state, contract, outcome)  # a save: removes the temporary of the killed saver
             if (
                 retry == "written"
                 and Tally().attempt(path, lambda p=path: checkpoint.restore(p, contract, mesh), state) != "exact"
@@ -169,16 +174,19 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
             lost |= _lost(accepted, contract, mesh, full=False)
     finally:
         zygote.close()
+    checkpoint.clean(folder)  # the explicit clean-up: no temporary of a dead saver may survive it
+    if _temps(folder):
+        tally.count("leak", f"temporaries left after clean(): {_temps(folder)}")
     lost |= _lost(accepted, contract, mesh, full=True)
-    tally.lost_accepted = len(lost)
+    tally.lost = len(lost)
     tally.wrong_accepts += temps.wrong_accepts
-    tally.unexpected_errors += temps.unexpected_errors
+    tally.unclear_errors += temps.unclear_errors
     result = tally.as_dict()
     result["details"] = {
         "kill_landed_after": {k: spread[k] for k in LANDINGS if spread[k]},
         "outcome_by_landing": {k: dict(by_phase[k]) for k in LANDINGS if k in by_phase},
         "modes": dict(modes),
-        "temp_files_left": temps.trials,
+        "temp_files_seen": temps.trials,
         "temp_files_refused": temps.refused,
         "temp_files_restored_exact": temps.restored_exact,
         "retried_saves": dict(retries),

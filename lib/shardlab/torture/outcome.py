@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -15,10 +16,25 @@ COUNTERS = {
     "refused": "refused",
     "exact": "restored_exact",
     "wrong": "wrong_accepts",
-    "lost": "lost_accepted",
-    "unexpected": "unexpected_errors",
+    "lost": "lost",
+    "unexpected": "unclear_errors",
+    "leak": "leaks",
+    "hang": "hangs",
+    "outside": "writes_outside_out",
 }
-BAD = ("wrong", "lost", "unexpected")
+BAD = ("wrong", "lost", "unexpected", "leak", "hang", "outside")
+FAILURES = tuple(COUNTERS[k] for k in BAD if k != "unexpected") + ("unclear_errors",)  # must all be 0
+COLUMNS = (
+    "trials",
+    "refused",
+    "restored_exact",
+    "wrong_accepts",
+    "lost",
+    "unclear_errors",
+    "leaks",
+    "hangs",
+    "writes_outside_out",
+)
 
 
 def same_state(found: dict, expected: dict) -> bool:
@@ -57,14 +73,17 @@ def tree_digest(folder) -> str:
 
 @dataclass
 class Tally:
-    """Per-category counts; `wrong_accepts`, `lost_accepted` and `unexpected_errors` must stay 0."""
+    """Per-category counts; wrong accepts, lost, unclear errors, leaks, hangs and writes outside OUT stay 0."""
 
     trials: int = 0
     refused: int = 0
     restored_exact: int = 0
     wrong_accepts: int = 0
-    lost_accepted: int = 0
-    unexpected_errors: int = 0
+    lost: int = 0
+    unclear_errors: int = 0
+    leaks: int = 0
+    hangs: int = 0
+    writes_outside_out: int = 0
     errors: Counter = field(default_factory=Counter)
     failures: list = field(default_factory=list)
 
@@ -79,8 +98,12 @@ class Tally:
         if message and outcome in BAD:
             self.note(message)
 
-    def attempt(self, label: str, restore, expected: dict | None) -> str:
-        """Run `restore()`, classify against `expected` (None: nothing may be accepted); return the outcome."""
+    def attempt(self, label: str, restore, expected: dict | None, bound: float | None = None) -> str:
+        """Run `restore()`, classify against `expected` (None: nothing may be accepted); return the outcome.
+
+        A call that takes longer than `bound` seconds also counts as a hang.
+        """
+        started = time.perf_counter()
         try:
             found = restore()
         except CheckpointError as exc:
@@ -88,27 +111,34 @@ class Tally:
             outcome = "refused"
         except Exception as exc:  # the point of the campaign: any other type is a finding
             self.errors[type(exc).__name__] += 1
-            self.count("unexpected", f"{label}: unexpected {type(exc).__name__}: {exc}")
-            return "unexpected"
+            self.count("unexpected", f"{label}: unclear {type(exc).__name__}: {str(exc)[:200]}")
+            outcome = "unexpected"
         else:
             outcome = "exact" if expected is not None and same_state(found, expected) else "wrong"
-        self.count(outcome, f"{label}: accepted a state that was never saved as valid")
+        if outcome != "unexpected":
+            self.count(outcome, f"{label}: accepted a state that was never saved as valid")
+        seconds = time.perf_counter() - started
+        if bound is not None and seconds > bound:
+            self.count("hang", f"{label}: took {seconds:.1f} s, over its bound of {bound} s")
         return outcome
 
     @property
     def clean(self) -> bool:
-        """No wrong accept, no lost checkpoint, no unexpected exception type."""
-        return self.wrong_accepts == 0 and self.lost_accepted == 0 and self.unexpected_errors == 0
+        """Every failure column is 0."""
+        return all(getattr(self, name) == 0 for name in FAILURES)
+
+    def add(self, other: "Tally") -> None:
+        """Add another tally's counts, error types and first failures into this one."""
+        for name in COLUMNS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.errors.update(other.errors)
+        for message in other.failures:
+            self.note(message)
 
     def as_dict(self) -> dict:
         """The counts torture.json reports, plus error types and the first failures."""
         return {
-            "trials": self.trials,
-            "refused": self.refused,
-            "restored_exact": self.restored_exact,
-            "wrong_accepts": self.wrong_accepts,
-            "lost_accepted": self.lost_accepted,
-            "unexpected_errors": self.unexpected_errors,
+            **{name: getattr(self, name) for name in COLUMNS},
             "error_types": dict(sorted(self.errors.items())),
             "failures": list(self.failures),
         }

@@ -1,0 +1,361 @@
+"""One output-folder policy for every command: write only inside OUT, replace only what we wrote.
+
+A command writes its files into a staging folder *inside* OUT, and publishes them on
+success. OUT holds a manifest (`.shardlab-manifest.json`) naming, per command, every
+file and folder that command published, with each file's size and sha256. A rerun
+removes or replaces only entries its own manifest section lists, and only while they
+still hold the bytes it recorded; a folder holding anything else (a person's notes, an
+edited receipt, another tool's output) is refused with a message saying what to do. A
+failed, interrupted (SIGINT/SIGTERM) or refused run leaves OUT's earlier files as they
+were and removes its staging folder. Published files are 0644 and folders 0755, like
+any build output, whatever the umask or `mkdtemp` would give.
+
+Publication is file by file, not one atomic rename of OUT (that would write beside OUT,
+outside the folder given). The manifest is written first listing old and new entries
+together, so a crash mid-publication leaves nothing the next run would take for foreign.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+from shardlab.core.errors import OutputFolderError
+
+MANIFEST = ".shardlab-manifest.json"
+STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
+FILE_MODE, DIR_MODE = 0o644, 0o755
+SHOWN = 5  # foreign entries named in a refusal
+LEGACY_MARKERS = (".shardlab-receipts", ".shardlab-stage3")  # what folders held before there was a manifest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _staging_pid(entry: Path) -> int | None:
+    """The process id in a staging folder's name (None if `entry` is not a staging folder of ours)."""
+    if not entry.name.startswith(STAGING) or entry.is_symlink() or not entry.is_dir():
+        return None
+    pid = entry.name[len(STAGING) :].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
+def _stale_staging(entry: Path) -> bool:
+    """True for a staging folder of ours whose process is gone (killed before it could clean up)."""
+    pid = _staging_pid(entry)
+    return pid is not None and pid != os.getpid() and not _pid_alive(pid)
+
+
+def read_manifest(folder) -> dict:
+    """{command: {"files": {rel: {bytes, sha256}}, "dirs": [rel]}} of `folder` ({} without a manifest)."""
+    path = Path(folder) / MANIFEST
+    if not path.exists() and not path.is_symlink():
+        return {}
+    if path.is_symlink() or not path.is_file():
+        raise OutputFolderError(f"{path} is not a regular file; move it away or choose another output folder")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+        commands = found["commands"]
+        for section in commands.values():
+            for entry in section["files"].values():
+                entry["sha256"], entry["bytes"]  # noqa: B018 (shape check)
+            list(section["dirs"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise OutputFolderError(
+            f"{path} is not a shardlab manifest ({type(exc).__name__}); move the folder's files away or choose "
+            "another output folder"
+        ) from None
+    return commands
+
+
+def _walk(folder: Path) -> tuple[list[str], list[str]]:
+    """(files, dirs) under `folder` as relative posix paths; symlinks and special files count as files."""
+    files, dirs = [], []
+    for root, subdirs, names in os.walk(folder):
+        base = Path(root)
+        for name in list(subdirs):
+            entry = base / name
+            if entry.is_symlink():
+                subdirs.remove(name)
+                files.append(entry.relative_to(folder).as_posix())
+            else:
+                dirs.append(entry.relative_to(folder).as_posix())
+        files += [(base / name).relative_to(folder).as_posix() for name in names]
+    return sorted(files), sorted(dirs)
+
+
+def _matches(folder: Path, rel: str, entry: dict) -> bool:
+    """True if `rel` is still the regular file we recorded (same size and sha256)."""
+    path = folder / rel
+    if path.is_symlink() or not path.is_file():
+        return False
+    digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
+    return path.stat().st_size in (entry["bytes"] if isinstance(entry["bytes"], list) else [entry["bytes"]]) and (
+        _sha256(path) in digests
+    )
+
+
+def claim(folder, command: str, replace: bool = True) -> Path:
+    """Check that `command` may write into `folder`; return its absolute path. Writes nothing.
+
+    Raises OutputFolderError if the path is not a folder, is not writable, holds an entry
+    no shardlab command recorded (or one changed since), or (without `replace`) an earlier
+    output of the same command.
+    """
+    out = Path(os.path.abspath(os.fspath(folder)))
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputFolderError(f"output path {out} exists and is not a folder; choose another output folder")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputFolderError(f"cannot write to {existing}; choose a folder you can write to")
+    if not out.exists():
+        return out
+    for entry in out.iterdir():
+        pid = _staging_pid(entry)
+        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+            raise OutputFolderError(
+                f"another shardlab command (process {pid}) is writing into {out}; wait for it or choose another folder"
+            )
+    commands = read_manifest(out)
+    files, dirs = _walk(out)
+    known_files = {rel: entry for section in commands.values() for rel, entry in section["files"].items()}
+    known_dirs = {rel for section in commands.values() for rel in section["dirs"]}
+    foreign = [
+        rel
+        for rel in files
+        if rel != MANIFEST
+        and _staging_pid(out / rel.split("/")[0]) is None
+        and not (rel in known_files and _matches(out, rel, known_files[rel]))
+    ]
+    foreign += [
+        rel + "/"
+        for rel in dirs
+        if rel not in known_dirs and not rel.split("/")[0].startswith(STAGING) and not _contains_known(rel, files)
+    ]
+    legacy = [rel for rel in LEGACY_MARKERS if rel in foreign]
+    if legacy and not commands:
+        raise OutputFolderError(
+            f"{out} was written by an older shardlab ({legacy[0]}, no manifest), so its files cannot be told apart "
+            "from files a person added; move the folder away (or delete it) and run again"
+        )
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:SHOWN]) + (
+            f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
+        )
+        raise OutputFolderError(
+            f"{out} holds files no shardlab command wrote there (or changed since): {shown}; move them away or "
+            "choose another output folder"
+        )
+    if not replace and commands.get(command, {}).get("files"):
+        raise OutputFolderError(f"{out} holds a previous `{command}` output; pass --replace or choose a new folder")
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputFolderError(f"cannot write to {out}; choose a folder you can write to")
+    return out
+
+
+def _contains_known(rel: str, files: list[str]) -> bool:
+    """A folder holding some file is judged by its files (a foreign file is reported itself)."""
+    return any(f.startswith(rel + "/") for f in files)
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """Turn SIGTERM into SystemExit (SIGINT already raises) so `finally` clauses run; main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _make_staging(out: Path) -> Path:
+    try:
+        if not out.exists():
+            out.mkdir(parents=True)
+            os.chmod(out, DIR_MODE)
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}-", dir=out))
+    except OSError as exc:
+        raise OutputFolderError(
+            f"cannot write to {out} ({exc.strerror or exc}); choose a folder you can write to"
+        ) from None
+    return staging
+
+
+def _remove_stale(out: Path) -> None:
+    for entry in out.iterdir():
+        if _stale_staging(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _write_manifest(out: Path, commands: dict) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".shardlab-manifest-", suffix=".tmp", dir=out)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"format": 1, "commands": commands}, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, out / MANIFEST)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _publish(staging: Path, out: Path, command: str) -> None:
+    """Move the staged entries into `out`, drop this command's older entries, record the new manifest."""
+    files, dirs = _walk(staging)
+    commands = read_manifest(out)
+    old = commands.get(command, {"files": {}, "dirs": []})
+    others = {rel for name, s in commands.items() if name != command for rel in s["files"]}
+    taken = sorted((set(files) & others) | {rel for rel in files if rel == MANIFEST or rel.startswith(STAGING)})
+    if taken:
+        raise OutputFolderError(f"{out}: {taken[:SHOWN]} belong to another shardlab command; choose another folder")
+    new = {}
+    for rel in files:
+        path = staging / rel
+        if path.is_symlink() or not path.is_file():
+            raise OutputFolderError(f"{command} staged {rel}, which is not a regular file; nothing was published")
+        os.chmod(path, FILE_MODE)
+        new[rel] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    for rel in dirs:
+        os.chmod(staging / rel, DIR_MODE)
+    union = {rel: dict(entry) for rel, entry in old["files"].items()}
+    for rel, entry in new.items():
+        if rel in union:
+            union[rel] = {
+                "bytes": [union[rel]["bytes"], entry["bytes"]],
+                "sha256": [union[rel]["sha256"], entry["sha256"]],
+            }
+        else:
+            union[rel] = entry
+    _write_manifest(out, {**commands, command: {"files": union, "dirs": sorted(set(old["dirs"]) | set(dirs))}})
+    for rel in dirs:
+        target = out / rel
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            raise OutputFolderError(f"{target} is in the way of a folder {command} writes; move it away")
+        if not target.exists():
+            target.mkdir()
+            os.chmod(target, DIR_MODE)
+    for rel in files:
+        os.replace(staging / rel, out / rel)
+    for rel in sorted(set(old["files"]) - set(new)):
+        with contextlib.suppress(FileNotFoundError):
+            (out / rel).unlink()
+    for rel in sorted(set(old["dirs"]) - set(dirs), key=lambda r: -r.count("/")):
+        with contextlib.suppress(OSError):  # still holds another command's files: keep it
+            (out / rel).rmdir()
+    _write_manifest(out, {**commands, command: {"files": new, "dirs": dirs}})
+
+
+@contextlib.contextmanager
+def writing(folder, command: str, replace: bool = True):
+    """Yield a staging folder inside `folder`; on success publish its contents as `command`'s output.
+
+    On any exception, SIGINT or SIGTERM the staging folder is removed and `folder`'s
+    earlier files are left as they were.
+    """
+    out = claim(folder, command, replace)
+    created = not out.exists()
+    published = False
+    with _signals_raise():
+        staging = _make_staging(out)
+        try:
+            _remove_stale(out)
+            yield staging
+            claim(out, command, replace)  # nobody dropped a file in meanwhile
+            _publish(staging, out, command)
+            published = True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if created and not published:
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only if still empty: it was ours
+
+
+def write_text(folder, command: str, name: str, text: str) -> Path:
+    """Publish one text file `name` as `command`'s whole output in `folder`; return its path."""
+    with writing(folder, command) as staging:
+        (staging / name).write_text(text, encoding="utf-8")
+    return Path(os.path.abspath(os.fspath(folder))) / name
+
+
+def write_json(folder, command: str, name: str, content) -> Path:
+    """Publish one JSON file (indented, keys sorted) as `command`'s whole output in `folder`."""
+    return write_text(folder, command, name, json.dumps(content, indent=1, sort_keys=True) + "\n")
+
+
+def owned_folder(folder, command: str) -> Path:
+    """Create (or reuse) `folder` for a notebook that writes through other functions; return its path.
+
+    A folder that `command` sealed (`seal`) is emptied of exactly the entries it recorded;
+    anything else in it is refused. The caller calls `seal` once it has written everything.
+    """
+    out = claim(folder, command)
+    if out.exists():
+        section = read_manifest(out).get(command, {"files": {}, "dirs": []})
+        for rel in section["files"]:
+            (out / rel).unlink()
+        for rel in sorted(section["dirs"], key=lambda r: -r.count("/")):
+            with contextlib.suppress(OSError):
+                (out / rel).rmdir()
+        commands = {k: v for k, v in read_manifest(out).items() if k != command}
+        _write_manifest(out, commands)
+    else:
+        try:
+            out.mkdir(parents=True, mode=DIR_MODE)
+        except OSError as exc:
+            raise OutputFolderError(
+                f"cannot create {out} ({exc.strerror or exc}); choose a folder you can write to"
+            ) from None
+        os.chmod(out, DIR_MODE)
+    return out
+
+
+def seal(folder, command: str) -> dict:
+    """Record every entry now in `folder` (not listed for another command) as `command`'s; return the section."""
+    out = Path(os.path.abspath(os.fspath(folder)))
+    commands = read_manifest(out)
+    others = {rel for name, s in commands.items() if name != command for rel in s["files"]}
+    others_dirs = {rel for name, s in commands.items() if name != command for rel in s["dirs"]}
+    files, dirs = _walk(out)
+    section = {"files": {}, "dirs": [rel for rel in dirs if rel not in others_dirs]}
+    for rel in files:
+        path = out / rel
+        if rel == MANIFEST or rel in others or path.is_symlink() or not path.is_file():
+            continue
+        os.chmod(path, FILE_MODE)
+        section["files"][rel] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    for rel in section["dirs"]:
+        os.chmod(out / rel, DIR_MODE)
+    _write_manifest(out, {**commands, command: section})
+    return section
