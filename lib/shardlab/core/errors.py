@@ -63,3 +63,7 @@ class IncompleteCheckpointError(CheckpointError):
 
 class LaunchError(ShardlabError, RuntimeError):
     """The launcher could not start, supervise or collect a group of controller processes."""
+
+
+class PageError(ShardlabError, ValueError):
+    """An HTML receipt cannot be written completely (a formula the offline renderer cannot draw)."""

@@ -35,7 +35,9 @@ def save(path, state: dict) -> str:
     path = os.path.abspath(os.fspath(path))
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; Orbax checkpoints are never overwritten either")
-    with ocp.StandardCheckpointer() as checkpointer:
+    # Without OCDBT every field is its own zarr folder under its own name: the same files (and bytes)
+    # every run, where OCDBT writes its data under random names.
+    with ocp.StandardCheckpointer(use_ocdbt=False) as checkpointer:
         checkpointer.save(path, as_tree(state))
         checkpointer.wait_until_finished()
     return path
