@@ -129,16 +129,27 @@ def rotations(names, rounds: int) -> list[list[str]]:
     return [names[r % len(names) :] + names[: r % len(names)] for r in range(rounds)]
 
 
-def measure(variants: dict, samples=SAMPLES, warmup=WARMUP, clock=time.perf_counter, block=jax.block_until_ready):
+def measure(
+    variants: dict,
+    samples=SAMPLES,
+    warmup=WARMUP,
+    clock=time.perf_counter,
+    block=jax.block_until_ready,
+    progress=print,
+):
     """Warm every variant, then `samples` rounds in rotating order; every sample kept, in ms.
 
     Returns {"order": the rounds as called, "samples_ms": {variant: [ms, ...]},
-    "warm_compilations": {variant: compilations during its last warm-up call}}.
+    "warm_compilations": {variant: compilations during its last warm-up call}}. `progress`
+    gets one short line per variant warmed and per variant sampled (None: silent); the
+    eager variant alone takes seconds, so a long cell says what it is doing.
     """
-    warm = {}
+    say = progress or (lambda line: None)
+    warm, started = {}, time.perf_counter()
     for order in rotations(variants, warmup):
         for name in order:
             warm[name] = compilations(variants[name].fn, variants[name].args, block)
+            say(f"timing: {name} warmed ({warm[name]['count']} XLA compilations in its last warm-up call)")
     rounds = rotations(variants, samples)
     samples_ms = {name: [] for name in variants}
     for order in rounds:
@@ -147,6 +158,9 @@ def measure(variants: dict, samples=SAMPLES, warmup=WARMUP, clock=time.perf_coun
             start = clock()
             block(fn(*args))
             samples_ms[name].append(1e3 * (clock() - start))
+    for name, taken in samples_ms.items():
+        say(f"timing: {name} {len(taken)} samples, median {np.median(taken):.4g} ms")
+    say(f"timing: {len(rounds)} rounds in rotating order, {time.perf_counter() - started:.1f} s with warm-up")
     return {"order": rounds, "samples_ms": samples_ms, "warm_compilations": warm}
 
 

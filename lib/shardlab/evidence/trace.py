@@ -6,7 +6,7 @@ Stable API (the stage 4 notebook and `python -m shardlab bench` use it):
   `transitions_fn()` under `jax.profiler.trace(..., create_perfetto_trace=True)` and keep
   `logdir/plugins/profile/shardlab/{shardlab.xplane.pb, perfetto_trace.json.gz}`.
 - `traced_transition(state, data, batch_size, step, mesh, next_batch=...) -> (state, loss, ids)`:
-  one real transition as one `sharded_learner_step` annotation around `prepare_and_place`
+  one real transition as one `sharded_learner_step` step marker around `prepare_and_place`
   (advance the sampler, pad, place, wait for placement) and `compiled_update_and_wait`
   (the update plus readiness of every output); `traced_transitions(..., count, ...)` runs
   `count` of them and returns (state, log of step, loss, ids, reshuffled).
@@ -85,8 +85,12 @@ def capture(logdir, transitions_fn, replace: bool = False):
 
 
 def traced_transition(state, data, batch_size, step, mesh, next_batch=reference_next_batch):
-    """One transition, as `state.transition` computes it, with the three annotations; returns (state, loss, ids)."""
-    with jax.profiler.TraceAnnotation(STEP):
+    """One transition, as `state.transition` computes it, with the three annotations; returns (state, loss, ids).
+
+    The outer annotation is a profiler *step* (`StepTraceAnnotation`, numbered by the step it
+    completes), so XProf's overview and step-time views find one step per transition.
+    """
+    with jax.profiler.StepTraceAnnotation(STEP, step_num=int(state["step"]) + 1):
         with jax.profiler.TraceAnnotation(PREPARE):
             state, batch = next_batch(state, data, batch_size, mesh)
             jax.block_until_ready((batch.features, batch.targets, batch.mask))
