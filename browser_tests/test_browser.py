@@ -4,6 +4,7 @@ Run by `make test-browser` (from the repository root, so `tests.test_lab` import
 JupyterLab launcher `tests/test_lab.py` uses: `make lab`'s command on a learner workspace).
 """
 
+import json
 import re
 
 import nbformat
@@ -11,6 +12,7 @@ import pytest
 from conftest import watch
 
 from shardlab.course import execute as runner
+from shardlab.evidence import trace
 from tests.test_lab import NOTEBOOK, lab  # noqa: F401  (`lab`: the fixture that starts JupyterLab)
 
 RUN_TIMEOUT_MS = 240_000  # every stage 1 cell through the UI, on a loaded 2-core machine
@@ -78,3 +80,20 @@ def test_receipts_render_offline_with_no_console_error(receipts, browser, name):
     if name == "index.html":
         assert "seed 17, batch size 7, implementation reference" in page.locator("body").inner_text()
         assert page.locator("table tr").count() >= 10
+
+
+def test_xprof_reads_the_same_annotations_and_finds_one_step_per_transition(receipts):
+    """XProf's own converter, a third reader of the XPlane, agrees with jax's ProfileData and the Perfetto JSON."""
+    files = trace.find_files(receipts / "trace")
+    readings = [trace.xprof_events(files.xplane), trace.xplane_events(files.xplane)]
+    readings = [sorted(r, key=lambda e: (e[1], e[0])) for r in [*readings, trace.perfetto_events(files.perfetto)]]
+    names = [[e[0] for e in r] for r in readings]
+    assert names[0] == names[1] == names[2] and names[0].count(trace.STEP) == 4
+    for other in readings[1:]:  # XProf counts time from the capture's start: compare durations and offsets
+        for (_, x_start, x_dur), (_, o_start, o_dur) in zip(readings[0], other):
+            assert abs(x_dur - o_dur) <= 1e3 * trace.TOLERANCE_MS
+            assert abs((x_start - readings[0][0][1]) - (o_start - other[0][1])) <= 1e3 * trace.TOLERANCE_MS
+    audit = json.loads((receipts / "audit.json").read_text())
+    steps = [row["step"] for row in audit["trace"]["transitions"]]
+    assert trace.xprof_steps(files.xplane) == [f"{trace.STEP} {n}" for n in steps]  # no "No step marker"
+    assert sorted(p.name for p in files.xplane.parent.iterdir()) == sorted([files.xplane.name, files.perfetto.name])
