@@ -150,7 +150,7 @@ def run(
 
 
 def _finishers():
-    """Steps that run after every notebook succeeded: folder-relative paths, then the audit of all results."""
+    """Steps that run after every notebook succeeded: folder-relative paths, the audit, the index, the modes."""
     from shardlab.evidence.index import write_index
     from shardlab.evidence.report import relative_paths, write_audit
 
