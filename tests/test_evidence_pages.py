@@ -198,3 +198,19 @@ def test_a_second_run_changes_nothing_but_clocks_and_process_ids(run_dir, tmp_pa
     for path in [again, *again.rglob("*")]:
         want = (0o777 if path.is_dir() else 0o666) & ~umask
         assert path.stat().st_mode & 0o777 == want, f"{path.relative_to(again)} has mode {path.stat().st_mode:o}"
+
+
+def test_the_runner_prints_progress_and_no_kernel_transport_warning(tmp_path, monkeypatch, capfd):
+    source = tmp_path / "src"
+    source.mkdir()
+    params = new_code_cell("seed = 17  # x\nbatch_size = 7  # x\nout_dir = '.'  # x\nimplementation = 'reference'  # x")
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params, new_code_cell("print(seed * batch_size)")])
+    nb.metadata["kernelspec"] = {"name": "shardlab", "display_name": "Python (shardlab)", "language": "python"}
+    nbformat.write(nb, source / "tiny.ipynb")
+    monkeypatch.setattr(runner.catalog, "NOTEBOOK_DIR", source)
+    runner.run(tmp_path / "out", seed=3, batch_size=5, notebooks=["tiny"], html=False)
+    out, err = capfd.readouterr()
+    assert "run: seed 3, batch size 5, implementation reference" in out
+    assert re.search(r"1/1 tiny\.ipynb done in \d+\.\d s", out)
+    assert "without encryption" not in out + err  # the kernel talks over IPC, not TCP
