@@ -1,4 +1,5 @@
 # shardlab: two commands do everything (`make run`, `make test`); `make lab` opens the course.
+# `make` alone prints the targets; each target's `## ` comment is its line of help.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,49 +14,64 @@ STAGE ?= all
 PORT ?= 8888
 WORKSPACE ?= workspace
 
-.PHONY: venv run test lab sync lint check drills bench torture clean
+.DEFAULT_GOAL := help
+.PHONY: help venv run test test-browser lab sync lint check drills bench torture clean
 
-venv: $(STAMP)
+help: ## print the targets and what each does
+	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
+
+venv: $(STAMP) ## build .venv with the exact pins and the 'Python (shardlab)' kernel (make run/test do this first)
 
 $(STAMP): requirements-cpu.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "shardlab pins are for Python 3.11; set PYTHON=python3.11"'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-cpu.txt
-	$(BIN)/python -m pip install --disable-pip-version-check --quiet --no-deps --no-build-isolation -e .
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (shardlab)" >/dev/null
-	@touch $(STAMP)
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else f"shardlab needs Python 3.11, {sys.executable} is {v[0]}.{v[1]}: run make PYTHON=python3.11 (or see docs/evidence.md for conda)")'
+	@start=$$(date +%s); echo "[make] creating $(VENV) and installing the pinned packages (about 2 min) ..."; \
+	$(PYTHON) -m venv $(VENV) && \
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-cpu.txt && \
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet --no-deps --no-build-isolation -e . && \
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (shardlab)" >/dev/null && \
+	touch $(STAMP) && echo "[make] $(VENV) ready in $$(( $$(date +%s) - start )) s"
 
-run: venv
-	env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,)
+run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, index.html, audit.json, trace
+	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,) \
+	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
-test: venv
+test: venv ## the whole test suite (executes every notebook once, about 4 min on 2 cores)
 	$(BIN)/python -m pytest
 
-lint: venv
+test-browser: venv ## a real headless Chromium: stage 1 run through JupyterLab's UI, receipts opened offline
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then echo "[make] installing Debian's chromium and chromium-driver ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "test-browser needs Debian's chromium: run 'sudo apt-get install chromium chromium-driver' once, or make test-browser as root"; exit 1; fi
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-browser.txt
+	$(BIN)/python -m pytest -p no:cacheprovider browser_tests
+
+lint: venv ## ruff check and format check of lib/ and tests/
 	$(BIN)/ruff check lib tests
 	$(BIN)/ruff format --check lib tests
 
-lab: venv
+lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab on them
 	@$(BIN)/python -m shardlab workspace $(WORKSPACE)
 	@echo "Open the URL below; pick the kernel 'Python (shardlab)' if asked. Your copies are in $(WORKSPACE)/."
 	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(WORKSPACE) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-sync: venv
+sync: venv ## re-pair the notebooks with their MyST .md sources (jupytext)
 	$(BIN)/jupytext --sync lib/shardlab/course/notebooks/*.ipynb
 
-clean:
+clean: ## remove .venv and caches (not receipts/)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Beyond the course: each writes machine-readable results into OUT.
-check: venv
+check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1
 	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
 
-drills: venv
+drills: venv ## the four stage 5 crash drills into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))
 
-bench: venv
+bench: venv ## measure three optimisations beside their baselines into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
 
-torture: venv
+torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
 	$(BIN)/python -m shardlab torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

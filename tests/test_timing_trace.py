@@ -274,3 +274,17 @@ def test_the_hypothesis_follows_what_dominates():
     assert "epoch reshuffle" in reshuffle and "PjitFunction(_shuffle)" in reshuffle and "Falsified" in reshuffle
     placement = next_optimisation(dominance(1.0, 0.3), [{**parts, "placement_ms": 0.9, "other_ms": 0.0}])
     assert "placement is the cost" in placement
+
+
+def test_each_traced_transition_is_a_numbered_profiler_step(captured):
+    """XProf's overview and step views need step markers: a step_num stat on each outer annotation."""
+    _, files, _, log, _ = captured
+    profile = jax.profiler.ProfileData.from_file(str(files.xplane))
+    numbers = [
+        dict(event.stats).get("step_num")
+        for plane in profile.planes
+        for line in plane.lines
+        for event in sorted(line.events, key=lambda e: e.start_ns)
+        if event.name == trace.STEP
+    ]
+    assert numbers == [entry["step"] for entry in log]  # the step each transition completed

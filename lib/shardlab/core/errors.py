@@ -79,3 +79,7 @@ class AsyncSaveError(CheckpointError, RuntimeError):
 
 class OutputFolderError(ConfigError):
     """An output folder cannot be used: not a folder, not writable, or holding files no command of ours wrote."""
+
+
+class PageError(ShardlabError, ValueError):
+    """An HTML receipt cannot be written completely (a formula the offline renderer cannot draw)."""

@@ -17,11 +17,16 @@ from shardlab import outdir
 from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
 from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
+from shardlab.evidence import stable
 
 COMMAND = "run"  # this command's section of the output folder's manifest
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
 BENCH_READER = "stage4_profile"  # the notebook that shows a bench.json, when --bench names one
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
+# The kernel talks to the runner over Unix sockets in Jupyter's runtime folder instead of TCP on
+# loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
+# warning (true, and nothing a learner can act on) has no cause to print.
+LOCAL_KERNEL = {"KernelManager": {"transport": "ipc"}}
 
 
 class NotebookFailed(RuntimeError):
@@ -47,6 +52,7 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
     """Run the course notebook <name>.ipynb (package data) in a new kernel with cwd=folder; return the executed copy."""
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from traitlets.config import Config
 
     source = catalog.NOTEBOOK_DIR / f"{name}.ipynb"
     target = folder / f"{name}.ipynb"
@@ -61,6 +67,7 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
             execution_timeout=timeout,
             progress_bar=False,
             log_output=False,
+            config=Config(LOCAL_KERNEL),
         )
     except (papermill.PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
         raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target, source)} [{type(exc).__name__}]") from exc
@@ -71,27 +78,10 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
 
 
 def export_html(executed: Path) -> Path:
-    """Write an HTML copy next to the executed notebook, readable without Jupyter.
+    """Write an HTML copy next to the executed notebook that opens offline (see shardlab.evidence.pages)."""
+    from shardlab.evidence.pages import export_html as export
 
-    nbconvert embeds the same ~260 kB of CSS in every page; it is moved to one
-    content-addressed stylesheet beside the pages, which all of them link.
-    """
-    import hashlib
-    import re
-
-    from nbconvert import HTMLExporter
-
-    body, _ = HTMLExporter().from_filename(str(executed))
-    styles = re.findall(r"<style[^>]*>.*?</style>", body, flags=re.S)
-    css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", block) for block in styles)
-    sheet = executed.with_name(f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css")
-    if not sheet.exists():
-        sheet.write_text(css, encoding="utf-8")
-    for index, block in enumerate(styles):
-        body = body.replace(block, f'<link rel="stylesheet" href="{sheet.name}">' if index == 0 else "", 1)
-    html = executed.with_suffix(".html")
-    html.write_text(body, encoding="utf-8")
-    return html
+    return export(executed)
 
 
 def notebook_names(names: list[str] | None) -> list[str]:
@@ -127,23 +117,35 @@ def run(
     parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
     started = time.perf_counter()
     with outdir.writing(out, COMMAND, replace) as staging:
-        for name in names:
-            print(f"[shardlab] executing {name}.ipynb ...", flush=True)
+        print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
+        for number, name in enumerate(names, start=1):
+            print(f"[shardlab] {number}/{len(names)} {name}.ipynb ...", flush=True)
+            clock = time.perf_counter()
             extra = {"bench_json": str(Path(bench).resolve())} if bench and name == BENCH_READER else {}
             executed = execute(name, staging, {**parameters, **extra}, timeout)
+            stable.notebook(executed)
             if html:
                 export_html(executed)
+            print(f"[shardlab] {number}/{len(names)} {name}.ipynb done in {_elapsed(clock)}", flush=True)
+        clock = time.perf_counter()
         for hook in _finishers():
             hook(staging)
+        print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
         _write_wall_time(staging, time.perf_counter() - started, names)
     return out
 
 
 def _finishers():
-    """Steps that run after every notebook succeeded: folder-relative paths, then the audit of all results."""
+    """Steps that run after every notebook succeeded: folder-relative paths, the audit, the index, the modes."""
+    from shardlab.evidence.index import write_index
     from shardlab.evidence.report import relative_paths, write_audit
 
-    return [relative_paths, write_audit]
+    return [relative_paths, write_audit, write_index, stable.modes]
+
+
+def _elapsed(since: float) -> str:
+    """Seconds since `since` (a perf_counter reading), rounded for a person."""
+    return f"{time.perf_counter() - since:.1f} s"
 
 
 def _write_wall_time(staging: Path, seconds: float, names: list[str]) -> None:
@@ -160,17 +162,17 @@ def _write_wall_time(staging: Path, seconds: float, names: list[str]) -> None:
 
 
 def summary(out: Path) -> str:
-    """A few lines on where the evidence is."""
-    import json
+    """Where the evidence is, what this run used, and what it observed (from its audit.json)."""
+    from shardlab.evidence.headline import lines
+    from shardlab.evidence.index import INDEX
 
-    from shardlab.evidence.report import headline
-
-    top = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name != outdir.MANIFEST)
-    lines = [f"[shardlab] evidence in {out}:", "  " + "  ".join(top)]
+    lines_out = [f"[shardlab] evidence in {out}"]
+    if (out / INDEX).is_file():
+        lines_out.append(f"  open {out / INDEX} in a browser (works offline)")
     audit = out / "audit.json"
     if audit.is_file():
-        lines += [f"  {line}" for line in headline(json.loads(audit.read_text()))]
-    return "\n".join(lines)
+        lines_out += [f"  {line}" for line in lines(json.loads(audit.read_text()))]
+    return "\n".join(lines_out)
 
 
 def add_arguments(parser) -> None:

@@ -341,37 +341,3 @@ def write_audit(out_dir) -> Path:
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-def headline(audit: dict) -> list[str]:
-    """The few numbers a reader checks first, each with the boundary it was measured at."""
-    lines = []
-    counts = audit.get("device_counts") or {}
-    if counts:
-        lines.append(
-            f"valid rows per device: 7 rows -> {counts.get('batch_of_7_rows')}, 1 row -> {counts.get('batch_of_1_row')}"
-        )
-    if audit.get("all_reduce"):
-        lines.append(f"all_reduce ops in the lowered step: {audit['all_reduce']['count']} (IR inspection, not traffic)")
-    recovery = audit.get("recovery") or {}
-    if recovery:
-        worst = max(v for k, v in recovery.items() if k in ("weights", "momentum", "key", "order", "cursor", "losses"))
-        lines.append(f"fresh-kernel resume: max |difference| {worst} over {recovery['steps_compared']} steps")
-    faults = [f for f in audit.get("faults") or [] if f["fault"] != "none"]
-    if faults:
-        shown = ", ".join(f"{f['fixture']}/{f['fault']} {f['max_weight_error']:.3g}" for f in faults)
-        lines.append(f"final-weight error per omitted field: {shown}")
-    timing = audit.get("timing") or {}
-    medians = {k: v["median_ms"] for k, v in timing.items() if isinstance(v, dict) and "median_ms" in v}
-    if medians:
-        shown = ", ".join(f"{k} {v:.4g} ms" for k, v in medians.items())
-        lines.append(f"warm medians (placed inputs; 4 logical devices on one host): {shown}")
-    dominant = (audit.get("trace") or {}).get("dominant")
-    if dominant:
-        lines.append(
-            f"trace (CPU, not accelerator utilisation): {dominant['dominant']} dominates by {dominant['factor']:.2f}x"
-        )
-    drills = audit.get("drills")
-    if drills:
-        lines.append(f"stage 5 drills (processes on one host, not a cluster): all passed = {drills['all_passed']}")
-    return lines

@@ -30,6 +30,7 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring e
 VARIANTS = ("eager_4dev", "compiled_4dev", "compiled_1dev")
 SAMPLES = 11
 WARMUP = 1
+PROGRESS_EVERY_S = 10  # at most one 'round r/N' line per this many seconds of sampling
 COURSE_MEDIANS_MS = {"eager_4dev": 421.46, "compiled_4dev": 0.1661, "compiled_1dev": 0.07225}  # another machine
 COURSE_COMPILE_MS = {"compiled_4dev": 33.90, "compiled_1dev": 28.76}
 BOUNDARY = (
@@ -129,24 +130,43 @@ def rotations(names, rounds: int) -> list[list[str]]:
     return [names[r % len(names) :] + names[: r % len(names)] for r in range(rounds)]
 
 
-def measure(variants: dict, samples=SAMPLES, warmup=WARMUP, clock=time.perf_counter, block=jax.block_until_ready):
+def measure(
+    variants: dict,
+    samples=SAMPLES,
+    warmup=WARMUP,
+    clock=time.perf_counter,
+    block=jax.block_until_ready,
+    progress=print,
+):
     """Warm every variant, then `samples` rounds in rotating order; every sample kept, in ms.
 
     Returns {"order": the rounds as called, "samples_ms": {variant: [ms, ...]},
-    "warm_compilations": {variant: compilations during its last warm-up call}}.
+    "warm_compilations": {variant: compilations during its last warm-up call}}. `progress`
+    gets one short line per variant warmed and per variant sampled, and one per round when
+    rounds are slow (None: silent): the eager variant alone takes seconds a call, so a long
+    cell says what it is doing.
     """
-    warm = {}
+    say = progress or (lambda line: None)
+    warm, started = {}, time.perf_counter()
     for order in rotations(variants, warmup):
         for name in order:
             warm[name] = compilations(variants[name].fn, variants[name].args, block)
+            say(f"timing: {name} warmed ({warm[name]['count']} XLA compilations in its last warm-up call)")
     rounds = rotations(variants, samples)
     samples_ms = {name: [] for name in variants}
-    for order in rounds:
+    shown = time.perf_counter()
+    for number, order in enumerate(rounds, start=1):
         for name in order:
             fn, args = variants[name].fn, variants[name].args
             start = clock()
             block(fn(*args))
             samples_ms[name].append(1e3 * (clock() - start))
+        if time.perf_counter() - shown > PROGRESS_EVERY_S and number < len(rounds):
+            say(f"timing: round {number}/{len(rounds)} done, {time.perf_counter() - started:.0f} s so far")
+            shown = time.perf_counter()
+    for name, taken in samples_ms.items():
+        say(f"timing: {name} {len(taken)} samples, median {np.median(taken):.4g} ms")
+    say(f"timing: {len(rounds)} rounds in rotating order, {time.perf_counter() - started:.1f} s with warm-up")
     return {"order": rounds, "samples_ms": samples_ms, "warm_compilations": warm}
 
 

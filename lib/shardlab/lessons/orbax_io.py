@@ -104,7 +104,9 @@ def save(path, state: dict, contract_: dict) -> str:
         raise CheckpointWriteError(f"cannot write an Orbax checkpoint into {parent} ({exc.strerror or exc})") from None
     threads = set(threading.enumerate())
     try:
-        with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:  # synchronous: no barrier at exit
+        # synchronous (no barrier at exit); without OCDBT each field is a zarr folder under its own name, so the
+        # same files (and bytes) appear every run, where OCDBT writes its data under random names
+        with ocp.Checkpointer(ocp.StandardCheckpointHandler(use_ocdbt=False)) as checkpointer:
             checkpointer.save(os.path.join(staging, STATE), args=ocp.args.StandardSave(as_tree(state)))
         with open(os.path.join(staging, CONTRACT), "x", encoding="utf-8") as handle:
             json.dump({"contract": contract_, "state": digests(host)}, handle, indent=1, sort_keys=True)

@@ -1,0 +1,99 @@
+"""What a person sees, in a real browser: stage 1 run through JupyterLab's UI, and the receipts opened offline.
+
+Run by `make test-browser` (from the repository root, so `tests.test_lab` imports the same
+JupyterLab launcher `tests/test_lab.py` uses: `make lab`'s command on a learner workspace).
+"""
+
+import json
+import re
+
+import nbformat
+import pytest
+from conftest import watch
+
+from shardlab.course import execute as runner
+from shardlab.evidence import trace
+from tests.test_lab import NOTEBOOK, lab  # noqa: F401  (`lab`: the fixture that starts JupyterLab)
+
+RUN_TIMEOUT_MS = 240_000  # every stage 1 cell through the UI, on a loaded 2-core machine
+START_TIMEOUT_MS = 120_000  # the page, then the kernel
+STDERR = "application/vnd.jupyter.stderr"  # JupyterLab renders stderr streams and tracebacks with it
+LOCAL = ("file:", "data:", "about:", "blob:")
+IMAGES = "els => els.map(e => [e.getAttribute('src').slice(0, 40), e.naturalWidth])"  # [src start, width]
+
+
+def test_stage1_runs_through_the_lab_ui_with_outputs_and_no_error(lab, browser, tmp_path):  # noqa: F811
+    saved = tmp_path / "workspace" / NOTEBOOK  # the learner's copy the lab fixture made
+    code_cells = sum(1 for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code")
+    page = browser.new_page()
+    page.goto(f"{lab.base}/lab/tree/{NOTEBOOK}?token={lab.token}")
+    page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=START_TIMEOUT_MS)
+    page.get_by_text("Python (shardlab) | Idle").wait_for(timeout=START_TIMEOUT_MS)  # the kernel is connected
+
+    page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+    # textContent, not innerText: the notebook skips rendering cells scrolled out of view
+    done = f"""() => {{
+        const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
+        return prompts.length === {code_cells} && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+    }}"""
+    try:
+        page.wait_for_function(done, timeout=RUN_TIMEOUT_MS)
+    except Exception as exc:
+        page.screenshot(path=str(tmp_path / "lab.png"))
+        prompts = [p.text_content() for p in page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").all()]
+        raise AssertionError(f"{code_cells} code cells, prompts {prompts}; see {tmp_path / 'lab.png'}") from exc
+
+    text = page.locator(".jp-Notebook").text_content()
+    assert "7 rows: [2, 2, 2, 1]  1 row: [1, 0, 0, 0]" in text  # 7 rows pad to 8 slots, 2 per device
+    stderr = [o.text_content() for o in page.locator(f".jp-OutputArea-output[data-mime-type='{STDERR}']").all()]
+    assert not [s for s in stderr if "Traceback" in s or "Error" in s], stderr
+    assert page.locator(".jp-OutputArea-output").count() >= code_cells // 2
+
+    page.keyboard.press("Control+s")  # what the learner keeps: the saved copy holds outputs and no error
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=30_000)
+    nb = nbformat.read(saved, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == list(range(1, code_cells + 1))
+    assert outputs and not [o for o in outputs if o.output_type == "error"]
+
+
+@pytest.fixture(scope="module")
+def receipts(tmp_path_factory):
+    """A complete fresh `python -m shardlab run`, as `make run` leaves it."""
+    return runner.run(tmp_path_factory.mktemp("fresh") / "receipts", seed=17, batch_size=7)
+
+
+@pytest.mark.parametrize("name", ["index.html", "stage2_update.html", "stage4_profile.html"])
+def test_receipts_render_offline_with_no_console_error(receipts, browser, name):
+    page = browser.new_page()
+    seen = watch(page)
+    page.goto((receipts / name).as_uri())
+    page.wait_for_load_state("load")
+    images = page.eval_on_selector_all("img", IMAGES)
+    assert images and all(width > 0 for _, width in images), f"an image did not load: {images}"
+    assert seen["errors"] == [], seen["errors"]
+    assert [url for url in seen["requests"] if not url.startswith(LOCAL)] == [], "a request left the folder"
+    if name == "stage2_update.html":  # every formula drawn: stage 2's derivation has at least eight
+        assert page.locator("img.shardlab-math").count() >= 8
+        assert "$$" not in page.locator("body").inner_text()
+    if name == "index.html":
+        assert "seed 17, batch size 7, implementation reference" in page.locator("body").inner_text()
+        assert page.locator("table tr").count() >= 10
+
+
+def test_xprof_reads_the_same_annotations_and_finds_one_step_per_transition(receipts):
+    """XProf's own converter, a third reader of the XPlane, agrees with jax's ProfileData and the Perfetto JSON."""
+    files = trace.find_files(receipts / "trace")
+    readings = [trace.xprof_events(files.xplane), trace.xplane_events(files.xplane)]
+    readings = [sorted(r, key=lambda e: (e[1], e[0])) for r in [*readings, trace.perfetto_events(files.perfetto)]]
+    names = [[e[0] for e in r] for r in readings]
+    assert names[0] == names[1] == names[2] and names[0].count(trace.STEP) == 4
+    for other in readings[1:]:  # XProf counts time from the capture's start: compare durations and offsets
+        for (_, x_start, x_dur), (_, o_start, o_dur) in zip(readings[0], other):
+            assert abs(x_dur - o_dur) <= 1e3 * trace.TOLERANCE_MS
+            assert abs((x_start - readings[0][0][1]) - (o_start - other[0][1])) <= 1e3 * trace.TOLERANCE_MS
+    audit = json.loads((receipts / "audit.json").read_text())
+    steps = [row["step"] for row in audit["trace"]["transitions"]]
+    assert trace.xprof_steps(files.xplane) == [f"{trace.STEP} {n}" for n in steps]  # no "No step marker"
+    assert sorted(p.name for p in files.xplane.parent.iterdir()) == sorted([files.xplane.name, files.perfetto.name])

@@ -1,0 +1,154 @@
+"""HTML copies of executed notebooks that open completely from a folder: no Jupyter, no network.
+
+nbconvert's lab template loads require.js, MathJax and mermaid from a CDN. The template used
+here drops those scripts, and the notebooks' TeX is drawn beforehand by matplotlib's mathtext
+(already a course dependency) as inline SVG images with the TeX as their alt text, so a page
+needs no script at all to show its maths. A formula mathtext cannot draw is a PageError at
+export time, never a page with raw `$...$` in it.
+"""
+
+import base64
+import hashlib
+import io
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+from jinja2 import DictLoader
+
+from shardlab.core.errors import PageError
+
+TEMPLATE = "shardlab_offline.html.j2"
+TEMPLATES = {
+    TEMPLATE: """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+}
+INLINE_PT, DISPLAY_PT = 11.5, 13.5  # the lab stylesheet's body text is 14 px = 10.5 pt; TeX glyphs read small
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)  # fenced blocks and code spans keep their dollars
+DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.S)
+INLINE = re.compile(r"(?<![\\$])\$(?=\S)([^$\n]+?)(?<=\S)\$(?!\d)")
+
+
+def math_svg(tex: str, size_pt: float) -> tuple[bytes, float]:
+    """(SVG bytes, depth below the baseline in pt) of `tex` drawn by mathtext; the same bytes every run."""
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.mathtext import MathTextParser
+
+    text = "$" + " ".join(tex.split()) + "$"
+    with matplotlib.rc_context({"mathtext.fontset": "cm", "svg.hashsalt": "shardlab", "svg.fonttype": "path"}):
+        prop = FontProperties(size=size_pt)
+        try:
+            width, height, depth, _, _ = MathTextParser("path").parse(text, dpi=72, prop=prop)
+        except ValueError as exc:
+            raise PageError(
+                f"matplotlib's mathtext cannot draw {text!r} ({str(exc).splitlines()[-1]}); "
+                "rewrite the formula in the TeX subset mathtext supports (see its docs) and run again"
+            ) from exc
+        fig = Figure(figsize=(width / 72, height / 72))
+        fig.text(0, depth / height, text, fontproperties=prop)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="svg", dpi=72, transparent=True, metadata={"Date": None})
+    return buffer.getvalue(), depth
+
+
+def math_html(tex: str, display: bool) -> str:
+    """An <img> holding `tex` as a data: SVG (alt text = the TeX); display maths in its own centred block."""
+    from html import escape
+
+    svg, depth = math_svg(tex, DISPLAY_PT if display else INLINE_PT)
+    source = base64.b64encode(svg).decode("ascii")
+    image = (
+        f'<img class="shardlab-math" alt="{escape(tex.strip())}" style="vertical-align: {-depth:.2f}pt" '
+        f'src="data:image/svg+xml;base64,{source}">'
+    )
+    return f'\n\n<div style="text-align: center; margin: 0.8em 0">{image}</div>\n\n' if display else image
+
+
+def render_math(markdown: str) -> str:
+    """`markdown` with every $$...$$ and $...$ outside code replaced by its drawn image."""
+    pieces, last = [], 0
+    for code in CODE.finditer(markdown):
+        pieces += [_math(markdown[last : code.start()]), code.group(0)]
+        last = code.end()
+    return "".join(pieces + [_math(markdown[last:])])
+
+
+def _math(text: str) -> str:
+    text = DISPLAY.sub(lambda m: math_html(m.group(1), display=True), text)
+    return INLINE.sub(lambda m: math_html(m.group(1), display=False), text)
+
+
+def notebook_html(nb) -> tuple[str, str, list[str]]:
+    """(page body, joined CSS, the <style> blocks) of an executed notebook: offline template, maths drawn."""
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = render_math(cell.source)
+    exporter = HTMLExporter(extra_loaders=[DictLoader(TEMPLATES)], template_file=TEMPLATE)
+    body, _ = exporter.from_notebook_node(nb)
+    styles = re.findall(r"<style[^>]*>.*?</style>", body, flags=re.S)
+    css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", block) for block in styles)
+    return body, css, styles
+
+
+def export_html(executed) -> Path:
+    """Write `<name>.html` next to the executed notebook, readable offline without Jupyter.
+
+    nbconvert embeds the same ~260 kB of CSS in every page; it goes to one content-addressed
+    stylesheet beside the pages, which all of them link.
+    """
+    executed = Path(executed)
+    body, css, styles = notebook_html(nbformat.read(executed, as_version=4))
+    sheet = executed.with_name(f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css")
+    if not sheet.exists():
+        sheet.write_text(css, encoding="utf-8")
+    for index, block in enumerate(styles):
+        body = body.replace(block, f'<link rel="stylesheet" href="{sheet.name}">' if index == 0 else "", 1)
+    page = executed.with_suffix(".html")
+    page.write_text(body, encoding="utf-8")
+    return page
+
+
+REMOTE = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.I)  # http(s)://host/... or //host/...
+RESOURCE_ATTRIBUTES = ("src", "href", "xlink:href", "srcset", "poster", "data")
+CSS_REMOTE = re.compile(r"""(?:url\(\s*["']?|@import\s+["']|import\(\s*["'])\s*(?:[a-z][a-z0-9+.-]*:)?//""", re.I)
+
+
+class _Resources(HTMLParser):
+    """Collects what a page would fetch: URL attributes of every tag but <a>, and inline style/script text."""
+
+    def __init__(self):
+        super().__init__()
+        self.found, self._inline = [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._inline = tag in ("style", "script")
+        if tag == "a":  # a link is followed only when clicked; it is not part of rendering the page
+            return
+        self.found += [f"<{tag} {n}={v}>" for n, v in attrs if n in RESOURCE_ATTRIBUTES and v and REMOTE.match(v)]
+        self.found += [f"<{tag} style>" for n, v in attrs if n == "style" and v and CSS_REMOTE.search(v)]
+
+    def handle_data(self, data):
+        if self._inline and CSS_REMOTE.search(data):
+            self.found.append(data[max(0, CSS_REMOTE.search(data).start() - 40) :][:120])
+
+
+def external_references(text: str, css: bool = False) -> list[str]:
+    """What a page (or, with css=True, a stylesheet) would load from another host; empty for an offline page.
+
+    Hyperlinks (<a href>) to other sites are not loads and are not listed.
+    """
+    if css:
+        return [text[max(0, m.start() - 40) : m.end() + 60] for m in CSS_REMOTE.finditer(text)]
+    parser = _Resources()
+    parser.feed(text)
+    return parser.found

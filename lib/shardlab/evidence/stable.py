@@ -1,0 +1,59 @@
+"""Receipts that change between two runs only where a measurement changed.
+
+Papermill gives its injected-parameters cell a new random id and stamps every cell with
+wall-clock times; a cell's printed lines arrive in as many stream outputs as the kernel's
+flushes happened to cut them into; a staging folder from `tempfile` is private (0700) and so is a file written
+through `mkstemp`. `notebook` fixes the first three in one executed notebook, `modes` the last
+for a whole output folder. The notebook-level papermill start, end and duration stay: they
+are this run's timing.
+"""
+
+import os
+from pathlib import Path
+
+import nbformat
+
+INJECTED_ID = "injected-parameters"  # papermill's cell tag, also a valid, stable cell id
+CELL_CLOCKS = ("start_time", "end_time", "duration")  # papermill's per-cell wall-clock fields
+
+
+def notebook(path) -> None:
+    """Rewrite the notebook at `path`: a fixed id for the injected cell, no per-cell clocks, streams joined."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if INJECTED_ID in cell.metadata.get("tags", []):
+            cell["id"] = INJECTED_ID
+        cell.metadata.pop("execution", None)  # the kernel's iopub/shell timestamps
+        for name in CELL_CLOCKS:
+            cell.metadata.get("papermill", {}).pop(name, None)
+        if cell.cell_type == "code":
+            cell.outputs = coalesce(cell.outputs)
+    nbformat.write(nb, path)
+
+
+def coalesce(outputs: list) -> list:
+    """The outputs with each run of adjacent stream outputs to the same stream joined into one."""
+    joined = []
+    for output in outputs:
+        previous = joined[-1] if joined else None
+        if (
+            output.get("output_type") == "stream"
+            and previous is not None
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
+            previous["text"] = "".join(previous["text"]) + "".join(output["text"])
+        else:
+            joined.append(output)
+    return joined
+
+
+def modes(out_dir) -> None:
+    """Give every folder and file in `out_dir` the modes the umask asks for (0755 and 0644 by default)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    root = Path(out_dir)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)

@@ -1,0 +1,216 @@
+"""Evidence a person opens anywhere: offline HTML pages with drawn maths, the index, the summary, stable files.
+
+Offline-ness is checked here with the standard library's HTML parser and a CSS scan written in
+this file, not with the page module's own detector; the browser test (browser_tests/) checks it
+in a real Chromium.
+"""
+
+import base64
+import json
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from shardlab.core.errors import PageError
+from shardlab.course import execute as runner
+from shardlab.evidence import headline, pages, stable
+from shardlab.evidence.index import INDEX
+
+pytestmark = pytest.mark.stage4
+
+REMOTE = re.compile(r"^\s*([a-z][a-z0-9+.-]*:)?//", re.I)  # http://, https://, or protocol-relative //
+CSS_URL = re.compile(r"url\(\s*['\"]?([^'\")]+)|@import\s+['\"]([^'\"]+)", re.I)
+RUN_LEVEL = {"audit.json", "index.html", "wall_time.json", ".shardlab-receipts"}  # describe the whole run
+
+
+class Links(HTMLParser):
+    """Every URL-valued attribute of the page, every inline <style>/<script> text."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls, self.inline, self.tags, self._keep = [], [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action", "poster", "srcset") and value:
+                self.urls.append((tag, value))
+        self._keep = tag in ("style", "script")
+
+    def handle_data(self, data):
+        if self._keep:
+            self.inline.append(data)
+
+    def handle_endtag(self, tag):
+        self._keep = False
+
+
+def remote_references(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".css":
+        return [u for m in CSS_URL.finditer(text) for u in m.groups() if u and REMOTE.match(u)]
+    parser = Links()
+    parser.feed(text)
+    found = [f"<{tag}> {url}" for tag, url in parser.urls if tag != "a" and REMOTE.match(url)]  # <a>: a click
+    for block in parser.inline:
+        found += [u for m in CSS_URL.finditer(block) for u in m.groups() if u and REMOTE.match(u)]
+        found += re.findall(r"import\(\s*['\"](?:https?:)?//[^'\"]+", block)
+    return found
+
+
+def test_no_receipt_references_an_external_url(run_dir):
+    pages_seen = sorted(run_dir.glob("*.html")) + sorted(run_dir.glob("*.css"))
+    assert {p.name for p in run_dir.glob("*.html")} >= {INDEX, "stage1_batches.html", "stage2_update.html"}
+    for path in pages_seen:
+        assert remote_references(path) == [], f"{path.name} asks the network for something"
+        assert pages.external_references(path.read_text(encoding="utf-8"), css=path.suffix == ".css") == [], path.name
+
+
+def test_stage2_maths_is_drawn_not_left_as_tex(run_dir):
+    source = nbformat.read(run_dir / "stage2_update.ipynb", as_version=4)
+    formulas = sum(
+        len(re.findall(r"\$\$.+?\$\$", c.source, re.S)) + len(re.findall(r"(?<!\$)\$[^$\n]+\$(?!\$)", c.source))
+        for c in source.cells
+        if c.cell_type == "markdown"
+    )
+    html = (run_dir / "stage2_update.html").read_text(encoding="utf-8")
+    parser = Links()
+    parser.feed(html)
+    images = [(a.get("alt", ""), a["src"]) for t, a in parser.tags if t == "img" and a.get("class") == "shardlab-math"]
+    assert formulas >= 8 and len(images) == formulas
+    assert "$$" not in html and "\\nabla L(w)" not in re.sub(r'alt="[^"]*"', "", html)
+    assert any("\\nabla L(w)" in alt for alt, _ in images)  # the TeX stays readable as alt text
+    prefix = "data:image/svg+xml;base64,"
+    for _, src in images:
+        assert src.startswith(prefix) and b"<svg" in base64.b64decode(src[len(prefix) :])
+
+
+def test_index_links_every_page_and_shows_this_runs_numbers(run_dir):
+    audit = json.loads((run_dir / "audit.json").read_text())
+    parser = Links()
+    parser.feed((run_dir / INDEX).read_text(encoding="utf-8"))
+    targets = {url for _, url in parser.urls}
+    for name in audit["run"]["notebooks"]:
+        assert f"{name}.html" in targets and f"{name}.ipynb" in targets
+    assert audit["trace"]["xplane"] in targets and audit["figure"]["svg"] in targets
+    for url in targets:
+        assert (run_dir / url).is_file(), f"index.html links {url}, which is not in the folder"
+    text = (run_dir / INDEX).read_text(encoding="utf-8")
+    assert "seed 17, batch size 7, implementation reference" in text
+    assert f"<td>{audit['all_reduce']['count']}</td>" in text
+    assert "xprof --logdir trace" in text and "ui.perfetto.dev" in text
+
+
+def test_summary_follows_the_runs_parameters():
+    # batch 10 on 4 devices: 10 rows pad to 12 slots, 3 per device -> [3, 3, 3, 1]; 23 = 10 + 10 + 3 -> [1, 1, 1, 0]
+    audit = {
+        "run": {"seed": 29, "batch_size": 10, "implementation": {"file": "mine.py", "sha256": "ab" * 32}},
+        "device_counts": {"batch_of_7_rows": [2, 2, 2, 1], "batch_of_1_row": [1, 0, 0, 0], "walk": []},
+    }
+    walk = []
+    for rows in (10, 10, 3, 10, 10, 3):
+        per = -(-rows // 4)
+        walk.append([max(0, min(per, rows - d * per)) for d in range(4)])
+    audit["device_counts"]["walk"] = walk
+    text = "\n".join(headline.lines(audit))
+    assert "seed 29, batch size 10, implementation mine.py (sha256 abababababab)" in text
+    assert "batch size 10: 10 rows -> [3, 3, 3, 1], 3 rows -> [1, 1, 1, 0]" in text
+
+
+def test_a_formula_mathtext_cannot_draw_is_refused(tmp_path):
+    nb = new_notebook(cells=[new_markdown_cell(r"ok $x^2$ and `$HOME` but $\begin{pmatrix} a \end{pmatrix}$")])
+    path = tmp_path / "bad.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(PageError, match="mathtext cannot draw"):
+        pages.export_html(path)
+    assert not (tmp_path / "bad.html").exists()
+
+
+def test_external_loads_are_found_and_links_are_not():
+    page = (
+        '<script src="https://cdn.example/require.js"></script><link rel="stylesheet" href="//cdn.example/a.css">'
+        '<style>@import "https://fonts.example/f.css"; b { background: url(http://x.example/i.png) }</style>'
+        '<img src="evidence.svg"><a href="https://ui.perfetto.dev">Perfetto</a>'
+        '<svg xmlns="http://www.w3.org/2000/svg"></svg>'
+    )
+    found = pages.external_references(page)
+    assert len(found) == 3 and not any("perfetto" in f or "w3.org" in f or "evidence.svg" in f for f in found)
+    assert len(pages.external_references("a{src:url('https://x.example/f.woff')} b{c:url(data:x)}", css=True)) == 1
+
+
+def test_code_keeps_its_dollars():
+    out = pages.render_math("cost `$HOME` and ```\n$x$\n``` but $x$")
+    assert "`$HOME`" in out and "```\n$x$\n```" in out and out.count("shardlab-math") == 1
+
+
+def test_stable_notebook_fixes_ids_drops_clocks_and_joins_streams(tmp_path):
+    cell = new_code_cell("print(1); print(2)")
+    cell.metadata = {"tags": ["injected-parameters"], "execution": {"iopub.status.busy": "2026"}}
+    cell.metadata["papermill"] = {"start_time": "a", "end_time": "b", "duration": 1.0, "status": "completed"}
+    cell.outputs = [new_output("stream", name="stdout", text="1\n"), new_output("stream", name="stdout", text="2\n")]
+    cell.outputs.append(new_output("stream", name="stderr", text="w\n"))
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[cell]), path)
+    stable.notebook(path)
+    (got,) = nbformat.read(path, as_version=4).cells
+    assert got.id == "injected-parameters" and "execution" not in got.metadata
+    assert got.metadata.papermill == {"status": "completed"}
+    assert [(o.name, o.text) for o in got.outputs] == [("stdout", "1\n2\n"), ("stderr", "w\n")]
+
+
+def normalised(path: Path) -> bytes:
+    """The file's bytes, with what legitimately differs between two runs masked."""
+    data = path.read_bytes()
+    if path.name == "_CHECKPOINT_METADATA":  # Orbax's init and commit timestamps
+        found = json.loads(data)
+        return json.dumps({k: v for k, v in found.items() if not k.endswith("_timestamp_nsecs")}).encode()
+    if path.suffix in (".ipynb", ".html", ".json"):
+        text = data.decode("utf-8")
+        # stage 3 shows which process saved and which restored: a fresh kernel has a new pid and start time
+        text = re.sub(r"(pid\W{0,3}:\s*)\d+", r"\g<1>0", text)
+        text = re.sub(r"(started\W{0,3}:\s*)[0-9.e+]+", r"\g<1>0", text)
+        if path.suffix == ".ipynb":  # the notebook-level papermill clock: this run's timing
+            nb = json.loads(text)
+            for key in ("start_time", "end_time", "duration"):
+                nb["metadata"]["papermill"].pop(key, None)
+            text = json.dumps(nb, sort_keys=True)
+        return text.encode()
+    return data
+
+
+@pytest.mark.slow
+def test_a_second_run_changes_nothing_but_clocks_and_process_ids(run_dir, tmp_path):
+    names = ["stage1_batches", "stage3_checkpoint"]  # a cheap subset: stage 3 holds the Orbax and NPZ files
+    again = runner.run(tmp_path / "again", seed=17, batch_size=7, notebooks=names)
+    files = {p.relative_to(again).as_posix() for p in again.rglob("*") if p.is_file()}
+    owned = {f for f in files if f not in RUN_LEVEL}
+    assert owned <= {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file()}
+    assert any(f.startswith("stage3/orbax/") for f in owned)
+    for name in sorted(owned):
+        assert normalised(again / name) == normalised(run_dir / name), f"{name} differs between two runs"
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [again, *again.rglob("*")]:
+        want = (0o777 if path.is_dir() else 0o666) & ~umask
+        assert path.stat().st_mode & 0o777 == want, f"{path.relative_to(again)} has mode {path.stat().st_mode:o}"
+
+
+def test_the_runner_prints_progress_and_no_kernel_transport_warning(tmp_path, monkeypatch, capfd):
+    source = tmp_path / "src"
+    source.mkdir()
+    params = new_code_cell("seed = 17  # x\nbatch_size = 7  # x\nout_dir = '.'  # x\nimplementation = 'reference'  # x")
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params, new_code_cell("print(seed * batch_size)")])
+    nb.metadata["kernelspec"] = {"name": "shardlab", "display_name": "Python (shardlab)", "language": "python"}
+    nbformat.write(nb, source / "tiny.ipynb")
+    monkeypatch.setattr(runner.catalog, "NOTEBOOK_DIR", source)
+    runner.run(tmp_path / "out", seed=3, batch_size=5, notebooks=["tiny"], html=False)
+    out, err = capfd.readouterr()
+    assert "run: seed 3, batch size 5, implementation reference" in out
+    assert re.search(r"1/1 tiny\.ipynb done in \d+\.\d s", out)
+    assert "without encryption" not in out + err  # the kernel talks over IPC, not TCP
