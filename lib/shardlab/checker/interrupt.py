@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import warnings
 
 OS_OPERATIONS = ("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate", "fsync")
 NOT_REACHED = 3  # child exit status: the save finished before operation k
@@ -124,7 +125,9 @@ def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival:
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """
-    pid = os.fork()
+    with warnings.catch_warnings():  # the child runs no JAX code, only the learner's file operations
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pid = os.fork()
     if pid == 0:  # the child: never returns into the checker
         status = 1
         try:

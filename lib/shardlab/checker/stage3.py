@@ -116,8 +116,9 @@ def contract_pins_the_experiment(ctx):
         not ignored,
         "a different contract for each change",
         f"unchanged for {ignored}",
-        "the contract ignores what makes another experiment -> include shapes, dtypes, a data hash, seed, batch "
-        "size, learning rate, momentum and device count (a checkpoint of another experiment would be accepted)",
+        f"the contract ignores {ignored}, which make another experiment -> include shapes, dtypes, a data hash, "
+        "seed, batch size, learning rate, momentum and device count (a checkpoint of another experiment would be "
+        "accepted)",
     )
 
 
@@ -300,7 +301,7 @@ def restore_refuses_damaged_checkpoints(ctx):
         not accepted,
         f"all {len(targets)} damaged files refused",
         f"accepted: {sorted(accepted)}",
-        "restore accepted damaged checkpoint(s) -> after the contract, check every field: shapes, dtypes (key "
+        f"restore accepted {sorted(accepted)} -> after the contract, check every field: shapes, dtypes (key "
         "uint32 (2,)), finite weights and momentum, a permutation of 0..n-1, 0 <= cursor <= rows, step >= 0, and "
         "read with allow_pickle=False",
     )
