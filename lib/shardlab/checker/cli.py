@@ -18,6 +18,7 @@ import jax
 from shardlab.checker import stage1, stage2, stage3, stage4
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.core.devices import make_mesh
+from shardlab.core.errors import ImplementationError
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.learner import implementation
 
@@ -97,17 +98,19 @@ def run_checks(spec: str = "reference", stage="all", only: bool = False, skip=()
     try:
         impl = implementation.load(spec)
     except Exception as exc:
-        return [
-            Result(
-                "implementation_loads",
-                chosen[0],
-                False,
-                "a module defining " + ", ".join(implementation.API),
-                f"{type(exc).__name__}: {exc}"[:SHOWN],
-                f"the file could not be loaded ({raised_where(exc)})",
-                0.0,
-            )
-        ]
+        cause = exc.__cause__ or exc
+        failed = Result(
+            "implementation_loads",
+            chosen[0],
+            False,
+            "a module defining " + ", ".join(implementation.API),
+            f"{type(cause).__name__}: {cause}"[:SHOWN],
+            str(exc) if isinstance(exc, ImplementationError) else f"the file could not be loaded ({raised_where(exc)})",
+            0.0,
+        )
+        if progress:
+            progress(failed)
+        return [failed]
     results = []
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
         ctx = Context(impl, spec, teaching_fixture(), make_mesh(4), workdir)
@@ -171,8 +174,11 @@ def summary(results: list[Result]) -> str:
 
 def child_main(args) -> int:
     """Body of the child interpreter: run, print as it goes, write the report, exit 0 only if all passed."""
-    print(f"[shardlab check] implementation {args.implementation}, stage(s) {stages_for(args.stage)}", flush=True)
-    results = run_checks(args.implementation, args.stage, progress=lambda r: print(describe(r), flush=True))
+    chosen = [int(args.stage)] if args.only else stages_for(args.stage)
+    print(f"[shardlab check] implementation {args.implementation}, stage(s) {chosen}", flush=True)
+    results = run_checks(
+        args.implementation, args.stage, only=args.only, progress=lambda r: print(describe(r), flush=True)
+    )
     print(summary(results), flush=True)
     if args.output:
         print(f"report: {write_report(args.output, report(args.implementation, results))}", flush=True)
@@ -188,23 +194,23 @@ def add_arguments(parser) -> None:
         help="last stage to check; earlier stages are always included (default: all)",
     )
     parser.add_argument("--output", default=None, help=f"folder for the JSON report ({REPORT})")
+    parser.add_argument("--only", action="store_true", help="check just --stage, not the stages before it")
 
 
 def main(args) -> int:
     """`python -m shardlab check`: the checks in a fresh interpreter with four CPU devices."""
     spec = args.implementation
     if spec != "reference":
-        spec = os.path.abspath(os.path.expanduser(spec))
-        if not os.path.isfile(spec):
-            print(
-                f"[shardlab check] {args.implementation} is not a file; create one with "
-                "`python -m shardlab starter FILE`",
-                file=sys.stderr,
-            )
+        try:
+            spec = implementation.check_path(spec)
+        except ImplementationError as exc:
+            print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
     command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(args.stage)]
     if args.output:
         command += ["--output", os.path.abspath(args.output)]
+    if getattr(args, "only", False):
+        command.append("--only")
     try:
         return subprocess.run(command, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=CHILD_TIMEOUT).returncode
     except subprocess.TimeoutExpired:

@@ -63,3 +63,7 @@ class IncompleteCheckpointError(CheckpointError):
 
 class LaunchError(ShardlabError, RuntimeError):
     """The launcher could not start, supervise or collect a group of controller processes."""
+
+
+class ImplementationError(ShardlabError, ImportError):
+    """A learner's implementation file is missing, is not a .py file, or fails to import (file and line named)."""

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import nbformat
 
-from shardlab.core.errors import ConfigError
+from shardlab.core.errors import ConfigError, ImplementationError
 from shardlab.course import catalog
 from shardlab.course.catalog import KERNEL, NOTEBOOKS
+from shardlab.learner import implementation as learner_implementation
 
 MARKER = ".shardlab-receipts"  # present in every folder this runner wrote
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
@@ -29,18 +30,34 @@ class NotebookFailed(RuntimeError):
 
 
 def _failing_cell(executed: Path, source: Path) -> str:
-    """Where the executed copy recorded an error, as the cell's index in the *source* notebook."""
+    """Where the executed copy recorded an error, named as JupyterLab shows it: the cell's `[n]` prompt."""
     try:
         nb = nbformat.read(executed, as_version=4)
-        ids = [cell.get("id") for cell in nbformat.read(source, as_version=4).cells]
     except Exception:
         return "unknown cell"
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                where = ids.index(cell.get("id")) if cell.get("id") in ids else "?"
-                return f"cell {where} (id {cell.get('id')}): {output.get('ename')}: {output.get('evalue')}"
+                tags = ", ".join(cell.get("metadata", {}).get("tags", [])) or "untagged"
+                first = next((line for line in cell.get("source", "").splitlines() if line.strip()), "")
+                return (
+                    f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`): "
+                    f"{output.get('ename')}: {output.get('evalue')}"
+                )
     return "a cell with no error output (timeout or dead kernel)"
+
+
+def _keep_partial(executed: Path, out: Path) -> Path | None:
+    """Copy a failed, partly executed notebook to OUT/failed/ so the learner can open it; return its path."""
+    if not executed.is_file():
+        return None
+    if not out.exists():
+        out.mkdir(parents=True)
+        (out / MARKER).write_text("written by `python -m shardlab run`; replaced whole by the next run\n")
+    kept = out / "failed" / executed.name
+    kept.parent.mkdir(exist_ok=True)
+    shutil.copyfile(executed, kept)
+    return kept
 
 
 def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT) -> Path:
@@ -127,9 +144,10 @@ def run(
     check_out(out, replace)  # before resolving, so a symlinked OUT is refused, never followed
     out = out.resolve()
     if implementation != "reference":
-        implementation = str(Path(implementation).resolve())
-        if not Path(implementation).is_file():
-            raise ConfigError(f"implementation file {implementation} does not exist")
+        try:
+            implementation = str(Path(learner_implementation.check_path(implementation)).resolve())
+        except ImplementationError as exc:
+            raise ConfigError(str(exc)) from None
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
     parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
@@ -138,7 +156,11 @@ def run(
         for name in notebooks or NOTEBOOKS:
             print(f"[shardlab] executing {name}.ipynb ...", flush=True)
             extra = {"bench_json": str(Path(bench).resolve())} if bench and name == BENCH_READER else {}
-            executed = execute(name, staging, {**parameters, **extra}, timeout)
+            try:
+                executed = execute(name, staging, {**parameters, **extra}, timeout)
+            except NotebookFailed as failed:
+                kept = _keep_partial(staging / f"{name}.ipynb", out)
+                raise NotebookFailed(_failure_advice(str(failed), kept, implementation)) from failed
             if html:
                 export_html(executed)
         for hook in _finishers():
@@ -150,6 +172,16 @@ def run(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+def _failure_advice(message: str, kept: Path | None, implementation: str) -> str:
+    """The failure message plus where the partly executed notebook is and what to run next."""
+    lines = [message]
+    if kept is not None:
+        lines.append(f"  the partly executed notebook, outputs up to the failing cell: {kept}")
+    if implementation != "reference":
+        lines.append(f"  then check your implementation stage by stage: make check IMPL={implementation} STAGE=1")
+    return "\n".join(lines)
 
 
 def _finishers():
