@@ -236,3 +236,47 @@ def test_every_check_has_a_broken_implementation_that_fails_it():
         "eager_and_compiled_agree",
     }
     assert sorted(set(never) - covered_elsewhere) == []
+
+
+def test_an_import_error_is_printed_with_file_and_line(tmp_path, capfd):
+    broken = tmp_path / "mine.py"
+    broken.write_text("import numpy as np\n\n\ndef initial(seed, data, mesh:\n    return {}\n")
+    status = runner.main(Namespace(implementation=str(broken), stage="1", output=None))
+    shown = capfd.readouterr().out
+    assert status == 1
+    assert f"{broken}:4" in shown and "SyntaxError" in shown and "def initial(seed, data, mesh:" in shown
+    missing = tmp_path / "imports.py"
+    missing.write_text("import numpy\nimport a_module_nobody_installed\n")
+    assert runner.main(Namespace(implementation=str(missing), stage="1", output=None)) == 1
+    shown = capfd.readouterr().out
+    assert f"{missing}:2" in shown and "No module named 'a_module_nobody_installed'" in shown
+
+
+@pytest.mark.parametrize("kind", ["markdown", "folder", "missing"])
+def test_check_names_what_it_expected_instead_of_a_file(tmp_path, capfd, kind):
+    target = {"markdown": tmp_path / "README.md", "folder": tmp_path, "missing": tmp_path / "nope.py"}[kind]
+    if kind == "markdown":
+        target.write_text("# notes\n")
+    assert runner.main(Namespace(implementation=str(target), stage="1", output=None)) == 2
+    said = capfd.readouterr().err
+    wanted = {"markdown": "is not a Python file", "folder": "is a folder", "missing": "does not exist"}[kind]
+    assert wanted in said and "expected 'reference' or" in said and "python -m shardlab starter" in said
+
+
+def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
+    from shardlab.checker import check_here
+
+    spec = str(BROKEN / "drop_remainder.py")
+    status = runner.main(Namespace(implementation=spec, stage="1", output=str(tmp_path / "cli")))
+    cli_lines = capfd.readouterr().out.splitlines()
+    report = check_here(spec, 1)
+    here_lines = capfd.readouterr().out.splitlines()
+    assert status == 1 and report["passed"] is False
+    cli_report = json.loads((tmp_path / "cli" / runner.REPORT).read_text())
+    pick = {"name", "passed", "diagnosis", "expected", "observed"}
+    same = [{k: e[k] for k in pick} for e in cli_report["checks"]]
+    assert [{k: e[k] for k in pick} for e in report["checks"]] == same
+    failing = [line for line in here_lines if line.startswith("FAIL")]
+    assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
+    assert any("the 2-id remainder was dropped" in line for line in here_lines)
+    assert "first failure to fix: batch_lengths_keep_the_remainder (stage 1)" in here_lines
