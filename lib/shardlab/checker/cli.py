@@ -17,15 +17,14 @@ import jax
 
 from shardlab.checker import stage1, stage2, stage3, stage4
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
+from shardlab.checker.here import CHILD_TIMEOUT, REPORT
 from shardlab.core.devices import make_mesh
 from shardlab.core.errors import ImplementationError
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.learner import implementation
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
-REPORT = "check_report.json"
 SHOWN = 400  # characters of expected/observed values printed per line
-CHILD_TIMEOUT = 1800  # seconds for a whole check run; generous for a loaded 2-core machine
 
 
 @dataclass

@@ -6,9 +6,11 @@ import subprocess
 import sys
 import tempfile
 
-from shardlab.checker.cli import CHILD_TIMEOUT, REPORT
 from shardlab.core.errors import ImplementationError
 from shardlab.learner import implementation as _implementation
+
+REPORT = "check_report.json"  # the JSON report the child writes (the command line's --output)
+CHILD_TIMEOUT = 1800  # seconds for a whole check run; generous for a loaded 2-core machine
 
 
 def check_here(implementation: str = "reference", stage=1, only: bool = True) -> dict:
