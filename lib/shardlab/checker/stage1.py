@@ -230,7 +230,13 @@ def first_order_follows_the_seed(ctx):
         order, key = _host(state["order"]), _host(state["key"])
         recipe = oracle.idiom_epochs(seed, rows, 1)[0]
         kept, expected = np.asarray(recipe["key"], np.uint32), np.asarray(recipe["order"])
-        if np.array_equal(order, np.asarray(jax.random.permutation(jax.random.PRNGKey(seed), rows))):
+        again = _host(ctx.impl.initial(seed, ctx.data, ctx.mesh)["order"])
+        if not np.array_equal(order, again):
+            cause = (
+                "two calls with the same seed gave different orders: the order comes from a global or unseeded "
+                "RNG (np.random, random) -> draw it from the key"
+            )
+        elif np.array_equal(order, np.asarray(jax.random.permutation(jax.random.PRNGKey(seed), rows))):
             cause = "the first permutation was drawn from the unsplit seed key -> split first"
         elif np.array_equal(order, np.asarray(jax.random.permutation(kept, rows))):
             cause = "the permutation was drawn with the kept half -> draw with the second half (subkey)"
