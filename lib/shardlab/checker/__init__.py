@@ -1,6 +1,7 @@
 """The stage checker: judges a learner's implementation (or the reference) stage by stage.
 
-One module per stage of checks (stage1 .. stage4), `common` for what they share, `interrupt`
+One module per stage of checks (stage1 .. stage4), `common` for what they share,
+`sampler_diagnosis` and `formulas` for reading causes from observed ids and numbers, `interrupt`
 for saves stopped mid-way, `cli` to run them and report, and `here` to run the same check
 from a notebook cell. Every expected value comes from NumPy formulas, coverage arithmetic,
 the course's PRNG recipe or a replay of the same implementation; the reference

@@ -8,13 +8,13 @@ When a gradient is wrong, `explain_gradient` names the wrong formula it follows 
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from shardlab.checker import formulas
 from shardlab.checker.common import (
     batch_arrays,
     cached_step,
     close,
     degenerate_data,
     expect,
-    matches,
     placed,
     replicas,
     sharding_of,
@@ -48,115 +48,6 @@ def _step_outputs(step, args) -> tuple:
     return weights, momentum, float(np.asarray(loss)), np.asarray(grad)
 
 
-def _ratio(observed, right) -> float | None:
-    """c if `observed` is c times `right` (least squares, within float32 noise), else None."""
-    observed, right = np.asarray(observed, np.float64), np.asarray(right, np.float64)
-    scale = float(np.sum(right * right))
-    if not np.all(np.isfinite(observed)) or scale == 0.0:
-        return None
-    c = float(np.sum(observed * right) / scale)
-    return c if np.allclose(observed, c * right, rtol=1e-4, atol=1e-6) else None
-
-
-def _factor_text(c: float, quantity: str, num_devices: int) -> str:
-    """What a constant ratio to the NumPy value says about the formula."""
-    named = {
-        0.5: "half: the 2 of d(r^2)/dw = 2 r x is missing"
-        if quantity == "gradient"
-        else "half: the 1/2-MSE convention; the course's L = sum m r^2 / N has no 1/2",
-        2.0: "twice: a factor 2 too many",
-        -1.0: "the negative: the residual's sign is flipped -> r = x.w - y (not y - x.w)",
-        float(num_devices): f"{num_devices} times, the device count: each device's share was added without dividing "
-        "once by the global N (a psum of local means)",
-    }
-    for value, text in named.items():
-        if abs(c - value) < 1e-3 and (value != num_devices or num_devices > 2):
-            return f"the {quantity} is {c:.3g} x the NumPy {quantity}: {text}"
-    return f"the {quantity} is {c:.3g} x the NumPy {quantity}: a constant factor in the formula"
-
-
-def _empty_devices(mask, num_devices: int) -> list[int]:
-    return [d for d, n in enumerate(oracle.device_counts(int(np.sum(np.asarray(mask) > 0)), num_devices)) if n == 0]
-
-
-def _nan_text(quantity: str, mask, num_devices: int) -> str:
-    empty = _empty_devices(mask, num_devices)
-    if empty:
-        return (
-            f"the {quantity} is NaN on a batch where device(s) {empty} hold no valid row: a per-device division by "
-            "that device's own zero count (0/0 = NaN, and 0 x NaN stays NaN) -> psum the numerators and counts "
-            "first, then divide once by the global N"
-        )
-    return f"the {quantity} is not finite although every device holds a valid row: padding or overflow leaks in"
-
-
-def explain_gradient(grad, features, targets, mask, weights, num_devices: int) -> str | None:
-    """Which wrong formula `grad` follows, in the course's diagnostic language (None if none)."""
-    parts = oracle.device_sums(features, targets, mask, weights, num_devices)
-    local = oracle.local_means(parts)
-    numerator = parts["grad_nums"].sum(axis=0)
-    right = numerator / parts["counts"].sum()
-    if not np.all(np.isfinite(np.asarray(grad, np.float64))):
-        return _nan_text("gradient", mask, num_devices)
-    candidates = [
-        (
-            local.mean(axis=0),
-            "it equals the mean of the per-device means: averaging local means weighs devices, not rows",
-        ),
-        (
-            local.sum(axis=0),
-            "it equals the sum of the per-device means: the gradient grows with device count -> "
-            "averaging local means with psum",
-        ),
-        (numerator / len(mask), "it equals the summed numerator over every slot: padding counted as observations"),
-        *[
-            (
-                numerator / c,
-                f"it equals the summed numerator over a device's own count ({c:g}): dividing by a local count",
-            )
-            for c in sorted(set(parts["counts"]) - {0})
-        ],
-        (
-            parts["grad_nums"][0] / max(parts["counts"][0], 1),
-            "it equals device 0's own mean: the numerators were never added across devices",
-        ),
-    ]
-    found = [text for value, text in candidates if matches(grad, value) and not matches(value, right)]
-    if found:
-        fix = " -> psum the count and both numerators over 'data', then divide once by the global N"
-        return "; or ".join(found) + fix
-    c = _ratio(grad, right)
-    return None if c is None else _factor_text(c, "gradient", num_devices)
-
-
-def explain_loss(loss, features, targets, mask, weights, num_devices: int, new_weights=None) -> str | None:
-    """Which wrong formula the reported loss follows (None if none is recognised)."""
-    count, _, loss_num = oracle.masked_sums(features, targets, mask, weights)
-    right = loss_num / count
-    if not np.isfinite(loss):
-        return _nan_text("loss", mask, num_devices)
-    x, y, w = (np.asarray(a, np.float64) for a in (features, targets, weights))
-    every_slot = float(np.sum((x @ w - y) ** 2))
-    parts = oracle.device_sums(features, targets, mask, weights, num_devices)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        local = parts["loss_nums"] / parts["counts"]
-    candidates = [
-        (every_slot / count, "the loss numerator includes the padded slots (its residuals were not masked)"),
-        (loss_num / len(mask), "the loss numerator is divided by every slot: padding counted in the denominator"),
-        (np.sqrt(right), "it is the square root of the course's loss (an RMSE); report the mean squared residual"),
-        (local[np.isfinite(local)].mean(), "it is the mean of the per-device losses: averaging local means"),
-    ]
-    if new_weights is not None:
-        after = oracle.masked_mean(features, targets, mask, new_weights)[0]
-        candidates.append((after, "it equals the loss after the update -> report the loss before the update"))
-    found = [text for value, text in candidates if matches(loss, value) and not matches(value, right)]
-    if found:
-        return "; or ".join(found)
-    c = _ratio(loss, right)
-    text = None if c is None else _factor_text(c, "loss", num_devices)
-    return None if text is None or "a constant factor" in text else text
-
-
 def _verdict(ctx, host, outputs, quantity: str, num_devices: int):
     """(ok, expected, observed, explanation) of one quantity ('loss' or 'grad') on one batch."""
     want = dict(zip(("loss", "grad"), oracle.masked_mean(*host[:4])))[quantity]
@@ -165,9 +56,9 @@ def _verdict(ctx, host, outputs, quantity: str, num_devices: int):
     if close(got, want):
         return True, want, got, ""
     if quantity == "loss":
-        why = explain_loss(got, *host[:4], num_devices, new_weights=np.asarray(outputs[0]))
+        why = formulas.explain_loss(got, *host[:4], num_devices, new_weights=np.asarray(outputs[0]))
     else:
-        why = explain_gradient(got, *host[:4], num_devices)
+        why = formulas.explain_gradient(got, *host[:4], num_devices)
     return False, want, got, why or f"no known wrong formula matches the {'loss' if quantity == 'loss' else 'gradient'}"
 
 
@@ -290,26 +181,6 @@ def _numpy_run(host_batches, width):
     return out
 
 
-def _fitted_update(previous: dict, grad, got: dict) -> str:
-    """The update the outputs follow, v <- a*v + b*g and w <- w - lr*v, fitted from the observed numbers."""
-    v_prev, w_prev = np.asarray(previous["momentum"], np.float64), np.asarray(previous["weights"], np.float64)
-    v_new, w_new = np.asarray(got["momentum"], np.float64), np.asarray(got["weights"], np.float64)
-    g = np.asarray(grad, np.float64)
-    lr = float(np.dot(w_prev - w_new, v_new) / max(np.dot(v_new, v_new), 1e-30))
-    if not np.any(v_prev):
-        b = float(np.dot(v_new, g) / np.dot(g, g))
-        text = f"v <- {b:.3g}*g from zero momentum"
-        if abs(b - (1 - DECAY)) < 1e-3:
-            text += f" (the averaging form v <- {DECAY}*v + {1 - DECAY:.1f}*g; the course adds the whole gradient)"
-    else:
-        (a, b), *_ = np.linalg.lstsq(np.stack([v_prev, g], axis=1), v_new, rcond=None)
-        text = f"v <- {a:.3g}*v + {b:.3g}*g"
-        for devices in (2, 4):
-            if abs(a - devices * DECAY) < 1e-3:
-                text += f" ({a:.3g} = {devices} devices x {DECAY}: the decay was applied on every device before a psum)"
-    return f"{text}, w <- w - {lr:.3g}*v"
-
-
 def want_weights_before(expected: list, number: int, width: int) -> np.ndarray:
     """The NumPy weights update `number` (1-based) starts from."""
     return _weights(width) if number == 1 else expected[number - 2]["weights"]
@@ -331,7 +202,7 @@ def consecutive_updates(ctx):
         if wrong == ["loss"] and close(loss, want["post_loss"]):
             why = "the loss equals the loss after the update -> report the loss before the update"
         elif wrong == ["loss"]:
-            formula = explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
+            formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
             why = "only the reported loss differs (weights, momentum and gradient are right): " + (
                 formula or "see the loss check"
             )
@@ -339,7 +210,7 @@ def consecutive_updates(ctx):
             why = "the gradient itself is wrong: see the gradient checks"
         else:
             previous = expected[number - 2] if number > 1 else {"weights": _weights(width), "momentum": np.zeros(width)}
-            fitted = _fitted_update(previous, want["grad"], got)
+            fitted = formulas.fitted_update(previous, want["grad"], got)
             head = (
                 f"gradient right but update {number} diverges -> momentum"
                 if number > 1
@@ -366,7 +237,7 @@ def loss_is_taken_before_the_update(ctx):
             "update (weights updated before the loss was taken)"
         )
     else:
-        formula = explain_loss(loss, *host[:4], ctx.mesh.size)
+        formula = formulas.explain_loss(loss, *host[:4], ctx.mesh.size)
         why = "it is neither L(w) nor L(w_new): the loss formula itself is wrong" + (f" ({formula})" if formula else "")
     return expect(close(loss, before), before, loss, why)
 
