@@ -1,8 +1,10 @@
 """The learner path: the starter template, and a checker that passes the reference and catches each mistake.
 
 Each file in tests/broken/ is the reference with one deliberate mistake; the checker must fail it
-at the mistake's stage, in the named check, with the course's diagnosis. Only that stage is run
-per mistake (the earlier stages use the reference's own functions, see `test_mistakes_touch_only_their_stage`).
+at the mistake's stage, in the named check (and the ALSO checks), with the course's diagnosis. Only
+those checks of that stage run per mistake, to keep the suite quick (the earlier stages use the
+reference's own functions, see `test_mistakes_touch_only_their_stage`); every file in tests/correct/
+passes every check of the stages it touches.
 """
 
 import inspect
@@ -20,33 +22,93 @@ STAGE_OF = {"initial": 1, "next_batch": 1, "make_step": 2, "transition": 2, "con
 
 # mistake file -> (stage, check that must fail, phrases its diagnosis must contain)
 MISTAKES = {
-    "drop_remainder": (1, "batch_lengths_keep_the_remainder", ["the remainder batch was dropped"]),
-    "mutate_input": (1, "next_batch_returns_a_new_state", ["mutated the caller's state"]),
+    # stage 1: initial and next_batch
+    "drop_remainder": (1, "batch_lengths_keep_the_remainder", ["the 2-id remainder was dropped"]),
+    "top_up_remainder": (1, "batch_lengths_keep_the_remainder", ["topped up with 5 ids from the next epoch"]),
+    "mutate_input": (1, "next_batch_returns_a_new_state", ["mutated the caller's state", "entries of the caller"]),
+    "shuffle_order_in_place": (1, "next_batch_returns_a_new_state", ["['order'] were changed in place"]),
     "unsplit_seed_key": (1, "first_order_follows_the_seed", ["drawn from the unsplit seed key"]),
+    "typed_key": (1, "initial_state_fields", ["typed PRNG key", "jax.random.PRNGKey(seed)"]),
     "reuse_key": (1, "key_changes_at_each_new_epoch", ["one key reused for every epoch"]),
+    "new_order_not_kept": (1, "epochs_follow_the_course_order", ["the new order was not kept"]),
+    "cursor_by_batch_size": (1, "sampler_fields_follow_the_arithmetic", ["moved from 21 to 28", "by batch_size (7)"]),
     "step_in_sampler": (1, "next_batch_leaves_step_alone", ["only the transition increments it"]),
-    "averaging_local_means": (
-        2,
-        "gradient_independent_of_device_count",
-        ["with device count", "averaging local means"],
-    ),
-    "local_count": (
-        2,
-        "gradient_independent_of_device_count",
-        ["grows with device count", "dividing by a local count"],
-    ),
+    "weights_on_host": (1, "initial_state_fields", ["weights live on the devices"]),
+    "batch_on_host": (1, "batch_is_placed_on_the_mesh", ["batch.features is not placed"]),
+    "global_rng": (1, "replay_is_deterministic", ["no global RNG"]),
+    "mask_from_values": (1, "padding_is_decided_by_position", ["an all-zero row", "the mask follows the row values"]),
+    "pad_to_batch_size": (1, "padding_is_decided_by_position", ["5 row(s) were padded to 12 slots", "(8)"]),
+    # stage 2: make_step and transition
+    "averaging_local_means": (2, "gradient_on_tail_batches", ["the denominator", "mean of the per-device means"]),
+    "local_count": (2, "gradient_independent_of_device_count", ["grows with device count", "a local count"]),
     "padding_counted": (
         2,
         "gradient_on_tail_batches",
         ["full batches pass but tails fail -> the denominator", "padding counted as observations"],
     ),
-    "momentum_before_reduction": (2, "consecutive_updates", ["gradient right but update 2 diverges -> momentum"]),
+    "missing_factor_two": (2, "gradient_on_a_full_batch", ["0.5 x the NumPy gradient", "the 2 of d(r^2)/dw"]),
+    "residual_sign": (2, "gradient_on_a_full_batch", ["-1 x the NumPy gradient", "sign is flipped"]),
+    "per_device_division": (
+        2,
+        "empty_device_contributes_zeros",
+        ["NaN on a batch where device(s) [3] hold no valid row", "per-device division"],
+    ),
+    "loss_counts_padding": (2, "loss_on_full_and_tail_batches", ["the loss numerator includes the padded slots"]),
+    "half_mse_loss": (2, "loss_on_full_and_tail_batches", ["0.5 x the NumPy loss", "1/2-MSE"]),
+    "momentum_before_reduction": (
+        2,
+        "consecutive_updates",
+        ["gradient right but update 2 diverges -> momentum", "3.2 = 4 devices x 0.8"],
+    ),
+    "ema_momentum": (2, "consecutive_updates", ["v <- 0.2*g from zero momentum", "averaging form"]),
+    "decay_09": (2, "consecutive_updates", ["update 2 diverges -> momentum", "v <- 0.9*v + 1*g"]),
     "loss_after_update": (2, "loss_is_taken_before_the_update", ["it equals the loss after the update"]),
     "not_sharded": (2, "step_is_sharded", ["no all_reduce", "the step is not sharded"]),
+    "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
+    "donated_weights": (2, "transition_leaves_its_input_intact", ["buffer was donated"]),
+    # stage 3: contract, save and restore
     "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["lacks ['momentum']"]),
+    "contract_as_object": (3, "checkpoint_holds_every_field", ["no pickled objects"]),
+    "contract_ignores_data": (3, "contract_pins_the_experiment", ["the contract ignores ['data bytes']"]),
     "restore_skips_contract": (3, "restore_refuses_another_experiment", ["compare the saved contract"]),
     "save_overwrites": (3, "save_never_overwrites", ["save overwrote an existing checkpoint"]),
     "restore_resets_cursor": (3, "restore_returns_every_field", ["restore reset the cursor"]),
+    "restore_resets_key": (3, "restore_returns_every_field", ["restore changed the key"]),
+    "restore_keeps_numpy_weights": (3, "restore_returns_every_field", ["replicated placement of weights"]),
+    "restore_skips_validation": (
+        3,
+        "restore_refuses_damaged_checkpoints",
+        ["'cursor -1'", "'cursor 24 (rows + 1)'", "'duplicate id in order'", "0 <= cursor <= rows"],
+    ),
+    "save_leaves_temp": (3, "save_leaves_only_the_final_file", ["remove leftovers"]),
+    "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
+    "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
+    # stage 4: the eager and compiled steps
+    "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
+    "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
+    "eager_differs": (4, "eager_step_matches_numpy", ["not another computation"]),
+}
+# Further checks a mistake must fail, with a phrase of each diagnosis: every check of the inventory is
+# shown failing by some mistake, and diagnoses of one mistake agree with each other.
+ALSO = {
+    "drop_remainder": {"every_epoch_covers_every_id_once": "remainder was dropped"},
+    "top_up_remainder": {"epochs_follow_the_course_order": "topped up"},
+    "new_order_not_kept": {
+        "every_epoch_covers_every_id_once": "the new order was not kept",
+        "sampler_fields_follow_the_arithmetic": "the new order was not kept",
+    },
+    "global_rng": {"first_order_follows_the_seed": "global or unseeded RNG"},
+    "pad_to_batch_size": {"padding_is_never_an_observation": "padded to 8 slots"},
+    "local_count": {"replicas_agree": "the devices hold different weights"},
+    "padding_counted": {"gradient_independent_of_device_count": "padding counted as observations"},
+    "restore_resets_key": {"resume_continues_the_same_run": "first visible at step 9"},
+    "eager_differs": {"eager_and_compiled_agree": "one computation"},
+    "missing_factor_two": {"gradient_independent_of_device_count": "does not change with device count"},
+}
+# The observed value a diagnosis names must be in the report too (expected and observed, not just words).
+OBSERVED = {
+    "restore_skips_validation": "cursor -1",
+    "contract_ignores_data": "data bytes",
 }
 # The fresh-interpreter resume costs a child interpreter per run: it runs for the reference (which
 # must pass it) and for the one mistake it must catch; the other stage 3 mistakes fail elsewhere.
@@ -121,7 +183,8 @@ def test_mistakes_touch_only_their_stage():
     for mistake, (stage, _, _) in MISTAKES.items():
         module = implementation.load(str(BROKEN / f"{mistake}.py"))
         changed = [n for n in implementation.API if getattr(module, n) is not getattr(reference, n)]
-        assert changed and {STAGE_OF[n] for n in changed} == {stage}, (mistake, changed)
+        taught = {STAGE_OF[n] for n in changed}
+        assert changed and (taught == {stage} or (stage == 4 and changed == ["make_step"])), (mistake, changed)
 
 
 def test_every_broken_file_is_listed():
@@ -134,7 +197,8 @@ def test_every_broken_file_is_listed():
 )
 def test_mistake_is_caught_at_its_stage_with_its_diagnosis(mistake):
     stage, check, phrases = MISTAKES[mistake]
-    skip = () if mistake in FRESH else ("fresh_process_resume",)
+    wanted = {check, *ALSO.get(mistake, {}), *(("fresh_process_resume",) if mistake in FRESH else ())}
+    skip = [c.__name__ for c in runner.STAGES[stage].CHECKS if c.__name__ not in wanted]  # keeps the suite quick
     results = runner.run_checks(str(BROKEN / f"{mistake}.py"), stage, only=True, skip=skip)
     failed = {r.name: r for r in results if not r.passed}
     assert check in failed, f"{mistake}: {check} passed; failures were {sorted(failed)}"
@@ -144,3 +208,90 @@ def test_mistake_is_caught_at_its_stage_with_its_diagnosis(mistake):
     for phrase in phrases:
         assert phrase in failed[check].diagnosis, failed[check]
     assert failed[check].expected != failed[check].observed
+    for other, phrase in ALSO.get(mistake, {}).items():
+        assert other in failed and phrase in failed[other].diagnosis, (other, failed.get(other))
+    if mistake in OBSERVED:
+        assert OBSERVED[mistake] in str(failed[check].observed), failed[check]
+
+
+CORRECT = Path(__file__).parent / "correct"
+
+
+# The stages each alternative is judged at: those teaching what it replaces, stage 4 for a new step and
+# stage 3 (the resume proof runs every function) for a new sampler; `python -m shardlab check --stage all`
+# passes each of them too (docs/checker.md), but all stages for all of them would double the suite's checker time.
+def judged_at(module) -> list[int]:
+    replaced = {STAGE_OF[n] for n in implementation.API if getattr(module, n) is not getattr(reference, n)}
+    return sorted(replaced | ({4} if 2 in replaced else set()) | ({3} if 1 in replaced else set()))
+
+
+@pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py")))
+def test_correct_alternative_passes_its_stages(alternative):
+    """Correct code written differently from the reference passes every check of the stages it touches."""
+    spec = str(CORRECT / f"{alternative}.py")
+    stages = judged_at(implementation.load(spec))
+    results = [r for s in stages for r in runner.run_checks(spec, s, only=True, skip=("fresh_process_resume",))]
+    failed = [(r.name, r.diagnosis) for r in results if not r.passed]
+    assert not failed, f"{alternative} is correct but was rejected: {failed}"
+    expected = sum(len(runner.STAGES[s].CHECKS) for s in stages) - (3 in stages)  # minus the fresh resume
+    assert {r.stage for r in results} == set(stages) and len(results) == expected
+
+
+def test_correct_checkpoint_alternatives_resume_in_a_fresh_interpreter():
+    for alternative in ("nested_contract", "replace_under_lock"):
+        results = runner.run_checks(str(CORRECT / f"{alternative}.py"), 3, only=True)
+        fresh = [r for r in results if r.name == "fresh_process_resume"]
+        assert fresh and fresh[0].passed, (alternative, fresh)
+
+
+def test_every_check_has_a_broken_implementation_that_fails_it():
+    """The inventory's promise: no check exists that no known mistake can make fail."""
+    caught = {check for _, check, _ in MISTAKES.values()} | {c for also in ALSO.values() for c in also}
+    caught |= {"fresh_process_resume"} if FRESH else set()
+    never = [c.__name__ for m in runner.STAGES.values() for c in m.CHECKS if c.__name__ not in caught]
+    # compiled_step_lowers_and_compiles repeats step_is_sharded's probe at stage 4 (not_sharded fails both)
+    assert never == ["compiled_step_lowers_and_compiles"]
+
+
+def test_an_import_error_is_printed_with_file_and_line(tmp_path, capfd):
+    broken = tmp_path / "mine.py"
+    broken.write_text("import numpy as np\n\n\ndef initial(seed, data, mesh:\n    return {}\n")
+    status = runner.main(Namespace(implementation=str(broken), stage="1", output=None))
+    shown = capfd.readouterr().out
+    assert status == 1
+    assert f"{broken}:4" in shown and "SyntaxError" in shown and "def initial(seed, data, mesh:" in shown
+    missing = tmp_path / "imports.py"
+    missing.write_text("import numpy\nimport a_module_nobody_installed\n")
+    assert runner.main(Namespace(implementation=str(missing), stage="1", output=None)) == 1
+    shown = capfd.readouterr().out
+    assert f"{missing}:2" in shown and "No module named 'a_module_nobody_installed'" in shown
+
+
+@pytest.mark.parametrize("kind", ["markdown", "folder", "missing"])
+def test_check_names_what_it_expected_instead_of_a_file(tmp_path, capfd, kind):
+    target = {"markdown": tmp_path / "README.md", "folder": tmp_path, "missing": tmp_path / "nope.py"}[kind]
+    if kind == "markdown":
+        target.write_text("# notes\n")
+    assert runner.main(Namespace(implementation=str(target), stage="1", output=None)) == 2
+    said = capfd.readouterr().err
+    wanted = {"markdown": "is not a Python file", "folder": "is a folder", "missing": "does not exist"}[kind]
+    assert wanted in said and "expected 'reference' or" in said and "python -m shardlab starter" in said
+
+
+def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
+    from shardlab.checker import check_here
+
+    spec = str(BROKEN / "drop_remainder.py")
+    status = runner.main(Namespace(implementation=spec, stage="1", output=str(tmp_path / "cli")))
+    cli_lines = capfd.readouterr().out.splitlines()
+    report = check_here(spec, 1)
+    here_lines = capfd.readouterr().out.splitlines()
+    assert status == 1 and report["passed"] is False
+    cli_report = json.loads((tmp_path / "cli" / runner.REPORT).read_text())
+    pick = {"name", "passed", "diagnosis", "expected", "observed"}
+    same = [{k: e[k] for k in pick} for e in cli_report["checks"]]
+    assert [{k: e[k] for k in pick} for e in report["checks"]] == same
+    failing = [line for line in here_lines if line.startswith("FAIL")]
+    assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
+    assert any("the 2-id remainder was dropped" in line for line in here_lines)
+    assert "first failure to fix: batch_lengths_keep_the_remainder (stage 1)" in here_lines

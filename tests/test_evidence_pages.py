@@ -25,7 +25,7 @@ pytestmark = pytest.mark.stage4
 
 REMOTE = re.compile(r"^\s*([a-z][a-z0-9+.-]*:)?//", re.I)  # http://, https://, or protocol-relative //
 CSS_URL = re.compile(r"url\(\s*['\"]?([^'\")]+)|@import\s+['\"]([^'\"]+)", re.I)
-RUN_LEVEL = {"audit.json", "index.html", "wall_time.json", ".shardlab-receipts"}  # describe the whole run
+RUN_LEVEL = {"audit.json", "index.html", "wall_time.json", ".shardlab-manifest.json"}  # describe the whole run
 
 
 class Links(HTMLParser):

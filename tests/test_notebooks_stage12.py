@@ -192,3 +192,28 @@ def test_source_notebook_is_clean(path: Path):
 @pytest.mark.stage1
 def test_runner_lists_stage1_and_stage2_first():
     assert runner.NOTEBOOKS[:2] == [STAGE1, STAGE2]
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name, stage", [(STAGE1, 1), (STAGE2, 2), ("stage3_resume", 3)])
+def test_the_check_cell_runs_the_stage_check(run_dir, name, stage):
+    """The `check` cell ran the checker's own stage checks in a child interpreter, and they passed."""
+    from shardlab.checker import cli
+
+    found = results(run_dir, name)["check"]
+    assert found == {"stage": stage, "passed": True, "checks": len(cli.STAGES[stage].CHECKS), "failed": []}
+    nb = executed(run_dir, name)
+    cell = next(c for c in nb.cells if "check" in c.metadata.get("tags", []))
+    shown = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+    assert f"stage {stage}: {len(cli.STAGES[stage].CHECKS)} of {len(cli.STAGES[stage].CHECKS)} checks passed" in shown
+
+
+@pytest.mark.notebooks
+@pytest.mark.stage2
+def test_stage2_accepts_a_correct_packed_step(tmp_path):
+    """One packed psum (one all_reduce) is correct: the notebook shows the count and passes, like the checker."""
+    packed = Path(__file__).parent / "correct" / "packed_psum.py"
+    out = runner.run(tmp_path / "packed", seed=17, batch_size=7, implementation=str(packed), notebooks=[STAGE2])
+    res = results(out, STAGE2)
+    assert res["all_reduce"]["count"] == 1
+    assert res["check"]["passed"] is True

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import REPO, executed, results
 
+from shardlab.course import catalog
 from shardlab.course import execute as runner
 
 pytestmark = pytest.mark.stage4
@@ -243,3 +244,24 @@ def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
     meta = nbformat.read(folder / "a.ipynb", as_version=4).metadata.papermill
     assert (meta.input_path, meta.output_path) == ("notebooks/a.ipynb", "a.ipynb")
     assert absolute_paths(folder, [str(tmp_path)]) == []
+
+
+def test_the_audit_says_which_notebooks_ran_the_reference(tmp_path):
+    """A learner's run: stages 1-4 ran the learner's file, stage 5 the reference, and the audit says so."""
+    from nbformat.v4 import new_notebook
+
+    from shardlab.evidence import report
+
+    mine = tmp_path / "mine.py"
+    mine.write_text("# a learner's file\n")
+    names = ["stage1_batches", "stage5_multicontroller"]
+    for name in names:
+        nb = new_notebook()
+        nb.metadata["papermill"] = {"parameters": {"seed": 17, "batch_size": 7, "implementation": str(mine)}}
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    run = report._run_section(tmp_path, names)
+    learner = {"file": "mine.py", "sha256": hashlib.sha256(mine.read_bytes()).hexdigest()}
+    assert run["implementation_by_notebook"] == {"stage1_batches": learner, "stage5_multicontroller": "reference"}
+    assert "always run the reference" in run["runs_reference"]["stage5_multicontroller"]
+    source = (catalog.NOTEBOOK_DIR / "stage5_multicontroller.md").read_text()
+    assert "**Which implementation runs here: the reference.**" in source

@@ -20,9 +20,9 @@ def write_notebook(folder, name, code):
     nbformat.write(nb, folder / f"{name}.ipynb")
 
 
-def tree_digest(folder):
+def tree_digest(folder, leave_out=()):
     digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
+    for path in sorted(p for p in folder.rglob("*") if p.relative_to(folder).parts[0] not in leave_out):
         digest.update(str(path.relative_to(folder)).encode())
         if path.is_file():
             digest.update(path.read_bytes())
@@ -50,16 +50,44 @@ def test_a_successful_run_passes_parameters_and_publishes(sources, tmp_path):
 def test_a_failing_cell_names_notebook_and_cell_and_keeps_the_previous_run(sources, tmp_path):
     out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["ok"], html=False)
     before = tree_digest(out)
-    with pytest.raises(runner.NotebookFailed, match=r"raises\.ipynb failed at cell 1 .*deliberate failure"):
+    failure = r"raises\.ipynb failed at cell \[(\d+)\] .*deliberate failure"
+    with pytest.raises(runner.NotebookFailed, match=failure) as info:
         runner.run(out, seed=1, batch_size=2, notebooks=["ok", "raises"], replace=True, html=False)
-    assert tree_digest(out) == before
+    assert tree_digest(out, leave_out=("failed", outdir.MANIFEST)) == before  # the earlier receipts are untouched
     assert [p.name for p in out.iterdir() if "staging" in p.name] == []
+    kept = out / "failed" / "raises.ipynb"  # the partly executed notebook, where the learner can open it
+    assert str(kept) in str(info.value)
+    cells = nbformat.read(kept, as_version=4).cells
+    errors = [c for c in cells if any(o.output_type == "error" for o in c.get("outputs", []))]
+    assert len(errors) == 1 and f"cell [{errors[0].execution_count}]" in str(info.value)
+    assert "make check" not in str(info.value)  # the reference ran: nothing of the learner's to check
+
+
+def test_a_failing_learner_run_suggests_make_check(sources, tmp_path):
+    mine = tmp_path / "mine.py"
+    mine.write_text("# a learner's file\n")
+    with pytest.raises(runner.NotebookFailed, match=rf"make check IMPL={mine} STAGE=1"):
+        runner.run(tmp_path / "out", seed=1, batch_size=2, implementation=str(mine), notebooks=["raises"], html=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["failed", outdir.MANIFEST])
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [("README.md", "is not a Python file; expected 'reference' or a .py file"), (".", "is a folder; expected")],
+)
+def test_an_implementation_that_is_not_a_py_file_is_named(sources, tmp_path, spec, expected):
+    target = tmp_path / spec
+    if spec == "README.md":
+        target.write_text("# notes\n")
+    with pytest.raises(ConfigError, match=expected):
+        runner.run(tmp_path / "out", seed=1, batch_size=2, implementation=str(target), notebooks=["ok"], html=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_cell_timeout_is_a_failure(sources, tmp_path):
     with pytest.raises(runner.NotebookFailed, match="CellTimeoutError"):
         runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["sleeps"], timeout=3, html=False)
-    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["failed", runner.MARKER])
 
 
 def test_existing_output_folders_are_refused_unless_ours_and_replace(sources, tmp_path):

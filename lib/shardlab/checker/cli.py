@@ -17,14 +17,14 @@ import jax
 
 from shardlab.checker import stage1, stage2, stage3, stage4
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
+from shardlab.checker.here import CHILD_TIMEOUT, REPORT
 from shardlab.core.devices import make_mesh
+from shardlab.core.errors import ImplementationError
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.learner import implementation
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
-REPORT = "check_report.json"
 SHOWN = 400  # characters of expected/observed values printed per line
-CHILD_TIMEOUT = 1800  # seconds for a whole check run; generous for a loaded 2-core machine
 
 
 @dataclass
@@ -97,17 +97,19 @@ def run_checks(spec: str = "reference", stage="all", only: bool = False, skip=()
     try:
         impl = implementation.load(spec)
     except Exception as exc:
-        return [
-            Result(
-                "implementation_loads",
-                chosen[0],
-                False,
-                "a module defining " + ", ".join(implementation.API),
-                f"{type(exc).__name__}: {exc}"[:SHOWN],
-                f"the file could not be loaded ({raised_where(exc)})",
-                0.0,
-            )
-        ]
+        cause = exc.__cause__ or exc
+        failed = Result(
+            "implementation_loads",
+            chosen[0],
+            False,
+            "a module defining " + ", ".join(implementation.API),
+            f"{type(cause).__name__}: {cause}"[:SHOWN],
+            str(exc) if isinstance(exc, ImplementationError) else f"the file could not be loaded ({raised_where(exc)})",
+            0.0,
+        )
+        if progress:
+            progress(failed)
+        return [failed]
     results = []
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
         ctx = Context(impl, spec, teaching_fixture(), make_mesh(4), workdir)
@@ -168,8 +170,11 @@ def summary(results: list[Result]) -> str:
 
 def child_main(args) -> int:
     """Body of the child interpreter: run, print as it goes, write the report, exit 0 only if all passed."""
-    print(f"[shardlab check] implementation {args.implementation}, stage(s) {stages_for(args.stage)}", flush=True)
-    results = run_checks(args.implementation, args.stage, progress=lambda r: print(describe(r), flush=True))
+    chosen = [int(args.stage)] if args.only else stages_for(args.stage)
+    print(f"[shardlab check] implementation {args.implementation}, stage(s) {chosen}", flush=True)
+    results = run_checks(
+        args.implementation, args.stage, only=args.only, progress=lambda r: print(describe(r), flush=True)
+    )
     print(summary(results), flush=True)
     if args.output:
         print(f"report: {write_report(args.output, report(args.implementation, results))}", flush=True)
@@ -185,19 +190,17 @@ def add_arguments(parser) -> None:
         help="last stage to check; earlier stages are always included (default: all)",
     )
     parser.add_argument("--output", default=None, help=f"folder for the JSON report ({REPORT})")
+    parser.add_argument("--only", action="store_true", help="check just --stage, not the stages before it")
 
 
 def main(args) -> int:
     """`python -m shardlab check`: the checks in a fresh interpreter with four CPU devices."""
     spec = args.implementation
     if spec != "reference":
-        spec = os.path.abspath(os.path.expanduser(spec))
-        if not os.path.isfile(spec):
-            print(
-                f"[shardlab check] {args.implementation} is not a file; create one with "
-                "`python -m shardlab starter FILE`",
-                file=sys.stderr,
-            )
+        try:
+            spec = implementation.check_path(spec)
+        except ImplementationError as exc:
+            print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
     command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(args.stage)]
     if args.output:
@@ -210,6 +213,8 @@ def main(args) -> int:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
         command += ["--output", os.path.abspath(args.output)]
+    if getattr(args, "only", False):
+        command.append("--only")
     try:
         return subprocess.run(command, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=CHILD_TIMEOUT).returncode
     except subprocess.TimeoutExpired:

@@ -88,6 +88,28 @@ def matches(observed, candidate) -> bool:
     return observed.shape == candidate.shape and np.allclose(observed, candidate, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
+# Legal but degenerate rows: the mask must follow their *position* in the batch, never their values.
+DEGENERATE = {
+    0: "an all-zero row (zero target too: equal to zero padding)",
+    1: "a duplicate of row 2",
+    2: "a row duplicated by row 1",
+    3: "a large-magnitude row (x1000)",
+    4: f"a row equal to the checker's padding value {PADDING_VALUE}",
+    5: "all-zero features with a non-zero target",
+}
+
+
+def degenerate_data(data: Dataset) -> Dataset:
+    """A copy of `data` whose rows 0..5 are the degenerate rows named in DEGENERATE."""
+    features, targets = data.features.copy(), data.targets.copy()
+    features[0], targets[0] = 0.0, 0.0
+    features[1], targets[1] = features[2], targets[2]
+    features[3], targets[3] = features[3] * 1000.0, targets[3] * 1000.0
+    features[4], targets[4] = PADDING_VALUE, PADDING_VALUE
+    features[5] = 0.0
+    return Dataset(features, targets)
+
+
 def batch_arrays(data: Dataset, ids, num_devices: int):
     """Host (features, targets, mask) for `ids`, padded to a device multiple with non-zero junk."""
     ids = np.asarray(ids)

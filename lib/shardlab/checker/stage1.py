@@ -8,7 +8,9 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker.common import expect, sharding_of
+from shardlab.checker import sampler_diagnosis as recipe
+from shardlab.checker.common import DEGENERATE, degenerate_data, expect, sharding_of
+from shardlab.core.batch import padded_length
 from shardlab.core.devices import AXIS
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import FIELDS
@@ -18,12 +20,13 @@ STAGE = 1
 EPOCHS = 3
 
 
-def _run(ctx, seed: int, batch_size: int, count: int) -> tuple[list, list]:
+def _run(ctx, seed: int, batch_size: int, count: int, data=None) -> tuple[list, list]:
     """(states, batches): copies of `initial(seed)` and of the states after `count` next_batch calls."""
-    state = ctx.impl.initial(seed, ctx.data, ctx.mesh)
+    data = ctx.data if data is None else data
+    state = ctx.impl.initial(seed, data, ctx.mesh)
     states, batches = [_snapshot(state)], []
     for _ in range(count):
-        state, batch = ctx.impl.next_batch(state, ctx.data, batch_size, ctx.mesh)
+        state, batch = ctx.impl.next_batch(state, data, batch_size, ctx.mesh)
         states.append(_snapshot(state))
         batches.append(batch)
     return states, batches
@@ -37,8 +40,25 @@ def _rows(ctx) -> int:
     return ctx.data.features.shape[0]
 
 
+def _host(value) -> np.ndarray:
+    """A NumPy copy of a state field; a typed PRNG key becomes its uint32 data (its dtype is checked elsewhere)."""
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    return np.array(value, copy=True)
+
+
 def _snapshot(state: dict) -> dict:
-    return {name: np.array(value, copy=True) for name, value in state.items()}
+    return {name: _host(value) for name, value in state.items()}
+
+
+def _sampler_cause(ctx, seed: int, batch_size: int, calls: int) -> str | None:
+    """The first sampler mistake a walk of `calls` next_batch calls shows, in the learner's terms."""
+    states, batches = _run(ctx, seed, batch_size, calls)
+    plan = recipe.expected_walk(_rows(ctx), seed, batch_size, calls)
+    observed = _ids(batches)
+    return recipe.length_cause(_rows(ctx), batch_size, observed, plan) or recipe.state_cause(
+        states, observed, plan, batch_size
+    )
 
 
 def initial_state_fields(ctx):
@@ -61,7 +81,16 @@ def initial_state_fields(ctx):
             wrong,
             f"{name} live on the devices: replicate them with jax.device_put(x, NamedSharding(mesh, P()))",
         )
-    key = np.asarray(state["key"])
+    key = state["key"]
+    typed = isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    expect(
+        not typed,
+        "uint32 (2,)",
+        f"a typed key array of dtype {key.dtype}",
+        "key is a typed PRNG key (jax.random.key) -> the state keeps the legacy uint32 (2,) key from "
+        "jax.random.PRNGKey(seed), which a checkpoint stores as plain numbers",
+    )
+    key = np.asarray(key)
     expect(
         key.shape == (2,) and key.dtype == np.uint32,
         "uint32 (2,)",
@@ -84,10 +113,16 @@ def first_order_follows_the_seed(ctx):
     rows = _rows(ctx)
     for seed in (ctx.seed, 29):
         state = ctx.impl.initial(seed, ctx.data, ctx.mesh)
-        order, key = np.asarray(state["order"]), np.asarray(state["key"])
+        order, key = _host(state["order"]), _host(state["key"])
         recipe = oracle.idiom_epochs(seed, rows, 1)[0]
         kept, expected = np.asarray(recipe["key"], np.uint32), np.asarray(recipe["order"])
-        if np.array_equal(order, np.asarray(jax.random.permutation(jax.random.PRNGKey(seed), rows))):
+        again = _host(ctx.impl.initial(seed, ctx.data, ctx.mesh)["order"])
+        if not np.array_equal(order, again):
+            cause = (
+                "two calls with the same seed gave different orders: the order comes from a global or unseeded "
+                "RNG (np.random, random) -> draw it from the key"
+            )
+        elif np.array_equal(order, np.asarray(jax.random.permutation(jax.random.PRNGKey(seed), rows))):
             cause = "the first permutation was drawn from the unsplit seed key -> split first"
         elif np.array_equal(order, np.asarray(jax.random.permutation(kept, rows))):
             cause = "the permutation was drawn with the kept half -> draw with the second half (subkey)"
@@ -110,24 +145,17 @@ def first_order_follows_the_seed(ctx):
 
 
 def batch_lengths_keep_the_remainder(ctx):
-    """Batch lengths over two epochs follow arithmetic: 23 in 7s -> 7, 7, 7, 2 (also 10s and 100s)."""
+    """Batch lengths over two epochs follow arithmetic: 23 in 7s -> 7, 7, 7, 2 (also 9s, 10s and 100s)."""
     rows = _rows(ctx)
-    for batch_size in (ctx.batch_size, 10, 100):
+    for batch_size in (ctx.batch_size, 9, 10, 100):
         expected = epoch_batches(rows, batch_size) * 2
         _, batches = _run(ctx, ctx.seed, batch_size, len(expected))
-        observed = [len(ids) for ids in _ids(batches)]
-        if min(expected) < min(batch_size, rows) and all(n == batch_size for n in observed):
-            cause = (
-                f"the remainder batch was dropped -> the last batch of an epoch keeps the remainder "
-                f"({rows} rows in {batch_size}s give {epoch_batches(rows, batch_size)}); dropping it silently "
-                "changes the objective and the meaning of an epoch"
-            )
-        elif any(n > batch_size for n in observed):
-            cause = "a batch is longer than batch_size -> take at most batch_size ids"
-        else:
-            cause = "a batch never crosses an epoch boundary: take the ids left in this epoch, then reshuffle"
-        expect(observed == expected, expected, observed, f"batch size {batch_size}: {cause}")
-    return "lengths from arithmetic for batch sizes 7, 10, 100", "equal"
+        observed = _ids(batches)
+        plan = recipe.expected_walk(rows, ctx.seed, batch_size, len(expected))
+        cause = recipe.length_cause(rows, batch_size, observed, plan)
+        lengths = [len(ids) for ids in observed]
+        expect(lengths == expected, expected, lengths, f"batch size {batch_size}: {cause}")
+    return "lengths from arithmetic for batch sizes 7, 9, 10, 100", "equal"
 
 
 def every_epoch_covers_every_id_once(ctx):
@@ -135,12 +163,15 @@ def every_epoch_covers_every_id_once(ctx):
     rows, per_epoch = _rows(ctx), len(epoch_batches(_rows(ctx), ctx.batch_size))
     _, batches = _run(ctx, ctx.seed, ctx.batch_size, per_epoch * EPOCHS)
     covered = oracle.epoch_coverage(_ids(batches), rows, ctx.batch_size)
+    if covered == [True] * EPOCHS:
+        return [True] * EPOCHS, covered
+    cause = _sampler_cause(ctx, ctx.seed, ctx.batch_size, per_epoch * EPOCHS)
     return expect(
-        covered == [True] * EPOCHS,
+        False,
         [True] * EPOCHS,
         covered,
-        "an epoch must hold every sample id exactly once (no id missing, none repeated): keep the remainder "
-        "batch and reshuffle only when the order is used up",
+        "an epoch must hold every sample id exactly once (no id missing, none repeated): "
+        + (cause or "keep the remainder batch and reshuffle only when the order is used up"),
     )
 
 
@@ -159,44 +190,51 @@ def epochs_follow_the_course_order(ctx):
     wrong = [e for e in range(EPOCHS) if not np.array_equal(observed[e], expected[e])]
     if not wrong:
         return f"{EPOCHS} epochs of the recipe's orders", "equal"
-    repeats = [e for e in range(1, EPOCHS) if np.array_equal(observed[e], observed[e - 1])]
     first = wrong[0]
-    if sorted(observed[first].tolist()) != list(range(_rows(ctx))):
-        cause = f"epoch {first} is not a permutation of the ids -> fix the batch lengths and coverage first"
-    elif repeats:
-        cause = (
-            f"epoch {repeats[0]} repeats epoch {repeats[0] - 1}: the same key was used for every epoch -> at each "
-            "new epoch split the saved key again (key, subkey = jax.random.split(key)) and draw with `subkey`"
-        )
-    elif first == 0:
+    cause = _sampler_cause(ctx, ctx.seed, ctx.batch_size, per_epoch * EPOCHS)
+    if cause is None and first == 0:
         cause = "the first epoch does not follow the recipe (see first_order_follows_the_seed)"
-    else:
-        cause = (
-            f"epoch {first} does not follow the recipe -> split the saved key again (key, subkey = "
-            "jax.random.split(key)), keep `key` in the state and draw with `subkey`"
-        )
+    cause = cause or f"epoch {first} does not follow the recipe"
     return expect(False, expected[first], observed[first], cause)
 
 
 def key_changes_at_each_new_epoch(ctx):
     """The saved key stays put inside an epoch and changes exactly when a new permutation is drawn."""
     per_epoch = len(epoch_batches(_rows(ctx), ctx.batch_size))
-    states, _ = _run(ctx, ctx.seed, ctx.batch_size, per_epoch * EPOCHS)
+    calls = per_epoch * EPOCHS
+    states, _ = _run(ctx, ctx.seed, ctx.batch_size, calls)
     keys = [np.asarray(s["key"]) for s in states]
     observed = [not np.array_equal(a, b) for a, b in zip(keys, keys[1:])]
-    expected = [i > 0 and i % per_epoch == 0 for i in range(len(observed))]
-    stuck = [i for i, (o, e) in enumerate(zip(observed, expected)) if e and not o]
-    early = [i for i, (o, e) in enumerate(zip(observed, expected)) if o and not e]
-    if stuck and not early:
-        cause = (
-            "the key did not change at a new epoch: one key reused for every epoch -> split the saved key again "
-            "at each new epoch and keep the first half"
-        )
-    elif early and not stuck:
-        cause = "the key changed inside an epoch -> split only when a new permutation is drawn"
+    lazy = [i > 0 and i % per_epoch == 0 for i in range(calls)]  # drawn when the next call finds the epoch used up
+    eager = [i % per_epoch == per_epoch - 1 for i in range(calls)]  # drawn as soon as the last batch is taken
+    if observed in (lazy, eager):
+        return lazy, observed
+    if not any(observed):
+        cause = "the key never changed: one key reused for every epoch -> split the saved key at each new epoch"
     else:
-        cause = "new epochs start at other calls than arithmetic says -> fix the batch lengths first"
-    return expect(observed == expected, expected, observed, f"key changed after each next_batch call: {cause}")
+        cause = _sampler_cause(ctx, ctx.seed, ctx.batch_size, calls) or (
+            "the key changed at other calls than a new epoch -> split only when a new permutation is drawn"
+        )
+    return expect(False, lazy, observed, f"key changed after each next_batch call: {cause}")
+
+
+def sampler_fields_follow_the_arithmetic(ctx):
+    """After every next_batch call, cursor, order and key equal coverage arithmetic and the recipe."""
+    rows = _rows(ctx)
+    for batch_size in (ctx.batch_size, 9):
+        calls = 2 * len(epoch_batches(rows, batch_size)) + 1
+        states, batches = _run(ctx, ctx.seed, batch_size, calls)
+        plan = recipe.expected_walk(rows, ctx.seed, batch_size, calls)
+        bad = [c for c, w in enumerate(plan) if not any(recipe.fits(states[c + 1], w[k]) for k in ("after", "eager"))]
+        if bad:
+            first = bad[0]
+            observed = {n: states[first + 1].get(n) for n in ("cursor", "key", "order")}
+            observed_ids = _ids(batches)
+            cause = recipe.length_cause(rows, batch_size, observed_ids, plan) or recipe.state_cause(
+                states, observed_ids, plan, batch_size
+            )
+            expect(False, plan[first]["after"], observed, f"batch size {batch_size}, after call {first + 1}: {cause}")
+    return "cursor = ids consumed this epoch, the epoch's order and key, after every call (batch sizes 7, 9)", "equal"
 
 
 def next_batch_returns_a_new_state(ctx):
@@ -204,17 +242,25 @@ def next_batch_returns_a_new_state(ctx):
     per_epoch = len(epoch_batches(_rows(ctx), ctx.batch_size))
     state = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
     for call in range(per_epoch + 2):
-        before = _snapshot(state)
+        before, objects = _snapshot(state), dict(state)
         new, _ = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, ctx.mesh)
         after = _snapshot(state)
         changed = sorted(set(before) ^ set(after)) + [
             name for name in before if name in after and not np.array_equal(before[name], after[name])
         ]
+        in_place = [name for name in changed if name in state and state[name] is objects.get(name)]
+        if in_place:
+            how = (
+                f"the array(s) {in_place} were changed in place (order[...] = , np.random.shuffle, +=) -> copy an "
+                "array before changing it"
+            )
+        else:
+            how = "entries of the caller's dict were replaced (state[...] = or state.update)"
         expect(
             not changed and new is not state,
             "the input state unchanged and a new dict returned",
             f"call {call + 1}: input field(s) {changed} changed" if changed else f"call {call + 1}: the same dict",
-            "next_batch mutated the caller's state -> build and return a new dict ({**state, ...}) with new "
+            f"next_batch mutated the caller's state: {how}; build and return a new dict ({{**state, ...}}) with new "
             "arrays; never assign into the input (a caller may still hold it, e.g. to retry or compare)",
         )
         state = new
@@ -244,36 +290,79 @@ def replay_is_deterministic(ctx):
     return expect(differs, "different ids for seed 29", "identical ids", "the seed is ignored")
 
 
+def _describe_rows(ids, positions) -> str:
+    names = [DEGENERATE.get(int(ids[p]), f"row {int(ids[p])}") for p in positions]
+    return "; ".join(f"slot {p}: {name}" for p, name in zip(positions, names))
+
+
+def _check_padding(batch, data, batch_size: int, devices: int) -> None:
+    """Raise CheckFailed unless the batch pads to a device multiple, masks by position and holds data[ids]."""
+    ids, mask = np.asarray(batch.ids).astype(np.int64), np.asarray(batch.mask)
+    slots = padded_length(len(ids), devices)
+    if len(mask) != slots:
+        hint = f" (a multiple of batch_size {batch_size})" if len(mask) % batch_size == 0 else ""
+        expect(
+            False,
+            f"{slots} slots",
+            f"{len(mask)} slots{hint}",
+            f"{len(ids)} row(s) were padded to {len(mask)} slots -> pad to the next multiple of the device "
+            f"count ({slots}), so the valid rows per device are {oracle.device_counts(len(ids), devices)}",
+        )
+    want = np.zeros(slots)
+    want[: len(ids)] = 1.0
+    lost = [p for p in range(len(ids)) if mask[p] <= 0]
+    counted = [p for p in range(len(ids), slots) if mask[p] > 0]
+    if lost:
+        why = (
+            f"mask 0 on selected rows ({_describe_rows(ids, lost)}) -> the mask follows the row values; decide it "
+            "by position: 1 for the first len(ids) slots, 0 for the padding after them"
+        )
+    elif counted:
+        why = (
+            "mask 1 on padded slots: a padded slot has mask 0 whatever its contents; padding is never an "
+            "observation (mask 1 on padding counts it as one)"
+        )
+    else:
+        why = ""
+    expect(not why, want, mask, f"{len(ids)} row(s) -> {slots} slots, batch size {batch_size}: {why}")
+    counts = mask.reshape(devices, -1).sum(axis=1).astype(int).tolist()
+    expect(
+        counts == oracle.device_counts(len(ids), devices),
+        oracle.device_counts(len(ids), devices),
+        counts,
+        "valid rows per device: pad at the end, to the next multiple of the device count",
+    )
+    rows = np.asarray(batch.features)[: len(ids)], np.asarray(batch.targets)[: len(ids)]
+    expect(
+        np.array_equal(rows[0], data.features[ids]) and np.array_equal(rows[1], data.targets[ids]),
+        "features and targets of batch.ids, unchanged",
+        "other values",
+        "the selected rows must be data[ids] exactly, in the order of batch.ids, degenerate ones included (no "
+        "scaling, deduplication or reordering)",
+    )
+
+
 def padding_is_never_an_observation(ctx):
     """Rows padded to a multiple of 4; padded slots have mask 0; valid rows are the selected rows."""
-    devices = ctx.mesh.size
     for batch_size, calls in ((ctx.batch_size, 4), (1, 1)):
         _, batches = _run(ctx, ctx.seed, batch_size, calls)
         for batch in batches:
-            ids = np.asarray(batch.ids)
-            mask = np.asarray(batch.mask)
-            slots = -(-len(ids) // devices) * devices
-            expected_mask = [1.0] * len(ids) + [0.0] * (slots - len(ids))
-            expect(
-                mask.tolist() == expected_mask,
-                expected_mask,
-                mask,
-                f"{len(ids)} row(s) -> {slots} slots: a padded slot has mask 0 whatever its contents; padding is "
-                "never an observation (mask 1 on padding counts it as one)",
-            )
-            counts = mask.reshape(devices, -1).sum(axis=1).astype(int).tolist()
-            expect(
-                counts == oracle.device_counts(len(ids), devices),
-                oracle.device_counts(len(ids), devices),
-                counts,
-                "valid rows per device: pad at the end, to the next multiple of the device count",
-            )
-            valid = mask > 0
-            same_rows = np.array_equal(np.asarray(batch.features)[valid], ctx.data.features[ids]) and np.array_equal(
-                np.asarray(batch.targets)[valid], ctx.data.targets[ids]
-            )
-            expect(same_rows, "the rows and targets of batch.ids", "other rows", "rows must follow batch.ids")
+            _check_padding(batch, ctx.data, batch_size, ctx.mesh.size)
     return "mask 1 on selected rows, 0 on padding; [2, 2, 2, 1] and [1, 0, 0, 0] per device", "as expected"
+
+
+def padding_is_decided_by_position(ctx):
+    """Degenerate rows (zeros, duplicates, large, equal to padding) keep mask 1; slots pad to a multiple of 4.
+
+    Batch sizes 9 and 1 over one epoch give [3, 3, 3, 0], [2, 2, 1, 0] and [1, 0, 0, 0]: devices with
+    several padded slots and no valid row.
+    """
+    data = degenerate_data(ctx.data)
+    for batch_size in (9, 1):
+        _, batches = _run(ctx, ctx.seed, batch_size, len(epoch_batches(_rows(ctx), batch_size)), data)
+        for batch in batches:
+            _check_padding(batch, data, batch_size, ctx.mesh.size)
+    return "mask by position for degenerate rows; [3, 3, 3, 0], [2, 2, 1, 0], [1, 0, 0, 0] per device", "as expected"
 
 
 def batch_is_placed_on_the_mesh(ctx):
@@ -299,9 +388,11 @@ CHECKS = (
     every_epoch_covers_every_id_once,
     epochs_follow_the_course_order,
     key_changes_at_each_new_epoch,
+    sampler_fields_follow_the_arithmetic,
     next_batch_returns_a_new_state,
     next_batch_leaves_step_alone,
     replay_is_deterministic,
     padding_is_never_an_observation,
+    padding_is_decided_by_position,
     batch_is_placed_on_the_mesh,
 )

@@ -8,12 +8,13 @@ When a gradient is wrong, `explain_gradient` names the wrong formula it follows 
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from shardlab.checker import formulas
 from shardlab.checker.common import (
     batch_arrays,
     cached_step,
     close,
+    degenerate_data,
     expect,
-    matches,
     placed,
     replicas,
     sharding_of,
@@ -47,88 +48,107 @@ def _step_outputs(step, args) -> tuple:
     return weights, momentum, float(np.asarray(loss)), np.asarray(grad)
 
 
-def explain_gradient(grad, features, targets, mask, weights, num_devices: int) -> str | None:
-    """Which wrong formula `grad` follows, in the course's diagnostic language (None if none)."""
-    parts = oracle.device_sums(features, targets, mask, weights, num_devices)
-    local = oracle.local_means(parts)
-    numerator = parts["grad_nums"].sum(axis=0)
-    candidates = [
-        (
-            local.mean(axis=0),
-            "it equals the mean of the per-device means: averaging local means weighs devices, not rows",
-        ),
-        (
-            local.sum(axis=0),
-            "it equals the sum of the per-device means: the gradient grows with device count -> "
-            "averaging local means with psum",
-        ),
-        (numerator / len(mask), "it equals the summed numerator over every slot: padding counted as observations"),
-        *[
-            (
-                numerator / c,
-                f"it equals the summed numerator over a device's own count ({c:g}): dividing by a local count",
-            )
-            for c in sorted(set(parts["counts"]) - {0})
-        ],
-        (
-            parts["grad_nums"][0] / max(parts["counts"][0], 1),
-            "it equals device 0's own mean: the numerators were never added across devices",
-        ),
-    ]
-    right = numerator / parts["counts"].sum()
-    found = [text for value, text in candidates if matches(grad, value) and not matches(value, right)]
-    if not found:
-        return None
-    return "; or ".join(found) + " -> psum the count and both numerators over 'data', then divide once by the global N"
-
-
-def _gradient_verdict(ctx, rows: int, num_devices: int, quantities=("loss", "grad")):
-    """(ok, expected, observed, explanation) of the step's loss and/or gradient on one batch."""
-    host, args = _inputs(ctx, rows, num_devices)
-    _, _, loss, grad = _step_outputs(cached_step(ctx, num_devices), args)
-    want = dict(zip(("loss", "grad"), oracle.masked_mean(*host[:4])))
-    got = {"loss": loss, "grad": grad}
-    wrong = [q for q in quantities if not close(got[q], want[q])]
-    if "grad" in wrong:
-        why = explain_gradient(grad, *host[:4], num_devices) or "no known wrong formula matches the gradient"
+def _verdict(ctx, host, outputs, quantity: str, num_devices: int):
+    """(ok, expected, observed, explanation) of one quantity ('loss' or 'grad') on one batch."""
+    want = dict(zip(("loss", "grad"), oracle.masked_mean(*host[:4])))[quantity]
+    got = outputs[2] if quantity == "loss" else outputs[3]
+    got = float(np.asarray(got)) if quantity == "loss" else np.asarray(got)
+    if close(got, want):
+        return True, want, got, ""
+    if quantity == "loss":
+        why = formulas.explain_loss(got, *host[:4], num_devices, new_weights=np.asarray(outputs[0]))
     else:
-        why = (
-            "the gradient is right but the loss is not -> the loss numerator, psum'd and divided once by the "
-            "global N, taken before the update (see loss_is_taken_before_the_update)"
-        )
-    return not wrong, {q: want[q] for q in quantities}, {q: got[q] for q in quantities}, why
+        why = formulas.explain_gradient(got, *host[:4], num_devices)
+    return False, want, got, why or f"no known wrong formula matches the {'loss' if quantity == 'loss' else 'gradient'}"
+
+
+def _on_rows(ctx, rows: int, num_devices: int, quantity: str):
+    host, args = _inputs(ctx, rows, num_devices)
+    return _verdict(ctx, host, cached_step(ctx, num_devices)(*args), quantity, num_devices)
+
+
+DENOMINATOR_WORDS = ("denominator", "count", "means", "padding counted", "per-device division")
+
+
+def _tails(ctx, quantity: str):
+    full_ok = _on_rows(ctx, FULL, ctx.mesh.size, quantity)[0]
+    for rows in TAILS:
+        ok, want, got, why = _on_rows(ctx, rows, ctx.mesh.size, quantity)
+        denominator = full_ok and any(word in why for word in DENOMINATOR_WORDS)
+        pattern = "full batches pass but tails fail -> the denominator; " if denominator else ""
+        expect(ok, want, got, f"{rows} row(s), {oracle.device_counts(rows, ctx.mesh.size)} per device: {pattern}{why}")
 
 
 def gradient_on_a_full_batch(ctx):
-    """8 rows, 2 per device: loss and gradient equal the NumPy global mean."""
-    ok, want, got, why = _gradient_verdict(ctx, FULL, ctx.mesh.size)
+    """8 rows, 2 per device: the gradient equals the NumPy global mean."""
+    ok, want, got, why = _on_rows(ctx, FULL, ctx.mesh.size, "grad")
     return expect(ok, want, got, f"8 rows, [2, 2, 2, 2] per device: {why}")
 
 
 def gradient_on_tail_batches(ctx):
-    """7, 2 and 1 rows (uneven and empty partitions): loss and gradient equal the NumPy global mean."""
-    full_ok = _gradient_verdict(ctx, FULL, ctx.mesh.size)[0]
-    for rows in TAILS:
-        ok, want, got, why = _gradient_verdict(ctx, rows, ctx.mesh.size)
-        pattern = "full batches pass but tails fail -> the denominator; " if full_ok else ""
-        expect(ok, want, got, f"{rows} row(s), {oracle.device_counts(rows, ctx.mesh.size)} per device: {pattern}{why}")
-    return "NumPy global mean for 7, 2 and 1 rows", "equal"
+    """7, 2 and 1 rows (uneven and empty partitions): the gradient equals the NumPy global mean."""
+    _tails(ctx, "grad")
+    return "NumPy global-mean gradient for 7, 2 and 1 rows", "equal"
+
+
+def loss_on_full_and_tail_batches(ctx):
+    """8, 7, 2 and 1 rows: the reported loss equals the NumPy global masked mean, checked apart from the gradient."""
+    ok, want, got, why = _on_rows(ctx, FULL, ctx.mesh.size, "loss")
+    expect(ok, want, got, f"8 rows, [2, 2, 2, 2] per device: {why}")
+    _tails(ctx, "loss")
+    return "NumPy global masked-mean loss for 8, 7, 2 and 1 rows", "equal"
+
+
+def _degenerate_inputs(ctx, ids):
+    data, width = degenerate_data(ctx.data), ctx.data.features.shape[1]
+    host = (*batch_arrays(data, np.asarray(ids), ctx.mesh.size), _weights(width), np.zeros(width, np.float32))
+    return host, placed(ctx.mesh, *host)
+
+
+EMPTY_DEVICE_IDS = {  # ids of degenerate rows first; every batch leaves the last device without a valid row
+    "9 rows [3, 3, 3, 0]": [0, 1, 2, 3, 4, 5, 6, 7, 8],
+    "5 rows [2, 2, 1, 0]": [0, 1, 3, 4, 5],
+    "1 row [1, 0, 0, 0]": [3],
+}
+
+
+def empty_device_contributes_zeros(ctx):
+    """Batches whose last device has several padded slots and no valid row, on degenerate rows, in and out of jit.
+
+    Loss and gradient must equal NumPy: the empty device adds exact zeros, never its own 0/0.
+    """
+    step = cached_step(ctx)
+    for what, ids in EMPTY_DEVICE_IDS.items():
+        host, args = _degenerate_inputs(ctx, ids)
+        outputs = step(*args)
+        for quantity in ("grad", "loss"):
+            ok, want, got, why = _verdict(ctx, host, outputs, quantity, ctx.mesh.size)
+            expect(ok, want, got, f"compiled step, {what} (zero, duplicate and large rows): {why}")
+    what, ids = next(iter(EMPTY_DEVICE_IDS.items()))
+    host, args = _degenerate_inputs(ctx, ids)
+    outputs = ctx.impl.make_step(ctx.mesh, compiled=False)(*args)
+    for quantity in ("grad", "loss"):
+        ok, want, got, why = _verdict(ctx, host, outputs, quantity, ctx.mesh.size)
+        expect(ok, want, got, f"un-jitted step (compiled=False), {what}: {why}")
+    return "NumPy loss and gradient with an empty device, compiled and un-jitted", "equal"
 
 
 def gradient_independent_of_device_count(ctx):
     """The same 7 rows on 1, 2 and 4 devices give the same (NumPy) gradient."""
-    verdicts = {d: _gradient_verdict(ctx, 7, d, quantities=("grad",)) for d in (1, 2, 4)}
-    want = np.linalg.norm(verdicts[1][1]["grad"])
-    ratios = {d: float(np.linalg.norm(v[2]["grad"]) / want) for d, v in verdicts.items()}
+    verdicts = {d: _on_rows(ctx, 7, d, "grad") for d in (1, 2, 4)}
+    want = np.linalg.norm(verdicts[1][1])
+    ratios = {d: float(np.linalg.norm(v[2]) / want) for d, v in verdicts.items()}
     wrong = [d for d, v in verdicts.items() if not v[0]]
-    trend = "grows" if ratios[1] < ratios[2] < ratios[4] else "changes"
+    if wrong and len({round(r, 4) for r in ratios.values()}) == 1:
+        trend = "is off by the same factor on every device count (so it does not change with device count)"
+    else:
+        trend = "grows with device count" if ratios[1] < ratios[2] < ratios[4] else "changes with device count"
     why = verdicts[wrong[-1]][3] if wrong else ""
     return expect(
         not wrong,
         {d: 1.0 for d in verdicts},
         ratios,
-        f"|gradient| / |NumPy gradient| per device count: the gradient {trend} with device count "
-        f"(wrong on {wrong} device(s)); {why}",
+        f"|gradient| / |NumPy gradient| per device count: the gradient {trend} (wrong on {wrong} device(s)); {why}",
     )
 
 
@@ -161,6 +181,11 @@ def _numpy_run(host_batches, width):
     return out
 
 
+def want_weights_before(expected: list, number: int, width: int) -> np.ndarray:
+    """The NumPy weights update `number` (1-based) starts from."""
+    return _weights(width) if number == 1 else expected[number - 2]["weights"]
+
+
 def consecutive_updates(ctx):
     """Four updates in a row (8, 7, 1, 2 rows) from zero momentum match the NumPy momentum recursion."""
     width, mesh = ctx.data.features.shape[1], ctx.mesh
@@ -176,15 +201,26 @@ def consecutive_updates(ctx):
             continue
         if wrong == ["loss"] and close(loss, want["post_loss"]):
             why = "the loss equals the loss after the update -> report the loss before the update"
-        elif "grad" not in wrong and number > 1:
-            why = (
-                f"gradient right but update {number} diverges -> momentum (v <- {DECAY}*v + g on the global "
-                "gradient, after the psum), or weights updated before the loss was taken"
+        elif wrong == ["loss"]:
+            formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
+            why = "only the reported loss differs (weights, momentum and gradient are right): " + (
+                formula or "see the loss check"
             )
         elif "grad" in wrong:
             why = "the gradient itself is wrong: see the gradient checks"
         else:
-            why = f"gradient right but the first update is wrong -> w <- w - {LEARNING_RATE}*v with v <- {DECAY}*v + g"
+            previous = expected[number - 2] if number > 1 else {"weights": _weights(width), "momentum": np.zeros(width)}
+            fitted = formulas.fitted_update(previous, want["grad"], got)
+            head = (
+                f"gradient right but update {number} diverges -> momentum"
+                if number > 1
+                else ("gradient right but the first update is wrong")
+            )
+            why = (
+                f"{head}: the observed update is {fitted}; the course's is v <- {DECAY}*v + g, w <- w - "
+                f"{LEARNING_RATE}*v on the global gradient, after the psum (or the weights were updated before the "
+                "loss was taken)"
+            )
         expect(False, {k: want[k] for k in wrong}, {k: got[k] for k in wrong}, f"update {number}, {wrong}: {why}")
     return "4 NumPy momentum updates", "equal"
 
@@ -195,14 +231,15 @@ def loss_is_taken_before_the_update(ctx):
     new_weights, _, loss, _ = _step_outputs(cached_step(ctx), args)
     before = oracle.masked_mean(*host[:4])[0]
     after = oracle.masked_mean(*host[:3], np.asarray(new_weights))[0]
-    why = "it equals the loss after the update" if close(loss, after) else "it is neither L(w) nor L(w_new)"
-    return expect(
-        close(loss, before),
-        before,
-        loss,
-        f"{why} -> the loss reported for a step is the loss before that step's update (weights updated before "
-        "the loss was taken)",
-    )
+    if close(loss, after):
+        why = (
+            "it equals the loss after the update -> the loss reported for a step is the loss before that step's "
+            "update (weights updated before the loss was taken)"
+        )
+    else:
+        formula = formulas.explain_loss(loss, *host[:4], ctx.mesh.size)
+        why = "it is neither L(w) nor L(w_new): the loss formula itself is wrong" + (f" ({formula})" if formula else "")
+    return expect(close(loss, before), before, loss, why)
 
 
 def step_is_sharded(ctx):
@@ -235,33 +272,83 @@ def transition_is_one_batch_and_one_update(ctx):
         new, loss, ids = impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
         counters = {"step": int(new["step"]), "cursor": int(new["cursor"])}
         wanted = {"step": int(state["step"]) + 1, "cursor": int(sampled["cursor"])}
+        increment = counters["step"] - int(state["step"])
+        if increment == len(batch.ids) != 1:
+            why = f"step grew by {increment}, the number of ids -> step counts optimiser updates, not examples"
+        elif increment != 1:
+            why = f"step grew by {increment} -> the transition increments step exactly once per update"
+        elif counters["cursor"] != wanted["cursor"] or not np.array_equal(ids, batch.ids):
+            why = "the ids or the cursor differ from next_batch's -> call next_batch once and use its batch"
+        else:
+            why = ""
         expect(
-            counters == wanted and np.array_equal(ids, batch.ids),
+            not why,
             {**wanted, "ids": batch.ids},
             {**counters, "ids": ids},
             f"transition {number}: one transition = next_batch (the same ids and cursor) + one update "
-            "(step + 1 exactly once)",
+            f"(step + 1 exactly once): {why}",
         )
         host = batch_arrays(ctx.data, ids, mesh.size)
+        start = (np.asarray(state["weights"]), np.asarray(state["momentum"]))
         weights, momentum, want_loss, _ = oracle.momentum_step(*host, weights, momentum)
-        expect(
-            close(loss, want_loss) and close(new["weights"], weights),
-            {"loss": want_loss, "weights": weights},
-            {"loss": loss, "weights": np.asarray(new["weights"])},
-            f"transition {number}: if the step checks pass, transition must hand the state's weights and momentum "
-            "to the step and keep its outputs; otherwise fix the step first",
-        )
+        if not (close(loss, want_loss) and close(new["weights"], weights)):
+            own = _step_outputs(step, (batch.features, batch.targets, batch.mask, state["weights"], state["momentum"]))
+            step_ok = close(own[2], oracle.momentum_step(*host, *start)[2]) and close(
+                own[0], oracle.momentum_step(*host, *start)[0]
+            )
+            why = (
+                "the step is right on this batch, so the transition is not handing the state's weights and momentum "
+                "to it or not keeping its outputs"
+                if step_ok
+                else "the step itself is wrong on this batch (see the step checks above); fix it first"
+            )
+            expect(
+                False,
+                {"loss": want_loss, "weights": weights},
+                {"loss": loss, "weights": np.asarray(new["weights"])},
+                f"transition {number}: {why}",
+            )
         state = new
     return "5 transitions: step 1..5, NumPy weights", "equal"
+
+
+def transition_leaves_its_input_intact(ctx):
+    """After a transition the caller's state is still readable and unchanged (no donated or reused buffers)."""
+    state = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
+    state, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, cached_step(ctx), ctx.mesh)
+    before = {name: np.array(state[name], copy=True) for name in ("weights", "momentum", "cursor", "step")}
+    ctx.impl.transition(state, ctx.data, ctx.batch_size, cached_step(ctx), ctx.mesh)
+    for name, value in before.items():
+        try:
+            now = np.asarray(state[name])
+        except RuntimeError as exc:
+            expect(
+                False,
+                f"the input {name} readable",
+                f"{type(exc).__name__}: {exc}"[:200],
+                f"the input state's {name} was deleted by the step: its buffer was donated (donate_argnums) -> "
+                "do not donate the weights or momentum; the caller may still hold the old state (to compare, "
+                "retry or save it)",
+            )
+        expect(
+            np.array_equal(now, value),
+            value,
+            now,
+            f"the transition changed the caller's {name} -> return a new state, never modify the input",
+        )
+    return "the input state readable and unchanged", "as expected"
 
 
 CHECKS = (
     gradient_on_a_full_batch,
     gradient_on_tail_batches,
+    loss_on_full_and_tail_batches,
+    empty_device_contributes_zeros,
     gradient_independent_of_device_count,
     replicas_agree,
     consecutive_updates,
     loss_is_taken_before_the_update,
     step_is_sharded,
     transition_is_one_batch_and_one_update,
+    transition_leaves_its_input_intact,
 )

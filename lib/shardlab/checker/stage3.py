@@ -12,7 +12,8 @@ import sys
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker.common import cached_step, expect, plain, sharding_of
+from shardlab.checker import interrupt
+from shardlab.checker.common import CheckFailed, cached_step, expect, plain, sharding_of
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.sampler import epoch_batches
@@ -115,8 +116,9 @@ def contract_pins_the_experiment(ctx):
         not ignored,
         "a different contract for each change",
         f"unchanged for {ignored}",
-        "the contract ignores what makes another experiment -> include shapes, dtypes, a data hash, seed, batch "
-        "size, learning rate, momentum and device count (a checkpoint of another experiment would be accepted)",
+        f"the contract ignores {ignored}, which make another experiment -> include shapes, dtypes, a data hash, "
+        "seed, batch size, learning rate, momentum and device count (a checkpoint of another experiment would be "
+        "accepted)",
     )
 
 
@@ -261,21 +263,147 @@ def restore_refuses_another_experiment(ctx):
     return "refused", "refused"
 
 
+def _cursor(value: int):
+    def change(arrays):
+        arrays["cursor"] = np.asarray(value, np.asarray(arrays["cursor"]).dtype)
+
+    return change
+
+
 def restore_refuses_damaged_checkpoints(ctx):
-    """restore raises for a checkpoint without momentum and for an order that is not a permutation."""
+    """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
     path, _, contract = _saved(ctx, "damaged")
-    _members(path)
-
-    def duplicate_id(arrays):
-        arrays["order"] = arrays["order"].copy()
-        arrays["order"][1] = arrays["order"][0]
-
-    damages = {"missing momentum": lambda arrays: arrays.pop("momentum", None), "corrupted permutation": duplicate_id}
-    for what, change in damages.items():
-        target = faults.tampered(path, os.path.join(os.path.dirname(path), what.replace(" ", "_") + ".npz"), change)
+    missing = [name for name in FIELDS if name not in _members(path)]
+    expect(
+        not missing,
+        list(FIELDS),
+        f"lacks {missing}",
+        "the checkpoint lacks fields (see checkpoint_holds_every_field), so damaged copies of them cannot be made",
+    )
+    rows = ctx.data.features.shape[0]
+    damages = {**faults.DAMAGE, "cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)}
+    folder = os.path.join(os.path.dirname(path), "bad")
+    os.makedirs(folder)
+    targets = {
+        what: faults.tampered(path, os.path.join(folder, f"{number}.npz"), change)
+        for number, (what, change) in enumerate(damages.items())
+    }
+    targets["truncated file"] = faults.truncated(path, os.path.join(folder, "truncated.npz"))
+    targets["not an NPZ file"] = os.path.join(folder, "notes.npz")
+    with open(targets["not an NPZ file"], "x") as handle:
+        handle.write("weights: 0.1 0.2 0.3\n")
+    accepted = {}
+    for what, target in targets.items():
         raised, got = _refused(lambda target=target: ctx.impl.restore(target, contract, ctx.mesh))
-        expect(raised, "an error", got, f"restore accepted a checkpoint with {what} -> validate every field first")
-    return "refused", "refused"
+        if not raised:
+            accepted[what] = got
+    return expect(
+        not accepted,
+        f"all {len(targets)} damaged files refused",
+        f"accepted: {sorted(accepted)}",
+        f"restore accepted {sorted(accepted)} -> after the contract, check every field: shapes, dtypes (key "
+        "uint32 (2,)), finite weights and momentum, a permutation of 0..n-1, 0 <= cursor <= rows, step >= 0, and "
+        "read with allow_pickle=False",
+    )
+
+
+def _same_fields(members: dict, state: dict) -> bool:
+    return all(name in members and np.array_equal(members[name], np.asarray(state[name])) for name in FIELDS)
+
+
+def _final_file(path: str):
+    """(members or None, error text): the arrays a reader finds at `path` (allow_pickle=False)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}, ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _interrupted_saves(ctx, mode: str):
+    """Yield (number, outcome, path, state, rival) for a save stopped at each chosen file operation."""
+    state = {**_trained(ctx)[0]}
+    for name in ("weights", "momentum"):
+        np.asarray(state[name])  # materialise the host copy before forking
+    rival = {**state, "step": int(state["step"]) + 1}
+    contract = ctx.impl.contract(ctx.data, _config(ctx))
+    base = os.path.join(ctx.workdir, f"interrupt-{mode}")
+    os.makedirs(os.path.join(base, "whole"))
+    path = os.path.join(base, "whole", "checkpoint.npz")
+    whole = interrupt.interrupted(
+        ctx.impl.save, interrupt.MAX_OPERATIONS + 1, mode, path + ".json", (path, state, contract)
+    )
+    if whole["status"] != "not reached" or whole.get("first") != "saved":
+        raise CheckFailed(
+            f"a save with at most {interrupt.MAX_OPERATIONS} file operations",
+            {k: whole.get(k) for k in ("status", "first")},
+            "an uninterrupted save in a forked child did not finish (does it loop, or use JAX after fork?)",
+        )
+    members, error = _final_file(path)
+    if members is None or not _same_fields(members, state):
+        raise CheckFailed(
+            "an uninterrupted save readable with allow_pickle=False",
+            error or "other values",
+            "even an uninterrupted save gives no readable checkpoint (see checkpoint_holds_every_field)",
+        )
+    for number in interrupt.stop_points(whole["operations"]):
+        folder = os.path.join(base, str(number))
+        os.makedirs(folder)
+        path = os.path.join(folder, "checkpoint.npz")
+        outcome = interrupt.interrupted(
+            ctx.impl.save, number, mode, folder + ".json", (path, state, contract), (path, rival, contract)
+        )
+        yield number, outcome, path, state, rival
+
+
+def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
+    """A save killed at each of its file operations leaves no file, or a complete restorable one, at the path."""
+    points = 0
+    for number, outcome, path, state, _ in _interrupted_saves(ctx, "kill"):
+        points += 1
+        if outcome["status"] == "hung":
+            expect(False, "the save to stop or finish", "hung", f"no end within {interrupt.CHILD_TIMEOUT} s")
+        if not os.path.lexists(path):
+            continue
+        members, error = _final_file(path)
+        expect(
+            members is not None and _same_fields(members, state),
+            "no file, or a complete checkpoint equal to the state",
+            error or "a checkpoint with other values",
+            f"a save killed at file operation {number} ({outcome.get('at')}) left an incomplete file at the final "
+            "path: a reader would find a half-written checkpoint -> write a temporary file in the same folder, "
+            "flush and fsync it, then publish it under the final name in one step (os.link or os.replace)",
+        )
+    return f"killed at each of {points} file operations: nothing or a complete checkpoint", "as expected"
+
+
+def racing_saves_never_overwrite(ctx):
+    """A second save to the same path, run inside each gap of the first, never replaces a published checkpoint."""
+    points = 0
+    for number, outcome, path, state, rival in _interrupted_saves(ctx, "race"):
+        points += 1
+        if outcome["status"] != "done":
+            expect(False, "both saves to return or raise", outcome["status"], "the raced save did not finish")
+        saved = [who for who in ("first", "rival") if outcome.get(who) == "saved"]
+        members, error = _final_file(path) if os.path.lexists(path) else (None, "no file")
+        winner = {"first": state, "rival": rival}.get(saved[0]) if len(saved) == 1 else None
+        ok = len(saved) <= 1 and (
+            (winner is None and members is None) or (members is not None and _same_fields(members, winner))
+        )
+        expect(
+            ok,
+            "at most one save succeeds and the path holds exactly its checkpoint",
+            {"saves that returned": saved, "at": outcome.get("at"), "final file": error or "restorable"},
+            f"a second save ran at file operation {number} ({outcome.get('at')}) of the first and "
+            + (
+                "both reported success, so one replaced the other's published checkpoint -> publish with an "
+                "operation that fails if the name exists (os.link, or open(path, 'xb')); an existence check before "
+                "os.replace leaves a gap another saver can use"
+                if len(saved) == 2
+                else "the final file is not the checkpoint of the save that succeeded"
+            ),
+        )
+    return f"raced at each of {points} file operations: never overwritten", "as expected"
 
 
 CHECKS = (
@@ -288,4 +416,6 @@ CHECKS = (
     save_leaves_only_the_final_file,
     restore_refuses_another_experiment,
     restore_refuses_damaged_checkpoints,
+    interrupted_save_leaves_nothing_or_a_checkpoint,
+    racing_saves_never_overwrite,
 )

@@ -1,6 +1,7 @@
 """Stage 4 checks, kept modest: the compiled step lowers and compiles with all_reduce ops, and the
 eager (compiled=False) and compiled steps both match NumPy and each other."""
 
+import jax
 import numpy as np
 
 from shardlab.checker.common import batch_arrays, cached_step, close, expect, placed
@@ -71,4 +72,39 @@ def eager_and_compiled_agree(ctx):
     return expect(not wrong, "equal outputs", f"{wrong} differ", "compiled and eager steps must be one computation")
 
 
-CHECKS = (compiled_step_lowers_and_compiles, eager_step_matches_numpy, eager_and_compiled_agree)
+def _outer_primitives(step, args) -> list[str]:
+    """Names of the top-level operations JAX traces for `step(*args)`: ['jit'] for a jitted step."""
+    return [eqn.primitive.name for eqn in jax.make_jaxpr(step)(*args).jaxpr.eqns]
+
+
+def eager_step_is_the_unjitted_mapped_body(ctx):
+    """compiled=False traces to a bare shard_map (no outer jit); compiled=True to one jit around a shard_map."""
+    _, args = _inputs(ctx)
+    eager = _outer_primitives(ctx.impl.make_step(ctx.mesh, compiled=False), args)
+    compiled = _outer_primitives(ctx.impl.make_step(ctx.mesh, compiled=True), args)
+    expect(
+        "shard_map" in eager,
+        "a shard_map with no jit around it",
+        eager,
+        "make_step(compiled=False) "
+        + (
+            "is still jitted: the dispatch experiment would time the compiled step twice -> return the mapped "
+            "function without the outer jax.jit"
+            if eager == ["jit"]
+            else "has no shard_map: it must be the same mapped body, only without jax.jit"
+        ),
+    )
+    return expect(
+        compiled == ["jit"],
+        ["jit"],
+        compiled,
+        "make_step(compiled=True) must be one jax.jit around the shard_map (found other top-level operations)",
+    )
+
+
+CHECKS = (
+    compiled_step_lowers_and_compiles,
+    eager_step_matches_numpy,
+    eager_and_compiled_agree,
+    eager_step_is_the_unjitted_mapped_body,
+)

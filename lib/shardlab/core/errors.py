@@ -83,3 +83,7 @@ class OutputFolderError(ConfigError):
 
 class PageError(ShardlabError, ValueError):
     """An HTML receipt cannot be written completely (a formula the offline renderer cannot draw)."""
+
+
+class ImplementationError(ShardlabError, ImportError):
+    """A learner's implementation file is missing, is not a .py file, or fails to import (file and line named)."""

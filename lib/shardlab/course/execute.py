@@ -14,12 +14,14 @@ from pathlib import Path
 import nbformat
 
 from shardlab import outdir
-from shardlab.core.errors import ConfigError
+from shardlab.core.errors import ConfigError, ImplementationError
 from shardlab.course import catalog
 from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
 from shardlab.evidence import stable
+from shardlab.learner import implementation as learner_implementation
 
 COMMAND = "run"  # this command's section of the output folder's manifest
+FAILED = "run-failed"  # the section holding the partly executed notebook of a failed run
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
 BENCH_READER = "stage4_profile"  # the notebook that shows a bench.json, when --bench names one
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
@@ -34,18 +36,38 @@ class NotebookFailed(RuntimeError):
 
 
 def _failing_cell(executed: Path, source: Path) -> str:
-    """Where the executed copy recorded an error, as the cell's index in the *source* notebook."""
+    """Where the executed copy recorded an error, named as JupyterLab shows it: the cell's `[n]` prompt."""
     try:
         nb = nbformat.read(executed, as_version=4)
-        ids = [cell.get("id") for cell in nbformat.read(source, as_version=4).cells]
     except Exception:
         return "unknown cell"
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                where = ids.index(cell.get("id")) if cell.get("id") in ids else "?"
-                return f"cell {where} (id {cell.get('id')}): {output.get('ename')}: {output.get('evalue')}"
+                tags = ", ".join(cell.get("metadata", {}).get("tags", [])) or "untagged"
+                first = next((line for line in cell.get("source", "").splitlines() if line.strip()), "")
+                return (
+                    f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`): "
+                    f"{output.get('ename')}: {output.get('evalue')}"
+                )
     return "a cell with no error output (timeout or dead kernel)"
+
+
+def _keep_partial(name: str, notebook: bytes | None, out: Path) -> Path | None:
+    """Publish a failed, partly executed notebook as OUT/failed/<name>.ipynb so the learner can open it.
+
+    It is its own command's output (`run-failed` in OUT's manifest), so the earlier receipts
+    stay as they were and the next run may replace it.
+    """
+    if notebook is None:
+        return None
+    try:
+        with outdir.writing(out, FAILED) as staging:
+            (staging / "failed").mkdir()
+            (staging / "failed" / f"{name}.ipynb").write_bytes(notebook)
+    except (OSError, ConfigError):  # keeping the copy is a courtesy; the failure itself is reported anyway
+        return None
+    return out / "failed" / f"{name}.ipynb"
 
 
 def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT) -> Path:
@@ -111,9 +133,10 @@ def run(
     names = notebook_names(notebooks)
     out = outdir.claim(out, COMMAND, replace)  # a symlinked or foreign OUT is refused, never followed
     if implementation != "reference":
-        implementation = str(Path(implementation).resolve())
-        if not Path(implementation).is_file():
-            raise ConfigError(f"implementation file {implementation} does not exist")
+        try:
+            implementation = str(Path(learner_implementation.check_path(implementation)).resolve())
+        except ImplementationError as exc:
+            raise ConfigError(str(exc)) from None
     parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
     started = time.perf_counter()
     with outdir.writing(out, COMMAND, replace) as staging:
@@ -122,7 +145,12 @@ def run(
             print(f"[shardlab] {number}/{len(names)} {name}.ipynb ...", flush=True)
             clock = time.perf_counter()
             extra = {"bench_json": str(Path(bench).resolve())} if bench and name == BENCH_READER else {}
-            executed = execute(name, staging, {**parameters, **extra}, timeout)
+            try:
+                executed = execute(name, staging, {**parameters, **extra}, timeout)
+            except NotebookFailed as failed:
+                partial = staging / f"{name}.ipynb"
+                kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)
+                raise NotebookFailed(_failure_advice(str(failed), kept, implementation)) from failed
             stable.notebook(executed)
             if html:
                 export_html(executed)
@@ -133,6 +161,16 @@ def run(
         print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
         _write_wall_time(staging, time.perf_counter() - started, names)
     return out
+
+
+def _failure_advice(message: str, kept: Path | None, implementation: str) -> str:
+    """The failure message plus where the partly executed notebook is and what to run next."""
+    lines = [message]
+    if kept is not None:
+        lines.append(f"  the partly executed notebook, outputs up to the failing cell: {kept}")
+    if implementation != "reference":
+        lines.append(f"  then check your implementation stage by stage: make check IMPL={implementation} STAGE=1")
+    return "\n".join(lines)
 
 
 def _finishers():

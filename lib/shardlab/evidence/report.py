@@ -7,7 +7,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 
 - `schema_version` (int) — 1.
 - `run` — `seed`, `batch_size`, `implementation` ("reference", or `{"file": name, "sha256": ...}`
-  for a learner's file) and `notebooks` (names executed, in order).
+  for a learner's file), `notebooks` (names executed, in order), `implementation_by_notebook`
+  (name -> what that notebook actually ran: the `implementation` above, or "reference" where the
+  notebook always runs the reference) and `runs_reference` (name -> why, for those notebooks).
 - `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
   `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
   (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
@@ -255,7 +257,16 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
         "batch_size": first.get("batch_size"),
         "implementation": spec,
         "notebooks": executed,
+        "implementation_by_notebook": {n: "reference" if n in RUNS_REFERENCE else spec for n in executed},
+        "runs_reference": {n: why for n, why in RUNS_REFERENCE.items() if n in executed},
     }
+
+
+# Notebooks that run the reference whatever `implementation` says, and why (said in the notebook too).
+RUNS_REFERENCE = {
+    "stage5_multicontroller": "its controller processes always run the reference implementation; a learner's "
+    "file is loaded only for its contract",
+}
 
 
 def audit(out_dir, notebooks: list[str] | None = None) -> dict:

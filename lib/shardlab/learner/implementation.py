@@ -2,11 +2,48 @@
 
 import importlib.util
 import os
+import traceback
 import types
 
-from shardlab.core.errors import ConfigError
+from shardlab.core.errors import ImplementationError
 
 API = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
+STARTER = "start one with `python -m shardlab starter my_model.py`"
+
+
+def check_path(spec) -> str:
+    """The absolute path of a learner's .py file, or ImplementationError saying what was expected instead."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(spec)))
+    if os.path.isdir(path):
+        raise ImplementationError(
+            f"implementation {spec!r} is a folder; expected 'reference' or the path of one .py file "
+            f"(e.g. IMPL=my_model.py); {STARTER}"
+        )
+    if not os.path.exists(path):
+        raise ImplementationError(
+            f"implementation {spec!r} does not exist; expected 'reference' or the path of a .py file; {STARTER}"
+        )
+    if not path.endswith(".py"):
+        raise ImplementationError(
+            f"implementation {spec!r} is not a Python file; expected 'reference' or a .py file defining "
+            f"{', '.join(API)}; {STARTER}"
+        )
+    return path
+
+
+def where_in(exc: BaseException, path: str) -> str:
+    """'file:line' and the source line in `path` where `exc` arose (SyntaxError: where the parser stopped)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        text = (exc.text or "").rstrip("\n")
+        caret = " " * max((exc.offset or 1) - 1 - (len(text) - len(text.lstrip())), 0) + "^"
+        return f"{exc.filename}:{exc.lineno}\n    {text.strip()}\n    {caret}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
+    if not frames:
+        frames = traceback.extract_tb(exc.__traceback__)[-1:]
+    if not frames:
+        return path
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}\n    {(frame.line or '').strip()}"
 
 
 def load(spec: str = "reference") -> types.ModuleType:
@@ -15,13 +52,17 @@ def load(spec: str = "reference") -> types.ModuleType:
         from shardlab.learner import reference
 
         return reference
-    path = os.path.abspath(os.path.expanduser(spec))
-    if not os.path.isfile(path):
-        raise ConfigError(f"implementation {spec!r} is neither 'reference' nor an existing .py file")
+    path = check_path(spec)
     module_spec = importlib.util.spec_from_file_location("learner_implementation", path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ImplementationError(
+            f"{spec} could not be imported: {type(exc).__name__}: {getattr(exc, 'msg', None) or exc}\n"
+            f"  at {where_in(exc, path)}\nFix that line, then run the check again."
+        ) from exc
     missing = [name for name in API if not callable(getattr(module, name, None))]
     if missing:
-        raise ConfigError(f"{spec} does not define {missing}; start from `python -m shardlab starter FILE`")
+        raise ImplementationError(f"{spec} does not define {missing}; {STARTER} and copy your functions in")
     return module

@@ -1,0 +1,155 @@
+"""Stop a learner's `save` at each of its file operations, or race a second save into each gap.
+
+The save runs in a forked child whose file operations are counted: every `write` and `close`
+of a file it opened for writing, and every os-level open, rename, replace, link, unlink,
+truncate and fsync. Run k stops at operation k: `kill` writes half of that write's bytes (or
+none of any other operation) and sends itself SIGKILL, as a crash would; `race` runs a second,
+complete save to the same path right there and then lets the first one continue. The parent
+judges what is left at the final path. Only the child's own folder is written.
+"""
+
+import builtins
+import io
+import json
+import os
+import signal
+import time
+import warnings
+
+OS_OPERATIONS = ("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate", "fsync")
+NOT_REACHED = 3  # child exit status: the save finished before operation k
+CHILD_TIMEOUT = 30.0  # seconds one interrupted save may take before it is stopped
+MAX_OPERATIONS = 400  # a save of six small arrays needs far fewer; more means a loop
+
+
+class _Writer:
+    """A file opened for writing whose write and close calls are counted."""
+
+    def __init__(self, inner, hook):
+        self._inner, self._hook = inner, hook
+
+    def write(self, data):
+        self._hook("write", getattr(self._inner, "name", "?"), data, self._inner)
+        return self._inner.write(data)
+
+    def close(self):
+        self._hook("close", getattr(self._inner, "name", "?"), None, self._inner)
+        return self._inner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _instrument(hook) -> None:
+    """Route this (child) process's file operations through `hook(operation, target, data, handle)`."""
+    original_open = io.open
+
+    def counted_open(file, mode="r", *args, **kwargs):
+        handle = original_open(file, mode, *args, **kwargs)
+        return _Writer(handle, hook) if any(flag in mode for flag in "wax+") else handle
+
+    io.open = builtins.open = counted_open
+    for name in OS_OPERATIONS:
+        original = getattr(os, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            hook(_name, str(args[0]) if args else "", None, None)
+            return _original(*args, **kwargs)
+
+        setattr(os, name, counted)
+
+
+def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple) -> int:
+    """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status."""
+    seen, outcome = [], {}
+    original_kill, original_open = os.kill, io.open
+
+    def hook(operation, target, data, handle):
+        seen.append(f"{operation} {os.path.basename(str(target))}")
+        if len(seen) != stop_at or outcome.get("rival_ran"):
+            return
+        if mode == "kill":
+            with original_open(report, "w") as note:
+                json.dump({"at": seen[-1], "operations": list(seen)}, note)
+            if data is not None and handle is not None:
+                handle.write(bytes(data)[: len(data) // 2])
+                handle.flush()
+            original_kill(os.getpid(), signal.SIGKILL)
+        outcome["rival_ran"] = True
+        outcome["at"] = seen[-1]
+        try:
+            save(*rival)
+            outcome["rival"] = "saved"
+        except Exception as exc:
+            outcome["rival"] = f"refused: {type(exc).__name__}: {exc}"[:300]
+
+    _instrument(hook)
+    try:
+        save(*first)
+        outcome["first"] = "saved"
+    except Exception as exc:
+        outcome["first"] = f"refused: {type(exc).__name__}: {exc}"[:300]
+    outcome["operations"] = list(seen)
+    with original_open(report, "w") as handle:
+        json.dump(outcome, handle)
+    return 0 if len(seen) >= stop_at else NOT_REACHED
+
+
+def stop_points(operations: list[str]) -> list[int]:
+    """1-based operations to stop at: every one but writes, and of each run of writes the first, middle and last.
+
+    Writes in the middle of a file are all alike; what differs is before, during and after publication.
+    """
+    points, run = [], []
+    for number, operation in enumerate(operations, start=1):
+        if operation.startswith("write"):
+            run.append(number)
+            continue
+        if run:
+            points += sorted({run[0], run[len(run) // 2], run[-1]})
+            run = []
+        points.append(number)
+    if run:
+        points += sorted({run[0], run[len(run) // 2], run[-1]})
+    return points
+
+
+def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
+    """Run `save(*first)` in a forked child stopped (mode 'kill') or raced (mode 'race') at operation `stop_at`.
+
+    Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
+    """
+    with warnings.catch_warnings():  # the child runs no JAX code, only the learner's file operations
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into the checker
+        status = 1
+        try:
+            status = _child(save, stop_at, mode, report, first, rival)
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"status": "hung"}
+        time.sleep(0.002)
+    found = {}
+    if os.path.exists(report):
+        with open(report) as handle:
+            found = json.load(handle)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return {"status": "killed", **found}
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+    names = {0: "done", NOT_REACHED: "not reached"}
+    return {"status": names.get(code, "crashed"), **found}

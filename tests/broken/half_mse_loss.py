@@ -1,0 +1,22 @@
+"""Mistake: the reported loss uses the 1/2-MSE convention, half the course's L."""
+
+import jax
+import jax.numpy as jnp
+
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.update import map_step
+from shardlab.learner.reference import *  # noqa: F403
+
+
+def _body(features, targets, mask, weights, momentum, *, learning_rate, decay):
+    valid = mask > 0
+    residual = jnp.where(valid, features @ weights - targets, 0.0)
+    count = jax.lax.psum(jnp.sum(valid.astype(features.dtype)), "data")
+    grad = jax.lax.psum(2.0 * residual @ jnp.where(valid[:, None], features, 0.0), "data") / count
+    loss = 0.5 * jax.lax.psum(jnp.sum(residual * residual), "data") / count
+    momentum = decay * momentum + grad
+    return weights - learning_rate * momentum, momentum, loss, grad
+
+
+def make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY, compiled=True):
+    return map_step(_body, mesh, learning_rate, decay, compiled)
