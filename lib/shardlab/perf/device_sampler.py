@@ -61,6 +61,48 @@ def advance(sampler: DeviceSampler, batch_size: int, slots: int) -> tuple[Device
     return DeviceSampler(key, order, cursor + length), Slots(ids, valid.astype(jnp.float32))
 
 
+def _keys_and_orders(sampler: DeviceSampler, epochs: int):
+    """Keys and orders of the current epoch and the next `epochs`, drawn with the idiom, one split per epoch."""
+
+    def split(key, _):
+        key, sub = jax.random.split(key)
+        return key, (key, sub)
+
+    _, (keys, subs) = jax.lax.scan(split, sampler.key, None, length=epochs)
+    rows = sampler.order.shape[0]
+    orders = jax.vmap(lambda sub: jax.random.permutation(sub, rows).astype(sampler.order.dtype))(subs)
+    return jnp.concatenate([sampler.key[None], keys]), jnp.concatenate([sampler.order[None], orders])
+
+
+def plan(sampler: DeviceSampler, batch_size: int, slots: int, k: int, active) -> tuple[DeviceSampler, Slots]:
+    """Return (sampler after `active` steps, K rows of slots): K `advance` calls computed at once.
+
+    Batch t's place follows from arithmetic: the `r` batches left in the current epoch
+    come first, then every epoch holds `per_epoch` batches. Only the epochs that K steps
+    can reach are drawn (all at once, by `vmap` over the split keys); the sampler after
+    `active <= K` steps is the epoch and cursor of step `active - 1`. Rows past `active`
+    are computed but belong to no step.
+    """
+    rows = sampler.order.shape[0]
+    per_epoch = -(-rows // batch_size)
+    keys, orders = _keys_and_orders(sampler, 1 + (k - 1) // per_epoch)
+    left = jnp.where(sampler.cursor < rows, -(-(rows - sampler.cursor) // batch_size), 0)
+    t = jnp.arange(k, dtype=sampler.cursor.dtype)
+    later = t - left
+    epoch = jnp.where(t < left, 0, 1 + later // per_epoch)
+    start = jnp.where(t < left, sampler.cursor + t * batch_size, (later % per_epoch) * batch_size)
+    length = jnp.minimum(batch_size, rows - start)
+    position = jnp.arange(slots, dtype=start.dtype)
+    valid = position[None, :] < length[:, None]
+    index = jnp.minimum(start[:, None] + position[None, :], rows - 1)
+    ids = jnp.where(valid, orders[epoch[:, None], index], EMPTY)
+    last = jnp.asarray(active, t.dtype) - 1
+    after = DeviceSampler(
+        keys[epoch[last]], orders[epoch[last]], (start[last] + length[last]).astype(sampler.cursor.dtype)
+    )
+    return after, Slots(ids, valid.astype(jnp.float32))
+
+
 def to_device(state: dict, put) -> DeviceSampler:
     """The host sampler fields of `state` as a DeviceSampler, each placed with `put(host_array)`."""
     return DeviceSampler(

@@ -1,8 +1,9 @@
 """The fused loop: K complete transitions per dispatch, with the sampler and the dataset on the devices.
 
-One compiled `shard_map` program runs `lax.scan` over K steps. Each step advances the
-device sampler (`perf.device_sampler`, bit-identical to the host one), lets every device
-gather the rows of its own block of slots from its copy of the dataset, and applies the
+One compiled `shard_map` program first plans the K batches with the device sampler
+(`perf.device_sampler.plan`, bit-identical to the host sampler; the sampler does not
+depend on the weights), then runs `lax.scan` over K steps. Each step lets every device
+gather the rows of its own block of slots from its copy of the dataset and applies the
 stage 2 update: `local_sums`, one packed `psum` of (gradient numerator, loss numerator,
 count), one division by the global count, momentum. Slot j of a batch lives on the same
 device as in the course loop (`P('data')` blocks), so each device sums the same rows.
@@ -81,18 +82,17 @@ def keep_if(active, new, old):
 
 def _per_step_body(features, targets, key, order, cursor, weights, momentum, active, **static):
     batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
+    sampler, planned = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
 
-    def one(carry, index):
-        sampler, weights, momentum = carry
-        moved, slots = device_sampler.advance(sampler, batch_size, num_slots)
+    def one(carry, inputs):
+        index, slots = inputs
+        weights, momentum = carry
         sums = packed_psum(*local_sums(*gather(features, targets, slots, num_slots), weights))
         new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
-        carry = keep_if(index < active, (moved, new_w, new_v), (sampler, weights, momentum))
-        return carry, (loss, slots.ids)
+        return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
 
-    start = (DeviceSampler(key, order, cursor), weights, momentum)
-    (sampler, weights, momentum), (losses, ids) = jax.lax.scan(one, start, jnp.arange(k))
-    return (*sampler, weights, momentum, losses, ids)
+    (weights, momentum), losses = jax.lax.scan(one, (weights, momentum), (jnp.arange(k), planned))
+    return (*sampler, weights, momentum, losses, planned.ids)
 
 
 def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_rate: float, decay: float):

@@ -59,13 +59,9 @@ def body(features, targets, key, order, cursor, weights, momentum, active, **sta
     """Per-device program with the signature of `fused._per_step_body`: sample K, reduce once, update K."""
     batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
 
-    def draw(sampler, index):
-        moved, slots = device_sampler.advance(sampler, batch_size, num_slots)
-        live = index < active
-        slots = device_sampler.Slots(slots.ids, jnp.where(live, slots.mask, 0.0))
-        return keep_if(live, moved, sampler), slots
-
-    sampler, slots = jax.lax.scan(draw, DeviceSampler(key, order, cursor), jnp.arange(k))
+    sampler, slots = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
+    live = (jnp.arange(k) < active)[:, None]
+    slots = device_sampler.Slots(slots.ids, jnp.where(live, slots.mask, 0.0))  # steps past `active` add nothing
     rows, values, mask = jax.vmap(lambda s: gather(features, targets, s, num_slots))(slots)
     local = pack(*jax.vmap(sufficient)(rows, values, mask))
     stats = unpack(jax.lax.psum(local, AXIS), features.shape[1])  # one all-reduce for all K steps
