@@ -82,7 +82,7 @@ def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_s
     steps = epochs_of_steps(rows, batch_size) + extra
     slots = device_sampler.slot_count(batch_size, rows, 4)
     host = sl.initial_sampler(seed, rows)
-    start = device_sampler.to_device(host, jax.numpy.asarray)
+    start = device_sampler.to_device(host, jax.device_put)
 
     @jax.jit
     def walk(sampler):
@@ -116,7 +116,7 @@ def test_planned_batches_equal_k_host_steps_from_any_cursor(seed, rows, batch_si
     host = {**sl.initial_sampler(seed, rows), "cursor": cursor}
     slots = device_sampler.slot_count(batch_size, rows, 4)
     plan = jax.jit(device_sampler.plan, static_argnums=(1, 2, 3))
-    after, planned = plan(device_sampler.to_device(host, jax.numpy.asarray), batch_size, slots, k, active)
+    after, planned = plan(device_sampler.to_device(host, jax.device_put), batch_size, slots, k, active)
     ids, masks = np.asarray(planned.ids), np.asarray(planned.mask)
     for index in range(k):
         host, want = sl.advance(host, batch_size)
@@ -135,7 +135,7 @@ def test_device_orders_follow_the_idiom_written_out():
     for _ in range(3):
         key, sub = jax.random.split(key)
         expected.append(np.asarray(jax.random.permutation(sub, 23)))
-    sampler = device_sampler.to_device(sl.initial_sampler(29, 23), jax.numpy.asarray)
+    sampler = device_sampler.to_device(sl.initial_sampler(29, 23), jax.device_put)
     advance = jax.jit(device_sampler.advance, static_argnums=(1, 2))
     seen = []
     for _ in range(3):  # batch larger than the dataset: the whole reshuffled dataset each time
@@ -148,7 +148,7 @@ def test_device_orders_follow_the_idiom_written_out():
 def test_slots_pad_to_the_device_count_and_never_cross_an_epoch():
     assert device_sampler.slot_count(7, 23, 4) == 8
     assert device_sampler.slot_count(40, 23, 4) == 24  # larger than the dataset: the dataset, padded
-    sampler = device_sampler.to_device(sl.initial_sampler(17, 23), jax.numpy.asarray)
+    sampler = device_sampler.to_device(sl.initial_sampler(17, 23), jax.device_put)
     advance = jax.jit(device_sampler.advance, static_argnums=(1, 2))
     lengths = []
     for _ in range(5):

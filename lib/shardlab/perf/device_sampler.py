@@ -103,17 +103,22 @@ def plan(sampler: DeviceSampler, batch_size: int, slots: int, k: int, active) ->
     return after, Slots(ids, valid.astype(jnp.float32))
 
 
-def to_device(state: dict, put) -> DeviceSampler:
-    """The host sampler fields of `state` as a DeviceSampler, each placed with `put(host_array)`."""
-    return DeviceSampler(
-        put(np.asarray(state["key"], DTYPES["key"])),
-        put(np.asarray(state["order"], DTYPES["order"])),
-        put(np.asarray(int(state["cursor"]), np.int32)),
+def host_fields(state: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, order, cursor) of `state` as the host arrays the device form is made of (cursor as int32)."""
+    return (
+        np.asarray(state["key"], DTYPES["key"]),
+        np.asarray(state["order"], DTYPES["order"]),
+        np.asarray(int(state["cursor"]), np.int32),
     )
 
 
-def to_host(sampler: DeviceSampler) -> dict:
-    """The schema's host form of the sampler fields: key uint32, order int32, cursor int."""
+def to_device(state: dict, put) -> DeviceSampler:
+    """The host sampler fields of `state` as a DeviceSampler, placed by one `put(tuple of host arrays)`."""
+    return DeviceSampler(*put(host_fields(state)))
+
+
+def to_host(sampler) -> dict:
+    """The schema's host form of the sampler fields (device arrays or fetched ones): key, order, cursor int."""
     key, order, cursor = jax.device_get(tuple(sampler))
     return {
         "key": np.asarray(key, DTYPES["key"]),

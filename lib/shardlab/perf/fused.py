@@ -130,8 +130,8 @@ class FusedLoop:
 
     def arguments(self, state: dict, active: int) -> tuple:
         """The program's eight placed arguments for `state` and `active` steps (the boundary into the loop)."""
-        sampler = device_sampler.to_device(state, self.put)
-        return (*self.copied, *sampler, state["weights"], state["momentum"], self.put(np.int32(active)))
+        *sampler, active = self.put((*device_sampler.host_fields(state), np.int32(active)))  # one transfer
+        return (*self.copied, *sampler, state["weights"], state["momentum"], active)
 
     def dispatch(self, state: dict, active: int) -> Dispatch:
         """One call of the compiled program: `active` steps from `state`, results left on the devices."""
@@ -142,8 +142,8 @@ class FusedLoop:
 
     def finish(self, state: dict, out: Dispatch, active: int) -> tuple[dict, np.ndarray, list]:
         """(course state, losses, ID arrays) of a dispatch: the boundary out of the loop."""
-        losses, ids = jax.device_get((out.losses, out.ids))
-        state = {**updated(state, out.weights, out.momentum, active), **device_sampler.to_host(out.sampler)}
+        sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))  # one fetch
+        state = {**updated(state, out.weights, out.momentum, active), **device_sampler.to_host(sampler)}
         return state, np.asarray(losses[:active], np.float32), [device_sampler.trim(row) for row in ids[:active]]
 
     def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, list]:

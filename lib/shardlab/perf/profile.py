@@ -15,8 +15,10 @@ import jax
 import numpy as np
 
 from shardlab.core.batch import next_batch as course_next_batch
-from shardlab.core.state import updated
+from shardlab.core.state import initial, updated
+from shardlab.core.update import make_step
 from shardlab.evidence import trace
+from shardlab.perf import fused
 from shardlab.perf.device_sampler import DeviceSampler
 from shardlab.perf.fused import Dispatch
 
@@ -32,12 +34,17 @@ def traced(prepare, update):
             return jax.block_until_ready(update(placed))
 
 
-def course_transition(state, data, batch_size, step, mesh) -> tuple[dict, float, np.ndarray]:
-    """One course transition (`sl.transition`), annotated; returns (state, loss, ids)."""
+def transition(state, source, batch_size, step, mesh, next_batch=course_next_batch) -> tuple[dict, float, np.ndarray]:
+    """One transition, annotated; returns (state, loss, ids). The course's (`sl.transition`) by default.
+
+    `next_batch(state, source, batch_size, mesh)` returns (state, batch) whose first three
+    fields are the step's first three arguments and whose `ids` are the host IDs (a course
+    `Batch`, or a `resident.ResidentBatch` with the dataset already on the devices).
+    """
     prepared = {}
 
     def prepare():
-        prepared["state"], batch = course_next_batch(state, data, batch_size, mesh)
+        prepared["state"], batch = next_batch(state, source, batch_size, mesh)
         prepared["ids"] = batch.ids
         return batch[:3]
 
@@ -92,3 +99,47 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
                 }
             )
     return found
+
+
+def before_after(data, mesh, batch_size: int, seed: int, logdir, count: int = 4, k: int = 100, body=None) -> dict:
+    """Course transitions and fused dispatches of K steps, traced alternately in one capture, read back.
+
+    Both start from the same state (one warm, untraced call each first, which compiles).
+    Returns the per-transition annotation rows of each side, per-step medians (a fused
+    row is K steps), the device-thread events and the capture's files.
+    """
+    step, loop = make_step(mesh), fused.FusedLoop(data, mesh, batch_size, k, body=body)
+    start = initial(seed, data, mesh)
+    course, _, _ = transition(start, data, batch_size, step, mesh)
+    looped, _, _ = fused_dispatch(loop, start, k)
+
+    def alternate():
+        states, order = {"before": course, "after": looped}, []
+        for index in range(count):
+            for side in sorted(states, reverse=index % 2 == 1):
+                if side == "before":
+                    states[side], _, _ = transition(states[side], data, batch_size, step, mesh)
+                else:
+                    states[side], _, _ = fused_dispatch(loop, states[side], k)
+                order.append(side)
+        return order
+
+    order, files = trace.capture(logdir, alternate, replace=True)
+    rows = trace.annotation_durations(files)
+    sides = {side: [r for r, who in zip(rows, order) if who == side] for side in ("before", "after")}
+    steps = {"before": 1, "after": k}
+    per_step = {
+        side: {
+            f"median_{name}_ms_per_step": float(np.median([r[f"{name}_ms"] for r in mine])) / steps[side]
+            for name in (trace.STEP, trace.PREPARE, trace.UPDATE)
+        }
+        for side, mine in sides.items()
+    }
+    return {
+        "files": files,
+        "order": order,
+        "steps_per_transition": steps,
+        **sides,
+        "per_step": per_step,
+        "device_threads": device_events(files),
+    }
