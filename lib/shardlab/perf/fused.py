@@ -17,7 +17,7 @@ The state in and out is the course's six-field state (`core.schema`), so `sl.sav
 `sl.restore` see nothing new. `perf.stats` swaps the per-step `psum` for one per dispatch.
 """
 
-from functools import partial
+from functools import cache, partial
 from typing import NamedTuple
 
 import jax
@@ -95,8 +95,12 @@ def _per_step_body(features, targets, key, order, cursor, weights, momentum, act
     return (*sampler, weights, momentum, losses, planned.ids)
 
 
+@cache
 def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_rate: float, decay: float):
-    """jit(shard_map(body)) over replicated inputs and outputs, with the loop's static sizes bound."""
+    """jit(shard_map(body)) over replicated inputs and outputs, with the loop's static sizes bound.
+
+    Cached: loops of the same body, mesh and sizes share one program, so XLA compiles it once.
+    """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"steps per dispatch must be a positive integer, got {k!r}")
     static = {
@@ -122,7 +126,9 @@ class FusedLoop:
         self.copied = copy_dataset(self.data, mesh)
         rows = self.data.features.shape[0]
         learning_rate, decay = hyper.get("learning_rate", LEARNING_RATE), hyper.get("decay", DECAY)
-        self.program = compile_loop(body or _per_step_body, mesh, rows, batch_size, k, learning_rate, decay)
+        self.program = compile_loop(
+            body or _per_step_body, mesh, rows, batch_size, k, float(learning_rate), float(decay)
+        )
 
     def put(self, values) -> jax.Array:
         """A host value on every device of the mesh."""
