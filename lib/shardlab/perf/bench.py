@@ -69,7 +69,7 @@ def run(out, batch_size=7, seed=17, samples=local.SAMPLES, grid=scaling.GRID_ROW
     result["config"] = {"batch_size": batch_size, "seed": seed, "samples": samples, "warmup": local.WARMUP}
     result["config"].update({"endtoend_batch_sizes": list(BATCH_SIZES), "endtoend_steps_per_sample": steps})
     result["config"].update({"traced_per_variant": local.TRACED, "ks": list(local.KS), "rows": list(grid)})
-    result["endtoend"] = endtoend.run(data, mesh, BATCH_SIZES, steps, endtoend.SAMPLES)
+    result["endtoend"] = endtoend.run(data, mesh, BATCH_SIZES, steps, endtoend.SAMPLES, seed)
     result["profile"] = profiled(data, mesh, batch_size, seed, out, steps)
     result["roofline"] = roofline_points(data, mesh, result["endtoend"])
     result["collectives"] = local.collectives(data, mesh, samples)
