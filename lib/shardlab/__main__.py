@@ -23,7 +23,7 @@ COMMANDS = {
     "check": ("shardlab.checker.cli", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (
         "shardlab.perf.bench",
-        "measure three optimisations beside their baselines; write bench.json and a figure",
+        "measure whole loops and three optimisations side by side; write bench.json and a figure",
     ),
     "torture": ("shardlab.torture", "kill, corrupt and misuse the checkpoint path; write OUT/torture.json with counts"),
 }

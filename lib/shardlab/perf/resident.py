@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from shardlab.core.batch import REPLICATED, ROWS, VALUES, Batch, padded_length
+from shardlab.core.batch import REPLICATED, ROWS, VALUES, padded_length
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
 from shardlab.core.errors import EmptyBatchError
@@ -39,6 +39,18 @@ class Resident(NamedTuple):
     features: jax.Array
     targets: jax.Array
     rows: int
+
+
+class ResidentBatch(NamedTuple):
+    """One step's batch when the rows stay on the devices: the resident arrays and the placed slot IDs.
+
+    There is no mask array: a slot is valid iff its ID is not EMPTY (the step derives the mask).
+    """
+
+    features: jax.Array
+    targets: jax.Array
+    slots: jax.Array
+    ids: np.ndarray
 
 
 def place_dataset(data, mesh: Mesh) -> Resident:
@@ -72,14 +84,10 @@ def prepare(state: dict, resident: Resident, batch_size: int, mesh: Mesh) -> tup
     return state, placed, ids
 
 
-def next_batch(state: dict, resident: Resident, batch_size: int, mesh: Mesh) -> tuple[dict, Batch]:
-    """`prepare` in the shape of `shardlab.next_batch`, so stage 4's traced transition can run it.
-
-    The Batch's features and targets are the resident arrays (nothing is copied); its
-    `mask` field carries the placed slot IDs, whose EMPTY entries are the mask.
-    """
+def next_batch(state: dict, resident: Resident, batch_size: int, mesh: Mesh) -> tuple[dict, ResidentBatch]:
+    """Return (new state, ResidentBatch): `prepare`, with the resident arrays alongside (nothing is copied)."""
     state, placed, ids = prepare(state, resident, batch_size, mesh)
-    return state, Batch(resident.features, resident.targets, placed, ids)
+    return state, ResidentBatch(resident.features, resident.targets, placed, ids)
 
 
 def _held_rows(features, targets, ids):

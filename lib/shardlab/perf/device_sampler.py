@@ -1,0 +1,133 @@
+"""The sampler on the devices: key, order and cursor advanced inside a compiled program.
+
+The rules are the host sampler's (`shardlab.core.sampler`), written with `jax.numpy` so
+they trace: when the epoch is used up, `key, sub = jax.random.split(key)` and
+`order = jax.random.permutation(sub, n)` on the legacy uint32 key, cursor back to 0; then
+the next `min(batch_size, n - cursor)` IDs of `order`. A batch never crosses an epoch
+boundary and one larger than the dataset yields the whole reshuffled dataset. The batch
+has a fixed number of slots (a full batch padded to the device count); a slot past the
+batch's length is padding: its ID is `EMPTY` and its mask 0, by position.
+
+`to_device`/`to_host` convert between the schema's host fields and the device form.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shardlab.core.batch import padded_length
+from shardlab.core.config import check_batch_size
+from shardlab.core.schema import DTYPES
+
+EMPTY = -1  # ID of a padded slot
+
+
+class DeviceSampler(NamedTuple):
+    """The sampler fields as device arrays: key uint32 (2,), order int32 (n,), cursor int32 ()."""
+
+    key: jax.Array
+    order: jax.Array
+    cursor: jax.Array
+
+
+class Slots(NamedTuple):
+    """One batch as fixed-length slots: `ids` (EMPTY where padded) and `mask` (1 valid, 0 padded)."""
+
+    ids: jax.Array
+    mask: jax.Array
+
+
+def slot_count(batch_size: int, rows: int, num_devices: int) -> int:
+    """Slots of every batch: a full batch (at most the dataset) padded to a multiple of the device count."""
+    return padded_length(min(check_batch_size(batch_size), rows), num_devices)
+
+
+def _reshuffle(key, order):
+    key, sub = jax.random.split(key)
+    return key, jax.random.permutation(sub, order.shape[0]).astype(order.dtype)
+
+
+def advance(sampler: DeviceSampler, batch_size: int, slots: int) -> tuple[DeviceSampler, Slots]:
+    """Return (new sampler, slots): the device twin of `core.sampler.advance`, traceable under jit."""
+    rows = sampler.order.shape[0]
+    key, order = jax.lax.cond(sampler.cursor >= rows, _reshuffle, lambda k, o: (k, o), sampler.key, sampler.order)
+    cursor = jnp.where(sampler.cursor >= rows, 0, sampler.cursor).astype(sampler.cursor.dtype)
+    length = jnp.minimum(batch_size, rows - cursor)
+    position = jnp.arange(slots, dtype=cursor.dtype)
+    valid = position < length
+    ids = jnp.where(valid, order[jnp.minimum(cursor + position, rows - 1)], EMPTY)
+    return DeviceSampler(key, order, cursor + length), Slots(ids, valid.astype(jnp.float32))
+
+
+def _keys_and_orders(sampler: DeviceSampler, epochs: int):
+    """Keys and orders of the current epoch and the next `epochs`, drawn with the idiom, one split per epoch."""
+
+    def split(key, _):
+        key, sub = jax.random.split(key)
+        return key, (key, sub)
+
+    _, (keys, subs) = jax.lax.scan(split, sampler.key, None, length=epochs)
+    rows = sampler.order.shape[0]
+    orders = jax.vmap(lambda sub: jax.random.permutation(sub, rows).astype(sampler.order.dtype))(subs)
+    return jnp.concatenate([sampler.key[None], keys]), jnp.concatenate([sampler.order[None], orders])
+
+
+def plan(sampler: DeviceSampler, batch_size: int, slots: int, k: int, active) -> tuple[DeviceSampler, Slots]:
+    """Return (sampler after `active` steps, K rows of slots): K `advance` calls computed at once.
+
+    Batch t's place follows from arithmetic: the `r` batches left in the current epoch
+    come first, then every epoch holds `per_epoch` batches. Only the epochs that K steps
+    can reach are drawn (all at once, by `vmap` over the split keys); the sampler after
+    `active <= K` steps is the epoch and cursor of step `active - 1`. Rows past `active`
+    are computed but belong to no step.
+    """
+    rows = sampler.order.shape[0]
+    per_epoch = -(-rows // batch_size)
+    keys, orders = _keys_and_orders(sampler, 1 + (k - 1) // per_epoch)
+    left = jnp.where(sampler.cursor < rows, -(-(rows - sampler.cursor) // batch_size), 0)
+    t = jnp.arange(k, dtype=sampler.cursor.dtype)
+    later = t - left
+    epoch = jnp.where(t < left, 0, 1 + later // per_epoch)
+    start = jnp.where(t < left, sampler.cursor + t * batch_size, (later % per_epoch) * batch_size)
+    length = jnp.minimum(batch_size, rows - start)
+    position = jnp.arange(slots, dtype=start.dtype)
+    valid = position[None, :] < length[:, None]
+    index = jnp.minimum(start[:, None] + position[None, :], rows - 1)
+    ids = jnp.where(valid, orders[epoch[:, None], index], EMPTY)
+    last = jnp.asarray(active, t.dtype) - 1
+    after = DeviceSampler(
+        keys[epoch[last]], orders[epoch[last]], (start[last] + length[last]).astype(sampler.cursor.dtype)
+    )
+    return after, Slots(ids, valid.astype(jnp.float32))
+
+
+def host_fields(state: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, order, cursor) of `state` as the host arrays the device form is made of (cursor as int32)."""
+    return (
+        np.asarray(state["key"], DTYPES["key"]),
+        np.asarray(state["order"], DTYPES["order"]),
+        np.asarray(int(state["cursor"]), np.int32),
+    )
+
+
+def to_device(state: dict, put) -> DeviceSampler:
+    """The host sampler fields of `state` as a DeviceSampler, placed by one `put(tuple of host arrays)`."""
+    return DeviceSampler(*put(host_fields(state)))
+
+
+def to_host(sampler) -> dict:
+    """The schema's host form of the sampler fields (device arrays or fetched ones): key, order, cursor int."""
+    key, order, cursor = jax.device_get(tuple(sampler))
+    return {
+        "key": np.asarray(key, DTYPES["key"]),
+        "order": np.asarray(order, DTYPES["order"]),
+        "cursor": int(cursor),
+    }
+
+
+def trim(ids) -> np.ndarray:
+    """The batch's IDs from one row of slot IDs: the valid ones, in order (padding is always last)."""
+    ids = np.asarray(ids)
+    return ids[ids != EMPTY].astype(DTYPES["order"])

@@ -1,0 +1,145 @@
+"""Profile again: the optimised paths under the stage 4 annotations, and their device-thread events.
+
+`traced(prepare, update)` wraps any transition as stage 4 does: one `sharded_learner_step`
+holding `prepare_and_place` (everything up to placed inputs, waited for) and
+`compiled_update_and_wait` (the compiled call plus readiness of every output), so
+`evidence.trace.annotation_durations` reads the result like the course loop's trace. For
+the fused loop one annotated transition is one dispatch of K steps: preparation is the
+state's conversion to the device form, the update is K whole steps, sampling included.
+
+`device_events` reads the other side of the capture: the XPlane lines of the CPU device
+threads (not the Python thread), i.e. what the four logical devices executed.
+"""
+
+import jax
+import numpy as np
+
+from shardlab.core.batch import next_batch as course_next_batch
+from shardlab.core.state import initial, updated
+from shardlab.core.update import make_step
+from shardlab.evidence import trace
+from shardlab.perf import fused
+from shardlab.perf.device_sampler import DeviceSampler
+from shardlab.perf.fused import Dispatch
+
+DEVICE_THREADS = "tf_XLA"  # XPlane line names of the CPU client's worker threads start with this
+
+
+def traced(prepare, update):
+    """Return update(prepare()) under the three stage 4 annotations; both results are waited for."""
+    with jax.profiler.TraceAnnotation(trace.STEP):
+        with jax.profiler.TraceAnnotation(trace.PREPARE):
+            placed = jax.block_until_ready(prepare())
+        with jax.profiler.TraceAnnotation(trace.UPDATE):
+            return jax.block_until_ready(update(placed))
+
+
+def transition(state, source, batch_size, step, mesh, next_batch=course_next_batch) -> tuple[dict, float, np.ndarray]:
+    """One transition, annotated; returns (state, loss, ids). The course's (`sl.transition`) by default.
+
+    `next_batch(state, source, batch_size, mesh)` returns (state, batch) whose first three
+    fields are the step's first three arguments and whose `ids` are the host IDs (a course
+    `Batch`, or a `resident.ResidentBatch` with the dataset already on the devices).
+    """
+    prepared = {}
+
+    def prepare():
+        prepared["state"], batch = next_batch(state, source, batch_size, mesh)
+        prepared["ids"] = batch.ids
+        return batch[:3]
+
+    def update(batch):
+        new = prepared["state"]
+        return step(*batch, new["weights"], new["momentum"])
+
+    weights, momentum, loss, _ = traced(prepare, update)
+    return updated(prepared["state"], weights, momentum), float(loss), prepared["ids"]
+
+
+def fused_dispatch(loop, state: dict, steps: int) -> tuple[dict, np.ndarray, list]:
+    """One annotated dispatch of a `fused.FusedLoop`: `steps` transitions; returns (state, losses, ids)."""
+    out = traced(lambda: loop.arguments(state, steps), lambda args: loop.program(*args))
+    key, order, cursor, weights, momentum, losses, ids = out
+    return loop.finish(state, Dispatch(DeviceSampler(key, order, cursor), weights, momentum, losses, ids), steps)
+
+
+def _union(spans: list[tuple[int, int]]) -> int:
+    """Total length covered by (start, end) spans, overlaps counted once."""
+    total, reach = 0, None
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            total, reach = total + end - start, end
+        elif end > reach:
+            total, reach = total + end - reach, end
+    return total
+
+
+def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
+    """Per device thread of the capture: its name, event count, busy ms (union of events) and top event names."""
+    profile = jax.profiler.ProfileData.from_file(str(files.xplane))
+    found = []
+    for plane in profile.planes:
+        for line in plane.lines:
+            if not line.name.startswith(prefix):
+                continue
+            events = [(e.name, round(e.start_ns), round(e.start_ns + e.duration_ns)) for e in line.events]
+            if not events:
+                continue
+            spans = [(start, end) for _, start, end in events]
+            totals = {}
+            for name, start, end in events:
+                totals[name] = totals.get(name, 0) + (end - start)
+            top = sorted(totals.items(), key=lambda item: -item[1])[:3]
+            found.append(
+                {
+                    "thread": line.name,
+                    "events": len(events),
+                    "busy_ms": _union(spans) / 1e6,
+                    "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
+                }
+            )
+    return found
+
+
+def before_after(data, mesh, batch_size: int, seed: int, logdir, count: int = 4, k: int = 100, body=None) -> dict:
+    """Course transitions and fused dispatches of K steps, traced alternately in one capture, read back.
+
+    Both start from the same state (one warm, untraced call each first, which compiles).
+    Returns the per-transition annotation rows of each side, per-step medians (a fused
+    row is K steps), the device-thread events and the capture's files.
+    """
+    step, loop = make_step(mesh), fused.FusedLoop(data, mesh, batch_size, k, body=body)
+    start = initial(seed, data, mesh)
+    course, _, _ = transition(start, data, batch_size, step, mesh)
+    looped, _, _ = fused_dispatch(loop, start, k)
+
+    def alternate():
+        states, order = {"before": course, "after": looped}, []
+        for index in range(count):
+            for side in sorted(states, reverse=index % 2 == 1):
+                if side == "before":
+                    states[side], _, _ = transition(states[side], data, batch_size, step, mesh)
+                else:
+                    states[side], _, _ = fused_dispatch(loop, states[side], k)
+                order.append(side)
+        return order
+
+    order, files = trace.capture(logdir, alternate, replace=True)
+    rows = trace.annotation_durations(files)
+    sides = {side: [r for r, who in zip(rows, order) if who == side] for side in ("before", "after")}
+    steps = {"before": 1, "after": k}
+    per_step = {
+        side: {
+            f"median_{name}_ms_per_step": float(np.median([r[f"{name}_ms"] for r in mine])) / steps[side]
+            for name in (trace.STEP, trace.PREPARE, trace.UPDATE)
+        }
+        for side, mine in sides.items()
+    }
+    return {
+        "files": files,
+        "order": order,
+        "steps_per_transition": steps,
+        **sides,
+        "per_step": per_step,
+        "device_threads": device_events(files),
+    }

@@ -1,0 +1,90 @@
+"""The roofline of one step: XLA's FLOP and byte counts for the program against the measured time.
+
+`compiled.cost_analysis()` is XLA's static cost model of an executable: it counts the
+operations of the program once (a `while` body is counted once, whatever its trip count),
+so the fused loop's one step is costed from its program compiled with K = 1 (which also
+holds the sampler's possible reshuffle). Its byte count is the model's (for a gather it
+counts the whole operand it reads from), not a measured memory traffic. The roofs are
+measured here, on one logical device of this host: a large float32 matmul for FLOP/s and a
+large elementwise pass for bytes/s. A step that takes far longer than both roofs allow is
+bound by neither arithmetic nor memory but by fixed costs: dispatch, the thunks of many
+tiny operations, synchronisation between device threads.
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shardlab.core.batch import next_batch
+from shardlab.core.state import initial
+from shardlab.core.update import make_step
+from shardlab.perf import fused
+
+MATMUL = 512  # n of the n x n x n float32 matmul that measures the FLOP roof
+STREAM = 1 << 22  # float32 elements of the elementwise pass that measures the bandwidth roof (16 MB)
+
+
+def cost(compiled) -> dict:
+    """{'flops', 'bytes_accessed'} from an executable's cost analysis (a dict, or a list of one per program)."""
+    found = compiled.cost_analysis()
+    if isinstance(found, list | tuple):
+        found = found[0]
+    return {"flops": float(found.get("flops", 0.0)), "bytes_accessed": float(found.get("bytes accessed", 0.0))}
+
+
+def course_step(data, mesh, batch_size: int, seed: int = 17) -> dict:
+    """Cost of the course's compiled update for one placed batch (sampling and placement are outside it)."""
+    state = initial(seed, data, mesh)
+    _, batch = next_batch(state, data, batch_size, mesh)
+    args = (*batch[:3], state["weights"], state["momentum"])
+    return cost(make_step(mesh).lower(*args).compile())
+
+
+def fused_step(data, mesh, batch_size: int, body=None, seed: int = 17) -> dict:
+    """Cost of one fused step: the loop's program compiled for K = 1 (sampler, gather, update, collectives)."""
+    loop = fused.FusedLoop(data, mesh, batch_size, 1, body=body)
+    return cost(loop.program.lower(*loop.arguments(initial(seed, data, mesh), 1)).compile())
+
+
+def _median_seconds(fn, args, samples: int) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def roofs(samples: int = 5) -> dict:
+    """Measured FLOP/s of a large matmul and bytes/s of a large elementwise pass, on one device."""
+    a = jnp.ones((MATMUL, MATMUL), jnp.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    x = jnp.ones(STREAM, jnp.float32)
+    stream = jax.jit(lambda v: v * 1.5 + 1.0)
+    flop_s = 2 * MATMUL**3 / _median_seconds(matmul, (a,), samples)
+    byte_s = 2 * 4 * STREAM / _median_seconds(stream, (x,), samples)  # read once, write once
+    return {"flops_per_s": flop_s, "bytes_per_s": byte_s, "measured_on": "one logical CPU device, XLA, float32"}
+
+
+def point(step_cost: dict, step_ms: float, roof: dict) -> dict:
+    """Where one step sits: the time each roof allows for its FLOPs and bytes, against the measured time.
+
+    The roofline's time for a step is the larger of the two; `measured_over_roofline` says how
+    many times longer the step really took. XLA's byte model counts an operand a gather reads
+    from in full (here the whole dataset copy), so the byte time is an upper bound.
+    """
+    flop_ms = 1e3 * step_cost["flops"] / roof["flops_per_s"]
+    byte_ms = 1e3 * step_cost["bytes_accessed"] / roof["bytes_per_s"]
+    return {
+        **step_cost,
+        "step_ms": step_ms,
+        "flops_per_byte": step_cost["flops"] / max(step_cost["bytes_accessed"], 1.0),
+        "achieved_flops_per_s": step_cost["flops"] / (step_ms / 1e3),
+        "flop_roof_ms": flop_ms,
+        "byte_roof_ms": byte_ms,
+        "roofline_ms": max(flop_ms, byte_ms),
+        "measured_over_roofline": step_ms / max(flop_ms, byte_ms),
+    }
