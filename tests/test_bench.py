@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import shardlab as sl
-from shardlab.core.errors import VariantMismatchError
+from shardlab.errors import VariantMismatchError
 from shardlab.perf import endtoend, targets
 
 pytestmark = pytest.mark.stage4

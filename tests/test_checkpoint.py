@@ -14,7 +14,7 @@ import pytest
 
 import shardlab as sl
 from shardlab.core import checkpoint
-from shardlab.core.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
+from shardlab.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
 from shardlab.lessons import orbax_io
 
 pytestmark = pytest.mark.stage3
@@ -204,7 +204,7 @@ RACER = textwrap.dedent(
     import os, sys, time
     import numpy as np
     from shardlab.core import checkpoint
-    from shardlab.core.errors import CheckpointExistsError
+    from shardlab.errors import CheckpointExistsError
     from shardlab.core.sampler import sampler_at
 
     folder, target, index, racers, contract = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]

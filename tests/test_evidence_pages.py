@@ -16,8 +16,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from shardlab.core.errors import PageError
 from shardlab.course import execute as runner
+from shardlab.errors import PageError
 from shardlab.evidence import headline, pages, stable
 from shardlab.evidence.index import INDEX
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardlab as sl
-from shardlab.core.errors import ConfigError
+from shardlab.errors import ConfigError
 from shardlab.perf import device_sampler, fused, stats
 
 pytestmark = pytest.mark.stage4

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import shardlab as sl
 from shardlab.core import checkpoint
-from shardlab.core.errors import (
+from shardlab.errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointWriteError,
@@ -283,7 +283,7 @@ ORBAX_CHILD = textwrap.dedent(
     import shardlab as sl
     sl.setup_devices(4)
     from shardlab.lessons import orbax_io
-    from shardlab.core.errors import CheckpointWriteError
+    from shardlab.errors import CheckpointWriteError
     mesh, data = sl.make_mesh(), sl.teaching_fixture()
     state, contract = sl.initial(17, data, mesh), sl.contract(data, sl.Config())
     if sys.argv[2] == "full":  # writes beyond 300 bytes fail with EFBIG, as on a full file system

@@ -12,7 +12,7 @@ import pytest
 from conftest import results
 
 import shardlab as sl
-from shardlab.core.errors import (
+from shardlab.errors import (
     AsyncSaveError,
     CheckpointExistsError,
     ConfigError,

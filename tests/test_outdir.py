@@ -11,9 +11,9 @@ import pytest
 
 from shardlab import outdir
 from shardlab.__main__ import main
-from shardlab.core.errors import ConfigError, OutputFolderError
 from shardlab.course import catalog
 from shardlab.course import execute as runner
+from shardlab.errors import ConfigError, OutputFolderError
 from shardlab.lessons import replay
 
 

@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
-from shardlab.core.errors import ConfigError, EmptyBatchError
+from shardlab.errors import ConfigError, EmptyBatchError
 from shardlab.lessons import oracle
 from shardlab.perf import multistep, packed, resident
 

@@ -231,7 +231,7 @@ def test_committed_receipts_match_current_sources():
 def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
     from nbformat.v4 import new_notebook
 
-    from shardlab.evidence import report
+    from shardlab.evidence import paths
 
     folder = (tmp_path / "staging").resolve()
     (folder / "sub").mkdir(parents=True)
@@ -239,10 +239,10 @@ def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
     nb = new_notebook()
     nb.metadata["papermill"] = {"input_path": "/somewhere/notebooks/a.ipynb", "output_path": f"{folder}/a.ipynb"}
     nbformat.write(nb, folder / "a.ipynb")
-    report.relative_paths(folder)
+    paths.relative_paths(folder)
     assert (folder / "sub" / "note.txt").read_text() == "committed to sub/x and .\n"
     meta = nbformat.read(folder / "a.ipynb", as_version=4).metadata.papermill
-    assert (meta.input_path, meta.output_path) == ("notebooks/a.ipynb", "a.ipynb")
+    assert (meta.input_path, meta.output_path) == ("shardlab/course/notebooks/a.ipynb", "a.ipynb")
     assert absolute_paths(folder, [str(tmp_path)]) == []
 
 
@@ -250,7 +250,7 @@ def test_the_audit_says_which_notebooks_ran_the_reference(tmp_path):
     """A learner's run: stages 1-4 ran the learner's file, stage 5 the reference, and the audit says so."""
     from nbformat.v4 import new_notebook
 
-    from shardlab.evidence import report
+    from shardlab.evidence import audit
 
     mine = tmp_path / "mine.py"
     mine.write_text("# a learner's file\n")
@@ -259,7 +259,7 @@ def test_the_audit_says_which_notebooks_ran_the_reference(tmp_path):
         nb = new_notebook()
         nb.metadata["papermill"] = {"parameters": {"seed": 17, "batch_size": 7, "implementation": str(mine)}}
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
-    run = report._run_section(tmp_path, names)
+    run = audit._run_section(tmp_path, names)
     learner = {"file": "mine.py", "sha256": hashlib.sha256(mine.read_bytes()).hexdigest()}
     assert run["implementation_by_notebook"] == {"stage1_batches": learner, "stage5_multicontroller": "reference"}
     assert "always run the reference" in run["runs_reference"]["stage5_multicontroller"]

@@ -7,9 +7,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from shardlab import outdir
-from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
 from shardlab.course import execute as runner
+from shardlab.errors import ConfigError
 
 
 def write_notebook(folder, name, code):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardlab as sl
-from shardlab.core.errors import ConfigError, DataError, EmptyBatchError
+from shardlab.errors import ConfigError, DataError, EmptyBatchError
 
 pytestmark = pytest.mark.stage1
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shardlab as sl
-from shardlab.core.errors import TraceError, VariantMismatchError
+from shardlab.errors import TraceError, VariantMismatchError
 from shardlab.evidence import timing, trace
 
 pytestmark = pytest.mark.stage4
@@ -258,7 +258,7 @@ def test_dominant_is_computed_from_medians():
 
 
 def test_the_hypothesis_follows_what_dominates():
-    from shardlab.evidence.report import next_optimisation
+    from shardlab.evidence.hypothesis import next_optimisation
 
     def dominance(prepare, update):
         name = trace.PREPARE if prepare >= update else trace.UPDATE

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import shardlab as sl
 from shardlab.__main__ import main
-from shardlab.core.errors import CheckpointError, CorruptCheckpointError
+from shardlab.errors import CheckpointError, CorruptCheckpointError
 from shardlab.multi.drills import SAVE_EVERY
 from shardlab.torture import REDUCED, badparams, corrupt, edges, fuzz, killsave, multi, outcome, subjects
 

@@ -3,7 +3,8 @@
 Import order matters once: call `setup_devices` before anything creates a JAX array.
 """
 
-from shardlab.core import batch, checkpoint, config, devices, errors, fixtures, sampler, schema, state, update
+from shardlab import errors
+from shardlab.core import batch, checkpoint, config, devices, fixtures, sampler, schema, state, update
 from shardlab.core.batch import Batch, device_counts, next_batch, pad, padded_length, place
 from shardlab.core.checkpoint import contract, restore, save
 from shardlab.core.config import Config

@@ -25,7 +25,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from shardlab.core.errors import OutputFolderError
+from shardlab.errors import OutputFolderError
 
 MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run

@@ -9,7 +9,7 @@ import tempfile
 import numpy as np
 
 from shardlab.core.checkpoint import _arrays
-from shardlab.core.errors import CheckpointExistsError
+from shardlab.errors import CheckpointExistsError
 from shardlab.learner.reference import *  # noqa: F403
 
 

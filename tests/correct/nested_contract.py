@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from shardlab.core.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
 from shardlab.core.schema import check, to_arrays
 from shardlab.core.state import replicate
+from shardlab.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
 from shardlab.learner.reference import *  # noqa: F403
 
 

@@ -11,9 +11,9 @@ import tempfile
 import numpy as np
 
 from shardlab.core.checkpoint import check_contract
-from shardlab.core.errors import CheckpointExistsError, CorruptCheckpointError
 from shardlab.core.schema import check, to_arrays
 from shardlab.core.state import replicate
+from shardlab.errors import CheckpointExistsError, CorruptCheckpointError
 from shardlab.learner.reference import *  # noqa: F403
 
 

@@ -6,7 +6,7 @@ import uuid
 import jax
 import numpy as np
 
-from shardlab.core.errors import CheckpointExistsError
+from shardlab.errors import CheckpointExistsError
 from shardlab.learner.reference import *  # noqa: F403
 
 

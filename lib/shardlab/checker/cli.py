@@ -19,8 +19,8 @@ from shardlab.checker import stage1, stage2, stage3, stage4
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.checker.here import CHILD_TIMEOUT, REPORT
 from shardlab.core.devices import make_mesh
-from shardlab.core.errors import ImplementationError
 from shardlab.core.fixtures import teaching_fixture
+from shardlab.errors import ImplementationError
 from shardlab.learner import implementation
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
@@ -205,7 +205,7 @@ def main(args) -> int:
     command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(args.stage)]
     if args.output:
         from shardlab import outdir
-        from shardlab.core.errors import OutputFolderError
+        from shardlab.errors import OutputFolderError
 
         try:
             outdir.claim(args.output, "check")  # refuse a bad folder before any check runs

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import tempfile
 
-from shardlab.core.errors import ImplementationError
+from shardlab.errors import ImplementationError
 from shardlab.learner import implementation as _implementation
 
 REPORT = "check_report.json"  # the JSON report the child writes (the command line's --output)

@@ -14,9 +14,9 @@ from pathlib import Path
 import nbformat
 
 from shardlab import outdir
-from shardlab.core.errors import ConfigError, ImplementationError
 from shardlab.course import catalog
 from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
+from shardlab.errors import ConfigError, ImplementationError
 from shardlab.evidence import stable
 from shardlab.learner import implementation as learner_implementation
 
@@ -175,8 +175,9 @@ def _failure_advice(message: str, kept: Path | None, implementation: str) -> str
 
 def _finishers():
     """Steps that run after every notebook succeeded: folder-relative paths, the audit, the index, the modes."""
+    from shardlab.evidence.audit import write_audit
     from shardlab.evidence.index import write_index
-    from shardlab.evidence.report import relative_paths, write_audit
+    from shardlab.evidence.paths import relative_paths
 
     return [relative_paths, write_audit, write_index, stable.modes]
 

@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from shardlab.core.errors import ConfigError
 from shardlab.course import catalog
+from shardlab.errors import ConfigError
 
 LEDGER = ".shardlab-workspace.json"  # name -> sha256 of the course notebook as it was copied
 

@@ -1,6 +1,6 @@
 """receipts/index.html: the page to open first — what ran, the headline table, the figure, every link.
 
-Built from the folder's audit.json (see evidence/report.py for its schema) and nothing else,
+Built from the folder's audit.json (see evidence/audit.py for its schema) and nothing else,
 so it says exactly what the audit says. Plain HTML with a few lines of inline CSS: no script,
 no font or stylesheet from another host, readable from a file:// URL.
 """
@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
+from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.headline import facts, run_line
-from shardlab.evidence.report import AUDIT
 
 INDEX = "index.html"
 TITLES = {

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 from jinja2 import DictLoader
 
-from shardlab.core.errors import PageError
+from shardlab.errors import PageError
 
 TEMPLATE = "shardlab_offline.html.j2"
 TEMPLATES = {

@@ -21,9 +21,9 @@ from jax.sharding import Mesh
 
 from shardlab.core.batch import pad, place
 from shardlab.core.config import DECAY, LEARNING_RATE
-from shardlab.core.errors import VariantMismatchError
 from shardlab.core.state import replicate
 from shardlab.core.update import make_single_device_step, make_step
+from shardlab.errors import VariantMismatchError
 from shardlab.lessons.oracle import momentum_step
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring event of one XLA compile

@@ -36,8 +36,8 @@ import jax
 import numpy as np
 
 from shardlab.core.batch import next_batch as reference_next_batch
-from shardlab.core.errors import TraceError
 from shardlab.core.state import updated
+from shardlab.errors import TraceError
 
 STEP = "sharded_learner_step"
 PREPARE = "prepare_and_place"

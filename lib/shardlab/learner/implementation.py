@@ -5,7 +5,7 @@ import os
 import traceback
 import types
 
-from shardlab.core.errors import ImplementationError
+from shardlab.errors import ImplementationError
 
 API = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
 STARTER = "start one with `python -m shardlab starter my_model.py`"

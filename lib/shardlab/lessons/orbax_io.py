@@ -19,8 +19,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from shardlab.core import checkpoint
 from shardlab.core.batch import REPLICATED, is_replicated
-from shardlab.core.errors import CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
 from shardlab.core.schema import DEVICE, DTYPES, FIELDS, SCALARS, check, digests, host_copy, shapes, to_arrays
+from shardlab.errors import CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
 
 STATE = "state"  # the Orbax checkpoint inside a saved folder
 CONTRACT = "shardlab.json"  # beside it: the contract and the field checksums

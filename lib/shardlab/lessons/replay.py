@@ -11,9 +11,9 @@ import os
 import numpy as np
 
 from shardlab import outdir
-from shardlab.core.errors import CheckpointError, ShardlabError
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
+from shardlab.errors import CheckpointError, ShardlabError
 from shardlab.lessons import fingerprint
 
 OWNER = "stage3_checkpoint"  # the manifest section of the files `fresh_folder` may replace

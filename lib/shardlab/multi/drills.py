@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardlab.core.errors import ContractMismatchError
+from shardlab.errors import ContractMismatchError
 from shardlab.multi import control, launcher, manifest, migration
 from shardlab.multi.guard import EXIT_STOPPED
 from shardlab.multi.program import parse_fault
@@ -463,7 +463,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from shardlab import outdir
-    from shardlab.core.errors import OutputFolderError
+    from shardlab.errors import OutputFolderError
     from shardlab.multi import figure
 
     try:

@@ -17,7 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from shardlab.core.errors import HangError, LostProcessError, SamplerMismatchError, ShardlabError
+from shardlab.errors import HangError, LostProcessError, SamplerMismatchError, ShardlabError
 
 PULSE = 0.5  # seconds between pulses
 PULSE_WINDOW = 3.0  # seconds a diagnosis watches the pulses: a live process pulses ~6 times in it

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from shardlab.core.errors import LaunchError
+from shardlab.errors import LaunchError
 from shardlab.lessons.fingerprint import first_divergence
 from shardlab.multi import program, runtime
 

@@ -16,8 +16,8 @@ import os
 import stat
 import tempfile
 
-from shardlab.core.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
 from shardlab.core.schema import FIELDS, digests
+from shardlab.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
 
 FORMAT_VERSION = 1
 ORBAX = "orbax"

@@ -31,7 +31,7 @@ import numpy as np
 
 import shardlab as sl
 from shardlab.core.batch import put_shards
-from shardlab.core.errors import CheckpointExistsError, ShardlabError
+from shardlab.errors import CheckpointExistsError, ShardlabError
 from shardlab.lessons import fingerprint
 from shardlab.multi import manifest, migration, retention, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard

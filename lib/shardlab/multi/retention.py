@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 
-from shardlab.core.errors import ConfigError
+from shardlab.errors import ConfigError
 from shardlab.multi import manifest
 
 TRASH = "trash"

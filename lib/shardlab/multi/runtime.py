@@ -13,7 +13,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from shardlab.core.errors import LaunchError
+from shardlab.errors import LaunchError
 
 COORDINATOR = "SHARDLAB_COORDINATOR"  # host:port of process 0's coordination service
 NUM_PROCESSES = "SHARDLAB_NUM_PROCESSES"

@@ -14,8 +14,8 @@ import os
 
 from jax.sharding import Mesh
 
-from shardlab.core.errors import AsyncSaveError
 from shardlab.core.schema import SCALARS
+from shardlab.errors import AsyncSaveError
 from shardlab.lessons import orbax_io
 from shardlab.multi.manifest import ORBAX
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from shardlab.core.errors import LaunchError, RestartBudgetError
+from shardlab.errors import LaunchError, RestartBudgetError
 from shardlab.multi import launcher, manifest, program
 from shardlab.multi.guard import EXIT_STOPPED, PULSE, PULSE_WINDOW
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from shardlab.core import fixtures
 from shardlab.core.devices import make_mesh, setup_devices
-from shardlab.evidence.report import source_hashes
+from shardlab.evidence.audit import source_hashes
 from shardlab.perf import endtoend, host, local, plot, profile, roofline, scaling, stats, tables, targets
 
 NUM_DEVICES = 4
@@ -112,7 +112,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from shardlab import outdir
-    from shardlab.core.errors import OutputFolderError
+    from shardlab.errors import OutputFolderError
 
     try:
         with outdir.writing(args.out, "bench") as staging:  # writes only inside OUT, replaces only its own files

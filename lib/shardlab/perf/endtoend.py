@@ -19,9 +19,9 @@ import jax
 import numpy as np
 
 from shardlab.core.devices import make_mesh
-from shardlab.core.errors import VariantMismatchError
 from shardlab.core.state import initial, transition
 from shardlab.core.update import make_step
+from shardlab.errors import VariantMismatchError
 from shardlab.evidence.timing import rotations
 from shardlab.perf import fused, stats
 

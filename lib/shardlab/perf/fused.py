@@ -28,10 +28,10 @@ from jax.sharding import Mesh
 from shardlab.core.batch import REPLICATED, put_whole
 from shardlab.core.config import DECAY, LEARNING_RATE, check_batch_size
 from shardlab.core.devices import AXIS
-from shardlab.core.errors import ConfigError
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.state import updated
 from shardlab.core.update import apply_momentum, local_sums
+from shardlab.errors import ConfigError
 from shardlab.perf import device_sampler
 from shardlab.perf.device_sampler import DeviceSampler
 from shardlab.perf.packed import packed_psum

@@ -18,9 +18,9 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.batch import ROWS, next_batch
 from shardlab.core.devices import AXIS
-from shardlab.core.errors import TraceError, VariantMismatchError
 from shardlab.core.state import initial
 from shardlab.core.update import count_all_reduce, make_step, stablehlo
+from shardlab.errors import TraceError, VariantMismatchError
 from shardlab.evidence import timing, trace
 from shardlab.lessons import oracle
 from shardlab.perf import multistep, profile, resident

@@ -14,10 +14,10 @@ from jax.sharding import PartitionSpec as P
 from shardlab.core.batch import pad, padded_length
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
-from shardlab.core.errors import ConfigError
 from shardlab.core.sampler import advance
 from shardlab.core.state import updated
 from shardlab.core.update import make_step
+from shardlab.errors import ConfigError
 from shardlab.perf.packed import make_packed_step
 
 STACKED_ROWS = P(None, AXIS, None)  # (K, slots, features)

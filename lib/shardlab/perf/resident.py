@@ -23,11 +23,11 @@ from jax.sharding import Mesh, NamedSharding
 from shardlab.core.batch import REPLICATED, ROWS, VALUES, padded_length
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
-from shardlab.core.errors import EmptyBatchError
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import advance
 from shardlab.core.state import updated
 from shardlab.core.update import apply_momentum, local_sums
+from shardlab.errors import EmptyBatchError
 from shardlab.perf.packed import packed_psum
 
 EMPTY = -1  # ID of a padded slot

@@ -187,7 +187,7 @@ def main(args) -> int:
 
     import shardlab as sl
     from shardlab import outdir
-    from shardlab.core.errors import OutputFolderError
+    from shardlab.errors import OutputFolderError
 
     try:
         outdir.claim(args.out, "torture")  # refuse a bad folder before the campaign, not after it

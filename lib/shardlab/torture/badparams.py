@@ -18,7 +18,9 @@ import numpy as np
 import shardlab as sl
 from shardlab import outdir
 from shardlab.core import checkpoint
-from shardlab.core.errors import (
+from shardlab.course import catalog
+from shardlab.course import execute as runner
+from shardlab.errors import (
     CheckpointExistsError,
     ConfigError,
     ContractMismatchError,
@@ -27,8 +29,6 @@ from shardlab.core.errors import (
     DeviceSetupError,
     EmptyBatchError,
 )
-from shardlab.course import catalog
-from shardlab.course import execute as runner
 from shardlab.torture.outcome import Tally, same_state, tree_digest
 
 COURSE_DIR, COURSE_NOTEBOOKS = catalog.NOTEBOOK_DIR, list(catalog.NOTEBOOKS)  # before any test points elsewhere

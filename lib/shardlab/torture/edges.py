@@ -20,8 +20,8 @@ import numpy as np
 
 from shardlab import outdir
 from shardlab.core import checkpoint
-from shardlab.core.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.core.schema import FIELDS
+from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
 from shardlab.torture.outcome import Tally, file_digest, tree_digest
@@ -594,7 +594,7 @@ import json, resource, signal, sys, time
 import shardlab as sl
 sl.setup_devices(4)
 from shardlab.lessons import orbax_io
-from shardlab.core.errors import CheckpointWriteError
+from shardlab.errors import CheckpointWriteError
 mesh, data = sl.make_mesh(), sl.teaching_fixture()
 state, contract = sl.initial(17, data, mesh), sl.contract(data, sl.Config())
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 
 from shardlab.core import checkpoint
-from shardlab.core.errors import CheckpointExistsError
+from shardlab.errors import CheckpointExistsError
 from shardlab.torture.outcome import Tally, file_digest
 
 PAUSE = 0.002  # seconds a timed saver rests at each event, so one save spans ~0.1-0.3 s to land in

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardlab.core.errors import CheckpointError
 from shardlab.core.state import FIELDS, host_copy
+from shardlab.errors import CheckpointError
 
 MAX_EXAMPLES = 5  # failure descriptions kept per category
 COUNTERS = {

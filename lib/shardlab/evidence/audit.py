@@ -1,4 +1,4 @@
-"""The evidence report: `audit.json` and the three-panel figure, written into the output folder.
+"""The audit: `audit.json`, one object that says what a run used, observed and where its files are.
 
 `write_audit(out_dir)` runs after every notebook of `python -m shardlab run` succeeded. Every
 path it stores is relative to the folder holding audit.json; no absolute path is written.
@@ -49,21 +49,25 @@ from importlib import metadata, resources
 from pathlib import Path
 
 import nbformat
-import numpy as np
 
 from shardlab.core.update import count_all_reduce
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.lessons import results as record
 
 SCHEMA_VERSION = 1
+
+
 AUDIT = "audit.json"
-FIGURE = "evidence"  # evidence.png and evidence.svg in the output folder
+
+
 IR = "step.stablehlo.mlir"
+
+
 DRILLS = "drills.json"  # written by stage 5's drills, when they ran
 STAGE4 = "stage4_profile"
+
+
 PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermill")
-FAULTS = ("momentum", "cursor", "key")
-SHARES = ("jitted_dispatch_ms", "placement_ms", "other_ms")  # parts of prepare_and_place in trace.breakdown
 
 
 def sha256(path) -> str:
@@ -119,11 +123,6 @@ def environment() -> dict:
     }
 
 
-def relative(path, out_dir) -> str:
-    """`path` relative to `out_dir`, with forward slashes (receipts never hold absolute paths)."""
-    return Path(os.path.relpath(Path(path).resolve(), Path(out_dir).resolve())).as_posix()
-
-
 def stage_results(out_dir, notebook: str) -> dict | None:
     """Everything `notebook` recorded in out_dir/results, or None if it has not run there."""
     try:
@@ -144,107 +143,6 @@ def _device_counts(stage1: dict | None) -> dict | None:
     }
 
 
-def next_optimisation(dominance: dict, prepare_breakdown: list[dict]) -> str:
-    """One falsifiable hypothesis, chosen from what dominates in this trace."""
-    prepare, update = dominance["median_prepare_and_place_ms"], dominance["median_compiled_update_and_wait_ms"]
-    if dominance["dominant"] == "compiled_update_and_wait":
-        return (
-            f"The update dominates here (median {update:.3f} ms against {prepare:.3f} ms of preparation). "
-            "Hypothesis: on this small workload the four-device executable pays for three all-reduces between "
-            "logical devices sharing the same cores; replacing the three psums by one packed psum "
-            "(shardlab.perf.packed) cuts the median traced compiled_update_and_wait of the next four transitions "
-            "by at least a quarter, with losses and weights equal to float32 rounding. Falsified if the cut is "
-            "smaller, or any id or loss differs beyond rounding."
-        )
-    parts = {k[: -len("_ms")]: float(np.median([r[k] for r in prepare_breakdown])) for k in SHARES}
-    split = ", ".join(f"{k} {v:.3f} ms" for k, v in parts.items())
-    dispatched = sorted({name for row in prepare_breakdown for name in row["dispatched"]})
-    evidence = (
-        f"Preparation dominates here (median {prepare:.3f} ms against {update:.3f} ms for the update). "
-        f"Inside prepare_and_place the trace shows (medians) {split}; the jitted calls inside are "
-        f"{', '.join(dispatched) or 'none'}. 'other' is host time the trace does not name (Python around the "
-        "sampler's jax.random calls, copying the new key and order back to NumPy, padding). "
-    )
-    if parts["placement"] > parts["jitted_dispatch"] + parts["other"]:
-        return evidence + (
-            "Hypothesis: placement is the cost; keeping the dataset on the devices and moving only the selected "
-            "int32 ids per step (shardlab.perf.resident) cuts the median traced prepare_and_place of the next four "
-            "transitions by at least a third, with the same ids and losses equal to float32 rounding. "
-            "Falsified if the cut is smaller or any id differs."
-        )
-    return evidence + (
-        "Hypothesis: most of it is the epoch reshuffle, which happens in every traced transition at this batch "
-        "size; drawing key split and permutation in one jitted call (same key, same order) cuts the median "
-        "traced prepare_and_place of the next four transitions by at least a quarter, with bit-identical ids, "
-        "losses and weights. Falsified if the cut is smaller or anything differs; a trace at a batch size that "
-        "does not reshuffle every step is the control."
-    )
-
-
-def figure(out_dir, faults: list | None, timing: dict, transitions: list[dict]):
-    """Three panels (fault errors, timing samples on a log axis, traced durations); saved as PNG and SVG."""
-    import matplotlib.pyplot as plt
-
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
-    _fault_panel(left, faults)
-    _timing_panel(middle, timing)
-    _trace_panel(right, transitions)
-    paths = {}
-    for ext in ("png", "svg"):
-        path = Path(out_dir) / f"{FIGURE}.{ext}"
-        fig.savefig(path, dpi=120, metadata={"Date": None} if ext == "svg" else None)
-        paths[ext] = relative(path, out_dir)
-    return fig, paths
-
-
-def _fault_panel(ax, faults):
-    ax.set_title("Final-weight error per omitted state field")
-    if not faults:
-        ax.text(0.5, 0.5, "no stage3_checkpoint results in this folder", ha="center", transform=ax.transAxes)
-        return
-    fixtures = sorted({row["fixture"] for row in faults})
-    width = 0.8 / len(fixtures)
-    for i, fixture in enumerate(fixtures):
-        values = [
-            next((r["max_weight_error"] for r in faults if r["fixture"] == fixture and r["fault"] == f), 0.0)
-            for f in FAULTS
-        ]
-        bars = ax.bar(np.arange(len(FAULTS)) + (i - (len(fixtures) - 1) / 2) * width, values, width, label=fixture)
-        ax.bar_label(bars, fmt="%.3g", fontsize=8)
-    ax.set_xticks(range(len(FAULTS)), [f"{f} reset" for f in FAULTS])
-    ax.set_ylabel("max |w_fault - w_control| (audit: faults[].max_weight_error)")
-    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
-    ax.legend(title="fixture (complete recovery: 0)", loc="upper right")
-
-
-def _timing_panel(ax, timing):
-    ax.set_title("Warm update samples (inputs placed; log axis)")
-    variants = [v for v in ("eager_4dev", "compiled_4dev", "compiled_1dev") if v in timing]
-    rng = np.random.default_rng(0)  # horizontal jitter only
-    for i, variant in enumerate(variants):
-        samples = timing[variant]["samples_ms"]
-        ax.scatter(i + rng.uniform(-0.15, 0.15, len(samples)), samples, s=14, alpha=0.7)
-        ax.hlines(np.median(samples), i - 0.3, i + 0.3, color="black")
-        ax.annotate(f"median\n{np.median(samples):.4g} ms", (i + 0.32, np.median(samples)), va="center", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(variants)), variants)
-    ax.set_xlim(-0.5, len(variants) - 0.1)
-    ax.set_ylabel("ms per call (audit: timing.<variant>.samples_ms)")
-
-
-def _trace_panel(ax, transitions):
-    ax.set_title("Traced annotations per transition")
-    index = np.arange(len(transitions))
-    for offset, key in ((-0.2, "prepare_and_place_ms"), (0.2, "compiled_update_and_wait_ms")):
-        bars = ax.bar(index + offset, [t[key] for t in transitions], 0.4, label=key[: -len("_ms")])
-        ax.bar_label(bars, fmt="%.3f", fontsize=8)
-    ax.set_xticks(index, [str(t["transition"]) for t in transitions])
-    ax.set_xlabel("traced transition (audit: trace.transitions[].transition)")
-    ax.set_ylabel("ms (audit: trace.transitions[].<annotation>_ms)")
-    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
-    ax.legend(loc="upper right", ncols=2, fontsize=8)
-
-
 def _run_section(out_dir: Path, executed: list[str]) -> dict:
     """Seed, batch size and implementation from the executed notebooks' papermill parameters."""
     params = [nbformat.read(out_dir / f"{n}.ipynb", as_version=4).metadata["papermill"]["parameters"] for n in executed]
@@ -263,6 +161,8 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
 
 
 # Notebooks that run the reference whatever `implementation` says, and why (said in the notebook too).
+
+
 RUNS_REFERENCE = {
     "stage5_multicontroller": "its controller processes always run the reference implementation; a learner's "
     "file is loaded only for its contract",
@@ -318,30 +218,6 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         "results": results,
         "missing": missing,
     }
-
-
-TEXT = {".json", ".ipynb", ".html", ".txt", ".mlir", ".svg", ".md", ".csv"}  # files `relative_paths` may edit
-
-
-def relative_paths(out_dir) -> None:
-    """Make receipts folder-relative: papermill's input and output paths, and any path into `out_dir` in text files.
-
-    The runner works in a staging folder that is renamed on success, so an absolute path into
-    it would dangle as well as name this machine.
-    """
-    root = str(Path(out_dir).resolve())
-    for path in sorted(Path(out_dir).rglob("*")):
-        if path.suffix == ".ipynb":
-            nb = nbformat.read(path, as_version=4)
-            if "papermill" in nb.metadata:
-                nb.metadata.papermill["input_path"] = f"notebooks/{path.name}"
-                nb.metadata.papermill["output_path"] = path.relative_to(out_dir).as_posix()
-                nbformat.write(nb, path)
-        if path.is_file() and path.suffix in TEXT:
-            text = path.read_text(encoding="utf-8", errors="surrogateescape")
-            if root in text:
-                text = text.replace(root + "/", "").replace(root, ".")
-                path.write_text(text, encoding="utf-8", errors="surrogateescape")
 
 
 def write_audit(out_dir) -> Path:
