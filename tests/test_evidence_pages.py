@@ -209,6 +209,7 @@ def test_the_runner_prints_progress_and_no_kernel_transport_warning(tmp_path, mo
     nb.metadata["kernelspec"] = {"name": "shardlab", "display_name": "Python (shardlab)", "language": "python"}
     nbformat.write(nb, source / "tiny.ipynb")
     monkeypatch.setattr(runner.catalog, "NOTEBOOK_DIR", source)
+    monkeypatch.setattr(runner.catalog, "NOTEBOOKS", ["tiny"])
     runner.run(tmp_path / "out", seed=3, batch_size=5, notebooks=["tiny"], html=False)
     out, err = capfd.readouterr()
     assert "run: seed 3, batch size 5, implementation reference" in out

@@ -49,11 +49,12 @@ def test_a_successful_run_passes_parameters_and_publishes(sources, tmp_path):
 
 def test_a_failing_cell_names_notebook_and_cell_and_keeps_the_previous_run(sources, tmp_path):
     out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["ok"], html=False)
-    before = tree_digest(out)
+    before, section = tree_digest(out, leave_out=(outdir.MANIFEST,)), outdir.read_manifest(out)["run"]
     failure = r"raises\.ipynb failed at cell \[(\d+)\] .*deliberate failure"
     with pytest.raises(runner.NotebookFailed, match=failure) as info:
         runner.run(out, seed=1, batch_size=2, notebooks=["ok", "raises"], replace=True, html=False)
     assert tree_digest(out, leave_out=("failed", outdir.MANIFEST)) == before  # the earlier receipts are untouched
+    assert outdir.read_manifest(out)["run"] == section  # and so is the record of what the run wrote
     assert [p.name for p in out.iterdir() if "staging" in p.name] == []
     kept = out / "failed" / "raises.ipynb"  # the partly executed notebook, where the learner can open it
     assert str(kept) in str(info.value)
@@ -87,7 +88,7 @@ def test_an_implementation_that_is_not_a_py_file_is_named(sources, tmp_path, spe
 def test_a_cell_timeout_is_a_failure(sources, tmp_path):
     with pytest.raises(runner.NotebookFailed, match="CellTimeoutError"):
         runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=["sleeps"], timeout=3, html=False)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["failed", runner.MARKER])
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["failed", outdir.MANIFEST])
 
 
 def test_existing_output_folders_are_refused_unless_ours_and_replace(sources, tmp_path):

@@ -132,10 +132,13 @@ def test_bad_parameters_raise_their_own_errors_and_leave_earlier_files_alone(tmp
     previous = tmp_path / "runner" / "previous"  # what badparams.previous_run wrote, read back directly
     assert sorted(p.relative_to(previous).as_posix() for p in previous.rglob("*")) == [
         ".shardlab-manifest.json",
+        "failed",  # the raising run's partly executed notebook, published as its own manifest section
+        "failed/raises.ipynb",
         "results",
         "results/stage1_batches.json",
         "stage1_batches.ipynb",
     ]
+    assert sorted(json.loads((previous / ".shardlab-manifest.json").read_text())["commands"]) == ["run", "run-failed"]
     listed = json.loads((previous / ".shardlab-manifest.json").read_text())["commands"]["run"]["files"]
     assert sorted(listed) == ["results/stage1_batches.json", "stage1_batches.ipynb"]
     assert json.loads((previous / "results" / "stage1_batches.json").read_text()) == {"coverage": True}

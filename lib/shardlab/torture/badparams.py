@@ -29,7 +29,7 @@ from shardlab.errors import (
     DeviceSetupError,
     EmptyBatchError,
 )
-from shardlab.torture.outcome import Tally, same_state, tree_digest
+from shardlab.torture.outcome import Tally, receipts_digest, same_state, tree_digest
 
 COURSE_DIR, COURSE_NOTEBOOKS = catalog.NOTEBOOK_DIR, list(catalog.NOTEBOOKS)  # before any test points elsewhere
 
@@ -261,9 +261,11 @@ def _real(previous: Path, implementation: Path, notebooks: list[str]):
         return runner.run(previous, 17, 7, str(implementation), replace=True, notebooks=notebooks, html=False)
 
 
-def probe(tally: Tally, name: str, call, expected, watched: list, state_before=None, state=None) -> dict:
+def probe(
+    tally: Tally, name: str, call, expected, watched: list, state_before=None, state=None, digest=tree_digest
+) -> dict:
     """Run one bad call; count refused / wrong accept / unexpected, and any change to watched paths."""
-    before = [tree_digest(w) for w in watched]
+    before = [digest(w) for w in watched]
     started = time.perf_counter()
     tally.trials += 1
     try:
@@ -277,7 +279,7 @@ def probe(tally: Tally, name: str, call, expected, watched: list, state_before=N
     else:
         outcome, message = "wrong", f"{name}: accepted without an error"
     tally.count(outcome, message)
-    changed = [os.fspath(w) for w, b in zip(watched, before) if tree_digest(w) != b]
+    changed = [os.fspath(w) for w, b in zip(watched, before) if digest(w) != b]
     if state is not None and not same_state(state, state_before):
         changed.append("the caller's state")
     if changed:
@@ -304,7 +306,7 @@ def run(folder, data, config, contract, state: dict, mesh, full: bool) -> dict:
     root.mkdir()
     with notebook_dir(source):
         for name, call, expected in runner_cases(root, full):
-            lines.append(probe(tally, name, call, expected, [root]))
+            lines.append(probe(tally, name, call, expected, [root], digest=receipts_digest))
     staging = [str(p.relative_to(root)) for p in root.rglob("*") if "staging" in p.name or ".old-" in p.name]
     if staging:
         tally.count("leak", f"runner left {staging} behind")

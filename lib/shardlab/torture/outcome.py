@@ -53,16 +53,22 @@ def file_digest(path) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def tree_digest(folder) -> str:
-    """sha256 over every path, file content and symlink target under `folder` (missing folder -> 'absent')."""
+def tree_digest(folder, leave_out=()) -> str:
+    """sha256 over every path, file content and symlink target under `folder` (missing folder -> 'absent').
+
+    `leave_out`: relative paths whose whole subtree is not part of the digest.
+    """
     folder = os.fspath(folder)
     if not os.path.lexists(folder):
         return "absent"
     digest = hashlib.sha256()
     for root, dirs, files in os.walk(folder):
         dirs.sort()
+        dirs[:] = [d for d in dirs if os.path.relpath(os.path.join(root, d), folder) not in leave_out]
         for name in sorted(dirs + files):
             path = os.path.join(root, name)
+            if os.path.relpath(path, folder) in leave_out:
+                continue
             digest.update(os.path.relpath(path, folder).encode())
             if os.path.islink(path):
                 digest.update(b"->" + os.readlink(path).encode())
@@ -142,3 +148,25 @@ class Tally:
             "error_types": dict(sorted(self.errors.items())),
             "failures": list(self.failures),
         }
+
+
+def receipts_digest(folder) -> str:
+    """tree_digest of `folder`, leaving out only what a failed run may add beside earlier outputs.
+
+    A failed `run` publishes its partly executed notebook as OUT/failed/<name>.ipynb, its own
+    (`run-failed`) section of OUT's manifest; every earlier file, and every other section of
+    the manifest, must stay as it was.
+    """
+    from shardlab import outdir
+
+    folder = os.fspath(folder)
+    leave_out, sections = [], []
+    for root, _, files in os.walk(folder):
+        if outdir.MANIFEST in files:
+            rel = os.path.relpath(root, folder)
+            leave_out += [os.path.normpath(os.path.join(rel, name)) for name in ("failed", outdir.MANIFEST)]
+            found = outdir.read_manifest(root)
+            sections.append((rel, sorted((k, repr(v)) for k, v in found.items() if k != "run-failed")))
+    digest = hashlib.sha256(tree_digest(folder, leave_out=tuple(leave_out)).encode())
+    digest.update(repr(sorted(sections)).encode())
+    return digest.hexdigest()
