@@ -40,7 +40,9 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True) ->
             timeout=CHILD_TIMEOUT,
         )
         # the verdict lines without their per-check seconds: a receipt changes only where a measurement does
-        print(re.sub(r"  \(\d+\.\d+ s\)$", "", done.stdout, flags=re.M), end="")
+        # and without the child's report path: a temporary folder, gone when this returns (the report is returned)
+        shown = re.sub(r"  \(\d+\.\d+ s\)$", "", done.stdout, flags=re.M)
+        print("".join(line for line in shown.splitlines(keepends=True) if folder not in line), end="")
         if done.returncode not in (0, 1) or not os.path.isfile(os.path.join(folder, REPORT)):
             print(done.stderr[-2000:], end="")
             return {"implementation": implementation, "passed": False, "error": done.stderr[-2000:], "checks": []}
