@@ -169,6 +169,13 @@ def normalised(path: Path) -> bytes:
     if path.name == "_CHECKPOINT_METADATA":  # Orbax's init and commit timestamps
         found = json.loads(data)
         return json.dumps({k: v for k, v in found.items() if not k.endswith("_timestamp_nsecs")}).encode()
+    if path.name == "commit_success.txt":  # Orbax names the staging folder it committed from (pid + random)
+        return re.sub(rb"\.tmp-\d+-[^/]+\.orbax", b".tmp-PID.orbax", data)
+    if path.name == ".shardlab-manifest.json":  # lists every file's hash; the files are compared one by one
+        found = json.loads(data)
+        for section in found["commands"].values():
+            section["files"] = sorted(section["files"])
+        return json.dumps(found, sort_keys=True).encode()
     if path.suffix in (".ipynb", ".html", ".json"):
         text = data.decode("utf-8")
         # stage 3 shows which process saved and which restored: a fresh kernel has a new pid and start time

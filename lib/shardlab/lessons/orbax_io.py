@@ -6,6 +6,7 @@ Orbax reads anything, like the NPZ path, then the fields, checksums and sampler.
 """
 
 import json
+import logging
 import os
 import shutil
 import stat
@@ -106,8 +107,14 @@ def save(path, state: dict, contract_: dict) -> str:
     try:
         # synchronous (no barrier at exit); without OCDBT each field is a zarr folder under its own name, so the
         # same files (and bytes) appear every run, where OCDBT writes its data under random names
-        with ocp.Checkpointer(ocp.StandardCheckpointHandler(use_ocdbt=False)) as checkpointer:
-            checkpointer.save(os.path.join(staging, STATE), args=ocp.args.StandardSave(as_tree(state)))
+        absl = logging.getLogger("absl")  # Orbax's thread-timing-dependent notes ("Skipping merge of OCDBT ...")
+        level = absl.level  # would make every receipt differ; errors still show
+        absl.setLevel(logging.ERROR)
+        try:
+            with ocp.Checkpointer(ocp.StandardCheckpointHandler(use_ocdbt=False)) as checkpointer:
+                checkpointer.save(os.path.join(staging, STATE), args=ocp.args.StandardSave(as_tree(state)))
+        finally:
+            absl.setLevel(level)
         with open(os.path.join(staging, CONTRACT), "x", encoding="utf-8") as handle:
             json.dump({"contract": contract_, "state": digests(host)}, handle, indent=1, sort_keys=True)
             handle.flush()
