@@ -144,7 +144,12 @@ def run(
         for number, name in enumerate(names, start=1):
             print(f"[shardlab] {number}/{len(names)} {name}.ipynb ...", flush=True)
             clock = time.perf_counter()
-            extra = {"bench_json": str(Path(bench).resolve())} if bench and name == BENCH_READER else {}
+            # relative to the kernel's folder, so no receipt names this machine's paths
+            extra = (
+                {"bench_json": os.path.relpath(Path(bench).resolve(), staging)}
+                if bench and name == BENCH_READER
+                else {}
+            )
             try:
                 executed = execute(name, staging, {**parameters, **extra}, timeout)
             except NotebookFailed as failed:
