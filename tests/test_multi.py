@@ -397,8 +397,8 @@ def test_incomplete_or_inconsistent_cluster_environment_is_named():
         runtime.check_cluster_environment({k: v for k, v in env.items() if k != "SLURM_NTASKS"})
     with pytest.raises(LaunchError, match="SLURM_PROCID=2 is outside SLURM_NTASKS=2"):
         runtime.check_cluster_environment({**env, "SLURM_PROCID": "2"})
-    with pytest.raises(LaunchError, match="'explicit' or 'slurm'"):
-        launcher.environment(45678, 2, 1, 2, "mpirun")
+    with pytest.raises(LaunchError, match="launch must be one of"):
+        launcher.environment(45678, 2, 1, 2, "pbs")
 
 
 def test_a_coordinator_port_in_use_is_named():
@@ -427,6 +427,131 @@ def test_a_controller_with_a_missing_variable_stops_fast_with_a_report(tmp_path)
     assert report["error"]["type"] == "LaunchError" and "SLURM_JOB_ID" in report["error"]["message"]
     assert time.time() - began < runtime.init_timeout(3)  # failed before any initialisation wait
     assert not (tmp_path / "shared").exists()  # nothing written where checkpoints go
+
+
+# ---- launch path (c): mpirun (MPICH's wheel) and JAX's own mpi4py detection ----
+
+
+def _mpiexec(tmp_path, ranks: int, code: str, env: dict) -> list[dict]:
+    """Run `code` in `ranks` processes under mpiexec; each writes what it found to its own JSON file."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    save = f"pathlib.Path({str(tmp_path)!r}, f'seen_{{MPI.COMM_WORLD.Get_rank()}}.json').write_text(json.dumps(found))"
+    script.write_text(code + "import pathlib\nfrom mpi4py import MPI\n" + save + "\n")
+    proc = subprocess.run(
+        [launcher.mpiexec(), "-n", str(ranks), sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [json.loads((tmp_path / f"seen_{r}.json").read_text()) for r in range(ranks)]
+
+
+def test_mpirun_environment_is_what_jax_own_mpi4py_detection_reads(tmp_path):
+    port = launcher.free_port()
+    env = launcher.environment(port, 2, 0, 2, "mpirun")
+    assert runtime.COORDINATOR not in env and not any(k.startswith("SLURM_") for k in env)
+    code = (
+        "import json, socket\n"
+        "from jax._src.clusters import ClusterEnv\n"
+        "got = ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, 'mpi4py', 10)\n"
+        "found = {'address': got[0], 'count': got[1], 'id': got[2], 'host': socket.gethostname()}\n"
+    )
+    seen = _mpiexec(tmp_path, 2, code, env)
+    assert [s["id"] for s in seen] == [0, 1] and {s["count"] for s in seen} == {2}
+    assert {s["address"] for s in seen} == {f"{seen[0]['host']}:{port}"}  # one coordinator, the port we drew
+
+
+def _group(codes: dict):
+    """A stand-in for mpiexec's Popen that has already exited with `codes['group']`."""
+
+    class Group:
+        pid, returncode = 0, codes["group"]
+
+        def poll(self):
+            return self.returncode
+
+    return Group()
+
+
+def test_mpirun_names_the_rank_it_reports_and_not_the_ranks_it_ended(tmp_path):
+    for rank, os_pid in ((0, 4101), (1, 4102)):
+        ready = {"event": "ready", "t": 1.0, "os_pid": os_pid}
+        (tmp_path / f"progress_{rank}.jsonl").write_text(json.dumps(ready) + "\n")
+    log = "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 4102 RUNNING AT vm\n=   EXIT CODE: 9\n"
+    (tmp_path / launcher.MPI_LOG).write_text(
+        log + "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+    )
+    group = _group({"group": 9})
+    codes = {r: launcher.MpiRank(group, r, str(tmp_path)).poll() for r in (0, 1)}
+    assert codes == {0: launcher.CLEANED_UP, 1: -9}
+    assert min(codes, key=lambda q: (supervisor._rank(codes[q]), q)) == 1
+    assert supervisor._cause(codes[1], None) == "killed (SIGKILL)"
+    assert "another rank failed" in supervisor._cause(codes[0], None)
+    (tmp_path / launcher.MPI_LOG).write_text(log.replace("EXIT CODE: 9", "EXIT CODE: 3"))
+    assert launcher.MpiRank(_group({"group": 3}), 1, str(tmp_path)).poll() == guard.EXIT_STOPPED
+    preempted = {launcher.MpiRank(_group({"group": 4}), r, str(tmp_path)).poll() for r in (0, 1)}
+    assert preempted == {4}  # the group's agreed stop, for every rank
+
+
+@pytest.mark.parametrize(
+    "ranks, expected",
+    [(3, "mpirun started 3 processes but this launch expects 2"), (0, "not started by an MPI launcher")],
+)
+def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks, expected):
+    import subprocess
+    import sys
+
+    env = launcher.environment(launcher.free_port(), 2, 0, 2, "mpirun")
+    args = [sys.executable, *launcher.PROGRAM, "--shared", str(tmp_path / "shared"), "--out", str(tmp_path)]
+    began = time.time()
+    command = [launcher.mpiexec(), "-n", str(ranks), *args] if ranks else args
+    proc = subprocess.run([*command, "--timeout", "3"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == guard.EXIT_STOPPED, proc.stdout + proc.stderr
+    reports = [json.loads(p.read_text()) for p in tmp_path.glob("process_*.json")]
+    assert reports and all(r["error"]["type"] == "LaunchError" for r in reports)
+    assert any(expected in r["error"]["message"] for r in reports)
+    assert time.time() - began < runtime.init_timeout(3)  # ended before any rank's initialisation wait ran out
+    assert not (tmp_path / "shared").exists()
+
+
+def test_mpirun_launch_is_supervised_and_matches_the_explicit_launch_and_numpy(tmp_path, data):
+    """One group started by mpirun, its process 1 killed mid-step: the supervisor names it, relaunches through
+    mpirun, and the stitched path equals an explicit launch's (IDs, losses) and the float64 NumPy formulas."""
+    from shardlab.multi.scenarios import kill
+
+    runs = {}
+    for launch, faults in (("mpirun", (kill(1, "update", 5),)), ("explicit", ())):
+        runs[launch] = supervisor.supervise(
+            tmp_path / launch / "sup",
+            tmp_path / launch / "shared",
+            steps=8,
+            save_every=3,
+            timeout=10.0,
+            launch=launch,
+            faults=faults,
+            budget=1,
+        )
+    mpi, explicit = runs["mpirun"], runs["explicit"]
+    assert mpi["completed"] and mpi["restarts"] == 1 and explicit["completed"]
+    failure = mpi["attempts"][0]["event"]
+    assert (failure["process"], failure["cause"]) == (1, "killed (SIGKILL)")
+    assert mpi["attempts"][1]["resume"] == "latest" and ledger.resumed_from(mpi["attempts"][1]) == 3
+    reports = mpi["attempts"][-1]["reports"]
+    assert {r["launched_by"] for r in reports.values()} == {"mpirun"} and sorted(
+        r["process_id"] for r in reports.values()
+    ) == [0, 1]
+    assert reports[0]["mesh"] == explicit["attempts"][-1]["reports"][0]["mesh"]
+    path, control = ledger.path(mpi), ledger.path(explicit)
+    assert [e["step"] for e in path] == list(range(1, 9))
+    assert [e["ids"] for e in path] == [e["ids"] for e in control]
+    assert [e["loss"] for e in path] == [e["loss"] for e in control]
+    final = np.asarray(path[-1]["weights"], np.float64)
+    np.testing.assert_allclose(final, numpy_weights(data, 17, 7, 8), rtol=1e-5, atol=1e-6)
 
 
 # ---- the drills, executed once by the stage 5 notebook in the shared run ----

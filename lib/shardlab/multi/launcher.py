@@ -9,6 +9,8 @@ started is killed in `finally`, so no controller outlives a launch.
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,13 +30,19 @@ def free_port() -> int:
 
 
 def environment(port: int, processes: int, process_id: int, local_devices: int, launch: str = "explicit") -> dict:
-    """A controller's environment: explicit coordinator variables, or a SLURM-style one on loopback.
+    """A controller's environment for one of runtime.LAUNCHES, always on loopback.
 
-    'slurm' sets only what a SLURM step would (job id, node list, task count, task id, local id),
-    plus JAX_COORDINATOR_PORT, JAX's own override of the port it derives from the job id; JAX's
-    cluster detection does the rest. It exercises that detection code, not a scheduler.
+    'explicit' names the coordinator, the count and this id. 'slurm' sets only what a SLURM step
+    would (job id, node list, task count, task id, local id), plus JAX_COORDINATOR_PORT, JAX's own
+    override of the port it derives from the job id; JAX's cluster detection does the rest. It
+    exercises that detection code, not a scheduler. 'mpirun' is the one environment `mpirun`
+    hands every rank (it assigns the ranks): the expected count and JAX_COORDINATOR_PORT, which
+    JAX's mpi4py detection also honours (otherwise it derives a port from the host name).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHARDLAB_", "SLURM_", "JAX_COORDINATOR"))}
+    if launch not in runtime.LAUNCHES:
+        raise LaunchError(f"launch must be one of {list(runtime.LAUNCHES)}, not {launch!r}")
+    drop = ("SHARDLAB_", "SLURM_", "JAX_COORDINATOR", "PMI_", "OMPI_", "PMIX_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.pop("MPLBACKEND", None)
     env.update({runtime.LOCAL_DEVICES: str(local_devices), runtime.LAUNCH: launch})
     env.update({"JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
@@ -59,15 +67,138 @@ def environment(port: int, processes: int, process_id: int, local_devices: int, 
             }
         )
     else:
-        raise LaunchError(f"launch must be 'explicit' or 'slurm', not {launch!r}; mpirun is not a launch path here")
+        env.update({runtime.NUM_PROCESSES: str(processes), "JAX_COORDINATOR_PORT": str(port)})
     return env
+
+
+def mpiexec() -> str:
+    """The MPI launcher beside this Python (the pinned `mpich` wheel installs it into the venv), else on PATH."""
+    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if not found:
+        raise LaunchError(
+            "the mpirun launch path needs an MPI runtime: no mpiexec beside this Python or on PATH. Install "
+            "the pinned mpich and mpi4py from requirements-cpu.txt (make venv does)."
+        )
+    return found
+
+
+PROGRAM = ("-m", "shardlab.multi.program")
+MPI_LOG = "mpirun.log"
+CLEANED_UP = 250  # code given to a rank mpirun ended because another rank failed first (see MpiRank)
+
+
+class MpiRank:
+    """One rank of a group that a single `mpirun` started, seen the way a Popen is (poll, wait, pid).
+
+    mpirun gives every rank a session of its own and exits when any rank fails, naming only the
+    first failed rank (its OS pid, and its exit code or signal) in its output; the other ranks'
+    codes are not visible. So a rank's code is the failure mpirun names if the OS pid is this
+    rank's (read from its 'ready' progress event), EXIT_PREEMPTED for all when the group was
+    preempted, and CLEANED_UP for the ranks mpirun ended. `pid` is mpirun's: killing its group
+    makes mpirun's proxy end every rank.
+    """
+
+    def __init__(self, group: subprocess.Popen, rank: int, out: str):
+        self.group, self.rank, self.out, self.returncode = group, rank, out, None
+
+    @property
+    def pid(self) -> int:
+        return self.group.pid
+
+    def os_pid(self) -> int | None:
+        """This rank's own process id, once it has reported ready."""
+        for line in (_text(program.progress_path(self.out, self.rank)) or "").splitlines():
+            if '"ready"' in line:
+                try:
+                    return int(json.loads(line)["os_pid"])
+                except (ValueError, KeyError):
+                    return None
+        return None
+
+    def poll(self) -> int | None:
+        code = self.group.poll()
+        if code is None:
+            return None
+        if self.returncode is None:
+            self.returncode = self._code(code)
+        return self.returncode
+
+    def wait(self) -> int:
+        self.group.wait()
+        return self.poll()
+
+    def _code(self, code: int) -> int:
+        if code in (0, program.EXIT_PREEMPTED):
+            return code
+        log = _text(os.path.join(self.out, MPI_LOG)) or ""
+        named = re.search(r"PID (\d+) RUNNING AT", log)
+        if not named or int(named.group(1)) != self.os_pid():
+            return CLEANED_UP
+        signalled = re.search(r"\(signal (\d+)\)", log)
+        return -int(signalled.group(1)) if signalled else code
+
+
+def _text(path: str) -> str | None:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def start(out: str, args: list, processes: int, local_devices: int, launch: str, port: int) -> tuple[dict, list]:
+    """Start one group running the controller program with `args`; return ({id: process}, open logs).
+
+    Every process leads its own process group (killed as a whole at teardown). Under 'mpirun' one
+    mpiexec starts every rank, and each id maps to an MpiRank view of that one launcher.
+    """
+    if launch == "mpirun":
+        command = [mpiexec(), "-n", str(processes), sys.executable, *PROGRAM, *args]
+        log = open(os.path.join(out, MPI_LOG), "w")
+        group = _popen(command, environment(port, processes, 0, local_devices, launch), log)
+        return {pid: MpiRank(group, pid, out) for pid in range(processes)}, [log]
+    procs, logs = {}, []
+    for pid in range(processes):
+        logs.append(open(os.path.join(out, f"process_{pid}.log"), "w"))
+        env = environment(port, processes, pid, local_devices, launch)
+        procs[pid] = _popen([sys.executable, *PROGRAM, *args], env, logs[-1])
+    return procs, logs
+
+
+def _popen(command: list, env: dict, log) -> subprocess.Popen:
+    return subprocess.Popen(
+        command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def signal_process(proc, sig: int, os_pid: int | None = None) -> None:
+    """Send `sig` to one controller: its whole process group (SIGTERM to the process itself, as a
+    scheduler would), or, under mpirun, the rank's own process `os_pid`."""
+    if isinstance(proc, MpiRank):
+        if os_pid:
+            os.kill(os_pid, sig)
+    elif sig == signal.SIGTERM:
+        os.kill(proc.pid, sig)
+    else:
+        os.killpg(proc.pid, sig)
+
+
+def kill(proc) -> None:
+    """SIGKILL one controller's process group (under mpirun: mpirun's, and the rank itself)."""
+    targets = [("group", proc.pid)]
+    if isinstance(proc, MpiRank) and proc.os_pid():
+        targets.append(("pid", proc.os_pid()))
+    for kind, pid in targets:
+        try:
+            os.killpg(pid, signal.SIGKILL) if kind == "group" else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _read(path: str) -> dict | None:
     try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        return json.loads(_text(path) or "null")
+    except ValueError:
         return None
 
 
@@ -120,20 +251,10 @@ def launch(
     ]
     victim = program.parse_fault(pause)["rank"] if pause and kill_delay is not None else None
     port, procs, logs, exits, killed = free_port(), {}, [], {}, None
-    start = time.time()
+    began = time.time()
     try:
-        for pid in range(processes):
-            log = open(os.path.join(out, f"process_{pid}.log"), "w")
-            logs.append(log)
-            procs[pid] = subprocess.Popen(
-                [sys.executable, "-m", "shardlab.multi.program", *args],
-                env=environment(port, processes, pid, local_devices),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        while len(exits) < processes and time.time() - start < limit:
+        procs, logs = start(out, args, processes, local_devices, "explicit", port)
+        while len(exits) < processes and time.time() - began < limit:
             for pid, proc in procs.items():
                 if pid not in exits and proc.poll() is not None:
                     exits[pid] = time.time()
@@ -141,14 +262,14 @@ def launch(
                 time.sleep(kill_delay)
                 already = procs[victim].poll() is not None  # a late kill may find the run finished
                 if not already:
-                    os.killpg(procs[victim].pid, signal.SIGKILL)
+                    kill(procs[victim])
                 killed = {"process": victim, "time": time.time(), "fault": program.parse_fault(pause)}
                 killed["after_exit"] = already
             time.sleep(0.05)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill(proc)
             proc.wait()
         for log in logs:
             log.close()
@@ -162,7 +283,7 @@ def launch(
         "first_exit": min(exits, key=exits.get) if exits else None,
         "timed_out": len(exits) < processes,
         "killed": killed,
-        "wall_s": round(time.time() - start, 2),
+        "wall_s": round(time.time() - began, 2),
         "reports": reports,
         "divergence": divergence(reports),
         "out": out,

@@ -113,7 +113,7 @@ class Controller:
         }
         self.report["launched_by"] = os.environ.get(runtime.LAUNCH, "explicit")
         signal.signal(signal.SIGTERM, self._sigterm)  # after jax.distributed.initialize: ours wins
-        self.progress("ready", world=world.as_dict())
+        self.progress("ready", world=world.as_dict(), os_pid=os.getpid())
 
     def _sigterm(self, signum, frame) -> None:
         self.preempt = True
@@ -131,7 +131,7 @@ class Controller:
         if not pause or pause["rank"] != self.pid or pause["phase"] != phase or pause["step"] != step:
             return
         saving = store.in_progress(self.checkpoints) if self.checkpoints is not None else False
-        mark = {"phase": phase, "step": step, "time": time.time(), "saving_in_progress": saving}
+        mark = {"phase": phase, "step": step, "time": time.time(), "saving_in_progress": saving, "os_pid": os.getpid()}
         _write_json(marker_path(self.args.out, self.pid), mark)
         if pause["die"]:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -320,10 +320,11 @@ def add_arguments(parser) -> None:
 
 def _launch_failed(args, exc: Exception) -> int:
     """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
-    pid = os.environ.get(runtime.PROCESS_ID) or os.environ.get("SLURM_PROCID") or "unknown"
+    pid = runtime.launch_rank(os.environ)
     error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
     _write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
     print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    runtime.end_mpi_job(EXIT_STOPPED)
     return EXIT_STOPPED
 
 

@@ -1,12 +1,15 @@
 """Start one controller: logical CPU devices, gloo collectives, jax.distributed, the global mesh.
 
 The launcher passes the coordinator, the process count and id and the local device count
-through environment variables. Without a coordinator the controller calls
-`jax.distributed.initialize()` with no arguments, so JAX's own cluster auto-detection
-(SLURM, Open MPI, TPU VMs, ...) supplies them. Before that call, three checks fail fast with
-a LaunchError naming the problem: an incomplete SLURM-style environment, a process id outside
-the task count, and (on process 0) a coordinator port that is already taken. A group with
-fewer processes than the task count is reported when JAX's initialisation timeout expires.
+through environment variables ('explicit'). Without a coordinator JAX's own cluster detection
+supplies them: 'slurm' lets `jax.distributed.initialize()` detect a SLURM-style environment,
+'mpirun' asks for JAX's opt-in mpi4py detection (`cluster_detection_method="mpi4py"`), which
+reads rank and size from the MPI library that `mpirun` started. Before initialising, checks
+fail fast with a LaunchError naming the problem: an incomplete SLURM-style environment, a
+process id outside the task count, a process not started by mpirun, mpirun starting another
+number of processes than the launch expects, and (on process 0) a coordinator port that is
+already taken. A group with fewer processes than the task count is reported when JAX's
+initialisation timeout expires.
 """
 
 import os
@@ -19,9 +22,20 @@ COORDINATOR = "SHARDLAB_COORDINATOR"  # host:port of process 0's coordination se
 NUM_PROCESSES = "SHARDLAB_NUM_PROCESSES"
 PROCESS_ID = "SHARDLAB_PROCESS_ID"
 LOCAL_DEVICES = "SHARDLAB_LOCAL_DEVICES"  # logical CPU devices per process (unset: the real ones)
-LAUNCH = "SHARDLAB_LAUNCH"  # how the launcher started this process: 'explicit' or 'slurm'
+LAUNCH = "SHARDLAB_LAUNCH"  # how the launcher started this process: one of LAUNCHES
+LAUNCHES = ("explicit", "slurm", "mpirun")
 # What JAX's SLURM detection (jax/_src/clusters/slurm_cluster.py) requires before it applies.
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+# The rank an MPI launcher gives each process: MPICH's Hydra (PMI), Open MPI, any PMIx launcher.
+MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def launch_rank(env) -> str:
+    """This process's id as its launcher gave it (before JAX knows it), or 'unknown'."""
+    for name in (PROCESS_ID, "SLURM_PROCID", *MPI_RANK_VARIABLES):
+        if env.get(name):
+            return env[name]
+    return "unknown"
 
 
 @dataclass(frozen=True)
@@ -74,12 +88,46 @@ def check_cluster_environment(env) -> None:
         )
 
 
+def check_mpi_environment(env, expected: int | None) -> None:
+    """LaunchError unless this process was started by an MPI launcher with the expected process count."""
+    if not any(env.get(name) for name in MPI_RANK_VARIABLES):
+        raise LaunchError(
+            f"launched for mpirun, but none of {list(MPI_RANK_VARIABLES)} is set: this process was not started "
+            "by an MPI launcher. Start the group with `mpirun -n P python -m shardlab.multi.program ...`."
+        )
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise LaunchError(
+            f"the mpirun launch needs mpi4py and an MPI library ({exc}); install the pinned mpich and "
+            "mpi4py from requirements-cpu.txt."
+        ) from None
+    size = MPI.COMM_WORLD.Get_size()
+    if expected is not None and size != expected:
+        raise LaunchError(
+            f"mpirun started {size} processes but this launch expects {expected} ({NUM_PROCESSES}): the task "
+            f"count is wrong; run `mpirun -n {expected}`."
+        )
+
+
+def end_mpi_job(code: int) -> None:
+    """Under mpirun, end every rank now (MPI_Abort) rather than leave peers waiting in initialisation."""
+    import sys
+
+    mpi = sys.modules.get("mpi4py.MPI")
+    if os.environ.get(LAUNCH) == "mpirun" and mpi is not None and mpi.Is_initialized():
+        mpi.COMM_WORLD.Abort(code)
+
+
 def check_port_free(address: str) -> None:
-    """LaunchError if the coordinator's port is already taken (process 0 is about to bind it)."""
+    """LaunchError if the coordinator's port is already taken (process 0 is about to bind it).
+
+    JAX's coordination service listens on every interface, so the port is tried on all of them.
+    """
     host, _, port = address.rpartition(":")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
-            sock.bind((host or "127.0.0.1", int(port)))
+            sock.bind(("", int(port)))
         except OSError as exc:
             raise LaunchError(
                 f"coordinator port {port} on {host} is already in use ({exc.strerror}); another job or an old "
@@ -87,11 +135,11 @@ def check_port_free(address: str) -> None:
             ) from None
 
 
-def _detected(timeout: float) -> tuple:
-    """What JAX's own cluster detection finds in this environment: (address, count, id, local ids)."""
+def _detected(timeout: float, method: str | None) -> tuple:
+    """What JAX's own cluster detection (`method`, None: automatic) finds: (address, count, id, local ids)."""
     from jax._src.clusters import ClusterEnv
 
-    return ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, init_timeout(timeout))
+    return ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, method, init_timeout(timeout))
 
 
 def initialize(timeout: float, on_timeout=None) -> World:
@@ -116,11 +164,16 @@ def initialize(timeout: float, on_timeout=None) -> World:
         "shutdown_timeout_seconds": int(max(timeout, 10)),
     }
     coordinator = os.environ.get(COORDINATOR)
+    method = "mpi4py" if os.environ.get(LAUNCH) == "mpirun" else None  # JAX's opt-in MPI detection
     if coordinator:
         address, count, rank = coordinator, int(os.environ[NUM_PROCESSES]), int(os.environ[PROCESS_ID])
+    elif method:
+        expected = os.environ.get(NUM_PROCESSES)
+        check_mpi_environment(os.environ, int(expected) if expected else None)
+        address, count, rank, _ = _detected(timeout, method)
     else:
         check_cluster_environment(os.environ)
-        address, count, rank, _ = _detected(timeout)
+        address, count, rank, _ = _detected(timeout, None)
     if rank == 0:
         check_port_free(address)
     waited = max(bounds["initialization_timeout"] - 2, 1)
@@ -136,8 +189,8 @@ def initialize(timeout: float, on_timeout=None) -> World:
     try:
         if coordinator:
             jax.distributed.initialize(address, count, rank, **bounds)
-        else:
-            jax.distributed.initialize(**bounds)  # JAX's cluster auto-detection supplies address, count and id
+        else:  # JAX's cluster detection supplies address, count and id
+            jax.distributed.initialize(cluster_detection_method=method, **bounds)
         if timer:
             timer.cancel()
     except Exception as exc:

@@ -152,10 +152,10 @@ def _cleanup_check(row: dict) -> dict:
     return row
 
 
-def _slurm_vs_explicit(ctx) -> dict:
-    """The same program launched both ways: identical indices, mesh, IDs and loss hash."""
+def launch_paths(ctx) -> dict:
+    """The same program launched every way of runtime.LAUNCHES: identical indices, mesh, IDs and loss hash."""
     rows = {}
-    for launch in ("explicit", "slurm"):
+    for launch in runtime.LAUNCHES:
         outcome = supervisor.supervise(
             os.path.join(ctx.out, f"launch-{launch}", "supervised"),
             os.path.join(ctx.out, f"launch-{launch}", "shared"),
@@ -177,15 +177,16 @@ def _slurm_vs_explicit(ctx) -> dict:
             "loss_hash": _loss_hash(ledger.path(outcome)),
             "against_control": ledger.against_control(outcome, ctx.reference, STEPS),
         }
-    same = all(rows["explicit"][k] == rows["slurm"][k] for k in ("process_ids", "mesh", "ids", "loss_hash"))
+    keys = ("process_ids", "mesh", "ids", "loss_hash")
+    same = all(rows["explicit"][k] == row[k] for row in rows.values() for k in keys)
     return {
         "drill": "launch_paths",
         "world_sizes": ["2x2"],
         "paths": {k: {**v, "ids": len(v["ids"])} for k, v in rows.items()},
         "identical": same,
         "detect_s": None,
-        "max_weight_diff": rows["slurm"]["against_control"].get("max_weight_diff"),
-        "ids_equal": rows["slurm"]["against_control"].get("ids_equal"),
+        "max_weight_diff": max(v["against_control"].get("max_weight_diff") or 0.0 for v in rows.values()),
+        "ids_equal": all(v["against_control"].get("ids_equal") for v in rows.values()),
         "passed": bool(same and all(v["completed"] and v["against_control"]["matches"] for v in rows.values())),
     }
 
@@ -197,16 +198,25 @@ def _loss_hash(steps: list[dict]) -> str:
 
 
 def launch_negatives(ctx) -> dict:
-    """A missing variable, a task id outside the count, a port in use, too few processes: each named, fast."""
+    """A missing variable, a wrong task count, a port in use, too few processes: each named, fast.
+
+    Each on the SLURM-style or explicit path and again under mpirun (not started by mpirun,
+    `mpirun -n 3` for a launch of 2, the coordinator port taken).
+    """
     cases = {}
     env = launcher.environment(launcher.free_port(), 2, 0, 2, "slurm")
     cases["missing_variable"] = _one(ctx, {k: v for k, v in env.items() if k != "SLURM_PROCID"}, "SLURM_PROCID")
     cases["wrong_task_count"] = _one(ctx, {**env, "SLURM_PROCID": "2"}, "outside SLURM_NTASKS=2")
+    mpi = launcher.environment(launcher.free_port(), 2, 0, 2, "mpirun")
+    cases["mpirun_missing_launcher"] = _one(ctx, mpi, "not started by an MPI launcher")
+    cases["mpirun_wrong_task_count"] = _one(ctx, mpi, "mpirun started 3 processes", ranks=3)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
         cases["port_in_use"] = _one(ctx, launcher.environment(port, 2, 0, 2, "explicit"), f"port {port}")
+        taken = launcher.environment(port, 2, 0, 2, "mpirun")
+        cases["mpirun_port_in_use"] = _one(ctx, taken, f"port {port}", ranks=2)
     cases["too_few_processes"] = _one(ctx, env, "did not assemble")
     bound = runtime.init_timeout(ctx.timeout) + 30
     passed = all(c["named"] and c["exit_code"] == 3 and c["wall_s"] <= bound for c in cases.values())
@@ -222,21 +232,24 @@ def launch_negatives(ctx) -> dict:
     }
 
 
-def _one(ctx, env: dict, expected: str) -> dict:
-    """Start one controller with `env`; it must stop with a LaunchError whose message contains `expected`."""
+def _one(ctx, env: dict, expected: str, ranks: int | None = None) -> dict:
+    """Start one controller with `env` (or `ranks` of them under mpirun); it must stop with a LaunchError
+    whose message contains `expected`, fast."""
     folder = os.path.join(ctx.out, "launch-negatives", f"case-{time.time_ns()}")
     os.makedirs(folder)
     began = time.time()
     args = ["--shared", os.path.join(folder, "shared"), "--out", folder, "--timeout", str(ctx.timeout)]
+    command = [sys.executable, *launcher.PROGRAM, *args]
     proc = subprocess.run(
-        [sys.executable, "-m", "shardlab.multi.program", *args],
+        [launcher.mpiexec(), "-n", str(ranks), *command] if ranks else command,
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=runtime.init_timeout(ctx.timeout) + 60,
     )
-    report = supervisor._report(folder, env.get(runtime.PROCESS_ID) or env.get("SLURM_PROCID") or "unknown") or {}
+    ids = range(ranks) if ranks else [runtime.launch_rank(env)]  # under mpirun the first rank to stop ends all
+    report = next((r for r in (supervisor._report(folder, q) for q in ids) if r and r.get("error")), {})
     error = report.get("error") or {}
     return {
         "exit_code": proc.returncode,
@@ -290,6 +303,7 @@ def _one_fault(name: str, fault: dict, cause: str, **kw):
 
 
 ASYNC = {"async_save": True}
+MPI = {"launch": "mpirun"}  # the same supervision with one mpirun starting the group
 FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
     ("p0_killed_mid_step", _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)")),
     ("p0_frozen", _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen")),
@@ -310,7 +324,10 @@ FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the 
     ),
     ("cleanup_killed", _cleanup),
     ("crash_loop", lambda ctx: crash_loop(ctx)),
-    ("launch_paths", lambda ctx: _slurm_vs_explicit(ctx)),
+    ("mpirun_p1_killed_mid_step", _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI)),
+    ("mpirun_p0_frozen", _one_fault("mpirun_p0_frozen", kill(0, "update", 5, "stop"), "frozen", **MPI)),
+    ("mpirun_p1_preempted", _one_fault("mpirun_p1_preempted", kill(1, "update", 7, "term"), "preempted", **MPI)),
+    ("launch_paths", lambda ctx: launch_paths(ctx)),
     ("launch_negatives", lambda ctx: launch_negatives(ctx)),
 )
 

@@ -18,8 +18,6 @@ and relaunches with `--resume latest` when a complete checkpoint exists. More fa
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 from shardlab.errors import LaunchError, RestartBudgetError
@@ -56,6 +54,8 @@ def _cause(code: int, report: dict | None) -> str:
         if -code == signal.SIGABRT:
             return f"aborted ({name}; JAX's fatal error after losing a peer or the coordinator)"
         return f"killed ({name})"
+    if code == launcher.CLEANED_UP:
+        return "ended by mpirun after another rank failed"
     if code == EXIT_STOPPED and report and report.get("error"):
         return f"named stop: {report['error']['type']}: {report['error']['message'][:200]}"
     return f"crashed (exit code {code})"
@@ -65,9 +65,9 @@ def _rank(code: int) -> int:
     """Which of several exits seen in one poll is the primary failure: signals, crashes, aborts, named stops."""
     if code < 0 and -code != signal.SIGABRT:
         return 0
-    if code not in (EXIT_STOPPED, -signal.SIGABRT):
+    if code not in (EXIT_STOPPED, -signal.SIGABRT, launcher.CLEANED_UP):
         return 1
-    return 2 if code == -signal.SIGABRT else 3
+    return {-signal.SIGABRT: 2, EXIT_STOPPED: 3}.get(code, 4)
 
 
 def _read(path: str):
@@ -98,31 +98,12 @@ def progress(out: str, pid: int) -> list[dict]:
     return events
 
 
-def _start(out: str, shared: str, args: list, processes: int, local_devices: int, launch: str, port: int):
-    procs, logs = {}, []
-    for pid in range(processes):
-        log = open(os.path.join(out, f"process_{pid}.log"), "w")
-        logs.append(log)
-        procs[pid] = subprocess.Popen(
-            [sys.executable, "-m", "shardlab.multi.program", *args],
-            env=launcher.environment(port, processes, pid, local_devices, launch),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    return procs, logs
-
-
 def _teardown(procs: dict, logs: list) -> float:
     """SIGKILL every process group of the attempt and reap it; return the seconds it took."""
     began = time.time()
     for proc in procs.values():
         if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            launcher.kill(proc)
     for proc in procs.values():
         proc.wait()
     for log in logs:
@@ -142,8 +123,7 @@ def _inject(fault: dict, procs: dict, out: str) -> dict | None:
     time.sleep(fault.get("delay", 0.0))
     proc = procs[victim]
     if proc.poll() is None:
-        sig = SIGNALS[fault["signal"]]
-        os.killpg(proc.pid, sig) if sig != signal.SIGTERM else os.kill(proc.pid, sig)
+        launcher.signal_process(proc, SIGNALS[fault["signal"]], mark.get("os_pid"))
     return {**fault, "time": time.time(), "marker": mark, "after_exit": proc.returncode is not None}
 
 
@@ -259,7 +239,7 @@ def supervise(
             *(["--skip", f"{skip['rank']}:{skip['step']}"] if skip and skip["attempt"] == k else []),
         ]
         launched = time.time()
-        procs, logs = _start(folder, shared, args, processes, local_devices, launch, port)
+        procs, logs = launcher.start(folder, args, processes, local_devices, launch, port)
         try:
             event = _watch(procs, folder, fault, timeout, limit)
         finally:
