@@ -25,6 +25,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from shardlab.core.files import pid_alive, temp_pid
 from shardlab.errors import OutputFolderError
 
 MANIFEST = ".shardlab-manifest.json"
@@ -42,28 +43,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _staging_pid(entry: Path) -> int | None:
     """The process id in a staging folder's name (None if `entry` is not a staging folder of ours)."""
-    if not entry.name.startswith(STAGING) or entry.is_symlink() or not entry.is_dir():
-        return None
-    pid = entry.name[len(STAGING) :].split("-", 1)[0]
-    return int(pid) if pid.isdigit() else None
+    pid = temp_pid(entry.name, STAGING)
+    return None if pid is None or entry.is_symlink() or not entry.is_dir() else pid
 
 
 def _stale_staging(entry: Path) -> bool:
     """True for a staging folder of ours whose process is gone (killed before it could clean up)."""
     pid = _staging_pid(entry)
-    return pid is not None and pid != os.getpid() and not _pid_alive(pid)
+    return pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
 def read_manifest(folder) -> dict:
@@ -135,7 +124,7 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         return out
     for entry in out.iterdir():
         pid = _staging_pid(entry)
-        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
             raise OutputFolderError(
                 f"another shardlab command (process {pid}) is writing into {out}; wait for it or choose another folder"
             )

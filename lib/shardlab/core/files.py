@@ -1,0 +1,17 @@
+"""What every writer of temporaries shares: whose temporary a name is, and whether that process still runs."""
+
+import os
+
+
+def temp_pid(name: str, prefix: str, suffix: str = "") -> int | None:
+    """The writer's pid in a temporary named `<prefix><pid>-<random><suffix>` (None if `name` is not one)."""
+    pid = name[len(prefix) :].split("-", 1)[0]
+    return int(pid) if name.startswith(prefix) and name.endswith(suffix) and pid.isdigit() else None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists (another user's counts), so its temporaries are not taken for stale."""
+    try:
+        return os.kill(pid, 0) is None
+    except OSError as exc:  # ProcessLookupError: gone; PermissionError: alive, owned by another user
+        return isinstance(exc, PermissionError)
