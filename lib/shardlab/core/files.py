@@ -1,6 +1,16 @@
-"""What every writer of temporaries shares: whose temporary a name is, and whether that process still runs."""
+"""What every writer of files shares: a file's sha256, whose temporary a name is, and whether that process runs."""
 
+import hashlib
 import os
+
+
+def sha256_file(path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks so a large file is never held whole."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def temp_pid(name: str, prefix: str, suffix: str = "") -> int | None:
