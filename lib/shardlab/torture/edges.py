@@ -20,11 +20,12 @@ import numpy as np
 
 from shardlab import outdir
 from shardlab.core import checkpoint
+from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
-from shardlab.torture.outcome import Tally, file_digest, tree_digest
+from shardlab.torture.outcome import Tally, tree_digest
 
 BOUND = 30.0  # seconds any one trial may take (a child process included)
 MEMORY_SLACK = 1 << 20  # a refused restore may cost the file's size plus this much traced memory
@@ -351,7 +352,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
     folder = os.fspath(folder)
     os.makedirs(folder)
     good = checkpoint.save(os.path.join(folder, "good.npz"), states[-1], contract)
-    members, raw, digest = _members(good), open(good, "rb").read(), file_digest(good)
+    members, raw, digest = _members(good), open(good, "rb").read(), sha256_file(good)
     legit_error, _, legit_peak = _peak(lambda: checkpoint.restore(good, contract, mesh))
     if legit_error is not None:
         raise RuntimeError(f"the base checkpoint does not restore: {legit_error}")
@@ -410,7 +411,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
             over.append({"case": name, "peak_bytes": peak})
     tally.trials += 1
     _classify(tally, "manifest shapes", *_manifests(os.path.join(folder, "shared")), None)
-    if file_digest(good) != digest:
+    if sha256_file(good) != digest:
         tally.count("lost", "the good checkpoint changed")
     return _result(
         tally,
@@ -547,7 +548,7 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
         trial = os.path.join(folder, f"trial-{i:03d}")
         os.makedirs(trial)
         published = checkpoint.save(os.path.join(trial, "published.npz"), states[i % len(states)], contract)
-        raw, digest = open(published, "rb").read(), file_digest(published)
+        raw, digest = open(published, "rb").read(), sha256_file(published)
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         stale = []
@@ -575,7 +576,7 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
             tally.count("leak", f"trial {i}: {len(left)} stale temporaries survived the next save")
         if not all(os.path.exists(n) for n in keep):
             tally.count("lost", f"trial {i}: a temporary of a live saver or a foreign file was removed")
-        if file_digest(published) != digest or os.stat(published).st_nlink != 1 + sum(
+        if sha256_file(published) != digest or os.stat(published).st_nlink != 1 + sum(
             os.path.exists(n) and os.path.samefile(n, published) for n in stale
         ):
             tally.count("lost", f"trial {i}: the published checkpoint changed")
