@@ -25,6 +25,7 @@ from shardlab.core.schema import FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
+from shardlab.torture.corrupt import load_members
 from shardlab.torture.outcome import Tally, tree_digest
 
 BOUND = 30.0  # seconds any one trial may take (a child process included)
@@ -311,11 +312,11 @@ def _peak(call):
     return error, value, peak
 
 
-def _bomb(path, members: dict, values: int) -> None:
-    """`members` as .npy, with weights and momentum replaced by deflated arrays declaring `values` zeros."""
+def bomb(path, members: dict, values: int, big=("weights", "momentum")) -> None:
+    """A zip of `members` as .npy, each member in `big` replaced by a deflated array declaring `values` zeros."""
     with zipfile.ZipFile(path, "w") as archive:
         for name, value in members.items():
-            if name not in ("weights", "momentum"):
+            if name not in big:
                 buffer = io.BytesIO()
                 np.lib.format.write_array(buffer, np.asarray(value), allow_pickle=False)
                 archive.writestr(f"{name}.npy", buffer.getvalue())
@@ -331,12 +332,7 @@ def _bomb(path, members: dict, values: int) -> None:
                     out.write(chunk)
 
 
-def _members(path) -> dict:
-    with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
-
-
-def _forged(path, state: dict, contract: dict, **fields) -> str:
+def forged(path, state: dict, contract: dict, **fields) -> str:
     """A file in save's exact format, integrity recomputed, with `fields` replaced (a forgery, not damage)."""
     arrays = {**checkpoint.to_arrays(state), **{k: np.asarray(v, checkpoint.DTYPES[k]) for k, v in fields.items()}}
     arrays["contract"] = np.asarray(json.dumps(contract, sort_keys=True))
@@ -352,7 +348,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
     folder = os.fspath(folder)
     os.makedirs(folder)
     good = checkpoint.save(os.path.join(folder, "good.npz"), states[-1], contract)
-    members, raw, digest = _members(good), open(good, "rb").read(), sha256_file(good)
+    members, raw, digest = load_members(good), open(good, "rb").read(), sha256_file(good)
     legit_error, _, legit_peak = _peak(lambda: checkpoint.restore(good, contract, mesh))
     if legit_error is not None:
         raise RuntimeError(f"the base checkpoint does not restore: {legit_error}")
@@ -365,7 +361,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
 
     n = max(1, round(6 * scale))
     for values in [1 << 22, 1 << 25][: max(1, min(2, n))]:
-        add(f"deflated members declaring {values} values", lambda p, v=values: _bomb(p, members, v))
+        add(f"deflated members declaring {values} values", lambda p, v=values: bomb(p, members, v))
     for depth in (100_000, 3_000, 500)[: max(1, n // 2)]:
         add(
             f"contract nested {depth} deep",
@@ -398,7 +394,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
         ][kind]
         add(
             f"forged state {sorted(fields)} at step {int(base['step'])}",
-            lambda p, b=base, f=fields: _forged(p, b, contract, **f),
+            lambda p, b=base, f=fields: forged(p, b, contract, **f),
         )
     over, peaks = [], []
     for name, path in paths:
