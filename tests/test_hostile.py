@@ -1,6 +1,5 @@
 """Restore and save under hostile input: every failure is a named shardlab error, in bounded time and memory."""
 
-import io
 import json
 import os
 import signal
@@ -9,7 +8,6 @@ import sys
 import textwrap
 import time
 import tracemalloc
-import zipfile
 
 import numpy as np
 import pytest
@@ -28,6 +26,7 @@ from shardlab.errors import (
 )
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
+from shardlab.torture.edges import bomb, forged
 
 pytestmark = pytest.mark.stage3
 ROWS, BATCH = 23, 7
@@ -41,36 +40,6 @@ def run(data, mesh):
     for _ in range(9):
         states.append(sl.transition(states[-1], data, BATCH, step, mesh)[0])
     return [sl.host_copy(s) for s in states], sl.contract(data, sl.Config(seed=17, batch_size=BATCH))
-
-
-def forged(path, state, contract, **fields):
-    """A file in the exact format `save` writes, integrity hash recomputed, with `fields` replaced."""
-    arrays = {**checkpoint.to_arrays(state), **{k: np.asarray(v, checkpoint.DTYPES[k]) for k, v in fields.items()}}
-    arrays = {**arrays, "contract": np.asarray(json.dumps(contract, sort_keys=True))}
-    arrays["integrity"] = np.asarray(checkpoint.integrity(arrays))
-    with open(path, "xb") as handle:
-        np.savez(handle, **arrays)
-    return path
-
-
-def bomb(path, members: dict, big: dict, values: int):
-    """A zip holding `members` as .npy, where each member in `big` is replaced by a deflated array of `values` zeros."""
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, value in members.items():
-            if name not in big:
-                buffer = io.BytesIO()
-                np.lib.format.write_array(buffer, np.asarray(value), allow_pickle=False)
-                archive.writestr(f"{name}.npy", buffer.getvalue())
-                continue
-            header = io.BytesIO()
-            np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (values,)})
-            info = zipfile.ZipInfo(f"{name}.npy")
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with archive.open(info, "w", force_zip64=True) as out:
-                out.write(header.getvalue())
-                chunk = bytes(1 << 22)
-                for _ in range(values * 4 // len(chunk)):
-                    out.write(chunk)
 
 
 def plain(path):
@@ -102,7 +71,7 @@ def test_declared_sizes_are_refused_before_decompressing(run, tmp_path, mesh):
     assert legit_error is None
     for label, values in cases.items():
         path = tmp_path / f"bomb-{label}.npz"
-        bomb(path, members, {"weights", "momentum"}, values)
+        bomb(path, members, values, big={"weights", "momentum"})
         started = time.perf_counter()
         error, peak = peak_bytes(lambda p=path: sl.restore(p, contract, mesh))
         seconds = time.perf_counter() - started

@@ -10,6 +10,7 @@ import jupytext
 import nbformat
 import pytest
 
+from shardlab.core.files import sha256_file
 from shardlab.course import catalog, workspace
 
 
@@ -50,7 +51,7 @@ def test_workspace_copies_keeps_edits_and_refreshes_untouched_copies(tmp_path):
     edited.write_bytes(course[catalog.NOTEBOOKS[0]] + b"\n")  # the learner saved their work
     stale.write_text("an older course version")  # copied by us long ago, untouched since
     ledger = json.loads((folder / workspace.LEDGER).read_text())
-    ledger[catalog.NOTEBOOKS[1]] = workspace._sha256(stale)
+    ledger[catalog.NOTEBOOKS[1]] = sha256_file(stale)
     (folder / workspace.LEDGER).write_text(json.dumps(ledger))
     foreign.unlink()
     foreign.write_text("a file of the learner's with a course name")

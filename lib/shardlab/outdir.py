@@ -16,7 +16,6 @@ together, so a crash mid-publication leaves nothing the next run would take for 
 """
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from shardlab.core.files import pid_alive, sha256_file, temp_pid
 from shardlab.errors import OutputFolderError
 
 MANIFEST = ".shardlab-manifest.json"
@@ -34,36 +34,16 @@ SHOWN = 5  # foreign entries named in a refusal
 LEGACY_MARKERS = (".shardlab-receipts", ".shardlab-stage3")  # what folders held before there was a manifest
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _staging_pid(entry: Path) -> int | None:
     """The process id in a staging folder's name (None if `entry` is not a staging folder of ours)."""
-    if not entry.name.startswith(STAGING) or entry.is_symlink() or not entry.is_dir():
-        return None
-    pid = entry.name[len(STAGING) :].split("-", 1)[0]
-    return int(pid) if pid.isdigit() else None
+    pid = temp_pid(entry.name, STAGING)
+    return None if pid is None or entry.is_symlink() or not entry.is_dir() else pid
 
 
 def _stale_staging(entry: Path) -> bool:
     """True for a staging folder of ours whose process is gone (killed before it could clean up)."""
     pid = _staging_pid(entry)
-    return pid is not None and pid != os.getpid() and not _pid_alive(pid)
+    return pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
 def read_manifest(folder) -> dict:
@@ -112,7 +92,7 @@ def _matches(folder: Path, rel: str, entry: dict) -> bool:
         return False
     digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
     return path.stat().st_size in (entry["bytes"] if isinstance(entry["bytes"], list) else [entry["bytes"]]) and (
-        _sha256(path) in digests
+        sha256_file(path) in digests
     )
 
 
@@ -135,7 +115,7 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         return out
     for entry in out.iterdir():
         pid = _staging_pid(entry)
-        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
             raise OutputFolderError(
                 f"another shardlab command (process {pid}) is writing into {out}; wait for it or choose another folder"
             )
@@ -246,7 +226,7 @@ def _publish(staging: Path, out: Path, command: str) -> None:
         if path.is_symlink() or not path.is_file():
             raise OutputFolderError(f"{command} staged {rel}, which is not a regular file; nothing was published")
         os.chmod(path, FILE_MODE)
-        new[rel] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        new[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     for rel in dirs:
         os.chmod(staging / rel, DIR_MODE)
     union = {rel: dict(entry) for rel, entry in old["files"].items()}
@@ -354,7 +334,7 @@ def seal(folder, command: str) -> dict:
         if rel == MANIFEST or rel in others or path.is_symlink() or not path.is_file():
             continue
         os.chmod(path, FILE_MODE)
-        section["files"][rel] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        section["files"][rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     for rel in section["dirs"]:
         os.chmod(out / rel, DIR_MODE)
     _write_manifest(out, {**commands, command: section})

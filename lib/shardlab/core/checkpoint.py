@@ -30,6 +30,7 @@ from shardlab.core.errors import (
     CorruptCheckpointError,
     DataError,
 )
+from shardlab.core.files import pid_alive, temp_pid
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import sampler_at
 from shardlab.core.schema import DEVICE, DTYPES, FIELDS, check, check_layout, host_copy, shapes, to_arrays
@@ -122,13 +123,6 @@ def _phase(name: str) -> None:  # fault-injection point: replaced in crash drill
     pass
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        return os.kill(pid, 0) is None
-    except OSError as exc:  # ProcessLookupError: gone; PermissionError: alive, owned by another user
-        return isinstance(exc, PermissionError)
-
-
 def clean(folder) -> list[str]:
     """Remove the temporaries of killed savers (our `.tmp-<pid>-*.npz` names, pid gone); return their names.
 
@@ -137,8 +131,8 @@ def clean(folder) -> list[str]:
     """
     removed = []
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
-        pid = name[len(TEMP) :].split("-", 1)[0]
-        if name.startswith(TEMP) and name.endswith(".npz") and pid.isdigit() and not _pid_alive(int(pid)):
+        pid = temp_pid(name, TEMP, ".npz")
+        if pid is not None and not pid_alive(pid):
             with contextlib.suppress(OSError):  # another cleaner was faster, or the folder is read-only
                 os.unlink(os.path.join(folder, name))
                 removed.append(name)

@@ -5,20 +5,16 @@ never touches the copy. Running it again adds notebooks that are new and refresh
 the learner has not edited; an edited copy is kept and the command says so.
 """
 
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
+from shardlab.core.files import sha256_file
 from shardlab.course import catalog
 from shardlab.errors import ConfigError
 
 LEDGER = ".shardlab-workspace.json"  # name -> sha256 of the course notebook as it was copied
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _ledger(folder: Path) -> dict:
@@ -46,16 +42,16 @@ def prepare(folder) -> dict:
     ledger, status = _ledger(folder), {}
     for name in catalog.NOTEBOOKS:
         source, target = catalog.NOTEBOOK_DIR / f"{name}.ipynb", folder / f"{name}.ipynb"
-        course = _sha256(source)
+        course = sha256_file(source)
         if not target.exists():
             _copy(source, target)
             status[name] = "copied"
         elif target.is_symlink() or not target.is_file():
             status[name] = "kept"  # not ours to replace
             continue
-        elif _sha256(target) == course:
+        elif sha256_file(target) == course:
             status[name] = "current"
-        elif _sha256(target) == ledger.get(name):
+        elif sha256_file(target) == ledger.get(name):
             _copy(source, target)  # untouched since we copied it: take the course's new version
             status[name] = "refreshed"
         else:

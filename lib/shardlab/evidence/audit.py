@@ -50,6 +50,7 @@ from pathlib import Path
 
 import nbformat
 
+from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.lessons import results as record
@@ -68,11 +69,6 @@ STAGE4 = "stage4_profile"
 
 
 PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermill")
-
-
-def sha256(path) -> str:
-    """Hex sha256 of a file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def source_hashes(package: str = "shardlab") -> dict:
@@ -149,7 +145,7 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
     first = params[0] if params else {}
     spec = first.get("implementation", "reference")
     if spec not in ("reference", "", None):
-        spec = {"file": Path(spec).name, "sha256": sha256(spec) if Path(spec).is_file() else None}
+        spec = {"file": Path(spec).name, "sha256": sha256_file(spec) if Path(spec).is_file() else None}
     return {
         "seed": first.get("seed"),
         "batch_size": first.get("batch_size"),

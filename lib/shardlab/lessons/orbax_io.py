@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from shardlab.core import checkpoint
 from shardlab.core.batch import REPLICATED, is_replicated
+from shardlab.core.files import pid_alive, temp_pid
 from shardlab.core.schema import DEVICE, DTYPES, FIELDS, SCALARS, check, digests, host_copy, shapes, to_arrays
 from shardlab.errors import CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
 
@@ -47,23 +48,12 @@ def target(like: dict, mesh: Mesh) -> dict:
     }
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def clean(folder) -> list[str]:
     """Remove staging folders (`.tmp-<pid>-*.orbax`) of savers that were killed; return their names."""
     removed = []
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
-        pid = name[len(TEMP) :].split("-", 1)[0]
-        entry = os.path.join(folder, name)
-        stale = name.startswith(TEMP) and name.endswith(".orbax") and pid.isdigit() and not _pid_alive(int(pid))
+        pid, entry = temp_pid(name, TEMP, ".orbax"), os.path.join(folder, name)
+        stale = pid is not None and not pid_alive(pid)
         if stale and os.path.isdir(entry) and not os.path.islink(entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(name)

@@ -10,12 +10,12 @@ A reader lists the manifests, verifies each against the files on disk and takes 
 step that verifies; an Orbax step folder without a manifest is ignored, whatever Orbax says.
 """
 
-import hashlib
 import json
 import os
 import stat
 import tempfile
 
+from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS, digests
 from shardlab.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
 
@@ -33,14 +33,6 @@ def step_dir(shared, step: int) -> str:
 def manifest_path(shared, step: int) -> str:
     """Where the manifest of `step` is published."""
     return os.path.join(os.fspath(shared), MANIFESTS, f"{int(step)}.json")
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _fsync(path: str) -> None:
@@ -64,7 +56,7 @@ def file_digests(folder: str, sync: bool = False) -> dict:
                 continue
             if sync:
                 _fsync(path)
-            found[rel] = {"bytes": os.path.getsize(path), "sha256": _sha256_file(path)}
+            found[rel] = {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
     return dict(sorted(found.items()))
 
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardlab.core import checkpoint
+from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.lessons import faults
-from shardlab.torture.outcome import BAD, Tally, file_digest
+from shardlab.torture.outcome import BAD, Tally
 
 
 @dataclass
@@ -307,7 +308,7 @@ def run(scale: float, folder, states: list[dict], contract: dict, foreign_contra
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     b = bases(folder, states, contract, foreign_contract)
-    before = {name: file_digest(os.path.join(folder, name)) for name in os.listdir(folder)}
+    before = {name: sha256_file(os.path.join(folder, name)) for name in os.listdir(folder)}
     total, by_kind = Tally(), {}
     for kind, (count, mutate) in KINDS.items():
         tally = by_kind[kind] = Tally()
@@ -322,7 +323,7 @@ def run(scale: float, folder, states: list[dict], contract: dict, foreign_contra
     for tally in by_kind.values():
         total.errors.update(tally.errors)
     for name, digest in before.items():
-        if file_digest(os.path.join(folder, name)) != digest:
+        if sha256_file(os.path.join(folder, name)) != digest:
             total.lost += 1
     if Tally().attempt("base", lambda: checkpoint.restore(b.path, contract, mesh), b.state) != "exact":
         total.lost += 1

@@ -20,11 +20,13 @@ import numpy as np
 
 from shardlab import outdir
 from shardlab.core import checkpoint
+from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
-from shardlab.torture.outcome import Tally, file_digest, tree_digest
+from shardlab.torture.corrupt import load_members
+from shardlab.torture.outcome import Tally, tree_digest
 
 BOUND = 30.0  # seconds any one trial may take (a child process included)
 MEMORY_SLACK = 1 << 20  # a refused restore may cost the file's size plus this much traced memory
@@ -310,11 +312,11 @@ def _peak(call):
     return error, value, peak
 
 
-def _bomb(path, members: dict, values: int) -> None:
-    """`members` as .npy, with weights and momentum replaced by deflated arrays declaring `values` zeros."""
+def bomb(path, members: dict, values: int, big=("weights", "momentum")) -> None:
+    """A zip of `members` as .npy, each member in `big` replaced by a deflated array declaring `values` zeros."""
     with zipfile.ZipFile(path, "w") as archive:
         for name, value in members.items():
-            if name not in ("weights", "momentum"):
+            if name not in big:
                 buffer = io.BytesIO()
                 np.lib.format.write_array(buffer, np.asarray(value), allow_pickle=False)
                 archive.writestr(f"{name}.npy", buffer.getvalue())
@@ -330,12 +332,7 @@ def _bomb(path, members: dict, values: int) -> None:
                     out.write(chunk)
 
 
-def _members(path) -> dict:
-    with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
-
-
-def _forged(path, state: dict, contract: dict, **fields) -> str:
+def forged(path, state: dict, contract: dict, **fields) -> str:
     """A file in save's exact format, integrity recomputed, with `fields` replaced (a forgery, not damage)."""
     arrays = {**checkpoint.to_arrays(state), **{k: np.asarray(v, checkpoint.DTYPES[k]) for k, v in fields.items()}}
     arrays["contract"] = np.asarray(json.dumps(contract, sort_keys=True))
@@ -351,7 +348,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
     folder = os.fspath(folder)
     os.makedirs(folder)
     good = checkpoint.save(os.path.join(folder, "good.npz"), states[-1], contract)
-    members, raw, digest = _members(good), open(good, "rb").read(), file_digest(good)
+    members, raw, digest = load_members(good), open(good, "rb").read(), sha256_file(good)
     legit_error, _, legit_peak = _peak(lambda: checkpoint.restore(good, contract, mesh))
     if legit_error is not None:
         raise RuntimeError(f"the base checkpoint does not restore: {legit_error}")
@@ -364,7 +361,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
 
     n = max(1, round(6 * scale))
     for values in [1 << 22, 1 << 25][: max(1, min(2, n))]:
-        add(f"deflated members declaring {values} values", lambda p, v=values: _bomb(p, members, v))
+        add(f"deflated members declaring {values} values", lambda p, v=values: bomb(p, members, v))
     for depth in (100_000, 3_000, 500)[: max(1, n // 2)]:
         add(
             f"contract nested {depth} deep",
@@ -397,7 +394,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
         ][kind]
         add(
             f"forged state {sorted(fields)} at step {int(base['step'])}",
-            lambda p, b=base, f=fields: _forged(p, b, contract, **f),
+            lambda p, b=base, f=fields: forged(p, b, contract, **f),
         )
     over, peaks = [], []
     for name, path in paths:
@@ -410,7 +407,7 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
             over.append({"case": name, "peak_bytes": peak})
     tally.trials += 1
     _classify(tally, "manifest shapes", *_manifests(os.path.join(folder, "shared")), None)
-    if file_digest(good) != digest:
+    if sha256_file(good) != digest:
         tally.count("lost", "the good checkpoint changed")
     return _result(
         tally,
@@ -547,7 +544,7 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
         trial = os.path.join(folder, f"trial-{i:03d}")
         os.makedirs(trial)
         published = checkpoint.save(os.path.join(trial, "published.npz"), states[i % len(states)], contract)
-        raw, digest = open(published, "rb").read(), file_digest(published)
+        raw, digest = open(published, "rb").read(), sha256_file(published)
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         stale = []
@@ -575,7 +572,7 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
             tally.count("leak", f"trial {i}: {len(left)} stale temporaries survived the next save")
         if not all(os.path.exists(n) for n in keep):
             tally.count("lost", f"trial {i}: a temporary of a live saver or a foreign file was removed")
-        if file_digest(published) != digest or os.stat(published).st_nlink != 1 + sum(
+        if sha256_file(published) != digest or os.stat(published).st_nlink != 1 + sum(
             os.path.exists(n) and os.path.samefile(n, published) for n in stale
         ):
             tally.count("lost", f"trial {i}: the published checkpoint changed")

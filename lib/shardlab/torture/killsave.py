@@ -17,8 +17,9 @@ from collections import Counter
 import numpy as np
 
 from shardlab.core import checkpoint
+from shardlab.core.files import sha256_file
 from shardlab.errors import CheckpointExistsError
-from shardlab.torture.outcome import Tally, file_digest
+from shardlab.torture.outcome import Tally
 
 PAUSE = 0.002  # seconds a timed saver rests at each event, so one save spans ~0.1-0.3 s to land in
 REPLY_TIMEOUT = 120.0  # seconds to wait for the zygote on a loaded machine before giving up
@@ -124,7 +125,7 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
     if tally.attempt("accepted", lambda: checkpoint.restore(first, contract, mesh), states[0]) != "exact":
         raise RuntimeError("the reference checkpoint does not restore exactly; the campaign cannot start")
     tally.refused = tally.restored_exact = 0
-    accepted[first] = (file_digest(first), states[0])
+    accepted[first] = (sha256_file(first), states[0])
     spread, modes, by_phase = Counter(), Counter(), {}
     retries, lost, records, seen = Counter(), set(), [], set()
     zygote = Zygote()
@@ -170,7 +171,7 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
             kind = f"stop_at:{request['stop_at']}" if "stop_at" in request else f"delay:{request['delay']:.4f}"
             records.append({"kill": kind, "landed": where, "outcome": outcome, "temp_files": left, "retry": retry})
             if os.path.exists(path) and retry != "failed":
-                accepted[path] = (file_digest(path), state)
+                accepted[path] = (sha256_file(path), state)
             lost |= _lost(accepted, contract, mesh, full=False)
     finally:
         zygote.close()
@@ -202,11 +203,11 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
 def _retry(path: str, state: dict, contract: dict, outcome: str) -> str:
     """Save again after the kill: a missing checkpoint can be written; an existing one is never overwritten."""
     if os.path.exists(path):
-        before = file_digest(path)
+        before = sha256_file(path)
         try:
             checkpoint.save(path, state, contract)
         except CheckpointExistsError:
-            return "refused_existing" if file_digest(path) == before else "failed"
+            return "refused_existing" if sha256_file(path) == before else "failed"
         return "failed"
     try:
         checkpoint.save(path, state, contract)
@@ -219,7 +220,7 @@ def _lost(accepted: dict, contract: dict, mesh, full: bool) -> set:
     """Accepted checkpoints whose bytes changed or that no longer restore exactly (all with `full`, else the first)."""
     lost = set()
     for index, (path, (digest, state)) in enumerate(accepted.items()):
-        if not os.path.isfile(path) or file_digest(path) != digest:
+        if not os.path.isfile(path) or sha256_file(path) != digest:
             lost.add(path)
         elif (full or index == 0) and Tally().attempt(
             path, lambda p=path: checkpoint.restore(p, contract, mesh), state

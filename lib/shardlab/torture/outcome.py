@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shardlab.core.files import sha256_file
 from shardlab.core.state import FIELDS, host_copy
 from shardlab.errors import CheckpointError
 
@@ -47,12 +48,6 @@ def same_state(found: dict, expected: dict) -> bool:
     return True
 
 
-def file_digest(path) -> str:
-    """sha256 of a file's bytes."""
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
-
-
 def tree_digest(folder, leave_out=()) -> str:
     """sha256 over every path, file content and symlink target under `folder` (missing folder -> 'absent').
 
@@ -73,7 +68,7 @@ def tree_digest(folder, leave_out=()) -> str:
             if os.path.islink(path):
                 digest.update(b"->" + os.readlink(path).encode())
             elif os.path.isfile(path):
-                digest.update(file_digest(path).encode())
+                digest.update(sha256_file(path).encode())
     return digest.hexdigest()
 
 
