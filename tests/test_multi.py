@@ -302,6 +302,9 @@ class FailingManager:
     def is_saving_in_progress(self):
         return False
 
+    def check_for_errors(self):  # the failure shows only once waited for
+        pass
+
 
 def test_a_failed_background_save_is_a_named_error_at_the_next_wait_or_save(mesh, data):
     checkpoints = FailingManager()
@@ -312,6 +315,37 @@ def test_a_failed_background_save_is_a_named_error_at_the_next_wait_or_save(mesh
     with pytest.raises(AsyncSaveError, match="saving step 9 failed.*earlier background save"):
         store.save(checkpoints, 9, state, wait=False)
     assert store.in_progress(checkpoints) is False
+
+
+@pytest.mark.parametrize("surface", ["check", "finish"])
+def test_a_real_background_write_failure_travels_orbax_and_is_named(tmp_path, mesh, data, surface):
+    """Orbax's own async manager; the writer thread raises ENOSPC: `check` (no wait) or `finish` names it,
+    the step is never published, and a relaunched manager saves and restores the next step."""
+    import contextlib
+
+    state = sl.initial(17, data, mesh)
+    checkpoints = store.manager(tmp_path, 10.0, asynchronous=True)
+    store.fail_next_write("test")
+    store.save(checkpoints, 3, state, wait=False)
+    error, deadline = None, time.monotonic() + 30
+    while error is None and time.monotonic() < deadline:
+        try:
+            store.check(checkpoints, 3) if surface == "check" else store.finish(checkpoints, 3)
+        except AsyncSaveError as exc:
+            error = str(exc)
+        time.sleep(0.02)
+    with contextlib.suppress(Exception):  # Orbax may raise its own copy of the error once more here
+        checkpoints.close()
+    assert error and "background save of step 3 failed (OSError" in error and "No space left" in error
+    assert manifest.scan(tmp_path)["complete"] == []  # no manifest: step 3 never counts
+    again = store.manager(tmp_path, 10.0, asynchronous=True)  # what a relaunched group opens
+    try:
+        store.save(again, 6, state)
+        back = store.restore(again, 6, state, mesh)
+        np.testing.assert_array_equal(np.asarray(back["weights"]), np.asarray(state["weights"]))
+    finally:
+        again.close()
+    assert not store.FAILED and not store.FAIL_NEXT
 
 
 # ---- supervision: naming, bounds, the stitched path, the ledger ----

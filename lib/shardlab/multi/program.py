@@ -74,18 +74,19 @@ def _write_json(path: str, value: dict) -> None:
 
 
 def parse_fault(text: str | None) -> dict | None:
-    """'RANK:PHASE:STEP[:hold|mark|die|term]' -> {rank, phase, step, hold, die, term}.
+    """'RANK:PHASE:STEP[:hold|mark|die|term|fail]' -> {rank, phase, step, hold, die, term, fail}.
 
     hold (default): leave a marker and wait to be signalled; mark: leave it and go on; die: leave
     it and SIGKILL itself at once (a kill that lands exactly in that window, e.g. mid-write);
-    term: leave it and go on once the SIGTERM has arrived (so the signal lands in that step).
+    term: leave it and go on once the SIGTERM has arrived (so the signal lands in that step);
+    fail: leave it and make this process's next background write fail (store.fail_next_write).
     """
     if not text:
         return None
     parts = text.split(":")
     mode = parts[3] if len(parts) > 3 else "hold"
     fault = {"rank": int(parts[0]), "phase": parts[1], "step": int(parts[2])}
-    return {**fault, "hold": mode == "hold", "die": mode == "die", "term": mode == "term"}
+    return {**fault, "hold": mode == "hold", **{m: mode == m for m in ("die", "term", "fail")}}
 
 
 class Controller:
@@ -135,6 +136,9 @@ class Controller:
         _write_json(marker_path(self.args.out, self.pid), mark)
         if pause["die"]:
             os.kill(os.getpid(), signal.SIGKILL)
+        if pause["fail"]:
+            store.fail_next_write(f"drill: process {self.pid}'s background write of step {step}")
+            return
         deadline = time.monotonic() + self.args.timeout
         while pause.get("term") and not self.preempt and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -277,6 +281,8 @@ class Controller:
                 self.save(step + 1)
 
     def _flags(self) -> str:
+        if self.pending is not None:
+            store.check(self.checkpoints, self.pending)  # a background write that already failed: stop, named
         durable = self.pending is not None and not store.in_progress(self.checkpoints)
         return (PREEMPT if self.preempt else "") + (DURABLE if durable else "")
 

@@ -322,6 +322,7 @@ FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the 
         "async_kill_before_manifest",
         _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
     ),
+    ("async_write_fails", lambda ctx: write_fails(ctx)),
     ("cleanup_killed", _cleanup),
     ("crash_loop", lambda ctx: crash_loop(ctx)),
     ("mpirun_p1_killed_mid_step", _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI)),
@@ -335,6 +336,14 @@ FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the 
 def full(ctx) -> list[dict]:
     """Every supervised scenario of FULL, in order."""
     return [fn(ctx) for _, fn in FULL]
+
+
+def write_fails(ctx) -> dict:
+    """Process 1's background write of step 6 fails (ENOSPC inside Orbax's writer thread): the error is
+    raised at that process's next wait as a named AsyncSaveError, step 6 never counts, the group restarts."""
+    fault = kill(1, "save-begin", 6, "fail")
+    expect = [{"cause": "named stop: AsyncSaveError", "bound": "named_s"}]
+    return run(ctx, "async_write_fails", (fault,), expect, async_save=True)
 
 
 def named_stop(ctx) -> dict:

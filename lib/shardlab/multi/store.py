@@ -3,13 +3,17 @@
 Every controller calls `save` and `restore` for the same steps in the same order; Orbax
 writes each process's pieces and finalises the step. With `asynchronous=True` `save` returns
 once the state is copied off the devices and Orbax writes in a background thread; `wait`
-blocks until that write is finished and turns a failure of it into an AsyncSaveError, so a
-failed background save is reported at the next save or wait, never swallowed. Either way
+blocks until that write is finished and turns a failure of it into an AsyncSaveError, and
+`check` does so without waiting (every step, while a save is pending), so a failed background
+save is reported at the next step, save or wait, never swallowed. Either way
 Orbax keeps every step (`max_to_keep=None`): which steps count and which are removed is the
 manifest's and `retention`'s business. The state pytree and the restore target come from
 stage 3's `orbax_io`.
 """
 
+import asyncio
+import concurrent.futures
+import errno
 import os
 
 from jax.sharding import Mesh
@@ -19,11 +23,52 @@ from shardlab.errors import AsyncSaveError
 from shardlab.lessons import orbax_io
 from shardlab.multi.manifest import ORBAX
 
+FAILED: list = []  # this process's background-write failures, as Orbax's writer thread raised them
+FAIL_NEXT: list = []  # drill hook: reasons for which the next background write fails (fail_next_write)
+
+
+def _watch_writer() -> None:
+    """Record every failure of this process's Orbax background writer where it happens.
+
+    Orbax 0.12.8's CheckpointManager raises a failed background write only at `wait`, and with
+    several processes only after a finalisation barrier the other processes pass only once
+    every write succeeded, so the failed process would wait out its bound, and its error would
+    surface as a hang. The writer thread's own function is wrapped once per process (the
+    version is pinned; a test runs this against Orbax's real manager).
+    """
+    from orbax.checkpoint._src.checkpointers import async_checkpointer as writer
+
+    original = writer._background_wait_for_commit_futures
+    if getattr(original, "shardlab_watched", False):
+        return
+
+    def watched(*args, **kwargs):
+        try:
+            if FAIL_NEXT:
+                raise OSError(errno.ENOSPC, f"No space left on device ({FAIL_NEXT.pop()})")
+            return original(*args, **kwargs)
+        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            FAILED.append(exc)
+            raise
+
+    watched.shardlab_watched = True
+    writer._background_wait_for_commit_futures = watched
+
+
+def fail_next_write(reason: str) -> None:
+    """Drill hook: this process's next background write fails with ENOSPC inside Orbax's writer thread,
+    so the error travels Orbax's own path (and ours); only its origin is simulated, once."""
+    _watch_writer()
+    FAIL_NEXT.append(reason)
+
 
 def manager(shared, timeout: float, asynchronous: bool = False):
     """A CheckpointManager on <shared>/orbax: keeps every step, bounded barriers, (a)synchronous."""
     import orbax.checkpoint as ocp
 
+    _watch_writer()
     options = ocp.CheckpointManagerOptions(
         enable_async_checkpointing=bool(asynchronous),
         max_to_keep=None,
@@ -49,16 +94,31 @@ def save(checkpoints, step: int, state: dict, wait: bool = True) -> None:
         finish(checkpoints, step)
 
 
+def check(checkpoints, step: int) -> None:
+    """AsyncSaveError now, without waiting, if this process's background save of `step` already failed."""
+    if FAILED:
+        raise _failed(step, FAILED.pop(0))
+    try:
+        checkpoints.check_for_errors()
+    except Exception as exc:
+        raise _failed(step, exc) from exc
+
+
+def _failed(step: int, exc: Exception) -> AsyncSaveError:
+    return AsyncSaveError(
+        f"the background save of step {step} failed ({type(exc).__name__}: {str(exc)[:200]}); the step has "
+        "no manifest and will not be restored. Free the disk or fix the folder, then restart from the newest "
+        "complete checkpoint."
+    )
+
+
 def finish(checkpoints, step: int) -> None:
     """Block until the background save of `step` is written; AsyncSaveError if it failed."""
+    check(checkpoints, step)
     try:
         checkpoints.wait_until_finished()
     except Exception as exc:
-        raise AsyncSaveError(
-            f"the background save of step {step} failed ({type(exc).__name__}: {str(exc)[:200]}); the step has "
-            "no manifest and will not be restored. Free the disk or fix the folder, then restart from the newest "
-            "complete checkpoint."
-        ) from exc
+        raise _failed(step, exc) from exc
 
 
 def in_progress(checkpoints) -> bool:

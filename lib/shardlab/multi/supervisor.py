@@ -118,7 +118,7 @@ def _inject(fault: dict, procs: dict, out: str) -> dict | None:
     if not text:
         return None
     mark = json.loads(text)
-    if fault["signal"] == "die":
+    if fault["signal"] in ("die", "fail"):
         return {**fault, "time": mark["time"], "marker": mark}
     time.sleep(fault.get("delay", 0.0))
     proc = procs[victim]
@@ -187,8 +187,9 @@ def _write(path: str, value: dict) -> None:
 
 
 def fault_arg(fault: dict) -> str:
-    """The program's --pause for a supervisor fault: 'die' kills itself, 'term' waits for it, others hold."""
-    mode = {"die": "die", "term": "term"}.get(fault["signal"], "hold")
+    """The program's --pause for a supervisor fault: 'die' kills itself, 'fail' fails its next background
+    write, 'term' waits for the signal, others hold."""
+    mode = fault["signal"] if fault["signal"] in ("die", "term", "fail") else "hold"
     return f"{fault['rank']}:{fault['phase']}:{fault['step']}:{mode}"
 
 
@@ -212,7 +213,7 @@ def supervise(
 ) -> dict:
     """Run the group to completion through failures; return (and write out/supervisor.json) every attempt.
 
-    `faults[k]` is injected into attempt k: {rank, phase, step, signal: kill|stop|term|die, delay}.
+    `faults[k]` is injected into attempt k: {rank, phase, step, signal: kill|stop|term|die|fail, delay}.
     `skip` ({attempt, rank, step}) makes one controller skip a batch in that attempt (a named stop).
     """
     out, shared = os.path.abspath(os.fspath(out)), os.path.abspath(os.fspath(shared))
