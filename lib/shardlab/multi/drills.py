@@ -403,6 +403,7 @@ def row_summary(row: dict) -> dict:
     return {
         "drill": row["drill"],
         "passed": row["passed"],
+        "launch": row.get("launch", "explicit"),
         "what": [_what(f) for f in failures],
         "cause": [f.get("cause") for f in failures],
         "detect_s": row.get("detect_s"),
