@@ -732,3 +732,28 @@ def test_denominator_is_the_same_for_every_split(recorded):
     means = [split[n]["global_mean"] for n in ("1", "2", "4")]
     np.testing.assert_allclose(means, means[0], rtol=1e-6)
     assert abs(split["4"]["mean_of_device_means"] - means[0]) > 1e-4
+
+
+def test_a_drill_series_removes_only_work_folders_their_process_left(tmp_path):
+    """A failed notebook cell leaves its work folder; the next series removes it, and nothing else."""
+    import subprocess
+
+    from shardlab.multi import drills
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    names = {
+        f"{drills.WORK_PREFIX}{gone.pid}-a": False,  # its process has ended: removed
+        f"{drills.WORK_PREFIX}{os.getpid()}-b": False,  # this process's earlier series (a re-run cell): removed
+        f"{drills.WORK_PREFIX}1-c": True,  # a live process's series: kept
+        f"{drills.WORK_PREFIX}notapid-d": True,  # not our name: kept
+        "my-notes": True,
+    }
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x").write_text("x")
+    (tmp_path / f"{drills.WORK_PREFIX}{gone.pid}-file").write_text("a file, not a folder: kept")
+    drills._remove_left_work(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {n for n, kept in names.items() if kept} | {
+        f"{drills.WORK_PREFIX}{gone.pid}-file"
+    }

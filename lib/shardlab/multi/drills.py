@@ -323,6 +323,25 @@ def say(text: str) -> None:
     print(f"[drills] {text}", flush=True)
 
 
+WORK_PREFIX = ".drills-work-"  # + pid + random: a drill series' work folder inside out_dir
+
+
+def _remove_left_work(out_dir) -> None:
+    """Remove work folders that an earlier series left in out_dir (a failed cell, a killed kernel).
+
+    Only ours by name, and only when their process is gone or is this one (a kernel re-running
+    the notebook after a failed cell): a series still running elsewhere keeps its folder.
+    """
+    from shardlab.core.files import pid_alive, temp_pid
+
+    for name in os.listdir(out_dir):
+        pid = temp_pid(name, WORK_PREFIX)
+        path = os.path.join(out_dir, name)
+        if pid is not None and os.path.isdir(path) and not os.path.islink(path):
+            if pid == os.getpid() or not pid_alive(pid):
+                shutil.rmtree(path, ignore_errors=True)
+
+
 def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
     """A drill series in `work`; by default a work folder that `finish` removes, inside `out_dir` when given.
 
@@ -332,7 +351,8 @@ def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=No
     temporary = work is None
     if temporary and out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
-        work = tempfile.mkdtemp(prefix=".drills-work-", dir=out_dir)
+        _remove_left_work(out_dir)
+        work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=out_dir)
     elif temporary:
         work = tempfile.mkdtemp(prefix="shardlab-drills-")
     ctx = context(os.path.abspath(work), seed, batch_size, timeout)
