@@ -69,19 +69,41 @@ def run_dir(tmp_path_factory):
 
 @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and after xdist's own hook
 def pytest_collection_modifyitems(config, items):
-    """Send every test that reads the course run to one xdist worker (`--dist loadgroup`), so none waits for it.
+    """Under `--dist loadgroup`, make the tests that read the course run one unit of work, listed first.
 
-    xdist groups by an `@group` suffix of the node id, which xdist 3.8.0 writes where pytest 9.2 no longer
-    reads it (pytest-xdist issue #1386), so the suffix is written here too. Without it the lock in
+    xdist groups by an `@group` suffix of the node id, which xdist 3.8.0 writes where pytest 9.2 no
+    longer reads it (pytest-xdist issue #1386), so the suffix is written here. Without it the lock in
     `run_dir` still runs the course once; a second worker would only wait for it.
     """
     from _pytest.nodeid import NodeId
 
-    for item in items:
-        if "run_dir" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(COURSE_GROUP))
-            if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
-                item._id = NodeId.parse(f"{item.nodeid}@{COURSE_GROUP}")
+    course = [item for item in items if "run_dir" in getattr(item, "fixturenames", ())]
+    for item in course:
+        item.add_marker(pytest.mark.xdist_group(COURSE_GROUP))
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in course:
+        if "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{COURSE_GROUP}")
+    items[:] = course + [item for item in items if item not in course]  # the same order in every worker
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` with one unit per test module (its module fixtures set up once) and the course first.
+
+    The course run is the longest unit, so it starts at once on one worker; the modules follow in
+    collection order, each on one worker.
+    """
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class CourseRunFirst(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return COURSE_GROUP if nodeid.endswith(f"@{COURSE_GROUP}") else nodeid.split("::")[0]
+
+    config.option.loadscopereorder = False  # keep the workers' order, in which the course run leads
+    return CourseRunFirst(config, log)
 
 
 def executed(run_dir, name):
