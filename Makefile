@@ -36,7 +36,7 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,) \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
-test: venv ## the whole test suite (executes every notebook once, about 4 min on 2 cores)
+test: venv ## the whole test suite on two workers (executes every notebook once, under 6 min on 2 cores)
 	$(BIN)/python -m pytest
 
 test-browser: venv ## a real headless Chromium: stage 1 run through JupyterLab's UI, receipts opened offline
@@ -45,7 +45,7 @@ test-browser: venv ## a real headless Chromium: stage 1 run through JupyterLab's
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "test-browser needs Debian's chromium: run 'sudo apt-get install chromium chromium-driver' once, or make test-browser as root"; exit 1; fi
 	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-browser.txt
-	$(BIN)/python -m pytest -p no:cacheprovider browser_tests
+	$(BIN)/python -m pytest -n 0 -p no:cacheprovider browser_tests
 
 lint: venv ## ruff check and format check of lib/ and tests/
 	$(BIN)/ruff check lib tests
