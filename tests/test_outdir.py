@@ -137,7 +137,12 @@ def test_staging_is_removed_on_sigterm_and_sigint(tmp_path, sig):
     out = tmp_path / "out"
     publish(out, "run", {"a.txt": "1"})
     before = tree(out)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stdout=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal delivers it: a pytest started as a background job (nohup ... &) passes SIGINT on
+    # ignored, and Python then installs no handler for it, so the child gets the default disposition back.
+    default = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(out)], stdout=subprocess.PIPE, text=True, preexec_fn=default
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         child.send_signal(sig)
