@@ -99,21 +99,17 @@ class MpiRank:
     """
 
     def __init__(self, group: subprocess.Popen, rank: int, out: str):
-        self.group, self.rank, self.out, self.returncode = group, rank, out, None
+        self.group, self.rank, self.out, self.returncode, self._os_pid = group, rank, out, None, None
 
     @property
     def pid(self) -> int:
         return self.group.pid
 
     def os_pid(self) -> int | None:
-        """This rank's own process id, once it has reported ready."""
-        for line in (_text(program.progress_path(self.out, self.rank)) or "").splitlines():
-            if '"ready"' in line:
-                try:
-                    return int(json.loads(line)["os_pid"])
-                except (ValueError, KeyError):
-                    return None
-        return None
+        """This rank's own process id, once it has reported ready (then remembered)."""
+        if self._os_pid is None:
+            self._os_pid = next((e.get("os_pid") for e in progress(self.out, self.rank) if e["event"] == "ready"), None)
+        return self._os_pid
 
     def poll(self) -> int | None:
         code = self.group.poll()
@@ -130,7 +126,7 @@ class MpiRank:
     def _code(self, code: int) -> int:
         if code in (0, program.EXIT_PREEMPTED):
             return code
-        log = _text(os.path.join(self.out, MPI_LOG)) or ""
+        log = read_text(os.path.join(self.out, MPI_LOG)) or ""
         named = re.search(r"PID (\d+) RUNNING AT", log)
         if not named or int(named.group(1)) != self.os_pid():
             return CLEANED_UP
@@ -138,12 +134,32 @@ class MpiRank:
         return -int(signalled.group(1)) if signalled else code
 
 
-def _text(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A file a controller writes (report, progress, pulse, marker, log), or None if it is not there (yet)."""
     try:
         with open(path) as handle:
             return handle.read()
     except OSError:
         return None
+
+
+def report(out: str, pid) -> dict | None:
+    """Process `pid`'s report, or None while it has written none (or a torn one)."""
+    try:
+        return json.loads(read_text(program.report_path(out, pid)) or "null")
+    except ValueError:
+        return None
+
+
+def progress(out: str, pid: int) -> list[dict]:
+    """The events process `pid` appended during an attempt (a torn last line is dropped)."""
+    events = []
+    for line in (read_text(program.progress_path(out, pid)) or "").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            break
+    return events
 
 
 def start(out: str, args: list, processes: int, local_devices: int, launch: str, port: int) -> tuple[dict, list]:
@@ -185,21 +201,13 @@ def signal_process(proc, sig: int, os_pid: int | None = None) -> None:
 
 def kill(proc) -> None:
     """SIGKILL one controller's process group (under mpirun: mpirun's, and the rank itself)."""
-    targets = [("group", proc.pid)]
-    if isinstance(proc, MpiRank) and proc.os_pid():
-        targets.append(("pid", proc.os_pid()))
-    for kind, pid in targets:
+    rank = proc.os_pid() if isinstance(proc, MpiRank) else None
+    for send, pid in ((os.killpg, proc.pid), (os.kill, rank)):
         try:
-            os.killpg(pid, signal.SIGKILL) if kind == "group" else os.kill(pid, signal.SIGKILL)
+            if pid:
+                send(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def _read(path: str) -> dict | None:
-    try:
-        return json.loads(_text(path) or "null")
-    except ValueError:
-        return None
 
 
 def divergence(reports: dict) -> dict | None:
@@ -273,7 +281,7 @@ def launch(
             proc.wait()
         for log in logs:
             log.close()
-    reports = {pid: _read(program.report_path(out, pid)) for pid in range(processes)}
+    reports = {pid: report(out, pid) for pid in range(processes)}
     return {
         "world": runtime.World(processes, local_devices, 0).label,
         "processes": processes,

@@ -249,7 +249,7 @@ def _one(ctx, env: dict, expected: str, ranks: int | None = None) -> dict:
         timeout=runtime.init_timeout(ctx.timeout) + 60,
     )
     ids = range(ranks) if ranks else [runtime.launch_rank(env)]  # under mpirun the first rank to stop ends all
-    report = next((r for r in (supervisor._report(folder, q) for q in ids) if r and r.get("error")), {})
+    report = next((r for r in (launcher.report(folder, q) for q in ids) if r and r.get("error")), {})
     error = report.get("error") or {}
     return {
         "exit_code": proc.returncode,

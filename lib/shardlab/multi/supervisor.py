@@ -70,34 +70,6 @@ def _rank(code: int) -> int:
     return {-signal.SIGABRT: 2, EXIT_STOPPED: 3}.get(code, 4)
 
 
-def _read(path: str):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def _report(out: str, pid: int) -> dict | None:
-    text = _read(program.report_path(out, pid))
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
-
-
-def progress(out: str, pid: int) -> list[dict]:
-    """The events process `pid` appended during an attempt (a torn last line is dropped)."""
-    text = _read(program.progress_path(out, pid)) or ""
-    events = []
-    for line in text.splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            break
-    return events
-
-
 def _teardown(procs: dict, logs: list) -> float:
     """SIGKILL every process group of the attempt and reap it; return the seconds it took."""
     began = time.time()
@@ -114,7 +86,7 @@ def _teardown(procs: dict, logs: list) -> float:
 def _inject(fault: dict, procs: dict, out: str) -> dict | None:
     """If the victim reached its fault point, signal it (a 'die' fault killed itself); return the event."""
     victim = fault["rank"]
-    text = _read(program.marker_path(out, victim))
+    text = launcher.read_text(program.marker_path(out, victim))
     if not text:
         return None
     mark = json.loads(text)
@@ -140,7 +112,7 @@ def _watch(procs: dict, out: str, fault: dict | None, timeout: float, limit: flo
         failed = {pid: c for pid, c in codes.items() if c not in (None, 0, program.EXIT_PREEMPTED)}
         if failed:
             pid = min(failed, key=lambda q: (_rank(failed[q]), q))
-            cause = _cause(failed[pid], _report(out, pid))
+            cause = _cause(failed[pid], launcher.report(out, pid))
             found = {"kind": "failed", "process": pid, "cause": cause, "exit_code": failed[pid], "time": now}
             return {**found, "injected": injected}
         if all(c is not None for c in codes.values()):
@@ -148,7 +120,7 @@ def _watch(procs: dict, out: str, fault: dict | None, timeout: float, limit: flo
             if not preempted:
                 return {"kind": "complete", "time": now}
             if len(preempted) == len(procs):
-                step = (_report(out, 0) or {}).get("preempted_at")
+                step = (launcher.report(out, 0) or {}).get("preempted_at")
                 return {"kind": "preempted", "step": step, "time": now, "cause": f"preempted at step {step}"}
             return {
                 "kind": "failed",
@@ -160,7 +132,7 @@ def _watch(procs: dict, out: str, fault: dict | None, timeout: float, limit: flo
         for pid, code in codes.items():
             if code is not None:
                 continue
-            content = _read(program.pulse_path(out, pid))
+            content = launcher.read_text(program.pulse_path(out, pid))
             seen, since = pulses[pid]
             if content != seen:
                 pulses[pid] = (content, now)
@@ -245,9 +217,9 @@ def supervise(
             event = _watch(procs, folder, fault, timeout, limit)
         finally:
             teardown = _teardown(procs, logs)
-        marker = _read(program.marker_path(folder, fault["rank"])) if fault else None
+        marker = launcher.read_text(program.marker_path(folder, fault["rank"])) if fault else None
         injected = event.get("injected") or (json.loads(marker) if marker else None)  # signal time, else marker's
-        skipped = [e["t"] for q in procs for e in progress(folder, q) if e["event"] == "skipped"]
+        skipped = [e["t"] for q in procs for e in launcher.progress(folder, q) if e["event"] == "skipped"]
         record = {
             "attempt": k,
             "port": port,
@@ -259,8 +231,8 @@ def supervise(
             "event": event,
             "teardown_s": teardown,
             "exit_codes": {pid: proc.returncode for pid, proc in procs.items()},
-            "reports": {pid: _report(folder, pid) for pid in procs},
-            "progress": {pid: progress(folder, pid) for pid in procs},
+            "reports": {pid: launcher.report(folder, pid) for pid in procs},
+            "progress": {pid: launcher.progress(folder, pid) for pid in procs},
             "out": folder,
         }
         if event["kind"] == "failed":
