@@ -57,7 +57,7 @@ lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab 
 	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(WORKSPACE) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 sync: venv ## re-pair the notebooks with their MyST .md sources (jupytext)
-	$(BIN)/jupytext --sync lib/shardlab/course/notebooks/*.ipynb
+	$(BIN)/jupytext --sync notebooks/*.ipynb
 
 clean: ## remove .venv and caches (not receipts/)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,7 +1,8 @@
 """`pip install .` without the Makefile: the wheel holds every module, the notebooks, the templates and the kernel.
 
-The wheel is built from a copy of pyproject.toml and lib/ in a temporary folder (building in the
-checkout would leave build/ and *.egg-info behind), offline, with the venv's pinned setuptools.
+The wheel is built from a copy of pyproject.toml, notebooks/ and lib/ (whose course/notebooks links
+to notebooks/) in a temporary folder (building in the checkout would leave build/ and *.egg-info
+behind), offline, with the venv's pinned setuptools.
 """
 
 import shutil
@@ -21,7 +22,9 @@ KERNEL_JSON = "shardlab-0.1.0.data/data/share/jupyter/kernels/shardlab/kernel.js
 def wheel(tmp_path_factory):
     source = tmp_path_factory.mktemp("source")
     shutil.copy(REPO / "pyproject.toml", source)
-    shutil.copytree(REPO / "lib", source / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(REPO / "lib", source / "lib", symlinks=True, ignore=ignore)  # keeps the notebooks link
+    shutil.copytree(REPO / "notebooks", source / "notebooks")
     out = tmp_path_factory.mktemp("wheel")
     command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
     result = subprocess.run([*command, "-w", str(out), str(source)], capture_output=True, text=True, timeout=300)
@@ -36,8 +39,9 @@ def test_the_wheel_holds_every_module_notebook_template_and_the_kernel(wheel):
     wanted = {
         "shardlab/" + p.relative_to(package).as_posix()
         for p in package.rglob("*")
-        if p.is_file() and p.suffix in (".py", ".ipynb", ".md", ".json") and "__pycache__" not in p.parts
+        if p.is_file() and p.suffix in (".py", ".md", ".json") and "__pycache__" not in p.parts
     }
+    wanted |= {f"shardlab/course/notebooks/{p.name}" for p in (REPO / "notebooks").iterdir() if p.is_file()}
     assert any(n.endswith(".ipynb") for n in wanted) and any("templates/" in n for n in wanted)
     assert sorted(wanted - names) == []
     assert KERNEL_JSON in names

@@ -5,6 +5,8 @@ import re
 
 from conftest import REPO
 
+from shardlab.course import catalog
+
 PACKAGE = REPO / "lib" / "shardlab"
 CORE_LINE_BUDGET = 1000  # the part the four stage notebooks need, read in one sitting
 EXTENSIONS = ("shardlab.multi", "shardlab.torture", "shardlab.checker", "shardlab.perf")
@@ -101,3 +103,12 @@ def test_the_library_does_not_locate_the_checkout():
         if re.search(r"__file__\)?\.?\s*\)?\.(resolve\(\)\.)?parents?\b", p.read_text())
     ]
     assert not offenders, f"{offenders} find files through __file__; pass folders in or use importlib.resources"
+
+
+def test_the_notebooks_have_one_home_at_the_top():
+    """`notebooks/` beside `lib/` is the one copy; the package's notebook folder is a link to it."""
+    top = REPO / "notebooks"
+    link = REPO / "lib" / "shardlab" / "course" / "notebooks"
+    assert top.is_dir() and not top.is_symlink()
+    assert link.is_symlink() and link.resolve() == top.resolve()
+    assert {p.stem for p in top.glob("*.ipynb")} == set(catalog.NOTEBOOKS)

@@ -242,7 +242,7 @@ def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
     paths.relative_paths(folder)
     assert (folder / "sub" / "note.txt").read_text() == "committed to sub/x and .\n"
     meta = nbformat.read(folder / "a.ipynb", as_version=4).metadata.papermill
-    assert (meta.input_path, meta.output_path) == ("shardlab/course/notebooks/a.ipynb", "a.ipynb")
+    assert (meta.input_path, meta.output_path) == ("notebooks/a.ipynb", "a.ipynb")
     assert absolute_paths(folder, [str(tmp_path)]) == []
 
 

@@ -25,7 +25,7 @@ def relative_paths(out_dir) -> None:
         if path.suffix == ".ipynb":
             nb = nbformat.read(path, as_version=4)
             if "papermill" in nb.metadata:
-                nb.metadata.papermill["input_path"] = f"shardlab/course/notebooks/{path.name}"  # package data
+                nb.metadata.papermill["input_path"] = f"notebooks/{path.name}"  # the course folder
                 nb.metadata.papermill["output_path"] = path.relative_to(out_dir).as_posix()
                 nbformat.write(nb, path)
         if path.is_file() and path.suffix in TEXT:
