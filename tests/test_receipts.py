@@ -8,8 +8,10 @@ or a notebook, `make run` regenerates them.
 import gzip
 import hashlib
 import json
+import os
 import re
 from importlib import metadata
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -55,7 +57,9 @@ def load_audit(folder):
 def current_sources():
     """sha256 of every file of the checkout's lib/shardlab (code, notebooks, templates), hashed here with hashlib."""
     package = REPO / "lib" / "shardlab"
-    files = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    walked = os.walk(package, followlinks=True)  # course/notebooks is a link to the checkout's notebooks/
+    files = [Path(top) / name for top, _, names in walked for name in names]
+    files = [p for p in files if "__pycache__" not in p.parts and p.suffix != ".pyc"]
     return {"shardlab/" + p.relative_to(package).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 

@@ -63,8 +63,8 @@ def test_tracked_tree_has_no_build_noise():
 
 def test_no_sys_path_edits_in_notebooks_or_tests():
     for path in (
-        list((REPO / "lib" / "shardlab").rglob("*.ipynb"))
-        + list((REPO / "lib" / "shardlab").rglob("*.md"))
+        list((REPO / "notebooks").glob("*.ipynb"))
+        + list((REPO / "notebooks").glob("*.md"))
         + list((REPO / "tests").rglob("*.py"))
     ):
         if path.name == "test_setup.py":
