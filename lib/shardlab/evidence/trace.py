@@ -50,6 +50,7 @@ COURSE_MS = {  # the original course's four traced transitions, on another machi
     PREPARE: [0.421, 0.790, 0.777, 0.752],
     UPDATE: [0.196, 0.193, 0.167, 0.153],
 }
+COURSE_RESHUFFLED = [False, True, True, True]  # its first traced transition read on in its epoch; the others reshuffled
 TOLERANCE_MS = 1e-3  # both files hold the same nanosecond timestamps; allow rounding only
 
 
