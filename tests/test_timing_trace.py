@@ -320,7 +320,9 @@ def test_each_change_continues_the_same_run_bit_for_bit(change, mesh, data):
     for _ in range(9):  # batch 10 on 23 rows: three epochs, two reshuffles
         a, loss_a, ids_a = transition(a, data, 10, step, mesh)
         b, batch = changed_next_batch(b, data, 10, mesh)
-        weights, momentum, loss_b, _ = changed_step(batch.features, batch.targets, batch.mask, b["weights"], b["momentum"])
+        weights, momentum, loss_b, _ = changed_step(
+            batch.features, batch.targets, batch.mask, b["weights"], b["momentum"]
+        )
         b = {**b, "weights": weights, "momentum": momentum, "step": b["step"] + 1}
         np.testing.assert_array_equal(batch.ids, ids_a)
         assert float(loss_b) == loss_a

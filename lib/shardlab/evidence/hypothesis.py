@@ -28,7 +28,7 @@ def _split_and_permute(key, num_examples: int):
 
 
 def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
-    """The reshuffle of `core.sampler.draw` (split, keep the first half, permute) as one jitted call and one copy back."""
+    """`core.sampler.draw` (split, keep the first half, permute) as one jitted call and one copy back."""
     key, order = jax.device_get(_split_and_permute(np.asarray(key, np.uint32), num_examples))
     return np.asarray(key, np.uint32), np.asarray(order, np.int32)
 
@@ -68,7 +68,13 @@ def next_optimisation(dominance: dict, prepare_breakdown: list[dict]) -> dict:
         f"(from {baseline:.3f} ms), with identical ids, losses and weights.\n"
         "Refuted if the cut is smaller, or if anything differs."
     )
-    return {"change": change, "annotation": annotation, "baseline_ms": baseline, "threshold_ms": threshold, "text": text}
+    return {
+        "change": change,
+        "annotation": annotation,
+        "baseline_ms": baseline,
+        "threshold_ms": threshold,
+        "text": text,
+    }
 
 
 def changed_loop(change: str, mesh, next_batch, make_step):
