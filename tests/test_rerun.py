@@ -1,4 +1,4 @@
-"""Re-running is safe: a stage 3 run killed part way leaves a folder the next run replaces, and foreign files stay refused.
+"""Re-running is safe: after a killed stage 3 run the next run replaces its files; foreign files stay refused.
 
 The stage 3 notebook's own code cells are executed (from the .ipynb, in order, up to the cell
 tagged `control`), once in a process that is then killed with SIGKILL before the notebook
