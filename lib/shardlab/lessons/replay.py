@@ -78,6 +78,16 @@ def compare(control: dict, resumed: dict) -> dict:
     }
 
 
+def first_differences(control: dict, other: dict) -> dict:
+    """Per compared quantity (each field, the ids, the loss): the first step after which it differs, or None."""
+    shared = min(len(control["ids"]), len(other["ids"]))
+    steps = [int(s) for s in control["step"][:shared]]
+    return {
+        name: next((steps[i] for i in range(shared) if _max_diff(control[name][i], other[name][i]) != 0), None)
+        for name in (*FIELDS, "ids", "losses")
+    }
+
+
 def first_divergence(control: dict, other: dict):
     """The first step at which the fingerprint logs differ (None if they agree)."""
     return fingerprint.first_divergence(control["log"], other["log"])
