@@ -15,7 +15,7 @@ from shardlab.course import catalog, workspace
 
 
 def cells(nb):
-    """What a reviewer reads: cell type, source and tags, in order."""
+    """What a reader of the .md sees: cell type, source and tags, in order."""
     return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
 
 
