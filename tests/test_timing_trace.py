@@ -342,3 +342,23 @@ def test_each_traced_transition_is_a_numbered_profiler_step(captured):
         if event.name == trace.STEP
     ]
     assert numbers == [entry["step"] for entry in log]  # the step each transition completed
+
+
+def test_a_capture_folder_is_replaced_after_a_killed_capture_and_foreign_files_stay_refused(tmp_path):
+    from shardlab import outdir
+    from shardlab.errors import OutputFolderError
+
+    logdir = tmp_path / "trace"
+    outdir.owned_folder(logdir, trace.CAPTURE, trace.OWNS)  # what capture records before the profiler writes
+    stray = logdir / "plugins" / "profile" / "2026_01_01_00_00_00"  # a profiler killed before the rename
+    stray.mkdir(parents=True)
+    (stray / "host.xplane.pb").write_bytes(b"half a capture")
+    _, files = trace.capture(logdir, lambda: None, replace=True)
+    assert sorted(p.name for p in (logdir / "plugins" / "profile").iterdir()) == [trace.RUN]
+    (files.xplane.parent / "viewer.cache").write_text("a trace viewer's cache beside the capture")
+    _, files = trace.capture(logdir, lambda: None, replace=True)
+    assert not (files.xplane.parent / "viewer.cache").exists() and files.xplane.is_file()
+    (logdir / "notes.txt").write_text("mine")
+    with pytest.raises(OutputFolderError, match="notes.txt"):
+        trace.capture(logdir, lambda: None, replace=True)
+    assert (logdir / "notes.txt").read_text() == "mine" and files.xplane.is_file()

@@ -343,14 +343,18 @@ def owned_folder(folder, command: str, writes: tuple = ()) -> Path:
     return out
 
 
-def seal(folder, command: str) -> dict:
-    """Record every entry now in `folder` (not listed for another command) as `command`'s; return the section."""
+def seal(folder, command: str, owns: tuple = ()) -> dict:
+    """Record every entry now in `folder` (not listed for another command) as `command`'s; return the section.
+
+    Top-level entries matching `owns` (fnmatch patterns) stay `command`'s as a whole, whatever is added
+    inside them later (a trace viewer's cache beside a capture), so the next `owned_folder` replaces them.
+    """
     out = Path(os.path.abspath(os.fspath(folder)))
     commands = read_manifest(out)
     others = {rel for name, s in commands.items() if name != command for rel in s["files"]}
     others_dirs = {rel for name, s in commands.items() if name != command for rel in s["dirs"]}
     files, dirs = _walk(out)
-    section = {"files": {}, "dirs": [rel for rel in dirs if rel not in others_dirs]}
+    section = {"files": {}, "dirs": [rel for rel in dirs if rel not in others_dirs], "pending": list(owns)}
     for rel in files:
         path = out / rel
         if rel == MANIFEST or rel in others or path.is_symlink() or not path.is_file():
