@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, make the tests that read the course run one unit of work, listed first.
 
     xdist groups by an `@group` suffix of the node id, which xdist 3.8.0 writes where pytest 9.2 no
-    longer reads it (pytest-xdist issue #1386), so the suffix is written here. Without it the lock in
+    longer reads it (a pytest-xdist 3.8.0 bug, #1386 upstream), so the suffix is written here. Without it the lock in
     `run_dir` still runs the course once; a second worker would only wait for it.
     """
     from _pytest.nodeid import NodeId

@@ -263,10 +263,13 @@ def test_racing_savers_exactly_one_wins(tmp_path, data, mesh):
 
 
 def test_the_docs_state_what_a_migration_would_have_to_promise():
+    """The installed package says it (a pip install ships no docs/); the refusal points there."""
     doc = (Path(__file__).parents[1] / "docs" / "reliability.md").read_text()
-    assert "docs/reliability.md" in checkpoint.__doc__
     for promise in ("migration contract", "parent checkpoint", "momentum", "control"):
-        assert promise in doc
+        assert promise in doc and promise in checkpoint.__doc__
+    found = sl.contract(sl.teaching_fixture(), sl.Config(seed=1, batch_size=7))
+    with pytest.raises(sl.errors.ContractMismatchError, match=r"help\(shardlab.core.checkpoint\)"):
+        checkpoint.check_contract(found, {**found, "batch_size": 8})
 
 
 def test_orbax_round_trip_onto_a_mesh_target(data, mesh, tmp_path):
@@ -291,3 +294,23 @@ def test_orbax_round_trip_onto_a_mesh_target(data, mesh, tmp_path):
     b, loss_b, ids_b = sl.transition(restored, data, 10, step, mesh)
     assert loss_a == loss_b and np.array_equal(ids_a, ids_b)
     np.testing.assert_array_equal(np.asarray(a["weights"]), np.asarray(b["weights"]))
+
+
+def test_each_cursor_case_is_refused_by_the_check_its_label_names(data, mesh, tmp_path):
+    """An edited cursor trips the checksum; the same edit with the checksum recomputed trips the sampler check."""
+    from shardlab.lessons import faults
+
+    state = trained(data, mesh, seed=17, batch_size=7, steps=5)
+    contract = sl.contract(data, sl.Config(seed=17, batch_size=7))
+    path = sl.save(tmp_path / "c.npz", state, contract)
+    for case, words in (
+        ("cursor edited after saving", "integrity checksum"),
+        ("cursor the step does not imply", "imply"),
+    ):
+        copy = faults.tampered(path, tmp_path / f"{case.replace(' ', '_')}.npz", faults.DAMAGE[case])
+        with np.load(copy) as npz:
+            assert int(npz["cursor"]) == int(state["cursor"]) - 1
+            resealed = str(npz["integrity"][()]) == checkpoint.integrity({k: npz[k] for k in npz.files})
+        assert resealed == (case == "cursor the step does not imply")
+        with pytest.raises(sl.errors.CorruptCheckpointError, match=words):
+            sl.restore(copy, contract, mesh)

@@ -18,6 +18,7 @@ REQUIRED_REJECTIONS = {
     "big-endian weights": "CorruptCheckpointError",
     "weights of another width": "CorruptCheckpointError",
     "cursor out of range": "CorruptCheckpointError",
+    "cursor edited after saving": "CorruptCheckpointError",
     "cursor the step does not imply": "CorruptCheckpointError",
     "negative step": "CorruptCheckpointError",
     "key dtype": "CorruptCheckpointError",

@@ -200,18 +200,25 @@ def test_every_command_refuses_a_folder_holding_foreign_files(tmp_path, argv, ca
     assert time.perf_counter() - started < 60  # refused before any measurement starts
 
 
-def test_stage3_folder_replaces_only_what_a_finished_run_sealed(tmp_path):
+def test_stage3_folder_replaces_only_what_its_own_runs_wrote(tmp_path):
     folder = replay.fresh_folder(tmp_path / "stage3")
     open(os.path.join(folder, "checkpoint.npz"), "w").write("1")
     os.makedirs(os.path.join(folder, "bad"))
     open(os.path.join(folder, "bad", "x.npz"), "w").write("2")
-    with pytest.raises(OutputFolderError, match="checkpoint.npz"):
-        replay.fresh_folder(folder)  # not sealed: a run that stopped early, or a person's files
-    replay.seal(folder)
+    open(os.path.join(folder, ".tmp-999999-abc.npz"), "w").write("a killed save's temporary")
+    folder = replay.fresh_folder(folder)  # not sealed (the run stopped early): its own names are replaced
+    assert sorted(os.listdir(folder)) == [outdir.MANIFEST]
+    open(os.path.join(folder, "checkpoint.npz"), "w").write("1")
     open(os.path.join(folder, "MY_NOTES.md"), "w").write("notes")
     with pytest.raises(OutputFolderError, match="MY_NOTES.md"):
-        replay.fresh_folder(folder)
+        replay.fresh_folder(folder)  # a name the notebook never writes: refused, and nothing removed
+    assert sorted(os.listdir(folder)) == sorted([outdir.MANIFEST, "checkpoint.npz", "MY_NOTES.md"])
     os.unlink(os.path.join(folder, "MY_NOTES.md"))
+    replay.seal(folder)
+    open(os.path.join(folder, "checkpoint.npz"), "w").write("edited after the run")
+    with pytest.raises(OutputFolderError, match="checkpoint.npz"):
+        replay.fresh_folder(folder)  # sealed files are replaced only while they hold the recorded bytes
+    open(os.path.join(folder, "checkpoint.npz"), "w").write("1")
     folder = replay.fresh_folder(folder)
     assert sorted(os.listdir(folder)) == [outdir.MANIFEST]
 

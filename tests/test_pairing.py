@@ -9,13 +9,14 @@ import json
 import jupytext
 import nbformat
 import pytest
+from conftest import REPO
 
 from shardlab.core.files import sha256_file
 from shardlab.course import catalog, workspace
 
 
 def cells(nb):
-    """What a reviewer reads: cell type, source and tags, in order."""
+    """What a reader of the .md sees: cell type, source and tags, in order."""
     return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
 
 
@@ -66,3 +67,35 @@ def test_workspace_copies_keeps_edits_and_refreshes_untouched_copies(tmp_path):
     assert status[catalog.NOTEBOOKS[2]] == "kept" and foreign.read_text().startswith("a file of the learner")
     assert notes.read_text() == "mine"
     assert all(status[n] == "current" for n in catalog.NOTEBOOKS[3:])
+
+
+def test_a_learners_cells_survive_make_lab_again(tmp_path, capsys):
+    """`make lab` copies the top-level notebooks/; cells a learner added or edited are still there after a rerun."""
+    from argparse import Namespace
+
+    from nbformat.v4 import new_markdown_cell
+
+    folder, name = tmp_path / "workspace", catalog.NOTEBOOKS[2]
+    args = Namespace(folder=str(folder))  # `make lab` runs `python -m shardlab workspace $(WORKSPACE)` first
+    assert workspace.main(args) == 0
+    top = REPO / "notebooks" / f"{name}.ipynb"
+    assert catalog.NOTEBOOK_DIR.resolve() == top.parent.resolve()
+    assert (folder / f"{name}.ipynb").read_bytes() == top.read_bytes(), "the copy comes from notebooks/"
+    course_before = top.read_bytes()
+
+    nb = nbformat.read(folder / f"{name}.ipynb", as_version=4)
+    nb.cells.insert(
+        1, new_markdown_cell("My answer: the key hides until the next epoch.", metadata={"tags": ["answer"]})
+    )
+    code = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    code.source += "\nprint('my extra check')"
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+    capsys.readouterr()
+    assert workspace.main(args) == 0
+    said = capsys.readouterr().out
+    assert "kept your edited copies" in said and name in said
+    kept = nbformat.read(folder / f"{name}.ipynb", as_version=4)
+    assert kept.cells[1].source.startswith("My answer") and "answer" in kept.cells[1].metadata["tags"]
+    assert any("my extra check" in c.source for c in kept.cells if c.cell_type == "code")
+    assert top.read_bytes() == course_before, "the course source is never touched"

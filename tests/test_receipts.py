@@ -122,7 +122,22 @@ def check_trace(folder, trace):
         np.testing.assert_allclose([r[key] for r in rows], direct[key], atol=1e-3, err_msg=key)
     larger = PREPARE if np.median(direct[PREPARE]) >= np.median(direct[UPDATE]) else UPDATE
     assert f"{trace['dominant']['dominant']}_ms" == larger
-    assert "Hypothesis" in trace["hypothesis"] and "Falsified" in trace["hypothesis"]
+    guess = trace["hypothesis"]
+    assert guess["annotation"] == trace["dominant"]["dominant"], "the hypothesis targets what dominates"
+    assert guess["threshold_ms"] > 0 and f"{guess['threshold_ms']:.3f} ms" in guess["text"]
+
+
+def check_change(folder, trace, change):
+    """The change the hypothesis named was made, traced beside the unchanged loop, and judged by its medians."""
+    assert change["change"] == trace["hypothesis"]["change"]
+    direct = perfetto_ms(inside(folder, change["perfetto"]))
+    key = f"{change['annotation']}_ms"
+    sides = {side: [v for v, who in zip(direct[key], change["order"]) if who == side] for side in change["rows"]}
+    assert sorted(sides) == ["changed", "unchanged"] and all(len(v) == 4 for v in sides.values())
+    cut = np.median(sides["unchanged"]) - np.median(sides["changed"])
+    assert change["cut_ms"] == pytest.approx(cut, abs=1e-3)
+    assert change["confirmed"] == (cut >= trace["hypothesis"]["threshold_ms"])
+    assert change["text"].startswith("confirmed" if change["confirmed"] else "refuted")
 
 
 def check_stage3(recovery, faults):
@@ -202,6 +217,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
     audit = load_audit(run_dir)
     for key in ("timing", "trace", "environment", "figure"):
         assert found[key] == audit[key], key
+    check_change(run_dir, found["trace"], found["change"])
     assert set(found["compile"]) == set(VARIANTS)
     assert {k: found["timing"][k]["compile_ms"] for k in VARIANTS} == {
         k: found["compile"][k]["compile_ms"] for k in VARIANTS

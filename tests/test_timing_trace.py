@@ -268,12 +268,66 @@ def test_the_hypothesis_follows_what_dominates():
             "median_compiled_update_and_wait_ms": update,
         }
 
-    parts = {"jitted_dispatch_ms": 0.1, "placement_ms": 0.2, "other_ms": 0.7, "dispatched": ["PjitFunction(_shuffle)"]}
-    assert next_optimisation(dominance(1.0, 3.0), [parts]).startswith("The update dominates")
-    reshuffle = next_optimisation(dominance(1.0, 0.3), [parts])
-    assert "epoch reshuffle" in reshuffle and "PjitFunction(_shuffle)" in reshuffle and "Falsified" in reshuffle
-    placement = next_optimisation(dominance(1.0, 0.3), [{**parts, "placement_ms": 0.9, "other_ms": 0.0}])
-    assert "placement is the cost" in placement
+    parts = [
+        {"jitted_dispatch_ms": j, "placement_ms": 0.2, "other_ms": 0.7, "dispatched": ["PjitFunction(_shuffle)"]}
+        for j in (0.1, 0.3, 0.5)
+    ]
+    update = next_optimisation(dominance(1.0, 3.0), parts)
+    assert (update["change"], update["annotation"]) == ("packed_psum", trace.UPDATE)
+    assert update["threshold_ms"] == pytest.approx(3.0 / 4) and update["baseline_ms"] == 3.0
+    prepare = next_optimisation(dominance(1.0, 0.3), parts)
+    assert (prepare["change"], prepare["annotation"]) == ("one_call_reshuffle", trace.PREPARE)
+    assert prepare["threshold_ms"] == pytest.approx(0.3 / 2)  # half the median jitted dispatch
+    for guess in (update, prepare):
+        assert f"{guess['threshold_ms']:.3f} ms" in guess["text"] and "Refuted if" in guess["text"]
+
+
+def test_the_verdict_compares_medians_with_the_threshold():
+    from shardlab.evidence.hypothesis import verdict
+
+    guess = {"annotation": trace.PREPARE, "threshold_ms": 0.5}
+    before = [{"prepare_and_place_ms": v} for v in (2.0, 9.0, 2.2, 1.8)]
+    for after, confirmed in (((1.0, 1.6, 1.5, 50.0), True), ((1.7, 1.6, 1.9, 0.1), False)):
+        found = verdict(guess, before, [{"prepare_and_place_ms": v} for v in after])
+        cut = np.median([2.0, 9.0, 2.2, 1.8]) - np.median(after)
+        assert found["cut_ms"] == pytest.approx(cut) and found["confirmed"] is confirmed
+        assert found["text"].startswith("confirmed" if confirmed else "refuted")
+
+
+def test_the_one_call_reshuffle_draws_what_the_course_idiom_draws():
+    from shardlab.evidence.hypothesis import one_call_draw
+
+    for seed, n in ((17, 23), (2**31 - 1, 1023)):
+        key = np.asarray(jax.random.PRNGKey(seed), np.uint32)
+        kept, sub = jax.random.split(key)
+        new_key, order = one_call_draw(key, n)
+        np.testing.assert_array_equal(new_key, np.asarray(kept))
+        np.testing.assert_array_equal(order, np.asarray(jax.random.permutation(sub, n)))
+        assert new_key.dtype == np.uint32 and order.dtype == np.int32
+
+
+@pytest.mark.parametrize("change", ["one_call_reshuffle", "packed_psum"])
+def test_each_change_continues_the_same_run_bit_for_bit(change, mesh, data):
+    """The gate stage 4 applies: ids, losses and all six fields identical to the unchanged loop, across epochs."""
+    from shardlab.core.batch import next_batch
+    from shardlab.core.state import initial, transition
+    from shardlab.core.update import make_step
+    from shardlab.evidence.hypothesis import changed_loop
+
+    changed_next_batch, changed_step = changed_loop(change, mesh, next_batch, make_step)
+    step = make_step(mesh)
+    a = b = initial(5, data, mesh)
+    for _ in range(9):  # batch 10 on 23 rows: three epochs, two reshuffles
+        a, loss_a, ids_a = transition(a, data, 10, step, mesh)
+        b, batch = changed_next_batch(b, data, 10, mesh)
+        weights, momentum, loss_b, _ = changed_step(
+            batch.features, batch.targets, batch.mask, b["weights"], b["momentum"]
+        )
+        b = {**b, "weights": weights, "momentum": momentum, "step": b["step"] + 1}
+        np.testing.assert_array_equal(batch.ids, ids_a)
+        assert float(loss_b) == loss_a
+    for field in a:
+        np.testing.assert_array_equal(np.asarray(b[field]), np.asarray(a[field]), err_msg=field)
 
 
 def test_each_traced_transition_is_a_numbered_profiler_step(captured):
@@ -288,3 +342,23 @@ def test_each_traced_transition_is_a_numbered_profiler_step(captured):
         if event.name == trace.STEP
     ]
     assert numbers == [entry["step"] for entry in log]  # the step each transition completed
+
+
+def test_a_capture_folder_is_replaced_after_a_killed_capture_and_foreign_files_stay_refused(tmp_path):
+    from shardlab import outdir
+    from shardlab.errors import OutputFolderError
+
+    logdir = tmp_path / "trace"
+    outdir.owned_folder(logdir, trace.CAPTURE, trace.OWNS)  # what capture records before the profiler writes
+    stray = logdir / "plugins" / "profile" / "2026_01_01_00_00_00"  # a profiler killed before the rename
+    stray.mkdir(parents=True)
+    (stray / "host.xplane.pb").write_bytes(b"half a capture")
+    _, files = trace.capture(logdir, lambda: None, replace=True)
+    assert sorted(p.name for p in (logdir / "plugins" / "profile").iterdir()) == [trace.RUN]
+    (files.xplane.parent / "viewer.cache").write_text("a trace viewer's cache beside the capture")
+    _, files = trace.capture(logdir, lambda: None, replace=True)
+    assert not (files.xplane.parent / "viewer.cache").exists() and files.xplane.is_file()
+    (logdir / "notes.txt").write_text("mine")
+    with pytest.raises(OutputFolderError, match="notes.txt"):
+        trace.capture(logdir, lambda: None, replace=True)
+    assert (logdir / "notes.txt").read_text() == "mine" and files.xplane.is_file()

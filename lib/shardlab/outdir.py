@@ -16,6 +16,7 @@ together, so a crash mid-publication leaves nothing the next run would take for 
 """
 
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -129,11 +130,15 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         if rel != MANIFEST
         and _staging_pid(out / rel.split("/")[0]) is None
         and not (rel in known_files and _matches(out, rel, known_files[rel]))
+        and not _pending(commands, rel)
     ]
     foreign += [
         rel + "/"
         for rel in dirs
-        if rel not in known_dirs and not rel.split("/")[0].startswith(STAGING) and not _contains_known(rel, files)
+        if rel not in known_dirs
+        and not rel.split("/")[0].startswith(STAGING)
+        and not _contains_known(rel, files)
+        and not _pending(commands, rel)
     ]
     legacy = [rel for rel in LEGACY_MARKERS if rel in foreign]
     if legacy and not commands:
@@ -294,22 +299,37 @@ def write_json(folder, command: str, name: str, content) -> Path:
     return write_text(folder, command, name, json.dumps(content, indent=1, sort_keys=True) + "\n")
 
 
-def owned_folder(folder, command: str) -> Path:
+def _pending(commands: dict, rel: str) -> bool:
+    """True if `rel` lies under a top-level name that a section claimed before writing (`owned_folder`'s `writes`)."""
+    top = rel.split("/")[0]
+    return any(
+        fnmatch.fnmatchcase(top, pattern) for section in commands.values() for pattern in section.get("pending", [])
+    )
+
+
+def owned_folder(folder, command: str, writes: tuple = ()) -> Path:
     """Create (or reuse) `folder` for a notebook that writes through other functions; return its path.
 
-    A folder that `command` sealed (`seal`) is emptied of exactly the entries it recorded;
-    anything else in it is refused. The caller calls `seal` once it has written everything.
+    `writes` names (fnmatch patterns) the top-level entries the caller is about to write. They are
+    recorded as pending first, so a run that stops before `seal` (a failed cell, a killed kernel)
+    leaves entries the next call recognises and removes. Entries a sealed run recorded are
+    removed only while they hold the recorded bytes; anything else in the folder is refused.
+    The caller calls `seal` once it has written everything.
     """
     out = claim(folder, command)
     if out.exists():
-        section = read_manifest(out).get(command, {"files": {}, "dirs": []})
+        commands = read_manifest(out)
+        section = commands.get(command, {"files": {}, "dirs": []})
         for rel in section["files"]:
-            (out / rel).unlink()
+            with contextlib.suppress(FileNotFoundError):
+                (out / rel).unlink()
         for rel in sorted(section["dirs"], key=lambda r: -r.count("/")):
             with contextlib.suppress(OSError):
                 (out / rel).rmdir()
-        commands = {k: v for k, v in read_manifest(out).items() if k != command}
-        _write_manifest(out, commands)
+        for entry in out.iterdir():
+            if entry.name != MANIFEST and _pending({command: section}, entry.name):
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        commands = {k: v for k, v in commands.items() if k != command}
     else:
         try:
             out.mkdir(parents=True, mode=DIR_MODE)
@@ -318,17 +338,23 @@ def owned_folder(folder, command: str) -> Path:
                 f"cannot create {out} ({exc.strerror or exc}); choose a folder you can write to"
             ) from None
         os.chmod(out, DIR_MODE)
+        commands = {}
+    _write_manifest(out, {**commands, command: {"files": {}, "dirs": [], "pending": list(writes)}})
     return out
 
 
-def seal(folder, command: str) -> dict:
-    """Record every entry now in `folder` (not listed for another command) as `command`'s; return the section."""
+def seal(folder, command: str, owns: tuple = ()) -> dict:
+    """Record every entry now in `folder` (not listed for another command) as `command`'s; return the section.
+
+    Top-level entries matching `owns` (fnmatch patterns) stay `command`'s as a whole, whatever is added
+    inside them later (a trace viewer's cache beside a capture), so the next `owned_folder` replaces them.
+    """
     out = Path(os.path.abspath(os.fspath(folder)))
     commands = read_manifest(out)
     others = {rel for name, s in commands.items() if name != command for rel in s["files"]}
     others_dirs = {rel for name, s in commands.items() if name != command for rel in s["dirs"]}
     files, dirs = _walk(out)
-    section = {"files": {}, "dirs": [rel for rel in dirs if rel not in others_dirs]}
+    section = {"files": {}, "dirs": [rel for rel in dirs if rel not in others_dirs], "pending": list(owns)}
     for rel in files:
         path = out / rel
         if rel == MANIFEST or rel in others or path.is_symlink() or not path.is_file():

@@ -9,7 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.devices import AXIS
 from shardlab.core.errors import EmptyBatchError
-from shardlab.core.sampler import advance
+from shardlab.core.sampler import advance, draw
 
 ROWS = P(AXIS, None)  # features: rows split over devices
 VALUES = P(AXIS)  # targets and mask
@@ -72,9 +72,9 @@ def place(features, targets, mask, mesh: Mesh, put=put_whole) -> tuple[jax.Array
     return put(features, mesh, ROWS), put(targets, mesh, VALUES), put(mask, mesh, VALUES)
 
 
-def next_batch(state: dict, data, batch_size: int, mesh: Mesh, put=put_whole) -> tuple[dict, Batch]:
+def next_batch(state: dict, data, batch_size: int, mesh: Mesh, put=put_whole, reshuffle=draw) -> tuple[dict, Batch]:
     """Return (new state, placed batch): advance the sampler, pad, place. Step is unchanged."""
-    state, ids = advance(state, batch_size)
+    state, ids = advance(state, batch_size, reshuffle)
     features, targets, mask = pad(data, ids, mesh.size)
     return state, Batch(*place(features, targets, mask, mesh, put), ids)
 

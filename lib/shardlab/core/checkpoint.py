@@ -6,8 +6,10 @@ savers race) and removes the temporary name. A reader therefore sees either no
 file or a complete one. This shows local restart, not power-loss durability.
 
 `restore` is a continuation, never a migration: any contract difference (data, seed,
-batch size, optimiser constants, device count) is refused; docs/reliability.md lists what
-a deliberate migration would have to promise, and what the checksum does and does not rule out.
+batch size, optimiser constants, device count) is refused. A deliberate migration contract would
+have to promise: both contracts and the parent checkpoint's hash under a new schema version; how
+the unread rest of `order` is regrouped and what `step` means afterwards; what happens to
+momentum; and a control run that made the same change at the same step, compared field by field.
 """
 
 import contextlib
@@ -286,7 +288,7 @@ def check_contract(found: dict, expected: dict) -> None:
             "this one (a changed batch size or seed is a new experiment, not a continuation):\n  "
             + "\n  ".join(diffs)
             + "\nRestore with the checkpoint's own data and settings, or start the new experiment from step 0 "
-            "(docs/reliability.md says what a deliberate migration would have to promise)."
+            "(help(shardlab.core.checkpoint) says what a deliberate migration would have to promise)."
         )
 
 

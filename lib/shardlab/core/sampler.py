@@ -7,7 +7,7 @@ from shardlab.core.config import check_batch_size
 from shardlab.core.errors import DataError
 
 
-def _draw(key: np.ndarray, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
+def draw(key: np.ndarray, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
     """Split `key`; keep the first half, draw a permutation with the second."""
     key, subkey = jax.random.split(key)
     order = jax.random.permutation(subkey, num_examples)
@@ -18,20 +18,22 @@ def initial_sampler(seed: int, num_examples: int) -> dict:
     """Sampler fields for epoch 0: the split key, the first order, cursor 0."""
     if num_examples < 1:
         raise DataError(f"cannot sample from {num_examples} examples")
-    key, order = _draw(jax.random.PRNGKey(seed), num_examples)
+    key, order = draw(jax.random.PRNGKey(seed), num_examples)
     return {"key": key, "order": order, "cursor": 0}
 
 
-def advance(state: dict, batch_size: int) -> tuple[dict, np.ndarray]:
+def advance(state: dict, batch_size: int, reshuffle=draw) -> tuple[dict, np.ndarray]:
     """Return (new state, ids): the next ids of this epoch, reshuffling first if it is used up.
 
     A batch never crosses an epoch boundary, so the last batch keeps the remainder.
     Only `key`, `order` and `cursor` change; the caller's dict and arrays are untouched.
+    `reshuffle(key, n) -> (key, order)` draws the next epoch (`draw` by default); another one
+    continues the same run only if it returns the same values.
     """
     check_batch_size(batch_size)
     key, order, cursor = state["key"], state["order"], int(state["cursor"])
     if cursor >= len(order):
-        key, order = _draw(key, len(order))
+        key, order = reshuffle(key, len(order))
         cursor = 0
     ids = np.array(order[cursor : cursor + batch_size], dtype=np.int32)
     return {**state, "key": key, "order": order, "cursor": cursor + len(ids)}, ids
@@ -64,5 +66,5 @@ def sampler_at(seed: int, num_examples: int, batch_size: int, step: int) -> dict
     if draws > MAX_EPOCHS:
         raise DataError(f"step {step} lies {draws} epochs into the run; sampler_at replays at most {MAX_EPOCHS}")
     key = _split_chain(np.asarray(jax.random.PRNGKey(seed), np.uint32), np.int32(draws - 1))
-    key, order = _draw(key, num_examples)
+    key, order = draw(key, num_examples)
     return {"key": key, "order": order, "cursor": cursor}

@@ -10,6 +10,7 @@ NOTEBOOKS = [
     "stage3_checkpoint",
     "stage3_resume",
     "stage4_profile",
+    "stage4_beyond",  # optional: after the course's four stages
     "stage5_multicontroller",
 ]
 KERNEL = "shardlab"  # the Jupyter kernel `make venv` installs into .venv

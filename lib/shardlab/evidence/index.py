@@ -21,6 +21,7 @@ TITLES = {
     "stage3_checkpoint": "Stage 3 — save, restore, and the deliberate faults",
     "stage3_resume": "Stage 3 — a fresh kernel continues the same experiment",
     "stage4_profile": "Stage 4 — measure the boundary you intend to optimise",
+    "stage4_beyond": "After stage 4 — what a practitioner does next (optional)",
     "stage5_multicontroller": "Stage 5 — beyond one controller",
 }
 STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}

@@ -35,6 +35,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from shardlab import outdir
 from shardlab.core.batch import next_batch as reference_next_batch
 from shardlab.core.state import updated
 from shardlab.errors import TraceError
@@ -46,10 +47,13 @@ ANNOTATIONS = (STEP, PREPARE, UPDATE)
 RUN = "shardlab"  # capture folder name under plugins/profile (instead of a timestamp)
 XPLANE = "shardlab.xplane.pb"  # instead of <hostname>.xplane.pb
 PERFETTO = "perfetto_trace.json.gz"
+CAPTURE = "trace"  # the manifest section of a capture folder (`shardlab.outdir`)
+OWNS = ("plugins",)  # what a capture writes into its folder; a trace viewer may add its cache inside
 COURSE_MS = {  # the original course's four traced transitions, on another machine
     PREPARE: [0.421, 0.790, 0.777, 0.752],
     UPDATE: [0.196, 0.193, 0.167, 0.153],
 }
+COURSE_RESHUFFLED = [False, True, True, True]  # its first traced transition read on in its epoch; the others reshuffled
 TOLERANCE_MS = 1e-3  # both files hold the same nanosecond timestamps; allow rounding only
 
 
@@ -70,13 +74,14 @@ def _options() -> jax.profiler.ProfileOptions:
 def capture(logdir, transitions_fn, replace: bool = False):
     """Return (transitions_fn(), TraceFiles) with the call traced into `logdir`.
 
-    A previous capture in `logdir` is an error unless `replace` is true (then it is removed).
+    A previous capture in `logdir` is an error unless `replace` is true. Then what an earlier
+    capture wrote there is replaced, finished or killed part way: the folder's manifest claims
+    `plugins/` before the profiler writes (`shardlab.outdir`). Any other file in `logdir` is refused.
     """
     profile = Path(logdir) / "plugins" / "profile"
-    if profile.exists() and any(profile.iterdir()):
-        if not replace:
-            raise TraceError(f"{profile} already holds a capture; pass replace=True or choose a new logdir")
-        shutil.rmtree(profile)
+    if not replace and profile.exists() and any(profile.iterdir()):
+        raise TraceError(f"{profile} already holds a capture; pass replace=True or choose a new logdir")
+    logdir = outdir.owned_folder(logdir, CAPTURE, OWNS)
     with jax.profiler.trace(str(logdir), create_perfetto_trace=True, profiler_options=_options()):
         result = transitions_fn()
     (written,) = profile.iterdir()
@@ -85,6 +90,7 @@ def capture(logdir, transitions_fn, replace: bool = False):
     xplane.rename(run / XPLANE)
     for duplicate in run.glob("*.trace.json.gz"):  # the Perfetto file is this file minus its metadata
         duplicate.unlink()
+    outdir.seal(logdir, CAPTURE, OWNS)
     return result, TraceFiles(run / XPLANE, run / PERFETTO)
 
 

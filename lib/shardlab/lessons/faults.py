@@ -11,6 +11,7 @@ import os
 import jax
 import numpy as np
 
+from shardlab.core import checkpoint
 from shardlab.core.config import Config
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import epoch_batches
@@ -128,6 +129,18 @@ def refused(call, error: type, *paths) -> str:
     return message
 
 
+def reason(message: str, width: int = 60) -> str:
+    """One short line of a refusal's message (no path in front; for a contract, the field that differs)."""
+    lines = message.splitlines()
+    detail = [line.strip() for line in lines[1:] if line.startswith("  ")]
+    if detail:
+        field, _, values = detail[0].partition(": ")
+        return detail[0] if len(detail[0]) <= width else f"{field}: the checkpoint's differs from this run's"
+    head, sep, rest = lines[0].partition(".npz")
+    text = rest.lstrip(": ") if sep and "/" in head else lines[0]
+    return text if len(text) <= width else text[: text.rfind(" ", 0, width - 2)] + " …"
+
+
 def tampered(source, target, change) -> str:
     """Copy the checkpoint `source` to a new file `target` after `change(arrays)` edits its arrays in place."""
     with np.load(os.fspath(source), allow_pickle=False) as npz:
@@ -186,6 +199,20 @@ def _add(name, value_of):
     return change
 
 
+def _resealed(change):
+    """`change`, then the integrity checksum recomputed as `save` computes it: a forgery the checksum cannot see."""
+
+    def forged(arrays):
+        change(arrays)
+        arrays["integrity"] = np.asarray(checkpoint.integrity(arrays))
+
+    return forged
+
+
+def _cursor_back(cursor):
+    return np.asarray(int(cursor) - 1 if int(cursor) else 1, np.int64)
+
+
 # name -> how the copy is damaged; every one must raise CorruptCheckpointError on restore. This is
 # the one list of member damage: the stage 3 notebook shows each, `python -m shardlab torture`
 # applies each in its corrupted_files category (beside byte-level damage the notebook does not show).
@@ -198,7 +225,8 @@ DAMAGE = {
     "big-endian weights": _set("weights", lambda w: w.astype(">f4")),
     "weights of another width": _set("weights", lambda w: np.concatenate([w, w[:1]])),
     "cursor out of range": _set("cursor", lambda c: np.asarray(10**6, np.int64)),
-    "cursor the step does not imply": _set("cursor", lambda c: np.asarray(int(c) - 1 if int(c) else 1, np.int64)),
+    "cursor edited after saving": _set("cursor", _cursor_back),  # refused by the checksum
+    "cursor the step does not imply": _resealed(_set("cursor", _cursor_back)),  # refused by the sampler check
     "negative step": _set("step", lambda s: np.asarray(-1, np.int64)),
     "key dtype": _set("key", lambda k: k.astype(np.int64)),
     "key shape": _set("key", lambda k: np.zeros(4, np.uint32)),
@@ -209,5 +237,7 @@ DAMAGE = {
 # What the course requires of *any* restore (COURSE.md, stage 3: shapes, dtypes, finite parameters, a
 # valid permutation, cursor bounds, a non-negative step, missing momentum). The checker probes these
 # on a learner's file; the rest of DAMAGE goes beyond the course (our own restore also refuses an
-# unknown member and a sampler the step does not imply), so a correct learner file may accept them.
-COURSE_DAMAGE = tuple(name for name in DAMAGE if name not in ("an extra member", "cursor the step does not imply"))
+# unknown member, a member edited after saving and a sampler the step does not imply), so a correct
+# learner file may accept them.
+BEYOND_COURSE = ("an extra member", "cursor edited after saving", "cursor the step does not imply")
+COURSE_DAMAGE = tuple(name for name in DAMAGE if name not in BEYOND_COURSE)

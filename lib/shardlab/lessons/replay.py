@@ -17,6 +17,9 @@ from shardlab.errors import CheckpointError, ShardlabError
 from shardlab.lessons import fingerprint
 
 OWNER = "stage3_checkpoint"  # the manifest section of the files `fresh_folder` may replace
+# what the stage 3 notebook writes into its folder (fnmatch patterns of top-level names); `.tmp-*` are the
+# temporaries of a save that was killed (core/checkpoint.py, lessons/orbax_io.py)
+WRITES = ("checkpoint.npz", "control.npz", "orbax", "bad", "faults", ".tmp-*")
 
 
 class ReplayMismatchError(ShardlabError, AssertionError):
@@ -72,6 +75,16 @@ def compare(control: dict, resumed: dict) -> dict:
         "losses": _max_diff(control["losses"], resumed["losses"]),
         "steps_compared": int(min(len(control["ids"]), steps)),
         "epochs_covered": float(sum(len(i) for i in resumed["ids"]) / rows),
+    }
+
+
+def first_differences(control: dict, other: dict) -> dict:
+    """Per compared quantity (each field, the ids, the loss): the first step after which it differs, or None."""
+    shared = min(len(control["ids"]), len(other["ids"]))
+    steps = [int(s) for s in control["step"][:shared]]
+    return {
+        name: next((steps[i] for i in range(shared) if _max_diff(control[name][i], other[name][i]) != 0), None)
+        for name in (*FIELDS, "ids", "losses")
     }
 
 
@@ -132,12 +145,13 @@ def load_record(path) -> dict:
 
 
 def fresh_folder(path) -> str:
-    """Create `path` for the stage 3 notebook's files, removing only files an earlier, finished run recorded.
+    """Create `path` for the stage 3 notebook's files, removing what an earlier run of it wrote.
 
-    Anything else in `path` (a person's notes, a run that stopped before `seal`) is refused
-    with OutputFolderError, which says what to do; see `shardlab.outdir`.
+    That is the files a finished run recorded (`seal`) and, after a run that stopped early, the
+    entries named in `WRITES`. Anything else in `path` (a person's notes, an edited file) is
+    refused with OutputFolderError, which says what to do; see `shardlab.outdir`.
     """
-    return str(outdir.owned_folder(path, OWNER))
+    return str(outdir.owned_folder(path, OWNER, WRITES))
 
 
 def seal(path) -> None:

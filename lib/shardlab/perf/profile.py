@@ -101,6 +101,31 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
     return found
 
 
+def alternately(logdir, loops: dict, count: int) -> dict:
+    """Trace `count` transitions of every loop in one capture, alternating which goes first; read them back.
+
+    `loops` maps a name to (state, advance), where `advance(state) -> (state, loss, ids)` runs one
+    annotated transition. Returns the capture's files, the order, and per loop its annotation
+    rows, its (loss, ids) log and its last state.
+    """
+    states = {name: state for name, (state, _) in loops.items()}
+    log = {name: [] for name in loops}
+
+    def run():
+        order = []
+        for index in range(count):
+            for name in sorted(loops, reverse=index % 2 == 1):
+                states[name], loss, ids = loops[name][1](states[name])
+                log[name].append((loss, ids))
+                order.append(name)
+        return order
+
+    order, files = trace.capture(logdir, run, replace=True)
+    rows = trace.annotation_durations(files)
+    sides = {name: [r for r, who in zip(rows, order) if who == name] for name in loops}
+    return {"files": files, "order": order, "rows": sides, "log": log, "states": states}
+
+
 def before_after(data, mesh, batch_size: int, seed: int, logdir, count: int = 4, k: int = 100, body=None) -> dict:
     """Course transitions and fused dispatches of K steps, traced alternately in one capture, read back.
 
@@ -112,21 +137,15 @@ def before_after(data, mesh, batch_size: int, seed: int, logdir, count: int = 4,
     start = initial(seed, data, mesh)
     course, _, _ = transition(start, data, batch_size, step, mesh)
     looped, _, _ = fused_dispatch(loop, start, k)
-
-    def alternate():
-        states, order = {"before": course, "after": looped}, []
-        for index in range(count):
-            for side in sorted(states, reverse=index % 2 == 1):
-                if side == "before":
-                    states[side], _, _ = transition(states[side], data, batch_size, step, mesh)
-                else:
-                    states[side], _, _ = fused_dispatch(loop, states[side], k)
-                order.append(side)
-        return order
-
-    order, files = trace.capture(logdir, alternate, replace=True)
-    rows = trace.annotation_durations(files)
-    sides = {side: [r for r, who in zip(rows, order) if who == side] for side in ("before", "after")}
+    captured = alternately(
+        logdir,
+        {
+            "before": (course, lambda state: transition(state, data, batch_size, step, mesh)),
+            "after": (looped, lambda state: fused_dispatch(loop, state, k)),
+        },
+        count,
+    )
+    sides, files = captured["rows"], captured["files"]
     steps = {"before": 1, "after": k}
     per_step = {
         side: {
@@ -137,7 +156,7 @@ def before_after(data, mesh, batch_size: int, seed: int, logdir, count: int = 4,
     }
     return {
         "files": files,
-        "order": order,
+        "order": captured["order"],
         "steps_per_transition": steps,
         **sides,
         "per_step": per_step,

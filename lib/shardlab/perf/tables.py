@@ -86,18 +86,18 @@ def endtoend_rows(result: dict) -> list[list[str]]:
     return rows
 
 
-def endtoend_table(path) -> str:
-    """The end-to-end table and the targets of a bench.json receipt as Markdown."""
+def endtoend_table(path, targets: bool = True) -> str:
+    """The end-to-end table of a bench.json receipt as Markdown, and its targets unless `targets` is false."""
     result = json.loads(Path(path).read_text())
     sizes = [str(result["endtoend"][b]["batch_size"]) for b in result["endtoend"]]
     head = ["per step, end to end", *[f"ms, batch {b}" for b in sizes], *[f"speedup, batch {b}" for b in sizes]]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in endtoend_rows(result)]
     lines.append("")
-    for key, goal in result["targets"].items():
+    for key, goal in result["targets"].items() if targets else ():
         value = "not measured" if goal["measured"] is None else f"{goal['measured']:.3g}"
         lines.append(f"- `{key}` {goal['target']}: {value}, **{'met' if goal['met'] else 'not met'}**")
-    for key, old in result["retired"].items():
+    for key, old in result["retired"].items() if targets else ():
         lines.append(f"- `{key}` (retired, was {old['old_target']}): {old['measured']:.3g}; {old['why_retired']}")
     lines.append("")
     lines.append(_measured_on(result))

@@ -2,7 +2,7 @@
 
 from shardlab.evidence import trace
 
-TARGETS = {  # ratio: (comparison, bound), from the issues; reported, never asserted
+TARGETS = {  # ratio: (comparison, bound); reported, never asserted
     "e2e_speedup_b7": (">=", 50.0),
     "e2e_speedup_b1023": (">=", 3.0),
     "fused_over_floor_b7": ("<=", 10.0),

@@ -1,7 +1,7 @@
 """`python -m shardlab torture`: kill, corrupt and misuse the checkpoint path and the output folders; count it.
 
 Categories: kills during save, corrupted files, bad parameters, the multi-process save
-path of stage 5, and one per edge of the reliability issue (output folders, hostile
+path of stage 5, and one per edge of the checkpoint path (output folders, hostile
 restores, save refusals, stale temporaries, the Orbax path) plus a hypothesis fuzzer over
 NPZ structure and contract JSON. Per category torture.json reports trials, refused,
 restored_exact and five failure columns that must be 0 (wrong_accepts, lost,
@@ -49,7 +49,7 @@ REDUCED = {
     "orbax_children": 1,
     "fuzz_examples": 25,
 }
-MINIMUM = {"kill_during_save": 50, "corrupted_files": 200, "multi_process": 10}  # trials the issue asks for
+MINIMUM = {"kill_during_save": 50, "corrupted_files": 200, "multi_process": 10}  # fewest trials a campaign runs
 TOTAL_MINIMUM = 500  # trials of a full campaign
 
 

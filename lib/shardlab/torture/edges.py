@@ -1,6 +1,6 @@
 """The edges around the checkpoint core: output folders, hostile restores, save refusals, leaks and Orbax.
 
-One category per section of the reliability issue. Every trial states what must happen
+One category per edge of the checkpoint path (docs/reliability.md). Every trial states what must happen
 (refused with a shardlab error, or done exactly as asked) and is also checked for what
 must never happen: a file outside its folder changed, a temporary or staging folder left
 behind, a call over its time bound, a published checkpoint changed.
