@@ -50,9 +50,15 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT_CAP) -> Outcome:
-    """Check `spec` (a .py path or 'reference') at every stage, report into `folder`; never longer than `timeout`."""
+    """Check `spec` (a .py path or 'reference') at every stage; never longer than `timeout`.
+
+    `folder` (created, and left for the caller to remove) receives the report and serves as the
+    child's temporary folder, so even a killed child leaves nothing outside it.
+    """
+    scratch = folder / "tmp"
+    scratch.mkdir(parents=True)
     command = [sys.executable, "-m", "shardlab", "check", "--implementation", spec, "--stage", "all"]
-    command += ["--output", str(folder)]
+    command += ["--output", str(folder / "report")]
     kept, over = bytearray(), threading.Event()
     start = time.perf_counter()
     process = subprocess.Popen(
@@ -61,7 +67,7 @@ def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the checker's grandchild dies with it
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
     )
     reader = threading.Thread(target=_drain, args=(process.stdout, kept, cap, over), daemon=True)
     reader.start()
@@ -79,7 +85,7 @@ def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT
     _kill_group(process)  # anything the child left behind in its group
     reader.join(timeout=5)
     stopped = stopped or ("output" if over.is_set() else None)
-    path = folder / REPORT
+    path = folder / "report" / REPORT
     report = None
     if stopped is None and path.is_file():
         try:

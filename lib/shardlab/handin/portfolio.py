@@ -150,7 +150,10 @@ def write(into: Path, run, found: dict) -> None:
             (folder / dest).parent.mkdir(parents=True, exist_ok=True)
             (folder / dest).write_bytes(Path(source).read_bytes())
     if run.check:
-        (folder / REPORT).write_text(json.dumps(run.check, indent=1) + "\n", encoding="utf-8")
+        text = json.dumps(run.check, indent=1) + "\n"
+        if run.implementation != "reference":  # the learner's folder is this machine's, not part of the evidence
+            text = text.replace(str(Path(run.implementation).parent) + "/", "")
+        (folder / REPORT).write_text(text, encoding="utf-8")
     manifest = page.manifest(run, found)
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (folder / "report.md").write_text(page.report_markdown(run, found), encoding="utf-8")
