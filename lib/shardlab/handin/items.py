@@ -79,7 +79,7 @@ def implementation(run: Run) -> Item:
         item.data["note"] = "the course's reference (shardlab/learner/reference.py over shardlab/core)"
         hashes = run.audit.get("sources", {})
         item.sources += [
-            {"file": AUDIT, "key": f"sources.{k}", "sha256": v} for k, v in hashes.items() if is_reference(k)
+            {"file": k, "key": None, "sha256": v, "recorded_in": AUDIT} for k, v in hashes.items() if is_reference(k)
         ]
     else:
         path = Path(run.implementation)
