@@ -224,7 +224,16 @@ def test_portfolio_of_an_unfinished_run_lists_exactly_what_is_missing(run_dir, t
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("name", catalog.NOTEBOOKS)
+STAGES = ["stage1_batches", "stage2_update", "stage3_checkpoint", "stage3_resume", "stage4_profile"]
+STAGES.append("stage5_multicontroller")
+
+
+def test_the_self_checks_cover_every_stage_notebook():
+    assert set(STAGES) <= set(catalog.NOTEBOOKS)
+    assert {q.notebook for q in selfcheck.QUESTIONS} == set(STAGES)
+
+
+@pytest.mark.parametrize("name", STAGES)
 def test_every_stage_ends_with_its_self_check(name):
     nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
     heading, cell = nb.cells[-2], nb.cells[-1]

@@ -50,9 +50,13 @@ def load_audit(receipts: Path) -> dict:
         except ValueError:
             missing.append(f"{AUDIT} is not JSON")
     if audit is not None:
-        missing += [f"{AUDIT} lists as missing: {m}" for m in audit.get("missing") or []]
+        missing += [f"{AUDIT} lists as missing: {m}" for m in audit.get("missing") or [] if not m.endswith(".ipynb")]
         ran = (audit.get("run") or {}).get("notebooks") or []
-        missing += [f"{n} (not among the notebooks the run executed)" for n in NOTEBOOKS if n not in ran]
+        missing += [
+            f"{n} among the notebooks the run executed (its {n}.ipynb is older)"
+            for n in NOTEBOOKS
+            if n not in ran and (receipts / f"{n}.ipynb").is_file()
+        ]
     if missing:
         raise PortfolioError(
             f"{receipts} is not a finished course run; missing: " + "; ".join(dict.fromkeys(missing)) + ". Run "
@@ -180,6 +184,10 @@ def finish_run(staging: Path) -> None:
     A run whose portfolio cannot be built (its implementation fails the checker's import) still
     succeeds; the reason is printed and `python -m shardlab portfolio` says it again.
     """
+    left_out = [n for n in NOTEBOOKS if not (staging / f"{n}.ipynb").is_file()]
+    if left_out:
+        print(f"[shardlab] no portfolio: this run left out {', '.join(left_out)}", flush=True)
+        return
     try:
         run, found = gather(staging, workspace=None, scratch=staging)
     except PortfolioError as exc:
