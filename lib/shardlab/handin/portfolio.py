@@ -9,6 +9,7 @@ missing or unfinished, listing what is missing; nothing is written then.
 """
 
 import json
+import re
 import sys
 import tempfile
 import zipfile
@@ -24,6 +25,7 @@ from shardlab.handin import bounded, items, learner, page
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
+SCRATCH = re.compile(r"[^\s\"']*/shardlab-check-[^/\s\"']+")  # the checker's temporary folders, in its report
 ZIP_TIME = (2000, 1, 1, 0, 0, 0)  # every member's timestamp: the same bytes give the same zip
 
 
@@ -157,6 +159,7 @@ def write(into: Path, run, found: dict) -> None:
         text = json.dumps(run.check, indent=1) + "\n"
         if run.implementation != "reference":  # the learner's folder is this machine's, not part of the evidence
             text = text.replace(str(Path(run.implementation).parent) + "/", "")
+        text = SCRATCH.sub("<the checker's scratch folder>", text)  # a temporary path, different every run
         (folder / REPORT).write_text(text, encoding="utf-8")
     manifest = page.manifest(run, found)
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
