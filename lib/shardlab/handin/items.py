@@ -39,24 +39,22 @@ class Item:
     absent: list = field(default_factory=list)  # not found, and named so in the portfolio (learner's own, or later)
 
 
-def _from(run: Run, item: Item, notebook: str | None, key: str, default=None):
-    """audit.json's `key` (notebook None) or results/<notebook>.json's; recorded in `item.sources` or `missing`."""
+def _from(run: Run, item: Item, notebook: str | None, key: str, default=None, optional: bool = False):
+    """audit.json's `key` (notebook None) or results/<notebook>.json's, recorded in `item.sources`.
+
+    Not found: into `item.missing` (the run is incomplete), or with `optional` into `item.absent`
+    (a result this run's course version does not record; the portfolio names it missing).
+    """
     if notebook is None:
         value, rel = run.audit.get(key), AUDIT
     else:
         value, rel = (run.audit.get("results", {}).get(notebook) or {}).get(key), f"results/{notebook}.json"
     path = run.receipts / rel
     if value is None:
-        item.missing.append(f"{rel}:{key}")
+        (item.absent if optional else item.missing).append(f"{rel}:{key}")
         return default
     item.sources.append({"file": rel, "key": key, "sha256": sha256_file(path) if path.is_file() else None})
     return value
-
-
-def _matching(run: Run, item: Item, notebook: str, pattern: str) -> dict:
-    """Every result of `notebook` whose key matches `pattern` (results later notebooks may add), sourced."""
-    recorded = run.audit.get("results", {}).get(notebook) or {}
-    return {key: _from(run, item, notebook, key) for key in sorted(recorded) if re.search(pattern, key)}
 
 
 def _copy(run: Run, item: Item, rel: str | None, dest: str) -> None:
@@ -108,8 +106,9 @@ def stage_output(run: Run) -> Item:
                 row["first_failure"] = {"check": c["name"], "diagnosis": c["diagnosis"]}
         item.data["checker"] = stages
         item.sources.append({"file": "check_report.json", "key": "checks", "sha256": None})
-    item.data["notebooks"] = {n: _from(run, item, n, "check") for n in ("stage1_batches", "stage2_update")}
-    item.data["notebooks"]["stage3_resume"] = _from(run, item, "stage3_resume", "check")
+    item.data["notebooks"] = {
+        n: _from(run, item, n, "check") for n in ("stage1_batches", "stage2_update", "stage3_resume")
+    }
     return item
 
 
@@ -118,6 +117,7 @@ def recovery(run: Run) -> Item:
     item.data["recovery"] = _from(run, item, None, "recovery")
     item.data["process"] = _from(run, item, "stage3_resume", "process")
     item.data["orbax"] = _from(run, item, "stage3_resume", "orbax")
+    item.data["every_fixture"] = _from(run, item, None, "fresh_kernel_recovery", optional=True)
     return item
 
 
@@ -126,9 +126,11 @@ def changed_seed_batch(run: Run) -> Item:
     item.data["other_settings"] = _from(run, item, "stage1_batches", "other_settings")
     faults = _from(run, item, None, "faults", [])
     item.data["fault_fixtures"] = sorted({f.get("fixture") for f in faults})
-    item.data["fresh_kernel"] = _matching(run, item, "stage3_resume", r"29|fixtures|second")
-    if not item.data["fresh_kernel"]:
-        item.absent.append("results/stage3_resume.json: a fresh-kernel resume of seed 29 / batch 10")
+    fresh = _from(run, item, None, "fresh_kernel_recovery", {}, optional=True)
+    own = (run.audit.get("run") or {}).get("seed"), (run.audit.get("run") or {}).get("batch_size")
+    item.data["fresh_kernel_other_fixtures"] = {
+        name: found for name, found in fresh.items() if found and (found.get("seed"), found.get("batch_size")) != own
+    }
     return item
 
 
@@ -136,6 +138,7 @@ def failures(run: Run) -> Item:
     item = Item()
     item.data["faults"] = _from(run, item, None, "faults")
     item.data["rejections"] = _from(run, item, "stage3_checkpoint", "rejections")
+    item.data["stage5_runbook"] = _from(run, item, "stage5_multicontroller", "runbook", optional=True)
     _answers(run, item, "failures")
     return item
 
@@ -206,9 +209,8 @@ def transfer(run: Run) -> Item:
 
 def efficiency(run: Run) -> Item:
     item = Item()
-    item.data["measured"] = _matching(run, item, "stage5_multicontroller", r"efficien|scaling")
-    if not item.data["measured"]:
-        item.absent.append("results/stage5_multicontroller.json: the 1/2/4 efficiency table")
+    item.data["efficiency"] = _from(run, item, "stage5_multicontroller", "efficiency", optional=True)
+    item.data["scaling_model"] = _from(run, item, "stage5_multicontroller", "scaling_model", optional=True)
     item.data["denominator"] = _from(run, item, "stage5_multicontroller", "denominator")
     _answers(run, item, "scaling")
     return item

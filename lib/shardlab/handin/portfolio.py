@@ -129,6 +129,14 @@ def checker_report(implementation: str, given: str | None, scratch: Path) -> dic
     return outcome.report
 
 
+def _without_paths(report: dict, spec: str) -> dict:
+    """The checker's report without this machine's paths: the learner's folder and the checker's scratch folders."""
+    text = json.dumps(report)
+    if spec != "reference":
+        text = text.replace(json.dumps(str(Path(spec).parent) + "/")[1:-1], "")
+    return json.loads(SCRATCH.sub("<the checker's scratch folder>", text))
+
+
 def gather(receipts, implementation=None, workspace=None, check_report=None, scratch=None) -> tuple:
     """(Run, {row id: Item}) for a finished run, or PortfolioError naming every missing piece of run evidence."""
     receipts = Path(receipts)
@@ -136,7 +144,7 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
     spec = match_implementation(audit, receipts, implementation)
     workspace = Path(workspace) if workspace else None
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
-        report = checker_report(spec, check_report, Path(folder) / "check")
+        report = _without_paths(checker_report(spec, check_report, Path(folder) / "check"), spec)
     run = items.Run(
         receipts, audit, spec, report, learner.written_answers(workspace), learner.selfcheck_scores(workspace)
     )
@@ -156,11 +164,7 @@ def write(into: Path, run, found: dict) -> None:
             (folder / dest).parent.mkdir(parents=True, exist_ok=True)
             (folder / dest).write_bytes(Path(source).read_bytes())
     if run.check:
-        text = json.dumps(run.check, indent=1) + "\n"
-        if run.implementation != "reference":  # the learner's folder is this machine's, not part of the evidence
-            text = text.replace(str(Path(run.implementation).parent) + "/", "")
-        text = SCRATCH.sub("<the checker's scratch folder>", text)  # a temporary path, different every run
-        (folder / REPORT).write_text(text, encoding="utf-8")
+        (folder / REPORT).write_text(json.dumps(run.check, indent=1) + "\n", encoding="utf-8")
     manifest = page.manifest(run, found)
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (folder / "report.md").write_text(page.report_markdown(run, found), encoding="utf-8")
