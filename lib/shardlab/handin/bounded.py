@@ -17,6 +17,7 @@ from pathlib import Path
 
 from shardlab.checker.here import REPORT
 
+LIVE: set = set()  # the process groups started here and not yet reaped (`stop_all` ends them)
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take
 OUTPUT_CAP = 1_000_000  # bytes of stdout + stderr kept; more than this stops the child
 
@@ -49,6 +50,12 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
+def stop_all() -> None:
+    """Kill every check still running (the caller was interrupted): none outlives the command."""
+    for process in list(LIVE):
+        _kill_group(process)
+
+
 def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT_CAP) -> Outcome:
     """Check `spec` (a .py path or 'reference') at every stage; never longer than `timeout`.
 
@@ -69,6 +76,7 @@ def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT
         start_new_session=True,  # its own process group: the checker's grandchild dies with it
         env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
     )
+    LIVE.add(process)
     reader = threading.Thread(target=_drain, args=(process.stdout, kept, cap, over), daemon=True)
     reader.start()
     stopped = None
@@ -83,6 +91,7 @@ def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT
         over.wait(0.05)
     process.wait()
     _kill_group(process)  # anything the child left behind in its group
+    LIVE.discard(process)
     reader.join(timeout=5)
     stopped = stopped or ("output" if over.is_set() else None)
     path = folder / "report" / REPORT

@@ -47,7 +47,10 @@ def checker_version() -> str:
 
 
 def discover(folder: Path) -> list[dict]:
-    """[{name, file or problem, portfolio}] for every submission in `folder`, sorted by name."""
+    """[{name, file or problem, portfolio}] for every submission in `folder`, sorted by name.
+
+    A file's name is its file name (`alice.py`), a folder's its folder name (`alice`), so the two never collide.
+    """
     if not folder.is_dir():
         raise ConfigError(f"submissions folder {folder} does not exist or is not a folder; pass a folder of .py files")
     found = []
@@ -56,7 +59,7 @@ def discover(folder: Path) -> list[dict]:
             continue
         if entry.is_file() and entry.suffix == ".py":
             zipped = entry.with_suffix(".zip")
-            found.append({"name": entry.stem, "file": entry, "portfolio": zipped if zipped.is_file() else None})
+            found.append({"name": entry.name, "file": entry, "portfolio": zipped if zipped.is_file() else None})
         elif entry.is_dir():
             files = sorted(p for p in entry.glob("*.py") if p.is_file())
             zips = sorted(entry.glob("*.zip"))
@@ -201,8 +204,13 @@ def grade(submissions, out, jobs: int | None = None, timeout: float = bounded.TI
                 sub["name"]: (digest, pool.submit(grade_one, sub, staging / CHECKS / sub["name"], timeout, cap))
                 for sub, digest in todo
             }
-            for name, (digest, future) in futures.items():
-                record[name] = {"sha256": digest, "rows": future.result(), "reused": False}
+            try:
+                for name, (digest, future) in futures.items():
+                    record[name] = {"sha256": digest, "rows": future.result(), "reused": False}
+            except BaseException:  # Ctrl-C or SIGTERM: no check outlives the command
+                pool.shutdown(wait=False, cancel_futures=True)
+                bounded.stop_all()
+                raise
         body = {"checker_version": version, "bounds": bounds, "jobs": jobs, "submissions": dict(sorted(record.items()))}
         (staging / RECORD).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
         rows = [row for entry in body["submissions"].values() for row in entry["rows"]]
