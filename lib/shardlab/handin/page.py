@@ -86,7 +86,8 @@ def _sources(item: dict) -> str:
     rows = "".join(
         f"<li><code>{escape(str(s['file']))}</code>"
         + (f" : <code>{escape(str(s['key']))}</code>" if s["key"] else "")
-        + f" <span class=b>sha256 {escape(str(s['sha256'])[:16])}…</span></li>"
+        + (f" <span class=b>sha256 {escape(s['sha256'][:16])}…</span>" if s["sha256"] else " (written here)")
+        + "</li>"
         for s in item["sources"][:12]
     )
     more = f"<li>and {len(item['sources']) - 12} more (portfolio.json)</li>" if len(item["sources"]) > 12 else ""
@@ -118,6 +119,11 @@ def _answers(run) -> str:
     return "<h2 id=answers>Written answers</h2>" + "".join(parts)
 
 
+def _first(stage: dict) -> str:
+    failed = stage["first_failure"]
+    return f"{failed['check']}: {failed['diagnosis']}" if failed else ""
+
+
 def html(run, found: dict, manifest_: dict) -> str:
     """portfolio.html: the hand-off list with each item's status, then every item, then the written answers."""
     rows = "".join(
@@ -126,6 +132,10 @@ def html(run, found: dict, manifest_: dict) -> str:
         for i in manifest_["items"]
     )
     spec = manifest_["implementation"]["spec"]
+    verdicts = "".join(
+        f"<tr><td>stage {escape(n)}</td><td>{v['passed']} of {v['checks']}</td><td>{escape(_first(v))}</td></tr>"
+        for n, v in (found["stage_output"].data.get("checker") or {}).items()
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Portfolio</title>
 <style>{STYLE}</style></head><body><h1>Portfolio — resume and profile a sharded training run</h1>
 <p>Implementation: <code>{escape(json.dumps(spec))}</code>. Every number below comes from the receipts named
@@ -133,5 +143,7 @@ under it; four logical CPU devices of one host are not four machines, and a CPU 
 utilisation. The whole portfolio is in <a href="portfolio/portfolio.json">portfolio/portfolio.json</a>,
 the short report in <a href="portfolio/report.md">portfolio/report.md</a>.</p>
 <table><tr><th>hand-off item</th><th>status</th></tr>{rows}</table>
+<h2>The checker's verdict</h2>
+<table><tr><th>stage</th><th>checks passed</th><th>first failure</th></tr>{verdicts}</table>
 {"".join(_section(i) for i in manifest_["items"])}{_answers(run)}</body></html>
 """
