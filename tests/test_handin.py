@@ -224,14 +224,7 @@ def test_portfolio_of_an_unfinished_run_lists_exactly_what_is_missing(run_dir, t
     assert not (tmp_path / "out").exists()
 
 
-STAGES = [
-    "stage1_batches",
-    "stage2_update",
-    "stage3_checkpoint",
-    "stage3_resume",
-    "stage4_profile",
-    "stage5_multicontroller",
-]
+STAGES = "stage1_batches stage2_update stage3_checkpoint stage3_resume stage4_profile stage5_multicontroller".split()
 
 
 def test_the_self_checks_cover_every_stage_notebook():
