@@ -42,7 +42,8 @@ def _submissions(folder: Path) -> Path:
     shutil.copy(BROKEN / "averaging_local_means.py", folder / "broken.py")
     (folder / "syntax.py").write_text("def initial(seed, data, mesh:\n    return None\n")
     (folder / "loop.py").write_text("while True:\n    pass\n")
-    (folder / "flood.py").write_text("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)\n")
+    flood = "import sys\nopen('stray.txt', 'w').write('x')\nwhile True:\n    sys.stdout.write('x' * 4096)\n"
+    (folder / "flood.py").write_text(flood)
     return folder
 
 
@@ -75,6 +76,8 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     loop = body["submissions"]["loop.py"]["rows"][0]["seconds"]
     assert BOUND <= loop < BOUND + 30, "the bound stops the loop, promptly"
     assert len((out / "checks" / "flood.py" / "output.txt").read_bytes()) <= grade.KEPT_OUTPUT
+    strays = [p for p in [Path.cwd(), subs, *subs.iterdir(), out, *out.rglob("*")] if p.name == "stray.txt"]
+    assert not strays and not (Path.cwd() / "stray.txt").exists(), "a submission's files stay in its scratch folder"
     assert "<table>" in (out / grade.PAGE).read_text() and "output cap" in (out / grade.PAGE).read_text()
 
     (subs / "syntax.py").write_text("def initial(seed, data, mesh):\n    raise NotImplementedError\n")

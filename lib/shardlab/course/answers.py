@@ -80,8 +80,3 @@ def answer_id(source: str) -> str | None:
     first = next((line for line in source.splitlines() if line.strip()), "")
     found = FIRST_LINE.match(first)
     return found.group(1).lower() if found else None
-
-
-def template(prompt: Prompt) -> str:
-    """The markdown a learner pastes into a cell tagged `answer` to answer `prompt`."""
-    return f"Answer: {prompt.id}\n\n(your answer)"

@@ -60,7 +60,7 @@ def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT
     """Check `spec` (a .py path or 'reference') at every stage; never longer than `timeout`.
 
     `folder` (created, and left for the caller to remove) receives the report and serves as the
-    child's temporary folder, so even a killed child leaves nothing outside it.
+    child's working and temporary folder, so even a killed child leaves nothing outside it.
     """
     scratch = folder / "tmp"
     scratch.mkdir(parents=True)
@@ -73,6 +73,7 @@ def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        cwd=scratch,  # a file the submission writes lands in the scratch folder too
         start_new_session=True,  # its own process group: the checker's grandchild dies with it
         env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
     )

@@ -46,7 +46,7 @@ def checker_version() -> str:
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def discover(folder: Path) -> list[dict]:
+def discover(folder: Path, out: Path | None = None) -> list[dict]:
     """[{name, file or problem, portfolio}] for every submission in `folder`, sorted by name.
 
     A file's name is its file name (`alice.py`), a folder's its folder name (`alice`), so the two never collide.
@@ -55,8 +55,8 @@ def discover(folder: Path) -> list[dict]:
         raise ConfigError(f"submissions folder {folder} does not exist or is not a folder; pass a folder of .py files")
     found = []
     for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") or entry.is_symlink():
-            continue
+        if entry.name.startswith(".") or entry.is_symlink() or (out and entry.resolve() == out.resolve()):
+            continue  # hidden files, links and the output folder itself are not submissions
         if entry.is_file() and entry.suffix == ".py":
             zipped = entry.with_suffix(".zip")
             found.append({"name": entry.name, "file": entry, "portfolio": zipped if zipped.is_file() else None})
@@ -182,8 +182,8 @@ def _previous(out: Path) -> dict:
 
 def grade(submissions, out, jobs: int | None = None, timeout: float = bounded.TIMEOUT_S, cap: int = bounded.OUTPUT_CAP):
     """Grade every submission in `submissions` into `out`; return the record (also written as grade.json)."""
-    found = discover(Path(submissions))
     out = outdir.claim(out, COMMAND)
+    found = discover(Path(submissions), out)
     version, earlier = checker_version(), _previous(out)
     bounds = {"timeout_s": timeout, "output_cap_bytes": cap}
     same = earlier.get("checker_version") == version and earlier.get("bounds") == bounds

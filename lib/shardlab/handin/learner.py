@@ -47,7 +47,7 @@ def written_answers(workspace: Path | None) -> dict:
     out = {}
     for prompt in answers.prompts():
         entry = {"notebook": prompt.notebook, "question": prompt.question}
-        if prompt.id in found and found[prompt.id]["text"] and found[prompt.id]["text"] != "(your answer)":
+        if prompt.id in found and found[prompt.id]["text"]:
             out[prompt.id] = {**entry, **found[prompt.id]}
         else:
             why = _absent(workspace) or f"no `answer` cell starting `Answer: {prompt.id}` in {prompt.notebook}.ipynb"

@@ -42,6 +42,14 @@ def _unfinished(receipts: Path) -> list[str]:
     return missing
 
 
+def _audit_shaped(audit) -> bool:
+    """True if `audit` has the sections the portfolio reads, each of the type the audit schema gives."""
+    if not isinstance(audit, dict):
+        return False
+    sections = (audit.get("run"), audit.get("sources"), audit.get("results"))
+    return all(isinstance(x, dict) for x in sections) and all(isinstance(r, dict) for r in audit["results"].values())
+
+
 def load_audit(receipts: Path) -> dict:
     """The run's audit, or PortfolioError listing exactly what a finished run would have left."""
     missing = _unfinished(receipts)
@@ -51,6 +59,9 @@ def load_audit(receipts: Path) -> dict:
             audit = json.loads((receipts / AUDIT).read_text(encoding="utf-8"))
         except ValueError:
             missing.append(f"{AUDIT} is not JSON")
+        if audit is not None and not _audit_shaped(audit):
+            missing.append(f"{AUDIT} in the shape `python -m shardlab run` writes (run, sources, results)")
+            audit = None
     if audit is not None:
         missing += [f"{AUDIT} lists as missing: {m}" for m in audit.get("missing") or [] if not m.endswith(".ipynb")]
         ran = (audit.get("run") or {}).get("notebooks") or []
