@@ -219,12 +219,18 @@ def test_portfolio_of_an_unfinished_run_lists_exactly_what_is_missing(run_dir, t
     err = capsys.readouterr().err
     assert "stage4_profile.ipynb (executed)" in err and "results/stage3_resume.json" in err
     assert "stage1_batches.ipynb" not in err and not (tmp_path / "out").exists()
+
+
+def test_portfolio_of_no_run_names_every_file_a_run_leaves(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(PortfolioError) as refused:
         portfolio.build(tmp_path / "out", tmp_path / "empty")
-    for name in ["audit.json", *(f"{n}.ipynb" for n in catalog.NOTEBOOKS)]:
+    for name in ["audit.json", *(f"{n}.ipynb" for n in catalog.NOTEBOOKS), *(f"{n}.json" for n in catalog.NOTEBOOKS)]:
         assert name in str(refused.value)
-    assert not (tmp_path / "out").exists()
+    (tmp_path / "empty" / "audit.json").write_text("[1, 2]")
+    with pytest.raises(PortfolioError, match="audit.json in the shape"):
+        portfolio.build(tmp_path / "out", tmp_path / "empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], "nothing written"
 
 
 STAGES = "stage1_batches stage2_update stage3_checkpoint stage3_resume stage4_profile stage5_multicontroller".split()
