@@ -56,16 +56,16 @@ def stop_all() -> None:
         _kill_group(process)
 
 
-def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT_CAP) -> Outcome:
-    """Check `spec` (a .py path or 'reference') at every stage; never longer than `timeout`.
+def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT_CAP, stage: int | None = None):
+    """Check `spec` (a .py path or 'reference') at every stage (or only `stage`); never longer than `timeout`.
 
     `folder` (created, and left for the caller to remove) receives the report and serves as the
     child's working and temporary folder, so even a killed child leaves nothing outside it.
     """
     scratch = folder / "tmp"
     scratch.mkdir(parents=True)
-    command = [sys.executable, "-m", "shardlab", "check", "--implementation", spec, "--stage", "all"]
-    command += ["--output", str(folder / "report")]
+    command = [sys.executable, "-m", "shardlab", "check", "--implementation", spec, "--output", str(folder / "report")]
+    command += ["--stage", "all"] if stage is None else ["--stage", str(stage), "--only"]
     kept, over = bytearray(), threading.Event()
     start = time.perf_counter()
     process = subprocess.Popen(

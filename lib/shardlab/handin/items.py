@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardlab.checker.cli import STAGES
 from shardlab.core.files import sha256_file
 from shardlab.evidence.audit import AUDIT, IR
 
@@ -91,24 +92,39 @@ def is_reference(source: str) -> bool:
     return source.startswith("shardlab/core/") or source == "shardlab/learner/reference.py"
 
 
+def recorded_checks(audit: dict) -> dict:
+    """{stage: (notebook, its recorded `check`)} for every stage a notebook of the run checked."""
+    found = {}
+    for notebook, results in (audit.get("results") or {}).items():
+        check = results.get("check") if isinstance(results, dict) else None
+        if isinstance(check, dict) and "stage" in check:
+            found[int(check["stage"])] = (notebook, check)
+    return found
+
+
 def stage_output(run: Run) -> Item:
-    item = Item()
-    checks = (run.check or {}).get("checks")
-    if not checks:
-        item.missing.append("the checker's report (check_report.json)")
-    else:
-        stages = {}
-        for c in checks:
-            row = stages.setdefault(str(c["stage"]), {"passed": 0, "checks": 0, "first_failure": None})
-            row["checks"] += 1
-            row["passed"] += bool(c["passed"])
-            if not c["passed"] and row["first_failure"] is None:
-                row["first_failure"] = {"check": c["name"], "diagnosis": c["diagnosis"]}
-        item.data["checker"] = stages
+    """Per stage: the checker's report where it checked the stage, else the run's notebook that did."""
+    item, stages = Item(), {}
+    for c in (run.check or {}).get("checks") or []:
+        row = stages.setdefault(str(c["stage"]), {"passed": 0, "checks": 0, "first_failure": None})
+        row["checks"] += 1
+        row["passed"] += bool(c["passed"])
+        if not c["passed"] and row["first_failure"] is None:
+            row["first_failure"] = {"check": c["name"], "diagnosis": c["diagnosis"]}
+    if stages:
         item.sources.append({"file": "check_report.json", "key": "checks", "sha256": None})
-    item.data["notebooks"] = {
-        n: _from(run, item, n, "check") for n in ("stage1_batches", "stage2_update", "stage3_resume")
-    }
+    for stage, (notebook, check) in sorted(recorded_checks(run.audit).items()):
+        if str(stage) not in stages:
+            failed = check.get("failed") or []
+            _from(run, item, notebook, "check")
+            stages[str(stage)] = {
+                "passed": check["checks"] - len(failed),
+                "checks": check["checks"],
+                "first_failure": {"check": failed[0], "diagnosis": f"see {notebook}.html"} if failed else None,
+                "from": f"results/{notebook}.json:check",
+            }
+    item.data["checker"] = dict(sorted(stages.items()))
+    item.missing += [f"the checker's verdict on stage {s}" for s in STAGES if str(s) not in stages]
     return item
 
 

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 from shardlab import outdir
+from shardlab.checker.cli import STAGES
 from shardlab.checker.here import REPORT
 from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
@@ -121,14 +122,22 @@ def match_implementation(audit: dict, receipts: Path, implementation: str | None
     return str(path.resolve())
 
 
-def checker_report(implementation: str, given: str | None, scratch: Path) -> dict | None:
-    """The checker's report: `given` (a check_report.json) if named, else a fresh bounded check of every stage."""
+def checker_report(implementation: str, given: str | None, scratch: Path, audit: dict) -> dict:
+    """The checker's report: `given` (a check_report.json) if named, else a bounded check of what the run did not.
+
+    A finished run's notebooks each ran the checker on their own stage and stopped unless it passed,
+    so only the stages no notebook recorded as passed are checked again (in a finished run: stage 4).
+    """
     if given:
         try:
             return json.loads(Path(given).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise PortfolioError(f"cannot read the check report {given} ({exc}); pass a check_report.json") from None
-    outcome = bounded.check(implementation, scratch)
+    passed = {s for s, (_, check) in items.recorded_checks(audit).items() if check.get("passed")}
+    left = [s for s in sorted(STAGES) if s not in passed]
+    if not left:
+        return {"checks": []}
+    outcome = bounded.check(implementation, scratch, stage=left[0] if len(left) == 1 else None)
     if outcome.report is None:
         why = {"timeout": f"stopped after {bounded.TIMEOUT_S:.0f} s", "output": "stopped: too much output"}
         tail = outcome.output.strip().splitlines()[-3:]
@@ -155,7 +164,7 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
     spec = match_implementation(audit, receipts, implementation)
     workspace = Path(workspace) if workspace else None
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
-        report = _without_paths(checker_report(spec, check_report, Path(folder) / "check"), spec)
+        report = _without_paths(checker_report(spec, check_report, Path(folder) / "check", audit), spec)
     run = items.Run(
         receipts, audit, spec, report, learner.written_answers(workspace), learner.selfcheck_scores(workspace)
     )
