@@ -13,9 +13,12 @@ IMPL ?= reference
 STAGE ?= all
 PORT ?= 8888
 WORKSPACE ?= workspace
+PORTFOLIO ?= portfolio_out
+SUBMISSIONS ?= submissions
+GRADE ?= grade_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-browser lab sync lint check drills bench torture clean
+.PHONY: help venv run test test-browser lab sync lint check drills bench torture portfolio grade clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -66,6 +69,12 @@ clean: ## remove .venv and caches (not receipts/)
 # Beyond the course: each writes machine-readable results into OUT.
 check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1
 	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
+
+portfolio: venv ## what you hand in, from a finished run: IMPL=my_model.py OUT=my_receipts -> PORTFOLIO (portfolio_out/)
+	$(BIN)/python -m shardlab portfolio --receipts $(OUT) --implementation $(IMPL) --workspace $(WORKSPACE) --out $(PORTFOLIO)
+
+grade: venv ## every submission in SUBMISSIONS (submissions/) checked stage by stage -> GRADE (grade_out/)
+	$(BIN)/python -m shardlab grade $(SUBMISSIONS) --out $(GRADE)
 
 drills: venv ## the four stage 5 crash drills into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))

@@ -25,6 +25,14 @@ COMMANDS = {
         "shardlab.perf.bench",
         "measure whole loops and three optimisations side by side; write bench.json and a figure",
     ),
+    "portfolio": (
+        "shardlab.handin.portfolio",
+        "assemble what a learner hands in from a finished run: one offline page, a folder and a zip",
+    ),
+    "grade": (
+        "shardlab.handin.grade",
+        "check every submission in a folder stage by stage, each bounded in its own process; one table",
+    ),
     "torture": ("shardlab.torture", "kill, corrupt and misuse the checkpoint path; write OUT/torture.json with counts"),
 }
 

@@ -60,3 +60,7 @@ class PageError(ShardlabError, ValueError):
 
 class ImplementationError(ShardlabError, ImportError):
     """A learner's implementation file is missing, is not a .py file, or fails to import (file and line named)."""
+
+
+class PortfolioError(ShardlabError, ValueError):
+    """A portfolio cannot be assembled: the run is missing or unfinished, or it ran another implementation."""

@@ -179,12 +179,13 @@ def _failure_advice(message: str, kept: Path | None, implementation: str) -> str
 
 
 def _finishers():
-    """Steps that run after every notebook succeeded: folder-relative paths, the audit, the index, the modes."""
+    """Steps that run after every notebook succeeded: relative paths, the audit, the portfolio, the index, the modes."""
     from shardlab.evidence.audit import write_audit
     from shardlab.evidence.index import write_index
     from shardlab.evidence.paths import relative_paths
+    from shardlab.handin.portfolio import finish_run  # the run's own portfolio, from the audit just written
 
-    return [relative_paths, write_audit, write_index, stable.modes]
+    return [relative_paths, write_audit, finish_run, write_index, stable.modes]
 
 
 def _elapsed(since: float) -> str:

@@ -59,7 +59,7 @@ def _stages(audit: dict, out_dir: Path) -> str:
         link = f'<a href="{escape(page)}">{escape(TITLES.get(name, name))}</a>' if page else escape(name)
         executed = escape(entry["executed"])
         items.append(f'<li>{link} — executed notebook <a href="{executed}">{executed}</a></li>')
-    for extra in ("audit.json", "step.stablehlo.mlir", "drills.json", "wall_time.json"):
+    for extra in ("audit.json", "step.stablehlo.mlir", "drills.json", "wall_time.json", "portfolio.html"):
         if (out_dir / extra).is_file():
             items.append(f'<li><a href="{extra}">{extra}</a></li>')
     return "<ul>" + "".join(items) + "</ul>"

@@ -1,0 +1,383 @@
+"""Self-check questions that close each stage notebook: one table, a folded answer each, a score and a pass mark.
+
+Every question can be answered from what its stage printed or recorded; `evidence` names the
+result (`notebook:key` in results/<notebook>.json) that shows it. A learner writes a letter per
+question into the `choices` dict of the notebook's `selfcheck` cell and runs it; `score` counts
+the letters that match. The pass mark is the sources' own: at least 80 % correct.
+"""
+
+from dataclasses import dataclass
+from html import escape
+
+from shardlab.course import answers
+
+PASS_MARK = 0.8  # fraction of a stage's questions answered correctly to pass
+LETTERS = "abcd"
+
+
+@dataclass(frozen=True)
+class Question:
+    """One multiple-choice question: its options in order, the correct letter, why, and where the stage shows it."""
+
+    notebook: str
+    number: str
+    prompt: str
+    options: tuple[str, ...]
+    answer: str
+    why: str
+    evidence: str
+
+
+def _stage(notebook: str, *rows) -> tuple[Question, ...]:
+    """`notebook`'s questions from rows of (prompt, options, answer, why, result key), numbered from 1."""
+    return tuple(
+        Question(notebook, str(i), prompt, tuple(options), answer, why, f"{notebook}:{key}")
+        for i, (prompt, options, answer, why, key) in enumerate(rows, start=1)
+    )
+
+
+QUESTIONS = (
+    *_stage(
+        "stage1_batches",
+        (
+            "A batch of 7 rows is padded for 4 devices. How many valid rows does each device hold?",
+            ["[2, 2, 2, 2]: the padded slot counts too", "[1, 2, 2, 2]", "[2, 2, 2, 1]"],
+            "c",
+            "7 rows need 8 slots, two per device; the last device's second slot is padding with mask 0.",
+            "device_counts_7_rows",
+        ),
+        (
+            "23 rows in batches of 7: what are one epoch's batch lengths?",
+            ["7, 7, 7, 2", "7, 7, 7 (the short batch is dropped)", "7, 7, 7, 7 (topped up from the next epoch)"],
+            "a",
+            "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
+            "batches",
+        ),
+        (
+            "What makes a padded slot 'not an observation'?",
+            ["its features are zero", "its mask is 0, whatever its numbers", "its target is NaN"],
+            "b",
+            "Only the validity mask decides; padding may hold any values and must never be counted.",
+            "device_counts_1_row",
+        ),
+        (
+            "With the same seed, why does the second epoch visit the rows in a different order?",
+            [
+                "the saved key is split again before the next permutation is drawn",
+                "NumPy's global generator moved on",
+                "the cursor is added to the seed",
+            ],
+            "a",
+            "The sampler's own key is split at each epoch boundary; nothing outside the state is random.",
+            "coverage",
+        ),
+        (
+            "Transfer: 31 rows in batches of 6. Valid rows per device in the epoch's last batch?",
+            ["[0, 0, 0, 1]", "[1, 1, 1, 1]", "[1, 0, 0, 0]"],
+            "c",
+            "31 = 5 x 6 + 1: the last batch holds one row, padded to 4 slots, and it lands on the first device.",
+            "transfer",
+        ),
+    ),
+    *_stage(
+        "stage2_update",
+        (
+            "The compiled step holds three all_reduce operations. What do they add up?",
+            [
+                "weights, momentum and loss",
+                "the valid count, the gradient numerator and the loss numerator",
+                "the three local means",
+            ],
+            "b",
+            "Each device sums its own numerators and count; psum adds them; the division happens once.",
+            "all_reduce",
+        ),
+        (
+            "When does averaging the four local means give the wrong gradient?",
+            [
+                "whenever partitions hold different numbers of valid rows",
+                "never, averaging is exact",
+                "only with more than four devices",
+            ],
+            "a",
+            "A mean of means weights every partition equally; the global mean weights every row equally.",
+            "local_means",
+        ),
+        (
+            "A device receives only padding. What does it contribute?",
+            ["its own mean, 0/0", "nothing: it is skipped from the psum", "a zero numerator and a zero count"],
+            "c",
+            "It still joins the collective with zeros; only a globally empty batch is an error.",
+            "partition",
+        ),
+        (
+            "Which loss does a step report?",
+            ["the loss after the update", "the loss before the update", "the mean of both"],
+            "b",
+            "The loss is taken at the weights the gradient was computed at, before they change.",
+            "updates",
+        ),
+        (
+            "What does the gap between the eager and the compiled four-device step show?",
+            [
+                "the cost of dispatching the mapped body operation by operation",
+                "the speed-up four devices give",
+                "network time between devices",
+            ],
+            "a",
+            "Both run the same maths on the same logical devices; only the dispatch differs.",
+            "eager_vs_compiled",
+        ),
+    ),
+    *_stage(
+        "stage3_checkpoint",
+        (
+            "Restore the weights but reset momentum. What changes first?",
+            [
+                "the sample ids of the next batch",
+                "the weights after the next update; the ids stay the same",
+                "nothing, momentum is recomputed",
+            ],
+            "b",
+            "The data stream is intact, so the same rows arrive; the optimiser's memory is gone, so the update "
+            "differs.",
+            "faults",
+        ),
+        (
+            "Reset only the key. When does the fault first show?",
+            ["at the very next step", "never: the order is saved", "when the next epoch draws its permutation"],
+            "c",
+            "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
+            "faults",
+        ),
+        (
+            "A checkpoint is restored with a different batch size. What should happen?",
+            [
+                "it is refused: a new batch size is a new experiment",
+                "it continues with the new grouping",
+                "the cursor is rescaled and it continues",
+            ],
+            "a",
+            "The replay promise covers sample grouping, update count and optimiser history.",
+            "rejections",
+        ),
+        (
+            "Why is the checkpoint written to a temporary file and renamed into place?",
+            ["so it survives a power cut", "so a reader never sees a half-written final file", "to make saving faster"],
+            "b",
+            "The rename is what publishes it; durability after a power loss is a different promise.",
+            "checkpoint",
+        ),
+    ),
+    *_stage(
+        "stage3_resume",
+        (
+            "After the fresh kernel resumes, how large may the difference in the sampler fields be?",
+            ["within float32 tolerance", "any size, if the losses match", "exactly zero"],
+            "c",
+            "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
+            "recovery",
+        ),
+        (
+            "Why does the comparison continue for more than two epochs after the restore?",
+            [
+                "a wrong key stays hidden until a later epoch draws a permutation",
+                "to let the compiler warm up",
+                "to average out noise",
+            ],
+            "a",
+            "One matching next step proves nothing about state that is consumed later.",
+            "recovery",
+        ),
+        (
+            "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
+            [
+                "nothing: step 9 fixes them",
+                "the weights at step 9",
+                "the seed and every earlier batch size, dataset size and split, replayed from step 0",
+            ],
+            "c",
+            "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
+            "recovery",
+        ),
+        (
+            "What does the Orbax restore target carry besides shapes and dtypes?",
+            [
+                "the mesh and sharding, so the arrays come back placed on the devices",
+                "nothing else",
+                "the file's modification time",
+            ],
+            "a",
+            "A restore against a sharded target rebuilds the replicated placement instead of a host copy.",
+            "orbax",
+        ),
+    ),
+    *_stage(
+        "stage4_profile",
+        (
+            "What does one warm timing sample include?",
+            [
+                "sampling, padding and placement",
+                "compilation",
+                "one call of a warm variant until every output is ready",
+            ],
+            "c",
+            "Inputs are placed before the clock starts; compilation is timed separately.",
+            "timing",
+        ),
+        (
+            "Which comparison says whether four devices pay off for this workload?",
+            [
+                "compiled four-device against compiled single-device",
+                "eager four-device against compiled four-device",
+                "compile time against warm time",
+            ],
+            "a",
+            "Eager against compiled measures dispatch; the single-device compiled update is the strong baseline.",
+            "timing",
+        ),
+        (
+            "Which trace annotation holds the sampler's work and the placement of the batch?",
+            ["compiled_update_and_wait", "prepare_and_place", "neither: the trace cannot see host work"],
+            "b",
+            "prepare_and_place advances the real sampler state and waits for placement.",
+            "trace",
+        ),
+        (
+            "Which is a useful next optimisation?",
+            [
+                "a table of estimated speed-ups",
+                "'use more devices'",
+                "a claim about one annotation's duration that the next trace can refute, gated on identical ids, "
+                "losses and weights",
+            ],
+            "c",
+            "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
+            "trace",
+        ),
+        (
+            "What does this CPU trace measure?",
+            ["accelerator utilisation", "host annotation durations on one host", "network bandwidth"],
+            "b",
+            "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
+            "trace",
+        ),
+    ),
+    *_stage(
+        "stage5_multicontroller",
+        (
+            "Two controllers hold 4 and 3 valid rows. Which mean is the course's loss?",
+            [
+                "the mean of the two controllers' means",
+                "the global sum over 7 rows divided by 7",
+                "the larger controller's mean",
+            ],
+            "b",
+            "The denominator stays global across processes exactly as across devices; the means of means differ.",
+            "denominator",
+        ),
+        (
+            "When may a reader restore a sharded checkpoint?",
+            [
+                "when its completion manifest exists, published after every piece of one step was written and verified",
+                "as soon as any controller's piece exists",
+                "when the newest folder has the right name",
+            ],
+            "a",
+            "Readers ignore a checkpoint without its manifest; pieces of mixed steps are never one state.",
+            "drills",
+        ),
+        (
+            "One controller skips a batch and misses an all-reduce. What does a correct job do?",
+            [
+                "continue with fewer rows",
+                "wait forever, as the others do",
+                "detect it within a bounded wait, stop, and name the rank",
+            ],
+            "c",
+            "The others block in the collective; only a bound turns a hang into a diagnosis.",
+            "skipped_batch",
+        ),
+        (
+            "What do several controller processes on one host not show?",
+            [
+                "the save and restore protocol",
+                "network behaviour and the loss of a real host",
+                "that every controller takes the same branches",
+            ],
+            "b",
+            "Processes on one host are not a cluster: the protocol runs, the network and host failures do not.",
+            "world_change",
+        ),
+    ),
+)
+
+
+def questions(notebook: str) -> list[Question]:
+    """The questions that close `notebook`, in order (empty for a notebook without a self-check)."""
+    return [q for q in QUESTIONS if q.notebook == notebook]
+
+
+def score(notebook: str, choices: dict) -> dict:
+    """How many of `notebook`'s questions `choices` ({number: letter}) answers correctly, and whether it passes."""
+    asked = questions(notebook)
+    given = {str(k): str(v).strip().lower() for k, v in (choices or {}).items()}
+    correct = [q.number for q in asked if given.get(q.number) == q.answer]
+    unanswered = [q.number for q in asked if q.number not in given]
+    fraction = len(correct) / len(asked) if asked else 0.0
+    return {
+        "notebook": notebook,
+        "questions": len(asked),
+        "answered": len(asked) - len(unanswered),
+        "correct": len(correct),
+        "unanswered": unanswered,
+        "fraction": round(fraction, 4),
+        "pass_mark": PASS_MARK,
+        "passed": bool(asked) and not unanswered and fraction >= PASS_MARK,
+    }
+
+
+def _question_html(q: Question) -> str:
+    options = "".join(f"<li>({LETTERS[i]}) {escape(text)}</li>" for i, text in enumerate(q.options))
+    return (
+        f"<li><p>{escape(q.prompt)}</p><ul style='list-style:none'>{options}</ul>"
+        f"<details><summary>Answer</summary><p>({q.answer}) {escape(q.options[LETTERS.index(q.answer)])}. "
+        f"{escape(q.why)} <i>Where this stage shows it: <code>{escape(q.evidence)}</code>.</i></p></details></li>"
+    )
+
+
+def render(notebook: str, choices: dict) -> str:
+    """The questions as HTML with folded answers, the score line, then the written answers this stage asks for."""
+    result = score(notebook, choices)
+    items = "".join(_question_html(q) for q in questions(notebook))
+    written = "".join(
+        f"<li><code>Answer: {escape(p.id)}</code> — {escape(p.question)}</li>" for p in answers.prompts(notebook)
+    )
+    if written:
+        written = (
+            "<p>For your portfolio, write these in markdown cells tagged <code>answer</code>, each starting with "
+            f"its first line as shown (<code>make portfolio</code> collects them):</p><ul>{written}</ul>"
+        )
+    return f"<ol>{items}</ol><p><b>{escape(verdict(result))}</b></p>{written}"
+
+
+def verdict(result: dict) -> str:
+    """One line: the score against the pass mark, or what is still unanswered."""
+    if not result["answered"]:
+        return (
+            f"Not answered yet: write your letters into `choices` (e.g. {{'1': 'a'}}) and run the cell again. "
+            f"Pass mark {PASS_MARK:.0%}."
+        )
+    line = f"Score {result['correct']}/{result['questions']} ({result['fraction']:.0%}); pass mark {PASS_MARK:.0%}: "
+    line += "passed." if result["passed"] else "not yet passed."
+    if result["unanswered"]:
+        line += f" Unanswered: {', '.join(result['unanswered'])}."
+    return line
+
+
+def show(notebook: str, choices: dict) -> dict:
+    """Display the self-check in the notebook (HTML; plain text elsewhere) and return its score."""
+    from IPython.display import HTML, display
+
+    display(HTML(render(notebook, choices)))
+    return score(notebook, choices)

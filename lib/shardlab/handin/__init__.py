@@ -1,0 +1,1 @@
+"""What a learner hands in and how an instructor grades it: the portfolio and `grade`."""

@@ -1,0 +1,277 @@
+"""The hand-in: `grade` over hostile submissions, the portfolio of a finished run, its refusals, the self-checks."""
+
+import json
+import re
+import shutil
+import zipfile
+from argparse import Namespace
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import REPO
+
+from shardlab.course import catalog, selfcheck
+from shardlab.errors import PortfolioError
+from shardlab.handin import grade, portfolio
+
+BROKEN = Path(__file__).parent / "broken"
+BOUND = 90.0  # seconds per submission: the reference needs 7 s alone and over 40 s on a loaded 2-core machine
+
+# The course project's hand-off list, in its own order, as this test reads it (independent of items.HANDOFF):
+# the item, then what its data must hold.
+HANDOFF = {
+    "implementation": "your implementation",
+    "stage_output": "passing stage output",
+    "recovery": "full-state recovery comparison",
+    "changed_seed_batch": "changed-seed/batch results",
+    "failures": "deliberate failure explanations",
+    "trace": "actual trace",
+    "ir_excerpt": "placement/IR excerpt",
+    "timing": "synchronised samples",
+    "report": "short report",
+    "transfer": "transfer experiments",
+}
+REPORT_ANSWERS = {"topology", "denominator", "step_count", "next_optimisation"}
+
+
+def _submissions(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "reference").mkdir()
+    shutil.copy(REPO / "lib/shardlab/learner/reference.py", folder / "reference" / "model.py")
+    shutil.copy(BROKEN / "averaging_local_means.py", folder / "broken.py")
+    (folder / "syntax.py").write_text("def initial(seed, data, mesh:\n    return None\n")
+    (folder / "loop.py").write_text("while True:\n    pass\n")
+    flood = "import sys\nopen('stray.txt', 'w').write('x')\nwhile True:\n    sys.stdout.write('x' * 4096)\n"
+    (folder / "flood.py").write_text(flood)
+    return folder
+
+
+def _fake_portfolio(path: Path, sha256: str) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("portfolio/portfolio.json", json.dumps({"implementation": {"spec": {"sha256": sha256}}}))
+
+
+def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
+    subs = _submissions(tmp_path / "subs")
+    model = subs / "reference" / "model.py"
+    _fake_portfolio(subs / "reference" / "portfolio.zip", portfolio.sha256_file(model))
+    _fake_portfolio(subs / "broken.zip", "0" * 64)
+    out = tmp_path / "grades"
+    body = grade.grade(subs, out, jobs=2, timeout=BOUND)
+    rows = {(r["submission"], r["stage"]): r for r in csv_rows(out / grade.TABLE)}
+    assert {name for name, _ in rows} == {"reference", "broken.py", "syntax.py", "loop.py", "flood.py"}
+    for stage in (1, 2, 3, 4):
+        assert rows["reference", stage]["verdict"] == "pass", rows["reference", stage]
+    assert rows["reference", 1]["portfolio"] == "yes"
+    assert rows["broken.py", 1]["verdict"] == "pass"
+    assert rows["broken.py", 2]["verdict"] == "fail" and "denominator" in rows["broken.py", 2]["diagnosis"]
+    assert rows["broken.py", 1]["portfolio"].startswith("yes, but for another file")
+    assert rows["syntax.py", 1]["verdict"] == "fail" and rows["syntax.py", 1]["first_failure"] == "implementation_loads"
+    assert "SyntaxError" in rows["syntax.py", 1]["diagnosis"] and "syntax.py:1" in rows["syntax.py", 1]["diagnosis"]
+    assert rows["loop.py", 1]["verdict"] == "timeout" and rows["flood.py", 1]["verdict"] == "output cap"
+    for name in ("syntax.py", "loop.py", "flood.py"):
+        assert [rows[name, s]["verdict"] for s in (2, 3, 4)] == ["not reached"] * 3
+        assert rows[name, 1]["portfolio"] == "no"
+    loop = body["submissions"]["loop.py"]["rows"][0]["seconds"]
+    assert BOUND <= loop < BOUND + 30, "the bound stops the loop, promptly"
+    assert len((out / "checks" / "flood.py" / "output.txt").read_bytes()) <= grade.KEPT_OUTPUT
+    strays = [p for p in [Path.cwd(), subs, *subs.iterdir(), out, *out.rglob("*")] if p.name == "stray.txt"]
+    assert not strays and not (Path.cwd() / "stray.txt").exists(), "a submission's files stay in its scratch folder"
+    assert "<table>" in (out / grade.PAGE).read_text() and "output cap" in (out / grade.PAGE).read_text()
+
+    (subs / "syntax.py").write_text("def initial(seed, data, mesh):\n    raise NotImplementedError\n")
+    again = grade.grade(subs, out, jobs=2, timeout=BOUND)
+    reused = {name: entry["reused"] for name, entry in again["submissions"].items()}
+    assert reused == {"reference": True, "broken.py": True, "syntax.py": False, "loop.py": True, "flood.py": True}
+    assert again["submissions"]["reference"]["rows"] == body["submissions"]["reference"]["rows"]
+    fixed = again["submissions"]["syntax.py"]["rows"][0]["diagnosis"]
+    assert "SyntaxError" not in fixed and "does not define" in fixed, "the changed file was checked again"
+
+
+def csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as handle:
+        return [{**r, "stage": int(r["stage"])} for r in csv.DictReader(handle)]
+
+
+def test_grade_refuses_a_folder_without_submissions(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    args = Namespace(submissions=str(tmp_path / "empty"), out=str(tmp_path / "g"), jobs=1, timeout=5, output_cap=100)
+    assert grade.main(args) == 2
+    assert "holds no .py file" in capsys.readouterr().err and not (tmp_path / "g").exists()
+
+
+def _manifest(zipped: Path) -> tuple[dict, set]:
+    with zipfile.ZipFile(zipped) as archive:
+        return json.loads(archive.read("portfolio/portfolio.json")), set(archive.namelist())
+
+
+@pytest.mark.notebooks
+def test_the_runs_portfolio_holds_every_handoff_item(run_dir):
+    manifest, names = _manifest(run_dir / portfolio.ZIP)
+    by_id = {item["id"]: item for item in manifest["items"]}
+    assert set(HANDOFF) <= set(by_id)
+    for ident in HANDOFF:
+        item = by_id[ident]
+        assert item["data"] and item["sources"], ident
+        for source in item["sources"]:
+            path = run_dir / source["file"]
+            if source["sha256"] and path.is_file():
+                assert portfolio.sha256_file(path) == source["sha256"], (ident, source)
+    audit = json.loads((run_dir / "audit.json").read_text())
+    assert by_id["recovery"]["data"]["recovery"] == audit["recovery"]
+    assert all(v == 0 for k, v in audit["recovery"].items() if k not in ("steps_compared", "epochs_covered"))
+    checker = by_id["stage_output"]["data"]["checker"]
+    assert set(checker) == {"1", "2", "3", "4"} and all(s["passed"] == s["checks"] > 0 for s in checker.values())
+    settings = by_id["changed_seed_batch"]["data"]["other_settings"]
+    assert {s["seed"] for s in settings} >= {29} and {s["batch_size"] for s in settings} >= {10}
+    ir = (run_dir / "step.stablehlo.mlir").read_text()
+    excerpt = "\n".join(by_id["ir_excerpt"]["data"]["excerpt"])
+    assert excerpt.count("stablehlo.all_reduce") == len(re.findall(r'"stablehlo\.all_reduce"', ir)) == 3
+    samples = {k: v["samples_ms"] for k, v in by_id["timing"]["data"]["variants"].items()}
+    assert samples == {k: audit["timing"][k]["samples_ms"] for k in ("eager_4dev", "compiled_4dev", "compiled_1dev")}
+    with zipfile.ZipFile(run_dir / portfolio.ZIP) as archive:
+        for key in ("xplane", "perfetto"):
+            copied = archive.read(f"portfolio/evidence/{audit['trace'][key]}")
+            assert copied == (run_dir / audit["trace"][key]).read_bytes(), key
+    report = by_id["report"]["data"]
+    assert len(report["topology"]["devices"]) == 4 and report["boundaries"]["timing"] == audit["timing"]["boundary"]
+    # a reference run has no learner: every written answer and self-check is named missing, none invented
+    assert all("missing" in a for a in manifest["written_answers"].values())
+    assert REPORT_ANSWERS <= set(manifest["written_answers"])
+    named = [m for item in manifest["items"] for m in item["missing"]]
+    assert all(any(f"`{i}`" in m for m in named) for i in manifest["written_answers"])
+    assert all("missing" in s for s in manifest["selfcheck"].values())
+    assert {"portfolio.html", "portfolio/report.md", "portfolio/check_report.json"} <= names
+    page = (run_dir / portfolio.PAGE).read_text()
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert 'href="portfolio.html"' in (run_dir / "index.html").read_text()
+
+
+def _workspace(folder: Path, name: str, answer: str, choices: dict) -> None:
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    cell = nbformat.v4.new_markdown_cell(f"**Answer: denominator**\n\n{answer}")
+    cell.metadata["tags"] = ["answer"]
+    nb.cells.insert(3, cell)
+    check = [c for c in nb.cells if "selfcheck" in c.metadata.get("tags", [])][-1]
+    check.source = check.source.replace("choices = {}", f"choices = {choices!r}")
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+@pytest.mark.notebooks
+def test_portfolio_takes_the_learners_own_words_and_scores(run_dir, tmp_path):
+    asked = selfcheck.questions("stage2_update")
+    right = {q.number: q.answer for q in asked[:-1]}
+    wrong = {asked[-1].number: next(x for x in "abc" if x != asked[-1].answer)}
+    text = "Each device holds a different number of valid rows; dividing once by the global N weights every row."
+    _workspace(tmp_path / "ws", "stage2_update", text, {**right, **wrong})
+    out = tmp_path / "handin"
+    portfolio.build(
+        out, run_dir, "reference", tmp_path / "ws", check_report=run_dir / "portfolio" / "check_report.json"
+    )
+    manifest, _ = _manifest(out / portfolio.ZIP)
+    assert manifest["written_answers"]["denominator"]["text"] == text
+    assert text in (out / "portfolio" / "report.md").read_text()
+    assert "missing" in manifest["written_answers"]["step_count"]
+    score = manifest["selfcheck"]["stage2_update"]
+    assert (score["correct"], score["questions"]) == (len(asked) - 1, len(asked))
+    assert score["passed"] == ((len(asked) - 1) / len(asked) >= 0.8)
+    assert "missing" in manifest["selfcheck"]["stage1_batches"]
+
+
+def _copy_run(run_dir: Path, into: Path) -> Path:
+    shutil.copytree(run_dir, into, ignore=shutil.ignore_patterns("trace_fused", "portfolio*", ".shardlab-*"))
+    return into
+
+
+@pytest.mark.notebooks
+def test_portfolio_refuses_receipts_of_another_implementation(run_dir, tmp_path):
+    learner = tmp_path / "mine.py"
+    shutil.copy(REPO / "lib/shardlab/learner/reference.py", learner)
+    with pytest.raises(PortfolioError, match="its audit.json records reference"):
+        portfolio.build(tmp_path / "a", run_dir, str(learner))
+    copy = _copy_run(run_dir, tmp_path / "receipts")
+    audit = json.loads((copy / "audit.json").read_text())
+    audit["run"]["implementation"] = {"file": "mine.py", "sha256": "0" * 64}
+    (copy / "audit.json").write_text(json.dumps(audit))
+    with pytest.raises(PortfolioError, match=r"not produced by mine\.py as it is now.*0{64}"):
+        portfolio.build(tmp_path / "b", copy, str(learner))
+    audit["run"]["implementation"] = "reference"
+    audit["sources"]["shardlab/core/update.py"] = "f" * 64
+    (copy / "audit.json").write_text(json.dumps(audit))
+    with pytest.raises(PortfolioError, match=r"reference changed.*shardlab/core/update\.py"):
+        portfolio.build(tmp_path / "c", copy, "reference")
+    assert not any((tmp_path / x).exists() for x in "abc"), "a refused portfolio writes nothing"
+
+
+@pytest.mark.notebooks
+def test_portfolio_of_an_unfinished_run_lists_exactly_what_is_missing(run_dir, tmp_path, capsys):
+    copy = _copy_run(run_dir, tmp_path / "receipts")
+    (copy / "stage4_profile.ipynb").unlink()
+    (copy / "results" / "stage3_resume.json").unlink()
+    args = Namespace(
+        out=str(tmp_path / "out"), receipts=str(copy), implementation=None, workspace=None, check_report=None
+    )
+    assert portfolio.main(args) == 1
+    err = capsys.readouterr().err
+    assert "stage4_profile.ipynb (executed)" in err and "results/stage3_resume.json" in err
+    assert "stage1_batches.ipynb" not in err and not (tmp_path / "out").exists()
+
+
+def test_portfolio_of_no_run_names_every_file_a_run_leaves(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PortfolioError) as refused:
+        portfolio.build(tmp_path / "out", tmp_path / "empty")
+    for name in ["audit.json", *(f"{n}.ipynb" for n in catalog.NOTEBOOKS), *(f"{n}.json" for n in catalog.NOTEBOOKS)]:
+        assert name in str(refused.value)
+    (tmp_path / "empty" / "audit.json").write_text("[1, 2]")
+    with pytest.raises(PortfolioError, match="audit.json in the shape"):
+        portfolio.build(tmp_path / "out", tmp_path / "empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], "nothing written"
+
+
+STAGES = "stage1_batches stage2_update stage3_checkpoint stage3_resume stage4_profile stage5_multicontroller".split()
+
+
+def test_the_self_checks_cover_every_stage_notebook():
+    assert set(STAGES) <= set(catalog.NOTEBOOKS)
+    assert {q.notebook for q in selfcheck.QUESTIONS} == set(STAGES)
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_every_stage_ends_with_its_self_check(name):
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    heading, cell = nb.cells[-2], nb.cells[-1]
+    assert heading.cell_type == "markdown" and heading.source.startswith("## Self-check")
+    assert cell.cell_type == "code" and cell.metadata.get("tags") == ["selfcheck"]
+    assert f'selfcheck.show("{name}", choices)' in cell.source and "choices = {}" in cell.source
+    asked = selfcheck.questions(name)
+    assert len(asked) >= 4 and [q.number for q in asked] == [str(i) for i in range(1, len(asked) + 1)]
+    assert all(q.answer in "abcd"[: len(q.options)] for q in asked)
+
+
+def test_self_check_score_is_the_fraction_right_against_80_percent():
+    asked = selfcheck.questions("stage1_batches")
+    key = {q.number: q.answer for q in asked}
+    flip = {q.number: next(x for x in "abc" if x != q.answer) for q in asked}
+    for wrong in range(len(asked) + 1):
+        choices = {**key, **{q.number: flip[q.number] for q in asked[:wrong]}}
+        result = selfcheck.score("stage1_batches", choices)
+        assert result["correct"] == len(asked) - wrong
+        assert result["passed"] == ((len(asked) - wrong) / len(asked) >= 0.8)
+    partial = selfcheck.score("stage1_batches", {"1": key["1"]})
+    assert partial["unanswered"] == [q.number for q in asked[1:]] and not partial["passed"]
+
+
+@pytest.mark.notebooks
+def test_self_check_evidence_is_what_the_stage_recorded(run_dir):
+    for q in selfcheck.QUESTIONS:
+        notebook, key = q.evidence.split(":")
+        recorded = json.loads((run_dir / "results" / f"{notebook}.json").read_text())
+        assert key in recorded, f"{notebook} question {q.number} points at {key}, which the stage does not record"
+    nb = nbformat.read(run_dir / "stage2_update.ipynb", as_version=4)
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in nb.cells[-1].outputs)
+    assert shown.count("<details>") == len(selfcheck.questions("stage2_update")) and "Not answered yet" in shown
