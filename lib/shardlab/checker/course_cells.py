@@ -12,8 +12,6 @@ The checks below cover the assertions no stage module probes: the refusals the n
 
 import os
 
-import numpy as np
-
 from shardlab.checker import stage3
 from shardlab.checker.common import expect
 from shardlab.core.config import Config
@@ -30,7 +28,6 @@ ALL = "every check of its stage"  # a `check` cell asserts that check_here(stage
 
 # (notebook, cell tag) -> the checks covering what the cell asserts about the learner's code
 COVERAGE = {
-    ("stage1_batches", "refusals"): ("bad_input_is_refused",),
     ("stage1_batches", "initial"): ("initial_state_fields", "first_order_follows_the_seed"),
     ("stage1_batches", "walk"): (
         "next_batch_returns_a_new_state",
@@ -100,28 +97,6 @@ def _refused_with(calls: dict, error: type, diagnosis: str):
     """Every call in `calls` must raise `error`; else CheckFailed listing what each call did instead."""
     wrong = {what: _named(found) for what, call in calls.items() if not isinstance(found := _raised(call), error)}
     return expect(not wrong, f"{error.__name__} for each of {sorted(calls)}", wrong, diagnosis)
-
-
-def bad_input_is_refused(ctx):
-    """next_batch refuses batch sizes 0 and -3, initial mismatched lengths and a NaN, with a course error."""
-    state = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
-    features = ctx.data.features.copy()
-    features[3, 2] = np.nan
-    calls = {
-        "next_batch, batch size 0": lambda: ctx.impl.next_batch(state, ctx.data, 0, ctx.mesh),
-        "next_batch, batch size -3": lambda: ctx.impl.next_batch(state, ctx.data, -3, ctx.mesh),
-        "initial, one target fewer than rows": lambda: ctx.impl.initial(
-            ctx.seed, (ctx.data.features, ctx.data.targets[:-1]), ctx.mesh
-        ),
-        "initial, a NaN feature": lambda: ctx.impl.initial(ctx.seed, (features, ctx.data.targets), ctx.mesh),
-    }
-    return _refused_with(
-        calls,
-        ShardlabError,
-        "bad input must stop with one of the course's errors before anything is drawn or placed -> raise "
-        "errors.ConfigError for a batch size < 1 and errors.DataError for data whose lengths differ or hold NaN "
-        "(shardlab.core.fixtures.check_dataset does the data part)",
-    )
 
 
 def transition_refuses_batch_size_zero(ctx):
@@ -236,7 +211,6 @@ def faults_show_where_arithmetic_predicts(ctx):
 
 
 CHECKS = {
-    1: (bad_input_is_refused,),
     2: (transition_refuses_batch_size_zero,),
     3: (contract_is_json_data, refusals_name_the_course_errors, faults_show_where_arithmetic_predicts),
 }

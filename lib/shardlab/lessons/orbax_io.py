@@ -138,7 +138,8 @@ def save(path, state: dict, contract_: dict) -> str:
         finally:
             absl.setLevel(level)
         with open(os.path.join(staging, CONTRACT), "x", encoding="utf-8") as handle:
-            json.dump({"contract": contract_, "layout": layout, "state": digests(host)}, handle, indent=1, sort_keys=True)
+            beside = {"contract": contract_, "layout": layout, "state": digests(host)}
+            json.dump(beside, handle, indent=1, sort_keys=True)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(staging, 0o755)
