@@ -194,7 +194,7 @@ def _failure_advice(message: str, kept: Path | None, implementation: str, name: 
     found = covering(name, tags)
     stage = max((s for _, s in found), default=None)
     if found and found[0][0] == ALL:
-        lines.append(f"  this cell ran stage {stage}'s checks; its FAIL lines above say which failed and why:")
+        lines.append(f"  this cell ran stage {stage}'s checks; its FAIL lines (in that notebook) name the failing one:")
     elif found:
         names = ", ".join(f"{check} (stage {s})" for check, s in found)
         lines.append(f"  what this cell asserts about your file is what these checks test: {names}:")
