@@ -18,7 +18,7 @@ SUBMISSIONS ?= submissions
 GRADE ?= grade_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-browser lab sync lint check drills bench torture portfolio grade clean
+.PHONY: help venv run test test-alternatives test-browser lab sync lint check drills bench torture portfolio grade clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -41,6 +41,10 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 
 test: venv ## the whole test suite on two workers (executes every notebook once, under 6 min on 2 cores)
 	$(BIN)/python -m pytest
+
+test-alternatives: venv ## every file in tests/correct/: passes the checker, runs stages 1-4 like the reference
+	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/alternatives_all.py \
+	&& echo "[make] test-alternatives finished in $$(( $$(date +%s) - start )) s"
 
 test-browser: venv ## a real headless Chromium: stage 1 run through JupyterLab's UI, receipts opened offline
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \

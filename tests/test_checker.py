@@ -233,7 +233,7 @@ def test_correct_alternative_passes_its_stages(alternative):
     results = [r for s in stages for r in runner.run_checks(spec, s, only=True, skip=("fresh_process_resume",))]
     failed = [(r.name, r.diagnosis) for r in results if not r.passed]
     assert not failed, f"{alternative} is correct but was rejected: {failed}"
-    expected = sum(len(runner.STAGES[s].CHECKS) for s in stages) - (3 in stages)  # minus the fresh resume
+    expected = sum(len(runner.checks_of(s)) for s in stages) - (3 in stages)  # minus the fresh resume
     assert {r.stage for r in results} == set(stages) and len(results) == expected
 
 

@@ -67,7 +67,7 @@ def test_a_failing_cell_names_notebook_and_cell_and_keeps_the_previous_run(sourc
 def test_a_failing_learner_run_suggests_make_check(sources, tmp_path):
     mine = tmp_path / "mine.py"
     mine.write_text("# a learner's file\n")
-    with pytest.raises(runner.NotebookFailed, match=rf"make check IMPL={mine} STAGE=1"):
+    with pytest.raises(runner.NotebookFailed, match=rf"gap in the course.*make check IMPL={mine} STAGE=all"):
         runner.run(tmp_path / "out", seed=1, batch_size=2, implementation=str(mine), notebooks=["raises"], html=False)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["failed", outdir.MANIFEST])
 

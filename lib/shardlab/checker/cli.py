@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import jax
 
-from shardlab.checker import stage1, stage2, stage3, stage4
+from shardlab.checker import course_cells, stage1, stage2, stage3, stage4
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.checker.here import CHILD_TIMEOUT, REPORT
 from shardlab.core.devices import make_mesh
@@ -46,6 +46,11 @@ def stages_for(stage) -> list[int]:
     if last not in STAGES:
         raise ValueError(f"stage must be one of {sorted(STAGES)} or 'all', got {stage!r}")
     return [s for s in sorted(STAGES) if s <= last]
+
+
+def checks_of(stage: int) -> tuple:
+    """The checks of `stage`: its module's, then those covering what the notebooks assert (course_cells)."""
+    return STAGES[stage].CHECKS + course_cells.CHECKS.get(stage, ())
 
 
 def run_one(check, stage: int, ctx: Context) -> Result:
@@ -114,7 +119,7 @@ def run_checks(spec: str = "reference", stage="all", only: bool = False, skip=()
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
         ctx = Context(impl, spec, teaching_fixture(), make_mesh(4), workdir)
         for number in chosen:
-            for check in (c for c in STAGES[number].CHECKS if c.__name__ not in skip):
+            for check in (c for c in checks_of(number) if c.__name__ not in skip):
                 results.append(run_one(check, number, ctx))
                 if progress:
                     progress(results[-1])

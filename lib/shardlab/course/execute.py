@@ -35,22 +35,30 @@ class NotebookFailed(RuntimeError):
     """A notebook raised or timed out; the message names the notebook and the cell."""
 
 
-def _failing_cell(executed: Path, source: Path) -> str:
-    """Where the executed copy recorded an error, named as JupyterLab shows it: the cell's `[n]` prompt."""
+def _error_cell(executed: Path):
+    """The first cell of the executed copy with an error output, or None (timeout, dead kernel, unreadable)."""
     try:
         nb = nbformat.read(executed, as_version=4)
     except Exception:
-        return "unknown cell"
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                tags = ", ".join(cell.get("metadata", {}).get("tags", [])) or "untagged"
-                first = next((line for line in cell.get("source", "").splitlines() if line.strip()), "")
-                return (
-                    f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`): "
-                    f"{output.get('ename')}: {output.get('evalue')}"
-                )
-    return "a cell with no error output (timeout or dead kernel)"
+        return None
+    return next(
+        (c for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))),
+        None,
+    )
+
+
+def _failing_cell(executed: Path, source: Path) -> str:
+    """Where the executed copy recorded an error, named as JupyterLab shows it: the cell's `[n]` prompt."""
+    cell = _error_cell(executed)
+    if cell is None:
+        return "a cell with no error output (timeout, dead kernel or an unreadable notebook)"
+    output = next(o for o in cell["outputs"] if o.get("output_type") == "error")
+    tags = ", ".join(cell.get("metadata", {}).get("tags", [])) or "untagged"
+    first = next((line for line in cell.get("source", "").splitlines() if line.strip()), "")
+    return (
+        f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`): "
+        f"{output.get('ename')}: {output.get('evalue')}"
+    )
 
 
 def _keep_partial(name: str, notebook: bytes | None, out: Path) -> Path | None:
@@ -155,7 +163,9 @@ def run(
             except NotebookFailed as failed:
                 partial = staging / f"{name}.ipynb"
                 kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)
-                raise NotebookFailed(_failure_advice(str(failed), kept, implementation)) from failed
+                cell = _error_cell(partial) if partial.is_file() else None
+                tags = cell.get("metadata", {}).get("tags", []) if cell is not None else []
+                raise NotebookFailed(_failure_advice(str(failed), kept, implementation, name, tags)) from failed
             stable.notebook(executed)
             if html:
                 export_html(executed)
@@ -168,13 +178,38 @@ def run(
     return out
 
 
-def _failure_advice(message: str, kept: Path | None, implementation: str) -> str:
-    """The failure message plus where the partly executed notebook is and what to run next."""
+def _failure_advice(message: str, kept: Path | None, implementation: str, name: str = "", tags=()) -> str:
+    """The failure message, where the partly executed notebook is, and the check covering the failing cell.
+
+    The checks come from the table of what each notebook cell asserts about the implementation
+    (shardlab.checker.course_cells.COVERAGE); a cell no check covers is said to be the course's gap.
+    """
+    from shardlab.checker.course_cells import ALL, covering
+
     lines = [message]
     if kept is not None:
         lines.append(f"  the partly executed notebook, outputs up to the failing cell: {kept}")
-    if implementation != "reference":
-        lines.append(f"  then check your implementation stage by stage: make check IMPL={implementation} STAGE=1")
+    if implementation == "reference":
+        return "\n".join(lines)
+    found = covering(name, tags)
+    stage = max((s for _, s in found), default=None)
+    if found and found[0][0] == ALL:
+        lines.append(f"  this cell ran stage {stage}'s checks; its FAIL lines (in that notebook) name the failing one:")
+    elif found:
+        names = ", ".join(f"{check} (stage {s})" for check, s in found)
+        lines.append(f"  what this cell asserts about your file is what these checks test: {names}:")
+    if found:
+        lines.append(f"    make check IMPL={implementation} STAGE={stage}")
+        lines.append(
+            "  if every check passes, the notebook asks more than the checker does: that is a gap in the course, "
+            "not in your file"
+        )
+    else:
+        lines.append(
+            f"  no check covers this cell ({name}, tag {', '.join(tags) or 'none'}): it asserts nothing the "
+            "checker would ask of your file, so this is a gap in the course, not in your file; "
+            f"make check IMPL={implementation} STAGE=all tells whether your file has a fault of its own"
+        )
     return "\n".join(lines)
 
 

@@ -162,7 +162,7 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
 
 RUNS_REFERENCE = {
     "stage5_multicontroller": "its controller processes always run the reference implementation; a learner's "
-    "file is loaded only for its contract",
+    "file is loaded but not run (the contracts it compares are the course's own)",
 }
 
 

@@ -1,0 +1,203 @@
+"""What the course notebooks assert about a learner's functions, and the checks that cover each assertion.
+
+`COVERAGE` is the one table: for every notebook cell (by its tag) that asserts something about the
+implementation under study, or hands its output to course code that refuses bad input (the Orbax
+save), the checks that fail whenever that cell would. A learner whose
+file passes the checker therefore never fails one of these cells; `make run IMPL=...` names the
+covering checks when a cell fails (shardlab.course.execute), docs/evidence.md prints the table, and
+the tests verify that every asserting cell is listed and every named check exists.
+
+The checks below cover the assertions no stage module probes: the refusals stage 3 shows (with
+the course's error types), a contract the Orbax lesson can store, and the fault table. (Stages 1
+and 2 show the refusals of bad batch sizes and data with the course's own functions: the checker
+does not ask a learner's file for them, so the notebooks do not either.)
+"""
+
+import os
+
+from shardlab.checker import stage3
+from shardlab.checker.common import expect
+from shardlab.core.config import Config
+from shardlab.core.fixtures import Dataset
+from shardlab.errors import (
+    CheckpointExistsError,
+    ContractMismatchError,
+    CorruptCheckpointError,
+)
+from shardlab.lessons import faults, orbax_io
+
+ALL = "every check of its stage"  # a `check` cell asserts that check_here(stage) passed
+
+# (notebook, cell tag) -> the checks covering what the cell asserts about the learner's code
+COVERAGE = {
+    ("stage1_batches", "initial"): ("initial_state_fields", "first_order_follows_the_seed"),
+    ("stage1_batches", "walk"): (
+        "next_batch_returns_a_new_state",
+        "next_batch_leaves_step_alone",
+        "batch_lengths_keep_the_remainder",
+        "every_epoch_covers_every_id_once",
+        "epochs_follow_the_course_order",
+        "key_changes_at_each_new_epoch",
+        "padding_is_never_an_observation",
+        "replay_is_deterministic",
+    ),
+    ("stage1_batches", "device-counts"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+    ("stage1_batches", "other-settings"): (
+        "batch_lengths_keep_the_remainder",
+        "every_epoch_covers_every_id_once",
+        "sampler_fields_follow_the_arithmetic",
+        "padding_is_never_an_observation",
+    ),
+    ("stage1_batches", "transfer"): ("padding_is_decided_by_position", "batch_lengths_keep_the_remainder"),
+    ("stage1_batches", "check"): (ALL,),
+    ("stage2_update", "local-means"): ("padding_is_never_an_observation",),
+    ("stage2_update", "gradient"): ("gradient_on_a_full_batch", "loss_on_full_and_tail_batches", "consecutive_updates"),
+    ("stage2_update", "partition"): ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
+    ("stage2_update", "updates"): (
+        "consecutive_updates",
+        "loss_is_taken_before_the_update",
+        "transition_is_one_batch_and_one_update",
+    ),
+    ("stage2_update", "replicas"): ("replicas_agree",),
+    ("stage2_update", "singleton"): ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
+    ("stage2_update", "eager"): ("eager_and_compiled_agree",),
+    ("stage2_update", "stablehlo"): ("step_is_sharded",),
+    ("stage2_update", "check"): (ALL,),
+    ("stage3_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),
+    ("stage3_checkpoint", "rejections-damaged"): ("refusals_name_the_course_errors",),
+    ("stage3_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
+    ("stage3_checkpoint", "rejections-contract"): ("refusals_name_the_course_errors",),
+    ("stage3_checkpoint", "rejections"): ("refusals_name_the_course_errors",),
+    ("stage3_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
+    ("stage3_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
+    ("stage3_resume", "restore"): ("restore_returns_every_field",),
+    ("stage3_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
+    ("stage3_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),
+    ("stage3_resume", "check"): (ALL,),
+    ("stage4_profile", "compile"): ("compiled_step_lowers_and_compiles", "eager_step_is_the_unjitted_mapped_body"),
+    ("stage4_profile", "numpy_check"): ("compiled_step_lowers_and_compiles", "eager_step_matches_numpy"),
+    ("stage4_profile", "capture"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+}
+
+
+def stages() -> dict:
+    """Check name -> its stage, for every check the checker runs (each stage module's, then this module's)."""
+    from shardlab.checker import stage1, stage2, stage4
+
+    modules = (stage1, stage2, stage3, stage4)
+    found = {c.__name__: m.STAGE for m in modules for c in m.CHECKS}
+    return {**found, **{c.__name__: stage for stage, checks in CHECKS.items() for c in checks}}
+
+
+def covering(notebook: str, tags) -> list[tuple[str, int]]:
+    """(check, stage) for each check covering the cell of `notebook` carrying one of `tags`; [] if none does."""
+    names = [name for tag in tags for name in COVERAGE.get((notebook, tag), ())]
+    if ALL in names:  # a `check` cell: stage N's checks ran inside it, its FAIL lines name the failing one
+        return [(ALL, int(notebook[len("stage")]))]
+    where = stages()
+    return [(name, where[name]) for name in dict.fromkeys(names)]
+
+
+def contract_is_json_data(ctx):
+    """The contract is a dict of plain JSON data, so the Orbax copy can store it beside the state and compare it."""
+    contract = ctx.impl.contract(ctx.data, stage3._config(ctx))
+    try:
+        orbax_io.as_json(contract, "the contract")
+    except CorruptCheckpointError as exc:
+        expect(
+            False,
+            "a dict with str keys of str, int, float, bool, None, lists and dicts",
+            str(exc),
+            "stage 3 saves your contract with Orbax too -> build it from plain Python values (int(...), float(...), "
+            "str(...), lists), not NumPy scalars, arrays or objects",
+        )
+    return "plain JSON data", "plain JSON data"
+
+
+def _refusals(ctx) -> list[tuple]:
+    """(case, call, error, paths) for each refusal stage3_checkpoint's rejection cells show."""
+    path, state, contract = stage3._saved(ctx, "course-refusals")
+    bad = os.path.join(os.path.dirname(path), "bad")
+    os.makedirs(bad)
+    cases = []
+    for number, case in enumerate(faults.COURSE_DAMAGE):
+        try:
+            copy = faults.tampered(path, os.path.join(bad, f"{number}.npz"), faults.DAMAGE[case])
+        except KeyError:  # that member is kept under another name: nothing to damage (the notebook skips it too)
+            continue
+        cases.append((case, lambda copy=copy: ctx.impl.restore(copy, contract, ctx.mesh), CorruptCheckpointError, copy))
+    cut = faults.truncated(path, os.path.join(bad, "truncated.npz"))
+    text = os.path.join(bad, "notes.npz")
+    with open(text, "x") as handle:
+        handle.write("weights: 0.1 0.2 0.3\n")
+    features = ctx.data.features.copy()
+    features[3, 2] += 1.0
+    other_data = ctx.impl.contract(Dataset(features, ctx.data.targets.copy()), stage3._config(ctx))
+    other_size = ctx.impl.contract(ctx.data, Config(seed=ctx.seed, batch_size=ctx.batch_size + 1))
+    restore = ctx.impl.restore
+    return cases + [
+        ("truncated file", lambda: restore(cut, contract, ctx.mesh), CorruptCheckpointError, cut),
+        ("not an NPZ file", lambda: restore(text, contract, ctx.mesh), CorruptCheckpointError, text),
+        ("different data", lambda: restore(path, other_data, ctx.mesh), ContractMismatchError, path),
+        ("different batch size", lambda: restore(path, other_size, ctx.mesh), ContractMismatchError, path),
+        ("existing checkpoint path", lambda: ctx.impl.save(path, state, contract), CheckpointExistsError, path),
+    ]
+
+
+def refusals_name_the_course_errors(ctx):
+    """Each refusal the stage 3 notebook shows raises the course's error type and leaves every file as it was."""
+    wrong = {}
+    for case, call, error, path in _refusals(ctx):
+        try:
+            faults.refused(call, error, path)
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # AssertionError from `refused`, or another error type the call raised
+            wrong[case] = f"{type(exc).__name__}: {str(exc)[:160]}"
+    return expect(
+        not wrong,
+        "CorruptCheckpointError for damaged files, ContractMismatchError for another experiment, "
+        "CheckpointExistsError for an existing path, nothing on disk changed",
+        wrong,
+        "stage3_checkpoint shows these refusals with the course's error types (shardlab.errors) -> raise "
+        "errors.CorruptCheckpointError, errors.ContractMismatchError or errors.CheckpointExistsError as the starter's "
+        "hints say, and refuse before writing anything",
+    )
+
+
+def fault_problems(rows: list[dict], setup: dict, num_rows: int) -> list[str]:
+    """What stage3_checkpoint's fault-checks cell would refuse in a fault table: visibility and its step."""
+    problems = []
+    for r in rows:
+        seen, at = r["first_divergence_step"], setup[r["fixture"]]
+        if r["fault"] == "none":
+            if r["max_weight_error"] != 0.0 or r["ids_changed"] or seen is not None:
+                problems.append(f"{r['fixture']}: a complete restore differs from the control ({r})")
+            continue
+        rest = -(-(num_rows - at["cursor"]) // r["batch_size"])  # batches left in the saved epoch
+        expected = at["save_step"] + (rest + 1 if r["fault"] == "key" else 1)
+        if r["max_weight_error"] <= 0 or r["ids_changed"] != (r["fault"] != "momentum") or seen != expected:
+            problems.append(f"{r['fixture']}, fault {r['fault']}: first divergence {seen}, arithmetic says {expected}")
+        if r["fault"] == "key" and not at["key_fault_first_step_matches"]:
+            problems.append(f"{r['fixture']}: the key fault showed at the very next step")
+    return problems
+
+
+def faults_show_where_arithmetic_predicts(ctx):
+    """Each one-field fault after a restore shows, at the step coverage arithmetic predicts (the notebook's table)."""
+    folder = os.path.join(ctx.workdir, "course-faults")
+    os.makedirs(folder)
+    rows, setup = faults.fault_table(ctx.impl, ctx.data, ctx.mesh, folder)
+    problems = fault_problems(rows, setup, ctx.data.features.shape[0])
+    return expect(
+        not problems,
+        "every fault visible, first at the step arithmetic predicts",
+        problems,
+        "a restored state whose one field is reset must diverge where the sampler arithmetic says; a complete "
+        "restore must not diverge at all -> see restore_returns_every_field and the stage 1 sampler checks",
+    )
+
+
+CHECKS = {
+    3: (contract_is_json_data, refusals_name_the_course_errors, faults_show_where_arithmetic_predicts),
+}

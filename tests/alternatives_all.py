@@ -1,0 +1,58 @@
+"""Every correct alternative in tests/correct/ runs stages 1-4 like the reference: `make test-alternatives`.
+
+Not collected by `make test` (the name does not start with test_); the Makefile target names this
+file, and .ci/run calls it after `make test`. Each alternative is first run through `check --stage
+all` (the property's premise), then through the course, and its receipts are compared with a
+reference run of the same stages. Broken files show that a failed run's advice names a failing check.
+"""
+
+import fcntl
+import json
+from pathlib import Path
+
+import pytest
+from conftest import session_folder
+from test_alternatives_run import (
+    BROKEN,
+    CORRECT,
+    assert_advice_leads_to_a_failing_check,
+    checker_failures,
+    receipt_differences,
+    run_learner_stages,
+)
+
+# broken files that pass stages 1 and 2 and fail a stage 3 notebook cell, each for another cause
+FAILING_RUNS = ("save_overwrites", "restore_skips_validation", "restore_resets_key", "checkpoint_without_momentum")
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory) -> Path:
+    """The reference through stages 1-4, once per session (a file lock: one run for all xdist workers)."""
+    shared = session_folder(tmp_path_factory) / "reference-1-4"
+    shared.mkdir(exist_ok=True)
+    status = shared / "status.json"
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not status.exists():
+            status.write_text(json.dumps({"out": str(run_learner_stages("reference", shared / "receipts"))}))
+    return Path(json.loads(status.read_text())["out"])
+
+
+# tests/correct/*.py (test_checker.py judges each at the stages it changes) and tests/correct/more/*.py (judged
+# here only, by the whole checker: each adds minutes of checks, kept out of `make test`)
+ALTERNATIVES = sorted(str(p.relative_to(CORRECT).with_suffix("")) for p in CORRECT.rglob("*.py"))
+
+
+@pytest.mark.parametrize("alternative", ALTERNATIVES)
+def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(
+    alternative, reference_run, tmp_path
+):
+    spec = str(CORRECT / f"{alternative}.py")
+    assert checker_failures(spec) == [], f"{alternative} is not accepted by the checker"
+    found = run_learner_stages(spec, tmp_path / "run")
+    assert receipt_differences(reference_run, found) == []
+
+
+@pytest.mark.parametrize("broken", FAILING_RUNS)
+def test_a_failed_run_names_a_check_that_fails_for_that_file(broken, tmp_path):
+    assert_advice_leads_to_a_failing_check(BROKEN / f"{broken}.py", tmp_path, ["stage3_checkpoint"])

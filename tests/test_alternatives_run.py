@@ -1,0 +1,259 @@
+"""What the checker accepts, the course runs: a correct file written differently runs stages 1-4 like the reference.
+
+An implementation the checker passes must run the stage notebooks 1-4 to the end (`make run
+IMPL=...`; stage 5 runs the reference) and record what the reference run records, except where an
+implementation may legitimately differ (ALLOWED: its messages, its file format, its collectives,
+timings). `make test` runs one alternative against the session's course run; `make
+test-alternatives` runs every file in tests/correct/ (tests/alternatives_all.py).
+
+The converse is tested too: every notebook cell that asserts something about the implementation
+is listed in course_cells.COVERAGE with checks that exist, and a failed run names them.
+"""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import jax
+import nbformat
+import numpy as np
+import pytest
+
+from shardlab.checker import cli, course_cells
+from shardlab.course import catalog
+from shardlab.course import execute as runner
+from shardlab.lessons import replay
+
+CORRECT = Path(__file__).parent / "correct"
+BROKEN = Path(__file__).parent / "broken"
+NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
+LEARNER_STAGES = [name for name in catalog.NOTEBOOKS if not name.startswith("stage5")]  # stage 5 runs the reference
+IN_MAKE_TEST = "nested_contract"  # the contract form the Orbax lesson once refused
+
+# result path -> why an implementation may record something else there than the reference run
+ALLOWED = {
+    "stage2_update/all_reduce": "its own compiled step: how many collectives, and their IR lines",
+    "stage2_update/empty_batch/refusals": "its own error messages",
+    "stage3_checkpoint/checkpoint/bytes": "its own file format",
+    "stage3_checkpoint/checkpoint/saved_by": "a process identity",
+    "stage3_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
+    "stage3_resume/process": "process identities",
+    "stage4_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
+}
+EXACT = ("stage3_resume/recovery", "stage3_resume/orbax", "stage3_resume/divergence")  # no tolerance at all
+TOLERANCE = {"rel_tol": 1e-4, "abs_tol": 1e-5}  # float32 sums in another order: another implementation's rounding
+
+
+def differences(reference, found, path: str) -> list[str]:
+    """Where `found` differs from `reference`, outside ALLOWED; floats within TOLERANCE except under EXACT."""
+    if any(path == a or path.startswith(a + "/") for a in ALLOWED):
+        return []
+    if isinstance(reference, dict) and isinstance(found, dict):
+        if sorted(reference) != sorted(found):
+            return [f"{path}: keys {sorted(found)} instead of {sorted(reference)}"]
+        return [d for k in reference for d in differences(reference[k], found[k], f"{path}/{k}".lstrip("/"))]
+    if isinstance(reference, list) and isinstance(found, list):
+        if len(reference) != len(found):
+            return [f"{path}: {len(found)} entries instead of {len(reference)}"]
+        return [d for i, (a, b) in enumerate(zip(reference, found)) if (d := differences(a, b, f"{path}/{i}"))][:1]
+    exact = path.startswith(EXACT)
+    if isinstance(reference, float) and isinstance(found, (int, float)) and not exact:
+        same = math.isclose(reference, found, **TOLERANCE) or (math.isnan(reference) and math.isnan(found))
+    else:
+        same = type(reference) is type(found) and reference == found
+    return [] if same else [f"{path}: {found!r:.120} instead of {reference!r:.120}"]
+
+
+INTACT = ("truncated file", "not an NPZ file", "different data (one value changed)")
+INTACT += ("different configuration (batch size)", "existing checkpoint path")  # refused whatever the file's layout
+
+
+def _rejections(found: dict) -> dict:
+    return {r["case"]: r["error"] for r in found["stage3_checkpoint"]["rejections"]}
+
+
+def receipt_differences(reference: Path, run: Path) -> list[str]:
+    """Every difference between two runs' results/*.json and stage 3 records that ALLOWED does not explain."""
+    ref, found = (
+        {n: json.loads((d / "results" / f"{n}.json").read_text()) for n in LEARNER_STAGES} for d in (reference, run)
+    )
+    diffs = differences(ref, found, "")
+    theirs, ours = _rejections(found), _rejections(ref)
+    if any(ours.get(case) != error for case, error in theirs.items()) or not set(INTACT) <= set(theirs):
+        diffs.append(f"stage3_checkpoint/rejections: {theirs} against {ours}")
+    numpy_errors = found["stage4_profile"]["max_abs_error_vs_numpy"]
+    if (
+        sorted(numpy_errors) != sorted(ref["stage4_profile"]["max_abs_error_vs_numpy"])
+        or max(numpy_errors.values()) > 1e-4
+    ):
+        diffs.append(f"stage4_profile/max_abs_error_vs_numpy: {numpy_errors}")
+    a, b = (replay.load_record(d / "stage3" / "control.npz") for d in (reference, run))
+    for name in ("ids", "step"):
+        if len(a[name]) != len(b[name]) or not all(np.array_equal(x, y) for x, y in zip(a[name], b[name])):
+            diffs.append(f"stage3/control.npz: {name} differ from the reference's uninterrupted record")
+    wrong = [k for k in range(len(a["step"])) if not same_sampler(a, b, k)]
+    if wrong or len(a["cursor"]) != len(b["cursor"]):
+        diffs.append(f"stage3/control.npz: the sampler fields after step(s) {wrong} differ from the reference's")
+    for name in ("losses", "weights", "momentum"):
+        if not np.allclose(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64), rtol=1e-4, atol=1e-5):
+            diffs.append(f"stage3/control.npz: {name} differ from the reference's beyond float32 rounding")
+    return diffs
+
+
+def same_sampler(reference: dict, found: dict, k: int) -> bool:
+    """Key, order and cursor after step k equal the reference's, or its next epoch drawn at once (both correct).
+
+    Where the reference's epoch is used up (cursor = rows), an implementation may already have split
+    the key and drawn the next order (cursor 0): recomputed here with the course's JAX idiom.
+    """
+    key, order, cursor = (np.asarray(reference[n][k]) for n in ("key", "order", "cursor"))
+    theirs = [np.asarray(found[n][k]) for n in ("key", "order", "cursor")]
+    if all(np.array_equal(x, y) for x, y in zip((key, order, cursor), theirs)):
+        return True
+    if int(cursor) != len(order) or int(theirs[2]) != 0:
+        return False
+    following, subkey = jax.random.split(key.astype(np.uint32))
+    drawn = jax.random.permutation(subkey, len(order))
+    return np.array_equal(theirs[0], np.asarray(following)) and np.array_equal(theirs[1], np.asarray(drawn))
+
+
+def run_learner_stages(implementation: str, out: Path) -> Path:
+    """`make run IMPL=implementation` for stages 1-4 (no HTML pages: they are not compared)."""
+    return runner.run(out, seed=17, batch_size=7, implementation=implementation, notebooks=LEARNER_STAGES, html=False)
+
+
+def checker_failures(implementation: str, only=None) -> list[str]:
+    """The checks `check --stage all` fails for `implementation`; with `only`, just those checks are run."""
+    skip = [] if only is None else [c.__name__ for s in cli.STAGES for c in cli.checks_of(s) if c.__name__ not in only]
+    return [r.name for r in cli.run_checks(implementation, "all", skip=skip) if not r.passed]
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_an_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(run_dir, tmp_path):
+    spec = str(CORRECT / f"{IN_MAKE_TEST}.py")  # test_checker.py shows the checker accepts it
+    found = run_learner_stages(spec, tmp_path / "alternative")
+    assert receipt_differences(run_dir, found) == []
+
+
+def test_a_changed_receipt_is_a_difference():
+    """The comparison can fail: a changed id, a loss beyond rounding, a missing key are all reported."""
+    ref = {"stage1_batches": {"batches": [{"ids": [1, 2]}], "loss": 0.5}, "stage3_resume": {"recovery": {"w": 0.0}}}
+    assert differences(ref, json.loads(json.dumps(ref)), "") == []
+    for path, value in (("ids", [2, 1]), ("loss", 0.5001), ("recovery", {"w": 1e-9})):
+        changed = json.loads(json.dumps(ref))
+        if path == "ids":
+            changed["stage1_batches"]["batches"][0]["ids"] = value
+        elif path == "loss":
+            changed["stage1_batches"]["loss"] = value
+        else:
+            changed["stage3_resume"]["recovery"] = value
+        assert differences(ref, changed, ""), path
+    assert differences(ref, {**ref, "stage1_batches": {"loss": 0.5}}, "")
+    assert differences({"stage4_profile": {"t": 1.0}}, {"stage4_profile": {"t": 9.0}}, "") == []  # a timing
+
+
+# --- the converse: every notebook assertion about learner code is a check ------------------------------------
+
+ASSERTS = re.compile(r"\bassert\b|assert_|expect_error\(|\brefuse\(|check_walk\(|check_recovery\(|timing\.check\(")
+LEARNER = re.compile(r"\bimpl\.|\bimplementation\b")
+# asserting cells whose assertions are about the course's own code or the notebook's bookkeeping, and why
+NOT_LEARNER = {
+    ("stage1_batches", "refusals"): "the refusals of the course's own functions",
+    ("stage2_update", "empty-batch"): "the course's own step and transition on an empty batch",
+    ("stage3_checkpoint", "refuse"): "it defines the helper the rejection cells call",
+    ("stage3_resume", "fresh-kernel"): "which process runs the notebook",
+    ("stage4_profile", "timing"): "the number of timing samples taken",
+    ("stage4_profile", "fused_timing"): "the course's fused loop",
+    ("stage4_profile", "fused_trace"): "the course's fused loop and its trace",
+}
+
+
+def code_cells() -> dict:
+    """(notebook, tag) -> source, for every code cell of stages 1-4 (the notebooks that run the learner's file)."""
+    found = {}
+    for name in LEARNER_STAGES:
+        for cell in nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells:
+            if cell.cell_type == "code":
+                found[(name, (cell.metadata.get("tags") or ["untagged"])[0])] = cell.source
+    return found
+
+
+def asserting_cells() -> dict:
+    """The code cells that assert something (the parameters cell aside)."""
+    return {k: v for k, v in code_cells().items() if ASSERTS.search(v) and k[1] != "parameters"}
+
+
+def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
+    cells = asserting_cells()
+    assert ("stage3_checkpoint", "rejections-damaged") in cells and ("stage2_update", "gradient") in cells
+    unlisted = sorted(set(cells) - set(course_cells.COVERAGE) - set(NOT_LEARNER))
+    assert unlisted == [], f"cells that assert but name no check in course_cells.COVERAGE: {unlisted}"
+    stale = sorted(set(course_cells.COVERAGE) - set(code_cells()))
+    assert stale == [], f"COVERAGE lists cells no notebook has (renamed tag?): {stale}"
+    uses_impl = [k for k in NOT_LEARNER if any(ASSERTS.search(x) and LEARNER.search(x) for x in cells[k].splitlines())]
+    assert uses_impl == [], f"cells said not to assert about learner code that do: {uses_impl}"
+
+
+def test_every_covering_check_is_one_the_checker_runs():
+    runs = {c.__name__: stage for stage in cli.STAGES for c in cli.checks_of(stage)}
+    named = {name for checks in course_cells.COVERAGE.values() for name in checks} - {course_cells.ALL}
+    assert sorted(named - set(runs)) == []
+    assert course_cells.stages() == runs
+
+
+def test_the_docs_print_the_coverage_table():
+    doc = (Path(__file__).parents[1] / "docs" / "evidence.md").read_text()
+    for (notebook, tag), checks in course_cells.COVERAGE.items():
+        row = next((line for line in doc.splitlines() if f"`{notebook}`" in line and f"`{tag}`" in line), "")
+        assert row and all(c in row for c in checks), (notebook, tag)
+
+
+# --- a failed run's advice leads somewhere --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", sorted(course_cells.COVERAGE))
+def test_a_failing_covered_cell_names_its_checks_and_the_stage_to_check(cell):
+    notebook, tag = cell
+    advice = runner._failure_advice("nb failed", None, "mine.py", notebook, [tag])
+    checks = course_cells.covering(notebook, [tag])
+    assert checks and f"make check IMPL=mine.py STAGE={max(s for _, s in checks)}" in advice
+    assert all(name in advice for name, _ in checks if name != course_cells.ALL)
+    assert "gap in the course" in advice  # should every named check pass
+
+
+def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
+    advice = runner._failure_advice("nb failed", None, "mine.py", "stage4_profile", ["figure"])
+    assert "no check covers this cell" in advice and "gap in the course, not in your file" in advice
+    assert "make check IMPL=mine.py STAGE=all" in advice
+    assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4_profile", ["figure"])
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+def test_a_run_that_fails_names_a_check_that_fails_for_the_same_file(tmp_path):
+    """End to end: a file the checker rejects fails a notebook cell, and the advice names a check that fails."""
+    assert_advice_leads_to_a_failing_check(BROKEN / "save_overwrites.py", tmp_path, ["stage3_checkpoint"])
+
+
+def assert_advice_leads_to_a_failing_check(broken: Path, tmp_path: Path, notebooks=LEARNER_STAGES) -> None:
+    with pytest.raises(runner.NotebookFailed) as info:
+        runner.run(tmp_path / "out", 17, 7, implementation=str(broken), notebooks=notebooks, html=False)
+    advice = str(info.value)
+    named = {c for c in course_cells.stages() if re.search(rf"\b{c}\b", advice)}
+    assert named, advice
+    assert set(checker_failures(str(broken), only=named)) & named, (advice, named)
+
+
+def test_the_sampler_comparison_accepts_the_next_epoch_drawn_at_once_and_nothing_else():
+    key = np.asarray(jax.random.split(jax.random.PRNGKey(3))[0], np.uint32)
+    following, subkey = jax.random.split(key)
+    drawn = np.asarray(jax.random.permutation(subkey, 5))
+    used_up = {"key": [key], "order": [np.arange(5)], "cursor": [5]}
+    assert same_sampler(used_up, used_up, 0)
+    eager = {"key": [np.asarray(following)], "order": [drawn], "cursor": [0]}
+    assert same_sampler(used_up, eager, 0)
+    assert not same_sampler(used_up, {**eager, "order": [drawn[::-1]]}, 0)  # another permutation
+    assert not same_sampler(used_up, {**eager, "key": [key]}, 0)  # the key not split
+    assert not same_sampler({**used_up, "cursor": [3]}, eager, 0)  # mid-epoch: no second form
