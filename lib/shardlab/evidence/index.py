@@ -20,6 +20,7 @@ TITLES = {
     "stage2_update": "Stage 2 — derive the global update before distributing it",
     "stage3_checkpoint": "Stage 3 — save, restore, and the deliberate faults",
     "stage3_resume": "Stage 3 — a fresh kernel continues the same experiment",
+    "stage3_orbax_lesson": "Stage 3 — the Orbax lesson's receipt, replayed",
     "stage4_profile": "Stage 4 — measure the boundary you intend to optimise",
     "stage5_multicontroller": "Stage 5 — beyond one controller",
 }
