@@ -174,7 +174,7 @@ def _other_fixtures(seed: int, batch_size: int, names: list[str]) -> dict:
 
 
 def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, html, label) -> Path:
-    """Execute one notebook into `folder` (a fresh kernel), make it stable, export HTML; a failure keeps the partial copy."""
+    """Execute one notebook into `folder` in a fresh kernel, stabilise and export it; keep a failure's partial copy."""
     print(f"[shardlab] {label} ...", flush=True)
     clock = time.perf_counter()
     try:

@@ -56,8 +56,9 @@ def facts(audit: dict) -> list[tuple[str, str, str]]:
     if not recovered and audit.get("recovery"):
         recovered = {"this run": audit["recovery"]}
     if recovered:
+        worst = {name: max(float(r.get(k, 0.0)) for k in STATE) for name, r in recovered.items()}
         shown = "; ".join(
-            f"{name}: max |difference| {max(float(r.get(k, 0.0)) for k in STATE):g} over {r.get('steps_compared')} steps"
+            f"{name}: max |difference| {worst[name]:g} over {r.get('steps_compared')} steps"
             for name, r in recovered.items()
         )
         rows.append(("fresh-kernel resume", shown, "local restart in a new kernel; not power-loss durability"))
