@@ -15,6 +15,18 @@ COLOURS = dict(
 )
 
 
+def _save(fig, title: str, path) -> str:
+    """Title, lay out, write `fig` to `path` (PNG, 110 dpi), close it; return the path."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = os.fspath(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def draw(result: dict, path) -> str:
     """Write the figure for a drills.json result to `path` (PNG); return the path."""
     import matplotlib
@@ -50,12 +62,7 @@ def draw(result: dict, path) -> str:
     right.set_yscale("log")
     right.set_ylabel("ms (every sample; line = median)")
     right.set_title("synchronous vs asynchronous saving, save every step", fontsize=10)
-    fig.suptitle("stage 5 on one host, loopback processes (not a cluster)", fontsize=10)
-    fig.tight_layout()
-    path = os.fspath(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, "stage 5 on one host, loopback processes (not a cluster)", path)
 
 
 PHASES = (("data_s", "data (sampler, placement)", "#8d6e63"), ("collective_s", "collective (agreement)", "#e53935"))
@@ -95,9 +102,4 @@ def draw_step_times(step_times: dict, path) -> str:
     axes[0][0].set_ylim(0, top)
     axes[0][0].set_ylabel("ms per step (cut bars: total ms)")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle("per-controller step time: processes on one host over loopback (not a cluster)", fontsize=10)
-    fig.tight_layout()
-    path = os.fspath(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, "per-controller step time: processes on one host over loopback (not a cluster)", path)
