@@ -37,7 +37,7 @@ RECEIPT = {  # printed by the lesson's recorded CPU run (JAX 0.9.2)
 }
 
 UNSTATED = {  # what the receipt or the text leaves out, and what we therefore compare it with instead
-    "losses": "the order in which XLA's CPU reduction summed in the recorded run (JAX 0.9.2, ours is newer): "
+    "losses": "the order in which XLA's CPU reduction summed in the recorded run, under another JAX version: "
     "the text promises only its tolerance (rtol 2e-5, atol 2e-6), so that is the rule; max |diff| shows "
     "whether this run also matched bit for bit",
     "momentum_gap": "the same summation order, the same rule as the losses",
