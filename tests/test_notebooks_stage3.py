@@ -1,11 +1,13 @@
 """Stage 3 notebooks: the checkpoint saved in one kernel is continued exactly by a fresh one."""
 
+import json
+
 import numpy as np
 import pytest
 from conftest import executed, results
 
 import shardlab as sl
-from shardlab.lessons import replay
+from shardlab.lessons import oracle, replay
 
 pytestmark = [pytest.mark.stage3, pytest.mark.notebooks]
 
@@ -106,3 +108,39 @@ def test_fault_rows_show_each_fault_where_arithmetic_says(run_dir):
             assert r["first_divergence_step"] == expected, r
     for setup in found["fault_setup"].values():
         assert setup["key_fault_first_step_matches"]
+
+
+def test_the_second_fixture_resumes_in_a_fresh_kernel_with_zero_difference(run_dir, data, mesh):
+    """Seed 29 / batch 10 ran its own checkpoint/resume pair; every recorded difference is zero, and the
+    control it was compared with equals a run computed here without any checkpoint (ids from the course's
+    split-then-permute idiom, updates from the NumPy formula)."""
+    audit = json.loads((run_dir / "audit.json").read_text())
+    fresh = audit["fresh_kernel_recovery"]
+    assert set(fresh) == {"seed17_batch7", "seed29_batch10"} and fresh["seed17_batch7"]["folder"] == "."
+    entry = fresh["seed29_batch10"]
+    folder = run_dir / entry["folder"]
+    assert (entry["seed"], entry["batch_size"], entry["folder"]) == (29, 10, "fixtures/seed29_batch10")
+    found = results(folder, "stage3_resume")
+    assert found["recovery"] == entry["recovery"] and found["process"]["resumed_by"] == entry["resumed_by"]
+    kernels = {str(v[k]) for v in fresh.values() for k in ("saved_by", "resumed_by")}
+    assert len(kernels) == 4, "each fixture was saved and resumed by two kernels of its own"
+    assert executed(folder, "stage3_checkpoint").metadata["papermill"]["parameters"]["batch_size"] == 10
+    recovery = entry["recovery"]
+    for field in ("weights", "momentum", "key", "order", "cursor", "step", "losses", "ids_mismatched"):
+        assert recovery[field] == 0, field
+    assert entry["divergence"] is None and recovery["epochs_covered"] > 2
+    saved = results(folder, "stage3_checkpoint")["checkpoint"]
+    assert recovery["steps_compared"] == saved["continue_steps"] == 3 * -(-23 // 10)
+
+    control = replay.load_record(folder / saved["control"])
+    steps = saved["save_step"] + saved["continue_steps"]
+    orders = oracle.idiom_orders(29, 23, -(-steps // 3) + 1)
+    expected_ids = [order[i : i + 10] for order in orders for i in range(0, 23, 10)][saved["save_step"] : steps]
+    w = v = np.zeros(data.features.shape[1])
+    for k, ids in enumerate([order[i : i + 10] for order in orders for i in range(0, 23, 10)][:steps]):
+        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
+        if k >= saved["save_step"]:
+            j = k - saved["save_step"]
+            np.testing.assert_array_equal(control["ids"][j], expected_ids[j])
+            np.testing.assert_allclose(control["losses"][j], loss, rtol=1e-5)
+            np.testing.assert_allclose(control["weights"][j], w, rtol=1e-5, atol=1e-6)

@@ -40,6 +40,7 @@ KEYS = {
     "device_counts",
     "all_reduce",
     "recovery",
+    "fresh_kernel_recovery",
     "faults",
     "figure",
     "drills",
@@ -171,6 +172,10 @@ def check_audit(folder, audit):
     check_timing(audit["timing"])
     check_trace(folder, audit["trace"])
     check_stage3(audit["recovery"], audit["faults"])
+    assert set(audit["fresh_kernel_recovery"]) == FIXTURES
+    for fixture, entry in audit["fresh_kernel_recovery"].items():  # each through its own pair of fresh kernels
+        assert entry["saved_by"] != entry["resumed_by"], fixture
+        assert all(entry["recovery"][k] == 0 for k in RECOVERY_DIFFERENCES), (fixture, entry["recovery"])
     ir = inside(folder, audit["all_reduce"]["ir"]).read_text()
     ops = len(re.findall(r'"stablehlo\.all_reduce"|stablehlo\.all_reduce\(', ir))
     assert audit["all_reduce"]["count"] == audit["all_reduce"]["recorded"] == ops == 3

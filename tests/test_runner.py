@@ -126,3 +126,13 @@ def test_html_copies_share_one_stylesheet(sources, tmp_path):
         text = (out / page).read_text()
         assert "<style" not in text and f'href="{sheets[0].name}"' in text
     assert "second page" in (out / "ok2.html").read_text()
+
+
+def test_the_other_course_fixtures_rerun_the_resume_pair():
+    from shardlab.core.config import FIXTURES
+
+    everything = runner.catalog.NOTEBOOKS
+    for seed, batch_size in [*FIXTURES.values(), (5, 3)]:
+        others = runner._other_fixtures(seed, batch_size, everything)
+        assert set(others.values()) == set(FIXTURES.values()) - {(seed, batch_size)}
+    assert runner._other_fixtures(5, 3, ["stage3_checkpoint"]) == {}  # no resume in this run: nothing to repeat

@@ -150,32 +150,54 @@ def run(
     with outdir.writing(out, COMMAND, replace) as staging:
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
         for number, name in enumerate(names, start=1):
-            print(f"[shardlab] {number}/{len(names)} {name}.ipynb ...", flush=True)
-            clock = time.perf_counter()
             # relative to the kernel's folder, so no receipt names this machine's paths
             extra = (
                 {"bench_json": os.path.relpath(Path(bench).resolve(), staging)}
                 if bench and name == BENCH_READER
                 else {}
             )
-            try:
-                executed = execute(name, staging, {**parameters, **extra}, timeout)
-            except NotebookFailed as failed:
-                partial = staging / f"{name}.ipynb"
-                kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)
-                cell = _error_cell(partial) if partial.is_file() else None
-                tags = cell.get("metadata", {}).get("tags", []) if cell is not None else []
-                raise NotebookFailed(_failure_advice(str(failed), kept, implementation, name, tags)) from failed
-            stable.notebook(executed)
-            if html:
-                export_html(executed)
-            print(f"[shardlab] {number}/{len(names)} {name}.ipynb done in {_elapsed(clock)}", flush=True)
+            label = f"{number}/{len(names)} {name}.ipynb"
+            _execute_one(name, staging, {**parameters, **extra}, out, implementation, timeout, html, label)
+        for fixture, (other_seed, other_batch) in _other_fixtures(seed, batch_size, names).items():
+            folder = staging / catalog.FIXTURE_DIR / fixture
+            folder.mkdir(parents=True)
+            for name in catalog.FRESH_KERNEL_PAIR:
+                fixed = {**parameters, "seed": other_seed, "batch_size": other_batch}
+                _execute_one(name, folder, fixed, out, implementation, timeout, html, f"{fixture}: {name}.ipynb")
         clock = time.perf_counter()
         for hook in _finishers():
             hook(staging)
         print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
         _write_wall_time(staging, time.perf_counter() - started, names)
     return out
+
+
+def _other_fixtures(seed: int, batch_size: int, names: list[str]) -> dict:
+    """The course fixtures (core.config.FIXTURES) other than this run's, when this run executes the resume pair."""
+    from shardlab.core.config import FIXTURES
+
+    if not set(catalog.FRESH_KERNEL_PAIR) <= set(names):
+        return {}
+    return {name: pair for name, pair in FIXTURES.items() if pair != (seed, batch_size)}
+
+
+def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, html, label) -> Path:
+    """Execute one notebook into `folder` in a fresh kernel, stabilise and export it; keep a failure's partial copy."""
+    print(f"[shardlab] {label} ...", flush=True)
+    clock = time.perf_counter()
+    try:
+        executed = execute(name, folder, parameters, timeout)
+    except NotebookFailed as failed:
+        partial = folder / f"{name}.ipynb"
+        kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)
+        cell = _error_cell(partial) if partial.is_file() else None
+        tags = cell.get("metadata", {}).get("tags", []) if cell is not None else []
+        raise NotebookFailed(_failure_advice(str(failed), kept, implementation, name, tags)) from failed
+    stable.notebook(executed)
+    if html:
+        export_html(executed)
+    print(f"[shardlab] {label} done in {_elapsed(clock)}", flush=True)
+    return executed
 
 
 def _failure_advice(message: str, kept: Path | None, implementation: str, name: str = "", tags=()) -> str:

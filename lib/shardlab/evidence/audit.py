@@ -33,6 +33,11 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   `walk` (one list per batch of its walk), `from` (the notebook).
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
 - `recovery` — stage 3's exact differences after a fresh-kernel resume (all zero when correct).
+- `fresh_kernel_recovery` — fixture name (core.config.FIXTURES) -> `seed`, `batch_size`, `folder`
+  (where its stage3_checkpoint/stage3_resume pair ran: "." for this run's own parameters,
+  "fixtures/<name>" for the other fixture), `recovery` (as above), `saved_by` and `resumed_by`
+  (the two kernels' process identities) and `divergence` (null when no step differs); null
+  for a fixture whose pair did not run.
 - `faults` — stage 3's fault rows: fixture, seed, batch_size, fault, max_weight_error,
   ids_changed, first_divergence_step.
 - `figure` — `png` and `svg` (relative paths) of the three-panel figure.
@@ -51,9 +56,10 @@ from pathlib import Path
 
 import nbformat
 
+from shardlab.core.config import FIXTURES
 from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
-from shardlab.course.catalog import NOTEBOOKS
+from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
 from shardlab.lessons import results as record
 
 SCHEMA_VERSION = 1
@@ -157,6 +163,28 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
     }
 
 
+def _fresh_kernel_recovery(out_dir: Path, run: dict) -> dict:
+    """Every course fixture's fresh-kernel resume: this run's own in out_dir, the others in fixtures/<name>."""
+    found = {}
+    for name, (seed, batch_size) in FIXTURES.items():
+        folder = "." if (seed, batch_size) == (run["seed"], run["batch_size"]) else f"{FIXTURE_DIR}/{name}"
+        resumed = stage_results(out_dir / folder, "stage3_resume")
+        if not resumed or "recovery" not in resumed:
+            found[name] = None
+            continue
+        process = resumed.get("process", {})
+        found[name] = {
+            "seed": seed,
+            "batch_size": batch_size,
+            "folder": folder,
+            "recovery": resumed["recovery"],
+            "saved_by": process.get("saved_by"),
+            "resumed_by": process.get("resumed_by"),
+            "divergence": resumed.get("divergence"),
+        }
+    return found
+
+
 # Notebooks that run the reference whatever `implementation` says, and why (said in the notebook too).
 
 
@@ -191,9 +219,12 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         missing.append("stage2_update:all_reduce")
     if not ir.is_file():
         missing.append(IR)
+    run = _run_section(out_dir, executed)
+    fresh = _fresh_kernel_recovery(out_dir, run)
+    missing += [f"stage3_resume:recovery of fixture {name}" for name, found in fresh.items() if found is None]
     return {
         "schema_version": SCHEMA_VERSION,
-        "run": _run_section(out_dir, executed),
+        "run": run,
         "environment": take(stage4, "environment", STAGE4),
         "sources": source_hashes(),
         "notebooks": {
@@ -209,6 +240,7 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
             "recorded": recorded.get("count") if isinstance(recorded, dict) else recorded,
         },
         "recovery": take(stage3_resume, "recovery", "stage3_resume"),
+        "fresh_kernel_recovery": fresh,
         "faults": take(stage3_ckpt, "faults", "stage3_checkpoint"),
         "figure": take(stage4, "figure", STAGE4),
         "drills": json.loads(drills.read_text()) if drills.is_file() else None,

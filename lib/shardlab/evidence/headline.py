@@ -52,16 +52,16 @@ def facts(audit: dict) -> list[tuple[str, str, str]]:
         )
     if (audit.get("all_reduce") or {}).get("count") is not None:
         rows.append(("all_reduce ops", str(audit["all_reduce"]["count"]), "lowered StableHLO: inspection, not traffic"))
-    recovery = audit.get("recovery") or {}
-    if recovery:
-        worst = max(float(recovery.get(k, 0.0)) for k in STATE)
-        rows.append(
-            (
-                "fresh-kernel resume",
-                f"max |difference| {worst:g} over {recovery.get('steps_compared')} steps",
-                "local restart in a new kernel; not power-loss durability",
-            )
+    recovered = {k: v["recovery"] for k, v in (audit.get("fresh_kernel_recovery") or {}).items() if v}
+    if not recovered and audit.get("recovery"):
+        recovered = {"this run": audit["recovery"]}
+    if recovered:
+        worst = {name: max(float(r.get(k, 0.0)) for k in STATE) for name, r in recovered.items()}
+        shown = "; ".join(
+            f"{name}: max |difference| {worst[name]:g} over {r.get('steps_compared')} steps"
+            for name, r in recovered.items()
         )
+        rows.append(("fresh-kernel resume", shown, "local restart in a new kernel; not power-loss durability"))
     faults = [f for f in audit.get("faults") or [] if f.get("fault") != "none"]
     if faults:
         shown = ", ".join(f"{f['fixture']}/{f['fault']} {f['max_weight_error']:.3g}" for f in faults)

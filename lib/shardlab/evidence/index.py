@@ -20,6 +20,7 @@ TITLES = {
     "stage2_update": "Stage 2 — derive the global update before distributing it",
     "stage3_checkpoint": "Stage 3 — save, restore, and the deliberate faults",
     "stage3_resume": "Stage 3 — a fresh kernel continues the same experiment",
+    "stage3_orbax_lesson": "Stage 3 — the Orbax lesson's receipt, replayed",
     "stage4_profile": "Stage 4 — measure the boundary you intend to optimise",
     "stage4_beyond": "After stage 4 — what a practitioner does next (optional)",
     "stage5_multicontroller": "Stage 5 — beyond one controller",
@@ -59,6 +60,12 @@ def _stages(audit: dict, out_dir: Path) -> str:
         link = f'<a href="{escape(page)}">{escape(TITLES.get(name, name))}</a>' if page else escape(name)
         executed = escape(entry["executed"])
         items.append(f'<li>{link} — executed notebook <a href="{executed}">{executed}</a></li>')
+    for fixture, found in (audit.get("fresh_kernel_recovery") or {}).items():
+        folder = (found or {}).get("folder", ".")
+        pages = [f"{folder}/{n}.html" for n in ("stage3_checkpoint", "stage3_resume")]
+        if folder != "." and all((out_dir / page).is_file() for page in pages):
+            links = " and ".join(f'<a href="{escape(page)}">{escape(page)}</a>' for page in pages)
+            items.append(f"<li>Stage 3 for the other fixture, {escape(fixture)}, each in a fresh kernel: {links}</li>")
     for extra in ("audit.json", "step.stablehlo.mlir", "drills.json", "wall_time.json", "portfolio.html"):
         if (out_dir / extra).is_file():
             items.append(f'<li><a href="{extra}">{extra}</a></li>')

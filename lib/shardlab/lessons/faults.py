@@ -12,14 +12,13 @@ import jax
 import numpy as np
 
 from shardlab.core import checkpoint
-from shardlab.core.config import Config
+from shardlab.core.config import FIXTURES, Config
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import replicate
 from shardlab.lessons import replay
 
 FAULTS = ("none", "momentum", "cursor", "key")
-FIXTURES = {"seed17_batch7": (17, 7), "seed29_batch10": (29, 10)}
 # Final-weight errors the original course reported with *its own* 23-row fixture (pattern, not values).
 COURSE = {
     "seed17_batch7": {"none": 0.0, "momentum": 0.340, "cursor": 0.0400, "key": 0.0617},

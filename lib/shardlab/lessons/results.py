@@ -19,8 +19,12 @@ def _plain(value):
     return value
 
 
-def emit(out_dir: str, notebook: str, name: str, value) -> dict:
-    """Store `value` in out_dir/results/<notebook>.json and show it as one rounded line tagged `shardlab: name`."""
+def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> dict:
+    """Store `value` in out_dir/results/<notebook>.json and show it as one rounded line tagged `shardlab: name`.
+
+    With `shown=False` (for a cell that prints the same value in its own words, or whose value a
+    later reveal states) the line only says where the value was stored.
+    """
     value = _plain(value)
     folder = os.path.join(out_dir, RESULTS)
     os.makedirs(folder, exist_ok=True)
@@ -35,7 +39,8 @@ def emit(out_dir: str, notebook: str, name: str, value) -> dict:
         from IPython.display import display
 
         # the value rides in the output's metadata (for tests and tools); the reader sees a rounded line
-        display({"text/plain": show.line(name, value)}, raw=True, metadata={"shardlab": name, "value": value})
+        text = show.line(name, value) if shown else f"({name} stored in {RESULTS}/{notebook}.json)"
+        display({"text/plain": text}, raw=True, metadata={"shardlab": name, "value": value})
     return value
 
 

@@ -1,8 +1,9 @@
-"""The stage 5 figure: where each supervised drill's wall time went, and what asynchronous saving costs.
+"""The stage 5 figures: where each supervised drill's wall time went, what asynchronous saving costs, step times.
 
-Left: one stacked bar per supervised drill, the goodput ledger's parts in seconds. Right: every
-step-time and blocking-save sample of the synchronous and asynchronous groups, side by side,
-on a log axis (medians marked). Samples from processes on one host: not a cluster's numbers.
+`draw`, left: one stacked bar per supervised drill, the goodput ledger's parts in seconds; right:
+every step-time and blocking-save sample of the synchronous and asynchronous groups, side by
+side, on a log axis (medians marked). `draw_step_times`: each controller's per-step log.
+Samples from processes on one host: not a cluster's numbers.
 """
 
 import os
@@ -12,6 +13,18 @@ from shardlab.multi.ledger import PARTS
 COLOURS = dict(
     zip(PARTS, ("#9e9e9e", "#8d6e63", "#ffb300", "#43a047", "#1e88e5", "#e53935", "#6d4c41", "#d81b60", "#cfd8dc"))
 )
+
+
+def _save(fig, title: str, path) -> str:
+    """Title, lay out, write `fig` to `path` (PNG, 110 dpi), close it; return the path."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = os.fspath(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def draw(result: dict, path) -> str:
@@ -49,9 +62,44 @@ def draw(result: dict, path) -> str:
     right.set_yscale("log")
     right.set_ylabel("ms (every sample; line = median)")
     right.set_title("synchronous vs asynchronous saving, save every step", fontsize=10)
-    fig.suptitle("stage 5 on one host, loopback processes (not a cluster)", fontsize=10)
-    fig.tight_layout()
-    path = os.fspath(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, "stage 5 on one host, loopback processes (not a cluster)", path)
+
+
+PHASES = (("data_s", "data (sampler, placement)", "#8d6e63"), ("collective_s", "collective (agreement)", "#e53935"))
+PHASES += (("compute_s", "compute (update, psums inside)", "#1e88e5"),)
+
+
+def draw_step_times(step_times: dict, path) -> str:
+    """One panel per controller: a stacked bar per step of its data, collective and compute milliseconds.
+
+    The axis stops at four times the median step, so the short phases stay visible; a taller bar (the
+    first step compiles) is cut there and labelled with its total. Write to `path` (PNG); return the path.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ranks = sorted(step_times, key=int)
+    totals = {rank: [sum(r[k] for k, _, _ in PHASES) * 1e3 for r in step_times[rank]] for rank in ranks}
+    top = 4 * float(np.median([ms for rank in ranks for ms in totals[rank]]))
+    fig, axes = plt.subplots(1, len(ranks), figsize=(5.2 * len(ranks), 3.4), sharey=True, squeeze=False)
+    for ax, rank in zip(axes[0], ranks):
+        records = step_times[rank]
+        steps = [r["step"] for r in records]
+        bottom = np.zeros(len(records))
+        for key, label, colour in PHASES:
+            heights = np.array([r[key] * 1e3 for r in records])
+            ax.bar(steps, heights, bottom=bottom, color=colour, label=label)
+            bottom += heights
+        for step, total in zip(steps, totals[rank]):
+            if total > top:
+                ax.text(step, top * 0.97, f"{total:.0f}", ha="center", va="top", fontsize=7, rotation=90)
+        ax.set_title(f"process {rank}", fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_xticks(steps)
+    axes[0][0].set_ylim(0, top)
+    axes[0][0].set_ylabel("ms per step (cut bars: total ms)")
+    axes[0][-1].legend(fontsize=7)
+    return _save(fig, "per-controller step time: processes on one host over loopback (not a cluster)", path)

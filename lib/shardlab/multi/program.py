@@ -13,7 +13,8 @@ and only when every controller says so does the group publish the manifest (at t
 before the next save and at the end). SIGTERM sets a flag the next agreement carries too:
 the whole group saves the step it agreed on and exits with EXIT_PREEMPTED, "preempted at step N".
 
-A stop writes a report naming the error; every step is also appended to progress_<id>.jsonl
+Every report holds `step_times`, one record per step (data, collective, compute seconds; see
+`step_times`). A stop writes a report naming the error; every step is also appended to progress_<id>.jsonl
 (a supervisor reads it even when the process was killed); `--pause` and `--skip` are the
 drills' fault hooks.
 """
@@ -87,6 +88,18 @@ def parse_fault(text: str | None) -> dict | None:
     mode = parts[3] if len(parts) > 3 else "hold"
     fault = {"rank": int(parts[0]), "phase": parts[1], "step": int(parts[2])}
     return {**fault, "hold": mode == "hold", **{m: mode == m for m in ("die", "term", "fail")}}
+
+
+def step_times(step: int, clock: list[float]) -> dict:
+    """One step's seconds from its perf_counter readings (start, batch placed, agreed, update began, update done).
+
+    data_s: host sampler and placing this process's rows; collective_s: the per-step agreement (hashing
+    the batch, then a rendezvous of every controller through the coordinator: a late peer's delay is paid here);
+    compute_s: the update program to completion, its three cross-process psums included (they run
+    inside the one compiled program, so only a profiler could split them from the arithmetic).
+    """
+    start, placed, agreed, began, done = clock
+    return {"step": step, "data_s": placed - start, "collective_s": agreed - placed, "compute_s": done - began}
 
 
 class Controller:
@@ -254,7 +267,9 @@ class Controller:
         while self.state["step"] < args.steps:
             step = int(self.state["step"])
             self.guard.position = f"step {step}"
+            clock = [time.perf_counter()]
             state, batch = sl.next_batch(self.state, self.data, args.batch_size, self.mesh, put=put_shards)
+            clock.append(time.perf_counter())
             if skip and skip["rank"] == self.pid and skip["step"] == step:
                 self.report["skipped"] = {"step": step, "time": time.time()}
                 self.progress("skipped", step=step)
@@ -264,13 +279,17 @@ class Controller:
             bound = FIRST_STEP_FACTOR * args.timeout if first else None
             began = time.time()
             flags = self.guard.agree(step, shards.agreement(state, self.data, batch.ids), bound, self._flags())
+            clock.append(time.perf_counter())
             if self.pending is not None and all(DURABLE in f for f in flags.values()):
                 self.finish_pending()  # every controller's pieces are written: publish without waiting
             if any(PREEMPT in f for f in flags.values()):
                 self.preempted(step)
             self.fault("update", step)
+            clock.append(time.perf_counter())
             with self.guard.bounded(f"the all-reduce of step {step}", bound):
                 self.state, loss = shards.apply(state, batch, self.step_fn)
+            clock.append(time.perf_counter())
+            self.report.setdefault("step_times", []).append(step_times(step + 1, clock))
             entry = fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
             weights = np.asarray(self.state["weights"]).tolist()
             ids = [int(i) for i in batch.ids]

@@ -1,10 +1,26 @@
-"""The scaling grid: the full-batch compiled step per (rows, W) logical devices, measured side by side."""
+"""Scaling: the full-batch compiled step per W logical devices, measured side by side, and a model to fit.
+
+`grid` keeps the rows fixed as W grows (strong scaling, bench.json); `weak` gives every device
+the same rows (the setting of the distributed-checkpoint chapter's all-reduce lab). Both report
+efficiency = throughput_W / (W * throughput_1), throughput in rows per second.
+
+The chapter's model of one data-parallel step on W workers, in ms:
+
+    T(W) = compute + 2(W-1) * ring_latency + 2(W-1)/W * ring_bandwidth + straggler * log2(W)
+
+Assumptions: each worker's local compute is fixed (weak scaling); the gradient is summed by a ring
+all-reduce (2(W-1) steps, each paying a latency and moving 1/W of the payload); the slowest of W
+workers costs a penalty that grows with log2(W). `fit` finds the terms by least squares.
+"""
+
+import numpy as np
 
 from shardlab.core import fixtures
 from shardlab.core.batch import place
 from shardlab.core.devices import make_mesh
 from shardlab.core.state import replicate
 from shardlab.core.update import make_step
+from shardlab.errors import ConfigError
 from shardlab.evidence import timing
 
 GRID_ROWS = (1024, 4096, 16384, 65536, 262144)
@@ -25,6 +41,18 @@ def _placed(host: dict, mesh) -> tuple:
     return (*batch, replicate(host["weights"], mesh), replicate(host["momentum"], mesh))
 
 
+def _efficiency_rows(measured: dict, rows: dict) -> list[dict]:
+    """One row per W: timing, rows per second and efficiency against W = 1 (rows[w]: rows in W's step)."""
+    throughput = {w: rows[w] / measured[f"w{w}"]["median_ms"] * 1e3 for w in rows}
+    keys = ("median_ms", "samples_ms", "compile_ms")
+    table = []
+    for w in rows:
+        timed = {k: measured[f"w{w}"][k] for k in keys}
+        efficiency = throughput[w] / (w * throughput[1])
+        table.append({"rows": rows[w], "devices": w, **timed, "rows_per_s": throughput[w], "efficiency": efficiency})
+    return table
+
+
 def grid(rows_grid=GRID_ROWS, devices=DEVICES, samples=GRID_SAMPLES, seed=fixtures.TIMING_SEED) -> dict:
     """Full-batch compiled step per (rows, W) on meshes over the first W devices; the W alternate.
 
@@ -39,10 +67,52 @@ def grid(rows_grid=GRID_ROWS, devices=DEVICES, samples=GRID_SAMPLES, seed=fixtur
         }
         timing.check(variants, host, rtol=1e-3, atol=1e-3)
         measured = timing.summary(variants, timing.measure(variants, samples, WARMUP))
-        throughput = {w: rows / measured[f"w{w}"]["median_ms"] * 1e3 for w in devices}
-        for w in devices:
-            row = {key: measured[f"w{w}"][key] for key in ("median_ms", "samples_ms", "compile_ms")}
-            efficiency = throughput[w] / (w * throughput[1])
-            table.append({"rows": rows, "devices": w, **row, "rows_per_s": throughput[w], "efficiency": efficiency})
+        table += _efficiency_rows(measured, {w: rows for w in devices})
         del variants, host, data
     return {"width": WIDTH, "table": table}
+
+
+def weak(rows_per_device: int = 16384, devices=DEVICES, samples=GRID_SAMPLES, seed=fixtures.TIMING_SEED) -> dict:
+    """Every one of W logical devices holds `rows_per_device` rows; the W alternate, every sample kept."""
+    variants = {}
+    for w in devices:
+        host = timing.inputs(fixtures.synthetic(rows_per_device * w, WIDTH, seed), make_mesh(w))
+        variants[f"w{w}"] = timing.compile_variant(make_step(make_mesh(w)), _placed(host, make_mesh(w)))
+        timing.check({f"w{w}": variants[f"w{w}"]}, host, rtol=1e-3, atol=1e-3)
+    measured = timing.summary(variants, timing.measure(variants, samples, WARMUP, progress=None))
+    rows = {w: rows_per_device * w for w in devices}
+    return {"width": WIDTH, "rows_per_device": rows_per_device, "table": _efficiency_rows(measured, rows)}
+
+
+TERMS = ("compute", "ring_latency", "ring_bandwidth", "straggler")
+# The chapter's lab table: ms per step and delivered speedup for W workers, 120 ms of local compute.
+CHAPTER_MS = {1: 120.3, 2: 125.7, 4: 131.4, 8: 137.8, 16: 145.6}
+CHAPTER_SPEEDUP = {1: 1.0, 2: 1.9, 4: 3.7, 8: 7.0, 16: 13.2}
+
+
+def design(workers) -> np.ndarray:
+    """One row per W: the multiplier of each of TERMS in T(W)."""
+    w = np.asarray(workers, np.float64)
+    return np.stack([np.ones_like(w), 2 * (w - 1), 2 * (w - 1) / w, np.log2(w)], axis=1)
+
+
+def fit(step_ms: dict, terms=TERMS) -> dict:
+    """Least-squares values (ms) of `terms` (the others held at 0) from {W: ms per step}; plus the residuals."""
+    workers = sorted(step_ms)
+    columns = [TERMS.index(t) for t in terms]
+    a, b = design(workers)[:, columns], np.array([step_ms[w] for w in workers], np.float64)
+    if np.linalg.matrix_rank(a) < len(terms):
+        raise ConfigError(f"{len(workers)} worker counts {workers} cannot determine the {len(terms)} terms {terms}")
+    solution = np.linalg.lstsq(a, b, rcond=None)[0]
+    params = {t: 0.0 for t in TERMS} | dict(zip(terms, map(float, solution)))
+    return {"params": params, "residual_ms": dict(zip(workers, map(float, a @ solution - b)))}
+
+
+def predict(params: dict, workers) -> dict:
+    """{W: (ms per step, speedup W*T(1)/T(W), efficiency T(1)/T(W))} under the model with `params`."""
+    ms = design(workers) @ np.array([params[t] for t in TERMS])
+    one = params["compute"]
+    return {
+        int(w): {"ms": float(m), "speedup": float(w * one / m), "efficiency": float(one / m)}
+        for w, m in zip(workers, ms)
+    }

@@ -1,0 +1,100 @@
+"""The stage 5 runbook: one row per failure class the drills cover, each proved by named drill rows.
+
+Every row says what sees the failure (detector), which component acts on it (owner), what it
+does (mitigation), when the group must stop (stop condition; the bounds are
+`supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage 5 notebook
+and docs/stage5.md render this table; `proof` sets it beside a drills.json. The notebook runs
+the reduced drill set, `make drills` every row named here.
+"""
+
+from shardlab.multi import supervisor
+
+ROWS = (
+    {
+        "class": "death",
+        "failure": "death (a controller killed or crashed, process 0 included)",
+        "detector": "supervisor: a non-zero exit code at its next poll (every 0.05 s); survivors' guards name a "
+        "lost peer (LostProcessError) if they reach a bounded wait first",
+        "owner": "supervisor",
+        "mitigation": "SIGKILL every process group of the attempt, relaunch the whole group on a fresh coordinator "
+        "port from the newest step whose manifest verifies; the steps after it are recomputed",
+        "stop": "detected within {death_s} s; a relaunch that fails again counts against the restart budget",
+        "drills": ("several_failures", "kill_during_step", "p0_killed_mid_step", "mpirun_p1_killed_mid_step"),
+    },
+    {
+        "class": "freeze",
+        "failure": "freeze (alive but making no progress: SIGSTOP, a wedged interpreter)",
+        "detector": "supervisor: the process's pulse file, rewritten every 0.5 s by its own thread, unchanged for 5 s",
+        "owner": "supervisor",
+        "mitigation": "SIGKILL the group (a stopped process cannot handle SIGTERM) and relaunch from the newest "
+        "complete step",
+        "stop": "detected within {freeze_s} s, below JAX's own heartbeat bound",
+        "drills": ("p0_frozen", "p1_frozen", "mpirun_p0_frozen"),
+    },
+    {
+        "class": "skipped batch",
+        "failure": "skipped batch, so a missed all-reduce (the others would wait forever)",
+        "detector": "every controller's guard: the per-step agreement is not complete within the bound; the pulses "
+        "(all alive) and the published steps name the controller that skipped (HangError)",
+        "owner": "the controllers stop themselves, named; the supervisor relaunches the group",
+        "mitigation": "never continue the group; restart it whole from the newest complete step and fix the "
+        "controller that skipped (no update of the skipped step ran anywhere)",
+        "stop": "within {named_s} s: the bound, the pulse window, the report",
+        "drills": ("skipped_batch", "named_stop"),
+    },
+    {
+        "class": "preemption",
+        "failure": "preemption (SIGTERM from the job manager)",
+        "detector": "the controller's SIGTERM handler sets a flag that the next step's agreement carries to all",
+        "owner": "the controllers agree on the step, save and publish it, exit 'preempted at step N'; the "
+        "supervisor relaunches without counting a failure",
+        "mitigation": "resume from the agreed step: no step is lost",
+        "stop": "one step after the signal, every controller at the same step",
+        "drills": ("several_failures", "p0_preempted", "p1_preempted", "mpirun_p1_preempted"),
+    },
+    {
+        "class": "write failure",
+        "failure": "background checkpoint write fails (asynchronous save, e.g. a full disk)",
+        "detector": "the failed controller's store check at its next step or save raises AsyncSaveError",
+        "owner": "that controller stops, named; the supervisor relaunches",
+        "mitigation": "the step never gets a manifest, so 'latest' stays the previous complete step; check the "
+        "storage before the next save window",
+        "stop": "at the failed controller's next step, within {named_s} s",
+        "drills": ("async_write_fails",),
+    },
+    {
+        "class": "crash loop",
+        "failure": "crash loop (the same failure in every attempt)",
+        "detector": "supervisor: failures counted across attempts (preemptions excluded)",
+        "owner": "supervisor",
+        "mitigation": "stop relaunching and raise RestartBudgetError naming every attempt's cause; a person fixes "
+        "the cause (code, data, host) before the next launch",
+        "stop": "more failures than the restart budget (2 in the drill)",
+        "drills": ("crash_loop",),
+    },
+)
+COLUMNS = ("failure", "detector", "owner", "mitigation", "stop", "drills")
+
+
+def rows(timeout: float) -> list[dict]:
+    """The runbook with its stop conditions' bounds filled in for `timeout` (seconds of every guard's wait)."""
+    bounds = supervisor.detection_bounds(timeout)
+    return [{**row, "stop": row["stop"].format(**bounds)} for row in ROWS]
+
+
+def proof(drills_json: dict) -> list[dict]:
+    """Per runbook row: each named drill's verdict in `drills_json` (True, False, or None: not in this report)."""
+    passed = {row["drill"]: bool(row["passed"]) for row in drills_json.get("table", [])}
+    return [{"class": row["class"], "drills": {d: passed.get(d) for d in row["drills"]}} for row in ROWS]
+
+
+def markdown(timeout: float, drills_json: dict | None = None) -> str:
+    """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
+    marks = {True: "passed", False: "FAILED", None: "make drills"}
+    verdicts = proof(drills_json) if drills_json else None
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for k, row in enumerate(rows(timeout)):
+        named = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
+        cells = [row[c] for c in COLUMNS[:-1]] + [", ".join(named)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The Orbax lesson's receipt: rebuilt here in NumPy from its text alone, then set beside the notebook's replay."""
+
+import numpy as np
+import pytest
+from conftest import results
+
+from shardlab.lessons import orbax_lesson as lesson
+
+pytestmark = pytest.mark.stage3
+TOL = {"rtol": 2e-5, "atol": 2e-6}  # the lesson's stated tolerance
+
+
+def permutation(key, n):
+    import jax
+
+    return np.asarray(jax.random.permutation(key, n))
+
+
+def numpy_replay(transitions=6):
+    """The lesson's program in float32 NumPy: its data formula, split-then-permute order, lazy reshuffle, momentum."""
+    import jax
+
+    x_all = np.random.default_rng(41).normal(size=(16, 8)).astype(np.float32)
+    y_all = x_all @ np.linspace(-0.3, 0.4, 8, dtype=np.float32)
+    key, first = jax.random.split(jax.random.PRNGKey(17))
+    order, cursor = permutation(first, 16), 0
+    w, v, log = np.zeros(8, np.float32), np.zeros(8, np.float32), []
+    for _ in range(transitions):
+        if cursor == 16:
+            key, sub = jax.random.split(key)
+            order, cursor = permutation(sub, 16), 0
+        ids = order[cursor : cursor + 8]
+        cursor += 8
+        x, y = x_all[ids], y_all[ids]
+        residual = x @ w - y
+        grad = 2 * x.T @ residual / 8
+        log.append({"ids": ids.tolist(), "loss": float(np.mean(residual**2)), "w": w.copy(), "v": v.copy()})
+        v = np.float32(0.8) * v + grad
+        w = w - np.float32(0.04) * v
+    return log
+
+
+def test_the_receipt_follows_from_the_lesson_text():
+    log = numpy_replay()
+    receipt = lesson.RECEIPT
+    assert [entry["ids"] for entry in log[1:4]] == receipt["next_ids"]
+    np.testing.assert_allclose([entry["loss"] for entry in log[1:4]], receipt["losses"], **TOL)
+    gap = float(np.max(np.abs(0.04 * 0.8 * log[1]["v"])))  # zeroed momentum changes w by lr * decay * v
+    np.testing.assert_allclose(gap, receipt["momentum_gap"], **TOL)
+    assert (receipt["restored_step"], receipt["restored_cursor"], receipt["final_step"]) == (1, 8, 6)
+    assert sorted(log[2]["ids"] + log[3]["ids"]) == list(range(16)), "the second resumed batch opens a new epoch"
+
+
+def test_what_the_receipt_leaves_out_is_named():
+    rows = lesson.compare({**lesson.RECEIPT, "losses": [x * (1 + 1e-6) for x in lesson.RECEIPT["losses"]]})
+    loose = {r["quantity"] for r in rows if r["rule"] != "exact"}
+    assert loose == {"losses", "momentum_gap"} and loose <= set(lesson.UNSTATED)
+    assert {"transitions 4 and 5", "step 1"} <= set(lesson.UNSTATED)
+    assert all(r["equal"] for r in rows)
+    off = lesson.compare({**lesson.RECEIPT, "next_ids": [[0] * 8] * 3, "momentum_gap": 0.02})
+    assert {r["quantity"] for r in off if not r["equal"]} == {"next_ids", "momentum_gap"}
+
+
+@pytest.mark.notebooks
+def test_the_notebook_replay_matches_the_receipt_and_numpy(run_dir):
+    found = results(run_dir, "stage3_orbax_lesson")["receipt"]
+    rows = {r["quantity"]: r for r in found["rows"]}
+    assert set(rows) == set(lesson.RECEIPT) - {"jax"}
+    assert all(r["equal"] for r in rows.values()), [r for r in rows.values() if not r["equal"]]
+    log = numpy_replay()
+    assert rows["next_ids"]["observed"] == [entry["ids"] for entry in log[1:4]]
+    np.testing.assert_allclose(rows["losses"]["observed"], [entry["loss"] for entry in log[1:4]], **TOL)
+    assert rows["restored_step"]["observed"] == 1 and rows["restored_cursor"]["observed"] == 8
+    assert rows["final_step"]["observed"] == 6 and rows["devices"]["observed"] == 4
+    assert found["replicas_checked"] == 4
+    assert found["delayed_key_failure"] == {"first_batch_same": True, "next_epoch_same": False}

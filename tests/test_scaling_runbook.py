@@ -1,0 +1,124 @@
+"""Stage 5's scaling lab and runbook: ratios recomputed from the recorded samples, the chapter's model
+checked against its own table, per-controller step logs, and every runbook row proved by a passing drill."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import REPO, results
+
+from shardlab.errors import ConfigError
+from shardlab.multi import drills, runbook, scenarios
+from shardlab.perf import scaling
+
+pytestmark = pytest.mark.stage5
+NOTEBOOK = "stage5_multicontroller"
+# What drills.run_all runs besides scenarios.FULL (the reduced set is the notebook's first three).
+CORE_DRILLS = {
+    "several_failures",
+    "world_change",
+    "skipped_batch",
+    "kill_during_save",
+    "kill_during_step",
+    "named_stop",
+}
+CLASSES = ("death", "freeze", "skipped batch", "preemption", "write failure", "crash loop")
+
+
+def model_ms(params, w):
+    """The chapter's step-time model, written out term by term."""
+    ring = 2 * (w - 1) * params["ring_latency"] + 2 * (w - 1) / w * params["ring_bandwidth"]
+    return params["compute"] + ring + params["straggler"] * np.log2(w)
+
+
+def test_the_chapter_model_reproduces_its_table():
+    fitted = scaling.fit(scaling.CHAPTER_MS)["params"]
+    for w, ms in scaling.CHAPTER_MS.items():
+        assert model_ms(fitted, w) == pytest.approx(ms, abs=0.05)  # its table is rounded to 0.1 ms
+        speedup = w * scaling.CHAPTER_MS[1] / ms
+        assert round(speedup, 1) == scaling.CHAPTER_SPEEDUP[w]  # its speedup column is W * T(1) / T(W)
+    predicted = scaling.predict(fitted, [16])[16]
+    assert predicted["speedup"] == pytest.approx(16 * fitted["compute"] / model_ms(fitted, 16))
+    with pytest.raises(ConfigError, match="cannot determine"):
+        scaling.fit({1: 1.0, 2: 2.0}, ("compute", "ring_latency", "straggler"))
+
+
+@pytest.mark.notebooks
+def test_efficiency_ratios_recompute_from_the_recorded_samples(run_dir):
+    found = results(run_dir, NOTEBOOK)
+    table = found["efficiency"]["table"]
+    assert [r["devices"] for r in table] == [1, 2, 4]
+    per_device = found["efficiency"]["rows_per_device"]
+    medians = {r["devices"]: float(np.median(r["samples_ms"])) for r in table}
+    for r in table:
+        assert r["rows"] == per_device * r["devices"] and len(r["samples_ms"]) == scaling.GRID_SAMPLES
+        assert r["median_ms"] == pytest.approx(medians[r["devices"]])
+        throughput = r["rows"] / (medians[r["devices"]] / 1e3)
+        assert r["rows_per_s"] == pytest.approx(throughput)
+        one = table[0]["rows"] / (medians[1] / 1e3)
+        assert r["efficiency"] == pytest.approx(throughput / (r["devices"] * one))
+    model = found["scaling_model"]
+    measured = {int(w): ms for w, ms in zip([1, 2, 4], medians.values())}
+    for w, ms in measured.items():  # three terms through three points
+        assert model_ms(model["ours"]["params"], w) == pytest.approx(ms, rel=1e-6)
+    held = model["held_out"]
+    assert held["predicted_ms_at_4"] == pytest.approx(model_ms(held["params"], 4))
+    assert held["measured_ms_at_4"] == pytest.approx(measured[4])
+
+
+@pytest.mark.notebooks
+def test_every_controller_logs_data_collective_and_compute_per_step(run_dir):
+    found = results(run_dir, NOTEBOOK)["step_times"]
+    drills_json = json.loads((run_dir / "drills.json").read_text())
+    assert found["per_rank"] == drills_json["uninterrupted"]["step_times"]
+    assert set(found["per_rank"]) == {"0", "1"}
+    for rank, records in found["per_rank"].items():
+        assert [r["step"] for r in records] == list(range(1, drills_json["steps"] + 1)), rank
+        for r in records:
+            assert all(r[k] >= 0 for k in ("data_s", "collective_s", "compute_s")), r
+        median = {k: round(1e3 * float(np.median([r[k] for r in records[1:]])), 3) for k in ("data_s", "compute_s")}
+        assert {k: found["median_ms_after_first"][rank][k] for k in median} == median
+    assert (run_dir / "stage5_step_times.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_runbook_row_names_drill_rows_that_exist_and_says_who_acts():
+    names = CORE_DRILLS | {name for name, _ in scenarios.FULL}
+    assert [row["class"] for row in runbook.ROWS] == list(CLASSES)
+    for row in runbook.rows(drills.TIMEOUT):
+        assert row["drills"] and set(row["drills"]) <= names, row["failure"]
+        assert all(row[column].strip() for column in runbook.COLUMNS[:-1]), row["failure"]
+        assert "{" not in row["stop"], row["stop"]  # every bound filled in
+
+
+@pytest.mark.notebooks
+def test_runbook_rows_the_notebook_proves_link_to_passing_drill_rows(run_dir):
+    drills_json = json.loads((run_dir / "drills.json").read_text())
+    ran = {row["drill"]: row["passed"] for row in drills_json["table"]}
+    proved = runbook.proof(drills_json)
+    assert results(run_dir, NOTEBOOK)["runbook"] == proved
+    for row in proved:
+        for name, verdict in row["drills"].items():
+            assert verdict is (ran[name] if name in ran else None), (row["class"], name)
+    by_class = {row["class"]: row["drills"] for row in proved}
+    for failure in ("death", "skipped batch", "preemption"):
+        assert any(by_class[failure].values()), failure  # proved in this very run
+
+
+@pytest.mark.slow
+def test_runbook_rows_only_make_drills_runs_are_proved_by_their_drills(tmp_path):
+    """Freeze, a failed background write and a crash loop: the notebook does not run them, so run them here."""
+    full = dict(scenarios.FULL)
+    ctx = drills.begin(17, 7, drills.TIMEOUT, out_dir=tmp_path)
+    rows = [full[name](ctx) for name in ("p1_frozen", "async_write_fails", "crash_loop")]
+    report = {"table": [drills.row_summary(r) for r in rows]}
+    causes = {r["drill"]: r["cause"] for r in report["table"]}
+    assert causes["p1_frozen"][0].startswith("frozen") and "AsyncSaveError" in causes["async_write_fails"][0]
+    assert rows[2]["error"]["type"] == "RestartBudgetError" and len(causes["crash_loop"]) == 3
+    by_class = {row["class"]: row["drills"] for row in runbook.proof(report)}
+    for failure in ("freeze", "write failure", "crash loop"):
+        assert any(v is True for v in by_class[failure].values()), (failure, by_class[failure])
+        assert not any(v is False for v in by_class[failure].values()), (failure, by_class[failure])
+
+
+def test_docs_show_the_runbook_table():
+    assert runbook.markdown(drills.TIMEOUT) in (REPO / "docs" / "stage5.md").read_text()
