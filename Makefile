@@ -15,7 +15,7 @@ PORT ?= 8888
 WORKSPACE ?= workspace
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-browser lab sync lint check drills bench torture clean
+.PHONY: help venv run test test-browser lab sync lint check drills supervise bench torture clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -67,8 +67,11 @@ clean: ## remove .venv and caches (not receipts/)
 check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1
 	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
 
-drills: venv ## the four stage 5 crash drills into drills_out/
+drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, crash loop, launch paths) into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))
+
+supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save --keep 2 ...') into supervise_out/
+	$(BIN)/python -m shardlab supervise --out $(if $(filter receipts,$(OUT)),supervise_out,$(OUT)) $(ARGS)
 
 bench: venv ## measure three optimisations beside their baselines into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))

@@ -60,3 +60,7 @@ class PageError(ShardlabError, ValueError):
 
 class ImplementationError(ShardlabError, ImportError):
     """A learner's implementation file is missing, is not a .py file, or fails to import (file and line named)."""
+
+
+class CompatibilityError(ShardlabError, RuntimeError):
+    """A private API of a pinned package that shardlab relies on is missing or the installed version differs."""

@@ -103,7 +103,7 @@ def member_bytes(contract_: dict) -> dict:
     return {**found, "contract": HEADER_BYTES + 4 * MAX_CONTRACT_CHARS, "integrity": HEADER_BYTES + 4 * 64}
 
 
-def _arrays(state: dict, contract_: dict) -> dict:
+def members(state: dict, contract_: dict) -> dict:
     """The members of one checkpoint: the six fields, the contract and the integrity hash over both."""
     arrays = {**to_arrays(state), "contract": np.asarray(json.dumps(contract_, sort_keys=True))}
     return {**arrays, "integrity": np.asarray(integrity(arrays))}
@@ -148,7 +148,7 @@ def save(path, state: dict, contract_: dict) -> str:
     """
     path = os.fspath(path)
     check_contract_form(contract_, f"refusing to save {path}")
-    arrays = _arrays(state, contract_)
+    arrays = members(state, contract_)
     _check_fields(arrays, contract_, f"refusing to save {path}")
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; checkpoints are never overwritten, use a new path")

@@ -31,7 +31,8 @@ import numpy as np
 
 import shardlab as sl
 from shardlab.core.batch import put_shards
-from shardlab.errors import CheckpointExistsError, ShardlabError
+from shardlab.core.config import BATCH_SIZE, SEED
+from shardlab.errors import CheckpointExistsError, LaunchError, ShardlabError
 from shardlab.lessons import fingerprint
 from shardlab.multi import manifest, migration, retention, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard
@@ -308,20 +309,53 @@ class Controller:
         self.report["status"] = "complete"
 
 
+REQUIRED = object()  # an option every controller must be given
+# The controller's options, one table: add_arguments parses them, argv builds a command line from them.
+OPTIONS = (  # (name, default, type or "flag", help)
+    ("shared", REQUIRED, str, "checkpoint folder every process shares"),
+    ("out", REQUIRED, str, "folder for this group's per-process reports"),
+    ("steps", 10, int, "train until this many updates are done"),
+    ("save_every", 3, int, "save every K steps (0: never)"),
+    ("seed", SEED, int, "sampler and initial-state seed"),
+    ("batch_size", BATCH_SIZE, int, "rows per step"),
+    ("resume", "none", str, "'none', 'latest' or a step number"),
+    ("migrate", False, "flag", "accept a device-count change (migration contract)"),
+    ("timeout", 20.0, float, "bound in seconds of every wait"),
+    ("pause", None, str, "fault: RANK:PHASE:STEP[:mark] (update, save-begin, ...)"),
+    ("skip", None, str, "fault: RANK:STEP, that rank skips the batch of STEP"),
+    ("async_save", False, "flag", "write checkpoints in the background"),
+    ("keep", 0, int, "keep the newest N complete checkpoints (0: all)"),
+)
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--shared", required=True, help="checkpoint folder every process shares")
-    parser.add_argument("--out", required=True, help="folder for this group's per-process reports")
-    parser.add_argument("--steps", type=int, default=10, help="train until this many updates are done")
-    parser.add_argument("--save-every", type=int, default=3, help="save every K steps (0: never)")
-    parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--batch-size", type=int, default=7)
-    parser.add_argument("--resume", default="none", help="'none', 'latest' or a step number")
-    parser.add_argument("--migrate", action="store_true", help="accept a device-count change (migration contract)")
-    parser.add_argument("--timeout", type=float, default=20.0, help="bound in seconds of every wait")
-    parser.add_argument("--pause", default=None, help="fault: RANK:PHASE:STEP[:mark] (update, save-begin, ...)")
-    parser.add_argument("--skip", default=None, help="fault: RANK:STEP, that rank skips the batch of STEP")
-    parser.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
-    parser.add_argument("--keep", type=int, default=0, help="keep the newest N complete checkpoints (0: all)")
+    for name, default, kind, text in OPTIONS:
+        flag = "--" + name.replace("_", "-")
+        if kind == "flag":
+            parser.add_argument(flag, action="store_true", help=text)
+        elif default is REQUIRED:
+            parser.add_argument(flag, required=True, type=kind, help=text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=text)
+
+
+def argv(**values) -> list[str]:
+    """The command-line arguments that make add_arguments parse `values` (defaults and None left out)."""
+    known = {name: (default, kind) for name, default, kind, _ in OPTIONS}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise LaunchError(f"the controller program has no option {unknown}; its options are {sorted(known)}")
+    missing = [name for name, (default, _) in known.items() if default is REQUIRED and values.get(name) is None]
+    if missing:
+        raise LaunchError(f"the controller program needs {missing}")
+    args = []
+    for name, value in values.items():
+        default, kind = known[name]
+        if value is None or value == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if kind == "flag" else [flag, str(os.fspath(value) if isinstance(value, os.PathLike) else value)]
+    return args
 
 
 def _launch_failed(args, exc: Exception) -> int:

@@ -241,7 +241,7 @@ def invalid_state_saved(b, rng, path, i):
         state["step"] = -1
     else:
         state["weights"] = np.full_like(state["weights"], -np.inf)
-    pack(path, checkpoint._arrays(state, b.contract))
+    pack(path, checkpoint.members(state, b.contract))
     return None
 
 
