@@ -340,10 +340,13 @@ def test_a_kill_loop_ends_with_at_most_one_temporary(run, tmp_path):
     code = textwrap.dedent(
         """
         import sys, numpy as np, json
+        from shardlab.checker import interrupt
         from shardlab.core import checkpoint
         state = {k: np.asarray(v) for k, v in json.loads(sys.argv[2]).items()}
         state["cursor"], state["step"] = int(state["cursor"]), int(state["step"])
-        checkpoint._phase = lambda name: print(name, flush=True) or (name == "written" and __import__("time").sleep(60))
+        # written, not yet fsynced: hold there (the parent kills the saver)
+        hold = lambda op, *_: op == "fsync" and (print("written", flush=True) or __import__("time").sleep(60))
+        interrupt.instrument(hold)
         checkpoint.save(sys.argv[1], state, json.loads(sys.argv[3]))
         """
     )

@@ -606,7 +606,7 @@ def drills_json(run_dir):
 
 
 def numpy_weights(data, seed, batch_size, steps):
-    """Weights after `steps` updates: the host sampler's IDs and the COURSE.md formulas in float64."""
+    """Weights after `steps` updates: the host sampler's IDs and the course formulas in float64."""
     state = sl.initial_sampler(seed, len(data.targets))
     w = v = np.zeros(data.features.shape[1])
     for _ in range(steps):

@@ -119,10 +119,6 @@ def integrity(arrays: dict) -> str:
     return digest.hexdigest()
 
 
-def _phase(name: str) -> None:  # fault-injection point: replaced in crash drills to stop a saver at `name`
-    pass
-
-
 def clean(folder) -> list[str]:
     """Remove the temporaries of killed savers (our `.tmp-<pid>-*.npz` names, pid gone); return their names.
 
@@ -156,7 +152,6 @@ def save(path, state: dict, contract_: dict) -> str:
     try:
         os.makedirs(folder, exist_ok=True)
         clean(folder)
-        _phase("before_temp")
         fd, tmp = tempfile.mkstemp(prefix=f"{TEMP}{os.getpid()}-", suffix=".npz", dir=folder)
     except OSError as exc:
         raise CheckpointWriteError(
@@ -164,12 +159,9 @@ def save(path, state: dict, contract_: dict) -> str:
         ) from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            _phase("temp_created")
             np.savez(handle, **arrays)
             handle.flush()
-            _phase("written")
             os.fsync(handle.fileno())
-        _phase("fsynced")
         os.link(tmp, path)
     except FileExistsError:
         raise CheckpointExistsError(
@@ -178,9 +170,7 @@ def save(path, state: dict, contract_: dict) -> str:
     except OSError as exc:
         raise CheckpointWriteError(f"writing {path} failed ({exc.strerror or exc}); nothing was published") from None
     finally:
-        _phase("linked_or_failed")
         os.unlink(tmp)
-    _phase("temp_removed")
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

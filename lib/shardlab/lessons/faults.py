@@ -206,7 +206,7 @@ DAMAGE = {
     "an extra member": _add("weights_backup", lambda arrays: arrays["weights"]),
 }
 
-# What the course requires of *any* restore (COURSE.md, stage 3: shapes, dtypes, finite parameters, a
+# What the course requires of *any* restore (docs/stage3.md: shapes, dtypes, finite parameters, a
 # valid permutation, cursor bounds, a non-negative step, missing momentum). The checker probes these
 # on a learner's file; the rest of DAMAGE goes beyond the course (our own restore also refuses an
 # unknown member and a sampler the step does not imply), so a correct learner file may accept them.

@@ -507,29 +507,29 @@ def save_refusals(folder, states: list[dict], contract: dict) -> dict:
     }
     cases = [(f"save({n})", {**states[k % len(states)], **v}, contract) for k, (n, v) in enumerate(values.items())]
     cases += [(f"save({n})", states[-1], c) for n, c in contracts.items()]
-    before = tree_digest(folder)
-    for name, state, contract_ in cases:
-        tally.trials += 1
-        _refusal(
-            tally,
-            name,
-            lambda s=state, c=contract_: checkpoint.save(os.path.join(folder, "x.npz"), s, c),
-            (CheckpointError,),
-        )
     with open(os.path.join(folder, "a_file"), "w") as handle:
         handle.write("f")
-    before = tree_digest(folder)
-    tally.trials += 1
-    outcome = _refusal(
-        tally,
-        "save(parent is a file)",
-        lambda: checkpoint.save(os.path.join(folder, "a_file", "x.npz"), states[-1], contract),
-        (checkpoint.CheckpointWriteError,),
+    target = os.path.join(folder, "x.npz")
+    cases = [
+        (name, lambda s=state, c=contract_: checkpoint.save(target, s, c), (CheckpointError,))
+        for name, state, contract_ in cases
+    ]
+    cases.append(
+        (
+            "save(parent is a file)",
+            lambda: checkpoint.save(os.path.join(folder, "a_file", "x.npz"), states[-1], contract),
+            (checkpoint.CheckpointWriteError,),
+        )
     )
-    if outcome == "refused" and tree_digest(folder) != before:
-        tally.count("lost", "a refused save changed the folder")
-    if os.path.exists(os.path.join(folder, "x.npz")):
-        tally.count("wrong", "a refused save wrote x.npz")
+    for name, call, kinds in cases:  # each refused with nothing written: the folder as it was before it
+        before = tree_digest(folder)
+        tally.trials += 1
+        outcome = _refusal(tally, name, call, kinds)
+        if outcome == "refused" and tree_digest(folder) != before:
+            tally.count("lost", f"a refused {name} changed the folder")
+        if os.path.exists(target):
+            tally.count("wrong", f"a refused {name} wrote x.npz")
+            os.unlink(target)
     return _result(tally, started)
 
 

@@ -63,8 +63,9 @@ def encode_state(state: dict) -> dict:
     return {k: (np.asarray(v).tolist() if k not in ("cursor", "step") else int(v)) for k, v in state.items()}
 
 
-# Where a kill can land, in the order a save passes through them ("returned": save() had
-# returned; "not_killed": the saver exited before the random moment came).
+# Where a kill can land, in the order a save passes through them: the phase of checkpoint.save
+# completed before the operation the saver was stopped at ("returned": save() had returned;
+# "not_killed": the saver exited before the random moment came).
 LANDINGS = (
     "before_start",
     "start",
@@ -78,29 +79,42 @@ LANDINGS = (
     "returned",
     "not_killed",
 )
+DONE_BEFORE = {"fsync": "written", "close": "fsynced", "link": "fsynced", "unlink": "linked_or_failed"}
 
 
 def landing(events: list[str]) -> str:
-    """Where a kill landed: the last event the saver reported ('mid_write' for any write)."""
+    """Where a kill landed, from the operations the saver reported (the last one had not run yet)."""
     reported = [e for e in events if not e.startswith("!")]
-    last = reported[-1] if reported else "before_start"
-    return "mid_write" if last.startswith("write:") else last
+    if not reported or reported[-1] in ("start", "returned"):
+        return reported[-1] if reported else "before_start"
+    created = next((i for i, e in enumerate(reported) if e.startswith(f"open {checkpoint.TEMP}")), None)
+    if created is None or created == len(reported) - 1:
+        return "before_temp"  # clean-up of older temporaries, or the temporary's own creation
+    after = [e.split(" ", 1)[0] for e in reported[created + 1 :]]
+    if "unlink" in after[:-1]:
+        return "temp_removed"  # the directory's fsync
+    if after[-1] == "write":
+        return "temp_created" if after.count("write") == 1 else "mid_write"
+    return DONE_BEFORE.get(after[-1], after[-1])
 
 
 FIRST = ("mid_write", "fsynced", "linked_or_failed", "temp_created", "temp_removed", "written")  # few trials: these
 
 
 def plan(trials: int, control_events: list[str], span: float, rng) -> list[dict]:
-    """Alternate targeted stops (uniform over phases, then over writes) and random-delay kills."""
-    writes = [e for e in control_events if e.startswith("write:")]
-    phases = [e for e in control_events if not e.startswith("write:") and e != "returned"] + ["mid_write"]
-    buckets = [b for b in FIRST if b in phases] + [b for b in phases if b not in FIRST]
+    """Alternate targeted stops (uniform over landings, then over the events of one) and random-delay kills."""
+    events = control_events[: control_events.index("returned")]
+    buckets = {}
+    for number in range(1, len(events)):  # event 0 is 'start'
+        buckets.setdefault(landing(events[: number + 1]), []).append(number)
+    order = [b for b in FIRST if b in buckets] + [b for b in buckets if b not in FIRST]
     plans = []
     for i in range(trials):
         if i % 2 == 0:
-            bucket = buckets[(i // 2) % len(buckets)]
-            stop = writes[int(rng.integers(len(writes)))] if bucket == "mid_write" else bucket
-            plans.append({"stop_at": stop})
+            bucket = order[(i // 2) % len(order)]
+            number = int(buckets[bucket][int(rng.integers(len(buckets[bucket])))])
+            aim = f"write:{buckets[bucket].index(number) + 2}" if bucket == "mid_write" else bucket
+            plans.append({"stop_at": number, "aim": aim})  # aim: the landing expected
         else:
             plans.append({"delay": float(rng.uniform(0.0, span)), "pause": PAUSE})
     return plans
@@ -168,7 +182,7 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
             ):
                 retry = "failed"
             retries[retry] += 1
-            kind = f"stop_at:{request['stop_at']}" if "stop_at" in request else f"delay:{request['delay']:.4f}"
+            kind = f"stop_at:{request['aim']}" if "stop_at" in request else f"delay:{request['delay']:.4f}"
             records.append({"kill": kind, "landed": where, "outcome": outcome, "temp_files": left, "retry": retry})
             if os.path.exists(path) and retry != "failed":
                 accepted[path] = (sha256_file(path), state)
