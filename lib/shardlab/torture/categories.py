@@ -67,11 +67,11 @@ REDUCED = {c.size: c.reduced for c in CATEGORIES if c.size}
 def inputs(reduced: bool, seed: int, mesh) -> SimpleNamespace:
     """What the categories torture: a real trajectory, its contract, a foreign contract, another key."""
     import shardlab as sl
-    from shardlab.torture import subjects
+    from shardlab.torture.subjects import experiment, trajectory
 
-    data, config, contract = subjects.experiment()
-    _, _, foreign = subjects.experiment(seed=29, batch_size=10)
-    states = subjects.trajectory((REDUCED if reduced else FULL)["kill_trials"] + 1, mesh)
+    data, config, contract = experiment()
+    _, _, foreign = experiment(seed=29, batch_size=10)
+    states = trajectory((REDUCED if reduced else FULL)["kill_trials"] + 1, mesh)
     other_key = sl.host_copy(sl.initial(18, data, mesh))["key"]
     return SimpleNamespace(data=data, config=config, contract=contract, foreign=foreign, states=states,
                            other_key=other_key, mesh=mesh, seed=seed, reduced=reduced)  # fmt: skip
