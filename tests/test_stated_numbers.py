@@ -56,3 +56,14 @@ def test_the_starter_holds_as_many_functions_as_the_readme_says():
 
 def test_the_row_table_is_a_projection_of_the_row_columns():
     assert set(rows.TABLE) - {"what", "cause"} <= set(rows.COLUMNS)
+
+
+def test_the_bench_traces_stay_out_of_git_as_the_rule_says():
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "bench"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert tracked.stdout.strip(), "no bench file is tracked: is this a git checkout?"
+    assert not [p for p in tracked.stdout.split() if p.startswith("bench/trace")]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "bench/trace_fused/x.xplane.pb"], cwd=REPO)
+    assert ignored.returncode == 0
+    assert "git ignores them" in (REPO / "docs" / "evidence.md").read_text()

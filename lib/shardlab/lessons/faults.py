@@ -15,6 +15,7 @@ from shardlab.core.config import Config
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import replicate
+from shardlab.io import read_npz
 from shardlab.lessons import replay
 
 FAULTS = ("none", "momentum", "cursor", "key")
@@ -130,8 +131,7 @@ def refused(call, error: type, *paths) -> str:
 
 def tampered(source, target, change) -> str:
     """Copy the checkpoint `source` to a new file `target` after `change(arrays)` edits its arrays in place."""
-    with np.load(os.fspath(source), allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    arrays = read_npz(source)
     change(arrays)
     with open(os.fspath(target), "xb") as handle:
         np.savez(handle, **arrays)

@@ -33,6 +33,7 @@ import shardlab as sl
 from shardlab.core.batch import put_shards
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import CheckpointExistsError, LaunchError, ShardlabError
+from shardlab.io import plain, write_json
 from shardlab.lessons import fingerprint
 from shardlab.multi import manifest, migration, retention, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard
@@ -65,13 +66,6 @@ def pulse_path(out, process_id: int) -> str:
 def progress_path(out, process_id: int) -> str:
     """One JSON line per event (ready, restored, step, saved, published, preempted), appended as it happens."""
     return os.path.join(os.fspath(out), f"progress_{process_id}.jsonl")
-
-
-def _write_json(path: str, value: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(value, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def parse_fault(text: str | None) -> dict | None:
@@ -134,7 +128,7 @@ class Controller:
             return
         saving = store.in_progress(self.checkpoints) if self.checkpoints is not None else False
         mark = {"phase": phase, "step": step, "time": time.time(), "saving_in_progress": saving, "os_pid": os.getpid()}
-        _write_json(marker_path(self.args.out, self.pid), mark)
+        write_json(marker_path(self.args.out, self.pid), mark)
         if pause["die"]:
             os.kill(os.getpid(), signal.SIGKILL)
         if pause["fail"]:
@@ -156,7 +150,7 @@ class Controller:
 
     def write(self) -> None:
         """Write this process's report."""
-        _write_json(report_path(self.args.out, self.pid), self.report)
+        write_json(report_path(self.args.out, self.pid), self.report)
 
     def resume(self) -> None:
         """Pick the newest complete step (or the one asked for), agree on it, set the rest aside, restore."""
@@ -188,8 +182,7 @@ class Controller:
         return sl.host_copy(state)
 
     def _plain(self, state: dict) -> dict:
-        host = self._host(state)
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in host.items()}
+        return plain(self._host(state))
 
     def save(self, step: int) -> None:
         """Save `step` on every controller; publish it now (synchronous) or once every piece is written."""
@@ -362,7 +355,7 @@ def _launch_failed(args, exc: Exception) -> int:
     """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
     pid = runtime.launch_rank(os.environ)
     error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
-    _write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
+    write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
     print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     runtime.end_mpi_job(EXIT_STOPPED)
     return EXIT_STOPPED

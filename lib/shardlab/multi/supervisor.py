@@ -283,6 +283,24 @@ def _budget_error(failures: int, attempts: list, budget: int) -> Exception | Non
     return None
 
 
+def _attempts(job: dict, faults: tuple, budget: int, resume: str | None, settle: float, on_attempt) -> tuple:
+    """Attempts until one completes, the budget is spent or the launch cannot work: (attempts, failures, error)."""
+    attempts, ports, failures = [], set(), 0
+    for k in range(budget + len(faults) + 3):
+        first = resume if k == 0 and resume is not None else None
+        start_from = first or ("latest" if manifest.scan(job["shared"])["complete"] else "none")
+        fault = faults[k] if k < len(faults) else None
+        attempts.append(_run_attempt(job, k, fault, start_from, _fresh_port(ports), settle))
+        if on_attempt:
+            on_attempt(attempts[-1])
+        kind = attempts[-1]["event"]["kind"]
+        failures += kind == "failed"
+        error = _budget_error(failures, attempts, budget) if kind == "failed" else None
+        if kind == "complete" or error:
+            return attempts, failures, error
+    return attempts, failures, LaunchError(f"no attempt completed in {len(attempts)} attempts")
+
+
 def supervise(
     out,
     shared,
@@ -317,43 +335,12 @@ def supervise(
     """
     out, shared = os.path.abspath(os.fspath(out)), os.path.abspath(os.fspath(shared))
     os.makedirs(out, exist_ok=False)
-    options = {
-        "steps": steps,
-        "save_every": save_every,
-        "seed": seed,
-        "batch_size": batch_size,
-        "timeout": timeout,
-        "async_save": async_save,
-        "keep": keep,
-        "migrate": migrate,
-    }
-    job = {
-        "out": out,
-        "shared": shared,
-        "processes": processes,
-        "local_devices": local_devices,
-        "launch": launch,
-        "skip": skip,
-        "on_start": on_start,
-        "options": options,
-        "limit": 90 + 6 * timeout,
-    }
-    attempts, ports, failures, error = [], set(), 0, None
+    options = dict(steps=steps, save_every=save_every, seed=seed, batch_size=batch_size, timeout=timeout,
+                   async_save=async_save, keep=keep, migrate=migrate)  # fmt: skip
+    job = dict(out=out, shared=shared, processes=processes, local_devices=local_devices, launch=launch, skip=skip,
+               on_start=on_start, options=options, limit=90 + 6 * timeout)  # fmt: skip
     began = time.time()
-    for k in range(budget + len(faults) + 3):
-        first = resume if k == 0 and resume is not None else None
-        start_from = first or ("latest" if manifest.scan(shared)["complete"] else "none")
-        fault = faults[k] if k < len(faults) else None
-        attempts.append(_run_attempt(job, k, fault, start_from, _fresh_port(ports), settle))
-        if on_attempt:
-            on_attempt(attempts[-1])
-        kind = attempts[-1]["event"]["kind"]
-        failures += kind == "failed"
-        error = _budget_error(failures, attempts, budget) if kind == "failed" else None
-        if kind == "complete" or error:
-            break
-    else:
-        error = LaunchError(f"no attempt completed in {len(attempts)} attempts")
+    attempts, failures, error = _attempts(job, faults, budget, resume, settle, on_attempt)
     result = {
         "processes": processes,
         "local_devices": local_devices,
