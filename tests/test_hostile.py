@@ -26,7 +26,7 @@ from shardlab.errors import (
 )
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
-from shardlab.torture.edges import MALFORMED_CONTRACTS, bomb, forged, silent_values
+from shardlab.torture.edges import CONTRACT_TEXTS, MALFORMED_CONTRACTS, MANIFEST_BODIES, bomb, forged, silent_values
 
 pytestmark = pytest.mark.stage3
 ROWS, BATCH = 23, 7
@@ -94,7 +94,7 @@ def test_a_deeply_nested_contract_is_a_named_refusal(run, tmp_path, mesh):
             sl.restore(path, contract, mesh)
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", '"a string"', "{}", "null", '{"schema_version": true}'])
+@pytest.mark.parametrize("text", CONTRACT_TEXTS)
 def test_a_saved_contract_of_any_json_shape_is_refused(run, tmp_path, mesh, text):
     states, contract = run
     members = plain(sl.save(tmp_path / "ok.npz", states[5], contract))
@@ -216,11 +216,7 @@ def test_manifests_of_any_json_shape_or_file_type_are_refused_by_name(tmp_path):
     open(os.path.join(manifest.step_dir(shared, 3), "piece"), "w").write("x")
     path = manifest.manifest_path(shared, 3)
     os.makedirs(os.path.dirname(path))
-    head = '{"format_version": 1, "status": "complete", "step": 3'
-    bodies = ["[1, 2]", '"complete"', "null", "3", head + ', "files": []}']
-    bodies += [head + ', "files": {"piece": 1}, "state": {}}', head.replace("1", "true", 1) + "}"]
-    bodies += ["[" * 100_000, "\xff\xfe not utf-8"]
-    for body in bodies:
+    for body in MANIFEST_BODIES:
         with open(path, "w", encoding="latin-1") as handle:
             handle.write(body)
         with pytest.raises(CorruptCheckpointError):

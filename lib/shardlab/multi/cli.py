@@ -82,9 +82,15 @@ def ended(record: dict) -> None:
     if event["kind"] == "complete":
         say(f"attempt {k}: complete ({done}), teardown {record['teardown_s']:.2f} s")
         return
-    detect = record.get("detect_s")
-    seen = f", seen {detect:.2f} s after the fault" if detect is not None else ""
-    who = "" if event.get("process") is None else f"process {event['process']} "
+    detect, pid = record.get("detect_s"), event.get("process")
+    last = (record["progress"].get(pid) or [{}])[-1].get("t") if pid is not None else None
+    if detect is not None:
+        seen = f", seen {detect:.2f} s after the fault"
+    elif last is not None:  # a failure from outside (another shell): bounded by its last progress event
+        seen = f", seen {event['time'] - last:.2f} s after its last progress event"
+    else:
+        seen = ""
+    who = "" if pid is None else f"process {pid} "
     say(f"attempt {k}: {event['kind']}: {who}{event.get('cause')} ({done}{seen})")
 
 

@@ -300,6 +300,17 @@ def forged(path, state: dict, contract: dict, **fields) -> str:
     return path
 
 
+# Saved contracts of JSON shapes no contract has; restore refuses each by name (tests/test_hostile.py too)
+CONTRACT_TEXTS = ("[1, 2]", '"s"', "{}", "null", "1e999", '{"seed": NaN}', '"a string"', '{"schema_version": true}')
+_HEAD = '{"format_version": 1, "status": "complete", "step": 3'
+# Manifests (written latin-1) that read refuses by name and scan ignores (tests/test_hostile.py too)
+MANIFEST_BODIES = (
+    "[1]", '"s"', "null", "7", _HEAD + ', "files": []}', _HEAD + ', "files": {"piece": 1}}', "[" * 100_000,
+    "[1, 2]", '"complete"', "3", _HEAD + ', "files": {"piece": 1}, "state": {}}', _HEAD.replace("1", "true", 1) + "}",
+    "\xff\xfe not utf-8",
+)  # fmt: skip
+
+
 def _hostile_files(add, base: dict, n: int, rng) -> None:
     """Bombs, nested and odd JSON, byte order, prepended bytes and special files, each `add`ed by name."""
     members, raw, good = base["members"], base["raw"], base["good"]
@@ -308,7 +319,7 @@ def _hostile_files(add, base: dict, n: int, rng) -> None:
     for depth in (100_000, 3_000, 500)[: max(1, n // 2)]:
         nested = np.asarray("[" * depth + "]" * depth)
         add(f"contract nested {depth} deep", lambda p, x=nested: np.savez(p, **{**members, "contract": x}))
-    for text in ("[1, 2]", '"s"', "{}", "null", "1e999", '{"seed": NaN}')[: max(2, n)]:
+    for text in CONTRACT_TEXTS[: max(2, n)]:
         add(f"contract {text}", lambda p, t=text: np.savez(p, **{**members, "contract": np.asarray(t)}))
     for name in FIELDS:
         swapped = members[name].astype(members[name].dtype.newbyteorder(">"))
@@ -409,15 +420,13 @@ def _manifests(shared) -> tuple:
         handle.write("x")
     path = manifest.manifest_path(shared, 3)
     os.makedirs(os.path.dirname(path))
-    head = '{"format_version": 1, "status": "complete", "step": 3'
-    bodies = ["[1]", '"s"', "null", "7", head + ', "files": []}', head + ', "files": {"piece": 1}}', "[" * 100_000]
-    for body in bodies + [None]:
+    for body in [*MANIFEST_BODIES, None]:
         if os.path.lexists(path):
             os.unlink(path)
         if body is None:
             os.mkfifo(path)
         else:
-            with open(path, "w") as handle:
+            with open(path, "w", encoding="latin-1") as handle:
                 handle.write(body)
         try:
             _timed(lambda: manifest.read(shared, 3))
