@@ -52,15 +52,17 @@ class Context:
     batch_size: int
     timeout: float
     reference: dict
+    steps: int = STEPS  # every group of the series trains this many steps
+    save_every: int = SAVE_EVERY
 
     def supervise(self, name: str, **kw) -> dict:
         """A supervised run under out/name (its checkpoints in out/name/shared) with this context's parameters."""
-        kw.setdefault("save_every", SAVE_EVERY)
+        kw.setdefault("save_every", self.save_every)
         kw.setdefault("shared", os.path.join(self.out, name, "shared"))
         return supervisor.supervise(
             os.path.join(self.out, name, "supervised"),
             kw.pop("shared"),
-            steps=STEPS,
+            steps=self.steps,
             seed=self.seed,
             batch_size=self.batch_size,
             timeout=self.timeout,
@@ -504,21 +506,3 @@ def main(args) -> int:
         f"{os.path.join(args.out, 'drills.json')}"
     )
     return 0 if result["all_passed"] else 1
-
-
-def summary(result: dict) -> dict:
-    """Drill name -> the numbers a reader checks first (from a run_all result)."""
-    rows = {}
-    for drill in result["drills"]:
-        errors = drill.get("survivor_errors") or drill.get("errors") or {}
-        rows[drill["drill"]] = {
-            "passed": drill["passed"],
-            "world_sizes": drill["world_sizes"],
-            "detect_s": drill["detect_s"],
-            "max_weight_diff": drill["max_weight_diff"],
-            "ids_equal": drill["ids_equal"],
-            "accepted_step": drill.get("accepted_step"),
-            "errors": {pid: f"{e['type']}: {e['message'][:240]}" for pid, e in errors.items()},
-            "wall_s": drill["wall_s"],
-        }
-    return rows

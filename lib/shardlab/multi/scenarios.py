@@ -23,7 +23,6 @@ import time
 
 from shardlab.multi import launcher, ledger, manifest, program, rows, runtime, supervisor
 
-STEPS, SAVE_EVERY = 10, 3
 SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
 
@@ -52,10 +51,10 @@ def _checks(k: int, attempts: list, lost: list, want: dict, bound, published: in
     }
 
 
-def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: dict) -> dict:
+def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict:
     """One drills.json row: per failure the process, phase, cause, detection and resume; the path; goodput."""
     attempts = result["attempts"]
-    compared = ledger.against_control(result, reference, STEPS)
+    compared = ledger.against_control(result, ctx.reference, ctx.steps)
     lost = ledger.wasted_steps(result)
     failures, published = [], 0  # newest step any process saw published so far
     for k, attempt in enumerate(attempts[:-1]):
@@ -92,7 +91,7 @@ def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: d
 def run(ctx, name: str, faults: tuple, expect: list[dict], **kw) -> dict:
     """Supervise one scenario under ctx.out/name and return its row."""
     result = ctx.supervise(name, faults=faults, **kw)
-    row = _row(name, result, ctx.reference, expect, supervisor.detection_bounds(ctx.timeout))
+    row = _row(name, result, ctx, expect, supervisor.detection_bounds(ctx.timeout))
     if name.startswith("cleanup"):
         row["shared_after"] = _entries(os.path.join(ctx.out, name, "shared"))
     return row
@@ -121,9 +120,9 @@ def several_failures(ctx) -> dict:
     return row
 
 
-def _cleanup_check(row: dict) -> dict:
+def _cleanup_check(ctx, row: dict) -> dict:
     after = row.get("shared_after", {})
-    newest_kept = bool(after.get("complete")) and after["complete"][-1] == STEPS - STEPS % SAVE_EVERY
+    newest_kept = bool(after.get("complete")) and after["complete"][-1] == ctx.steps - ctx.steps % ctx.save_every
     row["newest_complete_survived"] = newest_kept
     row["passed"] = bool(row["passed"] and newest_kept and len(after.get("complete", [])) <= 1)
     return row
@@ -142,7 +141,7 @@ def launch_paths(ctx) -> dict:
             "mesh": (reports.get(0) or {}).get("mesh"),
             "ids": [e["ids"] for e in ledger.path(outcome)],
             "loss_hash": _loss_hash(ledger.path(outcome)),
-            "against_control": ledger.against_control(outcome, ctx.reference, STEPS),
+            "against_control": ledger.against_control(outcome, ctx.reference, ctx.steps),
         }
     keys = ("process_ids", "mesh", "ids", "loss_hash")
     same = all(paths["explicit"][k] == found[k] for found in paths.values() for k in keys)
@@ -252,7 +251,7 @@ def overhead(ctx, pairs: int = 1) -> dict:
 
 def _cleanup(ctx) -> dict:
     faults = (kill(0, "cleanup", 3, "die"),)
-    return _cleanup_check(run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
+    return _cleanup_check(ctx, run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
 
 
 def _one_fault(name: str, fault: dict, cause: str, **kw):
