@@ -32,14 +32,17 @@ def write_atomic(path, data: bytes | str, mode: int | None = None) -> str:
     return path
 
 
-def plain(value):
-    """A JSON-literal copy of `value`: NumPy and JAX arrays and scalars become lists and numbers, keys strings."""
+def plain(value, digits: int | None = None):
+    """A JSON-literal copy of `value`: NumPy and JAX arrays and scalars become lists and numbers, keys strings;
+    with `digits`, every float keeps that many significant digits."""
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, digits) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, digits) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        return plain(np.asarray(value).tolist())
+        return plain(np.asarray(value).tolist(), digits)
+    if digits is not None and isinstance(value, float):
+        return float(f"{value:.{digits}g}")
     return value
 
 
