@@ -632,6 +632,19 @@ def test_drills_json_has_one_passing_row_per_drill(drills_json, recorded):
 
 
 @pytest.mark.notebooks
+def test_every_row_has_one_shape_and_the_table_is_its_projection(drills_json):
+    from shardlab.multi import rows
+
+    for row, shown in zip(drills_json["drills"], drills_json["table"]):
+        assert set(rows.COLUMNS) <= set(row), row["drill"]
+        assert set(shown) == set(rows.TABLE)
+        assert {k: shown[k] for k in rows.TABLE if k in rows.COLUMNS} == {
+            k: row[k] for k in rows.TABLE if k in rows.COLUMNS
+        }
+        assert len(shown["what"]) == len(shown["cause"]) == len(row["failures"])
+
+
+@pytest.mark.notebooks
 def test_every_final_state_matches_an_independent_numpy_run(drills_json, data):
     expected = numpy_weights(data, drills_json["seed"], drills_json["batch_size"], drills_json["steps"])
     finals = [drills_json["uninterrupted"]["final_weights"]]
