@@ -18,7 +18,7 @@ SUBMISSIONS ?= submissions
 GRADE ?= grade_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-alternatives test-browser lab sync lint check drills bench torture portfolio grade clean
+.PHONY: help venv run test test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -80,8 +80,11 @@ portfolio: venv ## what you hand in, from a finished run: IMPL=my_model.py OUT=m
 grade: venv ## every submission in SUBMISSIONS (submissions/) checked stage by stage -> GRADE (grade_out/)
 	$(BIN)/python -m shardlab grade $(SUBMISSIONS) --out $(GRADE)
 
-drills: venv ## the four stage 5 crash drills into drills_out/
+drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, crash loop, launch paths) into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))
+
+supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save --keep 2 ...') into supervise_out/
+	$(BIN)/python -m shardlab supervise --out $(if $(filter receipts,$(OUT)),supervise_out,$(OUT)) $(ARGS)
 
 bench: venv ## measure three optimisations beside their baselines into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))

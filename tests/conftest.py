@@ -72,10 +72,11 @@ def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, make the tests that read the course run one unit of work, listed first.
 
     xdist groups by an `@group` suffix of the node id, which xdist 3.8.0 writes where pytest 9.2 no
-    longer reads it (a pytest-xdist 3.8.0 bug, #1386 upstream), so the suffix is written here. Without it the lock in
-    `run_dir` still runs the course once; a second worker would only wait for it.
+    longer reads it (a pytest-xdist 3.8.0 bug, upstream #1386), so the suffix is written here, through
+    shardlab.compat. Without it the lock in `run_dir` still runs the course once; a second worker would only
+    wait for it.
     """
-    from _pytest.nodeid import NodeId
+    from shardlab import compat
 
     course = [item for item in items if "run_dir" in getattr(item, "fixturenames", ())]
     for item in course:
@@ -83,8 +84,7 @@ def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):
         return
     for item in course:
-        if "@" not in item.nodeid:
-            item._id = NodeId.parse(f"{item.nodeid}@{COURSE_GROUP}")
+        compat.xdist_group_node_id(item, COURSE_GROUP)
     items[:] = course + [item for item in items if item not in course]  # the same order in every worker
 
 

@@ -203,6 +203,7 @@ RACER = textwrap.dedent(
     """
     import os, sys, time
     import numpy as np
+    from shardlab.checker import interrupt
     from shardlab.core import checkpoint
     from shardlab.errors import CheckpointExistsError
     from shardlab.core.sampler import sampler_at
@@ -211,9 +212,9 @@ RACER = textwrap.dedent(
     import json
     contract = json.loads(contract)
 
-    def gate(name):
+    def gate(operation, *_):
         # every racer holds here, after its own exists-check and fsync, until all arrive: the link decides
-        if name != "fsynced":
+        if operation != "link":
             return
         open(os.path.join(folder, f"ready-{index}"), "w").close()
         deadline = time.monotonic() + 120
@@ -222,7 +223,7 @@ RACER = textwrap.dedent(
                 sys.exit(4)
             time.sleep(0.005)
 
-    checkpoint._phase = gate
+    interrupt.instrument(gate)
     # a state a run reaches at step `index` (restore refuses sampler fields the step does not imply)
     sampler = sampler_at(17, 23, 7, index)
     state = {"weights": np.full(8, index, np.float32), "momentum": np.zeros(8, np.float32), **sampler, "step": index}

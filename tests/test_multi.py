@@ -606,7 +606,7 @@ def drills_json(run_dir):
 
 
 def numpy_weights(data, seed, batch_size, steps):
-    """Weights after `steps` updates: the host sampler's IDs and the COURSE.md formulas in float64."""
+    """Weights after `steps` updates: the host sampler's IDs and the course formulas in float64."""
     state = sl.initial_sampler(seed, len(data.targets))
     w = v = np.zeros(data.features.shape[1])
     for _ in range(steps):
@@ -629,6 +629,19 @@ def test_drills_json_has_one_passing_row_per_drill(drills_json, recorded):
     assert drills_json["all_passed"] is True and recorded["drills"]["all_passed"] is True
     assert set(recorded["drills"]["rows"]) == set(DRILLS)
     assert (run_dir_figure := recorded["drills"]["figure"]) == "stage5_goodput.png", run_dir_figure
+
+
+@pytest.mark.notebooks
+def test_every_row_has_one_shape_and_the_table_is_its_projection(drills_json):
+    from shardlab.multi import rows
+
+    for row, shown in zip(drills_json["drills"], drills_json["table"]):
+        assert set(rows.COLUMNS) <= set(row), row["drill"]
+        assert set(shown) == set(rows.TABLE)
+        assert {k: shown[k] for k in rows.TABLE if k in rows.COLUMNS} == {
+            k: row[k] for k in rows.TABLE if k in rows.COLUMNS
+        }
+        assert len(shown["what"]) == len(shown["cause"]) == len(row["failures"])
 
 
 @pytest.mark.notebooks

@@ -15,6 +15,7 @@ from shardlab.course import catalog
 from shardlab.course import execute as runner
 from shardlab.errors import ConfigError, OutputFolderError
 from shardlab.lessons import replay
+from shardlab.torture.edges import COMMAND_ARGV
 
 
 def tree(folder):
@@ -177,20 +178,12 @@ def test_two_runs_into_one_folder_do_not_mix(tmp_path):
         child.wait()
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["bench", "--out"],
-        ["torture", "--reduced", "--out"],
-        ["drills", "--out"],
-        ["check", "--stage", "1", "--output"],
-    ],
-)
+@pytest.mark.parametrize("argv", list(COMMAND_ARGV.values()), ids=list(COMMAND_ARGV))
 def test_every_command_refuses_a_folder_holding_foreign_files(tmp_path, argv, capsys):
     out = tmp_path / "out"
     (out / "trace" / "plugins" / "profile" / "other").mkdir(parents=True)
     (out / "trace" / "plugins" / "profile" / "other" / "x.xplane.pb").write_text("someone else's trace")
-    for name in ("bench.json", "torture.json", "drills.json", "check_report.json"):
+    for name in ("bench.json", "torture.json", "drills.json", "check_report.json", "ledger.json"):
         (out / name).write_text("a file of the same name, not ours")
     before = tree(out)
     started = time.perf_counter()

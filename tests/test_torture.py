@@ -15,7 +15,7 @@ from shardlab.errors import CheckpointError, CorruptCheckpointError
 from shardlab.multi.drills import SAVE_EVERY
 from shardlab.torture import REDUCED, badparams, corrupt, edges, fuzz, killsave, multi, outcome, subjects
 
-ZERO = ("wrong_accepts", "lost", "unclear_errors", "leaks", "hangs", "writes_outside_out")
+ZERO = outcome.FAILURES
 # after these landings the final name exists: it is created by os.link, after the fsync
 PUBLISHED = {"linked_or_failed", "temp_removed", "returned", "not_killed"}
 
@@ -187,6 +187,18 @@ def test_the_edge_categories_count_every_failure_column_as_zero(tmp_path, states
     assert {"a person's file in OUT", "SIGTERM during a run", "`bench` into a folder with foreign files"} <= cases
     assert results["hostile_restore"]["details"]["memory_over_bound"] == []
     assert results["fuzz"]["details"]["memory_over_bound"] == []
+
+
+def test_one_table_names_every_column_the_tally_counts():
+    from dataclasses import fields
+
+    counted = [f.name for f in fields(outcome.Tally) if f.type is int]
+    assert counted == list(outcome.COLUMNS)
+    assert set(ZERO) == {"wrong_accepts", "lost", "unclear_errors", "leaks", "hangs", "writes_outside_out"}
+    for name in outcome.OUTCOMES:  # each outcome raises its own column, and only a bad one spoils the tally
+        tally = outcome.Tally()
+        tally.count(name, "seen")
+        assert tally.as_dict()[outcome.COUNTERS[name]] == 1 and tally.clean == (name not in outcome.BAD)
 
 
 def test_a_wrong_accept_or_a_leak_fails_the_category(tmp_path, states, contract, mesh):

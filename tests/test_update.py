@@ -11,7 +11,7 @@ pytestmark = pytest.mark.stage2
 
 
 def numpy_step(x, y, w, v, lr=0.03, decay=0.8):
-    """Full-batch masked mean gradient with momentum, from the formulas in COURSE.md."""
+    """Full-batch masked mean gradient with momentum, from the stage 2 notebook's formulas (stage2_update.md)."""
     x, y, w, v = (np.asarray(a, np.float64) for a in (x, y, w, v))
     r = x @ w - y
     loss = np.mean(r**2)

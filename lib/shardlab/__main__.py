@@ -10,7 +10,11 @@ import sys
 
 COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
-    "multi": ("shardlab.multi.launcher", "start P controller processes on loopback and compare with one process"),
+    "multi": ("shardlab.multi.plain", "start P controller processes on loopback once (supervise --budget 0)"),
+    "supervise": (
+        "shardlab.multi.cli",
+        "run a supervised multi-controller job: restarts through failures, prints each attempt, writes OUT/ledger.json",
+    ),
     "drills": (
         "shardlab.multi.drills",
         "run the stage 5 drills (kills, freezes, preemption, async saves, launches); write OUT/drills.json",

@@ -64,3 +64,7 @@ class ImplementationError(ShardlabError, ImportError):
 
 class PortfolioError(ShardlabError, ValueError):
     """A portfolio cannot be assembled: the run is missing or unfinished, or it ran another implementation."""
+
+
+class CompatibilityError(ShardlabError, RuntimeError):
+    """A private API of a pinned package that shardlab relies on is missing or the installed version differs."""

@@ -1,4 +1,4 @@
-"""One output-folder policy for every command: write only inside OUT, replace only what we wrote.
+"""One output-folder policy for every command that writes files: write only inside OUT, replace only what we wrote.
 
 A command writes its files into a staging folder *inside* OUT, and publishes them on
 success. OUT holds a manifest (`.shardlab-manifest.json`) naming, per command, every
@@ -97,14 +97,8 @@ def _matches(folder: Path, rel: str, entry: dict) -> bool:
     )
 
 
-def claim(folder, command: str, replace: bool = True) -> Path:
-    """Check that `command` may write into `folder`; return its absolute path. Writes nothing.
-
-    Raises OutputFolderError if the path is not a folder, is not writable, holds an entry
-    no shardlab command recorded (or one changed since), or (without `replace`) an earlier
-    output of the same command.
-    """
-    out = Path(os.path.abspath(os.fspath(folder)))
+def _check_writable(out: Path) -> None:
+    """OutputFolderError unless `out` is (or can be created as) a folder we can write into."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise OutputFolderError(f"output path {out} exists and is not a folder; choose another output folder")
     existing = out
@@ -112,15 +106,19 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise OutputFolderError(f"cannot write to {existing}; choose a folder you can write to")
-    if not out.exists():
-        return out
+
+
+def _check_no_live_writer(out: Path) -> None:
     for entry in out.iterdir():
         pid = _staging_pid(entry)
         if pid is not None and pid != os.getpid() and pid_alive(pid):
             raise OutputFolderError(
                 f"another shardlab command (process {pid}) is writing into {out}; wait for it or choose another folder"
             )
-    commands = read_manifest(out)
+
+
+def _foreign(out: Path, commands: dict) -> list[str]:
+    """Entries of `out` that no command's manifest section lists with their recorded bytes."""
     files, dirs = _walk(out)
     known_files = {rel: entry for section in commands.values() for rel, entry in section["files"].items()}
     known_dirs = {rel for section in commands.values() for rel in section["dirs"]}
@@ -132,7 +130,7 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         and not (rel in known_files and _matches(out, rel, known_files[rel]))
         and not _pending(commands, rel)
     ]
-    foreign += [
+    return foreign + [
         rel + "/"
         for rel in dirs
         if rel not in known_dirs
@@ -140,6 +138,22 @@ def claim(folder, command: str, replace: bool = True) -> Path:
         and not _contains_known(rel, files)
         and not _pending(commands, rel)
     ]
+
+
+def claim(folder, command: str, replace: bool = True) -> Path:
+    """Check that `command` may write into `folder`; return its absolute path. Writes nothing.
+
+    Raises OutputFolderError if the path is not a folder, is not writable, holds an entry
+    no shardlab command recorded (or one changed since), or (without `replace`) an earlier
+    output of the same command.
+    """
+    out = Path(os.path.abspath(os.fspath(folder)))
+    _check_writable(out)
+    if not out.exists():
+        return out
+    _check_no_live_writer(out)
+    commands = read_manifest(out)
+    foreign = _foreign(out, commands)
     legacy = [rel for rel in LEGACY_MARKERS if rel in foreign]
     if legacy and not commands:
         raise OutputFolderError(
@@ -216,15 +230,8 @@ def _write_manifest(out: Path, commands: dict) -> None:
         raise
 
 
-def _publish(staging: Path, out: Path, command: str) -> None:
-    """Move the staged entries into `out`, drop this command's older entries, record the new manifest."""
-    files, dirs = _walk(staging)
-    commands = read_manifest(out)
-    old = commands.get(command, {"files": {}, "dirs": []})
-    others = {rel for name, s in commands.items() if name != command for rel in s["files"]}
-    taken = sorted((set(files) & others) | {rel for rel in files if rel == MANIFEST or rel.startswith(STAGING)})
-    if taken:
-        raise OutputFolderError(f"{out}: {taken[:SHOWN]} belong to another shardlab command; choose another folder")
+def _staged(staging: Path, files: list, dirs: list, command: str) -> dict:
+    """{rel: {bytes, sha256}} of the staged files, made 0644 (folders 0755); refuses anything but regular files."""
     new = {}
     for rel in files:
         path = staging / rel
@@ -234,16 +241,21 @@ def _publish(staging: Path, out: Path, command: str) -> None:
         new[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     for rel in dirs:
         os.chmod(staging / rel, DIR_MODE)
-    union = {rel: dict(entry) for rel, entry in old["files"].items()}
+    return new
+
+
+def _both(old: dict, new: dict) -> dict:
+    """The manifest entries while publishing: a file in both lists its old and its new bytes."""
+    union = {rel: dict(entry) for rel, entry in old.items()}
     for rel, entry in new.items():
         if rel in union:
-            union[rel] = {
-                "bytes": [union[rel]["bytes"], entry["bytes"]],
-                "sha256": [union[rel]["sha256"], entry["sha256"]],
-            }
+            union[rel] = {k: [union[rel][k], entry[k]] for k in ("bytes", "sha256")}
         else:
             union[rel] = entry
-    _write_manifest(out, {**commands, command: {"files": union, "dirs": sorted(set(old["dirs"]) | set(dirs))}})
+    return union
+
+
+def _make_dirs(out: Path, dirs: list, command: str) -> None:
     for rel in dirs:
         target = out / rel
         if target.is_symlink() or (target.exists() and not target.is_dir()):
@@ -251,14 +263,34 @@ def _publish(staging: Path, out: Path, command: str) -> None:
         if not target.exists():
             target.mkdir()
             os.chmod(target, DIR_MODE)
-    for rel in files:
-        os.replace(staging / rel, out / rel)
-    for rel in sorted(set(old["files"]) - set(new)):
+
+
+def _drop_old(out: Path, old: dict, files: dict, dirs: list) -> None:
+    """Remove this command's earlier files and folders that the new output no longer has."""
+    for rel in sorted(set(old["files"]) - set(files)):
         with contextlib.suppress(FileNotFoundError):
             (out / rel).unlink()
     for rel in sorted(set(old["dirs"]) - set(dirs), key=lambda r: -r.count("/")):
         with contextlib.suppress(OSError):  # still holds another command's files: keep it
             (out / rel).rmdir()
+
+
+def _publish(staging: Path, out: Path, command: str) -> None:
+    """Move the staged entries into `out`, drop this command's older entries, record the new manifest."""
+    files, dirs = _walk(staging)
+    commands = read_manifest(out)
+    old = commands.get(command, {"files": {}, "dirs": []})
+    others = {rel for name, s in commands.items() if name != command for rel in s["files"]}
+    taken = sorted((set(files) & others) | {rel for rel in files if rel == MANIFEST or rel.startswith(STAGING)})
+    if taken:
+        raise OutputFolderError(f"{out}: {taken[:SHOWN]} belong to another shardlab command; choose another folder")
+    new = _staged(staging, files, dirs, command)
+    union = {"files": _both(old["files"], new), "dirs": sorted(set(old["dirs"]) | set(dirs))}
+    _write_manifest(out, {**commands, command: union})
+    _make_dirs(out, dirs, command)
+    for rel in files:
+        os.replace(staging / rel, out / rel)
+    _drop_old(out, old, new, dirs)
     _write_manifest(out, {**commands, command: {"files": new, "dirs": dirs}})
 
 

@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from shardlab.core.checkpoint import _arrays
+from shardlab.core.checkpoint import members
 from shardlab.errors import CheckpointExistsError
 from shardlab.learner.reference import *  # noqa: F403
 
@@ -16,7 +16,7 @@ from shardlab.learner.reference import *  # noqa: F403
 def save(path, state, contract_):
     if os.path.exists(path):
         raise CheckpointExistsError(f"{path} exists")
-    arrays = _arrays(state, contract_)  # the reference's members, so the reference restore reads them
+    arrays = members(state, contract_)  # the reference's members, so the reference restore reads them
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".npz")
     with os.fdopen(fd, "wb") as handle:
         np.savez(handle, **arrays)

@@ -11,12 +11,12 @@ from shardlab.learner.reference import *  # noqa: F403
 
 
 def save(path, state, contract_):
-    from shardlab.core.checkpoint import _arrays
+    from shardlab.core.checkpoint import members
 
     host = {**state, "weights": jax.device_get(state["weights"]), "momentum": jax.device_get(state["momentum"])}
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{uuid.uuid4().hex}.tmp")
     with open(tmp, "xb") as handle:
-        np.savez(handle, **_arrays(host, contract_))
+        np.savez(handle, **members(host, contract_))
         handle.flush()
         os.fsync(handle.fileno())
     try:

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import setup_devices
 
 
@@ -16,5 +17,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    setup_devices(4)  # the interpreter's first JAX configuration: CPU, four logical devices
+    setup_devices(NUM_DEVICES)  # the interpreter's first JAX configuration: CPU, four logical devices
     sys.exit(main())

@@ -18,6 +18,7 @@ import jax
 from shardlab.checker import course_cells, stage1, stage2, stage3, stage4
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.checker.here import CHILD_TIMEOUT, REPORT
+from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
@@ -117,7 +118,7 @@ def run_checks(spec: str = "reference", stage="all", only: bool = False, skip=()
         return [failed]
     results = []
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
-        ctx = Context(impl, spec, teaching_fixture(), make_mesh(4), workdir)
+        ctx = Context(impl, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir)
         for number in chosen:
             for check in (c for c in checks_of(number) if c.__name__ not in skip):
                 results.append(run_one(check, number, ctx))

@@ -15,8 +15,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardlab.core.config import BATCH_SIZE, NUM_DEVICES, SEED
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset
+from shardlab.io import plain as json_plain
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32 arithmetic against float64 NumPy
 PADDING_VALUE = 3.0  # what the checker puts in padded slots: mask 0 must win "whatever its contents"
@@ -46,12 +48,12 @@ class Context:
     data: Dataset
     mesh: Mesh
     workdir: str
-    seed: int = 17
-    batch_size: int = 7
+    seed: int = SEED
+    batch_size: int = BATCH_SIZE
     cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
 
 
-def cached_step(ctx: Context, num_devices: int = 4):
+def cached_step(ctx: Context, num_devices: int = NUM_DEVICES):
     """The implementation's compiled step for the first `num_devices` devices, built once per run."""
     if ("step", num_devices) not in ctx.cache:
         mesh = ctx.mesh if num_devices == ctx.mesh.size else make_mesh(num_devices)
@@ -60,16 +62,8 @@ def cached_step(ctx: Context, num_devices: int = 4):
 
 
 def plain(value):
-    """JSON-ready copy: arrays become lists, floats keep 8 significant digits."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, (np.ndarray, jax.Array, np.generic)):
-        return plain(np.asarray(value).tolist())
-    if isinstance(value, float):
-        return float(f"{value:.8g}")
-    return value
+    """JSON-ready copy: arrays become lists, floats keep 8 significant digits (shardlab.io.plain)."""
+    return json_plain(value, digits=8)
 
 
 def close(observed, expected) -> bool:

@@ -1,11 +1,17 @@
-"""Stop a learner's `save` at each of its file operations, or race a second save into each gap.
+"""The one save-interruption harness: see every file operation of a save, and stop or race it there.
 
-The save runs in a forked child whose file operations are counted: every `write` and `close`
-of a file it opened for writing, and every os-level open, rename, replace, link, unlink,
-truncate and fsync. Run k stops at operation k: `kill` writes half of that write's bytes (or
-none of any other operation) and sends itself SIGKILL, as a crash would; `race` runs a second,
-complete save to the same path right there and then lets the first one continue. The parent
-judges what is left at the final path. Only the child's own folder is written.
+`instrument(hook)` routes a (child) process's file operations through `hook(operation,
+target, data, handle)` before each runs: every `write` and `close` of a file opened for
+writing (by `open`, `io.open` or `os.fdopen`), and every os-level open, rename, replace,
+link, unlink, truncate and fsync. It needs no hook inside the code under test, so the same
+harness stops the learner's `save` (the checker), the course's `checkpoint.save` (torture's
+zygote) and the savers the tests race.
+
+`interrupted` runs a learner's save in a forked child stopped at operation k: `kill` writes
+half of that write's bytes (or none of any other operation) and sends itself SIGKILL, as a
+crash would; `race` runs a second, complete save to the same path right there and then lets
+the first one continue. The parent judges what is left at the final path. Only the child's
+own folder is written.
 """
 
 import builtins
@@ -46,8 +52,17 @@ class _Writer:
         return getattr(self._inner, name)
 
 
-def _instrument(hook) -> None:
-    """Route this (child) process's file operations through `hook(operation, target, data, handle)`."""
+def label(operation: str, target) -> str:
+    """'<operation> <file name>' of one counted operation (what the hooks report and stop at)."""
+    return f"{operation} {os.path.basename(str(target))}"
+
+
+def instrument(hook) -> None:
+    """Route this (child) process's file operations through `hook(operation, target, data, handle)`.
+
+    Only for a process that ends after the operation it watches (a forked child, a subprocess):
+    the module-level functions of `io`, `builtins` and `os` are replaced for good.
+    """
     original_open = io.open
 
     def counted_open(file, mode="r", *args, **kwargs):
@@ -71,7 +86,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
     original_kill, original_open = os.kill, io.open
 
     def hook(operation, target, data, handle):
-        seen.append(f"{operation} {os.path.basename(str(target))}")
+        seen.append(label(operation, target))
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
         if mode == "kill":
@@ -89,7 +104,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
         except Exception as exc:
             outcome["rival"] = f"refused: {type(exc).__name__}: {exc}"[:300]
 
-    _instrument(hook)
+    instrument(hook)
     try:
         save(*first)
         outcome["first"] = "saved"

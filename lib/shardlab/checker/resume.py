@@ -7,6 +7,7 @@ before anything else touches JAX, exactly as a learner's fresh kernel would.
 import argparse
 import sys
 
+from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh, setup_devices
 
 
@@ -17,13 +18,13 @@ def main(argv=None) -> int:
     for name in ("--steps", "--seed", "--batch-size"):
         parser.add_argument(name, type=int, required=True)
     args = parser.parse_args(argv)
-    setup_devices(4)
+    setup_devices(NUM_DEVICES)
     from shardlab.core.config import Config
     from shardlab.core.fixtures import teaching_fixture
     from shardlab.learner import implementation
     from shardlab.lessons import replay
 
-    impl, data, mesh = implementation.load(args.implementation), teaching_fixture(), make_mesh(4)
+    impl, data, mesh = implementation.load(args.implementation), teaching_fixture(), make_mesh(NUM_DEVICES)
     contract = impl.contract(data, Config(seed=args.seed, batch_size=args.batch_size))
     state = impl.restore(args.checkpoint, contract, mesh)
     record = replay.run(state, data, args.batch_size, args.steps, mesh, impl.make_step(mesh), impl.transition)

@@ -18,6 +18,7 @@ from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import FIELDS
+from shardlab.io import read_npz
 from shardlab.lessons import faults, replay
 
 STAGE = 3
@@ -74,8 +75,7 @@ def _saved(ctx, folder: str) -> tuple[str, dict, dict]:
 
 def _members(path: str) -> dict:
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
+        return read_npz(path)
     except Exception as exc:
         expect(
             False,
@@ -317,8 +317,7 @@ def _same_fields(members: dict, state: dict) -> bool:
 def _final_file(path: str):
     """(members or None, error text): the arrays a reader finds at `path` (allow_pickle=False)."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}, ""
+        return read_npz(path), ""
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"[:200]
 

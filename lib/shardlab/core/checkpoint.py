@@ -105,7 +105,7 @@ def member_bytes(contract_: dict) -> dict:
     return {**found, "contract": HEADER_BYTES + 4 * MAX_CONTRACT_CHARS, "integrity": HEADER_BYTES + 4 * 64}
 
 
-def _arrays(state: dict, contract_: dict) -> dict:
+def members(state: dict, contract_: dict) -> dict:
     """The members of one checkpoint: the six fields, the contract and the integrity hash over both."""
     arrays = {**to_arrays(state), "contract": np.asarray(json.dumps(contract_, sort_keys=True))}
     return {**arrays, "integrity": np.asarray(integrity(arrays))}
@@ -119,10 +119,6 @@ def integrity(arrays: dict) -> str:
         digest.update(f"{name}:{arr.dtype.str}:{arr.shape}:".encode())
         digest.update(arr.tobytes())
     return digest.hexdigest()
-
-
-def _phase(name: str) -> None:  # fault-injection point: replaced in crash drills to stop a saver at `name`
-    pass
 
 
 def clean(folder) -> list[str]:
@@ -150,7 +146,7 @@ def save(path, state: dict, contract_: dict) -> str:
     """
     path = os.fspath(path)
     check_contract_form(contract_, f"refusing to save {path}")
-    arrays = _arrays(state, contract_)
+    arrays = members(state, contract_)
     _check_fields(arrays, contract_, f"refusing to save {path}")
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; checkpoints are never overwritten, use a new path")
@@ -158,7 +154,6 @@ def save(path, state: dict, contract_: dict) -> str:
     try:
         os.makedirs(folder, exist_ok=True)
         clean(folder)
-        _phase("before_temp")
         fd, tmp = tempfile.mkstemp(prefix=f"{TEMP}{os.getpid()}-", suffix=".npz", dir=folder)
     except OSError as exc:
         raise CheckpointWriteError(
@@ -166,12 +161,9 @@ def save(path, state: dict, contract_: dict) -> str:
         ) from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            _phase("temp_created")
             np.savez(handle, **arrays)
             handle.flush()
-            _phase("written")
             os.fsync(handle.fileno())
-        _phase("fsynced")
         os.link(tmp, path)
     except FileExistsError:
         raise CheckpointExistsError(
@@ -180,9 +172,7 @@ def save(path, state: dict, contract_: dict) -> str:
     except OSError as exc:
         raise CheckpointWriteError(f"writing {path} failed ({exc.strerror or exc}); nothing was published") from None
     finally:
-        _phase("linked_or_failed")
         os.unlink(tmp)
-    _phase("temp_removed")
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -7,6 +7,8 @@ from shardlab.core.errors import ConfigError
 LEARNING_RATE = 0.03
 DECAY = 0.8
 NUM_DEVICES = 4
+SEED = 17  # the course's default experiment: every command and signature reads these two
+BATCH_SIZE = 7
 # The course's two fixed fixtures on the 23-row data: stage 3 resumes both in a fresh kernel and faults both.
 FIXTURES = {"seed17_batch7": (17, 7), "seed29_batch10": (29, 10)}
 
@@ -15,8 +17,8 @@ FIXTURES = {"seed17_batch7": (17, 7), "seed29_batch10": (29, 10)}
 class Config:
     """Seed, batch size, optimiser constants and device count of one experiment."""
 
-    seed: int = 17
-    batch_size: int = 7
+    seed: int = SEED
+    batch_size: int = BATCH_SIZE
     learning_rate: float = LEARNING_RATE
     decay: float = DECAY
     num_devices: int = NUM_DEVICES
@@ -42,3 +44,9 @@ def check_batch_size(batch_size) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}; a batch needs at least one row")
     return batch_size
+
+
+def add_run_arguments(parser) -> None:
+    """The experiment's --seed and --batch-size, with the course defaults (every command adds them here)."""
+    parser.add_argument("--seed", type=int, default=SEED, help=f"sampler and initial-state seed (default {SEED})")
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=f"rows per step (default {BATCH_SIZE})")

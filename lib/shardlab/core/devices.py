@@ -5,12 +5,13 @@ import os
 import jax
 from jax.sharding import Mesh
 
+from shardlab.core.config import NUM_DEVICES
 from shardlab.core.errors import DeviceSetupError
 
 AXIS = "data"
 
 
-def setup_devices(num_devices: int = 4) -> list:
+def setup_devices(num_devices: int = NUM_DEVICES) -> list:
     """Ask JAX for `num_devices` logical CPU devices; return them.
 
     Must run before JAX's backend starts (before any array is created). Calling it

@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 
 from shardlab import outdir
+from shardlab.core.config import add_run_arguments
 from shardlab.course import catalog
 from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
 from shardlab.errors import ConfigError, ImplementationError
@@ -279,8 +280,7 @@ def summary(out: Path) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="receipts", help="output folder (default: receipts)")
-    parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--batch-size", type=int, default=7)
+    add_run_arguments(parser)
     parser.add_argument("--implementation", default="reference", help="'reference' or a learner's .py file")
     parser.add_argument("--replace", action="store_true", help="replace a previous run in --out (only on success)")
     parser.add_argument("--notebooks", nargs="*", default=None, help="subset of notebook names, in order")

@@ -6,13 +6,13 @@ the learner has not edited; an edited copy is kept and the command says so.
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from shardlab.core.files import sha256_file
 from shardlab.course import catalog
 from shardlab.errors import ConfigError
+from shardlab.io import write_atomic
 
 LEDGER = ".shardlab-workspace.json"  # name -> sha256 of the course notebook as it was copied
 
@@ -27,10 +27,7 @@ def _ledger(folder: Path) -> dict:
 
 def _copy(source: Path, target: Path) -> None:
     """Write `source`'s bytes to `target` through a temporary name, so a reader never sees half a notebook."""
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(source.read_bytes())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, target)
+    write_atomic(target, source.read_bytes(), mode=0o644)
 
 
 def prepare(folder) -> dict:

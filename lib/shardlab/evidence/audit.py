@@ -60,6 +60,7 @@ from shardlab.core.config import FIXTURES
 from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
+from shardlab.io import write_atomic
 from shardlab.lessons import results as record
 
 SCHEMA_VERSION = 1
@@ -253,7 +254,5 @@ def write_audit(out_dir) -> Path:
     """Write out_dir/audit.json (atomically) and return its path."""
     body = audit(out_dir)
     path = Path(out_dir) / AUDIT
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(body, indent=1, sort_keys=True) + "\n")
     return path

@@ -6,13 +6,13 @@ no font or stylesheet from another host, readable from a file:// URL.
 """
 
 import json
-import os
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.headline import facts, run_line
+from shardlab.io import write_atomic
 
 INDEX = "index.html"
 TITLES = {
@@ -122,7 +122,5 @@ def write_index(out_dir) -> Path:
     audit = json.loads((out_dir / AUDIT).read_text(encoding="utf-8"))
     written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     path = out_dir / INDEX
-    tmp = path.with_name(f".{INDEX}.tmp-{os.getpid()}")
-    tmp.write_text(page(audit, out_dir, written), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, page(audit, out_dir, written))
     return path

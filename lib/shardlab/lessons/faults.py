@@ -16,6 +16,7 @@ from shardlab.core.config import FIXTURES, Config
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import replicate
+from shardlab.io import read_npz
 from shardlab.lessons import replay
 
 FAULTS = ("none", "momentum", "cursor", "key")
@@ -142,8 +143,7 @@ def reason(message: str, width: int = 60) -> str:
 
 def tampered(source, target, change) -> str:
     """Copy the checkpoint `source` to a new file `target` after `change(arrays)` edits its arrays in place."""
-    with np.load(os.fspath(source), allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    arrays = read_npz(source)
     change(arrays)
     with open(os.fspath(target), "xb") as handle:
         np.savez(handle, **arrays)
@@ -233,7 +233,7 @@ DAMAGE = {
     "an extra member": _add("weights_backup", lambda arrays: arrays["weights"]),
 }
 
-# What the course requires of *any* restore (COURSE.md, stage 3: shapes, dtypes, finite parameters, a
+# What the course requires of *any* restore (docs/stage3.md: shapes, dtypes, finite parameters, a
 # valid permutation, cursor bounds, a non-negative step, missing momentum). The checker probes these
 # on a learner's file; the rest of DAMAGE goes beyond the course (our own restore also refuses an
 # unknown member, a member edited after saving and a sampler the step does not imply), so a correct

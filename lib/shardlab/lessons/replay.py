@@ -14,6 +14,7 @@ from shardlab import outdir
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
 from shardlab.errors import CheckpointError, ShardlabError
+from shardlab.io import read_npz
 from shardlab.lessons import fingerprint
 
 OWNER = "stage3_checkpoint"  # the manifest section of the files `fresh_folder` may replace
@@ -132,8 +133,7 @@ def save_record(path, record: dict) -> str:
 
 def load_record(path) -> dict:
     """Read a record written by `save_record` (no pickles)."""
-    with np.load(os.fspath(path), allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    arrays = read_npz(path)
     bounds = np.cumsum(arrays["ids_lengths"])[:-1]
     record = {name: arrays[name] for name in FIELDS}
     record.update(

@@ -3,20 +3,10 @@
 import json
 import os
 
+from shardlab.io import plain, write_json
 from shardlab.lessons import show
 
 RESULTS = "results"  # folder under the output directory
-
-
-def _plain(value):
-    """Convert NumPy scalars and arrays to JSON literals."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> dict:
@@ -25,16 +15,13 @@ def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> d
     With `shown=False` (for a cell that prints the same value in its own words, or whose value a
     later reveal states) the line only says where the value was stored.
     """
-    value = _plain(value)
+    value = plain(value)
     folder = os.path.join(out_dir, RESULTS)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{notebook}.json")
     results = load(out_dir, notebook) if os.path.exists(path) else {}
     results[name] = value
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(results, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, results)
     if _in_kernel():
         from IPython.display import display
 

@@ -8,12 +8,13 @@ sampler fields must match exactly; losses, weights and momentum within float32 t
 
 import numpy as np
 
+from shardlab.core.config import NUM_DEVICES
 from shardlab.core.schema import SAMPLER
 
 RTOL, ATOL = 1e-5, 1e-6  # float32 tolerance for losses, weights and momentum
 
 
-def run(seed: int, batch_size: int, steps: int, num_devices: int = 4) -> dict:
+def run(seed: int, batch_size: int, steps: int, num_devices: int = NUM_DEVICES) -> dict:
     """Per completed step: ids and loss; and the host state after every step (step 0 included)."""
     import shardlab as sl
 

@@ -1,4 +1,6 @@
-"""The four stage 5 drills, each bounded in time and compared with an uninterrupted control.
+"""The stage 5 drills that restart by hand, the series runner, and drills.json.
+
+Four drills here, each bounded in time and compared with an uninterrupted control:
 
 1. `kill_during_save`: SIGKILL a controller inside a save, after Orbax finalised the step but
    before the manifest; the step is never accepted; the group restarts from the newest
@@ -8,13 +10,15 @@
 3. `world_change`: restore a 2x2 checkpoint on 1x4, 4x1 and 1x2 under the migration contract.
 4. `skipped_batch`: one controller skips a batch; everyone stops, naming it.
 
-`run_all(out_dir)` runs them (after one uninterrupted 2x2 group, which also writes the
-checkpoint drill 3 restores) together with the supervised scenarios of `scenarios` (every
-process killed, frozen, preempted; asynchronous saves killed in each window; a crash loop;
-launch paths) and writes out_dir/drills.json with one row per scenario; `reduced=True` is the
-stage 5 notebook's set. For a reliability campaign,
-`kill_during_save(trial_seed, out_dir)` runs one randomised kill against the save path and
-returns the accepted step and whether the restored and resumed states equal the control.
+Every group here runs through `supervisor.supervise` with a budget of 0 (the restart is the
+drill's own second launch), letting the survivors stop by themselves (`settle`), so their
+named errors are the evidence. `run_all(out_dir)` runs them (after one uninterrupted 2x2
+group, which also writes the checkpoint drill 3 restores) together with the supervised
+scenarios of `scenarios` (every process killed, frozen, preempted; asynchronous saves killed
+in each window; a crash loop; launch paths) and writes out_dir/drills.json: one row per drill
+of one shape (`rows.row`), `reduced=True` being the stage 5 notebook's set. For a reliability
+campaign, `kill_during_save(trial_seed, out_dir)` runs one randomised kill against the save
+path and returns the accepted step and whether the restored and resumed states equal the control.
 """
 
 import json
@@ -27,10 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardlab.core.config import BATCH_SIZE, SEED, add_run_arguments
 from shardlab.errors import ContractMismatchError
-from shardlab.multi import control, launcher, manifest, migration
+from shardlab.io import write_json
+from shardlab.multi import control, manifest, migration, rows, supervisor
 from shardlab.multi.guard import EXIT_STOPPED
-from shardlab.multi.program import parse_fault
 
 STEPS, SAVE_EVERY, TIMEOUT = 10, 3, 10.0  # 23 rows in batches of 7: 10 steps cross two epoch boundaries
 STOP_BOUND = 60.0  # seconds within which survivors must stop by themselves
@@ -47,24 +52,32 @@ class Context:
     batch_size: int
     timeout: float
     reference: dict
+    steps: int = STEPS  # every group of the series trains this many steps
+    save_every: int = SAVE_EVERY
 
-    def launch(self, name: str, shared: str, processes: int = 2, local_devices: int = 2, **kw) -> dict:
-        """One group under out/name with this context's parameters."""
-        kw.setdefault("save_every", SAVE_EVERY)
-        return launcher.launch(
-            os.path.join(self.out, name),
-            shared,
-            processes,
-            local_devices,
-            steps=STEPS,
+    def supervise(self, name: str, **kw) -> dict:
+        """A supervised run under out/name (its checkpoints in out/name/shared) with this context's parameters."""
+        kw.setdefault("save_every", self.save_every)
+        kw.setdefault("shared", os.path.join(self.out, name, "shared"))
+        return supervisor.supervise(
+            os.path.join(self.out, name, "supervised"),
+            kw.pop("shared"),
+            steps=self.steps,
             seed=self.seed,
             batch_size=self.batch_size,
             timeout=self.timeout,
             **kw,
         )
 
+    def launch(self, name: str, shared: str, processes: int = 2, local_devices: int = 2, **kw) -> dict:
+        """One plain group (budget 0) whose survivors may stop by themselves: its attempt record."""
+        result = self.supervise(
+            name, shared=shared, processes=processes, local_devices=local_devices, budget=0, settle=STOP_BOUND, **kw
+        )
+        return {**result["attempts"][0], "world": result["world"], "processes": processes}
 
-def context(out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT) -> Context:
+
+def context(out_dir, seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT) -> Context:
     """A fresh drill folder and the control run (computed here, in one process, four devices)."""
     out = os.path.abspath(os.fspath(out_dir))
     os.makedirs(out, exist_ok=True)
@@ -79,15 +92,21 @@ def _fresh(ctx: Context, name: str) -> str:
     return f"{name}-{n}"
 
 
+def _killed(outcome: dict) -> dict | None:
+    """The signal the supervisor sent in this attempt ({rank, time, after_exit, ...}), or None."""
+    injected = outcome["event"].get("injected")
+    return injected if injected and "after_exit" in injected else None
+
+
 def _stops(outcome: dict, since: float) -> dict:
     """Seconds from `since` until each process that was not killed exited."""
-    victim = (outcome["killed"] or {}).get("process")
+    victim = (_killed(outcome) or {}).get("rank")
     return {pid: round(t - since, 2) for pid, t in outcome["exit_times"].items() if pid != victim}
 
 
 def _named(outcome: dict, kind: str, process: int) -> bool:
     """Every process that was not killed stopped itself with `kind` naming `process`."""
-    victim = (outcome["killed"] or {}).get("process")
+    victim = (_killed(outcome) or {}).get("rank")
     others = [pid for pid in range(outcome["processes"]) if pid != victim]
     found = control.errors(outcome)
     return bool(others) and all(
@@ -99,52 +118,57 @@ def _named(outcome: dict, kind: str, process: int) -> bool:
 
 
 def _completed(outcome: dict) -> bool:
-    return not outcome["timed_out"] and all(code == 0 for code in outcome["exit_codes"].values())
+    return outcome["event"]["kind"] == "complete"
 
 
-def _kill_and_restart(ctx: Context, name: str, pause: str, kill_delay: float = 0.0) -> dict:
+def _kill_and_restart(ctx: Context, name: str, fault: dict) -> dict:
     """Kill at a fault point, read what is complete, restart the whole group, compare with the control."""
     began = time.time()
     shared = os.path.join(ctx.out, name, "shared")
-    first = ctx.launch(f"{name}/interrupted", shared, pause=pause, kill_delay=kill_delay)
-    killed = first["killed"]
+    first = ctx.launch(f"{name}/interrupted", shared, faults=(fault,))
+    killed = _killed(first)
     stops = _stops(first, killed["time"]) if killed else {}
     found = manifest.scan(shared)
     accepted = found["complete"][-1] if found["complete"] else None
     second = ctx.launch(f"{name}/restarted", shared, resume="latest")
     report = second["reports"].get(0) or {}
-    restored = report.get("restored")
     resumed = control.compare(report, ctx.reference)
-    fault = parse_fault(pause)
-    return {
-        "world_sizes": [first["world"], second["world"]],
-        "victim": fault["rank"],
-        "fault": fault,
-        "kill_delay_s": kill_delay,
-        "killed": killed is not None,
-        "kill_landed": bool(killed and not killed.get("after_exit")),  # False: the run had already finished
-        "survivor_errors": control.errors(first),
-        "survivors_named_victim": _named(first, "LostProcessError", fault["rank"]),
-        "survivor_exit_codes": {p: c for p, c in first["exit_codes"].items() if p != fault["rank"]},
-        "stop_after_kill_s": stops,
-        "detect_s": max(stops.values()) if stops else None,
-        "stopped_within_bound": bool(killed and stops and max(stops.values()) <= STOP_BOUND),
-        "complete_steps": found["complete"],
-        "ignored": found["ignored"],
-        "accepted_step": accepted,
-        "resumed_from": report.get("resumed_from"),
-        "set_aside": report.get("set_aside", []),
-        "restored_equals_control": control.state_matches(restored, ctx.reference["states"][accepted])
+    restored = (
+        control.state_matches(report.get("restored"), ctx.reference["states"][accepted])
         if accepted is not None
-        else {"matches": False, "reason": "no complete step"},
-        "resumed": resumed,
-        "restart_completed": _completed(second),
-        "restart_divergence": second["divergence"],
-        "max_weight_diff": resumed.get("max_weight_diff"),
-        "ids_equal": resumed.get("ids_equal"),
-        "final_weights": (report.get("final") or {}).get("weights"),
-        "wall_s": round(time.time() - began, 2),
-    }
+        else {"matches": False, "reason": "no complete step"}
+    )
+    detect = max(stops.values()) if stops else None
+    return rows.row(
+        "",
+        False,
+        [first["world"], second["world"]],
+        compared=resumed,
+        failures=[rows.failure(0, first, resumed_from=report.get("resumed_from"))],
+        detect_s=detect,
+        restarts=1,
+        resumed_from=report.get("resumed_from"),
+        victim=fault["rank"],
+        fault={k: fault[k] for k in ("rank", "phase", "step")},
+        kill_delay_s=fault.get("delay", 0.0),
+        killed=killed is not None,
+        kill_landed=bool(killed and not killed.get("after_exit")),  # False: the run had already finished
+        survivor_errors=control.errors(first),
+        survivors_named_victim=_named(first, "LostProcessError", fault["rank"]),
+        survivor_exit_codes={p: c for p, c in first["exit_codes"].items() if p != fault["rank"]},
+        stop_after_kill_s=stops,
+        stopped_within_bound=bool(killed and stops and detect <= STOP_BOUND),
+        complete_steps=found["complete"],
+        ignored=found["ignored"],
+        accepted_step=accepted,
+        set_aside=report.get("set_aside", []),
+        restored_equals_control=restored,
+        resumed=resumed,
+        restart_completed=_completed(second),
+        restart_divergence=second["divergence"],
+        final_weights=(report.get("final") or {}).get("weights"),
+        wall_s=round(time.time() - began, 2),
+    )
 
 
 def _restart_ok(result: dict) -> bool:
@@ -160,8 +184,9 @@ def _restart_ok(result: dict) -> bool:
 
 
 def _save_drill(ctx: Context, name: str, plan: dict, strict: bool) -> dict:
-    pause = f"{plan['victim']}:{plan['phase']}:{plan['save_step']}" + ("" if plan["hold"] else ":mark")
-    result = _kill_and_restart(ctx, name, pause, plan.get("delay", 0.0))
+    fault = {"rank": plan["victim"], "phase": plan["phase"], "step": plan["save_step"], "signal": "kill"}
+    fault.update(hold=plan["hold"], delay=plan.get("delay", 0.0))
+    result = _kill_and_restart(ctx, name, fault)
     step = plan["save_step"]
     allowed = {step - SAVE_EVERY} if strict else {step - SAVE_EVERY, step}
     result["interrupted_step"] = step
@@ -169,10 +194,12 @@ def _save_drill(ctx: Context, name: str, plan: dict, strict: bool) -> dict:
     result["passed"] = bool(
         _restart_ok(result) and result["accepted_step"] in allowed and (result["survivors_named_victim"] or not strict)
     )
-    return {"drill": "kill_during_save", **result}
+    return {**result, "drill": "kill_during_save"}
 
 
-def kill_during_save(trial_seed: int, out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT) -> dict:
+def kill_during_save(
+    trial_seed: int, out_dir, seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT
+) -> dict:
     """One randomised kill against the stage 5 save path; returns the accepted step and the comparisons.
 
     `trial_seed` draws the save step (6 or 9), the fault point and the victim: before its
@@ -201,12 +228,12 @@ def kill_during_save(trial_seed: int, out_dir, seed: int = 17, batch_size: int =
 
 def kill_during_step(ctx: Context, victim: int = 1, step: int = 7) -> dict:
     """Drill 2: SIGKILL `victim` inside step `step` (after agreement, before its all-reduce)."""
-    result = _kill_and_restart(ctx, "2-kill-step", f"{victim}:update:{step}")
+    result = _kill_and_restart(ctx, "2-kill-step", {"rank": victim, "phase": "update", "step": step, "signal": "kill"})
     expected = (step // SAVE_EVERY) * SAVE_EVERY
     result["passed"] = bool(
         _restart_ok(result) and result["survivors_named_victim"] and result["accepted_step"] == expected
     )
-    return {"drill": "kill_during_step", **result}
+    return {**result, "drill": "kill_during_step"}
 
 
 def uninterrupted(ctx: Context) -> dict:
@@ -226,97 +253,105 @@ def uninterrupted(ctx: Context) -> dict:
         and outcome["divergence"] is None
         and all(c["matches"] for c in compared.values()),
         "shared": shared,
-        "wall_s": outcome["wall_s"],
+        "wall_s": round(time.time() - outcome["launched"], 2),
+    }
+
+
+def _default_contract(record: dict, wanted: dict) -> str:
+    """What the default contract says of restoring `record` under `wanted`: 'accepts' or 'refuses: <field line>'."""
+    try:
+        migration.check(record["contract"], wanted)
+        return "accepts"
+    except ContractMismatchError as exc:
+        lines = [line.strip() for line in str(exc).splitlines()]
+        return "refuses: " + next((line for line in lines if migration.FIELD in line), lines[-1])
+
+
+def _restore_on(ctx: Context, writer_shared: str, record: dict, from_step: int, world: tuple) -> dict:
+    """One world of drill 3: restore `from_step` with `world` (processes, devices each) and train to the end."""
+    import shardlab as sl
+
+    processes, local_devices = world
+    wanted = sl.contract(
+        sl.teaching_fixture(), sl.Config(ctx.seed, ctx.batch_size, num_devices=processes * local_devices)
+    )
+    default = _default_contract(record, wanted)
+    outcome = ctx.launch(
+        f"3-world/{processes}x{local_devices}",
+        writer_shared,
+        processes,
+        local_devices,
+        resume=str(from_step),
+        migrate=True,
+        save_every=0,
+    )
+    report = outcome["reports"].get(0) or {}
+    compared = control.compare(report, ctx.reference)
+    restored = control.state_matches(report.get("restored"), ctx.reference["states"][from_step])
+    ok = _completed(outcome) and outcome["divergence"] is None and restored["matches"] and compared["matches"]
+    return {
+        "world": outcome["world"],
+        "devices": processes * local_devices,
+        "default_contract": default,
+        "migration": report.get("migration"),
+        "completed": _completed(outcome),
+        "divergence": outcome["divergence"],
+        "restored_equals_control": restored,
+        "resumed": compared,
+        "final_weights": (report.get("final") or {}).get("weights"),
+        "passed": bool(ok),
+        "wall_s": round(time.time() - outcome["launched"], 2),
     }
 
 
 def world_change(ctx: Context, writer_shared: str, from_step: int = SAVE_EVERY, worlds=WORLDS) -> dict:
     """Drill 3: restore `from_step` written by 2x2 on each of `worlds`, under the migration contract."""
-    import shardlab as sl
-
     began, record = time.time(), manifest.read(writer_shared, from_step)
-    data, runs = sl.teaching_fixture(), []
-    for processes, local_devices in worlds:
-        wanted = sl.contract(data, sl.Config(ctx.seed, ctx.batch_size, num_devices=processes * local_devices))
-        try:
-            migration.check(record["contract"], wanted)
-            default = "accepts"
-        except ContractMismatchError as exc:
-            lines = [line.strip() for line in str(exc).splitlines()]
-            default = "refuses: " + next((line for line in lines if migration.FIELD in line), lines[-1])
-        outcome = ctx.launch(
-            f"3-world/{processes}x{local_devices}",
-            writer_shared,
-            processes,
-            local_devices,
-            resume=str(from_step),
-            migrate=True,
-            save_every=0,
-        )
-        report = outcome["reports"].get(0) or {}
-        compared = control.compare(report, ctx.reference)
-        restored = control.state_matches(report.get("restored"), ctx.reference["states"][from_step])
-        runs.append(
-            {
-                "world": outcome["world"],
-                "devices": processes * local_devices,
-                "default_contract": default,
-                "migration": report.get("migration"),
-                "completed": _completed(outcome),
-                "divergence": outcome["divergence"],
-                "restored_equals_control": restored,
-                "resumed": compared,
-                "final_weights": (report.get("final") or {}).get("weights"),
-                "passed": bool(
-                    _completed(outcome)
-                    and outcome["divergence"] is None
-                    and restored["matches"]
-                    and compared["matches"]
-                ),
-                "wall_s": outcome["wall_s"],
-            }
-        )
+    runs = [_restore_on(ctx, writer_shared, record, from_step, world) for world in worlds]
     refuses = all(r["default_contract"].startswith("refuses") == (r["devices"] != 4) for r in runs)
-    return {
-        "drill": "world_change",
-        "written_by": record["writer_world"],
-        "from_step": from_step,
-        "world_sizes": ["2x2"] + [r["world"] for r in runs],
-        "runs": runs,
-        "default_refuses_device_change": refuses,
-        "detect_s": None,
+    compared = {
         "max_weight_diff": max(r["resumed"].get("max_weight_diff", float("inf")) for r in runs),
         "ids_equal": all(r["resumed"].get("ids_equal") for r in runs),
-        "passed": refuses and all(r["passed"] for r in runs),
-        "wall_s": round(time.time() - began, 2),
     }
+    return rows.row(
+        "world_change",
+        refuses and all(r["passed"] for r in runs),
+        ["2x2"] + [r["world"] for r in runs],
+        compared=compared,
+        written_by=record["writer_world"],
+        from_step=from_step,
+        runs=runs,
+        default_refuses_device_change=refuses,
+        wall_s=round(time.time() - began, 2),
+    )
 
 
 def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
     """Drill 4: `rank` consumes the batch of `step` without its update; every controller stops, naming it."""
     began = time.time()
     shared = os.path.join(ctx.out, "4-skip", "shared")
-    outcome = ctx.launch("4-skip/group", shared, skip=f"{rank}:{step}")
+    outcome = ctx.launch("4-skip/group", shared, skip={"attempt": 0, "rank": rank, "step": step})
     skipped = ((outcome["reports"].get(rank) or {}).get("skipped")) or {}
     stops = _stops(outcome, skipped["time"]) if skipped else {}
     before = control.compare(outcome["reports"].get(0), ctx.reference, need_final=False)
     named = _named(outcome, "HangError", rank)
-    return {
-        "drill": "skipped_batch",
-        "world_sizes": [outcome["world"]],
-        "skipper": rank,
-        "skipped_step": step,
-        "errors": control.errors(outcome),
-        "all_named_skipper": named,
-        "stop_after_skip_s": stops,
-        "detect_s": max(stops.values()) if stops else None,
-        "stopped_within_bound": bool(stops and max(stops.values()) <= STOP_BOUND),
-        "before_stop": before,
-        "max_weight_diff": before.get("max_weight_diff"),
-        "ids_equal": before.get("ids_equal"),
-        "passed": bool(named and stops and max(stops.values()) <= STOP_BOUND and before["matches"]),
-        "wall_s": round(time.time() - began, 2),
-    }
+    within = bool(stops and max(stops.values()) <= STOP_BOUND)
+    return rows.row(
+        "skipped_batch",
+        named and within and before["matches"],
+        [outcome["world"]],
+        compared=before,
+        failures=[rows.failure(0, outcome, victim=rank, phase="skip", at_step=step, signal="skip")],
+        detect_s=max(stops.values()) if stops else None,
+        skipper=rank,
+        skipped_step=step,
+        errors=control.errors(outcome),
+        all_named_skipper=named,
+        stop_after_skip_s=stops,
+        stopped_within_bound=within,
+        before_stop=before,
+        wall_s=round(time.time() - began, 2),
+    )
 
 
 def say(text: str) -> None:
@@ -343,7 +378,7 @@ def _remove_left_work(out_dir) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def begin(seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
+def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
     """A drill series in `work`; by default a work folder that `finish` removes, inside `out_dir` when given.
 
     With `out_dir`, nothing is written outside it (`python -m shardlab drills` passes a staging
@@ -366,12 +401,13 @@ def timed(name: str, fn, *args, verdict: bool = True, **kw) -> dict:
     say(f"{name} ...")
     began = time.time()
     row = fn(*args, **kw)
-    row.setdefault("wall_s", round(time.time() - began, 2))
+    if row.get("wall_s") is None:
+        row["wall_s"] = round(time.time() - began, 2)
     say(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
     return row
 
 
-def finish(ctx: Context, out_dir, rows: list, extra: dict, keep: bool = False) -> dict:
+def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) -> dict:
     """Write out_dir/drills.json (no machine paths) from every row; remove a temporary work folder."""
     os.makedirs(out_dir, exist_ok=True)
     result = {
@@ -382,63 +418,25 @@ def finish(ctx: Context, out_dir, rows: list, extra: dict, keep: bool = False) -
         "timeout_s": ctx.timeout,
         "stop_bound_s": STOP_BOUND,
         **extra,
-        "drills": rows,
-        "table": [row_summary(r) for r in rows],
-        "all_passed": bool(all(r["passed"] for r in rows) and extra.get("uninterrupted", {}).get("passed", True)),
+        "drills": found,
+        "table": [rows.table(r) for r in found],
+        "all_passed": bool(all(r["passed"] for r in found) and extra.get("uninterrupted", {}).get("passed", True)),
     }
     text = json.dumps(result, default=str).replace(ctx.out, "drills" if keep else "<temporary drills folder>")
     result = json.loads(text)
-    path = os.path.join(out_dir, "drills.json")
-    with open(path + ".tmp", "w") as handle:
-        json.dump(result, handle, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    write_json(os.path.join(out_dir, "drills.json"), result)
     if not keep and getattr(ctx, "temporary", False):
         shutil.rmtree(ctx.out, ignore_errors=True)
     return result
 
 
-def _what(failure: dict) -> str:
-    """'SIGNAL to process P at PHASE:STEP' (or the process that stopped, for a fault without a signal)."""
-    who = failure.get("victim", failure.get("process"))
-    how = failure.get("signal") or "fault"
-    where = failure.get("phase") or "?"
-    step = failure.get("at_step")
-    return f"{how} p{who} @{where}" + (f":{step}" if step is not None else "")
-
-
-def row_summary(row: dict) -> dict:
-    """The columns drills.json's table shows for every scenario, whichever kind of drill it is."""
-    failures = row.get("failures")
-    if failures is None and row.get("fault"):  # a drill without the supervisor: one kill, a hand restart
-        failures = [
-            {
-                "process": row["victim"],
-                "signal": "kill",
-                "phase": row["fault"]["phase"],
-                "at_step": row["fault"]["step"],
-                "cause": "; ".join(f"{e['type']}" for e in row.get("survivor_errors", {}).values()),
-                "resumed_from": row.get("resumed_from"),
-            }
-        ]
-    failures = failures or []
-    return {
-        "drill": row["drill"],
-        "passed": row["passed"],
-        "launch": row.get("launch", "explicit"),
-        "what": [_what(f) for f in failures],
-        "cause": [f.get("cause") for f in failures],
-        "detect_s": row.get("detect_s"),
-        "restarts": row.get("restarts", 1 if row.get("resumed_from") is not None else 0),
-        "resumed_from": row.get("resumed_from"),
-        "steps_lost": row.get("steps_lost"),
-        "max_weight_diff": row.get("max_weight_diff"),
-        "ids_equal": row.get("ids_equal"),
-        "goodput": row.get("goodput"),
-    }
-
-
 def run_all(
-    out_dir, seed: int = 17, batch_size: int = 7, timeout: float = TIMEOUT, keep: bool = False, reduced: bool = False
+    out_dir,
+    seed: int = SEED,
+    batch_size: int = BATCH_SIZE,
+    timeout: float = TIMEOUT,
+    keep: bool = False,
+    reduced: bool = False,
 ) -> dict:
     """The uninterrupted group and every drill (`reduced`: the notebook's set); writes out_dir/drills.json.
 
@@ -452,18 +450,18 @@ def run_all(
     ctx = begin(seed, batch_size, timeout, os.path.join(out_dir, "drills") if keep else None, out_dir=out_dir)
     try:
         base = timed("uninterrupted", uninterrupted, ctx)
-        rows = [timed("several_failures", scenarios.several_failures, ctx)]
+        found = [timed("several_failures", scenarios.several_failures, ctx)]
         if not reduced:
             plan = {"save_step": 2 * SAVE_EVERY, "phase": "save-written", "hold": True, "victim": 1}
-            rows += [timed("kill_during_save", _save_drill, ctx, "1-kill-save", plan, strict=True)]
-            rows += [timed("kill_during_step", kill_during_step, ctx)]
-        rows += [
+            found += [timed("kill_during_save", _save_drill, ctx, "1-kill-save", plan, strict=True)]
+            found += [timed("kill_during_step", kill_during_step, ctx)]
+        found += [
             timed("world_change", world_change, ctx, base["shared"], worlds=NOTEBOOK_WORLDS if reduced else WORLDS)
         ]
-        rows += [timed("skipped_batch", skipped_batch, ctx)]
+        found += [timed("skipped_batch", skipped_batch, ctx)]
         if not reduced:
-            rows += [timed("named_stop", scenarios.named_stop, ctx)]
-            rows += [timed(name, fn, ctx) for name, fn in scenarios.FULL]
+            found += [timed("named_stop", scenarios.named_stop, ctx)]
+            found += [timed(name, fn, ctx) for name, fn in scenarios.FULL]
         cost = timed("async_vs_sync", lambda c: {"passed": True, **scenarios.overhead(c, 1 if reduced else 3)}, ctx)
     except BaseException:
         if not keep:
@@ -471,13 +469,12 @@ def run_all(
         raise
     base.pop("shared")
     extra = {"uninterrupted": base, "async_vs_sync": cost, "reduced": reduced, "wall_s": round(time.time() - began, 2)}
-    return finish(ctx, out_dir, rows, extra, keep)
+    return finish(ctx, out_dir, found, extra, keep)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="drills_out", help="folder for drills.json and every group's reports")
-    parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--batch-size", type=int, default=7)
+    add_run_arguments(parser)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="bound of every wait, seconds")
     parser.add_argument("--keep", action="store_true", help="keep checkpoints and process logs in OUT/drills")
     parser.add_argument("--reduced", action="store_true", help="only the stage 5 notebook's set (as make test)")
@@ -510,21 +507,3 @@ def main(args) -> int:
         f"{os.path.join(args.out, 'drills.json')}"
     )
     return 0 if result["all_passed"] else 1
-
-
-def summary(result: dict) -> dict:
-    """Drill name -> the numbers a reader checks first (from a run_all result)."""
-    rows = {}
-    for drill in result["drills"]:
-        errors = drill.get("survivor_errors") or drill.get("errors") or {}
-        rows[drill["drill"]] = {
-            "passed": drill["passed"],
-            "world_sizes": drill["world_sizes"],
-            "detect_s": drill["detect_s"],
-            "max_weight_diff": drill["max_weight_diff"],
-            "ids_equal": drill["ids_equal"],
-            "accepted_step": drill.get("accepted_step"),
-            "errors": {pid: f"{e['type']}: {e['message'][:240]}" for pid, e in errors.items()},
-            "wall_s": drill["wall_s"],
-        }
-    return rows

@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 
 from shardlab.errors import HangError, LostProcessError, SamplerMismatchError, ShardlabError
+from shardlab.io import write_atomic
 
 PULSE = 0.5  # seconds between pulses
 PULSE_WINDOW = 3.0  # seconds a diagnosis watches the pulses: a live process pulses ~6 times in it
@@ -204,9 +205,7 @@ class Guard:
 
 def _write_pulse(path: str, text: str) -> None:
     try:
-        with open(f"{path}.tmp", "w") as handle:
-            handle.write(text)
-        os.replace(f"{path}.tmp", path)
+        write_atomic(path, text)
     except OSError:
         pass  # a missing pulse is what the supervisor reports; never stop training for it
 

@@ -1,10 +1,8 @@
-"""Start P controller processes on loopback, supervise them within a bound, gather their reports.
-
-    python -m shardlab multi --processes 2 --local-devices 2 --out DIR
+"""How a group of controller processes starts on loopback, is signalled and killed, and what it wrote.
 
 Every process runs `shardlab.multi.program` with the coordinator on 127.0.0.1 and its id in
-the environment. Each process leads its own process group, and every group the launcher
-started is killed in `finally`, so no controller outlives a launch.
+its environment, one of runtime.LAUNCHES. Each process leads its own process group, so the
+supervisor (the only caller that runs a group) can kill a whole group at teardown.
 """
 
 import json
@@ -15,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 from shardlab.errors import LaunchError
 from shardlab.lessons.fingerprint import first_divergence
@@ -222,123 +219,3 @@ def divergence(reports: dict) -> dict | None:
             if where:
                 found.append({**where, "process": pid})
     return min(found, key=lambda d: (d["step"] is None, d["step"] or 0)) if found else None
-
-
-def launch(
-    out,
-    shared,
-    processes: int = 2,
-    local_devices: int = 2,
-    *,
-    steps: int = 10,
-    save_every: int = 3,
-    seed: int = 17,
-    batch_size: int = 7,
-    resume: str = "none",
-    migrate: bool = False,
-    pause: str | None = None,
-    kill_delay: float | None = None,
-    skip: str | None = None,
-    timeout: float = 20.0,
-    limit: float | None = None,
-) -> dict:
-    """Run one group to its end (or to `limit` seconds); return exit codes, times and reports.
-
-    `pause='RANK:PHASE:STEP[:mark]'` stops that rank at a fault point; with `kill_delay` set, the
-    launcher SIGKILLs it that many seconds after it reaches the point.
-    """
-    out, shared = os.path.abspath(os.fspath(out)), os.path.abspath(os.fspath(shared))
-    os.makedirs(out, exist_ok=False)
-    limit = float(limit or 90 + 6 * timeout)
-    args = [
-        *("--shared", shared, "--out", out, "--steps", str(steps), "--save-every", str(save_every)),
-        *("--seed", str(seed), "--batch-size", str(batch_size), "--resume", str(resume), "--timeout", str(timeout)),
-        *(["--migrate"] if migrate else []),
-        *(["--pause", pause] if pause else []),
-        *(["--skip", skip] if skip else []),
-    ]
-    victim = program.parse_fault(pause)["rank"] if pause and kill_delay is not None else None
-    port, procs, logs, exits, killed = free_port(), {}, [], {}, None
-    began = time.time()
-    try:
-        procs, logs = start(out, args, processes, local_devices, "explicit", port)
-        while len(exits) < processes and time.time() - began < limit:
-            for pid, proc in procs.items():
-                if pid not in exits and proc.poll() is not None:
-                    exits[pid] = time.time()
-            if victim is not None and killed is None and os.path.exists(program.marker_path(out, victim)):
-                time.sleep(kill_delay)
-                already = procs[victim].poll() is not None  # a late kill may find the run finished
-                if not already:
-                    kill(procs[victim])
-                killed = {"process": victim, "time": time.time(), "fault": program.parse_fault(pause)}
-                killed["after_exit"] = already
-            time.sleep(0.05)
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                kill(proc)
-            proc.wait()
-        for log in logs:
-            log.close()
-    reports = {pid: report(out, pid) for pid in range(processes)}
-    return {
-        "world": runtime.World(processes, local_devices, 0).label,
-        "processes": processes,
-        "local_devices": local_devices,
-        "exit_codes": {pid: proc.returncode for pid, proc in procs.items()},
-        "exit_times": exits,
-        "first_exit": min(exits, key=exits.get) if exits else None,
-        "timed_out": len(exits) < processes,
-        "killed": killed,
-        "wall_s": round(time.time() - began, 2),
-        "reports": reports,
-        "divergence": divergence(reports),
-        "out": out,
-    }
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--processes", type=int, default=2, help="controller processes (default 2)")
-    parser.add_argument("--local-devices", type=int, default=2, help="logical CPU devices per process (default 2)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--save-every", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--batch-size", type=int, default=7)
-    parser.add_argument("--resume", default="none", help="'none', 'latest' or a step")
-    parser.add_argument("--migrate", action="store_true", help="allow a device-count change on resume")
-    parser.add_argument("--timeout", type=float, default=20.0, help="bound of every wait, seconds")
-    parser.add_argument("--out", default="multi_out", help="folder for reports (a new run subfolder each time)")
-    parser.add_argument("--shared", default=None, help="checkpoint folder (default OUT/shared)")
-
-
-def main(args) -> int:
-    from shardlab.multi import control
-
-    shared = args.shared or os.path.join(args.out, "shared")
-    run_out = os.path.join(args.out, f"run-{time.strftime('%Y%m%dT%H%M%S')}")
-    outcome = launch(
-        run_out,
-        shared,
-        args.processes,
-        args.local_devices,
-        steps=args.steps,
-        save_every=args.save_every,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        resume=args.resume,
-        migrate=args.migrate,
-        timeout=args.timeout,
-    )
-    reference = control.run(args.seed, args.batch_size, args.steps)
-    summary = {
-        "world": outcome["world"],
-        "exit_codes": outcome["exit_codes"],
-        "wall_s": outcome["wall_s"],
-        "divergence": outcome["divergence"],
-        "against_single_process": control.compare(outcome["reports"].get(0), reference),
-        "errors": control.errors(outcome),
-    }
-    print(json.dumps(summary, indent=1, sort_keys=True))
-    ok = all(code == 0 for code in outcome["exit_codes"].values()) and summary["against_single_process"]["matches"]
-    return 0 if ok else 1

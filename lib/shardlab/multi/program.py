@@ -32,7 +32,9 @@ import numpy as np
 
 import shardlab as sl
 from shardlab.core.batch import put_shards
-from shardlab.errors import CheckpointExistsError, ShardlabError
+from shardlab.core.config import BATCH_SIZE, SEED
+from shardlab.errors import CheckpointExistsError, LaunchError, ShardlabError
+from shardlab.io import plain, write_json
 from shardlab.lessons import fingerprint
 from shardlab.multi import manifest, migration, retention, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard
@@ -65,13 +67,6 @@ def pulse_path(out, process_id: int) -> str:
 def progress_path(out, process_id: int) -> str:
     """One JSON line per event (ready, restored, step, saved, published, preempted), appended as it happens."""
     return os.path.join(os.fspath(out), f"progress_{process_id}.jsonl")
-
-
-def _write_json(path: str, value: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(value, handle, indent=1, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def parse_fault(text: str | None) -> dict | None:
@@ -146,7 +141,7 @@ class Controller:
             return
         saving = store.in_progress(self.checkpoints) if self.checkpoints is not None else False
         mark = {"phase": phase, "step": step, "time": time.time(), "saving_in_progress": saving, "os_pid": os.getpid()}
-        _write_json(marker_path(self.args.out, self.pid), mark)
+        write_json(marker_path(self.args.out, self.pid), mark)
         if pause["die"]:
             os.kill(os.getpid(), signal.SIGKILL)
         if pause["fail"]:
@@ -168,7 +163,7 @@ class Controller:
 
     def write(self) -> None:
         """Write this process's report."""
-        _write_json(report_path(self.args.out, self.pid), self.report)
+        write_json(report_path(self.args.out, self.pid), self.report)
 
     def resume(self) -> None:
         """Pick the newest complete step (or the one asked for), agree on it, set the rest aside, restore."""
@@ -200,8 +195,7 @@ class Controller:
         return sl.host_copy(state)
 
     def _plain(self, state: dict) -> dict:
-        host = self._host(state)
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in host.items()}
+        return plain(self._host(state))
 
     def save(self, step: int) -> None:
         """Save `step` on every controller; publish it now (synchronous) or once every piece is written."""
@@ -327,27 +321,60 @@ class Controller:
         self.report["status"] = "complete"
 
 
+REQUIRED = object()  # an option every controller must be given
+# The controller's options, one table: add_arguments parses them, argv builds a command line from them.
+OPTIONS = (  # (name, default, type or "flag", help)
+    ("shared", REQUIRED, str, "checkpoint folder every process shares"),
+    ("out", REQUIRED, str, "folder for this group's per-process reports"),
+    ("steps", 10, int, "train until this many updates are done"),
+    ("save_every", 3, int, "save every K steps (0: never)"),
+    ("seed", SEED, int, "sampler and initial-state seed"),
+    ("batch_size", BATCH_SIZE, int, "rows per step"),
+    ("resume", "none", str, "'none', 'latest' or a step number"),
+    ("migrate", False, "flag", "accept a device-count change (migration contract)"),
+    ("timeout", 20.0, float, "bound in seconds of every wait"),
+    ("pause", None, str, "fault: RANK:PHASE:STEP[:mark] (update, save-begin, ...)"),
+    ("skip", None, str, "fault: RANK:STEP, that rank skips the batch of STEP"),
+    ("async_save", False, "flag", "write checkpoints in the background"),
+    ("keep", 0, int, "keep the newest N complete checkpoints (0: all)"),
+)
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--shared", required=True, help="checkpoint folder every process shares")
-    parser.add_argument("--out", required=True, help="folder for this group's per-process reports")
-    parser.add_argument("--steps", type=int, default=10, help="train until this many updates are done")
-    parser.add_argument("--save-every", type=int, default=3, help="save every K steps (0: never)")
-    parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--batch-size", type=int, default=7)
-    parser.add_argument("--resume", default="none", help="'none', 'latest' or a step number")
-    parser.add_argument("--migrate", action="store_true", help="accept a device-count change (migration contract)")
-    parser.add_argument("--timeout", type=float, default=20.0, help="bound in seconds of every wait")
-    parser.add_argument("--pause", default=None, help="fault: RANK:PHASE:STEP[:mark] (update, save-begin, ...)")
-    parser.add_argument("--skip", default=None, help="fault: RANK:STEP, that rank skips the batch of STEP")
-    parser.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
-    parser.add_argument("--keep", type=int, default=0, help="keep the newest N complete checkpoints (0: all)")
+    for name, default, kind, text in OPTIONS:
+        flag = "--" + name.replace("_", "-")
+        if kind == "flag":
+            parser.add_argument(flag, action="store_true", help=text)
+        elif default is REQUIRED:
+            parser.add_argument(flag, required=True, type=kind, help=text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=text)
+
+
+def argv(**values) -> list[str]:
+    """The command-line arguments that make add_arguments parse `values` (defaults and None left out)."""
+    known = {name: (default, kind) for name, default, kind, _ in OPTIONS}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise LaunchError(f"the controller program has no option {unknown}; its options are {sorted(known)}")
+    missing = [name for name, (default, _) in known.items() if default is REQUIRED and values.get(name) is None]
+    if missing:
+        raise LaunchError(f"the controller program needs {missing}")
+    args = []
+    for name, value in values.items():
+        default, kind = known[name]
+        if value is None or value == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if kind == "flag" else [flag, str(os.fspath(value) if isinstance(value, os.PathLike) else value)]
+    return args
 
 
 def _launch_failed(args, exc: Exception) -> int:
     """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
     pid = runtime.launch_rank(os.environ)
     error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
-    _write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
+    write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
     print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     runtime.end_mpi_job(EXIT_STOPPED)
     return EXIT_STOPPED

@@ -137,9 +137,11 @@ def check_port_free(address: str) -> None:
 
 def _detected(timeout: float, method: str | None) -> tuple:
     """What JAX's own cluster detection (`method`, None: automatic) finds: (address, count, id, local ids)."""
-    from jax._src.clusters import ClusterEnv
+    from shardlab import compat
 
-    return ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, method, init_timeout(timeout))
+    return compat.jax_cluster_env().auto_detect_unset_distributed_params(
+        None, None, None, None, method, init_timeout(timeout)
+    )
 
 
 def initialize(timeout: float, on_timeout=None) -> World:

@@ -11,7 +11,8 @@ uninterrupted single-process control:
 - a preemption saves the agreed step, every process exits with "preempted at step N", and
   the relaunch loses no step.
 
-`FULL` is `make drills`' set; `REDUCED` is what the stage 5 notebook (and so `make test`) runs.
+`FULL` is what `make drills` runs beyond the drills of `drills`; the stage 5 notebook (and so
+`make test`) runs `several_failures` alone of these. Every row is `rows.row`'s shape.
 """
 
 import os
@@ -20,9 +21,8 @@ import subprocess
 import sys
 import time
 
-from shardlab.multi import launcher, ledger, manifest, runtime, supervisor
+from shardlab.multi import launcher, ledger, manifest, program, rows, runtime, supervisor
 
-STEPS, SAVE_EVERY = 10, 3
 SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
 
@@ -34,90 +34,66 @@ def _published(attempt: dict) -> list[int]:
     return sorted(found)
 
 
-def _row(name: str, result: dict, reference: dict, expect: list[dict], bounds: dict) -> dict:
+def _checks(k: int, attempts: list, lost: list, want: dict, bound, published: int) -> dict:
+    """Attempt k's failure against what the scenario expects of it (`want`: cause, process, bound)."""
+    event, fault = attempts[k]["event"], attempts[k]["fault"] or {}
+    on_disk = attempts[k + 1]["complete_before"]  # verified complete steps when attempt k+1 started
+    newest = on_disk[-1] if on_disk else 0
+    detect, kind = attempts[k].get("detect_s"), event["kind"]
+    named = want.get("process", fault.get("rank"))
+    return {
+        "named_process": kind == "preempted" or named is None or event.get("process") == named,
+        "named_cause": want.get("cause", "") in event.get("cause", ""),
+        "detected_within_bound": kind == "preempted" or (None not in (detect, bound) and detect <= bound),
+        "resumed_from_newest_complete": ledger.resumed_from(attempts[k + 1]) == newest and newest >= published,
+        "interrupted_save_not_accepted": fault.get("phase") not in SAVE_WINDOWS or fault["step"] not in on_disk,
+        "no_step_lost": kind != "preempted" or lost[k] == 0,
+    }
+
+
+def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict:
     """One drills.json row: per failure the process, phase, cause, detection and resume; the path; goodput."""
     attempts = result["attempts"]
-    compared = ledger.against_control(result, reference, STEPS)
+    compared = ledger.against_control(result, ctx.reference, ctx.steps)
     lost = ledger.wasted_steps(result)
-    failures, ok = [], bool(result["completed"] and result["error"] is None)
-    published = 0  # newest step any process saw published so far
+    failures, published = [], 0  # newest step any process saw published so far
     for k, attempt in enumerate(attempts[:-1]):
         published = max([published, *_published(attempt)])
-        on_disk = attempts[k + 1]["complete_before"]  # verified complete steps when attempt k+1 started
-        newest = on_disk[-1] if on_disk else 0
-        event, fault = attempt["event"], attempt["fault"] or {}
         want = expect[k] if k < len(expect) else {}
+        stopped = (attempt["fault"] or {}).get("signal") == "stop"
+        bound = bounds["freeze_s"] if stopped else bounds.get(want.get("bound", "death_s"))
+        checks = _checks(k, attempts, lost, want, bound, published)
         resumed = ledger.resumed_from(attempts[k + 1])
-        kind = event["kind"]
-        bound = bounds["freeze_s"] if fault.get("signal") == "stop" else bounds.get(want.get("bound", "death_s"))
-        detect = attempt.get("detect_s")
-        named = want.get("process", fault.get("rank"))
-        checks = {
-            "named_process": kind == "preempted" or named is None or event.get("process") == named,
-            "named_cause": want.get("cause", "") in event.get("cause", ""),
-            "detected_within_bound": kind == "preempted" or (None not in (detect, bound) and detect <= bound),
-            "resumed_from_newest_complete": resumed == newest and newest >= published,
-            "interrupted_save_not_accepted": fault.get("phase") not in SAVE_WINDOWS or fault["step"] not in on_disk,
-            "no_step_lost": kind != "preempted" or lost[k] == 0,
-        }
         failures.append(
-            {
-                "attempt": k,
-                "victim": fault.get("rank"),
-                "process": event.get("process"),
-                "phase": fault.get("phase"),
-                "at_step": fault.get("step"),
-                "signal": fault.get("signal"),
-                "kind": kind,
-                "cause": event.get("cause"),
-                "detect_s": detect,
-                "bound_s": bound,
-                "port": attempt["port"],
-                "resumed_from": resumed,
-                "steps_lost": lost[k],
-                "checks": checks,
-            }
+            rows.failure(k, attempt, bound_s=bound, resumed_from=resumed, steps_lost=lost[k], checks=checks)
         )
-        ok = ok and all(checks.values())
-    ports = result["ports"]
-    fresh = len(set(ports)) == len(ports)
-    return {
-        "drill": name,
-        "world_sizes": [f"{result['processes']}x{result['local_devices']}"],
-        "launch": result["launch"],
-        "failures": failures,
-        "restarts": result["restarts"],
-        "resumed_from": [f["resumed_from"] for f in failures],
-        "steps_lost": sum(lost),
-        "fresh_port_every_attempt": fresh,
-        "detect_s": max((f["detect_s"] for f in failures if f["detect_s"] is not None), default=None),
-        "max_weight_diff": compared.get("max_weight_diff"),
-        "ids_equal": compared.get("ids_equal"),
-        "against_control": compared,
-        "goodput": ledger.goodput(result),
-        "error": result["error"],
-        "passed": bool(ok and fresh and compared["matches"]),
-        "wall_s": result["wall_s"],
-    }
+    ok = result["completed"] and result["error"] is None and all(all(f["checks"].values()) for f in failures)
+    fresh = len(set(result["ports"])) == len(result["ports"])
+    return rows.row(
+        name,
+        ok and fresh and compared["matches"],
+        [result["world"]],
+        compared=compared,
+        launch=result["launch"],
+        failures=failures,
+        restarts=result["restarts"],
+        resumed_from=[f["resumed_from"] for f in failures],
+        steps_lost=sum(lost),
+        detect_s=max((f["detect_s"] for f in failures if f["detect_s"] is not None), default=None),
+        fresh_port_every_attempt=fresh,
+        against_control=compared,
+        goodput=ledger.goodput(result),
+        error=result["error"],
+        wall_s=result["wall_s"],
+    )
 
 
 def run(ctx, name: str, faults: tuple, expect: list[dict], **kw) -> dict:
     """Supervise one scenario under ctx.out/name and return its row."""
-    folder = os.path.join(ctx.out, name)
-    kw.setdefault("save_every", SAVE_EVERY)
-    result = supervisor.supervise(
-        os.path.join(folder, "supervised"),
-        os.path.join(folder, "shared"),
-        steps=STEPS,
-        seed=ctx.seed,
-        batch_size=ctx.batch_size,
-        timeout=ctx.timeout,
-        faults=faults,
-        **kw,
-    )
-    row = _row(name, result, ctx.reference, expect, supervisor.detection_bounds(ctx.timeout))
+    result = ctx.supervise(name, faults=faults, **kw)
+    row = _row(name, result, ctx, expect, supervisor.detection_bounds(ctx.timeout))
     if name.startswith("cleanup"):
-        row["shared_after"] = _entries(os.path.join(folder, "shared"))
+        row["shared_after"] = _entries(os.path.join(ctx.out, name, "shared"))
     return row
 
 
@@ -144,9 +120,9 @@ def several_failures(ctx) -> dict:
     return row
 
 
-def _cleanup_check(row: dict) -> dict:
+def _cleanup_check(ctx, row: dict) -> dict:
     after = row.get("shared_after", {})
-    newest_kept = bool(after.get("complete")) and after["complete"][-1] == STEPS - STEPS % SAVE_EVERY
+    newest_kept = bool(after.get("complete")) and after["complete"][-1] == ctx.steps - ctx.steps % ctx.save_every
     row["newest_complete_survived"] = newest_kept
     row["passed"] = bool(row["passed"] and newest_kept and len(after.get("complete", [])) <= 1)
     return row
@@ -154,41 +130,33 @@ def _cleanup_check(row: dict) -> dict:
 
 def launch_paths(ctx) -> dict:
     """The same program launched every way of runtime.LAUNCHES: identical indices, mesh, IDs and loss hash."""
-    rows = {}
+    paths = {}
     for launch in runtime.LAUNCHES:
-        outcome = supervisor.supervise(
-            os.path.join(ctx.out, f"launch-{launch}", "supervised"),
-            os.path.join(ctx.out, f"launch-{launch}", "shared"),
-            steps=STEPS,
-            save_every=0,
-            seed=ctx.seed,
-            batch_size=ctx.batch_size,
-            timeout=ctx.timeout,
-            launch=launch,
-            budget=0,
-        )
+        outcome = ctx.supervise(f"launch-{launch}", save_every=0, launch=launch, budget=0)
         reports = outcome["attempts"][-1]["reports"]
-        rows[launch] = {
+        paths[launch] = {
             "completed": outcome["completed"],
             "process_ids": sorted(r["process_id"] for r in reports.values() if r),
             "launched_by": sorted({r.get("launched_by") for r in reports.values() if r}),
             "mesh": (reports.get(0) or {}).get("mesh"),
             "ids": [e["ids"] for e in ledger.path(outcome)],
             "loss_hash": _loss_hash(ledger.path(outcome)),
-            "against_control": ledger.against_control(outcome, ctx.reference, STEPS),
+            "against_control": ledger.against_control(outcome, ctx.reference, ctx.steps),
         }
     keys = ("process_ids", "mesh", "ids", "loss_hash")
-    same = all(rows["explicit"][k] == row[k] for row in rows.values() for k in keys)
-    return {
-        "drill": "launch_paths",
-        "world_sizes": ["2x2"],
-        "paths": {k: {**v, "ids": len(v["ids"])} for k, v in rows.items()},
-        "identical": same,
-        "detect_s": None,
-        "max_weight_diff": max(v["against_control"].get("max_weight_diff") or 0.0 for v in rows.values()),
-        "ids_equal": all(v["against_control"].get("ids_equal") for v in rows.values()),
-        "passed": bool(same and all(v["completed"] and v["against_control"]["matches"] for v in rows.values())),
+    same = all(paths["explicit"][k] == found[k] for found in paths.values() for k in keys)
+    compared = {
+        "max_weight_diff": max(v["against_control"].get("max_weight_diff") or 0.0 for v in paths.values()),
+        "ids_equal": all(v["against_control"].get("ids_equal") for v in paths.values()),
     }
+    return rows.row(
+        "launch_paths",
+        same and all(v["completed"] and v["against_control"]["matches"] for v in paths.values()),
+        ["2x2"],
+        compared=compared,
+        paths={k: {**v, "ids": len(v["ids"])} for k, v in paths.items()},
+        identical=same,
+    )
 
 
 def _loss_hash(steps: list[dict]) -> str:
@@ -220,16 +188,14 @@ def launch_negatives(ctx) -> dict:
     cases["too_few_processes"] = _one(ctx, env, "did not assemble")
     bound = runtime.init_timeout(ctx.timeout) + 30
     passed = all(c["named"] and c["exit_code"] == 3 and c["wall_s"] <= bound for c in cases.values())
-    return {
-        "drill": "launch_negatives",
-        "world_sizes": ["2x2"],
-        "cases": cases,
-        "bound_s": bound,
-        "detect_s": max(c["wall_s"] for c in cases.values()),
-        "max_weight_diff": None,
-        "ids_equal": None,
-        "passed": passed,
-    }
+    return rows.row(
+        "launch_negatives",
+        passed,
+        ["2x2"],
+        cases=cases,
+        bound_s=bound,
+        detect_s=max(c["wall_s"] for c in cases.values()),
+    )
 
 
 def _one(ctx, env: dict, expected: str, ranks: int | None = None) -> dict:
@@ -238,7 +204,7 @@ def _one(ctx, env: dict, expected: str, ranks: int | None = None) -> dict:
     folder = os.path.join(ctx.out, "launch-negatives", f"case-{time.time_ns()}")
     os.makedirs(folder)
     began = time.time()
-    args = ["--shared", os.path.join(folder, "shared"), "--out", folder, "--timeout", str(ctx.timeout)]
+    args = program.argv(shared=os.path.join(folder, "shared"), out=folder, timeout=ctx.timeout)
     command = [sys.executable, *launcher.PROGRAM, *args]
     proc = subprocess.run(
         [launcher.mpiexec(), "-n", str(ranks), *command] if ranks else command,
@@ -264,17 +230,7 @@ def overhead(ctx, pairs: int = 1) -> dict:
     samples = {"sync": {"step_s": [], "save_block_s": []}, "async": {"step_s": [], "save_block_s": []}}
     for i in range(pairs):
         for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
-            result = supervisor.supervise(
-                os.path.join(ctx.out, f"overhead-{mode}-{i}", "supervised"),
-                os.path.join(ctx.out, f"overhead-{mode}-{i}", "shared"),
-                steps=STEPS,
-                save_every=1,
-                seed=ctx.seed,
-                batch_size=ctx.batch_size,
-                timeout=ctx.timeout,
-                async_save=mode == "async",
-                budget=0,
-            )
+            result = ctx.supervise(f"overhead-{mode}-{i}", save_every=1, async_save=mode == "async", budget=0)
             events = ledger._events(result["attempts"][-1])
             steps = [e["s"] for e in events if e["event"] == "step"][1:]  # the first step compiles
             samples[mode]["step_s"] += steps
@@ -295,14 +251,13 @@ def overhead(ctx, pairs: int = 1) -> dict:
 
 def _cleanup(ctx) -> dict:
     faults = (kill(0, "cleanup", 3, "die"),)
-    return _cleanup_check(run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
+    return _cleanup_check(ctx, run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
 
 
 def _one_fault(name: str, fault: dict, cause: str, **kw):
     return lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
 
 
-ASYNC = {"async_save": True}
 MPI = {"launch": "mpirun"}  # the same supervision with one mpirun starting the group
 FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
     ("p0_killed_mid_step", _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)")),
@@ -333,11 +288,6 @@ FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the 
 )
 
 
-def full(ctx) -> list[dict]:
-    """Every supervised scenario of FULL, in order."""
-    return [fn(ctx) for _, fn in FULL]
-
-
 def write_fails(ctx) -> dict:
     """Process 1's background write of step 6 fails (ENOSPC inside Orbax's writer thread): the error is
     raised at that process's next wait as a named AsyncSaveError, step 6 never counts, the group restarts."""
@@ -359,38 +309,14 @@ def named_stop(ctx) -> dict:
 
 def crash_loop(ctx) -> dict:
     """Process 1 dies at step 2 in every attempt: the restart budget (2) ends it with a RestartBudgetError."""
-    fault = kill(1, "update", 1, "die")
-    result = supervisor.supervise(
-        os.path.join(ctx.out, "crash_loop", "supervised"),
-        os.path.join(ctx.out, "crash_loop", "shared"),
-        steps=STEPS,
-        save_every=SAVE_EVERY,
-        seed=ctx.seed,
-        batch_size=ctx.batch_size,
-        timeout=ctx.timeout,
-        faults=(fault,) * 3,
-        budget=2,
-    )
+    result = ctx.supervise("crash_loop", faults=(kill(1, "update", 1, "die"),) * 3, budget=2)
     error = result["error"] or {}
-    return {
-        "drill": "crash_loop",
-        "world_sizes": ["2x2"],
-        "restarts": result["restarts"],
-        "failures": [
-            {
-                **{k: a["fault"][k] for k in ("signal", "phase")},
-                "victim": 1,
-                "at_step": 1,
-                "attempt": a["attempt"],
-                "process": a["event"].get("process"),
-                "cause": a["event"].get("cause"),
-            }
-            for a in result["attempts"]
-        ],
-        "error": error,
-        "detect_s": None,
-        "max_weight_diff": None,
-        "ids_equal": None,
-        "passed": error.get("type") == "RestartBudgetError" and result["failures"] == 3 and not result["completed"],
-        "wall_s": result["wall_s"],
-    }
+    return rows.row(
+        "crash_loop",
+        error.get("type") == "RestartBudgetError" and result["failures"] == 3 and not result["completed"],
+        [result["world"]],
+        failures=[rows.failure(a["attempt"], a) for a in result["attempts"]],
+        restarts=result["restarts"],
+        error=error,
+        wall_s=result["wall_s"],
+    )

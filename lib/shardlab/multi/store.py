@@ -34,11 +34,12 @@ def _watch_writer() -> None:
     several processes only after a finalisation barrier the other processes pass only once
     every write succeeded, so the failed process would wait out its bound, and its error would
     surface as a hang. The writer thread's own function is wrapped once per process (the
-    version is pinned; a test runs this against Orbax's real manager).
+    version is pinned and checked in shardlab.compat; a test runs this against Orbax's real manager).
     """
-    from orbax.checkpoint._src.checkpointers import async_checkpointer as writer
+    from shardlab import compat
 
-    original = writer._background_wait_for_commit_futures
+    writer = compat.orbax_writer()
+    original = getattr(writer, compat.WRITER_WAIT)
     if getattr(original, "shardlab_watched", False):
         return
 
@@ -54,7 +55,7 @@ def _watch_writer() -> None:
             raise
 
     watched.shardlab_watched = True
-    writer._background_wait_for_commit_futures = watched
+    setattr(writer, compat.WRITER_WAIT, watched)
 
 
 def fail_next_write(reason: str) -> None:

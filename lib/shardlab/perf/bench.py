@@ -13,7 +13,6 @@ Sections, each checked for correctness before any clock runs and measured side b
 The numbers are never test thresholds: `targets` reports each as met or not met.
 """
 
-import json
 import os
 import sys
 import time
@@ -21,8 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from shardlab.core import fixtures
+from shardlab.core.config import BATCH_SIZE, SEED, add_run_arguments
 from shardlab.core.devices import make_mesh, setup_devices
 from shardlab.evidence.audit import source_hashes
+from shardlab.io import write_json
 from shardlab.perf import endtoend, host, local, plot, profile, roofline, scaling, stats, tables, targets
 
 NUM_DEVICES = 4
@@ -58,7 +59,9 @@ def roofline_points(data, mesh, e2e: dict) -> dict:
     return {"roofs": roofs, "points": points}
 
 
-def run(out, batch_size=7, seed=17, samples=local.SAMPLES, grid=scaling.GRID_ROWS, checkout=".", steps=None) -> dict:
+def run(
+    out, batch_size=BATCH_SIZE, seed=SEED, samples=local.SAMPLES, grid=scaling.GRID_ROWS, checkout=".", steps=None
+) -> dict:
     """Every measurement, in one process; writes OUT/bench.json and OUT/bench.png and returns the result."""
     started = time.perf_counter()
     setup_devices(NUM_DEVICES)
@@ -85,21 +88,14 @@ def run(out, batch_size=7, seed=17, samples=local.SAMPLES, grid=scaling.GRID_ROW
     result["boundary"] = host.boundary(result["machine"]["physical_cores"])
     result["machine"]["load_average_at_end"] = list(os.getloadavg())
     result["elapsed_s"] = time.perf_counter() - started
-    (out / "bench.json").write_text(json.dumps(result, indent=1, default=_plain))
+    write_json(out / "bench.json", result)
     plot.figure(result, out / "bench.png")
     return result
 
 
-def _plain(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"cannot store {type(value).__name__} in bench.json")
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="bench", help="folder for bench.json, bench.png and the traces")
-    parser.add_argument("--batch-size", type=int, default=7, help="batch size of the traced and scanned transitions")
-    parser.add_argument("--seed", type=int, default=17)
+    add_run_arguments(parser)  # --seed, --batch-size (of the traced and scanned transitions)
     parser.add_argument("--samples", type=int, default=local.SAMPLES, help="warm samples per local variant")
     parser.add_argument("--steps", type=int, default=endtoend.STEPS, help="transitions per end-to-end sample")
     parser.add_argument(

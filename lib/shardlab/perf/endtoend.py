@@ -18,6 +18,7 @@ import time
 import jax
 import numpy as np
 
+from shardlab.core.config import SEED
 from shardlab.core.devices import make_mesh
 from shardlab.core.state import initial, transition
 from shardlab.core.update import make_step
@@ -49,7 +50,7 @@ def course_loop(data, mesh, batch_size: int):
     return run
 
 
-def programs(data, mesh, batch_size: int, steps: int = STEPS, seed: int = 17) -> dict:
+def programs(data, mesh, batch_size: int, steps: int = STEPS, seed: int = SEED) -> dict:
     """Variant -> (run(state, steps), starting state from `seed`); the fused ones compiled for `steps` per dispatch."""
     single = make_mesh(1)
     loops = {
@@ -98,7 +99,7 @@ def measure(found: dict, steps: int, samples: int, clock=time.perf_counter) -> d
     return {"per_step_ms": per_step, "order": order}
 
 
-def batch(data, mesh, batch_size: int, steps: int = STEPS, samples: int = SAMPLES, seed: int = 17) -> dict:
+def batch(data, mesh, batch_size: int, steps: int = STEPS, samples: int = SAMPLES, seed: int = SEED) -> dict:
     """Gate, then measure one batch size; medians and the ratios the targets use."""
     found = programs(data, mesh, batch_size, steps, seed)
     errors = gate(found, data, steps)
@@ -118,6 +119,6 @@ def batch(data, mesh, batch_size: int, steps: int = STEPS, samples: int = SAMPLE
     }
 
 
-def run(data, mesh, batch_sizes=(7, 64, 1023), steps: int = STEPS, samples: int = SAMPLES, seed: int = 17) -> dict:
+def run(data, mesh, batch_sizes=(7, 64, 1023), steps: int = STEPS, samples: int = SAMPLES, seed: int = SEED) -> dict:
     """Every batch size in turn, each measured side by side."""
     return {f"b{b}": batch(data, mesh, b, steps, samples, seed) for b in batch_sizes}

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shardlab.core.batch import next_batch
+from shardlab.core.config import SEED
 from shardlab.core.state import initial
 from shardlab.core.update import make_step
 from shardlab.perf import fused
@@ -34,7 +35,7 @@ def cost(compiled) -> dict:
     return {"flops": float(found.get("flops", 0.0)), "bytes_accessed": float(found.get("bytes accessed", 0.0))}
 
 
-def course_step(data, mesh, batch_size: int, seed: int = 17) -> dict:
+def course_step(data, mesh, batch_size: int, seed: int = SEED) -> dict:
     """Cost of the course's compiled update for one placed batch (sampling and placement are outside it)."""
     state = initial(seed, data, mesh)
     _, batch = next_batch(state, data, batch_size, mesh)
@@ -42,7 +43,7 @@ def course_step(data, mesh, batch_size: int, seed: int = 17) -> dict:
     return cost(make_step(mesh).lower(*args).compile())
 
 
-def fused_step(data, mesh, batch_size: int, body=None, seed: int = 17) -> dict:
+def fused_step(data, mesh, batch_size: int, body=None, seed: int = SEED) -> dict:
     """Cost of one fused step: the loop's program compiled for K = 1 (sampler, gather, update, collectives)."""
     loop = fused.FusedLoop(data, mesh, batch_size, 1, body=body)
     return cost(loop.program.lower(*loop.arguments(initial(seed, data, mesh), 1)).compile())

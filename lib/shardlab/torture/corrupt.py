@@ -17,6 +17,7 @@ import numpy as np
 from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
+from shardlab.io import read_npz
 from shardlab.lessons import faults
 from shardlab.torture.outcome import BAD, Tally
 
@@ -37,12 +38,6 @@ class Bases:
     def rows(self) -> int:
         """Number of sample ids (the length of `order`)."""
         return int(self.contract["features_shape"][0])
-
-
-def load_members(path: str) -> dict:
-    """Every array in an NPZ, by member name (no pickles)."""
-    with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
 
 
 def pack(path: str, members: dict, allow_pickle: bool = False) -> None:
@@ -241,7 +236,7 @@ def invalid_state_saved(b, rng, path, i):
         state["step"] = -1
     else:
         state["weights"] = np.full_like(state["weights"], -np.inf)
-    pack(path, checkpoint._arrays(state, b.contract))
+    pack(path, checkpoint.members(state, b.contract))
     return None
 
 
@@ -298,7 +293,7 @@ def bases(folder: str, states: list[dict], contract: dict, foreign_contract: dic
     checkpoint.save(paths[2], states[len(states) // 2], foreign_contract)  # another state, too
     with open(paths[0], "rb") as handle:
         raw = handle.read()
-    return Bases(paths[0], states[-1], raw, *[load_members(p) for p in paths], contract)
+    return Bases(paths[0], states[-1], raw, *[read_npz(p) for p in paths], contract)
 
 
 def run(scale: float, folder, states: list[dict], contract: dict, foreign_contract: dict, mesh, seed: int) -> dict:

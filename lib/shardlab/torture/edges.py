@@ -23,9 +23,9 @@ from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
+from shardlab.io import read_npz
 from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
-from shardlab.torture.corrupt import load_members
 from shardlab.torture.outcome import Tally, tree_digest
 
 BOUND = 30.0  # seconds any one trial may take (a child process included)
@@ -93,126 +93,79 @@ with outdir.writing(sys.argv[1], "run") as staging:
 """
 
 
+def _out(t) -> str:
+    return os.path.join(t, "out")
+
+
+def _holds(t, rel: str, text: str) -> bool:
+    return open(os.path.join(_out(t), rel)).read() == text
+
+
+BASE = {"a.ipynb": "1", "results/a.json": "{}"}
+# Every command that takes an output folder, as its command line before the folder (tests/test_outdir.py too)
+COMMAND_ARGV = {
+    "bench": ["bench", "--out"],
+    "torture": ["torture", "--reduced", "--out"],
+    "drills": ["drills", "--out"],
+    "check": ["check", "--stage", "1", "--output"],
+    "supervise": ["supervise", "--out"],
+}
+# (name, setup(trial), action(trial), expect 'refused' | 'done' | 'failed', check(trial) -> bool); a setup of
+# None plants a person's file at a random depth in OUT, and its check is that the file survives
+FOLDER_CASES = (
+    ("publish into a new folder", lambda t: None, lambda t: _publish(_out(t), BASE), "done",
+     lambda t: _holds(t, "a.ipynb", "1")),
+    ("rerun replaces exactly its own files", lambda t: _publish(_out(t), {**BASE, "old.txt": "o"}),
+     lambda t: _publish(_out(t), {"a.ipynb": "2"}), "done",
+     lambda t: not os.path.exists(os.path.join(_out(t), "old.txt")) and _holds(t, "a.ipynb", "2")),
+    ("rerun keeps another command's files",
+     lambda t: (_publish(_out(t), BASE), _publish(_out(t), {"t.json": "k"}, "torture")),
+     lambda t: _publish(_out(t), {"a.ipynb": "3"}), "done", lambda t: _holds(t, "t.json", "k")),
+    ("a person's file in OUT", None, lambda t: _publish(_out(t), BASE), "refused", None),
+    ("an edited receipt", lambda t: (_publish(_out(t), BASE), open(os.path.join(_out(t), "a.ipynb"), "w").write("e")),
+     lambda t: _publish(_out(t), BASE), "refused", lambda t: _holds(t, "a.ipynb", "e")),
+    ("OUT is a symlink", lambda t: os.symlink(os.path.join(t, "beside"), _out(t)), lambda t: _publish(_out(t), BASE),
+     "refused", None),
+    ("OUT is a regular file", lambda t: open(_out(t), "w").write("f"), lambda t: _publish(_out(t), BASE), "refused",
+     lambda t: open(_out(t)).read() == "f"),
+    ("the parent of OUT is a file", lambda t: open(os.path.join(t, "pf"), "w").write("f"),
+     lambda t: _publish(os.path.join(t, "pf", "out"), BASE), "refused", None),
+    ("an earlier run without --replace", lambda t: _publish(_out(t), BASE),
+     lambda t: _publish(_out(t), BASE, replace=False), "refused", None),
+    ("a failing command keeps the earlier files", lambda t: _publish(_out(t), BASE),
+     lambda t: _publish(_out(t), {"a.ipynb": "half"}, fail=True), "failed", lambda t: _holds(t, "a.ipynb", "1")),
+    ("a killed run's staging is cleared", lambda t: (_publish(_out(t), BASE), _dead_staging(_out(t))),
+     lambda t: _publish(_out(t), BASE), "done", lambda t: not _staging_left(_out(t))),
+    ("a notebook path instead of a name", lambda t: None, lambda t: _run_paths(_out(t)), "refused", None),
+    ("SIGTERM during a run", lambda t: _publish(_out(t), BASE), lambda t: _sigterm(_out(t)), "done",
+     lambda t: _holds(t, "a.ipynb", "1")),
+) + tuple(
+    (f"`{command}` into a folder with foreign files", None, lambda t, c=command: _cli(c, _out(t)), "refused", None)
+    for command in COMMAND_ARGV
+)  # fmt: skip
+
+
+def _planted(rng) -> tuple:
+    """A setup that plants a person's file at a random depth in OUT, and the check that it survived."""
+    depth = int(rng.integers(0, 3))
+    rel = "/".join([f"d{k}" for k in range(depth)] + [f"notes-{int(rng.integers(1000))}.md"])
+
+    def setup(t):
+        path = os.path.join(_out(t), rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write("a person's notes")
+
+    return setup, lambda t: _holds(t, rel, "a person's notes")
+
+
 def _scenarios(rng, count: int) -> list[tuple]:
-    """(name, setup(trial) -> None, action(trial) -> None, expect 'refused' | 'done', check(trial) -> bool)."""
-
-    def out(t):
-        return os.path.join(t, "out")
-
-    def foreign_name():
-        depth = int(rng.integers(0, 3))
-        return "/".join([f"d{k}" for k in range(depth)] + [f"notes-{int(rng.integers(1000))}.md"])
-
-    base = {"a.ipynb": "1", "results/a.json": "{}"}
-    scenarios = [
-        (
-            "publish into a new folder",
-            lambda t: None,
-            lambda t: _publish(out(t), base),
-            "done",
-            lambda t: open(os.path.join(out(t), "a.ipynb")).read() == "1",
-        ),
-        (
-            "rerun replaces exactly its own files",
-            lambda t: _publish(out(t), {**base, "old.txt": "o"}),
-            lambda t: _publish(out(t), {"a.ipynb": "2"}),
-            "done",
-            lambda t: (
-                not os.path.exists(os.path.join(out(t), "old.txt"))
-                and open(os.path.join(out(t), "a.ipynb")).read() == "2"
-            ),
-        ),
-        (
-            "rerun keeps another command's files",
-            lambda t: (_publish(out(t), base), _publish(out(t), {"t.json": "k"}, "torture")),
-            lambda t: _publish(out(t), {"a.ipynb": "3"}),
-            "done",
-            lambda t: open(os.path.join(out(t), "t.json")).read() == "k",
-        ),
-        ("a person's file in OUT", None, lambda t: _publish(out(t), base), "refused", None),
-        (
-            "an edited receipt",
-            lambda t: (_publish(out(t), base), open(os.path.join(out(t), "a.ipynb"), "w").write("e")),
-            lambda t: _publish(out(t), base),
-            "refused",
-            lambda t: open(os.path.join(out(t), "a.ipynb")).read() == "e",
-        ),
-        (
-            "OUT is a symlink",
-            lambda t: os.symlink(os.path.join(t, "beside"), out(t)),
-            lambda t: _publish(out(t), base),
-            "refused",
-            None,
-        ),
-        (
-            "OUT is a regular file",
-            lambda t: open(out(t), "w").write("f"),
-            lambda t: _publish(out(t), base),
-            "refused",
-            lambda t: open(out(t)).read() == "f",
-        ),
-        (
-            "the parent of OUT is a file",
-            lambda t: open(os.path.join(t, "pf"), "w").write("f"),
-            lambda t: _publish(os.path.join(t, "pf", "out"), base),
-            "refused",
-            None,
-        ),
-        (
-            "an earlier run without --replace",
-            lambda t: _publish(out(t), base),
-            lambda t: _publish(out(t), base, replace=False),
-            "refused",
-            None,
-        ),
-        (
-            "a failing command keeps the earlier files",
-            lambda t: _publish(out(t), base),
-            lambda t: _publish(out(t), {"a.ipynb": "half"}, fail=True),
-            "failed",
-            lambda t: open(os.path.join(out(t), "a.ipynb")).read() == "1",
-        ),
-        (
-            "a killed run's staging is cleared",
-            lambda t: (_publish(out(t), base), _dead_staging(out(t))),
-            lambda t: _publish(out(t), base),
-            "done",
-            lambda t: not _staging_left(out(t)),
-        ),
-        ("a notebook path instead of a name", lambda t: None, lambda t: _run_paths(out(t)), "refused", None),
-        (
-            "SIGTERM during a run",
-            lambda t: _publish(out(t), base),
-            lambda t: _sigterm(out(t)),
-            "done",
-            lambda t: open(os.path.join(out(t), "a.ipynb")).read() == "1",
-        ),
-    ]
-    for command in ("bench", "torture", "drills", "check"):
-        scenarios.append(
-            (
-                f"`{command}` into a folder with foreign files",
-                None,
-                lambda t, c=command: _cli(c, out(t)),
-                "refused",
-                None,
-            )
-        )
+    """`count` cases of FOLDER_CASES in turn, each planted file drawn anew."""
     plans = []
     for i in range(count):
-        name, setup, action, expect, check = scenarios[i % len(scenarios)]
+        name, setup, action, expect, check = FOLDER_CASES[i % len(FOLDER_CASES)]
         if setup is None:
-            planted = foreign_name()
-
-            def setup(t, planted=planted):
-                path = os.path.join(out(t), planted)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w") as handle:
-                    handle.write("a person's notes")
-
-            def check(t, planted=planted):
-                return open(os.path.join(out(t), planted)).read() == "a person's notes"
-
+            setup, check = _planted(rng)
         plans.append((name, setup, action, expect, check))
     return plans
 
@@ -246,11 +199,35 @@ def _cli(command: str, out) -> None:
 
     from shardlab.__main__ import main
 
-    argv = {"check": ["check", "--stage", "1", "--output", out], "torture": ["torture", "--reduced", "--out", out]}
     with redirect_stderr(io.StringIO()) as err, redirect_stdout(io.StringIO()):
-        code = main(argv.get(command, [command, "--out", out]))
+        code = main([*COMMAND_ARGV[command], out])
     if code:
         raise ConfigError(err.getvalue().strip().splitlines()[-1])
+
+
+def _act(tally: Tally, name: str, action, expect: str, trial: str) -> str:
+    """Run one case's action and count it against what it must do: 'refused', 'failed', 'done' or 'unexpected'."""
+    began = time.perf_counter()
+    try:
+        action(trial)
+    except (ShardlabError, RuntimeError) as exc:
+        outcome = "refused" if expect == "refused" and isinstance(exc, ShardlabError) else "failed"
+        if expect not in ("refused", "failed") or (expect == "failed") != (outcome == "failed"):
+            tally.count("wrong", f"{name}: raised {type(exc).__name__}: {str(exc)[:160]}")
+        elif outcome == "refused":
+            tally.errors[type(exc).__name__] += 1
+            tally.count("refused")
+        else:
+            tally.count("exact")
+    except Exception as exc:
+        outcome = "unexpected"
+        tally.count("unexpected", f"{name}: unclear {type(exc).__name__}: {str(exc)[:160]}")
+    else:
+        outcome = "done"
+        tally.count("exact" if expect == "done" else "wrong", f"{name}: was not refused")
+    if time.perf_counter() - began > BOUND:
+        tally.count("hang", f"{name}: over {BOUND} s")
+    return outcome
 
 
 def output_folders(trials: int, folder, seed: int) -> dict:
@@ -265,26 +242,7 @@ def output_folders(trials: int, folder, seed: int) -> dict:
         setup(trial)
         beside, listing = tree_digest(os.path.join(trial, "beside")), sorted(set(os.listdir(trial)) - {"out"})
         tally.trials += 1
-        began = time.perf_counter()
-        try:
-            action(trial)
-        except (ShardlabError, RuntimeError) as exc:
-            outcome = "refused" if expect == "refused" and isinstance(exc, ShardlabError) else "failed"
-            if expect not in ("refused", "failed") or (expect == "failed") != (outcome == "failed"):
-                tally.count("wrong", f"{name}: raised {type(exc).__name__}: {str(exc)[:160]}")
-            elif outcome == "refused":
-                tally.errors[type(exc).__name__] += 1
-                tally.count("refused")
-            else:
-                tally.count("exact")
-        except Exception as exc:
-            outcome = "unexpected"
-            tally.count("unexpected", f"{name}: unclear {type(exc).__name__}: {str(exc)[:160]}")
-        else:
-            outcome = "done"
-            tally.count("exact" if expect == "done" else "wrong", f"{name}: was not refused")
-        if time.perf_counter() - began > BOUND:
-            tally.count("hang", f"{name}: over {BOUND} s")
+        outcome = _act(tally, name, action, expect, trial)
         if check is not None and outcome != "unexpected" and not check(trial):
             tally.count("lost", f"{name}: a file that had to survive changed")
         if tree_digest(os.path.join(trial, "beside")) != beside or sorted(set(os.listdir(trial)) - {"out"}) != listing:
@@ -342,13 +300,63 @@ def forged(path, state: dict, contract: dict, **fields) -> str:
     return path
 
 
+# Saved contracts of JSON shapes no contract has; restore refuses each by name (tests/test_hostile.py too)
+CONTRACT_TEXTS = ("[1, 2]", '"s"', "{}", "null", "1e999", '{"seed": NaN}', '"a string"', '{"schema_version": true}')
+_HEAD = '{"format_version": 1, "status": "complete", "step": 3'
+# Manifests (written latin-1) that read refuses by name and scan ignores (tests/test_hostile.py too)
+MANIFEST_BODIES = (
+    "[1]", '"s"', "null", "7", _HEAD + ', "files": []}', _HEAD + ', "files": {"piece": 1}}', "[" * 100_000,
+    "[1, 2]", '"complete"', "3", _HEAD + ', "files": {"piece": 1}, "state": {}}', _HEAD.replace("1", "true", 1) + "}",
+    "\xff\xfe not utf-8",
+)  # fmt: skip
+
+
+def _hostile_files(add, base: dict, n: int, rng) -> None:
+    """Bombs, nested and odd JSON, byte order, prepended bytes and special files, each `add`ed by name."""
+    members, raw, good = base["members"], base["raw"], base["good"]
+    for values in [1 << 22, 1 << 25][: max(1, min(2, n))]:
+        add(f"deflated members declaring {values} values", lambda p, v=values: bomb(p, members, v))
+    for depth in (100_000, 3_000, 500)[: max(1, n // 2)]:
+        nested = np.asarray("[" * depth + "]" * depth)
+        add(f"contract nested {depth} deep", lambda p, x=nested: np.savez(p, **{**members, "contract": x}))
+    for text in CONTRACT_TEXTS[: max(2, n)]:
+        add(f"contract {text}", lambda p, t=text: np.savez(p, **{**members, "contract": np.asarray(t)}))
+    for name in FIELDS:
+        swapped = members[name].astype(members[name].dtype.newbyteorder(">"))
+        add(f"{name} byte-swapped", lambda p, m=name, x=swapped: np.savez(p, **{**members, m: x}))
+    for _ in range(max(1, n)):
+        junk = rng.integers(0, 256, size=int(rng.integers(1, 300)), dtype=np.uint8).tobytes()
+        add(f"{len(junk)} bytes prepended", lambda p, j=junk: open(p, "wb").write(j + raw))
+    add("a FIFO", lambda p: os.mkfifo(p))
+    add("a folder", lambda p: os.mkdir(p))
+    add("a symlink to the good file", lambda p: os.symlink(good, p))
+
+
+def _forgeries(add, states: list[dict], contract: dict, other_seed_key, n: int, rng) -> None:
+    """States no run reaches (checksum recomputed), each `add`ed by name."""
+    for k in range(max(3, 4 * n)):
+        base = states[int(rng.choice(len(states)))]
+        fields = [
+            {"step": 2**63 - 1},
+            {"step": 0, "cursor": 7},
+            {"cursor": 3},
+            {"order": np.arange(len(base["order"]))},
+            {"key": other_seed_key},
+            {"step": int(base["step"]) + 4 * int(rng.integers(1, 5)) + 1},
+        ][k % 6]
+        add(
+            f"forged state {sorted(fields)} at step {int(base['step'])}",
+            lambda p, b=base, f=fields: forged(p, b, contract, **f),
+        )
+
+
 def hostile_restore(scale: float, folder, states: list[dict], contract: dict, other_seed_key, mesh, seed: int) -> dict:
     """Bombs, nested JSON, byte order, prepended bytes, special files, forged states and manifests."""
     started, tally, rng = time.perf_counter(), Tally(), np.random.default_rng(seed)
     folder = os.fspath(folder)
     os.makedirs(folder)
     good = checkpoint.save(os.path.join(folder, "good.npz"), states[-1], contract)
-    members, raw, digest = load_members(good), open(good, "rb").read(), sha256_file(good)
+    base, digest = {"members": read_npz(good), "raw": open(good, "rb").read(), "good": good}, sha256_file(good)
     legit_error, _, legit_peak = _peak(lambda: checkpoint.restore(good, contract, mesh))
     if legit_error is not None:
         raise RuntimeError(f"the base checkpoint does not restore: {legit_error}")
@@ -360,42 +368,8 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
         paths.append((name, path))
 
     n = max(1, round(6 * scale))
-    for values in [1 << 22, 1 << 25][: max(1, min(2, n))]:
-        add(f"deflated members declaring {values} values", lambda p, v=values: bomb(p, members, v))
-    for depth in (100_000, 3_000, 500)[: max(1, n // 2)]:
-        add(
-            f"contract nested {depth} deep",
-            lambda p, d=depth: np.savez(p, **{**members, "contract": np.asarray("[" * d + "]" * d)}),
-        )
-    for text in ("[1, 2]", '"s"', "{}", "null", "1e999", '{"seed": NaN}')[: max(2, n)]:
-        add(f"contract {text}", lambda p, t=text: np.savez(p, **{**members, "contract": np.asarray(t)}))
-    for name in FIELDS:
-        add(
-            f"{name} byte-swapped",
-            lambda p, m=name: np.savez(p, **{**members, m: members[m].astype(members[m].dtype.newbyteorder(">"))}),
-        )
-    for _ in range(max(1, n)):
-        junk = rng.integers(0, 256, size=int(rng.integers(1, 300)), dtype=np.uint8).tobytes()
-        add(f"{len(junk)} bytes prepended", lambda p, j=junk: open(p, "wb").write(j + raw))
-    add("a FIFO", lambda p: os.mkfifo(p))
-    add("a folder", lambda p: os.mkdir(p))
-    add("a symlink to the good file", lambda p: os.symlink(good, p))
-    steps = [s for s in range(len(states))]
-    for k in range(max(3, 4 * n)):
-        base = states[int(rng.choice(steps))]
-        kind = k % 6
-        fields = [
-            {"step": 2**63 - 1},
-            {"step": 0, "cursor": 7},
-            {"cursor": 3},
-            {"order": np.arange(len(base["order"]))},
-            {"key": other_seed_key},
-            {"step": int(base["step"]) + 4 * int(rng.integers(1, 5)) + 1},
-        ][kind]
-        add(
-            f"forged state {sorted(fields)} at step {int(base['step'])}",
-            lambda p, b=base, f=fields: forged(p, b, contract, **f),
-        )
+    _hostile_files(add, base, n, rng)
+    _forgeries(add, states, contract, other_seed_key, n, rng)
     over, peaks = [], []
     for name, path in paths:
         tally.trials += 1
@@ -409,14 +383,10 @@ def hostile_restore(scale: float, folder, states: list[dict], contract: dict, ot
     _classify(tally, "manifest shapes", *_manifests(os.path.join(folder, "shared")), None)
     if sha256_file(good) != digest:
         tally.count("lost", "the good checkpoint changed")
-    return _result(
-        tally,
-        started,
-        legit_restore_peak_bytes=legit_peak,
-        memory_over_bound=over,
-        max_refused_peak_bytes=max(peaks, default=None),
-        cases=[name for name, _ in paths],
-    )
+    max_peak = max(peaks, default=None)
+    cases = [name for name, _ in paths]
+    return _result(tally, started, legit_restore_peak_bytes=legit_peak, memory_over_bound=over,
+                   max_refused_peak_bytes=max_peak, cases=cases)  # fmt: skip
 
 
 def _timed(call):
@@ -450,15 +420,13 @@ def _manifests(shared) -> tuple:
         handle.write("x")
     path = manifest.manifest_path(shared, 3)
     os.makedirs(os.path.dirname(path))
-    head = '{"format_version": 1, "status": "complete", "step": 3'
-    bodies = ["[1]", '"s"', "null", "7", head + ', "files": []}', head + ', "files": {"piece": 1}}', "[" * 100_000]
-    for body in bodies + [None]:
+    for body in [*MANIFEST_BODIES, None]:
         if os.path.lexists(path):
             os.unlink(path)
         if body is None:
             os.mkfifo(path)
         else:
-            with open(path, "w") as handle:
+            with open(path, "w", encoding="latin-1") as handle:
                 handle.write(body)
         try:
             _timed(lambda: manifest.read(shared, 3))
@@ -476,13 +444,9 @@ def _manifests(shared) -> tuple:
 # --- 3. save refuses what it would silently change ---------------------------------------
 
 
-def save_refusals(folder, states: list[dict], contract: dict) -> dict:
-    """Values save would have to change, malformed contracts, a parent that is a file: each refused, nothing written."""
-    started, tally = time.perf_counter(), Tally()
-    folder = os.fspath(folder)
-    os.makedirs(folder)
-    rows = len(states[-1]["order"])
-    values = {
+def silent_values(rows: int) -> dict:
+    """State values that save would have to change to store, by name: each must be refused (tests too)."""
+    return {
         "cursor 3.7": {"cursor": 3.7},
         "cursor True": {"cursor": True},
         "step True": {"step": True},
@@ -490,46 +454,59 @@ def save_refusals(folder, states: list[dict], contract: dict) -> dict:
         "step 2**63": {"step": 2**63},
         "step -1": {"step": -1},
         "key [-1, 5]": {"key": np.array([-1, 5], np.int64)},
-        "key [2**32, 5]": {"key": np.array([2**32, 5])},
+        "key [2**32, 5]": {"key": np.array([2**32, 5], np.int64)},
         "key as floats": {"key": np.array([1.5, 2.0])},
         "order beyond int32": {"order": np.r_[np.arange(rows - 1), 2**32 + 1]},
         "order as floats": {"order": np.arange(rows) + 0.5},
         "weights as text": {"weights": ["a"] * 8},
+        "weights as strings": {"weights": np.array(["1"] * 8)},
         "cursor past the end": {"cursor": rows + 1},
         "weights NaN": {"weights": np.full(8, np.nan, np.float32)},
     }
-    contracts = {
-        "contract {}": {},
-        "contract without seed": {k: v for k, v in contract.items() if k != "seed"},
-        "contract batch_size True": {**contract, "batch_size": True},
-        "contract a list": [contract],
-        "contract shape as text": {**contract, "features_shape": "23x8"},
-    }
+
+
+# Contracts no save or restore may take, as changes of a good one (tests/test_hostile.py too)
+MALFORMED_CONTRACTS = {
+    "contract {}": lambda c: {},
+    "contract without seed": lambda c: {k: v for k, v in c.items() if k != "seed"},
+    "contract batch_size True": lambda c: {**c, "batch_size": True},
+    "contract a list": lambda c: [c],
+    "contract shape as text": lambda c: {**c, "features_shape": "23x8"},
+}
+
+
+def save_refusals(folder, states: list[dict], contract: dict) -> dict:
+    """Values save would have to change, malformed contracts, a parent that is a file: each refused, nothing written."""
+    started, tally = time.perf_counter(), Tally()
+    folder = os.fspath(folder)
+    os.makedirs(folder)
+    values = silent_values(len(states[-1]["order"]))
+    contracts = {name: change(contract) for name, change in MALFORMED_CONTRACTS.items()}
     cases = [(f"save({n})", {**states[k % len(states)], **v}, contract) for k, (n, v) in enumerate(values.items())]
     cases += [(f"save({n})", states[-1], c) for n, c in contracts.items()]
-    before = tree_digest(folder)
-    for name, state, contract_ in cases:
-        tally.trials += 1
-        _refusal(
-            tally,
-            name,
-            lambda s=state, c=contract_: checkpoint.save(os.path.join(folder, "x.npz"), s, c),
-            (CheckpointError,),
-        )
     with open(os.path.join(folder, "a_file"), "w") as handle:
         handle.write("f")
-    before = tree_digest(folder)
-    tally.trials += 1
-    outcome = _refusal(
-        tally,
-        "save(parent is a file)",
-        lambda: checkpoint.save(os.path.join(folder, "a_file", "x.npz"), states[-1], contract),
-        (checkpoint.CheckpointWriteError,),
+    target = os.path.join(folder, "x.npz")
+    cases = [
+        (name, lambda s=state, c=contract_: checkpoint.save(target, s, c), (CheckpointError,))
+        for name, state, contract_ in cases
+    ]
+    cases.append(
+        (
+            "save(parent is a file)",
+            lambda: checkpoint.save(os.path.join(folder, "a_file", "x.npz"), states[-1], contract),
+            (checkpoint.CheckpointWriteError,),
+        )
     )
-    if outcome == "refused" and tree_digest(folder) != before:
-        tally.count("lost", "a refused save changed the folder")
-    if os.path.exists(os.path.join(folder, "x.npz")):
-        tally.count("wrong", "a refused save wrote x.npz")
+    for name, call, kinds in cases:  # each refused with nothing written: the folder as it was before it
+        before = tree_digest(folder)
+        tally.trials += 1
+        outcome = _refusal(tally, name, call, kinds)
+        if outcome == "refused" and tree_digest(folder) != before:
+            tally.count("lost", f"a refused {name} changed the folder")
+        if os.path.exists(target):
+            tally.count("wrong", f"a refused {name} wrote x.npz")
+            os.unlink(target)
     return _result(tally, started)
 
 
@@ -606,17 +583,8 @@ else:
 """
 
 
-def orbax(children: int, folder, states: list[dict], contract: dict, foreign: dict, mesh) -> dict:
-    """Contract-first restore, damaged metadata, failing saves (a file as parent, a full file system in a child)."""
-    started, tally = time.perf_counter(), Tally()
-    folder = os.fspath(folder)
-    os.makedirs(folder)
-    state = states[-1]
-    good = orbax_io.save(os.path.join(folder, "good"), state, contract)
-    tally.trials += 1
-    tally.attempt("valid Orbax checkpoint", lambda: orbax_io.restore(good, contract, mesh), state, BOUND)
-    tally.trials += 1
-    _refusal(tally, "another experiment's contract", lambda: orbax_io.restore(good, foreign, mesh), (CheckpointError,))
+def _damaged_copies(folder: str, state: dict, contract: dict) -> list[str]:
+    """Orbax checkpoints whose contract file is damaged or missing, and one with damaged state metadata."""
     damaged = []
     for body in (b"{not json", b"\xff\xfe", b"[1]", b'{"contract": {}, "state": {}}', None):
         copy = os.path.join(folder, f"contract-{len(damaged)}")
@@ -634,49 +602,58 @@ def orbax(children: int, folder, states: list[dict], contract: dict, foreign: di
             if "metadata" in name.lower():
                 with open(os.path.join(root, name), "wb") as handle:
                     handle.write(b"\xff\xfe{ damaged")
-    damaged.append(meta)
-    for path in damaged:
+    return damaged + [meta]
+
+
+def _full_disk(tally: Tally, folder: str, k: int) -> None:
+    """One Orbax save in a child whose file system fills up: it must be refused, fast, leaving nothing."""
+    tally.trials += 1
+    target = os.path.join(folder, f"full-{k}", "ckpt")
+    began = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHILD, target, str(300 + 400 * k)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tally.count("unexpected", f"full disk {k}: exit {done.returncode}: {done.stderr[-300:]}")
+    elif lines[0]["refused"]:
+        tally.errors["CheckpointWriteError"] += 1
+        tally.count("refused")
+    else:
+        tally.count("wrong", f"full disk {k}: the save claimed success")
+    if time.perf_counter() - began > 2 * BOUND:
+        tally.count("hang", f"full disk {k}: the process took {time.perf_counter() - began:.0f} s to exit")
+    left = os.listdir(os.path.dirname(target)) if os.path.isdir(os.path.dirname(target)) else []
+    if left:
+        tally.count("leak", f"full disk {k}: left {left}")
+
+
+def orbax(children: int, folder, states: list[dict], contract: dict, foreign: dict, mesh) -> dict:
+    """Contract-first restore, damaged metadata, failing saves (a file as parent, a full file system in a child)."""
+    started, tally = time.perf_counter(), Tally()
+    folder = os.fspath(folder)
+    os.makedirs(folder)
+    state = states[-1]
+    good = orbax_io.save(os.path.join(folder, "good"), state, contract)
+    tally.trials += 1
+    tally.attempt("valid Orbax checkpoint", lambda: orbax_io.restore(good, contract, mesh), state, BOUND)
+    tally.trials += 1
+    _refusal(tally, "another experiment's contract", lambda: orbax_io.restore(good, foreign, mesh), (CheckpointError,))
+    for path in _damaged_copies(folder, state, contract):
         tally.trials += 1
-        _refusal(
-            tally,
-            f"restore {os.path.basename(path)}",
-            lambda p=path: orbax_io.restore(p, contract, mesh),
-            (CheckpointError,),
-        )
+        restore = lambda p=path: orbax_io.restore(p, contract, mesh)  # noqa: E731
+        _refusal(tally, f"restore {os.path.basename(path)}", restore, (CheckpointError,))
     with open(os.path.join(folder, "a_file"), "w") as handle:
         handle.write("f")
     tally.trials += 1
-    _refusal(
-        tally,
-        "save with a file as parent",
-        lambda: orbax_io.save(os.path.join(folder, "a_file", "c"), state, contract),
-        (CheckpointError,),
-        bound=10,
-    )
+    save = lambda: orbax_io.save(os.path.join(folder, "a_file", "c"), state, contract)  # noqa: E731
+    _refusal(tally, "save with a file as parent", save, (CheckpointError,), bound=10)
     for k in range(children):
-        tally.trials += 1
-        target = os.path.join(folder, f"full-{k}", "ckpt")
-        began = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-c", FULL_DISK_CHILD, target, str(300 + 400 * k)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        )
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        if not lines:
-            tally.count("unexpected", f"full disk {k}: exit {done.returncode}: {done.stderr[-300:]}")
-        elif lines[0]["refused"]:
-            tally.errors["CheckpointWriteError"] += 1
-            tally.count("refused")
-        else:
-            tally.count("wrong", f"full disk {k}: the save claimed success")
-        if time.perf_counter() - began > 2 * BOUND:
-            tally.count("hang", f"full disk {k}: the process took {time.perf_counter() - began:.0f} s to exit")
-        left = os.listdir(os.path.dirname(target)) if os.path.isdir(os.path.dirname(target)) else []
-        if left:
-            tally.count("leak", f"full disk {k}: left {left}")
+        _full_disk(tally, folder, k)
     if _staging_left(folder):
         tally.count("leak", f"left {_staging_left(folder)[:3]}")
     return _result(tally, started)

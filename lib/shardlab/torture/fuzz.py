@@ -20,6 +20,7 @@ import zipfile
 import numpy as np
 
 from shardlab.core import checkpoint
+from shardlab.io import read_npz
 from shardlab.torture.outcome import Tally, same_state
 
 BOUND = 10.0  # seconds one restore may take
@@ -139,8 +140,7 @@ def run(examples: int, folder, state: dict, contract: dict, mesh, seed: int) -> 
     folder = os.fspath(folder)
     os.makedirs(folder)
     good = checkpoint.save(os.path.join(folder, "good.npz"), state, contract)
-    with np.load(good, allow_pickle=False) as npz:
-        members = {name: npz[name] for name in npz.files}
+    members = read_npz(good)
     tracemalloc.start()
     checkpoint.restore(good, contract, mesh)
     legit_peak = tracemalloc.get_traced_memory()[1]

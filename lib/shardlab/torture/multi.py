@@ -7,18 +7,10 @@ the newest step with a completion manifest and compares with a single-process co
 within float32 rounding (the control runs on another device layout).
 """
 
-import importlib
 import time
 from collections import Counter
 
 from shardlab.torture.outcome import BAD, Tally
-
-
-def _find(module: str, name: str):
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
 
 
 def classify(result: dict, save_every: int) -> str:
@@ -32,15 +24,8 @@ def classify(result: dict, save_every: int) -> str:
 
 
 def run(trials: int, folder, seed: int) -> dict:
-    """`trials` kill trials with seeds seed*1000+i, or an 'unavailable' entry saying what is missing."""
-    drill = _find("shardlab.multi.drills", "kill_during_save")
-    if drill is None:
-        return {
-            "status": "unavailable",
-            "reason": "shardlab.multi.drills.kill_during_save does not exist yet (stage 5)",
-            "clean": False,
-        }
-    from shardlab.multi.drills import SAVE_EVERY
+    """`trials` kill trials with seeds seed*1000+i."""
+    from shardlab.multi.drills import SAVE_EVERY, kill_during_save
 
     started = time.perf_counter()
     tally, spread, records, failed = Tally(), Counter(), [], 0
@@ -48,7 +33,7 @@ def run(trials: int, folder, seed: int) -> dict:
         trial_seed = seed * 1000 + index
         tally.trials += 1
         try:
-            result = drill(trial_seed, folder)
+            result = kill_during_save(trial_seed, folder)
         except Exception as exc:  # the drill itself broke: a finding, never a pass
             tally.errors[type(exc).__name__] += 1
             tally.count("unexpected", f"trial {trial_seed}: {type(exc).__name__}: {exc}")

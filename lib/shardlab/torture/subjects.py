@@ -1,9 +1,7 @@
 """The checkpoints under torture: states from a real training run and the contract they belong to."""
 
 import shardlab as sl
-
-SEED = 17
-BATCH_SIZE = 7
+from shardlab.core.config import BATCH_SIZE, SEED
 
 
 def experiment(seed: int = SEED, batch_size: int = BATCH_SIZE) -> tuple:

@@ -2,11 +2,12 @@
 
 It imports the checkpoint module once (with JAX, but never starts a JAX backend), then
 reads one JSON request per line on stdin and answers one JSON line on stdout. For each
-request it forks a saver that reports every fault-injection phase of `checkpoint.save`
-(and every write to the temporary file, flushed so a kill leaves a genuinely partial
-file) on a pipe. The zygote SIGKILLs the saver either when it reports the requested
-event (`stop_at`) or after a delay (`delay`, with the saver pausing `pause` seconds at
-each event so the write spans long enough for a random moment to land anywhere in it).
+request it forks a saver that reports every file operation of `checkpoint.save` on a
+pipe, through the checker's harness (`shardlab.checker.interrupt.instrument`, no hook
+inside the checkpoint code). The zygote SIGKILLs the saver either when it reports the
+requested event (`stop_at`, its number) or after a delay (`delay`, with the saver pausing
+`pause` seconds at each event so the write spans long enough for a random moment to land
+anywhere in it).
 """
 
 import json
@@ -15,34 +16,12 @@ import signal
 import sys
 import time
 
+from shardlab.checker import interrupt
 from shardlab.core import checkpoint
 from shardlab.core.schema import host_copy
 
 STOPPED = "!stopped"
 STOP_WAIT = 60.0  # seconds a stopped saver waits for its SIGKILL before exiting by itself (never an orphan)
-
-
-class _ReportingFile:
-    """File wrapper: after each write, flush to the OS and report `write:<n>`."""
-
-    def __init__(self, handle, emit):
-        self._handle, self._emit, self._count = handle, emit, 0
-
-    def write(self, data):
-        written = self._handle.write(data)
-        self._handle.flush()
-        self._count += 1
-        self._emit(f"write:{self._count}")
-        return written
-
-    def __getattr__(self, name):
-        return getattr(self._handle, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return self._handle.__exit__(*exc)
 
 
 def decode_state(fields: dict) -> dict:
@@ -51,24 +30,33 @@ def decode_state(fields: dict) -> dict:
 
 
 def _saver(request: dict, state: dict, events_fd: int) -> None:
-    """Child body: save with every event reported; never returns."""
-    stop_at, pause = request.get("stop_at"), float(request.get("pause") or 0.0)
+    """Child body: save with every file operation reported (interrupt.instrument); never returns.
+
+    Each operation is reported before it runs, after the bytes of earlier writes were flushed to
+    the OS, so a kill there leaves a genuinely partial file. `stop_at` is the number of the
+    event (counting 'start' as 0) at which the saver stops and waits for its SIGKILL.
+    """
+    stop_at, pause, count = request.get("stop_at"), float(request.get("pause") or 0.0), [0]
 
     def emit(name):
         os.write(events_fd, f"{name}\n".encode())
-        if name == stop_at:
+        if stop_at is not None and count[0] == stop_at:
             os.write(events_fd, f"{STOPPED}\n".encode())
             time.sleep(STOP_WAIT)  # the SIGKILL arrives here; if the zygote died first, give up
             os._exit(4)
+        count[0] += 1
         if pause:
             time.sleep(pause)
 
-    real_fdopen = os.fdopen
-    checkpoint._phase = emit
-    os.fdopen = lambda *args, **kwargs: _ReportingFile(real_fdopen(*args, **kwargs), emit)
+    def hook(operation, target, data, handle):
+        if handle is not None:
+            handle.flush()
+        emit(interrupt.label(operation, target))
+
     code = 0
     try:
         emit("start")
+        interrupt.instrument(hook)
         checkpoint.save(request["path"], state, request["contract"])
         emit("returned")
     except BaseException as exc:  # report, then leave without running the zygote's code
@@ -97,7 +85,7 @@ def trial(request: dict) -> dict:
         _saver(request, state, write_fd)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as stream:
-        if request.get("stop_at"):
+        if request.get("stop_at") is not None:
             events = _read_events(stream, STOPPED)
             if events and events[-1] == STOPPED:
                 os.kill(pid, signal.SIGKILL)
