@@ -80,19 +80,41 @@ def keep_if(active, new, old):
     return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
 
 
-def _per_step_body(features, targets, key, order, cursor, weights, momentum, active, **static):
+def local_only(count, grad_num, loss_num):
+    """No collective: each device takes its own partial sums for the global ones (wrong numbers, a bound only)."""
+    return count, grad_num, loss_num
+
+
+def _step_by_step(features, targets, key, order, cursor, weights, momentum, active, reduce, **static):
     batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
     sampler, planned = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
 
     def one(carry, inputs):
         index, slots = inputs
         weights, momentum = carry
-        sums = packed_psum(*local_sums(*gather(features, targets, slots, num_slots), weights))
+        sums = reduce(*local_sums(*gather(features, targets, slots, num_slots), weights))
         new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
         return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
 
     (weights, momentum), losses = jax.lax.scan(one, (weights, momentum), (jnp.arange(k), planned))
     return (*sampler, weights, momentum, losses, planned.ids)
+
+
+def per_step_body(*args, **static):
+    """Per-device program: plan K batches, then per step local sums and one packed `psum`."""
+    return _step_by_step(*args, reduce=packed_psum, **static)
+
+
+def no_collective_body(*args, **static):
+    """`per_step_body` with the `psum` removed: the data-parallel loop's time without its collective.
+
+    Each device's weights then differ; the outputs are declared replicated anyway (device 0's
+    are returned), so its program is compiled without shard_map's replication check.
+    """
+    return _step_by_step(*args, reduce=local_only, **static)
+
+
+no_collective_body.check_vma = False
 
 
 @cache
@@ -110,25 +132,33 @@ def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_
         "learning_rate": float(learning_rate),
         "decay": float(decay),
     }
-    mapped = jax.shard_map(partial(body, **static), mesh=mesh, in_specs=(REPLICATED,) * 8, out_specs=(REPLICATED,) * 7)
+    specs = {"in_specs": (REPLICATED,) * 8, "out_specs": (REPLICATED,) * 7}
+    mapped = jax.shard_map(partial(body, **static), mesh=mesh, check_vma=getattr(body, "check_vma", True), **specs)
     return jax.jit(mapped)
 
 
 class FusedLoop:
     """K transitions per dispatch; `run(state, steps)` takes and returns the course's state.
 
-    `body` is the per-device program (`_per_step_body` here, `perf.stats.body` for one
-    collective per dispatch); both take and return the same arguments.
+    `variant` names the per-device program (`perf.costmodel.VARIANTS`); the default `"auto"`
+    lets the cost model choose from the batch size, width, device count and K (`self.choice`
+    holds its inputs and prediction). `body`, if given, is a per-device program to use instead.
     """
 
-    def __init__(self, data, mesh: Mesh, batch_size: int, k: int = STEPS_PER_DISPATCH, body=None, **hyper):
+    def __init__(self, data, mesh: Mesh, batch_size: int, k: int = STEPS_PER_DISPATCH, body=None, **options):
+        from shardlab.perf import costmodel  # the table imports this module's bodies
+
         self.data, self.mesh, self.batch_size, self.k = check_dataset(data), mesh, batch_size, k
         self.copied = copy_dataset(self.data, mesh)
-        rows = self.data.features.shape[0]
-        learning_rate, decay = hyper.get("learning_rate", LEARNING_RATE), hyper.get("decay", DECAY)
-        self.program = compile_loop(
-            body or _per_step_body, mesh, rows, batch_size, k, float(learning_rate), float(decay)
-        )
+        rows, width = self.data.features.shape
+        learning_rate, decay = options.get("learning_rate", LEARNING_RATE), options.get("decay", DECAY)
+        self.variant, self.choice = options.get("variant", costmodel.AUTO), None
+        if body is None and self.variant == costmodel.AUTO:
+            slots = device_sampler.slot_count(batch_size, rows, mesh.size)
+            self.choice = costmodel.choose(batch_size, width, mesh.size, k, slots, options.get("costs"))
+            self.variant = self.choice.pick
+        body = body or costmodel.body_of(self.variant)
+        self.program = compile_loop(body, mesh, rows, batch_size, k, float(learning_rate), float(decay))
 
     def put(self, values) -> jax.Array:
         """A host value on every device of the mesh."""
@@ -150,7 +180,7 @@ class FusedLoop:
         """(course state, losses, ID arrays) of a dispatch: the boundary out of the loop."""
         sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))  # one fetch
         state = {**updated(state, out.weights, out.momentum, active), **device_sampler.to_host(sampler)}
-        return state, np.asarray(losses[:active], np.float32), [device_sampler.trim(row) for row in ids[:active]]
+        return state, np.asarray(losses[:active], np.float32), device_sampler.trim_rows(ids[:active])
 
     def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, list]:
         """Return (new state, per-step pre-update losses, per-step IDs) after exactly `steps` transitions."""
