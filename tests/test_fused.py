@@ -229,7 +229,8 @@ def narrow_controls(mesh):
 def test_every_variant_replays_the_course_loop_at_the_sweep_widths(variant, width, batch_size, narrow_controls, mesh):
     """IDs and sampler bit for bit over three epochs for every variant; the update too, except for the bound.
 
-    (`per_step` and `stats` replay the course loop above.) Dispatches of 6 steps (several, and a partial last one); batch 40 is larger than the 37 rows.
+    (`per_step` and `stats` replay the course loop above.) Dispatches of 6 steps (several, and a
+    partial last one); batch 40 is larger than the 37 rows.
     """
     data, rate, steps, control, control_losses, control_ids = narrow_controls(width, batch_size)
     loop = fused.FusedLoop(data, mesh, batch_size, k=6, variant=variant, learning_rate=rate)

@@ -25,7 +25,6 @@ tiny programs that are none of the variants (`DEFAULT_COSTS` holds one such meas
 `choose` returns every variant's inputs and prediction and the cheapest exact one.
 """
 
-import time
 from typing import NamedTuple
 
 import jax
@@ -35,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.devices import AXIS
 from shardlab.errors import ConfigError
-from shardlab.perf import fused, inputs, stats
+from shardlab.perf import fused, inputs, roofline, stats
 
 
 class Variant(NamedTuple):
@@ -176,13 +175,7 @@ def choose(batch_size: int, width: int, devices: int, k: int, slots: int, costs=
 
 def _best_us(fn, args, samples: int = 9) -> float:
     """The fastest of `samples` warm calls, in us: a constant for the model, not a typical time under load."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(samples):
-        began = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - began)
-    return 1e6 * float(np.min(times))
+    return 1e6 * roofline.warm_seconds(fn, args, samples, np.min)
 
 
 def calibrate(mesh, k: int = 100, big: int = 1 << 18) -> dict:

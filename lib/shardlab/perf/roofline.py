@@ -48,14 +48,15 @@ def fused_step(data, mesh, batch_size: int, body=None, seed: int = 17) -> dict:
     return cost(loop.program.lower(*loop.arguments(initial(seed, data, mesh), 1)).compile())
 
 
-def _median_seconds(fn, args, samples: int) -> float:
+def warm_seconds(fn, args, samples: int, statistic=np.median) -> float:
+    """`statistic` (median by default) of `samples` warm, blocked calls of `fn(*args)`, in seconds."""
     jax.block_until_ready(fn(*args))
     times = []
     for _ in range(samples):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(statistic(times))
 
 
 def roofs(samples: int = 5) -> dict:
@@ -64,8 +65,8 @@ def roofs(samples: int = 5) -> dict:
     matmul = jax.jit(lambda x: x @ x)
     x = jnp.ones(STREAM, jnp.float32)
     stream = jax.jit(lambda v: v * 1.5 + 1.0)
-    flop_s = 2 * MATMUL**3 / _median_seconds(matmul, (a,), samples)
-    byte_s = 2 * 4 * STREAM / _median_seconds(stream, (x,), samples)  # read once, write once
+    flop_s = 2 * MATMUL**3 / warm_seconds(matmul, (a,), samples)
+    byte_s = 2 * 4 * STREAM / warm_seconds(stream, (x,), samples)  # read once, write once
     return {"flops_per_s": flop_s, "bytes_per_s": byte_s, "measured_on": "one logical CPU device, XLA, float32"}
 
 
