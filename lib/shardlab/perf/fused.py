@@ -159,15 +159,39 @@ class FusedLoop:
             self.variant = self.choice.pick
         body = body or costmodel.body_of(self.variant)
         self.program = compile_loop(body, mesh, rows, batch_size, k, float(learning_rate), float(decay))
+        self._placed, self._counts = {}, {}  # device forms of recent samplers and of step counts
 
     def put(self, values) -> jax.Array:
         """A host value on every device of the mesh."""
         return put_whole(values, self.mesh, REPLICATED)
 
+    def _sampler(self, state: dict) -> DeviceSampler:
+        """The device form of `state`'s sampler: reused if these very host arrays were placed or returned lately.
+
+        The host arrays a dispatch returns are read-only, so a remembered pair cannot go stale.
+        """
+        mark = (id(state["key"]), id(state["order"]), int(state["cursor"]))
+        if mark in self._placed:
+            held, sampler = self._placed[mark]
+        else:
+            held = (state["key"], state["order"])  # keeps the ids in `mark` from being reused
+            sampler = DeviceSampler(*self.put(device_sampler.host_fields(state)))
+        self._remember(mark, held, sampler)
+        return sampler
+
+    def _remember(self, mark, held, sampler: DeviceSampler) -> None:
+        """Keep `mark` and the one used most recently before it (the last state in and the last out)."""
+        others = [item for item in self._placed.items() if item[0] != mark][-1:]
+        self._placed = {**dict(others), mark: (held, sampler)}
+
+    def _active(self, active: int) -> jax.Array:
+        if active not in self._counts:
+            self._counts[active] = self.put(np.int32(active))
+        return self._counts[active]
+
     def arguments(self, state: dict, active: int) -> tuple:
         """The program's eight placed arguments for `state` and `active` steps (the boundary into the loop)."""
-        *sampler, active = self.put((*device_sampler.host_fields(state), np.int32(active)))  # one transfer
-        return (*self.copied, *sampler, state["weights"], state["momentum"], active)
+        return (*self.copied, *self._sampler(state), state["weights"], state["momentum"], self._active(active))
 
     def dispatch(self, state: dict, active: int) -> Dispatch:
         """One call of the compiled program: `active` steps from `state`, results left on the devices."""
@@ -176,13 +200,17 @@ class FusedLoop:
         key, order, cursor, weights, momentum, losses, ids = self.program(*self.arguments(state, active))
         return Dispatch(DeviceSampler(key, order, cursor), weights, momentum, losses, ids)
 
-    def finish(self, state: dict, out: Dispatch, active: int) -> tuple[dict, np.ndarray, list]:
-        """(course state, losses, ID arrays) of a dispatch: the boundary out of the loop."""
-        sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))  # one fetch
-        state = {**updated(state, out.weights, out.momentum, active), **device_sampler.to_host(sampler)}
-        return state, np.asarray(losses[:active], np.float32), device_sampler.trim_rows(ids[:active])
+    def finish(self, state: dict, out: Dispatch, active: int) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
+        """(course state, losses, IDs per step) of a dispatch: the boundary out of the loop, one fetch."""
+        sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))
+        host = device_sampler.to_host(sampler)
+        for field in ("key", "order"):
+            host[field].flags.writeable = False
+        self._remember((id(host["key"]), id(host["order"]), host["cursor"]), (host["key"], host["order"]), out.sampler)
+        state = {**updated(state, out.weights, out.momentum, active), **host}
+        return state, np.asarray(losses[:active], np.float32), device_sampler.StepIds.of(ids[:active])
 
-    def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, list]:
+    def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
         """Return (new state, per-step pre-update losses, per-step IDs) after exactly `steps` transitions."""
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
@@ -191,6 +219,7 @@ class FusedLoop:
             active = min(steps, self.k)
             state, chunk_losses, chunk_ids = self.finish(state, self.dispatch(state, active), active)
             losses.append(chunk_losses)
-            ids += chunk_ids
+            ids.append(chunk_ids)
             steps -= active
-        return state, np.concatenate(losses) if losses else np.zeros(0, np.float32), ids
+        found = np.concatenate(losses) if losses else np.zeros(0, np.float32)
+        return state, found, device_sampler.StepIds.join(ids)
