@@ -357,3 +357,34 @@ def test_checkpoints_move_between_the_loops_in_a_fresh_process(saver, resumer, d
     assert_same_sampler(resumed, control)
     assert_close_update(resumed, found["losses"], control, control_losses[first:])
     assert json.loads(json.dumps(int(resumed["step"]))) == first + more
+
+
+def test_step_ids_are_each_rows_valid_ids_and_join_in_order():
+    rng = np.random.default_rng(5)
+    parts, rows = [], []
+    for _ in range(4):
+        ids = rng.integers(0, 50, size=(int(rng.integers(1, 6)), 8)).astype(np.int32)
+        for row in ids:
+            row[int(rng.integers(1, 9)) :] = device_sampler.EMPTY  # padding is always last
+        parts.append(device_sampler.StepIds.of(ids))
+        rows += [row[row >= 0] for row in ids]
+    joined = device_sampler.StepIds.join(parts)
+    assert len(joined) == len(rows) and joined == rows and joined[-1].dtype == np.int32
+    assert [list(a) for a in joined[1:3]] == [list(b) for b in rows[1:3]]
+    with pytest.raises(IndexError):
+        joined[len(rows)]
+    assert len(device_sampler.StepIds.join([])) == 0
+
+
+def test_a_returned_sampler_is_read_only_so_its_device_copy_cannot_go_stale(data, mesh):
+    """The loop reuses the device copy of the sampler it returned; an edited copy of the order is placed anew."""
+    loop = fused.FusedLoop(data, mesh, 7, k=4)
+    state, _, _ = loop.run(sl.initial(17, data, mesh), 2)  # cursor 14 of 23: the next batch is order[14:21]
+    with pytest.raises(ValueError):
+        state["order"][0] = 0
+    edited = {**state, "order": state["order"].copy()}
+    edited["order"][[14, 15]] = edited["order"][[15, 14]]
+    _, _, ids = loop.run(edited, 1)
+    _, _, want = loop.run(state, 1)
+    np.testing.assert_array_equal(ids[0], edited["order"][14:21])
+    np.testing.assert_array_equal(want[0], state["order"][14:21])
