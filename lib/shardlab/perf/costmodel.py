@@ -25,6 +25,7 @@ tiny programs that are none of the variants (`DEFAULT_COSTS` holds one such meas
 `choose` returns every variant's inputs and prediction and the cheapest exact one.
 """
 
+import time
 from typing import NamedTuple
 
 import jax
@@ -34,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 from shardlab.core.devices import AXIS
 from shardlab.errors import ConfigError
-from shardlab.perf import fused, inputs, roofline, stats
+from shardlab.perf import inputs, stats, steps
 
 
 class Variant(NamedTuple):
@@ -50,7 +51,7 @@ class Variant(NamedTuple):
 
 VARIANTS = {
     "per_step": Variant(
-        fused.per_step_body,
+        steps.per_step_body,
         "all-reduce",
         True,
         True,
@@ -90,7 +91,7 @@ VARIANTS = {
         lambda S, d, D: S * d,
     ),
     "no_collective": Variant(
-        fused.no_collective_body,
+        steps.no_collective_body,
         "none",
         False,
         True,
@@ -173,9 +174,20 @@ def choose(batch_size: int, width: int, devices: int, k: int, slots: int, costs=
     return Choice(pick, batch_size, slots, width, devices, k, costs, table)
 
 
+def warm_seconds(fn, args, samples: int, statistic=np.median) -> float:
+    """`statistic` (median by default) of `samples` warm, blocked calls of `fn(*args)`, in seconds."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(samples):
+        began = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - began)
+    return float(statistic(times))
+
+
 def _best_us(fn, args, samples: int = 9) -> float:
     """The fastest of `samples` warm calls, in us: a constant for the model, not a typical time under load."""
-    return 1e6 * roofline.warm_seconds(fn, args, samples, np.min)
+    return 1e6 * warm_seconds(fn, args, samples, np.min)
 
 
 def calibrate(mesh, k: int = 100, big: int = 1 << 18) -> dict:

@@ -2,11 +2,11 @@
 
 One compiled `shard_map` program first plans the K batches with the device sampler
 (`perf.device_sampler.plan`, bit-identical to the host sampler; the sampler does not
-depend on the weights), then runs `lax.scan` over K steps. Each step lets every device
-gather the rows of its own block of slots from its copy of the dataset and applies the
-stage 2 update: `local_sums`, one packed `psum` of (gradient numerator, loss numerator,
-count), one division by the global count, momentum. Slot j of a batch lives on the same
-device as in the course loop (`P('data')` blocks), so each device sums the same rows.
+depend on the weights), then runs `lax.scan` over K steps. Every device gathers the rows
+of its own block of slots from its copy of the dataset (slot j lives on the same device as
+in the course loop, `P('data')` blocks) and the devices exchange, depending on the variant
+(`perf.costmodel`), each step's packed sums (`perf.steps`), every step's statistics once
+(`perf.stats`) or every device's slots once (`perf.inputs`); the stage 2 update follows.
 
 The dataset is copied to every device once (1,023 x 64 float32 is 262 KB); a dataset too
 large for that would be sharded by row and gathered where it lives (`perf.resident`).
@@ -14,27 +14,24 @@ large for that would be sharded by row and gathered where it lives (`perf.reside
 A dispatch runs `active <= K` steps (a traced argument, so one executable serves every
 chunk): steps past `active` change nothing, so a run stops exactly at any step boundary.
 The state in and out is the course's six-field state (`core.schema`), so `sl.save` and
-`sl.restore` see nothing new. `perf.stats` swaps the per-step `psum` for one per dispatch.
+`sl.restore` see nothing new. The boundary is one transfer in (none when the state is the
+one the loop returned last, whose sampler is still on the devices) and one fetch out.
 """
 
 from functools import cache, partial
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
 from shardlab.core.batch import REPLICATED, put_whole
 from shardlab.core.config import DECAY, LEARNING_RATE, check_batch_size
-from shardlab.core.devices import AXIS
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.state import updated
-from shardlab.core.update import apply_momentum, local_sums
 from shardlab.errors import ConfigError
-from shardlab.perf import device_sampler
+from shardlab.perf import costmodel, device_sampler
 from shardlab.perf.device_sampler import DeviceSampler
-from shardlab.perf.packed import packed_psum
 
 STEPS_PER_DISPATCH = 100
 
@@ -60,61 +57,6 @@ def copy_dataset(data, mesh: Mesh, put=put_whole) -> Copied:
     """Place the whole dataset on every device of `mesh`, once."""
     data = check_dataset(data)
     return Copied(put(data.features, mesh, REPLICATED), put(data.targets, mesh, REPLICATED))
-
-
-def my_block(values, slots: int):
-    """This device's block of a batch's slots: the entries `P('data')` would place here."""
-    block = slots // jax.lax.axis_size(AXIS)
-    return jax.lax.dynamic_slice_in_dim(values, jax.lax.axis_index(AXIS) * block, block)
-
-
-def gather(features, targets, slots: device_sampler.Slots, num_slots: int):
-    """(rows, targets, mask) of this device's slots; padded slots read row 0, and their mask is 0."""
-    ids, mask = my_block(slots.ids, num_slots), my_block(slots.mask, num_slots)
-    index = jnp.maximum(ids, 0)
-    return features[index], targets[index], mask
-
-
-def keep_if(active, new, old):
-    """`new` where this step is active, else `old`, leaf by leaf."""
-    return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
-
-
-def local_only(count, grad_num, loss_num):
-    """No collective: each device takes its own partial sums for the global ones (wrong numbers, a bound only)."""
-    return count, grad_num, loss_num
-
-
-def _step_by_step(features, targets, key, order, cursor, weights, momentum, active, reduce, **static):
-    batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
-    sampler, planned = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
-
-    def one(carry, inputs):
-        index, slots = inputs
-        weights, momentum = carry
-        sums = reduce(*local_sums(*gather(features, targets, slots, num_slots), weights))
-        new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
-        return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
-
-    (weights, momentum), losses = jax.lax.scan(one, (weights, momentum), (jnp.arange(k), planned))
-    return (*sampler, weights, momentum, losses, planned.ids)
-
-
-def per_step_body(*args, **static):
-    """Per-device program: plan K batches, then per step local sums and one packed `psum`."""
-    return _step_by_step(*args, reduce=packed_psum, **static)
-
-
-def no_collective_body(*args, **static):
-    """`per_step_body` with the `psum` removed: the data-parallel loop's time without its collective.
-
-    Each device's weights then differ; the outputs are declared replicated anyway (device 0's
-    are returned), so its program is compiled without shard_map's replication check.
-    """
-    return _step_by_step(*args, reduce=local_only, **static)
-
-
-no_collective_body.check_vma = False
 
 
 @cache
@@ -146,8 +88,6 @@ class FusedLoop:
     """
 
     def __init__(self, data, mesh: Mesh, batch_size: int, k: int = STEPS_PER_DISPATCH, body=None, **options):
-        from shardlab.perf import costmodel  # the table imports this module's bodies
-
         self.data, self.mesh, self.batch_size, self.k = check_dataset(data), mesh, batch_size, k
         self.copied = copy_dataset(self.data, mesh)
         rows, width = self.data.features.shape

@@ -3,7 +3,7 @@
 A device's rows and targets for a batch do not depend on the weights, and the sampler
 does not either, so a dispatch can plan its K batches, let every device gather the rows
 of its own block of slots for all K steps (the block `P('data')` would place on it, as
-in `fused.per_step_body`), and exchange them in **one** `all_gather`: afterwards every
+in `steps.per_step_body`), and exchange them in **one** `all_gather`: afterwards every
 device holds every step's whole batch and computes every step's global sums itself,
 replicated, with the stage 2 `local_sums` and `apply_momentum`. No device reads another
 device's share of a batch except through that collective.
@@ -23,11 +23,11 @@ from shardlab.core.devices import AXIS
 from shardlab.core.update import apply_momentum, local_sums
 from shardlab.perf import device_sampler
 from shardlab.perf.device_sampler import DeviceSampler
-from shardlab.perf.fused import gather, keep_if
+from shardlab.perf.steps import gather, keep_if
 
 
 def body(features, targets, key, order, cursor, weights, momentum, active, **static):
-    """Per-device program with the signature of `fused.per_step_body`: sample K, gather inputs once, update K."""
+    """Per-device program with the signature of `steps.per_step_body`: sample K, gather inputs once, update K."""
     batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
     sampler, slots = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
     rows, values, _ = jax.vmap(lambda s: gather(features, targets, s, num_slots))(slots)

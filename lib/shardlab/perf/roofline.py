@@ -11,16 +11,14 @@ bound by neither arithmetic nor memory but by fixed costs: dispatch, the thunks 
 tiny operations, synchronisation between device threads.
 """
 
-import time
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from shardlab.core.batch import next_batch
 from shardlab.core.state import initial
 from shardlab.core.update import make_step
 from shardlab.perf import fused
+from shardlab.perf.costmodel import warm_seconds
 
 MATMUL = 512  # n of the n x n x n float32 matmul that measures the FLOP roof
 STREAM = 1 << 22  # float32 elements of the elementwise pass that measures the bandwidth roof (16 MB)
@@ -46,17 +44,6 @@ def fused_step(data, mesh, batch_size: int, body=None, seed: int = 17) -> dict:
     """Cost of one fused step: the loop's program compiled for K = 1 (sampler, gather, update, collectives)."""
     loop = fused.FusedLoop(data, mesh, batch_size, 1, body=body)
     return cost(loop.program.lower(*loop.arguments(initial(seed, data, mesh), 1)).compile())
-
-
-def warm_seconds(fn, args, samples: int, statistic=np.median) -> float:
-    """`statistic` (median by default) of `samples` warm, blocked calls of `fn(*args)`, in seconds."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(statistic(times))
 
 
 def roofs(samples: int = 5) -> dict:

@@ -27,7 +27,7 @@ from shardlab.core.devices import AXIS
 from shardlab.core.update import apply_momentum
 from shardlab.perf import device_sampler
 from shardlab.perf.device_sampler import DeviceSampler
-from shardlab.perf.fused import gather, keep_if
+from shardlab.perf.steps import gather, keep_if
 
 
 def sufficient(features, targets, mask):
@@ -122,7 +122,7 @@ def _statistics(features, targets, key, order, cursor, weights, momentum, active
 
 
 def body(*args, **static):
-    """Per-device program with the signature of `fused.per_step_body`: sample K, reduce once, update K."""
+    """Per-device program with the signature of `steps.per_step_body`: sample K, reduce once, update K."""
     return _statistics(*args, symmetric=False, **static)
 
 
