@@ -47,17 +47,31 @@ def test_a_loop_that_picks_other_ids_or_losses_is_not_timed(data, mesh):
 
 
 def test_targets_are_met_or_not_by_their_bounds_and_never_hidden():
-    found = {"e2e_speedup_b7": 50.0, "e2e_speedup_b1023": 2.99, "fused_over_floor_b7": 10.5}
+    found = {"e2e_speedup_b7": 50.0, "fused_over_nocollective_b1023": 1.21, "cost_model_hits": 8 / 9}
     rows = targets.targets(found)
     assert set(rows) == set(targets.TARGETS)
     assert rows["e2e_speedup_b7"]["met"] is True  # >= 50 holds at 50
-    assert rows["e2e_speedup_b1023"] == {"target": ">= 3.0", "measured": 2.99, "met": False}
-    assert rows["fused_over_floor_b7"]["met"] is False
-    assert rows["prepare_over_update_after"] == {"target": "<= 1.0", "measured": None, "met": False}
-    retired = targets.retired({"packed_4dev_over_single": 2.6, "k16_speedup": 1.8, "floor_psum_4dev_over_single": 2})
-    assert set(retired) == {"packed_4dev_over_single", "k16_speedup"}
+    assert rows["fused_over_nocollective_b1023"] == {"target": "<= 1.2", "measured": 1.21, "met": False}
+    assert rows["cost_model_hits"]["met"] is True  # 8 of 9 is the bound itself
+    assert rows["run_over_program_b7"] == {"target": "<= 1.1", "measured": None, "met": False}
+    old = {"packed_4dev_over_single": 2.6, "k16_speedup": 1.8, "floor_psum_4dev_over_single": 2}
+    retired = targets.retired({**old, "e2e_speedup_b1023": 2.9, "fused_over_floor_b7": 4.0})
+    assert set(retired) == set(targets.RETIRED)
     assert retired["packed_4dev_over_single"]["measured"] == 2.6 and "why_retired" in retired["k16_speedup"]
     assert not set(retired) & set(targets.TARGETS)
+
+
+def test_ratios_divide_the_picks_median_by_each_floor_and_the_best_course_median():
+    """`_loops` from a hand-made end-to-end row: the course median is the lower of in-bench and dedicated."""
+    medians = {"course_loop": 2.0, "fused_inputs": 0.1, "no_collective": 0.05, "floor_1dev": 0.02}
+    row = {"b7": {"median_per_step_ms": {**medians, "program:fused_inputs": 0.08}, "pick_loop": "fused_inputs"}}
+    found = targets._loops(row, {"b7": {"median_per_step_ms": 1.5}})
+    assert found["e2e_speedup_b7"] == pytest.approx(1.5 / 0.1)
+    assert found["course_in_bench_over_dedicated_b7"] == pytest.approx(2.0 / 1.5)
+    assert found["fused_over_nocollective_b7"] == pytest.approx(2.0)
+    assert found["fused_over_floor_b7"] == pytest.approx(5.0)
+    assert found["run_over_program_b7"] == pytest.approx(1.25)
+    assert targets._loops(row, {})["e2e_speedup_b7"] == pytest.approx(20.0)  # no dedicated run: the in-bench one
 
 
 def test_a_fused_state_is_a_course_state(data, mesh):

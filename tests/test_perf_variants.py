@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab as sl
 from shardlab.errors import ConfigError, EmptyBatchError
 from shardlab.lessons import oracle
-from shardlab.perf import multistep, packed, resident
+from shardlab.perf import costmodel, device_sampler, fused, multistep, packed, resident, stats
 
 pytestmark = pytest.mark.stage4
 
@@ -164,3 +164,79 @@ def test_sixteen_updates_in_one_dispatch_equal_sixteen_transitions(mesh):
     assert state["step"] == 16 and state["cursor"] == base["cursor"] == 16 * 7
     with pytest.raises(ConfigError):
         multistep.prepare_many(state, data, 7, 0, mesh)
+
+
+# ---- the cost model's inputs against the programs themselves, and its choice ----
+
+COLLECTIVE_OPS = {"all-reduce": "stablehlo.all_reduce", "all-gather": "stablehlo.all_gather"}
+
+
+def _collective_shapes(text: str, op: str) -> list[int]:
+    """Element counts of the result of every `op` in StableHLO text (the type after `->` closing the op)."""
+    lines, counts = text.splitlines(), []
+    for start, line in enumerate(lines):
+        if f'"{op}"' not in line:
+            continue
+        closing = next(rest for rest in lines[start:] if ") -> tensor<" in rest)
+        dims = closing.rsplit("-> tensor<", 1)[1].split("x")[:-1]
+        counts.append(int(np.prod([int(d) for d in dims])))
+    return counts
+
+
+@pytest.mark.parametrize(
+    "variant,width,batch_size,k",
+    [("stats", 5, 9, 3), ("stats_sym", 6, 3, 4), ("stats_sym", 7, 3, 2), ("inputs", 7, 10, 5)],
+)
+def test_floats_in_the_model_are_the_floats_in_the_one_collective(variant, width, batch_size, k, mesh):
+    """One collective per dispatch whose result holds exactly the model's float count (read from the IR)."""
+    data = sl.fixtures.synthetic(19, width, 3)
+    loop = fused.FusedLoop(data, mesh, batch_size, k, variant=variant)
+    text = loop.program.lower(*loop.arguments(sl.initial(17, data, mesh), k)).as_text()
+    shapes = _collective_shapes(text, COLLECTIVE_OPS[costmodel.VARIANTS[variant].collective])
+    slots = device_sampler.slot_count(batch_size, 19, mesh.size)
+    found = costmodel.inputs_of(variant, slots, width, mesh.size, k)
+    assert len(shapes) == found["collectives"] == 1
+    half = -(-width // 2)
+    expected = {  # written out independently of the table
+        "stats": k * (width * width + width + 2),
+        "stats_sym": k * (half * (2 * half + 1) + width + 2),
+        "inputs": k * slots * (width + 1),
+    }[variant]
+    assert shapes[0] == found["floats"] == expected
+
+
+def test_the_per_step_loop_reduces_d_plus_two_floats_k_times(mesh):
+    data = sl.fixtures.synthetic(19, 6, 3)
+    loop = fused.FusedLoop(data, mesh, 5, 4, variant="per_step")
+    text = loop.program.lower(*loop.arguments(sl.initial(17, data, mesh), 4)).as_text()
+    assert _collective_shapes(text, COLLECTIVE_OPS["all-reduce"]) == [6 + 2]  # once, inside the step loop
+    found = costmodel.inputs_of("per_step", device_sampler.slot_count(5, 19, 4), 6, 4, 4)
+    assert found["collectives"] == 4 and found["floats"] == 4 * (6 + 2)
+
+
+def test_the_choice_is_the_cheapest_exact_prediction_and_is_printed_with_its_inputs():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        costs = {key: float(rng.uniform(0.1, 2.0)) * value for key, value in costmodel.DEFAULT_COSTS.items()}
+        batch_size, width, k = int(rng.integers(1, 2000)), int(rng.integers(1, 300)), int(rng.integers(1, 200))
+        slots = -(-min(batch_size, 1023) // 4) * 4
+        choice = costmodel.choose(batch_size, width, 4, k, slots, costs)
+        exact = {n: r["predicted_us"] for n, r in choice.table.items() if costmodel.VARIANTS[n].exact}
+        assert choice.pick == min(exact, key=exact.get) and choice.pick != "no_collective"
+        general = costmodel.choose(batch_size, width, 4, k, slots, costs, general=True).pick
+        assert general in ("per_step", "inputs")  # a network's loss has no statistics shortcut
+        text = str(choice)
+        assert f"B={batch_size}" in text and f"d={width}" in text and f"K={k}" in text and choice.pick in text
+    with pytest.raises(ConfigError, match="unknown fused variant"):
+        costmodel.body_of("fastest")
+
+
+@pytest.mark.parametrize("width", [1, 2, 5, 8, 13])
+def test_the_folded_gram_matrix_unfolds_to_itself(width):
+    x = np.random.default_rng(width).normal(size=(3, 6, width)).astype(np.float32)
+    gram = np.einsum("kri,krj->kij", x, x)
+    folded = np.asarray(stats.fold(gram))
+    assert folded.shape == (3, -(-width // 2) * (2 * -(-width // 2) + 1))
+    if width % 2 == 0:
+        assert folded.shape[1] == width * (width + 1) // 2  # exactly the upper triangle
+    np.testing.assert_array_equal(np.asarray(stats.unfold(folded, width)), gram)

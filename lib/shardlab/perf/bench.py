@@ -2,10 +2,13 @@
 
 Sections, each checked for correctness before any clock runs and measured side by side:
 
-1. `endtoend`: per-step time of whole loops (course loop, fused with one psum per step,
-   fused with one collective per dispatch, the one-device floor) at batch 7, 64 and 1,023;
+1. `sweep`: per-step time of whole loops (the course loop, every fused variant, both floors)
+   at every batch size x width of `perf.sweep`, with the cost model's pick scored against the
+   measured fastest; `endtoend` is its 64-feature row (the timing fixture), `baseline` the
+   course loop measured alone in a fresh interpreter;
 2. `profile`: the course loop and the fused loop traced alternately with the stage 4
-   annotations, read back from the trace, with the device threads' events;
+   annotations, read back from the trace, with the device threads' events (a few short
+   dispatches, so the committed trace stays small);
 3. `roofline`: XLA's cost of one step against its measured time and this host's roofs;
 4. `collectives`, `placement`, `dispatch` (perf.local): three optimisations of one piece each;
 5. `scaling`: the full-batch step per (rows, W).
@@ -24,22 +27,38 @@ from shardlab.core.config import BATCH_SIZE, SEED, add_run_arguments
 from shardlab.core.devices import make_mesh, setup_devices
 from shardlab.evidence.audit import source_hashes
 from shardlab.io import write_json
-from shardlab.perf import endtoend, host, local, plot, profile, roofline, scaling, stats, tables, targets
+from shardlab.perf import (
+    baseline,
+    endtoend,
+    host,
+    local,
+    plot,
+    profile,
+    roofline,
+    scaling,
+    stats,
+    sweep,
+    tables,
+    targets,
+)
 
 NUM_DEVICES = 4
 BATCH_SIZES = (7, 64, 1023)
-TRACED = 4  # traced transitions (and fused dispatches) in the profile
+TRACED = 2  # traced transitions (and fused dispatches) of each loop in the profile
+TRACED_STEPS = 10  # steps per traced fused dispatch (the trace grows with every step traced)
 
 
 def _relative(files, out: Path) -> dict:
     return {name: str(Path(path).relative_to(out)) for name, path in files._asdict().items()}
 
 
-def profiled(data, mesh, batch_size: int, seed: int, out: Path, steps: int) -> dict:
-    """The course loop and the best fused body at `batch_size`, traced alternately into OUT/trace_fused."""
-    found = profile.before_after(data, mesh, batch_size, seed, out / "trace_fused", TRACED, steps, stats.body)
+def profiled(data, mesh, batch_size: int, seed: int, out: Path, variant: str) -> dict:
+    """The course loop and the fused loop `variant` at `batch_size`, traced alternately into OUT/trace_fused."""
+    logdir = out / "trace_fused"
+    found = profile.before_after(data, mesh, batch_size, seed, logdir, TRACED, TRACED_STEPS, variant=variant)
     found["files"] = _relative(found["files"], out)
-    found["fused_body"] = "fused_stats"
+    found["fused_body"] = endtoend.loop_name(variant)
+    found["trace_bytes"] = sum(p.stat().st_size for p in logdir.rglob("*") if p.is_file())
     return found
 
 
@@ -73,8 +92,11 @@ def run(
     result["config"] = {"batch_size": batch_size, "seed": seed, "samples": samples, "warmup": local.WARMUP}
     result["config"].update({"endtoend_batch_sizes": list(BATCH_SIZES), "endtoend_steps_per_sample": steps})
     result["config"].update({"traced_per_variant": local.TRACED, "ks": list(local.KS), "rows": list(grid)})
-    result["endtoend"] = endtoend.run(data, mesh, BATCH_SIZES, steps, endtoend.SAMPLES, seed)
-    result["profile"] = profiled(data, mesh, batch_size, seed, out, steps)
+    result["sweep"] = sweep.run(mesh, steps, sweep.SAMPLES, seed)
+    result["endtoend"] = sweep.row(result["sweep"])
+    result["baseline"] = baseline.dedicated(BATCH_SIZES, steps, sweep.SAMPLES, seed, sweep.BOUNDARY_WIDTH)
+    pick = result["endtoend"][f"b{batch_size}"]["model"]["pick"] if f"b{batch_size}" in result["endtoend"] else None
+    result["profile"] = profiled(data, mesh, batch_size, seed, out, pick or "stats")
     result["roofline"] = roofline_points(data, mesh, result["endtoend"])
     result["collectives"] = local.collectives(data, mesh, samples)
     result["placement"] = local.placement(data, mesh, batch_size, seed, out / "trace")
@@ -117,7 +139,7 @@ def main(args) -> int:
         print(f"[shardlab bench] {exc}", file=sys.stderr)
         return 1
     path = Path(args.out) / "bench.json"
-    for table in (tables.endtoend_table, tables.markdown_table, tables.scaling_table):
+    for table in (tables.endtoend_table, tables.sweep_table, tables.markdown_table, tables.scaling_table):
         print(table(path))
         print()
     met = sum(t["met"] for t in result["targets"].values())

@@ -11,6 +11,7 @@ batch's length is padding: its ID is `EMPTY` and its mask 0, by position.
 `to_device`/`to_host` convert between the schema's host fields and the device form.
 """
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -131,3 +132,47 @@ def trim(ids) -> np.ndarray:
     """The batch's IDs from one row of slot IDs: the valid ones, in order (padding is always last)."""
     ids = np.asarray(ids)
     return ids[ids != EMPTY].astype(DTYPES["order"])
+
+
+class StepIds(Sequence):
+    """The IDs of each step, held as one flat array and offsets; a step's array is a view made on access."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat, self.offsets = flat, offsets
+
+    @classmethod
+    def of(cls, ids) -> "StepIds":
+        """From a (steps, slots) array of slot IDs: one mask, no per-step Python (padding is always last)."""
+        ids = np.asarray(ids)
+        valid = ids != EMPTY
+        offsets = np.concatenate([[0], np.cumsum(valid.sum(axis=1))])
+        return cls(ids[valid].astype(DTYPES["order"]), offsets)
+
+    @classmethod
+    def join(cls, parts) -> "StepIds":
+        """One StepIds of several, in order."""
+        parts = list(parts)
+        if not parts:
+            return cls(np.zeros(0, DTYPES["order"]), np.zeros(1, np.int64))
+        starts = np.cumsum([0] + [len(p.flat) for p in parts[:-1]])
+        offsets = np.concatenate([parts[0].offsets[:1]] + [p.offsets[1:] + s for p, s in zip(parts, starts)])
+        return cls(np.concatenate([p.flat for p in parts]), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"step {index} of {len(self)}")
+        return self.flat[self.offsets[index] : self.offsets[index + 1]]
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Sequence)
+            and len(self) == len(other)
+            and all(np.array_equal(a, b) for a, b in zip(self, other))
+        )

@@ -1,16 +1,22 @@
-"""End to end, per step: the course loop against the fused loops and the one-device floor, side by side.
+"""End to end, per step: the course loop against the fused loops and both floors, side by side.
 
 A sample is `steps` complete transitions from the same starting state, from the course
 state in to the course state out (sampling, placement, the update, losses and IDs back on
-the host), divided by `steps`. Variants:
+the host), divided by `steps`. The loops (`LOOPS`: name -> fused variant and device count):
 
 - `course_loop`: `sl.transition` in a Python loop, four devices (three `psum`s per step);
-- `fused_psum`: `fused.FusedLoop`, one dispatch of `steps` steps, one packed `psum` per step;
-- `fused_stats`: the same with one collective for all steps (`perf.stats`);
-- `floor_1dev`: `fused_psum` on a one-device mesh: the arithmetic and the sampler, no collective.
+- `fused_psum`, `fused_stats`: one packed `psum` per step / one statistics `psum` per dispatch;
+- `fused_stats_sym`, `fused_inputs`: statistics with A's upper triangle only / one all-gather
+  of every device's slots for all K steps (`perf.costmodel` says which is cheaper where);
+- `no_collective`: the data-parallel loop with its collective removed: wrong numbers, a bound;
+- `floor_1dev`: one device doing the whole batch (right numbers, no parallelism), with no
+  collective in its program; `floor_1dev_psum` is the same loop with the packed `psum` left
+  in (a no-op over one device, but its packing and unpacking still run);
+- `program:<loop>`: that loop's compiled program alone on placed arguments (the host boundary
+  is the difference to the loop itself).
 
-Every variant is first checked against the course loop (IDs bit for bit, losses to
-float32 tolerance) and then measured in rotating order, every sample kept.
+Every loop is first checked against the course loop (IDs bit for bit, losses to the gate's
+tolerance; `no_collective` IDs only) and then measured in rotating order, every sample kept.
 """
 
 import time
@@ -24,10 +30,21 @@ from shardlab.core.state import initial, transition
 from shardlab.core.update import make_step
 from shardlab.errors import VariantMismatchError
 from shardlab.evidence.timing import rotations
-from shardlab.perf import fused, stats
+from shardlab.perf import fused
 
-VARIANTS = ("course_loop", "fused_psum", "fused_stats", "floor_1dev")
-FOUR_DEVICE_FUSED = ("fused_psum", "fused_stats")
+LOOPS = {  # name -> (costmodel variant, devices); course_loop is the control
+    "fused_psum": ("per_step", 4),
+    "fused_stats": ("stats", 4),
+    "fused_stats_sym": ("stats_sym", 4),
+    "fused_inputs": ("inputs", 4),
+    "no_collective": ("no_collective", 4),
+    "floor_1dev": ("no_collective", 1),
+    "floor_1dev_psum": ("per_step", 1),
+}
+VARIANTS = ("course_loop", "fused_psum", "fused_stats", "floor_1dev")  # the loops measured before the sweep
+FOUR_DEVICE_FUSED = ("fused_psum", "fused_stats", "fused_stats_sym", "fused_inputs")
+WRONG_NUMBERS = ("no_collective",)  # gated on IDs only
+PROGRAM = "program:"
 STEPS = 100  # transitions per sample
 SAMPLES = 15
 # The gate before the clock: |loss - course loss| <= GATE * (|course loss| + mean(targets^2)). The second
@@ -35,9 +52,14 @@ SAMPLES = 15
 GATE = 1e-4
 
 
-def course_loop(data, mesh, batch_size: int):
+def loop_name(variant: str) -> str:
+    """The four-device loop that runs `variant`."""
+    return next(name for name, (v, devices) in LOOPS.items() if v == variant and devices == 4)
+
+
+def course_loop(data, mesh, batch_size: int, **hyper):
     """f(state, steps) -> (state, losses, ids) with `sl.transition` in a Python loop."""
-    step = make_step(mesh)
+    step = make_step(mesh, **hyper)
 
     def run(state, steps):
         losses, ids = [], []
@@ -50,35 +72,57 @@ def course_loop(data, mesh, batch_size: int):
     return run
 
 
-def programs(data, mesh, batch_size: int, steps: int = STEPS, seed: int = SEED) -> dict:
-    """Variant -> (run(state, steps), starting state from `seed`); the fused ones compiled for `steps` per dispatch."""
-    single = make_mesh(1)
-    loops = {
-        "fused_psum": (fused.FusedLoop(data, mesh, batch_size, steps), mesh),
-        "fused_stats": (fused.FusedLoop(data, mesh, batch_size, steps, body=stats.body), mesh),
-        "floor_1dev": (fused.FusedLoop(data, single, batch_size, steps), single),
-    }
-    found = {"course_loop": (course_loop(data, mesh, batch_size), initial(seed, data, mesh))}
-    for name, (loop, where) in loops.items():
-        found[name] = (loop.run, initial(seed, data, where))
+def _program(loop, start, steps: int):
+    """f(state, steps) -> (state,) calling only the compiled program on arguments placed once from `start`."""
+    args = loop.arguments(start, steps)
+
+    def run(state, steps):
+        return ({"weights": loop.program(*args)[3]},)
+
+    return run
+
+
+def programs(data, mesh, batch_size, steps=STEPS, seed=SEED, names=VARIANTS, **hyper) -> dict:
+    """Name -> (run(state, steps), starting state from `seed`); fused loops compiled for `steps` per dispatch.
+
+    `names` are `course_loop`, keys of `LOOPS` or `program:<key>`; `hyper` goes to every loop.
+    """
+    found = {}
+    for name in names:
+        if name == "course_loop":
+            found[name] = (course_loop(data, mesh, batch_size, **hyper), initial(seed, data, mesh))
+            continue
+        variant, devices = LOOPS[name.removeprefix(PROGRAM)]
+        where = mesh if devices == mesh.size else make_mesh(devices)
+        loop, start = (
+            fused.FusedLoop(data, where, batch_size, steps, variant=variant, **hyper),
+            initial(seed, data, where),
+        )
+        found[name] = (_program(loop, start, steps), start) if name.startswith(PROGRAM) else (loop.run, start)
     return found
 
 
 def gate(found: dict, data, steps: int) -> dict:
-    """Max scaled loss difference from the course loop per variant; VariantMismatchError if IDs or losses differ."""
+    """Max scaled loss difference from the course loop per loop; VariantMismatchError if IDs or losses differ.
+
+    `program:` entries return no IDs or losses: their loop's own entry is gated.
+    """
     _, want, want_ids = found["course_loop"][0](found["course_loop"][1], steps)
     scale = np.abs(want) + float(np.mean(np.square(data.targets, dtype=np.float64)))
     errors = {}
     for name, (run, start) in found.items():
+        if name.startswith(PROGRAM):
+            continue
         state, losses, ids = run(start, steps)
         if len(ids) != len(want_ids) or any(not np.array_equal(a, b) for a, b in zip(ids, want_ids)):
             raise VariantMismatchError(f"{name}: sample IDs differ from the course loop; nothing was timed")
+        if name in WRONG_NUMBERS:
+            continue
         errors[name] = float(np.max(np.abs(losses - want) / scale))
         if not errors[name] <= GATE:
             raise VariantMismatchError(
                 f"{name}: losses differ from the course loop by {errors[name]:.3g} of |loss| + mean(y^2) "
-                f"(allowed {GATE}); "
-                "nothing was timed. Fix the loop before measuring it."
+                f"(allowed {GATE}); nothing was timed. Fix the loop before measuring it."
             )
     return errors
 
@@ -93,30 +137,34 @@ def measure(found: dict, steps: int, samples: int, clock=time.perf_counter) -> d
         for name in names:
             run, start = found[name]
             began = clock()
-            state, _, _ = run(start, steps)
-            jax.block_until_ready(state["weights"])
+            jax.block_until_ready(run(start, steps)[0]["weights"])
             per_step[name].append(1e3 * (clock() - began) / steps)
     return {"per_step_ms": per_step, "order": order}
 
 
-def batch(data, mesh, batch_size: int, steps: int = STEPS, samples: int = SAMPLES, seed: int = SEED) -> dict:
-    """Gate, then measure one batch size; medians and the ratios the targets use."""
-    found = programs(data, mesh, batch_size, steps, seed)
-    errors = gate(found, data, steps)
+def batch(data, mesh, batch_size, steps=STEPS, samples=SAMPLES, seed=SEED, names=VARIANTS, gate_steps=None, **hyper):
+    """Gate (over `gate_steps`, default `steps`), then measure one batch size; medians and ratios."""
+    found = programs(data, mesh, batch_size, steps, seed, names, **hyper)
+    errors = gate(found, data, gate_steps or steps)
     measured = measure(found, steps, samples)
     medians = {name: float(np.median(v)) for name, v in measured["per_step_ms"].items()}
-    best = min(FOUR_DEVICE_FUSED, key=medians.get)
-    return {
+    best = min((n for n in FOUR_DEVICE_FUSED if n in medians), key=medians.get)
+    result = {
         "batch_size": batch_size,
         "seed": seed,
         "steps_per_sample": steps,
+        "gate_steps": gate_steps or steps,
         **measured,
         "median_per_step_ms": medians,
         "max_scaled_loss_error_vs_course": errors,
         "best_4dev_fused": best,
         "speedup_over_course": {name: medians["course_loop"] / medians[name] for name in medians},
-        "best_fused_over_floor": medians[best] / medians["floor_1dev"],
     }
+    for floor in ("floor_1dev", "no_collective"):
+        if floor in medians:
+            result[f"over_{floor}"] = {name: medians[name] / medians[floor] for name in medians}
+    result["best_fused_over_floor"] = result.get("over_floor_1dev", {}).get(best)
+    return result
 
 
 def run(data, mesh, batch_sizes=(7, 64, 1023), steps: int = STEPS, samples: int = SAMPLES, seed: int = SEED) -> dict:

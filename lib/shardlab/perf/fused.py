@@ -2,11 +2,11 @@
 
 One compiled `shard_map` program first plans the K batches with the device sampler
 (`perf.device_sampler.plan`, bit-identical to the host sampler; the sampler does not
-depend on the weights), then runs `lax.scan` over K steps. Each step lets every device
-gather the rows of its own block of slots from its copy of the dataset and applies the
-stage 2 update: `local_sums`, one packed `psum` of (gradient numerator, loss numerator,
-count), one division by the global count, momentum. Slot j of a batch lives on the same
-device as in the course loop (`P('data')` blocks), so each device sums the same rows.
+depend on the weights), then runs `lax.scan` over K steps. Every device gathers the rows
+of its own block of slots from its copy of the dataset (slot j lives on the same device as
+in the course loop, `P('data')` blocks) and the devices exchange, depending on the variant
+(`perf.costmodel`), each step's packed sums (`perf.steps`), every step's statistics once
+(`perf.stats`) or every device's slots once (`perf.inputs`); the stage 2 update follows.
 
 The dataset is copied to every device once (1,023 x 64 float32 is 262 KB); a dataset too
 large for that would be sharded by row and gathered where it lives (`perf.resident`).
@@ -14,27 +14,24 @@ large for that would be sharded by row and gathered where it lives (`perf.reside
 A dispatch runs `active <= K` steps (a traced argument, so one executable serves every
 chunk): steps past `active` change nothing, so a run stops exactly at any step boundary.
 The state in and out is the course's six-field state (`core.schema`), so `sl.save` and
-`sl.restore` see nothing new. `perf.stats` swaps the per-step `psum` for one per dispatch.
+`sl.restore` see nothing new. The boundary is one transfer in (none when the state is the
+one the loop returned last, whose sampler is still on the devices) and one fetch out.
 """
 
 from functools import cache, partial
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
 from shardlab.core.batch import REPLICATED, put_whole
 from shardlab.core.config import DECAY, LEARNING_RATE, check_batch_size
-from shardlab.core.devices import AXIS
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.state import updated
-from shardlab.core.update import apply_momentum, local_sums
 from shardlab.errors import ConfigError
-from shardlab.perf import device_sampler
+from shardlab.perf import costmodel, device_sampler
 from shardlab.perf.device_sampler import DeviceSampler
-from shardlab.perf.packed import packed_psum
 
 STEPS_PER_DISPATCH = 100
 
@@ -62,39 +59,6 @@ def copy_dataset(data, mesh: Mesh, put=put_whole) -> Copied:
     return Copied(put(data.features, mesh, REPLICATED), put(data.targets, mesh, REPLICATED))
 
 
-def my_block(values, slots: int):
-    """This device's block of a batch's slots: the entries `P('data')` would place here."""
-    block = slots // jax.lax.axis_size(AXIS)
-    return jax.lax.dynamic_slice_in_dim(values, jax.lax.axis_index(AXIS) * block, block)
-
-
-def gather(features, targets, slots: device_sampler.Slots, num_slots: int):
-    """(rows, targets, mask) of this device's slots; padded slots read row 0, and their mask is 0."""
-    ids, mask = my_block(slots.ids, num_slots), my_block(slots.mask, num_slots)
-    index = jnp.maximum(ids, 0)
-    return features[index], targets[index], mask
-
-
-def keep_if(active, new, old):
-    """`new` where this step is active, else `old`, leaf by leaf."""
-    return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
-
-
-def _per_step_body(features, targets, key, order, cursor, weights, momentum, active, **static):
-    batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
-    sampler, planned = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
-
-    def one(carry, inputs):
-        index, slots = inputs
-        weights, momentum = carry
-        sums = packed_psum(*local_sums(*gather(features, targets, slots, num_slots), weights))
-        new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
-        return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
-
-    (weights, momentum), losses = jax.lax.scan(one, (weights, momentum), (jnp.arange(k), planned))
-    return (*sampler, weights, momentum, losses, planned.ids)
-
-
 @cache
 def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_rate: float, decay: float):
     """jit(shard_map(body)) over replicated inputs and outputs, with the loop's static sizes bound.
@@ -110,34 +74,64 @@ def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_
         "learning_rate": float(learning_rate),
         "decay": float(decay),
     }
-    mapped = jax.shard_map(partial(body, **static), mesh=mesh, in_specs=(REPLICATED,) * 8, out_specs=(REPLICATED,) * 7)
+    specs = {"in_specs": (REPLICATED,) * 8, "out_specs": (REPLICATED,) * 7}
+    mapped = jax.shard_map(partial(body, **static), mesh=mesh, check_vma=getattr(body, "check_vma", True), **specs)
     return jax.jit(mapped)
 
 
 class FusedLoop:
     """K transitions per dispatch; `run(state, steps)` takes and returns the course's state.
 
-    `body` is the per-device program (`_per_step_body` here, `perf.stats.body` for one
-    collective per dispatch); both take and return the same arguments.
+    `variant` names the per-device program (`perf.costmodel.VARIANTS`); the default `"auto"`
+    lets the cost model choose from the batch size, width, device count and K (`self.choice`
+    holds its inputs and prediction). `body`, if given, is a per-device program to use instead.
     """
 
-    def __init__(self, data, mesh: Mesh, batch_size: int, k: int = STEPS_PER_DISPATCH, body=None, **hyper):
+    def __init__(self, data, mesh: Mesh, batch_size: int, k: int = STEPS_PER_DISPATCH, body=None, **options):
         self.data, self.mesh, self.batch_size, self.k = check_dataset(data), mesh, batch_size, k
         self.copied = copy_dataset(self.data, mesh)
-        rows = self.data.features.shape[0]
-        learning_rate, decay = hyper.get("learning_rate", LEARNING_RATE), hyper.get("decay", DECAY)
-        self.program = compile_loop(
-            body or _per_step_body, mesh, rows, batch_size, k, float(learning_rate), float(decay)
-        )
+        rows, width = self.data.features.shape
+        learning_rate, decay = options.get("learning_rate", LEARNING_RATE), options.get("decay", DECAY)
+        self.variant, self.choice = options.get("variant", costmodel.AUTO), None
+        if body is None and self.variant == costmodel.AUTO:
+            slots = device_sampler.slot_count(batch_size, rows, mesh.size)
+            self.choice = costmodel.choose(batch_size, width, mesh.size, k, slots, options.get("costs"))
+            self.variant = self.choice.pick
+        body = body or costmodel.body_of(self.variant)
+        self.program = compile_loop(body, mesh, rows, batch_size, k, float(learning_rate), float(decay))
+        self._placed, self._counts = {}, {}  # device forms of recent samplers and of step counts
 
     def put(self, values) -> jax.Array:
         """A host value on every device of the mesh."""
         return put_whole(values, self.mesh, REPLICATED)
 
+    def _sampler(self, state: dict) -> DeviceSampler:
+        """The device form of `state`'s sampler: reused if these very host arrays were placed or returned lately.
+
+        The host arrays a dispatch returns are read-only, so a remembered pair cannot go stale.
+        """
+        mark = (id(state["key"]), id(state["order"]), int(state["cursor"]))
+        if mark in self._placed:
+            held, sampler = self._placed[mark]
+        else:
+            held = (state["key"], state["order"])  # keeps the ids in `mark` from being reused
+            sampler = DeviceSampler(*self.put(device_sampler.host_fields(state)))
+        self._remember(mark, held, sampler)
+        return sampler
+
+    def _remember(self, mark, held, sampler: DeviceSampler) -> None:
+        """Keep `mark` and the one used most recently before it (the last state in and the last out)."""
+        others = [item for item in self._placed.items() if item[0] != mark][-1:]
+        self._placed = {**dict(others), mark: (held, sampler)}
+
+    def _active(self, active: int) -> jax.Array:
+        if active not in self._counts:
+            self._counts[active] = self.put(np.int32(active))
+        return self._counts[active]
+
     def arguments(self, state: dict, active: int) -> tuple:
         """The program's eight placed arguments for `state` and `active` steps (the boundary into the loop)."""
-        *sampler, active = self.put((*device_sampler.host_fields(state), np.int32(active)))  # one transfer
-        return (*self.copied, *sampler, state["weights"], state["momentum"], active)
+        return (*self.copied, *self._sampler(state), state["weights"], state["momentum"], self._active(active))
 
     def dispatch(self, state: dict, active: int) -> Dispatch:
         """One call of the compiled program: `active` steps from `state`, results left on the devices."""
@@ -146,13 +140,17 @@ class FusedLoop:
         key, order, cursor, weights, momentum, losses, ids = self.program(*self.arguments(state, active))
         return Dispatch(DeviceSampler(key, order, cursor), weights, momentum, losses, ids)
 
-    def finish(self, state: dict, out: Dispatch, active: int) -> tuple[dict, np.ndarray, list]:
-        """(course state, losses, ID arrays) of a dispatch: the boundary out of the loop."""
-        sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))  # one fetch
-        state = {**updated(state, out.weights, out.momentum, active), **device_sampler.to_host(sampler)}
-        return state, np.asarray(losses[:active], np.float32), [device_sampler.trim(row) for row in ids[:active]]
+    def finish(self, state: dict, out: Dispatch, active: int) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
+        """(course state, losses, IDs per step) of a dispatch: the boundary out of the loop, one fetch."""
+        sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))
+        host = device_sampler.to_host(sampler)
+        for field in ("key", "order"):
+            host[field].flags.writeable = False
+        self._remember((id(host["key"]), id(host["order"]), host["cursor"]), (host["key"], host["order"]), out.sampler)
+        state = {**updated(state, out.weights, out.momentum, active), **host}
+        return state, np.asarray(losses[:active], np.float32), device_sampler.StepIds.of(ids[:active])
 
-    def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, list]:
+    def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
         """Return (new state, per-step pre-update losses, per-step IDs) after exactly `steps` transitions."""
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
@@ -161,6 +159,7 @@ class FusedLoop:
             active = min(steps, self.k)
             state, chunk_losses, chunk_ids = self.finish(state, self.dispatch(state, active), active)
             losses.append(chunk_losses)
-            ids += chunk_ids
+            ids.append(chunk_ids)
             steps -= active
-        return state, np.concatenate(losses) if losses else np.zeros(0, np.float32), ids
+        found = np.concatenate(losses) if losses else np.zeros(0, np.float32)
+        return state, found, device_sampler.StepIds.join(ids)

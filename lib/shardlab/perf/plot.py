@@ -12,13 +12,16 @@ def figure(result: dict, path) -> Path:
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 4, figsize=(21, 8.5))
+    fig, axes = plt.subplots(3, 4, figsize=(21, 12.5))
     endtoend_panel(axes[0, 0], result["endtoend"])
     profile_panel(axes[1, 3], result["profile"])
     _collectives_panel(axes[0, 1], result["collectives"])
     _placement_panel(axes[0, 2], result["placement"])
     _dispatch_panel(axes[0, 3], result["dispatch"]["per_update_median_ms"], result["config"]["ks"])
     _scaling_panels(axes[1, :3], result["scaling"]["table"], result["machine"]["physical_cores"])
+    crossover(axes[2, 0], axes[2, 1], result["sweep"])
+    _picks_panel(axes[2, 2], result["sweep"])
+    axes[2, 3].axis("off")
     fig.suptitle(
         f"shardlab bench, {result['date_utc']}: 4 logical CPU devices on "
         f"{result['machine']['physical_cores']} physical cores (medians; boxes show every sample)"
@@ -33,6 +36,7 @@ LABELS = {
     "course_loop": "course loop",
     "fused_psum": "fused, psum per step",
     "fused_stats": "fused, 1 collective",
+    "no_collective": "4 dev, no collective",
     "floor_1dev": "1-device floor",
 }
 
@@ -114,3 +118,49 @@ def _scaling_panels(axes, table: list, cores: int) -> None:
     axes[0].set_yscale("log")
     axes[1].set_yscale("log")
     axes[2].set_title(f"efficiency, W logical devices on {cores} cores")
+
+
+CROSSING = {"fused_psum": "per_step", "fused_stats": "stats", "fused_inputs": "inputs"}  # loop -> model variant
+
+
+def crossover(ax_floats, ax_time, sweep: dict) -> None:
+    """Floats moved per step (the model) and measured us per step against batch size, per width and loop."""
+    widths = sorted({c["width"] for c in sweep["cells"].values()})
+    for shade, width in enumerate(widths):
+        cells = sorted((c for c in sweep["cells"].values() if c["width"] == width), key=lambda c: c["batch_size"])
+        sizes = [c["batch_size"] for c in cells]
+        for style, (loop, variant) in zip(("-", "--", ":"), CROSSING.items()):
+            label = f"{loop}, d={width}"
+            floats = [c["model"]["table"][variant]["floats"] / c["steps_per_sample"] for c in cells]
+            ax_floats.plot(sizes, floats, style, marker="o", color=f"C{shade}", label=label)
+            times = [1e3 * c["median_per_step_ms"][loop] for c in cells]
+            ax_time.plot(sizes, times, style, marker="o", color=f"C{shade}", label=label)
+    ax_floats.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="floats in the collective per step")
+    ax_floats.set_title("what each choice moves (line style: loop; colour: width d)")
+    ax_time.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="us per step, end to end (median)")
+    ax_time.set_title("what it costs here: 4 logical CPU devices, one host")
+    ax_floats.legend(fontsize=6, ncol=3)
+
+
+def _picks_panel(ax, sweep: dict) -> None:
+    cells = list(sweep["cells"].values())
+    ratios = [c["pick_over_fastest"] for c in cells]
+    ax.bar(range(len(cells)), ratios, color=["tab:green" if c["hit"] else "tab:red" for c in cells])
+    ax.axhline(sweep["hit_within"], color="grey", linestyle="--", label=f"{sweep['hit_within']:.2f}x")
+    ax.set_xticks(range(len(cells)), [f"d{c['width']}\nB{c['batch_size']}" for c in cells], fontsize=7)
+    ax.set(ylabel="model's pick / measured fastest", title=f"cost model: {sweep['hits']}/{sweep['count']} hits")
+    ax.legend(fontsize=7)
+
+
+def crossover_figure(path):
+    """The crossover from a bench.json receipt as a two-panel figure (for a notebook)."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    result = json.loads(Path(path).read_text())
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    crossover(left, right, result["sweep"])
+    fig.suptitle(f"{result['date_utc']}, {result['machine']['physical_cores']} physical cores: not a cluster")
+    fig.tight_layout()
+    return fig

@@ -126,14 +126,14 @@ def alternately(logdir, loops: dict, count: int) -> dict:
     return {"files": files, "order": order, "rows": sides, "log": log, "states": states}
 
 
-def before_after(data, mesh, batch_size: int, seed: int, logdir, count: int = 4, k: int = 100, body=None) -> dict:
+def before_after(data, mesh, batch_size: int, seed: int, logdir, count=4, k=100, body=None, variant="auto") -> dict:
     """Course transitions and fused dispatches of K steps, traced alternately in one capture, read back.
 
     Both start from the same state (one warm, untraced call each first, which compiles).
     Returns the per-transition annotation rows of each side, per-step medians (a fused
     row is K steps), the device-thread events and the capture's files.
     """
-    step, loop = make_step(mesh), fused.FusedLoop(data, mesh, batch_size, k, body=body)
+    step, loop = make_step(mesh), fused.FusedLoop(data, mesh, batch_size, k, body=body, variant=variant)
     start = initial(seed, data, mesh)
     course, _, _ = transition(start, data, batch_size, step, mesh)
     looped, _, _ = fused_dispatch(loop, start, k)

@@ -11,17 +11,15 @@ bound by neither arithmetic nor memory but by fixed costs: dispatch, the thunks 
 tiny operations, synchronisation between device threads.
 """
 
-import time
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from shardlab.core.batch import next_batch
 from shardlab.core.config import SEED
 from shardlab.core.state import initial
 from shardlab.core.update import make_step
 from shardlab.perf import fused
+from shardlab.perf.costmodel import warm_seconds
 
 MATMUL = 512  # n of the n x n x n float32 matmul that measures the FLOP roof
 STREAM = 1 << 22  # float32 elements of the elementwise pass that measures the bandwidth roof (16 MB)
@@ -49,24 +47,14 @@ def fused_step(data, mesh, batch_size: int, body=None, seed: int = SEED) -> dict
     return cost(loop.program.lower(*loop.arguments(initial(seed, data, mesh), 1)).compile())
 
 
-def _median_seconds(fn, args, samples: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def roofs(samples: int = 5) -> dict:
     """Measured FLOP/s of a large matmul and bytes/s of a large elementwise pass, on one device."""
     a = jnp.ones((MATMUL, MATMUL), jnp.float32)
     matmul = jax.jit(lambda x: x @ x)
     x = jnp.ones(STREAM, jnp.float32)
     stream = jax.jit(lambda v: v * 1.5 + 1.0)
-    flop_s = 2 * MATMUL**3 / _median_seconds(matmul, (a,), samples)
-    byte_s = 2 * 4 * STREAM / _median_seconds(stream, (x,), samples)  # read once, write once
+    flop_s = 2 * MATMUL**3 / warm_seconds(matmul, (a,), samples)
+    byte_s = 2 * 4 * STREAM / warm_seconds(stream, (x,), samples)  # read once, write once
     return {"flops_per_s": flop_s, "bytes_per_s": byte_s, "measured_on": "one logical CPU device, XLA, float32"}
 
 

@@ -70,29 +70,66 @@ def _row(optimisation, measure, before, after, goal=None) -> dict:
 LABELS = {
     "course_loop": "course loop (`sl.transition`)",
     "fused_psum": "fused, one psum per step",
-    "fused_stats": "fused, one collective per dispatch",
-    "floor_1dev": "fused on one device (floor)",
+    "fused_stats": "fused, one statistics psum per dispatch",
+    "fused_stats_sym": "fused, statistics, upper triangle only",
+    "fused_inputs": "fused, one all-gather of inputs per dispatch",
+    "no_collective": "4 devices, no collective (wrong numbers: a bound)",
+    "floor_1dev": "one device, whole batch, no collective",
+    "floor_1dev_psum": "one device, whole batch, packed psum left in",
 }
 
 
+def _cell(row: dict, name: str) -> str:
+    medians = row["median_per_step_ms"]
+    if name not in medians:
+        return ""
+    text = f"{1e3 * medians[name]:.3g}"
+    alone = medians.get("program:" + name)
+    return text if alone is None else f"{1e3 * alone:.3g} / {text}"
+
+
 def endtoend_rows(result: dict) -> list[list[str]]:
-    """Rows [variant, ms per step at each batch size, speedup over the course loop at each], rounded."""
-    e2e = result["endtoend"]
-    rows = []
+    """Rows [loop, us per step at each batch size ("program alone / run" where both), x no-collective]."""
+    e2e, rows = result["endtoend"], []
     for name, label in LABELS.items():
-        times = [f"{e2e[b]['median_per_step_ms'][name]:.3g}" for b in e2e]
-        speed = [f"{e2e[b]['speedup_over_course'][name]:.1f}x" for b in e2e]
-        rows.append([label, *times, *speed])
+        over = [f"{e2e[b]['over_no_collective'][name]:.2f}x" for b in e2e]
+        rows.append([label, *[_cell(e2e[b], name) for b in e2e], *over])
+    picks = [f"{e2e[b]['pick_loop']} ({e2e[b]['speedup_over_course'][e2e[b]['pick_loop']]:.1f}x course)" for b in e2e]
+    rows.append(["auto: the cost model's pick", *picks, *[""] * len(e2e)])
     return rows
+
+
+def sweep_table(path) -> str:
+    """Per cell of the sweep: the model's pick, the measured fastest, their ratio, and every loop's median."""
+    result = json.loads(Path(path).read_text())
+    names = [n for n in LABELS if n != "course_loop"]
+    head = ["d", "B", "pick", "fastest", "pick / fastest", "course", *names]
+    lines = ["| " + " | ".join(head) + " |", "| ---: | ---: | --- | --- |" + " ---: |" * (len(head) - 4)]
+    for c in result["sweep"]["cells"].values():
+        medians = c["median_per_step_ms"]
+        times = [f"{1e3 * medians[n]:.4g}" for n in ["course_loop", *names]]
+        first = [str(c["width"]), str(c["batch_size"]), c["pick_loop"], c["fastest_loop"]]
+        lines.append("| " + " | ".join([*first, f"{c['pick_over_fastest']:.3f}", *times]) + " |")
+    sweep = result["sweep"]
+    lines.append("")
+    lines.append(
+        f"us per step, medians. Model hits (pick within {sweep['hit_within']:.2f}x of the fastest): "
+        f"{sweep['hits']}/{sweep['count']}. Constants measured: {sweep['costs']}."
+    )
+    return "\n".join(lines)
 
 
 def endtoend_table(path, targets: bool = True) -> str:
     """The end-to-end table of a bench.json receipt as Markdown, and its targets unless `targets` is false."""
     result = json.loads(Path(path).read_text())
     sizes = [str(result["endtoend"][b]["batch_size"]) for b in result["endtoend"]]
-    head = ["per step, end to end", *[f"ms, batch {b}" for b in sizes], *[f"speedup, batch {b}" for b in sizes]]
+    head = ["us per step (program alone / run)", *[f"batch {b}" for b in sizes], *[f"x no-coll., {b}" for b in sizes]]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in endtoend_rows(result)]
+    alone = result.get("baseline", {})
+    if alone:
+        cells = [f"{1e3 * alone[b]['median_per_step_ms']:.3g}" if b in alone else "" for b in result["endtoend"]]
+        lines.append("| course loop, alone in a fresh interpreter | " + " | ".join(cells) + " |" + " |" * len(cells))
     lines.append("")
     for key, goal in result["targets"].items() if targets else ():
         value = "not measured" if goal["measured"] is None else f"{goal['measured']:.3g}"
@@ -136,4 +173,22 @@ def scaling_table(path) -> str:
         )
     lines.append("")
     lines.append(f"Host: {result['machine']['physical_cores']} physical cores. " + scaling.NOTE)
+    return "\n".join(lines)
+
+
+GENERAL = ("fused_psum", "fused_inputs")  # the loops a loss without a statistics shortcut leaves
+
+
+def general_choice_table(path) -> str:
+    """Per cell: the fastest loop, the fastest loop any loss could use, and what giving up the shortcut costs."""
+    result = json.loads(Path(path).read_text())
+    lines = [
+        "| d | B | fastest | fastest for any loss | its cost over the fastest |",
+        "| ---: | ---: | --- | --- | ---: |",
+    ]
+    for c in result["sweep"]["cells"].values():
+        medians = c["median_per_step_ms"]
+        general = min(GENERAL, key=medians.get)
+        cost = medians[general] / medians[c["fastest_loop"]]
+        lines.append(f"| {c['width']} | {c['batch_size']} | {c['fastest_loop']} | {general} | {cost:.2f}x |")
     return "\n".join(lines)
