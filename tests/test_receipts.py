@@ -234,8 +234,8 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
 
 
 def test_runner_runs_stage4_after_stage3():
-    names = runner.NOTEBOOKS
-    assert names.index("stage4_profile") == names.index("stage3_resume") + 1
+    names = runner.NOTEBOOKS  # stage 4's figure reads stage 3's fault results from the same folder
+    assert names.index("stage4_profile") > max(names.index("stage3_checkpoint"), names.index("stage3_resume"))
 
 
 def test_committed_receipts_follow_the_schema():

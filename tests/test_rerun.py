@@ -46,9 +46,8 @@ def run_cells(out_dir) -> dict:
 
 KILLED = textwrap.dedent(
     """
-    import os, signal, sys
-    sys.path.insert(0, {tests!r})
-    from test_rerun import run_cells
+    import os, signal
+    from test_rerun import run_cells  # `python -c` in tests/ imports from there
     run_cells({out!r})
     os.kill(os.getpid(), signal.SIGKILL)  # as a killed kernel: no cleanup, no seal
     """
@@ -57,8 +56,9 @@ KILLED = textwrap.dedent(
 
 def test_rerunning_stage3_after_a_killed_run_replaces_its_own_files_and_refuses_foreign_ones(tmp_path):
     out = tmp_path / "lab_run"
-    script = KILLED.format(tests=str(REPO / "tests"), out=str(out))
-    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    script = KILLED.format(out=str(out))
+    command = [sys.executable, "-c", script]
+    killed = subprocess.run(command, cwd=REPO / "tests", capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = out / "stage3"
     assert (folder / "checkpoint.npz").is_file() and (folder / "orbax").is_dir(), "the killed run wrote its files"

@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO, results
 
 from shardlab.errors import ConfigError
-from shardlab.multi import drills, runbook, scenarios
+from shardlab.multi import drills, rows, runbook, scenarios
 from shardlab.perf import scaling
 
 pytestmark = pytest.mark.stage5
@@ -109,11 +109,11 @@ def test_runbook_rows_only_make_drills_runs_are_proved_by_their_drills(tmp_path)
     """Freeze, a failed background write and a crash loop: the notebook does not run them, so run them here."""
     full = dict(scenarios.FULL)
     ctx = drills.begin(17, 7, drills.TIMEOUT, out_dir=tmp_path)
-    rows = [full[name](ctx) for name in ("p1_frozen", "async_write_fails", "crash_loop")]
-    report = {"table": [drills.row_summary(r) for r in rows]}
+    found = [full[name](ctx) for name in ("p1_frozen", "async_write_fails", "crash_loop")]
+    report = {"table": [rows.table(r) for r in found]}
     causes = {r["drill"]: r["cause"] for r in report["table"]}
     assert causes["p1_frozen"][0].startswith("frozen") and "AsyncSaveError" in causes["async_write_fails"][0]
-    assert rows[2]["error"]["type"] == "RestartBudgetError" and len(causes["crash_loop"]) == 3
+    assert found[2]["error"]["type"] == "RestartBudgetError" and len(causes["crash_loop"]) == 3
     by_class = {row["class"]: row["drills"] for row in runbook.proof(report)}
     for failure in ("freeze", "write failure", "crash loop"):
         assert any(v is True for v in by_class[failure].values()), (failure, by_class[failure])
