@@ -6,6 +6,9 @@ from NumPy formulas, coverage arithmetic or the course's PRNG recipe, never from
 reference implementation.
 """
 
+import os
+import subprocess
+import sys
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -48,6 +51,9 @@ class Context:
     workdir: str
     seed: int = 17
     batch_size: int = 7
+    search_seed: int = 0  # seed of the randomised checks (printed with every verdict)
+    thorough: bool = False  # a longer randomised search (--thorough)
+    search_cases: int = 0  # cases per randomised check; 0: each check's own number
     cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
 
 
@@ -158,3 +164,16 @@ def raised_where(exc: BaseException) -> str:
         return "unknown place"
     frame = frames[-1]
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def in_fresh_interpreter(module: str, options: dict, timeout: float, what: str) -> None:
+    """Run `python -m module --option value ...` with four CPU devices; CheckFailed naming `what` if it fails."""
+    command = [sys.executable, "-m", module, *[str(part) for item in options.items() for part in item]]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckFailed("an end within the bound", f"no end within {timeout:g} s", f"{what}: no end") from None
+    if done.returncode != 0:
+        raise CheckFailed("exit status 0", f"{done.returncode}: {done.stderr.strip()[-600:]}", f"{what} failed")

@@ -9,12 +9,13 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from shardlab.checker import sampler_diagnosis as recipe
+from shardlab.checker import search
 from shardlab.checker.common import DEGENERATE, degenerate_data, expect, sharding_of
-from shardlab.core.batch import padded_length
+from shardlab.checker.properties import host, snapshot
 from shardlab.core.devices import AXIS
-from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import FIELDS
 from shardlab.lessons import oracle
+from shardlab.lessons.oracle import epoch_batches, padded_length
 
 STAGE = 1
 EPOCHS = 3
@@ -24,10 +25,10 @@ def _run(ctx, seed: int, batch_size: int, count: int, data=None) -> tuple[list, 
     """(states, batches): copies of `initial(seed)` and of the states after `count` next_batch calls."""
     data = ctx.data if data is None else data
     state = ctx.impl.initial(seed, data, ctx.mesh)
-    states, batches = [_snapshot(state)], []
+    states, batches = [snapshot(state)], []
     for _ in range(count):
         state, batch = ctx.impl.next_batch(state, data, batch_size, ctx.mesh)
-        states.append(_snapshot(state))
+        states.append(snapshot(state))
         batches.append(batch)
     return states, batches
 
@@ -38,17 +39,6 @@ def _ids(batches) -> list[np.ndarray]:
 
 def _rows(ctx) -> int:
     return ctx.data.features.shape[0]
-
-
-def _host(value) -> np.ndarray:
-    """A NumPy copy of a state field; a typed PRNG key becomes its uint32 data (its dtype is checked elsewhere)."""
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-        value = jax.random.key_data(value)
-    return np.array(value, copy=True)
-
-
-def _snapshot(state: dict) -> dict:
-    return {name: _host(value) for name, value in state.items()}
 
 
 def _sampler_cause(ctx, seed: int, batch_size: int, calls: int) -> str | None:
@@ -113,10 +103,10 @@ def first_order_follows_the_seed(ctx):
     rows = _rows(ctx)
     for seed in (ctx.seed, 29):
         state = ctx.impl.initial(seed, ctx.data, ctx.mesh)
-        order, key = _host(state["order"]), _host(state["key"])
+        order, key = host(state["order"]), host(state["key"])
         recipe = oracle.idiom_epochs(seed, rows, 1)[0]
         kept, expected = np.asarray(recipe["key"], np.uint32), np.asarray(recipe["order"])
-        again = _host(ctx.impl.initial(seed, ctx.data, ctx.mesh)["order"])
+        again = host(ctx.impl.initial(seed, ctx.data, ctx.mesh)["order"])
         if not np.array_equal(order, again):
             cause = (
                 "two calls with the same seed gave different orders: the order comes from a global or unseeded "
@@ -242,9 +232,9 @@ def next_batch_returns_a_new_state(ctx):
     per_epoch = len(epoch_batches(_rows(ctx), ctx.batch_size))
     state = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
     for call in range(per_epoch + 2):
-        before, objects = _snapshot(state), dict(state)
+        before, objects = snapshot(state), dict(state)
         new, _ = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, ctx.mesh)
-        after = _snapshot(state)
+        after = snapshot(state)
         changed = sorted(set(before) ^ set(after)) + [
             name for name in before if name in after and not np.array_equal(before[name], after[name])
         ]
@@ -395,4 +385,5 @@ CHECKS = (
     padding_is_never_an_observation,
     padding_is_decided_by_position,
     batch_is_placed_on_the_mesh,
+    *search.checks_for(STAGE),
 )
