@@ -427,3 +427,15 @@ def test_docs_state_the_domain_the_damage_space_and_every_randomised_check():
     for name in search.PROPERTIES:
         assert f"`random_{name}`" in text, name
     assert "`contracts_agree_in_a_fresh_process`" in text and "What the bounds cannot contain" in text
+
+
+def test_check_case_reproduces_a_minimal_case_in_this_interpreter(capfd):
+    from shardlab.checker.search import check_case
+
+    assert check_case("reference", "sampler_walk", rows=3, batch=2, devices=3, features=2)["passed"]
+    with pytest.raises(AssertionError, match="padded to 2 slots"):
+        check_case(str(BROKEN / "pad_extra_when_multiple.py"), "sampler_walk", rows=1, batch=1, devices=1, features=1)
+    shown = capfd.readouterr().out
+    assert (
+        "PASS  sampler_walk  3 row(s) x 2 feature(s), batch 2, 3 device(s)" in shown and "FAIL  sampler_walk" in shown
+    )

@@ -14,7 +14,7 @@ from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.fixtures import Dataset, teaching_fixture, timing_fixture
 
 FIXTURES = {"teaching": teaching_fixture, "timing": timing_fixture}  # 23 x 8 and 1,023 x 64
-MAX_WALK = 160  # next_batch / transition calls in one case at most (the timing fixture uses big batches)
+MAX_WALK = 96  # next_batch / transition calls in one case at most (the timing fixture uses big batches)
 SHRINK_TRIES = 48  # evaluations a shrink may spend
 
 

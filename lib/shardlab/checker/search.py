@@ -38,52 +38,20 @@ class Property:
     test: object
     parameters: tuple
     cases: int
-    pinned: dict  # parameters held at one value (e.g. the contract search always saves nowhere)
 
 
-PROPERTIES = {
+WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed")
+OPTIMISER = ("learning_rate", "decay")
+EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER)
+RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path")
+PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
     p.name: p
     for p in (
-        Property(
-            "sampler_walk",
-            1,
-            properties.sampler_walk,
-            ("rows", "batch", "devices", "epochs", "features", "fixture", "seed"),
-            14,
-            {},
-        ),
-        Property(
-            "step_update",
-            2,
-            properties.step_update,
-            ("rows", "devices", "features", "seed", "learning_rate", "decay"),
-            10,
-            {},
-        ),
-        Property(
-            "transition_walk",
-            2,
-            properties.transition_walk,
-            ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "learning_rate", "decay"),
-            5,
-            {},
-        ),
-        Property(
-            "contract_tells_apart",
-            3,
-            properties.contract_tells_apart,
-            ("rows", "batch", "devices", "features", "fixture", "seed", "learning_rate", "decay"),
-            6,
-            {},
-        ),
-        Property(
-            "restore_damage",
-            3,
-            properties.restore_damage,
-            ("rows", "batch", "devices", "features", "seed", "save_at", "path"),
-            5,
-            {"fixture": ""},
-        ),
+        Property("sampler_walk", 1, properties.sampler_walk, WALK, 10),
+        Property("step_update", 2, properties.step_update, ("rows", "devices", "features", "seed", *OPTIMISER), 8),
+        Property("transition_walk", 2, properties.transition_walk, (*WALK, *OPTIMISER), 4),
+        Property("contract_tells_apart", 3, properties.contract_tells_apart, EXPERIMENT, 6),
+        Property("restore_damage", 3, properties.restore_damage, RESTORE, 5),
     )
 }
 SAVE_FORMS = ("start", "end", "mid")  # every restore search visits each save point and each path form first
@@ -130,10 +98,9 @@ def cases_for(prop: Property, seed: int, count: int) -> list[Case]:
     """`count` cases from the domain for `prop`, from a generator seeded by (seed, the property's name)."""
     rng = np.random.default_rng([seed, *prop.name.encode()])
     unused = {name: getattr(Case, name) for name in DOMAIN if name not in prop.parameters}
-    found = [fit(replace(draw(rng), **{**unused, **prop.pinned})) for _ in range(count)]
+    found = [fit(replace(draw(rng), **unused)) for _ in range(count)]
     if prop.name == "restore_damage":  # every save point and path form at least once
         found = [replace(c, save_at=SAVE_FORMS[i % 3], path=PATH_FORMS[(i // 3 + i) % 3]) for i, c in enumerate(found)]
-        found = [replace(c, fixture="") for c in found]
     return found
 
 
