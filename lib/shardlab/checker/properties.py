@@ -82,34 +82,11 @@ def _placement(value, mesh, spec, what: str) -> None:
     )
 
 
-def _batch_rules(case: Case, data, batch, want_ids, mesh) -> None:
-    """Padding length, mask by position, valid rows per device, the selected rows, and placement of one batch."""
-    ids = np.asarray(batch.ids).astype(np.int64)
-    slots, mask = oracle.padded_length(len(ids), case.devices), np.asarray(batch.mask)
-    need(
-        len(mask) == slots,
-        f"{slots} slots",
-        f"{len(mask)} slots",
-        f"{len(ids)} row(s) on {case.devices} device(s) were padded to {len(mask)} slots -> pad to the smallest "
-        f"multiple of the device count that holds them ({slots}); per device "
-        f"{oracle.device_counts(len(ids), case.devices)}",
-    )
-    want = (np.arange(slots) < len(ids)).astype(np.float32)
-    need(np.array_equal(mask > 0, want > 0), want, mask, "mask 1 on the selected rows, 0 on padding, by position")
-    counts = (mask > 0).reshape(case.devices, -1).sum(axis=1).tolist()
-    need(
-        counts == oracle.device_counts(len(ids), case.devices),
-        oracle.device_counts(len(ids), case.devices),
-        counts,
-        "valid rows per device: pad at the end",
-    )
-    rows = np.asarray(batch.features)[: len(ids)], np.asarray(batch.targets)[: len(ids)]
-    need(
-        np.array_equal(rows[0], data.features[ids]) and np.array_equal(rows[1], data.targets[ids]),
-        "data[ids], unchanged",
-        "other values",
-        "the batch holds exactly the rows of batch.ids",
-    )
+def _batch_rules(case: Case, data, batch, mesh) -> None:
+    """Padding length, mask by position, valid rows per device, the selected rows (stage 1's probe), placement."""
+    from shardlab.checker.stage1 import check_padding  # stage1 imports this module
+
+    check_padding(batch, data, case.batch, case.devices)
     for name, spec in BATCH_SPECS.items():
         _placement(getattr(batch, name), mesh, spec, f"batch.{name}")
 
@@ -189,7 +166,7 @@ def sampler_walk(ctx, case: Case) -> None:
             )
             cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
             raise Miss(want["ids"], observed[-1], cause or f"call {call + 1}: the ids leave the recipe")
-        _batch_rules(case, data, batch, want["ids"], mesh)
+        _batch_rules(case, data, batch, mesh)
         if not (recipe.fits(states[-1], want["after"]) or recipe.fits(states[-1], want["eager"])):
             cause = _skipped(plan, call, observed[-1], states[-1]["order"], rows, case.batch)
             cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)

@@ -64,7 +64,9 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
         prop.test(ctx, case)
     except Miss as miss:
         return miss
-    except (Overrun, NotImplementedError, CheckFailed):
+    except CheckFailed as failed:  # a probe shared with the enumerated checks
+        return Miss(failed.expected, failed.observed, failed.diagnosis)
+    except (Overrun, NotImplementedError):
         raise
     except Exception as exc:
         return Miss(

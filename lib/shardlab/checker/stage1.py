@@ -285,7 +285,7 @@ def _describe_rows(ids, positions) -> str:
     return "; ".join(f"slot {p}: {name}" for p, name in zip(positions, names))
 
 
-def _check_padding(batch, data, batch_size: int, devices: int) -> None:
+def check_padding(batch, data, batch_size: int, devices: int) -> None:
     """Raise CheckFailed unless the batch pads to a device multiple, masks by position and holds data[ids]."""
     ids, mask = np.asarray(batch.ids).astype(np.int64), np.asarray(batch.mask)
     slots = padded_length(len(ids), devices)
@@ -337,7 +337,7 @@ def padding_is_never_an_observation(ctx):
     for batch_size, calls in ((ctx.batch_size, 4), (1, 1)):
         _, batches = _run(ctx, ctx.seed, batch_size, calls)
         for batch in batches:
-            _check_padding(batch, ctx.data, batch_size, ctx.mesh.size)
+            check_padding(batch, ctx.data, batch_size, ctx.mesh.size)
     return "mask 1 on selected rows, 0 on padding; [2, 2, 2, 1] and [1, 0, 0, 0] per device", "as expected"
 
 
@@ -351,7 +351,7 @@ def padding_is_decided_by_position(ctx):
     for batch_size in (9, 1):
         _, batches = _run(ctx, ctx.seed, batch_size, len(epoch_batches(_rows(ctx), batch_size)), data)
         for batch in batches:
-            _check_padding(batch, data, batch_size, ctx.mesh.size)
+            check_padding(batch, data, batch_size, ctx.mesh.size)
     return "mask by position for degenerate rows; [3, 3, 3, 0], [2, 2, 1, 0], [1, 0, 0, 0] per device", "as expected"
 
 
