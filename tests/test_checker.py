@@ -92,7 +92,10 @@ MISTAKES = {
     "pad_extra_when_multiple": (
         1,
         "random_sampler_walk",
-        ["1 row(s) were padded to 2 slots -> pad to the next multiple of the device count (1)", '"sampler_walk", rows=1, batch=1, devices=1, features=1'],
+        [
+            "1 row(s) were padded to 2 slots -> pad to the next multiple of the device count (1)",
+            '"sampler_walk", rows=1, batch=1, devices=1, features=1',
+        ],
     ),
     "transition_ignores_step": (
         2,
