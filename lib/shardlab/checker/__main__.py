@@ -7,7 +7,7 @@ from shardlab.core.devices import setup_devices
 
 
 def main(argv=None) -> int:
-    from shardlab.checker import cli as runner
+    import shardlab.checker.cli as runner
 
     parser = argparse.ArgumentParser(prog="python -m shardlab.checker")
     runner.add_child_arguments(parser)

@@ -14,11 +14,15 @@ from dataclasses import asdict, dataclass
 
 import jax
 
-from shardlab.checker import stage1, stage2, stage3, stage4, supervise
+import shardlab.checker.stage1 as stage1
+import shardlab.checker.stage2 as stage2
+import shardlab.checker.stage3 as stage3
+import shardlab.checker.stage4 as stage4
+import shardlab.checker.supervise as supervise
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.checker.guard import CALL_SECONDS, BoundedImplementation, Guard, Overrun
-from shardlab.checker.here import LOG, REPORT
 from shardlab.checker.search import THOROUGH
+from shardlab.checker.supervise import LOG, REPORT
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
@@ -285,11 +289,17 @@ def checked(spec: str, args, echo) -> tuple[dict, str]:
     bounds = getattr(args, "bounds", None) or supervise.Bounds()
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
     if not args.output:
-        return supervise.temporary_run(spec, args.stage, getattr(args, "only", False), echo, bounds, extra)
+        results, environment, excerpt = supervise.temporary_run(
+            spec, args.stage, getattr(args, "only", False), echo, bounds, extra
+        )
+        return report(spec, results, environment), excerpt
     from shardlab import outdir
 
     with outdir.writing(args.output, "check") as staging:
-        found = supervise.run(spec, args.stage, getattr(args, "only", False), str(staging), echo, bounds, extra)
+        results, environment = supervise.run(
+            spec, args.stage, getattr(args, "only", False), str(staging), echo, bounds, extra
+        )
+        found = report(spec, results, environment)
         (staging / REPORT).write_text(json.dumps(found, indent=1), encoding="utf-8")
         excerpt = supervise.learner_output(str(staging / LOG), keep=True)
     return found, excerpt.replace(str(staging), os.path.abspath(args.output))

@@ -177,3 +177,15 @@ def in_fresh_interpreter(module: str, options: dict, timeout: float, what: str) 
         raise CheckFailed("an end within the bound", f"no end within {timeout:g} s", f"{what}: no end") from None
     if done.returncode != 0:
         raise CheckFailed("exit status 0", f"{done.returncode}: {done.stderr.strip()[-600:]}", f"{what} failed")
+
+
+def host(value) -> np.ndarray:
+    """A NumPy copy of a state field; a typed PRNG key becomes its uint32 data."""
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    return np.array(value, copy=True)
+
+
+def snapshot(state: dict) -> dict:
+    """NumPy copies of every field of `state`."""
+    return {name: host(value) for name, value in state.items()}

@@ -18,7 +18,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     setup_devices(4)
-    from shardlab.checker import properties, search
+    import shardlab.checker.properties as properties
+    import shardlab.checker.search as search
     from shardlab.learner import implementation
 
     impl = implementation.load(args.implementation)

@@ -9,6 +9,8 @@ table agrees with them. docs/checker.md prints this table.
 
 import numpy as np
 
+from shardlab.core.schema import FIELDS  # the six state fields (their one home)
+
 SHAPES = "check shapes (COURSE.md stage 3: restore checks shapes)"
 DTYPES = "check dtypes (COURSE.md stage 3)"
 FINITE = "finite parameters (COURSE.md stage 3)"
@@ -38,7 +40,7 @@ def _pair(a, rows):
 
 # (field, kind, rule, change(array, rows) -> damaged array; None removes the member)
 DAMAGES = (
-    *[(f, "missing", PRESENT, None) for f in ("weights", "momentum", "key", "order", "cursor", "step")],
+    *[(f, "missing", PRESENT, None) for f in FIELDS],
     ("weights", "float64", DTYPES, lambda a, rows: a.astype(np.float64)),
     ("weights", "one element too many", SHAPES, _wider),
     ("weights", "NaN", FINITE, _set_item(0, np.nan)),

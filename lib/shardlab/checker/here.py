@@ -5,9 +5,6 @@ import re
 from shardlab.errors import ImplementationError
 from shardlab.learner import implementation as _implementation
 
-REPORT = "check_report.json"  # the JSON report of a run (in the command line's --output folder)
-LOG = "check_output.log"  # everything the implementation printed, beside the report
-
 
 def check_here(implementation: str = "reference", stage=1, only: bool = True) -> dict:
     """Run the checks for `stage` in a fresh, supervised interpreter; print its lines; return its report.
@@ -17,7 +14,8 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True) ->
     `only=False` also checks the stages before it. The report is a dict with `passed`, `stages`
     and every check's `expected`, `observed` and `diagnosis`.
     """
-    from shardlab.checker import cli, supervise
+    from shardlab.checker.cli import describe, report, summary
+    from shardlab.checker.supervise import temporary_run
 
     spec = implementation
     if spec not in ("reference", "", None):
@@ -28,10 +26,11 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True) ->
             return {"implementation": implementation, "passed": False, "error": str(exc), "checks": []}
 
     def shown(result):  # the verdict lines without their per-check seconds: a receipt changes only where it should
-        print(re.sub(r"  \(\d+\.\d+ s\)$", "", cli.describe(result), flags=re.M), flush=True)
+        print(re.sub(r"  \(\d+\.\d+ s\)$", "", describe(result), flags=re.M), flush=True)
 
-    found, excerpt = supervise.temporary_run(spec or "reference", stage, only, shown)
-    print(cli.summary(found["checks"]))
+    results, environment, excerpt = temporary_run(spec or "reference", stage, only, shown)
+    found = report(spec or "reference", results, environment)
+    print(summary(found["checks"]))
     if excerpt:
         print(excerpt)
     return found

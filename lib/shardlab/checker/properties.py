@@ -11,21 +11,22 @@ import shutil
 import tempfile
 from dataclasses import replace
 
-import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker import damage, formulas
-from shardlab.checker import sampler_diagnosis as recipe
-from shardlab.checker.common import batch_arrays, placed, sharding_of
+import shardlab.checker.damage as damage
+import shardlab.checker.formulas as formulas
+import shardlab.checker.sampler_diagnosis as recipe
+from shardlab.checker.common import batch_arrays, host, placed, sharding_of, snapshot
 from shardlab.checker.domain import Case, data_for, walk_calls
+from shardlab.checker.padding import check_padding
 from shardlab.core.config import Config
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset, timing_fixture
+from shardlab.core.schema import FIELDS
 from shardlab.core.update import count_all_reduce
 from shardlab.lessons import faults, oracle
 
-FIELDS = ("weights", "momentum", "key", "order", "cursor", "step")
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # one float32 step against float64 NumPy, from the learner's own state
 BATCH_SPECS = {"features": P(AXIS, None), "targets": P(AXIS), "mask": P(AXIS)}
 
@@ -46,16 +47,6 @@ def need(ok: bool, expected, observed, why: str) -> None:
 def near(observed, expected) -> bool:
     observed, expected = np.asarray(observed, np.float64), np.asarray(expected, np.float64)
     return observed.shape == expected.shape and oracle.finite(observed) and np.allclose(observed, expected, **TOLERANCE)
-
-
-def host(value) -> np.ndarray:
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-        value = jax.random.key_data(value)
-    return np.array(value, copy=True)
-
-
-def snapshot(state: dict) -> dict:
-    return {name: host(value) for name, value in state.items()}
 
 
 def mesh_of(ctx, devices: int):
@@ -84,8 +75,6 @@ def _placement(value, mesh, spec, what: str) -> None:
 
 def _batch_rules(case: Case, data, batch, mesh) -> None:
     """Padding length, mask by position, valid rows per device, the selected rows (stage 1's probe), placement."""
-    from shardlab.checker.stage1 import check_padding  # stage1 imports this module
-
     check_padding(batch, data, case.batch, case.devices)
     for name, spec in BATCH_SPECS.items():
         _placement(getattr(batch, name), mesh, spec, f"batch.{name}")

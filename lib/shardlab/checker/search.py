@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from shardlab.checker import properties
+import shardlab.checker.properties as properties
 from shardlab.checker.common import CheckFailed, Context, in_fresh_interpreter, plain, raised_where
 from shardlab.checker.domain import DOMAIN, SHRINK_ORDER, SHRINK_TRIES, Case, draw, fit, smaller
 from shardlab.checker.guard import Overrun

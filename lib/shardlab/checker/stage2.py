@@ -8,7 +8,8 @@ When a gradient is wrong, `explain_gradient` names the wrong formula it follows 
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker import formulas, search
+import shardlab.checker.formulas as formulas
+import shardlab.checker.search as search
 from shardlab.checker.common import (
     batch_arrays,
     cached_step,

@@ -10,7 +10,8 @@ import os
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker import interrupt, search
+import shardlab.checker.interrupt as interrupt
+import shardlab.checker.search as search
 from shardlab.checker.common import CheckFailed, cached_step, expect, in_fresh_interpreter, plain, sharding_of
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset

@@ -22,8 +22,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from shardlab.checker import guard
+import shardlab.checker.guard as guard
 
+REPORT = "check_report.json"  # the JSON report of a run (in the command line's --output folder)
+LOG = "check_output.log"  # everything the implementation printed, beside the report
 GRACE = 10.0  # seconds past the time bound before the parent stops a call SIGALRM did not end
 POLL = 0.05  # seconds between looks at the child
 RESTARTS = 8  # at most one per learner function, plus slack
@@ -151,20 +153,18 @@ def _failed_result(watch: Watch, verdict: str, stage: int) -> dict:
 
 def run(
     spec: str, stage, only: bool, folder: str, echo, bounds: Bounds | None = None, extra: tuple = (), skip=()
-) -> dict:
-    """Check `spec` in child interpreters under `bounds`, writing the log in `folder`; return the report.
+) -> tuple[list, dict | None]:
+    """Check `spec` in child interpreters under `bounds`, writing the log in `folder`; (results, environment).
 
     `extra` are further child arguments (the search seed, --thorough); checks named in `skip` are left out.
     """
-    from shardlab.checker import cli
-
     bounds = bounds or Bounds()
-    progress, log_path = os.path.join(folder, "progress.jsonl"), os.path.join(folder, cli.LOG)
+    progress, log_path = os.path.join(folder, "progress.jsonl"), os.path.join(folder, LOG)
     open(progress, "a").close()
     watch, poisoned, left_out = Watch(progress), {}, list(skip)
     skip = list(left_out)
     deadline = time.time() + bounds.total_seconds
-    first = (cli.stages_for(stage) if not only else [int(stage)])[0]
+    first = int(stage) if only else 1  # the stage a failure before any check is reported under
     for _ in range(RESTARTS):
         command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(stage)]
         command += ["--progress", progress, "--call-seconds", str(bounds.call_seconds), *extra]
@@ -181,7 +181,7 @@ def run(
         if time.time() > deadline:
             break
     os.remove(progress)
-    return cli.report(spec, watch.results, watch.environment)
+    return watch.results, watch.environment
 
 
 def learner_output(log_path: str, keep: bool) -> str:
@@ -199,9 +199,7 @@ def learner_output(log_path: str, keep: bool) -> str:
 def temporary_run(
     spec: str, stage, only: bool, echo, bounds: Bounds | None = None, extra: tuple = ()
 ) -> tuple[dict, str]:
-    """`run` in a temporary folder: (report, the learner-output excerpt)."""
-    from shardlab.checker import cli
-
+    """`run` in a temporary folder: (results, environment, the learner-output excerpt)."""
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as folder:
-        found = run(spec, stage, only, folder, echo, bounds, extra)
-        return found, learner_output(os.path.join(folder, cli.LOG), keep=False)
+        results, environment = run(spec, stage, only, folder, echo, bounds, extra)
+        return results, environment, learner_output(os.path.join(folder, LOG), keep=False)
