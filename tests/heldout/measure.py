@@ -14,7 +14,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shardlab.checker import cli, supervise
+import shardlab.checker.cli as cli
+import shardlab.checker.supervise as supervise
 
 RANDOMISED = [c.__name__ for m in cli.STAGES.values() for c in m.CHECKS if c.__name__.startswith("random_")]
 RANDOMISED.append("contracts_agree_in_a_fresh_process")
@@ -23,8 +24,8 @@ ENUMERATED = [c.__name__ for m in cli.STAGES.values() for c in m.CHECKS if c.__n
 
 def failed_checks(spec: str, skip) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="heldout-") as folder:
-        found = supervise.run(spec, "all", False, folder, lambda result: None, skip=skip)
-    return [e["name"] for e in found["checks"] if not e["passed"]]
+        results, _ = supervise.run(spec, "all", False, folder, lambda result: None, skip=skip)
+    return [e["name"] for e in results if not e["passed"]]
 
 
 def judge_wrong(path: Path) -> dict:
