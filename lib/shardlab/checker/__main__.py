@@ -8,10 +8,10 @@ from shardlab.core.devices import setup_devices
 
 
 def main(argv=None) -> int:
-    from shardlab.checker import cli as runner
+    import shardlab.checker.cli as runner
 
     parser = argparse.ArgumentParser(prog="python -m shardlab.checker")
-    runner.add_arguments(parser)
+    runner.add_child_arguments(parser)
     args = parser.parse_args(argv)
     return runner.child_main(args)
 

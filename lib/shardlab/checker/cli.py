@@ -7,7 +7,6 @@ the calling shell or kernel was set up.
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -15,17 +14,26 @@ from dataclasses import asdict, dataclass
 
 import jax
 
-from shardlab.checker import course_cells, stage1, stage2, stage3, stage4
+import shardlab.checker.course_cells as course_cells
+import shardlab.checker.stage1 as stage1
+import shardlab.checker.stage2 as stage2
+import shardlab.checker.stage3 as stage3
+import shardlab.checker.stage4 as stage4
+import shardlab.checker.supervise as supervise
 from shardlab.checker.common import CheckFailed, Context, plain, raised_where
-from shardlab.checker.here import CHILD_TIMEOUT, REPORT
+from shardlab.checker.guard import CALL_SECONDS, BoundedImplementation, Guard, Overrun
+from shardlab.checker.search import THOROUGH
+from shardlab.checker.supervise import LOG, REPORT
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
 from shardlab.learner import implementation
+from shardlab.learner.implementation import API
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
 SHOWN = 400  # characters of expected/observed values printed per line
+SEARCH_SEED = 2026  # the default seed: the same file gets the same verdict; --seed N explores further
 
 
 @dataclass
@@ -62,6 +70,9 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         passed, diagnosis = True, ""
     except CheckFailed as failed:
         passed, expected, observed, diagnosis = False, failed.expected, failed.observed, failed.diagnosis
+    except Overrun as overrun:
+        passed, expected, observed = False, "a call that returns within the bounds", str(overrun)
+        diagnosis = str(overrun)
     except NotImplementedError as exc:
         passed, expected, observed = False, "an implementation", f"NotImplementedError: {exc}"
         diagnosis = str(exc) or f"not implemented yet (raised at {raised_where(exc)})"
@@ -79,13 +90,40 @@ def run_one(check, stage: int, ctx: Context) -> Result:
     )
 
 
-def run_checks(spec: str = "reference", stage="all", only: bool = False, skip=(), progress=None) -> list[Result]:
+def _load_failure(spec: str, stage: int, exc: BaseException) -> Result:
+    cause = exc.__cause__ or exc
+    return Result(
+        "implementation_loads",
+        stage,
+        False,
+        "a module defining " + ", ".join(implementation.API),
+        f"{type(cause).__name__}: {cause}"[:SHOWN],
+        str(exc)
+        if isinstance(exc, (ImplementationError, Overrun))
+        else f"the file could not be loaded ({raised_where(exc)})",
+        0.0,
+    )
+
+
+def run_checks(
+    spec: str = "reference",
+    stage="all",
+    only: bool = False,
+    skip=(),
+    progress=None,
+    guard: Guard | None = None,
+    search_seed: int = SEARCH_SEED,
+    thorough: bool = False,
+    search_cases: int = 0,
+) -> list[Result]:
     """Check the implementation `spec` ('reference' or a .py path) in this interpreter.
 
     JAX must already see four CPU devices. `only=True` runs just `stage`, not the ones
     before it; checks named in `skip` are left out; `progress(result)` is called after each check.
+    Every call into the implementation runs under `guard` (a fresh default Guard if None).
     """
     chosen = [int(stage)] if only else stages_for(stage)
+    guard = guard or Guard()
     if len(jax.devices()) != 4:
         return [
             Result(
@@ -100,35 +138,30 @@ def run_checks(spec: str = "reference", stage="all", only: bool = False, skip=()
                 0.0,
             )
         ]
+    guard.note(event="check", name="implementation_loads", stage=chosen[0])
     try:
-        impl = implementation.load(spec)
-    except Exception as exc:
-        cause = exc.__cause__ or exc
-        failed = Result(
-            "implementation_loads",
-            chosen[0],
-            False,
-            "a module defining " + ", ".join(implementation.API),
-            f"{type(cause).__name__}: {cause}"[:SHOWN],
-            str(exc) if isinstance(exc, ImplementationError) else f"the file could not be loaded ({raised_where(exc)})",
-            0.0,
-        )
+        impl = BoundedImplementation(guard.call("importing the file", implementation.load, spec), API, guard)
+    except (Exception, Overrun) as exc:
+        failed = _load_failure(spec, chosen[0], exc)
         if progress:
             progress(failed)
         return [failed]
     results = []
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
-        ctx = Context(impl, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir)
+        searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
+        ctx = Context(impl, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
         for number in chosen:
             for check in (c for c in checks_of(number) if c.__name__ not in skip):
+                guard.note(event="check", name=check.__name__, stage=number)
                 results.append(run_one(check, number, ctx))
                 if progress:
                     progress(results[-1])
     return results
 
 
-def report(spec: str, results: list[Result]) -> dict:
-    """The machine-readable report: every check, plus per-stage counts."""
+def report(spec: str, results: list, environment: dict | None = None) -> dict:
+    """The machine-readable report: every check (Results or their dicts), plus per-stage counts."""
+    results = [r if isinstance(r, Result) else Result(**r) for r in results]
     stages = sorted({r.stage for r in results})
     return {
         "implementation": spec,
@@ -141,19 +174,17 @@ def report(spec: str, results: list[Result]) -> dict:
             for s in stages
         },
         "checks": [asdict(r) for r in results],
-        "environment": {"jax": jax.__version__, "devices": len(jax.devices()), "platform": jax.default_backend()},
+        "environment": environment or here_environment(),
     }
 
 
-def write_report(folder: str, content: dict) -> str:
-    """Write `content` as folder/check_report.json (the output-folder policy of `shardlab.outdir`); return the path."""
-    from shardlab import outdir
-
-    return str(outdir.write_text(folder, "check", REPORT, json.dumps(content, indent=1)))
+def here_environment() -> dict:
+    return {"jax": jax.__version__, "devices": len(jax.devices()), "platform": jax.default_backend()}
 
 
-def describe(result: Result) -> str:
+def describe(result) -> str:
     """One line for a pass; for a failure, also expected, observed and the diagnosis."""
+    result = result if isinstance(result, Result) else Result(**result)
     line = f"{'PASS' if result.passed else 'FAIL'}  stage {result.stage}  {result.name}  ({result.seconds:.2f} s)"
     if result.passed:
         return line
@@ -166,8 +197,9 @@ def describe(result: Result) -> str:
 
 def summary(results: list[Result]) -> str:
     """Per-stage counts and the first failure to fix."""
+    results = [r if isinstance(r, Result) else Result(**r) for r in results]
     lines = [
-        f"stage {s}: {c['passed']} of {c['checks']} checks passed" for s, c in report("", results)["stages"].items()
+        f"stage {s}: {c['passed']} of {c['checks']} checks passed" for s, c in report("", results, {})["stages"].items()
     ]
     failed = [r for r in results if not r.passed]
     lines.append(f"first failure to fix: {failed[0].name} (stage {failed[0].stage})" if failed else "all checks passed")
@@ -175,15 +207,26 @@ def summary(results: list[Result]) -> str:
 
 
 def child_main(args) -> int:
-    """Body of the child interpreter: run, print as it goes, write the report, exit 0 only if all passed."""
-    chosen = [int(args.stage)] if args.only else stages_for(args.stage)
-    print(f"[shardlab check] implementation {args.implementation}, stage(s) {chosen}", flush=True)
+    """Body of the child interpreter: run the checks under a Guard, every event on the progress file."""
+    guard = Guard(args.progress, args.call_seconds, json.loads(args.poison))
+    guard.note(event="start", environment=here_environment())
+
+    def progress(result):
+        guard.note(event="result", result=asdict(result))
+        if not args.progress:
+            print(describe(result), flush=True)
+
     results = run_checks(
-        args.implementation, args.stage, only=args.only, progress=lambda r: print(describe(r), flush=True)
+        args.implementation,
+        args.stage,
+        only=args.only,
+        skip=json.loads(args.skip),
+        progress=progress,
+        guard=guard,
+        search_seed=args.seed,
+        thorough=args.thorough,
     )
-    print(summary(results), flush=True)
-    if args.output:
-        print(f"report: {write_report(args.output, report(args.implementation, results))}", flush=True)
+    guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1
 
 
@@ -195,12 +238,25 @@ def add_arguments(parser) -> None:
         choices=[*map(str, sorted(STAGES)), "all"],
         help="last stage to check; earlier stages are always included (default: all)",
     )
-    parser.add_argument("--output", default=None, help=f"folder for the JSON report ({REPORT})")
+    parser.add_argument("--output", default=None, help=f"folder for the JSON report ({REPORT}) and {LOG}")
     parser.add_argument("--only", action="store_true", help="check just --stage, not the stages before it")
+    parser.add_argument(
+        "--seed", type=int, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
+    )
+    parser.add_argument("--thorough", action="store_true", help=f"a {THOROUGH}x longer randomised search")
+
+
+def add_child_arguments(parser) -> None:
+    """What the supervising parent tells a checking interpreter (not for people)."""
+    add_arguments(parser)
+    parser.add_argument("--progress", default=None, help="JSON-lines file for events (the supervisor reads it)")
+    parser.add_argument("--call-seconds", type=float, default=CALL_SECONDS)
+    parser.add_argument("--skip", default="[]", help="JSON list of checks already done")
+    parser.add_argument("--poison", default="{}", help="JSON {function: verdict} of functions not to call again")
 
 
 def main(args) -> int:
-    """`python -m shardlab check`: the checks in a fresh interpreter with four CPU devices."""
+    """`python -m shardlab check`: the checks in supervised fresh interpreters with four CPU devices."""
     spec = args.implementation
     if spec != "reference":
         try:
@@ -208,7 +264,6 @@ def main(args) -> int:
         except ImplementationError as exc:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
-    command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(args.stage)]
     if args.output:
         from shardlab import outdir
         from shardlab.errors import OutputFolderError
@@ -218,15 +273,40 @@ def main(args) -> int:
         except OutputFolderError as exc:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
-        command += ["--output", os.path.abspath(args.output)]
-    if getattr(args, "only", False):
-        command.append("--only")
-    try:
-        return subprocess.run(command, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=CHILD_TIMEOUT).returncode
-    except subprocess.TimeoutExpired:
-        print(
-            f"[shardlab check] the checks did not finish within {CHILD_TIMEOUT} s and were stopped; does the "
-            "implementation loop forever?",
-            file=sys.stderr,
+    only = getattr(args, "only", False)
+    chosen = [int(args.stage)] if only else stages_for(args.stage)
+    seed, thorough = getattr(args, "seed", SEARCH_SEED), getattr(args, "thorough", False)
+    print(
+        f"[shardlab check] implementation {spec}, stage(s) {chosen}, search seed {seed}"
+        f"{' (thorough)' if thorough else ''} (reproduce with --seed {seed})",
+        flush=True,
+    )
+    shown = getattr(args, "echo", None) or (lambda result: print(describe(result), flush=True))
+    found, excerpt = checked(spec, args, shown)
+    print(summary(found["checks"]), flush=True)
+    if excerpt:
+        print(excerpt, flush=True)
+    if args.output:
+        print(f"report: {os.path.join(os.path.abspath(args.output), REPORT)}", flush=True)
+    return 0 if found["checks"] and found["passed"] else 1
+
+
+def checked(spec: str, args, echo) -> tuple[dict, str]:
+    """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
+    bounds = getattr(args, "bounds", None) or supervise.Bounds()
+    extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
+    if not args.output:
+        results, environment, excerpt = supervise.temporary_run(
+            spec, args.stage, getattr(args, "only", False), echo, bounds, extra
         )
-        return 1
+        return report(spec, results, environment), excerpt
+    from shardlab import outdir
+
+    with outdir.writing(args.output, "check") as staging:
+        results, environment = supervise.run(
+            spec, args.stage, getattr(args, "only", False), str(staging), echo, bounds, extra
+        )
+        found = report(spec, results, environment)
+        (staging / REPORT).write_text(json.dumps(found, indent=1), encoding="utf-8")
+        excerpt = supervise.learner_output(str(staging / LOG), keep=True)
+    return found, excerpt.replace(str(staging), os.path.abspath(args.output))

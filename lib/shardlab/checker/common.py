@@ -6,6 +6,9 @@ from NumPy formulas, coverage arithmetic or the course's PRNG recipe, never from
 reference implementation.
 """
 
+import os
+import subprocess
+import sys
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -50,6 +53,9 @@ class Context:
     workdir: str
     seed: int = SEED
     batch_size: int = BATCH_SIZE
+    search_seed: int = 0  # seed of the randomised checks (printed with every verdict)
+    thorough: bool = False  # a longer randomised search (--thorough)
+    search_cases: int = 0  # cases per randomised check; 0: each check's own number
     cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
 
 
@@ -152,3 +158,28 @@ def raised_where(exc: BaseException) -> str:
         return "unknown place"
     frame = frames[-1]
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def in_fresh_interpreter(module: str, options: dict, timeout: float, what: str) -> None:
+    """Run `python -m module --option value ...` with four CPU devices; CheckFailed naming `what` if it fails."""
+    command = [sys.executable, "-m", module, *[str(part) for item in options.items() for part in item]]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckFailed("an end within the bound", f"no end within {timeout:g} s", f"{what}: no end") from None
+    if done.returncode != 0:
+        raise CheckFailed("exit status 0", f"{done.returncode}: {done.stderr.strip()[-600:]}", f"{what} failed")
+
+
+def host(value) -> np.ndarray:
+    """A NumPy copy of a state field; a typed PRNG key becomes its uint32 data."""
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    return np.array(value, copy=True)
+
+
+def snapshot(state: dict) -> dict:
+    """NumPy copies of every field of `state`."""
+    return {name: host(value) for name, value in state.items()}

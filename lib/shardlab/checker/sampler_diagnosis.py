@@ -4,34 +4,13 @@ and the first place where an implementation's ids or sampler fields leave them, 
 
 import numpy as np
 
-from shardlab.core.sampler import epoch_batches
 from shardlab.lessons import oracle
+from shardlab.lessons.oracle import epoch_batches
 
 
 def expected_walk(rows: int, seed: int, batch_size: int, calls: int) -> list[dict]:
-    """Per next_batch call, from arithmetic and the recipe: the ids, and the sampler fields after the call.
-
-    `after` is the lazy form (cursor at the end of the epoch, the new epoch drawn on the next call);
-    `eager` is the equally correct form that draws the next epoch as soon as one is used up.
-    """
-    lengths = epoch_batches(rows, batch_size)
-    epochs = oracle.idiom_epochs(seed, rows, calls // len(lengths) + 2)
-    walk = []
-    for call in range(calls):
-        epoch, index = divmod(call, len(lengths))
-        start, end = sum(lengths[:index]), sum(lengths[: index + 1])
-        here, following = epochs[epoch], epochs[epoch + 1]
-        entry = {
-            "epoch": epoch,
-            "ids": np.asarray(here["order"][start:end]),
-            "after": {"cursor": end, "key": np.asarray(here["key"]), "order": np.asarray(here["order"])},
-            "eager": None,
-            "new_epoch": index == 0 and epoch > 0,
-        }
-        if index == len(lengths) - 1:
-            entry["eager"] = {"cursor": 0, "key": np.asarray(following["key"]), "order": following["order"]}
-        walk.append(entry)
-    return walk
+    """Per next_batch call, from arithmetic and the recipe: the ids, and the sampler fields after it (oracle.walk)."""
+    return oracle.walk(rows, seed, batch_size, calls)
 
 
 def fits(state: dict, wanted: dict | None) -> bool:

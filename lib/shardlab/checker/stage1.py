@@ -8,13 +8,14 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker import sampler_diagnosis as recipe
-from shardlab.checker.common import DEGENERATE, degenerate_data, expect, sharding_of
-from shardlab.core.batch import padded_length
+import shardlab.checker.sampler_diagnosis as recipe
+import shardlab.checker.search as search
+from shardlab.checker.common import degenerate_data, expect, host, sharding_of, snapshot
+from shardlab.checker.padding import check_padding
 from shardlab.core.devices import AXIS
-from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import FIELDS
 from shardlab.lessons import oracle
+from shardlab.lessons.oracle import epoch_batches
 
 STAGE = 1
 EPOCHS = 3
@@ -24,10 +25,10 @@ def _run(ctx, seed: int, batch_size: int, count: int, data=None) -> tuple[list, 
     """(states, batches): copies of `initial(seed)` and of the states after `count` next_batch calls."""
     data = ctx.data if data is None else data
     state = ctx.impl.initial(seed, data, ctx.mesh)
-    states, batches = [_snapshot(state)], []
+    states, batches = [snapshot(state)], []
     for _ in range(count):
         state, batch = ctx.impl.next_batch(state, data, batch_size, ctx.mesh)
-        states.append(_snapshot(state))
+        states.append(snapshot(state))
         batches.append(batch)
     return states, batches
 
@@ -38,17 +39,6 @@ def _ids(batches) -> list[np.ndarray]:
 
 def _rows(ctx) -> int:
     return ctx.data.features.shape[0]
-
-
-def _host(value) -> np.ndarray:
-    """A NumPy copy of a state field; a typed PRNG key becomes its uint32 data (its dtype is checked elsewhere)."""
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-        value = jax.random.key_data(value)
-    return np.array(value, copy=True)
-
-
-def _snapshot(state: dict) -> dict:
-    return {name: _host(value) for name, value in state.items()}
 
 
 def _sampler_cause(ctx, seed: int, batch_size: int, calls: int) -> str | None:
@@ -113,10 +103,10 @@ def first_order_follows_the_seed(ctx):
     rows = _rows(ctx)
     for seed in (ctx.seed, 29):
         state = ctx.impl.initial(seed, ctx.data, ctx.mesh)
-        order, key = _host(state["order"]), _host(state["key"])
+        order, key = host(state["order"]), host(state["key"])
         recipe = oracle.idiom_epochs(seed, rows, 1)[0]
         kept, expected = np.asarray(recipe["key"], np.uint32), np.asarray(recipe["order"])
-        again = _host(ctx.impl.initial(seed, ctx.data, ctx.mesh)["order"])
+        again = host(ctx.impl.initial(seed, ctx.data, ctx.mesh)["order"])
         if not np.array_equal(order, again):
             cause = (
                 "two calls with the same seed gave different orders: the order comes from a global or unseeded "
@@ -242,9 +232,9 @@ def next_batch_returns_a_new_state(ctx):
     per_epoch = len(epoch_batches(_rows(ctx), ctx.batch_size))
     state = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
     for call in range(per_epoch + 2):
-        before, objects = _snapshot(state), dict(state)
+        before, objects = snapshot(state), dict(state)
         new, _ = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, ctx.mesh)
-        after = _snapshot(state)
+        after = snapshot(state)
         changed = sorted(set(before) ^ set(after)) + [
             name for name in before if name in after and not np.array_equal(before[name], after[name])
         ]
@@ -290,64 +280,12 @@ def replay_is_deterministic(ctx):
     return expect(differs, "different ids for seed 29", "identical ids", "the seed is ignored")
 
 
-def _describe_rows(ids, positions) -> str:
-    names = [DEGENERATE.get(int(ids[p]), f"row {int(ids[p])}") for p in positions]
-    return "; ".join(f"slot {p}: {name}" for p, name in zip(positions, names))
-
-
-def _check_padding(batch, data, batch_size: int, devices: int) -> None:
-    """Raise CheckFailed unless the batch pads to a device multiple, masks by position and holds data[ids]."""
-    ids, mask = np.asarray(batch.ids).astype(np.int64), np.asarray(batch.mask)
-    slots = padded_length(len(ids), devices)
-    if len(mask) != slots:
-        hint = f" (a multiple of batch_size {batch_size})" if len(mask) % batch_size == 0 else ""
-        expect(
-            False,
-            f"{slots} slots",
-            f"{len(mask)} slots{hint}",
-            f"{len(ids)} row(s) were padded to {len(mask)} slots -> pad to the next multiple of the device "
-            f"count ({slots}), so the valid rows per device are {oracle.device_counts(len(ids), devices)}",
-        )
-    want = np.zeros(slots)
-    want[: len(ids)] = 1.0
-    lost = [p for p in range(len(ids)) if mask[p] <= 0]
-    counted = [p for p in range(len(ids), slots) if mask[p] > 0]
-    if lost:
-        why = (
-            f"mask 0 on selected rows ({_describe_rows(ids, lost)}) -> the mask follows the row values; decide it "
-            "by position: 1 for the first len(ids) slots, 0 for the padding after them"
-        )
-    elif counted:
-        why = (
-            "mask 1 on padded slots: a padded slot has mask 0 whatever its contents; padding is never an "
-            "observation (mask 1 on padding counts it as one)"
-        )
-    else:
-        why = ""
-    expect(not why, want, mask, f"{len(ids)} row(s) -> {slots} slots, batch size {batch_size}: {why}")
-    counts = mask.reshape(devices, -1).sum(axis=1).astype(int).tolist()
-    expect(
-        counts == oracle.device_counts(len(ids), devices),
-        oracle.device_counts(len(ids), devices),
-        counts,
-        "valid rows per device: pad at the end, to the next multiple of the device count",
-    )
-    rows = np.asarray(batch.features)[: len(ids)], np.asarray(batch.targets)[: len(ids)]
-    expect(
-        np.array_equal(rows[0], data.features[ids]) and np.array_equal(rows[1], data.targets[ids]),
-        "features and targets of batch.ids, unchanged",
-        "other values",
-        "the selected rows must be data[ids] exactly, in the order of batch.ids, degenerate ones included (no "
-        "scaling, deduplication or reordering)",
-    )
-
-
 def padding_is_never_an_observation(ctx):
     """Rows padded to a multiple of 4; padded slots have mask 0; valid rows are the selected rows."""
     for batch_size, calls in ((ctx.batch_size, 4), (1, 1)):
         _, batches = _run(ctx, ctx.seed, batch_size, calls)
         for batch in batches:
-            _check_padding(batch, ctx.data, batch_size, ctx.mesh.size)
+            check_padding(batch, ctx.data, batch_size, ctx.mesh.size)
     return "mask 1 on selected rows, 0 on padding; [2, 2, 2, 1] and [1, 0, 0, 0] per device", "as expected"
 
 
@@ -361,7 +299,7 @@ def padding_is_decided_by_position(ctx):
     for batch_size in (9, 1):
         _, batches = _run(ctx, ctx.seed, batch_size, len(epoch_batches(_rows(ctx), batch_size)), data)
         for batch in batches:
-            _check_padding(batch, data, batch_size, ctx.mesh.size)
+            check_padding(batch, data, batch_size, ctx.mesh.size)
     return "mask by position for degenerate rows; [3, 3, 3, 0], [2, 2, 1, 0], [1, 0, 0, 0] per device", "as expected"
 
 
@@ -395,4 +333,5 @@ CHECKS = (
     padding_is_never_an_observation,
     padding_is_decided_by_position,
     batch_is_placed_on_the_mesh,
+    *search.checks_for(STAGE),
 )

@@ -8,7 +8,8 @@ When a gradient is wrong, `explain_gradient` names the wrong formula it follows 
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker import formulas
+import shardlab.checker.formulas as formulas
+import shardlab.checker.search as search
 from shardlab.checker.common import (
     batch_arrays,
     cached_step,
@@ -351,4 +352,5 @@ CHECKS = (
     step_is_sharded,
     transition_is_one_batch_and_one_update,
     transition_leaves_its_input_intact,
+    *search.checks_for(STAGE),
 )

@@ -6,20 +6,19 @@ follow the control exactly: every sampler field, every id, every loss and weight
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker import interrupt
-from shardlab.checker.common import CheckFailed, cached_step, expect, plain, sharding_of
+import shardlab.checker.interrupt as interrupt
+import shardlab.checker.search as search
+from shardlab.checker.common import CheckFailed, cached_step, expect, in_fresh_interpreter, plain, sharding_of
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
-from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import FIELDS
 from shardlab.io import read_npz
 from shardlab.lessons import faults, replay
+from shardlab.lessons.oracle import epoch_batches
 
 STAGE = 3
 WEIGHT_TOLERANCE = 1e-6  # float32 allowance for weights, momentum and losses; the sampler gets none
@@ -180,31 +179,10 @@ def fresh_process_resume(ctx):
     """A fresh interpreter restores the checkpoint and continues exactly as the uninterrupted run."""
     path, _, _ = _saved(ctx, "fresh")
     record = os.path.join(ctx.workdir, "fresh", "resumed.npz")
-    command = [
-        sys.executable,
-        "-m",
-        "shardlab.checker.resume",
-        "--implementation",
-        ctx.spec,
-        "--checkpoint",
-        path,
-        "--steps",
-        str(_resume_steps(ctx)),
-        "--seed",
-        str(ctx.seed),
-        "--batch-size",
-        str(ctx.batch_size),
-        "--record",
-        record,
-    ]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=CHILD_TIMEOUT, env={**os.environ, "JAX_PLATFORMS": "cpu"}
-    )
-    expect(
-        done.returncode == 0,
-        "exit status 0",
-        f"{done.returncode}: {done.stderr.strip()[-600:]}",
-        "the fresh interpreter could not restore and continue",
+    options = {"--implementation": ctx.spec, "--checkpoint": path, "--steps": _resume_steps(ctx), "--seed": ctx.seed}
+    options.update({"--batch-size": ctx.batch_size, "--record": record})
+    in_fresh_interpreter(
+        "shardlab.checker.resume", options, CHILD_TIMEOUT, "the fresh interpreter restoring and continuing"
     )
     return _replay_verdict(_control(ctx), replay.load_record(record), "resumed in a fresh interpreter")
 
@@ -420,4 +398,5 @@ CHECKS = (
     restore_refuses_damaged_checkpoints,
     interrupted_save_leaves_nothing_or_a_checkpoint,
     racing_saves_never_overwrite,
+    *search.checks_for(STAGE),
 )

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardlab.checker.here import REPORT
+from shardlab.checker.supervise import REPORT
 
 LIVE: set = set()  # the process groups started here and not yet reaped (`stop_all` ends them)
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take

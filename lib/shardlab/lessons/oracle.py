@@ -1,7 +1,9 @@
 """Independent answers the notebooks check against: NumPy formulas, coverage arithmetic, refusals.
 
-Nothing here advances a sampler, pads a batch or runs the sharded update. Sums are taken in
-float64 on the host, written straight from the course formulas with r_i = x_i.w - y_i:
+Nothing here advances a sampler, pads a batch or runs the sharded update, and nothing imports
+the reference implementation (`shardlab.core` beyond the course's two constants): the checker's
+expected values must not come from the code they judge. Sums are taken in float64 on the host,
+written straight from the course formulas with r_i = x_i.w - y_i:
 N = sum m_i, L = sum m_i r_i^2 / N, grad L = 2 sum m_i x_i r_i / N.
 """
 
@@ -9,7 +11,23 @@ import jax
 import numpy as np
 
 from shardlab.core.config import DECAY, LEARNING_RATE
-from shardlab.core.sampler import epoch_batches
+
+
+def epoch_batches(rows: int, batch_size: int) -> list[int]:
+    """Batch lengths of one epoch: full batches, then the remainder (23 rows in 7s -> [7, 7, 7, 2])."""
+    lengths, left = [], int(rows)
+    while left > 0:
+        lengths.append(min(batch_size, left))
+        left -= lengths[-1]
+    return lengths
+
+
+def padded_length(rows: int, num_devices: int) -> int:
+    """Slots of a batch of `rows` rows: the smallest multiple of the device count that holds them."""
+    slots = num_devices
+    while slots < rows:
+        slots += num_devices
+    return slots
 
 
 def _float64(*arrays):
@@ -87,3 +105,37 @@ def idiom_epochs(seed: int, num_examples: int, epochs: int) -> list[dict]:
 def idiom_orders(seed: int, num_examples: int, epochs: int) -> list[np.ndarray]:
     """Just the orders of `idiom_epochs`, one permutation per epoch."""
     return [epoch["order"] for epoch in idiom_epochs(seed, num_examples, epochs)]
+
+
+def walk(rows: int, seed: int, batch_size: int, calls: int) -> list[dict]:
+    """Per next_batch call: the ids, whether it starts an epoch, and the sampler fields after it.
+
+    `after` is the lazy form (the cursor stays at `rows` until the next call draws the new epoch);
+    `eager` (at an epoch's last call only) is the equally correct form that draws it at once.
+    """
+    lengths = epoch_batches(rows, batch_size)
+    epochs = idiom_epochs(seed, rows, calls // len(lengths) + 2)
+    found = []
+    for call in range(calls):
+        epoch, index = divmod(call, len(lengths))
+        start = sum(lengths[:index])
+        end = start + lengths[index]
+        here, following = epochs[epoch], epochs[epoch + 1]
+        last = index == len(lengths) - 1
+        found.append(
+            {
+                "epoch": epoch,
+                "ids": np.asarray(here["order"][start:end]),
+                "after": {"cursor": end, "key": np.asarray(here["key"]), "order": np.asarray(here["order"])},
+                "eager": {"cursor": 0, "key": np.asarray(following["key"]), "order": following["order"]}
+                if last
+                else None,
+                "new_epoch": index == 0 and epoch > 0,
+            }
+        )
+    return found
+
+
+def finite(*arrays) -> bool:
+    """True if every element of every array is a finite number."""
+    return all(bool(np.all(np.isfinite(np.asarray(a, np.float64)))) for a in arrays)

@@ -6,6 +6,11 @@ After each stage, check it (stages are cumulative, so stage 2 re-checks stage 1)
 
 and run the notebooks against it with `make run IMPL=THIS_FILE`. Keep the signatures:
 the notebooks and the checker call these seven functions by name.
+
+The checker tries your code on many configurations (1 to 64 rows, 1 to 9 features, any batch size
+up to rows + 2, meshes of 1 to 4 devices, any seed, other learning rates and decays), not only the
+course's 23 rows in batches of 7. Each call must return within 20 s and use less than 2 GB; what
+your code prints goes to a log, and more than 5 MB of it stops the run.
 """
 
 import jax  # noqa: F401  (these imports are the ones you will need)
@@ -45,8 +50,9 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     # Hints:
     # - If cursor has reached the end of order, split the saved key again, draw a new permutation, cursor 0.
     # - Take ids = order[cursor : cursor + batch_size]; never cross the epoch boundary, keep the remainder
-    #   (23 rows in 7s give 7, 7, 7, 2).
-    # - Pad rows to a multiple of mesh.size; mask is 1 for real rows and 0 for padding.
+    #   whatever its size, one id included (23 rows in 7s give 7, 7, 7, 2; in 11s give 11, 11, 1).
+    # - Pad rows to the smallest multiple of mesh.size that holds them (8 rows on 4 devices: 8 slots, no
+    #   padding); mask is 1 for real rows and 0 for padding. mesh.size may be 1, 2, 3 or 4.
     # - Place features with P(AXIS, None), targets and mask with P(AXIS) (jax.device_put + NamedSharding).
     # - Return a new dict ({**state, ...}); never assign into `state`; leave "step" alone.
     raise _todo("next_batch", 1, "take the next ids, pad to a device multiple, place; new state")
@@ -63,13 +69,15 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     # - jax.lax.psum each of the three over AXIS, then divide once by the global N: never average local means.
     # - Loss before the update; then v <- decay * v + grad, w <- w - learning_rate * v (global gradient only).
     # - in_specs (P(AXIS, None), P(AXIS), P(AXIS), P(), P()); out_specs P() for all four outputs.
+    # - Use the learning_rate and decay you are given (the checker builds steps with other values).
     # - compiled=True returns jax.jit(mapped); compiled=False returns the mapped function itself (stage 4).
     raise _todo("make_step", 2, "shard_map: psum count and numerators, divide once, momentum")
 
 
 def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[dict, float, np.ndarray]:
     """Return (new state, pre-update loss, ids): one batch, one optimiser update, step + 1."""
-    # Hints: next_batch, then step(batch.features, batch.targets, batch.mask, weights, momentum);
+    # Hints: next_batch, then step(batch.features, batch.targets, batch.mask, weights, momentum) with the
+    # `step` you are given (never build your own: it may carry another learning rate and decay);
     # the new state keeps the sampler fields from next_batch and increments step exactly once.
     raise _todo("transition", 2, "next_batch, then one step; step + 1")
 
@@ -79,22 +87,31 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
 
 def contract(data, config: Config) -> dict:
     """Everything that must match for a checkpoint to continue *this* experiment."""
-    # Hints: plain JSON data: a schema version, dataset shapes and dtypes, a hash of the data bytes
-    # (hashlib.sha256), seed, batch size, feature width, learning rate, decay and device count.
+    # Hints: plain JSON data: a schema version, dataset shapes and dtypes, a hash of every byte of the
+    # features and targets (hashlib.sha256), seed, batch size, feature width, learning rate, decay and
+    # device count, each exactly (no rounding: a change of one float32 ulp is another experiment). The same
+    # inputs give an equal contract in any process (no process id, time or path in it).
     raise _todo("contract", 3, "everything that must match to continue this experiment")
 
 
 def save(path, state: dict, contract_: dict) -> str:
     """Write all six fields plus the contract to a new NPZ at `path`; return the path."""
     # Hints: refuse a path that exists (raise errors.CheckpointExistsError); write np.savez to a temporary
-    # file in the same folder, then move it into place, so a reader never sees a half-written file.
-    # Everything must load with np.load(path, allow_pickle=False): store the contract as a JSON string.
+    # file in the same folder as `path` (a bare file name means the working directory; a rename cannot
+    # cross file systems), flush and fsync it, then publish it with an operation that fails if the name
+    # already exists (os.link(tmp, path), then remove tmp): os.replace, or a check followed by a rename,
+    # would replace a checkpoint another saver published in between. A reader never sees a half-written
+    # file. Everything must load with np.load(path, allow_pickle=False): store the contract as a JSON string.
     raise _todo("save", 3, "six fields + contract into a new NPZ; never overwrite")
 
 
 def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     """Return the saved state after checking contract, then fields; weights re-replicated on `mesh`."""
-    # Hints: compare the saved contract with expected_contract *before* accepting anything
-    # (errors.ContractMismatchError); check shapes, dtypes, finite weights, that order is a permutation,
-    # cursor bounds and step >= 0 (errors.CorruptCheckpointError); replicate weights and momentum with P().
+    # Hints: an unreadable, truncated or non-NPZ file is refused; compare the saved contract with
+    # expected_contract *before* accepting anything (errors.ContractMismatchError); then check
+    # (errors.CorruptCheckpointError): every field present; weights and momentum float32 of the width and
+    # finite (NaN momentum cannot continue the run either); key uint32 (2,); order integer ids, a
+    # permutation of 0..rows-1; cursor and step one integer each, 0 <= cursor <= rows (both ends are valid:
+    # a checkpoint at an epoch's end has cursor = rows, or 0 if you reshuffle at once), step >= 0.
+    # Replicate weights and momentum with NamedSharding(mesh, P()).
     raise _todo("restore", 3, "check the contract first, then every field; replicate weights")

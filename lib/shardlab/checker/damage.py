@@ -1,0 +1,93 @@
+"""The damage space a learner's restore must refuse: every state field x every kind of damage.
+
+One row per damage: (field, kind, the course rule that makes the file invalid, how the copy is
+changed). The restore search applies each row to a checkpoint the learner's own `save` wrote, at
+a random step, and also asks that the undamaged file (step 0 and epoch ends included) is accepted.
+Where the course is silent (non-finite momentum) the starter's hints say what to do, and this
+table agrees with them. docs/checker.md prints this table.
+"""
+
+import numpy as np
+
+from shardlab.core.schema import FIELDS  # the six state fields (their one home)
+
+SHAPES = "check shapes (COURSE.md stage 3: restore checks shapes)"
+DTYPES = "check dtypes (COURSE.md stage 3)"
+FINITE = "finite parameters (COURSE.md stage 3)"
+FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run (the starter's hint decides this)"
+PERMUTATION = "a valid permutation of 0..rows-1 (COURSE.md stage 3)"
+CURSOR = "cursor bounds 0 <= cursor <= rows (COURSE.md stage 3)"
+STEP = "a non-negative step (COURSE.md stage 3)"
+PRESENT = "all six fields are saved (COURSE.md stage 3: missing momentum is refused)"
+
+
+def _set_item(position: int, value):
+    def change(a, rows):
+        a = np.array(a, copy=True)
+        a.flat[position] = value
+        return a
+
+    return change
+
+
+def _wider(a, rows):
+    return np.concatenate([a, a[:1]])
+
+
+def _pair(a, rows):
+    return np.stack([a, a])
+
+
+# (field, kind, rule, change(array, rows) -> damaged array; None removes the member)
+DAMAGES = (
+    *[(f, "missing", PRESENT, None) for f in FIELDS],
+    ("weights", "float64", DTYPES, lambda a, rows: a.astype(np.float64)),
+    ("weights", "one element too many", SHAPES, _wider),
+    ("weights", "NaN", FINITE, _set_item(0, np.nan)),
+    ("weights", "+inf", FINITE, _set_item(-1, np.inf)),
+    ("momentum", "float64", DTYPES, lambda a, rows: a.astype(np.float64)),
+    ("momentum", "one element too many", SHAPES, _wider),
+    ("momentum", "NaN", FINITE_MOMENTUM, _set_item(0, np.nan)),
+    ("momentum", "-inf", FINITE_MOMENTUM, _set_item(-1, -np.inf)),
+    ("key", "int64", DTYPES + ": a legacy key is uint32", lambda a, rows: a.astype(np.int64)),
+    ("key", "shape (3,)", SHAPES + ": a legacy key is uint32 (2,)", lambda a, rows: np.zeros(3, np.uint32)),
+    ("order", "float64", DTYPES + ": ids are integers", lambda a, rows: a.astype(np.float64)),
+    ("order", "one id too many", PERMUTATION, lambda a, rows: np.concatenate([a, a[:1]])),
+    ("order", "one id too few", PERMUTATION, lambda a, rows: a[:-1]),
+    ("order", "duplicate id", PERMUTATION, lambda a, rows: np.concatenate([a[:1], a[:-1]]) if rows > 1 else None),
+    ("order", "id = rows", PERMUTATION, _set_item(0, None)),  # filled in by `damaged` (needs rows)
+    ("order", "id -1", PERMUTATION, _set_item(-1, -1)),
+    ("cursor", "float64", DTYPES + ": the cursor is an integer", lambda a, rows: np.asarray(a, np.float64)),
+    ("cursor", "shape (2,)", SHAPES + ": the cursor is one integer", _pair),
+    ("cursor", "-1", CURSOR, lambda a, rows: np.asarray(-1, np.asarray(a).dtype)),
+    ("cursor", "rows + 1", CURSOR, lambda a, rows: np.asarray(rows + 1, np.asarray(a).dtype)),
+    ("step", "float64", DTYPES + ": step counts updates", lambda a, rows: np.asarray(a, np.float64)),
+    ("step", "shape (2,)", SHAPES + ": step is one integer", _pair),
+    ("step", "-1", STEP, lambda a, rows: np.asarray(-1, np.asarray(a).dtype)),
+)
+WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
+    "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
+    "not an NPZ file": "only an NPZ written by save is a checkpoint",
+    "another experiment's contract": "validate the contract before accepting anything (COURSE.md stage 3)",
+}
+
+
+def damaged(arrays: dict, field: str, kind: str, change, rows: int) -> dict | None:
+    """A copy of the checkpoint's `arrays` with one damage applied (None if it does not apply to this file)."""
+    if field not in arrays:
+        return None
+    copy = dict(arrays)
+    if change is None:
+        del copy[field]
+        return copy
+    if kind == "id = rows":
+        change = _set_item(0, rows)
+    value = change(np.asarray(arrays[field]), rows)
+    if value is None:
+        return None
+    copy[field] = value
+    return copy
+
+
+def name(field: str, kind: str) -> str:
+    return f"{field}: {kind}"

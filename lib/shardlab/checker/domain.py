@@ -1,0 +1,142 @@
+"""The domain the course's rules hold over, as one table: what the random search draws and shrinks.
+
+A `Case` is one configuration. `DOMAIN` gives each parameter its range (ends included), the
+values a draw favours (the ends, and values next to a device multiple or the row count), and
+the order in which shrinking tries to make it smaller. docs/checker.md prints this table.
+"""
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.fixtures import Dataset, teaching_fixture, timing_fixture
+
+FIXTURES = {"teaching": teaching_fixture, "timing": timing_fixture}  # 23 x 8 and 1,023 x 64
+MAX_WALK = 96  # next_batch / transition calls in one case at most (the timing fixture uses big batches)
+SHRINK_TRIES = 48  # evaluations a shrink may spend
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration of the experiment; `fixture` replaces rows x features by a course fixture."""
+
+    rows: int = 23
+    batch: int = 7
+    devices: int = 4
+    epochs: int = 2  # epoch boundaries a walk crosses (it runs epochs x batches-per-epoch + 1 calls)
+    features: int = 3
+    seed: int = 17
+    learning_rate: float = LEARNING_RATE
+    decay: float = DECAY
+    fixture: str = ""
+    save_at: str = "mid"  # where a checkpoint is taken: "start" (step 0), "end" (an epoch's last batch), "mid"
+    path: str = "nested"  # how the save path is spelt: "bare" (cwd), "nested" folders, "other" file system
+
+    def shape(self) -> tuple[int, int]:
+        if self.fixture:
+            return (1023, 64) if self.fixture == "timing" else (23, 8)
+        return self.rows, self.features
+
+    def call(self, check: str, spec: str, parameters) -> str:
+        """The one line that reproduces this case (its `parameters` that differ from the defaults) in a cell."""
+        fields = {k: v for k, v in asdict(self).items() if k in parameters and v != getattr(Case, k)}
+        text = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+        return f'check_case("{spec}", "{check}"{", " if text else ""}{text})'
+
+
+# name -> (lowest, highest, shrink target): integer ranges include both ends; floats too.
+DOMAIN = {
+    "rows": (1, 64, 1),
+    "batch": (1, None, 1),  # up to rows + 2: a batch larger than the dataset is in the domain
+    "devices": (1, 4, 1),  # sub-meshes of the first k of the 4 logical devices
+    "epochs": (2, 4, 2),
+    "features": (1, 9, 1),
+    "seed": (0, 2**32 - 1, 0),  # every seed jax.random.PRNGKey accepts with 32-bit keys
+    "learning_rate": (0.001, 0.1, LEARNING_RATE),
+    "decay": (0.0, 0.99, DECAY),
+    "fixture": ("", "timing", ""),
+    "save_at": ("start", "mid", "start"),
+    "path": ("bare", "other", "nested"),
+}
+SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
+CHOICES = {
+    "fixture": ("", "", "", "", "teaching", "timing"),
+    "save_at": ("start", "end", "mid"),
+    "path": ("bare", "nested", "other"),
+}
+
+
+def data_for(case: Case) -> Dataset:
+    """The case's data: a course fixture, or a small linear-regression set drawn from its shape alone."""
+    if case.fixture:
+        return FIXTURES[case.fixture]()
+    rng = np.random.default_rng([case.rows, case.features, 2026])
+    features = rng.normal(size=(case.rows, case.features)).astype(np.float32)
+    w_true = rng.normal(size=case.features).astype(np.float32)
+    targets = (features @ w_true + 0.1 * rng.normal(size=case.rows)).astype(np.float32)
+    return Dataset(features, targets)
+
+
+def _int(rng, low: int, high: int, near=()) -> int:
+    """Uniform on [low, high], or (one time in three) one of the ends or of the `near` values."""
+    edges = [v for v in (low, high, *near) if low <= v <= high]
+    return int(rng.choice(edges)) if rng.random() < 1 / 3 else int(rng.integers(low, high + 1))
+
+
+def _float(rng, low: float, high: float, default: float) -> float:
+    """Uniform on [low, high], or (one time in three) an end or the course's value."""
+    return float(rng.choice([low, high, default])) if rng.random() < 1 / 3 else float(rng.uniform(low, high))
+
+
+def draw(rng: np.random.Generator) -> Case:
+    """One case from the domain."""
+    fixture = str(rng.choice(CHOICES["fixture"]))
+    devices = _int(rng, 1, 4)
+    rows = _int(rng, 1, 64, (devices, 2 * devices, 23))
+    total = {"": rows, "teaching": 23, "timing": 1023}[fixture]
+    low = 256 if fixture == "timing" else 1  # keeps a timing-fixture walk within MAX_WALK calls
+    batch = _int(rng, low, total + 2, (devices, 2 * devices, total, total - 1, total + 1))
+    case = Case(
+        rows=rows,
+        batch=batch,
+        devices=devices,
+        epochs=_int(rng, 2, 4),
+        features=_int(rng, 1, 9),
+        seed=_int(rng, 0, 2**32 - 1, (1, 17, 29)),
+        learning_rate=_float(rng, 0.001, 0.1, LEARNING_RATE),
+        decay=_float(rng, 0.0, 0.99, DECAY),
+        fixture=fixture,
+        save_at=str(rng.choice(CHOICES["save_at"])),
+        path=str(rng.choice(CHOICES["path"])),
+    )
+    return fit(case)
+
+
+def fit(case: Case) -> Case:
+    """The case moved inside the domain: batch at most rows + 2, a walk at most MAX_WALK calls."""
+    rows = case.shape()[0]
+    batch = max(1, min(case.batch, rows + 2))
+    epochs = max(2, min(case.epochs, MAX_WALK // max(1, math.ceil(rows / batch)) - 1))
+    return replace(case, batch=batch, epochs=epochs)
+
+
+def smaller(case: Case, name: str) -> list[Case]:
+    """Candidate cases with parameter `name` closer to its shrink target, the boldest first."""
+    value, (_, _, target) = getattr(case, name), DOMAIN[name]
+    if value == target:
+        return []
+    if isinstance(value, str):
+        options = [target]
+    elif isinstance(value, float):
+        options = [target]
+    else:
+        options = sorted({target, target + (value - target) // 2, value - 1} - {value})
+    return [fit(replace(case, **{name: v})) for v in options if fit(replace(case, **{name: v})) != case]
+
+
+def walk_calls(case: Case) -> int:
+    """next_batch calls that cross `epochs` epoch boundaries and start one more epoch."""
+    rows = case.shape()[0]
+    return case.epochs * math.ceil(rows / case.batch) + 1

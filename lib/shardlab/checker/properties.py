@@ -1,0 +1,470 @@
+"""The course's rules as properties of one `Case`: each raises `Miss` where the learner's code leaves the oracle.
+
+Every expected value comes from `lessons.oracle` (the recipe, coverage arithmetic, the NumPy
+formulas) and `checker.damage`, never from the reference implementation. `search.py` draws the
+cases, shrinks a failing one and turns the minimal case into a verdict.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+import shardlab.checker.damage as damage
+import shardlab.checker.formulas as formulas
+import shardlab.checker.sampler_diagnosis as recipe
+from shardlab.checker.common import batch_arrays, host, placed, sharding_of, snapshot
+from shardlab.checker.domain import Case, data_for, walk_calls
+from shardlab.checker.padding import check_padding
+from shardlab.core.config import Config
+from shardlab.core.devices import AXIS, make_mesh
+from shardlab.core.fixtures import Dataset, timing_fixture
+from shardlab.core.schema import FIELDS
+from shardlab.core.update import count_all_reduce
+from shardlab.lessons import faults, oracle
+
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # one float32 step against float64 NumPy, from the learner's own state
+BATCH_SPECS = {"features": P(AXIS, None), "targets": P(AXIS), "mask": P(AXIS)}
+
+
+class Miss(Exception):
+    """Where one case leaves the oracle: what was expected, what was observed, and why."""
+
+    def __init__(self, expected, observed, why: str):
+        super().__init__(why)
+        self.expected, self.observed, self.why = expected, observed, why
+
+
+def need(ok: bool, expected, observed, why: str) -> None:
+    if not ok:
+        raise Miss(expected, observed, why)
+
+
+def near(observed, expected) -> bool:
+    observed, expected = np.asarray(observed, np.float64), np.asarray(expected, np.float64)
+    return observed.shape == expected.shape and oracle.finite(observed) and np.allclose(observed, expected, **TOLERANCE)
+
+
+def mesh_of(ctx, devices: int):
+    """A sub-mesh of the first `devices` of the four logical devices (one per count, reused)."""
+    return ctx.cache.setdefault(("mesh", devices), make_mesh(devices))
+
+
+def step_of(ctx, case: Case):
+    """The learner's compiled step for the case's mesh, learning rate and decay (built once per run)."""
+    key = ("search step", case.devices, case.learning_rate, case.decay)
+    if key not in ctx.cache:
+        mesh = mesh_of(ctx, case.devices)
+        ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay)
+    return ctx.cache[key]
+
+
+def _placement(value, mesh, spec, what: str) -> None:
+    wrong = sharding_of(value, mesh, spec)
+    need(
+        wrong is None,
+        f"NamedSharding(mesh, {spec}) over {mesh.size} device(s)",
+        wrong,
+        f"{what} is not placed as {spec}",
+    )
+
+
+def _batch_rules(case: Case, data, batch, mesh) -> None:
+    """Padding length, mask by position, valid rows per device, the selected rows (stage 1's probe), placement."""
+    check_padding(batch, data, case.batch, case.devices)
+    for name, spec in BATCH_SPECS.items():
+        _placement(getattr(batch, name), mesh, spec, f"batch.{name}")
+
+
+def _initial_rules(case: Case, state: dict, mesh) -> None:
+    rows, width = case.shape()
+    need(set(FIELDS) <= set(state), list(FIELDS), sorted(state), "the state is the six fields")
+    first = oracle.idiom_epochs(case.seed, rows, 1)[0]
+    for name in ("weights", "momentum"):
+        value = host(state[name])
+        need(
+            value.shape == (width,) and value.dtype == np.float32 and not value.any(),
+            f"float32 zeros ({width},)",
+            f"{value.dtype}{value.shape}",
+            f"initial {name}",
+        )
+        _placement(state[name], mesh, P(), f"initial {name}")
+    need(
+        np.array_equal(host(state["key"]), first["key"]),
+        first["key"],
+        host(state["key"]),
+        "the saved key is the first half of split(PRNGKey(seed))",
+    )
+    need(
+        np.array_equal(host(state["order"]), first["order"]),
+        first["order"],
+        host(state["order"]),
+        "the first order is permutation(subkey, rows) with the second half of the split",
+    )
+    need(
+        [int(state["cursor"]), int(state["step"])] == [0, 0],
+        [0, 0],
+        [int(state["cursor"]), int(state["step"])],
+        "a new run starts at cursor 0, step 0",
+    )
+
+
+def _skipped(plan: list, call: int, ids, order, rows: int, batch: int) -> str | None:
+    """If call `call` started the next epoch (its ids or its order) while ids of this epoch were unread, say so."""
+    want = plan[call]
+    following = next((p for p in plan[call + 1 :] if p["new_epoch"]), None)
+    if want["new_epoch"] or following is None:
+        return None
+    started = len(ids) and np.array_equal(ids, following["ids"][: len(ids)])
+    if not (started or np.array_equal(np.asarray(order), following["after"]["order"])):
+        return None
+    left = rows - want["after"]["cursor"] + len(want["ids"])
+    return (
+        f"call {call + 1}: a new epoch started although {left} id(s) of this epoch were unread -> the last batch "
+        f"of an epoch keeps the remainder ({rows} rows in batches of {batch} give "
+        f"{oracle.epoch_batches(rows, batch)}); "
+        "skipping it drops those rows from the epoch"
+    )
+
+
+def sampler_walk(ctx, case: Case) -> None:
+    """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
+    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices), case.shape()[0]
+    state = ctx.impl.initial(case.seed, data, mesh)
+    _initial_rules(case, state, mesh)
+    plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
+    states, observed = [snapshot(state)], []
+    for call, want in enumerate(plan):
+        new, batch = ctx.impl.next_batch(state, data, case.batch, mesh)
+        need(
+            snapshot(state).keys() == states[-1].keys()
+            and all(np.array_equal(v, states[-1][k]) for k, v in snapshot(state).items()),
+            "the input state unchanged",
+            "changed",
+            f"call {call + 1}: next_batch changed the caller's state",
+        )
+        observed.append(np.asarray(batch.ids).astype(np.int64))
+        states.append(snapshot(new))
+        if not np.array_equal(observed[-1], want["ids"]):
+            cause = _skipped(plan, call, observed[-1], states[-1]["order"], rows, case.batch) or recipe.length_cause(
+                rows, case.batch, observed, plan
+            )
+            cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
+            raise Miss(want["ids"], observed[-1], cause or f"call {call + 1}: the ids leave the recipe")
+        _batch_rules(case, data, batch, mesh)
+        if not (recipe.fits(states[-1], want["after"]) or recipe.fits(states[-1], want["eager"])):
+            cause = _skipped(plan, call, observed[-1], states[-1]["order"], rows, case.batch)
+            cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
+            raise Miss(
+                want["after"],
+                {k: states[-1].get(k) for k in ("cursor", "key", "order")},
+                cause or f"call {call + 1}: the sampler fields leave coverage arithmetic",
+            )
+        need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone")
+        state = new
+
+
+def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
+    """Which update the outputs follow, against the learning rate and decay the step was built with.
+
+    With three or more features the fitted-formula machinery fits v <- a*v + b*g; with fewer it cannot
+    separate a from b, so b = 1 is assumed and a and the learning rate are read off the numbers.
+    """
+    v_prev, g = np.asarray(before["momentum"], np.float64), np.asarray(want["grad"], np.float64)
+    v_new, w_new = np.asarray(got["momentum"], np.float64), np.asarray(got["weights"], np.float64)
+    if v_prev.size >= 3:
+        fitted = formulas.fitted_update(before, g, got)
+    else:
+        lr = float(np.dot(np.asarray(before["weights"], np.float64) - w_new, v_new) / max(np.dot(v_new, v_new), 1e-30))
+        a = float(np.dot(v_new - g, v_prev) / max(np.dot(v_prev, v_prev), 1e-30))
+        fitted = f"v <- {a:.3g}*v + g, w <- w - {lr:.3g}*v (read off with b = 1)"
+    return (
+        f"the update follows {fitted}; the step was built with learning_rate={case.learning_rate:.6g}, "
+        f"decay={case.decay:.6g} -> v <- decay*v + g, w <- w - learning_rate*v with the values make_step was given"
+    )
+
+
+def step_update(ctx, case: Case) -> None:
+    """One compiled step on `rows` valid rows over `devices` devices, with the case's learning rate and decay."""
+    data, mesh = data_for(case), mesh_of(ctx, case.devices)
+    rng = np.random.default_rng(case.seed)
+    ids = rng.permutation(case.shape()[0])[: case.rows]
+    width = case.shape()[1]
+    before = {
+        "weights": rng.normal(size=width).astype(np.float32),
+        "momentum": (0.5 * rng.normal(size=width)).astype(np.float32),
+    }
+    batch = batch_arrays(data, ids, case.devices)
+    step = step_of(ctx, case)
+    args = placed(mesh, *batch, before["weights"], before["momentum"])
+    weights, momentum, loss, grad = step(*args)
+    w, v, want_loss, want_grad = oracle.momentum_step(
+        *batch, before["weights"], before["momentum"], case.learning_rate, case.decay
+    )
+    got = {
+        "weights": np.asarray(weights),
+        "momentum": np.asarray(momentum),
+        "loss": float(loss),
+        "grad": np.asarray(grad),
+    }
+    if not near(got["grad"], want_grad):
+        why = formulas.explain_gradient(got["grad"], *batch, before["weights"], case.devices)
+        raise Miss(want_grad, got["grad"], f"gradient: {why or 'no known formula matches'}")
+    if not near(got["loss"], want_loss):
+        why = formulas.explain_loss(got["loss"], *batch, before["weights"], case.devices, new_weights=got["weights"])
+        raise Miss(want_loss, got["loss"], f"loss: {why or 'no known formula matches'}")
+    if not (near(got["weights"], w) and near(got["momentum"], v)):
+        raise Miss(
+            {"weights": w, "momentum": v},
+            {k: got[k] for k in ("weights", "momentum")},
+            _update_cause(before, got, {"grad": want_grad}, case),
+        )
+    for name, value in (("weights", weights), ("momentum", momentum)):
+        _placement(value, mesh, P(), f"the step's new {name}")
+    if case.devices > 1:
+        found = count_all_reduce(step.lower(*args).as_text())
+        need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
+
+
+def transition_walk(ctx, case: Case) -> None:
+    """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
+    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices), case.shape()[0]
+    step = step_of(ctx, case)
+    state = ctx.impl.initial(case.seed, data, mesh)
+    for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
+        before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
+        new, loss, ids = ctx.impl.transition(state, data, case.batch, step, mesh)
+        ids = np.asarray(ids).astype(np.int64)
+        need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
+        need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
+        fields = snapshot(new)
+        need(
+            recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]),
+            want["after"],
+            {k: fields.get(k) for k in ("cursor", "key", "order")},
+            f"transition {call + 1}: the sampler fields",
+        )
+        batch = batch_arrays(data, ids, case.devices)
+        w, v, want_loss, grad = oracle.momentum_step(
+            *batch, before["weights"], before["momentum"], case.learning_rate, case.decay
+        )
+        got = {"weights": fields["weights"], "momentum": fields["momentum"], "loss": float(loss)}
+        if not (near(got["weights"], w) and near(got["momentum"], v) and near(got["loss"], want_loss)):
+            direct = step(*placed(mesh, *batch, before["weights"], before["momentum"]))
+            own = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
+            lead = (
+                "the step it was given is right on this batch, so transition does not use it: "
+                if own
+                else "the step itself is wrong here: "
+            )
+            raise Miss(
+                {"weights": w, "momentum": v, "loss": want_loss},
+                got,
+                f"transition {call + 1}: {lead}{_update_cause(before, got, {'grad': grad}, case)}",
+            )
+        for name in ("weights", "momentum"):
+            _placement(new[name], mesh, P(), f"the transition's new {name}")
+        need(
+            np.array_equal(host(state["weights"]), before["weights"]),
+            before["weights"],
+            host(state["weights"]),
+            f"transition {call + 1} changed the caller's weights",
+        )
+        state = new
+
+
+def _config(case: Case, **changes) -> Config:
+    fields = {
+        "seed": case.seed,
+        "batch_size": case.batch,
+        "learning_rate": case.learning_rate,
+        "decay": case.decay,
+        "num_devices": case.devices,
+    }
+    return Config(**{**fields, **changes})
+
+
+def _ulp(data: Dataset, part: str, position: int) -> Dataset:
+    features, targets = data.features.copy(), data.targets.copy()
+    array = features if part == "features" else targets
+    array.flat[position % array.size] = np.nextafter(array.flat[position % array.size], np.float32(np.inf))
+    return Dataset(features, targets)
+
+
+def contract_variants(case: Case) -> dict:
+    """Input -> (data, config) of an experiment that differs from the case's in that input alone."""
+    data = data_for(case)
+    rows, width = case.shape()
+    rng = np.random.default_rng([case.seed, 3])
+    large = timing_fixture()
+    edited = large.features.copy()
+    edited[-64:] = edited[-64:][::-1]
+    other_rows = replace(case, rows=rows - 1 if rows > 1 else 2, fixture="")
+    other_width = replace(case, features=case.features % 9 + 1, fixture="")
+    step = 2.0**-20
+    return {
+        "seed": (data, _config(case, seed=(case.seed + 1) % 2**32)),
+        "batch size": (data, _config(case, batch_size=case.batch + 1)),
+        "learning rate (x(1 + 2^-20))": (data, _config(case, learning_rate=case.learning_rate * (1 + step))),
+        "decay (+-2^-20)": (data, _config(case, decay=case.decay + step if case.decay < 0.5 else case.decay - step)),
+        "device count": (data, _config(case, num_devices=case.devices % 4 + 1)),
+        "rows": (
+            data_for(other_rows) if not case.fixture else Dataset(data.features[:-1], data.targets[:-1]),
+            _config(case),
+        ),
+        "feature width": (
+            data_for(other_width) if not case.fixture else Dataset(data.features[:, :-1], data.targets),
+            _config(case),
+        ),
+        "one ulp of one feature": (_ulp(data, "features", int(rng.integers(rows * width))), _config(case)),
+        "one ulp of one target": (_ulp(data, "targets", int(rng.integers(rows))), _config(case)),
+        "large fixture: last 64 rows reordered": (Dataset(edited, large.targets), _config(case)),
+        "large fixture: one ulp of its last feature": (_ulp(large, "features", -1), _config(case)),
+    }
+
+
+def _plain_json(value) -> bool:
+    try:
+        return json.loads(json.dumps(value)) == value
+    except (TypeError, ValueError):
+        return False
+
+
+def contract_tells_apart(ctx, case: Case) -> None:
+    """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
+    data = data_for(case)
+    base = ctx.impl.contract(data, _config(case))
+    need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
+    again = ctx.impl.contract(Dataset(data.features.copy(), data.targets.copy()), _config(case))
+    need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
+    bases = {"large": ctx.impl.contract(timing_fixture(), _config(case))}
+    ignored = []
+    for what, (other, config) in contract_variants(case).items():
+        reference = bases["large"] if what.startswith("large") else base
+        if ctx.impl.contract(other, config) == reference:
+            ignored.append(what)
+    need(
+        not ignored,
+        "a different contract for each changed input",
+        f"equal for {ignored}",
+        f"the contract ignores {ignored} -> pin the exact values (no rounding) and a hash of every data byte",
+    )
+
+
+def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
+    """(path as the case spells it, a working directory to enter for a bare name)."""
+    if case.path == "bare":
+        return "checkpoint.npz", folder
+    if case.path == "other":
+        return os.path.join(folder, "checkpoint.npz"), None
+    nested = os.path.join(folder, "runs", "seed", "step")
+    os.makedirs(nested)
+    return os.path.join(nested, "checkpoint.npz"), None
+
+
+def _folder(ctx, case: Case) -> str:
+    """A new folder for one case: on another file system (/dev/shm) for path='other' when there is one."""
+    if case.path == "other" and os.path.isdir("/dev/shm") and os.stat("/dev/shm").st_dev != os.stat(ctx.workdir).st_dev:
+        return tempfile.mkdtemp(prefix="shardlab-check-", dir="/dev/shm")
+    return tempfile.mkdtemp(prefix="case-", dir=ctx.workdir)
+
+
+def _trained_to(ctx, case: Case, data, mesh):
+    """The state after the case's save point: step 0, the first epoch's last batch, or one batch into epoch 2."""
+    per_epoch = len(oracle.epoch_batches(case.shape()[0], case.batch))
+    at = {"start": 0, "end": per_epoch, "mid": per_epoch + 1}[case.save_at]
+    state = ctx.impl.initial(case.seed, data, mesh)
+    for _ in range(at):
+        state, _, _ = ctx.impl.transition(state, data, case.batch, step_of(ctx, case), mesh)
+    return state, at
+
+
+def restore_damage(ctx, case: Case) -> None:
+    """A valid checkpoint (any save point, any path form) is accepted exactly; every damaged copy is refused."""
+    data, mesh = data_for(case), mesh_of(ctx, case.devices)
+    state, at = _trained_to(ctx, case, data, mesh)
+    contract = ctx.impl.contract(data, _config(case))
+    folder = _folder(ctx, case)
+    here = os.getcwd()
+    try:
+        path, cwd = _save_path(ctx, case, folder)
+        if cwd:
+            os.chdir(cwd)
+        try:
+            ctx.impl.save(path, state, contract)
+            restored = ctx.impl.restore(path, contract, mesh)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            cursor, rows = int(state["cursor"]), case.shape()[0]
+            hint = (
+                "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
+                if cursor in (0, rows)
+                else "save must work for a bare file name, nested folders and another file system: write the "
+                "temporary file in the target's own folder"
+            )
+            raise Miss(
+                "the checkpoint saved and restored",
+                f"{type(exc).__name__}: {exc}"[:300],
+                f"a valid checkpoint at step {at} (cursor {cursor} of {rows}, {case.path} path) was refused -> {hint}",
+            ) from exc
+        _restored_rules(state, restored, mesh, at)
+        refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
+    finally:
+        os.chdir(here)
+        shutil.rmtree(folder, ignore_errors=True)
+    accepted = {what: rule for what, (ok, rule) in refused.items() if not ok}
+    need(
+        not accepted,
+        f"all {len(refused)} damaged copies refused",
+        f"accepted {sorted(accepted)}",
+        "restore accepted damaged checkpoints: " + "; ".join(f"{w} ({r})" for w, r in accepted.items()),
+    )
+
+
+def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
+    for name in FIELDS:
+        want, got = host(state[name]), host(restored.get(name))
+        need(np.array_equal(want, got), want, got, f"restore of a checkpoint at step {at} must return the saved {name}")
+    for name in ("weights", "momentum"):
+        _placement(restored[name], mesh, P(), f"the restored {name}")
+
+
+def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
+    """Damage name -> (refused?, the course rule), over the damage space of the learner's own file."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    rows, folder = case.shape()[0], os.path.join(os.path.dirname(os.path.abspath(path)), "damaged")
+    os.makedirs(folder)
+    files = {}
+    for number, (field, kind, rule, change) in enumerate(damage.DAMAGES):
+        copy = damage.damaged(arrays, field, kind, change, rows)
+        if copy is not None:
+            target = os.path.join(folder, f"{number}.npz")
+            faults.tampered(path, target, lambda a, copy=copy: (a.clear(), a.update(copy)))
+            files[damage.name(field, kind)] = (target, rule)
+    files["truncated file"] = (
+        faults.truncated(path, os.path.join(folder, "cut.npz")),
+        damage.WHOLE_FILE["truncated file"],
+    )
+    with open(os.path.join(folder, "notes.npz"), "x") as handle:
+        handle.write("weights 0.1 0.2\n")
+    files["not an NPZ file"] = (os.path.join(folder, "notes.npz"), damage.WHOLE_FILE["not an NPZ file"])
+    other = os.path.join(folder, "other.npz")
+    ctx.impl.save(other, state, ctx.impl.contract(data, _config(case, batch_size=case.batch + 1)))
+    files["another experiment's contract"] = (other, damage.WHOLE_FILE["another experiment's contract"])
+    verdicts = {}
+    for what, (target, rule) in files.items():
+        try:
+            ctx.impl.restore(target, contract, mesh)
+        except NotImplementedError:
+            raise
+        except Exception:
+            verdicts[what] = (True, rule)
+        else:
+            verdicts[what] = (False, rule)
+    return verdicts

@@ -1,0 +1,214 @@
+"""Randomised checks over the course's whole domain, shrunk to the smallest failing case.
+
+Each property in `PROPERTIES` is tried on cases drawn from `domain.DOMAIN` with a seeded NumPy
+generator (the seed is printed with every verdict). The first failing case is shrunk greedily,
+parameter by parameter in the order fewest rows, smallest batch, fewest devices, fewest epochs,
+narrowest data, then seed and hyper-parameters back to the course's values, while it still fails.
+The verdict names the minimal case, its diagnosis (from the fitted-formula machinery, on that
+case) and the one line that reproduces it in a notebook cell:
+
+    from shardlab.checker.search import check_case
+    check_case("my_model.py", "sampler_walk", rows=1, batch=1, devices=1)
+"""
+
+import json
+import os
+import tempfile
+import types
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+import shardlab.checker.properties as properties
+from shardlab.checker.common import CheckFailed, Context, in_fresh_interpreter, plain, raised_where
+from shardlab.checker.domain import DOMAIN, SHRINK_ORDER, SHRINK_TRIES, Case, draw, fit, smaller
+from shardlab.checker.guard import Overrun
+from shardlab.checker.properties import Miss
+
+THOROUGH = 8  # --thorough multiplies every property's number of cases by this
+FRESH_TIMEOUT = 120  # seconds for the fresh interpreter that recomputes contracts
+
+
+@dataclass(frozen=True)
+class Property:
+    """One randomised check: its stage, the rule it tests, the parameters it draws and how many cases."""
+
+    name: str
+    stage: int
+    test: object
+    parameters: tuple
+    cases: int
+
+
+WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed")
+OPTIMISER = ("learning_rate", "decay")
+EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER)
+RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path")
+PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
+    p.name: p
+    for p in (
+        Property("sampler_walk", 1, properties.sampler_walk, WALK, 10),
+        Property("step_update", 2, properties.step_update, ("rows", "devices", "features", "seed", *OPTIMISER), 8),
+        Property("transition_walk", 2, properties.transition_walk, (*WALK, *OPTIMISER), 4),
+        Property("contract_tells_apart", 3, properties.contract_tells_apart, EXPERIMENT, 6),
+        Property("restore_damage", 3, properties.restore_damage, RESTORE, 5),
+    )
+}
+SAVE_FORMS = ("start", "end", "mid")  # every restore search visits each save point and each path form first
+PATH_FORMS = ("bare", "nested", "other")
+
+
+def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
+    """The property's verdict on one case: None if it holds, else the Miss (learner exceptions included)."""
+    try:
+        prop.test(ctx, case)
+    except Miss as miss:
+        return miss
+    except CheckFailed as failed:  # a probe shared with the enumerated checks
+        return Miss(failed.expected, failed.observed, failed.diagnosis)
+    except (Overrun, NotImplementedError):
+        raise
+    except Exception as exc:
+        return Miss(
+            "no exception",
+            f"{type(exc).__name__}: {exc}"[:300],
+            f"the implementation raised {type(exc).__name__} at {raised_where(exc)}",
+        )
+    return None
+
+
+def shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, int]:
+    """(smallest failing case found, its miss, tries): one parameter at a time, the boldest step first."""
+    tries, improved = 0, True
+    while improved and tries < SHRINK_TRIES:
+        improved = False
+        for name in (n for n in SHRINK_ORDER + ("save_at", "path") if n in prop.parameters):
+            for candidate in smaller(case, name):
+                if tries >= SHRINK_TRIES:
+                    break
+                tries += 1
+                found = _attempt(ctx, prop, candidate)
+                if found is not None:
+                    case, miss, improved = candidate, found, True
+                    break
+            if improved:
+                break
+    return case, miss, tries
+
+
+def cases_for(prop: Property, seed: int, count: int) -> list[Case]:
+    """`count` cases from the domain for `prop`, from a generator seeded by (seed, the property's name)."""
+    rng = np.random.default_rng([seed, *prop.name.encode()])
+    unused = {name: getattr(Case, name) for name in DOMAIN if name not in prop.parameters}
+    found = [fit(replace(draw(rng), **unused)) for _ in range(count)]
+    if prop.name == "restore_damage":  # every save point and path form at least once
+        found = [replace(c, save_at=SAVE_FORMS[i % 3], path=PATH_FORMS[(i // 3 + i) % 3]) for i, c in enumerate(found)]
+    return found
+
+
+def run_property(ctx, prop: Property):
+    """Search `prop` over the domain; (expected, observed) if every case holds, else CheckFailed on the minimal case."""
+    count = ctx.search_cases or prop.cases * (THOROUGH if ctx.thorough else 1)
+    for number, case in enumerate(cases_for(prop, ctx.search_seed, count), start=1):
+        miss = _attempt(ctx, prop, case)
+        if miss is None:
+            continue
+        minimal, miss, tries = shrink(ctx, prop, case, miss)
+        again = minimal.call(prop.name, _spec(ctx), prop.parameters)
+        raise CheckFailed(
+            plain({"minimal case": asdict(minimal), "expected": miss.expected}),
+            plain({"minimal case": asdict(minimal), "observed": miss.observed}),
+            f"{miss.why}. Minimal case (search seed {ctx.search_seed}, case {number} of {count}, shrunk in {tries} "
+            f"tries): {_shape(minimal, prop)}; reproduce in a cell: {again}",
+        )
+    return f"{count} cases from the domain (search seed {ctx.search_seed})", "all as the oracle says"
+
+
+def _shape(case: Case, prop: Property) -> str:
+    """The minimal case in words: the parameters the property draws."""
+    rows, width = case.shape()
+    words = [f"{rows} row(s) x {width} feature(s){' (' + case.fixture + ' fixture)' if case.fixture else ''}"]
+    named = {
+        "batch": "batch {}",
+        "devices": "{} device(s)",
+        "epochs": "{} epochs",
+        "seed": "seed {}",
+        "learning_rate": "learning_rate {:.6g}",
+        "decay": "decay {:.6g}",
+        "save_at": "saved at {}",
+        "path": "{} path",
+    }
+    words += [text.format(getattr(case, name)) for name, text in named.items() if name in prop.parameters]
+    return ", ".join(words)
+
+
+def _spec(ctx) -> str:
+    return "reference" if ctx.spec in ("", None, "reference") else ctx.spec
+
+
+def _check(prop: Property):
+    def check(ctx):
+        return run_property(ctx, prop)
+
+    check.__name__ = f"random_{prop.name}"
+    check.__doc__ = f"{prop.test.__doc__} Over cases drawn from the domain, shrunk on failure."
+    return check
+
+
+def contracts_agree_in_a_fresh_process(ctx):
+    """Contracts of drawn experiments, recomputed in a fresh interpreter, are equal to this one's."""
+    prop = PROPERTIES["contract_tells_apart"]
+    cases = cases_for(prop, ctx.search_seed, prop.cases)
+    here = [ctx.impl.contract(properties.data_for(c), properties._config(c)) for c in cases]
+    with tempfile.TemporaryDirectory(dir=ctx.workdir) as folder:
+        out = os.path.join(folder, "contracts.json")
+        options = {"--implementation": ctx.spec, "--seed": ctx.search_seed, "--out": out}
+        in_fresh_interpreter("shardlab.checker.contracts", options, FRESH_TIMEOUT, "the fresh interpreter's contracts")
+        with open(out) as handle:
+            fresh = json.load(handle)
+    differ = [i for i, (a, b) in enumerate(zip(here, fresh)) if a != b]
+    if differ:
+        case = cases[differ[0]]
+        raise CheckFailed(
+            plain(here[differ[0]]),
+            plain(fresh[differ[0]]),
+            f"the same experiment gave another contract in a fresh interpreter ({_shape(case, prop)}) -> "
+            "build it from the data bytes and the configuration only (no id(), time, path or "
+            "process-dependent value)",
+        )
+    return f"{len(cases)} contracts equal across interpreters", "equal"
+
+
+def checks_for(stage: int) -> tuple:
+    """The randomised checks of one stage (stage 3 adds the fresh-interpreter contract check)."""
+    found = tuple(_check(p) for p in PROPERTIES.values() if p.stage == stage)
+    return found + ((contracts_agree_in_a_fresh_process,) if stage == 3 else ())
+
+
+def check_case(implementation: str, check: str, **fields) -> dict:
+    """Run one property on one case in this interpreter; print and return the verdict; raise if it fails.
+
+    `check` is a property name (see PROPERTIES); `fields` are Case fields (rows, batch, devices, ...).
+    The kernel must see four devices (the course's set-up cell does this).
+    """
+    from shardlab.checker.guard import BoundedImplementation, Guard
+    from shardlab.core.devices import make_mesh
+    from shardlab.core.fixtures import teaching_fixture
+    from shardlab.learner import implementation as loader
+
+    impl = BoundedImplementation(loader.load(implementation), loader.API, Guard())
+    with tempfile.TemporaryDirectory(prefix="shardlab-case-") as workdir:
+        ctx = Context(types.SimpleNamespace(), implementation, teaching_fixture(), make_mesh(4), workdir)
+        ctx.impl, case = impl, Case(**fields)
+        miss = _attempt(ctx, PROPERTIES[check], case)
+    verdict = {"case": asdict(case), "passed": miss is None}
+    if miss is None:
+        print(f"PASS  {check}  {_shape(case, PROPERTIES[check])}")
+        return verdict
+    verdict.update(expected=plain(miss.expected), observed=plain(miss.observed), diagnosis=miss.why)
+    print(
+        f"FAIL  {check}  {_shape(case, PROPERTIES[check])}\n  expected:  {verdict['expected']}\n"
+        f"  observed:  {verdict['observed']}\n"
+        f"  diagnosis: {miss.why}"
+    )
+    raise AssertionError(miss.why)

@@ -1,0 +1,205 @@
+"""Run the checking interpreter under watch: it never hangs the caller, and the report is always written.
+
+The child (`python -m shardlab.checker`) writes every event to a progress file: which check starts,
+which learner function it calls, each result. Its console (everything a learner's code prints, from
+Python or from C) goes to a log file, never straight to the screen. This parent
+
+- prints each result as it arrives,
+- stops the child when one call grows it by more than the memory bound, when a call is still open
+  well after its time bound (a loop SIGALRM could not break), or when the log passes the output bound,
+- notices a child that ended without finishing (os._exit, a segfault, a kill),
+- names the function in progress in a failed result for that check, and starts a new child that
+  skips the checks already done and refuses to call that function again,
+- writes the report from the results it received, whatever happened to the children.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import shardlab.checker.guard as guard
+
+REPORT = "check_report.json"  # the JSON report of a run (in the command line's --output folder)
+LOG = "check_output.log"  # everything the implementation printed, beside the report
+GRACE = 10.0  # seconds past the time bound before the parent stops a call SIGALRM did not end
+POLL = 0.05  # seconds between looks at the child
+RESTARTS = 8  # at most one per learner function, plus slack
+SHOWN_LINES = 20  # lines of the learner's console output echoed at the end
+
+
+@dataclass
+class Bounds:
+    """The bounds one run applies (the defaults are the course's; tests shrink them to stay quick)."""
+
+    call_seconds: float = guard.CALL_SECONDS
+    memory_bytes: int = guard.MEMORY_BYTES
+    output_bytes: int = guard.OUTPUT_BYTES
+    total_seconds: float = 1800.0
+
+
+class Watch:
+    """What the parent has read from one run's progress file so far."""
+
+    def __init__(self, path: str):
+        self.path, self.offset = path, 0
+        self.results, self.environment, self.done = [], None, False
+        self.check, self.open_call = None, None
+
+    def read(self, pid: int, echo) -> None:
+        with open(self.path, encoding="utf-8") as handle:
+            handle.seek(self.offset)
+            text = handle.read()
+        complete = text[: text.rfind("\n") + 1]
+        self.offset += len(complete.encode("utf-8"))
+        for line in complete.splitlines():
+            event = json.loads(line)
+            kind = event.pop("event")
+            if kind == "call" and event.get("pid") == pid:
+                self.open_call = event
+            elif kind == "return" and event.get("pid") == pid:
+                self.open_call = None
+            elif kind == "check":
+                self.check, self.open_call = event, None
+            elif kind == "result":
+                self.results.append(event["result"])
+                self.check = None
+                echo(event["result"])
+            elif kind == "start":
+                self.environment = event["environment"]
+            elif kind == "done":
+                self.done = True
+
+
+def _stop(process) -> None:
+    """End the child and everything it started (it leads its own process group)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _why_ended(process, log_bytes: int) -> str:
+    code = process.returncode
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        native = " (a segfault in native code: ctypes, a C extension, a bad pointer)" if name == "SIGSEGV" else ""
+        return f"ended the checking interpreter: killed by {name}{native}"
+    return f"ended the checking interpreter with exit status {code} (os._exit?) -> return or raise instead"
+
+
+def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, deadline: float) -> str | None:
+    """Run one child to its end; None if it finished, else the verdict for the call in progress."""
+    with open(log_path, "ab") as log:
+        start = log.tell()
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            start_new_session=True,
+        )
+    verdict = None
+    while verdict is None:
+        ended = process.poll() is not None
+        watch.read(process.pid, echo)
+        if ended:
+            break
+        call, now = watch.open_call, time.time()
+        written = os.path.getsize(log_path) - start
+        if call and guard.resident_bytes(process.pid) - call["rss"] > bounds.memory_bytes:
+            verdict = (
+                f"used more than {guard.gigabytes(bounds.memory_bytes)} (the call was stopped) -> an unbounded array?"
+            )
+        elif call and now - call["at"] > bounds.call_seconds + GRACE:
+            verdict = guard.loop_verdict(call["function"], bounds.call_seconds)
+        elif written > bounds.output_bytes:
+            verdict = (
+                f"wrote more than {guard.gigabytes(bounds.output_bytes)} to the console -> printing in a loop? "
+                "(the run was stopped; the output so far is in the log)"
+            )
+        elif now > deadline:
+            verdict = f"the whole check run passed {bounds.total_seconds:g} s and was stopped"
+        else:
+            time.sleep(POLL)
+    if verdict is not None:
+        _stop(process)
+        watch.read(process.pid, echo)
+    if watch.done:
+        return None
+    return verdict or _why_ended(process, os.path.getsize(log_path))
+
+
+def _failed_result(watch: Watch, verdict: str, stage: int) -> dict:
+    call = watch.open_call
+    function = call["function"] if call else "the implementation"
+    text = verdict if verdict.startswith("`") else f"`{function}` {verdict}"
+    check = watch.check or {"name": "checking_interpreter", "stage": stage}
+    return {
+        "name": check["name"],
+        "stage": check["stage"],
+        "passed": False,
+        "expected": "a call that returns within the bounds",
+        "observed": text,
+        "diagnosis": text,
+        "seconds": 0.0,
+    }, function
+
+
+def run(
+    spec: str, stage, only: bool, folder: str, echo, bounds: Bounds | None = None, extra: tuple = (), skip=()
+) -> tuple[list, dict | None]:
+    """Check `spec` in child interpreters under `bounds`, writing the log in `folder`; (results, environment).
+
+    `extra` are further child arguments (the search seed, --thorough); checks named in `skip` are left out.
+    """
+    bounds = bounds or Bounds()
+    progress, log_path = os.path.join(folder, "progress.jsonl"), os.path.join(folder, LOG)
+    open(progress, "a").close()
+    watch, poisoned, left_out = Watch(progress), {}, list(skip)
+    skip = list(left_out)
+    deadline = time.time() + bounds.total_seconds
+    first = int(stage) if only else 1  # the stage a failure before any check is reported under
+    for _ in range(RESTARTS):
+        command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(stage)]
+        command += ["--progress", progress, "--call-seconds", str(bounds.call_seconds), *extra]
+        command += ["--only"] * bool(only) + ["--skip", json.dumps(skip), "--poison", json.dumps(poisoned)]
+        watch.done, watch.check, watch.open_call = False, None, None
+        verdict = _watch(command, watch, log_path, bounds, echo, deadline)
+        if verdict is None:
+            break
+        result, function = _failed_result(watch, verdict, first)
+        watch.results.append(result)
+        echo(result)
+        poisoned[function] = result["diagnosis"]
+        skip = left_out + [r["name"] for r in watch.results]
+        if time.time() > deadline:
+            break
+    os.remove(progress)
+    return watch.results, watch.environment
+
+
+def learner_output(log_path: str, keep: bool) -> str:
+    """The first lines the learner's code printed, and where the rest is (empty if it printed nothing)."""
+    if not os.path.exists(log_path) or not os.path.getsize(log_path):
+        return ""
+    with open(log_path, "rb") as handle:
+        head = handle.read(64 * 1024).decode("utf-8", "replace").splitlines()[:SHOWN_LINES]
+    size = os.path.getsize(log_path)
+    where = f"all of it in {log_path}" if keep else "run with --output FOLDER to keep all of it"
+    body = "\n".join(f"    | {line[:200]}" for line in head)
+    return f"[shardlab check] the implementation printed {size} bytes (first {len(head)} lines; {where}):\n{body}"
+
+
+def temporary_run(
+    spec: str, stage, only: bool, echo, bounds: Bounds | None = None, extra: tuple = ()
+) -> tuple[dict, str]:
+    """`run` in a temporary folder: (results, environment, the learner-output excerpt)."""
+    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as folder:
+        results, environment = run(spec, stage, only, folder, echo, bounds, extra)
+        return results, environment, learner_output(os.path.join(folder, LOG), keep=False)
