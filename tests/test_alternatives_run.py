@@ -165,8 +165,8 @@ NOT_LEARNER = {
     ("stage3_checkpoint", "refuse"): "it defines the helper the rejection cells call",
     ("stage3_resume", "fresh-kernel"): "which process runs the notebook",
     ("stage4_profile", "timing"): "the number of timing samples taken",
-    ("stage4_profile", "fused_timing"): "the course's fused loop",
-    ("stage4_profile", "fused_trace"): "the course's fused loop and its trace",
+    ("stage4_beyond", "fused_timing"): "the course's fused loop",
+    ("stage4_beyond", "fused_trace"): "the course's fused loop and its trace",
 }
 
 

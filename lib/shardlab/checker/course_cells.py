@@ -76,7 +76,23 @@ COVERAGE = {
     ("stage3_resume", "check"): (ALL,),
     ("stage4_profile", "compile"): ("compiled_step_lowers_and_compiles", "eager_step_is_the_unjitted_mapped_body"),
     ("stage4_profile", "numpy_check"): ("compiled_step_lowers_and_compiles", "eager_step_matches_numpy"),
+    ("stage3_orbax_lesson", "save-restore"): ("contract_is_json_data", "restore_returns_every_field"),
+    ("stage3_orbax_lesson", "replay"): (
+        "resume_continues_the_same_run",
+        "replicas_agree",
+        "random_transition_walk",
+    ),
+    ("stage3_orbax_lesson", "momentum-gap"): ("consecutive_updates", "random_step_update"),
+    ("stage3_orbax_lesson", "wrong-key"): ("key_changes_at_each_new_epoch", "random_sampler_walk"),
+    ("stage3_orbax_lesson", "compare"): (
+        "random_sampler_walk",
+        "random_transition_walk",
+        "loss_is_taken_before_the_update",
+        "restore_returns_every_field",
+    ),
     ("stage4_profile", "capture"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    ("stage4_profile", "gate"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    ("stage4_profile", "profile_again"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
 }
 
 
