@@ -40,6 +40,7 @@ ALLOWED = {
     "stage3_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
     "stage3_resume/process": "process identities",
     "stage4_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
+    "stage4_beyond": "the course's own fused loops: timings and traces of this run",
 }
 EXACT = ("stage3_resume/recovery", "stage3_resume/orbax", "stage3_resume/divergence")  # no tolerance at all
 TOLERANCE = {"rel_tol": 1e-4, "abs_tol": 1e-5}  # float32 sums in another order: another implementation's rounding

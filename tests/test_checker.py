@@ -360,7 +360,7 @@ def test_correct_alternative_passes_the_search_with_20_seeds(alternative):
     failed = []
     for seed in SEARCH_SEEDS:
         for stage in stages:
-            skip = [c.__name__ for c in runner.STAGES[stage].CHECKS if c.__name__ not in randomised]
+            skip = [c.__name__ for c in runner.checks_of(stage) if c.__name__ not in randomised]
             results = runner.run_checks(spec, stage, only=True, skip=skip, search_seed=seed, search_cases=1)
             assert {r.name for r in results} == randomised & {c.__name__ for c in runner.STAGES[stage].CHECKS}
             failed += [(seed, r.name, r.diagnosis) for r in results if not r.passed]
@@ -467,7 +467,7 @@ def test_every_held_out_file_was_measured():
 def test_held_out_mistake_is_caught_by_the_search(name):
     check = SEARCH_ONLY[name]
     stage = next(s for s, m in runner.STAGES.items() if check in {c.__name__ for c in m.CHECKS})
-    skip = [c.__name__ for c in runner.STAGES[stage].CHECKS if c.__name__ != check]
+    skip = [c.__name__ for c in runner.checks_of(stage) if c.__name__ != check]
     results = runner.run_checks(str(HELDOUT / "wrong" / name), stage, only=True, skip=skip)
     assert [r.name for r in results] == [check] and not results[0].passed
     assert "Minimal case (search seed" in results[0].diagnosis or check == "contracts_agree_in_a_fresh_process"

@@ -15,7 +15,7 @@ does not ask a learner's file for them, so the notebooks do not either.)
 
 import os
 
-from shardlab.checker import stage3
+import shardlab.checker.stage3 as stage3
 from shardlab.checker.common import expect
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
@@ -98,7 +98,9 @@ COVERAGE = {
 
 def stages() -> dict:
     """Check name -> its stage, for every check the checker runs (each stage module's, then this module's)."""
-    from shardlab.checker import stage1, stage2, stage4
+    import shardlab.checker.stage1 as stage1
+    import shardlab.checker.stage2 as stage2
+    import shardlab.checker.stage4 as stage4
 
     modules = (stage1, stage2, stage3, stage4)
     found = {c.__name__: m.STAGE for m in modules for c in m.CHECKS}
