@@ -69,16 +69,23 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     assert rows["broken.py", 1]["portfolio"].startswith("yes, but for another file")
     assert rows["syntax.py", 1]["verdict"] == "fail" and rows["syntax.py", 1]["first_failure"] == "implementation_loads"
     assert "SyntaxError" in rows["syntax.py", 1]["diagnosis"] and "syntax.py:1" in rows["syntax.py", 1]["diagnosis"]
-    assert rows["loop.py", 1]["verdict"] == "timeout" and rows["flood.py", 1]["verdict"] == "output cap"
+    loop = rows["loop.py", 1]  # stopped by grade's bound, or named by the checker's own bound on each call
+    assert loop["verdict"] == "timeout" or (loop["verdict"] == "fail" and "did not return" in loop["diagnosis"]), loop
+    flood = rows["flood.py", 1]  # stopped by grade's cap, or by the checker's own cap on printed output
+    assert flood["verdict"] == "output cap" or (
+        flood["verdict"] == "fail" and "to the console" in flood["diagnosis"]
+    ), flood["diagnosis"]
     for name in ("syntax.py", "loop.py", "flood.py"):
         assert [rows[name, s]["verdict"] for s in (2, 3, 4)] == ["not reached"] * 3
         assert rows[name, 1]["portfolio"] == "no"
-    loop = body["submissions"]["loop.py"]["rows"][0]["seconds"]
-    assert BOUND <= loop < BOUND + 30, "the bound stops the loop, promptly"
+    seconds = body["submissions"]["loop.py"]["rows"][0]["seconds"]
+    assert seconds < BOUND + 30, "a bound stops the loop, promptly"
+    assert seconds >= BOUND or loop["verdict"] == "fail", "grade's own bound waits its full time"
     assert len((out / "checks" / "flood.py" / "output.txt").read_bytes()) <= grade.KEPT_OUTPUT
     strays = [p for p in [Path.cwd(), subs, *subs.iterdir(), out, *out.rglob("*")] if p.name == "stray.txt"]
     assert not strays and not (Path.cwd() / "stray.txt").exists(), "a submission's files stay in its scratch folder"
-    assert "<table>" in (out / grade.PAGE).read_text() and "output cap" in (out / grade.PAGE).read_text()
+    page = (out / grade.PAGE).read_text()
+    assert "<table>" in page and flood["verdict"] in page and "flood.py" in page
 
     (subs / "syntax.py").write_text("def initial(seed, data, mesh):\n    raise NotImplementedError\n")
     again = grade.grade(subs, out, jobs=2, timeout=BOUND)
