@@ -16,7 +16,7 @@ import pytest
 
 import shardlab as sl
 from shardlab.course import execute as runner
-from shardlab.lessons import results as record
+from shardlab.course import results as record
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the library never needs it
 

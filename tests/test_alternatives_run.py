@@ -23,7 +23,7 @@ import pytest
 from shardlab.checker import cli, course_cells
 from shardlab.course import catalog
 from shardlab.course import execute as runner
-from shardlab.lessons import replay
+from shardlab.verify import replay
 
 CORRECT = Path(__file__).parent / "correct"
 BROKEN = Path(__file__).parent / "broken"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import shardlab as sl
+from shardlab import orbax_io
 from shardlab.core import checkpoint
 from shardlab.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
-from shardlab.lessons import orbax_io
 
 pytestmark = pytest.mark.stage3
 
@@ -299,7 +299,7 @@ def test_orbax_round_trip_onto_a_mesh_target(data, mesh, tmp_path):
 
 def test_each_cursor_case_is_refused_by_the_check_its_label_names(data, mesh, tmp_path):
     """An edited cursor trips the checksum; the same edit with the checksum recomputed trips the sampler check."""
-    from shardlab.lessons import faults
+    from shardlab.verify import faults
 
     state = trained(data, mesh, seed=17, batch_size=7, steps=5)
     contract = sl.contract(data, sl.Config(seed=17, batch_size=7))

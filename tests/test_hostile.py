@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardlab as sl
+from shardlab import orbax_io
 from shardlab.core import checkpoint
 from shardlab.errors import (
     CheckpointError,
@@ -24,7 +25,6 @@ from shardlab.errors import (
     CorruptCheckpointError,
     IncompleteCheckpointError,
 )
-from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
 from shardlab.torture.edges import CONTRACT_TEXTS, MALFORMED_CONTRACTS, MANIFEST_BODIES, bomb, forged, silent_values
 
@@ -235,7 +235,7 @@ ORBAX_CHILD = textwrap.dedent(
     import json, os, resource, signal, sys, time
     import shardlab as sl
     sl.setup_devices(4)
-    from shardlab.lessons import orbax_io
+    from shardlab import orbax_io
     from shardlab.errors import CheckpointWriteError
     mesh, data = sl.make_mesh(), sl.teaching_fixture()
     state, contract = sl.initial(17, data, mesh), sl.contract(data, sl.Config())

@@ -11,7 +11,7 @@ from conftest import executed, results
 
 from shardlab.course import catalog
 from shardlab.course import execute as runner
-from shardlab.lessons import oracle
+from shardlab.verify import oracle
 
 STAGE1 = "stage1_batches"
 STAGE2 = "stage2_update"

@@ -7,7 +7,7 @@ import pytest
 from conftest import executed, results
 
 import shardlab as sl
-from shardlab.lessons import oracle, replay
+from shardlab.verify import oracle, replay
 
 pytestmark = [pytest.mark.stage3, pytest.mark.notebooks]
 

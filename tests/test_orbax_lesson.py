@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import results
 
-from shardlab.lessons import orbax_lesson as lesson
+from shardlab.course import orbax_lesson as lesson
 
 pytestmark = pytest.mark.stage3
 TOL = {"rtol": 2e-5, "atol": 2e-6}  # the lesson's stated tolerance

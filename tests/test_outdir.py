@@ -14,8 +14,8 @@ from shardlab.__main__ import main
 from shardlab.course import catalog
 from shardlab.course import execute as runner
 from shardlab.errors import ConfigError, OutputFolderError
-from shardlab.lessons import replay
 from shardlab.torture.edges import COMMAND_ARGV
+from shardlab.verify import replay
 
 
 def tree(folder):

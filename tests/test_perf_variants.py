@@ -2,7 +2,7 @@
 
 Correctness only: nothing here is timed. The reference IDs come from the course idiom
 (each epoch's order cut into batches, never across epochs), the losses and weights from
-float64 NumPy (shardlab.lessons.oracle).
+float64 NumPy (shardlab.verify.oracle).
 """
 
 import functools
@@ -14,8 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
 from shardlab.errors import ConfigError, EmptyBatchError
-from shardlab.lessons import oracle
 from shardlab.perf import costmodel, device_sampler, fused, multistep, packed, resident, stats
+from shardlab.verify import oracle
 
 pytestmark = pytest.mark.stage4
 

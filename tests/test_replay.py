@@ -6,7 +6,7 @@ import pytest
 
 import shardlab as sl
 from shardlab.learner import reference as impl
-from shardlab.lessons import faults, fingerprint, replay
+from shardlab.verify import faults, fingerprint, replay
 
 pytestmark = pytest.mark.stage3
 

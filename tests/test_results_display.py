@@ -4,7 +4,7 @@ import json
 
 import IPython.display
 
-from shardlab.lessons import results
+from shardlab.course import results
 
 
 def test_a_hidden_result_is_stored_and_carried_but_not_shown(tmp_path, monkeypatch):

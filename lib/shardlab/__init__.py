@@ -13,8 +13,8 @@ from shardlab.core.fixtures import Dataset, check_dataset, teaching_fixture, tim
 from shardlab.core.sampler import advance, epoch_batches, initial_sampler
 from shardlab.core.state import FIELDS, host_copy, initial, replicate, transition
 from shardlab.core.update import count_all_reduce, make_single_device_step, make_step, stablehlo
+from shardlab.course import results
 from shardlab.learner import implementation
-from shardlab.lessons import results
 
 __all__ = [
     "batch",

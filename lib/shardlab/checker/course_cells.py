@@ -16,6 +16,7 @@ does not ask a learner's file for them, so the notebooks do not either.)
 import os
 
 import shardlab.checker.stage3 as stage3
+from shardlab import orbax_io
 from shardlab.checker.common import expect
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
@@ -24,7 +25,7 @@ from shardlab.errors import (
     ContractMismatchError,
     CorruptCheckpointError,
 )
-from shardlab.lessons import faults, orbax_io
+from shardlab.verify import faults
 
 ALL = "every check of its stage"  # a `check` cell asserts that check_here(stage) passed
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from shardlab.checker.common import matches
 from shardlab.core.config import DECAY
-from shardlab.lessons import oracle
+from shardlab.verify import oracle
 
 
 def ratio(observed, right) -> float | None:

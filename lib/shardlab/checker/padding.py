@@ -3,8 +3,8 @@
 import numpy as np
 
 from shardlab.checker.common import DEGENERATE, expect
-from shardlab.lessons import oracle
-from shardlab.lessons.oracle import padded_length
+from shardlab.verify import oracle
+from shardlab.verify.oracle import padded_length
 
 
 def _describe_rows(ids, positions) -> str:

@@ -1,6 +1,6 @@
 """The course's rules as properties of one `Case`: each raises `Miss` where the learner's code leaves the oracle.
 
-Every expected value comes from `lessons.oracle` (the recipe, coverage arithmetic, the NumPy
+Every expected value comes from `verify.oracle` (the recipe, coverage arithmetic, the NumPy
 formulas) and `checker.damage`, never from the reference implementation. `search.py` draws the
 cases, shrinks a failing one and turns the minimal case into a verdict.
 """
@@ -25,7 +25,7 @@ from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset, timing_fixture
 from shardlab.core.schema import FIELDS
 from shardlab.core.update import count_all_reduce
-from shardlab.lessons import faults, oracle
+from shardlab.verify import faults, oracle
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # one float32 step against float64 NumPy, from the learner's own state
 BATCH_SPECS = {"features": P(AXIS, None), "targets": P(AXIS), "mask": P(AXIS)}

@@ -22,7 +22,7 @@ def main(argv=None) -> int:
     from shardlab.core.config import Config
     from shardlab.core.fixtures import teaching_fixture
     from shardlab.learner import implementation
-    from shardlab.lessons import replay
+    from shardlab.verify import replay
 
     impl, data, mesh = implementation.load(args.implementation), teaching_fixture(), make_mesh(NUM_DEVICES)
     contract = impl.contract(data, Config(seed=args.seed, batch_size=args.batch_size))

@@ -4,8 +4,8 @@ and the first place where an implementation's ids or sampler fields leave them, 
 
 import numpy as np
 
-from shardlab.lessons import oracle
-from shardlab.lessons.oracle import epoch_batches
+from shardlab.verify import oracle
+from shardlab.verify.oracle import epoch_batches
 
 
 def expected_walk(rows: int, seed: int, batch_size: int, calls: int) -> list[dict]:

@@ -14,8 +14,8 @@ from shardlab.checker.common import degenerate_data, expect, host, sharding_of, 
 from shardlab.checker.padding import check_padding
 from shardlab.core.devices import AXIS
 from shardlab.core.state import FIELDS
-from shardlab.lessons import oracle
-from shardlab.lessons.oracle import epoch_batches
+from shardlab.verify import oracle
+from shardlab.verify.oracle import epoch_batches
 
 STAGE = 1
 EPOCHS = 3

@@ -23,7 +23,7 @@ from shardlab.checker.common import (
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
-from shardlab.lessons import oracle
+from shardlab.verify import oracle
 
 STAGE = 2
 FULL, TAILS = 8, (7, 2, 1)  # 8 rows fill four devices; 7 -> [2,2,2,1], 2 -> [1,1,0,0], 1 -> [1,0,0,0]

@@ -17,8 +17,8 @@ from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
 from shardlab.io import read_npz
-from shardlab.lessons import faults, replay
-from shardlab.lessons.oracle import epoch_batches
+from shardlab.verify import faults, replay
+from shardlab.verify.oracle import epoch_batches
 
 STAGE = 3
 WEIGHT_TOLERANCE = 1e-6  # float32 allowance for weights, momentum and losses; the sampler gets none

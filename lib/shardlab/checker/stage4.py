@@ -6,7 +6,7 @@ import numpy as np
 
 from shardlab.checker.common import batch_arrays, cached_step, close, expect, placed
 from shardlab.core.update import count_all_reduce
-from shardlab.lessons import oracle
+from shardlab.verify import oracle
 
 STAGE = 4
 ROWS = 7  # uneven partitions [2, 2, 2, 1]

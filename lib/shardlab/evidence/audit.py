@@ -59,9 +59,9 @@ import nbformat
 from shardlab.core.config import FIXTURES
 from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
+from shardlab.course import results as record
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
 from shardlab.io import write_atomic
-from shardlab.lessons import results as record
 
 SCHEMA_VERSION = 1
 

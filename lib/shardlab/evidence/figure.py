@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from shardlab.evidence.paths import relative
-from shardlab.lessons import faults as fault_runs
+from shardlab.verify import faults as fault_runs
 
 FAULTS = tuple(f for f in fault_runs.FAULTS if f != "none")  # the omitted state fields, in the course's order
 

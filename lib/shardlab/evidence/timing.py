@@ -24,7 +24,7 @@ from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.state import replicate
 from shardlab.core.update import make_single_device_step, make_step
 from shardlab.errors import VariantMismatchError
-from shardlab.lessons.oracle import momentum_step
+from shardlab.verify.oracle import momentum_step
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring event of one XLA compile
 VARIANTS = ("eager_4dev", "compiled_4dev", "compiled_1dev")

@@ -35,7 +35,13 @@ COMMAND = "grade"
 TABLE, PAGE, RECORD, CHECKS = "grade.csv", "grade.html", "grade.json", "checks"
 KEPT_OUTPUT = 20_000  # bytes of a submission's check output kept in checks/<name>/output.txt
 DIAGNOSIS = 300  # characters of a diagnosis in the table
-CHECKER_SOURCES = ("shardlab/checker/", "shardlab/core/", "shardlab/lessons/", "shardlab/learner/implementation.py")
+CHECKER_SOURCES = (
+    "shardlab/checker/",
+    "shardlab/core/",
+    "shardlab/verify/",
+    "shardlab/orbax_io.py",
+    "shardlab/learner/implementation.py",
+)
 COLUMNS = ("submission", "stage", "verdict", "passed", "checks", "first_failure", "diagnosis", "portfolio", "seconds")
 LINE = re.compile(r"^(PASS|FAIL)  stage (\d+)  (\S+)")
 

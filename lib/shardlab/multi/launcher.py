@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 from shardlab.errors import LaunchError
-from shardlab.lessons.fingerprint import first_divergence
 from shardlab.multi import program, runtime
+from shardlab.verify.fingerprint import first_divergence
 
 
 def free_port() -> int:

@@ -35,9 +35,9 @@ from shardlab.core.batch import put_shards
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import CheckpointExistsError, LaunchError, ShardlabError
 from shardlab.io import plain, write_json
-from shardlab.lessons import fingerprint
 from shardlab.multi import manifest, migration, retention, runtime, shards, store
 from shardlab.multi.guard import EXIT_STOPPED, Guard
+from shardlab.verify import fingerprint
 
 PAUSE_LIMIT = 600  # seconds a paused controller waits to be killed before giving up
 FIRST_STEP_FACTOR = 3  # the first step's waits allow 3 bounds: start-up skew and compilation

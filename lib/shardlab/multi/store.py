@@ -18,9 +18,9 @@ import os
 
 from jax.sharding import Mesh
 
+from shardlab import orbax_io
 from shardlab.core.schema import SCALARS
 from shardlab.errors import AsyncSaveError
-from shardlab.lessons import orbax_io
 from shardlab.multi.manifest import ORBAX
 
 FAILED: list = []  # this process's background-write failures, as Orbax's writer thread raised them

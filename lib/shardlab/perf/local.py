@@ -22,9 +22,9 @@ from shardlab.core.state import initial
 from shardlab.core.update import count_all_reduce, make_step, stablehlo
 from shardlab.errors import TraceError, VariantMismatchError
 from shardlab.evidence import timing, trace
-from shardlab.lessons import oracle
 from shardlab.perf import multistep, profile, resident
 from shardlab.perf.packed import make_packed_step
+from shardlab.verify import oracle
 
 SAMPLES = 41  # warm samples per variant (stage 4 keeps 11; the bench can afford more)
 WARMUP = 3

@@ -18,8 +18,8 @@ from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.io import read_npz
-from shardlab.lessons import faults
 from shardlab.torture.outcome import BAD, Tally
+from shardlab.verify import faults
 
 
 @dataclass

@@ -18,13 +18,12 @@ import zipfile
 
 import numpy as np
 
-from shardlab import outdir
+from shardlab import orbax_io, outdir
 from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.io import read_npz
-from shardlab.lessons import orbax_io
 from shardlab.multi import manifest
 from shardlab.torture.outcome import Tally, tree_digest
 
@@ -567,7 +566,7 @@ FULL_DISK_CHILD = """
 import json, resource, signal, sys, time
 import shardlab as sl
 sl.setup_devices(4)
-from shardlab.lessons import orbax_io
+from shardlab import orbax_io
 from shardlab.errors import CheckpointWriteError
 mesh, data = sl.make_mesh(), sl.teaching_fixture()
 state, contract = sl.initial(17, data, mesh), sl.contract(data, sl.Config())

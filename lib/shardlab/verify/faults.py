@@ -17,7 +17,7 @@ from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import replicate
 from shardlab.io import read_npz
-from shardlab.lessons import replay
+from shardlab.verify import replay
 
 FAULTS = ("none", "momentum", "cursor", "key")
 # Final-weight errors the original course reported with *its own* 23-row fixture (pattern, not values).

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
-from shardlab.lessons import oracle
+from shardlab.verify import oracle
 
 DEVICES = 4  # the lesson derives every size from the device count
 ROWS, WIDTH, BATCH = 4 * DEVICES, 2 * DEVICES, 2 * DEVICES  # 16 rows, 8 features, batches of 8

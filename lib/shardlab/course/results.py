@@ -3,8 +3,8 @@
 import json
 import os
 
+from shardlab.course import show
 from shardlab.io import plain, write_json
-from shardlab.lessons import show
 
 RESULTS = "results"  # folder under the output directory
 

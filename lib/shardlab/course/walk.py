@@ -3,7 +3,7 @@
 import numpy as np
 
 from shardlab.core.sampler import epoch_batches
-from shardlab.lessons import oracle
+from shardlab.verify import oracle
 
 
 def walk(impl, seed, data, batch_size, batches, mesh) -> list[dict]:
