@@ -1,12 +1,15 @@
 """Command line for shardlab: `python -m shardlab COMMAND --help` for each command.
 
 Each command lives in its own module, which provides `add_arguments(parser)` and
-`main(args) -> int`; COMMANDS maps the command name to (module, one-line help).
+`main(args) -> int`; COMMANDS maps the command name to (module, one-line help). A bad
+command line (shardlab.cli) is refused on one line with exit code 2, before the command runs.
 """
 
-import argparse
 import importlib
 import sys
+
+from shardlab.cli import Parser
+from shardlab.errors import UsageError
 
 COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
@@ -41,16 +44,38 @@ COMMANDS = {
 }
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m shardlab", description="shardlab course commands")
-    sub = top.add_subparsers(dest="command", required=True)
+def parser(only: str | None = None) -> Parser:
+    """The top parser; `.commands` maps each command's name to its subparser.
+
+    With `only`, only that command's module is imported and its arguments added (a command
+    line is parsed without importing every other command's libraries).
+    """
+    top = Parser(prog="python -m shardlab", description="shardlab course commands")
+    sub = top.add_subparsers(dest="command", required=True)  # subparsers are Parsers too
     for name, (module, help_text) in COMMANDS.items():
-        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if only in (None, name):
+            importlib.import_module(module).add_arguments(command)
+    top.commands = sub.choices
     return top
 
 
+def parse(argv=None):
+    """The parsed command line; UsageError (naming the command) for anything argparse or a value type refuses."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    top = parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
+    args, extra = top.parse_known_args(argv)
+    if extra:  # argparse names the top parser for these; the command's own parser says whose they are
+        top.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parse(argv)
+    except UsageError as exc:
+        print(f"[shardlab] {exc}", file=sys.stderr)
+        return 2
     module, _ = COMMANDS[args.command]
     return int(importlib.import_module(module).main(args) or 0)
 

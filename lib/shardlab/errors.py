@@ -54,6 +54,10 @@ class OutputFolderError(ConfigError):
     """An output folder cannot be used: not a folder, not writable, or holding files no command of ours wrote."""
 
 
+class UsageError(ConfigError):
+    """A command line is refused: an unknown option, a missing argument, or a value of the wrong type or range."""
+
+
 class PageError(ShardlabError, ValueError):
     """An HTML receipt cannot be written completely (a formula the offline renderer cannot draw)."""
 

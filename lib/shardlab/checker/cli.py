@@ -24,6 +24,7 @@ from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.checker.guard import CALL_SECONDS, BoundedImplementation, Guard, Overrun
 from shardlab.checker.search import THOROUGH
 from shardlab.checker.supervise import LOG, REPORT
+from shardlab.cli import seconds, seed
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
@@ -241,7 +242,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", default=None, help=f"folder for the JSON report ({REPORT}) and {LOG}")
     parser.add_argument("--only", action="store_true", help="check just --stage, not the stages before it")
     parser.add_argument(
-        "--seed", type=int, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
+        "--seed", type=seed, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
     )
     parser.add_argument("--thorough", action="store_true", help=f"a {THOROUGH}x longer randomised search")
 
@@ -250,7 +251,7 @@ def add_child_arguments(parser) -> None:
     """What the supervising parent tells a checking interpreter (not for people)."""
     add_arguments(parser)
     parser.add_argument("--progress", default=None, help="JSON-lines file for events (the supervisor reads it)")
-    parser.add_argument("--call-seconds", type=float, default=CALL_SECONDS)
+    parser.add_argument("--call-seconds", type=seconds, default=CALL_SECONDS)
     parser.add_argument("--skip", default="[]", help="JSON list of checks already done")
     parser.add_argument("--poison", default="{}", help="JSON {function: verdict} of functions not to call again")
 

@@ -25,8 +25,7 @@ class Config:
 
     def __post_init__(self):
         check_batch_size(self.batch_size)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
-            raise ConfigError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
+        check_seed(self.seed)
         if not (isinstance(self.num_devices, int) and self.num_devices >= 1):
             raise ConfigError(f"num_devices must be a positive integer, got {self.num_devices!r}")
         if not 0 < float(self.learning_rate) < 10:
@@ -46,7 +45,8 @@ def check_batch_size(batch_size) -> int:
     return batch_size
 
 
-def add_run_arguments(parser) -> None:
-    """The experiment's --seed and --batch-size, with the course defaults (every command adds them here)."""
-    parser.add_argument("--seed", type=int, default=SEED, help=f"sampler and initial-state seed (default {SEED})")
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=f"rows per step (default {BATCH_SIZE})")
+def check_seed(seed) -> int:
+    """Return `seed` if it is an integer in [0, 2**32), else raise ConfigError."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    return seed

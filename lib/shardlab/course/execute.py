@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 
 from shardlab import outdir
-from shardlab.core.config import add_run_arguments
+from shardlab.cli import add_run_arguments
 from shardlab.course import catalog
 from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
 from shardlab.errors import ConfigError, ImplementationError

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
+from shardlab.cli import count, seconds
 from shardlab.core.files import sha256_file
 from shardlab.errors import ConfigError
 from shardlab.evidence.audit import source_hashes
@@ -251,9 +252,9 @@ CPU devices, not a grade by itself. Details per submission: <code>checks/&lt;nam
 def add_arguments(parser) -> None:
     parser.add_argument("submissions", help="folder of submissions: .py files, or folders holding one .py file each")
     parser.add_argument("--out", required=True, help="folder for grade.csv, grade.html, grade.json and checks/")
-    parser.add_argument("--jobs", type=int, default=None, help="submissions checked at once (default: usable cores)")
-    parser.add_argument("--timeout", type=float, default=bounded.TIMEOUT_S, help="seconds per submission")
-    parser.add_argument("--output-cap", type=int, default=bounded.OUTPUT_CAP, help="bytes of output per submission")
+    parser.add_argument("--jobs", type=count, default=None, help="submissions checked at once (default: usable cores)")
+    parser.add_argument("--timeout", type=seconds, default=bounded.TIMEOUT_S, help="seconds per submission")
+    parser.add_argument("--output-cap", type=count, default=bounded.OUTPUT_CAP, help="bytes of output per submission")
 
 
 def main(args) -> int:

@@ -17,8 +17,8 @@ this machine's. `python -m shardlab multi` is the same command with `--budget 0`
 import os
 import sys
 
-from shardlab.core.config import Config, add_run_arguments
-from shardlab.errors import ConfigError, LaunchError, ShardlabError
+from shardlab.cli import add_run_arguments, count, natural, seconds
+from shardlab.errors import ConfigError, ShardlabError
 
 TIMEOUT = 10.0  # seconds: the bound of every controller's wait
 
@@ -27,37 +27,34 @@ def add_arguments(parser, budget: int = 3) -> None:
     from shardlab.multi import runtime
 
     out = "supervise_out" if budget else "multi_out"
-    parser.add_argument("--processes", type=int, default=2, help="controller processes (default 2)")
-    parser.add_argument("--local-devices", type=int, default=2, help="logical CPU devices per process (default 2)")
-    parser.add_argument("--steps", type=int, default=10, help="train until this many updates are done (default 10)")
-    parser.add_argument("--save-every", type=int, default=3, help="save every K steps, 0: never (default 3)")
+    parser.add_argument("--processes", type=count, default=2, help="controller processes (default 2)")
+    parser.add_argument("--local-devices", type=count, default=2, help="logical CPU devices per process (default 2)")
+    parser.add_argument("--steps", type=count, default=10, help="train until this many updates are done (default 10)")
+    parser.add_argument("--save-every", type=natural, default=3, help="save every K steps, 0: never (default 3)")
     parser.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
-    parser.add_argument("--keep", type=int, default=0, help="keep the newest N complete checkpoints (0: all)")
-    parser.add_argument("--budget", type=int, default=budget, help=f"restarts allowed (default {budget})")
+    parser.add_argument("--keep", type=natural, default=0, help="keep the newest N complete checkpoints (0: all)")
+    parser.add_argument("--budget", type=natural, default=budget, help=f"restarts allowed (default {budget})")
     parser.add_argument(
-        "--launch", default="explicit", help=f"how the group starts: one of {', '.join(runtime.LAUNCHES)}"
+        "--launch", default="explicit", choices=runtime.LAUNCHES, help="how the group starts (default explicit)"
     )
-    parser.add_argument("--timeout", type=float, default=TIMEOUT, help=f"bound of every wait, s (default {TIMEOUT:g})")
+    parser.add_argument(
+        "--timeout", type=seconds, default=TIMEOUT, help=f"bound of every wait, s (default {TIMEOUT:g})"
+    )
     add_run_arguments(parser)
     parser.add_argument("--out", default=out, help=f"folder for ledger.json and the checkpoints (default {out})")
 
 
 def check(args) -> None:
-    """Refuse arguments no group can run with, naming the argument (ConfigError) or the launch (LaunchError)."""
-    from shardlab.multi import launcher, runtime
+    """Refuse combinations no group can run with (ConfigError), or a launch this machine lacks (LaunchError).
 
-    for name, low in (("processes", 1), ("local_devices", 1), ("steps", 1), ("save_every", 0), ("budget", 0)):
-        if getattr(args, name) < low:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(args, name)}")
-    if args.keep < 0 or (args.keep and not args.save_every):
+    Each argument's own range is its value type's (shardlab.cli): the parser refused it already.
+    """
+    from shardlab.multi import launcher
+
+    if args.keep and not args.save_every:
         raise ConfigError(f"--keep {args.keep} needs --save-every above 0 and a count of at least 1 (0 keeps all)")
     if args.async_save and not args.save_every:
         raise ConfigError("--async-save needs --save-every above 0: nothing would be saved")
-    if not args.timeout > 0:
-        raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    Config(seed=args.seed, batch_size=args.batch_size)  # the seed and batch size any run accepts
-    if args.launch not in runtime.LAUNCHES:
-        raise LaunchError(f"--launch must be one of {list(runtime.LAUNCHES)}, not {args.launch!r}")
     if args.launch == "mpirun":
         launcher.mpiexec()  # names the missing MPI runtime before anything starts
 

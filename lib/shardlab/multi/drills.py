@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardlab.core.config import BATCH_SIZE, SEED, add_run_arguments
+from shardlab.cli import add_run_arguments, seconds
+from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import ContractMismatchError
 from shardlab.io import write_json
 from shardlab.multi import control, manifest, migration, rows, supervisor
@@ -475,7 +476,7 @@ def run_all(
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="drills_out", help="folder for drills.json and every group's reports")
     add_run_arguments(parser)
-    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="bound of every wait, seconds")
+    parser.add_argument("--timeout", type=seconds, default=TIMEOUT, help="bound of every wait, seconds")
     parser.add_argument("--keep", action="store_true", help="keep checkpoints and process logs in OUT/drills")
     parser.add_argument("--reduced", action="store_true", help="only the stage 5 notebook's set (as make test)")
 

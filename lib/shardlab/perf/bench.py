@@ -22,8 +22,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from shardlab.cli import add_run_arguments, count
 from shardlab.core import fixtures
-from shardlab.core.config import BATCH_SIZE, SEED, add_run_arguments
+from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.core.devices import make_mesh, setup_devices
 from shardlab.evidence.audit import source_hashes
 from shardlab.io import write_json
@@ -118,10 +119,10 @@ def run(
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="bench", help="folder for bench.json, bench.png and the traces")
     add_run_arguments(parser)  # --seed, --batch-size (of the traced and scanned transitions)
-    parser.add_argument("--samples", type=int, default=local.SAMPLES, help="warm samples per local variant")
-    parser.add_argument("--steps", type=int, default=endtoend.STEPS, help="transitions per end-to-end sample")
+    parser.add_argument("--samples", type=count, default=local.SAMPLES, help="warm samples per local variant")
+    parser.add_argument("--steps", type=count, default=endtoend.STEPS, help="transitions per end-to-end sample")
     parser.add_argument(
-        "--rows", type=int, nargs="*", default=list(scaling.GRID_ROWS), help="row counts of the scaling grid"
+        "--rows", type=count, nargs="*", default=list(scaling.GRID_ROWS), help="row counts of the scaling grid"
     )
     parser.add_argument(
         "--checkout", default=".", help=f"folder holding {host.RUN_WALL} and {host.TEST_WALL} (default: cwd)"

@@ -14,13 +14,14 @@ import os
 import shutil
 import sys
 
+from shardlab.cli import seed
 from shardlab.torture.categories import FULL, NAMES, REDUCED, campaign, summary  # noqa: F401 (the package face)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="torture_out", help="folder for torture.json (default: torture_out)")
     parser.add_argument("--reduced", action="store_true", help="fewer trials, same categories (what make test runs)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--only", nargs="*", choices=NAMES, default=list(NAMES), help="categories to run")
 
 

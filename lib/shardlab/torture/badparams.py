@@ -249,7 +249,7 @@ def _cli(argv: list[str]) -> None:
     with redirect_stderr(err), redirect_stdout(out):
         try:
             code = main(argv)
-        except SystemExit as exc:  # argparse refuses bad arguments this way
+        except SystemExit as exc:  # only --help ends this way; a bad command line returns 2
             code = exc.code
     if code:
         said = (err.getvalue().strip() or out.getvalue().strip()).splitlines() or [f"exit code {code}"]
