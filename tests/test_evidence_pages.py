@@ -71,6 +71,53 @@ def test_no_receipt_references_an_external_url(run_dir):
         assert pages.external_references(path.read_text(encoding="utf-8"), css=path.suffix == ".css") == [], path.name
 
 
+def stylesheets(page: Path) -> list[Path]:
+    """The files a page's <link href>s name, resolved from the page's folder (a remote href fails the test)."""
+    parser = Links()
+    parser.feed(page.read_text(encoding="utf-8"))
+    hrefs = [url for tag, url in parser.urls if tag == "link"]
+    assert all(not REMOTE.match(h) and not h.startswith("/") for h in hrefs), hrefs
+    return [Path(os.path.normpath(page.parent / h)) for h in hrefs]
+
+
+def test_every_page_links_a_stylesheet_inside_the_run_folder(run_dir):
+    top = os.path.normpath(run_dir)
+    for page in sorted(run_dir.rglob("*.html")):
+        for sheet in stylesheets(page):
+            assert sheet.is_file() and os.path.commonpath([top, sheet]) == top, (page, sheet)
+    assert not list((run_dir / "fixtures").rglob("*.css"))  # the fixtures' pages link the top stylesheet
+
+
+def test_pages_in_a_subfolder_link_the_one_stylesheet_above_them_and_open_from_a_copy(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    nested = run / "fixtures" / "seed29_batch10"
+    nested.mkdir(parents=True)
+    for folder, text in ((run, "top page"), (nested, "fixture page")):
+        nbformat.write(new_notebook(cells=[new_markdown_cell(text)]), folder / "page.ipynb")
+        pages.export_html(folder / "page.ipynb", run)
+    sheets = sorted(p.relative_to(run).as_posix() for p in run.rglob("*.css"))
+    assert len(sheets) == 1 and "/" not in sheets[0]  # one stylesheet, at the top
+    assert stylesheets(run / "page.html") == [run / sheets[0]]
+    assert stylesheets(nested / "page.html") == [run / sheets[0]]  # ../../notebook-*.css
+    assert "<style" not in (nested / "page.html").read_text() and "fixture page" in (nested / "page.html").read_text()
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(run, copy)
+    shutil.rmtree(run)  # the copy must not lean on the original
+    for page in (copy / "page.html", copy / "fixtures" / "seed29_batch10" / "page.html"):
+        assert stylesheets(page) == [copy / sheets[0]] and (copy / sheets[0]).stat().st_size > 10_000
+
+
+def test_a_stylesheet_folder_that_does_not_hold_the_page_is_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    nbformat.write(new_notebook(cells=[new_markdown_cell("x")]), tmp_path / "a" / "page.ipynb")
+    with pytest.raises(PageError, match="does not hold"):
+        pages.export_html(tmp_path / "a" / "page.ipynb", tmp_path / "b")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "page.ipynb"]
+
+
 def test_stage2_maths_is_drawn_not_left_as_tex(run_dir):
     source = nbformat.read(run_dir / "stage2_update.ipynb", as_version=4)
     formulas = sum(

@@ -128,6 +128,20 @@ def test_html_copies_share_one_stylesheet(sources, tmp_path):
     assert "second page" in (out / "ok2.html").read_text()
 
 
+def test_the_other_fixtures_pages_link_the_stylesheet_at_the_top_of_the_run(sources, tmp_path, monkeypatch):
+    for name in catalog.FRESH_KERNEL_PAIR:
+        write_notebook(sources, name, f"print('{name}', seed, batch_size)")
+    monkeypatch.setattr(catalog, "NOTEBOOKS", [*catalog.FRESH_KERNEL_PAIR])
+    out = runner.run(tmp_path / "out", seed=17, batch_size=7, notebooks=list(catalog.FRESH_KERNEL_PAIR))
+    (sheet,) = out.glob("notebook-*.css")
+    for fixture in runner._other_fixtures(17, 7, list(catalog.FRESH_KERNEL_PAIR)):
+        folder = out / catalog.FIXTURE_DIR / fixture
+        assert not list(folder.glob("*.css"))
+        for name in catalog.FRESH_KERNEL_PAIR:
+            assert f'href="../../{sheet.name}"' in (folder / f"{name}.html").read_text()
+    assert sorted(outdir.read_manifest(out)["run"]["files"]).count(sheet.name) == 1
+
+
 def test_the_other_course_fixtures_rerun_the_resume_pair():
     from shardlab.core.config import FIXTURES
 

@@ -108,11 +108,15 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
     return target
 
 
-def export_html(executed: Path) -> Path:
-    """Write an HTML copy next to the executed notebook that opens offline (see shardlab.evidence.pages)."""
+def export_html(executed: Path, sheets: Path) -> Path:
+    """Write an HTML copy next to the executed notebook that opens offline, linking the stylesheet in `sheets`.
+
+    Every page of a run, the other fixtures' pages too, links the one stylesheet at the top
+    of the run's folder (see shardlab.evidence.pages).
+    """
     from shardlab.evidence.pages import export_html as export
 
-    return export(executed)
+    return export(executed, sheets)
 
 
 def notebook_names(names: list[str] | None) -> list[str]:
@@ -149,6 +153,7 @@ def run(
     parameters = {"seed": seed, "batch_size": batch_size, "out_dir": ".", "implementation": implementation}
     started = time.perf_counter()
     with outdir.writing(out, COMMAND, replace) as staging:
+        sheets = staging if html else None  # where every page's one stylesheet goes (None: no HTML copies)
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
         for number, name in enumerate(names, start=1):
             # relative to the kernel's folder, so no receipt names this machine's paths
@@ -158,13 +163,13 @@ def run(
                 else {}
             )
             label = f"{number}/{len(names)} {name}.ipynb"
-            _execute_one(name, staging, {**parameters, **extra}, out, implementation, timeout, html, label)
+            _execute_one(name, staging, {**parameters, **extra}, out, implementation, timeout, sheets, label)
         for fixture, (other_seed, other_batch) in _other_fixtures(seed, batch_size, names).items():
             folder = staging / catalog.FIXTURE_DIR / fixture
             folder.mkdir(parents=True)
             for name in catalog.FRESH_KERNEL_PAIR:
                 fixed = {**parameters, "seed": other_seed, "batch_size": other_batch}
-                _execute_one(name, folder, fixed, out, implementation, timeout, html, f"{fixture}: {name}.ipynb")
+                _execute_one(name, folder, fixed, out, implementation, timeout, sheets, f"{fixture}: {name}.ipynb")
         clock = time.perf_counter()
         for hook in _finishers():
             hook(staging)
@@ -182,7 +187,7 @@ def _other_fixtures(seed: int, batch_size: int, names: list[str]) -> dict:
     return {name: pair for name, pair in FIXTURES.items() if pair != (seed, batch_size)}
 
 
-def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, html, label) -> Path:
+def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, sheets, label) -> Path:
     """Execute one notebook into `folder` in a fresh kernel, stabilise and export it; keep a failure's partial copy."""
     print(f"[shardlab] {label} ...", flush=True)
     clock = time.perf_counter()
@@ -195,8 +200,8 @@ def _execute_one(name, folder: Path, parameters: dict, out, implementation, time
         tags = cell.get("metadata", {}).get("tags", []) if cell is not None else []
         raise NotebookFailed(_failure_advice(str(failed), kept, implementation, name, tags)) from failed
     stable.notebook(executed)
-    if html:
-        export_html(executed)
+    if sheets is not None:
+        export_html(executed, sheets)
     print(f"[shardlab] {label} done in {_elapsed(clock)}", flush=True)
     return executed
 

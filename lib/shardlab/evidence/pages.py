@@ -10,6 +10,7 @@ export time, never a page with raw `$...$` in it.
 import base64
 import hashlib
 import io
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -100,19 +101,25 @@ def notebook_html(nb) -> tuple[str, str, list[str]]:
     return body, css, styles
 
 
-def export_html(executed) -> Path:
+def export_html(executed, sheets=None) -> Path:
     """Write `<name>.html` next to the executed notebook, readable offline without Jupyter.
 
     nbconvert embeds the same ~260 kB of CSS in every page; it goes to one content-addressed
-    stylesheet beside the pages, which all of them link.
+    stylesheet in `sheets` (default: the page's own folder), which every page links by a
+    relative path. `sheets` must hold the page's folder, so the link resolves inside any copy
+    of that folder (a run's fixture pages link the stylesheet at the top of the run's folder).
     """
     executed = Path(executed)
+    folder = executed.parent if sheets is None else Path(sheets)
+    if not executed.resolve().is_relative_to(folder.resolve()):
+        raise PageError(f"the stylesheet folder {folder} does not hold {executed}; pass a folder above the page")
     body, css, styles = notebook_html(nbformat.read(executed, as_version=4))
-    sheet = executed.with_name(f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css")
+    sheet = folder / f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css"
     if not sheet.exists():
         sheet.write_text(css, encoding="utf-8")
+    href = Path(os.path.relpath(sheet, executed.parent)).as_posix()
     for index, block in enumerate(styles):
-        body = body.replace(block, f'<link rel="stylesheet" href="{sheet.name}">' if index == 0 else "", 1)
+        body = body.replace(block, f'<link rel="stylesheet" href="{href}">' if index == 0 else "", 1)
     page = executed.with_suffix(".html")
     page.write_text(body, encoding="utf-8")
     return page
