@@ -115,3 +115,94 @@ def test_the_notebooks_have_one_home_at_the_top():
     assert top.is_dir() and not top.is_symlink()
     assert link.is_symlink() and link.resolve() == top.resolve()
     assert {p.stem for p in top.glob("*.ipynb")} == set(catalog.NOTEBOOKS)
+
+
+DESIGN = REPO / "docs" / "design.md"
+SHARED_LINE = "The modules beside the subpackages"  # the paragraph of docs/design.md naming the shared modules
+
+
+def import_targets(path, modules) -> set[str]:
+    """The shardlab modules `path` imports: `from shardlab.x import y` counts `shardlab.x.y` when it is a module."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("shardlab"):
+            named = {f"{node.module}.{alias.name}" for alias in node.names}
+            found |= (named & set(modules)) or {node.module}
+    return found
+
+
+def unit(module: str) -> str:
+    """`core` for shardlab.core.x, `io` for shardlab.io: the subpackage or top-level module a module belongs to."""
+    return module.split(".")[1] if "." in module else module
+
+
+def design_table() -> tuple[dict[str, list[str]], list[str]]:
+    """({subpackage: what its row says it may import}, the shared modules) as docs/design.md writes them."""
+    text = DESIGN.read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3:
+            rows[cells[0].strip("`")] = re.findall(r"`([\w.]+)`", cells[2])
+    paragraph = " ".join(next((p for p in text.split("\n\n") if p.startswith(SHARED_LINE)), "").split())
+    shared = re.findall(r"`([\w.]+)`", paragraph.split(" import only ")[0])  # the names before "import only"
+    assert rows and shared, f"{DESIGN} lost its subpackage table or the sentence starting {SHARED_LINE!r}"
+    return rows, shared
+
+
+def named(entry: str) -> str:
+    """The module an entry of the table names: `shardlab` is the package face, `core` is shardlab.core."""
+    return entry if entry == "shardlab" else f"shardlab.{entry}"
+
+
+def disallowed(modules, rows, shared) -> dict[str, list[str]]:
+    """{module: what it imports that the table does not allow}, over `modules` {name: path}.
+
+    The core may import only the core; a shared module the core and the shared modules; any
+    other subpackage those, and what its row names (a subpackage, or one of its modules).
+    """
+    bad = {}
+    for name, path in modules.items():
+        here = unit(name)
+        if here not in rows and here not in shared:
+            continue  # the package face and __main__ (which imports every command by name)
+        allowed = ["core"] if here == "core" else ["core", *shared, *([] if here in shared else rows[here])]
+        found = [
+            t
+            for t in sorted(import_targets(path, modules))
+            if unit(t) != here and not any(t == named(a) or t.startswith(f"{named(a)}.") for a in allowed)
+        ]
+        if found:
+            bad[name] = found
+    return bad
+
+
+def test_the_table_check_finds_planted_imports(tmp_path):
+    planted = {
+        "evidence/a.py": "from shardlab.perf import bench, packed\nimport shardlab.io\nimport shardlab.core.config\n",
+        "core/b.py": "import shardlab.io\n",
+        "io.py": "from shardlab.perf.packed import step\n",
+    }
+    modules = {}
+    for rel, text in {**planted, "core/config.py": "", "perf/bench.py": "", "perf/packed.py": ""}.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
+        modules["shardlab." + rel.removesuffix(".py").replace("/", ".")] = tmp_path / rel
+    rows = {"core": ["core"], "evidence": ["perf.packed"], "perf": []}
+    assert disallowed(modules, rows, ["io"]) == {
+        "shardlab.evidence.a": ["shardlab.perf.bench"],
+        "shardlab.core.b": ["shardlab.io"],
+        "shardlab.io": ["shardlab.perf.packed"],
+    }
+
+
+def test_each_subpackage_imports_only_what_the_design_table_says():
+    modules, _ = graph()
+    rows, shared = design_table()
+    subpackages = {unit(n) for n, p in modules.items() if p.parent != PACKAGE}
+    assert set(rows) == subpackages, f"docs/design.md's table: rows {sorted(rows)}, subpackages {sorted(subpackages)}"
+    assert rows["core"] == ["core"] and set(shared) <= {unit(n) for n, p in modules.items() if p.parent == PACKAGE}
+    bad = disallowed(modules, rows, shared)
+    assert not bad, f"imports docs/design.md's subpackage table does not allow: {bad}"
