@@ -49,6 +49,7 @@ def base(name, sub, out) -> list[str]:
 def cases(out) -> list[tuple[str, list[str], str]]:
     """(command, argv, words the refusal must hold) for every bad argument of every command's parser."""
     found = [("", [], "required: command"), ("", ["no-such-command"], "invalid choice: 'no-such-command'")]
+    found += [("run", ["--no-such-option", "run"], "unrecognized arguments: --no-such-option")]
     for name, sub in parser().commands.items():
         argv = base(name, sub, out)
         found += [(name, argv + ["--no-such-option"], "unrecognized arguments: --no-such-option")]
@@ -135,6 +136,15 @@ def test_every_bad_argument_of_every_command_is_one_usage_error_and_writes_nothi
     assert ran == []
     assert os.listdir(tmp_path) == []
     assert len(found) > 100
+
+
+def test_a_command_line_parses_only_when_it_starts_with_its_command(tmp_path):
+    """parse() builds only the first word's command; anything before it is refused, never parsed without it."""
+    assert parse(["bench", "--steps", "3", "--out", str(tmp_path / "b")]).steps == 3
+    for argv in (["--", "bench", "--steps", "3"], ["--steps", "3", "bench"], ["-x", "bench"]):
+        with pytest.raises(UsageError):
+            parse(argv)
+    assert not (tmp_path / "b").exists()
 
 
 def test_the_real_command_line_refuses_in_its_own_words(tmp_path):

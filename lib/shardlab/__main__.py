@@ -63,6 +63,7 @@ def parser(only: str | None = None) -> Parser:
 def parse(argv=None):
     """The parsed command line; UsageError (naming the command) for anything argparse or a value type refuses."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    # The top parser has no option but -h, so a command line that parses starts with its command.
     top = parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
     args, extra = top.parse_known_args(argv)
     if extra:  # argparse names the top parser for these; the command's own parser says whose they are
