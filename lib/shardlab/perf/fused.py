@@ -16,10 +16,11 @@ chunk): steps past `active` change nothing, so a run stops exactly at any step b
 The state in and out is the course's six-field state (`core.schema`), so `sl.save` and
 `sl.restore` see nothing new. Between the dispatches of one `run` everything stays on the
 devices (the sampler, weights and momentum feed the next dispatch as they are); each
-dispatch also writes its sampler, losses and slot IDs into one int32 record (`pack`), and
-the run ends with one fetch of its records, converted on the host without a loop over
-steps. The boundary in is one transfer (none when the state is the one the loop returned
-last, whose sampler is still on the devices).
+dispatch also writes its sampler, losses and slot IDs into one int32 record (`pack`), whose
+copy to the host starts when the dispatch ends; the run waits for its records once, at the
+end, and converts them on the host without a loop over steps. The boundary in is one
+transfer (none when the state is the one the loop returned last, whose sampler is still on
+the devices).
 """
 
 from functools import cache, partial
@@ -187,12 +188,13 @@ class FusedLoop:
         if not 1 <= active <= self.k:
             raise ConfigError(f"a dispatch runs 1..{self.k} steps, got {active}")
         key, order, cursor, weights, momentum, record = self.program(*self.arguments(state, active))
+        record.copy_to_host_async()  # the copy starts when the program ends; `finish` waits for it
         return Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, active)
 
     def finish(self, state: dict, dispatches) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
-        """(course state, losses, IDs per step) after `dispatches` from `state`: one fetch of all their records."""
+        """(course state, losses, IDs per step) after `dispatches` from `state`, from their records, waited for once."""
         dispatches = list(dispatches)
-        records = jax.device_get([d.record for d in dispatches])
+        records = [np.asarray(d.record) for d in dispatches]
         rows = self.data.features.shape[0]
         parts = [unpack(record, rows, self.k) for record in records]
         host = parts[-1][0]
