@@ -15,10 +15,12 @@ pytestmark = pytest.mark.stage4
 
 
 def test_endtoend_keeps_every_sample_and_derives_ratios_from_medians(data, mesh):
-    samples = 2 * endtoend.BLOCK + 1  # two full blocks of every loop and one of a single sample
+    samples = 2 * endtoend.BLOCK + 1  # three rounds of blocks: two of BLOCK samples at least, one of 1 at least
     found = endtoend.batch(data, mesh, 7, steps=5, samples=samples)
-    assert set(found["per_step_ms"]) == set(endtoend.VARIANTS)
-    assert all(len(v) == samples for v in found["per_step_ms"].values())
+    assert set(found["per_step_ms"]) == set(endtoend.VARIANTS) == set(found["blocks"])
+    for name, blocks in found["blocks"].items():
+        assert len(found["per_step_ms"][name]) == sum(blocks) >= samples and len(blocks) == 3
+        assert min(blocks[:2]) >= endtoend.BLOCK and blocks[2] >= 1
     assert len(found["order"]) == 3 and all(sorted(r) == sorted(endtoend.VARIANTS) for r in found["order"])
     assert len({r[0] for r in found["order"]}) == 3  # the lead rotates
     medians = {name: float(np.median(v)) for name, v in found["per_step_ms"].items()}
@@ -85,9 +87,9 @@ def test_a_fused_state_is_a_course_state(data, mesh):
 
 
 def test_the_dedicated_baseline_is_its_best_blocks_median():
-    """Samples in blocks of 3 (the last one short): the figure is the lowest block median, all samples kept."""
-    samples = [3.0, 1.0, 2.0, 9.0, 8.0, 7.0, 5.0]
-    found = baseline.summary(samples, 3)
-    assert found["block_medians_ms"] == [2.0, 8.0, 5.0]
-    assert found["best_per_step_ms"] == 2.0 and found["median_per_step_ms"] == 5.0
+    """Blocks of 3, 4 and 1 samples: the figure is the lowest block median, all samples kept."""
+    samples = [3.0, 1.0, 2.0, 9.0, 8.0, 7.0, 6.0, 5.0]
+    found = baseline.summary(samples, [3, 4, 1])
+    assert found["block_medians_ms"] == [2.0, 7.5, 5.0]
+    assert found["best_per_step_ms"] == 2.0 and found["median_per_step_ms"] == 5.5
     assert found["per_step_ms"] == samples

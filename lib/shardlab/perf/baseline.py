@@ -3,8 +3,8 @@
 In the bench the course loop is also timed beside the fused loops, in a process that holds
 their compiled programs and data. `dedicated` measures it before anything else runs: a new
 interpreter that holds nothing but the course loop (same fixture, learning rate, steps per
-sample and starting state as the bench) times `BLOCKS` blocks of `endtoend.BLOCK` samples,
-each block after a warm call. The figure the bench divides by is the lowest of the block
+sample and starting state as the bench) times `BLOCKS` blocks of at least `endtoend.BLOCK`
+samples, each block after a warm call (`endtoend.measure`). The figure the bench divides by is the lowest of the block
 medians (`best_per_step_ms`), or the in-bench median if that is lower: the speed-ups are
 over the course loop at its best on this machine, not over a slow phase of it.
 """
@@ -20,15 +20,17 @@ from shardlab.errors import ShardlabError
 BLOCKS = 5
 
 
-def summary(per_step: list, block: int) -> dict:
-    """The samples, their blocks' medians, the lowest of those (`best_per_step_ms`) and the overall median."""
-    medians = [float(np.median(per_step[i : i + block])) for i in range(0, len(per_step), block)]
+def summary(per_step: list, blocks: list) -> dict:
+    """The samples, their blocks' medians (`blocks`: samples per block, in order), the lowest of those
+    (`best_per_step_ms`) and the median of all samples."""
+    ends = np.cumsum(blocks)
+    medians = [float(np.median(per_step[end - length : end])) for end, length in zip(ends, blocks)]
     return {
         "best_per_step_ms": min(medians),
         "block_medians_ms": medians,
         "median_per_step_ms": float(np.median(per_step)),
         "per_step_ms": per_step,
-        "block": block,
+        "blocks": list(blocks),
     }
 
 
@@ -57,7 +59,7 @@ def _child(batch_sizes, steps, blocks, seed, width) -> dict:
             data, mesh, batch_size, steps, seed, ("course_loop",), learning_rate=sweep.learning_rate(width)
         )
         measured = endtoend.measure(loops, steps, blocks * endtoend.BLOCK)
-        found[f"b{batch_size}"] = summary(measured["per_step_ms"]["course_loop"], measured["block"])
+        found[f"b{batch_size}"] = summary(measured["per_step_ms"]["course_loop"], measured["blocks"]["course_loop"])
     return found
 
 
