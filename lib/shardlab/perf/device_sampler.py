@@ -91,7 +91,8 @@ def plan(sampler: DeviceSampler, batch_size: int, slots: int, k: int, active) ->
     come first, then every epoch holds `per_epoch` batches. Only the epochs that K steps
     can reach are drawn (all at once, by `vmap` over the split keys), and only in a
     dispatch whose K rows reach past the current epoch (`lax.cond`): a dispatch inside
-    one epoch draws no permutation, so a run draws one per epoch, as the host sampler does.
+    one epoch draws no permutation (when K steps span at most one epoch boundary, a run
+    then draws one per epoch, as the host sampler does, not one per dispatch).
     The sampler after `active <= K` steps is the epoch and cursor of step `active - 1`.
     Rows past `active` are computed but belong to no step.
     """
