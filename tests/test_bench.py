@@ -9,15 +9,18 @@ import pytest
 
 import shardlab as sl
 from shardlab.errors import VariantMismatchError
-from shardlab.perf import endtoend, targets
+from shardlab.perf import baseline, endtoend, targets
 
 pytestmark = pytest.mark.stage4
 
 
 def test_endtoend_keeps_every_sample_and_derives_ratios_from_medians(data, mesh):
-    found = endtoend.batch(data, mesh, 7, steps=5, samples=3)
-    assert set(found["per_step_ms"]) == set(endtoend.VARIANTS)
-    assert all(len(v) == 3 for v in found["per_step_ms"].values())
+    samples = 2 * endtoend.BLOCK + 1  # three rounds of blocks: two of BLOCK samples at least, one of 1 at least
+    found = endtoend.batch(data, mesh, 7, steps=5, samples=samples)
+    assert set(found["per_step_ms"]) == set(endtoend.VARIANTS) == set(found["blocks"])
+    for name, blocks in found["blocks"].items():
+        assert len(found["per_step_ms"][name]) == sum(blocks) >= samples and len(blocks) == 3
+        assert min(blocks[:2]) >= endtoend.BLOCK and blocks[2] >= 1
     assert len(found["order"]) == 3 and all(sorted(r) == sorted(endtoend.VARIANTS) for r in found["order"])
     assert len({r[0] for r in found["order"]}) == 3  # the lead rotates
     medians = {name: float(np.median(v)) for name, v in found["per_step_ms"].items()}
@@ -65,7 +68,7 @@ def test_ratios_divide_the_picks_median_by_each_floor_and_the_best_course_median
     """`_loops` from a hand-made end-to-end row: the course median is the lower of in-bench and dedicated."""
     medians = {"course_loop": 2.0, "fused_inputs": 0.1, "no_collective": 0.05, "floor_1dev": 0.02}
     row = {"b7": {"median_per_step_ms": {**medians, "program:fused_inputs": 0.08}, "pick_loop": "fused_inputs"}}
-    found = targets._loops(row, {"b7": {"median_per_step_ms": 1.5}})
+    found = targets._loops(row, {"b7": {"best_per_step_ms": 1.5, "median_per_step_ms": 1.9}})
     assert found["e2e_speedup_b7"] == pytest.approx(1.5 / 0.1)
     assert found["course_in_bench_over_dedicated_b7"] == pytest.approx(2.0 / 1.5)
     assert found["fused_over_nocollective_b7"] == pytest.approx(2.0)
@@ -81,3 +84,12 @@ def test_a_fused_state_is_a_course_state(data, mesh):
     arrays = sl.schema.to_arrays(state)
     sl.schema.check(arrays, width=8, rows=23, where="fused state")
     assert set(state) == set(sl.FIELDS) and isinstance(state["cursor"], int) and state["step"] == 3
+
+
+def test_the_dedicated_baseline_is_its_best_blocks_median():
+    """Blocks of 3, 4 and 1 samples: the figure is the lowest block median, all samples kept."""
+    samples = [3.0, 1.0, 2.0, 9.0, 8.0, 7.0, 6.0, 5.0]
+    found = baseline.summary(samples, [3, 4, 1])
+    assert found["block_medians_ms"] == [2.0, 7.5, 5.0]
+    assert found["best_per_step_ms"] == 2.0 and found["median_per_step_ms"] == 5.5
+    assert found["per_step_ms"] == samples

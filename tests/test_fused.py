@@ -131,6 +131,25 @@ def test_planned_batches_equal_k_host_steps_from_any_cursor(seed, rows, batch_si
             np.testing.assert_array_equal(found["order"], host["order"])
 
 
+@pytest.mark.parametrize("cursor,k", [(0, 3), (21, 3), (23, 30)])
+def test_a_plan_matches_the_host_sampler_whether_or_not_its_rows_reach_the_next_epoch(cursor, k):
+    """Both branches of the plan's draw: 23 rows in batches of 5 (5 batches an epoch). From cursor 0,
+    3 steps stay in the epoch (nothing drawn); from cursor 21 the second step starts the next epoch;
+    30 steps from the end of an epoch span six more."""
+    rows, batch_size = 23, 5
+    host = {**sl.initial_sampler(7, rows), "cursor": cursor}
+    slots = device_sampler.slot_count(batch_size, rows, 4)
+    plan = jax.jit(device_sampler.plan, static_argnums=(1, 2, 3))
+    after, planned = plan(device_sampler.to_device(host, jax.device_put), batch_size, slots, k, k)
+    for index in range(k):
+        host, want = sl.advance(host, batch_size)
+        np.testing.assert_array_equal(device_sampler.trim(np.asarray(planned.ids)[index]), want)
+    found = device_sampler.to_host(after)
+    assert found["cursor"] == host["cursor"]
+    np.testing.assert_array_equal(found["key"], host["key"])
+    np.testing.assert_array_equal(found["order"], host["order"])
+
+
 def test_device_orders_follow_the_idiom_written_out():
     key = jax.random.PRNGKey(29)
     expected = []

@@ -2,10 +2,10 @@
 
 Sections, each checked for correctness before any clock runs and measured side by side:
 
-1. `sweep`: per-step time of whole loops (the course loop, every fused variant, both floors)
-   at every batch size x width of `perf.sweep`, with the cost model's pick scored against the
-   measured fastest; `endtoend` is its 64-feature row (the timing fixture), `baseline` the
-   course loop measured alone in a fresh interpreter;
+1. `baseline`, first: the course loop alone in a fresh interpreter, best of several blocks
+   (`perf.baseline`); `sweep`: per-step time of whole loops (the course loop, every fused
+   variant, both floors) at every batch size x width of `perf.sweep`, with the cost model's
+   pick scored against the measured fastest; `endtoend` is its 64-feature row (the timing fixture);
 2. `profile`: the course loop and the fused loop traced alternately with the stage 4
    annotations, read back from the trace, with the device threads' events (a few short
    dispatches, so the committed trace stays small);
@@ -93,9 +93,9 @@ def run(
     result["config"] = {"batch_size": batch_size, "seed": seed, "samples": samples, "warmup": local.WARMUP}
     result["config"].update({"endtoend_batch_sizes": list(BATCH_SIZES), "endtoend_steps_per_sample": steps})
     result["config"].update({"traced_per_variant": local.TRACED, "ks": list(local.KS), "rows": list(grid)})
+    result["baseline"] = baseline.dedicated(BATCH_SIZES, steps, seed, sweep.BOUNDARY_WIDTH)  # first, alone
     result["sweep"] = sweep.run(mesh, steps, sweep.SAMPLES, seed)
     result["endtoend"] = sweep.row(result["sweep"])
-    result["baseline"] = baseline.dedicated(BATCH_SIZES, steps, sweep.SAMPLES, seed, sweep.BOUNDARY_WIDTH)
     pick = result["endtoend"][f"b{batch_size}"]["model"]["pick"] if f"b{batch_size}" in result["endtoend"] else None
     result["profile"] = profiled(data, mesh, batch_size, seed, out, pick or "stats")
     result["roofline"] = roofline_points(data, mesh, result["endtoend"])

@@ -12,6 +12,7 @@ batch's length is padding: its ID is `EMPTY` and its mask 0, by position.
 """
 
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -75,19 +76,33 @@ def _keys_and_orders(sampler: DeviceSampler, epochs: int):
     return jnp.concatenate([sampler.key[None], keys]), jnp.concatenate([sampler.order[None], orders])
 
 
+def _current_only(sampler: DeviceSampler, epochs: int):
+    """The current key and order in every one of the `1 + epochs` places (when no step leaves this epoch)."""
+    return (
+        jnp.broadcast_to(sampler.key, (1 + epochs, *sampler.key.shape)),
+        jnp.broadcast_to(sampler.order, (1 + epochs, *sampler.order.shape)),
+    )
+
+
 def plan(sampler: DeviceSampler, batch_size: int, slots: int, k: int, active) -> tuple[DeviceSampler, Slots]:
     """Return (sampler after `active` steps, K rows of slots): K `advance` calls computed at once.
 
     Batch t's place follows from arithmetic: the `r` batches left in the current epoch
     come first, then every epoch holds `per_epoch` batches. Only the epochs that K steps
-    can reach are drawn (all at once, by `vmap` over the split keys); the sampler after
-    `active <= K` steps is the epoch and cursor of step `active - 1`. Rows past `active`
-    are computed but belong to no step.
+    can reach are drawn (all at once, by `vmap` over the split keys), and only in a
+    dispatch whose K rows reach past the current epoch (`lax.cond`): a dispatch inside
+    one epoch draws no permutation (when K steps span at most one epoch boundary, a run
+    then draws one per epoch, as the host sampler does, not one per dispatch).
+    The sampler after `active <= K` steps is the epoch and cursor of step `active - 1`.
+    Rows past `active` are computed but belong to no step.
     """
     rows = sampler.order.shape[0]
     per_epoch = -(-rows // batch_size)
-    keys, orders = _keys_and_orders(sampler, 1 + (k - 1) // per_epoch)
     left = jnp.where(sampler.cursor < rows, -(-(rows - sampler.cursor) // batch_size), 0)
+    epochs = 1 + (k - 1) // per_epoch
+    keys, orders = jax.lax.cond(
+        k > left, partial(_keys_and_orders, epochs=epochs), partial(_current_only, epochs=epochs), sampler
+    )
     t = jnp.arange(k, dtype=sampler.cursor.dtype)
     later = t - left
     epoch = jnp.where(t < left, 0, 1 + later // per_epoch)

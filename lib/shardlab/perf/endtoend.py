@@ -16,9 +16,12 @@ the host), divided by `steps`. The loops (`LOOPS`: name -> fused variant and dev
   is the difference to the loop itself).
 
 Every loop is first checked against the course loop (IDs bit for bit, losses to the gate's
-tolerance; `no_collective` IDs only) and then measured in rotating order, every sample kept.
+tolerance; `no_collective` IDs only) and then measured in blocks (`measure`): a warm call and a
+few samples of one loop at a time, its buffers freed after, the blocks in rotating order;
+every sample is kept.
 """
 
+import gc
 import time
 
 import jax
@@ -47,6 +50,9 @@ WRONG_NUMBERS = ("no_collective",)  # gated on IDs only
 PROGRAM = "program:"
 STEPS = 100  # transitions per sample
 SAMPLES = 15
+BLOCK = 3  # timed samples of one loop in a row (after one warm call), at least
+BLOCK_S = 0.05  # and more samples while a block has run for less than this many seconds
+MOST_PER_BLOCK = 40
 # The gate before the clock: |loss - course loss| <= GATE * (|course loss| + mean(targets^2)). The second
 # term is the scale at which the statistics loop's w.A.w - 2 w.b + c cancels (see perf.stats).
 GATE = 1e-4
@@ -127,19 +133,43 @@ def gate(found: dict, data, steps: int) -> dict:
     return errors
 
 
-def measure(found: dict, steps: int, samples: int, clock=time.perf_counter) -> dict:
-    """Per-step ms of every sample, variants in rotating order; each sample starts from the same state."""
-    per_step = {name: [] for name in found}
-    order = rotations(found, samples)
-    for run, start in found.values():  # warm: compiled and called once before any clock
-        jax.block_until_ready(run(start, steps)[0]["weights"])
-    for names in order:
+def _block(run, start, steps: int, count: int, clock, least_s: float) -> list:
+    """One loop's block: an untimed warm call, then timed samples; its buffers freed before it returns.
+
+    At least `count` samples, and more while the block has run for less than `least_s` (at most
+    `MOST_PER_BLOCK`): a loop of 2 ms a sample gets enough of them that one slice of another
+    process's time on the cores moves its median little.
+    """
+    jax.block_until_ready(run(start, steps)[0]["weights"])
+    found, began_block = [], clock()
+    while len(found) < count or (clock() - began_block < least_s and len(found) < MOST_PER_BLOCK):
+        began = clock()
+        out = run(start, steps)
+        jax.block_until_ready(out[0]["weights"])
+        found.append(1e3 * (clock() - began) / steps)
+        del out
+    gc.collect()
+    return found
+
+
+def measure(found: dict, steps: int, samples: int, clock=time.perf_counter, block=BLOCK, least_s=BLOCK_S) -> dict:
+    """Per-step ms of every sample: each loop in blocks of its own, the blocks of a round in rotating order.
+
+    A block is one warm call and at least `block` timed samples of one loop (`_block`), so no
+    sample follows another loop's call directly (a loop with large buffers slows the samples
+    after it); the rounds interleave the loops, so slow phases of the machine reach all of
+    them. Every loop gets at least `samples` samples; every sample is kept, and `blocks` holds
+    the length of each of a loop's blocks in order.
+    """
+    per_step, blocks = {name: [] for name in found}, {name: [] for name in found}
+    order = rotations(found, -(-samples // block))
+    for index, names in enumerate(order):
+        count = min(block, samples - index * block)
         for name in names:
-            run, start = found[name]
-            began = clock()
-            jax.block_until_ready(run(start, steps)[0]["weights"])
-            per_step[name].append(1e3 * (clock() - began) / steps)
-    return {"per_step_ms": per_step, "order": order}
+            got = _block(*found[name], steps, count, clock, least_s)
+            per_step[name] += got
+            blocks[name].append(len(got))
+    return {"per_step_ms": per_step, "order": order, "blocks": blocks}
 
 
 def batch(data, mesh, batch_size, steps=STEPS, samples=SAMPLES, seed=SEED, names=VARIANTS, gate_steps=None, **hyper):

@@ -14,20 +14,27 @@ large for that would be sharded by row and gathered where it lives (`perf.reside
 A dispatch runs `active <= K` steps (a traced argument, so one executable serves every
 chunk): steps past `active` change nothing, so a run stops exactly at any step boundary.
 The state in and out is the course's six-field state (`core.schema`), so `sl.save` and
-`sl.restore` see nothing new. The boundary is one transfer in (none when the state is the
-one the loop returned last, whose sampler is still on the devices) and one fetch out.
+`sl.restore` see nothing new. Between the dispatches of one `run` everything stays on the
+devices (the sampler, weights and momentum feed the next dispatch as they are); each
+dispatch also writes its sampler, losses and slot IDs into one int32 record (`pack`), whose
+copy to the host starts when the dispatch ends; the run waits for its records once, at the
+end, and converts them on the host without a loop over steps. The boundary in is one
+transfer (none when the state is the one the loop returned last, whose sampler is still on
+the devices).
 """
 
 from functools import cache, partial
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
 from shardlab.core.batch import REPLICATED, put_whole
 from shardlab.core.config import DECAY, LEARNING_RATE, check_batch_size
 from shardlab.core.fixtures import check_dataset
+from shardlab.core.schema import DTYPES
 from shardlab.core.state import updated
 from shardlab.errors import ConfigError
 from shardlab.perf import costmodel, device_sampler
@@ -43,14 +50,49 @@ class Copied(NamedTuple):
     targets: jax.Array
 
 
-class Dispatch(NamedTuple):
-    """What one dispatch returns, still on the devices: the carry and K rows of losses and slot IDs."""
+class Carry(NamedTuple):
+    """What a dispatch hands the next one, on the devices: the sampler, the weights and the momentum."""
 
     sampler: DeviceSampler
     weights: jax.Array
     momentum: jax.Array
-    losses: jax.Array
-    ids: jax.Array
+
+
+class Dispatch(NamedTuple):
+    """What one dispatch returns, still on the devices: the carry, its record (`pack`) and its step count."""
+
+    carry: Carry
+    record: jax.Array
+    active: int
+
+
+def pack(sampler: DeviceSampler, losses, ids):
+    """One int32 vector of a dispatch's results: key bits, order, cursor, loss bits (K), slot IDs (K x S)."""
+    bits = partial(jax.lax.bitcast_convert_type, new_dtype=jnp.int32)
+    parts = (bits(sampler.key), sampler.order, sampler.cursor[None], bits(losses), ids.reshape(-1))
+    return jnp.concatenate([part.astype(jnp.int32) for part in parts])
+
+
+def unpack(record: np.ndarray, rows: int, k: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(sampler fields in the schema's host form, K losses, K x S slot IDs): views of one fetched record."""
+    order_at, losses_at = 2, 2 + rows + 1
+    ids = record[losses_at + k :]
+    sampler = {
+        "key": record[:order_at].view(DTYPES["key"]),
+        "order": record[order_at : order_at + rows].view(DTYPES["order"]),
+        "cursor": int(record[order_at + rows]),
+    }
+    return sampler, record[losses_at : losses_at + k].view(np.float32), ids.reshape(k, len(ids) // k)
+
+
+def recorded(body):
+    """`body` with its losses and IDs replaced by the record of the dispatch (`pack`)."""
+
+    def program(*args, **static):
+        key, order, cursor, weights, momentum, losses, ids = body(*args, **static)
+        return key, order, cursor, weights, momentum, pack(DeviceSampler(key, order, cursor), losses, ids)
+
+    return program
 
 
 def copy_dataset(data, mesh: Mesh, put=put_whole) -> Copied:
@@ -63,7 +105,9 @@ def copy_dataset(data, mesh: Mesh, put=put_whole) -> Copied:
 def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_rate: float, decay: float):
     """jit(shard_map(body)) over replicated inputs and outputs, with the loop's static sizes bound.
 
-    Cached: loops of the same body, mesh and sizes share one program, so XLA compiles it once.
+    The program returns (key, order, cursor, weights, momentum, record): `body`'s losses and
+    IDs go into the record (`recorded`). Cached: loops of the same body, mesh and sizes share
+    one program, so XLA compiles it once.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"steps per dispatch must be a positive integer, got {k!r}")
@@ -74,8 +118,9 @@ def compile_loop(body, mesh: Mesh, rows: int, batch_size: int, k: int, learning_
         "learning_rate": float(learning_rate),
         "decay": float(decay),
     }
-    specs = {"in_specs": (REPLICATED,) * 8, "out_specs": (REPLICATED,) * 7}
-    mapped = jax.shard_map(partial(body, **static), mesh=mesh, check_vma=getattr(body, "check_vma", True), **specs)
+    specs = {"in_specs": (REPLICATED,) * 8, "out_specs": (REPLICATED,) * 6}
+    check_vma = getattr(body, "check_vma", True)
+    mapped = jax.shard_map(partial(recorded(body), **static), mesh=mesh, check_vma=check_vma, **specs)
     return jax.jit(mapped)
 
 
@@ -129,37 +174,53 @@ class FusedLoop:
             self._counts[active] = self.put(np.int32(active))
         return self._counts[active]
 
-    def arguments(self, state: dict, active: int) -> tuple:
-        """The program's eight placed arguments for `state` and `active` steps (the boundary into the loop)."""
-        return (*self.copied, *self._sampler(state), state["weights"], state["momentum"], self._active(active))
+    def carry(self, state: dict) -> Carry:
+        """The device form of a course state: its sampler (placed, or reused), weights and momentum."""
+        return Carry(self._sampler(state), state["weights"], state["momentum"])
 
-    def dispatch(self, state: dict, active: int) -> Dispatch:
-        """One call of the compiled program: `active` steps from `state`, results left on the devices."""
+    def arguments(self, state, active: int) -> tuple:
+        """The program's eight placed arguments for a course state (or a Carry) and `active` steps."""
+        carry = state if isinstance(state, Carry) else self.carry(state)
+        return (*self.copied, *carry.sampler, carry.weights, carry.momentum, self._active(active))
+
+    def dispatch(self, state, active: int) -> Dispatch:
+        """One call of the compiled program: `active` steps from a course state or a Carry, left on the devices."""
         if not 1 <= active <= self.k:
             raise ConfigError(f"a dispatch runs 1..{self.k} steps, got {active}")
-        key, order, cursor, weights, momentum, losses, ids = self.program(*self.arguments(state, active))
-        return Dispatch(DeviceSampler(key, order, cursor), weights, momentum, losses, ids)
+        key, order, cursor, weights, momentum, record = self.program(*self.arguments(state, active))
+        record.copy_to_host_async()  # the copy starts when the program ends; `finish` waits for it
+        return Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, active)
 
-    def finish(self, state: dict, out: Dispatch, active: int) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
-        """(course state, losses, IDs per step) of a dispatch: the boundary out of the loop, one fetch."""
-        sampler, losses, ids = jax.device_get((tuple(out.sampler), out.losses, out.ids))
-        host = device_sampler.to_host(sampler)
-        for field in ("key", "order"):
+    def finish(self, state: dict, dispatches) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
+        """(course state, losses, IDs per step) after `dispatches` from `state`, from their records, waited for once."""
+        dispatches = list(dispatches)
+        records = [np.asarray(d.record) for d in dispatches]
+        rows = self.data.features.shape[0]
+        parts = [unpack(record, rows, self.k) for record in records]
+        host = parts[-1][0]
+        for field in ("key", "order"):  # own copies (the record is let go), read-only (see `_sampler`)
+            host[field] = np.array(host[field])
             host[field].flags.writeable = False
-        self._remember((id(host["key"]), id(host["order"]), host["cursor"]), (host["key"], host["order"]), out.sampler)
-        state = {**updated(state, out.weights, out.momentum, active), **host}
-        return state, np.asarray(losses[:active], np.float32), device_sampler.StepIds.of(ids[:active])
+        last, steps = dispatches[-1], sum(d.active for d in dispatches)
+        self._remember(
+            (id(host["key"]), id(host["order"]), host["cursor"]), (host["key"], host["order"]), last.carry.sampler
+        )
+        losses = np.concatenate([part[1][: d.active] for part, d in zip(parts, dispatches)])
+        ids = np.concatenate([part[2][: d.active] for part, d in zip(parts, dispatches)])
+        state = {**updated(state, last.carry.weights, last.carry.momentum, steps), **host}
+        return state, losses, device_sampler.StepIds.of(ids)
 
     def run(self, state: dict, steps: int) -> tuple[dict, np.ndarray, device_sampler.StepIds]:
-        """Return (new state, per-step pre-update losses, per-step IDs) after exactly `steps` transitions."""
+        """Return (new state, per-step pre-update losses, per-step IDs) after exactly `steps` transitions.
+
+        The dispatches follow one another on the devices; the results are fetched once, at the end.
+        """
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
-        losses, ids = [], []
-        while steps > 0:
-            active = min(steps, self.k)
-            state, chunk_losses, chunk_ids = self.finish(state, self.dispatch(state, active), active)
-            losses.append(chunk_losses)
-            ids.append(chunk_ids)
-            steps -= active
-        found = np.concatenate(losses) if losses else np.zeros(0, np.float32)
-        return state, found, device_sampler.StepIds.join(ids)
+        if steps == 0:
+            return state, np.zeros(0, np.float32), device_sampler.StepIds.join([])
+        carry, dispatches = self.carry(state), []
+        for done in range(0, steps, self.k):
+            dispatches.append(self.dispatch(carry, min(steps - done, self.k)))
+            carry = dispatches[-1].carry
+        return self.finish(state, dispatches)

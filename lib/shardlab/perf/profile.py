@@ -20,7 +20,7 @@ from shardlab.core.update import make_step
 from shardlab.evidence import trace
 from shardlab.perf import fused
 from shardlab.perf.device_sampler import DeviceSampler
-from shardlab.perf.fused import Dispatch
+from shardlab.perf.fused import Carry, Dispatch
 
 DEVICE_THREADS = "tf_XLA"  # XPlane line names of the CPU client's worker threads start with this
 
@@ -59,8 +59,8 @@ def transition(state, source, batch_size, step, mesh, next_batch=course_next_bat
 def fused_dispatch(loop, state: dict, steps: int) -> tuple[dict, np.ndarray, list]:
     """One annotated dispatch of a `fused.FusedLoop`: `steps` transitions; returns (state, losses, ids)."""
     out = traced(lambda: loop.arguments(state, steps), lambda args: loop.program(*args))
-    key, order, cursor, weights, momentum, losses, ids = out
-    return loop.finish(state, Dispatch(DeviceSampler(key, order, cursor), weights, momentum, losses, ids), steps)
+    key, order, cursor, weights, momentum, record = out
+    return loop.finish(state, [Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, steps)])
 
 
 def _union(spans: list[tuple[int, int]]) -> int:

@@ -128,8 +128,10 @@ def endtoend_table(path, targets: bool = True) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in endtoend_rows(result)]
     alone = result.get("baseline", {})
     if alone:
-        cells = [f"{1e3 * alone[b]['median_per_step_ms']:.3g}" if b in alone else "" for b in result["endtoend"]]
-        lines.append("| course loop, alone in a fresh interpreter | " + " | ".join(cells) + " |" + " |" * len(cells))
+        cells = [f"{1e3 * _best(alone[b]):.3g}" if b in alone else "" for b in result["endtoend"]]
+        lines.append(
+            "| course loop, alone in a fresh interpreter (best block) | " + " | ".join(cells) + " |" + " |" * len(cells)
+        )
     lines.append("")
     for key, goal in result["targets"].items() if targets else ():
         value = "not measured" if goal["measured"] is None else f"{goal['measured']:.3g}"
@@ -139,6 +141,11 @@ def endtoend_table(path, targets: bool = True) -> str:
     lines.append("")
     lines.append(_measured_on(result))
     return "\n".join(lines)
+
+
+def _best(alone: dict) -> float:
+    """The dedicated course loop's figure: its best block (receipts made before blocks hold a median only)."""
+    return alone.get("best_per_step_ms", alone["median_per_step_ms"])
 
 
 def _measured_on(result: dict) -> str:
