@@ -159,6 +159,8 @@ def test_a_changed_receipt_is_a_difference():
 
 ASSERTS = re.compile(r"\bassert\b|assert_|expect_error\(|\brefuse\(|check_walk\(|check_recovery\(|timing\.check\(")
 LEARNER = re.compile(r"\bimpl\.|\bimplementation\b")
+USES_IMPL = re.compile(r"\bimpl\b")  # the loaded file: any call, or a function handed to course code
+LOAD = "impl = sl.implementation.load(implementation)"  # a setup cell's load: make run names implementation_loads
 # asserting cells whose assertions are about the course's own code or the notebook's bookkeeping, and why
 NOT_LEARNER = {
     ("stage1_batches", "refusals"): "the refusals of the course's own functions",
@@ -186,6 +188,15 @@ def asserting_cells() -> dict:
     return {k: v for k, v in code_cells().items() if ASSERTS.search(v) and k[1] != "parameters"}
 
 
+def calling_cells() -> dict:
+    """The code cells that run the learner's code beyond loading it: a raise there fails the cell too."""
+    return {
+        k: v
+        for k, v in code_cells().items()
+        if any(USES_IMPL.search(line) and line.strip() != LOAD for line in v.splitlines())
+    }
+
+
 def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
     cells = asserting_cells()
     assert ("stage3_checkpoint", "rejections-damaged") in cells and ("stage2_update", "gradient") in cells
@@ -195,6 +206,18 @@ def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
     assert stale == [], f"COVERAGE lists cells no notebook has (renamed tag?): {stale}"
     uses_impl = [k for k in NOT_LEARNER if any(ASSERTS.search(x) and LEARNER.search(x) for x in cells[k].splitlines())]
     assert uses_impl == [], f"cells said not to assert about learner code that do: {uses_impl}"
+
+
+def test_every_cell_that_runs_learner_code_names_a_covering_check():
+    """A cell that only calls the learner's functions fails when one raises: its advice must name a check too."""
+    calling = calling_cells()
+    assert ("stage3_checkpoint", "derived") in calling and ("stage3_orbax_lesson", "setup") in calling
+    assert ("stage1_batches", "setup") not in calling  # it only loads the file
+    unlisted = sorted(set(calling) - set(course_cells.COVERAGE))
+    assert unlisted == [], f"cells that run your file but name no check in course_cells.COVERAGE: {unlisted}"
+    assert sorted(set(calling) & set(NOT_LEARNER)) == [], "a cell about the course's own code runs the learner's"
+    loads = [k for k, v in code_cells().items() if "sl.implementation.load(" in v]
+    assert loads and all(LOAD in code_cells()[k].splitlines() for k in loads), "one load line, as make run expects"
 
 
 def test_every_covering_check_is_one_the_checker_runs():
@@ -224,6 +247,29 @@ def test_a_failing_covered_cell_names_its_checks_and_the_stage_to_check(cell):
     assert "gap in the course" in advice  # should every named check pass
 
 
+def test_a_file_that_does_not_load_is_sent_to_the_check_that_fails_to_load_it():
+    advice = runner._failure_advice("nb failed", None, "mine.py", "stage1_batches", ["setup"], "ImplementationError")
+    assert "implementation_loads" in advice and "make check IMPL=mine.py STAGE=1" in advice
+    assert "gap in the course" not in advice
+
+
+def test_a_notebook_stopped_with_no_cell_to_name_is_sent_to_the_checkers_bounds():
+    advice = runner._failure_advice("nb failed", None, "mine.py", "stage2_update", None)
+    assert "make check IMPL=mine.py STAGE=all" in advice and "time and memory bounds" in advice
+
+
+def test_the_cell_a_timeout_stopped_is_the_last_one_papermill_started(tmp_path):
+    """No error output after a timeout: the cell named is the last with a start time, the later ones pending."""
+    cells = [nbformat.v4.new_code_cell(f"x = {n}", metadata={"tags": [tag]}) for n, tag in enumerate("abc")]
+    for cell, start in zip(cells, ("2026-01-01T00:00:00", "2026-01-01T00:00:01", None)):
+        cell.metadata["papermill"] = {"start_time": start, "status": "completed" if start else "pending"}
+    path = tmp_path / "stopped.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    cell, error = runner._stopped_cell(path)
+    assert cell.metadata["tags"] == ["b"] and error is None
+    assert "tag b" in runner._failing_cell(path, path) and "was running" in runner._failing_cell(path, path)
+
+
 def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
     advice = runner._failure_advice("nb failed", None, "mine.py", "stage4_profile", ["figure"])
     assert "no check covers this cell" in advice and "gap in the course, not in your file" in advice
@@ -236,6 +282,36 @@ def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
 def test_a_run_that_fails_names_a_check_that_fails_for_the_same_file(tmp_path):
     """End to end: a file the checker rejects fails a notebook cell, and the advice names a check that fails."""
     assert_advice_leads_to_a_failing_check(BROKEN / "save_overwrites.py", tmp_path, ["stage3_checkpoint"])
+
+
+PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so each run takes seconds)
+    "import_error": ("import numpy_that_is_not_installed\n", "stage1_batches"),
+    "initial_not_done": (
+        "def initial(seed, data, mesh):\n    raise NotImplementedError('initial: not implemented yet (stage 1)')\n",
+        "stage1_batches",
+    ),
+    "contract_not_done": (
+        "def contract(data, config):\n    raise NotImplementedError('contract: not implemented yet (stage 3)')\n",
+        "stage3_checkpoint",
+    ),
+}
+
+
+@pytest.mark.notebooks
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_a_planted_failure_is_sent_to_a_check_that_fails_for_it(planted, tmp_path):
+    """An unloadable or unfinished file fails a cell that asserts nothing; the advice still names a failing check."""
+    body, notebook = PLANTED[planted]
+    mine = tmp_path / "mine.py"
+    mine.write_text("from shardlab.learner.reference import *  # noqa: F403\n" + body)
+    if planted != "import_error":
+        assert_advice_leads_to_a_failing_check(mine, tmp_path, [notebook])
+        return
+    with pytest.raises(runner.NotebookFailed) as info:
+        runner.run(tmp_path / "out", 17, 7, implementation=str(mine), notebooks=[notebook], html=False)
+    assert "implementation_loads" in str(info.value) and "gap in the course" not in str(info.value)
+    assert checker_failures(str(mine)) == ["implementation_loads"]
 
 
 def assert_advice_leads_to_a_failing_check(broken: Path, tmp_path: Path, notebooks=LEARNER_STAGES) -> None:

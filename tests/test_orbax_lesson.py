@@ -74,3 +74,15 @@ def test_the_notebook_replay_matches_the_receipt_and_numpy(run_dir):
     assert rows["final_step"]["observed"] == 6 and rows["devices"]["observed"] == 4
     assert found["replicas_checked"] == 4
     assert found["delayed_key_failure"] == {"first_batch_same": True, "next_epoch_same": False}
+    assert found["replay"]["ids"] == [entry["ids"] for entry in log[1:6]]
+    np.testing.assert_allclose(found["replay"]["resumed_losses"], [entry["loss"] for entry in log[1:6]], **TOL)
+    assert found["replay"]["first_new_permutation"] == 2  # 16 rows in eights, cursor 8: one batch left
+
+
+def test_the_first_new_permutation_is_read_from_the_ids_in_either_form():
+    """The count needs no cursor: a lazy and an eager sampler give the same ids, so the same answer."""
+    saved = {"order": np.array([3, 1, 0, 2]), "cursor": 2}
+    assert lesson.first_new_permutation(saved, [[0, 2], [2, 3], [0, 1]]) == 2  # [0, 2] is the rest of the order
+    assert lesson.first_new_permutation({**saved, "cursor": 0}, [[3, 1], [0, 2], [1, 0]]) == 3
+    assert lesson.first_new_permutation({**saved, "cursor": 0}, [[3, 1], [0, 2]]) is None
+    assert lesson.first_new_permutation(saved, [[0, 3]]) == 1  # not the saved rows: already another order

@@ -152,3 +152,18 @@ def test_epoch_batches_arithmetic():
     assert sl.epoch_batches(23, 7) == [7, 7, 7, 2]
     assert sl.epoch_batches(31, 6) == [6, 6, 6, 6, 6, 1]
     assert sl.epoch_batches(20, 10) == [10, 10]
+
+
+def test_both_forms_of_an_epochs_end_meet_in_the_drawn_at_once_form():
+    """cursor = rows (drawn by the next call) and cursor 0 with the next epoch drawn are one point of one run."""
+    from shardlab.core.sampler import drawn_at_once
+
+    key = np.asarray(jax.random.split(jax.random.PRNGKey(5))[0], np.uint32)
+    following, subkey = jax.random.split(key)  # the course idiom, computed here
+    lazy = {"key": key, "order": np.arange(6, dtype=np.int32), "cursor": 6}
+    eager = {"key": np.asarray(following), "order": np.asarray(jax.random.permutation(subkey, 6)), "cursor": 0}
+    a, b = drawn_at_once(lazy), drawn_at_once(eager)
+    assert all(np.array_equal(a[name], b[name]) for name in ("key", "order", "cursor"))
+    assert lazy["cursor"] == 6 and np.array_equal(lazy["key"], key)  # the caller's dict is untouched
+    middle = {**lazy, "cursor": 3}  # mid-epoch: nothing to draw, the fields as they are
+    assert drawn_at_once(middle)["cursor"] == 3 and np.array_equal(drawn_at_once(middle)["key"], key)

@@ -1,8 +1,10 @@
 """What the course notebooks assert about a learner's functions, and the checks that cover each assertion.
 
 `COVERAGE` is the one table: for every notebook cell (by its tag) that asserts something about the
-implementation under study, or hands its output to course code that refuses bad input (the Orbax
-save), the checks that fail whenever that cell would. A learner whose
+implementation under study, hands its output to course code that refuses bad input (the Orbax
+save), or only calls it (a call that raises fails the cell too), the checks that fail whenever that
+cell would. (A setup cell that cannot load the file is named by `make run` itself: the checker's
+`implementation_loads` fails for the same file.) A learner whose
 file passes the checker therefore never fails one of these cells; `make run IMPL=...` names the
 covering checks when a cell fails (shardlab.course.execute), docs/evidence.md prints the table, and
 the tests verify that every asserting cell is listed and every named check exists.
@@ -52,6 +54,11 @@ COVERAGE = {
     ("stage1_batches", "transfer"): ("padding_is_decided_by_position", "batch_lengths_keep_the_remainder"),
     ("stage1_batches", "check"): (ALL,),
     ("stage2_update", "local-means"): ("padding_is_never_an_observation",),
+    ("stage2_update", "batch"): (
+        "initial_state_fields",
+        "next_batch_returns_a_new_state",
+        "batch_is_placed_on_the_mesh",
+    ),
     ("stage2_update", "gradient"): ("gradient_on_a_full_batch", "loss_on_full_and_tail_batches", "consecutive_updates"),
     ("stage2_update", "partition"): ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
     ("stage2_update", "updates"): (
@@ -64,6 +71,14 @@ COVERAGE = {
     ("stage2_update", "eager"): ("eager_and_compiled_agree",),
     ("stage2_update", "stablehlo"): ("step_is_sharded",),
     ("stage2_update", "check"): (ALL,),
+    ("stage3_checkpoint", "derived"): (
+        "contract_pins_the_experiment",
+        "contract_is_json_data",
+        "gradient_on_a_full_batch",
+    ),
+    ("stage3_checkpoint", "train"): ("transition_is_one_batch_and_one_update", "random_transition_walk"),
+    ("stage3_checkpoint", "rebuild"): ("initial_state_fields",),
+    ("stage3_checkpoint", "control"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
     ("stage3_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),
     ("stage3_checkpoint", "rejections-damaged"): ("refusals_name_the_course_errors",),
     ("stage3_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
@@ -72,11 +87,19 @@ COVERAGE = {
     ("stage3_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
     ("stage3_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
     ("stage3_resume", "restore"): ("restore_returns_every_field",),
+    ("stage3_resume", "which-field"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
+    ("stage3_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),
     ("stage3_resume", "check"): (ALL,),
     ("stage4_profile", "compile"): ("compiled_step_lowers_and_compiles", "eager_step_is_the_unjitted_mapped_body"),
     ("stage4_profile", "numpy_check"): ("compiled_step_lowers_and_compiles", "eager_step_matches_numpy"),
+    ("stage3_orbax_lesson", "setup"): (
+        "contract_pins_the_experiment",
+        "contract_is_json_data",
+        "gradient_on_a_full_batch",
+    ),
+    ("stage3_orbax_lesson", "first-step"): ("consecutive_updates", "random_transition_walk"),
     ("stage3_orbax_lesson", "save-restore"): ("contract_is_json_data", "restore_returns_every_field"),
     ("stage3_orbax_lesson", "replay"): (
         "resume_continues_the_same_run",

@@ -48,18 +48,40 @@ def _error_cell(executed: Path):
     )
 
 
-def _failing_cell(executed: Path, source: Path) -> str:
-    """Where the executed copy recorded an error, named as JupyterLab shows it: the cell's `[n]` prompt."""
+def _running_cell(executed: Path):
+    """The last cell papermill started, when no cell recorded an error (a timeout or a dead kernel stopped it).
+
+    Papermill marks every cell "pending" before the run and records a start time as it starts each
+    one; the cells after the one that stopped stay pending. None if the copy is unreadable.
+    """
+    try:
+        nb = nbformat.read(executed, as_version=4)
+    except Exception:
+        return None
+    started = [c for c in nb.cells if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return started[-1] if started else None
+
+
+def _stopped_cell(executed: Path):
+    """(cell, error name): the cell with an error output and its error, else the cell that was running, None."""
     cell = _error_cell(executed)
+    if cell is not None:
+        return cell, next(o for o in cell["outputs"] if o.get("output_type") == "error").get("ename")
+    return _running_cell(executed), None
+
+
+def _failing_cell(executed: Path, source: Path) -> str:
+    """Where the executed copy stopped, named as JupyterLab shows it: the cell's `[n]` prompt, and its error."""
+    cell, _ = _stopped_cell(executed)
     if cell is None:
         return "a cell with no error output (timeout, dead kernel or an unreadable notebook)"
-    output = next(o for o in cell["outputs"] if o.get("output_type") == "error")
     tags = ", ".join(cell.get("metadata", {}).get("tags", [])) or "untagged"
     first = next((line for line in cell.get("source", "").splitlines() if line.strip()), "")
-    return (
-        f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`): "
-        f"{output.get('ename')}: {output.get('evalue')}"
-    )
+    where = f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`)"
+    output = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+    if output is None:
+        return f"{where}, which was running when the notebook stopped (no error output: a timeout or a dead kernel)"
+    return f"{where}: {output.get('ename')}: {output.get('evalue')}"
 
 
 def _keep_partial(name: str, notebook: bytes | None, out: Path) -> Path | None:
@@ -196,9 +218,10 @@ def _execute_one(name, folder: Path, parameters: dict, out, implementation, time
     except NotebookFailed as failed:
         partial = folder / f"{name}.ipynb"
         kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)
-        cell = _error_cell(partial) if partial.is_file() else None
-        tags = cell.get("metadata", {}).get("tags", []) if cell is not None else []
-        raise NotebookFailed(_failure_advice(str(failed), kept, implementation, name, tags)) from failed
+        cell, error = _stopped_cell(partial) if partial.is_file() else (None, None)
+        tags = cell.get("metadata", {}).get("tags", []) if cell is not None else None  # None: no cell to name
+        advice = _failure_advice(str(failed), kept, implementation, name, tags, error)
+        raise NotebookFailed(advice) from failed
     stable.notebook(executed)
     if sheets is not None:
         export_html(executed, sheets)
@@ -206,39 +229,58 @@ def _execute_one(name, folder: Path, parameters: dict, out, implementation, time
     return executed
 
 
-def _failure_advice(message: str, kept: Path | None, implementation: str, name: str = "", tags=()) -> str:
+LOAD_FAILED = "ImplementationError"  # what `implementation.load` raises in a setup cell for a file that cannot load
+GAP = (
+    "if every check passes, the notebook asks more than the checker does: that is a gap in the course, not in your file"
+)
+
+
+def _failure_advice(message: str, kept: Path | None, implementation: str, name: str = "", tags=(), error=None) -> str:
     """The failure message, where the partly executed notebook is, and the check covering the failing cell.
 
     The checks come from the table of what each notebook cell asserts about the implementation
     (shardlab.checker.course_cells.COVERAGE); a cell no check covers is said to be the course's gap.
+    `error` is the error name the cell recorded (None after a timeout or a dead kernel).
     """
-    from shardlab.checker.course_cells import ALL, covering
-
     lines = [message]
     if kept is not None:
         lines.append(f"  the partly executed notebook, outputs up to the failing cell: {kept}")
-    if implementation == "reference":
-        return "\n".join(lines)
+    if implementation != "reference":
+        lines += _advice(implementation, name, None if tags is None else list(tags), error)
+    return "\n".join(lines)
+
+
+def _advice(implementation: str, name: str, tags: list | None, error) -> list[str]:
+    """Where to look next: the checks covering the cell, the check that fails to load the file, or the course's gap."""
+    from shardlab.checker.course_cells import ALL, covering
+
+    if error == LOAD_FAILED:
+        return [
+            "  your file did not load (the message above says where); the checker stops at the same point, "
+            "its implementation_loads check fails:",
+            f"    make check IMPL={implementation} STAGE=1",
+        ]
+    if tags is None:
+        return [
+            "  the notebook stopped before any cell could be named (a timeout, a dead kernel or an unreadable copy); "
+            "the checker's per-call time and memory bounds name a function that hangs or crashes:",
+            f"    make check IMPL={implementation} STAGE=all",
+            f"  {GAP}",
+        ]
     found = covering(name, tags)
-    stage = max((s for _, s in found), default=None)
-    if found and found[0][0] == ALL:
-        lines.append(f"  this cell ran stage {stage}'s checks; its FAIL lines (in that notebook) name the failing one:")
-    elif found:
-        names = ", ".join(f"{check} (stage {s})" for check, s in found)
-        lines.append(f"  what this cell asserts about your file is what these checks test: {names}:")
-    if found:
-        lines.append(f"    make check IMPL={implementation} STAGE={stage}")
-        lines.append(
-            "  if every check passes, the notebook asks more than the checker does: that is a gap in the course, "
-            "not in your file"
-        )
-    else:
-        lines.append(
+    if not found:
+        return [
             f"  no check covers this cell ({name}, tag {', '.join(tags) or 'none'}): it asserts nothing the "
             "checker would ask of your file, so this is a gap in the course, not in your file; "
             f"make check IMPL={implementation} STAGE=all tells whether your file has a fault of its own"
-        )
-    return "\n".join(lines)
+        ]
+    stage = max(s for _, s in found)
+    if found[0][0] == ALL:
+        head = f"  this cell ran stage {stage}'s checks; its FAIL lines (in that notebook) name the failing one:"
+    else:
+        names = ", ".join(f"{check} (stage {s})" for check, s in found)
+        head = f"  what this cell asserts about your file is what these checks test: {names}:"
+    return [head, f"    make check IMPL={implementation} STAGE={stage}", f"  {GAP}"]
 
 
 def _finishers():

@@ -72,6 +72,23 @@ def checked(transition, state: dict, data: Dataset, step, mesh) -> tuple[dict, f
     return new, loss, ids
 
 
+def first_new_permutation(saved: dict, id_batches) -> int | None:
+    """The number (from 1) of the first transition after `saved` whose ids are not the rest of its saved order.
+
+    The transitions before it read on in the saved `order`; it reads a permutation drawn from the
+    key. Read from the ids alone, so it is the same whether the sampler draws the next epoch when
+    the next batch needs it (the cursor waits at ROWS) or as soon as the last batch is taken (the
+    cursor back to 0). None if every transition read the saved order.
+    """
+    rest = np.asarray(saved["order"])[int(saved["cursor"]) :].tolist()
+    for number, ids in enumerate(id_batches, start=1):
+        ids = np.asarray(ids).tolist()
+        if ids != rest[: len(ids)]:  # once the saved order is used up, rest is [] and every batch differs
+            return number
+        rest = rest[len(ids) :]
+    return None
+
+
 def _row(quantity: str, recorded, observed, exact: bool) -> dict:
     """One comparison: exact for integers and ids, within TOLERANCE for floats."""
     if exact:

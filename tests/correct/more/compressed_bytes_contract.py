@@ -1,6 +1,7 @@
 """Correct alternative: a compressed NPZ whose contract is UTF-8 bytes under "meta" and whose order is int64.
 
-The contract holds tuples (JSON turns them into lists) and its version sits under "layout_version";
+Its version sits under "layout_version", its shapes and dtypes in lists (plain JSON data: a tuple would
+come back from JSON as a list, so the same experiment's contract would differ in a fresh process);
 restore compares contracts as canonical JSON text and returns the order as it was saved (int64).
 """
 
@@ -24,8 +25,8 @@ def contract(data, config):
         digest.update(f"{arr.dtype.str}{arr.shape}".encode() + arr.tobytes())
     return {
         "layout_version": 1,
-        "rows_cols": tuple(int(n) for n in features.shape),
-        "dtypes": (features.dtype.str, targets.dtype.str),
+        "rows_cols": [int(n) for n in features.shape],
+        "dtypes": [features.dtype.str, targets.dtype.str],
         "digest": digest.hexdigest(),
         "hyper": {
             "seed": int(config.seed),
