@@ -156,7 +156,7 @@ def test_epoch_batches_arithmetic():
 
 def test_both_forms_of_an_epochs_end_meet_in_the_drawn_at_once_form():
     """cursor = rows (drawn by the next call) and cursor 0 with the next epoch drawn are one point of one run."""
-    from shardlab.core.sampler import drawn_at_once
+    from shardlab.verify.replay import drawn_at_once
 
     key = np.asarray(jax.random.split(jax.random.PRNGKey(5))[0], np.uint32)
     following, subkey = jax.random.split(key)  # the course idiom, computed here

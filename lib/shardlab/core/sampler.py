@@ -39,21 +39,6 @@ def advance(state: dict, batch_size: int, reshuffle=draw) -> tuple[dict, np.ndar
     return {**state, "key": key, "order": order, "cursor": cursor + len(ids)}, ids
 
 
-def drawn_at_once(state: dict) -> dict:
-    """Key, order and cursor of `state` as a sampler that draws the next epoch at once would hold them.
-
-    The course allows both forms at an epoch's end: the cursor at the row count, the next call
-    drawing the new order (`advance`), or the order drawn as soon as the last batch is taken
-    (cursor 0, key split once more). In this form the two are equal, so two correct runs'
-    sampler fields can be compared exactly; the caller's dict is untouched.
-    """
-    key, order, cursor = np.asarray(state["key"], np.uint32), np.asarray(state["order"]), int(state["cursor"])
-    if cursor >= len(order):
-        key, order = draw(key, len(order))
-        cursor = 0
-    return {"key": key, "order": np.asarray(order, np.int32), "cursor": cursor}
-
-
 def epoch_batches(num_examples: int, batch_size: int) -> list[int]:
     """Batch lengths of one epoch, from arithmetic alone (23 rows in 7s -> [7, 7, 7, 2])."""
     check_batch_size(batch_size)

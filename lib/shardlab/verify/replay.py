@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from shardlab import outdir
+from shardlab.core.sampler import draw
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
 from shardlab.errors import CheckpointError, ShardlabError
@@ -163,3 +164,18 @@ def boundary(num_examples: int, cursor: int, batch_size: int, step: int) -> int:
     """Number of the first step that reads a new permutation, from cursor arithmetic alone."""
     remaining = -(-(num_examples - cursor) // batch_size)  # batches left in this epoch
     return step + remaining + 1
+
+
+def drawn_at_once(state: dict) -> dict:
+    """Key, order and cursor of `state` as a sampler that draws the next epoch at once would hold them.
+
+    The course allows both forms at an epoch's end: the cursor at the row count, the next call
+    drawing the new order (`core.sampler.advance`), or the order drawn as soon as the last batch is taken
+    (cursor 0, key split once more). In this form the two are equal, so two correct runs'
+    sampler fields can be compared exactly; the caller's dict is untouched.
+    """
+    key, order, cursor = np.asarray(state["key"], np.uint32), np.asarray(state["order"]), int(state["cursor"])
+    if cursor >= len(order):
+        key, order = draw(key, len(order))
+        cursor = 0
+    return {"key": key, "order": np.asarray(order, np.int32), "cursor": cursor}
