@@ -83,11 +83,31 @@ MISTAKES = {
     "save_leaves_temp": (3, "save_leaves_only_the_final_file", ["remove leftovers"]),
     "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
     "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
+    "save_lock_in_memory": (
+        3,
+        "racing_saves_never_overwrite",
+        ["a second saver (another process)", "both reported success", "a lock held in one process's memory"],
+    ),
+    "save_fixed_temp_name": (
+        3,
+        "interrupted_save_leaves_nothing_or_a_checkpoint",
+        ["left ['checkpoint.npz.partial'] behind", "a new save to the same, still free name was refused"],
+    ),
     # the randomised checks: each planted mistake is found and shrunk to the minimal case named here
     "remainder_of_one_dropped": (
         1,
         "random_sampler_walk",
         ["a new epoch started although 1 id(s) of this epoch were unread", "rows=2, batch=1, devices=1, features=1"],
+    ),
+    "next_batch_reads_data_fields": (
+        1,
+        "random_sampler_walk",
+        [
+            "AttributeError",
+            "data is any (features, targets) pair",
+            "data as a plain (features, targets) tuple",
+            "\"sampler_walk\", rows=1, batch=1, devices=1, features=1, seed=0, data_form='tuple')",
+        ],
     ),
     "pad_extra_when_multiple": (
         1,
@@ -103,6 +123,11 @@ MISTAKES = {
         ["the step it was given is right on this batch, so transition does not use it", "rows=1, batch=1, devices=1"],
     ),
     "step_ignores_learning_rate": (2, "random_step_update", ["w <- w - 0.03*v", '"step_update", rows=1, devices=1']),
+    "eager_step_ignores_hyperparameters": (
+        2,
+        "random_step_update",
+        ["the un-jitted step (compiled=False)", "v <- 0.8*v", '"step_update", rows=1, devices=1', "compiled=False)"],
+    ),
     "contract_rounds_learning_rate": (
         3,
         "random_contract_tells_apart",
@@ -122,6 +147,20 @@ MISTAKES = {
         3,
         "random_restore_damage",
         ["(cursor 1 of 1, ", "cursor = rows are both in bounds", "rows=1, batch=1, devices=1", "save_at='end'"],
+    ),
+    "restore_compares_rounded_contract": (
+        3,
+        "random_restore_damage",
+        ["restored as another experiment (learning rate (x(1 + 2^-20)))", "every entry exactly", "rows=1, batch=1"],
+    ),
+    "save_keeps_host_copies": (
+        3,
+        "random_restore_damage",
+        [
+            "save changed its caller's inputs: state['momentum'] was jax.Array float32 (1,)",
+            "now numpy.ndarray",
+            '"restore_damage", rows=1, batch=1, devices=1, features=1',
+        ],
     ),
     "restore_accepts_nan_momentum": (
         3,
