@@ -460,6 +460,7 @@ def test_docs_state_the_domain_the_damage_space_and_every_randomised_check():
 
     text = (Path(__file__).parents[1] / "docs" / "checker.md").read_text()
     label = {"batch": "batch size", "learning_rate": "learning rate", "save_at": "save point", "path": "save path"}
+    label["data_form"] = "data form"
     for name in (n for n in domain.DOMAIN if n != "fixture"):  # the fixtures are in the rows row
         assert f"| {label.get(name, name)} |" in text, name
     for field, kind, _, _ in damage.DAMAGES:
