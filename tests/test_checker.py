@@ -162,6 +162,16 @@ MISTAKES = {
             '"restore_damage", rows=1, batch=1, devices=1, features=1',
         ],
     ),
+    "save_appends_npz_suffix": (
+        3,
+        "random_restore_damage",
+        ["at exactly the path it is given", "np.savez appends .npz", "file name checkpoint,", "rows=1, batch=1"],
+    ),
+    "restore_raises_value_error": (
+        3,
+        "random_restore_damage",
+        ["refused with ValueError, not errors.CorruptCheckpointError", "rows=1, batch=1, devices=1"],
+    ),
     "restore_accepts_nan_momentum": (
         3,
         "random_restore_damage",
@@ -460,7 +470,7 @@ def test_docs_state_the_domain_the_damage_space_and_every_randomised_check():
 
     text = (Path(__file__).parents[1] / "docs" / "checker.md").read_text()
     label = {"batch": "batch size", "learning_rate": "learning rate", "save_at": "save point", "path": "save path"}
-    label["data_form"] = "data form"
+    label.update(data_form="data form", file_name="file name")
     for name in (n for n in domain.DOMAIN if n != "fixture"):  # the fixtures are in the rows row
         assert f"| {label.get(name, name)} |" in text, name
     for field, kind, _, _ in damage.DAMAGES:

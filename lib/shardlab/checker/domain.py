@@ -35,6 +35,7 @@ class Case:
     path: str = "nested"  # how the save path is spelt: "bare" (cwd), "nested" folders, "other" file system
     compiled: bool = True  # make_step(..., compiled=...): the jitted step or the bare mapped body
     data_form: str = "dataset"  # how data is passed: the course's Dataset, or a plain (features, targets) tuple
+    file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
 
     def shape(self) -> tuple[int, int]:
         if self.fixture:
@@ -63,15 +64,21 @@ DOMAIN = {
     "path": ("bare", "other", "nested"),
     "compiled": (False, True, True),
     "data_form": ("dataset", "tuple", "dataset"),
+    "file_name": ("checkpoint.npz", "run.ckpt", "checkpoint.npz"),
 }
+# One step cannot diverge, so a single-step property draws the learning rate from the whole range the
+# course's Config accepts, (0, 10); a walk keeps to DOMAIN's range, where many steps stay finite.
+ONE_STEP = {"learning_rate": (0.001, 9.99)}
 SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
-SHRINK_LAST = ("save_at", "path", "compiled", "data_form")  # forms, shrunk to the course's own after the sizes
+# the forms, shrunk to the course's own after the sizes
+SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name")
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),
     "path": ("bare", "nested", "other"),
     "compiled": (True, False),
     "data_form": ("dataset", "tuple"),
+    "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),
 }
 
 

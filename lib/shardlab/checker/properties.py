@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
+from shardlab import errors
 from shardlab.checker.common import batch_arrays, changed_inputs, fingerprint, host, placed, sharding_of, snapshot
 from shardlab.checker.domain import Case, data_for, given, walk_calls
 from shardlab.checker.padding import check_padding
@@ -49,6 +50,9 @@ def near(observed, expected) -> bool:
     return observed.shape == expected.shape and oracle.finite(observed) and np.allclose(observed, expected, **TOLERANCE)
 
 
+# the course's refusals of another experiment's checkpoint (a restore that reads the members against the
+# expected contract's shapes before comparing contracts refuses some with CorruptCheckpointError)
+OTHER_EXPERIMENT = (errors.ContractMismatchError, errors.CorruptCheckpointError)
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
 INPUTS = {
     "initial": (None, "data", None),
@@ -382,12 +386,12 @@ def contract_tells_apart(ctx, case: Case) -> None:
 def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
     """(path as the case spells it, a working directory to enter for a bare name)."""
     if case.path == "bare":
-        return "checkpoint.npz", folder
+        return case.file_name, folder
     if case.path == "other":
-        return os.path.join(folder, "checkpoint.npz"), None
+        return os.path.join(folder, case.file_name), None
     nested = os.path.join(folder, "runs", "seed", "step")
     os.makedirs(nested)
-    return os.path.join(nested, "checkpoint.npz"), None
+    return os.path.join(nested, case.file_name), None
 
 
 def _folder(ctx, case: Case) -> str:
@@ -418,24 +422,7 @@ def restore_damage(ctx, case: Case) -> None:
         path, cwd = _save_path(ctx, case, folder)
         if cwd:
             os.chdir(cwd)
-        try:
-            called(ctx, "save", path, state, contract)
-            restored = called(ctx, "restore", path, contract, mesh)
-        except (NotImplementedError, Miss):
-            raise
-        except Exception as exc:
-            cursor, rows = int(state["cursor"]), case.shape()[0]
-            hint = (
-                "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
-                if cursor in (0, rows)
-                else "save must work for a bare file name, nested folders and another file system: write the "
-                "temporary file in the target's own folder"
-            )
-            raise Miss(
-                "the checkpoint saved and restored",
-                f"{type(exc).__name__}: {exc}"[:300],
-                f"a valid checkpoint at step {at} (cursor {cursor} of {rows}, {case.path} path) was refused -> {hint}",
-            ) from exc
+        restored = _save_and_restore(ctx, case, path, state, contract, mesh, at)
         _restored_rules(state, restored, mesh, at)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
     finally:
@@ -444,10 +431,51 @@ def restore_damage(ctx, case: Case) -> None:
     accepted = {what: rule for what, (ok, rule) in refused.items() if not ok}
     need(
         not accepted,
-        f"all {len(refused)} damaged copies refused",
+        f"all {len(refused)} damaged copies refused with the course's errors",
         f"accepted {sorted(accepted)}",
         "restore accepted damaged checkpoints: " + "; ".join(f"{w} ({r})" for w, r in accepted.items()),
     )
+
+
+def _learner_error(exc: Exception) -> str:
+    if isinstance(exc, (NotImplementedError, Miss)):
+        raise exc
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> dict:
+    """The learner's save of a valid state at `path`, exactly there, and its restore of that file."""
+    cursor, rows = int(state["cursor"]), case.shape()[0]
+    try:
+        returned = called(ctx, "save", path, state, contract)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint saved",
+            _learner_error(exc),
+            f"save of a valid state at step {at} ({case.path} path, file name {case.file_name!r}) failed -> save "
+            "must work for a bare file name, nested folders and another file system: write the temporary file in "
+            "the target's own folder",
+        ) from exc
+    need(
+        os.path.exists(path) and os.path.abspath(os.fspath(returned)) == os.path.abspath(path),
+        {"written and returned": path},
+        {"returned": returned, "folder holds": sorted(os.listdir(os.path.dirname(os.path.abspath(path))))},
+        f"save must write the checkpoint at exactly the path it is given ({path!r}, any file name) and return that "
+        "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file",
+    )
+    try:
+        return called(ctx, "restore", path, contract, mesh)
+    except Exception as exc:
+        hint = (
+            "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
+            if cursor in (0, rows)
+            else "restore must accept every valid checkpoint its own save writes"
+        )
+        raise Miss(
+            "the checkpoint restored",
+            _learner_error(exc),
+            f"a valid checkpoint at step {at} (cursor {cursor} of {rows}, {case.path} path) was refused -> {hint}",
+        ) from exc
 
 
 def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
@@ -509,12 +537,16 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
         attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
     verdicts = {}
     for what, (target, expected, rule) in attempts.items():
+        error = OTHER_EXPERIMENT if "another experiment" in what else errors.CorruptCheckpointError
         try:
             called(ctx, "restore", target, expected, mesh)
         except (NotImplementedError, Miss):
             raise
-        except Exception:
+        except error:
             verdicts[what] = (True, rule)
+        except Exception as exc:
+            named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
+            verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
         else:
             verdicts[what] = (False, rule)
     return verdicts

@@ -21,7 +21,18 @@ import numpy as np
 
 import shardlab.checker.properties as properties
 from shardlab.checker.common import CheckFailed, Context, in_fresh_interpreter, plain, raised_where
-from shardlab.checker.domain import DOMAIN, SHRINK_LAST, SHRINK_ORDER, SHRINK_TRIES, Case, draw, fit, smaller
+from shardlab.checker.domain import (
+    DOMAIN,
+    ONE_STEP,
+    SHRINK_LAST,
+    SHRINK_ORDER,
+    SHRINK_TRIES,
+    Case,
+    draw,
+    fit,
+    smaller,
+)
+from shardlab.checker.domain import _float as draw_float
 from shardlab.checker.guard import Overrun
 from shardlab.checker.properties import Miss
 
@@ -43,7 +54,7 @@ class Property:
 WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "data_form")
 OPTIMISER = ("learning_rate", "decay")
 EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER, "data_form")
-RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form")
+RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form", "file_name")
 STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled")
 PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
     p.name: p
@@ -59,6 +70,7 @@ SAVE_FORMS = ("start", "end", "mid")  # every restore search visits each save po
 PATH_FORMS = ("bare", "nested", "other")
 COMPILED_FORMS = (False, *[True] * 7)  # one un-jitted step in eight (eager dispatch costs seconds per case)
 DATA_FORMS = ("dataset", "tuple")  # every search passes the course's Dataset and a plain tuple in turn
+FILE_NAMES = ("checkpoint.npz", "checkpoint", "run.ckpt")  # the name is the learner's to write as given
 DATA_WORDS = {"dataset": "data as the course's Dataset", "tuple": "data as a plain (features, targets) tuple"}
 
 
@@ -107,6 +119,9 @@ def cases_for(prop: Property, seed: int, count: int) -> list[Case]:
     rng = np.random.default_rng([seed, *prop.name.encode()])
     unused = {name: getattr(Case, name) for name in DOMAIN if name not in prop.parameters}
     found = [fit(replace(draw(rng), **unused)) for _ in range(count)]
+    if prop.name == "step_update":  # one step: the whole range Config accepts (its own generator)
+        wide = np.random.default_rng([seed, *prop.name.encode(), 1])
+        found = [replace(c, learning_rate=draw_float(wide, *ONE_STEP["learning_rate"], c.learning_rate)) for c in found]
     return [replace(case, **_forms(prop, seed + number)) for number, case in enumerate(found)]
 
 
@@ -118,6 +133,7 @@ def _forms(prop: Property, number: int) -> dict:
         "path": PATH_FORMS[(number // 3 + number) % 3],
         "compiled": COMPILED_FORMS[number % len(COMPILED_FORMS)],
         "data_form": DATA_FORMS[number % 2],
+        "file_name": FILE_NAMES[(number // 3 * 2 + number + 2) % 3],
     }
     return {name: value for name, value in forms.items() if name in prop.parameters}
 
@@ -153,6 +169,7 @@ def _shape(case: Case, prop: Property) -> str:
         "decay": "decay {:.6g}",
         "save_at": "saved at {}",
         "path": "{} path",
+        "file_name": "file name {}",
         "compiled": "compiled={}",
     }
     words += [text.format(getattr(case, name)) for name, text in named.items() if name in prop.parameters]

@@ -100,7 +100,7 @@ def contract(data, config: Config) -> dict:
 
 
 def save(path, state: dict, contract_: dict) -> str:
-    """Write all six fields plus the contract to a new NPZ at `path`; return the path."""
+    """Write all six fields plus the contract to a new NPZ at exactly `path` (any name); return the path."""
     # Hints: refuse a path that exists (raise errors.CheckpointExistsError); write np.savez to a temporary
     # file in the same folder as `path` (a bare file name means the working directory; a rename cannot
     # cross file systems), flush and fsync it, then publish it with an operation that fails if the name
@@ -118,9 +118,9 @@ def save(path, state: dict, contract_: dict) -> str:
 
 def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     """Return the saved state after checking contract, then fields; weights re-replicated on `mesh`."""
-    # Hints: an unreadable, truncated or non-NPZ file is refused; compare the saved contract with
-    # expected_contract *before* accepting anything, exactly and every entry (==, no tolerance: one ulp of the
-    # learning rate is another experiment; errors.ContractMismatchError); then check
+    # Hints: an unreadable, truncated or non-NPZ file is refused (errors.CorruptCheckpointError); compare the
+    # saved contract with expected_contract *before* accepting anything, exactly and every entry (==, no
+    # tolerance: one ulp of the learning rate is another experiment; errors.ContractMismatchError); then check
     # (errors.CorruptCheckpointError): every field present; weights and momentum float32 of the width and
     # finite (NaN momentum cannot continue the run either); key uint32 (2,); order integer ids, a
     # permutation of 0..rows-1; cursor and step one integer each, 0 <= cursor <= rows (both ends are valid:
