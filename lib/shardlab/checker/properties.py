@@ -321,8 +321,21 @@ def _ulp(data: Dataset, part: str, position: int) -> Dataset:
     return Dataset(features, targets)
 
 
+def _merged(case: Case) -> dict:
+    """Experiments that differ from the case's in seed *and* batch size, chosen so that an encoding that merges
+    the two numbers (their digits written side by side, their sum) gives them the same text or value."""
+    found = {}
+    moved = (case.seed // 10, int(f"{case.seed % 10}{case.batch}"))  # the seed's last digit moved to the batch
+    if case.seed % 10 and moved != (case.seed, case.batch):
+        found["seed and batch size (a digit moved from one to the other)"] = moved
+    if case.batch > 1 and case.seed < 2**32 - 1:
+        found["seed and batch size (their sum kept)"] = (case.seed + 1, case.batch - 1)
+    return {what: (data_for(case), _config(case, seed=s, batch_size=b)) for what, (s, b) in found.items()}
+
+
 def contract_variants(case: Case) -> dict:
-    """Input -> (data, config) of an experiment that differs from the case's in that input alone."""
+    """Input -> (data, config) of an experiment that differs from the case's in that input alone (or, in
+    `_merged`, in two inputs at once where a lossy encoding would merge them)."""
     data = data_for(case)
     rows, width = case.shape()
     rng = np.random.default_rng([case.seed, 3])
@@ -350,6 +363,7 @@ def contract_variants(case: Case) -> dict:
         "one ulp of one target": (_ulp(data, "targets", int(rng.integers(rows))), _config(case)),
         "every feature + 1": (Dataset(data.features + np.float32(1), data.targets), _config(case)),
         "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
+        **_merged(case),
         "large fixture: last 64 rows reordered": (Dataset(edited, large.targets), _config(case)),
         "large fixture: one ulp of its last feature": (_ulp(large, "features", -1), _config(case)),
     }
@@ -379,7 +393,8 @@ def contract_tells_apart(ctx, case: Case) -> None:
         not ignored,
         "a different contract for each changed input",
         f"equal for {ignored}",
-        f"the contract ignores {ignored} -> pin the exact values (no rounding) and a hash of every data byte",
+        f"the contract ignores {ignored} -> pin the exact values (no rounding), each input in an entry of its own "
+        "(numbers written side by side or added up merge two experiments), and a hash of every data byte",
     )
 
 
