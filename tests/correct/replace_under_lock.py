@@ -1,9 +1,11 @@
-"""Correct alternative: publish with os.replace after an existence check, both inside an exclusive lock file.
+"""Correct alternative: publish with os.replace after an existence check, both under an exclusive lock.
 
-A bare check-then-replace leaves a gap another saver can use; the O_EXCL lock closes it (a saver
-that finds the lock taken refuses, and a crash leaves a stale lock that refuses too: never an overwrite).
+A bare check-then-replace leaves a gap another saver can use; an flock on `<path>.lock` closes it (a
+saver that finds the lock taken refuses). The kernel drops the lock when its process ends, so a save
+killed midway leaves at most an unlocked lock file, which never refuses a later save.
 """
 
+import fcntl
 import json
 import os
 import tempfile
@@ -19,23 +21,25 @@ from shardlab.learner.reference import *  # noqa: F403
 
 def save(path, state, contract_):
     path = os.path.abspath(path)
+    lock = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY, 0o644)
     try:
-        lock = os.open(path + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        message = f"{path} is being saved by another saver (or a stale .lock); use a new path"
-        raise CheckpointExistsError(message) from None
-    try:
-        if os.path.lexists(path):
-            raise CheckpointExistsError(f"{path} already exists; use a new path")
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, contract=np.asarray(json.dumps(contract_)), **to_arrays(state))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointExistsError(f"{path} is being saved by another saver; use a new path") from None
+        try:
+            if os.path.lexists(path):
+                raise CheckpointExistsError(f"{path} already exists; use a new path")
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz")
+            with os.fdopen(fd, "wb") as handle:
+                np.savez(handle, contract=np.asarray(json.dumps(contract_)), **to_arrays(state))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        finally:
+            os.unlink(path + ".lock")  # by the holder only, after publishing: a later saver finds the path
     finally:
         os.close(lock)
-        os.unlink(path + ".lock")
     return path
 
 

@@ -183,3 +183,52 @@ def host(value) -> np.ndarray:
 def snapshot(state: dict) -> dict:
     """NumPy copies of every field of `state`."""
     return {name: host(value) for name, value in state.items()}
+
+
+def fingerprint(value):
+    """What a caller can see of `value`: type, dtype, shape, placement and bytes of every array, recursively.
+
+    Two fingerprints are equal exactly when a call left its input as it was: the same dict entries, the
+    same kind of array on the same devices with the same sharding, the same values.
+    """
+    if isinstance(value, dict):
+        return ("dict", tuple((repr(k), fingerprint(v)) for k, v in value.items()))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(fingerprint(v) for v in value))
+    if isinstance(value, jax.Array):
+        if value.is_deleted():
+            return ("a deleted jax.Array (its buffer was donated or deleted)",)
+        sharding = value.sharding
+        where = (type(sharding).__name__, str(getattr(sharding, "spec", "")), sorted(d.id for d in sharding.device_set))
+        return ("jax.Array", str(value.dtype), value.shape, str(where), host(value).tobytes())
+    if isinstance(value, np.ndarray):
+        return ("numpy.ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (bool, int, float, str, bytes, type(None), np.generic)):
+        return (type(value).__name__, repr(value))
+    return (type(value).__name__, id(value))  # a mesh, a step function: the same object
+
+
+def describe(print_: tuple) -> str:
+    """A fingerprint in words (without its bytes)."""
+    if print_[0] in ("dict", "tuple", "list", "Dataset"):
+        return print_[0]
+    return " ".join(str(part) for part in print_[:4] if not isinstance(part, bytes))
+
+
+def changed_inputs(before, after, names) -> list[str]:
+    """Which inputs (and which dict entries of them) differ between two lists of fingerprints, in words."""
+    found = []
+    for name, a, b in zip(names, before, after):
+        if a == b:
+            continue
+        if a[0] == b[0] == "dict":
+            old, new = dict(a[1]), dict(b[1])
+            for key in sorted(set(old) | set(new)):
+                if old.get(key) != new.get(key):
+                    was = describe(old[key]) if key in old else "absent"
+                    now = describe(new[key]) if key in new else "absent"
+                    same = was == now
+                    found.append(f"{name}[{key}] " + ("values changed in place" if same else f"was {was}, now {now}"))
+        else:
+            found.append(f"{name} " + ("changed in place" if describe(a) == describe(b) else f"was {describe(a)}"))
+    return found

@@ -3,9 +3,13 @@
 One row per damage: (field, kind, the course rule that makes the file invalid, how the copy is
 changed). The restore search applies each row to a checkpoint the learner's own `save` wrote, at
 a random step, and also asks that the undamaged file (step 0 and epoch ends included) is accepted.
+The course names the six state fields, not the NPZ members that hold them: `locate` finds each
+field's member by its value, whatever the learner called it.
 Where the course is silent (non-finite momentum) the starter's hints say what to do, and this
 table agrees with them. docs/checker.md prints this table.
 """
+
+import json
 
 import numpy as np
 
@@ -69,23 +73,70 @@ WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
     "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
     "not an NPZ file": "only an NPZ written by save is a checkpoint",
     "another experiment's contract": "validate the contract before accepting anything (COURSE.md stage 3)",
+    "another experiment": "the whole contract must be equal, every entry exactly: one changed input (one ulp of "
+    "a number) is another experiment (COURSE.md stage 3)",
 }
 
 
-def damaged(arrays: dict, field: str, kind: str, change, rows: int) -> dict | None:
-    """A copy of the checkpoint's `arrays` with one damage applied (None if it does not apply to this file)."""
-    if field not in arrays:
+def _contract_member(value, contract: dict) -> bool:
+    try:
+        return value.dtype.kind in "US" and json.loads(str(value[()])) == contract
+    except (ValueError, TypeError, IndexError):
+        return False
+
+
+def locate(arrays: dict, state: dict, contract: dict | None = None) -> dict:
+    """Field -> the NPZ member that holds it, found by value (so any member names work).
+
+    The member named like the field is taken if it holds the field's value. Otherwise a field is located
+    only when exactly one member equals it and that member equals no other field (at step 0 weights and
+    momentum are both zeros, cursor and step both 0: under other names neither is located then).
+    "contract" is the member holding the contract as JSON text.
+    """
+    numeric = {n: a for n, a in arrays.items() if a.dtype.kind in "biuf"}
+    holders = {
+        field: [n for n, a in numeric.items() if a.shape == np.shape(state[field]) and np.array_equal(a, state[field])]
+        for field in FIELDS
+        if field in state
+    }
+    found = {}
+    for field, members in holders.items():
+        if field in members:
+            found[field] = field
+        elif len(members) == 1 and sum(members[0] in m for m in holders.values()) == 1:
+            found[field] = members[0]
+    if contract is not None:
+        text = [n for n, a in arrays.items() if _contract_member(a, contract)]
+        if len(text) == 1:
+            found["contract"] = text[0]
+    return found
+
+
+def by_field(change, members: dict):
+    """`change(arrays)` written for field names, applied to a file whose `members` hold those fields."""
+
+    def renamed(arrays: dict) -> None:
+        named = {field: arrays.pop(member) for field, member in members.items() if member in arrays}
+        change(named)
+        arrays.update({members.get(field, field): value for field, value in named.items()})
+
+    return renamed
+
+
+def damaged(arrays: dict, member: str | None, kind: str, change, rows: int) -> dict | None:
+    """A copy of the checkpoint's `arrays` with one damage applied to `member` (None: it does not apply here)."""
+    if member not in arrays:
         return None
     copy = dict(arrays)
     if change is None:
-        del copy[field]
+        del copy[member]
         return copy
     if kind == "id = rows":
         change = _set_item(0, rows)
-    value = change(np.asarray(arrays[field]), rows)
+    value = change(np.asarray(arrays[member]), rows)
     if value is None:
         return None
-    copy[field] = value
+    copy[member] = value
     return copy
 
 

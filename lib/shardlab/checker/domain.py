@@ -33,6 +33,9 @@ class Case:
     fixture: str = ""
     save_at: str = "mid"  # where a checkpoint is taken: "start" (step 0), "end" (an epoch's last batch), "mid"
     path: str = "nested"  # how the save path is spelt: "bare" (cwd), "nested" folders, "other" file system
+    compiled: bool = True  # make_step(..., compiled=...): the jitted step or the bare mapped body
+    data_form: str = "dataset"  # how data is passed: the course's Dataset, or a plain (features, targets) tuple
+    file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
 
     def shape(self) -> tuple[int, int]:
         if self.fixture:
@@ -59,12 +62,23 @@ DOMAIN = {
     "fixture": ("", "timing", ""),
     "save_at": ("start", "mid", "start"),
     "path": ("bare", "other", "nested"),
+    "compiled": (False, True, True),
+    "data_form": ("dataset", "tuple", "dataset"),
+    "file_name": ("checkpoint.npz", "run.ckpt", "checkpoint.npz"),
 }
+# One step cannot diverge, so a single-step property draws the learning rate from the whole range the
+# course's Config accepts, (0, 10); a walk keeps to DOMAIN's range, where many steps stay finite.
+ONE_STEP = {"learning_rate": (0.001, 9.99)}
 SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
+# the forms, shrunk to the course's own after the sizes
+SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name")
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),
     "path": ("bare", "nested", "other"),
+    "compiled": (True, False),
+    "data_form": ("dataset", "tuple"),
+    "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),
 }
 
 
@@ -77,6 +91,11 @@ def data_for(case: Case) -> Dataset:
     w_true = rng.normal(size=case.features).astype(np.float32)
     targets = (features @ w_true + 0.1 * rng.normal(size=case.rows)).astype(np.float32)
     return Dataset(features, targets)
+
+
+def given(case: Case, data: Dataset):
+    """`data` in the form the case passes it to the learner: the course's Dataset or a plain tuple."""
+    return tuple(data) if case.data_form == "tuple" else data
 
 
 def _int(rng, low: int, high: int, near=()) -> int:
@@ -127,9 +146,7 @@ def smaller(case: Case, name: str) -> list[Case]:
     value, (_, _, target) = getattr(case, name), DOMAIN[name]
     if value == target:
         return []
-    if isinstance(value, str):
-        options = [target]
-    elif isinstance(value, float):
+    if isinstance(value, (str, bool, float)):
         options = [target]
     else:
         options = sorted({target, target + (value - target) // 2, value - 1} - {value})

@@ -9,18 +9,23 @@ zygote) and the savers the tests race.
 
 `interrupted` runs a learner's save in a forked child stopped at operation k: `kill` writes
 half of that write's bytes (or none of any other operation) and sends itself SIGKILL, as a
-crash would; `race` runs a second, complete save to the same path right there and then lets
-the first one continue. The parent judges what is left at the final path. Only the child's
-own folder is written.
+crash would; `race` has a second saver, a separate process forked from the checker before the
+first save began (so it shares no lock or set the first holds in memory), run one complete
+save to the same path right there, and then lets the first one continue. The parent judges
+what is left at the final path. Only the child's own folder is written. Every child has a
+time bound (CHILD_TIMEOUT) and a named status.
 """
 
 import builtins
 import io
 import json
 import os
+import select
 import signal
 import time
 import warnings
+
+from shardlab import errors
 
 OS_OPERATIONS = ("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate", "fsync")
 NOT_REACHED = 3  # child exit status: the save finished before operation k
@@ -80,8 +85,44 @@ def instrument(hook) -> None:
         setattr(os, name, counted)
 
 
-def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple) -> int:
-    """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status."""
+def refusal(exc: Exception) -> dict:
+    """How a save refused: its text, and whether it is the course's CheckpointExistsError."""
+    return {
+        "text": f"refused: {type(exc).__name__}: {exc}"[:300],
+        "exists": isinstance(exc, errors.CheckpointExistsError),
+    }
+
+
+def _rival(save, rival: tuple, report: str, go: int, done: int) -> int:
+    """Body of the rival saver: wait for the first save's signal, save once, report, and say so."""
+    if not os.read(go, 1):  # the first save ended before its stop point: nothing to race
+        return NOT_REACHED
+    try:
+        save(*rival)
+        outcome = {"rival": "saved"}
+    except Exception as exc:
+        found = refusal(exc)
+        outcome = {"rival": found["text"], "rival_exists_error": found["exists"]}
+    with open(report, "w") as handle:
+        json.dump(outcome, handle)
+    os.write(done, b"d")
+    return 0
+
+
+def _run_rival(go: int, done: int, report: str) -> dict:
+    """From inside the first save: let the rival save now and wait (bounded) until it has."""
+    os.write(go, b"g")
+    ready, _, _ = select.select([done], [], [], CHILD_TIMEOUT)
+    if not ready or not os.read(done, 1):
+        return {"rival": "hung or died before it reported"}
+    with open(report) as handle:
+        return json.load(handle)
+
+
+def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
+    """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
+
+    `rival` is, for mode 'race', a function that lets the rival process save and returns its outcome."""
     seen, outcome = [], {}
     original_kill, original_open = os.kill, io.open
 
@@ -98,18 +139,15 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
             original_kill(os.getpid(), signal.SIGKILL)
         outcome["rival_ran"] = True
         outcome["at"] = seen[-1]
-        try:
-            save(*rival)
-            outcome["rival"] = "saved"
-        except Exception as exc:
-            outcome["rival"] = f"refused: {type(exc).__name__}: {exc}"[:300]
+        outcome.update(rival())
 
     instrument(hook)
     try:
         save(*first)
         outcome["first"] = "saved"
     except Exception as exc:
-        outcome["first"] = f"refused: {type(exc).__name__}: {exc}"[:300]
+        found = refusal(exc)
+        outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
     with original_open(report, "w") as handle:
         json.dump(outcome, handle)
@@ -135,30 +173,68 @@ def stop_points(operations: list[str]) -> list[int]:
     return points
 
 
+def _fork(body) -> int:
+    """Fork a child that runs `body()` and exits with its status; never returns into the checker there."""
+    with warnings.catch_warnings():  # the children run no JAX code, only the learner's file operations
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            status = body()
+        finally:
+            os._exit(status)
+    return pid
+
+
+def _wait(pid: int, deadline: float):
+    """The child's wait status, or None after killing it at `deadline`."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.002)
+
+
+def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple) -> tuple[int, int | None]:
+    """(pid of the first saver, pid of the rival process or None): both forked, the pipes between them laid."""
+    if mode != "race":
+        return _fork(lambda: _child(save, stop_at, mode, report, first, None)), None
+    go, done = os.pipe(), os.pipe()  # first -> rival: "save now"; rival -> first: "saved"
+    rival_report = report + ".rival"
+
+    def rival_body() -> int:
+        os.close(go[1])
+        os.close(done[0])
+        return _rival(save, rival, rival_report, go[0], done[1])
+
+    def first_body() -> int:
+        os.close(go[0])
+        os.close(done[1])
+        return _child(save, stop_at, mode, report, first, lambda: _run_rival(go[1], done[0], rival_report))
+
+    racer = _fork(rival_body)
+    pid = _fork(first_body)
+    for end in (*go, *done):
+        os.close(end)
+    return pid, racer
+
+
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill') or raced (mode 'race') at operation `stop_at`.
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """
-    with warnings.catch_warnings():  # the child runs no JAX code, only the learner's file operations
-        warnings.simplefilter("ignore", RuntimeWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: never returns into the checker
-        status = 1
-        try:
-            status = _child(save, stop_at, mode, report, first, rival)
-        finally:
-            os._exit(status)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return {"status": "hung"}
-        time.sleep(0.002)
+    pid, racer = _start(save, stop_at, mode, report, first, rival)
+    status = _wait(pid, time.monotonic() + CHILD_TIMEOUT)
+    if racer is not None and _wait(racer, time.monotonic() + CHILD_TIMEOUT) is None:
+        return {"status": "hung", "who": "the rival saver"}
+    if status is None:
+        return {"status": "hung"}
     found = {}
     if os.path.exists(report):
         with open(report) as handle:

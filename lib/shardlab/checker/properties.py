@@ -17,8 +17,9 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
-from shardlab.checker.common import batch_arrays, host, placed, sharding_of, snapshot
-from shardlab.checker.domain import Case, data_for, walk_calls
+from shardlab import errors
+from shardlab.checker.common import batch_arrays, changed_inputs, fingerprint, host, placed, sharding_of, snapshot
+from shardlab.checker.domain import Case, data_for, given, walk_calls
 from shardlab.checker.padding import check_padding
 from shardlab.core.config import Config
 from shardlab.core.devices import AXIS, make_mesh
@@ -49,17 +50,47 @@ def near(observed, expected) -> bool:
     return observed.shape == expected.shape and oracle.finite(observed) and np.allclose(observed, expected, **TOLERANCE)
 
 
+# the course's refusals of another experiment's checkpoint (a restore that reads the members against the
+# expected contract's shapes before comparing contracts refuses some with CorruptCheckpointError)
+OTHER_EXPERIMENT = (errors.ContractMismatchError, errors.CorruptCheckpointError)
+# the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
+INPUTS = {
+    "initial": (None, "data", None),
+    "next_batch": ("state", "data", None, None),
+    "transition": ("state", "data", None, None, None),
+    "contract": ("data", "config"),
+    "save": (None, "state", "contract"),
+    "restore": (None, "contract", None),
+}
+
+
+def called(ctx, name: str, *args):
+    """`ctx.impl.<name>(*args)`; a Miss if the call changed any input it was given (values, types, placement)."""
+    watched = [(label, arg) for label, arg in zip(INPUTS[name], args) if label]
+    before = [fingerprint(arg) for _, arg in watched]
+    result = getattr(ctx.impl, name)(*args)
+    changed = changed_inputs(before, [fingerprint(arg) for _, arg in watched], [label for label, _ in watched])
+    need(
+        not changed,
+        "every input as the caller passed it",
+        changed,
+        f"{name} changed its caller's inputs: {'; '.join(changed)} -> never assign into an argument or replace "
+        "its arrays (a new dict for a new state; fetch to the host into your own variables)",
+    )
+    return result
+
+
 def mesh_of(ctx, devices: int):
     """A sub-mesh of the first `devices` of the four logical devices (one per count, reused)."""
     return ctx.cache.setdefault(("mesh", devices), make_mesh(devices))
 
 
-def step_of(ctx, case: Case):
-    """The learner's compiled step for the case's mesh, learning rate and decay (built once per run)."""
-    key = ("search step", case.devices, case.learning_rate, case.decay)
+def step_of(ctx, case: Case, compiled: bool = True):
+    """The learner's step for the case's mesh, learning rate and decay, jitted or not (built once per run)."""
+    key = ("search step", case.devices, case.learning_rate, case.decay, compiled)
     if key not in ctx.cache:
         mesh = mesh_of(ctx, case.devices)
-        ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay)
+        ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay, compiled=compiled)
     return ctx.cache[key]
 
 
@@ -134,12 +165,12 @@ def _skipped(plan: list, call: int, ids, order, rows: int, batch: int) -> str | 
 def sampler_walk(ctx, case: Case) -> None:
     """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices), case.shape()[0]
-    state = ctx.impl.initial(case.seed, data, mesh)
+    state = called(ctx, "initial", case.seed, given(case, data), mesh)
     _initial_rules(case, state, mesh)
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed = [snapshot(state)], []
     for call, want in enumerate(plan):
-        new, batch = ctx.impl.next_batch(state, data, case.batch, mesh)
+        new, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
         need(
             snapshot(state).keys() == states[-1].keys()
             and all(np.array_equal(v, states[-1][k]) for k, v in snapshot(state).items()),
@@ -189,7 +220,7 @@ def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
 
 
 def step_update(ctx, case: Case) -> None:
-    """One compiled step on `rows` valid rows over `devices` devices, with the case's learning rate and decay."""
+    """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and decay."""
     data, mesh = data_for(case), mesh_of(ctx, case.devices)
     rng = np.random.default_rng(case.seed)
     ids = rng.permutation(case.shape()[0])[: case.rows]
@@ -199,7 +230,7 @@ def step_update(ctx, case: Case) -> None:
         "momentum": (0.5 * rng.normal(size=width)).astype(np.float32),
     }
     batch = batch_arrays(data, ids, case.devices)
-    step = step_of(ctx, case)
+    step = step_of(ctx, case, case.compiled)
     args = placed(mesh, *batch, before["weights"], before["momentum"])
     weights, momentum, loss, grad = step(*args)
     w, v, want_loss, want_grad = oracle.momentum_step(
@@ -211,21 +242,22 @@ def step_update(ctx, case: Case) -> None:
         "loss": float(loss),
         "grad": np.asarray(grad),
     }
+    which = "" if case.compiled else "the un-jitted step (compiled=False): "
     if not near(got["grad"], want_grad):
         why = formulas.explain_gradient(got["grad"], *batch, before["weights"], case.devices)
-        raise Miss(want_grad, got["grad"], f"gradient: {why or 'no known formula matches'}")
+        raise Miss(want_grad, got["grad"], f"{which}gradient: {why or 'no known formula matches'}")
     if not near(got["loss"], want_loss):
         why = formulas.explain_loss(got["loss"], *batch, before["weights"], case.devices, new_weights=got["weights"])
-        raise Miss(want_loss, got["loss"], f"loss: {why or 'no known formula matches'}")
+        raise Miss(want_loss, got["loss"], f"{which}loss: {why or 'no known formula matches'}")
     if not (near(got["weights"], w) and near(got["momentum"], v)):
         raise Miss(
             {"weights": w, "momentum": v},
             {k: got[k] for k in ("weights", "momentum")},
-            _update_cause(before, got, {"grad": want_grad}, case),
+            which + _update_cause(before, got, {"grad": want_grad}, case),
         )
     for name, value in (("weights", weights), ("momentum", momentum)):
-        _placement(value, mesh, P(), f"the step's new {name}")
-    if case.devices > 1:
+        _placement(value, mesh, P(), f"{which}the step's new {name}")
+    if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
 
@@ -234,10 +266,10 @@ def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices), case.shape()[0]
     step = step_of(ctx, case)
-    state = ctx.impl.initial(case.seed, data, mesh)
+    state = called(ctx, "initial", case.seed, given(case, data), mesh)
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        new, loss, ids = ctx.impl.transition(state, data, case.batch, step, mesh)
+        new, loss, ids = called(ctx, "transition", state, given(case, data), case.batch, step, mesh)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -268,12 +300,6 @@ def transition_walk(ctx, case: Case) -> None:
             )
         for name in ("weights", "momentum"):
             _placement(new[name], mesh, P(), f"the transition's new {name}")
-        need(
-            np.array_equal(host(state["weights"]), before["weights"]),
-            before["weights"],
-            host(state["weights"]),
-            f"transition {call + 1} changed the caller's weights",
-        )
         state = new
 
 
@@ -295,8 +321,21 @@ def _ulp(data: Dataset, part: str, position: int) -> Dataset:
     return Dataset(features, targets)
 
 
+def _merged(case: Case) -> dict:
+    """Experiments that differ from the case's in seed *and* batch size, chosen so that an encoding that merges
+    the two numbers (their digits written side by side, their sum) gives them the same text or value."""
+    found = {}
+    moved = (case.seed // 10, int(f"{case.seed % 10}{case.batch}"))  # the seed's last digit moved to the batch
+    if case.seed % 10 and moved != (case.seed, case.batch):
+        found["seed and batch size (a digit moved from one to the other)"] = moved
+    if case.batch > 1 and case.seed < 2**32 - 1:
+        found["seed and batch size (their sum kept)"] = (case.seed + 1, case.batch - 1)
+    return {what: (data_for(case), _config(case, seed=s, batch_size=b)) for what, (s, b) in found.items()}
+
+
 def contract_variants(case: Case) -> dict:
-    """Input -> (data, config) of an experiment that differs from the case's in that input alone."""
+    """Input -> (data, config) of an experiment that differs from the case's in that input alone (or, in
+    `_merged`, in two inputs at once where a lossy encoding would merge them)."""
     data = data_for(case)
     rows, width = case.shape()
     rng = np.random.default_rng([case.seed, 3])
@@ -322,6 +361,9 @@ def contract_variants(case: Case) -> dict:
         ),
         "one ulp of one feature": (_ulp(data, "features", int(rng.integers(rows * width))), _config(case)),
         "one ulp of one target": (_ulp(data, "targets", int(rng.integers(rows))), _config(case)),
+        "every feature + 1": (Dataset(data.features + np.float32(1), data.targets), _config(case)),
+        "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
+        **_merged(case),
         "large fixture: last 64 rows reordered": (Dataset(edited, large.targets), _config(case)),
         "large fixture: one ulp of its last feature": (_ulp(large, "features", -1), _config(case)),
     }
@@ -337,33 +379,34 @@ def _plain_json(value) -> bool:
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data = data_for(case)
-    base = ctx.impl.contract(data, _config(case))
+    base = called(ctx, "contract", given(case, data), _config(case))
     need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
-    again = ctx.impl.contract(Dataset(data.features.copy(), data.targets.copy()), _config(case))
+    again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
-    bases = {"large": ctx.impl.contract(timing_fixture(), _config(case))}
+    bases = {"large": called(ctx, "contract", given(case, timing_fixture()), _config(case))}
     ignored = []
     for what, (other, config) in contract_variants(case).items():
         reference = bases["large"] if what.startswith("large") else base
-        if ctx.impl.contract(other, config) == reference:
+        if called(ctx, "contract", given(case, other), config) == reference:
             ignored.append(what)
     need(
         not ignored,
         "a different contract for each changed input",
         f"equal for {ignored}",
-        f"the contract ignores {ignored} -> pin the exact values (no rounding) and a hash of every data byte",
+        f"the contract ignores {ignored} -> pin the exact values (no rounding), each input in an entry of its own "
+        "(numbers written side by side or added up merge two experiments), and a hash of every data byte",
     )
 
 
 def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
     """(path as the case spells it, a working directory to enter for a bare name)."""
     if case.path == "bare":
-        return "checkpoint.npz", folder
+        return case.file_name, folder
     if case.path == "other":
-        return os.path.join(folder, "checkpoint.npz"), None
+        return os.path.join(folder, case.file_name), None
     nested = os.path.join(folder, "runs", "seed", "step")
     os.makedirs(nested)
-    return os.path.join(nested, "checkpoint.npz"), None
+    return os.path.join(nested, case.file_name), None
 
 
 def _folder(ctx, case: Case) -> str:
@@ -377,9 +420,9 @@ def _trained_to(ctx, case: Case, data, mesh):
     """The state after the case's save point: step 0, the first epoch's last batch, or one batch into epoch 2."""
     per_epoch = len(oracle.epoch_batches(case.shape()[0], case.batch))
     at = {"start": 0, "end": per_epoch, "mid": per_epoch + 1}[case.save_at]
-    state = ctx.impl.initial(case.seed, data, mesh)
+    state = called(ctx, "initial", case.seed, given(case, data), mesh)
     for _ in range(at):
-        state, _, _ = ctx.impl.transition(state, data, case.batch, step_of(ctx, case), mesh)
+        state, _, _ = called(ctx, "transition", state, given(case, data), case.batch, step_of(ctx, case), mesh)
     return state, at
 
 
@@ -387,31 +430,14 @@ def restore_damage(ctx, case: Case) -> None:
     """A valid checkpoint (any save point, any path form) is accepted exactly; every damaged copy is refused."""
     data, mesh = data_for(case), mesh_of(ctx, case.devices)
     state, at = _trained_to(ctx, case, data, mesh)
-    contract = ctx.impl.contract(data, _config(case))
+    contract = called(ctx, "contract", given(case, data), _config(case))
     folder = _folder(ctx, case)
     here = os.getcwd()
     try:
         path, cwd = _save_path(ctx, case, folder)
         if cwd:
             os.chdir(cwd)
-        try:
-            ctx.impl.save(path, state, contract)
-            restored = ctx.impl.restore(path, contract, mesh)
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            cursor, rows = int(state["cursor"]), case.shape()[0]
-            hint = (
-                "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
-                if cursor in (0, rows)
-                else "save must work for a bare file name, nested folders and another file system: write the "
-                "temporary file in the target's own folder"
-            )
-            raise Miss(
-                "the checkpoint saved and restored",
-                f"{type(exc).__name__}: {exc}"[:300],
-                f"a valid checkpoint at step {at} (cursor {cursor} of {rows}, {case.path} path) was refused -> {hint}",
-            ) from exc
+        restored = _save_and_restore(ctx, case, path, state, contract, mesh, at)
         _restored_rules(state, restored, mesh, at)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
     finally:
@@ -420,10 +446,51 @@ def restore_damage(ctx, case: Case) -> None:
     accepted = {what: rule for what, (ok, rule) in refused.items() if not ok}
     need(
         not accepted,
-        f"all {len(refused)} damaged copies refused",
+        f"all {len(refused)} damaged copies refused with the course's errors",
         f"accepted {sorted(accepted)}",
         "restore accepted damaged checkpoints: " + "; ".join(f"{w} ({r})" for w, r in accepted.items()),
     )
+
+
+def _learner_error(exc: Exception) -> str:
+    if isinstance(exc, (NotImplementedError, Miss)):
+        raise exc
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> dict:
+    """The learner's save of a valid state at `path`, exactly there, and its restore of that file."""
+    cursor, rows = int(state["cursor"]), case.shape()[0]
+    try:
+        returned = called(ctx, "save", path, state, contract)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint saved",
+            _learner_error(exc),
+            f"save of a valid state at step {at} ({case.path} path, file name {case.file_name!r}) failed -> save "
+            "must work for a bare file name, nested folders and another file system: write the temporary file in "
+            "the target's own folder",
+        ) from exc
+    need(
+        os.path.exists(path) and os.path.abspath(os.fspath(returned)) == os.path.abspath(path),
+        {"written and returned": path},
+        {"returned": returned, "folder holds": sorted(os.listdir(os.path.dirname(os.path.abspath(path))))},
+        f"save must write the checkpoint at exactly the path it is given ({path!r}, any file name) and return that "
+        "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file",
+    )
+    try:
+        return called(ctx, "restore", path, contract, mesh)
+    except Exception as exc:
+        hint = (
+            "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
+            if cursor in (0, rows)
+            else "restore must accept every valid checkpoint its own save writes"
+        )
+        raise Miss(
+            "the checkpoint restored",
+            _learner_error(exc),
+            f"a valid checkpoint at step {at} (cursor {cursor} of {rows}, {case.path} path) was refused -> {hint}",
+        ) from exc
 
 
 def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
@@ -434,15 +501,16 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
         _placement(restored[name], mesh, P(), f"the restored {name}")
 
 
-def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
-    """Damage name -> (refused?, the course rule), over the damage space of the learner's own file."""
+def _damage_files(ctx, case, path, state, contract, data) -> dict:
+    """Damage name -> (damaged copy of the learner's file, the course rule), its members found by value."""
     with np.load(path, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
     rows, folder = case.shape()[0], os.path.join(os.path.dirname(os.path.abspath(path)), "damaged")
     os.makedirs(folder)
+    members = damage.locate(arrays, snapshot(state), contract)
     files = {}
     for number, (field, kind, rule, change) in enumerate(damage.DAMAGES):
-        copy = damage.damaged(arrays, field, kind, change, rows)
+        copy = damage.damaged(arrays, members.get(field), kind, change, rows)
         if copy is not None:
             target = os.path.join(folder, f"{number}.npz")
             faults.tampered(path, target, lambda a, copy=copy: (a.clear(), a.update(copy)))
@@ -455,16 +523,45 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
         handle.write("weights 0.1 0.2\n")
     files["not an NPZ file"] = (os.path.join(folder, "notes.npz"), damage.WHOLE_FILE["not an NPZ file"])
     other = os.path.join(folder, "other.npz")
-    ctx.impl.save(other, state, ctx.impl.contract(data, _config(case, batch_size=case.batch + 1)))
+    theirs = called(ctx, "contract", given(case, data), _config(case, batch_size=case.batch + 1))
+    called(ctx, "save", other, state, theirs)
     files["another experiment's contract"] = (other, damage.WHOLE_FILE["another experiment's contract"])
+    return files
+
+
+def other_experiments(ctx, case: Case, contract: dict) -> dict:
+    """Input changed -> the contract of the experiment that differs from the case's in that input alone.
+
+    Only those whose contract differs (a contract that ignores an input is `contract_tells_apart`'s finding).
+    """
+    found = {}
+    for what, (other, config) in contract_variants(case).items():
+        if not what.startswith("large"):
+            theirs = called(ctx, "contract", given(case, other), config)
+            if theirs != contract:
+                found[what] = theirs
+    return found
+
+
+def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
+    """Damage name -> (refused?, the course rule): the damage space of the learner's own file, and its own
+    file restored as another experiment (every input changed alone, by one ulp where it is a number)."""
+    files = _damage_files(ctx, case, path, state, contract, data)
+    attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
+    for what, theirs in other_experiments(ctx, case, contract).items():
+        attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
     verdicts = {}
-    for what, (target, rule) in files.items():
+    for what, (target, expected, rule) in attempts.items():
+        error = OTHER_EXPERIMENT if "another experiment" in what else errors.CorruptCheckpointError
         try:
-            ctx.impl.restore(target, contract, mesh)
-        except NotImplementedError:
+            called(ctx, "restore", target, expected, mesh)
+        except (NotImplementedError, Miss):
             raise
-        except Exception:
+        except error:
             verdicts[what] = (True, rule)
+        except Exception as exc:
+            named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
+            verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
         else:
             verdicts[what] = (False, rule)
     return verdicts

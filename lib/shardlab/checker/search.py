@@ -21,7 +21,18 @@ import numpy as np
 
 import shardlab.checker.properties as properties
 from shardlab.checker.common import CheckFailed, Context, in_fresh_interpreter, plain, raised_where
-from shardlab.checker.domain import DOMAIN, SHRINK_ORDER, SHRINK_TRIES, Case, draw, fit, smaller
+from shardlab.checker.domain import (
+    DOMAIN,
+    ONE_STEP,
+    SHRINK_LAST,
+    SHRINK_ORDER,
+    SHRINK_TRIES,
+    Case,
+    draw,
+    fit,
+    smaller,
+)
+from shardlab.checker.domain import _float as draw_float
 from shardlab.checker.guard import Overrun
 from shardlab.checker.properties import Miss
 
@@ -40,15 +51,16 @@ class Property:
     cases: int
 
 
-WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed")
+WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "data_form")
 OPTIMISER = ("learning_rate", "decay")
-EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER)
-RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path")
+EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER, "data_form")
+RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form", "file_name")
+STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled")
 PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
     p.name: p
     for p in (
         Property("sampler_walk", 1, properties.sampler_walk, WALK, 10),
-        Property("step_update", 2, properties.step_update, ("rows", "devices", "features", "seed", *OPTIMISER), 8),
+        Property("step_update", 2, properties.step_update, STEP, 8),
         Property("transition_walk", 2, properties.transition_walk, (*WALK, *OPTIMISER), 4),
         Property("contract_tells_apart", 3, properties.contract_tells_apart, EXPERIMENT, 6),
         Property("restore_damage", 3, properties.restore_damage, RESTORE, 5),
@@ -56,6 +68,10 @@ PROPERTIES = {  # one row per randomised check: its name, stage, property, param
 }
 SAVE_FORMS = ("start", "end", "mid")  # every restore search visits each save point and each path form first
 PATH_FORMS = ("bare", "nested", "other")
+COMPILED_FORMS = (False, *[True] * 7)  # one un-jitted step in eight (eager dispatch costs seconds per case)
+DATA_FORMS = ("dataset", "tuple")  # every search passes the course's Dataset and a plain tuple in turn
+FILE_NAMES = ("checkpoint.npz", "checkpoint", "run.ckpt")  # the name is the learner's to write as given
+DATA_WORDS = {"dataset": "data as the course's Dataset", "tuple": "data as a plain (features, targets) tuple"}
 
 
 def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
@@ -69,10 +85,12 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
     except (Overrun, NotImplementedError):
         raise
     except Exception as exc:
+        form = " (data is any (features, targets) pair: unpack it, features, targets = data)"
         return Miss(
             "no exception",
             f"{type(exc).__name__}: {exc}"[:300],
-            f"the implementation raised {type(exc).__name__} at {raised_where(exc)}",
+            f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+            + (form if isinstance(exc, AttributeError) and case.data_form == "tuple" else ""),
         )
     return None
 
@@ -82,7 +100,7 @@ def shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, int
     tries, improved = 0, True
     while improved and tries < SHRINK_TRIES:
         improved = False
-        for name in (n for n in SHRINK_ORDER + ("save_at", "path") if n in prop.parameters):
+        for name in (n for n in SHRINK_ORDER + SHRINK_LAST if n in prop.parameters):
             for candidate in smaller(case, name):
                 if tries >= SHRINK_TRIES:
                     break
@@ -101,9 +119,23 @@ def cases_for(prop: Property, seed: int, count: int) -> list[Case]:
     rng = np.random.default_rng([seed, *prop.name.encode()])
     unused = {name: getattr(Case, name) for name in DOMAIN if name not in prop.parameters}
     found = [fit(replace(draw(rng), **unused)) for _ in range(count)]
-    if prop.name == "restore_damage":  # every save point and path form at least once
-        found = [replace(c, save_at=SAVE_FORMS[i % 3], path=PATH_FORMS[(i // 3 + i) % 3]) for i, c in enumerate(found)]
-    return found
+    if prop.name == "step_update":  # one step: the whole range Config accepts (its own generator)
+        wide = np.random.default_rng([seed, *prop.name.encode(), 1])
+        found = [replace(c, learning_rate=draw_float(wide, *ONE_STEP["learning_rate"], c.learning_rate)) for c in found]
+    return [replace(case, **_forms(prop, seed + number)) for number, case in enumerate(found)]
+
+
+def _forms(prop: Property, number: int) -> dict:
+    """The forms case `number` (counted on from the search seed) takes: each save point, path, step kind and
+    data form in turn, so consecutive cases visit every form and each search seed starts at another."""
+    forms = {
+        "save_at": SAVE_FORMS[number % 3],
+        "path": PATH_FORMS[(number // 3 + number) % 3],
+        "compiled": COMPILED_FORMS[number % len(COMPILED_FORMS)],
+        "data_form": DATA_FORMS[number % 2],
+        "file_name": FILE_NAMES[(number // 3 * 2 + number + 2) % 3],
+    }
+    return {name: value for name, value in forms.items() if name in prop.parameters}
 
 
 def run_property(ctx, prop: Property):
@@ -137,8 +169,12 @@ def _shape(case: Case, prop: Property) -> str:
         "decay": "decay {:.6g}",
         "save_at": "saved at {}",
         "path": "{} path",
+        "file_name": "file name {}",
+        "compiled": "compiled={}",
     }
     words += [text.format(getattr(case, name)) for name, text in named.items() if name in prop.parameters]
+    if "data_form" in prop.parameters:
+        words.append(DATA_WORDS[case.data_form])
     return ", ".join(words)
 
 

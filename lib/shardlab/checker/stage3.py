@@ -10,9 +10,20 @@ import os
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.damage as damage
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
-from shardlab.checker.common import CheckFailed, cached_step, expect, in_fresh_interpreter, plain, sharding_of
+from shardlab import errors
+from shardlab.checker.common import (
+    CheckFailed,
+    cached_step,
+    expect,
+    host,
+    in_fresh_interpreter,
+    plain,
+    sharding_of,
+    snapshot,
+)
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
@@ -121,15 +132,43 @@ def contract_pins_the_experiment(ctx):
     )
 
 
+def _restored(ctx, path: str, contract: dict) -> tuple[dict, str]:
+    """(the state the learner's own restore gives for `path`, or {}; the error it raised, or '')."""
+    try:
+        return ctx.impl.restore(path, contract, ctx.mesh), ""
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        return {}, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _differ(restored: dict, state: dict) -> list[str]:
+    """The fields of `state` that `restored` does not give back exactly."""
+    return [n for n in FIELDS if n not in restored or not np.array_equal(host(restored[n]), host(state[n]))]
+
+
+def _held(members: dict, value) -> bool:
+    value = host(value)
+    return any(a.shape == value.shape and a.dtype.kind in "biuf" and np.array_equal(a, value) for a in members.values())
+
+
 def checkpoint_holds_every_field(ctx):
-    """save writes a plain NPZ with all six fields, equal to the state it was given."""
-    path, state, _ = _saved(ctx, "fields")
+    """save writes a plain NPZ (read with allow_pickle=False) that holds all six fields: restore gives them back.
+
+    The course names the six fields of the state, not the NPZ members: a field counts as held when the
+    learner's own restore returns it, or failing that when some member holds its value under any name.
+    """
+    path, state, contract = _saved(ctx, "fields")
     members = _members(path)
-    missing = [name for name in FIELDS if name not in members]
+    restored, error = _restored(ctx, path, contract)
+    missing = [name for name in _differ(restored, state) if not _held(members, state[name])]
     hint = " (momentum is optimiser history: it cannot be rebuilt)" if "momentum" in missing else ""
-    expect(not missing, list(FIELDS), sorted(members), f"the checkpoint lacks {missing}{hint} -> save all six fields")
-    differ = [name for name in FIELDS if not np.array_equal(np.asarray(state[name]), members[name])]
-    return expect(not differ, "saved values equal the state", f"{differ} differ", "save must write the state as is")
+    return expect(
+        not missing,
+        f"{list(FIELDS)}, each given back by restore or held by a member",
+        f"no member holds {missing}; members {sorted(members)}" + (f"; restore raised {error}" if error else ""),
+        f"the checkpoint lacks {missing}{hint} -> save all six fields",
+    )
 
 
 def restore_returns_every_field(ctx):
@@ -250,14 +289,8 @@ def _cursor(value: int):
 
 def restore_refuses_damaged_checkpoints(ctx):
     """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
-    path, _, contract = _saved(ctx, "damaged")
-    missing = [name for name in FIELDS if name not in _members(path)]
-    expect(
-        not missing,
-        list(FIELDS),
-        f"lacks {missing}",
-        "the checkpoint lacks fields (see checkpoint_holds_every_field), so damaged copies of them cannot be made",
-    )
+    path, state, contract = _saved(ctx, "damaged")
+    located = damage.locate(_members(path), snapshot(state), contract)  # the members, whatever their names
     rows = ctx.data.features.shape[0]
     damages = {name: faults.DAMAGE[name] for name in faults.COURSE_DAMAGE}
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
@@ -266,8 +299,10 @@ def restore_refuses_damaged_checkpoints(ctx):
     targets = {}
     for number, (what, change) in enumerate(damages.items()):
         try:
-            targets[what] = faults.tampered(path, os.path.join(folder, f"{number}.npz"), change)
-        except KeyError:  # the learner's file keeps that member under another layout: nothing to damage there
+            targets[what] = faults.tampered(
+                path, os.path.join(folder, f"{number}.npz"), damage.by_field(change, located)
+            )
+        except KeyError:  # no member of the learner's file holds that field alone: nothing to damage there
             continue
     targets["truncated file"] = faults.truncated(path, os.path.join(folder, "truncated.npz"))
     targets["not an NPZ file"] = os.path.join(folder, "notes.npz")
@@ -288,30 +323,30 @@ def restore_refuses_damaged_checkpoints(ctx):
     )
 
 
-def _same_fields(members: dict, state: dict) -> bool:
-    return all(name in members and np.array_equal(members[name], np.asarray(state[name])) for name in FIELDS)
+def _two_states(ctx) -> tuple[dict, dict, dict]:
+    """(the trained state, the state one transition later, the contract): two real checkpoints of one run."""
+    state, step = _trained(ctx)
+    state = {**state}
+    later, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, ctx.mesh)
+    for name in ("weights", "momentum"):  # materialise the host copies before forking
+        np.asarray(state[name]), np.asarray(later[name])
+    return state, later, ctx.impl.contract(ctx.data, _config(ctx))
 
 
-def _final_file(path: str):
-    """(members or None, error text): the arrays a reader finds at `path` (allow_pickle=False)."""
-    try:
-        return read_npz(path), ""
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:200]
+def _holds(ctx, path: str, contract: dict, state: dict) -> str:
+    """'' if the learner's own restore gives back `state` from `path`, else what it gave instead."""
+    restored, error = _restored(ctx, path, contract)
+    return error or (f"a checkpoint whose {_differ(restored, state)} differ" if _differ(restored, state) else "")
 
 
 def _interrupted_saves(ctx, mode: str):
-    """Yield (number, outcome, path, state, rival) for a save stopped at each chosen file operation."""
-    state = {**_trained(ctx)[0]}
-    for name in ("weights", "momentum"):
-        np.asarray(state[name])  # materialise the host copy before forking
-    rival = {**state, "step": int(state["step"]) + 1}
-    contract = ctx.impl.contract(ctx.data, _config(ctx))
+    """Yield (number, outcome, path, state, other, contract) for a save stopped at each chosen file operation."""
+    state, other, contract = _two_states(ctx)
     base = os.path.join(ctx.workdir, f"interrupt-{mode}")
     os.makedirs(os.path.join(base, "whole"))
     path = os.path.join(base, "whole", "checkpoint.npz")
     whole = interrupt.interrupted(
-        ctx.impl.save, interrupt.MAX_OPERATIONS + 1, mode, path + ".json", (path, state, contract)
+        ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
     )
     if whole["status"] != "not reached" or whole.get("first") != "saved":
         raise CheckFailed(
@@ -319,71 +354,134 @@ def _interrupted_saves(ctx, mode: str):
             {k: whole.get(k) for k in ("status", "first")},
             "an uninterrupted save in a forked child did not finish (does it loop, or use JAX after fork?)",
         )
-    members, error = _final_file(path)
-    if members is None or not _same_fields(members, state):
+    wrong = _holds(ctx, path, contract, state)
+    if wrong:
         raise CheckFailed(
-            "an uninterrupted save readable with allow_pickle=False",
-            error or "other values",
-            "even an uninterrupted save gives no readable checkpoint (see checkpoint_holds_every_field)",
+            "an uninterrupted save that restore gives back",
+            wrong,
+            "even an uninterrupted save gives no checkpoint its restore accepts (see checkpoint_holds_every_field)",
         )
     for number in interrupt.stop_points(whole["operations"]):
         folder = os.path.join(base, str(number))
         os.makedirs(folder)
         path = os.path.join(folder, "checkpoint.npz")
         outcome = interrupt.interrupted(
-            ctx.impl.save, number, mode, folder + ".json", (path, state, contract), (path, rival, contract)
+            ctx.impl.save, number, mode, folder + ".json", (path, state, contract), (path, other, contract)
         )
-        yield number, outcome, path, state, rival
+        yield number, outcome, path, state, other, contract
+
+
+def _save_again(ctx, path: str, state: dict, contract: dict) -> tuple[bool, str]:
+    """(saved?, how it refused): a new save to `path`, as a re-run of the command would make it."""
+    try:
+        ctx.impl.save(path, state, contract)
+    except NotImplementedError:
+        raise
+    except errors.CheckpointExistsError as exc:
+        return False, f"CheckpointExistsError: {exc}"[:300]
+    except Exception as exc:
+        return False, f"not the exists error: {type(exc).__name__}: {exc}"[:300]
+    return True, ""
+
+
+def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, contract: dict) -> None:
+    """What a save killed at `number` left, and whether a re-run's save to the same name then does the right thing."""
+    where = f"a save killed at file operation {number} ({at})"
+    published = os.path.lexists(path)
+    if published:
+        wrong = _holds(ctx, path, contract, state)
+        expect(
+            not wrong,
+            "no file, or a complete checkpoint equal to the state",
+            wrong,
+            f"{where} left an incomplete file at the final path: a reader would find a half-written checkpoint -> "
+            "write a temporary file in the same folder, flush and fsync it, then publish it under the final name "
+            "in one step (os.link)",
+        )
+    left = sorted(os.listdir(os.path.dirname(path)))
+    saved, refusal = _save_again(ctx, path, again, contract)
+    if published:
+        expect(
+            not saved and refusal.startswith("CheckpointExistsError") and not _holds(ctx, path, contract, state),
+            "CheckpointExistsError, the published checkpoint untouched",
+            refusal or "saved over it",
+            f"{where} had published its checkpoint; a new save to that name must refuse it with "
+            "errors.CheckpointExistsError and leave it as it is (checkpoints are never overwritten)",
+        )
+        return
+    expect(
+        saved,
+        "the re-run's save succeeds (the name is free)",
+        {"left in the folder": left, "the new save": refusal},
+        f"{where} left {left} behind, and a new save to the same, still free name was refused -> a killed save "
+        "must not block the next one: give every save a temporary name of its own (tempfile.mkstemp in the "
+        "target's folder), and no lock or temporary file whose leftover refuses a later save",
+    )
+    wrong = _holds(ctx, path, contract, again)
+    expect(
+        not wrong,
+        "the re-run's own checkpoint at the path",
+        wrong,
+        f"after {where}, the re-run's save published "
+        "something else than what it was given (a stale temporary file?) -> publish the file this save wrote",
+    )
 
 
 def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
-    """A save killed at each of its file operations leaves no file, or a complete restorable one, at the path."""
+    """A save killed at each of its file operations leaves nothing or a complete checkpoint, and a re-run can save.
+
+    After each kill a new save to the same name (a re-run of the command) must succeed if the name is
+    still free and give back its own state, or refuse with CheckpointExistsError if the killed save had
+    published. Judged through the learner's own restore, whatever its NPZ members are called.
+    """
     points = 0
-    for number, outcome, path, state, _ in _interrupted_saves(ctx, "kill"):
+    for number, outcome, path, state, again, contract in _interrupted_saves(ctx, "kill"):
         points += 1
         if outcome["status"] == "hung":
             expect(False, "the save to stop or finish", "hung", f"no end within {interrupt.CHILD_TIMEOUT} s")
-        if not os.path.lexists(path):
-            continue
-        members, error = _final_file(path)
-        expect(
-            members is not None and _same_fields(members, state),
-            "no file, or a complete checkpoint equal to the state",
-            error or "a checkpoint with other values",
-            f"a save killed at file operation {number} ({outcome.get('at')}) left an incomplete file at the final "
-            "path: a reader would find a half-written checkpoint -> write a temporary file in the same folder, "
-            "flush and fsync it, then publish it under the final name in one step (os.link or os.replace)",
+        _after_a_kill(ctx, number, outcome.get("at"), path, state, again, contract)
+    return f"killed at each of {points} file operations: nothing or a complete checkpoint; re-run saved", "as expected"
+
+
+def _race_cause(saved: list, losers_exist: bool, wrong: str) -> str:
+    if len(saved) == 2:
+        return (
+            "both reported success, so one replaced the other's published checkpoint -> publish with an operation "
+            "that fails if the name exists (os.link, or open(path, 'xb')); an existence check before os.replace "
+            "leaves a gap another saver can use, and a lock held in one process's memory does not stop another"
         )
-    return f"killed at each of {points} file operations: nothing or a complete checkpoint", "as expected"
+    if not saved:
+        return "neither save succeeded, although the name was free for the first to publish"
+    if not losers_exist:
+        return (
+            "the losing save did not raise errors.CheckpointExistsError -> refuse a taken name with the course's error"
+        )
+    return f"the final file is not the checkpoint of the save that succeeded ({wrong})"
 
 
 def racing_saves_never_overwrite(ctx):
-    """A second save to the same path, run inside each gap of the first, never replaces a published checkpoint."""
+    """A second saver, another process, saving to the same path inside each gap of the first: exactly one wins.
+
+    The other raises CheckpointExistsError and the path holds the winner's checkpoint (judged through
+    the learner's own restore).
+    """
     points = 0
-    for number, outcome, path, state, rival in _interrupted_saves(ctx, "race"):
+    for number, outcome, path, state, rival, contract in _interrupted_saves(ctx, "race"):
         points += 1
         if outcome["status"] != "done":
-            expect(False, "both saves to return or raise", outcome["status"], "the raced save did not finish")
+            expect(False, "both saves to return or raise", outcome, "the raced save did not finish")
         saved = [who for who in ("first", "rival") if outcome.get(who) == "saved"]
-        members, error = _final_file(path) if os.path.lexists(path) else (None, "no file")
+        losers_exist = all(outcome.get(f"{who}_exists_error") for who in ("first", "rival") if who not in saved)
         winner = {"first": state, "rival": rival}.get(saved[0]) if len(saved) == 1 else None
-        ok = len(saved) <= 1 and (
-            (winner is None and members is None) or (members is not None and _same_fields(members, winner))
-        )
+        wrong = _holds(ctx, path, contract, winner) if winner is not None else "no single winner"
         expect(
-            ok,
-            "at most one save succeeds and the path holds exactly its checkpoint",
-            {"saves that returned": saved, "at": outcome.get("at"), "final file": error or "restorable"},
-            f"a second save ran at file operation {number} ({outcome.get('at')}) of the first and "
-            + (
-                "both reported success, so one replaced the other's published checkpoint -> publish with an "
-                "operation that fails if the name exists (os.link, or open(path, 'xb')); an existence check before "
-                "os.replace leaves a gap another saver can use"
-                if len(saved) == 2
-                else "the final file is not the checkpoint of the save that succeeded"
-            ),
+            len(saved) == 1 and losers_exist and not wrong,
+            "exactly one save succeeds, the other raises CheckpointExistsError, the path holds the winner's checkpoint",
+            {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong or "the winner's"},
+            f"a second saver (another process) ran at file operation {number} ({outcome.get('at')}) of the first and "
+            + _race_cause(saved, losers_exist, wrong),
         )
-    return f"raced at each of {points} file operations: never overwritten", "as expected"
+    return f"raced by another process at each of {points} file operations: one winner", "as expected"
 
 
 CHECKS = (

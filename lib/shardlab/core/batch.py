@@ -31,16 +31,17 @@ def padded_length(rows: int, num_devices: int) -> int:
 
 
 def pad(data, ids: np.ndarray, num_devices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Host arrays (features, targets, mask) for `ids`, zero-padded to a device multiple."""
+    """Host arrays (features, targets, mask) for `ids`, zero-padded to a device multiple; `data` any pair."""
+    data_features, data_targets = data
     rows = len(ids)
     if rows == 0:
         raise EmptyBatchError("the batch selects no rows; a global mean needs at least one")
     slots = padded_length(rows, num_devices)
-    features = np.zeros((slots, data.features.shape[1]), np.float32)
+    features = np.zeros((slots, np.shape(data_features)[1]), np.float32)
     targets = np.zeros(slots, np.float32)
     mask = np.zeros(slots, np.float32)
-    features[:rows] = data.features[ids]
-    targets[:rows] = data.targets[ids]
+    features[:rows] = np.asarray(data_features)[ids]
+    targets[:rows] = np.asarray(data_targets)[ids]
     mask[:rows] = 1.0
     return features, targets, mask
 

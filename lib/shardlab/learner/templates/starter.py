@@ -8,9 +8,12 @@ and run the notebooks against it with `make run IMPL=THIS_FILE`. Keep the signat
 the notebooks and the checker call these seven functions by name.
 
 The checker tries your code on many configurations (1 to 64 rows, 1 to 9 features, any batch size
-up to rows + 2, meshes of 1 to 4 devices, any seed, other learning rates and decays), not only the
-course's 23 rows in batches of 7. Each call must return within 20 s and use less than 2 GB; what
-your code prints goes to a log, and more than 5 MB of it stops the run.
+up to rows + 2, meshes of 1 to 4 devices, any seed, other learning rates and decays, jitted and
+un-jitted steps, data as the course's Dataset or a plain (features, targets) tuple), not only the
+course's 23 rows in batches of 7. No function changes what it is given: not the state dict, not its
+arrays (their values, type or placement on the devices), not the data or the contract. Each call must
+return within 20 s and use less than 2 GB; what your code prints goes to a log, and more than 5 MB of
+it stops the run.
 """
 
 import jax  # noqa: F401  (these imports are the ones you will need)
@@ -37,7 +40,8 @@ def _todo(function: str, stage: int, hint: str) -> NotImplementedError:
 def initial(seed: int, data, mesh: Mesh) -> dict:
     """State at step 0: zero weights and momentum, a split key and the first order."""
     # Hints:
-    # - data is (features, targets): float32 arrays of shapes (n, d) and (n,).
+    # - data is (features, targets): float32 arrays of shapes (n, d) and (n,); any such pair (the course's
+    #   Dataset or a plain tuple), so unpack it: features, targets = data.
     # - key = jax.random.PRNGKey(seed); key, subkey = jax.random.split(key); keep `key` in the state and
     #   draw order = jax.random.permutation(subkey, n) with the second half (never the unsplit seed key).
     # - weights and momentum: float32 zeros of shape (d,), replicated with NamedSharding(mesh, P()).
@@ -70,7 +74,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     # - Loss before the update; then v <- decay * v + grad, w <- w - learning_rate * v (global gradient only).
     # - in_specs (P(AXIS, None), P(AXIS), P(AXIS), P(), P()); out_specs P() for all four outputs.
     # - Use the learning_rate and decay you are given (the checker builds steps with other values).
-    # - compiled=True returns jax.jit(mapped); compiled=False returns the mapped function itself (stage 4).
+    # - compiled=True returns jax.jit(mapped); compiled=False returns the mapped function itself (stage 4),
+    #   built with the same learning_rate and decay (the checker tries both kinds with other values).
     raise _todo("make_step", 2, "shard_map: psum count and numerators, divide once, momentum")
 
 
@@ -95,20 +100,27 @@ def contract(data, config: Config) -> dict:
 
 
 def save(path, state: dict, contract_: dict) -> str:
-    """Write all six fields plus the contract to a new NPZ at `path`; return the path."""
+    """Write all six fields plus the contract to a new NPZ at exactly `path` (any name); return the path."""
     # Hints: refuse a path that exists (raise errors.CheckpointExistsError); write np.savez to a temporary
     # file in the same folder as `path` (a bare file name means the working directory; a rename cannot
     # cross file systems), flush and fsync it, then publish it with an operation that fails if the name
     # already exists (os.link(tmp, path), then remove tmp): os.replace, or a check followed by a rename,
-    # would replace a checkpoint another saver published in between. A reader never sees a half-written
-    # file. Everything must load with np.load(path, allow_pickle=False): store the contract as a JSON string.
+    # would replace a checkpoint another saver published in between, and a lock kept in your process's memory
+    # does not stop a saver in another process: of two saves racing for one name exactly one succeeds, the
+    # other raises errors.CheckpointExistsError. A reader never sees a half-written file. A save killed
+    # midway must not stop the next save to that name: a temporary name of its own each time
+    # (tempfile.mkstemp(dir=folder)), never a fixed temporary name or lock file that a killed save leaves
+    # behind. Everything must load with np.load(path, allow_pickle=False): store the contract as a JSON
+    # string. Name the NPZ members as you like (the checker reads a checkpoint only through your restore).
+    # Fetch arrays into your own variables: never assign into `state`.
     raise _todo("save", 3, "six fields + contract into a new NPZ; never overwrite")
 
 
 def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     """Return the saved state after checking contract, then fields; weights re-replicated on `mesh`."""
-    # Hints: an unreadable, truncated or non-NPZ file is refused; compare the saved contract with
-    # expected_contract *before* accepting anything (errors.ContractMismatchError); then check
+    # Hints: an unreadable, truncated or non-NPZ file is refused (errors.CorruptCheckpointError); compare the
+    # saved contract with expected_contract *before* accepting anything, exactly and every entry (==, no
+    # tolerance: one ulp of the learning rate is another experiment; errors.ContractMismatchError); then check
     # (errors.CorruptCheckpointError): every field present; weights and momentum float32 of the width and
     # finite (NaN momentum cannot continue the run either); key uint32 (2,); order integer ids, a
     # permutation of 0..rows-1; cursor and step one integer each, 0 <= cursor <= rows (both ends are valid:
