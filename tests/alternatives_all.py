@@ -3,7 +3,8 @@
 Not collected by `make test` (the name does not start with test_); the Makefile target names this
 file, and .ci/run calls it after `make test`. Each alternative is first run through `check --stage
 all` (the property's premise), then through the course, and its receipts are compared with a
-reference run of the same stages. Broken files show that a failed run's advice names a failing check.
+reference run of the same stages. Broken files show that a failed run's advice names a failing check, and every
+alternative in tests/correct/ passes the randomised checks with 20 search seeds (`make test` runs one).
 """
 
 import fcntl
@@ -20,6 +21,7 @@ from test_alternatives_run import (
     receipt_differences,
     run_learner_stages,
 )
+from test_checker import SEARCHED_IN_MAKE_TEST, assert_the_search_accepts
 
 # broken files that pass stages 1 and 2 and fail a stage 3 notebook cell, each for another cause
 FAILING_RUNS = ("save_overwrites", "restore_skips_validation", "restore_resets_key", "checkpoint_without_momentum")
@@ -56,3 +58,8 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
 @pytest.mark.parametrize("broken", FAILING_RUNS)
 def test_a_failed_run_names_a_check_that_fails_for_that_file(broken, tmp_path):
     assert_advice_leads_to_a_failing_check(BROKEN / f"{broken}.py", tmp_path, ["stage3_checkpoint"])
+
+
+@pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py") if p.stem != SEARCHED_IN_MAKE_TEST))
+def test_every_correct_alternative_passes_the_search_with_20_seeds(alternative):
+    assert_the_search_accepts(CORRECT / f"{alternative}.py")

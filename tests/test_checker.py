@@ -397,13 +397,19 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
 
 
 # The randomised checks over the domain, for a correct alternative: 20 search seeds, one case per seed
-# and check (20 cases per randomised check in all, the default budget is 5 to 14 per seed).
+# and check (20 cases per randomised check in all, the default budget is 5 to 14 per seed). `make test`
+# runs it for one alternative; `make test-alternatives` (tests/alternatives_all.py) for every one.
 SEARCH_SEEDS = range(100, 120)
+SEARCHED_IN_MAKE_TEST = "nested_contract"
 
 
-@pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py")))
-def test_correct_alternative_passes_the_search_with_20_seeds(alternative):
-    spec = str(CORRECT / f"{alternative}.py")
+def test_correct_alternative_passes_the_search_with_20_seeds():
+    assert_the_search_accepts(CORRECT / f"{SEARCHED_IN_MAKE_TEST}.py")
+
+
+def assert_the_search_accepts(path: Path):
+    """Every randomised check of every stage the file is judged at passes for all 20 search seeds."""
+    spec, alternative = str(path), path.stem
     stages = [s for s in judged_at(implementation.load(spec)) if s < 4]
     randomised = {c.__name__ for s in stages for c in runner.STAGES[s].CHECKS if c.__name__ in RANDOMISED}
     failed = []
