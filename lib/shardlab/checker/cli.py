@@ -245,6 +245,19 @@ def add_arguments(parser) -> None:
         "--seed", type=seed, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
     )
     parser.add_argument("--thorough", action="store_true", help=f"a {THOROUGH}x longer randomised search")
+    add_supervisor_arguments(parser)
+
+
+def add_supervisor_arguments(parser) -> None:
+    """What `python -m shardlab check` adds to the child's arguments: where and how long the children run."""
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run each checking interpreter in a bubblewrap sandbox (no network, read-only files, own PIDs)",
+    )
+    parser.add_argument(
+        "--total-seconds", type=seconds, default=supervise.Bounds.total_seconds, help="bound of the whole check run"
+    )
 
 
 def add_child_arguments(parser) -> None:
@@ -274,6 +287,12 @@ def main(args) -> int:
         except OutputFolderError as exc:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
+    if getattr(args, "sandbox", False):
+        from shardlab.checker import sandbox
+
+        if why := sandbox.unavailable():
+            print(f"[shardlab check] --sandbox: {why}", file=sys.stderr)
+            return 2
     only = getattr(args, "only", False)
     chosen = [int(args.stage)] if only else stages_for(args.stage)
     seed, thorough = getattr(args, "seed", SEARCH_SEED), getattr(args, "thorough", False)
@@ -294,7 +313,10 @@ def main(args) -> int:
 
 def checked(spec: str, args, echo) -> tuple[dict, str]:
     """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
-    bounds = getattr(args, "bounds", None) or supervise.Bounds()
+    bounds = getattr(args, "bounds", None) or supervise.Bounds(
+        total_seconds=getattr(args, "total_seconds", supervise.Bounds.total_seconds),
+        sandboxed=getattr(args, "sandbox", False),
+    )
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
     if not args.output:
         results, environment, excerpt = supervise.temporary_run(
