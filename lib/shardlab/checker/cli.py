@@ -27,6 +27,7 @@ from shardlab.checker.supervise import LOG, REPORT
 from shardlab.cli import seconds, seed
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
+from shardlab.core.files import sha256_file
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
 from shardlab.learner import implementation
@@ -166,6 +167,7 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
     stages = sorted({r.stage for r in results})
     return {
         "implementation": spec,
+        "implementation_sha256": sha256_file(spec) if spec not in ("", "reference") and os.path.isfile(spec) else None,
         "passed": all(r.passed for r in results),
         "stages": {
             str(s): {
