@@ -11,7 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-STUB = "initial = next_batch = make_step = transition = contract = save = restore = None\n"
+STUB = "initial = next_batch = make_step = transition = contract = save = restore = lambda *args, **kwargs: None\n"
 NOT_YET = (
     "def initial(seed, data, mesh):\n    raise NotImplementedError('initial is not written yet')\n\n"
     "next_batch = make_step = transition = contract = save = restore = initial\n"
@@ -132,12 +132,12 @@ for path in glob.glob({str(folder)!r} + "/*.py"):
     odd = ["empty_folder", "fifo.py", ".hidden.py", "SHOUT.PY", "link.py", "two", "lone.zip", "huge.py"]
     add("odd_entries", "empty folder, FIFO, dotfile, .PY, symlink, two .py files, lone zip, 5 MB file", odd)
     # 8. names that forge console lines or spreadsheet formulas
-    _write(folder / "evil\n[9/9] honest_stub.py  1:pass.py", NOT_YET)
+    _write(folder / "evil\n[1 of 1] honest_stub.py  1:pass.py", NOT_YET)
     _write(folder / "=HYPERLINK(1).py", NOT_YET)
     add(
         "odd_names",
         "a newline name forging a progress line; a formula name",
-        ["evil\\n[9/9] honest_stub.py  1:pass.py", "=HYPERLINK(1).py"],
+        ["evil\\n[1 of 1] honest_stub.py  1:pass.py", "=HYPERLINK(1).py"],
     )
     # 9. portfolio zips: nested JSON, a zip bomb, a FIFO
     _write(folder / "nested.py", NOT_YET)

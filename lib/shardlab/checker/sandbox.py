@@ -24,7 +24,6 @@ course's code, which is public anyway).
 """
 
 import os
-import resource
 import shutil
 import signal
 import stat
@@ -87,6 +86,8 @@ def unavailable() -> str | None:
     """None if a sandboxed interpreter starts here; else why not (bwrap missing, namespaces refused)."""
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian: apt-get install bubblewrap; or make sandbox as root)"
+    if shutil.which("prlimit") is None:
+        return "prlimit (util-linux) is not installed, so the sandbox's memory bound cannot be set"
     probe = command([sys.executable, "-B", "-c", "import os; print(os.getpid())"], Sandbox())
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_SECONDS, stdin=subprocess.DEVNULL)
@@ -97,20 +98,19 @@ def unavailable() -> str | None:
     return None
 
 
-def _limits(address_space: int):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+def limited(argv: list, address_space: int) -> list:
+    """`argv` under an address-space bound and no core files (prlimit: nothing runs between fork and exec)."""
+    tool = shutil.which("prlimit")
+    if tool is None:
+        raise FileNotFoundError("prlimit (util-linux)")
+    return [tool, f"--as={address_space}", "--core=0", "--", *argv]
 
 
 def spawn(inner: list, box: Sandbox | None = None, **popen) -> subprocess.Popen:
     """Start `inner` (sandboxed if `box`) in its own session and process group; `kill` or `stop_all` ends it."""
     env = {**popen.pop("env", os.environ), "PYTHONDONTWRITEBYTECODE": "1"}
-    argv = command(inner, box) if box is not None else inner
-    limits = _limits(box.address_space) if box is not None else None
-    process = subprocess.Popen(argv, start_new_session=True, env=env, preexec_fn=limits, **popen)
+    argv = limited(command(inner, box), box.address_space) if box is not None else inner
+    process = subprocess.Popen(argv, start_new_session=True, env=env, **popen)
     LIVE.add(process)
     return process
 
