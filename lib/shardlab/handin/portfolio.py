@@ -158,9 +158,9 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
     """(Run, {row id: Item}) for a finished run, or PortfolioError naming every missing piece of run evidence."""
     receipts = Path(receipts)
     audit = load_audit(receipts)
+    spec = match_implementation(audit, receipts, implementation)
     if verified:  # a finished run's receipts, as its manifest records them (not the run still being written)
         contain.verify_receipts(receipts)
-    spec = match_implementation(audit, receipts, implementation)
     workspace = Path(workspace) if workspace else None
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
         report = _without_paths(checker_report(spec, check_report, Path(folder) / "check", audit, receipts), spec)
