@@ -181,6 +181,11 @@ def run(out: Path, reduced: bool, timeout: float, jobs: int) -> list[dict]:
                 "as_expected": same,
             }
         )
+    receipts = Path(__file__).resolve().parents[2] / "receipts"
+    if (receipts / "audit.json").is_file():
+        from rig.grade_attacks import portfolio_attacks
+
+        found += portfolio_attacks.run(out / "portfolio", receipts)
     summary = {"seconds": round(seconds, 1), "entries": len(rows), "rows": found, "progress": lines}
     (out / "attacks.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return found

@@ -285,11 +285,11 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
         outcome = bounded.check(str(copy), work / "run", timeout, cap, sandboxed=sandboxed)
         private = str(copy.parent) + os.sep  # where the copy ran: shown as the bare file name
         outcome.output = outcome.output.replace(private, "")
-        rows = [{**base, **row, "seconds": outcome.seconds} for row in stage_rows(outcome, timeout)]
-        rows = [{**row, "diagnosis": row["diagnosis"].replace(private, "")} for row in rows]
         if outcome.report:
-            text = json.dumps(outcome.report, indent=1).replace(json.dumps(private)[1:-1], "")
+            outcome.report = json.loads(json.dumps(outcome.report).replace(json.dumps(private)[1:-1], ""))
+            text = json.dumps(outcome.report, indent=1)
             (folder / "check_report.json").write_text(text + "\n", encoding="utf-8")
+        rows = [{**base, **row, "seconds": outcome.seconds} for row in stage_rows(outcome, timeout)]
     (folder / "output.txt").write_text(outcome.output[:KEPT_OUTPUT], encoding="utf-8")
     return digest, rows
 
