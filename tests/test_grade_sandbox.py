@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from shardlab.checker import sandbox
+import shardlab.checker.sandbox as sandbox
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.errors import ConfigError
 from shardlab.handin import grade, platforms

@@ -290,7 +290,7 @@ def main(args) -> int:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
     if getattr(args, "sandbox", False):
-        from shardlab.checker import sandbox
+        import shardlab.checker.sandbox as sandbox
 
         if why := sandbox.unavailable():
             print(f"[shardlab check] --sandbox: {why}", file=sys.stderr)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 import shardlab.checker.guard as guard
-from shardlab.checker import sandbox
+import shardlab.checker.sandbox as sandbox
 
 REPORT = "check_report.json"  # the JSON report of a run (in the command line's --output folder)
 LOG = "check_output.log"  # everything the implementation printed, beside the report

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardlab.checker import sandbox
+import shardlab.checker.sandbox as sandbox
 from shardlab.checker.supervise import REPORT
 
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take

@@ -33,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from html import escape
 from pathlib import Path
 
+import shardlab.checker.sandbox as sandbox
 from shardlab import outdir
-from shardlab.checker import sandbox
 from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
 from shardlab.core.files import sha256_file
@@ -42,6 +42,7 @@ from shardlab.errors import ConfigError
 from shardlab.evidence.audit import source_hashes
 from shardlab.evidence.index import STYLE
 from shardlab.handin import bounded, platforms
+from shardlab.handin.platforms import cell
 
 COMMAND = "grade"
 TABLE, PAGE, RECORD, CHECKS = "grade.csv", "grade.html", "grade.json", "checks"
@@ -384,12 +385,6 @@ def _digest(path: Path | None) -> str | None:
     except OSError:
         return None
     return sha256_file(path) if stat.S_ISREG(info.st_mode) and info.st_size <= SOURCE_BYTES else None
-
-
-def cell(value) -> str:
-    """A CSV cell a spreadsheet shows as text: a leading = + - @ (a formula) or tab/CR is escaped with '."""
-    text = str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def table_csv(rows: list[dict]) -> str:

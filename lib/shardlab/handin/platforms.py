@@ -96,9 +96,13 @@ def prairielearn(rows: list[dict]) -> dict:
     }
 
 
-def lms_csv(body: dict) -> str:
-    from shardlab.handin.grade import cell
+def cell(value) -> str:
+    """A CSV cell a spreadsheet shows as text: a leading = + - @ (a formula) or tab/CR is escaped with '."""
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
+
+def lms_csv(body: dict) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     total = sum(WEIGHTS.values())
