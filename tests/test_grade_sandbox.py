@@ -328,3 +328,32 @@ def test_the_reduced_attack_campaign_holds(tmp_path):
     assert not failed, failed
     names = {r["attack"] for r in found}
     assert {"orphan_and_rewriter", "sibling_overwrite", "pyc_shadowing", "honest:honest_stub.py"} <= names
+
+
+SANDBOXED_HOSTILE = {  # body of `initial` -> the verdict the supervisor must give it from outside the sandbox
+    "memory": ("    hog = []\n    while True:\n        hog.append(np.ones(10**7))", "`initial` used more than 300 MB"),
+    "loop": ("    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n        pass", "did not return"),
+}
+
+
+@NEEDS_BWRAP
+@pytest.mark.parametrize("kind", sorted(SANDBOXED_HOSTILE))
+def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
+    """Memory is read from the sandboxed interpreter's host pid; a loop ignoring SIGALRM is stopped from outside."""
+    from argparse import Namespace
+
+    from shardlab.checker import cli, supervise
+
+    body, verdict = SANDBOXED_HOSTILE[kind]
+    spec = tmp_path / f"{kind}.py"
+    spec.write_text(
+        "import signal\n\nimport numpy as np\n\nfrom shardlab.learner.reference import *  # noqa\n\n\n"
+        f"def initial(seed, data, mesh):\n{body}\n"
+    )
+    bounds = supervise.Bounds(60 if kind == "memory" else 2, 300 * 1024**2, 200_000, 240, sandboxed=True)
+    out = tmp_path / "out"
+    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    report = json.loads((out / cli.REPORT).read_text())
+    first = report["checks"][0]
+    assert first["name"] == "initial_state_fields" and verdict in first["diagnosis"], first
+    assert report["implementation_sha256"] == grade.sha256_file(spec)

@@ -32,6 +32,7 @@ GRACE = 10.0  # seconds past the time bound before the parent stops a call SIGAL
 POLL = 0.05  # seconds between looks at the child
 RESTARTS = 8  # at most one per learner function, plus slack
 SHOWN_LINES = 20  # lines of the learner's console output echoed at the end
+TOTAL_BOUND = "the whole check run passed"  # how a verdict of the whole-run bound starts
 
 
 @dataclass
@@ -138,7 +139,7 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
                 "(the run was stopped; the output so far is in the log)"
             )
         elif now > deadline:
-            verdict = f"the whole check run passed {bounds.total_seconds:g} s and was stopped"
+            verdict = f"{TOTAL_BOUND} {bounds.total_seconds:g} s and was stopped"
         else:
             time.sleep(POLL)
     sandbox.kill(process)  # also anything it left running in its group (or its sandbox)

@@ -34,6 +34,7 @@ from html import escape
 from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
+import shardlab.checker.supervise as supervise
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
@@ -234,6 +235,9 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             verdict = {"timeout": "timeout", "output": "output cap"}[outcome.stopped]
             row.update(verdict=verdict, passed=0, diagnosis=f"{why[outcome.stopped]}; no report, so no check counts")
             cut = True
+        elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
+            row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
+            cut = True
         elif failed:
             row["verdict"] = "fail"
         elif not mine:
@@ -356,13 +360,15 @@ def grade(
                     try:
                         digest, rows = future.result()
                     except Exception as exc:  # noqa: BLE001 (one entry never ends the run)
-                        base = {"submission": sub["name"], "portfolio": "no", "sandbox": "yes"}
+                        base = {"submission": sub["name"], "portfolio": "no"}
+                        base["sandbox"] = UNSANDBOXED if unsandboxed else "yes"
                         digest, rows = None, _not_gradable(base, f"grading failed: {type(exc).__name__}: {exc}")
                     record[sub["name"]] = {"sha256": digest, "folder": sub["folder"], "rows": rows, "reused": False}
                     elapsed = time.perf_counter() - start
                     left = elapsed / number * (total - number)
                     verdicts = " ".join(f"{r['stage']}:{r['verdict']}" for r in rows)
-                    _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left)")
+                    warning = f"  {UNSANDBOXED}" if unsandboxed else ""
+                    _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left){warning}")
             except BaseException:  # Ctrl-C or SIGTERM: no check outlives the command
                 pool.shutdown(wait=False, cancel_futures=True)
                 bounded.stop_all()
