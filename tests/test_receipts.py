@@ -218,7 +218,7 @@ def test_fresh_run_holds_no_absolute_paths(run_dir):
 
 @pytest.mark.notebooks
 def test_stage4_notebook_records_what_the_audit_holds(run_dir):
-    found = results(run_dir, "stage4_profile")
+    found = results(run_dir, "stage4a_profile")
     audit = load_audit(run_dir)
     for key in ("timing", "trace", "environment", "figure"):
         assert found[key] == audit[key], key
@@ -227,7 +227,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
     assert {k: found["timing"][k]["compile_ms"] for k in VARIANTS} == {
         k: found["compile"][k]["compile_ms"] for k in VARIANTS
     }
-    nb = executed(run_dir, "stage4_profile")
+    nb = executed(run_dir, "stage4a_profile")
     figure_cells = [c for c in nb.cells if "figure" in c.metadata.get("tags", [])]
     assert len(figure_cells) == 1
     assert any("image/png" in o.get("data", {}) for o in figure_cells[0].outputs), "the figure is shown inline"
@@ -235,7 +235,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
 
 def test_runner_runs_stage4_after_stage3():
     names = runner.NOTEBOOKS  # stage 4's figure reads stage 3's fault results from the same folder
-    assert names.index("stage4_profile") > max(names.index("stage3_checkpoint"), names.index("stage3_resume"))
+    assert names.index("stage4a_profile") > max(names.index("stage3a_checkpoint"), names.index("stage3b_resume"))
 
 
 def test_committed_receipts_follow_the_schema():

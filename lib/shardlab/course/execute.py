@@ -24,7 +24,7 @@ from shardlab.learner import implementation as learner_implementation
 COMMAND = "run"  # this command's section of the output folder's manifest
 FAILED = "run-failed"  # the section holding the partly executed notebook of a failed run
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
-BENCH_READER = "stage4_beyond"  # the notebook that shows a bench.json, when --bench names one
+BENCH_READER = "stage4b_beyond"  # the notebook that shows a bench.json, when --bench names one
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
 # The kernel talks to the runner over Unix sockets in Jupyter's runtime folder instead of TCP on
 # loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
