@@ -54,9 +54,9 @@ test-browser: venv ## a real headless Chromium: stage 1 run through JupyterLab's
 	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-browser.txt
 	$(BIN)/python -m pytest -n 0 -p no:cacheprovider browser_tests
 
-lint: venv ## ruff check and format check of lib/ and tests/
-	$(BIN)/ruff check lib tests
-	$(BIN)/ruff format --check lib tests
+lint: venv ## ruff check and format check of lib/, rig/ and tests/
+	$(BIN)/ruff check lib rig tests
+	$(BIN)/ruff format --check lib rig tests
 
 lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab on them
 	@$(BIN)/python -m shardlab workspace $(WORKSPACE)
@@ -90,4 +90,4 @@ bench: venv ## measure three optimisations beside their baselines into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
-	$(BIN)/python -m shardlab torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))
+	$(BIN)/python -m rig.torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

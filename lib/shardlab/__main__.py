@@ -40,7 +40,6 @@ COMMANDS = {
         "shardlab.handin.grade",
         "check every submission in a folder stage by stage, each bounded in its own process; one table",
     ),
-    "torture": ("shardlab.torture", "kill, corrupt and misuse the checkpoint path; write OUT/torture.json with counts"),
 }
 
 

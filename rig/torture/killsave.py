@@ -16,22 +16,25 @@ from collections import Counter
 
 import numpy as np
 
+from rig.torture.outcome import Tally
 from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
 from shardlab.errors import CheckpointExistsError
-from shardlab.torture.outcome import Tally
 
 PAUSE = 0.002  # seconds a timed saver rests at each event, so one save spans ~0.1-0.3 s to land in
 REPLY_TIMEOUT = 120.0  # seconds to wait for the zygote on a loaded machine before giving up
 
 
 class Zygote:
-    """The forking helper process (shardlab.torture.zygote), one JSON line per trial."""
+    """The forking helper process (rig.torture.zygote), one JSON line per trial."""
 
     def __init__(self):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        # the child imports the rig by name from wherever the campaign runs: the repository root goes on its path
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shardlab.torture.zygote"],
+            [sys.executable, "-m", "rig.torture.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

@@ -18,6 +18,7 @@ import zipfile
 
 import numpy as np
 
+from rig.torture.outcome import Tally, tree_digest
 from shardlab import orbax_io, outdir
 from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
@@ -25,7 +26,6 @@ from shardlab.core.schema import FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.io import read_npz
 from shardlab.multi import manifest
-from shardlab.torture.outcome import Tally, tree_digest
 
 BOUND = 30.0  # seconds any one trial may take (a child process included)
 MEMORY_SLACK = 1 << 20  # a refused restore may cost the file's size plus this much traced memory
@@ -193,13 +193,22 @@ def _sigterm(out) -> None:
         child.wait()
 
 
+def run_command(argv: list[str]) -> int:
+    """`python -m shardlab ARGV` here, or `python -m rig.torture ARGV[1:]` when ARGV starts with torture."""
+    if argv[:1] == ["torture"]:
+        from rig.torture import command
+
+        return command(argv[1:])
+    from shardlab.__main__ import main
+
+    return main(argv)
+
+
 def _cli(command: str, out) -> None:
     from contextlib import redirect_stderr, redirect_stdout
 
-    from shardlab.__main__ import main
-
     with redirect_stderr(io.StringIO()) as err, redirect_stdout(io.StringIO()):
-        code = main([*COMMAND_ARGV[command], out])
+        code = run_command([*COMMAND_ARGV[command], out])
     if code:
         raise ConfigError(err.getvalue().strip().splitlines()[-1])
 
