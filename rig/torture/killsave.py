@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 
 from rig.torture.outcome import Tally
-from shardlab.core import checkpoint
+from shardlab.core import checkpoint, files
 from shardlab.core.files import sha256_file
 from shardlab.errors import CheckpointExistsError
 
@@ -90,7 +90,7 @@ def landing(events: list[str]) -> str:
     reported = [e for e in events if not e.startswith("!")]
     if not reported or reported[-1] in ("start", "returned"):
         return reported[-1] if reported else "before_start"
-    created = next((i for i, e in enumerate(reported) if e.startswith(f"open {checkpoint.TEMP}")), None)
+    created = next((i for i, e in enumerate(reported) if e.startswith(f"open {files.TEMP}")), None)
     if created is None or created == len(reported) - 1:
         return "before_temp"  # clean-up of older temporaries, or the temporary's own creation
     after = [e.split(" ", 1)[0] for e in reported[created + 1 :]]
