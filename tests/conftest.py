@@ -180,13 +180,29 @@ def refused_command(argv) -> str | None:
     return None
 
 
+_RUNNING = {}  # the test whose setup, call or teardown runs now (its markers allow or refuse a child)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING["item"] = item
+    try:
+        return (yield)
+    finally:
+        _RUNNING.pop("item", None)
+
+
 def _guard_children() -> None:
+    """In every run, --quick or not: a test without a LOOP_MARKERS marker may not start a kernel,
+    a notebook run or a controller group in a child process (kernels start as children too)."""
     import subprocess
 
     original = subprocess.Popen.__init__
 
     def checked(self, args, *rest, **options):
-        found = refused_command(args)
+        item = _RUNNING.get("item")
+        marked = item is None or any(item.get_closest_marker(name) for name in LOOP_MARKERS)
+        found = None if marked else refused_command(args)
         if found:
             _unmarked(f"starts a child process `{found} ...` (a kernel, a notebook run or a controller group)")
         original(self, args, *rest, **options)
@@ -195,6 +211,7 @@ def _guard_children() -> None:
 
 
 def pytest_configure(config):
+    _guard_children()
     if not config.getoption("quick", False):
         return
     given = config.option.markexpr
@@ -205,7 +222,6 @@ def pytest_configure(config):
     if already:  # imported before any test ran (a plugin, conftest): the guard could not see who
         raise pytest.UsageError(f"--quick: {already} imported before the tests started")
     sys.meta_path.insert(0, _RefuseLoopImports())
-    _guard_children()
 
 
 _SESSION = {}  # whole-suite wall time, for `python -m shardlab bench` (see pytest_sessionfinish)
