@@ -3,8 +3,9 @@
 An implementation the checker passes must run the stage notebooks 1-4 to the end (`make run
 IMPL=...`; stage 5 runs the reference) and record what the reference run records, except where an
 implementation may legitimately differ (ALLOWED: its messages, its file format, its collectives,
-timings). `make test` runs one alternative against the session's course run; `make
-test-alternatives` runs every file in tests/correct/ (tests/alternatives_all.py).
+timings). The learner runs themselves are `make test-alternatives`'s (tests/alternatives_all.py: every
+file in tests/correct/, and broken files whose failed run must name a failing check); `make test` runs
+the comparison's own tests and the planted failures here, each stopping in its first notebook.
 
 The converse is tested too: every notebook cell that asserts something about the implementation
 is listed in course_cells.COVERAGE with checks that exist, and a failed run names them.
@@ -29,7 +30,6 @@ CORRECT = Path(__file__).parent / "correct"
 BROKEN = Path(__file__).parent / "broken"
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 LEARNER_STAGES = [name for name in catalog.NOTEBOOKS if not name.startswith("stage5")]  # stage 5 runs the reference
-IN_MAKE_TEST = "nested_contract"  # the contract form the Orbax lesson once refused
 
 # result path -> why an implementation may record something else there than the reference run
 ALLOWED = {
@@ -140,15 +140,6 @@ def checker_failures(implementation: str, only=None) -> list[str]:
     """The checks `check --stage all` fails for `implementation`; with `only`, just those checks are run."""
     skip = [] if only is None else [c.__name__ for s in cli.STAGES for c in cli.checks_of(s) if c.__name__ not in only]
     return [r.name for r in cli.run_checks(implementation, "all", skip=skip) if not r.passed]
-
-
-@pytest.mark.notebooks
-@pytest.mark.learner_run
-@pytest.mark.slow
-def test_an_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(run_dir, tmp_path):
-    spec = str(CORRECT / f"{IN_MAKE_TEST}.py")  # test_checker.py shows the checker accepts it
-    found = run_learner_stages(spec, tmp_path / "alternative")
-    assert receipt_differences(run_dir, found) == []
 
 
 def test_an_alternative_runs_every_notebook_that_calls_its_code():
@@ -298,14 +289,6 @@ def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
     assert "no check covers this cell" in advice and "gap in the course, not in your file" in advice
     assert "make check IMPL=mine.py STAGE=all" in advice
     assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4_profile", ["figure"])
-
-
-@pytest.mark.notebooks
-@pytest.mark.learner_run
-@pytest.mark.slow
-def test_a_run_that_fails_names_a_check_that_fails_for_the_same_file(tmp_path):
-    """End to end: a file the checker rejects fails a notebook cell, and the advice names a check that fails."""
-    assert_advice_leads_to_a_failing_check(BROKEN / "save_overwrites.py", tmp_path, ["stage3_checkpoint"])
 
 
 PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so each run takes seconds)
