@@ -18,7 +18,7 @@ SUBMISSIONS ?= submissions
 GRADE ?= grade_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade clean
+.PHONY: help venv run test test-quick test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -41,6 +41,10 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 
 test: venv ## the whole test suite on two workers (executes every notebook once, under 6 min on 2 cores)
 	$(BIN)/python -m pytest
+
+test-quick: venv ## the inner loop after every edit (about a minute): every test that runs no notebook, controller group or learner run
+	@start=$$(date +%s); $(BIN)/python -m pytest --quick -p no:cacheprovider \
+	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 
 test-alternatives: venv ## every file in tests/correct/: passes the checker, runs stages 1-4 like the reference
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/alternatives_all.py \
@@ -86,8 +90,9 @@ drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, cr
 supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save --keep 2 ...') into supervise_out/
 	$(BIN)/python -m shardlab supervise --out $(if $(filter receipts,$(OUT)),supervise_out,$(OUT)) $(ARGS)
 
-bench: venv ## measure three optimisations beside their baselines into bench/
+bench: venv ## measure three optimisations beside their baselines, then the loops (bench/loops.json), into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
+	$(BIN)/python -m shardlab loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
 	$(BIN)/python -m rig.torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

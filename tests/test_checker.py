@@ -388,8 +388,12 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     assert status == 1 and report["passed"] is False
     cli_report = json.loads((tmp_path / "cli" / runner.REPORT).read_text())
     pick = {"name", "passed", "diagnosis", "expected", "observed"}
-    same = [{k: e[k] for k in pick} for e in cli_report["checks"]]
+    searched = {c.__name__ for c in runner.STAGES[1].CHECKS if c.__name__.startswith("random_")}
+    assert searched and set(report["left_out"]) == searched  # the search is make check's, not a cell's
+    same = [{k: e[k] for k in pick} for e in cli_report["checks"] if e["name"] not in searched]
     assert [{k: e[k] for k in pick} for e in report["checks"]] == same
+    assert len(same) == len(cli_report["checks"]) - len(searched)
+    assert any(line.startswith("not run here: the randomised search") and "STAGE=1" in line for line in here_lines)
     failing = [line for line in here_lines if line.startswith("FAIL")]
     assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
     assert any("the 2-id remainder was dropped" in line for line in here_lines)
