@@ -16,6 +16,7 @@ WORKSPACE ?= workspace
 PORTFOLIO ?= portfolio_out
 SUBMISSIONS ?= submissions
 GRADE ?= grade_out
+ONLY ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv run test test-quick test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade clean
@@ -75,8 +76,8 @@ clean: ## remove .venv and caches (not receipts/)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Beyond the course: each writes machine-readable results into OUT.
-check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1
-	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
+check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1 (ONLY=1: just that stage)
+	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter 1 yes,$(ONLY)),--only,) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
 
 portfolio: venv ## what you hand in, from a finished run: IMPL=my_model.py OUT=my_receipts -> PORTFOLIO (portfolio_out/)
 	$(BIN)/python -m shardlab portfolio --receipts $(OUT) --implementation $(IMPL) --workspace $(WORKSPACE) --out $(PORTFOLIO)

@@ -27,6 +27,10 @@ COMMANDS = {
         "copy the course notebooks into your own folder (`make lab` opens it)",
     ),
     "starter": ("shardlab.learner.starter", "copy the starter template to a new file for your own implementation"),
+    "hint": (
+        "shardlab.learner.hints",
+        "one layer of hints for one of the seven functions: `hint FUNCTION [LEVEL]`, a nudge first, the recipe last",
+    ),
     "check": ("shardlab.checker.cli", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (
         "shardlab.perf.bench",

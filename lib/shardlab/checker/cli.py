@@ -29,7 +29,7 @@ from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
-from shardlab.learner import implementation
+from shardlab.learner import implementation, rules
 from shardlab.learner.implementation import API
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
@@ -190,9 +190,11 @@ def describe(result) -> str:
     if result.passed:
         return line
     shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
+    enforced = ", ".join(f"{rules.MARKER}{rule.id}" for rule in rules.for_check(result.name))
     return (
         f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
         f"      diagnosis: {result.diagnosis}"
+        + (f"\n      rules:     {enforced} (stated in the starter, taught in the notebook)" if enforced else "")
     )
 
 
