@@ -17,9 +17,10 @@ PORTFOLIO ?= portfolio_out
 SUBMISSIONS ?= submissions
 GRADE ?= grade_out
 ONLY ?=
+AUTOGRADER ?= autograder_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-quick test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade clean
+.PHONY: help venv run test test-quick test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade sandbox autograder clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -82,8 +83,17 @@ check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1 (
 portfolio: venv ## what you hand in, from a finished run: IMPL=my_model.py OUT=my_receipts -> PORTFOLIO (portfolio_out/)
 	$(BIN)/python -m shardlab portfolio --receipts $(OUT) --implementation $(IMPL) --workspace $(WORKSPACE) --out $(PORTFOLIO)
 
-grade: venv ## every submission in SUBMISSIONS (submissions/) checked stage by stage -> GRADE (grade_out/)
+grade: venv sandbox ## every submission in SUBMISSIONS (submissions/), each in its own sandbox -> GRADE (grade_out/)
 	$(BIN)/python -m shardlab grade $(SUBMISSIONS) --out $(GRADE)
+
+sandbox: ## install Debian's bubblewrap (bwrap), the sandbox grade runs each submission in (as root, or says how)
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then echo "[make] installing Debian's bubblewrap ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else echo "grade needs bubblewrap: run 'sudo apt-get install bubblewrap' once, or make sandbox as root"; exit 1; fi
+
+autograder: venv ## a Gradescope autograder bundle (setup.sh, run_autograder, the checker) -> AUTOGRADER (autograder_out/)
+	$(BIN)/python -m shardlab.handin.platforms bundle --out $(AUTOGRADER) --checkout .
 
 drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, crash loop, launch paths) into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))

@@ -27,6 +27,7 @@ from shardlab.checker.supervise import LOG, REPORT
 from shardlab.cli import seconds, seed
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
+from shardlab.core.files import sha256_file
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
 from shardlab.learner import implementation, rules
@@ -166,6 +167,7 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
     stages = sorted({r.stage for r in results})
     return {
         "implementation": spec,
+        "implementation_sha256": sha256_file(spec) if spec not in ("", "reference") and os.path.isfile(spec) else None,
         "passed": all(r.passed for r in results),
         "stages": {
             str(s): {
@@ -247,6 +249,19 @@ def add_arguments(parser) -> None:
         "--seed", type=seed, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
     )
     parser.add_argument("--thorough", action="store_true", help=f"a {THOROUGH}x longer randomised search")
+    add_supervisor_arguments(parser)
+
+
+def add_supervisor_arguments(parser) -> None:
+    """What `python -m shardlab check` adds to the child's arguments: where and how long the children run."""
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run each checking interpreter in a bubblewrap sandbox (no network, read-only files, own PIDs)",
+    )
+    parser.add_argument(
+        "--total-seconds", type=seconds, default=supervise.Bounds.total_seconds, help="bound of the whole check run"
+    )
 
 
 def add_child_arguments(parser) -> None:
@@ -276,6 +291,12 @@ def main(args) -> int:
         except OutputFolderError as exc:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
+    if getattr(args, "sandbox", False):
+        import shardlab.checker.sandbox as sandbox
+
+        if why := sandbox.unavailable():
+            print(f"[shardlab check] --sandbox: {why}", file=sys.stderr)
+            return 2
     only = getattr(args, "only", False)
     chosen = [int(args.stage)] if only else stages_for(args.stage)
     seed, thorough = getattr(args, "seed", SEARCH_SEED), getattr(args, "thorough", False)
@@ -296,7 +317,10 @@ def main(args) -> int:
 
 def checked(spec: str, args, echo) -> tuple[dict, str]:
     """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
-    bounds = getattr(args, "bounds", None) or supervise.Bounds()
+    bounds = getattr(args, "bounds", None) or supervise.Bounds(
+        total_seconds=getattr(args, "total_seconds", supervise.Bounds.total_seconds),
+        sandboxed=getattr(args, "sandbox", False),
+    )
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
     if not args.output:
         results, environment, excerpt = supervise.temporary_run(
