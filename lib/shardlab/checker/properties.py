@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -50,9 +51,14 @@ def near(observed, expected) -> bool:
     return observed.shape == expected.shape and oracle.finite(observed) and np.allclose(observed, expected, **TOLERANCE)
 
 
-# the course's refusals of another experiment's checkpoint (a restore that reads the members against the
-# expected contract's shapes before comparing contracts refuses some with CorruptCheckpointError)
+# the course's refusals of another experiment's checkpoint. Where the other experiment's arrays have the expected
+# shapes the contract is the only difference, so the refusal is ContractMismatchError: the contract is compared
+# before any field. Where the shapes differ (rows, feature width) a restore that reads each member against the
+# expected contract's shapes may refuse it as corrupt first.
 OTHER_EXPERIMENT = (errors.ContractMismatchError, errors.CorruptCheckpointError)
+OTHER_SHAPES = ("rows", "feature width")  # the inputs whose change changes the arrays' shapes
+# large but finite values a restore must accept: "finite" is np.isfinite, not a bound on the magnitude
+LARGE = np.float32(3e38)
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
 INPUTS = {
     "initial": (None, "data", None),
@@ -321,6 +327,24 @@ def _ulp(data: Dataset, part: str, position: int) -> Dataset:
     return Dataset(features, targets)
 
 
+def _swapped(data: Dataset) -> Dataset | None:
+    """The data with its first two distinct rows swapped (a row permutation: another run); None if none differ."""
+    features, targets = data.features.copy(), data.targets.copy()
+    same = [np.array_equal(features[i], features[0]) and targets[i] == targets[0] for i in range(len(targets))]
+    rows = [i for i in range(1, len(targets)) if not same[i]]
+    if not rows:
+        return None
+    i = rows[0]
+    features[[0, i]], targets[[0, i]] = features[[i, 0]], targets[[i, 0]]
+    return Dataset(features, targets)
+
+
+def _middle_edited(data: Dataset) -> Dataset:
+    targets = data.targets.copy()
+    targets[len(targets) // 2] += np.float32(1)
+    return Dataset(data.features, targets)
+
+
 def _merged(case: Case) -> dict:
     """Experiments that differ from the case's in seed *and* batch size, chosen so that an encoding that merges
     the two numbers (their digits written side by side, their sum) gives them the same text or value."""
@@ -364,8 +388,11 @@ def contract_variants(case: Case) -> dict:
         "every feature + 1": (Dataset(data.features + np.float32(1), data.targets), _config(case)),
         "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
         **_merged(case),
+        **({"two rows swapped": (_swapped(data), _config(case))} if _swapped(data) is not None else {}),
         "large fixture: last 64 rows reordered": (Dataset(edited, large.targets), _config(case)),
         "large fixture: one ulp of its last feature": (_ulp(large, "features", -1), _config(case)),
+        # NumPy's repr shows only the first and last three rows of a large array: an edit in the middle
+        "large fixture: one target in the middle + 1": (_middle_edited(large), _config(case)),
     }
 
 
@@ -439,6 +466,7 @@ def restore_damage(ctx, case: Case) -> None:
             os.chdir(cwd)
         restored = _save_and_restore(ctx, case, path, state, contract, mesh, at)
         _restored_rules(state, restored, mesh, at)
+        _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
     finally:
         os.chdir(here)
@@ -450,6 +478,38 @@ def restore_damage(ctx, case: Case) -> None:
         f"accepted {sorted(accepted)}",
         "restore accepted damaged checkpoints: " + "; ".join(f"{w} ({r})" for w, r in accepted.items()),
     )
+
+
+def _like(value, numbers: np.ndarray):
+    """`numbers` in the form of a state field: on the same devices with the same sharding, or on the host."""
+    if isinstance(value, jax.Array):
+        return jax.device_put(numbers, value.sharding)
+    return numbers
+
+
+def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> None:
+    """The same state with weights and momentum of the largest float32 magnitudes is saved and restored exactly."""
+    width = case.shape()[1]
+    signs = np.where(np.arange(width) % 2, np.float32(-1), np.float32(1))
+    large = {
+        **state,
+        "weights": _like(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
+        "momentum": _like(state["momentum"], (-signs * LARGE).astype(np.float32)),
+    }
+    other = os.path.join(os.path.dirname(os.path.abspath(path)), "large-" + os.path.basename(path))
+    try:
+        called(ctx, "save", other, large, contract)
+        restored = called(ctx, "restore", other, contract, mesh)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint saved and restored",
+            _learner_error(exc),
+            f"a valid checkpoint at step {at} with weights of magnitude 1e30 and momentum of magnitude 3e38 (large, "
+            "finite float32 values) was refused -> finite means np.isfinite, not a bound on the magnitude",
+        ) from exc
+    for name in ("weights", "momentum"):
+        want, got = host(large[name]), host(restored.get(name))
+        need(np.array_equal(want, got), want, got, f"restore must return the saved {name} exactly (large values)")
 
 
 def _learner_error(exc: Exception) -> str:
@@ -552,7 +612,12 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
         attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
     verdicts = {}
     for what, (target, expected, rule) in attempts.items():
-        error = OTHER_EXPERIMENT if "another experiment" in what else errors.CorruptCheckpointError
+        if what.startswith("contract: ") or any(f"({shape})" in what for shape in OTHER_SHAPES):
+            error = OTHER_EXPERIMENT
+        elif "another experiment" in what:
+            error = errors.ContractMismatchError  # same shapes: the contract is compared before any field
+        else:
+            error = errors.CorruptCheckpointError
         try:
             called(ctx, "restore", target, expected, mesh)
         except (NotImplementedError, Miss):
