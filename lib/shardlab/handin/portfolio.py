@@ -165,7 +165,13 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
         report = _without_paths(checker_report(spec, check_report, Path(folder) / "check", audit, receipts), spec)
     run = items.Run(
-        receipts, audit, spec, report, learner.written_answers(workspace), learner.selfcheck_scores(workspace)
+        receipts,
+        audit,
+        spec,
+        report,
+        learner.written_answers(workspace),
+        learner.selfcheck_scores(workspace),
+        workspace,
     )
     found = {row.id: row.gather(run) for row in items.HANDOFF}
     lacking = [f"{row.id}: {m}" for row in items.HANDOFF if row.required for m in found[row.id].missing]
@@ -237,9 +243,8 @@ def main(args) -> int:
     except (PortfolioError, ConfigError) as exc:
         print(f"[shardlab portfolio] {exc}", file=sys.stderr)
         return 1
-    manifest = json.loads((out / FOLDER / MANIFEST).read_text())
-    absent = [m for row in manifest["items"] for m in row["missing"]]
-    print(f"[shardlab portfolio] {out / ZIP} ready to hand in; open {out / PAGE} to read it")
-    if absent:
-        print(f"[shardlab portfolio] still missing ({len(absent)}):\n  " + "\n  ".join(absent))
+    state = json.loads((out / FOLDER / MANIFEST).read_text())["status"]
+    print(f"[shardlab portfolio] {page.status_line(state)}: {out / ZIP}; open {out / PAGE} to read it")
+    for n, entry in enumerate(state["missing"], 1):
+        print(f"  {n}. {entry['what']}\n     how: {entry['how']}")
     return 0
