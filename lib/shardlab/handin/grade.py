@@ -327,10 +327,10 @@ def grade(
     `echo(line)` receives one progress line per finished submission. Without a working sandbox this
     refuses (ConfigError) unless `unsandboxed`.
     """
+    found = discover(Path(submissions), Path(out))
     if not unsandboxed and (why := sandbox.unavailable()):
         raise ConfigError(f"cannot sandbox the submissions: {why}. Install it or pass --unsandboxed (at your risk)")
     out = outdir.claim(out, COMMAND)
-    found = discover(Path(submissions), out)
     version, earlier = checker_version(), _previous(out)
     bounds = {"timeout_s": timeout, "output_cap_bytes": cap, "sandboxed": not unsandboxed}
     same = earlier.get("checker_version") == version and earlier.get("bounds") == bounds
