@@ -97,6 +97,32 @@ def test_the_sandbox_dies_with_its_caller(tmp_path):
         parent.kill()
 
 
+def test_a_check_stops_with_the_process_that_started_it(tmp_path):
+    """grade killed (SIGKILL) mid-check: the supervisor notices and ends the sandbox and all it started."""
+    token = f"supervised-token-{os.getpid()}-{time.time_ns()}"
+    flag = tmp_path / "forked"
+    spec = tmp_path / "orphan_on_import.py"
+    body = ORPHAN.replace("sys.argv[1]", repr(token)).replace("sys.argv[2]", repr(str(flag)))
+    spec.write_text(body)  # forks on import, then sleeps there: the check is still running when its caller dies
+    caller = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-m', 'shardlab', 'check', '--implementation', {str(spec)!r}, "
+        "'--stage', '1', '--sandbox'], start_new_session=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        end = time.time() + 180  # the sandbox's folder is read-only for the file: its mark is its command line
+        while not _holding(token):
+            assert time.time() < end, "the orphan never started"
+            time.sleep(0.1)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert not _gone(token, 5), "the orphan died with the check whose caller died"
+    finally:
+        parent.kill()
+
+
 def test_the_sandbox_sees_only_what_it_is_given(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
@@ -349,3 +375,19 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     first = report["checks"][0]
     assert first["name"] == "initial_state_fields" and verdict in first["diagnosis"], first
     assert report["implementation_sha256"] == grade.sha256_file(spec)
+
+
+def test_the_supervisor_accepts_exactly_the_fields_of_a_result():
+    """The progress channel's shape check names the same fields as the report's Result, no more, no fewer."""
+    from dataclasses import MISSING, asdict, fields
+
+    from shardlab.checker import cli, supervise
+
+    declared = {f.name: f for f in fields(cli.Result)}
+    optional = {n for n, f in declared.items() if f.default is not MISSING}
+    assert set(supervise.RESULT_OPTIONAL) == optional
+    assert set(supervise.RESULT_FIELDS) | set(supervise.RESULT_VALUES) == set(declared) - optional
+    good = asdict(cli.Result("a_check", 1, True, 1, 1, "", 0.5))
+    assert supervise._shaped(good)
+    assert not supervise._shaped({**good, "extra": 1}) and not supervise._shaped({**good, "stage": "1"})
+    assert not supervise._shaped({k: v for k, v in good.items() if k != "observed"})

@@ -84,7 +84,7 @@ def checker_version() -> str:
 
 def shown(name: str) -> str:
     """A name as the table and console show it: control characters (newlines too) and backslashes escaped."""
-    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode() for c in name) or "?"
+    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode() for c in name)
 
 
 def _folder_name(name: str, taken: set) -> str:
@@ -107,7 +107,7 @@ def _kind(mode: int) -> str:
 
 def _entry(entry: os.DirEntry) -> dict:
     """One row's description of a top-level entry: {name, file | problem, portfolio}."""
-    name = shown(entry.name)
+    name = shown(entry.name) or "?"
     row = {"name": name, "portfolio": None}
     try:
         info = entry.stat(follow_symlinks=False)
