@@ -289,7 +289,7 @@ RECEIPTS = REPO / "receipts"
 
 
 def _receipts_copy(into: Path) -> Path:
-    shutil.copytree(RECEIPTS, into, ignore=shutil.ignore_patterns("portfolio*", ".shardlab-*"))
+    shutil.copytree(RECEIPTS, into, ignore=shutil.ignore_patterns("portfolio*", ".shardlab-staging-*"))
     return into
 
 
