@@ -23,7 +23,7 @@ CONSTRUCT, RECORD = "construct", "record"
 SHOWN = {
     "stage1_batches": ("addressable_shards", ".sharding", "jax.Array"),
     "stage2_update": ("jax.shard_map", "in_specs=", "out_specs=P()", "jax.lax.psum", "all_reduce"),
-    "stage3a_checkpoint": ("zipfile.ZipFile", "np.load", "allow_pickle=False"),
+    "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
     "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
 }
