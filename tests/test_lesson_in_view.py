@@ -55,7 +55,7 @@ def visible(cell) -> str:
         else:
             data = output.get("data", {})
             parts.append(data.get("text/markdown") or data.get("text/html") or data.get("text/plain") or "")
-    return "".join(parts)
+    return "\n".join(parts)
 
 
 def table(text: str) -> list[list[str]]:

@@ -422,7 +422,7 @@ def score(notebook: str, choices: dict) -> dict:
 def where(q: Question) -> str:
     """Where the notebook shows the answer: the section and cell when the question names them."""
     if q.cell:
-        return f"Where this notebook shows it: the output of the cell tagged {q.cell}, under \u201c{q.section}\u201d."
+        return f"Where this notebook shows it: under \u201c{q.section}\u201d, the output of the cell tagged {q.cell}."
     return f"Where this stage shows it: {q.evidence}."
 
 
