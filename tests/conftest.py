@@ -86,14 +86,39 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in course:
         compat.xdist_group_node_id(item, COURSE_GROUP)
+    whole = whole_modules([item for item in items if item not in course])
+    for item in items:
+        if item not in course and _module(item) in whole:
+            compat.xdist_group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
     items[:] = course + [item for item in items if item not in course]  # the same order in every worker
 
 
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadgroup` with one unit per test module (its module fixtures set up once) and the course first.
+MODULE_GROUP = "module:"  # the xdist group of a module whose tests share a module- or class-scoped fixture
 
-    The course run is the longest unit, so it starts at once on one worker; the modules follow in
-    collection order, each on one worker.
+
+def shared_scopes(item) -> set:
+    """The scopes narrower than the session of the fixtures `item` uses that outlive one test (module, class...)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+    return {d.scope for d in definitions} & {"module", "class", "package"}
+
+
+def _module(item) -> str | None:
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else None
+
+
+def whole_modules(items) -> set:
+    """Modules with a test using a module-, class- or package-scoped fixture: one unit each, set up once."""
+    return {_module(item) for item in items if shared_scopes(item)} - {None}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` with the course run first, then every other test its own unit of work, except
+    the tests of a module that shares a module- or class-scoped fixture (one unit: that fixture is built once).
+
+    The course run is the longest unit, so it starts at once on one worker; the rest follows in
+    collection order, a test at a time, so that neither worker waits while the other has a long module left.
     """
     if config.getoption("dist") != "loadgroup":
         return None
@@ -101,7 +126,10 @@ def pytest_xdist_make_scheduler(config, log):
 
     class CourseRunFirst(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return COURSE_GROUP if nodeid.endswith(f"@{COURSE_GROUP}") else nodeid.split("::")[0]
+            if nodeid.endswith(f"@{COURSE_GROUP}"):
+                return COURSE_GROUP
+            before, module_group, name = nodeid.rpartition(f"@{MODULE_GROUP}")
+            return f"{MODULE_GROUP}{name}" if module_group else nodeid
 
     config.option.loadscopereorder = False  # keep the workers' order, in which the course run leads
     return CourseRunFirst(config, log)
