@@ -223,6 +223,7 @@ def starter_file(tmp_path):
     return path
 
 
+@pytest.mark.slow  # the whole checker, its search included: make check's own loop
 def test_reference_passes_every_stage_in_a_fresh_interpreter(tmp_path):
     status, report = check_cli(tmp_path, "reference", "all")
     assert status == 0
