@@ -296,6 +296,7 @@ SLOW_MISTAKES = {
     *("save_fixed_temp_name", "checkpoint_without_momentum", "restore_skips_validation", "remainder_of_one_dropped"),
     *("transition_ignores_step", "missing_factor_two", "restore_skips_contract", "local_count"),
     *("restore_keeps_numpy_weights", "padding_counted", "save_overwrites", "restore_resets_cursor"),
+    *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
 }
 
 
