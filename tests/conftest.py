@@ -157,16 +157,14 @@ def results(run_dir, name):
 LOOP_MARKERS = ("notebooks", "controllers", "learner_run", "slow")
 QUICK = "not (" + " or ".join(LOOP_MARKERS) + ")"
 REFUSED_MODULES = ("papermill", "nbclient", "ipykernel")  # a notebook run, or a kernel in this process
-REFUSED_COMMANDS = (  # argv words that start a kernel, a notebook run or a controller group in a child
+# argv words of a child that is a kernel, a notebook run or a controller: the child itself, not a command
+# that may start one (`python -m shardlab run --seed 1.5` only refuses its argument), is what is refused
+REFUSED_COMMANDS = (
     ("shardlab.multi.program",),
     ("ipykernel_launcher",),
     ("papermill",),
     ("jupyter",),
     ("jupyter-lab",),
-    ("shardlab", "run"),
-    ("shardlab", "drills"),
-    ("shardlab", "supervise"),
-    ("shardlab", "multi"),
 )
 
 
