@@ -338,6 +338,7 @@ def judged_at(module) -> list[int]:
     return sorted(replaced | ({4} if 2 in replaced else set()) | ({3} if 1 in replaced else set()))
 
 
+@pytest.mark.slow  # every check of the stages each alternative changes
 @pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py")))
 def test_correct_alternative_passes_its_stages(alternative):
     """Correct code written differently from the reference passes every check of the stages it touches."""
@@ -352,6 +353,7 @@ def test_correct_alternative_passes_its_stages(alternative):
     assert {r.stage for r in results} == set(stages) and len(results) == expected
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_correct_checkpoint_alternatives_resume_in_a_fresh_interpreter():
     """The one stage 3 check the test above leaves out; it passes every other one of these alternatives."""
     others = [c.__name__ for c in runner.checks_of(3) if c.__name__ != "fresh_process_resume"]
@@ -425,6 +427,7 @@ SEARCH_SEEDS = range(100, 120)
 SEARCHED_IN_MAKE_TEST = "nested_contract"
 
 
+@pytest.mark.slow  # 20 search seeds
 def test_correct_alternative_passes_the_search_with_20_seeds():
     assert_the_search_accepts(CORRECT / f"{SEARCHED_IN_MAKE_TEST}.py")
 
@@ -444,6 +447,7 @@ def assert_the_search_accepts(path: Path):
     assert not failed, f"{alternative} is correct but the search rejected it: {failed[:3]}"
 
 
+@pytest.mark.slow  # the search and its shrinking, from the command line
 def test_cli_prints_the_minimal_case_and_its_reproduction(tmp_path, capfd):
     spec = BROKEN / "pad_extra_when_multiple.py"
     status = runner.main(
@@ -550,6 +554,7 @@ def test_every_held_out_file_was_measured(measured, suffix):
     assert not rejected, rejected
 
 
+@pytest.mark.slow  # a search that shrinks its case
 @pytest.mark.parametrize("name", sorted(SEARCH_ONLY))
 def test_held_out_mistake_is_caught_by_the_search(name):
     check = SEARCH_ONLY[name]
