@@ -67,6 +67,13 @@ def run_dir(tmp_path_factory):
     return Path(found["out"])
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item):
+    """A test that reads the session's course run executes the notebooks: marked before -m or --quick select."""
+    if "run_dir" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.notebooks)
+
+
 @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and after xdist's own hook
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, make the tests that read the course run one unit of work, listed first.
@@ -81,7 +88,6 @@ def pytest_collection_modifyitems(config, items):
     course = [item for item in items if "run_dir" in getattr(item, "fixturenames", ())]
     for item in course:
         item.add_marker(pytest.mark.xdist_group(COURSE_GROUP))
-        item.add_marker(pytest.mark.notebooks)  # it reads the session's course run: never part of --quick
     if not getattr(config.option, "loadgroup", False):
         return
     for item in course:
@@ -152,11 +158,11 @@ def results(run_dir, name):
 # --- the inner loop: `make test-quick` (pytest --quick) --------------------------------------------------------
 
 # A test that executes a notebook, starts a controller group or runs a learner's file through the course
-# carries one of these markers (a test reading `run_dir` gets `notebooks` above); --quick deselects them
+# carries one of these markers (a test reading `run_dir` gets `notebooks` when collected); --quick deselects them
 # all, and `slow` too, and then refuses, inside the selected tests, the things these markers stand for.
 LOOP_MARKERS = ("notebooks", "controllers", "learner_run", "slow")
 QUICK = "not (" + " or ".join(LOOP_MARKERS) + ")"
-REFUSED_MODULES = ("papermill", "nbclient", "ipykernel")  # a notebook run, or a kernel in this process
+REFUSED_MODULES = ("papermill", "ipykernel")  # a notebook run, or a kernel in this process (nbconvert needs nbclient)
 # argv words of a child that is a kernel, a notebook run or a controller: the child itself, not a command
 # that may start one (`python -m shardlab run --seed 1.5` only refuses its argument), is what is refused
 REFUSED_COMMANDS = (
