@@ -58,7 +58,7 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
 @pytest.mark.learner_run
 @pytest.mark.parametrize("broken", FAILING_RUNS)
 def test_a_failed_run_names_a_check_that_fails_for_that_file(broken, tmp_path):
-    assert_advice_leads_to_a_failing_check(BROKEN / f"{broken}.py", tmp_path, ["stage3_checkpoint"])
+    assert_advice_leads_to_a_failing_check(BROKEN / f"{broken}.py", tmp_path, ["stage3a_checkpoint"])
 
 
 @pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py") if p.stem != SEARCHED_IN_MAKE_TEST))

@@ -9,6 +9,7 @@ goes to one worker, and the other runs the rest of the suite meanwhile.
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 
 import nbformat
@@ -19,6 +20,8 @@ from shardlab.course import execute as runner
 from shardlab.course import results as record
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the library never needs it
+if str(REPO) not in sys.path:  # the rig (REPO/rig) is not installed: the tests import it from the checkout
+    sys.path.insert(0, str(REPO))
 
 sl.setup_devices(4)
 
@@ -80,10 +83,10 @@ def pytest_collection_modifyitems(config, items):
 
     xdist groups by an `@group` suffix of the node id, which xdist 3.8.0 writes where pytest 9.2 no
     longer reads it (a pytest-xdist 3.8.0 bug, upstream #1386), so the suffix is written here, through
-    shardlab.compat. Without it the lock in `run_dir` still runs the course once; a second worker would only
+    tests/_xdist.py. Without it the lock in `run_dir` still runs the course once; a second worker would only
     wait for it.
     """
-    from shardlab import compat
+    import _xdist
 
     course = [item for item in items if "run_dir" in getattr(item, "fixturenames", ())]
     for item in course:
@@ -91,11 +94,11 @@ def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):
         return
     for item in course:
-        compat.xdist_group_node_id(item, COURSE_GROUP)
+        _xdist.group_node_id(item, COURSE_GROUP)
     whole = whole_modules([item for item in items if item not in course])
     for item in items:
         if item not in course and _module(item) in whole:
-            compat.xdist_group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
+            _xdist.group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
     items[:] = course + [item for item in items if item not in course]  # the same order in every worker
 
 

@@ -35,14 +35,14 @@ LEARNER_STAGES = [name for name in catalog.NOTEBOOKS if not name.startswith("sta
 ALLOWED = {
     "stage2_update/all_reduce": "its own compiled step: how many collectives, and their IR lines",
     "stage2_update/empty_batch/refusals": "its own error messages",
-    "stage3_checkpoint/checkpoint/bytes": "its own file format",
-    "stage3_checkpoint/checkpoint/saved_by": "a process identity",
-    "stage3_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
-    "stage3_resume/process": "process identities",
-    "stage4_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
-    "stage4_beyond": "the course's own fused loops: timings and traces of this run",
+    "stage3a_checkpoint/checkpoint/bytes": "its own file format",
+    "stage3a_checkpoint/checkpoint/saved_by": "a process identity",
+    "stage3a_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
+    "stage3b_resume/process": "process identities",
+    "stage4a_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
+    "stage4b_beyond": "the course's own fused loops: timings and traces of this run",
 }
-EXACT = ("stage3_resume/recovery", "stage3_resume/orbax", "stage3_resume/divergence")  # no tolerance at all
+EXACT = ("stage3b_resume/recovery", "stage3b_resume/orbax", "stage3b_resume/divergence")  # no tolerance at all
 TOLERANCE = {"rel_tol": 1e-4, "abs_tol": 1e-5}  # float32 sums in another order: another implementation's rounding
 
 
@@ -71,7 +71,7 @@ INTACT += ("different configuration (batch size)", "existing checkpoint path")  
 
 
 def _rejections(found: dict) -> dict:
-    return {r["case"]: r["error"] for r in found["stage3_checkpoint"]["rejections"]}
+    return {r["case"]: r["error"] for r in found["stage3a_checkpoint"]["rejections"]}
 
 
 def receipt_differences(reference: Path, run: Path) -> list[str]:
@@ -83,13 +83,13 @@ def receipt_differences(reference: Path, run: Path) -> list[str]:
     diffs = differences(ref, found, "")
     theirs, ours = _rejections(found), _rejections(ref)
     if any(ours.get(case) != error for case, error in theirs.items()) or not set(INTACT) <= set(theirs):
-        diffs.append(f"stage3_checkpoint/rejections: {theirs} against {ours}")
-    numpy_errors = found["stage4_profile"]["max_abs_error_vs_numpy"]
+        diffs.append(f"stage3a_checkpoint/rejections: {theirs} against {ours}")
+    numpy_errors = found["stage4a_profile"]["max_abs_error_vs_numpy"]
     if (
-        sorted(numpy_errors) != sorted(ref["stage4_profile"]["max_abs_error_vs_numpy"])
+        sorted(numpy_errors) != sorted(ref["stage4a_profile"]["max_abs_error_vs_numpy"])
         or max(numpy_errors.values()) > 1e-4
     ):
-        diffs.append(f"stage4_profile/max_abs_error_vs_numpy: {numpy_errors}")
+        diffs.append(f"stage4a_profile/max_abs_error_vs_numpy: {numpy_errors}")
     a, b = (replay.load_record(d / "stage3" / "control.npz") for d in (reference, run))
     for name in ("ids", "step"):
         if len(a[name]) != len(b[name]) or not all(np.array_equal(x, y) for x, y in zip(a[name], b[name])):
@@ -123,7 +123,7 @@ def same_sampler(reference: dict, found: dict, k: int) -> bool:
 def learner_notebooks() -> list[str]:
     """The notebooks of stages 1-4 with a cell that runs the learner's code (calling_cells), in course order.
 
-    The others run the course's own code whatever file is given (stage4_beyond: the module's fused
+    The others run the course's own code whatever file is given (stage4b_beyond: the module's fused
     loops, its `implementation` parameter unused), so the reference's run of them speaks for every file.
     """
     calling = {notebook for notebook, _ in calling_cells()}
@@ -145,7 +145,7 @@ def checker_failures(implementation: str, only=None) -> list[str]:
 def test_an_alternative_runs_every_notebook_that_calls_its_code():
     """Only notebooks that never call the learner's code are left to the reference's run, and they never read it."""
     shared = [name for name in LEARNER_STAGES if name not in learner_notebooks()]
-    assert shared == ["stage4_beyond"], shared
+    assert shared == ["stage4b_beyond"], shared
     for name in shared:
         cells = [source for (notebook, _), source in code_cells().items() if notebook == name]
         assert cells and not any(USES_IMPL.search(source) or "implementation.load" in source for source in cells)
@@ -154,7 +154,7 @@ def test_an_alternative_runs_every_notebook_that_calls_its_code():
 
 def test_a_changed_receipt_is_a_difference():
     """The comparison can fail: a changed id, a loss beyond rounding, a missing key are all reported."""
-    ref = {"stage1_batches": {"batches": [{"ids": [1, 2]}], "loss": 0.5}, "stage3_resume": {"recovery": {"w": 0.0}}}
+    ref = {"stage1_batches": {"batches": [{"ids": [1, 2]}], "loss": 0.5}, "stage3b_resume": {"recovery": {"w": 0.0}}}
     assert differences(ref, json.loads(json.dumps(ref)), "") == []
     for path, value in (("ids", [2, 1]), ("loss", 0.5001), ("recovery", {"w": 1e-9})):
         changed = json.loads(json.dumps(ref))
@@ -163,10 +163,10 @@ def test_a_changed_receipt_is_a_difference():
         elif path == "loss":
             changed["stage1_batches"]["loss"] = value
         else:
-            changed["stage3_resume"]["recovery"] = value
+            changed["stage3b_resume"]["recovery"] = value
         assert differences(ref, changed, ""), path
     assert differences(ref, {**ref, "stage1_batches": {"loss": 0.5}}, "")
-    assert differences({"stage4_profile": {"t": 1.0}}, {"stage4_profile": {"t": 9.0}}, "") == []  # a timing
+    assert differences({"stage4a_profile": {"t": 1.0}}, {"stage4a_profile": {"t": 9.0}}, "") == []  # a timing
 
 
 # --- the converse: every notebook assertion about learner code is a check ------------------------------------
@@ -179,11 +179,11 @@ LOAD = "impl = sl.implementation.load(implementation)"  # a setup cell's load: m
 NOT_LEARNER = {
     ("stage1_batches", "refusals"): "the refusals of the course's own functions",
     ("stage2_update", "empty-batch"): "the course's own step and transition on an empty batch",
-    ("stage3_checkpoint", "refuse"): "it defines the helper the rejection cells call",
-    ("stage3_resume", "fresh-kernel"): "which process runs the notebook",
-    ("stage4_profile", "timing"): "the number of timing samples taken",
-    ("stage4_beyond", "fused_timing"): "the course's fused loop",
-    ("stage4_beyond", "fused_trace"): "the course's fused loop and its trace",
+    ("stage3a_checkpoint", "refuse"): "it defines the helper the rejection cells call",
+    ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
+    ("stage4a_profile", "timing"): "the number of timing samples taken",
+    ("stage4b_beyond", "fused_timing"): "the course's fused loop",
+    ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
 }
 
 
@@ -213,7 +213,7 @@ def calling_cells() -> dict:
 
 def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
     cells = asserting_cells()
-    assert ("stage3_checkpoint", "rejections-damaged") in cells and ("stage2_update", "gradient") in cells
+    assert ("stage3a_checkpoint", "rejections-damaged") in cells and ("stage2_update", "gradient") in cells
     unlisted = sorted(set(cells) - set(course_cells.COVERAGE) - set(NOT_LEARNER))
     assert unlisted == [], f"cells that assert but name no check in course_cells.COVERAGE: {unlisted}"
     stale = sorted(set(course_cells.COVERAGE) - set(code_cells()))
@@ -225,7 +225,7 @@ def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
 def test_every_cell_that_runs_learner_code_names_a_covering_check():
     """A cell that only calls the learner's functions fails when one raises: its advice must name a check too."""
     calling = calling_cells()
-    assert ("stage3_checkpoint", "derived") in calling and ("stage3_orbax_lesson", "setup") in calling
+    assert ("stage3a_checkpoint", "derived") in calling and ("stage3c_orbax_lesson", "setup") in calling
     assert ("stage1_batches", "setup") not in calling  # it only loads the file
     unlisted = sorted(set(calling) - set(course_cells.COVERAGE))
     assert unlisted == [], f"cells that run your file but name no check in course_cells.COVERAGE: {unlisted}"
@@ -285,10 +285,10 @@ def test_the_cell_a_timeout_stopped_is_the_last_one_papermill_started(tmp_path):
 
 
 def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
-    advice = runner._failure_advice("nb failed", None, "mine.py", "stage4_profile", ["figure"])
+    advice = runner._failure_advice("nb failed", None, "mine.py", "stage4a_profile", ["figure"])
     assert "no check covers this cell" in advice and "gap in the course, not in your file" in advice
     assert "make check IMPL=mine.py STAGE=all" in advice
-    assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4_profile", ["figure"])
+    assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4a_profile", ["figure"])
 
 
 PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so each run takes seconds)
@@ -299,7 +299,7 @@ PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so e
     ),
     "contract_not_done": (
         "def contract(data, config):\n    raise NotImplementedError('contract: not implemented yet (stage 3)')\n",
-        "stage3_checkpoint",
+        "stage3a_checkpoint",
     ),
 }
 

@@ -195,7 +195,7 @@ def test_runner_lists_stage1_and_stage2_first():
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("name, stage", [(STAGE1, 1), (STAGE2, 2), ("stage3_resume", 3)])
+@pytest.mark.parametrize("name, stage", [(STAGE1, 1), (STAGE2, 2), ("stage3b_resume", 3)])
 def test_the_check_cell_runs_the_stage_check(run_dir, name, stage):
     """The `check` cell ran the checker's own enumerated stage checks in a child interpreter, and they passed;
     it names the randomised search it left to `make check`."""

@@ -153,7 +153,7 @@ def test_the_other_course_fixtures_rerun_the_resume_pair():
     for seed, batch_size in [*FIXTURES.values(), (5, 3)]:
         others = runner._other_fixtures(seed, batch_size, everything)
         assert set(others.values()) == set(FIXTURES.values()) - {(seed, batch_size)}
-    assert runner._other_fixtures(5, 3, ["stage3_checkpoint"]) == {}  # no resume in this run: nothing to repeat
+    assert runner._other_fixtures(5, 3, ["stage3a_checkpoint"]) == {}  # no resume in this run: nothing to repeat
 
 
 # A tiny notebook that compiles one program and records what JAX's cache did: the cache folder it was

@@ -26,7 +26,7 @@ from shardlab.learner import implementation as learner_implementation
 COMMAND = "run"  # this command's section of the output folder's manifest
 FAILED = "run-failed"  # the section holding the partly executed notebook of a failed run
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
-BENCH_READER = "stage4_beyond"  # the notebook that shows a bench.json, when --bench names one
+BENCH_READER = "stage4b_beyond"  # the notebook that shows a bench.json, when --bench names one
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
 # The kernel talks to the runner over Unix sockets in Jupyter's runtime folder instead of TCP on
 # loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
@@ -38,7 +38,7 @@ LOCAL_KERNEL = {"KernelManager": {"transport": "ipc"}}
 # later run reads it. A cached executable is the one XLA compiled for the same program and options, so
 # results are the same; only the notebooks that measure compilation itself run without it.
 COMPILATION_CACHE = ".jax-compilation-cache"
-MEASURES_COMPILATION = ("stage4_profile", "stage5_multicontroller")  # compile times, first steps of each attempt
+MEASURES_COMPILATION = ("stage4a_profile", "stage5_multicontroller")  # compile times, first steps of each attempt
 CACHE_ENVIRONMENT = {  # jax.config options, read from the environment when a kernel's JAX starts
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the course's programs compile in milliseconds
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
