@@ -119,6 +119,7 @@ def test_any_byte_edit_or_truncation_is_refused_or_harmless(good, states, contra
     assert identical(restored, states[-1]), (flips, cut)
 
 
+@pytest.mark.notebooks  # its runner cases execute small notebooks (a previous run, a raising one)
 def test_bad_parameters_raise_their_own_errors_and_leave_earlier_files_alone(tmp_path, states, mesh):
     data, config, contract = subjects.experiment()
     result = badparams.run(tmp_path, data, config, contract, states[-1], mesh, full=False)
