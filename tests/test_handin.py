@@ -217,14 +217,14 @@ def test_portfolio_refuses_receipts_of_another_implementation(run_dir, tmp_path)
 @pytest.mark.notebooks
 def test_portfolio_of_an_unfinished_run_lists_exactly_what_is_missing(run_dir, tmp_path, capsys):
     copy = _copy_run(run_dir, tmp_path / "receipts")
-    (copy / "stage4_profile.ipynb").unlink()
-    (copy / "results" / "stage3_resume.json").unlink()
+    (copy / "stage4a_profile.ipynb").unlink()
+    (copy / "results" / "stage3b_resume.json").unlink()
     args = Namespace(
         out=str(tmp_path / "out"), receipts=str(copy), implementation=None, workspace=None, check_report=None
     )
     assert portfolio.main(args) == 1
     err = capsys.readouterr().err
-    assert "stage4_profile.ipynb (executed)" in err and "results/stage3_resume.json" in err
+    assert "stage4a_profile.ipynb (executed)" in err and "results/stage3b_resume.json" in err
     assert "stage1_batches.ipynb" not in err and not (tmp_path / "out").exists()
 
 
@@ -240,7 +240,7 @@ def test_portfolio_of_no_run_names_every_file_a_run_leaves(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], "nothing written"
 
 
-STAGES = "stage1_batches stage2_update stage3_checkpoint stage3_resume stage4_profile stage5_multicontroller".split()
+STAGES = "stage1_batches stage2_update stage3a_checkpoint stage3b_resume stage4a_profile stage5_multicontroller".split()
 
 
 def test_the_self_checks_cover_every_stage_notebook():

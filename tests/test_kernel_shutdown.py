@@ -28,6 +28,7 @@ def test_the_interrupt_is_skipped_only_while_shutting_down(monkeypatch, shutting
     assert len(calls) == sent  # a cell timeout (not shutting down) still interrupts the kernel
 
 
+@pytest.mark.notebooks  # starts a kernel
 @pytest.mark.parametrize("runner_config", [True, False])
 def test_a_papermill_run_sends_the_kernel_no_sigint(monkeypatch, tmp_path, runner_config):
     """A real kernel through the runner's papermill configuration: started, run, shut down, never SIGINT.

@@ -36,29 +36,29 @@ PROMPTS = (
     ),
     Prompt(
         "failures",
-        "stage3_checkpoint",
+        "stage3a_checkpoint",
         "The deliberate failures (momentum, cursor, key reset): what each changed, and at which step it first "
         "became visible and why then.",
     ),
     Prompt(
         "batch_size_change",
-        "stage3_checkpoint",
+        "stage3a_checkpoint",
         "Transfer: is changing the batch size on restore a continuation or a new experiment? If you would allow "
         "it, the migration contract you would write first.",
     ),
     Prompt(
         "step_count",
-        "stage3_resume",
+        "stage3b_resume",
         "Why a checkpoint's step count alone cannot rebuild the random key and the data order.",
     ),
     Prompt(
         "topology",
-        "stage4_profile",
+        "stage4a_profile",
         "The device topology your numbers come from and the measurement boundary of each timing and trace.",
     ),
     Prompt(
         "next_optimisation",
-        "stage4_profile",
+        "stage4a_profile",
         "One next optimisation, grounded in your trace, stated so the next trace can refute it, with the "
         "correctness gate it must pass before anything is timed.",
     ),

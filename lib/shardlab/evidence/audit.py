@@ -35,7 +35,7 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
 - `recovery` — stage 3's exact differences after a fresh-kernel resume (all zero when correct).
 - `fresh_kernel_recovery` — fixture name (core.config.FIXTURES) -> `seed`, `batch_size`, `folder`
-  (where its stage3_checkpoint/stage3_resume pair ran: "." for this run's own parameters,
+  (where its stage3a_checkpoint/stage3b_resume pair ran: "." for this run's own parameters,
   "fixtures/<name>" for the other fixture), `recovery` (as above), `saved_by` and `resumed_by`
   (the two kernels' process identities) and `divergence` (null when no step differs); null
   for a fixture whose pair did not run.
@@ -75,7 +75,7 @@ IR = "step.stablehlo.mlir"
 
 
 DRILLS = "drills.json"  # written by stage 5's drills, when they ran
-STAGE4 = "stage4_profile"
+STAGE4 = "stage4a_profile"
 
 
 PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermill")
@@ -171,7 +171,7 @@ def reads_implementation(nb) -> bool:
 def _run_section(out_dir: Path, executed: list[str]) -> dict:
     """Seed, batch size and implementation from the executed notebooks' papermill parameters.
 
-    A notebook is credited with the implementation only if it reads the parameter (stage4_beyond never
+    A notebook is credited with the implementation only if it reads the parameter (stage4b_beyond never
     does); one that runs the reference whatever it is given says so (RUNS_REFERENCE).
     """
     books = {n: nbformat.read(out_dir / f"{n}.ipynb", as_version=4) for n in executed}
@@ -201,7 +201,7 @@ def _fresh_kernel_recovery(out_dir: Path, run: dict) -> dict:
     found = {}
     for name, (seed, batch_size) in FIXTURES.items():
         folder = "." if (seed, batch_size) == (run["seed"], run["batch_size"]) else f"{FIXTURE_DIR}/{name}"
-        resumed = stage_results(out_dir / folder, "stage3_resume")
+        resumed = stage_results(out_dir / folder, "stage3b_resume")
         if not resumed or "recovery" not in resumed:
             found[name] = None
             continue
@@ -242,7 +242,7 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         missing.append(f"{where}:{key}")
         return None
 
-    stage3_ckpt, stage3_resume = results.get("stage3_checkpoint"), results.get("stage3_resume")
+    stage3_ckpt, stage3b_resume = results.get("stage3a_checkpoint"), results.get("stage3b_resume")
     counts = _device_counts(results.get("stage1_batches"))
     recorded = (results.get("stage2_update") or {}).get("all_reduce")
     ir, drills = out_dir / IR, out_dir / DRILLS
@@ -254,7 +254,7 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         missing.append(IR)
     run = _run_section(out_dir, executed)
     fresh = _fresh_kernel_recovery(out_dir, run)
-    missing += [f"stage3_resume:recovery of fixture {name}" for name, found in fresh.items() if found is None]
+    missing += [f"stage3b_resume:recovery of fixture {name}" for name, found in fresh.items() if found is None]
     return {
         "schema_version": SCHEMA_VERSION,
         "run": run,
@@ -272,9 +272,9 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
             "ir": IR if ir.is_file() else None,
             "recorded": recorded.get("count") if isinstance(recorded, dict) else recorded,
         },
-        "recovery": take(stage3_resume, "recovery", "stage3_resume"),
+        "recovery": take(stage3b_resume, "recovery", "stage3b_resume"),
         "fresh_kernel_recovery": fresh,
-        "faults": take(stage3_ckpt, "faults", "stage3_checkpoint"),
+        "faults": take(stage3_ckpt, "faults", "stage3a_checkpoint"),
         "figure": take(stage4, "figure", STAGE4),
         "drills": json.loads(drills.read_text()) if drills.is_file() else None,
         "results": results,

@@ -142,8 +142,8 @@ def stage_output(run: Run) -> Item:
 def recovery(run: Run) -> Item:
     item = Item()
     item.data["recovery"] = _from(run, item, None, "recovery")
-    item.data["process"] = _from(run, item, "stage3_resume", "process")
-    item.data["orbax"] = _from(run, item, "stage3_resume", "orbax")
+    item.data["process"] = _from(run, item, "stage3b_resume", "process")
+    item.data["orbax"] = _from(run, item, "stage3b_resume", "orbax")
     item.data["every_fixture"] = _from(run, item, None, "fresh_kernel_recovery", optional=True)
     return item
 
@@ -164,7 +164,7 @@ def changed_seed_batch(run: Run) -> Item:
 def failures(run: Run) -> Item:
     item = Item()
     item.data["faults"] = _from(run, item, None, "faults")
-    item.data["rejections"] = _from(run, item, "stage3_checkpoint", "rejections")
+    item.data["rejections"] = _from(run, item, "stage3a_checkpoint", "rejections")
     item.data["stage5_runbook"] = _from(run, item, "stage5_multicontroller", "runbook", optional=True)
     _answers(run, item, "failures")
     return item
