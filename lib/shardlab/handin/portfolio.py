@@ -3,9 +3,11 @@
 It reads a receipts folder (`make run IMPL=... OUT=...`), the learner's workspace notebooks
 (their `answer` cells and self-check letters) and the checker's verdict, and writes into DIR:
 `portfolio.html` (one offline page), `portfolio/` (every item's files, `portfolio.json` naming
-where each value came from, `report.md`) and `portfolio.zip` (both, ready to hand in). It
+where each value came from, `report.md`) and `portfolio.zip` (both, the file to hand in). It
 refuses receipts that ran another implementation than the one named, and a run that is
-missing or unfinished, listing what is missing; nothing is written then.
+missing or unfinished, listing what is missing; nothing is written then. Its first line says
+"ready to hand in" only when nothing is missing, else "incomplete: N items missing", then each
+missing item with how to add it (the manifest's `status`).
 """
 
 import json
