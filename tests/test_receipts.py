@@ -254,7 +254,7 @@ def test_fresh_run_holds_no_absolute_paths(run_dir):
 
 @pytest.mark.notebooks
 def test_stage4_notebook_records_what_the_audit_holds(run_dir):
-    found = results(run_dir, "stage4_profile")
+    found = results(run_dir, "stage4a_profile")
     audit = load_audit(run_dir)
     for key in ("timing", "trace", "environment", "figure"):
         assert found[key] == audit[key], key
@@ -263,7 +263,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
     assert {k: found["timing"][k]["compile_ms"] for k in VARIANTS} == {
         k: found["compile"][k]["compile_ms"] for k in VARIANTS
     }
-    nb = executed(run_dir, "stage4_profile")
+    nb = executed(run_dir, "stage4a_profile")
     figure_cells = [c for c in nb.cells if "figure" in c.metadata.get("tags", [])]
     assert len(figure_cells) == 1
     assert any("image/png" in o.get("data", {}) for o in figure_cells[0].outputs), "the figure is shown inline"
@@ -271,7 +271,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
 
 def test_runner_runs_stage4_after_stage3():
     names = runner.NOTEBOOKS  # stage 4's figure reads stage 3's fault results from the same folder
-    assert names.index("stage4_profile") > max(names.index("stage3_checkpoint"), names.index("stage3_resume"))
+    assert names.index("stage4a_profile") > max(names.index("stage3a_checkpoint"), names.index("stage3b_resume"))
 
 
 def test_committed_receipts_follow_the_schema():
@@ -308,21 +308,37 @@ def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
 
 
 def test_the_audit_says_which_notebooks_ran_the_reference(tmp_path):
-    """A learner's run: stages 1-4 ran the learner's file, stage 5 the reference, and the audit says so."""
-    from nbformat.v4 import new_notebook
+    """A learner's run: stages 1-4 ran the learner's file, stage 5 the reference, and the audit says so.
+
+    A notebook that never reads its `implementation` parameter (stage4_beyond) is not credited with the file.
+    """
+    from nbformat.v4 import new_code_cell, new_notebook
 
     from shardlab.evidence import audit
 
     mine = tmp_path / "mine.py"
     mine.write_text("# a learner's file\n")
-    names = ["stage1_batches", "stage5_multicontroller"]
+    names = ["stage1_batches", "stage4_beyond", "stage5_multicontroller"]
     for name in names:
         nb = new_notebook()
         nb.metadata["papermill"] = {"parameters": {"seed": 17, "batch_size": 7, "implementation": str(mine)}}
+        given = new_code_cell(f"implementation = {str(mine)!r}")
+        given.metadata["tags"] = ["injected-parameters"]
+        nb.cells.append(given)
+        if name != "stage4_beyond":
+            nb.cells.append(new_code_cell("%matplotlib inline\nimpl = sl.implementation.load(implementation)"))
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
     run = audit._run_section(tmp_path, names)
     learner = {"file": "mine.py", "sha256": hashlib.sha256(mine.read_bytes()).hexdigest()}
-    assert run["implementation_by_notebook"] == {"stage1_batches": learner, "stage5_multicontroller": "reference"}
+    assert run["implementation_by_notebook"] == {
+        "stage1_batches": learner,
+        "stage4_beyond": audit.NOT_LOADED,
+        "stage5_multicontroller": "reference",
+    }
+    beyond = nbformat.read(catalog.NOTEBOOK_DIR / "stage4_beyond.ipynb", as_version=4)
+    assert not audit.reads_implementation(beyond)  # the course's own notebook: its loops are the module's own
+    profile = nbformat.read(catalog.NOTEBOOK_DIR / "stage4_profile.ipynb", as_version=4)
+    assert audit.reads_implementation(profile)
     assert "always run the reference" in run["runs_reference"]["stage5_multicontroller"]
     source = (catalog.NOTEBOOK_DIR / "stage5_multicontroller.md").read_text()
     assert "**Which implementation runs here: the reference.**" in source

@@ -38,6 +38,8 @@ DOC_READERS = {
     "shardlab.cli": "names each value type's __doc__ for --help",
     "shardlab.checker.search": "the random checks' __doc__, for the checker's listing",
     "shardlab.multi.program": "the first docstring line as --help's description",
+    "shardlab.handin.platforms": "the first docstring line as --help's description",
+    "shardlab.checker.reuse": "the source of a learner's functions, hashed into a key for reusing verdicts",
 }
 # modules that import a computed name: the command table's dispatcher (a run's command is the runner above)
 COMPUTED_IMPORTS = {"shardlab.__main__"}
