@@ -109,6 +109,8 @@ def test_the_closure_follows_imports_strings_and_parents(tmp_path):
         "e/__main__.py": "",
         "f.py": "",
         "course/notebooks/n.ipynb": '{"cells": [{"cell_type": "code", "source": ["%time\\n", "import shardlab.a.b"]}]}',
+        "g.py": "",
+        "course/notebooks/m.ipynb": '{"cells": [{"cell_type": "code", "source": ["shardlab.g?"]}]}',
     }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -121,4 +123,5 @@ def test_the_closure_follows_imports_strings_and_parents(tmp_path):
         "shardlab.c.d",
         "shardlab.e",
         "shardlab.e.__main__",
+        "shardlab.g",  # named in a cell that is IPython, not Python
     }

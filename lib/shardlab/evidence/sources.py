@@ -114,7 +114,11 @@ def closure(package_files: dict, roots=RUNNER) -> set[str]:
     todo = {PACKAGE, *roots}
     for rel, item in package_files.items():
         if rel.startswith(f"{PACKAGE}/{NOTEBOOKS}/") and rel.endswith(".ipynb"):
-            todo |= named(ast.parse(notebook_code(item.read_text(encoding="utf-8"))), modules)
+            code = notebook_code(item.read_text(encoding="utf-8"))
+            try:
+                todo |= named(ast.parse(code), modules)
+            except SyntaxError:  # IPython syntax beyond magics (`name?`): every module name written in it counts
+                todo |= set(re.findall(r"shardlab(?:\.\w+)*", code)) & set(modules)
     seen = set()
     while todo:
         name = todo.pop()
