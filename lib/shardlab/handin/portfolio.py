@@ -23,7 +23,8 @@ from shardlab.checker.supervise import REPORT
 from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError
-from shardlab.evidence.audit import AUDIT, source_hashes
+from shardlab.evidence.audit import AUDIT
+from shardlab.evidence.sources import receipt_sources
 from shardlab.handin import bounded, contain, items, learner, page
 
 COMMAND = "portfolio"
@@ -101,7 +102,7 @@ def match_implementation(audit: dict, receipts: Path, implementation: str | None
     if implementation == "reference":
         if recorded != "reference":
             raise PortfolioError(f"{receipts} ran {recorded}, not the reference; pass --implementation <that file>")
-        now, then = source_hashes(), audit.get("sources") or {}
+        now, then = receipt_sources(), audit.get("sources") or {}
         changed = sorted(k for k in set(now) | set(then) if items.is_reference(k) and now.get(k) != then.get(k))
         if changed:
             raise PortfolioError(
