@@ -36,6 +36,17 @@ def data():
     return sl.teaching_fixture()
 
 
+@pytest.fixture(scope="session")
+def heldout(tmp_path_factory) -> Path:
+    """The held-out learner files (tests/heldout/), made from their bases and diffs, each checked against its hash."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heldout_files", REPO / "tests" / "heldout" / "files.py")
+    files = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(files)
+    return files.materialise(tmp_path_factory.mktemp("heldout"))
+
+
 COURSE_GROUP = "course_run"  # the xdist group of every test that reads the session's course run
 
 

@@ -566,6 +566,7 @@ def test_check_case_reproduces_a_minimal_case_in_this_interpreter(capfd):
 # Held-out implementations written by someone who had not read the checks (tests/heldout/, measured by
 # tests/heldout/measure.py into generality.json). Each wrong file that the enumerated probes let through
 # must be caught by the randomised check that caught it there; running only that check keeps this cheap.
+# The files are made from their base and one diff each when the tests run (tests/heldout/files.py).
 HELDOUT = Path(__file__).parent / "heldout"
 GENERALITY = json.loads((HELDOUT / "generality.json").read_text())
 # the second set (written later by another engineer, measured blind first): generality2.json keeps both runs
@@ -579,12 +580,12 @@ SEARCH_ONLY = {
 
 
 @pytest.mark.parametrize("measured, suffix", [(GENERALITY, ""), (GENERALITY2, "2")])
-def test_every_held_out_file_was_measured(measured, suffix):
+def test_every_held_out_file_was_measured(measured, suffix, heldout):
     assert sorted(w["file"] for w in measured["wrong"]) == sorted(
-        p.name for p in (HELDOUT / f"wrong{suffix}").glob("*.py")
+        p.name for p in (heldout / f"wrong{suffix}").glob("*.py")
     )
     assert sorted(c["file"] for c in measured["correct"]) == sorted(
-        p.name for p in (HELDOUT / f"correct{suffix}").glob("*.py")
+        p.name for p in (heldout / f"correct{suffix}").glob("*.py")
     )
     # no check rejects a correct held-out file
     rejected = [(c["file"], n) for c in measured["correct"] for n in c["failed"]]
@@ -593,10 +594,10 @@ def test_every_held_out_file_was_measured(measured, suffix):
 
 @pytest.mark.slow  # a search that shrinks its case
 @pytest.mark.parametrize("name", sorted(SEARCH_ONLY))
-def test_held_out_mistake_is_caught_by_the_search(name):
+def test_held_out_mistake_is_caught_by_the_search(name, heldout):
     check = SEARCH_ONLY[name]
     stage = next(s for s, m in runner.STAGES.items() if check in {c.__name__ for c in m.CHECKS})
     skip = [c.__name__ for c in runner.checks_of(stage) if c.__name__ != check]
-    results = runner.run_checks(str(HELDOUT / name), stage, only=True, skip=skip)
+    results = runner.run_checks(str(heldout / name), stage, only=True, skip=skip)
     assert [r.name for r in results] == [check] and not results[0].passed
     assert "Minimal case (search seed" in results[0].diagnosis or check == "contracts_agree_in_a_fresh_process"

@@ -233,7 +233,12 @@ def summary(results: list[Result]) -> str:
         f"stage {s}: {c['passed']} of {c['checks']} checks passed" for s, c in report("", results, {})["stages"].items()
     ]
     failed = [r for r in results if not r.passed]
-    lines.append(f"first failure to fix: {failed[0].name} (stage {failed[0].stage})" if failed else "all checks passed")
+    if not results:
+        lines.append("no check ran: the checking interpreter reported no verdict")
+    else:
+        lines.append(
+            f"first failure to fix: {failed[0].name} (stage {failed[0].stage})" if failed else "all checks passed"
+        )
     return "\n".join(lines)
 
 

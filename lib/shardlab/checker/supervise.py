@@ -85,14 +85,16 @@ class Watch:
 
 
 RESULT_FIELDS = {"name": str, "stage": int, "passed": bool, "diagnosis": str, "seconds": (int, float)}
+OPTIONAL_FIELDS = {"reused": bool}  # cli.Result fields a report may carry (a verdict kept from an earlier run)
 
 
 def _shaped(result) -> bool:
     """True for a result event with exactly the report's fields, of the report's types."""
     return (
         isinstance(result, dict)
-        and set(result) == {*RESULT_FIELDS, "expected", "observed"}
+        and set(result) - OPTIONAL_FIELDS.keys() == {*RESULT_FIELDS, "expected", "observed"}
         and all(isinstance(result[k], kind) for k, kind in RESULT_FIELDS.items())
+        and all(isinstance(result[k], kind) for k, kind in OPTIONAL_FIELDS.items() if k in result)
     )
 
 
