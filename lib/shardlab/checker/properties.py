@@ -246,6 +246,7 @@ def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
 
 
 FILLS = {"NaN padding": np.nan, "+inf padding": np.inf, "-inf padding": -np.inf, "huge padding": 3e38}
+FILL_WORDS = {"NaN padding": "NaN", "+inf padding": "+inf", "-inf padding": "-inf", "huge padding": "3e38"}
 ROUNDING = 32 * 2.0**-24  # float32 rounding bound per operation chain (the unit roundoff, with headroom)
 
 
@@ -308,7 +309,9 @@ def _step_inputs(case: Case):
     filled = batch_arrays(data, ids, case.devices)
     given = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in filled]
     slots = len(ids)
-    given[0][slots:], given[1][slots:] = np.float32(FILLS[case.contents]), np.float32(FILLS[case.contents])
+    # targets take the case's value; features the largest finite float32 (a gradient taken by jax.grad of a
+    # selected loss multiplies each padded feature by a zero cotangent, which is exact for finite features)
+    given[0][slots:], given[1][slots:] = np.float32(3e38), np.float32(FILLS[case.contents])
     given[2][slots:] = 0.0
     return tuple(given), tuple(spare), before
 
@@ -336,7 +339,8 @@ def step_update(ctx, case: Case) -> None:
         raise Miss(
             {"weights": w, "momentum": v, "loss": want_loss, "grad": want_grad},
             got,
-            f"{which}padded slots (mask 0) holding {case.contents.split()[0]} made the outputs non-finite -> a padded "
+            f"{which}padded slots (mask 0) with target {FILL_WORDS[case.contents]} and features 3e38 made the outputs "
+            "non-finite -> a padded "
             "slot has validity zero whatever its contents: select it out (jnp.where(mask > 0, residual, 0)), "
             "never multiply by the mask (0 x NaN is NaN, 0 x inf is NaN)",
         )
