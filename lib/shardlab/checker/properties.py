@@ -541,6 +541,51 @@ def _plain_json(value) -> bool:
         return False
 
 
+DIGEST_BITS = 64  # at least this much of the contract must follow the data: 32 bits collide in ~77,000 datasets
+
+
+def _leaves(value, path: str = "") -> dict:
+    """Path -> leaf value of a JSON-like contract."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{path}/{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def _bits(values: list) -> float:
+    """How many bits a leaf can carry, from the values it took: an int's bit length, 4 a hex digit, 6 a character,
+    53 a float's mantissa (a float is compared exactly), 1 a bool."""
+    found = 0.0
+    for value in values:
+        if isinstance(value, bool) or value is None:
+            found = max(found, 1)
+        elif isinstance(value, int):
+            found = max(found, abs(value).bit_length())
+        elif isinstance(value, float):
+            found = max(found, 53)
+        elif isinstance(value, str):
+            hexadecimal = all(c in "0123456789abcdefABCDEF" for c in value)
+            found = max(found, (4 if hexadecimal else 6) * len(value))
+    return found
+
+
+def _data_bits(ctx, case: Case, base, data: Dataset) -> tuple[float, list]:
+    """(bits, paths): how much of the contract changes with the data's values alone (same shapes, same config)."""
+    base_leaves = _leaves(base)
+    rng = np.random.default_rng([case.seed, 5])
+    rows, width = case.shape()
+    changed, seen = set(), {}
+    for position in rng.integers(rows * width, size=4):
+        other = called(ctx, "contract", given(case, _ulp(data, "features", int(position))), _config(case))
+        for path, value in _leaves(other).items():
+            if base_leaves.get(path, object()) != value:
+                changed.add(path)
+            seen.setdefault(path, []).append(value)
+    paths = sorted(changed)
+    return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), paths
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data = data_for(case)
@@ -554,6 +599,15 @@ def contract_tells_apart(ctx, case: Case) -> None:
         reference = bases["large"] if what.startswith("large") else base
         if called(ctx, "contract", given(case, other), config) == reference:
             ignored.append(what)
+    bits, paths = _data_bits(ctx, case, base, data)
+    need(
+        not paths or bits >= DIGEST_BITS,
+        f"the data's part of the contract carries >= {DIGEST_BITS} bits",
+        {"entries that follow the data": paths, "bits": bits},
+        f"the data enter the contract through {paths}, which carry about {bits:g} bits: a {bits:g}-bit digest "
+        f"gives two different datasets the same contract, half the time, among {1.18 * 2 ** (bits / 2):,.0f} "
+        "datasets (the birthday bound) -> pin the data with a full sha256 hex digest of every data byte",
+    )
     need(
         not ignored,
         "a different contract for each changed input",
