@@ -252,7 +252,7 @@ def child_main(args) -> int:
         guard=guard,
         search_seed=args.seed,
         thorough=args.thorough,
-        reuse=not args.fresh,
+        reuse=args.reuse,
     )
     guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1
@@ -286,6 +286,7 @@ def add_child_arguments(parser) -> None:
     parser.add_argument("--call-seconds", type=seconds, default=CALL_SECONDS)
     parser.add_argument("--skip", default="[]", help="JSON list of checks already done")
     parser.add_argument("--poison", default="{}", help="JSON {function: verdict} of functions not to call again")
+    parser.add_argument("--reuse", action="store_true", help="reuse kept passes (the command line asks for it)")
 
 
 def main(args) -> int:
@@ -328,7 +329,7 @@ def checked(spec: str, args, echo) -> tuple[dict, str]:
     """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
     bounds = getattr(args, "bounds", None) or supervise.Bounds()
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
-    extra += ("--fresh",) * bool(getattr(args, "fresh", False))
+    extra += ("--reuse",) * (not getattr(args, "fresh", False))  # check_here (notebooks) never reuses
     if not args.output:
         results, environment, excerpt = supervise.temporary_run(
             spec, args.stage, getattr(args, "only", False), echo, bounds, extra
