@@ -304,16 +304,16 @@ def _step_inputs(case: Case):
     finite = batch_arrays(data, ids, case.devices)
     if case.contents not in FILLS:
         return finite, finite, before
-    # one more padded slot on every device, filled with the case's value: padding the step must select out
-    spare = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in finite]
-    filled = batch_arrays(data, ids, case.devices)
-    given = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in filled]
+    # one more padded slot on every device (so one device's worth of padding exists even on one device); the
+    # oracle sees those slots as zeros, the step as the case's contents
+    for_oracle = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in finite]
+    given = [a.copy() for a in for_oracle]
     slots = len(ids)
     # targets take the case's value; features the largest finite float32 (a gradient taken by jax.grad of a
     # selected loss multiplies each padded feature by a zero cotangent, which is exact for finite features)
     given[0][slots:], given[1][slots:] = np.float32(3e38), np.float32(FILLS[case.contents])
     given[2][slots:] = 0.0
-    return tuple(given), tuple(spare), before
+    return tuple(given), tuple(for_oracle), before
 
 
 def step_update(ctx, case: Case) -> None:
