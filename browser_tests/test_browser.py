@@ -64,7 +64,7 @@ def receipts(tmp_path_factory):
     return runner.run(tmp_path_factory.mktemp("fresh") / "receipts", seed=17, batch_size=7)
 
 
-@pytest.mark.parametrize("name", ["index.html", "stage2_update.html", "stage4_profile.html"])
+@pytest.mark.parametrize("name", ["index.html", "stage2_update.html", "stage4a_profile.html"])
 def test_receipts_render_offline_with_no_console_error(receipts, browser, name):
     page = browser.new_page()
     seen = watch(page)

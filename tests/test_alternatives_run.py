@@ -3,8 +3,9 @@
 An implementation the checker passes must run the stage notebooks 1-4 to the end (`make run
 IMPL=...`; stage 5 runs the reference) and record what the reference run records, except where an
 implementation may legitimately differ (ALLOWED: its messages, its file format, its collectives,
-timings). `make test` runs one alternative against the session's course run; `make
-test-alternatives` runs every file in tests/correct/ (tests/alternatives_all.py).
+timings). The learner runs themselves are `make test-alternatives`'s (tests/alternatives_all.py: every
+file in tests/correct/, and broken files whose failed run must name a failing check); `make test` runs
+the comparison's own tests and the planted failures here, each stopping in its first notebook.
 
 The converse is tested too: every notebook cell that asserts something about the implementation
 is listed in course_cells.COVERAGE with checks that exist, and a failed run names them.
@@ -29,20 +30,19 @@ CORRECT = Path(__file__).parent / "correct"
 BROKEN = Path(__file__).parent / "broken"
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 LEARNER_STAGES = [name for name in catalog.NOTEBOOKS if not name.startswith("stage5")]  # stage 5 runs the reference
-IN_MAKE_TEST = "nested_contract"  # the contract form the Orbax lesson once refused
 
 # result path -> why an implementation may record something else there than the reference run
 ALLOWED = {
     "stage2_update/all_reduce": "its own compiled step: how many collectives, and their IR lines",
     "stage2_update/empty_batch/refusals": "its own error messages",
-    "stage3_checkpoint/checkpoint/bytes": "its own file format",
-    "stage3_checkpoint/checkpoint/saved_by": "a process identity",
-    "stage3_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
-    "stage3_resume/process": "process identities",
-    "stage4_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
-    "stage4_beyond": "the course's own fused loops: timings and traces of this run",
+    "stage3a_checkpoint/checkpoint/bytes": "its own file format",
+    "stage3a_checkpoint/checkpoint/saved_by": "a process identity",
+    "stage3a_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
+    "stage3b_resume/process": "process identities",
+    "stage4a_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
+    "stage4b_beyond": "the course's own fused loops: timings and traces of this run",
 }
-EXACT = ("stage3_resume/recovery", "stage3_resume/orbax", "stage3_resume/divergence")  # no tolerance at all
+EXACT = ("stage3b_resume/recovery", "stage3b_resume/orbax", "stage3b_resume/divergence")  # no tolerance at all
 TOLERANCE = {"rel_tol": 1e-4, "abs_tol": 1e-5}  # float32 sums in another order: another implementation's rounding
 
 
@@ -71,24 +71,25 @@ INTACT += ("different configuration (batch size)", "existing checkpoint path")  
 
 
 def _rejections(found: dict) -> dict:
-    return {r["case"]: r["error"] for r in found["stage3_checkpoint"]["rejections"]}
+    return {r["case"]: r["error"] for r in found["stage3a_checkpoint"]["rejections"]}
 
 
 def receipt_differences(reference: Path, run: Path) -> list[str]:
     """Every difference between two runs' results/*.json and stage 3 records that ALLOWED does not explain."""
     ref, found = (
-        {n: json.loads((d / "results" / f"{n}.json").read_text()) for n in LEARNER_STAGES} for d in (reference, run)
+        {n: json.loads((d / "results" / f"{n}.json").read_text()) for n in learner_notebooks()}
+        for d in (reference, run)
     )
     diffs = differences(ref, found, "")
     theirs, ours = _rejections(found), _rejections(ref)
     if any(ours.get(case) != error for case, error in theirs.items()) or not set(INTACT) <= set(theirs):
-        diffs.append(f"stage3_checkpoint/rejections: {theirs} against {ours}")
-    numpy_errors = found["stage4_profile"]["max_abs_error_vs_numpy"]
+        diffs.append(f"stage3a_checkpoint/rejections: {theirs} against {ours}")
+    numpy_errors = found["stage4a_profile"]["max_abs_error_vs_numpy"]
     if (
-        sorted(numpy_errors) != sorted(ref["stage4_profile"]["max_abs_error_vs_numpy"])
+        sorted(numpy_errors) != sorted(ref["stage4a_profile"]["max_abs_error_vs_numpy"])
         or max(numpy_errors.values()) > 1e-4
     ):
-        diffs.append(f"stage4_profile/max_abs_error_vs_numpy: {numpy_errors}")
+        diffs.append(f"stage4a_profile/max_abs_error_vs_numpy: {numpy_errors}")
     a, b = (replay.load_record(d / "stage3" / "control.npz") for d in (reference, run))
     for name in ("ids", "step"):
         if len(a[name]) != len(b[name]) or not all(np.array_equal(x, y) for x, y in zip(a[name], b[name])):
@@ -119,9 +120,20 @@ def same_sampler(reference: dict, found: dict, k: int) -> bool:
     return np.array_equal(theirs[0], np.asarray(following)) and np.array_equal(theirs[1], np.asarray(drawn))
 
 
+def learner_notebooks() -> list[str]:
+    """The notebooks of stages 1-4 with a cell that runs the learner's code (calling_cells), in course order.
+
+    The others run the course's own code whatever file is given (stage4b_beyond: the module's fused
+    loops, its `implementation` parameter unused), so the reference's run of them speaks for every file.
+    """
+    calling = {notebook for notebook, _ in calling_cells()}
+    return [name for name in LEARNER_STAGES if name in calling]
+
+
 def run_learner_stages(implementation: str, out: Path) -> Path:
-    """`make run IMPL=implementation` for stages 1-4 (no HTML pages: they are not compared)."""
-    return runner.run(out, seed=17, batch_size=7, implementation=implementation, notebooks=LEARNER_STAGES, html=False)
+    """`make run IMPL=implementation` for the notebooks of stages 1-4 that run the learner's code (no HTML pages)."""
+    notebooks = LEARNER_STAGES if implementation == "reference" else learner_notebooks()
+    return runner.run(out, seed=17, batch_size=7, implementation=implementation, notebooks=notebooks, html=False)
 
 
 def checker_failures(implementation: str, only=None) -> list[str]:
@@ -130,17 +142,19 @@ def checker_failures(implementation: str, only=None) -> list[str]:
     return [r.name for r in cli.run_checks(implementation, "all", skip=skip) if not r.passed]
 
 
-@pytest.mark.notebooks
-@pytest.mark.slow
-def test_an_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(run_dir, tmp_path):
-    spec = str(CORRECT / f"{IN_MAKE_TEST}.py")  # test_checker.py shows the checker accepts it
-    found = run_learner_stages(spec, tmp_path / "alternative")
-    assert receipt_differences(run_dir, found) == []
+def test_an_alternative_runs_every_notebook_that_calls_its_code():
+    """Only notebooks that never call the learner's code are left to the reference's run, and they never read it."""
+    shared = [name for name in LEARNER_STAGES if name not in learner_notebooks()]
+    assert shared == ["stage4b_beyond"], shared
+    for name in shared:
+        cells = [source for (notebook, _), source in code_cells().items() if notebook == name]
+        assert cells and not any(USES_IMPL.search(source) or "implementation.load" in source for source in cells)
+        assert name in ALLOWED, f"{name}'s results were compared with the reference's: it must run for each file"
 
 
 def test_a_changed_receipt_is_a_difference():
     """The comparison can fail: a changed id, a loss beyond rounding, a missing key are all reported."""
-    ref = {"stage1_batches": {"batches": [{"ids": [1, 2]}], "loss": 0.5}, "stage3_resume": {"recovery": {"w": 0.0}}}
+    ref = {"stage1_batches": {"batches": [{"ids": [1, 2]}], "loss": 0.5}, "stage3b_resume": {"recovery": {"w": 0.0}}}
     assert differences(ref, json.loads(json.dumps(ref)), "") == []
     for path, value in (("ids", [2, 1]), ("loss", 0.5001), ("recovery", {"w": 1e-9})):
         changed = json.loads(json.dumps(ref))
@@ -149,10 +163,10 @@ def test_a_changed_receipt_is_a_difference():
         elif path == "loss":
             changed["stage1_batches"]["loss"] = value
         else:
-            changed["stage3_resume"]["recovery"] = value
+            changed["stage3b_resume"]["recovery"] = value
         assert differences(ref, changed, ""), path
     assert differences(ref, {**ref, "stage1_batches": {"loss": 0.5}}, "")
-    assert differences({"stage4_profile": {"t": 1.0}}, {"stage4_profile": {"t": 9.0}}, "") == []  # a timing
+    assert differences({"stage4a_profile": {"t": 1.0}}, {"stage4a_profile": {"t": 9.0}}, "") == []  # a timing
 
 
 # --- the converse: every notebook assertion about learner code is a check ------------------------------------
@@ -165,11 +179,11 @@ LOAD = "impl = sl.implementation.load(implementation)"  # a setup cell's load: m
 NOT_LEARNER = {
     ("stage1_batches", "refusals"): "the refusals of the course's own functions",
     ("stage2_update", "empty-batch"): "the course's own step and transition on an empty batch",
-    ("stage3_checkpoint", "refuse"): "it defines the helper the rejection cells call",
-    ("stage3_resume", "fresh-kernel"): "which process runs the notebook",
-    ("stage4_profile", "timing"): "the number of timing samples taken",
-    ("stage4_beyond", "fused_timing"): "the course's fused loop",
-    ("stage4_beyond", "fused_trace"): "the course's fused loop and its trace",
+    ("stage3a_checkpoint", "refuse"): "it defines the helper the rejection cells call",
+    ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
+    ("stage4a_profile", "timing"): "the number of timing samples taken",
+    ("stage4b_beyond", "fused_timing"): "the course's fused loop",
+    ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
 }
 
 
@@ -199,7 +213,7 @@ def calling_cells() -> dict:
 
 def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
     cells = asserting_cells()
-    assert ("stage3_checkpoint", "rejections-damaged") in cells and ("stage2_update", "gradient") in cells
+    assert ("stage3a_checkpoint", "rejections-damaged") in cells and ("stage2_update", "gradient") in cells
     unlisted = sorted(set(cells) - set(course_cells.COVERAGE) - set(NOT_LEARNER))
     assert unlisted == [], f"cells that assert but name no check in course_cells.COVERAGE: {unlisted}"
     stale = sorted(set(course_cells.COVERAGE) - set(code_cells()))
@@ -211,7 +225,7 @@ def test_every_notebook_assertion_about_learner_code_names_a_covering_check():
 def test_every_cell_that_runs_learner_code_names_a_covering_check():
     """A cell that only calls the learner's functions fails when one raises: its advice must name a check too."""
     calling = calling_cells()
-    assert ("stage3_checkpoint", "derived") in calling and ("stage3_orbax_lesson", "setup") in calling
+    assert ("stage3a_checkpoint", "derived") in calling and ("stage3c_orbax_lesson", "setup") in calling
     assert ("stage1_batches", "setup") not in calling  # it only loads the file
     unlisted = sorted(set(calling) - set(course_cells.COVERAGE))
     assert unlisted == [], f"cells that run your file but name no check in course_cells.COVERAGE: {unlisted}"
@@ -271,17 +285,10 @@ def test_the_cell_a_timeout_stopped_is_the_last_one_papermill_started(tmp_path):
 
 
 def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
-    advice = runner._failure_advice("nb failed", None, "mine.py", "stage4_profile", ["figure"])
+    advice = runner._failure_advice("nb failed", None, "mine.py", "stage4a_profile", ["figure"])
     assert "no check covers this cell" in advice and "gap in the course, not in your file" in advice
     assert "make check IMPL=mine.py STAGE=all" in advice
-    assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4_profile", ["figure"])
-
-
-@pytest.mark.notebooks
-@pytest.mark.slow
-def test_a_run_that_fails_names_a_check_that_fails_for_the_same_file(tmp_path):
-    """End to end: a file the checker rejects fails a notebook cell, and the advice names a check that fails."""
-    assert_advice_leads_to_a_failing_check(BROKEN / "save_overwrites.py", tmp_path, ["stage3_checkpoint"])
+    assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4a_profile", ["figure"])
 
 
 PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so each run takes seconds)
@@ -292,12 +299,13 @@ PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so e
     ),
     "contract_not_done": (
         "def contract(data, config):\n    raise NotImplementedError('contract: not implemented yet (stage 3)')\n",
-        "stage3_checkpoint",
+        "stage3a_checkpoint",
     ),
 }
 
 
 @pytest.mark.notebooks
+@pytest.mark.learner_run
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", sorted(PLANTED))
 def test_a_planted_failure_is_sent_to_a_check_that_fails_for_it(planted, tmp_path):

@@ -426,8 +426,12 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     assert status == 1 and report["passed"] is False
     cli_report = json.loads((tmp_path / "cli" / runner.REPORT).read_text())
     pick = {"name", "passed", "diagnosis", "expected", "observed"}
-    same = [{k: e[k] for k in pick} for e in cli_report["checks"]]
+    searched = {c.__name__ for c in runner.STAGES[1].CHECKS if c.__name__.startswith("random_")}
+    assert searched and set(report["left_out"]) == searched  # the search is make check's, not a cell's
+    same = [{k: e[k] for k in pick} for e in cli_report["checks"] if e["name"] not in searched]
     assert [{k: e[k] for k in pick} for e in report["checks"]] == same
+    assert len(same) == len(cli_report["checks"]) - len(searched)
+    assert any(line.startswith("not run here: the randomised search") and "STAGE=1" in line for line in here_lines)
     failing = [line for line in here_lines if line.startswith("FAIL")]
     assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
     assert any("the 2-id remainder was dropped" in line for line in here_lines)
@@ -541,6 +545,7 @@ def test_check_case_reproduces_a_minimal_case_in_this_interpreter(capfd):
 # Held-out implementations written by someone who had not read the checks (tests/heldout/, measured by
 # tests/heldout/measure.py into generality.json). Each wrong file that the enumerated probes let through
 # must be caught by the randomised check that caught it there; running only that check keeps this cheap.
+# The files are made from their base and one diff each when the tests run (tests/heldout/files.py).
 HELDOUT = Path(__file__).parent / "heldout"
 GENERALITY = json.loads((HELDOUT / "generality.json").read_text())
 # the second set (written later by another engineer, measured blind first): generality2.json keeps both runs
@@ -554,12 +559,12 @@ SEARCH_ONLY = {
 
 
 @pytest.mark.parametrize("measured, suffix", [(GENERALITY, ""), (GENERALITY2, "2")])
-def test_every_held_out_file_was_measured(measured, suffix):
+def test_every_held_out_file_was_measured(measured, suffix, heldout):
     assert sorted(w["file"] for w in measured["wrong"]) == sorted(
-        p.name for p in (HELDOUT / f"wrong{suffix}").glob("*.py")
+        p.name for p in (heldout / f"wrong{suffix}").glob("*.py")
     )
     assert sorted(c["file"] for c in measured["correct"]) == sorted(
-        p.name for p in (HELDOUT / f"correct{suffix}").glob("*.py")
+        p.name for p in (heldout / f"correct{suffix}").glob("*.py")
     )
     # no check rejects a correct held-out file
     rejected = [(c["file"], n) for c in measured["correct"] for n in c["failed"]]
@@ -567,10 +572,10 @@ def test_every_held_out_file_was_measured(measured, suffix):
 
 
 @pytest.mark.parametrize("name", sorted(SEARCH_ONLY))
-def test_held_out_mistake_is_caught_by_the_search(name):
+def test_held_out_mistake_is_caught_by_the_search(name, heldout):
     check = SEARCH_ONLY[name]
     stage = next(s for s, m in runner.STAGES.items() if check in {c.__name__ for c in m.CHECKS})
     skip = [c.__name__ for c in runner.checks_of(stage) if c.__name__ != check]
-    results = runner.run_checks(str(HELDOUT / name), stage, only=True, skip=skip)
+    results = runner.run_checks(str(heldout / name), stage, only=True, skip=skip)
     assert [r.name for r in results] == [check] and not results[0].passed
     assert "Minimal case (search seed" in results[0].diagnosis or check == "contracts_agree_in_a_fresh_process"

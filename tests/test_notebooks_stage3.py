@@ -34,8 +34,8 @@ REQUIRED_REJECTIONS = {
 
 def test_notebooks_ran_clean_with_tagged_cells(run_dir):
     for name, tags in (
-        ("stage3_checkpoint", {"parameters", "setup", "save", "control", "rejections", "faults", "fault-checks"}),
-        ("stage3_resume", {"parameters", "setup", "fresh-kernel", "restore", "recovery", "recovery-checks", "orbax"}),
+        ("stage3a_checkpoint", {"parameters", "setup", "save", "control", "rejections", "faults", "fault-checks"}),
+        ("stage3b_resume", {"parameters", "setup", "fresh-kernel", "restore", "recovery", "recovery-checks", "orbax"}),
     ):
         nb = executed(run_dir, name)
         found = {t for cell in nb.cells for t in cell.metadata.get("tags", [])}
@@ -44,8 +44,8 @@ def test_notebooks_ran_clean_with_tagged_cells(run_dir):
 
 
 def test_fresh_kernel_recovers_every_field_exactly(run_dir):
-    saved = results(run_dir, "stage3_checkpoint")["checkpoint"]
-    found = results(run_dir, "stage3_resume")
+    saved = results(run_dir, "stage3a_checkpoint")["checkpoint"]
+    found = results(run_dir, "stage3b_resume")
     assert found["process"]["saved_by"] != found["process"]["resumed_by"]
     recovery = found["recovery"]
     for field in ("weights", "momentum", "key", "order", "cursor", "step", "losses"):
@@ -62,7 +62,7 @@ def test_fresh_kernel_recovers_every_field_exactly(run_dir):
 
 
 def test_a_third_process_continues_the_saved_checkpoint_too(run_dir, data, mesh):
-    saved = results(run_dir, "stage3_checkpoint")["checkpoint"]
+    saved = results(run_dir, "stage3a_checkpoint")["checkpoint"]
     contract = sl.contract(data, sl.Config(seed=17, batch_size=7))
     state = sl.restore(run_dir / saved["file"], contract, mesh)
     control = replay.load_record(run_dir / saved["control"])
@@ -78,7 +78,7 @@ def test_a_third_process_continues_the_saved_checkpoint_too(run_dir, data, mesh)
 
 
 def test_every_rejection_is_demonstrated(run_dir):
-    rows = results(run_dir, "stage3_checkpoint")["rejections"]
+    rows = results(run_dir, "stage3a_checkpoint")["rejections"]
     shown = {r["case"]: r["error"] for r in rows}
     assert shown == REQUIRED_REJECTIONS
     by_case = {r["case"]: r["message"] for r in rows}
@@ -90,7 +90,7 @@ def test_every_rejection_is_demonstrated(run_dir):
 
 
 def test_fault_rows_show_each_fault_where_arithmetic_says(run_dir):
-    found = results(run_dir, "stage3_checkpoint")
+    found = results(run_dir, "stage3a_checkpoint")
     rows = found["faults"]
     assert len(rows) == 8
     for r in rows:
@@ -120,16 +120,16 @@ def test_the_second_fixture_resumes_in_a_fresh_kernel_with_zero_difference(run_d
     entry = fresh["seed29_batch10"]
     folder = run_dir / entry["folder"]
     assert (entry["seed"], entry["batch_size"], entry["folder"]) == (29, 10, "fixtures/seed29_batch10")
-    found = results(folder, "stage3_resume")
+    found = results(folder, "stage3b_resume")
     assert found["recovery"] == entry["recovery"] and found["process"]["resumed_by"] == entry["resumed_by"]
     kernels = {str(v[k]) for v in fresh.values() for k in ("saved_by", "resumed_by")}
     assert len(kernels) == 4, "each fixture was saved and resumed by two kernels of its own"
-    assert executed(folder, "stage3_checkpoint").metadata["papermill"]["parameters"]["batch_size"] == 10
+    assert executed(folder, "stage3a_checkpoint").metadata["papermill"]["parameters"]["batch_size"] == 10
     recovery = entry["recovery"]
     for field in ("weights", "momentum", "key", "order", "cursor", "step", "losses", "ids_mismatched"):
         assert recovery[field] == 0, field
     assert entry["divergence"] is None and recovery["epochs_covered"] > 2
-    saved = results(folder, "stage3_checkpoint")["checkpoint"]
+    saved = results(folder, "stage3a_checkpoint")["checkpoint"]
     assert recovery["steps_compared"] == saved["continue_steps"] == 3 * -(-23 // 10)
 
     control = replay.load_record(folder / saved["control"])

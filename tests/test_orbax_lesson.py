@@ -63,7 +63,7 @@ def test_what_the_receipt_leaves_out_is_named():
 
 @pytest.mark.notebooks
 def test_the_notebook_replay_matches_the_receipt_and_numpy(run_dir):
-    found = results(run_dir, "stage3_orbax_lesson")["receipt"]
+    found = results(run_dir, "stage3c_orbax_lesson")["receipt"]
     rows = {r["quantity"]: r for r in found["rows"]}
     assert set(rows) == set(lesson.RECEIPT) - {"jax"}
     assert all(r["equal"] for r in rows.values()), [r for r in rows.values() if not r["equal"]]

@@ -42,6 +42,11 @@ def test_every_notebook_in_the_folder_is_in_the_catalog():
     assert sorted(p.stem for p in catalog.NOTEBOOK_DIR.glob("*.md")) == sorted(catalog.NOTEBOOKS)
 
 
+def test_file_names_sort_in_teaching_order():
+    """Lab's file browser, index.html and receipts/ list by name: the names alone must give the course's order."""
+    assert sorted(catalog.NOTEBOOKS) == catalog.NOTEBOOKS
+
+
 def test_workspace_copies_keeps_edits_and_refreshes_untouched_copies(tmp_path):
     folder = tmp_path / "ws"
     assert set(workspace.prepare(folder).values()) == {"copied"}

@@ -18,7 +18,7 @@ from shardlab.errors import OutputFolderError
 
 pytestmark = pytest.mark.stage3
 
-NOTEBOOK = REPO / "notebooks" / "stage3_checkpoint.ipynb"
+NOTEBOOK = REPO / "notebooks" / "stage3a_checkpoint.ipynb"
 LAST = "control"  # the cells up to this one write the checkpoint, the Orbax copy and the control record
 
 

@@ -28,9 +28,10 @@ from shardlab.checker.supervise import LOG, REPORT
 from shardlab.cli import seconds, seed
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
+from shardlab.core.files import sha256_file
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
-from shardlab.learner import implementation
+from shardlab.learner import implementation, rules
 from shardlab.learner.implementation import API
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
@@ -190,6 +191,7 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
     stages = sorted({r.stage for r in results})
     return {
         "implementation": spec,
+        "implementation_sha256": sha256_file(spec) if spec not in ("", "reference") and os.path.isfile(spec) else None,
         "passed": all(r.passed for r in results),
         "stages": {
             str(s): {
@@ -216,9 +218,11 @@ def describe(result) -> str:
     if result.passed:
         return line
     shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
+    enforced = ", ".join(f"{rules.MARKER}{rule.id}" for rule in rules.for_check(result.name))
     return (
         f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
         f"      diagnosis: {result.diagnosis}"
+        + (f"\n      rules:     {enforced} (stated in the starter, taught in the notebook)" if enforced else "")
     )
 
 
@@ -277,6 +281,19 @@ def add_arguments(parser) -> None:
         action="store_true",
         help="run every check again (by default a check that passed is reused while nothing it depends on changed)",
     )
+    add_supervisor_arguments(parser)
+
+
+def add_supervisor_arguments(parser) -> None:
+    """What `python -m shardlab check` adds to the child's arguments: where and how long the children run."""
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run each checking interpreter in a bubblewrap sandbox (no network, read-only files, own PIDs)",
+    )
+    parser.add_argument(
+        "--total-seconds", type=seconds, default=supervise.Bounds.total_seconds, help="bound of the whole check run"
+    )
 
 
 def add_child_arguments(parser) -> None:
@@ -307,6 +324,12 @@ def main(args) -> int:
         except OutputFolderError as exc:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
+    if getattr(args, "sandbox", False):
+        import shardlab.checker.sandbox as sandbox
+
+        if why := sandbox.unavailable():
+            print(f"[shardlab check] --sandbox: {why}", file=sys.stderr)
+            return 2
     only = getattr(args, "only", False)
     chosen = [int(args.stage)] if only else stages_for(args.stage)
     seed, thorough = getattr(args, "seed", SEARCH_SEED), getattr(args, "thorough", False)
@@ -327,7 +350,10 @@ def main(args) -> int:
 
 def checked(spec: str, args, echo) -> tuple[dict, str]:
     """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
-    bounds = getattr(args, "bounds", None) or supervise.Bounds()
+    bounds = getattr(args, "bounds", None) or supervise.Bounds(
+        total_seconds=getattr(args, "total_seconds", supervise.Bounds.total_seconds),
+        sandboxed=getattr(args, "sandbox", False),
+    )
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
     extra += ("--reuse",) * (not getattr(args, "fresh", False))  # check_here (notebooks) never reuses
     if not args.output:

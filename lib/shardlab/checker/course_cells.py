@@ -71,52 +71,52 @@ COVERAGE = {
     ("stage2_update", "eager"): ("eager_and_compiled_agree",),
     ("stage2_update", "stablehlo"): ("step_is_sharded",),
     ("stage2_update", "check"): (ALL,),
-    ("stage3_checkpoint", "derived"): (
+    ("stage3a_checkpoint", "derived"): (
         "contract_pins_the_experiment",
         "contract_is_json_data",
         "gradient_on_a_full_batch",
     ),
-    ("stage3_checkpoint", "train"): ("transition_is_one_batch_and_one_update", "random_transition_walk"),
-    ("stage3_checkpoint", "rebuild"): ("initial_state_fields",),
-    ("stage3_checkpoint", "control"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
-    ("stage3_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),
-    ("stage3_checkpoint", "rejections-damaged"): ("refusals_name_the_course_errors",),
-    ("stage3_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
-    ("stage3_checkpoint", "rejections-contract"): ("refusals_name_the_course_errors",),
-    ("stage3_checkpoint", "rejections"): ("refusals_name_the_course_errors",),
-    ("stage3_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
-    ("stage3_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
-    ("stage3_resume", "restore"): ("restore_returns_every_field",),
-    ("stage3_resume", "which-field"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
-    ("stage3_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
-    ("stage3_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
-    ("stage3_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),
-    ("stage3_resume", "check"): (ALL,),
-    ("stage4_profile", "compile"): ("compiled_step_lowers_and_compiles", "eager_step_is_the_unjitted_mapped_body"),
-    ("stage4_profile", "numpy_check"): ("compiled_step_lowers_and_compiles", "eager_step_matches_numpy"),
-    ("stage3_orbax_lesson", "setup"): (
+    ("stage3a_checkpoint", "train"): ("transition_is_one_batch_and_one_update", "random_transition_walk"),
+    ("stage3a_checkpoint", "rebuild"): ("initial_state_fields",),
+    ("stage3a_checkpoint", "control"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
+    ("stage3a_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),
+    ("stage3a_checkpoint", "rejections-damaged"): ("refusals_name_the_course_errors",),
+    ("stage3a_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
+    ("stage3a_checkpoint", "rejections-contract"): ("refusals_name_the_course_errors",),
+    ("stage3a_checkpoint", "rejections"): ("refusals_name_the_course_errors",),
+    ("stage3a_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
+    ("stage3a_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
+    ("stage3b_resume", "restore"): ("restore_returns_every_field",),
+    ("stage3b_resume", "which-field"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
+    ("stage3b_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
+    ("stage3b_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
+    ("stage3b_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),
+    ("stage3b_resume", "check"): (ALL,),
+    ("stage4a_profile", "compile"): ("compiled_step_lowers_and_compiles", "eager_step_is_the_unjitted_mapped_body"),
+    ("stage4a_profile", "numpy_check"): ("compiled_step_lowers_and_compiles", "eager_step_matches_numpy"),
+    ("stage3c_orbax_lesson", "setup"): (
         "contract_pins_the_experiment",
         "contract_is_json_data",
         "gradient_on_a_full_batch",
     ),
-    ("stage3_orbax_lesson", "first-step"): ("consecutive_updates", "random_transition_walk"),
-    ("stage3_orbax_lesson", "save-restore"): ("contract_is_json_data", "restore_returns_every_field"),
-    ("stage3_orbax_lesson", "replay"): (
+    ("stage3c_orbax_lesson", "first-step"): ("consecutive_updates", "random_transition_walk"),
+    ("stage3c_orbax_lesson", "save-restore"): ("contract_is_json_data", "restore_returns_every_field"),
+    ("stage3c_orbax_lesson", "replay"): (
         "resume_continues_the_same_run",
         "replicas_agree",
         "random_transition_walk",
     ),
-    ("stage3_orbax_lesson", "momentum-gap"): ("consecutive_updates", "random_step_update"),
-    ("stage3_orbax_lesson", "wrong-key"): ("key_changes_at_each_new_epoch", "random_sampler_walk"),
-    ("stage3_orbax_lesson", "compare"): (
+    ("stage3c_orbax_lesson", "momentum-gap"): ("consecutive_updates", "random_step_update"),
+    ("stage3c_orbax_lesson", "wrong-key"): ("key_changes_at_each_new_epoch", "random_sampler_walk"),
+    ("stage3c_orbax_lesson", "compare"): (
         "random_sampler_walk",
         "random_transition_walk",
         "loss_is_taken_before_the_update",
         "restore_returns_every_field",
     ),
-    ("stage4_profile", "capture"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
-    ("stage4_profile", "gate"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
-    ("stage4_profile", "profile_again"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    ("stage4a_profile", "capture"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    ("stage4a_profile", "gate"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    ("stage4a_profile", "profile_again"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
 }
 
 
@@ -157,7 +157,7 @@ def contract_is_json_data(ctx):
 
 
 def _refusals(ctx) -> list[tuple]:
-    """(case, call, error, paths) for each refusal stage3_checkpoint's rejection cells show."""
+    """(case, call, error, paths) for each refusal stage3a_checkpoint's rejection cells show."""
     path, state, contract = stage3._saved(ctx, "course-refusals")
     bad = os.path.join(os.path.dirname(path), "bad")
     os.makedirs(bad)
@@ -201,14 +201,14 @@ def refusals_name_the_course_errors(ctx):
         "CorruptCheckpointError for damaged files, ContractMismatchError for another experiment, "
         "CheckpointExistsError for an existing path, nothing on disk changed",
         wrong,
-        "stage3_checkpoint shows these refusals with the course's error types (shardlab.errors) -> raise "
+        "stage3a_checkpoint shows these refusals with the course's error types (shardlab.errors) -> raise "
         "errors.CorruptCheckpointError, errors.ContractMismatchError or errors.CheckpointExistsError as the starter's "
         "hints say, and refuse before writing anything",
     )
 
 
 def fault_problems(rows: list[dict], setup: dict, num_rows: int) -> list[str]:
-    """What stage3_checkpoint's fault-checks cell would refuse in a fault table: visibility and its step."""
+    """What stage3a_checkpoint's fault-checks cell would refuse in a fault table: visibility and its step."""
     problems = []
     for r in rows:
         seen, at = r["first_divergence_step"], setup[r["fixture"]]

@@ -437,10 +437,15 @@ def transition_walk(ctx, case: Case) -> None:
                 if own
                 else "the step itself is wrong here: "
             )
+            # A wrong gradient is named as such: momentum is judged on the gradient the step computed.
+            blame = None if own else formulas.update_cause(before, direct[3], grad, got, case.learning_rate, case.decay)
+            if blame:
+                formula = formulas.explain_gradient(np.asarray(direct[3]), *batch, before["weights"], case.devices)
+                blame += f" ({formula})" if formula else ""
             raise Miss(
                 {"weights": w, "momentum": v, "loss": want_loss},
                 got,
-                f"transition {call + 1}: {lead}{_update_cause(before, got, {'grad': grad}, case)}",
+                f"transition {call + 1}: {lead}{blame or _update_cause(before, got, {'grad': grad}, case)}",
             )
         for name in ("weights", "momentum"):
             _placement(new[name], mesh, P(), f"the transition's new {name}")

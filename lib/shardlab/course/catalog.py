@@ -7,15 +7,15 @@ NOTEBOOK_DIR = Path(str(resources.files("shardlab.course") / "notebooks"))  # pa
 NOTEBOOKS = [
     "stage1_batches",
     "stage2_update",
-    "stage3_checkpoint",
-    "stage3_resume",
-    "stage3_orbax_lesson",
-    "stage4_profile",
-    "stage4_beyond",  # optional: after the course's four stages
+    "stage3a_checkpoint",
+    "stage3b_resume",
+    "stage3c_orbax_lesson",
+    "stage4a_profile",
+    "stage4b_beyond",  # optional: after the course's four stages
     "stage5_multicontroller",
 ]
 # Saved in one kernel, continued in another: `make run` runs this pair again for every fixture of
 # core.config.FIXTURES other than the run's own, into FIXTURE_DIR/<fixture>/ (same implementation).
-FRESH_KERNEL_PAIR = ("stage3_checkpoint", "stage3_resume")
+FRESH_KERNEL_PAIR = ("stage3a_checkpoint", "stage3b_resume")
 FIXTURE_DIR = "fixtures"
 KERNEL = "shardlab"  # the Jupyter kernel `make venv` installs into .venv

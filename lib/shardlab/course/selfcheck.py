@@ -130,7 +130,7 @@ QUESTIONS = (
         ),
     ),
     *_stage(
-        "stage3_checkpoint",
+        "stage3a_checkpoint",
         (
             "Restore the weights but reset momentum. What changes first?",
             [
@@ -170,7 +170,7 @@ QUESTIONS = (
         ),
     ),
     *_stage(
-        "stage3_resume",
+        "stage3b_resume",
         (
             "After the fresh kernel resumes, how large may the difference in the sampler fields be?",
             ["within float32 tolerance", "any size, if the losses match", "exactly zero"],
@@ -213,7 +213,7 @@ QUESTIONS = (
         ),
     ),
     *_stage(
-        "stage4_profile",
+        "stage4a_profile",
         (
             "What does one warm timing sample include?",
             [

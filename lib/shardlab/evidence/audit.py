@@ -8,12 +8,15 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `schema_version` (int) — 1.
 - `run` — `seed`, `batch_size`, `implementation` ("reference", or `{"file": name, "sha256": ...}`
   for a learner's file), `notebooks` (names executed, in order), `implementation_by_notebook`
-  (name -> what that notebook actually ran: the `implementation` above, or "reference" where the
-  notebook always runs the reference) and `runs_reference` (name -> why, for those notebooks).
+  (name -> what that notebook actually ran: the `implementation` above, "reference" where the
+  notebook always runs the reference, or a "not loaded: ..." sentence where no cell reads the
+  parameter) and `runs_reference` (name -> why, for the notebooks that always run the reference).
 - `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
   `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
   (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
-- `sources` — 'shardlab/<path>' -> sha256 of every file of the installed package (code, notebooks, templates).
+- `sources` — what determines the receipts, hashed (`evidence.sources.receipt_sources`): 'shardlab/<path>'
+  -> sha256 of each notebook and data file, and of each module the run can execute with its comments
+  and docstrings left out (of `ast.dump`); 'dist/<name>' -> the installed version of each runtime dependency.
 - `notebooks` — name -> {`executed`: "<name>.ipynb", `html`: "<name>.html" or null}.
 - `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
   every warm sample in the order taken), `median_ms`, `lower_ms` and `compile_ms` (null for the
@@ -34,7 +37,7 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
 - `recovery` — stage 3's exact differences after a fresh-kernel resume (all zero when correct).
 - `fresh_kernel_recovery` — fixture name (core.config.FIXTURES) -> `seed`, `batch_size`, `folder`
-  (where its stage3_checkpoint/stage3_resume pair ran: "." for this run's own parameters,
+  (where its stage3a_checkpoint/stage3b_resume pair ran: "." for this run's own parameters,
   "fixtures/<name>" for the other fixture), `recovery` (as above), `saved_by` and `resumed_by`
   (the two kernels' process identities) and `divergence` (null when no step differs); null
   for a fixture whose pair did not run.
@@ -47,11 +50,12 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `missing` — results the report looked for and did not find (empty in a complete run).
 """
 
+import ast
 import hashlib
 import json
 import os
 import platform
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
@@ -61,6 +65,7 @@ from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course import results as record
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
+from shardlab.evidence.sources import files, receipt_sources
 from shardlab.io import write_atomic
 
 SCHEMA_VERSION = 1
@@ -73,30 +78,19 @@ IR = "step.stablehlo.mlir"
 
 
 DRILLS = "drills.json"  # written by stage 5's drills, when they ran
-STAGE4 = "stage4_profile"
+STAGE4 = "stage4a_profile"
 
 
 PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermill")
 
 
 def source_hashes(package: str = "shardlab") -> dict:
-    """'shardlab/<path>' -> sha256 for every file of the installed package: code, notebooks, templates.
+    """'shardlab/<path>' -> sha256 of every file of the installed package, byte for byte: code, notebooks, templates.
 
     Read through importlib.resources, so an editable and a regular install hash the same files.
+    (audit.json's `sources` hash only what can change a receipt: `evidence.sources.receipt_sources`.)
     """
-    found = {}
-
-    def walk(node, prefix):
-        for child in node.iterdir():
-            name = f"{prefix}/{child.name}"
-            if child.is_dir():
-                if child.name != "__pycache__":
-                    walk(child, name)
-            elif not child.name.endswith((".pyc", ".pyo")):
-                found[name] = hashlib.sha256(child.read_bytes()).hexdigest()
-
-    walk(resources.files(package), package)
-    return dict(sorted(found.items()))
+    return {rel: hashlib.sha256(item.read_bytes()).hexdigest() for rel, item in files(package).items()}
 
 
 def environment() -> dict:
@@ -147,19 +141,49 @@ def _device_counts(stage1: dict | None) -> dict | None:
     }
 
 
+PARAMETER_TAGS = {"parameters", "injected-parameters"}
+NOT_LOADED = "not loaded: this notebook never reads its `implementation` parameter"
+
+
+def reads_implementation(nb) -> bool:
+    """True if a code cell other than the parameter cells reads the name `implementation` (parsed, never run)."""
+    for cell in nb.cells:
+        if cell.cell_type != "code" or PARAMETER_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return True  # unreadable here: credit it rather than guess it away
+        if any(isinstance(n, ast.Name) and n.id == "implementation" for n in ast.walk(tree)):
+            return True
+    return False
+
+
 def _run_section(out_dir: Path, executed: list[str]) -> dict:
-    """Seed, batch size and implementation from the executed notebooks' papermill parameters."""
-    params = [nbformat.read(out_dir / f"{n}.ipynb", as_version=4).metadata["papermill"]["parameters"] for n in executed]
+    """Seed, batch size and implementation from the executed notebooks' papermill parameters.
+
+    A notebook is credited with the implementation only if it reads the parameter (stage4_beyond never
+    does); one that runs the reference whatever it is given says so (RUNS_REFERENCE).
+    """
+    books = {n: nbformat.read(out_dir / f"{n}.ipynb", as_version=4) for n in executed}
+    params = [books[n].metadata["papermill"]["parameters"] for n in executed]
     first = params[0] if params else {}
     spec = first.get("implementation", "reference")
     if spec not in ("reference", "", None):
         spec = {"file": Path(spec).name, "sha256": sha256_file(spec) if Path(spec).is_file() else None}
+
+    def ran(name: str):
+        if name in RUNS_REFERENCE:
+            return "reference"
+        return spec if reads_implementation(books[name]) else NOT_LOADED
+
     return {
         "seed": first.get("seed"),
         "batch_size": first.get("batch_size"),
         "implementation": spec,
         "notebooks": executed,
-        "implementation_by_notebook": {n: "reference" if n in RUNS_REFERENCE else spec for n in executed},
+        "implementation_by_notebook": {n: ran(n) for n in executed},
         "runs_reference": {n: why for n, why in RUNS_REFERENCE.items() if n in executed},
     }
 
@@ -169,7 +193,7 @@ def _fresh_kernel_recovery(out_dir: Path, run: dict) -> dict:
     found = {}
     for name, (seed, batch_size) in FIXTURES.items():
         folder = "." if (seed, batch_size) == (run["seed"], run["batch_size"]) else f"{FIXTURE_DIR}/{name}"
-        resumed = stage_results(out_dir / folder, "stage3_resume")
+        resumed = stage_results(out_dir / folder, "stage3b_resume")
         if not resumed or "recovery" not in resumed:
             found[name] = None
             continue
@@ -210,7 +234,7 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         missing.append(f"{where}:{key}")
         return None
 
-    stage3_ckpt, stage3_resume = results.get("stage3_checkpoint"), results.get("stage3_resume")
+    stage3_ckpt, stage3b_resume = results.get("stage3a_checkpoint"), results.get("stage3b_resume")
     counts = _device_counts(results.get("stage1_batches"))
     recorded = (results.get("stage2_update") or {}).get("all_reduce")
     ir, drills = out_dir / IR, out_dir / DRILLS
@@ -222,12 +246,12 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         missing.append(IR)
     run = _run_section(out_dir, executed)
     fresh = _fresh_kernel_recovery(out_dir, run)
-    missing += [f"stage3_resume:recovery of fixture {name}" for name, found in fresh.items() if found is None]
+    missing += [f"stage3b_resume:recovery of fixture {name}" for name, found in fresh.items() if found is None]
     return {
         "schema_version": SCHEMA_VERSION,
         "run": run,
         "environment": take(stage4, "environment", STAGE4),
-        "sources": source_hashes(),
+        "sources": receipt_sources(),
         "notebooks": {
             n: {"executed": f"{n}.ipynb", "html": f"{n}.html" if (out_dir / f"{n}.html").is_file() else None}
             for n in executed
@@ -240,9 +264,9 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
             "ir": IR if ir.is_file() else None,
             "recorded": recorded.get("count") if isinstance(recorded, dict) else recorded,
         },
-        "recovery": take(stage3_resume, "recovery", "stage3_resume"),
+        "recovery": take(stage3b_resume, "recovery", "stage3b_resume"),
         "fresh_kernel_recovery": fresh,
-        "faults": take(stage3_ckpt, "faults", "stage3_checkpoint"),
+        "faults": take(stage3_ckpt, "faults", "stage3a_checkpoint"),
         "figure": take(stage4, "figure", STAGE4),
         "drills": json.loads(drills.read_text()) if drills.is_file() else None,
         "results": results,

@@ -31,7 +31,7 @@ def figure(out_dir, faults: list | None, timing: dict, transitions: list[dict]):
 def _fault_panel(ax, faults):
     ax.set_title("Final-weight error per omitted state field")
     if not faults:
-        ax.text(0.5, 0.5, "no stage3_checkpoint results in this folder", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no stage3a_checkpoint results in this folder", ha="center", transform=ax.transAxes)
         return
     fixtures = sorted({row["fixture"] for row in faults})
     width = 0.8 / len(fixtures)

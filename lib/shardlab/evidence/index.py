@@ -18,11 +18,11 @@ INDEX = "index.html"
 TITLES = {
     "stage1_batches": "Stage 1 — the next batch is explicit",
     "stage2_update": "Stage 2 — derive the global update before distributing it",
-    "stage3_checkpoint": "Stage 3 — save, restore, and the deliberate faults",
-    "stage3_resume": "Stage 3 — a fresh kernel continues the same experiment",
-    "stage3_orbax_lesson": "Stage 3 — the Orbax lesson's receipt, replayed",
-    "stage4_profile": "Stage 4 — measure the boundary you intend to optimise",
-    "stage4_beyond": "After stage 4 — what a practitioner does next (optional)",
+    "stage3a_checkpoint": "Stage 3 — save, restore, and the deliberate faults",
+    "stage3b_resume": "Stage 3 — a fresh kernel continues the same experiment",
+    "stage3c_orbax_lesson": "Stage 3 — the Orbax lesson's receipt, replayed",
+    "stage4a_profile": "Stage 4 — measure the boundary you intend to optimise",
+    "stage4b_beyond": "After stage 4 — what a practitioner does next (optional)",
     "stage5_multicontroller": "Stage 5 — beyond one controller",
 }
 STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -62,7 +62,7 @@ def _stages(audit: dict, out_dir: Path) -> str:
         items.append(f'<li>{link} — executed notebook <a href="{executed}">{executed}</a></li>')
     for fixture, found in (audit.get("fresh_kernel_recovery") or {}).items():
         folder = (found or {}).get("folder", ".")
-        pages = [f"{folder}/{n}.html" for n in ("stage3_checkpoint", "stage3_resume")]
+        pages = [f"{folder}/{n}.html" for n in ("stage3a_checkpoint", "stage3b_resume")]
         if folder != "." and all((out_dir / page).is_file() for page in pages):
             links = " and ".join(f'<a href="{escape(page)}">{escape(page)}</a>' for page in pages)
             items.append(f"<li>Stage 3 for the other fixture, {escape(fixture)}, each in a fresh kernel: {links}</li>")

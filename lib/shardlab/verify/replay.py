@@ -18,7 +18,7 @@ from shardlab.errors import CheckpointError, ShardlabError
 from shardlab.io import read_npz
 from shardlab.verify import fingerprint
 
-OWNER = "stage3_checkpoint"  # the manifest section of the files `fresh_folder` may replace
+OWNER = "stage3a_checkpoint"  # the manifest section of the files `fresh_folder` may replace
 # what the stage 3 notebook writes into its folder (fnmatch patterns of top-level names); `.tmp-*` are the
 # temporaries of a save that was killed (core/checkpoint.py, orbax_io.py)
 WRITES = ("checkpoint.npz", "control.npz", "orbax", "bad", "faults", ".tmp-*")

@@ -1,0 +1,120 @@
+"""Sentences about measured values, chosen by the values: a notebook never states a comparison the run contradicts.
+
+A claim names the results it rests on and one sentence per outcome of a comparison:
+
+    say("stage5b_scaling", "async_vs_sync", "a < b",
+        {"a": ("async_step_ms", async_ms), "b": ("sync_step_ms", sync_ms)},
+        true="the asynchronous save's step was faster ({a:.3g} ms against {b:.3g} ms)",
+        false="the asynchronous save's step was not faster here ({a:.3g} ms against {b:.3g} ms)")
+
+Each value is given with the results key (of the same notebook) that records it: a name, or a dotted
+path into a recorded dict or list ("timing.median_ms", "rows.2.loss"). `say` evaluates the
+relation, formats the sentence it picks and records the claim (relation, values, keys, chosen
+outcome, text) in the notebook's results under `claims`; tests/test_claims.py re-reads every recorded
+claim, looks each value up under its key and re-evaluates the relation, so a sentence that a value
+contradicts fails the suite. Relations are a small grammar (comparisons, `and`, `or`, `not`, `abs`,
+arithmetic, numbers and value names), evaluated here and in the test with the same `holds`.
+"""
+
+import ast
+import operator
+
+from shardlab.errors import UsageError
+
+CLAIMS = "claims"  # the results key holding a notebook's recorded claims
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_COMPARE = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
+
+
+def holds(relation: str, values: dict) -> bool:
+    """The truth of `relation` (e.g. "a < 0.9 * b and c > 0") for the named values; UsageError for other syntax."""
+    try:
+        tree = ast.parse(relation, mode="eval").body
+    except SyntaxError as exc:
+        raise UsageError(f"claim relation {relation!r} is not an expression: {exc.msg}") from None
+    return bool(_value(tree, values, relation))
+
+
+def _value(node, values: dict, relation: str):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in values:
+            raise UsageError(f"claim relation {relation!r} names {node.id!r}, which the claim gives no value for")
+        return values[node.id]
+    if isinstance(node, ast.BoolOp):
+        parts = [_value(v, values, relation) for v in node.values]
+        return all(parts) if isinstance(node.op, ast.And) else any(parts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+        inner = _value(node.operand, values, relation)
+        return (not inner) if isinstance(node.op, ast.Not) else -inner
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_value(node.left, values, relation), _value(node.right, values, relation))
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        return _compare(node, values, relation)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("abs", "min", "max"):
+        args = [_value(a, values, relation) for a in node.args]
+        return {"abs": abs, "min": min, "max": max}[node.func.id](*args)
+    raise UsageError(f"claim relation {relation!r} uses {ast.unparse(node)!r}, outside the claims grammar")
+
+
+def _compare(node: ast.Compare, values: dict, relation: str) -> bool:
+    left, result = _value(node.left, values, relation), True
+    for op, right_node in zip(node.ops, node.comparators):
+        right = _value(right_node, values, relation)
+        result, left = result and _COMPARE[type(op)](left, right), right
+    return result
+
+
+def say(out_dir: str, notebook: str, name: str, relation: str, values: dict, *, true: str, false: str) -> str:
+    """The sentence for the outcome of `relation` over `values` ({name: (results_key, value)}), recorded as a claim.
+
+    The values must already be recorded under their results keys (the test checks they are the same
+    numbers); the returned sentence is formatted with the plain values.
+    """
+    from shardlab.course import results
+
+    plain = {k: v for k, (_, v) in values.items()}
+    outcome = holds(relation, plain)
+    text = (true if outcome else false).format(**plain)
+    found = results.load(out_dir, notebook) if _has_results(out_dir, notebook) else {}
+    recorded = dict(found.get(CLAIMS, {}))
+    recorded[name] = {
+        "relation": relation,
+        "keys": {k: key for k, (key, _) in values.items()},
+        "values": plain,
+        "holds": outcome,
+        "sentences": {"true": true, "false": false},
+        "text": text,
+    }
+    results.emit(out_dir, notebook, CLAIMS, recorded, shown=False)
+    return text
+
+
+def _has_results(out_dir: str, notebook: str) -> bool:
+    import os
+
+    from shardlab.course.results import RESULTS
+
+    return os.path.exists(os.path.join(out_dir, RESULTS, f"{notebook}.json"))
+
+
+def lookup(found: dict, key: str):
+    """The value under a dotted results key ("timing.median_ms", "rows.2.loss"); KeyError naming the key if absent."""
+    value = found
+    for part in key.split("."):
+        if isinstance(value, list) and part.lstrip("-").isdigit():
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise KeyError(f"results key {key!r}: no {part!r}")
+    return value

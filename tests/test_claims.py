@@ -1,0 +1,108 @@
+"""Every sentence a notebook states about a measured value is true of the run that printed it.
+
+The notebooks choose such sentences with shardlab.course.claims.say, which records each claim with
+the results keys its values came from. Here every recorded claim of the course run is re-checked:
+each value is looked up under its key in the notebook's results file (so the sentence rests on the
+number the notebook recorded, not on a copy), the relation is evaluated again, and the printed text
+must be the sentence for that outcome. Planted false claims show the check can fail.
+"""
+
+import math
+
+import pytest
+from conftest import results
+
+from shardlab.course import catalog, claims
+from shardlab.errors import UsageError
+
+pytestmark = pytest.mark.notebooks
+
+
+def check_claims(found: dict) -> list[str]:
+    """Every way the recorded claims of one notebook's results disagree with the values they name."""
+    problems = []
+    for name, claim in found.get(claims.CLAIMS, {}).items():
+        values = {}
+        for var, key in claim["keys"].items():
+            try:
+                values[var] = claims.lookup(found, key)
+            except KeyError as exc:
+                problems.append(f"{name}: {exc}")
+                continue
+            recorded = claim["values"][var]
+            if isinstance(recorded, float) and not math.isclose(recorded, values[var], rel_tol=1e-12, abs_tol=0):
+                problems.append(f"{name}: {var} = {recorded} but {key} records {values[var]}")
+            elif not isinstance(recorded, float) and recorded != values[var]:
+                problems.append(f"{name}: {var} = {recorded!r} but {key} records {values[var]!r}")
+        if len(values) == len(claim["keys"]):
+            truth = claims.holds(claim["relation"], values)
+            said = claim["holds"]
+            if truth != said:
+                problems.append(f"{name}: {claim['relation']} is {truth} for {values}, the notebook said {said}")
+            elif claim["text"] != claim["sentences"][str(truth).lower()].format(**values):
+                problems.append(f"{name}: the text shown is not the sentence for {claim['relation']} = {truth}")
+    return problems
+
+
+def test_relations_follow_their_grammar():
+    assert claims.holds("a < b", {"a": 1.0, "b": 2.0})
+    assert not claims.holds("a < 0.5 * b and b > 0", {"a": 1.5, "b": 2.0})
+    assert claims.holds("abs(a - b) <= c or not d", {"a": 1, "b": 3, "c": 1, "d": False})
+    assert claims.holds("0 < a <= 1", {"a": 1})
+    for bad in ("__import__('os')", "a.b < 1", "a <", "c < 1"):
+        with pytest.raises(UsageError):
+            claims.holds(bad, {"a": 1})
+
+
+def test_a_planted_false_claim_is_found():
+    found = {"async_ms": 7.0, "sync_ms": 10.0, "timing": {"median_ms": [3.0, 4.0]}}
+    good = {
+        "relation": "a < b",
+        "keys": {"a": "async_ms", "b": "sync_ms"},
+        "values": {"a": 7.0, "b": 10.0},
+        "sentences": {"true": "faster", "false": "not faster"},
+    }
+    found[claims.CLAIMS] = {
+        "faster": {**good, "holds": True, "text": "faster"},
+        "says_slower": {**good, "holds": False, "text": "not faster"},  # the sentence the numbers contradict
+        "copied_value": {**good, "values": {"a": 7.5, "b": 10.0}, "holds": True, "text": "faster"},
+        "no_such_key": {**good, "keys": {"a": "missing", "b": "sync_ms"}, "holds": True, "text": "faster"},
+        "wrong_text": {**good, "holds": True, "text": "not faster"},  # outcome right, the other sentence shown
+        "dotted": {
+            "relation": "a < b",
+            "keys": {"a": "timing.median_ms.0", "b": "timing.median_ms.1"},
+            "values": {"a": 3.0, "b": 4.0},
+            "holds": True,
+            "sentences": {"true": "{a} before {b}", "false": "{b} before {a}"},
+            "text": "3.0 before 4.0",
+        },
+    }
+    problems = check_claims(found)
+    flagged = sorted({p.split(":")[0] for p in problems})
+    assert flagged == ["copied_value", "no_such_key", "says_slower", "wrong_text"], problems
+
+
+def test_say_records_what_it_printed(tmp_path):
+    from shardlab.course import results as record
+
+    record.emit(str(tmp_path), "nb", "async_ms", 12.0, shown=False)
+    record.emit(str(tmp_path), "nb", "sync_ms", 10.0, shown=False)
+    text = claims.say(
+        str(tmp_path),
+        "nb",
+        "faster",
+        "a < b",
+        {"a": ("async_ms", 12.0), "b": ("sync_ms", 10.0)},
+        true="faster ({a:.1f} < {b:.1f})",
+        false="not faster ({a:.1f} >= {b:.1f})",
+    )
+    assert text == "not faster (12.0 >= 10.0)"
+    found = record.load(str(tmp_path), "nb")
+    assert found[claims.CLAIMS]["faster"]["holds"] is False and not check_claims(found)
+
+
+@pytest.mark.parametrize("name", catalog.NOTEBOOKS)
+def test_every_claim_of_the_course_run_is_true(run_dir, name):
+    found = results(run_dir, name)
+    problems = check_claims(found)
+    assert not problems, f"{name}: " + "; ".join(problems)
