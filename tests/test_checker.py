@@ -182,6 +182,7 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["fsync came before the last write", "only then give it its final name"],
     ),
+    "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
     "restore_finite_by_magnitude": (
         3,
         "random_restore_damage",
