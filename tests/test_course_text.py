@@ -15,7 +15,16 @@ from shardlab.course import catalog
 from shardlab.perf import targets
 
 PREDICT, REVEAL = "predict", "reveal"
-ASKING = ("stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume", "stage4a_profile", "stage4b_beyond")
+ASKING = (
+    "stage1_batches",
+    "stage2_update",
+    "stage3a_checkpoint",
+    "stage3b_resume",
+    "stage4a_profile",
+    "stage4b_beyond",
+    "stage5a_protocol",
+    "stage5b_scaling",
+)
 MAX_LINES = 25  # per cell output, unless it is a figure (images are not counted)
 WRAP = 160  # a longer line is counted as the lines a reader sees it wrapped into
 # how the project is managed: never in a notebook, receipt, doc, comment or test

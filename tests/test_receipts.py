@@ -279,14 +279,19 @@ def test_the_audit_says_which_notebooks_ran_the_reference(tmp_path):
 
     mine = tmp_path / "mine.py"
     mine.write_text("# a learner's file\n")
-    names = ["stage1_batches", "stage5_multicontroller"]
+    names = ["stage1_batches", "stage5a_protocol", "stage5b_scaling"]
     for name in names:
         nb = new_notebook()
         nb.metadata["papermill"] = {"parameters": {"seed": 17, "batch_size": 7, "implementation": str(mine)}}
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
     run = audit._run_section(tmp_path, names)
     learner = {"file": "mine.py", "sha256": hashlib.sha256(mine.read_bytes()).hexdigest()}
-    assert run["implementation_by_notebook"] == {"stage1_batches": learner, "stage5_multicontroller": "reference"}
-    assert "always run the reference" in run["runs_reference"]["stage5_multicontroller"]
-    source = (catalog.NOTEBOOK_DIR / "stage5_multicontroller.md").read_text()
-    assert "**Which implementation runs here: the reference.**" in source
+    assert run["implementation_by_notebook"] == {
+        "stage1_batches": learner,
+        "stage5a_protocol": "reference",
+        "stage5b_scaling": "reference",
+    }
+    for name in names[1:]:
+        assert "always run the reference" in run["runs_reference"][name]
+        source = (catalog.NOTEBOOK_DIR / f"{name}.md").read_text()
+        assert "**Which implementation runs here: the reference.**" in source

@@ -12,8 +12,8 @@ RESULTS = "results"  # folder under the output directory
 def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> dict:
     """Store `value` in out_dir/results/<notebook>.json and show it as one rounded line tagged `shardlab: name`.
 
-    With `shown=False` (for a cell that prints the same value in its own words, or whose value a
-    later reveal states) the line only says where the value was stored.
+    With `shown=False` (for a cell that prints the same value in its own words, or a record kept
+    for the course's checks) nothing is printed: the output carries the value in its metadata only.
     """
     value = plain(value)
     folder = os.path.join(out_dir, RESULTS)
@@ -26,7 +26,7 @@ def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> d
         from IPython.display import display
 
         # the value rides in the output's metadata (for tests and tools); the reader sees a rounded line
-        text = show.line(name, value) if shown else f"({name} stored in {RESULTS}/{notebook}.json)"
+        text = show.line(name, value) if shown else ""
         display({"text/plain": text}, raw=True, metadata={"shardlab": name, "value": value})
     return value
 

@@ -189,10 +189,11 @@ def _fresh_kernel_recovery(out_dir: Path, run: dict) -> dict:
 # Notebooks that run the reference whatever `implementation` says, and why (said in the notebook too).
 
 
-RUNS_REFERENCE = {
-    "stage5_multicontroller": "its controller processes always run the reference implementation; a learner's "
-    "file is loaded but not run (the contracts it compares are the course's own)",
-}
+STAGE5_REFERENCE = (
+    "its controller processes always run the reference implementation; a learner's file is loaded but not run "
+    "(the contracts it compares are the course's own)"
+)
+RUNS_REFERENCE = {"stage5a_protocol": STAGE5_REFERENCE, "stage5b_scaling": STAGE5_REFERENCE}
 
 
 def audit(out_dir, notebooks: list[str] | None = None) -> dict:

@@ -431,6 +431,12 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
     return result
 
 
+def discard(ctx: Context) -> None:
+    """Remove a temporary work folder of `begin` without writing a drills.json (a series that only measures)."""
+    if getattr(ctx, "temporary", False):
+        shutil.rmtree(ctx.out, ignore_errors=True)
+
+
 def run_all(
     out_dir,
     seed: int = SEED,
