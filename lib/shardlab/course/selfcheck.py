@@ -233,7 +233,8 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures dispatch; the single-device compiled update is the strong baseline.",
+            "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
+            "compiled update is the strong baseline.",
             "timing",
         ),
         (
@@ -261,6 +262,18 @@ QUESTIONS = (
             "b",
             "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
             "trace",
+        ),
+        (
+            "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
+            "moved by 0.4 ms between the same two sides. What does the cut show?",
+            [
+                "a 0.5 ms speed-up of the change",
+                "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
+                "a 0.1 ms slow-down",
+            ],
+            "b",
+            "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
+            "change",
         ),
     ),
     *_stage(

@@ -27,8 +27,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   `compiled_update_and_wait_ms`, `reshuffled`, `step`), `dominant` (which annotation has the
   larger median, and the factor), `prepare_breakdown` (per transition: `jitted_dispatch_ms`,
   `placement_ms`, `other_ms`, and `dispatched`, the jitted functions called inside) and
-  `hypothesis` (`change`, `annotation`, `baseline_ms`, `threshold_ms`, `text`: the one change the
-  trace points at and the cut in ms the next trace must show; the verdict is stage 4's `change` result).
+  `hypothesis` (the learner's, as `evidence.hypothesis.stated` checked it: `change`, `annotation`,
+  `control`, `baseline_ms`, `reach_ms`, `threshold_ms`, `because`, `text`; the verdict, judged with
+  the control's drift in view, is stage 4's `change` result).
 - `device_counts` — stage 1's observed valid rows per device: `batch_of_7_rows`, `batch_of_1_row`,
   `walk` (one list per batch of its walk), `from` (the notebook).
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
