@@ -16,9 +16,11 @@ WORKSPACE ?= workspace
 PORTFOLIO ?= portfolio_out
 SUBMISSIONS ?= submissions
 GRADE ?= grade_out
+ONLY ?=
+AUTOGRADER ?= autograder_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade clean
+.PHONY: help venv run test test-quick test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade sandbox autograder clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -42,6 +44,10 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 test: venv ## the whole test suite on two workers (executes every notebook once, under 6 min on 2 cores)
 	$(BIN)/python -m pytest
 
+test-quick: venv ## the inner loop after every edit (about a minute): every test that runs no notebook, controller group or learner run
+	@start=$$(date +%s); $(BIN)/python -m pytest --quick -p no:cacheprovider \
+	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
+
 test-alternatives: venv ## every file in tests/correct/: passes the checker, runs stages 1-4 like the reference
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/alternatives_all.py \
 	&& echo "[make] test-alternatives finished in $$(( $$(date +%s) - start )) s"
@@ -54,9 +60,9 @@ test-browser: venv ## a real headless Chromium: stage 1 run through JupyterLab's
 	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-browser.txt
 	$(BIN)/python -m pytest -n 0 -p no:cacheprovider browser_tests
 
-lint: venv ## ruff check and format check of lib/ and tests/
-	$(BIN)/ruff check lib tests
-	$(BIN)/ruff format --check lib tests
+lint: venv ## ruff check and format check of lib/, rig/ and tests/
+	$(BIN)/ruff check lib rig tests
+	$(BIN)/ruff format --check lib rig tests
 
 lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab on them
 	@$(BIN)/python -m shardlab workspace $(WORKSPACE)
@@ -71,14 +77,23 @@ clean: ## remove .venv and caches (not receipts/)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Beyond the course: each writes machine-readable results into OUT.
-check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1
-	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
+check: venv ## check an implementation stage by stage: IMPL=my_impl.py STAGE=1 (ONLY=1: just that stage)
+	$(BIN)/python -m shardlab check --implementation $(IMPL) --stage $(STAGE) $(if $(filter 1 yes,$(ONLY)),--only,) $(if $(filter-out receipts,$(OUT)),--output $(OUT),)
 
 portfolio: venv ## what you hand in, from a finished run: IMPL=my_model.py OUT=my_receipts -> PORTFOLIO (portfolio_out/)
 	$(BIN)/python -m shardlab portfolio --receipts $(OUT) --implementation $(IMPL) --workspace $(WORKSPACE) --out $(PORTFOLIO)
 
-grade: venv ## every submission in SUBMISSIONS (submissions/) checked stage by stage -> GRADE (grade_out/)
+grade: venv sandbox ## every submission in SUBMISSIONS (submissions/), each in its own sandbox -> GRADE (grade_out/)
 	$(BIN)/python -m shardlab grade $(SUBMISSIONS) --out $(GRADE)
+
+sandbox: ## install Debian's bubblewrap (bwrap), the sandbox grade runs each submission in (as root, or says how)
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then echo "[make] installing Debian's bubblewrap ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else echo "grade needs bubblewrap: run 'sudo apt-get install bubblewrap' once, or make sandbox as root"; exit 1; fi
+
+autograder: venv ## a Gradescope autograder bundle (setup.sh, run_autograder, the checker) -> AUTOGRADER (autograder_out/)
+	$(BIN)/python -m shardlab.handin.platforms bundle --out $(AUTOGRADER) --checkout .
 
 drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, crash loop, launch paths) into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))
@@ -86,8 +101,9 @@ drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, cr
 supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save --keep 2 ...') into supervise_out/
 	$(BIN)/python -m shardlab supervise --out $(if $(filter receipts,$(OUT)),supervise_out,$(OUT)) $(ARGS)
 
-bench: venv ## measure three optimisations beside their baselines into bench/
+bench: venv ## measure three optimisations beside their baselines, then the loops (bench/loops.json), into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
+	$(BIN)/python -m shardlab loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
-	$(BIN)/python -m shardlab torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))
+	$(BIN)/python -m rig.torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

@@ -45,16 +45,17 @@ def reference_run(tmp_path_factory) -> Path:
 ALTERNATIVES = sorted(str(p.relative_to(CORRECT).with_suffix("")) for p in CORRECT.rglob("*.py"))
 
 
+@pytest.mark.learner_run
 @pytest.mark.parametrize("alternative", ALTERNATIVES)
-def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(
-    alternative, reference_run, tmp_path
-):
+def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(alternative, request, tmp_path):
     spec = str(CORRECT / f"{alternative}.py")
     assert checker_failures(spec) == [], f"{alternative} is not accepted by the checker"
     found = run_learner_stages(spec, tmp_path / "run")
-    assert receipt_differences(reference_run, found) == []
+    # asked for last: while one worker runs the reference, the other checks and runs its own file meanwhile
+    assert receipt_differences(request.getfixturevalue("reference_run"), found) == []
 
 
+@pytest.mark.learner_run
 @pytest.mark.parametrize("broken", FAILING_RUNS)
 def test_a_failed_run_names_a_check_that_fails_for_that_file(broken, tmp_path):
     assert_advice_leads_to_a_failing_check(BROKEN / f"{broken}.py", tmp_path, ["stage3a_checkpoint"])

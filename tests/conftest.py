@@ -9,6 +9,7 @@ goes to one worker, and the other runs the rest of the suite meanwhile.
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 
 import nbformat
@@ -19,6 +20,8 @@ from shardlab.course import execute as runner
 from shardlab.course import results as record
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the library never needs it
+if str(REPO) not in sys.path:  # the rig (REPO/rig) is not installed: the tests import it from the checkout
+    sys.path.insert(0, str(REPO))
 
 sl.setup_devices(4)
 
@@ -73,18 +76,19 @@ def pytest_collection_modifyitems(config, items):
 
     xdist groups by an `@group` suffix of the node id, which xdist 3.8.0 writes where pytest 9.2 no
     longer reads it (a pytest-xdist 3.8.0 bug, upstream #1386), so the suffix is written here, through
-    shardlab.compat. Without it the lock in `run_dir` still runs the course once; a second worker would only
+    tests/_xdist.py. Without it the lock in `run_dir` still runs the course once; a second worker would only
     wait for it.
     """
-    from shardlab import compat
+    import _xdist
 
     course = [item for item in items if "run_dir" in getattr(item, "fixturenames", ())]
     for item in course:
         item.add_marker(pytest.mark.xdist_group(COURSE_GROUP))
+        item.add_marker(pytest.mark.notebooks)  # it reads the session's course run: never part of --quick
     if not getattr(config.option, "loadgroup", False):
         return
     for item in course:
-        compat.xdist_group_node_id(item, COURSE_GROUP)
+        _xdist.group_node_id(item, COURSE_GROUP)
     items[:] = course + [item for item in items if item not in course]  # the same order in every worker
 
 
@@ -118,6 +122,109 @@ def results(run_dir, name):
     found = record.from_notebook(executed(run_dir, name))
     assert found == record.load(run_dir, name), f"{name}: notebook outputs and results file disagree"
     return found
+
+
+# --- the inner loop: `make test-quick` (pytest --quick) --------------------------------------------------------
+
+# A test that executes a notebook, starts a controller group or runs a learner's file through the course
+# carries one of these markers (a test reading `run_dir` gets `notebooks` above); --quick deselects them
+# all, and `slow` too, and then refuses, inside the selected tests, the things these markers stand for.
+LOOP_MARKERS = ("notebooks", "controllers", "learner_run", "slow")
+QUICK = "not (" + " or ".join(LOOP_MARKERS) + ")"
+REFUSED_MODULES = ("papermill", "nbclient", "ipykernel")  # a notebook run, or a kernel in this process
+REFUSED_COMMANDS = (  # argv words that start a kernel, a notebook run or a controller group in a child
+    ("shardlab.multi.program",),
+    ("ipykernel_launcher",),
+    ("papermill",),
+    ("jupyter",),
+    ("jupyter-lab",),
+    ("shardlab", "run"),
+    ("shardlab", "drills"),
+    ("shardlab", "supervise"),
+    ("shardlab", "multi"),
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help=f"the inner loop: only tests selected by -m '{QUICK}'; a selected test that imports "
+        f"{'/'.join(REFUSED_MODULES)} or starts a kernel or a controller group fails and names its missing marker",
+    )
+
+
+def _unmarked(what: str) -> None:
+    pytest.fail(  # an OutcomeException (a BaseException): a library's `except Exception` does not swallow it
+        f"--quick: this test {what}; mark it with one of {', '.join(LOOP_MARKERS)} (tests/conftest.py, "
+        "README 'Tests'), so that `make test-quick` leaves it to `make test`",
+        pytrace=True,
+    )
+
+
+class _RefuseLoopImports:
+    """A meta-path finder: importing a module of REFUSED_MODULES fails the test that does it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in REFUSED_MODULES:
+            _unmarked(f"imports {name} (a kernel or a notebook run)")
+        return None
+
+
+def refused_command(argv) -> str | None:
+    """The REFUSED_COMMANDS entry a child's argv matches (as a space-joined string), else None."""
+    words = [os.path.basename(str(a)) for a in ([argv] if isinstance(argv, (str, bytes, os.PathLike)) else argv)]
+    words = [w for word in words for w in str(word).split()]
+    for pattern in REFUSED_COMMANDS:
+        if pattern[0] in words:
+            at = words.index(pattern[0])
+            if tuple(words[at : at + len(pattern)]) == pattern:
+                return " ".join(pattern)
+    return None
+
+
+_RUNNING = {}  # the test whose setup, call or teardown runs now (its markers allow or refuse a child)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING["item"] = item
+    try:
+        return (yield)
+    finally:
+        _RUNNING.pop("item", None)
+
+
+def _guard_children() -> None:
+    """In every run, --quick or not: a test without a LOOP_MARKERS marker may not start a kernel,
+    a notebook run or a controller group in a child process (kernels start as children too)."""
+    import subprocess
+
+    original = subprocess.Popen.__init__
+
+    def checked(self, args, *rest, **options):
+        item = _RUNNING.get("item")
+        marked = item is None or any(item.get_closest_marker(name) for name in LOOP_MARKERS)
+        found = None if marked else refused_command(args)
+        if found:
+            _unmarked(f"starts a child process `{found} ...` (a kernel, a notebook run or a controller group)")
+        original(self, args, *rest, **options)
+
+    subprocess.Popen.__init__ = checked
+
+
+def pytest_configure(config):
+    _guard_children()
+    if not config.getoption("quick", False):
+        return
+    given = config.option.markexpr
+    config.option.markexpr = f"({given}) and {QUICK}" if given else QUICK
+    import sys
+
+    already = sorted(name for name in REFUSED_MODULES if name in sys.modules)
+    if already:  # imported before any test ran (a plugin, conftest): the guard could not see who
+        raise pytest.UsageError(f"--quick: {already} imported before the tests started")
+    sys.meta_path.insert(0, _RefuseLoopImports())
 
 
 _SESSION = {}  # whole-suite wall time, for `python -m shardlab bench` (see pytest_sessionfinish)

@@ -3,8 +3,9 @@
 An implementation the checker passes must run the stage notebooks 1-4 to the end (`make run
 IMPL=...`; stage 5 runs the reference) and record what the reference run records, except where an
 implementation may legitimately differ (ALLOWED: its messages, its file format, its collectives,
-timings). `make test` runs one alternative against the session's course run; `make
-test-alternatives` runs every file in tests/correct/ (tests/alternatives_all.py).
+timings). The learner runs themselves are `make test-alternatives`'s (tests/alternatives_all.py: every
+file in tests/correct/, and broken files whose failed run must name a failing check); `make test` runs
+the comparison's own tests and the planted failures here, each stopping in its first notebook.
 
 The converse is tested too: every notebook cell that asserts something about the implementation
 is listed in course_cells.COVERAGE with checks that exist, and a failed run names them.
@@ -29,7 +30,6 @@ CORRECT = Path(__file__).parent / "correct"
 BROKEN = Path(__file__).parent / "broken"
 NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
 LEARNER_STAGES = [name for name in catalog.NOTEBOOKS if not name.startswith("stage5")]  # stage 5 runs the reference
-IN_MAKE_TEST = "nested_contract"  # the contract form the Orbax lesson once refused
 
 # result path -> why an implementation may record something else there than the reference run
 ALLOWED = {
@@ -77,7 +77,8 @@ def _rejections(found: dict) -> dict:
 def receipt_differences(reference: Path, run: Path) -> list[str]:
     """Every difference between two runs' results/*.json and stage 3 records that ALLOWED does not explain."""
     ref, found = (
-        {n: json.loads((d / "results" / f"{n}.json").read_text()) for n in LEARNER_STAGES} for d in (reference, run)
+        {n: json.loads((d / "results" / f"{n}.json").read_text()) for n in learner_notebooks()}
+        for d in (reference, run)
     )
     diffs = differences(ref, found, "")
     theirs, ours = _rejections(found), _rejections(ref)
@@ -119,9 +120,20 @@ def same_sampler(reference: dict, found: dict, k: int) -> bool:
     return np.array_equal(theirs[0], np.asarray(following)) and np.array_equal(theirs[1], np.asarray(drawn))
 
 
+def learner_notebooks() -> list[str]:
+    """The notebooks of stages 1-4 with a cell that runs the learner's code (calling_cells), in course order.
+
+    The others run the course's own code whatever file is given (stage4b_beyond: the module's fused
+    loops, its `implementation` parameter unused), so the reference's run of them speaks for every file.
+    """
+    calling = {notebook for notebook, _ in calling_cells()}
+    return [name for name in LEARNER_STAGES if name in calling]
+
+
 def run_learner_stages(implementation: str, out: Path) -> Path:
-    """`make run IMPL=implementation` for stages 1-4 (no HTML pages: they are not compared)."""
-    return runner.run(out, seed=17, batch_size=7, implementation=implementation, notebooks=LEARNER_STAGES, html=False)
+    """`make run IMPL=implementation` for the notebooks of stages 1-4 that run the learner's code (no HTML pages)."""
+    notebooks = LEARNER_STAGES if implementation == "reference" else learner_notebooks()
+    return runner.run(out, seed=17, batch_size=7, implementation=implementation, notebooks=notebooks, html=False)
 
 
 def checker_failures(implementation: str, only=None) -> list[str]:
@@ -130,12 +142,14 @@ def checker_failures(implementation: str, only=None) -> list[str]:
     return [r.name for r in cli.run_checks(implementation, "all", skip=skip) if not r.passed]
 
 
-@pytest.mark.notebooks
-@pytest.mark.slow
-def test_an_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(run_dir, tmp_path):
-    spec = str(CORRECT / f"{IN_MAKE_TEST}.py")  # test_checker.py shows the checker accepts it
-    found = run_learner_stages(spec, tmp_path / "alternative")
-    assert receipt_differences(run_dir, found) == []
+def test_an_alternative_runs_every_notebook_that_calls_its_code():
+    """Only notebooks that never call the learner's code are left to the reference's run, and they never read it."""
+    shared = [name for name in LEARNER_STAGES if name not in learner_notebooks()]
+    assert shared == ["stage4b_beyond"], shared
+    for name in shared:
+        cells = [source for (notebook, _), source in code_cells().items() if notebook == name]
+        assert cells and not any(USES_IMPL.search(source) or "implementation.load" in source for source in cells)
+        assert name in ALLOWED, f"{name}'s results were compared with the reference's: it must run for each file"
 
 
 def test_a_changed_receipt_is_a_difference():
@@ -277,13 +291,6 @@ def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():
     assert "make check" not in runner._failure_advice("nb failed", None, "reference", "stage4a_profile", ["figure"])
 
 
-@pytest.mark.notebooks
-@pytest.mark.slow
-def test_a_run_that_fails_names_a_check_that_fails_for_the_same_file(tmp_path):
-    """End to end: a file the checker rejects fails a notebook cell, and the advice names a check that fails."""
-    assert_advice_leads_to_a_failing_check(BROKEN / "save_overwrites.py", tmp_path, ["stage3a_checkpoint"])
-
-
 PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so each run takes seconds)
     "import_error": ("import numpy_that_is_not_installed\n", "stage1_batches"),
     "initial_not_done": (
@@ -298,6 +305,7 @@ PLANTED = {  # a file broken on purpose -> the notebook it fails in (early, so e
 
 
 @pytest.mark.notebooks
+@pytest.mark.learner_run
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", sorted(PLANTED))
 def test_a_planted_failure_is_sent_to_a_check_that_fails_for_it(planted, tmp_path):

@@ -177,6 +177,43 @@ MISTAKES = {
         "random_restore_damage",
         ["momentum: NaN", "non-finite momentum cannot continue the run", "rows=1, batch=1, devices=1"],
     ),
+    "save_fsync_before_write": (
+        3,
+        "save_syncs_before_publishing",
+        ["fsync came before the last write", "only then give it its final name"],
+    ),
+    "restore_finite_by_magnitude": (
+        3,
+        "random_restore_damage",
+        ["momentum of magnitude 3e38", "finite means np.isfinite", "rows=1, batch=1, devices=1"],
+    ),
+    "restore_without_contract_member": (3, "random_restore_damage", ["contract: missing", "rows=1, batch=1"]),
+    "restore_compares_shared_keys": (
+        3,
+        "random_restore_damage",
+        ["contract: one entry less", "contract: one entry more", "rows=1, batch=1"],
+    ),
+    "restore_checks_fields_first": (
+        3,
+        "random_restore_damage",
+        ["restored as another experiment (seed)", "not errors.ContractMismatchError", "rows=1, batch=1"],
+    ),
+    "mask_by_multiplication": (
+        2,
+        "random_step_update",
+        ["made the outputs non-finite", "never multiply by the mask", '"step_update", rows=1, devices=1'],
+    ),
+    "loss_expanded_square": (
+        2,
+        "random_step_update",
+        ["loss on large data", "float32 rounding allows", "contents='large data'"],
+    ),
+    "step_replicates_inputs": (2, "random_step_update", ["gives every device all", "not data parallel"]),
+    "reshuffle_leaves_device_arrays": (
+        1,
+        "random_sampler_walk",
+        ["'key': 'host -> a jax.Array'", "stay host NumPy after a reshuffle", "rows=1, batch=1, devices=1"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -388,8 +425,12 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     assert status == 1 and report["passed"] is False
     cli_report = json.loads((tmp_path / "cli" / runner.REPORT).read_text())
     pick = {"name", "passed", "diagnosis", "expected", "observed"}
-    same = [{k: e[k] for k in pick} for e in cli_report["checks"]]
+    searched = {c.__name__ for c in runner.STAGES[1].CHECKS if c.__name__.startswith("random_")}
+    assert searched and set(report["left_out"]) == searched  # the search is make check's, not a cell's
+    same = [{k: e[k] for k in pick} for e in cli_report["checks"] if e["name"] not in searched]
     assert [{k: e[k] for k in pick} for e in report["checks"]] == same
+    assert len(same) == len(cli_report["checks"]) - len(searched)
+    assert any(line.startswith("not run here: the randomised search") and "STAGE=1" in line for line in here_lines)
     failing = [line for line in here_lines if line.startswith("FAIL")]
     assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
     assert any("the 2-id remainder was dropped" in line for line in here_lines)

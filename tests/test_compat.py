@@ -3,6 +3,7 @@
 import inspect
 import re
 
+import _xdist
 import pytest
 from conftest import REPO
 
@@ -19,15 +20,26 @@ def pinned(name):
     return versions
 
 
-@pytest.mark.parametrize("package", sorted(compat.PINS))
+PINNED = {**compat.PINS, **_xdist.PINS}  # the library's private reaches and the test suite's
+
+
+@pytest.mark.parametrize("package", sorted(PINNED))
 def test_every_pin_is_the_one_the_requirements_install(package):
-    assert pinned(package) == [compat.PINS[package]] * 2
-    assert compat.require(package) == compat.PINS[package]
+    assert pinned(package) == [PINNED[package]] * 2
+    pins = compat.PINS if package in compat.PINS else _xdist.PINS
+    assert compat.require(package, pins=pins) == PINNED[package]
+
+
+def test_the_library_pins_only_what_the_library_reaches_into():
+    assert not set(compat.PINS) & set(_xdist.PINS)
+    assert set(compat.PINS) == {"jax", "orbax-checkpoint"}
 
 
 def test_another_version_is_refused_naming_both():
     with pytest.raises(CompatibilityError, match=r"orbax-checkpoint 0\.12\.8.*0\.13\.0 is installed"):
         compat.require("orbax-checkpoint", found="0.13.0")
+    with pytest.raises(CompatibilityError, match=r"pytest 9\.2\.0.*9\.3\.0 is installed.*port tests/_xdist\.py"):
+        compat.require("pytest", found="9.3.0", pins=_xdist.PINS, home=_xdist.HOME)
 
 
 def test_the_orbax_writer_still_has_the_function_its_thread_runs():
@@ -48,16 +60,16 @@ def test_a_missing_private_name_is_named():
         __name__ = "orbax.checkpoint._src.checkpointers.async_checkpointer"
 
     with pytest.raises(CompatibilityError, match=f"no {compat.WRITER_WAIT}"):
-        compat._private(Module, compat.WRITER_WAIT, "orbax-checkpoint")
+        compat.private(Module, compat.WRITER_WAIT, "orbax-checkpoint")
 
 
 def test_the_xdist_group_suffix_is_written_into_the_node_id(request):
     item = request.node
     before, original = item.nodeid, item._id
     try:
-        compat.xdist_group_node_id(item, "probe")
+        _xdist.group_node_id(item, "probe")
         assert item.nodeid == f"{before}@probe"
-        compat.xdist_group_node_id(item, "again")  # a node id already grouped keeps its group
+        _xdist.group_node_id(item, "again")  # a node id already grouped keeps its group
         assert item.nodeid == f"{before}@probe"
     finally:
         item._id = original

@@ -284,3 +284,93 @@ def test_self_check_evidence_is_what_the_stage_recorded(run_dir):
     nb = nbformat.read(run_dir / "stage2_update.ipynb", as_version=4)
     shown = "".join(o.get("data", {}).get("text/html", "") for o in nb.cells[-1].outputs)
     assert shown.count("<details>") == len(selfcheck.questions("stage2_update")) and "Not answered yet" in shown
+
+
+# A portfolio from the committed receipts (no notebook runs here): the run's own check report is reused.
+RECEIPTS = REPO / "receipts"
+
+
+def _receipts_copy(into: Path) -> Path:
+    shutil.copytree(RECEIPTS, into, ignore=shutil.ignore_patterns("portfolio*", ".shardlab-*"))
+    return into
+
+
+def _full_workspace(folder: Path) -> dict:
+    """Every notebook's copy with an `answer` cell per prompt and every self-check letter right; {id: text}."""
+    from shardlab.course import answers
+
+    written = {}
+    folder.mkdir()
+    for name in catalog.NOTEBOOKS:
+        nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+        for prompt in answers.prompts(name):
+            written[prompt.id] = f"My own words on {prompt.id}.\n\nA second paragraph with <b>markup</b>."
+            cell = nbformat.v4.new_markdown_cell(f"Answer: {prompt.id}\n{written[prompt.id]}")
+            cell.metadata["tags"] = ["answer"]
+            nb.cells.append(cell)
+        marked = [c for c in nb.cells if "selfcheck" in c.metadata.get("tags", [])]
+        if marked:
+            letters = {q.number: q.answer for q in selfcheck.questions(name)}
+            marked[-1].source = marked[-1].source.replace("choices = {}", f"choices = {letters!r}")
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    return written
+
+
+@pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
+def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path, capsys):
+    from shardlab.course import answers
+
+    receipts = _receipts_copy(tmp_path / "receipts")
+    args = Namespace(
+        out=str(tmp_path / "out"),
+        receipts=str(receipts),
+        implementation="reference",
+        workspace=str(tmp_path / "no_workspace"),
+        check_report=str(RECEIPTS / "portfolio" / "check_report.json"),
+    )
+    assert portfolio.main(args) == 0
+    shown = capsys.readouterr().out
+    asked = len(answers.PROMPTS) + sum(bool(selfcheck.questions(n)) for n in catalog.NOTEBOOKS)
+    manifest = json.loads((tmp_path / "out" / "portfolio" / "portfolio.json").read_text())
+    optional = [
+        m for m in manifest["status"]["missing"] if m["item"] not in ("selfcheck",) and "written" not in m["what"]
+    ]
+    expected = asked + len(optional)
+    assert f"incomplete: {expected} items missing" in shown.splitlines()[0] and "ready" not in shown
+    assert manifest["status"]["ready"] is False and len(manifest["status"]["missing"]) == expected
+    assert all(m["how"] for m in manifest["status"]["missing"])
+    for prompt in answers.PROMPTS:
+        how = next(m["how"] for m in manifest["status"]["missing"] if f"`{prompt.id}`" in m["what"])
+        assert f"`Answer: {prompt.id}`" in how and "tag it `answer`" in how and f"{prompt.notebook}.ipynb" in how
+        assert "make lab" in how  # the workspace does not exist yet
+    page = (tmp_path / "out" / portfolio.PAGE).read_text()
+    assert f"Status: incomplete: {expected} items missing" in page
+    assert page.count("how: ") >= expected and "<pre>" not in page  # tables for people, the JSON beside the page
+    assert '<img src="portfolio/evidence/evidence.png"' in page and "portfolio/portfolio.json" in page
+
+
+@pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
+def test_portfolio_with_every_answer_shows_them_and_is_ready_only_if_nothing_is_missing(tmp_path, capsys):
+    receipts = _receipts_copy(tmp_path / "receipts")
+    written = _full_workspace(tmp_path / "ws")
+    args = Namespace(
+        out=str(tmp_path / "out"),
+        receipts=str(receipts),
+        implementation="reference",
+        workspace=str(tmp_path / "ws"),
+        check_report=str(RECEIPTS / "portfolio" / "check_report.json"),
+    )
+    assert portfolio.main(args) == 0
+    shown = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / "portfolio" / "portfolio.json").read_text())
+    left = manifest["status"]["missing"]
+    assert not [m for m in left if "written answer" in m["what"] or m["item"] == "selfcheck"]
+    if left:  # results this run's course version did not record: named, never called ready
+        assert f"incomplete: {len(left)} item" in shown and "ready" not in shown.splitlines()[0]
+    else:
+        assert shown.startswith("[shardlab portfolio] ready to hand in") and manifest["status"]["ready"] is True
+    page = (tmp_path / "out" / portfolio.PAGE).read_text()
+    for ident, text in written.items():
+        assert manifest["written_answers"][ident]["text"] == text
+        assert "My own words on " + ident + ".</p><p>A second paragraph with &lt;b&gt;markup&lt;/b&gt;." in page
+    assert all(s.get("passed") for s in manifest["selfcheck"].values())

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardlab as sl
+from rig.torture.edges import CONTRACT_TEXTS, MALFORMED_CONTRACTS, MANIFEST_BODIES, bomb, forged, silent_values
 from shardlab import orbax_io
 from shardlab.core import checkpoint
 from shardlab.errors import (
@@ -26,7 +27,6 @@ from shardlab.errors import (
     IncompleteCheckpointError,
 )
 from shardlab.multi import manifest
-from shardlab.torture.edges import CONTRACT_TEXTS, MALFORMED_CONTRACTS, MANIFEST_BODIES, bomb, forged, silent_values
 
 pytestmark = pytest.mark.stage3
 ROWS, BATCH = 23, 7

@@ -197,19 +197,25 @@ def test_runner_lists_stage1_and_stage2_first():
 @pytest.mark.notebooks
 @pytest.mark.parametrize("name, stage", [(STAGE1, 1), (STAGE2, 2), ("stage3b_resume", 3)])
 def test_the_check_cell_runs_the_stage_check(run_dir, name, stage):
-    """The `check` cell ran the checker's own stage checks in a child interpreter, and they passed."""
-    from shardlab.checker import cli
+    """The `check` cell ran the checker's own enumerated stage checks in a child interpreter, and they passed;
+    it names the randomised search it left to `make check`."""
+    from shardlab.checker import cli, search
 
+    searched = [c.__name__ for c in search.checks_for(stage)]
+    count = len(cli.checks_of(stage)) - len(searched)
+    assert searched and count > 0
     found = results(run_dir, name)["check"]
-    assert found == {"stage": stage, "passed": True, "checks": len(cli.checks_of(stage)), "failed": []}
+    assert found == {"stage": stage, "passed": True, "checks": count, "failed": []}
     nb = executed(run_dir, name)
     cell = next(c for c in nb.cells if "check" in c.metadata.get("tags", []))
     shown = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
-    count = len(cli.checks_of(stage))
     assert f"stage {stage}: {count} of {count} checks passed" in shown
+    assert f"not run here: the randomised search ({', '.join(searched)}); make check STAGE={stage} runs it" in shown
+    assert not any(f"PASS  stage {stage}  {check}" in shown for check in searched)
 
 
 @pytest.mark.notebooks
+@pytest.mark.learner_run
 @pytest.mark.stage2
 def test_stage2_accepts_a_correct_packed_step(tmp_path):
     """One packed psum (one all_reduce) is correct: the notebook shows the count and passes, like the checker."""

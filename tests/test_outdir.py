@@ -9,12 +9,11 @@ import time
 
 import pytest
 
+from rig.torture.edges import COMMAND_ARGV, run_command
 from shardlab import outdir
-from shardlab.__main__ import main
 from shardlab.course import catalog
 from shardlab.course import execute as runner
 from shardlab.errors import ConfigError, OutputFolderError
-from shardlab.torture.edges import COMMAND_ARGV
 from shardlab.verify import replay
 
 
@@ -187,7 +186,7 @@ def test_every_command_refuses_a_folder_holding_foreign_files(tmp_path, argv, ca
         (out / name).write_text("a file of the same name, not ours")
     before = tree(out)
     started = time.perf_counter()
-    assert main([*argv, str(out)]) != 0
+    assert run_command([*argv, str(out)]) != 0
     assert tree(out) == before
     assert "move them away" in capsys.readouterr().err
     assert time.perf_counter() - started < 60  # refused before any measurement starts

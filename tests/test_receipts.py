@@ -294,26 +294,39 @@ def test_relative_paths_rewrites_paths_into_the_folder(tmp_path):
 
 
 def test_the_audit_says_which_notebooks_ran_the_reference(tmp_path):
-    """A learner's run: stages 1-4 ran the learner's file, stage 5 the reference, and the audit says so."""
-    from nbformat.v4 import new_notebook
+    """A learner's run: stages 1-4 ran the learner's file, stage 5 the reference, and the audit says so.
+
+    A notebook that never reads its `implementation` parameter (stage4b_beyond) is not credited with the file.
+    """
+    from nbformat.v4 import new_code_cell, new_notebook
 
     from shardlab.evidence import audit
 
     mine = tmp_path / "mine.py"
     mine.write_text("# a learner's file\n")
-    names = ["stage1_batches", "stage5a_protocol", "stage5b_scaling"]
+    names = ["stage1_batches", "stage4b_beyond", "stage5a_protocol", "stage5b_scaling"]
     for name in names:
         nb = new_notebook()
         nb.metadata["papermill"] = {"parameters": {"seed": 17, "batch_size": 7, "implementation": str(mine)}}
+        given = new_code_cell(f"implementation = {str(mine)!r}")
+        given.metadata["tags"] = ["injected-parameters"]
+        nb.cells.append(given)
+        if name != "stage4b_beyond":
+            nb.cells.append(new_code_cell("%matplotlib inline\nimpl = sl.implementation.load(implementation)"))
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
     run = audit._run_section(tmp_path, names)
     learner = {"file": "mine.py", "sha256": hashlib.sha256(mine.read_bytes()).hexdigest()}
     assert run["implementation_by_notebook"] == {
         "stage1_batches": learner,
+        "stage4b_beyond": audit.NOT_LOADED,
         "stage5a_protocol": "reference",
         "stage5b_scaling": "reference",
     }
-    for name in names[1:]:
+    beyond = nbformat.read(catalog.NOTEBOOK_DIR / "stage4b_beyond.ipynb", as_version=4)
+    assert not audit.reads_implementation(beyond)  # the course's own notebook: its loops are the module's own
+    profile = nbformat.read(catalog.NOTEBOOK_DIR / "stage4a_profile.ipynb", as_version=4)
+    assert audit.reads_implementation(profile)
+    for name in names[2:]:
         assert "always run the reference" in run["runs_reference"][name]
         source = (catalog.NOTEBOOK_DIR / f"{name}.md").read_text()
         assert "**Which implementation runs here: the reference.**" in source

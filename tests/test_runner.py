@@ -1,6 +1,8 @@
 """The runner treats errors and timeouts as failures and never touches an earlier run."""
 
 import hashlib
+import json
+import os
 
 import nbformat
 import pytest
@@ -10,6 +12,8 @@ from shardlab import outdir
 from shardlab.course import catalog
 from shardlab.course import execute as runner
 from shardlab.errors import ConfigError
+
+pytestmark = pytest.mark.notebooks  # tiny notebooks, each in a fresh kernel
 
 
 def write_notebook(folder, name, code):
@@ -150,3 +154,39 @@ def test_the_other_course_fixtures_rerun_the_resume_pair():
         others = runner._other_fixtures(seed, batch_size, everything)
         assert set(others.values()) == set(FIXTURES.values()) - {(seed, batch_size)}
     assert runner._other_fixtures(5, 3, ["stage3a_checkpoint"]) == {}  # no resume in this run: nothing to repeat
+
+
+# A tiny notebook that compiles one program and records what JAX's cache did: the cache folder it was
+# given, whether that compile was a cache hit (jax.monitoring's event), and the program's output bytes.
+COMPILES = """
+import json, os
+import jax, jax.numpy as jnp
+hits = []
+jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if "cache_hits" in name else None)
+value = jax.jit(lambda x: jnp.sin(x) * 3 + jnp.cumsum(x))(jnp.arange(64.0, dtype=jnp.float32))
+folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+exists = bool(folder) and os.path.isdir(folder)
+record = {"folder": folder, "hits": len(hits), "bytes": value.tobytes().hex(), "exists": exists}
+open(NAME + ".json", "w").write(json.dumps(record))
+"""
+
+
+def test_the_kernels_of_one_run_share_a_compilation_cache_that_no_receipt_keeps(sources, tmp_path, monkeypatch):
+    names = ["first", "second", runner.MEASURES_COMPILATION[0]]
+    for name in names:
+        write_notebook(sources, name, f"NAME = {name!r}\n" + COMPILES)
+    monkeypatch.setattr(catalog, "NOTEBOOKS", names)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "the-shells-cache"))  # never inherited
+    out = runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=names, html=False)
+    first, second, measuring = (json.loads((out / f"{name}.json").read_text()) for name in names)
+    assert first["exists"] and first["folder"] == second["folder"] and first["hits"] == 0
+    assert second["hits"] >= 1, second  # the second kernel loaded what the first compiled
+    assert runner.COMPILATION_CACHE in first["folder"] and "the-shells-cache" not in first["folder"]
+    assert measuring["folder"] is None and measuring["hits"] == 0  # compile times there are compile times
+    assert first["bytes"] == second["bytes"] == measuring["bytes"]  # a loaded program computes the same bytes
+    assert not any(runner.COMPILATION_CACHE in str(p) for p in out.rglob("*"))
+    assert not any(runner.COMPILATION_CACHE in f for f in outdir.read_manifest(out)["run"]["files"])
+    assert not (tmp_path / "the-shells-cache").exists()
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "the-shells-cache")  # the caller's, restored
+    off = runner.run(tmp_path / "off", seed=1, batch_size=2, notebooks=names[:1], html=False, compilation_cache=False)
+    assert json.loads((off / "first.json").read_text())["folder"] is None

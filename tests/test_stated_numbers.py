@@ -5,9 +5,9 @@ import re
 
 from conftest import REPO
 
-from shardlab import torture
+from rig import torture
+from rig.torture import categories, outcome
 from shardlab.multi import drills, guard, rows, supervisor
-from shardlab.torture import categories, outcome
 
 WORDS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten".split())}
 

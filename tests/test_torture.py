@@ -10,10 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardlab as sl
-from shardlab.__main__ import main
+from rig.torture import REDUCED, badparams, command, corrupt, edges, fuzz, killsave, multi, outcome, subjects
 from shardlab.errors import CheckpointError, CorruptCheckpointError
 from shardlab.multi.drills import SAVE_EVERY
-from shardlab.torture import REDUCED, badparams, corrupt, edges, fuzz, killsave, multi, outcome, subjects
 
 ZERO = outcome.FAILURES
 # after these landings the final name exists: it is created by os.link, after the fsync
@@ -149,7 +148,7 @@ def test_bad_parameters_raise_their_own_errors_and_leave_earlier_files_alone(tmp
 
 def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["torture", "--reduced", "--only", "corrupted_files", "--out", str(out)])
+    code = command(["--reduced", "--only", "corrupted_files", "--out", str(out)])
     assert code == 0
     report = json.loads((out / "torture.json").read_text())
     counts = report["categories"]["corrupted_files"]

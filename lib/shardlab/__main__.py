@@ -27,10 +27,18 @@ COMMANDS = {
         "copy the course notebooks into your own folder (`make lab` opens it)",
     ),
     "starter": ("shardlab.learner.starter", "copy the starter template to a new file for your own implementation"),
+    "hint": (
+        "shardlab.learner.hints",
+        "one layer of hints for one of the seven functions: `hint FUNCTION [LEVEL]`, a nudge first, the recipe last",
+    ),
     "check": ("shardlab.checker.cli", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (
         "shardlab.perf.bench",
         "measure whole loops and three optimisations side by side; write bench.json and a figure",
+    ),
+    "loops": (
+        "shardlab.perf.loops",
+        "time the loops people wait on side by side (quick tests, the course run per notebook, check, grade)",
     ),
     "portfolio": (
         "shardlab.handin.portfolio",
@@ -40,7 +48,6 @@ COMMANDS = {
         "shardlab.handin.grade",
         "check every submission in a folder stage by stage, each bounded in its own process; one table",
     ),
-    "torture": ("shardlab.torture", "kill, corrupt and misuse the checkpoint path; write OUT/torture.json with counts"),
 }
 
 

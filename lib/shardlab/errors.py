@@ -1,6 +1,7 @@
 """Every shardlab exception type: the course's own (from the core) and those of the extensions."""
 
 from shardlab.core.errors import (  # noqa: F401 (re-exported: one place to import any shardlab error)
+    BoundedReadError,
     CheckpointError,
     CheckpointExistsError,
     CheckpointWriteError,

@@ -1,13 +1,14 @@
-"""The small file helpers every writer and reader outside the core shares.
+"""The small JSON and NPZ helpers every writer and reader outside the core shares.
 
-- `write_atomic(path, data)`: bytes or text through a temporary beside the target and one
-  `os.replace`, so a reader (or a killed writer's rerun) never sees half a file;
+- `write_atomic(path, data)`: bytes or text replaced atomically (`shardlab.core.files.replace`:
+  a temporary beside the target and one `os.replace`), so a reader never sees half a file;
 - `write_json(path, value)`: the same for JSON, with `plain` converting NumPy and JAX values;
 - `plain(value)`: a JSON-literal copy (arrays and scalars become lists and numbers);
 - `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling.
 
-They live outside `shardlab.core` so the core stays within its reading budget; the core's
-own checkpoint writer keeps its fsync'd publication (stage 3 teaches it).
+The file mechanics themselves (temporaries, exclusive publication, bounded reads) have one
+home, `shardlab.core.files`, which the checkpoint, the manifests, the output folders and the
+Orbax path share.
 """
 
 import json
@@ -15,21 +16,12 @@ import os
 
 import numpy as np
 
+from shardlab.core import files
+
 
 def write_atomic(path, data: bytes | str, mode: int | None = None) -> str:
-    """Write `data` to `path` through `<path>.tmp-<pid>` and one os.replace; return the path."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    """Write `data` to `path` through a temporary beside it and one os.replace; return the path."""
+    return files.replace(path, data, mode)
 
 
 def plain(value, digits: int | None = None):

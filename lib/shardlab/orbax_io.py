@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import shutil
-import stat
-import tempfile
 import threading
 import time
 
@@ -23,15 +21,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from shardlab.core import checkpoint
+from shardlab.core import checkpoint, files
 from shardlab.core.batch import REPLICATED, is_replicated
-from shardlab.core.files import pid_alive, temp_pid
 from shardlab.core.schema import DEVICE, DTYPES, FIELDS, SCALARS, check, digests, host_copy, shapes, to_arrays
-from shardlab.errors import CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
+from shardlab.errors import BoundedReadError, CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
 
 STATE = "state"  # the Orbax checkpoint inside a saved folder
 CONTRACT = "shardlab.json"  # beside it: the contract and the field checksums
-TEMP = ".tmp-"  # + pid + "-" + random + ".orbax": a staging folder next to the checkpoint
 MAX_CONTRACT_BYTES = 1 << 16
 MAX_ELEMENTS = 1 << 24  # bound on the width and row count a contract file may declare (the restore target's size)
 JOIN_SECONDS = 10  # bound on waiting for the writer threads of a failed save
@@ -56,14 +52,7 @@ def target(like: dict, mesh: Mesh) -> dict:
 
 def clean(folder) -> list[str]:
     """Remove staging folders (`.tmp-<pid>-*.orbax`) of savers that were killed; return their names."""
-    removed = []
-    for name in os.listdir(folder) if os.path.isdir(folder) else []:
-        pid, entry = temp_pid(name, TEMP, ".orbax"), os.path.join(folder, name)
-        stale = pid is not None and not pid_alive(pid)
-        if stale and os.path.isdir(entry) and not os.path.islink(entry):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(name)
-    return removed
+    return files.clean(folder, ".orbax", folders=True)
 
 
 def _join(before: set, seconds: float) -> None:
@@ -122,7 +111,7 @@ def save(path, state: dict, contract_: dict) -> str:
     try:
         os.makedirs(parent, exist_ok=True)
         clean(parent)
-        staging = tempfile.mkdtemp(prefix=f"{TEMP}{os.getpid()}-", suffix=".orbax", dir=parent)
+        staging = files.temporary_dir(parent, ".orbax")
     except OSError as exc:
         raise CheckpointWriteError(f"cannot write an Orbax checkpoint into {parent} ({exc.strerror or exc})") from None
     threads = set(threading.enumerate())
@@ -174,19 +163,17 @@ def _contract_file(path: str) -> dict:
     """The JSON beside the Orbax state, read without following links or blocking; refused if malformed."""
     file = os.path.join(path, CONTRACT)
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        raw = files.read_bounded(file, MAX_CONTRACT_BYTES)
     except OSError as exc:
         raise CorruptCheckpointError(
             f"{file} cannot be read ({exc.strerror}); an Orbax checkpoint without its contract is not restored"
         ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise CorruptCheckpointError(f"{file} is not a regular file; nothing was restored")
-    with os.fdopen(fd, "rb") as handle:
-        raw = handle.read(MAX_CONTRACT_BYTES + 1)
+    except BoundedReadError as exc:
+        said = "is not a regular file; nothing was restored"
+        if exc.size is not None:
+            said = f"is not a shardlab contract file (ValueError: more than {MAX_CONTRACT_BYTES} bytes)"
+        raise CorruptCheckpointError(f"{file} {said}") from None
     try:
-        if len(raw) > MAX_CONTRACT_BYTES:
-            raise ValueError(f"more than {MAX_CONTRACT_BYTES} bytes")
         found = json.loads(raw.decode("utf-8"))
         if not isinstance(found, dict) or not isinstance(found.get("contract"), dict):
             raise ValueError("no contract mapping")

@@ -21,10 +21,10 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import threading
 from pathlib import Path
 
+from shardlab.core import files
 from shardlab.core.files import pid_alive, sha256_file, temp_pid
 from shardlab.errors import OutputFolderError
 
@@ -39,12 +39,6 @@ def _staging_pid(entry: Path) -> int | None:
     """The process id in a staging folder's name (None if `entry` is not a staging folder of ours)."""
     pid = temp_pid(entry.name, STAGING)
     return None if pid is None or entry.is_symlink() or not entry.is_dir() else pid
-
-
-def _stale_staging(entry: Path) -> bool:
-    """True for a staging folder of ours whose process is gone (killed before it could clean up)."""
-    pid = _staging_pid(entry)
-    return pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
 def read_manifest(folder) -> dict:
@@ -202,7 +196,7 @@ def _make_staging(out: Path) -> Path:
         if not out.exists():
             out.mkdir(parents=True)
             os.chmod(out, DIR_MODE)
-        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}-", dir=out))
+        staging = Path(files.temporary_dir(out, prefix=STAGING))
     except OSError as exc:
         raise OutputFolderError(
             f"cannot write to {out} ({exc.strerror or exc}); choose a folder you can write to"
@@ -211,23 +205,12 @@ def _make_staging(out: Path) -> Path:
 
 
 def _remove_stale(out: Path) -> None:
-    for entry in out.iterdir():
-        if _stale_staging(entry):
-            shutil.rmtree(entry, ignore_errors=True)
+    files.clean(out, prefix=STAGING, folders=True)
 
 
 def _write_manifest(out: Path, commands: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".shardlab-manifest-", suffix=".tmp", dir=out)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"format": 1, "commands": commands}, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, out / MANIFEST)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    text = json.dumps({"format": 1, "commands": commands}, indent=1, sort_keys=True) + "\n"
+    files.replace(out / MANIFEST, text, FILE_MODE)
 
 
 def _staged(staging: Path, files: list, dirs: list, command: str) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import jax
 
 import shardlab.checker.course_cells as course_cells
+import shardlab.checker.reuse as reuse_verdicts
 import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
@@ -27,9 +28,10 @@ from shardlab.checker.supervise import LOG, REPORT
 from shardlab.cli import seconds, seed
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
+from shardlab.core.files import sha256_file
 from shardlab.core.fixtures import teaching_fixture
 from shardlab.errors import ImplementationError
-from shardlab.learner import implementation
+from shardlab.learner import implementation, rules
 from shardlab.learner.implementation import API
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
@@ -48,6 +50,7 @@ class Result:
     observed: object
     diagnosis: str
     seconds: float
+    reused: bool = False  # the verdict of an earlier run, kept because nothing it depends on changed (reuse.py)
 
 
 def stages_for(stage) -> list[int]:
@@ -116,12 +119,15 @@ def run_checks(
     search_seed: int = SEARCH_SEED,
     thorough: bool = False,
     search_cases: int = 0,
+    reuse: bool = False,
 ) -> list[Result]:
     """Check the implementation `spec` ('reference' or a .py path) in this interpreter.
 
     JAX must already see four CPU devices. `only=True` runs just `stage`, not the ones
     before it; checks named in `skip` are left out; `progress(result)` is called after each check.
     Every call into the implementation runs under `guard` (a fresh default Guard if None).
+    With `reuse`, a check that passed before is not run again when nothing it depends on changed
+    (shardlab.checker.reuse); its result says so.
     """
     chosen = [int(stage)] if only else stages_for(stage)
     guard = guard or Guard()
@@ -141,23 +147,42 @@ def run_checks(
         ]
     guard.note(event="check", name="implementation_loads", stage=chosen[0])
     try:
-        impl = BoundedImplementation(guard.call("importing the file", implementation.load, spec), API, guard)
+        module = guard.call("importing the file", implementation.load, spec)
+        impl = BoundedImplementation(module, API, guard)
     except (Exception, Overrun) as exc:
         failed = _load_failure(spec, chosen[0], exc)
         if progress:
             progress(failed)
         return [failed]
     results = []
+    searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
+    kept = reuse_verdicts.Verdicts(spec, searching, module, API) if reuse else None
+    tracker = reuse_verdicts.Tracker(impl, API)
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
-        searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
-        ctx = Context(impl, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
+        ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
         for number in chosen:
             for check in (c for c in checks_of(number) if c.__name__ not in skip):
                 guard.note(event="check", name=check.__name__, stage=number)
-                results.append(run_one(check, number, ctx))
+                results.append(_run_or_reuse(check, number, ctx, tracker, kept))
                 if progress:
                     progress(results[-1])
+    if kept:
+        kept.save()
     return results
+
+
+def _run_or_reuse(check, stage: int, ctx: Context, tracker, kept) -> Result:
+    """The kept verdict of `check` if nothing it depends on changed, else a new one (kept if it passes)."""
+    if check.__name__ in reuse_verdicts.EVERY_FUNCTION:  # it loads the file in another interpreter
+        tracker.reached |= set(API)
+    earlier = kept.reusable(check.__name__, tracker.reached) if kept else None
+    if earlier is not None:
+        tracker.reached |= set(earlier["depends"])
+        return Result(**{**earlier["result"], "seconds": 0.0, "reused": True})
+    result = run_one(check, stage, ctx)
+    if kept:
+        kept.keep(check.__name__, asdict(result), tracker.reached)
+    return result
 
 
 def report(spec: str, results: list, environment: dict | None = None) -> dict:
@@ -166,6 +191,7 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
     stages = sorted({r.stage for r in results})
     return {
         "implementation": spec,
+        "implementation_sha256": sha256_file(spec) if spec not in ("", "reference") and os.path.isfile(spec) else None,
         "passed": all(r.passed for r in results),
         "stages": {
             str(s): {
@@ -187,12 +213,16 @@ def describe(result) -> str:
     """One line for a pass; for a failure, also expected, observed and the diagnosis."""
     result = result if isinstance(result, Result) else Result(**result)
     line = f"{'PASS' if result.passed else 'FAIL'}  stage {result.stage}  {result.name}  ({result.seconds:.2f} s)"
+    if result.reused:
+        return f"{line}  reused: nothing it depends on changed since it passed (--fresh checks it again)"
     if result.passed:
         return line
     shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
+    enforced = ", ".join(f"{rules.MARKER}{rule.id}" for rule in rules.for_check(result.name))
     return (
         f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
         f"      diagnosis: {result.diagnosis}"
+        + (f"\n      rules:     {enforced} (stated in the starter, taught in the notebook)" if enforced else "")
     )
 
 
@@ -226,6 +256,7 @@ def child_main(args) -> int:
         guard=guard,
         search_seed=args.seed,
         thorough=args.thorough,
+        reuse=not args.fresh,
     )
     guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1
@@ -245,6 +276,24 @@ def add_arguments(parser) -> None:
         "--seed", type=seed, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
     )
     parser.add_argument("--thorough", action="store_true", help=f"a {THOROUGH}x longer randomised search")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run every check again (by default a check that passed is reused while nothing it depends on changed)",
+    )
+    add_supervisor_arguments(parser)
+
+
+def add_supervisor_arguments(parser) -> None:
+    """What `python -m shardlab check` adds to the child's arguments: where and how long the children run."""
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run each checking interpreter in a bubblewrap sandbox (no network, read-only files, own PIDs)",
+    )
+    parser.add_argument(
+        "--total-seconds", type=seconds, default=supervise.Bounds.total_seconds, help="bound of the whole check run"
+    )
 
 
 def add_child_arguments(parser) -> None:
@@ -274,6 +323,12 @@ def main(args) -> int:
         except OutputFolderError as exc:
             print(f"[shardlab check] {exc}", file=sys.stderr)
             return 2
+    if getattr(args, "sandbox", False):
+        import shardlab.checker.sandbox as sandbox
+
+        if why := sandbox.unavailable():
+            print(f"[shardlab check] --sandbox: {why}", file=sys.stderr)
+            return 2
     only = getattr(args, "only", False)
     chosen = [int(args.stage)] if only else stages_for(args.stage)
     seed, thorough = getattr(args, "seed", SEARCH_SEED), getattr(args, "thorough", False)
@@ -294,8 +349,12 @@ def main(args) -> int:
 
 def checked(spec: str, args, echo) -> tuple[dict, str]:
     """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
-    bounds = getattr(args, "bounds", None) or supervise.Bounds()
+    bounds = getattr(args, "bounds", None) or supervise.Bounds(
+        total_seconds=getattr(args, "total_seconds", supervise.Bounds.total_seconds),
+        sandboxed=getattr(args, "sandbox", False),
+    )
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
+    extra += ("--fresh",) * bool(getattr(args, "fresh", False))
     if not args.output:
         results, environment, excerpt = supervise.temporary_run(
             spec, args.stage, getattr(args, "only", False), echo, bounds, extra

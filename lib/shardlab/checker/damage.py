@@ -23,6 +23,10 @@ PERMUTATION = "a valid permutation of 0..rows-1 (COURSE.md stage 3)"
 CURSOR = "cursor bounds 0 <= cursor <= rows (COURSE.md stage 3)"
 STEP = "a non-negative step (COURSE.md stage 3)"
 PRESENT = "all six fields are saved (COURSE.md stage 3: missing momentum is refused)"
+CONTRACT = (
+    "the saved contract must be there and equal the expected one as a whole: a missing contract, one entry "
+    "less or one entry more is another experiment's or no experiment's checkpoint (COURSE.md stage 3)"
+)
 
 
 def _set_item(position: int, value):
@@ -40,6 +44,30 @@ def _wider(a, rows):
 
 def _pair(a, rows):
     return np.stack([a, a])
+
+
+def _contract_edit(edit):
+    """A change of the contract member (JSON text) through `edit(contract) -> contract`; None if it does not apply."""
+
+    def change(a, rows):
+        try:
+            found = json.loads(str(np.asarray(a)[()]))
+        except (ValueError, TypeError, IndexError):
+            return None
+        if not isinstance(found, dict) or not found:
+            return None
+        return np.asarray(json.dumps(edit(dict(found)), sort_keys=True))
+
+    return change
+
+
+def _without_an_entry(contract: dict) -> dict:
+    contract.pop(sorted(contract)[0])
+    return contract
+
+
+def _with_an_entry(contract: dict) -> dict:
+    return {**contract, "zz_extra": 1}
 
 
 # (field, kind, rule, change(array, rows) -> damaged array; None removes the member)
@@ -68,7 +96,13 @@ DAMAGES = (
     ("step", "float64", DTYPES + ": step counts updates", lambda a, rows: np.asarray(a, np.float64)),
     ("step", "shape (2,)", SHAPES + ": step is one integer", _pair),
     ("step", "-1", STEP, lambda a, rows: np.asarray(-1, np.asarray(a).dtype)),
+    ("contract", "missing", CONTRACT, None),
+    ("contract", "one entry less", CONTRACT, _contract_edit(_without_an_entry)),
+    ("contract", "one entry more", CONTRACT, _contract_edit(_with_an_entry)),
+    ("contract", "a number instead of its text", CONTRACT, lambda a, rows: np.asarray(7, np.int64)),
 )
+# a damaged contract member is refused either as malformed or as another experiment's
+CONTRACT_DAMAGES = frozenset(kind for field, kind, _, _ in DAMAGES if field == "contract")
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
     "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
     "not an NPZ file": "only an NPZ written by save is a checkpoint",

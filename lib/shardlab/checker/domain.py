@@ -36,6 +36,7 @@ class Case:
     compiled: bool = True  # make_step(..., compiled=...): the jitted step or the bare mapped body
     data_form: str = "dataset"  # how data is passed: the course's Dataset, or a plain (features, targets) tuple
     file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
+    contents: str = "course"  # what a step's arrays hold: the course's data, non-finite or huge padding, large data
 
     def shape(self) -> tuple[int, int]:
         if self.fixture:
@@ -65,13 +66,18 @@ DOMAIN = {
     "compiled": (False, True, True),
     "data_form": ("dataset", "tuple", "dataset"),
     "file_name": ("checkpoint.npz", "run.ckpt", "checkpoint.npz"),
+    "contents": ("course", "large data", "course"),
 }
 # One step cannot diverge, so a single-step property draws the learning rate from the whole range the
 # course's Config accepts, (0, 10); a walk keeps to DOMAIN's range, where many steps stay finite.
 ONE_STEP = {"learning_rate": (0.001, 9.99)}
 SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
 # the forms, shrunk to the course's own after the sizes
-SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name")
+SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "contents")
+# The contents of a step's arrays: the padded slots filled with NaN, +-inf or the largest float32 (a padded slot
+# has mask 0 whatever it holds), or large data (features ~1e5, targets fitted to within ~10), where float32
+# still gives the loss to its rounding bound but a loss expanded as a sum of squares loses every digit.
+CONTENTS = ("course", "NaN padding", "+inf padding", "-inf padding", "huge padding", "large data")
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),
@@ -79,6 +85,7 @@ CHOICES = {
     "compiled": (True, False),
     "data_form": ("dataset", "tuple"),
     "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),
+    "contents": CONTENTS,
 }
 
 

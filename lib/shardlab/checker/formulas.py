@@ -2,8 +2,12 @@
 
 Each function compares an observed value with the course's formula and with the formulas of known
 mistakes (local means, local counts, padding counted, constant factors, per-device division, a fitted
-momentum recursion) and says, in the course's language, which one it matches.
+momentum recursion) and says, in the course's language, every one it matches, most likely first. Over
+several batches a mistake that one batch rules out is never named (`ranked`); a wrong update is blamed on
+the recursion only when it does not follow the recursion on the gradient the step itself computed.
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,71 +58,261 @@ def nan_text(quantity: str, mask, num_devices: int) -> str:
     return f"the {quantity} is not finite although every device holds a valid row: padding or overflow leaks in"
 
 
-def explain_gradient(grad, features, targets, mask, weights, num_devices: int) -> str | None:
-    """Which wrong formula `grad` follows, in the course's diagnostic language (None if none)."""
+@dataclass(frozen=True)
+class Cause:
+    """One known mistake and the value it would produce on one batch (NumPy, float64)."""
+
+    id: str
+    text: str
+    value: object
+    variant_of: str | None = None  # a variant is named only where the evidence tells it from its parent
+
+
+# Every mistake a gradient or loss is compared with, most likely first: the ranking of causes that fit
+# the same numbers (the mistakes learners make most often with shard_map and a mask come first).
+PRIOR = (
+    "local_means",
+    "local_means_zero_when_empty",
+    "padding_counted",
+    "unmasked_residuals",
+    "local_sum",
+    "local_count",
+    "device_zero",
+    "local_losses_of_non_empty_devices",
+    "root_mean_square",
+    "after_update",
+)
+
+
+def _rank(cause_id: str) -> int:
+    return PRIOR.index(cause_id.split(":")[0]) if cause_id.split(":")[0] in PRIOR else len(PRIOR)
+
+
+def _local_means_zero_when_empty(numerators, counts) -> np.ndarray:
+    """Each device's own mean with a guard (an empty device's mean taken as 0), averaged over the devices."""
+    counts = np.asarray(counts, np.float64).reshape((-1,) + (1,) * (np.ndim(numerators) - 1))
+    guarded = np.where(counts > 0, numerators / np.maximum(counts, 1.0), 0.0)
+    return guarded.mean(axis=0)
+
+
+def gradient_causes(features, targets, mask, weights, num_devices: int) -> tuple[np.ndarray, list[Cause]]:
+    """(the course's gradient, every known wrong gradient formula with its value on this batch)."""
     parts = oracle.device_sums(features, targets, mask, weights, num_devices)
     local = oracle.local_means(parts)
     numerator = parts["grad_nums"].sum(axis=0)
     right = numerator / parts["counts"].sum()
-    if not np.all(np.isfinite(np.asarray(grad, np.float64))):
-        return nan_text("gradient", mask, num_devices)
-    candidates = [
-        (
-            local.mean(axis=0),
+    causes = [
+        Cause(
+            "local_means",
             "it equals the mean of the per-device means: averaging local means weighs devices, not rows",
+            local.mean(axis=0),
         ),
-        (
-            local.sum(axis=0),
+        Cause(
+            "local_sum",
             "it equals the sum of the per-device means: the gradient grows with device count -> "
             "averaging local means with psum",
+            local.sum(axis=0),
         ),
-        (numerator / len(mask), "it equals the summed numerator over every slot: padding counted as observations"),
+        Cause(
+            "padding_counted",
+            "it equals the summed numerator over every slot: padding counted as observations",
+            numerator / len(mask),
+        ),
         *[
-            (
-                numerator / c,
+            Cause(
+                f"local_count:{c:g}",
                 f"it equals the summed numerator over a device's own count ({c:g}): dividing by a local count",
+                numerator / c,
             )
             for c in sorted(set(parts["counts"]) - {0})
         ],
-        (
-            parts["grad_nums"][0] / max(parts["counts"][0], 1),
+        Cause(
+            "device_zero",
             "it equals device 0's own mean: the numerators were never added across devices",
+            parts["grad_nums"][0] / max(parts["counts"][0], 1),
         ),
     ]
-    found = [text for value, text in candidates if matches(grad, value) and not matches(value, right)]
-    if found:
-        fix = " -> psum the count and both numerators over 'data', then divide once by the global N"
-        return "; or ".join(found) + fix
-    c = ratio(grad, right)
-    return None if c is None else factor_text(c, "gradient", num_devices)
+    causes.append(
+        Cause(
+            "local_means_zero_when_empty",
+            "it equals the mean of the per-device means with an empty device's mean taken as 0: averaging "
+            "local means (a guard against 0/0 does not make it the global mean)",
+            _local_means_zero_when_empty(parts["grad_nums"], parts["counts"]),
+            variant_of="local_means",
+        )
+    )
+    return right, causes
 
 
-def explain_loss(loss, features, targets, mask, weights, num_devices: int, new_weights=None) -> str | None:
-    """Which wrong formula the reported loss follows (None if none is recognised)."""
+def loss_causes(features, targets, mask, weights, num_devices: int, new_weights=None) -> tuple[float, list[Cause]]:
+    """(the course's loss, every known wrong loss formula with its value on this batch)."""
     count, _, loss_num = oracle.masked_sums(features, targets, mask, weights)
     right = loss_num / count
-    if not np.isfinite(loss):
-        return nan_text("loss", mask, num_devices)
     x, y, w = (np.asarray(a, np.float64) for a in (features, targets, weights))
     every_slot = float(np.sum((x @ w - y) ** 2))
     parts = oracle.device_sums(features, targets, mask, weights, num_devices)
     with np.errstate(invalid="ignore", divide="ignore"):
         local = parts["loss_nums"] / parts["counts"]
-    candidates = [
-        (every_slot / count, "the loss numerator includes the padded slots (its residuals were not masked)"),
-        (loss_num / len(mask), "the loss numerator is divided by every slot: padding counted in the denominator"),
-        (np.sqrt(right), "it is the square root of the course's loss (an RMSE); report the mean squared residual"),
-        (local[np.isfinite(local)].mean(), "it is the mean of the per-device losses: averaging local means"),
+    causes = [
+        Cause(
+            "unmasked_residuals",
+            "the loss numerator includes the padded slots (its residuals were not masked)",
+            every_slot / count,
+        ),
+        Cause(
+            "padding_counted",
+            "the loss numerator is divided by every slot: padding counted in the denominator",
+            loss_num / len(mask),
+        ),
+        Cause(
+            "root_mean_square",
+            "it is the square root of the course's loss (an RMSE); report the mean squared residual",
+            np.sqrt(right),
+        ),
+        Cause("local_means", "it is the mean of the per-device losses: averaging local means", local.mean()),
+    ]
+    causes += [
+        Cause(
+            "local_means_zero_when_empty",
+            "it is the mean of the per-device losses with an empty device's loss taken as 0: averaging local "
+            "means (a guard against 0/0 does not make it the global mean)",
+            _local_means_zero_when_empty(parts["loss_nums"], parts["counts"]),
+            variant_of="local_means",
+        ),
+        Cause(
+            "local_losses_of_non_empty_devices",
+            "it is the mean of the losses of the devices that hold a valid row: averaging local means",
+            local[np.isfinite(local)].mean(),
+            variant_of="local_means",
+        ),
     ]
     if new_weights is not None:
         after = oracle.masked_mean(features, targets, mask, new_weights)[0]
-        candidates.append((after, "it equals the loss after the update -> report the loss before the update"))
-    found = [text for value, text in candidates if matches(loss, value) and not matches(value, right)]
+        causes.append(
+            Cause("after_update", "it equals the loss after the update -> report the loss before the update", after)
+        )
+    return right, causes
+
+
+def fitting(observed, right, causes: list[Cause]) -> list[Cause]:
+    """The causes whose value `observed` matches on this batch, leaving out those that equal the right value here."""
+    return [c for c in causes if matches(observed, c.value) and not matches(c.value, right)]
+
+
+def ranked(evidence: list[tuple]) -> list[Cause]:
+    """Every cause that fits all the evidence, most likely first.
+
+    `evidence` is a list of (observed, right, causes) over batches the same function computed. A cause is
+    ruled out by any batch where it predicts a value the observed one does not match (one implementation has
+    one formula). The survivors that fit at least one batch where the right value differs are ordered by how
+    many batches confirm them, then by PRIOR. A variant (a guarded division) that gives its parent's value on
+    every batch is the parent itself on this evidence and is not named twice.
+    """
+    ruled_out, confirmed, texts, values = set(), {}, {}, {}
+    for observed, right, causes in evidence:
+        for cause in causes:
+            texts.setdefault(cause.id, cause)
+            values.setdefault(cause.id, []).append(cause.value)
+            if not matches(observed, cause.value):
+                ruled_out.add(cause.id)
+            elif not matches(cause.value, right):
+                confirmed[cause.id] = confirmed.get(cause.id, 0) + 1
+    alive = [i for i in confirmed if i not in ruled_out]
+
+    def same_as_parent(i: str) -> bool:
+        parent = texts[i].variant_of
+        return parent in alive and all(matches(a, b) for a, b in zip(values[i], values[parent]))
+
+    alive = [i for i in alive if not same_as_parent(i)]
+    alive.sort(key=lambda i: (-confirmed[i], _rank(i)))
+    return [Cause(i, texts[i].text, None) for i in alive]
+
+
+def listed(causes: list[Cause]) -> str:
+    """The causes in words: one as it is; several numbered, most likely first."""
+    if len(causes) == 1:
+        return causes[0].text
+    return f"the numbers fit {len(causes)} mistakes, most likely first: " + "; ".join(
+        f"({n}) {c.text}" for n, c in enumerate(causes, 1)
+    )
+
+
+GRADIENT_FIX = " -> psum the count and both numerators over 'data', then divide once by the global N"
+
+
+def explain_gradient_over(observations: list[tuple], num_devices: int) -> str | None:
+    """Why the gradients of several batches (grad, features, targets, mask, weights) are wrong, every fitting cause.
+
+    The last observation is the batch being reported: its NaN explanation (if any) leads.
+    """
+    evidence = []
+    for grad, *batch in observations:
+        right, causes = gradient_causes(*batch, num_devices)
+        evidence.append((np.asarray(grad, np.float64), right, causes))
+    grad, *batch = observations[-1]
+    found = ranked(evidence)
+    lead = "" if np.all(np.isfinite(np.asarray(grad, np.float64))) else nan_text("gradient", batch[2], num_devices)
     if found:
-        return "; or ".join(found)
-    c = ratio(loss, right)
+        text = listed(found) + GRADIENT_FIX
+        return f"{lead}; {text}" if lead else text
+    if lead:
+        return lead
+    c = ratio(grad, evidence[-1][1])
+    return None if c is None else factor_text(c, "gradient", num_devices)
+
+
+def explain_gradient(grad, features, targets, mask, weights, num_devices: int) -> str | None:
+    """Which wrong formulas `grad` follows on one batch, in the course's diagnostic language (None if none)."""
+    return explain_gradient_over([(grad, features, targets, mask, weights)], num_devices)
+
+
+def explain_loss_over(observations: list[tuple], num_devices: int) -> str | None:
+    """Why the losses of several batches (loss, features, targets, mask, weights, new_weights) are wrong."""
+    evidence = []
+    for loss, *batch, new_weights in observations:
+        right, causes = loss_causes(*batch, num_devices, new_weights=new_weights)
+        evidence.append((float(loss), right, causes))
+    loss, *batch, _ = observations[-1]
+    if not np.isfinite(loss):
+        return nan_text("loss", batch[2], num_devices)
+    found = ranked(evidence)
+    if found:
+        return listed(found)
+    c = ratio(loss, evidence[-1][1])
     text = None if c is None else factor_text(c, "loss", num_devices)
     return None if text is None or "a constant factor" in text else text
+
+
+def explain_loss(loss, features, targets, mask, weights, num_devices: int, new_weights=None) -> str | None:
+    """Which wrong formulas the reported loss follows on one batch (None if none is recognised)."""
+    return explain_loss_over([(loss, features, targets, mask, weights, new_weights)], num_devices)
+
+
+def update_cause(
+    previous: dict, grad_observed, grad_right, got: dict, learning_rate: float, decay: float
+) -> str | None:
+    """Whether a wrong update is the gradient's fault, the recursion's, or both (None if the gradient is right).
+
+    Momentum and learning rate are judged on the gradient the step itself computed: when that gradient is
+    already wrong but the update applies the course's recursion to it exactly, the recursion is not named.
+    """
+    g_obs = np.asarray(grad_observed, np.float64)
+    if matches(g_obs, grad_right):
+        return None
+    v_prev, w_prev = (np.asarray(previous[k], np.float64) for k in ("momentum", "weights"))
+    v_want = decay * v_prev + g_obs
+    follows = matches(got["momentum"], v_want) and matches(got["weights"], w_prev - learning_rate * v_want)
+    if follows:
+        return (
+            "the gradient is already wrong, and the update applies v <- decay*v + g, w <- w - learning_rate*v to "
+            "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
+            "(see the gradient checks)"
+        )
+    return (
+        "the gradient is already wrong, and the update does not follow v <- decay*v + g, w <- w - learning_rate*v "
+        f"even on the gradient the step computed (it follows {fitted_update(previous, g_obs, got)}): fix the "
+        "gradient first, then the update"
+    )
 
 
 def fitted_update(previous: dict, grad, got: dict) -> str:

@@ -1,21 +1,35 @@
 """Check a stage from a notebook cell: the same supervised child-interpreter check as the command line."""
 
+import os
 import re
+import tempfile
 
 from shardlab.errors import ImplementationError
 from shardlab.learner import implementation as _implementation
 
 
-def check_here(implementation: str = "reference", stage=1, only: bool = True) -> dict:
+def searched_checks(stage, only: bool = True) -> list[str]:
+    """The names of the randomised checks (the search over the domain) of `stage` (and the stages before it)."""
+    from shardlab.checker.cli import stages_for
+    from shardlab.checker.search import checks_for
+
+    chosen = [int(stage)] if only else stages_for(stage)
+    return [check.__name__ for number in chosen for check in checks_for(number)]
+
+
+def check_here(implementation: str = "reference", stage=1, only: bool = True, search: bool = False) -> dict:
     """Run the checks for `stage` in a fresh, supervised interpreter; print its lines; return its report.
 
     The kernel's own JAX setup does not matter: the checks run in a child with four CPU devices,
     exactly as on the command line. `only=True` checks just this stage (quick enough for a cell);
-    `only=False` also checks the stages before it. The report is a dict with `passed`, `stages`
-    and every check's `expected`, `observed` and `diagnosis`.
+    `only=False` also checks the stages before it. `search=False` runs the stage's enumerated
+    checks, each a fixed, deterministic case, and leaves the randomised search over the domain to
+    `make check` (it is named on the last line); `search=True` runs that search here too. The report
+    is a dict with `passed`, `stages`, every check's `expected`, `observed` and `diagnosis`, and
+    `left_out`: the checks not run here.
     """
+    from shardlab.checker import supervise
     from shardlab.checker.cli import describe, report, summary
-    from shardlab.checker.supervise import temporary_run
 
     spec = implementation
     if spec not in ("reference", "", None):
@@ -24,13 +38,21 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True) ->
         except ImplementationError as exc:
             print(f"[shardlab check] {exc}")
             return {"implementation": implementation, "passed": False, "error": str(exc), "checks": []}
+    spec = spec or "reference"
 
     def shown(result):  # the verdict lines without their per-check seconds: a receipt changes only where it should
         print(re.sub(r"  \(\d+\.\d+ s\)$", "", describe(result), flags=re.M), flush=True)
 
-    results, environment, excerpt = temporary_run(spec or "reference", stage, only, shown)
-    found = report(spec or "reference", results, environment)
+    left_out = [] if search else searched_checks(stage, only)
+    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as folder:
+        results, environment = supervise.run(spec, stage, only, folder, shown, skip=left_out)
+        excerpt = supervise.learner_output(os.path.join(folder, supervise.LOG), keep=False)
+    found = report(spec, results, environment)
+    found["left_out"] = left_out
     print(summary(found["checks"]))
+    if left_out:
+        target = "" if spec == "reference" else "IMPL=<your file> "  # no path of this machine in a receipt
+        print(f"not run here: the randomised search ({', '.join(left_out)}); make check {target}STAGE={stage} runs it")
     if excerpt:
         print(excerpt)
     return found

@@ -22,6 +22,7 @@ import numpy as np
 import shardlab.checker.properties as properties
 from shardlab.checker.common import CheckFailed, Context, in_fresh_interpreter, plain, raised_where
 from shardlab.checker.domain import (
+    CONTENTS,
     DOMAIN,
     ONE_STEP,
     SHRINK_LAST,
@@ -55,7 +56,7 @@ WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "da
 OPTIMISER = ("learning_rate", "decay")
 EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER, "data_form")
 RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form", "file_name")
-STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled")
+STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled", "contents")
 PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
     p.name: p
     for p in (
@@ -134,6 +135,7 @@ def _forms(prop: Property, number: int) -> dict:
         "compiled": COMPILED_FORMS[number % len(COMPILED_FORMS)],
         "data_form": DATA_FORMS[number % 2],
         "file_name": FILE_NAMES[(number // 3 * 2 + number + 2) % 3],
+        "contents": CONTENTS[number % len(CONTENTS)],
     }
     return {name: value for name, value in forms.items() if name in prop.parameters}
 
@@ -171,6 +173,7 @@ def _shape(case: Case, prop: Property) -> str:
         "path": "{} path",
         "file_name": "file name {}",
         "compiled": "compiled={}",
+        "contents": "contents: {}",
     }
     words += [text.format(getattr(case, name)) for name, text in named.items() if name in prop.parameters]
     if "data_form" in prop.parameters:

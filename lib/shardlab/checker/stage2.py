@@ -49,17 +49,29 @@ def _step_outputs(step, args) -> tuple:
     return weights, momentum, float(np.asarray(loss)), np.asarray(grad)
 
 
-def _verdict(ctx, host, outputs, quantity: str, num_devices: int):
-    """(ok, expected, observed, explanation) of one quantity ('loss' or 'grad') on one batch."""
+def _observation(host, outputs, quantity: str) -> tuple:
+    """What the formulas read from one batch: (observed, features, targets, mask, weights[, new weights])."""
+    if quantity == "loss":
+        return (float(np.asarray(outputs[2])), *host[:4], np.asarray(outputs[0]))
+    return (np.asarray(outputs[3]), *host[:4])
+
+
+def _verdict(ctx, host, outputs, quantity: str, num_devices: int, seen=()):
+    """(ok, expected, observed, explanation) of one quantity ('loss' or 'grad') on one batch.
+
+    `seen` holds observations of other batches the same step computed: a cause one of them rules out
+    is not named, and every cause that fits them all is (formulas.ranked).
+    """
     want = dict(zip(("loss", "grad"), oracle.masked_mean(*host[:4])))[quantity]
-    got = outputs[2] if quantity == "loss" else outputs[3]
-    got = float(np.asarray(got)) if quantity == "loss" else np.asarray(got)
+    observation = _observation(host, outputs, quantity)
+    got = observation[0]
     if close(got, want):
         return True, want, got, ""
+    observations = [*seen, observation]
     if quantity == "loss":
-        why = formulas.explain_loss(got, *host[:4], num_devices, new_weights=np.asarray(outputs[0]))
+        why = formulas.explain_loss_over(observations, num_devices)
     else:
-        why = formulas.explain_gradient(got, *host[:4], num_devices)
+        why = formulas.explain_gradient_over(observations, num_devices)
     return False, want, got, why or f"no known wrong formula matches the {'loss' if quantity == 'loss' else 'gradient'}"
 
 
@@ -72,12 +84,19 @@ DENOMINATOR_WORDS = ("denominator", "count", "means", "padding counted", "per-de
 
 
 def _tails(ctx, quantity: str):
-    full_ok = _on_rows(ctx, FULL, ctx.mesh.size, quantity)[0]
+    """Each tail batch judged with every batch of the check as evidence (full and tails, one step)."""
+    step, devices, batches = cached_step(ctx), ctx.mesh.size, {}
+    for rows in (FULL, *TAILS):
+        host, args = _inputs(ctx, rows, devices)
+        batches[rows] = (host, step(*args))
+    full_ok = _verdict(ctx, *batches[FULL], quantity, devices)[0]
+    every = [_observation(host, outputs, quantity) for host, outputs in batches.values()]
     for rows in TAILS:
-        ok, want, got, why = _on_rows(ctx, rows, ctx.mesh.size, quantity)
+        others = [o for r, o in zip(batches, every) if r != rows]
+        ok, want, got, why = _verdict(ctx, *batches[rows], quantity, devices, seen=others)
         denominator = full_ok and any(word in why for word in DENOMINATOR_WORDS)
         pattern = "full batches pass but tails fail -> the denominator; " if denominator else ""
-        expect(ok, want, got, f"{rows} row(s), {oracle.device_counts(rows, ctx.mesh.size)} per device: {pattern}{why}")
+        expect(ok, want, got, f"{rows} row(s), {oracle.device_counts(rows, devices)} per device: {pattern}{why}")
 
 
 def gradient_on_a_full_batch(ctx):
@@ -195,6 +214,7 @@ def consecutive_updates(ctx):
     step = cached_step(ctx)
     weights, momentum = _weights(width), np.zeros(width, np.float32)
     for number, (batch, want) in enumerate(zip(host_batches, expected), start=1):
+        given = {"weights": np.asarray(weights), "momentum": np.asarray(momentum)}
         weights, momentum, loss, grad = _step_outputs(step, placed(mesh, *batch, weights, momentum))
         got = {"weights": np.asarray(weights), "momentum": np.asarray(momentum), "loss": loss, "grad": grad}
         wrong = [k for k in got if not close(got[k], want[k])]
@@ -208,7 +228,9 @@ def consecutive_updates(ctx):
                 formula or "see the loss check"
             )
         elif "grad" in wrong:
-            why = "the gradient itself is wrong: see the gradient checks"
+            why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY)
+            formula = formulas.explain_gradient(grad, *batch, given["weights"], mesh.size)
+            why += f" ({formula})" if formula else ""
         else:
             previous = expected[number - 2] if number > 1 else {"weights": _weights(width), "momentum": np.zeros(width)}
             fitted = formulas.fitted_update(previous, want["grad"], got)

@@ -427,6 +427,62 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
     )
 
 
+PUBLISH = ("link", "rename", "replace", "symlink")  # the operations that give a written file its final name
+
+
+def _order_fault(operations: list[str]) -> str | None:
+    """What is wrong with the order of a save's file operations, or None: write, flush, fsync, then publish."""
+    kinds = [label.split(" ", 1)[0] for label in operations]
+    published = [i for i, kind in enumerate(kinds) if kind in PUBLISH]
+    if not published or "write" not in kinds:
+        return None  # written in place, or nothing written: interrupted_save_leaves_nothing_or_a_checkpoint judges
+    first = published[0]
+    writes = [i for i, kind in enumerate(kinds[:first]) if kind == "write"]
+    if not writes:
+        return None
+    synced = [i for i, kind in enumerate(kinds[:first]) if kind == "fsync" and i > writes[-1]]
+    if synced:
+        return None
+    earlier = [i for i, kind in enumerate(kinds[:first]) if kind == "fsync"]
+    return (
+        f"fsync came before the last write ({operations[earlier[0]]} at operation {earlier[0] + 1}, "
+        f"{operations[writes[-1]]} at {writes[-1] + 1})"
+        if earlier
+        else "no fsync between the last write and publishing"
+    )
+
+
+def _collapsed(operations: list[str]) -> list[str]:
+    """The operations with each run of equal ones written once, with its count ('write 3 x 66')."""
+    found = []
+    for label in operations:
+        if found and found[-1][0] == label:
+            found[-1][1] += 1
+        else:
+            found.append([label, 1])
+    return [label if count == 1 else f"{label} x {count}" for label, count in found]
+
+
+def save_syncs_before_publishing(ctx):
+    """A save writes its temporary file, flushes and fsyncs it after the last write, and only then publishes it."""
+    state, _, contract = _two_states(ctx)
+    folder = os.path.join(ctx.workdir, "order")
+    os.makedirs(folder)
+    path = os.path.join(folder, "checkpoint.npz")
+    seen = interrupt.interrupted(
+        ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
+    )
+    operations = seen.get("operations", [])
+    fault = _order_fault(operations) if seen.get("first") == "saved" else None
+    return expect(
+        fault is None,
+        "write ..., fsync, then link/rename/replace",
+        {"operations": _collapsed(operations)[:40], "fault": fault},
+        f"the save published its file before its bytes were on disk: {fault} -> write every byte, flush, fsync "
+        "the file, and only then give it its final name; a crash after publishing must find a complete file",
+    )
+
+
 def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
     """A save killed at each of its file operations leaves nothing or a complete checkpoint, and a re-run can save.
 
@@ -494,6 +550,7 @@ CHECKS = (
     save_leaves_only_the_final_file,
     restore_refuses_another_experiment,
     restore_refuses_damaged_checkpoints,
+    save_syncs_before_publishing,
     interrupted_save_leaves_nothing_or_a_checkpoint,
     racing_saves_never_overwrite,
     *search.checks_for(STAGE),

@@ -15,6 +15,7 @@ Python or from C) goes to a log file, never straight to the screen. This parent
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 import shardlab.checker.guard as guard
+import shardlab.checker.sandbox as sandbox
 
 REPORT = "check_report.json"  # the JSON report of a run (in the command line's --output folder)
 LOG = "check_output.log"  # everything the implementation printed, beside the report
@@ -40,6 +42,7 @@ class Bounds:
     memory_bytes: int = guard.MEMORY_BYTES
     output_bytes: int = guard.OUTPUT_BYTES
     total_seconds: float = 1800.0
+    sandboxed: bool = False  # each checking interpreter in its own bubblewrap sandbox (checker/sandbox.py)
 
 
 class Watch:
@@ -49,39 +52,48 @@ class Watch:
         self.path, self.offset = path, 0
         self.results, self.environment, self.done = [], None, False
         self.check, self.open_call = None, None
+        self.pid = None  # the checking interpreter's own pid as it sees it (from its "start" event)
 
-    def read(self, pid: int, echo) -> None:
+    def read(self, echo) -> None:
         with open(self.path, encoding="utf-8") as handle:
             handle.seek(self.offset)
             text = handle.read()
         complete = text[: text.rfind("\n") + 1]
         self.offset += len(complete.encode("utf-8"))
         for line in complete.splitlines():
-            event = json.loads(line)
-            kind = event.pop("event")
-            if kind == "call" and event.get("pid") == pid:
+            try:
+                event = json.loads(line)
+                kind = event.pop("event")
+            except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+                continue  # not one of the checker's events
+            if not isinstance(kind, str):
+                continue
+            if kind == "call" and event.get("pid") == self.pid:
                 self.open_call = event
-            elif kind == "return" and event.get("pid") == pid:
+            elif kind == "return" and event.get("pid") == self.pid:
                 self.open_call = None
             elif kind == "check":
                 self.check, self.open_call = event, None
-            elif kind == "result":
+            elif kind == "result" and _shaped(event.get("result")):
                 self.results.append(event["result"])
                 self.check = None
                 echo(event["result"])
-            elif kind == "start":
-                self.environment = event["environment"]
+            elif kind == "start" and self.pid is None:
+                self.environment, self.pid = event["environment"], event.get("pid")
             elif kind == "done":
                 self.done = True
 
 
-def _stop(process) -> None:
-    """End the child and everything it started (it leads its own process group)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
+RESULT_FIELDS = {"name": str, "stage": int, "passed": bool, "diagnosis": str, "seconds": (int, float)}
+
+
+def _shaped(result) -> bool:
+    """True for a result event with exactly the report's fields, of the report's types."""
+    return (
+        isinstance(result, dict)
+        and set(result) == {*RESULT_FIELDS, "expected", "observed"}
+        and all(isinstance(result[k], kind) for k, kind in RESULT_FIELDS.items())
+    )
 
 
 def _why_ended(process, log_bytes: int) -> str:
@@ -93,32 +105,34 @@ def _why_ended(process, log_bytes: int) -> str:
     return f"ended the checking interpreter with exit status {code} (os._exit?) -> return or raise instead"
 
 
-def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, deadline: float) -> str | None:
+def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, deadline: float, box) -> str | None:
     """Run one child to its end; None if it finished, else the verdict for the call in progress."""
     with open(log_path, "ab") as log:
         start = log.tell()
-        process = subprocess.Popen(
+        process = sandbox.spawn(
             command,
+            box,
+            stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "JAX_PLATFORMS": "cpu"},
-            start_new_session=True,
+            cwd=box.writable[0] if box else None,
         )
     verdict = None
     while verdict is None:
         ended = process.poll() is not None
-        watch.read(process.pid, echo)
+        watch.read(echo)
         if ended:
             break
         call, now = watch.open_call, time.time()
         written = os.path.getsize(log_path) - start
-        if call and guard.resident_bytes(process.pid) - call["rss"] > bounds.memory_bytes:
+        if call and guard.resident_bytes(sandbox.host_pid(process.pid, watch.pid)) - call["rss"] > bounds.memory_bytes:
             verdict = (
                 f"used more than {guard.gigabytes(bounds.memory_bytes)} (the call was stopped) -> an unbounded array?"
             )
         elif call and now - call["at"] > bounds.call_seconds + GRACE:
             verdict = guard.loop_verdict(call["function"], bounds.call_seconds)
-        elif written > bounds.output_bytes:
+        elif written > bounds.output_bytes or os.path.getsize(watch.path) > 64 * bounds.output_bytes:
             verdict = (
                 f"wrote more than {guard.gigabytes(bounds.output_bytes)} to the console -> printing in a loop? "
                 "(the run was stopped; the output so far is in the log)"
@@ -127,9 +141,9 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
             verdict = f"the whole check run passed {bounds.total_seconds:g} s and was stopped"
         else:
             time.sleep(POLL)
+    sandbox.kill(process)  # also anything it left running in its group (or its sandbox)
     if verdict is not None:
-        _stop(process)
-        watch.read(process.pid, echo)
+        watch.read(echo)
     if watch.done:
         return None
     return verdict or _why_ended(process, os.path.getsize(log_path))
@@ -159,18 +173,24 @@ def run(
     `extra` are further child arguments (the search seed, --thorough); checks named in `skip` are left out.
     """
     bounds = bounds or Bounds()
-    progress, log_path = os.path.join(folder, "progress.jsonl"), os.path.join(folder, LOG)
+    box = None
+    if bounds.sandboxed:  # the child writes only here: its working folder, which also holds the progress channel
+        inside = tempfile.mkdtemp(prefix="shardlab-sandbox-", dir=folder)
+        readable = [os.path.dirname(spec)] if spec != "reference" else []
+        box = sandbox.Sandbox(readable=readable, writable=[inside])
+    progress = os.path.join(box.writable[0] if box else folder, "progress.jsonl")
+    log_path = os.path.join(folder, LOG)
     open(progress, "a").close()
     watch, poisoned, left_out = Watch(progress), {}, list(skip)
     skip = list(left_out)
     deadline = time.time() + bounds.total_seconds
     first = int(stage) if only else 1  # the stage a failure before any check is reported under
     for _ in range(RESTARTS):
-        command = [sys.executable, "-m", "shardlab.checker", "--implementation", spec, "--stage", str(stage)]
+        command = [sys.executable, "-B", "-m", "shardlab.checker", "--implementation", spec, "--stage", str(stage)]
         command += ["--progress", progress, "--call-seconds", str(bounds.call_seconds), *extra]
         command += ["--only"] * bool(only) + ["--skip", json.dumps(skip), "--poison", json.dumps(poisoned)]
-        watch.done, watch.check, watch.open_call = False, None, None
-        verdict = _watch(command, watch, log_path, bounds, echo, deadline)
+        watch.done, watch.check, watch.open_call, watch.pid = False, None, None, None
+        verdict = _watch(command, watch, log_path, bounds, echo, deadline, box)
         if verdict is None:
             break
         result, function = _failed_result(watch, verdict, first)
@@ -181,6 +201,8 @@ def run(
         if time.time() > deadline:
             break
     os.remove(progress)
+    if box:
+        shutil.rmtree(box.writable[0], ignore_errors=True)
     return watch.results, watch.environment
 
 

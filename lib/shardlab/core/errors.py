@@ -43,3 +43,11 @@ class CorruptCheckpointError(CheckpointError, ValueError):
 
 class ContractMismatchError(CheckpointError, ValueError):
     """The checkpoint belongs to another experiment (data or configuration differ)."""
+
+
+class BoundedReadError(ShardlabError, ValueError):
+    """A file was not read: it is not a regular file, or it holds more bytes (`size`) than its reader allows."""
+
+    def __init__(self, message: str, size: int | None = None):
+        super().__init__(message)
+        self.size = size

@@ -5,8 +5,10 @@ every notebook succeeded replaces the files of the previous run, so a failed run
 modifies earlier receipts, and a file a person put in OUT is never removed.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,17 @@ CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent p
 # loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
 # warning (true, and nothing a learner can act on) has no cause to print.
 LOCAL_KERNEL = {"KernelManager": {"transport": "ipc"}}
+# JAX's persistent compilation cache, shared by the kernels of one run (and the checker children their
+# check cells start): a program one notebook compiled, a later one loads instead of compiling it again.
+# It lives in the run's staging folder and is removed before the audit, so no receipt holds it and no
+# later run reads it. A cached executable is the one XLA compiled for the same program and options, so
+# results are the same; only the notebooks that measure compilation itself run without it.
+COMPILATION_CACHE = ".jax-compilation-cache"
+MEASURES_COMPILATION = ("stage4a_profile", "stage5a_protocol", "stage5b_scaling")  # compile times; steps that compile
+CACHE_ENVIRONMENT = {  # jax.config options, read from the environment when a kernel's JAX starts
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the course's programs compile in milliseconds
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
 
 
 class NotebookFailed(RuntimeError):
@@ -101,15 +114,49 @@ def _keep_partial(name: str, notebook: bytes | None, out: Path) -> Path | None:
     return out / "failed" / f"{name}.ipynb"
 
 
-def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT) -> Path:
-    """Run the course notebook <name>.ipynb (package data) in a new kernel with cwd=folder; return the executed copy."""
+@contextlib.contextmanager
+def _kernel_environment(cache: Path | None):
+    """os.environ as the next kernel inherits it: with the run's compilation cache, or without any.
+
+    Whatever the caller's environment said about the cache is restored afterwards; a kernel never
+    inherits a cache folder from the shell (a receipt would then depend on an earlier run).
+    """
+    names = ("JAX_COMPILATION_CACHE_DIR", *CACHE_ENVIRONMENT)
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    if cache is not None:
+        os.environ.update({"JAX_COMPILATION_CACHE_DIR": str(cache), **CACHE_ENVIRONMENT})
+    try:
+        yield
+    finally:
+        for name in names:
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+
+
+def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT, cache: Path | None = None) -> Path:
+    """Run the course notebook <name>.ipynb (package data) in a new kernel with cwd=folder; return the executed copy.
+
+    `cache` is a folder for JAX's persistent compilation cache shared with other kernels of the same
+    run (None: no cache; the notebooks in MEASURES_COMPILATION never get one).
+    """
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from traitlets.config import Config
 
     source = catalog.NOTEBOOK_DIR / f"{name}.ipynb"
     target = folder / f"{name}.ipynb"
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; Agg would hide inline figures
+    cache = None if name in MEASURES_COMPILATION else cache
+    with _kernel_environment(cache):
+        _papermill(papermill, name, source, target, folder, parameters, timeout, (CellTimeoutError, DeadKernelError))
+    nb = nbformat.read(target, as_version=4)
+    if nb.metadata.get("papermill", {}).get("exception"):
+        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target, source)}")
+    return target
+
+
+def _papermill(papermill, name, source: Path, target: Path, folder: Path, parameters, timeout, stops) -> None:
+    from traitlets.config import Config
+
     try:
         papermill.execute_notebook(
             str(source),
@@ -122,12 +169,8 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
             log_output=False,
             config=Config(LOCAL_KERNEL),
         )
-    except (papermill.PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
+    except (papermill.PapermillExecutionError, *stops) as exc:
         raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target, source)} [{type(exc).__name__}]") from exc
-    nb = nbformat.read(target, as_version=4)
-    if nb.metadata.get("papermill", {}).get("exception"):
-        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target, source)}")
-    return target
 
 
 def export_html(executed: Path, sheets: Path) -> Path:
@@ -160,8 +203,13 @@ def run(
     timeout: int = CELL_TIMEOUT,
     html: bool = True,
     bench: str | None = None,
+    compilation_cache: bool = True,
 ) -> Path:
-    """Execute the notebooks into a staging folder and publish it as `out` on success."""
+    """Execute the notebooks into a staging folder and publish it as `out` on success.
+
+    With `compilation_cache` the kernels share JAX's persistent compilation cache in the staging
+    folder (COMPILATION_CACHE; removed before the audit); without it every kernel compiles alone.
+    """
     from shardlab.core.config import Config
 
     Config(seed=seed, batch_size=batch_size)  # parameter errors before any kernel starts
@@ -176,6 +224,8 @@ def run(
     started = time.perf_counter()
     with outdir.writing(out, COMMAND, replace) as staging:
         sheets = staging if html else None  # where every page's one stylesheet goes (None: no HTML copies)
+        cache = staging / COMPILATION_CACHE if compilation_cache else None
+        seconds = {}  # each notebook's wall time, its HTML page included (kept in wall_time.json)
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
         for number, name in enumerate(names, start=1):
             # relative to the kernel's folder, so no receipt names this machine's paths
@@ -185,18 +235,25 @@ def run(
                 else {}
             )
             label = f"{number}/{len(names)} {name}.ipynb"
-            _execute_one(name, staging, {**parameters, **extra}, out, implementation, timeout, sheets, label)
+            clock = time.perf_counter()
+            _execute_one(name, staging, {**parameters, **extra}, out, implementation, timeout, sheets, label, cache)
+            seconds[name] = round(time.perf_counter() - clock, 2)
         for fixture, (other_seed, other_batch) in _other_fixtures(seed, batch_size, names).items():
             folder = staging / catalog.FIXTURE_DIR / fixture
             folder.mkdir(parents=True)
             for name in catalog.FRESH_KERNEL_PAIR:
                 fixed = {**parameters, "seed": other_seed, "batch_size": other_batch}
-                _execute_one(name, folder, fixed, out, implementation, timeout, sheets, f"{fixture}: {name}.ipynb")
+                label = f"{fixture}: {name}.ipynb"
+                clock = time.perf_counter()
+                _execute_one(name, folder, fixed, out, implementation, timeout, sheets, label, cache)
+                seconds[f"{fixture}/{name}"] = round(time.perf_counter() - clock, 2)
+        if cache is not None:  # this run's alone: never a receipt, never read by another run
+            shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
         for hook in _finishers():
             hook(staging)
         print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
-        _write_wall_time(staging, time.perf_counter() - started, names)
+        _write_wall_time(staging, time.perf_counter() - started, names, seconds)
     return out
 
 
@@ -209,12 +266,12 @@ def _other_fixtures(seed: int, batch_size: int, names: list[str]) -> dict:
     return {name: pair for name, pair in FIXTURES.items() if pair != (seed, batch_size)}
 
 
-def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, sheets, label) -> Path:
+def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, sheets, label, cache=None):
     """Execute one notebook into `folder` in a fresh kernel, stabilise and export it; keep a failure's partial copy."""
     print(f"[shardlab] {label} ...", flush=True)
     clock = time.perf_counter()
     try:
-        executed = execute(name, folder, parameters, timeout)
+        executed = execute(name, folder, parameters, timeout, cache)
     except NotebookFailed as failed:
         partial = folder / f"{name}.ipynb"
         kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)
@@ -298,14 +355,15 @@ def _elapsed(since: float) -> str:
     return f"{time.perf_counter() - since:.1f} s"
 
 
-def _write_wall_time(staging: Path, seconds: float, names: list[str]) -> None:
-    """Record this run's wall time in wall_time.json (`python -m shardlab bench` cites it)."""
+def _write_wall_time(staging: Path, seconds: float, names: list[str], per_notebook: dict | None = None) -> None:
+    """Record this run's wall time, and each notebook's, in wall_time.json (`python -m shardlab bench` cites it)."""
     from datetime import UTC, datetime
 
     record = {
         "wall_s": round(seconds, 1),
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "notebooks": list(names),
+        "notebook_s": dict(per_notebook or {}),
         "measured_by": "shardlab.course.execute.run: first notebook start to last finisher (excludes the venv check)",
     }
     (staging / WALL_TIME).write_text(json.dumps(record, indent=1) + "\n")

@@ -8,8 +8,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `schema_version` (int) — 1.
 - `run` — `seed`, `batch_size`, `implementation` ("reference", or `{"file": name, "sha256": ...}`
   for a learner's file), `notebooks` (names executed, in order), `implementation_by_notebook`
-  (name -> what that notebook actually ran: the `implementation` above, or "reference" where the
-  notebook always runs the reference) and `runs_reference` (name -> why, for those notebooks).
+  (name -> what that notebook actually ran: the `implementation` above, "reference" where the
+  notebook always runs the reference, or a "not loaded: ..." sentence where no cell reads the
+  parameter) and `runs_reference` (name -> why, for the notebooks that always run the reference).
 - `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
   `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
   (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
@@ -48,6 +49,7 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `missing` — results the report looked for and did not find (empty in a complete run).
 """
 
+import ast
 import hashlib
 import json
 import os
@@ -148,19 +150,49 @@ def _device_counts(stage1: dict | None) -> dict | None:
     }
 
 
+PARAMETER_TAGS = {"parameters", "injected-parameters"}
+NOT_LOADED = "not loaded: this notebook never reads its `implementation` parameter"
+
+
+def reads_implementation(nb) -> bool:
+    """True if a code cell other than the parameter cells reads the name `implementation` (parsed, never run)."""
+    for cell in nb.cells:
+        if cell.cell_type != "code" or PARAMETER_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return True  # unreadable here: credit it rather than guess it away
+        if any(isinstance(n, ast.Name) and n.id == "implementation" for n in ast.walk(tree)):
+            return True
+    return False
+
+
 def _run_section(out_dir: Path, executed: list[str]) -> dict:
-    """Seed, batch size and implementation from the executed notebooks' papermill parameters."""
-    params = [nbformat.read(out_dir / f"{n}.ipynb", as_version=4).metadata["papermill"]["parameters"] for n in executed]
+    """Seed, batch size and implementation from the executed notebooks' papermill parameters.
+
+    A notebook is credited with the implementation only if it reads the parameter (stage4b_beyond never
+    does); one that runs the reference whatever it is given says so (RUNS_REFERENCE).
+    """
+    books = {n: nbformat.read(out_dir / f"{n}.ipynb", as_version=4) for n in executed}
+    params = [books[n].metadata["papermill"]["parameters"] for n in executed]
     first = params[0] if params else {}
     spec = first.get("implementation", "reference")
     if spec not in ("reference", "", None):
         spec = {"file": Path(spec).name, "sha256": sha256_file(spec) if Path(spec).is_file() else None}
+
+    def ran(name: str):
+        if name in RUNS_REFERENCE:
+            return "reference"
+        return spec if reads_implementation(books[name]) else NOT_LOADED
+
     return {
         "seed": first.get("seed"),
         "batch_size": first.get("batch_size"),
         "implementation": spec,
         "notebooks": executed,
-        "implementation_by_notebook": {n: "reference" if n in RUNS_REFERENCE else spec for n in executed},
+        "implementation_by_notebook": {n: ran(n) for n in executed},
         "runs_reference": {n: why for n, why in RUNS_REFERENCE.items() if n in executed},
     }
 

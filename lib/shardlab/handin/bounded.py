@@ -1,13 +1,16 @@
-"""Run `python -m shardlab check` on one implementation in its own process group, within a time and output bound.
+"""Run `python -m shardlab check` on one implementation within a time and output bound, its children sandboxed.
 
-The bound is enforced here, whatever the child does: a child (and every process it started)
-still running at `timeout` seconds, or printing more than `cap` bytes, is killed as a group.
-Output is read as it comes, so a child that floods its pipe neither blocks nor fills memory.
+The bound is enforced here, whatever the child does: a check still running at `timeout` seconds
+(plus the grace its supervisor needs to write the report), or printing more than `cap` bytes, is
+killed with its whole process group (`shardlab.checker.sandbox`, the one runner of every checking
+process). The checker's supervisor runs shardlab's code only; each interpreter that imports the
+submission runs under it in a bubblewrap sandbox when `sandboxed`. Output is read as it
+comes, so a child that floods its pipe neither blocks nor fills memory. The verdict comes only from
+the report the supervisor writes outside the sandbox; the printed output is kept to be read, never parsed.
 """
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -15,11 +18,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import shardlab.checker.sandbox as sandbox
 from shardlab.checker.supervise import REPORT
 
-LIVE: set = set()  # the process groups started here and not yet reaped (`stop_all` ends them)
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take
 OUTPUT_CAP = 1_000_000  # bytes of stdout + stderr kept; more than this stops the child
+REPORT_GRACE = 30.0  # seconds past the bound the supervisor has to stop its child and write the report
+REPORT_BYTES = 20_000_000  # a larger report is not read
 
 
 @dataclass
@@ -43,65 +48,65 @@ def _drain(stream, kept: bytearray, cap: int, over: threading.Event) -> None:
             over.set()
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def stop_all() -> None:
     """Kill every check still running (the caller was interrupted): none outlives the command."""
-    for process in list(LIVE):
-        _kill_group(process)
+    sandbox.stop_all()
 
 
-def check(spec: str, folder: Path, timeout: float = TIMEOUT_S, cap: int = OUTPUT_CAP, stage: int | None = None):
-    """Check `spec` (a .py path or 'reference') at every stage (or only `stage`); never longer than `timeout`.
+def _report(path: Path) -> dict | None:
+    if not path.is_file() or path.is_symlink() or path.stat().st_size > REPORT_BYTES:
+        return None
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("checks"), list) else None
+
+
+def check(
+    spec: str,
+    folder: Path,
+    timeout: float = TIMEOUT_S,
+    cap: int = OUTPUT_CAP,
+    stage: int | None = None,
+    sandboxed: bool = False,
+):
+    """Check `spec` (a .py path or 'reference') at every stage (or only `stage`); never much longer than `timeout`.
 
     `folder` (created, and left for the caller to remove) receives the report and serves as the
-    child's working and temporary folder, so even a killed child leaves nothing outside it.
+    supervisor's working and temporary folder, so even a killed run leaves nothing outside it.
     """
     scratch = folder / "tmp"
     scratch.mkdir(parents=True)
-    command = [sys.executable, "-m", "shardlab", "check", "--implementation", spec, "--output", str(folder / "report")]
+    command = [sys.executable, "-B", "-m", "shardlab", "check", "--implementation", spec]
+    command += ["--output", str(folder / "report"), "--total-seconds", f"{timeout:g}"]
     command += ["--stage", "all"] if stage is None else ["--stage", str(stage), "--only"]
+    command += ["--sandbox"] * sandboxed
     kept, over = bytearray(), threading.Event()
     start = time.perf_counter()
-    process = subprocess.Popen(
+    process = sandbox.spawn(
         command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        cwd=scratch,  # a file the submission writes lands in the scratch folder too
-        start_new_session=True,  # its own process group: the checker's grandchild dies with it
+        cwd=scratch,
         env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
     )
-    LIVE.add(process)
     reader = threading.Thread(target=_drain, args=(process.stdout, kept, cap, over), daemon=True)
     reader.start()
     stopped = None
     while process.poll() is None:
         if over.is_set():
             stopped = "output"
-        elif time.perf_counter() - start > timeout:
+        elif time.perf_counter() - start > timeout + REPORT_GRACE:
             stopped = "timeout"
         if stopped:
-            _kill_group(process)
             break
         over.wait(0.05)
-    process.wait()
-    _kill_group(process)  # anything the child left behind in its group
-    LIVE.discard(process)
+    sandbox.kill(process)  # also anything the child left behind in its group
     reader.join(timeout=5)
     stopped = stopped or ("output" if over.is_set() else None)
-    path = folder / "report" / REPORT
-    report = None
-    if stopped is None and path.is_file():
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
-            report = None
+    report = None if stopped else _report(folder / "report" / REPORT)
     return Outcome(
         None if stopped else process.returncode,
         kept.decode("utf-8", errors="replace"),

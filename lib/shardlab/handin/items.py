@@ -27,6 +27,7 @@ class Run:
     check: dict | None  # the checker's report (check_report.json)
     answers: dict  # learner.written_answers
     selfcheck: dict  # learner.selfcheck_scores
+    workspace: Path | None = None  # the learner's notebook copies the answers were read from
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Item:
     sources: list = field(default_factory=list)  # {"file", "key", "sha256"}
     missing: list = field(default_factory=list)  # run evidence not found: the run is incomplete
     absent: list = field(default_factory=list)  # not found, and named so in the portfolio (learner's own, or later)
+    how: dict = field(default_factory=dict)  # absent entry -> how the learner adds it
 
 
 def _from(run: Run, item: Item, notebook: str | None, key: str, default=None, optional: bool = False):
@@ -53,6 +55,11 @@ def _from(run: Run, item: Item, notebook: str | None, key: str, default=None, op
     path = run.receipts / rel
     if value is None:
         (item.absent if optional else item.missing).append(f"{rel}:{key}")
+        if optional:
+            item.how[f"{rel}:{key}"] = (
+                f"{notebook or 'the run'} records it when it runs to the end: run `make run IMPL=<your file> "
+                "OUT=<your receipts>` again with this version of the course, then build the portfolio again"
+            )
         return default
     item.sources.append({"file": rel, "key": key, "sha256": sha256_file(path) if path.is_file() else None})
     return value
@@ -69,7 +76,11 @@ def _copy(run: Run, item: Item, rel: str | None, dest: str) -> None:
 def _answers(run: Run, item: Item, *ids: str) -> None:
     """The learner's written answers `ids` into item.data["answers"]; absent ones into item.missing."""
     item.data["answers"] = {i: run.answers[i] for i in ids}
-    item.absent += [f"written answer `{i}` ({run.answers[i]['missing']})" for i in ids if "missing" in run.answers[i]]
+    for i in ids:
+        if "missing" in run.answers[i]:
+            entry = f"written answer `{i}` ({run.answers[i]['missing']})"
+            item.absent.append(entry)
+            item.how[entry] = answer_howto(run.answers[i]["notebook"], i, run.workspace)
 
 
 def implementation(run: Run) -> Item:
@@ -234,8 +245,36 @@ def efficiency(run: Run) -> Item:
 
 def selfcheck(run: Run) -> Item:
     item = Item(data={"scores": run.selfcheck})
-    item.absent += [f"self-check of {n}: {s['missing']}" for n, s in run.selfcheck.items() if "missing" in s]
+    for name, score in run.selfcheck.items():
+        if "missing" in score:
+            entry = f"self-check of {name}: {score['missing']}"
+            item.absent.append(entry)
+            item.how[entry] = (
+                f"{_first(run.workspace)}in {_folder(run.workspace)}/{name}.ipynb write your letters into the "
+                "`choices = {}` line of the last cell under Self-check (e.g. choices = {1: 'b', 2: 'a'}), save, "
+                "then build the portfolio again"
+            )
     return item
+
+
+def _folder(workspace: Path | None) -> str:
+    return str(workspace) if workspace else "workspace"
+
+
+def _first(workspace: Path | None) -> str:
+    """What to do before writing into the workspace, when it does not exist yet."""
+    if workspace and workspace.is_dir():
+        return ""
+    return f"`make lab WORKSPACE={_folder(workspace)}` copies the notebooks into {_folder(workspace)}/ first; then "
+
+
+def answer_howto(notebook: str, ident: str, workspace: Path | None = None) -> str:
+    """How a learner adds the written answer `ident` (the notebooks' cells on written answers say the same)."""
+    return (
+        f"{_first(workspace)}in {_folder(workspace)}/{notebook}.ipynb add a markdown cell, tag it `answer`, start it "
+        f"with the line `Answer: {ident}` and write your answer below it; save, then build the portfolio again "
+        "(pass --workspace, or WORKSPACE= to make, if your copies are elsewhere)"
+    )
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The portfolio's three views of the gathered items: portfolio.json (machines), report.md and portfolio.html (people).
 
 The page is plain HTML with inline CSS: no script, nothing fetched from another host, so it
-opens from the unzipped folder. Every section names the files and keys its values came from.
+opens from the unzipped folder. It opens with the status (ready, or every missing item and how
+to add it), then the learner's answers and scores, then each item as tables and figures; every
+section names the files and keys its values came from, and portfolio.json beside it holds all of it.
 """
 
 import hashlib
@@ -11,10 +13,9 @@ from html import escape
 from shardlab.core.files import sha256_file
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.index import STYLE
-from shardlab.handin.items import HANDOFF
+from shardlab.handin.items import HANDOFF, answer_howto
 
 FORMAT = 1
-SHOWN = 4000  # characters of an item's data shown on the page (portfolio.json holds all of it)
 
 
 def _implementation(run) -> dict:
@@ -45,7 +46,24 @@ def manifest(run, found: dict) -> dict:
         ],
         "written_answers": run.answers,
         "selfcheck": run.selfcheck,
+        "status": status(found),
     }
+
+
+def status(found: dict) -> dict:
+    """Ready only when nothing is missing; else every missing entry with its item and how to add it."""
+    missing = [
+        {"item": row.id, "what": entry, "how": found[row.id].how.get(entry, "")}
+        for row in HANDOFF
+        for entry in found[row.id].absent
+    ]
+    return {"ready": not missing, "missing": missing}
+
+
+def status_line(status_: dict) -> str:
+    """One line: 'ready to hand in' or 'incomplete: N items missing'."""
+    count = len(status_["missing"])
+    return "ready to hand in" if status_["ready"] else f"incomplete: {count} item{'s' * (count != 1)} missing"
 
 
 def _answer_md(answer: dict) -> str:
@@ -82,41 +100,114 @@ def report_markdown(run, found: dict) -> str:
     return "\n".join(lines + ["## Self-check", *scores, ""])
 
 
+ROWS = 20  # rows of a list shown on the page; portfolio.json holds all of them
+DEPTH = 4  # nesting shown as tables; deeper records are shown as short JSON
+
+
+def _scalar(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return escape(text if len(text) <= 300 else text[:300] + " …")
+
+
+def _is_scalar(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def table(value, depth: int = 0) -> str:
+    """`value` as HTML for people: dicts as two-column tables, lists of records as tables, scalars as text."""
+    if _is_scalar(value):
+        return _scalar(value)
+    flat = isinstance(value, (list, tuple, dict)) and all(
+        _is_scalar(v) for v in (value.values() if isinstance(value, dict) else value)
+    )
+    if depth >= DEPTH and not flat:
+        text = json.dumps(value, sort_keys=True)
+        return f"<code>{escape(text if len(text) <= 200 else text[:200] + ' …')}</code>"
+    if isinstance(value, dict):
+        if not value:
+            return "—"
+        rows = "".join(f"<tr><th>{escape(str(k))}</th><td>{table(v, depth + 1)}</td></tr>" for k, v in value.items())
+        return f"<table>{rows}</table>"
+    value = list(value)
+    if not value:
+        return "—"
+    if all(_is_scalar(v) for v in value):
+        shown = ", ".join(_scalar(v) for v in value[: ROWS * 3])
+        return shown + (f" … ({len(value)} in all, portfolio.json)" if len(value) > ROWS * 3 else "")
+    if all(isinstance(v, dict) for v in value):
+        columns = list(dict.fromkeys(k for v in value for k in v))
+        head = "".join(f"<th>{escape(str(c))}</th>" for c in columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{table(v.get(c), depth + 1)}</td>" for c in columns) + "</tr>" for v in value[:ROWS]
+        )
+        more = f"<p class=b>… {len(value) - ROWS} more rows in portfolio.json</p>" if len(value) > ROWS else ""
+        return f"<table><tr>{head}</tr>{body}</table>{more}"
+    return "<ol>" + "".join(f"<li>{table(v, depth + 1)}</li>" for v in value[:ROWS]) + "</ol>"
+
+
 def _sources(item: dict) -> str:
     rows = "".join(
         f"<li><code>{escape(str(s['file']))}</code>"
         + (f" : <code>{escape(str(s['key']))}</code>" if s["key"] else "")
         + (f" <span class=b>sha256 {escape(s['sha256'][:16])}…</span>" if s["sha256"] else " (written here)")
         + "</li>"
-        for s in item["sources"][:12]
+        for s in item["sources"]
     )
-    more = f"<li>and {len(item['sources']) - 12} more (portfolio.json)</li>" if len(item["sources"]) > 12 else ""
-    return f"<ul>{rows}{more}</ul>"
+    summary = f"where these values came from ({len(item['sources'])} sources)"
+    return f"<details><summary>{summary}</summary><ul>{rows}</ul></details>"
 
 
 def _section(item: dict) -> str:
-    data = json.dumps(item["data"], indent=1, sort_keys=True)
-    shown = data if len(data) <= SHOWN else data[:SHOWN] + "\n… (the rest is in portfolio/portfolio.json)"
+    figures = "".join(
+        f'<figure><img src="{escape(f)}" alt="{escape(f)}" style="max-width:100%"><figcaption>{escape(f)}</figcaption>'
+        "</figure>"
+        for f in item["files"]
+        if f.endswith((".png", ".svg"))
+    )
     files = "".join(f'<li><a href="{escape(f)}">{escape(f)}</a></li>' for f in item["files"])
     missing = "".join(f"<li><b>missing</b>: {escape(m)}</li>" for m in item["missing"])
+    data = {k: v for k, v in item["data"].items() if k != "answers"}  # answers have their own section
     return (
         f'<h2 id="{escape(item["id"])}">{escape(item["title"])}</h2>'
         + (f"<ul>{missing}</ul>" if missing else "")
+        + figures
+        + table(data)
         + (f"<p>Files:</p><ul>{files}</ul>" if files else "")
-        + f"<p>Where it came from:</p>{_sources(item)}<pre>{escape(shown)}</pre>"
+        + _sources(item)
     )
+
+
+def _paragraphs(text: str) -> str:
+    return "".join(f"<p>{escape(part).replace(chr(10), '<br>')}</p>" for part in text.split("\n\n") if part.strip())
 
 
 def _answers(run) -> str:
     parts = []
     for ident, answer in run.answers.items():
-        body = (
-            f"<p><b>missing</b>: {escape(answer['missing'])}</p>"
-            if "missing" in answer
-            else f"<pre>{escape(answer['text'])}</pre><p class=b>from {escape(answer['file'])}</p>"
-        )
+        if "missing" in answer:
+            how = answer_howto(answer["notebook"], ident, run.workspace)
+            body = f"<p><b>missing</b>: {escape(answer['missing'])}</p><p class=b>how: {escape(how)}</p>"
+        else:
+            body = f"<blockquote>{_paragraphs(answer['text'])}</blockquote><p class=b>from {escape(answer['file'])}</p>"
         parts.append(f"<h3>{escape(ident)}</h3><p><i>{escape(answer['question'])}</i></p>{body}")
-    return "<h2 id=answers>Written answers</h2>" + "".join(parts)
+    return "<h2 id=answers>Your written answers</h2>" + "".join(parts)
+
+
+def _selfcheck(run) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(n)}</td><td>"
+        + (escape(s["missing"]) if "missing" in s else f"{s['correct']} of {s['questions']}")
+        + f"</td><td>{'' if 'missing' in s else ('passed' if s['passed'] else 'below 80 %')}</td></tr>"
+        for n, s in run.selfcheck.items()
+    )
+    head = "<tr><th>notebook</th><th>score</th><th></th></tr>"
+    return f"<h2 id=selfcheck-scores>Self-check scores</h2><table>{head}{rows}</table>"
 
 
 def _first(stage: dict) -> str:
@@ -124,8 +215,18 @@ def _first(stage: dict) -> str:
     return f"{failed['check']}: {failed['diagnosis']}" if failed else ""
 
 
+def _status(status_: dict) -> str:
+    if status_["ready"]:
+        return "<p><b>Status: ready to hand in</b> — nothing the hand-off list asks for is missing.</p>"
+    items = "".join(
+        f"<li>{escape(m['what'])}<br><span class=b>how: {escape(m['how'])}</span></li>" for m in status_["missing"]
+    )
+    lead = f"<p><b>Status: {escape(status_line(status_))}</b>. Add each, then build the portfolio again:</p>"
+    return f"{lead}<ol>{items}</ol>"
+
+
 def html(run, found: dict, manifest_: dict) -> str:
-    """portfolio.html: the hand-off list with each item's status, then every item, then the written answers."""
+    """portfolio.html: the status, the hand-off list, each item as tables and figures, the learner's answers."""
     rows = "".join(
         f'<tr><td><a href="#{escape(i["id"])}">{escape(i["title"])}</a></td>'
         f"<td>{'complete' if not i['missing'] else escape('missing: ' + '; '.join(i['missing']))}</td></tr>"
@@ -138,12 +239,13 @@ def html(run, found: dict, manifest_: dict) -> str:
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Portfolio</title>
 <style>{STYLE}</style></head><body><h1>Portfolio — resume and profile a sharded training run</h1>
+{_status(manifest_["status"])}
 <p>Implementation: <code>{escape(json.dumps(spec))}</code>. Every number below comes from the receipts named
 under it; four logical CPU devices of one host are not four machines, and a CPU trace is not accelerator
-utilisation. The whole portfolio is in <a href="portfolio/portfolio.json">portfolio/portfolio.json</a>,
+utilisation. The same data for machines is in <a href="portfolio/portfolio.json">portfolio/portfolio.json</a>,
 the short report in <a href="portfolio/report.md">portfolio/report.md</a>.</p>
 <table><tr><th>hand-off item</th><th>status</th></tr>{rows}</table>
 <h2>The checker's verdict</h2>
 <table><tr><th>stage</th><th>checks passed</th><th>first failure</th></tr>{verdicts}</table>
-{"".join(_section(i) for i in manifest_["items"])}{_answers(run)}</body></html>
+{_answers(run)}{_selfcheck(run)}{"".join(_section(i) for i in manifest_["items"])}</body></html>
 """

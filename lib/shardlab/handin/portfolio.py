@@ -22,7 +22,7 @@ from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError
 from shardlab.evidence.audit import AUDIT, source_hashes
-from shardlab.handin import bounded, items, learner, page
+from shardlab.handin import bounded, contain, items, learner, page
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
@@ -122,17 +122,14 @@ def match_implementation(audit: dict, receipts: Path, implementation: str | None
     return str(path.resolve())
 
 
-def checker_report(implementation: str, given: str | None, scratch: Path, audit: dict) -> dict:
+def checker_report(implementation: str, given: str | None, scratch: Path, audit: dict, receipts=None) -> dict:
     """The checker's report: `given` (a check_report.json) if named, else a bounded check of what the run did not.
 
     A finished run's notebooks each ran the checker on their own stage and stopped unless it passed,
     so only the stages no notebook recorded as passed are checked again (in a finished run: stage 4).
     """
     if given:
-        try:
-            return json.loads(Path(given).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise PortfolioError(f"cannot read the check report {given} ({exc}); pass a check_report.json") from None
+        return contain.check_report(given, Path(receipts), implementation)
     passed = {s for s, (_, check) in items.recorded_checks(audit).items() if check.get("passed")}
     left = [s for s in sorted(STAGES) if s not in passed]
     if not left:
@@ -157,16 +154,24 @@ def _without_paths(report: dict, spec: str) -> dict:
     return json.loads(SCRATCH.sub("<the checker's scratch folder>", text))
 
 
-def gather(receipts, implementation=None, workspace=None, check_report=None, scratch=None) -> tuple:
+def gather(receipts, implementation=None, workspace=None, check_report=None, scratch=None, verified=True) -> tuple:
     """(Run, {row id: Item}) for a finished run, or PortfolioError naming every missing piece of run evidence."""
     receipts = Path(receipts)
     audit = load_audit(receipts)
     spec = match_implementation(audit, receipts, implementation)
+    if verified:  # a finished run's receipts, as its manifest records them (not the run still being written)
+        contain.verify_receipts(receipts)
     workspace = Path(workspace) if workspace else None
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
-        report = _without_paths(checker_report(spec, check_report, Path(folder) / "check", audit), spec)
+        report = _without_paths(checker_report(spec, check_report, Path(folder) / "check", audit, receipts), spec)
     run = items.Run(
-        receipts, audit, spec, report, learner.written_answers(workspace), learner.selfcheck_scores(workspace)
+        receipts,
+        audit,
+        spec,
+        report,
+        learner.written_answers(workspace),
+        learner.selfcheck_scores(workspace),
+        workspace,
     )
     found = {row.id: row.gather(run) for row in items.HANDOFF}
     lacking = [f"{row.id}: {m}" for row in items.HANDOFF if row.required for m in found[row.id].missing]
@@ -181,8 +186,9 @@ def write(into: Path, run, found: dict) -> None:
     (folder / "evidence").mkdir(parents=True)
     for item in found.values():
         for source, dest in item.files:
-            (folder / dest).parent.mkdir(parents=True, exist_ok=True)
-            (folder / dest).write_bytes(Path(source).read_bytes())
+            target = contain.member(folder, dest)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(contain.source(run.receipts, source, run.implementation).read_bytes())
     if run.check:
         (folder / REPORT).write_text(json.dumps(run.check, indent=1) + "\n", encoding="utf-8")
     manifest = page.manifest(run, found)
@@ -216,7 +222,7 @@ def finish_run(staging: Path) -> None:
         print(f"[shardlab] no portfolio: this run left out {', '.join(left_out)}", flush=True)
         return
     try:
-        run, found = gather(staging, workspace=None, scratch=staging)
+        run, found = gather(staging, workspace=None, scratch=staging, verified=False)
     except PortfolioError as exc:
         print(f"[shardlab] no portfolio for this run: {exc}", flush=True)
         return
@@ -237,9 +243,8 @@ def main(args) -> int:
     except (PortfolioError, ConfigError) as exc:
         print(f"[shardlab portfolio] {exc}", file=sys.stderr)
         return 1
-    manifest = json.loads((out / FOLDER / MANIFEST).read_text())
-    absent = [m for row in manifest["items"] for m in row["missing"]]
-    print(f"[shardlab portfolio] {out / ZIP} ready to hand in; open {out / PAGE} to read it")
-    if absent:
-        print(f"[shardlab portfolio] still missing ({len(absent)}):\n  " + "\n  ".join(absent))
+    state = json.loads((out / FOLDER / MANIFEST).read_text())["status"]
+    print(f"[shardlab portfolio] {page.status_line(state)}: {out / ZIP}; open {out / PAGE} to read it")
+    for n, entry in enumerate(state["missing"], 1):
+        print(f"  {n}. {entry['what']}\n     how: {entry['how']}")
     return 0

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardlab.cli import add_run_arguments, seconds
+from shardlab.core import files
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import ContractMismatchError
 from shardlab.io import write_json
@@ -369,14 +370,7 @@ def _remove_left_work(out_dir) -> None:
     Only ours by name, and only when their process is gone or is this one (a kernel re-running
     the notebook after a failed cell): a series still running elsewhere keeps its folder.
     """
-    from shardlab.core.files import pid_alive, temp_pid
-
-    for name in os.listdir(out_dir):
-        pid = temp_pid(name, WORK_PREFIX)
-        path = os.path.join(out_dir, name)
-        if pid is not None and os.path.isdir(path) and not os.path.islink(path):
-            if pid == os.getpid() or not pid_alive(pid):
-                shutil.rmtree(path, ignore_errors=True)
+    files.clean(out_dir, prefix=WORK_PREFIX, folders=True, own=True)
 
 
 def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
@@ -389,7 +383,7 @@ def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEO
     if temporary and out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
         _remove_left_work(out_dir)
-        work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=out_dir)
+        work = files.temporary_dir(out_dir, prefix=WORK_PREFIX)
     elif temporary:
         work = tempfile.mkdtemp(prefix="shardlab-drills-")
     ctx = context(os.path.abspath(work), seed, batch_size, timeout)

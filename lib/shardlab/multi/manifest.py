@@ -13,11 +13,10 @@ step that verifies; an Orbax step folder without a manifest is ignored, whatever
 import json
 import os
 import stat
-import tempfile
 
-from shardlab.core.files import sha256_file
+from shardlab.core import files
 from shardlab.core.schema import FIELDS, digests
-from shardlab.errors import CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
+from shardlab.errors import BoundedReadError, CheckpointExistsError, CorruptCheckpointError, IncompleteCheckpointError
 
 FORMAT_VERSION = 1
 ORBAX = "orbax"
@@ -35,15 +34,6 @@ def manifest_path(shared, step: int) -> str:
     return os.path.join(os.fspath(shared), MANIFESTS, f"{int(step)}.json")
 
 
-def _fsync(path: str) -> None:
-    """Flush a file's (or a folder's) data and metadata to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def file_digests(folder: str, sync: bool = False) -> dict:
     """Relative path -> {bytes, sha256} of every file under `folder` (fsynced first if `sync`)."""
     found = {}
@@ -55,8 +45,8 @@ def file_digests(folder: str, sync: bool = False) -> dict:
                 found[rel] = {"bytes": -1, "sha256": "not a regular file"}
                 continue
             if sync:
-                _fsync(path)
-            found[rel] = {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+                files.sync(path)
+            found[rel] = {"bytes": os.path.getsize(path), "sha256": files.sha256_file(path)}
     return dict(sorted(found.items()))
 
 
@@ -83,19 +73,11 @@ def publish(shared, manifest: dict) -> str:
     path = manifest_path(shared, manifest["step"])
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    text = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(manifest, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise CheckpointExistsError(f"{path} already exists; a published step is never overwritten") from None
-    finally:
-        os.unlink(tmp)
-    _fsync(folder)  # the new name itself is durable
+        files.publish_new(*files.temporary(folder, ".json"), path, lambda handle: handle.write(text))
+    except FileExistsError:
+        raise CheckpointExistsError(f"{path} already exists; a published step is never overwritten") from None
     return path
 
 
@@ -105,19 +87,18 @@ MAX_MANIFEST_BYTES = 1 << 24  # a manifest lists a few dozen files; anything lar
 def _load(path: str):
     """The JSON value at `path`, read without following a symlink or blocking on a FIFO."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        raw = files.read_bounded(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise IncompleteCheckpointError(f"there is no manifest at {path}; the step was never completed") from None
     except OSError as exc:
         raise CorruptCheckpointError(f"{path} cannot be opened as a manifest ({exc.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise CorruptCheckpointError(f"{path} is not a regular file (a folder, FIFO or device); ignored")
-    with os.fdopen(fd, "rb") as handle:
-        if info.st_size > MAX_MANIFEST_BYTES:
-            raise CorruptCheckpointError(f"{path} has {info.st_size} bytes, far more than any manifest; ignored")
-        raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    except BoundedReadError as exc:
+        said = (
+            "is not a regular file (a folder, FIFO or device)"
+            if exc.size is None
+            else f"has {exc.size} bytes, far more than any manifest"
+        )
+        raise CorruptCheckpointError(f"{path} {said}; ignored") from None
     try:
         return json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError

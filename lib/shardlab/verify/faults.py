@@ -213,7 +213,7 @@ def _cursor_back(cursor):
 
 
 # name -> how the copy is damaged; every one must raise CorruptCheckpointError on restore. This is
-# the one list of member damage: the stage 3 notebook shows each, `python -m shardlab torture`
+# the one list of member damage: the stage 3 notebook shows each, `python -m rig.torture`
 # applies each in its corrupted_files category (beside byte-level damage the notebook does not show).
 DAMAGE = {
     "missing momentum": _drop("momentum"),

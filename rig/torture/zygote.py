@@ -1,4 +1,4 @@
-"""A long-lived process that forks one saver per kill trial and SIGKILLs it (`python -m shardlab.torture.zygote`).
+"""A long-lived process that forks one saver per kill trial and SIGKILLs it (`python -m rig.torture.zygote`).
 
 It imports the checkpoint module once (with JAX, but never starts a JAX backend), then
 reads one JSON request per line on stdin and answers one JSON line on stdout. For each

@@ -18,14 +18,14 @@ import zipfile
 
 import numpy as np
 
+from rig.torture.outcome import Tally, tree_digest
 from shardlab import orbax_io, outdir
-from shardlab.core import checkpoint
+from shardlab.core import checkpoint, files
 from shardlab.core.files import sha256_file
-from shardlab.core.schema import FIELDS
+from shardlab.core.schema import DTYPES, FIELDS
 from shardlab.errors import CheckpointError, ConfigError, ShardlabError
 from shardlab.io import read_npz
 from shardlab.multi import manifest
-from shardlab.torture.outcome import Tally, tree_digest
 
 BOUND = 30.0  # seconds any one trial may take (a child process included)
 MEMORY_SLACK = 1 << 20  # a refused restore may cost the file's size plus this much traced memory
@@ -63,9 +63,9 @@ def _refusal(tally: Tally, label: str, call, errors=(ShardlabError,), bound: flo
 def _staging_left(folder) -> list[str]:
     return [
         os.path.relpath(os.path.join(root, name), folder)
-        for root, dirs, files in os.walk(folder)
-        for name in dirs + files
-        if name.startswith((outdir.STAGING, checkpoint.TEMP, orbax_io.TEMP)) or "orbax-checkpoint-tmp" in name
+        for root, dirs, names in os.walk(folder)
+        for name in dirs + names
+        if name.startswith((outdir.STAGING, files.TEMP)) or "orbax-checkpoint-tmp" in name
     ]
 
 
@@ -193,13 +193,22 @@ def _sigterm(out) -> None:
         child.wait()
 
 
+def run_command(argv: list[str]) -> int:
+    """`python -m shardlab ARGV` here, or `python -m rig.torture ARGV[1:]` when ARGV starts with torture."""
+    if argv[:1] == ["torture"]:
+        from rig.torture import command
+
+        return command(argv[1:])
+    from shardlab.__main__ import main
+
+    return main(argv)
+
+
 def _cli(command: str, out) -> None:
     from contextlib import redirect_stderr, redirect_stdout
 
-    from shardlab.__main__ import main
-
     with redirect_stderr(io.StringIO()) as err, redirect_stdout(io.StringIO()):
-        code = main([*COMMAND_ARGV[command], out])
+        code = run_command([*COMMAND_ARGV[command], out])
     if code:
         raise ConfigError(err.getvalue().strip().splitlines()[-1])
 
@@ -291,7 +300,7 @@ def bomb(path, members: dict, values: int, big=("weights", "momentum")) -> None:
 
 def forged(path, state: dict, contract: dict, **fields) -> str:
     """A file in save's exact format, integrity recomputed, with `fields` replaced (a forgery, not damage)."""
-    arrays = {**checkpoint.to_arrays(state), **{k: np.asarray(v, checkpoint.DTYPES[k]) for k, v in fields.items()}}
+    arrays = {**checkpoint.to_arrays(state), **{k: np.asarray(v, DTYPES[k]) for k, v in fields.items()}}
     arrays["contract"] = np.asarray(json.dumps(contract, sort_keys=True))
     arrays["integrity"] = np.asarray(checkpoint.integrity(arrays))
     with open(path, "xb") as handle:
@@ -525,7 +534,7 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
         dead.wait()
         stale = []
         for k in range(int(rng.integers(1, 6))):
-            name = os.path.join(trial, f"{checkpoint.TEMP}{dead.pid}-{k}.npz")
+            name = os.path.join(trial, f"{files.TEMP}{dead.pid}-{k}.npz")
             kind = int(rng.integers(4))
             if kind == 3:
                 os.link(published, name)
@@ -533,7 +542,7 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
                 with open(name, "wb") as handle:
                     handle.write((raw, b"", raw[: int(rng.integers(1, len(raw)))])[kind])
             stale.append(name)
-        keep = [os.path.join(trial, f"{checkpoint.TEMP}{os.getpid()}-live.npz"), os.path.join(trial, ".tmp-notes.npz")]
+        keep = [os.path.join(trial, f"{files.TEMP}{os.getpid()}-live.npz"), os.path.join(trial, ".tmp-notes.npz")]
         for name in keep:
             with open(name, "wb") as handle:
                 handle.write(b"not the cleaner's to remove")

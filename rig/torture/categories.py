@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from shardlab.torture.outcome import COLUMNS, FAILURES
+from rig.torture.outcome import COLUMNS, FAILURES
 
 
 def _module(name: str):
-    return importlib.import_module(f"shardlab.torture.{name}")  # imported when run: the CLI parser starts no JAX
+    return importlib.import_module(f"rig.torture.{name}")  # imported when run: the CLI parser starts no JAX
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ REDUCED = {c.size: c.reduced for c in CATEGORIES if c.size}
 def inputs(reduced: bool, seed: int, mesh) -> SimpleNamespace:
     """What the categories torture: a real trajectory, its contract, a foreign contract, another key."""
     import shardlab as sl
-    from shardlab.torture.subjects import experiment, trajectory
+    from rig.torture.subjects import experiment, trajectory
 
     data, config, contract = experiment()
     _, _, foreign = experiment(seed=29, batch_size=10)

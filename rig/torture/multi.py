@@ -10,7 +10,7 @@ within float32 rounding (the control runs on another device layout).
 import time
 from collections import Counter
 
-from shardlab.torture.outcome import BAD, Tally
+from rig.torture.outcome import BAD, Tally
 
 
 def classify(result: dict, save_every: int) -> str:

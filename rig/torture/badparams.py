@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import shardlab as sl
+from rig.torture.outcome import Tally, receipts_digest, same_state, tree_digest
 from shardlab import outdir
 from shardlab.core import checkpoint
 from shardlab.course import catalog
@@ -29,7 +30,6 @@ from shardlab.errors import (
     DeviceSetupError,
     EmptyBatchError,
 )
-from shardlab.torture.outcome import Tally, receipts_digest, same_state, tree_digest
 
 COURSE_DIR, COURSE_NOTEBOOKS = catalog.NOTEBOOK_DIR, list(catalog.NOTEBOOKS)  # before any test points elsewhere
 

@@ -1,4 +1,4 @@
-"""`python -m shardlab torture`: kill, corrupt and misuse the checkpoint path and the output folders; count it.
+"""`python -m rig.torture` (`make torture`): kill, corrupt and misuse the checkpoint path and output folders; count it.
 
 Categories (one record each in `categories.CATEGORIES`): kills during save, corrupted files,
 bad parameters, the multi-process save path of stage 5, output folders, hostile restores,
@@ -14,8 +14,9 @@ import os
 import shutil
 import sys
 
-from shardlab.cli import seed
-from shardlab.torture.categories import FULL, NAMES, REDUCED, campaign, summary  # noqa: F401 (the package face)
+from rig.torture.categories import FULL, NAMES, REDUCED, campaign, summary  # noqa: F401 (the package face)
+from shardlab.cli import Parser, seed
+from shardlab.errors import UsageError
 
 
 def add_arguments(parser) -> None:
@@ -23,6 +24,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reduced", action="store_true", help="fewer trials, same categories (what make test runs)")
     parser.add_argument("--seed", type=seed, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--only", nargs="*", choices=NAMES, default=list(NAMES), help="categories to run")
+
+
+def command(argv=None) -> int:
+    """`python -m rig.torture ARGV`: a bad command line is one UsageError line and exit code 2, as for the course's."""
+    parser = Parser(prog="python -m rig.torture", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        print(f"[shardlab] {exc}", file=sys.stderr)
+        return 2
+    return main(args)
 
 
 def main(args) -> int:

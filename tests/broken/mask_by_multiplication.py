@@ -1,4 +1,5 @@
-"""Correct alternative: padding is removed by multiplying with the mask (the padding it sees is finite)."""
+"""Mistake: padding is removed by multiplying with the mask, so NaN or infinity in a padded slot (mask 0) reaches
+the gradient and the loss (0 x NaN is NaN)."""
 
 import jax
 import jax.numpy as jnp

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rig.torture.outcome import BAD, Tally
 from shardlab.core import checkpoint
 from shardlab.core.files import sha256_file
 from shardlab.core.schema import FIELDS
 from shardlab.io import read_npz
-from shardlab.torture.outcome import BAD, Tally
 from shardlab.verify import faults
 
 

@@ -16,22 +16,25 @@ from collections import Counter
 
 import numpy as np
 
-from shardlab.core import checkpoint
+from rig.torture.outcome import Tally
+from shardlab.core import checkpoint, files
 from shardlab.core.files import sha256_file
 from shardlab.errors import CheckpointExistsError
-from shardlab.torture.outcome import Tally
 
 PAUSE = 0.002  # seconds a timed saver rests at each event, so one save spans ~0.1-0.3 s to land in
 REPLY_TIMEOUT = 120.0  # seconds to wait for the zygote on a loaded machine before giving up
 
 
 class Zygote:
-    """The forking helper process (shardlab.torture.zygote), one JSON line per trial."""
+    """The forking helper process (rig.torture.zygote), one JSON line per trial."""
 
     def __init__(self):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        # the child imports the rig by name from wherever the campaign runs: the repository root goes on its path
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shardlab.torture.zygote"],
+            [sys.executable, "-m", "rig.torture.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -87,7 +90,7 @@ def landing(events: list[str]) -> str:
     reported = [e for e in events if not e.startswith("!")]
     if not reported or reported[-1] in ("start", "returned"):
         return reported[-1] if reported else "before_start"
-    created = next((i for i, e in enumerate(reported) if e.startswith(f"open {checkpoint.TEMP}")), None)
+    created = next((i for i, e in enumerate(reported) if e.startswith(f"open {files.TEMP}")), None)
     if created is None or created == len(reported) - 1:
         return "before_temp"  # clean-up of older temporaries, or the temporary's own creation
     after = [e.split(" ", 1)[0] for e in reported[created + 1 :]]

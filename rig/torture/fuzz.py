@@ -19,9 +19,9 @@ import zipfile
 
 import numpy as np
 
+from rig.torture.outcome import Tally, same_state
 from shardlab.core import checkpoint
 from shardlab.io import read_npz
-from shardlab.torture.outcome import Tally, same_state
 
 BOUND = 10.0  # seconds one restore may take
 MEMORY_SLACK = 1 << 20  # bytes of traced memory beyond the file's size and a valid restore's peak

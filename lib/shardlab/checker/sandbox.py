@@ -1,0 +1,186 @@
+"""Where untrusted code runs: one process runner for every child the checker and `grade` start, optionally sandboxed.
+
+`spawn` starts a child in its own session and process group and remembers it; `kill` ends the
+child and its whole group; `stop_all` ends every child still running (the caller was
+interrupted). Nothing else in shardlab starts or kills a checking process.
+
+With a `Sandbox`, the child runs under bubblewrap (`bwrap`, Debian's `bubblewrap`), chosen because it
+is a small, widely used tool built for exactly this (Flatpak's sandbox) and it needs no daemon and no
+root: on this kind of machine user, PID and network namespaces are available to it. The child then sees
+
+- a read-only view of the interpreter, the virtual environment and shardlab's code (`/usr` too),
+  and nothing else of the host's files: no other submission, no output folder, no home folder;
+- read-only `readable` folders (the private copy of the submission) and writable `writable` ones
+  (its scratch folder and the progress channel), both private to this submission;
+- a private `/tmp`, no network (its own empty network namespace), its own IPC and host name;
+- its own PID namespace: when bwrap's first process ends, the kernel kills every process in that
+  namespace, including double-forked, `setsid` or signal-ignoring descendants. bwrap dies with its
+  parent (`--die-with-parent`), so the deadline, Ctrl-C and the caller's own death end everything;
+- no capabilities, no controlling terminal (`--new-session`), an address-space bound (RLIMIT_AS).
+
+What it does not contain: CPU time beyond the wall-time bounds the caller applies, the kernel itself
+(a kernel bug is a way out of any namespace), and the read-only files it can see (it can read the
+course's code, which is public anyway).
+"""
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ADDRESS_SPACE = 8 * 1024**3  # bytes of virtual memory a sandboxed interpreter may map (JAX on CPU needs ~2 GB)
+PROBE_SECONDS = 20.0
+LIVE: set = set()  # children started here and not yet reaped
+
+
+@dataclass
+class Sandbox:
+    """What one sandboxed child may see: folders read-only or writable, and its address-space bound."""
+
+    readable: list = field(default_factory=list)
+    writable: list = field(default_factory=list)
+    address_space: int = ADDRESS_SPACE
+
+
+def _runtime_paths() -> list[str]:
+    """Folders the interpreter and shardlab need, read-only: the Python install, the venv, every import root."""
+    paths = {sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix), sysconfig.get_paths()["stdlib"]}
+    paths |= {p for p in sys.path if p and os.path.isdir(p)}
+    paths |= {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # shardlab's own package folder
+    paths |= {os.path.dirname(os.path.abspath(sys.executable))}
+    kept = sorted(p for p in {os.path.abspath(p) for p in paths} if not p.startswith("/usr/"))
+    # a folder inside another listed one adds nothing (bwrap would mount it twice)
+    return [p for p in kept if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in kept)]
+
+
+def command(inner: list, box: Sandbox) -> list:
+    """`inner` wrapped in bwrap with the view `box` describes (paths are the same inside as outside)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise FileNotFoundError("bwrap")
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib64", "sbin"):
+        target = os.path.join("/", name)
+        if os.path.islink(target):
+            args += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            args += ["--ro-bind", target, target]
+    args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev"]
+    args += ["--tmpfs", "/tmp"]
+    for path in _runtime_paths():
+        args += ["--ro-bind", path, path]
+    for path in box.readable:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in box.writable:
+        args += ["--bind", str(path), str(path)]
+    return args + ["--", *inner]
+
+
+def unavailable() -> str | None:
+    """None if a sandboxed interpreter starts here; else why not (bwrap missing, namespaces refused)."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (Debian: apt-get install bubblewrap; or make sandbox as root)"
+    if shutil.which("prlimit") is None:
+        return "prlimit (util-linux) is not installed, so the sandbox's memory bound cannot be set"
+    probe = command([sys.executable, "-B", "-c", "import os; print(os.getpid())"], Sandbox())
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_SECONDS, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not start an interpreter: {exc}"
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        return f"bwrap refused to build the sandbox here (namespaces disabled?): {done.stderr.strip()[-300:]}"
+    return None
+
+
+def limited(argv: list, address_space: int) -> list:
+    """`argv` under an address-space bound and no core files (prlimit: nothing runs between fork and exec)."""
+    tool = shutil.which("prlimit")
+    if tool is None:
+        raise FileNotFoundError("prlimit (util-linux)")
+    return [tool, f"--as={address_space}", "--core=0", "--", *argv]
+
+
+def spawn(inner: list, box: Sandbox | None = None, **popen) -> subprocess.Popen:
+    """Start `inner` (sandboxed if `box`) in its own session and process group; `kill` or `stop_all` ends it."""
+    env = {**popen.pop("env", os.environ), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = limited(command(inner, box), box.address_space) if box is not None else inner
+    process = subprocess.Popen(argv, start_new_session=True, env=env, **popen)
+    LIVE.add(process)
+    return process
+
+
+def kill(process: subprocess.Popen) -> None:
+    """End `process` and everything in its process group (a sandbox's PID namespace ends with it); reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+    LIVE.discard(process)
+
+
+def stop_all() -> None:
+    """Kill every child still running: none outlives the command that started it."""
+    for process in list(LIVE):
+        kill(process)
+
+
+def host_pid(root: int, inner: int | None) -> int:
+    """The host pid of the descendant of `root` that sees itself as `inner` (its PID namespace's number).
+
+    Unsandboxed, that is `root` itself; in a sandbox, bwrap's descendant whose NSpid ends in `inner`.
+    """
+    if inner is None or inner == root:
+        return root
+    todo, seen = [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                ids = next((line.split()[1:] for line in handle if line.startswith("NSpid:")), [])
+            if ids and ids[-1] == str(inner) and pid != root:
+                return pid
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    todo += [int(x) for x in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+    return root
+
+
+def private_copy(source: Path, folder: Path, limit: int, name: str = "submission.py") -> Path:
+    """Copy the regular file `source` (no link followed, at most `limit` bytes) to `folder`/`name`, read-only.
+
+    OSError/ValueError say why an entry cannot be copied (a FIFO, a link, a device, too large, unreadable).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    descriptor = os.open(source, flags)
+    try:
+        info = os.fstat(descriptor)
+        if not _regular(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{info.st_size} bytes, more than the {limit} a submission may hold")
+        data = os.read(descriptor, limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"more than the {limit} bytes a submission may hold")
+    finally:
+        os.close(descriptor)
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / name
+    copy.write_bytes(data)
+    copy.chmod(0o444)
+    return copy
+
+
+def _regular(mode: int) -> bool:
+    return stat.S_ISREG(mode)

@@ -1,0 +1,121 @@
+"""What `portfolio` may read and write: paths kept inside their folders, receipts as the run wrote them.
+
+- `member(folder, rel)`: a path inside `folder` for a relative name taken from a run's files
+  (`audit.json` can be edited by hand): absolute names, `..` and links out are refused.
+- `source(receipts, path, implementation)`: a file to copy is a regular file inside the receipts
+  folder, reached without following a link, or the implementation file itself.
+- `verify_receipts(receipts)`: every file the run's manifest lists still holds the bytes it recorded;
+  an edited, relabelled or added-over receipt is refused and named.
+- `check_report(path, receipts, implementation)`: a `--check-report` is used only if the run wrote it
+  (listed in its manifest with those bytes), or, for a learner's file, if it records that file's sha256
+  (`python -m shardlab check` writes it). What such a report says is still the checker's word as run
+  on the learner's machine: it is not re-checked here.
+"""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from shardlab import outdir
+from shardlab.core.files import sha256_file
+from shardlab.errors import OutputFolderError, PortfolioError
+
+RUN_COMMAND = "run"  # the manifest section `python -m shardlab run` writes
+REPORT_BYTES = 20_000_000
+
+
+def member(folder: Path, rel) -> Path:
+    """`folder / rel` if `rel` is a relative name that stays inside `folder` (no `..`, no link on the way)."""
+    text = str(rel)
+    parts = Path(text).parts
+    if not text or os.path.isabs(text) or ".." in parts or "\0" in text:
+        raise PortfolioError(f"the path {text!r} recorded by the run leaves its folder; refusing to use it")
+    path = folder
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            raise PortfolioError(f"{path} is a link; the portfolio copies no link")
+    return path
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).relative_to(os.path.abspath(folder))
+    except ValueError:
+        return False
+    return True
+
+
+def source(receipts: Path, path, implementation: str | None = None) -> Path:
+    """`path` if it is the implementation file or a regular file inside `receipts` reached by no link."""
+    path = Path(path)
+    if implementation not in (None, "reference") and os.path.abspath(path) == os.path.abspath(implementation):
+        return path
+    if not _inside(path, receipts):
+        raise PortfolioError(
+            f"{path} is outside the receipts folder {receipts}; the portfolio copies only the run's files"
+        )
+    checked = member(
+        Path(os.path.abspath(receipts)), Path(os.path.abspath(path)).relative_to(os.path.abspath(receipts))
+    )
+    info = os.lstat(checked)
+    if not stat.S_ISREG(info.st_mode):
+        raise PortfolioError(f"{path} is not a regular file; the portfolio copies only the run's files")
+    return checked
+
+
+def _manifest_files(receipts: Path) -> dict:
+    try:
+        commands = outdir.read_manifest(receipts)
+    except OutputFolderError as exc:
+        raise PortfolioError(str(exc)) from None
+    if RUN_COMMAND not in commands:
+        raise PortfolioError(
+            f"{receipts} has no record of the files `make run` wrote (its {outdir.MANIFEST}); "
+            f"run `make run IMPL=<your file> OUT={receipts}` again"
+        )
+    return commands[RUN_COMMAND]["files"]
+
+
+def _holds(path: Path, entry: dict) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
+    return sha256_file(path) in digests
+
+
+def verify_receipts(receipts: Path) -> None:
+    """PortfolioError naming every file of the run that no longer holds the bytes the run wrote."""
+    files = _manifest_files(receipts)
+    edited = sorted(rel for rel, entry in files.items() if not _holds(member(receipts, rel), entry))
+    if edited:
+        shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
+        raise PortfolioError(
+            f"{receipts} was changed after the run wrote it: {shown} differ from its {outdir.MANIFEST}; "
+            f"run `make run IMPL=<your file> OUT={receipts}` again"
+        )
+
+
+def check_report(path, receipts: Path, implementation: str) -> dict:
+    """The report at `path` if the run wrote it, or if it names `implementation` and that file's sha256."""
+    path = Path(path)
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > REPORT_BYTES:
+            raise ValueError("not a regular file of a report's size")
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise PortfolioError(f"cannot read the check report {path} ({exc}); pass a check_report.json") from None
+    if not isinstance(report, dict) or not isinstance(report.get("checks"), list):
+        raise PortfolioError(f"{path} is not a check report (no list of checks)")
+    if _inside(path, receipts):
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(receipts)).as_posix()
+        entry = _manifest_files(receipts).get(rel)
+        if entry and _holds(path, entry):
+            return report
+    if implementation != "reference" and report.get("implementation_sha256") == sha256_file(implementation):
+        return report
+    raise PortfolioError(
+        f"the check report {path} was not written by this run and does not name {implementation} with its "
+        "sha256; run `make check IMPL=<your file> OUT=<folder>` and pass that folder's check_report.json"
+    )

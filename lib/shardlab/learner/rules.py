@@ -1,0 +1,305 @@
+"""The rules the checker holds a learner's seven functions to: one table, stated in the starter, taught in a notebook.
+
+Each rule has an id written `rule:ID`. The id appears in the starter template's docstring of the
+function it constrains, in a markdown cell of the notebook that teaches it (`markdown(function)`
+renders the cell), and the checks that enforce it name it here. tests/test_learner_loop.py keeps
+the three in agreement with the checker's registry: every check enforces at least one rule, and
+every rule is stated in the starter and taught in its notebook.
+"""
+
+from dataclasses import dataclass
+
+MARKER = "rule:"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    function: str
+    text: str  # the rule in the course's words: what must hold, never how to write it
+    checks: tuple  # names of the checks (shardlab.checker) that enforce it
+    why: str = ""  # taught with the rule, in the notebook cell, where no other cell of the course teaches it
+
+
+RULES = (
+    # initial
+    Rule(
+        "initial-fields",
+        "initial",
+        "the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy uint32 (2,) key, "
+        "the first order (a permutation of 0..n-1), cursor 0 and step 0",
+        ("initial_state_fields",),
+    ),
+    Rule(
+        "split-then-permute",
+        "initial",
+        "the first order comes from PRNGKey(seed) split once: the first half is kept in the state, the second draws "
+        "the permutation; the same seed replays the same ids, another seed others",
+        ("first_order_follows_the_seed", "replay_is_deterministic"),
+    ),
+    Rule(
+        "replicated",
+        "initial",
+        "weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P()))",
+        ("initial_state_fields", "replicas_agree", "restore_returns_every_field"),
+    ),
+    Rule(
+        "plain-tuple-data",
+        "initial",
+        "data is any (features, targets) pair of float32 arrays: the course's Dataset or a plain tuple",
+        ("random_sampler_walk", "random_transition_walk"),
+        why=(
+            "Why: the notebooks hand you the course's `Dataset`, but anything that unpacks as `features, targets "
+            "= data` is the same data; code that reads `data.features` breaks on a plain tuple, which the checker"
+            " passes too."
+        ),
+    ),
+    Rule(
+        "any-mesh",
+        "initial",
+        "the mesh may hold 1, 2, 3 or 4 devices; nothing may assume four",
+        ("random_sampler_walk", "random_step_update", "random_transition_walk", "gradient_independent_of_device_count"),
+        why=(
+            "Why: the notebooks use four devices, but the device count is an input: a padding rule or a division "
+            "written for four silently breaks on 1, 2 or 3, and the checker draws each of them."
+        ),
+    ),
+    # next_batch
+    Rule(
+        "remainder",
+        "next_batch",
+        "a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever its size, "
+        "one id included; every epoch holds every id exactly once",
+        ("batch_lengths_keep_the_remainder", "every_epoch_covers_every_id_once", "random_sampler_walk"),
+    ),
+    Rule(
+        "reshuffle",
+        "next_batch",
+        "a new epoch splits the saved key again and draws its order with the second half; the key changes exactly "
+        "then, and the new order is kept in the state",
+        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch"),
+    ),
+    Rule(
+        "cursor",
+        "next_batch",
+        "the cursor is the position of the next unread id in the order: it moves by the number of ids taken",
+        ("sampler_fields_follow_the_arithmetic",),
+    ),
+    Rule(
+        "pad-by-position",
+        "next_batch",
+        "rows are padded to the smallest multiple of the device count that holds them; the mask is 1 on the "
+        "selected rows and 0 on padded slots, decided by position, never by values",
+        ("padding_is_never_an_observation", "padding_is_decided_by_position"),
+    ),
+    Rule(
+        "placed-batch",
+        "next_batch",
+        "features are placed with P('data', None), targets and mask with P('data'), on the mesh given",
+        ("batch_is_placed_on_the_mesh",),
+    ),
+    Rule(
+        "new-state",
+        "next_batch",
+        "a new state dict is returned; the caller's dict and its arrays are never changed, and step is left alone",
+        ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
+    ),
+    # make_step
+    Rule(
+        "global-mean",
+        "make_step",
+        "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
+        "count, so padding and empty devices add exact zeros and the device count changes nothing",
+        (
+            "gradient_on_a_full_batch",
+            "gradient_on_tail_batches",
+            "loss_on_full_and_tail_batches",
+            "empty_device_contributes_zeros",
+            "gradient_independent_of_device_count",
+        ),
+    ),
+    Rule(
+        "loss-before-update",
+        "make_step",
+        "the loss reported is the loss at the weights the gradient was taken at, before the update",
+        ("loss_is_taken_before_the_update",),
+    ),
+    Rule(
+        "momentum",
+        "make_step",
+        "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the learning rate and decay "
+        "make_step was given; every replica ends with the same weights",
+        ("consecutive_updates", "replicas_agree", "random_step_update"),
+    ),
+    Rule(
+        "sharded-step",
+        "make_step",
+        "the compiled step is a jax.jit around a shard_map whose lowered program holds a real collective",
+        ("step_is_sharded", "compiled_step_lowers_and_compiles"),
+    ),
+    Rule(
+        "eager-step",
+        "make_step",
+        "compiled=False returns the same mapped body without jit, with the same numbers",
+        ("eager_step_matches_numpy", "eager_and_compiled_agree", "eager_step_is_the_unjitted_mapped_body"),
+    ),
+    # transition
+    Rule(
+        "one-update",
+        "transition",
+        "one transition is one next_batch and one call of the step it is given (never one it builds), step + 1",
+        ("transition_is_one_batch_and_one_update", "random_transition_walk"),
+    ),
+    Rule(
+        "input-intact",
+        "transition",
+        "the caller's state stays readable and unchanged: no donated or reused buffers",
+        ("transition_leaves_its_input_intact",),
+    ),
+    # contract
+    Rule(
+        "contract-pins",
+        "contract",
+        "the contract changes with the seed, batch size, learning rate, decay, device count, shapes, dtypes and "
+        "every byte of the data",
+        ("contract_pins_the_experiment", "random_contract_tells_apart"),
+    ),
+    Rule(
+        "contract-exact",
+        "contract",
+        "every entry is exact: a learning rate or decay one float32 step apart is another experiment",
+        ("random_contract_tells_apart",),
+        why=(
+            "Why: a learning rate rounded to six digits, or stored as a rounded decimal, makes two runs whose "
+            "updates differ look like one experiment; the checker changes a value by one float32 step (x(1 + "
+            "2^-20)) and expects another contract."
+        ),
+    ),
+    Rule(
+        "contract-json",
+        "contract",
+        "the contract is plain JSON data, equal for equal inputs in any process (no process id, time or path)",
+        ("contract_is_json_data", "contracts_agree_in_a_fresh_process", "random_contract_tells_apart"),
+    ),
+    # save
+    Rule(
+        "plain-npz",
+        "save",
+        "all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads",
+        ("checkpoint_holds_every_field",),
+    ),
+    Rule(
+        "exact-path",
+        "save",
+        "the checkpoint is written at exactly the path given (any name: no .npz added) and that path is returned",
+        ("random_restore_damage",),
+        why=(
+            "Why: `np.savez('ckpt', ...)` writes `ckpt.npz`, so the caller's `restore('ckpt')` finds nothing (or "
+            "an older file); the checker saves under names with and without a suffix and reads back exactly the "
+            "path it gave."
+        ),
+    ),
+    Rule(
+        "never-overwrite",
+        "save",
+        "a path that exists is refused with errors.CheckpointExistsError and its bytes are left untouched",
+        ("save_never_overwrites", "refusals_name_the_course_errors"),
+    ),
+    Rule(
+        "new-temp-name",
+        "save",
+        "bytes go first to a temporary file in the same folder, with a new name for every save, so a save killed "
+        "midway never blocks the next one; nothing but the checkpoint is left behind",
+        ("interrupted_save_leaves_nothing_or_a_checkpoint", "save_leaves_only_the_final_file"),
+        why=(
+            "Why: a save killed between writing and publishing leaves its temporary file behind; if the next save"
+            " uses the same fixed temporary name (or a lock file) it is refused forever. A fresh name per save "
+            "(tempfile.mkstemp in the target's folder) means a leftover never blocks anyone."
+        ),
+    ),
+    Rule(
+        "exclusive-publish",
+        "save",
+        "the finished file is published with an operation that fails if the name exists (an exclusive link): of "
+        "two savers in two processes racing for one name exactly one wins",
+        ("racing_saves_never_overwrite", "interrupted_save_leaves_nothing_or_a_checkpoint"),
+        why=(
+            "Why: `os.replace` or a check-then-rename replaces a checkpoint another process published in between,"
+            " and a lock in one process's memory does not stop another process; publishing with a call that fails"
+            " when the name exists (os.link) lets exactly one of two racing savers win."
+        ),
+    ),
+    Rule(
+        "save-inputs-intact",
+        "save",
+        "save changes nothing it is given: not the state, its arrays or their placement",
+        ("random_restore_damage",),
+    ),
+    # restore
+    Rule(
+        "contract-first",
+        "restore",
+        "the saved contract is compared with the expected one, exactly and entry by entry, before anything is "
+        "accepted (errors.ContractMismatchError)",
+        ("restore_refuses_another_experiment", "random_restore_damage"),
+    ),
+    Rule(
+        "validate-fields",
+        "restore",
+        "a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut files, missing "
+        "fields, wrong dtypes or shapes, an order that is not a permutation, a cursor outside 0..rows",
+        ("restore_refuses_damaged_checkpoints", "refusals_name_the_course_errors", "random_restore_damage"),
+    ),
+    Rule(
+        "refuse-nan",
+        "restore",
+        "weights and momentum must be finite: NaN momentum cannot continue the run and is refused",
+        ("random_restore_damage",),
+        why=(
+            "Why: a NaN in momentum has the right dtype and shape, so field checks that look only at those accept"
+            " it, and the first update turns every weight into NaN; finite values are part of a valid state."
+        ),
+    ),
+    Rule(
+        "exact-resume",
+        "restore",
+        "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
+        "the uninterrupted one, in this process or a fresh one",
+        (
+            "restore_returns_every_field",
+            "resume_continues_the_same_run",
+            "fresh_process_resume",
+            "faults_show_where_arithmetic_predicts",
+        ),
+    ),
+)
+
+BY_ID = {rule.id: rule for rule in RULES}
+FUNCTIONS = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
+# The notebook that teaches each function's rules (where its hint cell and rule cell live).
+TAUGHT_IN = {
+    "initial": "stage1_batches",
+    "next_batch": "stage1_batches",
+    "make_step": "stage2_update",
+    "transition": "stage2_update",
+    "contract": "stage3_checkpoint",
+    "save": "stage3_checkpoint",
+    "restore": "stage3_checkpoint",
+}
+
+
+def of(function: str) -> list[Rule]:
+    return [rule for rule in RULES if rule.function == function]
+
+
+def for_check(name: str) -> list[Rule]:
+    """The rules a check enforces (by check name)."""
+    return [rule for rule in RULES if name in rule.checks]
+
+
+def markdown(function: str) -> str:
+    """The notebook cell stating `function`'s rules, each with its marker."""
+    lines = [f"**The rules `{function}` must keep** (the checker enforces each; `make check` names the rule):", ""]
+    for rule in of(function):
+        lines.append(f"- `{MARKER}{rule.id}` — {rule.text}." + (f" {rule.why}" if rule.why else ""))
+    return "\n".join(lines)

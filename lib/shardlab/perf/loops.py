@@ -1,0 +1,231 @@
+"""`python -m shardlab loops`: the wall time of the loops people wait on, side by side in one run.
+
+The loops are the developer's inner loop (`pytest --quick`, what `make test-quick` runs), the
+course run (`python -m shardlab run`, with the seconds of each notebook as the run records them
+in its wall_time.json), the checker on the reference (`check --stage 1` and `--stage all`) and a
+grade of a small class (two correct files and a broken one from tests/). Each loop is a command in
+a child process; the samples go round-robin (every loop's first sample, then every loop's second),
+so a change of load on a shared machine spreads over all loops alike. Every sample is kept with
+its exit status and the machine's load average (os.getloadavg) just before and just after it;
+the table reports medians. These are measurements of one machine at one time, never a pass/fail
+threshold: they show the next change that slows a loop as a number.
+"""
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+LOOPS_JSON = "loops.json"
+SAMPLES = 3
+CLASS = ("correct/packed_psum.py", "correct/nested_contract.py", "broken/drop_remainder.py")  # under tests/
+TIMEOUT_S = 3600.0  # per sample; a loop that passes it is recorded as stopped, never waited on for ever
+
+
+@dataclass
+class Loop:
+    """One loop: the command a person runs, where, and what it records of its own parts."""
+
+    name: str
+    command: list
+    cwd: str
+    parts: object = None  # a callable returning {part: seconds} after a sample, or None
+    prepare: object = None  # a callable run before each sample (a fresh output folder), or None
+    note: str = ""
+
+
+def _course_parts(out: Path):
+    def parts() -> dict:
+        from shardlab.course.execute import WALL_TIME
+
+        try:
+            recorded = json.loads((out / WALL_TIME).read_text())
+        except (OSError, ValueError):
+            return {}
+        return recorded.get("notebook_s", {})
+
+    return parts
+
+
+def _fresh(folder: Path):
+    def prepare() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return prepare
+
+
+def _class(checkout: Path, folder: Path):
+    def prepare() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "class").mkdir(parents=True)
+        for relative in CLASS:
+            source = checkout / "tests" / relative
+            (folder / "class" / source.name).write_bytes(source.read_bytes())
+
+    return prepare
+
+
+def course_loops(checkout, scratch) -> dict:
+    """The loops of this checkout, each writing only inside `scratch` (tests/ and the Makefile's commands)."""
+    checkout, scratch = Path(checkout).resolve(), Path(scratch).resolve()
+    python = sys.executable
+    run_out, grade = scratch / "course_run", scratch / "grade"
+    found = [
+        Loop(
+            "test_quick",
+            [python, "-m", "pytest", "--quick", "-p", "no:cacheprovider", "-q"],
+            str(checkout),
+            note="make test-quick: every test that runs no notebook, controller group or learner run",
+        ),
+        Loop(
+            "course_run",
+            [python, "-m", "shardlab", "run", "--out", str(run_out), "--seed", "17", "--batch-size", "7"],
+            str(scratch),
+            parts=_course_parts(run_out),
+            prepare=_fresh(run_out),
+            note="make run (reference, seed 17, batch 7): parts are each notebook's seconds as the run recorded them",
+        ),
+        Loop(
+            "check_stage_1",
+            [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", "1"],
+            str(scratch),
+            note="make check STAGE=1 on the reference",
+        ),
+        Loop(
+            "check_stage_all",
+            [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", "all"],
+            str(scratch),
+            note="make check STAGE=all on the reference",
+        ),
+        Loop(
+            "grade_class",
+            [python, "-m", "shardlab", "grade", str(grade / "class"), "--out", str(grade / "out")],
+            str(scratch),
+            prepare=_class(checkout, grade),
+            note="make grade of " + ", ".join(f"tests/{c}" for c in CLASS),
+        ),
+    ]
+    if not (checkout / "tests" / "conftest.py").is_file():
+        found = [loop for loop in found if loop.name != "test_quick" and loop.name != "grade_class"]
+    return {loop.name: loop for loop in found}
+
+
+def sample(loop: Loop, clock=time.perf_counter, load=os.getloadavg, timeout: float = TIMEOUT_S) -> dict:
+    """One timed run of `loop`'s command: wall seconds, exit status, load before and after, its recorded parts."""
+    if loop.prepare:
+        loop.prepare()
+    before = list(load())
+    start = clock()
+    try:
+        done = subprocess.run(loop.command, cwd=loop.cwd, capture_output=True, timeout=timeout)
+        status = done.returncode
+    except subprocess.TimeoutExpired:
+        status = "stopped after the timeout"
+    wall = clock() - start
+    found = {"wall_s": round(wall, 2), "exit_status": status, "load_before": before, "load_after": list(load())}
+    if loop.parts:
+        found["parts_s"] = loop.parts()
+    return found
+
+
+def summary(samples: list[dict]) -> dict:
+    """Medians of the kept samples: wall seconds, each recorded part's seconds, the 1-minute load at the start."""
+    found = {
+        "samples": len(samples),
+        "median_wall_s": round(statistics.median(s["wall_s"] for s in samples), 2),
+        "min_wall_s": min(s["wall_s"] for s in samples),
+        "max_wall_s": max(s["wall_s"] for s in samples),
+        "median_load_before": round(statistics.median(s["load_before"][0] for s in samples), 2),
+        "all_exited_0": all(s["exit_status"] == 0 for s in samples),
+    }
+    parts = [s.get("parts_s") or {} for s in samples]
+    names = [name for name in (parts[0] if parts else {}) if all(name in p for p in parts)]
+    if names:
+        found["median_parts_s"] = {name: round(statistics.median(p[name] for p in parts), 2) for name in names}
+    return found
+
+
+def measure(loops: dict, samples: int = SAMPLES, clock=time.perf_counter, load=os.getloadavg, echo=print) -> dict:
+    """Every loop `samples` times, round-robin; {name: {"command", "note", "samples": [...], **summary}}."""
+    kept = {name: [] for name in loops}
+    for number in range(1, samples + 1):
+        for name, loop in loops.items():
+            kept[name].append(sample(loop, clock, load))
+            last = kept[name][-1]
+            echo(f"[shardlab loops] {name} {number}/{samples}: {last['wall_s']:.1f} s, exit {last['exit_status']}")
+    return {
+        name: {
+            "command": " ".join(os.path.basename(str(a)) if a == sys.executable else str(a) for a in loop.command),
+            "note": loop.note,
+            **summary(kept[name]),
+            "all_samples": kept[name],
+        }
+        for name, loop in loops.items()
+    }
+
+
+def table(result: dict) -> str:
+    """The loops side by side: median, range, samples and the load they started at."""
+    lines = ["| loop | median s | min-max s | samples | load at start (median) | every exit 0 |", "|---" * 6 + "|"]
+    for name, row in result["loops"].items():
+        lines.append(
+            f"| {name} | {row['median_wall_s']:.1f} | {row['min_wall_s']:.1f}-{row['max_wall_s']:.1f} | "
+            f"{row['samples']} | {row['median_load_before']:.2f} | {'yes' if row['all_exited_0'] else 'no'} |"
+        )
+    for name, row in result["loops"].items():
+        for part, seconds in (row.get("median_parts_s") or {}).items():
+            lines.append(f"| {name}: {part} | {seconds:.1f} | | | | |")
+    return "\n".join(lines)
+
+
+def run(out, samples: int = SAMPLES, checkout=".", loops=None, echo=print) -> dict:
+    """Measure the loops into OUT/loops.json (the output-folder policy of shardlab.outdir); return the result."""
+    from shardlab import outdir
+
+    with outdir.writing(out, "loops") as staging:
+        scratch = staging / "scratch"
+        scratch.mkdir()
+        chosen = course_loops(checkout, scratch) if loops is None else loops(scratch)
+        result = {
+            "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {
+                "logical_cpus": os.cpu_count(),
+                "load_average_at_start": list(os.getloadavg()),
+                "platform": platform.platform(),
+            },
+            "samples_per_loop": samples,
+            "measured_by": "shardlab.perf.loops: each loop's command in a child process, round-robin; wall clock",
+            "loops": measure(chosen, samples, echo=echo),
+        }
+        result["machine"]["load_average_at_end"] = list(os.getloadavg())
+        shutil.rmtree(scratch)
+        (staging / LOOPS_JSON).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def add_arguments(parser) -> None:
+    from shardlab.cli import count
+
+    parser.add_argument("--out", default="bench", help=f"folder for {LOOPS_JSON} (default: bench)")
+    parser.add_argument("--samples", type=count, default=SAMPLES, help=f"samples per loop (default {SAMPLES})")
+    parser.add_argument("--checkout", default=".", help="the checkout whose tests/ the quick loop and the class use")
+
+
+def main(args) -> int:
+    from shardlab.errors import OutputFolderError
+
+    try:
+        result = run(args.out, args.samples, args.checkout)
+    except OutputFolderError as exc:
+        print(f"[shardlab loops] {exc}", file=sys.stderr)
+        return 1
+    print(table(result))
+    print(f"[shardlab loops] wrote {Path(args.out) / LOOPS_JSON}")
+    return 0

@@ -1,0 +1,182 @@
+"""Every cause that fits, most likely first, and none the evidence rules out.
+
+Each planted implementation (tests/ranked/ and tests/broken/) makes a mistake whose numbers coincide
+with another mistake's on some batches. What each mistake would produce is computed here with NumPy,
+independently of the checker's formulas; the diagnosis must name exactly the mistakes whose values
+the observed numbers match (on one batch, or on every batch a check sees), and no other.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardlab.checker import cli as runner
+from shardlab.checker import formulas
+from shardlab.checker.common import batch_arrays, placed
+from shardlab.core.config import DECAY, LEARNING_RATE
+from shardlab.core.devices import make_mesh
+from shardlab.core.fixtures import teaching_fixture
+from shardlab.learner import implementation
+
+HERE = Path(__file__).parent
+DEVICES = 4
+
+
+def _per_device(x, y, m, w):
+    """Per device (count, gradient numerator, loss numerator) over equal contiguous blocks of slots."""
+    out = []
+    for xb, yb, mb in zip(*(np.split(np.asarray(a, np.float64), DEVICES) for a in (x, y, m))):
+        r = (xb @ np.asarray(w, np.float64) - yb) * (mb > 0)
+        out.append((float((mb > 0).sum()), 2.0 * xb.T @ r, float(r @ r)))
+    return out
+
+
+def _mean_unguarded(values, counts):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.mean([np.float64(v) / np.float64(c) for v, c in zip(values, counts)], axis=0)
+
+
+def _mean_guarded(values, counts):
+    return np.mean([v / c if c else 0.0 * v for v, c in zip(values, counts)], axis=0)
+
+
+# phrase of the diagnosis -> what that mistake gives, (gradient, loss), from the per-device sums
+MISTAKES = {
+    "per-device means: averaging local means weighs devices": lambda parts, slots: _mean_unguarded(
+        [p[1] for p in parts], [p[0] for p in parts]
+    ),
+    "an empty device's mean taken as 0": lambda parts, slots: _mean_guarded(
+        [p[1] for p in parts], [p[0] for p in parts]
+    ),
+    "padding counted as observations": lambda parts, slots: sum(p[1] for p in parts) / slots,
+}
+LOSS_MISTAKES = {
+    "mean of the per-device losses: averaging": lambda parts, slots: _mean_unguarded(
+        [p[2] for p in parts], [p[0] for p in parts]
+    ),
+    "an empty device's loss taken as 0": lambda parts, slots: _mean_guarded(
+        [p[2] for p in parts], [p[0] for p in parts]
+    ),
+    "padding counted in the denominator": lambda parts, slots: sum(p[2] for p in parts) / slots,
+}
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True)
+
+
+def _observe(spec: str, rows: int):
+    """(host batch, (weights, momentum, loss, grad)) of the planted step on `rows` of the teaching data."""
+    data = teaching_fixture()
+    ids = np.random.default_rng(rows).permutation(23)[:rows]
+    weights = np.random.default_rng(5).normal(size=data.features.shape[1]).astype(np.float32)
+    host = (*batch_arrays(data, ids, DEVICES), weights, np.zeros_like(weights))
+    step = implementation.load(spec).make_step(make_mesh(DEVICES))
+    return host, [np.asarray(o, np.float64) for o in step(*placed(make_mesh(DEVICES), *host))]
+
+
+def _fitting(table, observed_by_batch, which: int) -> set[str]:
+    """Mistakes that match every batch's observed value and differ from the right one on at least one."""
+    named = set()
+    for phrase, formula in table.items():
+        fits, tells = True, False
+        for host, outputs in observed_by_batch:
+            parts, slots = _per_device(*host[:4]), len(host[2])
+            count = sum(p[0] for p in parts)
+            right = sum(p[which] for p in parts) / count
+            value = formula(parts, slots)
+            fits &= _same(outputs[{1: 3, 2: 2}[which]], value)
+            tells |= not _same(value, right)
+        if fits and tells:
+            named.add(phrase)
+    return named
+
+
+@pytest.mark.parametrize("spec", ["ranked/guarded_local_means.py", "broken/padding_counted.py"])
+def test_one_batch_that_fits_two_mistakes_names_both(spec):
+    """1 row on 4 devices ([1, 0, 0, 0]): guarded local means and counted padding both give numerator / 4."""
+    host, outputs = _observe(str(HERE / spec), 1)
+    expected = _fitting(MISTAKES, [(host, outputs)], which=1)
+    assert expected == {"an empty device's mean taken as 0", "padding counted as observations"}  # the planted pair
+    text = formulas.explain_gradient(outputs[3], *host[:4], DEVICES)
+    assert "fit 2 mistakes, most likely first" in text, text
+    for phrase in MISTAKES:
+        assert (phrase in text) == (phrase in expected), (phrase, text)
+    assert text.index("(1)") < text.index("an empty device's mean") < text.index("(2)") < text.index("padding")
+    loss_expected = _fitting(LOSS_MISTAKES, [(host, outputs)], which=2)
+    loss_text = formulas.explain_loss(float(outputs[2]), *host[:4], DEVICES)
+    assert loss_expected >= {"an empty device's loss taken as 0", "padding counted in the denominator"}
+    for phrase in LOSS_MISTAKES:
+        assert (phrase in loss_text) == (phrase in loss_expected), (phrase, loss_text)
+
+
+@pytest.mark.parametrize(
+    "spec, named",
+    [
+        ("ranked/guarded_local_means.py", "an empty device's mean taken as 0"),
+        ("broken/padding_counted.py", "padding counted as observations"),
+        ("broken/averaging_local_means.py", "per-device means: averaging local means weighs devices"),
+    ],
+)
+def test_the_tail_check_names_only_what_every_batch_fits(spec, named):
+    """The tail-batch check sees 8, 7, 2 and 1 rows: a mistake one of them rules out is never named."""
+    spec = str(HERE / spec)
+    batches = [_observe(spec, rows) for rows in (8, 7, 2, 1)]
+    expected = _fitting(MISTAKES, batches, which=1)
+    assert expected == {named}  # the 7- and 2-row batches tell the pair apart
+    loss_expected = _fitting(LOSS_MISTAKES, batches, which=2)
+    skip = [c.__name__ for c in runner.STAGES[2].CHECKS if c.__name__ not in ("gradient_on_tail_batches",)]
+    skip.append("loss_on_full_and_tail_batches") if not loss_expected else None
+    results = {r.name: r for r in runner.run_checks(spec, 2, only=True, skip=skip)}
+    diagnosis = results["gradient_on_tail_batches"].diagnosis
+    assert not results["gradient_on_tail_batches"].passed
+    for phrase in MISTAKES:
+        assert (phrase in diagnosis) == (phrase in expected), (phrase, diagnosis)
+    if "loss_on_full_and_tail_batches" in results:
+        loss = results["loss_on_full_and_tail_batches"].diagnosis
+        for phrase in LOSS_MISTAKES:
+            assert (phrase in loss) == (phrase in loss_expected), (phrase, loss)
+
+
+def _update(spec: str, momentum_scale: float):
+    """(given, outputs, right gradient) of one planted step from non-zero momentum on 7 rows."""
+    data = teaching_fixture()
+    ids = np.random.default_rng(7).permutation(23)[:7]
+    rng = np.random.default_rng(3)
+    width = data.features.shape[1]
+    given = {"weights": rng.normal(size=width).astype(np.float32)}
+    given["momentum"] = (momentum_scale * rng.normal(size=width)).astype(np.float32)
+    host = batch_arrays(data, ids, DEVICES)
+    step = implementation.load(spec).make_step(make_mesh(DEVICES))
+    outputs = [np.asarray(o, np.float64) for o in step(*placed(make_mesh(DEVICES), *host, *given.values()))]
+    keep = host[2] > 0
+    x, y = host[0][keep].astype(np.float64), host[1][keep].astype(np.float64)
+    right = 2.0 * x.T @ (x @ given["weights"] - y) / keep.sum()
+    return given, outputs, right
+
+
+@pytest.mark.parametrize(
+    "spec, recursion_right", [("broken/missing_factor_two.py", True), ("ranked/half_gradient_decay_09.py", False)]
+)
+def test_momentum_is_judged_on_the_gradient_the_step_computed(spec, recursion_right):
+    """A wrong gradient is never blamed on momentum; momentum is named only when it is wrong on its own gradient."""
+    given, (w, v, _, g), right = _update(str(HERE / spec), 0.5)
+    assert not _same(g, right)  # the gradient is wrong in both plants
+    v_course = DECAY * given["momentum"].astype(np.float64) + g
+    follows = _same(v, v_course) and _same(w, given["weights"] - LEARNING_RATE * v_course)
+    assert follows == recursion_right
+    text = formulas.update_cause(given, g, right, {"weights": w, "momentum": v}, LEARNING_RATE, DECAY)
+    assert "the gradient is already wrong" in text
+    assert ("nothing here implicates momentum" in text) == recursion_right, text
+    assert ("does not follow" in text) == (not recursion_right), text
+
+
+def test_consecutive_updates_do_not_blame_momentum_for_a_wrong_gradient():
+    spec = str(HERE / "broken/missing_factor_two.py")
+    skip = [c.__name__ for c in runner.STAGES[2].CHECKS if c.__name__ != "consecutive_updates"]
+    (result,) = runner.run_checks(spec, 2, only=True, skip=skip)
+    assert not result.passed
+    assert "nothing here implicates momentum" in result.diagnosis and "diverges -> momentum" not in result.diagnosis
+    assert "0.5 x the NumPy gradient" in result.diagnosis

@@ -1,0 +1,116 @@
+"""The learner's loop agrees with itself: the checker's registry, the rules, the starter, the notebooks and the hints.
+
+Every check the checker runs enforces at least one rule; every rule (`rule:ID`) is stated in the
+starter's docstring of the function it constrains and taught in a markdown cell of that function's
+notebook; every function has hint levels from a nudge to the full recipe, served by `python -m
+shardlab hint` and folded in the notebook; the starter says what must hold, never the code.
+"""
+
+import ast
+
+import jupytext
+import nbformat
+import pytest
+
+from shardlab.__main__ import main as shardlab_main
+from shardlab.checker.cli import STAGES, checks_of
+from shardlab.course import answers, catalog
+from shardlab.learner import hints, implementation, rules, starter
+
+REGISTRY = {check.__name__ for stage in STAGES for check in checks_of(stage)}
+
+
+def _markdown(notebook: str) -> list[str]:
+    """Markdown cell sources of both files of the pair (the .md and the .ipynb must each hold the text)."""
+    text = jupytext.read(catalog.NOTEBOOK_DIR / f"{notebook}.md")
+    source = nbformat.read(catalog.NOTEBOOK_DIR / f"{notebook}.ipynb", as_version=4)
+    return [c.source for nb in (text, source) for c in nb.cells if c.cell_type == "markdown"]
+
+
+def _starter_docstrings() -> dict:
+    tree = ast.parse(starter.template_text())
+    return {node.name: ast.get_docstring(node) or "" for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def test_every_check_enforces_a_rule_and_every_named_check_exists():
+    unruled = sorted(name for name in REGISTRY if not rules.for_check(name))
+    assert not unruled, f"checks no rule names (add them to shardlab/learner/rules.py): {unruled}"
+    stale = sorted({c for rule in rules.RULES for c in rule.checks} - REGISTRY)
+    assert not stale, f"rules name checks the checker does not run: {stale}"
+    assert len(rules.BY_ID) == len(rules.RULES)  # ids are unique
+    assert {rule.function for rule in rules.RULES} == set(rules.FUNCTIONS) == set(implementation.API)
+
+
+def test_every_rule_is_stated_in_the_starter_under_its_function():
+    docs = _starter_docstrings()
+    for rule in rules.RULES:
+        assert f"{rules.MARKER}{rule.id}:" in docs[rule.function], (rule.id, rule.function)
+        elsewhere = [f for f, doc in docs.items() if f != rule.function and f"{rules.MARKER}{rule.id}:" in doc]
+        assert not elsewhere, (rule.id, elsewhere)
+
+
+@pytest.mark.parametrize("function", rules.FUNCTIONS)
+def test_every_rule_is_taught_in_its_notebook(function):
+    cells = _markdown(rules.TAUGHT_IN[function])
+    for rule in rules.of(function):
+        assert sum(f"`{rules.MARKER}{rule.id}`" in c for c in cells) >= 2, (rule.id, rules.TAUGHT_IN[function])
+    assert sum(c.strip() == rules.markdown(function) for c in cells) == 2, (
+        f"the rule cell of {function} in {rules.TAUGHT_IN[function]} differs from shardlab.learner.rules.markdown"
+        f"({function!r}); paste it again:\n{rules.markdown(function)}"
+    )
+
+
+@pytest.mark.parametrize("function", rules.FUNCTIONS)
+def test_every_hint_level_exists_and_is_folded_in_the_notebook(function, capsys):
+    levels = hints.HINTS[function]
+    assert len(levels) >= 3 and len(set(levels)) == len(levels) and all(t.strip() for t in levels)
+    assert levels[-1].startswith("Full recipe") and not any(t.startswith("Full recipe") for t in levels[:-1])
+    assert all(len(a) <= len(b) * 2 for a, b in zip(levels, levels[1:]))  # each layer says at least as much
+    cells = _markdown(rules.TAUGHT_IN[function])
+    assert sum(c.strip() == hints.details_markdown(function) for c in cells) == 2, (
+        f"the hint cell of {function} differs from shardlab.learner.hints.details_markdown({function!r}):\n"
+        + hints.details_markdown(function)
+    )
+    for level in range(1, len(levels) + 1):
+        assert shardlab_main(["hint", function, str(level)]) == 0
+        assert levels[level - 1] in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv", [["hint", "initialise"], ["hint", "save", "0"], ["hint", "save", "99"], ["hint", "save", "two"]]
+)
+def test_a_bad_hint_request_is_refused_on_one_line(argv, capsys):
+    assert shardlab_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("[shardlab hint]") and "\n" not in err and "Traceback" not in err
+
+
+# What a recipe looks like; the starter states rules and must not contain these (the hints do).
+RECIPE_IDIOMS = ("jax.random.split(", "jax.lax.psum", "os.link(", "tempfile.mkstemp", "in_specs", "hashlib.sha256(")
+
+
+def test_the_starter_states_rules_not_the_code():
+    text = starter.template_text()
+    assert not [idiom for idiom in RECIPE_IDIOMS if idiom in text]
+    assert all(any(idiom in level for f in hints.HINTS for level in hints.HINTS[f]) for idiom in RECIPE_IDIOMS)
+    docs = _starter_docstrings()
+    for function in rules.FUNCTIONS:
+        first = docs[function].splitlines()[0]
+        assert first.startswith("Return") or first.startswith("Write"), (function, first)
+
+
+def test_a_failing_check_names_its_rules():
+    from shardlab.checker.cli import Result, describe
+
+    shown = describe(Result("save_never_overwrites", 3, False, "refused", "overwritten", "save overwrote", 0.1))
+    assert "rule:never-overwrite" in shown
+
+
+@pytest.mark.parametrize("notebook", sorted({p.notebook for p in answers.PROMPTS}))
+def test_every_notebook_that_asks_for_answers_says_how_to_write_them(notebook):
+    cells = _markdown(notebook)
+    assert sum(c.strip() == answers.howto_markdown(notebook) for c in cells) == 2
+    for prompt in answers.prompts(notebook):
+        assert f"`{prompt.id}`" in answers.howto_markdown(notebook)
+    example = f"Answer: {answers.prompts(notebook)[0].id}\nmy text"
+    assert answers.answer_id(example) == answers.prompts(notebook)[0].id  # the way the cell says parses

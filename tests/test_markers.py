@@ -1,0 +1,89 @@
+"""The markers that keep `make test-quick` quick are honest: a test that runs a notebook, a kernel or a
+controller group without its marker fails, in `pytest --quick` and, for child processes, in every run."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import LOOP_MARKERS, QUICK, REPO, refused_command
+
+FAKE_TESTS = """
+import subprocess
+import sys
+
+import pytest
+
+
+def test_imports_papermill():
+    import papermill  # noqa: F401
+
+
+def test_starts_a_kernel():
+    subprocess.run([sys.executable, "-m", "ipykernel_launcher", "--version"], capture_output=True)
+
+
+def test_starts_a_controller_group(tmp_path):
+    subprocess.run([sys.executable, "-m", "shardlab.multi.program", "--help"], capture_output=True)
+
+
+@pytest.mark.notebooks
+def test_marked_imports_papermill():
+    import papermill  # noqa: F401
+
+
+@pytest.mark.controllers
+def test_marked_starts_a_controller_group():
+    subprocess.run([sys.executable, "-c", "pass"])
+
+
+def test_plain_child_is_fine():
+    assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0
+"""
+
+
+def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_fake.py").write_text(FAKE_TESTS)
+    command = [sys.executable, "-m", "pytest", "--quick", "-n", "0", "-p", "no:cacheprovider", "-rA"]
+    command += ["-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path / "test_fake.py")]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    outcome = {
+        line.split()[1].split("::")[-1]: line.split()[0]
+        for line in said.splitlines()
+        if line.startswith(("PASSED ", "FAILED ")) and "::" in line
+    }
+    assert outcome == {
+        "test_imports_papermill": "FAILED",
+        "test_starts_a_kernel": "FAILED",
+        "test_starts_a_controller_group": "FAILED",
+        "test_plain_child_is_fine": "PASSED",
+    }, said
+    assert "2 deselected" in said  # the two marked tests are make test's
+    assert "this test imports papermill" in said and "starts a child process `ipykernel_launcher" in said
+    assert "starts a child process `shardlab.multi.program" in said and "mark it with one of" in said
+
+
+def test_the_quick_selection_leaves_out_every_loop_marker():
+    assert QUICK == "not (notebooks or controllers or learner_run or slow)"
+    assert set(LOOP_MARKERS) == {"notebooks", "controllers", "learner_run", "slow"}
+
+
+@pytest.mark.parametrize(
+    "argv, refused",
+    [
+        ([sys.executable, "-m", "shardlab.multi.program", "--shared", "/s"], "shardlab.multi.program"),
+        (["/venv/bin/python", "-m", "ipykernel_launcher", "-f", "k.json"], "ipykernel_launcher"),
+        ([sys.executable, "-m", "shardlab", "run", "--out", "x"], "shardlab run"),
+        ([sys.executable, "-m", "shardlab", "drills"], "shardlab drills"),
+        ("jupyter lab --no-browser", "jupyter"),
+        ([sys.executable, "-m", "shardlab", "check", "--stage", "1"], None),  # the checker starts no kernel
+        ([sys.executable, "-m", "shardlab", "--help"], None),
+        (["git", "ls-files"], None),
+        ([sys.executable, "-c", "print('shardlab run')"], None),  # words inside a program are not argv words
+    ],
+)
+def test_a_child_is_refused_by_what_it_starts(argv, refused):
+    assert refused_command(argv) == refused
