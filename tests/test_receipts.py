@@ -148,8 +148,15 @@ def check_change(folder, trace, change):
     cut, drift = medians["annotation"], medians["control"]
     assert change["cut_ms"] == pytest.approx(cut, abs=1e-3)
     assert change["control_drift_ms"] == pytest.approx(drift, abs=1e-3)
-    noise, reach, threshold = max(abs(drift), max(spreads)), guess["reach_ms"], guess["threshold_ms"]
+    noise, reach, threshold = max(abs(drift), max(spreads)), change["reach_ms"], guess["threshold_ms"]
     assert change["noise_ms"] == pytest.approx(noise, abs=1e-3)
+    if guess["change"] == "one_call_reshuffle":  # measured again on the unchanged side: its jitted dispatch
+        breakdown = change["unchanged_breakdown"]
+        assert len(breakdown) == per_side and all(b[PREPARE] > 0 for b in breakdown)
+        assert reach == pytest.approx(np.median([b["jitted_dispatch_ms"] for b in breakdown]))
+    else:  # the whole update of the unchanged side
+        unchanged = [v for v, who in zip(direct[UPDATE], change["order"]) if who == "unchanged"]
+        assert reach == pytest.approx(np.median(unchanged), abs=1e-3)
     if cut > reach + 1e-3:  # more than the change can remove: never confirmed
         expected = "inconclusive"
     elif cut - noise >= threshold + 1e-3:

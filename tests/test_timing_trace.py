@@ -304,6 +304,9 @@ def test_a_cut_larger_than_its_whole_target_while_the_control_drifts_is_not_conf
     # the same cut inside the change's reach, but no larger than the control's drift: still inconclusive
     found = judge({**guess, "reach_ms": 1.0, "threshold_ms": 0.3}, before, after)
     assert found["noise_ms"] == pytest.approx(0.37) and found["verdict"] == "inconclusive"
+    # the reach measured again in the capture takes the place of the first trace's
+    assert judge({**guess, "reach_ms": 1.0}, before, after, reach=0.24)["verdict"] == "inconclusive"
+    assert judge(guess, before, after, reach=1.0)["reach_ms"] == 1.0
 
 
 def test_the_verdict_reads_the_cut_against_the_noise_and_the_threshold():

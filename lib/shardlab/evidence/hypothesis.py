@@ -11,7 +11,7 @@ annotation, which the change should leave alone. `changed_loop` builds the chang
 alternating in one capture. The control's shift between the two sides is drift (the change
 does not touch it), and half the widest middle half (25th to 75th percentile) of the four
 sides is the samples' own spread; the larger of the two is the `noise` any cut is read
-against. The verdict is
+against. The reach is measured again on the unchanged side of that capture. The verdict is
 
 - **inconclusive** if the cut exceeds everything the change can remove (`reach_ms`): the
   change alone cannot explain it, something else moved;
@@ -152,8 +152,12 @@ def _side(values) -> dict:
     return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(values)}
 
 
-def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
-    """The verdict on `hypothesis` from annotation rows of both loops traced in one capture, the control in view."""
+def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach: float | None = None) -> dict:
+    """The verdict on `hypothesis` from annotation rows of both loops traced in one capture, the control in view.
+
+    `reach` is the most the change can remove, measured on the unchanged side of the same capture
+    (`reach_ms` of its rows and breakdown); without it, the first trace's value in the hypothesis.
+    """
     from shardlab.course.claims import holds
 
     target, control = f"{hypothesis['annotation']}_ms", f"{hypothesis['control']}_ms"
@@ -168,7 +172,8 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
     cut = sides["target"]["unchanged"]["median_ms"] - sides["target"]["changed"]["median_ms"]
     drift = sides["control"]["unchanged"]["median_ms"] - sides["control"]["changed"]["median_ms"]
     spread = max((s["q3_ms"] - s["q1_ms"]) / 2 for part in sides.values() for s in part.values())
-    values = {"c": cut, "n": max(abs(drift), spread), "r": hypothesis["reach_ms"], "t": hypothesis["threshold_ms"]}
+    reach = hypothesis["reach_ms"] if reach is None else float(reach)
+    values = {"c": cut, "n": max(abs(drift), spread), "r": reach, "t": hypothesis["threshold_ms"]}
     verdict = next((name for name, relation in RELATIONS.items() if holds(relation, values)), "inconclusive")
     return {
         "annotation": hypothesis["annotation"],
