@@ -42,7 +42,7 @@ LOCAL_KERNEL = {
 # later run reads it. A cached executable is the one XLA compiled for the same program and options, so
 # results are the same; only the notebooks that measure compilation itself run without it.
 COMPILATION_CACHE = ".jax-compilation-cache"
-MEASURES_COMPILATION = ("stage4a_profile", "stage5_multicontroller")  # compile times, first steps of each attempt
+MEASURES_COMPILATION = ("stage4a_profile", "stage5a_protocol", "stage5b_scaling")  # compile times; steps that compile
 CACHE_ENVIRONMENT = {  # jax.config options, read from the environment when a kernel's JAX starts
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the course's programs compile in milliseconds
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",

@@ -30,8 +30,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   `compiled_update_and_wait_ms`, `reshuffled`, `step`), `dominant` (which annotation has the
   larger median, and the factor), `prepare_breakdown` (per transition: `jitted_dispatch_ms`,
   `placement_ms`, `other_ms`, and `dispatched`, the jitted functions called inside) and
-  `hypothesis` (`change`, `annotation`, `baseline_ms`, `threshold_ms`, `text`: the one change the
-  trace points at and the cut in ms the next trace must show; the verdict is stage 4's `change` result).
+  `hypothesis` (the learner's, as `evidence.hypothesis.stated` checked it: `change`, `annotation`,
+  `control`, `baseline_ms`, `reach_ms`, `threshold_ms`, `because`, `text`; the verdict, judged with
+  the control's drift in view, is stage 4's `change` result).
 - `device_counts` — stage 1's observed valid rows per device: `batch_of_7_rows`, `batch_of_1_row`,
   `walk` (one list per batch of its walk), `from` (the notebook).
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
@@ -213,10 +214,11 @@ def _fresh_kernel_recovery(out_dir: Path, run: dict) -> dict:
 # Notebooks that run the reference whatever `implementation` says, and why (said in the notebook too).
 
 
-RUNS_REFERENCE = {
-    "stage5_multicontroller": "its controller processes always run the reference implementation; a learner's "
-    "file is loaded but not run (the contracts it compares are the course's own)",
-}
+STAGE5_REFERENCE = (
+    "its controller processes always run the reference implementation; a learner's file is loaded but not run "
+    "(the contracts it compares are the course's own)"
+)
+RUNS_REFERENCE = {"stage5a_protocol": STAGE5_REFERENCE, "stage5b_scaling": STAGE5_REFERENCE}
 
 
 def audit(out_dir, notebooks: list[str] | None = None) -> dict:
