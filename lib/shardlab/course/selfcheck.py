@@ -315,7 +315,8 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures dispatch; the single-device compiled update is the strong baseline.",
+            "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
+            "compiled update is the strong baseline.",
             "timing",
         ),
         (
@@ -344,9 +345,21 @@ QUESTIONS = (
             "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
             "trace",
         ),
+        (
+            "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
+            "moved by 0.4 ms between the same two sides. What does the cut show?",
+            [
+                "a 0.5 ms speed-up of the change",
+                "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
+                "a 0.1 ms slow-down",
+            ],
+            "b",
+            "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
+            "change",
+        ),
     ),
     *_stage(
-        "stage5_multicontroller",
+        "stage5a_protocol",
         (
             "Two controllers hold 4 and 3 valid rows. Which mean is the course's loss?",
             [
@@ -359,37 +372,111 @@ QUESTIONS = (
             "denominator",
         ),
         (
-            "When may a reader restore a sharded checkpoint?",
+            "The completion manifest printed above lists every file with its size and checksum. When may a reader "
+            "restore that step?",
             [
-                "when its completion manifest exists, published after every piece of one step was written and verified",
+                "when its manifest exists and every file it lists still hashes to the listed checksum",
                 "as soon as any controller's piece exists",
-                "when the newest folder has the right name",
+                "when the newest Orbax folder has the right name",
             ],
             "a",
-            "Readers ignore a checkpoint without its manifest; pieces of mixed steps are never one state.",
-            "drills",
+            "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
+            "manifest",
         ),
         (
-            "One controller skips a batch and misses an all-reduce. What does a correct job do?",
+            "Process 1 is killed while the background write of step 6 is in progress. Where does the relaunch resume?",
+            [
+                "at step 6: its pieces are on disk",
+                "at the newest step with a published manifest, before 6",
+                "at step 0: an asynchronous save is never trusted",
+            ],
+            "b",
+            "Step 6 never got its manifest, so 'latest' is the newest published step; the steps after it are redone.",
+            "async_kill",
+        ),
+        (
+            "One controller skips a batch and misses an all-reduce. What does the guard do?",
             [
                 "continue with fewer rows",
                 "wait forever, as the others do",
-                "detect it within a bounded wait, stop, and name the rank",
+                "detect it within a bounded wait, stop, and name the process",
             ],
             "c",
             "The others block in the collective; only a bound turns a hang into a diagnosis.",
             "skipped_batch",
         ),
         (
-            "What do several controller processes on one host not show?",
+            "SIGTERM reaches process 1 during step 8. How many steps does the relaunch lose?",
             [
-                "the save and restore protocol",
-                "network behaviour and the loss of a real host",
-                "that every controller takes the same branches",
+                "none: every controller agrees on one step, saves it and stops",
+                "the steps since the last regular checkpoint",
+                "all of them: a preemption is a failure",
+            ],
+            "a",
+            "The handler only sets a flag; the next agreement carries it to every controller, which save that step.",
+            "preemption",
+        ),
+    ),
+    *_stage(
+        "stage5b_scaling",
+        (
+            "Four logical devices share C usable cores, each with the single device's rows. What bounds the "
+            "efficiency at W = 4?",
+            ["nothing: efficiency is 1 by definition", "C / W: at most C devices compute at once", "the ring latency"],
+            "b",
+            "Perfect splitting on C cores gives at most C / W; what is left below that is contention.",
+            "efficiency",
+        ),
+        (
+            "Steps 1 and 4 compile, on both controllers. Why does step 4 compile?",
+            [
+                "a one-off of a shared machine",
+                "the first short batch of the epoch has a new shape, so the update compiles again",
+                "the first checkpoint is written during it",
             ],
             "b",
-            "Processes on one host are not a cluster: the protocol runs, the network and host failures do not.",
-            "world_change",
+            "The update is compiled per batch shape: 2 rows pad to 4 slots, a shape steps 1 to 3 never had.",
+            "step_times",
+        ),
+        (
+            "Two controllers' median compute times differ twofold, from eight samples each. When is that a straggler?",
+            [
+                "always: the medians differ",
+                "when the samples' spreads do not overlap, and it persists over more samples",
+                "never on one host",
+            ],
+            "b",
+            "A median of a handful of samples moves with load; only separated spreads make a difference a finding.",
+            "step_times",
+        ),
+        (
+            "What does the blocking save time of the saving comparison measure?",
+            [
+                "how long the whole checkpoint takes to reach the disk",
+                "how long `save` holds the training loop before it returns",
+                "the time of the step after the save",
+            ],
+            "b",
+            "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
+            "async_vs_sync",
+        ),
+        (
+            "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
+            [
+                "nothing that was not put in: the two-point fit's prediction at W = 4 is the test",
+                "the cluster's step time",
+                "the chapter's speedups",
+            ],
+            "a",
+            "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
+            "scaling_model",
+        ),
+        (
+            "Which runbook row stops relaunching altogether?",
+            ["death", "preemption", "crash loop: more failures than the restart budget"],
+            "c",
+            "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
+            "runbook",
         ),
     ),
 )
