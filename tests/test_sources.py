@@ -75,7 +75,7 @@ def test_the_freshness_report_names_every_stale_input():
 
 
 def test_every_module_that_touches_a_docstring_at_run_time_is_listed():
-    """A docstring left out of the hash must never be data: each module that reads or writes one is reviewed."""
+    """A docstring left out of the hash must never be data: each module that reads or writes one is listed by name."""
     package_files = sources.files(root=PACKAGE)
     modules = sources.module_names(package_files)
     touching = {
