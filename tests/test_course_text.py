@@ -22,6 +22,8 @@ ASKING = (
     "stage3b_resume",
     "stage4a_profile",
     "stage4b_beyond",
+    "stage5a_protocol",
+    "stage5b_scaling",
 )
 MAX_LINES = 25  # per cell output, unless it is a figure (images are not counted)
 WRAP = 160  # a longer line is counted as the lines a reader sees it wrapped into

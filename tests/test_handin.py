@@ -52,6 +52,7 @@ def _fake_portfolio(path: Path, sha256: str) -> None:
         archive.writestr("portfolio/portfolio.json", json.dumps({"implementation": {"spec": {"sha256": sha256}}}))
 
 
+@pytest.mark.slow  # every stage of five submissions, each checked in its own bounded process
 def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     subs = _submissions(tmp_path / "subs")
     model = subs / "reference" / "model.py"
@@ -240,7 +241,9 @@ def test_portfolio_of_no_run_names_every_file_a_run_leaves(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], "nothing written"
 
 
-STAGES = "stage1_batches stage2_update stage3a_checkpoint stage3b_resume stage4a_profile stage5_multicontroller".split()
+STAGES = (
+    "stage1_batches stage2_update stage3a_checkpoint stage3b_resume stage4a_profile stage5a_protocol stage5b_scaling"
+).split()
 
 
 def test_the_self_checks_cover_every_stage_notebook():

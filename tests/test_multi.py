@@ -447,6 +447,7 @@ def test_a_coordinator_port_in_use_is_named():
     runtime.check_port_free(f"127.0.0.1:{launcher.free_port()}")
 
 
+@pytest.mark.controllers
 def test_a_controller_with_a_missing_variable_stops_fast_with_a_report(tmp_path):
     import subprocess
     import sys
@@ -485,6 +486,7 @@ def _mpiexec(tmp_path, ranks: int, code: str, env: dict) -> list[dict]:
     return [json.loads((tmp_path / f"seen_{r}.json").read_text()) for r in range(ranks)]
 
 
+@pytest.mark.controllers
 def test_mpirun_environment_is_what_jax_own_mpi4py_detection_reads(tmp_path):
     port = launcher.free_port()
     env = launcher.environment(port, 2, 0, 2, "mpirun")
@@ -536,6 +538,7 @@ def test_mpirun_names_the_rank_it_reports_and_not_the_ranks_it_ended(tmp_path):
     "ranks, expected",
     [(3, "mpirun started 3 processes but this launch expects 2"), (0, "not started by an MPI launcher")],
 )
+@pytest.mark.controllers
 def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks, expected):
     import subprocess
     import sys
@@ -553,6 +556,7 @@ def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks,
     assert not (tmp_path / "shared").exists()
 
 
+@pytest.mark.controllers
 def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path, data):
     """One group started by mpirun, its process 1 killed mid-step: the supervisor names it, relaunches through
     mpirun, and the stitched path equals one process's run (IDs exact, losses) and the float64 NumPy formulas.
@@ -590,7 +594,7 @@ def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path,
 
 # ---- the drills, executed once by the stage 5 notebook in the shared run ----
 
-NOTEBOOK = "stage5_multicontroller"
+NOTEBOOK = "stage5a_protocol"
 DRILLS = ["several_failures", "world_change", "skipped_batch"]
 
 
@@ -728,14 +732,18 @@ def test_skipped_batch_is_detected_and_named(recorded, drills_json):
 
 
 @pytest.mark.notebooks
-def test_async_and_sync_saving_are_measured_side_by_side(recorded, drills_json):
-    cost = drills_json["async_vs_sync"]
+def test_async_and_sync_saving_are_measured_side_by_side(run_dir):
+    cost = results(run_dir, "stage5b_scaling")["async_vs_sync"]
     for mode in ("sync", "async"):
         assert len(cost["samples"][mode]["save_block_s"]) == 10  # one save per step, every sample kept
         assert len(cost["samples"][mode]["step_s"]) == 9  # the first step compiles
         assert cost["median"][mode]["step_s"] == pytest.approx(float(np.median(cost["samples"][mode]["step_s"])))
     ratio = cost["median"]["async"]["save_block_s"] / cost["median"]["sync"]["save_block_s"]
     assert cost["blocking_save_ratio_async_over_sync"] == pytest.approx(ratio, abs=1e-3)
+    for mode, parts in cost["spread"].items():  # the table's spreads are the samples' own percentiles
+        for what, shown in parts.items():
+            q1, med, q3 = np.percentile(cost["samples"][mode][what], [25, 50, 75]) * 1e3
+            assert (shown["q1_ms"], shown["median_ms"], shown["q3_ms"]) == pytest.approx((q1, med, q3), abs=1e-3)
 
 
 @pytest.mark.notebooks

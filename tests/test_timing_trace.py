@@ -257,41 +257,71 @@ def test_dominant_is_computed_from_medians():
     }
 
 
-def test_the_hypothesis_follows_what_dominates():
-    from shardlab.evidence.hypothesis import next_optimisation
-
-    def dominance(prepare, update):
-        name = trace.PREPARE if prepare >= update else trace.UPDATE
-        return {
-            "dominant": name,
-            "median_prepare_and_place_ms": prepare,
-            "median_compiled_update_and_wait_ms": update,
-        }
-
-    parts = [
-        {"jitted_dispatch_ms": j, "placement_ms": 0.2, "other_ms": 0.7, "dispatched": ["PjitFunction(_shuffle)"]}
-        for j in (0.1, 0.3, 0.5)
-    ]
-    update = next_optimisation(dominance(1.0, 3.0), parts)
-    assert (update["change"], update["annotation"]) == ("packed_psum", trace.UPDATE)
-    assert update["threshold_ms"] == pytest.approx(3.0 / 4) and update["baseline_ms"] == 3.0
-    prepare = next_optimisation(dominance(1.0, 0.3), parts)
-    assert (prepare["change"], prepare["annotation"]) == ("one_call_reshuffle", trace.PREPARE)
-    assert prepare["threshold_ms"] == pytest.approx(0.3 / 2)  # half the median jitted dispatch
-    for guess in (update, prepare):
-        assert f"{guess['threshold_ms']:.3f} ms" in guess["text"] and "Refuted if" in guess["text"]
+TRANSITIONS = [
+    {"prepare_and_place_ms": p, "compiled_update_and_wait_ms": u} for p, u in ((1.0, 3.0), (1.2, 2.8), (0.9, 3.2))
+]
+BREAKDOWN = [{"jitted_dispatch_ms": j, "placement_ms": 0.2, "other_ms": 0.5} for j in (0.1, 0.3, 0.5)]
 
 
-def test_the_verdict_compares_medians_with_the_threshold():
-    from shardlab.evidence.hypothesis import verdict
+def test_a_hypothesis_names_a_change_of_the_menu_with_a_threshold_it_can_reach():
+    from shardlab.errors import UsageError
+    from shardlab.evidence.hypothesis import MENU, menu, stated
 
-    guess = {"annotation": trace.PREPARE, "threshold_ms": 0.5}
-    before = [{"prepare_and_place_ms": v} for v in (2.0, 9.0, 2.2, 1.8)]
-    for after, confirmed in (((1.0, 1.6, 1.5, 50.0), True), ((1.7, 1.6, 1.9, 0.1), False)):
-        found = verdict(guess, before, [{"prepare_and_place_ms": v} for v in after])
-        cut = np.median([2.0, 9.0, 2.2, 1.8]) - np.median(after)
-        assert found["cut_ms"] == pytest.approx(cut) and found["confirmed"] is confirmed
-        assert found["text"].startswith("confirmed" if confirmed else "refuted")
+    mine = stated({"change": "one_call_reshuffle", "threshold_ms": 0.15, "because": "dispatch"}, TRANSITIONS, BREAKDOWN)
+    assert (mine["annotation"], mine["control"]) == (trace.PREPARE, trace.UPDATE)
+    assert mine["baseline_ms"] == pytest.approx(1.0) and mine["reach_ms"] == pytest.approx(0.3)  # medians
+    psum = stated({"change": "packed_psum", "threshold_ms": 2.0, "because": "the update"}, TRANSITIONS, BREAKDOWN)
+    assert (psum["annotation"], psum["control"], psum["reach_ms"]) == (trace.UPDATE, trace.PREPARE, pytest.approx(3.0))
+    assert [row["change"] for row in menu(TRANSITIONS, BREAKDOWN)] == sorted(MENU, key=list(MENU).index)
+    for bad in (
+        {"change": "use more devices", "threshold_ms": 0.1, "because": "x"},
+        {"change": "packed_psum", "threshold_ms": 0.0, "because": "x"},
+        {"change": "packed_psum", "threshold_ms": True, "because": "x"},
+        {"change": "packed_psum", "threshold_ms": float("nan"), "because": "x"},
+        {"change": "one_call_reshuffle", "threshold_ms": 0.31, "because": "x"},  # more than the dispatch it removes
+        {"change": "packed_psum", "threshold_ms": 1.0, "because": "  "},
+        {"change": "packed_psum", "threshold_ms": 1.0},
+        "packed_psum",
+    ):
+        with pytest.raises(UsageError):
+            stated(bad, TRANSITIONS, BREAKDOWN)
+
+
+def rows(prepare, update):
+    return [{"prepare_and_place_ms": p, "compiled_update_and_wait_ms": u} for p, u in zip(prepare, update)]
+
+
+def test_a_cut_larger_than_its_whole_target_while_the_control_drifts_is_not_confirmed():
+    """The course run's case: a 0.53 ms cut, the change's whole target 0.24 ms, the untouched annotation 0.37 ms off."""
+    from shardlab.evidence.hypothesis import judge
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "reach_ms": 0.24, "threshold_ms": 0.12}
+    before = rows([1.53] * 4, [1.00] * 4)
+    after = rows([1.00] * 4, [0.63] * 4)
+    found = judge(guess, before, after)
+    assert found["cut_ms"] == pytest.approx(0.53) and found["control_drift_ms"] == pytest.approx(0.37)
+    assert found["verdict"] == "inconclusive" and not found["confirmed"]
+    # the same cut inside the change's reach, but no larger than the control's drift: still inconclusive
+    found = judge({**guess, "reach_ms": 1.0, "threshold_ms": 0.3}, before, after)
+    assert found["noise_ms"] == pytest.approx(0.37) and found["verdict"] == "inconclusive"
+    # the reach measured again in the capture takes the place of the first trace's
+    assert judge({**guess, "reach_ms": 1.0}, before, after, reach=0.24)["verdict"] == "inconclusive"
+    assert judge(guess, before, after, reach=1.0)["reach_ms"] == 1.0
+
+
+def test_the_verdict_reads_the_cut_against_the_noise_and_the_threshold():
+    from shardlab.evidence.hypothesis import judge
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "reach_ms": 1.0, "threshold_ms": 0.2}
+    before = rows([2.0, 2.1, 1.9, 2.0, 2.05], [3.0, 3.1, 2.9, 3.0, 3.0])
+    clear = judge(guess, before, rows([1.6, 1.65, 1.55, 1.6, 1.6], [3.0, 3.05, 2.95, 3.0, 3.0]))
+    iqr = max(np.subtract(*np.percentile(v, [75, 25])) for v in ([2.0, 2.1, 1.9, 2.0, 2.05], [3.0, 3.1, 2.9, 3.0, 3.0]))
+    assert clear["spread_ms"] == pytest.approx(iqr / 2) and clear["cut_ms"] == pytest.approx(0.4)
+    assert clear["cut_ms"] - clear["noise_ms"] >= 0.2 and clear["verdict"] == "confirmed" and clear["confirmed"]
+    small = judge(guess, before, rows([1.95, 2.0, 1.85, 1.95, 2.0], [3.0, 3.1, 2.9, 3.0, 3.0]))
+    assert small["cut_ms"] + small["noise_ms"] < 0.2 and small["verdict"] == "refuted"
+    near = judge(guess, before, rows([1.8, 1.85, 1.75, 1.8, 1.8], [3.0, 3.1, 2.9, 3.0, 3.0]))
+    assert near["verdict"] == "inconclusive"  # 0.2 ms cut, 0.05 ms noise: the threshold inside cut ± noise
 
 
 def test_the_one_call_reshuffle_draws_what_the_course_idiom_draws():

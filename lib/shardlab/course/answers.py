@@ -64,7 +64,7 @@ PROMPTS = (
     ),
     Prompt(
         "scaling",
-        "stage5_multicontroller",
+        "stage5b_scaling",
         "What the efficiency and drills measured on one host show, and what they cannot show about a cluster.",
     ),
 )

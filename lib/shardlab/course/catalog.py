@@ -12,7 +12,8 @@ NOTEBOOKS = [
     "stage3c_orbax_lesson",
     "stage4a_profile",
     "stage4b_beyond",  # optional: after the course's four stages
-    "stage5_multicontroller",
+    "stage5a_protocol",
+    "stage5b_scaling",  # reads the drills.json stage5a_protocol wrote into the same folder
 ]
 # Saved in one kernel, continued in another: `make run` runs this pair again for every fixture of
 # core.config.FIXTURES other than the run's own, into FIXTURE_DIR/<fixture>/ (same implementation).

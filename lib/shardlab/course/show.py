@@ -43,7 +43,7 @@ def line(name: str, value) -> str:
         f"{len(value)} keys" if isinstance(value, dict) else f"{len(value)} items" if hasattr(value, "__len__") else ""
     )
     cut = text.rfind(", ", 0, MAX_CHARS - 20)
-    return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind}; full value in results/)"
+    return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind})"
 
 
 def table(rows: list[dict], columns: list[str] | None = None) -> str:
@@ -61,3 +61,10 @@ def display_table(rows: list[dict], columns: list[str] | None = None) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(table(rows, columns)))
+
+
+def fold(summary: str, markdown: str) -> None:
+    """Show `markdown` folded under a one-line `summary` (an HTML <details> block; plain text elsewhere)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"<details><summary>{summary}</summary>\n\n{markdown}\n\n</details>"))

@@ -14,7 +14,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
   `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
   (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
-- `sources` — 'shardlab/<path>' -> sha256 of every file of the installed package (code, notebooks, templates).
+- `sources` — what determines the receipts, hashed (`evidence.sources.receipt_sources`): 'shardlab/<path>'
+  -> sha256 of each notebook and data file, and of each module the run can execute with its comments
+  and docstrings left out (of `ast.dump`); 'dist/<name>' -> the installed version of each runtime dependency.
 - `notebooks` — name -> {`executed`: "<name>.ipynb", `html`: "<name>.html" or null}.
 - `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
   every warm sample in the order taken), `median_ms`, `lower_ms` and `compile_ms` (null for the
@@ -28,8 +30,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   `compiled_update_and_wait_ms`, `reshuffled`, `step`), `dominant` (which annotation has the
   larger median, and the factor), `prepare_breakdown` (per transition: `jitted_dispatch_ms`,
   `placement_ms`, `other_ms`, and `dispatched`, the jitted functions called inside) and
-  `hypothesis` (`change`, `annotation`, `baseline_ms`, `threshold_ms`, `text`: the one change the
-  trace points at and the cut in ms the next trace must show; the verdict is stage 4's `change` result).
+  `hypothesis` (the learner's, as `evidence.hypothesis.stated` checked it: `change`, `annotation`,
+  `control`, `baseline_ms`, `reach_ms`, `threshold_ms`, `because`, `text`; the verdict, judged with
+  the control's drift in view, is stage 4's `change` result).
 - `device_counts` — stage 1's observed valid rows per device: `batch_of_7_rows`, `batch_of_1_row`,
   `walk` (one list per batch of its walk), `from` (the notebook).
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
@@ -53,7 +56,7 @@ import hashlib
 import json
 import os
 import platform
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
@@ -63,6 +66,7 @@ from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course import results as record
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
+from shardlab.evidence.sources import files, receipt_sources
 from shardlab.io import write_atomic
 
 SCHEMA_VERSION = 1
@@ -82,23 +86,12 @@ PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermi
 
 
 def source_hashes(package: str = "shardlab") -> dict:
-    """'shardlab/<path>' -> sha256 for every file of the installed package: code, notebooks, templates.
+    """'shardlab/<path>' -> sha256 of every file of the installed package, byte for byte: code, notebooks, templates.
 
     Read through importlib.resources, so an editable and a regular install hash the same files.
+    (audit.json's `sources` hash only what can change a receipt: `evidence.sources.receipt_sources`.)
     """
-    found = {}
-
-    def walk(node, prefix):
-        for child in node.iterdir():
-            name = f"{prefix}/{child.name}"
-            if child.is_dir():
-                if child.name != "__pycache__":
-                    walk(child, name)
-            elif not child.name.endswith((".pyc", ".pyo")):
-                found[name] = hashlib.sha256(child.read_bytes()).hexdigest()
-
-    walk(resources.files(package), package)
-    return dict(sorted(found.items()))
+    return {rel: hashlib.sha256(item.read_bytes()).hexdigest() for rel, item in files(package).items()}
 
 
 def environment() -> dict:
@@ -171,7 +164,7 @@ def reads_implementation(nb) -> bool:
 def _run_section(out_dir: Path, executed: list[str]) -> dict:
     """Seed, batch size and implementation from the executed notebooks' papermill parameters.
 
-    A notebook is credited with the implementation only if it reads the parameter (stage4_beyond never
+    A notebook is credited with the implementation only if it reads the parameter (stage4b_beyond never
     does); one that runs the reference whatever it is given says so (RUNS_REFERENCE).
     """
     books = {n: nbformat.read(out_dir / f"{n}.ipynb", as_version=4) for n in executed}
@@ -221,10 +214,11 @@ def _fresh_kernel_recovery(out_dir: Path, run: dict) -> dict:
 # Notebooks that run the reference whatever `implementation` says, and why (said in the notebook too).
 
 
-RUNS_REFERENCE = {
-    "stage5_multicontroller": "its controller processes always run the reference implementation; a learner's "
-    "file is loaded but not run (the contracts it compares are the course's own)",
-}
+STAGE5_REFERENCE = (
+    "its controller processes always run the reference implementation; a learner's file is loaded but not run "
+    "(the contracts it compares are the course's own)"
+)
+RUNS_REFERENCE = {"stage5a_protocol": STAGE5_REFERENCE, "stage5b_scaling": STAGE5_REFERENCE}
 
 
 def audit(out_dir, notebooks: list[str] | None = None) -> dict:
@@ -259,7 +253,7 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         "schema_version": SCHEMA_VERSION,
         "run": run,
         "environment": take(stage4, "environment", STAGE4),
-        "sources": source_hashes(),
+        "sources": receipt_sources(),
         "notebooks": {
             n: {"executed": f"{n}.ipynb", "html": f"{n}.html" if (out_dir / f"{n}.html").is_file() else None}
             for n in executed

@@ -43,7 +43,7 @@ def _fault_panel(ax, faults):
         bars = ax.bar(np.arange(len(FAULTS)) + (i - (len(fixtures) - 1) / 2) * width, values, width, label=fixture)
         ax.bar_label(bars, fmt="%.3g", fontsize=8)
     ax.set_xticks(range(len(FAULTS)), [f"{f} reset" for f in FAULTS])
-    ax.set_ylabel("max |w_fault - w_control| (audit: faults[].max_weight_error)")
+    ax.set_ylabel("max |w_fault - w_control|")
     ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
     ax.legend(title="fixture (complete recovery: 0)", loc="upper right")
 
@@ -60,7 +60,7 @@ def _timing_panel(ax, timing):
     ax.set_yscale("log")
     ax.set_xticks(range(len(variants)), variants)
     ax.set_xlim(-0.5, len(variants) - 0.1)
-    ax.set_ylabel("ms per call (audit: timing.<variant>.samples_ms)")
+    ax.set_ylabel("ms per call")
 
 
 def _trace_panel(ax, transitions):
@@ -70,7 +70,7 @@ def _trace_panel(ax, transitions):
         bars = ax.bar(index + offset, [t[key] for t in transitions], 0.4, label=key[: -len("_ms")])
         ax.bar_label(bars, fmt="%.3f", fontsize=8)
     ax.set_xticks(index, [str(t["transition"]) for t in transitions])
-    ax.set_xlabel("traced transition (audit: trace.transitions[].transition)")
-    ax.set_ylabel("ms (audit: trace.transitions[].<annotation>_ms)")
+    ax.set_xlabel("traced transition")
+    ax.set_ylabel("annotation duration, ms")
     ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
     ax.legend(loc="upper right", ncols=2, fontsize=8)

@@ -1,10 +1,26 @@
-"""Stage 4's next optimisation: a hypothesis chosen from the trace, the one change it names, and the verdict.
+"""Stage 4's next optimisation: the learner's hypothesis, the change it names, and a judge that watches a control.
 
-`next_optimisation` reads what dominates the traced transitions and names ONE change from
-`CHANGES` with a numeric threshold: how many milliseconds of the median of one annotation
-the change must remove. `changed_loop` builds that change; `verdict` reads a trace taken
-after it and says whether the threshold was reached. Both changes keep every sample ID,
-loss and weight bit for bit, so the notebook can gate on exact equality before it profiles.
+The learner reads the first trace and states a hypothesis as a small dict: one change from
+`MENU` (changes this module can make and the notebook can gate bit for bit), the cut in
+milliseconds of the median of the annotation that change should shorten, and why.
+`stated` checks it and fills in what the trace says about it: the annotation's median, the
+part of it the change can touch at most (`reach_ms`) and the **control**, the other
+annotation, which the change should leave alone. `changed_loop` builds the change.
+
+`judge` reads the trace taken after the change, the unchanged and the changed loop
+alternating in one capture. The control's shift between the two sides is drift (the change
+does not touch it), and half the widest middle half (25th to 75th percentile) of the four
+sides is the samples' own spread; the larger of the two is the `noise` any cut is read
+against. The reach is measured again on the unchanged side of that capture. The verdict is
+
+- **inconclusive** if the cut exceeds everything the change can remove (`reach_ms`): the
+  change alone cannot explain it, something else moved;
+- **confirmed** if the cut minus the noise still reaches the threshold;
+- **refuted** if the cut plus the noise stays below the threshold;
+- **inconclusive** otherwise: the effect cannot be told from the drift at this sample size.
+
+`RELATIONS` states the first three as `shardlab.course.claims` relations, so the sentence the
+notebook prints is chosen by the same rule and re-checked against the recorded values.
 """
 
 from functools import partial
@@ -13,12 +29,9 @@ import jax
 import numpy as np
 
 from shardlab.core.batch import next_batch as reference_next_batch
+from shardlab.errors import UsageError
 from shardlab.evidence.trace import PREPARE, UPDATE
 from shardlab.perf.packed import make_packed_step
-
-SHARES = ("jitted_dispatch_ms", "placement_ms", "other_ms")  # parts of prepare_and_place in trace.breakdown
-DISPATCH_SHARE_REMOVED = 0.5  # the one-call reshuffle must remove at least this share of the jitted dispatch time
-UPDATE_SHARE_REMOVED = 0.25  # the packed psum must remove at least this share of the update time
 
 
 @partial(jax.jit, static_argnums=1)
@@ -33,47 +46,95 @@ def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(key, np.uint32), np.asarray(order, np.int32)
 
 
-CHANGES = {  # change -> the annotation it should shorten, and what it does
-    "one_call_reshuffle": (PREPARE, "draw the key split and the permutation in one jitted call (same key, same order)"),
-    "packed_psum": (UPDATE, "reduce the count, loss and gradient numerators with one packed psum instead of three"),
+# change -> what it does, the annotation it should shorten, the control it leaves alone, and the part of the
+# target it can remove at most: a column of trace.breakdown (median over the traced transitions), or None for
+# the whole annotation
+MENU = {
+    "one_call_reshuffle": {
+        "what": "draw the key split and the permutation in one jitted call (same key, same order)",
+        "target": PREPARE,
+        "control": UPDATE,
+        "reach": "jitted_dispatch_ms",
+    },
+    "packed_psum": {
+        "what": "reduce the count, loss and gradient numerators with one packed psum instead of three",
+        "target": UPDATE,
+        "control": PREPARE,
+        "reach": None,
+    },
+}
+# The verdict's rule over c (cut, ms), n (noise, ms), r (reach, ms) and t (threshold, ms); otherwise inconclusive.
+RELATIONS = {
+    "confirmed": "c <= r and c - n >= t",
+    "refuted": "c <= r and c + n < t",
 }
 
 
-def _medians(prepare_breakdown: list[dict]) -> dict:
-    return {k[: -len("_ms")]: float(np.median([r[k] for r in prepare_breakdown])) for k in SHARES}
+def _median(rows: list[dict], key: str) -> float:
+    return float(np.median([r[key] for r in rows]))
 
 
-def next_optimisation(dominance: dict, prepare_breakdown: list[dict]) -> dict:
-    """One falsifiable hypothesis, chosen from what dominates in this trace: change, annotation, threshold, text."""
-    prepare, update = dominance[f"median_{PREPARE}_ms"], dominance[f"median_{UPDATE}_ms"]
-    parts = _medians(prepare_breakdown)
-    if dominance["dominant"] == UPDATE:
-        change, baseline = "packed_psum", update
-        threshold = UPDATE_SHARE_REMOVED * update
-        why = f"the update dominates (median {update:.3f} ms against {prepare:.3f} ms of preparation)"
-    else:
-        change, baseline = "one_call_reshuffle", prepare
-        threshold = DISPATCH_SHARE_REMOVED * parts["jitted_dispatch"]
-        why = (
-            f"preparation dominates (median {prepare:.3f} ms against {update:.3f} ms for the update); "
-            f"inside it, jitted dispatch {parts['jitted_dispatch']:.3f} ms, placement {parts['placement']:.3f} ms, "
-            f"other host work {parts['other']:.3f} ms; every traced transition reshuffles, and the reshuffle "
-            "is several separate jitted calls"
+def reach_ms(change: str, transitions: list[dict], prepare_breakdown: list[dict]) -> float:
+    """The most `change` could remove from its target's median: the part of the trace it touches."""
+    entry = MENU[change]
+    if entry["reach"] is None:
+        return _median(transitions, f"{entry['target']}_ms")
+    return _median(prepare_breakdown, entry["reach"])
+
+
+def menu(transitions: list[dict], prepare_breakdown: list[dict]) -> list[dict]:
+    """One row per change a hypothesis may name, with what this trace says it can remove at most."""
+    return [
+        {
+            "change": name,
+            "what it does": entry["what"],
+            "shortens": entry["target"],
+            "median ms": round(_median(transitions, f"{entry['target']}_ms"), 3),
+            "can remove at most ms": round(reach_ms(name, transitions, prepare_breakdown), 3),
+            "control": entry["control"],
+        }
+        for name, entry in MENU.items()
+    ]
+
+
+def stated(mine, transitions: list[dict], prepare_breakdown: list[dict]) -> dict:
+    """The learner's hypothesis (`change`, `threshold_ms`, `because`) checked, with its annotation, control and reach.
+
+    UsageError for anything else: a change not in MENU, a threshold that is not a positive number
+    or that exceeds what the change can remove (refuted before it is tested), an empty reason.
+    """
+    if not isinstance(mine, dict) or set(mine) != {"change", "threshold_ms", "because"}:
+        raise UsageError("a hypothesis is a dict with exactly the keys 'change', 'threshold_ms' and 'because'")
+    change, threshold, because = mine["change"], mine["threshold_ms"], mine["because"]
+    if change not in MENU:
+        raise UsageError(f"no change named {change!r}; the notebook can make and gate {sorted(MENU)}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
+        raise UsageError(f"threshold_ms must be a number of milliseconds, not {threshold!r}")
+    reach = reach_ms(change, transitions, prepare_breakdown)
+    if not 0 < threshold <= reach:
+        raise UsageError(
+            f"threshold_ms = {threshold} ms: a cut must be positive and at most the {reach:.3f} ms this trace says "
+            f"{change} can remove"
         )
-    annotation, what = CHANGES[change]
-    text = (
-        f"Observed: {why}.\n"
-        f"Change: {what}.\n"
-        f"Hypothesis: the median traced {annotation} falls by at least {threshold:.3f} ms "
-        f"(from {baseline:.3f} ms), with identical ids, losses and weights.\n"
-        "Refuted if the cut is smaller, or if anything differs."
-    )
+    if not isinstance(because, str) or not because.strip():
+        raise UsageError("'because' should say what in the trace points at this change")
+    entry = MENU[change]
+    baseline = _median(transitions, f"{entry['target']}_ms")
     return {
         "change": change,
-        "annotation": annotation,
+        "annotation": entry["target"],
+        "control": entry["control"],
         "baseline_ms": baseline,
-        "threshold_ms": threshold,
-        "text": text,
+        "reach_ms": reach,
+        "threshold_ms": float(threshold),
+        "because": because.strip(),
+        "text": (
+            f"Change: {entry['what']}.\n"
+            f"Hypothesis: the median traced {entry['target']} ({baseline:.3f} ms now) falls by at least "
+            f"{float(threshold):.3f} ms, with identical ids, losses and weights; {entry['control']}, which the "
+            "change does not touch, stays within its drift.\n"
+            f"Because: {because.strip()}"
+        ),
     }
 
 
@@ -83,25 +144,47 @@ def changed_loop(change: str, mesh, next_batch, make_step):
         return partial(reference_next_batch, reshuffle=one_call_draw), make_step(mesh)
     if change == "packed_psum":
         return next_batch, make_packed_step(mesh)
-    raise ValueError(f"no change named {change!r}; the changes are {sorted(CHANGES)}")
+    raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
 
 
-def verdict(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
-    """Confirmed or refuted, from annotation rows of the unchanged and the changed loop traced side by side."""
-    key = f"{hypothesis['annotation']}_ms"
-    before = float(np.median([r[key] for r in unchanged]))
-    after = float(np.median([r[key] for r in changed]))
-    cut = before - after
-    confirmed = cut >= hypothesis["threshold_ms"]
+def _side(values) -> dict:
+    q1, median, q3 = (float(v) for v in np.percentile(values, [25, 50, 75]))
+    return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(values)}
+
+
+def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach: float | None = None) -> dict:
+    """The verdict on `hypothesis` from annotation rows of both loops traced in one capture, the control in view.
+
+    `reach` is the most the change can remove, measured on the unchanged side of the same capture
+    (`reach_ms` of its rows and breakdown); without it, the first trace's value in the hypothesis.
+    """
+    from shardlab.course.claims import holds
+
+    target, control = f"{hypothesis['annotation']}_ms", f"{hypothesis['control']}_ms"
+    sides = {
+        "target": {
+            name: _side([r[target] for r in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
+        },
+        "control": {
+            name: _side([r[control] for r in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
+        },
+    }
+    cut = sides["target"]["unchanged"]["median_ms"] - sides["target"]["changed"]["median_ms"]
+    drift = sides["control"]["unchanged"]["median_ms"] - sides["control"]["changed"]["median_ms"]
+    spread = max((s["q3_ms"] - s["q1_ms"]) / 2 for part in sides.values() for s in part.values())
+    reach = hypothesis["reach_ms"] if reach is None else float(reach)
+    values = {"c": cut, "n": max(abs(drift), spread), "r": reach, "t": hypothesis["threshold_ms"]}
+    verdict = next((name for name, relation in RELATIONS.items() if holds(relation, values)), "inconclusive")
     return {
         "annotation": hypothesis["annotation"],
-        "median_unchanged_ms": before,
-        "median_changed_ms": after,
+        "control": hypothesis["control"],
+        "sides": sides,
         "cut_ms": cut,
-        "threshold_ms": hypothesis["threshold_ms"],
-        "confirmed": bool(confirmed),
-        "text": (
-            f"{'confirmed' if confirmed else 'refuted'}: median {hypothesis['annotation']} {before:.3f} ms -> "
-            f"{after:.3f} ms, a cut of {cut:.3f} ms against the {hypothesis['threshold_ms']:.3f} ms predicted"
-        ),
+        "control_drift_ms": drift,
+        "spread_ms": spread,
+        "noise_ms": values["n"],
+        "reach_ms": values["r"],
+        "threshold_ms": values["t"],
+        "verdict": verdict,
+        "confirmed": verdict == "confirmed",
     }

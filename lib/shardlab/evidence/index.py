@@ -23,7 +23,8 @@ TITLES = {
     "stage3c_orbax_lesson": "Stage 3 — the Orbax lesson's receipt, replayed",
     "stage4a_profile": "Stage 4 — measure the boundary you intend to optimise",
     "stage4b_beyond": "After stage 4 — what a practitioner does next (optional)",
-    "stage5_multicontroller": "Stage 5 — beyond one controller",
+    "stage5a_protocol": "Stage 5 — several controllers: the protocol and its drills",
+    "stage5b_scaling": "Stage 5 — several controllers: saving costs, scaling, step times, the runbook",
 }
 STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.35em .6em;

@@ -165,7 +165,7 @@ def failures(run: Run) -> Item:
     item = Item()
     item.data["faults"] = _from(run, item, None, "faults")
     item.data["rejections"] = _from(run, item, "stage3a_checkpoint", "rejections")
-    item.data["stage5_runbook"] = _from(run, item, "stage5_multicontroller", "runbook", optional=True)
+    item.data["stage5_runbook"] = _from(run, item, "stage5b_scaling", "runbook", optional=True)
     _answers(run, item, "failures")
     return item
 
@@ -236,9 +236,9 @@ def transfer(run: Run) -> Item:
 
 def efficiency(run: Run) -> Item:
     item = Item()
-    item.data["efficiency"] = _from(run, item, "stage5_multicontroller", "efficiency", optional=True)
-    item.data["scaling_model"] = _from(run, item, "stage5_multicontroller", "scaling_model", optional=True)
-    item.data["denominator"] = _from(run, item, "stage5_multicontroller", "denominator")
+    item.data["efficiency"] = _from(run, item, "stage5b_scaling", "efficiency", optional=True)
+    item.data["scaling_model"] = _from(run, item, "stage5b_scaling", "scaling_model", optional=True)
+    item.data["denominator"] = _from(run, item, "stage5a_protocol", "denominator")
     _answers(run, item, "scaling")
     return item
 

@@ -1,6 +1,6 @@
 """The stage 5 drills that restart by hand, the series runner, and drills.json.
 
-Four drills here, each bounded in time and compared with an uninterrupted control:
+The drills here, each bounded in time and compared with an uninterrupted control:
 
 1. `kill_during_save`: SIGKILL a controller inside a save, after Orbax finalised the step but
    before the manifest; the step is never accepted; the group restarts from the newest
@@ -16,7 +16,8 @@ named errors are the evidence. `run_all(out_dir)` runs them (after one uninterru
 group, which also writes the checkpoint drill 3 restores) together with the supervised
 scenarios of `scenarios` (every process killed, frozen, preempted; asynchronous saves killed
 in each window; a crash loop; launch paths) and writes out_dir/drills.json: one row per drill
-of one shape (`rows.row`), `reduced=True` being the stage 5 notebook's set. For a reliability
+of one shape (`rows.row`), `reduced=True` being the set of stage5a_protocol (and stage5b_scaling's
+`async_vs_sync`). For a reliability
 campaign, `kill_during_save(trial_seed, out_dir)` runs one randomised kill against the save
 path and returns the accepted step and whether the restored and resumed states equal the control.
 """
@@ -423,6 +424,12 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
     if not keep and getattr(ctx, "temporary", False):
         shutil.rmtree(ctx.out, ignore_errors=True)
     return result
+
+
+def discard(ctx: Context) -> None:
+    """Remove a temporary work folder of `begin` without writing a drills.json (a series that only measures)."""
+    if getattr(ctx, "temporary", False):
+        shutil.rmtree(ctx.out, ignore_errors=True)
 
 
 def run_all(

@@ -1,8 +1,9 @@
 """The stage 5 figures: where each supervised drill's wall time went, what asynchronous saving costs, step times.
 
-`draw`, left: one stacked bar per supervised drill, the goodput ledger's parts in seconds; right:
-every step-time and blocking-save sample of the synchronous and asynchronous groups, side by
-side, on a log axis (medians marked). `draw_step_times`: each controller's per-step log.
+`draw`: one stacked bar per supervised drill, the goodput ledger's parts in seconds (and, for a
+drills.json holding the saving comparison, `draw_saves`'s panel beside it). `draw_saves`: every
+step-time and blocking-save sample of the synchronous and asynchronous groups, side by side, on a
+log axis (medians marked). `draw_step_times`: each controller's per-step log.
 Samples from processes on one host: not a cluster's numbers.
 """
 
@@ -28,15 +29,24 @@ def _save(fig, title: str, path) -> str:
 
 
 def draw(result: dict, path) -> str:
-    """Write the figure for a drills.json result to `path` (PNG); return the path."""
+    """Write the figure for a drills.json result to `path` (PNG); return the path.
+
+    Left: the goodput ledger of every supervised drill. Right, when the result holds an
+    `async_vs_sync` comparison (`make drills`): its samples, as `draw_saves` draws them.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
-    import numpy as np
 
     rows = [r for r in result["drills"] if r.get("goodput")]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.5 * max(len(rows), 4) + 1.8))
+    cost = result.get("async_vs_sync")
+    height = 0.5 * max(len(rows), 4) + 1.8
+    if cost:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, height))
+        _saves(right, cost)
+    else:
+        fig, left = plt.subplots(1, 1, figsize=(6.5, height))
     for i, row in enumerate(rows):
         start = 0.0
         for part in PARTS:
@@ -48,21 +58,37 @@ def draw(result: dict, path) -> str:
     left.set_xlabel("seconds (summed over attempts)")
     left.set_title("goodput ledger per supervised drill", fontsize=10)
     left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.1 / max(len(rows), 1)), ncol=5)
-    cost = result["async_vs_sync"]
+    return _save(fig, "stage 5 on one host, loopback processes (not a cluster)", path)
+
+
+def draw_saves(cost: dict, path) -> str:
+    """Every step and blocking-save sample of `scenarios.overhead`'s comparison, log axis, median lines; PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 1, figsize=(6.5, 3.6))
+    _saves(ax, cost)
+    return _save(fig, "saving on one host, loopback processes (not a cluster)", path)
+
+
+def _saves(ax, cost: dict) -> None:
+    import numpy as np
+
     labels, series = [], []
     for mode in ("sync", "async"):
         for what in ("step_s", "save_block_s"):
-            labels.append(f"{mode}\n{what.replace('_s', '')}")
+            labels.append(f"{mode}\n{what.replace('_s', '').replace('_', ' ')}")
             series.append(np.asarray(cost["samples"][mode][what], float) * 1e3)
     for i, values in enumerate(series):
         jitter = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else np.zeros(1)
-        right.scatter(i + jitter, values, s=10, alpha=0.6)
-        right.hlines(np.median(values), i - 0.3, i + 0.3, color="black")
-    right.set_xticks(range(len(labels)), labels, fontsize=8)
-    right.set_yscale("log")
-    right.set_ylabel("ms (every sample; line = median)")
-    right.set_title("synchronous vs asynchronous saving, save every step", fontsize=10)
-    return _save(fig, "stage 5 on one host, loopback processes (not a cluster)", path)
+        ax.scatter(i + jitter, values, s=10, alpha=0.6)
+        ax.hlines(np.median(values), i - 0.3, i + 0.3, color="black")
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (every sample; line = median)")
+    ax.set_title("synchronous vs asynchronous saving, a save after every step", fontsize=10)
 
 
 PHASES = (("data_s", "data (sampler, placement)", "#8d6e63"), ("collective_s", "collective (agreement)", "#e53935"))

@@ -2,9 +2,9 @@
 
 Every row says what sees the failure (detector), which component acts on it (owner), what it
 does (mitigation), when the group must stop (stop condition; the bounds are
-`supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage 5 notebook
-and docs/stage5.md render this table; `proof` sets it beside a drills.json. The notebook runs
-the reduced drill set, `make drills` every row named here.
+`supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage5b_scaling
+notebook and docs/stage5.md render this table; `proof` sets it beside a drills.json (the one
+stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` every row named here.
 """
 
 from shardlab.multi import supervisor

@@ -11,8 +11,8 @@ uninterrupted single-process control:
 - a preemption saves the agreed step, every process exits with "preempted at step N", and
   the relaunch loses no step.
 
-`FULL` is what `make drills` runs beyond the drills of `drills`; the stage 5 notebook (and so
-`make test`) runs `several_failures` alone of these. Every row is `rows.row`'s shape.
+`FULL` is what `make drills` runs beyond the drills of `drills`; stage5a_protocol (and so
+`make test`) runs `several_failures` alone of these, stage5b_scaling runs `overhead`. Every row is `rows.row`'s shape.
 """
 
 import os
