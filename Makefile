@@ -98,7 +98,7 @@ sandbox: ## install Debian's bubblewrap (bwrap), the sandbox grade runs each sub
 	else echo "grade needs bubblewrap: run 'sudo apt-get install bubblewrap' once, or make sandbox as root"; exit 1; fi
 
 autograder: venv ## a Gradescope autograder bundle (setup.sh, run_autograder, the checker) -> AUTOGRADER (autograder_out/)
-	$(BIN)/python -m shardlab.handin.platforms bundle --out $(AUTOGRADER) --checkout .
+	$(BIN)/python -m shardlab.handin.autograder bundle --out $(AUTOGRADER) --checkout .
 
 drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, crash loop, launch paths) into drills_out/
 	$(BIN)/python -m shardlab drills --out $(if $(filter receipts,$(OUT)),drills_out,$(OUT))

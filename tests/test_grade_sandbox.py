@@ -18,7 +18,7 @@ from conftest import REPO
 import shardlab.checker.sandbox as sandbox
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.errors import ConfigError
-from shardlab.handin import grade, platforms
+from shardlab.handin import autograder, grade, platforms
 from shardlab.learner import implementation
 
 ORPHAN = """import os, signal, sys, time
@@ -322,7 +322,7 @@ def test_platform_files_have_the_published_shapes_and_one_weights_table(tmp_path
 
 
 def test_the_autograder_bundle_runs_in_gradescopes_layout(tmp_path):
-    bundle = platforms.bundle(tmp_path / "bundle", REPO)
+    bundle = autograder.bundle(tmp_path / "bundle", REPO)
     root = tmp_path / "autograder"
     with zipfile.ZipFile(bundle) as archive:
         names = set(archive.namelist())

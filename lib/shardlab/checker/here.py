@@ -28,7 +28,7 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True, se
     is a dict with `passed`, `stages`, every check's `expected`, `observed` and `diagnosis`, and
     `left_out`: the checks not run here.
     """
-    from shardlab.checker import supervise
+    import shardlab.checker.supervise as supervise
     from shardlab.checker.cli import describe, report, summary
 
     spec = implementation
