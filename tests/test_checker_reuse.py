@@ -76,7 +76,7 @@ def test_a_passed_check_is_reused_until_a_function_it_reached_changes(tmp_path, 
     def run():
         results = runner.run_checks(str(path), 1, only=True, skip=skip, reuse=True)
         assert [r.name for r in results] == list(names) and all(r.passed for r in results)
-        return [r.reused for r in results]
+        return [r.diagnosis == runner.REUSED for r in results]
 
     assert run() == [False, False]
     assert run() == [True, True]
@@ -93,7 +93,7 @@ def test_a_passed_check_is_reused_until_a_function_it_reached_changes(tmp_path, 
         )
     )
     assert run() == [True, True]  # contract changed: neither check reaches it
-    assert not any(r.reused for r in runner.run_checks(str(path), 1, only=True, skip=skip))  # reuse is opt-in
+    assert not any(r.diagnosis for r in runner.run_checks(str(path), 1, only=True, skip=skip))  # reuse is opt-in
 
 
 def test_the_compilation_cache_is_the_checkers_and_can_be_turned_off(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ always run in an interpreter whose first JAX configuration is four CPU devices, 
 the calling shell or kernel was set up.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -36,6 +37,8 @@ from shardlab.learner.implementation import API
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
 SHOWN = 400  # characters of expected/observed values printed per line
+# the diagnosis of a pass kept from an earlier run (a pass has no diagnosis of its own): the line says so
+REUSED = "reused: nothing it depends on changed since it passed (--fresh checks it again)"
 SEARCH_SEED = 2026  # the default seed: the same file gets the same verdict; --seed N explores further
 
 
@@ -50,7 +53,6 @@ class Result:
     observed: object
     diagnosis: str
     seconds: float
-    reused: bool = False  # the verdict of an earlier run, kept because nothing it depends on changed (reuse.py)
 
 
 def stages_for(stage) -> list[int]:
@@ -176,9 +178,10 @@ def _run_or_reuse(check, stage: int, ctx: Context, tracker, kept) -> Result:
     if check.__name__ in reuse_verdicts.EVERY_FUNCTION:  # it loads the file in another interpreter
         tracker.reached |= set(API)
     earlier = kept.reusable(check.__name__, tracker.reached) if kept else None
-    if earlier is not None:
+    fields = {f.name for f in dataclasses.fields(Result)}
+    if earlier is not None and set(earlier["result"]) == fields:
         tracker.reached |= set(earlier["depends"])
-        return Result(**{**earlier["result"], "seconds": 0.0, "reused": True})
+        return Result(**{**earlier["result"], "seconds": 0.0, "diagnosis": REUSED})
     result = run_one(check, stage, ctx)
     if kept:
         kept.keep(check.__name__, asdict(result), tracker.reached)
@@ -213,10 +216,8 @@ def describe(result) -> str:
     """One line for a pass; for a failure, also expected, observed and the diagnosis."""
     result = result if isinstance(result, Result) else Result(**result)
     line = f"{'PASS' if result.passed else 'FAIL'}  stage {result.stage}  {result.name}  ({result.seconds:.2f} s)"
-    if result.reused:
-        return f"{line}  reused: nothing it depends on changed since it passed (--fresh checks it again)"
     if result.passed:
-        return line
+        return f"{line}  {result.diagnosis}" if result.diagnosis == REUSED else line
     shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
     enforced = ", ".join(f"{rules.MARKER}{rule.id}" for rule in rules.for_check(result.name))
     return (
