@@ -41,7 +41,7 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,) \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
-test: venv ## the whole test suite on two workers (executes every notebook once, under 6 min on 2 cores)
+test: venv sandbox ## the whole test suite on two workers (executes every notebook once, under 6 min on 2 cores)
 	$(BIN)/python -m pytest
 
 test-quick: venv ## the inner loop after every edit (about a minute): every test that runs no notebook, controller group or learner run

@@ -36,6 +36,17 @@ def data():
     return sl.teaching_fixture()
 
 
+@pytest.fixture(scope="session")
+def heldout(tmp_path_factory) -> Path:
+    """The held-out learner files (tests/heldout/), made from their bases and diffs, each checked against its hash."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heldout_files", REPO / "tests" / "heldout" / "files.py")
+    files = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(files)
+    return files.materialise(tmp_path_factory.mktemp("heldout"))
+
+
 COURSE_GROUP = "course_run"  # the xdist group of every test that reads the session's course run
 
 
@@ -70,6 +81,13 @@ def run_dir(tmp_path_factory):
     return Path(found["out"])
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item):
+    """A test that reads the session's course run executes the notebooks: marked before -m or --quick select."""
+    if "run_dir" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.notebooks)
+
+
 @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and after xdist's own hook
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, make the tests that read the course run one unit of work, listed first.
@@ -84,19 +102,43 @@ def pytest_collection_modifyitems(config, items):
     course = [item for item in items if "run_dir" in getattr(item, "fixturenames", ())]
     for item in course:
         item.add_marker(pytest.mark.xdist_group(COURSE_GROUP))
-        item.add_marker(pytest.mark.notebooks)  # it reads the session's course run: never part of --quick
     if not getattr(config.option, "loadgroup", False):
         return
     for item in course:
         _xdist.group_node_id(item, COURSE_GROUP)
+    whole = whole_modules([item for item in items if item not in course])
+    for item in items:
+        if item not in course and _module(item) in whole:
+            _xdist.group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
     items[:] = course + [item for item in items if item not in course]  # the same order in every worker
 
 
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadgroup` with one unit per test module (its module fixtures set up once) and the course first.
+MODULE_GROUP = "module:"  # the xdist group of a module whose tests share a module- or class-scoped fixture
 
-    The course run is the longest unit, so it starts at once on one worker; the modules follow in
-    collection order, each on one worker.
+
+def shared_scopes(item) -> set:
+    """The scopes narrower than the session of the fixtures `item` uses that outlive one test (module, class...)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+    return {d.scope for d in definitions} & {"module", "class", "package"}
+
+
+def _module(item) -> str | None:
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else None
+
+
+def whole_modules(items) -> set:
+    """Modules with a test using a module-, class- or package-scoped fixture: one unit each, set up once."""
+    return {_module(item) for item in items if shared_scopes(item)} - {None}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` with the course run first, then every other test its own unit of work, except
+    the tests of a module that shares a module- or class-scoped fixture (one unit: that fixture is built once).
+
+    The course run is the longest unit, so it starts at once on one worker; the rest follows in
+    collection order, a test at a time, so that neither worker waits while the other has a long module left.
     """
     if config.getoption("dist") != "loadgroup":
         return None
@@ -104,7 +146,10 @@ def pytest_xdist_make_scheduler(config, log):
 
     class CourseRunFirst(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return COURSE_GROUP if nodeid.endswith(f"@{COURSE_GROUP}") else nodeid.split("::")[0]
+            if nodeid.endswith(f"@{COURSE_GROUP}"):
+                return COURSE_GROUP
+            before, module_group, name = nodeid.rpartition(f"@{MODULE_GROUP}")
+            return f"{MODULE_GROUP}{name}" if module_group else nodeid
 
     config.option.loadscopereorder = False  # keep the workers' order, in which the course run leads
     return CourseRunFirst(config, log)
@@ -127,21 +172,19 @@ def results(run_dir, name):
 # --- the inner loop: `make test-quick` (pytest --quick) --------------------------------------------------------
 
 # A test that executes a notebook, starts a controller group or runs a learner's file through the course
-# carries one of these markers (a test reading `run_dir` gets `notebooks` above); --quick deselects them
+# carries one of these markers (a test reading `run_dir` gets `notebooks` when collected); --quick deselects them
 # all, and `slow` too, and then refuses, inside the selected tests, the things these markers stand for.
 LOOP_MARKERS = ("notebooks", "controllers", "learner_run", "slow")
 QUICK = "not (" + " or ".join(LOOP_MARKERS) + ")"
-REFUSED_MODULES = ("papermill", "nbclient", "ipykernel")  # a notebook run, or a kernel in this process
-REFUSED_COMMANDS = (  # argv words that start a kernel, a notebook run or a controller group in a child
+REFUSED_MODULES = ("papermill", "ipykernel")  # a notebook run, or a kernel in this process (nbconvert needs nbclient)
+# argv words of a child that is a kernel, a notebook run or a controller: the child itself, not a command
+# that may start one (`python -m shardlab run --seed 1.5` only refuses its argument), is what is refused
+REFUSED_COMMANDS = (
     ("shardlab.multi.program",),
     ("ipykernel_launcher",),
     ("papermill",),
     ("jupyter",),
     ("jupyter-lab",),
-    ("shardlab", "run"),
-    ("shardlab", "drills"),
-    ("shardlab", "supervise"),
-    ("shardlab", "multi"),
 )
 
 

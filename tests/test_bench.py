@@ -14,6 +14,7 @@ from shardlab.perf import baseline, endtoend, targets
 pytestmark = pytest.mark.stage4
 
 
+@pytest.mark.slow  # compiles the fused loops
 def test_endtoend_keeps_every_sample_and_derives_ratios_from_medians(data, mesh):
     samples = 2 * endtoend.BLOCK + 1  # three rounds of blocks: two of BLOCK samples at least, one of 1 at least
     found = endtoend.batch(data, mesh, 7, steps=5, samples=samples)
@@ -32,6 +33,7 @@ def test_endtoend_keeps_every_sample_and_derives_ratios_from_medians(data, mesh)
     assert found["max_scaled_loss_error_vs_course"]["course_loop"] == 0
 
 
+@pytest.mark.slow  # compiles the fused loops
 def test_a_loop_that_picks_other_ids_or_losses_is_not_timed(data, mesh):
     found = endtoend.programs(data, mesh, 7, steps=4)
     run, start = found["fused_psum"]
@@ -77,6 +79,7 @@ def test_ratios_divide_the_picks_median_by_each_floor_and_the_best_course_median
     assert targets._loops(row, {})["e2e_speedup_b7"] == pytest.approx(20.0)  # no dedicated run: the in-bench one
 
 
+@pytest.mark.slow  # compiles the fused loops
 def test_a_fused_state_is_a_course_state(data, mesh):
     """Same field names, dtypes and shapes as the schema says, so save/restore need nothing new."""
     found = endtoend.programs(data, mesh, 10, steps=3)

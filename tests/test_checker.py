@@ -182,6 +182,7 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["fsync came before the last write", "only then give it its final name"],
     ),
+    "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
     "restore_finite_by_magnitude": (
         3,
         "random_restore_damage",
@@ -260,6 +261,7 @@ def starter_file(tmp_path):
     return path
 
 
+@pytest.mark.slow  # the whole checker, its search included: make check's own loop
 def test_reference_passes_every_stage_in_a_fresh_interpreter(tmp_path):
     status, report = check_cli(tmp_path, "reference", "all")
     assert status == 0
@@ -320,11 +322,28 @@ def test_mistakes_touch_only_their_stage():
 
 def test_every_broken_file_is_listed():
     assert sorted(p.stem for p in BROKEN.glob("*.py")) == sorted(MISTAKES)
+    assert SLOW_MISTAKES < set(MISTAKES)  # a renamed mistake is not silently quick
+
+
+# mistakes whose checks take seconds (a search that shrinks, saves killed and raced, fresh interpreters):
+# `make test` runs them, `make test-quick` the others
+SLOW_MISTAKES = {
+    *("step_ignores_learning_rate", "loss_after_update", "contract_ignores_data", "contract_as_object", "decay_09"),
+    *("restore_resets_key", "ema_momentum", "half_mse_loss", "momentum_before_reduction", "save_leaves_temp"),
+    *("per_device_division", "save_replace_races", "save_lock_in_memory", "loss_counts_padding", "save_in_place"),
+    *("save_fixed_temp_name", "checkpoint_without_momentum", "restore_skips_validation", "remainder_of_one_dropped"),
+    *("transition_ignores_step", "missing_factor_two", "restore_skips_contract", "local_count"),
+    *("restore_keeps_numpy_weights", "padding_counted", "save_overwrites", "restore_resets_cursor"),
+    *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
+}
 
 
 @pytest.mark.parametrize(
     "mistake",
-    [pytest.param(name, marks=getattr(pytest.mark, f"stage{stage}")) for name, (stage, _, _) in MISTAKES.items()],
+    [
+        pytest.param(name, marks=[getattr(pytest.mark, f"stage{stage}")] + [pytest.mark.slow] * (name in SLOW_MISTAKES))
+        for name, (stage, _, _) in MISTAKES.items()
+    ],
 )
 def test_mistake_is_caught_at_its_stage_with_its_diagnosis(mistake):
     stage, check, phrases = MISTAKES[mistake]
@@ -357,6 +376,7 @@ def judged_at(module) -> list[int]:
     return sorted(replaced | ({4} if 2 in replaced else set()) | ({3} if 1 in replaced else set()))
 
 
+@pytest.mark.slow  # every check of the stages each alternative changes
 @pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py")))
 def test_correct_alternative_passes_its_stages(alternative):
     """Correct code written differently from the reference passes every check of the stages it touches."""
@@ -371,6 +391,7 @@ def test_correct_alternative_passes_its_stages(alternative):
     assert {r.stage for r in results} == set(stages) and len(results) == expected
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_correct_checkpoint_alternatives_resume_in_a_fresh_interpreter():
     """The one stage 3 check the test above leaves out; it passes every other one of these alternatives."""
     others = [c.__name__ for c in runner.checks_of(3) if c.__name__ != "fresh_process_resume"]
@@ -444,6 +465,7 @@ SEARCH_SEEDS = range(100, 120)
 SEARCHED_IN_MAKE_TEST = "nested_contract"
 
 
+@pytest.mark.slow  # 20 search seeds
 def test_correct_alternative_passes_the_search_with_20_seeds():
     assert_the_search_accepts(CORRECT / f"{SEARCHED_IN_MAKE_TEST}.py")
 
@@ -463,6 +485,7 @@ def assert_the_search_accepts(path: Path):
     assert not failed, f"{alternative} is correct but the search rejected it: {failed[:3]}"
 
 
+@pytest.mark.slow  # the search and its shrinking, from the command line
 def test_cli_prints_the_minimal_case_and_its_reproduction(tmp_path, capfd):
     spec = BROKEN / "pad_extra_when_multiple.py"
     status = runner.main(
@@ -544,6 +567,7 @@ def test_check_case_reproduces_a_minimal_case_in_this_interpreter(capfd):
 # Held-out implementations written by someone who had not read the checks (tests/heldout/, measured by
 # tests/heldout/measure.py into generality.json). Each wrong file that the enumerated probes let through
 # must be caught by the randomised check that caught it there; running only that check keeps this cheap.
+# The files are made from their base and one diff each when the tests run (tests/heldout/files.py).
 HELDOUT = Path(__file__).parent / "heldout"
 GENERALITY = json.loads((HELDOUT / "generality.json").read_text())
 # the second set (written later by another engineer, measured blind first): generality2.json keeps both runs
@@ -557,23 +581,24 @@ SEARCH_ONLY = {
 
 
 @pytest.mark.parametrize("measured, suffix", [(GENERALITY, ""), (GENERALITY2, "2")])
-def test_every_held_out_file_was_measured(measured, suffix):
+def test_every_held_out_file_was_measured(measured, suffix, heldout):
     assert sorted(w["file"] for w in measured["wrong"]) == sorted(
-        p.name for p in (HELDOUT / f"wrong{suffix}").glob("*.py")
+        p.name for p in (heldout / f"wrong{suffix}").glob("*.py")
     )
     assert sorted(c["file"] for c in measured["correct"]) == sorted(
-        p.name for p in (HELDOUT / f"correct{suffix}").glob("*.py")
+        p.name for p in (heldout / f"correct{suffix}").glob("*.py")
     )
     # no check rejects a correct held-out file
     rejected = [(c["file"], n) for c in measured["correct"] for n in c["failed"]]
     assert not rejected, rejected
 
 
+@pytest.mark.slow  # a search that shrinks its case
 @pytest.mark.parametrize("name", sorted(SEARCH_ONLY))
-def test_held_out_mistake_is_caught_by_the_search(name):
+def test_held_out_mistake_is_caught_by_the_search(name, heldout):
     check = SEARCH_ONLY[name]
     stage = next(s for s, m in runner.STAGES.items() if check in {c.__name__ for c in m.CHECKS})
     skip = [c.__name__ for c in runner.checks_of(stage) if c.__name__ != check]
-    results = runner.run_checks(str(HELDOUT / name), stage, only=True, skip=skip)
+    results = runner.run_checks(str(heldout / name), stage, only=True, skip=skip)
     assert [r.name for r in results] == [check] and not results[0].passed
     assert "Minimal case (search seed" in results[0].diagnosis or check == "contracts_agree_in_a_fresh_process"

@@ -236,6 +236,7 @@ RACER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # four racing interpreters
 def test_racing_savers_exactly_one_wins(tmp_path, data, mesh):
     racers = 4
     contract = sl.contract(data, sl.Config())

@@ -255,6 +255,7 @@ def test_a_second_run_changes_nothing_but_clocks_and_process_ids(run_dir, tmp_pa
         assert path.stat().st_mode & 0o777 == want, f"{path.relative_to(again)} has mode {path.stat().st_mode:o}"
 
 
+@pytest.mark.notebooks
 def test_the_runner_prints_progress_and_no_kernel_transport_warning(tmp_path, monkeypatch, capfd):
     source = tmp_path / "src"
     source.mkdir()

@@ -79,6 +79,7 @@ def assert_close_update(state, losses, control, control_losses, loss_atol=ATOL):
     batch_size=st.integers(1, 50),
     extra=st.integers(0, 5),
 )
+@pytest.mark.slow  # compiles a fused loop per case
 def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_size, extra):
     """Every seed, dataset size and batch size, over three epochs and a few steps more."""
     steps = epochs_of_steps(rows, batch_size) + extra
@@ -111,6 +112,7 @@ def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_s
     k=st.integers(1, 30),
     data=st.data(),
 )
+@pytest.mark.slow  # compiles a fused loop per case
 def test_planned_batches_equal_k_host_steps_from_any_cursor(seed, rows, batch_size, k, data):
     """`plan` computes K steps at once (the loops use it): from any cursor, stopping after any `active` <= K."""
     cursor = data.draw(st.integers(0, rows), label="cursor")
@@ -200,6 +202,7 @@ def controls(fixtures_by_name, mesh):
     return control
 
 
+@pytest.mark.slow  # compiles a fused loop per case
 @pytest.mark.parametrize("variant", ["per_step", "stats"])
 @pytest.mark.parametrize("fixture,batch_size", GATES)
 def test_fused_loop_replays_the_course_loop_over_three_epochs(fixture, batch_size, variant, fixtures_by_name, controls):
@@ -243,6 +246,7 @@ def narrow_controls(mesh):
     return control
 
 
+@pytest.mark.slow  # compiles a fused loop per case
 @pytest.mark.parametrize("variant", [*[v for v in EXACT if v not in ("per_step", "stats")], "no_collective", "auto"])
 @pytest.mark.parametrize("width,batch_size", [(8, 5), (64, 11), (256, 40)])
 def test_every_variant_replays_the_course_loop_at_the_sweep_widths(variant, width, batch_size, narrow_controls, mesh):
@@ -262,6 +266,7 @@ def test_every_variant_replays_the_course_loop_at_the_sweep_widths(variant, widt
         assert not np.allclose(np.asarray(state["weights"]), np.asarray(control["weights"]), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow  # compiles a fused loop per case
 @pytest.mark.parametrize("batch_size", [1, 7])
 def test_ids_on_the_timing_fixture_at_small_batches(batch_size, fixtures_by_name, mesh):
     """Batches 1 and 7 of the 64-feature fixture diverge with the course's learning rate (0.03 |x|^2 > 1), so
@@ -354,6 +359,7 @@ np.savez(out, losses=np.asarray(losses, np.float32), ids=np.concatenate(ids), le
 """
 
 
+@pytest.mark.slow  # fresh interpreters
 @pytest.mark.parametrize("saver,resumer", [("fused", "course"), ("course", "fused")])
 def test_checkpoints_move_between_the_loops_in_a_fresh_process(saver, resumer, data, mesh, tmp_path):
     """Save from one loop after 5 steps (mid-epoch), resume 20 steps in the other loop in a new interpreter."""

@@ -21,8 +21,6 @@ from shardlab.errors import ConfigError
 from shardlab.handin import grade, platforms
 from shardlab.learner import implementation
 
-NEEDS_BWRAP = pytest.mark.skipif(sandbox.unavailable() is not None, reason="bubblewrap cannot build a sandbox here")
-
 ORPHAN = """import os, signal, sys, time
 for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGINT):
     signal.signal(s, signal.SIG_IGN)
@@ -63,7 +61,6 @@ def _gone(token: str, seconds: float = 5.0) -> list[int]:
     return left
 
 
-@NEEDS_BWRAP
 def test_every_descendant_dies_with_the_sandbox(tmp_path):
     script, token = tmp_path / "orphan.py", f"orphan-token-{os.getpid()}-{time.time_ns()}"
     script.write_text(ORPHAN)
@@ -77,7 +74,6 @@ def test_every_descendant_dies_with_the_sandbox(tmp_path):
     assert not _gone(token), "no descendant outlives the sandbox"
 
 
-@NEEDS_BWRAP
 def test_the_sandbox_dies_with_its_caller(tmp_path):
     """SIGKILL of the process that started the sandbox (grade itself) ends everything inside it."""
     script, token = tmp_path / "orphan.py", f"caller-token-{os.getpid()}-{time.time_ns()}"
@@ -101,7 +97,32 @@ def test_the_sandbox_dies_with_its_caller(tmp_path):
         parent.kill()
 
 
-@NEEDS_BWRAP
+def test_a_check_stops_with_the_process_that_started_it(tmp_path):
+    """grade killed (SIGKILL) mid-check: the supervisor notices and ends the sandbox and all it started."""
+    token = f"supervised-token-{os.getpid()}-{time.time_ns()}"
+    flag = tmp_path / "forked"
+    spec = tmp_path / "orphan_on_import.py"
+    body = ORPHAN.replace("sys.argv[1]", repr(token)).replace("sys.argv[2]", repr(str(flag)))
+    spec.write_text(body)  # forks on import, then sleeps there: the check is still running when its caller dies
+    caller = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-m', 'shardlab', 'check', '--implementation', {str(spec)!r}, "
+        "'--stage', '1', '--sandbox'], start_new_session=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        end = time.time() + 180  # the sandbox's folder is read-only for the file: its mark is its command line
+        while not _holding(token):
+            assert time.time() < end, "the orphan never started"
+            time.sleep(0.1)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert not _gone(token, 5), "the orphan died with the check whose caller died"
+    finally:
+        parent.kill()
+
+
 def test_the_sandbox_sees_only_what_it_is_given(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
@@ -296,7 +317,6 @@ def test_platform_files_have_the_published_shapes_and_one_weights_table(tmp_path
     assert blocked["gradable"] is False and blocked["score"] == 0.0
 
 
-@NEEDS_BWRAP
 def test_the_autograder_bundle_runs_in_gradescopes_layout(tmp_path):
     bundle = platforms.bundle(tmp_path / "bundle", REPO)
     root = tmp_path / "autograder"
@@ -319,12 +339,55 @@ def test_the_autograder_bundle_runs_in_gradescopes_layout(tmp_path):
     assert not list((root / "submission").glob("__pycache__")), "nothing written beside the submission"
 
 
-@NEEDS_BWRAP
 def test_the_reduced_attack_campaign_holds(tmp_path):
     from rig.grade_attacks.__main__ import run
 
-    found = run(tmp_path / "campaign", reduced=True, timeout=120.0, jobs=2)
+    found = run(tmp_path / "campaign", reduced=True, timeout=120.0, jobs=2, receipts=None)  # portfolio: own tests
     failed = [r for r in found if not r["as_expected"]]
     assert not failed, failed
     names = {r["attack"] for r in found}
     assert {"orphan_and_rewriter", "sibling_overwrite", "pyc_shadowing", "honest:honest_stub.py"} <= names
+
+
+SANDBOXED_HOSTILE = {  # body of `initial` -> the verdict the supervisor must give it from outside the sandbox
+    "memory": ("    hog = []\n    while True:\n        hog.append(np.ones(10**7))", "`initial` used more than 300 MB"),
+    "loop": ("    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n        pass", "did not return"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SANDBOXED_HOSTILE))
+def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
+    """Memory is read from the sandboxed interpreter's host pid; a loop ignoring SIGALRM is stopped from outside."""
+    from argparse import Namespace
+
+    from shardlab.checker import cli, supervise
+
+    body, verdict = SANDBOXED_HOSTILE[kind]
+    spec = tmp_path / f"{kind}.py"
+    spec.write_text(
+        "import signal\n\nimport numpy as np\n\nfrom shardlab.learner.reference import *  # noqa\n\n\n"
+        f"def initial(seed, data, mesh):\n{body}\n"
+    )
+    bounds = supervise.Bounds(60 if kind == "memory" else 2, 300 * 1024**2, 200_000, 240, sandboxed=True)
+    out = tmp_path / "out"
+    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    report = json.loads((out / cli.REPORT).read_text())
+    first = report["checks"][0]
+    assert first["name"] == "initial_state_fields" and verdict in first["diagnosis"], first
+    assert report["implementation_sha256"] == grade.sha256_file(spec)
+
+
+def test_the_supervisor_accepts_exactly_the_fields_of_a_result():
+    """The progress channel's shape check names the same fields as the report's Result, no more, no fewer."""
+    from dataclasses import MISSING, asdict, fields
+
+    from shardlab.checker import cli, supervise
+
+    declared = {f.name: f for f in fields(cli.Result)}
+    optional = {n for n, f in declared.items() if f.default is not MISSING}
+    assert set(supervise.RESULT_OPTIONAL) == optional
+    assert set(supervise.RESULT_FIELDS) | set(supervise.RESULT_VALUES) == set(declared) - optional
+    good = asdict(cli.Result("a_check", 1, True, 1, 1, "", 0.5))
+    assert supervise._shaped(good)
+    assert not supervise._shaped({**good, "extra": 1}) and not supervise._shaped({**good, "stage": "1"})
+    assert not supervise._shaped({k: v for k, v in good.items() if k != "observed"})

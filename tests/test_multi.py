@@ -447,6 +447,7 @@ def test_a_coordinator_port_in_use_is_named():
     runtime.check_port_free(f"127.0.0.1:{launcher.free_port()}")
 
 
+@pytest.mark.controllers
 def test_a_controller_with_a_missing_variable_stops_fast_with_a_report(tmp_path):
     import subprocess
     import sys
@@ -485,6 +486,7 @@ def _mpiexec(tmp_path, ranks: int, code: str, env: dict) -> list[dict]:
     return [json.loads((tmp_path / f"seen_{r}.json").read_text()) for r in range(ranks)]
 
 
+@pytest.mark.controllers
 def test_mpirun_environment_is_what_jax_own_mpi4py_detection_reads(tmp_path):
     port = launcher.free_port()
     env = launcher.environment(port, 2, 0, 2, "mpirun")
@@ -536,6 +538,7 @@ def test_mpirun_names_the_rank_it_reports_and_not_the_ranks_it_ended(tmp_path):
     "ranks, expected",
     [(3, "mpirun started 3 processes but this launch expects 2"), (0, "not started by an MPI launcher")],
 )
+@pytest.mark.controllers
 def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks, expected):
     import subprocess
     import sys
@@ -553,6 +556,7 @@ def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks,
     assert not (tmp_path / "shared").exists()
 
 
+@pytest.mark.controllers
 def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path, data):
     """One group started by mpirun, its process 1 killed mid-step: the supervisor names it, relaunches through
     mpirun, and the stitched path equals one process's run (IDs exact, losses) and the float64 NumPy formulas.

@@ -1,55 +1,48 @@
-"""`portfolio` over the committed receipts: it reads only the run's own files and writes only inside --out."""
+"""What `portfolio` may read: paths inside their folders, receipts as the run's manifest records them, own reports."""
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
+from shardlab import outdir
+from shardlab.core.files import sha256_file
 from shardlab.errors import PortfolioError
-from shardlab.handin import contain, portfolio
-
-RECEIPTS = REPO / "receipts"
+from shardlab.handin import contain
 
 
-@pytest.fixture
-def receipts(tmp_path) -> Path:
-    copy = tmp_path / "receipts"
-    shutil.copytree(RECEIPTS, copy, symlinks=True)
-    return copy
+def _run_folder(tmp_path: Path) -> Path:
+    """A folder published the way `python -m shardlab run` publishes receipts (its manifest section 'run')."""
+    receipts = tmp_path / "receipts"
+    with outdir.writing(receipts, contain.RUN_COMMAND) as staging:
+        (staging / "results").mkdir()
+        (staging / "results" / "stage2.json").write_text('{"loss": 1.5}')
+        (staging / "page.html").write_text("<p>run</p>")
+        (staging / "portfolio").mkdir()
+        (staging / "portfolio" / "check_report.json").write_text('{"implementation": "reference", "checks": []}')
+    return receipts
 
 
-def _report(receipts: Path) -> Path:
-    return receipts / "portfolio" / "check_report.json"
+def test_unchanged_receipts_pass_and_an_edited_one_is_named(tmp_path):
+    receipts = _run_folder(tmp_path)
+    contain.verify_receipts(receipts)
+    (receipts / "results" / "stage2.json").write_text('{"loss": 0.1}')
+    with pytest.raises(PortfolioError, match=r"changed after the run wrote it: results/stage2\.json"):
+        contain.verify_receipts(receipts)
 
 
-def _tree(folder: Path) -> dict:
-    return {p: p.stat().st_mtime_ns for p in folder.rglob("*")} if folder.exists() else {}
-
-
-def test_the_run_s_own_receipts_build_a_portfolio(receipts, tmp_path):
-    out = portfolio.build(tmp_path / "out", receipts, "reference", None, check_report=_report(receipts))
-    assert (out / portfolio.ZIP).is_file()
-
-
-def test_an_edited_receipt_is_refused_and_named(receipts, tmp_path):
-    results = receipts / "results" / "stage2_update.json"
-    results.write_text(results.read_text().replace("1", "2", 1))
-    with pytest.raises(PortfolioError, match=r"changed after the run wrote it: results/stage2_update\.json"):
-        portfolio.build(tmp_path / "out", receipts, "reference", None, check_report=_report(receipts))
-    assert not (tmp_path / "out").exists()
-
-
-def test_a_receipt_replaced_by_a_link_is_refused(receipts, tmp_path):
-    target = receipts / "stage1_batches.html"
-    secret = tmp_path / "secret.txt"
-    secret.write_text("not the run's")
-    target.unlink()
-    os.symlink(secret, target)
-    with pytest.raises(PortfolioError, match="stage1_batches.html"):
-        portfolio.build(tmp_path / "out", receipts, "reference", None, check_report=_report(receipts))
+def test_a_receipt_replaced_by_a_link_or_a_missing_manifest_is_refused(tmp_path):
+    receipts = _run_folder(tmp_path)
+    secret = tmp_path / "secret.html"
+    secret.write_bytes((receipts / "page.html").read_bytes())  # the same bytes, but not the run's file
+    (receipts / "page.html").unlink()
+    os.symlink(secret, receipts / "page.html")
+    with pytest.raises(PortfolioError, match=r"page\.html"):
+        contain.verify_receipts(receipts)
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(PortfolioError, match="no record of the files"):
+        contain.verify_receipts(tmp_path / "bare")
 
 
 def test_paths_from_the_run_stay_inside_their_folders(tmp_path):
@@ -65,28 +58,28 @@ def test_paths_from_the_run_stay_inside_their_folders(tmp_path):
     (tmp_path / "elsewhere.txt").write_text("x")
     with pytest.raises(PortfolioError, match="outside the receipts"):
         contain.source(folder, tmp_path / "elsewhere.txt")
-
-
-def test_a_made_up_check_report_is_refused(receipts, tmp_path):
-    forged = tmp_path / "check_report.json"
-    forged.write_text(json.dumps({"implementation": "mine.py", "passed": True, "checks": []}))
-    with pytest.raises(PortfolioError, match="was not written by this run"):
-        portfolio.build(tmp_path / "out", receipts, "reference", None, check_report=forged)
     mine = tmp_path / "mine.py"
     mine.write_text("x = 1\n")
-    sha = portfolio.sha256_file(mine)
-    assert contain.check_report(_write(tmp_path / "r1.json", mine, sha), receipts, str(mine))["checks"] == []
-    with pytest.raises(PortfolioError):
-        contain.check_report(_write(tmp_path / "r2.json", mine, "0" * 64), receipts, str(mine))
+    assert contain.source(folder, mine, str(mine)) == mine, "the implementation file itself may be copied"
 
 
-def _write(path: Path, implementation: Path, sha: str) -> Path:
-    path.write_text(json.dumps({"implementation": str(implementation), "implementation_sha256": sha, "checks": []}))
-    return path
-
-
-def test_a_made_up_reference_report_outside_the_run_is_refused(receipts, tmp_path):
+def test_a_check_report_is_trusted_only_if_the_run_wrote_it_or_it_names_the_file(tmp_path):
+    receipts = _run_folder(tmp_path)
+    own = receipts / "portfolio" / "check_report.json"
+    assert contain.check_report(own, receipts, "reference")["checks"] == []
     forged = tmp_path / "check_report.json"
     forged.write_text(json.dumps({"implementation": "reference", "passed": True, "checks": []}))
     with pytest.raises(PortfolioError, match="was not written by this run"):
-        portfolio.build(tmp_path / "out", receipts, "reference", None, check_report=forged)
+        contain.check_report(forged, receipts, "reference")
+    mine = tmp_path / "mine.py"
+    mine.write_text("x = 1\n")
+    for sha, trusted in ((sha256_file(mine), True), ("0" * 64, False)):
+        forged.write_text(json.dumps({"implementation": str(mine), "implementation_sha256": sha, "checks": []}))
+        if trusted:
+            assert contain.check_report(forged, receipts, str(mine))["checks"] == []
+        else:
+            with pytest.raises(PortfolioError):
+                contain.check_report(forged, receipts, str(mine))
+    own.write_text('{"implementation": "reference", "passed": true, "checks": []}')  # edited after the run
+    with pytest.raises(PortfolioError, match="was not written by this run"):
+        contain.check_report(own, receipts, "reference")

@@ -126,6 +126,7 @@ def test_runbook_rows_the_notebook_proves_link_to_passing_drill_rows(run_dir):
         assert any(by_class[failure].values()), failure  # proved in this very run
 
 
+@pytest.mark.controllers
 @pytest.mark.slow
 def test_runbook_rows_only_make_drills_runs_are_proved_by_their_drills(tmp_path):
     """Freeze, a failed background write and a crash loop: the notebook does not run them, so run them here."""

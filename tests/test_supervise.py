@@ -96,6 +96,7 @@ def _published(out) -> bool:
     return False
 
 
+@pytest.mark.controllers
 def test_a_controller_killed_from_another_shell_is_restarted_and_the_run_equals_numpy(tmp_path, data):
     out, steps = tmp_path / "job", 40
     proc = run_cli(["--steps", str(steps), "--save-every", "5", "--budget", "1", "--out", str(out)])
@@ -122,3 +123,14 @@ def test_a_controller_killed_from_another_shell_is_restarted_and_the_run_equals_
     final = json.loads((out / "attempts" / "supervisor.json").read_text())["attempts"][-1]["reports"]["0"]["final"]
     np.testing.assert_allclose(final["weights"], numpy_weights(data, 17, 7, steps), rtol=1e-5, atol=1e-6)
     assert not list(out.glob(".shardlab-staging-*"))  # published: no staging folder left in OUT
+
+
+def test_a_reused_verdict_is_read_as_a_result_and_no_verdict_is_never_all_passed():
+    """A result event carrying the `reused` flag counts; a run that reported no verdict never says 'all passed'."""
+    from shardlab.checker import cli
+    from shardlab.checker import supervise as watched
+
+    base = {"name": "c", "stage": 1, "passed": True, "expected": 1, "observed": 1, "diagnosis": "", "seconds": 0.0}
+    assert watched._shaped(base) and watched._shaped({**base, "reused": True})
+    assert not watched._shaped({**base, "reused": "yes"}) and not watched._shaped({**base, "other": 1})
+    assert "all checks passed" not in cli.summary([]) and "no check ran" in cli.summary([])

@@ -119,6 +119,7 @@ def test_any_byte_edit_or_truncation_is_refused_or_harmless(good, states, contra
     assert identical(restored, states[-1]), (flips, cut)
 
 
+@pytest.mark.notebooks  # its runner cases execute small notebooks (a previous run, a raising one)
 def test_bad_parameters_raise_their_own_errors_and_leave_earlier_files_alone(tmp_path, states, mesh):
     data, config, contract = subjects.experiment()
     result = badparams.run(tmp_path, data, config, contract, states[-1], mesh, full=False)
@@ -158,6 +159,7 @@ def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, 
     assert "corrupted_files" in printed and "OK" in printed
 
 
+@pytest.mark.controllers
 def test_killing_a_multi_process_save_never_accepts_a_wrong_step(tmp_path):
     result = multi.run(REDUCED["multi_trials"], tmp_path, seed=0)
     assert result["trials"] == REDUCED["multi_trials"] and all(result[k] == 0 for k in ZERO), result["failures"]

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+from shardlab.checker.supervise import REPORT
 from shardlab.errors import ConfigError, PortfolioError
 from shardlab.handin import portfolio
 
@@ -42,6 +43,26 @@ def _attempt(name: str, what: str, work: Path, receipts: Path, change, expect: s
     }
 
 
+def _baseline(work: Path, receipts: Path) -> dict:
+    """The unchanged receipts must build, so that each refusal below is the attack's and not a stale run's."""
+    copy = work / "baseline" / "receipts"
+    shutil.copytree(receipts, copy, symlinks=True)
+    try:
+        portfolio.build(work / "baseline" / "out", copy, "reference", None, check_report=copy / "portfolio" / REPORT)
+        built, why = True, "built"
+    except (PortfolioError, ConfigError) as exc:
+        built, why = False, f"refused: {str(exc)[:200]} (regenerate the receipts with make run)"
+    what = "the unchanged receipts, so that each refusal below is the attack's"
+    return {
+        "attack": "portfolio_baseline",
+        "what": what,
+        "expected": "built",
+        "observed": why,
+        "held": built,
+        "as_expected": built,
+    }
+
+
 def run(work: Path, receipts: Path) -> list[dict]:
     work.mkdir(parents=True)
 
@@ -66,7 +87,11 @@ def run(work: Path, receipts: Path) -> list[dict]:
 
     forged = work / "forged_check_report.json"
     forged.write_text(json.dumps({"implementation": "reference", "passed": True, "checks": []}))
+    first = _baseline(work, receipts)
+    if not first["held"]:
+        return [first]
     return [
+        first,
         _attempt(
             "portfolio_dotdot_path", "a ../ path in a hand-edited audit.json", work, receipts, dotdot, "audit.json"
         ),

@@ -4,7 +4,7 @@ Categories (one record each in `categories.CATEGORIES`): kills during save, corr
 bad parameters, the multi-process save path of stage 5, output folders, hostile restores,
 save refusals, stale temporaries, the Orbax path, and a hypothesis fuzzer over NPZ structure
 and contract JSON. Per category torture.json reports trials, refused, restored_exact and the
-six failure columns of `outcome.FAILURES` that must be 0 (wrong_accepts, lost, unclear_errors,
+failure columns of `outcome.FAILURES` that must be 0 (wrong_accepts, lost, unclear_errors,
 leaks, hangs, writes_outside_out); the command exits 1 otherwise. Seeds are fixed; kill
 *timings* still depend on the machine's load, which is why every kill records where it
 landed. Every file of the campaign is written inside OUT.

@@ -3,7 +3,7 @@ saved contract with one entry less or one entry more passes."""
 
 import json
 
-from shardlab.core import checkpoint
+from shardlab.core import archive, checkpoint
 from shardlab.core.schema import host_copy
 from shardlab.core.state import replicate
 from shardlab.errors import ContractMismatchError, CorruptCheckpointError
@@ -11,7 +11,7 @@ from shardlab.learner.reference import *  # noqa: F403
 
 
 def restore(path, expected_contract, mesh):
-    arrays = checkpoint._read(path, expected_contract)
+    arrays = archive.read_members(path, expected_contract)
     try:
         found = json.loads(str(arrays["contract"][()]))
     except (ValueError, TypeError, IndexError):

@@ -50,6 +50,8 @@ def restore(path, expected_contract, mesh):
         found = json.loads(str(arrays.pop("contract")))
     except Exception as exc:
         raise CorruptCheckpointError(f"{path} is not a readable checkpoint: {exc}") from None
+    if not isinstance(found, dict):
+        raise CorruptCheckpointError(f"{path}: the saved contract is a {type(found).__name__}, not a dict")
     check_contract(found, expected_contract)
     missing = {"weights", "momentum", "key", "order", "cursor", "step"} - set(arrays)
     if missing:

@@ -1,6 +1,9 @@
 """Generality of the checker on implementations written without reading its checks.
 
-    python tests/heldout/measure.py tests/heldout/wrong tests/heldout/correct > generality.json
+    python tests/heldout/measure.py wrong correct > generality.json
+
+The cases are made from their bases and diffs first (tests/heldout/files.py) in a temporary folder;
+WRONG and CORRECT name the folders of one set (`wrong correct` or `wrong2 correct2`).
 
 For each wrong file: do the enumerated probes alone catch it (every check but the randomised ones,
 stages 1-4), and if not, does the randomised search (the randomised checks alone, default seed)?
@@ -39,9 +42,13 @@ def judge_correct(path: Path) -> dict:
 
 
 def main(wrong: str, correct: str) -> int:
-    with ThreadPoolExecutor(3) as pool:
-        wrongs = list(pool.map(judge_wrong, sorted(Path(wrong).glob("*.py"))))
-        corrects = list(pool.map(judge_correct, sorted(Path(correct).glob("*.py"))))
+    sys.path.insert(0, str(Path(__file__).parent))
+    import files
+
+    with tempfile.TemporaryDirectory(prefix="heldout-cases-") as made, ThreadPoolExecutor(3) as pool:
+        cases = files.materialise(made)
+        wrongs = list(pool.map(judge_wrong, sorted((cases / Path(wrong).name).glob("*.py"))))
+        corrects = list(pool.map(judge_correct, sorted((cases / Path(correct).name).glob("*.py"))))
     summary = {
         "wrong": len(wrongs),
         "caught_by_enumerated": sum(bool(w["enumerated"]) for w in wrongs),

@@ -2,10 +2,11 @@
 
 One module per stage of checks (stage1 .. stage4), `common` for what they share,
 `sampler_diagnosis` and `formulas` for reading causes from observed ids and numbers, `interrupt`
-for saves stopped mid-way, `cli` to run them and report, and `here` to run the same check
-from a notebook cell. Every expected value comes from NumPy formulas, coverage arithmetic,
-the course's PRNG recipe or a replay of the same implementation; the reference
-implementation is never the oracle.
+for saves stopped mid-way, `cli` to run them and report, `here` to run the same check
+from a notebook cell, `compile_cache` for the compiled programs kept between runs and `reuse` for
+the passed verdicts kept while nothing they depend on changes. Every expected value comes from
+NumPy formulas, coverage arithmetic, the course's PRNG recipe or a replay of the same
+implementation; the reference implementation is never the oracle.
 """
 
 

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from shardlab.checker import compile_cache
+import shardlab.checker.compile_cache as compile_cache
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import setup_devices
 

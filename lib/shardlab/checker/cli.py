@@ -233,7 +233,12 @@ def summary(results: list[Result]) -> str:
         f"stage {s}: {c['passed']} of {c['checks']} checks passed" for s, c in report("", results, {})["stages"].items()
     ]
     failed = [r for r in results if not r.passed]
-    lines.append(f"first failure to fix: {failed[0].name} (stage {failed[0].stage})" if failed else "all checks passed")
+    if not results:
+        lines.append("no check ran: the checking interpreter reported no verdict")
+    else:
+        lines.append(
+            f"first failure to fix: {failed[0].name} (stage {failed[0].stage})" if failed else "all checks passed"
+        )
     return "\n".join(lines)
 
 
@@ -256,7 +261,7 @@ def child_main(args) -> int:
         guard=guard,
         search_seed=args.seed,
         thorough=args.thorough,
-        reuse=not args.fresh,
+        reuse=args.reuse,
     )
     guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1
@@ -303,6 +308,7 @@ def add_child_arguments(parser) -> None:
     parser.add_argument("--call-seconds", type=seconds, default=CALL_SECONDS)
     parser.add_argument("--skip", default="[]", help="JSON list of checks already done")
     parser.add_argument("--poison", default="{}", help="JSON {function: verdict} of functions not to call again")
+    parser.add_argument("--reuse", action="store_true", help="reuse kept passes (the command line asks for it)")
 
 
 def main(args) -> int:
@@ -354,7 +360,7 @@ def checked(spec: str, args, echo) -> tuple[dict, str]:
         sandboxed=getattr(args, "sandbox", False),
     )
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
-    extra += ("--fresh",) * bool(getattr(args, "fresh", False))
+    extra += ("--reuse",) * (not getattr(args, "fresh", False))  # check_here (notebooks) never reuses
     if not args.output:
         results, environment, excerpt = supervise.temporary_run(
             spec, args.stage, getattr(args, "only", False), echo, bounds, extra

@@ -45,6 +45,11 @@ COVERAGE = {
         "replay_is_deterministic",
     ),
     ("stage1_batches", "device-counts"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+    ("stage1_batches", "placement"): (
+        "padding_is_never_an_observation",
+        "padding_is_decided_by_position",
+        "batch_is_placed_on_the_mesh",
+    ),
     ("stage1_batches", "other-settings"): (
         "batch_lengths_keep_the_remainder",
         "every_epoch_covers_every_id_once",
@@ -60,6 +65,7 @@ COVERAGE = {
         "batch_is_placed_on_the_mesh",
     ),
     ("stage2_update", "gradient"): ("gradient_on_a_full_batch", "loss_on_full_and_tail_batches", "consecutive_updates"),
+    ("stage2_update", "shard-map"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
     ("stage2_update", "partition"): ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
     ("stage2_update", "updates"): (
         "consecutive_updates",

@@ -74,8 +74,8 @@ ONE_STEP = {"learning_rate": (0.001, 9.99)}
 SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
 # the forms, shrunk to the course's own after the sizes
 SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "contents")
-# The contents of a step's arrays: the padded slots filled with NaN, +-inf or the largest float32 (a padded slot
-# has mask 0 whatever it holds), or large data (features ~1e5, targets fitted to within ~10), where float32
+# The contents of a step's arrays: padded slots whose target is NaN, +-inf or 3e38 and whose features are 3e38 (a
+# padded slot has mask 0 whatever it holds), or large data (features ~1e5, targets fitted to within ~10), where float32
 # still gives the loss to its rounding bound but a loss expanded as a sum of squares loses every digit.
 CONTENTS = ("course", "NaN padding", "+inf padding", "-inf padding", "huge padding", "large data")
 CHOICES = {

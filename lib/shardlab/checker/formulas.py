@@ -252,9 +252,8 @@ def explain_gradient_over(observations: list[tuple], num_devices: int) -> str | 
     grad, *batch = observations[-1]
     found = ranked(evidence)
     lead = "" if np.all(np.isfinite(np.asarray(grad, np.float64))) else nan_text("gradient", batch[2], num_devices)
-    if found:
-        text = listed(found) + GRADIENT_FIX
-        return f"{lead}; {text}" if lead else text
+    if found:  # the NaN explanation already ends with the fix
+        return f"{lead}; {listed(found)}" if lead else listed(found) + GRADIENT_FIX
     if lead:
         return lead
     c = ratio(grad, evidence[-1][1])

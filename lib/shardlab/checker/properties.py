@@ -246,6 +246,7 @@ def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
 
 
 FILLS = {"NaN padding": np.nan, "+inf padding": np.inf, "-inf padding": -np.inf, "huge padding": 3e38}
+FILL_WORDS = {"NaN padding": "NaN", "+inf padding": "+inf", "-inf padding": "-inf", "huge padding": "3e38"}
 ROUNDING = 32 * 2.0**-24  # float32 rounding bound per operation chain (the unit roundoff, with headroom)
 
 
@@ -303,14 +304,16 @@ def _step_inputs(case: Case):
     finite = batch_arrays(data, ids, case.devices)
     if case.contents not in FILLS:
         return finite, finite, before
-    # one more padded slot on every device, filled with the case's value: padding the step must select out
-    spare = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in finite]
-    filled = batch_arrays(data, ids, case.devices)
-    given = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in filled]
+    # one more padded slot on every device (so one device's worth of padding exists even on one device); the
+    # oracle sees those slots as zeros, the step as the case's contents
+    for_oracle = [np.concatenate([a, np.zeros((case.devices, *a.shape[1:]), a.dtype)]) for a in finite]
+    given = [a.copy() for a in for_oracle]
     slots = len(ids)
-    given[0][slots:], given[1][slots:] = np.float32(FILLS[case.contents]), np.float32(FILLS[case.contents])
+    # targets take the case's value; features the largest finite float32 (a gradient taken by jax.grad of a
+    # selected loss multiplies each padded feature by a zero cotangent, which is exact for finite features)
+    given[0][slots:], given[1][slots:] = np.float32(3e38), np.float32(FILLS[case.contents])
     given[2][slots:] = 0.0
-    return tuple(given), tuple(spare), before
+    return tuple(given), tuple(for_oracle), before
 
 
 def step_update(ctx, case: Case) -> None:
@@ -336,7 +339,8 @@ def step_update(ctx, case: Case) -> None:
         raise Miss(
             {"weights": w, "momentum": v, "loss": want_loss, "grad": want_grad},
             got,
-            f"{which}padded slots (mask 0) holding {case.contents.split()[0]} made the outputs non-finite -> a padded "
+            f"{which}padded slots (mask 0) with target {FILL_WORDS[case.contents]} and features 3e38 made the outputs "
+            "non-finite -> a padded "
             "slot has validity zero whatever its contents: select it out (jnp.where(mask > 0, residual, 0)), "
             "never multiply by the mask (0 x NaN is NaN, 0 x inf is NaN)",
         )
@@ -542,6 +546,51 @@ def _plain_json(value) -> bool:
         return False
 
 
+DIGEST_BITS = 64  # at least this much of the contract must follow the data: 32 bits collide in ~77,000 datasets
+
+
+def _leaves(value, path: str = "") -> dict:
+    """Path -> leaf value of a JSON-like contract."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{path}/{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def _bits(values: list) -> float:
+    """How many bits a leaf can carry, from the values it took: an int's bit length, 4 a hex digit, 6 a character,
+    53 a float's mantissa (a float is compared exactly), 1 a bool."""
+    found = 0.0
+    for value in values:
+        if isinstance(value, bool) or value is None:
+            found = max(found, 1)
+        elif isinstance(value, int):
+            found = max(found, abs(value).bit_length())
+        elif isinstance(value, float):
+            found = max(found, 53)
+        elif isinstance(value, str):
+            hexadecimal = all(c in "0123456789abcdefABCDEF" for c in value)
+            found = max(found, (4 if hexadecimal else 6) * len(value))
+    return found
+
+
+def _data_bits(ctx, case: Case, base, data: Dataset) -> tuple[float, list]:
+    """(bits, paths): how much of the contract changes with the data's values alone (same shapes, same config)."""
+    base_leaves = _leaves(base)
+    rng = np.random.default_rng([case.seed, 5])
+    rows, width = case.shape()
+    changed, seen = set(), {}
+    for position in rng.integers(rows * width, size=4):
+        other = called(ctx, "contract", given(case, _ulp(data, "features", int(position))), _config(case))
+        for path, value in _leaves(other).items():
+            if base_leaves.get(path, object()) != value:
+                changed.add(path)
+            seen.setdefault(path, []).append(value)
+    paths = sorted(changed)
+    return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), paths
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data = data_for(case)
@@ -555,6 +604,15 @@ def contract_tells_apart(ctx, case: Case) -> None:
         reference = bases["large"] if what.startswith("large") else base
         if called(ctx, "contract", given(case, other), config) == reference:
             ignored.append(what)
+    bits, paths = _data_bits(ctx, case, base, data)
+    need(
+        not paths or bits >= DIGEST_BITS,
+        f"the data's part of the contract carries >= {DIGEST_BITS} bits",
+        {"entries that follow the data": paths, "bits": bits},
+        f"the data enter the contract through {paths}, which carry about {bits:g} bits: a {bits:g}-bit digest "
+        f"gives two different datasets the same contract, half the time, among {1.18 * 2 ** (bits / 2):,.0f} "
+        "datasets (the birthday bound) -> pin the data with a full sha256 hex digest of every data byte",
+    )
     need(
         not ignored,
         "a different contract for each changed input",

@@ -26,11 +26,10 @@ import types
 
 import numpy as np
 
-import shardlab
-from shardlab.checker import compile_cache
+import shardlab.checker.compile_cache as compile_cache
 
 LIBRARY = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
-COURSE = os.path.realpath(os.path.dirname(shardlab.__file__))
+COURSE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the shardlab package folder
 PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # checks that load the learner's file in another interpreter: they depend on every function of it
 EVERY_FUNCTION = frozenset({"fresh_process_resume", "contracts_agree_in_a_fresh_process"})

@@ -48,12 +48,16 @@ class Sandbox:
 
 
 def _runtime_paths() -> list[str]:
-    """Folders the interpreter and shardlab need, read-only: the Python install, the venv, every import root."""
-    paths = {sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix), sysconfig.get_paths()["stdlib"]}
-    paths |= {p for p in sys.path if p and os.path.isdir(p)}
-    paths |= {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # shardlab's own package folder
-    paths |= {os.path.dirname(os.path.abspath(sys.executable))}
-    kept = sorted(p for p in {os.path.abspath(p) for p in paths} if not p.startswith("/usr/"))
+    """Folders the interpreter and shardlab need, read-only: the Python install, the venv, shardlab's import root.
+
+    Not the working folder or other `PYTHONPATH` entries: a submissions folder inside them stays invisible.
+    """
+    found = sysconfig.get_paths()
+    paths = {sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix)}
+    paths.add(os.path.dirname(os.path.abspath(sys.executable)))
+    paths |= {found[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in found}
+    paths |= {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}  # where shardlab is
+    kept = sorted(p for p in {os.path.abspath(p) for p in paths} if os.path.isdir(p) and not p.startswith("/usr/"))
     # a folder inside another listed one adds nothing (bwrap would mount it twice)
     return [p for p in kept if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in kept)]
 

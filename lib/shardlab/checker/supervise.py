@@ -32,6 +32,7 @@ GRACE = 10.0  # seconds past the time bound before the parent stops a call SIGAL
 POLL = 0.05  # seconds between looks at the child
 RESTARTS = 8  # at most one per learner function, plus slack
 SHOWN_LINES = 20  # lines of the learner's console output echoed at the end
+TOTAL_BOUND = "the whole check run passed"  # how a verdict of the whole-run bound starts
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Watch:
         self.results, self.environment, self.done = [], None, False
         self.check, self.open_call = None, None
         self.pid = None  # the checking interpreter's own pid as it sees it (from its "start" event)
+        self.parent = os.getppid()  # whoever started this supervisor: if it dies, the check stops
 
     def read(self, echo) -> None:
         with open(self.path, encoding="utf-8") as handle:
@@ -84,15 +86,20 @@ class Watch:
                 self.done = True
 
 
+# the fields of checker.cli.Result (a test keeps the two equal): typed ones, then any-valued ones, then optional ones
 RESULT_FIELDS = {"name": str, "stage": int, "passed": bool, "diagnosis": str, "seconds": (int, float)}
+RESULT_VALUES = ("expected", "observed")
+RESULT_OPTIONAL = {"reused": bool}
 
 
 def _shaped(result) -> bool:
-    """True for a result event with exactly the report's fields, of the report's types."""
-    return (
-        isinstance(result, dict)
-        and set(result) == {*RESULT_FIELDS, "expected", "observed"}
-        and all(isinstance(result[k], kind) for k, kind in RESULT_FIELDS.items())
+    """True for a result event with the report's fields (and no others), each of the report's type."""
+    if not isinstance(result, dict):
+        return False
+    required = {*RESULT_FIELDS, *RESULT_VALUES}
+    typed = {**RESULT_FIELDS, **{k: v for k, v in RESULT_OPTIONAL.items() if k in result}}
+    return required <= set(result) <= required | set(RESULT_OPTIONAL) and all(
+        isinstance(result[k], kind) for k, kind in typed.items()
     )
 
 
@@ -120,6 +127,9 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
         )
     verdict = None
     while verdict is None:
+        if os.getppid() != watch.parent:  # the caller died (grade killed): nothing it started may go on
+            sandbox.kill(process)
+            raise SystemExit(f"[shardlab check] the caller (process {watch.parent}) ended; the check was stopped")
         ended = process.poll() is not None
         watch.read(echo)
         if ended:
@@ -138,7 +148,7 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
                 "(the run was stopped; the output so far is in the log)"
             )
         elif now > deadline:
-            verdict = f"the whole check run passed {bounds.total_seconds:g} s and was stopped"
+            verdict = f"{TOTAL_BOUND} {bounds.total_seconds:g} s and was stopped"
         else:
             time.sleep(POLL)
     sandbox.kill(process)  # also anything it left running in its group (or its sandbox)

@@ -31,7 +31,11 @@ CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent p
 # The kernel talks to the runner over Unix sockets in Jupyter's runtime folder instead of TCP on
 # loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
 # warning (true, and nothing a learner can act on) has no cause to print.
-LOCAL_KERNEL = {"KernelManager": {"transport": "ipc"}}
+LOCAL_KERNEL = {
+    "KernelManager": {"transport": "ipc"},
+    # shutdown without the SIGINT jupyter_client sends first (see shardlab.course.kernel_manager)
+    "NotebookClient": {"kernel_manager_class": "shardlab.course.kernel_manager.FinishedKernelManager"},
+}
 # JAX's persistent compilation cache, shared by the kernels of one run (and the checker children their
 # check cells start): a program one notebook compiled, a later one loads instead of compiling it again.
 # It lives in the run's staging folder and is removed before the audit, so no receipt holds it and no

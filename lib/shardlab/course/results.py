@@ -1,4 +1,4 @@
-"""Machine-readable cell results: kept in a results file and in the output's metadata; people see one short line."""
+"""Machine-readable cell results: kept in a results file and in the output's metadata, out of the reader's way."""
 
 import json
 import os
@@ -10,10 +10,11 @@ RESULTS = "results"  # folder under the output directory
 
 
 def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> dict:
-    """Store `value` in out_dir/results/<notebook>.json and show it as one rounded line tagged `shardlab: name`.
+    """Store `value` in out_dir/results/<notebook>.json and in an output tagged `shardlab: name`.
 
-    With `shown=False` (for a cell that prints the same value in its own words, or a record kept
-    for the course's checks) nothing is printed: the output carries the value in its metadata only.
+    The output shows one rounded line; with `shown=False` (the usual case: the cell printed the value
+    in a learner's words, or the notebook records it in a closing cell) it shows nothing at all, and
+    the value still rides in the output's metadata.
     """
     value = plain(value)
     folder = os.path.join(out_dir, RESULTS)

@@ -1,7 +1,10 @@
 """Self-check questions that close each stage notebook: one table, a folded answer each, a score and a pass mark.
 
 Every question can be answered from what its stage printed or recorded; `evidence` names the
-result (`notebook:key` in results/<notebook>.json) that shows it. A learner writes a letter per
+result (`notebook:key` in results/<notebook>.json) that shows it, and `cell` (when given) the tag of
+the cell whose output answers it, inside the section whose heading starts with `section`: that is
+where the folded answer sends the learner (tests/test_selfcheck_pointers.py follows each pointer
+into the executed notebook and insists on a visible output there). A learner writes a letter per
 question into the `choices` dict of the notebook's `selfcheck` cell and runs it; `score` counts
 the letters that match. The pass mark is the sources' own: at least 80 % correct.
 """
@@ -26,13 +29,17 @@ class Question:
     answer: str
     why: str
     evidence: str
+    cell: str = ""  # tag of the cell whose output answers the question ("" if not given)
+    section: str = ""  # the start of the heading of the section that cell sits in
 
 
 def _stage(notebook: str, *rows) -> tuple[Question, ...]:
-    """`notebook`'s questions from rows of (prompt, options, answer, why, result key), numbered from 1."""
+    """`notebook`'s questions from rows of (prompt, options, answer, why, result key[, (cell tag, section)])."""
     return tuple(
-        Question(notebook, str(i), prompt, tuple(options), answer, why, f"{notebook}:{key}")
-        for i, (prompt, options, answer, why, key) in enumerate(rows, start=1)
+        Question(
+            notebook, str(i), prompt, tuple(options), answer, why, f"{notebook}:{key}", *(where[0] if where else ())
+        )
+        for i, (prompt, options, answer, why, key, *where) in enumerate(rows, start=1)
     )
 
 
@@ -45,6 +52,7 @@ QUESTIONS = (
             "c",
             "7 rows need 8 slots, two per device; the last device's second slot is padding with mask 0.",
             "device_counts_7_rows",
+            ("device-counts", "Valid rows per device"),
         ),
         (
             "23 rows in batches of 7: what are one epoch's batch lengths?",
@@ -52,13 +60,29 @@ QUESTIONS = (
             "a",
             "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
             "batches",
+            ("lengths", "The first epoch, on paper"),
         ),
         (
             "What makes a padded slot 'not an observation'?",
             ["its features are zero", "its mask is 0, whatever its numbers", "its target is NaN"],
             "b",
             "Only the validity mask decides; padding may hold any values and must never be counted.",
-            "device_counts_1_row",
+            "placement",
+            ("placement", "Where each row lives"),
+        ),
+        (
+            "Which fields of the state does every device hold a copy of?",
+            [
+                "all six: the whole state is replicated",
+                "weights and momentum (sharding P(), one copy per device); key, order, cursor and step stay "
+                "on the host",
+                "none: the devices only ever hold the batch",
+            ],
+            "b",
+            "The update needs the weights and momentum on every device; the sampler runs on the host and only "
+            "the batch it picks is placed.",
+            "ownership",
+            ("ownership", "Who holds each field"),
         ),
         (
             "With the same seed, why does the second epoch visit the rows in a different order?",
@@ -70,6 +94,7 @@ QUESTIONS = (
             "a",
             "The sampler's own key is split at each epoch boundary; nothing outside the state is random.",
             "coverage",
+            ("walk", "Walking the sampler"),
         ),
         (
             "Transfer: 31 rows in batches of 6. Valid rows per device in the epoch's last batch?",
@@ -77,6 +102,7 @@ QUESTIONS = (
             "c",
             "31 = 5 x 6 + 1: the last batch holds one row, padded to 4 slots, and it lands on the first device.",
             "transfer",
+            ("transfer", "Transfer exercise"),
         ),
     ),
     *_stage(
@@ -91,6 +117,7 @@ QUESTIONS = (
             "b",
             "Each device sums its own numerators and count; psum adds them; the division happens once.",
             "all_reduce",
+            ("all-reduce-table", "What the compiler was asked to do"),
         ),
         (
             "When does averaging the four local means give the wrong gradient?",
@@ -102,6 +129,21 @@ QUESTIONS = (
             "a",
             "A mean of means weights every partition equally; the global mean weights every row equally.",
             "local_means",
+            ("local-means", "Why not average the local means?"),
+        ),
+        (
+            "What does out_specs=P() promise about a shard_map output?",
+            [
+                "the output is split over the data axis, one piece per device",
+                "every device holds the same value, so the output comes back replicated; an unreduced local value "
+                "is refused",
+                "the output is kept on the first device only",
+            ],
+            "b",
+            "After psum every device holds the global sum, which is what P() declares; a local sum under that "
+            "promise fails when the function is traced.",
+            "shard_map",
+            ("shard-map", "One collective, on a small example"),
         ),
         (
             "A device receives only padding. What does it contribute?",
@@ -109,6 +151,7 @@ QUESTIONS = (
             "c",
             "It still joins the collective with zeros; only a globally empty batch is an error.",
             "partition",
+            ("partition", "The same sum, rebuilt from its pieces"),
         ),
         (
             "Which loss does a step report?",
@@ -116,17 +159,19 @@ QUESTIONS = (
             "b",
             "The loss is taken at the weights the gradient was computed at, before they change.",
             "updates",
+            ("loss-after-update", "Several consecutive updates"),
         ),
         (
-            "What does the gap between the eager and the compiled four-device step show?",
+            "What does this notebook show about the eager and the compiled four-device step?",
             [
-                "the cost of dispatching the mapped body operation by operation",
-                "the speed-up four devices give",
-                "network time between devices",
+                "the compiled step is faster",
+                "they compute the same numbers, within float32 rounding",
+                "the eager step leaves out the psum",
             ],
-            "a",
-            "Both run the same maths on the same logical devices; only the dispatch differs.",
+            "b",
+            "Both run the same mapped body; this notebook compares their numbers only (stage 4 times them).",
             "eager_vs_compiled",
+            ("eager", "Eager and compiled agree"),
         ),
     ),
     *_stage(
@@ -142,6 +187,7 @@ QUESTIONS = (
             "The data stream is intact, so the same rows arrive; the optimiser's memory is gone, so the update "
             "differs.",
             "faults",
+            ("faults", "Fault injection"),
         ),
         (
             "Reset only the key. When does the fault first show?",
@@ -149,6 +195,7 @@ QUESTIONS = (
             "c",
             "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
             "faults",
+            ("faults", "Fault injection"),
         ),
         (
             "A checkpoint is restored with a different batch size. What should happen?",
@@ -160,13 +207,44 @@ QUESTIONS = (
             "a",
             "The replay promise covers sample grouping, update count and optimiser history.",
             "rejections",
+            ("rejections", "Refusals"),
         ),
         (
-            "Why is the checkpoint written to a temporary file and renamed into place?",
-            ["so it survives a power cut", "so a reader never sees a half-written final file", "to make saving faster"],
+            "Why is the checkpoint written under a temporary name and then hard-linked to its final name?",
+            [
+                "so it survives a power cut",
+                "so a reader never sees a half-written file, and an existing checkpoint is never replaced",
+                "to make saving faster",
+            ],
             "b",
-            "The rename is what publishes it; durability after a power loss is a different promise.",
+            "The link publishes the complete file in one step and fails if the name exists; durability after a "
+            "power loss is a different promise.",
             "checkpoint",
+            ("save", "Save: a temporary file"),
+        ),
+        (
+            "A member of a checkpoint holds Python objects. What does restore do?",
+            [
+                "unpickles it, since NPZ allows it",
+                "refuses the file: opening a checkpoint must never run code stored in it",
+                "skips that member and restores the rest",
+            ],
+            "b",
+            "np.load(..., allow_pickle=False) refuses object arrays; restore turns that into CorruptCheckpointError.",
+            "rejections",
+            ("rejections", "Refusals"),
+        ),
+        (
+            "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
+            [
+                "nothing: step 9 fixes them",
+                "the weights at step 9",
+                "the seed, the batch size, the dataset size and the exact sampler rule, replayed from step 0",
+            ],
+            "c",
+            "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
+            "rebuild",
+            ("rebuild", "Predict first"),
         ),
     ),
     *_stage(
@@ -177,6 +255,7 @@ QUESTIONS = (
             "c",
             "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
             "recovery",
+            ("recovery", "The real resume"),
         ),
         (
             "Why does the comparison continue for more than two epochs after the restore?",
@@ -188,17 +267,19 @@ QUESTIONS = (
             "a",
             "One matching next step proves nothing about state that is consumed later.",
             "recovery",
+            ("which-field", "What the comparison would catch"),
         ),
         (
-            "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
+            "Which process wrote the uninterrupted record this notebook compares with?",
             [
-                "nothing: step 9 fixes them",
-                "the weights at step 9",
-                "the seed and every earlier batch size, dataset size and split, replayed from step 0",
+                "this one, after restoring",
+                "the kernel that saved the checkpoint, continuing in memory before this kernel started",
+                "the checker",
             ],
-            "c",
-            "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
-            "recovery",
+            "b",
+            "The control was computed without any checkpoint, in the saving kernel; this kernel only reads it.",
+            "process",
+            ("fresh-kernel", "Stage 3, part 2"),
         ),
         (
             "What does the Orbax restore target carry besides shapes and dtypes?",
@@ -210,6 +291,7 @@ QUESTIONS = (
             "a",
             "A restore against a sharded target rebuilds the replicated placement instead of a host copy.",
             "orbax",
+            ("orbax", "The same state through Orbax"),
         ),
     ),
     *_stage(
@@ -424,12 +506,19 @@ def score(notebook: str, choices: dict) -> dict:
     }
 
 
+def where(q: Question) -> str:
+    """Where the notebook shows the answer: the section and cell when the question names them."""
+    if q.cell:
+        return f"Where this notebook shows it: under \u201c{q.section}\u201d, the output of the cell tagged {q.cell}."
+    return f"Where this stage shows it: {q.evidence}."
+
+
 def _question_html(q: Question) -> str:
     options = "".join(f"<li>({LETTERS[i]}) {escape(text)}</li>" for i, text in enumerate(q.options))
     return (
         f"<li><p>{escape(q.prompt)}</p><ul style='list-style:none'>{options}</ul>"
         f"<details><summary>Answer</summary><p>({q.answer}) {escape(q.options[LETTERS.index(q.answer)])}. "
-        f"{escape(q.why)} <i>Where this stage shows it: <code>{escape(q.evidence)}</code>.</i></p></details></li>"
+        f"{escape(q.why)} <i>{escape(where(q))}</i></p></details></li>"
     )
 
 

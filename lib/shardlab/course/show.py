@@ -43,7 +43,7 @@ def line(name: str, value) -> str:
         f"{len(value)} keys" if isinstance(value, dict) else f"{len(value)} items" if hasattr(value, "__len__") else ""
     )
     cut = text.rfind(", ", 0, MAX_CHARS - 20)
-    return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind}; full value in results/)"
+    return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind})"
 
 
 def table(rows: list[dict], columns: list[str] | None = None) -> str:

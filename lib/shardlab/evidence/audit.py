@@ -14,7 +14,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `environment` — `python`, `packages` (name -> version: jax, jaxlib, numpy, ...), `platform`,
   `machine`, `cpu_count`, `usable_cpus`, `backend`, `devices` (list of str), `flags`
   (JAX_PLATFORMS, XLA_FLAGS, jax_num_cpu_devices, jax_enable_x64), as seen by the stage 4 kernel.
-- `sources` — 'shardlab/<path>' -> sha256 of every file of the installed package (code, notebooks, templates).
+- `sources` — what determines the receipts, hashed (`evidence.sources.receipt_sources`): 'shardlab/<path>'
+  -> sha256 of each notebook and data file, and of each module the run can execute with its comments
+  and docstrings left out (of `ast.dump`); 'dist/<name>' -> the installed version of each runtime dependency.
 - `notebooks` — name -> {`executed`: "<name>.ipynb", `html`: "<name>.html" or null}.
 - `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
   every warm sample in the order taken), `median_ms`, `lower_ms` and `compile_ms` (null for the
@@ -54,7 +56,7 @@ import hashlib
 import json
 import os
 import platform
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
@@ -64,6 +66,7 @@ from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course import results as record
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
+from shardlab.evidence.sources import files, receipt_sources
 from shardlab.io import write_atomic
 
 SCHEMA_VERSION = 1
@@ -83,23 +86,12 @@ PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermi
 
 
 def source_hashes(package: str = "shardlab") -> dict:
-    """'shardlab/<path>' -> sha256 for every file of the installed package: code, notebooks, templates.
+    """'shardlab/<path>' -> sha256 of every file of the installed package, byte for byte: code, notebooks, templates.
 
     Read through importlib.resources, so an editable and a regular install hash the same files.
+    (audit.json's `sources` hash only what can change a receipt: `evidence.sources.receipt_sources`.)
     """
-    found = {}
-
-    def walk(node, prefix):
-        for child in node.iterdir():
-            name = f"{prefix}/{child.name}"
-            if child.is_dir():
-                if child.name != "__pycache__":
-                    walk(child, name)
-            elif not child.name.endswith((".pyc", ".pyo")):
-                found[name] = hashlib.sha256(child.read_bytes()).hexdigest()
-
-    walk(resources.files(package), package)
-    return dict(sorted(found.items()))
+    return {rel: hashlib.sha256(item.read_bytes()).hexdigest() for rel, item in files(package).items()}
 
 
 def environment() -> dict:
@@ -261,7 +253,7 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
         "schema_version": SCHEMA_VERSION,
         "run": run,
         "environment": take(stage4, "environment", STAGE4),
-        "sources": source_hashes(),
+        "sources": receipt_sources(),
         "notebooks": {
             n: {"executed": f"{n}.ipynb", "html": f"{n}.html" if (out_dir / f"{n}.html").is_file() else None}
             for n in executed

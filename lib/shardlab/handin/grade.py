@@ -34,6 +34,7 @@ from html import escape
 from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
+import shardlab.checker.supervise as supervise
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
@@ -83,7 +84,7 @@ def checker_version() -> str:
 
 def shown(name: str) -> str:
     """A name as the table and console show it: control characters (newlines too) and backslashes escaped."""
-    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode() for c in name) or "?"
+    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode() for c in name)
 
 
 def _folder_name(name: str, taken: set) -> str:
@@ -106,7 +107,7 @@ def _kind(mode: int) -> str:
 
 def _entry(entry: os.DirEntry) -> dict:
     """One row's description of a top-level entry: {name, file | problem, portfolio}."""
-    name = shown(entry.name)
+    name = shown(entry.name) or "?"
     row = {"name": name, "portfolio": None}
     try:
         info = entry.stat(follow_symlinks=False)
@@ -234,6 +235,9 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             verdict = {"timeout": "timeout", "output": "output cap"}[outcome.stopped]
             row.update(verdict=verdict, passed=0, diagnosis=f"{why[outcome.stopped]}; no report, so no check counts")
             cut = True
+        elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
+            row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
+            cut = True
         elif failed:
             row["verdict"] = "fail"
         elif not mine:
@@ -323,10 +327,10 @@ def grade(
     `echo(line)` receives one progress line per finished submission. Without a working sandbox this
     refuses (ConfigError) unless `unsandboxed`.
     """
+    found = discover(Path(submissions), Path(out))
     if not unsandboxed and (why := sandbox.unavailable()):
         raise ConfigError(f"cannot sandbox the submissions: {why}. Install it or pass --unsandboxed (at your risk)")
     out = outdir.claim(out, COMMAND)
-    found = discover(Path(submissions), out)
     version, earlier = checker_version(), _previous(out)
     bounds = {"timeout_s": timeout, "output_cap_bytes": cap, "sandboxed": not unsandboxed}
     same = earlier.get("checker_version") == version and earlier.get("bounds") == bounds
@@ -356,13 +360,15 @@ def grade(
                     try:
                         digest, rows = future.result()
                     except Exception as exc:  # noqa: BLE001 (one entry never ends the run)
-                        base = {"submission": sub["name"], "portfolio": "no", "sandbox": "yes"}
+                        base = {"submission": sub["name"], "portfolio": "no"}
+                        base["sandbox"] = UNSANDBOXED if unsandboxed else "yes"
                         digest, rows = None, _not_gradable(base, f"grading failed: {type(exc).__name__}: {exc}")
                     record[sub["name"]] = {"sha256": digest, "folder": sub["folder"], "rows": rows, "reused": False}
                     elapsed = time.perf_counter() - start
                     left = elapsed / number * (total - number)
                     verdicts = " ".join(f"{r['stage']}:{r['verdict']}" for r in rows)
-                    _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left)")
+                    warning = f"  {UNSANDBOXED}" if unsandboxed else ""
+                    _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left){warning}")
             except BaseException:  # Ctrl-C or SIGTERM: no check outlives the command
                 pool.shutdown(wait=False, cancel_futures=True)
                 bounded.stop_all()

@@ -3,9 +3,11 @@
 It reads a receipts folder (`make run IMPL=... OUT=...`), the learner's workspace notebooks
 (their `answer` cells and self-check letters) and the checker's verdict, and writes into DIR:
 `portfolio.html` (one offline page), `portfolio/` (every item's files, `portfolio.json` naming
-where each value came from, `report.md`) and `portfolio.zip` (both, ready to hand in). It
+where each value came from, `report.md`) and `portfolio.zip` (both, the file to hand in). It
 refuses receipts that ran another implementation than the one named, and a run that is
-missing or unfinished, listing what is missing; nothing is written then.
+missing or unfinished, listing what is missing; nothing is written then. Its first line says
+"ready to hand in" only when nothing is missing, else "incomplete: N items missing", then each
+missing item with how to add it (the manifest's `status`).
 """
 
 import json
@@ -21,7 +23,8 @@ from shardlab.checker.supervise import REPORT
 from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError
-from shardlab.evidence.audit import AUDIT, source_hashes
+from shardlab.evidence.audit import AUDIT
+from shardlab.evidence.sources import receipt_sources
 from shardlab.handin import bounded, contain, items, learner, page
 
 COMMAND = "portfolio"
@@ -99,7 +102,7 @@ def match_implementation(audit: dict, receipts: Path, implementation: str | None
     if implementation == "reference":
         if recorded != "reference":
             raise PortfolioError(f"{receipts} ran {recorded}, not the reference; pass --implementation <that file>")
-        now, then = source_hashes(), audit.get("sources") or {}
+        now, then = receipt_sources(), audit.get("sources") or {}
         changed = sorted(k for k in set(now) | set(then) if items.is_reference(k) and now.get(k) != then.get(k))
         if changed:
             raise PortfolioError(

@@ -218,6 +218,13 @@ RULES = (
         ),
     ),
     Rule(
+        "fsync-before-publish",
+        "save",
+        "the temporary file is flushed and fsynced after its last write and only then published, so a published "
+        "name never points at bytes still in memory",
+        ("save_syncs_before_publishing",),
+    ),
+    Rule(
         "exclusive-publish",
         "save",
         "the finished file is published with an operation that fails if the name exists (an exclusive link): of "
@@ -282,9 +289,9 @@ TAUGHT_IN = {
     "next_batch": "stage1_batches",
     "make_step": "stage2_update",
     "transition": "stage2_update",
-    "contract": "stage3_checkpoint",
-    "save": "stage3_checkpoint",
-    "restore": "stage3_checkpoint",
+    "contract": "stage3a_checkpoint",
+    "save": "stage3a_checkpoint",
+    "restore": "stage3a_checkpoint",
 }
 
 

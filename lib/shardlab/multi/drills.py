@@ -1,6 +1,6 @@
 """The stage 5 drills that restart by hand, the series runner, and drills.json.
 
-Four drills here, each bounded in time and compared with an uninterrupted control:
+The drills here, each bounded in time and compared with an uninterrupted control:
 
 1. `kill_during_save`: SIGKILL a controller inside a save, after Orbax finalised the step but
    before the manifest; the step is never accepted; the group restarts from the newest

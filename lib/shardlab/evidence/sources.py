@@ -1,0 +1,174 @@
+"""What determines a run's receipts, hashed: audit.json's `sources`, and what the freshness test compares.
+
+`receipt_sources()` maps each input that can change a receipt to a hash of what in it can:
+
+- `shardlab/course/notebooks/<name>.md` and `.ipynb`: the whole file (its text is in the pages);
+- every package file that is not a module (the starter template, the kernel spec): the whole file;
+- every module a run can execute, `shardlab/<path>.py`: the sha256 of `ast.dump` of its parsed
+  source with the docstrings removed. The modules are the import closure (`closure`) of what the
+  notebooks' code cells import and of the runner (`shardlab.course.execute`, which writes the
+  audit, the pages and the index), following imports at any depth, inside functions too, the
+  parent packages a submodule import runs, and module names written as strings
+  (`[python, "-m", "shardlab.multi.program"]`; a package named so brings its `__main__`);
+- `dist/<name>`: the installed version of every distribution shardlab's runtime depends on, at any
+  depth (the pins of requirements-cpu.txt that `make venv` installs; test-only tools are not inputs).
+
+Why an edit it ignores cannot change a receipt, and an edit that can is never ignored:
+comments are not in the AST; a docstring is the first statement of a module, class or function
+and is removed before the dump, and `DOC_READERS` lists the only modules that read a `__doc__`
+at run time, none of them for a receipt (a test requires that list to be complete). Everything
+else a change can touch (a constant, an operator, a name, an argument default, a decorator, an
+import, the order of statements) is a node or a field of the tree, so `ast.dump` and the hash
+change with it. A module outside the closure is imported by nothing the notebooks or the runner
+import, by name or by string; `computed_imports()` lists the calls that import a computed name,
+and a test requires each of them to be one of `COMPUTED_IMPORTS` (none of which a run reaches).
+"""
+
+import ast
+import hashlib
+import json
+import re
+from importlib import metadata, resources
+
+PACKAGE = "shardlab"
+NOTEBOOKS = "course/notebooks"
+RUNNER = ("shardlab.course.execute",)  # `python -m shardlab run`: what runs beside the notebooks' kernels
+# modules that read a __doc__ at run time, and why no receipt holds what they read
+DOC_READERS = {
+    "shardlab.cli": "names each value type's __doc__ for --help",
+    "shardlab.checker.search": "the random checks' __doc__, for the checker's listing",
+    "shardlab.multi.program": "the first docstring line as --help's description",
+    "shardlab.handin.platforms": "the first docstring line as --help's description",
+    "shardlab.checker.reuse": "the source of a learner's functions, hashed into a key for reusing verdicts",
+}
+# modules that import a computed name: the command table's dispatcher (a run's command is the runner above)
+COMPUTED_IMPORTS = {"shardlab.__main__"}
+
+
+def files(package: str = PACKAGE, root=None) -> dict:
+    """'shardlab/<path>' -> the resource of every file of the installed package, or of the copy at `root`."""
+    found = {}
+
+    def walk(node, prefix):
+        for child in node.iterdir():
+            name = f"{prefix}/{child.name}"
+            if child.is_dir():
+                if child.name != "__pycache__":
+                    walk(child, name)
+            elif not child.name.endswith((".pyc", ".pyo")):
+                found[name] = child
+
+    walk(resources.files(package) if root is None else root, package)
+    return dict(sorted(found.items()))
+
+
+def module_names(paths) -> dict:
+    """{module name: 'shardlab/<path>.py'} for the importable modules among `paths` (templates are data)."""
+    found = {}
+    for rel in paths:
+        parts = rel.removesuffix(".py").split("/")
+        if not rel.endswith(".py") or "templates" in parts:
+            continue
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = rel
+    return found
+
+
+def docstring_free_dump(text: str) -> str:
+    """`ast.dump` of the parsed source with every module, class and function docstring removed."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                if isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def named(tree, modules) -> set[str]:
+    """The modules of `modules` that `tree` imports (any depth) or names in a string constant."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)
+    found |= {f"{name}.__main__" for name in found}  # `python -m package` runs its __main__
+    return {name for name in found if name in modules}
+
+
+def notebook_code(text: str) -> str:
+    """The code cells of an .ipynb as one Python source (IPython's %magics and !commands dropped)."""
+    cells = [c for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
+    lines = [line for c in cells for line in "".join(c["source"]).splitlines()]
+    return "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+
+
+def closure(package_files: dict, roots=RUNNER) -> set[str]:
+    """The modules a run can execute: what the notebooks and `roots` import, closed under imports and parents."""
+    modules = module_names(package_files)
+    trees = {name: ast.parse(package_files[rel].read_text(encoding="utf-8")) for name, rel in modules.items()}
+    todo = {PACKAGE, *roots}
+    for rel, item in package_files.items():
+        if rel.startswith(f"{PACKAGE}/{NOTEBOOKS}/") and rel.endswith(".ipynb"):
+            code = notebook_code(item.read_text(encoding="utf-8"))
+            try:
+                todo |= named(ast.parse(code), modules)
+            except SyntaxError:  # IPython syntax beyond magics (`name?`): every module name written in it counts
+                todo |= set(re.findall(r"shardlab(?:\.\w+)*", code)) & set(modules)
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in modules:
+            continue
+        seen.add(name)
+        parents = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 1)}
+        todo |= (named(trees[name], modules) | parents) - seen
+    return seen
+
+
+def computed_imports(package_files: dict) -> set[str]:
+    """Modules that call importlib.import_module or __import__ with anything but a string constant."""
+    found = set()
+    for name, rel in module_names(package_files).items():
+        for node in ast.walk(ast.parse(package_files[rel].read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and node.args and not isinstance(node.args[0], ast.Constant):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in ("import_module", "__import__"):
+                    found.add(name)
+    return found
+
+
+def receipt_sources(package: str = PACKAGE, root=None) -> dict:
+    """{input: hash} of everything that determines a run's receipts (see the module docstring); `root`: a copy."""
+    package_files = files(package, root)
+    modules = module_names(package_files)
+    run = {modules[name] for name in closure(package_files)}
+    found = {}
+    for rel, item in package_files.items():
+        if rel in run:
+            found[rel] = hashlib.sha256(docstring_free_dump(item.read_text(encoding="utf-8")).encode()).hexdigest()
+        elif rel not in modules.values():
+            found[rel] = hashlib.sha256(item.read_bytes()).hexdigest()
+    versions = {f"dist/{name}": version for name, version in runtime_versions(package).items()}
+    return dict(sorted({**found, **versions}.items()))
+
+
+def runtime_versions(package: str = PACKAGE) -> dict:
+    """{distribution: installed version} of `package` and everything its runtime requires, at any depth."""
+    found, todo = {}, [package]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in found:
+            continue
+        try:
+            found[name] = metadata.version(name)
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # a requirement for another platform or Python (its marker excluded it)
+        todo += [re.match(r"[A-Za-z0-9._-]+", r).group(0) for r in requires if "extra ==" not in r]
+    return dict(sorted(found.items()))

@@ -1,0 +1,206 @@
+"""The lesson in view: each notebook shows the JAX it teaches, keeps its records out of sight, and every
+self-check question points at a cell whose output answers it.
+
+Construct cells carry the tag `construct`. Their sources must hold the stage's JAX (checked on the
+source notebooks); their outputs must exist in the executed course run and agree with what is read
+here independently (the lowered IR file, the checkpoint file on disk, the course's split-then-permute
+order).
+"""
+
+import re
+import zipfile
+
+import nbformat
+import numpy as np
+import pytest
+from conftest import REPO, executed, results
+
+from shardlab.course import selfcheck
+from shardlab.verify import oracle
+
+CONSTRUCT, RECORD = "construct", "record"
+# per notebook: the JAX (or file format) a construct cell of that stage must show in its source
+SHOWN = {
+    "stage1_batches": ("addressable_shards", ".sharding", "jax.Array"),
+    "stage2_update": ("jax.shard_map", "in_specs=", "out_specs=P()", "jax.lax.psum", "all_reduce"),
+    "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
+    "stage3b_resume": ("addressable_shards", ".sharding"),
+    "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
+}
+NOTEBOOKS = list(SHOWN)
+ASKING = [name for name in NOTEBOOKS if selfcheck.questions(name)]
+BOOKKEEPING = re.compile(r"stored in results|full value in results|results/\w+\.json|make check does not ask")
+
+
+def tags(cell) -> set:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def source(name):
+    return nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+
+
+def tagged(nb, tag):
+    found = [c for c in nb.cells if tag in tags(c)]
+    assert found, f"no cell tagged {tag!r}"
+    return found[0]
+
+
+def visible(cell) -> str:
+    """The text a reader sees in a code cell's outputs (stream, Markdown or plain text; HTML as is)."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        else:
+            data = output.get("data", {})
+            parts.append(data.get("text/markdown") or data.get("text/html") or data.get("text/plain") or "")
+    return "\n".join(parts)
+
+
+def table(text: str) -> list[list[str]]:
+    """The body rows of the first Markdown table in `text`, as cells."""
+    rows = [line.strip().strip("|").split("|") for line in text.splitlines() if line.lstrip().startswith("|")]
+    return [[c.strip() for c in row] for row in rows[2:]]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_shows_its_stages_jax_in_a_construct_cell(name):
+    cells = [c for c in source(name).cells if c.cell_type == "code" and CONSTRUCT in tags(c)]
+    assert cells, f"{name} has no cell tagged {CONSTRUCT!r}"
+    text = "\n".join(c.source for c in cells)
+    missing = [word for word in SHOWN[name] if word not in text]
+    assert not missing, f"{name}: no construct cell shows {missing}"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_records_stay_in_the_closing_cell(name):
+    nb = source(name)
+    emitting = [i for i, c in enumerate(nb.cells) if "results.emit" in c.source and RECORD not in tags(c)]
+    assert not emitting, f"{name}: cells {emitting} record results in the lesson (move them to the {RECORD!r} cell)"
+    assert not [i for i, c in enumerate(nb.cells) if BOOKKEEPING.search(c.source)], f"{name}: bookkeeping in a cell"
+
+
+def test_the_bookkeeping_rule_finds_what_it_forbids():
+    assert BOOKKEEPING.search("(checkpoint stored in results/stage3a_checkpoint.json)")
+    assert BOOKKEEPING.search("... (17 items; full value in results/)") and BOOKKEEPING.search(
+        "make check does not ask"
+    )
+    assert not BOOKKEEPING.search("observed: three all_reduce operations")
+
+
+@pytest.mark.parametrize("name", ASKING)
+def test_every_question_of_these_notebooks_names_its_cell(name):
+    for q in selfcheck.questions(name):
+        assert q.cell and q.section, f"{name} question {q.number} names no cell"
+        assert q.cell in {t for c in source(name).cells for t in tags(c)}, f"{name}: no cell tagged {q.cell!r}"
+
+
+def heading_before(nb, index: int) -> str:
+    """The last heading written above cell `index` (without its #s)."""
+    for cell in reversed(nb.cells[:index]):
+        if cell.cell_type == "markdown":
+            found = [line.lstrip("#").strip() for line in cell.source.splitlines() if line.startswith("#")]
+            if found:
+                return found[-1]
+    return ""
+
+
+def check_pointers(run_dir, names) -> list[str]:
+    """Every way a self-check pointer of `names` misses: no such cell, no visible output, another section."""
+    problems = []
+    for q in (q for name in names for q in selfcheck.questions(name) if q.cell):
+        nb = executed(run_dir, q.notebook)
+        index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
+        if index is None:
+            problems.append(f"{q.notebook} {q.number}: no cell tagged {q.cell}")
+        elif not visible(nb.cells[index]).strip():
+            problems.append(f"{q.notebook} {q.number}: the cell tagged {q.cell} shows nothing")
+        elif not heading_before(nb, index).startswith(q.section):
+            problems.append(f"{q.notebook} {q.number}: {q.cell} sits under {heading_before(nb, index)!r}")
+    return problems
+
+
+@pytest.mark.notebooks
+def test_every_self_check_pointer_lands_on_an_answering_output(run_dir):
+    names = sorted({q.notebook for q in selfcheck.QUESTIONS})
+    assert not check_pointers(run_dir, names)
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_no_output_of_these_notebooks_shows_bookkeeping(run_dir, name):
+    nb = executed(run_dir, name)
+    shown = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and BOOKKEEPING.search(visible(c))]
+    assert not shown, f"{name}: cells {shown} show where results are stored"
+    assert not visible(tagged(nb, RECORD)).strip(), f"{name}: the closing record cell shows something"
+
+
+@pytest.mark.notebooks
+def test_stage1_shows_where_each_row_of_the_first_batch_lives(run_dir):
+    nb = executed(run_dir, "stage1_batches")
+    rows = table(visible(tagged(nb, "placement")))
+    first = oracle.idiom_epochs(17, 23, 1)[0]["order"][:7].tolist() + ["pad"]
+    assert [r[0] for r in rows] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert [r[1] for r in rows] == ["[0:2, :]", "[2:4, :]", "[4:6, :]", "[6:8, :]"]
+    assert [r[3] for r in rows] == [f"[{', '.join(str(i) for i in first[d : d + 2])}]" for d in range(0, 8, 2)]
+    assert [r[4] for r in rows] == ["[1, 1]"] * 3 + ["[1, 0]"]
+    owned = {r[0]: r[2] for r in table(visible(tagged(nb, "ownership")))}
+    assert owned == {
+        "weights": "P()",
+        "momentum": "P()",
+        "key": "host",
+        "order": "host",
+        "cursor": "host",
+        "step": "host",
+    }
+
+
+@pytest.mark.notebooks
+def test_stage2_labels_each_all_reduce_of_the_lowered_step(run_dir):
+    found = results(run_dir, "stage2_update")
+    ir = (run_dir / found["all_reduce"]["ir_file"]).read_text()
+    rows = table(visible(tagged(executed(run_dir, "stage2_update"), "all-reduce-table")))
+    assert len(rows) == len(re.findall(r'"stablehlo\.all_reduce"', ir)) == 3
+    for operand, kind, _, _ in rows:
+        assert re.search(rf'= "stablehlo\.all_reduce"\({operand}\)', ir), operand
+        assert re.search(rf"\s{operand} = .*{re.escape(kind)}\s*$", ir, re.M), (operand, kind)
+    sums = sorted((kind, what.split(",")[0]) for _, kind, _, what in rows)
+    assert sums == [("tensor<8xf32>", "the gradient numerator"), ("tensor<f32>", "the loss numerator"),
+                    ("tensor<f32>", "the valid count N = sum of m")]  # fmt: skip
+    demo = found["shard_map"]
+    assert demo["local_counts"] == [2.0, 2.0, 2.0, 1.0] and demo["psum"] == 7.0 and "replication" in demo["refused"]
+
+
+@pytest.mark.notebooks
+def test_stage3_shows_the_npz_members_and_the_restore_target(run_dir):
+    saved = results(run_dir, "stage3a_checkpoint")
+    with zipfile.ZipFile(run_dir / saved["checkpoint"]["file"]) as archive:
+        on_disk = {info.filename: info.file_size for info in archive.infolist()}
+    rows = table(visible(tagged(executed(run_dir, "stage3a_checkpoint"), "npz-members")))
+    assert {r[0]: int(r[3]) for r in rows} == on_disk
+    assert {f"{f}.npy" for f in ("weights", "momentum", "key", "order", "cursor", "step")} <= set(on_disk)
+    with np.load(run_dir / saved["checkpoint"]["file"], allow_pickle=False) as npz:
+        assert {r[0]: r[1] for r in rows} == {f"{k}.npy": str(npz[k].dtype) for k in npz.files}
+    target = {r[0]: r[4] for r in table(visible(tagged(executed(run_dir, "stage3c_orbax_lesson"), "restore-target")))}
+    assert target["weights"] == target["momentum"] == "P()"
+    assert {v for k, v in target.items() if k not in ("weights", "momentum")} == {"host (NumPy)"}
+
+
+@pytest.mark.notebooks
+def test_stage3_resume_shows_its_proof_as_a_table_of_steps(run_dir):
+    from shardlab.verify import replay
+
+    saved = results(run_dir, "stage3a_checkpoint")["checkpoint"]
+    control = replay.load_record(run_dir / saved["control"])
+    rows = table(visible(tagged(executed(run_dir, "stage3b_resume"), "recovery")))
+    assert [int(r[0]) for r in rows] == [int(s) for s in control["step"]]
+    assert [r[1] for r in rows] == [str(np.asarray(ids).tolist()) for ids in control["ids"]]
+    assert all(r[4] == "0.0" and r[5] == "True" for r in rows)
+    with np.load(run_dir / saved["file"], allow_pickle=False) as npz:
+        keys = [npz["key"].tolist()] + [np.asarray(k).tolist() for k in control["key"]]
+    drawn = sum(a != b for a, b in zip(keys, keys[1:]))  # the control's own reshuffles after the saved key
+    assert drawn == 3  # three epochs on from mid-epoch: three boundaries, whichever step a sampler draws at
+    found = results(run_dir, "stage3b_resume")["permutations"]
+    assert found["drawn"] == drawn
+    assert f"drew {drawn} fresh permutations" in visible(tagged(executed(run_dir, "stage3b_resume"), "recovery-checks"))

@@ -1,0 +1,127 @@
+"""Receipts change when behaviour does: what audit.json's `sources` hash, checked on a copy of the tree.
+
+A comment or a docstring edit of a module the run executes leaves the recorded inputs equal (no
+`make run` needed); a changed constant the course uses, a changed expression, a new import or a
+notebook edit changes exactly the input it touched. The edits are made to a temporary copy of
+lib/shardlab, never to the checkout.
+"""
+
+import ast
+import re
+import shutil
+
+import pytest
+from conftest import REPO
+from test_receipts import current_sources, stale, stale_report
+
+from shardlab.evidence import sources
+
+PACKAGE = REPO / "lib" / "shardlab"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """A copy of lib/shardlab (the notebooks link copied as files) and its recorded inputs."""
+    root = tmp_path_factory.mktemp("tree") / "shardlab"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root, sources.receipt_sources(root=root)
+
+
+def edited(tree, rel: str, old: str, new: str):
+    """Edit the copy's `rel` (one occurrence of `old`), return the stale inputs, and undo the edit."""
+    root, before = tree
+    path = root / rel
+    text = path.read_text()
+    assert text.count(old) >= 1, f"{rel} no longer holds {old!r}"
+    path.write_text(text.replace(old, new, 1))
+    try:
+        return stale(before, sources.receipt_sources(root=root))
+    finally:
+        path.write_text(text)
+
+
+def test_the_copy_records_what_the_checkout_records(tree):
+    root, before = tree
+    assert before == sources.receipt_sources(root=PACKAGE)
+    assert before == current_sources(root)  # the test's own hashing agrees with the library's
+
+
+def test_a_comment_or_docstring_edit_of_an_executed_module_changes_no_input(tree):
+    assert "shardlab.core.update" in sources.closure(sources.files(root=tree[0]))
+    assert edited(tree, "core/update.py", "\nimport ", "\n# a learner's note, added to the comment\nimport ") == []
+    docstring = ast.get_docstring(ast.parse((PACKAGE / "core" / "update.py").read_text()))
+    first = docstring.splitlines()[0]
+    assert edited(tree, "core/update.py", first, first + " (reworded)") == []
+    assert edited(tree, "core/checkpoint.py", '"""Write all six fields', '"""Write every field') == []
+
+
+def test_a_changed_constant_expression_or_import_is_a_changed_input(tree):
+    assert edited(tree, "core/config.py", "LEARNING_RATE = 0.03", "LEARNING_RATE = 0.031") == [
+        "shardlab/core/config.py"
+    ]
+    assert edited(tree, "core/config.py", "BATCH_SIZE = 7", "BATCH_SIZE = 7 + 0") == ["shardlab/core/config.py"]
+    assert edited(tree, "core/update.py", "\nimport ", "\nimport fractions\nimport ") == ["shardlab/core/update.py"]
+
+
+def test_a_notebook_edit_is_a_changed_input_even_in_its_prose(tree):
+    stale_names = edited(tree, "course/notebooks/stage1_batches.md", "# Stage 1", "# Now: Stage 1")
+    assert stale_names == ["shardlab/course/notebooks/stage1_batches.md"]
+
+
+def test_the_freshness_report_names_every_stale_input():
+    recorded = {"a.py": "1", "b.py": "2", "c.md": "3"}
+    current = {"a.py": "1", "b.py": "9", "d.py": "4"}
+    assert stale_report(recorded, current) == "changed: b.py; added: d.py; removed: c.md"
+
+
+def test_every_module_that_touches_a_docstring_at_run_time_is_listed():
+    """A docstring left out of the hash must never be data: each module that reads or writes one is listed by name."""
+    package_files = sources.files(root=PACKAGE)
+    modules = sources.module_names(package_files)
+    touching = {
+        name
+        for name, rel in modules.items()
+        if re.search(r"__doc__|getdoc|getsource", (PACKAGE / rel.removeprefix("shardlab/")).read_text())
+        and name != "shardlab.evidence.sources"  # names them to describe the rule
+    }
+    assert touching == set(sources.DOC_READERS)
+    reads = {"__doc__", "getdoc", "getsource", "help"}
+    for rel in package_files:
+        if rel.endswith(".ipynb"):  # a notebook's code (its comments aside) never shows a docstring or a source
+            code = ast.parse(sources.notebook_code((PACKAGE / rel.removeprefix("shardlab/")).read_text()))
+            names = {getattr(node, "attr", getattr(node, "id", None)) for node in ast.walk(code)}
+            assert not names & reads, (rel, names & reads)
+
+
+def test_only_the_listed_modules_import_a_computed_name():
+    assert sources.computed_imports(sources.files(root=PACKAGE)) == sources.COMPUTED_IMPORTS
+
+
+def test_the_closure_follows_imports_strings_and_parents(tmp_path):
+    root = tmp_path / "shardlab"
+    for rel, text in {
+        "__init__.py": "",
+        "a/__init__.py": "",
+        "a/b.py": "def f():\n    from shardlab.c import d\n",
+        "c/__init__.py": "",
+        "c/d.py": "ARGV = ['-m', 'shardlab.e']\n",
+        "e/__init__.py": "",
+        "e/__main__.py": "",
+        "f.py": "",
+        "course/notebooks/n.ipynb": '{"cells": [{"cell_type": "code", "source": ["%time\\n", "import shardlab.a.b"]}]}',
+        "g.py": "",
+        "course/notebooks/m.ipynb": '{"cells": [{"cell_type": "code", "source": ["shardlab.g?"]}]}',
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    found = sources.closure(sources.files(root=root), roots=())
+    assert found == {
+        "shardlab",
+        "shardlab.a",
+        "shardlab.a.b",
+        "shardlab.c",
+        "shardlab.c.d",
+        "shardlab.e",
+        "shardlab.e.__main__",
+        "shardlab.g",  # named in a cell that is IPython, not Python
+    }
