@@ -26,6 +26,10 @@ SHOWN = {
     "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
     "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
+    "stage4a_profile": ("inspect.getsource(trace.traced_transition)",),  # StepTraceAnnotation, TraceAnnotation
+    "stage4b_beyond": ("inspect.getsource(steps._step_by_step)", "inspect.getsource(fused.compile_loop)"),
+    "stage5a_protocol": ("manifest.read", "sha256"),
+    "stage5b_scaling": ("inspect.getsource(program.step_times)",),
 }
 NOTEBOOKS = list(SHOWN)
 ASKING = [name for name in NOTEBOOKS if selfcheck.questions(name)]

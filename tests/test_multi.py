@@ -778,3 +778,32 @@ def test_a_drill_series_removes_only_work_folders_their_process_left(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {n for n, kept in names.items() if kept} | {
         f"{drills.WORK_PREFIX}{gone.pid}-file"
     }
+
+
+def test_a_named_stop_counts_only_when_each_report_names_it_and_each_exit_is_a_stop():
+    """A peer aborted by JAX after the coordinator stopped still stopped by name; any other exit does not count."""
+    import signal
+
+    from shardlab.multi import drills
+    from shardlab.multi.guard import EXIT_STOPPED
+
+    error = {"type": "HangError", "message": "process(es) [1] skipped step 2: agreement on step 3"}
+
+    def outcome(codes, times, messages=(error, error)):
+        return {
+            "processes": 2,
+            "event": {"injected": None},
+            "exit_codes": dict(enumerate(codes)),
+            "exit_times": dict(enumerate(times)),
+            "reports": {pid: {"error": m} for pid, m in enumerate(messages)},
+        }
+
+    abort = -signal.SIGABRT
+    assert drills._named(outcome((EXIT_STOPPED, EXIT_STOPPED), (1.0, 1.1)), "HangError", 1)
+    assert drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2)), "HangError", 1)  # after the coordinator
+    assert not drills._named(outcome((EXIT_STOPPED, abort), (1.3, 1.2)), "HangError", 1)  # before it: a crash
+    assert not drills._named(outcome((abort, EXIT_STOPPED), (1.0, 1.2)), "HangError", 1)  # the coordinator aborted
+    assert not drills._named(outcome((EXIT_STOPPED, -signal.SIGKILL), (1.0, 1.2)), "HangError", 1)
+    other = {"type": "HangError", "message": "process(es) [0] skipped step 2"}
+    assert not drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2), (error, other)), "HangError", 1)
+    assert not drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2), (error, None)), "HangError", 1)

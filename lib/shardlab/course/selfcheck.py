@@ -306,6 +306,7 @@ QUESTIONS = (
             "c",
             "Inputs are placed before the clock starts; compilation is timed separately.",
             "timing",
+            ("timing_table", "1. Three equivalent updates"),
         ),
         (
             "Which comparison says whether four devices pay off for this workload?",
@@ -318,6 +319,7 @@ QUESTIONS = (
             "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
             "compiled update is the strong baseline.",
             "timing",
+            ("timing_table", "1. Three equivalent updates"),
         ),
         (
             "Which trace annotation holds the sampler's work and the placement of the batch?",
@@ -325,6 +327,7 @@ QUESTIONS = (
             "b",
             "prepare_and_place advances the real sampler state and waits for placement.",
             "trace",
+            ("durations", "2. Four real transitions"),
         ),
         (
             "Which is a useful next optimisation?",
@@ -337,6 +340,7 @@ QUESTIONS = (
             "c",
             "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
             "trace",
+            ("hypothesis_stated", "3. What dominates"),
         ),
         (
             "What does this CPU trace measure?",
@@ -344,6 +348,7 @@ QUESTIONS = (
             "b",
             "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
             "trace",
+            ("durations", "2. Four real transitions"),
         ),
         (
             "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
@@ -356,6 +361,7 @@ QUESTIONS = (
             "b",
             "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
             "change",
+            ("profile_again", "4. Make the change"),
         ),
     ),
     *_stage(
@@ -370,6 +376,7 @@ QUESTIONS = (
             "b",
             "The denominator stays global across processes exactly as across devices; the means of means differ.",
             "denominator",
+            ("denominator", "Drill 2"),
         ),
         (
             "The completion manifest printed above lists every file with its size and checksum. When may a reader "
@@ -382,6 +389,7 @@ QUESTIONS = (
             "a",
             "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
             "manifest",
+            ("manifest", "One completion manifest"),
         ),
         (
             "Process 1 is killed while the background write of step 6 is in progress. Where does the relaunch resume?",
@@ -393,6 +401,7 @@ QUESTIONS = (
             "b",
             "Step 6 never got its manifest, so 'latest' is the newest published step; the steps after it are redone.",
             "async_kill",
+            ("reveal-async-kill", "Drill 1"),
         ),
         (
             "One controller skips a batch and misses an all-reduce. What does the guard do?",
@@ -404,6 +413,7 @@ QUESTIONS = (
             "c",
             "The others block in the collective; only a bound turns a hang into a diagnosis.",
             "skipped_batch",
+            ("reveal-skip", "Drill 3"),
         ),
         (
             "SIGTERM reaches process 1 during step 8. How many steps does the relaunch lose?",
@@ -415,6 +425,7 @@ QUESTIONS = (
             "a",
             "The handler only sets a flag; the next agreement carries it to every controller, which save that step.",
             "preemption",
+            ("reveal-preempt", "Drill 1"),
         ),
     ),
     *_stage(
@@ -426,6 +437,7 @@ QUESTIONS = (
             "b",
             "Perfect splitting on C cores gives at most C / W; what is left below that is contention.",
             "efficiency",
+            ("efficiency", "Scaling"),
         ),
         (
             "Steps 1 and 4 compile, on both controllers. Why does step 4 compile?",
@@ -437,6 +449,7 @@ QUESTIONS = (
             "b",
             "The update is compiled per batch shape: 2 rows pad to 4 slots, a shape steps 1 to 3 never had.",
             "step_times",
+            ("rank-log", "Where each controller"),
         ),
         (
             "Two controllers' median compute times differ twofold, from eight samples each. When is that a straggler?",
@@ -448,6 +461,7 @@ QUESTIONS = (
             "b",
             "A median of a handful of samples moves with load; only separated spreads make a difference a finding.",
             "step_times",
+            ("reveal-rank", "Where each controller"),
         ),
         (
             "What does the blocking save time of the saving comparison measure?",
@@ -459,6 +473,7 @@ QUESTIONS = (
             "b",
             "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
             "async_vs_sync",
+            ("async-overhead", "What asynchronous saving costs"),
         ),
         (
             "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
@@ -470,6 +485,7 @@ QUESTIONS = (
             "a",
             "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
             "scaling_model",
+            ("scaling-model", "Scaling"),
         ),
         (
             "Which runbook row stops relaunching altogether?",
@@ -477,6 +493,7 @@ QUESTIONS = (
             "c",
             "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
             "runbook",
+            ("runbook", "The runbook"),
         ),
     ),
 )

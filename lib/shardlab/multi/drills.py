@@ -25,6 +25,7 @@ path and returns the accepted step and whether the restored and resumed states e
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -107,17 +108,28 @@ def _stops(outcome: dict, since: float) -> dict:
     return {pid: round(t - since, 2) for pid, t in outcome["exit_times"].items() if pid != victim}
 
 
+def _stopped_naming(outcome: dict, pid: int, found: dict, kind: str, process: int) -> bool:
+    """Process `pid` stopped itself with `kind` naming `process`.
+
+    Its report must name the error. Its exit is a named stop, or — for a process other than 0 —
+    JAX's abort (SIGABRT) after process 0, which hosts the coordination service, had already
+    stopped: the named stop was written first, and the abort is JAX ending a client whose
+    coordinator is gone (the same abort the coordinator drill shows), not a second failure.
+    """
+    named = found.get(pid, {}).get("type") == kind and f"[{process}]" in found[pid]["message"]
+    code, times = outcome["exit_codes"][pid], outcome["exit_times"]
+    if code == EXIT_STOPPED:
+        return named
+    after_coordinator = pid != 0 and 0 in times and pid in times and times[0] <= times[pid]
+    return named and code == -signal.SIGABRT and after_coordinator and outcome["exit_codes"][0] == EXIT_STOPPED
+
+
 def _named(outcome: dict, kind: str, process: int) -> bool:
     """Every process that was not killed stopped itself with `kind` naming `process`."""
     victim = (_killed(outcome) or {}).get("rank")
     others = [pid for pid in range(outcome["processes"]) if pid != victim]
     found = control.errors(outcome)
-    return bool(others) and all(
-        outcome["exit_codes"][pid] == EXIT_STOPPED
-        and found.get(pid, {}).get("type") == kind
-        and f"[{process}]" in found[pid]["message"]
-        for pid in others
-    )
+    return bool(others) and all(_stopped_naming(outcome, pid, found, kind, process) for pid in others)
 
 
 def _completed(outcome: dict) -> bool:
