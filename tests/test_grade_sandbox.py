@@ -61,6 +61,7 @@ def _gone(token: str, seconds: float = 5.0) -> list[int]:
     return left
 
 
+@pytest.mark.sandbox
 def test_every_descendant_dies_with_the_sandbox(tmp_path):
     script, token = tmp_path / "orphan.py", f"orphan-token-{os.getpid()}-{time.time_ns()}"
     script.write_text(ORPHAN)
@@ -74,6 +75,7 @@ def test_every_descendant_dies_with_the_sandbox(tmp_path):
     assert not _gone(token), "no descendant outlives the sandbox"
 
 
+@pytest.mark.sandbox
 def test_the_sandbox_dies_with_its_caller(tmp_path):
     """SIGKILL of the process that started the sandbox (grade itself) ends everything inside it."""
     script, token = tmp_path / "orphan.py", f"caller-token-{os.getpid()}-{time.time_ns()}"
@@ -97,6 +99,7 @@ def test_the_sandbox_dies_with_its_caller(tmp_path):
         parent.kill()
 
 
+@pytest.mark.sandbox
 def test_a_check_stops_with_the_process_that_started_it(tmp_path):
     """grade killed (SIGKILL) mid-check: the supervisor notices and ends the sandbox and all it started."""
     token = f"supervised-token-{os.getpid()}-{time.time_ns()}"
@@ -123,6 +126,7 @@ def test_a_check_stops_with_the_process_that_started_it(tmp_path):
         parent.kill()
 
 
+@pytest.mark.sandbox
 def test_the_sandbox_sees_only_what_it_is_given(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
@@ -339,6 +343,7 @@ def test_the_autograder_bundle_runs_in_gradescopes_layout(tmp_path):
     assert not list((root / "submission").glob("__pycache__")), "nothing written beside the submission"
 
 
+@pytest.mark.sandbox
 def test_the_reduced_attack_campaign_holds(tmp_path):
     from rig.grade_attacks.__main__ import run
 
@@ -355,6 +360,7 @@ SANDBOXED_HOSTILE = {  # body of `initial` -> the verdict the supervisor must gi
 }
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("kind", sorted(SANDBOXED_HOSTILE))
 def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     """Memory is read from the sandboxed interpreter's host pid; a loop ignoring SIGALRM is stopped from outside."""

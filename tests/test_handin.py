@@ -52,6 +52,7 @@ def _fake_portfolio(path: Path, sha256: str) -> None:
         archive.writestr("portfolio/portfolio.json", json.dumps({"implementation": {"spec": {"sha256": sha256}}}))
 
 
+@pytest.mark.sandbox
 @pytest.mark.slow  # every stage of five submissions, each checked in its own bounded process
 def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     subs = _submissions(tmp_path / "subs")
@@ -292,7 +293,7 @@ RECEIPTS = REPO / "receipts"
 
 
 def _receipts_copy(into: Path) -> Path:
-    shutil.copytree(RECEIPTS, into, ignore=shutil.ignore_patterns("portfolio*", ".shardlab-*"))
+    shutil.copytree(RECEIPTS, into, ignore=shutil.ignore_patterns("portfolio*", ".shardlab-staging-*"))
     return into
 
 

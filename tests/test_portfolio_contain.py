@@ -30,6 +30,8 @@ def test_unchanged_receipts_pass_and_an_edited_one_is_named(tmp_path):
     (receipts / "results" / "stage2.json").write_text('{"loss": 0.1}')
     with pytest.raises(PortfolioError, match=r"changed after the run wrote it: results/stage2\.json"):
         contain.verify_receipts(receipts)
+    (receipts / "results" / "stage2.json").unlink()
+    contain.verify_receipts(receipts)  # absent is not edited: the item that needs it says it is missing
 
 
 def test_a_receipt_replaced_by_a_link_or_a_missing_manifest_is_refused(tmp_path):
@@ -43,6 +45,14 @@ def test_a_receipt_replaced_by_a_link_or_a_missing_manifest_is_refused(tmp_path)
     (tmp_path / "bare").mkdir()
     with pytest.raises(PortfolioError, match="no record of the files"):
         contain.verify_receipts(tmp_path / "bare")
+
+
+def test_only_files_the_run_wrote_are_copied(tmp_path):
+    receipts = _run_folder(tmp_path)
+    assert contain.source(receipts, receipts / "page.html") == receipts / "page.html"
+    (receipts / "planted.html").write_text("not the run's")
+    with pytest.raises(PortfolioError, match="not a file the run wrote"):
+        contain.source(receipts, receipts / "planted.html")
 
 
 def test_paths_from_the_run_stay_inside_their_folders(tmp_path):
@@ -80,6 +90,9 @@ def test_a_check_report_is_trusted_only_if_the_run_wrote_it_or_it_names_the_file
         else:
             with pytest.raises(PortfolioError):
                 contain.check_report(forged, receipts, str(mine))
+    copied = tmp_path / "copied_report.json"
+    copied.write_bytes(own.read_bytes())
+    assert contain.check_report(copied, receipts, "reference")["checks"] == [], "the run's report, copied elsewhere"
     own.write_text('{"implementation": "reference", "passed": true, "checks": []}')  # edited after the run
     with pytest.raises(PortfolioError, match="was not written by this run"):
         contain.check_report(own, receipts, "reference")

@@ -3,13 +3,14 @@
 - `member(folder, rel)`: a path inside `folder` for a relative name taken from a run's files
   (`audit.json` can be edited by hand): absolute names, `..` and links out are refused.
 - `source(receipts, path, implementation)`: a file to copy is a regular file inside the receipts
-  folder, reached without following a link, or the implementation file itself.
+  folder, reached without following a link and listed in its manifest (once it has one), or the
+  implementation file itself.
 - `verify_receipts(receipts)`: every file the run's manifest lists still holds the bytes it recorded;
   an edited, relabelled or added-over receipt is refused and named.
 - `check_report(path, receipts, implementation)`: a `--check-report` is used only if the run wrote it
-  (listed in its manifest with those bytes), or, for a learner's file, if it records that file's sha256
-  (`python -m shardlab check` writes it). What such a report says is still the checker's word as run
-  on the learner's machine: it is not re-checked here.
+  (its bytes are those of a `check_report.json` its manifest lists, wherever it was copied), or, for a
+  learner's file, if it records that file's sha256 (`python -m shardlab check` writes it). What such a
+  report says is still the checker's word as run on the learner's machine: it is not re-checked here.
 """
 
 import json
@@ -62,6 +63,9 @@ def source(receipts: Path, path, implementation: str | None = None) -> Path:
     info = os.lstat(checked)
     if not stat.S_ISREG(info.st_mode):
         raise PortfolioError(f"{path} is not a regular file; the portfolio copies only the run's files")
+    rel = checked.relative_to(os.path.abspath(receipts)).as_posix()
+    if os.path.lexists(Path(receipts) / outdir.MANIFEST) and rel not in _manifest_files(Path(receipts)):
+        raise PortfolioError(f"{rel} is not a file the run wrote (its {outdir.MANIFEST} does not list it)")
     return checked
 
 
@@ -86,9 +90,14 @@ def _holds(path: Path, entry: dict) -> bool:
 
 
 def verify_receipts(receipts: Path) -> None:
-    """PortfolioError naming every file of the run that no longer holds the bytes the run wrote."""
+    """PortfolioError naming every file of the run that no longer holds the bytes the run wrote.
+
+    A listed file that is absent is not an edit (an item that needs it says it is missing); one that is
+    there with other bytes, or as a link, is.
+    """
     files = _manifest_files(receipts)
-    edited = sorted(rel for rel, entry in files.items() if not _holds(member(receipts, rel), entry))
+    present = {rel: entry for rel, entry in files.items() if os.path.lexists(member(receipts, rel))}
+    edited = sorted(rel for rel, entry in present.items() if not _holds(member(receipts, rel), entry))
     if edited:
         shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
         raise PortfolioError(
@@ -108,10 +117,10 @@ def check_report(path, receipts: Path, implementation: str) -> dict:
         raise PortfolioError(f"cannot read the check report {path} ({exc}); pass a check_report.json") from None
     if not isinstance(report, dict) or not isinstance(report.get("checks"), list):
         raise PortfolioError(f"{path} is not a check report (no list of checks)")
-    if _inside(path, receipts):
-        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(receipts)).as_posix()
-        entry = _manifest_files(receipts).get(rel)
-        if entry and _holds(path, entry):
+    digest = sha256_file(path)
+    for rel, entry in _manifest_files(receipts).items():  # the run's own report, wherever it was copied to
+        digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
+        if Path(rel).name == "check_report.json" and digest in digests:
             return report
     if implementation != "reference" and report.get("implementation_sha256") == sha256_file(implementation):
         return report
