@@ -9,7 +9,6 @@ goes to one worker, and the other runs the rest of the suite meanwhile.
 import fcntl
 import json
 import os
-import sys
 from pathlib import Path
 
 import nbformat
@@ -20,8 +19,7 @@ from shardlab.course import execute as runner
 from shardlab.course import results as record
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the library never needs it
-if str(REPO) not in sys.path:  # the rig (REPO/rig) is not installed: the tests import it from the checkout
-    sys.path.insert(0, str(REPO))
+# the rig (REPO/rig) is not installed: pyproject's `pythonpath = ["."]` lets the tests import it from the checkout
 
 sl.setup_devices(4)
 

@@ -76,19 +76,36 @@ def without_docstrings(text: str) -> str:
 def current_sources(root=REPO / "lib" / "shardlab"):
     """What determines the receipts now, for the tree at `root`: the inputs `receipt_sources` names, hashed here.
 
-    A module (a .py file outside templates/) is hashed as its docstring-free AST dump, any other
+    A module (a .py file outside templates/) is hashed as its docstring-free AST dump unless a notebook
+    prints its source (`printed_modules`), any other
     file byte for byte (course/notebooks is a link to the checkout's notebooks/), a distribution
     by its installed version.
     """
-    found = {}
+    found, printed = {}, printed_modules(root)
     for key in sources.receipt_sources(root=root):
         if key.startswith("dist/"):
             found[key] = metadata.version(key.removeprefix("dist/"))
             continue
         path = root / key.removeprefix("shardlab/")
-        module = path.suffix == ".py" and "templates" not in path.parts
+        module = path.suffix == ".py" and "templates" not in path.parts and key not in printed
         body = without_docstrings(path.read_text()).encode() if module else path.read_bytes()
         found[key] = hashlib.sha256(body).hexdigest()
+    return found
+
+
+def printed_modules(root) -> set[str]:
+    """'shardlab/<path>.py' of each module a notebook prints source from (`inspect.getsource(name.attr)`), by regex.
+
+    Their page shows comments and docstrings, so they are hashed byte for byte.
+    """
+    found = set()
+    for notebook in (root / "course" / "notebooks").glob("*.md"):
+        text = notebook.read_text()
+        bound = {}
+        for package, names in re.findall(r"^from (shardlab[\w.]*) import ([\w, ]+)$", text, flags=re.M):
+            bound |= {name.strip(): f"{package}.{name.strip()}" for name in names.split(",")}
+        for name in re.findall(r"getsource\((\w+)\.", text):
+            found.add(bound[name].replace(".", "/") + ".py")
     return found
 
 

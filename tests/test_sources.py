@@ -7,6 +7,8 @@ lib/shardlab, never to the checkout.
 """
 
 import ast
+import importlib
+import inspect
 import re
 import shutil
 
@@ -86,11 +88,43 @@ def test_every_module_that_touches_a_docstring_at_run_time_is_listed():
     }
     assert touching == set(sources.DOC_READERS)
     reads = {"__doc__", "getdoc", "getsource", "help"}
+    shown = sources.shown_modules(package_files)
+    calls = 0
     for rel in package_files:
-        if rel.endswith(".ipynb"):  # a notebook's code (its comments aside) never shows a docstring or a source
+        if rel.endswith(".ipynb"):  # a notebook shows a docstring or a source only as `shown` finds it
             code = ast.parse(sources.notebook_code((PACKAGE / rel.removeprefix("shardlab/")).read_text()))
             names = {getattr(node, "attr", getattr(node, "id", None)) for node in ast.walk(code)}
-            assert not names & reads, (rel, names & reads)
+            assert not names & (reads - {"getsource"}), (rel, names & reads)
+            for node in ast.walk(code):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "getsource":
+                    calls += 1
+                    found = sources.shown(code, modules)
+                    arg = node.args[0]
+                    assert isinstance(arg, ast.Attribute) and arg.attr in found.get(
+                        sources.bindings(code, modules).get(getattr(arg.value, "id", None)), []
+                    ), f"{rel}: getsource of {ast.unparse(arg)}, not a function of a module the notebook imports"
+    for module, attrs in shown.items():  # the printed text is that module's own, so its whole file is hashed
+        imported = importlib.import_module(module)
+        for attr in attrs:
+            assert inspect.getsourcefile(inspect.unwrap(getattr(imported, attr))) == inspect.getsourcefile(imported), (
+                module,
+                attr,
+            )
+    assert calls and shown, "the notebooks print some library source: the rule above must have cases"
+
+
+def test_a_module_a_notebook_prints_is_hashed_whole(tmp_path):
+    """A comment in a function a notebook prints changes the page, so it changes that module's recorded hash."""
+    package_files = sources.files(root=PACKAGE)
+    module = sorted(sources.shown_modules(package_files))[0]
+    rel = sources.module_names(package_files)[module]
+    copy = tmp_path / "shardlab"
+    shutil.copytree(PACKAGE, copy, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    before = sources.receipt_sources(root=copy)
+    target = copy / rel.removeprefix("shardlab/")
+    target.write_text(target.read_text() + "\n# a comment the page would show\n")
+    after = sources.receipt_sources(root=copy)
+    assert {k for k in before if before[k] != after.get(k)} == {rel}
 
 
 def test_only_the_listed_modules_import_a_computed_name():

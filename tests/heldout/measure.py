@@ -42,8 +42,7 @@ def judge_correct(path: Path) -> dict:
 
 
 def main(wrong: str, correct: str) -> int:
-    sys.path.insert(0, str(Path(__file__).parent))
-    import files
+    import files  # beside this script: run as a script, its folder is the first entry of sys.path
 
     with tempfile.TemporaryDirectory(prefix="heldout-cases-") as made, ThreadPoolExecutor(3) as pool:
         cases = files.materialise(made)

@@ -4,7 +4,9 @@
 
 - `shardlab/course/notebooks/<name>.md` and `.ipynb`: the whole file (its text is in the pages);
 - every package file that is not a module (the starter template, the kernel spec): the whole file;
-- every module a run can execute, `shardlab/<path>.py`: the sha256 of `ast.dump` of its parsed
+- every module whose source a notebook prints (`inspect.getsource(module.name)`, `shown_modules`):
+  the whole file, comments and docstrings included, since the page shows them;
+- every other module a run can execute, `shardlab/<path>.py`: the sha256 of `ast.dump` of its parsed
   source with the docstrings removed. The modules are the import closure (`closure`) of what the
   notebooks' code cells import and of the runner (`shardlab.course.execute`, which writes the
   audit, the pages and the index), following imports at any depth, inside functions too, the
@@ -38,7 +40,7 @@ DOC_READERS = {
     "shardlab.cli": "names each value type's __doc__ for --help",
     "shardlab.checker.search": "the random checks' __doc__, for the checker's listing",
     "shardlab.multi.program": "the first docstring line as --help's description",
-    "shardlab.handin.platforms": "the first docstring line as --help's description",
+    "shardlab.handin.autograder": "the first docstring line as --help's description",
     "shardlab.checker.reuse": "the source of a learner's functions, hashed into a key for reusing verdicts",
 }
 # modules that import a computed name: the command table's dispatcher (a run's command is the runner above)
@@ -130,6 +132,44 @@ def closure(package_files: dict, roots=RUNNER) -> set[str]:
     return seen
 
 
+def bindings(tree, modules) -> dict:
+    """{local name: module} for every `import shardlab.x as n` / `from shardlab.x import n` of a module in `modules`."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.asname: alias.name for alias in node.names if alias.asname and alias.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in modules:
+                    found[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return found
+
+
+def shown(tree, modules) -> dict:
+    """{module: [names]} whose source `tree` prints: `inspect.getsource(module.name)` of a module it imports.
+
+    A notebook that shows a function's source shows its comments and docstrings too, so the
+    receipts of such a module hash its whole text (`receipt_sources`).
+    """
+    bound, found = bindings(tree, modules), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "getsource":
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) and arg.value.id in bound:
+                found.setdefault(bound[arg.value.id], []).append(arg.attr)
+    return found
+
+
+def shown_modules(package_files: dict) -> dict:
+    """{module: [names]} whose source some notebook prints (see `shown`)."""
+    modules, found = module_names(package_files), {}
+    for rel, item in package_files.items():
+        if rel.startswith(f"{PACKAGE}/{NOTEBOOKS}/") and rel.endswith(".ipynb"):
+            for module, names in shown(ast.parse(notebook_code(item.read_text(encoding="utf-8"))), modules).items():
+                found.setdefault(module, []).extend(names)
+    return found
+
+
 def computed_imports(package_files: dict) -> set[str]:
     """Modules that call importlib.import_module or __import__ with anything but a string constant."""
     found = set()
@@ -148,11 +188,12 @@ def receipt_sources(package: str = PACKAGE, root=None) -> dict:
     package_files = files(package, root)
     modules = module_names(package_files)
     run = {modules[name] for name in closure(package_files)}
+    whole = {modules[name] for name in shown_modules(package_files)}  # a notebook prints their text
     found = {}
     for rel, item in package_files.items():
-        if rel in run:
+        if rel in run and rel not in whole:
             found[rel] = hashlib.sha256(docstring_free_dump(item.read_text(encoding="utf-8")).encode()).hexdigest()
-        elif rel not in modules.values():
+        elif rel in whole or rel not in modules.values():
             found[rel] = hashlib.sha256(item.read_bytes()).hexdigest()
     versions = {f"dist/{name}": version for name, version in runtime_versions(package).items()}
     return dict(sorted({**found, **versions}.items()))
