@@ -452,7 +452,7 @@ QUESTIONS = (
             ("rank-log", "Where each controller"),
         ),
         (
-            "Two controllers' median compute times differ twofold, from eight samples each. When is that a straggler?",
+            "Suppose two controllers' median compute times differed twofold, from eight samples each. When would that be a straggler?",
             [
                 "always: the medians differ",
                 "when the samples' spreads do not overlap, and it persists over more samples",
