@@ -452,7 +452,8 @@ QUESTIONS = (
             ("rank-log", "Where each controller"),
         ),
         (
-            "Suppose two controllers' median compute times differed twofold, from eight samples each. When would that be a straggler?",
+            "Suppose two controllers' median compute times differed twofold, from eight samples each. "
+            "When would that be a straggler?",
             [
                 "always: the medians differ",
                 "when the samples' spreads do not overlap, and it persists over more samples",
