@@ -9,6 +9,7 @@ goes to one worker, and the other runs the rest of the suite meanwhile.
 import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -22,6 +23,9 @@ REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the 
 # the rig (REPO/rig) is not installed: pyproject's `pythonpath = ["."]` lets the tests import it from the checkout
 
 sl.setup_devices(4)
+# The checker keeps compiled programs and passed verdicts in the user's cache folder; the suite keeps its own,
+# new each session, so no earlier run on this machine (nor the suite) lands in, or is read from, the user's.
+os.environ.setdefault("SHARDLAB_CHECK_CACHE", tempfile.mkdtemp(prefix="shardlab-test-check-cache-"))
 
 
 @pytest.fixture(scope="session")

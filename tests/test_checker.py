@@ -439,7 +439,7 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     from shardlab.checker import check_here
 
     spec = str(BROKEN / "drop_remainder.py")
-    status = runner.main(Namespace(implementation=spec, stage="1", output=str(tmp_path / "cli")))
+    status = runner.main(Namespace(implementation=spec, stage="1", output=str(tmp_path / "cli"), fresh=True))
     cli_lines = capfd.readouterr().out.splitlines()
     report = check_here(spec, 1)
     here_lines = capfd.readouterr().out.splitlines()
