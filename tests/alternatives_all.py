@@ -18,10 +18,12 @@ from test_alternatives_run import (
     CORRECT,
     assert_advice_leads_to_a_failing_check,
     checker_failures,
+    learner_notebooks,
     receipt_differences,
     run_learner_stages,
 )
 from test_checker import SEARCHED_IN_MAKE_TEST, assert_the_search_accepts
+from test_claims import check_claims
 
 # broken files that pass stages 1 and 2 and fail a stage 3 notebook cell, each for another cause
 FAILING_RUNS = ("save_overwrites", "restore_skips_validation", "restore_resets_key", "checkpoint_without_momentum")
@@ -65,6 +67,8 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
     spec = str(heldout / f"{alternative.removeprefix('heldout/')}.py" if made else CORRECT / f"{alternative}.py")
     assert checker_failures(spec) == [], f"{alternative} is not accepted by the checker"
     found = run_learner_stages(spec, tmp_path / "run")
+    for notebook in learner_notebooks():  # every sentence the run chose is true of this run's own values
+        assert check_claims(json.loads((found / "results" / f"{notebook}.json").read_text())) == [], notebook
     # asked for last: while one worker runs the reference, the other checks and runs its own file meanwhile
     assert receipt_differences(request.getfixturevalue("reference_run"), found) == []
 

@@ -41,6 +41,14 @@ ALLOWED = {
     "stage3b_resume/process": "process identities",
     "stage4a_profile": "timings, compile times, traces and the environment (compared apart: the NumPy errors)",
     "stage4b_beyond": "the course's own fused loops: timings and traces of this run",
+    # when a sampler draws its next permutation: at an epoch's first batch (lazy) or as soon as its last batch
+    # is taken (eager); both keep the course's rule, and the ids they give are compared exactly above
+    "stage1_batches/walk_keys": "the batch at which the key changes: lazy or eager draw",
+    "stage3b_resume/permutations": "the step after which a permutation is drawn: lazy or eager draw",
+    **{
+        f"{name}/claims": "sentences chosen by this run's own values (each checked against them: check_claims)"
+        for name in ("stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume", "stage3c_orbax_lesson")
+    },
 }
 EXACT = ("stage3b_resume/recovery", "stage3b_resume/orbax", "stage3b_resume/divergence")  # no tolerance at all
 TOLERANCE = {"rel_tol": 1e-4, "abs_tol": 1e-5}  # float32 sums in another order: another implementation's rounding
