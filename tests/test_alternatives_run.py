@@ -44,6 +44,8 @@ ALLOWED = {
     # when a sampler draws its next permutation: at an epoch's first batch (lazy) or as soon as its last batch
     # is taken (eager); both keep the course's rule, and the ids they give are compared exactly above
     "stage1_batches/walk_keys": "the batch at which the key changes: lazy or eager draw",
+    "stage1_batches/ownership": "how its state holds each field (type, dtype, copies): its own representation",
+    "stage3a_checkpoint/npz_members": "the members its file format writes",
     "stage3b_resume/permutations": "the step after which a permutation is drawn: lazy or eager draw",
     **{
         f"{name}/claims": "sentences chosen by this run's own values (each checked against them: check_claims)"
