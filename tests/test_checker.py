@@ -188,6 +188,7 @@ MISTAKES = {
         "random_restore_damage",
         ["momentum of magnitude 3e38", "finite means np.isfinite", "rows=1, batch=1, devices=1"],
     ),
+    "restore_finite_via_sum": (3, "random_restore_damage", ["momentum of magnitude 3e38", "not a test of a sum"]),
     "restore_without_contract_member": (3, "random_restore_damage", ["contract: missing", "rows=1, batch=1"]),
     "restore_compares_shared_keys": (
         3,

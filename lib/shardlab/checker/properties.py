@@ -685,13 +685,17 @@ def _like(value, numbers: np.ndarray):
 
 
 def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> None:
-    """The same state with weights and momentum of the largest float32 magnitudes is saved and restored exactly."""
+    """The same state with weights and momentum of the largest float32 magnitudes is saved and restored exactly.
+
+    The weights alternate in sign; the momentum does not, so a finiteness test that sums a field (the sum
+    of two 3e38 values is infinite in float32) refuses this valid checkpoint.
+    """
     width = case.shape()[1]
     signs = np.where(np.arange(width) % 2, np.float32(-1), np.float32(1))
     large = {
         **state,
         "weights": _like(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
-        "momentum": _like(state["momentum"], (-signs * LARGE).astype(np.float32)),
+        "momentum": _like(state["momentum"], np.full(width, LARGE, dtype=np.float32)),
     }
     other = os.path.join(os.path.dirname(os.path.abspath(path)), "large-" + os.path.basename(path))
     try:
@@ -702,7 +706,8 @@ def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: di
             "the checkpoint saved and restored",
             _learner_error(exc),
             f"a valid checkpoint at step {at} with weights of magnitude 1e30 and momentum of magnitude 3e38 (large, "
-            "finite float32 values) was refused -> finite means np.isfinite, not a bound on the magnitude",
+            "finite float32 values) was refused -> finite means np.isfinite of every element, not a bound on the "
+            "magnitude and not a test of a sum (two 3e38 values sum to inf in float32)",
         ) from exc
     for name in ("weights", "momentum"):
         want, got = host(large[name]), host(restored.get(name))
