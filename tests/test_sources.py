@@ -159,3 +159,13 @@ def test_the_closure_follows_imports_strings_and_parents(tmp_path):
         "shardlab.e.__main__",
         "shardlab.g",  # named in a cell that is IPython, not Python
     }
+
+
+def test_the_runtime_inputs_follow_only_requirements_that_hold_here():
+    """A dependency's requirement for another Python or an extra is no input, even if something else installed it."""
+    from packaging.requirements import Requirement
+
+    assert sources._applies(Requirement("numpy>=2"))
+    assert not sources._applies(Requirement('aiohttp>=3.9; python_version == "2.7"'))
+    assert not sources._applies(Requirement('pytest; extra == "test"'))
+    assert sources._applies(Requirement('tomli; python_version >= "3"'))

@@ -32,6 +32,8 @@ import json
 import re
 from importlib import metadata, resources
 
+from packaging.requirements import Requirement
+
 PACKAGE = "shardlab"
 NOTEBOOKS = "course/notebooks"
 RUNNER = ("shardlab.course.execute",)  # `python -m shardlab run`: what runs beside the notebooks' kernels
@@ -199,6 +201,11 @@ def receipt_sources(package: str = PACKAGE, root=None) -> dict:
     return dict(sorted({**found, **versions}.items()))
 
 
+def _applies(requirement) -> bool:
+    """True if a requirement holds here: no marker, or one true for this Python and platform without extras."""
+    return requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+
+
 def runtime_versions(package: str = PACKAGE) -> dict:
     """{distribution: installed version} of `package` and everything its runtime requires, at any depth."""
     found, todo = {}, [package]
@@ -211,5 +218,5 @@ def runtime_versions(package: str = PACKAGE) -> dict:
             requires = metadata.requires(name) or []
         except metadata.PackageNotFoundError:
             continue  # a requirement for another platform or Python (its marker excluded it)
-        todo += [re.match(r"[A-Za-z0-9._-]+", r).group(0) for r in requires if "extra ==" not in r]
+        todo += [requirement.name for requirement in map(Requirement, requires) if _applies(requirement)]
     return dict(sorted(found.items()))
