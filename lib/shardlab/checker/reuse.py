@@ -27,6 +27,7 @@ import types
 import numpy as np
 
 import shardlab.checker.compile_cache as compile_cache
+from shardlab.core import files
 
 LIBRARY = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
 COURSE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the shardlab package folder
@@ -38,9 +39,9 @@ EVERY_FUNCTION = frozenset({"fresh_process_resume", "contracts_agree_in_a_fresh_
 def course_digest() -> str:
     """sha256 over the path and bytes of every .py file of the shardlab package (course, checker, reference)."""
     digest = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(COURSE)):
+    for folder, dirs, names in sorted(os.walk(COURSE)):
         dirs.sort()
-        for name in sorted(f for f in files if f.endswith(".py")):
+        for name in sorted(f for f in names if f.endswith(".py")):
             path = os.path.join(folder, name)
             digest.update(os.path.relpath(path, COURSE).encode() + b"\0")
             with open(path, "rb") as handle:
@@ -227,9 +228,6 @@ class Verdicts:
             return
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            temporary = f"{self.path}.{os.getpid()}.tmp"
-            with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(self.kept, handle)
-            os.replace(temporary, self.path)
+            files.replace(self.path, json.dumps(self.kept))
         except OSError:
             pass
