@@ -503,8 +503,8 @@ def test_cli_prints_the_minimal_case_and_its_reproduction(tmp_path, capfd):
 HOSTILE = {  # body of a learner's `initial` -> what the verdict for it must say
     "loop": ("    while True:\n        pass", "`initial` did not return within 2 s"),
     "memory": ("    hog = []\n    while True:\n        hog.append(np.ones(10**7))", "`initial` used more than 300 MB"),
-    "exit": ("    os._exit(7)", "`initial` ended the checking interpreter with exit status 7"),
-    "segfault": ("    ctypes.string_at(0)", "`initial` ended the checking interpreter: killed by SIGSEGV"),
+    "exit": ("    os._exit(7)", "`initial` ended the interpreter running it with exit status 7"),
+    "segfault": ("    ctypes.string_at(0)", "`initial` ended the interpreter running it: killed by SIGSEGV"),
     "shout": ("    while True:\n        print('A' * 200)", "`initial` wrote more than 0.191 MB to the console"),
 }
 

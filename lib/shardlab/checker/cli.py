@@ -16,14 +16,16 @@ from dataclasses import asdict, dataclass
 import jax
 
 import shardlab.checker.course_cells as course_cells
+import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
+import shardlab.checker.sandbox as sandbox
 import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
 import shardlab.checker.stage4 as stage4
 import shardlab.checker.supervise as supervise
-from shardlab.checker.common import CheckFailed, Context, plain, raised_where
-from shardlab.checker.guard import CALL_SECONDS, BoundedImplementation, Guard, Overrun
+from shardlab.checker.common import CheckFailed, Context, other_file_system, plain, raised_where
+from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES, Guard, Overrun
 from shardlab.checker.search import THOROUGH
 from shardlab.checker.supervise import LOG, REPORT
 from shardlab.cli import seconds, seed
@@ -96,17 +98,15 @@ def run_one(check, stage: int, ctx: Context) -> Result:
     )
 
 
-def _load_failure(spec: str, stage: int, exc: BaseException) -> Result:
-    cause = exc.__cause__ or exc
+def _load_failure(stage: int, error: dict) -> Result:
+    """The verdict of a file that could not be loaded, from what its interpreter said of the error."""
     return Result(
         "implementation_loads",
         stage,
         False,
         "a module defining " + ", ".join(implementation.API),
-        f"{type(cause).__name__}: {cause}"[:SHOWN],
-        str(exc)
-        if isinstance(exc, (ImplementationError, Overrun))
-        else f"the file could not be loaded ({raised_where(exc)})",
+        str(error.get("cause", ""))[:SHOWN],
+        str(error.get("text", "")) if error.get("known") else f"the file could not be loaded ({error.get('where')})",
         0.0,
     )
 
@@ -122,14 +122,18 @@ def run_checks(
     thorough: bool = False,
     search_cases: int = 0,
     reuse: bool = False,
+    sandboxed: bool = False,
+    memory_bytes: int = MEMORY_BYTES,
 ) -> list[Result]:
-    """Check the implementation `spec` ('reference' or a .py path) in this interpreter.
+    """Check the implementation `spec` ('reference' or a .py path) from this interpreter.
 
-    JAX must already see four CPU devices. `only=True` runs just `stage`, not the ones
-    before it; checks named in `skip` are left out; `progress(result)` is called after each check.
-    Every call into the implementation runs under `guard` (a fresh default Guard if None).
-    With `reuse`, a check that passed before is not run again when nothing it depends on changed
-    (shardlab.checker.reuse); its result says so.
+    JAX must already see four CPU devices. The file is never imported here: its functions run in
+    another interpreter (checker/remote.py, sandboxed if `sandboxed`), and every verdict is reached
+    here from what they return. `only=True` runs just `stage`, not the ones before it; checks named
+    in `skip` are left out; `progress(result)` is called after each check. Every call into the
+    implementation runs under `guard`'s bounds (a fresh default Guard if None). With `reuse`, a check
+    that passed before is not run again when nothing it depends on changed (shardlab.checker.reuse);
+    its result says so.
     """
     chosen = [int(stage)] if only else stages_for(stage)
     guard = guard or Guard()
@@ -148,26 +152,37 @@ def run_checks(
             )
         ]
     guard.note(event="check", name="implementation_loads", stage=chosen[0])
-    try:
-        module = guard.call("importing the file", implementation.load, spec)
-        impl = BoundedImplementation(module, API, guard)
-    except (Exception, Overrun) as exc:
-        failed = _load_failure(spec, chosen[0], exc)
-        if progress:
-            progress(failed)
-        return [failed]
-    results = []
+    results, kept = [], None
     searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
-    kept = reuse_verdicts.Verdicts(spec, searching, module, API) if reuse else None
-    tracker = reuse_verdicts.Tracker(impl, API)
-    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir:
-        ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
-        for number in chosen:
-            for check in (c for c in checks_of(number) if c.__name__ not in skip):
-                guard.note(event="check", name=check.__name__, stage=number)
-                results.append(_run_or_reuse(check, number, ctx, tracker, kept))
+    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir, other_file_system(workdir) as other:
+
+        def worker() -> remote.Worker:
+            readable = [os.path.dirname(spec)] if spec != "reference" else []
+            writable = [workdir] + [other] * bool(other)
+            box = sandbox.Sandbox(readable=readable, writable=writable) if sandboxed else None
+            return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned)
+
+        impl = remote.RemoteImplementation(worker())
+        try:
+            hello = impl.worker.start()
+            if "error" in hello:
+                failed = _load_failure(chosen[0], hello["error"])
                 if progress:
-                    progress(results[-1])
+                    progress(failed)
+                return [failed]
+            kept = reuse_verdicts.Verdicts(spec, searching, hello.get("digests", {}), API) if reuse else None
+            tracker = reuse_verdicts.Tracker(impl, API)
+            ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
+            ctx.other_fs = other
+            ctx.fresh = lambda: remote.RemoteImplementation(worker())
+            for number in chosen:
+                for check in (c for c in checks_of(number) if c.__name__ not in skip):
+                    guard.note(event="check", name=check.__name__, stage=number)
+                    results.append(_run_or_reuse(check, number, ctx, tracker, kept))
+                    if progress:
+                        progress(results[-1])
+        finally:
+            impl.close()
     if kept:
         kept.save()
     return results
@@ -262,7 +277,9 @@ def child_main(args) -> int:
         guard=guard,
         search_seed=args.seed,
         thorough=args.thorough,
-        reuse=args.reuse,
+        reuse=args.reuse and not args.sandbox,  # a sandboxed run keeps nothing between runs
+        sandboxed=args.sandbox,
+        memory_bytes=args.memory_bytes,
     )
     guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1
@@ -307,6 +324,7 @@ def add_child_arguments(parser) -> None:
     add_arguments(parser)
     parser.add_argument("--progress", default=None, help="JSON-lines file for events (the supervisor reads it)")
     parser.add_argument("--call-seconds", type=seconds, default=CALL_SECONDS)
+    parser.add_argument("--memory-bytes", type=int, default=MEMORY_BYTES, help="growth one call may add")
     parser.add_argument("--skip", default="[]", help="JSON list of checks already done")
     parser.add_argument("--poison", default="{}", help="JSON {function: verdict} of functions not to call again")
     parser.add_argument("--reuse", action="store_true", help="reuse kept passes (the command line asks for it)")

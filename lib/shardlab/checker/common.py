@@ -6,9 +6,10 @@ from NumPy formulas, coverage arithmetic or the course's PRNG recipe, never from
 reference implementation.
 """
 
+import contextlib
 import os
-import subprocess
-import sys
+import shutil
+import tempfile
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class Context:
     thorough: bool = False  # a longer randomised search (--thorough)
     search_cases: int = 0  # cases per randomised check; 0: each check's own number
     cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
+    fresh: object = None  # () -> the implementation in a new interpreter (checker/remote.py); None: unsandboxed
+    other_fs: str | None = None  # a scratch folder on another file system than workdir (None: there is none)
 
 
 def cached_step(ctx: Context, num_devices: int = NUM_DEVICES):
@@ -153,6 +156,8 @@ def replicas(array) -> list[np.ndarray]:
 
 def raised_where(exc: BaseException) -> str:
     """`file:line in function` of the innermost frame that raised `exc`."""
+    if getattr(exc, "shardlab_where", None):  # raised in the implementation's interpreter (checker/remote.py)
+        return exc.shardlab_where
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "unknown place"
@@ -160,17 +165,35 @@ def raised_where(exc: BaseException) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
-def in_fresh_interpreter(module: str, options: dict, timeout: float, what: str) -> None:
-    """Run `python -m module --option value ...` with four CPU devices; CheckFailed naming `what` if it fails."""
-    command = [sys.executable, "-m", module, *[str(part) for item in options.items() for part in item]]
+@contextlib.contextmanager
+def other_file_system(workdir: str):
+    """A new scratch folder on another file system than `workdir` (/dev/shm), removed afterwards; None if none."""
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or not os.access(shm, os.W_OK) or os.stat(shm).st_dev == os.stat(workdir).st_dev:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="shardlab-check-", dir=shm)
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu"}
-        )
-    except subprocess.TimeoutExpired:
-        raise CheckFailed("an end within the bound", f"no end within {timeout:g} s", f"{what}: no end") from None
-    if done.returncode != 0:
-        raise CheckFailed("exit status 0", f"{done.returncode}: {done.stderr.strip()[-600:]}", f"{what} failed")
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fresh_implementation(ctx: "Context"):
+    """The implementation loaded by a new interpreter (four CPU devices, nothing of this run): closed afterwards."""
+    from shardlab.checker import remote
+
+    impl = ctx.fresh() if ctx.fresh else remote.RemoteImplementation(remote.Worker(ctx.spec, scratch=ctx.workdir))
+    try:
+        hello = impl.worker.start()
+        if "error" in hello:
+            raise CheckFailed(
+                "a fresh interpreter that loads the file", hello["error"]["cause"], hello["error"]["text"]
+            )
+        yield impl
+    finally:
+        impl.close()
 
 
 def host(value) -> np.ndarray:

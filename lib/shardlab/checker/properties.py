@@ -12,7 +12,6 @@ import tempfile
 from dataclasses import replace
 
 import jax
-import jax.extend.core as jax_core
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -23,6 +22,7 @@ from shardlab import errors
 from shardlab.checker.common import batch_arrays, changed_inputs, fingerprint, host, placed, sharding_of, snapshot
 from shardlab.checker.domain import Case, data_for, given, walk_calls
 from shardlab.checker.padding import check_padding
+from shardlab.checker.probes import probe
 from shardlab.core.config import Config
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset, timing_fixture
@@ -374,25 +374,12 @@ def step_update(ctx, case: Case) -> None:
         _rows_split(step, args, case)
 
 
-def _mapped_inputs(jaxpr) -> list | None:
-    """Shapes of the inputs each device's body receives, over every shard_map in `jaxpr` (None if it has none)."""
-    found = None
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "shard_map":
-            inner = eqn.params["jaxpr"]
-            found = (found or []) + [tuple(v.aval.shape) for v in getattr(inner, "jaxpr", inner).invars]
-        for sub in jax_core.jaxprs_in_params(eqn.params):
-            deeper = _mapped_inputs(sub)
-            if deeper is not None:
-                found = (found or []) + deeper
-    return found
-
-
 def _rows_split(step, args, case: Case) -> None:
     """Data parallel: inside the shard_map each device holds 1/devices of the batch's rows, never all of them."""
     features = args[0]
     rows, width = features.shape
-    shapes = _mapped_inputs(jax.make_jaxpr(step)(*args).jaxpr)
+    shapes = probe("mapped_input_shapes", step, *args)
+    shapes = None if shapes is None else [tuple(shape) for shape in shapes]
     if shapes is None:
         return  # no shard_map: the collective count above judges the step
     local = (rows // case.devices, width)
@@ -635,8 +622,8 @@ def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
 
 def _folder(ctx, case: Case) -> str:
     """A new folder for one case: on another file system (/dev/shm) for path='other' when there is one."""
-    if case.path == "other" and os.path.isdir("/dev/shm") and os.stat("/dev/shm").st_dev != os.stat(ctx.workdir).st_dev:
-        return tempfile.mkdtemp(prefix="shardlab-check-", dir="/dev/shm")
+    if case.path == "other" and ctx.other_fs:
+        return tempfile.mkdtemp(prefix="case-", dir=ctx.other_fs)
     return tempfile.mkdtemp(prefix="case-", dir=ctx.workdir)
 
 

@@ -176,13 +176,14 @@ class Tracker:
 class Verdicts:
     """The kept passes of one implementation file under one set of options."""
 
-    def __init__(self, spec: str, options: dict, module, names):
+    def __init__(self, spec: str, options: dict, digests: dict, names):
+        """`digests`: function_digests of the file, as the interpreter that loaded it computed them."""
         import jax
 
         self.folder = compile_cache.folder()
         self.names = tuple(names)
         try:
-            self.functions = function_digests(module, names)
+            self.functions = {name: digests.get(name) for name in names}
             course = course_digest()
         except (OSError, SyntaxError, ValueError):
             self.folder = None

@@ -11,8 +11,6 @@ case) and the one line that reproduces it in a notebook cell:
     check_case("my_model.py", "sampler_walk", rows=1, batch=1, devices=1)
 """
 
-import json
-import os
 import tempfile
 import types
 from dataclasses import asdict, dataclass, replace
@@ -20,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 import shardlab.checker.properties as properties
-from shardlab.checker.common import CheckFailed, Context, in_fresh_interpreter, plain, raised_where
+from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
 from shardlab.checker.domain import (
     CONTENTS,
     DOMAIN,
@@ -199,12 +197,8 @@ def contracts_agree_in_a_fresh_process(ctx):
     prop = PROPERTIES["contract_tells_apart"]
     cases = cases_for(prop, ctx.search_seed, prop.cases)
     here = [ctx.impl.contract(properties.data_for(c), properties._config(c)) for c in cases]
-    with tempfile.TemporaryDirectory(dir=ctx.workdir) as folder:
-        out = os.path.join(folder, "contracts.json")
-        options = {"--implementation": ctx.spec, "--seed": ctx.search_seed, "--out": out}
-        in_fresh_interpreter("shardlab.checker.contracts", options, FRESH_TIMEOUT, "the fresh interpreter's contracts")
-        with open(out) as handle:
-            fresh = json.load(handle)
+    with fresh_implementation(ctx) as other:
+        fresh = [other.contract(properties.data_for(c), properties._config(c)) for c in cases]
     differ = [i for i, (a, b) in enumerate(zip(here, fresh)) if a != b]
     if differ:
         case = cases[differ[0]]

@@ -18,12 +18,13 @@ from shardlab.checker.common import (
     CheckFailed,
     cached_step,
     expect,
+    fresh_implementation,
     host,
-    in_fresh_interpreter,
     plain,
     sharding_of,
     snapshot,
 )
+from shardlab.checker.probes import probe
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
@@ -33,7 +34,6 @@ from shardlab.verify.oracle import epoch_batches
 
 STAGE = 3
 WEIGHT_TOLERANCE = 1e-6  # float32 allowance for weights, momentum and losses; the sampler gets none
-CHILD_TIMEOUT = 600  # seconds for the fresh-interpreter resume on a loaded machine
 
 
 def _config(ctx, **changes) -> Config:
@@ -217,13 +217,14 @@ def resume_continues_the_same_run(ctx):
 def fresh_process_resume(ctx):
     """A fresh interpreter restores the checkpoint and continues exactly as the uninterrupted run."""
     path, _, _ = _saved(ctx, "fresh")
-    record = os.path.join(ctx.workdir, "fresh", "resumed.npz")
-    options = {"--implementation": ctx.spec, "--checkpoint": path, "--steps": _resume_steps(ctx), "--seed": ctx.seed}
-    options.update({"--batch-size": ctx.batch_size, "--record": record})
-    in_fresh_interpreter(
-        "shardlab.checker.resume", options, CHILD_TIMEOUT, "the fresh interpreter restoring and continuing"
-    )
-    return _replay_verdict(_control(ctx), replay.load_record(record), "resumed in a fresh interpreter")
+    steps = _resume_steps(ctx)
+    with fresh_implementation(ctx) as fresh:
+        contract = fresh.contract(ctx.data, _config(ctx))
+        state = fresh.restore(path, contract, ctx.mesh)
+        resumed = replay.run(
+            state, ctx.data, ctx.batch_size, steps, ctx.mesh, fresh.make_step(ctx.mesh), fresh.transition
+        )
+    return _replay_verdict(_control(ctx), resumed, "resumed in a fresh interpreter")
 
 
 def save_never_overwrites(ctx):
@@ -345,8 +346,8 @@ def _interrupted_saves(ctx, mode: str):
     base = os.path.join(ctx.workdir, f"interrupt-{mode}")
     os.makedirs(os.path.join(base, "whole"))
     path = os.path.join(base, "whole", "checkpoint.npz")
-    whole = interrupt.interrupted(
-        ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
+    whole = probe(
+        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
     )
     if whole["status"] != "not reached" or whole.get("first") != "saved":
         raise CheckFailed(
@@ -365,8 +366,14 @@ def _interrupted_saves(ctx, mode: str):
         folder = os.path.join(base, str(number))
         os.makedirs(folder)
         path = os.path.join(folder, "checkpoint.npz")
-        outcome = interrupt.interrupted(
-            ctx.impl.save, number, mode, folder + ".json", (path, state, contract), (path, other, contract)
+        outcome = probe(
+            "interrupted_save",
+            ctx.impl.save,
+            number,
+            mode,
+            folder + ".json",
+            (path, state, contract),
+            (path, other, contract),
         )
         yield number, outcome, path, state, other, contract
 
@@ -469,8 +476,8 @@ def save_syncs_before_publishing(ctx):
     folder = os.path.join(ctx.workdir, "order")
     os.makedirs(folder)
     path = os.path.join(folder, "checkpoint.npz")
-    seen = interrupt.interrupted(
-        ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
+    seen = probe(
+        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
     )
     operations = seen.get("operations", [])
     fault = _order_fault(operations) if seen.get("first") == "saved" else None

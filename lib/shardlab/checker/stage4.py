@@ -1,10 +1,10 @@
 """Stage 4 checks, kept modest: the compiled step lowers and compiles with all_reduce ops, and the
 eager (compiled=False) and compiled steps both match NumPy and each other."""
 
-import jax
 import numpy as np
 
 from shardlab.checker.common import batch_arrays, cached_step, close, expect, placed
+from shardlab.checker.probes import probe
 from shardlab.core.update import count_all_reduce
 from shardlab.verify import oracle
 
@@ -74,7 +74,7 @@ def eager_and_compiled_agree(ctx):
 
 def _outer_primitives(step, args) -> list[str]:
     """Names of the top-level operations JAX traces for `step(*args)`: ['jit'] for a jitted step."""
-    return [eqn.primitive.name for eqn in jax.make_jaxpr(step)(*args).jaxpr.eqns]
+    return list(probe("top_level_operations", step, *args))
 
 
 def eager_step_is_the_unjitted_mapped_body(ctx):

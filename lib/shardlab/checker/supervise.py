@@ -15,7 +15,6 @@ Python or from C) goes to a log file, never straight to the screen. This parent
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -112,18 +111,16 @@ def _why_ended(process, log_bytes: int) -> str:
     return f"ended the checking interpreter with exit status {code} (os._exit?) -> return or raise instead"
 
 
-def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, deadline: float, box) -> str | None:
+def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, deadline: float) -> str | None:
     """Run one child to its end; None if it finished, else the verdict for the call in progress."""
     with open(log_path, "ab") as log:
         start = log.tell()
         process = sandbox.spawn(
             command,
-            box,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "JAX_PLATFORMS": "cpu"},
-            cwd=box.writable[0] if box else None,
         )
     verdict = None
     while verdict is None:
@@ -136,7 +133,7 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
             break
         call, now = watch.open_call, time.time()
         written = os.path.getsize(log_path) - start
-        if call and guard.resident_bytes(sandbox.host_pid(process.pid, watch.pid)) - call["rss"] > bounds.memory_bytes:
+        if call and guard.resident_bytes(process.pid) - call["rss"] > bounds.memory_bytes:
             verdict = (
                 f"used more than {guard.gigabytes(bounds.memory_bytes)} (the call was stopped) -> an unbounded array?"
             )
@@ -183,12 +180,7 @@ def run(
     `extra` are further child arguments (the search seed, --thorough); checks named in `skip` are left out.
     """
     bounds = bounds or Bounds()
-    box = None
-    if bounds.sandboxed:  # the child writes only here: its working folder, which also holds the progress channel
-        inside = tempfile.mkdtemp(prefix="shardlab-sandbox-", dir=folder)
-        readable = [os.path.dirname(spec)] if spec != "reference" else []
-        box = sandbox.Sandbox(readable=readable, writable=[inside])
-    progress = os.path.join(box.writable[0] if box else folder, "progress.jsonl")
+    progress = os.path.join(folder, "progress.jsonl")
     log_path = os.path.join(folder, LOG)
     open(progress, "a").close()
     watch, poisoned, left_out = Watch(progress), {}, list(skip)
@@ -198,9 +190,11 @@ def run(
     for _ in range(RESTARTS):
         command = [sys.executable, "-B", "-m", "shardlab.checker", "--implementation", spec, "--stage", str(stage)]
         command += ["--progress", progress, "--call-seconds", str(bounds.call_seconds), *extra]
+        command += ["--memory-bytes", str(bounds.memory_bytes)]
         command += ["--only"] * bool(only) + ["--skip", json.dumps(skip), "--poison", json.dumps(poisoned)]
+        command += ["--sandbox"] * bounds.sandboxed  # where the implementation's interpreter runs
         watch.done, watch.check, watch.open_call, watch.pid = False, None, None, None
-        verdict = _watch(command, watch, log_path, bounds, echo, deadline, box)
+        verdict = _watch(command, watch, log_path, bounds, echo, deadline)
         if verdict is None:
             break
         result, function = _failed_result(watch, verdict, first)
@@ -211,8 +205,6 @@ def run(
         if time.time() > deadline:
             break
     os.remove(progress)
-    if box:
-        shutil.rmtree(box.writable[0], ignore_errors=True)
     return watch.results, watch.environment
 
 

@@ -1,0 +1,73 @@
+"""What the checks observe of a learner's function beyond its return value, computed where that function runs.
+
+A probe takes a learner callable (the step, `save`) and plain arguments and returns plain data: the
+lowered program's text, the traced program's top-level operations, the shapes each device's body
+receives, the file operations of a save stopped or raced at one point. The checker runs the checks;
+the interpreter that imports the learner's file runs the probes (`checker/worker.py`), so a probe's
+answer is, like a return value, something the learner's process produced: the checks treat it as an
+observation to judge, never as a verdict, and back every structural one with numbers they compute
+themselves.
+"""
+
+import jax
+import jax.extend.core as jax_core
+
+import shardlab.checker.interrupt as interrupt
+
+
+def lowered_text(step, *args) -> str:
+    """The StableHLO text of `step` lowered for `args` (`step` must be jitted)."""
+    return step.lower(*args).as_text()
+
+
+def compiled_call(step, lower_args: tuple, call_args: tuple):
+    """`step` lowered for `lower_args`, compiled, and run on `call_args`: the executable's own outputs."""
+    return step.lower(*lower_args).compile()(*call_args)
+
+
+def top_level_operations(step, *args) -> list[str]:
+    """Names of the top-level operations JAX traces for `step(*args)`: ['jit'] for a jitted step."""
+    return [eqn.primitive.name for eqn in jax.make_jaxpr(step)(*args).jaxpr.eqns]
+
+
+def _mapped_inputs(jaxpr) -> list | None:
+    found = None
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "shard_map":
+            inner = eqn.params["jaxpr"]
+            found = (found or []) + [list(v.aval.shape) for v in getattr(inner, "jaxpr", inner).invars]
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            deeper = _mapped_inputs(sub)
+            if deeper is not None:
+                found = (found or []) + deeper
+    return found
+
+
+def mapped_input_shapes(step, *args) -> list | None:
+    """Shapes of the inputs each device's body receives, over every shard_map of `step(*args)` (None: no shard_map)."""
+    return _mapped_inputs(jax.make_jaxpr(step)(*args).jaxpr)
+
+
+def interrupted_save(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
+    """`save(*first)` in a forked child stopped or raced at file operation `stop_at` (checker/interrupt.py)."""
+    return interrupt.interrupted(save, stop_at, mode, report, first, rival)
+
+
+PROBES = {
+    "lowered_text": lowered_text,
+    "compiled_call": compiled_call,
+    "top_level_operations": top_level_operations,
+    "mapped_input_shapes": mapped_input_shapes,
+    "interrupted_save": interrupted_save,
+}
+# probes that may take longer than one call's bound (each forked save has its own)
+LONG = {"interrupted_save": 2 * interrupt.CHILD_TIMEOUT}
+
+
+def probe(name: str, target, *args):
+    """Run probe `name` on `target` where `target` runs: in the worker for a remote function, else right here."""
+    from shardlab.checker.remote import RemoteFunction
+
+    if isinstance(target, RemoteFunction):
+        return target.probe(name, *args)
+    return PROBES[name](target, *args)

@@ -1,0 +1,350 @@
+"""The learner's implementation as the checks see it: functions that run in another interpreter.
+
+The checking interpreter never imports a learner's file. `RemoteImplementation` stands where the
+module would: each of the seven functions, and every callable they return (the step), is a
+`RemoteFunction` whose call sends the arguments as data to `checker/worker.py`, waits for its
+answer within the bounds, and gives back what the learner's function returned, raised, or changed
+in its arguments. The comparisons with the oracle and every verdict happen here, in a process the
+learner's code never runs in, so nothing the learner's code does to its own interpreter (replacing
+the checker's functions, printing verdict lines, writing the progress file) reaches a verdict.
+
+The worker may be sandboxed (`checker/sandbox.py`). Between two calls it is stopped (SIGSTOP, every
+process it started too), so no learner thread or child touches the scratch folder while the checks
+read and write there; a symbolic link it left there that leads out of the folder is removed and the
+call fails. A worker that breaks a bound (time, memory), dies, or answers with something that is not
+data is killed with everything it started; the function in progress is not called again, and the
+next call starts a new worker.
+"""
+
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import shardlab.checker.guard as guard
+import shardlab.checker.sandbox as sandbox
+import shardlab.checker.wire as wire
+from shardlab.learner.implementation import API
+
+GRACE = 5.0  # seconds past the call bound the worker's own alarm has before it is killed
+STARTUP_SECONDS = 90.0  # JAX's start in a new interpreter, beyond the bound of importing the file
+SCAN_ENTRIES = 20_000  # entries of the scratch folder looked at after each call
+WAIT = 0.05
+
+
+class Stopped(Exception):
+    """The worker broke a bound or stopped answering: the verdict for the call in progress."""
+
+
+class Worker:
+    """One interpreter that has loaded the learner's file, started on the first call and after each death."""
+
+    def __init__(
+        self,
+        spec: str,
+        call_seconds: float = guard.CALL_SECONDS,
+        memory_bytes: int = guard.MEMORY_BYTES,
+        box: sandbox.Sandbox | None = None,
+        scratch: list | str | None = None,
+        note=None,
+        poisoned: dict | None = None,
+    ):
+        self.spec, self.call_seconds, self.memory_bytes = spec, float(call_seconds), int(memory_bytes)
+        self.box = box
+        self.scratch = [scratch] if isinstance(scratch, str) else list(scratch or [])
+        self.note = note or (lambda **event: None)
+        self.poisoned = poisoned if poisoned is not None else {}
+        self.process, self.generation, self.hello = None, 0, {}
+
+    # ------------------------------------------------------------------ the process
+
+    def start(self) -> dict:
+        """Start the interpreter and read its hello (pid, JAX, the error loading the file raised, if any)."""
+        inbound, outbound = os.pipe(), os.pipe()  # checker -> worker, worker -> checker
+        command = [sys.executable, "-B", "-m", "shardlab.checker.worker", "--implementation", self.spec]
+        command += ["--channel", f"{inbound[0]},{outbound[1]}", "--call-seconds", str(self.call_seconds)]
+        command += ["--poison", json.dumps(self.poisoned)]
+        try:
+            self.process = sandbox.spawn(
+                command,
+                self.box,
+                pass_fds=(inbound[0], outbound[1]),
+                stdin=subprocess.DEVNULL,
+                cwd=self.scratch[0] if self.scratch else None,
+                env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            )
+        finally:
+            os.close(inbound[0])
+            os.close(outbound[1])
+        self.send_fd, self.reply_fd = inbound[1], outbound[0]
+        self.generation += 1
+        self.inner = None
+        try:
+            header, _ = self._receive("importing the file", self.call_seconds + STARTUP_SECONDS)
+            hello = header.get("hello")
+            if not isinstance(hello, dict) or not isinstance(hello.get("pid"), int):
+                raise Stopped("answered its start with something other than its hello")
+        except Stopped as stopped:
+            self.stop()
+            return {"error": {"text": f"`importing the file` {stopped}", "cause": str(stopped), "known": True}}
+        self.inner, self.hello = hello["pid"], hello
+        self._freeze()
+        if "error" in hello:
+            self.stop()
+        return hello
+
+    def stop(self) -> None:
+        """Kill the interpreter and everything it started; close the channel."""
+        if self.process is None:
+            return
+        for descriptor in (self.send_fd, self.reply_fd):
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass
+        self._signal_all(signal.SIGCONT)
+        sandbox.kill(self.process)
+        self.process = None
+
+    def _tree(self) -> list[int]:
+        """Host pids of the interpreter's process and every descendant (bwrap's included)."""
+        if self.process is None:
+            return []
+        todo, seen = [self.process.pid], []
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.append(pid)
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as handle:
+                        todo += [int(x) for x in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+        return seen
+
+    def _signal_all(self, number: int) -> None:
+        for _ in range(3):  # a process may fork while it is being stopped: look again
+            found = self._tree()
+            for pid in found:
+                try:
+                    os.kill(pid, number)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if number != signal.SIGSTOP or found == self._tree():
+                break
+
+    def _freeze(self) -> None:
+        self._signal_all(signal.SIGSTOP)
+
+    def _thaw(self) -> None:
+        self._signal_all(signal.SIGCONT)
+
+    def _host_pid(self) -> int:
+        return sandbox.host_pid(self.process.pid, self.inner) if self.process else 0
+
+    def _why_ended(self) -> str:
+        code = self.process.poll() if self.process else None
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            native = " (a segfault in native code: ctypes, a C extension, a bad pointer)" if name == "SIGSEGV" else ""
+            return f"ended the interpreter running it: killed by {name}{native}"
+        return f"ended the interpreter running it with exit status {code} (os._exit?) -> return or raise instead"
+
+    def _receive(self, function: str, seconds: float) -> tuple[dict, list]:
+        start, deadline = guard.resident_bytes(self._host_pid()), time.monotonic() + seconds
+
+        def wait():
+            while True:
+                ready, _, _ = select.select([self.reply_fd], [], [], WAIT)
+                if ready:
+                    return
+                if time.monotonic() > deadline:
+                    raise Stopped(
+                        f"did not return within {self.call_seconds:g} s -> an infinite loop? (it was stopped)"
+                    )
+                if self.inner and guard.resident_bytes(self._host_pid()) - start > self.memory_bytes:
+                    limit = guard.gigabytes(self.memory_bytes)
+                    raise Stopped(f"used more than {limit} (the call was stopped) -> an unbounded array?")
+
+        try:
+            return wire.receive(self.reply_fd, wait)
+        except EOFError:
+            self.process.wait() if self.process else None
+            raise Stopped(self._why_ended()) from None
+        except wire.WireError as exc:
+            raise Stopped(f"answered with something that is not a value the checker reads ({exc})") from None
+
+    # ------------------------------------------------------------------ calls
+
+    def _ended(self, function: str, verdict: str):
+        self.stop()
+        text = verdict if verdict.startswith("`") else f"`{function}` {verdict}"
+        self.poisoned[function] = text
+        return guard.Overrun(text)
+
+    def request(self, header: dict, args: tuple, kwargs: dict, function: str, seconds: float):
+        """Send one call or probe; return what came back (raising what the learner's code raised)."""
+        if function in self.poisoned:
+            raise guard.Overrun(f"{self.poisoned[function]}; not called again in this run")
+        if self.process is None:
+            hello = self.start()
+            if "error" in hello:
+                raise guard.Overrun(hello["error"]["text"])
+        args = list(args)
+        for value in (*args, *kwargs.values()):  # a step a dead worker made is made again in this one
+            if isinstance(value, RemoteFunction) and value.name not in self.poisoned:
+                value._current()
+        encoder = wire.Encoder()
+        message = {**header, "args": [encoder.encode(a) for a in args], "cwd": os.getcwd()}
+        message["kwargs"] = {str(k): encoder.encode(v) for k, v in kwargs.items()}
+        self.note(event="call", function=function, rss=guard.resident_bytes(), at=time.time())
+        try:
+            self._thaw()
+            wire.send(self.send_fd, message, encoder.blobs)
+            reply, blobs = self._receive(function, seconds)
+        except Stopped as stopped:
+            raise self._ended(function, str(stopped)) from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.EBADF):
+                raise
+            raise self._ended(function, self._why_ended()) from None
+        finally:
+            if self.process is not None:
+                self._freeze()
+            self.note(event="return", function=function)
+        left = self._scan()
+        try:
+            value = self._decode(reply, blobs, args)
+        except (wire.WireError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise self._ended(function, f"answered with something that is not a value the checker reads ({exc})")
+        if left:
+            raise self._ended(function, left)
+        if "overrun" in reply:
+            self.poisoned.setdefault(function, str(reply["overrun"]))
+            raise guard.Overrun(str(reply["overrun"]))
+        if "raised" in reply:
+            raise wire.rebuilt(reply["raised"])
+        return value
+
+    def _decode(self, reply: dict, blobs: list, args: list):
+        split = reply["split"]
+        if not isinstance(split, int) or not 0 <= split <= len(blobs):
+            raise wire.WireError("an answer without its split")
+        changes = wire.Decoder(blobs[split:], handle=self._function)
+        for index, node in reply.get("changes", []):
+            if isinstance(index, int) and 0 <= index < len(args):
+                wire.write_back(args[index], node, changes)
+        if "ok" not in reply:
+            return None
+        return wire.Decoder(blobs[:split], handle=self._function, args=args).decode(reply["ok"])
+
+    def _function(self, number, node) -> "RemoteFunction":
+        if not isinstance(number, int):
+            raise wire.WireError("a returned function must be a handle number")
+        return RemoteFunction(self, number, str(node.get("name", "a returned function"))[:80], bool(node.get("lower")))
+
+    def _scan(self) -> str | None:
+        """Remove every symbolic link in the scratch folders that leads out of them; say which (None if none)."""
+        roots = [os.path.realpath(folder) for folder in self.scratch if os.path.isdir(folder)]
+        found, seen = [], 0
+        for root in roots:
+            for folder, dirs, names in os.walk(root):
+                for name in dirs + names:
+                    seen += 1
+                    path = os.path.join(folder, name)
+                    if os.path.islink(path) and not _inside(os.path.realpath(path), roots):
+                        found.append(f"{os.path.relpath(path, root)} -> {os.readlink(path)}")
+                        os.unlink(path)
+                dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+                if seen > SCAN_ENTRIES:
+                    return f"filled its scratch folder with more than {SCAN_ENTRIES} entries"
+        if found:
+            return f"left symbolic links that lead out of its scratch folder ({'; '.join(found[:3])}); removed"
+        return None
+
+
+def _inside(path: str, roots: list) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+class RemoteFunction(wire.Handle):
+    """A learner function (or a callable one returned) that runs in the worker; calling it returns its value here."""
+
+    def __init__(self, worker: Worker, target, name: str, lower: bool = False, origin=None):
+        super().__init__(target)
+        self.worker, self.name, self._lower, self.origin = worker, name, lower, origin
+        self.generation = worker.generation
+
+    def _current(self) -> "RemoteFunction":
+        """This handle in the worker now running: a callable a dead worker returned is made again the same way."""
+        if isinstance(self.target, str) or self.generation == self.worker.generation:
+            return self
+        if self.origin is None:
+            raise guard.Overrun(f"`{self.name}` was lost with the interpreter that made it")
+        maker, args, kwargs = self.origin
+        again = maker(*args, **kwargs)
+        self.target, self.generation = again.target, again.generation
+        return self
+
+    def __call__(self, *args, **kwargs):
+        if self.name not in self.worker.poisoned:
+            self._current()
+        seconds = self.worker.call_seconds + GRACE
+        value = self.worker.request({"op": "call", "target": self.target}, args, kwargs, self.name, seconds)
+        if isinstance(value, RemoteFunction):
+            value.origin = (self, args, kwargs)
+        return value
+
+    def probe(self, name: str, *args):
+        """Probe `name` (checker/probes.py) of this function, run where it runs."""
+        import shardlab.checker.probes as probes
+
+        if self.name not in self.worker.poisoned:
+            self._current()
+        seconds = probes.LONG.get(name, self.worker.call_seconds) + GRACE
+        return self.worker.request({"op": "probe", "probe": name}, (self, *args), {}, self.name, seconds)
+
+    @property
+    def lower(self):
+        if not self._lower:
+            raise AttributeError(f"{self.name} has no attribute 'lower'")
+        return lambda *args: RemoteLowered(self, args)
+
+    def __repr__(self):
+        return f"<{self.name} (run by the implementation's interpreter)>"
+
+
+class RemoteLowered:
+    """`step.lower(*args)` for a remote step: its text and its compiled executable, each computed in the worker."""
+
+    def __init__(self, step: RemoteFunction, args: tuple):
+        self.step, self.args = step, args
+
+    def as_text(self) -> str:
+        return str(self.step.probe("lowered_text", *self.args))
+
+    def compile(self):
+        return lambda *call: self.step.probe("compiled_call", self.args, call)
+
+
+class RemoteImplementation:
+    """The seven functions of a learner's file, each run by `worker`."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self._functions = {name: RemoteFunction(worker, name, name) for name in API}
+
+    def __getattr__(self, name):
+        functions = self.__dict__.get("_functions", {})
+        if name in functions:
+            return functions[name]
+        raise AttributeError(f"the implementation is checked through its functions only ({', '.join(API)})")
+
+    def close(self) -> None:
+        self.worker.stop()
