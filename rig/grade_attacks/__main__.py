@@ -39,6 +39,13 @@ def _no_pass(got, ctx):
     return "pass" not in _verdicts(_first(got)), f"verdicts {_verdicts(_first(got))}"
 
 
+def _links(got, ctx):
+    rows = _first(got)
+    failed = [r for r in rows if r["verdict"] == "fail"]
+    said = any("symbolic links" in r["diagnosis"] for r in rows)
+    return bool(failed) and said and not ctx["changed"], f"verdicts {_verdicts(rows)}; {rows[2]['diagnosis'][:120]}"
+
+
 def _orphans(got, ctx):
     ok = not ctx["left"] and not ctx["rewritten"] and not ctx["changed"]
     return (
@@ -88,6 +95,8 @@ def _hog(got, ctx):
 JUDGES = {
     "forge_run_one": _no_pass,
     "forge_printed_lines": _no_pass,
+    "forge_in_worker": _no_pass,
+    "symlinks_out": _links,
     "orphan_and_rewriter": _orphans,
     "sibling_overwrite": _sibling,
     "pyc_shadowing": _pyc,

@@ -50,7 +50,57 @@ def build(folder: Path, token: str, reduced: bool) -> list[Attack]:
         "cli.run_one = lambda check, stage, ctx: cli.Result(check.__name__, stage, True, 1, 1, '', 0.0)\n" + STUB
     )
     _write(folder / "forge_run_one.py", forge)
-    add("forge_run_one", "replaces the checker's run_one on import", ["forge_run_one.py"], expected="open")
+    add("forge_run_one", "replaces the checker's run_one on import", ["forge_run_one.py"])
+    # 1b. take over everything the file can reach in its own interpreter: the worker answers every call
+    # with a "pass" of its own making, and every progress file it can find gets forged result lines
+    takeover = (
+        "import glob, json, os\n"
+        "import shardlab.checker.cli as cli, shardlab.checker.common as common, shardlab.checker.worker as worker\n"
+        "cli.run_one = lambda check, stage, ctx: cli.Result(check.__name__, stage, True, 1, 1, '', 0.0)\n"
+        "common.expect = lambda ok, expected, observed, diagnosis: (expected, expected)\n"
+        "worker.Server.answer = lambda self, header, blobs: ({'ok': True, 'changes': []}, [], 0)\n"
+        "for path in glob.glob('/tmp/**/progress.jsonl', recursive=True) + glob.glob('../**/progress.jsonl'):\n"
+        "    try:\n"
+        "        with open(path, 'a') as handle:\n"
+        "            for s in (1, 2, 3, 4):\n"
+        "                r = dict(name=f'forged_{s}', stage=s, passed=True, expected=1, observed=1, diagnosis='',"
+        " seconds=0.0)\n"
+        "                handle.write(json.dumps(dict(event='result', result=r)) + '\\n')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(json.dumps(dict(event='done')))\n" + STUB
+    )
+    _write(folder / "forge_in_worker.py", takeover)
+    add(
+        "forge_in_worker",
+        "patches the checker's modules in its own interpreter and forges progress lines",
+        ["forge_in_worker.py"],
+    )
+    # 1c. symbolic links out of the scratch folder, left by save and by a thread that keeps making them
+    links = (
+        "import os, threading, time\n"
+        "from shardlab.learner.reference import initial, next_batch, make_step, transition, contract, restore\n"
+        "from shardlab.learner.reference import save as _save\n\n"
+        "def _plant():\n"
+        "    while True:\n"
+        "        for name in ('course-faults', 'exists', 'order', 'resume'):\n"
+        "            try:\n"
+        "                os.symlink('/', os.path.join(os.getcwd(), name))\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        time.sleep(0.001)\n\n"
+        "threading.Thread(target=_plant, daemon=True).start()\n\n"
+        "def save(path, state, contract):\n"
+        "    folder = os.path.dirname(os.path.abspath(path))\n"
+        "    for name in ('up', 'root'):\n"
+        "        try:\n"
+        "            os.symlink('/' if name == 'root' else '../../..', os.path.join(folder, name))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return _save(path, state, contract)\n"
+    )
+    _write(folder / "symlinks_out.py", links)
+    add("symlinks_out", "plants symbolic links out of its scratch folder, from save and a thread", ["symlinks_out.py"])
     # 2. forged PASS lines in printed output, then a hang
     lines = "\\n".join(f"PASS  stage {s}  forged_{s}  (0.01 s)" for s in (1, 2, 3, 4))
     _write(

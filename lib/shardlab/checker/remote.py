@@ -203,11 +203,30 @@ class Worker:
         encoder = wire.Encoder()
         message = {**header, "args": [encoder.encode(a) for a in args], "cwd": os.getcwd()}
         message["kwargs"] = {str(k): encoder.encode(v) for k, v in kwargs.items()}
+        reply, blobs = self._exchange(message, encoder.blobs, function, seconds)
+        left = self._scan()
+        try:
+            value = self._decode(reply, blobs, args)
+        except (wire.WireError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise self._ended(
+                function, f"answered with something that is not a value the checker reads ({exc})"
+            ) from None
+        if left:
+            raise self._ended(function, left)
+        if "overrun" in reply:
+            self.poisoned.setdefault(function, str(reply["overrun"]))
+            raise guard.Overrun(str(reply["overrun"]))
+        if "raised" in reply:
+            raise wire.rebuilt(reply["raised"])
+        return value
+
+    def _exchange(self, message: dict, blobs: list, function: str, seconds: float) -> tuple[dict, list]:
+        """Let the worker run, send `message`, read its answer within `seconds`, and stop it again."""
         self.note(event="call", function=function, rss=guard.resident_bytes(), at=time.time())
         try:
             self._thaw()
-            wire.send(self.send_fd, message, encoder.blobs)
-            reply, blobs = self._receive(function, seconds)
+            wire.send(self.send_fd, message, blobs)
+            return self._receive(function, seconds)
         except Stopped as stopped:
             raise self._ended(function, str(stopped)) from None
         except OSError as exc:
@@ -218,19 +237,6 @@ class Worker:
             if self.process is not None:
                 self._freeze()
             self.note(event="return", function=function)
-        left = self._scan()
-        try:
-            value = self._decode(reply, blobs, args)
-        except (wire.WireError, KeyError, TypeError, ValueError, IndexError) as exc:
-            raise self._ended(function, f"answered with something that is not a value the checker reads ({exc})")
-        if left:
-            raise self._ended(function, left)
-        if "overrun" in reply:
-            self.poisoned.setdefault(function, str(reply["overrun"]))
-            raise guard.Overrun(str(reply["overrun"]))
-        if "raised" in reply:
-            raise wire.rebuilt(reply["raised"])
-        return value
 
     def _decode(self, reply: dict, blobs: list, args: list):
         split = reply["split"]

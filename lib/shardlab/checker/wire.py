@@ -100,42 +100,50 @@ class Encoder:
         return None if path is None else (*path, key)
 
     def _node(self, value, path, depth):
+        for kinds, method in self._KINDS:
+            if isinstance(value, kinds):
+                return method(self, value, path, depth)
+        return self._other(value, path, depth)
+
+    def _scalar(self, value, path, depth):
         if isinstance(value, bytes):
             return {"t": "bytes", "b": self.blob(value)}
         if isinstance(value, complex):
             return {"t": "complex", "v": [value.real, value.imag]}
-        if isinstance(value, jax.Array):
-            return self._jax(value)
-        if isinstance(value, np.ndarray):
-            return self._numpy(value)
-        if isinstance(value, np.generic):
-            array = np.asarray(value)
-            return {"t": "np", "dtype": self._dtype(array.dtype), "b": self.blob(array.tobytes())}
+        array = np.asarray(value)
+        return {"t": "np", "dtype": self._dtype(array.dtype), "b": self.blob(array.tobytes())}
+
+    def _placement(self, value, path, depth):
         if isinstance(value, Mesh):
             return {"t": "mesh", **_mesh(value)}
         if isinstance(value, P):
             return {"t": "spec", "v": _spec(value)}
-        if isinstance(value, NamedSharding):
-            return {"t": "named", "mesh": _mesh(value.mesh), "spec": _spec(value.spec)}
-        if isinstance(value, os.PathLike):
-            return {"t": "path", "v": os.fspath(value)}
-        if isinstance(value, tuple) and hasattr(type(value), "_fields"):
-            cls = type(value)
-            items = [self.encode(v, self._child(path, i), depth + 1) for i, v in enumerate(value)]
+        return {"t": "named", "mesh": _mesh(value.mesh), "spec": _spec(value.spec)}
+
+    def _sequence(self, value, path, depth):
+        items = [self.encode(v, self._child(path, i), depth + 1) for i, v in enumerate(value)]
+        cls = type(value)
+        if isinstance(value, tuple) and hasattr(cls, "_fields"):
             return {"t": "nt", "mod": cls.__module__, "cls": cls.__qualname__, "fields": list(cls._fields), "v": items}
-        if isinstance(value, (tuple, list)):
-            items = [self.encode(v, self._child(path, i), depth + 1) for i, v in enumerate(value)]
-            return {"t": "tuple" if isinstance(value, tuple) else "list", "v": items}
-        if isinstance(value, dict):
-            keys = [self.encode(k, None, depth + 1) for k in value]
-            items = [self.encode(v, self._child(path, _key(k)), depth + 1) for k, v in value.items()]
-            return {"t": "dict", "k": keys, "v": items}
+        return {"t": "tuple" if isinstance(value, tuple) else "list", "v": items}
+
+    def _mapping(self, value, path, depth):
+        keys = [self.encode(k, None, depth + 1) for k in value]
+        items = [self.encode(v, self._child(path, _key(k)), depth + 1) for k, v in value.items()]
+        return {"t": "dict", "k": keys, "v": items}
+
+    def _other(self, value, path, depth):
         if isinstance(value, (set, frozenset)):
             return {"t": type(value).__name__, "v": [self.encode(v, None, depth + 1) for v in value]}
+        if isinstance(value, os.PathLike):
+            return {"t": "path", "v": os.fspath(value)}
         if dataclasses.is_dataclass(value) and not isinstance(value, type) and _course(type(value).__module__):
             cls = type(value)
             fields = {f.name: self.encode(getattr(value, f.name), None, depth + 1) for f in dataclasses.fields(value)}
             return {"t": "dc", "mod": cls.__module__, "cls": cls.__qualname__, "v": fields}
+        return self._callable(value)
+
+    def _callable(self, value):
         if isinstance(value, Handle):
             return {"t": "fn", "id": value.target}
         if callable(value) and self.handles is not None:
@@ -192,6 +200,16 @@ class Encoder:
             "sharding": placed,
             "shards": shards,
         }
+
+
+Encoder._KINDS = (
+    (jax.Array, lambda self, value, path, depth: self._jax(value)),
+    (np.ndarray, lambda self, value, path, depth: self._numpy(value)),
+    ((bytes, complex, np.generic), Encoder._scalar),
+    ((Mesh, P, NamedSharding), Encoder._placement),
+    ((tuple, list), Encoder._sequence),
+    (dict, Encoder._mapping),
+)
 
 
 def _key(key) -> str:
@@ -459,32 +477,31 @@ def identities(args, path=()) -> dict:
     return found
 
 
-def signature(value, depth: int = 0) -> str:
+def _sign(item, digest, depth: int) -> None:
+    if depth > DEPTH:
+        return
+    digest.update(f"{type(item).__name__}:{id(item)};".encode())
+    if isinstance(item, dict):
+        for k, v in item.items():
+            digest.update(repr(_key(k)).encode())
+            _sign(v, digest, depth + 1)
+    elif isinstance(item, (tuple, list)):
+        digest.update(str(len(item)).encode())
+        for v in item:
+            _sign(v, digest, depth + 1)
+    elif isinstance(item, np.ndarray):
+        digest.update(f"{item.dtype.str}{item.shape}{item.flags.writeable}".encode())
+        digest.update(item.tobytes() if item.dtype.name in DTYPES else b"")
+    elif isinstance(item, jax.Array):
+        digest.update(b"deleted" if item.is_deleted() else b"live")
+    elif isinstance(item, (int, float, str, bytes, bool, type(None), np.generic)):
+        digest.update(repr(item).encode())
+
+
+def signature(value) -> str:
     """A digest of what a caller can see of `value`: objects' identities, arrays' bytes, deletion."""
     digest = hashlib.sha256()
-
-    def visit(item, depth):
-        if depth > DEPTH:
-            return
-        digest.update(f"{type(item).__name__}:{id(item)};".encode())
-        if isinstance(item, dict):
-            for k, v in item.items():
-                digest.update(repr(_key(k)).encode())
-                visit(v, depth + 1)
-        elif isinstance(item, (tuple, list)):
-            digest.update(str(len(item)).encode())
-            for v in item:
-                visit(v, depth + 1)
-        elif isinstance(item, np.ndarray):
-            digest.update(f"{item.dtype.str}{item.shape}{item.flags.writeable}".encode())
-            if item.dtype.name in DTYPES:
-                digest.update(item.tobytes())
-        elif isinstance(item, jax.Array):
-            digest.update(b"deleted" if item.is_deleted() else b"live")
-        elif isinstance(item, (int, float, str, bytes, bool, type(None), np.generic)):
-            digest.update(repr(item).encode())
-
-    visit(value, depth)
+    _sign(value, digest, 0)
     return digest.hexdigest()
 
 
