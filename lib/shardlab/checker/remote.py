@@ -201,7 +201,7 @@ class Worker:
             if isinstance(value, RemoteFunction) and value.name not in self.poisoned:
                 value._current()
         encoder = wire.Encoder()
-        message = {**header, "args": [encoder.encode(a) for a in args], "cwd": os.getcwd()}
+        message = {**header, "args": [encoder.encode(a) for a in args], "cwd": self._folder()}
         message["kwargs"] = {str(k): encoder.encode(v) for k, v in kwargs.items()}
         reply, blobs = self._exchange(message, encoder.blobs, function, seconds)
         left = self._scan()
@@ -219,6 +219,17 @@ class Worker:
         if "raised" in reply:
             raise wire.rebuilt(reply["raised"])
         return value
+
+    def _folder(self) -> str | None:
+        """The folder the call runs in: this one where it is a scratch folder (a bare file name), else the first."""
+        try:
+            here = os.path.realpath(os.getcwd())
+        except OSError:
+            here = None
+        roots = [os.path.realpath(folder) for folder in self.scratch]
+        if here and _inside(here, roots):
+            return here
+        return roots[0] if roots else None
 
     def _exchange(self, message: dict, blobs: list, function: str, seconds: float) -> tuple[dict, list]:
         """Let the worker run, send `message`, read its answer within `seconds`, and stop it again."""
