@@ -182,7 +182,7 @@ def other_file_system(workdir: str):
 @contextlib.contextmanager
 def fresh_implementation(ctx: "Context"):
     """The implementation loaded by a new interpreter (four CPU devices, nothing of this run): closed afterwards."""
-    from shardlab.checker import remote
+    import shardlab.checker.remote as remote
 
     impl = ctx.fresh() if ctx.fresh else remote.RemoteImplementation(remote.Worker(ctx.spec, scratch=ctx.workdir))
     try:

@@ -13,6 +13,7 @@ import jax
 import jax.extend.core as jax_core
 
 import shardlab.checker.interrupt as interrupt
+import shardlab.checker.wire as wire
 
 
 def lowered_text(step, *args) -> str:
@@ -66,8 +67,6 @@ LONG = {"interrupted_save": 2 * interrupt.CHILD_TIMEOUT}
 
 def probe(name: str, target, *args):
     """Run probe `name` on `target` where `target` runs: in the worker for a remote function, else right here."""
-    from shardlab.checker.remote import RemoteFunction
-
-    if isinstance(target, RemoteFunction):
+    if isinstance(target, wire.Handle):  # a remote function (checker/remote.py)
         return target.probe(name, *args)
     return PROBES[name](target, *args)

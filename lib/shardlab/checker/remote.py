@@ -26,6 +26,7 @@ import sys
 import time
 
 import shardlab.checker.guard as guard
+import shardlab.checker.probes as probes
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.wire as wire
 from shardlab.learner.implementation import API
@@ -320,8 +321,6 @@ class RemoteFunction(wire.Handle):
 
     def probe(self, name: str, *args):
         """Probe `name` (checker/probes.py) of this function, run where it runs."""
-        import shardlab.checker.probes as probes
-
         if self.name not in self.worker.poisoned:
             self._current()
         seconds = probes.LONG.get(name, self.worker.call_seconds) + GRACE

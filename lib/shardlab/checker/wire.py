@@ -18,18 +18,25 @@ Anything else arrives as an `Opaque` value that names its type. Decoding is boun
 nesting, number of nodes, a closed list of dtypes) and never runs code the sender chose: no pickle.
 """
 
+import builtins
 import collections
 import dataclasses
 import hashlib
-import importlib
 import json
 import os
 import struct
+import sys
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
+
+import shardlab.core.batch  # noqa: F401  the course's types that cross are loaded on both sides
+import shardlab.core.config  # noqa: F401
+import shardlab.core.errors as core_errors
+import shardlab.core.fixtures  # noqa: F401
+from shardlab import errors
 
 MESSAGE_BYTES = 1 << 30  # the largest message either side reads
 HEADER_BYTES = 64 << 20  # the largest JSON part of one message
@@ -430,11 +437,11 @@ def course_class(module: str, qualname: str):
     """The course's class `module.qualname` (a shardlab module only), or None."""
     if not _course(module) or not all(part.isidentifier() for part in qualname.split(".")):
         return None
+    found = sys.modules.get(module)  # only a module already loaded: nothing is imported on a sender's say
     try:
-        found = importlib.import_module(module)
         for part in qualname.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError):
+    except AttributeError:
         return None
     return found if isinstance(found, type) else None
 
@@ -603,7 +610,7 @@ def exception(exc: BaseException, where: str) -> dict:
     }
 
 
-ERROR_MODULES = ("builtins", "shardlab.errors", "shardlab.core.errors")
+ERROR_MODULES = {"builtins": vars(builtins), "shardlab.errors": vars(errors), "shardlab.core.errors": vars(core_errors)}
 
 
 def rebuilt(found: dict) -> BaseException:
@@ -618,9 +625,7 @@ def rebuilt(found: dict) -> BaseException:
     for name in mro:
         module, _, qualname = name.rpartition(".")
         if module in ERROR_MODULES:
-            source = __builtins__ if module == "builtins" else importlib.import_module(module)
-            source = source if isinstance(source, dict) else vars(source)
-            candidate = source.get(qualname)
+            candidate = ERROR_MODULES[module].get(qualname)
             if isinstance(candidate, type) and issubclass(candidate, BaseException):
                 base = candidate
                 break
