@@ -205,7 +205,7 @@ def _make_staging(out: Path) -> Path:
 
 
 def _remove_stale(out: Path) -> None:
-    files.clean(out, prefix=STAGING, folders=True)
+    files.remove_stale(out, prefix=STAGING, folders=True)
 
 
 def _write_manifest(out: Path, commands: dict) -> None:

@@ -123,9 +123,9 @@ def summary(result: dict, reference: dict, steps: int) -> dict:
 def run(args, staging) -> dict:
     """Supervise the job into `staging`; write ledger.json beside supervisor.json; return the ledger."""
     from shardlab.io import write_json
-    from shardlab.multi import control, supervisor
+    from shardlab.multi import control, group_supervisor
 
-    result = supervisor.supervise(
+    result = group_supervisor.supervise(
         os.path.join(staging, "attempts"),
         os.path.join(staging, "shared"),
         args.processes,

@@ -16,7 +16,7 @@ from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
 from shardlab.errors import CheckpointError, ShardlabError
 from shardlab.io import read_npz
-from shardlab.verify import fingerprint
+from shardlab.verify import step_fingerprint
 
 OWNER = "stage3a_checkpoint"  # the manifest section of the files `fresh_folder` may replace
 # what the stage 3 notebook writes into its folder (fnmatch patterns of top-level names); `.tmp-*` are the
@@ -39,7 +39,7 @@ def run(state, data, batch_size: int, steps: int, mesh, step, transition=referen
             after[name].append(host[name])
         ids.append(np.asarray(batch_ids, np.int64))
         losses.append(float(loss))
-        log.append(fingerprint.entry(host["step"], data, batch_ids, host["weights"], loss))
+        log.append(step_fingerprint.entry(host["step"], data, batch_ids, host["weights"], loss))
     record = {name: np.asarray(values) for name, values in after.items()}
     record.update(ids=ids, losses=np.asarray(losses, np.float64), log=log, state=state)
     return record
@@ -92,7 +92,7 @@ def first_differences(control: dict, other: dict) -> dict:
 
 def first_divergence(control: dict, other: dict):
     """The first step at which the fingerprint logs differ (None if they agree)."""
-    return fingerprint.first_divergence(control["log"], other["log"])
+    return step_fingerprint.first_divergence(control["log"], other["log"])
 
 
 def check_recovery(recovery: dict, weight_tolerance: float = 0.0) -> None:

@@ -1,4 +1,4 @@
-"""Bounded waits for a controller group: every wait ends, and a failed wait names a process.
+"""The wait guard: every wait of a controller in a group ends, and a failed wait names a process.
 
 Three mechanisms share the coordination service's key-value store:
 
@@ -27,7 +27,7 @@ PREFIX = "shardlab"
 EXIT_STOPPED = 3  # exit code of a controller that stopped itself with a named error
 
 
-class Guard:
+class WaitGuard:
     """Pulses, agreement and a watchdog for one controller; `report(error)` records a stop."""
 
     def __init__(self, client, process_id: int, processes: int, timeout: float, report, pulse_file=None):
