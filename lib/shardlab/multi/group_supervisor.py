@@ -80,7 +80,7 @@ def _rank(code: int) -> int:
 def _teardown(procs: dict, logs: list) -> float:
     """SIGKILL every process group of the attempt and reap it; return the seconds it took."""
     began = time.time()
-    launcher.kill([proc for proc in procs.values() if proc.poll() is None])
+    launcher.kill(list(procs.values()))
     for proc in procs.values():
         proc.wait()
     for log in logs:

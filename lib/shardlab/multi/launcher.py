@@ -198,8 +198,8 @@ def signal_process(proc, sig: int, os_pid: int | None = None) -> None:
 
 def kill(procs) -> None:
     """SIGKILL every controller in `procs` with its process group and reap it (under mpirun: the one
-    mpirun group, then each rank itself, which runs in a session of its own)."""
-    ranks = [proc.os_pid() for proc in procs if isinstance(proc, MpiRank)]
+    mpirun group, then each rank still running, which runs in a session of its own)."""
+    ranks = [proc.os_pid() for proc in procs if isinstance(proc, MpiRank) and proc.poll() is None]
     process_group.kill(*{proc.group if isinstance(proc, MpiRank) else proc for proc in procs})
     for pid in filter(None, ranks):
         try:
