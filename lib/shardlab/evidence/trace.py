@@ -219,7 +219,7 @@ GROUPS = {  # name prefixes of XPlane events on the Python thread, grouped for `
 }
 
 
-def _covered(intervals: list[tuple[int, int]]) -> int:
+def covered(intervals: list[tuple[int, int]]) -> int:
     """Length of the union of (start, end) intervals: nested events are counted once."""
     total, reach = 0, None
     for start, end in sorted(intervals):
@@ -249,7 +249,7 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
                 row = {f"{annotation}_ms": (end - start) / 1e6}
                 for group, prefixes in groups.items():
                     spans = [(s, t) for n, s, t in inside if n.startswith(prefixes)]
-                    row[f"{group}_ms"] = _covered(spans) / 1e6
+                    row[f"{group}_ms"] = covered(spans) / 1e6
                 row["other_ms"] = row[f"{annotation}_ms"] - sum(row[f"{g}_ms"] for g in groups)
                 row["dispatched"] = sorted({n for n, _, _ in inside if n.startswith(GROUPS["jitted_dispatch"])})
                 rows.append(row)

@@ -63,17 +63,6 @@ def fused_dispatch(loop, state: dict, steps: int) -> tuple[dict, np.ndarray, lis
     return loop.finish(state, [Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, steps)])
 
 
-def _union(spans: list[tuple[int, int]]) -> int:
-    """Total length covered by (start, end) spans, overlaps counted once."""
-    total, reach = 0, None
-    for start, end in sorted(spans):
-        if reach is None or start > reach:
-            total, reach = total + end - start, end
-        elif end > reach:
-            total, reach = total + end - reach, end
-    return total
-
-
 def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
     """Per device thread of the capture: its name, event count, busy ms (union of events) and top event names."""
     profile = jax.profiler.ProfileData.from_file(str(files.xplane))
@@ -94,7 +83,7 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
                 {
                     "thread": line.name,
                     "events": len(events),
-                    "busy_ms": _union(spans) / 1e6,
+                    "busy_ms": trace.covered(spans) / 1e6,
                     "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
                 }
             )
