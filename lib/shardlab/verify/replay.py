@@ -45,7 +45,8 @@ def run(state, data, batch_size: int, steps: int, mesh, step, transition=referen
     return record
 
 
-def _max_diff(a, b) -> float:
+def max_diff(a, b) -> float:
+    """The largest absolute difference of two arrays, in float64 (int64 for integers); inf if their shapes differ."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return float("inf")
@@ -68,13 +69,13 @@ def ids_mismatched(ids_a: list, ids_b: list) -> int:
 
 def compare(control: dict, resumed: dict) -> dict:
     """Max absolute difference per field over every step, mismatched ids, losses, coverage."""
-    diffs = {name: _max_diff(control[name], resumed[name]) for name in FIELDS}
+    diffs = {name: max_diff(control[name], resumed[name]) for name in FIELDS}
     steps = len(resumed["ids"])
     rows = np.asarray(resumed["order"]).shape[-1] if steps else 1
     return {
         **diffs,
         "ids_mismatched": ids_mismatched(control["ids"], resumed["ids"]),
-        "losses": _max_diff(control["losses"], resumed["losses"]),
+        "losses": max_diff(control["losses"], resumed["losses"]),
         "steps_compared": int(min(len(control["ids"]), steps)),
         "epochs_covered": float(sum(len(i) for i in resumed["ids"]) / rows),
     }
@@ -85,7 +86,7 @@ def first_differences(control: dict, other: dict) -> dict:
     shared = min(len(control["ids"]), len(other["ids"]))
     steps = [int(s) for s in control["step"][:shared]]
     return {
-        name: next((steps[i] for i in range(shared) if _max_diff(control[name][i], other[name][i]) != 0), None)
+        name: next((steps[i] for i in range(shared) if max_diff(control[name][i], other[name][i]) != 0), None)
         for name in (*FIELDS, "ids", "losses")
     }
 
