@@ -369,7 +369,7 @@ def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
     )
 
 
-def say(text: str) -> None:
+def announce(text: str) -> None:
     """One short progress line (drills take seconds each; a reader sees which one runs)."""
     print(f"[drills] {text}", flush=True)
 
@@ -406,12 +406,12 @@ def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEO
 
 def timed(name: str, fn, *args, verdict: bool = True, **kw) -> dict:
     """Run one drill with a start and an end line (the verdict left out where a prediction waits)."""
-    say(f"{name} ...")
+    announce(f"{name} ...")
     began = time.time()
     row = fn(*args, **kw)
     if row.get("wall_s") is None:
         row["wall_s"] = round(time.time() - began, 2)
-    say(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
+    announce(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
     return row
 
 
