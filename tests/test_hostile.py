@@ -207,7 +207,7 @@ def test_stale_temporaries_of_dead_savers_go_and_published_files_stay(run, tmp_p
     sl.save(tmp_path / "next.npz", states[6], contract)
     assert sorted(os.listdir(tmp_path)) == sorted(["published.npz", "next.npz", live.name, other.name])
     assert open(published, "rb").read() == before and os.stat(published).st_nlink == 1
-    assert checkpoint.clean(tmp_path) == [] and sl.host_copy(sl.restore(published, contract, mesh))["step"] == 5
+    assert checkpoint.remove_stale(tmp_path) == [] and sl.host_copy(sl.restore(published, contract, mesh))["step"] == 5
 
 
 def test_manifests_of_any_json_shape_or_file_type_are_refused_by_name(tmp_path):

@@ -24,7 +24,17 @@ from shardlab.errors import (
     LostProcessError,
     SamplerMismatchError,
 )
-from shardlab.multi import guard, launcher, ledger, manifest, migration, retention, runtime, store, supervisor
+from shardlab.multi import (
+    group_supervisor,
+    launcher,
+    ledger,
+    manifest,
+    migration,
+    retention,
+    runtime,
+    store,
+    wait_guard,
+)
 
 pytestmark = pytest.mark.stage5
 
@@ -182,7 +192,7 @@ def pulsing(client, process_id, position, stop):
 @pytest.fixture
 def group():
     client, stop, stops = FakeClient(), threading.Event(), []
-    watch = guard.Guard(client, 0, 2, timeout=1.0, report=stops.append)
+    watch = wait_guard.WaitGuard(client, 0, 2, timeout=1.0, report=stops.append)
     yield client, watch, stop
     stop.set()
     watch.close()
@@ -246,7 +256,7 @@ def test_retention_keeps_the_newest_n_and_removes_leftovers(tmp_path):
     os.makedirs(os.path.join(tmp_path, manifest.ORBAX, "5.orbax-checkpoint-tmp-1700000000"))
     os.makedirs(os.path.join(tmp_path, manifest.ORBAX, "12.orbax-checkpoint-tmp-1700000001"))  # maybe in flight
     os.makedirs(os.path.join(tmp_path, manifest.REJECTED, "6.0"))
-    done = retention.clean(tmp_path, keep=2)
+    done = retention.enforce(tmp_path, keep=2)
     assert done["keep"] == [6, 9] and done["expire"] == [3]
     assert sorted(done["leftovers"]) == ["4", "5.orbax-checkpoint-tmp-1700000000"]
     assert sorted(os.listdir(os.path.join(tmp_path, manifest.ORBAX))) == [
@@ -267,11 +277,11 @@ def test_retention_killed_mid_clean_up_never_loses_the_newest_complete(tmp_path)
         raise KeyboardInterrupt(f"killed at {phase} of step {step}")  # stands in for SIGKILL at that point
 
     with pytest.raises(KeyboardInterrupt):
-        retention.clean(tmp_path, keep=1, fault=killed)
+        retention.enforce(tmp_path, keep=1, fault=killed)
     found = manifest.scan(tmp_path)
     assert found["complete"] == [6, 9] and "3" in found["ignored"]  # 3 lost its manifest first: no longer counts
     assert manifest.newest_complete(tmp_path) == 9
-    retention.clean(tmp_path, keep=1)  # the next clean-up finishes the job
+    retention.enforce(tmp_path, keep=1)  # the next clean-up finishes the job
     assert manifest.scan(tmp_path) == {"complete": [9], "ignored": {}}
     assert sorted(os.listdir(os.path.join(tmp_path, manifest.ORBAX))) == ["9"]
 
@@ -279,7 +289,7 @@ def test_retention_killed_mid_clean_up_never_loses_the_newest_complete(tmp_path)
 def test_retention_refuses_to_keep_nothing(tmp_path):
     write_step(tmp_path, 3)
     with pytest.raises(ConfigError, match="at least 1"):
-        retention.clean(tmp_path, keep=0)
+        retention.enforce(tmp_path, keep=0)
     assert manifest.newest_complete(tmp_path) == 3
 
 
@@ -352,20 +362,23 @@ def test_a_real_background_write_failure_travels_orbax_and_is_named(tmp_path, me
 
 
 def test_supervisor_names_the_cause_of_an_exit():
-    assert supervisor._cause(-9, None) == "killed (SIGKILL)"
-    assert supervisor._cause(-6, None).startswith("aborted (SIGABRT")
+    assert group_supervisor._cause(-9, None) == "killed (SIGKILL)"
+    assert group_supervisor._cause(-6, None).startswith("aborted (SIGABRT")
     report = {"error": {"type": "HangError", "message": "process(es) [1] skipped step 2"}}
-    assert supervisor._cause(guard.EXIT_STOPPED, report) == "named stop: HangError: process(es) [1] skipped step 2"
-    assert supervisor._cause(1, None) == "crashed (exit code 1)"
+    assert (
+        group_supervisor._cause(wait_guard.EXIT_STOPPED, report)
+        == "named stop: HangError: process(es) [1] skipped step 2"
+    )
+    assert group_supervisor._cause(1, None) == "crashed (exit code 1)"
     seen = {0: -6, 1: -9}  # JAX aborted process 0 after process 1 was killed, both seen in one poll
-    assert min(seen, key=lambda q: (supervisor._rank(seen[q]), q)) == 1
+    assert min(seen, key=lambda q: (group_supervisor._rank(seen[q]), q)) == 1
 
 
 def test_freeze_bound_is_stated_above_the_pulse_and_below_jax_heartbeat():
-    bounds = supervisor.detection_bounds(10.0)
-    assert bounds["freeze_s"] == supervisor.FREEZE_S + guard.PULSE + 2 * supervisor.POLL
+    bounds = group_supervisor.detection_bounds(10.0)
+    assert bounds["freeze_s"] == group_supervisor.FREEZE_S + wait_guard.PULSE + 2 * group_supervisor.POLL
     assert bounds["freeze_s"] < runtime.heartbeat_seconds(10.0)
-    assert supervisor.FREEZE_S / guard.PULSE >= 5  # several missed pulses, not one late one
+    assert group_supervisor.FREEZE_S / wait_guard.PULSE >= 5  # several missed pulses, not one late one
 
 
 def _attempt(launched, steps, restored=None, end=None, detect=None, teardown=0.5, saves=()):
@@ -457,7 +470,7 @@ def test_a_controller_with_a_missing_variable_stops_fast_with_a_report(tmp_path)
     began = time.time()
     args = ["--shared", str(tmp_path / "shared"), "--out", str(tmp_path), "--timeout", "3"]
     proc = subprocess.run([sys.executable, "-m", "shardlab.multi.program", *args], env=env, capture_output=True)
-    assert proc.returncode == guard.EXIT_STOPPED
+    assert proc.returncode == wait_guard.EXIT_STOPPED
     report = json.loads((tmp_path / "process_0.json").read_text())
     assert report["error"]["type"] == "LaunchError" and "SLURM_JOB_ID" in report["error"]["message"]
     assert time.time() - began < runtime.init_timeout(3)  # failed before any initialisation wait
@@ -525,11 +538,11 @@ def test_mpirun_names_the_rank_it_reports_and_not_the_ranks_it_ended(tmp_path):
     group = _group({"group": 9})
     codes = {r: launcher.MpiRank(group, r, str(tmp_path)).poll() for r in (0, 1)}
     assert codes == {0: launcher.CLEANED_UP, 1: -9}
-    assert min(codes, key=lambda q: (supervisor._rank(codes[q]), q)) == 1
-    assert supervisor._cause(codes[1], None) == "killed (SIGKILL)"
-    assert "another rank failed" in supervisor._cause(codes[0], None)
+    assert min(codes, key=lambda q: (group_supervisor._rank(codes[q]), q)) == 1
+    assert group_supervisor._cause(codes[1], None) == "killed (SIGKILL)"
+    assert "another rank failed" in group_supervisor._cause(codes[0], None)
     (tmp_path / launcher.MPI_LOG).write_text(log.replace("EXIT CODE: 9", "EXIT CODE: 3"))
-    assert launcher.MpiRank(_group({"group": 3}), 1, str(tmp_path)).poll() == guard.EXIT_STOPPED
+    assert launcher.MpiRank(_group({"group": 3}), 1, str(tmp_path)).poll() == wait_guard.EXIT_STOPPED
     preempted = {launcher.MpiRank(_group({"group": 4}), r, str(tmp_path)).poll() for r in (0, 1)}
     assert preempted == {4}  # the group's agreed stop, for every rank
 
@@ -548,7 +561,7 @@ def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks,
     began = time.time()
     command = [launcher.mpiexec(), "-n", str(ranks), *args] if ranks else args
     proc = subprocess.run([*command, "--timeout", "3"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == guard.EXIT_STOPPED, proc.stdout + proc.stderr
+    assert proc.returncode == wait_guard.EXIT_STOPPED, proc.stdout + proc.stderr
     reports = [json.loads(p.read_text()) for p in tmp_path.glob("process_*.json")]
     assert reports and all(r["error"]["type"] == "LaunchError" for r in reports)
     assert any(expected in r["error"]["message"] for r in reports)
@@ -564,7 +577,7 @@ def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path,
     from shardlab.multi import control
     from shardlab.multi.scenarios import kill
 
-    mpi = supervisor.supervise(
+    mpi = group_supervisor.supervise(
         tmp_path / "sup",
         tmp_path / "shared",
         steps=8,
@@ -785,7 +798,7 @@ def test_a_named_stop_counts_only_when_each_report_names_it_and_each_exit_is_a_s
     import signal
 
     from shardlab.multi import drills
-    from shardlab.multi.guard import EXIT_STOPPED
+    from shardlab.multi.wait_guard import EXIT_STOPPED
 
     error = {"type": "HangError", "message": "process(es) [1] skipped step 2: agreement on step 3"}
 

@@ -6,7 +6,7 @@ import pytest
 
 import shardlab as sl
 from shardlab.learner import reference as impl
-from shardlab.verify import faults, fingerprint, replay
+from shardlab.verify import faults, replay, step_fingerprint
 
 pytestmark = pytest.mark.stage3
 
@@ -22,7 +22,7 @@ def control_run(data, mesh, seed, batch_size, steps, folder):
         state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
         ids.append(batch_ids)
         losses.append(loss)
-        log.append(fingerprint.entry(k, data, batch_ids, np.asarray(state["weights"]), loss))
+        log.append(step_fingerprint.entry(k, data, batch_ids, np.asarray(state["weights"]), loss))
         paths.append(sl.save(folder / f"at-{k}.npz", state, contract))
     return step, contract, paths, ids, losses, log, sl.host_copy(state)
 
@@ -49,7 +49,7 @@ def test_resume_from_every_boundary_equals_the_uninterrupted_run(case, mesh, tmp
         for a, b in zip(ids[k:], resumed["ids"]):
             np.testing.assert_array_equal(a, b)
         assert list(resumed["losses"]) == losses[k:]  # exact on this CPU
-        assert fingerprint.first_divergence(log[k:], resumed["log"]) is None, k
+        assert step_fingerprint.first_divergence(log[k:], resumed["log"]) is None, k
         end = sl.host_copy(resumed["state"]) if steps > k else sl.host_copy(restored)
         for name in sl.FIELDS:
             np.testing.assert_array_equal(end[name], final[name], err_msg=f"{case}: resume at {k}, field {name}")

@@ -8,7 +8,7 @@ from conftest import REPO
 from rig import torture
 from rig.torture import categories, outcome
 from shardlab.learner import implementation
-from shardlab.multi import drills, guard, rows, supervisor
+from shardlab.multi import drills, group_supervisor, rows, wait_guard
 
 
 def test_every_failure_column_is_named_where_the_campaign_is_described():
@@ -46,9 +46,9 @@ def test_the_torture_categories_are_the_ones_the_docstring_names():
 
 def test_the_freeze_bound_is_the_number_of_pulses_its_comment_states():
     comment = re.search(
-        r"FREEZE_S = .*\((\d+) missed pulses\)", (REPO / "lib/shardlab/multi/supervisor.py").read_text()
+        r"FREEZE_S = .*\((\d+) missed pulses\)", (REPO / "lib/shardlab/multi/group_supervisor.py").read_text()
     )
-    assert int(comment.group(1)) == supervisor.FREEZE_S / guard.PULSE
+    assert int(comment.group(1)) == group_supervisor.FREEZE_S / wait_guard.PULSE
 
 
 def test_the_starter_holds_the_functions_the_readme_names_and_a_learner_file_must_define():

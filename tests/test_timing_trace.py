@@ -200,7 +200,7 @@ def test_breakdown_parts_add_up(captured):
 
 
 def test_covered_counts_nested_time_once():
-    assert trace._covered([(0, 10), (2, 5), (8, 12), (20, 21)]) == 13
+    assert trace.covered([(0, 10), (2, 5), (8, 12), (20, 21)]) == 13
 
 
 def test_files_that_disagree_are_refused(captured, tmp_path):

@@ -13,7 +13,7 @@ from shardlab.errors import UsageError
 
 COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
-    "multi": ("shardlab.multi.plain", "start P controller processes on loopback once (supervise --budget 0)"),
+    "multi": ("shardlab.multi.launch_once", "start P controller processes on loopback once (supervise --budget 0)"),
     "supervise": (
         "shardlab.multi.cli",
         "run a supervised multi-controller job: restarts through failures, prints each attempt, writes OUT/ledger.json",

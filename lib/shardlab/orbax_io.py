@@ -50,9 +50,9 @@ def target(like: dict, mesh: Mesh) -> dict:
     }
 
 
-def clean(folder) -> list[str]:
+def remove_stale(folder) -> list[str]:
     """Remove staging folders (`.tmp-<pid>-*.orbax`) of savers that were killed; return their names."""
-    return files.clean(folder, ".orbax", folders=True)
+    return files.remove_stale(folder, ".orbax", folders=True)
 
 
 def _join(before: set, seconds: float) -> None:
@@ -110,7 +110,7 @@ def save(path, state: dict, contract_: dict) -> str:
     parent = os.path.dirname(path)
     try:
         os.makedirs(parent, exist_ok=True)
-        clean(parent)
+        remove_stale(parent)
         staging = files.temporary_dir(parent, ".orbax")
     except OSError as exc:
         raise CheckpointWriteError(f"cannot write an Orbax checkpoint into {parent} ({exc.strerror or exc})") from None

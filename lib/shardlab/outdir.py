@@ -80,9 +80,8 @@ def _walk(folder: Path) -> tuple[list[str], list[str]]:
     return sorted(files), sorted(dirs)
 
 
-def _matches(folder: Path, rel: str, entry: dict) -> bool:
-    """True if `rel` is still the regular file we recorded (same size and sha256)."""
-    path = folder / rel
+def holds(path: Path, entry: dict) -> bool:
+    """True if `path` is still the regular file a manifest entry records (same size and sha256)."""
     if path.is_symlink() or not path.is_file():
         return False
     digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
@@ -121,7 +120,7 @@ def _foreign(out: Path, commands: dict) -> list[str]:
         for rel in files
         if rel != MANIFEST
         and _staging_pid(out / rel.split("/")[0]) is None
-        and not (rel in known_files and _matches(out, rel, known_files[rel]))
+        and not (rel in known_files and holds(out / rel, known_files[rel]))
         and not _pending(commands, rel)
     ]
     return foreign + [
@@ -205,7 +204,7 @@ def _make_staging(out: Path) -> Path:
 
 
 def _remove_stale(out: Path) -> None:
-    files.clean(out, prefix=STAGING, folders=True)
+    files.remove_stale(out, prefix=STAGING, folders=True)
 
 
 def _write_manifest(out: Path, commands: dict) -> None:

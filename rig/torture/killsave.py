@@ -211,9 +211,9 @@ def run(trials: int, folder, states: list[dict], contract: dict, mesh, seed: int
 def _report(seen: _Trials, span: float, started: float) -> dict:
     """After the explicit clean-up: the counts (leaks, lost) and the details of every trial."""
     tally, temps = seen.tally, seen.temps
-    checkpoint.clean(seen.folder)  # the explicit clean-up: no temporary of a dead saver may survive it
+    checkpoint.remove_stale(seen.folder)  # the explicit clean-up: no temporary of a dead saver may survive it
     if _temps(seen.folder):
-        tally.count("leak", f"temporaries left after clean(): {_temps(seen.folder)}")
+        tally.count("leak", f"temporaries left after remove_stale(): {_temps(seen.folder)}")
     tally.lost = len(seen.lost | _lost(seen.accepted, seen.contract, seen.mesh, full=True))
     tally.wrong_accepts += temps.wrong_accepts
     tally.unclear_errors += temps.unclear_errors

@@ -109,13 +109,13 @@ def integrity(arrays: dict) -> str:
     return digest.hexdigest()
 
 
-def clean(folder) -> list[str]:
+def remove_stale(folder) -> list[str]:
     """Remove the temporaries of killed savers (`.tmp-<pid>-*.npz`, pid gone); return their names.
 
     Only temporary names are unlinked: a temporary that is a second hard link to a
     published checkpoint loses that name, the checkpoint keeps its own.
     """
-    return files.clean(folder, ".npz")
+    return files.remove_stale(folder, ".npz")
 
 
 def save(path, state: dict, contract_: dict) -> str:
@@ -123,7 +123,7 @@ def save(path, state: dict, contract_: dict) -> str:
 
     Raises CheckpointExistsError (and writes nothing) if `path` already exists, and
     CorruptCheckpointError for a state or contract it would have to change to save.
-    Temporaries left by killed savers in the folder are removed first (`clean`).
+    Temporaries left by killed savers in the folder are removed first (`remove_stale`).
     """
     path = os.fspath(path)
     check_contract_form(contract_, f"refusing to save {path}")
@@ -134,7 +134,7 @@ def save(path, state: dict, contract_: dict) -> str:
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)
-        clean(folder)
+        remove_stale(folder)
         fd, tmp = files.temporary(folder, ".npz")  # beside the target: the link below never crosses file systems
     except OSError as exc:
         raise CheckpointWriteError(

@@ -2,7 +2,7 @@
 
 - `temporary(folder, suffix)` / `temporary_dir(folder, suffix)`: a new file (open) or folder named
   `<prefix><pid>-<random><suffix>` in `folder`, the one temporary-name scheme (prefix `.tmp-`
-  unless a staging folder names itself); `temp_pid` reads the pid back, `clean` removes the
+  unless a staging folder names itself); `temp_pid` reads the pid back, `remove_stale` removes the
   temporaries of processes that are gone;
 - `publish_new(fd, tmp, path, write)`: a new file exclusively: fill the temporary, flush, fsync,
   hard-link it to `path` (fails if the name exists, even for two racing writers), unlink the
@@ -58,7 +58,7 @@ def pid_alive(pid: int) -> bool:
         return isinstance(exc, PermissionError)
 
 
-def clean(folder, suffix: str = "", prefix: str = TEMP, folders: bool = False, own: bool = False) -> list[str]:
+def remove_stale(folder, suffix: str = "", prefix: str = TEMP, folders: bool = False, own: bool = False) -> list[str]:
     """Remove the temporaries in `folder` whose process is gone (with `own`, this process's too); return their names.
 
     Files (or, with `folders`, real folders, removed whole) named by the scheme; anything else,

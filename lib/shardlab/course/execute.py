@@ -53,16 +53,18 @@ class NotebookFailed(RuntimeError):
     """A notebook raised or timed out; the message names the notebook and the cell."""
 
 
+def _cells(executed: Path) -> list:
+    """The cells of the executed copy, or none if it is unreadable (a run stopped while writing it)."""
+    try:
+        return nbformat.read(executed, as_version=4).cells
+    except Exception:
+        return []
+
+
 def _error_cell(executed: Path):
     """The first cell of the executed copy with an error output, or None (timeout, dead kernel, unreadable)."""
-    try:
-        nb = nbformat.read(executed, as_version=4)
-    except Exception:
-        return None
-    return next(
-        (c for c in nb.cells if any(o.get("output_type") == "error" for o in c.get("outputs", []))),
-        None,
-    )
+    failed = (c for c in _cells(executed) if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
+    return next(failed, None)
 
 
 def _running_cell(executed: Path):
@@ -71,11 +73,7 @@ def _running_cell(executed: Path):
     Papermill marks every cell "pending" before the run and records a start time as it starts each
     one; the cells after the one that stopped stay pending. None if the copy is unreadable.
     """
-    try:
-        nb = nbformat.read(executed, as_version=4)
-    except Exception:
-        return None
-    started = [c for c in nb.cells if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    started = [c for c in _cells(executed) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
     return started[-1] if started else None
 
 

@@ -147,6 +147,13 @@ def xplane_events(path, names=ANNOTATIONS) -> list[tuple[str, int, int]]:
     )
 
 
+def xplane_lines(path):
+    """Each line (thread) of an XPlane capture: its name and its events as (name, start_ns, end_ns)."""
+    for plane in jax.profiler.ProfileData.from_file(str(path)).planes:
+        for line in plane.lines:
+            yield line.name, [(e.name, round(e.start_ns), round(e.start_ns + e.duration_ns)) for e in line.events]
+
+
 def perfetto_events(path, names=ANNOTATIONS) -> list[tuple[str, int, int]]:
     """(name, start_ns, duration_ns) of every complete ('X') event called one of `names` (ts, dur in µs)."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
@@ -219,7 +226,7 @@ GROUPS = {  # name prefixes of XPlane events on the Python thread, grouped for `
 }
 
 
-def _covered(intervals: list[tuple[int, int]]) -> int:
+def covered(intervals: list[tuple[int, int]]) -> int:
     """Length of the union of (start, end) intervals: nested events are counted once."""
     total, reach = 0, None
     for start, end in sorted(intervals):
@@ -239,20 +246,17 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
     trace (Python tracer off) does not name. `dispatched` lists the jitted functions called inside.
     """
     files = where if isinstance(where, TraceFiles) else find_files(where)
-    profile = jax.profiler.ProfileData.from_file(str(files.xplane))
     rows = []
-    for plane in profile.planes:
-        for line in plane.lines:
-            events = [(e.name, round(e.start_ns), round(e.start_ns + e.duration_ns)) for e in line.events]
-            for _, start, end in sorted(e for e in events if e[0] == annotation):
-                inside = [e for e in events if start <= e[1] and e[2] <= end and e[0] != annotation]
-                row = {f"{annotation}_ms": (end - start) / 1e6}
-                for group, prefixes in groups.items():
-                    spans = [(s, t) for n, s, t in inside if n.startswith(prefixes)]
-                    row[f"{group}_ms"] = _covered(spans) / 1e6
-                row["other_ms"] = row[f"{annotation}_ms"] - sum(row[f"{g}_ms"] for g in groups)
-                row["dispatched"] = sorted({n for n, _, _ in inside if n.startswith(GROUPS["jitted_dispatch"])})
-                rows.append(row)
+    for _, events in xplane_lines(files.xplane):
+        for _, start, end in sorted(e for e in events if e[0] == annotation):
+            inside = [e for e in events if start <= e[1] and e[2] <= end and e[0] != annotation]
+            row = {f"{annotation}_ms": (end - start) / 1e6}
+            for group, prefixes in groups.items():
+                spans = [(s, t) for n, s, t in inside if n.startswith(prefixes)]
+                row[f"{group}_ms"] = covered(spans) / 1e6
+            row["other_ms"] = row[f"{annotation}_ms"] - sum(row[f"{g}_ms"] for g in groups)
+            row["dispatched"] = sorted({n for n, _, _ in inside if n.startswith(GROUPS["jitted_dispatch"])})
+            rows.append(row)
     if not rows:
         raise TraceError(f"the trace has no '{annotation}' annotation to break down")
     return rows

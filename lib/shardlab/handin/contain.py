@@ -82,13 +82,6 @@ def _manifest_files(receipts: Path) -> dict:
     return commands[RUN_COMMAND]["files"]
 
 
-def _holds(path: Path, entry: dict) -> bool:
-    if path.is_symlink() or not path.is_file():
-        return False
-    digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
-    return sha256_file(path) in digests
-
-
 def verify_receipts(receipts: Path) -> None:
     """PortfolioError naming every file of the run that no longer holds the bytes the run wrote.
 
@@ -97,7 +90,7 @@ def verify_receipts(receipts: Path) -> None:
     """
     files = _manifest_files(receipts)
     present = {rel: entry for rel, entry in files.items() if os.path.lexists(member(receipts, rel))}
-    edited = sorted(rel for rel, entry in present.items() if not _holds(member(receipts, rel), entry))
+    edited = sorted(rel for rel, entry in present.items() if not outdir.holds(member(receipts, rel), entry))
     if edited:
         shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
         raise PortfolioError(

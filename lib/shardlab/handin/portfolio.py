@@ -25,7 +25,7 @@ from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.sources import receipt_sources
-from shardlab.handin import bounded, contain, items, learner, page
+from shardlab.handin import bounded, contain, items, page, workspace_reader
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
@@ -172,8 +172,8 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
         audit,
         spec,
         report,
-        learner.written_answers(workspace),
-        learner.selfcheck_scores(workspace),
+        workspace_reader.written_answers(workspace),
+        workspace_reader.selfcheck_scores(workspace),
         workspace,
     )
     found = {row.id: row.gather(run) for row in items.HANDOFF}

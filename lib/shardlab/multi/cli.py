@@ -59,14 +59,15 @@ def check(args) -> None:
         launcher.mpiexec()  # names the missing MPI runtime before anything starts
 
 
-def say(text: str) -> None:
+def announce(text: str) -> None:
+    """One progress line of the supervised job (a reader sees each attempt start and end)."""
     print(f"[supervise] {text}", flush=True)
 
 
 def started(k: int, port: int, resume: str, procs: dict) -> None:
     """The line printed as attempt k starts."""
     pids = ", ".join(f"p{q}={proc.pid}" for q, proc in procs.items())
-    say(f"attempt {k}: started on port {port}, resume {resume}; pids {pids}")
+    announce(f"attempt {k}: started on port {port}, resume {resume}; pids {pids}")
 
 
 def ended(record: dict) -> None:
@@ -77,7 +78,7 @@ def ended(record: dict) -> None:
     steps = [e["step"] for e in ledger._events(record) if e["event"] == "step"]
     done = f"steps {steps[0]}..{steps[-1]}" if steps else "no step"
     if event["kind"] == "complete":
-        say(f"attempt {k}: complete ({done}), teardown {record['teardown_s']:.2f} s")
+        announce(f"attempt {k}: complete ({done}), teardown {record['teardown_s']:.2f} s")
         return
     detect, pid = record.get("detect_s"), event.get("process")
     last = (record["progress"].get(pid) or [{}])[-1].get("t") if pid is not None else None
@@ -88,7 +89,7 @@ def ended(record: dict) -> None:
     else:
         seen = ""
     who = "" if pid is None else f"process {pid} "
-    say(f"attempt {k}: {event['kind']}: {who}{event.get('cause')} ({done}{seen})")
+    announce(f"attempt {k}: {event['kind']}: {who}{event.get('cause')} ({done}{seen})")
 
 
 def summary(result: dict, reference: dict, steps: int) -> dict:
@@ -123,9 +124,9 @@ def summary(result: dict, reference: dict, steps: int) -> dict:
 def run(args, staging) -> dict:
     """Supervise the job into `staging`; write ledger.json beside supervisor.json; return the ledger."""
     from shardlab.io import write_json
-    from shardlab.multi import control, supervisor
+    from shardlab.multi import control, group_supervisor
 
-    result = supervisor.supervise(
+    result = group_supervisor.supervise(
         os.path.join(staging, "attempts"),
         os.path.join(staging, "shared"),
         args.processes,
@@ -154,7 +155,7 @@ def main(args) -> int:
     try:
         check(args)
         world = f"{args.processes} processes x {args.local_devices} logical CPU devices, launch {args.launch}"
-        say(f"{world}; {args.steps} steps, save every {args.save_every}, restart budget {args.budget}")
+        announce(f"{world}; {args.steps} steps, save every {args.save_every}, restart budget {args.budget}")
         with outdir.writing(args.out, "supervise" if args.budget else "multi") as staging:
             found = run(args, staging)
     except ShardlabError as exc:
@@ -162,13 +163,13 @@ def main(args) -> int:
         return 2
     path = found["against_single_process"]
     goodput = found["goodput"]
-    say(
+    announce(
         f"completed: {found['completed']} after {found['restarts']} restart(s), {found['failures']} failure(s), "
         f"steps lost {sum(found['steps_lost'])}; path equals one process: {path['matches']} "
         f"(max |dw| {path.get('max_weight_diff', float('nan')):.1e}); productive {goodput['productive_fraction']:.1%} "
         f"of {goodput['total']:.1f} s"
     )
     if found["error"]:
-        say(f"{found['error']['type']}: {found['error']['message']}")
-    say(f"ledger: {os.path.join(args.out, 'ledger.json')}")
+        announce(f"{found['error']['type']}: {found['error']['message']}")
+    announce(f"ledger: {os.path.join(args.out, 'ledger.json')}")
     return 0 if found["completed"] and path["matches"] else 1

@@ -10,6 +10,7 @@ import numpy as np
 
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.schema import SAMPLER
+from shardlab.verify.replay import max_diff
 
 RTOL, ATOL = 1e-5, 1e-6  # float32 tolerance for losses, weights and momentum
 
@@ -30,17 +31,12 @@ def run(seed: int, batch_size: int, steps: int, num_devices: int = NUM_DEVICES) 
     return {"ids": ids, "losses": losses, "states": states}
 
 
-def _max_diff(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
-
-
 def state_matches(found: dict | None, reference: dict) -> dict:
     """A plain state (lists) against a control host state: sampler exact, weights/momentum within tolerance."""
     if not found:
         return {"matches": False, "reason": "no state recorded"}
     sampler_equal = all(np.array_equal(np.asarray(found[f]), np.asarray(reference[f])) for f in SAMPLER)
-    diffs = {f"max_{f}_diff": _max_diff(found[f], reference[f]) for f in ("weights", "momentum")}
+    diffs = {f"max_{f}_diff": max_diff(found[f], reference[f]) for f in ("weights", "momentum")}
     close = all(np.allclose(found[f], reference[f], rtol=RTOL, atol=ATOL) for f in ("weights", "momentum"))
     return {"matches": bool(sampler_equal and close), "sampler_equal": bool(sampler_equal), **diffs}
 
@@ -61,8 +57,8 @@ def compare(report: dict | None, reference: dict, need_final: bool = True) -> di
     result = {
         "steps": [steps[0], steps[-1]],
         "ids_equal": bool(ids_equal),
-        "max_loss_diff": _max_diff(losses, ref_losses),
-        "max_weight_diff": _max_diff(weights, ref_weights),
+        "max_loss_diff": max_diff(losses, ref_losses),
+        "max_weight_diff": max_diff(weights, ref_weights),
     }
     final = report.get("final")
     if final:

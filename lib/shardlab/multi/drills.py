@@ -10,7 +10,7 @@ The drills here, each bounded in time and compared with an uninterrupted control
 3. `world_change`: restore a 2x2 checkpoint on 1x4, 4x1 and 1x2 under the migration contract.
 4. `skipped_batch`: one controller skips a batch; everyone stops, naming it.
 
-Every group here runs through `supervisor.supervise` with a budget of 0 (the restart is the
+Every group here runs through `group_supervisor.supervise` with a budget of 0 (the restart is the
 drill's own second launch), letting the survivors stop by themselves (`settle`), so their
 named errors are the evidence. `run_all(out_dir)` runs them (after one uninterrupted 2x2
 group, which also writes the checkpoint drill 3 restores) together with the supervised
@@ -38,8 +38,8 @@ from shardlab.core import files
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import ContractMismatchError
 from shardlab.io import write_json
-from shardlab.multi import control, manifest, migration, rows, supervisor
-from shardlab.multi.guard import EXIT_STOPPED
+from shardlab.multi import control, group_supervisor, manifest, migration, rows
+from shardlab.multi.wait_guard import EXIT_STOPPED
 
 STEPS, SAVE_EVERY, TIMEOUT = 10, 3, 10.0  # 23 rows in batches of 7: 10 steps cross two epoch boundaries
 STOP_BOUND = 60.0  # seconds within which survivors must stop by themselves
@@ -63,7 +63,7 @@ class Context:
         """A supervised run under out/name (its checkpoints in out/name/shared) with this context's parameters."""
         kw.setdefault("save_every", self.save_every)
         kw.setdefault("shared", os.path.join(self.out, name, "shared"))
-        return supervisor.supervise(
+        return group_supervisor.supervise(
             os.path.join(self.out, name, "supervised"),
             kw.pop("shared"),
             steps=self.steps,
@@ -369,7 +369,7 @@ def skipped_batch(ctx: Context, rank: int = 1, step: int = 2) -> dict:
     )
 
 
-def say(text: str) -> None:
+def announce(text: str) -> None:
     """One short progress line (drills take seconds each; a reader sees which one runs)."""
     print(f"[drills] {text}", flush=True)
 
@@ -383,7 +383,7 @@ def _remove_left_work(out_dir) -> None:
     Only ours by name, and only when their process is gone or is this one (a kernel re-running
     the notebook after a failed cell): a series still running elsewhere keeps its folder.
     """
-    files.clean(out_dir, prefix=WORK_PREFIX, folders=True, own=True)
+    files.remove_stale(out_dir, prefix=WORK_PREFIX, folders=True, own=True)
 
 
 def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
@@ -406,12 +406,12 @@ def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEO
 
 def timed(name: str, fn, *args, verdict: bool = True, **kw) -> dict:
     """Run one drill with a start and an end line (the verdict left out where a prediction waits)."""
-    say(f"{name} ...")
+    announce(f"{name} ...")
     began = time.time()
     row = fn(*args, **kw)
     if row.get("wall_s") is None:
         row["wall_s"] = round(time.time() - began, 2)
-    say(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
+    announce(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
     return row
 
 

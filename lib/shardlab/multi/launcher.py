@@ -1,8 +1,9 @@
 """How a group of controller processes starts on loopback, is signalled and killed, and what it wrote.
 
 Every process runs `shardlab.multi.program` with the coordinator on 127.0.0.1 and its id in
-its environment, one of runtime.LAUNCHES. Each process leads its own process group, so the
-supervisor (the only caller that runs a group) can kill a whole group at teardown.
+its environment, one of runtime.LAUNCHES. Each process is started by `shardlab.process_group`
+and leads its own process group, so the group supervisor (the only caller that runs a group) kills
+every group whole at teardown.
 """
 
 import json
@@ -14,9 +15,10 @@ import socket
 import subprocess
 import sys
 
+from shardlab import process_group
 from shardlab.errors import LaunchError
 from shardlab.multi import program, runtime
-from shardlab.verify.fingerprint import first_divergence
+from shardlab.verify.step_fingerprint import first_divergence
 
 
 def free_port() -> int:
@@ -179,9 +181,7 @@ def start(out: str, args: list, processes: int, local_devices: int, launch: str,
 
 
 def _popen(command: list, env: dict, log) -> subprocess.Popen:
-    return subprocess.Popen(
-        command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    return process_group.spawn(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def signal_process(proc, sig: int, os_pid: int | None = None) -> None:
@@ -196,13 +196,14 @@ def signal_process(proc, sig: int, os_pid: int | None = None) -> None:
         os.killpg(proc.pid, sig)
 
 
-def kill(proc) -> None:
-    """SIGKILL one controller's process group (under mpirun: mpirun's, and the rank itself)."""
-    rank = proc.os_pid() if isinstance(proc, MpiRank) else None
-    for send, pid in ((os.killpg, proc.pid), (os.kill, rank)):
+def kill(procs) -> None:
+    """SIGKILL every controller in `procs` with its process group and reap it (under mpirun: the one
+    mpirun group, then each rank still running, which runs in a session of its own)."""
+    ranks = [proc.os_pid() for proc in procs if isinstance(proc, MpiRank) and proc.poll() is None]
+    process_group.kill(*{proc.group if isinstance(proc, MpiRank) else proc for proc in procs})
+    for pid in filter(None, ranks):
         try:
-            if pid:
-                send(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 

@@ -1,6 +1,6 @@
 """What a supervised run cost, and whether its pieces make one continuous run.
 
-From a `supervisor.supervise` result (every attempt's progress events, read from process 0
+From a `group_supervisor.supervise` result (every attempt's progress events, read from process 0
 or the lowest process that left any) this computes:
 
 - the loss path: for each attempt, the steps it completed up to the step the next attempt

@@ -36,8 +36,8 @@ from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import CheckpointExistsError, LaunchError, ShardlabError
 from shardlab.io import plain, write_json
 from shardlab.multi import manifest, migration, retention, runtime, shards, store
-from shardlab.multi.guard import EXIT_STOPPED, Guard
-from shardlab.verify import fingerprint
+from shardlab.multi.wait_guard import EXIT_STOPPED, WaitGuard
+from shardlab.verify import step_fingerprint
 
 PAUSE_LIMIT = 600  # seconds a paused controller waits to be killed before giving up
 FIRST_STEP_FACTOR = 3  # the first step's waits allow 3 bounds: start-up skew and compilation
@@ -112,7 +112,7 @@ class Controller:
         self.contract = sl.contract(self.data, config)
         self.step_fn = sl.make_step(self.mesh, config.learning_rate, config.decay)
         pulse = pulse_path(args.out, self.pid)
-        self.guard = Guard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped, pulse)
+        self.guard = WaitGuard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped, pulse)
         self.state = sl.initial(args.seed, self.data, self.mesh, put=put_shards)
         self.checkpoints, self.pending, self.preempt = None, None, False
         self.saved_host = {}  # host copies of steps saved but not yet published (for their manifests)
@@ -232,7 +232,7 @@ class Controller:
             self.fault("publish", step)
             manifest.publish(self.args.shared, record)
             if self.args.keep:
-                removed = retention.clean(self.args.shared, self.args.keep, self.fault)
+                removed = retention.enforce(self.args.shared, self.args.keep, self.fault)
                 self.report.setdefault("retention", []).append({"after": step, **removed})
         else:
             self.saved_host.pop(step)
@@ -284,7 +284,7 @@ class Controller:
                 self.state, loss = shards.apply(state, batch, self.step_fn)
             clock.append(time.perf_counter())
             self.report.setdefault("step_times", []).append(step_times(step + 1, clock))
-            entry = fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
+            entry = step_fingerprint.entry(step + 1, self.data, batch.ids, self.state["weights"], loss)
             weights = np.asarray(self.state["weights"]).tolist()
             ids = [int(i) for i in batch.ids]
             self.report["log"].append({**entry, "ids": ids, "weights_values": weights})

@@ -57,8 +57,9 @@ def _discard(shared, path: str) -> None:
     shutil.rmtree(target)
 
 
-def clean(shared, keep: int, fault=None) -> dict:
-    """Apply `plan`; `fault(phase, step)` is the drills' hook between a manifest and its folder."""
+def enforce(shared, keep: int, fault=None) -> dict:
+    """Carry out `plan`: older steps, leftovers, rejected/ and trash/ go; `fault(phase, step)` is the
+    drills' hook between a manifest and its folder."""
     todo = plan(shared, keep)
     root = os.path.join(os.fspath(shared), manifest.ORBAX)
     for step in todo["expire"]:

@@ -2,12 +2,12 @@
 
 Every row says what sees the failure (detector), which component acts on it (owner), what it
 does (mitigation), when the group must stop (stop condition; the bounds are
-`supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage5b_scaling
+`group_supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage5b_scaling
 notebook and docs/stage5.md render this table; `proof` sets it beside a drills.json (the one
 stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` every row named here.
 """
 
-from shardlab.multi import supervisor
+from shardlab.multi import group_supervisor
 
 ROWS = (
     {
@@ -78,7 +78,7 @@ COLUMNS = ("failure", "detector", "owner", "mitigation", "stop", "drills")
 
 def rows(timeout: float) -> list[dict]:
     """The runbook with its stop conditions' bounds filled in for `timeout` (seconds of every guard's wait)."""
-    bounds = supervisor.detection_bounds(timeout)
+    bounds = group_supervisor.detection_bounds(timeout)
     return [{**row, "stop": row["stop"].format(**bounds)} for row in ROWS]
 
 

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 
-from shardlab.multi import launcher, ledger, manifest, program, rows, runtime, supervisor
+from shardlab import process_group
+from shardlab.multi import group_supervisor, launcher, ledger, manifest, program, rows, runtime
 
 SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
@@ -91,7 +92,7 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
 def run(ctx, name: str, faults: tuple, expect: list[dict], **kw) -> dict:
     """Supervise one scenario under ctx.out/name and return its row."""
     result = ctx.supervise(name, faults=faults, **kw)
-    row = _row(name, result, ctx, expect, supervisor.detection_bounds(ctx.timeout))
+    row = _row(name, result, ctx, expect, group_supervisor.detection_bounds(ctx.timeout))
     if name.startswith("cleanup"):
         row["shared_after"] = _entries(os.path.join(ctx.out, name, "shared"))
     return row
@@ -206,14 +207,12 @@ def _one(ctx, env: dict, expected: str, ranks: int | None = None) -> dict:
     began = time.time()
     args = program.argv(shared=os.path.join(folder, "shared"), out=folder, timeout=ctx.timeout)
     command = [sys.executable, *launcher.PROGRAM, *args]
-    proc = subprocess.run(
-        [launcher.mpiexec(), "-n", str(ranks), *command] if ranks else command,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=runtime.init_timeout(ctx.timeout) + 60,
-    )
+    quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = process_group.spawn([launcher.mpiexec(), "-n", str(ranks), *command] if ranks else command, env=env, **quiet)
+    try:
+        proc.wait(timeout=runtime.init_timeout(ctx.timeout) + 60)
+    finally:
+        process_group.kill(proc)  # also what it left running in its group (mpiexec's proxies)
     ids = range(ranks) if ranks else [runtime.launch_rank(env)]  # under mpirun the first rank to stop ends all
     report = next((r for r in (launcher.report(folder, q) for q in ids) if r and r.get("error")), {})
     error = report.get("error") or {}

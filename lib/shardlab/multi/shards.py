@@ -12,7 +12,7 @@ import jax
 from shardlab.core.batch import Batch
 from shardlab.core.schema import digests
 from shardlab.core.state import updated
-from shardlab.verify.fingerprint import batch_hash
+from shardlab.verify.step_fingerprint import batch_hash
 
 
 def sampler_digest(state: dict) -> str:

@@ -63,41 +63,24 @@ def fused_dispatch(loop, state: dict, steps: int) -> tuple[dict, np.ndarray, lis
     return loop.finish(state, [Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, steps)])
 
 
-def _union(spans: list[tuple[int, int]]) -> int:
-    """Total length covered by (start, end) spans, overlaps counted once."""
-    total, reach = 0, None
-    for start, end in sorted(spans):
-        if reach is None or start > reach:
-            total, reach = total + end - start, end
-        elif end > reach:
-            total, reach = total + end - reach, end
-    return total
-
-
 def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
     """Per device thread of the capture: its name, event count, busy ms (union of events) and top event names."""
-    profile = jax.profiler.ProfileData.from_file(str(files.xplane))
     found = []
-    for plane in profile.planes:
-        for line in plane.lines:
-            if not line.name.startswith(prefix):
-                continue
-            events = [(e.name, round(e.start_ns), round(e.start_ns + e.duration_ns)) for e in line.events]
-            if not events:
-                continue
-            spans = [(start, end) for _, start, end in events]
-            totals = {}
-            for name, start, end in events:
-                totals[name] = totals.get(name, 0) + (end - start)
-            top = sorted(totals.items(), key=lambda item: -item[1])[:3]
-            found.append(
-                {
-                    "thread": line.name,
-                    "events": len(events),
-                    "busy_ms": _union(spans) / 1e6,
-                    "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
-                }
-            )
+    for thread, events in trace.xplane_lines(files.xplane):
+        if not thread.startswith(prefix) or not events:
+            continue
+        totals = {}
+        for name, start, end in events:
+            totals[name] = totals.get(name, 0) + (end - start)
+        top = sorted(totals.items(), key=lambda item: -item[1])[:3]
+        found.append(
+            {
+                "thread": thread,
+                "events": len(events),
+                "busy_ms": trace.covered([(start, end) for _, start, end in events]) / 1e6,
+                "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
+            }
+        )
     return found
 
 

@@ -16,7 +16,7 @@ from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
 from shardlab.errors import CheckpointError, ShardlabError
 from shardlab.io import read_npz
-from shardlab.verify import fingerprint
+from shardlab.verify import step_fingerprint
 
 OWNER = "stage3a_checkpoint"  # the manifest section of the files `fresh_folder` may replace
 # what the stage 3 notebook writes into its folder (fnmatch patterns of top-level names); `.tmp-*` are the
@@ -39,13 +39,14 @@ def run(state, data, batch_size: int, steps: int, mesh, step, transition=referen
             after[name].append(host[name])
         ids.append(np.asarray(batch_ids, np.int64))
         losses.append(float(loss))
-        log.append(fingerprint.entry(host["step"], data, batch_ids, host["weights"], loss))
+        log.append(step_fingerprint.entry(host["step"], data, batch_ids, host["weights"], loss))
     record = {name: np.asarray(values) for name, values in after.items()}
     record.update(ids=ids, losses=np.asarray(losses, np.float64), log=log, state=state)
     return record
 
 
-def _max_diff(a, b) -> float:
+def max_diff(a, b) -> float:
+    """The largest absolute difference of two arrays, in float64 (int64 for integers); inf if their shapes differ."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return float("inf")
@@ -68,13 +69,13 @@ def ids_mismatched(ids_a: list, ids_b: list) -> int:
 
 def compare(control: dict, resumed: dict) -> dict:
     """Max absolute difference per field over every step, mismatched ids, losses, coverage."""
-    diffs = {name: _max_diff(control[name], resumed[name]) for name in FIELDS}
+    diffs = {name: max_diff(control[name], resumed[name]) for name in FIELDS}
     steps = len(resumed["ids"])
     rows = np.asarray(resumed["order"]).shape[-1] if steps else 1
     return {
         **diffs,
         "ids_mismatched": ids_mismatched(control["ids"], resumed["ids"]),
-        "losses": _max_diff(control["losses"], resumed["losses"]),
+        "losses": max_diff(control["losses"], resumed["losses"]),
         "steps_compared": int(min(len(control["ids"]), steps)),
         "epochs_covered": float(sum(len(i) for i in resumed["ids"]) / rows),
     }
@@ -85,14 +86,14 @@ def first_differences(control: dict, other: dict) -> dict:
     shared = min(len(control["ids"]), len(other["ids"]))
     steps = [int(s) for s in control["step"][:shared]]
     return {
-        name: next((steps[i] for i in range(shared) if _max_diff(control[name][i], other[name][i]) != 0), None)
+        name: next((steps[i] for i in range(shared) if max_diff(control[name][i], other[name][i]) != 0), None)
         for name in (*FIELDS, "ids", "losses")
     }
 
 
 def first_divergence(control: dict, other: dict):
     """The first step at which the fingerprint logs differ (None if they agree)."""
-    return fingerprint.first_divergence(control["log"], other["log"])
+    return step_fingerprint.first_divergence(control["log"], other["log"])
 
 
 def check_recovery(recovery: dict, weight_tolerance: float = 0.0) -> None:

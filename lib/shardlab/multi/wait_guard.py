@@ -1,4 +1,4 @@
-"""Bounded waits for a controller group: every wait ends, and a failed wait names a process.
+"""The wait guard: every wait of a controller in a group ends, and a failed wait names a process.
 
 Three mechanisms share the coordination service's key-value store:
 
@@ -27,7 +27,7 @@ PREFIX = "shardlab"
 EXIT_STOPPED = 3  # exit code of a controller that stopped itself with a named error
 
 
-class Guard:
+class WaitGuard:
     """Pulses, agreement and a watchdog for one controller; `report(error)` records a stop."""
 
     def __init__(self, client, process_id: int, processes: int, timeout: float, report, pulse_file=None):
@@ -36,8 +36,9 @@ class Guard:
         self.timeout, self.report = float(timeout), report
         self.position = "start"
         self._deadline, self._what, self._stop = None, None, threading.Event()
-        loops = (self._pulse, self._watch) + ((self._pulse_to_file,) if pulse_file else ())
-        self._threads = [threading.Thread(target=f, daemon=True) for f in loops]
+        sinks = (self._pulse_to_store,) + ((self._pulse_to_file,) if pulse_file else ())
+        self._threads = [threading.Thread(target=self._pulse, args=(send,), daemon=True) for send in sinks]
+        self._threads.append(threading.Thread(target=self._watch, daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -50,25 +51,26 @@ class Guard:
         """Stop the pulse and watchdog threads."""
         self._stop.set()
 
-    def _pulse(self) -> None:
+    def _pulse(self, send) -> None:
+        """Send `<count>|<position>` every PULSE seconds until closed; each sink pulses in its own thread,
+        so a frozen coordinator, which blocks `key_value_set`, does not stop the file's pulse."""
         count = 0
         while not self._stop.is_set():
             count += 1
-            try:
-                self.client.key_value_set(
-                    f"{PREFIX}/pulse/{self.process_id}", f"{count}|{self.position}", allow_overwrite=True
-                )
-            except Exception:
-                pass  # the coordinator is gone; a waiting call will diagnose it
+            send(f"{count}|{self.position}")
             self._stop.wait(PULSE)
 
-    def _pulse_to_file(self) -> None:
-        """Its own thread: a frozen coordinator blocks `key_value_set`, and must not stop this pulse."""
-        count = 0
-        while not self._stop.is_set():
-            count += 1
-            _write_pulse(self.pulse_file, f"{count}|{self.position}")
-            self._stop.wait(PULSE)
+    def _pulse_to_store(self, text: str) -> None:
+        try:
+            self.client.key_value_set(f"{PREFIX}/pulse/{self.process_id}", text, allow_overwrite=True)
+        except Exception:
+            pass  # the coordinator is gone; a waiting call will diagnose it
+
+    def _pulse_to_file(self, text: str) -> None:
+        try:
+            write_atomic(self.pulse_file, text)
+        except OSError:
+            pass  # a missing pulse is what the group supervisor reports; never stop training for it
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
@@ -201,13 +203,6 @@ class Guard:
             self.client.wait_at_barrier(f"{PREFIX}/{name}", int(1000 * self.timeout))
         except Exception:
             raise self.diagnose(f"barrier {name!r}") from None
-
-
-def _write_pulse(path: str, text: str) -> None:
-    try:
-        write_atomic(path, text)
-    except OSError:
-        pass  # a missing pulse is what the supervisor reports; never stop training for it
 
 
 def _naming(lost: list[int], kind):

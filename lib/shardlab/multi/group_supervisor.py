@@ -29,7 +29,7 @@ from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import LaunchError, RestartBudgetError
 from shardlab.io import write_json
 from shardlab.multi import launcher, manifest, program, runtime
-from shardlab.multi.guard import EXIT_STOPPED, PULSE, PULSE_WINDOW
+from shardlab.multi.wait_guard import EXIT_STOPPED, PULSE, PULSE_WINDOW
 
 POLL = 0.05  # seconds between looks at the group
 FREEZE_S = 5.0  # a pulse older than this (10 missed pulses) is a frozen process
@@ -80,9 +80,7 @@ def _rank(code: int) -> int:
 def _teardown(procs: dict, logs: list) -> float:
     """SIGKILL every process group of the attempt and reap it; return the seconds it took."""
     began = time.time()
-    for proc in procs.values():
-        if proc.poll() is None:
-            launcher.kill(proc)
+    launcher.kill(list(procs.values()))
     for proc in procs.values():
         proc.wait()
     for log in logs:

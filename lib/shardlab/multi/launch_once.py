@@ -1,4 +1,4 @@
-"""`python -m shardlab multi`: one plain launch of a group, compared with one process (`supervise --budget 0`)."""
+"""`python -m shardlab multi`: the group launched once, compared with one process (`supervise --budget 0`)."""
 
 from shardlab.multi import cli
 

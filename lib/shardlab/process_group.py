@@ -1,0 +1,39 @@
+"""Child processes that each lead a process group: killed whole, none outliving the command that started it.
+
+`spawn` starts a command in a session of its own, so it leads a new process group, and remembers
+it; `kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
+each one, so a group's survivors cannot react to a peer's death before their own kill; `stop_all`
+kills every child still remembered (the caller was interrupted). What is killed is the group, not
+the pid: whatever a child started in its group (mpiexec's proxies, a learner's stray children)
+ends with it. Stage 5's controller groups start and end here.
+"""
+
+import os
+import signal
+import subprocess
+
+LIVE: set = set()  # children started here and not yet reaped by `kill`
+
+
+def spawn(argv: list, **popen) -> subprocess.Popen:
+    """Start `argv` in its own session and process group (`popen`: Popen's other arguments); `kill` ends it."""
+    process = subprocess.Popen(argv, start_new_session=True, **popen)
+    LIVE.add(process)
+    return process
+
+
+def kill(*processes: subprocess.Popen) -> None:
+    """SIGKILL the process group of every one of `processes`, then reap each of them."""
+    for process in processes:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # the group has ended already
+            pass
+    for process in processes:
+        process.wait()
+        LIVE.discard(process)
+
+
+def stop_all() -> None:
+    """Kill every child still running: none outlives the command that started it."""
+    kill(*LIVE)

@@ -1,0 +1,73 @@
+"""The one runner of stage 5's controller groups: a child and whatever it starts in its group die together."""
+
+import os
+import subprocess
+import sys
+import time
+
+from shardlab import process_group
+
+# a child that starts a grandchild in its own process group, prints the grandchild's pid, then waits
+PARENT = """import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (read from /proc, not from the module under test)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _ended(pids, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_running(pid) for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _spawn_parent() -> tuple[subprocess.Popen, int]:
+    process = process_group.spawn([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    return process, int(process.stdout.readline())
+
+
+def test_a_child_leads_its_own_group_and_kill_ends_its_grandchild_too():
+    process, grandchild = _spawn_parent()
+    try:
+        assert os.getpgid(process.pid) == process.pid != os.getpgid(0)
+        assert os.getpgid(grandchild) == process.pid and _running(grandchild)
+        process_group.kill(process)
+        assert process.returncode == -9 and process not in process_group.LIVE
+        assert _ended([grandchild]), "the grandchild in the child's group outlived the kill"
+    finally:
+        process.stdout.close()
+
+
+def test_kill_takes_several_groups_and_one_that_ended_already():
+    first, second = _spawn_parent(), _spawn_parent()
+    done = process_group.spawn([sys.executable, "-c", "pass"])
+    done.wait()
+    process_group.kill(first[0], second[0], done)
+    assert (first[0].returncode, second[0].returncode, done.returncode) == (-9, -9, 0)
+    assert _ended([first[1], second[1]])
+    assert not {first[0], second[0], done} & process_group.LIVE
+    for process, _ in (first, second):
+        process.stdout.close()
+
+
+def test_stop_all_ends_every_child_still_running():
+    children = [_spawn_parent() for _ in range(2)]
+    assert {p for p, _ in children} <= process_group.LIVE
+    process_group.stop_all()
+    assert not {p for p, _ in children} & process_group.LIVE
+    assert [p.returncode for p, _ in children] == [-9, -9]
+    assert _ended([pid for p, _ in children for pid in (p.pid, _)])
+    for process, _ in children:
+        process.stdout.close()
