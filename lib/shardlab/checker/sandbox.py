@@ -1,8 +1,9 @@
 """Where untrusted code runs: one process runner for every child the checker and `grade` start, optionally sandboxed.
 
-`spawn` starts a child in its own session and process group and remembers it; `kill` ends the
-child and its whole group; `stop_all` ends every child still running (the caller was
-interrupted). Nothing else in shardlab starts or kills a checking process.
+`spawn` starts a child in its own session and process group through `shardlab.process_group`, the one
+runner every child of a shardlab command goes through (the checker's, `grade`'s and the drills'
+controller groups); `kill` ends the child and its whole group; `stop_all` ends every child still
+running (the caller was interrupted).
 
 With a `Sandbox`, the child runs under bubblewrap (`bwrap`, Debian's `bubblewrap`), chosen because it
 is a small, widely used tool built for exactly this (Flatpak's sandbox) and it needs no daemon and no
@@ -25,7 +26,6 @@ course's code, which is public anyway).
 
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -33,9 +33,10 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardlab import process_group
+
 ADDRESS_SPACE = 8 * 1024**3  # bytes of virtual memory a sandboxed interpreter may map (JAX on CPU needs ~2 GB)
 PROBE_SECONDS = 20.0
-LIVE: set = set()  # children started here and not yet reaped
 
 
 @dataclass
@@ -111,28 +112,14 @@ def limited(argv: list, address_space: int) -> list:
 
 
 def spawn(inner: list, box: Sandbox | None = None, **popen) -> subprocess.Popen:
-    """Start `inner` (sandboxed if `box`) in its own session and process group; `kill` or `stop_all` ends it."""
+    """Start `inner` (sandboxed if `box`) leading its own process group (shardlab.process_group); `kill` ends it."""
     env = {**popen.pop("env", os.environ), "PYTHONDONTWRITEBYTECODE": "1"}
     argv = limited(command(inner, box), box.address_space) if box is not None else inner
-    process = subprocess.Popen(argv, start_new_session=True, env=env, **popen)
-    LIVE.add(process)
-    return process
+    return process_group.spawn(argv, env=env, **popen)
 
 
-def kill(process: subprocess.Popen) -> None:
-    """End `process` and everything in its process group (a sandbox's PID namespace ends with it); reap it."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-    LIVE.discard(process)
-
-
-def stop_all() -> None:
-    """Kill every child still running: none outlives the command that started it."""
-    for process in list(LIVE):
-        kill(process)
+kill = process_group.kill  # the child and its whole group (a sandbox's PID namespace ends with it), reaped
+stop_all = process_group.stop_all  # every child still running: none outlives the command that started it
 
 
 def host_pid(root: int, inner: int | None) -> int:
