@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 
+import shardlab.checker.compile_cache as compile_cache
 import shardlab.checker.guard as guard
 import shardlab.checker.probes as probes
 import shardlab.checker.sandbox as sandbox
@@ -76,7 +77,7 @@ class Worker:
                 pass_fds=(inbound[0], outbound[1]),
                 stdin=subprocess.DEVNULL,
                 cwd=self.scratch[0] if self.scratch else None,
-                env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                env=self._environment(),
             )
         finally:
             os.close(inbound[0])
@@ -97,6 +98,13 @@ class Worker:
         if "error" in hello:
             self.stop()
         return hello
+
+    def _environment(self) -> dict:
+        """The worker's environment: CPU JAX; sandboxed, a compilation cache of this run's own (no other sees it)."""
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        if self.box is not None and self.scratch:
+            env[compile_cache.ENV] = os.path.join(self.scratch[0], ".compilation-cache")
+        return env
 
     def stop(self) -> None:
         """Kill the interpreter and everything it started; close the channel."""
