@@ -75,14 +75,41 @@ def instrument(hook) -> None:
         return _Writer(handle, hook) if any(flag in mode for flag in "wax+") else handle
 
     io.open = builtins.open = counted_open
+    fstat, readlink, stat_of = os.fstat, os.readlink, os.stat
     for name in OS_OPERATIONS:
         original = getattr(os, name)
 
         def counted(*args, _original=original, _name=name, **kwargs):
-            hook(_name, str(args[0]) if args else "", None, None)
+            target = str(args[0]) if args else ""
+            if _name == "fsync" and args:
+                target = _synced(args[0], fstat, readlink)
+            elif _name in ("link", "rename", "replace") and args:
+                SIZES.append((_name, os.path.basename(target), _size(lambda: stat_of(args[0]).st_size)))
+            hook(_name, target, None, None)
             return _original(*args, **kwargs)
 
         setattr(os, name, counted)
+
+
+SIZES: list = []  # (operation, file name, bytes the kernel held then) of every fsync and publication seen
+
+
+def _size(measure):
+    try:
+        return int(measure())
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def _synced(handle, fstat, readlink) -> str:
+    """The path an fsync's descriptor names (its size then noted in SIZES); the descriptor itself if unknown."""
+    try:
+        descriptor = handle if isinstance(handle, int) else handle.fileno()
+        path = readlink(f"/proc/self/fd/{descriptor}")
+    except (OSError, AttributeError, TypeError, ValueError):
+        return str(handle)
+    SIZES.append(("fsync", os.path.basename(path), _size(lambda: fstat(descriptor).st_size)))
+    return path
 
 
 def refusal(exc: Exception) -> dict:
@@ -149,6 +176,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
+    outcome["sizes"] = [list(entry) for entry in SIZES]
     with original_open(report, "w") as handle:
         json.dump(outcome, handle)
     return 0 if len(seen) >= stop_at else NOT_REACHED

@@ -57,7 +57,8 @@ def near(observed, expected) -> bool:
 # before any field. Where the shapes differ (rows, feature width) a restore that reads each member against the
 # expected contract's shapes may refuse it as corrupt first.
 OTHER_EXPERIMENT = (errors.ContractMismatchError, errors.CorruptCheckpointError)
-OTHER_SHAPES = ("rows", "feature width")  # the inputs whose change changes the arrays' shapes
+RESHAPED = "the same bytes as other rows and features"
+OTHER_SHAPES = ("rows", "feature width", RESHAPED)  # the inputs whose change changes the arrays' shapes
 # large but finite values a restore must accept: "finite" is np.isfinite, not a bound on the magnitude
 LARGE = np.float32(3e38)
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
@@ -469,6 +470,32 @@ def _swapped(data: Dataset) -> Dataset | None:
     return Dataset(features, targets)
 
 
+def _targets_swapped(data: Dataset) -> Dataset | None:
+    """The data with two distinct targets swapped and every feature kept: rows paired with other targets."""
+    targets = data.targets.copy()
+    other = [i for i in range(1, len(targets)) if targets[i] != targets[0]]
+    if not other:
+        return None
+    targets[[0, other[0]]] = targets[[other[0], 0]]
+    return Dataset(data.features, targets)
+
+
+def _reshaped(data: Dataset) -> Dataset | None:
+    """The same bytes, features then targets, read as another number of rows and features (None if none fits).
+
+    A contract that hashes the bytes without their shapes gives both the same digest."""
+    rows, width = data.features.shape
+    flat = np.concatenate([data.features.ravel(), data.targets.ravel()])
+    for other_rows in range(1, flat.size + 1):
+        if flat.size % other_rows or other_rows == rows:
+            continue
+        other_width = flat.size // other_rows - 1
+        if other_width >= 1:
+            cut = other_rows * other_width
+            return Dataset(flat[:cut].reshape(other_rows, other_width).copy(), flat[cut:].copy())
+    return None
+
+
 def _middle_edited(data: Dataset) -> Dataset:
     targets = data.targets.copy()
     targets[len(targets) // 2] += np.float32(1)
@@ -519,6 +546,12 @@ def contract_variants(case: Case) -> dict:
         "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
         **_merged(case),
         **({"two rows swapped": (_swapped(data), _config(case))} if _swapped(data) is not None else {}),
+        **(
+            {"two targets swapped, features kept": (_targets_swapped(data), _config(case))}
+            if _targets_swapped(data) is not None
+            else {}
+        ),
+        **({RESHAPED: (_reshaped(data), _config(case))} if _reshaped(data) is not None else {}),
         "large fixture: last 64 rows reordered": (Dataset(edited, large.targets), _config(case)),
         "large fixture: one ulp of its last feature": (_ulp(large, "features", -1), _config(case)),
         # NumPy's repr shows only the first and last three rows of a large array: an edit in the middle
@@ -605,7 +638,8 @@ def contract_tells_apart(ctx, case: Case) -> None:
         "a different contract for each changed input",
         f"equal for {ignored}",
         f"the contract ignores {ignored} -> pin the exact values (no rounding), each input in an entry of its own "
-        "(numbers written side by side or added up merge two experiments), and a hash of every data byte",
+        "(numbers written side by side or added up merge two experiments), and a hash of every data byte together "
+        "with the arrays' shapes and dtypes",
     )
 
 
@@ -746,6 +780,15 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
     for name in FIELDS:
         want, got = host(state[name]), host(restored.get(name))
         need(np.array_equal(want, got), want, got, f"restore of a checkpoint at step {at} must return the saved {name}")
+    saved, back = _kinds({n: state[n] for n in FIELDS}), _kinds({n: restored[n] for n in FIELDS})
+    need(
+        saved == back,
+        saved,
+        back,
+        f"restore of a checkpoint at step {at} moved fields between host and devices "
+        f"({', '.join(n for n in FIELDS if saved[n] != back[n])}) -> give each field back where the saved state "
+        "kept it: the sampler's key and order as host NumPy (np.asarray), weights and momentum on the mesh",
+    )
     for name in ("weights", "momentum"):
         _placement(restored[name], mesh, P(), f"the restored {name}")
 

@@ -5,6 +5,7 @@ then v <- decay*v + grad, w <- w - lr*v; the loss reported is the loss before th
 When a gradient is wrong, `explain_gradient` names the wrong formula it follows instead.
 """
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -362,6 +363,41 @@ def transition_leaves_its_input_intact(ctx):
     return "the input state readable and unchanged", "as expected"
 
 
+def _host_ids(ids, where: str) -> str | None:
+    """None if `ids` is a host NumPy integer array, else what it is instead."""
+    if isinstance(ids, jax.Array) or not isinstance(ids, np.ndarray):
+        return f"{where} is a {type(ids).__name__}, not a host NumPy array"
+    if not np.issubdtype(ids.dtype, np.integer):
+        return f"{where} has dtype {ids.dtype}, not an integer dtype"
+    return None
+
+
+def results_are_host_values(ctx):
+    """transition's loss is a host float; its ids and the batch's ids are host NumPy integer arrays."""
+    mesh, step = ctx.mesh, cached_step(ctx)
+    state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
+    found = []
+    for _ in range(2):
+        _, batch = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, mesh)
+        state, loss, ids = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
+        found += [_host_ids(getattr(batch, "ids", None), "the batch's ids"), _host_ids(ids, "transition's ids")]
+        if isinstance(loss, jax.Array) or not isinstance(loss, (float, np.floating)):
+            found.append(
+                f"the loss is a {type(loss).__name__} (a device array), not a host float"
+                if isinstance(loss, jax.Array)
+                else f"the loss is a {type(loss).__name__}, not a host float"
+            )
+    wrong = sorted({f for f in found if f})
+    return expect(
+        not wrong,
+        "a host float loss and host NumPy integer ids",
+        wrong,
+        "the results a notebook prints and records must live on the host: "
+        + "; ".join(wrong)
+        + " -> float(loss) and np.asarray(ids) before returning them",
+    )
+
+
 CHECKS = (
     gradient_on_a_full_batch,
     gradient_on_tail_batches,
@@ -374,5 +410,6 @@ CHECKS = (
     step_is_sharded,
     transition_is_one_batch_and_one_update,
     transition_leaves_its_input_intact,
+    results_are_host_values,
     *search.checks_for(STAGE),
 )

@@ -459,6 +459,30 @@ def _order_fault(operations: list[str]) -> str | None:
     )
 
 
+def _sync_fault(sizes: list) -> str | None:
+    """Whether the published file was fsynced once every byte of it had reached the kernel (None: it was).
+
+    `sizes` holds, for each fsync, the name its descriptor points at and the bytes the kernel held for it
+    then, and for the publication, the source's name and size. An fsync of the folder, or of the file
+    while bytes still sat in a Python buffer (written but not flushed), leaves the published name able to
+    point at an empty or cut file after a power cut.
+    """
+    published = [(name, size) for kind, name, size in sizes if kind in ("link", "rename", "replace")]
+    if not published or published[0][1] is None:
+        return None
+    name, final = published[0]
+    synced = [size for kind, synced_name, size in sizes if kind == "fsync" and synced_name == name]
+    if final in synced:
+        return None
+    others = sorted({synced_name for kind, synced_name, _ in sizes if kind == "fsync" and synced_name != name})
+    if synced:
+        return (
+            f"{name} was fsynced when the kernel held {max(synced)} of its {final} bytes "
+            "(written but not flushed: fsync syncs only what reached the kernel)"
+        )
+    return f"{name} itself was never fsynced" + (f" (only {', '.join(others)})" if others else "")
+
+
 def _collapsed(operations: list[str]) -> list[str]:
     """The operations with each run of equal ones written once, with its count ('write 3 x 66')."""
     found = []
@@ -481,6 +505,8 @@ def save_syncs_before_publishing(ctx):
     )
     operations = seen.get("operations", [])
     fault = _order_fault(operations) if seen.get("first") == "saved" else None
+    if fault is None and seen.get("first") == "saved":
+        fault = _sync_fault(seen.get("sizes", []))
     return expect(
         fault is None,
         "write ..., fsync, then link/rename/replace",
@@ -519,6 +545,8 @@ def _race_cause(saved: list, losers_exist: bool, wrong: str) -> str:
         return (
             "the losing save did not raise errors.CheckpointExistsError -> refuse a taken name with the course's error"
         )
+    if wrong.startswith("beside the checkpoint"):
+        return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)"
     return f"the final file is not the checkpoint of the save that succeeded ({wrong})"
 
 
@@ -537,6 +565,9 @@ def racing_saves_never_overwrite(ctx):
         losers_exist = all(outcome.get(f"{who}_exists_error") for who in ("first", "rival") if who not in saved)
         winner = {"first": state, "rival": rival}.get(saved[0]) if len(saved) == 1 else None
         wrong = _holds(ctx, path, contract, winner) if winner is not None else "no single winner"
+        left = sorted(set(os.listdir(os.path.dirname(path))) - {os.path.basename(path)})
+        if not wrong and left:
+            wrong = f"beside the checkpoint the race left {left[:3]}: a loser must remove its temporary file too"
         expect(
             len(saved) == 1 and losers_exist and not wrong,
             "exactly one save succeeds, the other raises CheckpointExistsError, the path holds the winner's checkpoint",

@@ -156,6 +156,14 @@ RULES = (
         "the caller's state stays readable and unchanged: no donated or reused buffers",
         ("transition_leaves_its_input_intact",),
     ),
+    Rule(
+        "host-results",
+        "transition",
+        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array",
+        ("results_are_host_values",),
+        "Why: the notebooks print, compare and record them as JSON, and a device array there fails or drags a "
+        "device buffer along.",
+    ),
     # contract
     Rule(
         "contract-pins",
@@ -277,6 +285,7 @@ RULES = (
             "resume_continues_the_same_run",
             "fresh_process_resume",
             "faults_show_where_arithmetic_predicts",
+            "random_restore_damage",
         ),
     ),
 )

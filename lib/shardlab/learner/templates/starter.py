@@ -110,6 +110,8 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
     - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds),
       step + 1.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
+    - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host
+      NumPy integer array.
     """
     raise _todo("transition", 2, "one batch, one update")
 
