@@ -3,7 +3,7 @@
 Every question can be answered from what its stage printed or recorded; `evidence` names the
 result (`notebook:key` in results/<notebook>.json) that shows it, and `cell` (when given) the tag of
 the cell whose output answers it, inside the section whose heading starts with `section`: that is
-where the folded answer sends the learner (tests/test_selfcheck_pointers.py follows each pointer
+where the folded answer sends the learner (tests/test_lesson_in_view.py follows each pointer
 into the executed notebook and insists on a visible output there). A learner writes a letter per
 question into the `choices` dict of the notebook's `selfcheck` cell and runs it; `score` counts
 the letters that match. The pass mark is the sources' own: at least 80 % correct.
@@ -31,6 +31,7 @@ class Question:
     evidence: str
     cell: str = ""  # tag of the cell whose output answers the question ("" if not given)
     section: str = ""  # the start of the heading of the section that cell sits in
+    shows: str = ""  # what a reader sees in that cell's output ("": named by the cell's first line of code)
 
 
 def _stage(notebook: str, *rows) -> tuple[Question, ...]:
@@ -306,7 +307,7 @@ QUESTIONS = (
             "c",
             "Inputs are placed before the clock starts; compilation is timed separately.",
             "timing",
-            ("timing_table", "1. Three equivalent updates"),
+            ("timing_table", "1. Three equivalent updates", "the table of warm medians and the sentence below it"),
         ),
         (
             "Which comparison says whether four devices pay off for this workload?",
@@ -319,7 +320,7 @@ QUESTIONS = (
             "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
             "compiled update is the strong baseline.",
             "timing",
-            ("timing_table", "1. Three equivalent updates"),
+            ("timing_table", "1. Three equivalent updates", "the table of warm medians and its two ratios"),
         ),
         (
             "Which trace annotation holds the sampler's work and the placement of the batch?",
@@ -327,7 +328,7 @@ QUESTIONS = (
             "b",
             "prepare_and_place advances the real sampler state and waits for placement.",
             "trace",
-            ("durations", "2. Four real transitions"),
+            ("durations", "2. Four real transitions", "the table of the two annotations' durations per transition"),
         ),
         (
             "Which is a useful next optimisation?",
@@ -340,7 +341,7 @@ QUESTIONS = (
             "c",
             "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
             "trace",
-            ("hypothesis_stated", "3. What dominates"),
+            ("hypothesis_stated", "3. What dominates", "the hypothesis, written out as Change / Hypothesis / Because"),
         ),
         (
             "What does this CPU trace measure?",
@@ -348,7 +349,7 @@ QUESTIONS = (
             "b",
             "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
             "trace",
-            ("durations", "2. Four real transitions"),
+            ("durations", "2. Four real transitions", "the table of annotation durations read from the trace files"),
         ),
         (
             "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
@@ -361,7 +362,7 @@ QUESTIONS = (
             "b",
             "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
             "change",
-            ("profile_again", "4. Make the change"),
+            ("profile_again", "4. Make the change", "the table of the annotation and the control, then the verdict"),
         ),
     ),
     *_stage(
@@ -376,7 +377,7 @@ QUESTIONS = (
             "b",
             "The denominator stays global across processes exactly as across devices; the means of means differ.",
             "denominator",
-            ("denominator", "Drill 2"),
+            ("denominator", "Drill 2", "the global mean and the mean of device means on 1, 2 and 4 devices"),
         ),
         (
             "The completion manifest printed above lists every file with its size and checksum. When may a reader "
@@ -389,7 +390,7 @@ QUESTIONS = (
             "a",
             "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
             "manifest",
-            ("manifest", "One completion manifest"),
+            ("manifest", "One completion manifest", "the manifest's fields, its six state entries and its files"),
         ),
         (
             "Process 1 is killed while the background write of step 6 is in progress. Where does the relaunch resume?",
@@ -401,7 +402,7 @@ QUESTIONS = (
             "b",
             "Step 6 never got its manifest, so 'latest' is the newest published step; the steps after it are redone.",
             "async_kill",
-            ("reveal-async-kill", "Drill 1"),
+            ("reveal-async-kill", "Drill 1", "the line answering prediction (a)"),
         ),
         (
             "One controller skips a batch and misses an all-reduce. What does the guard do?",
@@ -413,7 +414,7 @@ QUESTIONS = (
             "c",
             "The others block in the collective; only a bound turns a hang into a diagnosis.",
             "skipped_batch",
-            ("reveal-skip", "Drill 3"),
+            ("reveal-skip", "Drill 3", "the line saying when the controllers stopped and whom they named"),
         ),
         (
             "SIGTERM reaches process 1 during step 8. How many steps does the relaunch lose?",
@@ -425,7 +426,7 @@ QUESTIONS = (
             "a",
             "The handler only sets a flag; the next agreement carries it to every controller, which save that step.",
             "preemption",
-            ("reveal-preempt", "Drill 1"),
+            ("reveal-preempt", "Drill 1", "the line answering prediction (c)"),
         ),
     ),
     *_stage(
@@ -437,7 +438,7 @@ QUESTIONS = (
             "b",
             "Perfect splitting on C cores gives at most C / W; what is left below that is contention.",
             "efficiency",
-            ("efficiency", "Scaling"),
+            ("efficiency", "Scaling", "the table of median times and efficiency for W = 1, 2 and 4"),
         ),
         (
             "Steps 1 and 4 compile, on both controllers. Why does step 4 compile?",
@@ -449,7 +450,7 @@ QUESTIONS = (
             "b",
             "The update is compiled per batch shape: 2 rows pad to 4 slots, a shape steps 1 to 3 never had.",
             "step_times",
-            ("rank-log", "Where each controller"),
+            ("rank-log", "Where each controller", "the padded batch rows per step, and the steps that compile"),
         ),
         (
             "Suppose two controllers' median compute times differed twofold, from eight samples each. "
@@ -462,7 +463,7 @@ QUESTIONS = (
             "b",
             "A median of a handful of samples moves with load; only separated spreads make a difference a finding.",
             "step_times",
-            ("reveal-rank", "Where each controller"),
+            ("reveal-rank", "Where each controller", "the two sentences on the tall bars and on a straggler"),
         ),
         (
             "What does the blocking save time of the saving comparison measure?",
@@ -474,7 +475,7 @@ QUESTIONS = (
             "b",
             "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
             "async_vs_sync",
-            ("async-overhead", "What asynchronous saving costs"),
+            ("async-overhead", "What asynchronous saving costs", "the table of step and blocking save times"),
         ),
         (
             "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
@@ -486,7 +487,7 @@ QUESTIONS = (
             "a",
             "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
             "scaling_model",
-            ("scaling-model", "Scaling"),
+            ("scaling-model", "Scaling", "the fitted terms and the two-point fit's prediction at W = 4"),
         ),
         (
             "Which runbook row stops relaunching altogether?",
@@ -494,7 +495,7 @@ QUESTIONS = (
             "c",
             "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
             "runbook",
-            ("runbook", "The runbook"),
+            ("runbook", "The runbook", "the runbook, one entry per failure class"),
         ),
     ),
 )
@@ -525,10 +526,35 @@ def score(notebook: str, choices: dict) -> dict:
 
 
 def where(q: Question) -> str:
-    """Where the notebook shows the answer: the section and cell when the question names them."""
-    if q.cell:
-        return f"Where this notebook shows it: under \u201c{q.section}\u201d, the output of the cell tagged {q.cell}."
-    return f"Where this stage shows it: {q.evidence}."
+    """Where the notebook shows the answer, as a reader finds it: the heading above the cell, what its output shows."""
+    if not q.cell:
+        return ""
+    heading, first = _landmarks(q.notebook, q.cell)
+    shown = q.shows or (f"the output of the code cell that begins `{first}`" if first else "the output of the cell")
+    return f"Where this notebook shows it: under the heading \u201c{heading or q.section}\u201d, {shown}."
+
+
+def _landmarks(notebook: str, tag: str) -> tuple[str, str]:
+    """(the whole heading above the cell tagged `tag` in the course's `notebook`, the cell's first line of code)."""
+    import nbformat
+
+    from shardlab.course import catalog
+
+    try:
+        cells = nbformat.read(catalog.NOTEBOOK_DIR / f"{notebook}.ipynb", as_version=4).cells
+    except OSError:
+        return "", ""
+    index = next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), None)
+    if index is None:
+        return "", ""
+    heading = ""
+    for cell in cells[:index]:
+        found = [h.lstrip("#").strip() for h in cell.source.splitlines() if h.startswith("#")]
+        if cell.cell_type == "markdown" and found:
+            heading = found[-1]
+    lines = [line.strip() for line in cells[index].source.splitlines()]
+    first = next((line for line in lines if line and not line.startswith(("#", "import ", "from "))), "")
+    return heading, first
 
 
 def _question_html(q: Question) -> str:

@@ -2,9 +2,10 @@
 
 Every row says what sees the failure (detector), which component acts on it (owner), what it
 does (mitigation), when the group must stop (stop condition; the bounds are
-`supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage5b_scaling
-notebook and docs/stage5.md render this table; `proof` sets it beside a drills.json (the one
-stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` every row named here.
+`supervisor.detection_bounds`) and which rows of a drills.json prove it. docs/stage5.md shows
+it as a table (`markdown`), the stage5b_scaling notebook as one entry per failure class
+(`entries`); `proof` sets it beside a drills.json (the one stage5a_protocol wrote). The notebooks
+run the reduced drill set, `make drills` every row named here.
 """
 
 from shardlab.multi import supervisor
@@ -88,13 +89,29 @@ def proof(drills_json: dict) -> list[dict]:
     return [{"class": row["class"], "drills": {d: passed.get(d) for d in row["drills"]}} for row in ROWS]
 
 
-def markdown(timeout: float, drills_json: dict | None = None) -> str:
-    """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
+def _named_drills(timeout: float, drills_json: dict | None) -> list[tuple[dict, str]]:
+    """Each row with its drills named, each marked passed, FAILED or `make drills` when a drills.json is given."""
     marks = {True: "passed", False: "FAILED", None: "make drills"}
     verdicts = proof(drills_json) if drills_json else None
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    named = []
     for k, row in enumerate(rows(timeout)):
-        named = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
-        cells = [row[c] for c in COLUMNS[:-1]] + [", ".join(named)]
-        lines.append("| " + " | ".join(cells) + " |")
+        marked = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
+        named.append((row, ", ".join(marked)))
+    return named
+
+
+def markdown(timeout: float, drills_json: dict | None = None) -> str:
+    """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for row, named in _named_drills(timeout, drills_json):
+        lines.append("| " + " | ".join([row[c] for c in COLUMNS[:-1]] + [named]) + " |")
     return "\n".join(lines)
+
+
+def entries(timeout: float, drills_json: dict | None = None) -> str:
+    """The same runbook as Markdown that reads in a narrow column: per failure class, one labelled line a column."""
+    blocks = []
+    for row, named in _named_drills(timeout, drills_json):
+        fields = [("stop condition" if c == "stop" else c, row[c]) for c in COLUMNS[1:-1]] + [("drills", named)]
+        blocks.append(f"**{row['failure']}**\n\n" + "\n".join(f"- *{c}:* {text}" for c, text in fields))
+    return "\n\n".join(blocks)
