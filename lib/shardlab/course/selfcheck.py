@@ -53,7 +53,7 @@ QUESTIONS = (
             "c",
             "7 rows need 8 slots, two per device; the last device's second slot is padding with mask 0.",
             "device_counts_7_rows",
-            ("device-counts", "Valid rows per device"),
+            ("device-counts", "Valid rows per device", "the valid rows per device for 7 rows and for 1 row"),
         ),
         (
             "23 rows in batches of 7: what are one epoch's batch lengths?",
@@ -61,7 +61,7 @@ QUESTIONS = (
             "a",
             "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
             "batches",
-            ("lengths", "The first epoch, on paper"),
+            ("lengths", "The first epoch, on paper", "the batch lengths of one epoch"),
         ),
         (
             "What makes a padded slot 'not an observation'?",
@@ -69,7 +69,7 @@ QUESTIONS = (
             "b",
             "Only the validity mask decides; padding may hold any values and must never be counted.",
             "placement",
-            ("placement", "Where each row lives"),
+            ("placement", "Where each row lives", "the table of each device's index, ids and mask"),
         ),
         (
             "Which fields of the state does every device hold a copy of?",
@@ -83,7 +83,7 @@ QUESTIONS = (
             "The update needs the weights and momentum on every device; the sampler runs on the host and only "
             "the batch it picks is placed.",
             "ownership",
-            ("ownership", "Who holds each field"),
+            ("ownership", "Who holds each field", "the table of where each field of the state is held"),
         ),
         (
             "With the same seed, why does the second epoch visit the rows in a different order?",
@@ -95,7 +95,7 @@ QUESTIONS = (
             "a",
             "The sampler's own key is split at each epoch boundary; nothing outside the state is random.",
             "coverage",
-            ("walk", "Walking the sampler"),
+            ("walk", "Walking the sampler", "the walk's batches, each with its key, cursor and ids"),
         ),
         (
             "Transfer: 31 rows in batches of 6. Valid rows per device in the epoch's last batch?",
@@ -103,7 +103,11 @@ QUESTIONS = (
             "c",
             "31 = 5 x 6 + 1: the last batch holds one row, padded to 4 slots, and it lands on the first device.",
             "transfer",
-            ("transfer", "Transfer exercise"),
+            (
+                "transfer",
+                "Transfer exercise",
+                "the batch lengths and valid rows per device for 31 rows in batches of 6",
+            ),
         ),
     ),
     *_stage(
@@ -118,7 +122,11 @@ QUESTIONS = (
             "b",
             "Each device sums its own numerators and count; psum adds them; the division happens once.",
             "all_reduce",
-            ("all-reduce-table", "What the compiler was asked to do"),
+            (
+                "all-reduce-table",
+                "What the compiler was asked to do",
+                "the table of each all_reduce's operand, type and what it sums",
+            ),
         ),
         (
             "When does averaging the four local means give the wrong gradient?",
@@ -130,7 +138,11 @@ QUESTIONS = (
             "a",
             "A mean of means weights every partition equally; the global mean weights every row equally.",
             "local_means",
-            ("local-means", "Why not average the local means?"),
+            (
+                "local-means",
+                "Why not average the local means?",
+                "the global mean gradient beside the mean of local means",
+            ),
         ),
         (
             "What does out_specs=P() promise about a shard_map output?",
@@ -144,7 +156,11 @@ QUESTIONS = (
             "After psum every device holds the global sum, which is what P() declares; a local sum under that "
             "promise fails when the function is traced.",
             "shard_map",
-            ("shard-map", "One collective, on a small example"),
+            (
+                "shard-map",
+                "One collective, on a small example",
+                "the per-device counts, their psum, and the refusal of out_specs=P()",
+            ),
         ),
         (
             "A device receives only padding. What does it contribute?",
@@ -152,7 +168,11 @@ QUESTIONS = (
             "c",
             "It still joins the collective with zeros; only a globally empty batch is an error.",
             "partition",
-            ("partition", "The same sum, rebuilt from its pieces"),
+            (
+                "partition",
+                "The same sum, rebuilt from its pieces",
+                "the per-device counts and numerators, and the rebuilt gradient's error",
+            ),
         ),
         (
             "Which loss does a step report?",
@@ -160,7 +180,7 @@ QUESTIONS = (
             "b",
             "The loss is taken at the weights the gradient was computed at, before they change.",
             "updates",
-            ("loss-after-update", "Several consecutive updates"),
+            ("loss-after-update", "Several consecutive updates", "the line saying which check fails first"),
         ),
         (
             "What does this notebook show about the eager and the compiled four-device step?",
@@ -172,7 +192,7 @@ QUESTIONS = (
             "b",
             "Both run the same mapped body; this notebook compares their numbers only (stage 4 times them).",
             "eager_vs_compiled",
-            ("eager", "Eager and compiled agree"),
+            ("eager", "Eager and compiled agree", "the largest difference between the eager and the compiled step"),
         ),
     ),
     *_stage(
@@ -188,7 +208,7 @@ QUESTIONS = (
             "The data stream is intact, so the same rows arrive; the optimiser's memory is gone, so the update "
             "differs.",
             "faults",
-            ("faults", "Fault injection"),
+            ("faults", "Fault injection", "the table of final-weight errors per omitted field"),
         ),
         (
             "Reset only the key. When does the fault first show?",
@@ -196,7 +216,7 @@ QUESTIONS = (
             "c",
             "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
             "faults",
-            ("faults", "Fault injection"),
+            ("faults", "Fault injection", "the table of final-weight errors per omitted field"),
         ),
         (
             "A checkpoint is restored with a different batch size. What should happen?",
@@ -208,7 +228,7 @@ QUESTIONS = (
             "a",
             "The replay promise covers sample grouping, update count and optimiser history.",
             "rejections",
-            ("rejections", "Refusals"),
+            ("rejections", "Refusals", "the table of refused cases, their errors and reasons"),
         ),
         (
             "Why is the checkpoint written under a temporary name and then hard-linked to its final name?",
@@ -221,7 +241,7 @@ QUESTIONS = (
             "The link publishes the complete file in one step and fails if the name exists; durability after a "
             "power loss is a different promise.",
             "checkpoint",
-            ("save", "Save: a temporary file"),
+            ("save", "Save: a temporary file", "the line naming the saved checkpoint and its size"),
         ),
         (
             "A member of a checkpoint holds Python objects. What does restore do?",
@@ -233,7 +253,7 @@ QUESTIONS = (
             "b",
             "np.load(..., allow_pickle=False) refuses object arrays; restore turns that into CorruptCheckpointError.",
             "rejections",
-            ("rejections", "Refusals"),
+            ("rejections", "Refusals", "the table of refused cases, their errors and reasons"),
         ),
         (
             "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
@@ -245,7 +265,7 @@ QUESTIONS = (
             "c",
             "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
             "rebuild",
-            ("rebuild", "Predict first"),
+            ("rebuild", "Predict first", "the fields that differ from step 0, and what was rebuilt"),
         ),
     ),
     *_stage(
@@ -256,7 +276,7 @@ QUESTIONS = (
             "c",
             "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
             "recovery",
-            ("recovery", "The real resume"),
+            ("recovery", "The real resume", "the table of steps, ids, control and resumed losses"),
         ),
         (
             "Why does the comparison continue for more than two epochs after the restore?",
@@ -268,7 +288,7 @@ QUESTIONS = (
             "a",
             "One matching next step proves nothing about state that is consumed later.",
             "recovery",
-            ("which-field", "What the comparison would catch"),
+            ("which-field", "What the comparison would catch", "the first step after which each field differs"),
         ),
         (
             "Which process wrote the uninterrupted record this notebook compares with?",
@@ -280,7 +300,7 @@ QUESTIONS = (
             "b",
             "The control was computed without any checkpoint, in the saving kernel; this kernel only reads it.",
             "process",
-            ("fresh-kernel", "Stage 3, part 2"),
+            ("fresh-kernel", "Stage 3, part 2", "the two process ids, the saving one and the resuming one"),
         ),
         (
             "What does the Orbax restore target carry besides shapes and dtypes?",
@@ -292,7 +312,7 @@ QUESTIONS = (
             "a",
             "A restore against a sharded target rebuilds the replicated placement instead of a host copy.",
             "orbax",
-            ("orbax", "The same state through Orbax"),
+            ("orbax", "The same state through Orbax", "the table of each field's difference after the Orbax restore"),
         ),
     ),
     *_stage(
@@ -495,7 +515,7 @@ QUESTIONS = (
             "c",
             "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
             "runbook",
-            ("runbook", "The runbook", "the runbook, one entry per failure class"),
+            ("runbook", "The runbook", "the runbook table, one row per failure class"),
         ),
     ),
 )
