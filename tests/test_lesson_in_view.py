@@ -163,6 +163,8 @@ def test_what_nobody_reads_leaves_no_empty_output_area(run_dir, name):
             if output.get("output_type") in ("display_data", "execute_result") and not visible({"outputs": [output]}):
                 drawn = [m for m in output.get("data", {}) if m.startswith(("text/", "image/"))]
                 assert not drawn and record.HIDDEN_TAG in output.get("metadata", {}).get("tags", []), (i, output)
+    assert not tagged(nb, RECORD).outputs, f"{name}: the record cell keeps outputs (its records belong in metadata)"
+    assert tagged(nb, RECORD).metadata[record.METADATA]["records"], f"{name}: the record cell holds no records"
     page = (run_dir / f"{name}.html").read_text()
     (closing,) = [c for c in re.findall(r'<div [^>]*class="(jp-Cell jp-CodeCell[^"]*)"', page) if "celltag_record" in c]
     assert "jp-mod-noOutputs" in closing, f"{name}: the record cell's page shows an output area"

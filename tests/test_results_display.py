@@ -74,3 +74,23 @@ def test_progress_lines_show_while_running_and_leave_only_the_hidden_form(monkey
     last, meta = shown[-1]  # what the executed notebook keeps: no text, tagged to leave the page
     assert list(last) == [results.HIDDEN_MIME] and meta == {"tags": [results.HIDDEN_TAG]}
     assert results.from_notebook(_notebook([nbformat.v4.new_output("display_data", data=last, metadata=meta)])) == {}
+
+
+def test_the_runner_moves_hidden_records_into_cell_metadata_and_drops_finished_progress(tmp_path):
+    from shardlab.evidence import stable
+
+    finished = nbformat.v4.new_output(
+        "display_data", data={results.HIDDEN_MIME: {"name": "progress"}}, metadata={"tags": [results.HIDDEN_TAG]}
+    )
+    line = nbformat.v4.new_output("stream", text="observed: a\n")
+    later = nbformat.v4.new_output("stream", text="observed: b\n")
+    again = _hidden("a")
+    again.metadata["value"] = 2  # a later record of the same name wins, as it does in the outputs
+    nb = _notebook([finished, line, _hidden("a"), later, again, _hidden("b")])
+    before = results.from_notebook(nb)
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    stable.notebook(path)
+    (cell,) = nbformat.read(path, as_version=4).cells
+    assert [o.get("text") for o in cell.outputs] == ["observed: a\nobserved: b\n"]  # the two lines, joined
+    assert results.from_notebook(nbformat.read(path, as_version=4)) == before == {"a": 2, "b": 1}

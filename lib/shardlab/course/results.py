@@ -14,6 +14,7 @@ RESULTS = "results"  # folder under the output directory
 # (shardlab.evidence.pages), so neither leaves an empty output area.
 HIDDEN_MIME = "application/vnd.shardlab.record+json"
 HIDDEN_TAG = "shardlab-record"
+METADATA = "shardlab"  # a code cell's metadata key: its records, once the runner moved them out of the outputs
 
 
 def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> dict:
@@ -78,9 +79,11 @@ def load(out_dir: str, notebook: str) -> dict:
 
 
 def from_notebook(nb) -> dict:
-    """Results recorded in an executed notebook's outputs, by name (read with nbformat)."""
+    """Results recorded in an executed notebook, by name: in its outputs or, once shardlab.evidence.stable moved
+    them there, in its cells' metadata (read with nbformat; a later record of a name replaces an earlier one)."""
     found = {}
     for cell in nb.cells:
+        found.update(cell.get("metadata", {}).get(METADATA, {}).get("records", {}))
         for output in cell.get("outputs", []):
             meta = output.get("metadata", {})
             if meta.get("shardlab") and "value" in meta:
