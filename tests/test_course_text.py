@@ -35,6 +35,7 @@ BENCH_WORDS = re.compile(
     + "|".join(re.escape(name) for name in (*targets.TARGETS, *targets.RETIRED)),
     re.IGNORECASE,
 )
+FOLD = re.compile(r"<details><summary>(.*?)</summary>.*?</details>", re.S)  # a closed fold shows its summary line
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".yml", ".yaml", ".json", ".html", ".ipynb", ".j2"}
 
 
@@ -60,7 +61,7 @@ def tags(cell) -> set:
 
 
 def shown_text(cell) -> list[str]:
-    """The lines a reader sees in a code cell's outputs (images left out)."""
+    """The lines a reader sees in a code cell's outputs (images left out; a fold, closed, as its summary)."""
     lines = []
     for output in cell.get("outputs", []):
         if output.get("output_type") == "stream":
@@ -72,7 +73,7 @@ def shown_text(cell) -> list[str]:
             text = data.get("text/markdown") or (
                 "" if any(k.startswith("image/") for k in data) else data.get("text/plain")
             )
-            lines += (text or "").splitlines()
+            lines += FOLD.sub(r"\1", text or "").splitlines()
     return lines
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import REPO, executed, results
 
+from shardlab.course import results as record
 from shardlab.course import selfcheck
 from shardlab.verify import oracle
 
@@ -34,6 +35,8 @@ SHOWN = {
 NOTEBOOKS = list(SHOWN)
 ASKING = [name for name in NOTEBOOKS if selfcheck.questions(name)]
 BOOKKEEPING = re.compile(r"stored in results|full value in results|results/\w+\.json|make check does not ask")
+PROGRESS = re.compile(r"^\[drills\] |^timing: |round \d+/\d+ done", re.M)  # a running cell's lines, not results
+CUT = re.compile(r"\.\.\.'?$")  # a table cell ending in an ellipsis: text cut short
 
 
 def tags(cell) -> set:
@@ -95,9 +98,13 @@ def test_the_bookkeeping_rule_finds_what_it_forbids():
 
 @pytest.mark.parametrize("name", ASKING)
 def test_every_question_of_these_notebooks_names_its_cell(name):
+    nb = source(name)
     for q in selfcheck.questions(name):
         assert q.cell and q.section, f"{name} question {q.number} names no cell"
-        assert q.cell in {t for c in source(name).cells for t in tags(c)}, f"{name}: no cell tagged {q.cell!r}"
+        index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
+        assert index is not None, f"{name}: no cell tagged {q.cell!r}"
+        pointer = selfcheck.where(q)  # what the folded answer says: the heading a reader sees, never a tag
+        assert f"\u201c{heading_before(nb, index)}\u201d" in pointer and "tagged" not in pointer, (q.number, pointer)
 
 
 def heading_before(nb, index: int) -> str:
@@ -138,6 +145,29 @@ def test_no_output_of_these_notebooks_shows_bookkeeping(run_dir, name):
     shown = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and BOOKKEEPING.search(visible(c))]
     assert not shown, f"{name}: cells {shown} show where results are stored"
     assert not visible(tagged(nb, RECORD)).strip(), f"{name}: the closing record cell shows something"
+    progress = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and PROGRESS.search(visible(c))]
+    assert not progress, f"{name}: cells {progress} keep progress lines"
+    cut = [
+        row for c in nb.cells if c.cell_type == "code" for row in table(visible(c)) if any(CUT.search(x) for x in row)
+    ]
+    assert not cut, f"{name}: table cells cut short: {cut}"
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_what_nobody_reads_leaves_no_empty_output_area(run_dir, name):
+    """An output a front end would draw as an empty box is in the hidden form, and the page leaves it out."""
+    nb = executed(run_dir, name)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") in ("display_data", "execute_result") and not visible({"outputs": [output]}):
+                drawn = [m for m in output.get("data", {}) if m.startswith(("text/", "image/"))]
+                assert not drawn and record.HIDDEN_TAG in output.get("metadata", {}).get("tags", []), (i, output)
+    assert not tagged(nb, RECORD).outputs, f"{name}: the record cell keeps outputs (its records belong in metadata)"
+    assert tagged(nb, RECORD).metadata[record.METADATA]["records"], f"{name}: the record cell holds no records"
+    page = (run_dir / f"{name}.html").read_text()
+    (closing,) = [c for c in re.findall(r'<div [^>]*class="(jp-Cell jp-CodeCell[^"]*)"', page) if "celltag_record" in c]
+    assert "jp-mod-noOutputs" in closing, f"{name}: the record cell's page shows an output area"
 
 
 @pytest.mark.notebooks

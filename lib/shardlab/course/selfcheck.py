@@ -3,7 +3,7 @@
 Every question can be answered from what its stage printed or recorded; `evidence` names the
 result (`notebook:key` in results/<notebook>.json) that shows it, and `cell` (when given) the tag of
 the cell whose output answers it, inside the section whose heading starts with `section`: that is
-where the folded answer sends the learner (tests/test_selfcheck_pointers.py follows each pointer
+where the folded answer sends the learner (tests/test_lesson_in_view.py follows each pointer
 into the executed notebook and insists on a visible output there). A learner writes a letter per
 question into the `choices` dict of the notebook's `selfcheck` cell and runs it; `score` counts
 the letters that match. The pass mark is the sources' own: at least 80 % correct.
@@ -31,6 +31,7 @@ class Question:
     evidence: str
     cell: str = ""  # tag of the cell whose output answers the question ("" if not given)
     section: str = ""  # the start of the heading of the section that cell sits in
+    shows: str = ""  # what a reader sees in that cell's output ("": named by the cell's first line of code)
 
 
 def _stage(notebook: str, *rows) -> tuple[Question, ...]:
@@ -52,7 +53,7 @@ QUESTIONS = (
             "c",
             "7 rows need 8 slots, two per device; the last device's second slot is padding with mask 0.",
             "device_counts_7_rows",
-            ("device-counts", "Valid rows per device"),
+            ("device-counts", "Valid rows per device", "the valid rows per device for 7 rows and for 1 row"),
         ),
         (
             "23 rows in batches of 7: what are one epoch's batch lengths?",
@@ -60,7 +61,7 @@ QUESTIONS = (
             "a",
             "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
             "batches",
-            ("lengths", "The first epoch, on paper"),
+            ("lengths", "The first epoch, on paper", "the batch lengths of one epoch"),
         ),
         (
             "What makes a padded slot 'not an observation'?",
@@ -68,7 +69,7 @@ QUESTIONS = (
             "b",
             "Only the validity mask decides; padding may hold any values and must never be counted.",
             "placement",
-            ("placement", "Where each row lives"),
+            ("placement", "Where each row lives", "the table of each device's index, ids and mask"),
         ),
         (
             "Which fields of the state does every device hold a copy of?",
@@ -82,7 +83,7 @@ QUESTIONS = (
             "The update needs the weights and momentum on every device; the sampler runs on the host and only "
             "the batch it picks is placed.",
             "ownership",
-            ("ownership", "Who holds each field"),
+            ("ownership", "Who holds each field", "the table of where each field of the state is held"),
         ),
         (
             "With the same seed, why does the second epoch visit the rows in a different order?",
@@ -94,7 +95,7 @@ QUESTIONS = (
             "a",
             "The sampler's own key is split at each epoch boundary; nothing outside the state is random.",
             "coverage",
-            ("walk", "Walking the sampler"),
+            ("walk", "Walking the sampler", "the walk's batches, each with its key, cursor and ids"),
         ),
         (
             "Transfer: 31 rows in batches of 6. Valid rows per device in the epoch's last batch?",
@@ -102,7 +103,11 @@ QUESTIONS = (
             "c",
             "31 = 5 x 6 + 1: the last batch holds one row, padded to 4 slots, and it lands on the first device.",
             "transfer",
-            ("transfer", "Transfer exercise"),
+            (
+                "transfer",
+                "Transfer exercise",
+                "the batch lengths and valid rows per device for 31 rows in batches of 6",
+            ),
         ),
     ),
     *_stage(
@@ -117,7 +122,11 @@ QUESTIONS = (
             "b",
             "Each device sums its own numerators and count; psum adds them; the division happens once.",
             "all_reduce",
-            ("all-reduce-table", "What the compiler was asked to do"),
+            (
+                "all-reduce-table",
+                "What the compiler was asked to do",
+                "the table of each all_reduce's operand, type and what it sums",
+            ),
         ),
         (
             "When does averaging the four local means give the wrong gradient?",
@@ -129,7 +138,11 @@ QUESTIONS = (
             "a",
             "A mean of means weights every partition equally; the global mean weights every row equally.",
             "local_means",
-            ("local-means", "Why not average the local means?"),
+            (
+                "local-means",
+                "Why not average the local means?",
+                "the global mean gradient beside the mean of local means",
+            ),
         ),
         (
             "What does out_specs=P() promise about a shard_map output?",
@@ -143,7 +156,11 @@ QUESTIONS = (
             "After psum every device holds the global sum, which is what P() declares; a local sum under that "
             "promise fails when the function is traced.",
             "shard_map",
-            ("shard-map", "One collective, on a small example"),
+            (
+                "shard-map",
+                "One collective, on a small example",
+                "the per-device counts, their psum, and the refusal of out_specs=P()",
+            ),
         ),
         (
             "A device receives only padding. What does it contribute?",
@@ -151,7 +168,11 @@ QUESTIONS = (
             "c",
             "It still joins the collective with zeros; only a globally empty batch is an error.",
             "partition",
-            ("partition", "The same sum, rebuilt from its pieces"),
+            (
+                "partition",
+                "The same sum, rebuilt from its pieces",
+                "the per-device counts and numerators, and the rebuilt gradient's error",
+            ),
         ),
         (
             "Which loss does a step report?",
@@ -159,7 +180,7 @@ QUESTIONS = (
             "b",
             "The loss is taken at the weights the gradient was computed at, before they change.",
             "updates",
-            ("loss-after-update", "Several consecutive updates"),
+            ("loss-after-update", "Several consecutive updates", "the line saying which check fails first"),
         ),
         (
             "What does this notebook show about the eager and the compiled four-device step?",
@@ -171,7 +192,7 @@ QUESTIONS = (
             "b",
             "Both run the same mapped body; this notebook compares their numbers only (stage 4 times them).",
             "eager_vs_compiled",
-            ("eager", "Eager and compiled agree"),
+            ("eager", "Eager and compiled agree", "the largest difference between the eager and the compiled step"),
         ),
     ),
     *_stage(
@@ -187,7 +208,7 @@ QUESTIONS = (
             "The data stream is intact, so the same rows arrive; the optimiser's memory is gone, so the update "
             "differs.",
             "faults",
-            ("faults", "Fault injection"),
+            ("faults", "Fault injection", "the table of final-weight errors per omitted field"),
         ),
         (
             "Reset only the key. When does the fault first show?",
@@ -195,7 +216,7 @@ QUESTIONS = (
             "c",
             "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
             "faults",
-            ("faults", "Fault injection"),
+            ("faults", "Fault injection", "the table of final-weight errors per omitted field"),
         ),
         (
             "A checkpoint is restored with a different batch size. What should happen?",
@@ -207,7 +228,7 @@ QUESTIONS = (
             "a",
             "The replay promise covers sample grouping, update count and optimiser history.",
             "rejections",
-            ("rejections", "Refusals"),
+            ("rejections", "Refusals", "the table of refused cases, their errors and reasons"),
         ),
         (
             "Why is the checkpoint written under a temporary name and then hard-linked to its final name?",
@@ -220,7 +241,7 @@ QUESTIONS = (
             "The link publishes the complete file in one step and fails if the name exists; durability after a "
             "power loss is a different promise.",
             "checkpoint",
-            ("save", "Save: a temporary file"),
+            ("save", "Save: a temporary file", "the line naming the saved checkpoint and its size"),
         ),
         (
             "A member of a checkpoint holds Python objects. What does restore do?",
@@ -232,7 +253,7 @@ QUESTIONS = (
             "b",
             "np.load(..., allow_pickle=False) refuses object arrays; restore turns that into CorruptCheckpointError.",
             "rejections",
-            ("rejections", "Refusals"),
+            ("rejections", "Refusals", "the table of refused cases, their errors and reasons"),
         ),
         (
             "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
@@ -244,7 +265,7 @@ QUESTIONS = (
             "c",
             "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
             "rebuild",
-            ("rebuild", "Predict first"),
+            ("rebuild", "Predict first", "the fields that differ from step 0, and what was rebuilt"),
         ),
     ),
     *_stage(
@@ -255,7 +276,7 @@ QUESTIONS = (
             "c",
             "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
             "recovery",
-            ("recovery", "The real resume"),
+            ("recovery", "The real resume", "the table of steps, ids, control and resumed losses"),
         ),
         (
             "Why does the comparison continue for more than two epochs after the restore?",
@@ -267,7 +288,7 @@ QUESTIONS = (
             "a",
             "One matching next step proves nothing about state that is consumed later.",
             "recovery",
-            ("which-field", "What the comparison would catch"),
+            ("which-field", "What the comparison would catch", "the first step after which each field differs"),
         ),
         (
             "Which process wrote the uninterrupted record this notebook compares with?",
@@ -279,7 +300,7 @@ QUESTIONS = (
             "b",
             "The control was computed without any checkpoint, in the saving kernel; this kernel only reads it.",
             "process",
-            ("fresh-kernel", "Stage 3, part 2"),
+            ("fresh-kernel", "Stage 3, part 2", "the two process ids, the saving one and the resuming one"),
         ),
         (
             "What does the Orbax restore target carry besides shapes and dtypes?",
@@ -291,7 +312,7 @@ QUESTIONS = (
             "a",
             "A restore against a sharded target rebuilds the replicated placement instead of a host copy.",
             "orbax",
-            ("orbax", "The same state through Orbax"),
+            ("orbax", "The same state through Orbax", "the table of each field's difference after the Orbax restore"),
         ),
     ),
     *_stage(
@@ -306,7 +327,7 @@ QUESTIONS = (
             "c",
             "Inputs are placed before the clock starts; compilation is timed separately.",
             "timing",
-            ("timing_table", "1. Three equivalent updates"),
+            ("timing_table", "1. Three equivalent updates", "the table of warm medians and the sentence below it"),
         ),
         (
             "Which comparison says whether four devices pay off for this workload?",
@@ -319,7 +340,7 @@ QUESTIONS = (
             "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
             "compiled update is the strong baseline.",
             "timing",
-            ("timing_table", "1. Three equivalent updates"),
+            ("timing_table", "1. Three equivalent updates", "the table of warm medians and its two ratios"),
         ),
         (
             "Which trace annotation holds the sampler's work and the placement of the batch?",
@@ -327,7 +348,7 @@ QUESTIONS = (
             "b",
             "prepare_and_place advances the real sampler state and waits for placement.",
             "trace",
-            ("durations", "2. Four real transitions"),
+            ("durations", "2. Four real transitions", "the table of the two annotations' durations per transition"),
         ),
         (
             "Which is a useful next optimisation?",
@@ -340,7 +361,7 @@ QUESTIONS = (
             "c",
             "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
             "trace",
-            ("hypothesis_stated", "3. What dominates"),
+            ("hypothesis_stated", "3. What dominates", "the hypothesis, written out as Change / Hypothesis / Because"),
         ),
         (
             "What does this CPU trace measure?",
@@ -348,7 +369,7 @@ QUESTIONS = (
             "b",
             "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
             "trace",
-            ("durations", "2. Four real transitions"),
+            ("durations", "2. Four real transitions", "the table of annotation durations read from the trace files"),
         ),
         (
             "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
@@ -361,7 +382,7 @@ QUESTIONS = (
             "b",
             "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
             "change",
-            ("profile_again", "4. Make the change"),
+            ("profile_again", "4. Make the change", "the table of the annotation and the control, then the verdict"),
         ),
     ),
     *_stage(
@@ -376,7 +397,7 @@ QUESTIONS = (
             "b",
             "The denominator stays global across processes exactly as across devices; the means of means differ.",
             "denominator",
-            ("denominator", "Drill 2"),
+            ("denominator", "Drill 2", "the global mean and the mean of device means on 1, 2 and 4 devices"),
         ),
         (
             "The completion manifest printed above lists every file with its size and checksum. When may a reader "
@@ -389,7 +410,7 @@ QUESTIONS = (
             "a",
             "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
             "manifest",
-            ("manifest", "One completion manifest"),
+            ("manifest", "One completion manifest", "the manifest's fields, its six state entries and its files"),
         ),
         (
             "Process 1 is killed while the background write of step 6 is in progress. Where does the relaunch resume?",
@@ -401,7 +422,7 @@ QUESTIONS = (
             "b",
             "Step 6 never got its manifest, so 'latest' is the newest published step; the steps after it are redone.",
             "async_kill",
-            ("reveal-async-kill", "Drill 1"),
+            ("reveal-async-kill", "Drill 1", "the line answering prediction (a)"),
         ),
         (
             "One controller skips a batch and misses an all-reduce. What does the guard do?",
@@ -413,7 +434,7 @@ QUESTIONS = (
             "c",
             "The others block in the collective; only a bound turns a hang into a diagnosis.",
             "skipped_batch",
-            ("reveal-skip", "Drill 3"),
+            ("reveal-skip", "Drill 3", "the line saying when the controllers stopped and whom they named"),
         ),
         (
             "SIGTERM reaches process 1 during step 8. How many steps does the relaunch lose?",
@@ -425,7 +446,7 @@ QUESTIONS = (
             "a",
             "The handler only sets a flag; the next agreement carries it to every controller, which save that step.",
             "preemption",
-            ("reveal-preempt", "Drill 1"),
+            ("reveal-preempt", "Drill 1", "the line answering prediction (c)"),
         ),
     ),
     *_stage(
@@ -437,7 +458,7 @@ QUESTIONS = (
             "b",
             "Perfect splitting on C cores gives at most C / W; what is left below that is contention.",
             "efficiency",
-            ("efficiency", "Scaling"),
+            ("efficiency", "Scaling", "the table of median times and efficiency for W = 1, 2 and 4"),
         ),
         (
             "Steps 1 and 4 compile, on both controllers. Why does step 4 compile?",
@@ -449,7 +470,7 @@ QUESTIONS = (
             "b",
             "The update is compiled per batch shape: 2 rows pad to 4 slots, a shape steps 1 to 3 never had.",
             "step_times",
-            ("rank-log", "Where each controller"),
+            ("rank-log", "Where each controller", "the padded batch rows per step, and the steps that compile"),
         ),
         (
             "Suppose two controllers' median compute times differed twofold, from eight samples each. "
@@ -462,7 +483,7 @@ QUESTIONS = (
             "b",
             "A median of a handful of samples moves with load; only separated spreads make a difference a finding.",
             "step_times",
-            ("reveal-rank", "Where each controller"),
+            ("reveal-rank", "Where each controller", "the two sentences on the tall bars and on a straggler"),
         ),
         (
             "What does the blocking save time of the saving comparison measure?",
@@ -474,7 +495,7 @@ QUESTIONS = (
             "b",
             "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
             "async_vs_sync",
-            ("async-overhead", "What asynchronous saving costs"),
+            ("async-overhead", "What asynchronous saving costs", "the table of step and blocking save times"),
         ),
         (
             "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
@@ -486,7 +507,7 @@ QUESTIONS = (
             "a",
             "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
             "scaling_model",
-            ("scaling-model", "Scaling"),
+            ("scaling-model", "Scaling", "the fitted terms and the two-point fit's prediction at W = 4"),
         ),
         (
             "Which runbook row stops relaunching altogether?",
@@ -494,7 +515,7 @@ QUESTIONS = (
             "c",
             "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
             "runbook",
-            ("runbook", "The runbook"),
+            ("runbook", "The runbook", "the runbook table, one row per failure class"),
         ),
     ),
 )
@@ -525,10 +546,35 @@ def score(notebook: str, choices: dict) -> dict:
 
 
 def where(q: Question) -> str:
-    """Where the notebook shows the answer: the section and cell when the question names them."""
-    if q.cell:
-        return f"Where this notebook shows it: under \u201c{q.section}\u201d, the output of the cell tagged {q.cell}."
-    return f"Where this stage shows it: {q.evidence}."
+    """Where the notebook shows the answer, as a reader finds it: the heading above the cell, what its output shows."""
+    if not q.cell:
+        return ""
+    heading, first = _landmarks(q.notebook, q.cell)
+    shown = q.shows or (f"the output of the code cell that begins `{first}`" if first else "the output of the cell")
+    return f"Where this notebook shows it: under the heading \u201c{heading or q.section}\u201d, {shown}."
+
+
+def _landmarks(notebook: str, tag: str) -> tuple[str, str]:
+    """(the whole heading above the cell tagged `tag` in the course's `notebook`, the cell's first line of code)."""
+    import nbformat
+
+    from shardlab.course import catalog
+
+    try:
+        cells = nbformat.read(catalog.NOTEBOOK_DIR / f"{notebook}.ipynb", as_version=4).cells
+    except OSError:
+        return "", ""
+    index = next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), None)
+    if index is None:
+        return "", ""
+    heading = ""
+    for cell in cells[:index]:
+        found = [h.lstrip("#").strip() for h in cell.source.splitlines() if h.startswith("#")]
+        if cell.cell_type == "markdown" and found:
+            heading = found[-1]
+    lines = [line.strip() for line in cells[index].source.splitlines()]
+    first = next((line for line in lines if line and not line.startswith(("#", "import ", "from "))), "")
+    return heading, first
 
 
 def _question_html(q: Question) -> str:

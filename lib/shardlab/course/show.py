@@ -46,13 +46,19 @@ def line(name: str, value) -> str:
     return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind})"
 
 
+def cell(value) -> str:
+    """One table cell: text in full (a rendered table wraps it at spaces), other values as `brief` shows them."""
+    text = value if isinstance(value, str) else brief(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """A Markdown table of `rows` (dicts), numbers rounded; columns default to the first row's keys."""
+    """A Markdown table of `rows` (dicts), numbers rounded, text never cut; columns default to the first row's keys."""
     if not rows:
         return "(no rows)"
     columns = columns or list(rows[0])
     out = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
-    out += ["| " + " | ".join(brief(row.get(c, "")) for c in columns) + " |" for row in rows]
+    out += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
     return "\n".join(out)
 
 

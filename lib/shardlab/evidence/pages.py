@@ -89,12 +89,18 @@ def _math(text: str) -> str:
 def notebook_html(nb) -> tuple[str, str, list[str]]:
     """(page body, joined CSS, the <style> blocks) of an executed notebook: offline template, maths drawn."""
     from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+
+    from shardlab.course.results import HIDDEN_TAG
 
     nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = render_math(cell.source)
     exporter = HTMLExporter(extra_loaders=[DictLoader(TEMPLATES)], template_file=TEMPLATE)
+    # records for machines (shardlab.course.results.HIDDEN_TAG) leave the page, so a cell holding only
+    # records has no outputs and gets no output area at all; the executed notebook keeps them
+    exporter.register_preprocessor(TagRemovePreprocessor(remove_single_output_tags={HIDDEN_TAG}), enabled=True)
     body, _ = exporter.from_notebook_node(nb)
     styles = re.findall(r"<style[^>]*>.*?</style>", body, flags=re.S)
     css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", block) for block in styles)

@@ -2,16 +2,23 @@
 
 Papermill gives its injected-parameters cell a new random id and stamps every cell with
 wall-clock times; a cell's printed lines arrive in as many stream outputs as the kernel's
-flushes happened to cut them into; a staging folder from `tempfile` is private (0700) and so is a file written
-through `mkstemp`. `notebook` fixes the first three in one executed notebook, `modes` the last
-for a whole output folder. The notebook-level papermill start, end and duration stay: they
-are this run's timing.
+flushes happened to cut them into; a staging folder from `tempfile` is private (0700) and so is
+a file written through `mkstemp`. `notebook` fixes the first three in one executed notebook,
+`modes` the last for a whole output folder. The notebook-level papermill start, end and
+duration stay: they are this run's timing.
+
+`notebook` also takes what nobody reads on the page out of the outputs: a record
+(shardlab.course.results, hidden form) moves into its cell's metadata, where
+`results.from_notebook` reads it, and a finished progress display is dropped, so a cell that
+only recorded has no outputs and no front end draws an output area for it.
 """
 
 import os
 from pathlib import Path
 
 import nbformat
+
+from shardlab.course import results
 
 INJECTED_ID = "injected-parameters"  # papermill's cell tag, also a valid, stable cell id
 CELL_CLOCKS = ("start_time", "end_time", "duration")  # papermill's per-cell wall-clock fields
@@ -27,8 +34,21 @@ def notebook(path) -> None:
         for name in CELL_CLOCKS:
             cell.metadata.get("papermill", {}).pop(name, None)
         if cell.cell_type == "code":
-            cell.outputs = coalesce(cell.outputs)
+            cell.outputs = coalesce(out_of_sight(cell))
     nbformat.write(nb, path)
+
+
+def out_of_sight(cell) -> list:
+    """The cell's outputs without the hidden ones; each hidden record moves to the cell's metadata (last one wins)."""
+    kept = []
+    for output in cell.get("outputs", []):
+        meta = output.get("metadata", {})
+        if results.HIDDEN_TAG not in meta.get("tags", []):
+            kept.append(output)
+        elif meta.get("shardlab") and "value" in meta:
+            moved = cell.metadata.setdefault(results.METADATA, {}).setdefault("records", {})
+            moved[meta["shardlab"]] = meta["value"]
+    return kept
 
 
 def coalesce(outputs: list) -> list:

@@ -404,14 +404,18 @@ def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEO
     return ctx
 
 
-def timed(name: str, fn, *args, verdict: bool = True, **kw) -> dict:
-    """Run one drill with a start and an end line (the verdict left out where a prediction waits)."""
-    announce(f"{name} ...")
+def timed(name: str, fn, *args, verdict: bool = True, progress=None, **kw) -> dict:
+    """Run one drill with a start and an end line (the verdict left out where a prediction waits).
+
+    The lines go to `progress` (a callable taking one line; default: printed as `[drills] ...`).
+    """
+    line = progress or announce
+    line(f"{name} ...")
     began = time.time()
     row = fn(*args, **kw)
     if row.get("wall_s") is None:
         row["wall_s"] = round(time.time() - began, 2)
-    announce(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
+    line(f"{name}: " + (f"passed={row['passed']} " if verdict else "done ") + f"in {time.time() - began:.1f} s")
     return row
 
 

@@ -37,6 +37,7 @@ def failure(k: int, attempt: dict, **found) -> dict:
         "kind": event["kind"],
         "cause": event.get("cause"),
         "detect_s": attempt.get("detect_s"),
+        "exit_codes": dict(attempt.get("exit_codes") or {}),  # every process's, after the teardown
         "port": attempt["port"],
         **dict.fromkeys(("bound_s", "resumed_from", "steps_lost")),
         "checks": {},

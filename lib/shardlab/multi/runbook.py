@@ -2,9 +2,10 @@
 
 Every row says what sees the failure (detector), which component acts on it (owner), what it
 does (mitigation), when the group must stop (stop condition; the bounds are
-`group_supervisor.detection_bounds`) and which rows of a drills.json prove it. The stage5b_scaling
-notebook and docs/stage5.md render this table; `proof` sets it beside a drills.json (the one
-stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` every row named here.
+`group_supervisor.detection_bounds`) and which rows of a drills.json prove it. docs/stage5.md shows
+it as a table (`markdown`), the stage5b_scaling notebook as one entry per failure class
+(`entries`); `proof` sets it beside a drills.json (the one stage5a_protocol wrote). The notebooks
+run the reduced drill set, `make drills` every row named here.
 """
 
 from shardlab.multi import group_supervisor
@@ -88,13 +89,39 @@ def proof(drills_json: dict) -> list[dict]:
     return [{"class": row["class"], "drills": {d: passed.get(d) for d in row["drills"]}} for row in ROWS]
 
 
-def markdown(timeout: float, drills_json: dict | None = None) -> str:
-    """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
+def _named_drills(timeout: float, drills_json: dict | None) -> list[tuple[dict, str]]:
+    """Each row with its drills named, each marked passed, FAILED or `make drills` when a drills.json is given."""
     marks = {True: "passed", False: "FAILED", None: "make drills"}
     verdicts = proof(drills_json) if drills_json else None
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    named = []
     for k, row in enumerate(rows(timeout)):
-        named = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
-        cells = [row[c] for c in COLUMNS[:-1]] + [", ".join(named)]
-        lines.append("| " + " | ".join(cells) + " |")
+        marked = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
+        named.append((row, ", ".join(marked)))
+    return named
+
+
+def markdown(timeout: float, drills_json: dict | None = None) -> str:
+    """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for row, named in _named_drills(timeout, drills_json):
+        lines.append("| " + " | ".join([row[c] for c in COLUMNS[:-1]] + [named]) + " |")
     return "\n".join(lines)
+
+
+def entries(timeout: float, drills_json: dict | None = None) -> str:
+    """The runbook for a notebook column: a narrow table (failure, owner, stop condition, drills run here), then
+    every row in full, one labelled line per column, folded under a one-line summary."""
+    table = ["| failure | owner | stop condition | drills run here |", "| --- | --- | --- | --- |"]
+    blocks = []
+    verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
+    for (row, named), proved in zip(_named_drills(timeout, drills_json), verdicts):
+        ran = [f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None]
+        left = sum(v is None for v in proved["drills"].values())
+        rest = f"{left} more with `make drills`" if ran else f"{left} with `make drills`"
+        here = ", ".join(ran + ([rest] if left else []))
+        table.append(f"| {row['class']} | {row['owner']} | {row['stop']} | {here} |")
+        fields = [("stop condition" if c == "stop" else c, row[c]) for c in COLUMNS[1:-1]] + [("drills", named)]
+        blocks.append(f"**{row['failure']}**\n\n" + "\n".join(f"- *{c}:* {text}" for c, text in fields))
+    summary = "Every failure class in full: what detects it, who acts, what is done, when to stop, every drill"
+    folded = f"<details><summary>{summary}</summary>\n\n" + "\n\n".join(blocks) + "\n\n</details>"
+    return "\n".join(table) + "\n\n" + folded
