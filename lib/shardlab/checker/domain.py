@@ -34,7 +34,7 @@ class Case:
     save_at: str = "mid"  # where a checkpoint is taken: "start" (step 0), "end" (an epoch's last batch), "mid"
     path: str = "nested"  # how the save path is spelt: "bare" (cwd), "nested" folders, "other" file system
     compiled: bool = True  # make_step(..., compiled=...): the jitted step or the bare mapped body
-    data_form: str = "dataset"  # how data is passed: the course's Dataset, or a plain (features, targets) tuple
+    data_form: str = "dataset"  # how data is passed: the course's Dataset, a plain tuple, or non-contiguous views
     file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
     contents: str = "course"  # what a step's arrays hold: the course's data, non-finite or huge padding, large data
 
@@ -83,7 +83,7 @@ CHOICES = {
     "save_at": ("start", "end", "mid"),
     "path": ("bare", "nested", "other"),
     "compiled": (True, False),
-    "data_form": ("dataset", "tuple"),
+    "data_form": ("dataset", "tuple", "views"),
     "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),
     "contents": CONTENTS,
 }
@@ -101,8 +101,13 @@ def data_for(case: Case) -> Dataset:
 
 
 def given(case: Case, data: Dataset):
-    """`data` in the form the case passes it to the learner: the course's Dataset or a plain tuple."""
-    return tuple(data) if case.data_form == "tuple" else data
+    """`data` as the case passes it: the course's Dataset, a plain tuple, or Fortran-ordered and strided arrays."""
+    if case.data_form == "tuple":
+        return tuple(data)
+    if case.data_form == "views":  # the same values in other memory layouts: Fortran order, a strided column
+        both = np.stack([data.targets, data.targets], axis=1)
+        return Dataset(np.asfortranarray(data.features), both[:, 0])
+    return data
 
 
 def _int(rng, low: int, high: int, near=()) -> int:

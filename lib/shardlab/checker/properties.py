@@ -371,18 +371,24 @@ def step_update(ctx, case: Case) -> None:
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
-    if case.devices > 1:
-        _rows_split(step, args, case)
+    _rows_split(step, args, case)
 
 
 def _rows_split(step, args, case: Case) -> None:
-    """Data parallel: inside the shard_map each device holds 1/devices of the batch's rows, never all of them."""
+    """Data parallel on any mesh: the step traces to a shard_map whose body holds 1/devices of the batch's rows."""
     features = args[0]
     rows, width = features.shape
     shapes = probe("mapped_input_shapes", step, *args)
-    shapes = None if shapes is None else [tuple(shape) for shape in shapes]
-    if shapes is None:
-        return  # no shard_map: the collective count above judges the step
+    need(
+        shapes is not None,
+        "a shard_map in the traced step",
+        "no shard_map",
+        f"the step on a {case.devices}-device mesh traces to no shard_map -> the same mapped body on every mesh, "
+        "one device included (a plain jit on the whole batch is not the course's data-parallel step)",
+    )
+    shapes = [tuple(shape) for shape in shapes]
+    if case.devices == 1:
+        return  # one device holds every row: the split shows only on larger meshes
     local = (rows // case.devices, width)
     need(
         local in shapes and (rows, width) not in shapes,

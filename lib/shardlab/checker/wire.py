@@ -171,13 +171,16 @@ class Encoder:
             kind = "object" if array.dtype == object else array.dtype.name
             return {"t": "opaque", "type": f"numpy.ndarray[{kind}]", "repr": _repr(array)}
         data = np.array(array, order="C", copy=True)
-        return {
+        node = {
             "t": "nd",
             "dtype": array.dtype.name,
             "shape": list(array.shape),
             "b": self.blob(data.tobytes()),
             "writeable": bool(array.flags.writeable),
         }
+        if not array.flags.c_contiguous and all(s >= 0 for s in array.strides):
+            node["strides"] = list(array.strides)  # a Fortran-ordered array or a strided view stays one
+        return node
 
     def _jax(self, array) -> dict:
         if array.is_deleted():
@@ -314,6 +317,8 @@ class Decoder:
 
     def _nd(self, node, depth):
         array = self._array(node["dtype"], node["shape"], node["b"])
+        if "strides" in node:
+            array = _laid_out(array, node["strides"])
         if not node.get("writeable", True):
             array.setflags(write=False)
         return array
@@ -415,6 +420,24 @@ class Decoder:
 
     def _opaque(self, node, depth):
         return _opaque_class(str(node["type"]))(str(node["type"])[:200], str(node["repr"])[:200])
+
+
+def _laid_out(array: np.ndarray, strides) -> np.ndarray:
+    """`array`'s values in a new buffer with these (non-negative) strides: the sender's memory layout."""
+    if not isinstance(strides, list) or len(strides) != array.ndim or not all(
+        isinstance(s, int) and 0 <= s <= 1 << 40 for s in strides
+    ):
+        raise WireError("an array with impossible strides")
+    extent = sum((n - 1) * s for n, s in zip(array.shape, strides)) + array.itemsize if array.size else 0
+    if extent > MESSAGE_BYTES:
+        raise WireError("an array whose strides span more than a message may")
+    base = np.zeros(max(extent, array.itemsize), np.uint8)
+    try:
+        view = np.ndarray(array.shape, array.dtype, buffer=base, strides=tuple(strides))
+    except (ValueError, TypeError) as exc:
+        raise WireError(f"an array with impossible strides: {exc}"[:200]) from None
+    view[...] = array
+    return view
 
 
 def walk(root, path):
