@@ -77,7 +77,9 @@ SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "content
 # The contents of a step's arrays: padded slots whose target is NaN, +-inf or 3e38 and whose features are 3e38 (a
 # padded slot has mask 0 whatever it holds), or large data (features ~1e5, targets fitted to within ~10), where float32
 # still gives the loss to its rounding bound but a loss expanded as a sum of squares loses every digit.
-CONTENTS = ("course", "NaN padding", "+inf padding", "-inf padding", "huge padding", "large data")
+# Exact data: integer features up to 4096, integer weights and targets, where every product and sum of the course's
+# formula is exact in float32 (only the division by the count rounds), but a form that builds X^T X does not.
+CONTENTS = ("course", "NaN padding", "+inf padding", "-inf padding", "huge padding", "large data", "exact data")
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),

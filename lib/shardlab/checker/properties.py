@@ -260,6 +260,15 @@ def _large_data(case: Case, rng, width: int) -> tuple[Dataset, np.ndarray]:
     return Dataset(features, targets.astype(np.float32)), weights
 
 
+def _exact_data(case: Case, rng, width: int) -> tuple[Dataset, np.ndarray]:
+    """(data, weights before the step): integer features up to 4096 and weights up to 3, targets off by integers."""
+    rows = case.shape()[0]
+    features = rng.integers(-4096, 4097, size=(rows, width)).astype(np.float32)
+    weights = rng.integers(-3, 4, size=width).astype(np.float32)
+    targets = features.astype(np.float64) @ weights + rng.integers(-8, 9, size=rows)
+    return Dataset(features, targets.astype(np.float32)), weights
+
+
 def rounding_bounds(features, targets, mask, weights, momentum, learning_rate: float, decay: float) -> dict:
     """How far a float32 step may be from the float64 oracle through rounding alone, output by output.
 
@@ -302,6 +311,8 @@ def _step_inputs(case: Case):
     }
     if case.contents == "large data":
         data, before["weights"] = _large_data(case, rng, width)
+    if case.contents == "exact data":
+        data, before["weights"] = _exact_data(case, rng, width)
     finite = batch_arrays(data, ids, case.devices)
     if case.contents not in FILLS:
         return finite, finite, before
@@ -319,7 +330,7 @@ def _step_inputs(case: Case):
 
 def step_update(ctx, case: Case) -> None:
     """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and
-    decay, on the course's data, on padding that holds NaN, +-inf or huge values, or on large data."""
+    decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data or on exact data."""
     mesh = mesh_of(ctx, case.devices)
     batch, finite, before = _step_inputs(case)
     step = step_of(ctx, case, case.compiled)
@@ -329,6 +340,8 @@ def step_update(ctx, case: Case) -> None:
         *finite, before["weights"], before["momentum"], case.learning_rate, case.decay
     )
     bound = rounding_bounds(*finite, before["weights"], before["momentum"], case.learning_rate, case.decay)
+    if case.contents == "exact data":  # no rounding to allow for beyond the course's tolerance
+        bound = {name: 0.0 for name in bound}
     got = {
         "weights": np.asarray(weights),
         "momentum": np.asarray(momentum),
@@ -353,6 +366,16 @@ def step_update(ctx, case: Case) -> None:
             f"{abs(got['loss'] - want_loss):.3g}, float32 rounding allows {bound['loss']:.3g} -> compute each "
             "residual x.w - y first and square it; a loss expanded as sum(p^2) - 2 sum(p y) + sum(y^2) cancels "
             "numbers of 1e10 and loses every digit",
+        )
+    if case.contents == "exact data" and not within(got["grad"], want_grad, bound["grad"]):
+        raise Miss(
+            want_grad,
+            got["grad"],
+            f"{which}gradient on exact data (integer features up to 4096, integer weights and targets, where the "
+            f"course's formula rounds nothing but the division by the count): off by "
+            f"{float(np.max(np.abs(np.asarray(got['grad'], np.float64) - want_grad))):.3g} -> compute each residual "
+            "x.w - y first, then sum x * residual; a form that builds X^T X (normal equations, a Gram matrix) adds "
+            "numbers near 1e9 that float32 cannot hold exactly",
         )
     if not within(got["grad"], want_grad, bound["grad"]):
         why = formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
