@@ -573,15 +573,17 @@ HELDOUT = Path(__file__).parent / "heldout"
 GENERALITY = json.loads((HELDOUT / "generality.json").read_text())
 # the second set (written later by another engineer, measured blind first): generality2.json keeps both runs
 GENERALITY2 = json.loads((HELDOUT / "generality2.json").read_text())["after"]
+# the third set (README3.md): its blind measurement on the checker before it, and the checker now
+GENERALITY3 = json.loads((HELDOUT / "generality3.json").read_text())["after"]
 SEARCH_ONLY = {
     f"{folder}/{w['file']}": w["search"][0]
-    for folder, measured in (("wrong", GENERALITY), ("wrong2", GENERALITY2))
+    for folder, measured in (("wrong", GENERALITY), ("wrong2", GENERALITY2), ("wrong3", GENERALITY3))
     for w in measured["wrong"]
     if w["search"] and not w["enumerated"]
 }
 
 
-@pytest.mark.parametrize("measured, suffix", [(GENERALITY, ""), (GENERALITY2, "2")])
+@pytest.mark.parametrize("measured, suffix", [(GENERALITY, ""), (GENERALITY2, "2"), (GENERALITY3, "3")])
 def test_every_held_out_file_was_measured(measured, suffix, heldout):
     assert sorted(w["file"] for w in measured["wrong"]) == sorted(
         p.name for p in (heldout / f"wrong{suffix}").glob("*.py")

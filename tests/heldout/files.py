@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).parent
-FOLDERS = ("wrong", "correct", "wrong2", "correct2")
+FOLDERS = ("wrong", "correct", "wrong2", "correct2", "wrong3", "correct3")
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 
