@@ -6,6 +6,7 @@ the load is recorded beside each sample, and the command writes nothing but its 
 
 import itertools
 import json
+import shlex
 import statistics
 import sys
 
@@ -75,6 +76,12 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
     found = loops.course_loops(REPO, tmp_path)
     assert list(found) == ["test_quick", "course_run", "check_stage_1", "check_stage_all", "grade_class"]
     assert "--quick" in found["test_quick"].command and found["test_quick"].cwd == str(REPO)
+    # the quick loop is the Makefile's: its pytest arguments, in its order (a sandbox test is not in it)
+    recipe = next(line for line in (REPO / "Makefile").read_text().splitlines() if "pytest --quick" in line)
+    made = shlex.split(recipe.split("-m pytest", 1)[1].split("\\", 1)[0].split("&&", 1)[0])
+    command = found["test_quick"].command
+    at = command.index("pytest") + 1
+    assert command[at : at + len(made)] == made and "not sandbox" in made, (made, command)
     assert found["check_stage_all"].command[-2:] == ["--stage", "all"]
     found["grade_class"].prepare()
     assert sorted(p.name for p in (tmp_path / "grade" / "class").iterdir()) == sorted(

@@ -80,7 +80,7 @@ def course_loops(checkout, scratch) -> dict:
     found = [
         Loop(
             "test_quick",
-            [python, "-m", "pytest", "--quick", "-p", "no:cacheprovider", "-q"],
+            [python, "-m", "pytest", "--quick", "-m", "not sandbox", "-p", "no:cacheprovider", "-q"],
             str(checkout),
             note="make test-quick: every test that runs no notebook, controller group or learner run",
         ),
