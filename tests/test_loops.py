@@ -6,9 +6,11 @@ the load is recorded beside each sample, and the command writes nothing but its 
 
 import itertools
 import json
+import os
 import shlex
 import statistics
 import sys
+from pathlib import Path
 
 from shardlab.perf import loops
 
@@ -87,5 +89,15 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
     assert sorted(p.name for p in (tmp_path / "grade" / "class").iterdir()) == sorted(
         c.split("/")[1] for c in loops.CLASS
     )
+    # the checker's cache: each check or grade sample starts from an empty folder in scratch; the quick loop
+    # gets none from this process (this session's own, set by conftest), so its conftest makes a fresh one
+    assert loops.CHECK_CACHE in os.environ and loops.CHECK_CACHE not in loops.environment(found["test_quick"])
+    for name in ("check_stage_1", "check_stage_all", "grade_class"):
+        cache = Path(loops.environment(found[name])[loops.CHECK_CACHE])
+        assert cache.is_relative_to(tmp_path.resolve()), name
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "kept").write_text("a verdict of an earlier sample")
+        found[name].prepare()
+        assert not cache.exists(), name
     outs = [loop.command[loop.command.index("--out") + 1] for loop in found.values() if "--out" in loop.command]
     assert len(outs) == 2 and all(out.startswith(str(tmp_path.resolve())) for out in outs)  # writes only in scratch
