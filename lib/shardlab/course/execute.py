@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
-
 from shardlab import outdir
 from shardlab.cli import add_run_arguments
 from shardlab.course import catalog
@@ -55,6 +53,8 @@ class NotebookFailed(RuntimeError):
 
 def _error_cell(executed: Path):
     """The first cell of the executed copy with an error output, or None (timeout, dead kernel, unreadable)."""
+    import nbformat
+
     try:
         nb = nbformat.read(executed, as_version=4)
     except Exception:
@@ -71,6 +71,8 @@ def _running_cell(executed: Path):
     Papermill marks every cell "pending" before the run and records a start time as it starts each
     one; the cells after the one that stopped stay pending. None if the copy is unreadable.
     """
+    import nbformat
+
     try:
         nb = nbformat.read(executed, as_version=4)
     except Exception:
@@ -143,6 +145,7 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
     `cache` is a folder for JAX's persistent compilation cache shared with other kernels of the same
     run (None: no cache; the notebooks in MEASURES_COMPILATION never get one).
     """
+    import nbformat  # here, like papermill: `python -m shardlab run` refuses a bad argument without loading them
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 

@@ -11,14 +11,14 @@ are this run's timing.
 import os
 from pathlib import Path
 
-import nbformat
-
 INJECTED_ID = "injected-parameters"  # papermill's cell tag, also a valid, stable cell id
 CELL_CLOCKS = ("start_time", "end_time", "duration")  # papermill's per-cell wall-clock fields
 
 
 def notebook(path) -> None:
     """Rewrite the notebook at `path`: a fixed id for the injected cell, no per-cell clocks, streams joined."""
+    import nbformat  # here, not at import: a command line refused before any notebook runs never loads it
+
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if INJECTED_ID in cell.metadata.get("tags", []):
