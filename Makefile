@@ -41,11 +41,11 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,) \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
-test: venv ## the whole test suite on two workers (executes every notebook once; 440 s on 2 quiet cores); not the sandbox's
+test: venv ## the whole test suite on two workers (executes every notebook once); not the sandbox's
 	@start=$$(date +%s); $(BIN)/python -m pytest -m "not sandbox" \
 	&& echo "[make] test finished in $$(( $$(date +%s) - start )) s"
 
-test-quick: venv ## the inner loop after every edit (116 s on 2 quiet cores): every test that runs no notebook, controller group or learner run
+test-quick: venv ## the inner loop after every edit (its time: bench/loops.json): every test that runs no notebook, controller group or learner run
 	@start=$$(date +%s); $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 

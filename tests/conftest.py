@@ -28,6 +28,26 @@ sl.setup_devices(4)
 os.environ.setdefault("SHARDLAB_CHECK_CACHE", tempfile.mkdtemp(prefix="shardlab-test-check-cache-"))
 
 
+def _share_compiled_programs() -> None:
+    """JAX's persistent compilation cache for the tests' own interpreters (every xdist worker), in that folder.
+
+    Many tests build the same step again (a new jit of the same program for every check, fixture or
+    variant); with the cache a second build loads the executable the first one compiled. JAX keys each
+    entry on the program, its options, the JAX version and the devices, so a hit gives the program a
+    compile would: it changes how long a test takes, never what it observes. Set through jax.config,
+    not the environment: no child process (a kernel, a controller, a fresh interpreter) inherits it.
+    """
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ["SHARDLAB_CHECK_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+if os.environ["SHARDLAB_CHECK_CACHE"].lower() != "off":
+    _share_compiled_programs()
+
+
 @pytest.fixture(scope="session")
 def mesh():
     return sl.make_mesh(4)

@@ -6,8 +6,11 @@ the load is recorded beside each sample, and the command writes nothing but its 
 
 import itertools
 import json
+import os
+import shlex
 import statistics
 import sys
+from pathlib import Path
 
 from shardlab.perf import loops
 
@@ -75,10 +78,26 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
     found = loops.course_loops(REPO, tmp_path)
     assert list(found) == ["test_quick", "course_run", "check_stage_1", "check_stage_all", "grade_class"]
     assert "--quick" in found["test_quick"].command and found["test_quick"].cwd == str(REPO)
+    # the quick loop is the Makefile's: its pytest arguments, in its order (a sandbox test is not in it)
+    recipe = next(line for line in (REPO / "Makefile").read_text().splitlines() if "pytest --quick" in line)
+    made = shlex.split(recipe.split("-m pytest", 1)[1].split("\\", 1)[0].split("&&", 1)[0])
+    command = found["test_quick"].command
+    at = command.index("pytest") + 1
+    assert command[at : at + len(made)] == made and "not sandbox" in made, (made, command)
     assert found["check_stage_all"].command[-2:] == ["--stage", "all"]
     found["grade_class"].prepare()
     assert sorted(p.name for p in (tmp_path / "grade" / "class").iterdir()) == sorted(
         c.split("/")[1] for c in loops.CLASS
     )
+    # the checker's cache: each check or grade sample starts from an empty folder in scratch; the quick loop
+    # gets none from this process (this session's own, set by conftest), so its conftest makes a fresh one
+    assert loops.CHECK_CACHE in os.environ and loops.CHECK_CACHE not in loops.environment(found["test_quick"])
+    for name in ("check_stage_1", "check_stage_all", "grade_class"):
+        cache = Path(loops.environment(found[name])[loops.CHECK_CACHE])
+        assert cache.is_relative_to(tmp_path.resolve()), name
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "kept").write_text("a verdict of an earlier sample")
+        found[name].prepare()
+        assert not cache.exists(), name
     outs = [loop.command[loop.command.index("--out") + 1] for loop in found.values() if "--out" in loop.command]
     assert len(outs) == 2 and all(out.startswith(str(tmp_path.resolve())) for out in outs)  # writes only in scratch

@@ -190,9 +190,12 @@ def pulsing(client, process_id, position, stop):
 
 
 @pytest.fixture
-def group():
+def group(monkeypatch):
+    # The fake peer pulses every 0.1 s, not every 0.5 s like a controller: a 1 s window still sees ~10 of
+    # its pulses, and each diagnosis below waits 0.3 + 1 s instead of the controllers' 1 + 3 s.
+    monkeypatch.setattr(wait_guard, "PULSE_WINDOW", 1.0)
     client, stop, stops = FakeClient(), threading.Event(), []
-    watch = wait_guard.WaitGuard(client, 0, 2, timeout=1.0, report=stops.append)
+    watch = wait_guard.WaitGuard(client, 0, 2, timeout=0.3, report=stops.append)
     yield client, watch, stop
     stop.set()
     watch.close()

@@ -424,8 +424,10 @@ class Decoder:
 
 def _laid_out(array: np.ndarray, strides) -> np.ndarray:
     """`array`'s values in a new buffer with these (non-negative) strides: the sender's memory layout."""
-    if not isinstance(strides, list) or len(strides) != array.ndim or not all(
-        isinstance(s, int) and 0 <= s <= 1 << 40 for s in strides
+    if (
+        not isinstance(strides, list)
+        or len(strides) != array.ndim
+        or not all(isinstance(s, int) and 0 <= s <= 1 << 40 for s in strides)
     ):
         raise WireError("an array with impossible strides")
     extent = sum((n - 1) * s for n, s in zip(array.shape, strides)) + array.itemsize if array.size else 0

@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
-
 from shardlab import outdir
 from shardlab.cli import add_run_arguments
 from shardlab.course import catalog
@@ -55,6 +53,8 @@ class NotebookFailed(RuntimeError):
 
 def _cells(executed: Path) -> list:
     """The cells of the executed copy, or none if it is unreadable (a run stopped while writing it)."""
+    import nbformat  # here, not at import: a command line refused before any notebook runs never loads it
+
     try:
         return nbformat.read(executed, as_version=4).cells
     except Exception:
@@ -141,6 +141,7 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
     `cache` is a folder for JAX's persistent compilation cache shared with other kernels of the same
     run (None: no cache; the notebooks in MEASURES_COMPILATION never get one).
     """
+    import nbformat  # here, like papermill: `python -m shardlab run` refuses a bad argument without loading them
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 

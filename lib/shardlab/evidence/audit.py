@@ -59,8 +59,6 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-import nbformat
-
 from shardlab.core.config import FIXTURES
 from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
@@ -167,6 +165,8 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
     A notebook is credited with the implementation only if it reads the parameter (stage4b_beyond never
     does); one that runs the reference whatever it is given says so (RUNS_REFERENCE).
     """
+    import nbformat  # here, not at import: the stage 4 kernels import this module and never read a notebook
+
     books = {n: nbformat.read(out_dir / f"{n}.ipynb", as_version=4) for n in executed}
     params = [books[n].metadata["papermill"]["parameters"] for n in executed]
     first = params[0] if params else {}

@@ -3,8 +3,6 @@
 import os
 from pathlib import Path
 
-import nbformat
-
 
 def relative(path, out_dir) -> str:
     """`path` relative to `out_dir`, with forward slashes (receipts never hold absolute paths)."""
@@ -20,6 +18,8 @@ def relative_paths(out_dir) -> None:
     The runner works in a staging folder that is renamed on success, so an absolute path into
     it would dangle as well as name this machine.
     """
+    import nbformat  # here, not at import: a kernel that imports this module for `relative` never loads it
+
     root = str(Path(out_dir).resolve())
     for path in sorted(Path(out_dir).rglob("*")):
         if path.suffix == ".ipynb":

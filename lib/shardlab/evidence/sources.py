@@ -27,6 +27,7 @@ and a test requires each of them to be one of `COMPUTED_IMPORTS` (none of which 
 """
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -91,6 +92,23 @@ def docstring_free_dump(text: str) -> str:
 
 def named(tree, modules) -> set[str]:
     """The modules of `modules` that `tree` imports (any depth) or names in a string constant."""
+    return {name for name in _mentioned(tree) if name in modules}
+
+
+@functools.lru_cache(maxsize=1024)
+def _mentioned_in(text: str) -> frozenset:
+    """`_mentioned` of a module's source; kept per text, since a check hashes the same tree many times."""
+    return frozenset(_mentioned(ast.parse(text)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stripped_hash(text: str) -> str:
+    """The sha256 of `docstring_free_dump(text)`; kept per text like `_mentioned_in`."""
+    return hashlib.sha256(docstring_free_dump(text).encode()).hexdigest()
+
+
+def _mentioned(tree) -> set[str]:
+    """Every dotted name `tree` imports (any depth) or writes as a string constant, and each one's `__main__`."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -101,7 +119,7 @@ def named(tree, modules) -> set[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             found.add(node.value)
     found |= {f"{name}.__main__" for name in found}  # `python -m package` runs its __main__
-    return {name for name in found if name in modules}
+    return found
 
 
 def notebook_code(text: str) -> str:
@@ -114,7 +132,7 @@ def notebook_code(text: str) -> str:
 def closure(package_files: dict, roots=RUNNER) -> set[str]:
     """The modules a run can execute: what the notebooks and `roots` import, closed under imports and parents."""
     modules = module_names(package_files)
-    trees = {name: ast.parse(package_files[rel].read_text(encoding="utf-8")) for name, rel in modules.items()}
+    mentions = {name: _mentioned_in(package_files[rel].read_text(encoding="utf-8")) for name, rel in modules.items()}
     todo = {PACKAGE, *roots}
     for rel, item in package_files.items():
         if rel.startswith(f"{PACKAGE}/{NOTEBOOKS}/") and rel.endswith(".ipynb"):
@@ -130,7 +148,7 @@ def closure(package_files: dict, roots=RUNNER) -> set[str]:
             continue
         seen.add(name)
         parents = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 1)}
-        todo |= (named(trees[name], modules) | parents) - seen
+        todo |= ({n for n in mentions[name] if n in modules} | parents) - seen
     return seen
 
 
@@ -194,7 +212,7 @@ def receipt_sources(package: str = PACKAGE, root=None) -> dict:
     found = {}
     for rel, item in package_files.items():
         if rel in run and rel not in whole:
-            found[rel] = hashlib.sha256(docstring_free_dump(item.read_text(encoding="utf-8")).encode()).hexdigest()
+            found[rel] = _stripped_hash(item.read_text(encoding="utf-8"))
         elif rel in whole or rel not in modules.values():
             found[rel] = hashlib.sha256(item.read_bytes()).hexdigest()
     versions = {f"dist/{name}": version for name, version in runtime_versions(package).items()}

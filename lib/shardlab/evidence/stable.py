@@ -16,8 +16,6 @@ only recorded has no outputs and no front end draws an output area for it.
 import os
 from pathlib import Path
 
-import nbformat
-
 from shardlab.course import results
 
 INJECTED_ID = "injected-parameters"  # papermill's cell tag, also a valid, stable cell id
@@ -26,6 +24,8 @@ CELL_CLOCKS = ("start_time", "end_time", "duration")  # papermill's per-cell wal
 
 def notebook(path) -> None:
     """Rewrite the notebook at `path`: a fixed id for the injected cell, no per-cell clocks, streams joined."""
+    import nbformat  # here, not at import: a command line refused before any notebook runs never loads it
+
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if INJECTED_ID in cell.metadata.get("tags", []):

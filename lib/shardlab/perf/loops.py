@@ -5,8 +5,10 @@ course run (`python -m shardlab run`, with the seconds of each notebook as the r
 in its wall_time.json), the checker on the reference (`check --stage 1` and `--stage all`) and a
 grade of a small class (two correct files and a broken one from tests/). Each loop is a command in
 a child process; the samples go round-robin (every loop's first sample, then every loop's second),
-so a change of load on a shared machine spreads over all loops alike. Every sample is kept with
-its exit status and the machine's load average (os.getloadavg) just before and just after it;
+so a change of load on a shared machine spreads over all loops alike. The checker keeps compiled
+programs and passed verdicts between runs; the check and grade loops start each sample from an
+empty cache folder of their own, so they time a first check, not what this machine checked before.
+Every sample is kept with its exit status and the machine's load average (os.getloadavg) just before and just after it;
 the table reports medians. These are measurements of one machine at one time, never a pass/fail
 threshold: they show the next change that slows a loop as a number.
 """
@@ -39,6 +41,16 @@ class Loop:
     parts: object = None  # a callable returning {part: seconds} after a sample, or None
     prepare: object = None  # a callable run before each sample (a fresh output folder), or None
     note: str = ""
+    env: dict | None = None  # variables set for this loop's command, over this process's environment
+
+
+CHECK_CACHE = "SHARDLAB_CHECK_CACHE"  # the checker's folder of compiled programs and kept verdicts
+
+
+def environment(loop: Loop) -> dict:
+    """The command's environment: this process's, without a checker cache folder of its own, and the loop's."""
+    found = {name: value for name, value in os.environ.items() if name != CHECK_CACHE}
+    return {**found, **(loop.env or {})}
 
 
 def _course_parts(out: Path):
@@ -61,9 +73,10 @@ def _fresh(folder: Path):
     return prepare
 
 
-def _class(checkout: Path, folder: Path):
+def _class(checkout: Path, folder: Path, cache: Path):
     def prepare() -> None:
         shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
         (folder / "class").mkdir(parents=True)
         for relative in CLASS:
             source = checkout / "tests" / relative
@@ -77,10 +90,14 @@ def course_loops(checkout, scratch) -> dict:
     checkout, scratch = Path(checkout).resolve(), Path(scratch).resolve()
     python = sys.executable
     run_out, grade = scratch / "course_run", scratch / "grade"
+    # the checker keeps compiled programs and passed verdicts between runs (shardlab.checker.reuse): each sample
+    # starts from an empty folder in scratch, so it times a first check, whatever this machine checked before
+    cache = scratch / "check-cache"
+    cold = {CHECK_CACHE: str(cache)}
     found = [
         Loop(
             "test_quick",
-            [python, "-m", "pytest", "--quick", "-p", "no:cacheprovider", "-q"],
+            [python, "-m", "pytest", "--quick", "-m", "not sandbox", "-p", "no:cacheprovider", "-q"],
             str(checkout),
             note="make test-quick: every test that runs no notebook, controller group or learner run",
         ),
@@ -96,20 +113,25 @@ def course_loops(checkout, scratch) -> dict:
             "check_stage_1",
             [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", "1"],
             str(scratch),
-            note="make check STAGE=1 on the reference",
+            prepare=_fresh(cache),
+            note="make check STAGE=1 on the reference, from an empty checker cache",
+            env=cold,
         ),
         Loop(
             "check_stage_all",
             [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", "all"],
             str(scratch),
-            note="make check STAGE=all on the reference",
+            prepare=_fresh(cache),
+            note="make check STAGE=all on the reference, from an empty checker cache",
+            env=cold,
         ),
         Loop(
             "grade_class",
             [python, "-m", "shardlab", "grade", str(grade / "class"), "--out", str(grade / "out")],
             str(scratch),
-            prepare=_class(checkout, grade),
-            note="make grade of " + ", ".join(f"tests/{c}" for c in CLASS),
+            prepare=_class(checkout, grade, cache),
+            note="make grade of " + ", ".join(f"tests/{c}" for c in CLASS) + ", from an empty checker cache",
+            env=cold,
         ),
     ]
     if not (checkout / "tests" / "conftest.py").is_file():
@@ -124,7 +146,7 @@ def sample(loop: Loop, clock=time.perf_counter, load=os.getloadavg, timeout: flo
     before = list(load())
     start = clock()
     try:
-        done = subprocess.run(loop.command, cwd=loop.cwd, capture_output=True, timeout=timeout)
+        done = subprocess.run(loop.command, cwd=loop.cwd, env=environment(loop), capture_output=True, timeout=timeout)
         status = done.returncode
     except subprocess.TimeoutExpired:
         status = "stopped after the timeout"
