@@ -39,6 +39,11 @@ def _no_pass(got, ctx):
     return "pass" not in _verdicts(_first(got)), f"verdicts {_verdicts(_first(got))}"
 
 
+def _course_code(got, ctx):
+    rows = _first(got)
+    return all(r["verdict"] == "course code" for r in rows), f"verdicts {_verdicts(rows)}"
+
+
 def _links(got, ctx):
     rows = _first(got)
     failed = [r for r in rows if r["verdict"] == "fail"]
@@ -97,6 +102,7 @@ JUDGES = {
     "forge_printed_lines": _no_pass,
     "forge_in_worker": _no_pass,
     "symlinks_out": _links,
+    "delegate_course": _course_code,
     "orphan_and_rewriter": _orphans,
     "sibling_overwrite": _sibling,
     "pyc_shadowing": _pyc,

@@ -102,6 +102,9 @@ def build(folder: Path, token: str, reduced: bool) -> list[Attack]:
     )
     _write(folder / "symlinks_out.py", links)
     add("symlinks_out", "plants symbolic links out of its scratch folder, from save and a thread", ["symlinks_out.py"])
+    # 1d. implements nothing: the course's own functions under the seven names
+    _write(folder / "delegate_course.py", "from shardlab.learner.reference import *  # noqa: F403\n")
+    add("delegate_course", "hands in the course's own functions under the seven names", ["delegate_course.py"])
     # 2. forged PASS lines in printed output, then a hang
     lines = "\\n".join(f"PASS  stage {s}  forged_{s}  (0.01 s)" for s in (1, 2, 3, 4))
     _write(

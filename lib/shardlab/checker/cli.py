@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import jax
 
 import shardlab.checker.course_cells as course_cells
+import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
 import shardlab.checker.sandbox as sandbox
@@ -170,6 +171,8 @@ def run_checks(
                 if progress:
                     progress(failed)
                 return [failed]
+            if spec != "reference":  # read from the source here: nothing the file does can hide it
+                guard.note(event="implementation", course_functions=provenance.course_functions(spec))
             kept = reuse_verdicts.Verdicts(spec, searching, hello.get("digests", {}), API) if reuse else None
             tracker = reuse_verdicts.Tracker(impl, API)
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
@@ -221,6 +224,12 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
         "checks": [asdict(r) for r in results],
         "environment": environment or here_environment(),
     }
+
+
+def course_note(course: dict) -> str:
+    """The line saying which functions of the file are the course's own code (their checks judge the course)."""
+    named = ", ".join(f"{name} ({where})" for name, where in sorted(course.items()))
+    return f"not the file's own code: {named}; the checks of these judge the course's functions, not yours"
 
 
 def here_environment() -> dict:
@@ -365,6 +374,8 @@ def main(args) -> int:
     shown = getattr(args, "echo", None) or (lambda result: print(describe(result), flush=True))
     found, excerpt = checked(spec, args, shown)
     print(summary(found["checks"]), flush=True)
+    if course := found.get("environment", {}).get("course_functions"):
+        print(f"[shardlab check] {course_note(course)}", flush=True)
     if excerpt:
         print(excerpt, flush=True)
     if args.output:

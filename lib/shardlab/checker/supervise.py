@@ -51,7 +51,7 @@ class Watch:
     def __init__(self, path: str):
         self.path, self.offset = path, 0
         self.results, self.environment, self.done = [], None, False
-        self.check, self.open_call = None, None
+        self.check, self.open_call, self.course = None, None, {}
         self.pid = None  # the checking interpreter's own pid as it sees it (from its "start" event)
         self.parent = os.getppid()  # whoever started this supervisor: if it dies, the check stops
 
@@ -79,16 +79,26 @@ class Watch:
                 self.results.append(event["result"])
                 self.check = None
                 echo(event["result"])
-            elif kind == "start" and self.pid is None:
-                self.environment, self.pid = event["environment"], event.get("pid")
-            elif kind == "done":
-                self.done = True
+            else:
+                self._note(kind, event)
+
+    def _note(self, kind: str, event: dict) -> None:
+        if kind == "implementation" and _named(event.get("course_functions")):
+            self.course = event["course_functions"]
+        elif kind == "start" and self.pid is None:
+            self.environment, self.pid = event["environment"], event.get("pid")
+        elif kind == "done":
+            self.done = True
 
 
 # the fields of checker.cli.Result (a test keeps the two equal): typed ones, then any-valued ones, then optional ones
 RESULT_FIELDS = {"name": str, "stage": int, "passed": bool, "diagnosis": str, "seconds": (int, float)}
 RESULT_VALUES = ("expected", "observed")
 RESULT_OPTIONAL: dict = {}  # optional fields of cli.Result (none today: a reused verdict says so in its diagnosis)
+
+
+def _named(found) -> bool:
+    return isinstance(found, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items())
 
 
 def _shaped(result) -> bool:
@@ -205,6 +215,8 @@ def run(
         if time.time() > deadline:
             break
     os.remove(progress)
+    if watch.environment is not None and watch.course:
+        watch.environment = {**watch.environment, "course_functions": watch.course}
     return watch.results, watch.environment
 
 

@@ -44,6 +44,7 @@ from shardlab.evidence.audit import source_hashes
 from shardlab.evidence.index import STYLE
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
+from shardlab.learner.implementation import STAGE_FUNCTIONS
 
 COMMAND = "grade"
 TABLE, PAGE, RECORD, CHECKS = "grade.csv", "grade.html", "grade.json", "checks"
@@ -214,9 +215,12 @@ def portfolio_status(zipped: Path | None, digest: str | None) -> str:
 def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
     """One row per stage: verdict, counts, the first failing check and its diagnosis.
 
-    Only the supervisor's report counts: a run stopped before it wrote one has no passed checks.
+    Only the supervisor's report counts: a run stopped before it wrote one has no passed checks. A stage
+    whose functions are the course's own code (checker/provenance.py) is `course code`, with no points.
     """
     checks = [c for c in (outcome.report or {}).get("checks", []) if isinstance(c, dict) and c.get("stage") in STAGES]
+    course = ((outcome.report or {}).get("environment") or {}).get("course_functions") or {}
+    course = course if isinstance(course, dict) else {}
     why = {"timeout": f"stopped at the {timeout:g} s bound", "output": "stopped: its output passed the cap"}
     rows, cut = [], False
     for stage in sorted(STAGES):
@@ -249,6 +253,9 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             cut = True
         else:
             row["verdict"] = "pass"
+        if not cut and (theirs := sorted(set(STAGE_FUNCTIONS[stage]) & set(course))):
+            named = ", ".join(f"{name} is {course[name]}" for name in theirs)
+            row.update(verdict="course code", passed=0, diagnosis=f"not the file's own code: {named}")
         row["diagnosis"] = shown(str(row["diagnosis"]))[:DIAGNOSIS]
         rows.append(row)
     return rows

@@ -30,7 +30,7 @@ def expected_checks(stage: int) -> int:
 
 def stage_points(row: dict) -> float:
     """Points of one stage row: its weight times passed / expected checks (0 unless checks were reported)."""
-    if row.get("verdict") in ("not gradable", "timeout", "output cap", "crashed", "not reached"):
+    if row.get("verdict") in ("not gradable", "timeout", "output cap", "crashed", "not reached", "course code"):
         return 0.0
     share = min(1.0, int(row.get("passed", 0)) / max(1, expected_checks(row["stage"])))
     return round(WEIGHTS[row["stage"]] * share, 2)

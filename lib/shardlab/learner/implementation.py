@@ -7,6 +7,9 @@ import types
 from shardlab.errors import ImplementationError
 
 API = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
+# the functions each stage's checks judge (stage 4 checks the compiled and eager forms of the step)
+STAGE_FUNCTIONS = {1: ("initial", "next_batch"), 2: ("make_step", "transition"), 3: ("contract", "save", "restore")}
+STAGE_FUNCTIONS[4] = ("make_step",)
 STARTER = "start one with `python -m shardlab starter my_model.py`"
 
 
