@@ -24,13 +24,17 @@ import traceback
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import setup_devices
 
+CHECKER = os.path.dirname(os.path.abspath(__file__))  # frames of the checker's own code are never "where"
 
-def _where(exc: BaseException, spec: str) -> str:
+
+def _where(exc: BaseException, spec: str, function: str = "the implementation") -> str:
+    """The learner's line that raised `exc`; else the innermost frame outside the checker (JAX's, NumPy's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if spec not in ("reference", "") and os.path.abspath(f.filename) == spec]
-    frame = (own or frames)[-1:] or None
+    outside = [f for f in frames if not os.path.abspath(f.filename).startswith(CHECKER + os.sep)]
+    frame = (own or outside)[-1:]
     if not frame:
-        return "unknown place"
+        return f"the call of `{function}` (no line of the file: raised inside JAX's compiled or native code)"
     return f"{frame[0].filename}:{frame[0].lineno} in {frame[0].name}"
 
 
@@ -102,6 +106,7 @@ class Server:
         before = wire.identities(args)
         signed = [wire.signature(a) for a in args]
         reply, encoder = {}, wire.Encoder(handles=self.keep, refs={id(v): p for p, v in before.items()})
+        name = "the implementation"
         try:
             if header["op"] == "probe":
                 name = str(header["probe"])
@@ -112,14 +117,14 @@ class Server:
                 else:
                     value = self.guard.call(getattr(target, "_name", "the step from make_step"), run, target, *rest)
             else:
-                value = self.target(header["target"])(*args, **kwargs)
+                target = self.target(header["target"])
+                name = str(getattr(target, "_name", header["target"]))
+                value = target(*args, **kwargs)
             reply["ok"] = encoder.encode(value)
         except guard.Overrun as exc:
             reply["overrun"] = str(exc)
-        except Exception as exc:
-            reply["raised"] = wire.exception(exc, _where(exc, self.spec))
-        except BaseException as exc:  # KeyboardInterrupt, GeneratorExit raised by learner code
-            reply["raised"] = wire.exception(exc, _where(exc, self.spec))
+        except BaseException as exc:  # KeyboardInterrupt, GeneratorExit raised by learner code too
+            reply["raised"] = wire.exception(exc, _where(exc, self.spec, name))
         changed = wire.Encoder(handles=self.keep, before=before)
         reply["changes"] = [
             [i, changed.encode(arg, (i,))] for i, arg in enumerate(args) if wire.signature(arg) != signed[i]
