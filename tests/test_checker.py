@@ -66,6 +66,7 @@ MISTAKES = {
     "not_sharded": (2, "step_is_sharded", ["no all_reduce", "the step is not sharded"]),
     "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
     "donated_weights": (2, "transition_leaves_its_input_intact", ["buffer was donated"]),
+    "loss_on_device": (2, "results_are_host_values", ["the loss is a ArrayImpl (a device array), not a host float"]),
     # stage 3: contract, save and restore
     "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["lacks ['momentum']"]),
     "contract_as_object": (3, "checkpoint_holds_every_field", ["no pickled objects"]),
