@@ -38,7 +38,8 @@ REPORT_ANSWERS = {"topology", "denominator", "step_count", "next_optimisation"}
 def _submissions(folder: Path) -> Path:
     folder.mkdir()
     (folder / "reference").mkdir()
-    shutil.copy(REPO / "lib/shardlab/learner/reference.py", folder / "reference" / "model.py")
+    # a learner's own complete file (the reference delegates to the course's code: graded `course code`)
+    shutil.copy(REPO / "tests/heldout/base3.py", folder / "reference" / "model.py")
     shutil.copy(BROKEN / "averaging_local_means.py", folder / "broken.py")
     (folder / "syntax.py").write_text("def initial(seed, data, mesh:\n    return None\n")
     (folder / "loop.py").write_text("while True:\n    pass\n")
@@ -66,7 +67,8 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     for stage in (1, 2, 3, 4):
         assert rows["reference", stage]["verdict"] == "pass", rows["reference", stage]
     assert rows["reference", 1]["portfolio"] == "yes"
-    assert rows["broken.py", 1]["verdict"] == "pass"
+    assert rows["broken.py", 1]["verdict"] == "course code"  # it keeps the course's sampler
+    assert rows["broken.py", 1]["passed"] == "0" and "next_batch is shardlab" in rows["broken.py", 1]["diagnosis"]
     assert rows["broken.py", 2]["verdict"] == "fail" and "denominator" in rows["broken.py", 2]["diagnosis"]
     assert rows["broken.py", 1]["portfolio"].startswith("yes, but for another file")
     assert rows["syntax.py", 1]["verdict"] == "fail" and rows["syntax.py", 1]["first_failure"] == "implementation_loads"

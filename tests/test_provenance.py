@@ -51,5 +51,13 @@ def test_a_stage_of_course_code_gets_no_points():
     outcome = bounded.Outcome(0, "", {"checks": checks, "environment": {"course_functions": course}}, None, 1.0)
     rows = grade.stage_rows(outcome, 60.0)
     assert [r["verdict"] for r in rows] == ["course code", "pass", "pass", "pass"]
+    failing = bounded.Outcome(
+        0,
+        "",
+        {"checks": [{**checks[0], "passed": False}] + checks[1:], "environment": {"course_functions": course}},
+        None,
+        1.0,
+    )
+    assert grade.stage_rows(failing, 60.0)[0]["verdict"] == "fail"  # a failure is never hidden behind it
     assert rows[0]["passed"] == 0 and "initial is shardlab.learner.reference.initial" in rows[0]["diagnosis"]
     assert platforms.stage_points(rows[0]) == 0 and platforms.stage_points(rows[1]) > 0

@@ -216,7 +216,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
     """One row per stage: verdict, counts, the first failing check and its diagnosis.
 
     Only the supervisor's report counts: a run stopped before it wrote one has no passed checks. A stage
-    whose functions are the course's own code (checker/provenance.py) is `course code`, with no points.
+    that passed with functions that are the course's own code (checker/provenance.py) is `course code`,
+    with no points: its checks judged the course.
     """
     checks = [c for c in (outcome.report or {}).get("checks", []) if isinstance(c, dict) and c.get("stage") in STAGES]
     course = ((outcome.report or {}).get("environment") or {}).get("course_functions") or {}
@@ -253,7 +254,7 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             cut = True
         else:
             row["verdict"] = "pass"
-        if not cut and (theirs := sorted(set(STAGE_FUNCTIONS[stage]) & set(course))):
+        if row["verdict"] == "pass" and (theirs := sorted(set(STAGE_FUNCTIONS[stage]) & set(course))):
             named = ", ".join(f"{name} is {course[name]}" for name in theirs)
             row.update(verdict="course code", passed=0, diagnosis=f"not the file's own code: {named}")
         row["diagnosis"] = shown(str(row["diagnosis"]))[:DIAGNOSIS]
