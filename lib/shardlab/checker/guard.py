@@ -40,6 +40,19 @@ def gigabytes(count: int) -> str:
     return f"{count / 1024**3:.3g} GB" if count >= 1024**3 else f"{count / 1024**2:.3g} MB"
 
 
+def memory_verdict(count: int) -> str:
+    return f"used more than {gigabytes(count)} (the call was stopped) -> an unbounded array?"
+
+
+def ended_verdict(code: int | None, who: str) -> str:
+    """Why `who` (an interpreter) ended without answering, from its exit status (negative: the signal)."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        native = " (a segfault in native code: ctypes, a C extension, a bad pointer)" if name == "SIGSEGV" else ""
+        return f"ended {who}: killed by {name}{native}"
+    return f"ended {who} with exit status {code} (os._exit?) -> return or raise instead"
+
+
 def loop_verdict(function: str, seconds: float) -> str:
     return f"`{function}` did not return within {seconds:g} s -> an infinite loop? (the call was stopped)"
 

@@ -121,21 +121,7 @@ class Worker:
 
     def _tree(self) -> list[int]:
         """Host pids of the interpreter's process and every descendant (bwrap's included)."""
-        if self.process is None:
-            return []
-        todo, seen = [self.process.pid], []
-        while todo:
-            pid = todo.pop()
-            if pid in seen:
-                continue
-            seen.append(pid)
-            try:
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{task}/children") as handle:
-                        todo += [int(x) for x in handle.read().split()]
-            except (OSError, ValueError):
-                continue
-        return seen
+        return sandbox.descendants(self.process.pid) if self.process is not None else []
 
     def _signal_all(self, number: int) -> None:
         for _ in range(3):  # a process may fork while it is being stopped: look again
@@ -158,12 +144,7 @@ class Worker:
         return sandbox.host_pid(self.process.pid, self.inner) if self.process else 0
 
     def _why_ended(self) -> str:
-        code = self.process.poll() if self.process else None
-        if code is not None and code < 0:
-            name = signal.Signals(-code).name
-            native = " (a segfault in native code: ctypes, a C extension, a bad pointer)" if name == "SIGSEGV" else ""
-            return f"ended the interpreter running it: killed by {name}{native}"
-        return f"ended the interpreter running it with exit status {code} (os._exit?) -> return or raise instead"
+        return guard.ended_verdict(self.process.poll() if self.process else None, "the interpreter running it")
 
     def _receive(self, function: str, seconds: float) -> tuple[dict, list]:
         start, deadline = guard.resident_bytes(self._host_pid()), time.monotonic() + seconds
@@ -174,12 +155,9 @@ class Worker:
                 if ready:
                     return
                 if time.monotonic() > deadline:
-                    raise Stopped(
-                        f"did not return within {self.call_seconds:g} s -> an infinite loop? (it was stopped)"
-                    )
+                    raise Stopped(guard.loop_verdict(function, self.call_seconds))
                 if self.inner and guard.resident_bytes(self._host_pid()) - start > self.memory_bytes:
-                    limit = guard.gigabytes(self.memory_bytes)
-                    raise Stopped(f"used more than {limit} (the call was stopped) -> an unbounded array?")
+                    raise Stopped(guard.memory_verdict(self.memory_bytes))
 
         try:
             return wire.receive(self.reply_fd, wait)

@@ -122,6 +122,23 @@ kill = process_group.kill  # the child and its whole group (a sandbox's PID name
 stop_all = process_group.stop_all  # every child still running: none outlives the command that started it
 
 
+def descendants(root: int) -> list[int]:
+    """`root` and every process descended from it, read from /proc (those gone meanwhile left out of the walk)."""
+    todo, seen = [root], []
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    todo += [int(x) for x in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+    return seen
+
+
 def host_pid(root: int, inner: int | None) -> int:
     """The host pid of the descendant of `root` that sees itself as `inner` (its PID namespace's number).
 
@@ -129,22 +146,14 @@ def host_pid(root: int, inner: int | None) -> int:
     """
     if inner is None or inner == root:
         return root
-    todo, seen = [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
+    for pid in descendants(root)[1:]:
         try:
             with open(f"/proc/{pid}/status") as handle:
                 ids = next((line.split()[1:] for line in handle if line.startswith("NSpid:")), [])
-            if ids and ids[-1] == str(inner) and pid != root:
-                return pid
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as handle:
-                    todo += [int(x) for x in handle.read().split()]
-        except (OSError, ValueError):
+        except OSError:
             continue
+        if ids and ids[-1] == str(inner):
+            return pid
     return root
 
 

@@ -15,7 +15,6 @@ Python or from C) goes to a log file, never straight to the screen. This parent
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -112,15 +111,6 @@ def _shaped(result) -> bool:
     )
 
 
-def _why_ended(process, log_bytes: int) -> str:
-    code = process.returncode
-    if code is not None and code < 0:
-        name = signal.Signals(-code).name
-        native = " (a segfault in native code: ctypes, a C extension, a bad pointer)" if name == "SIGSEGV" else ""
-        return f"ended the checking interpreter: killed by {name}{native}"
-    return f"ended the checking interpreter with exit status {code} (os._exit?) -> return or raise instead"
-
-
 def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, deadline: float) -> str | None:
     """Run one child to its end; None if it finished, else the verdict for the call in progress."""
     with open(log_path, "ab") as log:
@@ -144,9 +134,7 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
         call, now = watch.open_call, time.time()
         written = os.path.getsize(log_path) - start
         if call and guard.resident_bytes(process.pid) - call["rss"] > bounds.memory_bytes:
-            verdict = (
-                f"used more than {guard.gigabytes(bounds.memory_bytes)} (the call was stopped) -> an unbounded array?"
-            )
+            verdict = guard.memory_verdict(bounds.memory_bytes)
         elif call and now - call["at"] > bounds.call_seconds + GRACE:
             verdict = guard.loop_verdict(call["function"], bounds.call_seconds)
         elif written > bounds.output_bytes or os.path.getsize(watch.path) > 64 * bounds.output_bytes:
@@ -163,7 +151,7 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
         watch.read(echo)
     if watch.done:
         return None
-    return verdict or _why_ended(process, os.path.getsize(log_path))
+    return verdict or guard.ended_verdict(process.returncode, "the checking interpreter")
 
 
 def _failed_result(watch: Watch, verdict: str, stage: int) -> dict:
