@@ -140,3 +140,22 @@ def test_rounding_bounds_hold_float32_and_refuse_an_expanded_square():
         expanded = (np.sum(p * p) - np.float32(2) * np.sum(p * y) + np.sum(y * y)) / np.float32(rows)
         caught += abs(float(expanded) - want) > bound
     assert caught >= 190, caught
+
+
+def test_a_copy_under_another_name_reuses_and_two_files_keep_their_passes(tmp_path, monkeypatch):
+    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
+    names = ("next_batch_leaves_step_alone",)
+    skip = [c.__name__ for c in runner.checks_of(1) if c.__name__ not in names]
+    first, copy, edited = tmp_path / "mine.py", tmp_path / "elsewhere" / "copy.py", tmp_path / "edited.py"
+    copy.parent.mkdir()
+    first.write_text(textwrap.dedent(BASE))
+    copy.write_text(textwrap.dedent(BASE))
+    edited.write_text(textwrap.dedent(BASE.replace("return x * SCALE", "return x * SCALE * 1")))
+
+    def reused(path):
+        (result,) = runner.run_checks(str(path), 1, only=True, skip=skip, reuse=True)
+        assert result.passed
+        return result.diagnosis == runner.REUSED
+
+    assert [reused(first), reused(copy)] == [False, True]  # the same functions, another name and folder
+    assert [reused(edited), reused(first), reused(edited)] == [False, True, True]  # each file keeps its pass

@@ -173,7 +173,7 @@ def run_checks(
                 return [failed]
             if spec != "reference":  # read from the source here: nothing the file does can hide it
                 guard.note(event="implementation", course_functions=provenance.course_functions(spec))
-            kept = reuse_verdicts.Verdicts(spec, searching, hello.get("digests", {}), API) if reuse else None
+            kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
             tracker = reuse_verdicts.Tracker(impl, API)
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other

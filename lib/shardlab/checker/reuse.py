@@ -8,6 +8,10 @@ A check's verdict is reused when all of these are byte-identical to the run that
   the source of each function and class of the file it names (helpers, constants, other files of the
   learner's own), and the file's top-level statements other than definitions.
 
+The file's name and folder are not part of it: the same functions in a copy, or in a file renamed,
+reuse what passed, and a learner switching between two files keeps the passes of both (the last
+`KEPT` passes of each check, most recent first).
+
 A check depends on the learner functions it looked up *and* on those every earlier check of the run
 looked up (an earlier check may have built what a later one uses, such as the compiled step), so an
 edit to `save` re-runs the checks from the first that reached `save` on, and stage 1 stays reused.
@@ -173,10 +177,13 @@ class Tracker:
         return getattr(self._impl, name)
 
 
-class Verdicts:
-    """The kept passes of one implementation file under one set of options."""
+KEPT = 8  # passes kept per check, one for each distinct set of the functions it depended on
 
-    def __init__(self, spec: str, options: dict, digests: dict, names):
+
+class Verdicts:
+    """The kept passes under one set of options, whichever file passed them."""
+
+    def __init__(self, options: dict, digests: dict, names):
         """`digests`: function_digests of the file, as the interpreter that loaded it computed them."""
         import jax
 
@@ -188,7 +195,7 @@ class Verdicts:
         except (OSError, SyntaxError, ValueError):
             self.folder = None
             return
-        key = {"spec": os.path.realpath(spec) if spec != "reference" else spec, **options}
+        key = dict(options)
         key.update(jax=jax.__version__, numpy=np.__version__, course=course)
         self.key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
         self.path = os.path.join(self.folder, "verdicts", f"{self.key}.json") if self.folder else None
@@ -204,24 +211,30 @@ class Verdicts:
         found = {name: self.functions.get(name) for name in sorted(reached)}
         return None if any(v is None for v in found.values()) else found
 
+    def _passes(self, check: str) -> list:
+        passes = self.kept.get(check)
+        return passes if isinstance(passes, list) else []
+
     def reusable(self, check: str, reached) -> dict | None:
-        """The kept passing result of `check`, if every function it depended on is unchanged."""
-        if not self.path or check not in self.kept:
+        """A kept passing result of `check` whose every function it depended on is unchanged."""
+        if not self.path:
             return None
-        kept = self.kept[check]
-        now = {name: self.functions.get(name) for name in kept["depends"]}
-        if any(v is None for v in now.values()) or now != kept["depends"]:
-            return None
-        if not set(reached) <= set(kept["depends"]):
-            return None
-        return kept
+        for kept in self._passes(check):
+            now = {name: self.functions.get(name) for name in kept["depends"]}
+            if any(v is None for v in now.values()) or now != kept["depends"]:
+                continue
+            if set(reached) <= set(kept["depends"]):
+                return kept
+        return None
 
     def keep(self, check: str, result: dict, reached) -> None:
+        """Keep a pass, most recent first; a failure forgets the pass of these very functions, if one was kept."""
         digests = self._digests(reached)
-        if not self.path or digests is None or not result.get("passed"):
-            self.kept.pop(check, None)
+        if not self.path or digests is None:
             return
-        self.kept[check] = {"result": result, "depends": digests}
+        others = [p for p in self._passes(check) if p["depends"] != digests]
+        self.kept[check] = ([{"result": result, "depends": digests}] if result.get("passed") else []) + others
+        self.kept[check] = self.kept[check][:KEPT]
 
     def save(self) -> None:
         """Write the kept verdicts (a new file renamed over the old: a reader never sees half of it)."""
