@@ -190,3 +190,59 @@ def test_the_kernels_of_one_run_share_a_compilation_cache_that_no_receipt_keeps(
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "the-shells-cache")  # the caller's, restored
     off = runner.run(tmp_path / "off", seed=1, batch_size=2, notebooks=names[:1], html=False, compilation_cache=False)
     assert json.loads((off / "first.json").read_text())["folder"] is None
+
+
+# A notebook that notes, in a file beside it and in `log`, when it started and ended (time.time(), one host's clock).
+SPAN = """
+import json, time
+start = time.time()
+open({log!r}, 'a').write({name!r} + ' started\\n')
+{body}
+open({name!r} + '.span', 'w').write(json.dumps([start, time.time()]))
+"""
+
+
+def test_the_other_fixtures_run_beside_the_untimed_notebooks_and_end_before_a_timed_one(sources, tmp_path, monkeypatch):
+    log = str(tmp_path / "log")
+    untimed, timed = catalog.BESIDE_FIXTURES[0], "stage4a_profile"
+    assert timed not in catalog.BESIDE_FIXTURES
+    names = [untimed, *catalog.FRESH_KERNEL_PAIR, timed]
+    for name in names:
+        write_notebook(sources, name, SPAN.format(log=log, name=name, body="time.sleep(1)"))
+    monkeypatch.setattr(catalog, "NOTEBOOKS", names)
+    out = runner.run(tmp_path / "out", seed=17, batch_size=7, notebooks=names, html=False)
+    span = {name: json.loads((out / f"{name}.span").read_text()) for name in names}
+    fixtures = runner._other_fixtures(17, 7, names)
+    assert fixtures
+    recorded = json.loads((out / runner.WALL_TIME).read_text())["notebook_s"]
+    for fixture in fixtures:
+        for name in catalog.FRESH_KERNEL_PAIR:
+            start, end = json.loads((out / catalog.FIXTURE_DIR / fixture / f"{name}.span").read_text())
+            assert end <= span[timed][0], (fixture, name)  # nothing else runs while a notebook times
+            assert f"{fixture}/{name}" in recorded
+    assert set(names) <= set(recorded)
+
+
+def test_a_failure_in_either_lane_fails_the_run_and_the_fixtures_start_nothing_after_it(sources, tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    first, second = catalog.FRESH_KERNEL_PAIR
+    untimed = catalog.BESIDE_FIXTURES[0]
+    names = [untimed, first, second]
+    monkeypatch.setattr(catalog, "NOTEBOOKS", names)
+    fails_at_once = SPAN.format(log=str(log), name=untimed, body="raise ValueError('deliberate failure')")
+    write_notebook(sources, untimed, fails_at_once)
+    write_notebook(sources, first, SPAN.format(log=str(log), name=first, body="time.sleep(4 if seed != 17 else 0)"))
+    write_notebook(sources, second, SPAN.format(log=str(log), name=second, body=""))
+    with pytest.raises(runner.NotebookFailed, match=rf"{untimed}\.ipynb failed"):
+        runner.run(tmp_path / "out", seed=17, batch_size=7, notebooks=names, html=False)
+    started = log.read_text().splitlines()
+    # the course's lane failed in its first notebook; the fixtures' lane finished the notebook it was running
+    # (the other fixture's first, sleeping 4 s) and started no other
+    assert started.count(f"{second} started") == 0 and started.count(f"{first} started") == 1, started
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.ipynb"))
+
+    log.unlink()
+    write_notebook(sources, untimed, SPAN.format(log=str(log), name=untimed, body=""))
+    write_notebook(sources, second, SPAN.format(log=str(log), name=second, body="assert seed == 17, 'deliberate'"))
+    with pytest.raises(runner.NotebookFailed, match=rf"{second}\.ipynb failed"):  # the other fixture's resume
+        runner.run(tmp_path / "out", seed=17, batch_size=7, notebooks=names, html=False)

@@ -19,4 +19,7 @@ NOTEBOOKS = [
 # core.config.FIXTURES other than the run's own, into FIXTURE_DIR/<fixture>/ (same implementation).
 FRESH_KERNEL_PAIR = ("stage3a_checkpoint", "stage3b_resume")
 FIXTURE_DIR = "fixtures"
+# The notebooks that time nothing: `make run` runs them beside the other fixtures' resume pair (two kernels at
+# once on two cores); every later notebook waits for that pair to finish, so its timings see a quiet machine.
+BESIDE_FIXTURES = ("stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume", "stage3c_orbax_lesson")
 KERNEL = "shardlab"  # the Jupyter kernel `make venv` installs into .venv

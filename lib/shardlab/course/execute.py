@@ -5,11 +5,12 @@ every notebook succeeded replaces the files of the previous run, so a failed run
 modifies earlier receipts, and a file a person put in OUT is never removed.
 """
 
-import contextlib
+import concurrent.futures
 import json
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -116,23 +117,17 @@ def _keep_partial(name: str, notebook: bytes | None, out: Path) -> Path | None:
     return out / "failed" / f"{name}.ipynb"
 
 
-@contextlib.contextmanager
-def _kernel_environment(cache: Path | None):
-    """os.environ as the next kernel inherits it: with the run's compilation cache, or without any.
+def kernel_environment(cache: Path | None) -> dict:
+    """The environment a kernel starts with: the runner's, with the run's compilation cache or without any.
 
-    Whatever the caller's environment said about the cache is restored afterwards; a kernel never
-    inherits a cache folder from the shell (a receipt would then depend on an earlier run).
+    A kernel never inherits a cache folder from the shell (a receipt would then depend on an earlier
+    run), nor MPLBACKEND (Agg would hide inline figures). The runner's own `os.environ` is never changed.
     """
-    names = ("JAX_COMPILATION_CACHE_DIR", *CACHE_ENVIRONMENT)
-    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    names = ("MPLBACKEND", "JAX_COMPILATION_CACHE_DIR", *CACHE_ENVIRONMENT)
+    environment = {name: value for name, value in os.environ.items() if name not in names}
     if cache is not None:
-        os.environ.update({"JAX_COMPILATION_CACHE_DIR": str(cache), **CACHE_ENVIRONMENT})
-    try:
-        yield
-    finally:
-        for name in names:
-            os.environ.pop(name, None)
-        os.environ.update(saved)
+        environment.update({"JAX_COMPILATION_CACHE_DIR": str(cache), **CACHE_ENVIRONMENT})
+    return environment
 
 
 def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT, cache: Path | None = None) -> Path:
@@ -147,30 +142,29 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
 
     source = catalog.NOTEBOOK_DIR / f"{name}.ipynb"
     target = folder / f"{name}.ipynb"
-    os.environ.pop("MPLBACKEND", None)  # kernels inherit it; Agg would hide inline figures
-    cache = None if name in MEASURES_COMPILATION else cache
-    with _kernel_environment(cache):
-        _papermill(papermill, name, source, target, folder, parameters, timeout, (CellTimeoutError, DeadKernelError))
+    environment = kernel_environment(None if name in MEASURES_COMPILATION else cache)
+    stops = (CellTimeoutError, DeadKernelError)
+    _papermill(papermill, name, source, target, folder, parameters, timeout, stops, environment)
     nb = nbformat.read(target, as_version=4)
     if nb.metadata.get("papermill", {}).get("exception"):
         raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target, source)}")
     return target
 
 
-def _papermill(papermill, name, source: Path, target: Path, folder: Path, parameters, timeout, stops) -> None:
+def _papermill(papermill, name, source: Path, target: Path, folder: Path, parameters, timeout, stops, environment):
     from traitlets.config import Config
 
+    kernel = {"environment": environment, "folder": str(folder)}  # never papermill's cwd=: it moves the whole process
     try:
         papermill.execute_notebook(
             str(source),
             str(target),
             parameters=parameters,
             kernel_name=KERNEL,
-            cwd=str(folder),
             execution_timeout=timeout,
             progress_bar=False,
             log_output=False,
-            config=Config(LOCAL_KERNEL),
+            config=Config({**LOCAL_KERNEL, "FinishedKernelManager": kernel}),
         )
     except (papermill.PapermillExecutionError, *stops) as exc:
         raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target, source)} [{type(exc).__name__}]") from exc
@@ -228,28 +222,31 @@ def run(
     with outdir.writing(out, COMMAND, replace) as staging:
         sheets = staging if html else None  # where every page's one stylesheet goes (None: no HTML copies)
         cache = staging / COMPILATION_CACHE if compilation_cache else None
-        seconds = {}  # each notebook's wall time, its HTML page included (kept in wall_time.json)
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
-        for number, name in enumerate(names, start=1):
-            # relative to the kernel's folder, so no receipt names this machine's paths
-            extra = (
-                {"bench_json": os.path.relpath(Path(bench).resolve(), staging)}
-                if bench and name == BENCH_READER
-                else {}
+        fixtures = _other_fixtures(seed, batch_size, names)
+        stop = threading.Event()  # set once the course's lane has ended: the fixtures' lane starts no more notebooks
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fixtures") as beside:
+            lane = beside.submit(
+                _fixture_lane,
+                fixtures,
+                staging,
+                parameters,
+                out,
+                implementation,
+                timeout,
+                _part(cache, "fixtures"),
+                stop,
             )
-            label = f"{number}/{len(names)} {name}.ipynb"
-            clock = time.perf_counter()
-            _execute_one(name, staging, {**parameters, **extra}, out, implementation, timeout, sheets, label, cache)
-            seconds[name] = round(time.perf_counter() - clock, 2)
-        for fixture, (other_seed, other_batch) in _other_fixtures(seed, batch_size, names).items():
-            folder = staging / catalog.FIXTURE_DIR / fixture
-            folder.mkdir(parents=True)
+            try:
+                extra = {"bench_json": os.path.relpath(Path(bench).resolve(), staging)} if bench else {}
+                args = (staging, parameters, extra, out, implementation, timeout, sheets, _part(cache, "course"))
+                seconds = _course_lane(names, lane, *args)  # each notebook's wall time, its HTML page included
+                seconds.update(lane.result())
+            finally:
+                stop.set()
+        for fixture in fixtures if sheets is not None else ():  # pages exported here, in the main thread
             for name in catalog.FRESH_KERNEL_PAIR:
-                fixed = {**parameters, "seed": other_seed, "batch_size": other_batch}
-                label = f"{fixture}: {name}.ipynb"
-                clock = time.perf_counter()
-                _execute_one(name, folder, fixed, out, implementation, timeout, sheets, label, cache)
-                seconds[f"{fixture}/{name}"] = round(time.perf_counter() - clock, 2)
+                export_html(staging / catalog.FIXTURE_DIR / fixture / f"{name}.ipynb", sheets)
         if cache is not None:  # this run's alone: never a receipt, never read by another run
             shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
@@ -258,6 +255,49 @@ def run(
         print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
         _write_wall_time(staging, time.perf_counter() - started, names, seconds)
     return out
+
+
+def _part(cache: Path | None, lane: str) -> Path | None:
+    """The compilation cache of one lane of a run (the course's kernels share one, the fixtures' another)."""
+    return cache / lane if cache is not None else None
+
+
+def _course_lane(names, lane, staging, parameters, extra, out, implementation, timeout, sheets, cache) -> dict:
+    """Execute `names` in order; wait for the fixtures' `lane` before the first notebook that times anything."""
+    seconds = {}
+    for number, name in enumerate(names, start=1):
+        if name not in catalog.BESIDE_FIXTURES or lane.done():
+            lane.result()  # a failed fixture fails the run here; a finished one returns at once
+        # bench_json is relative to the kernel's folder, so no receipt names this machine's paths
+        given = {**parameters, **extra} if name == BENCH_READER else parameters
+        label = f"{number}/{len(names)} {name}.ipynb"
+        clock = time.perf_counter()
+        _execute_one(name, staging, given, out, implementation, timeout, sheets, label, cache)
+        seconds[name] = round(time.perf_counter() - clock, 2)
+    return seconds
+
+
+def _fixture_lane(fixtures, staging, parameters, out, implementation, timeout, cache, stop) -> dict:
+    """Run the resume pair for every other fixture into fixtures/<fixture>/, beside the course's first notebooks.
+
+    Runs in a thread of its own while the notebooks in catalog.BESIDE_FIXTURES run in the main one (none
+    of them times anything); its kernels have a compilation cache of their own. Returns each notebook's
+    seconds; the pages are exported afterwards, in the main thread. Stops before its next notebook once
+    `stop` is set (the run failed or was interrupted).
+    """
+    seconds = {}
+    for fixture, (other_seed, other_batch) in fixtures.items():
+        folder = staging / catalog.FIXTURE_DIR / fixture
+        folder.mkdir(parents=True)
+        for name in catalog.FRESH_KERNEL_PAIR:
+            if stop.is_set():
+                return seconds
+            fixed = {**parameters, "seed": other_seed, "batch_size": other_batch}
+            label = f"{fixture}: {name}.ipynb"
+            clock = time.perf_counter()
+            _execute_one(name, folder, fixed, out, implementation, timeout, None, label, cache)
+            seconds[f"{fixture}/{name}"] = round(time.perf_counter() - clock, 2)
+    return seconds
 
 
 def _other_fixtures(seed: int, batch_size: int, names: list[str]) -> dict:
@@ -367,7 +407,10 @@ def _write_wall_time(staging: Path, seconds: float, names: list[str], per_notebo
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "notebooks": list(names),
         "notebook_s": dict(per_notebook or {}),
-        "measured_by": "shardlab.course.execute.run: first notebook start to last finisher (excludes the venv check)",
+        "measured_by": (
+            "shardlab.course.execute.run: first notebook start to last finisher (excludes the venv check); "
+            "the notebooks in catalog.BESIDE_FIXTURES ran beside the other fixtures' resume pair"
+        ),
     }
     (staging / WALL_TIME).write_text(json.dumps(record, indent=1) + "\n")
 
