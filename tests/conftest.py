@@ -12,6 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import budget
 import nbformat
 import pytest
 
@@ -129,10 +130,12 @@ def pytest_collection_modifyitems(config, items):
     for item in course:
         _xdist.group_node_id(item, COURSE_GROUP)
     whole = whole_modules([item for item in items if item not in course])
-    for item in items:
-        if item not in course and _module(item) in whole:
-            _xdist.group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
-    items[:] = course + [item for item in items if item not in course]  # the same order in every worker
+    modules = [item for item in items if item not in course and _module(item) in whole]
+    for item in modules:
+        _xdist.group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
+    # the longest units first, so that no worker is left with one at the end while the other idles: the
+    # course run, then the modules sharing a fixture (each one unit), then single tests; the same order in every worker
+    items[:] = course + modules + [item for item in items if item not in course and item not in modules]
 
 
 MODULE_GROUP = "module:"  # the xdist group of a module whose tests share a module- or class-scoped fixture
@@ -159,8 +162,9 @@ def pytest_xdist_make_scheduler(config, log):
     """`--dist loadgroup` with the course run first, then every other test its own unit of work, except
     the tests of a module that shares a module- or class-scoped fixture (one unit: that fixture is built once).
 
-    The course run is the longest unit, so it starts at once on one worker; the rest follows in
-    collection order, a test at a time, so that neither worker waits while the other has a long module left.
+    The course run is the longest unit, so it starts at once on one worker; the whole modules follow
+    (pytest_collection_modifyitems lists them next), then single tests one at a time, so that neither
+    worker waits while the other has a long module left.
     """
     if config.getoption("dist") != "loadgroup":
         return None
@@ -284,6 +288,7 @@ def pytest_configure(config):
         return
     given = config.option.markexpr
     config.option.markexpr = f"({given}) and {QUICK}" if given else QUICK
+    os.environ[budget.QUICK] = "1"  # before collection imports a test module: see tests/budget.py
     import sys
 
     already = sorted(name for name in REFUSED_MODULES if name in sys.modules)

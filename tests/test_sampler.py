@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ def test_ids_follow_the_split_then_permute_idiom():
     np.testing.assert_array_equal(np.concatenate(batches), np.concatenate(orders))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n=st.integers(1, 40), batch_size=st.integers(1, 50), seed=st.integers(0, 2**31), epochs=st.integers(1, 3))
 def test_every_epoch_covers_every_id_once(n, batch_size, seed, epochs):
     lengths = [batch_size] * (n // batch_size) + ([n % batch_size] if n % batch_size else [])
@@ -104,7 +105,7 @@ def test_padding_counts(rows, devices, expected, data):
     assert sl.device_counts(mask, devices) == expected
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(rows=st.integers(1, 23), devices=st.sampled_from([1, 2, 4]))
 def test_padding_is_never_an_observation(rows, devices, data):
     ids = np.arange(rows)[::-1]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ def test_every_replica_holds_the_same_weights(data, mesh):
         np.testing.assert_array_equal(shard, shards[0])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(rows=st.integers(1, 23), devices=st.sampled_from([1, 2, 4]), seed=st.integers(0, 1000))
 def test_gradient_is_the_global_masked_mean(rows, devices, seed, data):
     mesh = sl.make_mesh(devices)
