@@ -122,6 +122,12 @@ def _mentioned(tree) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=64)
+def _notebook_tree(text: str) -> ast.Module:
+    """The parsed code cells of an .ipynb's `text`; kept per text like `_mentioned_in` (never mutated)."""
+    return ast.parse(notebook_code(text))
+
+
 def notebook_code(text: str) -> str:
     """The code cells of an .ipynb as one Python source (IPython's %magics and !commands dropped)."""
     cells = [c for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
@@ -136,11 +142,11 @@ def closure(package_files: dict, roots=RUNNER) -> set[str]:
     todo = {PACKAGE, *roots}
     for rel, item in package_files.items():
         if rel.startswith(f"{PACKAGE}/{NOTEBOOKS}/") and rel.endswith(".ipynb"):
-            code = notebook_code(item.read_text(encoding="utf-8"))
+            text = item.read_text(encoding="utf-8")
             try:
-                todo |= named(ast.parse(code), modules)
+                todo |= named(_notebook_tree(text), modules)
             except SyntaxError:  # IPython syntax beyond magics (`name?`): every module name written in it counts
-                todo |= set(re.findall(r"shardlab(?:\.\w+)*", code)) & set(modules)
+                todo |= set(re.findall(r"shardlab(?:\.\w+)*", notebook_code(text))) & set(modules)
     seen = set()
     while todo:
         name = todo.pop()
@@ -185,22 +191,28 @@ def shown_modules(package_files: dict) -> dict:
     modules, found = module_names(package_files), {}
     for rel, item in package_files.items():
         if rel.startswith(f"{PACKAGE}/{NOTEBOOKS}/") and rel.endswith(".ipynb"):
-            for module, names in shown(ast.parse(notebook_code(item.read_text(encoding="utf-8"))), modules).items():
+            for module, names in shown(_notebook_tree(item.read_text(encoding="utf-8")), modules).items():
                 found.setdefault(module, []).extend(names)
     return found
 
 
 def computed_imports(package_files: dict) -> set[str]:
     """Modules that call importlib.import_module or __import__ with anything but a string constant."""
-    found = set()
-    for name, rel in module_names(package_files).items():
-        for node in ast.walk(ast.parse(package_files[rel].read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and node.args and not isinstance(node.args[0], ast.Constant):
-                func = node.func
-                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                if called in ("import_module", "__import__"):
-                    found.add(name)
-    return found
+    modules = module_names(package_files)
+    texts = {name: package_files[rel].read_text(encoding="utf-8") for name, rel in modules.items()}
+    return {name for name, text in texts.items() if _computes_an_import(text)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _computes_an_import(text: str) -> bool:
+    """True if the module `text` calls import_module or __import__ with anything but a string constant."""
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and node.args and not isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("import_module", "__import__"):
+                return True
+    return False
 
 
 def receipt_sources(package: str = PACKAGE, root=None) -> dict:
@@ -226,6 +238,12 @@ def _applies(requirement) -> bool:
 
 def runtime_versions(package: str = PACKAGE) -> dict:
     """{distribution: installed version} of `package` and everything its runtime requires, at any depth."""
+    return dict(_runtime_versions(package))
+
+
+@functools.lru_cache(maxsize=8)
+def _runtime_versions(package: str) -> dict:
+    """`runtime_versions`, read once per process: what is installed does not change while a command runs."""
     found, todo = {}, [package]
     while todo:
         name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
