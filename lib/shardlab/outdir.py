@@ -32,7 +32,6 @@ MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
 FILE_MODE, DIR_MODE = 0o644, 0o755
 SHOWN = 5  # foreign entries named in a refusal
-LEGACY_MARKERS = (".shardlab-receipts", ".shardlab-stage3")  # what folders held before there was a manifest
 
 
 def _staging_pid(entry: Path) -> int | None:
@@ -147,12 +146,6 @@ def claim(folder, command: str, replace: bool = True) -> Path:
     _check_no_live_writer(out)
     commands = read_manifest(out)
     foreign = _foreign(out, commands)
-    legacy = [rel for rel in LEGACY_MARKERS if rel in foreign]
-    if legacy and not commands:
-        raise OutputFolderError(
-            f"{out} was written by an older shardlab ({legacy[0]}, no manifest), so its files cannot be told apart "
-            "from files a person added; move the folder away (or delete it) and run again"
-        )
     if foreign:
         shown = ", ".join(sorted(foreign)[:SHOWN]) + (
             f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
