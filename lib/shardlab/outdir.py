@@ -294,18 +294,6 @@ def writing(folder, command: str, replace: bool = True):
                     out.rmdir()  # only if still empty: it was ours
 
 
-def write_text(folder, command: str, name: str, text: str) -> Path:
-    """Publish one text file `name` as `command`'s whole output in `folder`; return its path."""
-    with writing(folder, command) as staging:
-        (staging / name).write_text(text, encoding="utf-8")
-    return Path(os.path.abspath(os.fspath(folder))) / name
-
-
-def write_json(folder, command: str, name: str, content) -> Path:
-    """Publish one JSON file (indented, keys sorted) as `command`'s whole output in `folder`."""
-    return write_text(folder, command, name, json.dumps(content, indent=1, sort_keys=True) + "\n")
-
-
 def _pending(commands: dict, rel: str) -> bool:
     """True if `rel` lies under a top-level name that a section claimed before writing (`owned_folder`'s `writes`)."""
     top = rel.split("/")[0]
