@@ -196,10 +196,6 @@ def _make_staging(out: Path) -> Path:
     return staging
 
 
-def _remove_stale(out: Path) -> None:
-    files.remove_stale(out, prefix=STAGING, folders=True)
-
-
 def _write_manifest(out: Path, commands: dict) -> None:
     text = json.dumps({"format": 1, "commands": commands}, indent=1, sort_keys=True) + "\n"
     files.replace(out / MANIFEST, text, FILE_MODE)
@@ -282,7 +278,7 @@ def writing(folder, command: str, replace: bool = True):
     with _signals_raise():
         staging = _make_staging(out)
         try:
-            _remove_stale(out)
+            files.remove_stale(out, prefix=STAGING, folders=True)  # staging folders of killed runs
             yield staging
             claim(out, command, replace)  # nobody dropped a file in meanwhile
             _publish(staging, out, command)

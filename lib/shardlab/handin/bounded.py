@@ -49,11 +49,6 @@ def _drain(stream, kept: bytearray, cap: int, over: threading.Event) -> None:
             over.set()
 
 
-def stop_all() -> None:
-    """Kill every check still running (the caller was interrupted): none outlives the command."""
-    sandbox.stop_all()
-
-
 def read_report(path) -> dict:
     """The JSON value in the check report at `path`: a regular file (no link followed) of at most REPORT_BYTES.
 

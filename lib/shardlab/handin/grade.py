@@ -378,7 +378,7 @@ def grade(
                     _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left){warning}")
             except BaseException:  # Ctrl-C or SIGTERM: no check outlives the command
                 pool.shutdown(wait=False, cancel_futures=True)
-                bounded.stop_all()
+                sandbox.stop_all()
                 raise
         body = {"checker_version": version, "bounds": bounds, "jobs": jobs, "submissions": dict(sorted(record.items()))}
         (staging / RECORD).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
