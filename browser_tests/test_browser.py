@@ -6,12 +6,16 @@ JupyterLab launcher `tests/test_lab.py` uses: `make lab`'s command on a learner 
 
 import json
 import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
 from conftest import watch
 
 from shardlab.course import execute as runner
+from shardlab.errors import TraceError
 from shardlab.evidence import trace
 from tests.test_lab import NOTEBOOK, lab  # noqa: F401  (`lab`: the fixture that starts JupyterLab)
 
@@ -20,6 +24,47 @@ START_TIMEOUT_MS = 120_000  # the page, then the kernel
 STDERR = "application/vnd.jupyter.stderr"  # JupyterLab renders stderr streams and tracebacks with it
 LOCAL = ("file:", "data:", "about:", "blob:")
 IMAGES = "els => els.map(e => [e.getAttribute('src').slice(0, 40), e.naturalWidth])"  # [src start, width]
+
+
+def _xprof(xplane, tool: str):
+    """XProf's converter output for `tool`, read from a copy: XProf caches results beside the file it reads."""
+    try:
+        from xprof.convert import raw_to_tool_data
+    except ImportError as exc:
+        raise TraceError(
+            "reading the trace with XProf needs the xprof package: pip install -r requirements-browser.txt "
+            "(make test-browser installs it)"
+        ) from exc
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = shutil.copy(xplane, Path(scratch) / Path(xplane).name)
+        data, _ = raw_to_tool_data.xspace_to_tool_data([copy], tool, {"use_saved_result": False})
+    if data is None:
+        raise TraceError(f"XProf could not convert {Path(xplane).name} with its '{tool}' tool; capture again")
+    return json.loads(data)
+
+
+def xprof_events(xplane, names=trace.ANNOTATIONS) -> list[tuple[str, int, int]]:
+    """(name, start_ns, duration_ns) of every annotation event, as XProf's trace viewer reads the XPlane.
+
+    XProf shows a step marker as '<name> <step_num>'; the name is given back without the number.
+    XProf's timestamps start at the capture, not at the epoch: compare starts relative to the first.
+    """
+    found = []
+    for event in _xprof(xplane, "trace_viewer")["traceEvents"]:
+        name, number = event.get("name", ""), event.get("args", {}).get("step_num")
+        if number is not None and name.endswith(f" {number}"):
+            name = name[: -len(f" {number}")]
+        if event.get("ph") == "X" and name in names:
+            found.append((name, round(1e3 * event["ts"]), round(1e3 * event["dur"])))
+    return sorted(found, key=lambda e: (e[1], e[0]))
+
+
+def xprof_steps(xplane) -> list[str]:
+    """The step numbers XProf's overview page lists (empty when the trace has no step markers)."""
+    for table in _xprof(xplane, "overview_page"):
+        if any(col.get("id") == "stepnum" for col in table.get("cols", [])):
+            return [str(row["c"][0]["v"]) for row in table.get("rows", [])]
+    return []
 
 
 def test_stage1_runs_through_the_lab_ui_with_outputs_and_no_error(lab, browser, tmp_path):  # noqa: F811
@@ -85,7 +130,7 @@ def test_receipts_render_offline_with_no_console_error(receipts, browser, name):
 def test_xprof_reads_the_same_annotations_and_finds_one_step_per_transition(receipts):
     """XProf's own converter, a third reader of the XPlane, agrees with jax's ProfileData and the Perfetto JSON."""
     files = trace.find_files(receipts / "trace")
-    readings = [trace.xprof_events(files.xplane), trace.xplane_events(files.xplane)]
+    readings = [xprof_events(files.xplane), trace.xplane_events(files.xplane)]
     readings = [sorted(r, key=lambda e: (e[1], e[0])) for r in [*readings, trace.perfetto_events(files.perfetto)]]
     names = [[e[0] for e in r] for r in readings]
     assert names[0] == names[1] == names[2] and names[0].count(trace.STEP) == 4
@@ -95,5 +140,5 @@ def test_xprof_reads_the_same_annotations_and_finds_one_step_per_transition(rece
             assert abs((x_start - readings[0][0][1]) - (o_start - other[0][1])) <= 1e3 * trace.TOLERANCE_MS
     audit = json.loads((receipts / "audit.json").read_text())
     steps = [row["step"] for row in audit["trace"]["transitions"]]
-    assert trace.xprof_steps(files.xplane) == [f"{trace.STEP} {n}" for n in steps]  # no "No step marker"
+    assert xprof_steps(files.xplane) == [f"{trace.STEP} {n}" for n in steps]  # no "No step marker"
     assert sorted(p.name for p in files.xplane.parent.iterdir()) == sorted([files.xplane.name, files.perfetto.name])

@@ -1,8 +1,8 @@
 """Evidence a person opens anywhere: offline HTML pages with drawn maths, the index, the summary, stable files.
 
-Offline-ness is checked here with the standard library's HTML parser and a CSS scan written in
-this file, not with the page module's own detector; the browser test (browser_tests/) checks it
-in a real Chromium.
+Offline-ness is checked here by two detectors written in this file (`remote_references` over every
+URL-valued attribute, `external_references` over what a page would load), both on the standard
+library's HTML parser; the browser test (browser_tests/) checks it in a real Chromium.
 """
 
 import base64
@@ -63,12 +63,47 @@ def remote_references(path: Path) -> list[str]:
     return found
 
 
+RESOURCE_ATTRIBUTES = ("src", "href", "xlink:href", "srcset", "poster", "data")
+CSS_REMOTE = re.compile(r"""(?:url\(\s*["']?|@import\s+["']|import\(\s*["'])\s*(?:[a-z][a-z0-9+.-]*:)?//""", re.I)
+
+
+class _Resources(HTMLParser):
+    """Collects what a page would fetch: URL attributes of every tag but <a>, and inline style/script text."""
+
+    def __init__(self):
+        super().__init__()
+        self.found, self._inline = [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._inline = tag in ("style", "script")
+        if tag == "a":  # a link is followed only when clicked; it is not part of rendering the page
+            return
+        self.found += [f"<{tag} {n}={v}>" for n, v in attrs if n in RESOURCE_ATTRIBUTES and v and REMOTE.match(v)]
+        self.found += [f"<{tag} style>" for n, v in attrs if n == "style" and v and CSS_REMOTE.search(v)]
+
+    def handle_data(self, data):
+        if self._inline and CSS_REMOTE.search(data):
+            self.found.append(data[max(0, CSS_REMOTE.search(data).start() - 40) :][:120])
+
+
+def external_references(text: str, css: bool = False) -> list[str]:
+    """What a page (or, with css=True, a stylesheet) would load from another host; empty for an offline page.
+
+    Hyperlinks (<a href>) to other sites are not loads and are not listed.
+    """
+    if css:
+        return [text[max(0, m.start() - 40) : m.end() + 60] for m in CSS_REMOTE.finditer(text)]
+    parser = _Resources()
+    parser.feed(text)
+    return parser.found
+
+
 def test_no_receipt_references_an_external_url(run_dir):
     pages_seen = sorted(run_dir.glob("*.html")) + sorted(run_dir.glob("*.css"))
     assert {p.name for p in run_dir.glob("*.html")} >= {INDEX, "stage1_batches.html", "stage2_update.html"}
     for path in pages_seen:
         assert remote_references(path) == [], f"{path.name} asks the network for something"
-        assert pages.external_references(path.read_text(encoding="utf-8"), css=path.suffix == ".css") == [], path.name
+        assert external_references(path.read_text(encoding="utf-8"), css=path.suffix == ".css") == [], path.name
 
 
 def stylesheets(page: Path) -> list[Path]:
@@ -185,9 +220,9 @@ def test_external_loads_are_found_and_links_are_not():
         '<img src="evidence.svg"><a href="https://ui.perfetto.dev">Perfetto</a>'
         '<svg xmlns="http://www.w3.org/2000/svg"></svg>'
     )
-    found = pages.external_references(page)
+    found = external_references(page)
     assert len(found) == 3 and not any("perfetto" in f or "w3.org" in f or "evidence.svg" in f for f in found)
-    assert len(pages.external_references("a{src:url('https://x.example/f.woff')} b{c:url(data:x)}", css=True)) == 1
+    assert len(external_references("a{src:url('https://x.example/f.woff')} b{c:url(data:x)}", css=True)) == 1
 
 
 def test_code_keeps_its_dollars():

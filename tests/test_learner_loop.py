@@ -20,6 +20,24 @@ from shardlab.learner import hints, implementation, rules, starter
 REGISTRY = {check.__name__ for stage in STAGES for check in checks_of(stage)}
 
 
+def rule_cell(function: str) -> str:
+    """The notebook cell stating `function`'s rules, each with its marker."""
+    lines = [f"**The rules `{function}` must keep** (the checker enforces each; `make check` names the rule):", ""]
+    for rule in rules.of(function):
+        lines.append(f"- `{rules.MARKER}{rule.id}` — {rule.text}." + (f" {rule.why}" if rule.why else ""))
+    return "\n".join(lines)
+
+
+def hint_cell(function: str) -> str:
+    """The notebook cell that holds `function`'s hints, each level folded on its own."""
+    parts = [f"**Hints for `{function}`**, each folded: open one only when you are stuck, the lowest first."]
+    for level, text in enumerate(hints.HINTS[function], 1):
+        title = "the full recipe" if level == hints.levels(function) else f"hint {level}"
+        parts.append(f"<details><summary>{function}: {title}</summary>\n\n{text}\n\n</details>")
+    parts.append(f"The same from a terminal: `python -m shardlab hint {function} LEVEL`.")
+    return "\n\n".join(parts)
+
+
 def _markdown(notebook: str) -> list[str]:
     """Markdown cell sources of both files of the pair (the .md and the .ipynb must each hold the text)."""
     text = jupytext.read(catalog.NOTEBOOK_DIR / f"{notebook}.md")
@@ -37,7 +55,7 @@ def test_every_check_enforces_a_rule_and_every_named_check_exists():
     assert not unruled, f"checks no rule names (add them to shardlab/learner/rules.py): {unruled}"
     stale = sorted({c for rule in rules.RULES for c in rule.checks} - REGISTRY)
     assert not stale, f"rules name checks the checker does not run: {stale}"
-    assert len(rules.BY_ID) == len(rules.RULES)  # ids are unique
+    assert len({rule.id: rule for rule in rules.RULES}) == len(rules.RULES)  # ids are unique
     assert {rule.function for rule in rules.RULES} == set(rules.FUNCTIONS) == set(implementation.API)
 
 
@@ -54,9 +72,9 @@ def test_every_rule_is_taught_in_its_notebook(function):
     cells = _markdown(rules.TAUGHT_IN[function])
     for rule in rules.of(function):
         assert sum(f"`{rules.MARKER}{rule.id}`" in c for c in cells) >= 2, (rule.id, rules.TAUGHT_IN[function])
-    assert sum(c.strip() == rules.markdown(function) for c in cells) == 2, (
-        f"the rule cell of {function} in {rules.TAUGHT_IN[function]} differs from shardlab.learner.rules.markdown"
-        f"({function!r}); paste it again:\n{rules.markdown(function)}"
+    assert sum(c.strip() == rule_cell(function) for c in cells) == 2, (
+        f"the rule cell of {function} in {rules.TAUGHT_IN[function]} differs from rule_cell"
+        f"({function!r}); paste it again:\n{rule_cell(function)}"
     )
 
 
@@ -67,9 +85,8 @@ def test_every_hint_level_exists_and_is_folded_in_the_notebook(function, capsys)
     assert levels[-1].startswith("Full recipe") and not any(t.startswith("Full recipe") for t in levels[:-1])
     assert all(len(a) <= len(b) * 2 for a, b in zip(levels, levels[1:]))  # each layer says at least as much
     cells = _markdown(rules.TAUGHT_IN[function])
-    assert sum(c.strip() == hints.details_markdown(function) for c in cells) == 2, (
-        f"the hint cell of {function} differs from shardlab.learner.hints.details_markdown({function!r}):\n"
-        + hints.details_markdown(function)
+    assert sum(c.strip() == hint_cell(function) for c in cells) == 2, (
+        f"the hint cell of {function} differs from hint_cell({function!r}):\n" + hint_cell(function)
     )
     for level in range(1, len(levels) + 1):
         assert shardlab_main(["hint", function, str(level)]) == 0

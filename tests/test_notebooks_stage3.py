@@ -134,7 +134,7 @@ def test_the_second_fixture_resumes_in_a_fresh_kernel_with_zero_difference(run_d
 
     control = replay.load_record(folder / saved["control"])
     steps = saved["save_step"] + saved["continue_steps"]
-    orders = oracle.idiom_orders(29, 23, -(-steps // 3) + 1)
+    orders = [e["order"] for e in oracle.idiom_epochs(29, 23, -(-steps // 3) + 1)]
     expected_ids = [order[i : i + 10] for order in orders for i in range(0, 23, 10)][saved["save_step"] : steps]
     w = v = np.zeros(data.features.shape[1])
     for k, ids in enumerate([order[i : i + 10] for order in orders for i in range(0, 23, 10)][:steps]):

@@ -215,11 +215,11 @@ def test_stage3_folder_replaces_only_what_its_own_runs_wrote(tmp_path):
     assert sorted(os.listdir(folder)) == [outdir.MANIFEST]
 
 
-def test_a_folder_of_an_older_shardlab_is_refused_with_what_to_do(tmp_path):
+def test_a_folder_without_a_manifest_is_refused_with_what_to_do(tmp_path):
     out = tmp_path / "receipts"
     out.mkdir()
     (out / ".shardlab-receipts").write_text("written by `python -m shardlab run`")
     (out / "stage1_batches.ipynb").write_text("{}")
-    with pytest.raises(OutputFolderError, match="older shardlab.*move the folder away"):
+    with pytest.raises(OutputFolderError, match=r"no shardlab command wrote.*\.shardlab-receipts.*move them away"):
         publish(out, "run", {"a.ipynb": "1"})
     assert sorted(os.listdir(out)) == [".shardlab-receipts", "stage1_batches.ipynb"]

@@ -25,7 +25,7 @@ STEPS = 9  # crosses at least one epoch boundary of the 23-row fixture for every
 def reference_run(data, seed, batch_size, steps):
     """(ids per step, losses, weights, momentum) from the idiom orders and float64 NumPy updates."""
     n = len(data.targets)
-    orders = oracle.idiom_orders(seed, n, steps)  # at most one epoch per step
+    orders = [e["order"] for e in oracle.idiom_epochs(seed, n, steps)]  # at most one epoch per step
     ids = [order[i : i + batch_size] for order in orders for i in range(0, n, batch_size)][:steps]
     w = v = np.zeros(data.features.shape[1])
     losses = []

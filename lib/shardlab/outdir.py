@@ -32,7 +32,6 @@ MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
 FILE_MODE, DIR_MODE = 0o644, 0o755
 SHOWN = 5  # foreign entries named in a refusal
-LEGACY_MARKERS = (".shardlab-receipts", ".shardlab-stage3")  # what folders held before there was a manifest
 
 
 def _staging_pid(entry: Path) -> int | None:
@@ -147,12 +146,6 @@ def claim(folder, command: str, replace: bool = True) -> Path:
     _check_no_live_writer(out)
     commands = read_manifest(out)
     foreign = _foreign(out, commands)
-    legacy = [rel for rel in LEGACY_MARKERS if rel in foreign]
-    if legacy and not commands:
-        raise OutputFolderError(
-            f"{out} was written by an older shardlab ({legacy[0]}, no manifest), so its files cannot be told apart "
-            "from files a person added; move the folder away (or delete it) and run again"
-        )
     if foreign:
         shown = ", ".join(sorted(foreign)[:SHOWN]) + (
             f" and {len(foreign) - SHOWN} more" if len(foreign) > SHOWN else ""
@@ -201,10 +194,6 @@ def _make_staging(out: Path) -> Path:
             f"cannot write to {out} ({exc.strerror or exc}); choose a folder you can write to"
         ) from None
     return staging
-
-
-def _remove_stale(out: Path) -> None:
-    files.remove_stale(out, prefix=STAGING, folders=True)
 
 
 def _write_manifest(out: Path, commands: dict) -> None:
@@ -289,7 +278,7 @@ def writing(folder, command: str, replace: bool = True):
     with _signals_raise():
         staging = _make_staging(out)
         try:
-            _remove_stale(out)
+            files.remove_stale(out, prefix=STAGING, folders=True)  # staging folders of killed runs
             yield staging
             claim(out, command, replace)  # nobody dropped a file in meanwhile
             _publish(staging, out, command)
@@ -299,18 +288,6 @@ def writing(folder, command: str, replace: bool = True):
             if created and not published:
                 with contextlib.suppress(OSError):
                     out.rmdir()  # only if still empty: it was ours
-
-
-def write_text(folder, command: str, name: str, text: str) -> Path:
-    """Publish one text file `name` as `command`'s whole output in `folder`; return its path."""
-    with writing(folder, command) as staging:
-        (staging / name).write_text(text, encoding="utf-8")
-    return Path(os.path.abspath(os.fspath(folder))) / name
-
-
-def write_json(folder, command: str, name: str, content) -> Path:
-    """Publish one JSON file (indented, keys sorted) as `command`'s whole output in `folder`."""
-    return write_text(folder, command, name, json.dumps(content, indent=1, sort_keys=True) + "\n")
 
 
 def _pending(commands: dict, rel: str) -> bool:

@@ -1,16 +1,56 @@
 """Kill trials against the stage 5 multi-process save path, through stage 5's own drill.
 
-Each trial (`shardlab.multi.drills.kill_during_save`) starts a group of two controller
-processes, SIGKILLs one inside a save at a seeded fault point, restarts the group from
-the newest step with a completion manifest and compares with a single-process control.
+Each trial (`trial`, through stage 5's drill `shardlab.multi.drills.kill_during_save`) starts a
+group of two controller processes, SIGKILLs one inside a save at a seeded fault point, restarts
+the group from the newest step with a completion manifest and compares with a single-process control.
 "Exact" here is the drill's comparison: sampler fields identical, weights and momentum
 within float32 rounding (the control runs on another device layout).
 """
 
+import os
 import time
 from collections import Counter
 
+import numpy as np
+
 from rig.torture.outcome import BAD, Tally
+
+
+def _fresh(out: str, name: str) -> str:
+    """A new folder name under `out` (a trial may be repeated into the same folder)."""
+    n = 0
+    while os.path.exists(os.path.join(out, f"{name}-{n}")):
+        n += 1
+    return f"{name}-{n}"
+
+
+def trial(trial_seed: int, out_dir) -> dict:
+    """One randomised kill against the stage 5 save path; returns the accepted step and the comparisons.
+
+    `trial_seed` draws the save step (6 or 9), the fault point and the victim: before its
+    pieces ('save-begin', held), at a random 0-0.6 s delay into the save ('save-begin',
+    not held: the kill lands anywhere in Orbax's write), after Orbax finalised but before
+    the manifest ('save-written'), or process 0 just before publishing ('publish'; JAX
+    itself then aborts the other process, so no named error is required). Passed means:
+    the accepted step is the interrupted one only if its manifest was published, else the
+    previous one; the restored state and the resumed run equal the control.
+    """
+    from shardlab.multi import drills
+
+    rng = np.random.default_rng(trial_seed)
+    phase, hold = [("save-begin", True), ("save-begin", False), ("save-written", True), ("publish", True)][
+        int(rng.integers(4))
+    ]
+    plan = {
+        "save_step": int(rng.choice([6, 9])),
+        "phase": phase,
+        "hold": hold,
+        "victim": 0 if phase == "publish" else int(rng.integers(2)),
+        "delay": 0.0 if hold else round(float(rng.uniform(0.0, 0.6)), 3),
+    }
+    ctx = drills.context(out_dir)
+    result = drills.kill_during_save(ctx, _fresh(ctx.out, f"trial-{trial_seed}"), plan, strict=False)
+    return {"trial_seed": trial_seed, "plan": plan, **result}
 
 
 def classify(result: dict, save_every: int) -> str:
@@ -25,7 +65,7 @@ def classify(result: dict, save_every: int) -> str:
 
 def run(trials: int, folder, seed: int) -> dict:
     """`trials` kill trials with seeds seed*1000+i."""
-    from shardlab.multi.drills import SAVE_EVERY, kill_during_save
+    from shardlab.multi.drills import SAVE_EVERY
 
     started = time.perf_counter()
     tally, spread, records, failed = Tally(), Counter(), [], 0
@@ -33,7 +73,7 @@ def run(trials: int, folder, seed: int) -> dict:
         trial_seed = seed * 1000 + index
         tally.trials += 1
         try:
-            result = kill_during_save(trial_seed, folder)
+            result = trial(trial_seed, folder)
         except Exception as exc:  # the drill itself broke: a finding, never a pass
             tally.errors[type(exc).__name__] += 1
             tally.count("unexpected", f"trial {trial_seed}: {type(exc).__name__}: {exc}")

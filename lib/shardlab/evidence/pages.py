@@ -12,7 +12,6 @@ import hashlib
 import io
 import os
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -129,39 +128,3 @@ def export_html(executed, sheets=None) -> Path:
     page = executed.with_suffix(".html")
     page.write_text(body, encoding="utf-8")
     return page
-
-
-REMOTE = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.I)  # http(s)://host/... or //host/...
-RESOURCE_ATTRIBUTES = ("src", "href", "xlink:href", "srcset", "poster", "data")
-CSS_REMOTE = re.compile(r"""(?:url\(\s*["']?|@import\s+["']|import\(\s*["'])\s*(?:[a-z][a-z0-9+.-]*:)?//""", re.I)
-
-
-class _Resources(HTMLParser):
-    """Collects what a page would fetch: URL attributes of every tag but <a>, and inline style/script text."""
-
-    def __init__(self):
-        super().__init__()
-        self.found, self._inline = [], False
-
-    def handle_starttag(self, tag, attrs):
-        self._inline = tag in ("style", "script")
-        if tag == "a":  # a link is followed only when clicked; it is not part of rendering the page
-            return
-        self.found += [f"<{tag} {n}={v}>" for n, v in attrs if n in RESOURCE_ATTRIBUTES and v and REMOTE.match(v)]
-        self.found += [f"<{tag} style>" for n, v in attrs if n == "style" and v and CSS_REMOTE.search(v)]
-
-    def handle_data(self, data):
-        if self._inline and CSS_REMOTE.search(data):
-            self.found.append(data[max(0, CSS_REMOTE.search(data).start() - 40) :][:120])
-
-
-def external_references(text: str, css: bool = False) -> list[str]:
-    """What a page (or, with css=True, a stylesheet) would load from another host; empty for an offline page.
-
-    Hyperlinks (<a href>) to other sites are not loads and are not listed.
-    """
-    if css:
-        return [text[max(0, m.start() - 40) : m.end() + 60] for m in CSS_REMOTE.finditer(text)]
-    parser = _Resources()
-    parser.feed(text)
-    return parser.found

@@ -16,14 +16,15 @@
   depth (the pins of requirements-cpu.txt that `make venv` installs; test-only tools are not inputs).
 
 Why an edit it ignores cannot change a receipt, and an edit that can is never ignored:
-comments are not in the AST; a docstring is the first statement of a module, class or function
-and is removed before the dump, and `DOC_READERS` lists the only modules that read a `__doc__`
-at run time, none of them for a receipt (a test requires that list to be complete). Everything
-else a change can touch (a constant, an operator, a name, an argument default, a decorator, an
-import, the order of statements) is a node or a field of the tree, so `ast.dump` and the hash
-change with it. A module outside the closure is imported by nothing the notebooks or the runner
-import, by name or by string; `computed_imports()` lists the calls that import a computed name,
-and a test requires each of them to be one of `COMPUTED_IMPORTS` (none of which a run reaches).
+comments are not in the AST; a docstring is the first statement of a module, class or function and
+is removed before the dump, and the only modules that read a `__doc__` at run time are listed, each
+with why no receipt holds what it reads, in tests/test_sources.py (`DOC_READERS`), which requires
+that list to be complete. Everything else a change can touch (a constant, an operator, a name, an
+argument default, a decorator, an import, the order of statements) is a node or a field of the
+tree, so `ast.dump` and the hash change with it. A module outside the closure is imported by
+nothing the notebooks or the runner import, by name or by string; the same test file lists the
+modules that import a computed name (`COMPUTED_IMPORTS`, none of which a run reaches) and requires
+there to be no other.
 """
 
 import ast
@@ -38,16 +39,6 @@ from packaging.requirements import Requirement
 PACKAGE = "shardlab"
 NOTEBOOKS = "course/notebooks"
 RUNNER = ("shardlab.course.execute",)  # `python -m shardlab run`: what runs beside the notebooks' kernels
-# modules that read a __doc__ at run time, and why no receipt holds what they read
-DOC_READERS = {
-    "shardlab.cli": "names each value type's __doc__ for --help",
-    "shardlab.checker.search": "the random checks' __doc__, for the checker's listing",
-    "shardlab.multi.program": "the first docstring line as --help's description",
-    "shardlab.handin.autograder": "the first docstring line as --help's description",
-    "shardlab.checker.reuse": "the source of a learner's functions, hashed into a key for reusing verdicts",
-}
-# modules that import a computed name: the command table's dispatcher (a run's command is the runner above)
-COMPUTED_IMPORTS = {"shardlab.__main__"}
 
 
 def files(package: str = PACKAGE, root=None) -> dict:
@@ -194,25 +185,6 @@ def shown_modules(package_files: dict) -> dict:
             for module, names in shown(_notebook_tree(item.read_text(encoding="utf-8")), modules).items():
                 found.setdefault(module, []).extend(names)
     return found
-
-
-def computed_imports(package_files: dict) -> set[str]:
-    """Modules that call importlib.import_module or __import__ with anything but a string constant."""
-    modules = module_names(package_files)
-    texts = {name: package_files[rel].read_text(encoding="utf-8") for name, rel in modules.items()}
-    return {name for name, text in texts.items() if _computes_an_import(text)}
-
-
-@functools.lru_cache(maxsize=1024)
-def _computes_an_import(text: str) -> bool:
-    """True if the module `text` calls import_module or __import__ with anything but a string constant."""
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Call) and node.args and not isinstance(node.args[0], ast.Constant):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called in ("import_module", "__import__"):
-                return True
-    return False
 
 
 def receipt_sources(package: str = PACKAGE, root=None) -> dict:

@@ -17,9 +17,6 @@ Stable API (the stage 4 notebook and `python -m shardlab bench` use it):
   annotation is missing or the two readings differ by more than `TOLERANCE_MS`.
 - `dominant(rows)` (which annotation has the larger median) and `breakdown(files)` (time
   inside each `prepare_and_place` covered by jitted dispatches, by placement, and the rest).
-- `xprof_events(xplane)` and `xprof_steps(xplane)`: a third reading of the same XPlane by XProf's
-  own converters (the optional `xprof` package, which `make test-browser` installs): its trace
-  viewer's events, and the steps its overview page finds (the step markers).
 
 The profiler's Python tracer and HLO protos are switched off: they would add overhead to
 the host work we time and write absolute source paths into the trace.
@@ -27,8 +24,6 @@ the host work we time and write absolute source paths into the trace.
 
 import gzip
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -273,44 +268,3 @@ def dominant(rows: list[dict]) -> dict:
         f"median_{UPDATE}_ms": update,
         "factor": max(prepare, update) / min(prepare, update),
     }
-
-
-def _xprof(xplane, tool: str):
-    """XProf's converter output for `tool`, read from a copy: XProf caches results beside the file it reads."""
-    try:
-        from xprof.convert import raw_to_tool_data
-    except ImportError as exc:
-        raise TraceError(
-            "reading the trace with XProf needs the xprof package: pip install -r requirements-browser.txt "
-            "(make test-browser installs it)"
-        ) from exc
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = shutil.copy(xplane, Path(scratch) / Path(xplane).name)
-        data, _ = raw_to_tool_data.xspace_to_tool_data([copy], tool, {"use_saved_result": False})
-    if data is None:
-        raise TraceError(f"XProf could not convert {Path(xplane).name} with its '{tool}' tool; capture again")
-    return json.loads(data)
-
-
-def xprof_events(xplane, names=ANNOTATIONS) -> list[tuple[str, int, int]]:
-    """(name, start_ns, duration_ns) of every annotation event, as XProf's trace viewer reads the XPlane.
-
-    XProf shows a step marker as '<name> <step_num>'; the name is given back without the number.
-    XProf's timestamps start at the capture, not at the epoch: compare starts relative to the first.
-    """
-    found = []
-    for event in _xprof(xplane, "trace_viewer")["traceEvents"]:
-        name, number = event.get("name", ""), event.get("args", {}).get("step_num")
-        if number is not None and name.endswith(f" {number}"):
-            name = name[: -len(f" {number}")]
-        if event.get("ph") == "X" and name in names:
-            found.append((name, round(1e3 * event["ts"]), round(1e3 * event["dur"])))
-    return sorted(found, key=lambda e: (e[1], e[0]))
-
-
-def xprof_steps(xplane) -> list[str]:
-    """The step numbers XProf's overview page lists (empty when the trace has no step markers)."""
-    for table in _xprof(xplane, "overview_page"):
-        if any(col.get("id") == "stepnum" for col in table.get("cols", [])):
-            return [str(row["c"][0]["v"]) for row in table.get("rows", [])]
-    return []

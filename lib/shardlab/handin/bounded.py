@@ -20,6 +20,7 @@ from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
 from shardlab.checker.supervise import REPORT
+from shardlab.core import files
 
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take
 OUTPUT_CAP = 1_000_000  # bytes of stdout + stderr kept; more than this stops the child
@@ -48,19 +49,28 @@ def _drain(stream, kept: bytearray, cap: int, over: threading.Event) -> None:
             over.set()
 
 
-def stop_all() -> None:
-    """Kill every check still running (the caller was interrupted): none outlives the command."""
-    sandbox.stop_all()
+def read_report(path) -> dict:
+    """The JSON value in the check report at `path`: a regular file (no link followed) of at most REPORT_BYTES.
+
+    OSError if it cannot be opened (a link among them), BoundedReadError (a ValueError) if it is not a
+    regular file or is larger, ValueError or RecursionError if it is not JSON. Whether it is a report is
+    `is_report`'s question.
+    """
+    return json.loads(files.read_bounded(path, REPORT_BYTES))
+
+
+def is_report(found) -> bool:
+    """True for what a check report holds: an object with a list of checks."""
+    return isinstance(found, dict) and isinstance(found.get("checks"), list)
 
 
 def _report(path: Path) -> dict | None:
-    if not path.is_file() or path.is_symlink() or path.stat().st_size > REPORT_BYTES:
-        return None
+    """The report the supervisor left at `path`, or None (none, unreadable, or not a report)."""
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
+        found = read_report(path)
     except (ValueError, RecursionError, OSError):
         return None
-    return found if isinstance(found, dict) and isinstance(found.get("checks"), list) else None
+    return found if is_report(found) else None
 
 
 def check(

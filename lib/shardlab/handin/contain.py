@@ -13,7 +13,6 @@
   report says is still the checker's word as run on the learner's machine: it is not re-checked here.
 """
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -21,9 +20,9 @@ from pathlib import Path
 from shardlab import outdir
 from shardlab.core.files import sha256_file
 from shardlab.errors import OutputFolderError, PortfolioError
+from shardlab.handin import bounded
 
 RUN_COMMAND = "run"  # the manifest section `python -m shardlab run` writes
-REPORT_BYTES = 20_000_000
 
 
 def member(folder: Path, rel) -> Path:
@@ -103,12 +102,10 @@ def check_report(path, receipts: Path, implementation: str) -> dict:
     """The report at `path` if the run wrote it, or if it names `implementation` and that file's sha256."""
     path = Path(path)
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > REPORT_BYTES:
-            raise ValueError("not a regular file of a report's size")
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = bounded.read_report(path)
     except (OSError, ValueError, RecursionError) as exc:
         raise PortfolioError(f"cannot read the check report {path} ({exc}); pass a check_report.json") from None
-    if not isinstance(report, dict) or not isinstance(report.get("checks"), list):
+    if not bounded.is_report(report):
         raise PortfolioError(f"{path} is not a check report (no list of checks)")
     digest = sha256_file(path)
     for rel, entry in _manifest_files(receipts).items():  # the run's own report, wherever it was copied to

@@ -38,8 +38,8 @@ import shardlab.checker.supervise as supervise
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
-from shardlab.core.files import sha256_file
-from shardlab.errors import ConfigError
+from shardlab.core.files import read_bounded, sha256_file
+from shardlab.errors import BoundedReadError, ConfigError
 from shardlab.evidence.audit import source_hashes
 from shardlab.evidence.index import STYLE
 from shardlab.handin import bounded, platforms
@@ -194,17 +194,16 @@ def portfolio_status(zipped: Path | None, digest: str | None) -> str:
     if zipped is None:
         return "no"
     try:
-        descriptor = os.open(zipped, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > ZIP_BYTES:
-                return f"unreadable: {shown(zipped.name)} is not a regular file of at most {ZIP_BYTES} bytes"
-            with zipfile.ZipFile(handle) as archive:
-                member = archive.getinfo("portfolio/portfolio.json")
-                if member.file_size > MANIFEST_BYTES:
-                    return f"unreadable: its portfolio.json is larger than {MANIFEST_BYTES} bytes"
-                with archive.open(member) as inner:
-                    manifest = json.loads(inner.read(MANIFEST_BYTES + 1)[:MANIFEST_BYTES])
+        try:
+            data = read_bounded(zipped, ZIP_BYTES)
+        except BoundedReadError:
+            return f"unreadable: {shown(zipped.name)} is not a regular file of at most {ZIP_BYTES} bytes"
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            member = archive.getinfo("portfolio/portfolio.json")
+            if member.file_size > MANIFEST_BYTES:
+                return f"unreadable: its portfolio.json is larger than {MANIFEST_BYTES} bytes"
+            with archive.open(member) as inner:
+                manifest = json.loads(inner.read(MANIFEST_BYTES + 1)[:MANIFEST_BYTES])
         spec = manifest["implementation"]["spec"]
     except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, RecursionError, RuntimeError, EOFError):
         return f"unreadable: {shown(zipped.name)} is not a portfolio zip"
@@ -379,7 +378,7 @@ def grade(
                     _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left){warning}")
             except BaseException:  # Ctrl-C or SIGTERM: no check outlives the command
                 pool.shutdown(wait=False, cancel_futures=True)
-                bounded.stop_all()
+                sandbox.stop_all()
                 raise
         body = {"checker_version": version, "bounds": bounds, "jobs": jobs, "submissions": dict(sorted(record.items()))}
         (staging / RECORD).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

@@ -3,7 +3,7 @@
 `HINTS[function]` is a list of levels; level 1 is a nudge, the last level is the full recipe. The
 starter states the rules (shardlab.learner.rules) and never the how; the how is here, served by
 `python -m shardlab hint FUNCTION [LEVEL]` and shown, folded, in the notebook that teaches the
-function (`details_markdown(function)` renders that cell).
+function (tests/test_learner_loop.py renders that cell from `HINTS` and checks it).
 """
 
 import sys
@@ -116,16 +116,6 @@ def hint(function: str, level: int | None = None) -> str:
         raise UsageError(f"{function} has hint levels 1 to {levels(function)}, not {level}")
     last = " (the full recipe)" if level == levels(function) else ""
     return f"{function}, hint {level} of {levels(function)}{last}: {HINTS[function][level - 1]}"
-
-
-def details_markdown(function: str) -> str:
-    """The notebook cell that holds `function`'s hints, each level folded on its own."""
-    parts = [f"**Hints for `{function}`**, each folded: open one only when you are stuck, the lowest first."]
-    for level, text in enumerate(HINTS[function], 1):
-        title = "the full recipe" if level == levels(function) else f"hint {level}"
-        parts.append(f"<details><summary>{function}: {title}</summary>\n\n{text}\n\n</details>")
-    parts.append(f"The same from a terminal: `python -m shardlab hint {function} LEVEL`.")
-    return "\n\n".join(parts)
 
 
 def add_arguments(parser) -> None:

@@ -1,8 +1,8 @@
 """The rules the checker holds a learner's seven functions to: one table, stated in the starter, taught in a notebook.
 
 Each rule has an id written `rule:ID`. The id appears in the starter template's docstring of the
-function it constrains, in a markdown cell of the notebook that teaches it (`markdown(function)`
-renders the cell), and the checks that enforce it name it here. tests/test_learner_loop.py keeps
+function it constrains, in a markdown cell of the notebook that teaches it (tests/test_learner_loop.py
+renders that cell from this table), and the checks that enforce it name it here. tests/test_learner_loop.py keeps
 the three in agreement with the checker's registry: every check enforces at least one rule, and
 every rule is stated in the starter and taught in its notebook.
 """
@@ -290,7 +290,6 @@ RULES = (
     ),
 )
 
-BY_ID = {rule.id: rule for rule in RULES}
 FUNCTIONS = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
 # The notebook that teaches each function's rules (where its hint cell and rule cell live).
 TAUGHT_IN = {
@@ -311,11 +310,3 @@ def of(function: str) -> list[Rule]:
 def for_check(name: str) -> list[Rule]:
     """The rules a check enforces (by check name)."""
     return [rule for rule in RULES if name in rule.checks]
-
-
-def markdown(function: str) -> str:
-    """The notebook cell stating `function`'s rules, each with its marker."""
-    lines = [f"**The rules `{function}` must keep** (the checker enforces each; `make check` names the rule):", ""]
-    for rule in of(function):
-        lines.append(f"- `{MARKER}{rule.id}` — {rule.text}." + (f" {rule.why}" if rule.why else ""))
-    return "\n".join(lines)

@@ -17,9 +17,8 @@ group, which also writes the checkpoint drill 3 restores) together with the supe
 scenarios of `scenarios` (every process killed, frozen, preempted; asynchronous saves killed
 in each window; a crash loop; launch paths) and writes out_dir/drills.json: one row per drill
 of one shape (`rows.row`), `reduced=True` being the set of stage5a_protocol (and stage5b_scaling's
-`async_vs_sync`). For a reliability
-campaign, `kill_during_save(trial_seed, out_dir)` runs one randomised kill against the save
-path and returns the accepted step and whether the restored and resumed states equal the control.
+`async_vs_sync`). The torture campaign (rig/torture/multi.py) runs `kill_during_save` with
+randomised plans.
 """
 
 import json
@@ -30,8 +29,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-
-import numpy as np
 
 from shardlab.cli import add_run_arguments, seconds
 from shardlab.core import files
@@ -86,14 +83,6 @@ def context(out_dir, seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: fl
     out = os.path.abspath(os.fspath(out_dir))
     os.makedirs(out, exist_ok=True)
     return Context(out, seed, batch_size, float(timeout), control.run(seed, batch_size, STEPS))
-
-
-def _fresh(ctx: Context, name: str) -> str:
-    """A new folder name under ctx.out (a trial may be repeated into the same out_dir)."""
-    n = 0
-    while os.path.exists(os.path.join(ctx.out, f"{name}-{n}")):
-        n += 1
-    return f"{name}-{n}"
 
 
 def _killed(outcome: dict) -> dict | None:
@@ -198,7 +187,12 @@ def _restart_ok(result: dict) -> bool:
     )
 
 
-def _save_drill(ctx: Context, name: str, plan: dict, strict: bool) -> dict:
+def kill_during_save(ctx: Context, name: str, plan: dict, strict: bool) -> dict:
+    """Drill 1: SIGKILL `plan["victim"]` at `plan["phase"]` of the save of `plan["save_step"]`; restart, compare.
+
+    `strict`: only the step before the interrupted one may be accepted, and the survivors must name
+    the victim; otherwise the interrupted step is accepted too if its manifest was published.
+    """
     fault = {"rank": plan["victim"], "phase": plan["phase"], "step": plan["save_step"], "signal": "kill"}
     fault.update(hold=plan["hold"], delay=plan.get("delay", 0.0))
     result = _kill_and_restart(ctx, name, fault)
@@ -210,35 +204,6 @@ def _save_drill(ctx: Context, name: str, plan: dict, strict: bool) -> dict:
         _restart_ok(result) and result["accepted_step"] in allowed and (result["survivors_named_victim"] or not strict)
     )
     return {**result, "drill": "kill_during_save"}
-
-
-def kill_during_save(
-    trial_seed: int, out_dir, seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT
-) -> dict:
-    """One randomised kill against the stage 5 save path; returns the accepted step and the comparisons.
-
-    `trial_seed` draws the save step (6 or 9), the fault point and the victim: before its
-    pieces ('save-begin', held), at a random 0-0.6 s delay into the save ('save-begin',
-    not held: the kill lands anywhere in Orbax's write), after Orbax finalised but before
-    the manifest ('save-written'), or process 0 just before publishing ('publish'; JAX
-    itself then aborts the other process, so no named error is required). Passed means:
-    the accepted step is the interrupted one only if its manifest was published, else the
-    previous one; the restored state and the resumed run equal the control.
-    """
-    rng = np.random.default_rng(trial_seed)
-    phase, hold = [("save-begin", True), ("save-begin", False), ("save-written", True), ("publish", True)][
-        int(rng.integers(4))
-    ]
-    plan = {
-        "save_step": int(rng.choice([6, 9])),
-        "phase": phase,
-        "hold": hold,
-        "victim": 0 if phase == "publish" else int(rng.integers(2)),
-        "delay": 0.0 if hold else round(float(rng.uniform(0.0, 0.6)), 3),
-    }
-    ctx = context(out_dir, seed, batch_size, timeout)
-    result = _save_drill(ctx, _fresh(ctx, f"trial-{trial_seed}"), plan, strict=False)
-    return {"trial_seed": trial_seed, "plan": plan, **result}
 
 
 def kill_during_step(ctx: Context, victim: int = 1, step: int = 7) -> dict:
@@ -471,7 +436,7 @@ def run_all(
         found = [timed("several_failures", scenarios.several_failures, ctx)]
         if not reduced:
             plan = {"save_step": 2 * SAVE_EVERY, "phase": "save-written", "hold": True, "victim": 1}
-            found += [timed("kill_during_save", _save_drill, ctx, "1-kill-save", plan, strict=True)]
+            found += [timed("kill_during_save", kill_during_save, ctx, "1-kill-save", plan, strict=True)]
             found += [timed("kill_during_step", kill_during_step, ctx)]
         found += [
             timed("world_change", world_change, ctx, base["shared"], worlds=NOTEBOOK_WORLDS if reduced else WORLDS)

@@ -1,11 +1,12 @@
 """The stage 5 runbook: one row per failure class the drills cover, each proved by named drill rows.
 
-Every row says what sees the failure (detector), which component acts on it (owner), what it
-does (mitigation), when the group must stop (stop condition; the bounds are
+Every row says what sees the failure (detector), which component acts on it (owner), what it does
+(mitigation), when the group must stop (stop condition; the bounds are
 `group_supervisor.detection_bounds`) and which rows of a drills.json prove it. docs/stage5.md shows
-it as a table (`markdown`), the stage5b_scaling notebook as one entry per failure class
-(`entries`); `proof` sets it beside a drills.json (the one stage5a_protocol wrote). The notebooks
-run the reduced drill set, `make drills` every row named here.
+it as a table (tests/test_scaling_runbook.py renders it and checks the page), the stage5b_scaling
+notebook as one entry per failure class (`entries`); `proof` sets it beside a drills.json (the one
+stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` every row named
+here.
 """
 
 from shardlab.multi import group_supervisor
@@ -98,14 +99,6 @@ def _named_drills(timeout: float, drills_json: dict | None) -> list[tuple[dict, 
         marked = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
         named.append((row, ", ".join(marked)))
     return named
-
-
-def markdown(timeout: float, drills_json: dict | None = None) -> str:
-    """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
-    for row, named in _named_drills(timeout, drills_json):
-        lines.append("| " + " | ".join([row[c] for c in COLUMNS[:-1]] + [named]) + " |")
-    return "\n".join(lines)
 
 
 def entries(timeout: float, drills_json: dict | None = None) -> str:

@@ -8,7 +8,7 @@ boundary and one larger than the dataset yields the whole reshuffled dataset. Th
 has a fixed number of slots (a full batch padded to the device count); a slot past the
 batch's length is padding: its ID is `EMPTY` and its mask 0, by position.
 
-`to_device`/`to_host` convert between the schema's host fields and the device form.
+`to_device` places the schema's host fields in the device form.
 """
 
 from collections.abc import Sequence
@@ -131,22 +131,6 @@ def host_fields(state: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def to_device(state: dict, put) -> DeviceSampler:
     """The host sampler fields of `state` as a DeviceSampler, placed by one `put(tuple of host arrays)`."""
     return DeviceSampler(*put(host_fields(state)))
-
-
-def to_host(sampler) -> dict:
-    """The schema's host form of the sampler fields (device arrays or fetched ones): key, order, cursor int."""
-    key, order, cursor = jax.device_get(tuple(sampler))
-    return {
-        "key": np.asarray(key, DTYPES["key"]),
-        "order": np.asarray(order, DTYPES["order"]),
-        "cursor": int(cursor),
-    }
-
-
-def trim(ids) -> np.ndarray:
-    """The batch's IDs from one row of slot IDs: the valid ones, in order (padding is always last)."""
-    ids = np.asarray(ids)
-    return ids[ids != EMPTY].astype(DTYPES["order"])
 
 
 class StepIds(Sequence):

@@ -160,7 +160,7 @@ class FusedLoop:
             held, sampler = self._placed[mark]
         else:
             held = (state["key"], state["order"])  # keeps the ids in `mark` from being reused
-            sampler = DeviceSampler(*self.put(device_sampler.host_fields(state)))
+            sampler = device_sampler.to_device(state, self.put)
         self._remember(mark, held, sampler)
         return sampler
 

@@ -109,21 +109,16 @@ def course_loops(checkout, scratch) -> dict:
             prepare=_fresh(run_out),
             note="make run (reference, seed 17, batch 7): parts are each notebook's seconds as the run recorded them",
         ),
-        Loop(
-            "check_stage_1",
-            [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", "1"],
-            str(scratch),
-            prepare=_fresh(cache),
-            note="make check STAGE=1 on the reference, from an empty checker cache",
-            env=cold,
-        ),
-        Loop(
-            "check_stage_all",
-            [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", "all"],
-            str(scratch),
-            prepare=_fresh(cache),
-            note="make check STAGE=all on the reference, from an empty checker cache",
-            env=cold,
+        *(
+            Loop(
+                f"check_stage_{stage}",
+                [python, "-m", "shardlab", "check", "--implementation", "reference", "--stage", stage],
+                str(scratch),
+                prepare=_fresh(cache),
+                note=f"make check STAGE={stage} on the reference, from an empty checker cache",
+                env=cold,
+            )
+            for stage in ("1", "all")
         ),
         Loop(
             "grade_class",

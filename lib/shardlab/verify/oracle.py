@@ -102,11 +102,6 @@ def idiom_epochs(seed: int, num_examples: int, epochs: int) -> list[dict]:
     return found
 
 
-def idiom_orders(seed: int, num_examples: int, epochs: int) -> list[np.ndarray]:
-    """Just the orders of `idiom_epochs`, one permutation per epoch."""
-    return [epoch["order"] for epoch in idiom_epochs(seed, num_examples, epochs)]
-
-
 def walk(rows: int, seed: int, batch_size: int, calls: int) -> list[dict]:
     """Per next_batch call: the ids, whether it starts an epoch, and the sampler fields after it.
 

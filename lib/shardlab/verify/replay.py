@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from shardlab import outdir
+from shardlab.core import files
 from shardlab.core.sampler import draw
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
@@ -115,22 +116,24 @@ def check_recovery(recovery: dict, weight_tolerance: float = 0.0) -> None:
 
 
 def save_record(path, record: dict) -> str:
-    """Write a record (without the live state) as one NPZ at a new `path`; ids are stored flat."""
+    """Write a record (without the live state) as one NPZ at a new `path`; ids are stored flat.
+
+    Published like a checkpoint (`shardlab.core.files.publish_new`): never over an existing file.
+    """
     path = os.fspath(path)
+    taken = CheckpointError(f"{path} already exists; records are never overwritten, use a new folder")
     if os.path.lexists(path):
-        raise CheckpointError(f"{path} already exists; records are never overwritten, use a new folder")
+        raise taken
     lengths = np.asarray([len(i) for i in record["ids"]], np.int64)
     flat = np.concatenate(record["ids"]) if record["ids"] else np.zeros(0, np.int64)
-    with open(path, "xb") as handle:
-        np.savez(
-            handle,
-            **{name: np.asarray(record[name]) for name in FIELDS},
-            ids=flat.astype(np.int64),
-            ids_lengths=lengths,
-            losses=np.asarray(record["losses"], np.float64),
-            log=np.asarray(json.dumps(record["log"])),
-        )
-    return path
+    arrays = {name: np.asarray(record[name]) for name in FIELDS}
+    arrays.update(ids=flat.astype(np.int64), ids_lengths=lengths, losses=np.asarray(record["losses"], np.float64))
+    arrays["log"] = np.asarray(json.dumps(record["log"]))
+    fd, tmp = files.temporary(os.path.dirname(os.path.abspath(path)), ".npz")
+    try:
+        return files.publish_new(fd, tmp, path, lambda handle: np.savez(handle, **arrays))
+    except FileExistsError:
+        raise taken from None
 
 
 def load_record(path) -> dict:
