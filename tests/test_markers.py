@@ -43,7 +43,7 @@ def test_plain_child_is_fine():
 
 
 def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
-    for name in ("conftest.py", "_xdist.py"):  # the suite's own conftest and the helper it imports
+    for name in ("conftest.py", "_xdist.py", "budget.py"):  # the suite's own conftest and the helpers it imports
         shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_fake.py").write_text(FAKE_TESTS)
     command = [sys.executable, "-m", "pytest", "--quick", "-n", "0", "-p", "no:cacheprovider", "-rA"]
