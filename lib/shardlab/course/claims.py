@@ -144,7 +144,7 @@ def choose(name: str, relation: str, values: dict, *, true: str, false: str) -> 
     return text
 
 
-def record(out_dir: str, notebook: str, keys: dict) -> dict:
+def record(out_dir: str, notebook: str, keys: dict) -> None:
     """File every claim `choose` made in this process, each value with its results key ({claim: {value: key}}).
 
     A claim chosen but given no keys, or keys for a claim never chosen or for other values than it used,
@@ -169,5 +169,4 @@ def record(out_dir: str, notebook: str, keys: dict) -> dict:
             "keys": dict(named),
             **{k: v for k, v in claim.items() if k != "relation"},
         }
-    results.emit(out_dir, notebook, CLAIMS, recorded, shown=False)
-    return recorded
+    results.emit(out_dir, notebook, CLAIMS, recorded, shown=False)  # returns nothing: a closing cell shows nothing
