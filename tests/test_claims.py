@@ -101,6 +101,25 @@ def test_say_records_what_it_printed(tmp_path):
     assert found[claims.CLAIMS]["faster"]["holds"] is False and not check_claims(found)
 
 
+def test_choose_keeps_the_wording_in_the_cell_and_record_files_it_with_its_keys(tmp_path):
+    from shardlab.course import results as record
+
+    record.emit(str(tmp_path), "nb", "timing", {"async_ms": 12.0, "sync_ms": 10.0}, shown=False)
+    text = claims.choose("faster", "a < b", {"a": 12.0, "b": 10.0}, true="faster ({a})", false="not faster ({a})")
+    assert text == "not faster (12.0)"
+    with pytest.raises(UsageError):  # a chosen sentence must be filed with the key of every value it used
+        claims.record(str(tmp_path), "nb", {"faster": {"a": "timing.async_ms"}})
+    with pytest.raises(UsageError):  # and nothing is filed that was never chosen
+        claims.record(str(tmp_path), "nb", {"faster": {"a": "timing.async_ms", "b": "timing.sync_ms"}, "other": {}})
+    claims.record(str(tmp_path), "nb", {"faster": {"a": "timing.async_ms", "b": "timing.sync_ms"}})
+    found = record.load(str(tmp_path), "nb")
+    assert found[claims.CLAIMS]["faster"]["holds"] is False and not check_claims(found)
+    found["timing"]["async_ms"] = 9.0  # the number under the key no longer says what the sentence rests on
+    assert check_claims(found)
+    with pytest.raises(UsageError):  # filed once: a second record finds nothing chosen for these keys
+        claims.record(str(tmp_path), "nb", {"faster": {"a": "timing.async_ms", "b": "timing.sync_ms"}})
+
+
 @pytest.mark.parametrize("name", catalog.NOTEBOOKS)
 def test_every_claim_of_the_course_run_is_true(run_dir, name):
     found = results(run_dir, name)

@@ -119,17 +119,56 @@ def heading_before(nb, index: int) -> str:
 
 def check_pointers(run_dir, names) -> list[str]:
     """Every way a self-check pointer of `names` misses: no such cell, no visible output, another section."""
-    problems = []
-    for q in (q for name in names for q in selfcheck.questions(name) if q.cell):
-        nb = executed(run_dir, q.notebook)
-        index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
-        if index is None:
-            problems.append(f"{q.notebook} {q.number}: no cell tagged {q.cell}")
-        elif not visible(nb.cells[index]).strip():
-            problems.append(f"{q.notebook} {q.number}: the cell tagged {q.cell} shows nothing")
-        elif not heading_before(nb, index).startswith(q.section):
-            problems.append(f"{q.notebook} {q.number}: {q.cell} sits under {heading_before(nb, index)!r}")
-    return problems
+    questions = [q for name in names for q in selfcheck.questions(name) if q.cell]
+    books = {name: executed(run_dir, name) for name in {q.notebook for q in questions}}
+    return [problem for q in questions for problem in pointer_problems(books[q.notebook], q)]
+
+
+def pointer_problems(nb, q) -> list[str]:
+    """How question `q`'s pointer misses in the executed notebook `nb`: no such cell, no visible output, another
+    section, or (when the question says what answers it, `seen`) an output that does not state the answer."""
+    index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
+    if index is None:
+        return [f"{q.notebook} {q.number}: no cell tagged {q.cell}"]
+    shown = visible(nb.cells[index])
+    if not shown.strip():
+        return [f"{q.notebook} {q.number}: the cell tagged {q.cell} shows nothing"]
+    if not heading_before(nb, index).startswith(q.section):
+        return [f"{q.notebook} {q.number}: {q.cell} sits under {heading_before(nb, index)!r}"]
+    if q.seen and not re.search(q.seen, shown):
+        return [f"{q.notebook} {q.number}: the output of {q.cell} does not show the answer ({q.seen!r})"]
+    return []
+
+
+# the notebooks whose every question says what output answers it (`seen`), not only where it is
+ANSWER_SEEN = ("stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume")
+
+
+@pytest.mark.parametrize("name", ANSWER_SEEN)
+def test_every_question_of_these_notebooks_says_what_output_answers_it(name):
+    for q in selfcheck.questions(name):
+        assert q.seen, f"{name} question {q.number} does not say what output answers it"
+        re.compile(q.seen)
+
+
+def test_the_pointer_rule_finds_a_pointer_without_an_answer():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    q = selfcheck.Question(
+        "nb", "1", "How many?", ("two", "three"), "b", "", "nb:count", "count", "Counting", "", r"\b3 rows"
+    )
+    heading = new_markdown_cell("## Counting")
+
+    def book(text, tag="count"):
+        cell = new_code_cell("print(n)", metadata={"tags": [tag]})
+        cell.outputs = [new_output("stream", name="stdout", text=text)] if text else []
+        return new_notebook(cells=[heading, cell])
+
+    assert pointer_problems(book("observed: 3 rows\n"), q) == []
+    assert "does not show the answer" in pointer_problems(book("observed: 13 rows, see below\n"), q)[0]
+    assert "shows nothing" in pointer_problems(book(""), q)[0]
+    assert "no cell tagged" in pointer_problems(book("3 rows", tag="other"), q)[0]
+    assert "sits under" in pointer_problems(new_notebook(cells=[book("3 rows").cells[1]]), q)[0]
 
 
 @pytest.mark.notebooks

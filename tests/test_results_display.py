@@ -55,6 +55,14 @@ def test_table_cells_keep_their_whole_text():
     assert words.replace("|", "\\|") in text and "..." not in text
 
 
+def test_a_column_named_with_a_bar_keeps_the_table_a_table():
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    page = markdown2html_mistune(show.table([{"step": 6, "max |Δw|": 0.0, "equal": True}]))
+    assert re.findall(r"<th>(.*?)</th>", page) == ["step", "max |Δw|", "equal"]
+    assert re.findall(r"<td>(.*?)</td>", page) == ["6", "0.0", "True"]
+
+
 def test_progress_lines_show_while_running_and_leave_only_the_hidden_form(monkeypatch):
     shown = []
 

@@ -118,3 +118,55 @@ def lookup(found: dict, key: str):
         else:
             raise KeyError(f"results key {key!r}: no {part!r}")
     return value
+
+
+# --- claims written for a reader: the wording in the lesson cell, the results keys in the closing cell ---------
+
+_PENDING: dict = {}  # name -> claim, chosen in this process by `choose` and not yet recorded
+
+
+def choose(name: str, relation: str, values: dict, *, true: str, false: str) -> str:
+    """The sentence for the outcome of `relation` over `values` ({name: value}), kept until `record` files it.
+
+    The lesson cell reads as the sentence it prints: a condition and one wording per outcome, no results
+    keys. The notebook's closing cell calls `record` with the results key each value rests on, so the
+    recorded claim is the same as `say` records and tests/test_claims.py re-checks it the same way.
+    """
+    outcome = holds(relation, values)
+    text = (true if outcome else false).format(**values)
+    _PENDING[name] = {
+        "relation": relation,
+        "values": dict(values),
+        "holds": outcome,
+        "sentences": {"true": true, "false": false},
+        "text": text,
+    }
+    return text
+
+
+def record(out_dir: str, notebook: str, keys: dict) -> None:
+    """File every claim `choose` made in this process, each value with its results key ({claim: {value: key}}).
+
+    A claim chosen but given no keys, or keys for a claim never chosen or for other values than it used,
+    is a UsageError: a sentence about a measurement is never printed without being re-checkable.
+    """
+    from shardlab.course import results
+
+    unkeyed, unsaid = sorted(set(_PENDING) - set(keys)), sorted(set(keys) - set(_PENDING))
+    if unkeyed or unsaid:
+        raise UsageError(f"claims chosen without results keys: {unkeyed}; keys for claims never chosen: {unsaid}")
+    for name, named in keys.items():
+        if set(named) != set(_PENDING[name]["values"]):
+            raise UsageError(
+                f"claim {name!r} uses values {sorted(_PENDING[name]['values'])}, keys name {sorted(named)}"
+            )
+    found = results.load(out_dir, notebook) if _has_results(out_dir, notebook) else {}
+    recorded = dict(found.get(CLAIMS, {}))
+    for name, named in keys.items():
+        claim = _PENDING.pop(name)
+        recorded[name] = {
+            "relation": claim["relation"],
+            "keys": dict(named),
+            **{k: v for k, v in claim.items() if k != "relation"},
+        }
+    results.emit(out_dir, notebook, CLAIMS, recorded, shown=False)  # returns nothing: a closing cell shows nothing

@@ -4,9 +4,10 @@ Every question can be answered from what its stage printed or recorded; `evidenc
 result (`notebook:key` in results/<notebook>.json) that shows it, and `cell` (when given) the tag of
 the cell whose output answers it, inside the section whose heading starts with `section`: that is
 where the folded answer sends the learner (tests/test_lesson_in_view.py follows each pointer
-into the executed notebook and insists on a visible output there). A learner writes a letter per
-question into the `choices` dict of the notebook's `selfcheck` cell and runs it; `score` counts
-the letters that match. The pass mark is the sources' own: at least 80 % correct.
+into the executed notebook and insists on a visible output there, and, where `seen` is given, on
+output that states the answer: `seen` is matched against the text a reader sees in that cell). A
+learner writes a letter per question into the `choices` dict of the notebook's `selfcheck` cell and
+runs it; `score` counts the letters that match. The pass mark is the sources' own: at least 80 % correct.
 """
 
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class Question:
     cell: str = ""  # tag of the cell whose output answers the question ("" if not given)
     section: str = ""  # the start of the heading of the section that cell sits in
     shows: str = ""  # what a reader sees in that cell's output ("": named by the cell's first line of code)
+    seen: str = ""  # a regular expression the visible output of that cell matches when it shows the answer
 
 
 def _stage(notebook: str, *rows) -> tuple[Question, ...]:
@@ -53,7 +55,12 @@ QUESTIONS = (
             "c",
             "7 rows need 8 slots, two per device; the last device's second slot is padding with mask 0.",
             "device_counts_7_rows",
-            ("device-counts", "Valid rows per device", "the valid rows per device for 7 rows and for 1 row"),
+            (
+                "device-counts",
+                "Valid rows per device",
+                "the valid rows per device for 7 rows and for 1 row",
+                r"7 rows: \[2, 2, 2, 1\]",
+            ),
         ),
         (
             "23 rows in batches of 7: what are one epoch's batch lengths?",
@@ -61,7 +68,7 @@ QUESTIONS = (
             "a",
             "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
             "batches",
-            ("lengths", "The first epoch, on paper", "the batch lengths of one epoch"),
+            ("lengths", "The first epoch, on paper", "the batch lengths of one epoch", r"lengths \[7, 7, 7, 2\]"),
         ),
         (
             "What makes a padded slot 'not an observation'?",
@@ -69,7 +76,12 @@ QUESTIONS = (
             "b",
             "Only the validity mask decides; padding may hold any values and must never be counted.",
             "placement",
-            ("placement", "Where each row lives", "the table of each device's index, ids and mask"),
+            (
+                "placement",
+                "Where each row lives",
+                "the table of each device's index, ids and mask",
+                r"pad\] \| \[1, 0\] \|",
+            ),
         ),
         (
             "Which fields of the state does every device hold a copy of?",
@@ -83,7 +95,12 @@ QUESTIONS = (
             "The update needs the weights and momentum on every device; the sampler runs on the host and only "
             "the batch it picks is placed.",
             "ownership",
-            ("ownership", "Who holds each field", "the table of where each field of the state is held"),
+            (
+                "ownership",
+                "Who holds each field",
+                "the table of where each field of the state is held",
+                r"(?s)(?=.*\| weights \| jax\.Array \| P\(\) \| 4 \|)(?=.*\| key \| \w+ \| host \|)",
+            ),
         ),
         (
             "With the same seed, why does the second epoch visit the rows in a different order?",
@@ -95,7 +112,12 @@ QUESTIONS = (
             "a",
             "The sampler's own key is split at each epoch boundary; nothing outside the state is random.",
             "coverage",
-            ("walk", "Walking the sampler", "the walk's batches, each with its key, cursor and ids"),
+            (
+                "walk",
+                "Walking the sampler",
+                "the walk's batches, each with its key, cursor and ids",
+                r"key changed once per new epoch",
+            ),
         ),
         (
             "Transfer: 31 rows in batches of 6. Valid rows per device in the epoch's last batch?",
@@ -107,6 +129,7 @@ QUESTIONS = (
                 "transfer",
                 "Transfer exercise",
                 "the batch lengths and valid rows per device for 31 rows in batches of 6",
+                r"lengths \[6, 6, 6, 6, 6, 1\]; per device .*\[1, 0, 0, 0\]\]",
             ),
         ),
     ),
@@ -126,6 +149,7 @@ QUESTIONS = (
                 "all-reduce-table",
                 "What the compiler was asked to do",
                 "the table of each all_reduce's operand, type and what it sums",
+                r"(?s)(?=.*the valid count)(?=.*the gradient numerator)(?=.*the loss numerator)",
             ),
         ),
         (
@@ -142,6 +166,7 @@ QUESTIONS = (
                 "local-means",
                 "Why not average the local means?",
                 "the global mean gradient beside the mean of local means",
+                r"counts \[2, 2, 2, 1\]: the mean of local means is off by up to 0\.[1-9]",
             ),
         ),
         (
@@ -160,6 +185,7 @@ QUESTIONS = (
                 "shard-map",
                 "One collective, on a small example",
                 "the per-device counts, their psum, and the refusal of out_specs=P()",
+                r"(?s)(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)(?=.*out_specs=P\(\): ValueError)",
             ),
         ),
         (
@@ -172,6 +198,7 @@ QUESTIONS = (
                 "partition",
                 "The same sum, rebuilt from its pieces",
                 "the per-device counts and numerators, and the rebuilt gradient's error",
+                r"devices \[1, 2, 3\] hold pieces that are all zero",
             ),
         ),
         (
@@ -180,7 +207,12 @@ QUESTIONS = (
             "b",
             "The loss is taken at the weights the gradient was computed at, before they change.",
             "updates",
-            ("loss-after-update", "Several consecutive updates", "the line saying which check fails first"),
+            (
+                "updates",
+                "Several consecutive updates",
+                "the table of each step's reported loss beside NumPy's loss before and after the update",
+                r"\| loss the step reported \| NumPy, before the update \|",
+            ),
         ),
         (
             "What does this notebook show about the eager and the compiled four-device step?",
@@ -192,7 +224,12 @@ QUESTIONS = (
             "b",
             "Both run the same mapped body; this notebook compares their numbers only (stage 4 times them).",
             "eager_vs_compiled",
-            ("eager", "Eager and compiled agree", "the largest difference between the eager and the compiled step"),
+            (
+                "eager",
+                "Eager and compiled agree",
+                "the largest difference between the eager and the compiled step",
+                r"max difference eager vs compiled: \d",
+            ),
         ),
     ),
     *_stage(
@@ -208,7 +245,12 @@ QUESTIONS = (
             "The data stream is intact, so the same rows arrive; the optimiser's memory is gone, so the update "
             "differs.",
             "faults",
-            ("faults", "Fault injection", "the table of final-weight errors per omitted field"),
+            (
+                "faults",
+                "Fault injection",
+                "the table of final-weight errors per omitted field",
+                r"\| momentum \| [\d.]+ \| False \| \d+ \|",
+            ),
         ),
         (
             "Reset only the key. When does the fault first show?",
@@ -216,7 +258,12 @@ QUESTIONS = (
             "c",
             "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
             "faults",
-            ("faults", "Fault injection", "the table of final-weight errors per omitted field"),
+            (
+                "faults",
+                "Fault injection",
+                "the table of final-weight errors per omitted field",
+                r"\| key \| [\d.]+ \| True \| \d+ \|",
+            ),
         ),
         (
             "A checkpoint is restored with a different batch size. What should happen?",
@@ -228,7 +275,12 @@ QUESTIONS = (
             "a",
             "The replay promise covers sample grouping, update count and optimiser history.",
             "rejections",
-            ("rejections", "Refusals", "the table of refused cases, their errors and reasons"),
+            (
+                "rejections",
+                "Refusals",
+                "the table of refused cases, their errors and reasons",
+                r"different configuration \(batch size\) \| ContractMismatchError",
+            ),
         ),
         (
             "Why is the checkpoint written under a temporary name and then hard-linked to its final name?",
@@ -241,7 +293,12 @@ QUESTIONS = (
             "The link publishes the complete file in one step and fails if the name exists; durability after a "
             "power loss is a different promise.",
             "checkpoint",
-            ("save", "Save: a temporary file", "the line naming the saved checkpoint and its size"),
+            (
+                "publish-demo",
+                "Save: publish a complete file",
+                "the two races: what each way of publishing left under the name, and who was told",
+                r"os\.link .*FileExistsError.*the first writer's file",
+            ),
         ),
         (
             "A member of a checkpoint holds Python objects. What does restore do?",
@@ -253,7 +310,12 @@ QUESTIONS = (
             "b",
             "np.load(..., allow_pickle=False) refuses object arrays; restore turns that into CorruptCheckpointError.",
             "rejections",
-            ("rejections", "Refusals", "the table of refused cases, their errors and reasons"),
+            (
+                "rejections",
+                "Refusals",
+                "the table of refused cases, their errors and reasons",
+                r"object array \| CorruptCheckpointError",
+            ),
         ),
         (
             "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
@@ -265,7 +327,12 @@ QUESTIONS = (
             "c",
             "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
             "rebuild",
-            ("rebuild", "Predict first", "the fields that differ from step 0, and what was rebuilt"),
+            (
+                "rebuild",
+                "Predict first",
+                "the fields that differ from step 0, and what was rebuilt",
+                r"from the step count together with the seed, the batch size, the number of rows",
+            ),
         ),
     ),
     *_stage(
@@ -276,7 +343,12 @@ QUESTIONS = (
             "c",
             "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
             "recovery",
-            ("recovery", "The real resume", "the table of steps, ids, control and resumed losses"),
+            (
+                "recovery",
+                "The real resume",
+                "the table of steps, ids, control and resumed losses",
+                r"\| 0\.0 \| True \|",
+            ),
         ),
         (
             "Why does the comparison continue for more than two epochs after the restore?",
@@ -288,7 +360,12 @@ QUESTIONS = (
             "a",
             "One matching next step proves nothing about state that is consumed later.",
             "recovery",
-            ("which-field", "What the comparison would catch", "the first step after which each field differs"),
+            (
+                "which-field",
+                "What the comparison would catch",
+                "the first step after which each field differs",
+                r"'key': \d+.*\n.*until step \d+, where the next permutation was drawn",
+            ),
         ),
         (
             "Which process wrote the uninterrupted record this notebook compares with?",
@@ -300,7 +377,12 @@ QUESTIONS = (
             "b",
             "The control was computed without any checkpoint, in the saving kernel; this kernel only reads it.",
             "process",
-            ("fresh-kernel", "Stage 3, part 2", "the two process ids, the saving one and the resuming one"),
+            (
+                "fresh-kernel",
+                "Stage 3, part 2",
+                "the line naming the process that wrote the checkpoint and the record, and this one",
+                r"uninterrupted record were written by process \d+, the kernel of stage3a_checkpoint",
+            ),
         ),
         (
             "What does the Orbax restore target carry besides shapes and dtypes?",
@@ -312,7 +394,12 @@ QUESTIONS = (
             "a",
             "A restore against a sharded target rebuilds the replicated placement instead of a host copy.",
             "orbax",
-            ("orbax", "The same state through Orbax", "the table of each field's difference after the Orbax restore"),
+            (
+                "orbax",
+                "The same state through Orbax",
+                "the table of each field's difference after the Orbax restore and where it was placed",
+                r"\| weights \| 0\.0 \| True \| P\(\) on 4 devices \|",
+            ),
         ),
     ),
     *_stage(

@@ -57,7 +57,7 @@ def table(rows: list[dict], columns: list[str] | None = None) -> str:
     if not rows:
         return "(no rows)"
     columns = columns or list(rows[0])
-    out = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    out = ["| " + " | ".join(cell(c) for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     out += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
     return "\n".join(out)
 

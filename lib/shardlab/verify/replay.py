@@ -22,7 +22,7 @@ from shardlab.verify import step_fingerprint
 OWNER = "stage3a_checkpoint"  # the manifest section of the files `fresh_folder` may replace
 # what the stage 3 notebook writes into its folder (fnmatch patterns of top-level names); `.tmp-*` are the
 # temporaries of a save that was killed (core/checkpoint.py, orbax_io.py)
-WRITES = ("checkpoint.npz", "control.npz", "orbax", "bad", "faults", ".tmp-*")
+WRITES = ("checkpoint.npz", "control.npz", "orbax", "bad", "faults", "publish_demo", ".tmp-*")
 
 
 class ReplayMismatchError(ShardlabError, AssertionError):

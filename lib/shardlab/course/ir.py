@@ -1,0 +1,59 @@
+"""Each all_reduce of a lowered step, labelled with what it sums: stage 2's table, read from the StableHLO text.
+
+Every `all_reduce` line names its operand (`%15 = "stablehlo.all_reduce"(%7)`); every value is defined
+on an earlier line. Following the definitions back to the block arguments of the `shard_map` body
+(`sdy.manual_computation`) gives the step inputs a sum is made of, and the last `tensor<...>` on the
+operand's defining line is its type; the two together name the sum.
+"""
+
+import re
+
+INPUTS = ("features", "targets", "mask", "weights", "momentum")  # the step's arguments, in order
+
+
+def label_all_reduces(ir_text: str, num_features: int) -> list[dict]:
+    """One row per all_reduce: its operand, type, the step inputs it is computed from and what it sums."""
+    defined = {}  # SSA name -> the text after "=" on the line that defines it
+    for line in ir_text.splitlines():
+        if found := re.match(r"\s*(%\w+)(?::\d+)? = (.*)", line):
+            defined.setdefault(found[1], found[2])
+    body = next((line for line in ir_text.splitlines() if "manual_computation" in line), "")
+    block_args = re.findall(r"(%arg\d+): tensor", body.split("manual_axes")[-1]) or [f"%arg{i}" for i in range(5)]
+    inputs = dict(zip(block_args, INPUTS))
+
+    def reads(name, seen):
+        if name in inputs:
+            return {inputs[name]}
+        if name in seen:
+            return set()
+        seen.add(name)
+        return set().union(*(reads(n, seen) for n in re.findall(r"%\w+", defined.get(name, ""))))
+
+    rows = []
+    for line in ir_text.splitlines():
+        if "stablehlo.all_reduce" not in line:
+            continue
+        operand = (re.search(r"all_reduce\"?\((%\w+)", line) or [None, "?"])[1]
+        kind = (re.findall(r"tensor<[^>]*>", defined.get(operand, "")) or ["?"])[-1]
+        sources = reads(operand, set())
+        rows.append(
+            {
+                "operand": operand,
+                "type": kind,
+                "computed from": ", ".join(sorted(sources)),
+                "sums": _meaning(kind, sources, num_features),
+            }
+        )
+    return rows
+
+
+def _meaning(kind: str, sources: set, num_features: int) -> str:
+    if sources == {"mask"}:
+        return "the valid count N = sum of m"
+    if kind == f"tensor<{num_features}xf32>":
+        return "the gradient numerator, sum of m x r (one per feature)"
+    if kind == "tensor<f32>" and "features" in sources:
+        return "the loss numerator, sum of m r^2"
+    if kind == f"tensor<{num_features + 2}xf32>":
+        return "N and both numerators, packed in one vector"
+    return "a sum this table cannot name"
