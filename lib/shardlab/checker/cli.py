@@ -8,6 +8,7 @@ the calling shell or kernel was set up.
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -56,6 +57,18 @@ class Result:
     observed: object
     diagnosis: str
     seconds: float
+    rules: tuple = ()  # the rules the diagnosed mistake breaks (empty: the check's own)
+
+
+# A diagnosis marks each rule the mistake it names breaks as `{rule:ID}`; the marks leave the text and become
+# the failure's rules, so a failure prints the rules of the mistake, not every rule its check enforces.
+RULE_MARK = re.compile(r"\s*\{" + re.escape(rules.MARKER) + r"([a-z0-9-]+)\}")
+
+
+def marked_rules(diagnosis: str) -> tuple[str, list[str]]:
+    """(the diagnosis without its rule marks, the rule ids it marks, in order, each once)."""
+    found = [rule for rule in dict.fromkeys(RULE_MARK.findall(diagnosis)) if rule in rules.BY_ID]
+    return RULE_MARK.sub("", diagnosis), found
 
 
 def stages_for(stage) -> list[int]:
@@ -88,6 +101,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
     except Exception as exc:
         passed, expected, observed = False, "no exception", f"{type(exc).__name__}: {exc}"[:SHOWN]
         diagnosis = f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+    diagnosis, broken = marked_rules(diagnosis)
     return Result(
         check.__name__,
         stage,
@@ -96,6 +110,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         plain(observed),
         diagnosis,
         round(time.perf_counter() - start, 3),
+        tuple(broken),
     )
 
 
@@ -243,12 +258,26 @@ def describe(result) -> str:
     if result.passed:
         return f"{line}  {result.diagnosis}" if result.diagnosis == REUSED else line
     shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
-    enforced = ", ".join(f"{rules.MARKER}{rule.id}" for rule in rules.for_check(result.name))
     return (
         f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
-        f"      diagnosis: {result.diagnosis}"
-        + (f"\n      rules:     {enforced} (stated in the starter, taught in the notebook)" if enforced else "")
+        f"      diagnosis: {result.diagnosis}" + rules_line(result)
     )
+
+
+def failure_rules(result) -> tuple[list[str], str]:
+    """(rule ids, whose): the rules of the diagnosed mistake, or the check's own when no diagnosis names any."""
+    if result.rules:
+        return list(result.rules), "broken by the mistake diagnosed"
+    return [rule.id for rule in rules.for_check(result.name)], "enforced by this check"
+
+
+def rules_line(result) -> str:
+    """The failure's rules line (empty when there are none)."""
+    ids, whose = failure_rules(result)
+    if not ids:
+        return ""
+    named = ", ".join(f"{rules.MARKER}{rule}" for rule in ids)
+    return f"\n      rules:     {named} ({whose}; stated in the starter, taught in the notebook)"
 
 
 def summary(results: list[Result]) -> str:

@@ -243,6 +243,7 @@ def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
     return (
         f"the update follows {fitted}; the step was built with learning_rate={case.learning_rate:.6g}, "
         f"decay={case.decay:.6g} -> v <- decay*v + g, w <- w - learning_rate*v with the values make_step was given"
+        + formulas.mark("momentum")
     )
 
 
@@ -365,7 +366,7 @@ def step_update(ctx, case: Case) -> None:
             f"{which}loss on large data (features ~1e5, targets within ~10 of the prediction): off by "
             f"{abs(got['loss'] - want_loss):.3g}, float32 rounding allows {bound['loss']:.3g} -> compute each "
             "residual x.w - y first and square it; a loss expanded as sum(p^2) - 2 sum(p y) + sum(y^2) cancels "
-            "numbers of 1e10 and loses every digit",
+            "numbers of 1e10 and loses every digit" + formulas.mark("global-mean"),
         )
     if case.contents == "exact data" and not within(got["grad"], want_grad, bound["grad"]):
         raise Miss(
@@ -375,7 +376,7 @@ def step_update(ctx, case: Case) -> None:
             f"course's formula rounds nothing but the division by the count): off by "
             f"{float(np.max(np.abs(np.asarray(got['grad'], np.float64) - want_grad))):.3g} -> compute each residual "
             "x.w - y first, then sum x * residual; a form that builds X^T X (normal equations, a Gram matrix) adds "
-            "numbers near 1e9 that float32 cannot hold exactly",
+            "numbers near 1e9 that float32 cannot hold exactly" + formulas.mark("global-mean"),
         )
     if not within(got["grad"], want_grad, bound["grad"]):
         why = formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
@@ -450,7 +451,9 @@ def transition_walk(ctx, case: Case) -> None:
             direct = step(*placed(mesh, *batch, before["weights"], before["momentum"]))
             own = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
             lead = (
-                "the step it was given is right on this batch, so transition does not use it: "
+                "the step it was given is right on this batch, so transition does not use it"
+                + formulas.mark("one-update")
+                + ": "
                 if own
                 else "the step itself is wrong here: "
             )

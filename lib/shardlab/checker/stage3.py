@@ -10,6 +10,7 @@ import os
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.arguments as arguments
 import shardlab.checker.damage as damage
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
@@ -286,6 +287,38 @@ def _cursor(value: int):
         arrays["cursor"] = np.asarray(value, np.asarray(arrays["cursor"]).dtype)
 
     return change
+
+
+def invalid_arguments_are_refused(ctx):
+    """Every path argument a rule says save or restore must refuse is refused with that rule's error, disk untouched."""
+    path, state, contract = _saved(ctx, "arguments-source")
+    with open(path, "rb") as handle:
+        checkpoint = handle.read()
+    wrong, tried = {}, []
+    for number, argument in enumerate(arguments.ARGUMENTS):
+        target = os.path.join(ctx.workdir, f"arguments-{number}", "checkpoint.npz")
+        arguments.lay_out(argument.layout, target, checkpoint)
+        error = arguments.error_of(argument.rule)
+        if argument.function == "save":
+            call = lambda target=target: ctx.impl.save(target, state, contract)  # noqa: E731
+        else:
+            call = lambda target=target: ctx.impl.restore(target, contract, ctx.mesh)  # noqa: E731
+        what = arguments.outcome(call, error, target)
+        tried.append(f"{argument.function}: {argument.name} -> {error.__name__}")
+        if what is not None:
+            wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
+    first = next(iter(wrong.items()), None)
+    return expect(
+        not wrong,
+        tried,
+        {case: what for case, (_, _, what) in wrong.items()},
+        ""
+        if first is None
+        else f"{len(wrong)} invalid argument(s) not refused as the rules say; first, {first[0]}: {first[1][2]} -> "
+        + "; ".join(sorted({f"rule:{rule} asks for errors.{name}" for rule, name, _ in wrong.values()}))
+        + " (raise it before writing anything, whatever kind of name the path is: a file, a folder, a link)"
+        + "".join(sorted({f" {{rule:{rule}}}" for rule, _, _ in wrong.values()})),
+    )
 
 
 def restore_refuses_damaged_checkpoints(ctx):
@@ -588,6 +621,7 @@ CHECKS = (
     save_leaves_only_the_final_file,
     restore_refuses_another_experiment,
     restore_refuses_damaged_checkpoints,
+    invalid_arguments_are_refused,
     save_syncs_before_publishing,
     interrupted_save_leaves_nothing_or_a_checkpoint,
     racing_saves_never_overwrite,
