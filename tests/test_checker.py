@@ -168,6 +168,16 @@ MISTAKES = {
         "random_restore_damage",
         ["at exactly the path it is given", "np.savez appends .npz", "file name checkpoint,", "rows=1, batch=1"],
     ),
+    "restore_opens_before_checking": (
+        3,
+        "invalid_arguments_are_refused",
+        ["restore: a path that does not exist: FileNotFoundError (not CorruptCheckpointError)", "OSError included"],
+    ),
+    "save_replaces_empty_file": (
+        3,
+        "invalid_arguments_are_refused",
+        ["save: a path holding an empty file: accepted (no error), changed ['checkpoint.npz']", "never remove it"],
+    ),
     "restore_raises_value_error": (
         3,
         "random_restore_damage",

@@ -307,16 +307,21 @@ def invalid_arguments_are_refused(ctx):
         tried.append(f"{argument.function}: {argument.name} -> {error.__name__}")
         if what is not None:
             wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
-    first = next(iter(wrong.items()), None)
+    fixes = {
+        "save": "refuse every existing name, a file of any size, a folder or a link, with errors.CheckpointExistsError "
+        "before writing anything, and never remove it",
+        "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
+        "file: OSError included) into errors.CorruptCheckpointError",
+    }
+    functions = sorted({case.split(":")[0] for case in wrong})
     return expect(
         not wrong,
         tried,
         {case: what for case, (_, _, what) in wrong.items()},
-        ""
-        if first is None
-        else f"{len(wrong)} invalid argument(s) not refused as the rules say; first, {first[0]}: {first[1][2]} -> "
-        + "; ".join(sorted({f"rule:{rule} asks for errors.{name}" for rule, name, _ in wrong.values()}))
-        + " (raise it before writing anything, whatever kind of name the path is: a file, a folder, a link)"
+        f"{len(wrong)} invalid argument(s) not refused as the rules say: "
+        + "; ".join(f"{case}: {what}" for case, (_, _, what) in wrong.items())
+        + " -> "
+        + "; ".join(f"{function}: {fixes[function]}" for function in functions)
         + "".join(sorted({f" {{rule:{rule}}}" for rule, _, _ in wrong.values()})),
     )
 
