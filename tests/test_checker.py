@@ -616,3 +616,16 @@ def test_held_out_mistake_is_caught_by_the_search(name, heldout):
     results = runner.run_checks(str(heldout / name), stage, only=True, skip=skip)
     assert [r.name for r in results] == [check] and not results[0].passed
     assert "Minimal case (search seed" in results[0].diagnosis or check == "contracts_agree_in_a_fresh_process"
+
+
+def test_the_supervising_command_starts_without_jax():
+    """`python -m shardlab check` only supervises: its module (and `import shardlab`) import no JAX."""
+    import subprocess
+    import sys
+
+    from shardlab.checker import command
+
+    assert command.STAGE_NUMBERS == tuple(sorted(runner.STAGES))
+    code = "import sys, shardlab, shardlab.checker.command, shardlab.__main__; print('jax' in sys.modules)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "False"
