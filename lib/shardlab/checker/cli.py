@@ -7,18 +7,16 @@ the calling shell or kernel was set up.
 
 import dataclasses
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict
 
 import jax
 
 import shardlab.checker.course_cells as course_cells
+import shardlab.checker.early as launching
 import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
-import shardlab.checker.sandbox as sandbox
 import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
@@ -26,9 +24,12 @@ import shardlab.checker.stage4 as stage4
 
 # the supervisor's side, without JAX (checker/command.py), kept importable from here
 from shardlab.checker.command import (  # noqa: F401
+    LOG,
+    REPORT,
     REUSED,
     SEARCH_SEED,
     SHOWN,
+    THOROUGH,
     Result,
     add_arguments,
     add_child_arguments,
@@ -45,7 +46,7 @@ from shardlab.checker.command import (  # noqa: F401
     stages_for,
     summary,
 )
-from shardlab.checker.common import CheckFailed, Context, other_file_system, plain, raised_where
+from shardlab.checker.common import CheckFailed, Context, plain, raised_where
 from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
@@ -117,6 +118,7 @@ def run_checks(
     reuse: bool = False,
     sandboxed: bool = False,
     memory_bytes: int = MEMORY_BYTES,
+    early: launching.Early | None = None,
 ) -> list[Result]:
     """Check the implementation `spec` ('reference' or a .py path) from this interpreter.
 
@@ -126,7 +128,8 @@ def run_checks(
     in `skip` are left out; `progress(result)` is called after each check. Every call into the
     implementation runs under `guard`'s bounds (a fresh default Guard if None). With `reuse`, a check
     that passed before is not run again when nothing it depends on changed (shardlab.checker.reuse);
-    its result says so.
+    its result says so. `early` holds scratch folders and a first worker started before this
+    interpreter imported JAX (checker/early.py); its worker must be the one this run would start.
     """
     chosen = [int(stage)] if only else stages_for(stage)
     guard = guard or Guard()
@@ -147,17 +150,15 @@ def run_checks(
     guard.note(event="check", name="implementation_loads", stage=chosen[0])
     results, kept = [], None
     searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
-    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir, other_file_system(workdir) as other:
+    with launching.scratch(early) as (workdir, other):
 
         def worker() -> remote.Worker:
-            readable = [os.path.dirname(spec)] if spec != "reference" else []
-            writable = [workdir] + [other] * bool(other)
-            box = sandbox.Sandbox(readable=readable, writable=writable) if sandboxed else None
+            box, writable = launching.box_for(spec, workdir, other, sandboxed)
             return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned)
 
         impl = remote.RemoteImplementation(worker())
         try:
-            hello = impl.worker.start()
+            hello = impl.worker.start(early.launched if early is not None else None)
             if "error" in hello:
                 failed = _load_failure(chosen[0], hello["error"])
                 if progress:
@@ -198,7 +199,7 @@ def _run_or_reuse(check, stage: int, ctx: Context, tracker, kept) -> Result:
     return result
 
 
-def child_main(args) -> int:
+def child_main(args, early: launching.Early | None = None) -> int:
     """Body of the child interpreter: run the checks under a Guard, every event on the progress file."""
     guard = Guard(args.progress, args.call_seconds, json.loads(args.poison))
     guard.note(event="start", environment=here_environment())
@@ -220,6 +221,7 @@ def child_main(args) -> int:
         reuse=args.reuse and not args.sandbox,  # a sandboxed run keeps nothing between runs
         sandboxed=args.sandbox,
         memory_bytes=args.memory_bytes,
+        early=early,
     )
     guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1

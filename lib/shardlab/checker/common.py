@@ -7,9 +7,6 @@ reference implementation.
 """
 
 import contextlib
-import os
-import shutil
-import tempfile
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -19,6 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardlab.checker.early import other_file_system  # noqa: F401  (kept importable from here)
 from shardlab.core.config import BATCH_SIZE, NUM_DEVICES, SEED
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset
@@ -163,20 +161,6 @@ def raised_where(exc: BaseException) -> str:
         return "unknown place"
     frame = frames[-1]
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
-
-
-@contextlib.contextmanager
-def other_file_system(workdir: str):
-    """A new scratch folder on another file system than `workdir` (/dev/shm), removed afterwards; None if none."""
-    shm = "/dev/shm"
-    if not os.path.isdir(shm) or not os.access(shm, os.W_OK) or os.stat(shm).st_dev == os.stat(workdir).st_dev:
-        yield None
-        return
-    folder = tempfile.mkdtemp(prefix="shardlab-check-", dir=shm)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
