@@ -129,6 +129,11 @@ MISTAKES = {
         "random_step_update",
         ["the un-jitted step (compiled=False)", "v <- 0.8*v", '"step_update", rows=1, devices=1', "compiled=False)"],
     ),
+    "contract_rounds_to_ten_decimals": (
+        3,
+        "random_contract_tells_apart",
+        ["the contract ignores ['learning rate", "(x(1 + 2^-20))", "no rounding", "rows=1, batch=1"],
+    ),
     "contract_rounds_learning_rate": (
         3,
         "random_contract_tells_apart",
@@ -347,6 +352,7 @@ SLOW_MISTAKES = {
     *("transition_ignores_step", "missing_factor_two", "restore_skips_contract", "local_count"),
     *("restore_keeps_numpy_weights", "padding_counted", "save_overwrites", "restore_resets_cursor"),
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
+    "contract_rounds_to_ten_decimals",
 }
 
 

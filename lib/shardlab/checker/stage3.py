@@ -25,6 +25,7 @@ from shardlab.checker.common import (
     sharding_of,
     snapshot,
 )
+from shardlab.checker.formulas import mark
 from shardlab.checker.probes import probe
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
@@ -584,7 +585,9 @@ def _race_cause(saved: list, losers_exist: bool, wrong: str) -> str:
             "the losing save did not raise errors.CheckpointExistsError -> refuse a taken name with the course's error"
         )
     if wrong.startswith("beside the checkpoint"):
-        return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)"
+        return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)" + mark(
+            "new-temp-name"
+        )
     return f"the final file is not the checkpoint of the save that succeeded ({wrong})"
 
 
