@@ -129,6 +129,11 @@ MISTAKES = {
         "random_step_update",
         ["the un-jitted step (compiled=False)", "v <- 0.8*v", '"step_update", rows=1, devices=1', "compiled=False)"],
     ),
+    "restore_places_on_first_devices": (
+        3,
+        "random_restore_damage",
+        ["the restored weights is not placed as P()", "the mesh given holds devices [3]", "rows=1"],
+    ),
     "contract_rounds_to_ten_decimals": (
         3,
         "random_contract_tells_apart",
@@ -353,6 +358,7 @@ SLOW_MISTAKES = {
     *("restore_keeps_numpy_weights", "padding_counted", "save_overwrites", "restore_resets_cursor"),
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
     "contract_rounds_to_ten_decimals",
+    "restore_places_on_first_devices",
 }
 
 

@@ -141,7 +141,14 @@ def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
     sharding = array.sharding
     if not isinstance(sharding, NamedSharding):
         return f"{type(sharding).__name__} on {len(sharding.device_set)} device(s), not a NamedSharding"
-    if sharding.spec != spec or set(sharding.mesh.devices.flat) != set(mesh.devices.flat):
+    given = sorted(d.id for d in mesh.devices.flat)
+    found = sorted(d.id for d in sharding.mesh.devices.flat)
+    if sharding.spec == spec and found != given:
+        return (
+            f"NamedSharding with {sharding.spec} on devices {found}, but the mesh given holds devices {given} -> "
+            "place on the mesh the function is given, never on one built from jax.devices()"
+        )
+    if sharding.spec != spec or found != given:
         return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
     return None
 

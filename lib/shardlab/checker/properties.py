@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.damage as damage
@@ -93,6 +94,12 @@ def mesh_of(ctx, devices: int):
     return ctx.cache.setdefault(("mesh", devices), make_mesh(devices))
 
 
+def other_mesh_of(ctx, devices: int):
+    """A mesh of `devices` devices that is not the first ones in order: the last ones, reversed. A function told
+    to place on "the mesh given" and placing on a mesh of its own making (jax.devices()[:k]) is told apart."""
+    return ctx.cache.setdefault(("other mesh", devices), Mesh(np.array(jax.devices()[::-1][:devices]), (AXIS,)))
+
+
 def step_of(ctx, case: Case, compiled: bool = True):
     """The learner's step for the case's mesh, learning rate and decay, jitted or not (built once per run)."""
     key = ("search step", case.devices, case.learning_rate, case.decay, compiled)
@@ -102,13 +109,15 @@ def step_of(ctx, case: Case, compiled: bool = True):
     return ctx.cache[key]
 
 
-def _placement(value, mesh, spec, what: str) -> None:
+def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
     wrong = sharding_of(value, mesh, spec)
     need(
         wrong is None,
         f"NamedSharding(mesh, {spec}) over {mesh.size} device(s)",
         wrong,
-        f"{what} is not placed as {spec}",
+        f"{what} is not placed as {spec}"
+        + (f": {wrong}" if "the mesh given" in (wrong or "") else "")
+        + (formulas.mark(rule) if rule else ""),
     )
 
 
@@ -745,8 +754,9 @@ def restore_damage(ctx, case: Case) -> None:
         path, cwd = _save_path(ctx, case, folder)
         if cwd:
             os.chdir(cwd)
-        restored = _save_and_restore(ctx, case, path, state, contract, mesh, at)
-        _restored_rules(state, restored, mesh, at)
+        elsewhere = other_mesh_of(ctx, case.devices)  # restore places on the mesh it is given, any devices
+        restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
+        _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
     finally:
@@ -853,7 +863,7 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
         f"({', '.join(moved)}) -> give the sampler's key and order back as host NumPy (np.asarray), as saved",
     )
     for name in ("weights", "momentum"):
-        _placement(restored[name], mesh, P(), f"the restored {name}")
+        _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
 
 
 def _damage_files(ctx, case, path, state, contract, data) -> dict:
