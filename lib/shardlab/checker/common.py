@@ -134,6 +134,14 @@ def placed(mesh: Mesh, features, targets, mask, weights, momentum) -> tuple:
     )
 
 
+def _named_axes(spec) -> tuple:
+    """A partition spec without its trailing unsplit dimensions (None), which place nothing differently."""
+    parts = list(spec)
+    while parts and parts[-1] is None:
+        parts.pop()
+    return tuple(parts)
+
+
 def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
     """None if `array` is a jax.Array with NamedSharding(mesh, spec), else what it is instead."""
     if not isinstance(array, jax.Array):
@@ -143,14 +151,14 @@ def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
         return f"{type(sharding).__name__} on {len(sharding.device_set)} device(s), not a NamedSharding"
     given = sorted(d.id for d in mesh.devices.flat)
     found = sorted(d.id for d in sharding.mesh.devices.flat)
-    if sharding.spec == spec and found != given:
+    if _named_axes(sharding.spec) == _named_axes(spec) and found == given:
+        return None  # P('data') and P('data', None) place a 2-D array identically: trailing dimensions unsplit
+    if _named_axes(sharding.spec) == _named_axes(spec):
         return (
             f"NamedSharding with {sharding.spec} on devices {found}, but the mesh given holds devices {given} -> "
             "place on the mesh the function is given, never on one built from jax.devices()"
         )
-    if sharding.spec != spec or found != given:
-        return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
-    return None
+    return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
 
 
 def replicas(array) -> list[np.ndarray]:
