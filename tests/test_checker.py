@@ -129,6 +129,16 @@ MISTAKES = {
         "random_step_update",
         ["the un-jitted step (compiled=False)", "v <- 0.8*v", '"step_update", rows=1, devices=1', "compiled=False)"],
     ),
+    "restore_places_on_first_devices": (
+        3,
+        "random_restore_damage",
+        ["the restored weights is not placed as P()", "the mesh given holds devices [3]", "rows=1"],
+    ),
+    "contract_rounds_to_ten_decimals": (
+        3,
+        "random_contract_tells_apart",
+        ["the contract ignores ['learning rate", "(x(1 + 2^-20))", "no rounding", "rows=1, batch=1"],
+    ),
     "contract_rounds_learning_rate": (
         3,
         "random_contract_tells_apart",
@@ -167,6 +177,16 @@ MISTAKES = {
         3,
         "random_restore_damage",
         ["at exactly the path it is given", "np.savez appends .npz", "file name checkpoint,", "rows=1, batch=1"],
+    ),
+    "restore_opens_before_checking": (
+        3,
+        "invalid_arguments_are_refused",
+        ["restore: a path that does not exist: FileNotFoundError (not CorruptCheckpointError)", "OSError included"],
+    ),
+    "save_replaces_empty_file": (
+        3,
+        "invalid_arguments_are_refused",
+        ["save: a path holding an empty file: accepted (no error), changed ['checkpoint.npz']", "never remove it"],
     ),
     "restore_raises_value_error": (
         3,
@@ -337,6 +357,8 @@ SLOW_MISTAKES = {
     *("transition_ignores_step", "missing_factor_two", "restore_skips_contract", "local_count"),
     *("restore_keeps_numpy_weights", "padding_counted", "save_overwrites", "restore_resets_cursor"),
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
+    "contract_rounds_to_ten_decimals",
+    "restore_places_on_first_devices",
 }
 
 
@@ -606,3 +628,16 @@ def test_held_out_mistake_is_caught_by_the_search(name, heldout):
     results = runner.run_checks(str(heldout / name), stage, only=True, skip=skip)
     assert [r.name for r in results] == [check] and not results[0].passed
     assert "Minimal case (search seed" in results[0].diagnosis or check == "contracts_agree_in_a_fresh_process"
+
+
+def test_the_supervising_command_starts_without_jax():
+    """`python -m shardlab check` only supervises: its module (and `import shardlab`) import no JAX."""
+    import subprocess
+    import sys
+
+    from shardlab.checker import command
+
+    assert command.STAGE_NUMBERS == tuple(sorted(runner.STAGES))
+    code = "import sys, shardlab, shardlab.checker.command, shardlab.__main__; print('jax' in sys.modules)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "False"

@@ -6,6 +6,7 @@ independently of the checker's formulas; the diagnosis must name exactly the mis
 the observed numbers match (on one batch, or on every batch a check sees), and no other.
 """
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from shardlab.checker.common import batch_arrays, placed
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
-from shardlab.learner import implementation
+from shardlab.learner import implementation, rules
 
 HERE = Path(__file__).parent
 DEVICES = 4
@@ -171,6 +172,8 @@ def test_momentum_is_judged_on_the_gradient_the_step_computed(spec, recursion_ri
     assert "the gradient is already wrong" in text
     assert ("nothing here implicates momentum" in text) == recursion_right, text
     assert ("does not follow" in text) == (not recursion_right), text
+    _, marked = runner.marked_rules(text)  # the rules the failure lists: momentum only when it is wrong too
+    assert marked == (["global-mean"] if recursion_right else ["global-mean", "momentum"]), marked
 
 
 def test_consecutive_updates_do_not_blame_momentum_for_a_wrong_gradient():
@@ -180,3 +183,47 @@ def test_consecutive_updates_do_not_blame_momentum_for_a_wrong_gradient():
     assert not result.passed
     assert "nothing here implicates momentum" in result.diagnosis and "diverges -> momentum" not in result.diagnosis
     assert "0.5 x the NumPy gradient" in result.diagnosis
+
+
+# A failure lists the rules the diagnosed mistake breaks, not every rule its check enforces. Which rule each
+# planted mistake breaks is stated here from the rules' own text (learner/rules.py), never read from the checker:
+# a wrong denominator breaks the global mean, a wrong decay the momentum recursion, a dropped remainder the
+# remainder rule. The search's random_step_update enforces rule:any-mesh and rule:momentum too; a padding
+# mistake it catches must not print them.
+RULES_BROKEN = [
+    ("broken/padding_counted.py", 2, "gradient_on_tail_batches", {"global-mean"}),
+    ("broken/padding_counted.py", 2, "random_step_update", {"global-mean"}),
+    ("broken/decay_09.py", 2, "consecutive_updates", {"momentum"}),
+    ("broken/missing_factor_two.py", 2, "consecutive_updates", {"global-mean"}),
+    # update 1 starts from zero momentum, where a decay of 0.9 is invisible: only the gradient is blamed
+    ("ranked/half_gradient_decay_09.py", 2, "consecutive_updates", {"global-mean"}),
+    ("broken/drop_remainder.py", 1, "batch_lengths_keep_the_remainder", {"remainder"}),
+    ("broken/reuse_key.py", 1, "key_changes_at_each_new_epoch", {"reshuffle"}),
+    ("broken/restore_opens_before_checking.py", 3, "invalid_arguments_are_refused", {"validate-fields"}),
+]
+
+
+@pytest.mark.parametrize("spec, stage, check, broken", RULES_BROKEN)
+def test_a_failure_lists_the_rules_of_the_mistake(spec, stage, check, broken):
+    skip = [c.__name__ for c in runner.checks_of(stage) if c.__name__ != check]
+    (result,) = runner.run_checks(str(HERE / spec), stage, only=True, skip=skip)
+    assert not result.passed and set(result.rules) == broken, (result.rules, result.diagnosis)
+    assert "{rule:" not in result.diagnosis  # the marks left the text for the rules line
+    line = runner.describe(result).splitlines()[-1]
+    assert line.startswith("      rules:") and "broken by the mistake diagnosed" in line
+    assert set(re.findall(r"rule:([a-z0-9-]+)", line)) == broken, line
+    if check.startswith("random_"):  # the search's check enforces rules this mistake does not break
+        assert {rule.id for rule in rules.for_check(check)} - broken
+
+
+def test_a_failure_whose_diagnosis_names_no_rule_lists_the_checks_rules():
+    """With no rule named by the diagnosis (here an unplaced batch), the check's own rules are listed."""
+    skip = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "batch_is_placed_on_the_mesh"]
+    (result,) = runner.run_checks(str(HERE / "broken/batch_on_host.py"), 1, only=True, skip=skip)
+    assert not result.passed and result.rules == ()
+    assert "rule:placed-batch (enforced by this check" in runner.describe(result)
+
+
+def test_rule_marks_name_only_rules_that_exist():
+    text, found = runner.marked_rules("a cause {rule:global-mean}; another {rule:momentum} {rule:no-such-rule}")
+    assert found == ["global-mean", "momentum"] and text == "a cause; another"

@@ -3,18 +3,47 @@
 Import order matters once: call `setup_devices` before anything creates a JAX array.
 """
 
-from shardlab import errors
-from shardlab.core import batch, checkpoint, config, devices, fixtures, sampler, schema, state, update
-from shardlab.core.batch import Batch, device_counts, next_batch, pad, padded_length, place
-from shardlab.core.checkpoint import contract, restore, save
-from shardlab.core.config import Config
-from shardlab.core.devices import make_mesh, setup_devices
-from shardlab.core.fixtures import Dataset, check_dataset, teaching_fixture, timing_fixture
-from shardlab.core.sampler import advance, epoch_batches, initial_sampler
-from shardlab.core.state import FIELDS, host_copy, initial, replicate, transition
-from shardlab.core.update import count_all_reduce, make_single_device_step, make_step, stablehlo
-from shardlab.course import results
-from shardlab.learner import implementation
+import importlib
+
+# name -> the module that defines it. Nothing is imported until a name is first used (PEP 562), so a
+# process that needs one light module (the checker's supervisor, a command's argument parser) never pays
+# for JAX; `import shardlab as sl; sl.next_batch` imports shardlab.core.batch on first use.
+_MODULES = {
+    **{
+        name: f"shardlab.core.{name}"
+        for name in "batch checkpoint config devices fixtures sampler schema state update".split()
+    },
+    "errors": "shardlab.errors",
+    "results": "shardlab.course.results",
+    "implementation": "shardlab.learner.implementation",
+}
+_NAMES = {
+    "shardlab.core.batch": "Batch device_counts next_batch pad padded_length place",
+    "shardlab.core.checkpoint": "contract restore save",
+    "shardlab.core.config": "Config",
+    "shardlab.core.devices": "make_mesh setup_devices",
+    "shardlab.core.fixtures": "Dataset check_dataset teaching_fixture timing_fixture",
+    "shardlab.core.sampler": "advance epoch_batches initial_sampler",
+    "shardlab.core.state": "FIELDS host_copy initial replicate transition",
+    "shardlab.core.update": "count_all_reduce make_single_device_step make_step stablehlo",
+}
+_ATTRIBUTES = {name: module for module, names in _NAMES.items() for name in names.split()}
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _ATTRIBUTES:
+        value = getattr(importlib.import_module(_ATTRIBUTES[name]), name)
+    else:
+        raise AttributeError(f"module 'shardlab' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "batch",

@@ -31,7 +31,7 @@ COMMANDS = {
         "shardlab.learner.hints",
         "one layer of hints for one of the seven functions: `hint FUNCTION [LEVEL]`, a nudge first, the recipe last",
     ),
-    "check": ("shardlab.checker.cli", "check an implementation stage by stage in a fresh interpreter"),
+    "check": ("shardlab.checker.command", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (
         "shardlab.perf.bench",
         "measure whole loops and three optimisations side by side; write bench.json and a figure",

@@ -7,63 +7,54 @@ the calling shell or kernel was set up.
 
 import dataclasses
 import json
-import os
-import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import jax
 
 import shardlab.checker.course_cells as course_cells
+import shardlab.checker.early as launching
 import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
-import shardlab.checker.sandbox as sandbox
 import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
 import shardlab.checker.stage4 as stage4
-import shardlab.checker.supervise as supervise
-from shardlab.checker.common import CheckFailed, Context, other_file_system, plain, raised_where
-from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES, Guard, Overrun
-from shardlab.checker.search import THOROUGH
-from shardlab.checker.supervise import LOG, REPORT
-from shardlab.cli import seconds, seed
+
+# the supervisor's side, without JAX (checker/command.py), kept importable from here
+from shardlab.checker.command import (  # noqa: F401
+    LOG,
+    REPORT,
+    REUSED,
+    SEARCH_SEED,
+    SHOWN,
+    THOROUGH,
+    Result,
+    add_arguments,
+    add_child_arguments,
+    add_supervisor_arguments,
+    checked,
+    course_note,
+    describe,
+    failure_rules,
+    here_environment,
+    main,
+    marked_rules,
+    report,
+    rules_line,
+    stages_for,
+    summary,
+)
+from shardlab.checker.common import CheckFailed, Context, plain, raised_where
+from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
-from shardlab.core.files import sha256_file
 from shardlab.core.fixtures import teaching_fixture
-from shardlab.errors import ImplementationError
-from shardlab.learner import implementation, rules
+from shardlab.learner import implementation
 from shardlab.learner.implementation import API
 
 STAGES = {module.STAGE: module for module in (stage1, stage2, stage3, stage4)}
-SHOWN = 400  # characters of expected/observed values printed per line
-# the diagnosis of a pass kept from an earlier run (a pass has no diagnosis of its own): the line says so
-REUSED = "reused: nothing it depends on changed since it passed (--fresh checks it again)"
-SEARCH_SEED = 2026  # the default seed: the same file gets the same verdict; --seed N explores further
-
-
-@dataclass
-class Result:
-    """One check's outcome, as written to the JSON report."""
-
-    name: str
-    stage: int
-    passed: bool
-    expected: object
-    observed: object
-    diagnosis: str
-    seconds: float
-
-
-def stages_for(stage) -> list[int]:
-    """Stages are cumulative: '3' runs 1, 2 and 3; 'all' runs every stage."""
-    last = max(STAGES) if str(stage) == "all" else int(stage)
-    if last not in STAGES:
-        raise ValueError(f"stage must be one of {sorted(STAGES)} or 'all', got {stage!r}")
-    return [s for s in sorted(STAGES) if s <= last]
 
 
 def checks_of(stage: int) -> tuple:
@@ -88,6 +79,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
     except Exception as exc:
         passed, expected, observed = False, "no exception", f"{type(exc).__name__}: {exc}"[:SHOWN]
         diagnosis = f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+    diagnosis, broken = marked_rules(diagnosis)
     return Result(
         check.__name__,
         stage,
@@ -96,6 +88,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         plain(observed),
         diagnosis,
         round(time.perf_counter() - start, 3),
+        tuple(broken),
     )
 
 
@@ -125,6 +118,7 @@ def run_checks(
     reuse: bool = False,
     sandboxed: bool = False,
     memory_bytes: int = MEMORY_BYTES,
+    early: launching.Early | None = None,
 ) -> list[Result]:
     """Check the implementation `spec` ('reference' or a .py path) from this interpreter.
 
@@ -134,7 +128,8 @@ def run_checks(
     in `skip` are left out; `progress(result)` is called after each check. Every call into the
     implementation runs under `guard`'s bounds (a fresh default Guard if None). With `reuse`, a check
     that passed before is not run again when nothing it depends on changed (shardlab.checker.reuse);
-    its result says so.
+    its result says so. `early` holds scratch folders and a first worker started before this
+    interpreter imported JAX (checker/early.py); its worker must be the one this run would start.
     """
     chosen = [int(stage)] if only else stages_for(stage)
     guard = guard or Guard()
@@ -155,17 +150,15 @@ def run_checks(
     guard.note(event="check", name="implementation_loads", stage=chosen[0])
     results, kept = [], None
     searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
-    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir, other_file_system(workdir) as other:
+    with launching.scratch(early) as (workdir, other):
 
         def worker() -> remote.Worker:
-            readable = [os.path.dirname(spec)] if spec != "reference" else []
-            writable = [workdir] + [other] * bool(other)
-            box = sandbox.Sandbox(readable=readable, writable=writable) if sandboxed else None
+            box, writable = launching.box_for(spec, workdir, other, sandboxed)
             return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned)
 
         impl = remote.RemoteImplementation(worker())
         try:
-            hello = impl.worker.start()
+            hello = impl.worker.start(early.launched if early is not None else None)
             if "error" in hello:
                 failed = _load_failure(chosen[0], hello["error"])
                 if progress:
@@ -206,68 +199,7 @@ def _run_or_reuse(check, stage: int, ctx: Context, tracker, kept) -> Result:
     return result
 
 
-def report(spec: str, results: list, environment: dict | None = None) -> dict:
-    """The machine-readable report: every check (Results or their dicts), plus per-stage counts."""
-    results = [r if isinstance(r, Result) else Result(**r) for r in results]
-    stages = sorted({r.stage for r in results})
-    return {
-        "implementation": spec,
-        "implementation_sha256": sha256_file(spec) if spec not in ("", "reference") and os.path.isfile(spec) else None,
-        "passed": all(r.passed for r in results),
-        "stages": {
-            str(s): {
-                "passed": sum(r.passed for r in results if r.stage == s),
-                "checks": sum(r.stage == s for r in results),
-            }
-            for s in stages
-        },
-        "checks": [asdict(r) for r in results],
-        "environment": environment or here_environment(),
-    }
-
-
-def course_note(course: dict) -> str:
-    """The line saying which functions of the file are the course's own code (their checks judge the course)."""
-    named = ", ".join(f"{name} ({where})" for name, where in sorted(course.items()))
-    return f"not the file's own code: {named}; the checks of these judge the course's functions, not yours"
-
-
-def here_environment() -> dict:
-    return {"jax": jax.__version__, "devices": len(jax.devices()), "platform": jax.default_backend()}
-
-
-def describe(result) -> str:
-    """One line for a pass; for a failure, also expected, observed and the diagnosis."""
-    result = result if isinstance(result, Result) else Result(**result)
-    line = f"{'PASS' if result.passed else 'FAIL'}  stage {result.stage}  {result.name}  ({result.seconds:.2f} s)"
-    if result.passed:
-        return f"{line}  {result.diagnosis}" if result.diagnosis == REUSED else line
-    shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
-    enforced = ", ".join(f"{rules.MARKER}{rule.id}" for rule in rules.for_check(result.name))
-    return (
-        f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
-        f"      diagnosis: {result.diagnosis}"
-        + (f"\n      rules:     {enforced} (stated in the starter, taught in the notebook)" if enforced else "")
-    )
-
-
-def summary(results: list[Result]) -> str:
-    """Per-stage counts and the first failure to fix."""
-    results = [r if isinstance(r, Result) else Result(**r) for r in results]
-    lines = [
-        f"stage {s}: {c['passed']} of {c['checks']} checks passed" for s, c in report("", results, {})["stages"].items()
-    ]
-    failed = [r for r in results if not r.passed]
-    if not results:
-        lines.append("no check ran: the checking interpreter reported no verdict")
-    else:
-        lines.append(
-            f"first failure to fix: {failed[0].name} (stage {failed[0].stage})" if failed else "all checks passed"
-        )
-    return "\n".join(lines)
-
-
-def child_main(args) -> int:
+def child_main(args, early: launching.Early | None = None) -> int:
     """Body of the child interpreter: run the checks under a Guard, every event on the progress file."""
     guard = Guard(args.progress, args.call_seconds, json.loads(args.poison))
     guard.note(event="start", environment=here_environment())
@@ -289,120 +221,7 @@ def child_main(args) -> int:
         reuse=args.reuse and not args.sandbox,  # a sandboxed run keeps nothing between runs
         sandboxed=args.sandbox,
         memory_bytes=args.memory_bytes,
+        early=early,
     )
     guard.note(event="done")
     return 0 if results and all(r.passed for r in results) else 1
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--implementation", default="reference", help="'reference' or a learner's .py file")
-    parser.add_argument(
-        "--stage",
-        default="all",
-        choices=[*map(str, sorted(STAGES)), "all"],
-        help="last stage to check; earlier stages are always included (default: all)",
-    )
-    parser.add_argument("--output", default=None, help=f"folder for the JSON report ({REPORT}) and {LOG}")
-    parser.add_argument("--only", action="store_true", help="check just --stage, not the stages before it")
-    parser.add_argument(
-        "--seed", type=seed, default=SEARCH_SEED, help=f"seed of the randomised checks (default {SEARCH_SEED})"
-    )
-    parser.add_argument("--thorough", action="store_true", help=f"a {THOROUGH}x longer randomised search")
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="run every check again (by default a check that passed is reused while nothing it depends on changed)",
-    )
-    add_supervisor_arguments(parser)
-
-
-def add_supervisor_arguments(parser) -> None:
-    """What `python -m shardlab check` adds to the child's arguments: where and how long the children run."""
-    parser.add_argument(
-        "--sandbox",
-        action="store_true",
-        help="run each checking interpreter in a bubblewrap sandbox (no network, read-only files, own PIDs)",
-    )
-    parser.add_argument(
-        "--total-seconds", type=seconds, default=supervise.Bounds.total_seconds, help="bound of the whole check run"
-    )
-
-
-def add_child_arguments(parser) -> None:
-    """What the supervising parent tells a checking interpreter (not for people)."""
-    add_arguments(parser)
-    parser.add_argument("--progress", default=None, help="JSON-lines file for events (the supervisor reads it)")
-    parser.add_argument("--call-seconds", type=seconds, default=CALL_SECONDS)
-    parser.add_argument("--memory-bytes", type=int, default=MEMORY_BYTES, help="growth one call may add")
-    parser.add_argument("--skip", default="[]", help="JSON list of checks already done")
-    parser.add_argument("--poison", default="{}", help="JSON {function: verdict} of functions not to call again")
-    parser.add_argument("--reuse", action="store_true", help="reuse kept passes (the command line asks for it)")
-
-
-def main(args) -> int:
-    """`python -m shardlab check`: the checks in supervised fresh interpreters with four CPU devices."""
-    spec = args.implementation
-    if spec != "reference":
-        try:
-            spec = implementation.check_path(spec)
-        except ImplementationError as exc:
-            print(f"[shardlab check] {exc}", file=sys.stderr)
-            return 2
-    if args.output:
-        from shardlab import outdir
-        from shardlab.errors import OutputFolderError
-
-        try:
-            outdir.claim(args.output, "check")  # refuse a bad folder before any check runs
-        except OutputFolderError as exc:
-            print(f"[shardlab check] {exc}", file=sys.stderr)
-            return 2
-    if getattr(args, "sandbox", False):
-        import shardlab.checker.sandbox as sandbox
-
-        if why := sandbox.unavailable():
-            print(f"[shardlab check] --sandbox: {why}", file=sys.stderr)
-            return 2
-    only = getattr(args, "only", False)
-    chosen = [int(args.stage)] if only else stages_for(args.stage)
-    seed, thorough = getattr(args, "seed", SEARCH_SEED), getattr(args, "thorough", False)
-    print(
-        f"[shardlab check] implementation {spec}, stage(s) {chosen}, search seed {seed}"
-        f"{' (thorough)' if thorough else ''} (reproduce with --seed {seed})",
-        flush=True,
-    )
-    shown = getattr(args, "echo", None) or (lambda result: print(describe(result), flush=True))
-    found, excerpt = checked(spec, args, shown)
-    print(summary(found["checks"]), flush=True)
-    if course := found.get("environment", {}).get("course_functions"):
-        print(f"[shardlab check] {course_note(course)}", flush=True)
-    if excerpt:
-        print(excerpt, flush=True)
-    if args.output:
-        print(f"report: {os.path.join(os.path.abspath(args.output), REPORT)}", flush=True)
-    return 0 if found["checks"] and found["passed"] else 1
-
-
-def checked(spec: str, args, echo) -> tuple[dict, str]:
-    """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
-    bounds = getattr(args, "bounds", None) or supervise.Bounds(
-        total_seconds=getattr(args, "total_seconds", supervise.Bounds.total_seconds),
-        sandboxed=getattr(args, "sandbox", False),
-    )
-    extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
-    extra += ("--reuse",) * (not getattr(args, "fresh", False))  # check_here (notebooks) never reuses
-    if not args.output:
-        results, environment, excerpt = supervise.temporary_run(
-            spec, args.stage, getattr(args, "only", False), echo, bounds, extra
-        )
-        return report(spec, results, environment), excerpt
-    from shardlab import outdir
-
-    with outdir.writing(args.output, "check") as staging:
-        results, environment = supervise.run(
-            spec, args.stage, getattr(args, "only", False), str(staging), echo, bounds, extra
-        )
-        found = report(spec, results, environment)
-        (staging / REPORT).write_text(json.dumps(found, indent=1), encoding="utf-8")
-        excerpt = supervise.learner_output(str(staging / LOG), keep=True)
-    return found, excerpt.replace(str(staging), os.path.abspath(args.output))

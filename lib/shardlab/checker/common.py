@@ -7,9 +7,6 @@ reference implementation.
 """
 
 import contextlib
-import os
-import shutil
-import tempfile
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -19,6 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardlab.checker.early import other_file_system  # noqa: F401  (kept importable from here)
 from shardlab.core.config import BATCH_SIZE, NUM_DEVICES, SEED
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset
@@ -136,6 +134,14 @@ def placed(mesh: Mesh, features, targets, mask, weights, momentum) -> tuple:
     )
 
 
+def _named_axes(spec) -> tuple:
+    """A partition spec without its trailing unsplit dimensions (None), which place nothing differently."""
+    parts = list(spec)
+    while parts and parts[-1] is None:
+        parts.pop()
+    return tuple(parts)
+
+
 def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
     """None if `array` is a jax.Array with NamedSharding(mesh, spec), else what it is instead."""
     if not isinstance(array, jax.Array):
@@ -143,9 +149,16 @@ def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
     sharding = array.sharding
     if not isinstance(sharding, NamedSharding):
         return f"{type(sharding).__name__} on {len(sharding.device_set)} device(s), not a NamedSharding"
-    if sharding.spec != spec or set(sharding.mesh.devices.flat) != set(mesh.devices.flat):
-        return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
-    return None
+    given = sorted(d.id for d in mesh.devices.flat)
+    found = sorted(d.id for d in sharding.mesh.devices.flat)
+    if _named_axes(sharding.spec) == _named_axes(spec) and found == given:
+        return None  # P('data') and P('data', None) place a 2-D array identically: trailing dimensions unsplit
+    if _named_axes(sharding.spec) == _named_axes(spec):
+        return (
+            f"NamedSharding with {sharding.spec} on devices {found}, but the mesh given holds devices {given} -> "
+            "place on the mesh the function is given, never on one built from jax.devices()"
+        )
+    return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
 
 
 def replicas(array) -> list[np.ndarray]:
@@ -163,20 +176,6 @@ def raised_where(exc: BaseException) -> str:
         return "unknown place"
     frame = frames[-1]
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
-
-
-@contextlib.contextmanager
-def other_file_system(workdir: str):
-    """A new scratch folder on another file system than `workdir` (/dev/shm), removed afterwards; None if none."""
-    shm = "/dev/shm"
-    if not os.path.isdir(shm) or not os.access(shm, os.W_OK) or os.stat(shm).st_dev == os.stat(workdir).st_dev:
-        yield None
-        return
-    folder = tempfile.mkdtemp(prefix="shardlab-check-", dir=shm)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager

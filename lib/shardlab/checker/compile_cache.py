@@ -30,11 +30,8 @@ def folder() -> str | None:
     return None
 
 
-def enable() -> str | None:
-    """Point this interpreter (and, through the environment, every interpreter it starts) at the cache.
-
-    Every compiled program is kept, however quick its compile was: a check compiles many small ones.
-    """
+def environment() -> str | None:
+    """Point every interpreter this one starts at the cache (the environment only: no JAX is imported)."""
     where = folder()
     if where is None:
         return None
@@ -44,6 +41,17 @@ def enable() -> str | None:
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
     }
     os.environ.update(settings)
+    return where
+
+
+def enable() -> str | None:
+    """Point this interpreter (and, through the environment, every interpreter it starts) at the cache.
+
+    Every compiled program is kept, however quick its compile was: a check compiles many small ones.
+    """
+    where = environment()
+    if where is None:
+        return None
     import jax
 
     jax.config.update("jax_compilation_cache_dir", where)

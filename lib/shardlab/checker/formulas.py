@@ -7,13 +7,18 @@ several batches a mistake that one batch rules out is never named (`ranked`); a 
 the recursion only when it does not follow the recursion on the gradient the step itself computed.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from shardlab.checker.common import matches
 from shardlab.core.config import DECAY
 from shardlab.verify import oracle
+
+
+def mark(*rule_ids: str) -> str:
+    """The marks naming the rules a diagnosed mistake breaks (the runner moves them to the failure's rules line)."""
+    return "".join(f" {{rule:{rule_id}}}" for rule_id in rule_ids)
 
 
 def ratio(observed, right) -> float | None:
@@ -39,8 +44,8 @@ def factor_text(c: float, quantity: str, num_devices: int) -> str:
     }
     for value, text in named.items():
         if abs(c - value) < 1e-3 and (value != num_devices or num_devices > 2):
-            return f"the {quantity} is {c:.3g} x the NumPy {quantity}: {text}"
-    return f"the {quantity} is {c:.3g} x the NumPy {quantity}: a constant factor in the formula"
+            return f"the {quantity} is {c:.3g} x the NumPy {quantity}: {text}" + mark("global-mean")
+    return f"the {quantity} is {c:.3g} x the NumPy {quantity}: a constant factor in the formula" + mark("global-mean")
 
 
 def empty_devices(mask, num_devices: int) -> list[int]:
@@ -53,9 +58,11 @@ def nan_text(quantity: str, mask, num_devices: int) -> str:
         return (
             f"the {quantity} is NaN on a batch where device(s) {empty} hold no valid row: a per-device division by "
             "that device's own zero count (0/0 = NaN, and 0 x NaN stays NaN) -> psum the numerators and counts "
-            "first, then divide once by the global N"
+            "first, then divide once by the global N" + mark("global-mean")
         )
-    return f"the {quantity} is not finite although every device holds a valid row: padding or overflow leaks in"
+    return f"the {quantity} is not finite although every device holds a valid row: padding or overflow leaks in" + mark(
+        "global-mean", "pad-by-position"
+    )
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class Cause:
     text: str
     value: object
     variant_of: str | None = None  # a variant is named only where the evidence tells it from its parent
+    rules: tuple = field(default=("global-mean",))  # the rules the mistake breaks (learner/rules.py ids)
 
 
 # Every mistake a gradient or loss is compared with, most likely first: the ranking of causes that fit
@@ -189,7 +197,12 @@ def loss_causes(features, targets, mask, weights, num_devices: int, new_weights=
     if new_weights is not None:
         after = oracle.masked_mean(features, targets, mask, new_weights)[0]
         causes.append(
-            Cause("after_update", "it equals the loss after the update -> report the loss before the update", after)
+            Cause(
+                "after_update",
+                "it equals the loss after the update -> report the loss before the update",
+                after,
+                rules=("loss-before-update",),
+            )
         )
     return right, causes
 
@@ -225,15 +238,18 @@ def ranked(evidence: list[tuple]) -> list[Cause]:
 
     alive = [i for i in alive if not same_as_parent(i)]
     alive.sort(key=lambda i: (-confirmed[i], _rank(i)))
-    return [Cause(i, texts[i].text, None) for i in alive]
+    return [Cause(i, texts[i].text, None, rules=texts[i].rules) for i in alive]
 
 
 def listed(causes: list[Cause]) -> str:
-    """The causes in words: one as it is; several numbered, most likely first."""
+    """The causes in words: one as it is; several numbered, most likely first; then the rules they break."""
+    broken = mark(*dict.fromkeys(rule for c in causes for rule in c.rules))
     if len(causes) == 1:
-        return causes[0].text
-    return f"the numbers fit {len(causes)} mistakes, most likely first: " + "; ".join(
-        f"({n}) {c.text}" for n, c in enumerate(causes, 1)
+        return causes[0].text + broken
+    return (
+        f"the numbers fit {len(causes)} mistakes, most likely first: "
+        + "; ".join(f"({n}) {c.text}" for n, c in enumerate(causes, 1))
+        + broken
     )
 
 
@@ -305,12 +321,12 @@ def update_cause(
         return (
             "the gradient is already wrong, and the update applies v <- decay*v + g, w <- w - learning_rate*v to "
             "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
-            "(see the gradient checks)"
+            "(see the gradient checks)" + mark("global-mean")
         )
     return (
         "the gradient is already wrong, and the update does not follow v <- decay*v + g, w <- w - learning_rate*v "
         f"even on the gradient the step computed (it follows {fitted_update(previous, g_obs, got)}): fix the "
-        "gradient first, then the update"
+        "gradient first, then the update" + mark("global-mean", "momentum")
     )
 
 

@@ -10,7 +10,7 @@ from shardlab.learner import implementation as _implementation
 
 def searched_checks(stage, only: bool = True) -> list[str]:
     """The names of the randomised checks (the search over the domain) of `stage` (and the stages before it)."""
-    from shardlab.checker.cli import stages_for
+    from shardlab.checker.command import stages_for
     from shardlab.checker.search import checks_for
 
     chosen = [int(stage)] if only else stages_for(stage)
@@ -29,7 +29,7 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True, se
     `left_out`: the checks not run here.
     """
     import shardlab.checker.supervise as supervise
-    from shardlab.checker.cli import describe, report, summary
+    from shardlab.checker.command import describe, report, summary
 
     spec = implementation
     if spec not in ("reference", "", None):

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.damage as damage
@@ -93,6 +94,12 @@ def mesh_of(ctx, devices: int):
     return ctx.cache.setdefault(("mesh", devices), make_mesh(devices))
 
 
+def other_mesh_of(ctx, devices: int):
+    """A mesh of `devices` devices that is not the first ones in order: the last ones, reversed. A function told
+    to place on "the mesh given" and placing on a mesh of its own making (jax.devices()[:k]) is told apart."""
+    return ctx.cache.setdefault(("other mesh", devices), Mesh(np.array(jax.devices()[::-1][:devices]), (AXIS,)))
+
+
 def step_of(ctx, case: Case, compiled: bool = True):
     """The learner's step for the case's mesh, learning rate and decay, jitted or not (built once per run)."""
     key = ("search step", case.devices, case.learning_rate, case.decay, compiled)
@@ -102,13 +109,15 @@ def step_of(ctx, case: Case, compiled: bool = True):
     return ctx.cache[key]
 
 
-def _placement(value, mesh, spec, what: str) -> None:
+def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
     wrong = sharding_of(value, mesh, spec)
     need(
         wrong is None,
         f"NamedSharding(mesh, {spec}) over {mesh.size} device(s)",
         wrong,
-        f"{what} is not placed as {spec}",
+        f"{what} is not placed as {spec}"
+        + (f": {wrong}" if "the mesh given" in (wrong or "") else "")
+        + (formulas.mark(rule) if rule else ""),
     )
 
 
@@ -243,6 +252,7 @@ def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
     return (
         f"the update follows {fitted}; the step was built with learning_rate={case.learning_rate:.6g}, "
         f"decay={case.decay:.6g} -> v <- decay*v + g, w <- w - learning_rate*v with the values make_step was given"
+        + formulas.mark("momentum")
     )
 
 
@@ -356,7 +366,7 @@ def step_update(ctx, case: Case) -> None:
             f"{which}padded slots (mask 0) with target {FILL_WORDS[case.contents]} and features 3e38 made the outputs "
             "non-finite -> a padded "
             "slot has validity zero whatever its contents: select it out (jnp.where(mask > 0, residual, 0)), "
-            "never multiply by the mask (0 x NaN is NaN, 0 x inf is NaN)",
+            "never multiply by the mask (0 x NaN is NaN, 0 x inf is NaN)" + formulas.mark("global-mean"),
         )
     if case.contents == "large data" and not within(got["loss"], want_loss, bound["loss"]):
         raise Miss(
@@ -365,7 +375,7 @@ def step_update(ctx, case: Case) -> None:
             f"{which}loss on large data (features ~1e5, targets within ~10 of the prediction): off by "
             f"{abs(got['loss'] - want_loss):.3g}, float32 rounding allows {bound['loss']:.3g} -> compute each "
             "residual x.w - y first and square it; a loss expanded as sum(p^2) - 2 sum(p y) + sum(y^2) cancels "
-            "numbers of 1e10 and loses every digit",
+            "numbers of 1e10 and loses every digit" + formulas.mark("global-mean"),
         )
     if case.contents == "exact data" and not within(got["grad"], want_grad, bound["grad"]):
         raise Miss(
@@ -375,7 +385,7 @@ def step_update(ctx, case: Case) -> None:
             f"course's formula rounds nothing but the division by the count): off by "
             f"{float(np.max(np.abs(np.asarray(got['grad'], np.float64) - want_grad))):.3g} -> compute each residual "
             "x.w - y first, then sum x * residual; a form that builds X^T X (normal equations, a Gram matrix) adds "
-            "numbers near 1e9 that float32 cannot hold exactly",
+            "numbers near 1e9 that float32 cannot hold exactly" + formulas.mark("global-mean"),
         )
     if not within(got["grad"], want_grad, bound["grad"]):
         why = formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
@@ -450,7 +460,9 @@ def transition_walk(ctx, case: Case) -> None:
             direct = step(*placed(mesh, *batch, before["weights"], before["momentum"]))
             own = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
             lead = (
-                "the step it was given is right on this batch, so transition does not use it: "
+                "the step it was given is right on this batch, so transition does not use it"
+                + formulas.mark("one-update")
+                + ": "
                 if own
                 else "the step itself is wrong here: "
             )
@@ -640,6 +652,29 @@ def _data_bits(ctx, case: Case, base, data: Dataset) -> tuple[float, list]:
     return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), paths
 
 
+def magnitude_pairs(case: Case) -> list[tuple[str, Config, Config]]:
+    """(what, config, config one float32 step away) at learning rates and decays drawn across every magnitude
+    Config accepts (log-uniform down to 1e-30), so a contract that rounds to a fixed number of decimals, exact
+    at the course's 0.03 and 0.8, is shown two experiments it merges."""
+    rng = np.random.default_rng([case.seed, 11])
+    step = 2.0**-20
+    pairs = []
+    for _ in range(2):
+        rate = float(10 ** rng.uniform(-30, 1)) * 0.999
+        pairs.append(
+            (
+                f"learning rate {rate:.3g} (x(1 + 2^-20))",
+                _config(case, learning_rate=rate),
+                _config(case, learning_rate=rate * (1 + step)),
+            )
+        )
+        decay = float(10 ** rng.uniform(-30, 0)) * 0.99
+        pairs.append(
+            (f"decay {decay:.3g} (x(1 + 2^-20))", _config(case, decay=decay), _config(case, decay=decay * (1 + step)))
+        )
+    return pairs
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data = data_for(case)
@@ -653,6 +688,9 @@ def contract_tells_apart(ctx, case: Case) -> None:
         reference = bases["large"] if what.startswith("large") else base
         if called(ctx, "contract", given(case, other), config) == reference:
             ignored.append(what)
+    for what, first, second in magnitude_pairs(case):
+        if called(ctx, "contract", given(case, data), first) == called(ctx, "contract", given(case, data), second):
+            ignored.append(what)
     bits, paths = _data_bits(ctx, case, base, data)
     need(
         not paths or bits >= DIGEST_BITS,
@@ -660,7 +698,8 @@ def contract_tells_apart(ctx, case: Case) -> None:
         {"entries that follow the data": paths, "bits": bits},
         f"the data enter the contract through {paths}, which carry about {bits:g} bits: a {bits:g}-bit digest "
         f"gives two different datasets the same contract, half the time, among {1.18 * 2 ** (bits / 2):,.0f} "
-        "datasets (the birthday bound) -> pin the data with a full sha256 hex digest of every data byte",
+        "datasets (the birthday bound) -> pin the data with a full sha256 hex digest of every data byte"
+        + formulas.mark("contract-pins"),
     )
     need(
         not ignored,
@@ -668,7 +707,11 @@ def contract_tells_apart(ctx, case: Case) -> None:
         f"equal for {ignored}",
         f"the contract ignores {ignored} -> pin the exact values (no rounding), each input in an entry of its own "
         "(numbers written side by side or added up merge two experiments), and a hash of every data byte together "
-        "with the arrays' shapes and dtypes",
+        "with the arrays' shapes and dtypes"
+        + formulas.mark(
+            *(["contract-exact"] if any(w.startswith(("learning rate", "decay")) for w in ignored) else []),
+            *(["contract-pins"] if any(not w.startswith(("learning rate", "decay")) for w in ignored) else []),
+        ),
     )
 
 
@@ -711,8 +754,9 @@ def restore_damage(ctx, case: Case) -> None:
         path, cwd = _save_path(ctx, case, folder)
         if cwd:
             os.chdir(cwd)
-        restored = _save_and_restore(ctx, case, path, state, contract, mesh, at)
-        _restored_rules(state, restored, mesh, at)
+        elsewhere = other_mesh_of(ctx, case.devices)  # restore places on the mesh it is given, any devices
+        restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
+        _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
     finally:
@@ -819,7 +863,7 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
         f"({', '.join(moved)}) -> give the sampler's key and order back as host NumPy (np.asarray), as saved",
     )
     for name in ("weights", "momentum"):
-        _placement(restored[name], mesh, P(), f"the restored {name}")
+        _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
 
 
 def _damage_files(ctx, case, path, state, contract, data) -> dict:

@@ -17,15 +17,12 @@ next call starts a new worker.
 """
 
 import errno
-import json
 import os
 import select
 import signal
-import subprocess
-import sys
 import time
 
-import shardlab.checker.compile_cache as compile_cache
+import shardlab.checker.early as early
 import shardlab.checker.guard as guard
 import shardlab.checker.probes as probes
 import shardlab.checker.sandbox as sandbox
@@ -64,25 +61,14 @@ class Worker:
 
     # ------------------------------------------------------------------ the process
 
-    def start(self) -> dict:
-        """Start the interpreter and read its hello (pid, JAX, the error loading the file raised, if any)."""
-        inbound, outbound = os.pipe(), os.pipe()  # checker -> worker, worker -> checker
-        command = [sys.executable, "-B", "-m", "shardlab.checker.worker", "--implementation", self.spec]
-        command += ["--channel", f"{inbound[0]},{outbound[1]}", "--call-seconds", str(self.call_seconds)]
-        command += ["--poison", json.dumps(self.poisoned)]
-        try:
-            self.process = sandbox.spawn(
-                command,
-                self.box,
-                pass_fds=(inbound[0], outbound[1]),
-                stdin=subprocess.DEVNULL,
-                cwd=self.scratch[0] if self.scratch else None,
-                env=self._environment(),
-            )
-        finally:
-            os.close(inbound[0])
-            os.close(outbound[1])
-        self.send_fd, self.reply_fd = inbound[1], outbound[0]
+    def start(self, launched: "early.Launched | None" = None) -> dict:
+        """Start the interpreter (or adopt `launched`, one started early) and read its hello.
+
+        The hello holds its pid, JAX and the error loading the file raised, if any.
+        """
+        if launched is None:
+            launched = early.launch(self.spec, self.call_seconds, self.poisoned, self.box, self.scratch)
+        self.process, self.send_fd, self.reply_fd = launched.process, launched.send_fd, launched.reply_fd
         self.generation += 1
         self.inner = None
         try:
@@ -100,11 +86,8 @@ class Worker:
         return hello
 
     def _environment(self) -> dict:
-        """The worker's environment: CPU JAX; sandboxed, a compilation cache of this run's own (no other sees it)."""
-        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-        if self.box is not None and self.scratch:
-            env[compile_cache.ENV] = os.path.join(self.scratch[0], ".compilation-cache")
-        return env
+        """The worker's environment (checker/early.py: the same for a worker started early)."""
+        return early.environment(self.box, self.scratch)
 
     def stop(self) -> None:
         """Kill the interpreter and everything it started; close the channel."""

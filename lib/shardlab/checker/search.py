@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 import shardlab.checker.properties as properties
+from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
 from shardlab.checker.domain import (
     CONTENTS,
@@ -35,7 +36,6 @@ from shardlab.checker.domain import _float as draw_float
 from shardlab.checker.guard import Overrun
 from shardlab.checker.properties import Miss
 
-THOROUGH = 8  # --thorough multiplies every property's number of cases by this
 FRESH_TIMEOUT = 120  # seconds for the fresh interpreter that recomputes contracts
 
 

@@ -11,6 +11,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.search as search
 from shardlab.checker.common import degenerate_data, expect, host, sharding_of, snapshot
+from shardlab.checker.formulas import mark
 from shardlab.checker.padding import check_padding
 from shardlab.core.devices import AXIS
 from shardlab.core.state import FIELDS
@@ -201,9 +202,11 @@ def key_changes_at_each_new_epoch(ctx):
         return lazy, observed
     if not any(observed):
         cause = "the key never changed: one key reused for every epoch -> split the saved key at each new epoch"
+        cause += mark("reshuffle")
     else:
         cause = _sampler_cause(ctx, ctx.seed, ctx.batch_size, calls) or (
             "the key changed at other calls than a new epoch -> split only when a new permutation is drawn"
+            + mark("reshuffle")
         )
     return expect(False, lazy, observed, f"key changed after each next_batch call: {cause}")
 

@@ -222,7 +222,9 @@ def consecutive_updates(ctx):
         if not wrong:
             continue
         if wrong == ["loss"] and close(loss, want["post_loss"]):
-            why = "the loss equals the loss after the update -> report the loss before the update"
+            why = "the loss equals the loss after the update -> report the loss before the update" + formulas.mark(
+                "loss-before-update"
+            )
         elif wrong == ["loss"]:
             formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
             why = "only the reported loss differs (weights, momentum and gradient are right): " + (
@@ -243,7 +245,7 @@ def consecutive_updates(ctx):
             why = (
                 f"{head}: the observed update is {fitted}; the course's is v <- {DECAY}*v + g, w <- w - "
                 f"{LEARNING_RATE}*v on the global gradient, after the psum (or the weights were updated before the "
-                "loss was taken)"
+                "loss was taken)" + formulas.mark("momentum")
             )
         expect(False, {k: want[k] for k in wrong}, {k: got[k] for k in wrong}, f"update {number}, {wrong}: {why}")
     return "4 NumPy momentum updates", "equal"

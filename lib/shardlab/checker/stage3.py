@@ -10,6 +10,7 @@ import os
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.arguments as arguments
 import shardlab.checker.damage as damage
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
@@ -24,6 +25,7 @@ from shardlab.checker.common import (
     sharding_of,
     snapshot,
 )
+from shardlab.checker.formulas import mark
 from shardlab.checker.probes import probe
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
@@ -288,6 +290,43 @@ def _cursor(value: int):
     return change
 
 
+def invalid_arguments_are_refused(ctx):
+    """Every path argument a rule says save or restore must refuse is refused with that rule's error, disk untouched."""
+    path, state, contract = _saved(ctx, "arguments-source")
+    with open(path, "rb") as handle:
+        checkpoint = handle.read()
+    wrong, tried = {}, []
+    for number, argument in enumerate(arguments.ARGUMENTS):
+        target = os.path.join(ctx.workdir, f"arguments-{number}", "checkpoint.npz")
+        arguments.lay_out(argument.layout, target, checkpoint)
+        error = arguments.error_of(argument.rule)
+        if argument.function == "save":
+            call = lambda target=target: ctx.impl.save(target, state, contract)  # noqa: E731
+        else:
+            call = lambda target=target: ctx.impl.restore(target, contract, ctx.mesh)  # noqa: E731
+        what = arguments.outcome(call, error, target)
+        tried.append(f"{argument.function}: {argument.name} -> {error.__name__}")
+        if what is not None:
+            wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
+    fixes = {
+        "save": "refuse every existing name, a file of any size, a folder or a link, with errors.CheckpointExistsError "
+        "before writing anything, and never remove it",
+        "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
+        "file: OSError included) into errors.CorruptCheckpointError",
+    }
+    functions = sorted({case.split(":")[0] for case in wrong})
+    return expect(
+        not wrong,
+        tried,
+        {case: what for case, (_, _, what) in wrong.items()},
+        f"{len(wrong)} invalid argument(s) not refused as the rules say: "
+        + "; ".join(f"{case}: {what}" for case, (_, _, what) in wrong.items())
+        + " -> "
+        + "; ".join(f"{function}: {fixes[function]}" for function in functions)
+        + "".join(sorted({f" {{rule:{rule}}}" for rule, _, _ in wrong.values()})),
+    )
+
+
 def restore_refuses_damaged_checkpoints(ctx):
     """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
     path, state, contract = _saved(ctx, "damaged")
@@ -546,7 +585,9 @@ def _race_cause(saved: list, losers_exist: bool, wrong: str) -> str:
             "the losing save did not raise errors.CheckpointExistsError -> refuse a taken name with the course's error"
         )
     if wrong.startswith("beside the checkpoint"):
-        return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)"
+        return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)" + mark(
+            "new-temp-name"
+        )
     return f"the final file is not the checkpoint of the save that succeeded ({wrong})"
 
 
@@ -588,6 +629,7 @@ CHECKS = (
     save_leaves_only_the_final_file,
     restore_refuses_another_experiment,
     restore_refuses_damaged_checkpoints,
+    invalid_arguments_are_refused,
     save_syncs_before_publishing,
     interrupted_save_leaves_nothing_or_a_checkpoint,
     racing_saves_never_overwrite,

@@ -93,7 +93,7 @@ class Watch:
 # the fields of checker.cli.Result (a test keeps the two equal): typed ones, then any-valued ones, then optional ones
 RESULT_FIELDS = {"name": str, "stage": int, "passed": bool, "diagnosis": str, "seconds": (int, float)}
 RESULT_VALUES = ("expected", "observed")
-RESULT_OPTIONAL: dict = {}  # optional fields of cli.Result (none today: a reused verdict says so in its diagnosis)
+RESULT_OPTIONAL: dict = {"rules": (list, tuple)}  # optional fields of cli.Result: the rules of the diagnosed mistake
 
 
 def _named(found) -> bool:

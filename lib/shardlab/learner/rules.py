@@ -211,7 +211,7 @@ RULES = (
         "never-overwrite",
         "save",
         "a path that exists is refused with errors.CheckpointExistsError and its bytes are left untouched",
-        ("save_never_overwrites", "refusals_name_the_course_errors"),
+        ("save_never_overwrites", "refusals_name_the_course_errors", "invalid_arguments_are_refused"),
     ),
     Rule(
         "new-temp-name",
@@ -263,7 +263,12 @@ RULES = (
         "restore",
         "a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut files, missing "
         "fields, wrong dtypes or shapes, an order that is not a permutation, a cursor outside 0..rows",
-        ("restore_refuses_damaged_checkpoints", "refusals_name_the_course_errors", "random_restore_damage"),
+        (
+            "restore_refuses_damaged_checkpoints",
+            "refusals_name_the_course_errors",
+            "random_restore_damage",
+            "invalid_arguments_are_refused",
+        ),
     ),
     Rule(
         "refuse-nan",

@@ -1,0 +1,118 @@
+"""Invalid arguments, enumerated: every argument the course's rules say a function must refuse, each tried.
+
+Each row is one invalid argument of one learner function, the rule that makes it invalid and how the
+checker builds it. The error a refusal must raise is read from the rule's own text (`errors.X` in
+`shardlab.learner.rules`), never from running the reference: a rule that names no error type cannot be
+a row here. Every row is tried on every run (no sampling), and a refusal must also leave the disk as it
+was: the path itself (its kind, bytes, link target or listing) and its folder's listing.
+
+Only what a rule demands is a row. The course's stage 1 notebook shows the course's own functions refusing
+a batch size of 0 or -3 and malformed data, but no rule asks a learner's `next_batch`, `initial` or
+`make_step` to refuse them (the starter's docstrings state none, and correct files written from the starter
+return an empty batch for a batch size of 0); docs/checker.md lists them as the domain no rule covers yet.
+"""
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+
+import shardlab.errors as errors
+from shardlab.learner import rules
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One invalid argument: the function, what it is, the rule that refuses it, how to lay it out on disk."""
+
+    function: str
+    name: str
+    rule: str
+    layout: str  # what `lay_out` puts at the path before the call
+
+
+def error_of(rule_id: str) -> type:
+    """The course's error type the rule's text names (`errors.X`): the one expected answer."""
+    found = re.findall(r"errors\.(\w+Error)", rules.BY_ID[rule_id].text)
+    if len(found) != 1:
+        raise ValueError(f"rule:{rule_id} names {found}, not exactly one course error type")
+    return getattr(errors, found[0])
+
+
+# The save path: rule:never-overwrite, "a path that exists is refused". Every kind of existing name.
+# The restore path: rule:validate-fields, "unreadable or cut files". Every kind of name np.load cannot read.
+ARGUMENTS = (
+    Argument("save", "a path holding a checkpoint", "never-overwrite", "checkpoint"),
+    Argument("save", "a path holding an empty file", "never-overwrite", "empty file"),
+    Argument("save", "a path that is an empty folder", "never-overwrite", "empty folder"),
+    Argument("save", "a path that is a folder holding a file", "never-overwrite", "full folder"),
+    Argument("save", "a path that is a symbolic link to a checkpoint", "never-overwrite", "link to checkpoint"),
+    Argument("restore", "a path that does not exist", "validate-fields", "nothing"),
+    Argument("restore", "a path that is a folder", "validate-fields", "empty folder"),
+    Argument("restore", "a path holding an empty file", "validate-fields", "empty file"),
+    Argument("restore", "a symbolic link that leads nowhere", "validate-fields", "dangling link"),
+    Argument("restore", "a path holding the checkpoint's first half", "validate-fields", "half checkpoint"),
+)
+
+
+def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
+    """Put at `path` what `layout` names (`checkpoint`: the bytes of a real checkpoint of this run)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    if layout in ("checkpoint", "empty file", "half checkpoint"):
+        with open(path, "wb") as handle:
+            handle.write({"checkpoint": checkpoint, "empty file": b""}.get(layout, checkpoint[: len(checkpoint) // 2]))
+    elif layout in ("empty folder", "full folder"):
+        os.makedirs(path)
+        if layout == "full folder":
+            with open(os.path.join(path, "inside.txt"), "w") as handle:
+                handle.write("a file the save must not touch\n")
+    elif layout == "link to checkpoint":
+        target = os.path.join(folder, "target.npz")
+        with open(target, "wb") as handle:
+            handle.write(checkpoint)
+        os.symlink("target.npz", path)
+    elif layout == "dangling link":
+        os.symlink("nowhere.npz", path)
+    elif layout != "nothing":
+        raise ValueError(f"unknown layout {layout!r}")
+
+
+def disk(path: str) -> tuple:
+    """What a refusal must leave as it was: every name in the folder, with its kind and bytes or link target."""
+    folder = os.path.dirname(path)
+    seen = []
+    for root, dirs, names in os.walk(folder):
+        for name in sorted(dirs + names):
+            full = os.path.join(root, name)
+            if os.path.islink(full):
+                seen.append((os.path.relpath(full, folder), "link", os.readlink(full)))
+            elif os.path.isdir(full):
+                seen.append((os.path.relpath(full, folder), "folder", None))
+            else:
+                with open(full, "rb") as handle:
+                    seen.append((os.path.relpath(full, folder), "file", hashlib.sha256(handle.read()).hexdigest()))
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return tuple(sorted(seen))
+
+
+def changed(before: tuple, after: tuple) -> list[str]:
+    """The names whose kind, bytes or target differ, or that appeared or went."""
+    old, new = {row[0]: row[1:] for row in before}, {row[0]: row[1:] for row in after}
+    return sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
+
+
+def outcome(call, error: type, path: str) -> str | None:
+    """None if `call` raised `error` and left the folder of `path` as it was, else what happened instead."""
+    before = disk(path)
+    try:
+        call()
+    except NotImplementedError:
+        raise
+    except error:
+        moved = changed(before, disk(path))
+        return f"refused, but changed {moved} on disk" if moved else None
+    except Exception as exc:
+        return f"{type(exc).__name__} (not {error.__name__}): {str(exc)[:120]}"
+    moved = changed(before, disk(path))
+    return "accepted (no error)" + (f", changed {moved} on disk" if moved else "")

@@ -1,0 +1,99 @@
+"""The implementation's interpreter, started before the checking interpreter has imported JAX.
+
+Both interpreters spend their first seconds importing JAX and starting XLA. Started one after the
+other, the checking interpreter's start and the worker's add up; `python -m shardlab.checker` therefore
+makes the run's scratch folders and launches the first worker (`launch`) before its own heavy imports,
+and `checker/remote.py` adopts that process for the first call. Nothing here imports JAX, NumPy or a
+check; the worker it starts is exactly the one `remote.Worker.start` would start (one command, one
+environment), so only when it starts changes, never what it runs.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import shardlab.checker.compile_cache as compile_cache
+import shardlab.checker.sandbox as sandbox
+
+
+@dataclass
+class Launched:
+    """A worker process whose hello has not been read yet, and its two ends of the channel."""
+
+    process: subprocess.Popen
+    send_fd: int
+    reply_fd: int
+
+
+def environment(box, scratch: list) -> dict:
+    """The worker's environment: CPU JAX; sandboxed, a compilation cache of this run's own (no other sees it)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    if box is not None and scratch:
+        env[compile_cache.ENV] = os.path.join(scratch[0], ".compilation-cache")
+    return env
+
+
+def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list) -> Launched:
+    """Start `python -m shardlab.checker.worker` for `spec`; the caller reads its hello."""
+    inbound, outbound = os.pipe(), os.pipe()  # checker -> worker, worker -> checker
+    command = [sys.executable, "-B", "-m", "shardlab.checker.worker", "--implementation", spec]
+    command += ["--channel", f"{inbound[0]},{outbound[1]}", "--call-seconds", str(float(call_seconds))]
+    command += ["--poison", json.dumps(poisoned)]
+    try:
+        process = sandbox.spawn(
+            command,
+            box,
+            pass_fds=(inbound[0], outbound[1]),
+            stdin=subprocess.DEVNULL,
+            cwd=scratch[0] if scratch else None,
+            env=environment(box, scratch),
+        )
+    finally:
+        os.close(inbound[0])
+        os.close(outbound[1])
+    return Launched(process, inbound[1], outbound[0])
+
+
+@contextlib.contextmanager
+def other_file_system(workdir: str):
+    """A new scratch folder on another file system than `workdir` (/dev/shm), removed afterwards; None if none."""
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or not os.access(shm, os.W_OK) or os.stat(shm).st_dev == os.stat(workdir).st_dev:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="shardlab-check-", dir=shm)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def box_for(spec: str, workdir: str, other: str | None, sandboxed: bool):
+    """(sandbox or None, writable folders) of a worker for `spec` in this run's scratch folders."""
+    readable = [os.path.dirname(spec)] if spec != "reference" else []
+    writable = [workdir] + [other] * bool(other)
+    return (sandbox.Sandbox(readable=readable, writable=writable) if sandboxed else None), writable
+
+
+@dataclass
+class Early:
+    """The run's scratch folders and its first worker, made before the checking interpreter's imports."""
+
+    workdir: str
+    other: str | None
+    launched: Launched | None
+
+
+@contextlib.contextmanager
+def scratch(early: "Early | None"):
+    """(workdir, other): `early`'s folders (kept by its maker), or new ones removed afterwards."""
+    if early is not None:
+        yield early.workdir, early.other
+        return
+    with tempfile.TemporaryDirectory(prefix="shardlab-check-") as workdir, other_file_system(workdir) as other:
+        yield workdir, other
