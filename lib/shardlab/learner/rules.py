@@ -179,8 +179,8 @@ RULES = (
         ("random_contract_tells_apart",),
         why=(
             "Why: a learning rate rounded to six digits, or stored as a rounded decimal, makes two runs whose "
-            "updates differ look like one experiment; the checker changes a value by one float32 step (x(1 + "
-            "2^-20)) and expects another contract."
+            "updates differ look like one experiment; the checker changes a value by a few float32 steps "
+            "(x(1 + 2^-20), eight steps near 1.0) and expects another contract."
         ),
     ),
     Rule(
