@@ -27,8 +27,9 @@ DOC_READERS = {
     "shardlab.handin.autograder": "the first docstring line as --help's description",
     "shardlab.checker.reuse": "the source of a learner's functions, hashed into a key for reusing verdicts",
 }
-# modules that import a computed name: the command table's dispatcher (a run's command is the runner above)
-COMPUTED_IMPORTS = {"shardlab.__main__"}
+# modules that import a computed name: the command table's dispatcher (a run's command is the runner above),
+# and the package's lazy names, each a literal module name in its tables (the closure follows strings: tested below)
+COMPUTED_IMPORTS = {"shardlab.__main__", "shardlab"}
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +153,10 @@ def computed_imports(package_files: dict) -> set[str]:
 
 def test_only_the_listed_modules_import_a_computed_name():
     assert computed_imports(sources.files(root=PACKAGE)) == COMPUTED_IMPORTS
+    import shardlab
+
+    lazy = set(shardlab._MODULES.values()) | set(shardlab._NAMES)  # what `sl.name` may import on first use
+    assert lazy <= sources.closure(sources.files(root=PACKAGE)), lazy - sources.closure(sources.files(root=PACKAGE))
 
 
 def test_the_closure_follows_imports_strings_and_parents(tmp_path):

@@ -8,11 +8,16 @@ import importlib
 # name -> the module that defines it. Nothing is imported until a name is first used (PEP 562), so a
 # process that needs one light module (the checker's supervisor, a command's argument parser) never pays
 # for JAX; `import shardlab as sl; sl.next_batch` imports shardlab.core.batch on first use.
-_MODULES = {
-    **{
-        name: f"shardlab.core.{name}"
-        for name in "batch checkpoint config devices fixtures sampler schema state update".split()
-    },
+_MODULES = {  # each a literal module name: the receipts' import closure (evidence.sources) reads them as strings
+    "batch": "shardlab.core.batch",
+    "checkpoint": "shardlab.core.checkpoint",
+    "config": "shardlab.core.config",
+    "devices": "shardlab.core.devices",
+    "fixtures": "shardlab.core.fixtures",
+    "sampler": "shardlab.core.sampler",
+    "schema": "shardlab.core.schema",
+    "state": "shardlab.core.state",
+    "update": "shardlab.core.update",
     "errors": "shardlab.errors",
     "results": "shardlab.course.results",
     "implementation": "shardlab.learner.implementation",

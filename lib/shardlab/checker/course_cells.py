@@ -114,6 +114,12 @@ COVERAGE = {
     ),
     ("stage3c_orbax_lesson", "momentum-gap"): ("consecutive_updates", "random_step_update"),
     ("stage3c_orbax_lesson", "wrong-key"): ("key_changes_at_each_new_epoch", "random_sampler_walk"),
+    ("stage3c_orbax_lesson", "reveal"): (  # the momentum-gap and wrong-key answers, asserted after they are shown
+        "consecutive_updates",
+        "random_step_update",
+        "key_changes_at_each_new_epoch",
+        "random_sampler_walk",
+    ),
     ("stage3c_orbax_lesson", "compare"): (
         "random_sampler_walk",
         "random_transition_walk",

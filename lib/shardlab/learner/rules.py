@@ -297,6 +297,7 @@ RULES = (
 
 FUNCTIONS = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
 # The notebook that teaches each function's rules (where its hint cell and rule cell live).
+BY_ID = {rule.id: rule for rule in RULES}  # the checker reads a rule's text (its error type) and marks by id
 TAUGHT_IN = {
     "initial": "stage1_batches",
     "next_batch": "stage1_batches",
