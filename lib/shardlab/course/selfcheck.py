@@ -10,6 +10,7 @@ question into the `choices` dict of the notebook's `selfcheck` cell and runs it;
 the letters that match. The pass mark is the sources' own: at least 80 % correct.
 """
 
+import functools
 from dataclasses import dataclass
 from html import escape
 
@@ -631,25 +632,33 @@ def where(q: Question) -> str:
     return f"Where this notebook shows it: under the heading \u201c{heading or q.section}\u201d, {shown}."
 
 
-def _landmarks(notebook: str, tag: str) -> tuple[str, str]:
-    """(the whole heading above the cell tagged `tag` in the course's `notebook`, the cell's first line of code)."""
-    import nbformat
+@functools.cache
+def _cells(notebook: str) -> tuple:
+    """(cell type, source, tags) of each cell of the course's `notebook`, read once per process (no validation)."""
+    import json
 
     from shardlab.course import catalog
 
     try:
-        cells = nbformat.read(catalog.NOTEBOOK_DIR / f"{notebook}.ipynb", as_version=4).cells
-    except OSError:
-        return "", ""
-    index = next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), None)
+        cells = json.loads((catalog.NOTEBOOK_DIR / f"{notebook}.ipynb").read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return ()
+    joined = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells]
+    return tuple((c["cell_type"], text, tuple(c.get("metadata", {}).get("tags", []))) for c, text in zip(cells, joined))
+
+
+def _landmarks(notebook: str, tag: str) -> tuple[str, str]:
+    """(the whole heading above the cell tagged `tag` in the course's `notebook`, the cell's first line of code)."""
+    cells = _cells(notebook)
+    index = next((i for i, (_, _, tags) in enumerate(cells) if tag in tags), None)
     if index is None:
         return "", ""
     heading = ""
-    for cell in cells[:index]:
-        found = [h.lstrip("#").strip() for h in cell.source.splitlines() if h.startswith("#")]
-        if cell.cell_type == "markdown" and found:
+    for kind, text, _ in cells[:index]:
+        found = [h.lstrip("#").strip() for h in text.splitlines() if h.startswith("#")]
+        if kind == "markdown" and found:
             heading = found[-1]
-    lines = [line.strip() for line in cells[index].source.splitlines()]
+    lines = [line.strip() for line in cells[index][1].splitlines()]
     first = next((line for line in lines if line and not line.startswith(("#", "import ", "from "))), "")
     return heading, first
 

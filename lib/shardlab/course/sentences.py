@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from shardlab.course.claims import say
 from shardlab.errors import UsageError
+from shardlab.evidence.hypothesis import RELATIONS  # the verdict's rule: one home
 
 
 class Sentence(NamedTuple):
@@ -40,7 +41,7 @@ SENTENCES = {
             "{c4:.4g} ms, one device {c1:.4g} ms): look at the spreads before reading a ratio.",
         ),
         "change_confirmed": _s(
-            "c <= r and c - n >= t",
+            RELATIONS["confirmed"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "r": "change.reach_ms", "t": "change.threshold_ms"},
             "confirmed: the cut less the noise ({c:.3f} − {n:.3f} ms) still reaches the {t:.3f} ms predicted, and the "
             "cut is within the {r:.3f} ms the change can remove.",
@@ -48,7 +49,7 @@ SENTENCES = {
             "the cut exceeds the {r:.3f} ms the change can remove.",
         ),
         "change_refuted": _s(
-            "c <= r and c + n < t",
+            RELATIONS["refuted"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "r": "change.reach_ms", "t": "change.threshold_ms"},
             "refuted: even with the noise added ({c:.3f} + {n:.3f} ms) the cut stays below the {t:.3f} ms predicted.",
             "not refuted: the cut plus the noise ({c:.3f} + {n:.3f} ms) reaches the {t:.3f} ms predicted, or the cut "
