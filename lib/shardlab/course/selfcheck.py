@@ -345,8 +345,8 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
-            "compiled update is the strong baseline.",
+            "Eager against compiled measures dispatch and recompilation; the one-device compiled update is the "
+            "strong baseline.",
             "timing",
             (
                 "timing_table",
@@ -382,7 +382,7 @@ QUESTIONS = (
             (
                 "profile_again",
                 "4. Make the change",
-                "the hypothesis written out, the gate, then the verdict",
+                "your hypothesis, written out",
                 r"Hypothesis: the median traced \w+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),
@@ -400,8 +400,8 @@ QUESTIONS = (
             ),
         ),
         (
-            "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
-            "moved by 0.4 ms between the same two sides. What does the cut show?",
+            "Your change's annotation got 0.5 ms shorter; the control, which it does not touch, moved by 0.4 ms. "
+            "What does the cut show?",
             [
                 "a 0.5 ms speed-up of the change",
                 "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
@@ -413,7 +413,7 @@ QUESTIONS = (
             (
                 "profile_again",
                 "4. Make the change",
-                "the table of every number the verdict reads, then the verdict",
+                "the table of the numbers the verdict reads",
                 r"drift: the control's unchanged − changed median \| -?[\d.]+",
             ),
         ),
