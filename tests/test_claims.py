@@ -8,6 +8,7 @@ must be the sentence for that outcome. Planted false claims show the check can f
 """
 
 import math
+import re
 
 import pytest
 from conftest import results
@@ -125,3 +126,35 @@ def test_every_claim_of_the_course_run_is_true(run_dir, name):
     found = results(run_dir, name)
     problems = check_claims(found)
     assert not problems, f"{name}: " + "; ".join(problems)
+
+
+def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_path):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x2": {"max_weight_diff": 0.0}}})
+    text = sentences.state(str(tmp_path), "stage5a_protocol", "world_change_<world>_exact", {"world": "1x2"}, d=0.0)
+    assert text == "bit for bit"
+    found = record.load(str(tmp_path), "stage5a_protocol")
+    claim = found[claims.CLAIMS]["world_change_1x2_exact"]
+    assert claim["keys"] == {"d": "world_change.runs.1x2.max_weight_diff"} and not check_claims(found)
+    found["world_change"]["runs"]["1x2"]["max_weight_diff"] = 1e-7  # the recorded value no longer says "bit for bit"
+    assert check_claims(found)
+    with pytest.raises(UsageError, match="missing"):
+        sentences.state(str(tmp_path), "stage5a_protocol", "skip_stop_near_bound", d=1.0)
+    with pytest.raises(UsageError, match="no sentence"):
+        sentences.state(str(tmp_path), "stage5a_protocol", "faster")
+
+
+def test_every_sentence_of_the_table_names_a_value_for_each_name_its_relation_uses():
+    import ast
+
+    from shardlab.course import sentences
+
+    for notebook, rows in sentences.SENTENCES.items():
+        for name, row in rows.items():
+            used = {n.id for n in ast.walk(ast.parse(row.relation, mode="eval")) if isinstance(n, ast.Name)}
+            assert used - {"abs", "min", "max"} <= set(row.keys), (notebook, name)
+            for text in (row.true, row.false):  # every value a sentence formats is one the claim records
+                fields = set(re.findall(r"\{(\w+)(?::[^}]*)?\}", text))
+                assert fields <= set(row.keys), (notebook, name, fields)

@@ -95,6 +95,24 @@ def unrevealed(nb, ran: bool = True) -> list[str]:
     return missing + ([open_prompt] if open_prompt else [])
 
 
+def shown_before_reveal(nb) -> list[str]:
+    """Each `predict` prompt after which a code cell other than a `reveal` shows output first (it may answer it)."""
+    early = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or PREDICT not in tags(cell):
+            continue
+        for later in nb.cells[index + 1 :]:
+            if later.cell_type == "code" and any(line.strip() for line in shown_text(later)):
+                if REVEAL not in tags(later):
+                    early.append(f"cell {index}: output of {sorted(tags(later))} before the reveal")
+                break
+    return early
+
+
+# the notebooks whose every prompt comes before any output: nothing is shown between a prompt and its reveal
+PROMPT_FIRST = ("stage4a_profile", "stage4b_beyond", "stage5a_protocol", "stage5b_scaling")
+
+
 def source_notebooks():
     return [(name, nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)) for name in catalog.NOTEBOOKS]
 
@@ -145,6 +163,8 @@ def test_the_reveal_rule_catches_a_prompt_left_open():
     assert len(unrevealed(new_notebook(cells=[prompt, silent]))) == 1  # a reveal cell that showed nothing
     assert unrevealed(new_notebook(cells=[prompt, silent]), ran=False) == []
     assert len(unrevealed(new_notebook(cells=[answer, prompt]))) == 1  # the answer came before the question
+    assert shown_before_reveal(new_notebook(cells=[prompt, silent, answer])) == []
+    assert len(shown_before_reveal(new_notebook(cells=[prompt, plain, answer]))) == 1  # an output before the reveal
     assert visible_lines(["x" * 400, "y"]) == 4 and visible_lines([]) == 0
 
 
@@ -154,6 +174,13 @@ def test_every_prediction_is_answered_by_an_observed_output(run_dir, name):
     nb = executed(run_dir, name)
     assert name not in ASKING or any(PREDICT in tags(c) for c in nb.cells), f"{name} asks for no prediction"
     assert not unrevealed(nb), f"{name}: predictions no later output answers: {unrevealed(nb)}"
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", PROMPT_FIRST)
+def test_nothing_is_shown_between_a_prediction_and_its_reveal(run_dir, name):
+    early = shown_before_reveal(executed(run_dir, name))
+    assert not early, f"{name}: outputs shown before a prediction's reveal: {early}"
 
 
 @pytest.mark.notebooks

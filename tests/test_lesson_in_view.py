@@ -27,12 +27,24 @@ SHOWN = {
     "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
     "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
-    "stage4a_profile": ("inspect.getsource(trace.traced_transition)",),  # StepTraceAnnotation, TraceAnnotation
-    "stage4b_beyond": ("inspect.getsource(steps._step_by_step)", "inspect.getsource(fused.compile_loop)"),
-    "stage5a_protocol": ("manifest.read", "sha256"),
+    "stage4a_profile": ("inspect.getsource(trace.traced_transition)", ".lower(", ".compile()"),
+    "stage4b_beyond": (
+        "inspect.getsource(steps._step_by_step)",
+        "inspect.getsource(fused.compile_loop)",
+        "packed.packed_psum",
+        "jax.lax.psum",
+    ),
+    "stage5a_protocol": (
+        "manifest.read",
+        "sha256",
+        "jax.make_array_from_callback",
+        "ocp.CheckpointManager",
+        "inspect.getsource(runtime.initialize)",
+    ),
     "stage5b_scaling": ("inspect.getsource(program.step_times)",),
 }
 NOTEBOOKS = list(SHOWN)
+LATE = ["stage4a_profile", "stage5a_protocol", "stage5b_scaling"]  # every question says what its output shows
 ASKING = [name for name in NOTEBOOKS if selfcheck.questions(name)]
 BOOKKEEPING = re.compile(r"stored in results|full value in results|results/\w+\.json|make check does not ask")
 PROGRESS = re.compile(r"^\[drills\] |^timing: |round \d+/\d+ done", re.M)  # a running cell's lines, not results
@@ -117,10 +129,10 @@ def heading_before(nb, index: int) -> str:
     return ""
 
 
-def check_pointers(run_dir, names) -> list[str]:
-    """Every way a self-check pointer of `names` misses: no such cell, no visible output, another section."""
+def check_pointers(load, names) -> list[str]:
+    """Every way a pointer of `names` misses (`pointer_problems`); `load(name)` gives the executed notebook."""
     questions = [q for name in names for q in selfcheck.questions(name) if q.cell]
-    books = {name: executed(run_dir, name) for name in {q.notebook for q in questions}}
+    books = {name: load(name) for name in {q.notebook for q in questions}}
     return [problem for q in questions for problem in pointer_problems(books[q.notebook], q)]
 
 
@@ -174,7 +186,32 @@ def test_the_pointer_rule_finds_a_pointer_without_an_answer():
 @pytest.mark.notebooks
 def test_every_self_check_pointer_lands_on_an_answering_output(run_dir):
     names = sorted({q.notebook for q in selfcheck.QUESTIONS})
-    assert not check_pointers(run_dir, names)
+    assert not check_pointers(lambda name: executed(run_dir, name), names)
+
+
+@pytest.mark.parametrize("name", LATE)
+def test_every_question_of_the_later_stages_says_what_its_output_shows(name):
+    vague = [q.number for q in selfcheck.questions(name) if not q.seen]
+    assert not vague, f"{name}: questions {vague} name no `seen`, so nothing checks their output answers them"
+    for q in selfcheck.questions(name):
+        re.compile(q.seen)
+
+
+def test_the_pointer_rule_finds_an_output_that_does_not_answer():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    (q,) = [q for q in selfcheck.questions("stage4a_profile") if q.cell == "durations"]
+    cell = new_code_cell("show(rows)", metadata={"tags": [q.cell]})
+    cell.outputs = [new_output("stream", name="stdout", text="| 1 | 2.65 | 0.90 |\n")]  # durations, no boundary
+    heading = new_markdown_cell(f"## {q.section} under the profiler")
+    others = [new_code_cell("", metadata={"tags": [o.cell]}) for o in selfcheck.questions("stage4a_profile")]
+    nb = new_notebook(cells=[heading, cell, *others])
+    found = check_pointers(lambda name: nb, ["stage4a_profile"])
+    assert f"stage4a_profile {q.number}: the output of durations does not show the answer ({q.seen!r})" in found
+    cell.outputs[0]["text"] += "measured on: backend cpu, 4 logical devices in one process, 2 CPUs visible: " + (
+        "host time of one host, not accelerator utilisation\n"
+    )
+    assert not [p for p in check_pointers(lambda name: nb, ["stage4a_profile"]) if f" {q.number}:" in p]
 
 
 @pytest.mark.notebooks

@@ -81,6 +81,16 @@ def test_measure_warms_alternates_and_blocks_on_every_output():
     assert all(s == 1000.0 for n in NAMES for s in measured["samples_ms"][n])  # one fake second per sample
 
 
+def test_measure_caps_a_slow_variant_to_its_first_rounds():
+    calls = []
+    variants = {n: timing.Variant(lambda n=n: calls.append(n), (), None, None) for n in NAMES}
+    measured = timing.measure(variants, samples=7, warmup=1, block=lambda t: t, progress=None, caps={NAMES[0]: 3})
+    assert {n: len(s) for n, s in measured["samples_ms"].items()} == {NAMES[0]: 3, NAMES[1]: 7, NAMES[2]: 7}
+    timed = calls[3:]  # after one warm-up call each
+    rounds = timing.rotations(NAMES, 7)
+    assert timed == [n for i, r in enumerate(rounds) for n in r if n != NAMES[0] or i < 3]
+
+
 def numpy_update(x, y, m, w, v, lr=0.03, decay=0.8):
     """Masked mean gradient with momentum, straight from the course formulas, in float64."""
     x, y, w, v = (np.asarray(a, np.float64) for a in (x, y, w, v))
@@ -269,7 +279,8 @@ def test_a_hypothesis_names_a_change_of_the_menu_with_a_threshold_it_can_reach()
 
     mine = stated({"change": "one_call_reshuffle", "threshold_ms": 0.15, "because": "dispatch"}, TRANSITIONS, BREAKDOWN)
     assert (mine["annotation"], mine["control"]) == (trace.PREPARE, trace.UPDATE)
-    assert mine["baseline_ms"] == pytest.approx(1.0) and mine["reach_ms"] == pytest.approx(0.3)  # medians
+    # medians; the reshuffle can remove all of prepare_and_place but the placement: median of 0.6, 0.8, 1.0
+    assert mine["baseline_ms"] == pytest.approx(1.0) and mine["reach_ms"] == pytest.approx(0.8)
     psum = stated({"change": "packed_psum", "threshold_ms": 2.0, "because": "the update"}, TRANSITIONS, BREAKDOWN)
     assert (psum["annotation"], psum["control"], psum["reach_ms"]) == (trace.UPDATE, trace.PREPARE, pytest.approx(3.0))
     assert [row["change"] for row in menu(TRANSITIONS, BREAKDOWN)] == sorted(MENU, key=list(MENU).index)
@@ -278,7 +289,7 @@ def test_a_hypothesis_names_a_change_of_the_menu_with_a_threshold_it_can_reach()
         {"change": "packed_psum", "threshold_ms": 0.0, "because": "x"},
         {"change": "packed_psum", "threshold_ms": True, "because": "x"},
         {"change": "packed_psum", "threshold_ms": float("nan"), "because": "x"},
-        {"change": "one_call_reshuffle", "threshold_ms": 0.31, "because": "x"},  # more than the dispatch it removes
+        {"change": "one_call_reshuffle", "threshold_ms": 0.81, "because": "x"},  # more than the part it touches
         {"change": "packed_psum", "threshold_ms": 1.0, "because": "  "},
         {"change": "packed_psum", "threshold_ms": 1.0},
         "packed_psum",

@@ -10,6 +10,7 @@ learner writes a letter per question into the `choices` dict of the notebook's `
 runs it; `score` counts the letters that match. The pass mark is the sources' own: at least 80 % correct.
 """
 
+import functools
 from dataclasses import dataclass
 from html import escape
 
@@ -414,7 +415,12 @@ QUESTIONS = (
             "c",
             "Inputs are placed before the clock starts; compilation is timed separately.",
             "timing",
-            ("timing_table", "1. Three equivalent updates", "the table of warm medians and the sentence below it"),
+            (
+                "timing_table",
+                "1. Three equivalent updates",
+                "the line under the table that says what a sample is",
+                r"a sample: one call of a warm variant until every output is ready",
+            ),
         ),
         (
             "Which comparison says whether four devices pay off for this workload?",
@@ -424,10 +430,15 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures dispatch plus the recompilations the table counts; the single-device "
-            "compiled update is the strong baseline.",
+            "Eager against compiled measures dispatch and recompilation; the one-device compiled update is the "
+            "strong baseline.",
             "timing",
-            ("timing_table", "1. Three equivalent updates", "the table of warm medians and its two ratios"),
+            (
+                "timing_table",
+                "1. Three equivalent updates",
+                "the table of warm medians and its two ratios",
+                r"4-device / 1-device = [\d.]+x",
+            ),
         ),
         (
             "Which trace annotation holds the sampler's work and the placement of the batch?",
@@ -435,7 +446,12 @@ QUESTIONS = (
             "b",
             "prepare_and_place advances the real sampler state and waits for placement.",
             "trace",
-            ("durations", "2. Four real transitions", "the table of the two annotations' durations per transition"),
+            (
+                "annotations",
+                "2. Four real transitions",
+                "the source of one traced transition: what each annotation holds",
+                r"TraceAnnotation\(PREPARE\):\s*\n\s*state, batch = next_batch",
+            ),
         ),
         (
             "Which is a useful next optimisation?",
@@ -448,7 +464,12 @@ QUESTIONS = (
             "c",
             "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
             "trace",
-            ("hypothesis_stated", "3. What dominates", "the hypothesis, written out as Change / Hypothesis / Because"),
+            (
+                "profile_again",
+                "4. Make the change",
+                "your hypothesis, written out",
+                r"Hypothesis: the median traced \w+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
+            ),
         ),
         (
             "What does this CPU trace measure?",
@@ -456,11 +477,16 @@ QUESTIONS = (
             "b",
             "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
             "trace",
-            ("durations", "2. Four real transitions", "the table of annotation durations read from the trace files"),
+            (
+                "durations",
+                "2. Four real transitions",
+                "the line under the durations saying what was measured on",
+                r"backend cpu, \d+ logical devices in one process.*host time of one host, not accelerator utilisation",
+            ),
         ),
         (
-            "Your change's annotation got 0.5 ms shorter, and the control, which the change does not touch, "
-            "moved by 0.4 ms between the same two sides. What does the cut show?",
+            "Your change's annotation got 0.5 ms shorter; the control, which it does not touch, moved by 0.4 ms. "
+            "What does the cut show?",
             [
                 "a 0.5 ms speed-up of the change",
                 "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
@@ -469,7 +495,12 @@ QUESTIONS = (
             "b",
             "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
             "change",
-            ("profile_again", "4. Make the change", "the table of the annotation and the control, then the verdict"),
+            (
+                "profile_again",
+                "4. Make the change",
+                "the table of the numbers the verdict reads",
+                r"drift: the control's unchanged − changed median \| -?[\d.]+",
+            ),
         ),
     ),
     *_stage(
@@ -484,7 +515,12 @@ QUESTIONS = (
             "b",
             "The denominator stays global across processes exactly as across devices; the means of means differ.",
             "denominator",
-            ("denominator", "Drill 2", "the global mean and the mean of device means on 1, 2 and 4 devices"),
+            (
+                "denominator",
+                "Drill 2",
+                "the global mean and the mean of device means on 1, 2 and 4 devices",
+                r"4 device\(s\) .*: global mean [\d.]+, mean of device means [\d.]+",
+            ),
         ),
         (
             "The completion manifest printed above lists every file with its size and checksum. When may a reader "
@@ -497,7 +533,12 @@ QUESTIONS = (
             "a",
             "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
             "manifest",
-            ("manifest", "One completion manifest", "the manifest's fields, its six state entries and its files"),
+            (
+                "manifest",
+                "One completion manifest",
+                "the manifest's fields, its six state entries and its files",
+                r'status: "complete"[\s\S]*"sha256"[\s\S]*files: \d+ written by Orbax',
+            ),
         ),
         (
             "Process 1 is killed while the background write of step 6 is in progress. Where does the relaunch resume?",
@@ -509,7 +550,12 @@ QUESTIONS = (
             "b",
             "Step 6 never got its manifest, so 'latest' is the newest published step; the steps after it are redone.",
             "async_kill",
-            ("reveal-async-kill", "Drill 1", "the line answering prediction (a)"),
+            (
+                "reveal-async-kill",
+                "Drill 1",
+                "the line answering prediction (a)",
+                r"of step 6; resumed from step \d+, \d+ steps recomputed",
+            ),
         ),
         (
             "One controller skips a batch and misses an all-reduce. What does the guard do?",
@@ -521,7 +567,12 @@ QUESTIONS = (
             "c",
             "The others block in the collective; only a bound turns a hang into a diagnosis.",
             "skipped_batch",
-            ("reveal-skip", "Drill 3", "the line saying when the controllers stopped and whom they named"),
+            (
+                "reveal-skip",
+                "Drill 3",
+                "the line saying when the controllers stopped and whom they named",
+                r"stopped [\d.]+ s after the skip, naming process 1",
+            ),
         ),
         (
             "SIGTERM reaches process 1 during step 8. How many steps does the relaunch lose?",
@@ -533,7 +584,7 @@ QUESTIONS = (
             "a",
             "The handler only sets a flag; the next agreement carries it to every controller, which save that step.",
             "preemption",
-            ("reveal-preempt", "Drill 1", "the line answering prediction (c)"),
+            ("reveal-preempt", "Drill 1", "the line answering prediction (c)", r"preempted at step 9, .* 0 steps lost"),
         ),
     ),
     *_stage(
@@ -545,7 +596,12 @@ QUESTIONS = (
             "b",
             "Perfect splitting on C cores gives at most C / W; what is left below that is contention.",
             "efficiency",
-            ("efficiency", "Scaling", "the table of median times and efficiency for W = 1, 2 and 4"),
+            (
+                "reveal-efficiency",
+                "Scaling",
+                "the efficiency at W = 4 and the bound the usable cores set",
+                r"efficiency ≤ \d+/\d+ = [\d.]+",
+            ),
         ),
         (
             "Steps 1 and 4 compile, on both controllers. Why does step 4 compile?",
@@ -557,7 +613,12 @@ QUESTIONS = (
             "b",
             "The update is compiled per batch shape: 2 rows pad to 4 slots, a shape steps 1 to 3 never had.",
             "step_times",
-            ("rank-log", "Where each controller", "the padded batch rows per step, and the steps that compile"),
+            (
+                "rank-log",
+                "Where each controller",
+                "the padded batch rows per step, and the steps that compile",
+                r"a new shape, so a compilation, at steps \[1, 4",
+            ),
         ),
         (
             "Suppose two controllers' median compute times differed twofold, from eight samples each. "
@@ -570,7 +631,12 @@ QUESTIONS = (
             "b",
             "A median of a handful of samples moves with load; only separated spreads make a difference a finding.",
             "step_times",
-            ("reveal-rank", "Where each controller", "the two sentences on the tall bars and on a straggler"),
+            (
+                "reveal-rank",
+                "Where each controller",
+                "the two sentences on the tall bars and on a straggler",
+                r"the middle halves (do not )?overlap",
+            ),
         ),
         (
             "What does the blocking save time of the saving comparison measure?",
@@ -582,7 +648,12 @@ QUESTIONS = (
             "b",
             "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
             "async_vs_sync",
-            ("async-overhead", "What asynchronous saving costs", "the table of step and blocking save times"),
+            (
+                "async-overhead",
+                "What asynchronous saving costs",
+                "the table of step and blocking save times",
+                r"blocking save: how long save holds the loop",
+            ),
         ),
         (
             "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
@@ -594,7 +665,12 @@ QUESTIONS = (
             "a",
             "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
             "scaling_model",
-            ("scaling-model", "Scaling", "the fitted terms and the two-point fit's prediction at W = 4"),
+            (
+                "scaling-model",
+                "Scaling",
+                "the fitted terms and the two-point fit's prediction at W = 4",
+                r"The fit on W = 1, 2 predicts [\d.]+ ms at W = 4",
+            ),
         ),
         (
             "Which runbook row stops relaunching altogether?",
@@ -602,7 +678,7 @@ QUESTIONS = (
             "c",
             "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
             "runbook",
-            ("runbook", "The runbook", "the runbook table, one row per failure class"),
+            ("runbook", "The runbook", "the runbook table, one row per failure class", r"(?i)crash loop"),
         ),
     ),
 )
@@ -641,25 +717,33 @@ def where(q: Question) -> str:
     return f"Where this notebook shows it: under the heading \u201c{heading or q.section}\u201d, {shown}."
 
 
-def _landmarks(notebook: str, tag: str) -> tuple[str, str]:
-    """(the whole heading above the cell tagged `tag` in the course's `notebook`, the cell's first line of code)."""
-    import nbformat
+@functools.cache
+def _cells(notebook: str) -> tuple:
+    """(cell type, source, tags) of each cell of the course's `notebook`, read once per process (no validation)."""
+    import json
 
     from shardlab.course import catalog
 
     try:
-        cells = nbformat.read(catalog.NOTEBOOK_DIR / f"{notebook}.ipynb", as_version=4).cells
-    except OSError:
-        return "", ""
-    index = next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), None)
+        cells = json.loads((catalog.NOTEBOOK_DIR / f"{notebook}.ipynb").read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return ()
+    joined = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells]
+    return tuple((c["cell_type"], text, tuple(c.get("metadata", {}).get("tags", []))) for c, text in zip(cells, joined))
+
+
+def _landmarks(notebook: str, tag: str) -> tuple[str, str]:
+    """(the whole heading above the cell tagged `tag` in the course's `notebook`, the cell's first line of code)."""
+    cells = _cells(notebook)
+    index = next((i for i, (_, _, tags) in enumerate(cells) if tag in tags), None)
     if index is None:
         return "", ""
     heading = ""
-    for cell in cells[:index]:
-        found = [h.lstrip("#").strip() for h in cell.source.splitlines() if h.startswith("#")]
-        if cell.cell_type == "markdown" and found:
+    for kind, text, _ in cells[:index]:
+        found = [h.lstrip("#").strip() for h in text.splitlines() if h.startswith("#")]
+        if kind == "markdown" and found:
             heading = found[-1]
-    lines = [line.strip() for line in cells[index].source.splitlines()]
+    lines = [line.strip() for line in cells[index][1].splitlines()]
     first = next((line for line in lines if line and not line.startswith(("#", "import ", "from "))), "")
     return heading, first
 

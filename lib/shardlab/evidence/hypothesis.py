@@ -47,14 +47,14 @@ def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # change -> what it does, the annotation it should shorten, the control it leaves alone, and the part of the
-# target it can remove at most: a column of trace.breakdown (median over the traced transitions), or None for
-# the whole annotation
+# target it can remove at most: columns of trace.breakdown, summed per transition (median over the traced
+# transitions), or None for the whole annotation
 MENU = {
     "one_call_reshuffle": {
         "what": "draw the key split and the permutation in one jitted call (same key, same order)",
         "target": PREPARE,
         "control": UPDATE,
-        "reach": "jitted_dispatch_ms",
+        "reach": ("jitted_dispatch_ms", "other_ms"),  # the sampler's calls and the host work around them, not placement
     },
     "packed_psum": {
         "what": "reduce the count, loss and gradient numerators with one packed psum instead of three",
@@ -79,7 +79,7 @@ def reach_ms(change: str, transitions: list[dict], prepare_breakdown: list[dict]
     entry = MENU[change]
     if entry["reach"] is None:
         return _median(transitions, f"{entry['target']}_ms")
-    return _median(prepare_breakdown, entry["reach"])
+    return float(np.median([sum(row[column] for column in entry["reach"]) for row in prepare_breakdown]))
 
 
 def menu(transitions: list[dict], prepare_breakdown: list[dict]) -> list[dict]:
@@ -145,6 +145,67 @@ def changed_loop(change: str, mesh, next_batch, make_step):
     if change == "packed_psum":
         return next_batch, make_packed_step(mesh)
     raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
+
+
+def assert_same_run(changed: dict, unchanged: dict) -> None:
+    """AssertionError unless the two states agree in all six fields, the sampler's in either form the course allows.
+
+    At an epoch's end the reference `next_batch` leaves the cursor at the end and draws the next order
+    when the next call needs it; a sampler may instead draw it at once (cursor 0, the next key and
+    order). `drawn_at_once` turns the first form into the second, so both compare exactly.
+    """
+    from shardlab.verify.replay import drawn_at_once
+
+    for field in ("weights", "momentum", "step"):
+        np.testing.assert_array_equal(np.asarray(changed[field]), np.asarray(unchanged[field]), err_msg=field)
+    changed, unchanged = drawn_at_once(changed), drawn_at_once(unchanged)
+    for field in ("key", "order", "cursor"):
+        np.testing.assert_array_equal(changed[field], unchanged[field], err_msg=field)
+
+
+def verdict_rows(outcome: dict, reach_spread: tuple) -> list[dict]:
+    """Every number the verdict reads, one row each, with the middle half where it is a median of samples."""
+    sides, rows = outcome["sides"], []
+    for role, part in (("annotation", sides["target"]), ("control", sides["control"])):
+        for side in ("unchanged", "changed"):
+            got = part[side]
+            rows.append(
+                {
+                    "what the verdict reads": f"{outcome[role]} ({role}), {side} loop, median of {got['n']}",
+                    "ms": round(got["median_ms"], 3),
+                    "middle half ms": f"{got['q1_ms']:.3f}–{got['q3_ms']:.3f}",
+                }
+            )
+    named = (
+        ("your threshold (from the first trace)", "threshold_ms"),
+        ("cut: the annotation's unchanged − changed median", "cut_ms"),
+        ("drift: the control's unchanged − changed median", "control_drift_ms"),
+        ("spread: half the widest middle half above", "spread_ms"),
+        ("noise: the larger of |drift| and spread", "noise_ms"),
+    )
+    rows += [
+        {"what the verdict reads": label, "ms": round(outcome[key], 3), "middle half ms": ""} for label, key in named
+    ]
+    low, high = reach_spread
+    rows.append(
+        {
+            "what the verdict reads": "can remove at most, measured again on the unchanged side",
+            "ms": round(outcome["reach_ms"], 3),
+            "middle half ms": f"{low:.3f}–{high:.3f}",
+        }
+    )
+    return rows
+
+
+def reach_spread(change: str, transitions: list[dict], prepare_breakdown: list[dict]) -> tuple[float, float]:
+    """The middle half (25th, 75th percentile) of what `change` can remove, per transition."""
+    entry = MENU[change]
+    if entry["reach"] is None:
+        values = [r[f"{entry['target']}_ms"] for r in transitions]
+    else:
+        values = [sum(row[column] for column in entry["reach"]) for row in prepare_breakdown]
+    low, high = np.percentile(values, [25, 75])
+    return float(low), float(high)
 
 
 def _side(values) -> dict:

@@ -136,8 +136,12 @@ def measure(
     clock=time.perf_counter,
     block=jax.block_until_ready,
     progress=print,
+    caps=None,
 ):
     """Warm every variant, then `samples` rounds in rotating order; every sample kept, in ms.
+
+    `caps` ({variant: n}) keeps a slow variant to its first n rounds (the eager one takes about a
+    second a call); the others still take `samples`.
 
     Returns {"order": the rounds as called, "samples_ms": {variant: [ms, ...]},
     "warm_compilations": {variant: compilations during its last warm-up call}}. `progress`
@@ -156,6 +160,8 @@ def measure(
     shown = time.perf_counter()
     for number, order in enumerate(rounds, start=1):
         for name in order:
+            if len(samples_ms[name]) >= (caps or {}).get(name, samples):
+                continue
             fn, args = variants[name].fn, variants[name].args
             start = clock()
             block(fn(*args))

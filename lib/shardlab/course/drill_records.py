@@ -1,0 +1,68 @@
+"""What stage 5a keeps of each drill for its results: the plain fields of its row, kept out of the lesson cells."""
+
+FAILURE_KEYS = ("process", "phase", "at_step", "kind", "cause", "detect_s", "resumed_from", "steps_lost", "exit_codes")
+
+
+def failures(several: dict) -> tuple[dict, ...]:
+    """One dict per failure of the supervised run, in order (the asynchronous kill, process 0's, the preemption)."""
+    return tuple({k: f[k] for k in FAILURE_KEYS} for f in several["failures"])
+
+
+def supervised(several: dict, death_bound_s: float) -> dict:
+    """The supervised run as one continuous path: relaunches, ports, resume points, the control comparison, goodput."""
+    keys = ("passed", "restarts", "fresh_port_every_attempt", "resumed_from", "steps_lost", "ids_equal")
+    return {
+        **{k: several[k] for k in keys},
+        "ports": len({f["port"] for f in several["failures"]}) + 1,
+        "max_weight_diff": several["max_weight_diff"],
+        "goodput": several["goodput"],
+        "death_bound_s": death_bound_s,
+    }
+
+
+def world(drill: dict) -> dict:
+    """The world-size drill: each world's contract verdict and its comparison with the control."""
+    keys = ("passed", "world_sizes", "max_weight_diff", "ids_equal", "default_refuses_device_change")
+    return {
+        **{k: drill[k] for k in keys},
+        "runs": {
+            r["world"]: {
+                "default_contract": r["default_contract"],
+                "passed": r["passed"],
+                **{k: r["resumed"][k] for k in ("max_weight_diff", "max_loss_diff", "ids_equal")},
+            }
+            for r in drill["runs"]
+        },
+    }
+
+
+def skipped(drill: dict, timeout_s: float, pulse_window_s: float) -> dict:
+    """The skipped-batch drill: when the controllers stopped, whom they named, and each one's error."""
+    return {
+        **{k: drill[k] for k in ("passed", "detect_s", "skipper", "all_named_skipper")},
+        "errors": {pid: f"{e['type']}: {e['message']}" for pid, e in drill["errors"].items()},
+        "timeout_s": timeout_s,
+        "pulse_window_s": pulse_window_s,
+    }
+
+
+def uninterrupted(base: dict) -> dict:
+    """The group with no fault against the single-process control."""
+    against = base["against_control"][0]
+    return {
+        "passed": base["passed"],
+        "world_sizes": base["world_sizes"],
+        **{k: against[k] for k in ("ids_equal", "max_loss_diff", "max_weight_diff")},
+        "processes_agree": base["divergence"] is None,
+        "complete_steps": base["complete_steps"],
+    }
+
+
+def summary(result: dict, figure: str) -> dict:
+    """The drill report's verdicts, bounds and where its files are."""
+    return {
+        **{k: result[k] for k in ("all_passed", "timeout_s", "stop_bound_s")},
+        "drills_json": "drills.json",
+        "figure": figure,
+        "rows": {r["drill"]: r["passed"] for r in result["table"]},
+    }
