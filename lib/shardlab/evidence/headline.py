@@ -91,6 +91,13 @@ def facts(audit: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _sample_counts(samples: dict) -> str:
+    """'11 samples each', or each variant's count where they differ ('compiled_1dev 11, eager_4dev 5 samples')."""
+    if len(set(samples.values())) == 1:
+        return f"{next(iter(samples.values()))} samples each"
+    return ", ".join(f"{k} {n}" for k, n in samples.items()) + " samples"
+
+
 def _timing_rows(timing: dict) -> list[tuple[str, str, str]]:
     medians = {k: v["median_ms"] for k, v in timing.items() if isinstance(v, dict) and "median_ms" in v}
     if not medians:
@@ -100,7 +107,7 @@ def _timing_rows(timing: dict) -> list[tuple[str, str, str]]:
         (
             "warm medians",
             ", ".join(f"{k} {v:.4g} ms" for k, v in medians.items()),
-            f"{max(samples.values())} samples each, inputs placed; 4 logical devices on one host",
+            f"{_sample_counts(samples)}, inputs placed; 4 logical devices on one host",
         )
     ]
     ratios = timing.get("ratios") or {}
