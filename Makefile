@@ -45,7 +45,7 @@ test: venv ## the whole test suite on two workers (executes every notebook once)
 	@start=$$(date +%s); $(BIN)/python -m pytest -m "not sandbox" \
 	&& echo "[make] test finished in $$(( $$(date +%s) - start )) s"
 
-test-quick: venv ## the inner loop after every edit (its time: bench/loops.json): every test that runs no notebook, controller group or learner run
+test-quick: venv ## the inner loop after every edit (its time: bench/loops/loops.json): every test that runs no notebook, controller group or learner run
 	@start=$$(date +%s); $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 
@@ -106,9 +106,9 @@ drills: venv ## every stage 5 drill (kills, freezes, preemption, async saves, cr
 supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save --keep 2 ...') into supervise_out/
 	$(BIN)/python -m shardlab supervise --out $(if $(filter receipts,$(OUT)),supervise_out,$(OUT)) $(ARGS)
 
-bench: venv ## measure three optimisations beside their baselines, then the loops (bench/loops.json), into bench/
+bench: venv ## measure three optimisations beside their baselines, then the loops (bench/loops/loops.json), into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
-	$(BIN)/python -m shardlab loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
+	$(BIN)/python -m shardlab loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))/loops
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
 	$(BIN)/python -m rig.torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))
