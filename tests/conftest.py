@@ -130,12 +130,14 @@ def pytest_collection_modifyitems(config, items):
     for item in course:
         _xdist.group_node_id(item, COURSE_GROUP)
     whole = whole_modules([item for item in items if item not in course])
-    modules = [item for item in items if item not in course and _module(item) in whole]
+    placed = set(course)
+    modules = [item for item in items if item not in placed and _module(item) in whole]
     for item in modules:
         _xdist.group_node_id(item, f"{MODULE_GROUP}{_module(item)}")
+    placed.update(modules)
     # the longest units first, so that no worker is left with one at the end while the other idles: the
     # course run, then the modules sharing a fixture (each one unit), then single tests; the same order in every worker
-    items[:] = course + modules + [item for item in items if item not in course and item not in modules]
+    items[:] = course + modules + [item for item in items if item not in placed]
 
 
 MODULE_GROUP = "module:"  # the xdist group of a module whose tests share a module- or class-scoped fixture
