@@ -189,9 +189,13 @@ def check_trace(folder, trace):
     targets = {"one_call_reshuffle": (PREPARE, UPDATE), "packed_psum": (UPDATE, PREPARE)}
     assert (f"{guess['annotation']}_ms", f"{guess['control']}_ms") == targets[guess["change"]]
     assert 0 < guess["threshold_ms"] <= guess["reach_ms"] and f"{guess['threshold_ms']:.3f} ms" in guess["text"]
-    if guess["change"] == "one_call_reshuffle":  # the part of prepare_and_place it can remove: all but placement
-        touched = np.median([r[PREPARE] - r["placement_ms"] for r in trace["prepare_breakdown"]])
-        assert guess["reach_ms"] == pytest.approx(touched, abs=1e-3)
+    # what the change can remove at most: the course's draw traced alone, or the update beyond one device
+    if guess["change"] == "one_call_reshuffle":
+        assert len(trace["draw_ms"]) >= 8 and guess["reach_ms"] == pytest.approx(np.median(trace["draw_ms"]))
+    else:
+        beyond = [max(0.0, u - trace["one_device_ms"]) for u in direct[UPDATE]]
+        assert guess["reach_ms"] == pytest.approx(np.median(beyond), abs=1e-3)
+    assert trace["example_run"] == (guess["whose"] != "your hypothesis")
 
 
 def check_change(folder, trace, change):
@@ -212,23 +216,23 @@ def check_change(folder, trace, change):
     assert change["control_drift_ms"] == pytest.approx(drift, abs=1e-3)
     noise, reach, threshold = max(abs(drift), max(spreads)), change["reach_ms"], guess["threshold_ms"]
     assert change["noise_ms"] == pytest.approx(noise, abs=1e-3)
-    if guess["change"] == "one_call_reshuffle":  # measured again on the unchanged side: all but its placement
-        breakdown = change["unchanged_breakdown"]
-        assert len(breakdown) == per_side and all(b[PREPARE] > 0 for b in breakdown)
-        assert reach == pytest.approx(np.median([b[PREPARE] - b["placement_ms"] for b in breakdown]), abs=1e-3)
-    else:  # the whole update of the unchanged side
+    samples = change["reach_samples_ms"]
+    assert len(samples) == per_side and reach == pytest.approx(np.median(samples))
+    if guess["change"] == "packed_psum":  # measured again: the unchanged side's update beyond one device
         unchanged = [v for v, who in zip(direct[UPDATE], change["order"]) if who == "unchanged"]
-        assert reach == pytest.approx(np.median(unchanged), abs=1e-3)
-    if cut > reach + 1e-3:  # more than the change can remove: never confirmed
-        expected = "inconclusive"
-    elif cut - noise >= threshold + 1e-3:
-        expected = "confirmed"
-    elif cut + noise < threshold - 1e-3:
-        expected = "refuted"
-    elif abs(cut - noise - threshold) > 1e-3 and abs(cut + noise - threshold) > 1e-3 and abs(cut - reach) > 1e-3:
-        expected = "inconclusive"
-    else:  # within a microsecond of a boundary: the rounding of the trace files decides
+        beyond = [max(0.0, u - trace["one_device_ms"]) for u in unchanged]
+        assert reach == pytest.approx(np.median(beyond), abs=1e-3)
+    near = [abs(abs(drift) - threshold), abs(cut - noise - threshold), abs(cut + noise - threshold), abs(cut - reach)]
+    if min(near) <= 1e-3:  # within a microsecond of a boundary: the rounding of the trace files decides
         expected = change["verdict"]
+    elif abs(drift) > threshold or cut > reach:  # the control moved more than the effect, or beyond the removable
+        expected = "inconclusive"
+    elif cut - noise >= threshold:
+        expected = "confirmed"
+    elif cut + noise < threshold:
+        expected = "refuted"
+    else:
+        expected = "inconclusive"
     assert change["verdict"] == expected and change["confirmed"] == (expected == "confirmed")
 
 

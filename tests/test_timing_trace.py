@@ -270,32 +270,39 @@ def test_dominant_is_computed_from_medians():
 TRANSITIONS = [
     {"prepare_and_place_ms": p, "compiled_update_and_wait_ms": u} for p, u in ((1.0, 3.0), (1.2, 2.8), (0.9, 3.2))
 ]
-BREAKDOWN = [{"jitted_dispatch_ms": j, "placement_ms": 0.2, "other_ms": 0.5} for j in (0.1, 0.3, 0.5)]
+DRAW_MS = [0.3, 0.5, 0.4, 0.6]  # the course's draw, traced alone
+ONE_DEVICE_MS = 1.0  # the one-device compiled update's median
 
 
 def test_a_hypothesis_names_a_change_of_the_menu_with_a_threshold_it_can_reach():
     from shardlab.errors import UsageError
-    from shardlab.evidence.hypothesis import MENU, menu, stated
+    from shardlab.evidence.hypothesis import MENU, menu, reaches, stated
 
-    mine = stated({"change": "one_call_reshuffle", "threshold_ms": 0.15, "because": "dispatch"}, TRANSITIONS, BREAKDOWN)
+    reach = reaches(TRANSITIONS, DRAW_MS, ONE_DEVICE_MS)
+    # the reshuffle can remove at most the draw it replaces (median of the draws); the packed psum the update
+    # beyond the one-device update: median of 3.0 - 1, 2.8 - 1, 3.2 - 1
+    assert reach == {"one_call_reshuffle": pytest.approx(0.45), "packed_psum": pytest.approx(2.0)}
+    mine = stated({"change": "one_call_reshuffle", "threshold_ms": 0.15, "because": "dispatch"}, TRANSITIONS, reach)
     assert (mine["annotation"], mine["control"]) == (trace.PREPARE, trace.UPDATE)
-    # medians; the reshuffle can remove all of prepare_and_place but the placement: median of 0.6, 0.8, 1.0
-    assert mine["baseline_ms"] == pytest.approx(1.0) and mine["reach_ms"] == pytest.approx(0.8)
-    psum = stated({"change": "packed_psum", "threshold_ms": 2.0, "because": "the update"}, TRANSITIONS, BREAKDOWN)
-    assert (psum["annotation"], psum["control"], psum["reach_ms"]) == (trace.UPDATE, trace.PREPARE, pytest.approx(3.0))
-    assert [row["change"] for row in menu(TRANSITIONS, BREAKDOWN)] == sorted(MENU, key=list(MENU).index)
+    assert mine["baseline_ms"] == pytest.approx(1.0) and mine["reach_ms"] == pytest.approx(0.45)
+    psum = stated({"change": "packed_psum", "threshold_ms": 2.0, "because": "the update"}, TRANSITIONS, reach)
+    assert (psum["annotation"], psum["control"], psum["reach_ms"]) == (trace.UPDATE, trace.PREPARE, pytest.approx(2.0))
+    example = stated({"change": "packed_psum", "threshold_ms": 1.0, "because": "x"}, TRANSITIONS, reach, "the example")
+    assert example["text"].startswith("The example. Change:") and example["whose"] == "the example"
+    assert [row["change"] for row in menu(TRANSITIONS, reach)] == sorted(MENU, key=list(MENU).index)
     for bad in (
         {"change": "use more devices", "threshold_ms": 0.1, "because": "x"},
         {"change": "packed_psum", "threshold_ms": 0.0, "because": "x"},
         {"change": "packed_psum", "threshold_ms": True, "because": "x"},
         {"change": "packed_psum", "threshold_ms": float("nan"), "because": "x"},
-        {"change": "one_call_reshuffle", "threshold_ms": 0.81, "because": "x"},  # more than the part it touches
+        {"change": "one_call_reshuffle", "threshold_ms": 0.46, "because": "x"},  # more than the draw it replaces
+        {"change": "packed_psum", "threshold_ms": 2.01, "because": "x"},  # more than splitting adds
         {"change": "packed_psum", "threshold_ms": 1.0, "because": "  "},
         {"change": "packed_psum", "threshold_ms": 1.0},
         "packed_psum",
     ):
         with pytest.raises(UsageError):
-            stated(bad, TRANSITIONS, BREAKDOWN)
+            stated(bad, TRANSITIONS, reach)
 
 
 def rows(prepare, update):
@@ -306,33 +313,40 @@ def test_a_cut_larger_than_its_whole_target_while_the_control_drifts_is_not_conf
     """The course run's case: a 0.53 ms cut, the change's whole target 0.24 ms, the untouched annotation 0.37 ms off."""
     from shardlab.evidence.hypothesis import judge
 
-    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "reach_ms": 0.24, "threshold_ms": 0.12}
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.12}
     before = rows([1.53] * 4, [1.00] * 4)
     after = rows([1.00] * 4, [0.63] * 4)
-    found = judge(guess, before, after)
+    found = judge(guess, before, after, [0.24] * 4)
     assert found["cut_ms"] == pytest.approx(0.53) and found["control_drift_ms"] == pytest.approx(0.37)
     assert found["verdict"] == "inconclusive" and not found["confirmed"]
-    # the same cut inside the change's reach, but no larger than the control's drift: still inconclusive
-    found = judge({**guess, "reach_ms": 1.0, "threshold_ms": 0.3}, before, after)
-    assert found["noise_ms"] == pytest.approx(0.37) and found["verdict"] == "inconclusive"
-    # the reach measured again in the capture takes the place of the first trace's
-    assert judge({**guess, "reach_ms": 1.0}, before, after, reach=0.24)["verdict"] == "inconclusive"
-    assert judge(guess, before, after, reach=1.0)["reach_ms"] == 1.0
+    assert found["inconclusive_because"] == "drift_beyond_threshold"  # 0.37 ms of drift against a 0.12 ms effect
+    # the control drifting by more than the threshold is inconclusive even when the cut clears threshold + noise
+    found = judge({**guess, "threshold_ms": 0.1}, before, rows([0.5] * 4, [0.85] * 4), [2.0] * 4)
+    assert found["cut_ms"] - found["noise_ms"] >= 0.1 and found["control_drift_ms"] == pytest.approx(0.15)
+    assert (found["verdict"], found["inconclusive_because"]) == ("inconclusive", "drift_beyond_threshold")
+    # the control still, the cut beyond what the change can remove: inconclusive, something else moved
+    found = judge({**guess, "threshold_ms": 0.1}, before, rows([1.00] * 4, [1.00] * 4), [0.24] * 4)
+    assert (found["verdict"], found["inconclusive_because"]) == ("inconclusive", "cut_beyond_reach")
+    assert found["reach_ms"] == pytest.approx(0.24) and found["reach"]["n"] == 4
+    # the same cut inside the change's reach: confirmed
+    assert judge({**guess, "threshold_ms": 0.1}, before, rows([1.00] * 4, [1.00] * 4), [1.0] * 4)["confirmed"]
 
 
 def test_the_verdict_reads_the_cut_against_the_noise_and_the_threshold():
     from shardlab.evidence.hypothesis import judge
 
-    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "reach_ms": 1.0, "threshold_ms": 0.2}
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.2}
+    reach = [1.0] * 5
     before = rows([2.0, 2.1, 1.9, 2.0, 2.05], [3.0, 3.1, 2.9, 3.0, 3.0])
-    clear = judge(guess, before, rows([1.6, 1.65, 1.55, 1.6, 1.6], [3.0, 3.05, 2.95, 3.0, 3.0]))
+    clear = judge(guess, before, rows([1.6, 1.65, 1.55, 1.6, 1.6], [3.0, 3.05, 2.95, 3.0, 3.0]), reach)
     iqr = max(np.subtract(*np.percentile(v, [75, 25])) for v in ([2.0, 2.1, 1.9, 2.0, 2.05], [3.0, 3.1, 2.9, 3.0, 3.0]))
     assert clear["spread_ms"] == pytest.approx(iqr / 2) and clear["cut_ms"] == pytest.approx(0.4)
     assert clear["cut_ms"] - clear["noise_ms"] >= 0.2 and clear["verdict"] == "confirmed" and clear["confirmed"]
-    small = judge(guess, before, rows([1.95, 2.0, 1.85, 1.95, 2.0], [3.0, 3.1, 2.9, 3.0, 3.0]))
+    small = judge(guess, before, rows([1.95, 2.0, 1.85, 1.95, 2.0], [3.0, 3.1, 2.9, 3.0, 3.0]), reach)
     assert small["cut_ms"] + small["noise_ms"] < 0.2 and small["verdict"] == "refuted"
-    near = judge(guess, before, rows([1.8, 1.85, 1.75, 1.8, 1.8], [3.0, 3.1, 2.9, 3.0, 3.0]))
+    near = judge(guess, before, rows([1.8, 1.85, 1.75, 1.8, 1.8], [3.0, 3.1, 2.9, 3.0, 3.0]), reach)
     assert near["verdict"] == "inconclusive"  # 0.2 ms cut, 0.05 ms noise: the threshold inside cut ± noise
+    assert near["inconclusive_because"] == "threshold_within_noise"
 
 
 def test_the_one_call_reshuffle_draws_what_the_course_idiom_draws():

@@ -9,9 +9,9 @@ braces take the values.
 
 from typing import NamedTuple
 
-from shardlab.course.claims import say
+from shardlab.course.claims import holds, say
 from shardlab.errors import UsageError
-from shardlab.evidence.hypothesis import RELATIONS  # the verdict's rule: one home
+from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
 
 
 class Sentence(NamedTuple):
@@ -25,63 +25,103 @@ def _s(relation, keys, true, false):
     return Sentence(relation, keys, true, false)
 
 
+CHANGE = {  # the verdict's values
+    "c": "change.cut_ms",
+    "n": "change.noise_ms",
+    "d": "change.control_drift_ms",
+    "r": "change.reach_ms",
+    "t": "change.threshold_ms",
+}
+# stage 4a's verdict: the first of these that holds is printed
+VERDICT = ("change_confirmed", "change_refuted", "drift_beyond_threshold", "cut_beyond_reach", "threshold_within_noise")
+
+
 SENTENCES = {
     "stage4a_profile": {
         "timing_order": _s(
-            "e > c4 and c4 > c1",
+            "e > c4_hi and c4_lo > c1_hi",
             {
                 "e": "timing.eager_4dev.median_ms",
                 "c4": "timing.compiled_4dev.median_ms",
+                "c4_lo": "timing.compiled_4dev.q1_ms",
+                "c4_hi": "timing.compiled_4dev.q3_ms",
                 "c1": "timing.compiled_1dev.median_ms",
+                "c1_hi": "timing.compiled_1dev.q3_ms",
             },
-            "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms) > compiled on one ({c1:.4g} ms): on a "
-            "workload this small, splitting the update over four logical devices costs more in coordination than it "
-            "saves in arithmetic.",
-            "the medians are not in the order eager > four devices > one device (eager {e:.4g} ms, four devices "
-            "{c4:.4g} ms, one device {c1:.4g} ms): look at the spreads before reading a ratio.",
+            "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
+            "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
+            "this small, splitting the update over four logical devices costs more in coordination than it saves in "
+            "arithmetic.",
+            "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
+            "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
+            "read the table's middle halves before a ratio.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
-            {"c": "change.cut_ms", "n": "change.noise_ms", "r": "change.reach_ms", "t": "change.threshold_ms"},
-            "confirmed: the cut less the noise ({c:.3f} − {n:.3f} ms) still reaches the {t:.3f} ms predicted, and the "
-            "cut is within the {r:.3f} ms the change can remove.",
-            "not confirmed: the cut less the noise ({c:.3f} − {n:.3f} ms) does not reach the {t:.3f} ms predicted, or "
-            "the cut exceeds the {r:.3f} ms the change can remove.",
+            CHANGE,
+            "<verdict_of>: confirmed. The control moved by {d:.3f} ms, no more than the {t:.3f} ms predicted; the cut "
+            "less the noise ({c:.3f} − {n:.3f} ms) still reaches {t:.3f} ms; and the cut is within the {r:.3f} ms the "
+            "change can remove.",
+            "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, predicted "
+            "{t:.3f} ms, removable {r:.3f} ms).",
         ),
         "change_refuted": _s(
             RELATIONS["refuted"],
-            {"c": "change.cut_ms", "n": "change.noise_ms", "r": "change.reach_ms", "t": "change.threshold_ms"},
-            "refuted: even with the noise added ({c:.3f} + {n:.3f} ms) the cut stays below the {t:.3f} ms predicted.",
-            "not refuted: the cut plus the noise ({c:.3f} + {n:.3f} ms) reaches the {t:.3f} ms predicted, or the cut "
-            "exceeds the {r:.3f} ms the change can remove.",
+            CHANGE,
+            "<verdict_of>: refuted. The control moved by {d:.3f} ms, no more than the {t:.3f} ms predicted, and even "
+            "with the noise added ({c:.3f} + {n:.3f} ms) the cut stays below {t:.3f} ms: the cost lives elsewhere.",
+            "<verdict_of>: not refuted (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, predicted "
+            "{t:.3f} ms).",
+        ),
+        "drift_beyond_threshold": _s(
+            INCONCLUSIVE["drift_beyond_threshold"],
+            {
+                "d": "change.control_drift_ms",
+                "t": "change.threshold_ms",
+                "u_lo": "change.sides.control.unchanged.q1_ms",
+                "u_hi": "change.sides.control.unchanged.q3_ms",
+                "g_lo": "change.sides.control.changed.q1_ms",
+                "g_hi": "change.sides.control.changed.q3_ms",
+            },
+            "<verdict_of>: inconclusive. The control, which the change does not touch, moved by {d:.3f} ms between "
+            "the two loops (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed), more "
+            "than the {t:.3f} ms predicted: the machine moved as much as the effect looked for. Measure again.",
+            "The control moved by {d:.3f} ms (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} "
+            "ms changed), no more than the {t:.3f} ms predicted.",
         ),
         "cut_beyond_reach": _s(
-            "c > r",
-            {"c": "change.cut_ms", "r": "change.reach_ms"},
-            "inconclusive: the cut ({c:.3f} ms) is larger than all the {r:.3f} ms the change can remove, so something "
-            "else moved between the two sides.",
-            "The cut ({c:.3f} ms) is within the {r:.3f} ms the change can remove.",
+            INCONCLUSIVE["cut_beyond_reach"],
+            {"c": "change.cut_ms", "r": "change.reach_ms", "r_lo": "change.reach.q1_ms", "r_hi": "change.reach.q3_ms"},
+            "<verdict_of>: inconclusive. The cut ({c:.3f} ms) is larger than the {r:.3f} ms the change can remove "
+            "(middle half {r_lo:.3f}–{r_hi:.3f} ms), so something else moved between the two sides.",
+            "The cut ({c:.3f} ms) is within the {r:.3f} ms the change can remove (middle half {r_lo:.3f}–{r_hi:.3f} "
+            "ms).",
         ),
         "threshold_within_noise": _s(
-            "c - n < t and t <= c + n",
+            INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms"},
-            "inconclusive: the {t:.3f} ms predicted lies within the cut ± the noise ({c:.3f} ± {n:.3f} ms): at this "
-            "sample size the effect cannot be told from the drift.",
+            "<verdict_of>: inconclusive. The {t:.3f} ms predicted lies within the cut ± the noise ({c:.3f} ± "
+            "{n:.3f} ms): at this sample size the effect cannot be told from the drift.",
             "The {t:.3f} ms predicted lies outside the cut ± the noise ({c:.3f} ± {n:.3f} ms).",
         ),
     },
     "stage4b_beyond": {
         "one_device_is_the_floor": _s(
-            "f < p and f < s",
+            "f_hi < p_lo and f_hi < s_lo",
             {
                 "f": "fused_timing.median_per_step_ms.floor_1dev",
+                "f_hi": "fused_timing.middle_half_per_step_ms.floor_1dev.1",
                 "p": "fused_timing.median_per_step_ms.fused_psum",
+                "p_lo": "fused_timing.middle_half_per_step_ms.fused_psum.0",
                 "s": "fused_timing.median_per_step_ms.fused_stats",
+                "s_lo": "fused_timing.middle_half_per_step_ms.fused_stats.0",
             },
-            "The one-device loop ({f:.3g} ms per step) was faster than both four-device fused loops ({p:.3g} and "
-            "{s:.3g} ms): on this host it is the floor they do not reach.",
-            "The one-device loop ({f:.3g} ms per step) was not faster than both four-device fused loops ({p:.3g} and "
-            "{s:.3g} ms): on this run splitting over four devices paid for its collectives.",
+            "The one-device loop ({f:.3g} ms per step, middle half up to {f_hi:.3g}) was faster than both four-device "
+            "fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}), beyond the spread: on this host it "
+            "is the floor they do not reach.",
+            "The one-device loop ({f:.3g} ms per step, middle half up to {f_hi:.3g}) was not clearly faster than "
+            "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}): on this run the "
+            "middle halves overlap or the four-device loops were faster.",
         ),
         "meeting_dominates": _s(
             "m > 0.5 * b",
@@ -160,25 +200,36 @@ SENTENCES = {
     },
     "stage5b_scaling": {
         "async_shortens_<what>": _s(
-            "a_hi < s_lo",
+            "a < s_lo and s > a_hi",
             {
                 "a": "async_vs_sync.spread.async.<what>_s.median_ms",
+                "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
                 "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
                 "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
                 "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
+                "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
-            "Asynchronous saving shortened <label>: median {a} ms against {s} ms, and even its slower quarter (from "
-            "{a_hi} ms) stays below the synchronous group's faster quarter (up to {s_lo} ms).",
-            "Asynchronous saving did not clearly shorten <label>: median {a} ms against {s} ms.",
+            "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
+            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half.",
+            "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
+            "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}).",
         ),
         "async_lengthens_<what>": _s(
-            "a_lo > s_hi",
-            {"a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms", "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms"},
-            "It lengthened <label>: the asynchronous group's faster quarter (from {a_lo} ms) lies above the "
-            "synchronous group's slower quarter (up to {s_hi} ms): the background save runs on the same host cores "
-            "as the steps it was meant to hide behind.",
-            "The middle halves of the two groups overlap (async from {a_lo} ms, sync up to {s_hi} ms): the difference "
-            "is within the spread of these samples.",
+            "a > s_hi and s < a_lo",
+            {
+                "a": "async_vs_sync.spread.async.<what>_s.median_ms",
+                "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
+                "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
+                "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
+                "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
+                "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
+            },
+            "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
+            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. The background save runs on "
+            "the same few host cores as the steps it was meant to hide behind.",
+            "Asynchronous saving neither clearly shortened nor clearly lengthened <label>: median {a} ms (middle half "
+            "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}); a median lies inside the other group's middle half, so "
+            "the difference is within the spread of these samples.",
         ),
         "efficiency_within_core_bound": _s(
             "e <= 1.1 * c / w",
@@ -189,12 +240,39 @@ SENTENCES = {
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
         ),
         "two_point_fit_predicts_four": _s(
-            "abs(p / m - 1) <= 0.1",
-            {"p": "scaling_model.held_out.predicted_ms_at_4", "m": "scaling_model.held_out.measured_ms_at_4"},
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 and {m:.3f} ms was measured: within 10 %, so a "
-            "logarithmic straggler term describes this machine's three points.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 but {m:.3f} ms was measured: more than 10 % off, so a "
-            "logarithmic straggler term does not describe how this machine slows down.",
+            "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
+            {
+                "p": "scaling_model.held_out.predicted_ms_at_4",
+                "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
+                "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
+                "m": "scaling_model.held_out.measured_ms_at_4",
+                "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
+                "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
+            },
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
+            "W = 1 and 2) and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}): within 10 % and within "
+            "the spread, so a logarithmic straggler term describes this machine's three points.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
+            "W = 1 and 2) against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % "
+            "and the spread.",
+        ),
+        "two_point_fit_refuted": _s(
+            "m_lo > hi or m_hi < lo",
+            {
+                "p": "scaling_model.held_out.predicted_ms_at_4",
+                "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
+                "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
+                "m": "scaling_model.held_out.measured_ms_at_4",
+                "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
+                "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
+            },
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
+            "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
+            "that whole range: a logarithmic straggler term does not describe how this machine slows down.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
+            "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a logarithmic "
+            "straggler term.",
         ),
         "compiles_are_the_tall_bars": _s(
             "c > o",
@@ -227,6 +305,21 @@ SENTENCES = {
 def _filled(text: str, fill: dict) -> str:
     for name, value in fill.items():
         text = text.replace(f"<{name}>", str(value))
+    return text
+
+
+def first(out_dir: str, notebook: str, names, fill: dict | None = None, **values) -> str:
+    """The first sentence of `names` whose relation holds for `values` (each tried is recorded), else the last's other.
+
+    One wording per outcome of a comparison with more than two (shorter / longer / within the spread):
+    every row is stated in order until one holds; the last row's second sentence covers the rest.
+    """
+    text = ""
+    for name in names:
+        row = SENTENCES.get(notebook, {}).get(name)
+        text = state(out_dir, notebook, name, fill, **{k: v for k, v in values.items() if row is None or k in row.keys})
+        if holds(row.relation, {k: values[k] for k in row.keys}):
+            return text
     return text
 
 

@@ -19,9 +19,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   and docstrings left out (of `ast.dump`); 'dist/<name>' -> the installed version of each runtime dependency.
 - `notebooks` — name -> {`executed`: "<name>.ipynb", `html`: "<name>.html" or null}.
 - `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
-  every warm sample in the order taken), `median_ms`, `lower_ms` and `compile_ms` (null for the
-  eager variant: it has no whole-program compile), `warm_compilations` (`count`, `total_ms`: XLA
-  compilations during the last warm-up call); plus `ratios`
+  every warm sample in the order taken), `median_ms`, `q1_ms` and `q3_ms` (the middle half), `lower_ms`
+  and `compile_ms` (null for the eager variant: it has no whole-program compile), `warm_compilations`
+  (`count`, `total_ms`: XLA compilations during the last warm-up call); plus `ratios`
   (`compiled_4dev_over_compiled_1dev`, `eager_4dev_over_compiled_4dev`, of medians), `order`
   (variant order of each sampling round), `boundary` (what a sample includes) and
   `max_abs_error_vs_numpy` (per variant, checked before timing).

@@ -2,24 +2,27 @@
 
 The learner reads the first trace and states a hypothesis as a small dict: one change from
 `MENU` (changes this module can make and the notebook can gate bit for bit), the cut in
-milliseconds of the median of the annotation that change should shorten, and why.
-`stated` checks it and fills in what the trace says about it: the annotation's median, the
-part of it the change can touch at most (`reach_ms`) and the **control**, the other
-annotation, which the change should leave alone. `changed_loop` builds the change.
+milliseconds of the median of the annotation that change should shorten, and why. `stated`
+checks it against what the change can remove at most (`reaches`: for the one-call reshuffle
+the course's draw, traced alone, which is all it replaces; for the packed psum the update's
+time beyond the one-device update, where its all-reduces live) and names the **control**, the
+other annotation, which the change should leave alone. `changed_loop` builds the change.
 
 `judge` reads the trace taken after the change, the unchanged and the changed loop
 alternating in one capture. The control's shift between the two sides is drift (the change
 does not touch it), and half the widest middle half (25th to 75th percentile) of the four
 sides is the samples' own spread; the larger of the two is the `noise` any cut is read
-against. The reach is measured again on the unchanged side of that capture. The verdict is
+against. What the change can remove is measured again after that capture. The verdict is
 
-- **inconclusive** if the cut exceeds everything the change can remove (`reach_ms`): the
-  change alone cannot explain it, something else moved;
-- **confirmed** if the cut minus the noise still reaches the threshold;
-- **refuted** if the cut plus the noise stays below the threshold;
-- **inconclusive** otherwise: the effect cannot be told from the drift at this sample size.
+- **confirmed** if the control drifted by no more than the threshold, the cut is within what
+  the change can remove, and the cut minus the noise still reaches the threshold;
+- **refuted** if the control drifted by no more than the threshold, and the cut plus the
+  noise stays below it;
+- **inconclusive** otherwise, for the first reason of `INCONCLUSIVE` that holds: the control
+  moved by more than the effect predicted, the cut exceeds what the change can remove (the
+  change alone cannot explain it), or the threshold lies within the cut ± the noise.
 
-`RELATIONS` states the first three as `shardlab.course.claims` relations, so the sentence the
+`RELATIONS` and `INCONCLUSIVE` are `shardlab.course.claims` relations, so the sentence the
 notebook prints is chosen by the same rule and re-checked against the recorded values.
 """
 
@@ -46,27 +49,33 @@ def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(key, np.uint32), np.asarray(order, np.int32)
 
 
-# change -> what it does, the annotation it should shorten, the control it leaves alone, and the part of the
-# target it can remove at most: columns of trace.breakdown, summed per transition (median over the traced
-# transitions), or None for the whole annotation
+# change -> what it does, the annotation it should shorten, the control it leaves alone, and the measured part
+# of the target it replaces (what it can remove at most; `reaches` computes it):
 MENU = {
     "one_call_reshuffle": {
         "what": "draw the key split and the permutation in one jitted call (same key, same order)",
         "target": PREPARE,
         "control": UPDATE,
-        "reach": ("jitted_dispatch_ms", "other_ms"),  # the sampler's calls and the host work around them, not placement
+        "reach": "the course's draw (split, then permute), traced alone: the change replaces it, nothing else",
     },
     "packed_psum": {
         "what": "reduce the count, loss and gradient numerators with one packed psum instead of three",
         "target": UPDATE,
         "control": PREPARE,
-        "reach": None,
+        "reach": "the update's median beyond the one-device compiled update's: what splitting adds, "
+        "where the three all-reduces live",
     },
 }
-# The verdict's rule over c (cut, ms), n (noise, ms), r (reach, ms) and t (threshold, ms); otherwise inconclusive.
+# The verdict's rule over c (cut), n (noise), d (the control's drift), r (reach) and t (threshold), all ms;
+# otherwise inconclusive, for the first reason of INCONCLUSIVE that holds.
 RELATIONS = {
-    "confirmed": "c <= r and c - n >= t",
-    "refuted": "c <= r and c + n < t",
+    "confirmed": "abs(d) <= t and c <= r and c - n >= t",
+    "refuted": "abs(d) <= t and c <= r and c + n < t",
+}
+INCONCLUSIVE = {
+    "drift_beyond_threshold": "abs(d) > t",
+    "cut_beyond_reach": "c > r",
+    "threshold_within_noise": "c - n < t and t <= c + n",
 }
 
 
@@ -74,30 +83,36 @@ def _median(rows: list[dict], key: str) -> float:
     return float(np.median([r[key] for r in rows]))
 
 
-def reach_ms(change: str, transitions: list[dict], prepare_breakdown: list[dict]) -> float:
-    """The most `change` could remove from its target's median: the part of the trace it touches."""
-    entry = MENU[change]
-    if entry["reach"] is None:
-        return _median(transitions, f"{entry['target']}_ms")
-    return float(np.median([sum(row[column] for column in entry["reach"]) for row in prepare_breakdown]))
+def reach_samples(change: str, transitions: list[dict], draw_ms, one_device_ms: float) -> list[float]:
+    """Per sample, the most `change` could remove: the course's draw traced alone, or the update beyond one device."""
+    if change not in MENU:
+        raise UsageError(f"no change named {change!r}; the notebook can make and gate {sorted(MENU)}")
+    if change == "one_call_reshuffle":
+        return [float(v) for v in draw_ms]
+    return [max(0.0, r[f"{UPDATE}_ms"] - float(one_device_ms)) for r in transitions]
 
 
-def menu(transitions: list[dict], prepare_breakdown: list[dict]) -> list[dict]:
-    """One row per change a hypothesis may name, with what this trace says it can remove at most."""
+def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
+    """change -> the median of `reach_samples`: what each change of the menu can remove at most, as measured."""
+    return {name: float(np.median(reach_samples(name, transitions, draw_ms, one_device_ms))) for name in MENU}
+
+
+def menu(transitions: list[dict], reach: dict) -> list[dict]:
+    """One row per change a hypothesis may name, with what it can remove at most (`reaches`) and the control."""
     return [
         {
             "change": name,
             "what it does": entry["what"],
             "shortens": entry["target"],
             "median ms": round(_median(transitions, f"{entry['target']}_ms"), 3),
-            "can remove at most ms": round(reach_ms(name, transitions, prepare_breakdown), 3),
+            "can remove at most ms": round(reach[name], 3),
             "control": entry["control"],
         }
         for name, entry in MENU.items()
     ]
 
 
-def stated(mine, transitions: list[dict], prepare_breakdown: list[dict]) -> dict:
+def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypothesis") -> dict:
     """The learner's hypothesis (`change`, `threshold_ms`, `because`) checked, with its annotation, control and reach.
 
     UsageError for anything else: a change not in MENU, a threshold that is not a positive number
@@ -110,7 +125,7 @@ def stated(mine, transitions: list[dict], prepare_breakdown: list[dict]) -> dict
         raise UsageError(f"no change named {change!r}; the notebook can make and gate {sorted(MENU)}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
         raise UsageError(f"threshold_ms must be a number of milliseconds, not {threshold!r}")
-    reach = reach_ms(change, transitions, prepare_breakdown)
+    reach = float(reach[change])
     if not 0 < threshold <= reach:
         raise UsageError(
             f"threshold_ms = {threshold} ms: a cut must be positive and at most the {reach:.3f} ms this trace says "
@@ -128,8 +143,9 @@ def stated(mine, transitions: list[dict], prepare_breakdown: list[dict]) -> dict
         "reach_ms": reach,
         "threshold_ms": float(threshold),
         "because": because.strip(),
+        "whose": whose,
         "text": (
-            f"Change: {entry['what']}.\n"
+            f"{whose[0].upper() + whose[1:]}. Change: {entry['what']}.\n"
             f"Hypothesis: the median traced {entry['target']} ({baseline:.3f} ms now) falls by at least "
             f"{float(threshold):.3f} ms, with identical ids, losses and weights; {entry['control']}, which the "
             "change does not touch, stays within its drift.\n"
@@ -163,7 +179,7 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
         np.testing.assert_array_equal(changed[field], unchanged[field], err_msg=field)
 
 
-def verdict_rows(outcome: dict, reach_spread: tuple) -> list[dict]:
+def verdict_rows(outcome: dict) -> list[dict]:
     """Every number the verdict reads, one row each, with the middle half where it is a median of samples."""
     sides, rows = outcome["sides"], []
     for role, part in (("annotation", sides["target"]), ("control", sides["control"])):
@@ -177,7 +193,7 @@ def verdict_rows(outcome: dict, reach_spread: tuple) -> list[dict]:
                 }
             )
     named = (
-        ("your threshold (from the first trace)", "threshold_ms"),
+        ("the threshold (from the first trace)", "threshold_ms"),
         ("cut: the annotation's unchanged − changed median", "cut_ms"),
         ("drift: the control's unchanged − changed median", "control_drift_ms"),
         ("spread: half the widest middle half above", "spread_ms"),
@@ -186,26 +202,15 @@ def verdict_rows(outcome: dict, reach_spread: tuple) -> list[dict]:
     rows += [
         {"what the verdict reads": label, "ms": round(outcome[key], 3), "middle half ms": ""} for label, key in named
     ]
-    low, high = reach_spread
+    reach = outcome["reach"]
     rows.append(
         {
-            "what the verdict reads": "can remove at most, measured again on the unchanged side",
+            "what the verdict reads": f"can remove at most, measured again (median of {reach['n']})",
             "ms": round(outcome["reach_ms"], 3),
-            "middle half ms": f"{low:.3f}–{high:.3f}",
+            "middle half ms": f"{reach['q1_ms']:.3f}–{reach['q3_ms']:.3f}",
         }
     )
     return rows
-
-
-def reach_spread(change: str, transitions: list[dict], prepare_breakdown: list[dict]) -> tuple[float, float]:
-    """The middle half (25th, 75th percentile) of what `change` can remove, per transition."""
-    entry = MENU[change]
-    if entry["reach"] is None:
-        values = [r[f"{entry['target']}_ms"] for r in transitions]
-    else:
-        values = [sum(row[column] for column in entry["reach"]) for row in prepare_breakdown]
-    low, high = np.percentile(values, [25, 75])
-    return float(low), float(high)
 
 
 def _side(values) -> dict:
@@ -213,11 +218,11 @@ def _side(values) -> dict:
     return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(values)}
 
 
-def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach: float | None = None) -> dict:
+def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_samples_ms) -> dict:
     """The verdict on `hypothesis` from annotation rows of both loops traced in one capture, the control in view.
 
-    `reach` is the most the change can remove, measured on the unchanged side of the same capture
-    (`reach_ms` of its rows and breakdown); without it, the first trace's value in the hypothesis.
+    `reach_samples_ms` are the samples of what the change can remove at most, measured again after
+    the capture (`reach_samples`); their median bounds the cut.
     """
     from shardlab.course.claims import holds
 
@@ -233,19 +238,26 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach: f
     cut = sides["target"]["unchanged"]["median_ms"] - sides["target"]["changed"]["median_ms"]
     drift = sides["control"]["unchanged"]["median_ms"] - sides["control"]["changed"]["median_ms"]
     spread = max((s["q3_ms"] - s["q1_ms"]) / 2 for part in sides.values() for s in part.values())
-    reach = hypothesis["reach_ms"] if reach is None else float(reach)
-    values = {"c": cut, "n": max(abs(drift), spread), "r": reach, "t": hypothesis["threshold_ms"]}
+    reach = _side(list(reach_samples_ms))
+    values = {"c": cut, "n": max(abs(drift), spread), "d": drift, "r": reach["median_ms"]}
+    values["t"] = hypothesis["threshold_ms"]
     verdict = next((name for name, relation in RELATIONS.items() if holds(relation, values)), "inconclusive")
+    why = None
+    if verdict == "inconclusive":
+        why = next((name for name, relation in INCONCLUSIVE.items() if holds(relation, values)), None)
     return {
         "annotation": hypothesis["annotation"],
         "control": hypothesis["control"],
+        "whose": hypothesis.get("whose", "your hypothesis"),
         "sides": sides,
         "cut_ms": cut,
         "control_drift_ms": drift,
         "spread_ms": spread,
         "noise_ms": values["n"],
+        "reach": reach,
         "reach_ms": values["r"],
         "threshold_ms": values["t"],
         "verdict": verdict,
+        "inconclusive_because": why,
         "confirmed": verdict == "confirmed",
     }

@@ -181,6 +181,8 @@ def summary(variants: dict, measured: dict) -> dict:
         name: {
             "samples_ms": measured["samples_ms"][name],
             "median_ms": float(np.median(measured["samples_ms"][name])),
+            "q1_ms": float(np.percentile(measured["samples_ms"][name], 25)),
+            "q3_ms": float(np.percentile(measured["samples_ms"][name], 75)),
             "lower_ms": variants[name].lower_ms,
             "compile_ms": variants[name].compile_ms,
             "warm_compilations": measured.get("warm_compilations", {}).get(name),
