@@ -27,7 +27,13 @@ SHOWN = {
     "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
     "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
-    "stage4a_profile": ("inspect.getsource(trace.traced_transition)", ".lower(", ".compile()"),
+    "stage4a_profile": (
+        "inspect.getsource(trace.traced_transition)",
+        ".lower(",
+        ".compile()",
+        "jax.profiler.trace(",
+        "jax.profiler.TraceAnnotation(",
+    ),
     "stage4b_beyond": (
         "inspect.getsource(steps._step_by_step)",
         "inspect.getsource(fused.compile_loop)",
@@ -39,7 +45,9 @@ SHOWN = {
         "sha256",
         "jax.make_array_from_callback",
         "ocp.CheckpointManager",
-        "inspect.getsource(runtime.initialize)",
+        "jax.distributed.initialize(",
+        "os.link(",
+        "os.fsync(",
     ),
     "stage5b_scaling": ("inspect.getsource(program.step_times)",),
 }

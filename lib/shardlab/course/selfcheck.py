@@ -575,16 +575,23 @@ QUESTIONS = (
             ),
         ),
         (
-            "SIGTERM reaches process 1 during step 8. How many steps does the relaunch lose?",
+            "SIGTERM reaches process 1 during step 7; the regular saves fall on steps 3, 6 and 9. How many steps "
+            "does the relaunch lose?",
             [
-                "none: every controller agrees on one step, saves it and stops",
-                "the steps since the last regular checkpoint",
+                "none: every controller agrees on the next step, saves it and stops",
+                "the steps since the last regular save (step 6)",
                 "all of them: a preemption is a failure",
             ],
             "a",
-            "The handler only sets a flag; the next agreement carries it to every controller, which save that step.",
+            "The handler only sets a flag; the next agreement carries it to every controller, which save that step "
+            "although it is no regular save.",
             "preemption",
-            ("reveal-preempt", "Drill 1", "the line answering prediction (c)", r"preempted at step 9, .* 0 steps lost"),
+            (
+                "reveal-preempt",
+                "Drill 1",
+                "the lines answering prediction (c)",
+                r"preempted at step 8, .* 0 steps lost\n.*not one of them, the preemption saved it",
+            ),
         ),
     ),
     *_stage(

@@ -114,9 +114,9 @@ def several_failures(ctx) -> dict:
     faults = (
         kill(1, "save-staged", 6, "die"),  # inside the background write of step 6
         kill(0, "update", 8),  # process 0, the coordinator, inside step 8
-        kill(1, "update", 8, "term"),  # preemption: the group agrees on step 9 and saves it
+        kill(1, "update", 7, "term"),  # preemption between the saves at 6 and 9: the group agrees on step 8, saves it
     )
-    expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 9"}]
+    expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 8"}]
     row = run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
     return row
 
