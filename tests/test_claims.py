@@ -158,3 +158,125 @@ def test_every_sentence_of_the_table_names_a_value_for_each_name_its_relation_us
             for text in (row.true, row.false):  # every value a sentence formats is one the claim records
                 fields = set(re.findall(r"\{(\w+)(?::[^}]*)?\}", text))
                 assert fields <= set(row.keys), (notebook, name, fields)
+
+
+# --- planted values: a comparison is judged with its spread, and each outcome has its own wording ---------------
+
+
+def _said(tmp_path, notebook: str, recorded: dict, names, fill=None, **values) -> tuple[str, dict]:
+    """The sentence `sentences.first` picks for `values`, recorded under the keys `recorded` holds, and the results."""
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    for key, value in recorded.items():
+        record.emit(str(tmp_path), notebook, key, value, shown=False)
+    text = sentences.first(str(tmp_path), notebook, names, fill, **values)
+    found = record.load(str(tmp_path), notebook)
+    assert not check_claims(found), check_claims(found)
+    return text, found
+
+
+def _quartiles(median, low, high):
+    return {"median_ms": median, "q1_ms": low, "q3_ms": high, "n": 9}
+
+
+@pytest.mark.parametrize(
+    "async_, sync, word",
+    [
+        ((27.24, 11.18, 32.04), (8.37, 5.81, 12.95), "lengthened"),  # 3.3x longer: each median outside the other's half
+        ((63.45, 62.65, 68.7), (316.2, 216.2, 320.9), "shortened"),
+        ((10.0, 8.0, 12.0), (11.0, 9.0, 13.0), "neither clearly shortened nor clearly lengthened"),
+        ((14.0, 6.0, 20.0), (8.0, 7.0, 9.0), "neither clearly shortened nor clearly lengthened"),  # wide async spread
+    ],
+)
+def test_the_saving_comparison_names_its_direction_only_beyond_the_spread(tmp_path, async_, sync, word):
+    a, s = _quartiles(*async_), _quartiles(*sync)
+    spread = {"async": {"step_s": a}, "sync": {"step_s": s}}
+    values = {"a": a["median_ms"], "a_lo": a["q1_ms"], "a_hi": a["q3_ms"]}
+    values.update(s=s["median_ms"], s_lo=s["q1_ms"], s_hi=s["q3_ms"])
+    names = ["async_shortens_<what>", "async_lengthens_<what>"]
+    text, _ = _said(
+        tmp_path,
+        "stage5b_scaling",
+        {"async_vs_sync": {"spread": spread}},
+        names,
+        {"what": "step", "label": "the step"},
+        **values,
+    )
+    assert word in text, text
+    # independently: a direction is named only when each median lies outside the other group's middle half
+    beyond = (async_[0] > sync[2] and sync[0] < async_[1]) or (async_[0] < sync[1] and sync[0] > async_[2])
+    assert beyond == (word != "neither clearly shortened nor clearly lengthened")
+
+
+@pytest.mark.parametrize(
+    "middle_at_4, word",
+    [
+        ((4.2, 4.5), "inconclusive"),  # 11 % off the median prediction, inside what the spreads at W = 1, 2 allow
+        ((7.0, 8.0), "does not describe"),  # beyond the whole band
+        ((3.7, 4.1), "describes"),  # within 10 % and the band
+    ],
+)
+def test_a_two_point_fit_is_refuted_only_beyond_what_the_spreads_allow(tmp_path, middle_at_4, word):
+    from shardlab.perf import scaling
+
+    middle = {1: (1.0, 1.6), 2: (2.3, 3.6)}
+    median = {1: 1.3, 2: 2.6, 4: sum(middle_at_4) / 2}
+    predicted = 2 * median[2] - median[1]  # compute + straggler * log2(W) through W = 1 and 2, at W = 4
+    band = [2 * middle[2][0] - middle[1][1], 2 * middle[2][1] - middle[1][0]]
+    corners = [  # the notebook's way: the fit from each end of the two middle halves
+        scaling.predict(scaling.fit({1: t1, 2: t2}, ("compute", "straggler"))["params"], [4])[4]["ms"]
+        for t1 in middle[1]
+        for t2 in middle[2]
+    ]
+    assert [min(corners), max(corners)] == pytest.approx(band)
+    held = {"predicted_ms_at_4": predicted, "measured_ms_at_4": median[4], "predicted_range_ms_at_4": band}
+    held["measured_middle_half_ms_at_4"] = list(middle_at_4)
+    values = {"p": predicted, "lo": band[0], "hi": band[1], "m": median[4], "m_lo": middle_at_4[0]}
+    values["m_hi"] = middle_at_4[1]
+    names = ["two_point_fit_predicts_four", "two_point_fit_refuted"]
+    text, _ = _said(tmp_path, "stage5b_scaling", {"scaling_model": {"held_out": held}}, names, **values)
+    assert word in text, text
+    if word == "inconclusive":
+        assert abs(predicted / median[4] - 1) > 0.1  # the old rule, the median miss alone, would have refuted it
+
+
+def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tmp_path):
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    def rows(prepare, update):
+        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.1}
+    # a 1.0 ms cut clears threshold + noise, but the untouched control moved 0.3 ms: more than the effect predicted
+    outcome = hypothesis.judge(guess, rows([2.0] * 8, [1.0] * 8), rows([1.0] * 8, [0.7] * 8), [1.5] * 8)
+    assert outcome["cut_ms"] - outcome["noise_ms"] >= 0.1  # the old rule confirmed this
+    side = outcome["sides"]["control"]
+    values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
+    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=outcome["reach"]["q1_ms"])
+    values.update(r_hi=outcome["reach"]["q3_ms"], u_lo=side["unchanged"]["q1_ms"], u_hi=side["unchanged"]["q3_ms"])
+    values.update(g_lo=side["changed"]["q1_ms"], g_hi=side["changed"]["q3_ms"])
+    text, found = _said(
+        tmp_path,
+        "stage4a_profile",
+        {"change": outcome},
+        sentences.VERDICT,
+        {"verdict_of": "The example's verdict"},
+        **values,
+    )
+    assert outcome["verdict"] == "inconclusive" and text.startswith("The example's verdict: inconclusive. The control")
+    assert not found[claims.CLAIMS]["change_confirmed"]["holds"]
+
+
+@pytest.mark.parametrize("four_devices, word", [((0.68, 0.59, 0.85), "costs more"), ((0.30, 0.2, 0.5), "not clear")])
+def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, four_devices, word):
+    one = (0.23, 0.21, 0.29)
+    timing = {"eager_4dev": {"median_ms": 1700.0}}
+    timing["compiled_4dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), four_devices))
+    timing["compiled_1dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), one))
+    values = {"e": 1700.0, "c4": four_devices[0], "c4_lo": four_devices[1], "c4_hi": four_devices[2]}
+    values.update(c1=one[0], c1_hi=one[2])
+    text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["timing_order"], **values)
+    assert word in text and (four_devices[1] > one[2]) == (word == "costs more")
+    assert four_devices[0] > one[0]  # both medians in the same order: the old rule stated it either way
