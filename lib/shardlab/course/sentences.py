@@ -341,3 +341,21 @@ def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **va
         true=_filled(row.true, fill),
         false=_filled(row.false, fill),
     )
+
+
+def timing_order(out_dir: str, notebook: str, timing: dict) -> str:
+    """Stage 4a's sentence on the order of the three warm medians, read with their middle halves."""
+    c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
+    values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
+    values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"])
+    return state(out_dir, notebook, "timing_order", **values)
+
+
+def verdict(out_dir: str, notebook: str, outcome: dict, verdict_of: str) -> str:
+    """Stage 4a's verdict on `outcome` (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
+    control, reach = outcome["sides"]["control"], outcome["reach"]
+    values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
+    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
+    values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
+    values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
+    return first(out_dir, notebook, VERDICT, {"verdict_of": verdict_of}, **values)
