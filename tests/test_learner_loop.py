@@ -127,6 +127,17 @@ def test_the_contract_recipe_has_the_keys_of_the_contract_the_notebook_prints():
     assert keys == list(printed), (keys, list(printed))
     for key in printed:  # each key once, with the value the learner's contract() must derive for it
         assert recipe.count(f"'{key}':") == 1, key
+    import hashlib
+
+    from shardlab.core.checkpoint import check_contract_form
+
+    features, targets = sl.teaching_fixture()  # the recipe's dict, evaluated, has the form a checkpoint needs
+    config = sl.Config(seed=17, batch_size=7)
+    made = eval(recipe[recipe.index("return ") + 7 : recipe.index("}:") + 1], {"hashlib": hashlib}, locals())
+    check_contract_form(made, "the contract recipe")
+    assert {k: v for k, v in made.items() if k != "data_sha256"} == {
+        k: v for k, v in printed.items() if k != "data_sha256"
+    }
 
 
 def test_a_failing_check_names_its_rules():
