@@ -230,6 +230,25 @@ def test_code_keeps_its_dollars():
     assert "`$HOME`" in out and "```\n$x$\n```" in out and out.count("shardlab-math") == 1
 
 
+def test_a_page_shows_the_parameters_once_with_the_values_the_run_used():
+    defaults = new_code_cell(
+        'seed = 17  # PRNG seed\nout_dir = "lab_run"  # results go here\nepochs = 2', metadata={"tags": ["parameters"]}
+    )
+    injected = new_code_cell(
+        '# Parameters\nseed = 29\nout_dir = "."\nextra = [1, 2]\n', metadata={"tags": ["injected-parameters"]}
+    )
+    nb = new_notebook(cells=[new_markdown_cell("# A"), defaults, injected, new_code_cell("print(seed)")])
+    body, _, _ = pages.notebook_html(nb)
+    assert [c.source for c in nb.cells[1:3]] == [defaults.source, injected.source]  # the notebook keeps both
+    shown = re.sub(r"<[^>]+>", "", body).replace("&quot;", '"').replace("&#34;", '"')
+    assert shown.count("seed = ") == 1 and "seed = 29  # PRNG seed" in shown and "seed = 17" not in shown
+    assert 'out_dir = "."  # results go here' in shown and "lab_run" not in shown and "epochs = 2" in shown
+    assert "extra = [1, 2]  # given to this run" in shown and "# Parameters" not in shown
+    alone = new_notebook(cells=[new_code_cell("seed = 17", metadata={"tags": ["parameters"]})])
+    pages.merge_parameters(alone)  # a notebook papermill did not run keeps its one cell as it is
+    assert [c.source for c in alone.cells] == ["seed = 17"]
+
+
 def test_stable_notebook_fixes_ids_drops_clocks_and_joins_streams(tmp_path):
     cell = new_code_cell("print(1); print(2)")
     cell.metadata = {"tags": ["injected-parameters"], "execution": {"iopub.status.busy": "2026"}}

@@ -349,7 +349,16 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
         assert "make lab" in how  # the workspace does not exist yet
     page = (tmp_path / "out" / portfolio.PAGE).read_text()
     assert f"Status: incomplete: {expected} items missing" in page
-    assert page.count("how: ") >= expected and "<pre>" not in page  # tables for people, the JSON beside the page
+    assert page.count("how: ") == expected and "<pre>" not in page  # each how said once; the JSON beside the page
+    # the list follows the course: each missing entry's notebook comes no earlier than the one before it
+    order = {name: i for i, name in enumerate(catalog.NOTEBOOKS)}
+    where = {p.id: order[p.notebook] for p in answers.PROMPTS}
+    places = []
+    for m in manifest["status"]["missing"]:
+        answer, letters = re.match(r"written answer `(\w+)`", m["what"]), re.match(r"self-check of (\w+):", m["what"])
+        if answer or letters:
+            places.append(where[answer[1]] if answer else order[letters[1]])
+    assert places == sorted(places) and len(places) == asked, places
     assert '<img src="portfolio/evidence/evidence.png"' in page and "portfolio/portfolio.json" in page
 
 

@@ -22,7 +22,7 @@ REGISTRY = {check.__name__ for stage in STAGES for check in checks_of(stage)}
 
 def rule_cell(function: str) -> str:
     """The notebook cell stating `function`'s rules, each with its marker."""
-    lines = [f"**The rules `{function}` must keep** (the checker enforces each; `make check` names the rule):", ""]
+    lines = [f"**The rules `{function}` must keep**, each under the id a failing check names:", ""]
     for rule in rules.of(function):
         lines.append(f"- `{rules.MARKER}{rule.id}` — {rule.text}." + (f" {rule.why}" if rule.why else ""))
     return "\n".join(lines)
@@ -114,6 +114,30 @@ def test_the_starter_states_rules_not_the_code():
     for function in rules.FUNCTIONS:
         first = docs[function].splitlines()[0]
         assert first.startswith("Return") or first.startswith("Write"), (function, first)
+
+
+def test_the_contract_recipe_has_the_keys_of_the_contract_the_notebook_prints():
+    import re
+
+    import shardlab as sl
+
+    recipe = hints.HINTS["contract"][-1]
+    keys = re.findall(r"'(\w+)':", recipe)
+    printed = sl.contract(sl.teaching_fixture(), sl.Config(seed=17, batch_size=7))  # stage3a's `contract` cell
+    assert keys == list(printed), (keys, list(printed))
+    for key in printed:  # each key once, with the value the learner's contract() must derive for it
+        assert recipe.count(f"'{key}':") == 1, key
+    import hashlib
+
+    from shardlab.core.checkpoint import check_contract_form
+
+    features, targets = sl.teaching_fixture()  # the recipe's dict, evaluated, has the form a checkpoint needs
+    config = sl.Config(seed=17, batch_size=7)
+    made = eval(recipe[recipe.index("return ") + 7 : recipe.index("}:") + 1], {"hashlib": hashlib}, locals())
+    check_contract_form(made, "the contract recipe")
+    assert {k: v for k, v in made.items() if k != "data_sha256"} == {
+        k: v for k, v in printed.items() if k != "data_sha256"
+    }
 
 
 def test_a_failing_check_names_its_rules():

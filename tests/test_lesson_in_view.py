@@ -191,6 +191,51 @@ def test_the_pointer_rule_finds_a_pointer_without_an_answer():
     assert "sits under" in pointer_problems(new_notebook(cells=[book("3 rows").cells[1]]), q)[0]
 
 
+# (notebook, question): an output that shows only part of the answer, then one that shows all of it
+PARTIAL_THEN_WHOLE = {
+    ("stage1_batches", "3"): (
+        "| cpu:3 | [6:8, :] | [2, 8] | [14, pad] | [1, 0] |\n",  # the mask, but not "whatever its numbers"
+        "| cpu:3 | [6:8, :] | [2, 8] | [14, pad] | [1, 0] |\nobserved: the padded slot holds features [0.0, 0.0] "
+        "and has mask 0; row 16, a real row set to the same zeros, has mask 1\n",
+    ),
+    ("stage3a_checkpoint", "4"): (
+        'os.replace  first: published; second: published  the name holds "the second writer\'s file"\n'
+        'os.link     first: published; second: FileExistsError the name holds "the first writer\'s file"\n',
+        "written in place: a reader halfway through found 'the first half, '; the finished name holds 'x'\n"
+        "written aside, then os.link: a reader halfway through found no file; the finished name holds 'x'\n"
+        'os.replace  first: published; second: published  the name holds "the second writer\'s file"\n'
+        'os.link     first: published; second: FileExistsError the name holds "the first writer\'s file"\n',
+    ),
+    ("stage3b_resume", "1"): (
+        "every sampler field, id, loss, weight and momentum element equal after each of 12 steps\n",
+        "largest difference in the sampler fields (key, order, cursor, step) over 12 steps: 0\n",
+    ),
+    ("stage3b_resume", "4"): (
+        "| weights | 0.0 | True | P() on 4 devices |\n",  # where it landed, not what the target carried
+        "target weights: ShapeDtypeStruct, shape (8,), dtype float32, sharding P() on mesh {'data': 4}\n"
+        "| weights | 0.0 | True | P() on 4 devices |\n",
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "number"), list(PARTIAL_THEN_WHOLE))
+def test_a_pointer_needs_the_whole_answer_not_part_of_it(name, number):
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    (q,) = [q for q in selfcheck.questions(name) if q.number == number]
+
+    def book(text):
+        cell = new_code_cell("", metadata={"tags": [q.cell]})
+        cell.outputs = [new_output("stream", name="stdout", text=text)]
+        return new_notebook(cells=[new_markdown_cell(f"## {q.section}"), cell])
+
+    partial, whole = PARTIAL_THEN_WHOLE[name, number]
+    assert "does not show the answer" in pointer_problems(book(partial), q)[0]
+    assert pointer_problems(book(whole), q) == []
+    if name == "stage3b_resume" and number == "1":  # a nonzero difference is no answer of "exactly zero"
+        assert pointer_problems(book(whole.replace(": 0\n", ": 3\n")), q)
+
+
 @pytest.mark.notebooks
 def test_every_self_check_pointer_lands_on_an_answering_output(run_dir):
     names = sorted({q.notebook for q in selfcheck.QUESTIONS})

@@ -80,8 +80,10 @@ QUESTIONS = (
             (
                 "placement",
                 "Where each row lives",
-                "the table of each device's index, ids and mask",
-                r"pad\] \| \[1, 0\] \|",
+                "the table of each device's index, ids and mask, and the line under it: a padded slot and a real "
+                "row of the same zeros",
+                r"(?s)pad\] \| \[1, 0\] \|.*padded slot holds features .* has mask 0; row \d+, a real row set to "
+                r"the same zeros, has mask 1\b",
             ),
         ),
         (
@@ -165,7 +167,7 @@ QUESTIONS = (
             "local_means",
             (
                 "local-means",
-                "Why not average the local means?",
+                "Local means, or one global mean?",
                 "the global mean gradient beside the mean of local means",
                 r"counts \[2, 2, 2, 1\]: the mean of local means is off by up to 0\.[1-9]",
             ),
@@ -297,7 +299,10 @@ QUESTIONS = (
             (
                 "publish-demo",
                 "Save: publish a complete file",
-                "the two races: what each way of publishing left under the name, and who was told",
+                "what a reader halfway through found, then the two races: what each way of publishing left under "
+                "the name, and who was told",
+                r"(?s)written in place: a reader halfway through found 'the first half, '.*"
+                r"written aside, then os\.link: a reader halfway through found no file.*"
                 r"os\.link .*FileExistsError.*the first writer's file",
             ),
         ),
@@ -345,10 +350,10 @@ QUESTIONS = (
             "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
             "recovery",
             (
-                "recovery",
+                "recovery-checks",
                 "The real resume",
-                "the table of steps, ids, control and resumed losses",
-                r"\| 0\.0 \| True \|",
+                "the line under the step-by-step table: the largest difference in the sampler fields",
+                r"largest difference in the sampler fields \(key, order, cursor, step\) over \d+ steps: 0\n",
             ),
         ),
         (
@@ -398,8 +403,9 @@ QUESTIONS = (
             (
                 "orbax",
                 "The same state through Orbax",
-                "the table of each field's difference after the Orbax restore and where it was placed",
-                r"\| weights \| 0\.0 \| True \| P\(\) on 4 devices \|",
+                "the target's device leaves printed above the table, and where each restored field was placed",
+                r"(?s)target weights: ShapeDtypeStruct, shape \(\d+,\), dtype float32, sharding P\(\) on mesh "
+                r"\{'data': 4\}.*\| weights \| 0\.0 \| True \| P\(\) on 4 devices \|",
             ),
         ),
     ),

@@ -85,6 +85,38 @@ def _math(text: str) -> str:
     return INLINE.sub(lambda m: math_html(m.group(1), display=False), text)
 
 
+def merge_parameters(nb) -> None:
+    """Show the parameters once: the defaults cell with the values papermill injected, its own cell dropped.
+
+    Papermill runs a notebook with its `parameters` cell and then an `injected-parameters` cell that
+    overrides some names; a page showing both makes a reader compare two cells to learn one set of
+    values. On the page (never in the executed notebook) each injected value replaces the default
+    on its line, the line's comment kept, and a name the defaults lack is added at the end.
+    """
+    import ast
+
+    tagged = {t: c for c in nb.cells for t in c.get("metadata", {}).get("tags", []) if t in PARAMETER_TAGS}
+    if set(tagged) != PARAMETER_TAGS:
+        return
+    injected = {}
+    for node in ast.parse(tagged["injected-parameters"].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            injected[node.targets[0].id] = ast.get_source_segment(tagged["injected-parameters"].source, node.value)
+    lines = []
+    for line in tagged["parameters"].source.splitlines():
+        found = re.match(r"(\w+)(\s*=\s*)([^#]*?)(\s*#.*)?$", line)
+        if found and found[1] in injected:
+            lines.append(f"{found[1]}{found[2]}{injected.pop(found[1])}{found[4] or ''}")
+        else:
+            lines.append(line)
+    lines += [f"{name} = {value}  # given to this run" for name, value in injected.items()]
+    tagged["parameters"].source = "# the values this run used\n" + "\n".join(lines)
+    nb.cells.remove(tagged["injected-parameters"])
+
+
+PARAMETER_TAGS = {"parameters", "injected-parameters"}
+
+
 def notebook_html(nb) -> tuple[str, str, list[str]]:
     """(page body, joined CSS, the <style> blocks) of an executed notebook: offline template, maths drawn."""
     from nbconvert import HTMLExporter
@@ -92,7 +124,8 @@ def notebook_html(nb) -> tuple[str, str, list[str]]:
 
     from shardlab.course.results import HIDDEN_TAG
 
-    nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX
+    nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX and both parameter cells
+    merge_parameters(nb)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = render_math(cell.source)

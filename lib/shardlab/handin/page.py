@@ -11,9 +11,10 @@ import json
 from html import escape
 
 from shardlab.core.files import sha256_file
+from shardlab.course.catalog import NOTEBOOKS
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.index import STYLE
-from shardlab.handin.items import HANDOFF, answer_howto
+from shardlab.handin.items import HANDOFF
 
 FORMAT = 1
 
@@ -50,13 +51,23 @@ def manifest(run, found: dict) -> dict:
     }
 
 
+def course_position(text: str) -> int:
+    """Where `text` sits in the course: the position of the first notebook it names (-1: it names none)."""
+    named = [i for i, name in enumerate(NOTEBOOKS) if f"{name}.ipynb" in text or f"of {name}" in text]
+    return min(named) if named else -1
+
+
 def status(found: dict) -> dict:
-    """Ready only when nothing is missing; else every missing entry with its item and how to add it."""
+    """Ready only when nothing is missing; else every missing entry with its item and how to add it.
+
+    Entries come in course order: run evidence first, then each notebook's answers and letters in the
+    order a learner meets the notebooks (an entry's place is the first notebook its text names)."""
     missing = [
         {"item": row.id, "what": entry, "how": found[row.id].how.get(entry, "")}
         for row in HANDOFF
         for entry in found[row.id].absent
     ]
+    missing.sort(key=lambda m: course_position(m["what"] + " " + m["how"]))  # stable: ties keep the list's order
     return {"ready": not missing, "missing": missing}
 
 
@@ -190,9 +201,9 @@ def _paragraphs(text: str) -> str:
 def _answers(run) -> str:
     parts = []
     for ident, answer in run.answers.items():
-        if "missing" in answer:
-            how = answer_howto(answer["notebook"], ident, run.workspace)
-            body = f"<p><b>missing</b>: {escape(answer['missing'])}</p><p class=b>how: {escape(how)}</p>"
+        if "missing" in answer:  # how to add it is said once, in the status list at the top
+            where = f"in {answer['notebook']}.ipynb"
+            body = f"<p><b>missing</b> ({escape(where)}): {escape(answer['missing'])}</p>"
         else:
             body = f"<blockquote>{_paragraphs(answer['text'])}</blockquote><p class=b>from {escape(answer['file'])}</p>"
         parts.append(f"<h3>{escape(ident)}</h3><p><i>{escape(answer['question'])}</i></p>{body}")
@@ -215,6 +226,11 @@ def _first(stage: dict) -> str:
     return f"{failed['check']}: {failed['diagnosis']}" if failed else ""
 
 
+def _item_state(missing: list) -> str:
+    """A hand-off item's cell in the list: complete, or how many of its entries the status list names."""
+    return "complete" if not missing else f"{len(missing)} missing (each listed at the top, with how to add it)"
+
+
 def _status(status_: dict) -> str:
     if status_["ready"]:
         return "<p><b>Status: ready to hand in</b> — nothing the hand-off list asks for is missing.</p>"
@@ -228,8 +244,7 @@ def _status(status_: dict) -> str:
 def html(run, found: dict, manifest_: dict) -> str:
     """portfolio.html: the status, the hand-off list, each item as tables and figures, the learner's answers."""
     rows = "".join(
-        f'<tr><td><a href="#{escape(i["id"])}">{escape(i["title"])}</a></td>'
-        f"<td>{'complete' if not i['missing'] else escape('missing: ' + '; '.join(i['missing']))}</td></tr>"
+        f'<tr><td><a href="#{escape(i["id"])}">{escape(i["title"])}</a></td><td>{_item_state(i["missing"])}</td></tr>'
         for i in manifest_["items"]
     )
     spec = manifest_["implementation"]["spec"]

@@ -65,10 +65,13 @@ HINTS = {
         "Ask what, if it differed, would make a resumed run a different experiment; all of it goes in, as plain data.",
         "Seed, batch size, feature width, learning rate, decay, device count, the data's shapes and dtypes, and a "
         "hash of every byte of features and targets; nothing that differs between two processes.",
-        "Full recipe: return {'version': 1, 'seed': config.seed, 'batch_size': config.batch_size, 'learning_rate': "
-        "float(config.learning_rate), 'decay': float(config.decay), 'devices': config.num_devices, 'shapes': "
-        "[list(a.shape) for a in (features, targets)], 'dtypes': [str(a.dtype) ...], 'sha256': "
-        "hashlib.sha256(features.tobytes() + targets.tobytes()).hexdigest(), ...}: floats kept exact (no round).",
+        "Full recipe: features, targets = data; return {'schema_version': 1, 'features_shape': "
+        "list(features.shape), 'features_dtype': features.dtype.str, 'targets_shape': list(targets.shape), "
+        "'targets_dtype': targets.dtype.str, 'data_sha256': hashlib.sha256(features.tobytes() + "
+        "targets.tobytes()).hexdigest(), 'seed': int(config.seed), 'batch_size': int(config.batch_size), "
+        "'num_features': int(features.shape[1]), 'learning_rate': float(config.learning_rate), 'decay': "
+        "float(config.decay), 'num_devices': int(config.num_devices)}: the keys the notebook prints, floats kept "
+        "exact (never rounded).",
     ],
     "save": [
         "A reader must see either no checkpoint or a complete one, and two savers must never both win: think "

@@ -50,8 +50,7 @@ RULES = (
         ("random_sampler_walk", "random_transition_walk"),
         why=(
             "Why: the notebooks hand you the course's `Dataset`, but anything that unpacks as `features, targets "
-            "= data` is the same data; code that reads `data.features` breaks on a plain tuple, which the checker"
-            " passes too."
+            "= data` is the same data, and code that reads `data.features` breaks on a plain tuple."
         ),
     ),
     Rule(
@@ -61,7 +60,7 @@ RULES = (
         ("random_sampler_walk", "random_step_update", "random_transition_walk", "gradient_independent_of_device_count"),
         why=(
             "Why: the notebooks use four devices, but the device count is an input: a padding rule or a division "
-            "written for four silently breaks on 1, 2 or 3, and the checker draws each of them."
+            "written for four silently breaks on 1, 2 or 3 devices."
         ),
     ),
     # next_batch
@@ -179,8 +178,7 @@ RULES = (
         ("random_contract_tells_apart",),
         why=(
             "Why: a learning rate rounded to six digits, or stored as a rounded decimal, makes two runs whose "
-            "updates differ look like one experiment; the checker changes a value by a few float32 steps "
-            "(x(1 + 2^-20), eight steps near 1.0) and expects another contract."
+            "updates differ look like one experiment."
         ),
     ),
     Rule(
@@ -202,9 +200,8 @@ RULES = (
         "the checkpoint is written at exactly the path given (any name: no .npz added) and that path is returned",
         ("random_restore_damage",),
         why=(
-            "Why: `np.savez('ckpt', ...)` writes `ckpt.npz`, so the caller's `restore('ckpt')` finds nothing (or "
-            "an older file); the checker saves under names with and without a suffix and reads back exactly the "
-            "path it gave."
+            "Why: a writer that adds a suffix of its own leaves the caller's `restore(path)` finding nothing, or "
+            "an older file under that name."
         ),
     ),
     Rule(
@@ -220,9 +217,8 @@ RULES = (
         "midway never blocks the next one; nothing but the checkpoint is left behind",
         ("interrupted_save_leaves_nothing_or_a_checkpoint", "save_leaves_only_the_final_file"),
         why=(
-            "Why: a save killed between writing and publishing leaves its temporary file behind; if the next save"
-            " uses the same fixed temporary name (or a lock file) it is refused forever. A fresh name per save "
-            "(tempfile.mkstemp in the target's folder) means a leftover never blocks anyone."
+            "Why: a save killed between writing and publishing leaves its temporary file behind; if every save "
+            "used the same temporary name, that leftover would block all later saves."
         ),
     ),
     Rule(
@@ -235,13 +231,12 @@ RULES = (
     Rule(
         "exclusive-publish",
         "save",
-        "the finished file is published with an operation that fails if the name exists (an exclusive link): of "
-        "two savers in two processes racing for one name exactly one wins",
+        "the finished file is published with an operation that fails if the name exists: of two savers in two "
+        "processes racing for one name exactly one wins",
         ("racing_saves_never_overwrite", "interrupted_save_leaves_nothing_or_a_checkpoint"),
         why=(
-            "Why: `os.replace` or a check-then-rename replaces a checkpoint another process published in between,"
-            " and a lock in one process's memory does not stop another process; publishing with a call that fails"
-            " when the name exists (os.link) lets exactly one of two racing savers win."
+            "Why: checking that the name is free and then publishing leaves a gap in which another process can "
+            "publish, and a lock in one process's memory does not stop another process."
         ),
     ),
     Rule(

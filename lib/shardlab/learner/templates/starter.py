@@ -146,8 +146,8 @@ def save(path, state: dict, contract_: dict) -> str:
       a save killed midway never blocks the next one; nothing but the checkpoint is left behind.
     - rule:fsync-before-publish: the temporary file is flushed and fsynced after its last write and only then
       published, so a published name never points at bytes still in memory.
-    - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists (an
-      exclusive link): of two savers in two processes racing for one name exactly one wins.
+    - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
+      savers in two processes racing for one name exactly one wins.
     - rule:save-inputs-intact: save changes nothing it is given: not the state, its arrays or their placement.
     """
     raise _todo("save", 3, "a new checkpoint at path")
