@@ -12,7 +12,7 @@ from shardlab.errors import ContractMismatchError, CorruptCheckpointError
 from shardlab.learner.reference import *  # noqa: F403
 
 
-def restore(path, expected_contract, mesh):
+def _read(path, expected_contract) -> dict:
     try:
         with np.load(path, allow_pickle=False) as npz:
             fields = {name: npz[name] for name in npz.files}
@@ -21,31 +21,40 @@ def restore(path, expected_contract, mesh):
         raise CorruptCheckpointError(f"{path} is not a readable checkpoint: {exc}") from None
     if saved != expected_contract:
         raise ContractMismatchError(f"{path} belongs to another experiment")
-    rows, width = expected_contract["features_shape"]
-    try:
-        weights, momentum, key, order = (fields[n] for n in ("weights", "momentum", "key", "order"))
-        cursor, step = fields["cursor"], fields["step"]
-    except KeyError as exc:
-        raise CorruptCheckpointError(f"{path} lacks {exc}") from None
-    for name, value in (("weights", weights), ("momentum", momentum)):
+    missing = [n for n in ("weights", "momentum", "key", "order", "cursor", "step") if n not in fields]
+    if missing:
+        raise CorruptCheckpointError(f"{path} lacks {missing}")
+    return fields
+
+
+def _check(path, fields, rows: int, width: int) -> None:
+    for name in ("weights", "momentum"):
+        value = fields[name]
         if value.dtype != np.float32 or value.shape != (width,) or not np.all(np.isfinite(value)):
             raise CorruptCheckpointError(f"{path}: {name} is not finite float32 ({width},)")
-    if key.dtype != np.uint32 or key.shape != (2,):
+    if fields["key"].dtype != np.uint32 or fields["key"].shape != (2,):
         raise CorruptCheckpointError(f"{path}: key is not uint32 (2,)")
+    order = fields["order"]
     if order.dtype.kind not in "iu" or order.shape != (rows,) or not np.array_equal(np.sort(order), np.arange(rows)):
         raise CorruptCheckpointError(f"{path}: order is not a permutation")
-    for name, value in (("cursor", cursor), ("step", step)):
-        if value.dtype.kind not in "iu" or value.size != 1:  # the mistake: size, not shape ()
+    for name in ("cursor", "step"):
+        if fields[name].dtype.kind not in "iu" or fields[name].size != 1:  # the mistake: size, not shape ()
             raise CorruptCheckpointError(f"{path}: {name} is not one integer")
-    cursor, step = int(cursor.reshape(())), int(step.reshape(()))
+
+
+def restore(path, expected_contract, mesh):
+    fields = _read(path, expected_contract)
+    rows, width = expected_contract["features_shape"]
+    _check(path, fields, rows, width)
+    cursor, step = int(fields["cursor"].reshape(())), int(fields["step"].reshape(()))
     if not 0 <= cursor <= rows or step < 0:
         raise CorruptCheckpointError(f"{path}: cursor or step out of range")
     replicated = NamedSharding(mesh, P())
     return {
-        "weights": jax.device_put(weights, replicated),
-        "momentum": jax.device_put(momentum, replicated),
-        "key": key,
-        "order": order,
+        "weights": jax.device_put(fields["weights"], replicated),
+        "momentum": jax.device_put(fields["momentum"], replicated),
+        "key": fields["key"],
+        "order": fields["order"],
         "cursor": cursor,
         "step": step,
     }
