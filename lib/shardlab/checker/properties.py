@@ -246,23 +246,13 @@ def sampler_walk(ctx, case: Case) -> None:
 
 
 def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
-    """Which update the outputs follow, against the learning rate and decay the step was built with.
-
-    With three or more features the fitted-formula machinery fits v <- a*v + b*g; with fewer it cannot
-    separate a from b, so b = 1 is assumed and a and the learning rate are read off the numbers.
-    """
-    v_prev, g = np.asarray(before["momentum"], np.float64), np.asarray(want["grad"], np.float64)
-    v_new, w_new = np.asarray(got["momentum"], np.float64), np.asarray(got["weights"], np.float64)
-    if v_prev.size >= 3:
-        fitted = formulas.fitted_update(before, g, got)
-    else:
-        lr = float(np.dot(np.asarray(before["weights"], np.float64) - w_new, v_new) / max(np.dot(v_new, v_new), 1e-30))
-        a = float(np.dot(v_new - g, v_prev) / max(np.dot(v_prev, v_prev), 1e-30))
-        fitted = f"v <- {a:.3g}*v + g, w <- w - {lr:.3g}*v (read off with b = 1)"
+    """Which update the outputs follow (every known mistake that fits, most likely first), against the learning
+    rate and decay the step was built with, on the right gradient `want['grad']`."""
+    which = formulas.explain_update(before, want["grad"], got, case.learning_rate, case.decay, case.devices)
     return (
-        f"the update follows {fitted}; the step was built with learning_rate={case.learning_rate:.6g}, "
-        f"decay={case.decay:.6g} -> v <- decay*v + g, w <- w - learning_rate*v with the values make_step was given"
-        + formulas.mark("momentum")
+        f"the new momentum and weights: {which}; the step was built with "
+        f"learning_rate={case.learning_rate:.6g}, decay={case.decay:.6g} -> v <- decay*v + g, w <- w - "
+        "learning_rate*v with the values make_step was given" + formulas.mark("momentum")
     )
 
 
