@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.properties as properties
 from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
@@ -93,6 +94,7 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
             "no exception",
             f"{type(exc).__name__}: {exc}"[:300],
             f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+            + diagnoses.explain(exc, raised_where(exc))
             + (form if isinstance(exc, AttributeError) and case.data_form == "tuple" else ""),
         )
     return None
