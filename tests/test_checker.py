@@ -38,6 +38,16 @@ MISTAKES = {
     "global_rng": (1, "replay_is_deterministic", ["no global RNG"]),
     "mask_from_values": (1, "padding_is_decided_by_position", ["an all-zero row", "the mask follows the row values"]),
     "pad_to_batch_size": (1, "padding_is_decided_by_position", ["5 row(s) were padded to 12 slots", "(8)"]),
+    "initial_places_on_first_devices": (
+        1,
+        "random_sampler_walk",
+        ["initial weights is not placed as P()", "but the mesh given holds devices [3]", "a mesh of jax.devices() [3]"],
+    ),
+    "batch_on_sorted_devices": (
+        1,
+        "random_sampler_walk",
+        ["batch.features is not placed as P('data', None)", "but the mesh given orders them", "devices=2"],
+    ),
     # stage 2: make_step and transition
     "averaging_local_means": (2, "gradient_on_tail_batches", ["the denominator", "mean of the per-device means"]),
     "local_count": (2, "gradient_independent_of_device_count", ["grows with device count", "a local count"]),
@@ -133,6 +143,16 @@ MISTAKES = {
         3,
         "random_restore_damage",
         ["the restored weights is not placed as P()", "the mesh given holds devices [3]", "rows=1"],
+    ),
+    "restore_scalars_by_size": (
+        3,
+        "random_restore_damage",
+        ["(same numbers)", "cursor and step are single integers, 0-d arrays", "rows=1"],
+    ),
+    "save_temp_in_system_folder": (
+        3,
+        "save_syncs_before_publishing",
+        ["the save wrote its temporary file in", "write the temporary file in the target's own folder"],
     ),
     "contract_rounds_to_ten_decimals": (
         3,
@@ -359,6 +379,7 @@ SLOW_MISTAKES = {
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
     "contract_rounds_to_ten_decimals",
     "restore_places_on_first_devices",
+    *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
 }
 
 
