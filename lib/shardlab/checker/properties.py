@@ -767,8 +767,19 @@ def restore_damage(ctx, case: Case) -> None:
         not accepted,
         f"all {len(refused)} damaged copies refused with the course's errors",
         f"accepted {sorted(accepted)}",
-        "restore accepted damaged checkpoints: " + "; ".join(f"{w} ({r})" for w, r in accepted.items()),
+        "restore accepted damaged checkpoints: "
+        + "; ".join(f"{w} ({r})" for w, r in accepted.items())
+        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
     )
+
+
+def _damage_rule(what: str) -> str:
+    """The course rule (learner/rules.py id) a damaged copy named `what` breaks."""
+    if what.startswith("contract: ") or "another experiment" in what:
+        return "contract-first"
+    if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
+        return "refuse-nan"
+    return "validate-fields"
 
 
 def _like(value, numbers: np.ndarray):
