@@ -37,7 +37,11 @@ MISTAKES = {
     "batch_on_host": (1, "batch_is_placed_on_the_mesh", ["batch.features is not placed"]),
     "global_rng": (1, "replay_is_deterministic", ["no global RNG"]),
     "mask_from_values": (1, "padding_is_decided_by_position", ["an all-zero row", "the mask follows the row values"]),
-    "pad_to_batch_size": (1, "padding_is_decided_by_position", ["5 row(s) were padded to 12 slots", "(8)"]),
+    "pad_to_batch_size": (
+        1,
+        "padding_is_decided_by_position",
+        ["5 row(s) were padded to 12 slots: it fits the batch size (9) rounded up to the device count", "8 slots here"],
+    ),
     "initial_places_on_first_devices": (
         1,
         "random_sampler_walk",
@@ -124,7 +128,8 @@ MISTAKES = {
         1,
         "random_sampler_walk",
         [
-            "1 row(s) were padded to 2 slots -> pad to the next multiple of the device count (1)",
+            "1 row(s) were padded to 2 slots: it fits a whole extra device's worth of padding",
+            "(mesh.size = 1), 1 slot here",
             '"sampler_walk", rows=1, batch=1, devices=1, features=1',
         ],
     ),

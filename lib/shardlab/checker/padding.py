@@ -58,8 +58,9 @@ def check_padding(batch, data, batch_size: int, devices: int) -> None:
             f"{len(mask)} slots" + (f" ({'; or '.join(fits)})" if fits else ""),
             f"{len(ids)} row(s) were padded to {len(mask)} slots"
             + (f": {listed_slots(fits)}" if fits else "")
-            + f" -> pad to the next multiple of the mesh's device count (mesh.size = {devices}), {slots} slots here, "
-            f"so the valid rows per device are {oracle.device_counts(len(ids), devices)}" + mark("pad-by-position"),
+            + f" -> pad to the next multiple of the mesh's device count (mesh.size = {devices}), {slots} "
+            f"slot{'s' * (slots != 1)} here, so the valid rows per device are {oracle.device_counts(len(ids), devices)}"
+            + mark("pad-by-position"),
         )
     want = np.zeros(slots)
     want[: len(ids)] = 1.0
