@@ -55,7 +55,7 @@ class Case:
 DOMAIN = {
     "rows": (1, 64, 1),
     "batch": (1, None, 1),  # up to rows + 2: a batch larger than the dataset is in the domain
-    "devices": (1, 4, 1),  # sub-meshes of the first k of the 4 logical devices
+    "devices": (1, 4, 1),  # meshes of k of the 4 logical devices, which and in which order set by "layout"
     "epochs": (2, 4, 2),
     "features": (1, 9, 1),
     "seed": (0, 2**32 - 1, 0),  # every seed jax.random.PRNGKey accepts with 32-bit keys
