@@ -304,7 +304,7 @@ def explain_loss(loss, features, targets, mask, weights, num_devices: int, new_w
 
 
 def update_cause(
-    previous: dict, grad_observed, grad_right, got: dict, learning_rate: float, decay: float
+    previous: dict, grad_observed, grad_right, got: dict, learning_rate: float, decay: float, devices: int = 1
 ) -> str | None:
     """Whether a wrong update is the gradient's fault, the recursion's, or both (None if the gradient is right).
 
@@ -323,7 +323,7 @@ def update_cause(
             "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
             "(see the gradient checks)" + mark("global-mean")
         )
-    which = explain_update(previous, g_obs, got, learning_rate, decay, int(previous.get("devices", 1)))
+    which = explain_update(previous, g_obs, got, learning_rate, decay, devices)
     return (
         "the gradient is already wrong, and the update does not follow v <- decay*v + g, w <- w - learning_rate*v "
         f"even on the gradient the step computed ({which}): fix the gradient first, then the update"

@@ -467,7 +467,11 @@ def transition_walk(ctx, case: Case) -> None:
                 else "the step itself is wrong here: "
             )
             # A wrong gradient is named as such: momentum is judged on the gradient the step computed.
-            blame = None if own else formulas.update_cause(before, direct[3], grad, got, case.learning_rate, case.decay)
+            blame = (
+                None
+                if own
+                else formulas.update_cause(before, direct[3], grad, got, case.learning_rate, case.decay, case.devices)
+            )
             if blame:
                 formula = formulas.explain_gradient(np.asarray(direct[3]), *batch, before["weights"], case.devices)
                 blame += f" ({formula})" if formula else ""

@@ -231,7 +231,7 @@ def consecutive_updates(ctx):
                 formula or "see the loss check"
             )
         elif "grad" in wrong:
-            why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY)
+            why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
             formula = formulas.explain_gradient(grad, *batch, given["weights"], mesh.size)
             why += f" ({formula})" if formula else ""
         else:
