@@ -769,3 +769,17 @@ def test_an_exception_from_jax_is_explained_by_its_cause():
         text = diagnoses.explain(error)
         _, marked = runner.marked_rules(text)
         assert rule in marked and text.startswith(": "), (rule, type(error).__name__, str(error)[:200], text)
+
+
+def test_a_refused_same_experiment_names_both_causes_that_fit():
+    """ContractMismatchError from restore on the checkpoint of the same experiment fits two mistakes: a contract
+    that changes between calls or processes, and a comparison that refuses equal contracts. Both are named."""
+    from shardlab import errors
+    from shardlab.checker import diagnoses
+
+    text = diagnoses.explain(errors.ContractMismatchError("another experiment"), "my_model.py:80 in restore")
+    assert "it fits 2 mistakes, most likely first" in text, text
+    assert text.index("(1)") < text.index("salted per process") < text.index("(2)") < text.index("refuses two equal")
+    _, marked = runner.marked_rules(text)
+    assert {"contract-json", "contract-first"} <= set(marked)
+    assert diagnoses.explain(errors.ContractMismatchError("x"), "my_model.py:9 in save") == ""  # not restore's
