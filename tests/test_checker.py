@@ -37,7 +37,21 @@ MISTAKES = {
     "batch_on_host": (1, "batch_is_placed_on_the_mesh", ["batch.features is not placed"]),
     "global_rng": (1, "replay_is_deterministic", ["no global RNG"]),
     "mask_from_values": (1, "padding_is_decided_by_position", ["an all-zero row", "the mask follows the row values"]),
-    "pad_to_batch_size": (1, "padding_is_decided_by_position", ["5 row(s) were padded to 12 slots", "(8)"]),
+    "pad_to_batch_size": (
+        1,
+        "padding_is_decided_by_position",
+        ["5 row(s) were padded to 12 slots: it fits the batch size (9) rounded up to the device count", "8 slots here"],
+    ),
+    "initial_places_on_first_devices": (
+        1,
+        "random_sampler_walk",
+        ["initial weights is not placed as P()", "but the mesh given holds devices [3]", "a mesh of jax.devices() [3]"],
+    ),
+    "batch_on_sorted_devices": (
+        1,
+        "random_sampler_walk",
+        ["batch.features is not placed as P('data', None)", "but the mesh given orders them", "devices=2"],
+    ),
     # stage 2: make_step and transition
     "averaging_local_means": (2, "gradient_on_tail_batches", ["the denominator", "mean of the per-device means"]),
     "local_count": (2, "gradient_independent_of_device_count", ["grows with device count", "a local count"]),
@@ -114,7 +128,8 @@ MISTAKES = {
         1,
         "random_sampler_walk",
         [
-            "1 row(s) were padded to 2 slots -> pad to the next multiple of the device count (1)",
+            "1 row(s) were padded to 2 slots: it fits a whole extra device's worth of padding",
+            "(mesh.size = 1), 1 slot here",
             '"sampler_walk", rows=1, batch=1, devices=1, features=1',
         ],
     ),
@@ -133,6 +148,16 @@ MISTAKES = {
         3,
         "random_restore_damage",
         ["the restored weights is not placed as P()", "the mesh given holds devices [3]", "rows=1"],
+    ),
+    "restore_scalars_by_size": (
+        3,
+        "random_restore_damage",
+        ["(same numbers)", "cursor and step are single integers, 0-d arrays", "rows=1"],
+    ),
+    "save_temp_in_system_folder": (
+        3,
+        "save_syncs_before_publishing",
+        ["the save wrote its temporary file in", "write the temporary file in the target's own folder"],
     ),
     "contract_rounds_to_ten_decimals": (
         3,
@@ -359,6 +384,7 @@ SLOW_MISTAKES = {
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
     "contract_rounds_to_ten_decimals",
     "restore_places_on_first_devices",
+    *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
 }
 
 
@@ -641,3 +667,119 @@ def test_the_supervising_command_starts_without_jax():
     code = "import sys, shardlab, shardlab.checker.command, shardlab.__main__; print('jax' in sys.modules)"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert found.strip() == "False"
+
+
+# Meshes that are not a prefix of jax.devices(): where each part of an array lives, worked out here from the mesh's
+# device order alone (device i of a k-device mesh holds rows i*n/k .. (i+1)*n/k of a split array, all of a
+# replicated one), against JAX's own record of the placed array's shards.
+def _rows_by_device(mesh_ids: list, rows: int, split: bool) -> dict:
+    k = len(mesh_ids)
+    return {d: ((i * rows // k, (i + 1) * rows // k) if split else (0, rows)) for i, d in enumerate(mesh_ids)}
+
+
+@pytest.mark.parametrize("placed_on, given", [([3, 2], [2, 3]), ([1, 3, 0, 2], [0, 1, 2, 3]), ([2, 3], [2, 3])])
+def test_a_placement_is_judged_by_which_device_holds_which_rows(placed_on, given):
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardlab.checker.common import sharding_of
+
+    every = jax.devices()
+    mesh_of = {tuple(ids): Mesh(np.array([every[i] for i in ids]), ("data",)) for ids in (placed_on, given)}
+    rows = np.arange(8 * len(given), dtype=np.float32).reshape(-1, 2)
+    for spec, split in ((P("data", None), True), (P("data"), True), (P(), False)):
+        x = jax.device_put(rows, NamedSharding(mesh_of[tuple(placed_on)], spec))
+        held = {s.device.id: (s.index[0].start or 0, s.index[0].stop or len(rows)) for s in x.addressable_shards}
+        assert held == _rows_by_device(placed_on, len(rows), split)  # JAX agrees with the arithmetic
+        same = held == _rows_by_device(given, len(rows), split)
+        found = sharding_of(x, mesh_of[tuple(given)], P("data", None) if split else P())
+        assert (found is None) == same, (spec, found)
+        if not same:
+            assert "the mesh given orders them" in found and "place on the mesh the function is given" in found
+
+
+def test_every_search_that_gives_a_mesh_meets_meshes_that_are_not_a_prefix():
+    from shardlab.checker import domain, search
+
+    for name in ("sampler_walk", "step_update", "transition_walk", "restore_damage"):
+        prop = search.PROPERTIES[name]
+        cases = search.cases_for(prop, 2026, prop.cases)
+        held = {domain.mesh_positions(c.layout, c.devices) for c in cases}
+        assert any(p != tuple(range(len(p))) for p in held), (name, held)  # some mesh is not jax.devices()[:k]
+
+
+def test_the_structure_space_holds_every_same_size_shape_and_every_ruled_out_dtype():
+    """The rule: weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d
+    integers. Every other shape of the same size is in each field's space, and every form in it breaks the rule
+    while holding the same numbers (or their text)."""
+    import numpy as np
+
+    from shardlab.checker import damage
+
+    values = {"weights": np.zeros(3, np.float32), "key": np.zeros(2, np.uint32), "cursor": np.asarray(5, np.int64)}
+    values.update(momentum=values["weights"], order=np.arange(4, dtype=np.int32), step=np.asarray(0, np.int64))
+
+    def allowed(field: str, m) -> bool:
+        if field in ("weights", "momentum"):
+            return m.dtype == np.float32 and m.shape == (3,)
+        if field == "key":
+            return m.dtype == np.uint32 and m.shape == (2,)
+        return m.dtype.kind in "iu" and m.shape == values[field].shape
+
+    for field, value in values.items():
+        made = [np.asarray(change(value, 4)) for _, _, change in damage.structures(field, value)]
+        shapes = {m.shape for m in made if m.dtype == value.dtype}
+        assert shapes == ({(1,), (1, 1)} if value.ndim == 0 else {(1, value.size), (value.size, 1)}), (field, shapes)
+        for m in made:
+            assert not allowed(field, m), (field, m.dtype, m.shape)
+            if m.dtype.kind != "U":
+                assert np.array_equal(m.ravel().astype(np.complex128), value.ravel().astype(np.complex128)), field
+
+
+def test_an_exception_from_jax_is_explained_by_its_cause():
+    """Real errors of the pinned JAX: a donated (deleted) array, rows that do not split over a mesh, arrays on two
+    meshes in one computation. Each is named by its cause and the rules it breaks."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardlab.checker import diagnoses
+
+    every = jax.devices()
+    errors = {}
+    deleted = jax.device_put(np.ones(3, np.float32))
+    deleted.delete()
+    with pytest.raises(Exception) as found:
+        np.asarray(deleted)
+    errors["input-intact"] = found.value
+    three = Mesh(np.array(every[:3]), ("data",))
+    with pytest.raises(Exception) as found:
+        jax.device_put(np.ones(4, np.float32), NamedSharding(three, P("data")))
+    errors["pad-by-position"] = found.value
+    first, last = (Mesh(np.array(d), ("data",)) for d in (every[:2], every[2:]))
+    a = jax.device_put(np.ones(2, np.float32), NamedSharding(first, P()))
+    b = jax.device_put(np.ones(2, np.float32), NamedSharding(last, P()))
+    with pytest.raises(Exception) as found:
+        jax.jit(lambda x, y: x + y)(a, b)
+    errors["replicated"] = found.value
+    for rule, error in errors.items():
+        text = diagnoses.explain(error)
+        _, marked = runner.marked_rules(text)
+        assert rule in marked and text.startswith(": "), (rule, type(error).__name__, str(error)[:200], text)
+
+
+def test_a_refused_same_experiment_names_both_causes_that_fit():
+    """ContractMismatchError from restore on the checkpoint of the same experiment fits two mistakes: a contract
+    that changes between calls or processes, and a comparison that refuses equal contracts. Both are named."""
+    from shardlab import errors
+    from shardlab.checker import diagnoses
+
+    text = diagnoses.explain(errors.ContractMismatchError("another experiment"), "my_model.py:80 in restore")
+    assert "it fits 2 mistakes, most likely first" in text, text
+    assert text.index("(1)") < text.index("salted per process") < text.index("(2)") < text.index("refuses two equal")
+    _, marked = runner.marked_rules(text)
+    assert {"contract-json", "contract-first"} <= set(marked)
+    assert diagnoses.explain(errors.ContractMismatchError("x"), "my_model.py:9 in save") == ""  # not restore's

@@ -17,7 +17,7 @@ from shardlab.checker import formulas
 from shardlab.checker.common import batch_arrays, placed
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
-from shardlab.core.fixtures import teaching_fixture
+from shardlab.core.fixtures import Dataset, teaching_fixture
 from shardlab.learner import implementation, rules
 
 HERE = Path(__file__).parent
@@ -227,3 +227,93 @@ def test_a_failure_whose_diagnosis_names_no_rule_lists_the_checks_rules():
 def test_rule_marks_name_only_rules_that_exist():
     text, found = runner.marked_rules("a cause {rule:global-mean}; another {rule:momentum} {rule:no-such-rule}")
     assert found == ["global-mean", "momentum"] and text == "a cause; another"
+
+
+# phrase of the diagnosis -> the (momentum, weights) that update mistake gives, from the state before the step, the
+# gradient, and the learning rate, decay and device count the step was built with (NumPy, float64)
+UPDATE_MISTAKES = {
+    "the course's default learning rate": lambda v, w, g, lr, d, n: (d * v + g, w - LEARNING_RATE * (d * v + g)),
+    "the course's default decay": lambda v, w, g, lr, d, n: (DECAY * v + g, w - lr * (DECAY * v + g)),
+    "the learning rate moved into the momentum": lambda v, w, g, lr, d, n: (d * v + lr * g, w - (d * v + lr * g)),
+    "the averaging form": lambda v, w, g, lr, d, n: (d * v + (1 - d) * g, w - lr * (d * v + (1 - d) * g)),
+    "with the momentum from before this step": lambda v, w, g, lr, d, n: (d * v + g, w - lr * v),
+    "a plain gradient step": lambda v, w, g, lr, d, n: (d * v + g, w - lr * g),
+    "added on each of 4 devices": lambda v, w, g, lr, d, n: (n * d * v + g, w - lr * (n * d * v + g)),
+    "the previous momentum is dropped": lambda v, w, g, lr, d, n: (g, w - lr * g),
+    "a Nesterov step": lambda v, w, g, lr, d, n: (d * v + g, w - lr * (g + d * (d * v + g))),
+    "climbs the loss": lambda v, w, g, lr, d, n: (d * v + g, w + lr * (d * v + g)),
+    "returned unchanged": lambda v, w, g, lr, d, n: (d * v + g, w),
+    "learning rate and decay swapped": lambda v, w, g, lr, d, n: (lr * v + g, w - d * (lr * v + g)),
+}
+
+
+def _planted_update(spec: str, decay: float, width: int):
+    """(given state, observed momentum and weights, right gradient) of one planted step from non-zero momentum, on
+    7 rows of a `width`-feature linear-regression set, with learning rate 0.03 and `decay` on four devices."""
+    rng = np.random.default_rng([width, 9])
+    x = rng.normal(size=(23, width)).astype(np.float32)
+    y = (x @ rng.normal(size=width) + 0.1 * rng.normal(size=23)).astype(np.float32)
+    given = {"weights": rng.normal(size=width).astype(np.float32)}
+    given["momentum"] = (0.5 * rng.normal(size=width)).astype(np.float32)
+    host = batch_arrays(Dataset(x, y), np.arange(7), DEVICES)
+    step = implementation.load(spec).make_step(make_mesh(DEVICES), learning_rate=LEARNING_RATE, decay=decay)
+    w, v, _, _ = (np.asarray(o, np.float64) for o in step(*placed(make_mesh(DEVICES), *host, *given.values())))
+    xs, ys = x[:7].astype(np.float64), y[:7].astype(np.float64)
+    right = 2.0 * xs.T @ (xs @ given["weights"] - ys) / 7
+    return given, {"momentum": v, "weights": w}, right
+
+
+@pytest.mark.parametrize(
+    "spec, decay, pair",
+    [
+        ("ranked/step_ignores_decay.py", 0.2, True),  # 4 devices x 0.2 = the course's 0.8: two mistakes fit
+        ("ranked/step_ignores_decay.py", 0.3, False),  # 4 x 0.3 = 1.2: only the default decay fits
+        ("ranked/learning_rate_in_momentum.py", 0.8, False),
+    ],
+)
+def test_an_update_names_every_update_mistake_its_numbers_fit(spec, decay, pair):
+    given, got, grad = _planted_update(str(HERE / spec), decay, width=5)
+    v, w = (given[k].astype(np.float64) for k in ("momentum", "weights"))
+    right = np.concatenate([decay * v + grad, w - LEARNING_RATE * (decay * v + grad)])
+    observed = np.concatenate([got["momentum"], got["weights"]])
+    expected = []
+    for phrase, formula in UPDATE_MISTAKES.items():
+        value = np.concatenate(formula(v, w, grad, LEARNING_RATE, decay, DEVICES))
+        if _same(observed, value) and not _same(value, right):
+            expected.append(phrase)
+    assert len(expected) == (2 if pair else 1), expected  # the planted coincidence, from NumPy alone
+    text = formulas.explain_update(given, grad, got, LEARNING_RATE, decay, DEVICES)
+    for phrase in UPDATE_MISTAKES:
+        assert (phrase in text) == (phrase in expected), (phrase, text)
+    if pair:
+        assert "fit 2 mistakes, most likely first" in text
+        assert text.index("(1)") < text.index(expected[0]) < text.index("(2)") < text.index(expected[1]), text
+
+
+def test_an_update_with_too_few_features_is_not_read_off():
+    """With two features and non-zero momentum, v <- a*v + b*g has more unknowns than numbers: no formula is made
+    up; the known mistake that fits is named."""
+    spec = str(HERE / "ranked/learning_rate_in_momentum.py")
+    given, got, grad = _planted_update(spec, DECAY, width=2)
+    text = formulas.explain_update(given, grad, got, LEARNING_RATE, DECAY, DEVICES)
+    assert "the learning rate moved into the momentum" in text and "it follows v <-" not in text, text
+
+
+@pytest.mark.parametrize("rows, batch, devices, pair", [(1, 3, 2, True), (1, 1, 2, False)])
+def test_a_wrong_slot_count_names_every_padding_rule_it_fits(rows, batch, devices, pair):
+    """Padding to jax.device_count() (4) gives 4 slots for 1 row; on a 2-device mesh with batch size 3, the batch
+    size rounded up to the device count gives 4 too: both are named, the device count first."""
+    from shardlab.checker.search import check_case
+
+    with pytest.raises(AssertionError) as failed:
+        check_case(str(HERE / "ranked/pad_to_every_device.py"), "sampler_walk", rows=rows, batch=batch, devices=devices)
+    text = str(failed.value)
+    right = -(-rows // devices) * devices
+    every = -(-rows // 4) * 4  # the planted rule: a multiple of the four devices JAX sees
+    by_batch = -(-max(batch, rows) // devices) * devices
+    assert every != right and (by_batch == every) == pair
+    assert f"{rows} row(s) were padded to {every} slots" in text, text
+    assert "a multiple of jax.device_count() (4), not of the mesh given" in text
+    assert ("the batch size (" in text) == pair, text
+    if pair:
+        assert text.index("(1) a multiple of jax.device_count()") < text.index("(2) the batch size"), text

@@ -13,6 +13,7 @@ from dataclasses import asdict
 import jax
 
 import shardlab.checker.course_cells as course_cells
+import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.early as launching
 import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
@@ -78,7 +79,8 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         diagnosis = str(exc) or f"not implemented yet (raised at {raised_where(exc)})"
     except Exception as exc:
         passed, expected, observed = False, "no exception", f"{type(exc).__name__}: {exc}"[:SHOWN]
-        diagnosis = f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+        where = raised_where(exc)
+        diagnosis = f"the implementation raised {type(exc).__name__} at {where}" + diagnoses.explain(exc, where)
     diagnosis, broken = marked_rules(diagnosis)
     return Result(
         check.__name__,

@@ -142,23 +142,45 @@ def _named_axes(spec) -> tuple:
     return tuple(parts)
 
 
+def _slices(sharding, shape) -> dict:
+    """Device id -> the (start, stop) of each dimension it holds: where every part of an array lives."""
+    return {
+        d.id: tuple((i.start or 0, shape[n] if i.stop is None else i.stop) for n, i in enumerate(index))
+        for d, index in sharding.devices_indices_map(tuple(shape)).items()
+    }
+
+
 def sharding_of(array, mesh: Mesh, spec: P) -> str | None:
-    """None if `array` is a jax.Array with NamedSharding(mesh, spec), else what it is instead."""
+    """None if `array` is a jax.Array with NamedSharding(mesh, spec), else what it is instead.
+
+    The mesh given is compared by what it places where: each device of `mesh`, in `mesh`'s order, must hold the
+    part of the array `spec` gives it. A mesh of the same devices in another order places a split array's rows
+    on other devices (and so differs); a replicated array is the same on any order of the same devices.
+    """
     if not isinstance(array, jax.Array):
         return f"a {type(array).__name__}, not a jax.Array placed on the mesh"
     sharding = array.sharding
     if not isinstance(sharding, NamedSharding):
         return f"{type(sharding).__name__} on {len(sharding.device_set)} device(s), not a NamedSharding"
-    given = sorted(d.id for d in mesh.devices.flat)
-    found = sorted(d.id for d in sharding.mesh.devices.flat)
-    if _named_axes(sharding.spec) == _named_axes(spec) and found == given:
-        return None  # P('data') and P('data', None) place a 2-D array identically: trailing dimensions unsplit
-    if _named_axes(sharding.spec) == _named_axes(spec):
+    given = [d.id for d in mesh.devices.flat]
+    found = [d.id for d in sharding.mesh.devices.flat]
+    if _named_axes(sharding.spec) != _named_axes(spec):
+        return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
+    if sorted(found) != sorted(given):
         return (
-            f"NamedSharding with {sharding.spec} on devices {found}, but the mesh given holds devices {given} -> "
-            "place on the mesh the function is given, never on one built from jax.devices()"
+            f"NamedSharding with {sharding.spec} on devices {sorted(found)}, but the mesh given holds devices "
+            f"{sorted(given)} -> place on the mesh the function is given, never on one built from jax.devices()"
         )
-    return f"NamedSharding with {sharding.spec} over {sharding.mesh.size} device(s)"
+    want, got = _slices(NamedSharding(mesh, spec), array.shape), _slices(sharding, array.shape)
+    if want != got:  # P('data') and P('data', None) agree here: trailing dimensions unsplit place nothing differently
+        moved = [d for d in given if want[d] != got.get(d)]
+        return (
+            f"NamedSharding with {sharding.spec} on a mesh of devices {found} in that order, but the mesh given "
+            f"orders them {given}: device {moved[0]} holds rows {got[moved[0]][0]} where the mesh given puts rows "
+            f"{want[moved[0]][0]} -> place on the mesh the function is given (its devices in its order), never on "
+            "one rebuilt from its device ids or from jax.devices()"
+        )
+    return None
 
 
 def replicas(array) -> list[np.ndarray]:

@@ -101,6 +101,59 @@ DAMAGES = (
     ("contract", "one entry more", CONTRACT, _contract_edit(_with_an_entry)),
     ("contract", "a number instead of its text", CONTRACT, lambda a, rows: np.asarray(7, np.int64)),
 )
+# The structure space: every member in another shape of the same size, another dtype or another type than the
+# course's (COURSE.md stage 3, the stage 3 notebook's rule and hint: weights and momentum float32 (d,), key uint32
+# (2,), order integer ids (rows,), cursor and step single integers, 0-d). The same numbers in a form the rule rules
+# out: a (1,) cursor holds the right value, so a test of its size or of int(cursor) accepts it. `structures` lists
+# the space of one field; the restore search draws from it (`drawn`), a few of each field per case.
+WRONG_DTYPES = {
+    "weights": ("float64", "float16", "int32", "complex64"),
+    "momentum": ("float64", "float16", "int32", "complex64"),
+    "key": ("int64", "uint64", "int32", "float32"),
+    "order": ("float32", "float64", "complex64"),
+    "cursor": ("float32", "float64", "complex64"),
+    "step": ("float32", "float64", "complex64"),
+}
+SCALAR_RULE = SHAPES + ": cursor and step are single integers, 0-d arrays"
+
+
+def _reshaped(shape: tuple):
+    return lambda a, rows: np.reshape(np.asarray(a), shape)
+
+
+def _as(dtype: str):
+    return lambda a, rows: np.asarray(a).astype(dtype)
+
+
+def _as_text(a, rows):
+    return np.asarray(str(np.asarray(a).tolist()))
+
+
+def structures(field: str, value) -> list[tuple]:
+    """(kind, rule, change) for every other form of `field` holding the same numbers: each same-size shape, each
+    ruled-out dtype, and the numbers as text."""
+    shape = np.shape(value)
+    rule = SCALAR_RULE if shape == () else SHAPES
+    others = [(1,), (1, 1)] if shape == () else [(1, *shape), (*shape, 1)] + ([()] if np.size(value) == 1 else [])
+    found = [(f"shape {other} (same numbers)", rule, _reshaped(other)) for other in others if other != shape]
+    found += [(f"{dtype} (same numbers)", DTYPES, _as(dtype)) for dtype in WRONG_DTYPES[field]]
+    found.append(("the numbers as text", DTYPES, _as_text))
+    return found
+
+
+def drawn(rng: np.random.Generator, arrays: dict, members: dict, per_field: int = 2) -> list[tuple]:
+    """(field, kind, rule, change) drawn from each located field's structure space, `per_field` of each."""
+    found = []
+    for field in FIELDS:
+        member = members.get(field)
+        if member not in arrays:
+            continue
+        space = structures(field, arrays[member])
+        for number in rng.choice(len(space), size=min(per_field, len(space)), replace=False):
+            found.append((field, *space[int(number)]))
+    return found
+
+
 # a damaged contract member is refused either as malformed or as another experiment's
 CONTRACT_DAMAGES = frozenset(kind for field, kind, _, _ in DAMAGES if field == "contract")
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment

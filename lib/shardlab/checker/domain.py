@@ -37,6 +37,7 @@ class Case:
     data_form: str = "dataset"  # how data is passed: the course's Dataset, a plain tuple, or non-contiguous views
     file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
     contents: str = "course"  # what a step's arrays hold: the course's data, non-finite or huge padding, large data
+    layout: str = "first"  # which of the 4 logical devices the mesh holds, in which order (LAYOUTS)
 
     def shape(self) -> tuple[int, int]:
         if self.fixture:
@@ -54,7 +55,7 @@ class Case:
 DOMAIN = {
     "rows": (1, 64, 1),
     "batch": (1, None, 1),  # up to rows + 2: a batch larger than the dataset is in the domain
-    "devices": (1, 4, 1),  # sub-meshes of the first k of the 4 logical devices
+    "devices": (1, 4, 1),  # meshes of k of the 4 logical devices, which and in which order set by "layout"
     "epochs": (2, 4, 2),
     "features": (1, 9, 1),
     "seed": (0, 2**32 - 1, 0),  # every seed jax.random.PRNGKey accepts with 32-bit keys
@@ -67,13 +68,14 @@ DOMAIN = {
     "data_form": ("dataset", "tuple", "dataset"),
     "file_name": ("checkpoint.npz", "run.ckpt", "checkpoint.npz"),
     "contents": ("course", "large data", "course"),
+    "layout": ("first", "interleaved", "first"),
 }
 # One step cannot diverge, so a single-step property draws the learning rate from the whole range the
 # course's Config accepts, (0, 10); a walk keeps to DOMAIN's range, where many steps stay finite.
 ONE_STEP = {"learning_rate": (0.001, 9.99)}
 SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
 # the forms, shrunk to the course's own after the sizes
-SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "contents")
+SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "contents", "layout")
 # The contents of a step's arrays: padded slots whose target is NaN, +-inf or 3e38 and whose features are 3e38 (a
 # padded slot has mask 0 whatever it holds), or large data (features ~1e5, targets fitted to within ~10), where float32
 # still gives the loss to its rounding bound but a loss expanded as a sum of squares loses every digit.
@@ -88,7 +90,25 @@ CHOICES = {
     "data_form": ("dataset", "tuple", "views"),
     "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),
     "contents": CONTENTS,
+    "layout": ("first", "last", "reversed", "interleaved"),
 }
+# Which devices a case's mesh of k devices holds, by position in jax.devices(), in mesh order. Only "first" is a
+# prefix of jax.devices(): a function that places on a mesh of its own making (jax.devices()[:k], sorted devices)
+# instead of the mesh it is given puts its arrays elsewhere on the others (on 4 devices, "reversed" and
+# "interleaved" hold every device in another order, where rows of a split batch land on other devices).
+LAYOUTS = {
+    "first": (0, 1, 2, 3),
+    "last": (0, 1, 2, 3),  # the last k in ascending order: [3], [2, 3], [1, 2, 3] (mesh_positions)
+    "reversed": (3, 2, 1, 0),  # [3], [3, 2], [3, 2, 1], [3, 2, 1, 0]
+    "interleaved": (1, 3, 0, 2),
+}
+
+
+def mesh_positions(layout: str, devices: int) -> tuple:
+    """Positions in jax.devices() of the `devices` devices a mesh of `layout` holds, in mesh order."""
+    if layout == "last":
+        return tuple(range(4 - devices, 4))
+    return LAYOUTS[layout][:devices]
 
 
 def data_for(case: Case) -> Dataset:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardlab.checker.common import matches
-from shardlab.core.config import DECAY
+from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.verify import oracle
 
 
@@ -304,7 +304,7 @@ def explain_loss(loss, features, targets, mask, weights, num_devices: int, new_w
 
 
 def update_cause(
-    previous: dict, grad_observed, grad_right, got: dict, learning_rate: float, decay: float
+    previous: dict, grad_observed, grad_right, got: dict, learning_rate: float, decay: float, devices: int = 1
 ) -> str | None:
     """Whether a wrong update is the gradient's fault, the recursion's, or both (None if the gradient is right).
 
@@ -323,10 +323,11 @@ def update_cause(
             "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
             "(see the gradient checks)" + mark("global-mean")
         )
+    which = explain_update(previous, g_obs, got, learning_rate, decay, devices)
     return (
         "the gradient is already wrong, and the update does not follow v <- decay*v + g, w <- w - learning_rate*v "
-        f"even on the gradient the step computed (it follows {fitted_update(previous, g_obs, got)}): fix the "
-        "gradient first, then the update" + mark("global-mean", "momentum")
+        f"even on the gradient the step computed ({which}): fix the gradient first, then the update"
+        + mark("global-mean", "momentum")
     )
 
 
@@ -348,3 +349,100 @@ def fitted_update(previous: dict, grad, got: dict) -> str:
             if abs(a - devices * DECAY) < 1e-3:
                 text += f" ({a:.3g} = {devices} devices x {DECAY}: the decay was applied on every device before a psum)"
     return f"{text}, w <- w - {lr:.3g}*v"
+
+
+def update_causes(previous: dict, grad, learning_rate: float, decay: float, devices: int) -> tuple:
+    """(the course's new momentum and weights, every known wrong update with its value), each as one vector
+    [momentum, weights], from the state before the step and the gradient the step computed; most likely first."""
+    v, w = (np.asarray(previous[k], np.float64) for k in ("momentum", "weights"))
+    g, lr, d = np.asarray(grad, np.float64), float(learning_rate), float(decay)
+    right_v = d * v + g
+
+    def both(momentum, weights):
+        return np.concatenate([momentum, weights])
+
+    rows = [
+        (
+            "course_learning_rate",
+            f"w <- w - {LEARNING_RATE:g}*v: the course's default learning rate, not the learning_rate make_step was "
+            f"given ({lr:.6g})",
+            both(right_v, w - LEARNING_RATE * right_v),
+        ),
+        (
+            "course_decay",
+            f"v <- {DECAY:g}*v + g: the course's default decay, not the decay make_step was given ({d:.6g})",
+            both(DECAY * v + g, w - lr * (DECAY * v + g)),
+        ),
+        (
+            "learning_rate_in_momentum",
+            "v <- decay*v + learning_rate*g, w <- w - v: the learning rate moved into the momentum (the same weights "
+            "only while momentum is zero; the course's momentum adds the whole gradient)",
+            both(d * v + lr * g, w - (d * v + lr * g)),
+        ),
+        (
+            "averaged_momentum",
+            "v <- decay*v + (1 - decay)*g: the averaging form; the course adds the whole gradient",
+            both(d * v + (1 - d) * g, w - lr * (d * v + (1 - d) * g)),
+        ),
+        (
+            "old_momentum",
+            "w <- w - learning_rate*v with the momentum from before this step: update the momentum first, then the "
+            "weights with the new momentum",
+            both(right_v, w - lr * v),
+        ),
+        (
+            "gradient_step",
+            "w <- w - learning_rate*g: the weights take a plain gradient step and ignore the momentum",
+            both(right_v, w - lr * g),
+        ),
+        *(
+            [
+                (
+                    "decay_on_every_device",
+                    f"v <- {devices}*decay*v + g: the decayed momentum was added on each of {devices} devices (inside "
+                    "the psum); decay the replicated momentum once, outside the reduction",
+                    both(devices * d * v + g, w - lr * (devices * d * v + g)),
+                )
+            ]
+            if devices > 1
+            else []
+        ),
+        ("momentum_dropped", "v <- g: the previous momentum is dropped (decay taken as 0)", both(g, w - lr * g)),
+        (
+            "nesterov",
+            "w <- w - learning_rate*(g + decay*v): a Nesterov step; the course steps along the new momentum itself",
+            both(right_v, w - lr * (g + d * right_v)),
+        ),
+        (
+            "ascent",
+            "w <- w + learning_rate*v: the step climbs the loss (the sign of the update)",
+            both(right_v, w + lr * right_v),
+        ),
+        ("weights_kept", "the weights are returned unchanged (the new weights are never written)", both(right_v, w)),
+        (
+            "swapped",
+            "v <- learning_rate*v + g, w <- w - decay*v: learning rate and decay swapped",
+            both(lr * v + g, w - d * (lr * v + g)),
+        ),
+    ]
+    right = both(right_v, w - lr * right_v)
+    return right, [Cause(i, text, value, rules=("momentum",)) for i, text, value in rows]
+
+
+def explain_update(previous: dict, grad, got: dict, learning_rate: float, decay: float, devices: int = 1) -> str:
+    """Which update the new momentum and weights follow, on the gradient `grad`: every known mistake that fits,
+    most likely first, and (where the numbers determine it) the recursion read off them.
+
+    With fewer than three features and a non-zero momentum, v <- a*v + b*g cannot be read off (two unknowns per
+    element at most two elements); no formula is then made up: only the known mistakes are compared."""
+    right, causes = update_causes(previous, grad, learning_rate, decay, devices)
+    observed = np.concatenate([np.asarray(got["momentum"], np.float64), np.asarray(got["weights"], np.float64)])
+    found = ranked([(observed, right, causes)])
+    v_prev = np.asarray(previous["momentum"], np.float64)
+    determined = v_prev.size >= 3 or not np.any(v_prev)
+    read = f"it follows {fitted_update(previous, grad, got)}" if determined else ""
+    if found:
+        return listed(found) + (f" ({read})" if read else "")
+    return read or (
+        "it follows none of the known update mistakes (too few features to read the recursion off the numbers)"
+    )

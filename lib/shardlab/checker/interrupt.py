@@ -85,6 +85,8 @@ def instrument(hook) -> None:
                 target = _synced(args[0], fstat, readlink)
             elif _name in ("link", "rename", "replace") and args:
                 SIZES.append((_name, os.path.basename(target), _size(lambda: stat_of(args[0]).st_size)))
+                if len(args) > 1:  # where the published file was written, and where its final name is
+                    PUBLISHED.append((_name, *(os.path.dirname(os.path.abspath(str(a))) for a in args[:2])))
             hook(_name, target, None, None)
             return _original(*args, **kwargs)
 
@@ -92,6 +94,7 @@ def instrument(hook) -> None:
 
 
 SIZES: list = []  # (operation, file name, bytes the kernel held then) of every fsync and publication seen
+PUBLISHED: list = []  # (operation, the source's folder, the final name's folder) of every publication seen
 
 
 def _size(measure):
@@ -177,6 +180,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
     outcome["sizes"] = [list(entry) for entry in SIZES]
+    outcome["published"] = [list(entry) for entry in PUBLISHED]
     with original_open(report, "w") as handle:
         json.dump(outcome, handle)
     return 0 if len(seen) >= stop_at else NOT_REACHED

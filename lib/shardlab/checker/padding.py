@@ -3,6 +3,7 @@
 import numpy as np
 
 from shardlab.checker.common import DEGENERATE, expect
+from shardlab.checker.formulas import mark
 from shardlab.verify import oracle
 from shardlab.verify.oracle import padded_length
 
@@ -12,18 +13,54 @@ def _describe_rows(ids, positions) -> str:
     return "; ".join(f"slot {p}: {name}" for p, name in zip(positions, names))
 
 
+SLOT_RULES = (  # (what the slot count was padded to, the slot count it gives), most likely first
+    ("a multiple of jax.device_count() ({all}), not of the mesh given ({devices} device(s))", "all"),
+    ("the batch size ({batch}) rounded up to the device count, not the rows taken ({rows})", "batch"),
+    ("a whole extra device's worth of padding although {rows} row(s) already fill the devices", "extra"),
+    ("no padding: the rows are not made a multiple of the device count", "none"),
+    ("a power of two, not a multiple of the device count", "power"),
+)
+
+
+def slot_causes(rows: int, slots: int, batch_size: int, devices: int, every: int = 4) -> list[str]:
+    """Each known padding rule that gives `slots` for `rows` rows (and differs from the course's), most likely first.
+
+    `every` is the number of devices JAX sees (the course's four logical devices)."""
+    right = padded_length(rows, devices)
+    gives = {
+        "all": padded_length(rows, every),
+        "batch": padded_length(max(batch_size, rows), devices),
+        "extra": right + devices if rows % devices == 0 else None,
+        "none": rows,
+        "power": 1 << max(rows - 1, 0).bit_length(),
+    }
+    words = {"all": every, "devices": devices, "batch": batch_size, "rows": rows}
+    return [text.format(**words) for text, key in SLOT_RULES if gives[key] == slots and gives[key] != right]
+
+
+def listed_slots(fits: list[str]) -> str:
+    if len(fits) == 1:
+        return f"it fits {fits[0]}"
+    return f"it fits {len(fits)} padding rules, most likely first: " + "; ".join(
+        f"({n}) {text}" for n, text in enumerate(fits, 1)
+    )
+
+
 def check_padding(batch, data, batch_size: int, devices: int) -> None:
     """Raise CheckFailed unless the batch pads to a device multiple, masks by position and holds data[ids]."""
     ids, mask = np.asarray(batch.ids).astype(np.int64), np.asarray(batch.mask)
     slots = padded_length(len(ids), devices)
     if len(mask) != slots:
-        hint = f" (a multiple of batch_size {batch_size})" if len(mask) % batch_size == 0 else ""
+        fits = slot_causes(len(ids), len(mask), batch_size, devices)
         expect(
             False,
             f"{slots} slots",
-            f"{len(mask)} slots{hint}",
-            f"{len(ids)} row(s) were padded to {len(mask)} slots -> pad to the next multiple of the device "
-            f"count ({slots}), so the valid rows per device are {oracle.device_counts(len(ids), devices)}",
+            f"{len(mask)} slots" + (f" ({'; or '.join(fits)})" if fits else ""),
+            f"{len(ids)} row(s) were padded to {len(mask)} slots"
+            + (f": {listed_slots(fits)}" if fits else "")
+            + f" -> pad to the next multiple of the mesh's device count (mesh.size = {devices}), {slots} "
+            f"slot{'s' * (slots != 1)} here, so the valid rows per device are {oracle.device_counts(len(ids), devices)}"
+            + mark("pad-by-position"),
         )
     want = np.zeros(slots)
     want[: len(ids)] = 1.0

@@ -21,7 +21,7 @@ import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
 from shardlab import errors
 from shardlab.checker.common import batch_arrays, changed_inputs, fingerprint, host, placed, sharding_of, snapshot
-from shardlab.checker.domain import Case, data_for, given, walk_calls
+from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
 from shardlab.core.config import Config
@@ -89,22 +89,32 @@ def called(ctx, name: str, *args):
     return result
 
 
-def mesh_of(ctx, devices: int):
-    """A sub-mesh of the first `devices` of the four logical devices (one per count, reused)."""
-    return ctx.cache.setdefault(("mesh", devices), make_mesh(devices))
+def mesh_of(ctx, devices: int, layout: str = "first"):
+    """A mesh of `devices` of the four logical devices, chosen and ordered by `layout` (one per pair, reused).
+
+    Only "first" is a prefix of jax.devices(); on the others a function that places on a mesh of its own making
+    (jax.devices()[:k], or the devices sorted) instead of the mesh it is given is told apart."""
+    key = ("mesh", devices, layout)
+    if key not in ctx.cache:
+        if layout == "first":
+            ctx.cache[key] = make_mesh(devices)
+        else:
+            every = jax.devices()
+            ctx.cache[key] = Mesh(np.array([every[i] for i in mesh_positions(layout, devices)]), (AXIS,))
+    return ctx.cache[key]
 
 
-def other_mesh_of(ctx, devices: int):
-    """A mesh of `devices` devices that is not the first ones in order: the last ones, reversed. A function told
-    to place on "the mesh given" and placing on a mesh of its own making (jax.devices()[:k]) is told apart."""
-    return ctx.cache.setdefault(("other mesh", devices), Mesh(np.array(jax.devices()[::-1][:devices]), (AXIS,)))
+def other_mesh_of(ctx, devices: int, layout: str = "first"):
+    """A mesh of `devices` devices that is neither a prefix of jax.devices() nor the case's own (`layout`): restore
+    places on the mesh it is given, whichever devices it holds, not on the mesh the state was trained on."""
+    return mesh_of(ctx, devices, "interleaved" if layout == "reversed" else "reversed")
 
 
 def step_of(ctx, case: Case, compiled: bool = True):
     """The learner's step for the case's mesh, learning rate and decay, jitted or not (built once per run)."""
-    key = ("search step", case.devices, case.learning_rate, case.decay, compiled)
+    key = ("search step", case.devices, case.layout, case.learning_rate, case.decay, compiled)
     if key not in ctx.cache:
-        mesh = mesh_of(ctx, case.devices)
+        mesh = mesh_of(ctx, case.devices, case.layout)
         ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay, compiled=compiled)
     return ctx.cache[key]
 
@@ -125,7 +135,7 @@ def _batch_rules(case: Case, data, batch, mesh) -> None:
     """Padding length, mask by position, valid rows per device, the selected rows (stage 1's probe), placement."""
     check_padding(batch, data, case.batch, case.devices)
     for name, spec in BATCH_SPECS.items():
-        _placement(getattr(batch, name), mesh, spec, f"batch.{name}")
+        _placement(getattr(batch, name), mesh, spec, f"batch.{name}", "placed-batch")
 
 
 def _initial_rules(case: Case, state: dict, mesh) -> None:
@@ -140,7 +150,7 @@ def _initial_rules(case: Case, state: dict, mesh) -> None:
             f"{value.dtype}{value.shape}",
             f"initial {name}",
         )
-        _placement(state[name], mesh, P(), f"initial {name}")
+        _placement(state[name], mesh, P(), f"initial {name}", "replicated")
     need(
         np.array_equal(host(state["key"]), first["key"]),
         first["key"],
@@ -199,7 +209,7 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
 
 def sampler_walk(ctx, case: Case) -> None:
     """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
-    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices), case.shape()[0]
+    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     state = called(ctx, "initial", case.seed, given(case, data), mesh)
     _initial_rules(case, state, mesh)
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
@@ -236,23 +246,13 @@ def sampler_walk(ctx, case: Case) -> None:
 
 
 def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
-    """Which update the outputs follow, against the learning rate and decay the step was built with.
-
-    With three or more features the fitted-formula machinery fits v <- a*v + b*g; with fewer it cannot
-    separate a from b, so b = 1 is assumed and a and the learning rate are read off the numbers.
-    """
-    v_prev, g = np.asarray(before["momentum"], np.float64), np.asarray(want["grad"], np.float64)
-    v_new, w_new = np.asarray(got["momentum"], np.float64), np.asarray(got["weights"], np.float64)
-    if v_prev.size >= 3:
-        fitted = formulas.fitted_update(before, g, got)
-    else:
-        lr = float(np.dot(np.asarray(before["weights"], np.float64) - w_new, v_new) / max(np.dot(v_new, v_new), 1e-30))
-        a = float(np.dot(v_new - g, v_prev) / max(np.dot(v_prev, v_prev), 1e-30))
-        fitted = f"v <- {a:.3g}*v + g, w <- w - {lr:.3g}*v (read off with b = 1)"
+    """Which update the outputs follow (every known mistake that fits, most likely first), against the learning
+    rate and decay the step was built with, on the right gradient `want['grad']`."""
+    which = formulas.explain_update(before, want["grad"], got, case.learning_rate, case.decay, case.devices)
     return (
-        f"the update follows {fitted}; the step was built with learning_rate={case.learning_rate:.6g}, "
-        f"decay={case.decay:.6g} -> v <- decay*v + g, w <- w - learning_rate*v with the values make_step was given"
-        + formulas.mark("momentum")
+        f"the new momentum and weights: {which}; the step was built with "
+        f"learning_rate={case.learning_rate:.6g}, decay={case.decay:.6g} -> v <- decay*v + g, w <- w - "
+        "learning_rate*v with the values make_step was given" + formulas.mark("momentum")
     )
 
 
@@ -341,7 +341,7 @@ def _step_inputs(case: Case):
 def step_update(ctx, case: Case) -> None:
     """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and
     decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data or on exact data."""
-    mesh = mesh_of(ctx, case.devices)
+    mesh = mesh_of(ctx, case.devices, case.layout)
     batch, finite, before = _step_inputs(case)
     step = step_of(ctx, case, case.compiled)
     args = placed(mesh, *batch, before["weights"], before["momentum"])
@@ -435,7 +435,7 @@ def _rows_split(step, args, case: Case) -> None:
 
 def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
-    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices), case.shape()[0]
+    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     step = step_of(ctx, case)
     state = called(ctx, "initial", case.seed, given(case, data), mesh)
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
@@ -467,7 +467,11 @@ def transition_walk(ctx, case: Case) -> None:
                 else "the step itself is wrong here: "
             )
             # A wrong gradient is named as such: momentum is judged on the gradient the step computed.
-            blame = None if own else formulas.update_cause(before, direct[3], grad, got, case.learning_rate, case.decay)
+            blame = (
+                None
+                if own
+                else formulas.update_cause(before, direct[3], grad, got, case.learning_rate, case.decay, case.devices)
+            )
             if blame:
                 formula = formulas.explain_gradient(np.asarray(direct[3]), *batch, before["weights"], case.devices)
                 blame += f" ({formula})" if formula else ""
@@ -745,7 +749,7 @@ def _trained_to(ctx, case: Case, data, mesh):
 
 def restore_damage(ctx, case: Case) -> None:
     """A valid checkpoint (any save point, any path form) is accepted exactly; every damaged copy is refused."""
-    data, mesh = data_for(case), mesh_of(ctx, case.devices)
+    data, mesh = data_for(case), mesh_of(ctx, case.devices, case.layout)
     state, at = _trained_to(ctx, case, data, mesh)
     contract = called(ctx, "contract", given(case, data), _config(case))
     folder = _folder(ctx, case)
@@ -754,7 +758,7 @@ def restore_damage(ctx, case: Case) -> None:
         path, cwd = _save_path(ctx, case, folder)
         if cwd:
             os.chdir(cwd)
-        elsewhere = other_mesh_of(ctx, case.devices)  # restore places on the mesh it is given, any devices
+        elsewhere = other_mesh_of(ctx, case.devices, case.layout)  # restore places on the mesh it is given, any devices
         restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
         _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
@@ -767,8 +771,19 @@ def restore_damage(ctx, case: Case) -> None:
         not accepted,
         f"all {len(refused)} damaged copies refused with the course's errors",
         f"accepted {sorted(accepted)}",
-        "restore accepted damaged checkpoints: " + "; ".join(f"{w} ({r})" for w, r in accepted.items()),
+        "restore accepted damaged checkpoints: "
+        + "; ".join(f"{w} ({r})" for w, r in accepted.items())
+        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
     )
+
+
+def _damage_rule(what: str) -> str:
+    """The course rule (learner/rules.py id) a damaged copy named `what` breaks."""
+    if what.startswith("contract: ") or "another experiment" in what:
+        return "contract-first"
+    if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
+        return "refuse-nan"
+    return "validate-fields"
 
 
 def _like(value, numbers: np.ndarray):
@@ -874,7 +889,8 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
     os.makedirs(folder)
     members = damage.locate(arrays, snapshot(state), contract)
     files = {}
-    for number, (field, kind, rule, change) in enumerate(damage.DAMAGES):
+    structure = damage.drawn(np.random.default_rng([case.seed, rows, case.shape()[1], 17]), arrays, members)
+    for number, (field, kind, rule, change) in enumerate((*damage.DAMAGES, *structure)):
         copy = damage.damaged(arrays, members.get(field), kind, change, rows)
         if copy is not None:
             target = os.path.join(folder, f"{number}.npz")

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.properties as properties
 from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
@@ -30,6 +31,7 @@ from shardlab.checker.domain import (
     Case,
     draw,
     fit,
+    mesh_positions,
     smaller,
 )
 from shardlab.checker.domain import _float as draw_float
@@ -50,11 +52,11 @@ class Property:
     cases: int
 
 
-WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "data_form")
+WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "data_form", "layout")
 OPTIMISER = ("learning_rate", "decay")
 EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER, "data_form")
-RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form", "file_name")
-STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled", "contents")
+RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form", "file_name", "layout")
+STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled", "contents", "layout")
 PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
     p.name: p
     for p in (
@@ -70,6 +72,9 @@ PATH_FORMS = ("bare", "nested", "other")
 COMPILED_FORMS = (False, *[True] * 7)  # one un-jitted step in eight (eager dispatch costs seconds per case)
 DATA_FORMS = ("dataset", "tuple")  # every search passes the course's Dataset and a plain tuple in turn
 FILE_NAMES = ("checkpoint.npz", "checkpoint", "run.ckpt")  # the name is the learner's to write as given
+# which devices a case's mesh holds, in which order: every search meets meshes that are not a prefix of
+# jax.devices() (the last ones, reversed, interleaved), and the course's own, in every pairing with the data forms
+LAYOUT_FORMS = ("first", "interleaved", "reversed", "last")
 DATA_WORDS = {"dataset": "data as the course's Dataset", "tuple": "data as a plain (features, targets) tuple"}
 
 
@@ -89,6 +94,7 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
             "no exception",
             f"{type(exc).__name__}: {exc}"[:300],
             f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+            + diagnoses.explain(exc, raised_where(exc))
             + (form if isinstance(exc, AttributeError) and case.data_form == "tuple" else ""),
         )
     return None
@@ -134,6 +140,7 @@ def _forms(prop: Property, number: int) -> dict:
         "data_form": DATA_FORMS[number % 2],
         "file_name": FILE_NAMES[(number // 3 * 2 + number + 2) % 3],
         "contents": CONTENTS[number % len(CONTENTS)],
+        "layout": LAYOUT_FORMS[(number // 2 + number) % 4],
     }
     return {name: value for name, value in forms.items() if name in prop.parameters}
 
@@ -174,6 +181,8 @@ def _shape(case: Case, prop: Property) -> str:
         "contents": "contents: {}",
     }
     words += [text.format(getattr(case, name)) for name, text in named.items() if name in prop.parameters]
+    if "layout" in prop.parameters and case.layout != "first":
+        words.append(f"a mesh of jax.devices() {list(mesh_positions(case.layout, case.devices))}, in that order")
     if "data_form" in prop.parameters:
         words.append(DATA_WORDS[case.data_form])
     return ", ".join(words)

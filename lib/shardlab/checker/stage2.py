@@ -231,19 +231,19 @@ def consecutive_updates(ctx):
                 formula or "see the loss check"
             )
         elif "grad" in wrong:
-            why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY)
+            why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
             formula = formulas.explain_gradient(grad, *batch, given["weights"], mesh.size)
             why += f" ({formula})" if formula else ""
         else:
             previous = expected[number - 2] if number > 1 else {"weights": _weights(width), "momentum": np.zeros(width)}
-            fitted = formulas.fitted_update(previous, want["grad"], got)
+            fitted = formulas.explain_update(previous, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
             head = (
                 f"gradient right but update {number} diverges -> momentum"
                 if number > 1
                 else ("gradient right but the first update is wrong")
             )
             why = (
-                f"{head}: the observed update is {fitted}; the course's is v <- {DECAY}*v + g, w <- w - "
+                f"{head}: {fitted}; the course's is v <- {DECAY}*v + g, w <- w - "
                 f"{LEARNING_RATE}*v on the global gradient, after the psum (or the weights were updated before the "
                 "loss was taken)" + formulas.mark("momentum")
             )

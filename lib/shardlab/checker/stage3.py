@@ -546,6 +546,16 @@ def save_syncs_before_publishing(ctx):
     fault = _order_fault(operations) if seen.get("first") == "saved" else None
     if fault is None and seen.get("first") == "saved":
         fault = _sync_fault(seen.get("sizes", []))
+    elsewhere = [(kind, source) for kind, source, target in seen.get("published", []) if source != target]
+    expect(
+        not elsewhere,
+        f"the temporary file written in the checkpoint's folder {folder}",
+        {"operations": _collapsed(operations)[:40], "published from": [source for _, source in elsewhere]},
+        f"the save wrote its temporary file in {elsewhere[0][1] if elsewhere else ''} and published it into "
+        f"{folder} with {elsewhere[0][0] if elsewhere else ''} -> write the temporary file in the target's own "
+        "folder (tempfile.mkstemp(dir=the target's folder)): when the two folders are on different file systems, "
+        "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published" + mark("new-temp-name"),
+    )
     return expect(
         fault is None,
         "write ..., fsync, then link/rename/replace",

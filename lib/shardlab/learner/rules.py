@@ -41,7 +41,7 @@ RULES = (
         "replicated",
         "initial",
         "weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P()))",
-        ("initial_state_fields", "replicas_agree", "restore_returns_every_field"),
+        ("initial_state_fields", "replicas_agree", "restore_returns_every_field", "random_sampler_walk"),
     ),
     Rule(
         "plain-tuple-data",
@@ -95,7 +95,7 @@ RULES = (
         "placed-batch",
         "next_batch",
         "features are placed with P('data', None), targets and mask with P('data'), on the mesh given",
-        ("batch_is_placed_on_the_mesh",),
+        ("batch_is_placed_on_the_mesh", "random_sampler_walk"),
     ),
     Rule(
         "new-state",
@@ -215,7 +215,11 @@ RULES = (
         "save",
         "bytes go first to a temporary file in the same folder, with a new name for every save, so a save killed "
         "midway never blocks the next one; nothing but the checkpoint is left behind",
-        ("interrupted_save_leaves_nothing_or_a_checkpoint", "save_leaves_only_the_final_file"),
+        (
+            "interrupted_save_leaves_nothing_or_a_checkpoint",
+            "save_leaves_only_the_final_file",
+            "save_syncs_before_publishing",
+        ),
         why=(
             "Why: a save killed between writing and publishing leaves its temporary file behind; if every save "
             "used the same temporary name, that leftover would block all later saves."
@@ -257,7 +261,8 @@ RULES = (
         "validate-fields",
         "restore",
         "a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut files, missing "
-        "fields, wrong dtypes or shapes, an order that is not a permutation, a cursor outside 0..rows",
+        "fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), "
+        "cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows",
         (
             "restore_refuses_damaged_checkpoints",
             "refusals_name_the_course_errors",

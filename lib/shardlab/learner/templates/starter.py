@@ -160,7 +160,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:contract-first: the saved contract is compared with the expected one, exactly and entry by entry, before
       anything is accepted (errors.ContractMismatchError).
     - rule:validate-fields: a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut
-      files, missing fields, wrong dtypes or shapes, an order that is not a permutation, a cursor outside 0..rows.
+      files, missing fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order
+      integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one.
