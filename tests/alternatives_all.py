@@ -87,6 +87,7 @@ def reference_run(tmp_path_factory) -> Path:
     return Path(json.loads(status.read_text())["out"])
 
 
+@pytest.mark.learner_run
 def test_the_reference_run_records_every_function_each_notebook_calls(reference_run):
     """Each notebook's record holds every API function its cells call by name (read here from their source).
 
