@@ -51,6 +51,12 @@ def runs_made(tmp_path_factory) -> Path:
     return folder
 
 
+def compiled(tmp_path_factory) -> Path:
+    """JAX's compilation cache every course run of the session shares: the course's own programs are the same
+    for every file, and an alternative's own programs are keyed on their text (execute.run's compilation_cache)."""
+    return session_folder(tmp_path_factory) / "course-compilation-cache"
+
+
 def record_run(folder: Path, spec: str, found: dict, reached: dict, sources: dict) -> None:
     """Add a finished run: its file's digests, what each notebook reached, and which folder holds its results."""
     record = {"spec": spec, "digests": found, "reached": {k: sorted(v) for k, v in reached.items()}}
@@ -79,7 +85,9 @@ def reference_run(tmp_path_factory) -> Path:
     with open(shared / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not status.exists():
-            out = run_learner_stages("reference", shared / "receipts", reached=shared / "reached")
+            out = run_learner_stages(
+                "reference", shared / "receipts", reached=shared / "reached", cache=compiled(tmp_path_factory)
+            )
             reached = runner.read_reached(shared / "reached")
             sources = dict.fromkeys(learner_notebooks(), out)
             record_run(runs_made(tmp_path_factory), "reference", digests("reference"), reached, sources)
@@ -142,7 +150,8 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
     mine, folder = digests(spec), runs_made(tmp_path_factory)
     shared, base = best_base(folder, mine)  # notebooks an earlier run with the same functions speaks for
     running = [name for name in learner_notebooks() if name not in shared]
-    found = run_learner_stages(spec, tmp_path / "run", notebooks=running, reached=tmp_path / "reached")
+    cache = compiled(tmp_path_factory)
+    found = run_learner_stages(spec, tmp_path / "run", running, reached=tmp_path / "reached", cache=cache)
     reached = {**{name: set(base["reached"][name]) for name in shared}, **runner.read_reached(tmp_path / "reached")}
     sources = {**{name: base["sources"][name] for name in shared}, **dict.fromkeys(running, found)}
     record_run(folder, spec, mine, reached, sources)

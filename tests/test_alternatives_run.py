@@ -144,16 +144,26 @@ def learner_notebooks() -> list[str]:
     return [name for name in LEARNER_STAGES if name in calling]
 
 
-def run_learner_stages(implementation: str, out: Path, notebooks=None, reached: Path | None = None) -> Path:
+def run_learner_stages(
+    implementation: str, out: Path, notebooks=None, reached: Path | None = None, cache: Path | None = None
+) -> Path:
     """`make run IMPL=implementation` for the notebooks of stages 1-4 that run the learner's code (no HTML pages).
 
     `notebooks`: just those (in course order); `reached`: a folder where each notebook records the learner
-    functions it looks up (course.execute.run's `reached`).
+    functions it looks up (course.execute.run's `reached`); `cache`: a compilation cache shared with
+    other runs (course.execute.run's `compilation_cache`; None: the run's own).
     """
     if notebooks is None:
         notebooks = LEARNER_STAGES if implementation == "reference" else learner_notebooks()
     return runner.run(
-        out, seed=17, batch_size=7, implementation=implementation, notebooks=notebooks, html=False, reached=reached
+        out,
+        seed=17,
+        batch_size=7,
+        implementation=implementation,
+        notebooks=notebooks,
+        html=False,
+        reached=reached,
+        compilation_cache=cache or True,
     )
 
 

@@ -212,13 +212,16 @@ def run(
     timeout: int = CELL_TIMEOUT,
     html: bool = True,
     bench: str | None = None,
-    compilation_cache: bool = True,
+    compilation_cache: bool | Path = True,
     reached: Path | None = None,
 ) -> Path:
     """Execute the notebooks into a staging folder and publish it as `out` on success.
 
     With `compilation_cache` the kernels share JAX's persistent compilation cache in the staging
     folder (COMPILATION_CACHE; removed before the audit); without it every kernel compiles alone.
+    Given a folder instead, the kernels use that one and it is kept: runs of the same course share
+    the programs they have in common (JAX keys an entry on the program, its options, the JAX version
+    and the devices, so a hit gives the executable a compile would; only the time changes).
     With `reached` (an empty folder outside `out`), each notebook's kernel writes the API functions it
     looked up on the implementation, its check cells' checks included, to `reached/<name>.txt`
     (the other fixtures' notebooks to `reached/<fixture>/<name>.txt`; read_reached reads them).
@@ -237,7 +240,8 @@ def run(
     started = time.perf_counter()
     with outdir.writing(out, COMMAND, replace) as staging:
         sheets = staging if html else None  # where every page's one stylesheet goes (None: no HTML copies)
-        cache = staging / COMPILATION_CACHE if compilation_cache else None
+        own = compilation_cache is True  # a cache of this run's alone, removed before the audit
+        cache = staging / COMPILATION_CACHE if own else (Path(compilation_cache) if compilation_cache else None)
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
         fixtures = _other_fixtures(seed, batch_size, names)
         stop = threading.Event()  # set once the course's lane has ended: the fixtures' lane starts no more notebooks
@@ -274,7 +278,7 @@ def run(
         for fixture in fixtures if sheets is not None else ():  # pages exported here, in the main thread
             for name in catalog.FRESH_KERNEL_PAIR:
                 export_html(staging / catalog.FIXTURE_DIR / fixture / f"{name}.ipynb", sheets)
-        if cache is not None:  # this run's alone: never a receipt, never read by another run
+        if own:  # this run's alone: never a receipt, never read by another run
             shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
         for hook in _finishers():
