@@ -14,7 +14,8 @@ STARTER = "start one with `python -m shardlab starter my_model.py`"
 # A file to which a process appends the name of each API function it looks up on a loaded implementation
 # (one line per name, once per process), when set: the course run records what each notebook reaches
 # (shardlab.course.execute.run's `reached`). The checker records what its checks reach (Tracker), not
-# its worker, whose own look-ups (every function's digest) reach nothing on a check's behalf.
+# its worker, whose own look-ups (every function's digest) reach nothing on a check's behalf. Code in
+# the kernel could write that file too, so only the test suite sets it, on runs of the project's own files.
 REACHED_ENV = "SHARDLAB_REACHED"
 
 
