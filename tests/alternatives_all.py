@@ -5,10 +5,18 @@ file, and .ci/run calls it after `make test`. Each alternative is first run thro
 all` (the property's premise), then through the course, and its receipts are compared with a
 reference run of the same stages. Broken files show that a failed run's advice names a failing check, and every
 alternative in tests/correct/ passes the randomised checks with 20 search seeds (`make test` runs one).
+
+What does not depend on the file is shared, by the checker's own reuse rule (checker/reuse.py): a check
+passed for a file checked earlier in the session is reused while every function it depended on is
+byte-identical, and a leading notebook whose calls reached only functions byte-identical to those of a
+run made earlier in the session (the reference's or another alternative's, recorded as that run went)
+is not run again: that run's results speak for it (test_alternatives_run.shared_notebooks).
 """
 
 import fcntl
 import json
+import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,16 +25,55 @@ from test_alternatives_run import (
     BROKEN,
     CORRECT,
     assert_advice_leads_to_a_failing_check,
+    calling_cells,
     checker_failures,
+    digests,
     learner_notebooks,
+    merged_run,
     receipt_differences,
     run_learner_stages,
+    shared_notebooks,
 )
 from test_checker import SEARCHED_IN_MAKE_TEST, assert_the_search_accepts
 from test_claims import check_claims
 
+from shardlab.course import execute as runner
+from shardlab.learner.implementation import API
+
 # broken files that pass stages 1 and 2 and fail a stage 3 notebook cell, each for another cause
 FAILING_RUNS = ("save_overwrites", "restore_skips_validation", "restore_resets_key", "checkpoint_without_momentum")
+
+
+def runs_made(tmp_path_factory) -> Path:
+    """The session's record of finished course runs (every xdist worker's): one JSON file per run."""
+    folder = session_folder(tmp_path_factory) / "course-runs-made"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def compiled(tmp_path_factory) -> Path:
+    """JAX's compilation cache every course run of the session shares: the course's own programs are the same
+    for every file, and an alternative's own programs are keyed on their text (execute.run's compilation_cache)."""
+    return session_folder(tmp_path_factory) / "course-compilation-cache"
+
+
+def record_run(folder: Path, spec: str, found: dict, reached: dict, sources: dict) -> None:
+    """Add a finished run: its file's digests, what each notebook reached, and which folder holds its results."""
+    record = {"spec": spec, "digests": found, "reached": {k: sorted(v) for k, v in reached.items()}}
+    record["sources"] = {name: str(where) for name, where in sources.items()}
+    name = uuid.uuid4().hex
+    (folder / f".{name}").write_text(json.dumps(record))
+    os.replace(folder / f".{name}", folder / f"{name}.json")  # a reader never sees half of it
+
+
+def best_base(folder: Path, mine: dict) -> tuple[list, dict]:
+    """(the notebooks shared, the run sharing them): the finished run that speaks for most of mine's notebooks."""
+    best = ([], {})
+    for path in sorted(folder.glob("*.json")):
+        run = json.loads(path.read_text())
+        shared = shared_notebooks({k: set(v) for k, v in run["reached"].items()}, run["digests"], mine)
+        best = max(best, (shared, run), key=lambda pair: len(pair[0]))
+    return best
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +85,32 @@ def reference_run(tmp_path_factory) -> Path:
     with open(shared / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not status.exists():
-            status.write_text(json.dumps({"out": str(run_learner_stages("reference", shared / "receipts"))}))
+            out = run_learner_stages(
+                "reference", shared / "receipts", reached=shared / "reached", cache=compiled(tmp_path_factory)
+            )
+            reached = runner.read_reached(shared / "reached")
+            sources = dict.fromkeys(learner_notebooks(), out)
+            record_run(runs_made(tmp_path_factory), "reference", digests("reference"), reached, sources)
+            status.write_text(json.dumps({"out": str(out), "reached": {k: sorted(v) for k, v in reached.items()}}))
     return Path(json.loads(status.read_text())["out"])
+
+
+@pytest.mark.learner_run
+def test_the_reference_run_records_every_function_each_notebook_calls(reference_run):
+    """Each notebook's record holds every API function its cells call by name (read here from their source).
+
+    Stage 3b's check cell runs stage 3's checks, among them one that loads the file in a fresh
+    interpreter (checker/reuse.py EVERY_FUNCTION): the checker's child records every function for it.
+    """
+    status = json.loads((reference_run.parent / "status.json").read_text())
+    reached = {name: set(found) for name, found in status["reached"].items()}
+    for notebook in learner_notebooks():
+        called = set()
+        for (name, _), source in calling_cells().items():
+            if name == notebook:
+                called |= {api for api in API if f"impl.{api}" in source}
+        assert called and called <= reached.get(notebook, set()), (notebook, called, reached.get(notebook))
+    assert reached["stage3b_resume"] == set(API)
 
 
 # tests/correct/*.py (test_checker.py judges each at the stages it changes), tests/correct/more/*.py and
@@ -71,16 +142,24 @@ ALTERNATIVES = (
 @pytest.mark.learner_run
 @pytest.mark.parametrize("alternative", ALTERNATIVES)
 def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_reference(
-    alternative, request, tmp_path, heldout
+    alternative, request, tmp_path, heldout, tmp_path_factory
 ):
     made = alternative.startswith("heldout/")
     spec = str(heldout / f"{alternative.removeprefix('heldout/')}.py" if made else CORRECT / f"{alternative}.py")
-    assert checker_failures(spec) == [], f"{alternative} is not accepted by the checker"
-    found = run_learner_stages(spec, tmp_path / "run")
+    assert checker_failures(spec, reuse=True) == [], f"{alternative} is not accepted by the checker"
+    mine, folder = digests(spec), runs_made(tmp_path_factory)
+    shared, base = best_base(folder, mine)  # notebooks an earlier run with the same functions speaks for
+    running = [name for name in learner_notebooks() if name not in shared]
+    cache = compiled(tmp_path_factory)
+    found = run_learner_stages(spec, tmp_path / "run", running, reached=tmp_path / "reached", cache=cache)
+    reached = {**{name: set(base["reached"][name]) for name in shared}, **runner.read_reached(tmp_path / "reached")}
+    sources = {**{name: base["sources"][name] for name in shared}, **dict.fromkeys(running, found)}
+    merged = merged_run(found, sources, tmp_path / "merged")
     for notebook in learner_notebooks():  # every sentence the run chose is true of this run's own values
-        assert check_claims(json.loads((found / "results" / f"{notebook}.json").read_text())) == [], notebook
+        assert check_claims(json.loads((merged / "results" / f"{notebook}.json").read_text())) == [], notebook
     # asked for last: while one worker runs the reference, the other checks and runs its own file meanwhile
-    assert receipt_differences(request.getfixturevalue("reference_run"), found) == []
+    assert receipt_differences(request.getfixturevalue("reference_run"), merged) == []
+    record_run(folder, spec, mine, reached, sources)  # only a run that records what the reference records
 
 
 @pytest.mark.learner_run

@@ -284,8 +284,44 @@ def _guard_children() -> None:
     subprocess.Popen.__init__ = checked
 
 
+def _running_unmarked() -> bool:
+    """True while the setup, call or teardown of a test without a LOOP_MARKERS marker runs."""
+    item = _RUNNING.get("item")
+    return item is not None and not any(item.get_closest_marker(name) for name in LOOP_MARKERS)
+
+
+def _guard_imports() -> None:
+    """In every run, --quick or not: a test without a LOOP_MARKERS marker may not import REFUSED_MODULES.
+
+    Checked at each import statement (builtins.__import__) and importlib.import_module, so it holds
+    even when an earlier, marked test on the same worker has loaded the module already (`make test`);
+    --quick also refuses the modules' first load anywhere (_RefuseLoopImports).
+    """
+    import builtins
+    import importlib
+
+    statement, by_name = builtins.__import__, importlib.import_module
+
+    def refuse(name) -> None:
+        if isinstance(name, str) and name.split(".")[0] in REFUSED_MODULES and _running_unmarked():
+            _unmarked(f"imports {name} (a kernel or a notebook run)")
+
+    def checked_statement(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0:
+            refuse(name)
+        return statement(name, globals, locals, fromlist, level)
+
+    def checked_by_name(name, package=None):
+        if not name.startswith("."):
+            refuse(name)
+        return by_name(name, package)
+
+    builtins.__import__, importlib.import_module = checked_statement, checked_by_name
+
+
 def pytest_configure(config):
     _guard_children()
+    _guard_imports()
     if not config.getoption("quick", False):
         return
     given = config.option.markexpr

@@ -14,6 +14,7 @@ is listed in course_cells.COVERAGE with checks that exist, and a failed run name
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import jax
@@ -21,9 +22,11 @@ import nbformat
 import numpy as np
 import pytest
 
-from shardlab.checker import cli, course_cells
+from shardlab.checker import cli, course_cells, reuse
 from shardlab.course import catalog
 from shardlab.course import execute as runner
+from shardlab.learner import implementation as implementation_loader
+from shardlab.learner.implementation import API
 from shardlab.verify import replay
 
 CORRECT = Path(__file__).parent / "correct"
@@ -141,16 +144,80 @@ def learner_notebooks() -> list[str]:
     return [name for name in LEARNER_STAGES if name in calling]
 
 
-def run_learner_stages(implementation: str, out: Path) -> Path:
-    """`make run IMPL=implementation` for the notebooks of stages 1-4 that run the learner's code (no HTML pages)."""
-    notebooks = LEARNER_STAGES if implementation == "reference" else learner_notebooks()
-    return runner.run(out, seed=17, batch_size=7, implementation=implementation, notebooks=notebooks, html=False)
+def run_learner_stages(
+    implementation: str, out: Path, notebooks=None, reached: Path | None = None, cache: Path | None = None
+) -> Path:
+    """`make run IMPL=implementation` for the notebooks of stages 1-4 that run the learner's code (no HTML pages).
+
+    `notebooks`: just those (in course order); `reached`: a folder where each notebook records the learner
+    functions it looks up (course.execute.run's `reached`); `cache`: a compilation cache shared with
+    other runs (course.execute.run's `compilation_cache`; None: the run's own).
+    """
+    if notebooks is None:
+        notebooks = LEARNER_STAGES if implementation == "reference" else learner_notebooks()
+    return runner.run(
+        out,
+        seed=17,
+        batch_size=7,
+        implementation=implementation,
+        notebooks=notebooks,
+        html=False,
+        reached=reached,
+        compilation_cache=cache or True,
+    )
 
 
-def checker_failures(implementation: str, only=None) -> list[str]:
-    """The checks `check --stage all` fails for `implementation`; with `only`, just those checks are run."""
+def digests(implementation: str) -> dict:
+    """API name -> the checker's reuse digest of that function of `implementation` (None: cannot be hashed).
+
+    The digest covers the function's source, everything it refers to and the file's top-level statements
+    (shardlab.checker.reuse): two files with the same digest for a function run the same code for it.
+    """
+    return reuse.function_digests(implementation_loader.load(implementation), API)
+
+
+def shared_notebooks(reached: dict, base: dict, mine: dict) -> list[str]:
+    """The leading notebooks of learner_notebooks() a base run speaks for, given what each reached there.
+
+    `reached`: {notebook: the API functions it looked up in the base run}; `base`, `mine`: digests().
+    A notebook is shared while every function it and every notebook before it reached has one digest,
+    not None, in both files (as a check's verdict is reused: checker/reuse.py), since an earlier notebook
+    may build what a later one uses. The sharing stops at a notebook that recorded no reach (unknown),
+    at a notebook that times something (its path may follow its timings: not in BESIDE_FIXTURES) and
+    at the first of the fresh-kernel pair, whose files later notebooks read (the checkpoint, the faults).
+    """
+    shared, depends = [], set()
+    for name in learner_notebooks():
+        if name not in catalog.BESIDE_FIXTURES or name in catalog.FRESH_KERNEL_PAIR or not reached.get(name):
+            break
+        depends |= set(reached[name])
+        if any(base.get(f) is None or base.get(f) != mine.get(f) for f in depends):
+            break
+        shared.append(name)
+    return shared
+
+
+def merged_run(found: Path, sources: dict, into: Path) -> Path:
+    """A folder holding each learner notebook's results, and stage 3's control record, from the run that made them.
+
+    `sources`: {notebook: the run folder whose results speak for it}; a notebook not named comes from `found`.
+    """
+    (into / "results").mkdir(parents=True)
+    for name in learner_notebooks():
+        origin = Path(sources.get(name, found))
+        shutil.copy2(origin / "results" / f"{name}.json", into / "results" / f"{name}.json")
+    shutil.copytree(Path(sources.get("stage3a_checkpoint", found)) / "stage3", into / "stage3")
+    return into
+
+
+def checker_failures(implementation: str, only=None, reuse: bool = False) -> list[str]:
+    """The checks `check --stage all` fails for `implementation`; with `only`, just those checks are run.
+
+    With `reuse`, a check that passed for a file checked before is reused while every function it
+    depended on is byte-identical (checker/reuse.py; the session's check cache, tests/conftest.py).
+    """
     skip = [] if only is None else [c.__name__ for s in cli.STAGES for c in cli.checks_of(s) if c.__name__ not in only]
-    return [r.name for r in cli.run_checks(implementation, "all", skip=skip) if not r.passed]
+    return [r.name for r in cli.run_checks(implementation, "all", skip=skip, reuse=reuse) if not r.passed]
 
 
 def test_an_alternative_runs_every_notebook_that_calls_its_code():
@@ -353,3 +420,68 @@ def test_the_sampler_comparison_accepts_the_next_epoch_drawn_at_once_and_nothing
     assert not same_sampler(used_up, {**eager, "order": [drawn[::-1]]}, 0)  # another permutation
     assert not same_sampler(used_up, {**eager, "key": [key]}, 0)  # the key not split
     assert not same_sampler({**used_up, "cursor": [3]}, eager, 0)  # mid-epoch: no second form
+
+
+# --- what a run shares with an earlier one ------------------------------------------------------------------
+
+OVERRIDE = """
+
+def {name}(*args, **kwargs):
+    from shardlab.learner import reference
+
+    return reference.{name}(*args, **kwargs)
+"""
+
+
+def test_a_notebook_is_shared_only_while_every_function_reached_up_to_it_is_byte_identical(tmp_path):
+    """A copy shares the leading notebooks; a changed function unshares the first notebook that reached it."""
+    base = (CORRECT / "packed_psum.py").read_text()
+    files = {
+        "copy": base,
+        "restore": base + OVERRIDE.format(name="restore"),
+        "next_batch": base + OVERRIDE.format(name="next_batch"),
+        "make_step": base.replace("loss, grad = total[1] / total[0]", "loss, grad = (total[1] / total[0])"),
+        "top_level": base.replace("\n\n\ndef make_step", "\nSCALE = 2\n\n\ndef make_step"),
+    }
+    assert all(text != base for name, text in files.items() if name != "copy")
+    found = {}
+    for name, text in files.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.py").write_text(text)
+        found[name] = digests(str(tmp_path / name / "mine.py"))
+    mine = digests(str(CORRECT / "packed_psum.py"))
+    reached = {
+        "stage1_batches": {"initial", "next_batch"},
+        "stage2_update": {"make_step", "transition"},
+        **dict.fromkeys(learner_notebooks()[2:], set(API)),
+    }
+    leading = ["stage1_batches", "stage2_update"]  # the fresh-kernel pair's files are read later: never shared
+    assert shared_notebooks(reached, mine, found["copy"]) == leading
+    assert shared_notebooks(reached, mine, found["restore"]) == leading  # reached by no notebook before 3a
+    assert shared_notebooks(reached, mine, found["make_step"]) == ["stage1_batches"]
+    assert shared_notebooks(reached, mine, found["next_batch"]) == []
+    assert shared_notebooks(reached, mine, found["top_level"]) == []  # top-level code may change any function
+    assert shared_notebooks({**reached, "stage2_update": set()}, mine, found["copy"]) == ["stage1_batches"]
+    assert shared_notebooks(reached, {**mine, "initial": None}, {**found["copy"], "initial": None}) == []
+
+
+def test_a_loaded_implementation_records_each_function_looked_up_once(tmp_path, monkeypatch):
+    """With REACHED_ENV set, a load notes each API function looked up on it, once; the checker's worker never does."""
+    from shardlab.checker import early
+
+    mine, record = tmp_path / "mine.py", tmp_path / "reached.txt"
+    mine.write_text((CORRECT / "packed_psum.py").read_text())
+    monkeypatch.setattr(implementation_loader, "_NOTED", set())
+    monkeypatch.delenv(implementation_loader.REACHED_ENV, raising=False)
+    quiet = implementation_loader.load(str(mine))
+    assert quiet.make_step and not record.exists()  # not set: nothing recorded, the module's class unchanged
+    monkeypatch.setenv(implementation_loader.REACHED_ENV, str(record))
+    impl = implementation_loader.load(str(mine))
+    assert impl.make_step and impl.make_step and impl.save and impl.__name__ == "learner_implementation"
+    assert sorted(record.read_text().split()) == ["make_step", "save"]
+    assert implementation_loader.read_reached(record) == {"make_step", "save"}
+    assert implementation_loader.REACHED_ENV not in early.environment(None, [])
+    assert implementation_loader.REACHED_ENV not in runner.kernel_environment(None)  # never inherited by a kernel
+    assert runner.kernel_environment(None, tmp_path / "k.txt")[implementation_loader.REACHED_ENV] == str(
+        tmp_path / "k.txt"
+    )

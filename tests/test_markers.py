@@ -67,6 +67,53 @@ def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path)
     assert "starts a child process `shardlab.multi.program" in said and "mark it with one of" in said
 
 
+ANY_RUN_TESTS = """
+import importlib
+
+import pytest
+
+
+@pytest.mark.notebooks
+def test_marked_imports_papermill_first():
+    import papermill  # noqa: F401
+
+
+def test_imports_papermill_already_loaded():
+    import papermill  # noqa: F401
+
+
+def test_imports_papermill_by_name():
+    importlib.import_module("papermill")
+
+
+def test_imports_nothing_refused():
+    import json  # noqa: F401
+"""
+
+
+def test_every_run_refuses_an_unmarked_import_even_of_a_module_already_loaded(tmp_path):
+    """`make test` (no --quick) refuses what --quick refuses, after a marked test has loaded the module."""
+    for name in ("conftest.py", "_xdist.py", "budget.py"):
+        shutil.copy(REPO / "tests" / name, tmp_path / name)
+    (tmp_path / "test_fake.py").write_text(ANY_RUN_TESTS)
+    command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rA"]
+    command += ["-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path / "test_fake.py")]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    said = done.stdout + done.stderr
+    outcome = {
+        line.split()[1].split("::")[-1]: line.split()[0]
+        for line in said.splitlines()
+        if line.startswith(("PASSED ", "FAILED ")) and "::" in line
+    }
+    assert outcome == {
+        "test_marked_imports_papermill_first": "PASSED",
+        "test_imports_papermill_already_loaded": "FAILED",
+        "test_imports_papermill_by_name": "FAILED",
+        "test_imports_nothing_refused": "PASSED",
+    }, said
+    assert done.returncode == 1 and "this test imports papermill" in said
+
+
 def test_the_quick_selection_leaves_out_every_loop_marker():
     assert QUICK == "not (notebooks or controllers or learner_run or slow)"
     assert set(LOOP_MARKERS) == {"notebooks", "controllers", "learner_run", "slow"}

@@ -192,6 +192,34 @@ def test_the_kernels_of_one_run_share_a_compilation_cache_that_no_receipt_keeps(
     assert json.loads((off / "first.json").read_text())["folder"] is None
 
 
+def test_runs_given_one_cache_folder_share_it_and_it_outlives_them(sources, tmp_path, monkeypatch):
+    """A folder given as compilation_cache: a later run loads what an earlier one compiled; no receipt holds it."""
+    write_notebook(sources, "first", "NAME = 'first'\n" + COMPILES)
+    monkeypatch.setattr(catalog, "NOTEBOOKS", ["first"])
+    shared = tmp_path / "shared-cache"
+    runs = [runner.run(tmp_path / "a", seed=1, batch_size=2, notebooks=["first"], html=False, compilation_cache=shared)]
+    runs.append(
+        runner.run(tmp_path / "b", seed=1, batch_size=2, notebooks=["first"], html=False, compilation_cache=shared)
+    )
+    earlier, later = (json.loads((out / "first.json").read_text()) for out in runs)
+    assert earlier["folder"] == later["folder"] and earlier["folder"].startswith(str(shared))
+    assert earlier["hits"] == 0 and later["hits"] >= 1 and earlier["bytes"] == later["bytes"]
+    assert any(shared.rglob("*")) and not any(str(shared) in str(p) for out in runs for p in out.rglob("*"))
+
+
+def test_each_notebook_of_a_run_records_the_functions_it_looked_up(sources, tmp_path, monkeypatch):
+    """reached/<name>.txt holds the API names a notebook's cells looked up on the implementation, and no other."""
+    calls = {"uses_two": "impl.initial, impl.save, impl.initial", "uses_none": "impl.__name__"}
+    for name, body in calls.items():
+        write_notebook(
+            sources, name, f"from shardlab.learner import implementation as i\nimpl = i.load(implementation)\n{body}"
+        )
+    monkeypatch.setattr(catalog, "NOTEBOOKS", list(calls))
+    runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=list(calls), html=False, reached=tmp_path / "reached")
+    assert runner.read_reached(tmp_path / "reached") == {"uses_two": {"initial", "save"}}
+    assert sorted((tmp_path / "reached" / "uses_two.txt").read_text().split()) == ["initial", "save"]  # each once
+
+
 # A notebook that notes, in a file beside it and in `log`, when it started and ended (time.time(), one host's clock).
 SPAN = """
 import json, time

@@ -159,6 +159,7 @@ def run_checks(
             return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned)
 
         impl = remote.RemoteImplementation(worker())
+        tracker = reuse_verdicts.Tracker(impl, API)
         try:
             hello = impl.worker.start(early.launched if early is not None else None)
             if "error" in hello:
@@ -169,7 +170,6 @@ def run_checks(
             if spec != "reference":  # read from the source here: nothing the file does can hide it
                 guard.note(event="implementation", course_functions=provenance.course_functions(spec))
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
-            tracker = reuse_verdicts.Tracker(impl, API)
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other
             ctx.fresh = lambda: remote.RemoteImplementation(worker())
@@ -181,6 +181,7 @@ def run_checks(
                         progress(results[-1])
         finally:
             impl.close()
+            implementation.note_reached(tracker.reached)  # a course run recording what each notebook reaches
     if kept:
         kept.save()
     return results

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import shardlab.checker.compile_cache as compile_cache
 import shardlab.checker.sandbox as sandbox
+from shardlab.learner.implementation import REACHED_ENV
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Launched:
 def environment(box, scratch: list) -> dict:
     """The worker's environment: CPU JAX; sandboxed, a compilation cache of this run's own (no other sees it)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop(REACHED_ENV, None)  # what the checks reach is noted by the checker (cli.run_checks), not the worker
     if box is not None and scratch:
         env[compile_cache.ENV] = os.path.join(scratch[0], ".compilation-cache")
     return env

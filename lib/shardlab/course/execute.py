@@ -117,24 +117,36 @@ def _keep_partial(name: str, notebook: bytes | None, out: Path) -> Path | None:
     return out / "failed" / f"{name}.ipynb"
 
 
-def kernel_environment(cache: Path | None) -> dict:
+def kernel_environment(cache: Path | None, reached: Path | None = None) -> dict:
     """The environment a kernel starts with: the runner's, with the run's compilation cache or without any.
 
     A kernel never inherits a cache folder from the shell (a receipt would then depend on an earlier
-    run), nor MPLBACKEND (Agg would hide inline figures). The runner's own `os.environ` is never changed.
+    run), nor MPLBACKEND (Agg would hide inline figures). With `reached`, the kernel (and the checker its
+    check cells start) appends there the API functions it looks up on the implementation
+    (learner.implementation.REACHED_ENV). The runner's own `os.environ` is never changed.
     """
-    names = ("MPLBACKEND", "JAX_COMPILATION_CACHE_DIR", *CACHE_ENVIRONMENT)
+    names = ("MPLBACKEND", "JAX_COMPILATION_CACHE_DIR", learner_implementation.REACHED_ENV, *CACHE_ENVIRONMENT)
     environment = {name: value for name, value in os.environ.items() if name not in names}
     if cache is not None:
         environment.update({"JAX_COMPILATION_CACHE_DIR": str(cache), **CACHE_ENVIRONMENT})
+    if reached is not None:
+        environment[learner_implementation.REACHED_ENV] = str(reached)
     return environment
 
 
-def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEOUT, cache: Path | None = None) -> Path:
+def execute(
+    name: str,
+    folder: Path,
+    parameters: dict,
+    timeout: int = CELL_TIMEOUT,
+    cache: Path | None = None,
+    reached: Path | None = None,
+) -> Path:
     """Run the course notebook <name>.ipynb (package data) in a new kernel with cwd=folder; return the executed copy.
 
     `cache` is a folder for JAX's persistent compilation cache shared with other kernels of the same
-    run (None: no cache; the notebooks in MEASURES_COMPILATION never get one).
+    run (None: no cache; the notebooks in MEASURES_COMPILATION never get one). `reached`: a file that
+    gets the name of each API function the notebook looks up on the implementation (None: not recorded).
     """
     import nbformat  # here, like papermill: `python -m shardlab run` refuses a bad argument without loading them
     import papermill
@@ -142,7 +154,7 @@ def execute(name: str, folder: Path, parameters: dict, timeout: int = CELL_TIMEO
 
     source = catalog.NOTEBOOK_DIR / f"{name}.ipynb"
     target = folder / f"{name}.ipynb"
-    environment = kernel_environment(None if name in MEASURES_COMPILATION else cache)
+    environment = kernel_environment(None if name in MEASURES_COMPILATION else cache, reached)
     stops = (CellTimeoutError, DeadKernelError)
     _papermill(papermill, name, source, target, folder, parameters, timeout, stops, environment)
     nb = nbformat.read(target, as_version=4)
@@ -200,12 +212,19 @@ def run(
     timeout: int = CELL_TIMEOUT,
     html: bool = True,
     bench: str | None = None,
-    compilation_cache: bool = True,
+    compilation_cache: bool | Path = True,
+    reached: Path | None = None,
 ) -> Path:
     """Execute the notebooks into a staging folder and publish it as `out` on success.
 
     With `compilation_cache` the kernels share JAX's persistent compilation cache in the staging
     folder (COMPILATION_CACHE; removed before the audit); without it every kernel compiles alone.
+    Given a folder instead, the kernels use that one and it is kept: runs of the same course share
+    the programs they have in common (JAX keys an entry on the program, its options, the JAX version
+    and the devices, so a hit gives the executable a compile would; only the time changes).
+    With `reached` (an empty folder outside `out`), each notebook's kernel writes the API functions it
+    looked up on the implementation, its check cells' checks included, to `reached/<name>.txt`
+    (the other fixtures' notebooks to `reached/<fixture>/<name>.txt`; read_reached reads them).
     """
     from shardlab.core.config import Config
 
@@ -221,7 +240,8 @@ def run(
     started = time.perf_counter()
     with outdir.writing(out, COMMAND, replace) as staging:
         sheets = staging if html else None  # where every page's one stylesheet goes (None: no HTML copies)
-        cache = staging / COMPILATION_CACHE if compilation_cache else None
+        own = compilation_cache is True  # a cache of this run's alone, removed before the audit
+        cache = staging / COMPILATION_CACHE if own else (Path(compilation_cache) if compilation_cache else None)
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
         fixtures = _other_fixtures(seed, batch_size, names)
         stop = threading.Event()  # set once the course's lane has ended: the fixtures' lane starts no more notebooks
@@ -236,10 +256,21 @@ def run(
                 timeout,
                 _part(cache, "fixtures"),
                 stop,
+                reached,
             )
             try:
                 extra = {"bench_json": os.path.relpath(Path(bench).resolve(), staging)} if bench else {}
-                args = (staging, parameters, extra, out, implementation, timeout, sheets, _part(cache, "course"))
+                args = (
+                    staging,
+                    parameters,
+                    extra,
+                    out,
+                    implementation,
+                    timeout,
+                    sheets,
+                    _part(cache, "course"),
+                    reached,
+                )
                 seconds = _course_lane(names, lane, *args)  # each notebook's wall time, its HTML page included
                 seconds.update(lane.result())
             finally:
@@ -247,7 +278,7 @@ def run(
         for fixture in fixtures if sheets is not None else ():  # pages exported here, in the main thread
             for name in catalog.FRESH_KERNEL_PAIR:
                 export_html(staging / catalog.FIXTURE_DIR / fixture / f"{name}.ipynb", sheets)
-        if cache is not None:  # this run's alone: never a receipt, never read by another run
+        if own:  # this run's alone: never a receipt, never read by another run
             shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
         for hook in _finishers():
@@ -257,12 +288,28 @@ def run(
     return out
 
 
+def _file(reached: Path | None, name: str) -> Path | None:
+    """Where notebook `name` records the functions it reaches (the folder made), or None when nothing is recorded."""
+    if reached is None:
+        return None
+    reached.mkdir(parents=True, exist_ok=True)
+    return reached / f"{name}.txt"
+
+
+def read_reached(reached: Path) -> dict:
+    """{notebook: the API functions it reached, in every lane} from a run's `reached` folder."""
+    found = {}
+    for path in sorted(reached.rglob("*.txt")):
+        found.setdefault(path.stem, set()).update(learner_implementation.read_reached(path))
+    return found
+
+
 def _part(cache: Path | None, lane: str) -> Path | None:
     """The compilation cache of one lane of a run (the course's kernels share one, the fixtures' another)."""
     return cache / lane if cache is not None else None
 
 
-def _course_lane(names, lane, staging, parameters, extra, out, implementation, timeout, sheets, cache) -> dict:
+def _course_lane(names, lane, staging, parameters, extra, out, implementation, timeout, sheets, cache, reached) -> dict:
     """Execute `names` in order; wait for the fixtures' `lane` before the first notebook that times anything."""
     seconds = {}
     for number, name in enumerate(names, start=1):
@@ -272,12 +319,12 @@ def _course_lane(names, lane, staging, parameters, extra, out, implementation, t
         given = {**parameters, **extra} if name == BENCH_READER else parameters
         label = f"{number}/{len(names)} {name}.ipynb"
         clock = time.perf_counter()
-        _execute_one(name, staging, given, out, implementation, timeout, sheets, label, cache)
+        _execute_one(name, staging, given, out, implementation, timeout, sheets, label, cache, _file(reached, name))
         seconds[name] = round(time.perf_counter() - clock, 2)
     return seconds
 
 
-def _fixture_lane(fixtures, staging, parameters, out, implementation, timeout, cache, stop) -> dict:
+def _fixture_lane(fixtures, staging, parameters, out, implementation, timeout, cache, stop, reached=None) -> dict:
     """Run the resume pair for every other fixture into fixtures/<fixture>/, beside the course's first notebooks.
 
     Runs in a thread of its own while the notebooks in catalog.BESIDE_FIXTURES run in the main one (none
@@ -295,7 +342,8 @@ def _fixture_lane(fixtures, staging, parameters, out, implementation, timeout, c
             fixed = {**parameters, "seed": other_seed, "batch_size": other_batch}
             label = f"{fixture}: {name}.ipynb"
             clock = time.perf_counter()
-            _execute_one(name, folder, fixed, out, implementation, timeout, None, label, cache)
+            where = _file(reached / fixture if reached is not None else None, name)
+            _execute_one(name, folder, fixed, out, implementation, timeout, None, label, cache, where)
             seconds[f"{fixture}/{name}"] = round(time.perf_counter() - clock, 2)
     return seconds
 
@@ -309,12 +357,14 @@ def _other_fixtures(seed: int, batch_size: int, names: list[str]) -> dict:
     return {name: pair for name, pair in FIXTURES.items() if pair != (seed, batch_size)}
 
 
-def _execute_one(name, folder: Path, parameters: dict, out, implementation, timeout, sheets, label, cache=None):
+def _execute_one(
+    name, folder: Path, parameters: dict, out, implementation, timeout, sheets, label, cache=None, reached=None
+):
     """Execute one notebook into `folder` in a fresh kernel, stabilise and export it; keep a failure's partial copy."""
     print(f"[shardlab] {label} ...", flush=True)
     clock = time.perf_counter()
     try:
-        executed = execute(name, folder, parameters, timeout, cache)
+        executed = execute(name, folder, parameters, timeout, cache, reached)
     except NotebookFailed as failed:
         partial = folder / f"{name}.ipynb"
         kept = _keep_partial(name, partial.read_bytes() if partial.is_file() else None, out)

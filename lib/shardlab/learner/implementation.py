@@ -11,6 +11,12 @@ API = ("initial", "next_batch", "make_step", "transition", "contract", "save", "
 STAGE_FUNCTIONS = {1: ("initial", "next_batch"), 2: ("make_step", "transition"), 3: ("contract", "save", "restore")}
 STAGE_FUNCTIONS[4] = ("make_step",)
 STARTER = "start one with `python -m shardlab starter my_model.py`"
+# A file to which a process appends the name of each API function it looks up on a loaded implementation
+# (one line per name, once per process), when set: the course run records what each notebook reaches
+# (shardlab.course.execute.run's `reached`). The checker records what its checks reach (Tracker), not
+# its worker, whose own look-ups (every function's digest) reach nothing on a check's behalf. Code in
+# the kernel could write that file too, so only the test suite sets it, on runs of the project's own files.
+REACHED_ENV = "SHARDLAB_REACHED"
 
 
 def check_path(spec) -> str:
@@ -53,7 +59,7 @@ def load(spec: str = "reference") -> types.ModuleType:
     if spec in ("", "reference", None):
         from shardlab.learner import reference
 
-        return reference
+        return _watched(reference)
     path = check_path(spec)
     module = types.ModuleType("learner_implementation")
     module.__file__ = path
@@ -69,4 +75,46 @@ def load(spec: str = "reference") -> types.ModuleType:
     missing = [name for name in API if not callable(getattr(module, name, None))]
     if missing:
         raise ImplementationError(f"{spec} does not define {missing}; {STARTER} and copy your functions in")
+    return _watched(module)
+
+
+def note_reached(names) -> None:
+    """Append each of `names` not yet noted by this process to the REACHED_ENV file, if one is set."""
+    where = os.environ.get(REACHED_ENV)
+    fresh = sorted(set(names) & set(API) - _NOTED)
+    if not where or not fresh:
+        return
+    _NOTED.update(fresh)
+    handle = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:  # one write per call: lines from several processes never interleave within a line
+        os.write(handle, "".join(f"{name}\n" for name in fresh).encode())
+    finally:
+        os.close(handle)
+
+
+def read_reached(path) -> set:
+    """The API names a REACHED_ENV file holds (none if no process wrote it)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return {line.strip() for line in handle if line.strip() in API}
+    except FileNotFoundError:
+        return set()
+
+
+_NOTED: set = set()
+
+
+class _Watching(types.ModuleType):
+    """A loaded implementation that notes each API function looked up on it (attribute access)."""
+
+    def __getattribute__(self, name):
+        if name in API:
+            note_reached([name])
+        return super().__getattribute__(name)
+
+
+def _watched(module: types.ModuleType) -> types.ModuleType:
+    """`module` itself; while REACHED_ENV is set, of a class that notes the API functions looked up on it."""
+    if os.environ.get(REACHED_ENV):
+        module.__class__ = _Watching
     return module
