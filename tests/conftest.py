@@ -49,6 +49,22 @@ if os.environ["SHARDLAB_CHECK_CACHE"].lower() != "off":
     _share_compiled_programs()
 
 
+def _warm_workers() -> None:
+    """One fork server per test interpreter (each xdist worker): every learner file a test checks is loaded
+    by a fork of it, which has imported JAX and the worker's modules already, instead of by a new interpreter
+    (checker/forkserver.py: each fork is a copy of the server from before any file ran, so verdicts stay
+    independent). Started now, so it imports while pytest collects; ended with the session."""
+    import atexit
+
+    import shardlab.checker.forkserver as forkserver
+
+    forkserver.start()
+    atexit.register(forkserver.stop)
+
+
+_warm_workers()
+
+
 @pytest.fixture(scope="session")
 def mesh():
     return sl.make_mesh(4)
