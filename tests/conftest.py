@@ -56,9 +56,10 @@ def _warm_workers() -> None:
     independent). Started now, so it imports while pytest collects; ended with the session."""
     import atexit
 
+    import shardlab.checker.early as early
     import shardlab.checker.forkserver as forkserver
 
-    forkserver.start()
+    early.warm()
     atexit.register(forkserver.stop)
 
 

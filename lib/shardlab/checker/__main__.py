@@ -32,9 +32,7 @@ def started(args, workdir: str, other: str | None) -> early.Early:
         except Exception:
             return early.Early(workdir, other, None)
     if box is None:  # every unsandboxed worker of this run is a fork of one server (checker/forkserver.py)
-        import shardlab.checker.forkserver as forkserver
-
-        forkserver.start(early.sandbox.environment(early.environment(None, writable)))
+        early.warm(writable)
     launched = early.launch(args.implementation, args.call_seconds, json.loads(args.poison), box, writable)
     return early.Early(workdir, other, launched)
 

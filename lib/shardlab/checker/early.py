@@ -39,6 +39,11 @@ def environment(box, scratch: list) -> dict:
     return env
 
 
+def warm(scratch: list | None = None) -> "forkserver.Server | None":
+    """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on."""
+    return forkserver.start(sandbox.environment(environment(None, list(scratch or []))))
+
+
 def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list) -> Launched:
     """Start `python -m shardlab.checker.worker` for `spec`; the caller reads its hello.
 

@@ -72,10 +72,15 @@ def _backend_started() -> bool:
         return True
 
 
-def _child(request: dict, fds: list, closing: list) -> None:
+def _child(request: dict, fds: list, closing: list, server: int) -> None:
     """In the forked child: become `python -B -m shardlab.checker.worker ARGS` and never return."""
     code = 1
     try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the worker ends with the server...
+        if os.getppid() != server:  # ...even one that died before this line
+            os._exit(1)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for descriptor in closing:
@@ -174,9 +179,10 @@ class _Server:
         sys.stderr.flush()
         closing = [self.control.fileno(), self.wake_read, self.wake_write, status.fileno()]
         closing += [s.fileno() for s in self.children.values()]
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(request, fds[:4], closing)
+            _child(request, fds[:4], closing, server)
         for descriptor in fds[:4]:
             os.close(descriptor)
         self.children[pid] = status
@@ -343,16 +349,11 @@ _SERVER: list = []  # the server this process started, if any
 OFF = "SHARDLAB_CHECK_FORK"  # "off": every worker is a new interpreter (to measure what the server saves)
 
 
-def start(env: dict | None = None) -> Server | None:
-    """Start this process's fork server (once) with the environment its workers would get (None: turned off)."""
+def start(env: dict) -> Server | None:
+    """Start this process's fork server (once) with `env`, the environment its workers get (None: turned off)."""
     if os.environ.get(OFF, "").lower() == "off":
         return None
     if not _SERVER:
-        if env is None:
-            import shardlab.checker.early as early
-            import shardlab.checker.sandbox as sandbox
-
-            env = sandbox.environment(early.environment(None, []))
         _SERVER.append(Server(env))
     return _SERVER[0]
 
