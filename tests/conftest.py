@@ -49,21 +49,21 @@ if os.environ["SHARDLAB_CHECK_CACHE"].lower() != "off":
     _share_compiled_programs()
 
 
-def _warm_workers() -> None:
-    """One fork server per test interpreter (each xdist worker): every learner file a test checks is loaded
-    by a fork of it, which has imported JAX and the worker's modules already, instead of by a new interpreter
-    (checker/forkserver.py: each fork is a copy of the server from before any file ran, so verdicts stay
-    independent). Started now, so it imports while pytest collects; ended with the session."""
+def _warm_workers(config) -> None:
+    """One fork server per interpreter that runs tests (each xdist worker; not xdist's controller): every
+    learner file a test checks is loaded by a fork of it, which has imported JAX and the worker's modules
+    already, instead of by a new interpreter (checker/forkserver.py: each fork is a copy of the server from
+    before any file ran, so verdicts stay independent). Started at configuration, so it imports while pytest
+    collects; ended with the session."""
     import atexit
 
     import shardlab.checker.early as early
     import shardlab.checker.forkserver as forkserver
 
-    early.warm()
-    atexit.register(forkserver.stop)
-
-
-_warm_workers()
+    controller = not hasattr(config, "workerinput") and config.getoption("numprocesses", None) not in (None, 0)
+    if not controller:
+        early.warm()
+        atexit.register(forkserver.stop)
 
 
 @pytest.fixture(scope="session")
@@ -303,6 +303,7 @@ def _guard_children() -> None:
 
 def pytest_configure(config):
     _guard_children()
+    _warm_workers(config)
     if not config.getoption("quick", False):
         return
     given = config.option.markexpr
