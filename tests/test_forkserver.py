@@ -42,6 +42,8 @@ OBSERVE = textwrap.dedent(
             "reference": shardlab.learner.reference.next_batch.__name__ == "planted",
             "environment": "PLANTED" in os.environ,
             "parent": os.getppid(),
+            "started": {k: v for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_", "TF_", "TPU_", "PYTHON"))},
+            "main": __import__("sys").modules["__main__"].__spec__.name,
         }
     """
 )
@@ -103,23 +105,34 @@ def test_a_verdict_does_not_depend_on_the_file_checked_before_it(tmp_path, serve
     assert all(r.passed for r in reference), [(r.name, r.diagnosis) for r in reference if not r.passed]
 
 
-def test_a_forked_worker_says_hello_as_a_new_interpreter_does(tmp_path, server, monkeypatch):
+def test_a_forked_worker_is_the_interpreter_a_new_one_would_be(tmp_path, monkeypatch):
+    """The same hello, environment and `__main__`, also when the caller lacks what JAX's import sets itself."""
     spec = tmp_path / "observer.py"
     spec.write_text(OBSERVE)
-    hellos = {}
-    for how, servers in (("forked", [server]), ("new", [])):
-        monkeypatch.setattr(forkserver, "_SERVER", servers)
-        worker = remote.Worker(str(spec), scratch=str(tmp_path))
-        try:
-            hellos[how] = worker.start()
-            kind = type(worker.process)
-        finally:
-            worker.stop()
-        assert kind is (forkserver.Forked if servers else subprocess.Popen)
-    for hello in hellos.values():
-        assert hello.pop("pid") > 0 and "error" not in hello
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # `import jax` sets it if unset
+    monkeypatch.delenv(forkserver.OFF, raising=False)
+    monkeypatch.setattr(forkserver, "_SERVER", [])
+    server = early.warm()  # started without it, as `python -m shardlab.checker` starts its server
+    hellos, seen = {}, {}
+    try:
+        for how, servers in (("forked", [server]), ("new", [])):
+            monkeypatch.setattr(forkserver, "_SERVER", servers)
+            impl = remote.RemoteImplementation(remote.Worker(str(spec), scratch=str(tmp_path)))
+            try:
+                hellos[how] = impl.worker.start()
+                kind = type(impl.worker.process)
+                seen[how] = impl.contract(None, None)
+            finally:
+                impl.close()
+            assert kind is (forkserver.Forked if servers else subprocess.Popen)
+    finally:
+        server.close()
+    for hello, found in zip(hellos.values(), seen.values()):
+        assert hello.pop("pid") > 0 and "error" not in hello and found.pop("parent") > 0
     assert hellos["forked"] == hellos["new"]
     assert hellos["new"]["environment"]["devices"] == 4 and hellos["new"]["environment"]["platform"] == "cpu"
+    assert seen["forked"] == seen["new"]
+    assert seen["new"]["main"] == "shardlab.checker.worker" and "TF_CPP_MIN_LOG_LEVEL" in seen["new"]["started"]
 
 
 def test_an_environment_the_server_did_not_start_with_gets_a_new_interpreter(tmp_path, server, monkeypatch):

@@ -28,20 +28,6 @@ import sys
 import threading
 import time
 
-# modules every worker imports; the server imports them before any fork
-PRELOAD = (
-    "numpy",
-    "jax",
-    "jax.numpy",
-    "shardlab.core.devices",
-    "shardlab.checker.compile_cache",
-    "shardlab.checker.guard",
-    "shardlab.checker.wire",
-    "shardlab.checker.probes",
-    "shardlab.checker.reuse",
-    "shardlab.learner.implementation",
-    "shardlab.learner.reference",
-)
 # environment variables read when an interpreter, JAX, XLA or a numeric library starts: a fork serves
 # only an environment that agrees with the server's on every one of them
 STARTUP_PREFIXES = ("JAX_", "XLA_", "TF_", "PYTHON", "OPENBLAS", "OMP_", "MKL_", "LD_", "MALLOC")
@@ -72,7 +58,7 @@ def _backend_started() -> bool:
         return True
 
 
-def _child(request: dict, fds: list, closing: list, server: int) -> None:
+def _child(request: dict, fds: list, closing: list, server: int, added: dict) -> None:
     """In the forked child: become `python -B -m shardlab.checker.worker ARGS` and never return."""
     code = 1
     try:
@@ -99,6 +85,8 @@ def _child(request: dict, fds: list, closing: list, server: int) -> None:
                 os.close(descriptor)
         os.environ.clear()
         os.environ.update(request["env"])
+        for name, value in added.items():  # as the worker's own imports would set them (os.environ.setdefault)
+            os.environ.setdefault(name, value)
         if request.get("cwd"):
             os.chdir(request["cwd"])
         argv = ["--implementation", request["implementation"], "--channel", f"{read},{write}"]
@@ -127,8 +115,9 @@ def _child(request: dict, fds: list, closing: list, server: int) -> None:
 class _Server:
     """The server's loop: fork requests on the control socket, exit statuses back on each child's socket."""
 
-    def __init__(self, control: socket.socket, threads: int):
+    def __init__(self, control: socket.socket, threads: int, added: dict):
         self.control, self.children = control, {}  # pid -> the socket its status goes back on
+        self.added = added  # what the imports set in the environment (JAX: TF_CPP_MIN_LOG_LEVEL, if unset)
         self.threads = threads  # the main thread and NumPy's BLAS pool (which stops itself for a fork)
         self.wake_read, wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
@@ -138,7 +127,7 @@ class _Server:
         self.wake_write = wake_write
 
     def serve(self) -> int:
-        self.control.sendall(json.dumps({"ready": os.getpid()}).encode())
+        self.control.sendall(json.dumps({"ready": os.getpid(), "added": self.added}).encode())
         while True:
             ready, _, _ = select.select([self.control, self.wake_read], [], [], 1.0)
             self._reap()
@@ -182,7 +171,7 @@ class _Server:
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(request, fds[:4], closing, server)
+            _child(request, fds[:4], closing, server, self.added)
         for descriptor in fds[:4]:
             os.close(descriptor)
         self.children[pid] = status
@@ -208,20 +197,33 @@ class _Server:
                 status.close()
 
 
+def _preload() -> None:
+    """Import what every worker imports before it loads a file (never JAX's backend: no array, no device)."""
+    import jax  # noqa: F401
+    import jax.numpy  # noqa: F401
+
+    import shardlab.checker.compile_cache  # noqa: F401
+    import shardlab.checker.guard  # noqa: F401
+    import shardlab.checker.probes  # noqa: F401
+    import shardlab.checker.reuse  # noqa: F401
+    import shardlab.checker.wire  # noqa: F401
+    import shardlab.core.devices  # noqa: F401
+    import shardlab.learner.implementation  # noqa: F401
+    import shardlab.learner.reference  # noqa: F401
+
+
 def serve(control_fd: int) -> int:
     """The server's body: die with the parent, import what every worker imports, then fork on request."""
     import ctypes
 
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the server ends with the checker
     control = socket.socket(fileno=control_fd)
-    import importlib
-
     import numpy  # noqa: F401  its BLAS starts its threads now, and stops them around every fork (pthread_atfork)
 
-    threads = _threads()
-    for name in PRELOAD:
-        importlib.import_module(name)
-    return _Server(control, threads).serve()
+    threads, before = _threads(), dict(os.environ)
+    _preload()
+    added = {name: value for name, value in os.environ.items() if name not in before}
+    return _Server(control, threads, added).serve()
 
 
 # ---------------------------------------------------------------------------------------------- the checker's side
@@ -290,19 +292,34 @@ class Server:
             )
         finally:
             theirs.close()
-        self.control, self.lock, self.ready = ours, threading.Lock(), None
+        self.control, self.lock, self.ready, self.added = ours, threading.Lock(), None, {}
 
     def _wait_ready(self) -> bool:
         if self.ready is None:
             readable, _, _ = select.select([self.control], [], [], READY_SECONDS)
             try:
-                self.ready = bool(readable) and b"ready" in self.control.recv(4096)
-            except OSError:
+                hello = json.loads(self.control.recv(MESSAGE_BYTES)) if readable else {}
+                self.added = {str(k): str(v) for k, v in hello.get("added", {}).items()}
+                self.ready = "ready" in hello
+            except (OSError, ValueError, AttributeError):
                 self.ready = False
         return self.ready
 
     def serves(self, env: dict) -> bool:
-        return self.process.poll() is None and startup_environment(env) == startup_environment(self.env)
+        """True if a fork is the interpreter `env` would start: the same environment where a start reads it.
+
+        A variable the server's imports set themselves (`added`) may also be unset or already set that way.
+        """
+        if self.process.poll() is not None:
+            return False
+        wanted, started = startup_environment(env), startup_environment(self.env)
+        for name in set(wanted) | set(started):
+            if wanted.get(name) != started.get(name):
+                with self.lock:
+                    ready = self._wait_ready()
+                if not (ready and name in self.added and wanted.get(name) in (None, self.added[name])):
+                    return False
+        return True
 
     def launch(self, request: dict, read: int, write: int) -> Forked | None:
         """Fork a worker for `request` with the channel `read`, `write`; None if the server cannot."""
