@@ -174,3 +174,22 @@ def test_a_worker_ends_with_its_server(tmp_path):
         os.close(read)
         os.close(write)
         server.close()
+
+
+def test_a_server_killed_from_outside_is_started_again(tmp_path, monkeypatch):
+    monkeypatch.delenv(forkserver.OFF, raising=False)
+    monkeypatch.setattr(forkserver, "_SERVER", [])
+    first = early.warm()
+    try:
+        os.kill(first.process.pid, signal.SIGKILL)
+        first.process.wait()
+        worker = remote.Worker("reference", scratch=str(tmp_path))
+        try:
+            assert "error" not in worker.start()
+            assert isinstance(worker.process, forkserver.Forked)
+            again = forkserver._SERVER[0]
+            assert again is not first and again.process.poll() is None
+        finally:
+            worker.stop()
+    finally:
+        forkserver.stop()

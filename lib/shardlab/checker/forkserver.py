@@ -281,14 +281,12 @@ class Server:
     def __init__(self, env: dict):
         import subprocess
 
-        from shardlab import process_group
-
         self.env = dict(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-B", "-m", "shardlab.checker.forkserver", "--control", str(theirs.fileno())]
-        try:
-            self.process = process_group.spawn(
-                command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=self.env
+        try:  # its own group, killed by `close`; not among process_group's children, whom stop_all ends
+            self.process = subprocess.Popen(
+                command, start_new_session=True, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=self.env
             )
         finally:
             theirs.close()
@@ -381,8 +379,16 @@ def stop() -> None:
 
 
 def launch(spec: str, call_seconds: float, poisoned: dict, env: dict, cwd: str | None, read: int, write: int):
-    """A worker forked by this process's server (a `Forked`), or None: then the caller starts a new interpreter."""
-    if not _SERVER or not _SERVER[0].serves(env):
+    """A worker forked by this process's server (a `Forked`), or None: then the caller starts a new interpreter.
+
+    A server that has died (killed from outside) is started again, with the environment it had.
+    """
+    if not _SERVER:
+        return None
+    if _SERVER[0].process.poll() is not None:
+        _SERVER[0].close()
+        _SERVER[0] = Server(_SERVER[0].env)
+    if not _SERVER[0].serves(env):
         return None
     request = {
         "implementation": spec,
