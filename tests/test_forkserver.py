@@ -162,17 +162,17 @@ def ended(pid: int, seconds: float) -> bool:
 def test_a_worker_ends_with_its_server(tmp_path):
     env = sandbox.environment(early.environment(None, [str(tmp_path)]))
     server = forkserver.Server(env)
-    read, write = os.pipe()
+    inbound, outbound = os.pipe(), os.pipe()  # the channel: the worker reads one and writes the other
     try:
         request = {"implementation": "reference", "call_seconds": 5.0, "poison": "{}", "env": env, "cwd": None}
-        forked = server.launch(request, read, write)
+        forked = server.launch(request, inbound[0], outbound[1])
         assert forked is not None and forked.poll() is None
         os.kill(server.process.pid, signal.SIGKILL)
         assert forked.wait(timeout=60) == -signal.SIGKILL
         assert ended(forked.pid, seconds=30)  # PR_SET_PDEATHSIG: the worker was killed with its server
     finally:
-        os.close(read)
-        os.close(write)
+        for descriptor in (*inbound, *outbound):
+            os.close(descriptor)
         server.close()
 
 
