@@ -53,8 +53,9 @@ def _warm_workers(config) -> None:
     """One fork server per interpreter that runs tests (each xdist worker; not xdist's controller): every
     learner file a test checks is loaded by a fork of it, which has imported JAX and the worker's modules
     already, instead of by a new interpreter (checker/forkserver.py: each fork is a copy of the server from
-    before any file ran, so verdicts stay independent). Started at configuration, so it imports while pytest
-    collects; ended with the session."""
+    before any file ran, so verdicts stay independent). Started at the first file a test checks (a test
+    process that checks none, such as the pytest runs tests start themselves, never starts one); ended with
+    the session."""
     import atexit
 
     import shardlab.checker.early as early
@@ -62,7 +63,7 @@ def _warm_workers(config) -> None:
 
     controller = not hasattr(config, "workerinput") and config.getoption("numprocesses", None) not in (None, 0)
     if not controller:
-        early.warm()
+        early.warm(lazy=True)
         atexit.register(forkserver.stop)
 
 

@@ -112,6 +112,7 @@ def test_a_forked_worker_is_the_interpreter_a_new_one_would_be(tmp_path, monkeyp
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # `import jax` sets it if unset
     monkeypatch.delenv(forkserver.OFF, raising=False)
     monkeypatch.setattr(forkserver, "_SERVER", [])
+    monkeypatch.setattr(forkserver, "_LATER", [])  # no server but this test's
     server = early.warm()  # started without it, as `python -m shardlab.checker` starts its server
     hellos, seen = {}, {}
     try:
@@ -189,6 +190,23 @@ def test_a_server_killed_from_outside_is_started_again(tmp_path, monkeypatch):
             assert isinstance(worker.process, forkserver.Forked)
             again = forkserver._SERVER[0]
             assert again is not first and again.process.poll() is None
+        finally:
+            worker.stop()
+    finally:
+        forkserver.stop()
+
+
+def test_a_lazy_server_starts_at_the_first_launch_only(tmp_path, monkeypatch):
+    monkeypatch.delenv(forkserver.OFF, raising=False)
+    monkeypatch.setattr(forkserver, "_SERVER", [])
+    monkeypatch.setattr(forkserver, "_LATER", [])
+    try:
+        assert early.warm(lazy=True) is None and forkserver._SERVER == []  # nothing started yet
+        worker = remote.Worker("reference", scratch=str(tmp_path))
+        try:
+            assert "error" not in worker.start()
+            assert isinstance(worker.process, forkserver.Forked)
+            assert len(forkserver._SERVER) == 1 and forkserver._LATER == []
         finally:
             worker.stop()
     finally:

@@ -39,9 +39,12 @@ def environment(box, scratch: list) -> dict:
     return env
 
 
-def warm(scratch: list | None = None) -> "forkserver.Server | None":
-    """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on."""
-    return forkserver.start(sandbox.environment(environment(None, list(scratch or []))))
+def warm(scratch: list | None = None, lazy: bool = False) -> "forkserver.Server | None":
+    """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on.
+
+    `lazy`: at the first launch (forkserver.start).
+    """
+    return forkserver.start(sandbox.environment(environment(None, list(scratch or []))), lazy)
 
 
 def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list) -> Launched:
