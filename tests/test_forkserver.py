@@ -44,6 +44,8 @@ OBSERVE = textwrap.dedent(
             "parent": os.getppid(),
             "started": {k: v for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_", "TF_", "TPU_", "PYTHON"))},
             "main": __import__("sys").modules["__main__"].__spec__.name,
+            "path": __import__("sys").path[0],
+            "cwd": os.getcwd(),
         }
     """
 )
@@ -134,6 +136,7 @@ def test_a_forked_worker_is_the_interpreter_a_new_one_would_be(tmp_path, monkeyp
     assert hellos["new"]["environment"]["devices"] == 4 and hellos["new"]["environment"]["platform"] == "cpu"
     assert seen["forked"] == seen["new"]
     assert seen["new"]["main"] == "shardlab.checker.worker" and "TF_CPP_MIN_LOG_LEVEL" in seen["new"]["started"]
+    assert seen["new"]["path"] == seen["new"]["cwd"] == str(tmp_path)  # it starts in, and imports from, its folder
 
 
 def test_an_environment_the_server_did_not_start_with_gets_a_new_interpreter(tmp_path, server, monkeypatch):

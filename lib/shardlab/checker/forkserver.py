@@ -87,8 +87,8 @@ def _child(request: dict, fds: list, closing: list, server: int, added: dict) ->
         os.environ.update(request["env"])
         for name, value in added.items():  # as the worker's own imports would set them (os.environ.setdefault)
             os.environ.setdefault(name, value)
-        if request.get("cwd"):
-            os.chdir(request["cwd"])
+        os.chdir(request["cwd"])
+        sys.path[0] = os.getcwd()  # `python -m` puts the folder it starts in first on the path
         argv = ["--implementation", request["implementation"], "--channel", f"{read},{write}"]
         argv += ["--call-seconds", str(float(request["call_seconds"])), "--poison", request["poison"]]
         import importlib.util
@@ -404,7 +404,7 @@ def launch(spec: str, call_seconds: float, poisoned: dict, env: dict, cwd: str |
         "call_seconds": float(call_seconds),
         "poison": json.dumps(poisoned),
         "env": env,
-        "cwd": cwd,
+        "cwd": cwd or os.getcwd(),  # where a new interpreter would start
     }
     forked = _SERVER[0].launch(request, read, write)
     if forked is not None:
