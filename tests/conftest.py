@@ -49,6 +49,24 @@ if os.environ["SHARDLAB_CHECK_CACHE"].lower() != "off":
     _share_compiled_programs()
 
 
+def _warm_workers(config) -> None:
+    """One fork server per interpreter that runs tests (each xdist worker; not xdist's controller): every
+    learner file a test checks is loaded by a fork of it, which has imported JAX and the worker's modules
+    already, instead of by a new interpreter (checker/forkserver.py: each fork is a copy of the server from
+    before any file ran, so verdicts stay independent). Started at the first file a test checks (a test
+    process that checks none, such as the pytest runs tests start themselves, never starts one); ended with
+    the session."""
+    import atexit
+
+    import shardlab.checker.early as early
+    import shardlab.checker.forkserver as forkserver
+
+    controller = not hasattr(config, "workerinput") and config.getoption("numprocesses", None) not in (None, 0)
+    if not controller:
+        early.warm(lazy=True)
+        atexit.register(forkserver.stop)
+
+
 @pytest.fixture(scope="session")
 def mesh():
     return sl.make_mesh(4)
@@ -322,6 +340,7 @@ def _guard_imports() -> None:
 def pytest_configure(config):
     _guard_children()
     _guard_imports()
+    _warm_workers(config)
     if not config.getoption("quick", False):
         return
     given = config.option.markexpr

@@ -31,6 +31,8 @@ def started(args, workdir: str, other: str | None) -> early.Early:
             check_path(args.implementation)
         except Exception:
             return early.Early(workdir, other, None)
+    if box is None:  # every unsandboxed worker of this run is a fork of one server (checker/forkserver.py)
+        early.warm(writable)
     launched = early.launch(args.implementation, args.call_seconds, json.loads(args.poison), box, writable)
     return early.Early(workdir, other, launched)
 
@@ -51,6 +53,9 @@ def main(argv=None) -> int:
 
             return runner.child_main(args, first)
     finally:
+        import shardlab.checker.forkserver as forkserver
+
+        forkserver.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 
 import shardlab.checker.compile_cache as compile_cache
+import shardlab.checker.forkserver as forkserver
 import shardlab.checker.sandbox as sandbox
 from shardlab.learner.implementation import REACHED_ENV
 
@@ -26,7 +27,7 @@ from shardlab.learner.implementation import REACHED_ENV
 class Launched:
     """A worker process whose hello has not been read yet, and its two ends of the channel."""
 
-    process: subprocess.Popen
+    process: "subprocess.Popen | forkserver.Forked"
     send_fd: int
     reply_fd: int
 
@@ -40,21 +41,39 @@ def environment(box, scratch: list) -> dict:
     return env
 
 
+def warm(scratch: list | None = None, lazy: bool = False) -> "forkserver.Server | None":
+    """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on.
+
+    `lazy`: at the first launch (forkserver.start).
+    """
+    return forkserver.start(sandbox.environment(environment(None, list(scratch or []))), lazy)
+
+
 def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list) -> Launched:
-    """Start `python -m shardlab.checker.worker` for `spec`; the caller reads its hello."""
+    """Start `python -m shardlab.checker.worker` for `spec`; the caller reads its hello.
+
+    Unsandboxed, and with this process's fork server running (checker/forkserver.py), the worker is a
+    fork of that server, which has done the worker's imports already; otherwise a new interpreter.
+    """
     inbound, outbound = os.pipe(), os.pipe()  # checker -> worker, worker -> checker
     command = [sys.executable, "-B", "-m", "shardlab.checker.worker", "--implementation", spec]
     command += ["--channel", f"{inbound[0]},{outbound[1]}", "--call-seconds", str(float(call_seconds))]
     command += ["--poison", json.dumps(poisoned)]
+    cwd = scratch[0] if scratch else None
     try:
-        process = sandbox.spawn(
-            command,
-            box,
-            pass_fds=(inbound[0], outbound[1]),
-            stdin=subprocess.DEVNULL,
-            cwd=scratch[0] if scratch else None,
-            env=environment(box, scratch),
-        )
+        process = None
+        if box is None:
+            env = sandbox.environment(environment(box, scratch))
+            process = forkserver.launch(spec, call_seconds, poisoned, env, cwd, inbound[0], outbound[1])
+        if process is None:
+            process = sandbox.spawn(
+                command,
+                box,
+                pass_fds=(inbound[0], outbound[1]),
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env=environment(box, scratch),
+            )
     finally:
         os.close(inbound[0])
         os.close(outbound[1])

@@ -111,9 +111,14 @@ def limited(argv: list, address_space: int) -> list:
     return [tool, f"--as={address_space}", "--core=0", "--", *argv]
 
 
+def environment(env: dict | None = None) -> dict:
+    """The environment `spawn` gives a child asked to run with `env` (default: this process's)."""
+    return {**(os.environ if env is None else env), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def spawn(inner: list, box: Sandbox | None = None, **popen) -> subprocess.Popen:
     """Start `inner` (sandboxed if `box`) leading its own process group (shardlab.process_group); `kill` ends it."""
-    env = {**popen.pop("env", os.environ), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = environment(popen.pop("env", None))
     argv = limited(command(inner, box), box.address_space) if box is not None else inner
     return process_group.spawn(argv, env=env, **popen)
 
