@@ -431,7 +431,7 @@ CHOSEN = {
 
 
 def chosen(notebook: str, name: str, **values) -> str:
-    """The sentence `name` of `notebook` (table CHOSEN) for `values`, kept by `claims.choose` until `record` files it."""
+    """The sentence `name` of `notebook` (table CHOSEN) for `values`, kept by `claims.choose` for `record`."""
     row = CHOSEN.get(notebook, {}).get(name)
     if row is None:
         raise UsageError(f"no chosen sentence {name!r} for {notebook}; it has {sorted(CHOSEN.get(notebook, {}))}")
