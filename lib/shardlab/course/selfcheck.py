@@ -330,16 +330,18 @@ QUESTIONS = (
             [
                 "nothing: step 9 fixes them",
                 "the weights at step 9",
-                "the seed, the batch size, the dataset size and the exact sampler rule, replayed from step 0",
+                "the seed, the batch size, the dataset size and the exact sampler rule, each unchanged since step 0",
             ],
             "c",
-            "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
+            "The order and key are the result of a history of splits and reshuffles; a count does not record it. "
+            "The table's second row reached the same step with another batch size at first, and the same "
+            "rebuild is wrong for it.",
             "rebuild",
             (
                 "rebuild",
                 "Predict first",
-                "the fields that differ from step 0, and what was rebuilt",
-                r"from the step count together with the seed, the batch size, the number of rows",
+                "the fields that differ from step 0, and the rebuild against this run and against another history",
+                r"cursor were rebuilt exactly; for a run that reached the same step with another batch size",
             ),
         ),
     ),
