@@ -367,3 +367,36 @@ def test_stage3_resume_shows_its_proof_as_a_table_of_steps(run_dir):
     found = results(run_dir, "stage3b_resume")["permutations"]
     assert found["drawn"] == drawn
     assert f"drew {drawn} fresh permutations" in visible(tagged(executed(run_dir, "stage3b_resume"), "recovery-checks"))
+
+
+# --- a prediction's answer is not in the source the learner runs before reading it ----------------------------
+
+
+def _fixed_words(sentence: str) -> list[str]:
+    """The literal stretches of a sentence template long enough to give its outcome away (values cut out)."""
+    return [part.strip() for part in re.split(r"\{[^}]*\}|<\w+>", sentence) if len(part.strip()) >= 25]
+
+
+@pytest.mark.parametrize("name", ["stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume"])
+def test_no_code_cell_spells_out_a_sentence_chosen_by_value(name):
+    """A reveal cell prints the sentence its values choose; neither candidate is readable in any cell's source."""
+    from shardlab.course import sentences
+
+    code = [
+        c.source
+        for c in nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4).cells
+        if c.cell_type == "code"
+    ]
+    assert not any("claims.choose(" in source for source in code), "choose a sentence through sentences.chosen"
+    fragments = [f for row in sentences.CHOSEN[name].values() for s in row[1:] for f in _fixed_words(s)]
+    assert fragments, name  # the table holds this notebook's sentences
+    leaked = [f for f in fragments if any(f in source for source in code)]
+    assert not leaked, leaked
+
+
+def test_the_refusals_cell_names_no_error_type_before_its_output():
+    """Stage 1 asks which error each bad input raises: the cell that answers names none of them in its source."""
+    cells = nbformat.read(REPO / "notebooks" / "stage1_batches.ipynb", as_version=4).cells
+    source = next(c.source for c in cells if "refusals" in (c.metadata.get("tags") or []))
+    named = [e for e in ("ConfigError", "DataError", "EmptyBatchError") if e in source]
+    assert not named, named

@@ -10,3 +10,20 @@ def expect_error(error_type: type, call, *args, **kwargs) -> str:
         print(message)
         return message
     raise AssertionError(f"{getattr(call, '__name__', call)} should have raised {error_type.__name__}, but returned")
+
+
+def refusal(call, *args, **kwargs) -> str:
+    """Run `call(*args, **kwargs)`; return "ErrorType: message" if it raises one of shardlab's own errors.
+
+    The cell that uses it names no error type, so a prediction of which one is not answered by its source.
+    Any other exception propagates; a call that returns is an AssertionError.
+    """
+    from shardlab.errors import ShardlabError
+
+    try:
+        call(*args, **kwargs)
+    except ShardlabError as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        print(message)
+        return message
+    raise AssertionError(f"{getattr(call, '__name__', call)} should have refused its input, but returned")

@@ -36,22 +36,39 @@ def label_all_reduces(ir_text: str, num_features: int) -> list[dict]:
         operand = (re.search(r"all_reduce\"?\((%\w+)", line) or [None, "?"])[1]
         kind = (re.findall(r"tensor<[^>]*>", defined.get(operand, "")) or ["?"])[-1]
         sources = reads(operand, set())
+        groups = (re.search(r"replica_groups = dense<(\[\[[^>]*\]\])>", line) or [None, "?"])[1]
         rows.append(
             {
                 "operand": operand,
                 "type": kind,
                 "computed from": ", ".join(sorted(sources)),
-                "sums": _meaning(kind, sources, num_features),
+                "sums": _meaning(kind, sources, num_features, _times_two(operand, defined)),
+                "replica_groups": groups,
             }
         )
     return rows
 
 
-def _meaning(kind: str, sources: set, num_features: int) -> str:
+def _times_two(operand: str, defined: dict) -> bool:
+    """Is `operand` defined as a product with the constant 2 (broadcast or not), as d(r^2)/dr puts it?"""
+    line = defined.get(operand, "")
+    if not line.startswith("stablehlo.multiply"):
+        return False
+    for name in re.findall(r"%\w+", line.split(":")[0]):
+        text = defined.get(name, "")
+        if text.startswith("stablehlo.broadcast_in_dim"):
+            text = defined.get((re.findall(r"%\w+", text) or [""])[0], "")
+        if re.match(r"stablehlo.constant dense<2\.0+e\+00>", text):
+            return True
+    return False
+
+
+def _meaning(kind: str, sources: set, num_features: int, times_two: bool = False) -> str:
     if sources == {"mask"}:
         return "the valid count N = sum of m"
     if kind == f"tensor<{num_features}xf32>":
-        return "the gradient numerator, sum of m x r (one per feature)"
+        scale = "2 x " if times_two else ""
+        return f"the gradient numerator, {scale}sum of m x r (one per feature)"
     if kind == "tensor<f32>" and "features" in sources:
         return "the loss numerator, sum of m r^2"
     if kind == f"tensor<{num_features + 2}xf32>":

@@ -195,13 +195,15 @@ QUESTIONS = (
             "A device receives only padding. What does it contribute?",
             ["its own mean, 0/0", "nothing: it is skipped from the psum", "a zero numerator and a zero count"],
             "c",
-            "It still joins the collective with zeros; only a globally empty batch is an error.",
-            "partition",
+            "It still joins the collective with zeros (its pieces are all zero, as the pieces table showed): in the "
+            "one-row batch, three devices add zeros to the psum and the step's gradient is that one row's. Only a "
+            "globally empty batch is an error.",
+            "singleton",
             (
-                "partition",
-                "The same sum, rebuilt from its pieces",
-                "the per-device counts and numerators, and the rebuilt gradient's error",
-                r"devices \[1, 2, 3\] hold pieces that are all zero",
+                "singleton",
+                "A singleton batch",
+                "the one-row batch through the whole step: valid rows per device, and its gradient against NumPy's",
+                r"valid rows per device \[1, 0, 0, 0\]; the step's gradient is finite",
             ),
         ),
         (
@@ -328,16 +330,18 @@ QUESTIONS = (
             [
                 "nothing: step 9 fixes them",
                 "the weights at step 9",
-                "the seed, the batch size, the dataset size and the exact sampler rule, replayed from step 0",
+                "the seed, the batch size, the dataset size and the exact sampler rule, each unchanged since step 0",
             ],
             "c",
-            "The order and key are the result of a history of splits and reshuffles; a count does not record it.",
+            "The order and key are the result of a history of splits and reshuffles; a count does not record it. "
+            "The table's second row reached the same step with another batch size at first, and the same "
+            "rebuild is wrong for it.",
             "rebuild",
             (
                 "rebuild",
                 "Predict first",
-                "the fields that differ from step 0, and what was rebuilt",
-                r"from the step count together with the seed, the batch size, the number of rows",
+                "the fields that differ from step 0, and the rebuild against this run and against another history",
+                r"cursor were rebuilt exactly; for a run that reached the same step with another batch size",
             ),
         ),
     ),
@@ -357,14 +361,15 @@ QUESTIONS = (
             ),
         ),
         (
-            "Why does the comparison continue for more than two epochs after the restore?",
+            "Why must the comparison run past the next epoch boundary after the restore, not stop at the first step?",
             [
-                "a wrong key stays hidden until a later epoch draws a permutation",
+                "a wrong key stays hidden until the next boundary draws a permutation from it",
                 "to let the compiler warm up",
                 "to average out noise",
             ],
             "a",
-            "One matching next step proves nothing about state that is consumed later.",
+            "One matching next step proves nothing about state that is consumed later: the key is used only "
+            "when the next permutation is drawn.",
             "recovery",
             (
                 "which-field",

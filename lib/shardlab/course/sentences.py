@@ -9,7 +9,7 @@ braces take the values.
 
 from typing import NamedTuple
 
-from shardlab.course.claims import holds, say
+from shardlab.course.claims import choose, holds, say
 from shardlab.errors import UsageError
 from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
 
@@ -359,3 +359,81 @@ def verdict(out_dir: str, notebook: str, outcome: dict, verdict_of: str) -> str:
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
     return first(out_dir, notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+
+
+# --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----
+# name -> (relation over the cell's values, sentence if it holds, sentence if not); `chosen` picks one through
+# `claims.choose`, and the notebook's closing cell files it with its results keys (`claims.record`).
+
+CHOSEN = {
+    "stage1_batches": {
+        "key_changes_at_epoch_start": (
+            "count == epochs - 1 and first == start",
+            "So the key changed once per new epoch, first at batch {first}: the batch that found the order used up "
+            "and drew the next permutation.",
+            "So the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
+            "{start}: this sampler draws the next permutation as soon as the order is used up, one call early "
+            "(the ids are the same either way).",
+        ),
+    },
+    "stage2_update": {
+        "sum_grows_with_devices": (
+            "r1 < r2 < r4",
+            "observed: the ratio grows with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, {r4:.2f}x on 4): "
+            "each device adds one more local mean, and the sum lengthens with them",
+            "observed: the ratio does not grow steadily with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, "
+            "{r4:.2f}x on 4): on this batch the local means point in different directions",
+        ),
+        "own_rows_lowered": (
+            "lowered == steps",
+            "observed: the update lowered the loss on its own rows in every one of the {steps} steps",
+            "observed: the update lowered the loss on its own rows in {lowered} of {steps} steps, not in all",
+        ),
+        "step2_loss_rose": (
+            "b > a",
+            "observed: the reported loss rose from {a:.2f} at step 1 to {b:.2f} at step 2",
+            "observed: the reported loss fell from {a:.2f} at step 1 to {b:.2f} at step 2",
+        ),
+        "three_all_reduces": (
+            "count == 3",
+            "observed: three all_reduce operations in the lowered program, one per psum of the straightforward design",
+            "observed: {count} all_reduce operation(s) in the lowered program, not the straightforward three: correct "
+            "if the sums travel packed (see the answer below)",
+        ),
+    },
+    "stage3a_checkpoint": {
+        "sampler_rebuilt": (
+            "rebuilt and not other",
+            "observed: from the step count, with this run's seed, batch size, row count and rule, key, order and "
+            "cursor were rebuilt exactly; for a run that reached the same step with another batch size early on, "
+            "the same rebuild is wrong. The step count rebuilds the sampler only while nothing else ever changed.",
+            "observed: this run's state rebuilt exactly: {rebuilt}; the other history's state rebuilt exactly: "
+            "{other}. Read the table field by field: a rebuild from the step count is right only where the "
+            "history it assumes is the one that ran.",
+        ),
+    },
+    "stage3b_resume": {
+        "key_fault_seen_first_in_the_key": (
+            "key == start and ids > key and losses > key",
+            "So the key itself differed from step {start}, the first step compared, while the ids and losses stayed "
+            "equal until step {ids}, where the next permutation was drawn: until then only a comparison of the "
+            "sampler fields sees the fault.",
+            "So the key first differed after step {key}, the ids after step {ids} and the losses after step "
+            "{losses}: here the fault did not hide behind equal batches.",
+        ),
+        "fresh_permutations": (
+            "drawn >= 2",
+            "the restored key drew {drawn} fresh permutations in this continuation, each one the control drew too",
+            "the restored key drew only {drawn} fresh permutation(s): too few to show that it survives a reshuffle",
+        ),
+    },
+}
+
+
+def chosen(notebook: str, name: str, **values) -> str:
+    """The sentence `name` of `notebook` (table CHOSEN) for `values`, kept by `claims.choose` for `record`."""
+    row = CHOSEN.get(notebook, {}).get(name)
+    if row is None:
+        raise UsageError(f"no chosen sentence {name!r} for {notebook}; it has {sorted(CHOSEN.get(notebook, {}))}")
+    relation, true, false = row
+    return choose(name, relation, values, true=true, false=false)
