@@ -318,7 +318,8 @@ def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s
 
     side = {"median_ms": 1.757, "q1_ms": 1.629, "q3_ms": 1.786, "n": 16}
     for first, word in ((1.584, "moved"), (1.70, "held")):
-        outcome = {"annotation": "prepare_and_place", "baseline_first_ms": first, "sides": {"target": {"unchanged": side}}}
+        outcome = {"annotation": "prepare_and_place", "baseline_first_ms": first}
+        outcome["sides"] = {"target": {"unchanged": side}}
         folder = str(tmp_path / word)
         record.emit(folder, "stage4a_profile", "change", outcome, shown=False)
         text = sentences.baseline(folder, "stage4a_profile", outcome)

@@ -221,7 +221,8 @@ def check_change(folder, trace, change):
     noise, reach, threshold = max(abs(drift), max(spreads)), change["reach_ms"], guess["threshold_ms"]
     assert change["noise_ms"] == pytest.approx(noise, abs=1e-3)
     samples = change["reach_samples_ms"]
-    unchanged_target = [v for v, who in zip(direct[f"{change['annotation']}_ms"], change["order"]) if who == "unchanged"]
+    annotation = direct[f"{change['annotation']}_ms"]
+    unchanged_target = [v for v, who in zip(annotation, change["order"]) if who == "unchanged"]
     # what the change can remove, measured again, capped by the unchanged annotation's median in this capture
     assert len(samples) == per_side
     assert reach == pytest.approx(min(np.median(samples), np.median(unchanged_target)), abs=1e-3)

@@ -6,7 +6,8 @@ ATTEMPT_KEYS = ("saved", "published")  # steps the failed attempt saved, and tho
 
 def failures(several: dict) -> tuple[dict, ...]:
     """One dict per failure of the supervised run, in order (the asynchronous kill, process 0's, the preemption)."""
-    return tuple({**{k: f[k] for k in FAILURE_KEYS}, **{k: f.get(k, []) for k in ATTEMPT_KEYS}} for f in several["failures"])
+    rows = several["failures"]
+    return tuple({**{k: f[k] for k in FAILURE_KEYS}, **{k: f.get(k, []) for k in ATTEMPT_KEYS}} for f in rows)
 
 
 def supervised(several: dict, death_bound_s: float) -> dict:

@@ -66,9 +66,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even less the noise it reaches "
-            "the {t:.3f} ms threshold; the control, which the change does not touch, drifted by {d:.3f} ms, within "
-            "± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
+            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even less the noise it "
+            "reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted by {d:.3f} ms, "
+            "within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms, removable {r:.3f} ms).",
         ),
@@ -194,6 +194,23 @@ SENTENCES = {
             "explain the rest of their time.",
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
+        ),
+        "speedup_<loop>_agrees_with_bench": _s(
+            "o_lo <= b_hi and b_lo <= o_hi",
+            {
+                "o": "bench_comparison.<loop>.here",
+                "o_lo": "bench_comparison.<loop>.here_range.0",
+                "o_hi": "bench_comparison.<loop>.here_range.1",
+                "b": "bench_comparison.<loop>.bench",
+                "b_lo": "bench_comparison.<loop>.bench_range.0",
+                "b_hi": "bench_comparison.<loop>.bench_range.1",
+            },
+            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
+            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) overlap, so the two agree within "
+            "their spreads.",
+            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
+            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) do not overlap. They were measured at "
+            "different times on a shared host, under different loads: read the order of magnitude, not the value.",
         ),
     },
     "stage5a_protocol": {
