@@ -280,3 +280,49 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, four
     text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["timing_order"], **values)
     assert word in text and (four_devices[1] > one[2]) == (word == "costs more")
     assert four_devices[0] > one[0]  # both medians in the same order: the old rule stated it either way
+
+
+def _verdict_text(tmp_path, before, after, threshold):
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    def rows(prepare, update):
+        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold, "baseline_ms": 1.584}
+    outcome = hypothesis.judge(guess, rows(before, [1.0] * 8), rows(after, [1.0] * 8), [1.5] * 8)
+    values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
+    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=0.0, r_hi=0.0, u_lo=0.0, u_hi=0.0)
+    values.update(g_lo=0.0, g_hi=0.0)
+    text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values)
+    return outcome, text
+
+
+def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
+    import numpy as np
+
+    # the course run's case: a third of the annotation cut, well beyond the noise, yet short of the prediction
+    before = [1.757, 1.63, 1.786, 1.76, 1.70, 1.75, 1.77, 1.78]
+    real = [1.170, 1.14, 1.238, 1.17, 1.16, 1.15, 1.20, 1.18]
+    outcome, text = _verdict_text(tmp_path / "real", before, real, 0.8)
+    cut = np.median(before) - np.median(real)
+    assert outcome["verdict"] == "refuted" and cut - outcome["noise_ms"] > 0  # a real, smaller cut
+    assert "lives elsewhere" not in text and "did shorten" in text and f"{cut:.3f}" in text
+    _, none = _verdict_text(tmp_path / "none", before, [v - 0.01 for v in before], 0.8)
+    assert "no measurable cut" in none and "did shorten" not in none
+
+
+def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s_middle_half(tmp_path):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    side = {"median_ms": 1.757, "q1_ms": 1.629, "q3_ms": 1.786, "n": 16}
+    for first, word in ((1.584, "moved"), (1.70, "held")):
+        outcome = {"annotation": "prepare_and_place", "baseline_first_ms": first}
+        outcome["sides"] = {"target": {"unchanged": side}}
+        folder = str(tmp_path / word)
+        record.emit(folder, "stage4a_profile", "change", outcome, shown=False)
+        text = sentences.baseline(folder, "stage4a_profile", outcome)
+        assert f"baseline {word}" in text, text
+        assert (first < side["q1_ms"] or first > side["q3_ms"]) == (word == "moved")
+        assert not check_claims(record.load(folder, "stage4a_profile"))

@@ -400,3 +400,49 @@ def test_the_refusals_cell_names_no_error_type_before_its_output():
     source = next(c.source for c in cells if "refusals" in (c.metadata.get("tags") or []))
     named = [e for e in ("ConfigError", "DataError", "EmptyBatchError") if e in source]
     assert not named, named
+
+
+SHOWING = {"print", "display", "display_table", "sentence"}  # calls that put an answer on the page
+
+
+def answers_in_source(code: str) -> list[str]:
+    """Asserts that state a literal expected value before the cell shows anything (subscript keys do not count)."""
+    import ast
+
+    found = []
+    for statement in ast.parse(code).body:
+        calls = [n for n in ast.walk(statement) if isinstance(n, ast.Call)]
+        names = {getattr(c.func, "id", None) or getattr(c.func, "attr", None) for c in calls}
+        if names & SHOWING:
+            return found
+        is_assert = isinstance(statement, ast.Assert) or "assert_equal" in names or "assert_array_equal" in names
+        if not is_assert:
+            continue
+        # what is compared: an assert's test, an assert_equal's positional arguments (not messages)
+        compared = [statement.test] if isinstance(statement, ast.Assert) else [a for c in calls for a in c.args]
+        inside = [n for part in compared for n in ast.walk(part)]
+        keys = {id(n.slice) for n in inside if isinstance(n, ast.Subscript)}
+        literals = [n for n in inside if isinstance(n, ast.Constant) and id(n) not in keys]
+        if any(not isinstance(n.value, bool) and n.value is not None for n in literals):  # "passed is True" aside
+            found.append(ast.get_source_segment(code, statement))
+    return found
+
+
+@pytest.mark.parametrize("name", ["stage4a_profile", "stage4b_beyond", "stage5a_protocol"])
+def test_no_answer_cell_states_its_expected_value_before_showing_it(name):
+    nb, problems, after_predict = source(name), [], False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            after_predict = "predict" in tags(cell)
+            continue
+        if after_predict:
+            problems += answers_in_source(cell.source)
+    assert not problems, f"{name}: answers asserted before they are shown: {problems}"
+
+
+def test_the_answer_rule_finds_a_literal_asserted_before_the_print():
+    old = 'np.testing.assert_equal((p["cause"], p["steps_lost"]), ("preempted at step 8", 0))\nprint(p["cause"])'
+    assert answers_in_source(old)
+    assert answers_in_source('np.testing.assert_equal(k["resumed_from"] < 6, True)\nprint(k)')
+    assert not answers_in_source('print(k)\nnp.testing.assert_equal(k["resumed_from"] < 6, True)')
+    assert not answers_in_source('for f in s["failures"]:\n    assert all(f["checks"].values()), f["checks"]')

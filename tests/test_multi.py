@@ -824,3 +824,21 @@ def test_a_named_stop_counts_only_when_each_report_names_it_and_each_exit_is_a_s
     other = {"type": "HangError", "message": "process(es) [0] skipped step 2"}
     assert not drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2), (error, other)), "HangError", 1)
     assert not drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2), (error, None)), "HangError", 1)
+
+
+def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
+    """A step saved in the background but killed before its manifest: saved, not published, so not a resume point."""
+    from shardlab.course import drill_records
+    from shardlab.multi import scenarios
+
+    progress = {
+        0: [{"event": "saved", "step": 3}, {"event": "published", "step": 3}, {"event": "saved", "step": 6}],
+        1: [{"event": "saved", "step": 3}, {"event": "saved", "step": 6}, {"event": "step", "step": 8}],
+    }
+    attempt = {"progress": progress}
+    assert (scenarios._saved(attempt), scenarios._published(attempt)) == ([3, 6], [3])
+    keys = dict.fromkeys(drill_records.FAILURE_KEYS)
+    (row,) = drill_records.failures({"failures": [{**keys, "saved": [3, 6], "published": [3]}]})
+    assert [n for n in row["saved"] if n not in row["published"]] == [6]
+    (old,) = drill_records.failures({"failures": [keys]})  # a row recorded before these fields: empty lists
+    assert (old["saved"], old["published"]) == ([], [])

@@ -417,3 +417,36 @@ def test_a_capture_folder_is_replaced_after_a_killed_capture_and_foreign_files_s
     with pytest.raises(OutputFolderError, match="notes.txt"):
         trace.capture(logdir, lambda: None, replace=True)
     assert (logdir / "notes.txt").read_text() == "mine" and files.xplane.is_file()
+
+
+def test_what_a_change_can_remove_never_exceeds_the_annotation_it_shortens():
+    """A draw traced alone (cold, its own annotations) can take longer than the whole prepare_and_place it sits in."""
+    from shardlab.errors import UsageError
+    from shardlab.evidence.hypothesis import bounds, menu, reaches, stated
+
+    slow_draw = [5.0, 6.0, 5.5, 7.0]  # median 5.75 ms, against a prepare_and_place median of 1.0 ms
+    reach = reaches(TRANSITIONS, slow_draw, ONE_DEVICE_MS)
+    prepare_median = float(np.median([r["prepare_and_place_ms"] for r in TRANSITIONS]))
+    assert reach["one_call_reshuffle"] == pytest.approx(prepare_median)
+    found = bounds(TRANSITIONS, slow_draw, ONE_DEVICE_MS)["one_call_reshuffle"]
+    assert found["bound"] == "annotation" and found["measured_ms"] == pytest.approx(np.median(slow_draw))
+    assert bounds(TRANSITIONS, DRAW_MS, ONE_DEVICE_MS)["one_call_reshuffle"]["bound"] == "measured"
+    row = next(r for r in menu(TRANSITIONS, reach) if r["change"] == "one_call_reshuffle")
+    assert row["can remove at most ms"] <= row["median ms"] and row["bound used"] == "the annotation's median"
+    # a threshold above the annotation's median is refused, even when handed an uncapped reach
+    uncapped = {"one_call_reshuffle": 5.75, "packed_psum": 2.0}
+    with pytest.raises(UsageError, match="more than the whole of prepare_and_place"):
+        stated({"change": "one_call_reshuffle", "threshold_ms": 2.875, "because": "x"}, TRANSITIONS, uncapped)
+    ok = stated({"change": "one_call_reshuffle", "threshold_ms": 0.5, "because": "x"}, TRANSITIONS, uncapped)
+    assert ok["reach_ms"] == pytest.approx(prepare_median)
+
+
+def test_the_judge_caps_what_the_change_can_remove_by_the_unchanged_annotation():
+    from shardlab.evidence.hypothesis import judge
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.2, "baseline_ms": 1.58}
+    before = rows([1.75, 1.63, 1.79, 1.76], [3.0] * 4)
+    found = judge(guess, before, rows([1.17, 1.14, 1.24, 1.17], [3.0] * 4), [5.7, 8.0, 1.9, 12.2])
+    assert found["reach_ms"] == pytest.approx(np.median([1.75, 1.63, 1.79, 1.76]))
+    assert found["reach_bound"] == "annotation" and found["baseline_first_ms"] == pytest.approx(1.58)
+    assert found["verdict"] == "confirmed"

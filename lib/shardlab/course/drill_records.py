@@ -1,11 +1,13 @@
 """What stage 5a keeps of each drill for its results: the plain fields of its row, kept out of the lesson cells."""
 
 FAILURE_KEYS = ("process", "phase", "at_step", "kind", "cause", "detect_s", "resumed_from", "steps_lost", "exit_codes")
+ATTEMPT_KEYS = ("saved", "published")  # steps the failed attempt saved, and those it saw published
 
 
 def failures(several: dict) -> tuple[dict, ...]:
     """One dict per failure of the supervised run, in order (the asynchronous kill, process 0's, the preemption)."""
-    return tuple({k: f[k] for k in FAILURE_KEYS} for f in several["failures"])
+    rows = several["failures"]
+    return tuple({**{k: f[k] for k in FAILURE_KEYS}, **{k: f.get(k, []) for k in ATTEMPT_KEYS}} for f in rows)
 
 
 def supervised(several: dict, death_bound_s: float) -> dict:

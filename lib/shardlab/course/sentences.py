@@ -33,7 +33,14 @@ CHANGE = {  # the verdict's values
     "t": "change.threshold_ms",
 }
 # stage 4a's verdict: the first of these that holds is printed
-VERDICT = ("change_confirmed", "change_refuted", "drift_beyond_threshold", "cut_beyond_reach", "threshold_within_noise")
+VERDICT = (
+    "change_confirmed",
+    "change_refuted_real_cut",
+    "change_refuted",
+    "drift_beyond_threshold",
+    "cut_beyond_reach",
+    "threshold_within_noise",
+)
 
 
 SENTENCES = {
@@ -59,18 +66,27 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The control moved by {d:.3f} ms, no more than the {t:.3f} ms predicted; the cut "
-            "less the noise ({c:.3f} − {n:.3f} ms) still reaches {t:.3f} ms; and the cut is within the {r:.3f} ms the "
-            "change can remove.",
-            "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, predicted "
+            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even less the noise it "
+            "reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted by {d:.3f} ms, "
+            "within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
+            "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms, removable {r:.3f} ms).",
         ),
-        "change_refuted": _s(
-            RELATIONS["refuted"],
+        "change_refuted_real_cut": _s(
+            RELATIONS["refuted"] + " and c - n > 0",
             CHANGE,
-            "<verdict_of>: refuted. The control moved by {d:.3f} ms, no more than the {t:.3f} ms predicted, and even "
-            "with the noise added ({c:.3f} + {n:.3f} ms) the cut stays below {t:.3f} ms: the cost lives elsewhere.",
-            "<verdict_of>: not refuted (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, predicted "
+            "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the measured cut is "
+            "{c:.3f} ms with {n:.3f} ms of noise, so even the cut plus the noise stays below {t:.3f} ms. The cut "
+            "itself is larger than the noise: the change did shorten the annotation, by less than predicted.",
+            "<verdict_of>: not refuted with a cut beyond the noise (cut {c:.3f} ms, noise {n:.3f} ms, control drift "
+            "{d:.3f} ms, threshold {t:.3f} ms).",
+        ),
+        "change_refuted": _s(
+            RELATIONS["refuted"] + " and c - n <= 0",
+            CHANGE,
+            "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the measured cut "
+            "({c:.3f} ms) is within the {n:.3f} ms of noise, so this capture shows no measurable cut from the change.",
+            "<verdict_of>: not refuted (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms).",
         ),
         "drift_beyond_threshold": _s(
@@ -85,9 +101,9 @@ SENTENCES = {
             },
             "<verdict_of>: inconclusive. The control, which the change does not touch, moved by {d:.3f} ms between "
             "the two loops (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed), more "
-            "than the {t:.3f} ms predicted: the machine moved as much as the effect looked for. Measure again.",
+            "than the {t:.3f} ms threshold: the machine moved as much as the effect looked for. Measure again.",
             "The control moved by {d:.3f} ms (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} "
-            "ms changed), no more than the {t:.3f} ms predicted.",
+            "ms changed), within ± the {t:.3f} ms threshold.",
         ),
         "cut_beyond_reach": _s(
             INCONCLUSIVE["cut_beyond_reach"],
@@ -103,6 +119,21 @@ SENTENCES = {
             "<verdict_of>: inconclusive. The {t:.3f} ms predicted lies within the cut ± the noise ({c:.3f} ± "
             "{n:.3f} ms): at this sample size the effect cannot be told from the drift.",
             "The {t:.3f} ms predicted lies outside the cut ± the noise ({c:.3f} ± {n:.3f} ms).",
+        ),
+        "baseline_moved": _s(
+            "b < u_lo or b > u_hi",
+            {
+                "b": "change.baseline_first_ms",
+                "u": "change.sides.target.unchanged.median_ms",
+                "u_lo": "change.sides.target.unchanged.q1_ms",
+                "u_hi": "change.sides.target.unchanged.q3_ms",
+            },
+            "The baseline moved between the captures: <annotation> had a median of {b:.3f} ms in the first trace and "
+            "{u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, which the first median "
+            "lies outside). The threshold was set against the first trace; the cut is read within this capture, "
+            "unchanged against changed.",
+            "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
+            "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
     },
     "stage4b_beyond": {
@@ -163,6 +194,23 @@ SENTENCES = {
             "explain the rest of their time.",
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
+        ),
+        "speedup_<loop>_agrees_with_bench": _s(
+            "o_lo <= b_hi and b_lo <= o_hi",
+            {
+                "o": "bench_comparison.<loop>.here",
+                "o_lo": "bench_comparison.<loop>.here_range.0",
+                "o_hi": "bench_comparison.<loop>.here_range.1",
+                "b": "bench_comparison.<loop>.bench",
+                "b_lo": "bench_comparison.<loop>.bench_range.0",
+                "b_hi": "bench_comparison.<loop>.bench_range.1",
+            },
+            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
+            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) overlap, so the two agree within "
+            "their spreads.",
+            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
+            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) do not overlap. They were measured at "
+            "different times on a shared host, under different loads: read the order of magnitude, not the value.",
         ),
     },
     "stage5a_protocol": {
@@ -349,6 +397,13 @@ def timing_order(out_dir: str, notebook: str, timing: dict) -> str:
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
     values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"])
     return state(out_dir, notebook, "timing_order", **values)
+
+
+def baseline(out_dir: str, notebook: str, outcome: dict) -> str:
+    """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
+    side = outcome["sides"]["target"]["unchanged"]
+    values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
+    return state(out_dir, notebook, "baseline_moved", {"annotation": outcome["annotation"]}, **values)
 
 
 def verdict(out_dir: str, notebook: str, outcome: dict, verdict_of: str) -> str:

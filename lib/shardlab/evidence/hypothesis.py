@@ -5,8 +5,10 @@ The learner reads the first trace and states a hypothesis as a small dict: one c
 milliseconds of the median of the annotation that change should shorten, and why. `stated`
 checks it against what the change can remove at most (`reaches`: for the one-call reshuffle
 the course's draw, traced alone, which is all it replaces; for the packed psum the update's
-time beyond the one-device update, where its all-reduces live) and names the **control**, the
-other annotation, which the change should leave alone. `changed_loop` builds the change.
+time beyond the one-device update, where its all-reduces live; either way never more than the
+median of the annotation it shortens, since a change cannot remove more than the whole of
+what it targets: `bounds` says which of the two bounds is used) and names the **control**,
+the other annotation, which the change should leave alone. `changed_loop` builds the change.
 
 `judge` reads the trace taken after the change, the unchanged and the changed loop
 alternating in one capture. The control's shift between the two sides is drift (the change
@@ -92,31 +94,56 @@ def reach_samples(change: str, transitions: list[dict], draw_ms, one_device_ms: 
     return [max(0.0, r[f"{UPDATE}_ms"] - float(one_device_ms)) for r in transitions]
 
 
+def bounded(measured_ms: float, annotation_ms: float) -> dict:
+    """The smaller of what was measured and the target annotation's median, and which of the two it is."""
+    measured_ms, annotation_ms = float(measured_ms), float(annotation_ms)
+    if measured_ms <= annotation_ms:
+        return {"ms": measured_ms, "bound": "measured", "measured_ms": measured_ms, "annotation_ms": annotation_ms}
+    return {"ms": annotation_ms, "bound": "annotation", "measured_ms": measured_ms, "annotation_ms": annotation_ms}
+
+
+def bounds(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
+    """change -> `bounded`: the median of `reach_samples`, capped by the median of the annotation the change targets."""
+    return {
+        name: bounded(
+            np.median(reach_samples(name, transitions, draw_ms, one_device_ms)),
+            _median(transitions, f"{MENU[name]['target']}_ms"),
+        )
+        for name in MENU
+    }
+
+
 def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
-    """change -> the median of `reach_samples`: what each change of the menu can remove at most, as measured."""
-    return {name: float(np.median(reach_samples(name, transitions, draw_ms, one_device_ms))) for name in MENU}
+    """change -> what it can remove at most: the measured median, never more than its target annotation's median."""
+    return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
 
 
 def menu(transitions: list[dict], reach: dict) -> list[dict]:
-    """One row per change a hypothesis may name, with what it can remove at most (`reaches`) and the control."""
-    return [
-        {
-            "change": name,
-            "what it does": entry["what"],
-            "shortens": entry["target"],
-            "median ms": round(_median(transitions, f"{entry['target']}_ms"), 3),
-            "can remove at most ms": round(reach[name], 3),
-            "control": entry["control"],
-        }
-        for name, entry in MENU.items()
-    ]
+    """One row per change a hypothesis may name, with what it can remove at most (`reaches`), its bound, the control."""
+    rows = []
+    for name, entry in MENU.items():
+        median = _median(transitions, f"{entry['target']}_ms")
+        bound = "the annotation's median" if reach[name] >= median else "measured (see above)"
+        rows.append(
+            {
+                "change": name,
+                "what it does": entry["what"],
+                "shortens": entry["target"],
+                "median ms": round(median, 3),
+                "can remove at most ms": round(min(reach[name], median), 3),
+                "bound used": bound,
+                "control": entry["control"],
+            }
+        )
+    return rows
 
 
 def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypothesis") -> dict:
     """The learner's hypothesis (`change`, `threshold_ms`, `because`) checked, with its annotation, control and reach.
 
     UsageError for anything else: a change not in MENU, a threshold that is not a positive number
-    or that exceeds what the change can remove (refuted before it is tested), an empty reason.
+    or that exceeds what the change can remove or the median of the annotation it shortens (a cut the
+    target cannot reach, refuted before it is tested), an empty reason.
     """
     if not isinstance(mine, dict) or set(mine) != {"change", "threshold_ms", "because"}:
         raise UsageError("a hypothesis is a dict with exactly the keys 'change', 'threshold_ms' and 'because'")
@@ -125,16 +152,22 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
         raise UsageError(f"no change named {change!r}; the notebook can make and gate {sorted(MENU)}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
         raise UsageError(f"threshold_ms must be a number of milliseconds, not {threshold!r}")
-    reach = float(reach[change])
-    if not 0 < threshold <= reach:
+    entry = MENU[change]
+    baseline = _median(transitions, f"{entry['target']}_ms")
+    if not 0 < threshold:
+        raise UsageError(f"threshold_ms = {threshold} ms: a predicted cut must be more than 0 ms")
+    if threshold > baseline:
         raise UsageError(
-            f"threshold_ms = {threshold} ms: a cut must be positive and at most the {reach:.3f} ms this trace says "
-            f"{change} can remove"
+            f"threshold_ms = {threshold} ms is more than the whole of {entry['target']} ({baseline:.3f} ms by median "
+            f"in this trace): {change} cannot remove more than the annotation it shortens; predict a smaller cut"
+        )
+    reach = min(float(reach[change]), baseline)
+    if threshold > reach:
+        raise UsageError(
+            f"threshold_ms = {threshold} ms: at most the {reach:.3f} ms this trace says {change} can remove"
         )
     if not isinstance(because, str) or not because.strip():
         raise UsageError("'because' should say what in the trace points at this change")
-    entry = MENU[change]
-    baseline = _median(transitions, f"{entry['target']}_ms")
     return {
         "change": change,
         "annotation": entry["target"],
@@ -203,9 +236,16 @@ def verdict_rows(outcome: dict) -> list[dict]:
         {"what the verdict reads": label, "ms": round(outcome[key], 3), "middle half ms": ""} for label, key in named
     ]
     reach = outcome["reach"]
+    if outcome.get("reach_bound") == "annotation":
+        label = (
+            f"can remove at most: the annotation's unchanged median (measured again alone: median of {reach['n']}, "
+            f"{reach['median_ms']:.3f} ms, more than the whole annotation)"
+        )
+    else:
+        label = f"can remove at most, measured again (median of {reach['n']})"
     rows.append(
         {
-            "what the verdict reads": f"can remove at most, measured again (median of {reach['n']})",
+            "what the verdict reads": label,
             "ms": round(outcome["reach_ms"], 3),
             "middle half ms": f"{reach['q1_ms']:.3f}–{reach['q3_ms']:.3f}",
         }
@@ -222,7 +262,10 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     """The verdict on `hypothesis` from annotation rows of both loops traced in one capture, the control in view.
 
     `reach_samples_ms` are the samples of what the change can remove at most, measured again after
-    the capture (`reach_samples`); their median bounds the cut.
+    the capture (`reach_samples`); their median, capped by the unchanged annotation's median in
+    this capture (`bounded`), bounds the cut. The first trace's median of the annotation
+    (`hypothesis["baseline_ms"]`, where given) is kept beside this capture's, to show whether the
+    baseline moved between the captures.
     """
     from shardlab.course.claims import holds
 
@@ -239,7 +282,8 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     drift = sides["control"]["unchanged"]["median_ms"] - sides["control"]["changed"]["median_ms"]
     spread = max((s["q3_ms"] - s["q1_ms"]) / 2 for part in sides.values() for s in part.values())
     reach = _side(list(reach_samples_ms))
-    values = {"c": cut, "n": max(abs(drift), spread), "d": drift, "r": reach["median_ms"]}
+    capped = bounded(reach["median_ms"], sides["target"]["unchanged"]["median_ms"])
+    values = {"c": cut, "n": max(abs(drift), spread), "d": drift, "r": capped["ms"]}
     values["t"] = hypothesis["threshold_ms"]
     verdict = next((name for name, relation in RELATIONS.items() if holds(relation, values)), "inconclusive")
     why = None
@@ -256,6 +300,8 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "noise_ms": values["n"],
         "reach": reach,
         "reach_ms": values["r"],
+        "reach_bound": capped["bound"],
+        "baseline_first_ms": float(hypothesis.get("baseline_ms", sides["target"]["unchanged"]["median_ms"])),
         "threshold_ms": values["t"],
         "verdict": verdict,
         "inconclusive_because": why,

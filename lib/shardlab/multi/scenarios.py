@@ -35,6 +35,14 @@ def _published(attempt: dict) -> list[int]:
     return sorted(found)
 
 
+def _saved(attempt: dict) -> list[int]:
+    """Steps any process of the attempt saved (for an asynchronous save: handed to the background write)."""
+    found = set()
+    for events in attempt["progress"].values():
+        found |= {e["step"] for e in events if e["event"] == "saved"}
+    return sorted(found)
+
+
 def _checks(k: int, attempts: list, lost: list, want: dict, bound, published: int) -> dict:
     """Attempt k's failure against what the scenario expects of it (`want`: cause, process, bound)."""
     event, fault = attempts[k]["event"], attempts[k]["fault"] or {}
@@ -66,7 +74,16 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
         checks = _checks(k, attempts, lost, want, bound, published)
         resumed = ledger.resumed_from(attempts[k + 1])
         failures.append(
-            rows.failure(k, attempt, bound_s=bound, resumed_from=resumed, steps_lost=lost[k], checks=checks)
+            rows.failure(
+                k,
+                attempt,
+                bound_s=bound,
+                resumed_from=resumed,
+                steps_lost=lost[k],
+                checks=checks,
+                saved=_saved(attempt),
+                published=_published(attempt),
+            )
         )
     ok = result["completed"] and result["error"] is None and all(all(f["checks"].values()) for f in failures)
     fresh = len(set(result["ports"])) == len(result["ports"])
