@@ -374,6 +374,20 @@ def _host_ids(ids, where: str) -> str | None:
     return None
 
 
+def _host_float(loss) -> str | None:
+    """None when `loss` is a Python float (np.float64 is one: a subclass), else what it is instead.
+
+    A NumPy float32 or a 0-d array prints like a float but is not one: json.dumps refuses it.
+    """
+    if isinstance(loss, jax.Array):
+        return f"the loss is a {type(loss).__name__} (a device array), not a host float"
+    if not isinstance(loss, float):
+        return (
+            f"the loss is a {type(loss).__module__}.{type(loss).__name__}, not a Python float (json.dumps refuses it)"
+        )
+    return None
+
+
 def results_are_host_values(ctx):
     """transition's loss is a host float; its ids and the batch's ids are host NumPy integer arrays."""
     mesh, step = ctx.mesh, cached_step(ctx)
@@ -383,12 +397,7 @@ def results_are_host_values(ctx):
         _, batch = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, mesh)
         state, loss, ids = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
         found += [_host_ids(getattr(batch, "ids", None), "the batch's ids"), _host_ids(ids, "transition's ids")]
-        if isinstance(loss, jax.Array) or not isinstance(loss, (float, np.floating)):
-            found.append(
-                f"the loss is a {type(loss).__name__} (a device array), not a host float"
-                if isinstance(loss, jax.Array)
-                else f"the loss is a {type(loss).__name__}, not a host float"
-            )
+        found.append(_host_float(loss))
     wrong = sorted({f for f in found if f})
     return expect(
         not wrong,
