@@ -69,10 +69,11 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     Rules:
     - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever
       its size, one id included; every epoch holds every id exactly once.
-    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half; the key
-      changes exactly then, and the new order is kept in the state.
-    - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids
-      taken.
+    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, and the new order
+      is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
+      already when the previous epoch's last batch is taken (both are accepted).
+    - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
+      after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (rule:reshuffle).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask
       is 1 on the selected rows and 0 on padded slots, decided by position, never by values.
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh
@@ -142,8 +143,9 @@ def save(path, state: dict, contract_: dict) -> str:
       is returned.
     - rule:never-overwrite: a path that exists is refused with errors.CheckpointExistsError and its bytes are left
       untouched.
-    - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so
-      a save killed midway never blocks the next one; nothing but the checkpoint is left behind.
+    - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so a
+      save killed midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises
+      leaves its folder as it was.
     - rule:fsync-before-publish: the temporary file is flushed and fsynced after its last write and only then
       published, so a published name never points at bytes still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
