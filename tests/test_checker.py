@@ -81,6 +81,11 @@ MISTAKES = {
     "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
     "donated_weights": (2, "transition_leaves_its_input_intact", ["buffer was donated"]),
     "loss_on_device": (2, "results_are_host_values", ["the loss is a ArrayImpl (a device array), not a host float"]),
+    "step_cached_by_device_count": (
+        2,
+        "step_follows_the_mesh_it_was_made_for",
+        ["the step made for the mesh of devices [3]", "never by its device count"],
+    ),
     "loss_as_numpy_float32": (
         2,
         "results_are_host_values",

@@ -17,10 +17,12 @@ from shardlab.checker.common import (
     close,
     degenerate_data,
     expect,
+    host,
     placed,
     replicas,
     sharding_of,
 )
+from shardlab.checker.properties import mesh_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
@@ -374,6 +376,48 @@ def _host_ids(ids, where: str) -> str | None:
     return None
 
 
+def _device_ids(mesh) -> list[int]:
+    return sorted(device.id for device in mesh.devices.flat)
+
+
+def step_follows_the_mesh_it_was_made_for(ctx):
+    """make_step called, in one process, for two meshes of the same size on other devices: each step runs one
+    transition on its own mesh's arrays, leaves the weights there, and gives the numbers the other gives.
+
+    A step kept between calls (memoised by the device count, a module-level step) is bound to the first mesh.
+    """
+    found = []
+    for size in (1, 2):
+        meshes = [mesh_of(ctx, size, layout) for layout in ("first", "last")]
+        steps = [ctx.impl.make_step(mesh, learning_rate=LEARNING_RATE, decay=DECAY) for mesh in meshes]
+        weights = []
+        for mesh, step in zip(meshes, steps):
+            where = f"the step made for the mesh of devices {_device_ids(mesh)}"
+            state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
+            try:
+                new, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
+            except NotImplementedError:
+                raise
+            except Exception as exc:
+                found.append(f"{where} raised {type(exc).__name__} on that mesh's arrays: {str(exc)[:160]}")
+                continue
+            placed = new["weights"].devices() if isinstance(new["weights"], jax.Array) else set()
+            if sorted(d.id for d in placed) != _device_ids(mesh):
+                found.append(f"{where} left the weights on devices {sorted(d.id for d in placed)}")
+            weights.append(host(new["weights"]))
+        if len(weights) == 2 and not np.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7):
+            found.append(f"the same first update differs between the two {size}-device meshes")
+    return expect(
+        not found,
+        "each step runs on the mesh it was made for, with the same numbers",
+        found,
+        "make_step was called for two meshes of the same size on other devices, both steps made before either ran: "
+        + "; ".join(found)
+        + " -> build a new step from the mesh each call is given (a cache, if any, keyed by the mesh itself and "
+        "every argument, never by its device count)" + formulas.mark("momentum"),
+    )
+
+
 def _host_float(loss) -> str | None:
     """None when `loss` is a Python float (np.float64 is one: a subclass), else what it is instead.
 
@@ -422,5 +466,6 @@ CHECKS = (
     transition_is_one_batch_and_one_update,
     transition_leaves_its_input_intact,
     results_are_host_values,
+    step_follows_the_mesh_it_was_made_for,
     *search.checks_for(STAGE),
 )

@@ -128,9 +128,9 @@ RULES = (
     Rule(
         "momentum",
         "make_step",
-        "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the learning rate and decay "
-        "make_step was given; every replica ends with the same weights",
-        ("consecutive_updates", "replicas_agree", "random_step_update"),
+        "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning rate "
+        "and decay that call of make_step was given; every replica ends with the same weights",
+        ("consecutive_updates", "replicas_agree", "random_step_update", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(
         "sharded-step",
