@@ -12,6 +12,7 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardlab.checker import cli as runner
@@ -804,3 +805,23 @@ def test_a_refused_same_experiment_names_both_causes_that_fit():
     _, marked = runner.marked_rules(text)
     assert {"contract-json", "contract-first"} <= set(marked)
     assert diagnoses.explain(errors.ContractMismatchError("x"), "my_model.py:9 in save") == ""  # not restore's
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_contract_search_draws_neighbours_exactly_one_float32_step_apart(seed):
+    """Every pair the contract search compares is two float32 values whose bit patterns differ by one, and each
+    seed's draw holds a pair that seven significant digits write alike (the class a rounded contract falls in)."""
+    from shardlab.checker.domain import Case
+    from shardlab.checker.properties import magnitude_pairs
+
+    pairs = magnitude_pairs(Case(seed=seed))
+    merged_by_seven_digits = []
+    for what, first, second in pairs:
+        name = "learning_rate" if what.startswith("learning rate") else "decay"
+        a, b = getattr(first, name), getattr(second, name)
+        assert float(np.float32(a)) == a and float(np.float32(b)) == b, what
+        bits = np.array([a, b], dtype=np.float32).view(np.int32).astype(np.int64)
+        assert abs(bits[0] - bits[1]) == 1, what  # positive float32 values are ordered like their bit patterns
+        merged_by_seven_digits.append(f"{a:.7g}" == f"{b:.7g}")
+    assert any(w.startswith("learning rate") for w, _, _ in pairs) and any(w.startswith("decay") for w, _, _ in pairs)
+    assert any(merged_by_seven_digits), pairs
