@@ -12,6 +12,7 @@ import json
 from argparse import Namespace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardlab.checker import cli as runner
@@ -81,6 +82,16 @@ MISTAKES = {
     "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
     "donated_weights": (2, "transition_leaves_its_input_intact", ["buffer was donated"]),
     "loss_on_device": (2, "results_are_host_values", ["the loss is a ArrayImpl (a device array), not a host float"]),
+    "step_cached_by_device_count": (
+        2,
+        "step_follows_the_mesh_it_was_made_for",
+        ["the step made for the mesh of devices [3]", "never by its device count"],
+    ),
+    "loss_as_numpy_float32": (
+        2,
+        "results_are_host_values",
+        ["the loss is a numpy.float32, not a Python float (json.dumps refuses it)"],
+    ),
     # stage 3: contract, save and restore
     "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["lacks ['momentum']"]),
     "contract_as_object": (3, "checkpoint_holds_every_field", ["no pickled objects"]),
@@ -96,6 +107,11 @@ MISTAKES = {
         ["'cursor -1'", "'cursor 24 (rows + 1)'", "'duplicate id in order'", "0 <= cursor <= rows"],
     ),
     "save_leaves_temp": (3, "save_leaves_only_the_final_file", ["remove leftovers"]),
+    "save_temp_before_checking": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["a state without weights: raised CorruptCheckpointError and left ['tmp", "before creating the temporary file"],
+    ),
     "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
     "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
     "save_lock_in_memory": (
@@ -162,7 +178,12 @@ MISTAKES = {
     "contract_rounds_to_ten_decimals": (
         3,
         "random_contract_tells_apart",
-        ["the contract ignores ['learning rate", "(x(1 + 2^-20))", "no rounding", "rows=1, batch=1"],
+        ["the contract ignores ['learning rate", "(one float32 step apart)", "no rounding", "rows=1, batch=1"],
+    ),
+    "contract_seven_significant_digits": (
+        3,
+        "random_contract_tells_apart",
+        ["the contract ignores ['learning rate", "(one float32 step apart)", "rows=1, batch=1, devices=1"],
     ),
     "contract_rounds_learning_rate": (
         3,
@@ -383,6 +404,7 @@ SLOW_MISTAKES = {
     *("restore_keeps_numpy_weights", "padding_counted", "save_overwrites", "restore_resets_cursor"),
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
     "contract_rounds_to_ten_decimals",
+    "contract_seven_significant_digits",
     "restore_places_on_first_devices",
     *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
 }
@@ -783,3 +805,23 @@ def test_a_refused_same_experiment_names_both_causes_that_fit():
     _, marked = runner.marked_rules(text)
     assert {"contract-json", "contract-first"} <= set(marked)
     assert diagnoses.explain(errors.ContractMismatchError("x"), "my_model.py:9 in save") == ""  # not restore's
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_contract_search_draws_neighbours_exactly_one_float32_step_apart(seed):
+    """Every pair the contract search compares is two float32 values whose bit patterns differ by one, and each
+    seed's draw holds a pair that seven significant digits write alike (the class a rounded contract falls in)."""
+    from shardlab.checker.domain import Case
+    from shardlab.checker.properties import magnitude_pairs
+
+    pairs = magnitude_pairs(Case(seed=seed))
+    merged_by_seven_digits = []
+    for what, first, second in pairs:
+        name = "learning_rate" if what.startswith("learning rate") else "decay"
+        a, b = getattr(first, name), getattr(second, name)
+        assert float(np.float32(a)) == a and float(np.float32(b)) == b, what
+        bits = np.array([a, b], dtype=np.float32).view(np.int32).astype(np.int64)
+        assert abs(bits[0] - bits[1]) == 1, what  # positive float32 values are ordered like their bit patterns
+        merged_by_seven_digits.append(f"{a:.7g}" == f"{b:.7g}")
+    assert any(w.startswith("learning rate") for w, _, _ in pairs) and any(w.startswith("decay") for w, _, _ in pairs)
+    assert any(merged_by_seven_digits), pairs

@@ -33,12 +33,14 @@ def contract(data, config):
 
 
 def save(path, state, contract_):
+    members = {"experiment_json": np.asarray(json.dumps(contract_, sort_keys=True)), **to_arrays(state)}  # may raise
     tmp = f"{path}.{os.getpid()}.partial"
-    with open(tmp, "xb") as handle:
-        np.savez(handle, experiment_json=np.asarray(json.dumps(contract_, sort_keys=True)), **to_arrays(state))
-        handle.flush()
-        os.fsync(handle.fileno())
+    handle = open(tmp, "xb")  # noqa: SIM115  closed by the with below; a failed open created nothing
     try:
+        with handle:
+            np.savez(handle, **members)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.link(tmp, path)  # fails if the name exists, even when two savers race
     except FileExistsError:
         raise CheckpointExistsError(f"{path} already exists; use a new path") from None

@@ -30,12 +30,18 @@ def save(path, state, contract_):
         try:
             if os.path.lexists(path):
                 raise CheckpointExistsError(f"{path} already exists; use a new path")
+            members = {"contract": np.asarray(json.dumps(contract_)), **to_arrays(state)}  # may raise: no file yet
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz")
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, contract=np.asarray(json.dumps(contract_)), **to_arrays(state))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    np.savez(handle, **members)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+                raise
         finally:
             os.unlink(path + ".lock")  # by the holder only, after publishing: a later saver finds the path
     finally:

@@ -656,26 +656,52 @@ def _data_bits(ctx, case: Case, base, data: Dataset) -> tuple[float, list]:
     return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), paths
 
 
+LIMITS = {"learning_rate": np.float32(10), "decay": np.float32(1)}  # Config's open upper bounds
+
+
+def float32_neighbours(value: float, name: str) -> list[float]:
+    """`value` rounded to float32, then the float32 numbers exactly one step below and above it (those Config
+    accepts): the values rule:contract-exact calls other experiments."""
+    base = np.float32(value)
+    steps = (np.nextafter(base, np.float32(0)), np.nextafter(base, np.float32(np.inf)))
+    return [float(base)] + [float(s) for s in steps if 0 < s < LIMITS[name] and s != base]
+
+
 def magnitude_pairs(case: Case) -> list[tuple[str, Config, Config]]:
-    """(what, config, config one float32 step away) at learning rates and decays drawn across every magnitude
-    Config accepts (log-uniform down to 1e-30), so a contract that rounds to a fixed number of decimals, exact
-    at the course's 0.03 and 0.8, is shown two experiments it merges."""
+    """(what, config, config exactly one float32 step away) for learning rates and decays drawn across every
+    magnitude Config accepts (log-uniform down to 1e-30), just above a power of ten (where a fixed number of
+    significant digits is coarsest: 1 part in 10^6 for seven digits, against 1 in 8e6 to 1.7e7 for a float32
+    step) and at the case's own values; both neighbours of each, so a rounding bucket cannot hide them both.
+    A contract that rounds to decimals, exact at the course's 0.03 and 0.8, or to seven significant
+    digits ("float32 holds about seven"), is shown two experiments it merges."""
     rng = np.random.default_rng([case.seed, 11])
-    step = 2.0**-20
+    drawn = {
+        "learning_rate": [
+            float(10 ** rng.uniform(-30, 0.99)),
+            float(10.0 ** int(rng.integers(-30, 1)) * (1 + rng.uniform(0, 1e-3))),
+            case.learning_rate,
+        ],
+        "decay": [
+            float(10 ** rng.uniform(-30, 0)) * 0.99,
+            float(10.0 ** int(rng.integers(-30, 0)) * (1 + rng.uniform(0, 1e-3))),
+            case.decay,
+        ],
+    }
     pairs = []
-    for _ in range(2):
-        rate = float(10 ** rng.uniform(-30, 1)) * 0.999
-        pairs.append(
-            (
-                f"learning rate {rate:.3g} (x(1 + 2^-20))",
-                _config(case, learning_rate=rate),
-                _config(case, learning_rate=rate * (1 + step)),
-            )
-        )
-        decay = float(10 ** rng.uniform(-30, 0)) * 0.99
-        pairs.append(
-            (f"decay {decay:.3g} (x(1 + 2^-20))", _config(case, decay=decay), _config(case, decay=decay * (1 + step)))
-        )
+    for name, values in drawn.items():
+        label = name.replace("_", " ")
+        for value in values:
+            if value == 0:  # decay 0 has neighbours of another magnitude only (subnormals)
+                continue
+            base, *others = float32_neighbours(value, name)
+            for other in others:
+                pairs.append(
+                    (
+                        f"{label} {base:.9g} and {other:.9g} (one float32 step apart)",
+                        _config(case, **{name: base}),
+                        _config(case, **{name: other}),
+                    )
+                )
     return pairs
 
 

@@ -17,10 +17,13 @@ from shardlab.checker.common import (
     close,
     degenerate_data,
     expect,
+    host,
     placed,
     replicas,
     sharding_of,
 )
+from shardlab.checker.domain import Case
+from shardlab.checker.properties import mesh_of, step_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
@@ -374,6 +377,63 @@ def _host_ids(ids, where: str) -> str | None:
     return None
 
 
+def _device_ids(mesh) -> list[int]:
+    return sorted(device.id for device in mesh.devices.flat)
+
+
+def step_follows_the_mesh_it_was_made_for(ctx):
+    """make_step called, in one process, for two meshes of the same size on other devices: each step runs one
+    transition on its own mesh's arrays, leaves the weights there, and gives the numbers the other gives.
+
+    A step kept between calls (memoised by the device count, a module-level step) is bound to the first mesh.
+    """
+    found = []
+    for size in (1, 2):
+        meshes = [mesh_of(ctx, size, layout) for layout in ("first", "last")]
+        # both made before either runs; the search's cases of these meshes reuse them (one compilation each)
+        steps = [step_of(ctx, Case(devices=size, layout=layout)) for layout in ("first", "last")]
+        weights = []
+        for mesh, step in zip(meshes, steps):
+            where = f"the step made for the mesh of devices {_device_ids(mesh)}"
+            state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
+            try:
+                new, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
+            except NotImplementedError:
+                raise
+            except Exception as exc:
+                found.append(f"{where} raised {type(exc).__name__} on that mesh's arrays: {str(exc)[:160]}")
+                continue
+            placed = new["weights"].devices() if isinstance(new["weights"], jax.Array) else set()
+            if sorted(d.id for d in placed) != _device_ids(mesh):
+                found.append(f"{where} left the weights on devices {sorted(d.id for d in placed)}")
+            weights.append(host(new["weights"]))
+        if len(weights) == 2 and not np.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7):
+            found.append(f"the same first update differs between the two {size}-device meshes")
+    return expect(
+        not found,
+        "each step runs on the mesh it was made for, with the same numbers",
+        found,
+        "make_step was called for two meshes of the same size on other devices, both steps made before either ran: "
+        + "; ".join(found)
+        + " -> build a new step from the mesh each call is given (a cache, if any, keyed by the mesh itself and "
+        "every argument, never by its device count)" + formulas.mark("momentum"),
+    )
+
+
+def _host_float(loss) -> str | None:
+    """None when `loss` is a Python float (np.float64 is one: a subclass), else what it is instead.
+
+    A NumPy float32 or a 0-d array prints like a float but is not one: json.dumps refuses it.
+    """
+    if isinstance(loss, jax.Array):
+        return f"the loss is a {type(loss).__name__} (a device array), not a host float"
+    if not isinstance(loss, float):
+        return (
+            f"the loss is a {type(loss).__module__}.{type(loss).__name__}, not a Python float (json.dumps refuses it)"
+        )
+    return None
+
+
 def results_are_host_values(ctx):
     """transition's loss is a host float; its ids and the batch's ids are host NumPy integer arrays."""
     mesh, step = ctx.mesh, cached_step(ctx)
@@ -383,12 +443,7 @@ def results_are_host_values(ctx):
         _, batch = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, mesh)
         state, loss, ids = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
         found += [_host_ids(getattr(batch, "ids", None), "the batch's ids"), _host_ids(ids, "transition's ids")]
-        if isinstance(loss, jax.Array) or not isinstance(loss, (float, np.floating)):
-            found.append(
-                f"the loss is a {type(loss).__name__} (a device array), not a host float"
-                if isinstance(loss, jax.Array)
-                else f"the loss is a {type(loss).__name__}, not a host float"
-            )
+        found.append(_host_float(loss))
     wrong = sorted({f for f in found if f})
     return expect(
         not wrong,
@@ -413,5 +468,6 @@ CHECKS = (
     transition_is_one_batch_and_one_update,
     transition_leaves_its_input_intact,
     results_are_host_values,
+    step_follows_the_mesh_it_was_made_for,
     *search.checks_for(STAGE),
 )

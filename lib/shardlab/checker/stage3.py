@@ -327,6 +327,74 @@ def invalid_arguments_are_refused(ctx):
     )
 
 
+RAGGED = [[1.0], [1.0, 2.0]]  # no array holds it: np.asarray (and so np.savez) raises ValueError
+
+
+def failing_saves(state: dict, contract) -> dict:
+    """What -> (file path relative to a case folder, state, contract) of a save that may fail: every field
+    missing, every field a str or a ragged list (no array holds one), a contract JSON cannot write, a name
+    longer than a folder may hold, a folder that does not exist. Each can fail after a temporary file exists,
+    when it was made too early."""
+    cases = {}
+    for name in FIELDS:
+        cases[f"a state without {name}"] = ("checkpoint.npz", {k: v for k, v in state.items() if k != name}, contract)
+        cases[f"a state whose {name} is a str"] = ("checkpoint.npz", {**state, name: "not a number"}, contract)
+        cases[f"a state whose {name} is a ragged list"] = ("checkpoint.npz", {**state, name: RAGGED}, contract)
+    cases["a contract holding a set"] = ("checkpoint.npz", state, {**contract, "seed": {1, 2}})
+    cases["a file name of 300 characters"] = ("c" * 296 + ".npz", state, contract)
+    cases["a folder that does not exist"] = (os.path.join("missing", "checkpoint.npz"), state, contract)
+    return cases
+
+
+def save_errors_leave_the_folder_as_it_was(ctx):
+    """A save that raises, whatever its input, leaves its folder as it was (every name, kind and byte); one that
+    returns has added the checkpoint alone. Observed by listing the folder before and after each call."""
+    state, _ = _trained(ctx)
+    contract = ctx.impl.contract(ctx.data, _config(ctx))
+    wrong, tried = {}, []
+    for number, (what, (name, given, given_contract)) in enumerate(failing_saves(state, contract).items()):
+        folder = os.path.join(ctx.workdir, "save-errors", str(number))
+        os.makedirs(folder)
+        with open(os.path.join(folder, "earlier.txt"), "w") as handle:
+            handle.write("a file the save must leave as it is\n")
+        path = os.path.join(folder, name)
+        observed = os.path.join(folder, "observed")  # arguments.disk lists the folder of the path it is given
+        before = arguments.disk(observed)
+        try:
+            ctx.impl.save(path, given, given_contract)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            moved = arguments.changed(before, arguments.disk(observed))
+            tried.append(f"{what}: {type(exc).__name__}")
+            if moved:
+                wrong[what] = f"raised {type(exc).__name__} and left {moved[:3]} behind"
+            continue
+        tried.append(f"{what}: saved")
+        allowed = {os.path.relpath(path, folder)} | {os.path.relpath(p, folder) for p in _ancestors(path, folder)}
+        extra = [m for m in arguments.changed(before, arguments.disk(observed)) if m not in allowed]
+        if extra:
+            wrong[what] = f"saved, and left {extra[:3]} beside the checkpoint"
+    return expect(
+        not wrong,
+        "every save that raises leaves its folder as it was; one that returns adds the checkpoint alone",
+        wrong,
+        f"{len(wrong)} save(s) left files behind: "
+        + "; ".join(f"{what}: {found}" for what, found in wrong.items())
+        + " -> check the state and contract and build the bytes before creating the temporary file, and remove the "
+        "temporary in a finally (or except) block on every error, the failed publish included" + mark("new-temp-name"),
+    )
+
+
+def _ancestors(path: str, top: str) -> list[str]:
+    """The folders between `top` (excluded) and `path`."""
+    found, parent = [], os.path.dirname(path)
+    while os.path.abspath(parent) != os.path.abspath(top):
+        found.append(parent)
+        parent = os.path.dirname(parent)
+    return found
+
+
 def restore_refuses_damaged_checkpoints(ctx):
     """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
     path, state, contract = _saved(ctx, "damaged")
@@ -637,6 +705,7 @@ CHECKS = (
     fresh_process_resume,
     save_never_overwrites,
     save_leaves_only_the_final_file,
+    save_errors_leave_the_folder_as_it_was,
     restore_refuses_another_experiment,
     restore_refuses_damaged_checkpoints,
     invalid_arguments_are_refused,

@@ -74,14 +74,16 @@ RULES = (
     Rule(
         "reshuffle",
         "next_batch",
-        "a new epoch splits the saved key again and draws its order with the second half; the key changes exactly "
-        "then, and the new order is kept in the state",
+        "a new epoch splits the saved key again and draws its order with the second half, and the new order is "
+        "kept in the state; key and order change only between epochs: when the new epoch's first batch is read, "
+        "or already when the previous epoch's last batch is taken (both are accepted)",
         ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch"),
     ),
     Rule(
         "cursor",
         "next_batch",
-        "the cursor is the position of the next unread id in the order: it moves by the number of ids taken",
+        "the cursor is the position of the next unread id in the order: it moves by the number of ids taken; after "
+        "an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (rule:reshuffle)",
         ("sampler_fields_follow_the_arithmetic",),
     ),
     Rule(
@@ -126,9 +128,9 @@ RULES = (
     Rule(
         "momentum",
         "make_step",
-        "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the learning rate and decay "
-        "make_step was given; every replica ends with the same weights",
-        ("consecutive_updates", "replicas_agree", "random_step_update"),
+        "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning rate "
+        "and decay that call of make_step was given; every replica ends with the same weights",
+        ("consecutive_updates", "replicas_agree", "random_step_update", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(
         "sharded-step",
@@ -214,10 +216,12 @@ RULES = (
         "new-temp-name",
         "save",
         "bytes go first to a temporary file in the same folder, with a new name for every save, so a save killed "
-        "midway never blocks the next one; nothing but the checkpoint is left behind",
+        "midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises "
+        "leaves its folder as it was",
         (
             "interrupted_save_leaves_nothing_or_a_checkpoint",
             "save_leaves_only_the_final_file",
+            "save_errors_leave_the_folder_as_it_was",
             "save_syncs_before_publishing",
         ),
         why=(

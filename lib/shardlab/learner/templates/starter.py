@@ -69,10 +69,11 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     Rules:
     - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever
       its size, one id included; every epoch holds every id exactly once.
-    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half; the key
-      changes exactly then, and the new order is kept in the state.
-    - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids
-      taken.
+    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, and the new order
+      is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
+      already when the previous epoch's last batch is taken (both are accepted).
+    - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
+      after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (rule:reshuffle).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask
       is 1 on the selected rows and 0 on padded slots, decided by position, never by values.
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh
@@ -94,8 +95,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
       global valid count, so padding and empty devices add exact zeros and the device count changes nothing.
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
-    - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the learning rate
-      and decay make_step was given; every replica ends with the same weights.
+    - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
+      rate and decay that call of make_step was given; every replica ends with the same weights.
     - rule:sharded-step: the compiled step is a jax.jit around a shard_map whose lowered program holds a real
       collective.
     - rule:eager-step: compiled=False returns the same mapped body without jit, with the same numbers.
@@ -142,8 +143,9 @@ def save(path, state: dict, contract_: dict) -> str:
       is returned.
     - rule:never-overwrite: a path that exists is refused with errors.CheckpointExistsError and its bytes are left
       untouched.
-    - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so
-      a save killed midway never blocks the next one; nothing but the checkpoint is left behind.
+    - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so a
+      save killed midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises
+      leaves its folder as it was.
     - rule:fsync-before-publish: the temporary file is flushed and fsynced after its last write and only then
       published, so a published name never points at bytes still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
