@@ -325,10 +325,13 @@ def test_stage2_labels_each_all_reduce_of_the_lowered_step(run_dir):
     ir = (run_dir / found["all_reduce"]["ir_file"]).read_text()
     rows = table(visible(tagged(executed(run_dir, "stage2_update"), "all-reduce-table")))
     assert len(rows) == len(re.findall(r'"stablehlo\.all_reduce"', ir)) == 3
-    for operand, kind, _, _ in rows:
+    devices = ",".join(str(d) for d in range(4))  # the mesh of stage 2 is the four logical devices
+    for operand, kind, _, _, groups in rows:
         assert re.search(rf'= "stablehlo\.all_reduce"\({operand}\)', ir), operand
         assert re.search(rf"\s{operand} = .*{re.escape(kind)}\s*$", ir, re.M), (operand, kind)
-    sums = sorted((kind, what.split(",")[0]) for _, kind, _, what in rows)
+        spans = re.search(rf'"stablehlo\.all_reduce"\({operand}\).*?replica_groups = dense<(\[\[[^>]*\]\])>', ir)
+        assert spans and groups.replace(" ", "") == spans.group(1).replace(" ", "") == f"[[{devices}]]", groups
+    sums = sorted((kind, what.split(",")[0]) for _, kind, _, what, _ in rows)
     assert sums == [("tensor<8xf32>", "the gradient numerator"), ("tensor<f32>", "the loss numerator"),
                     ("tensor<f32>", "the valid count N = sum of m")]  # fmt: skip
     demo = found["shard_map"]

@@ -507,7 +507,7 @@ QUESTIONS = (
             "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
             "change",
             (
-                "profile_again",
+                "verdict",
                 "4. Make the change",
                 "the table of the numbers the verdict reads",
                 r"drift: the control's unchanged − changed median \| -?[\d.]+",
