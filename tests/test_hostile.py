@@ -30,6 +30,11 @@ from shardlab.multi import manifest
 
 pytestmark = pytest.mark.stage3
 ROWS, BATCH = 23, 7
+# Tells a call that returns from one that waits. What these tests guard against waits without end (a FIFO
+# opened for reading, a zip bomb inflated) or for Orbax's 300 s barrier; a call that returns does so in well
+# under a second on a quiet machine and stays far below this on a loaded one. It measures no speed: the
+# refusals' costs are asserted as memory and as what is left behind.
+RETURNS = 60
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +85,7 @@ def test_declared_sizes_are_refused_before_decompressing(run, tmp_path, mesh):
         assert words in str(error), str(error)  # the zip directory alone refuses it, nothing is inflated
         # two members of 16/128 MB each were *declared*; the refusal costs about the file, never the declaration
         assert peak < legit_peak + os.path.getsize(path) + (1 << 20), (label, peak, legit_peak)
-        assert seconds < 5, seconds
+        assert seconds < RETURNS, seconds
 
 
 def test_a_deeply_nested_contract_is_a_named_refusal(run, tmp_path, mesh):
@@ -131,7 +136,7 @@ def test_a_fifo_or_folder_is_refused_without_blocking(run, tmp_path, mesh):
         started = time.perf_counter()
         with pytest.raises(CorruptCheckpointError, match="not a regular file"):
             sl.restore(tmp_path / name, contract, mesh)
-        assert time.perf_counter() - started < 5
+        assert time.perf_counter() - started < RETURNS
 
 
 def test_states_no_run_reaches_are_refused_even_with_the_checksum_recomputed(run, tmp_path, mesh, data):
@@ -225,7 +230,7 @@ def test_manifests_of_any_json_shape_or_file_type_are_refused_by_name(tmp_path):
     os.unlink(path)
     os.mkfifo(path)
     started = time.perf_counter()
-    assert "3" in manifest.scan(shared)["ignored"] and time.perf_counter() - started < 5
+    assert "3" in manifest.scan(shared)["ignored"] and time.perf_counter() - started < RETURNS
     with pytest.raises(IncompleteCheckpointError):
         manifest.newest_complete(shared)
 
@@ -260,7 +265,7 @@ def test_an_orbax_save_under_a_file_fails_at_once_and_starts_no_thread(run, tmp_
     started = time.perf_counter()
     with pytest.raises(CheckpointWriteError, match="cannot write an Orbax checkpoint into"):
         orbax_io.save(tmp_path / "file" / "ckpt", states[5], contract)
-    assert time.perf_counter() - started < 5 and set(threading.enumerate()) <= before  # nothing left to wait for
+    assert time.perf_counter() - started < RETURNS and set(threading.enumerate()) <= before  # nothing left to wait for
     assert sorted(os.listdir(tmp_path)) == ["file"]
 
 
@@ -279,8 +284,8 @@ def test_a_failing_orbax_save_is_fast_named_and_leaves_nothing(tmp_path, kind):
     wall = time.perf_counter() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, done.stderr[-2000:]
-    assert json.loads(lines[0])["seconds"] < 10
-    assert wall < 60, wall  # the process exits: no 300 s wait for an Orbax barrier
+    assert json.loads(lines[0])["seconds"] < RETURNS
+    assert wall < 2 * RETURNS, wall  # the process exits: no 300 s wait for an Orbax barrier
     assert sorted(os.listdir(tmp_path)) == ["file"]  # no *.orbax-checkpoint-tmp, no staging folder
 
 
