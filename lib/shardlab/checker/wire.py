@@ -577,9 +577,7 @@ def send(fd: int, header: dict, blobs: list) -> None:
     """Write one message: lengths, the JSON header (with the blob sizes), the blobs."""
     header = {**header, "sizes": [len(b) for b in blobs]}
     text = json.dumps(header, allow_nan=True).encode()
-    _write_all(fd, struct.pack(">Q", len(text)) + text)
-    for data in blobs:
-        _write_all(fd, data)
+    _write_all(fd, b"".join([struct.pack(">Q", len(text)), text, *blobs]))  # one write wakes the reader once
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -616,7 +614,11 @@ def receive(fd: int, wait=None) -> tuple[dict, list]:
         raise WireError("a message without its blob sizes")
     if sum(sizes) > MESSAGE_BYTES:
         raise WireError(f"a message of {sum(sizes)} bytes, more than {MESSAGE_BYTES}")
-    return header, [read_exactly(fd, size, wait) for size in sizes]
+    data, blobs, at = read_exactly(fd, sum(sizes), wait), [], 0  # the blobs in one read, then cut apart
+    for size in sizes:
+        blobs.append(data[at : at + size])
+        at += size
+    return header, blobs
 
 
 # ---------------------------------------------------------------------------------------------- exceptions
