@@ -82,6 +82,23 @@ def test_a_replicated_array_whose_devices_disagree_still_disagrees():
     ]
 
 
+def test_shards_that_do_not_fit_their_sharding_are_refused():
+    """A split array needs one piece per device of its mesh, each of the size its index there holds."""
+    mesh = make_mesh(2)
+    placed = jax.device_put(np.arange(4, dtype=np.float32), NamedSharding(mesh, P("data")))
+    encoder = wire.Encoder()
+    node = json.loads(json.dumps(encoder.encode(placed)))
+    assert np.asarray(wire.Decoder(encoder.blobs).decode(node)).tolist() == [0.0, 1.0, 2.0, 3.0]
+    one_short = {**node, "shards": node["shards"][:1]}
+    twice_on_one = {**node, "shards": [node["shards"][0], {**node["shards"][1], "device": node["shards"][0]["device"]}]}
+    wrong_size = {**node, "shards": [{**shard, "shape": [1]} for shard in node["shards"]]}
+    blobs = [*encoder.blobs, b"\x00" * 4]
+    wrong_size["shards"][1]["b"] = wrong_size["shards"][0]["b"] = len(blobs) - 1
+    for bad in (one_short, twice_on_one, wrong_size):
+        with pytest.raises(wire.WireError, match="do not fit its sharding"):
+            wire.Decoder(blobs).decode(bad)
+
+
 def test_keys_deleted_arrays_meshes_and_course_types_cross_as_themselves():
     key = jax.random.key(3)
     back = _round_trip(key)

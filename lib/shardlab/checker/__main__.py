@@ -31,10 +31,14 @@ def started(args, workdir: str, other: str | None) -> early.Early:
             check_path(args.implementation)
         except Exception:
             return early.Early(workdir, other, None)
+    poisoned = json.loads(args.poison)
     if box is None:  # every unsandboxed worker of this run is a fork of one server (checker/forkserver.py)
-        early.warm(writable)
-    launched = early.launch(args.implementation, args.call_seconds, json.loads(args.poison), box, writable)
-    return early.Early(workdir, other, launched)
+        early.warm(writable)  # the server starts now; the fork waits for its imports in a thread, beside ours
+        launching = early.in_background(
+            lambda: early.launch(args.implementation, args.call_seconds, poisoned, box, writable)
+        )
+        return early.Early(workdir, other, launching)
+    return early.Early(workdir, other, early.launch(args.implementation, args.call_seconds, poisoned, box, writable))
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 
 import shardlab.checker.compile_cache as compile_cache
@@ -103,11 +104,38 @@ def box_for(spec: str, workdir: str, other: str | None, sandboxed: bool):
 
 @dataclass
 class Early:
-    """The run's scratch folders and its first worker, made before the checking interpreter's imports."""
+    """The run's scratch folders and its first worker, made before the checking interpreter's imports.
+
+    `launched` is the worker, or a thread still starting it (`in_background`): read, it waits for that thread.
+    """
 
     workdir: str
     other: str | None
-    launched: Launched | None
+    _launched: "Launched | threading.Thread | None"
+
+    @property
+    def launched(self) -> Launched | None:
+        if isinstance(self._launched, threading.Thread):
+            self._launched.join()
+            found = getattr(self._launched, "found", None)
+            if isinstance(found, BaseException):
+                raise found
+            self._launched = found
+        return self._launched
+
+
+def in_background(start) -> threading.Thread:
+    """A thread running `start()` (a launch that waits for the fork server's imports) while this one imports JAX."""
+
+    def run():
+        try:
+            thread.found = start()
+        except BaseException as exc:  # raised where the worker is first needed, as a launch here would
+            thread.found = exc
+
+    thread = threading.Thread(target=run, name="shardlab-first-worker", daemon=True)
+    thread.start()
+    return thread
 
 
 @contextlib.contextmanager

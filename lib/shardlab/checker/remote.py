@@ -58,6 +58,7 @@ class Worker:
         self.note = note or (lambda **event: None)
         self.poisoned = poisoned if poisoned is not None else {}
         self.process, self.generation, self.hello = None, 0, {}
+        self._stopped = None  # the tree as the last freeze stopped it (`_thaw` resumes exactly these)
 
     # ------------------------------------------------------------------ the process
 
@@ -98,6 +99,7 @@ class Worker:
                 os.close(descriptor)
             except OSError:
                 pass
+        self._stopped = None
         self._signal_all(signal.SIGCONT)
         sandbox.kill(self.process)
         self.process = None
@@ -106,22 +108,30 @@ class Worker:
         """Host pids of the interpreter's process and every descendant (bwrap's included)."""
         return sandbox.descendants(self.process.pid) if self.process is not None else []
 
-    def _signal_all(self, number: int) -> None:
+    def _signal_all(self, number: int, found: list | None = None) -> list | None:
+        """Signal the tree (`found`, else read now); for SIGSTOP, the tree once it stopped growing (else None)."""
         for _ in range(3):  # a process may fork while it is being stopped: look again
-            found = self._tree()
+            found = found if found is not None else self._tree()
             for pid in found:
                 try:
                     os.kill(pid, number)
                 except (ProcessLookupError, PermissionError):
                     pass
-            if number != signal.SIGSTOP or found == self._tree():
-                break
+            if number != signal.SIGSTOP:
+                return None
+            again = self._tree()
+            if found == again:
+                return found
+            found = again
+        return None
 
     def _freeze(self) -> None:
-        self._signal_all(signal.SIGSTOP)
+        self._stopped = self._signal_all(signal.SIGSTOP)
 
     def _thaw(self) -> None:
-        self._signal_all(signal.SIGCONT)
+        # a tree whose every process is stopped cannot have grown since: the list read when it stopped is the tree
+        stopped, self._stopped = self._stopped, None
+        self._signal_all(signal.SIGCONT, stopped)
 
     def _host_pid(self) -> int:
         return sandbox.host_pid(self.process.pid, self.inner) if self.process else 0
@@ -241,14 +251,21 @@ class Worker:
         roots = [os.path.realpath(folder) for folder in self.scratch if os.path.isdir(folder)]
         found, seen = [], 0
         for root in roots:
-            for folder, dirs, names in os.walk(root):
-                for name in dirs + names:
+            todo = [root]
+            while todo:  # the kind of each entry comes with the listing (no stat per entry); links are not followed
+                folder = todo.pop()
+                try:
+                    entries = list(os.scandir(folder))
+                except OSError:
+                    continue
+                for entry in entries:
                     seen += 1
-                    path = os.path.join(folder, name)
-                    if os.path.islink(path) and not _inside(os.path.realpath(path), roots):
-                        found.append(f"{os.path.relpath(path, root)} -> {os.readlink(path)}")
-                        os.unlink(path)
-                dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+                    if entry.is_symlink():
+                        if not _inside(os.path.realpath(entry.path), roots):
+                            found.append(f"{os.path.relpath(entry.path, root)} -> {os.readlink(entry.path)}")
+                            os.unlink(entry.path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
                 if seen > SCAN_ENTRIES:
                     return f"filled its scratch folder with more than {SCAN_ENTRIES} entries"
         if found:

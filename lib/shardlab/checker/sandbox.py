@@ -127,6 +127,18 @@ kill = process_group.kill  # the child and its whole group (a sandbox's PID name
 stop_all = process_group.stop_all  # every child still running: none outlives the command that started it
 
 
+def _read_small(path: str) -> bytes:
+    """A small /proc file's bytes read with `os` calls alone (a file object from `open()` costs several times more)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = [os.read(descriptor, 65536)]
+        while parts[-1]:
+            parts.append(os.read(descriptor, 65536))
+        return b"".join(parts)
+    finally:
+        os.close(descriptor)
+
+
 def descendants(root: int) -> list[int]:
     """`root` and every process descended from it, read from /proc (those gone meanwhile left out of the walk)."""
     todo, seen = [root], []
@@ -137,8 +149,7 @@ def descendants(root: int) -> list[int]:
         seen.append(pid)
         try:
             for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as handle:
-                    todo += [int(x) for x in handle.read().split()]
+                todo += [int(x) for x in _read_small(f"/proc/{pid}/task/{task}/children").split()]
         except (OSError, ValueError):
             continue
     return seen

@@ -92,12 +92,64 @@ def epoch_coverage(id_batches, num_examples: int, batch_size: int) -> list[bool]
     return [sorted(np.concatenate(e).tolist()) == list(range(num_examples)) for e in epochs]
 
 
+# Threefry-2x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): 20 rounds, these
+# rotations, a key schedule with this parity constant, a key injection every four rounds.
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = 0x1BD11BDA
+
+
+def _threefry(key, high, low) -> tuple[np.ndarray, np.ndarray]:
+    """The Threefry-2x32 block of the 64-bit counters (high, low) under `key`, in NumPy's wrapping uint32."""
+    k0, k1 = (np.uint32(k) for k in np.asarray(key, np.uint32))
+    schedule = (k0, k1, k0 ^ k1 ^ np.uint32(_PARITY))
+    x0 = np.asarray(high, np.uint32) + schedule[0]
+    x1 = np.asarray(low, np.uint32) + schedule[1]
+    for block in range(5):
+        for rotation in _ROTATIONS[block % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << np.uint32(rotation)) | (x1 >> np.uint32(32 - rotation))) ^ x0
+        x0 = x0 + schedule[(block + 1) % 3]
+        x1 = x1 + schedule[(block + 2) % 3] + np.uint32(block + 1)
+    return x0, x1
+
+
+def _split(key) -> tuple[np.ndarray, np.ndarray]:
+    """`jax.random.split(key)` of a threefry key with partitionable counters: the blocks of counters 0 and 1."""
+    x0, x1 = _threefry(key, np.zeros(2, np.uint32), np.arange(2, dtype=np.uint32))
+    return np.array([x0[0], x1[0]], np.uint32), np.array([x0[1], x1[1]], np.uint32)
+
+
+def _permutation(key, n: int) -> np.ndarray:
+    """`jax.random.permutation(key, n)`: stable sorts of arange(n) by fresh 32-bit draws, ceil(3 ln n / ln(2^32-1))
+    rounds, each round's draws the two words of counter i xored (no compiled program, so no compile per n)."""
+    order = np.arange(n, dtype=np.int32)
+    for _ in range(int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))):
+        key, subkey = _split(key)
+        x0, x1 = _threefry(subkey, np.zeros(n, np.uint32), np.arange(n, dtype=np.uint32))
+        order = order[np.argsort(x0 ^ x1, kind="stable")]
+    return order
+
+
+def _numpy_recipe() -> bool:
+    """True where JAX's default PRNG is the one `_permutation` follows (threefry, partitionable counters)."""
+    return jax.config.jax_default_prng_impl == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
+
+
 def idiom_epochs(seed: int, num_examples: int, epochs: int) -> list[dict]:
-    """Each epoch's saved key and order from the course idiom: key, subkey = split(key); permutation(subkey, n)."""
-    key, found = jax.random.PRNGKey(seed), []
+    """Each epoch's saved key and order from the course idiom: key, subkey = split(key); permutation(subkey, n).
+
+    The split and the permutation are computed in NumPy from Threefry's definition (the same numbers as
+    JAX's, `tests/test_oracle.py` compares them) where JAX's PRNG is that one; else with JAX's own functions.
+    """
+    key, found = np.asarray(jax.random.PRNGKey(seed), np.uint32), []
+    numpy_recipe = _numpy_recipe()
     for _ in range(epochs):
-        key, subkey = jax.random.split(key)
-        order = np.asarray(jax.random.permutation(subkey, num_examples))
+        if numpy_recipe:
+            key, subkey = _split(key)
+            order = _permutation(subkey, num_examples)
+        else:
+            key, subkey = jax.random.split(key)
+            order = np.asarray(jax.random.permutation(subkey, num_examples))
         found.append({"key": np.asarray(key, np.uint32).tolist(), "order": order})
     return found
 
