@@ -322,7 +322,8 @@ def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s
         outcome["sides"] = {"target": {"unchanged": side}}
         folder = str(tmp_path / word)
         record.emit(folder, "stage4a_profile", "change", outcome, shown=False)
-        text = sentences.baseline(folder, "stage4a_profile", outcome)
+        text = sentences.baseline(outcome)
+        sentences.record(folder, "stage4a_profile")  # what the closing cell does
         assert f"baseline {word}" in text, text
         assert (first < side["q1_ms"] or first > side["q3_ms"]) == (word == "moved")
         assert not check_claims(record.load(folder, "stage4a_profile"))

@@ -264,6 +264,21 @@ def test_stable_notebook_fixes_ids_drops_clocks_and_joins_streams(tmp_path):
     assert [(o.name, o.text) for o in got.outputs] == [("stdout", "1\n2\n"), ("stderr", "w\n")]
 
 
+def test_an_executed_notebook_keeps_one_parameters_cell_with_the_values_it_ran_with(tmp_path):
+    defaults = new_code_cell(
+        'seed = 17  # PRNG seed\nout_dir = "lab_run"  # results go here', metadata={"tags": ["parameters"]}
+    )
+    injected = new_code_cell('# Parameters\nseed = 29\nout_dir = "."\n', metadata={"tags": ["injected-parameters"]})
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[defaults, injected, new_code_cell("print(seed)")]), path)
+    stable.notebook(path)
+    cells = nbformat.read(path, as_version=4).cells
+    tagged = [c for c in cells if {"parameters", "injected-parameters"} & set(c.metadata.get("tags", []))]
+    assert len(cells) == 2 and len(tagged) == 1 and tagged[0].metadata.tags == ["parameters"]
+    assert "seed = 29  # PRNG seed" in tagged[0].source and 'out_dir = "."  # results go here' in tagged[0].source
+    assert "17" not in tagged[0].source and "lab_run" not in tagged[0].source
+
+
 def normalised(path: Path) -> bytes:
     """The file's bytes, with what legitimately differs between two runs masked."""
     data = path.read_bytes()

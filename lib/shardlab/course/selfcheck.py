@@ -652,7 +652,7 @@ QUESTIONS = (
             (
                 "reveal-rank",
                 "Where each controller",
-                "the two sentences on the tall bars and on a straggler",
+                "the sentences on the tall bars, on each phase's spread and on a straggler",
                 r"the middle halves (do not )?overlap",
             ),
         ),

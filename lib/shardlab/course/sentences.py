@@ -1,15 +1,18 @@
 """The sentences stages 4 and 5 state about measured values: one row each, kept out of the lesson cells.
 
 A row names the relation a claim rests on, the results key each of its values is recorded under
-and one sentence per outcome. `state(out_dir, notebook, name, **values)` picks and records it
-through `claims.say`, so tests/test_claims.py re-checks it like any other claim. Placeholders in
-angle brackets (`<world>`) are filled from `fill` in the name, the keys and both sentences;
-braces take the values.
+and one sentence per outcome. In a lesson cell `chosen(notebook, name, fill, **values)` picks the
+sentence its values choose and keeps it; the notebook's closing cell files every kept sentence with
+the table's results keys (`record(out_dir, notebook)`), so tests/test_claims.py re-checks it like
+any other claim and no lesson cell names a results key or an output folder. `state` and `first`
+pick and file at once (for a caller without a closing cell). Placeholders in angle brackets
+(`<world>`) are filled from `fill` in the name, the keys and both sentences; braces take the values.
 """
 
 from typing import NamedTuple
 
-from shardlab.course.claims import choose, holds, say
+from shardlab.course import claims
+from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
 from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
 
@@ -66,7 +69,7 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even less the noise it "
+            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting the noise it "
             "reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted by {d:.3f} ms, "
             "within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
@@ -158,7 +161,8 @@ SENTENCES = {
             "m > 0.5 * b",
             {"m": "fused_trace.top_events.largest_meeting_ms", "b": "fused_trace.top_events.busy_ms"},
             "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers more than half of the "
-            "{b:.2f} ms the busiest thread was busy: with the host work gone, the collectives are what remains.",
+            "{b:.2f} ms the busiest thread was busy: with the host work gone, most of what remains is the device "
+            "threads meeting and waiting for each other, on cores they share.",
             "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers at most half of the "
             "{b:.2f} ms the busiest thread was busy: the device program's own work is still a large part.",
         ),
@@ -173,6 +177,20 @@ SENTENCES = {
             "{s:.1f}x): its time is host preparation and dispatch, not arithmetic or memory.",
             "The course step took {c:.0f}x what its roofline allows, within ten times the fused steps' ({p:.1f}x, "
             "{s:.1f}x): on this run moving the transition onto the devices did not bring it much nearer.",
+        ),
+        "byte_roof_steady": _s(
+            "hi <= 1.5 * lo",
+            {
+                "b": "roofline.roofs.gbytes_per_s",
+                "lo": "roofline.roofs.gbytes_per_s_range.0",
+                "hi": "roofline.roofs.gbytes_per_s_range.1",
+            },
+            "The memory roof, {b:.1f} GB/s, is what one device thread reached streaming 16 MB in and out; its "
+            "samples agree within 1.5x ({lo:.1f}–{hi:.1f} GB/s), so the host's load did not move it much while it "
+            "was measured (a load that slowed every sample alike would not show here, and would lower the roof).",
+            "The memory roof, {b:.1f} GB/s, is what one device thread reached streaming 16 MB in and out; its "
+            "samples spread over {lo:.1f}–{hi:.1f} GB/s, more than 1.5x: other work on this shared host slowed some "
+            "passes, so this roof, and every ratio against it below, is that of a loaded host, not of its memory.",
         ),
         "fused_below_byte_roof": _s(
             "max(p, s) < 1",
@@ -339,12 +357,39 @@ SENTENCES = {
                 "q1_slow": "step_times.compute_spread.slow_q1_ms",
                 "q3_fast": "step_times.compute_spread.fast_q3_ms",
             },
-            "Process <slow>'s compute median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
-            "(process <slow>'s starts at {q1_slow} ms, above the {q3_fast} ms where process <fast>'s ends): on these "
-            "samples it is consistently slower.",
-            "Process <slow>'s compute median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
-            "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): these few samples "
-            "do not show a straggler.",
+            "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
+            "(process <slow>'s starts at {q1_slow} ms, above the {q3_fast} ms where process <fast>'s ends): "
+            "process <slow> computes consistently longer.",
+            "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
+            "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): compute does not "
+            "separate the two.",
+        ),
+        "agreement_wait": _s(
+            "q1_wait > q3_late",
+            {
+                "r": "step_times.agreement_spread.ratio",
+                "q1_wait": "step_times.agreement_spread.waits_q1_ms",
+                "q3_late": "step_times.agreement_spread.late_q3_ms",
+            },
+            "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
+            "(from {q1_wait} ms, above the {q3_late} ms where process <late>'s ends): process <waits> arrives first "
+            "and waits there for process <late>, which is how a late peer shows, as the other's taller bar.",
+            "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
+            "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
+            "other.",
+        ),
+        "no_straggler_shown": _s(
+            "q1_slow <= q3_fast and q1_wait <= q3_late",
+            {
+                "q1_slow": "step_times.compute_spread.slow_q1_ms",
+                "q3_fast": "step_times.compute_spread.fast_q3_ms",
+                "q1_wait": "step_times.agreement_spread.waits_q1_ms",
+                "q3_late": "step_times.agreement_spread.late_q3_ms",
+            },
+            "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
+            "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
+            "So these steps point at a straggler: the phase that separates beyond the spread says which process is "
+            "late (the longer compute) or who pays for it (the longer wait in the agreement).",
         ),
     },
 }
@@ -356,64 +401,89 @@ def _filled(text: str, fill: dict) -> str:
     return text
 
 
-def first(out_dir: str, notebook: str, names, fill: dict | None = None, **values) -> str:
-    """The first sentence of `names` whose relation holds for `values` (each tried is recorded), else the last's other.
-
-    One wording per outcome of a comparison with more than two (shorter / longer / within the spread):
-    every row is stated in order until one holds; the last row's second sentence covers the rest.
-    """
-    text = ""
-    for name in names:
-        row = SENTENCES.get(notebook, {}).get(name)
-        text = state(out_dir, notebook, name, fill, **{k: v for k, v in values.items() if row is None or k in row.keys})
-        if holds(row.relation, {k: values[k] for k in row.keys}):
-            return text
-    return text
+_KEYS: dict = {}  # claim name -> {value: results key}: table sentences chosen in this process, not yet filed
 
 
-def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **values) -> str:
-    """The sentence `name` of `notebook` for `values` (those its relation uses; others ignored), recorded as a claim."""
+def _row(notebook: str, name: str, values: dict) -> Sentence:
     row = SENTENCES.get(notebook, {}).get(name)
     if row is None:
         raise UsageError(f"no sentence {name!r} for {notebook}; it has {sorted(SENTENCES.get(notebook, {}))}")
     missing = sorted(set(row.keys) - set(values))
     if missing:
         raise UsageError(f"sentence {name!r} needs the values {sorted(row.keys)}; missing {missing}")
-    fill = fill or {}
-    return say(
-        out_dir,
-        notebook,
-        _filled(name, fill),
-        row.relation,
-        {k: (_filled(key, fill), values[k]) for k, key in row.keys.items()},
-        true=_filled(row.true, fill),
-        false=_filled(row.false, fill),
-    )
+    return row
 
 
-def timing_order(out_dir: str, notebook: str, timing: dict) -> str:
+def _keep(notebook: str, name: str, fill: dict | None, values: dict) -> tuple[str, bool]:
+    """Choose the table sentence `name` for `values`, keep it with its keys for `record`; (text, whether it held)."""
+    row, fill = _row(notebook, name, values), fill or {}
+    used = {k: values[k] for k in row.keys}
+    claim = _filled(name, fill)
+    text = choose(claim, row.relation, used, true=_filled(row.true, fill), false=_filled(row.false, fill))
+    _KEYS[claim] = {k: _filled(key, fill) for k, key in row.keys.items()}
+    return text, holds(row.relation, used)
+
+
+def chosen_first(notebook: str, names, fill: dict | None = None, **values) -> str:
+    """The first sentence of `names` whose relation holds for `values` (each tried is kept), else the last's other.
+
+    One wording per outcome of a comparison with more than two (shorter / longer / within the spread):
+    every row is tried in order until one holds; the last row's second sentence covers the rest.
+    """
+    text = ""
+    for name in names:
+        text, held = _keep(notebook, name, fill, values)
+        if held:
+            break
+    return text
+
+
+def record(out_dir: str, notebook: str, keys: dict | None = None, *, partial: bool = False) -> None:
+    """File every sentence chosen in this process: table sentences with the table's keys, others with `keys`.
+
+    The closing cell's call; what it files, tests/test_claims.py re-checks against the recorded results.
+    """
+    table = {name: _KEYS.pop(name) for name in list(_KEYS)}
+    claims.record(out_dir, notebook, {**table, **(keys or {})}, partial=partial)
+
+
+def first(out_dir: str, notebook: str, names, fill: dict | None = None, **values) -> str:
+    """`chosen_first`, filed at once in `out_dir` (the values must already be recorded under their keys)."""
+    text = chosen_first(notebook, names, fill, **values)
+    record(out_dir, notebook, partial=True)
+    return text
+
+
+def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **values) -> str:
+    """The table sentence `name` of `notebook` for `values`, filed at once in `out_dir` as a claim."""
+    text, _ = _keep(notebook, name, fill, values)
+    record(out_dir, notebook, partial=True)
+    return text
+
+
+def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on the order of the three warm medians, read with their middle halves."""
     c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
     values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"])
-    return state(out_dir, notebook, "timing_order", **values)
+    return chosen(notebook, "timing_order", **values)
 
 
-def baseline(out_dir: str, notebook: str, outcome: dict) -> str:
+def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
     side = outcome["sides"]["target"]["unchanged"]
     values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
-    return state(out_dir, notebook, "baseline_moved", {"annotation": outcome["annotation"]}, **values)
+    return chosen(notebook, "baseline_moved", {"annotation": outcome["annotation"]}, **values)
 
 
-def verdict(out_dir: str, notebook: str, outcome: dict, verdict_of: str) -> str:
+def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's verdict on `outcome` (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
     control, reach = outcome["sides"]["control"], outcome["reach"]
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
-    return first(out_dir, notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+    return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----
@@ -485,10 +555,17 @@ CHOSEN = {
 }
 
 
-def chosen(notebook: str, name: str, **values) -> str:
-    """The sentence `name` of `notebook` (table CHOSEN) for `values`, kept by `claims.choose` for `record`."""
+def chosen(notebook: str, name: str, fill: dict | None = None, **values) -> str:
+    """The sentence `name` of `notebook` for `values`, kept until the closing cell files it.
+
+    A row of SENTENCES (stages 4 and 5) is filed by `record` with the table's results keys; a row of
+    CHOSEN (stages 1-3) by `claims.record` with the keys the closing cell names.
+    """
+    if name in SENTENCES.get(notebook, {}):
+        return _keep(notebook, name, fill, values)[0]
     row = CHOSEN.get(notebook, {}).get(name)
     if row is None:
-        raise UsageError(f"no chosen sentence {name!r} for {notebook}; it has {sorted(CHOSEN.get(notebook, {}))}")
+        known = sorted(CHOSEN.get(notebook, {})) + sorted(SENTENCES.get(notebook, {}))
+        raise UsageError(f"no chosen sentence {name!r} for {notebook}; it has {known}")
     relation, true, false = row
     return choose(name, relation, values, true=true, false=false)
