@@ -576,7 +576,8 @@ QUESTIONS = (
                 "detect it within a bounded wait, stop, and name the process",
             ],
             "c",
-            "The others block in the collective; only a bound turns a hang into a diagnosis.",
+            "The others would wait forever; here they wait in the per-step agreement, whose bound turns a hang into "
+            "a diagnosis naming the skipper.",
             "skipped_batch",
             (
                 "reveal-skip",

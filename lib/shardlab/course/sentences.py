@@ -60,8 +60,8 @@ SENTENCES = {
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
             "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
-            "this small, splitting the update over four logical devices costs more in coordination than it saves in "
-            "arithmetic.",
+            "this small, splitting the update over four logical devices costs more than it saves (the four device "
+            "threads share this host's cores, and the all-reduces come on top).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
             "read the table's middle halves before a ratio.",
@@ -208,8 +208,9 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both took at least their roofline ({p:.1f}x, {s:.1f}x): the roof, an upper bound on traffic, does not "
-            "explain the rest of their time.",
+            "Both took at least their roofline ({p:.1f}x, {s:.1f}x): arithmetic and memory traffic, even at XLA's "
+            "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
+            "operations, the device threads' rendezvous).",
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -245,10 +246,12 @@ SENTENCES = {
                 "p": "several_failures.goodput.productive",
                 "w": "several_failures.goodput.wasted",
             },
-            "Start-up ({s:.2f} s) took longer than the productive and the wasted steps together ({p:.2f} + {w:.2f} s): "
-            "on this tiny model most of a restart's cost is starting Python, JAX and the coordinator again.",
-            "Start-up ({s:.2f} s) took less than the productive and the wasted steps together ({p:.2f} + {w:.2f} s): "
-            "here the steps, not the restarts' start-up, took most of the time.",
+            "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took longer than the productive "
+            "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model most of what a relaunch costs is "
+            "starting Python, JAX and the coordinator again.",
+            "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took less than the productive and "
+            "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
+            "of the time.",
         ),
         "world_change_<world>_exact": _s(
             "d == 0",
@@ -291,8 +294,9 @@ SENTENCES = {
                 "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
             "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. The background save runs on "
-            "the same few host cores as the steps it was meant to hide behind.",
+            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. A likely reason, not "
+            "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
+            "behind.",
             "Asynchronous saving neither clearly shortened nor clearly lengthened <label>: median {a} ms (middle half "
             "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}); a median lies inside the other group's middle half, so "
             "the difference is within the spread of these samples.",
@@ -317,7 +321,8 @@ SENTENCES = {
             },
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}): within 10 % and within "
-            "the spread, so a logarithmic straggler term describes this machine's three points.",
+            "the spread, so a log2(W) term describes this machine's three points (on one host it stands for the "
+            "device threads' contention for cores, which the chapter's model calls a straggler penalty).",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % "
             "and the spread.",
@@ -334,11 +339,10 @@ SENTENCES = {
             },
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
-            "that whole range: a logarithmic straggler term does not describe how this machine slows down.",
+            "that whole range: a log2(W) term does not describe how this machine slows down.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a logarithmic "
-            "straggler term.",
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
         ),
         "compiles_are_the_tall_bars": _s(
             "c > o",
@@ -372,8 +376,10 @@ SENTENCES = {
                 "q3_late": "step_times.agreement_spread.late_q3_ms",
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
-            "(from {q1_wait} ms, above the {q3_late} ms where process <late>'s ends): process <waits> arrives first "
-            "and waits there for process <late>, which is how a late peer shows, as the other's taller bar.",
+            "(from {q1_wait} ms, above the {q3_late} ms where process <late>'s ends): process <waits> waits there "
+            "longer, which is how a late peer shows, as the other's taller bar (a slower path to the coordinator's "
+            "key-value store, which lives in process 0, would look the same; these records cannot tell the two "
+            "apart).",
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
             "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
             "other.",
@@ -388,8 +394,9 @@ SENTENCES = {
             },
             "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
             "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
-            "So these steps point at a straggler: the phase that separates beyond the spread says which process is "
-            "late (the longer compute) or who pays for it (the longer wait in the agreement).",
+            "So one phase separates the two processes beyond the spread: the lines above say which, a straggler's own "
+            "longer compute or its peer's longer wait; from a handful of steps that is a lead to follow with more "
+            "steps, not yet a finding.",
         ),
     },
 }
