@@ -69,9 +69,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting the noise it "
-            "reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted by {d:.3f} ms, "
-            "within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
+            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting "
+            "the noise it reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted "
+            "by {d:.3f} ms, within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms, removable {r:.3f} ms).",
         ),
