@@ -340,3 +340,16 @@ def test_the_runner_prints_progress_and_no_kernel_transport_warning(tmp_path, mo
     assert "run: seed 3, batch size 5, implementation reference" in out
     assert re.search(r"1/1 tiny\.ipynb done in \d+\.\d s", out)
     assert "without encryption" not in out + err  # the kernel talks over IPC, not TCP
+
+
+def test_the_evidence_figure_draws_no_empty_panel_when_stage3_did_not_run(tmp_path):
+    from shardlab.evidence import figure
+
+    timing = {v: {"samples_ms": [1.0, 2.0, 3.0]} for v in ("eager_4dev", "compiled_4dev", "compiled_1dev")}
+    transitions = [{"transition": 1, "prepare_and_place_ms": 1.5, "compiled_update_and_wait_ms": 0.5}]
+    alone, drawn = figure.figure(tmp_path, None, timing, transitions)
+    assert drawn["panels"] == ["timing samples", "traced durations"] and len(alone.axes) == 2
+    faults = [{"fixture": "seed17_batch7", "fault": f, "max_weight_error": 0.1} for f in figure.FAULTS]
+    full, drawn = figure.figure(tmp_path, faults, timing, transitions)
+    assert drawn["panels"][0] == "fault errors" and len(full.axes) == 3
+    assert all(ax.has_data() for ax in full.axes + alone.axes)
