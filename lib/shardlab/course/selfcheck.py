@@ -547,8 +547,9 @@ QUESTIONS = (
             (
                 "manifest",
                 "One completion manifest",
-                "the manifest's fields, its six state entries and its files",
-                r'status: "complete"[\s\S]*"sha256"[\s\S]*files: \d+ written by Orbax',
+                "the manifest's fields, its six state entries and its files, and a changed file refused",
+                r'status: "complete"[\s\S]*"sha256"[\s\S]*files: \d+ written by Orbax[\s\S]*manifest\.read '
+                r"refuses the step",
             ),
         ),
         (
