@@ -185,10 +185,10 @@ SENTENCES = {
                 "lo": "roofline.roofs.gbytes_per_s_range.0",
                 "hi": "roofline.roofs.gbytes_per_s_range.1",
             },
-            "The memory roof, {b:.1f} GB/s, is what one device thread reached streaming 16 MB in and out; its "
+            "The memory roof, {b:.1f} GB/s, is what one device thread reached on that pass; its "
             "samples agree within 1.5x ({lo:.1f}–{hi:.1f} GB/s), so the host's load did not move it much while it "
             "was measured (a load that slowed every sample alike would not show here, and would lower the roof).",
-            "The memory roof, {b:.1f} GB/s, is what one device thread reached streaming 16 MB in and out; its "
+            "The memory roof, {b:.1f} GB/s, is what one device thread reached on that pass; its "
             "samples spread over {lo:.1f}–{hi:.1f} GB/s, more than 1.5x: other work on this shared host slowed some "
             "passes, so this roof, and every ratio against it below, is that of a loaded host, not of its memory.",
         ),

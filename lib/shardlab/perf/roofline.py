@@ -25,7 +25,9 @@ from shardlab.perf import fused
 from shardlab.perf.costmodel import warm_seconds
 
 MATMUL = 512  # n of the n x n x n float32 matmul that measures the FLOP roof
-STREAM = 1 << 22  # float32 elements of the elementwise pass that measures the bandwidth roof (16 MB)
+STREAM = (
+    1 << 24
+)  # float32 elements of the elementwise pass that measures the bandwidth roof (64 MB, beyond a CPU cache)
 
 
 def cost(compiled) -> dict:
@@ -54,7 +56,7 @@ def roofs(samples: int = 5) -> dict:
     """Measured FLOP/s of a large matmul and bytes/s of a large elementwise pass, on one device.
 
     The elementwise pass donates its input, so each call overwrites the buffer it reads: a pass that
-    wrote a fresh 16 MB output every call would time the allocator and the first touch of new pages
+    wrote a fresh output every call would time the allocator and the first touch of new pages
     (several times slower here) rather than streaming through memory. The roofs are medians of
     `samples` warm calls; `gbytes_per_s_range` is the slowest and fastest sample's bandwidth, so a
     reader sees how much the host's load moved the memory roof while it was measured.
