@@ -133,15 +133,15 @@ def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_pa
     from shardlab.course import sentences
 
     record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x2": {"max_weight_diff": 0.0}}})
-    text = sentences.state(str(tmp_path), "stage5a_protocol", "world_change_<world>_exact", {"world": "1x2"}, d=0.0)
+    text = sentences.state(str(tmp_path), "stage5a_protocol", "world_change_<world>_match", {"world": "1x2"}, d=0.0)
     assert text == "bit for bit"
     found = record.load(str(tmp_path), "stage5a_protocol")
-    claim = found[claims.CLAIMS]["world_change_1x2_exact"]
+    claim = found[claims.CLAIMS]["world_change_1x2_match"]
     assert claim["keys"] == {"d": "world_change.runs.1x2.max_weight_diff"} and not check_claims(found)
     found["world_change"]["runs"]["1x2"]["max_weight_diff"] = 1e-7  # the recorded value no longer says "bit for bit"
     assert check_claims(found)
     with pytest.raises(UsageError, match="missing"):
-        sentences.state(str(tmp_path), "stage5a_protocol", "skip_stop_near_bound", d=1.0)
+        sentences.state(str(tmp_path), "stage5a_protocol", "skip_stop_time", d=1.0)
     with pytest.raises(UsageError, match="no sentence"):
         sentences.state(str(tmp_path), "stage5a_protocol", "faster")
 
@@ -354,11 +354,11 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_pat
     record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     nb = "stage5b_scaling"
     said = [
-        sentences.chosen(nb, "compute_straggler", {"slow": slow, "fast": fast}, r=s_med / f_med, q1_slow=s_lo,
+        sentences.chosen(nb, "compute_spread_reading", {"slow": slow, "fast": fast}, r=s_med / f_med, q1_slow=s_lo,
                          q3_fast=f_hi),
-        sentences.chosen(nb, "agreement_wait", {"waits": waits, "late": late}, r=w_med / l_med, q1_wait=w_lo,
+        sentences.chosen(nb, "agreement_spread_reading", {"waits": waits, "late": late}, r=w_med / l_med, q1_wait=w_lo,
                          q3_late=l_hi),
-        sentences.chosen(nb, "no_straggler_shown", q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi),
+        sentences.chosen(nb, "straggler_reading", q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi),
     ]  # fmt: skip
     sentences.record(str(tmp_path), nb)
     assert not check_claims(record.load(str(tmp_path), nb))

@@ -140,7 +140,7 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
-        "one_device_is_the_floor": _s(
+        "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
             {
                 "f": "fused_timing.median_per_step_ms.floor_1dev",
@@ -157,7 +157,7 @@ SENTENCES = {
             "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}): on this run the "
             "middle halves overlap or the four-device loops were faster.",
         ),
-        "meeting_dominates": _s(
+        "meeting_share": _s(
             "m > 0.5 * b",
             {"m": "fused_trace.top_events.largest_meeting_ms", "b": "fused_trace.top_events.busy_ms"},
             "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers more than half of the "
@@ -166,7 +166,7 @@ SENTENCES = {
             "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers at most half of the "
             "{b:.2f} ms the busiest thread was busy: the device program's own work is still a large part.",
         ),
-        "course_far_above_roofline": _s(
+        "course_against_roofline": _s(
             "c > 10 * max(p, s)",
             {
                 "c": "roofline.points.course_loop.measured_over_roofline",
@@ -178,7 +178,7 @@ SENTENCES = {
             "The course step took {c:.0f}x what its roofline allows, within ten times the fused steps' ({p:.1f}x, "
             "{s:.1f}x): on this run moving the transition onto the devices did not bring it much nearer.",
         ),
-        "byte_roof_steady": _s(
+        "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
             {
                 "b": "roofline.roofs.gbytes_per_s",
@@ -192,7 +192,7 @@ SENTENCES = {
             "samples spread over {lo:.1f}–{hi:.1f} GB/s, more than 1.5x: other work on this shared host slowed some "
             "passes, so this roof, and every ratio against it below, is that of a loaded host, not of its memory.",
         ),
-        "fused_below_byte_roof": _s(
+        "fused_under_roofline": _s(
             "max(p, s) < 1",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
@@ -202,7 +202,7 @@ SENTENCES = {
             "roof, so XLA's byte count overstates what they move (see below).",
             "The fused steps took {p:.1f}x and {s:.1f}x what their roofline allows.",
         ),
-        "fused_at_or_above_byte_roof": _s(
+        "fused_over_roofline": _s(
             "min(p, s) >= 1",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
@@ -214,7 +214,7 @@ SENTENCES = {
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
-        "speedup_<loop>_agrees_with_bench": _s(
+        "speedup_<loop>_beside_bench": _s(
             "o_lo <= b_hi and b_lo <= o_hi",
             {
                 "o": "bench_comparison.<loop>.here",
@@ -233,13 +233,13 @@ SENTENCES = {
         ),
     },
     "stage5a_protocol": {
-        "p0_kill_within_bound": _s(
+        "p0_kill_detection": _s(
             "d <= b",
             {"d": "p0_kill.detect_s", "b": "several_failures.death_bound_s"},
             "that is within the supervisor's bound for a death ({b} s)",
             "that is beyond the supervisor's bound for a death ({b} s)",
         ),
-        "startup_dominates": _s(
+        "startup_against_steps": _s(
             "s > p + w",
             {
                 "s": "several_failures.goodput.startup",
@@ -253,13 +253,13 @@ SENTENCES = {
             "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
             "of the time.",
         ),
-        "world_change_<world>_exact": _s(
+        "world_change_<world>_match": _s(
             "d == 0",
             {"d": "world_change.runs.<world>.max_weight_diff"},
             "bit for bit",
             "within float32 tolerance, not bit for bit",
         ),
-        "skip_stop_near_bound": _s(
+        "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
             "that is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
@@ -301,7 +301,7 @@ SENTENCES = {
             "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}); a median lies inside the other group's middle half, so "
             "the difference is within the spread of these samples.",
         ),
-        "efficiency_within_core_bound": _s(
+        "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
             "efficiency {e:.3f} at W = {w}, within the bound of {c} usable cores shared by {w} devices "
@@ -344,7 +344,7 @@ SENTENCES = {
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
         ),
-        "compiles_are_the_tall_bars": _s(
+        "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
@@ -354,7 +354,7 @@ SENTENCES = {
             "another step took as long ({o:.0f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
         ),
-        "compute_straggler": _s(
+        "compute_spread_reading": _s(
             "q1_slow > q3_fast",
             {
                 "r": "step_times.compute_spread.ratio",
@@ -368,7 +368,7 @@ SENTENCES = {
             "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): compute does not "
             "separate the two.",
         ),
-        "agreement_wait": _s(
+        "agreement_spread_reading": _s(
             "q1_wait > q3_late",
             {
                 "r": "step_times.agreement_spread.ratio",
@@ -384,7 +384,7 @@ SENTENCES = {
             "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
             "other.",
         ),
-        "no_straggler_shown": _s(
+        "straggler_reading": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
             {
                 "q1_slow": "step_times.compute_spread.slow_q1_ms",
