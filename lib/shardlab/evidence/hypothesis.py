@@ -196,22 +196,6 @@ def changed_loop(change: str, mesh, next_batch, make_step):
     raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
 
 
-def code_of(change: str) -> tuple[str, str]:
-    """(the source the unchanged loop runs, the source the changed loop runs instead) for `change` of the menu."""
-    import inspect
-
-    from shardlab.core import sampler, update
-    from shardlab.perf import packed
-
-    pairs = {
-        "one_call_reshuffle": ((sampler.draw,), (_split_and_permute, one_call_draw)),
-        "packed_psum": ((update._sharded_body,), (packed._packed_body, packed.pack, packed.packed_psum)),
-    }
-    if change not in pairs:
-        raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
-    return tuple("\n".join(inspect.getsource(f) for f in side) for side in pairs[change])
-
-
 def assert_same_run(changed: dict, unchanged: dict) -> None:
     """AssertionError unless the two states agree in all six fields, the sampler's in either form the course allows.
 
