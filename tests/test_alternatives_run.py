@@ -259,8 +259,6 @@ NOT_LEARNER = {
     ("stage2_update", "empty-batch"): "the course's own step and transition on an empty batch",
     ("stage3a_checkpoint", "refuse"): "it defines the helper the rejection cells call",
     ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
-    ("stage4a_profile", "timing"): "the number of timing samples taken",
-    ("stage4b_beyond", "fused_timing"): "the course's fused loop",
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
 }
 

@@ -133,15 +133,15 @@ def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_pa
     from shardlab.course import sentences
 
     record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x2": {"max_weight_diff": 0.0}}})
-    text = sentences.state(str(tmp_path), "stage5a_protocol", "world_change_<world>_exact", {"world": "1x2"}, d=0.0)
+    text = sentences.state(str(tmp_path), "stage5a_protocol", "world_change_<world>_match", {"world": "1x2"}, d=0.0)
     assert text == "bit for bit"
     found = record.load(str(tmp_path), "stage5a_protocol")
-    claim = found[claims.CLAIMS]["world_change_1x2_exact"]
+    claim = found[claims.CLAIMS]["world_change_1x2_match"]
     assert claim["keys"] == {"d": "world_change.runs.1x2.max_weight_diff"} and not check_claims(found)
     found["world_change"]["runs"]["1x2"]["max_weight_diff"] = 1e-7  # the recorded value no longer says "bit for bit"
     assert check_claims(found)
     with pytest.raises(UsageError, match="missing"):
-        sentences.state(str(tmp_path), "stage5a_protocol", "skip_stop_near_bound", d=1.0)
+        sentences.state(str(tmp_path), "stage5a_protocol", "skip_stop_time", d=1.0)
     with pytest.raises(UsageError, match="no sentence"):
         sentences.state(str(tmp_path), "stage5a_protocol", "faster")
 
@@ -322,7 +322,47 @@ def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s
         outcome["sides"] = {"target": {"unchanged": side}}
         folder = str(tmp_path / word)
         record.emit(folder, "stage4a_profile", "change", outcome, shown=False)
-        text = sentences.baseline(folder, "stage4a_profile", outcome)
+        text = sentences.baseline(outcome)
+        sentences.record(folder, "stage4a_profile")  # what the closing cell does
         assert f"baseline {word}" in text, text
         assert (first < side["q1_ms"] or first > side["q3_ms"]) == (word == "moved")
         assert not check_claims(record.load(folder, "stage4a_profile"))
+
+
+@pytest.mark.parametrize(
+    "compute, agreement, separated",
+    [
+        # (process 0's, process 1's) q1, median, q3 of each phase in ms
+        (((11.5, 14.0, 16.0), (9.0, 10.2, 15.3)), ((1.9, 2.2, 2.7), (2.9, 3.4, 3.8)), "agreement"),  # a peer waits
+        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((1.0, 1.2, 1.4), (1.3, 1.5, 1.7)), "compute"),
+        (((4.0, 4.6, 6.0), (2.7, 2.8, 5.3)), ((1.4, 2.0, 2.6), (1.6, 1.8, 2.2)), None),  # both overlap
+    ],
+)
+def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_path, compute, agreement, separated):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    def longer_first(pair):  # (longer, shorter) by median, as (process, (q1, median, q3))
+        return sorted(enumerate(pair), key=lambda p: -p[1][1])
+
+    (slow, (s_lo, s_med, _)), (fast, (_, f_med, f_hi)) = longer_first(compute)
+    (waits, (w_lo, w_med, _)), (late, (_, l_med, l_hi)) = longer_first(agreement)
+    recorded = {
+        "compute_spread": {"ratio": s_med / f_med, "slow_q1_ms": s_lo, "fast_q3_ms": f_hi},
+        "agreement_spread": {"ratio": w_med / l_med, "waits_q1_ms": w_lo, "late_q3_ms": l_hi},
+    }
+    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
+    nb = "stage5b_scaling"
+    said = [
+        sentences.chosen(nb, "compute_spread_reading", {"slow": slow, "fast": fast}, r=s_med / f_med, q1_slow=s_lo,
+                         q3_fast=f_hi),
+        sentences.chosen(nb, "agreement_spread_reading", {"waits": waits, "late": late}, r=w_med / l_med, q1_wait=w_lo,
+                         q3_late=l_hi),
+        sentences.chosen(nb, "straggler_reading", q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi),
+    ]  # fmt: skip
+    sentences.record(str(tmp_path), nb)
+    assert not check_claims(record.load(str(tmp_path), nb))
+    # independently: a phase separates when the longer one's middle half starts above the other's end
+    assert ("do not overlap" in said[0]) == (separated == "compute")
+    assert ("do not overlap" in said[1]) == (separated == "agreement")
+    assert said[2].startswith("So these few steps show no straggler") == (separated is None)

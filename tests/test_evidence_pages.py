@@ -264,6 +264,21 @@ def test_stable_notebook_fixes_ids_drops_clocks_and_joins_streams(tmp_path):
     assert [(o.name, o.text) for o in got.outputs] == [("stdout", "1\n2\n"), ("stderr", "w\n")]
 
 
+def test_an_executed_notebook_keeps_one_parameters_cell_with_the_values_it_ran_with(tmp_path):
+    defaults = new_code_cell(
+        'seed = 17  # PRNG seed\nout_dir = "lab_run"  # results go here', metadata={"tags": ["parameters"]}
+    )
+    injected = new_code_cell('# Parameters\nseed = 29\nout_dir = "."\n', metadata={"tags": ["injected-parameters"]})
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[defaults, injected, new_code_cell("print(seed)")]), path)
+    stable.notebook(path)
+    cells = nbformat.read(path, as_version=4).cells
+    tagged = [c for c in cells if {"parameters", "injected-parameters"} & set(c.metadata.get("tags", []))]
+    assert len(cells) == 2 and len(tagged) == 1 and tagged[0].metadata.tags == ["parameters"]
+    assert "seed = 29  # PRNG seed" in tagged[0].source and 'out_dir = "."  # results go here' in tagged[0].source
+    assert "17" not in tagged[0].source and "lab_run" not in tagged[0].source
+
+
 def normalised(path: Path) -> bytes:
     """The file's bytes, with what legitimately differs between two runs masked."""
     data = path.read_bytes()
@@ -325,3 +340,16 @@ def test_the_runner_prints_progress_and_no_kernel_transport_warning(tmp_path, mo
     assert "run: seed 3, batch size 5, implementation reference" in out
     assert re.search(r"1/1 tiny\.ipynb done in \d+\.\d s", out)
     assert "without encryption" not in out + err  # the kernel talks over IPC, not TCP
+
+
+def test_the_evidence_figure_draws_no_empty_panel_when_stage3_did_not_run(tmp_path):
+    from shardlab.evidence import figure
+
+    timing = {v: {"samples_ms": [1.0, 2.0, 3.0]} for v in ("eager_4dev", "compiled_4dev", "compiled_1dev")}
+    transitions = [{"transition": 1, "prepare_and_place_ms": 1.5, "compiled_update_and_wait_ms": 0.5}]
+    alone, drawn = figure.figure(tmp_path, None, timing, transitions)
+    assert drawn["panels"] == ["timing samples", "traced durations"] and len(alone.axes) == 2
+    faults = [{"fixture": "seed17_batch7", "fault": f, "max_weight_error": 0.1} for f in figure.FAULTS]
+    full, drawn = figure.figure(tmp_path, faults, timing, transitions)
+    assert drawn["panels"][0] == "fault errors" and len(full.axes) == 3
+    assert all(ax.has_data() for ax in full.axes + alone.axes)

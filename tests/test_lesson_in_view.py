@@ -397,6 +397,27 @@ def test_no_code_cell_spells_out_a_sentence_chosen_by_value(name):
     assert not leaked, leaked
 
 
+@pytest.mark.parametrize("name", ["stage4a_profile", "stage4b_beyond", "stage5a_protocol", "stage5b_scaling"])
+def test_the_later_stages_choose_sentences_in_the_lesson_and_file_them_in_the_closing_cell(name):
+    """A lesson cell picks a sentence by its values alone: no output folder, no results key, no sentence spelled out;
+    the closing cell files every one with the values it rests on."""
+    from shardlab.course import sentences
+
+    cells = [c for c in source(name).cells if c.cell_type == "code"]
+    lesson = [c.source for c in cells if RECORD not in tags(c)]
+    filing = re.compile(r"sentences\.(state|first)\(|sentences import state|claims\.(say|choose|record)\(")
+    assert not [src for src in lesson if filing.search(src)], f"{name}: a lesson cell files a claim itself"
+    assert not [src for src in lesson if re.search(r"sentences\.\w+\(\s*out_dir", src)], name
+    keys = {key for row in sentences.SENTENCES[name].values() for key in row.keys.values()}
+    assert not [k for k in keys if any(f'"{k}"' in src for src in lesson)], f"{name}: a results key in a lesson cell"
+    fragments = [
+        f for row in sentences.SENTENCES[name].values() for t in (row.true, row.false) for f in _fixed_words(t)
+    ]
+    leaked = [f for f in fragments if any(f in src for src in lesson)]
+    assert not leaked, leaked
+    assert "sentences.record(out_dir, NB)" in tagged(source(name), RECORD).source
+
+
 def test_the_refusals_cell_names_no_error_type_before_its_output():
     """Stage 1 asks which error each bad input raises: the cell that answers names none of them in its source."""
     cells = nbformat.read(REPO / "notebooks" / "stage1_batches.ipynb", as_version=4).cells

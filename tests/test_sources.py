@@ -60,11 +60,14 @@ def test_the_copy_records_what_the_checkout_records(tree):
 
 
 def test_a_comment_or_docstring_edit_of_an_executed_module_changes_no_input(tree):
-    assert "shardlab.core.update" in sources.closure(sources.files(root=tree[0]))
-    assert edited(tree, "core/update.py", "\nimport ", "\n# a learner's note, added to the comment\nimport ") == []
-    docstring = ast.get_docstring(ast.parse((PACKAGE / "core" / "update.py").read_text()))
+    files = sources.files(root=tree[0])  # core/state.py runs in every notebook and no notebook prints its source
+    assert "shardlab.core.state" in sources.closure(files) and "shardlab.core.state" not in sources.shown_modules(files)
+    assert edited(tree, "core/state.py", "\nimport ", "\n# a learner's note, added to the comment\nimport ") == []
+    docstring = ast.get_docstring(ast.parse((PACKAGE / "core" / "state.py").read_text()))
     first = docstring.splitlines()[0]
-    assert edited(tree, "core/update.py", first, first + " (reworded)") == []
+    assert edited(tree, "core/state.py", first, first + " (reworded)") == []
+    shown = edited(tree, "core/update.py", "\nimport ", "\n# a note in a module stage 4a prints\nimport ")
+    assert shown == ["shardlab/core/update.py"]  # a printed module's comments are on the page: a changed input
     assert edited(tree, "core/checkpoint.py", '"""Write all six fields', '"""Write every field') == []
 
 

@@ -144,16 +144,17 @@ def choose(name: str, relation: str, values: dict, *, true: str, false: str) -> 
     return text
 
 
-def record(out_dir: str, notebook: str, keys: dict) -> None:
+def record(out_dir: str, notebook: str, keys: dict, *, partial: bool = False) -> None:
     """File every claim `choose` made in this process, each value with its results key ({claim: {value: key}}).
 
     A claim chosen but given no keys, or keys for a claim never chosen or for other values than it used,
     is a UsageError: a sentence about a measurement is never printed without being re-checkable.
+    `partial` files only the claims `keys` names and leaves the others chosen for a later `record`.
     """
     from shardlab.course import results
 
     unkeyed, unsaid = sorted(set(_PENDING) - set(keys)), sorted(set(keys) - set(_PENDING))
-    if unkeyed or unsaid:
+    if (unkeyed and not partial) or unsaid:
         raise UsageError(f"claims chosen without results keys: {unkeyed}; keys for claims never chosen: {unsaid}")
     for name, named in keys.items():
         if set(named) != set(_PENDING[name]["values"]):

@@ -547,8 +547,9 @@ QUESTIONS = (
             (
                 "manifest",
                 "One completion manifest",
-                "the manifest's fields, its six state entries and its files",
-                r'status: "complete"[\s\S]*"sha256"[\s\S]*files: \d+ written by Orbax',
+                "the manifest's fields, its six state entries and its files, and a changed file refused",
+                r'status: "complete"[\s\S]*"sha256"[\s\S]*files: \d+ written by Orbax[\s\S]*manifest\.read '
+                r"refuses the step",
             ),
         ),
         (
@@ -576,7 +577,8 @@ QUESTIONS = (
                 "detect it within a bounded wait, stop, and name the process",
             ],
             "c",
-            "The others block in the collective; only a bound turns a hang into a diagnosis.",
+            "The others would wait forever; here they wait in the per-step agreement, whose bound turns a hang into "
+            "a diagnosis naming the skipper.",
             "skipped_batch",
             (
                 "reveal-skip",
@@ -652,7 +654,7 @@ QUESTIONS = (
             (
                 "reveal-rank",
                 "Where each controller",
-                "the two sentences on the tall bars and on a straggler",
+                "the sentences on the tall bars, on each phase's spread and on a straggler",
                 r"the middle halves (do not )?overlap",
             ),
         ),

@@ -1,15 +1,18 @@
 """The sentences stages 4 and 5 state about measured values: one row each, kept out of the lesson cells.
 
 A row names the relation a claim rests on, the results key each of its values is recorded under
-and one sentence per outcome. `state(out_dir, notebook, name, **values)` picks and records it
-through `claims.say`, so tests/test_claims.py re-checks it like any other claim. Placeholders in
-angle brackets (`<world>`) are filled from `fill` in the name, the keys and both sentences;
-braces take the values.
+and one sentence per outcome. In a lesson cell `chosen(notebook, name, fill, **values)` picks the
+sentence its values choose and keeps it; the notebook's closing cell files every kept sentence with
+the table's results keys (`record(out_dir, notebook)`), so tests/test_claims.py re-checks it like
+any other claim and no lesson cell names a results key or an output folder. `state` and `first`
+pick and file at once (for a caller without a closing cell). Placeholders in angle brackets
+(`<world>`) are filled from `fill` in the name, the keys and both sentences; braces take the values.
 """
 
 from typing import NamedTuple
 
-from shardlab.course.claims import choose, holds, say
+from shardlab.course import claims
+from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
 from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
 
@@ -57,8 +60,8 @@ SENTENCES = {
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
             "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
-            "this small, splitting the update over four logical devices costs more in coordination than it saves in "
-            "arithmetic.",
+            "this small, splitting the update over four logical devices costs more than it saves (the four device "
+            "threads share this host's cores, and the all-reduces come on top).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
             "read the table's middle halves before a ratio.",
@@ -66,9 +69,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even less the noise it "
-            "reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted by {d:.3f} ms, "
-            "within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
+            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting "
+            "the noise it reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted "
+            "by {d:.3f} ms, within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms, removable {r:.3f} ms).",
         ),
@@ -137,7 +140,7 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
-        "one_device_is_the_floor": _s(
+        "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
             {
                 "f": "fused_timing.median_per_step_ms.floor_1dev",
@@ -154,15 +157,16 @@ SENTENCES = {
             "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}): on this run the "
             "middle halves overlap or the four-device loops were faster.",
         ),
-        "meeting_dominates": _s(
+        "meeting_share": _s(
             "m > 0.5 * b",
             {"m": "fused_trace.top_events.largest_meeting_ms", "b": "fused_trace.top_events.busy_ms"},
             "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers more than half of the "
-            "{b:.2f} ms the busiest thread was busy: with the host work gone, the collectives are what remains.",
+            "{b:.2f} ms the busiest thread was busy: with the host work gone, most of what remains is the device "
+            "threads meeting and waiting for each other, on cores they share.",
             "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers at most half of the "
             "{b:.2f} ms the busiest thread was busy: the device program's own work is still a large part.",
         ),
-        "course_far_above_roofline": _s(
+        "course_against_roofline": _s(
             "c > 10 * max(p, s)",
             {
                 "c": "roofline.points.course_loop.measured_over_roofline",
@@ -174,7 +178,21 @@ SENTENCES = {
             "The course step took {c:.0f}x what its roofline allows, within ten times the fused steps' ({p:.1f}x, "
             "{s:.1f}x): on this run moving the transition onto the devices did not bring it much nearer.",
         ),
-        "fused_below_byte_roof": _s(
+        "byte_roof_samples": _s(
+            "hi <= 1.5 * lo",
+            {
+                "b": "roofline.roofs.gbytes_per_s",
+                "lo": "roofline.roofs.gbytes_per_s_range.0",
+                "hi": "roofline.roofs.gbytes_per_s_range.1",
+            },
+            "The memory roof, {b:.1f} GB/s, is what one device thread reached on that pass; its "
+            "samples agree within 1.5x ({lo:.1f}–{hi:.1f} GB/s), so the host's load did not move it much while it "
+            "was measured (a load that slowed every sample alike would not show here, and would lower the roof).",
+            "The memory roof, {b:.1f} GB/s, is what one device thread reached on that pass; its "
+            "samples spread over {lo:.1f}–{hi:.1f} GB/s, more than 1.5x: other work on this shared host slowed some "
+            "passes, so this roof, and every ratio against it below, is that of a loaded host, not of its memory.",
+        ),
+        "fused_under_roofline": _s(
             "max(p, s) < 1",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
@@ -184,18 +202,19 @@ SENTENCES = {
             "roof, so XLA's byte count overstates what they move (see below).",
             "The fused steps took {p:.1f}x and {s:.1f}x what their roofline allows.",
         ),
-        "fused_at_or_above_byte_roof": _s(
+        "fused_over_roofline": _s(
             "min(p, s) >= 1",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both took at least their roofline ({p:.1f}x, {s:.1f}x): the roof, an upper bound on traffic, does not "
-            "explain the rest of their time.",
+            "Both took at least their roofline ({p:.1f}x, {s:.1f}x): arithmetic and memory traffic, even at XLA's "
+            "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
+            "operations, the device threads' rendezvous).",
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
-        "speedup_<loop>_agrees_with_bench": _s(
+        "speedup_<loop>_beside_bench": _s(
             "o_lo <= b_hi and b_lo <= o_hi",
             {
                 "o": "bench_comparison.<loop>.here",
@@ -214,31 +233,33 @@ SENTENCES = {
         ),
     },
     "stage5a_protocol": {
-        "p0_kill_within_bound": _s(
+        "p0_kill_detection": _s(
             "d <= b",
             {"d": "p0_kill.detect_s", "b": "several_failures.death_bound_s"},
             "that is within the supervisor's bound for a death ({b} s)",
             "that is beyond the supervisor's bound for a death ({b} s)",
         ),
-        "startup_dominates": _s(
+        "startup_against_steps": _s(
             "s > p + w",
             {
                 "s": "several_failures.goodput.startup",
                 "p": "several_failures.goodput.productive",
                 "w": "several_failures.goodput.wasted",
             },
-            "Start-up ({s:.2f} s) took longer than the productive and the wasted steps together ({p:.2f} + {w:.2f} s): "
-            "on this tiny model most of a restart's cost is starting Python, JAX and the coordinator again.",
-            "Start-up ({s:.2f} s) took less than the productive and the wasted steps together ({p:.2f} + {w:.2f} s): "
-            "here the steps, not the restarts' start-up, took most of the time.",
+            "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took longer than the productive "
+            "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model most of what a relaunch costs is "
+            "starting Python, JAX and the coordinator again.",
+            "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took less than the productive and "
+            "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
+            "of the time.",
         ),
-        "world_change_<world>_exact": _s(
+        "world_change_<world>_match": _s(
             "d == 0",
             {"d": "world_change.runs.<world>.max_weight_diff"},
             "bit for bit",
             "within float32 tolerance, not bit for bit",
         ),
-        "skip_stop_near_bound": _s(
+        "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
             "that is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
@@ -273,13 +294,14 @@ SENTENCES = {
                 "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
             "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. The background save runs on "
-            "the same few host cores as the steps it was meant to hide behind.",
+            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. A likely reason, not "
+            "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
+            "behind.",
             "Asynchronous saving neither clearly shortened nor clearly lengthened <label>: median {a} ms (middle half "
             "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}); a median lies inside the other group's middle half, so "
             "the difference is within the spread of these samples.",
         ),
-        "efficiency_within_core_bound": _s(
+        "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
             "efficiency {e:.3f} at W = {w}, within the bound of {c} usable cores shared by {w} devices "
@@ -299,7 +321,8 @@ SENTENCES = {
             },
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}): within 10 % and within "
-            "the spread, so a logarithmic straggler term describes this machine's three points.",
+            "the spread, so a log2(W) term describes this machine's three points (on one host it stands for the "
+            "device threads' contention for cores, which the chapter's model calls a straggler penalty).",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % "
             "and the spread.",
@@ -316,13 +339,12 @@ SENTENCES = {
             },
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
-            "that whole range: a logarithmic straggler term does not describe how this machine slows down.",
+            "that whole range: a log2(W) term does not describe how this machine slows down.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a logarithmic "
-            "straggler term.",
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
         ),
-        "compiles_are_the_tall_bars": _s(
+        "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
@@ -332,19 +354,49 @@ SENTENCES = {
             "another step took as long ({o:.0f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
         ),
-        "compute_straggler": _s(
+        "compute_spread_reading": _s(
             "q1_slow > q3_fast",
             {
                 "r": "step_times.compute_spread.ratio",
                 "q1_slow": "step_times.compute_spread.slow_q1_ms",
                 "q3_fast": "step_times.compute_spread.fast_q3_ms",
             },
-            "Process <slow>'s compute median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
-            "(process <slow>'s starts at {q1_slow} ms, above the {q3_fast} ms where process <fast>'s ends): on these "
-            "samples it is consistently slower.",
-            "Process <slow>'s compute median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
-            "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): these few samples "
-            "do not show a straggler.",
+            "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
+            "(process <slow>'s starts at {q1_slow} ms, above the {q3_fast} ms where process <fast>'s ends): "
+            "process <slow> computes consistently longer.",
+            "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
+            "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): compute does not "
+            "separate the two.",
+        ),
+        "agreement_spread_reading": _s(
+            "q1_wait > q3_late",
+            {
+                "r": "step_times.agreement_spread.ratio",
+                "q1_wait": "step_times.agreement_spread.waits_q1_ms",
+                "q3_late": "step_times.agreement_spread.late_q3_ms",
+            },
+            "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
+            "(from {q1_wait} ms, above the {q3_late} ms where process <late>'s ends): process <waits> waits there "
+            "longer, which is how a late peer shows, as the other's taller bar (a slower path to the coordinator's "
+            "key-value store, which lives in process 0, would look the same; these records cannot tell the two "
+            "apart).",
+            "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
+            "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
+            "other.",
+        ),
+        "straggler_reading": _s(
+            "q1_slow <= q3_fast and q1_wait <= q3_late",
+            {
+                "q1_slow": "step_times.compute_spread.slow_q1_ms",
+                "q3_fast": "step_times.compute_spread.fast_q3_ms",
+                "q1_wait": "step_times.agreement_spread.waits_q1_ms",
+                "q3_late": "step_times.agreement_spread.late_q3_ms",
+            },
+            "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
+            "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
+            "So one phase separates the two processes beyond the spread: the lines above say which, a straggler's own "
+            "longer compute or its peer's longer wait; from a handful of steps that is a lead to follow with more "
+            "steps, not yet a finding.",
         ),
     },
 }
@@ -356,64 +408,89 @@ def _filled(text: str, fill: dict) -> str:
     return text
 
 
-def first(out_dir: str, notebook: str, names, fill: dict | None = None, **values) -> str:
-    """The first sentence of `names` whose relation holds for `values` (each tried is recorded), else the last's other.
-
-    One wording per outcome of a comparison with more than two (shorter / longer / within the spread):
-    every row is stated in order until one holds; the last row's second sentence covers the rest.
-    """
-    text = ""
-    for name in names:
-        row = SENTENCES.get(notebook, {}).get(name)
-        text = state(out_dir, notebook, name, fill, **{k: v for k, v in values.items() if row is None or k in row.keys})
-        if holds(row.relation, {k: values[k] for k in row.keys}):
-            return text
-    return text
+_KEYS: dict = {}  # claim name -> {value: results key}: table sentences chosen in this process, not yet filed
 
 
-def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **values) -> str:
-    """The sentence `name` of `notebook` for `values` (those its relation uses; others ignored), recorded as a claim."""
+def _row(notebook: str, name: str, values: dict) -> Sentence:
     row = SENTENCES.get(notebook, {}).get(name)
     if row is None:
         raise UsageError(f"no sentence {name!r} for {notebook}; it has {sorted(SENTENCES.get(notebook, {}))}")
     missing = sorted(set(row.keys) - set(values))
     if missing:
         raise UsageError(f"sentence {name!r} needs the values {sorted(row.keys)}; missing {missing}")
-    fill = fill or {}
-    return say(
-        out_dir,
-        notebook,
-        _filled(name, fill),
-        row.relation,
-        {k: (_filled(key, fill), values[k]) for k, key in row.keys.items()},
-        true=_filled(row.true, fill),
-        false=_filled(row.false, fill),
-    )
+    return row
 
 
-def timing_order(out_dir: str, notebook: str, timing: dict) -> str:
+def _keep(notebook: str, name: str, fill: dict | None, values: dict) -> tuple[str, bool]:
+    """Choose the table sentence `name` for `values`, keep it with its keys for `record`; (text, whether it held)."""
+    row, fill = _row(notebook, name, values), fill or {}
+    used = {k: values[k] for k in row.keys}
+    claim = _filled(name, fill)
+    text = choose(claim, row.relation, used, true=_filled(row.true, fill), false=_filled(row.false, fill))
+    _KEYS[claim] = {k: _filled(key, fill) for k, key in row.keys.items()}
+    return text, holds(row.relation, used)
+
+
+def chosen_first(notebook: str, names, fill: dict | None = None, **values) -> str:
+    """The first sentence of `names` whose relation holds for `values` (each tried is kept), else the last's other.
+
+    One wording per outcome of a comparison with more than two (shorter / longer / within the spread):
+    every row is tried in order until one holds; the last row's second sentence covers the rest.
+    """
+    text = ""
+    for name in names:
+        text, held = _keep(notebook, name, fill, values)
+        if held:
+            break
+    return text
+
+
+def record(out_dir: str, notebook: str, keys: dict | None = None, *, partial: bool = False) -> None:
+    """File every sentence chosen in this process: table sentences with the table's keys, others with `keys`.
+
+    The closing cell's call; what it files, tests/test_claims.py re-checks against the recorded results.
+    """
+    table = {name: _KEYS.pop(name) for name in list(_KEYS)}
+    claims.record(out_dir, notebook, {**table, **(keys or {})}, partial=partial)
+
+
+def first(out_dir: str, notebook: str, names, fill: dict | None = None, **values) -> str:
+    """`chosen_first`, filed at once in `out_dir` (the values must already be recorded under their keys)."""
+    text = chosen_first(notebook, names, fill, **values)
+    record(out_dir, notebook, partial=True)
+    return text
+
+
+def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **values) -> str:
+    """The table sentence `name` of `notebook` for `values`, filed at once in `out_dir` as a claim."""
+    text, _ = _keep(notebook, name, fill, values)
+    record(out_dir, notebook, partial=True)
+    return text
+
+
+def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on the order of the three warm medians, read with their middle halves."""
     c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
     values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"])
-    return state(out_dir, notebook, "timing_order", **values)
+    return chosen(notebook, "timing_order", **values)
 
 
-def baseline(out_dir: str, notebook: str, outcome: dict) -> str:
+def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
     side = outcome["sides"]["target"]["unchanged"]
     values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
-    return state(out_dir, notebook, "baseline_moved", {"annotation": outcome["annotation"]}, **values)
+    return chosen(notebook, "baseline_moved", {"annotation": outcome["annotation"]}, **values)
 
 
-def verdict(out_dir: str, notebook: str, outcome: dict, verdict_of: str) -> str:
+def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's verdict on `outcome` (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
     control, reach = outcome["sides"]["control"], outcome["reach"]
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
-    return first(out_dir, notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+    return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----
@@ -485,10 +562,17 @@ CHOSEN = {
 }
 
 
-def chosen(notebook: str, name: str, **values) -> str:
-    """The sentence `name` of `notebook` (table CHOSEN) for `values`, kept by `claims.choose` for `record`."""
+def chosen(notebook: str, name: str, fill: dict | None = None, **values) -> str:
+    """The sentence `name` of `notebook` for `values`, kept until the closing cell files it.
+
+    A row of SENTENCES (stages 4 and 5) is filed by `record` with the table's results keys; a row of
+    CHOSEN (stages 1-3) by `claims.record` with the keys the closing cell names.
+    """
+    if name in SENTENCES.get(notebook, {}):
+        return _keep(notebook, name, fill, values)[0]
     row = CHOSEN.get(notebook, {}).get(name)
     if row is None:
-        raise UsageError(f"no chosen sentence {name!r} for {notebook}; it has {sorted(CHOSEN.get(notebook, {}))}")
+        known = sorted(CHOSEN.get(notebook, {})) + sorted(SENTENCES.get(notebook, {}))
+        raise UsageError(f"no chosen sentence {name!r} for {notebook}; it has {known}")
     relation, true, false = row
     return choose(name, relation, values, true=true, false=false)

@@ -46,7 +46,8 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   for a fixture whose pair did not run.
 - `faults` — stage 3's fault rows: fixture, seed, batch_size, fault, max_weight_error,
   ids_changed, first_divergence_step.
-- `figure` — `png` and `svg` (relative paths) of the three-panel figure.
+- `figure` — `png` and `svg` (relative paths) of the evidence figure and its `panels` (three, or two
+  when stage 3a did not run into the folder).
 - `drills` — the content of stage 5's drills.json when it exists in the folder, else null.
 - `results` — notebook name -> every result it recorded (verbatim copy of results/<name>.json,
   for every notebook that ran, stage 5 included).

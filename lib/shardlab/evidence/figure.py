@@ -1,4 +1,4 @@
-"""The evidence figure: fault errors, timing samples on a log axis, traced durations (PNG and SVG)."""
+"""The evidence figure: fault errors (when stage 3a ran), timing samples on a log axis, traced durations (PNG, SVG)."""
 
 from pathlib import Path
 
@@ -13,26 +13,29 @@ FIGURE = "evidence"  # evidence.png and evidence.svg in the output folder
 
 
 def figure(out_dir, faults: list | None, timing: dict, transitions: list[dict]):
-    """Three panels (fault errors, timing samples on a log axis, traced durations); saved as PNG and SVG."""
+    """The panels (fault errors, timing samples on a log axis, traced durations); saved as PNG and SVG.
+
+    The fault panel needs stage 3a's results in the same folder: without them (stage 4a run alone) the
+    figure has the two panels this notebook measured, never an empty one. Returns (figure, {'png', 'svg',
+    'panels'}).
+    """
     import matplotlib.pyplot as plt
 
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
-    _fault_panel(left, faults)
-    _timing_panel(middle, timing)
-    _trace_panel(right, transitions)
+    drawn = [("fault errors", _fault_panel, faults)] if faults else []
+    drawn += [("timing samples", _timing_panel, timing), ("traced durations", _trace_panel, transitions)]
+    fig, axes = plt.subplots(1, len(drawn), figsize=(16 * len(drawn) / 3, 4.8), constrained_layout=True)
+    for ax, (_, draw, values) in zip(axes, drawn):
+        draw(ax, values)
     paths = {}
     for ext in ("png", "svg"):
         path = Path(out_dir) / f"{FIGURE}.{ext}"
         fig.savefig(path, dpi=120, metadata={"Date": None} if ext == "svg" else None)
         paths[ext] = relative(path, out_dir)
-    return fig, paths
+    return fig, {**paths, "panels": [name for name, _, _ in drawn]}
 
 
 def _fault_panel(ax, faults):
     ax.set_title("Final-weight error per omitted state field")
-    if not faults:
-        ax.text(0.5, 0.5, "no stage3a_checkpoint results in this folder", ha="center", transform=ax.transAxes)
-        return
     fixtures = sorted({row["fixture"] for row in faults})
     width = 0.8 / len(fixtures)
     for i, fixture in enumerate(fixtures):

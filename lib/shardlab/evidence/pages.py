@@ -89,9 +89,10 @@ def merge_parameters(nb) -> None:
     """Show the parameters once: the defaults cell with the values papermill injected, its own cell dropped.
 
     Papermill runs a notebook with its `parameters` cell and then an `injected-parameters` cell that
-    overrides some names; a page showing both makes a reader compare two cells to learn one set of
-    values. On the page (never in the executed notebook) each injected value replaces the default
-    on its line, the line's comment kept, and a name the defaults lack is added at the end.
+    overrides some names; a notebook or page showing both makes a reader compare two cells to learn
+    one set of values. Each injected value replaces the default on its line, the line's comment kept,
+    and a name the defaults lack is added at the end. `stable.notebook` applies it to the executed
+    notebook; a notebook that still holds both (an older receipt) is merged again on its page.
     """
     import ast
 
@@ -124,7 +125,7 @@ def notebook_html(nb) -> tuple[str, str, list[str]]:
 
     from shardlab.course.results import HIDDEN_TAG
 
-    nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX and both parameter cells
+    nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX
     merge_parameters(nb)
     for cell in nb.cells:
         if cell.cell_type == "markdown":

@@ -7,7 +7,12 @@ a file written through `mkstemp`. `notebook` fixes the first three in one execut
 `modes` the last for a whole output folder. The notebook-level papermill start, end and
 duration stay: they are this run's timing.
 
-`notebook` also takes what nobody reads on the page out of the outputs: a record
+`notebook` also shows the parameters once: papermill's injected cell is folded into the defaults cell
+(`pages.merge_parameters`), so a reader opening the executed notebook in JupyterLab meets one
+parameters cell holding the values the run used (the run's parameters stay in the notebook's
+papermill metadata).
+
+It also takes what nobody reads on the page out of the outputs: a record
 (shardlab.course.results, hidden form) moves into its cell's metadata, where
 `results.from_notebook` reads it, and a finished progress display is dropped, so a cell that
 only recorded has no outputs and no front end draws an output area for it.
@@ -26,7 +31,10 @@ def notebook(path) -> None:
     """Rewrite the notebook at `path`: a fixed id for the injected cell, no per-cell clocks, streams joined."""
     import nbformat  # here, not at import: a command line refused before any notebook runs never loads it
 
+    from shardlab.evidence.pages import merge_parameters
+
     nb = nbformat.read(path, as_version=4)
+    merge_parameters(nb)  # one parameters cell, with the values this run used
     for cell in nb.cells:
         if INJECTED_ID in cell.metadata.get("tags", []):
             cell["id"] = INJECTED_ID

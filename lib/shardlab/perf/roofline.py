@@ -11,8 +11,11 @@ bound by neither arithmetic nor memory but by fixed costs: dispatch, the thunks 
 tiny operations, synchronisation between device threads.
 """
 
+import time
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from shardlab.core.batch import next_batch
 from shardlab.core.config import SEED
@@ -22,7 +25,9 @@ from shardlab.perf import fused
 from shardlab.perf.costmodel import warm_seconds
 
 MATMUL = 512  # n of the n x n x n float32 matmul that measures the FLOP roof
-STREAM = 1 << 22  # float32 elements of the elementwise pass that measures the bandwidth roof (16 MB)
+STREAM = (
+    1 << 24
+)  # float32 elements of the elementwise pass that measures the bandwidth roof (64 MB, beyond a CPU cache)
 
 
 def cost(compiled) -> dict:
@@ -48,14 +53,34 @@ def fused_step(data, mesh, batch_size: int, body=None, seed: int = SEED) -> dict
 
 
 def roofs(samples: int = 5) -> dict:
-    """Measured FLOP/s of a large matmul and bytes/s of a large elementwise pass, on one device."""
+    """Measured FLOP/s of a large matmul and bytes/s of a large elementwise pass, on one device.
+
+    The elementwise pass donates its input, so each call overwrites the buffer it reads: a pass that
+    wrote a fresh output every call would time the allocator and the first touch of new pages
+    (several times slower here) rather than streaming through memory. The roofs are medians of
+    `samples` warm calls; `gbytes_per_s_range` is the slowest and fastest sample's bandwidth, so a
+    reader sees how much the host's load moved the memory roof while it was measured.
+    """
     a = jnp.ones((MATMUL, MATMUL), jnp.float32)
     matmul = jax.jit(lambda x: x @ x)
-    x = jnp.ones(STREAM, jnp.float32)
-    stream = jax.jit(lambda v: v * 1.5 + 1.0)
     flop_s = 2 * MATMUL**3 / warm_seconds(matmul, (a,), samples)
-    byte_s = 2 * 4 * STREAM / warm_seconds(stream, (x,), samples)  # read once, write once
-    return {"flops_per_s": flop_s, "bytes_per_s": byte_s, "measured_on": "one logical CPU device, XLA, float32"}
+    stream = jax.jit(lambda v: v * 1.5 + 1.0, donate_argnums=0)
+    x = jax.block_until_ready(stream(jnp.ones(STREAM, jnp.float32)))  # compiled and warm
+    pass_s = []
+    for _ in range(samples):
+        began = time.perf_counter()
+        x = jax.block_until_ready(stream(x))
+        pass_s.append(time.perf_counter() - began)
+    moved = 2 * 4 * STREAM  # bytes: read once, write once
+    return {
+        "flops_per_s": flop_s,
+        "bytes_per_s": moved / float(np.median(pass_s)),
+        "gbytes_per_s": moved / float(np.median(pass_s)) / 1e9,
+        "gbytes_per_s_range": [moved / max(pass_s) / 1e9, moved / min(pass_s) / 1e9],
+        "stream_bytes": moved,
+        "samples": samples,
+        "measured_on": "one logical CPU device, XLA, float32",
+    }
 
 
 def point(step_cost: dict, step_ms: float, roof: dict) -> dict:
