@@ -195,7 +195,8 @@ QUESTIONS = (
             "A device receives only padding. What does it contribute?",
             ["its own mean, 0/0", "nothing: it is skipped from the psum", "a zero numerator and a zero count"],
             "c",
-            "It still joins the collective with zeros (its pieces are all zero, as the pieces table showed): in the "
+            "It still joins the collective with zeros (its pieces are all zero, as the line under the pieces table "
+            "showed): in the "
             "one-row batch, three devices add zeros to the psum and the step's gradient is that one row's. Only a "
             "globally empty batch is an error.",
             "singleton",

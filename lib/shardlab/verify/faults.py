@@ -130,15 +130,15 @@ def refused(call, error: type, *paths) -> str:
 
 
 def reason(message: str, width: int = 60) -> str:
-    """One short line of a refusal's message (no path in front; for a contract, the field that differs)."""
+    """The first line of a refusal's message, whole, without the path in front; for a contract, the field
+    that differs (its values too when they fit in `width` characters)."""
     lines = message.splitlines()
     detail = [line.strip() for line in lines[1:] if line.startswith("  ")]
     if detail:
         field, _, values = detail[0].partition(": ")
         return detail[0] if len(detail[0]) <= width else f"{field}: the checkpoint's differs from this run's"
     head, sep, rest = lines[0].partition(".npz")
-    text = rest.lstrip(": ") if sep and "/" in head else lines[0]
-    return text if len(text) <= width else text[: text.rfind(" ", 0, width - 2)] + " …"
+    return rest.lstrip(": ") if sep and "/" in head else lines[0]
 
 
 def tampered(source, target, change) -> str:
