@@ -20,7 +20,16 @@ import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
 from shardlab import errors
-from shardlab.checker.common import batch_arrays, changed_inputs, fingerprint, host, placed, sharding_of, snapshot
+from shardlab.checker.common import (
+    batch_arrays,
+    changed_inputs,
+    fingerprint,
+    host,
+    placed,
+    raised_where,
+    sharding_of,
+    snapshot,
+)
 from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
@@ -169,6 +178,32 @@ def _initial_rules(case: Case, state: dict, mesh) -> None:
         [int(state["cursor"]), int(state["step"])],
         "a new run starts at cursor 0, step 0",
     )
+
+
+def initial_checked(ctx, case: Case, data, mesh, later: str) -> dict:
+    """initial's state for the case, judged against the oracle before `later` uses it: a later function is never
+    blamed for a state initial got wrong (a state of other data or another mesh, kept from an earlier call)."""
+    state = called(ctx, "initial", case.seed, given(case, data), mesh)
+    try:
+        _initial_rules(case, state, mesh)
+    except Miss as miss:
+        rows, width = case.shape()
+        shapes = {name: tuple(np.shape(host(state[name]))) for name in ("weights", "order") if name in state}
+        other = shapes and shapes != {"weights": (width,), "order": (rows,)}
+        raise Miss(
+            miss.expected,
+            miss.observed,
+            f"the state initial returned is already wrong, before {later} ran: {miss.why}"
+            + (
+                f" (shapes {shapes} for data of {rows} row(s) x {width} feature(s): a state made for other data, "
+                "one kept from an earlier call?)"
+                if other
+                else ""
+            )
+            + " -> initial builds the state from the seed, data and mesh of each call"
+            + formulas.mark("initial-fields"),
+        ) from None
+    return state
 
 
 def _skipped(plan: list, call: int, ids, order, rows: int, batch: int) -> str | None:
@@ -437,7 +472,7 @@ def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     step = step_of(ctx, case)
-    state = called(ctx, "initial", case.seed, given(case, data), mesh)
+    state = initial_checked(ctx, case, data, mesh, "any transition")
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
         new, loss, ids = called(ctx, "transition", state, given(case, data), case.batch, step, mesh)
@@ -767,7 +802,7 @@ def _trained_to(ctx, case: Case, data, mesh):
     """The state after the case's save point: step 0, the first epoch's last batch, or one batch into epoch 2."""
     per_epoch = len(oracle.epoch_batches(case.shape()[0], case.batch))
     at = {"start": 0, "end": per_epoch, "mid": per_epoch + 1}[case.save_at]
-    state = called(ctx, "initial", case.seed, given(case, data), mesh)
+    state = initial_checked(ctx, case, data, mesh, "the state was trained, saved and restored")
     for _ in range(at):
         state, _, _ = called(ctx, "transition", state, given(case, data), case.batch, step_of(ctx, case), mesh)
     return state, at
@@ -878,10 +913,11 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     try:
         return called(ctx, "restore", path, contract, mesh)
     except Exception as exc:
+        # the cursor bound is named only when the refusal speaks of the cursor and the cursor sits on a bound
         hint = (
             "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
-            if cursor in (0, rows)
-            else "restore must accept every valid checkpoint its own save writes"
+            if cursor in (0, rows) and "cursor" in str(exc).lower()
+            else f"restore must accept every valid checkpoint its own save writes; it raised at {raised_where(exc)}"
         )
         raise Miss(
             "the checkpoint restored",
@@ -975,5 +1011,29 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
             named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
             verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
         else:
-            verdicts[what] = (False, rule)
+            verdicts[what] = (False, _accepted_cause(ctx, target, expected, mesh, error, rule, path))
     return verdicts
+
+
+def _accepted_cause(ctx, target: str, expected: dict, mesh, error, rule: str, path: str) -> str:
+    """Why restore accepted `target`: when it is the valid file restored earlier in this case, the same bytes are
+    restored again under a new name. Refused there, restore gave an earlier answer for a path it had read, without
+    reading or comparing again; accepted there too, the comparison (or the field check) is at fault."""
+    if os.path.abspath(target) != os.path.abspath(path):
+        return rule
+    again = tempfile.mkdtemp(prefix="again-", dir=os.path.join(os.path.dirname(os.path.abspath(path)), "damaged"))
+    copy = os.path.join(again, os.path.basename(path))
+    shutil.copyfile(path, copy)
+    try:
+        called(ctx, "restore", copy, expected, mesh)
+    except (NotImplementedError, Miss):
+        raise
+    except error:
+        return (
+            "not the comparison: the same bytes under a new name are refused, so restore gave back an earlier "
+            "answer for a path it had read before, without reading and comparing again -> read and check the "
+            "file at every call (no cache by path: a path can hold another checkpoint later)"
+        )
+    except Exception:
+        return rule
+    return rule

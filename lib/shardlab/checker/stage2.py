@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.formulas as formulas
 import shardlab.checker.search as search
 from shardlab.checker.common import (
+    CheckFailed,
     batch_arrays,
     cached_step,
     close,
@@ -20,9 +21,11 @@ from shardlab.checker.common import (
     host,
     placed,
     replicas,
+    see,
     sharding_of,
 )
 from shardlab.checker.domain import Case
+from shardlab.checker.padding import check_padding
 from shardlab.checker.properties import mesh_of, step_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
@@ -290,6 +293,31 @@ def step_is_sharded(ctx):
     )
 
 
+def _wrong_on_this_batch(ctx, batch, own, start) -> str:
+    """Whose fault a wrong update on next_batch's batch is. The batch is judged first, against the rows its ids select
+    (padding by position, data[ids]); the step is then judged on the very arrays it was given, by NumPy."""
+    try:
+        check_padding(batch, ctx.data, ctx.batch_size, ctx.mesh.size)
+    except CheckFailed as wrong:
+        given = [np.asarray(a) for a in (batch.features, batch.targets, batch.mask)]
+        as_given = oracle.momentum_step(*given, *start)
+        step_right = close(own[2], as_given[2]) and close(own[0], as_given[0])
+        return (
+            f"the batch next_batch gave is already wrong ({wrong.diagnosis})"
+            + (
+                "; the step is right on the arrays it was given, so the step is not at fault"
+                if step_right
+                else "; the step is wrong on the arrays it was given too"
+            )
+            + formulas.mark("pad-by-position")
+            + see(ctx, "padding_is_never_an_observation", "padding_is_decided_by_position", "random_sampler_walk")
+        )
+    return "the step itself is wrong on this (correct) batch" + (
+        see(ctx, *(c.__name__ for c in CHECKS if c.__name__.startswith(("gradient", "loss", "consecutive"))))
+        or " -> fix the step first"
+    )
+
+
 def transition_is_one_batch_and_one_update(ctx):
     """Five transitions: step +1 each, the ids next_batch gives, and the NumPy update on those rows."""
     impl, mesh, width = ctx.impl, ctx.mesh, ctx.data.features.shape[1]
@@ -329,7 +357,7 @@ def transition_is_one_batch_and_one_update(ctx):
                 "the step is right on this batch, so the transition is not handing the state's weights and momentum "
                 "to it or not keeping its outputs"
                 if step_ok
-                else "the step itself is wrong on this batch (see the step checks above); fix it first"
+                else _wrong_on_this_batch(ctx, batch, own, start)
             )
             expect(
                 False,
