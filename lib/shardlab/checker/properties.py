@@ -180,7 +180,7 @@ def _initial_rules(case: Case, state: dict, mesh) -> None:
     )
 
 
-def initial_checked(ctx, case: Case, data, mesh, later: str) -> dict:
+def initial_checked(ctx, case: Case, data, mesh, later: str, note: str = "") -> dict:
     """initial's state for the case, judged against the oracle before `later` uses it: a later function is never
     blamed for a state initial got wrong (a state of other data or another mesh, kept from an earlier call)."""
     state = called(ctx, "initial", case.seed, given(case, data), mesh)
@@ -193,7 +193,7 @@ def initial_checked(ctx, case: Case, data, mesh, later: str) -> dict:
         raise Miss(
             miss.expected,
             miss.observed,
-            f"the state initial returned is already wrong, before {later} ran: {miss.why}"
+            f"the state initial returned{note} is already wrong, before {later} ran: {miss.why}"
             + (
                 f" (shapes {shapes} for data of {rows} row(s) x {width} feature(s): a state made for other data, "
                 "one kept from an earlier call?)"
@@ -245,8 +245,10 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
 def sampler_walk(ctx, case: Case) -> None:
     """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
-    state = called(ctx, "initial", case.seed, given(case, data), mesh)
-    _initial_rules(case, state, mesh)
+    state = initial_checked(ctx, case, data, mesh, "next_batch")
+    # the same seed with data of another shape, in the same process: the state follows the data of each call
+    other = replace(case, fixture="", rows=rows + 1, features=case.shape()[1] + 1)
+    initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)
     for call, want in enumerate(plan):

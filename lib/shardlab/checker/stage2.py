@@ -415,7 +415,7 @@ def step_follows_the_mesh_it_was_made_for(ctx):
 
     A step kept between calls (memoised by the device count, a module-level step) is bound to the first mesh.
     """
-    found = []
+    found, initial_wrong = [], []
     for size in (1, 2):
         meshes = [mesh_of(ctx, size, layout) for layout in ("first", "last")]
         # both made before either runs; the search's cases of these meshes reuse them (one compilation each)
@@ -424,6 +424,14 @@ def step_follows_the_mesh_it_was_made_for(ctx):
         for mesh, step in zip(meshes, steps):
             where = f"the step made for the mesh of devices {_device_ids(mesh)}"
             state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
+            # the step's input first: a state initial placed elsewhere is initial's mistake, not the step's
+            wrong = [n for n in ("weights", "momentum") if sharding_of(state[n], mesh, P()) is not None]
+            if wrong:
+                initial_wrong.append(
+                    f"initial's {wrong} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
+                    f"({sharding_of(state[wrong[0]], mesh, P())})"
+                )
+                continue
             try:
                 new, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
             except NotImplementedError:
@@ -437,6 +445,18 @@ def step_follows_the_mesh_it_was_made_for(ctx):
             weights.append(host(new["weights"]))
         if len(weights) == 2 and not np.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7):
             found.append(f"the same first update differs between the two {size}-device meshes")
+    if initial_wrong:
+        expect(
+            False,
+            "initial's state on the mesh it is given, then each step on its own mesh",
+            initial_wrong + found,
+            "the state initial returned is already wrong, before any step ran: "
+            + "; ".join(initial_wrong)
+            + " -> initial builds the state on the mesh each call is given (a state kept from an earlier call "
+            "belongs to another mesh)"
+            + (f"; the steps that could be judged: {'; '.join(found)}" if found else "; make_step is not judged here")
+            + formulas.mark("replicated", "initial-fields"),
+        )
     return expect(
         not found,
         "each step runs on the mesh it was made for, with the same numbers",
