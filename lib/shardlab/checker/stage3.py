@@ -23,6 +23,7 @@ from shardlab.checker.common import (
     fresh_implementation,
     host,
     plain,
+    raised_where,
     see,
     sharding_of,
     snapshot,
@@ -232,16 +233,44 @@ def resume_continues_the_same_run(ctx):
 
 def fresh_process_resume(ctx):
     """A fresh interpreter restores the checkpoint and continues exactly as the uninterrupted run."""
-    path, saved, _ = _saved(ctx, "fresh")
+    path, saved, written = _saved(ctx, "fresh")
     steps = _resume_steps(ctx)
     with fresh_implementation(ctx) as fresh:
         contract = fresh.contract(ctx.data, _config(ctx))
-        state = fresh.restore(path, contract, ctx.mesh)
+        try:
+            state = fresh.restore(path, contract, ctx.mesh)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            raise CheckFailed(
+                "the checkpoint restored in a fresh interpreter",
+                f"{type(exc).__name__}: {exc}"[:300],
+                f"restore in a fresh interpreter raised {type(exc).__name__} at {raised_where(exc)}: "
+                + _fresh_refusal(ctx, path, contract, saved, written),
+            ) from None
         restored = snapshot(state)
         resumed = replay.run(
             state, ctx.data, ctx.batch_size, steps, ctx.mesh, fresh.make_step(ctx.mesh), fresh.transition
         )
     return _replay_verdict(_control(ctx), resumed, "resumed in a fresh interpreter", restored, snapshot(saved))
+
+
+def _fresh_refusal(ctx, path: str, contract: dict, saved: dict, written: dict) -> str:
+    """Why a fresh interpreter's restore refused the checkpoint this one saved: the contract each interpreter
+    computed first, then the file (read here), and restore only when both are right."""
+    here, there = (json.loads(json.dumps(c)) for c in (written, contract))
+    if here != there:
+        return (
+            f"the contract computed in the fresh interpreter differs from this one's ({_contract_change(there, here)})"
+            " -> build the contract from the data's bytes and the configuration only (no hash() of a str, id(), "
+            "time or path)" + mark("contract-json")
+        )
+    return _file_fault(ctx, path, written, saved) or (
+        "both interpreters compute the same contract and the file holds it and every field, so restore refuses a "
+        "valid checkpoint: its comparison or its field checks reject what its own save writes (a contract read "
+        "back from JSON has lists for tuples and str keys) -> compare in the same plain-JSON form"
+        + mark("contract-first", "exact-resume")
+    )
 
 
 def save_never_overwrites(ctx):
@@ -500,6 +529,26 @@ def _contract_change(saved: dict, given: dict) -> str:
 def _unrestorable(ctx, path: str, contract: dict, state: dict) -> str:
     """Whose fault it is that restore does not give back `state` from the file save wrote at `path`, judged from
     the file itself: the six fields and the contract read back here (NumPy, JSON), not through the learner's code."""
+    found = _file_fault(ctx, path, contract, state)
+    if found:
+        return found
+    if not _json_dicts(read_npz(path)):
+        return (
+            "the file holds every field; its contract is not JSON text this check can read, so whether save wrote "
+            "it as given or restore compares it wrongly is not told apart here"
+            + mark("contract-json", "exact-resume")
+            + see(ctx, "restore_returns_every_field", "checkpoint_holds_every_field")
+        )
+    return (
+        "the file holds every field and the contract as given, so the fault is restore's: it must accept every "
+        "checkpoint its own save writes and give back exactly the saved fields"
+        + mark("exact-resume")
+        + see(ctx, "restore_returns_every_field", "resume_continues_the_same_run")
+    )
+
+
+def _file_fault(ctx, path: str, contract: dict, state: dict) -> str | None:
+    """What is wrong with the file save wrote for `state` and `contract` (None: it holds both), read here."""
     try:
         members = read_npz(path)
     except Exception as exc:
@@ -522,19 +571,7 @@ def _unrestorable(ctx, path: str, contract: dict, state: dict) -> str:
             f"the file holds every field, but not the contract save was given ({change}) -> save writes the "
             "contract exactly as given and changes nothing it is given" + mark("save-inputs-intact", "contract-json")
         )
-    if not held:
-        return (
-            "the file holds every field; its contract is not JSON text this check can read, so whether save wrote "
-            "it as given or restore compares it wrongly is not told apart here"
-            + mark("contract-json", "exact-resume")
-            + see(ctx, "restore_returns_every_field", "checkpoint_holds_every_field")
-        )
-    return (
-        "the file holds every field and the contract as given, so the fault is restore's: it must accept every "
-        "checkpoint its own save writes and give back exactly the saved fields"
-        + mark("exact-resume")
-        + see(ctx, "restore_returns_every_field", "resume_continues_the_same_run")
-    )
+    return None
 
 
 def _interrupted_saves(ctx, mode: str):
