@@ -225,7 +225,7 @@ def refusals_name_the_course_errors(ctx):
         if found is None:
             continue
         kind, wrong[case] = found
-        if kind == "accepted" and given is not None and json.loads(json.dumps(given)) == own:
+        if kind == "accepted" and error is ContractMismatchError and json.loads(json.dumps(given)) == own:
             kind = "same contract"
         kinds.setdefault(kind, []).append(case)
     causes = {  # each cause is named only for the cases whose outcome shows it
