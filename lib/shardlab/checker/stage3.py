@@ -246,7 +246,7 @@ def fresh_process_resume(ctx):
                 "the checkpoint restored in a fresh interpreter",
                 f"{type(exc).__name__}: {exc}"[:300],
                 f"restore in a fresh interpreter raised {type(exc).__name__} at {raised_where(exc)}: "
-                + _fresh_refusal(ctx, path, contract, saved, written),
+                + _fresh_refusal(ctx, exc, path, contract, saved, written),
             ) from None
         restored = snapshot(state)
         resumed = replay.run(
@@ -255,7 +255,7 @@ def fresh_process_resume(ctx):
     return _replay_verdict(_control(ctx), resumed, "resumed in a fresh interpreter", restored, snapshot(saved))
 
 
-def _fresh_refusal(ctx, path: str, contract: dict, saved: dict, written: dict) -> str:
+def _fresh_refusal(ctx, exc, path: str, contract: dict, saved: dict, written: dict) -> str:
     """Why a fresh interpreter's restore refused the checkpoint this one saved: the contract each interpreter
     computed first, then the file (read here), and restore only when both are right."""
     here, there = (json.loads(json.dumps(c)) for c in (written, contract))
@@ -265,12 +265,19 @@ def _fresh_refusal(ctx, path: str, contract: dict, saved: dict, written: dict) -
             " -> build the contract from the data's bytes and the configuration only (no hash() of a str, id(), "
             "time or path)" + mark("contract-json")
         )
-    return _file_fault(ctx, path, written, saved) or (
-        "both interpreters compute the same contract and the file holds it and every field, so restore refuses a "
-        "valid checkpoint: its comparison or its field checks reject what its own save writes (a contract read "
-        "back from JSON has lists for tuples and str keys) -> compare in the same plain-JSON form"
-        + mark("contract-first", "exact-resume")
+    found = _file_fault(ctx, path, written, saved)
+    if found:
+        return found
+    text = (
+        "both interpreters compute the same contract and the file holds it and every field, so the fault is "
+        "restore's: it refuses a valid checkpoint its own save wrote"
     )
+    if isinstance(exc, errors.ContractMismatchError):  # only a refused comparison speaks of the contract's form
+        return text + (
+            " as another experiment: a contract read back from JSON has lists for tuples and str keys -> compare "
+            "both in the same plain-JSON form" + mark("contract-first")
+        )
+    return text + " -> restore must accept every checkpoint save writes" + mark("exact-resume")
 
 
 def save_never_overwrites(ctx):
