@@ -98,6 +98,18 @@ def test_a_batch_that_counts_padding_is_blamed_on_next_batch_not_on_the_step():
     assert ("see padding_is_never_an_observation" in text) == (not padding.passed), text
 
 
+def test_the_search_blames_next_batch_not_transition_for_a_batch_that_counts_padding():
+    """3 rows on 4 devices leave mask [1, 1, 1, 0] in the buffer; a 2-row case of the same width then keeps it."""
+    spec = "ranked/mask_kept_between_batches.py"
+    three, two = (Case(rows=n, batch=n, devices=4, features=1, seed=5) for n in (3, 2))
+    first, second = _misses(spec, [("transition_walk", three), ("transition_walk", two)])
+    assert first is None  # every batch of the first case is right: a fresh buffer, then the same 3 rows
+    assert second is not None
+    assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
+    assert "mask 1 on padded slots" in second.why and "transition is not at fault" in second.why, second.why
+    assert "transition does not use it" not in second.why and "the step itself is wrong" not in second.why
+
+
 def test_a_resume_that_restored_every_field_is_not_blamed_on_restore():
     """Stage 1's probes leave a longer mask in a padded buffer; the uninterrupted run in this interpreter reuses it
     at a remainder, the fresh interpreter starts without it: the runs differ after an exact restore."""

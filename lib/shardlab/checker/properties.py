@@ -21,6 +21,7 @@ import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
 from shardlab import errors
 from shardlab.checker.common import (
+    CheckFailed,
     batch_arrays,
     changed_inputs,
     fingerprint,
@@ -496,6 +497,15 @@ def transition_walk(ctx, case: Case) -> None:
         if not (near(got["weights"], w) and near(got["momentum"], v) and near(got["loss"], want_loss)):
             direct = step(*placed(mesh, *batch, before["weights"], before["momentum"]))
             own = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
+            wrong_batch = _batch_fault(ctx, case, state, data, mesh) if own else None
+            if wrong_batch:  # next_batch's output is judged before transition is blamed for it
+                raise Miss(
+                    {"weights": w, "momentum": v, "loss": want_loss},
+                    got,
+                    f"transition {call + 1}: the step it was given is right on the course's batch, and the batch "
+                    f"next_batch gives for this state is already wrong ({wrong_batch}) -> fix next_batch; transition "
+                    "is not at fault" + formulas.mark("pad-by-position"),
+                )
             lead = (
                 "the step it was given is right on this batch, so transition does not use it"
                 + formulas.mark("one-update")
@@ -520,6 +530,18 @@ def transition_walk(ctx, case: Case) -> None:
         for name in ("weights", "momentum"):
             _placement(new[name], mesh, P(), f"the transition's new {name}")
         state = new
+
+
+def _batch_fault(ctx, case: Case, state: dict, data, mesh) -> str | None:
+    """What is wrong with the batch the learner's next_batch gives for `state` (padding, mask, rows), or None."""
+    try:
+        _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
+        check_padding(batch, data, case.batch, case.devices)
+    except CheckFailed as failed:
+        return failed.diagnosis
+    except Miss:
+        return None
+    return None
 
 
 def _config(case: Case, **changes) -> Config:
