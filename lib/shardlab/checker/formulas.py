@@ -321,7 +321,7 @@ def update_cause(
         return (
             "the gradient is already wrong, and the update applies v <- decay*v + g, w <- w - learning_rate*v to "
             "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
-            "(see the gradient checks)" + mark("global-mean")
+            "(the global masked mean of 2 x features^T x residual)" + mark("global-mean")
         )
     which = explain_update(previous, g_obs, got, learning_rate, decay, devices)
     return (

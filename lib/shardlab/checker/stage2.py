@@ -234,7 +234,7 @@ def consecutive_updates(ctx):
         elif wrong == ["loss"]:
             formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
             why = "only the reported loss differs (weights, momentum and gradient are right): " + (
-                formula or "see the loss check"
+                formula or "no known loss mistake fits its value" + see(ctx, "loss_on_full_and_tail_batches")
             )
         elif "grad" in wrong:
             why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
