@@ -827,8 +827,21 @@ def _trained_to(ctx, case: Case, data, mesh):
     per_epoch = len(oracle.epoch_batches(case.shape()[0], case.batch))
     at = {"start": 0, "end": per_epoch, "mid": per_epoch + 1}[case.save_at]
     state = initial_checked(ctx, case, data, mesh, "the state was trained, saved and restored")
-    for _ in range(at):
+    plan = oracle.walk(case.shape()[0], case.seed, case.batch, at)
+    for call in range(at):
         state, _, _ = called(ctx, "transition", state, given(case, data), case.batch, step_of(ctx, case), mesh)
+        fields = snapshot(state)
+        want = plan[call]
+        # the state save is given is judged first: restore is never blamed for a state no course run reaches
+        need(
+            (recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]))
+            and int(fields["step"]) == call + 1,
+            {**want["after"], "step": call + 1},
+            {k: fields.get(k) for k in ("cursor", "key", "order", "step")},
+            f"the state after transition {call + 1} is already wrong, before save and restore ran: its sampler "
+            "fields (or step) leave the course's coverage arithmetic -> fix next_batch or transition first; restore "
+            "is not judged on a state no run of the course reaches" + formulas.mark("cursor", "reshuffle"),
+        )
     return state, at
 
 
