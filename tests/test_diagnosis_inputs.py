@@ -229,3 +229,21 @@ def test_a_restore_that_answers_a_path_from_memory_is_told_from_a_wrong_comparis
     miss = _misses(spec, [("restore_damage", Case(rows=1, batch=1, devices=1, features=1, seed=0))])[0]
     assert miss is not None and "no cache by path" in miss.why, miss
     assert "the whole contract must be equal" not in miss.why, miss.why
+
+
+def test_a_state_no_course_run_reaches_is_blamed_on_the_sampler_not_on_restore():
+    """The cursor moved by the batch size is past the rows after a remainder, a state the course's arithmetic never
+    gives; the restore search says so before it judges restore (the course's own, here)."""
+    spec = "ranked/transition_cursor_by_batch_size.py"
+    module = implementation.load(str(HERE / spec))
+    case = Case(rows=3, batch=2, devices=1, features=1, seed=0, save_at="mid")
+    data, mesh = data_for(case), make_mesh(1)
+    state = module.initial(0, data, mesh)
+    for _ in range(2):  # 2 ids, then the 1-id remainder
+        state, _ = module.next_batch(state, data, 2, mesh)
+    assert int(state["cursor"]) == 4 > 3  # past the rows: no run of the course holds it
+    assert module.restore is reference.restore
+    (miss,) = _misses(spec, [("restore_damage", case)])
+    assert miss is not None
+    assert "is already wrong, before save and restore ran" in miss.why, miss.why
+    assert "cursor 0 and cursor = rows" not in miss.why and "restore must accept" not in miss.why, miss.why
