@@ -295,6 +295,11 @@ MISTAKES = {
     ),
     "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
     "restore_cached_by_path": (3, "random_restore_damage", ["restored as another experiment", "no cache by path"]),
+    "gradient_output_is_momentum": (
+        2,
+        "consecutive_updates",
+        ["update 2", "the gradient output equals the new momentum", "the gradient of this batch in the fourth place"],
+    ),
     "restore_permutation_by_sum": (
         3,
         "random_restore_damage",

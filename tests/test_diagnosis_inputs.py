@@ -247,3 +247,17 @@ def test_a_state_no_course_run_reaches_is_blamed_on_the_sampler_not_on_restore()
     assert miss is not None
     assert "is already wrong, before save and restore ran" in miss.why, miss.why
     assert "cursor 0 and cursor = rows" not in miss.why and "restore must accept" not in miss.why, miss.why
+
+
+def test_momentum_in_the_gradients_place_is_named_only_where_the_two_differ():
+    """From zero momentum the new momentum is the gradient the step computed: a wrong gradient there is never
+    called momentum in the gradient's place. From non-zero momentum v' = 0.8 v + g tells them apart."""
+    from shardlab.checker import formulas
+
+    rng = np.random.default_rng(4)
+    right, wrong = rng.normal(size=3), 0.5 * rng.normal(size=3)
+    zero, earlier = np.zeros(3), rng.normal(size=3)
+    assert formulas.momentum_as_gradient(wrong, 0.8 * zero + wrong, right, zero) is None  # the factor-two kind
+    swapped = 0.8 * earlier + right  # the step's new momentum, returned as its gradient
+    assert "equals the new momentum" in formulas.momentum_as_gradient(swapped, swapped, right, earlier)
+    assert formulas.momentum_as_gradient(wrong, 0.8 * earlier + wrong, right, earlier) is None  # a wrong gradient

@@ -426,7 +426,9 @@ def step_update(ctx, case: Case) -> None:
             "numbers near 1e9 that float32 cannot hold exactly" + formulas.mark("global-mean"),
         )
     if not within(got["grad"], want_grad, bound["grad"]):
-        why = formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
+        why = formulas.momentum_as_gradient(
+            got["grad"], got["momentum"], want_grad, before["momentum"]
+        ) or formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
         raise Miss(want_grad, got["grad"], f"{which}gradient: {why or 'no known formula matches'}")
     if not within(got["loss"], want_loss, bound["loss"]):
         why = formulas.explain_loss(got["loss"], *finite, before["weights"], case.devices, new_weights=got["weights"])
