@@ -283,6 +283,28 @@ MISTAKES = {
         "random_sampler_walk",
         ["'key': 'host -> a jax.Array'", "stay host NumPy after a reshuffle", "rows=1, batch=1, devices=1"],
     ),
+    "initial_cached_by_seed": (
+        1,
+        "random_sampler_walk",
+        ["the state initial returned", "a state made for other data"],
+    ),
+    "contract_hashes_every_eighth_row": (
+        3,
+        "restore_refuses_another_experiment",
+        ["restore is not at fault", "gives that experiment the same contract as this one"],
+    ),
+    "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
+    "restore_cached_by_path": (3, "random_restore_damage", ["restored as another experiment", "no cache by path"]),
+    "gradient_output_is_momentum": (
+        2,
+        "consecutive_updates",
+        ["update 2", "the gradient output equals the new momentum", "the gradient of this batch in the fourth place"],
+    ),
+    "restore_permutation_by_sum": (
+        3,
+        "random_restore_damage",
+        ["order: ids in range with a permutation's sum", "a valid permutation of 0..rows-1", "rows=3"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -405,6 +427,7 @@ SLOW_MISTAKES = {
     *("eager_step_ignores_hyperparameters", "contract_rounds_learning_rate", "contract_hashes_a_prefix"),
     "contract_rounds_to_ten_decimals",
     "contract_seven_significant_digits",
+    *("initial_cached_by_seed", "save_stamps_the_contract", "restore_cached_by_path", "restore_permutation_by_sum"),
     "restore_places_on_first_devices",
     *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
 }

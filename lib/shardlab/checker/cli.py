@@ -47,7 +47,7 @@ from shardlab.checker.command import (  # noqa: F401
     stages_for,
     summary,
 )
-from shardlab.checker.common import CheckFailed, Context, plain, raised_where
+from shardlab.checker.common import VERDICTS, CheckFailed, Context, plain, raised_where
 from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
@@ -177,6 +177,7 @@ def run_checks(
                 for check in (c for c in checks_of(number) if c.__name__ not in skip):
                     guard.note(event="check", name=check.__name__, stage=number)
                     results.append(_run_or_reuse(check, number, ctx, tracker, kept))
+                    ctx.cache.setdefault(VERDICTS, {})[check.__name__] = results[-1].passed
                     if progress:
                         progress(results[-1])
         finally:

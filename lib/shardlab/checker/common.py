@@ -60,6 +60,21 @@ class Context:
     other_fs: str | None = None  # a scratch folder on another file system than workdir (None: there is none)
 
 
+VERDICTS = "verdicts"  # ctx.cache key: check name -> passed?, for the checks this run has finished
+
+
+def failed_here(ctx: Context, *names: str) -> list[str]:
+    """Those of `names` that ran in this run and failed: a diagnosis points only at a check the learner sees fail."""
+    seen = ctx.cache.get(VERDICTS, {})
+    return [name for name in names if seen.get(name) is False]
+
+
+def see(ctx: Context, *names: str) -> str:
+    """' (see A, B)' for those of `names` that failed in this run, '' if none did."""
+    failed = failed_here(ctx, *names)
+    return f" (see {', '.join(failed)}, which failed above)" if failed else ""
+
+
 def cached_step(ctx: Context, num_devices: int = NUM_DEVICES):
     """The implementation's compiled step for the first `num_devices` devices, built once per run."""
     if ("step", num_devices) not in ctx.cache:

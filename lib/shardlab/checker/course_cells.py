@@ -15,11 +15,13 @@ and 2 show the refusals of bad batch sizes and data with the course's own functi
 does not ask a learner's file for them, so the notebooks do not either.)
 """
 
+import json
 import os
 
 import shardlab.checker.stage3 as stage3
 from shardlab import orbax_io
-from shardlab.checker.common import expect
+from shardlab.checker.common import expect, see
+from shardlab.checker.formulas import mark
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.errors import (
@@ -172,7 +174,8 @@ def contract_is_json_data(ctx):
 
 
 def _refusals(ctx) -> list[tuple]:
-    """(case, call, error, paths) for each refusal stage3a_checkpoint's rejection cells show."""
+    """(case, call, error, paths, the contract a restore is given) for each refusal stage3a_checkpoint's rejection
+    cells show (the contract: None for a save)."""
     path, state, contract = stage3._saved(ctx, "course-refusals")
     bad = os.path.join(os.path.dirname(path), "bad")
     os.makedirs(bad)
@@ -182,7 +185,8 @@ def _refusals(ctx) -> list[tuple]:
             copy = faults.tampered(path, os.path.join(bad, f"{number}.npz"), faults.DAMAGE[case])
         except KeyError:  # that member is kept under another name: nothing to damage (the notebook skips it too)
             continue
-        cases.append((case, lambda copy=copy: ctx.impl.restore(copy, contract, ctx.mesh), CorruptCheckpointError, copy))
+        call = lambda copy=copy: ctx.impl.restore(copy, contract, ctx.mesh)  # noqa: E731
+        cases.append((case, call, CorruptCheckpointError, copy, contract))
     cut = faults.truncated(path, os.path.join(bad, "truncated.npz"))
     text = os.path.join(bad, "notes.npz")
     with open(text, "x") as handle:
@@ -193,32 +197,67 @@ def _refusals(ctx) -> list[tuple]:
     other_size = ctx.impl.contract(ctx.data, Config(seed=ctx.seed, batch_size=ctx.batch_size + 1))
     restore = ctx.impl.restore
     return cases + [
-        ("truncated file", lambda: restore(cut, contract, ctx.mesh), CorruptCheckpointError, cut),
-        ("not an NPZ file", lambda: restore(text, contract, ctx.mesh), CorruptCheckpointError, text),
-        ("different data", lambda: restore(path, other_data, ctx.mesh), ContractMismatchError, path),
-        ("different batch size", lambda: restore(path, other_size, ctx.mesh), ContractMismatchError, path),
-        ("existing checkpoint path", lambda: ctx.impl.save(path, state, contract), CheckpointExistsError, path),
+        ("truncated file", lambda: restore(cut, contract, ctx.mesh), CorruptCheckpointError, cut, contract),
+        ("not an NPZ file", lambda: restore(text, contract, ctx.mesh), CorruptCheckpointError, text, contract),
+        ("different data", lambda: restore(path, other_data, ctx.mesh), ContractMismatchError, path, other_data),
+        ("different batch size", lambda: restore(path, other_size, ctx.mesh), ContractMismatchError, path, other_size),
+        ("existing checkpoint path", lambda: ctx.impl.save(path, state, contract), CheckpointExistsError, path, None),
     ]
+
+
+def _refusal_fault(case: str, call, error: type, path: str) -> tuple[str, str] | None:
+    """None if `call` raised `error` and left the disk as it was; else (what went wrong: 'accepted', 'type' or
+    'disk', what was observed)."""
+    try:
+        faults.refused(call, error, path)
+    except NotImplementedError:
+        raise
+    except AssertionError as exc:  # from `refused`: the call succeeded, or it changed files
+        return ("accepted" if "succeeded" in str(exc) else "disk"), f"{type(exc).__name__}: {str(exc)[:160]}"
+    except Exception as exc:  # another error type than the course's
+        return "type", f"{type(exc).__name__} (not {error.__name__}): {str(exc)[:120]}"
+    return None
 
 
 def refusals_name_the_course_errors(ctx):
     """Each refusal the stage 3 notebook shows raises the course's error type and leaves every file as it was."""
-    wrong = {}
-    for case, call, error, path in _refusals(ctx):
-        try:
-            faults.refused(call, error, path)
-        except NotImplementedError:
-            raise
-        except Exception as exc:  # AssertionError from `refused`, or another error type the call raised
-            wrong[case] = f"{type(exc).__name__}: {str(exc)[:160]}"
+    own = json.loads(json.dumps(ctx.impl.contract(ctx.data, stage3._config(ctx))))
+    wrong, kinds = {}, {}
+    for case, call, error, path, given in _refusals(ctx):
+        found = _refusal_fault(case, call, error, path)
+        if found is None:
+            continue
+        kind, wrong[case] = found
+        if kind == "accepted" and error is ContractMismatchError and json.loads(json.dumps(given)) == own:
+            kind = "same contract"
+        kinds.setdefault(kind, []).append(case)
+    causes = {  # each cause is named only for the cases whose outcome shows it
+        "accepted": lambda cases: (
+            f"restore accepted {cases}: the refusal itself is missing, not its error type -> "
+            "check the contract first, then every field (shapes, dtypes, finite values, a permutation, 0 <= cursor <= "
+            "rows), and raise on the first that fails" + mark("validate-fields", "contract-first")
+        ),
+        "same contract": lambda cases: (
+            f"{cases}: the contract function gives that experiment the same contract as "
+            "this one, so restore had nothing to refuse -> the contract must change with every byte of the data and "
+            "every setting" + mark("contract-pins")
+        ),
+        "type": lambda cases: (
+            f"{cases} refused with another error type -> raise errors.CorruptCheckpointError for "
+            "a damaged file, errors.ContractMismatchError for another experiment and errors.CheckpointExistsError for "
+            "a taken path" + mark("validate-fields", "never-overwrite")
+        ),
+        "disk": lambda cases: (
+            f"{cases} refused, but files changed on disk -> refuse before creating or writing any "
+            "file, and remove a temporary file on every error" + mark("new-temp-name", "never-overwrite")
+        ),
+    }
     return expect(
         not wrong,
         "CorruptCheckpointError for damaged files, ContractMismatchError for another experiment, "
         "CheckpointExistsError for an existing path, nothing on disk changed",
         wrong,
-        "stage3a_checkpoint shows these refusals with the course's error types (shardlab.errors) -> raise "
-        "errors.CorruptCheckpointError, errors.ContractMismatchError or errors.CheckpointExistsError as the starter's "
-        "hints say, and refuse before writing anything",
+        "stage3a_checkpoint shows these refusals: " + "; ".join(causes[k](v) for k, v in kinds.items()),
     )
 
 
@@ -251,7 +290,8 @@ def faults_show_where_arithmetic_predicts(ctx):
         "every fault visible, first at the step arithmetic predicts",
         problems,
         "a restored state whose one field is reset must diverge where the sampler arithmetic says; a complete "
-        "restore must not diverge at all -> see restore_returns_every_field and the stage 1 sampler checks",
+        "restore must not diverge at all"
+        + see(ctx, "restore_returns_every_field", "resume_continues_the_same_run", "epochs_follow_the_course_order"),
     )
 
 

@@ -42,6 +42,16 @@ def _wider(a, rows):
     return np.concatenate([a, a[:1]])
 
 
+def _sum_kept(a, rows):
+    """Ids 0 and 2 both turned into 1: every id in range and the sum of a permutation kept, but not a permutation
+    (a test of the range and the sum, or of the sorted ends, accepts it). None below 3 rows: no such order exists."""
+    if rows < 3 or np.asarray(a).shape != (rows,):
+        return None
+    a = np.array(a, copy=True)
+    a[(a == 0) | (a == 2)] = 1
+    return a
+
+
 def _pair(a, rows):
     return np.stack([a, a])
 
@@ -89,6 +99,7 @@ DAMAGES = (
     ("order", "duplicate id", PERMUTATION, lambda a, rows: np.concatenate([a[:1], a[:-1]]) if rows > 1 else None),
     ("order", "id = rows", PERMUTATION, _set_item(0, None)),  # filled in by `damaged` (needs rows)
     ("order", "id -1", PERMUTATION, _set_item(-1, -1)),
+    ("order", "ids in range with a permutation's sum", PERMUTATION, _sum_kept),
     ("cursor", "float64", DTYPES + ": the cursor is an integer", lambda a, rows: np.asarray(a, np.float64)),
     ("cursor", "shape (2,)", SHAPES + ": the cursor is one integer", _pair),
     ("cursor", "-1", CURSOR, lambda a, rows: np.asarray(-1, np.asarray(a).dtype)),

@@ -303,6 +303,21 @@ def explain_loss(loss, features, targets, mask, weights, num_devices: int, new_w
     return explain_loss_over([(loss, features, targets, mask, weights, new_weights)], num_devices)
 
 
+def momentum_as_gradient(g_obs, momentum_out, grad_right, momentum_before) -> str | None:
+    """The cause when the step's gradient output is its new momentum. Only from non-zero momentum: from zero
+    momentum the new momentum is the gradient the step computed, right or wrong, and nothing tells them apart."""
+    before = np.asarray(momentum_before, np.float64)
+    if not before.any():
+        return None
+    if matches(g_obs, momentum_out) and not matches(momentum_out, grad_right):
+        return (
+            "the gradient output equals the new momentum (decay x momentum + gradient), not the gradient -> return "
+            "(new weights, new momentum, loss, gradient), the gradient of this batch in the fourth place"
+            + mark("global-mean")
+        )
+    return None
+
+
 def update_cause(
     previous: dict, grad_observed, grad_right, got: dict, learning_rate: float, decay: float, devices: int = 1
 ) -> str | None:
@@ -314,6 +329,9 @@ def update_cause(
     g_obs = np.asarray(grad_observed, np.float64)
     if matches(g_obs, grad_right):
         return None
+    swapped = momentum_as_gradient(g_obs, got["momentum"], grad_right, previous["momentum"])
+    if swapped:
+        return swapped
     v_prev, w_prev = (np.asarray(previous[k], np.float64) for k in ("momentum", "weights"))
     v_want = decay * v_prev + g_obs
     follows = matches(got["momentum"], v_want) and matches(got["weights"], w_prev - learning_rate * v_want)
@@ -321,7 +339,7 @@ def update_cause(
         return (
             "the gradient is already wrong, and the update applies v <- decay*v + g, w <- w - learning_rate*v to "
             "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
-            "(see the gradient checks)" + mark("global-mean")
+            "(the global masked mean of 2 x features^T x residual)" + mark("global-mean")
         )
     which = explain_update(previous, g_obs, got, learning_rate, decay, devices)
     return (

@@ -20,7 +20,17 @@ import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
 from shardlab import errors
-from shardlab.checker.common import batch_arrays, changed_inputs, fingerprint, host, placed, sharding_of, snapshot
+from shardlab.checker.common import (
+    CheckFailed,
+    batch_arrays,
+    changed_inputs,
+    fingerprint,
+    host,
+    placed,
+    raised_where,
+    sharding_of,
+    snapshot,
+)
 from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
@@ -171,6 +181,32 @@ def _initial_rules(case: Case, state: dict, mesh) -> None:
     )
 
 
+def initial_checked(ctx, case: Case, data, mesh, later: str, note: str = "") -> dict:
+    """initial's state for the case, judged against the oracle before `later` uses it: a later function is never
+    blamed for a state initial got wrong (a state of other data or another mesh, kept from an earlier call)."""
+    state = called(ctx, "initial", case.seed, given(case, data), mesh)
+    try:
+        _initial_rules(case, state, mesh)
+    except Miss as miss:
+        rows, width = case.shape()
+        shapes = {name: tuple(np.shape(host(state[name]))) for name in ("weights", "order") if name in state}
+        other = shapes and shapes != {"weights": (width,), "order": (rows,)}
+        raise Miss(
+            miss.expected,
+            miss.observed,
+            f"the state initial returned{note} is already wrong, before {later} ran: {miss.why}"
+            + (
+                f" (shapes {shapes} for data of {rows} row(s) x {width} feature(s): a state made for other data, "
+                "one kept from an earlier call?)"
+                if other
+                else ""
+            )
+            + " -> initial builds the state from the seed, data and mesh of each call"
+            + formulas.mark("initial-fields"),
+        ) from None
+    return state
+
+
 def _skipped(plan: list, call: int, ids, order, rows: int, batch: int) -> str | None:
     """If call `call` started the next epoch (its ids or its order) while ids of this epoch were unread, say so."""
     want = plan[call]
@@ -210,8 +246,10 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
 def sampler_walk(ctx, case: Case) -> None:
     """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
-    state = called(ctx, "initial", case.seed, given(case, data), mesh)
-    _initial_rules(case, state, mesh)
+    state = initial_checked(ctx, case, data, mesh, "next_batch")
+    # the same seed with data of another shape, in the same process: the state follows the data of each call
+    other = replace(case, fixture="", rows=rows + 1, features=case.shape()[1] + 1)
+    initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)
     for call, want in enumerate(plan):
@@ -388,7 +426,9 @@ def step_update(ctx, case: Case) -> None:
             "numbers near 1e9 that float32 cannot hold exactly" + formulas.mark("global-mean"),
         )
     if not within(got["grad"], want_grad, bound["grad"]):
-        why = formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
+        why = formulas.momentum_as_gradient(
+            got["grad"], got["momentum"], want_grad, before["momentum"]
+        ) or formulas.explain_gradient(got["grad"], *finite, before["weights"], case.devices)
         raise Miss(want_grad, got["grad"], f"{which}gradient: {why or 'no known formula matches'}")
     if not within(got["loss"], want_loss, bound["loss"]):
         why = formulas.explain_loss(got["loss"], *finite, before["weights"], case.devices, new_weights=got["weights"])
@@ -437,7 +477,7 @@ def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     step = step_of(ctx, case)
-    state = called(ctx, "initial", case.seed, given(case, data), mesh)
+    state = initial_checked(ctx, case, data, mesh, "any transition")
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
         new, loss, ids = called(ctx, "transition", state, given(case, data), case.batch, step, mesh)
@@ -459,6 +499,15 @@ def transition_walk(ctx, case: Case) -> None:
         if not (near(got["weights"], w) and near(got["momentum"], v) and near(got["loss"], want_loss)):
             direct = step(*placed(mesh, *batch, before["weights"], before["momentum"]))
             own = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
+            wrong_batch = _batch_fault(ctx, case, state, data, mesh) if own else None
+            if wrong_batch:  # next_batch's output is judged before transition is blamed for it
+                raise Miss(
+                    {"weights": w, "momentum": v, "loss": want_loss},
+                    got,
+                    f"transition {call + 1}: the step it was given is right on the course's batch, and the batch "
+                    f"next_batch gives for this state is already wrong ({wrong_batch}) -> fix next_batch; transition "
+                    "is not at fault" + formulas.mark("pad-by-position"),
+                )
             lead = (
                 "the step it was given is right on this batch, so transition does not use it"
                 + formulas.mark("one-update")
@@ -483,6 +532,18 @@ def transition_walk(ctx, case: Case) -> None:
         for name in ("weights", "momentum"):
             _placement(new[name], mesh, P(), f"the transition's new {name}")
         state = new
+
+
+def _batch_fault(ctx, case: Case, state: dict, data, mesh) -> str | None:
+    """What is wrong with the batch the learner's next_batch gives for `state` (padding, mask, rows), or None."""
+    try:
+        _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
+        check_padding(batch, data, case.batch, case.devices)
+    except CheckFailed as failed:
+        return failed.diagnosis
+    except Miss:
+        return None
+    return None
 
 
 def _config(case: Case, **changes) -> Config:
@@ -767,9 +828,22 @@ def _trained_to(ctx, case: Case, data, mesh):
     """The state after the case's save point: step 0, the first epoch's last batch, or one batch into epoch 2."""
     per_epoch = len(oracle.epoch_batches(case.shape()[0], case.batch))
     at = {"start": 0, "end": per_epoch, "mid": per_epoch + 1}[case.save_at]
-    state = called(ctx, "initial", case.seed, given(case, data), mesh)
-    for _ in range(at):
+    state = initial_checked(ctx, case, data, mesh, "the state was trained, saved and restored")
+    plan = oracle.walk(case.shape()[0], case.seed, case.batch, at)
+    for call in range(at):
         state, _, _ = called(ctx, "transition", state, given(case, data), case.batch, step_of(ctx, case), mesh)
+        fields = snapshot(state)
+        want = plan[call]
+        # the state save is given is judged first: restore is never blamed for a state no course run reaches
+        need(
+            (recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]))
+            and int(fields["step"]) == call + 1,
+            {**want["after"], "step": call + 1},
+            {k: fields.get(k) for k in ("cursor", "key", "order", "step")},
+            f"the state after transition {call + 1} is already wrong, before save and restore ran: its sampler "
+            "fields (or step) leave the course's coverage arithmetic -> fix next_batch or transition first; restore "
+            "is not judged on a state no run of the course reaches" + formulas.mark("cursor", "reshuffle"),
+        )
     return state, at
 
 
@@ -878,10 +952,11 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     try:
         return called(ctx, "restore", path, contract, mesh)
     except Exception as exc:
+        # the cursor bound is named only when the refusal speaks of the cursor and the cursor sits on a bound
         hint = (
             "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
-            if cursor in (0, rows)
-            else "restore must accept every valid checkpoint its own save writes"
+            if cursor in (0, rows) and "cursor" in str(exc).lower()
+            else f"restore must accept every valid checkpoint its own save writes; it raised at {raised_where(exc)}"
         )
         raise Miss(
             "the checkpoint restored",
@@ -975,5 +1050,29 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
             named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
             verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
         else:
-            verdicts[what] = (False, rule)
+            verdicts[what] = (False, _accepted_cause(ctx, target, expected, mesh, error, rule, path))
     return verdicts
+
+
+def _accepted_cause(ctx, target: str, expected: dict, mesh, error, rule: str, path: str) -> str:
+    """Why restore accepted `target`: when it is the valid file restored earlier in this case, the same bytes are
+    restored again under a new name. Refused there, restore gave an earlier answer for a path it had read, without
+    reading or comparing again; accepted there too, the comparison (or the field check) is at fault."""
+    if os.path.abspath(target) != os.path.abspath(path):
+        return rule
+    again = tempfile.mkdtemp(prefix="again-", dir=os.path.join(os.path.dirname(os.path.abspath(path)), "damaged"))
+    copy = os.path.join(again, os.path.basename(path))
+    shutil.copyfile(path, copy)
+    try:
+        called(ctx, "restore", copy, expected, mesh)
+    except (NotImplementedError, Miss):
+        raise
+    except error:
+        return (
+            "not the comparison: the same bytes under a new name are refused, so restore gave back an earlier "
+            "answer for a path it had read before, without reading and comparing again -> read and check the "
+            "file at every call (no cache by path: a path can hold another checkpoint later)"
+        )
+    except Exception:
+        return rule
+    return rule

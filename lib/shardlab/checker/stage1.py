@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.search as search
-from shardlab.checker.common import degenerate_data, expect, host, sharding_of, snapshot
+from shardlab.checker.common import degenerate_data, expect, host, see, sharding_of, snapshot
 from shardlab.checker.formulas import mark
 from shardlab.checker.padding import check_padding
 from shardlab.core.devices import AXIS
@@ -184,7 +184,7 @@ def epochs_follow_the_course_order(ctx):
     first = wrong[0]
     cause = _sampler_cause(ctx, ctx.seed, ctx.batch_size, per_epoch * EPOCHS)
     if cause is None and first == 0:
-        cause = "the first epoch does not follow the recipe (see first_order_follows_the_seed)"
+        cause = "the first epoch does not follow the recipe" + see(ctx, "first_order_follows_the_seed")
     cause = cause or f"epoch {first} does not follow the recipe"
     return expect(False, expected[first], observed[first], cause)
 

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.formulas as formulas
 import shardlab.checker.search as search
 from shardlab.checker.common import (
+    CheckFailed,
     batch_arrays,
     cached_step,
     close,
@@ -20,9 +21,11 @@ from shardlab.checker.common import (
     host,
     placed,
     replicas,
+    see,
     sharding_of,
 )
 from shardlab.checker.domain import Case
+from shardlab.checker.padding import check_padding
 from shardlab.checker.properties import mesh_of, step_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
@@ -231,7 +234,7 @@ def consecutive_updates(ctx):
         elif wrong == ["loss"]:
             formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
             why = "only the reported loss differs (weights, momentum and gradient are right): " + (
-                formula or "see the loss check"
+                formula or "no known loss mistake fits its value" + see(ctx, "loss_on_full_and_tail_batches")
             )
         elif "grad" in wrong:
             why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
@@ -290,6 +293,31 @@ def step_is_sharded(ctx):
     )
 
 
+def _wrong_on_this_batch(ctx, batch, own, start) -> str:
+    """Whose fault a wrong update on next_batch's batch is. The batch is judged first, against the rows its ids select
+    (padding by position, data[ids]); the step is then judged on the very arrays it was given, by NumPy."""
+    try:
+        check_padding(batch, ctx.data, ctx.batch_size, ctx.mesh.size)
+    except CheckFailed as wrong:
+        given = [np.asarray(a) for a in (batch.features, batch.targets, batch.mask)]
+        as_given = oracle.momentum_step(*given, *start)
+        step_right = close(own[2], as_given[2]) and close(own[0], as_given[0])
+        return (
+            f"the batch next_batch gave is already wrong ({wrong.diagnosis})"
+            + (
+                "; the step is right on the arrays it was given, so the step is not at fault"
+                if step_right
+                else "; the step is wrong on the arrays it was given too"
+            )
+            + formulas.mark("pad-by-position")
+            + see(ctx, "padding_is_never_an_observation", "padding_is_decided_by_position", "random_sampler_walk")
+        )
+    return "the step itself is wrong on this (correct) batch" + (
+        see(ctx, *(c.__name__ for c in CHECKS if c.__name__.startswith(("gradient", "loss", "consecutive"))))
+        or " -> fix the step first"
+    )
+
+
 def transition_is_one_batch_and_one_update(ctx):
     """Five transitions: step +1 each, the ids next_batch gives, and the NumPy update on those rows."""
     impl, mesh, width = ctx.impl, ctx.mesh, ctx.data.features.shape[1]
@@ -329,7 +357,7 @@ def transition_is_one_batch_and_one_update(ctx):
                 "the step is right on this batch, so the transition is not handing the state's weights and momentum "
                 "to it or not keeping its outputs"
                 if step_ok
-                else "the step itself is wrong on this batch (see the step checks above); fix it first"
+                else _wrong_on_this_batch(ctx, batch, own, start)
             )
             expect(
                 False,
@@ -387,7 +415,7 @@ def step_follows_the_mesh_it_was_made_for(ctx):
 
     A step kept between calls (memoised by the device count, a module-level step) is bound to the first mesh.
     """
-    found = []
+    found, initial_wrong = [], []
     for size in (1, 2):
         meshes = [mesh_of(ctx, size, layout) for layout in ("first", "last")]
         # both made before either runs; the search's cases of these meshes reuse them (one compilation each)
@@ -396,6 +424,14 @@ def step_follows_the_mesh_it_was_made_for(ctx):
         for mesh, step in zip(meshes, steps):
             where = f"the step made for the mesh of devices {_device_ids(mesh)}"
             state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
+            # the step's input first: a state initial placed elsewhere is initial's mistake, not the step's
+            wrong = [n for n in ("weights", "momentum") if sharding_of(state[n], mesh, P()) is not None]
+            if wrong:
+                initial_wrong.append(
+                    f"initial's {wrong} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
+                    f"({sharding_of(state[wrong[0]], mesh, P())})"
+                )
+                continue
             try:
                 new, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
             except NotImplementedError:
@@ -409,6 +445,18 @@ def step_follows_the_mesh_it_was_made_for(ctx):
             weights.append(host(new["weights"]))
         if len(weights) == 2 and not np.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7):
             found.append(f"the same first update differs between the two {size}-device meshes")
+    if initial_wrong:
+        expect(
+            False,
+            "initial's state on the mesh it is given, then each step on its own mesh",
+            initial_wrong + found,
+            "the state initial returned is already wrong, before any step ran: "
+            + "; ".join(initial_wrong)
+            + " -> initial builds the state on the mesh each call is given (a state kept from an earlier call "
+            "belongs to another mesh)"
+            + (f"; the steps that could be judged: {'; '.join(found)}" if found else "; make_step is not judged here")
+            + formulas.mark("replicated", "initial-fields"),
+        )
     return expect(
         not found,
         "each step runs on the mesh it was made for, with the same numbers",

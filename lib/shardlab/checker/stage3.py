@@ -5,6 +5,7 @@ resumed run restores that checkpoint (in this interpreter, then in a fresh one) 
 follow the control exactly: every sampler field, every id, every loss and weight.
 """
 
+import json
 import os
 
 import numpy as np
@@ -22,6 +23,8 @@ from shardlab.checker.common import (
     fresh_implementation,
     host,
     plain,
+    raised_where,
+    see,
     sharding_of,
     snapshot,
 )
@@ -192,41 +195,89 @@ def restore_returns_every_field(ctx):
     return "every field as saved", "equal"
 
 
-def _replay_verdict(control: dict, resumed: dict, where: str):
+def _replay_verdict(control: dict, resumed: dict, where: str, restored: dict | None = None, saved: dict | None = None):
+    """Fail unless the resumed run equals the control. With the `restored` state and the `saved` one, a divergence
+    after an exact restore is not blamed on restore: both runs started from the same six fields."""
     comparison = replay.compare(control, resumed)
     try:
         replay.check_recovery(comparison, WEIGHT_TOLERANCE)
     except replay.ReplayMismatchError as exc:
         first = replay.first_divergence(control, resumed) or {}
+        cause = str(exc)
+        if restored is not None and saved is not None and not _differ(restored, saved):
+            cause = (
+                "restore gave back all six saved fields exactly, so restore is not at fault: from equal states the "
+                "resumed run and the uninterrupted one computed differently -> a function keeps something between "
+                "calls (a module-level cache of batches, buffers, steps or states), so its result depends on the "
+                "calls made before it in that interpreter; every call must depend on its arguments alone"
+                + mark("exact-resume")
+            )
         expect(
             False,
             "no difference from the uninterrupted run",
             {"first divergence": first, **comparison},
-            f"{where}, first visible at step {first.get('step')} in {first.get('fields')}: {exc}",
+            f"{where}, first visible at step {first.get('step')} in {first.get('fields')}: {cause}",
         )
     return f"{comparison['steps_compared']} steps equal to the uninterrupted run", plain(comparison)
 
 
 def resume_continues_the_same_run(ctx):
     """Restored in this interpreter, the run continues exactly as the uninterrupted one (> 2 epochs)."""
-    path, _, contract = _saved(ctx, "resume")
+    path, saved, contract = _saved(ctx, "resume")
     _, step = _trained(ctx)
     restored = ctx.impl.restore(path, contract, ctx.mesh)
+    given = snapshot(restored)
     resumed = replay.run(restored, ctx.data, ctx.batch_size, _resume_steps(ctx), ctx.mesh, step, ctx.impl.transition)
-    return _replay_verdict(_control(ctx), resumed, "resumed in this interpreter")
+    return _replay_verdict(_control(ctx), resumed, "resumed in this interpreter", given, snapshot(saved))
 
 
 def fresh_process_resume(ctx):
     """A fresh interpreter restores the checkpoint and continues exactly as the uninterrupted run."""
-    path, _, _ = _saved(ctx, "fresh")
+    path, saved, written = _saved(ctx, "fresh")
     steps = _resume_steps(ctx)
     with fresh_implementation(ctx) as fresh:
         contract = fresh.contract(ctx.data, _config(ctx))
-        state = fresh.restore(path, contract, ctx.mesh)
+        try:
+            state = fresh.restore(path, contract, ctx.mesh)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            raise CheckFailed(
+                "the checkpoint restored in a fresh interpreter",
+                f"{type(exc).__name__}: {exc}"[:300],
+                f"restore in a fresh interpreter raised {type(exc).__name__} at {raised_where(exc)}: "
+                + _fresh_refusal(ctx, exc, path, contract, saved, written),
+            ) from None
+        restored = snapshot(state)
         resumed = replay.run(
             state, ctx.data, ctx.batch_size, steps, ctx.mesh, fresh.make_step(ctx.mesh), fresh.transition
         )
-    return _replay_verdict(_control(ctx), resumed, "resumed in a fresh interpreter")
+    return _replay_verdict(_control(ctx), resumed, "resumed in a fresh interpreter", restored, snapshot(saved))
+
+
+def _fresh_refusal(ctx, exc, path: str, contract: dict, saved: dict, written: dict) -> str:
+    """Why a fresh interpreter's restore refused the checkpoint this one saved: the contract each interpreter
+    computed first, then the file (read here), and restore only when both are right."""
+    here, there = (json.loads(json.dumps(c)) for c in (written, contract))
+    if here != there:
+        return (
+            f"the contract computed in the fresh interpreter differs from this one's ({_contract_change(there, here)})"
+            " -> build the contract from the data's bytes and the configuration only (no hash() of a str, id(), "
+            "time or path)" + mark("contract-json")
+        )
+    found = _file_fault(ctx, path, written, saved)
+    if found:
+        return found
+    text = (
+        "both interpreters compute the same contract and the file holds it and every field, so the fault is "
+        "restore's: it refuses a valid checkpoint its own save wrote"
+    )
+    if isinstance(exc, errors.ContractMismatchError):  # only a refused comparison speaks of the contract's form
+        return text + (
+            " as another experiment: a contract read back from JSON has lists for tuples and str keys -> compare "
+            "both in the same plain-JSON form" + mark("contract-first")
+        )
+    return text + " -> restore must accept every checkpoint save writes" + mark("exact-resume")
 
 
 def save_never_overwrites(ctx):
@@ -271,16 +322,28 @@ def restore_refuses_another_experiment(ctx):
         f"batch size {ctx.batch_size + 3}": ctx.impl.contract(ctx.data, _config(ctx, batch_size=ctx.batch_size + 3)),
         "changed data": ctx.impl.contract(Dataset(features, ctx.data.targets), _config(ctx)),
     }
+    own = ctx.impl.contract(ctx.data, _config(ctx))
     for what, contract in others.items():
         raised, got = _refused(lambda contract=contract: ctx.impl.restore(path, contract, ctx.mesh))
-        expect(
-            raised,
-            "an error naming the mismatch",
-            got,
-            f"restore accepted a checkpoint of a different experiment ({what}) -> compare the saved contract with "
-            "the expected one before accepting anything (a changed batch size is a new experiment)",
-        )
+        expect(raised, "an error naming the mismatch", got, _accepted_other(ctx, what, contract, own))
     return "refused", "refused"
+
+
+def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
+    """Why restore accepted another experiment's checkpoint: the inputs it was given judged first. When the learner's
+    contract gives the other experiment the same contract as this one, restore had nothing to tell apart."""
+    if json.loads(json.dumps(theirs)) == json.loads(json.dumps(own)):
+        return (
+            f"restore accepted a checkpoint of a different experiment ({what}), but restore is not at fault: the "
+            f"contract function gives that experiment the same contract as this one, so no comparison can tell them "
+            "apart -> the contract must change with every byte of the data, the shapes, the seed, the batch size, "
+            "the optimiser and the device count" + mark("contract-pins") + see(ctx, "contract_pins_the_experiment")
+        )
+    return (
+        f"restore accepted a checkpoint of a different experiment ({what}), whose contract differs from the saved "
+        "one -> compare the saved contract with the expected one before accepting anything (a changed batch size is "
+        "a new experiment)" + mark("contract-first")
+    )
 
 
 def _cursor(value: int):
@@ -447,6 +510,77 @@ def _holds(ctx, path: str, contract: dict, state: dict) -> str:
     return error or (f"a checkpoint whose {_differ(restored, state)} differ" if _differ(restored, state) else "")
 
 
+def _json_dicts(members: dict) -> list[dict]:
+    """The members of a checkpoint that hold a JSON object as text."""
+    found = []
+    for value in members.values():
+        try:
+            parsed = json.loads(str(value[()])) if value.dtype.kind in "US" and value.ndim == 0 else None
+        except (ValueError, TypeError):
+            continue
+        if isinstance(parsed, dict):
+            found.append(parsed)
+    return found
+
+
+def _contract_change(saved: dict, given: dict) -> str:
+    """How the contract a file holds differs from the one save was given, entry by entry."""
+    added, dropped = sorted(set(saved) - set(given)), sorted(set(given) - set(saved))
+    changed = sorted(k for k in set(saved) & set(given) if saved[k] != given[k])
+    parts = [
+        f"{label} {keys}" for label, keys in (("added", added), ("dropped", dropped), ("changed", changed)) if keys
+    ]
+    return ", ".join(parts)
+
+
+def _unrestorable(ctx, path: str, contract: dict, state: dict) -> str:
+    """Whose fault it is that restore does not give back `state` from the file save wrote at `path`, judged from
+    the file itself: the six fields and the contract read back here (NumPy, JSON), not through the learner's code."""
+    found = _file_fault(ctx, path, contract, state)
+    if found:
+        return found
+    if not _json_dicts(read_npz(path)):
+        return (
+            "the file holds every field; its contract is not JSON text this check can read, so whether save wrote "
+            "it as given or restore compares it wrongly is not told apart here"
+            + mark("contract-json", "exact-resume")
+            + see(ctx, "restore_returns_every_field", "checkpoint_holds_every_field")
+        )
+    return (
+        "the file holds every field and the contract as given, so the fault is restore's: it must accept every "
+        "checkpoint its own save writes and give back exactly the saved fields"
+        + mark("exact-resume")
+        + see(ctx, "restore_returns_every_field", "resume_continues_the_same_run")
+    )
+
+
+def _file_fault(ctx, path: str, contract: dict, state: dict) -> str | None:
+    """What is wrong with the file save wrote for `state` and `contract` (None: it holds both), read here."""
+    try:
+        members = read_npz(path)
+    except Exception as exc:
+        return (
+            f"the file save wrote is not an NPZ np.load(allow_pickle=False) reads ({type(exc).__name__}) -> save the "
+            "six fields and the contract as arrays with np.savez"
+            + mark("plain-npz")
+            + see(ctx, "checkpoint_holds_every_field")
+        )
+    missing = [name for name in FIELDS if not _held(members, state[name])]
+    if missing:
+        return f"the file save wrote holds no member equal to the state's {missing} -> save all six fields" + see(
+            ctx, "checkpoint_holds_every_field"
+        )
+    given = json.loads(json.dumps(contract))
+    held = _json_dicts(members)
+    if held and given not in held:
+        change = _contract_change(held[0], given) if len(held) == 1 else "no member equals it"
+        return (
+            f"the file holds every field, but not the contract save was given ({change}) -> save writes the "
+            "contract exactly as given and changes nothing it is given" + mark("save-inputs-intact", "contract-json")
+        )
+    return None
+
+
 def _interrupted_saves(ctx, mode: str):
     """Yield (number, outcome, path, state, other, contract) for a save stopped at each chosen file operation."""
     state, other, contract = _two_states(ctx)
@@ -467,7 +601,8 @@ def _interrupted_saves(ctx, mode: str):
         raise CheckFailed(
             "an uninterrupted save that restore gives back",
             wrong,
-            "even an uninterrupted save gives no checkpoint its restore accepts (see checkpoint_holds_every_field)",
+            f"even an uninterrupted save gives no checkpoint its restore gives back ({wrong}): "
+            + _unrestorable(ctx, path, contract, state),
         )
     for number in interrupt.stop_points(whole["operations"]):
         folder = os.path.join(base, str(number))

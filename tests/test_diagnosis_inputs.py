@@ -1,0 +1,263 @@
+"""A diagnosis names the function whose output is wrong, judged on the inputs each function received.
+
+Each planted file (tests/broken/, tests/ranked/) gets one function wrong; a later function, right on what it is
+given, then receives a wrong input (a stale state from initial, a batch whose mask counts padding, a contract that
+merges two experiments). What is wrong, and what is right, is established here with NumPy and the course's own
+functions, independently of the checker; the diagnosis must name the function at fault, and must not name a cause
+those facts rule out. A diagnosis points at another check only when that check failed in the same run.
+"""
+
+import json
+import os
+import tempfile
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardlab.checker import cli as runner
+from shardlab.checker import search
+from shardlab.checker.common import Context, batch_arrays
+from shardlab.checker.domain import Case, data_for
+from shardlab.checker.guard import BoundedImplementation, Guard
+from shardlab.core.config import Config
+from shardlab.core.devices import make_mesh
+from shardlab.core.fixtures import Dataset, teaching_fixture
+from shardlab.learner import implementation, reference
+
+HERE = Path(__file__).parent
+
+
+def _run(spec: str, stage: int, keep, only: bool = True) -> dict:
+    """Name -> result of the checks `keep` of `stage` (and of the earlier stages with only=False), one run."""
+    stages = [stage] if only else [s for s in runner.STAGES if s <= stage]
+    skip = [c.__name__ for s in stages for c in runner.checks_of(s) if c.__name__ not in keep]
+    return {r.name: r for r in runner.run_checks(str(HERE / spec), stage, only=only, skip=skip)}
+
+
+def _misses(spec: str, cases) -> list:
+    """The search's verdicts on `cases` ((property, Case) pairs), in order, on one loaded copy of `spec` in this
+    interpreter: what one function keeps between calls carries from case to case, as it does in a check run."""
+    impl = BoundedImplementation(implementation.load(str(HERE / spec)), implementation.API, Guard())
+    found = []
+    with tempfile.TemporaryDirectory(prefix="diagnosis-inputs-") as workdir:
+        ctx = Context(types.SimpleNamespace(), str(HERE / spec), teaching_fixture(), make_mesh(4), workdir)
+        ctx.impl = impl
+        for name, case in cases:
+            found.append(search._attempt(ctx, search.PROPERTIES[name], case))
+    return found
+
+
+def test_a_stale_initial_state_is_blamed_on_initial_not_on_the_step_or_the_cursor():
+    spec = "broken/initial_cached_by_seed.py"
+    module = implementation.load(str(HERE / spec))
+    wide, narrow = Case(rows=3, features=4, seed=0, devices=1), Case(rows=1, features=1, seed=0, devices=1)
+    module.initial(0, data_for(wide), make_mesh(1))
+    stale = module.initial(0, data_for(narrow), make_mesh(1))
+    assert np.shape(stale["weights"]) == (4,) != (1,)  # the planted fault: the earlier data's width comes back
+    assert np.shape(reference.initial(0, data_for(narrow), make_mesh(1))["weights"]) == (1,)
+
+    first, walk, damage = _misses(
+        spec,
+        [("transition_walk", wide), ("transition_walk", narrow), ("restore_damage", replace(narrow, save_at="start"))],
+    )
+    assert first is None  # the first state made for a seed is right
+    for miss in (walk, damage):
+        assert miss is not None
+        assert "the state initial returned is already wrong" in miss.why, miss.why
+        assert "a state made for other data" in miss.why, miss.why
+        assert "the implementation raised" not in miss.why and "_body" not in miss.why  # not the step's exception
+        assert "cursor 0 and cursor = rows" not in miss.why  # the cursor is in bounds: ruled out
+    assert "before any transition ran" in walk.why
+
+
+def test_a_batch_that_counts_padding_is_blamed_on_next_batch_not_on_the_step():
+    spec = "ranked/mask_kept_between_batches.py"
+    module = implementation.load(str(HERE / spec))
+    assert module.make_step is reference.make_step  # the step is the course's own: it cannot be at fault
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = module.initial(3, data, mesh)
+    _, three = module.next_batch(state, data, 3, mesh)  # 3 rows in 4 slots
+    _, two = module.next_batch(state, data, 2, mesh)  # 2 rows in the same 4 slots
+    expected = batch_arrays(data, two.ids, 4)[2]
+    assert len(three.mask) == len(two.mask) == 4
+    assert np.asarray(two.mask).tolist() != expected.tolist()  # the planted fault, against the course's padding
+
+    # stage 1's enumerated probes leave stale masks in the buffers, as a cumulative check run does
+    earlier = {c.__name__ for c in runner.checks_of(1) if not c.__name__.startswith("random_")}
+    results = _run(spec, 2, earlier | {"transition_is_one_batch_and_one_update"}, only=False)
+    padding = results["padding_is_never_an_observation"]
+    failed = results["transition_is_one_batch_and_one_update"]
+    assert not failed.passed
+    text = failed.diagnosis
+    assert "the batch next_batch gave is already wrong" in text and "mask 1 on padded slots" in text, text
+    assert "the step is right on the arrays it was given, so the step is not at fault" in text, text
+    assert "the step itself is wrong" not in text, text
+    assert ("see padding_is_never_an_observation" in text) == (not padding.passed), text
+
+
+def test_the_search_blames_next_batch_not_transition_for_a_batch_that_counts_padding():
+    """3 rows on 4 devices leave mask [1, 1, 1, 0] in the buffer; a 2-row case of the same width then keeps it."""
+    spec = "ranked/mask_kept_between_batches.py"
+    three, two = (Case(rows=n, batch=n, devices=4, features=1, seed=5) for n in (3, 2))
+    first, second = _misses(spec, [("transition_walk", three), ("transition_walk", two)])
+    assert first is None  # every batch of the first case is right: a fresh buffer, then the same 3 rows
+    assert second is not None
+    assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
+    assert "mask 1 on padded slots" in second.why and "transition is not at fault" in second.why, second.why
+    assert "transition does not use it" not in second.why and "the step itself is wrong" not in second.why
+
+
+def test_a_resume_that_restored_every_field_is_not_blamed_on_restore():
+    """Stage 1's probes leave a longer mask in a padded buffer; the uninterrupted run in this interpreter reuses it
+    at a remainder, the fresh interpreter starts without it: the runs differ after an exact restore."""
+    spec = "ranked/mask_kept_between_batches.py"
+    earlier = {c.__name__ for c in runner.checks_of(1) if not c.__name__.startswith("random_")}
+    results = _run(spec, 3, earlier | {"restore_returns_every_field", "fresh_process_resume"}, only=False)
+    assert not results["padding_is_never_an_observation"].passed
+    assert results["restore_returns_every_field"].passed  # every field comes back exactly
+    fresh = results["fresh_process_resume"]
+    assert not fresh.passed
+    assert "restore gave back all six saved fields exactly, so restore is not at fault" in fresh.diagnosis
+    assert "not restored bit for bit" not in fresh.diagnosis
+
+
+def _contract_equal_for_other_data(module) -> bool:
+    data = teaching_fixture()
+    features = data.features.copy()
+    features[3, 2] -= 1.0
+    config = Config(seed=17, batch_size=7)
+    return module.contract(Dataset(features, data.targets), config) == module.contract(data, config)
+
+
+def test_a_contract_that_merges_experiments_is_blamed_on_contract_not_on_restore():
+    spec = "broken/contract_hashes_every_eighth_row.py"
+    module = implementation.load(str(HERE / spec))
+    assert _contract_equal_for_other_data(module) and not _contract_equal_for_other_data(reference)
+    assert module.restore is reference.restore  # restore compares as the course does
+    results = _run(spec, 3, {"restore_refuses_another_experiment", "refusals_name_the_course_errors"})
+    text = results["restore_refuses_another_experiment"].diagnosis
+    assert "restore is not at fault" in text and "the same contract as this one" in text, text
+    assert "compare the saved contract" not in text, text
+    refusals = results["refusals_name_the_course_errors"]
+    assert not refusals.passed
+    assert "the same contract as this one" in refusals.diagnosis, refusals.diagnosis
+    for ruled_out in ("another error type", "files changed on disk", "the refusal itself is missing"):
+        assert ruled_out not in refusals.diagnosis, refusals.diagnosis  # every refusal that ran had the right type
+
+
+def test_refusals_name_only_the_fault_each_refusal_shows():
+    """restore_skips_validation accepts damaged files: the refusal is missing, its type and the disk are fine."""
+    spec = "broken/restore_skips_validation.py"
+    module = implementation.load(str(HERE / spec))
+    with tempfile.TemporaryDirectory() as folder:
+        data, mesh = teaching_fixture(), make_mesh(4)
+        state = reference.initial(17, data, mesh)
+        contract = reference.contract(data, Config(seed=17, batch_size=7))
+        path = reference.save(os.path.join(folder, "c.npz"), state, contract)
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        arrays["cursor"] = np.asarray(-1, arrays["cursor"].dtype)
+        with open(os.path.join(folder, "d.npz"), "xb") as handle:
+            np.savez(handle, **arrays)
+        module.restore(os.path.join(folder, "d.npz"), contract, mesh)  # accepted: no exception at all
+    assert not _contract_equal_for_other_data(module)  # the contract tells the experiments apart
+    results = _run(spec, 3, {"refusals_name_the_course_errors"})
+    found = results["refusals_name_the_course_errors"]
+    text, observed = found.diagnosis, found.observed
+    accepted = [case for case, what in observed.items() if what.endswith("but the call succeeded")]
+    other_type = [case for case, what in observed.items() if " (not " in what]
+    assert "cursor out of range" in accepted  # as seen above
+    assert f"restore accepted {accepted}: the refusal itself is missing" in text, text
+    assert ("another error type" in text) == bool(other_type), text
+    assert "files changed on disk" not in text and "same contract" not in text, text  # ruled out by the facts
+
+
+def test_a_failed_uninterrupted_save_names_what_the_file_holds():
+    """The file save wrote is read here (NumPy, JSON): it holds every field, and a contract with one key added."""
+    spec = "broken/save_stamps_the_contract.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    contract = reference.contract(data, Config(seed=17, batch_size=7))
+    with tempfile.TemporaryDirectory() as folder:
+        path = module.save(os.path.join(folder, "c.npz"), reference.initial(17, data, mesh), dict(contract))
+        with np.load(path, allow_pickle=False) as npz:
+            held = json.loads(str(npz["contract"][()]))
+    assert set(held) - set(contract) == {"saved_at_step"}
+    checks = {"checkpoint_holds_every_field", "interrupted_save_leaves_nothing_or_a_checkpoint"}
+    results = _run(spec, 3, checks)
+    assert results["checkpoint_holds_every_field"].passed
+    text = results["interrupted_save_leaves_nothing_or_a_checkpoint"].diagnosis
+    assert "not the contract save was given (added ['saved_at_step'])" in text, text
+    assert "checkpoint_holds_every_field" not in text, text  # it passed in this run: no pointer to it
+
+
+@pytest.mark.parametrize("with_pointer", [True, False])
+def test_a_pointer_names_a_check_only_when_it_failed_in_the_same_run(with_pointer):
+    """restore_resets_cursor: the file holds every field (restore is at fault); restore_returns_every_field is
+    pointed at when it ran and failed, and never when it did not run."""
+    spec = "broken/restore_resets_cursor.py"
+    checks = {"interrupted_save_leaves_nothing_or_a_checkpoint"} | (
+        {"restore_returns_every_field"} if with_pointer else set()
+    )
+    results = _run(spec, 3, checks)
+    text = results["interrupted_save_leaves_nothing_or_a_checkpoint"].diagnosis
+    assert "the fault is restore's" in text, text
+    assert "lacks" not in text and "not the contract save was given" not in text, text  # save is ruled out
+    if with_pointer:
+        assert not results["restore_returns_every_field"].passed
+    assert ("see restore_returns_every_field" in text) == with_pointer, text
+
+
+def test_a_restore_that_answers_a_path_from_memory_is_told_from_a_wrong_comparison():
+    spec = "broken/restore_cached_by_path.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    contract = reference.contract(data, Config(seed=17, batch_size=7))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "c.npz")
+        first = reference.initial(17, data, mesh)
+        reference.save(path, first, contract)
+        module.restore(path, contract, mesh)
+        os.remove(path)
+        later, _, _ = reference.transition(first, data, 7, reference.make_step(mesh), mesh)  # one step on
+        reference.save(path, later, contract)
+        assert int(module.restore(path, contract, mesh)["step"]) == 0  # the planted fault: the old state
+        assert int(reference.restore(path, contract, mesh)["step"]) == 1
+    miss = _misses(spec, [("restore_damage", Case(rows=1, batch=1, devices=1, features=1, seed=0))])[0]
+    assert miss is not None and "no cache by path" in miss.why, miss
+    assert "the whole contract must be equal" not in miss.why, miss.why
+
+
+def test_a_state_no_course_run_reaches_is_blamed_on_the_sampler_not_on_restore():
+    """The cursor moved by the batch size is past the rows after a remainder, a state the course's arithmetic never
+    gives; the restore search says so before it judges restore (the course's own, here)."""
+    spec = "ranked/transition_cursor_by_batch_size.py"
+    module = implementation.load(str(HERE / spec))
+    case = Case(rows=3, batch=2, devices=1, features=1, seed=0, save_at="mid")
+    data, mesh = data_for(case), make_mesh(1)
+    state = module.initial(0, data, mesh)
+    for _ in range(2):  # 2 ids, then the 1-id remainder
+        state, _ = module.next_batch(state, data, 2, mesh)
+    assert int(state["cursor"]) == 4 > 3  # past the rows: no run of the course holds it
+    assert module.restore is reference.restore
+    (miss,) = _misses(spec, [("restore_damage", case)])
+    assert miss is not None
+    assert "is already wrong, before save and restore ran" in miss.why, miss.why
+    assert "cursor 0 and cursor = rows" not in miss.why and "restore must accept" not in miss.why, miss.why
+
+
+def test_momentum_in_the_gradients_place_is_named_only_where_the_two_differ():
+    """From zero momentum the new momentum is the gradient the step computed: a wrong gradient there is never
+    called momentum in the gradient's place. From non-zero momentum v' = 0.8 v + g tells them apart."""
+    from shardlab.checker import formulas
+
+    rng = np.random.default_rng(4)
+    right, wrong = rng.normal(size=3), 0.5 * rng.normal(size=3)
+    zero, earlier = np.zeros(3), rng.normal(size=3)
+    assert formulas.momentum_as_gradient(wrong, 0.8 * zero + wrong, right, zero) is None  # the factor-two kind
+    swapped = 0.8 * earlier + right  # the step's new momentum, returned as its gradient
+    assert "equals the new momentum" in formulas.momentum_as_gradient(swapped, swapped, right, earlier)
+    assert formulas.momentum_as_gradient(wrong, 0.8 * earlier + wrong, right, earlier) is None  # a wrong gradient
