@@ -200,6 +200,7 @@ MISTAKES = {
         "contracts_agree_in_a_fresh_process",
         ["another contract in a fresh interpreter"],
     ),
+    "contract_hashes_a_str": (3, "contracts_agree_in_a_fresh_process", ["another contract in a fresh interpreter"]),
     "restore_refuses_epoch_end": (
         3,
         "random_restore_damage",

@@ -154,9 +154,9 @@ def run_checks(
     searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
     with launching.scratch(early) as (workdir, other):
 
-        def worker() -> remote.Worker:
+        def worker(fresh: bool = False) -> remote.Worker:
             box, writable = launching.box_for(spec, workdir, other, sandboxed)
-            return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned)
+            return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned, fresh)
 
         impl = remote.RemoteImplementation(worker())
         tracker = reuse_verdicts.Tracker(impl, API)
@@ -172,7 +172,7 @@ def run_checks(
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other
-            ctx.fresh = lambda: remote.RemoteImplementation(worker())
+            ctx.fresh = lambda: remote.RemoteImplementation(worker(fresh=True))
             for number in chosen:
                 for check in (c for c in checks_of(number) if c.__name__ not in skip):
                     guard.note(event="check", name=check.__name__, stage=number)

@@ -217,10 +217,14 @@ def raised_where(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def fresh_implementation(ctx: "Context"):
-    """The implementation loaded by a new interpreter (four CPU devices, nothing of this run): closed afterwards."""
+    """The implementation loaded by a new interpreter (four CPU devices, nothing of this run, a hash seed of its
+    own): closed afterwards."""
     import shardlab.checker.remote as remote
 
-    impl = ctx.fresh() if ctx.fresh else remote.RemoteImplementation(remote.Worker(ctx.spec, scratch=ctx.workdir))
+    if ctx.fresh:
+        impl = ctx.fresh()
+    else:
+        impl = remote.RemoteImplementation(remote.Worker(ctx.spec, scratch=ctx.workdir, fresh=True))
     try:
         hello = impl.worker.start()
         if "error" in hello:

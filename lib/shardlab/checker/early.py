@@ -11,6 +11,7 @@ environment), so only when it starts changes, never what it runs.
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -50,21 +51,33 @@ def warm(scratch: list | None = None, lazy: bool = False) -> "forkserver.Server 
     return forkserver.start(sandbox.environment(environment(None, list(scratch or []))), lazy)
 
 
-def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list) -> Launched:
+def new_hash_seed(env: dict) -> dict:
+    """`env` with a PYTHONHASHSEED of its own, never the one `env` holds: `hash()` of a str or bytes in that
+    interpreter differs from this run's other workers' (forks share their server's), as it does between two
+    runs of a program."""
+    taken, seed = env.get("PYTHONHASHSEED"), None
+    while seed is None or seed == taken:
+        seed = str(secrets.randbelow(4_294_967_295) + 1)  # 0 would turn the salt off
+    return {**env, "PYTHONHASHSEED": seed}
+
+
+def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list, fresh: bool = False) -> Launched:
     """Start `python -m shardlab.checker.worker` for `spec`; the caller reads its hello.
 
     Unsandboxed, and with this process's fork server running (checker/forkserver.py), the worker is a
     fork of that server, which has done the worker's imports already; otherwise a new interpreter.
+    `fresh`: a new interpreter with a hash seed of its own (a fork server only serves its own seed).
     """
     inbound, outbound = os.pipe(), os.pipe()  # checker -> worker, worker -> checker
     command = [sys.executable, "-B", "-m", "shardlab.checker.worker", "--implementation", spec]
     command += ["--channel", f"{inbound[0]},{outbound[1]}", "--call-seconds", str(float(call_seconds))]
     command += ["--poison", json.dumps(poisoned)]
     cwd = scratch[0] if scratch else None
+    base = new_hash_seed(environment(box, scratch)) if fresh else environment(box, scratch)
     try:
         process = None
-        if box is None:
-            env = sandbox.environment(environment(box, scratch))
+        if box is None and not fresh:
+            env = sandbox.environment(base)
             process = forkserver.launch(spec, call_seconds, poisoned, env, cwd, inbound[0], outbound[1])
         if process is None:
             process = sandbox.spawn(
@@ -73,7 +86,7 @@ def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list) -
                 pass_fds=(inbound[0], outbound[1]),
                 stdin=subprocess.DEVNULL,
                 cwd=cwd,
-                env=environment(box, scratch),
+                env=base,
             )
     finally:
         os.close(inbound[0])

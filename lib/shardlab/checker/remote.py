@@ -51,7 +51,9 @@ class Worker:
         scratch: list | str | None = None,
         note=None,
         poisoned: dict | None = None,
+        fresh: bool = False,
     ):
+        self.fresh = fresh  # a new interpreter with a hash seed of its own every start (checker/early.py)
         self.spec, self.call_seconds, self.memory_bytes = spec, float(call_seconds), int(memory_bytes)
         self.box = box
         self.scratch = [scratch] if isinstance(scratch, str) else list(scratch or [])
@@ -68,7 +70,7 @@ class Worker:
         The hello holds its pid, JAX and the error loading the file raised, if any.
         """
         if launched is None:
-            launched = early.launch(self.spec, self.call_seconds, self.poisoned, self.box, self.scratch)
+            launched = early.launch(self.spec, self.call_seconds, self.poisoned, self.box, self.scratch, self.fresh)
         self.process, self.send_fd, self.reply_fd = launched.process, launched.send_fd, launched.reply_fd
         self.generation += 1
         self.inner = None
