@@ -35,7 +35,7 @@ from test_alternatives_run import (
     run_learner_stages,
     shared_notebooks,
 )
-from test_checker import RANDOMISED, judged_at
+from test_checker import RANDOMISED, check_cli, judged_at
 from test_claims import check_claims
 
 from shardlab.checker import cli
@@ -116,9 +116,22 @@ def test_the_reference_run_records_every_function_each_notebook_calls(reference_
     assert reached["stage3b_resume"] == set(API)
 
 
-# tests/correct/*.py (test_checker.py judges each at the stages it changes), tests/correct/more/*.py and
-# held-out correct cases (tests/heldout/correct/, made from their diffs) are judged here only, by the whole
-# checker: each adds minutes of checks, kept out of `make test`
+# The whole checker from the command line, its search included (make check's own loop), on the reference: the
+# file every alternative below is compared with passes every check, in a child interpreter, and reports each.
+def test_reference_passes_every_stage_in_a_fresh_interpreter(tmp_path):
+    status, report = check_cli(tmp_path, "reference", "all")
+    assert status == 0
+    assert report["passed"] is True and report["environment"]["devices"] == 4
+    assert report["environment"]["platform"] == "cpu"
+    expected_counts = {str(s): len(cli.checks_of(s)) for s in cli.STAGES}
+    assert {s: c["checks"] for s, c in report["stages"].items()} == expected_counts
+    for entry in report["checks"]:
+        assert set(entry) >= {"name", "stage", "passed", "expected", "observed", "diagnosis"}
+        assert entry["passed"], entry
+
+
+# tests/correct/*.py, tests/correct/more/*.py and held-out correct cases (tests/heldout/correct/, made from their
+# diffs) are judged here only, by the whole checker: each adds minutes of checks, kept out of `make test`
 HELDOUT_CORRECT = (
     "contract_bytes_with_digest",
     "flat_contract_renamed_keys",
