@@ -20,7 +20,7 @@ ONLY ?=
 AUTOGRADER ?= autograder_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-quick test-sandbox test-alternatives test-browser lab sync lint check drills supervise bench torture portfolio grade sandbox autograder clean
+.PHONY: help venv run test test-quick test-sandbox test-alternatives test-heldout test-browser lab sync lint check drills supervise bench torture portfolio grade sandbox autograder clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -49,9 +49,13 @@ test-quick: venv ## the inner loop after every edit (its time: bench/loops/loops
 	@start=$$(date +%s); $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 
-test-alternatives: venv ## every file in tests/correct/: passes the checker, runs stages 1-4 like the reference
+test-alternatives: venv ## every file in tests/correct/: passes every check and 20 search seeds, runs stages 1-4 like the reference
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/alternatives_all.py \
 	&& echo "[make] test-alternatives finished in $$(( $$(date +%s) - start )) s"
+
+test-heldout: venv ## every held-out wrong file only the randomised search catches is caught by it (tests/heldout_all.py)
+	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/heldout_all.py \
+	&& echo "[make] test-heldout finished in $$(( $$(date +%s) - start )) s"
 
 test-sandbox: venv sandbox ## the tests that need bubblewrap (grade's sandbox; make sandbox installs it as root)
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider -m sandbox \

@@ -3,8 +3,10 @@
 Not collected by `make test` (the name does not start with test_); the Makefile target names this
 file, and .ci/run calls it after `make test`. Each alternative is first run through `check --stage
 all` (the property's premise), then through the course, and its receipts are compared with a
-reference run of the same stages. Broken files show that a failed run's advice names a failing check, and every
-alternative in tests/correct/ passes the randomised checks with 20 search seeds (`make test` runs one).
+reference run of the same stages: every check of every stage runs for each file (the fresh-interpreter resume and
+the randomised search included), which is why `make test` runs none of these files through the whole checker. Broken
+files show that a failed run's advice names a failing check, and every alternative in tests/correct/ passes the
+randomised checks with 20 search seeds.
 
 What does not depend on the file is shared, by the checker's own reuse rule (checker/reuse.py): a check
 passed for a file checked earlier in the session is reused while every function it depended on is
@@ -26,7 +28,6 @@ from test_alternatives_run import (
     CORRECT,
     assert_advice_leads_to_a_failing_check,
     calling_cells,
-    checker_failures,
     digests,
     learner_notebooks,
     merged_run,
@@ -34,10 +35,12 @@ from test_alternatives_run import (
     run_learner_stages,
     shared_notebooks,
 )
-from test_checker import SEARCHED_IN_MAKE_TEST, assert_the_search_accepts
+from test_checker import RANDOMISED, check_cli, judged_at
 from test_claims import check_claims
 
+from shardlab.checker import cli
 from shardlab.course import execute as runner
+from shardlab.learner import implementation
 from shardlab.learner.implementation import API
 
 # broken files that pass stages 1 and 2 and fail a stage 3 notebook cell, each for another cause
@@ -113,9 +116,22 @@ def test_the_reference_run_records_every_function_each_notebook_calls(reference_
     assert reached["stage3b_resume"] == set(API)
 
 
-# tests/correct/*.py (test_checker.py judges each at the stages it changes), tests/correct/more/*.py and
-# held-out correct cases (tests/heldout/correct/, made from their diffs) are judged here only, by the whole
-# checker: each adds minutes of checks, kept out of `make test`
+# The whole checker from the command line, its search included (make check's own loop), on the reference: the
+# file every alternative below is compared with passes every check, in a child interpreter, and reports each.
+def test_reference_passes_every_stage_in_a_fresh_interpreter(tmp_path):
+    status, report = check_cli(tmp_path, "reference", "all")
+    assert status == 0
+    assert report["passed"] is True and report["environment"]["devices"] == 4
+    assert report["environment"]["platform"] == "cpu"
+    expected_counts = {str(s): len(cli.checks_of(s)) for s in cli.STAGES}
+    assert {s: c["checks"] for s, c in report["stages"].items()} == expected_counts
+    for entry in report["checks"]:
+        assert set(entry) >= {"name", "stage", "passed", "expected", "observed", "diagnosis"}
+        assert entry["passed"], entry
+
+
+# tests/correct/*.py, tests/correct/more/*.py and held-out correct cases (tests/heldout/correct/, made from their
+# diffs) are judged here only, by the whole checker: each adds minutes of checks, kept out of `make test`
 HELDOUT_CORRECT = (
     "contract_bytes_with_digest",
     "flat_contract_renamed_keys",
@@ -146,7 +162,11 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
 ):
     made = alternative.startswith("heldout/")
     spec = str(heldout / f"{alternative.removeprefix('heldout/')}.py" if made else CORRECT / f"{alternative}.py")
-    assert checker_failures(spec, reuse=True) == [], f"{alternative} is not accepted by the checker"
+    results = cli.run_checks(spec, "all", reuse=True)  # a check is reused only if nothing it depends on changed
+    failed = [(r.name, r.diagnosis) for r in results if not r.passed]
+    assert not failed, f"{alternative} is correct but the checker rejected it: {failed}"
+    every = sorted((number, c.__name__) for number in cli.STAGES for c in cli.checks_of(number))
+    assert sorted((r.stage, r.name) for r in results) == every  # none left out: the fresh-interpreter resume ran too
     mine, folder = digests(spec), runs_made(tmp_path_factory)
     shared, base = best_base(folder, mine)  # notebooks an earlier run with the same functions speaks for
     running = [name for name in learner_notebooks() if name not in shared]
@@ -168,6 +188,21 @@ def test_a_failed_run_names_a_check_that_fails_for_that_file(broken, tmp_path):
     assert_advice_leads_to_a_failing_check(BROKEN / f"{broken}.py", tmp_path, ["stage3a_checkpoint"])
 
 
-@pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py") if p.stem != SEARCHED_IN_MAKE_TEST))
+# The randomised checks over the domain, for every file in tests/correct/: 20 search seeds, one case per seed and
+# check (20 cases per randomised check in all; a default run draws 4 to 14), at the stages below 4 it changes.
+SEARCH_SEEDS = range(100, 120)
+
+
+@pytest.mark.parametrize("alternative", sorted(p.stem for p in CORRECT.glob("*.py")))
 def test_every_correct_alternative_passes_the_search_with_20_seeds(alternative):
-    assert_the_search_accepts(CORRECT / f"{alternative}.py")
+    spec = str(CORRECT / f"{alternative}.py")
+    stages = [s for s in judged_at(implementation.load(spec)) if s < 4]
+    randomised = {c.__name__ for s in stages for c in cli.STAGES[s].CHECKS if c.__name__ in RANDOMISED}
+    failed = []
+    for seed in SEARCH_SEEDS:
+        for stage in stages:
+            skip = [c.__name__ for c in cli.checks_of(stage) if c.__name__ not in randomised]
+            results = cli.run_checks(spec, stage, only=True, skip=skip, search_seed=seed, search_cases=1)
+            assert {r.name for r in results} == randomised & {c.__name__ for c in cli.STAGES[stage].CHECKS}
+            failed += [(seed, r.name, r.diagnosis) for r in results if not r.passed]
+    assert not failed, f"{alternative} is correct but the search rejected it: {failed[:3]}"

@@ -147,6 +147,7 @@ def test_a_command_line_parses_only_when_it_starts_with_its_command(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow  # one child interpreter per command: make test's, not the inner loop's
 def test_the_real_command_line_refuses_in_its_own_words(tmp_path):
     for argv, words in (
         (["bench", "--steps", "abc"], "argument --steps: 'abc' is not a whole number"),

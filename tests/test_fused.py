@@ -299,6 +299,7 @@ def test_ids_on_the_timing_fixture_at_small_batches(batch_size, fixtures_by_name
     assert_same_sampler(state, {**state, **host, "step": steps})
 
 
+@pytest.mark.slow  # a compiled loop per boundary: make test's, not the inner loop's
 def test_stops_exactly_at_any_step_boundary(data, mesh):
     """Uneven chunks (1 + 5 + 16 + 3 steps) leave the state the same 25 straight steps leave."""
     loop = fused.FusedLoop(data, mesh, 7, k=16)
@@ -316,6 +317,7 @@ def test_stops_exactly_at_any_step_boundary(data, mesh):
     assert unchanged is state and len(none) == 0 and no_ids == []
 
 
+@pytest.mark.slow  # compiled loops: make test's, not the inner loop's
 def test_one_dispatch_leaves_the_callers_state_untouched(data, mesh):
     loop = fused.FusedLoop(data, mesh, 10, k=8)
     start = sl.initial(29, data, mesh)

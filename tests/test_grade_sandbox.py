@@ -324,6 +324,7 @@ def test_platform_files_have_the_published_shapes_and_one_weights_table(tmp_path
     assert blocked["gradable"] is False and blocked["score"] == 0.0
 
 
+@pytest.mark.slow  # a bundle built and run: make test's, not the inner loop's
 def test_the_autograder_bundle_runs_in_gradescopes_layout(tmp_path):
     bundle = autograder.bundle(tmp_path / "bundle", REPO)
     root = tmp_path / "autograder"

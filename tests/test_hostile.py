@@ -324,6 +324,7 @@ def test_damaged_orbax_metadata_is_a_named_refusal(run, tmp_path, mesh):
         orbax_io.restore(path, contract, mesh)
 
 
+@pytest.mark.slow  # processes killed in a loop: make test's, not the inner loop's
 def test_a_kill_loop_ends_with_at_most_one_temporary(run, tmp_path):
     states, contract = run
     code = textwrap.dedent(
@@ -359,6 +360,7 @@ def test_a_kill_loop_ends_with_at_most_one_temporary(run, tmp_path):
 
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 40), batch_size=st.integers(1, 45), steps=st.integers(0, 30))
+@pytest.mark.slow  # replays of up to 30 steps: make test's, not the inner loop's
 def test_the_sampler_at_any_step_is_the_one_a_replay_reaches(seed, rows, batch_size, steps):
     from shardlab.core.sampler import advance, initial_sampler, sampler_at
 

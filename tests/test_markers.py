@@ -42,6 +42,7 @@ def test_plain_child_is_fine():
 """
 
 
+@pytest.mark.slow  # pytest sessions of its own: make test's, not the inner loop's
 def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
     for name in ("conftest.py", "_xdist.py", "budget.py"):  # the suite's own conftest and the helpers it imports
         shutil.copy(REPO / "tests" / name, tmp_path / name)
@@ -91,6 +92,7 @@ def test_imports_nothing_refused():
 """
 
 
+@pytest.mark.slow  # pytest sessions of its own: make test's, not the inner loop's
 def test_every_run_refuses_an_unmarked_import_even_of_a_module_already_loaded(tmp_path):
     """`make test` (no --quick) refuses what --quick refuses, after a marked test has loaded the module."""
     for name in ("conftest.py", "_xdist.py", "budget.py"):

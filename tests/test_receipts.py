@@ -347,6 +347,7 @@ def test_committed_receipts_follow_the_schema():
     assert not hits, f"receipts hold absolute, machine-specific paths (file, path): {hits}; write relative paths"
 
 
+@pytest.mark.slow  # every committed receipt read and compared: make test's, not the inner loop's
 def test_committed_receipts_match_current_sources():
     recorded, current = load_audit(COMMITTED)["sources"], current_sources()
     changed = stale(recorded, current)

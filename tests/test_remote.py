@@ -251,6 +251,7 @@ def test_a_symbolic_link_out_of_the_scratch_folder_is_removed_and_named(tmp_path
     assert not (scratch / "out").exists() and (scratch / "here").is_symlink()  # only the one leading out
 
 
+@pytest.mark.slow  # a child interpreter: make test's, not the inner loop's
 def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_path, capfd):
     spec = tmp_path / "broken.py"
     spec.write_text("def initial(seed, data, mesh:\n    pass\n")

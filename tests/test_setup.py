@@ -77,6 +77,7 @@ def run_python(code):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # child interpreters importing JAX: make test's, not the inner loop's
 def test_device_count_set_before_jax_starts_and_refused_after():
     code = (
         "import shardlab as sl\n"

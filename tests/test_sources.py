@@ -53,6 +53,7 @@ def edited(tree, rel: str, old: str, new: str):
         path.write_text(text)
 
 
+@pytest.mark.slow  # a copy of the checkout: make test's, not the inner loop's
 def test_the_copy_records_what_the_checkout_records(tree):
     root, before = tree
     assert before == sources.receipt_sources(root=PACKAGE)

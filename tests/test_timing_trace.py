@@ -107,6 +107,7 @@ def built(mesh, data):
     return host, timing.build(host, mesh)
 
 
+@pytest.mark.slow  # every variant compiled: make test's, not the inner loop's
 def test_build_compiles_explicitly_and_every_variant_matches_numpy(built, data):
     host, variants = built
     assert list(variants) == NAMES

@@ -48,6 +48,7 @@ def identical(restored, expected):
     return all(np.asarray(host[n]).tobytes() == np.asarray(expected[n]).tobytes() for n in sl.FIELDS)
 
 
+@pytest.mark.slow  # saves killed in child processes: make test's, not the inner loop's
 def test_a_killed_save_leaves_the_old_checkpoint_or_nothing_never_a_wrong_state(tmp_path, states, contract, mesh):
     trials = REDUCED["kill_trials"]
     result = killsave.run(trials, tmp_path, states, contract, mesh, seed=0)
@@ -173,6 +174,7 @@ def test_killing_a_multi_process_save_never_accepts_a_wrong_step(tmp_path):
         assert record["drill_passed"], record
 
 
+@pytest.mark.slow  # the torture run's edge categories: make test's, not the inner loop's
 def test_the_edge_categories_count_every_failure_column_as_zero(tmp_path, states, contract, mesh, data):
     other_key = sl.host_copy(sl.initial(18, data, mesh))["key"]
     foreign = subjects.experiment(seed=29, batch_size=10)[2]
