@@ -78,6 +78,7 @@ COVERAGE = {
     ("stage2_update", "singleton"): ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
     ("stage2_update", "eager"): ("eager_and_compiled_agree",),
     ("stage2_update", "stablehlo"): ("step_is_sharded",),
+    ("stage2_update", "traced-step"): ("step_is_sharded",),
     ("stage2_update", "check"): (ALL,),
     ("stage3a_checkpoint", "derived"): (
         "contract_pins_the_experiment",
@@ -117,8 +118,12 @@ COVERAGE = {
         "replicas_agree",
         "random_transition_walk",
     ),
-    ("stage3c_orbax_lesson", "momentum-gap"): ("consecutive_updates", "random_step_update"),
-    ("stage3c_orbax_lesson", "wrong-key"): ("key_changes_at_each_new_epoch", "random_sampler_walk"),
+    ("stage3c_orbax_lesson", "receipt-faults"): (
+        "consecutive_updates",
+        "random_step_update",
+        "key_changes_at_each_new_epoch",
+        "random_sampler_walk",
+    ),
     ("stage3c_orbax_lesson", "reveal"): (  # the momentum-gap and wrong-key answers, asserted after they are shown
         "consecutive_updates",
         "random_step_update",
