@@ -34,6 +34,7 @@ from html import escape
 from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
+import shardlab.checker.seal as seal
 import shardlab.checker.supervise as supervise
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
@@ -216,7 +217,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
 
     Only the supervisor's report counts: a run stopped before it wrote one has no passed checks. A stage
     that passed with functions that are the course's own code (checker/provenance.py) is `course code`,
-    with no points: its checks judged the course.
+    with no points: its checks judged the course; so is a stage one of whose checks failed because the
+    file called the course's own code while graded (checker/seal.py).
     """
     checks = [c for c in (outcome.report or {}).get("checks", []) if isinstance(c, dict) and c.get("stage") in STAGES]
     course = ((outcome.report or {}).get("environment") or {}).get("course_functions") or {}
@@ -242,6 +244,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
+        elif reached := next((c for c in mine if str(c.get("diagnosis", "")).startswith(seal.COURSE_CODE)), None):
+            row.update(verdict="course code", passed=0, diagnosis=reached["diagnosis"][len(seal.COURSE_CODE) :])
         elif failed:
             row["verdict"] = "fail"
         elif not mine:
@@ -294,7 +298,7 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
             return None, _not_gradable(base, f"the file cannot be copied: {getattr(exc, 'strerror', None) or exc}")
         digest = sha256_file(copy)
         base.update(portfolio=portfolio_status(sub.get("portfolio"), digest), sha256=digest)
-        outcome = bounded.check(str(copy), work / "run", timeout, cap, sandboxed=sandboxed)
+        outcome = bounded.check(str(copy), work / "run", timeout, cap, sandboxed=sandboxed, graded=True)
         private = str(copy.parent) + os.sep  # where the copy ran: shown as the bare file name
         outcome.output = outcome.output.replace(private, "")
         if outcome.report:
