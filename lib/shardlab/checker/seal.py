@@ -41,60 +41,80 @@ SEALED = {
     "shardlab.learner.reference": ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore"),
 }
 CALLING = ["loading the file"]  # the learner's function the worker is calling (checker/worker.py sets it)
-MESSAGE = "{function} reached the course's own {course} while graded: a stand-in that computes nothing"
+MESSAGE = "{function} reached the course's own {course} while graded: {what}"
 COURSE_CODE = "course code: "  # how a check's diagnosis starts when a stand-in's error failed it
 PATTERN = re.compile(r"(?P<function>.{1,120}?) reached the course's own (?P<course>shardlab(?:\.\w+)+) while graded: ")
 
 
 def _stand_in(course: str):
     def stand_in(*args, **kwargs):
-        raise CourseCodeError(MESSAGE.format(function=CALLING[0], course=course))
+        raise CourseCodeError(MESSAGE.format(function=CALLING[0], course=course, what="here a stand-in, it computes nothing"))
 
     stand_in.__name__ = stand_in.__qualname__ = course.rpartition(".")[2]
     return stand_in
 
 
-def _files(modules: list) -> tuple[frozenset, frozenset]:
-    """((st_dev, st_ino) of each module's source and bytecode files, their base names)."""
+def _files(modules: list) -> tuple[tuple, tuple]:
+    """(((st_dev, st_ino), module name) of each module's source and bytecode files, (base name, module name))."""
     import importlib.util
 
-    paths = []
+    found, names = set(), set()
     for module in modules:
         source = module.__file__
         cache = os.path.dirname(importlib.util.cache_from_source(source))
         stem = os.path.basename(source)[:-3] + "."
-        paths += [source, importlib.util.cache_from_source(source)]
+        paths = [source, importlib.util.cache_from_source(source)]
         try:  # the bytecode of every optimisation level
             paths += [os.path.join(cache, name) for name in os.listdir(cache) if name.startswith(stem)]
         except OSError:
             pass
-    found = set()
-    for path in paths:
+        for path in paths:
+            names.add((os.path.basename(path), module.__name__))
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            found.add(((info.st_dev, info.st_ino), module.__name__))
+    return tuple(sorted(found)), tuple(sorted(names))
+
+
+def _which(text, path, files, names, _stat=os.stat, _oserror=OSError):
+    """The course module whose source or bytecode `path` opens, else None (no globals: see `_hook`)."""
+    base, course = text.rstrip("/").rpartition("/")[2], None
+    if not text.startswith("/"):  # relative (perhaps to a dir_fd, which the event does not show): by name
+        for name, module in names:
+            if name == base:
+                course = module
+    if course is None:
         try:
-            info = os.stat(path)
-        except OSError:
-            continue
-        found.add((info.st_dev, info.st_ino))
-    return frozenset(found), frozenset(os.path.basename(p) for p in paths)
+            info = _stat(path)
+        except _oserror:
+            return None
+        for key, module in files:
+            if key == (info.st_dev, info.st_ino):
+                course = module
+    return course
 
 
 def _hook(
     event,
     args,
-    _files=frozenset(),
-    _names=frozenset(),
-    _stat=os.stat,
+    _files=(),
+    _names=(),
+    _calling=CALLING,
+    _message=MESSAGE,
+    _which=_which,
     _fspath=os.fspath,
     _isinstance=isinstance,
     _str=str,
     _bytes=bytes,
     _error=CourseCodeError,
-    _oserror=OSError,
     _exception=Exception,
     _opening=frozenset({"open", "os.link", "os.symlink"}),
     _setting=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
 ):
-    """The audit hook `seal` installs (its defaults bound by `_sealed_hook`); see the module's text."""
+    """The audit hook `seal` installs (its defaults bound there). It reads no global name (a file could rebind
+    one): everything it uses is in its defaults, a tuple no code may replace while it runs."""
     if event == "object.__setattr__" and args[1:2] and args[1] in _setting:
         raise _error("while graded, no function's code or defaults may be replaced")
     if event.startswith("ctypes."):
@@ -108,17 +128,11 @@ def _hook(
         except _exception:
             return
     text = path.decode("utf-8", "surrogateescape") if _isinstance(path, _bytes) else path
-    parts = text.rstrip("/").rpartition("/")
-    if parts[2] == "mem" and text.startswith("/proc/"):
+    if text.startswith("/proc/") and text.rstrip("/").endswith("/mem"):
         raise _error("while graded, the process's memory file is refused")
-    if not text.startswith("/") and parts[2] in _names:  # relative (perhaps to a dir_fd): refused by name
-        raise _error(f"while graded, the course's own {parts[2]} may not be read")
-    try:
-        info = _stat(path)
-    except _oserror:
-        return
-    if (info.st_dev, info.st_ino) in _files:
-        raise _error(f"while graded, the course's own {parts[2]} may not be read")
+    course = _which(text, path, _files, _names)
+    if course is not None:
+        raise _error(_message.format(function=_calling[0], course=course, what="its source may not be read again"))
 
 
 def seal() -> None:
