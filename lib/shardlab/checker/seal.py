@@ -48,7 +48,9 @@ PATTERN = re.compile(r"(?P<function>.{1,120}?) reached the course's own (?P<cour
 
 def _stand_in(course: str):
     def stand_in(*args, **kwargs):
-        raise CourseCodeError(MESSAGE.format(function=CALLING[0], course=course, what="here a stand-in, it computes nothing"))
+        raise CourseCodeError(
+            MESSAGE.format(function=CALLING[0], course=course, what="a stand-in that computes nothing")
+        )
 
     stand_in.__name__ = stand_in.__qualname__ = course.rpartition(".")[2]
     return stand_in
