@@ -16,9 +16,13 @@ given to `exec`) is invisible to the syntax tree but not at run time. So, when `
   keeps everything it uses in its own default values (a tuple), not in names a file could rebind.
 
 The worker itself calls none of the seven (it calls the learner's functions, the probes and the wire
-codec), so nothing of the checker needs the originals. A learner's `except BaseException` around a
-stand-in gets nothing usable back, so the checks fail; the stand-in's error is recognised in the
-checking interpreter (`reached`) by its type and message, and `grade` scores that stage `course code`.
+codec), so nothing of the checker needs the originals. The stand-in's error is recognised in the checking
+interpreter (`reached`) by its type and message, and `grade` scores that stage `course code`. A learner's
+`except BaseException` around a stand-in gets nothing usable back, so the checks fail; the stand-in also
+notes the reach (REACHED), and the worker's reply to that call carries it, so the stage is `course code`
+all the same. That note lives in the file's own interpreter until the reply leaves: a file that finds
+and empties the list before the worker reads it hides the note (not the failure). No record made inside
+that interpreter can be out of its reach; only the stand-in's uselessness is.
 What is not seen: the course's source pasted into the file, or read by a program the file starts.
 """
 
@@ -41,6 +45,9 @@ SEALED = {
     "shardlab.learner.reference": ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore"),
 }
 CALLING = ["loading the file"]  # the learner's function the worker is calling (checker/worker.py sets it)
+# what the stand-ins were asked since the worker's last reply, which carries it. Not the hook's refusals: those
+# are also raised where nothing of the file asked (a traceback's or a warning's look-up of a course line).
+REACHED: list = []
 MESSAGE = "{function} reached the course's own {course} while graded: {what}"
 COURSE_CODE = "course code: "  # how a check's diagnosis starts when a stand-in's error failed it
 PATTERN = re.compile(r"(?P<function>.{1,120}?) reached the course's own (?P<course>shardlab(?:\.\w+)+) while graded: ")
@@ -48,9 +55,8 @@ PATTERN = re.compile(r"(?P<function>.{1,120}?) reached the course's own (?P<cour
 
 def _stand_in(course: str):
     def stand_in(*args, **kwargs):
-        raise CourseCodeError(
-            MESSAGE.format(function=CALLING[0], course=course, what="a stand-in that computes nothing")
-        )
+        REACHED.append(MESSAGE.format(function=CALLING[0], course=course, what="a stand-in that computes nothing"))
+        raise CourseCodeError(REACHED[-1])
 
     stand_in.__name__ = stand_in.__qualname__ = course.rpartition(".")[2]
     return stand_in

@@ -223,6 +223,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
     checks = [c for c in (outcome.report or {}).get("checks", []) if isinstance(c, dict) and c.get("stage") in STAGES]
     course = ((outcome.report or {}).get("environment") or {}).get("course_functions") or {}
     course = course if isinstance(course, dict) else {}
+    reached = ((outcome.report or {}).get("environment") or {}).get("course_code") or {}
+    reached = reached if isinstance(reached, dict) else {}
     why = {"timeout": f"stopped at the {timeout:g} s bound", "output": "stopped: its output passed the cap"}
     rows, cut = [], False
     for stage in sorted(STAGES):
@@ -244,8 +246,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
-        elif reached := next((c for c in mine if str(c.get("diagnosis", "")).startswith(seal.COURSE_CODE)), None):
-            row.update(verdict="course code", passed=0, diagnosis=reached["diagnosis"][len(seal.COURSE_CODE) :])
+        elif seen := _reached(mine, reached.get(str(stage))):
+            row.update(verdict="course code", passed=0, diagnosis=seen)
         elif failed:
             row["verdict"] = "fail"
         elif not mine:
@@ -263,6 +265,15 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         row["diagnosis"] = shown(str(row["diagnosis"]))[:DIAGNOSIS]
         rows.append(row)
     return rows
+
+
+def _reached(checks: list, swallowed) -> str | None:
+    """What a stage's checks reached of the course's own code while graded (checker/seal.py), else None: a check
+    its error failed, or else a call whose error the file swallowed (the worker's reply still said so)."""
+    for check in checks:
+        if str(check.get("diagnosis", "")).startswith(seal.COURSE_CODE):
+            return check["diagnosis"][len(seal.COURSE_CODE) :]
+    return swallowed if isinstance(swallowed, str) else None
 
 
 def _not_gradable(base: dict, why: str) -> list[dict]:
