@@ -145,11 +145,14 @@ def _hook(
 
 def seal() -> None:
     """Replace the course's seven functions by stand-ins and refuse to read their modules again (see above)."""
-    import importlib
+    import shardlab.core.batch
+    import shardlab.core.checkpoint
+    import shardlab.core.state
+    import shardlab.core.update
+    import shardlab.learner.reference  # noqa: F401 (each module of SEALED, loaded before it is read)
 
-    import shardlab
-
-    modules = [importlib.import_module(name) for name in SEALED]
+    shardlab = sys.modules["shardlab"]
+    modules = [sys.modules[name] for name in SEALED]
     originals = {}  # id -> (the object, the stand-in); the core's object first, so a re-export keeps its name
     for module in modules:
         for name in SEALED[module.__name__]:
