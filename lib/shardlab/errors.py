@@ -73,3 +73,7 @@ class PortfolioError(ShardlabError, ValueError):
 
 class CompatibilityError(ShardlabError, RuntimeError):
     """A private API of a pinned package that shardlab relies on is missing or the installed version differs."""
+
+
+class CourseCodeError(ShardlabError, PermissionError):
+    """A graded file reached the course's own implementation of one of its seven functions (checker/seal.py)."""

@@ -18,6 +18,7 @@ import shardlab.checker.early as launching
 import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
+import shardlab.checker.seal as seal
 import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
@@ -52,6 +53,7 @@ from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
 from shardlab.core.fixtures import teaching_fixture
+from shardlab.errors import CourseCodeError
 from shardlab.learner import implementation
 from shardlab.learner.implementation import API
 
@@ -81,6 +83,8 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         passed, expected, observed = False, "no exception", f"{type(exc).__name__}: {exc}"[:SHOWN]
         where = raised_where(exc)
         diagnosis = f"the implementation raised {type(exc).__name__} at {where}" + diagnoses.explain(exc, where)
+        if seal.reached(exc):  # graded, the file called the course's own code (checker/seal.py)
+            diagnosis = f"{seal.COURSE_CODE}{seal.reached(exc)} (at {where})"
     diagnosis, broken = marked_rules(diagnosis)
     return Result(
         check.__name__,
@@ -96,13 +100,18 @@ def run_one(check, stage: int, ctx: Context) -> Result:
 
 def _load_failure(stage: int, error: dict) -> Result:
     """The verdict of a file that could not be loaded, from what its interpreter said of the error."""
+    cause = str(error.get("cause", ""))
+    diagnosis = f"the file could not be loaded ({error.get('where')})"
+    diagnosis = str(error.get("text", "")) if error.get("known") else diagnosis
+    if cause.startswith(f"{CourseCodeError.__name__}: ") and seal.PATTERN.match(cause.partition(": ")[2]):
+        diagnosis = f"{seal.COURSE_CODE}{cause.partition(': ')[2]} (at {error.get('where')})"  # graded, on loading
     return Result(
         "implementation_loads",
         stage,
         False,
         "a module defining " + ", ".join(implementation.API),
-        str(error.get("cause", ""))[:SHOWN],
-        str(error.get("text", "")) if error.get("known") else f"the file could not be loaded ({error.get('where')})",
+        cause[:SHOWN],
+        diagnosis,
         0.0,
     )
 

@@ -6,7 +6,7 @@ arguments. Its checks then judge the course, not the learner. `course_functions(
 syntax tree, in the checking interpreter, where nothing the file does at run time can hide it, and names
 each such function with the course object it stands for. What it cannot see: a function that reaches the
 course's code some other way (through a helper of the file's own, `getattr`, `importlib`), or the course's
-source pasted into the file.
+source pasted into the file. While `grade` runs a file, `checker/seal.py` sees those other routes at run time.
 """
 
 import ast

@@ -51,6 +51,7 @@ class Watch:
         self.path, self.offset = path, 0
         self.results, self.environment, self.done = [], None, False
         self.check, self.open_call, self.course = None, None, {}
+        self.reached = {}  # stage -> the first course code a call of one of its checks reached (checker/seal.py)
         self.pid = None  # the checking interpreter's own pid as it sees it (from its "start" event)
         self.parent = os.getppid()  # whoever started this supervisor: if it dies, the check stops
 
@@ -84,6 +85,8 @@ class Watch:
     def _note(self, kind: str, event: dict) -> None:
         if kind == "implementation" and _named(event.get("course_functions")):
             self.course = event["course_functions"]
+        elif kind == "course_code" and isinstance(event.get("message"), str) and isinstance(self.check, dict):
+            self.reached.setdefault(str(self.check.get("stage")), event["message"][:600])
         elif kind == "start" and self.pid is None:
             self.environment, self.pid = event["environment"], event.get("pid")
         elif kind == "done":
@@ -205,6 +208,8 @@ def run(
     os.remove(progress)
     if watch.environment is not None and watch.course:
         watch.environment = {**watch.environment, "course_functions": watch.course}
+    if watch.environment is not None and watch.reached:
+        watch.environment = {**watch.environment, "course_code": watch.reached}
     return watch.results, watch.environment
 
 

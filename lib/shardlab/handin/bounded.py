@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
+import shardlab.checker.seal as seal
 from shardlab.checker.supervise import REPORT
 from shardlab.core import files
 
@@ -80,8 +81,11 @@ def check(
     cap: int = OUTPUT_CAP,
     stage: int | None = None,
     sandboxed: bool = False,
+    graded: bool = False,
 ):
     """Check `spec` (a .py path or 'reference') at every stage (or only `stage`); never much longer than `timeout`.
+
+    `graded`: the course's own seven functions are sealed in the file's interpreter (checker/seal.py).
 
     `folder` (created, and left for the caller to remove) receives the report and serves as the
     supervisor's working and temporary folder, so even a killed run leaves nothing outside it.
@@ -92,6 +96,7 @@ def check(
     command += ["--output", str(folder / "report"), "--total-seconds", f"{timeout:g}"]
     command += ["--stage", "all"] if stage is None else ["--stage", str(stage), "--only"]
     command += ["--sandbox"] * sandboxed
+    environment = {k: v for k, v in os.environ.items() if k != seal.SEAL_ENV} | ({seal.SEAL_ENV: "1"} if graded else {})
     kept, over = bytearray(), threading.Event()
     start = time.perf_counter()
     process = sandbox.spawn(
@@ -100,7 +105,7 @@ def check(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=scratch,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
+        env={**environment, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)},
     )
     reader = threading.Thread(target=_drain, args=(process.stdout, kept, cap, over), daemon=True)
     reader.start()

@@ -34,6 +34,7 @@ from html import escape
 from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
+import shardlab.checker.seal as seal
 import shardlab.checker.supervise as supervise
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
@@ -216,11 +217,14 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
 
     Only the supervisor's report counts: a run stopped before it wrote one has no passed checks. A stage
     that passed with functions that are the course's own code (checker/provenance.py) is `course code`,
-    with no points: its checks judged the course.
+    with no points: its checks judged the course; so is a stage one of whose checks failed because the
+    file called the course's own code while graded (checker/seal.py).
     """
     checks = [c for c in (outcome.report or {}).get("checks", []) if isinstance(c, dict) and c.get("stage") in STAGES]
     course = ((outcome.report or {}).get("environment") or {}).get("course_functions") or {}
     course = course if isinstance(course, dict) else {}
+    reached = ((outcome.report or {}).get("environment") or {}).get("course_code") or {}
+    reached = reached if isinstance(reached, dict) else {}
     why = {"timeout": f"stopped at the {timeout:g} s bound", "output": "stopped: its output passed the cap"}
     rows, cut = [], False
     for stage in sorted(STAGES):
@@ -242,6 +246,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
+        elif seen := _reached(mine, reached.get(str(stage))):
+            row.update(verdict="course code", passed=0, diagnosis=seen)
         elif failed:
             row["verdict"] = "fail"
         elif not mine:
@@ -259,6 +265,15 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         row["diagnosis"] = shown(str(row["diagnosis"]))[:DIAGNOSIS]
         rows.append(row)
     return rows
+
+
+def _reached(checks: list, swallowed) -> str | None:
+    """What a stage's checks reached of the course's own code while graded (checker/seal.py), else None: a check
+    its error failed, or else a call whose error the file swallowed (the worker's reply still said so)."""
+    for check in checks:
+        if str(check.get("diagnosis", "")).startswith(seal.COURSE_CODE):
+            return check["diagnosis"][len(seal.COURSE_CODE) :]
+    return swallowed if isinstance(swallowed, str) else None
 
 
 def _not_gradable(base: dict, why: str) -> list[dict]:
@@ -294,7 +309,7 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
             return None, _not_gradable(base, f"the file cannot be copied: {getattr(exc, 'strerror', None) or exc}")
         digest = sha256_file(copy)
         base.update(portfolio=portfolio_status(sub.get("portfolio"), digest), sha256=digest)
-        outcome = bounded.check(str(copy), work / "run", timeout, cap, sandboxed=sandboxed)
+        outcome = bounded.check(str(copy), work / "run", timeout, cap, sandboxed=sandboxed, graded=True)
         private = str(copy.parent) + os.sep  # where the copy ran: shown as the bare file name
         outcome.output = outcome.output.replace(private, "")
         if outcome.report:

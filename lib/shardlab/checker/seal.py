@@ -1,0 +1,187 @@
+"""While a file is graded, the course's own seven functions are out of its reach: a call into them is seen.
+
+`checker/provenance.py` reads a file's source and sees the plain routes to the course's code (an import,
+an assignment, a one-line wrapper). Any other route (`getattr`, `importlib`, `sys.modules`, a string
+given to `exec`) is invisible to the syntax tree but not at run time. So, when `grade` runs a file
+(SEAL_ENV set), the worker calls `seal()` before the file loads:
+
+- every course function of SEALED, and every name bound to one in a module already loaded (`shardlab.initial`
+  included), is replaced by a stand-in that raises CourseCodeError naming the learner's function being
+  called (CALLING) and the course object reached. A stand-in holds only that name: the original functions
+  are dropped, and `seal` refuses to go on if any of them is still alive anywhere in the process;
+- an audit hook (`sys.addaudithook`: Python code cannot remove one) refuses to open those modules' source
+  or bytecode files again, whatever path names them, and to link to them, so `importlib.reload` or
+  `spec_from_file_location` cannot rebuild the originals. It also refuses what could rewrite it in
+  place: setting a function's `__code__` or `__defaults__`, `ctypes`, and opening `/proc/*/mem`. The hook
+  keeps everything it uses in its own default values (a tuple), not in names a file could rebind.
+
+The worker itself calls none of the seven (it calls the learner's functions, the probes and the wire
+codec), so nothing of the checker needs the originals. The stand-in's error is recognised in the checking
+interpreter (`reached`) by its type and message, and `grade` scores that stage `course code`. A learner's
+`except BaseException` around a stand-in gets nothing usable back, so the checks fail; the stand-in also
+notes the reach (REACHED), and the worker's reply to that call carries it, so the stage is `course code`
+all the same. That note lives in the file's own interpreter until the reply leaves: a file that finds
+and empties the list before the worker reads it hides the note (not the failure). No record made inside
+that interpreter can be out of its reach; only the stand-in's uselessness is.
+What is not seen: the course's source pasted into the file, or read by a program the file starts.
+"""
+
+import gc
+import os
+import re
+import sys
+import weakref
+
+from shardlab.errors import CourseCodeError
+
+SEAL_ENV = "SHARDLAB_SEAL_COURSE"  # set by `grade` (handin/bounded.py) for the checker and its workers
+
+# the course's implementation of the seven functions: the core's first, then the reference's wrappers
+SEALED = {
+    "shardlab.core.state": ("initial", "transition"),
+    "shardlab.core.batch": ("next_batch",),
+    "shardlab.core.update": ("make_step",),
+    "shardlab.core.checkpoint": ("contract", "save", "restore"),
+    "shardlab.learner.reference": ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore"),
+}
+CALLING = ["loading the file"]  # the learner's function the worker is calling (checker/worker.py sets it)
+# what the stand-ins were asked since the worker's last reply, which carries it. Not the hook's refusals: those
+# are also raised where nothing of the file asked (a traceback's or a warning's look-up of a course line).
+REACHED: list = []
+MESSAGE = "{function} reached the course's own {course} while graded: {what}"
+COURSE_CODE = "course code: "  # how a check's diagnosis starts when a stand-in's error failed it
+PATTERN = re.compile(r"(?P<function>.{1,120}?) reached the course's own (?P<course>shardlab(?:\.\w+)+) while graded: ")
+
+
+def _stand_in(course: str):
+    def stand_in(*args, **kwargs):
+        REACHED.append(MESSAGE.format(function=CALLING[0], course=course, what="a stand-in that computes nothing"))
+        raise CourseCodeError(REACHED[-1])
+
+    stand_in.__name__ = stand_in.__qualname__ = course.rpartition(".")[2]
+    return stand_in
+
+
+def _files(modules: list) -> tuple[tuple, tuple]:
+    """(((st_dev, st_ino), module name) of each module's source and bytecode files, (base name, module name))."""
+    import importlib.util
+
+    found, names = set(), set()
+    for module in modules:
+        source = module.__file__
+        cache = os.path.dirname(importlib.util.cache_from_source(source))
+        stem = os.path.basename(source)[:-3] + "."
+        paths = [source, importlib.util.cache_from_source(source)]
+        try:  # the bytecode of every optimisation level
+            paths += [os.path.join(cache, name) for name in os.listdir(cache) if name.startswith(stem)]
+        except OSError:
+            pass
+        for path in paths:
+            names.add((os.path.basename(path), module.__name__))
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            found.add(((info.st_dev, info.st_ino), module.__name__))
+    return tuple(sorted(found)), tuple(sorted(names))
+
+
+def _which(text, path, files, names, _stat=os.stat, _oserror=OSError):
+    """The course module whose source or bytecode `path` opens, else None (no globals: see `_hook`)."""
+    base, course = text.rstrip("/").rpartition("/")[2], None
+    if not text.startswith("/"):  # relative (perhaps to a dir_fd, which the event does not show): by name
+        for name, module in names:
+            if name == base:
+                course = module
+    if course is None:
+        try:
+            info = _stat(path)
+        except _oserror:
+            return None
+        for key, module in files:
+            if key == (info.st_dev, info.st_ino):
+                course = module
+    return course
+
+
+def _hook(
+    event,
+    args,
+    _files=(),
+    _names=(),
+    _calling=CALLING,
+    _message=MESSAGE,
+    _which=_which,
+    _fspath=os.fspath,
+    _isinstance=isinstance,
+    _str=str,
+    _bytes=bytes,
+    _error=CourseCodeError,
+    _exception=Exception,
+    _opening=frozenset({"open", "os.link", "os.symlink"}),
+    _setting=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
+):
+    """The audit hook `seal` installs (its defaults bound there). It reads no global name (a file could rebind
+    one): everything it uses is in its defaults, a tuple no code may replace while it runs."""
+    if event == "object.__setattr__" and args[1:2] and args[1] in _setting:
+        raise _error("while graded, no function's code or defaults may be replaced")
+    if event.startswith("ctypes."):
+        raise _error("while graded, ctypes is refused")
+    if event not in _opening or not args:
+        return
+    path = args[0]
+    if not _isinstance(path, (_str, _bytes)):
+        try:
+            path = _fspath(path)
+        except _exception:
+            return
+    text = path.decode("utf-8", "surrogateescape") if _isinstance(path, _bytes) else path
+    if text.startswith("/proc/") and text.rstrip("/").endswith("/mem"):
+        raise _error("while graded, the process's memory file is refused")
+    course = _which(text, path, _files, _names)
+    if course is not None:
+        raise _error(_message.format(function=_calling[0], course=course, what="its source may not be read again"))
+
+
+def seal() -> None:
+    """Replace the course's seven functions by stand-ins and refuse to read their modules again (see above)."""
+    import shardlab.core.batch
+    import shardlab.core.checkpoint
+    import shardlab.core.state
+    import shardlab.core.update
+    import shardlab.learner.reference  # noqa: F401 (each module of SEALED, loaded before it is read)
+
+    shardlab = sys.modules["shardlab"]
+    modules = [sys.modules[name] for name in SEALED]
+    originals = {}  # id -> (the object, the stand-in); the core's object first, so a re-export keeps its name
+    for module in modules:
+        for name in SEALED[module.__name__]:
+            value = getattr(module, name)
+            if id(value) not in originals:
+                originals[id(value)] = (value, _stand_in(f"{module.__name__}.{name}"))
+    for name in set().union(*SEALED.values()):
+        getattr(shardlab, name)  # bind the top-level names (PEP 562) so the sweep below replaces them too
+    for module in list(sys.modules.values()):
+        try:
+            names = vars(module)
+        except TypeError:
+            continue
+        for key, value in list(names.items()):
+            if id(value) in originals and originals[id(value)][0] is value:
+                names[key] = originals[id(value)][1]
+    alive = [weakref.ref(value) for value, _ in originals.values()]
+    del originals, value, names
+    gc.collect()
+    if any(ref() is not None for ref in alive):
+        kept = [ref().__module__ + "." + ref().__qualname__ for ref in alive if ref() is not None]
+        raise CourseCodeError(f"the course's functions are still reachable after sealing: {kept}")
+    files, basenames = _files(modules)
+    hook = type(_hook)(_hook.__code__, {}, "course_seal", (files, basenames, *_hook.__defaults__[2:]))
+    sys.addaudithook(hook)
+
+
+def reached(exc: BaseException) -> str | None:
+    """The stand-in's message if `exc` is its error (type and message), else None (checking interpreter)."""
+    if type(exc) is CourseCodeError and PATTERN.match(str(exc)):
+        return str(exc)
+    return None
