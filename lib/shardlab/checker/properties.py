@@ -5,6 +5,7 @@ formulas) and `checker.damage`, never from the reference implementation. `search
 cases, shrinks a failing one and turns the minimal case into a verdict.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -83,11 +84,12 @@ INPUTS = {
 }
 
 
-def called(ctx, name: str, *args):
-    """`ctx.impl.<name>(*args)`; a Miss if the call changed any input it was given (values, types, placement)."""
+def called(ctx, name: str, *args, via=None):
+    """`ctx.impl.<name>(*args)` (or `via(*args)`, a probe that calls it); a Miss if the call changed any input it
+    was given (values, types, placement)."""
     watched = [(label, arg) for label, arg in zip(INPUTS[name], args) if label]
     before = [fingerprint(arg) for _, arg in watched]
-    result = getattr(ctx.impl, name)(*args)
+    result = (via or getattr(ctx.impl, name))(*args)
     changed = changed_inputs(before, [fingerprint(arg) for _, arg in watched], [label for label, _ in watched])
     need(
         not changed,
@@ -473,29 +475,15 @@ def _rows_split(step, args, case: Case) -> None:
     )
 
 
-class Counted:
-    """The step handed to transition, counting its calls (every other attribute is the step's own)."""
-
-    def __init__(self, step):
-        self.step, self.calls = step, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.step(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.step, name)
-
-
 def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     step = step_of(ctx, case)
     state = initial_checked(ctx, case, data, mesh, "any transition")
+    count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        counted = Counted(step)
-        new, loss, ids = called(ctx, "transition", state, given(case, data), case.batch, counted, mesh)
+        (new, loss, ids), calls = called(ctx, "transition", state, given(case, data), case.batch, step, mesh, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -547,10 +535,10 @@ def transition_walk(ctx, case: Case) -> None:
         for name in ("weights", "momentum"):
             _placement(new[name], mesh, P(), f"the transition's new {name}")
         need(
-            counted.calls == 1,
+            calls == 1,
             "1 call of the step it was given",
-            f"{counted.calls} call(s)",
-            f"transition {call + 1} called the step it was given {counted.calls} time(s) -> one transition is one "
+            f"{calls} call(s)",
+            f"transition {call + 1} called the step it was given {calls} time(s) -> one transition is one "
             "next_batch and one call of the step: take the loss and the new weights and momentum from that one "
             "call (every call compiles or runs the whole update again)" + formulas.mark("one-update"),
         )
@@ -968,9 +956,10 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
             "the target's own folder",
         ) from exc
     written = os.path.exists(path)
-    respelt = written and isinstance(returned, (str, os.PathLike)) and os.path.realpath(returned) == os.path.realpath(path)
+    spelt = isinstance(returned, (str, os.PathLike))
+    respelt = written and spelt and os.path.realpath(returned) == os.path.realpath(path)
     need(
-        written and isinstance(returned, (str, os.PathLike)) and os.fspath(returned) == path,
+        written and spelt and os.fspath(returned) == path,
         {"written and returned": path},
         {"returned": returned, "folder holds": sorted(os.listdir(os.path.dirname(os.path.abspath(path))))},
         f"save must write the checkpoint at exactly the path it is given ({path!r}, any file name) and return that "
