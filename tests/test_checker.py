@@ -271,7 +271,7 @@ MISTAKES = {
     "save_returns_realpath": (
         3,
         "random_restore_damage",
-        ["the same file spelt another way", "return the path argument itself", "rows=1, batch=1"],
+        ["the same file reached another way", "return the path argument itself", "rows=1, batch=1"],
     ),
     "restore_compares_shared_keys": (
         3,
