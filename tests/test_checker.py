@@ -152,7 +152,7 @@ MISTAKES = {
     "transition_ignores_step": (
         2,
         "random_transition_walk",
-        ["the step it was given is right on this batch, so transition does not use it", "rows=1, batch=1, devices=1"],
+        ["called the step it was given 0 time(s)", "never one it builds", "rows=1, batch=1, devices=1"],
     ),
     "transition_calls_step_twice": (
         2,

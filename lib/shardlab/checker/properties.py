@@ -540,7 +540,9 @@ def transition_walk(ctx, case: Case) -> None:
             f"{calls} call(s)",
             f"transition {call + 1} called the step it was given {calls} time(s) -> one transition is one "
             "next_batch and one call of the step: take the loss and the new weights and momentum from that one "
-            "call (every call compiles or runs the whole update again)" + formulas.mark("one-update"),
+            "call (every call compiles or runs the whole update again)"
+            + (", the step it is given, never one it builds or keeps" if calls == 0 else "")
+            + formulas.mark("one-update"),
         )
         state = new
 
