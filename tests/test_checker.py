@@ -152,7 +152,12 @@ MISTAKES = {
     "transition_ignores_step": (
         2,
         "random_transition_walk",
-        ["the step it was given is right on this batch, so transition does not use it", "rows=1, batch=1, devices=1"],
+        ["called the step it was given 0 time(s)", "never one it builds", "rows=1, batch=1, devices=1"],
+    ),
+    "transition_calls_step_twice": (
+        2,
+        "random_transition_walk",
+        ["called the step it was given 2 time(s)", "one call of the step", "rows=1, batch=1, devices=1"],
     ),
     "step_ignores_learning_rate": (2, "random_step_update", ["w <- w - 0.03*v", '"step_update", rows=1, devices=1']),
     "eager_step_ignores_hyperparameters": (
@@ -258,6 +263,16 @@ MISTAKES = {
     ),
     "restore_finite_via_sum": (3, "random_restore_damage", ["momentum of magnitude 3e38", "not a test of a sum"]),
     "restore_without_contract_member": (3, "random_restore_damage", ["contract: missing", "rows=1, batch=1"]),
+    "restore_reads_pickles": (
+        3,
+        "random_restore_damage",
+        ["an extra member holding a pickled object array", "the pickle RAN inside restore", "rows=1, batch=1"],
+    ),
+    "save_returns_realpath": (
+        3,
+        "random_restore_damage",
+        ["the same file reached another way", "return the path argument itself", "rows=1, batch=1"],
+    ),
     "restore_compares_shared_keys": (
         3,
         "random_restore_damage",
@@ -425,6 +440,7 @@ SLOW_MISTAKES = {
     *("restore_compares_shared_keys", "restore_refuses_epoch_end", "restore_finite_by_magnitude", "contract_crc32"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
+    *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
 }
 
 

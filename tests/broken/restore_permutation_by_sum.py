@@ -19,8 +19,11 @@ def restore(path, expected_contract, mesh):
             text = npz["contract"]
             found = json.loads(str(text[()])) if text.dtype.kind == "U" and text.shape == () else None
             state = {name: npz[name] for name in FIELDS}
+            extra = sorted(set(npz.files) - {"contract", "integrity", *FIELDS})
     except Exception as exc:  # any read failure: a cut file, not an NPZ, a missing member
         raise CorruptCheckpointError(f"{path} is not a readable checkpoint: {exc}") from None
+    if extra:
+        raise CorruptCheckpointError(f"{path} holds members no checkpoint has: {extra}")
     if not isinstance(found, dict):
         raise CorruptCheckpointError(f"{path}: the contract is not JSON text of a dict")
     check_contract(found, expected_contract)

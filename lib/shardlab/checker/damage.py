@@ -165,6 +165,42 @@ def drawn(rng: np.random.Generator, arrays: dict, members: dict, per_field: int 
     return found
 
 
+PICKLE = (
+    "only an NPZ that np.load(path, allow_pickle=False) reads is a checkpoint: a member holding a pickled object "
+    "runs code when it is read"
+)
+
+
+def _touch(path: str) -> str:
+    """What the pickled payload runs when it is read: it creates `path` (an empty file) and is the path."""
+    with open(path, "a"):
+        pass
+    return path
+
+
+class Marker:
+    """A harmless pickled payload: unpickling it creates the file `path`, so a check can see that it ran."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return _touch, (self.path,)
+
+
+def pickled(arrays: dict, members: dict, marker: str) -> dict:
+    """Kind -> a copy of `arrays` with a pickled object array whose payload creates `marker` when read: as an
+    extra member beside the intact fields, and in place of the weights' member (if located)."""
+    payload = np.array([Marker(marker)], dtype=object)
+    extra = "notes"
+    while extra in arrays:
+        extra += "_"
+    found = {"an extra member holding a pickled object array": {**arrays, extra: payload}}
+    if members.get("weights") in arrays:
+        found["weights: a pickled object array"] = {**arrays, members["weights"]: payload}
+    return found
+
+
 # a damaged contract member is refused either as malformed or as another experiment's
 CONTRACT_DAMAGES = frozenset(kind for field, kind, _, _ in DAMAGES if field == "contract")
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment

@@ -54,7 +54,28 @@ def interrupted_save(save, stop_at: int, mode: str, report: str, first: tuple, r
     return interrupt.interrupted(save, stop_at, mode, report, first, rival)
 
 
+class _Counted:
+    """A step that counts its calls; every other attribute is the step's own."""
+
+    def __init__(self, step):
+        self.step, self.calls = step, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.step(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.step, name)
+
+
+def counted_transition(transition, state, data, batch_size, step, mesh) -> tuple:
+    """(what `transition` returned, how many times it called the `step` it was given)."""
+    counted = _Counted(step)
+    return transition(state, data, batch_size, counted, mesh), counted.calls
+
+
 PROBES = {
+    "counted_transition": counted_transition,
     "lowered_text": lowered_text,
     "compiled_call": compiled_call,
     "top_level_operations": top_level_operations,

@@ -5,6 +5,7 @@ formulas) and `checker.damage`, never from the reference implementation. `search
 cases, shrinks a failing one and turns the minimal case into a verdict.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -83,11 +84,12 @@ INPUTS = {
 }
 
 
-def called(ctx, name: str, *args):
-    """`ctx.impl.<name>(*args)`; a Miss if the call changed any input it was given (values, types, placement)."""
+def called(ctx, name: str, *args, via=None):
+    """`ctx.impl.<name>(*args)` (or `via(*args)`, a probe that calls it); a Miss if the call changed any input it
+    was given (values, types, placement)."""
     watched = [(label, arg) for label, arg in zip(INPUTS[name], args) if label]
     before = [fingerprint(arg) for _, arg in watched]
-    result = getattr(ctx.impl, name)(*args)
+    result = (via or getattr(ctx.impl, name))(*args)
     changed = changed_inputs(before, [fingerprint(arg) for _, arg in watched], [label for label, _ in watched])
     need(
         not changed,
@@ -478,9 +480,10 @@ def transition_walk(ctx, case: Case) -> None:
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     step = step_of(ctx, case)
     state = initial_checked(ctx, case, data, mesh, "any transition")
+    count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        new, loss, ids = called(ctx, "transition", state, given(case, data), case.batch, step, mesh)
+        (new, loss, ids), calls = called(ctx, "transition", state, given(case, data), case.batch, step, mesh, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -531,6 +534,16 @@ def transition_walk(ctx, case: Case) -> None:
             )
         for name in ("weights", "momentum"):
             _placement(new[name], mesh, P(), f"the transition's new {name}")
+        need(
+            calls == 1,
+            "1 call of the step it was given",
+            f"{calls} call(s)",
+            f"transition {call + 1} called the step it was given {calls} time(s) -> one transition is one "
+            "next_batch and one call of the step: take the loss and the new weights and momentum from that one "
+            "call (every call compiles or runs the whole update again)"
+            + (", the step it is given, never one it builds or keeps" if calls == 0 else "")
+            + formulas.mark("one-update"),
+        )
         state = new
 
 
@@ -812,9 +825,9 @@ def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
         return case.file_name, folder
     if case.path == "other":
         return os.path.join(folder, case.file_name), None
-    nested = os.path.join(folder, "runs", "seed", "step")
-    os.makedirs(nested)
-    return os.path.join(nested, case.file_name), None
+    os.makedirs(os.path.join(folder, "stored", "seed", "step"))
+    os.symlink("stored", os.path.join(folder, "runs"))  # the nested folders are reached through a link
+    return os.path.join(folder, "runs", "seed", "step", case.file_name), None
 
 
 def _folder(ctx, case: Case) -> str:
@@ -879,6 +892,8 @@ def restore_damage(ctx, case: Case) -> None:
 
 def _damage_rule(what: str) -> str:
     """The course rule (learner/rules.py id) a damaged copy named `what` breaks."""
+    if "pickled" in what:
+        return "plain-npz"
     if what.startswith("contract: ") or "another experiment" in what:
         return "contract-first"
     if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
@@ -942,12 +957,22 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
             "must work for a bare file name, nested folders and another file system: write the temporary file in "
             "the target's own folder",
         ) from exc
+    written = os.path.exists(path)
+    spelt = isinstance(returned, (str, os.PathLike))
+    respelt = written and spelt and os.path.realpath(returned) == os.path.realpath(path)
     need(
-        os.path.exists(path) and os.path.abspath(os.fspath(returned)) == os.path.abspath(path),
+        written and spelt and os.path.abspath(os.fspath(returned)) == os.path.abspath(path),
         {"written and returned": path},
         {"returned": returned, "folder holds": sorted(os.listdir(os.path.dirname(os.path.abspath(path))))},
         f"save must write the checkpoint at exactly the path it is given ({path!r}, any file name) and return that "
-        "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file",
+        + (
+            f"path as given: it returned {os.fspath(returned)!r}, the same file reached another way (realpath "
+            "resolves links such as this case's linked folder, and the caller asked for the link) -> return the "
+            "path argument itself"
+            if respelt
+            else "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file"
+        )
+        + formulas.mark("exact-path"),
     )
     try:
         return called(ctx, "restore", path, contract, mesh)
@@ -997,6 +1022,10 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
             target = os.path.join(folder, f"{number}.npz")
             faults.tampered(path, target, lambda a, copy=copy: (a.clear(), a.update(copy)))
             files[damage.name(field, kind)] = (target, rule)
+    for number, (kind, copy) in enumerate(damage.pickled(arrays, members, os.path.join(folder, "ran")).items()):
+        target = os.path.join(folder, f"pickled-{number}.npz")
+        faults.tampered(path, target, lambda a, copy=copy: (a.clear(), a.update(copy)))
+        files[kind] = (target, damage.PICKLE)
     files["truncated file"] = (
         faults.truncated(path, os.path.join(folder, "cut.npz")),
         damage.WHOLE_FILE["truncated file"],
@@ -1032,7 +1061,7 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
     for what, theirs in other_experiments(ctx, case, contract).items():
         attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
-    verdicts = {}
+    verdicts, ran = {}, os.path.join(os.path.dirname(files["truncated file"][0]), "ran")
     for what, (target, expected, rule) in attempts.items():
         if what.startswith("contract: ") or any(f"({shape})" in what for shape in OTHER_SHAPES):
             error = OTHER_EXPERIMENT
@@ -1051,6 +1080,9 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
             verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
         else:
             verdicts[what] = (False, _accepted_cause(ctx, target, expected, mesh, error, rule, path))
+        if os.path.exists(ran):  # the pickled payload was unpickled: restore read with allow_pickle=True
+            os.remove(ran)
+            verdicts[what] = (False, f"{verdicts[what][1]}; the pickle RAN inside restore (its payload created a file)")
     return verdicts
 
 

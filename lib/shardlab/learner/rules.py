@@ -194,7 +194,7 @@ RULES = (
         "plain-npz",
         "save",
         "all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads",
-        ("checkpoint_holds_every_field",),
+        ("checkpoint_holds_every_field", "random_restore_damage"),
     ),
     Rule(
         "exact-path",
