@@ -178,6 +178,9 @@ def _touch(path: str) -> str:
     return path
 
 
+EXTRA_PICKLED = "an extra member holding a pickled object array"  # refused, or accepted without reading it
+
+
 class Marker:
     """A harmless pickled payload: unpickling it creates the file `path`, so a check can see that it ran."""
 
@@ -195,7 +198,7 @@ def pickled(arrays: dict, members: dict, marker: str) -> dict:
     extra = "notes"
     while extra in arrays:
         extra += "_"
-    found = {"an extra member holding a pickled object array": {**arrays, extra: payload}}
+    found = {EXTRA_PICKLED: {**arrays, extra: payload}}
     if members.get("weights") in arrays:
         found["weights: a pickled object array"] = {**arrays, members["weights"]: payload}
     return found

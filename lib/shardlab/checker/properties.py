@@ -1078,8 +1078,11 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
         except Exception as exc:
             named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
             verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
-        else:
-            verdicts[what] = (False, _accepted_cause(ctx, target, expected, mesh, error, rule, path))
+        else:  # an extra member a restore never reads may stay unread: what it must never do is unpickle it
+            unread = what == damage.EXTRA_PICKLED and not os.path.exists(ran)
+            verdicts[what] = (
+                (True, rule) if unread else (False, _accepted_cause(ctx, target, expected, mesh, error, rule, path))
+            )
         if os.path.exists(ran):  # the pickled payload was unpickled: restore read with allow_pickle=True
             os.remove(ran)
             verdicts[what] = (False, f"{verdicts[what][1]}; the pickle RAN inside restore (its payload created a file)")
