@@ -246,10 +246,10 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
-        elif seen := _reached(mine, reached.get(str(stage))):
+        elif seen := _course_code(stage, mine, reached.get(str(stage))):
             row.update(verdict="course code", passed=0, diagnosis=seen)
-        elif failed:
-            row["verdict"] = "fail"
+        elif failed := next((c for c in mine if not c.get("passed") and not _reach_of(c)), None):
+            row.update(verdict="fail", first_failure=str(failed.get("name", "")), diagnosis=failed.get("diagnosis", ""))
         elif not mine:
             crashed = outcome.report is None
             row["verdict"] = "crashed" if crashed else "not reached"
@@ -258,13 +258,48 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
                 row["diagnosis"] = f"the check left no report (exit status {outcome.returncode}): {tail}"
             cut = True
         else:
-            row["verdict"] = "pass"
-        if row["verdict"] == "pass" and (theirs := sorted(set(STAGE_FUNCTIONS[stage]) & set(course))):
-            named = ", ".join(f"{name} is {course[name]}" for name in theirs)
-            row.update(verdict="course code", passed=0, diagnosis=f"not the file's own code: {named}")
-        row["diagnosis"] = shown(str(row["diagnosis"]))[:DIAGNOSIS]
-        rows.append(row)
+            row.update(verdict="pass", first_failure="", diagnosis="")
+        rows.append(_judged(row, mine, course))
     return rows
+
+
+def _judged(row: dict, checks: list, course: dict) -> dict:
+    """The row with its counts and the source's finding: a check that reached another stage's course function
+    judged neither this stage's pass nor its failure; a stage that passed with the course's functions (read
+    from the file's source) is `course code`."""
+    if row["verdict"] in ("pass", "fail"):
+        row["checks"] = sum(1 for c in checks if not _reach_of(c))
+    if row["verdict"] == "pass" and (theirs := sorted(set(STAGE_FUNCTIONS[row["stage"]]) & set(course))):
+        named = ", ".join(f"{name} is {course[name]}" for name in theirs)
+        row.update(verdict="course code", passed=0, diagnosis=f"not the file's own code: {named}")
+    row["diagnosis"] = shown(str(row["diagnosis"]))[:DIAGNOSIS]
+    return row
+
+
+def _reach_of(check: dict) -> str | None:
+    """The course function a failed check's call reached while graded (checker/seal.py), else None."""
+    said = str(check.get("diagnosis", ""))
+    found = re.match(r"`(\w+)` reached the course's own", said[len(seal.COURSE_CODE) :])
+    return found.group(1) if said.startswith(seal.COURSE_CODE) and found else None
+
+
+def _course_code(stage: int, checks: list, swallowed) -> str | None:
+    """Why a stage is `course code` while graded, else None.
+
+    The stage's own functions are judged, not the others': a check that failed because it reached another
+    stage's function of the course does not count against this stage, nor for it. The stage is `course code`
+    when its checks reached every one of its own functions in the course's code, or reached one of them and no
+    check failed on the file's own code (a failing stage stays `fail`), or when the file swallowed a reach
+    (the worker's reply said so, and no check failed for it)."""
+    own = set(STAGE_FUNCTIONS[stage])
+    reached = {_reach_of(c) for c in checks} - {None}
+    if not reached:
+        return _reached(checks, swallowed)
+    mine = reached & own
+    own_failure = any(not c.get("passed") and not _reach_of(c) for c in checks)
+    if mine and (mine == own or not own_failure):
+        return _reached([c for c in checks if _reach_of(c) in mine], None)
+    return None
 
 
 def _reached(checks: list, swallowed) -> str | None:
