@@ -246,7 +246,7 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
-        elif seen := _course_code(stage, mine, reached.get(str(stage))):
+        elif seen := _course_code(stage, mine, reached.get(str(stage)), course):
             row.update(verdict="course code", passed=0, diagnosis=seen)
         elif failed := next((c for c in mine if not c.get("passed") and not _reach_of(c)), None):
             row.update(verdict="fail", first_failure=str(failed.get("name", "")), diagnosis=failed.get("diagnosis", ""))
@@ -283,19 +283,21 @@ def _reach_of(check: dict) -> str | None:
     return found.group(1) if said.startswith(seal.COURSE_CODE) and found else None
 
 
-def _course_code(stage: int, checks: list, swallowed) -> str | None:
+def _course_code(stage: int, checks: list, swallowed, course: dict) -> str | None:
     """Why a stage is `course code` while graded, else None.
 
     The stage's own functions are judged, not the others': a check that failed because it reached another
     stage's function of the course does not count against this stage, nor for it. The stage is `course code`
-    when its checks reached every one of its own functions in the course's code, or reached one of them and no
-    check failed on the file's own code (a failing stage stays `fail`), or when the file swallowed a reach
-    (the worker's reply said so, and no check failed for it)."""
+    when every one of its own functions is the course's (reached, or read so from the source), or when its
+    checks reached one of them and none failed on the file's own code (a failing stage stays `fail`), or when
+    the file swallowed a reach (the worker's reply said so, and no check failed for it)."""
     own = set(STAGE_FUNCTIONS[stage])
     reached = {_reach_of(c) for c in checks} - {None}
     if not reached:
         return _reached(checks, swallowed)
     mine = reached & own
+    if mine and own <= mine | set(course):  # the rest of the stage's functions are the course's by the source
+        mine = own
     own_failure = any(not c.get("passed") and not _reach_of(c) for c in checks)
     if mine and (mine == own or not own_failure):
         return _reached([c for c in checks if _reach_of(c) in mine], None)
