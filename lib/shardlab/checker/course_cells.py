@@ -93,6 +93,7 @@ COVERAGE = {
     ("stage3a_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
     ("stage3a_checkpoint", "rejections-contract"): ("refusals_name_the_course_errors",),
     ("stage3a_checkpoint", "rejections"): ("refusals_name_the_course_errors",),
+    ("stage3a_checkpoint", "fault-in-view"): ("restore_returns_every_field", "faults_show_where_arithmetic_predicts"),
     ("stage3a_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
     ("stage3a_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
     ("stage3b_resume", "restore"): ("restore_returns_every_field",),

@@ -118,8 +118,10 @@ QUESTIONS = (
             (
                 "walk",
                 "Walking the sampler",
-                "the walk's batches, each with its key, cursor and ids",
-                r"key changed once per new epoch",
+                "the walk's batches, each with its key, cursor and ids, and the changed key beside "
+                "jax.random.split of the key before it",
+                r"(?s)(?=.*jax\.random\.split\(key before\)\[0\]: \[\d+, \d+\]; equal: True)"
+                r"(?=.*key changed once per new epoch)",
             ),
         ),
         (
@@ -195,16 +197,15 @@ QUESTIONS = (
             "A device receives only padding. What does it contribute?",
             ["its own mean, 0/0", "nothing: it is skipped from the psum", "a zero numerator and a zero count"],
             "c",
-            "It still joins the collective with zeros (its pieces are all zero, as the line under the pieces table "
-            "showed): in the "
-            "one-row batch, three devices add zeros to the psum and the step's gradient is that one row's. Only a "
-            "globally empty batch is an error.",
+            "It still joins the collective with zeros: in the one-row batch, three devices' pieces are all zero. "
+            "Skipping them would give the same sum, but the lowered step's replica_groups list all four devices in "
+            "its one group, so they take part. Only a globally empty batch is an error.",
             "singleton",
             (
-                "singleton",
-                "A singleton batch",
-                "the one-row batch through the whole step: valid rows per device, and its gradient against NumPy's",
-                r"valid rows per device \[1, 0, 0, 0\]; the step's gradient is finite",
+                "partition",
+                "The same sum, rebuilt from its pieces",
+                "the line under the pieces table: which devices hold pieces that are all zero in the one-row batch",
+                r"observed: in the one-row batch, devices \[1, 2, 3\] hold pieces that are all zero",
             ),
         ),
         (

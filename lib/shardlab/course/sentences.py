@@ -532,6 +532,13 @@ CHOSEN = {
             "observed: {count} all_reduce operation(s) in the lowered program, not the straightforward three: correct "
             "if the sums travel packed (see the answer below)",
         ),
+        "compiled_merges_all_reduces": (
+            "compiled < lowered",
+            "XLA merged collectives here: the compiled program holds fewer all-reduces ({compiled}) than the "
+            "lowered one asked for ({lowered}).",
+            "XLA did not merge these collectives here: the compiled program holds {compiled} all-reduce(s), the "
+            "lowered one {lowered}.",
+        ),
     },
     "stage3a_checkpoint": {
         "sampler_rebuilt": (
@@ -542,6 +549,12 @@ CHOSEN = {
             "observed: this run's state rebuilt exactly: {rebuilt}; the other history's state rebuilt exactly: "
             "{other}. Read the table field by field: a rebuild from the step count is right only where the "
             "history it assumes is the one that ran.",
+        ),
+        "fault_ranking_agrees": (
+            "same",
+            "Both fixtures rank the three faults the same way here; two fixtures are too few to call that a rule.",
+            "The two fixtures rank the three faults differently: which fault costs most depends on the data and "
+            "on where the save falls, not on the fault alone.",
         ),
     },
     "stage3b_resume": {
