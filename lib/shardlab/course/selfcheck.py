@@ -141,7 +141,7 @@ QUESTIONS = (
     *_stage(
         "stage2_update",
         (
-            "The compiled step holds three all_reduce operations. What do they add up?",
+            "The lowered step holds three all_reduce operations. What do they add up?",
             [
                 "weights, momentum and loss",
                 "the valid count, the gradient numerator and the loss numerator",
