@@ -113,7 +113,8 @@ QUESTIONS = (
                 "the cursor is added to the seed",
             ],
             "a",
-            "The sampler's own key is split at each epoch boundary; nothing outside the state is random.",
+            "The sampler's own key is split at each epoch boundary (the walk prints the new key beside "
+            "jax.random.split of the one before); nothing outside the state is random.",
             "coverage",
             (
                 "walk",
