@@ -311,6 +311,11 @@ MISTAKES = {
     ),
     "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
     "restore_cached_by_path": (3, "random_restore_damage", ["restored as another experiment", "no cache by path"]),
+    "gradient_summed_twice": (
+        2,
+        "gradient_on_tail_batches",
+        ["4 x the course's gradient on every batch", "added over them again, a factor 4"],
+    ),
     "gradient_output_is_momentum": (
         2,
         "consecutive_updates",
@@ -441,6 +446,7 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
+    "gradient_summed_twice",
 }
 
 

@@ -261,3 +261,33 @@ def test_momentum_in_the_gradients_place_is_named_only_where_the_two_differ():
     swapped = 0.8 * earlier + right  # the step's new momentum, returned as its gradient
     assert "equals the new momentum" in formulas.momentum_as_gradient(swapped, swapped, right, earlier)
     assert formulas.momentum_as_gradient(wrong, 0.8 * earlier + wrong, right, earlier) is None  # a wrong gradient
+
+
+def test_a_gradient_summed_twice_is_named_with_its_factor_not_as_local_means():
+    """jax.grad inside shard_map already adds the replicated weights' gradient over 'data'; a psum of it adds it
+    again: the device count times the right gradient on every batch, however the rows fall. The loss stays right."""
+    spec = "broken/gradient_summed_twice.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(3, data, mesh)
+    weights = np.linspace(-0.5, 0.5, data.features.shape[1]).astype(np.float32)
+    for size in (7, 5):  # 8 slots as [2, 2, 2, 1] rows, then [2, 2, 1, 0]: no local count or mean fits both
+        state, batch = reference.next_batch(state, data, size, mesh)
+        x, y = data.features[np.asarray(batch.ids)].astype(np.float64), data.targets[np.asarray(batch.ids)]
+        residual = x @ weights - y
+        _, _, loss, grad = module.make_step(mesh)(batch.features, batch.targets, batch.mask, weights, weights * 0)
+        np.testing.assert_allclose(np.asarray(grad), 4 * 2 * x.T @ residual / size, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(float(loss), residual @ residual / size, rtol=1e-5)  # the loss is right
+
+    checks = {"gradient_on_a_full_batch", "gradient_on_tail_batches", "empty_device_contributes_zeros"}
+    results = _run(spec, 2, checks)
+    named = "a sum over the 4 devices was added over them again, a factor 4"
+    for name in ("gradient_on_tail_batches", "empty_device_contributes_zeros"):  # devices hold unequal rows
+        text = results[name].diagnosis
+        assert not results[name].passed and named in text, text
+        for ruled_out in ("local means", "local count", "padding counted", "momentum"):
+            assert ruled_out not in text, (ruled_out, text)
+    full = results["gradient_on_a_full_batch"]
+    assert not full.passed
+    listed = full.diagnosis.split("most likely first: ")[-1]
+    assert listed.startswith("(1) it is 4 x the course's gradient") and named in listed, full.diagnosis
