@@ -114,6 +114,11 @@ MISTAKES = {
     ),
     "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
     "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
+    "save_removes_live_temporaries": (
+        3,
+        "racing_saves_never_overwrite",
+        ["the rival's save removed ['.tmp-", "temporaries whose writer process is gone"],
+    ),
     "save_lock_in_memory": (
         3,
         "racing_saves_never_overwrite",
@@ -446,7 +451,7 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
-    "gradient_summed_twice",
+    *("gradient_summed_twice", "save_removes_live_temporaries"),
 }
 
 

@@ -291,3 +291,29 @@ def test_a_gradient_summed_twice_is_named_with_its_factor_not_as_local_means():
     assert not full.passed
     listed = full.diagnosis.split("most likely first: ")[-1]
     assert listed.startswith("(1) it is 4 x the course's gradient") and named in listed, full.diagnosis
+
+
+def test_a_save_that_removes_a_live_savers_temporary_is_named_as_such():
+    """The file's save removes every temporary in the folder, also one this (live) process is still writing;
+    the course's save leaves it. The racing check then names the removal, not only the error it causes."""
+    from shardlab.core import files
+
+    spec = "broken/save_removes_live_temporaries.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state, contract = reference.initial(17, data, mesh), reference.contract(data, Config(seed=17, batch_size=7))
+    for save, kept in ((reference.save, True), (module.save, False)):
+        with tempfile.TemporaryDirectory() as folder:
+            fd, live = files.temporary(folder, ".npz")  # a temporary of a live writer: this process
+            os.close(fd)
+            save(os.path.join(folder, "c.npz"), state, contract)
+            assert os.path.exists(live) == kept, save
+
+    results = _run(spec, 3, {"racing_saves_never_overwrite", "save_errors_leave_the_folder_as_it_was"})
+    assert results["save_errors_leave_the_folder_as_it_was"].passed  # it removes no file of its own refusals
+    found = results["racing_saves_never_overwrite"]
+    assert not found.passed
+    text = found.diagnosis
+    assert "the rival's save removed ['.tmp-" in text and "which the first save had made" in text, text
+    assert "temporaries whose writer process is gone" in text, text
+    assert "both reported success" not in text and "a loser must remove its temporary" not in text, text
