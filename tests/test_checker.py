@@ -314,6 +314,11 @@ MISTAKES = {
         "restore_refuses_another_experiment",
         ["restore is not at fault", "gives that experiment the same contract as this one"],
     ),
+    "contract_freezes_the_data": (
+        3,
+        "random_contract_tells_apart",
+        ["contract changed its caller's inputs: data[0] made read-only", "copy an array before freezing it"],
+    ),
     "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
     "restore_cached_by_path": (3, "random_restore_damage", ["restored as another experiment", "no cache by path"]),
     "gradient_summed_twice": (
@@ -451,7 +456,7 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
-    *("gradient_summed_twice", "save_removes_live_temporaries"),
+    *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
 }
 
 

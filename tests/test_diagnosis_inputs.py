@@ -317,3 +317,25 @@ def test_a_save_that_removes_a_live_savers_temporary_is_named_as_such():
     assert "the rival's save removed ['.tmp-" in text and "which the first save had made" in text, text
     assert "temporaries whose writer process is gone" in text, text
     assert "both reported success" not in text and "a loser must remove its temporary" not in text, text
+
+
+def test_a_contract_that_freezes_the_callers_arrays_is_named_not_the_transport():
+    """contract sets the caller's arrays read-only (the course's leaves them writeable): the diagnosis says which
+    input contract froze, and no check reports a value the checker cannot read."""
+    spec = "broken/contract_freezes_the_data.py"
+    module = implementation.load(str(HERE / spec))
+    config = Config(seed=17, batch_size=7)
+    for function, frozen in ((reference.contract, False), (module.contract, True)):
+        data = teaching_fixture()
+        function(data, config)
+        assert [not a.flags.writeable for a in data] == [frozen, frozen], function
+
+    checks = {"random_contract_tells_apart", "contracts_agree_in_a_fresh_process", "contract_is_json_data"}
+    results = _run(spec, 3, checks)
+    found = results["random_contract_tells_apart"]
+    assert not found.passed
+    assert "contract changed its caller's inputs: data[0] made read-only" in found.diagnosis, found.diagnosis
+    assert "data[1] made read-only" in found.diagnosis and "copy an array before freezing it" in found.diagnosis
+    for result in results.values():
+        assert "not a value the checker reads" not in result.diagnosis, result
+        assert "WRITEABLE" not in str(result.observed), result
