@@ -339,3 +339,30 @@ def test_a_contract_that_freezes_the_callers_arrays_is_named_not_the_transport()
     for result in results.values():
         assert "not a value the checker reads" not in result.diagnosis, result
         assert "WRITEABLE" not in str(result.observed), result
+
+
+def test_a_fault_table_on_a_stale_initial_state_names_initial_not_an_index():
+    """initial_cached_by_seed returns, for a seed it has seen, the state of the earlier data: here 31 rows of
+    8 features for the 23-row fixture. The fault table refuses that state and names initial; the course's
+    initial, called the same way, gives a table."""
+    from shardlab.core.config import FIXTURES
+    from shardlab.core.fixtures import synthetic
+    from shardlab.verify import faults
+
+    module = implementation.load(str(HERE / "broken/initial_cached_by_seed.py"))
+    data, other, mesh = teaching_fixture(), synthetic(31, 8, 0), make_mesh(4)
+    for impl in (reference, module):
+        for seed, _ in FIXTURES.values():
+            impl.initial(seed, other, mesh)  # as an earlier cell would, with other data
+    seed = next(iter(FIXTURES.values()))[0]
+    assert np.shape(module.initial(seed, data, mesh)["order"]) == (31,) != (len(data.targets),)  # the planted fault
+
+    with tempfile.TemporaryDirectory() as folder:
+        rows, _ = faults.fault_table(reference, data, mesh, folder)
+        assert len(rows) == 4 * len(FIXTURES)
+    with tempfile.TemporaryDirectory() as folder:
+        with pytest.raises(faults.StaleStateError) as refused:
+            faults.fault_table(module, data, mesh, folder)
+    text = str(refused.value)
+    assert f"initial({seed}, data, mesh) returned a state with shapes" in text and "(31,)" in text, text
+    assert "a state made for other data" in text and "23 rows x 8 features" in text, text
