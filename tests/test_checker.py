@@ -314,6 +314,11 @@ MISTAKES = {
         "restore_refuses_another_experiment",
         ["restore is not at fault", "gives that experiment the same contract as this one"],
     ),
+    "restore_pops_the_contract": (
+        3,
+        "refusals_name_the_course_errors",
+        ["contract['schema_version']", "now absent", "never change it"],
+    ),
     "contract_freezes_the_data": (
         3,
         "random_contract_tells_apart",
@@ -457,6 +462,7 @@ SLOW_MISTAKES = {
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
+    "restore_pops_the_contract",
 }
 
 

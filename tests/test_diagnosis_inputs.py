@@ -366,3 +366,30 @@ def test_a_fault_table_on_a_stale_initial_state_names_initial_not_an_index():
     text = str(refused.value)
     assert f"initial({seed}, data, mesh) returned a state with shapes" in text and "(31,)" in text, text
     assert "a state made for other data" in text and "23 rows x 8 features" in text, text
+
+
+def test_refusals_after_restore_changed_its_contract_name_the_change_not_the_error_type():
+    """restore_pops_the_contract removes schema_version from the dict it is given: the contract the checks hold
+    is changed, so later refusals have the wrong type for that reason alone."""
+    spec = "broken/restore_pops_the_contract.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    with tempfile.TemporaryDirectory() as folder:
+        path = reference.save(os.path.join(folder, "c.npz"), reference.initial(17, data, mesh), _contract(data))
+        for restore, kept in ((reference.restore, True), (module.restore, False)):
+            contract = _contract(data)
+            restore(path, contract, mesh)
+            assert ("schema_version" in contract) == kept, restore
+    assert not _contract_equal_for_other_data(module)  # the contract function itself tells experiments apart
+
+    found = _run(spec, 3, {"refusals_name_the_course_errors"})["refusals_name_the_course_errors"]
+    assert not found.passed
+    text = found.diagnosis
+    assert "contract['schema_version']" in text and "now absent" in text, text
+    assert "never change it" in text, text
+    for ruled_out in ("refused with another error type", "the refusal itself is missing", "files changed on disk"):
+        assert ruled_out not in text, (ruled_out, text)
+
+
+def _contract(data) -> dict:
+    return reference.contract(data, Config(seed=17, batch_size=7))
