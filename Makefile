@@ -81,7 +81,7 @@ lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab 
 sync: venv ## re-pair the notebooks with their MyST .md sources (jupytext)
 	$(BIN)/jupytext --sync notebooks/*.ipynb
 
-cells: venv ## rewrite the notebooks' rule and hint cells from lib/shardlab/learner/rules.py and hints.py, then sync
+cells: venv ## rewrite the notebooks' rule and hint cells and the starter's rules from learner/rules.py and hints.py
 	$(BIN)/python -m shardlab cells --notebooks notebooks
 
 clean: ## remove .venv and caches (not receipts/)

@@ -33,7 +33,7 @@ COMMANDS = {
     ),
     "cells": (
         "shardlab.learner.cells",
-        "rewrite the notebooks' rule and hint cells from the course's rules and hints (--check only compares)",
+        "rewrite the notebooks' rule and hint cells and the starter's rules from the course's (--check only compares)",
     ),
     "check": ("shardlab.checker.command", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (

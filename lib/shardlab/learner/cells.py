@@ -1,18 +1,23 @@
-"""The rule and hint cells of the notebooks, written from `rules.RULES` and `hints.HINTS`.
+"""The rule and hint cells of the notebooks, and the starter's rule lists, written from `rules` and `hints`.
 
 Each function's notebook (`rules.TAUGHT_IN`) holds one markdown cell stating the function's rules and one
-holding its hints, folded. Both are rendered here; `python -m shardlab cells` rewrites them in the MyST
-`.md` of each notebook (the cell that starts with the rendered heading, up to the next cell marker) and
-syncs the paired `.ipynb`, so a rule or a hint is edited in one place. `--check` only reports which cells
-differ. Only the notebooks folder it is given is written.
+holding its hints, folded; each function of the starter template states the same rules in its docstring,
+under "Rules:". All are rendered here; `python -m shardlab cells` rewrites them in the MyST `.md` of each
+notebook (the cell that starts with the rendered heading, up to the next cell marker), syncs the paired
+`.ipynb`, and rewrites the starter's "Rules:" blocks, so a rule or a hint is edited in one place. `--check`
+only reports which files differ. Only the notebooks folder and the starter file it is given are written.
 """
 
 import os
+import re
 import sys
+import textwrap
 from pathlib import Path
 
 from shardlab.errors import UsageError
-from shardlab.learner import hints, rules
+from shardlab.learner import hints, rules, starter
+
+STARTER = Path(starter.__file__).parent / "templates" / starter.TEMPLATE
 
 
 def rule_heading(function: str) -> str:
@@ -41,6 +46,32 @@ def hint_cell(function: str) -> str:
     return "\n\n".join(parts)
 
 
+def starter_rules(function: str) -> str:
+    """The "Rules:" block of `function`'s docstring in the starter: each rule's id and text, wrapped at 120."""
+    lines = ["    Rules:"]
+    for rule in rules.of(function):
+        lines += textwrap.wrap(
+            f"- {rules.MARKER}{rule.id}: {rule.text}.",
+            width=120,
+            initial_indent="    ",
+            subsequent_indent="      ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines)
+
+
+def rewritten_starter(text: str, where: str) -> str:
+    """The starter `text` with every function's "Rules:" block (up to its docstring's end) rendered again."""
+    for function in rules.FUNCTIONS:
+        pattern = re.compile(rf"(\ndef {function}\(.*?\n)(    Rules:\n.*?)(\n    \"\"\")", re.S)
+        found = pattern.findall(text)
+        if len(found) != 1:
+            raise UsageError(f"{where} has {len(found)} 'Rules:' blocks under def {function}, not one")
+        text = pattern.sub(lambda m, f=function: m.group(1) + starter_rules(f) + m.group(3), text)
+    return text
+
+
 def _is_boundary(line: str) -> bool:
     """A line that starts the next cell in a MyST notebook: a markdown marker or a code cell's fence."""
     return line.startswith("+++") or line.startswith("```{code-cell}")
@@ -58,15 +89,25 @@ def rewritten(text: str, heading: str, cell: str, where: str) -> str:
     return "\n".join(lines[:start] + cell.split("\n") + [""] + lines[end:])
 
 
-def regenerate(folder, write: bool = True) -> list[str]:
-    """The `.md` files in `folder` whose rule or hint cells differ from the rendered ones; rewritten (and their
-    `.ipynb` synced) when `write`."""
-    folder = Path(folder)
-    changed = []
-    for notebook in sorted(set(rules.TAUGHT_IN.values())):
-        path = folder / f"{notebook}.md"
+def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
+    """The `.md` files in `folder` whose rule or hint cells differ from the rendered ones, and `starter_file` if
+    its rule lists do; rewritten (each `.ipynb` synced) when `write`."""
+    folder, starter_file = Path(folder), Path(starter_file)
+    if not starter_file.is_file():
+        raise UsageError(f"{starter_file} does not exist: give the starter template's path")
+    notebooks = sorted(set(rules.TAUGHT_IN.values()))
+    for path in (folder / f"{notebook}.md" for notebook in notebooks):  # refused before anything is written
         if not path.is_file():
             raise UsageError(f"{path} does not exist: give the folder that holds the course's notebooks")
+    changed = []
+    before = starter_file.read_text()
+    after = rewritten_starter(before, str(starter_file))
+    if after != before:
+        changed.append(str(starter_file))
+        if write:
+            starter_file.write_text(after)
+    for notebook in notebooks:
+        path = folder / f"{notebook}.md"
         before = path.read_text()
         after = before
         for function in (f for f in rules.FUNCTIONS if rules.TAUGHT_IN[f] == notebook):
@@ -89,6 +130,7 @@ def _sync(path: Path) -> None:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--notebooks", default=None, help="the folder of the notebooks' .md and .ipynb (the course's)")
+    parser.add_argument("--starter", default=str(STARTER), help="the starter template (the course's)")
     parser.add_argument(
         "--check", action="store_true", help="only list the notebooks whose cells differ (exit 1 if any)"
     )
@@ -103,7 +145,7 @@ def main(args) -> int:
         print(f"[shardlab cells] {args.notebooks} is not a folder", file=sys.stderr)
         return 2
     try:
-        changed = regenerate(args.notebooks, write=not args.check)
+        changed = regenerate(args.notebooks, write=not args.check, starter_file=args.starter)
     except UsageError as exc:
         print(f"[shardlab cells] {exc}", file=sys.stderr)
         return 2
@@ -111,5 +153,5 @@ def main(args) -> int:
     for path in changed:
         print(f"[shardlab cells] {verb}: {path}")
     if not changed:
-        print("[shardlab cells] every rule and hint cell is as rendered")
+        print("[shardlab cells] every rule and hint cell, and the starter's rules, are as rendered")
     return 1 if args.check and changed else 0
