@@ -393,3 +393,29 @@ def test_refusals_after_restore_changed_its_contract_name_the_change_not_the_err
 
 def _contract(data) -> dict:
     return reference.contract(data, Config(seed=17, batch_size=7))
+
+
+def test_stage_four_names_momentum_in_the_gradients_place_and_a_step_without_lower():
+    """gradient_output_is_momentum wraps the course's jitted step in a Python function that returns the new
+    momentum fourth: from non-zero momentum the two differ, and the wrapper has no .lower()."""
+    spec = "broken/gradient_output_is_momentum.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(3, data, mesh)
+    _, batch = reference.next_batch(state, data, 8, mesh)
+    width = data.features.shape[1]
+    weights, momentum = np.full(width, 0.1, np.float32), np.full(width, 0.5, np.float32)
+    x, y = data.features[np.asarray(batch.ids)].astype(np.float64), data.targets[np.asarray(batch.ids)]
+    gradient = 2 * x.T @ (x @ weights - y) / len(y)
+    step = module.make_step(mesh)
+    _, new_momentum, _, fourth = step(batch.features, batch.targets, batch.mask, weights, momentum)
+    np.testing.assert_array_equal(np.asarray(fourth), np.asarray(new_momentum))
+    assert not np.allclose(np.asarray(fourth), gradient, rtol=1e-3)  # the planted fault: momentum, not gradient
+    assert hasattr(reference.make_step(mesh), "lower") and not hasattr(step, "lower")
+
+    results = _run(spec, 4, {"compiled_step_lowers_and_compiles", "eager_step_matches_numpy"})
+    named = "the gradient output equals the new momentum (decay x momentum + gradient), not the gradient"
+    for result in results.values():
+        assert not result.passed and named in result.diagnosis, result.diagnosis
+        assert "the implementation raised" not in result.diagnosis, result.diagnosis
+    assert "returned a function without .lower()" in results["compiled_step_lowers_and_compiles"].diagnosis
