@@ -20,7 +20,7 @@ ONLY ?=
 AUTOGRADER ?= autograder_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-quick test-sandbox test-alternatives test-heldout test-browser lab sync lint check drills supervise bench torture portfolio grade sandbox autograder clean
+.PHONY: help venv run test test-quick test-sandbox test-alternatives test-heldout test-browser lab sync cells lint check drills supervise bench torture portfolio grade sandbox autograder clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -80,6 +80,9 @@ lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab 
 
 sync: venv ## re-pair the notebooks with their MyST .md sources (jupytext)
 	$(BIN)/jupytext --sync notebooks/*.ipynb
+
+cells: venv ## rewrite the notebooks' rule and hint cells and the starter's rules from learner/rules.py and hints.py
+	$(BIN)/python -m shardlab cells --notebooks notebooks
 
 clean: ## remove .venv and caches (not receipts/)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -114,6 +114,11 @@ MISTAKES = {
     ),
     "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
     "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
+    "save_removes_live_temporaries": (
+        3,
+        "racing_saves_never_overwrite",
+        ["the rival's save removed ['.tmp-", "temporaries whose writer process is gone"],
+    ),
     "save_lock_in_memory": (
         3,
         "racing_saves_never_overwrite",
@@ -309,8 +314,23 @@ MISTAKES = {
         "restore_refuses_another_experiment",
         ["restore is not at fault", "gives that experiment the same contract as this one"],
     ),
+    "restore_pops_the_contract": (
+        3,
+        "refusals_name_the_course_errors",
+        ["contract['schema_version']", "now absent", "never change it"],
+    ),
+    "contract_freezes_the_data": (
+        3,
+        "random_contract_tells_apart",
+        ["contract changed its caller's inputs: data[0] made read-only", "copy an array before freezing it"],
+    ),
     "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
     "restore_cached_by_path": (3, "random_restore_damage", ["restored as another experiment", "no cache by path"]),
+    "gradient_summed_twice": (
+        2,
+        "gradient_on_tail_batches",
+        ["4 x the course's gradient on every batch", "added over them again, a factor 4"],
+    ),
     "gradient_output_is_momentum": (
         2,
         "consecutive_updates",
@@ -441,6 +461,8 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
+    *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
+    "restore_pops_the_contract",
 }
 
 

@@ -261,3 +261,161 @@ def test_momentum_in_the_gradients_place_is_named_only_where_the_two_differ():
     swapped = 0.8 * earlier + right  # the step's new momentum, returned as its gradient
     assert "equals the new momentum" in formulas.momentum_as_gradient(swapped, swapped, right, earlier)
     assert formulas.momentum_as_gradient(wrong, 0.8 * earlier + wrong, right, earlier) is None  # a wrong gradient
+
+
+def test_a_gradient_summed_twice_is_named_with_its_factor_not_as_local_means():
+    """jax.grad inside shard_map already adds the replicated weights' gradient over 'data'; a psum of it adds it
+    again: the device count times the right gradient on every batch, however the rows fall. The loss stays right."""
+    spec = "broken/gradient_summed_twice.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(3, data, mesh)
+    weights = np.linspace(-0.5, 0.5, data.features.shape[1]).astype(np.float32)
+    for size in (7, 5):  # 8 slots as [2, 2, 2, 1] rows, then [2, 2, 1, 0]: no local count or mean fits both
+        state, batch = reference.next_batch(state, data, size, mesh)
+        x, y = data.features[np.asarray(batch.ids)].astype(np.float64), data.targets[np.asarray(batch.ids)]
+        residual = x @ weights - y
+        _, _, loss, grad = module.make_step(mesh)(batch.features, batch.targets, batch.mask, weights, weights * 0)
+        np.testing.assert_allclose(np.asarray(grad), 4 * 2 * x.T @ residual / size, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(float(loss), residual @ residual / size, rtol=1e-5)  # the loss is right
+
+    checks = {"gradient_on_a_full_batch", "gradient_on_tail_batches", "empty_device_contributes_zeros"}
+    results = _run(spec, 2, checks)
+    named = "a sum over the 4 devices was added over them again, a factor 4"
+    for name in ("gradient_on_tail_batches", "empty_device_contributes_zeros"):  # devices hold unequal rows
+        text = results[name].diagnosis
+        assert not results[name].passed and named in text, text
+        for ruled_out in ("local means", "local count", "padding counted", "momentum"):
+            assert ruled_out not in text, (ruled_out, text)
+    full = results["gradient_on_a_full_batch"]
+    assert not full.passed
+    listed = full.diagnosis.split("most likely first: ")[-1]
+    assert listed.startswith("(1) it is 4 x the course's gradient") and named in listed, full.diagnosis
+
+
+def test_a_save_that_removes_a_live_savers_temporary_is_named_as_such():
+    """The file's save removes every temporary in the folder, also one this (live) process is still writing;
+    the course's save leaves it. The racing check then names the removal, not only the error it causes."""
+    from shardlab.core import files
+
+    spec = "broken/save_removes_live_temporaries.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state, contract = reference.initial(17, data, mesh), reference.contract(data, Config(seed=17, batch_size=7))
+    for save, kept in ((reference.save, True), (module.save, False)):
+        with tempfile.TemporaryDirectory() as folder:
+            fd, live = files.temporary(folder, ".npz")  # a temporary of a live writer: this process
+            os.close(fd)
+            save(os.path.join(folder, "c.npz"), state, contract)
+            assert os.path.exists(live) == kept, save
+
+    results = _run(spec, 3, {"racing_saves_never_overwrite", "save_errors_leave_the_folder_as_it_was"})
+    assert results["save_errors_leave_the_folder_as_it_was"].passed  # it removes no file of its own refusals
+    found = results["racing_saves_never_overwrite"]
+    assert not found.passed
+    text = found.diagnosis
+    assert "the rival's save removed ['.tmp-" in text and "which the first save had made" in text, text
+    assert "temporaries whose writer process is gone" in text, text
+    assert "both reported success" not in text and "a loser must remove its temporary" not in text, text
+
+
+def test_a_contract_that_freezes_the_callers_arrays_is_named_not_the_transport():
+    """contract sets the caller's arrays read-only (the course's leaves them writeable): the diagnosis says which
+    input contract froze, and no check reports a value the checker cannot read."""
+    spec = "broken/contract_freezes_the_data.py"
+    module = implementation.load(str(HERE / spec))
+    config = Config(seed=17, batch_size=7)
+    for function, frozen in ((reference.contract, False), (module.contract, True)):
+        data = teaching_fixture()
+        function(data, config)
+        assert [not a.flags.writeable for a in data] == [frozen, frozen], function
+
+    checks = {"random_contract_tells_apart", "contracts_agree_in_a_fresh_process", "contract_is_json_data"}
+    results = _run(spec, 3, checks)
+    found = results["random_contract_tells_apart"]
+    assert not found.passed
+    assert "contract changed its caller's inputs: data[0] made read-only" in found.diagnosis, found.diagnosis
+    assert "data[1] made read-only" in found.diagnosis and "copy an array before freezing it" in found.diagnosis
+    for result in results.values():
+        assert "not a value the checker reads" not in result.diagnosis, result
+        assert "WRITEABLE" not in str(result.observed), result
+
+
+def test_a_fault_table_on_a_stale_initial_state_names_initial_not_an_index():
+    """initial_cached_by_seed returns, for a seed it has seen, the state of the earlier data: here 31 rows of
+    8 features for the 23-row fixture. The fault table refuses that state and names initial; the course's
+    initial, called the same way, gives a table."""
+    from shardlab.core.config import FIXTURES
+    from shardlab.core.fixtures import synthetic
+    from shardlab.verify import faults
+
+    module = implementation.load(str(HERE / "broken/initial_cached_by_seed.py"))
+    data, other, mesh = teaching_fixture(), synthetic(31, 8, 0), make_mesh(4)
+    for impl in (reference, module):
+        for seed, _ in FIXTURES.values():
+            impl.initial(seed, other, mesh)  # as an earlier cell would, with other data
+    seed = next(iter(FIXTURES.values()))[0]
+    assert np.shape(module.initial(seed, data, mesh)["order"]) == (31,) != (len(data.targets),)  # the planted fault
+
+    with tempfile.TemporaryDirectory() as folder:
+        rows, _ = faults.fault_table(reference, data, mesh, folder)
+        assert len(rows) == 4 * len(FIXTURES)
+    with tempfile.TemporaryDirectory() as folder:
+        with pytest.raises(faults.StaleStateError) as refused:
+            faults.fault_table(module, data, mesh, folder)
+    text = str(refused.value)
+    assert f"initial({seed}, data, mesh) returned a state with shapes" in text and "(31,)" in text, text
+    assert "a state made for other data" in text and "23 rows x 8 features" in text, text
+
+
+def test_refusals_after_restore_changed_its_contract_name_the_change_not_the_error_type():
+    """restore_pops_the_contract removes schema_version from the dict it is given: the contract the checks hold
+    is changed, so later refusals have the wrong type for that reason alone."""
+    spec = "broken/restore_pops_the_contract.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    with tempfile.TemporaryDirectory() as folder:
+        path = reference.save(os.path.join(folder, "c.npz"), reference.initial(17, data, mesh), _contract(data))
+        for restore, kept in ((reference.restore, True), (module.restore, False)):
+            contract = _contract(data)
+            restore(path, contract, mesh)
+            assert ("schema_version" in contract) == kept, restore
+    assert not _contract_equal_for_other_data(module)  # the contract function itself tells experiments apart
+
+    found = _run(spec, 3, {"refusals_name_the_course_errors"})["refusals_name_the_course_errors"]
+    assert not found.passed
+    text = found.diagnosis
+    assert "contract['schema_version']" in text and "now absent" in text, text
+    assert "never change it" in text, text
+    for ruled_out in ("refused with another error type", "the refusal itself is missing", "files changed on disk"):
+        assert ruled_out not in text, (ruled_out, text)
+
+
+def _contract(data) -> dict:
+    return reference.contract(data, Config(seed=17, batch_size=7))
+
+
+def test_stage_four_names_momentum_in_the_gradients_place_and_a_step_without_lower():
+    """gradient_output_is_momentum wraps the course's jitted step in a Python function that returns the new
+    momentum fourth: from non-zero momentum the two differ, and the wrapper has no .lower()."""
+    spec = "broken/gradient_output_is_momentum.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(3, data, mesh)
+    _, batch = reference.next_batch(state, data, 8, mesh)
+    width = data.features.shape[1]
+    weights, momentum = np.full(width, 0.1, np.float32), np.full(width, 0.5, np.float32)
+    x, y = data.features[np.asarray(batch.ids)].astype(np.float64), data.targets[np.asarray(batch.ids)]
+    gradient = 2 * x.T @ (x @ weights - y) / len(y)
+    step = module.make_step(mesh)
+    _, new_momentum, _, fourth = step(batch.features, batch.targets, batch.mask, weights, momentum)
+    np.testing.assert_array_equal(np.asarray(fourth), np.asarray(new_momentum))
+    assert not np.allclose(np.asarray(fourth), gradient, rtol=1e-3)  # the planted fault: momentum, not gradient
+    assert hasattr(reference.make_step(mesh), "lower") and not hasattr(step, "lower")
+
+    results = _run(spec, 4, {"compiled_step_lowers_and_compiles", "eager_step_matches_numpy"})
+    named = "the gradient output equals the new momentum (decay x momentum + gradient), not the gradient"
+    for result in results.values():
+        assert not result.passed and named in result.diagnosis, result.diagnosis
+        assert "the implementation raised" not in result.diagnosis, result.diagnosis
+    assert "returned a function without .lower()" in results["compiled_step_lowers_and_compiles"].diagnosis

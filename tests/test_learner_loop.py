@@ -16,26 +16,9 @@ from shardlab.__main__ import main as shardlab_main
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.course import answers, catalog
 from shardlab.learner import hints, implementation, rules, starter
+from shardlab.learner.cells import hint_cell, rule_cell, starter_rules
 
 REGISTRY = {check.__name__ for stage in STAGES for check in checks_of(stage)}
-
-
-def rule_cell(function: str) -> str:
-    """The notebook cell stating `function`'s rules, each with its marker."""
-    lines = [f"**The rules `{function}` must keep**, each under the id a failing check names:", ""]
-    for rule in rules.of(function):
-        lines.append(f"- `{rules.MARKER}{rule.id}` — {rule.text}." + (f" {rule.why}" if rule.why else ""))
-    return "\n".join(lines)
-
-
-def hint_cell(function: str) -> str:
-    """The notebook cell that holds `function`'s hints, each level folded on its own."""
-    parts = [f"**Hints for `{function}`**, each folded: open one only when you are stuck, the lowest first."]
-    for level, text in enumerate(hints.HINTS[function], 1):
-        title = "the full recipe" if level == hints.levels(function) else f"hint {level}"
-        parts.append(f"<details><summary>{function}: {title}</summary>\n\n{text}\n\n</details>")
-    parts.append(f"The same from a terminal: `python -m shardlab hint {function} LEVEL`.")
-    return "\n\n".join(parts)
 
 
 def _markdown(notebook: str) -> list[str]:
@@ -61,6 +44,8 @@ def test_every_check_enforces_a_rule_and_every_named_check_exists():
 
 def test_every_rule_is_stated_in_the_starter_under_its_function():
     docs = _starter_docstrings()
+    for function in rules.FUNCTIONS:  # the whole list, as rendered from rules.py (python -m shardlab cells)
+        assert f"\n{starter_rules(function)}\n" in starter.template_text(), function
     for rule in rules.RULES:
         assert f"{rules.MARKER}{rule.id}:" in docs[rule.function], (rule.id, rule.function)
         elsewhere = [f for f, doc in docs.items() if f != rule.function and f"{rules.MARKER}{rule.id}:" in doc]
@@ -74,7 +59,7 @@ def test_every_rule_is_taught_in_its_notebook(function):
         assert sum(f"`{rules.MARKER}{rule.id}`" in c for c in cells) >= 2, (rule.id, rules.TAUGHT_IN[function])
     assert sum(c.strip() == rule_cell(function) for c in cells) == 2, (
         f"the rule cell of {function} in {rules.TAUGHT_IN[function]} differs from rule_cell"
-        f"({function!r}); paste it again:\n{rule_cell(function)}"
+        f"({function!r}): run `python -m shardlab cells` (make cells)"
     )
 
 
@@ -86,7 +71,7 @@ def test_every_hint_level_exists_and_is_folded_in_the_notebook(function, capsys)
     assert all(len(a) <= len(b) * 2 for a, b in zip(levels, levels[1:]))  # each layer says at least as much
     cells = _markdown(rules.TAUGHT_IN[function])
     assert sum(c.strip() == hint_cell(function) for c in cells) == 2, (
-        f"the hint cell of {function} differs from hint_cell({function!r}):\n" + hint_cell(function)
+        f"the hint cell of {function} differs from hint_cell({function!r}): run `python -m shardlab cells` (make cells)"
     )
     for level in range(1, len(levels) + 1):
         assert shardlab_main(["hint", function, str(level)]) == 0
@@ -155,3 +140,52 @@ def test_every_notebook_that_asks_for_answers_says_how_to_write_them(notebook):
         assert f"`{prompt.id}`" in answers.howto_markdown(notebook)
     example = f"Answer: {answers.prompts(notebook)[0].id}\nmy text"
     assert answers.answer_id(example) == answers.prompts(notebook)[0].id  # the way the cell says parses
+
+
+def test_the_cells_command_rewrites_a_stale_rule_cell_and_its_pair(tmp_path, capsys):
+    """A copy of the notebooks with one rule line and one hint edited by hand, and a starter with one rule edited:
+    `cells --check` names the three files and writes nothing; `cells` puts back exactly the committed .md, .ipynb
+    and starter, and writes no other file."""
+    import shutil
+
+    copy = tmp_path / "notebooks"
+    shutil.copytree(catalog.NOTEBOOK_DIR, copy, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    template = tmp_path / "starter.py"
+    rule_line = f"- {rules.MARKER}{rules.of('save')[0].id}: "
+    assert starter.template_text().count(rule_line) == 1
+    template.write_text(starter.template_text().replace(rule_line, rule_line + "an older wording; "))
+    target = copy / f"{rules.TAUGHT_IN['next_batch']}.md"
+    rule, hint = rules.of("next_batch")[0], hints.HINTS["save"][0]
+    text = target.read_text()
+    assert text.count(rule.text) == 1
+    target.write_text(text.replace(rule.text, "an older wording of the rule"))
+    other = copy / f"{rules.TAUGHT_IN['save']}.md"
+    other.write_text(other.read_text().replace(hint, "an older hint"))
+    listing = sorted(p.name for p in copy.iterdir())
+    stale = {p.name: p.read_bytes() for p in copy.iterdir()}
+
+    command = ["cells", "--notebooks", str(copy), "--starter", str(template)]
+    assert shardlab_main([*command, "--check"]) == 1
+    shown = capsys.readouterr().out
+    assert f"differ: {target}" in shown and f"differ: {other}" in shown and f"differ: {template}" in shown
+    assert shown.count("differ:") == 3
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == stale  # --check writes nothing
+
+    assert shardlab_main(command) == 0
+    assert sorted(p.name for p in copy.iterdir()) == listing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notebooks", "starter.py"]
+    for path in copy.iterdir():
+        assert path.read_bytes() == (catalog.NOTEBOOK_DIR / path.name).read_bytes(), path.name
+    assert template.read_text() == starter.template_text()
+    assert shardlab_main([*command, "--check"]) == 0
+
+
+def test_the_cells_command_refuses_a_folder_without_the_notebooks(tmp_path, capsys):
+    assert shardlab_main(["cells", "--notebooks", str(tmp_path), "--starter", str(tmp_path / "none.py")]) == 2
+    assert "none.py does not exist: give the starter template's path" in capsys.readouterr().err
+    template = tmp_path / "starter.py"
+    template.write_text(starter.template_text().replace("    Rules:\n", "    Rules:\n    - stale\n", 1))
+    stale = template.read_text()
+    assert shardlab_main(["cells", "--notebooks", str(tmp_path), "--starter", str(template)]) == 2
+    assert "does not exist: give the folder that holds the course's notebooks" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["starter.py"] and template.read_text() == stale  # untouched

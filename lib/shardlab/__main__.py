@@ -31,6 +31,10 @@ COMMANDS = {
         "shardlab.learner.hints",
         "one layer of hints for one of the seven functions: `hint FUNCTION [LEVEL]`, a nudge first, the recipe last",
     ),
+    "cells": (
+        "shardlab.learner.cells",
+        "rewrite the notebooks' rule and hint cells and the starter's rules from the course's (--check only compares)",
+    ),
     "check": ("shardlab.checker.command", "check an implementation stage by stage in a fresh interpreter"),
     "bench": (
         "shardlab.perf.bench",

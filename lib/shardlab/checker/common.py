@@ -265,7 +265,8 @@ def fingerprint(value):
         where = (type(sharding).__name__, str(getattr(sharding, "spec", "")), sorted(d.id for d in sharding.device_set))
         return ("jax.Array", str(value.dtype), value.shape, str(where), host(value).tobytes())
     if isinstance(value, np.ndarray):
-        return ("numpy.ndarray", value.dtype.str, value.shape, value.tobytes())
+        frozen = () if value.flags.writeable else ("read-only",)
+        return ("numpy.ndarray", value.dtype.str, value.shape, value.tobytes(), *frozen)
     if isinstance(value, (bool, int, float, str, bytes, type(None), np.generic)):
         return (type(value).__name__, repr(value))
     return (type(value).__name__, id(value))  # a mesh, a step function: the same object
@@ -278,11 +279,25 @@ def describe(print_: tuple) -> str:
     return " ".join(str(part) for part in print_[:4] if not isinstance(part, bytes))
 
 
+def _flag_or_items(name: str, a: tuple, b: tuple) -> list[str] | None:
+    """How an array's writeable flag changed, or which items of a tuple or list changed (None: neither)."""
+    if a[0] == b[0] == "numpy.ndarray" and a[:4] == b[:4]:
+        return [f"{name} made read-only (its flags.writeable set to False)" if b[4:] else f"{name} made writeable"]
+    if a[0] == b[0] and a[0] not in ("dict", "jax.Array", "numpy.ndarray") and isinstance(a[1], tuple):
+        if len(a[1]) == len(b[1]) and all(isinstance(x, tuple) for x in (*a[1], *b[1])):
+            return changed_inputs(a[1], b[1], [f"{name}[{i}]" for i in range(len(a[1]))])
+    return None
+
+
 def changed_inputs(before, after, names) -> list[str]:
     """Which inputs (and which dict entries of them) differ between two lists of fingerprints, in words."""
     found = []
     for name, a, b in zip(names, before, after):
         if a == b:
+            continue
+        detail = _flag_or_items(name, a, b)
+        if detail:
+            found += detail
             continue
         if a[0] == b[0] == "dict":
             old, new = dict(a[1]), dict(b[1])

@@ -20,7 +20,7 @@ import os
 
 import shardlab.checker.stage3 as stage3
 from shardlab import orbax_io
-from shardlab.checker.common import expect, see
+from shardlab.checker.common import changed_inputs, expect, fingerprint, see
 from shardlab.checker.formulas import mark
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
@@ -180,8 +180,8 @@ def contract_is_json_data(ctx):
 
 
 def _refusals(ctx) -> list[tuple]:
-    """(case, call, error, paths, the contract a restore is given) for each refusal stage3a_checkpoint's rejection
-    cells show (the contract: None for a save)."""
+    """(case, call, error, paths, the contract the call is given) for each refusal stage3a_checkpoint's rejection
+    cells show."""
     path, state, contract = stage3._saved(ctx, "course-refusals")
     bad = os.path.join(os.path.dirname(path), "bad")
     os.makedirs(bad)
@@ -202,12 +202,16 @@ def _refusals(ctx) -> list[tuple]:
     other_data = ctx.impl.contract(Dataset(features, ctx.data.targets.copy()), stage3._config(ctx))
     other_size = ctx.impl.contract(ctx.data, Config(seed=ctx.seed, batch_size=ctx.batch_size + 1))
     restore = ctx.impl.restore
+
+    def save_again():
+        return ctx.impl.save(path, state, contract)
+
     return cases + [
         ("truncated file", lambda: restore(cut, contract, ctx.mesh), CorruptCheckpointError, cut, contract),
         ("not an NPZ file", lambda: restore(text, contract, ctx.mesh), CorruptCheckpointError, text, contract),
         ("different data", lambda: restore(path, other_data, ctx.mesh), ContractMismatchError, path, other_data),
         ("different batch size", lambda: restore(path, other_size, ctx.mesh), ContractMismatchError, path, other_size),
-        ("existing checkpoint path", lambda: ctx.impl.save(path, state, contract), CheckpointExistsError, path, None),
+        ("existing checkpoint path", save_again, CheckpointExistsError, path, contract),
     ]
 
 
@@ -225,19 +229,50 @@ def _refusal_fault(case: str, call, error: type, path: str) -> tuple[str, str] |
     return None
 
 
+def _differs_from(held: dict, own: dict) -> list[str]:
+    """The entries in which the contract a check holds differs from one the contract function computes afresh."""
+    return [
+        f"contract[{key!r}] " + ("now absent" if key not in held else "added" if key not in own else "changed")
+        for key in sorted(set(held) | set(own), key=str)
+        if held.get(key) != own.get(key) or (key in held) != (key in own)
+    ]
+
+
 def refusals_name_the_course_errors(ctx):
     """Each refusal the stage 3 notebook shows raises the course's error type and leaves every file as it was."""
     own = json.loads(json.dumps(ctx.impl.contract(ctx.data, stage3._config(ctx))))
-    wrong, kinds = {}, {}
+    wrong, kinds, altered, stale = {}, {}, [], []
     for case, call, error, path, given in _refusals(ctx):
+        before = fingerprint(given)
         found = _refusal_fault(case, call, error, path)
+        changed = changed_inputs([before], [fingerprint(given)], ["contract"])
+        function = "save" if error is CheckpointExistsError else "restore"
+        altered += [(function, c) for c in changed if (function, c) not in altered]
+        if not changed and error is not ContractMismatchError:  # given is this experiment's own contract
+            earlier = _differs_from(json.loads(json.dumps(given)), own)  # changed by the save or restore before
+            stale += [c for c in earlier if c not in stale]
+            changed = earlier
         if found is None:
             continue
         kind, wrong[case] = found
-        if kind == "accepted" and error is ContractMismatchError and json.loads(json.dumps(given)) == own:
+        if changed:  # restore judged the file against a contract it had changed itself: its refusal says nothing
+            kind = "changed contract"
+        elif kind == "accepted" and error is ContractMismatchError and json.loads(json.dumps(given)) == own:
             kind = "same contract"
         kinds.setdefault(kind, []).append(case)
     causes = {  # each cause is named only for the cases whose outcome shows it
+        "changed contract": lambda cases: (
+            f"{cases}: "
+            + "".join(f"{f} changed the contract it was given ({c}); " for f, c in altered[:3])
+            + (
+                f"the contract the checks hold was changed by the save or restore before ({'; '.join(stale[:3])}); "
+                if stale
+                else ""
+            )
+            + "so the file was compared with a contract the functions had altered themselves -> save and restore "
+            "read the contract they are given and never change it (no pop, del or assignment into it; copy it "
+            "first if you need another form)"
+        ),
         "accepted": lambda cases: (
             f"restore accepted {cases}: the refusal itself is missing, not its error type -> "
             "check the contract first, then every field (shapes, dtypes, finite values, a permutation, 0 <= cursor <= "

@@ -83,6 +83,7 @@ PRIOR = (
     "local_means_zero_when_empty",
     "padding_counted",
     "unmasked_residuals",
+    "summed_twice",
     "local_sum",
     "local_count",
     "device_zero",
@@ -149,7 +150,25 @@ def gradient_causes(features, targets, mask, weights, num_devices: int) -> tuple
             variant_of="local_means",
         )
     )
-    return right, causes
+    return right, causes + summed_twice("gradient", right, num_devices)
+
+
+def summed_twice(quantity: str, right, num_devices: int) -> list[Cause]:
+    """The value of a sum over devices added over them once more (a psum of a psum): the device count times
+    the right value on every batch, however the rows fall on the devices. None on one device, where it is right."""
+    if num_devices < 2:
+        return []
+    such = ", such as the replicated weights' gradient, which jax.grad inside shard_map already adds over 'data'"
+    return [
+        Cause(
+            "summed_twice",
+            f"it is {num_devices} x the course's {quantity} on every batch, however the rows fall on the devices: "
+            f"a sum over the {num_devices} devices was added over them again, a factor {num_devices} (a psum of a "
+            f"value that is already the sum over 'data'{such if quantity == 'gradient' else ''}); add each "
+            "over the devices once",
+            num_devices * np.asarray(right, np.float64),
+        )
+    ]
 
 
 def loss_causes(features, targets, mask, weights, num_devices: int, new_weights=None) -> tuple[float, list[Cause]]:
@@ -204,7 +223,7 @@ def loss_causes(features, targets, mask, weights, num_devices: int, new_weights=
                 rules=("loss-before-update",),
             )
         )
-    return right, causes
+    return right, causes + summed_twice("loss", right, num_devices)
 
 
 def fitting(observed, right, causes: list[Cause]) -> list[Cause]:

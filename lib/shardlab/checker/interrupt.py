@@ -169,7 +169,10 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
             original_kill(os.getpid(), signal.SIGKILL)
         outcome["rival_ran"] = True
         outcome["at"] = seen[-1]
+        folder = os.path.dirname(os.path.abspath(os.fspath(first[0])))
+        present = set(os.listdir(folder))  # the first save is paused here: only the rival acts until it reports
         outcome.update(rival())
+        outcome["removed_by_rival"] = sorted(present - set(os.listdir(folder)))
 
     instrument(hook)
     try:

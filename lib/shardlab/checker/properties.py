@@ -95,8 +95,9 @@ def called(ctx, name: str, *args, via=None):
         not changed,
         "every input as the caller passed it",
         changed,
-        f"{name} changed its caller's inputs: {'; '.join(changed)} -> never assign into an argument or replace "
-        "its arrays (a new dict for a new state; fetch to the host into your own variables)",
+        f"{name} changed its caller's inputs: {'; '.join(changed)} -> never assign into an argument, replace "
+        "its arrays or change their flags (a new dict for a new state; fetch to the host into your own variables; "
+        "copy an array before freezing it)",
     )
     return result
 

@@ -784,7 +784,13 @@ def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
     return f"killed at each of {points} file operations: nothing or a complete checkpoint; re-run saved", "as expected"
 
 
-def _race_cause(saved: list, losers_exist: bool, wrong: str) -> str:
+def _race_cause(saved: list, losers_exist: bool, wrong: str, removed: list) -> str:
+    if removed:
+        return (
+            f"the rival's save removed {removed[:3]}, which the first save had made and was still using (the first "
+            "was paused while the rival ran) -> a save removes only files it made itself, or temporaries whose "
+            "writer process is gone; never every name that looks like a temporary" + mark("new-temp-name")
+        )
     if len(saved) == 2:
         return (
             "both reported success, so one replaced the other's published checkpoint -> publish with an operation "
@@ -827,7 +833,7 @@ def racing_saves_never_overwrite(ctx):
             "exactly one save succeeds, the other raises CheckpointExistsError, the path holds the winner's checkpoint",
             {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong or "the winner's"},
             f"a second saver (another process) ran at file operation {number} ({outcome.get('at')}) of the first and "
-            + _race_cause(saved, losers_exist, wrong),
+            + _race_cause(saved, losers_exist, wrong, outcome.get("removed_by_rival", [])),
         )
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
 

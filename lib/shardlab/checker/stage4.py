@@ -3,6 +3,7 @@ eager (compiled=False) and compiled steps both match NumPy and each other."""
 
 import numpy as np
 
+from shardlab.checker import formulas
 from shardlab.checker.common import batch_arrays, cached_step, close, expect, placed
 from shardlab.checker.probes import probe
 from shardlab.core.update import count_all_reduce
@@ -35,6 +36,18 @@ def _versus_numpy(outputs: dict, host) -> list[str]:
     return [name for name in want if not close(outputs[name], want[name])]
 
 
+def _cause(outputs: dict, host, num_devices: int) -> str:
+    """Why the gradient output is wrong, when the known formulas say (from non-zero momentum, which the inputs
+    hold, a gradient output that is the new momentum is told apart); empty if the gradient is right or unknown."""
+    features, targets, mask, weights, momentum = host
+    right = oracle.momentum_step(*host)[3]
+    if close(outputs["grad"], right):
+        return ""
+    found = formulas.momentum_as_gradient(outputs["grad"], outputs["momentum"], right, momentum)
+    found = found or formulas.explain_gradient(outputs["grad"], features, targets, mask, weights, num_devices)
+    return f": {found}" if found else ""
+
+
 def _eager(ctx) -> dict:
     """Outputs of make_step(compiled=False), computed once per run (eager dispatch is slow)."""
     if "eager" not in ctx.cache:
@@ -45,21 +58,45 @@ def _eager(ctx) -> dict:
 def compiled_step_lowers_and_compiles(ctx):
     """make_step(compiled=True) lowers (with all_reduce ops), compiles, and its result matches NumPy."""
     host, args = _inputs(ctx)
-    lowered = ctx.impl.make_step(ctx.mesh, compiled=True).lower(*args)
+    step = ctx.impl.make_step(ctx.mesh, compiled=True)
+    try:
+        lower = step.lower
+    except AttributeError:
+        outputs = _as_numpy(step(*args))
+        wrong = _versus_numpy(outputs, host)
+        expect(
+            False,
+            "the jax.jit function itself (it has .lower)",
+            "a function without .lower" + (f"; {wrong} differ from NumPy" if wrong else ""),
+            "make_step(compiled=True) returned a function without .lower(): a Python function around the jitted "
+            "step, not the jit itself -> return jax.jit(mapped) as it is, and do any other work inside the mapped "
+            "body"
+            + (f"; its outputs {wrong} also differ from NumPy{_cause(outputs, host, ctx.mesh.size)}" if wrong else "")
+            + formulas.mark("sharded-step"),
+        )
+    lowered = lower(*args)
     found = count_all_reduce(lowered.as_text())
     expect(found >= 1, ">= 1 all_reduce", found, "the compiled step lost its collectives: keep shard_map + psum")
-    wrong = _versus_numpy(_as_numpy(lowered.compile()(*args)), host)
-    return expect(not wrong, "compiled outputs equal NumPy", f"{wrong} differ", "the compiled executable is wrong")
+    outputs = _as_numpy(lowered.compile()(*args))
+    wrong = _versus_numpy(outputs, host)
+    return expect(
+        not wrong,
+        "compiled outputs equal NumPy",
+        f"{wrong} differ",
+        "the compiled executable is wrong" + _cause(outputs, host, ctx.mesh.size),
+    )
 
 
 def eager_step_matches_numpy(ctx):
     """make_step(compiled=False), the same mapped body without jit, matches NumPy."""
-    wrong = _versus_numpy(_eager(ctx), _inputs(ctx)[0])
+    host = _inputs(ctx)[0]
+    wrong = _versus_numpy(_eager(ctx), host)
     return expect(
         not wrong,
         "eager outputs equal NumPy",
         f"{wrong} differ",
-        "compiled=False must return the same shard_map body without the outer jax.jit, not another computation",
+        "compiled=False must return the same shard_map body without the outer jax.jit, not another computation"
+        + _cause(_eager(ctx), host, ctx.mesh.size),
     )
 
 

@@ -570,6 +570,24 @@ def signature(value) -> str:
     return digest.hexdigest()
 
 
+def _set_writeable(array: np.ndarray, flag: bool) -> None:
+    try:
+        array.setflags(write=bool(flag))
+    except ValueError:  # write=True on a view of a read-only base: it stays read-only
+        pass
+
+
+def _array_back(original: np.ndarray, values: np.ndarray, writeable: bool) -> None:
+    """The callee's bytes and writeable flag onto the caller's array (a callee that froze its argument froze it)."""
+    if values.shape != original.shape or values.dtype != original.dtype:
+        return
+    if original.tobytes() != values.tobytes():  # only changed bytes need the array writeable
+        _set_writeable(original, True)
+        if original.flags.writeable:
+            original[...] = values
+    _set_writeable(original, writeable)
+
+
 def write_back(original, node, decoder: Decoder):
     """Make the caller's `original` what the callee left its copy as: in place where the callee changed it in place.
 
@@ -591,13 +609,7 @@ def write_back(original, node, decoder: Decoder):
         for item, v in zip(original, node["v"]):
             write_back(item, v, decoder)
     elif kind == "nd" and isinstance(original, np.ndarray):
-        values = decoder.decode(node)
-        if values.shape == original.shape and values.dtype == original.dtype:
-            writeable = original.flags.writeable
-            original.setflags(write=True) if original.base is None or writeable else None
-            if original.flags.writeable:
-                original[...] = values
-                original.setflags(write=bool(node.get("writeable", writeable)))
+        _array_back(original, decoder.decode(node), node.get("writeable", original.flags.writeable))
     elif kind == "deleted" and isinstance(original, jax.Array) and not original.is_deleted():
         original.delete()
     return original

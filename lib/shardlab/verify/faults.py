@@ -13,6 +13,7 @@ import numpy as np
 
 from shardlab.core import checkpoint
 from shardlab.core.config import FIXTURES, Config
+from shardlab.core.errors import ShardlabError
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import replicate
@@ -20,6 +21,28 @@ from shardlab.io import read_npz
 from shardlab.verify import replay
 
 FAULTS = ("none", "momentum", "cursor", "key")
+
+
+class StaleStateError(ShardlabError, ValueError):
+    """The state an implementation's `initial` returned does not fit the data it was given (another run's state)."""
+
+
+def fitting_start(state: dict, data, seed: int) -> dict:
+    """`state` if its weights and order fit `data` (shapes, and the order a permutation of its row ids); else
+    StaleStateError naming initial, before any replay indexes the data with ids it does not hold."""
+    rows, width = data.features.shape
+    shapes = {name: tuple(np.shape(state[name])) for name in ("weights", "order") if name in state}
+    order = np.asarray(state["order"]) if shapes.get("order") == (rows,) else None
+    if shapes == {"weights": (width,), "order": (rows,)} and np.array_equal(np.sort(order), np.arange(rows)):
+        return state
+    what = f"shapes {shapes}" if order is None else f"an order that is not a permutation of 0..{rows - 1}"
+    raise StaleStateError(
+        f"initial({seed}, data, mesh) returned a state with {what} for data of {rows} rows x {width} features: a "
+        "state made for other data, kept from an earlier call? initial must build the state from the seed, data "
+        "and mesh of each call (rule:initial-fields); the fault table needs a state of these data"
+    )
+
+
 # Final-weight errors the original course reported with *its own* 23-row fixture (pattern, not values).
 COURSE = {
     "seed17_batch7": {"none": 0.0, "momentum": 0.340, "cursor": 0.0400, "key": 0.0617},
@@ -53,7 +76,8 @@ def fault_runs(impl, data, mesh, folder, seed: int, batch_size: int, epochs: int
     contract = impl.contract(data, Config(seed=seed, batch_size=batch_size))
     at = save_step(rows, batch_size)
     total = epochs * len(epoch_batches(rows, batch_size))
-    head = replay.run(impl.initial(seed, data, mesh), data, batch_size, at, mesh, step, impl.transition)
+    start = fitting_start(impl.initial(seed, data, mesh), data, seed)
+    head = replay.run(start, data, batch_size, at, mesh, step, impl.transition)
     path = impl.save(os.path.join(folder, f"seed{seed}_batch{batch_size}.npz"), head["state"], contract)
     control = replay.run(head["state"], data, batch_size, total - at, mesh, step, impl.transition)
     runs = {}

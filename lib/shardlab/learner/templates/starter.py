@@ -53,8 +53,8 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
     Rules:
     - rule:initial-fields: the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy
       uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0.
-    - rule:split-then-permute: the first order comes from PRNGKey(seed) split once: the first half is kept in the
-      state, the second draws the permutation; the same seed replays the same ids, another seed others.
+    - rule:split-then-permute: the first order comes from PRNGKey(seed) split once: the first half is kept in the state,
+      the second draws the permutation; the same seed replays the same ids, another seed others.
     - rule:replicated: weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P())).
     - rule:plain-tuple-data: data is any (features, targets) pair of float32 arrays: the course's Dataset or a plain
       tuple.
@@ -67,19 +67,18 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     """Return (new state, Batch(features, targets, mask, ids)): the next ids of the epoch, padded and placed.
 
     Rules:
-    - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever
-      its size, one id included; every epoch holds every id exactly once.
+    - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever its
+      size, one id included; every epoch holds every id exactly once.
     - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, and the new order
       is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
       already when the previous epoch's last batch is taken (both are accepted).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (rule:reshuffle).
-    - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask
-      is 1 on the selected rows and 0 on padded slots, decided by position, never by values.
-    - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh
-      given.
-    - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is
-      left alone.
+    - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
+      on the selected rows and 0 on padded slots, decided by position, never by values.
+    - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
+    - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is left
+      alone.
     """
     raise _todo("next_batch", 1, "the next ids, padded and placed")
 
@@ -91,8 +90,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     """Return step(features, targets, mask, weights, momentum) -> (new weights, new momentum, loss, gradient).
 
     Rules:
-    - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the
-      global valid count, so padding and empty devices add exact zeros and the device count changes nothing.
+    - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
+      valid count, so padding and empty devices add exact zeros and the device count changes nothing.
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
@@ -108,11 +107,11 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
     """Return (new state, the loss before the update, the ids of the batch): one batch, one update.
 
     Rules:
-    - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds),
-      step + 1.
+    - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), step
+      + 1.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
-    - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host
-      NumPy integer array.
+    - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
+      integer array.
     """
     raise _todo("transition", 2, "one batch, one update")
 
@@ -124,12 +123,11 @@ def contract(data, config: Config) -> dict:
     """Return everything that must match for a checkpoint to continue *this* experiment, as plain data.
 
     Rules:
-    - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count,
-      shapes, dtypes and every byte of the data.
-    - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another
-      experiment.
-    - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id,
-      time or path).
+    - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes,
+      dtypes and every byte of the data.
+    - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another experiment.
+    - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
+      path).
     """
     raise _todo("contract", 3, "what must match to continue")
 
@@ -139,15 +137,15 @@ def save(path, state: dict, contract_: dict) -> str:
 
     Rules:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
-    - rule:exact-path: the checkpoint is written at exactly the path given (any name: no .npz added) and that path
-      is returned.
+    - rule:exact-path: the checkpoint is written at exactly the path given (any name: no .npz added) and that path is
+      returned.
     - rule:never-overwrite: a path that exists is refused with errors.CheckpointExistsError and its bytes are left
       untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so a
       save killed midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises
       leaves its folder as it was.
-    - rule:fsync-before-publish: the temporary file is flushed and fsynced after its last write and only then
-      published, so a published name never points at bytes still in memory.
+    - rule:fsync-before-publish: the temporary file is flushed and fsynced after its last write and only then published,
+      so a published name never points at bytes still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
       savers in two processes racing for one name exactly one wins.
     - rule:save-inputs-intact: save changes nothing it is given: not the state, its arrays or their placement.
@@ -161,9 +159,9 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     Rules:
     - rule:contract-first: the saved contract is compared with the expected one, exactly and entry by entry, before
       anything is accepted (errors.ContractMismatchError).
-    - rule:validate-fields: a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut
-      files, missing fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order
-      integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
+    - rule:validate-fields: a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut files,
+      missing fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids
+      (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one.
