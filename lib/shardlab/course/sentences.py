@@ -500,6 +500,42 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     return [moved, bound]
 
 
+def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
+    return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
+
+
+def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
+    return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
+
+
+def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether a restart on another world size matched the control bit for bit."""
+    return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
+
+
+def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the stop after a skipped batch against the bounded wait plus the pulse check."""
+    return chosen(notebook, "skip_stop_time", d=detect_s, t=timeout_s, p=pulse_s)
+
+
+def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
+    """Stage 4b's reading of the roofline table: the course step against the fused steps, then the fused steps."""
+    over = {k: points[name]["measured_over_roofline"] for k, name in (("c", "course_loop"), ("p", "fused_psum"))}
+    over["s"] = points["fused_stats"]["measured_over_roofline"]
+    said = [chosen(notebook, "course_against_roofline", **over)]
+    said.append(chosen_first(notebook, ["fused_under_roofline", "fused_over_roofline"], **over))
+    return said
+
+
+def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's sentence on the one-device fused loop beside the two four-device fused loops, with their spreads."""
+    values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
+    values.update(p_lo=half["fused_psum"][0], s=per_step["fused_stats"], s_lo=half["fused_stats"][0])
+    return chosen(notebook, "one_device_beside_fused", **values)
+
+
 def meeting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to "arithmetic or waiting?": the own time of meeting events against the busy time."""
     return chosen(notebook, "meeting_share", m=split["meeting_own_ms"], b=split["busy_ms"])

@@ -40,14 +40,14 @@ from shardlab.perf.packed import make_packed_step
 
 
 @partial(jax.jit, static_argnums=1)
-def _split_and_permute(key, num_examples: int):
+def split_and_permute(key, num_examples: int):
     key, subkey = jax.random.split(key)
     return key, jax.random.permutation(subkey, num_examples)
 
 
 def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
     """`core.sampler.draw` (split, keep the first half, permute) as one jitted call and one copy back."""
-    key, order = jax.device_get(_split_and_permute(np.asarray(key, np.uint32), num_examples))
+    key, order = jax.device_get(split_and_permute(np.asarray(key, np.uint32), num_examples))
     return np.asarray(key, np.uint32), np.asarray(order, np.int32)
 
 

@@ -70,8 +70,8 @@ def exclusive(events: list[tuple[str, int, int]]) -> list[dict]:
     """One thread's events with their nesting: each event's own (exclusive) ns and the event it sits inside.
 
     An event's own time is its duration less the time of the events directly inside it, so on one
-    thread the own times add up to the time the thread was busy. Events that overlap without nesting
-    are cut at their parent's end.
+    thread the own times add up to the time the thread was busy. An event that starts inside another
+    and runs past its end counts as inside it; only the overlap comes off the outer event's own time.
     """
     found, stack = [], []
     for name, start, end in sorted(events, key=lambda e: (e[1], -e[2])):
@@ -86,9 +86,7 @@ def exclusive(events: list[tuple[str, int, int]]) -> list[dict]:
             "inside": parent["name"] if parent else None,
         }
         if parent is not None:
-            row["end"] = min(end, parent["end"])
-            row["own"] = row["end"] - start
-            parent["own"] -= row["own"]
+            parent["own"] -= min(end, parent["end"]) - start
         found.append(row)
         stack.append(row)
     return found
@@ -110,7 +108,7 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
             totals[name] = totals.get(name, 0) + (end - start)
         for row in exclusive(events):
             own[row["name"]] = own.get(row["name"], 0) + row["own"]
-            inside.setdefault(row["name"], []).append(row["inside"] or "-")
+            inside.setdefault(row["name"], []).append(row["inside"] or "(top level)")
         top = sorted(totals.items(), key=lambda item: -item[1])[:3]
         meeting = sum(ns for name, ns in own.items() if any(w in name.lower() for w in MEETING))
         found.append(
