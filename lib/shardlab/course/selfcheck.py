@@ -621,7 +621,7 @@ QUESTIONS = (
                 "reveal-efficiency",
                 "Scaling",
                 "the efficiency at W = 4 and the bound the usable cores set",
-                r"efficiency ≤ \d+/\d+ = [\d.]+",
+                r"efficiency ≤ \d+/\d+; this run's [\d.]+",
             ),
         ),
         (
