@@ -99,7 +99,7 @@ SENTENCES = {
             CHANGE,
             "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the measured cut is "
             "{c:.3f} ms with {n:.3f} ms of noise, so even the cut plus the noise stays below {t:.3f} ms. The cut "
-            "itself is larger than the noise: the change did shorten the annotation, by less than predicted.",
+            "itself is larger than the noise: the change did shorten its target, by less than predicted.",
             "<verdict_of>: not refuted with a cut beyond the noise (cut {c:.3f} ms, noise {n:.3f} ms, control drift "
             "{d:.3f} ms, threshold {t:.3f} ms).",
         ),
