@@ -366,3 +366,84 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_pat
     assert ("do not overlap" in said[0]) == (separated == "compute")
     assert ("do not overlap" in said[1]) == (separated == "agreement")
     assert said[2].startswith("So these few steps show no straggler") == (separated is None)
+
+
+def _efficiency(one_ms, many_ms, w=4, rows=100):
+    """A `scaling.weak`-like table: W = 1 and W = w, each with its samples (ms) and rows per second."""
+    import numpy as np
+
+    table = []
+    for devices, samples in ((1, one_ms), (w, many_ms)):
+        n = rows * devices
+        q1, median, q3 = np.percentile(samples, [25, 50, 75])
+        table.append(
+            {
+                "devices": devices,
+                "rows": n,
+                "samples_ms": list(samples),
+                "median_ms": float(median),
+                "rows_per_s": n / median * 1e3,
+                "rows_per_s_middle_half": [n / q3 * 1e3, n / q1 * 1e3],
+            }
+        )
+    for row in table:
+        row["efficiency"] = row["rows_per_s"] / (row["devices"] * table[0]["rows_per_s"])
+    return {"table": table, "usable_cores": 2}
+
+
+@pytest.mark.parametrize(
+    "many_ms, word",
+    [
+        ((5.0, 5.2, 5.4, 5.6, 5.8), "fell"),  # 4 devices, 4x the rows, more than 4x the time: fewer rows per second
+        ((2.0, 2.1, 2.2, 2.3, 2.4), "rose"),
+        ((3.9, 4.0, 4.1, 4.2, 4.3), "did not change"),
+    ],
+)
+def test_the_throughput_sentence_says_whether_more_devices_gave_more_rows(tmp_path, many_ms, word):
+    import numpy as np
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    one_ms = (0.95, 1.0, 1.02, 1.05, 1.1)
+    efficiency = _efficiency(one_ms, many_ms)
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
+    moved, bound = sentences.throughput(efficiency, 2)
+    sentences.record(str(tmp_path), "stage5b_scaling")
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert f"Throughput {word}" in moved, moved
+    # independently: rows per second from the medians, and whether the middle halves of the times overlap
+    one_rate, many_rate = 100 / np.median(one_ms), 400 / np.median(many_ms)
+    if word == "fell":
+        assert many_rate < one_rate and min(many_ms) > 4 * max(one_ms) * 0.9
+        assert "less than one device alone" in moved
+    if word == "rose":
+        assert many_rate > one_rate
+    assert "bound" in bound
+
+
+@pytest.mark.parametrize(
+    "held, phrase",
+    [
+        ({"p": 2.971, "lo": 2.502, "hi": 3.438, "m": 3.715, "m_lo": 3.250, "m_hi": 4.092}, "only the edges"),
+        ({"p": 4.074, "lo": 3.298, "hi": 5.830, "m": 5.630, "m_lo": 5.308, "m_hi": 6.108}, "neither confirm"),
+        ({"p": 2.0, "lo": 1.8, "hi": 2.2, "m": 3.0, "m_lo": 2.9, "m_hi": 3.1}, "does not describe"),
+    ],
+)
+def test_the_two_point_fit_says_when_both_the_point_and_the_median_miss(tmp_path, held, phrase):
+    point_in = held["m_lo"] <= held["p"] <= held["m_hi"]
+    median_in = held["lo"] <= held["m"] <= held["hi"]
+    recorded = {
+        "scaling_model": {
+            "held_out": {
+                "predicted_ms_at_4": held["p"],
+                "predicted_range_ms_at_4": [held["lo"], held["hi"]],
+                "measured_ms_at_4": held["m"],
+                "measured_middle_half_ms_at_4": [held["m_lo"], held["m_hi"]],
+            }
+        }
+    }
+    names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_edges_only"]
+    text, _ = _said(tmp_path, "stage5b_scaling", recorded, names, **held)
+    assert phrase in text, text
+    assert (phrase == "only the edges") == (not point_in and not median_in and held["m_lo"] <= held["hi"])

@@ -433,7 +433,7 @@ def test_what_a_change_can_remove_never_exceeds_the_annotation_it_shortens():
     assert found["bound"] == "annotation" and found["measured_ms"] == pytest.approx(np.median(slow_draw))
     assert bounds(TRANSITIONS, DRAW_MS, ONE_DEVICE_MS)["one_call_reshuffle"]["bound"] == "measured"
     row = next(r for r in menu(TRANSITIONS, reach) if r["change"] == "one_call_reshuffle")
-    assert row["can remove at most ms"] <= row["median ms"] and row["bound used"] == "the annotation's median"
+    assert row["can remove at most ms"] == pytest.approx(round(prepare_median, 3)) == row["median ms"]
     # a threshold above the annotation's median is refused, even when handed an uncapped reach
     uncapped = {"one_call_reshuffle": 5.75, "packed_psum": 2.0}
     with pytest.raises(UsageError, match="more than the whole of prepare_and_place"):
@@ -451,3 +451,52 @@ def test_the_judge_caps_what_the_change_can_remove_by_the_unchanged_annotation()
     assert found["reach_ms"] == pytest.approx(np.median([1.75, 1.63, 1.79, 1.76]))
     assert found["reach_bound"] == "annotation" and found["baseline_first_ms"] == pytest.approx(1.58)
     assert found["verdict"] == "confirmed"
+
+
+def test_own_times_follow_the_nesting_and_add_up_to_the_busy_time():
+    from shardlab.perf.profile import exclusive
+
+    # A holds B (which holds C) and D; E stands alone; F starts inside A and runs past its end
+    events = [("A", 0, 100), ("B", 10, 40), ("C", 20, 30), ("D", 50, 60), ("E", 120, 130), ("F", 90, 110)]
+    found = {row["name"]: row for row in exclusive(events)}
+    assert {n: r["inside"] for n, r in found.items()} == {"A": None, "B": "A", "C": "B", "D": "A", "E": None, "F": "A"}
+    # by hand: A 100 - B 30 - D 10 - the 10 of F inside A = 50; B 30 - C 10 = 20; F keeps its whole 20
+    assert {n: r["own"] for n, r in found.items()} == {"A": 50, "B": 20, "C": 10, "D": 10, "E": 10, "F": 20}
+    assert sum(r["own"] for r in found.values()) == 120  # busy: 0-110 and 120-130
+
+
+def test_the_verdict_reads_the_parts_the_change_touches_not_the_whole_annotation():
+    from shardlab.evidence.hypothesis import judge, quantities, stated, with_parts
+
+    def parts(dispatch, placement, other, update):
+        return {
+            "prepare_and_place_ms": dispatch + placement + other,
+            "jitted_dispatch_ms": dispatch,
+            "placement_ms": placement,
+            "other_ms": other,
+            "compiled_update_and_wait_ms": update,
+        }
+
+    first = [parts(0.5, 0.4, 1.1, 1.0)] * 4
+    read = quantities("one_call_reshuffle", first)
+    assert read["target_keys"] == ["jitted_dispatch_ms", "other_ms"]
+    assert read["control_keys"] == ["compiled_update_and_wait_ms", "placement_ms"]
+    guess = stated(
+        {"change": "one_call_reshuffle", "threshold_ms": 0.3, "because": "the draw"},
+        first,
+        {"one_call_reshuffle": 0.8, "packed_psum": 0.5},
+    )
+    assert guess["baseline_ms"] == pytest.approx(1.6)  # 0.5 + 1.1, not the whole 2.0
+    unchanged = [parts(0.5, 0.4, 1.1, 1.0)] * 4
+    # the whole annotation falls by 0.5 ms, all of it in placement, which the change does not touch
+    elsewhere = judge(guess, unchanged, [parts(0.5, 0.0, 1.0, 1.0)] * 4, [0.8] * 4)
+    assert elsewhere["cut_ms"] == pytest.approx(0.1) and elsewhere["control_drift_ms"] == pytest.approx(0.4)
+    assert not elsewhere["confirmed"]
+    # the same 0.5 ms cut in the parts the draw occupies: confirmed
+    there = judge(guess, unchanged, [parts(0.3, 0.4, 0.8, 1.0)] * 4, [0.8] * 4)
+    assert there["cut_ms"] == pytest.approx(0.5) and there["confirmed"]
+    # the baseline shrank since the first trace below the threshold: inconclusive, not refuted
+    small = [parts(0.1, 0.4, 0.15, 1.0)] * 4
+    moved = judge(guess, small, [parts(0.1, 0.4, 0.1, 1.0)] * 4, [0.8] * 4)
+    assert (moved["verdict"], moved["inconclusive_because"]) == ("inconclusive", "threshold_beyond_reach")
+    assert with_parts([{"a_ms": 1.0}], [{"b_ms": 2.0, "dispatched": ["x"]}]) == [{"a_ms": 1.0, "b_ms": 2.0}]

@@ -83,8 +83,20 @@ def answer_id(source: str) -> str | None:
 
 
 def howto_markdown(notebook: str) -> str:
-    """The notebook cell that says how to write the answers `notebook` asks for, and where the portfolio reads them."""
+    """The notebook cell that says how to write the answers `notebook` asks for, and where the portfolio reads them.
+
+    Stages 1-3 spell out the steps; stages 4 and 5, read after them, list the answers and point back.
+    """
     asked = prompts(notebook)
+    if notebook >= "stage4":
+        return "\n".join(
+            [
+                f"**Your written answers for the portfolio** ({len(asked)}), each in an `answer` cell of your copy "
+                "as in the earlier stages (the README's *Written answers* says how):",
+                "",
+                *[f"- `{p.id}` — {p.question}" for p in asked],
+            ]
+        )
     lines = [
         "**Your written answers for the portfolio.** "
         + ("This notebook asks for one:" if len(asked) == 1 else f"This notebook asks for {len(asked)}:"),

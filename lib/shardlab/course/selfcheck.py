@@ -481,8 +481,8 @@ QUESTIONS = (
             (
                 "profile_again",
                 "4. Make the change",
-                "your hypothesis, written out",
-                r"Hypothesis: the median traced \w+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
+                "the hypothesis tested (yours, or the worked example's), written out",
+                r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),
         (
@@ -520,7 +520,7 @@ QUESTIONS = (
     *_stage(
         "stage5a_protocol",
         (
-            "Two controllers hold 4 and 3 valid rows. Which mean is the course's loss?",
+            "Two devices, in one controller or in two, hold 4 and 3 valid rows. Which mean is the course's loss?",
             [
                 "the mean of the two controllers' means",
                 "the global sum over 7 rows divided by 7",
@@ -623,7 +623,7 @@ QUESTIONS = (
                 "reveal-efficiency",
                 "Scaling",
                 "the efficiency at W = 4 and the bound the usable cores set",
-                r"efficiency ≤ \d+/\d+ = [\d.]+",
+                r"efficiency ≤ \d+/\d+; this run's [\d.]+",
             ),
         ),
         (

@@ -35,6 +35,24 @@ CHANGE = {  # the verdict's values
     "r": "change.reach_ms",
     "t": "change.threshold_ms",
 }
+TWO_POINT = {  # stage 5b's held-out test of the two-point fit at W = 4
+    "p": "scaling_model.held_out.predicted_ms_at_4",
+    "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
+    "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
+    "m": "scaling_model.held_out.measured_ms_at_4",
+    "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
+    "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
+}
+THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
+    "n1": "efficiency.table.0.rows_per_s",
+    "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
+    "n1_hi": "efficiency.table.0.rows_per_s_middle_half.1",
+    "nw": "efficiency.table.-1.rows_per_s",
+    "nw_lo": "efficiency.table.-1.rows_per_s_middle_half.0",
+    "nw_hi": "efficiency.table.-1.rows_per_s_middle_half.1",
+    "e": "efficiency.table.-1.efficiency",
+    "w": "efficiency.table.-1.devices",
+}
 # stage 4a's verdict: the first of these that holds is printed
 VERDICT = (
     "change_confirmed",
@@ -42,6 +60,7 @@ VERDICT = (
     "change_refuted",
     "drift_beyond_threshold",
     "cut_beyond_reach",
+    "threshold_beyond_reach",
     "threshold_within_noise",
 )
 
@@ -80,7 +99,7 @@ SENTENCES = {
             CHANGE,
             "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the measured cut is "
             "{c:.3f} ms with {n:.3f} ms of noise, so even the cut plus the noise stays below {t:.3f} ms. The cut "
-            "itself is larger than the noise: the change did shorten the annotation, by less than predicted.",
+            "itself is larger than the noise: the change did shorten its target, by less than predicted.",
             "<verdict_of>: not refuted with a cut beyond the noise (cut {c:.3f} ms, noise {n:.3f} ms, control drift "
             "{d:.3f} ms, threshold {t:.3f} ms).",
         ),
@@ -116,6 +135,14 @@ SENTENCES = {
             "The cut ({c:.3f} ms) is within the {r:.3f} ms the change can remove (middle half {r_lo:.3f}–{r_hi:.3f} "
             "ms).",
         ),
+        "threshold_beyond_reach": _s(
+            INCONCLUSIVE["threshold_beyond_reach"],
+            {"t": "change.threshold_ms", "r": "change.reach_ms", "b": "change.baseline_first_ms"},
+            "<verdict_of>: inconclusive. The {t:.3f} ms predicted is more than the {r:.3f} ms the change can remove "
+            "in this capture: the threshold was set when the target measured {b:.3f} ms, and the baseline has moved "
+            "since. Restate the prediction against this capture, or measure again.",
+            "The {t:.3f} ms predicted is within the {r:.3f} ms the change can remove in this capture.",
+        ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms"},
@@ -133,8 +160,9 @@ SENTENCES = {
             },
             "The baseline moved between the captures: <annotation> had a median of {b:.3f} ms in the first trace and "
             "{u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, which the first median "
-            "lies outside). The threshold was set against the first trace; the cut is read within this capture, "
-            "unchanged against changed.",
+            "lies outside), with no change made. The threshold was set against the first trace; the cut is read "
+            "within this capture, unchanged against changed, and a threshold beyond what the change can remove "
+            "here makes the verdict inconclusive.",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
@@ -159,12 +187,12 @@ SENTENCES = {
         ),
         "meeting_share": _s(
             "m > 0.5 * b",
-            {"m": "fused_trace.top_events.largest_meeting_ms", "b": "fused_trace.top_events.busy_ms"},
-            "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers more than half of the "
+            {"m": "fused_trace.top_events.meeting_own_ms", "b": "fused_trace.top_events.busy_ms"},
+            "The events in which the devices meet or wait take {m:.2f} ms of their own, more than half of the "
             "{b:.2f} ms the busiest thread was busy: with the host work gone, most of what remains is the device "
             "threads meeting and waiting for each other, on cores they share.",
-            "The largest event in which the devices meet or wait (<event>, {m:.2f} ms) covers at most half of the "
-            "{b:.2f} ms the busiest thread was busy: the device program's own work is still a large part.",
+            "The events in which the devices meet or wait take {m:.2f} ms of their own, at most half of the "
+            "{b:.2f} ms the busiest thread was busy: the device program's own work is the larger part.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
@@ -304,10 +332,29 @@ SENTENCES = {
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
-            "efficiency {e:.3f} at W = {w}, within the bound of {c} usable cores shared by {w} devices "
-            "(C / W = {c}/{w})",
+            "the bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
+            "{c}/{w}; this run's {e:.3f} is no higher (the bound says what the cores allow, not what was reached)",
             "efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
+        ),
+        "throughput_fell_with_devices": _s(
+            "nw_hi < n1_lo",
+            THROUGHPUT,
+            "Throughput fell as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
+            "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
+            "Efficiency {e:.3f} is below 1/{w}: the {w} devices together delivered less than one device alone.",
+            "Throughput did not fall beyond the spread as devices were added ({w} devices {nw:.3g} rows/s, middle "
+            "half {nw_lo:.3g}–{nw_hi:.3g}; one device {n1:.3g}, {n1_lo:.3g}–{n1_hi:.3g}).",
+        ),
+        "throughput_rose_with_devices": _s(
+            "nw_lo > n1_hi",
+            THROUGHPUT,
+            "Throughput rose as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
+            "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread; "
+            "efficiency {e:.3f} (1 would be {w} times one device, 1/{w} no gain at all).",
+            "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). "
+            "The added devices added no measurable throughput; efficiency {e:.3f} (no gain at all would give 1/{w}).",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -340,6 +387,17 @@ SENTENCES = {
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
             "that whole range: a log2(W) term does not describe how this machine slows down.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
+            "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
+        ),
+        "two_point_fit_edges_only": _s(
+            "(p < m_lo or p > m_hi) and (m < lo or m > hi)",
+            TWO_POINT,
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: the prediction lies "
+            "outside the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
+            "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); only the edges of the "
+            "two ranges meet. Inconclusive, and leaning against a log2(W) term: more samples would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
@@ -431,6 +489,93 @@ def _keep(notebook: str, name: str, fill: dict | None, values: dict) -> tuple[st
     return text, holds(row.relation, used)
 
 
+def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
+    """Stage 5b's reading of `scaling.weak`: how throughput moved from one device to the most, then the core bound."""
+    one, last = efficiency["table"][0], efficiency["table"][-1]
+    values = {"n1": one["rows_per_s"], "nw": last["rows_per_s"], "e": last["efficiency"], "w": last["devices"]}
+    values.update(n1_lo=one["rows_per_s_middle_half"][0], n1_hi=one["rows_per_s_middle_half"][1])
+    values.update(nw_lo=last["rows_per_s_middle_half"][0], nw_hi=last["rows_per_s_middle_half"][1])
+    moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
+    bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
+    return [moved, bound]
+
+
+def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
+    return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
+
+
+def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
+    return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
+
+
+def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether a restart on another world size matched the control bit for bit."""
+    return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
+
+
+def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the stop after a skipped batch against the bounded wait plus the pulse check."""
+    return chosen(notebook, "skip_stop_time", d=detect_s, t=timeout_s, p=pulse_s)
+
+
+def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
+    """Stage 4b's reading of the roofline table: the course step against the fused steps, then the fused steps."""
+    over = {k: points[name]["measured_over_roofline"] for k, name in (("c", "course_loop"), ("p", "fused_psum"))}
+    over["s"] = points["fused_stats"]["measured_over_roofline"]
+    said = [chosen(notebook, "course_against_roofline", **over)]
+    said.append(chosen_first(notebook, ["fused_under_roofline", "fused_over_roofline"], **over))
+    return said
+
+
+def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's sentence on the one-device fused loop beside the two four-device fused loops, with their spreads."""
+    values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
+    values.update(p_lo=half["fused_psum"][0], s=per_step["fused_stats"], s_lo=half["fused_stats"][0])
+    return chosen(notebook, "one_device_beside_fused", **values)
+
+
+def meeting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to "arithmetic or waiting?": the own time of meeting events against the busy time."""
+    return chosen(notebook, "meeting_share", m=split["meeting_own_ms"], b=split["busy_ms"])
+
+
+def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
+    """Stage 5b's reading of the async and sync groups: the blocking save and the step, shorter, longer or neither."""
+    said = []
+    for what, label in (("save_block", "the blocking save"), ("step", "the step")):
+        a, b = saves["async"][f"{what}_s"], saves["sync"][f"{what}_s"]
+        values = {"a": a["median_ms"], "a_lo": a["q1_ms"], "a_hi": a["q3_ms"]}
+        values.update(s=b["median_ms"], s_lo=b["q1_ms"], s_hi=b["q3_ms"])
+        names = ["async_shortens_<what>", "async_lengthens_<what>"]
+        said.append(chosen_first(notebook, names, {"what": what, "label": label}, **values))
+    return said
+
+
+def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
+    """Stage 5b's reading of the per-controller step records: compilation, then compute and agreement spreads."""
+    notebook = notebook or "stage5b_scaling"
+    fill = {"steps": steps}
+    said = [chosen(notebook, "compile_steps_height", fill, c=compiles["min_compile_ms"], o=compiles["max_other_ms"])]
+    ratio = round(slow["median_ms"] / fast["median_ms"], 3)
+    fill = {"slow": slow["process"], "fast": fast["process"]}
+    said.append(chosen(notebook, "compute_spread_reading", fill, r=ratio, q1_slow=slow["q1_ms"], q3_fast=fast["q3_ms"]))
+    ratio = round(waits["median_ms"] / late["median_ms"], 3)
+    fill = {"waits": waits["process"], "late": late["process"]}
+    values = {"r": ratio, "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
+    said.append(chosen(notebook, "agreement_spread_reading", fill, **values))
+    values = {"q1_slow": slow["q1_ms"], "q3_fast": fast["q3_ms"], "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
+    said.append(chosen(notebook, "straggler_reading", **values))
+    return said
+
+
+def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: p, lo, hi, m, m_lo, m_hi)."""
+    names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_edges_only"]
+    return chosen_first(notebook, names, **held)
+
+
 def chosen_first(notebook: str, names, fill: dict | None = None, **values) -> str:
     """The first sentence of `names` whose relation holds for `values` (each tried is kept), else the last's other.
 
@@ -480,7 +625,7 @@ def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
     side = outcome["sides"]["target"]["unchanged"]
     values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
-    return chosen(notebook, "baseline_moved", {"annotation": outcome["annotation"]}, **values)
+    return chosen(notebook, "baseline_moved", {"annotation": outcome.get("target", outcome["annotation"])}, **values)
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
@@ -489,7 +634,7 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
-    values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
+    values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"], b=outcome["baseline_first_ms"])
     return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
 
 

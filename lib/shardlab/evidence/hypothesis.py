@@ -40,14 +40,14 @@ from shardlab.perf.packed import make_packed_step
 
 
 @partial(jax.jit, static_argnums=1)
-def _split_and_permute(key, num_examples: int):
+def split_and_permute(key, num_examples: int):
     key, subkey = jax.random.split(key)
     return key, jax.random.permutation(subkey, num_examples)
 
 
 def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
     """`core.sampler.draw` (split, keep the first half, permute) as one jitted call and one copy back."""
-    key, order = jax.device_get(_split_and_permute(np.asarray(key, np.uint32), num_examples))
+    key, order = jax.device_get(split_and_permute(np.asarray(key, np.uint32), num_examples))
     return np.asarray(key, np.uint32), np.asarray(order, np.int32)
 
 
@@ -59,6 +59,9 @@ MENU = {
         "target": PREPARE,
         "control": UPDATE,
         "reach": "the course's draw (split, then permute), traced alone: the change replaces it, nothing else",
+        # where the draw lands in `trace.breakdown`: its dispatches and the host work around them, not placement
+        "parts": ("jitted_dispatch", "other"),
+        "untouched": ("placement",),
     },
     "packed_psum": {
         "what": "reduce the count, loss and gradient numerators with one packed psum instead of three",
@@ -66,23 +69,67 @@ MENU = {
         "control": PREPARE,
         "reach": "the update's median beyond the one-device compiled update's: what splitting adds, "
         "where the three all-reduces live",
+        "parts": (),
+        "untouched": (),
     },
 }
 # The verdict's rule over c (cut), n (noise), d (the control's drift), r (reach) and t (threshold), all ms;
 # otherwise inconclusive, for the first reason of INCONCLUSIVE that holds.
 RELATIONS = {
-    "confirmed": "abs(d) <= t and c <= r and c - n >= t",
-    "refuted": "abs(d) <= t and c <= r and c + n < t",
+    "confirmed": "abs(d) <= t and t <= r and c <= r and c - n >= t",
+    "refuted": "abs(d) <= t and t <= r and c <= r and c + n < t",
 }
 INCONCLUSIVE = {
     "drift_beyond_threshold": "abs(d) > t",
     "cut_beyond_reach": "c > r",
+    "threshold_beyond_reach": "t > r",
     "threshold_within_noise": "c - n < t and t <= c + n",
 }
 
 
+def quantities(change: str, rows: list[dict]) -> dict:
+    """What the verdict on `change` reads in `rows`: the keys summed into its target and into its control, and labels.
+
+    With `trace.breakdown`'s parts in the rows (`with_parts`), the target is the parts of the annotation the
+    change touches and the control adds the parts it leaves alone to the other annotation; without them,
+    the whole annotation and the other one.
+    """
+    if change not in MENU:
+        raise UsageError(f"no change named {change!r}; the notebook can make and gate {sorted(MENU)}")
+    entry = MENU[change]
+    split = entry["parts"] and rows and all(f"{p}_ms" in rows[0] for p in entry["parts"] + entry["untouched"])
+    if not split:
+        return {
+            "target_keys": [f"{entry['target']}_ms"],
+            "control_keys": [f"{entry['control']}_ms"],
+            "target": entry["target"],
+            "control_label": entry["control"],
+        }
+    return {
+        "target_keys": [f"{p}_ms" for p in entry["parts"]],
+        "control_keys": [f"{entry['control']}_ms", *(f"{p}_ms" for p in entry["untouched"])],
+        "target": f"{entry['target']}'s {' + '.join(entry['parts'])}",
+        "control_label": f"{entry['control']} + {entry['target']}'s {' + '.join(entry['untouched'])}",
+    }
+
+
+def with_parts(rows: list[dict], parts: list[dict]) -> list[dict]:
+    """Annotation rows with each transition's `trace.breakdown` parts beside them (the same transitions, in order)."""
+    if len(rows) != len(parts):
+        raise UsageError(f"{len(rows)} annotation rows but {len(parts)} breakdowns: not the same transitions")
+    return [{**row, **{k: v for k, v in part.items() if k.endswith("_ms")}} for row, part in zip(rows, parts)]
+
+
+def _summed(rows: list[dict], keys: list[str]) -> list[float]:
+    return [float(sum(r[k] for k in keys)) for r in rows]
+
+
 def _median(rows: list[dict], key: str) -> float:
     return float(np.median([r[key] for r in rows]))
+
+
+def _target_median(change: str, rows: list[dict]) -> float:
+    return float(np.median(_summed(rows, quantities(change, rows)["target_keys"])))
 
 
 def reach_samples(change: str, transitions: list[dict], draw_ms, one_device_ms: float) -> list[float]:
@@ -107,7 +154,7 @@ def bounds(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     return {
         name: bounded(
             np.median(reach_samples(name, transitions, draw_ms, one_device_ms)),
-            _median(transitions, f"{MENU[name]['target']}_ms"),
+            _target_median(name, transitions),
         )
         for name in MENU
     }
@@ -122,17 +169,15 @@ def menu(transitions: list[dict], reach: dict) -> list[dict]:
     """One row per change a hypothesis may name, with what it can remove at most (`reaches`), its bound, the control."""
     rows = []
     for name, entry in MENU.items():
-        median = _median(transitions, f"{entry['target']}_ms")
-        bound = "the annotation's median" if reach[name] >= median else "measured (see above)"
+        median, read = _target_median(name, transitions), quantities(name, transitions)
         rows.append(
             {
                 "change": name,
                 "what it does": entry["what"],
-                "shortens": entry["target"],
+                "shortens": read["target"],
                 "median ms": round(median, 3),
                 "can remove at most ms": round(min(reach[name], median), 3),
-                "bound used": bound,
-                "control": entry["control"],
+                "control": read["control_label"],
             }
         )
     return rows
@@ -152,13 +197,13 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
         raise UsageError(f"no change named {change!r}; the notebook can make and gate {sorted(MENU)}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
         raise UsageError(f"threshold_ms must be a number of milliseconds, not {threshold!r}")
-    entry = MENU[change]
-    baseline = _median(transitions, f"{entry['target']}_ms")
+    entry, read = MENU[change], quantities(change, transitions)
+    baseline = _target_median(change, transitions)
     if not 0 < threshold:
         raise UsageError(f"threshold_ms = {threshold} ms: a predicted cut must be more than 0 ms")
     if threshold > baseline:
         raise UsageError(
-            f"threshold_ms = {threshold} ms is more than the whole of {entry['target']} ({baseline:.3f} ms by median "
+            f"threshold_ms = {threshold} ms is more than the whole of {read['target']} ({baseline:.3f} ms by median "
             f"in this trace): {change} cannot remove more than the annotation it shortens; predict a smaller cut"
         )
     reach = min(float(reach[change]), baseline)
@@ -172,15 +217,17 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
         "change": change,
         "annotation": entry["target"],
         "control": entry["control"],
+        **read,
         "baseline_ms": baseline,
+        "control_baseline_ms": float(np.median(_summed(transitions, read["control_keys"]))),
         "reach_ms": reach,
         "threshold_ms": float(threshold),
         "because": because.strip(),
         "whose": whose,
         "text": (
             f"{whose[0].upper() + whose[1:]}. Change: {entry['what']}.\n"
-            f"Hypothesis: the median traced {entry['target']} ({baseline:.3f} ms now) falls by at least "
-            f"{float(threshold):.3f} ms, with identical ids, losses and weights; {entry['control']}, which the "
+            f"Hypothesis: the median traced {read['target']} ({baseline:.3f} ms now) falls by at least "
+            f"{float(threshold):.3f} ms, with identical ids, losses and weights; {read['control_label']}, which the "
             "change does not touch, stays within its drift.\n"
             f"Because: {because.strip()}"
         ),
@@ -215,19 +262,21 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
 def verdict_rows(outcome: dict) -> list[dict]:
     """Every number the verdict reads, one row each, with the middle half where it is a median of samples."""
     sides, rows = outcome["sides"], []
-    for role, part in (("annotation", sides["target"]), ("control", sides["control"])):
+    labels = {"target": outcome.get("target", outcome["annotation"]), "control": outcome.get("control_label")}
+    for role, part in (("target", sides["target"]), ("control", sides["control"])):
         for side in ("unchanged", "changed"):
             got = part[side]
             rows.append(
                 {
-                    "what the verdict reads": f"{outcome[role]} ({role}), {side} loop, median of {got['n']}",
+                    "what the verdict reads": f"{labels[role] or outcome[role]} ({role}), {side} loop, "
+                    f"median of {got['n']}",
                     "ms": round(got["median_ms"], 3),
                     "middle half ms": f"{got['q1_ms']:.3f}–{got['q3_ms']:.3f}",
                 }
             )
     named = (
         ("the threshold (from the first trace)", "threshold_ms"),
-        ("cut: the annotation's unchanged − changed median", "cut_ms"),
+        ("cut: the target's unchanged − changed median", "cut_ms"),
         ("drift: the control's unchanged − changed median", "control_drift_ms"),
         ("spread: half the widest middle half above", "spread_ms"),
         ("noise: the larger of |drift| and spread", "noise_ms"),
@@ -238,8 +287,8 @@ def verdict_rows(outcome: dict) -> list[dict]:
     reach = outcome["reach"]
     if outcome.get("reach_bound") == "annotation":
         label = (
-            f"can remove at most: the annotation's unchanged median (measured again alone: median of {reach['n']}, "
-            f"{reach['median_ms']:.3f} ms, more than the whole annotation)"
+            f"can remove at most: the target's unchanged median (measured again alone: median of {reach['n']}, "
+            f"{reach['median_ms']:.3f} ms, more than the whole target)"
         )
     else:
         label = f"can remove at most, measured again (median of {reach['n']})"
@@ -269,14 +318,11 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     """
     from shardlab.course.claims import holds
 
-    target, control = f"{hypothesis['annotation']}_ms", f"{hypothesis['control']}_ms"
+    target = hypothesis.get("target_keys") or [f"{hypothesis['annotation']}_ms"]
+    control = hypothesis.get("control_keys") or [f"{hypothesis['control']}_ms"]
     sides = {
-        "target": {
-            name: _side([r[target] for r in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
-        },
-        "control": {
-            name: _side([r[control] for r in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
-        },
+        role: {name: _side(_summed(rows, keys)) for name, rows in (("unchanged", unchanged), ("changed", changed))}
+        for role, keys in (("target", target), ("control", control))
     }
     cut = sides["target"]["unchanged"]["median_ms"] - sides["target"]["changed"]["median_ms"]
     drift = sides["control"]["unchanged"]["median_ms"] - sides["control"]["changed"]["median_ms"]
@@ -292,6 +338,8 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     return {
         "annotation": hypothesis["annotation"],
         "control": hypothesis["control"],
+        "target": hypothesis.get("target", hypothesis["annotation"]),
+        "control_label": hypothesis.get("control_label", hypothesis["control"]),
         "whose": hypothesis.get("whose", "your hypothesis"),
         "sides": sides,
         "cut_ms": cut,
@@ -302,6 +350,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "reach_ms": values["r"],
         "reach_bound": capped["bound"],
         "baseline_first_ms": float(hypothesis.get("baseline_ms", sides["target"]["unchanged"]["median_ms"])),
+        "control_first_ms": float(hypothesis.get("control_baseline_ms", sides["control"]["unchanged"]["median_ms"])),
         "threshold_ms": values["t"],
         "verdict": verdict,
         "inconclusive_because": why,

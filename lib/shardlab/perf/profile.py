@@ -63,25 +63,72 @@ def fused_dispatch(loop, state: dict, steps: int) -> tuple[dict, np.ndarray, lis
     return loop.finish(state, [Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, steps)])
 
 
+MEETING = ("psum", "all-reduce", "rendezvous", "wait")  # parts of the names of events in which devices meet or wait
+
+
+def exclusive(events: list[tuple[str, int, int]]) -> list[dict]:
+    """One thread's events with their nesting: each event's own (exclusive) ns and the event it sits inside.
+
+    An event's own time is its duration less the time of the events directly inside it, so on one
+    thread the own times add up to the time the thread was busy. An event that starts inside another
+    and runs past its end counts as inside it; only the overlap comes off the outer event's own time.
+    """
+    found, stack = [], []
+    for name, start, end in sorted(events, key=lambda e: (e[1], -e[2])):
+        while stack and start >= stack[-1]["end"]:
+            stack.pop()
+        parent = stack[-1] if stack else None
+        row = {
+            "name": name,
+            "start": start,
+            "end": end,
+            "own": end - start,
+            "inside": parent["name"] if parent else None,
+        }
+        if parent is not None:
+            parent["own"] -= min(end, parent["end"]) - start
+        found.append(row)
+        stack.append(row)
+    return found
+
+
 def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
-    """Per device thread of the capture: its name, event count, busy ms (union of events) and top event names."""
+    """Per device thread of the capture: its name, event count, busy ms (union of events) and its events' times.
+
+    `top` sums each event name's whole durations (nested events counted inside their parents too);
+    `own` sums each name's exclusive time (`exclusive`) with the name it most often sits inside, so
+    its rows add up to `busy_ms`; `meeting_own_ms` is the own time of names in which devices meet or wait.
+    """
     found = []
     for thread, events in trace.xplane_lines(files.xplane):
         if not thread.startswith(prefix) or not events:
             continue
-        totals = {}
+        totals, own, inside = {}, {}, {}
         for name, start, end in events:
             totals[name] = totals.get(name, 0) + (end - start)
+        for row in exclusive(events):
+            own[row["name"]] = own.get(row["name"], 0) + row["own"]
+            inside.setdefault(row["name"], []).append(row["inside"] or "(top level)")
         top = sorted(totals.items(), key=lambda item: -item[1])[:3]
+        meeting = sum(ns for name, ns in own.items() if any(w in name.lower() for w in MEETING))
         found.append(
             {
                 "thread": thread,
                 "events": len(events),
                 "busy_ms": trace.covered([(start, end) for _, start, end in events]) / 1e6,
+                "own": [
+                    {"name": name, "own_ms": ns / 1e6, "ms": totals[name] / 1e6, "inside": _most(inside[name])}
+                    for name, ns in sorted(own.items(), key=lambda item: -item[1])
+                ],
+                "meeting_own_ms": meeting / 1e6,
                 "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
             }
         )
     return found
+
+
+def _most(names: list[str]) -> str:
+    return max(sorted(set(names)), key=names.count)
 
 
 def alternately(logdir, loops: dict, count: int) -> dict:

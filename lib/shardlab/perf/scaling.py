@@ -49,7 +49,18 @@ def _efficiency_rows(measured: dict, rows: dict) -> list[dict]:
     for w in rows:
         timed = {k: measured[f"w{w}"][k] for k in keys}
         efficiency = throughput[w] / (w * throughput[1])
-        table.append({"rows": rows[w], "devices": w, **timed, "rows_per_s": throughput[w], "efficiency": efficiency})
+        q1, q3 = np.percentile(timed["samples_ms"], [25, 75])
+        spread = [rows[w] / float(q3) * 1e3, rows[w] / float(q1) * 1e3]  # rows per second over the middle half
+        table.append(
+            {
+                "rows": rows[w],
+                "devices": w,
+                **timed,
+                "rows_per_s": throughput[w],
+                "rows_per_s_middle_half": spread,
+                "efficiency": efficiency,
+            }
+        )
     return table
 
 
