@@ -1,4 +1,4 @@
-"""The table of the loops (`python -m shardlab loops`): its shape and bookkeeping on tiny fake loops.
+"""The table of the loops (`python -m rig.loops`): its shape and bookkeeping on tiny fake loops.
 
 No timing is asserted: only that every sample is kept, medians are the medians of the kept samples,
 the load is recorded beside each sample, and the command writes nothing but its loops.json.
@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from shardlab.perf import loops
+from rig import loops
 
 
 def fake_loops(scratch):
