@@ -1,8 +1,8 @@
 """The small JSON and NPZ helpers every writer and reader outside the core shares.
 
-- `write_atomic(path, data)`: bytes or text replaced atomically (`shardlab.core.files.replace`:
-  a temporary beside the target and one `os.replace`), so a reader never sees half a file;
-- `write_json(path, value)`: the same for JSON, with `plain` converting NumPy and JAX values;
+- `write_json(path, value)`: JSON replaced atomically (`shardlab.core.files.replace`: a temporary
+  beside the target and one `os.replace`, so a reader never sees half a file), with `plain`
+  converting NumPy and JAX values;
 - `plain(value)`: a JSON-literal copy (arrays and scalars become lists and numbers);
 - `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling;
 - `write_zip(path, members)`: a deflated zip whose bytes depend only on its members' names, bytes
@@ -20,11 +20,6 @@ import zipfile
 import numpy as np
 
 from shardlab.core import files
-
-
-def write_atomic(path, data: bytes | str, mode: int | None = None) -> str:
-    """Write `data` to `path` through a temporary beside it and one os.replace; return the path."""
-    return files.replace(path, data, mode)
 
 
 def plain(value, digits: int | None = None):
@@ -48,7 +43,7 @@ def dumps(value, indent: int | None = 1) -> str:
 
 def write_json(path, value, indent: int | None = 1) -> str:
     """Write `value` to `path` as JSON (see `dumps`), atomically; return the path."""
-    return write_atomic(path, dumps(value, indent) + "\n")
+    return files.replace(path, dumps(value, indent) + "\n")
 
 
 def read_npz(path) -> dict:
