@@ -240,17 +240,9 @@ def add_arguments(parser) -> None:
 
 def command(argv=None) -> int:
     """`python -m rig.loops ARGV`: a bad command line is one UsageError line and exit code 2, as for the course's."""
-    from shardlab.cli import Parser
-    from shardlab.errors import UsageError
+    from rig import cli
 
-    parser = Parser(prog="python -m rig.loops", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-    except UsageError as exc:
-        print(f"[shardlab] {exc}", file=sys.stderr)
-        return 2
-    return main(args)
+    return cli.command("python -m rig.loops", __doc__.splitlines()[0], add_arguments, main, argv)
 
 
 def main(args) -> int:
