@@ -115,7 +115,7 @@ supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save
 
 bench: venv ## measure three optimisations beside their baselines, then the loops (bench/loops/loops.json), into bench/
 	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
-	$(BIN)/python -m shardlab loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))/loops
+	$(BIN)/python -m rig.loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))/loops
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
 	$(BIN)/python -m rig.torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))

@@ -22,3 +22,21 @@ def os_listing(folder):
     import os
 
     return sorted(os.listdir(folder))
+
+
+def test_the_zip_writer_keeps_names_bytes_and_modes_and_nothing_of_the_clock(tmp_path):
+    import time
+    import zipfile
+
+    from shardlab import io
+
+    members = [("b/x.txt", b"second" * 50, 0o644), ("a.sh", b"#!/bin/sh\n", 0o755)]
+    first = io.write_zip(tmp_path / "1.zip", iter(members))
+    time.sleep(2.1)  # past the zip format's two-second clock: a written timestamp would now differ
+    second = io.write_zip(tmp_path / "2.zip", iter(members))
+    assert open(first, "rb").read() == open(second, "rb").read()
+    with zipfile.ZipFile(first) as archive:
+        infos = archive.infolist()
+        assert [(i.filename, archive.read(i), i.external_attr >> 16) for i in infos] == members
+        assert {i.compress_type for i in infos} == {zipfile.ZIP_DEFLATED}
+        assert {i.date_time for i in infos} == {(2000, 1, 1, 0, 0, 0)}

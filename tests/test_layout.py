@@ -6,6 +6,7 @@ never the other way round.
 """
 
 import ast
+import json
 import re
 
 from conftest import REPO
@@ -96,6 +97,69 @@ def test_the_import_check_finds_a_planted_import_of_the_rig(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text("def f():\n    from rig.torture import outcome\n    import tests.conftest\n")
     assert foreign_imports(planted) & set(ABOVE) == {"rig", "tests"}
+
+
+def reaches_above(text: str) -> set[str]:
+    """What of the rig or the tests `text` (Python source) reaches: imported, at any depth, or named as a
+    module in a string (`python -m rig.loops`, `import_module("rig.torture")`), as a child process would run it."""
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] in ABOVE}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in ABOVE:
+            found.add(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found |= set(re.findall(r"(?:^|-m\s+)((?:rig|tests)(?:\.\w+)+|rig)$", node.value.strip()))
+    return found
+
+
+def course_sources() -> dict[str, str]:
+    """{name: Python source} of everything the course runs: every library module, the starter template and
+    every notebook's code cells (IPython's `%` and `!` lines left out)."""
+    found = {
+        p.relative_to(REPO).as_posix(): p.read_text() for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts
+    }
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")):
+        cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+        lines = [line for c in cells for line in "".join(c["source"]).splitlines() + [""]]
+        found[notebook.name] = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+    return found
+
+
+def test_nothing_the_course_runs_reaches_the_rig_or_the_tests():
+    """The library, the starter template and the notebooks neither import the rig or the tests nor start them."""
+    sources = course_sources()
+    assert len([name for name in sources if name.endswith(".ipynb")]) == len(catalog.NOTEBOOKS)
+    assert "lib/shardlab/learner/templates/starter.py" in sources
+    offenders = {name: sorted(found) for name, text in sources.items() if (found := reaches_above(text))}
+    assert not offenders, f"the course reaches what stands above it: {offenders}"
+
+
+def test_the_reach_check_finds_planted_imports_and_commands():
+    planted = (
+        "import json\nfrom rig.torture import outcome\nimport tests.budget as b\n"
+        "def f():\n    import importlib\n    importlib.import_module('rig.grade_attacks')\n"
+        "cmd = [sys.executable, '-m', 'rig.loops']\nline = 'python -m rig'\nprose = 'the rig stands above'\n"
+    )
+    assert reaches_above(planted) == {"rig.torture", "tests.budget", "rig.grade_attacks", "rig.loops", "rig"}
+    assert reaches_above("import rigid\nfrom testsuite import x\nname = 'rig.txt is a file'\n") == set()
+
+
+def test_the_commands_are_the_librarys_and_the_wheel_holds_no_rig():
+    """Every `python -m shardlab` command is a library module; the package is found under lib/ only,
+    so an installed course has no rig; the rig's campaigns are each one `make` target."""
+    from shardlab.__main__ import COMMANDS
+
+    outside = {name: module for name, (module, _) in COMMANDS.items() if not module.startswith("shardlab.")}
+    assert not outside, f"commands whose module is not the library's: {outside}"
+    assert all((PACKAGE.parent / (module.replace(".", "/") + ".py")).is_file() for module, _ in COMMANDS.values())
+    found = re.search(
+        r"\[tool\.setuptools\.packages\.find\]\s*where\s*=\s*\[([^\]]*)\]", (REPO / "pyproject.toml").read_text()
+    )
+    assert found and re.findall(r'"([^"]+)"', found.group(1)) == ["lib"]
+    makefile = (REPO / "Makefile").read_text()
+    for campaign in ("rig.torture", "rig.loops"):
+        assert len(re.findall(rf"^\t\$\(BIN\)/python -m {re.escape(campaign)} ", makefile, re.M)) == 1, campaign
 
 
 def test_the_import_graph_is_printed(capsys):

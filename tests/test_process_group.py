@@ -1,6 +1,7 @@
 """The one runner of stage 5's controller groups: a child and whatever it starts in its group die together."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,3 +72,33 @@ def test_stop_all_ends_every_child_still_running():
     assert _ended([pid for p, _ in children for pid in (p.pid, _)])
     for process, _ in children:
         process.stdout.close()
+
+
+def _state(pid: int) -> str:
+    """The one-letter state /proc gives `pid` (T: stopped), read without the module under test."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+def _until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.05)
+    return condition()
+
+
+def test_signal_reaches_the_whole_group_and_reports_a_group_that_ended():
+    process, grandchild = _spawn_parent()
+    try:
+        assert process_group.signal(process, signal.SIGSTOP) is True
+        assert _until(lambda: _state(process.pid) == _state(grandchild) == "T"), "the group was not stopped whole"
+        assert process_group.signal(process, signal.SIGCONT) is True
+        assert _until(lambda: "T" not in (_state(process.pid), _state(grandchild)))
+    finally:
+        process_group.kill(process)
+        process.stdout.close()
+    assert _ended([grandchild])
+    done = process_group.spawn([sys.executable, "-c", "pass"])  # a group of one, ended and reaped
+    done.wait()
+    assert process_group.signal(done, signal.SIGCONT) is False
+    process_group.kill(done)

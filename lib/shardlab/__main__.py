@@ -40,10 +40,6 @@ COMMANDS = {
         "shardlab.perf.bench",
         "measure whole loops and three optimisations side by side; write bench.json and a figure",
     ),
-    "loops": (
-        "shardlab.perf.loops",
-        "time the loops people wait on side by side (quick tests, the course run per notebook, check, grade)",
-    ),
     "portfolio": (
         "shardlab.handin.portfolio",
         "assemble what a learner hands in from a finished run: one offline page, a folder and a zip",

@@ -1,10 +1,12 @@
 """The small JSON and NPZ helpers every writer and reader outside the core shares.
 
-- `write_atomic(path, data)`: bytes or text replaced atomically (`shardlab.core.files.replace`:
-  a temporary beside the target and one `os.replace`), so a reader never sees half a file;
-- `write_json(path, value)`: the same for JSON, with `plain` converting NumPy and JAX values;
+- `write_json(path, value)`: JSON replaced atomically (`shardlab.core.files.replace`: a temporary
+  beside the target and one `os.replace`, so a reader never sees half a file), with `plain`
+  converting NumPy and JAX values;
 - `plain(value)`: a JSON-literal copy (arrays and scalars become lists and numbers);
-- `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling.
+- `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling;
+- `write_zip(path, members)`: a deflated zip whose bytes depend only on its members' names, bytes
+  and modes (every timestamp ZIP_TIME), the one zip writer of the portfolio and the autograder bundle.
 
 The file mechanics themselves (temporaries, exclusive publication, bounded reads) have one
 home, `shardlab.core.files`, which the checkpoint, the manifests, the output folders and the
@@ -13,15 +15,11 @@ Orbax path share.
 
 import json
 import os
+import zipfile
 
 import numpy as np
 
 from shardlab.core import files
-
-
-def write_atomic(path, data: bytes | str, mode: int | None = None) -> str:
-    """Write `data` to `path` through a temporary beside it and one os.replace; return the path."""
-    return files.replace(path, data, mode)
 
 
 def plain(value, digits: int | None = None):
@@ -45,10 +43,23 @@ def dumps(value, indent: int | None = 1) -> str:
 
 def write_json(path, value, indent: int | None = 1) -> str:
     """Write `value` to `path` as JSON (see `dumps`), atomically; return the path."""
-    return write_atomic(path, dumps(value, indent) + "\n")
+    return files.replace(path, dumps(value, indent) + "\n")
 
 
 def read_npz(path) -> dict:
     """{member: array} of an .npz file, read whole and closed, with pickles refused."""
     with np.load(os.fspath(path), allow_pickle=False) as npz:
         return {name: npz[name] for name in npz.files}
+
+
+ZIP_TIME = (2000, 1, 1, 0, 0, 0)  # every zip member's timestamp: the same members give the same bytes
+
+
+def write_zip(path, members) -> str:
+    """Write `members`, (name, bytes, mode) in the order given, to a new deflated zip at `path`; return the path."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data, mode in members:
+            member = zipfile.ZipInfo(name, ZIP_TIME)
+            member.compress_type, member.external_attr = zipfile.ZIP_DEFLATED, mode << 16
+            archive.writestr(member, data)
+    return os.fspath(path)

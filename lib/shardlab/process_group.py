@@ -1,15 +1,16 @@
 """Child processes that each lead a process group: killed whole, none outliving the command that started it.
 
 `spawn` starts a command in a session of its own, so it leads a new process group, and remembers
-it; `kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
+it; `signal` sends one signal to a child's whole group (the one place a group is signalled);
+`kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
 each one, so a group's survivors cannot react to a peer's death before their own kill; `stop_all`
 kills every child still remembered (the caller was interrupted). What is killed is the group, not
 the pid: whatever a child started in its group (mpiexec's proxies, a learner's stray children)
-ends with it. Stage 5's controller groups start and end here.
+ends with it. Stage 5's controller groups start, are stopped and end here.
 """
 
 import os
-import signal
+import signal as signals
 import subprocess
 
 LIVE: set = set()  # children started here and not yet reaped by `kill`
@@ -22,13 +23,19 @@ def spawn(argv: list, **popen) -> subprocess.Popen:
     return process
 
 
+def signal(process: subprocess.Popen, number: int) -> bool:
+    """Send signal `number` to the process group `process` leads; False if that group has ended already."""
+    try:
+        os.killpg(process.pid, number)
+    except (ProcessLookupError, PermissionError):  # no process of the group is left
+        return False
+    return True
+
+
 def kill(*processes: subprocess.Popen) -> None:
     """SIGKILL the process group of every one of `processes`, then reap each of them."""
     for process in processes:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):  # the group has ended already
-            pass
+        signal(process, signals.SIGKILL)
     for process in processes:
         process.wait()
         LIVE.discard(process)

@@ -14,9 +14,9 @@ import os
 import shutil
 import sys
 
+from rig import cli
 from rig.torture.categories import FULL, NAMES, REDUCED, campaign, summary  # noqa: F401 (the package face)
-from shardlab.cli import Parser, seed
-from shardlab.errors import UsageError
+from shardlab.cli import seed
 
 
 def add_arguments(parser) -> None:
@@ -28,14 +28,7 @@ def add_arguments(parser) -> None:
 
 def command(argv=None) -> int:
     """`python -m rig.torture ARGV`: a bad command line is one UsageError line and exit code 2, as for the course's."""
-    parser = Parser(prog="python -m rig.torture", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-    except UsageError as exc:
-        print(f"[shardlab] {exc}", file=sys.stderr)
-        return 2
-    return main(args)
+    return cli.command("python -m rig.torture", __doc__.splitlines()[0], add_arguments, main, argv)
 
 
 def main(args) -> int:

@@ -107,19 +107,6 @@ def _has_results(out_dir: str, notebook: str) -> bool:
     return os.path.exists(os.path.join(out_dir, RESULTS, f"{notebook}.json"))
 
 
-def lookup(found: dict, key: str):
-    """The value under a dotted results key ("timing.median_ms", "rows.2.loss"); KeyError naming the key if absent."""
-    value = found
-    for part in key.split("."):
-        if isinstance(value, list) and part.lstrip("-").isdigit():
-            value = value[int(part)]
-        elif isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            raise KeyError(f"results key {key!r}: no {part!r}")
-    return value
-
-
 # --- claims written for a reader: the wording in the lesson cell, the results keys in the closing cell ---------
 
 _PENDING: dict = {}  # name -> claim, chosen in this process by `choose` and not yet recorded

@@ -9,10 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-from shardlab.core.files import sha256_file
+from shardlab.core.files import replace, sha256_file
 from shardlab.course import catalog
 from shardlab.errors import ConfigError
-from shardlab.io import write_atomic
 
 LEDGER = ".shardlab-workspace.json"  # name -> sha256 of the course notebook as it was copied
 
@@ -27,7 +26,7 @@ def _ledger(folder: Path) -> dict:
 
 def _copy(source: Path, target: Path) -> None:
     """Write `source`'s bytes to `target` through a temporary name, so a reader never sees half a notebook."""
-    write_atomic(target, source.read_bytes(), mode=0o644)
+    replace(target, source.read_bytes(), mode=0o644)
 
 
 def prepare(folder) -> dict:

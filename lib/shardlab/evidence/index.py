@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
+from shardlab.core import files
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.headline import facts, run_line
-from shardlab.io import write_atomic
 
 INDEX = "index.html"
 TITLES = {
@@ -123,5 +123,5 @@ def write_index(out_dir) -> Path:
     audit = json.loads((out_dir / AUDIT).read_text(encoding="utf-8"))
     written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     path = out_dir / INDEX
-    write_atomic(path, page(audit, out_dir, written))
+    files.replace(path, page(audit, out_dir, written))
     return path

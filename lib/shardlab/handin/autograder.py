@@ -60,22 +60,25 @@ BUNDLED = ("pyproject.toml", "requirements-cpu.txt", "README.md", "lib/shardlab"
 
 
 def bundle(out: Path, checkout: Path) -> Path:
-    """`out`/autograder.zip: setup.sh, run_autograder and shardlab's source from `checkout` (Gradescope's layout)."""
-    import zipfile
+    """`out`/autograder.zip: setup.sh, run_autograder and shardlab's source from `checkout` (Gradescope's layout).
 
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / "autograder.zip"
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+    The same checkout gives the same bytes: every member has one timestamp (`io.write_zip`).
+    """
+    from shardlab.io import write_zip
+
+    def members():
         for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
-            member = zipfile.ZipInfo(name, (2000, 1, 1, 0, 0, 0))
-            member.external_attr = 0o755 << 16
-            archive.writestr(member, text)
+            yield name, text.encode(), 0o755
         for item in BUNDLED:
             path = checkout / item
             files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
             for file in files:
                 if "__pycache__" not in file.parts and not file.is_symlink():
-                    archive.write(file, file.relative_to(checkout).as_posix())
+                    yield file.relative_to(checkout).as_posix(), file.read_bytes(), 0o644
+
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "autograder.zip"
+    write_zip(target, members())
     return target
 
 

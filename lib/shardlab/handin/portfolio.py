@@ -14,7 +14,6 @@ import json
 import re
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from shardlab import outdir
@@ -26,11 +25,11 @@ from shardlab.errors import ConfigError, PortfolioError
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.sources import receipt_sources
 from shardlab.handin import bounded, contain, items, page, workspace_reader
+from shardlab.io import write_zip
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
 SCRATCH = re.compile(r"[^\s\"']*/shardlab-check-[^/\s\"']+")  # the checker's temporary folders, in its report
-ZIP_TIME = (2000, 1, 1, 0, 0, 0)  # every member's timestamp: the same bytes give the same zip
 
 
 def _unfinished(receipts: Path) -> list[str]:
@@ -198,11 +197,8 @@ def write(into: Path, run, found: dict) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (folder / "report.md").write_text(page.report_markdown(run, found), encoding="utf-8")
     (into / PAGE).write_text(page.html(run, found, manifest), encoding="utf-8")
-    with zipfile.ZipFile(into / ZIP, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in [into / PAGE, *sorted(p for p in folder.rglob("*") if p.is_file())]:
-            member = zipfile.ZipInfo(path.relative_to(into).as_posix(), ZIP_TIME)
-            member.compress_type, member.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
-            archive.writestr(member, path.read_bytes())
+    paths = [into / PAGE, *sorted(p for p in folder.rglob("*") if p.is_file())]
+    write_zip(into / ZIP, ((path.relative_to(into).as_posix(), path.read_bytes(), 0o644) for path in paths))
 
 
 def build(out, receipts, implementation=None, workspace=None, check_report=None) -> Path:

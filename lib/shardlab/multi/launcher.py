@@ -193,7 +193,7 @@ def signal_process(proc, sig: int, os_pid: int | None = None) -> None:
     elif sig == signal.SIGTERM:
         os.kill(proc.pid, sig)
     else:
-        os.killpg(proc.pid, sig)
+        process_group.signal(proc, sig)
 
 
 def kill(procs) -> None:

@@ -17,8 +17,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+from shardlab.core import files
 from shardlab.errors import HangError, LostProcessError, SamplerMismatchError, ShardlabError
-from shardlab.io import write_atomic
 
 PULSE = 0.5  # seconds between pulses
 PULSE_WINDOW = 3.0  # seconds a diagnosis watches the pulses: a live process pulses ~6 times in it
@@ -68,7 +68,7 @@ class WaitGuard:
 
     def _pulse_to_file(self, text: str) -> None:
         try:
-            write_atomic(self.pulse_file, text)
+            files.replace(self.pulse_file, text)
         except OSError:
             pass  # a missing pulse is what the group supervisor reports; never stop training for it
 

@@ -1,4 +1,4 @@
-"""`python -m shardlab loops`: the wall time of the loops people wait on, side by side in one run.
+"""`python -m rig.loops --out DIR`: the wall time of the loops people wait on, side by side in one run.
 
 The loops are the developer's inner loop (`pytest --quick`, what `make test-quick` runs), the
 course run (`python -m shardlab run`, with the seconds of each notebook as the run records them
@@ -11,6 +11,9 @@ empty cache folder of their own, so they time a first check, not what this machi
 Every sample is kept with its exit status and the machine's load average (os.getloadavg) just before and just after it;
 the table reports medians. These are measurements of one machine at one time, never a pass/fail
 threshold: they show the next change that slows a loop as a number.
+
+It belongs to the rig, not the library: it times the checkout's own test suite and grades files
+from tests/, so it runs from the repository root (`make bench` runs it after `python -m shardlab bench`).
 """
 
 import json
@@ -218,7 +221,7 @@ def run(out, samples: int = SAMPLES, checkout=".", loops=None, echo=print) -> di
                 "platform": platform.platform(),
             },
             "samples_per_loop": samples,
-            "measured_by": "shardlab.perf.loops: each loop's command in a child process, round-robin; wall clock",
+            "measured_by": "rig.loops: each loop's command in a child process, round-robin; wall clock",
             "loops": measure(chosen, samples, echo=echo),
         }
         result["machine"]["load_average_at_end"] = list(os.getloadavg())
@@ -235,6 +238,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--checkout", default=".", help="the checkout whose tests/ the quick loop and the class use")
 
 
+def command(argv=None) -> int:
+    """`python -m rig.loops ARGV`: a bad command line is one UsageError line and exit code 2, as for the course's."""
+    from rig import cli
+
+    return cli.command("python -m rig.loops", __doc__.splitlines()[0], add_arguments, main, argv)
+
+
 def main(args) -> int:
     from shardlab.errors import OutputFolderError
 
@@ -246,3 +256,7 @@ def main(args) -> int:
     print(table(result))
     print(f"[shardlab loops] wrote {Path(args.out) / LOOPS_JSON}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(command())
