@@ -116,6 +116,15 @@ SCRIPT = textwrap.dedent(
     if sys.argv[1] == "seal":
         seal.seal()
     found["after"] = alive()
+
+    def named_tuple():  # a file's own function keeps its defaults to change: typing.NamedTuple sets __new__'s
+        import typing
+
+        class Row(typing.NamedTuple):
+            x: int = 0
+
+        return Row()
+
     state = sys.modules["shardlab.core.state"]
     attempts = {
         "reload": lambda: __import__("importlib").reload(state),
@@ -124,6 +133,11 @@ SCRIPT = textwrap.dedent(
         "symlink": lambda: (os.symlink(state.__file__, "link.py"), open("link.py").read()),
         "code": lambda: [setattr(f, "__code__", (lambda *a: None).__code__) for f in gc.get_objects()
                          if isinstance(f, types.FunctionType) and f.__code__ is seal._hook.__code__],
+        "defaults": lambda: [setattr(f, "__defaults__", f.__defaults__[:2] + ((),) * (len(f.__defaults__) - 2))
+                             for f in gc.get_objects()
+                             if isinstance(f, types.FunctionType) and f.__code__ is seal._hook.__code__],
+        "which": lambda: setattr(seal._which, "__code__", (lambda *a: None).__code__),
+        "named_tuple": named_tuple,
     }
     found["refused"] = {}
     for what, attempt in attempts.items():
@@ -159,7 +173,9 @@ def test_sealed_originals_are_gone_and_their_source_cannot_be_read_again(tmp_pat
     assert len(control["before"]) >= 8 and control["after"] == control["before"]  # the scan finds the originals
     assert sealed["before"] == control["before"] and sealed["after"] == []
     assert not any(control["refused"][what] for what in ("open", "dir_fd", "symlink"))
-    assert all(sealed["refused"][what] == "CourseCodeError" for what in ("reload", "open", "dir_fd", "symlink", "code"))
+    guarded = ("reload", "open", "dir_fd", "symlink", "code", "defaults", "which")
+    assert all(sealed["refused"][what] == "CourseCodeError" for what in guarded), sealed["refused"]
+    assert sealed["refused"]["named_tuple"] is False and control["refused"]["named_tuple"] is False
     assert sealed["open_after_code"] == "CourseCodeError" and control["open_after_code"] is False
 
 

@@ -12,7 +12,8 @@ given to `exec`) is invisible to the syntax tree but not at run time. So, when `
 - an audit hook (`sys.addaudithook`: Python code cannot remove one) refuses to open those modules' source
   or bytecode files again, whatever path names them, and to link to them, so `importlib.reload` or
   `spec_from_file_location` cannot rebuild the originals. It also refuses what could rewrite it in
-  place: setting a function's `__code__` or `__defaults__`, `ctypes`, and opening `/proc/*/mem`. The hook
+  place: setting the `__code__` or `__defaults__` of a function running its code, `ctypes`, and opening
+  `/proc/*/mem` (a file's own functions keep theirs to change: `typing.NamedTuple` sets defaults). The hook
   keeps everything it uses in its own default values (a tuple), not in names a file could rebind.
 
 The worker itself calls none of the seven (it calls the learner's functions, the probes and the wire
@@ -30,6 +31,7 @@ import gc
 import os
 import re
 import sys
+import types
 import weakref
 
 from shardlab.errors import CourseCodeError
@@ -120,11 +122,20 @@ def _hook(
     _exception=Exception,
     _opening=frozenset({"open", "os.link", "os.symlink"}),
     _setting=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
+    _type=type,
+    _function=types.FunctionType,
+    _guarded=(),
 ):
     """The audit hook `seal` installs (its defaults bound there). It reads no global name (a file could rebind
-    one): everything it uses is in its defaults, a tuple no code may replace while it runs."""
-    if event == "object.__setattr__" and args[1:2] and args[1] in _setting:
-        raise _error("while graded, no function's code or defaults may be replaced")
+    one): everything it uses is in its defaults, a tuple no code may replace while it runs. `_guarded` holds
+    the code of the hook and of `_which`: a function running either keeps its code and defaults, whatever
+    finds it (`gc.get_objects()`); any other function's may change (`typing.NamedTuple` sets `__new__`'s
+    defaults, a decorator may set a wrapper's code)."""
+    if event == "object.__setattr__" and args[1:2] and args[1] in _setting and _type(args[0]) is _function:
+        code = args[0].__code__
+        for guarded in _guarded:
+            if code is guarded:
+                raise _error("while graded, the seal's own code and defaults may not be replaced")
     if event.startswith("ctypes."):
         raise _error("while graded, ctypes is refused")
     if event not in _opening or not args:
@@ -176,7 +187,8 @@ def seal() -> None:
         kept = [ref().__module__ + "." + ref().__qualname__ for ref in alive if ref() is not None]
         raise CourseCodeError(f"the course's functions are still reachable after sealing: {kept}")
     files, basenames = _files(modules)
-    hook = type(_hook)(_hook.__code__, {}, "course_seal", (files, basenames, *_hook.__defaults__[2:]))
+    defaults = (files, basenames, *_hook.__defaults__[2:-1], (_hook.__code__, _which.__code__))
+    hook = type(_hook)(_hook.__code__, {}, "course_seal", defaults)
     sys.addaudithook(hook)
 
 
