@@ -15,17 +15,17 @@ import numpy as np
 
 from shardlab.core.schema import FIELDS  # the six state fields (their one home)
 
-SHAPES = "check shapes (COURSE.md stage 3: restore checks shapes)"
-DTYPES = "check dtypes (COURSE.md stage 3)"
-FINITE = "finite parameters (COURSE.md stage 3)"
+SHAPES = "check shapes (stage3a_checkpoint: restore checks shapes)"
+DTYPES = "check dtypes (stage3a_checkpoint)"
+FINITE = "finite parameters (stage3a_checkpoint)"
 FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run (the starter's hint decides this)"
-PERMUTATION = "a valid permutation of 0..rows-1 (COURSE.md stage 3)"
-CURSOR = "cursor bounds 0 <= cursor <= rows (COURSE.md stage 3)"
-STEP = "a non-negative step (COURSE.md stage 3)"
-PRESENT = "all six fields are saved (COURSE.md stage 3: missing momentum is refused)"
+PERMUTATION = "a valid permutation of 0..rows-1 (stage3a_checkpoint)"
+CURSOR = "cursor bounds 0 <= cursor <= rows (stage3a_checkpoint)"
+STEP = "a non-negative step (stage3a_checkpoint)"
+PRESENT = "all six fields are saved (stage3a_checkpoint: missing momentum is refused)"
 CONTRACT = (
     "the saved contract must be there and equal the expected one as a whole: a missing contract, one entry "
-    "less or one entry more is another experiment's or no experiment's checkpoint (COURSE.md stage 3)"
+    "less or one entry more is another experiment's or no experiment's checkpoint (stage3a_checkpoint)"
 )
 
 
@@ -113,7 +113,7 @@ DAMAGES = (
     ("contract", "a number instead of its text", CONTRACT, lambda a, rows: np.asarray(7, np.int64)),
 )
 # The structure space: every member in another shape of the same size, another dtype or another type than the
-# course's (COURSE.md stage 3, the stage 3 notebook's rule and hint: weights and momentum float32 (d,), key uint32
+# course's (stage3a_checkpoint, the stage 3 notebook's rule and hint: weights and momentum float32 (d,), key uint32
 # (2,), order integer ids (rows,), cursor and step single integers, 0-d). The same numbers in a form the rule rules
 # out: a (1,) cursor holds the right value, so a test of its size or of int(cursor) accepts it. `structures` lists
 # the space of one field; the restore search draws from it (`drawn`), a few of each field per case.
@@ -209,9 +209,9 @@ CONTRACT_DAMAGES = frozenset(kind for field, kind, _, _ in DAMAGES if field == "
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
     "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
     "not an NPZ file": "only an NPZ written by save is a checkpoint",
-    "another experiment's contract": "validate the contract before accepting anything (COURSE.md stage 3)",
+    "another experiment's contract": "validate the contract before accepting anything (stage3a_checkpoint)",
     "another experiment": "the whole contract must be equal, every entry exactly: one changed input (one ulp of "
-    "a number) is another experiment (COURSE.md stage 3)",
+    "a number) is another experiment (stage3a_checkpoint)",
 }
 
 
