@@ -500,7 +500,8 @@ def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **va
 
 def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
     """Stage 3a's sentence on how two fixtures rank the same three faults ({fixture: {fault: final-weight error}})."""
-    if len(errors) != 2 or len({tuple(sorted(e)) for e in errors.values()}) != 1 or any(len(e) != 3 for e in errors.values()):
+    faults = {tuple(sorted(e)) for e in errors.values()}
+    if len(errors) != 2 or len(faults) != 1 or len(next(iter(faults))) != 3:
         raise UsageError(f"the fault ranking compares two fixtures with the same three faults, not {errors!r}")
     (a, first), (b, second) = errors.items()
     x, y, z = sorted(first, key=lambda fault: -first[fault])  # fixture a's order, largest error first
@@ -541,10 +542,10 @@ CHOSEN = {
     "stage1_batches": {
         "key_changes_at_epoch_start": (
             "count == epochs - 1 and first == start",
-            "So the key changed once per new epoch, first at batch {first}: the batch that found the order used up "
-            "and drew the next permutation.",
+            "So the key changed once per new epoch, first at batch {first}: lazily, the batch that found the order "
+            "used up drew the next permutation.",
             "So the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
-            "{start}: this sampler draws the next permutation as soon as the order is used up, one call early "
+            "{start}: eagerly, this sampler draws the next permutation as soon as the order is used up, one call early "
             "(the ids are the same either way).",
         ),
     },
