@@ -565,7 +565,7 @@ CHOSEN = {
         "rise_from_momentum": (
             "rose > 0 and by_momentum == rose",
             "observed: where the loss on its own rows rose, this batch's gradient alone would have lowered it: the "
-            "momentum carried from earlier batches moved the weights further than these rows wanted",
+            "momentum carried in from earlier batches raised it",
             "observed: of the {rose} step(s) whose own rows' loss did not fall, {by_momentum} would have fallen with "
             "this batch's gradient alone",
         ),
