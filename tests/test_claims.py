@@ -461,3 +461,53 @@ def test_the_two_point_fit_says_when_both_the_point_and_the_median_miss(tmp_path
     text, _ = _said(tmp_path, "stage5b_scaling", recorded, names, **held)
     assert phrase in text, text
     assert (phrase == "only the edges") == (not point_in and not median_in and held["m_lo"] <= held["hi"])
+
+
+@pytest.mark.parametrize(
+    "b, word",
+    [
+        ({"momentum": 0.5, "key": 0.3, "cursor": 0.1}, "in the same order"),
+        ({"momentum": 0.5281, "key": 0.1372, "cursor": 0.1492}, "only the two smaller faults swap"),
+        ({"momentum": 0.2, "key": 0.6, "cursor": 0.1}, "The costliest fault differs"),
+        ({"momentum": 0.3, "key": 0.1, "cursor": 0.1}, "cost exactly the same"),  # a tie in the second fixture
+    ],
+)
+def test_the_fault_ranking_sentence_names_only_the_order_both_fixtures_show(tmp_path, b, word):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    nb = "stage3a_checkpoint"
+    errors = {"first": {"momentum": 0.215, "key": 0.1775, "cursor": 0.0785}, "second": b}
+    record.emit(str(tmp_path), nb, "fault_ranking", {"errors": errors}, shown=False)
+    text = sentences.fault_ranking(errors)
+    sentences.record(str(tmp_path), nb)
+    found = record.load(str(tmp_path), nb)
+    assert word in text, text
+    assert not check_claims(found), check_claims(found)
+    # independently: the orders largest first, and whether the second fixture has a tie
+    order = {name: sorted(e, key=e.get, reverse=True) for name, e in errors.items()}
+    tie = len(set(b.values())) < 3
+    expected = (
+        "cost exactly the same"
+        if tie
+        else "in the same order"
+        if order["first"] == order["second"]
+        else "only the two smaller faults swap"
+        if order["first"][0] == order["second"][0]
+        else "The costliest fault differs"
+    )
+    assert word == expected
+    assert order["first"][0] in text  # each wording names the first fixture's costliest fault
+    if word == "in the same order":
+        assert " > ".join(order["first"]) in text
+    found["fault_ranking"]["errors"]["second"]["momentum"] = 0.01  # the plant no longer says what was printed
+    assert check_claims(found)
+
+
+def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_faults():
+    from shardlab.course import sentences
+
+    one = {"momentum": 0.3, "key": 0.2, "cursor": 0.1}
+    for bad in ({"a": one}, {"a": one, "b": {"momentum": 0.3, "key": 0.2}}, {"a": one, "b": one, "c": one}):
+        with pytest.raises(UsageError, match="two fixtures"):
+            sentences.fault_ranking(bad)

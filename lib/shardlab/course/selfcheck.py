@@ -199,8 +199,9 @@ QUESTIONS = (
             ["its own mean, 0/0", "nothing: it is skipped from the psum", "a zero numerator and a zero count"],
             "c",
             "It still joins the collective with zeros: in the one-row batch, three devices' pieces are all zero. "
-            "Skipping them would give the same sum, but the lowered step's replica_groups list all four devices in "
-            "its one group, so they take part. Only a globally empty batch is an error.",
+            "Skipping them would give the same sum, but the lowered step's replica_groups (printed under “What the "
+            "compiler was asked to do”) list all four devices in its one group, so they take part. Only a globally "
+            "empty batch is an error.",
             "singleton",
             (
                 "partition",
@@ -299,7 +300,7 @@ QUESTIONS = (
             ],
             "b",
             "The link publishes the complete file in one step and fails if the name exists; durability after a "
-            "power loss is a different promise.",
+            "power loss is a different promise, which the fsync before the link serves but cannot make alone.",
             "checkpoint",
             (
                 "publish-demo",

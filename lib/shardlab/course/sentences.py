@@ -64,6 +64,10 @@ VERDICT = (
     "threshold_within_noise",
 )
 
+# stage 3a's fault ranking: the first of these that holds is printed; x, y, z are the faults by fixture a's errors
+FAULT_RANKING = ("fault_order_same", "fault_costliest_same", "fault_costliest_differs")
+FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for v in "xyz"}
+
 
 SENTENCES = {
     "stage4a_profile": {
@@ -165,6 +169,32 @@ SENTENCES = {
             "here makes the verdict inconclusive.",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
+        ),
+    },
+    "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
+        "fault_order_same": _s(
+            "x_a > y_a > z_a and x_b > y_b > z_b",
+            FAULT_KEYS,
+            "Both fixtures rank the three faults in the same order, <x> > <y> > <z> (<x>: {x_a:.4g} and {x_b:.4g}); "
+            "two fixtures are too few to call that a rule.",
+            "The two fixtures do not rank the three faults in the same strict order.",
+        ),
+        "fault_costliest_same": _s(
+            "x_a > y_a > z_a and x_b > z_b > y_b",
+            FAULT_KEYS,
+            "A reset <x> costs most in both fixtures ({x_a:.4g} and {x_b:.4g}); only the two smaller faults swap "
+            "places (<y> > <z> in <a>, <z> > <y> in <b>). On the same rows, their order changes with the seed, "
+            "batch size and save point.",
+            "The two fixtures do not share their costliest fault with only the two smaller ones swapped.",
+        ),
+        "fault_costliest_differs": _s(
+            "x_a > max(y_a, z_a) and x_b < max(y_b, z_b)",
+            FAULT_KEYS,
+            "The costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> ({x_b:.4g}). "
+            "On the same rows, the seed, batch size and save point decide which forgotten field costs most, not "
+            "the field alone.",
+            "Two faults cost exactly the same in one fixture (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
+            "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the fixtures' orders cannot be compared strictly.",
         ),
     },
     "stage4b_beyond": {
@@ -613,6 +643,17 @@ def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **va
     return text
 
 
+def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
+    """Stage 3a's sentence on how two fixtures rank the same three faults ({fixture: {fault: final-weight error}})."""
+    faults = {tuple(sorted(e)) for e in errors.values()}
+    if len(errors) != 2 or len(faults) != 1 or len(next(iter(faults))) != 3:
+        raise UsageError(f"the fault ranking compares two fixtures with the same three faults, not {errors!r}")
+    (a, first), (b, second) = errors.items()
+    x, y, z = sorted(first, key=lambda fault: -first[fault])  # fixture a's order, largest error first
+    values = {f"{v}_{s}": float(e[f]) for s, e in (("a", first), ("b", second)) for v, f in zip("xyz", (x, y, z))}
+    return chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)
+
+
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on the order of the three warm medians, read with their middle halves."""
     c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
@@ -646,10 +687,10 @@ CHOSEN = {
     "stage1_batches": {
         "key_changes_at_epoch_start": (
             "count == epochs - 1 and first == start",
-            "So the key changed once per new epoch, first at batch {first}: the batch that found the order used up "
-            "and drew the next permutation.",
+            "So the key changed once per new epoch, first at batch {first}: lazily, the batch that found the order "
+            "used up drew the next permutation.",
             "So the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
-            "{start}: this sampler draws the next permutation as soon as the order is used up, one call early "
+            "{start}: eagerly, this sampler draws the next permutation as soon as the order is used up, one call early "
             "(the ids are the same either way).",
         ),
     },
@@ -665,6 +706,13 @@ CHOSEN = {
             "lowered == steps",
             "observed: the update lowered the loss on its own rows in every one of the {steps} steps",
             "observed: the update lowered the loss on its own rows in {lowered} of {steps} steps, not in all",
+        ),
+        "rise_from_momentum": (
+            "rose > 0 and by_momentum == rose",
+            "observed: where the loss on its own rows rose, this batch's gradient alone would have lowered it: the "
+            "momentum carried in from earlier batches raised it",
+            "observed: of the {rose} step(s) whose own rows' loss did not fall, {by_momentum} would have fallen with "
+            "this batch's gradient alone",
         ),
         "step2_loss_rose": (
             "b > a",
@@ -694,12 +742,6 @@ CHOSEN = {
             "observed: this run's state rebuilt exactly: {rebuilt}; the other history's state rebuilt exactly: "
             "{other}. Read the table field by field: a rebuild from the step count is right only where the "
             "history it assumes is the one that ran.",
-        ),
-        "fault_ranking_agrees": (
-            "same",
-            "Both fixtures rank the three faults the same way here; two fixtures are too few to call that a rule.",
-            "The two fixtures rank the three faults differently: which fault costs most depends on the data and "
-            "on where the save falls, not on the fault alone.",
         ),
     },
     "stage3b_resume": {
