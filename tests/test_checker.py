@@ -256,6 +256,11 @@ MISTAKES = {
         ["fsync came before the last write", "only then give it its final name"],
     ),
     "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
+    "contract_hashes_printed_arrays": (
+        3,
+        "random_contract_tells_apart",
+        ["alike at 8 printed digits", "no rounding", "rows=1, batch=1, devices=1"],
+    ),
     "restore_finite_by_magnitude": (
         3,
         "random_restore_damage",
@@ -438,6 +443,7 @@ SLOW_MISTAKES = {
     *("restore_finite_via_sum", "restore_checks_fields_first", "restore_without_contract_member"),
     *("restore_accepts_nan_momentum", "restore_raises_value_error", "restore_compares_rounded_contract"),
     *("restore_compares_shared_keys", "restore_refuses_epoch_end", "restore_finite_by_magnitude", "contract_crc32"),
+    "contract_hashes_printed_arrays",
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),

@@ -577,6 +577,20 @@ def _ulp(data: Dataset, part: str, position: int) -> Dataset:
     return Dataset(features, targets)
 
 
+def _hidden_ulp(data: Dataset, part: str, start: int) -> Dataset | None:
+    """The data with one element moved up one float32 ulp where 8 decimal places (or 8 significant digits), the
+    precision NumPy prints an array with, show both values alike: a contract built from printed numbers keeps
+    its value. The first such element from `start` on; None if the array holds none."""
+    array = data.features if part == "features" else data.targets
+    flat = array.reshape(-1)
+    up = np.nextafter(flat, np.float32(np.inf))
+    for index in np.roll(np.arange(flat.size), -(start % max(flat.size, 1))):
+        x, y = float(flat[index]), float(up[index])
+        if np.isfinite(y) and (f"{x:.8f}" == f"{y:.8f}" or f"{x:.8g}" == f"{y:.8g}"):
+            return _ulp(data, part, int(index))
+    return None
+
+
 def _swapped(data: Dataset) -> Dataset | None:
     """The data with its first two distinct rows swapped (a row permutation: another run); None if none differ."""
     features, targets = data.features.copy(), data.targets.copy()
@@ -661,6 +675,11 @@ def contract_variants(case: Case) -> dict:
         ),
         "one ulp of one feature": (_ulp(data, "features", int(rng.integers(rows * width))), _config(case)),
         "one ulp of one target": (_ulp(data, "targets", int(rng.integers(rows))), _config(case)),
+        **{
+            f"one ulp of one {part[:-1]}, alike at 8 printed digits": (hidden, _config(case))
+            for part in ("features", "targets")
+            if (hidden := _hidden_ulp(data, part, int(rng.integers(rows * width)))) is not None
+        },
         "every feature + 1": (Dataset(data.features + np.float32(1), data.targets), _config(case)),
         "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
         **_merged(case),
