@@ -364,6 +364,10 @@ def _step_inputs(case: Case):
     if case.contents == "exact data":
         data, before["weights"] = _exact_data(case, rng, width)
     finite = batch_arrays(data, ids, case.devices)
+    if case.contents == "mask with gaps":  # padded slots between valid ones (one more per device, so some exist)
+        extra = [np.zeros((case.devices, *a.shape[1:]), a.dtype) for a in finite]
+        order = rng.permutation(len(finite[0]) + case.devices)
+        finite = tuple(np.concatenate([a, e])[order] for a, e in zip(finite, extra))
     if case.contents not in FILLS:
         return finite, finite, before
     # one more padded slot on every device (so one device's worth of padding exists even on one device); the
@@ -380,7 +384,8 @@ def _step_inputs(case: Case):
 
 def step_update(ctx, case: Case) -> None:
     """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and
-    decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data or on exact data."""
+    decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data, on exact data or
+    with padded slots between valid ones (a mask with gaps)."""
     mesh = mesh_of(ctx, case.devices, case.layout)
     batch, finite, before = _step_inputs(case)
     step = step_of(ctx, case, case.compiled)
@@ -427,6 +432,7 @@ def step_update(ctx, case: Case) -> None:
             "x.w - y first, then sum x * residual; a form that builds X^T X (normal equations, a Gram matrix) adds "
             "numbers near 1e9 that float32 cannot hold exactly" + formulas.mark("global-mean"),
         )
+    _gaps(case, got, (want_loss, want_grad), bound, finite[2], which)
     if not within(got["grad"], want_grad, bound["grad"]):
         why = formulas.momentum_as_gradient(
             got["grad"], got["momentum"], want_grad, before["momentum"]
@@ -447,6 +453,21 @@ def step_update(ctx, case: Case) -> None:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
     _rows_split(step, args, case)
+
+
+def _gaps(case: Case, got: dict, want: tuple, bound: dict, mask, which: str) -> None:
+    """A Miss when the mask has gaps (contents "mask with gaps") and the loss or gradient is not the masked mean."""
+    loss, grad = want
+    if case.contents == "mask with gaps" and not (
+        within(got["grad"], grad, bound["grad"]) and within(got["loss"], loss, bound["loss"])
+    ):
+        raise Miss(
+            {"loss": loss, "grad": grad, "mask": mask},
+            {"loss": got["loss"], "grad": got["grad"]},
+            f"{which}loss or gradient wrong when padded slots sit between valid ones (mask {mask.tolist()}) -> "
+            "a row counts where its own mask is 1, wherever it sits: select each slot by mask > 0, never by its "
+            "position or by a running product of the mask" + formulas.mark("global-mean"),
+        )
 
 
 def _rows_split(step, args, case: Case) -> None:
