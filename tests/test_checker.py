@@ -256,6 +256,11 @@ MISTAKES = {
         ["fsync came before the last write", "only then give it its final name"],
     ),
     "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
+    "step_cache_rounded_lr": (
+        2,
+        "random_step_update",
+        ["equal those of make_step(learning_rate=0.0299999993)", "cache keyed by rounded values", "rows=1, devices=1"],
+    ),
     "step_mask_as_prefix": (
         2,
         "random_step_update",
@@ -450,6 +455,7 @@ SLOW_MISTAKES = {
     *("restore_compares_shared_keys", "restore_refuses_epoch_end", "restore_finite_by_magnitude", "contract_crc32"),
     "contract_hashes_printed_arrays",
     "step_mask_as_prefix",
+    "step_cache_rounded_lr",
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),

@@ -449,10 +449,43 @@ def step_update(ctx, case: Case) -> None:
         )
     for name, value in (("weights", weights), ("momentum", momentum)):
         _placement(value, mesh, P(), f"{which}the step's new {name}")
+    _neighbour_steps(ctx, case, args, got, which)
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
     _rows_split(step, args, case)
+
+
+NEAR = 2.0**-16  # relative: a learning rate or decay this close is another experiment
+SMALL = 0.03  # the pair's base is at most this (halved from the case's value): 2^-16 of it is < 5e-7, so the two
+# values agree to 6 decimal places, yet their steps' float32 results differ
+
+
+def _neighbour_steps(ctx, case: Case, args, got: dict, which: str) -> None:
+    """Two steps made with learning rates (then decays) 2^-16 apart (relative), at most 0.03, give other new
+    weights or momentum on the same inputs: each make_step call keeps the values it was given (a step made for
+    another call, such as one kept under a rounded key, gives back the first one's numbers). On the course's
+    contents only (four more steps to build)."""
+    for name in ("learning_rate", "decay") if case.contents == "course" else ():
+        base = getattr(case, name)
+        while base > SMALL:
+            base /= 2
+        if base == 0:
+            continue
+        values = (float(np.float32(base)), float(np.float32(base) * np.float32(1 + NEAR)))
+        outputs = []
+        for value in values:
+            weights, momentum, _, _ = step_of(ctx, replace(case, **{name: value}), case.compiled)(*args)
+            outputs.append(np.concatenate([np.asarray(weights).ravel(), np.asarray(momentum).ravel()]))
+        need(
+            not np.array_equal(*outputs),
+            f"other new weights or momentum for {name} {values[1]:.9g} than for {values[0]:.9g}",
+            "the same",
+            f"{which}make_step({name}={values[1]:.9g}) gave a step whose new weights and momentum equal those of "
+            f"make_step({name}={values[0]:.9g}) on the same inputs -> each call of make_step builds its step with "
+            "the values it was given; a step kept from an earlier call (a cache keyed by rounded values) belongs to "
+            "another experiment" + formulas.mark("momentum"),
+        )
 
 
 def _gaps(case: Case, got: dict, want: tuple, bound: dict, mask, which: str) -> None:
