@@ -449,7 +449,7 @@ def step_update(ctx, case: Case) -> None:
         )
     for name, value in (("weights", weights), ("momentum", momentum)):
         _placement(value, mesh, P(), f"{which}the step's new {name}")
-    _neighbour_steps(ctx, case, args, got, which)
+    _neighbour_steps(ctx, case, mesh, batch, which)
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
@@ -461,11 +461,17 @@ SMALL = 0.03  # the pair's base is at most this (halved from the case's value): 
 # values agree to 6 decimal places, yet their steps' float32 results differ
 
 
-def _neighbour_steps(ctx, case: Case, args, got: dict, which: str) -> None:
+def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
     """Two steps made with learning rates (then decays) 2^-16 apart (relative), at most 0.03, give other new
     weights or momentum on the same inputs: each make_step call keeps the values it was given (a step made for
-    another call, such as one kept under a rounded key, gives back the first one's numbers). On the course's
+    another call, such as one kept under a rounded key, gives back the first one's numbers). The inputs make the
+    gradient exactly 0 (zero weights, zero targets) and the momentum 1, so the new momentum is the decay and the
+    new weights -learning_rate * decay, each a float32 product whose factors differ by 2^-16. On the course's
     contents only (four more steps to build)."""
+    features, targets, mask = batch
+    width = features.shape[1]
+    zeros, ones = np.zeros(width, np.float32), np.ones(width, np.float32)
+    args = placed(mesh, features, np.zeros_like(targets), mask, zeros, ones)
     for name in ("learning_rate", "decay") if case.contents == "course" else ():
         base = getattr(case, name)
         while base > SMALL:
