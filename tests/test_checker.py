@@ -832,3 +832,32 @@ def test_contract_search_draws_neighbours_exactly_one_float32_step_apart(seed):
         merged_by_seven_digits.append(f"{a:.7g}" == f"{b:.7g}")
     assert any(w.startswith("learning rate") for w, _, _ in pairs) and any(w.startswith("decay") for w, _, _ in pairs)
     assert any(merged_by_seven_digits), pairs
+
+
+def test_every_step_search_draws_every_content_and_the_un_jitted_step_meets_each_over_seeds():
+    from shardlab.checker import domain, search
+
+    prop, eager = search.PROPERTIES["step_update"], set()
+    for seed in range(64):
+        cases = search.cases_for(prop, seed, prop.cases)
+        assert {c.contents for c in cases} == set(domain.CONTENTS), seed  # "mask with gaps" and "course" included
+        assert any(not c.compiled for c in cases), seed
+        eager |= {c.contents for c in cases if not c.compiled}
+    assert eager == set(domain.CONTENTS)
+
+
+def test_the_hidden_ulp_edit_moves_one_element_one_ulp_that_numpy_prints_alike():
+    import numpy as np
+
+    from shardlab.checker import properties
+    from shardlab.core.fixtures import Dataset
+
+    rng = np.random.default_rng(5)
+    data = Dataset(rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=40).astype(np.float32))
+    for part in ("features", "targets"):
+        edited = properties._hidden_ulp(data, part, 7)
+        before, after = getattr(data, part), getattr(edited, part)
+        changed = np.flatnonzero(before != after)
+        assert len(changed) == 1 and after.flat[changed[0]] == np.nextafter(before.flat[changed[0]], np.float32(9))
+        assert np.array2string(before, threshold=before.size + 1) == np.array2string(after, threshold=after.size + 1)
+    assert properties._hidden_ulp(Dataset(np.float32([[1.0]]), np.float32([1.0])), "targets", 0) is None
