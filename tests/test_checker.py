@@ -261,6 +261,21 @@ MISTAKES = {
         ["fsync came before the last write", "only then give it its final name"],
     ),
     "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
+    "step_cache_rounded_lr": (
+        2,
+        "random_step_update",
+        ["equal those of make_step(learning_rate=0.0299999993)", "cache keyed by rounded values", "rows=1, devices=1"],
+    ),
+    "step_mask_as_prefix": (
+        2,
+        "random_step_update",
+        ["padded slots sit between valid ones", "select each slot by mask > 0", "contents: mask with gaps"],
+    ),
+    "contract_hashes_printed_arrays": (
+        3,
+        "random_contract_tells_apart",
+        ["alike at 8 printed digits", "no rounding", "rows=1, batch=1, devices=1"],
+    ),
     "restore_finite_by_magnitude": (
         3,
         "random_restore_damage",
@@ -458,6 +473,9 @@ SLOW_MISTAKES = {
     *("restore_finite_via_sum", "restore_checks_fields_first", "restore_without_contract_member"),
     *("restore_accepts_nan_momentum", "restore_raises_value_error", "restore_compares_rounded_contract"),
     *("restore_compares_shared_keys", "restore_refuses_epoch_end", "restore_finite_by_magnitude", "contract_crc32"),
+    "contract_hashes_printed_arrays",
+    "step_mask_as_prefix",
+    "step_cache_rounded_lr",
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
@@ -836,3 +854,32 @@ def test_contract_search_draws_neighbours_exactly_one_float32_step_apart(seed):
         merged_by_seven_digits.append(f"{a:.7g}" == f"{b:.7g}")
     assert any(w.startswith("learning rate") for w, _, _ in pairs) and any(w.startswith("decay") for w, _, _ in pairs)
     assert any(merged_by_seven_digits), pairs
+
+
+def test_every_step_search_draws_every_content_and_the_un_jitted_step_meets_each_over_seeds():
+    from shardlab.checker import domain, search
+
+    prop, eager = search.PROPERTIES["step_update"], set()
+    for seed in range(64):
+        cases = search.cases_for(prop, seed, prop.cases)
+        assert {c.contents for c in cases} == set(domain.CONTENTS), seed  # "mask with gaps" and "course" included
+        assert any(not c.compiled for c in cases), seed
+        eager |= {c.contents for c in cases if not c.compiled}
+    assert eager == set(domain.CONTENTS)
+
+
+def test_the_hidden_ulp_edit_moves_one_element_one_ulp_that_numpy_prints_alike():
+    import numpy as np
+
+    from shardlab.checker import properties
+    from shardlab.core.fixtures import Dataset
+
+    rng = np.random.default_rng(5)
+    data = Dataset(rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=40).astype(np.float32))
+    for part in ("features", "targets"):
+        edited = properties._hidden_ulp(data, part, 7)
+        before, after = getattr(data, part), getattr(edited, part)
+        changed = np.flatnonzero(before != after)
+        assert len(changed) == 1 and after.flat[changed[0]] == np.nextafter(before.flat[changed[0]], np.float32(9))
+        assert np.array2string(before, threshold=before.size + 1) == np.array2string(after, threshold=after.size + 1)
+    assert properties._hidden_ulp(Dataset(np.float32([[1.0]]), np.float32([1.0])), "targets", 0) is None

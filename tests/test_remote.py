@@ -9,6 +9,7 @@ import json
 import os
 import struct
 import textwrap
+import time
 from argparse import Namespace
 
 import jax
@@ -249,6 +250,32 @@ def test_a_symbolic_link_out_of_the_scratch_folder_is_removed_and_named(tmp_path
     finally:
         impl.close()
     assert not (scratch / "out").exists() and (scratch / "here").is_symlink()  # only the one leading out
+
+
+def test_the_scan_lists_only_changed_folders_and_still_finds_a_link_made_in_a_settled_one(tmp_path, monkeypatch):
+    """A folder unchanged since the last scan is not listed again, yet a link made later in it (its time stamps set
+    back with utime) is found: the folder's change time, which no call can set, moved."""
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    deep = scratch / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    outside.mkdir()
+    for folder in (scratch, scratch / "a", scratch / "a" / "b", deep):
+        (folder / "f").write_bytes(b"x")
+    listed = []
+    listing = remote._listing
+    monkeypatch.setattr(remote, "_listing", lambda folder, *rest: listed.append(folder) or listing(folder, *rest))
+    monkeypatch.setattr(remote, "SETTLED_NS", 0)  # settled once older than the last scan's start
+    worker = remote.Worker("reference", scratch=str(scratch))
+    time.sleep(0.05)  # the folders' change times fall before the first scan's start
+    assert worker._scan() is None and len(listed) == 4  # every folder listed once
+    listed.clear()
+    assert worker._scan() is None and listed == []  # nothing changed: nothing listed, every folder looked at
+    before = os.stat(deep)
+    os.symlink(outside, deep / "out")
+    os.utime(deep, ns=(before.st_atime_ns, before.st_mtime_ns))  # the modification time put back
+    assert os.stat(deep).st_mtime_ns == before.st_mtime_ns and os.path.lexists(deep / "out")
+    found = worker._scan()
+    assert listed == [str(deep.resolve())] and "a/b/c/out" in found and not os.path.lexists(deep / "out")
 
 
 @pytest.mark.slow  # a child interpreter: make test's, not the inner loop's

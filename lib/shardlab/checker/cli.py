@@ -48,7 +48,7 @@ from shardlab.checker.command import (  # noqa: F401
     stages_for,
     summary,
 )
-from shardlab.checker.common import VERDICTS, CheckFailed, Context, plain, raised_where
+from shardlab.checker.common import VERDICTS, CheckFailed, Context, Fresh, plain, raised_where
 from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import make_mesh
@@ -169,6 +169,7 @@ def run_checks(
 
         impl = remote.RemoteImplementation(worker())
         tracker = reuse_verdicts.Tracker(impl, API)
+        fresh = Fresh(lambda: worker(fresh=True))
         try:
             hello = impl.worker.start(early.launched if early is not None else None)
             if "error" in hello:
@@ -181,8 +182,9 @@ def run_checks(
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other
-            ctx.fresh = lambda: remote.RemoteImplementation(worker(fresh=True))
+            ctx.fresh = fresh.get
             for number in chosen:
+                fresh.ahead(_needs_fresh(number, skip, kept))  # its start overlaps the stage's first checks
                 for check in (c for c in checks_of(number) if c.__name__ not in skip):
                     guard.note(event="check", name=check.__name__, stage=number)
                     results.append(_run_or_reuse(check, number, ctx, tracker, kept))
@@ -190,11 +192,18 @@ def run_checks(
                     if progress:
                         progress(results[-1])
         finally:
+            fresh.close()
             impl.close()
             implementation.note_reached(tracker.reached)  # a course run recording what each notebook reaches
     if kept:
         kept.save()
     return results
+
+
+def _needs_fresh(stage: int, skip, kept) -> bool:
+    """Whether a check of `stage` will load the file in a new interpreter (one not reused from an earlier pass)."""
+    names = {c.__name__ for c in checks_of(stage)} & reuse_verdicts.EVERY_FUNCTION - set(skip)
+    return any(not (kept and kept.reusable(name, API)) for name in names)
 
 
 def _run_or_reuse(check, stage: int, ctx: Context, tracker, kept) -> Result:

@@ -56,7 +56,7 @@ class Context:
     thorough: bool = False  # a longer randomised search (--thorough)
     search_cases: int = 0  # cases per randomised check; 0: each check's own number
     cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
-    fresh: object = None  # () -> the implementation in a new interpreter (checker/remote.py); None: unsandboxed
+    fresh: object = None  # () -> (implementation, hello) of the run's shared new interpreter (Fresh); None: own
     other_fs: str | None = None  # a scratch folder on another file system than workdir (None: there is none)
 
 
@@ -215,25 +215,65 @@ def raised_where(exc: BaseException) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
+class Fresh:
+    """The run's one new interpreter for stage 3's checks that need one (`make` builds its Worker: four CPU
+    devices, nothing of this run, a hash seed of its own). The fresh-interpreter resume runs first in it, then
+    the contracts recomputed there: a second new interpreter would repeat JAX's start and the file's load for
+    the same evidence. `ahead()` launches it in a thread while earlier checks run; `get()` reads its hello."""
+
+    def __init__(self, make):
+        self.make, self.impl, self.hello, self._ahead = make, None, None, None
+
+    def ahead(self, needed: bool = True) -> None:
+        """If `needed`, launch the interpreter now, in a thread; `get` adopts it (nothing of it is read before)."""
+        import shardlab.checker.early as early
+
+        if needed and self.impl is None and self._ahead is None:
+            worker = self.make()
+            args = (worker.spec, worker.call_seconds, worker.poisoned, worker.box, worker.scratch, True)
+            self._ahead = (worker, early.in_background(lambda: early.launch(*args)))
+
+    def get(self):
+        """(the implementation, its hello), started on the first call."""
+        import shardlab.checker.remote as remote
+
+        if self.impl is None:
+            worker, launching = self._ahead or (self.make(), None)
+            self._ahead, self.impl = None, remote.RemoteImplementation(worker)
+            launched = None
+            if launching is not None:
+                launching.join()
+                launched = launching.found if not isinstance(launching.found, BaseException) else None
+            self.hello = worker.start(launched)
+        return self.impl, self.hello
+
+    def close(self) -> None:
+        if self._ahead is not None:  # launched ahead, never used: adopted only to be stopped
+            self.get()
+        if self.impl is not None:
+            self.impl.close()
+
+
 @contextlib.contextmanager
 def fresh_implementation(ctx: "Context"):
     """The implementation loaded by a new interpreter (four CPU devices, nothing of this run, a hash seed of its
-    own): closed afterwards."""
+    own): the run's shared one (`Fresh`, closed with the run), else one of its own, closed afterwards."""
     import shardlab.checker.remote as remote
 
     if ctx.fresh:
-        impl = ctx.fresh()
+        impl, hello = ctx.fresh()
     else:
         impl = remote.RemoteImplementation(remote.Worker(ctx.spec, scratch=ctx.workdir, fresh=True))
-    try:
         hello = impl.worker.start()
+    try:
         if "error" in hello:
             raise CheckFailed(
                 "a fresh interpreter that loads the file", hello["error"]["cause"], hello["error"]["text"]
             )
         yield impl
     finally:
-        impl.close()
+        if not ctx.fresh:
+            impl.close()
 
 
 def host(value) -> np.ndarray:

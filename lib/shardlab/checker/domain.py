@@ -81,7 +81,18 @@ SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "content
 # still gives the loss to its rounding bound but a loss expanded as a sum of squares loses every digit.
 # Exact data: integer features up to 4096, integer weights and targets, where every product and sum of the course's
 # formula is exact in float32 (only the division by the count rounds), but a form that builds X^T X does not.
-CONTENTS = ("course", "NaN padding", "+inf padding", "-inf padding", "huge padding", "large data", "exact data")
+# Gaps in the mask: the batch's slots (valid rows and padded ones) in a drawn order, so a padded slot sits between
+# valid ones on a device and the mask is no prefix there: a masked mean is over the rows whose mask is 1, wherever.
+CONTENTS = (
+    "course",
+    "NaN padding",
+    "+inf padding",
+    "-inf padding",
+    "huge padding",
+    "large data",
+    "exact data",
+    "mask with gaps",
+)
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),

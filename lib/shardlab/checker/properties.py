@@ -365,6 +365,10 @@ def _step_inputs(case: Case):
     if case.contents == "exact data":
         data, before["weights"] = _exact_data(case, rng, width)
     finite = batch_arrays(data, ids, case.devices)
+    if case.contents == "mask with gaps":  # padded slots between valid ones (one more per device, so some exist)
+        extra = [np.zeros((case.devices, *a.shape[1:]), a.dtype) for a in finite]
+        order = rng.permutation(len(finite[0]) + case.devices)
+        finite = tuple(np.concatenate([a, e])[order] for a, e in zip(finite, extra))
     if case.contents not in FILLS:
         return finite, finite, before
     # one more padded slot on every device (so one device's worth of padding exists even on one device); the
@@ -381,7 +385,8 @@ def _step_inputs(case: Case):
 
 def step_update(ctx, case: Case) -> None:
     """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and
-    decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data or on exact data."""
+    decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data, on exact data or
+    with padded slots between valid ones (a mask with gaps)."""
     mesh = mesh_of(ctx, case.devices, case.layout)
     batch, finite, before = _step_inputs(case)
     step = step_of(ctx, case, case.compiled)
@@ -428,6 +433,7 @@ def step_update(ctx, case: Case) -> None:
             "x.w - y first, then sum x * residual; a form that builds X^T X (normal equations, a Gram matrix) adds "
             "numbers near 1e9 that float32 cannot hold exactly" + formulas.mark("global-mean"),
         )
+    _gaps(case, got, (want_loss, want_grad), bound, finite[2], which)
     if not within(got["grad"], want_grad, bound["grad"]):
         why = formulas.momentum_as_gradient(
             got["grad"], got["momentum"], want_grad, before["momentum"]
@@ -444,10 +450,64 @@ def step_update(ctx, case: Case) -> None:
         )
     for name, value in (("weights", weights), ("momentum", momentum)):
         _placement(value, mesh, P(), f"{which}the step's new {name}")
+    _neighbour_steps(ctx, case, mesh, batch, which)
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
     _rows_split(step, args, case)
+
+
+NEAR = 2.0**-16  # relative: a learning rate or decay this close is another experiment
+SMALL = 0.03  # the pair's base is at most this (halved from the case's value): 2^-16 of it is < 5e-7, so the two
+# values agree to 6 decimal places, yet their steps' float32 results differ
+
+
+def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
+    """Two steps made with learning rates (then decays) 2^-16 apart (relative), at most 0.03, give other new
+    weights or momentum on the same inputs: each make_step call keeps the values it was given (a step made for
+    another call, such as one kept under a rounded key, gives back the first one's numbers). The inputs make the
+    gradient exactly 0 (zero weights, zero targets) and the momentum 1, so the new momentum is the decay and the
+    new weights -learning_rate * decay, each a float32 product whose factors differ by 2^-16. On the course's
+    contents only (four more steps to build)."""
+    features, targets, mask = batch
+    width = features.shape[1]
+    zeros, ones = np.zeros(width, np.float32), np.ones(width, np.float32)
+    args = placed(mesh, features, np.zeros_like(targets), mask, zeros, ones)
+    for name in ("learning_rate", "decay") if case.contents == "course" else ():
+        base = getattr(case, name)
+        while base > SMALL:
+            base /= 2
+        if base == 0:
+            continue
+        values = (float(np.float32(base)), float(np.float32(base) * np.float32(1 + NEAR)))
+        outputs = []
+        for value in values:
+            weights, momentum, _, _ = step_of(ctx, replace(case, **{name: value}), case.compiled)(*args)
+            outputs.append(np.concatenate([np.asarray(weights).ravel(), np.asarray(momentum).ravel()]))
+        need(
+            not np.array_equal(*outputs),
+            f"other new weights or momentum for {name} {values[1]:.9g} than for {values[0]:.9g}",
+            "the same",
+            f"{which}make_step({name}={values[1]:.9g}) gave a step whose new weights and momentum equal those of "
+            f"make_step({name}={values[0]:.9g}) on the same inputs -> each call of make_step builds its step with "
+            "the values it was given; a step kept from an earlier call (a cache keyed by rounded values) belongs to "
+            "another experiment" + formulas.mark("momentum"),
+        )
+
+
+def _gaps(case: Case, got: dict, want: tuple, bound: dict, mask, which: str) -> None:
+    """A Miss when the mask has gaps (contents "mask with gaps") and the loss or gradient is not the masked mean."""
+    loss, grad = want
+    if case.contents == "mask with gaps" and not (
+        within(got["grad"], grad, bound["grad"]) and within(got["loss"], loss, bound["loss"])
+    ):
+        raise Miss(
+            {"loss": loss, "grad": grad, "mask": mask},
+            {"loss": got["loss"], "grad": got["grad"]},
+            f"{which}loss or gradient wrong when padded slots sit between valid ones (mask {mask.tolist()}) -> "
+            "a row counts where its own mask is 1, wherever it sits: select each slot by mask > 0, never by its "
+            "position or by a running product of the mask" + formulas.mark("global-mean"),
+        )
 
 
 def _rows_split(step, args, case: Case) -> None:
@@ -578,6 +638,20 @@ def _ulp(data: Dataset, part: str, position: int) -> Dataset:
     return Dataset(features, targets)
 
 
+def _hidden_ulp(data: Dataset, part: str, start: int) -> Dataset | None:
+    """The data with one element moved up one float32 ulp where 8 decimal places (or 8 significant digits), the
+    precision NumPy prints an array with, show both values alike: a contract built from printed numbers keeps
+    its value. The first such element from `start` on; None if the array holds none."""
+    array = data.features if part == "features" else data.targets
+    flat = array.reshape(-1)
+    up = np.nextafter(flat, np.float32(np.inf))
+    for index in np.roll(np.arange(flat.size), -(start % max(flat.size, 1))):
+        x, y = float(flat[index]), float(up[index])
+        if np.isfinite(y) and (f"{x:.8f}" == f"{y:.8f}" or f"{x:.8g}" == f"{y:.8g}"):
+            return _ulp(data, part, int(index))
+    return None
+
+
 def _swapped(data: Dataset) -> Dataset | None:
     """The data with its first two distinct rows swapped (a row permutation: another run); None if none differ."""
     features, targets = data.features.copy(), data.targets.copy()
@@ -662,6 +736,11 @@ def contract_variants(case: Case) -> dict:
         ),
         "one ulp of one feature": (_ulp(data, "features", int(rng.integers(rows * width))), _config(case)),
         "one ulp of one target": (_ulp(data, "targets", int(rng.integers(rows))), _config(case)),
+        **{
+            f"one ulp of one {part[:-1]}, alike at 8 printed digits": (hidden, _config(case))
+            for part in ("features", "targets")
+            if (hidden := _hidden_ulp(data, part, int(rng.integers(rows * width)))) is not None
+        },
         "every feature + 1": (Dataset(data.features + np.float32(1), data.targets), _config(case)),
         "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
         **_merged(case),

@@ -32,6 +32,10 @@ from shardlab.learner.implementation import API
 GRACE = 5.0  # seconds past the call bound the worker's own alarm has before it is killed
 STARTUP_SECONDS = 90.0  # JAX's start in a new interpreter, beyond the bound of importing the file
 SCAN_ENTRIES = 20_000  # entries of the scratch folder looked at after each call
+# a folder is listed again unless its inode change time is the one the last scan saw and was older than that
+# scan's start by this much: the kernel stamps a change with a clock a tick behind, and no call (nor utime, which
+# sets the change time to now) can give a changed folder back an old change time
+SETTLED_NS = 1_000_000_000
 WAIT = 0.05
 
 
@@ -60,6 +64,7 @@ class Worker:
         self.note = note or (lambda **event: None)
         self.poisoned = poisoned if poisoned is not None else {}
         self.process, self.generation, self.hello = None, 0, {}
+        self._listed, self._scan_start = {}, 0  # folder -> (identity, change time, subfolders, entries) at a scan
         self._stopped = None  # the tree as the last freeze stopped it (`_thaw` resumes exactly these)
 
     # ------------------------------------------------------------------ the process
@@ -252,30 +257,55 @@ class Worker:
         return RemoteFunction(self, number, str(node.get("name", "a returned function"))[:80], bool(node.get("lower")))
 
     def _scan(self) -> str | None:
-        """Remove every symbolic link in the scratch folders that leads out of them; say which (None if none)."""
+        """Remove every symbolic link in the scratch folders that leads out of them; say which (None if none).
+
+        A folder that has not changed since the last scan (SETTLED_NS) is not listed again: a link, a new entry or
+        a removed one changes its folder's change time. Every folder is still looked at (one lstat)."""
         roots = [os.path.realpath(folder) for folder in self.scratch if os.path.isdir(folder)]
-        found, seen = [], 0
+        found, seen, start, listed = [], 0, time.time_ns(), {}
         for root in roots:
             todo = [root]
             while todo:  # the kind of each entry comes with the listing (no stat per entry); links are not followed
                 folder = todo.pop()
                 try:
-                    entries = list(os.scandir(folder))
+                    info = os.lstat(folder)
                 except OSError:
                     continue
-                for entry in entries:
-                    seen += 1
-                    if entry.is_symlink():
-                        if not _inside(os.path.realpath(entry.path), roots):
-                            found.append(f"{os.path.relpath(entry.path, root)} -> {os.readlink(entry.path)}")
-                            os.unlink(entry.path)
-                    elif entry.is_dir(follow_symlinks=False):
-                        todo.append(entry.path)
+                mark = (info.st_dev, info.st_ino, info.st_mode)
+                kept = self._listed.get(folder)
+                if kept and kept[:2] == (mark, info.st_ctime_ns) and info.st_ctime_ns < self._scan_start - SETTLED_NS:
+                    listed[folder] = kept
+                    todo += kept[2]
+                    seen += kept[3]
+                elif (inner := _listing(folder, root, roots, found)) is not None:
+                    listed[folder] = (mark, info.st_ctime_ns, *inner)
+                    todo += inner[0]
+                    seen += inner[1]
                 if seen > SCAN_ENTRIES:
+                    self._listed = {}
                     return f"filled its scratch folder with more than {SCAN_ENTRIES} entries"
+        self._listed, self._scan_start = ({}, 0) if found else (listed, start)
         if found:
             return f"left symbolic links that lead out of its scratch folder ({'; '.join(found[:3])}); removed"
         return None
+
+
+def _listing(folder: str, root: str, roots: list, found: list) -> tuple | None:
+    """(subfolders, number of entries) of `folder`, each link in it that leads out of `roots` removed and noted in
+    `found`; None if it cannot be listed."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return None
+    inner = []
+    for entry in entries:
+        if entry.is_symlink():
+            if not _inside(os.path.realpath(entry.path), roots):
+                found.append(f"{os.path.relpath(entry.path, root)} -> {os.readlink(entry.path)}")
+                os.unlink(entry.path)
+        elif entry.is_dir(follow_symlinks=False):
+            inner.append(entry.path)
+    return tuple(inner), len(entries)
 
 
 def _inside(path: str, roots: list) -> bool:

@@ -33,6 +33,7 @@ import re
 import sys
 import types
 import weakref
+from typing import NamedTuple
 
 from shardlab.errors import CourseCodeError
 
@@ -190,6 +191,26 @@ def seal() -> None:
     defaults = (files, basenames, *_hook.__defaults__[2:-1], (_hook.__code__, _which.__code__))
     hook = type(_hook)(_hook.__code__, {}, "course_seal", defaults)
     sys.addaudithook(hook)
+
+
+class Reach(NamedTuple):
+    """A stand-in's report, read back from a check's diagnosis: the learner's function the worker was calling
+    (its bare name, or None while the file loads or for a call that is not one of the seven by name), the
+    course object it reached, and the message as the stand-in raised it."""
+
+    function: str | None
+    course: str
+    message: str
+
+
+def reach(diagnosis: object) -> Reach | None:
+    """The reach a check's diagnosis reports (COURSE_CODE, then a stand-in's MESSAGE), else None."""
+    said = str(diagnosis or "")
+    found = PATTERN.match(said[len(COURSE_CODE) :]) if said.startswith(COURSE_CODE) else None
+    if found is None:
+        return None
+    named = re.fullmatch(r"`(\w+)`", found["function"])
+    return Reach(named.group(1) if named else None, found["course"], said[len(COURSE_CODE) :])
 
 
 def reached(exc: BaseException) -> str | None:

@@ -229,6 +229,8 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
     rows, cut = [], False
     for stage in sorted(STAGES):
         mine = [c for c in checks if c["stage"] == stage]
+        reaches = [seal.reach(c.get("diagnosis")) if not c.get("passed") else None for c in mine]
+        own_failures = [c for c, r in zip(mine, reaches) if not c.get("passed") and not (r and r.function)]
         failed = next((c for c in mine if not c.get("passed")), None)
         row = {
             "stage": stage,
@@ -246,9 +248,9 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
         elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
-        elif seen := _course_code(stage, mine, reached.get(str(stage)), course):
+        elif seen := _course_code(stage, reaches, own_failures, reached.get(str(stage)), course):
             row.update(verdict="course code", passed=0, diagnosis=seen)
-        elif failed := next((c for c in mine if not c.get("passed") and not _reach_of(c)), None):
+        elif failed := next(iter(own_failures), None):
             row.update(verdict="fail", first_failure=str(failed.get("name", "")), diagnosis=failed.get("diagnosis", ""))
         elif not mine:
             crashed = outcome.report is None
@@ -259,16 +261,16 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             cut = True
         else:
             row.update(verdict="pass", first_failure="", diagnosis="")
-        rows.append(_judged(row, mine, course))
+        rows.append(_judged(row, len(mine) - sum(1 for r in reaches if r and r.function), course))
     return rows
 
 
-def _judged(row: dict, checks: list, course: dict) -> dict:
+def _judged(row: dict, judged: int, course: dict) -> dict:
     """The row with its counts and the source's finding: a check that reached another stage's course function
     judged neither this stage's pass nor its failure; a stage that passed with the course's functions (read
     from the file's source) is `course code`."""
     if row["verdict"] in ("pass", "fail"):
-        row["checks"] = sum(1 for c in checks if not _reach_of(c))
+        row["checks"] = judged
     if row["verdict"] == "pass" and (theirs := sorted(set(STAGE_FUNCTIONS[row["stage"]]) & set(course))):
         named = ", ".join(f"{name} is {course[name]}" for name in theirs)
         row.update(verdict="course code", passed=0, diagnosis=f"not the file's own code: {named}")
@@ -276,15 +278,9 @@ def _judged(row: dict, checks: list, course: dict) -> dict:
     return row
 
 
-def _reach_of(check: dict) -> str | None:
-    """The course function a failed check's call reached while graded (checker/seal.py), else None."""
-    said = str(check.get("diagnosis", ""))
-    found = re.match(r"`(\w+)` reached the course's own", said[len(seal.COURSE_CODE) :])
-    return found.group(1) if said.startswith(seal.COURSE_CODE) and found else None
-
-
-def _course_code(stage: int, checks: list, swallowed, course: dict) -> str | None:
-    """Why a stage is `course code` while graded, else None.
+def _course_code(stage: int, reaches: list, own_failures: list, swallowed, course: dict) -> str | None:
+    """Why a stage is `course code` while graded, else None, from what each of its failed checks reached
+    (seal.reach, None for a passed check) and its failures on the file's own code.
 
     The stage's own functions are judged, not the others': a check that failed because it reached another
     stage's function of the course does not count against this stage, nor for it. The stage is `course code`
@@ -292,24 +288,23 @@ def _course_code(stage: int, checks: list, swallowed, course: dict) -> str | Non
     checks reached one of them and none failed on the file's own code (a failing stage stays `fail`), or when
     the file swallowed a reach (the worker's reply said so, and no check failed for it)."""
     own = set(STAGE_FUNCTIONS[stage])
-    reached = {_reach_of(c) for c in checks} - {None}
+    reached = {r.function for r in reaches if r} - {None}
     if not reached:
-        return _reached(checks, swallowed)
+        return _reached(reaches, swallowed)
     mine = reached & own
     if mine and own <= mine | set(course):  # the rest of the stage's functions are the course's by the source
         mine = own
-    own_failure = any(not c.get("passed") and not _reach_of(c) for c in checks)
-    if mine and (mine == own or not own_failure):
-        return _reached([c for c in checks if _reach_of(c) in mine], None)
+    if mine and (mine == own or not own_failures):
+        return _reached([r for r in reaches if r and r.function in mine], None)
     return None
 
 
-def _reached(checks: list, swallowed) -> str | None:
+def _reached(reaches: list, swallowed) -> str | None:
     """What a stage's checks reached of the course's own code while graded (checker/seal.py), else None: a check
     its error failed, or else a call whose error the file swallowed (the worker's reply still said so)."""
-    for check in checks:
-        if str(check.get("diagnosis", "")).startswith(seal.COURSE_CODE):
-            return check["diagnosis"][len(seal.COURSE_CODE) :]
+    for reach in reaches:
+        if reach:
+            return reach.message
     return swallowed if isinstance(swallowed, str) else None
 
 
