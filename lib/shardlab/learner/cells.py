@@ -12,12 +12,13 @@ import os
 import re
 import sys
 import textwrap
+from importlib import resources
 from pathlib import Path
 
 from shardlab.errors import UsageError
 from shardlab.learner import hints, rules, starter
 
-STARTER = Path(starter.__file__).parent / "templates" / starter.TEMPLATE
+STARTER = Path(str(resources.files("shardlab.learner").joinpath("templates", starter.TEMPLATE)))
 
 
 def rule_heading(function: str) -> str:
@@ -129,7 +130,7 @@ def _sync(path: Path) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--notebooks", default=None, help="the folder of the notebooks' .md and .ipynb (the course's)")
+    parser.add_argument("--notebooks", required=True, help="the folder of the course's notebooks' .md and .ipynb")
     parser.add_argument("--starter", default=str(STARTER), help="the starter template (the course's)")
     parser.add_argument(
         "--check", action="store_true", help="only list the notebooks whose cells differ (exit 1 if any)"
@@ -137,10 +138,6 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    if args.notebooks is None:
-        from shardlab.course.catalog import NOTEBOOK_DIR
-
-        args.notebooks = str(NOTEBOOK_DIR)
     if not os.path.isdir(args.notebooks):
         print(f"[shardlab cells] {args.notebooks} is not a folder", file=sys.stderr)
         return 2
