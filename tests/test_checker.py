@@ -441,6 +441,9 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
+    # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss
+    *("next_batch_reads_data_fields", "contract_names_the_process", "contract_hashes_a_str", "loss_expanded_square"),
+    *("step_replicates_inputs", "drop_remainder"),
 }
 
 
@@ -575,6 +578,7 @@ HOSTILE = {  # body of a learner's `initial` -> what the verdict for it must say
 }
 
 
+@pytest.mark.slow  # a supervised interpreter per case; the loop waits out its bound
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_untrusted_code_gets_a_named_verdict_within_the_bound(tmp_path, capfd, kind):
     from shardlab.checker import supervise
