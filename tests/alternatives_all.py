@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import session_folder
+from conftest import results, session_folder
 from test_alternatives_run import (
     BROKEN,
     CORRECT,
@@ -206,3 +206,16 @@ def test_every_correct_alternative_passes_the_search_with_20_seeds(alternative):
             assert {r.name for r in results} == randomised & {c.__name__ for c in cli.STAGES[stage].CHECKS}
             failed += [(seed, r.name, r.diagnosis) for r in results if not r.passed]
     assert not failed, f"{alternative} is correct but the search rejected it: {failed[:3]}"
+
+
+# a notebook run of a file of tests/correct/, which this target runs the course for (make test runs the reference's)
+@pytest.mark.notebooks
+@pytest.mark.learner_run
+@pytest.mark.stage2
+def test_stage2_accepts_a_correct_packed_step(tmp_path, tmp_path_factory):
+    """One packed psum (one all_reduce) is correct: the notebook shows the count and passes, like the checker."""
+    packed = str(CORRECT / "packed_psum.py")
+    out = run_learner_stages(packed, tmp_path / "packed", ["stage2_update"], cache=compiled(tmp_path_factory))
+    res = results(out, "stage2_update")
+    assert res["all_reduce"]["count"] == 1
+    assert res["check"]["passed"] is True

@@ -66,6 +66,7 @@ def test_an_object_without_source_is_never_reused(tmp_path):
     assert uses["next_batch"] is None and uses["contract"] is not None
 
 
+@pytest.mark.slow  # checks a file several times, compiling each time
 def test_a_passed_check_is_reused_until_a_function_it_reached_changes(tmp_path, monkeypatch):
     monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
     path = tmp_path / "mine.py"
@@ -142,6 +143,7 @@ def test_rounding_bounds_hold_float32_and_refuse_an_expanded_square():
     assert caught >= 190, caught
 
 
+@pytest.mark.slow  # checks three files
 def test_a_copy_under_another_name_reuses_and_two_files_keep_their_passes(tmp_path, monkeypatch):
     monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
     names = ("next_batch_leaves_step_alone",)

@@ -117,6 +117,7 @@ def test_the_base_command_lines_parse_and_accept_good_values(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # every argument of every command: seconds of parsing
 def test_every_bad_argument_of_every_command_is_one_usage_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the commands' default folders (receipts, bench, torture_out, ...) are relative
     ran = []

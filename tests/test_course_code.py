@@ -156,6 +156,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # two fresh interpreters that import the library and JAX
 def test_sealed_originals_are_gone_and_their_source_cannot_be_read_again(tmp_path):
     runs = {}
     for mode in ("seal", "control"):

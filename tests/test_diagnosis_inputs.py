@@ -110,6 +110,7 @@ def test_the_search_blames_next_batch_not_transition_for_a_batch_that_counts_pad
     assert "transition does not use it" not in second.why and "the step itself is wrong" not in second.why
 
 
+@pytest.mark.slow  # a fresh-interpreter resume
 def test_a_resume_that_restored_every_field_is_not_blamed_on_restore():
     """Stage 1's probes leave a longer mask in a padded buffer; the uninterrupted run in this interpreter reuses it
     at a remainder, the fresh interpreter starts without it: the runs differ after an exact restore."""

@@ -419,6 +419,7 @@ def test_step_ids_are_each_rows_valid_ids_and_join_in_order():
     assert len(device_sampler.StepIds.join([])) == 0
 
 
+@pytest.mark.slow  # compiles a fused loop of its own
 def test_a_returned_sampler_is_read_only_so_its_device_copy_cannot_go_stale(data, mesh):
     """The loop reuses the device copy of the sampler it returned; an edited copy of the order is placed anew."""
     loop = fused.FusedLoop(data, mesh, 7, k=4)

@@ -323,6 +323,7 @@ def _full_workspace(folder: Path) -> dict:
     return written
 
 
+@pytest.mark.slow  # a copy of the receipts and a whole portfolio build
 @pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
 def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path, capsys):
     from shardlab.course import answers

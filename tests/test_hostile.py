@@ -269,6 +269,7 @@ def test_an_orbax_save_under_a_file_fails_at_once_and_starts_no_thread(run, tmp_
     assert sorted(os.listdir(tmp_path)) == ["file"]
 
 
+@pytest.mark.slow  # a fresh interpreter importing Orbax, judged against a bound in seconds
 @pytest.mark.parametrize("kind", ["full"])
 def test_a_failing_orbax_save_is_fast_named_and_leaves_nothing(tmp_path, kind):
     (tmp_path / "file").write_text("x")

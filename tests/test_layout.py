@@ -6,6 +6,7 @@ never the other way round.
 """
 
 import ast
+import functools
 import json
 import re
 
@@ -23,6 +24,12 @@ EXTENSIONS = ("shardlab.multi", "shardlab.checker", "shardlab.perf")
 ABOVE = ("rig", "tests", "conftest")  # what stands above the library: the rig and the test suite
 
 
+@functools.cache
+def parsed(path) -> ast.Module:
+    """A module's syntax tree, read and parsed once per session: several tests walk every module of the package."""
+    return ast.parse(path.read_text())
+
+
 def module_name(path):
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -31,7 +38,7 @@ def module_name(path):
 def imports(path):
     """Every shardlab module `path` imports, at top level or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("shardlab")}
         elif (
@@ -76,7 +83,7 @@ def find_cycle(edges):
 def foreign_imports(path) -> set[str]:
     """The top-level names outside shardlab that `path` imports, at top level or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -242,7 +249,7 @@ SHARED_LINE = "The modules beside the subpackages"  # the paragraph of docs/desi
 def import_targets(path, modules) -> set[str]:
     """The shardlab modules `path` imports: `from shardlab.x import y` counts `shardlab.x.y` when it is a module."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name in modules}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("shardlab"):

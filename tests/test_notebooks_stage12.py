@@ -212,15 +212,3 @@ def test_the_check_cell_runs_the_stage_check(run_dir, name, stage):
     assert f"stage {stage}: {count} of {count} checks passed" in shown
     assert f"not run here: the randomised search ({', '.join(searched)}); make check STAGE={stage} runs it" in shown
     assert not any(f"PASS  stage {stage}  {check}" in shown for check in searched)
-
-
-@pytest.mark.notebooks
-@pytest.mark.learner_run
-@pytest.mark.stage2
-def test_stage2_accepts_a_correct_packed_step(tmp_path):
-    """One packed psum (one all_reduce) is correct: the notebook shows the count and passes, like the checker."""
-    packed = Path(__file__).parent / "correct" / "packed_psum.py"
-    out = runner.run(tmp_path / "packed", seed=17, batch_size=7, implementation=str(packed), notebooks=[STAGE2])
-    res = results(out, STAGE2)
-    assert res["all_reduce"]["count"] == 1
-    assert res["check"]["passed"] is True

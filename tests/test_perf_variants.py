@@ -73,7 +73,8 @@ def runs(data, mesh):
     }
 
 
-@pytest.mark.parametrize("batch_size", [7, 10, 40])
+# each case compiles its variant for another batch shape: the inner loop runs batch 7, make test every size
+@pytest.mark.parametrize("batch_size", [pytest.param(b, marks=[pytest.mark.slow] * (b != 7)) for b in (7, 10, 40)])
 @pytest.mark.parametrize("variant", ["multistep", "packed", "resident", "resident_packed"])
 def test_variant_replays_numpy_and_the_stage2_path(variant, batch_size, data, runs):
     seed = 17 if batch_size != 10 else 29
@@ -103,7 +104,8 @@ def test_packed_ir_has_exactly_one_all_reduce(data, mesh):
     assert sl.count_all_reduce(sl.stablehlo(sl.make_step(mesh), *args)) == 3
 
 
-@pytest.mark.parametrize("devices", [1, 2, 4])
+# each case compiles two steps for its mesh and rows: the inner loop runs 4 devices, make test every mesh
+@pytest.mark.parametrize("devices", [pytest.param(d, marks=[pytest.mark.slow] * (d != 4)) for d in (1, 2, 4)])
 @pytest.mark.parametrize("rows", [1, 5, 23])
 def test_packed_step_equals_three_reductions_and_numpy(devices, rows, data):
     mesh = sl.make_mesh(devices)

@@ -60,6 +60,7 @@ def test_the_copy_records_what_the_checkout_records(tree):
     assert before == current_sources(root)  # the test's own hashing agrees with the library's
 
 
+@pytest.mark.slow  # the module's copy of the checkout: make test's, not the inner loop's
 def test_a_comment_or_docstring_edit_of_an_executed_module_changes_no_input(tree):
     files = sources.files(root=tree[0])  # core/state.py runs in every notebook and no notebook prints its source
     assert "shardlab.core.state" in sources.closure(files) and "shardlab.core.state" not in sources.shown_modules(files)
@@ -72,6 +73,7 @@ def test_a_comment_or_docstring_edit_of_an_executed_module_changes_no_input(tree
     assert edited(tree, "core/checkpoint.py", '"""Write all six fields', '"""Write every field') == []
 
 
+@pytest.mark.slow  # the module's copy of the checkout: make test's, not the inner loop's
 def test_a_changed_constant_expression_or_import_is_a_changed_input(tree):
     assert edited(tree, "core/config.py", "LEARNING_RATE = 0.03", "LEARNING_RATE = 0.031") == [
         "shardlab/core/config.py"
@@ -80,6 +82,7 @@ def test_a_changed_constant_expression_or_import_is_a_changed_input(tree):
     assert edited(tree, "core/update.py", "\nimport ", "\nimport fractions\nimport ") == ["shardlab/core/update.py"]
 
 
+@pytest.mark.slow  # the module's copy of the checkout: make test's, not the inner loop's
 def test_a_notebook_edit_is_a_changed_input_even_in_its_prose(tree):
     stale_names = edited(tree, "course/notebooks/stage1_batches.md", "# Stage 1", "# Now: Stage 1")
     assert stale_names == ["shardlab/course/notebooks/stage1_batches.md"]

@@ -126,6 +126,7 @@ def test_build_compiles_explicitly_and_every_variant_matches_numpy(built, data):
     assert set(errors) == set(NAMES) and max(errors.values()) < 1e-4
 
 
+@pytest.mark.slow  # compiles every variant
 def test_a_wrong_variant_is_refused_before_any_timing(mesh, data, monkeypatch):
     def wrong(mesh, learning_rate, decay, compiled=True):
         return sl.make_step(mesh, 2 * learning_rate, decay, compiled=compiled)
