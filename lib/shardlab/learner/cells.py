@@ -124,9 +124,12 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
 
 def _sync(path: Path) -> None:
     """Update the paired `.ipynb` from the `.md`, as `jupytext --sync` does."""
-    from jupytext.cli import jupytext
+    import subprocess
 
-    jupytext(["--quiet", "--sync", str(path.with_suffix(".ipynb"))])
+    command = [sys.executable, "-m", "jupytext", "--quiet", "--sync", str(path.with_suffix(".ipynb"))]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # its own stdout, not ours
+    if done.returncode != 0:
+        raise UsageError(f"jupytext could not sync {path.with_suffix('.ipynb')}: {done.stderr.strip()[-400:]}")
 
 
 def add_arguments(parser) -> None:
