@@ -197,13 +197,17 @@ def _quartiles(median, low, high):
 @pytest.mark.parametrize(
     "async_, sync, word",
     [
-        ((27.24, 11.18, 32.04), (8.37, 5.81, 12.95), "lengthened"),  # 3.3x longer: each median outside the other's half
+        ((27.24, 13.18, 32.04), (8.37, 5.81, 12.95), "lengthened"),  # async's half starts above sync's half ends
         ((63.45, 62.65, 68.7), (316.2, 216.2, 320.9), "shortened"),
-        ((10.0, 8.0, 12.0), (11.0, 9.0, 13.0), "neither clearly shortened nor clearly lengthened"),
-        ((14.0, 6.0, 20.0), (8.0, 7.0, 9.0), "neither clearly shortened nor clearly lengthened"),  # wide async spread
+        ((10.0, 8.0, 12.0), (11.0, 9.0, 13.0), "Overlap: no difference shown"),
+        ((14.0, 6.0, 20.0), (8.0, 7.0, 9.0), "Overlap: no difference shown"),  # wide async spread
+        # each median outside the other's half, yet the halves overlap (16.64-26.39): no difference shown
+        ((29.8, 16.64, 37.77), (13.75, 11.28, 26.39), "Overlap: no difference shown"),
+        ((10.0, 9.0, 11.5), (13.0, 11.5, 15.0), "Overlap: no difference shown"),  # halves touch at 11.5
+        ((10.0, 9.0, 11.4), (13.0, 11.5, 15.0), "shortened"),  # just apart
     ],
 )
-def test_the_saving_comparison_names_its_direction_only_beyond_the_spread(tmp_path, async_, sync, word):
+def test_the_saving_comparison_names_its_direction_only_when_the_middle_halves_are_apart(tmp_path, async_, sync, word):
     a, s = _quartiles(*async_), _quartiles(*sync)
     spread = {"async": {"step_s": a}, "sync": {"step_s": s}}
     values = {"a": a["median_ms"], "a_lo": a["q1_ms"], "a_hi": a["q3_ms"]}
@@ -218,9 +222,13 @@ def test_the_saving_comparison_names_its_direction_only_beyond_the_spread(tmp_pa
         **values,
     )
     assert word in text, text
-    # independently: a direction is named only when each median lies outside the other group's middle half
-    beyond = (async_[0] > sync[2] and sync[0] < async_[1]) or (async_[0] < sync[1] and sync[0] > async_[2])
-    assert beyond == (word != "neither clearly shortened nor clearly lengthened")
+    # independently, the course's rule: a direction is named only when the two middle halves do not overlap
+    apart = async_[1] > sync[2] or async_[2] < sync[1]
+    assert apart == (word != "Overlap: no difference shown")
+    if word == "lengthened":
+        assert async_[1] > sync[2] and "shortened" not in text
+    if word == "shortened":
+        assert async_[2] < sync[1] and "lengthened" not in text
 
 
 @pytest.mark.parametrize(
@@ -344,15 +352,19 @@ def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s
 
 
 @pytest.mark.parametrize(
-    "compute, agreement, separated",
+    "compute, agreement, separated, named",
     [
-        # (process 0's, process 1's) q1, median, q3 of each phase in ms
-        (((11.5, 14.0, 16.0), (9.0, 10.2, 15.3)), ((1.9, 2.2, 2.7), (2.9, 3.4, 3.8)), "agreement"),  # a peer waits
-        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((1.0, 1.2, 1.4), (1.3, 1.5, 1.7)), "compute"),
-        (((4.0, 4.6, 6.0), (2.7, 2.8, 5.3)), ((1.4, 2.0, 2.6), (1.6, 1.8, 2.2)), None),  # both overlap
+        # (process 0's, process 1's) q1, median, q3 of each phase in ms; `named`: the process the closing line names
+        (((11.5, 14.0, 16.0), (9.0, 10.2, 15.3)), ((1.9, 2.2, 2.7), (2.9, 3.4, 3.8)), "agreement", 0),  # 1 waits
+        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((1.0, 1.2, 1.4), (1.3, 1.5, 1.7)), "compute", 0),
+        (((4.0, 4.6, 6.0), (2.7, 2.8, 5.3)), ((1.4, 2.0, 2.6), (1.6, 1.8, 2.2)), None, None),  # both overlap
+        (((2.0, 2.5, 3.0), (6.0, 6.5, 7.0)), ((3.0, 3.5, 4.0), (1.0, 1.2, 1.4)), "both", 1),  # 1 slow, 0 waits for it
+        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((3.0, 3.5, 4.0), (1.0, 1.2, 1.4)), "both", None),  # 0 slow and 0 waits
     ],
 )
-def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_path, compute, agreement, separated):
+def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
+    tmp_path, compute, agreement, separated, named
+):
     from shardlab.course import results as record
     from shardlab.course import sentences
 
@@ -362,9 +374,10 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_pat
     (slow, (s_lo, s_med, _)), (fast, (_, f_med, f_hi)) = longer_first(compute)
     (waits, (w_lo, w_med, _)), (late, (_, l_med, l_hi)) = longer_first(agreement)
     recorded = {
-        "compute_spread": {"ratio": s_med / f_med, "slow_q1_ms": s_lo, "fast_q3_ms": f_hi},
-        "agreement_spread": {"ratio": w_med / l_med, "waits_q1_ms": w_lo, "late_q3_ms": l_hi},
-    }
+        "compute_spread": {"slow": slow, "fast": fast, "ratio": s_med / f_med, "slow_q1_ms": s_lo, "fast_q3_ms": f_hi},
+        "agreement_spread": {"waits": waits, "late": late, "ratio": w_med / l_med, "waits_q1_ms": w_lo,
+                             "late_q3_ms": l_hi},
+    }  # fmt: skip
     record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     nb = "stage5b_scaling"
     said = [
@@ -372,14 +385,27 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_pat
                          q3_fast=f_hi),
         sentences.chosen(nb, "agreement_spread_reading", {"waits": waits, "late": late}, r=w_med / l_med, q1_wait=w_lo,
                          q3_late=l_hi),
-        sentences.chosen(nb, "straggler_reading", q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi),
+        sentences.chosen_first(nb, sentences.STRAGGLER_NAMES, {"slow": slow, "waits": waits, "late": late},
+                               q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi, ps=slow, pl=late),
     ]  # fmt: skip
     sentences.record(str(tmp_path), nb)
     assert not check_claims(record.load(str(tmp_path), nb))
     # independently: a phase separates when the longer one's middle half starts above the other's end
-    assert ("do not overlap" in said[0]) == (separated == "compute")
-    assert ("do not overlap" in said[1]) == (separated == "agreement")
+    by_compute = compute[slow][0] > compute[fast][2]
+    by_agreement = agreement[waits][0] > agreement[late][2]
+    assert ("do not overlap" in said[0]) == by_compute == (separated in ("compute", "both"))
+    assert ("do not overlap" in said[1]) == by_agreement == (separated in ("agreement", "both"))
     assert said[2].startswith("So these few steps show no straggler") == (separated is None)
+    # the closing line names the one process both phases point at, and the phase that shows it
+    if named is not None:
+        assert f"process {named}" in said[2] and f"process {1 - named}" not in said[2].split(":")[0], said[2]
+    if separated == "compute":
+        assert "compute phase" in said[2] and f"straggler is process {slow}" in said[2]
+    if separated == "agreement":
+        assert "agreement phase" in said[2] and f"late peer is process {late}" in said[2]
+    if separated == "both":
+        one = slow == late
+        assert ("both phases point at" in said[2]) == one and ("name no single straggler" in said[2]) == (not one)
 
 
 def _efficiency(one_ms, many_ms, w=4, rows=100):

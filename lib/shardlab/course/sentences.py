@@ -35,6 +35,14 @@ CHANGE = {  # the verdict's values
     "r": "change.reach_ms",
     "t": "change.threshold_ms",
 }
+STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
+    "q1_slow": "step_times.compute_spread.slow_q1_ms",
+    "q3_fast": "step_times.compute_spread.fast_q3_ms",
+    "q1_wait": "step_times.agreement_spread.waits_q1_ms",
+    "q3_late": "step_times.agreement_spread.late_q3_ms",
+    "ps": "step_times.compute_spread.slow",
+    "pl": "step_times.agreement_spread.late",
+}
 TWO_POINT = {  # stage 5b's held-out test of the two-point fit at W = 4
     "p": "scaling_model.held_out.predicted_ms_at_4",
     "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
@@ -297,7 +305,7 @@ SENTENCES = {
     },
     "stage5b_scaling": {
         "async_shortens_<what>": _s(
-            "a < s_lo and s > a_hi",
+            "a_hi < s_lo",
             {
                 "a": "async_vs_sync.spread.async.<what>_s.median_ms",
                 "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
@@ -307,12 +315,12 @@ SENTENCES = {
                 "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
             "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half.",
+            "({s_lo}–{s_hi}); the middle halves do not overlap.",
             "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
             "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}).",
         ),
         "async_lengthens_<what>": _s(
-            "a > s_hi and s < a_lo",
+            "a_lo > s_hi",
             {
                 "a": "async_vs_sync.spread.async.<what>_s.median_ms",
                 "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
@@ -322,12 +330,12 @@ SENTENCES = {
                 "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
             "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. A likely reason, not "
+            "({s_lo}–{s_hi}); the middle halves do not overlap. A likely reason, not "
             "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
             "behind.",
-            "Asynchronous saving neither clearly shortened nor clearly lengthened <label>: median {a} ms (middle half "
-            "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}); a median lies inside the other group's middle half, so "
-            "the difference is within the spread of these samples.",
+            "Overlap: no difference shown in <label>. Asynchronous saving: median {a} ms (middle half {a_lo}–{a_hi}); "
+            "synchronous: {s} ms ({s_lo}–{s_hi}). The middle halves overlap, so whatever separates the medians lies "
+            "within the spread of these samples.",
         ),
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
@@ -442,19 +450,38 @@ SENTENCES = {
             "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
             "other.",
         ),
-        "straggler_reading": _s(
+        "straggler_none": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
-            {
-                "q1_slow": "step_times.compute_spread.slow_q1_ms",
-                "q3_fast": "step_times.compute_spread.fast_q3_ms",
-                "q1_wait": "step_times.agreement_spread.waits_q1_ms",
-                "q3_late": "step_times.agreement_spread.late_q3_ms",
-            },
+            STRAGGLER,
             "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
             "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
-            "So one phase separates the two processes beyond the spread: the lines above say which, a straggler's own "
-            "longer compute or its peer's longer wait; from a handful of steps that is a lead to follow with more "
-            "steps, not yet a finding.",
+            "So at least one phase separates the two processes beyond the spread.",
+        ),
+        "straggler_in_compute": _s(
+            "q1_slow > q3_fast and q1_wait <= q3_late",
+            STRAGGLER,
+            "So the candidate straggler is process <slow>, in the compute phase: its own compute is consistently "
+            "longer, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
+            "with more steps, not yet a finding.",
+            "So the compute phase alone does not single out a process.",
+        ),
+        "straggler_in_agreement": _s(
+            "q1_slow <= q3_fast and q1_wait > q3_late",
+            STRAGGLER,
+            "So the candidate late peer is process <late>, seen in the agreement phase: process <waits> waits there "
+            "consistently longer, while compute does not separate the two. These records cannot tell a late "
+            "process <late> from a slower path to the coordinator's key-value store; from a handful of steps that is "
+            "a lead to follow with more steps, not yet a finding.",
+            "So the agreement phase alone does not single out a process.",
+        ),
+        "straggler_in_both": _s(
+            "q1_slow > q3_fast and q1_wait > q3_late and ps == pl",
+            STRAGGLER,
+            "So both phases point at process <slow>: its own compute is consistently longer and process <waits> "
+            "waits for it in the agreement. From a handful of steps that is a lead to follow with more steps, not "
+            "yet a finding.",
+            "So both phases separate the two processes but point at different ones: process <slow> computes longer, "
+            "yet process <waits> is the one that waits. These records name no single straggler.",
         ),
     },
 }
@@ -566,8 +593,13 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
     values = {"r": ratio, "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
     said.append(chosen(notebook, "agreement_spread_reading", fill, **values))
     values = {"q1_slow": slow["q1_ms"], "q3_fast": fast["q3_ms"], "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
-    said.append(chosen(notebook, "straggler_reading", **values))
+    values.update(ps=slow["process"], pl=late["process"])
+    fill = {"slow": slow["process"], "waits": waits["process"], "late": late["process"]}
+    said.append(chosen_first(notebook, STRAGGLER_NAMES, fill, **values))
     return said
+
+
+STRAGGLER_NAMES = ["straggler_none", "straggler_in_compute", "straggler_in_agreement", "straggler_in_both"]
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
