@@ -410,6 +410,14 @@ SENTENCES = {
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
         ),
+        "fitted_terms_<fit>": _s(
+            "t >= 0",
+            {"t": "scaling_model.<fit>.params.<term>"},
+            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms), so each can be read "
+            "as a cost.",
+            "<label>: the fitted <term> term is {t:.3f} ms, negative. Not physical: no cost takes time away, so the "
+            "model does not fit these points; least squares reached them only by subtracting.",
+        ),
         "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
@@ -600,6 +608,13 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
 
 
 STRAGGLER_NAMES = ["straggler_none", "straggler_in_compute", "straggler_in_agreement", "straggler_in_both"]
+
+
+def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b's sentence on the smallest of the `terms` fitted in `fit` (recorded under scaling_model.`which`)."""
+    term = min(terms, key=lambda name: fit["params"][name])
+    fill = {"fit": which, "term": term, "label": label}
+    return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
