@@ -11,6 +11,8 @@ pick and file at once (for a caller without a closing cell). Placeholders in ang
 
 from typing import NamedTuple
 
+import numpy as np
+
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
@@ -75,6 +77,18 @@ VERDICT = (
 
 SENTENCES = {
     "stage4a_profile": {
+        "draw_alone_comparable": _s(
+            "d_hi <= t",
+            {"d": "trace.draw_alone.median_ms", "d_hi": "trace.draw_alone.q3_ms", "t": "trace.draw_alone.target_ms"},
+            "The draw traced alone fits inside what it is part of: median {d:.3f} ms, its middle half ends at "
+            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more. "
+            "The two are comparable.",
+            "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
+            "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
+            "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
+            "whether the long ones come at its start), so the menu caps what the change can remove at the target's "
+            "median, never at this measurement alone.",
+        ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
             {
@@ -681,6 +695,16 @@ def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **va
     text, _ = _keep(notebook, name, fill, values)
     record(out_dir, notebook, partial=True)
     return text
+
+
+def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
+    """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
+    if len(draw_ms) == 0:
+        raise UsageError("no draws were traced: the capture held no 'draw' annotation")
+    median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
+    values = {"d": median, "d_hi": q3, "t": float(target_ms)}
+    said = chosen(notebook, "draw_alone_comparable", **values)
+    return said, {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
