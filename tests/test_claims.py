@@ -232,6 +232,38 @@ def test_the_saving_comparison_names_its_direction_only_when_the_middle_halves_a
 
 
 @pytest.mark.parametrize(
+    "events, waits_most",
+    [
+        # (name, start ns, end ns) on one thread: a collective holding a long rendezvous wait
+        ([("psum_invariant.7", 0, 1000), ("Rendezvous", 100, 900), ("Wait: pending_threads=2/4", 150, 850)], True),
+        # a collective whose own run is most of its time, next to a fusion: waiting is the smaller part
+        ([("psum_invariant.7", 0, 1000), ("Rendezvous", 100, 200), ("fusion.3", 1000, 1600)], False),
+    ],
+)
+def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_most):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.perf import profile
+
+    by_kind = {"waiting": 0, "collective": 0, "program": 0}
+    for row in profile.exclusive(events):
+        by_kind[profile.kind(row["name"])] += row["own"] / 1e6
+    split = {f"{k}_ms": v for k, v in by_kind.items()} | {"busy_ms": 1600e-6 if not waits_most else 1000e-6}
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
+    said = sentences.waiting_share(split)
+    sentences.record(str(tmp_path), "stage4b_beyond")
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    # independently, by hand: the psum's own time is itself less its rendezvous; waits are their own time
+    if waits_most:
+        waiting, collective = (900 - 100 - 700) + 700, 1000 - 800
+    else:
+        waiting, collective = 200 - 100, 1000 - 100
+    assert abs(by_kind["waiting"] - waiting / 1e6) < 1e-12 and abs(by_kind["collective"] - collective / 1e6) < 1e-12
+    assert profile.kind("psum_invariant.7") == "collective" and profile.kind("dot_general.21") == "program"
+    assert ("more than half" in said) == waits_most == (waiting > 0.5 * split["busy_ms"] * 1e6), said
+
+
+@pytest.mark.parametrize(
     "draws, target, fits",
     [
         ((0.98, 1.0, 1.1, 1.2, 7.0, 7.1, 0.99, 1.05), 1.348, False),  # long draws lift the upper quartile

@@ -207,14 +207,21 @@ SENTENCES = {
             "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}): on this run the "
             "middle halves overlap or the four-device loops were faster.",
         ),
-        "meeting_share": _s(
-            "m > 0.5 * b",
-            {"m": "fused_trace.top_events.meeting_own_ms", "b": "fused_trace.top_events.busy_ms"},
-            "The events in which the devices meet or wait take {m:.2f} ms of their own, more than half of the "
-            "{b:.2f} ms the busiest thread was busy: with the host work gone, most of what remains is the device "
-            "threads meeting and waiting for each other, on cores they share.",
-            "The events in which the devices meet or wait take {m:.2f} ms of their own, at most half of the "
-            "{b:.2f} ms the busiest thread was busy: the device program's own work is the larger part.",
+        "waiting_share": _s(
+            "w > 0.5 * b",
+            {
+                "w": "fused_trace.top_events.waiting_ms",
+                "c": "fused_trace.top_events.collective_ms",
+                "p": "fused_trace.top_events.program_ms",
+                "b": "fused_trace.top_events.busy_ms",
+            },
+            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, more than half of the {b:.2f} ms the busiest "
+            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
+            "program {p:.2f} ms. With the host work gone, most of what remains is the device threads waiting for "
+            "each other, on cores they share, where one thread's wait is often another's turn to compute.",
+            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, at most half of the {b:.2f} ms the busiest "
+            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
+            "program {p:.2f} ms. Waiting is not the larger part: the ops themselves, the reductions included, are.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
@@ -608,9 +615,10 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     return chosen(notebook, "one_device_beside_fused", **values)
 
 
-def meeting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's answer to "arithmetic or waiting?": the own time of meeting events against the busy time."""
-    return chosen(notebook, "meeting_share", m=split["meeting_own_ms"], b=split["busy_ms"])
+def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
+    values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
+    return chosen(notebook, "waiting_share", **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
