@@ -197,13 +197,17 @@ def _quartiles(median, low, high):
 @pytest.mark.parametrize(
     "async_, sync, word",
     [
-        ((27.24, 11.18, 32.04), (8.37, 5.81, 12.95), "lengthened"),  # 3.3x longer: each median outside the other's half
+        ((27.24, 13.18, 32.04), (8.37, 5.81, 12.95), "lengthened"),  # async's half starts above sync's half ends
         ((63.45, 62.65, 68.7), (316.2, 216.2, 320.9), "shortened"),
-        ((10.0, 8.0, 12.0), (11.0, 9.0, 13.0), "neither clearly shortened nor clearly lengthened"),
-        ((14.0, 6.0, 20.0), (8.0, 7.0, 9.0), "neither clearly shortened nor clearly lengthened"),  # wide async spread
+        ((10.0, 8.0, 12.0), (11.0, 9.0, 13.0), "Overlap: no difference shown"),
+        ((14.0, 6.0, 20.0), (8.0, 7.0, 9.0), "Overlap: no difference shown"),  # wide async spread
+        # each median outside the other's half, yet the halves overlap (16.64-26.39): no difference shown
+        ((29.8, 16.64, 37.77), (13.75, 11.28, 26.39), "Overlap: no difference shown"),
+        ((10.0, 9.0, 11.5), (13.0, 11.5, 15.0), "Overlap: no difference shown"),  # halves touch at 11.5
+        ((10.0, 9.0, 11.4), (13.0, 11.5, 15.0), "shortened"),  # just apart
     ],
 )
-def test_the_saving_comparison_names_its_direction_only_beyond_the_spread(tmp_path, async_, sync, word):
+def test_the_saving_comparison_names_its_direction_only_when_the_middle_halves_are_apart(tmp_path, async_, sync, word):
     a, s = _quartiles(*async_), _quartiles(*sync)
     spread = {"async": {"step_s": a}, "sync": {"step_s": s}}
     values = {"a": a["median_ms"], "a_lo": a["q1_ms"], "a_hi": a["q3_ms"]}
@@ -218,9 +222,105 @@ def test_the_saving_comparison_names_its_direction_only_beyond_the_spread(tmp_pa
         **values,
     )
     assert word in text, text
-    # independently: a direction is named only when each median lies outside the other group's middle half
-    beyond = (async_[0] > sync[2] and sync[0] < async_[1]) or (async_[0] < sync[1] and sync[0] > async_[2])
-    assert beyond == (word != "neither clearly shortened nor clearly lengthened")
+    # independently, the course's rule: a direction is named only when the two middle halves do not overlap
+    apart = async_[1] > sync[2] or async_[2] < sync[1]
+    assert apart == (word != "Overlap: no difference shown")
+    if word == "lengthened":
+        assert async_[1] > sync[2] and "shortened" not in text
+    if word == "shortened":
+        assert async_[2] < sync[1] and "lengthened" not in text
+
+
+@pytest.mark.parametrize(
+    "events, waits_most",
+    [
+        # (name, start ns, end ns) on one thread: a collective holding a long rendezvous wait
+        ([("psum_invariant.7", 0, 1000), ("Rendezvous", 100, 900), ("Wait: pending_threads=2/4", 150, 850)], True),
+        # a collective whose own run is most of its time, next to a fusion: waiting is the smaller part
+        ([("psum_invariant.7", 0, 1000), ("Rendezvous", 100, 200), ("fusion.3", 1000, 1600)], False),
+    ],
+)
+def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_most):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.perf import profile
+
+    by_kind = {"waiting": 0, "collective": 0, "program": 0}
+    for row in profile.exclusive(events):
+        by_kind[profile.kind(row["name"])] += row["own"] / 1e6
+    split = {f"{k}_ms": v for k, v in by_kind.items()} | {"busy_ms": 1600e-6 if not waits_most else 1000e-6}
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
+    said = sentences.waiting_share(split)
+    sentences.record(str(tmp_path), "stage4b_beyond")
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    # independently, by hand: the psum's own time is itself less its rendezvous; waits are their own time
+    if waits_most:
+        waiting, collective = (900 - 100 - 700) + 700, 1000 - 800
+    else:
+        waiting, collective = 200 - 100, 1000 - 100
+    assert abs(by_kind["waiting"] - waiting / 1e6) < 1e-12 and abs(by_kind["collective"] - collective / 1e6) < 1e-12
+    assert profile.kind("psum_invariant.7") == "collective" and profile.kind("dot_general.21") == "program"
+    assert ("more than half" in said) == waits_most == (waiting > 0.5 * split["busy_ms"] * 1e6), said
+
+
+@pytest.mark.parametrize(
+    "draws, target, fits",
+    [
+        ((0.98, 1.0, 1.1, 1.2, 7.0, 7.1, 0.99, 1.05), 1.348, False),  # long draws lift the upper quartile
+        ((0.30, 0.32, 0.35, 0.31, 0.40, 0.33), 1.348, True),
+    ],
+)
+def test_the_draw_traced_alone_is_compared_with_the_target_it_sits_in(tmp_path, draws, target, fits):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    said, values = sentences.draw_alone(list(draws), target)
+    record.emit(str(tmp_path), "stage4a_profile", "trace", {"draw_alone": values}, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile")
+    assert not check_claims(record.load(str(tmp_path), "stage4a_profile"))
+    # independently: the upper quartile by hand (linear between the order statistics), against the target
+    ordered = sorted(draws)
+    at = 0.75 * (len(ordered) - 1)
+    q3 = ordered[int(at)] + (at - int(at)) * (ordered[int(at) + 1] - ordered[int(at)])
+    assert abs(values["q3_ms"] - q3) < 1e-9
+    assert (q3 <= target) == fits
+    assert said.startswith("The draw traced alone fits inside") == fits, said
+    assert f"{q3:.3f} ms" in said
+    with pytest.raises(UsageError):
+        sentences.draw_alone([], target)
+
+
+@pytest.mark.parametrize(
+    "t1, t2, t4",
+    [
+        (1.345, 2.787, 5.971),  # three-term straggler below zero; the two-point one above
+        (1.0, 2.0, 3.5),  # every three-term term positive
+        (2.0, 1.8, 2.5),  # a faster W = 2: the two-point straggler term is negative
+    ],
+)
+def test_a_negative_fitted_term_is_called_not_physical(tmp_path, t1, t2, t4):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.perf import scaling
+
+    ours = scaling.fit({1: t1, 2: t2, 4: t4}, ("compute", "ring_latency", "straggler"))
+    held = scaling.fit({1: t1, 2: t2}, ("compute", "straggler"))
+    record.emit(str(tmp_path), "stage5b_scaling", "scaling_model", {"ours": ours, "held_out": held}, shown=False)
+    said = [
+        sentences.fitted_terms(ours, "ours", ("compute", "ring_latency", "straggler"), "three"),
+        sentences.fitted_terms(held, "held_out", ("compute", "straggler"), "two"),
+    ]
+    sentences.record(str(tmp_path), "stage5b_scaling")
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    # independently, by hand: T(1) = c, T(2) = c + 2L + s, T(4) = c + 6L + 2s; two points: s = T(2) - T(1)
+    latency = ((t4 - t1) - 2 * (t2 - t1)) / 2
+    straggler = 3 * (t2 - t1) - (t4 - t1)
+    lowest = min(t1, latency, straggler)
+    assert ("Not physical" in said[0]) == (lowest < 0), said[0]
+    assert ("Not physical" in said[1]) == (min(t1, t2 - t1) < 0), said[1]
+    if lowest < 0:
+        name = "straggler" if straggler == lowest else "ring_latency" if latency == lowest else "compute"
+        assert f"fitted {name} term is {lowest:.3f} ms" in said[0], said[0]
 
 
 @pytest.mark.parametrize(
@@ -344,15 +444,19 @@ def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s
 
 
 @pytest.mark.parametrize(
-    "compute, agreement, separated",
+    "compute, agreement, separated, named",
     [
-        # (process 0's, process 1's) q1, median, q3 of each phase in ms
-        (((11.5, 14.0, 16.0), (9.0, 10.2, 15.3)), ((1.9, 2.2, 2.7), (2.9, 3.4, 3.8)), "agreement"),  # a peer waits
-        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((1.0, 1.2, 1.4), (1.3, 1.5, 1.7)), "compute"),
-        (((4.0, 4.6, 6.0), (2.7, 2.8, 5.3)), ((1.4, 2.0, 2.6), (1.6, 1.8, 2.2)), None),  # both overlap
+        # (process 0's, process 1's) q1, median, q3 of each phase in ms; `named`: the process the closing line names
+        (((11.5, 14.0, 16.0), (9.0, 10.2, 15.3)), ((1.9, 2.2, 2.7), (2.9, 3.4, 3.8)), "agreement", 0),  # 1 waits
+        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((1.0, 1.2, 1.4), (1.3, 1.5, 1.7)), "compute", 0),
+        (((4.0, 4.6, 6.0), (2.7, 2.8, 5.3)), ((1.4, 2.0, 2.6), (1.6, 1.8, 2.2)), None, None),  # both overlap
+        (((2.0, 2.5, 3.0), (6.0, 6.5, 7.0)), ((3.0, 3.5, 4.0), (1.0, 1.2, 1.4)), "both", 1),  # 1 slow, 0 waits for it
+        (((6.0, 6.5, 7.0), (3.0, 3.5, 4.0)), ((3.0, 3.5, 4.0), (1.0, 1.2, 1.4)), "both", None),  # 0 slow and 0 waits
     ],
 )
-def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_path, compute, agreement, separated):
+def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
+    tmp_path, compute, agreement, separated, named
+):
     from shardlab.course import results as record
     from shardlab.course import sentences
 
@@ -362,9 +466,10 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_pat
     (slow, (s_lo, s_med, _)), (fast, (_, f_med, f_hi)) = longer_first(compute)
     (waits, (w_lo, w_med, _)), (late, (_, l_med, l_hi)) = longer_first(agreement)
     recorded = {
-        "compute_spread": {"ratio": s_med / f_med, "slow_q1_ms": s_lo, "fast_q3_ms": f_hi},
-        "agreement_spread": {"ratio": w_med / l_med, "waits_q1_ms": w_lo, "late_q3_ms": l_hi},
-    }
+        "compute_spread": {"slow": slow, "fast": fast, "ratio": s_med / f_med, "slow_q1_ms": s_lo, "fast_q3_ms": f_hi},
+        "agreement_spread": {"waits": waits, "late": late, "ratio": w_med / l_med, "waits_q1_ms": w_lo,
+                             "late_q3_ms": l_hi},
+    }  # fmt: skip
     record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     nb = "stage5b_scaling"
     said = [
@@ -372,14 +477,27 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(tmp_pat
                          q3_fast=f_hi),
         sentences.chosen(nb, "agreement_spread_reading", {"waits": waits, "late": late}, r=w_med / l_med, q1_wait=w_lo,
                          q3_late=l_hi),
-        sentences.chosen(nb, "straggler_reading", q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi),
+        sentences.chosen_first(nb, sentences.STRAGGLER_NAMES, {"slow": slow, "waits": waits, "late": late},
+                               q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi, ps=slow, pl=late),
     ]  # fmt: skip
     sentences.record(str(tmp_path), nb)
     assert not check_claims(record.load(str(tmp_path), nb))
     # independently: a phase separates when the longer one's middle half starts above the other's end
-    assert ("do not overlap" in said[0]) == (separated == "compute")
-    assert ("do not overlap" in said[1]) == (separated == "agreement")
+    by_compute = compute[slow][0] > compute[fast][2]
+    by_agreement = agreement[waits][0] > agreement[late][2]
+    assert ("do not overlap" in said[0]) == by_compute == (separated in ("compute", "both"))
+    assert ("do not overlap" in said[1]) == by_agreement == (separated in ("agreement", "both"))
     assert said[2].startswith("So these few steps show no straggler") == (separated is None)
+    # the closing line names the one process both phases point at, and the phase that shows it
+    if named is not None:
+        assert f"process {named}" in said[2] and f"process {1 - named}" not in said[2].split(":")[0], said[2]
+    if separated == "compute":
+        assert "compute phase" in said[2] and f"straggler is process {slow}" in said[2]
+    if separated == "agreement":
+        assert "agreement phase" in said[2] and f"late peer is process {late}" in said[2]
+    if separated == "both":
+        one = slow == late
+        assert ("both phases point at" in said[2]) == one and ("name no single straggler" in said[2]) == (not one)
 
 
 def _efficiency(one_ms, many_ms, w=4, rows=100):
@@ -434,6 +552,32 @@ def test_the_throughput_sentence_says_whether_more_devices_gave_more_rows(tmp_pa
     if word == "rose":
         assert many_rate > one_rate
     assert "bound" in bound
+
+
+@pytest.mark.parametrize(
+    "two_ms, gap",
+    [
+        ((2.0, 2.05, 2.1, 2.15, 2.2), True),  # 2 devices, 2x the rows, 2x the time: efficiency about 0.49
+        ((1.0, 1.02, 1.05, 1.08, 1.1), False),  # 2x the rows in the same time: efficiency near 1
+    ],
+)
+def test_a_gap_the_cores_cannot_explain_is_named_as_unexplained(tmp_path, two_ms, gap):
+    import numpy as np
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    one_ms = (0.95, 1.0, 1.02, 1.05, 1.1)
+    efficiency = _efficiency(one_ms, two_ms, w=2)
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
+    said = sentences.within_cores(efficiency, 2)
+    assert sentences.within_cores(efficiency, 1) == []  # with one core, W = 2 exceeds the cores: no such sentence
+    sentences.record(str(tmp_path), "stage5b_scaling")
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    # independently: efficiency = (2 devices' rows per ms) / (2 x one device's), from the medians
+    e = (200 / np.median(two_ms)) / (2 * 100 / np.median(one_ms))
+    assert len(said) == 1 and f"{e:.3f}" in said[0], said
+    assert ("does not explain this gap" in said[0]) == gap == (e < 0.9), said[0]
 
 
 @pytest.mark.parametrize(

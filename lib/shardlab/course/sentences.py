@@ -11,6 +11,8 @@ pick and file at once (for a caller without a closing cell). Placeholders in ang
 
 from typing import NamedTuple
 
+import numpy as np
+
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
@@ -34,6 +36,14 @@ CHANGE = {  # the verdict's values
     "d": "change.control_drift_ms",
     "r": "change.reach_ms",
     "t": "change.threshold_ms",
+}
+STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
+    "q1_slow": "step_times.compute_spread.slow_q1_ms",
+    "q3_fast": "step_times.compute_spread.fast_q3_ms",
+    "q1_wait": "step_times.agreement_spread.waits_q1_ms",
+    "q3_late": "step_times.agreement_spread.late_q3_ms",
+    "ps": "step_times.compute_spread.slow",
+    "pl": "step_times.agreement_spread.late",
 }
 TWO_POINT = {  # stage 5b's held-out test of the two-point fit at W = 4
     "p": "scaling_model.held_out.predicted_ms_at_4",
@@ -71,6 +81,18 @@ FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for 
 
 SENTENCES = {
     "stage4a_profile": {
+        "draw_alone_comparable": _s(
+            "d_hi <= t",
+            {"d": "trace.draw_alone.median_ms", "d_hi": "trace.draw_alone.q3_ms", "t": "trace.draw_alone.target_ms"},
+            "The draw traced alone fits inside what it is part of: median {d:.3f} ms, its middle half ends at "
+            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more. "
+            "The two are comparable.",
+            "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
+            "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
+            "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
+            "whether the long ones come at its start), so the menu caps what the change can remove at the target's "
+            "median, never at this measurement alone.",
+        ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
             {
@@ -215,14 +237,21 @@ SENTENCES = {
             "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}): on this run the "
             "middle halves overlap or the four-device loops were faster.",
         ),
-        "meeting_share": _s(
-            "m > 0.5 * b",
-            {"m": "fused_trace.top_events.meeting_own_ms", "b": "fused_trace.top_events.busy_ms"},
-            "The events in which the devices meet or wait take {m:.2f} ms of their own, more than half of the "
-            "{b:.2f} ms the busiest thread was busy: with the host work gone, most of what remains is the device "
-            "threads meeting and waiting for each other, on cores they share.",
-            "The events in which the devices meet or wait take {m:.2f} ms of their own, at most half of the "
-            "{b:.2f} ms the busiest thread was busy: the device program's own work is the larger part.",
+        "waiting_share": _s(
+            "w > 0.5 * b",
+            {
+                "w": "fused_trace.top_events.waiting_ms",
+                "c": "fused_trace.top_events.collective_ms",
+                "p": "fused_trace.top_events.program_ms",
+                "b": "fused_trace.top_events.busy_ms",
+            },
+            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, more than half of the {b:.2f} ms the busiest "
+            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
+            "program {p:.2f} ms. With the host work gone, most of what remains is the device threads waiting for "
+            "each other, on cores they share, where one thread's wait is often another's turn to compute.",
+            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, at most half of the {b:.2f} ms the busiest "
+            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
+            "program {p:.2f} ms. Waiting is not the larger part: the ops themselves, the reductions included, are.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
@@ -327,7 +356,7 @@ SENTENCES = {
     },
     "stage5b_scaling": {
         "async_shortens_<what>": _s(
-            "a < s_lo and s > a_hi",
+            "a_hi < s_lo",
             {
                 "a": "async_vs_sync.spread.async.<what>_s.median_ms",
                 "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
@@ -337,12 +366,12 @@ SENTENCES = {
                 "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
             "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half.",
+            "({s_lo}–{s_hi}); the middle halves do not overlap.",
             "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
             "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}).",
         ),
         "async_lengthens_<what>": _s(
-            "a > s_hi and s < a_lo",
+            "a_lo > s_hi",
             {
                 "a": "async_vs_sync.spread.async.<what>_s.median_ms",
                 "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
@@ -352,12 +381,12 @@ SENTENCES = {
                 "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
             },
             "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); each group's median lies outside the other's middle half. A likely reason, not "
+            "({s_lo}–{s_hi}); the middle halves do not overlap. A likely reason, not "
             "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
             "behind.",
-            "Asynchronous saving neither clearly shortened nor clearly lengthened <label>: median {a} ms (middle half "
-            "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}); a median lies inside the other group's middle half, so "
-            "the difference is within the spread of these samples.",
+            "Overlap: no difference shown in <label>. Asynchronous saving: median {a} ms (middle half {a_lo}–{a_hi}); "
+            "synchronous: {s} ms ({s_lo}–{s_hi}). The middle halves overlap, so whatever separates the medians lies "
+            "within the spread of these samples.",
         ),
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
@@ -366,6 +395,19 @@ SENTENCES = {
             "{c}/{w}; this run's {e:.3f} is no higher (the bound says what the cores allow, not what was reached)",
             "efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
+        ),
+        "efficiency_within_cores_<i>": _s(
+            "e >= 0.9",
+            {
+                "e": "efficiency.table.<i>.efficiency",
+                "w": "efficiency.table.<i>.devices",
+                "c": "efficiency.usable_cores",
+            },
+            "At W = {w} ({w} devices, {c} usable cores) the cores allow efficiency 1, and this run's {e:.3f} is within "
+            "10 % of it: little gap is left to explain.",
+            "At W = {w} ({w} devices, {c} usable cores) the cores allow efficiency 1, yet this run's is {e:.3f}: the "
+            "core count does not explain this gap. These numbers show that the gap exists, not what causes it (one "
+            "device's step may already keep more than one core busy; this run does not measure that).",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -432,6 +474,14 @@ SENTENCES = {
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
         ),
+        "fitted_terms_<fit>": _s(
+            "t >= 0",
+            {"t": "scaling_model.<fit>.params.<term>"},
+            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms), so each can be read "
+            "as a cost.",
+            "<label>: the fitted <term> term is {t:.3f} ms, negative. Not physical: no cost takes time away, so the "
+            "model does not fit these points; least squares reached them only by subtracting.",
+        ),
         "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
@@ -472,19 +522,38 @@ SENTENCES = {
             "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
             "other.",
         ),
-        "straggler_reading": _s(
+        "straggler_none": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
-            {
-                "q1_slow": "step_times.compute_spread.slow_q1_ms",
-                "q3_fast": "step_times.compute_spread.fast_q3_ms",
-                "q1_wait": "step_times.agreement_spread.waits_q1_ms",
-                "q3_late": "step_times.agreement_spread.late_q3_ms",
-            },
+            STRAGGLER,
             "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
             "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
-            "So one phase separates the two processes beyond the spread: the lines above say which, a straggler's own "
-            "longer compute or its peer's longer wait; from a handful of steps that is a lead to follow with more "
-            "steps, not yet a finding.",
+            "So at least one phase separates the two processes beyond the spread.",
+        ),
+        "straggler_in_compute": _s(
+            "q1_slow > q3_fast and q1_wait <= q3_late",
+            STRAGGLER,
+            "So the candidate straggler is process <slow>, in the compute phase: its own compute is consistently "
+            "longer, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
+            "with more steps, not yet a finding.",
+            "So the compute phase alone does not single out a process.",
+        ),
+        "straggler_in_agreement": _s(
+            "q1_slow <= q3_fast and q1_wait > q3_late",
+            STRAGGLER,
+            "So the candidate late peer is process <late>, seen in the agreement phase: process <waits> waits there "
+            "consistently longer, while compute does not separate the two. These records cannot tell a late "
+            "process <late> from a slower path to the coordinator's key-value store; from a handful of steps that is "
+            "a lead to follow with more steps, not yet a finding.",
+            "So the agreement phase alone does not single out a process.",
+        ),
+        "straggler_in_both": _s(
+            "q1_slow > q3_fast and q1_wait > q3_late and ps == pl",
+            STRAGGLER,
+            "So both phases point at process <slow>: its own compute is consistently longer and process <waits> "
+            "waits for it in the agreement. From a handful of steps that is a lead to follow with more steps, not "
+            "yet a finding.",
+            "So both phases separate the two processes but point at different ones: process <slow> computes longer, "
+            "yet process <waits> is the one that waits. These records name no single straggler.",
         ),
     },
 }
@@ -530,6 +599,16 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     return [moved, bound]
 
 
+def within_cores(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
+    """Stage 5b: for each W > 1 with no more devices than usable cores, whether efficiency came near the bound of 1."""
+    said = []
+    for i, row in enumerate(efficiency["table"]):
+        if 1 < row["devices"] <= cores:
+            values = {"e": row["efficiency"], "w": row["devices"], "c": cores}
+            said.append(chosen(notebook, "efficiency_within_cores_<i>", {"i": i}, **values))
+    return said
+
+
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
     return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
@@ -566,9 +645,10 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     return chosen(notebook, "one_device_beside_fused", **values)
 
 
-def meeting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's answer to "arithmetic or waiting?": the own time of meeting events against the busy time."""
-    return chosen(notebook, "meeting_share", m=split["meeting_own_ms"], b=split["busy_ms"])
+def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
+    values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
+    return chosen(notebook, "waiting_share", **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
@@ -596,8 +676,20 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
     values = {"r": ratio, "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
     said.append(chosen(notebook, "agreement_spread_reading", fill, **values))
     values = {"q1_slow": slow["q1_ms"], "q3_fast": fast["q3_ms"], "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
-    said.append(chosen(notebook, "straggler_reading", **values))
+    values.update(ps=slow["process"], pl=late["process"])
+    fill = {"slow": slow["process"], "waits": waits["process"], "late": late["process"]}
+    said.append(chosen_first(notebook, STRAGGLER_NAMES, fill, **values))
     return said
+
+
+STRAGGLER_NAMES = ["straggler_none", "straggler_in_compute", "straggler_in_agreement", "straggler_in_both"]
+
+
+def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b's sentence on the smallest of the `terms` fitted in `fit` (recorded under scaling_model.`which`)."""
+    term = min(terms, key=lambda name: fit["params"][name])
+    fill = {"fit": which, "term": term, "label": label}
+    return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
@@ -652,6 +744,16 @@ def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
     x, y, z = sorted(first, key=lambda fault: -first[fault])  # fixture a's order, largest error first
     values = {f"{v}_{s}": float(e[f]) for s, e in (("a", first), ("b", second)) for v, f in zip("xyz", (x, y, z))}
     return chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)
+
+
+def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
+    """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
+    if len(draw_ms) == 0:
+        raise UsageError("no draws were traced: the capture held no 'draw' annotation")
+    median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
+    values = {"d": median, "d_hi": q3, "t": float(target_ms)}
+    said = chosen(notebook, "draw_alone_comparable", **values)
+    return said, {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:

@@ -63,7 +63,18 @@ def fused_dispatch(loop, state: dict, steps: int) -> tuple[dict, np.ndarray, lis
     return loop.finish(state, [Dispatch(Carry(DeviceSampler(key, order, cursor), weights, momentum), record, steps)])
 
 
-MEETING = ("psum", "all-reduce", "rendezvous", "wait")  # parts of the names of events in which devices meet or wait
+WAITING = ("rendezvous", "wait")  # parts of the names of events in which a device thread waits for the others
+COLLECTIVE = ("psum", "all-reduce")  # parts of the names of collective ops: their own time is the op running
+
+
+def kind(name: str) -> str:
+    """What a device-thread event is, by its name: 'waiting', 'collective' (the op's own run) or 'program'."""
+    lower = name.lower()
+    if any(w in lower for w in WAITING):
+        return "waiting"
+    if any(w in lower for w in COLLECTIVE):
+        return "collective"
+    return "program"
 
 
 def exclusive(events: list[tuple[str, int, int]]) -> list[dict]:
@@ -97,7 +108,7 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
 
     `top` sums each event name's whole durations (nested events counted inside their parents too);
     `own` sums each name's exclusive time (`exclusive`) with the name it most often sits inside, so
-    its rows add up to `busy_ms`; `meeting_own_ms` is the own time of names in which devices meet or wait.
+    its rows add up to `busy_ms`; `own_by_kind_ms` sums the own times by `kind` (waiting, collective, program).
     """
     found = []
     for thread, events in trace.xplane_lines(files.xplane):
@@ -110,17 +121,25 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
             own[row["name"]] = own.get(row["name"], 0) + row["own"]
             inside.setdefault(row["name"], []).append(row["inside"] or "(top level)")
         top = sorted(totals.items(), key=lambda item: -item[1])[:3]
-        meeting = sum(ns for name, ns in own.items() if any(w in name.lower() for w in MEETING))
+        by_kind = {"waiting": 0, "collective": 0, "program": 0}
+        for name, ns in own.items():
+            by_kind[kind(name)] += ns
         found.append(
             {
                 "thread": thread,
                 "events": len(events),
                 "busy_ms": trace.covered([(start, end) for _, start, end in events]) / 1e6,
                 "own": [
-                    {"name": name, "own_ms": ns / 1e6, "ms": totals[name] / 1e6, "inside": _most(inside[name])}
+                    {
+                        "name": name,
+                        "kind": kind(name),
+                        "own_ms": ns / 1e6,
+                        "ms": totals[name] / 1e6,
+                        "inside": _most(inside[name]),
+                    }
                     for name, ns in sorted(own.items(), key=lambda item: -item[1])
                 ],
-                "meeting_own_ms": meeting / 1e6,
+                "own_by_kind_ms": {k: ns / 1e6 for k, ns in by_kind.items()},
                 "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
             }
         )
