@@ -35,7 +35,7 @@ from shardlab.checker.common import (
 from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
-from shardlab.core.config import Config
+from shardlab.core.config import DECAY, LEARNING_RATE, Config
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset, timing_fixture
 from shardlab.core.schema import FIELDS
@@ -475,17 +475,20 @@ def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
     args = placed(mesh, features, np.zeros_like(targets), mask, zeros, ones)
     for name in ("learning_rate", "decay") if case.contents == "course" else ():
         base = getattr(case, name)
-        while base > SMALL:
-            base /= 2
+        while base > SMALL or base in (LEARNING_RATE, DECAY):  # never a default: a step that ignores the value
+            base /= 2  # it was given is then told apart from one kept under a rounded key
         if base == 0:
             continue
         values = (float(np.float32(base)), float(np.float32(base) * np.float32(1 + NEAR)))
-        outputs = []
-        for value in values:
-            weights, momentum, _, _ = step_of(ctx, replace(case, **{name: value}), case.compiled)(*args)
-            outputs.append(np.concatenate([np.asarray(weights).ravel(), np.asarray(momentum).ravel()]))
+        built = [replace(case, **{name: value}) for value in values]
+        got = []
+        for each in built:
+            weights, momentum, _, _ = step_of(ctx, each, case.compiled)(*args)
+            got.append({"weights": np.asarray(weights, np.float64), "momentum": np.asarray(momentum, np.float64)})
+
+        _follows(built[0], got[0], which)  # a step ignoring the value it was given: named by its update
         need(
-            not np.array_equal(*outputs),
+            not all(np.array_equal(got[0][f], got[1][f]) for f in ("weights", "momentum")),
             f"other new weights or momentum for {name} {values[1]:.9g} than for {values[0]:.9g}",
             "the same",
             f"{which}make_step({name}={values[1]:.9g}) gave a step whose new weights and momentum equal those of "
@@ -493,6 +496,19 @@ def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
             "the values it was given; a step kept from an earlier call (a cache keyed by rounded values) belongs to "
             "another experiment" + formulas.mark("momentum"),
         )
+        _follows(built[1], got[1], which)
+
+
+def _follows(built: Case, got: dict, which: str) -> None:
+    """A Miss unless, from zero weights, momentum 1 and a zero gradient, the step gave v = decay and
+    w = -learning_rate * decay (float32 products) for the values it was built with."""
+    width = got["weights"].size
+    v = np.full(width, np.float32(built.decay), np.float64)
+    w = -(np.float32(built.learning_rate) * np.float32(built.decay)) * np.ones(width)
+    if not all(np.allclose(got[f], e, rtol=2.0**-20, atol=0) for f, e in (("momentum", v), ("weights", w))):
+        before = {"weights": np.zeros(width), "momentum": np.ones(width)}
+        cause = _update_cause(before, got, {"grad": np.zeros(width)}, built)
+        raise Miss({"weights": w, "momentum": v}, got, which + cause)
 
 
 def _gaps(case: Case, got: dict, want: tuple, bound: dict, mask, which: str) -> None:
