@@ -138,6 +138,10 @@ SCRIPT = textwrap.dedent(
                              if isinstance(f, types.FunctionType) and f.__code__ is seal._hook.__code__],
         "which": lambda: setattr(seal._which, "__code__", (lambda *a: None).__code__),
         "named_tuple": named_tuple,
+        # a program the file starts reads what the hook cannot see: starting one is refused, by either route
+        "program": lambda: __import__("subprocess").run(["cat", state.__file__], capture_output=True, check=True),
+        "fork_exec": lambda: __import__("_posixsubprocess").fork_exec(),
+        "fork": lambda: os._exit(0) if os.fork() == 0 else os.wait(),  # only the checker's forked saves may fork
     }
     found["refused"] = {}
     for what, attempt in attempts.items():
@@ -174,9 +178,11 @@ def test_sealed_originals_are_gone_and_their_source_cannot_be_read_again(tmp_pat
     assert len(control["before"]) >= 8 and control["after"] == control["before"]  # the scan finds the originals
     assert sealed["before"] == control["before"] and sealed["after"] == []
     assert not any(control["refused"][what] for what in ("open", "dir_fd", "symlink"))
-    guarded = ("reload", "open", "dir_fd", "symlink", "code", "defaults", "which")
-    assert all(sealed["refused"][what] == "CourseCodeError" for what in guarded), sealed["refused"]
+    guarded = ("reload", "open", "dir_fd", "symlink", "code", "defaults", "which", "program", "fork_exec", "fork")
+    assert all(sealed["refused"][what] == "CourseCodeError" for what in guarded), json.dumps(sealed["refused"])
     assert sealed["refused"]["named_tuple"] is False and control["refused"]["named_tuple"] is False
+    assert control["refused"]["program"] is False and control["refused"]["fork_exec"] == "TypeError"
+    assert control["refused"]["fork"] is False
     assert sealed["open_after_code"] == "CourseCodeError" and control["open_after_code"] is False
 
 

@@ -13,7 +13,9 @@ given to `exec`) is invisible to the syntax tree but not at run time. So, when `
   or bytecode files again, whatever path names them, and to link to them, so `importlib.reload` or
   `spec_from_file_location` cannot rebuild the originals. It also refuses what could rewrite it in
   place: setting the `__code__` or `__defaults__` of a function running its code, `ctypes`, and opening
-  `/proc/*/mem` (a file's own functions keep theirs to change: `typing.NamedTuple` sets defaults). The hook
+  `/proc/*/mem` (a file's own functions keep theirs to change: `typing.NamedTuple` sets defaults). It
+  refuses starting another process or program (a `cat` of the course's source runs outside its view), and
+  `_posixsubprocess.fork_exec`, which starts one without an audit event, is replaced. The hook
   keeps everything it uses in its own default values (a tuple), not in names a file could rebind.
 
 The worker itself calls none of the seven (it calls the learner's functions, the probes and the wire
@@ -24,7 +26,7 @@ notes the reach (REACHED), and the worker's reply to that call carries it, so th
 all the same. That note lives in the file's own interpreter until the reply leaves: a file that finds
 and empties the list before the worker reads it hides the note (not the failure). No record made inside
 that interpreter can be out of its reach; only the stand-in's uselessness is.
-What is not seen: the course's source pasted into the file, or read by a program the file starts.
+What is not seen: the course's source pasted into the file.
 """
 
 import gc
@@ -107,6 +109,18 @@ def _which(text, path, files, names, _stat=os.stat, _oserror=OSError):
     return course
 
 
+def _forking(event, getframe, forkers) -> bool:
+    """Whether `event` is an `os.fork` called by one of `forkers` (code objects: the checker's forked saves,
+    checker/interrupt.py). Frames: this one, the hook's, then the caller of `os.fork`. No globals (see `_hook`)."""
+    if event != "os.fork":
+        return False
+    code = getframe(2).f_code
+    for forker in forkers:
+        if code is forker:
+            return True
+    return False
+
+
 def _hook(
     event,
     args,
@@ -125,11 +139,16 @@ def _hook(
     _setting=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
     _type=type,
     _function=types.FunctionType,
-    _guarded=(),
+    _spawning=frozenset({"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork"})
+    | frozenset({"os.forkpty"}),
+    _forking=_forking,
+    _getframe=sys._getframe,
+    _forkers=(),  # `seal` fills it in
+    _guarded=(),  # last: `seal` fills it in
 ):
     """The audit hook `seal` installs (its defaults bound there). It reads no global name (a file could rebind
     one): everything it uses is in its defaults, a tuple no code may replace while it runs. `_guarded` holds
-    the code of the hook and of `_which`: a function running either keeps its code and defaults, whatever
+    the code of the hook, `_which` and `_forking`: a function running one of them keeps its code and defaults, whatever
     finds it (`gc.get_objects()`); any other function's may change (`typing.NamedTuple` sets `__new__`'s
     defaults, a decorator may set a wrapper's code)."""
     if event == "object.__setattr__" and args[1:2] and args[1] in _setting and _type(args[0]) is _function:
@@ -137,8 +156,8 @@ def _hook(
         for guarded in _guarded:
             if code is guarded:
                 raise _error("while graded, the seal's own code and defaults may not be replaced")
-    if event.startswith("ctypes."):
-        raise _error("while graded, ctypes is refused")
+    if event.startswith("ctypes.") or (event in _spawning and not _forking(event, _getframe, _forkers)):
+        raise _error(f"while graded, a file may not use ctypes or start another process or program ({event})")
     if event not in _opening or not args:
         return
     path = args[0]
@@ -153,6 +172,25 @@ def _hook(
     course = _which(text, path, _files, _names)
     if course is not None:
         raise _error(_message.format(function=_calling[0], course=course, what="its source may not be read again"))
+
+
+def _no_fork_exec() -> None:
+    """Replace `_posixsubprocess.fork_exec` (which starts a program without an audit event) wherever it is
+    bound, and refuse to go on if the original is still alive (the hook refuses the audited routes)."""
+    import _posixsubprocess
+    import subprocess
+
+    def fork_exec(*args, **kwargs):
+        raise CourseCodeError("while graded, a file may not start another process or program")
+
+    key = id(_posixsubprocess.fork_exec)
+    for module in (_posixsubprocess, subprocess):
+        for name in ("fork_exec", "_fork_exec"):
+            if hasattr(module, name):
+                setattr(module, name, fork_exec)
+    gc.collect()
+    if any(id(o) == key and type(o) is type(len) for o in gc.get_objects()):
+        raise CourseCodeError("_posixsubprocess.fork_exec is still reachable after sealing")
 
 
 def seal() -> None:
@@ -187,8 +225,12 @@ def seal() -> None:
     if any(ref() is not None for ref in alive):
         kept = [ref().__module__ + "." + ref().__qualname__ for ref in alive if ref() is not None]
         raise CourseCodeError(f"the course's functions are still reachable after sealing: {kept}")
+    _no_fork_exec()
     files, basenames = _files(modules)
-    defaults = (files, basenames, *_hook.__defaults__[2:-1], (_hook.__code__, _which.__code__))
+    from shardlab.checker import interrupt  # its forked saves run the learner's save in a child
+
+    guarded = (_hook.__code__, _which.__code__, _forking.__code__)
+    defaults = (files, basenames, *_hook.__defaults__[2:-2], (interrupt._fork.__code__,), guarded)
     hook = type(_hook)(_hook.__code__, {}, "course_seal", defaults)
     sys.addaudithook(hook)
 

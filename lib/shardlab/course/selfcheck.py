@@ -618,7 +618,8 @@ QUESTIONS = (
             "efficiency at W = 4?",
             ["nothing: efficiency is 1 by definition", "C / W: at most C devices compute at once", "the ring latency"],
             "b",
-            "Perfect splitting on C cores gives at most C / W; what is left below that is contention.",
+            "Perfect splitting on C cores gives at most C / W: a ceiling. What keeps a run below it is not "
+            "measured here.",
             "efficiency",
             (
                 "reveal-efficiency",

@@ -430,14 +430,7 @@ SENTENCES = {
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
-            {
-                "p": "scaling_model.held_out.predicted_ms_at_4",
-                "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
-                "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
-                "m": "scaling_model.held_out.measured_ms_at_4",
-                "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
-                "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
-            },
+            TWO_POINT,
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}): within 10 % and within "
             "the spread, so a log2(W) term describes this machine's three points (on one host it stands for the "
