@@ -822,10 +822,10 @@ CHOSEN = {
         ),
         "compiled_merges_all_reduces": (
             "compiled < lowered",
-            "XLA merged collectives here: the compiled program holds fewer all-reduces ({compiled}) than the "
-            "lowered one asked for ({lowered}).",
-            "XLA did not merge these collectives here: the compiled program holds {compiled} all-reduce(s), the "
-            "lowered one {lowered}.",
+            "XLA merged collectives here, on this CPU backend: the compiled program holds fewer all-reduces "
+            "({compiled}) than the lowered one asked for ({lowered}); another backend may compile them otherwise.",
+            "XLA did not merge these collectives here, on this CPU backend: the compiled program holds {compiled} "
+            "all-reduce(s), the lowered one {lowered}.",
         ),
     },
     "stage3a_checkpoint": {
