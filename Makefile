@@ -30,7 +30,7 @@ venv: $(STAMP) ## build .venv with the exact pins and the 'Python (shardlab)' ke
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else f"shardlab needs Python 3.11, {sys.executable} is {v[0]}.{v[1]}: run make PYTHON=python3.11 (or see docs/evidence.md for conda)")'
-	@start=$$(date +%s); echo "[make] creating $(VENV) and installing the pinned packages (about 2 min) ..."; \
+	@start=$$(date +%s); echo "[make] creating $(VENV) and installing the pinned packages (README.md states how long this took where the course was measured) ..."; \
 	$(PYTHON) -m venv $(VENV) && \
 	$(BIN)/python -m pip install --disable-pip-version-check --quiet -r requirements-cpu.txt && \
 	$(BIN)/python -m pip install --disable-pip-version-check --quiet --no-deps --no-build-isolation -e . && \

@@ -19,6 +19,8 @@ from tests/, so it runs from the repository root (`make bench` runs it after `py
 import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -47,6 +49,16 @@ class Loop:
     env: dict | None = None  # variables set for this loop's command, over this process's environment
 
 
+# what a notebook's check cell runs (its `implementation` parameter is "reference" in the course run)
+CHECK_CELL = (
+    "import sys; from shardlab.checker import check_here; "
+    "sys.exit(0 if check_here('reference', stage={stage})['passed'] else 1)"
+)
+# what `make venv` spends its time on: the venv and the pinned packages (its editable install of the checkout
+# would write into the checkout, so it is left out)
+VENV = (
+    "{python} -m venv {venv} && {venv}/bin/python -m pip install --disable-pip-version-check --quiet -r {requirements}"
+)
 CHECK_CACHE = "SHARDLAB_CHECK_CACHE"  # the checker's folder of compiled programs and kept verdicts
 
 
@@ -69,9 +81,10 @@ def _course_parts(out: Path):
     return parts
 
 
-def _fresh(folder: Path):
+def _fresh(*folders: Path):
     def prepare() -> None:
-        shutil.rmtree(folder, ignore_errors=True)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
     return prepare
 
@@ -96,6 +109,7 @@ def course_loops(checkout, scratch) -> dict:
     # the checker keeps compiled programs and passed verdicts between runs (shardlab.checker.reuse): each sample
     # starts from an empty folder in scratch, so it times a first check, whatever this machine checked before
     cache = scratch / "check-cache"
+    venv, pip_cache = scratch / "venv", scratch / "pip-cache"
     cold = {CHECK_CACHE: str(cache)}
     found = [
         Loop(
@@ -123,6 +137,33 @@ def course_loops(checkout, scratch) -> dict:
             )
             for stage in ("1", "all")
         ),
+        *(
+            Loop(
+                f"check_cell_{stage}",
+                [python, "-c", CHECK_CELL.format(stage=stage)],
+                str(scratch),
+                note=f"the check cell of stage {stage}'s notebook on the reference: check_here(stage={stage}), "
+                "that stage alone, without the randomised search",
+            )
+            for stage in ("1", "2", "3")
+        ),
+        Loop(
+            "venv",
+            [
+                "sh",
+                "-c",
+                VENV.format(
+                    python=shlex.quote(python),
+                    venv=shlex.quote(str(venv)),
+                    requirements=shlex.quote(str(checkout / "requirements-cpu.txt")),
+                ),
+            ],
+            str(scratch),
+            prepare=_fresh(venv, pip_cache),
+            note="make venv's slow part: a new venv and the pinned packages (requirements-cpu.txt) from this "
+            "machine's package index, with an empty pip cache",
+            env={"PIP_CACHE_DIR": str(pip_cache)},
+        ),
         Loop(
             "grade_class",
             [python, "-m", "shardlab", "grade", str(grade / "class"), "--out", str(grade / "out")],
@@ -133,7 +174,9 @@ def course_loops(checkout, scratch) -> dict:
         ),
     ]
     if not (checkout / "tests" / "conftest.py").is_file():
-        found = [loop for loop in found if loop.name != "test_quick" and loop.name != "grade_class"]
+        found = [loop for loop in found if loop.name not in ("test_quick", "grade_class")]
+    if not (checkout / "requirements-cpu.txt").is_file():
+        found = [loop for loop in found if loop.name != "venv"]
     return {loop.name: loop for loop in found}
 
 
@@ -230,12 +273,88 @@ def run(out, samples: int = SAMPLES, checkout=".", loops=None, echo=print) -> di
     return result
 
 
+# The times people read. A text states a loop's time only through `took` (a clause that ends by citing the loop's
+# key in the committed table), so `restated` can write it again from a new table and tests/test_stated_times.py
+# can find every one and compare it with the table.
+TABLE = f"bench/loops/{LOOPS_JSON}"  # the committed table, relative to the checkout
+STATED_IN = (  # the files that state times, relative to the checkout; each .md notebook's .ipynb pair too
+    "README.md",
+    "docs/checker.md",
+    "notebooks/stage1_batches.md",
+    "notebooks/stage2_update.md",
+    "notebooks/stage3b_resume.md",
+)
+CLAUSE = re.compile(
+    r"(?:took [0-9.]+ s|has not been measured yet|did not finish cleanly when last measured)"
+    r" \([^()]*?`(?P<key>[a-z0-9_]+)` in `" + re.escape(TABLE) + r"`\)"
+)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def took(result: dict, key: str) -> str:
+    """The clause stating how long loop `key` took in the table `result`, worded for each outcome: measured,
+    measured but not every run exited 0, or not in the table."""
+    cited = f"`{key}` in `{TABLE}`"
+    row = (result.get("loops") or {}).get(key)
+    if row is None:
+        return f"has not been measured yet (`make bench` measures it: {cited})"
+    date = str(result.get("date_utc", ""))[:10]
+    if not row["all_exited_0"]:
+        statuses = sorted({str(s["exit_status"]) for s in row["all_samples"]})
+        return f"did not finish cleanly when last measured (exit status {', '.join(statuses)}, {date}: {cited})"
+    runs = (
+        "one run"
+        if row["samples"] == 1
+        else f"median of {row['samples']} runs, {_seconds(row['min_wall_s'])} to {_seconds(row['max_wall_s'])} s"
+    )
+    cpus = result.get("machine", {}).get("logical_cpus")
+    return (
+        f"took {_seconds(row['median_wall_s'])} s ({runs}, on {cpus} logical CPUs at load "
+        f"{row['median_load_before']:.1f}, {date}: {cited})"
+    )
+
+
+def restated(text: str, result: dict) -> str:
+    """`text` with every stated time clause written again from the table `result`."""
+    return CLAUSE.sub(lambda m: took(result, m.group("key")), text)
+
+
+def restate(checkout=".", table=None, write: bool = True) -> list[str]:
+    """The files of STATED_IN (and their .ipynb pairs) whose stated times differ from the table's (the checkout's
+    committed one unless `table` is given); rewritten when `write`. Writes only inside `checkout`."""
+    checkout = Path(checkout).resolve()
+    result = json.loads(Path(table or checkout / TABLE).read_text(encoding="utf-8"))
+    changed = []
+    for relative in STATED_IN:
+        path = checkout / relative
+        before = path.read_text(encoding="utf-8")
+        after = restated(before, result)
+        if after == before:
+            continue
+        changed.append(relative)
+        if write:
+            path.write_text(after, encoding="utf-8")
+            if path.parent.name == "notebooks":
+                pair = path.with_suffix(".ipynb")
+                command = [sys.executable, "-m", "jupytext", "--quiet", "--sync", str(pair)]
+                subprocess.run(command, check=True, capture_output=True, timeout=120)
+    return changed
+
+
 def add_arguments(parser) -> None:
     from shardlab.cli import count
 
     parser.add_argument("--out", default="bench", help=f"folder for {LOOPS_JSON} (default: bench)")
     parser.add_argument("--samples", type=count, default=SAMPLES, help=f"samples per loop (default {SAMPLES})")
     parser.add_argument("--checkout", default=".", help="the checkout whose tests/ the quick loop and the class use")
+    parser.add_argument(
+        "--restate",
+        action="store_true",
+        help=f"measure nothing: write the times the checkout's README, docs and notebooks state again from {TABLE}",
+    )
 
 
 def command(argv=None) -> int:
@@ -248,6 +367,12 @@ def command(argv=None) -> int:
 def main(args) -> int:
     from shardlab.errors import OutputFolderError
 
+    if args.restate:
+        changed = restate(args.checkout)
+        for relative in changed:
+            print(f"[shardlab loops] stated times written again: {relative}")
+        print(f"[shardlab loops] {len(changed)} file(s) changed; every stated time is {TABLE}'s")
+        return 0
     try:
         result = run(args.out, args.samples, args.checkout)
     except OutputFolderError as exc:

@@ -7,6 +7,7 @@ shardlab hint` and folded in the notebook; the starter says what must hold, neve
 """
 
 import ast
+import re
 
 import jupytext
 import nbformat
@@ -16,7 +17,7 @@ from shardlab.__main__ import main as shardlab_main
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.course import answers, catalog
 from shardlab.learner import hints, implementation, rules, starter
-from shardlab.learner.cells import hint_cell, rule_cell, starter_rules
+from shardlab.learner.cells import hint_folds, learner_cell, rule_fold, starter_rules
 
 REGISTRY = {check.__name__ for stage in STAGES for check in checks_of(stage)}
 
@@ -53,14 +54,33 @@ def test_every_rule_is_stated_in_the_starter_under_its_function():
 
 
 @pytest.mark.parametrize("function", rules.FUNCTIONS)
-def test_every_rule_is_taught_in_its_notebook(function):
+def test_every_rule_is_taught_in_its_notebook_folded_with_its_label(function):
     cells = _markdown(rules.TAUGHT_IN[function])
-    for rule in rules.of(function):
-        assert sum(f"`{rules.MARKER}{rule.id}`" in c for c in cells) >= 2, (rule.id, rules.TAUGHT_IN[function])
-    assert sum(c.strip() == rule_cell(function) for c in cells) == 2, (
-        f"the rule cell of {function} in {rules.TAUGHT_IN[function]} differs from rule_cell"
-        f"({function!r}): run `python -m shardlab cells` (make cells)"
+    mine = [c for c in cells if c.strip() == learner_cell(function)]
+    assert len(mine) == 2, (
+        f"the cell of {function} in {rules.TAUGHT_IN[function]} differs from learner_cell({function!r}): run "
+        "`python -m shardlab cells` (make cells)"
     )
+    fold = rule_fold(function)
+    assert fold.startswith("<details><summary>") and fold.endswith("</details>") and fold in mine[0]
+    for rule in rules.of(function):  # each rule's words, with the id a failing check prints, inside the fold
+        assert f"- {rule.text[0].upper()}{rule.text[1:]}." in fold and f"(`{rules.MARKER}{rule.id}`)" in fold, rule.id
+        assert sum(f"`{rules.MARKER}{rule.id}`" in c for c in cells) == 2, (rule.id, rules.TAUGHT_IN[function])
+
+
+FOLD = re.compile(r"<details>.*?</details>", re.S)
+
+
+@pytest.mark.parametrize("notebook", sorted(path.stem for path in catalog.NOTEBOOK_DIR.glob("stage*.md")))
+def test_no_rule_id_in_running_prose(notebook):
+    """An id is a label inside a fold, where a learner who read it in a failing check looks it up; the lessons'
+    prose states the ideas in words."""
+    planted = "Keep one half. <details><summary>rules</summary>\n\n- a rule (`rule:a`)\n\n</details> (`rule:b`)"
+    assert FOLD.sub("", planted) == "Keep one half.  (`rule:b`)"
+    label = re.compile(re.escape(rules.MARKER) + r"[a-z0-9]")  # an id, not "no such rule: only ..."
+    assert label.findall(FOLD.sub("", planted)) == ["rule:b"] and not label.search("no such rule: only")
+    outside = [c for c in _markdown(notebook) if label.search(FOLD.sub("", c))]
+    assert not outside, [c[:120] for c in outside]
 
 
 @pytest.mark.parametrize("function", rules.FUNCTIONS)
@@ -70,9 +90,14 @@ def test_every_hint_level_exists_and_is_folded_in_the_notebook(function, capsys)
     assert levels[-1].startswith("Full recipe") and not any(t.startswith("Full recipe") for t in levels[:-1])
     assert all(len(a) <= len(b) * 2 for a, b in zip(levels, levels[1:]))  # each layer says at least as much
     cells = _markdown(rules.TAUGHT_IN[function])
-    assert sum(c.strip() == hint_cell(function) for c in cells) == 2, (
-        f"the hint cell of {function} differs from hint_cell({function!r}): run `python -m shardlab cells` (make cells)"
+    folds = hint_folds(function)
+    assert sum(folds in c and c.strip() == learner_cell(function) for c in cells) == 2, (
+        f"the hints of {function} differ from hint_folds({function!r}): run `python -m shardlab cells` (make cells)"
     )
+    for level, text in enumerate(levels, 1):  # each level in a fold of its own, after the level before it
+        at = folds.index(f"\n\n{text}\n\n</details>")
+        assert folds.rfind("<details>", 0, at) > folds.rfind("</details>", 0, at), level
+        assert level == 1 or at > folds.index(f"\n\n{levels[level - 2]}\n\n</details>"), level
     for level in range(1, len(levels) + 1):
         assert shardlab_main(["hint", function, str(level)]) == 0
         assert levels[level - 1] in capsys.readouterr().out
@@ -187,9 +212,9 @@ def test_the_cells_command_rewrites_a_stale_rule_cell_and_its_pair(tmp_path, cap
     template.write_text(starter.template_text().replace(rule_line, rule_line + "an older wording; "))
     target = copy / f"{rules.TAUGHT_IN['next_batch']}.md"
     rule, hint = rules.of("next_batch")[0], hints.HINTS["save"][0]
-    text = target.read_text()
-    assert text.count(rule.text) == 1
-    target.write_text(text.replace(rule.text, "an older wording of the rule"))
+    text, said = target.read_text(), rule.text[0].upper() + rule.text[1:]  # the fold's sentence
+    assert text.count(said) == 1
+    target.write_text(text.replace(said, "An older wording of the rule"))
     other = copy / f"{rules.TAUGHT_IN['save']}.md"
     other.write_text(other.read_text().replace(hint, "an older hint"))
     listing = sorted(p.name for p in copy.iterdir())

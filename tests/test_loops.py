@@ -76,7 +76,17 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
     from conftest import REPO
 
     found = loops.course_loops(REPO, tmp_path)
-    assert list(found) == ["test_quick", "course_run", "check_stage_1", "check_stage_all", "grade_class"]
+    assert list(found) == [
+        "test_quick",
+        "course_run",
+        "check_stage_1",
+        "check_stage_all",
+        "check_cell_1",
+        "check_cell_2",
+        "check_cell_3",
+        "venv",
+        "grade_class",
+    ]
     assert "--quick" in found["test_quick"].command and found["test_quick"].cwd == str(REPO)
     # the quick loop is the Makefile's: its pytest arguments, in its order (a sandbox test is not in it)
     recipe = next(line for line in (REPO / "Makefile").read_text().splitlines() if "pytest --quick" in line)
@@ -85,6 +95,26 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
     at = command.index("pytest") + 1
     assert command[at : at + len(made)] == made and "not sandbox" in made, (made, command)
     assert found["check_stage_all"].command[-2:] == ["--stage", "all"]
+    # each check cell loop runs what that stage's notebook's check cell runs, on the reference
+    for stage, notebook in (("1", "stage1_batches"), ("2", "stage2_update"), ("3", "stage3b_resume")):
+        text = (REPO / "notebooks" / f"{notebook}.md").read_text()
+        assert f"check_here(implementation, stage={stage})" in text, notebook
+        assert 'implementation = "reference"' in text, notebook  # the parameter the course run keeps
+        command = found[f"check_cell_{stage}"].command
+        assert command[1] == "-c" and f"check_here('reference', stage={stage})" in command[2]
+    # the venv loop installs the Makefile's pinned packages with its pip options, into scratch, cold each time
+    recipe = next(line for line in (REPO / "Makefile").read_text().splitlines() if "-r requirements-cpu.txt" in line)
+    pip = recipe.split("-m pip install", 1)[1].split("-r", 1)[0].split()
+    script = found["venv"].command[-1]
+    assert pip and script.split("-m pip install", 1)[1].split("-r", 1)[0].split() == pip, (pip, script)
+    assert script.endswith(str(REPO / "requirements-cpu.txt")) and f"-m venv {tmp_path.resolve()}" in script
+    pip_cache = Path(loops.environment(found["venv"])["PIP_CACHE_DIR"])
+    assert pip_cache.is_relative_to(tmp_path.resolve())
+    for folder in (pip_cache, tmp_path / "venv"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "left").write_text("from an earlier sample")
+    found["venv"].prepare()
+    assert not pip_cache.exists() and not (tmp_path / "venv").exists()
     found["grade_class"].prepare()
     assert sorted(p.name for p in (tmp_path / "grade" / "class").iterdir()) == sorted(
         c.split("/")[1] for c in loops.CLASS

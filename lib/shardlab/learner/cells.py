@@ -1,10 +1,12 @@
 """The rule and hint cells of the notebooks, and the starter's rule lists, written from `rules` and `hints`.
 
-Each function's notebook (`rules.TAUGHT_IN`) holds one markdown cell stating the function's rules and one
-holding its hints, folded; each function of the starter template states the same rules in its docstring,
-under "Rules:". All are rendered here; `python -m shardlab cells` rewrites them in the MyST `.md` of each
-notebook (the cell that starts with the rendered heading, up to the next cell marker), syncs the paired
-`.ipynb`, and rewrites the starter's "Rules:" blocks, so a rule or a hint is edited in one place. `--check`
+Each function's notebook (`rules.TAUGHT_IN`) holds one markdown cell for the function, beside the lesson
+that teaches it: the rules `make check` holds it to, folded, each labelled with the id a failing check
+prints, then its hints, each level folded on its own. Each function of the starter template states the same
+rules in its docstring, under "Rules:". All are rendered here; `python -m shardlab cells` rewrites them in
+the MyST `.md` of each notebook (the cell that starts with the rendered heading, up to the next cell marker),
+syncs the paired `.ipynb`, and rewrites the starter's "Rules:" blocks, so a rule or a hint is edited in one
+place. `--check`
 only reports which files differ. Only the notebooks folder and the starter file it is given are written.
 """
 
@@ -21,30 +23,40 @@ from shardlab.learner import hints, rules, starter
 STARTER = Path(str(resources.files("shardlab.learner").joinpath("templates", starter.TEMPLATE)))
 
 
-def rule_heading(function: str) -> str:
-    return f"**The rules `{function}` must keep**, each under the id a failing check names:"
+def heading(function: str) -> str:
+    """The first line of `function`'s learner cell: what the folds below it hold."""
+    return (
+        f"**Stuck on `{function}`?** Open only what you need: the rules `make check` holds it to, then hints "
+        "from a nudge to the full recipe."
+    )
 
 
-def hint_heading(function: str) -> str:
-    return f"**Hints for `{function}`**, each folded: open one only when you are stuck, the lowest first."
-
-
-def rule_cell(function: str) -> str:
-    """The notebook cell stating `function`'s rules, each with its marker."""
-    lines = [rule_heading(function), ""]
+def rule_fold(function: str) -> str:
+    """`function`'s rules, folded: each in the course's words, labelled with the id a failing check prints."""
+    lines = [
+        f"<details><summary>The rules <code>make check</code> holds <code>{function}</code> to "
+        f"({len(rules.of(function))})</summary>",
+        "",
+    ]
     for rule in rules.of(function):
-        lines.append(f"- `{rules.MARKER}{rule.id}` — {rule.text}." + (f" {rule.why}" if rule.why else ""))
-    return "\n".join(lines)
+        text = rule.text[0].upper() + rule.text[1:]  # a sentence of its own in the list
+        lines.append(f"- {text}." + (f" {rule.why}" if rule.why else "") + f" (`{rules.MARKER}{rule.id}`)")
+    return "\n".join([*lines, "", "</details>"])
 
 
-def hint_cell(function: str) -> str:
-    """The notebook cell that holds `function`'s hints, each level folded on its own."""
-    parts = [hint_heading(function)]
+def hint_folds(function: str) -> str:
+    """`function`'s hints, each level folded on its own, and the command that prints them."""
+    parts = []
     for level, text in enumerate(hints.HINTS[function], 1):
         title = "the full recipe" if level == hints.levels(function) else f"hint {level}"
         parts.append(f"<details><summary>{function}: {title}</summary>\n\n{text}\n\n</details>")
-    parts.append(f"The same from a terminal: `python -m shardlab hint {function} LEVEL`.")
+    parts.append(f"The same hints from a terminal: `python -m shardlab hint {function} LEVEL`.")
     return "\n\n".join(parts)
+
+
+def learner_cell(function: str) -> str:
+    """The one markdown cell of `function`'s notebook that holds its rules and its hints, all folded."""
+    return "\n\n".join([heading(function), rule_fold(function), hint_folds(function)])
 
 
 def starter_rules(function: str) -> str:
@@ -112,8 +124,7 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
         before = path.read_text()
         after = before
         for function in (f for f in rules.FUNCTIONS if rules.TAUGHT_IN[f] == notebook):
-            after = rewritten(after, rule_heading(function), rule_cell(function), str(path))
-            after = rewritten(after, hint_heading(function), hint_cell(function), str(path))
+            after = rewritten(after, heading(function), learner_cell(function), str(path))
         if after != before:
             changed.append(str(path))
             if write:

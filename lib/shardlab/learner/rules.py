@@ -83,7 +83,7 @@ RULES = (
         "cursor",
         "next_batch",
         "the cursor is the position of the next unread id in the order: it moves by the number of ids taken; after "
-        "an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (rule:reshuffle)",
+        "an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule)",
         ("sampler_fields_follow_the_arithmetic",),
     ),
     Rule(

@@ -73,7 +73,7 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
       is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
       already when the previous epoch's last batch is taken (both are accepted).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
-      after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (rule:reshuffle).
+      after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
       on the selected rows and 0 on padded slots, decided by position, never by values.
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
