@@ -245,3 +245,28 @@ def test_the_cells_command_refuses_a_folder_without_the_notebooks(tmp_path, caps
     assert shardlab_main(["cells", "--notebooks", str(tmp_path), "--starter", str(template)]) == 2
     assert "does not exist: give the folder that holds the course's notebooks" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["starter.py"] and template.read_text() == stale  # untouched
+
+
+@pytest.mark.parametrize(("only", "alone"), [("1", True), ("yes", True), ("", False), ("0", False)])
+def test_make_check_only_checks_just_the_stage_named(only, alone):
+    """`make check STAGE=2 ONLY=1` (or yes) passes --only, which the command reads as stage 2 alone; without it
+    the checks are cumulative. `make -n` prints the command without running it."""
+    import shlex
+    import subprocess
+
+    from conftest import REPO
+
+    from shardlab.__main__ import parser
+
+    done = subprocess.run(
+        ["make", "-n", "check", "IMPL=my_model.py", "STAGE=2", f"ONLY={only}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "-m shardlab check" in line)
+    argv = shlex.split(line.split("-m shardlab", 1)[1])
+    args = parser("check").parse_args(argv)
+    assert args.implementation == "my_model.py" and args.stage == "2" and args.only is alone

@@ -1,9 +1,10 @@
 """My shardlab implementation: replace each `raise` with code, one stage at a time.
 
 Each function's docstring says what it must return and the rules it must keep: each rule has an id
-(`rule:...`), the notebook that teaches the function states the same rule under the same id, and a
-failing check names the rules it enforces. The docstrings do not say how; when you are stuck, open the
-hints in layers, a nudge first and the full recipe last, folded in the notebook or from a terminal:
+(`rule:...`) that a failing check prints; the notebook that teaches the function teaches the rule, and
+lists it, folded and labelled with the same id, beside the function's hints. The docstrings do not say
+how; when you are stuck, open the hints in layers, a nudge first and the full recipe last, folded in the
+notebook or from a terminal:
 
     python -m shardlab hint next_batch        # level 1; add 2, 3, ... for more
 
