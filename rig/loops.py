@@ -323,24 +323,24 @@ def restated(text: str, result: dict) -> str:
 
 
 def restate(checkout=".", table=None, write: bool = True) -> list[str]:
-    """The files of STATED_IN (and their .ipynb pairs) whose stated times differ from the table's (the checkout's
-    committed one unless `table` is given); rewritten when `write`. Writes only inside `checkout`."""
+    """The files of STATED_IN and their .ipynb pairs whose stated times differ from the table's (the checkout's
+    committed one unless `table` is given); rewritten when `write`. Writes only inside `checkout`.
+
+    A clause is one line of one markdown cell, with no quote or backslash in it, so it reads the same in a
+    notebook's JSON as in its MyST text: both files of a pair are rewritten alike, with no sync needed."""
     checkout = Path(checkout).resolve()
     result = json.loads(Path(table or checkout / TABLE).read_text(encoding="utf-8"))
     changed = []
     for relative in STATED_IN:
-        path = checkout / relative
-        before = path.read_text(encoding="utf-8")
-        after = restated(before, result)
-        if after == before:
-            continue
-        changed.append(relative)
-        if write:
-            path.write_text(after, encoding="utf-8")
-            if path.parent.name == "notebooks":
-                pair = path.with_suffix(".ipynb")
-                command = [sys.executable, "-m", "jupytext", "--quiet", "--sync", str(pair)]
-                subprocess.run(command, check=True, capture_output=True, timeout=120)
+        pair = [relative] + ([str(Path(relative).with_suffix(".ipynb"))] if relative.startswith("notebooks/") else [])
+        for name in pair:
+            path = checkout / name
+            before = path.read_text(encoding="utf-8")
+            after = restated(before, result)
+            if after != before:
+                changed.append(name)
+                if write:
+                    path.write_text(after, encoding="utf-8")
     return changed
 
 
