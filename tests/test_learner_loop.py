@@ -270,3 +270,26 @@ def test_make_check_only_checks_just_the_stage_named(only, alone):
     argv = shlex.split(line.split("-m shardlab", 1)[1])
     args = parser("check").parse_args(argv)
     assert args.implementation == "my_model.py" and args.stage == "2" and args.only is alone
+
+
+def test_the_readme_says_where_and_how_to_write_answers_as_the_portfolio_reads_them():
+    """The README's *Written answers* paragraph: the tag, the first line, its example id, the self-check line and
+    the folder `make lab` makes, each as the portfolio reads them (`course.answers`, the notebooks' last cell)."""
+    from conftest import REPO
+
+    from shardlab.course import selfcheck
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("**Written answers**")
+    paragraph = readme[start : readme.index("\n\n", start)]
+    assert f"tag `{answers.TAG}`" in paragraph and "workspace/" in paragraph and "make lab" in paragraph
+    example = re.search(r"`Answer: ID` \(for example `Answer: ([\w-]+)`\)", paragraph)
+    assert example and example[1] in {p.id for p in answers.PROMPTS}, paragraph
+    assert answers.answer_id(f"Answer: {example[1]}\nwhat I found") == example[1]
+    assert "`choices = {}`" in paragraph
+    for notebook in catalog.NOTEBOOKS:  # every notebook with a self-check holds that line in its last cell
+        if selfcheck.questions(notebook):
+            last = jupytext.read(catalog.NOTEBOOK_DIR / f"{notebook}.md").cells[-1]
+            assert last.cell_type == "code" and "\nchoices = {}" in f"\n{last.source}", notebook
+    assert "ready\nto hand in" in paragraph or "ready to hand in" in paragraph
+    assert "`incomplete: N items missing`" in paragraph
