@@ -1,8 +1,8 @@
 """The rules the checker holds a learner's seven functions to: one table, stated in the starter, taught in a notebook.
 
 Each rule has an id written `rule:ID`. The id appears in the starter template's docstring of the
-function it constrains, in a markdown cell of the notebook that teaches it (tests/test_learner_loop.py
-renders that cell from this table), and the checks that enforce it name it here. tests/test_learner_loop.py keeps
+function it constrains and, as a label beside the rule's words, in the folded rules of the notebook that
+teaches it (`learner/cells.py` renders that cell from this table); the checks that enforce it name it here. tests/test_learner_loop.py keeps
 the three in agreement with the checker's registry: every check enforces at least one rule, and
 every rule is stated in the starter and taught in its notebook.
 """
@@ -300,7 +300,7 @@ RULES = (
 )
 
 FUNCTIONS = ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore")
-# The notebook that teaches each function's rules (where its hint cell and rule cell live).
+# The notebook that teaches each function's rules (where its cell of folded rules and hints lives).
 BY_ID = {rule.id: rule for rule in RULES}  # the checker reads a rule's text (its error type) and marks by id
 TAUGHT_IN = {
     "initial": "stage1_batches",
