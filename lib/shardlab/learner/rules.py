@@ -2,9 +2,9 @@
 
 Each rule has an id written `rule:ID`. The id appears in the starter template's docstring of the
 function it constrains and, as a label beside the rule's words, in the folded rules of the notebook that
-teaches it (`learner/cells.py` renders that cell from this table); the checks that enforce it name it here. tests/test_learner_loop.py keeps
-the three in agreement with the checker's registry: every check enforces at least one rule, and
-every rule is stated in the starter and taught in its notebook.
+teaches it (`learner/cells.py` renders that cell from this table); the checks that enforce it name it here.
+tests/test_learner_loop.py keeps the three in agreement with the checker's registry: every check enforces
+at least one rule, and every rule is stated in the starter and taught in its notebook.
 """
 
 from dataclasses import dataclass
