@@ -2,15 +2,19 @@
 
 The loops are the developer's inner loop (`pytest --quick`, what `make test-quick` runs), the
 course run (`python -m shardlab run`, with the seconds of each notebook as the run records them
-in its wall_time.json), the checker on the reference (`check --stage 1` and `--stage all`) and a
-grade of a small class (two correct files and a broken one from tests/). Each loop is a command in
+in its wall_time.json), the checker on the reference (`check --stage 1` and `--stage all`, and what each
+notebook's check cell runs: `check_here` of one stage without the randomised search), a new venv with the
+pinned packages (what `make venv` waits on, from an empty pip cache) and a grade of a small class (two correct
+files and a broken one from tests/). Each loop is a command in
 a child process; the samples go round-robin (every loop's first sample, then every loop's second),
 so a change of load on a shared machine spreads over all loops alike. The checker keeps compiled
 programs and passed verdicts between runs; the check and grade loops start each sample from an
 empty cache folder of their own, so they time a first check, not what this machine checked before.
 Every sample is kept with its exit status and the machine's load average (os.getloadavg) just before and just after it;
 the table reports medians. These are measurements of one machine at one time, never a pass/fail
-threshold: they show the next change that slows a loop as a number.
+threshold: they show the next change that slows a loop as a number. The README, docs/checker.md and the
+notebooks state these times only as `took` renders them from the committed table; `--restate` writes them
+again after the table is measured again.
 
 It belongs to the rig, not the library: it times the checkout's own test suite and grades files
 from tests/, so it runs from the repository root (`make bench` runs it after `python -m shardlab bench`).
