@@ -332,19 +332,36 @@ def restate(checkout=".", table=None, write: bool = True) -> list[str]:
 
     A clause is one line of one markdown cell, with no quote or backslash in it, so it reads the same in a
     notebook's JSON as in its MyST text: both files of a pair are rewritten alike, with no sync needed."""
+    from shardlab.errors import UsageError
+
     checkout = Path(checkout).resolve()
-    result = json.loads(Path(table or checkout / TABLE).read_text(encoding="utf-8"))
+    source = Path(table or checkout / TABLE)
+    try:
+        result = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{source} is not a loops table that can be read ({type(exc).__name__})") from None
+    if not isinstance(result, dict) or not isinstance(result.get("loops"), dict):
+        raise UsageError(f"{source} holds no 'loops': it is not a table python -m rig.loops wrote")
+    names = [
+        name
+        for relative in STATED_IN
+        for name in (
+            relative,
+            *([str(Path(relative).with_suffix(".ipynb"))] if relative.startswith("notebooks/") else []),
+        )
+    ]
+    missing = [name for name in names if not (checkout / name).is_file()]
+    if missing:  # refused before anything is written
+        raise UsageError(f"{checkout} is not a shardlab checkout: it has no {', '.join(missing)}")
     changed = []
-    for relative in STATED_IN:
-        pair = [relative] + ([str(Path(relative).with_suffix(".ipynb"))] if relative.startswith("notebooks/") else [])
-        for name in pair:
-            path = checkout / name
-            before = path.read_text(encoding="utf-8")
-            after = restated(before, result)
-            if after != before:
-                changed.append(name)
-                if write:
-                    path.write_text(after, encoding="utf-8")
+    for name in names:
+        path = checkout / name
+        before = path.read_text(encoding="utf-8")
+        after = restated(before, result)
+        if after != before:
+            changed.append(name)
+            if write:
+                path.write_text(after, encoding="utf-8")
     return changed
 
 
@@ -372,7 +389,13 @@ def main(args) -> int:
     from shardlab.errors import OutputFolderError
 
     if args.restate:
-        changed = restate(args.checkout)
+        from shardlab.errors import UsageError
+
+        try:
+            changed = restate(args.checkout)
+        except UsageError as exc:
+            print(f"[shardlab loops] {exc}", file=sys.stderr)
+            return 2
         for relative in changed:
             print(f"[shardlab loops] stated times written again: {relative}")
         print(f"[shardlab loops] {len(changed)} file(s) changed; every stated time is {TABLE}'s")

@@ -184,3 +184,23 @@ def test_no_time_people_read_is_an_estimate():
     ]
     found = [(path.name, hit) for path in files for hit in ESTIMATE.findall(path.read_text())]
     assert not found, f"durations stated by estimate (state them from {loops.TABLE} through rig.loops.took): {found}"
+
+
+def test_restate_refuses_a_folder_that_is_not_a_checkout_or_a_table_it_cannot_read(tmp_path, capsys):
+    (tmp_path / "README.md").write_text("It took 1.0 s (one run: `venv` in `bench/loops/loops.json`).\n")
+    before = sorted(tmp_path.rglob("*"))
+    assert loops.command(["--restate", "--checkout", str(tmp_path)]) == 2  # no table
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "is not a loops table that can be read (FileNotFoundError)" in said[0], said
+    table = tmp_path / "bench" / "loops" / loops.LOOPS_JSON
+    table.parent.mkdir(parents=True)
+    for text, why in (("{not json", "is not a loops table that can be read"), ("[]", "holds no 'loops'")):
+        table.write_text(text)
+        assert loops.command(["--restate", "--checkout", str(tmp_path)]) == 2
+        assert why in capsys.readouterr().err
+    table.write_text(json.dumps(_table({"venv": _row([5.0])})))
+    assert loops.command(["--restate", "--checkout", str(tmp_path)]) == 2  # README alone: the rest is missing
+    said = capsys.readouterr().err
+    assert "is not a shardlab checkout: it has no docs/checker.md" in said and "notebooks/stage1_batches.ipynb" in said
+    assert (tmp_path / "README.md").read_text().startswith("It took 1.0 s")  # refused before anything is written
+    assert sorted(tmp_path.rglob("*")) == sorted([*before, table.parent.parent, table.parent, table])
