@@ -6,8 +6,8 @@ prints, then its hints, each level folded on its own. Each function of the start
 rules in its docstring, under "Rules:". All are rendered here; `python -m shardlab cells` rewrites them in
 the MyST `.md` of each notebook (the cell that starts with the rendered heading, up to the next cell marker),
 syncs the paired `.ipynb`, and rewrites the starter's "Rules:" blocks, so a rule or a hint is edited in one
-place. `--check`
-only reports which files differ. Only the notebooks folder and the starter file it is given are written.
+place. `--check` only reports which files differ. Only the notebooks folder and the starter file it is given
+are written.
 """
 
 import os
