@@ -85,8 +85,8 @@ SENTENCES = {
             "d_hi <= t",
             {"d": "trace.draw_alone.median_ms", "d_hi": "trace.draw_alone.q3_ms", "t": "trace.draw_alone.target_ms"},
             "The draw traced alone fits inside what it is part of: median {d:.3f} ms, its middle half ends at "
-            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more. "
-            "The two are comparable.",
+            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more: "
+            "the one-call reshuffle can remove at most the draw.",
             "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
             "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
             "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
@@ -245,13 +245,14 @@ SENTENCES = {
                 "p": "fused_trace.top_events.program_ms",
                 "b": "fused_trace.top_events.busy_ms",
             },
-            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, more than half of the {b:.2f} ms the busiest "
-            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
-            "program {p:.2f} ms. With the host work gone, most of what remains is the device threads waiting for "
-            "each other, on cores they share, where one thread's wait is often another's turn to compute.",
-            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, at most half of the {b:.2f} ms the busiest "
-            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
-            "program {p:.2f} ms. Waiting is not the larger part: the ops themselves, the reductions included, are.",
+            "During the fused dispatches, waiting (Wait, Rendezvous) took {w:.2f} ms of its own, more than half of "
+            "the {b:.2f} ms the busiest thread was busy; the collective ops' own run (psum, all-reduce) {c:.2f} ms "
+            "and the rest of the program {p:.2f} ms. With the host work gone, most of what remains is the device "
+            "threads waiting for each other, on cores they share.",
+            "During the fused dispatches, waiting (Wait, Rendezvous) took {w:.2f} ms of its own out of the {b:.2f} ms "
+            "the busiest thread was busy; the collective ops' own run (psum, all-reduce) {c:.2f} ms and the rest of "
+            "the program {p:.2f} ms. Waiting is not the larger part: the ops themselves are, the collectives' own "
+            "copying and adding among them, a third answer beside arithmetic and waiting.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
@@ -300,23 +301,6 @@ SENTENCES = {
             "operations, the device threads' rendezvous).",
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
-        ),
-        "speedup_<loop>_beside_bench": _s(
-            "o_lo <= b_hi and b_lo <= o_hi",
-            {
-                "o": "bench_comparison.<loop>.here",
-                "o_lo": "bench_comparison.<loop>.here_range.0",
-                "o_hi": "bench_comparison.<loop>.here_range.1",
-                "b": "bench_comparison.<loop>.bench",
-                "b_lo": "bench_comparison.<loop>.bench_range.0",
-                "b_hi": "bench_comparison.<loop>.bench_range.1",
-            },
-            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
-            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) overlap, so the two agree within "
-            "their spreads.",
-            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
-            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) do not overlap. They were measured at "
-            "different times on a shared host, under different loads: read the order of magnitude, not the value.",
         ),
     },
     "stage5a_protocol": {

@@ -165,21 +165,16 @@ def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
 
 
-def menu(transitions: list[dict], reach: dict) -> list[dict]:
-    """One row per change a hypothesis may name, with what it can remove at most (`reaches`), its bound, the control."""
+def menu(transitions: list[dict], reach: dict | None = None) -> list[dict]:
+    """One row per change a hypothesis may name: what it shortens, its median, the control, and (given `reaches`)
+    what it can remove at most."""
     rows = []
     for name, entry in MENU.items():
         median, read = _target_median(name, transitions), quantities(name, transitions)
-        rows.append(
-            {
-                "change": name,
-                "what it does": entry["what"],
-                "shortens": read["target"],
-                "median ms": round(median, 3),
-                "can remove at most ms": round(min(reach[name], median), 3),
-                "control": read["control_label"],
-            }
-        )
+        row = {"change": name, "what it does": entry["what"], "shortens": read["target"], "median ms": round(median, 3)}
+        if reach is not None:
+            row["can remove at most ms"] = round(min(reach[name], median), 3)
+        rows.append({**row, "control": read["control_label"]})
     return rows
 
 
