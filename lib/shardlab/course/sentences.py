@@ -723,14 +723,19 @@ def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
     return chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)
 
 
-def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
-    """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
+def draw_alone_values(draw_ms, target_ms: float) -> dict:
+    """Stage 4a: the values the draw-alone sentence rests on (the draws' median and upper quartile, the target)."""
     if len(draw_ms) == 0:
         raise UsageError("no draws were traced: the capture held no 'draw' annotation")
     median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
-    values = {"d": median, "d_hi": q3, "t": float(target_ms)}
-    said = chosen(notebook, "draw_alone_comparable", **values)
-    return said, {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
+    return {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
+
+
+def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
+    """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
+    found = draw_alone_values(draw_ms, target_ms)
+    values = {"d": found["median_ms"], "d_hi": found["q3_ms"], "t": found["target_ms"]}
+    return chosen(notebook, "draw_alone_comparable", **values), found
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
