@@ -11,8 +11,6 @@ pick and file at once (for a caller without a closing cell). Placeholders in ang
 
 from typing import NamedTuple
 
-import numpy as np
-
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
@@ -307,8 +305,8 @@ SENTENCES = {
         "p0_kill_detection": _s(
             "d <= b",
             {"d": "p0_kill.detect_s", "b": "several_failures.death_bound_s"},
-            "that is within the supervisor's bound for a death ({b} s)",
-            "that is beyond the supervisor's bound for a death ({b} s)",
+            "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
+            "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
         "startup_against_steps": _s(
             "s > p + w",
@@ -333,9 +331,9 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "that is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
-            "that is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): the machine was slow to "
-            "react",
+            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
+            "the stop {d} s after the skip is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
+            "the machine was slow to react",
         ),
     },
     "stage5b_scaling": {
@@ -723,17 +721,11 @@ def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
     return chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)
 
 
-def draw_alone_values(draw_ms, target_ms: float) -> dict:
-    """Stage 4a: the values the draw-alone sentence rests on (the draws' median and upper quartile, the target)."""
-    if len(draw_ms) == 0:
-        raise UsageError("no draws were traced: the capture held no 'draw' annotation")
-    median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
-    return {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
-
-
 def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
     """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
-    found = draw_alone_values(draw_ms, target_ms)
+    from shardlab.evidence.hypothesis import draw_alone as summary
+
+    found = summary(draw_ms, target_ms)
     values = {"d": found["median_ms"], "d_hi": found["q3_ms"], "t": found["target_ms"]}
     return chosen(notebook, "draw_alone_comparable", **values), found
 
