@@ -26,6 +26,15 @@ TEMPLATES = {
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block input_group -%}
+{%- if cell.metadata.get("jupyter", {}).get("source_hidden") -%}
+<details class="shardlab-folded"><summary>code folded in Jupyter: open to read it</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{%- endblock input_group -%}
 """
 }
 INLINE_PT, DISPLAY_PT = 11.5, 13.5  # the lab stylesheet's body text is 14 px = 10.5 pt; TeX glyphs read small
