@@ -249,6 +249,17 @@ def test_a_page_shows_the_parameters_once_with_the_values_the_run_used():
     assert [c.source for c in alone.cells] == ["seed = 17"]
 
 
+def test_a_source_folded_in_jupyter_is_folded_on_the_page_and_its_output_stays_open():
+    folded = new_code_cell("answer = 6 * 7", metadata={"jupyter": {"source_hidden": True}})
+    folded.outputs = [new_output("stream", name="stdout", text="the folded cell's output\n")]
+    nb = new_notebook(cells=[new_code_cell("shown_here = 1"), folded])
+    body, _, _ = pages.notebook_html(nb)
+    details = re.findall(r'<details class="shardlab-folded">.*?</details>', body, flags=re.S)
+    assert len(details) == 1 and "answer" in details[0] and "shown_here" not in details[0]
+    assert "shown_here" in body and "the folded cell&#x27;s output" not in details[0]
+    assert "the folded cell" in re.sub(r"<details.*?</details>", "", body, flags=re.S)
+
+
 def test_stable_notebook_fixes_ids_drops_clocks_and_joins_streams(tmp_path):
     cell = new_code_cell("print(1); print(2)")
     cell.metadata = {"tags": ["injected-parameters"], "execution": {"iopub.status.busy": "2026"}}

@@ -473,16 +473,15 @@ QUESTIONS = (
             [
                 "a table of estimated speed-ups",
                 "'use more devices'",
-                "a claim about one annotation's duration that the next trace can refute, gated on identical ids, "
-                "losses and weights",
+                "a cut in a traced duration that the next trace can refute, gated on identical ids, losses and weights",
             ],
             "c",
             "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
             "trace",
             (
-                "profile_again",
-                "4. Make the change",
-                "the hypothesis tested (yours, or the worked example's), written out",
+                "stated",
+                "What the change can remove at most",
+                "the hypothesis tested (yours, or the worked example's), written out under the table",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),
@@ -551,9 +550,9 @@ QUESTIONS = (
             (
                 "manifest",
                 "One completion manifest",
-                "the manifest's fields, its six state entries and its files, and a changed file refused",
-                r'status: "complete"[\s\S]*"sha256"[\s\S]*files: \d+ written by Orbax[\s\S]*manifest\.read '
-                r"refuses the step",
+                "the manifest's status and step, its files with their checksums, and a changed file refused",
+                r'status: "complete"[\s\S]*files: \d+ written by Orbax, each with its bytes and sha256[\s\S]*'
+                r"manifest\.read refuses the step",
             ),
         ),
         (

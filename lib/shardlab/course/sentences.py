@@ -11,8 +11,6 @@ pick and file at once (for a caller without a closing cell). Placeholders in ang
 
 from typing import NamedTuple
 
-import numpy as np
-
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
@@ -85,8 +83,8 @@ SENTENCES = {
             "d_hi <= t",
             {"d": "trace.draw_alone.median_ms", "d_hi": "trace.draw_alone.q3_ms", "t": "trace.draw_alone.target_ms"},
             "The draw traced alone fits inside what it is part of: median {d:.3f} ms, its middle half ends at "
-            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more. "
-            "The two are comparable.",
+            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more: "
+            "the one-call reshuffle can remove at most the draw.",
             "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
             "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
             "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
@@ -245,13 +243,14 @@ SENTENCES = {
                 "p": "fused_trace.top_events.program_ms",
                 "b": "fused_trace.top_events.busy_ms",
             },
-            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, more than half of the {b:.2f} ms the busiest "
-            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
-            "program {p:.2f} ms. With the host work gone, most of what remains is the device threads waiting for "
-            "each other, on cores they share, where one thread's wait is often another's turn to compute.",
-            "Waiting (Wait, Rendezvous) takes {w:.2f} ms of its own, at most half of the {b:.2f} ms the busiest "
-            "thread was busy; the collective ops' own run (psum, all-reduce) takes {c:.2f} ms and the rest of the "
-            "program {p:.2f} ms. Waiting is not the larger part: the ops themselves, the reductions included, are.",
+            "During the fused dispatches, waiting (Wait, Rendezvous) took {w:.2f} ms of its own, more than half of "
+            "the {b:.2f} ms the busiest thread was busy; the collective ops' own run (psum, all-reduce) {c:.2f} ms "
+            "and the rest of the program {p:.2f} ms. With the host work gone, most of what remains is the device "
+            "threads waiting for each other, on cores they share.",
+            "During the fused dispatches, waiting (Wait, Rendezvous) took {w:.2f} ms of its own out of the {b:.2f} ms "
+            "the busiest thread was busy; the collective ops' own run (psum, all-reduce) {c:.2f} ms and the rest of "
+            "the program {p:.2f} ms. Waiting is not the larger part: the ops themselves are, the collectives' own "
+            "copying and adding among them, a third answer beside arithmetic and waiting.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
@@ -301,30 +300,13 @@ SENTENCES = {
             "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
-        "speedup_<loop>_beside_bench": _s(
-            "o_lo <= b_hi and b_lo <= o_hi",
-            {
-                "o": "bench_comparison.<loop>.here",
-                "o_lo": "bench_comparison.<loop>.here_range.0",
-                "o_hi": "bench_comparison.<loop>.here_range.1",
-                "b": "bench_comparison.<loop>.bench",
-                "b_lo": "bench_comparison.<loop>.bench_range.0",
-                "b_hi": "bench_comparison.<loop>.bench_range.1",
-            },
-            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
-            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) overlap, so the two agree within "
-            "their spreads.",
-            "<loop>: {o:.1f}x faster than the course loop here, {b:.1f}x in the bench; the ranges the middle halves "
-            "allow ({o_lo:.1f}–{o_hi:.1f}x here, {b_lo:.1f}–{b_hi:.1f}x there) do not overlap. They were measured at "
-            "different times on a shared host, under different loads: read the order of magnitude, not the value.",
-        ),
     },
     "stage5a_protocol": {
         "p0_kill_detection": _s(
             "d <= b",
             {"d": "p0_kill.detect_s", "b": "several_failures.death_bound_s"},
-            "that is within the supervisor's bound for a death ({b} s)",
-            "that is beyond the supervisor's bound for a death ({b} s)",
+            "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
+            "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
         "startup_against_steps": _s(
             "s > p + w",
@@ -349,9 +331,9 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "that is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
-            "that is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): the machine was slow to "
-            "react",
+            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
+            "the stop {d} s after the skip is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
+            "the machine was slow to react",
         ),
     },
     "stage5b_scaling": {
@@ -741,12 +723,11 @@ def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
 
 def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
     """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
-    if len(draw_ms) == 0:
-        raise UsageError("no draws were traced: the capture held no 'draw' annotation")
-    median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
-    values = {"d": median, "d_hi": q3, "t": float(target_ms)}
-    said = chosen(notebook, "draw_alone_comparable", **values)
-    return said, {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
+    from shardlab.evidence.hypothesis import draw_alone as summary
+
+    found = summary(draw_ms, target_ms)
+    values = {"d": found["median_ms"], "d_hi": found["q3_ms"], "t": found["target_ms"]}
+    return chosen(notebook, "draw_alone_comparable", **values), found
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:

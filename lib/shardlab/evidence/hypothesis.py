@@ -160,26 +160,29 @@ def bounds(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     }
 
 
+def draw_alone(draw_ms, target_ms: float) -> dict:
+    """The draws traced alone against the target they are part of: their median and upper quartile, the target."""
+    if len(draw_ms) == 0:
+        raise UsageError("no draws were traced: the capture held no 'draw' annotation")
+    median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
+    return {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
+
+
 def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     """change -> what it can remove at most: the measured median, never more than its target annotation's median."""
     return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
 
 
-def menu(transitions: list[dict], reach: dict) -> list[dict]:
-    """One row per change a hypothesis may name, with what it can remove at most (`reaches`), its bound, the control."""
+def menu(transitions: list[dict], reach: dict | None = None) -> list[dict]:
+    """One row per change a hypothesis may name: what it shortens, its median, the control, and (given `reaches`)
+    what it can remove at most."""
     rows = []
     for name, entry in MENU.items():
         median, read = _target_median(name, transitions), quantities(name, transitions)
-        rows.append(
-            {
-                "change": name,
-                "what it does": entry["what"],
-                "shortens": read["target"],
-                "median ms": round(median, 3),
-                "can remove at most ms": round(min(reach[name], median), 3),
-                "control": read["control_label"],
-            }
-        )
+        row = {"change": name, "what it does": entry["what"], "shortens": read["target"], "median ms": round(median, 3)}
+        if reach is not None:
+            row["can remove at most ms"] = round(min(reach[name], median), 3)
+        rows.append({**row, "control": read["control_label"]})
     return rows
 
 
@@ -232,6 +235,23 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
             f"Because: {because.strip()}"
         ),
     }
+
+
+def parts_table(keys: list[str], captures: dict) -> list[dict]:
+    """Per capture (name -> transition rows), each of `keys` and (for several) their per-transition sum, as
+    "median (middle half)" in ms; the sum's median is taken over the sums, not added from the parts' medians."""
+
+    def median_and_half(values):
+        q1, median, q3 = np.percentile(values, [25, 50, 75])
+        return f"{median:.3f} ({q1:.3f}–{q3:.3f})"
+
+    table = []
+    for name, rows in captures.items():
+        row = {"medians, ms (middle half)": name, **{k[:-3]: median_and_half([r[k] for r in rows]) for k in keys}}
+        if len(keys) > 1:
+            row["their sum"] = median_and_half(_summed(rows, keys))
+        table.append(row)
+    return table
 
 
 def changed_loop(change: str, mesh, next_batch, make_step):

@@ -28,6 +28,20 @@ def _save(fig, title: str, path) -> str:
     return path
 
 
+# what each part of the ledger holds (`ledger.goodput`), as the legend says it
+LABELS = {
+    "startup": "start-up (launch to ready)",
+    "restore": "restore",
+    "compile": "first step (compiles)",
+    "productive": "productive steps",
+    "save_block": "save (blocking part)",
+    "detection": "detection (fault to verdict)",
+    "teardown": "teardown",
+    "wasted": "wasted (steps redone)",
+    "other": "other (unnamed: batch sampling and placement, shutdown, ...)",
+}
+
+
 def draw(result: dict, path) -> str:
     """Write the figure for a drills.json result to `path` (PNG); return the path.
 
@@ -51,13 +65,13 @@ def draw(result: dict, path) -> str:
         start = 0.0
         for part in PARTS:
             width = row["goodput"][part]
-            left.barh(i, width, left=start, color=COLOURS[part], label=part if i == 0 else None)
+            left.barh(i, width, left=start, color=COLOURS[part], label=LABELS[part] if i == 0 else None)
             start += width
     left.set_yticks(range(len(rows)), [r["drill"] for r in rows], fontsize=8)
     left.invert_yaxis()
     left.set_xlabel("seconds (summed over attempts)")
     left.set_title("goodput ledger per supervised drill", fontsize=10)
-    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.1 / max(len(rows), 1)), ncol=5)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.1 / max(len(rows), 1)), ncol=3)
     return _save(fig, "stage 5 on one host, loopback processes (not a cluster)", path)
 
 

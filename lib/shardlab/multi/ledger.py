@@ -9,7 +9,8 @@ or the lowest process that left any) this computes:
   compilation (the first step of each attempt, which compiles: it includes that step's own
   run), productive steps, save (the blocking part, on the training thread), detection (the
   fault to the supervisor's verdict), teardown, wasted steps (completed, then recomputed
-  after a failure), and the rest (agreement, publication, shutdown) as `other`.
+  after a failure), and the rest as `other` (each batch's sampling and placement, which run before a
+  step's clock starts, the interpreter's shutdown, anything unnamed).
 """
 
 import numpy as np

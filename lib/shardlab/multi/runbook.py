@@ -102,19 +102,14 @@ def _named_drills(timeout: float, drills_json: dict | None) -> list[tuple[dict, 
 
 
 def entries(timeout: float, drills_json: dict | None = None) -> str:
-    """The runbook for a notebook column: a narrow table (failure, owner, stop condition, drills run here), then
-    every row in full, one labelled line per column, folded under a one-line summary."""
-    table = ["| failure | owner | stop condition | drills run here |", "| --- | --- | --- | --- |"]
-    blocks = []
+    """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, and the
+    drills that prove it: those of `drills_json` with their verdicts, and how many more only `make drills` runs)."""
+    table = ["| failure | owner | stop condition | drills (stage 5a; make drills) |", "| --- | --- | --- | --- |"]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
-    for (row, named), proved in zip(_named_drills(timeout, drills_json), verdicts):
+    for row, proved in zip(rows(timeout), verdicts):
         ran = [f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None]
         left = sum(v is None for v in proved["drills"].values())
         rest = f"{left} more with `make drills`" if ran else f"{left} with `make drills`"
         here = ", ".join(ran + ([rest] if left else []))
         table.append(f"| {row['class']} | {row['owner']} | {row['stop']} | {here} |")
-        fields = [("stop condition" if c == "stop" else c, row[c]) for c in COLUMNS[1:-1]] + [("drills", named)]
-        blocks.append(f"**{row['failure']}**\n\n" + "\n".join(f"- *{c}:* {text}" for c, text in fields))
-    summary = "Every failure class in full: what detects it, who acts, what is done, when to stop, every drill"
-    folded = f"<details><summary>{summary}</summary>\n\n" + "\n\n".join(blocks) + "\n\n</details>"
-    return "\n".join(table) + "\n\n" + folded
+    return "\n".join(table)

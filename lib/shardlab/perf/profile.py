@@ -17,6 +17,7 @@ import numpy as np
 from shardlab.core.batch import next_batch as course_next_batch
 from shardlab.core.state import initial, updated
 from shardlab.core.update import make_step
+from shardlab.errors import TraceError
 from shardlab.evidence import trace
 from shardlab.perf import fused
 from shardlab.perf.device_sampler import DeviceSampler
@@ -103,27 +104,44 @@ def exclusive(events: list[tuple[str, int, int]]) -> list[dict]:
     return found
 
 
-def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
+def device_events(files, prefix: str = DEVICE_THREADS, windows=None) -> list[dict]:
     """Per device thread of the capture: its name, event count, busy ms (union of events) and its events' times.
 
     `top` sums each event name's whole durations (nested events counted inside their parents too);
     `own` sums each name's exclusive time (`exclusive`) with the name it most often sits inside, so
     its rows add up to `busy_ms`; `own_by_kind_ms` sums the own times by `kind` (waiting, collective, program).
+    `windows`, a list of (loop, start_ns, end_ns), says which loop ran when: each event then belongs to
+    the window its start falls in ("(outside)" if none), its `own` rows are kept apart per loop (`loop`),
+    and `by_loop` gives each loop's busy ms and own times by kind.
     """
     found = []
     for thread, events in trace.xplane_lines(files.xplane):
         if not thread.startswith(prefix) or not events:
             continue
-        totals, own, inside = {}, {}, {}
+
+        def loop_of(start):
+            return next((name for name, lo, hi in windows or () if lo <= start < hi), "(outside)" if windows else None)
+
+        totals, own, inside, spans = {}, {}, {}, {}
         for name, start, end in events:
             totals[name] = totals.get(name, 0) + (end - start)
         for row in exclusive(events):
-            own[row["name"]] = own.get(row["name"], 0) + row["own"]
-            inside.setdefault(row["name"], []).append(row["inside"] or "(top level)")
+            key = (row["name"], loop_of(row["start"]))
+            own[key] = own.get(key, 0) + row["own"]
+            inside.setdefault(key, []).append(row["inside"] or "(top level)")
+            spans.setdefault(key[1], []).append((row["start"], row["end"]))
         top = sorted(totals.items(), key=lambda item: -item[1])[:3]
         by_kind = {"waiting": 0, "collective": 0, "program": 0}
-        for name, ns in own.items():
+        by_loop = {loop: {"busy_ms": trace.covered(spans[loop]) / 1e6, "waiting_ms": 0.0, "collective_ms": 0.0,
+                          "program_ms": 0.0} for loop in spans if loop is not None}  # fmt: skip
+        whole = {}
+        for name, start, end in events:
+            key = (name, loop_of(start))
+            whole[key] = whole.get(key, 0) + (end - start)
+        for (name, loop), ns in own.items():
             by_kind[kind(name)] += ns
+            if loop is not None:
+                by_loop[loop][f"{kind(name)}_ms"] += ns / 1e6
         found.append(
             {
                 "thread": thread,
@@ -132,14 +150,16 @@ def device_events(files, prefix: str = DEVICE_THREADS) -> list[dict]:
                 "own": [
                     {
                         "name": name,
+                        **({"loop": loop} if loop is not None else {}),
                         "kind": kind(name),
                         "own_ms": ns / 1e6,
-                        "ms": totals[name] / 1e6,
-                        "inside": _most(inside[name]),
+                        "ms": whole[name, loop] / 1e6,
+                        "inside": _most(inside[name, loop]),
                     }
-                    for name, ns in sorted(own.items(), key=lambda item: -item[1])
+                    for (name, loop), ns in sorted(own.items(), key=lambda item: -item[1])
                 ],
                 "own_by_kind_ms": {k: ns / 1e6 for k, ns in by_kind.items()},
+                **({"by_loop": by_loop} if windows else {}),
                 "top": [{"name": name, "ms": ns / 1e6} for name, ns in top],
             }
         )
@@ -209,5 +229,13 @@ def before_after(data, mesh, batch_size: int, seed: int, logdir, count=4, k=100,
         "steps_per_transition": steps,
         **sides,
         "per_step": per_step,
-        "device_threads": device_events(files),
+        "device_threads": device_events(files, windows=step_windows(files, captured["order"])),
     }
+
+
+def step_windows(files, order: list[str]) -> list[tuple[str, int, int]]:
+    """(loop, start_ns, end_ns) of each traced transition's outer annotation, in capture order, named by `order`."""
+    steps = [(start, start + duration) for _, start, duration in trace.xplane_events(files.xplane, names=(trace.STEP,))]
+    if len(steps) != len(order):
+        raise TraceError(f"{len(steps)} {trace.STEP} annotations in the capture but {len(order)} transitions run")
+    return [(name, lo, hi) for name, (lo, hi) in zip(order, sorted(steps))]
