@@ -85,6 +85,18 @@ def visible(cell) -> str:
     return "\n".join(parts)
 
 
+def answered(nb, tag: str) -> str:
+    """What a reader sees under the cell tagged `tag`: its outputs, then those of the conclusion cells right after it
+    (their source folded, their sentence shown beneath the cell they conclude)."""
+    index = next(i for i, c in enumerate(nb.cells) if tag in tags(c))
+    shown = [visible(nb.cells[index])]
+    for cell in nb.cells[index + 1 :]:
+        if record.CONCLUSION_TAG not in tags(cell):
+            break
+        shown.append(visible(cell))
+    return "\n".join(shown)
+
+
 def table(text: str) -> list[list[str]]:
     """The body rows of the first Markdown table in `text`, as cells."""
     rows = [line.strip().strip("|").split("|") for line in text.splitlines() if line.lstrip().startswith("|")]
@@ -150,7 +162,7 @@ def pointer_problems(nb, q) -> list[str]:
     index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
     if index is None:
         return [f"{q.notebook} {q.number}: no cell tagged {q.cell}"]
-    shown = visible(nb.cells[index])
+    shown = answered(nb, q.cell)
     if not shown.strip():
         return [f"{q.notebook} {q.number}: the cell tagged {q.cell} shows nothing"]
     if not heading_before(nb, index).startswith(q.section):
@@ -369,7 +381,70 @@ def test_stage3_resume_shows_its_proof_as_a_table_of_steps(run_dir):
     assert drawn == 3  # three epochs on from mid-epoch: three boundaries, whichever step a sampler draws at
     found = results(run_dir, "stage3b_resume")["permutations"]
     assert found["drawn"] == drawn
-    assert f"drew {drawn} fresh permutations" in visible(tagged(executed(run_dir, "stage3b_resume"), "recovery-checks"))
+    assert f"drew {drawn} fresh permutations" in answered(executed(run_dir, "stage3b_resume"), "recovery-checks")
+
+
+# --- a conclusion shows its sentence, not the call that chose it ------------------------------------------------
+
+# the notebooks whose conclusions print from folded cells tagged `conclusion`
+CONCLUDING = ["stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume", "stage3c_orbax_lesson"]
+CHOOSING = re.compile(r"\b(sentences|claims)\.\w+\(")
+
+
+def folded(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"))
+
+
+def choosing_problems(nb) -> list[str]:
+    """Where a notebook shows the machinery that picks a sentence: a shown source calling it, a conclusion cell whose
+    source is not folded, or one that does more than print what its values choose."""
+    import ast
+
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or RECORD in tags(cell):
+            continue
+        concluding = record.CONCLUSION_TAG in tags(cell)
+        if CHOOSING.search(cell.source) and not concluding:
+            problems.append(f"cell {i} chooses a sentence in a source the reader sees")
+        if concluding and not folded(cell):
+            problems.append(f"cell {i} is a conclusion with its source shown")
+        if concluding:
+            for statement in ast.parse(cell.source).body:
+                call = statement.value if isinstance(statement, ast.Expr) else None
+                printing = isinstance(call, ast.Call) and getattr(call.func, "id", "") == "print"
+                if not (printing and all(CHOOSING.search(ast.unparse(a)) for a in call.args)):
+                    problems.append(f"cell {i} hides more than a chosen sentence: {ast.unparse(statement)[:60]}")
+    return problems
+
+
+@pytest.mark.parametrize("name", CONCLUDING)
+def test_a_conclusion_is_printed_from_a_folded_cell(name):
+    assert not choosing_problems(source(name))
+
+
+def test_the_conclusion_rule_finds_a_chooser_in_view():
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    call = 'print(sentences.chosen(NOTEBOOK, "three_all_reduces", count=n))'
+    hidden = {"tags": [record.CONCLUSION_TAG], "jupyter": {"source_hidden": True}}
+    assert not choosing_problems(new_notebook(cells=[new_code_cell(call, metadata=hidden)]))
+    assert "in a source the reader sees" in choosing_problems(new_notebook(cells=[new_code_cell(call)]))[0]
+    shown = {"tags": [record.CONCLUSION_TAG]}
+    assert "source shown" in choosing_problems(new_notebook(cells=[new_code_cell(call, metadata=shown)]))[0]
+    more = new_code_cell("n = 3\n" + call, metadata=hidden)
+    assert "hides more" in choosing_problems(new_notebook(cells=[more]))[0]
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", CONCLUDING)
+def test_every_conclusion_shows_its_sentence_and_the_page_leaves_the_call_out(run_dir, name):
+    nb = executed(run_dir, name)
+    quiet = [i for i, c in enumerate(nb.cells) if record.CONCLUSION_TAG in tags(c) and not visible(c).strip()]
+    assert not quiet, f"{name}: conclusion cells {quiet} show nothing"
+    page = (run_dir / f"{name}.html").read_text()
+    text = re.sub(r"<[^>]+>", "", page)  # the closing record cell files the chosen sentences: its call may show
+    assert not re.search(r"\b(sentences|claims)\.(?!record\()\w+\(", text), f"{name}: the page shows a chooser"
 
 
 # --- a prediction's answer is not in the source the learner runs before reading it ----------------------------

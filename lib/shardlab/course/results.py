@@ -15,6 +15,10 @@ RESULTS = "results"  # folder under the output directory
 HIDDEN_MIME = "application/vnd.shardlab.record+json"
 HIDDEN_TAG = "shardlab-record"
 METADATA = "shardlab"  # a code cell's metadata key: its records, once the runner moved them out of the outputs
+# A cell that prints the conclusion its values choose (shardlab.course.sentences) carries this tag and a folded
+# source (`jupyter.source_hidden`): Lab shows its sentence, not the call that chose it, and the HTML pages leave
+# its source out (shardlab.evidence.pages).
+CONCLUSION_TAG = "conclusion"
 
 
 def emit(out_dir: str, notebook: str, name: str, value, shown: bool = True) -> dict:

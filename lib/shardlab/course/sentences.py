@@ -797,6 +797,13 @@ CHOSEN = {
             "observed: the ratio does not grow steadily with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, "
             "{r4:.2f}x on 4): on this batch the local means point in different directions",
         ),
+        "loss_after_update_caught": (
+            "wrong > 0 and first >= 1",
+            "So a step that took its loss after the update would fail the loss check from step {first} on ({wrong} "
+            "steps): a comparison of the table's columns, not a run of such a step.",
+            "So on these steps the after-update loss stays within the loss check's tolerance of NumPy's loss before "
+            "the update ({wrong} steps differ): the check would not catch this variant here.",
+        ),
         "own_rows_lowered": (
             "lowered == steps",
             "observed: the update lowered the loss on its own rows in every one of the {steps} steps",

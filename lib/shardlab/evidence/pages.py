@@ -123,7 +123,7 @@ def notebook_html(nb) -> tuple[str, str, list[str]]:
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
-    from shardlab.course.results import HIDDEN_TAG
+    from shardlab.course.results import CONCLUSION_TAG, HIDDEN_TAG
 
     nb = nbformat.from_dict(nb)  # a copy: the executed notebook on disk keeps its TeX
     merge_parameters(nb)
@@ -133,7 +133,9 @@ def notebook_html(nb) -> tuple[str, str, list[str]]:
     exporter = HTMLExporter(extra_loaders=[DictLoader(TEMPLATES)], template_file=TEMPLATE)
     # records for machines (shardlab.course.results.HIDDEN_TAG) leave the page, so a cell holding only
     # records has no outputs and gets no output area at all; the executed notebook keeps them
-    exporter.register_preprocessor(TagRemovePreprocessor(remove_single_output_tags={HIDDEN_TAG}), enabled=True)
+    # and a conclusion cell shows its sentence without the call that chose it, as in Lab, where its source is folded
+    remove = TagRemovePreprocessor(remove_single_output_tags={HIDDEN_TAG}, remove_input_tags={CONCLUSION_TAG})
+    exporter.register_preprocessor(remove, enabled=True)
     body, _ = exporter.from_notebook_node(nb)
     styles = re.findall(r"<style[^>]*>.*?</style>", body, flags=re.S)
     css = "\n".join(re.sub(r"^<style[^>]*>|</style>$", "", block) for block in styles)
