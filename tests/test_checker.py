@@ -602,7 +602,7 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     same = [{k: e[k] for k in pick} for e in cli_report["checks"] if e["name"] not in searched]
     assert [{k: e[k] for k in pick} for e in report["checks"]] == same
     assert len(same) == len(cli_report["checks"]) - len(searched)
-    assert any(line.startswith("not run here: the randomised search") and "STAGE=1" in line for line in here_lines)
+    assert "make check IMPL=<your file> STAGE=1 also searches randomly drawn inputs; this cell does not" in here_lines
     failing = [line for line in here_lines if line.startswith("FAIL")]
     assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
     assert any("the 2-id remainder was dropped" in line for line in here_lines)

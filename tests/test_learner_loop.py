@@ -160,10 +160,10 @@ def test_a_failing_check_names_its_rules():
 def howto_markdown(notebook: str) -> str:
     """The notebook cell that says how to write the answers `notebook` asks for, and where the portfolio reads them.
 
-    Stages 1-3 spell out the steps; stages 4 and 5, read after them, list the answers and point back.
+    Stage 1 spells out the steps; every later stage lists its answers and points back.
     """
     asked = answers.prompts(notebook)
-    if notebook >= "stage4":
+    if notebook != "stage1_batches":
         return "\n".join(
             [
                 f"**Your written answers for the portfolio** ({len(asked)}), each in an `answer` cell of your copy "

@@ -22,7 +22,7 @@ from shardlab.verify import oracle
 CONSTRUCT, RECORD = "construct", "record"
 # per notebook: the JAX (or file format) a construct cell of that stage must show in its source
 SHOWN = {
-    "stage1_batches": ("addressable_shards", ".sharding", "jax.Array"),
+    "stage1_batches": ("addressable_shards", ".sharding", "jax.Array", 'jax.config.update("jax_num_cpu_devices", 4)'),
     "stage2_update": ("jax.shard_map", "in_specs=", "out_specs=P()", "jax.lax.psum", "all_reduce"),
     "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
@@ -94,7 +94,7 @@ def answered(nb, tag: str) -> str:
         if record.CONCLUSION_TAG not in tags(cell):
             break
         shown.append(visible(cell))
-    return "\n".join(shown)
+    return "".join(part if part.endswith("\n") else part + "\n" for part in shown if part)  # one line apart
 
 
 def table(text: str) -> list[list[str]]:

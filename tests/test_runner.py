@@ -274,3 +274,15 @@ def test_a_failure_in_either_lane_fails_the_run_and_the_fixtures_start_nothing_a
     write_notebook(sources, second, SPAN.format(log=str(log), name=second, body="assert seed == 17, 'deliberate'"))
     with pytest.raises(runner.NotebookFailed, match=rf"{second}\.ipynb failed"):  # the other fixture's resume
         runner.run(tmp_path / "out", seed=17, batch_size=7, notebooks=names, html=False)
+
+
+def test_a_notebook_is_given_only_the_parameters_its_parameters_cell_declares(tmp_path):
+    given = {"seed": 29, "batch_size": 10, "out_dir": ".", "implementation": "reference"}
+    nb = new_notebook(cells=[new_code_cell('out_dir = "lab_run"  # where\nimplementation = "reference"\nx = 1')])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.cells.append(new_code_cell("seed = 3"))  # assigned outside the parameters cell: not a parameter
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    assert runner.declared(tmp_path / "nb.ipynb", given) == {"out_dir": ".", "implementation": "reference"}
+    for name in catalog.NOTEBOOKS:  # every course notebook but the Orbax lesson takes the run's seed and batch size
+        kept = runner.declared(catalog.NOTEBOOK_DIR / f"{name}.ipynb", given)
+        assert set(kept) == set(given) - ({"seed", "batch_size"} if name == "stage3c_orbax_lesson" else set()), name

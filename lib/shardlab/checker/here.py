@@ -24,7 +24,7 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True, se
     exactly as on the command line. `only=True` checks just this stage (quick enough for a cell);
     `only=False` also checks the stages before it. `search=False` runs the stage's enumerated
     checks, each a fixed, deterministic case, and leaves the randomised search over the domain to
-    `make check` (it is named on the last line); `search=True` runs that search here too. The report
+    `make check` (the last line says so); `search=True` runs that search here too. The report
     is a dict with `passed`, `stages`, every check's `expected`, `observed` and `diagnosis`, and
     `left_out`: the checks not run here.
     """
@@ -52,7 +52,7 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True, se
     print(summary(found["checks"]))
     if left_out:
         target = "" if spec == "reference" else "IMPL=<your file> "  # no path of this machine in a receipt
-        print(f"not run here: the randomised search ({', '.join(left_out)}); make check {target}STAGE={stage} runs it")
+        print(f"make check {target}STAGE={stage} also searches randomly drawn inputs; this cell does not")
     if excerpt:
         print(excerpt)
     return found

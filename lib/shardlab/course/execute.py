@@ -156,11 +156,32 @@ def execute(
     target = folder / f"{name}.ipynb"
     environment = kernel_environment(None if name in MEASURES_COMPILATION else cache, reached)
     stops = (CellTimeoutError, DeadKernelError)
+    parameters = declared(source, parameters)
     _papermill(papermill, name, source, target, folder, parameters, timeout, stops, environment)
     nb = nbformat.read(target, as_version=4)
     if nb.metadata.get("papermill", {}).get("exception"):
         raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target, source)}")
     return target
+
+
+def declared(source: Path, parameters: dict) -> dict:
+    """The `parameters` that the notebook's parameters cell assigns: a notebook without a seed is given none, so its
+    page does not show a value it never uses."""
+    import ast
+
+    import nbformat
+
+    cells = nbformat.read(source, as_version=4).cells
+    names = {
+        target.id
+        for cell in cells
+        if "parameters" in cell.get("metadata", {}).get("tags", [])
+        for node in ast.parse(cell.source).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    return {name: value for name, value in parameters.items() if name in names}
 
 
 def _papermill(papermill, name, source: Path, target: Path, folder: Path, parameters, timeout, stops, environment):

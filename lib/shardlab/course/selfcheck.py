@@ -257,7 +257,8 @@ QUESTIONS = (
             (
                 "faults",
                 "Fault injection",
-                "the table of final-weight errors per omitted field",
+                "the table of the three faults: in each momentum row, the columns \u201cids changed\u201d (False) and "
+                "\u201cfirst step whose ids or weights differ\u201d (the step right after the save)",
                 r"\| momentum \| [\d.]+ \| False \| \d+ \|",
             ),
         ),
@@ -266,12 +267,14 @@ QUESTIONS = (
             ["at the very next step", "never: the order is saved", "when the next epoch draws its permutation"],
             "c",
             "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
-            "faults",
+            "fault_in_view",
             (
-                "faults",
+                "fault-in-view",
                 "Fault injection",
-                "the table of final-weight errors per omitted field",
-                r"\| key \| [\d.]+ \| True \| \d+ \|",
+                "the output of the cell that resets only the key: how many batches finish the saved epoch, then the "
+                "first step whose ids differ beside the step that arithmetic predicts",
+                r"(?s)batches finish the saved epoch.*observed: the first step whose ids differ is (\d+); the "
+                r"arithmetic predicts \1\b",
             ),
         ),
         (

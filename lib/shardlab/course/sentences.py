@@ -203,16 +203,17 @@ SENTENCES = {
             "x_a > y_a > z_a and x_b > z_b > y_b",
             FAULT_KEYS,
             "A reset <x> costs most in both fixtures ({x_a:.4g} and {x_b:.4g}); only the two smaller faults swap "
-            "places (<y> > <z> in <a>, <z> > <y> in <b>). On the same rows, their order changes with the seed, "
-            "batch size and save point.",
+            "places (<y> > <z> in <a>, <z> > <y> in <b>). The two fixtures differ in seed, batch size and save point "
+            "at once, and each error comes from one run: they show that the smaller two have no fixed order, not "
+            "which of those settings swaps them.",
             "The two fixtures do not share their costliest fault with only the two smaller ones swapped.",
         ),
         "fault_costliest_differs": _s(
             "x_a > max(y_a, z_a) and x_b < max(y_b, z_b)",
             FAULT_KEYS,
             "The costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> ({x_b:.4g}). "
-            "On the same rows, the seed, batch size and save point decide which forgotten field costs most, not "
-            "the field alone.",
+            "The two fixtures differ in seed, batch size and save point at once, and each error comes from one run: "
+            "they show that no field is the costliest in both, not which of those settings decides it.",
             "Two faults cost exactly the same in one fixture (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
             "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the fixtures' orders cannot be compared strictly.",
         ),
@@ -778,6 +779,13 @@ CHOSEN = {
             "observed: the ratio does not grow steadily with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, "
             "{r4:.2f}x on 4): on this batch the local means point in different directions",
         ),
+        "loss_after_update_caught": (
+            "wrong > 0 and first >= 1",
+            "So a step that took its loss after the update would fail the loss check from step {first} on ({wrong} "
+            "steps): a comparison of the table's columns, not a run of such a step.",
+            "So on these steps the after-update loss stays within the loss check's tolerance of NumPy's loss before "
+            "the update ({wrong} steps differ): the check would not catch this variant here.",
+        ),
         "own_rows_lowered": (
             "lowered == steps",
             "observed: the update lowered the loss on its own rows in every one of the {steps} steps",
@@ -818,6 +826,21 @@ CHOSEN = {
             "observed: this run's state rebuilt exactly: {rebuilt}; the other history's state rebuilt exactly: "
             "{other}. Read the table field by field: a rebuild from the step count is right only where the "
             "history it assumes is the one that ran.",
+        ),
+    },
+    "stage3c_orbax_lesson": {
+        "orbax_publishes_by_rename": (
+            "renamed == 1 and marker_last == 1 and early == 0",
+            "So here Orbax did both, in this order: it wrote everything into a temporary folder, wrote "
+            "commit_success.txt there last, and then gave the folder its final name with one rename; nothing touched "
+            "the name bare-orbax before that rename. A reader who finds the name finds a finished checkpoint. "
+            "Orbax's documentation presents the rename and the commit file as two alternatives (the file alone "
+            "marks completion where a file system cannot rename atomically); this version's rename path writes "
+            "the file too, as the trace shows.",
+            "So this save did not publish as a temporary folder, commit_success.txt last, then one rename "
+            "(renamed to the final name: {renamed}; commit_success.txt the last write in the temporary folder: "
+            "{marker_last}; operations on the final name before a rename: {early}). Read the trace above for what "
+            "Orbax did here.",
         ),
     },
     "stage3b_resume": {

@@ -181,9 +181,12 @@ def _run_section(out_dir: Path, executed: list[str]) -> dict:
             return "reference"
         return spec if reads_implementation(books[name]) else NOT_LOADED
 
+    def given(name: str):  # a notebook that declares no seed (stage3c_orbax_lesson) is given none
+        return next((p[name] for p in params if name in p), None)
+
     return {
-        "seed": first.get("seed"),
-        "batch_size": first.get("batch_size"),
+        "seed": given("seed"),
+        "batch_size": given("batch_size"),
         "implementation": spec,
         "notebooks": executed,
         "implementation_by_notebook": {n: ran(n) for n in executed},
