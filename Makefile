@@ -49,7 +49,7 @@ test-quick: venv ## the inner loop after every edit (its time: bench/loops/loops
 	@start=$$(date +%s); $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 
-test-long: venv ## the whole-program runs make test leaves out: controller drills, a supervised kill, mpirun, kill campaigns
+test-long: venv ## the tests marked long, which make test leaves out: whole programs run end to end (controllers, Lab, reruns)
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider -m "long and not sandbox" \
 	&& echo "[make] test-long finished in $$(( $$(date +%s) - start )) s"
 
