@@ -378,6 +378,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     whole = whole and not config.option.keyword and config.option.markexpr in ("", MAKE_TEST)
+    whole = whole and not config.option.collectonly  # a collection alone ran no test
     if not whole or getattr(config, "cache", None) is None or "start" not in _SESSION:
         return
     config.cache.set(
