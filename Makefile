@@ -20,7 +20,7 @@ ONLY ?=
 AUTOGRADER ?= autograder_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-quick test-sandbox test-alternatives test-heldout test-browser lab sync cells lint check drills supervise bench torture portfolio grade sandbox autograder clean
+.PHONY: help venv run test test-quick test-long test-sandbox test-alternatives test-heldout test-browser lab sync cells lint check drills supervise bench torture portfolio grade sandbox autograder clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -41,13 +41,17 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,) \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
-test: venv ## the whole test suite on two workers (executes every notebook once); not the sandbox's
-	@start=$$(date +%s); $(BIN)/python -m pytest -m "not sandbox" \
+test: venv ## the test suite on two workers (executes every notebook once); not the sandbox's, nor test-long's whole-program runs
+	@start=$$(date +%s); $(BIN)/python -m pytest -m "not sandbox and not long" \
 	&& echo "[make] test finished in $$(( $$(date +%s) - start )) s"
 
 test-quick: venv ## the inner loop after every edit (its time: bench/loops/loops.json): every test that runs no notebook, controller group or learner run
 	@start=$$(date +%s); $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
+
+test-long: venv ## the tests marked long, which make test leaves out: whole programs run end to end (controllers, Lab, reruns)
+	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider -m "long and not sandbox" \
+	&& echo "[make] test-long finished in $$(( $$(date +%s) - start )) s"
 
 test-alternatives: venv ## every file in tests/correct/: passes every check and 20 search seeds, runs stages 1-4 like the reference
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/alternatives_all.py \

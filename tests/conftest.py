@@ -124,9 +124,12 @@ def run_dir(tmp_path_factory):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_itemcollected(item):
-    """A test that reads the session's course run executes the notebooks: marked before -m or --quick select."""
+    """A test that reads the session's course run executes the notebooks, and a `long` one (`make test-long`'s
+    whole-program runs) is slow: both marked before -m or --quick select."""
     if "run_dir" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.notebooks)
+    if item.get_closest_marker("long") and not item.get_closest_marker("slow"):
+        item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and after xdist's own hook
@@ -355,6 +358,8 @@ def pytest_configure(config):
 
 
 _SESSION = {}  # whole-suite wall time, for `python -m shardlab bench` (see pytest_sessionfinish)
+# `make test`'s selection (Makefile): the tests neither `make test-sandbox` nor `make test-long` runs
+MAKE_TEST = "not sandbox and not long"
 
 
 def pytest_sessionstart(session):
@@ -364,7 +369,7 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """After a whole-suite run (tests from `testpaths`, no -k/-m, as `make test` runs), keep its wall time."""
+    """After a whole-suite run (tests from `testpaths`, no -k, no -m but `make test`'s), keep its wall time."""
     import time
     from datetime import UTC, datetime
 
@@ -372,7 +377,8 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):  # an xdist worker: the controller records the whole session
         return
     whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS
-    whole = whole and not config.option.keyword and not config.option.markexpr
+    whole = whole and not config.option.keyword and config.option.markexpr in ("", MAKE_TEST)
+    whole = whole and not config.option.collectonly  # a collection alone ran no test
     if not whole or getattr(config, "cache", None) is None or "start" not in _SESSION:
         return
     config.cache.set(
@@ -383,6 +389,7 @@ def pytest_sessionfinish(session, exitstatus):
             "tests": session.testscollected,
             "failed": session.testsfailed,
             "exit_status": int(exitstatus),
+            "selection": f"-m '{config.option.markexpr}'" if config.option.markexpr else "every test",
             "measured_by": "tests/conftest.py: pytest session start to finish (excludes make's venv check)",
         },
     )

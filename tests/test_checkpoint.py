@@ -236,7 +236,7 @@ RACER = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # four racing interpreters
+@pytest.mark.long  # four racing interpreters: make test-long's
 def test_racing_savers_exactly_one_wins(tmp_path, data, mesh):
     racers = 4
     contract = sl.contract(data, sl.Config())

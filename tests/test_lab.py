@@ -21,7 +21,7 @@ import websocket
 
 from shardlab.course import catalog, workspace
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long  # a JupyterLab server and its kernel, run whole: make test-long's
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "stage1_batches.ipynb"

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import LOOP_MARKERS, QUICK, REPO, refused_command
+from conftest import LOOP_MARKERS, MAKE_TEST, QUICK, REPO, refused_command
 
 FAKE_TESTS = """
 import subprocess
@@ -42,7 +42,7 @@ def test_plain_child_is_fine():
 """
 
 
-@pytest.mark.slow  # pytest sessions of its own: make test's, not the inner loop's
+@pytest.mark.long  # a pytest session of its own: make test-long's
 def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
     for name in ("conftest.py", "_xdist.py", "budget.py"):  # the suite's own conftest and the helpers it imports
         shutil.copy(REPO / "tests" / name, tmp_path / name)
@@ -92,7 +92,7 @@ def test_imports_nothing_refused():
 """
 
 
-@pytest.mark.slow  # pytest sessions of its own: make test's, not the inner loop's
+@pytest.mark.long  # a pytest session of its own: make test-long's
 def test_every_run_refuses_an_unmarked_import_even_of_a_module_already_loaded(tmp_path):
     """`make test` (no --quick) refuses what --quick refuses, after a marked test has loaded the module."""
     for name in ("conftest.py", "_xdist.py", "budget.py"):
@@ -114,6 +114,26 @@ def test_every_run_refuses_an_unmarked_import_even_of_a_module_already_loaded(tm
         "test_imports_nothing_refused": "PASSED",
     }, said
     assert done.returncode == 1 and "this test imports papermill" in said
+
+
+def make_selection(target: str) -> str:
+    """The -m expression of `make <target>`'s pytest command, read from the Makefile."""
+    lines = (REPO / "Makefile").read_text().split(f"\n{target}: ", 1)[1].splitlines()
+    (recipe,) = [line for line in lines[1:3] if "-m pytest" in line]
+    return recipe.split(' -m "', 1)[1].split('"', 1)[0]
+
+
+def test_make_test_and_make_test_long_split_the_suite_and_ci_runs_both_once():
+    """Each test outside the sandbox's is in exactly one of `make test` and `make test-long`; CI calls each once."""
+    test, long = make_selection("test"), make_selection("test-long")
+    assert test == MAKE_TEST  # the selection whose wall time tests/conftest.py records
+    names = ("long", "sandbox", "slow", "stage5")
+    for markers in ({"long"}, set(), {"long", "stage5"}, {"slow"}, {"sandbox"}, {"sandbox", "long"}):
+        # both expressions use only `not`, `and` and marker names: Python evaluates them as written
+        chosen = [eval(e, {"__builtins__": {}}, {n: n in markers for n in names}) for e in (test, long)]
+        assert sum(chosen) == (0 if "sandbox" in markers else 1), (markers, chosen)
+    steps = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("make ")]
+    assert steps.count("make test") == 1 and steps.count("make test-long") == 1, steps
 
 
 def test_the_quick_selection_leaves_out_every_loop_marker():

@@ -573,6 +573,7 @@ def test_a_wrong_mpirun_launch_stops_fast_and_names_the_problem(tmp_path, ranks,
 
 
 @pytest.mark.controllers
+@pytest.mark.long  # two mpirun launches of a group, one killed: make test-long's
 def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path, data):
     """One group started by mpirun, its process 1 killed mid-step: the supervisor names it, relaunches through
     mpirun, and the stitched path equals one process's run (IDs exact, losses) and the float64 NumPy formulas.

@@ -154,6 +154,7 @@ def test_executed_without_errors(run_dir, name):
 
 
 @pytest.mark.notebooks
+@pytest.mark.long  # the stage 1 notebook in a fresh kernel for the second fixture: make test-long's
 @pytest.mark.stage1
 def test_stage1_with_seed29_batch10(tmp_path):
     out = runner.run(tmp_path / "seed29", seed=29, batch_size=10, notebooks=[STAGE1], html=False)

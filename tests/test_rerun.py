@@ -54,7 +54,7 @@ KILLED = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # a killed run and a rerun: make test's, not the inner loop's
+@pytest.mark.long  # a killed notebook run and a rerun: make test-long's
 def test_rerunning_stage3_after_a_killed_run_replaces_its_own_files_and_refuses_foreign_ones(tmp_path):
     out = tmp_path / "lab_run"
     script = KILLED.format(out=str(out))

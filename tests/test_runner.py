@@ -132,6 +132,7 @@ def test_html_copies_share_one_stylesheet(sources, tmp_path):
     assert "second page" in (out / "ok2.html").read_text()
 
 
+@pytest.mark.long  # a run with both kernel lanes, HTML pages included: make test-long's
 def test_the_other_fixtures_pages_link_the_stylesheet_at_the_top_of_the_run(sources, tmp_path, monkeypatch):
     for name in catalog.FRESH_KERNEL_PAIR:
         write_notebook(sources, name, f"print('{name}', seed, batch_size)")
@@ -171,6 +172,7 @@ open(NAME + ".json", "w").write(json.dumps(record))
 """
 
 
+@pytest.mark.long  # four kernels that import JAX and compile: make test-long's
 def test_the_kernels_of_one_run_share_a_compilation_cache_that_no_receipt_keeps(sources, tmp_path, monkeypatch):
     names = ["first", "second", runner.MEASURES_COMPILATION[0]]
     for name in names:
@@ -192,6 +194,7 @@ def test_the_kernels_of_one_run_share_a_compilation_cache_that_no_receipt_keeps(
     assert json.loads((off / "first.json").read_text())["folder"] is None
 
 
+@pytest.mark.long  # two runs whose kernels import JAX and compile: make test-long's
 def test_runs_given_one_cache_folder_share_it_and_it_outlives_them(sources, tmp_path, monkeypatch):
     """A folder given as compilation_cache: a later run loads what an earlier one compiled; no receipt holds it."""
     write_notebook(sources, "first", "NAME = 'first'\n" + COMPILES)
@@ -230,6 +233,7 @@ open({name!r} + '.span', 'w').write(json.dumps([start, time.time()]))
 """
 
 
+@pytest.mark.long  # a run with both kernel lanes: make test-long's
 def test_the_other_fixtures_run_beside_the_untimed_notebooks_and_end_before_a_timed_one(sources, tmp_path, monkeypatch):
     log = str(tmp_path / "log")
     untimed, timed = catalog.BESIDE_FIXTURES[0], "stage4a_profile"
@@ -251,6 +255,7 @@ def test_the_other_fixtures_run_beside_the_untimed_notebooks_and_end_before_a_ti
     assert set(names) <= set(recorded)
 
 
+@pytest.mark.long  # two runs with both kernel lanes: make test-long's
 def test_a_failure_in_either_lane_fails_the_run_and_the_fixtures_start_nothing_after_it(sources, tmp_path, monkeypatch):
     log = tmp_path / "log"
     first, second = catalog.FRESH_KERNEL_PAIR

@@ -139,7 +139,7 @@ def test_runbook_rows_the_notebook_proves_link_to_passing_drill_rows(run_dir):
 
 
 @pytest.mark.controllers
-@pytest.mark.slow
+@pytest.mark.long  # three drills' controller groups, one waiting out a freeze: make test-long's
 def test_runbook_rows_only_make_drills_runs_are_proved_by_their_drills(tmp_path):
     """Freeze, a failed background write and a crash loop: the notebook does not run them, so run them here."""
     full = dict(scenarios.FULL)

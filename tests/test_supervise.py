@@ -97,6 +97,7 @@ def _published(out) -> bool:
 
 
 @pytest.mark.controllers
+@pytest.mark.long  # a supervised job of 40 steps, killed and restarted: make test-long's
 def test_a_controller_killed_from_another_shell_is_restarted_and_the_run_equals_numpy(tmp_path, data):
     out, steps = tmp_path / "job", 40
     proc = run_cli(["--steps", str(steps), "--save-every", "5", "--budget", "1", "--out", str(out)])

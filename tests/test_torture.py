@@ -165,6 +165,7 @@ def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, 
 
 
 @pytest.mark.controllers
+@pytest.mark.long  # a controller group per kill trial: make test-long's
 def test_killing_a_multi_process_save_never_accepts_a_wrong_step(tmp_path):
     result = multi.run(REDUCED["multi_trials"], tmp_path, seed=0)
     assert result["trials"] == REDUCED["multi_trials"] and all(result[k] == 0 for k in ZERO), result["failures"]

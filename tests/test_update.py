@@ -1,5 +1,7 @@
 """Stage 2: the sharded update against an independent NumPy computation."""
 
+import functools
+
 import numpy as np
 import pytest
 from budget import examples
@@ -52,10 +54,17 @@ def test_every_replica_holds_the_same_weights(data, mesh):
         np.testing.assert_array_equal(shard, shards[0])
 
 
+@functools.cache
+def mesh_and_step(devices: int):
+    """One mesh and one jitted step per device count: the examples drawn below reuse its compiled shapes."""
+    mesh = sl.make_mesh(devices)
+    return mesh, sl.make_step(mesh)
+
+
 @settings(max_examples=examples(25), deadline=None)
 @given(rows=st.integers(1, 23), devices=st.sampled_from([1, 2, 4]), seed=st.integers(0, 1000))
 def test_gradient_is_the_global_masked_mean(rows, devices, seed, data):
-    mesh = sl.make_mesh(devices)
+    mesh, step = mesh_and_step(devices)
     rng = np.random.default_rng(seed)
     ids = rng.permutation(23)[:rows]
     w = rng.normal(size=8).astype(np.float32)
@@ -63,7 +72,6 @@ def test_gradient_is_the_global_masked_mean(rows, devices, seed, data):
     x, y, m = sl.pad(data, ids, devices)
     x[rows:] = np.nan  # padding contents must not matter
     placed = sl.place(x, y, m, mesh)
-    step = sl.make_step(mesh)
     w1, v1, loss, grad = step(*placed, sl.replicate(w, mesh), sl.replicate(v, mesh))
     rw, rv, rloss, rgrad = numpy_step(data.features[ids], data.targets[ids], w, v)
     np.testing.assert_allclose(np.asarray(grad), rgrad, rtol=1e-4, atol=1e-4)
