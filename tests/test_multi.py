@@ -631,7 +631,8 @@ def test_a_drill_series_shares_compiled_programs_after_its_uninterrupted_group(t
     and both still match the single-process control computed here."""
     from shardlab.multi import control, drills
 
-    ctx = drills.context(tmp_path / "series", timeout=10.0)
+    assert drills.context(tmp_path / "bare").cache is None  # a bare context's groups compile alone
+    ctx = drills.begin(timeout=10.0, work=tmp_path / "series")
     base = drills.uninterrupted(ctx)
     assert base["passed"]
     assert not os.path.exists(ctx.cache) or not os.listdir(ctx.cache)  # compiled alone, nothing written

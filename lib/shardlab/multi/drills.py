@@ -56,15 +56,17 @@ class Context:
     reference: dict
     steps: int = STEPS  # every group of the series trains this many steps
     save_every: int = SAVE_EVERY
+    shares_compiled: bool = False  # a series of `begin`: its groups share a compilation cache (`cache`)
 
     @property
-    def cache(self) -> str:
+    def cache(self) -> str | None:
         """The compilation cache the series' groups share: a program one group compiled, a later one loads.
 
         The groups whose step times show compilation (the uninterrupted group, the save-cost pair) pass
         `cache=None` and compile everything themselves. `finish` and `discard` remove it with the series.
+        None for a bare `context` (every group compiles alone; nothing is left in its folder).
         """
-        return os.path.join(self.out, COMPILATION_CACHE)
+        return os.path.join(self.out, COMPILATION_CACHE) if self.shares_compiled else None
 
     def supervise(self, name: str, **kw) -> dict:
         """A supervised run under out/name (its checkpoints in out/name/shared) with this context's parameters."""
@@ -377,7 +379,7 @@ def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEO
     elif temporary:
         work = tempfile.mkdtemp(prefix="shardlab-drills-")
     ctx = context(os.path.abspath(work), seed, batch_size, timeout)
-    ctx.temporary = temporary
+    ctx.temporary, ctx.shares_compiled = temporary, True
     return ctx
 
 
@@ -414,7 +416,8 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
     text = json.dumps(result, default=str).replace(ctx.out, "drills" if keep else "<temporary drills folder>")
     result = json.loads(text)
     write_json(os.path.join(out_dir, "drills.json"), result)
-    shutil.rmtree(ctx.cache, ignore_errors=True)  # compiled programs, never evidence
+    if ctx.cache:
+        shutil.rmtree(ctx.cache, ignore_errors=True)  # compiled programs, never evidence
     if not keep and getattr(ctx, "temporary", False):
         shutil.rmtree(ctx.out, ignore_errors=True)
     return result
@@ -422,7 +425,8 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
 
 def discard(ctx: Context) -> None:
     """Remove a temporary work folder of `begin` without writing a drills.json (a series that only measures)."""
-    shutil.rmtree(ctx.cache, ignore_errors=True)
+    if ctx.cache:
+        shutil.rmtree(ctx.cache, ignore_errors=True)
     if getattr(ctx, "temporary", False):
         shutil.rmtree(ctx.out, ignore_errors=True)
 
