@@ -451,6 +451,22 @@ def test_incomplete_or_inconsistent_cluster_environment_is_named():
         launcher.environment(45678, 2, 1, 2, "pbs")
 
 
+def test_a_controller_compiles_alone_unless_its_caller_names_a_compilation_cache(monkeypatch, tmp_path):
+    """A cache folder in the caller's environment (a kernel's) never reaches a controller; a named one does,
+    with the thresholds that let the course's sub-second programs into it."""
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "the-kernels-cache"))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "7")
+    for launch in runtime.LAUNCHES:
+        alone = launcher.environment(45678, 2, 1, 2, launch)
+        assert not [name for name in alone if "CACHE" in name], launch
+        shared = launcher.environment(45678, 2, 1, 2, launch, cache=str(tmp_path / "series"))
+        assert shared["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "series")
+        assert float(shared["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) == 0.0
+        assert int(shared["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == 0
+        assert {k: v for k, v in shared.items() if "CACHE" not in k} == alone  # nothing else differs
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "the-kernels-cache")  # the caller's, untouched
+
+
 def test_a_coordinator_port_in_use_is_named():
     import socket
 
@@ -607,6 +623,35 @@ def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path,
     np.testing.assert_allclose([e["loss"] for e in path], [reference["losses"][e["step"]] for e in path], rtol=1e-5)
     final = np.asarray(path[-1]["weights"], np.float64)
     np.testing.assert_allclose(final, numpy_weights(data, 17, 7, 8), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.controllers
+def test_a_drill_series_shares_compiled_programs_after_its_uninterrupted_group(tmp_path):
+    """The uninterrupted group compiles everything itself (its step times show the compiling steps) and leaves
+    no cache entry; a later group of the series writes the series' cache and the one after it loads from it,
+    and both still match the single-process control computed here."""
+    from shardlab.multi import control, drills
+
+    assert drills.context(tmp_path / "bare").cache is None  # a bare context's groups compile alone
+    ctx = drills.begin(timeout=10.0, work=tmp_path / "series")
+    base = drills.uninterrupted(ctx)
+    assert base["passed"]
+    assert not os.path.exists(ctx.cache) or not os.listdir(ctx.cache)  # compiled alone, nothing written
+    reference = control.run(17, 7, drills.STEPS)
+    for name in ("writes", "loads"):
+        outcome = ctx.launch(name, os.path.join(ctx.out, name, "shared"))
+        assert outcome["event"]["kind"] == "complete" and outcome["divergence"] is None, outcome["event"]
+        log = outcome["reports"][0]["log"]
+        assert [e["ids"] for e in log] == [reference["ids"][e["step"]] for e in log]
+        np.testing.assert_allclose([e["loss"] for e in log], [reference["losses"][e["step"]] for e in log], rtol=1e-5)
+        entries = sorted(os.listdir(ctx.cache))
+        assert entries, name  # process 0 wrote what it compiled
+        if name == "writes":
+            written = entries
+        else:
+            assert entries == written  # the second group compiled nothing new: it loaded every program
+    drills.discard(ctx)
+    assert not os.path.exists(ctx.cache)
 
 
 # ---- the drills, executed once by the stage 5 notebook in the shared run ----

@@ -255,6 +255,31 @@ def test_the_other_fixtures_run_beside_the_untimed_notebooks_and_end_before_a_ti
     assert set(names) <= set(recorded)
 
 
+@pytest.mark.long  # two kernel lanes: make test-long's
+def test_the_second_lane_runs_its_course_notebooks_beside_the_first_lane_and_before_a_timed_one(
+    sources, tmp_path, monkeypatch
+):
+    """A notebook of catalog.SECOND_LANE runs while the course's first notebook runs: that one waits (bounded)
+    until the other has started, which it could not if the two ran one after the other."""
+    log = str(tmp_path / "log")
+    (beside,) = catalog.SECOND_LANE
+    first = next(name for name in catalog.BESIDE_FIXTURES if name not in (beside, *catalog.FRESH_KERNEL_PAIR))
+    timed = "stage4a_profile"
+    names = [first, beside, *catalog.FRESH_KERNEL_PAIR, timed]
+    waits = "deadline = time.time() + 120\nwhile not os.path.exists('beside.started') and time.time() < deadline:\n"
+    waits += "    time.sleep(0.05)\nassert os.path.exists('beside.started'), 'the second lane never started'"
+    bodies = {first: "import os\n" + waits, beside: "open('beside.started', 'w').close()"}
+    for name in names:
+        write_notebook(sources, name, SPAN.format(log=log, name=name, body=bodies.get(name, "")))
+    monkeypatch.setattr(catalog, "NOTEBOOKS", names)
+    out = runner.run(tmp_path / "out", seed=17, batch_size=7, notebooks=names)
+    span = {name: json.loads((out / f"{name}.span").read_text()) for name in names}
+    assert span[beside][0] < span[first][1]  # it started while the first lane's notebook was still running
+    assert span[beside][1] <= span[timed][0]  # and ended before a notebook that times anything began
+    assert (out / f"{beside}.html").is_file()  # its page, exported like every course notebook's
+    assert beside in json.loads((out / runner.WALL_TIME).read_text())["notebook_s"]
+
+
 @pytest.mark.long  # two runs with both kernel lanes: make test-long's
 def test_a_failure_in_either_lane_fails_the_run_and_the_fixtures_start_nothing_after_it(sources, tmp_path, monkeypatch):
     log = tmp_path / "log"

@@ -39,9 +39,11 @@ LOCAL_KERNEL = {
 # check cells start): a program one notebook compiled, a later one loads instead of compiling it again.
 # It lives in the run's staging folder and is removed before the audit, so no receipt holds it and no
 # later run reads it. A cached executable is the one XLA compiled for the same program and options, so
-# results are the same; only the notebooks that measure compilation itself run without it.
+# results are the same; only the notebooks that measure compilation itself run without it. Stage 5's
+# controller groups never inherit a kernel's cache (multi.launcher.environment): each drill series decides
+# which of its groups compile themselves (the ones whose step times show compiling steps) and which share one.
 COMPILATION_CACHE = ".jax-compilation-cache"
-MEASURES_COMPILATION = ("stage4a_profile", "stage5a_protocol", "stage5b_scaling")  # compile times; steps that compile
+MEASURES_COMPILATION = ("stage4a_profile",)  # shows lower and compile times, measured here
 CACHE_ENVIRONMENT = {  # jax.config options, read from the environment when a kernel's JAX starts
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the course's programs compile in milliseconds
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
@@ -265,6 +267,7 @@ def run(
         cache = staging / COMPILATION_CACHE if own else (Path(compilation_cache) if compilation_cache else None)
         print(f"[shardlab] run: seed {seed}, batch size {batch_size}, implementation {implementation}", flush=True)
         fixtures = _other_fixtures(seed, batch_size, names)
+        second = [name for name in names if name in catalog.SECOND_LANE]  # course notebooks the second lane runs
         stop = threading.Event()  # set once the course's lane has ended: the fixtures' lane starts no more notebooks
         with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fixtures") as beside:
             lane = beside.submit(
@@ -278,6 +281,7 @@ def run(
                 _part(cache, "fixtures"),
                 stop,
                 reached,
+                second,
             )
             try:
                 extra = {"bench_json": os.path.relpath(Path(bench).resolve(), staging)} if bench else {}
@@ -292,11 +296,14 @@ def run(
                     _part(cache, "course"),
                     reached,
                 )
-                seconds = _course_lane(names, lane, *args)  # each notebook's wall time, its HTML page included
+                course = [name for name in names if name not in second]
+                seconds = _course_lane(course, lane, *args)  # each notebook's wall time, its HTML page included
                 seconds.update(lane.result())
             finally:
                 stop.set()
-        for fixture in fixtures if sheets is not None else ():  # pages exported here, in the main thread
+        for name in second if sheets is not None else ():  # pages exported here, in the main thread
+            export_html(staging / f"{name}.ipynb", sheets)
+        for fixture in fixtures if sheets is not None else ():
             for name in catalog.FRESH_KERNEL_PAIR:
                 export_html(staging / catalog.FIXTURE_DIR / fixture / f"{name}.ipynb", sheets)
         if own:  # this run's alone: never a receipt, never read by another run
@@ -345,15 +352,25 @@ def _course_lane(names, lane, staging, parameters, extra, out, implementation, t
     return seconds
 
 
-def _fixture_lane(fixtures, staging, parameters, out, implementation, timeout, cache, stop, reached=None) -> dict:
-    """Run the resume pair for every other fixture into fixtures/<fixture>/, beside the course's first notebooks.
+def _fixture_lane(
+    fixtures, staging, parameters, out, implementation, timeout, cache, stop, reached=None, course=()
+) -> dict:
+    """Run `course` (notebooks of catalog.SECOND_LANE, into the run's folder), then the resume pair for every
+    other fixture into fixtures/<fixture>/, beside the course's first notebooks.
 
-    Runs in a thread of its own while the notebooks in catalog.BESIDE_FIXTURES run in the main one (none
-    of them times anything); its kernels have a compilation cache of their own. Returns each notebook's
-    seconds; the pages are exported afterwards, in the main thread. Stops before its next notebook once
-    `stop` is set (the run failed or was interrupted).
+    Runs in a thread of its own while the other notebooks in catalog.BESIDE_FIXTURES run in the main one
+    (none of them times anything); its kernels have a compilation cache of their own. Returns each
+    notebook's seconds; the pages are exported afterwards, in the main thread. Stops before its next
+    notebook once `stop` is set (the run failed or was interrupted).
     """
     seconds = {}
+    for name in course:
+        if stop.is_set():
+            return seconds
+        clock = time.perf_counter()
+        label = f"beside: {name}.ipynb"
+        _execute_one(name, staging, parameters, out, implementation, timeout, None, label, cache, _file(reached, name))
+        seconds[name] = round(time.perf_counter() - clock, 2)
     for fixture, (other_seed, other_batch) in fixtures.items():
         folder = staging / catalog.FIXTURE_DIR / fixture
         folder.mkdir(parents=True)

@@ -42,6 +42,7 @@ STEPS, SAVE_EVERY, TIMEOUT = 10, 3, 10.0  # 23 rows in batches of 7: 10 steps cr
 STOP_BOUND = 60.0  # seconds within which survivors must stop by themselves
 WORLDS = ((1, 4), (4, 1), (1, 2))  # drill 3: restored by these (processes, devices per process)
 NOTEBOOK_WORLDS = ((1, 4), (1, 2))  # the notebook's (make test's) reduced set: 4 processes on 2 cores is slow
+COMPILATION_CACHE = ".compilation-cache"  # in a series' work folder: the JAX cache its later groups share
 
 
 @dataclass
@@ -55,10 +56,22 @@ class Context:
     reference: dict
     steps: int = STEPS  # every group of the series trains this many steps
     save_every: int = SAVE_EVERY
+    shares_compiled: bool = False  # a series of `begin`: its groups share a compilation cache (`cache`)
+
+    @property
+    def cache(self) -> str | None:
+        """The compilation cache the series' groups share: a program one group compiled, a later one loads.
+
+        The groups whose step times show compilation (the uninterrupted group, the save-cost pair) pass
+        `cache=None` and compile everything themselves. `finish` and `discard` remove it with the series.
+        None for a bare `context` (every group compiles alone; nothing is left in its folder).
+        """
+        return os.path.join(self.out, COMPILATION_CACHE) if self.shares_compiled else None
 
     def supervise(self, name: str, **kw) -> dict:
         """A supervised run under out/name (its checkpoints in out/name/shared) with this context's parameters."""
         kw.setdefault("save_every", self.save_every)
+        kw.setdefault("cache", self.cache)
         kw.setdefault("shared", os.path.join(self.out, name, "shared"))
         return group_supervisor.supervise(
             os.path.join(self.out, name, "supervised"),
@@ -219,7 +232,7 @@ def kill_during_step(ctx: Context, victim: int = 1, step: int = 7) -> dict:
 def uninterrupted(ctx: Context) -> dict:
     """The 2x2 group with no fault: same IDs, losses and weights as the single-process control."""
     shared = os.path.join(ctx.out, "0-uninterrupted", "shared")
-    outcome = ctx.launch("0-uninterrupted/group", shared)
+    outcome = ctx.launch("0-uninterrupted/group", shared, cache=None)  # its step times show the compiling steps
     compared = {pid: control.compare(r, ctx.reference) for pid, r in outcome["reports"].items()}
     return {
         "world_sizes": [outcome["world"]],
@@ -366,7 +379,7 @@ def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEO
     elif temporary:
         work = tempfile.mkdtemp(prefix="shardlab-drills-")
     ctx = context(os.path.abspath(work), seed, batch_size, timeout)
-    ctx.temporary = temporary
+    ctx.temporary, ctx.shares_compiled = temporary, True
     return ctx
 
 
@@ -403,6 +416,8 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
     text = json.dumps(result, default=str).replace(ctx.out, "drills" if keep else "<temporary drills folder>")
     result = json.loads(text)
     write_json(os.path.join(out_dir, "drills.json"), result)
+    if ctx.cache:
+        shutil.rmtree(ctx.cache, ignore_errors=True)  # compiled programs, never evidence
     if not keep and getattr(ctx, "temporary", False):
         shutil.rmtree(ctx.out, ignore_errors=True)
     return result
@@ -410,6 +425,8 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
 
 def discard(ctx: Context) -> None:
     """Remove a temporary work folder of `begin` without writing a drills.json (a series that only measures)."""
+    if ctx.cache:
+        shutil.rmtree(ctx.cache, ignore_errors=True)
     if getattr(ctx, "temporary", False):
         shutil.rmtree(ctx.out, ignore_errors=True)
 

@@ -213,7 +213,8 @@ def _run_attempt(job: dict, k: int, fault: dict | None, resume: str, port: int, 
         skip=f"{skip['rank']}:{skip['step']}" if skip else None,
     )
     launched, exits = time.time(), {}
-    procs, logs = launcher.start(folder, args, job["processes"], job["local_devices"], job["launch"], port)
+    where = (job["processes"], job["local_devices"], job["launch"], port, job["cache"])
+    procs, logs = launcher.start(folder, args, *where)
     try:
         if job["on_start"]:
             job["on_start"](k, port, resume, procs)
@@ -321,6 +322,7 @@ def supervise(
     settle: float = 0.0,
     on_start=None,
     on_attempt=None,
+    cache: str | None = None,
 ) -> dict:
     """Run the group to completion through failures; return (and write out/supervisor.json) every attempt.
 
@@ -330,13 +332,15 @@ def supervise(
     relaunch resumes from the newest complete step. `settle`: seconds the other processes may take to
     stop by themselves after a failure, before the teardown. `on_start(k, port, resume, procs)` and
     `on_attempt(record)` are called as each attempt starts and ends (the command line prints them).
+    `cache`: a JAX compilation cache folder every attempt's processes share (launcher.environment); None:
+    each process compiles its programs itself.
     """
     out, shared = os.path.abspath(os.fspath(out)), os.path.abspath(os.fspath(shared))
     os.makedirs(out, exist_ok=False)
     options = dict(steps=steps, save_every=save_every, seed=seed, batch_size=batch_size, timeout=timeout,
                    async_save=async_save, keep=keep, migrate=migrate)  # fmt: skip
     job = dict(out=out, shared=shared, processes=processes, local_devices=local_devices, launch=launch, skip=skip,
-               on_start=on_start, options=options, limit=90 + 6 * timeout)  # fmt: skip
+               on_start=on_start, options=options, limit=90 + 6 * timeout, cache=cache)  # fmt: skip
     began = time.time()
     attempts, failures, error = _attempts(job, faults, budget, resume, settle, on_attempt)
     result = {

@@ -28,8 +28,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def environment(port: int, processes: int, process_id: int, local_devices: int, launch: str = "explicit") -> dict:
+# JAX's persistent compilation cache, as jax.config reads it from the environment when a controller starts.
+CACHE_VARIABLES = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the controller's programs compile in well under a second
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+
+
+def environment(
+    port: int, processes: int, process_id: int, local_devices: int, launch: str = "explicit", cache: str | None = None
+) -> dict:
     """A controller's environment for one of runtime.LAUNCHES, always on loopback.
+
+    `cache`: a folder for JAX's persistent compilation cache that the groups of one drill series
+    share (process 0 writes an entry once it compiled a program, later groups load it instead of
+    compiling again); None: every process compiles. A cache folder in the caller's own environment
+    is never inherited, so a group compiles or not as its caller decides.
 
     'explicit' names the coordinator, the count and this id. 'slurm' sets only what a SLURM step
     would (job id, node list, task count, task id, local id), plus JAX_COORDINATOR_PORT, JAX's own
@@ -42,7 +56,10 @@ def environment(port: int, processes: int, process_id: int, local_devices: int, 
         raise LaunchError(f"launch must be one of {list(runtime.LAUNCHES)}, not {launch!r}")
     drop = ("SHARDLAB_", "SLURM_", "JAX_COORDINATOR", "PMI_", "OMPI_", "PMIX_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.pop("MPLBACKEND", None)
+    for name in ("MPLBACKEND", "JAX_COMPILATION_CACHE_DIR", *CACHE_VARIABLES):
+        env.pop(name, None)
+    if cache is not None:
+        env.update({"JAX_COMPILATION_CACHE_DIR": os.fspath(cache), **CACHE_VARIABLES})
     env.update({runtime.LOCAL_DEVICES: str(local_devices), runtime.LAUNCH: launch})
     env.update({"JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
     if launch == "explicit":
@@ -161,8 +178,12 @@ def progress(out: str, pid: int) -> list[dict]:
     return events
 
 
-def start(out: str, args: list, processes: int, local_devices: int, launch: str, port: int) -> tuple[dict, list]:
+def start(
+    out: str, args: list, processes: int, local_devices: int, launch: str, port: int, cache: str | None = None
+) -> tuple[dict, list]:
     """Start one group running the controller program with `args`; return ({id: process}, open logs).
+
+    `cache`: the compilation cache folder the group's processes share (see `environment`), or None.
 
     Every process leads its own process group (killed as a whole at teardown). Under 'mpirun' one
     mpiexec starts every rank, and each id maps to an MpiRank view of that one launcher.
@@ -170,12 +191,12 @@ def start(out: str, args: list, processes: int, local_devices: int, launch: str,
     if launch == "mpirun":
         command = [mpiexec(), "-n", str(processes), sys.executable, *PROGRAM, *args]
         log = open(os.path.join(out, MPI_LOG), "w")
-        group = _popen(command, environment(port, processes, 0, local_devices, launch), log)
+        group = _popen(command, environment(port, processes, 0, local_devices, launch, cache), log)
         return {pid: MpiRank(group, pid, out) for pid in range(processes)}, [log]
     procs, logs = {}, []
     for pid in range(processes):
         logs.append(open(os.path.join(out, f"process_{pid}.log"), "w"))
-        env = environment(port, processes, pid, local_devices, launch)
+        env = environment(port, processes, pid, local_devices, launch, cache)
         procs[pid] = _popen([sys.executable, *PROGRAM, *args], env, logs[-1])
     return procs, logs
 
