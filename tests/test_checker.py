@@ -892,12 +892,27 @@ def test_the_hidden_ulp_edit_moves_one_element_one_ulp_that_numpy_prints_alike()
     from shardlab.checker import properties
     from shardlab.core.fixtures import Dataset
 
+    def printed(array):
+        return np.array2string(array, threshold=array.size + 1)
+
     rng = np.random.default_rng(5)
-    data = Dataset(rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=40).astype(np.float32))
-    for part in ("features", "targets"):
-        edited = properties._hidden_ulp(data, part, 7)
-        before, after = getattr(data, part), getattr(edited, part)
-        changed = np.flatnonzero(before != after)
-        assert len(changed) == 1 and after.flat[changed[0]] == np.nextafter(before.flat[changed[0]], np.float32(9))
-        assert np.array2string(before, threshold=before.size + 1) == np.array2string(after, threshold=after.size + 1)
-    assert properties._hidden_ulp(Dataset(np.float32([[1.0]]), np.float32([1.0])), "targets", 0) is None
+    own = Dataset(rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=40).astype(np.float32))
+    one = Dataset(np.float32([[1.0]]), np.float32([-1.5]))  # no element of its own hides its ulp
+    assert all(printed(np.nextafter(a, np.float32(9))) != printed(a) for a in one)
+    for data in (own, one, Dataset(np.float32([[2.5, -9.0]]), np.float32([0.0]))):
+        for part in ("features", "targets"):
+            for start in range(getattr(data, part).size):
+                first, second = properties._hidden_ulp(data, part, start)
+                before, after = getattr(first, part), getattr(second, part)
+                changed = np.flatnonzero(before != after)
+                assert len(changed) == 1
+                assert after.flat[changed[0]] == np.nextafter(before.flat[changed[0]], np.float32(9))
+                assert printed(before) == printed(after)  # NumPy prints both alike, fixed notation kept
+                assert "e" not in printed(before)
+                moved = np.flatnonzero(before != getattr(data, part))  # the first dataset: the data, or one element set
+                assert len(moved) <= 1 and (first is data) == (len(moved) == 0)
+                other = "targets" if part == "features" else "features"
+                assert np.array_equal(getattr(first, other), getattr(data, other))
+    assert properties._hidden_ulp(own, "features", 0)[0] is own  # the data's own hidden ulp comes first
+    # data too large for fixed notation to hide an ulp (NumPy would print exponents): nothing is drawn
+    assert properties._hidden_ulp(Dataset(np.float32([[1e3]]), np.float32([1.0])), "features", 0) is None

@@ -102,7 +102,24 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
 
 
 def shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, int]:
-    """(smallest failing case found, its miss, tries): one parameter at a time, the boldest step first."""
+    """(smallest failing case found, its miss, tries): one parameter at a time, the boldest step first.
+
+    When the failing case names the inputs it ignored (`Miss.labels`), each try asks about those inputs only
+    (`properties.focused`), and the smallest case found is asked about every input once more: its verdict is
+    the full property's, and the tries skip what the case already passed (the contract search's large fixture).
+    """
+    if not getattr(miss, "labels", ()):
+        return _shrink(ctx, prop, case, miss)
+    ctx.focus = set(miss.labels)
+    try:
+        case, miss, tries = _shrink(ctx, prop, case, miss)
+    finally:
+        ctx.focus = None
+    whole = _attempt(ctx, prop, case)
+    return case, whole if whole is not None else miss, tries + 1
+
+
+def _shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, int]:
     tries, improved = 0, True
     while improved and tries < SHRINK_TRIES:
         improved = False
