@@ -779,6 +779,16 @@ def test_every_search_that_gives_a_mesh_meets_meshes_that_are_not_a_prefix():
         assert any(p != tuple(range(len(p))) for p in held), (name, held)  # some mesh is not jax.devices()[:k]
 
 
+def test_every_restore_search_visits_each_path_form_and_save_point():
+    from shardlab.checker import search
+
+    prop = search.PROPERTIES["restore_damage"]
+    for seed in range(48):
+        cases = search.cases_for(prop, seed, prop.cases)
+        assert {c.path for c in cases} == {"bare", "nested", "other", "home"}, seed  # "~/runs/..." included
+        assert {c.save_at for c in cases} == {"start", "end", "mid"}, seed
+
+
 def test_the_structure_space_holds_every_same_size_shape_and_every_ruled_out_dtype():
     """The rule: weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d
     integers. Every other shape of the same size is in each field's space, and every form in it breaks the rule

@@ -53,7 +53,8 @@ def scratch_home(scratch: list) -> dict:
         return {}
     home = os.path.join(scratch[0], HOME)
     os.makedirs(home, mode=0o700, exist_ok=True)
-    return {"HOME": home}
+    # the compilation cache stays the one the real home gives (compile_cache.folder reads HOME): named here
+    return {"HOME": home, compile_cache.ENV: os.environ.get(compile_cache.ENV) or compile_cache.folder() or "off"}
 
 
 def warm(scratch: list | None = None, lazy: bool = False) -> "forkserver.Server | None":
@@ -87,7 +88,8 @@ def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list, f
     command += ["--poison", json.dumps(poisoned)]
     cwd = scratch[0] if scratch else None
     base = new_hash_seed(environment(box, scratch)) if fresh else environment(box, scratch)
-    base.update(scratch_home(scratch))
+    home = scratch_home(scratch)
+    base = {**home, **base, **{k: v for k, v in home.items() if k == "HOME"}}  # a cache the environment names stays
     try:
         process = None
         if box is None and not fresh:
