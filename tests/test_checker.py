@@ -87,6 +87,7 @@ MISTAKES = {
         "step_follows_the_mesh_it_was_made_for",
         ["the step made for the mesh of devices [3]", "never by its device count"],
     ),
+    "gradient_squeezed": (2, "random_step_update", ["a shape mistake, not a wrong value", "grad of shape ()"]),
     "loss_as_numpy_float32": (
         2,
         "results_are_host_values",
@@ -280,6 +281,9 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["alike at 8 printed digits", "no rounding", "rows=1, batch=1, devices=1"],
     ),
+    "contract_hashes_the_buffer": (3, "random_contract_tells_apart", ["not C-contiguous", "in contract"]),
+    "save_moves_into_the_folder": (3, "random_restore_damage", ["save returned 'checkpoint.npz'", "os.chdir"]),
+    "save_expands_home": (3, "random_restore_damage", ["expanded '~'", "use the path exactly as given"]),
     "restore_finite_by_magnitude": (
         3,
         "random_restore_damage",
@@ -485,6 +489,7 @@ SLOW_MISTAKES = {
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
     "restore_pops_the_contract",
+    *("gradient_squeezed", "contract_hashes_the_buffer", "save_moves_into_the_folder", "save_expands_home"),
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss
     *("next_batch_reads_data_fields", "contract_names_the_process", "contract_hashes_a_str", "loss_expanded_square"),
     *("step_replicates_inputs", "drop_remainder"),

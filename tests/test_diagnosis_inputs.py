@@ -518,7 +518,7 @@ def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_suc
 
 def test_a_step_cached_by_mesh_shape_is_named_as_a_step_of_another_mesh():
     """Two one-device meshes hold other devices; the planted make_step gives the second the first one's step."""
-    spec = "broken/step_cache_keyed_by_mesh_shape.py"
+    spec = "broken/step_cached_by_device_count.py"
     module = implementation.load(str(HERE / spec))
     import jax
     from jax.sharding import Mesh
