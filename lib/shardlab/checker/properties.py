@@ -1240,12 +1240,20 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     try:
         returned = called(ctx, "save", path, state, contract)
     except Exception as exc:
+        home = os.path.join(ctx.workdir, HOME)
+        expanded = path.startswith("~") and any(h in str(exc) for h in (home, os.path.realpath(home)))
         raise Miss(
             "the checkpoint saved",
             _learner_error(exc),
-            f"save of a valid state at step {at} ({case.path} path, file name {case.file_name!r}) failed -> save "
-            "must work for a bare file name, nested folders and another file system: write the temporary file in "
-            "the target's own folder",
+            f"save of a valid state at step {at} ({case.path} path, file name {case.file_name!r}) failed -> "
+            + (
+                f"it failed in the home folder ({home!r}, this run's stand-in for $HOME), not at the path given "
+                f"({path!r}, relative, through a folder named '~'): save expanded '~' (os.path.expanduser), which "
+                "the caller never asked for -> use the path exactly as given" + formulas.mark("exact-path")
+                if expanded
+                else "save must work for a bare file name, nested folders and another file system: write the "
+                "temporary file in the target's own folder"
+            ),
         ) from exc
     written = os.path.exists(path)
     spelt = isinstance(returned, (str, os.PathLike))
