@@ -87,6 +87,7 @@ MISTAKES = {
         "step_follows_the_mesh_it_was_made_for",
         ["the step made for the mesh of devices [3]", "never by its device count"],
     ),
+    "gradient_squeezed": (2, "random_step_update", ["a shape mistake, not a wrong value", "grad of shape ()"]),
     "loss_as_numpy_float32": (
         2,
         "results_are_host_values",
@@ -280,6 +281,9 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["alike at 8 printed digits", "no rounding", "rows=1, batch=1, devices=1"],
     ),
+    "contract_hashes_the_buffer": (3, "random_contract_tells_apart", ["not C-contiguous", "in contract"]),
+    "save_moves_into_the_folder": (3, "random_restore_damage", ["save returned 'checkpoint.npz'", "os.chdir"]),
+    "save_expands_home": (3, "random_restore_damage", ["expanded '~'", "use the path exactly as given"]),
     "restore_finite_by_magnitude": (
         3,
         "random_restore_damage",
@@ -485,6 +489,7 @@ SLOW_MISTAKES = {
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
     "restore_pops_the_contract",
+    *("gradient_squeezed", "contract_hashes_the_buffer", "save_moves_into_the_folder", "save_expands_home"),
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss
     *("next_batch_reads_data_fields", "contract_names_the_process", "contract_hashes_a_str", "loss_expanded_square"),
     *("step_replicates_inputs", "drop_remainder"),
@@ -779,6 +784,16 @@ def test_every_search_that_gives_a_mesh_meets_meshes_that_are_not_a_prefix():
         assert any(p != tuple(range(len(p))) for p in held), (name, held)  # some mesh is not jax.devices()[:k]
 
 
+def test_every_restore_search_visits_each_path_form_and_save_point():
+    from shardlab.checker import search
+
+    prop = search.PROPERTIES["restore_damage"]
+    for seed in range(48):
+        cases = search.cases_for(prop, seed, prop.cases)
+        assert {c.path for c in cases} == {"bare", "nested", "other", "home"}, seed  # "~/runs/..." included
+        assert {c.save_at for c in cases} == {"start", "end", "mid"}, seed
+
+
 def test_the_structure_space_holds_every_same_size_shape_and_every_ruled_out_dtype():
     """The rule: weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d
     integers. Every other shape of the same size is in each field's space, and every form in it breaks the rule
@@ -892,12 +907,27 @@ def test_the_hidden_ulp_edit_moves_one_element_one_ulp_that_numpy_prints_alike()
     from shardlab.checker import properties
     from shardlab.core.fixtures import Dataset
 
+    def printed(array):
+        return np.array2string(array, threshold=array.size + 1)
+
     rng = np.random.default_rng(5)
-    data = Dataset(rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=40).astype(np.float32))
-    for part in ("features", "targets"):
-        edited = properties._hidden_ulp(data, part, 7)
-        before, after = getattr(data, part), getattr(edited, part)
-        changed = np.flatnonzero(before != after)
-        assert len(changed) == 1 and after.flat[changed[0]] == np.nextafter(before.flat[changed[0]], np.float32(9))
-        assert np.array2string(before, threshold=before.size + 1) == np.array2string(after, threshold=after.size + 1)
-    assert properties._hidden_ulp(Dataset(np.float32([[1.0]]), np.float32([1.0])), "targets", 0) is None
+    own = Dataset(rng.normal(size=(40, 3)).astype(np.float32), rng.normal(size=40).astype(np.float32))
+    one = Dataset(np.float32([[1.0]]), np.float32([-1.5]))  # no element of its own hides its ulp
+    assert all(printed(np.nextafter(a, np.float32(9))) != printed(a) for a in one)
+    for data in (own, one, Dataset(np.float32([[2.5, -9.0]]), np.float32([0.0]))):
+        for part in ("features", "targets"):
+            for start in range(getattr(data, part).size):
+                first, second = properties._hidden_ulp(data, part, start)
+                before, after = getattr(first, part), getattr(second, part)
+                changed = np.flatnonzero(before != after)
+                assert len(changed) == 1
+                assert after.flat[changed[0]] == np.nextafter(before.flat[changed[0]], np.float32(9))
+                assert printed(before) == printed(after)  # NumPy prints both alike, fixed notation kept
+                assert "e" not in printed(before)
+                moved = np.flatnonzero(before != getattr(data, part))  # the first dataset: the data, or one element set
+                assert len(moved) <= 1 and (first is data) == (len(moved) == 0)
+                other = "targets" if part == "features" else "features"
+                assert np.array_equal(getattr(first, other), getattr(data, other))
+    assert properties._hidden_ulp(own, "features", 0)[0] is own  # the data's own hidden ulp comes first
+    # data too large for fixed notation to hide an ulp (NumPy would print exponents): nothing is drawn
+    assert properties._hidden_ulp(Dataset(np.float32([[1e3]]), np.float32([1.0])), "features", 0) is None

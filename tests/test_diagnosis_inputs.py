@@ -290,8 +290,9 @@ def test_a_gradient_summed_twice_is_named_with_its_factor_not_as_local_means():
             assert ruled_out not in text, (ruled_out, text)
     full = results["gradient_on_a_full_batch"]
     assert not full.passed
-    listed = full.diagnosis.split("most likely first: ")[-1]
-    assert listed.startswith("(1) it is 4 x the course's gradient") and named in listed, full.diagnosis
+    assert named in full.diagnosis and "(1)" not in full.diagnosis, full.diagnosis  # the one cause: no list
+    for ruled_out in ("local means", "local count", "padding counted", "momentum"):  # fit the even split only
+        assert ruled_out not in full.diagnosis, (ruled_out, full.diagnosis)
 
 
 def test_a_save_that_removes_a_live_savers_temporary_is_named_as_such():
@@ -420,3 +421,114 @@ def test_stage_four_names_momentum_in_the_gradients_place_and_a_step_without_low
         assert not result.passed and named in result.diagnosis, result.diagnosis
         assert "the implementation raised" not in result.diagnosis, result.diagnosis
     assert "returned a function without .lower()" in results["compiled_step_lowers_and_compiles"].diagnosis
+
+
+def test_a_squeezed_gradient_is_named_as_a_shape_mistake_not_as_a_factor():
+    """With one feature the planted step's gradient is a 0-d scalar of the right value: only its shape is wrong."""
+    spec = "broken/gradient_squeezed.py"
+    module = implementation.load(str(HERE / spec))
+    mesh, data = make_mesh(1), data_for(Case(rows=1, features=1))
+    x, y = data.features.astype(np.float64), data.targets.astype(np.float64)
+    host = (data.features, data.targets, np.ones(1, np.float32), np.zeros(1, np.float32), np.zeros(1, np.float32))
+    _, _, _, grad = module.make_step(mesh)(*host)
+    assert np.shape(grad) == () and np.shape(host[3]) == (1,)  # the fault: the weights' axis is gone
+    np.testing.assert_allclose(float(grad), (2 * x.T @ (x @ [0.0] - y))[0], rtol=1e-5)  # the value is right
+
+    result = _run(spec, 2, {"random_step_update"})["random_step_update"]
+    assert not result.passed
+    for phrase in ("a shape mistake, not a wrong value", "grad of shape ()", "the weights' shape (1,)", "features=1"):
+        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    for ruled_out in ("constant factor", "1 x the NumPy"):
+        assert ruled_out not in result.diagnosis, (ruled_out, result.diagnosis)
+
+
+def test_a_contract_that_hashes_the_buffer_is_named_with_the_data_not_in_c_order():
+    """The planted contract raises on valid float32 data that is not C-contiguous and works on a C-ordered copy."""
+    spec = "broken/contract_hashes_the_buffer.py"
+    module = implementation.load(str(HERE / spec))
+    data, config = teaching_fixture(), Config()
+    view = Dataset(data.features[:, :-1], data.targets)
+    assert not view.features.flags.c_contiguous
+    module.contract(Dataset(np.ascontiguousarray(view.features), view.targets), config)  # the same values: fine
+    with pytest.raises((ValueError, BufferError)):
+        module.contract(view, config)  # the fault: the layout alone makes it raise
+    reference.contract(view, config)  # the course's contract takes any layout
+
+    result = _run(spec, 3, {"random_contract_tells_apart"})["random_contract_tells_apart"]
+    assert not result.passed
+    for phrase in ("in contract", "not C-contiguous", "whatever its memory layout"):
+        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    shown = result.expected["minimal case"]  # the report's case has the fixture's own shape, as the prose says
+    assert (shown["rows"], shown["features"]) == (23, 8) and "23 row(s) x 8 feature(s)" in result.diagnosis
+
+
+def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():
+    """The planted save writes the right file but returns its bare name and leaves its caller in another folder."""
+    spec = "broken/save_moves_into_the_folder.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh, here = teaching_fixture(), make_mesh(4), os.getcwd()
+    state = reference.initial(17, data, mesh)
+    with tempfile.TemporaryDirectory() as folder:
+        os.makedirs(os.path.join(folder, "run"))
+        path = os.path.join(folder, "run", "checkpoint.npz")
+        try:
+            returned = module.save(path, state, reference.contract(data, Config()))
+            moved = os.getcwd()
+        finally:
+            os.chdir(here)
+        assert os.path.exists(path) and returned == "checkpoint.npz"  # the file is right, the returned name is not
+        assert moved == os.path.realpath(os.path.join(folder, "run")) != here  # and the caller was moved
+
+    result = _run(spec, 3, {"random_restore_damage"})["random_restore_damage"]
+    assert not result.passed
+    for phrase in ("save returned 'checkpoint.npz'", "os.chdir", "never change the working folder"):
+        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    assert "np.savez appends" not in result.diagnosis  # the name has its suffix: ruled out
+
+
+def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_such():
+    """`save("~/runs/x")` must write at that relative path; the planted save expands '~'. The checker's worker runs
+    with a HOME inside the run's scratch folder, so the planted file never writes into the real home."""
+    spec = "broken/save_expands_home.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh, here = teaching_fixture(), make_mesh(4), os.getcwd()
+    state = reference.initial(17, data, mesh)
+    real_home = os.path.expanduser("~")
+    before = set(os.listdir(real_home))
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as home:
+        os.makedirs(os.path.join(folder, "~", "runs"))
+        old = os.environ.get("HOME")
+        os.environ["HOME"] = home
+        try:
+            os.chdir(folder)
+            returned = module.save(os.path.join("~", "runs", "c.npz"), state, reference.contract(data, Config()))
+        finally:
+            os.chdir(here)
+            os.environ["HOME"] = old if old is not None else real_home
+        assert not os.path.exists(os.path.join(folder, "~", "runs", "c.npz"))  # the fault: not at the path given
+        assert os.path.exists(os.path.join(home, "runs", "c.npz")) and returned.startswith(home)
+
+    result = _run(spec, 3, {"random_restore_damage"})["random_restore_damage"]
+    assert not result.passed
+    for phrase in ("expanded '~'", "use the path exactly as given", "home path"):
+        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    assert "np.savez appends" not in result.diagnosis
+    assert set(os.listdir(real_home)) == before  # nothing written into the real home
+
+
+def test_a_step_cached_by_mesh_shape_is_named_as_a_step_of_another_mesh():
+    """Two one-device meshes hold other devices; the planted make_step gives the second the first one's step."""
+    spec = "broken/step_cached_by_device_count.py"
+    module = implementation.load(str(HERE / spec))
+    import jax
+    from jax.sharding import Mesh
+
+    first, second = (Mesh(np.array([jax.devices()[i]]), ("data",)) for i in (3, 0))
+    assert module.make_step(first) is module.make_step(second)  # the fault: one step for two meshes
+    assert reference.make_step(first) is not reference.make_step(second)
+
+    result = _run(spec, 3, {"random_restore_damage"})["random_restore_damage"]
+    assert not result.passed
+    for phrase in ("gave a step that runs on other devices", "a cache keyed by mesh.shape"):
+        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    assert "a mesh of its own making" not in result.diagnosis  # the checker placed the inputs: ruled out

@@ -58,6 +58,7 @@ class Context:
     cache: dict = field(default_factory=dict)  # work several checks share (a trained state, a compiled step)
     fresh: object = None  # () -> (implementation, hello) of the run's shared new interpreter (Fresh); None: own
     other_fs: str | None = None  # a scratch folder on another file system than workdir (None: there is none)
+    focus: set | None = None  # while a shrink runs: the inputs its failing case ignored (properties.focused)
 
 
 VERDICTS = "verdicts"  # ctx.cache key: check name -> passed?, for the checks this run has finished

@@ -32,7 +32,8 @@ class Case:
     decay: float = DECAY
     fixture: str = ""
     save_at: str = "mid"  # where a checkpoint is taken: "start" (step 0), "end" (an epoch's last batch), "mid"
-    path: str = "nested"  # how the save path is spelt: "bare" (cwd), "nested" folders, "other" file system
+    path: str = "nested"  # how the save path is spelt: "bare" (cwd), "nested" folders, "other" file system,
+    # "home": relative, through a folder named "~" (the exact path given, never the home folder)
     compiled: bool = True  # make_step(..., compiled=...): the jitted step or the bare mapped body
     data_form: str = "dataset"  # how data is passed: the course's Dataset, a plain tuple, or non-contiguous views
     file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
@@ -46,7 +47,10 @@ class Case:
 
     def call(self, check: str, spec: str, parameters) -> str:
         """The one line that reproduces this case (its `parameters` that differ from the defaults) in a cell."""
-        fields = {k: v for k, v in asdict(self).items() if k in parameters and v != getattr(Case, k)}
+        unused = ("rows", "features") if self.fixture else ()  # a fixture has its own shape
+        fields = {
+            k: v for k, v in asdict(self).items() if k in parameters and v != getattr(Case, k) and k not in unused
+        }
         text = ", ".join(f"{k}={v!r}" for k, v in fields.items())
         return f'check_case("{spec}", "{check}"{", " if text else ""}{text})'
 
@@ -96,7 +100,7 @@ CONTENTS = (
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),
-    "path": ("bare", "nested", "other"),
+    "path": ("bare", "nested", "other", "home"),
     "compiled": (True, False),
     "data_form": ("dataset", "tuple", "views"),
     "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),

@@ -43,6 +43,20 @@ def environment(box, scratch: list) -> dict:
     return env
 
 
+HOME = "home"  # the worker's home folder, inside the run's scratch folder
+
+
+def scratch_home(scratch: list) -> dict:
+    """HOME for the learner's code: a folder of the run's scratch area (made here), never the real home. A save
+    that expands a path starting with "~" then writes there, where the checks see it, and nowhere else."""
+    if not scratch:
+        return {}
+    home = os.path.join(scratch[0], HOME)
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    # the compilation cache stays the one the real home gives (compile_cache.folder reads HOME): named here
+    return {"HOME": home, compile_cache.ENV: os.environ.get(compile_cache.ENV) or compile_cache.folder() or "off"}
+
+
 def warm(scratch: list | None = None, lazy: bool = False) -> "forkserver.Server | None":
     """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on.
 
@@ -74,6 +88,8 @@ def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list, f
     command += ["--poison", json.dumps(poisoned)]
     cwd = scratch[0] if scratch else None
     base = new_hash_seed(environment(box, scratch)) if fresh else environment(box, scratch)
+    home = scratch_home(scratch)
+    base = {**home, **base, **{k: v for k, v in home.items() if k == "HOME"}}  # a cache the environment names stays
     try:
         process = None
         if box is None and not fresh:

@@ -33,6 +33,7 @@ from shardlab.checker.common import (
     snapshot,
 )
 from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
+from shardlab.checker.early import HOME
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
 from shardlab.core.config import DECAY, LEARNING_RATE, Config
@@ -49,9 +50,17 @@ BATCH_SPECS = {"features": P(AXIS, None), "targets": P(AXIS), "mask": P(AXIS)}
 class Miss(Exception):
     """Where one case leaves the oracle: what was expected, what was observed, and why."""
 
-    def __init__(self, expected, observed, why: str):
+    def __init__(self, expected, observed, why: str, labels: tuple = ()):
         super().__init__(why)
         self.expected, self.observed, self.why = expected, observed, why
+        self.labels = labels  # the inputs a property found ignored: what a shrink needs to ask again (`focused`)
+
+
+def focused(ctx, label: str) -> bool:
+    """Whether a property asks about input `label` on this case: every input, except while a shrink asks only
+    about the inputs the failing case was found to ignore (`search.shrink`; the minimal case is asked in full)."""
+    focus = getattr(ctx, "focus", None)
+    return focus is None or label in focus
 
 
 def need(ok: bool, expected, observed, why: str) -> None:
@@ -130,6 +139,36 @@ def step_of(ctx, case: Case, compiled: bool = True):
         mesh = mesh_of(ctx, case.devices, case.layout)
         ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay, compiled=compiled)
     return ctx.cache[key]
+
+
+def foreign_step(ctx, case: Case) -> str | None:
+    """Why arrays on different devices met, when the step is at fault: the step make_step gave for the case's
+    mesh, called by the checker on inputs the checker placed on that mesh (one zero row per device), raises
+    the same error, so the step runs on other devices than the mesh it was made for. None when it does not (the
+    arrays a learner's function placed are then at fault). Asked only after such a failure."""
+    rows, width = case.devices, case.shape()[1]
+    mesh = mesh_of(ctx, case.devices, case.layout)
+    inputs = (np.zeros((rows, width), np.float32), np.zeros(rows, np.float32), np.ones(rows, np.float32))
+    for compiled in (True, False):
+        key = ("search step", case.devices, case.layout, case.learning_rate, case.decay, compiled)
+        if key not in ctx.cache:
+            continue
+        try:
+            ctx.cache[key](*placed(mesh, *inputs, np.zeros(width), np.zeros(width)))
+        except (Miss, NotImplementedError):
+            raise
+        except Exception as exc:
+            if "incompatible devices" in str(exc) or "different devices" in str(exc):
+                positions = list(mesh_positions(case.layout, case.devices))
+                return (
+                    f"make_step(mesh) for a mesh of jax.devices() {positions} gave a step that runs on other "
+                    "devices: called on inputs placed on that very mesh, it raised that its computation and its "
+                    "arguments are on different devices. The step belongs to another mesh: one kept from an earlier "
+                    "make_step call for a mesh of the same shape (a cache keyed by mesh.shape, mesh.size or the "
+                    "device count: two meshes of one shape can hold other devices) -> build the step for the mesh "
+                    "each call is given, or key a cache on the mesh itself" + formulas.mark("any-mesh")
+                )
+    return None
 
 
 def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
@@ -246,12 +285,17 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
     )
 
 
+OTHER_ROWS = 23  # the row count of the data of another shape a walk's second initial is given
+
+
 def sampler_walk(ctx, case: Case) -> None:
     """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     state = initial_checked(ctx, case, data, mesh, "next_batch")
-    # the same seed with data of another shape, in the same process: the state follows the data of each call
-    other = replace(case, fixture="", rows=rows + 1, features=case.shape()[1] + 1)
+    # the same seed with data of another shape, in the same process: the state follows the data of each call.
+    # Another row count and width, always the teaching fixture's 23 rows (24 when the case has 23): a permutation
+    # compiled for one row count serves every case, where rows + 1 compiled a second program per case
+    other = replace(case, fixture="", rows=OTHER_ROWS + (rows == OTHER_ROWS), features=case.shape()[1] + 1)
     initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)
@@ -398,13 +442,14 @@ def step_update(ctx, case: Case) -> None:
     bound = rounding_bounds(*finite, before["weights"], before["momentum"], case.learning_rate, case.decay)
     if case.contents == "exact data":  # no rounding to allow for beyond the course's tolerance
         bound = {name: 0.0 for name in bound}
+    which = "" if case.compiled else "the un-jitted step (compiled=False): "
+    _output_shapes(case, {"weights": weights, "momentum": momentum, "loss": loss, "grad": grad}, which)
     got = {
         "weights": np.asarray(weights),
         "momentum": np.asarray(momentum),
         "loss": float(loss),
         "grad": np.asarray(grad),
     }
-    which = "" if case.compiled else "the un-jitted step (compiled=False): "
     if case.contents in FILLS and not all(oracle.finite(got[k]) for k in got):
         raise Miss(
             {"weights": w, "momentum": v, "loss": want_loss, "grad": want_grad},
@@ -516,6 +561,29 @@ def _follows(built: Case, got: dict, which: str) -> None:
         before = {"weights": np.zeros(width), "momentum": np.ones(width)}
         cause = _update_cause(before, got, {"grad": np.zeros(width)}, built)
         raise Miss({"weights": w, "momentum": v}, got, which + cause)
+
+
+def _output_shapes(case: Case, outputs: dict, which: str) -> None:
+    """A Miss unless new weights, momentum and gradient have the weights' shape (d,) and the loss is 0-d. Judged
+    before any value: a value of the wrong shape is a shape mistake (a squeeze drops the axis of one feature),
+    never a factor in the formula."""
+    width = case.shape()[1]
+    want = {"weights": (width,), "momentum": (width,), "grad": (width,), "loss": ()}
+    shapes = {name: tuple(np.shape(value)) for name, value in outputs.items()}
+    wrong = {name: shape for name, shape in shapes.items() if shape != want[name]}
+    if wrong:
+        raise Miss(
+            {name: want[name] for name in wrong},
+            wrong,
+            f"{which}the step returned {', '.join(f'{n} of shape {s}' for n, s in wrong.items())} for {width} "
+            f"feature(s): a shape mistake, not a wrong value -> the gradient, new weights and new momentum have the "
+            f"weights' shape ({width},) and the loss is a 0-d scalar"
+            + (
+                " (a squeeze, or an index or sum over the feature axis, drops that axis when there is one feature)"
+                if width == 1
+                else ""
+            ),
+        )
 
 
 def _gaps(case: Case, got: dict, want: tuple, bound: dict, mask, which: str) -> None:
@@ -661,18 +729,61 @@ def _ulp(data: Dataset, part: str, position: int) -> Dataset:
     return Dataset(features, targets)
 
 
-def _hidden_ulp(data: Dataset, part: str, start: int) -> Dataset | None:
-    """The data with one element moved up one float32 ulp where 8 decimal places (or 8 significant digits), the
-    precision NumPy prints an array with, show both values alike: a contract built from printed numbers keeps
-    its value. The first such element from `start` on; None if the array holds none."""
+def _alike(x: float, y: float) -> bool:
+    """Whether 8 decimal places or 8 significant digits (the precision NumPy prints an array with) show x, y alike."""
+    return f"{x:.8f}" == f"{y:.8f}" or f"{x:.8g}" == f"{y:.8g}"
+
+
+HIDDEN_SCAN = 64  # float32 values tried upwards from the first magnitude that hides an ulp (boundaries ~10 apart)
+
+
+def _fixed_from(array: np.ndarray) -> float:
+    """The smallest magnitude at which NumPy still prints `array` in fixed notation (at least 1e-4 and at least
+    a thousandth of its largest magnitude; below either it prints exponents, which show an ulp), with a margin."""
+    largest = float(np.max(np.abs(array[np.isfinite(array)]), initial=0.0))
+    return 2 * max(1e-4, largest / 1000)
+
+
+def _hidden_value(array: np.ndarray, sign: float) -> np.float32 | None:
+    """A float32 of `sign` whose next float32 up prints alike at 8 decimal places, of a magnitude at which NumPy
+    keeps printing `array` in fixed notation: found directly, in at most HIDDEN_SCAN steps (None if none)."""
+    low = _fixed_from(array)
+    if low > 2.0**-5:  # above 1/32 an ulp of float32 reaches 1e-8 and 8 decimal places show it
+        return None
+    value = np.float32(max(low, 2.0**-7) * sign)  # ulp 2^-30 ~ 9e-10: inside one 1e-8 printing step mostly
+    for _ in range(HIDDEN_SCAN):
+        up = np.nextafter(value, np.float32(np.inf))
+        if _alike(float(value), float(up)):
+            return value
+        value = up
+    return None
+
+
+def _hidden_ulp(data: Dataset, part: str, start: int) -> tuple[Dataset, Dataset] | None:
+    """Two datasets that differ in one element of `part` by one float32 ulp where 8 decimal places (or 8
+    significant digits), the precision NumPy prints an array with, show both values alike: a contract built
+    from printed numbers gives both the same value. The element is the first from `start` on whose own ulp is
+    hidden (at a magnitude NumPy prints in fixed notation), and the first dataset is then `data` itself. When
+    the data hold none (small data of magnitude ~1 rarely do), element `start` is first set to a value whose
+    ulp is hidden (`_hidden_value`), so every case draws the edit. None only for data too large for fixed
+    notation to hide any ulp."""
     array = data.features if part == "features" else data.targets
     flat = array.reshape(-1)
-    up = np.nextafter(flat, np.float32(np.inf))
-    for index in np.roll(np.arange(flat.size), -(start % max(flat.size, 1))):
+    if not flat.size:
+        return None
+    up, low = np.nextafter(flat, np.float32(np.inf)), _fixed_from(array)
+    for index in np.roll(np.arange(flat.size), -(start % flat.size)):
         x, y = float(flat[index]), float(up[index])
-        if np.isfinite(y) and (f"{x:.8f}" == f"{y:.8f}" or f"{x:.8g}" == f"{y:.8g}"):
-            return _ulp(data, part, int(index))
-    return None
+        if np.isfinite(y) and min(abs(x), abs(y)) >= low and _alike(x, y):
+            return data, _ulp(data, part, int(index))
+    index = start % flat.size
+    value = _hidden_value(array, -1.0 if flat[index] < 0 else 1.0)
+    if value is None:
+        return None
+    features, targets = data.features.copy(), data.targets.copy()
+    (features if part == "features" else targets).flat[index] = value
+    moved = Dataset(features, targets)
+    return moved, _ulp(moved, part, index)
 
 
 def _swapped(data: Dataset) -> Dataset | None:
@@ -759,11 +870,6 @@ def contract_variants(case: Case) -> dict:
         ),
         "one ulp of one feature": (_ulp(data, "features", int(rng.integers(rows * width))), _config(case)),
         "one ulp of one target": (_ulp(data, "targets", int(rng.integers(rows))), _config(case)),
-        **{
-            f"one ulp of one {part[:-1]}, alike at 8 printed digits": (hidden, _config(case))
-            for part in ("features", "targets")
-            if (hidden := _hidden_ulp(data, part, int(rng.integers(rows * width)))) is not None
-        },
         "every feature + 1": (Dataset(data.features + np.float32(1), data.targets), _config(case)),
         "every target + 1": (Dataset(data.features, data.targets + np.float32(1)), _config(case)),
         **_merged(case),
@@ -882,21 +988,69 @@ def magnitude_pairs(case: Case) -> list[tuple[str, Config, Config]]:
     return pairs
 
 
+INPUT_NOTE = "on the input "  # how a property names, on a learner's exception, the input it was called with
+
+
+def _layout(data) -> str:
+    """The arrays of `data` that are not laid out in C order, in words ('' if every one is)."""
+    found = []
+    for name, array in zip(("features", "targets"), data):
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:
+            kind = "Fortran order" if array.flags.f_contiguous else "a strided view"
+            found.append(f"{name} of shape {array.shape} not C-contiguous ({kind})")
+    return "; ".join(found)
+
+
+def contract_of(ctx, case: Case, data, config, what: str):
+    """The learner's contract of `data`; an exception it raises is noted with the input it was given (`what`, and
+    any array not in C order: valid data of another memory layout), which `search._attempt` adds to its verdict."""
+    given_data = given(case, data)
+    try:
+        return called(ctx, "contract", given_data, config)
+    except (Miss, NotImplementedError):
+        raise
+    except Exception as exc:
+        layout = _layout(given_data)
+        exc.add_note(
+            f"{INPUT_NOTE}{what!r}"
+            + (
+                f": {layout} -> any (features, targets) pair of float32 arrays is valid data, whatever its memory "
+                "layout: read its values (np.ascontiguousarray before hashing the bytes), never its buffer as it lies"
+                if layout
+                else ""
+            )
+        )
+        raise
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
-    data = data_for(case)
-    base = called(ctx, "contract", given(case, data), _config(case))
+    data, (rows, width) = data_for(case), case.shape()
+    base = contract_of(ctx, case, data, _config(case), "the case's data")
     need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
-    bases = {"large": called(ctx, "contract", given(case, timing_fixture()), _config(case))}
-    ignored = []
-    for what, (other, config) in contract_variants(case).items():
+    variants, bases, ignored = contract_variants(case), {}, []
+    if any(what.startswith("large") and focused(ctx, what) for what in variants):
+        bases["large"] = contract_of(ctx, case, timing_fixture(), _config(case), "the 1,023 x 64 fixture")
+    for what, (other, config) in variants.items():
         reference = bases["large"] if what.startswith("large") else base
-        if called(ctx, "contract", given(case, other), config) == reference:
+        if focused(ctx, what) and contract_of(ctx, case, other, config, what) == reference:
             ignored.append(what)
-    for what, first, second in magnitude_pairs(case):
-        if called(ctx, "contract", given(case, data), first) == called(ctx, "contract", given(case, data), second):
+    for part in ("features", "targets"):  # each pair's first dataset may itself differ from the case's data
+        what = f"one ulp of one {part[:-1]}, alike at 8 printed digits"
+        pair = _hidden_ulp(data, part, int(np.random.default_rng([case.seed, 7]).integers(rows * width)))
+        if pair is not None and focused(ctx, what):
+            first = base if pair[0] is data else contract_of(ctx, case, pair[0], _config(case), what)
+            if contract_of(ctx, case, pair[1], _config(case), what) == first:
+                ignored.append(what)
+    asked = {}  # label -> what a shrink asks again: a pair's values move with the case, its place does not
+    for number, (what, first, second) in enumerate(magnitude_pairs(case)):
+        asked[what] = f"float32 neighbours {number}"
+        if focused(ctx, asked[what]) and called(ctx, "contract", given(case, data), first) == called(
+            ctx, "contract", given(case, data), second
+        ):
             ignored.append(what)
     bits, paths = _data_bits(ctx, case, base, data)
     need(
@@ -908,18 +1062,19 @@ def contract_tells_apart(ctx, case: Case) -> None:
         "datasets (the birthday bound) -> pin the data with a full sha256 hex digest of every data byte"
         + formulas.mark("contract-pins"),
     )
-    need(
-        not ignored,
-        "a different contract for each changed input",
-        f"equal for {ignored}",
-        f"the contract ignores {ignored} -> pin the exact values (no rounding), each input in an entry of its own "
-        "(numbers written side by side or added up merge two experiments), and a hash of every data byte together "
-        "with the arrays' shapes and dtypes"
-        + formulas.mark(
-            *(["contract-exact"] if any(w.startswith(("learning rate", "decay")) for w in ignored) else []),
-            *(["contract-pins"] if any(not w.startswith(("learning rate", "decay")) for w in ignored) else []),
-        ),
-    )
+    if ignored:
+        raise Miss(
+            "a different contract for each changed input",
+            f"equal for {ignored}",
+            f"the contract ignores {ignored} -> pin the exact values (no rounding), each input in an entry of its own "
+            "(numbers written side by side or added up merge two experiments), and a hash of every data byte together "
+            "with the arrays' shapes and dtypes"
+            + formulas.mark(
+                *(["contract-exact"] if any(w.startswith(("learning rate", "decay")) for w in ignored) else []),
+                *(["contract-pins"] if any(not w.startswith(("learning rate", "decay")) for w in ignored) else []),
+            ),
+            tuple(asked.get(what, what) for what in ignored),
+        )
 
 
 def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
@@ -928,6 +1083,9 @@ def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
         return case.file_name, folder
     if case.path == "other":
         return os.path.join(folder, case.file_name), None
+    if case.path == "home":  # a relative path whose first folder is named "~": no shell expands it, nor may save
+        os.makedirs(os.path.join(folder, "~", "runs"))
+        return os.path.join("~", "runs", case.file_name), folder
     os.makedirs(os.path.join(folder, "stored", "seed", "step"))
     os.symlink("stored", os.path.join(folder, "runs"))  # the nested folders are reached through a link
     return os.path.join(folder, "runs", "seed", "step", case.file_name), None
@@ -1047,18 +1205,55 @@ def _learner_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> str:
+    """Why save's file or returned path is not the path given, from what is on disk and what it returned. `home` is
+    the HOME the learner's code runs with (the run's scratch area: a "~" it expands lands there)."""
+    expanded = os.path.join(home, os.path.relpath(path, "~")) if path.startswith("~" + os.sep) else None
+    if not written and expanded and os.path.exists(expanded):
+        return (
+            f"path: the path given starts with a folder named '~' and is relative to the working folder, but the file "
+            f"went to the home folder ({expanded!r}, this run's stand-in for $HOME): save expanded '~' "
+            "(os.path.expanduser), which the caller never asked for -> use the path exactly as given"
+        )
+    if written and spelt and not os.path.isabs(os.fspath(returned)):
+        named = os.fspath(returned)
+        return (
+            f"path: the file is at that path, but save returned {named!r}, a relative path that names it only from "
+            + (
+                "its own folder (a save that moves into the folder, os.chdir, and writes the bare file name there "
+                "also moves its caller's working folder)"
+                if os.path.basename(path) == os.path.basename(named)
+                else "another working folder"
+            )
+            + " -> never change the working folder; write and return the path argument itself"
+        )
+    if written:
+        return f"path: the file is at that path, but save returned {returned!r} -> return the path argument itself"
+    if os.path.exists(path + ".npz"):
+        return "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file"
+    return "path: no file is at that path (what the folder holds is shown) -> write exactly there"
+
+
 def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> dict:
     """The learner's save of a valid state at `path`, exactly there, and its restore of that file."""
     cursor, rows = int(state["cursor"]), case.shape()[0]
     try:
         returned = called(ctx, "save", path, state, contract)
     except Exception as exc:
+        home = os.path.join(ctx.workdir, HOME)
+        expanded = path.startswith("~") and any(h in str(exc) for h in (home, os.path.realpath(home)))
         raise Miss(
             "the checkpoint saved",
             _learner_error(exc),
-            f"save of a valid state at step {at} ({case.path} path, file name {case.file_name!r}) failed -> save "
-            "must work for a bare file name, nested folders and another file system: write the temporary file in "
-            "the target's own folder",
+            f"save of a valid state at step {at} ({case.path} path, file name {case.file_name!r}) failed -> "
+            + (
+                f"it failed in the home folder ({home!r}, this run's stand-in for $HOME), not at the path given "
+                f"({path!r}, relative, through a folder named '~'): save expanded '~' (os.path.expanduser), which "
+                "the caller never asked for -> use the path exactly as given" + formulas.mark("exact-path")
+                if expanded
+                else "save must work for a bare file name, nested folders and another file system: write the "
+                "temporary file in the target's own folder"
+            ),
         ) from exc
     written = os.path.exists(path)
     spelt = isinstance(returned, (str, os.PathLike))
@@ -1073,7 +1268,7 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
             "resolves links such as this case's linked folder, and the caller asked for the link) -> return the "
             "path argument itself"
             if respelt
-            else "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file"
+            else _misplaced(path, returned, written, spelt, os.path.join(ctx.workdir, HOME))
         )
         + formulas.mark("exact-path"),
     )

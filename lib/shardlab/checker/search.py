@@ -11,6 +11,7 @@ case) and the one line that reproduces it in a notebook cell:
     check_case("my_model.py", "sampler_walk", rows=1, batch=1, devices=1)
 """
 
+import os
 import tempfile
 import types
 from dataclasses import asdict, dataclass, replace
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 import shardlab.checker.diagnoses as diagnoses
+import shardlab.checker.early as launching
 import shardlab.checker.properties as properties
 from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
@@ -68,7 +70,7 @@ PROPERTIES = {  # one row per randomised check: its name, stage, property, param
     )
 }
 SAVE_FORMS = ("start", "end", "mid")  # every restore search visits each save point and each path form first
-PATH_FORMS = ("bare", "nested", "other")
+PATH_FORMS = ("bare", "nested", "other", "home")
 COMPILED_FORMS = (False, *[True] * 6)  # one un-jitted step in seven (eager dispatch costs seconds per case); seven,
 # not eight, so that over search seeds the un-jitted step meets every one of the eight contents (which cycle by 8)
 DATA_FORMS = ("dataset", "tuple")  # every search passes the course's Dataset and a plain tuple in turn
@@ -91,10 +93,15 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
         raise
     except Exception as exc:
         form = " (data is any (features, targets) pair: unpack it, features, targets = data)"
+        devices = "incompatible devices" in str(exc) or "different devices" in str(exc)
+        cause = properties.foreign_step(ctx, case) if devices else None
+        if cause:
+            return Miss("no exception", f"{type(exc).__name__}: {exc}"[:300], cause)
         return Miss(
             "no exception",
             f"{type(exc).__name__}: {exc}"[:300],
             f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
+            + "".join(f", {n}" for n in getattr(exc, "__notes__", ()) if str(n).startswith(properties.INPUT_NOTE))
             + diagnoses.explain(exc, raised_where(exc))
             + (form if isinstance(exc, AttributeError) and case.data_form == "tuple" else ""),
         )
@@ -102,7 +109,24 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
 
 
 def shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, int]:
-    """(smallest failing case found, its miss, tries): one parameter at a time, the boldest step first."""
+    """(smallest failing case found, its miss, tries): one parameter at a time, the boldest step first.
+
+    When the failing case names the inputs it ignored (`Miss.labels`), each try asks about those inputs only
+    (`properties.focused`), and the smallest case found is asked about every input once more: its verdict is
+    the full property's, and the tries skip what the case already passed (the contract search's large fixture).
+    """
+    if not getattr(miss, "labels", ()):
+        return _shrink(ctx, prop, case, miss)
+    ctx.focus = set(miss.labels)
+    try:
+        case, miss, tries = _shrink(ctx, prop, case, miss)
+    finally:
+        ctx.focus = None
+    whole = _attempt(ctx, prop, case)
+    return case, whole if whole is not None else miss, tries + 1
+
+
+def _shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, int]:
     tries, improved = 0, True
     while improved and tries < SHRINK_TRIES:
         improved = False
@@ -136,7 +160,7 @@ def _forms(prop: Property, number: int) -> dict:
     data form in turn, so consecutive cases visit every form and each search seed starts at another."""
     forms = {
         "save_at": SAVE_FORMS[number % 3],
-        "path": PATH_FORMS[(number // 3 + number) % 3],
+        "path": PATH_FORMS[number % 4],  # with save_at's number % 3: every pairing in 12 numbers, 4 forms in 4
         "compiled": COMPILED_FORMS[number % len(COMPILED_FORMS)],
         "data_form": DATA_FORMS[number % 2],
         "file_name": FILE_NAMES[(number // 3 * 2 + number + 2) % 3],
@@ -155,13 +179,22 @@ def run_property(ctx, prop: Property):
             continue
         minimal, miss, tries = shrink(ctx, prop, case, miss)
         again = minimal.call(prop.name, _spec(ctx), prop.parameters)
+        shown = _shown(minimal)
         raise CheckFailed(
-            plain({"minimal case": asdict(minimal), "expected": miss.expected}),
-            plain({"minimal case": asdict(minimal), "observed": miss.observed}),
+            plain({"minimal case": shown, "expected": miss.expected}),
+            plain({"minimal case": shown, "observed": miss.observed}),
             f"{miss.why}. Minimal case (search seed {ctx.search_seed}, case {number} of {count}, shrunk in {tries} "
             f"tries): {_shape(minimal, prop)}; reproduce in a cell: {again}",
         )
     return f"{count} cases from the domain (search seed {ctx.search_seed})", "all as the oracle says"
+
+
+def _shown(case: Case) -> dict:
+    """The case's fields as the report shows them: a fixture's own rows and features, not the unused defaults."""
+    fields = asdict(case)
+    if case.fixture:
+        fields["rows"], fields["features"] = case.shape()
+    return fields
 
 
 def _shape(case: Case, prop: Property) -> str:
@@ -243,7 +276,14 @@ def check_case(implementation: str, check: str, **fields) -> dict:
     with tempfile.TemporaryDirectory(prefix="shardlab-case-") as workdir:
         ctx = Context(types.SimpleNamespace(), implementation, teaching_fixture(), make_mesh(4), workdir)
         ctx.impl, case = impl, Case(**fields)
-        miss = _attempt(ctx, PROPERTIES[check], case)
+        home, os.environ["HOME"] = os.environ.get("HOME"), launching.scratch_home([workdir])["HOME"]
+        try:  # as in a check run: a "~" the code expands lands in the scratch folder, never the real home
+            miss = _attempt(ctx, PROPERTIES[check], case)
+        finally:
+            if home is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = home
     verdict = {"case": asdict(case), "passed": miss is None}
     if miss is None:
         print(f"PASS  {check}  {_shape(case, PROPERTIES[check])}")
