@@ -88,6 +88,7 @@ MISTAKES = {
         ["the step made for the mesh of devices [3]", "never by its device count"],
     ),
     "gradient_squeezed": (2, "random_step_update", ["a shape mistake, not a wrong value", "grad of shape ()"]),
+    "learning_rate_through_float16": (2, "consecutive_updates", ["update 2 diverges", "w <- w - 0.02999"]),
     "loss_as_numpy_float32": (
         2,
         "results_are_host_values",
@@ -490,6 +491,7 @@ SLOW_MISTAKES = {
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
     "restore_pops_the_contract",
     *("gradient_squeezed", "contract_hashes_the_buffer", "save_moves_into_the_folder", "save_expands_home"),
+    "learning_rate_through_float16",
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss
     *("next_batch_reads_data_fields", "contract_names_the_process", "contract_hashes_a_str", "loss_expanded_square"),
     *("step_replicates_inputs", "drop_remainder"),

@@ -532,3 +532,15 @@ def test_a_step_cached_by_mesh_shape_is_named_as_a_step_of_another_mesh():
     for phrase in ("gave a step that runs on other devices", "a cache keyed by mesh.shape"):
         assert phrase in result.diagnosis, (phrase, result.diagnosis)
     assert "a mesh of its own making" not in result.diagnosis  # the checker placed the inputs: ruled out
+
+
+def test_a_learning_rate_kept_in_half_precision_is_judged_as_an_update_not_as_the_implementation_raising():
+    """The gradient each update takes is right for the weights it is given; only the step's size is off, so the
+    four-update check names the update (a fitted learning rate), never an exception of its own making."""
+    rounded = float(np.float16(0.03))
+    assert abs(rounded - 0.03) / 0.03 > 1e-5 > abs(float(np.float32(0.03)) - 0.03) / 0.03  # far above float32's
+    result = _run("broken/learning_rate_through_float16.py", 2, {"consecutive_updates"})["consecutive_updates"]
+    assert not result.passed
+    assert "raised" not in result.diagnosis and "TypeError" not in result.observed, result.diagnosis
+    assert "update 2 diverges" in result.diagnosis, result.diagnosis
+    assert "it follows v <- 0.8*v + 1*g, w <- w - 0.02999" in result.diagnosis, result.diagnosis  # told from 0.03

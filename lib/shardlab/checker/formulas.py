@@ -368,8 +368,20 @@ def update_cause(
     )
 
 
+def _apart(value: float, course: float) -> str:
+    """`value` with three significant digits, or, where it is further from the course's `course` than float32
+    rounding and a fit's noise (a relative 1e-5), as many more (up to eight) as tell the two apart."""
+    if abs(value - course) <= 1e-5 * abs(course):
+        return f"{value:.3g}"
+    for digits in range(3, 9):
+        if f"{value:.{digits}g}" != f"{course:.{digits}g}":
+            return f"{value:.{digits}g}"
+    return f"{value:.3g}"
+
+
 def fitted_update(previous: dict, grad, got: dict) -> str:
-    """The update the outputs follow, v <- a*v + b*g and w <- w - lr*v, fitted from the observed numbers."""
+    """The update the outputs follow, v <- a*v + b*g and w <- w - lr*v, fitted from the observed numbers; each
+    coefficient is printed with the digits that tell it from the course's (a learning rate of 0.0299988 is not 0.03)."""
     v_prev, w_prev = np.asarray(previous["momentum"], np.float64), np.asarray(previous["weights"], np.float64)
     v_new, w_new = np.asarray(got["momentum"], np.float64), np.asarray(got["weights"], np.float64)
     g = np.asarray(grad, np.float64)
@@ -381,11 +393,11 @@ def fitted_update(previous: dict, grad, got: dict) -> str:
             text += f" (the averaging form v <- {DECAY}*v + {1 - DECAY:.1f}*g; the course adds the whole gradient)"
     else:
         (a, b), *_ = np.linalg.lstsq(np.stack([v_prev, g], axis=1), v_new, rcond=None)
-        text = f"v <- {a:.3g}*v + {b:.3g}*g"
+        text = f"v <- {_apart(a, DECAY)}*v + {_apart(b, 1.0)}*g"
         for devices in (2, 4):
             if abs(a - devices * DECAY) < 1e-3:
                 text += f" ({a:.3g} = {devices} devices x {DECAY}: the decay was applied on every device before a psum)"
-    return f"{text}, w <- w - {lr:.3g}*v"
+    return f"{text}, w <- w - {_apart(lr, LEARNING_RATE)}*v"
 
 
 def update_causes(previous: dict, grad, learning_rate: float, decay: float, devices: int) -> tuple:

@@ -250,15 +250,16 @@ def consecutive_updates(ctx):
             why = "only the reported loss differs (weights, momentum and gradient are right): " + (
                 formula or "no known loss mistake fits its value" + see(ctx, "loss_on_full_and_tail_batches")
             )
-        elif "grad" in wrong:
-            why = formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
+        elif "grad" in wrong and (
+            cause := formulas.update_cause(given, grad, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
+        ):
             formula = formulas.explain_gradient(grad, *batch, given["weights"], mesh.size)
-            why += f" ({formula})" if formula else ""
+            why = cause + (f" ({formula})" if formula else "")
         else:
             previous = expected[number - 2] if number > 1 else {"weights": _weights(width), "momentum": np.zeros(width)}
             fitted = formulas.explain_update(previous, want["grad"], got, LEARNING_RATE, DECAY, mesh.size)
             head = (
-                f"gradient right but update {number} diverges -> momentum"
+                f"gradient right but update {number} diverges -> momentum or learning rate"
                 if number > 1
                 else ("gradient right but the first update is wrong")
             )
