@@ -20,7 +20,7 @@ from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.seal as seal
-from shardlab.checker.supervise import REPORT
+from shardlab.checker.watch import REPORT
 from shardlab.core import files
 
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take

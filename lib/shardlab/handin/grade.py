@@ -35,7 +35,7 @@ from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.seal as seal
-import shardlab.checker.supervise as supervise
+import shardlab.checker.watch as watch
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
@@ -245,7 +245,7 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             verdict = {"timeout": "timeout", "output": "output cap"}[outcome.stopped]
             row.update(verdict=verdict, passed=0, diagnosis=f"{why[outcome.stopped]}; no report, so no check counts")
             cut = True
-        elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
+        elif failed and watch.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
         elif seen := _course_code(stage, reaches, own_failures, reached.get(str(stage)), course):
