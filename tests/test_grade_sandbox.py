@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO
 
 import shardlab.checker.sandbox as sandbox
+from shardlab import process_group
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.errors import ConfigError
 from shardlab.handin import autograder, grade, platforms
@@ -74,7 +75,7 @@ def test_every_descendant_dies_with_the_sandbox(tmp_path):
     _wait_for(flag)
     time.sleep(0.5)
     assert _holding(token), "the double-forked, setsid, signal-ignoring grandchild runs before the kill"
-    sandbox.kill(process)
+    process_group.kill(process)
     assert not _gone(token), "no descendant outlives the sandbox"
 
 
