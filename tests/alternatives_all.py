@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import results, session_folder
+from course_records import read_reached_folder
 from test_alternatives_run import (
     BROKEN,
     CORRECT,
@@ -39,7 +40,6 @@ from test_checker import RANDOMISED, check_cli, judged_at
 from test_claims import check_claims
 
 from shardlab.checker import cli
-from shardlab.course import execute as runner
 from shardlab.learner import implementation
 from shardlab.learner.implementation import API
 
@@ -91,7 +91,7 @@ def reference_run(tmp_path_factory) -> Path:
             out = run_learner_stages(
                 "reference", shared / "receipts", reached=shared / "reached", cache=compiled(tmp_path_factory)
             )
-            reached = runner.read_reached(shared / "reached")
+            reached = read_reached_folder(shared / "reached")
             sources = dict.fromkeys(learner_notebooks(), out)
             record_run(runs_made(tmp_path_factory), "reference", digests("reference"), reached, sources)
             status.write_text(json.dumps({"out": str(out), "reached": {k: sorted(v) for k, v in reached.items()}}))
@@ -172,7 +172,7 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
     running = [name for name in learner_notebooks() if name not in shared]
     cache = compiled(tmp_path_factory)
     found = run_learner_stages(spec, tmp_path / "run", running, reached=tmp_path / "reached", cache=cache)
-    reached = {**{name: set(base["reached"][name]) for name in shared}, **runner.read_reached(tmp_path / "reached")}
+    reached = {**{name: set(base["reached"][name]) for name in shared}, **read_reached_folder(tmp_path / "reached")}
     sources = {**{name: base["sources"][name] for name in shared}, **dict.fromkeys(running, found)}
     merged = merged_run(found, sources, tmp_path / "merged")
     for notebook in learner_notebooks():  # every sentence the run chose is true of this run's own values

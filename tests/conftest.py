@@ -15,6 +15,7 @@ from pathlib import Path
 import budget
 import nbformat
 import pytest
+from course_records import from_notebook
 
 import shardlab as sl
 from shardlab.course import execute as runner
@@ -213,7 +214,7 @@ def executed(run_dir, name):
 
 def results(run_dir, name):
     """Results recorded in the executed notebook's outputs, cross-checked with the results file."""
-    found = record.from_notebook(executed(run_dir, name))
+    found = from_notebook(executed(run_dir, name))
     assert found == record.load(run_dir, name), f"{name}: notebook outputs and results file disagree"
     return found
 

@@ -21,6 +21,7 @@ import jax
 import nbformat
 import numpy as np
 import pytest
+from course_records import read_reached
 
 from shardlab.checker import cli, course_cells, reuse
 from shardlab.course import catalog
@@ -477,7 +478,7 @@ def test_a_loaded_implementation_records_each_function_looked_up_once(tmp_path, 
     impl = implementation_loader.load(str(mine))
     assert impl.make_step and impl.make_step and impl.save and impl.__name__ == "learner_implementation"
     assert sorted(record.read_text().split()) == ["make_step", "save"]
-    assert implementation_loader.read_reached(record) == {"make_step", "save"}
+    assert read_reached(record) == {"make_step", "save"}
     assert implementation_loader.REACHED_ENV not in early.environment(None, [])
     assert implementation_loader.REACHED_ENV not in runner.kernel_environment(None)  # never inherited by a kernel
     assert runner.kernel_environment(None, tmp_path / "k.txt")[implementation_loader.REACHED_ENV] == str(

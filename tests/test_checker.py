@@ -642,7 +642,7 @@ HOSTILE = {  # body of a learner's `initial` -> what the verdict for it must say
 @pytest.mark.slow  # a supervised interpreter per case; the loop waits out its bound
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_untrusted_code_gets_a_named_verdict_within_the_bound(tmp_path, capfd, kind):
-    from shardlab.checker import supervise
+    from shardlab.checker import watch
 
     body, verdict = HOSTILE[kind]
     spec = tmp_path / f"{kind}.py"
@@ -655,7 +655,7 @@ def test_untrusted_code_gets_a_named_verdict_within_the_bound(tmp_path, capfd, k
     # before the supervisor, polling every 50 ms, sees the memory or the log pass its bound, however loaded the
     # machine; a 2 s bound for the others keeps the loop's test short.
     seconds = 60 if kind in ("memory", "shout") else 2
-    bounds = supervise.Bounds(seconds, memory_bytes=300 * 1024**2, output_bytes=200_000, total_seconds=240)
+    bounds = watch.Bounds(seconds, memory_bytes=300 * 1024**2, output_bytes=200_000, total_seconds=240)
     out = tmp_path / "out"
     args = Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)
     assert runner.main(args) == 1

@@ -1,7 +1,8 @@
 """Every sentence a notebook states about a measured value is true of the run that printed it.
 
-The notebooks choose such sentences with shardlab.course.claims.say, which records each claim with
-the results keys its values came from. Here every recorded claim of the course run is re-checked:
+The notebooks choose such sentences with shardlab.course.claims.choose (directly or through the
+table in shardlab.course.sentences), and their closing cell records each claim with the results keys
+its values came from. Here every recorded claim of the course run is re-checked:
 each value is looked up under its key in the notebook's results file (so the sentence rests on the
 number the notebook recorded, not on a copy), the relation is evaluated again, and the printed text
 must be the sentence for that outcome. Planted false claims show the check can fail.
@@ -97,25 +98,6 @@ def test_a_planted_false_claim_is_found():
     assert flagged == ["copied_value", "no_such_key", "says_slower", "wrong_text"], problems
 
 
-def test_say_records_what_it_printed(tmp_path):
-    from shardlab.course import results as record
-
-    record.emit(str(tmp_path), "nb", "async_ms", 12.0, shown=False)
-    record.emit(str(tmp_path), "nb", "sync_ms", 10.0, shown=False)
-    text = claims.say(
-        str(tmp_path),
-        "nb",
-        "faster",
-        "a < b",
-        {"a": ("async_ms", 12.0), "b": ("sync_ms", 10.0)},
-        true="faster ({a:.1f} < {b:.1f})",
-        false="not faster ({a:.1f} >= {b:.1f})",
-    )
-    assert text == "not faster (12.0 >= 10.0)"
-    found = record.load(str(tmp_path), "nb")
-    assert found[claims.CLAIMS]["faster"]["holds"] is False and not check_claims(found)
-
-
 def test_choose_keeps_the_wording_in_the_cell_and_record_files_it_with_its_keys(tmp_path):
     from shardlab.course import results as record
 
@@ -142,12 +124,20 @@ def test_every_claim_of_the_course_run_is_true(run_dir, name):
     assert not problems, f"{name}: " + "; ".join(problems)
 
 
-def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_path):
-    from shardlab.course import results as record
+def _filed(out_dir: str, notebook: str, names, fill=None, **values) -> str:
+    """What a lesson cell and its closing record cell do together: choose a table sentence, then file it."""
     from shardlab.course import sentences
 
+    text = sentences.chosen_first(notebook, names, fill, **values)
+    sentences.record(out_dir, notebook, partial=True)
+    return text
+
+
+def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_path):
+    from shardlab.course import results as record
+
     record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x2": {"max_weight_diff": 0.0}}})
-    text = sentences.state(str(tmp_path), "stage5a_protocol", "world_change_<world>_match", {"world": "1x2"}, d=0.0)
+    text = _filed(str(tmp_path), "stage5a_protocol", ["world_change_<world>_match"], {"world": "1x2"}, d=0.0)
     assert text == "bit for bit"
     found = record.load(str(tmp_path), "stage5a_protocol")
     claim = found[claims.CLAIMS]["world_change_1x2_match"]
@@ -155,9 +145,9 @@ def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_pa
     found["world_change"]["runs"]["1x2"]["max_weight_diff"] = 1e-7  # the recorded value no longer says "bit for bit"
     assert check_claims(found)
     with pytest.raises(UsageError, match="missing"):
-        sentences.state(str(tmp_path), "stage5a_protocol", "skip_stop_time", d=1.0)
+        _filed(str(tmp_path), "stage5a_protocol", ["skip_stop_time"], d=1.0)
     with pytest.raises(UsageError, match="no sentence"):
-        sentences.state(str(tmp_path), "stage5a_protocol", "faster")
+        _filed(str(tmp_path), "stage5a_protocol", ["faster"])
 
 
 def test_every_sentence_of_the_table_names_a_value_for_each_name_its_relation_uses():
@@ -178,13 +168,12 @@ def test_every_sentence_of_the_table_names_a_value_for_each_name_its_relation_us
 
 
 def _said(tmp_path, notebook: str, recorded: dict, names, fill=None, **values) -> tuple[str, dict]:
-    """The sentence `sentences.first` picks for `values`, recorded under the keys `recorded` holds, and the results."""
+    """The sentence chosen for `values` and filed (values recorded under the keys in `recorded`), and the results."""
     from shardlab.course import results as record
-    from shardlab.course import sentences
 
     for key, value in recorded.items():
         record.emit(str(tmp_path), notebook, key, value, shown=False)
-    text = sentences.first(str(tmp_path), notebook, names, fill, **values)
+    text = _filed(str(tmp_path), notebook, names, fill, **values)
     found = record.load(str(tmp_path), notebook)
     assert not check_claims(found), check_claims(found)
     return text, found

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO
 
 import shardlab.checker.sandbox as sandbox
+from shardlab import process_group
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.errors import ConfigError
 from shardlab.handin import autograder, grade, platforms
@@ -74,7 +75,7 @@ def test_every_descendant_dies_with_the_sandbox(tmp_path):
     _wait_for(flag)
     time.sleep(0.5)
     assert _holding(token), "the double-forked, setsid, signal-ignoring grandchild runs before the kill"
-    sandbox.kill(process)
+    process_group.kill(process)
     assert not _gone(token), "no descendant outlives the sandbox"
 
 
@@ -370,7 +371,7 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     """Memory is read from the sandboxed interpreter's host pid; a loop ignoring SIGALRM is stopped from outside."""
     from argparse import Namespace
 
-    from shardlab.checker import cli, supervise
+    from shardlab.checker import cli, watch
 
     body, verdict = SANDBOXED_HOSTILE[kind]
     spec = tmp_path / f"{kind}.py"
@@ -378,7 +379,7 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
         "import signal\n\nimport numpy as np\n\nfrom shardlab.learner.reference import *  # noqa\n\n\n"
         f"def initial(seed, data, mesh):\n{body}\n"
     )
-    bounds = supervise.Bounds(60 if kind == "memory" else 2, 300 * 1024**2, 200_000, 240, sandboxed=True)
+    bounds = watch.Bounds(60 if kind == "memory" else 2, 300 * 1024**2, 200_000, 240, sandboxed=True)
     out = tmp_path / "out"
     assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
     report = json.loads((out / cli.REPORT).read_text())
@@ -391,13 +392,13 @@ def test_the_supervisor_accepts_exactly_the_fields_of_a_result():
     """The progress channel's shape check names the same fields as the report's Result, no more, no fewer."""
     from dataclasses import MISSING, asdict, fields
 
-    from shardlab.checker import cli, supervise
+    from shardlab.checker import cli, watch
 
     declared = {f.name: f for f in fields(cli.Result)}
     optional = {n for n, f in declared.items() if f.default is not MISSING}
-    assert set(supervise.RESULT_OPTIONAL) == optional
-    assert set(supervise.RESULT_FIELDS) | set(supervise.RESULT_VALUES) == set(declared) - optional
+    assert set(watch.RESULT_OPTIONAL) == optional
+    assert set(watch.RESULT_FIELDS) | set(watch.RESULT_VALUES) == set(declared) - optional
     good = asdict(cli.Result("a_check", 1, True, 1, 1, "", 0.5))
-    assert supervise._shaped(good)
-    assert not supervise._shaped({**good, "extra": 1}) and not supervise._shaped({**good, "stage": "1"})
-    assert not supervise._shaped({k: v for k, v in good.items() if k != "observed"})
+    assert watch._shaped(good)
+    assert not watch._shaped({**good, "extra": 1}) and not watch._shaped({**good, "stage": "1"})
+    assert not watch._shaped({k: v for k, v in good.items() if k != "observed"})

@@ -224,6 +224,57 @@ def test_the_state_fields_are_written_down_once():
     assert homes == ["core/schema.py"], f"the six-field tuple is spelled out in {homes}; import it from core/schema.py"
 
 
+# One home per mechanism: the call that carries each mechanism, and the one module that may make it.
+# (qualifier, name): `os.killpg` or `from os import killpg`; a None qualifier matches the attribute on any object.
+MECHANISMS = {
+    ("os", "killpg"): "shardlab.process_group",  # a signal to a whole process group
+    ("tempfile", "mkstemp"): "shardlab.core.files",  # a temporary file, named by the one scheme
+    ("os", "O_NOFOLLOW"): "shardlab.core.files",  # a read that follows no link: the bounded read
+    ("os", "link"): "shardlab.core.files",  # exclusive publication of a new file
+    (None, "file_size"): "shardlab.core.files",  # a zip member's declared size, bounded before it is read
+    ("zipfile", "write"): "shardlab.io",  # a zip written (zipfile.ZipFile opened with "w", "a" or "x")
+}
+
+
+def mechanisms(tree: ast.Module) -> set[tuple]:
+    """The MECHANISMS keys whose call, attribute or import appears in `tree` (code only, never text in strings)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            owner = node.value.id if isinstance(node.value, ast.Name) else None
+            found |= {key for key in MECHANISMS if key[1] == node.attr and key[0] in (None, owner)}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {(node.module, a.name) for a in node.names if (node.module, a.name) in MECHANISMS}
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "ZipFile":
+            modes = [a for a in node.args[1:2]] + [k.value for k in node.keywords if k.arg == "mode"]
+            if any(isinstance(m, ast.Constant) and m.value in ("w", "a", "x") for m in modes):
+                found.add(("zipfile", "write"))
+    return found
+
+
+def test_each_mechanism_has_one_home():
+    modules, _ = graph()
+    uses = {name: mechanisms(parsed(path)) for name, path in modules.items()}
+    homes = {key: sorted(name for name, found in uses.items() if key in found) for key in MECHANISMS}
+    wrong = {f"{q or '*'}.{n}": found for (q, n), found in homes.items() if found != [MECHANISMS[(q, n)]]}
+    assert not wrong, f"a mechanism written outside its one home, or its home lost it: {wrong}; see MECHANISMS"
+
+
+def test_the_mechanism_check_finds_planted_second_homes():
+    planted = ast.parse(
+        "import os, zipfile\nfrom tempfile import mkstemp\n"
+        "def f(p, info):\n    os.killpg(1, 9)\n    fd = os.open(p, os.O_NOFOLLOW)\n"
+        "    zipfile.ZipFile(p, mode='w')\n    return info.file_size, 'os.link(a, b)'\n"
+    )
+    assert mechanisms(planted) == {
+        ("os", "killpg"),
+        ("tempfile", "mkstemp"),
+        ("os", "O_NOFOLLOW"),
+        (None, "file_size"),
+        ("zipfile", "write"),
+    }  # os.link inside a string is text, not a call
+
+
 def test_the_library_does_not_locate_the_checkout():
     offenders = [
         p.relative_to(PACKAGE).as_posix()

@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
+from shardlab.core.state import updated
 from shardlab.errors import ConfigError, EmptyBatchError
 from shardlab.perf import costmodel, device_sampler, fused, multistep, packed, resident, stats
 from shardlab.verify import oracle
@@ -36,7 +37,7 @@ def reference_run(data, seed, batch_size, steps):
 
 
 def stepwise_transitions(data, mesh, seed, batch_size, steps, step, transition=sl.transition, placed=None):
-    """`steps` transitions, one dispatch each: stage 2's, or `resident.transition` reading the `placed` dataset."""
+    """`steps` transitions, one dispatch each: stage 2's, or `resident_transition` reading the `placed` dataset."""
     state, losses, ids = sl.initial(seed, data, mesh), [], []
     for _ in range(steps):
         state, loss, batch_ids = transition(state, data if placed is None else placed, batch_size, step, mesh)
@@ -45,12 +46,26 @@ def stepwise_transitions(data, mesh, seed, batch_size, steps, step, transition=s
     return state, losses, ids
 
 
+def resident_transition(state, placed, batch_size, step, mesh):
+    """`sl.transition` with the dataset already on the devices: `resident.next_batch`, then the step."""
+    state, batch = resident.next_batch(state, placed, batch_size, mesh)
+    weights, momentum, loss, _ = step(*batch[:3], state["weights"], state["momentum"])
+    return updated(state, weights, momentum), float(loss), batch.ids
+
+
+def multistep_chunk(state, data, batch_size, k, run, mesh):
+    """K transitions in one dispatch: `multistep.prepare_many`, then the scanned step; (state, K losses, K ids)."""
+    state, placed, ids = multistep.prepare_many(state, data, batch_size, k, mesh)
+    weights, momentum, losses = run(*placed, state["weights"], state["momentum"])
+    return updated(state, weights, momentum, k), [float(loss) for loss in np.asarray(losses)], ids
+
+
 def multistep_transitions(data, mesh, seed, batch_size, steps, run, chunks=(2, 7)):
     """`steps` updates dispatched in uneven chunks (2 + 7 = 9), so the second straddles epochs."""
     assert sum(chunks) == steps
     state, losses, ids = sl.initial(seed, data, mesh), [], []
     for k in chunks:
-        state, chunk_losses, chunk_ids = multistep.transitions(state, data, batch_size, k, run, mesh)
+        state, chunk_losses, chunk_ids = multistep_chunk(state, data, batch_size, k, run, mesh)
         losses += chunk_losses
         ids += chunk_ids
     return state, losses, ids
@@ -63,7 +78,7 @@ def runs(data, mesh):
     plain, packed_step = sl.make_step(mesh), packed.make_packed_step(mesh)
     res, res_packed = resident.make_resident_step(mesh), resident.make_resident_step(mesh, packed=True)
     scan = multistep.make_multistep(mesh)
-    on_device = functools.partial(stepwise_transitions, data, mesh, transition=resident.transition, placed=placed)
+    on_device = functools.partial(stepwise_transitions, data, mesh, transition=resident_transition, placed=placed)
     return {
         "stage2": functools.cache(lambda seed, b: stepwise_transitions(data, mesh, seed, b, STEPS, plain)),
         "packed": lambda seed, b: stepwise_transitions(data, mesh, seed, b, STEPS, packed_step),
@@ -157,7 +172,7 @@ def test_sixteen_updates_in_one_dispatch_equal_sixteen_transitions(mesh):
     data = sl.timing_fixture()
     base, base_losses, base_ids = stepwise_transitions(data, mesh, 17, 7, 16, sl.make_step(mesh))
     run = multistep.make_multistep(mesh)
-    state, losses, ids = multistep.transitions(sl.initial(17, data, mesh), data, 7, 16, run, mesh)
+    state, losses, ids = multistep_chunk(sl.initial(17, data, mesh), data, 7, 16, run, mesh)
     for a, b in zip(ids, base_ids):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(losses, base_losses, rtol=1e-5, atol=1e-6)

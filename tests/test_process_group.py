@@ -102,3 +102,40 @@ def test_signal_reaches_the_whole_group_and_reports_a_group_that_ended():
     done.wait()
     assert process_group.signal(done, signal.SIGCONT) is False
     process_group.kill(done)
+
+
+def test_until_returns_the_reason_and_leaves_nothing_of_the_group_running():
+    process, grandchild = _spawn_parent()
+    asked = []
+
+    def stop():
+        asked.append(_running(grandchild))
+        return "over the bound" if len(asked) == 3 else None
+
+    try:
+        assert process_group.until(process, stop, 0.01) == "over the bound"
+        assert asked == [True, True, True]  # asked at each look until it gave a reason, the group running meanwhile
+        assert process.returncode == -9 and process not in process_group.LIVE
+        assert _ended([grandchild]), "the grandchild outlived the bounded wait"
+    finally:
+        process.stdout.close()
+
+
+def test_until_returns_none_for_a_child_that_ends_and_kills_the_group_when_the_test_raises():
+    done = process_group.spawn([sys.executable, "-c", "pass"])
+    assert process_group.until(done, lambda: None, 0.01) is None and done.returncode == 0
+    process, grandchild = _spawn_parent()
+
+    def refuse():
+        raise KeyboardInterrupt
+
+    try:
+        try:
+            process_group.until(process, refuse, 0.01)
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("until swallowed the exception its test raised")
+        assert process.returncode == -9 and _ended([grandchild])
+    finally:
+        process.stdout.close()

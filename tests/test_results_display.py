@@ -5,6 +5,7 @@ import re
 
 import IPython.display
 import nbformat
+from course_records import from_notebook
 
 from shardlab.course import results, show
 from shardlab.evidence import pages
@@ -43,7 +44,7 @@ def test_a_cell_of_hidden_records_has_no_output_area_on_its_page_and_keeps_its_r
     (cell,) = re.findall(r'<div [^>]*class="(jp-Cell jp-CodeCell[^"]*)"', body)
     assert "jp-mod-noOutputs" in cell and "celltag_record" in cell
     assert not re.search(r'class="[^"]*jp-OutputArea-child', body)
-    assert results.from_notebook(nb) == {"a": 1, "b": 1}  # the executed notebook still holds them
+    assert from_notebook(nb) == {"a": 1, "b": 1}  # the executed notebook still holds them
     shown = nbformat.v4.new_output("stream", text="visible line\n")
     body, _, _ = pages.notebook_html(_notebook([_hidden("a"), shown]))
     assert len(re.findall(r'class="[^"]*jp-OutputArea-child', body)) == 1 and "visible line" in body
@@ -81,7 +82,7 @@ def test_progress_lines_show_while_running_and_leave_only_the_hidden_form(monkey
     assert shown[1][0] == {"text/plain": "round 2/11 done"}  # seen while the cell runs
     last, meta = shown[-1]  # what the executed notebook keeps: no text, tagged to leave the page
     assert list(last) == [results.HIDDEN_MIME] and meta == {"tags": [results.HIDDEN_TAG]}
-    assert results.from_notebook(_notebook([nbformat.v4.new_output("display_data", data=last, metadata=meta)])) == {}
+    assert from_notebook(_notebook([nbformat.v4.new_output("display_data", data=last, metadata=meta)])) == {}
 
 
 def test_the_runner_moves_hidden_records_into_cell_metadata_and_drops_finished_progress(tmp_path):
@@ -95,10 +96,10 @@ def test_the_runner_moves_hidden_records_into_cell_metadata_and_drops_finished_p
     again = _hidden("a")
     again.metadata["value"] = 2  # a later record of the same name wins, as it does in the outputs
     nb = _notebook([finished, line, _hidden("a"), later, again, _hidden("b")])
-    before = results.from_notebook(nb)
+    before = from_notebook(nb)
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     stable.notebook(path)
     (cell,) = nbformat.read(path, as_version=4).cells
     assert [o.get("text") for o in cell.outputs] == ["observed: a\nobserved: b\n"]  # the two lines, joined
-    assert results.from_notebook(nbformat.read(path, as_version=4)) == before == {"a": 2, "b": 1}
+    assert from_notebook(nbformat.read(path, as_version=4)) == before == {"a": 2, "b": 1}

@@ -6,6 +6,7 @@ import os
 
 import nbformat
 import pytest
+from course_records import read_reached_folder
 from nbformat.v4 import new_code_cell, new_notebook
 
 from shardlab import outdir
@@ -219,7 +220,7 @@ def test_each_notebook_of_a_run_records_the_functions_it_looked_up(sources, tmp_
         )
     monkeypatch.setattr(catalog, "NOTEBOOKS", list(calls))
     runner.run(tmp_path / "out", seed=1, batch_size=2, notebooks=list(calls), html=False, reached=tmp_path / "reached")
-    assert runner.read_reached(tmp_path / "reached") == {"uses_two": {"initial", "save"}}
+    assert read_reached_folder(tmp_path / "reached") == {"uses_two": {"initial", "save"}}
     assert sorted((tmp_path / "reached" / "uses_two.txt").read_text().split()) == ["initial", "save"]  # each once
 
 

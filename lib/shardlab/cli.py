@@ -80,7 +80,6 @@ def _checked(rule):
 
 seed = _checked(check_seed)
 batch_size = _checked(check_batch_size)
-TYPES = (count, natural, seconds, seed, batch_size)  # every value type a command's option may have
 
 
 def add_run_arguments(parser) -> None:

@@ -3,8 +3,10 @@
 `spawn` starts a command in a session of its own, so it leads a new process group, and remembers
 it; `signal` sends one signal to a child's whole group (the one place a group is signalled);
 `kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
-each one, so a group's survivors cannot react to a peer's death before their own kill; `stop_all`
-kills every child still remembered (the caller was interrupted). What is killed is the group, not
+each one, so a group's survivors cannot react to a peer's death before their own kill; `until`
+waits for a child while a caller's test of its bounds says go on, then kills its group (the one
+bounded wait of the checker's interpreters and `grade`'s checks); `stop_all` kills every child
+still remembered (the caller was interrupted). What is killed is the group, not
 the pid: whatever a child started in its group (mpiexec's proxies, a learner's stray children)
 ends with it. Stage 5's controller groups start, are stopped and end here.
 """
@@ -12,6 +14,7 @@ ends with it. Stage 5's controller groups start, are stopped and end here.
 import os
 import signal as signals
 import subprocess
+import time
 
 LIVE: set = set()  # children started here and not yet reaped by `kill`
 
@@ -39,6 +42,24 @@ def kill(*processes: subprocess.Popen) -> None:
     for process in processes:
         process.wait()
         LIVE.discard(process)
+
+
+def until(process: subprocess.Popen, stop, poll: float, pause=time.sleep) -> str | None:
+    """Wait for `process` to end, asking `stop()` every `poll` seconds for a reason to end it first.
+
+    Returns that reason, or None if the process ended by itself. Either way, and also when `stop`
+    raises, the whole group `process` leads is killed and reaped before this returns: nothing it
+    started outlives the wait. `pause(seconds)` sleeps between looks (an Event's `wait` wakes early).
+    """
+    try:
+        while process.poll() is None:
+            reason = stop()
+            if reason is not None:
+                return reason
+            pause(poll)
+        return None
+    finally:
+        kill(process)
 
 
 def stop_all() -> None:

@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from shardlab.checker.supervise import REPORT
+from shardlab.checker.watch import REPORT
 from shardlab.errors import ConfigError, PortfolioError
 from shardlab.handin import portfolio
 

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import shardlab.checker.cli as cli
-import shardlab.checker.supervise as supervise
+import shardlab.checker.watch as watch
 
 RANDOMISED = [c.__name__ for m in cli.STAGES.values() for c in m.CHECKS if c.__name__.startswith("random_")]
 RANDOMISED.append("contracts_agree_in_a_fresh_process")
@@ -27,7 +27,7 @@ ENUMERATED = [c.__name__ for m in cli.STAGES.values() for c in m.CHECKS if c.__n
 
 def failed_checks(spec: str, skip) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="heldout-") as folder:
-        results, _ = supervise.run(spec, "all", False, folder, lambda result: None, skip=skip)
+        results, _ = watch.run(spec, "all", False, folder, lambda result: None, skip=skip)
     return [e["name"] for e in results if not e["passed"]]
 
 

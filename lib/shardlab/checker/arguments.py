@@ -12,12 +12,12 @@ a batch size of 0 or -3 and malformed data, but no rule asks a learner's `next_b
 return an empty batch for a batch size of 0); docs/checker.md lists them as the domain no rule covers yet.
 """
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
 
 import shardlab.errors as errors
+from shardlab.core import files
 from shardlab.learner import rules
 
 
@@ -90,8 +90,7 @@ def disk(path: str) -> tuple:
             elif os.path.isdir(full):
                 seen.append((os.path.relpath(full, folder), "folder", None))
             else:
-                with open(full, "rb") as handle:
-                    seen.append((os.path.relpath(full, folder), "file", hashlib.sha256(handle.read()).hexdigest()))
+                seen.append((os.path.relpath(full, folder), "file", files.sha256_file(full)))
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
     return tuple(sorted(seen))
 

@@ -11,9 +11,9 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 
-import shardlab.checker.supervise as supervise
+import shardlab.checker.watch as watch
 from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES
-from shardlab.checker.supervise import LOG, REPORT  # noqa: F401  (re-exported by checker/cli.py)
+from shardlab.checker.watch import LOG, REPORT  # noqa: F401  (re-exported by checker/cli.py)
 from shardlab.cli import seconds, seed
 from shardlab.core.files import sha256_file
 from shardlab.errors import ImplementationError
@@ -169,7 +169,7 @@ def add_supervisor_arguments(parser) -> None:
         help="run each checking interpreter in a bubblewrap sandbox (no network, read-only files, own PIDs)",
     )
     parser.add_argument(
-        "--total-seconds", type=seconds, default=supervise.Bounds.total_seconds, help="bound of the whole check run"
+        "--total-seconds", type=seconds, default=watch.Bounds.total_seconds, help="bound of the whole check run"
     )
 
 
@@ -230,24 +230,24 @@ def main(args) -> int:
 
 def checked(spec: str, args, echo) -> tuple[dict, str]:
     """(report, learner-output excerpt): supervised children, the report (and log) kept in --output if given."""
-    bounds = getattr(args, "bounds", None) or supervise.Bounds(
-        total_seconds=getattr(args, "total_seconds", supervise.Bounds.total_seconds),
+    bounds = getattr(args, "bounds", None) or watch.Bounds(
+        total_seconds=getattr(args, "total_seconds", watch.Bounds.total_seconds),
         sandboxed=getattr(args, "sandbox", False),
     )
     extra = ("--seed", str(getattr(args, "seed", SEARCH_SEED))) + ("--thorough",) * bool(getattr(args, "thorough", 0))
     extra += ("--reuse",) * (not getattr(args, "fresh", False))  # check_here (notebooks) never reuses
     if not args.output:
-        results, environment, excerpt = supervise.temporary_run(
+        results, environment, excerpt = watch.temporary_run(
             spec, args.stage, getattr(args, "only", False), echo, bounds, extra
         )
         return report(spec, results, environment), excerpt
     from shardlab import outdir
 
     with outdir.writing(args.output, "check") as staging:
-        results, environment = supervise.run(
+        results, environment = watch.run(
             spec, args.stage, getattr(args, "only", False), str(staging), echo, bounds, extra
         )
         found = report(spec, results, environment)
         (staging / REPORT).write_text(json.dumps(found, indent=1), encoding="utf-8")
-        excerpt = supervise.learner_output(str(staging / LOG), keep=True)
+        excerpt = watch.learner_output(str(staging / LOG), keep=True)
     return found, excerpt.replace(str(staging), os.path.abspath(args.output))

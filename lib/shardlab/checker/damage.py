@@ -204,8 +204,6 @@ def pickled(arrays: dict, members: dict, marker: str) -> dict:
     return found
 
 
-# a damaged contract member is refused either as malformed or as another experiment's
-CONTRACT_DAMAGES = frozenset(kind for field, kind, _, _ in DAMAGES if field == "contract")
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
     "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
     "not an NPZ file": "only an NPZ written by save is a checkpoint",

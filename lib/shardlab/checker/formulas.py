@@ -226,11 +226,6 @@ def loss_causes(features, targets, mask, weights, num_devices: int, new_weights=
     return right, causes + summed_twice("loss", right, num_devices)
 
 
-def fitting(observed, right, causes: list[Cause]) -> list[Cause]:
-    """The causes whose value `observed` matches on this batch, leaving out those that equal the right value here."""
-    return [c for c in causes if matches(observed, c.value) and not matches(c.value, right)]
-
-
 def ranked(evidence: list[tuple]) -> list[Cause]:
     """Every cause that fits all the evidence, most likely first.
 

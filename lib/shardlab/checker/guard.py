@@ -6,7 +6,7 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
 - stops a call that runs longer than `seconds` with a SIGALRM (a pure-Python loop, a sleep),
 - turns `sys.exit` inside learner code into a failed check instead of an ended run,
 - writes one JSON line per outermost call to the progress file *before* the call starts, so the
-  supervisor (`checker/supervise.py`) knows which function was running when the interpreter was
+  supervisor (`checker/watch.py`) knows which function was running when the interpreter was
   killed for memory, a console flood or a hang SIGALRM could not break, or died by itself,
 - refuses at once to call a function that already broke a bound (its verdict is repeated), so
   one infinite loop costs one bound, not one per check.

@@ -28,7 +28,7 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True, se
     is a dict with `passed`, `stages`, every check's `expected`, `observed` and `diagnosis`, and
     `left_out`: the checks not run here.
     """
-    import shardlab.checker.supervise as supervise
+    import shardlab.checker.watch as watch
     from shardlab.checker.command import describe, report, summary
 
     spec = implementation
@@ -45,8 +45,8 @@ def check_here(implementation: str = "reference", stage=1, only: bool = True, se
 
     left_out = [] if search else searched_checks(stage, only)
     with tempfile.TemporaryDirectory(prefix="shardlab-check-") as folder:
-        results, environment = supervise.run(spec, stage, only, folder, shown, skip=left_out)
-        excerpt = supervise.learner_output(os.path.join(folder, supervise.LOG), keep=False)
+        results, environment = watch.run(spec, stage, only, folder, shown, skip=left_out)
+        excerpt = watch.learner_output(os.path.join(folder, watch.LOG), keep=False)
     found = report(spec, results, environment)
     found["left_out"] = left_out
     print(summary(found["checks"]))

@@ -27,6 +27,7 @@ import shardlab.checker.guard as guard
 import shardlab.checker.probes as probes
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.wire as wire
+from shardlab import process_group
 from shardlab.learner.implementation import API
 
 GRACE = 5.0  # seconds past the call bound the worker's own alarm has before it is killed
@@ -108,7 +109,7 @@ class Worker:
                 pass
         self._stopped = None
         self._signal_all(signal.SIGCONT)
-        sandbox.kill(self.process)
+        process_group.kill(self.process)
         self.process = None
 
     def _tree(self) -> list[int]:

@@ -2,8 +2,9 @@
 
 `spawn` starts a child in its own session and process group through `shardlab.process_group`, the one
 runner every child of a shardlab command goes through (the checker's, `grade`'s and the drills'
-controller groups); `kill` ends the child and its whole group; `stop_all` ends every child still
-running (the caller was interrupted).
+controller groups); `process_group.kill` ends the child and its whole group, `process_group.until`
+waits for it within the caller's bounds and then kills it, `process_group.stop_all` ends every child
+still running (the caller was interrupted).
 
 With a `Sandbox`, the child runs under bubblewrap (`bwrap`, Debian's `bubblewrap`), chosen because it
 is a small, widely used tool built for exactly this (Flatpak's sandbox) and it needs no daemon and no
@@ -26,12 +27,10 @@ course's code, which is public anyway).
 
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from shardlab import process_group
 
@@ -123,10 +122,6 @@ def spawn(inner: list, box: Sandbox | None = None, **popen) -> subprocess.Popen:
     return process_group.spawn(argv, env=env, **popen)
 
 
-kill = process_group.kill  # the child and its whole group (a sandbox's PID namespace ends with it), reaped
-stop_all = process_group.stop_all  # every child still running: none outlives the command that started it
-
-
 def _read_small(path: str) -> bytes:
     """A small /proc file's bytes read with `os` calls alone (a file object from `open()` costs several times more)."""
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -171,32 +166,3 @@ def host_pid(root: int, inner: int | None) -> int:
         if ids and ids[-1] == str(inner):
             return pid
     return root
-
-
-def private_copy(source: Path, folder: Path, limit: int, name: str = "submission.py") -> Path:
-    """Copy the regular file `source` (no link followed, at most `limit` bytes) to `folder`/`name`, read-only.
-
-    OSError/ValueError say why an entry cannot be copied (a FIFO, a link, a device, too large, unreadable).
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    descriptor = os.open(source, flags)
-    try:
-        info = os.fstat(descriptor)
-        if not _regular(info.st_mode):
-            raise ValueError("not a regular file")
-        if info.st_size > limit:
-            raise ValueError(f"{info.st_size} bytes, more than the {limit} a submission may hold")
-        data = os.read(descriptor, limit + 1)
-        if len(data) > limit:
-            raise ValueError(f"more than the {limit} bytes a submission may hold")
-    finally:
-        os.close(descriptor)
-    folder.mkdir(parents=True, exist_ok=True)
-    copy = folder / name
-    copy.write_bytes(data)
-    copy.chmod(0o444)
-    return copy
-
-
-def _regular(mode: int) -> bool:
-    return stat.S_ISREG(mode)

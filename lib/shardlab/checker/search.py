@@ -40,8 +40,6 @@ from shardlab.checker.domain import _float as draw_float
 from shardlab.checker.guard import Overrun
 from shardlab.checker.properties import Miss
 
-FRESH_TIMEOUT = 120  # seconds for the fresh interpreter that recomputes contracts
-
 
 @dataclass(frozen=True)
 class Property:

@@ -50,12 +50,13 @@ def _raw(path: str, limit: int) -> bytes:
 
 def _member(archive, info, name: str, bound: int, contract_: dict, path: str) -> np.ndarray:
     """One member, its declared size and .npy header checked against the contract before its data is read."""
-    if info.file_size > bound:
-        raise CorruptCheckpointError(
-            f"{path}: member {name!r} declares {info.file_size} bytes; this contract allows at most {bound}"
-        )
     try:
-        with archive.open(info) as member:
+        opened = files.zip_member(archive, info, bound)
+    except BoundedReadError as exc:
+        said = f"declares {exc.size} bytes; this contract allows at most {bound}"
+        raise CorruptCheckpointError(f"{path}: member {name!r} {said}") from None
+    try:
+        with opened as member:
             version = np.lib.format.read_magic(member)
             read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
             shape, fortran, dtype = read_header[version](member, max_header_size=HEADER_BYTES)  # KeyError: refused

@@ -9,7 +9,8 @@
   temporary, fsync the folder. A reader sees no file or a whole one, never an overwrite;
 - `replace(path, data)`: a file replaced atomically (a temporary beside it and one `os.replace`);
 - `read_bounded(path, limit)`: a regular file's bytes, never following a symlink or blocking on
-  a FIFO, refused with BoundedReadError beyond `limit` bytes;
+  a FIFO, refused with BoundedReadError beyond `limit` bytes; `zip_member(archive, member, limit)`
+  the same bound for one member of a zip (the checkpoint's arrays, a portfolio's manifest);
 - `sha256_file(path)` and `sync(path)` (fsync of a file or folder).
 """
 
@@ -19,6 +20,7 @@ import os
 import shutil
 import stat
 import tempfile
+import zipfile
 
 from shardlab.core.errors import BoundedReadError
 
@@ -145,3 +147,15 @@ def read_bounded(path, limit: int) -> bytes:
     if len(data) > limit:  # it grew while being read
         raise BoundedReadError(f"{path} has more than {limit} bytes", len(data))
     return data
+
+
+def zip_member(archive: zipfile.ZipFile, member: "str | zipfile.ZipInfo", limit: int):
+    """Member `member` of `archive`, open for reading, if it declares at most `limit` bytes (BoundedReadError if more).
+
+    zipfile ends a member at the size it declares and checks its CRC there, so nothing read from the
+    handle exceeds `limit`: a zip bomb is refused before one byte is decompressed. KeyError if absent.
+    """
+    info = member if isinstance(member, zipfile.ZipInfo) else archive.getinfo(member)
+    if info.file_size > limit:
+        raise BoundedReadError(f"{info.filename} declares {info.file_size} bytes, more than {limit}", info.file_size)
+    return archive.open(info)

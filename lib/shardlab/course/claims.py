@@ -74,31 +74,6 @@ def _compare(node: ast.Compare, values: dict, relation: str) -> bool:
     return result
 
 
-def say(out_dir: str, notebook: str, name: str, relation: str, values: dict, *, true: str, false: str) -> str:
-    """The sentence for the outcome of `relation` over `values` ({name: (results_key, value)}), recorded as a claim.
-
-    The values must already be recorded under their results keys (the test checks they are the same
-    numbers); the returned sentence is formatted with the plain values.
-    """
-    from shardlab.course import results
-
-    plain = {k: v for k, (_, v) in values.items()}
-    outcome = holds(relation, plain)
-    text = (true if outcome else false).format(**plain)
-    found = results.load(out_dir, notebook) if _has_results(out_dir, notebook) else {}
-    recorded = dict(found.get(CLAIMS, {}))
-    recorded[name] = {
-        "relation": relation,
-        "keys": {k: key for k, (key, _) in values.items()},
-        "values": plain,
-        "holds": outcome,
-        "sentences": {"true": true, "false": false},
-        "text": text,
-    }
-    results.emit(out_dir, notebook, CLAIMS, recorded, shown=False)
-    return text
-
-
 def _has_results(out_dir: str, notebook: str) -> bool:
     import os
 

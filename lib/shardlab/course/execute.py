@@ -247,7 +247,7 @@ def run(
     and the devices, so a hit gives the executable a compile would; only the time changes).
     With `reached` (an empty folder outside `out`), each notebook's kernel writes the API functions it
     looked up on the implementation, its check cells' checks included, to `reached/<name>.txt`
-    (the other fixtures' notebooks to `reached/<fixture>/<name>.txt`; read_reached reads them).
+    (the other fixtures' notebooks to `reached/<fixture>/<name>.txt`).
     """
     from shardlab.core.config import Config
 
@@ -322,14 +322,6 @@ def _file(reached: Path | None, name: str) -> Path | None:
         return None
     reached.mkdir(parents=True, exist_ok=True)
     return reached / f"{name}.txt"
-
-
-def read_reached(reached: Path) -> dict:
-    """{notebook: the API functions it reached, in every lane} from a run's `reached` folder."""
-    found = {}
-    for path in sorted(reached.rglob("*.txt")):
-        found.setdefault(path.stem, set()).update(learner_implementation.read_reached(path))
-    return found
 
 
 def _part(cache: Path | None, lane: str) -> Path | None:

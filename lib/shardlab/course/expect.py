@@ -1,15 +1,20 @@
 """What a notebook cell insists on: a call that must be refused with a named error."""
 
 
-def expect_error(error_type: type, call, *args, **kwargs) -> str:
-    """Run `call(*args, **kwargs)`; return the message if it raises `error_type`, else raise AssertionError."""
+def _refused(error_type: type, wanted: str, call, args: tuple, kwargs: dict) -> str:
+    """Run `call(*args, **kwargs)`; return "ErrorType: message" if it raises `error_type`, else AssertionError."""
     try:
         call(*args, **kwargs)
     except error_type as exc:
         message = f"{type(exc).__name__}: {exc}"
         print(message)
         return message
-    raise AssertionError(f"{getattr(call, '__name__', call)} should have raised {error_type.__name__}, but returned")
+    raise AssertionError(f"{getattr(call, '__name__', call)} should have {wanted}, but returned")
+
+
+def expect_error(error_type: type, call, *args, **kwargs) -> str:
+    """Run `call(*args, **kwargs)`; return the message if it raises `error_type`, else raise AssertionError."""
+    return _refused(error_type, f"raised {error_type.__name__}", call, args, kwargs)
 
 
 def refusal(call, *args, **kwargs) -> str:
@@ -20,10 +25,4 @@ def refusal(call, *args, **kwargs) -> str:
     """
     from shardlab.errors import ShardlabError
 
-    try:
-        call(*args, **kwargs)
-    except ShardlabError as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        print(message)
-        return message
-    raise AssertionError(f"{getattr(call, '__name__', call)} should have refused its input, but returned")
+    return _refused(ShardlabError, "refused its input", call, args, kwargs)

@@ -80,16 +80,3 @@ def load(out_dir: str, notebook: str) -> dict:
     """Every result a notebook stored in out_dir/results/<notebook>.json."""
     with open(os.path.join(out_dir, RESULTS, f"{notebook}.json")) as handle:
         return json.load(handle)
-
-
-def from_notebook(nb) -> dict:
-    """Results recorded in an executed notebook, by name: in its outputs or, once shardlab.evidence.stable moved
-    them there, in its cells' metadata (read with nbformat; a later record of a name replaces an earlier one)."""
-    found = {}
-    for cell in nb.cells:
-        found.update(cell.get("metadata", {}).get(METADATA, {}).get("records", {}))
-        for output in cell.get("outputs", []):
-            meta = output.get("metadata", {})
-            if meta.get("shardlab") and "value" in meta:
-                found[meta["shardlab"]] = meta["value"]
-    return found

@@ -697,20 +697,6 @@ def record(out_dir: str, notebook: str, keys: dict | None = None, *, partial: bo
     claims.record(out_dir, notebook, {**table, **(keys or {})}, partial=partial)
 
 
-def first(out_dir: str, notebook: str, names, fill: dict | None = None, **values) -> str:
-    """`chosen_first`, filed at once in `out_dir` (the values must already be recorded under their keys)."""
-    text = chosen_first(notebook, names, fill, **values)
-    record(out_dir, notebook, partial=True)
-    return text
-
-
-def state(out_dir: str, notebook: str, name: str, fill: dict | None = None, **values) -> str:
-    """The table sentence `name` of `notebook` for `values`, filed at once in `out_dir` as a claim."""
-    text, _ = _keep(notebook, name, fill, values)
-    record(out_dir, notebook, partial=True)
-    return text
-
-
 def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
     """Stage 3a's sentence on how two fixtures rank the same three faults ({fixture: {fault: final-weight error}})."""
     faults = {tuple(sorted(e)) for e in errors.values()}

@@ -67,10 +67,3 @@ def display_table(rows: list[dict], columns: list[str] | None = None) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(table(rows, columns)))
-
-
-def fold(summary: str, markdown: str) -> None:
-    """Show `markdown` folded under a one-line `summary` (an HTML <details> block; plain text elsewhere)."""
-    from IPython.display import Markdown, display
-
-    display(Markdown(f"<details><summary>{summary}</summary>\n\n{markdown}\n\n</details>"))

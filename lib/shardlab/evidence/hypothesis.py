@@ -124,10 +124,6 @@ def _summed(rows: list[dict], keys: list[str]) -> list[float]:
     return [float(sum(r[k] for k in keys)) for r in rows]
 
 
-def _median(rows: list[dict], key: str) -> float:
-    return float(np.median([r[key] for r in rows]))
-
-
 def _target_median(change: str, rows: list[dict]) -> float:
     return float(np.median(_summed(rows, quantities(change, rows)["target_keys"])))
 

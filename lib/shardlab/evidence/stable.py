@@ -14,7 +14,7 @@ papermill metadata).
 
 It also takes what nobody reads on the page out of the outputs: a record
 (shardlab.course.results, hidden form) moves into its cell's metadata, where
-`results.from_notebook` reads it, and a finished progress display is dropped, so a cell that
+the tests read it (tests/course_records.py), and a finished progress display is dropped, so a cell that
 only recorded has no outputs and no front end draws an output area for it.
 """
 

@@ -196,13 +196,3 @@ def summary(variants: dict, measured: dict) -> dict:
     }
     ratios = {key: median[a] / median[b] for key, (a, b) in pairs.items() if a in median and b in median}
     return {**table, "ratios": ratios, "order": measured["order"], "boundary": BOUNDARY}
-
-
-def run(data, mesh: Mesh, make_sharded=make_step, samples=SAMPLES, warmup=WARMUP) -> dict:
-    """Build, check against NumPy, then measure: the whole stage 4 timing in one call."""
-    host = inputs(data, mesh)
-    variants = build(host, mesh, make_sharded)
-    errors = check(variants, host)
-    result = summary(variants, measure(variants, samples, warmup))
-    result["max_abs_error_vs_numpy"] = errors
-    return result

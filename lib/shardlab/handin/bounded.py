@@ -2,9 +2,10 @@
 
 The bound is enforced here, whatever the child does: a check still running at `timeout` seconds
 (plus the grace its supervisor needs to write the report), or printing more than `cap` bytes, is
-killed with its whole process group (`shardlab.checker.sandbox`, the one runner of every checking
-process). The checker's supervisor runs shardlab's code only; each interpreter that imports the
-submission runs under it in a bubblewrap sandbox when `sandboxed`. Output is read as it
+killed with its whole process group (started by `shardlab.checker.sandbox`, waited for and killed
+by `shardlab.process_group.until`, as the checker's own interpreters are). The checker's supervisor
+runs shardlab's code only; each interpreter that imports the submission runs under it in a
+bubblewrap sandbox when `sandboxed`. Output is read as it
 comes, so a child that floods its pipe neither blocks nor fills memory. The verdict comes only from
 the report the supervisor writes outside the sandbox; the printed output is kept to be read, never parsed.
 """
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.seal as seal
-from shardlab.checker.supervise import REPORT
+from shardlab import process_group
+from shardlab.checker.watch import REPORT
 from shardlab.core import files
 
 TIMEOUT_S = 300.0  # seconds one submission's whole check may take
@@ -109,16 +111,13 @@ def check(
     )
     reader = threading.Thread(target=_drain, args=(process.stdout, kept, cap, over), daemon=True)
     reader.start()
-    stopped = None
-    while process.poll() is None:
+
+    def stop() -> str | None:
         if over.is_set():
-            stopped = "output"
-        elif time.perf_counter() - start > timeout + REPORT_GRACE:
-            stopped = "timeout"
-        if stopped:
-            break
-        over.wait(0.05)
-    sandbox.kill(process)  # also anything the child left behind in its group
+            return "output"
+        return "timeout" if time.perf_counter() - start > timeout + REPORT_GRACE else None
+
+    stopped = process_group.until(process, stop, 0.05, over.wait)  # also kills what the child left in its group
     reader.join(timeout=5)
     stopped = stopped or ("output" if over.is_set() else None)
     report = None if stopped else _report(folder / "report" / REPORT)

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.seal as seal
-import shardlab.checker.supervise as supervise
-from shardlab import outdir
+import shardlab.checker.watch as watch
+from shardlab import outdir, process_group
 from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
-from shardlab.core.files import read_bounded, sha256_file
+from shardlab.core.files import read_bounded, sha256_file, zip_member
 from shardlab.errors import BoundedReadError, ConfigError
 from shardlab.evidence.audit import source_hashes
 from shardlab.evidence.index import STYLE
@@ -200,11 +200,12 @@ def portfolio_status(zipped: Path | None, digest: str | None) -> str:
         except BoundedReadError:
             return f"unreadable: {shown(zipped.name)} is not a regular file of at most {ZIP_BYTES} bytes"
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            member = archive.getinfo("portfolio/portfolio.json")
-            if member.file_size > MANIFEST_BYTES:
+            try:
+                opened = zip_member(archive, "portfolio/portfolio.json", MANIFEST_BYTES)
+            except BoundedReadError:
                 return f"unreadable: its portfolio.json is larger than {MANIFEST_BYTES} bytes"
-            with archive.open(member) as inner:
-                manifest = json.loads(inner.read(MANIFEST_BYTES + 1)[:MANIFEST_BYTES])
+            with opened as inner:
+                manifest = json.loads(inner.read())
         spec = manifest["implementation"]["spec"]
     except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, RecursionError, RuntimeError, EOFError):
         return f"unreadable: {shown(zipped.name)} is not a portfolio zip"
@@ -245,7 +246,7 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             verdict = {"timeout": "timeout", "output": "output cap"}[outcome.stopped]
             row.update(verdict=verdict, passed=0, diagnosis=f"{why[outcome.stopped]}; no report, so no check counts")
             cut = True
-        elif failed and supervise.TOTAL_BOUND in str(failed.get("diagnosis", "")):
+        elif failed and watch.TOTAL_BOUND in str(failed.get("diagnosis", "")):
             row.update(verdict="timeout", diagnosis=f"{why['timeout']} in stage {stage}: {failed['diagnosis']}")
             cut = True
         elif seen := _course_code(stage, reaches, own_failures, reached.get(str(stage)), course):
@@ -324,6 +325,26 @@ def _not_gradable(base: dict, why: str) -> list[dict]:
     ]
 
 
+def private_copy(source: Path, folder: Path, limit: int, name: str = "submission.py") -> Path:
+    """Copy the regular file `source` to `folder`/`name`, read-only: no link followed, at most `limit` bytes read.
+
+    OSError/ValueError say why an entry cannot be copied (a FIFO, a link, a device, too large, unreadable).
+    """
+    try:
+        data = read_bounded(source, limit)
+    except BoundedReadError as exc:
+        raise ValueError(
+            "not a regular file"
+            if exc.size is None
+            else f"{exc.size} bytes, more than the {limit} a submission may hold"
+        ) from None
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / name
+    copy.write_bytes(data)
+    copy.chmod(0o444)
+    return copy
+
+
 def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool = True) -> tuple[str | None, list]:
     """Check one submission into `folder` (its checks/<name>/): (the sha256 of the copy that ran, its stage rows)."""
     base = {"submission": sub["name"], "portfolio": "no", "sandbox": "yes" if sandboxed else UNSANDBOXED}
@@ -336,7 +357,7 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
         work = Path(scratch)
         name = sub["file"].name if SAFE.fullmatch(sub["file"].name) else "submission.py"
         try:
-            copy = sandbox.private_copy(sub["file"], work / "source", SOURCE_BYTES, name)
+            copy = private_copy(sub["file"], work / "source", SOURCE_BYTES, name)
         except (OSError, ValueError) as exc:
             return None, _not_gradable(base, f"the file cannot be copied: {getattr(exc, 'strerror', None) or exc}")
         digest = sha256_file(copy)
@@ -425,7 +446,7 @@ def grade(
                     _say(echo, f"[{number}/{total}] {sub['name']}  {verdicts}  (about {left:.0f} s left){warning}")
             except BaseException:  # Ctrl-C or SIGTERM: no check outlives the command
                 pool.shutdown(wait=False, cancel_futures=True)
-                sandbox.stop_all()
+                process_group.stop_all()
                 raise
         body = {"checker_version": version, "bounds": bounds, "jobs": jobs, "submissions": dict(sorted(record.items()))}
         (staging / RECORD).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
-from shardlab.checker.supervise import REPORT
+from shardlab.checker.watch import REPORT
 from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError

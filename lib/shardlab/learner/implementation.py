@@ -92,15 +92,6 @@ def note_reached(names) -> None:
         os.close(handle)
 
 
-def read_reached(path) -> set:
-    """The API names a REACHED_ENV file holds (none if no process wrote it)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return {line.strip() for line in handle if line.strip() in API}
-    except FileNotFoundError:
-        return set()
-
-
 _NOTED: set = set()
 
 

@@ -46,23 +46,6 @@ def slot_count(batch_size: int, rows: int, num_devices: int) -> int:
     return padded_length(min(check_batch_size(batch_size), rows), num_devices)
 
 
-def _reshuffle(key, order):
-    key, sub = jax.random.split(key)
-    return key, jax.random.permutation(sub, order.shape[0]).astype(order.dtype)
-
-
-def advance(sampler: DeviceSampler, batch_size: int, slots: int) -> tuple[DeviceSampler, Slots]:
-    """Return (new sampler, slots): the device twin of `core.sampler.advance`, traceable under jit."""
-    rows = sampler.order.shape[0]
-    key, order = jax.lax.cond(sampler.cursor >= rows, _reshuffle, lambda k, o: (k, o), sampler.key, sampler.order)
-    cursor = jnp.where(sampler.cursor >= rows, 0, sampler.cursor).astype(sampler.cursor.dtype)
-    length = jnp.minimum(batch_size, rows - cursor)
-    position = jnp.arange(slots, dtype=cursor.dtype)
-    valid = position < length
-    ids = jnp.where(valid, order[jnp.minimum(cursor + position, rows - 1)], EMPTY)
-    return DeviceSampler(key, order, cursor + length), Slots(ids, valid.astype(jnp.float32))
-
-
 def _keys_and_orders(sampler: DeviceSampler, epochs: int):
     """Keys and orders of the current epoch and the next `epochs`, drawn with the idiom, one split per epoch."""
 
@@ -85,7 +68,7 @@ def _current_only(sampler: DeviceSampler, epochs: int):
 
 
 def plan(sampler: DeviceSampler, batch_size: int, slots: int, k: int, active) -> tuple[DeviceSampler, Slots]:
-    """Return (sampler after `active` steps, K rows of slots): K `advance` calls computed at once.
+    """Return (sampler after `active` steps, K rows of slots): K steps of the host sampler's `advance` at once.
 
     Batch t's place follows from arithmetic: the `r` batches left in the current epoch
     come first, then every epoch holds `per_epoch` batches. Only the epochs that K steps

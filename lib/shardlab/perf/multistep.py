@@ -15,7 +15,6 @@ from shardlab.core.batch import pad, padded_length
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
 from shardlab.core.sampler import advance
-from shardlab.core.state import updated
 from shardlab.core.update import make_step
 from shardlab.errors import ConfigError
 from shardlab.perf.packed import make_packed_step
@@ -66,10 +65,3 @@ def make_multistep(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: floa
         return weights, momentum, losses
 
     return jax.jit(run)
-
-
-def transitions(state: dict, data, batch_size: int, k: int, run, mesh: Mesh):
-    """Return (new state, K pre-update losses, K id arrays): K transitions in one dispatch, step + K."""
-    state, placed, ids = prepare_many(state, data, batch_size, k, mesh)
-    weights, momentum, losses = run(*placed, state["weights"], state["momentum"])
-    return updated(state, weights, momentum, k), [float(loss) for loss in np.asarray(losses)], ids

@@ -25,7 +25,6 @@ from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import AXIS
 from shardlab.core.fixtures import check_dataset
 from shardlab.core.sampler import advance
-from shardlab.core.state import updated
 from shardlab.core.update import apply_momentum, local_sums
 from shardlab.errors import EmptyBatchError
 from shardlab.perf.packed import packed_psum
@@ -119,10 +118,3 @@ def make_resident_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: 
         out_specs=(REPLICATED, REPLICATED, REPLICATED, REPLICATED),
     )
     return jax.jit(mapped)
-
-
-def transition(state: dict, resident: Resident, batch_size: int, step, mesh: Mesh) -> tuple[dict, float, np.ndarray]:
-    """Return (new state, pre-update loss, ids), like `shardlab.transition`, with the data already placed."""
-    state, batch = next_batch(state, resident, batch_size, mesh)
-    weights, momentum, loss, _ = step(*batch[:3], state["weights"], state["momentum"])
-    return updated(state, weights, momentum), float(loss), batch.ids

@@ -5,13 +5,12 @@ cursor to 0, key to the seed's key). File faults copy a checkpoint with one memb
 damaged; `refused` runs a call that must raise and proves no file was touched.
 """
 
-import hashlib
 import os
 
 import jax
 import numpy as np
 
-from shardlab.core import checkpoint
+from shardlab.core import checkpoint, files
 from shardlab.core.config import FIXTURES, Config
 from shardlab.core.errors import ShardlabError
 from shardlab.core.fixtures import check_dataset
@@ -131,10 +130,8 @@ def _snapshot(path: str):
     folder = os.listdir(os.path.dirname(os.path.abspath(path)))
     if not os.path.exists(path):
         return None, sorted(folder)
-    with open(path, "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
     stat = os.stat(path)
-    return (digest, stat.st_size, stat.st_mtime_ns), sorted(folder)
+    return (files.sha256_file(path), stat.st_size, stat.st_mtime_ns), sorted(folder)
 
 
 def refused(call, error: type, *paths) -> str:

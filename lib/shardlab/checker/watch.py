@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import shardlab.checker.guard as guard
 import shardlab.checker.sandbox as sandbox
+from shardlab import process_group
 
 REPORT = "check_report.json"  # the JSON report of a run (in the command line's --output folder)
 LOG = "check_output.log"  # everything the implementation printed, beside the report
@@ -125,33 +126,30 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
             stderr=subprocess.STDOUT,
             env={**os.environ, "JAX_PLATFORMS": "cpu"},
         )
-    verdict = None
-    while verdict is None:
+
+    def stop() -> str | None:
+        """The verdict that ends the child now, or None; raises if whoever started this supervisor died."""
         if os.getppid() != watch.parent:  # the caller died (grade killed): nothing it started may go on
-            sandbox.kill(process)
             raise SystemExit(f"[shardlab check] the caller (process {watch.parent}) ended; the check was stopped")
-        ended = process.poll() is not None
         watch.read(echo)
-        if ended:
-            break
         call, now = watch.open_call, time.time()
         written = os.path.getsize(log_path) - start
         if call and guard.resident_bytes(process.pid) - call["rss"] > bounds.memory_bytes:
-            verdict = guard.memory_verdict(bounds.memory_bytes)
-        elif call and now - call["at"] > bounds.call_seconds + GRACE:
-            verdict = guard.loop_verdict(call["function"], bounds.call_seconds)
-        elif written > bounds.output_bytes or os.path.getsize(watch.path) > 64 * bounds.output_bytes:
-            verdict = (
+            return guard.memory_verdict(bounds.memory_bytes)
+        if call and now - call["at"] > bounds.call_seconds + GRACE:
+            return guard.loop_verdict(call["function"], bounds.call_seconds)
+        if written > bounds.output_bytes or os.path.getsize(watch.path) > 64 * bounds.output_bytes:
+            return (
                 f"wrote more than {guard.gigabytes(bounds.output_bytes)} to the console -> printing in a loop? "
                 "(the run was stopped; the output so far is in the log)"
             )
-        elif now > deadline:
-            verdict = f"{TOTAL_BOUND} {bounds.total_seconds:g} s and was stopped"
-        else:
-            time.sleep(POLL)
-    sandbox.kill(process)  # also anything it left running in its group (or its sandbox)
-    if verdict is not None:
-        watch.read(echo)
+        if now > deadline:
+            return f"{TOTAL_BOUND} {bounds.total_seconds:g} s and was stopped"
+        return None
+
+    # the child and anything it left running in its group (or its sandbox) end here, whatever stopped it
+    verdict = process_group.until(process, stop, POLL)
+    watch.read(echo)  # what it wrote last
     if watch.done:
         return None
     return verdict or guard.ended_verdict(process.returncode, "the checking interpreter")
