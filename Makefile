@@ -38,7 +38,7 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	touch $(STAMP) && echo "[make] $(VENV) ready in $$(( $$(date +%s) - start )) s"
 
 run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, index.html, audit.json, trace
-	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace $(if $(wildcard bench/bench.json),--bench bench/bench.json,) \
+	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
 test: venv ## the test suite on two workers (executes every notebook once); not the sandbox's, nor test-long's whole-program runs

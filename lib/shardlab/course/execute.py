@@ -25,7 +25,6 @@ from shardlab.learner import implementation as learner_implementation
 COMMAND = "run"  # this command's section of the output folder's manifest
 FAILED = "run-failed"  # the section holding the partly executed notebook of a failed run
 WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
-BENCH_READER = "stage4b_beyond"  # the notebook that shows a bench.json, when --bench names one
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
 # The kernel talks to the runner over Unix sockets in Jupyter's runtime folder instead of TCP on
 # loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
@@ -234,7 +233,6 @@ def run(
     notebooks: list[str] | None = None,
     timeout: int = CELL_TIMEOUT,
     html: bool = True,
-    bench: str | None = None,
     compilation_cache: bool | Path = True,
     reached: Path | None = None,
 ) -> Path:
@@ -284,11 +282,9 @@ def run(
                 second,
             )
             try:
-                extra = {"bench_json": os.path.relpath(Path(bench).resolve(), staging)} if bench else {}
                 args = (
                     staging,
                     parameters,
-                    extra,
                     out,
                     implementation,
                     timeout,
@@ -329,17 +325,17 @@ def _part(cache: Path | None, lane: str) -> Path | None:
     return cache / lane if cache is not None else None
 
 
-def _course_lane(names, lane, staging, parameters, extra, out, implementation, timeout, sheets, cache, reached) -> dict:
+def _course_lane(names, lane, staging, parameters, out, implementation, timeout, sheets, cache, reached) -> dict:
     """Execute `names` in order; wait for the fixtures' `lane` before the first notebook that times anything."""
     seconds = {}
     for number, name in enumerate(names, start=1):
         if name not in catalog.BESIDE_FIXTURES or lane.done():
             lane.result()  # a failed fixture fails the run here; a finished one returns at once
-        # bench_json is relative to the kernel's folder, so no receipt names this machine's paths
-        given = {**parameters, **extra} if name == BENCH_READER else parameters
         label = f"{number}/{len(names)} {name}.ipynb"
         clock = time.perf_counter()
-        _execute_one(name, staging, given, out, implementation, timeout, sheets, label, cache, _file(reached, name))
+        _execute_one(
+            name, staging, parameters, out, implementation, timeout, sheets, label, cache, _file(reached, name)
+        )
         seconds[name] = round(time.perf_counter() - clock, 2)
     return seconds
 
@@ -515,14 +511,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--implementation", default="reference", help="'reference' or a learner's .py file")
     parser.add_argument("--replace", action="store_true", help="replace a previous run in --out (only on success)")
     parser.add_argument("--notebooks", nargs="*", default=None, help="subset of notebook names, in order")
-    parser.add_argument("--bench", default=None, help="a bench.json from `make bench` for stage 4 to show (optional)")
 
 
 def main(args) -> int:
     try:
-        out = run(
-            args.out, args.seed, args.batch_size, args.implementation, args.replace, args.notebooks, bench=args.bench
-        )
+        out = run(args.out, args.seed, args.batch_size, args.implementation, args.replace, args.notebooks)
     except (NotebookFailed, ConfigError) as exc:  # OutputFolderError is a ConfigError
         print(f"[shardlab] run failed: {exc}", file=sys.stderr)
         return 1

@@ -150,17 +150,3 @@ def _picks_panel(ax, sweep: dict) -> None:
     ax.set_xticks(range(len(cells)), [f"d{c['width']}\nB{c['batch_size']}" for c in cells], fontsize=7)
     ax.set(ylabel="model's pick / measured fastest", title=f"cost model: {sweep['hits']}/{sweep['count']} hits")
     ax.legend(fontsize=7)
-
-
-def crossover_figure(path):
-    """The crossover from a bench.json receipt as a two-panel figure (for a notebook)."""
-    import json
-
-    import matplotlib.pyplot as plt
-
-    result = json.loads(Path(path).read_text())
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    crossover(left, right, result["sweep"])
-    fig.suptitle(f"{result['date_utc']}, {result['machine']['physical_cores']} physical cores: not a cluster")
-    fig.tight_layout()
-    return fig

@@ -181,21 +181,3 @@ def scaling_table(path) -> str:
     lines.append("")
     lines.append(f"Host: {result['machine']['physical_cores']} physical cores. " + scaling.NOTE)
     return "\n".join(lines)
-
-
-GENERAL = ("fused_psum", "fused_inputs")  # the loops a loss without a statistics shortcut leaves
-
-
-def general_choice_table(path) -> str:
-    """Per cell: the fastest loop, the fastest loop any loss could use, and what giving up the shortcut costs."""
-    result = json.loads(Path(path).read_text())
-    lines = [
-        "| d | B | fastest | fastest for any loss | its cost over the fastest |",
-        "| ---: | ---: | --- | --- | ---: |",
-    ]
-    for c in result["sweep"]["cells"].values():
-        medians = c["median_per_step_ms"]
-        general = min(GENERAL, key=medians.get)
-        cost = medians[general] / medians[c["fastest_loop"]]
-        lines.append(f"| {c['width']} | {c['batch_size']} | {c['fastest_loop']} | {general} | {cost:.2f}x |")
-    return "\n".join(lines)
