@@ -817,9 +817,11 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "orbax_publishes_by_rename": (
             "renamed == 1 and marker_last == 1 and early == 0",
-            "So here Orbax did both, in this order: it wrote everything into a temporary folder, wrote "
-            "commit_success.txt there last, and then gave the folder its final name with one rename; nothing touched "
-            "the name bare-orbax before that rename. A reader who finds the name finds a finished checkpoint. "
+            "So here Orbax did both, in this order: of the writes Python saw, every one went into a temporary "
+            "folder, commit_success.txt there last, and then the folder got its final name with one rename; nothing "
+            "touched the name bare-orbax before that rename, so a reader who finds the name finds every write "
+            "finished. The trace sees no fsync and not TensorStore's own writes, so it shows the order of "
+            "publishing, not that the bytes would survive a power cut. "
             "Orbax's documentation presents the rename and the commit file as two alternatives (the file alone "
             "marks completion where a file system cannot rename atomically); this version's rename path writes "
             "the file too, as the trace shows.",
