@@ -354,6 +354,11 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         for key in target:
             medians = [float(np.median([row[key] for row in rows])) for rows in (unchanged, changed)]
             parts[key[:-3]] = {"unchanged_ms": medians[0], "changed_ms": medians[1], "fall_ms": medians[0] - medians[1]}
+    mechanism = {}  # the first part is the one the change's mechanism shortens; the rest fell (or rose) beside it
+    if parts:
+        falls = [p["fall_ms"] for p in parts.values()]
+        mechanism = {"parts": parts, "mechanism": next(iter(parts)), "mechanism_fall_ms": falls[0]}
+        mechanism["rest_fall_ms"] = sum(falls[1:])
     why = None
     if verdict == "inconclusive":
         why = next((name for name, relation in INCONCLUSIVE.items() if holds(relation, values)), None)
@@ -374,9 +379,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "baseline_first_ms": float(hypothesis.get("baseline_ms", sides["target"]["unchanged"]["median_ms"])),
         "control_first_ms": float(hypothesis.get("control_baseline_ms", sides["control"]["unchanged"]["median_ms"])),
         "threshold_ms": values["t"],
-        # the first part is the one the change's mechanism shortens; the rest fell (or rose) beside it
-        **({"parts": parts, "mechanism": next(iter(parts)), "mechanism_fall_ms": next(iter(parts.values()))["fall_ms"],
-            "rest_fall_ms": sum(p["fall_ms"] for p in list(parts.values())[1:])} if parts else {}),
+        **mechanism,
         "verdict": verdict,
         "inconclusive_because": why,
         "confirmed": verdict == "confirmed",

@@ -110,7 +110,8 @@ def device_events(files, prefix: str = DEVICE_THREADS, windows=None) -> list[dic
     `top` sums each event name's whole durations (nested events counted inside their parents too);
     `own` sums each name's exclusive time (`exclusive`) with the name it most often sits inside, so
     its rows add up to `busy_ms`; a row's `ms` is the time its name's events cover (a union of intervals
-    like `busy_ms`, so an event nested in one of the same name counts once and no row exceeds the busy time); `own_by_kind_ms` sums the own times by `kind` (waiting, collective, program).
+    like `busy_ms`, so an event nested in one of the same name counts once and no row exceeds the busy time);
+    `own_by_kind_ms` sums the own times by `kind` (waiting, collective, program).
     `windows`, a list of (loop, start_ns, end_ns), says which loop ran when: each event then belongs to
     the window its start falls in ("(outside)" if none), its `own` rows are kept apart per loop (`loop`),
     and `by_loop` gives each loop's busy ms and own times by kind.
