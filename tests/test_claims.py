@@ -654,9 +654,9 @@ def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_f
         # the course run's case: the dispatches fell less than the threshold, `other` carried the cut
         ((0.489, 0.414), (0.964, 0.530), 0.117, "came mostly from"),
         # neither part fell: both rose, `other` by less than the dispatches
-        ((0.40, 0.45), (0.90, 0.93), 0.10, "not a fall"),
+        ((0.40, 0.45), (0.90, 0.93), 0.10, "neither fell by the threshold"),
         # the dispatches fell a little, `other` by less
-        ((0.50, 0.46), (0.90, 0.88), 0.10, "not more"),
+        ((0.50, 0.46), (0.90, 0.88), 0.10, "neither fell by the threshold"),
     ],
 )
 def test_the_mechanism_sentence_says_which_part_carried_the_cut(tmp_path, dispatch, other, threshold, word):

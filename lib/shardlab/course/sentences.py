@@ -189,8 +189,9 @@ SENTENCES = {
             "threshold {t:.3f} ms, while <rest> fell by {o:.3f} ms: the cut came mostly from parts the mechanism "
             "does not name, so this capture does not show the mechanism at work, whatever the verdict on the sum.",
             "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative "
-            "fall is a rise), less than the threshold {t:.3f} ms, and <rest> by {o:.3f} ms, not more and not a fall: "
-            "this capture does not show the mechanism at work, whatever the verdict on the sum.",
+            "fall is a rise) and <rest> by {o:.3f} ms: neither fell by the threshold {t:.3f} ms, and the cut did not "
+            "come mostly from <rest>. This capture does not show the mechanism at work, whatever the verdict on the "
+            "sum.",
         ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
