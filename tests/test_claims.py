@@ -685,3 +685,27 @@ def test_the_mechanism_sentence_says_which_part_carried_the_cut(tmp_path, dispat
     whole = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}  # no parts: no sentence
     unsplit = [{f"{trace.PREPARE}_ms": 1.0, f"{trace.UPDATE}_ms": 1.0}] * 6
     assert sentences.mechanism(hypothesis.judge(whole, unsplit, unsplit, [5.0] * 6)) is None
+
+
+@pytest.mark.parametrize(
+    "bytes_read, collective_ms, roof, below",
+    [
+        (1_331_840, 1.208, 26.5, True),  # the course run's size: about 1.1 GB/s, under a tenth of the roof
+        (1_331_840, 0.020, 26.5, False),  # the same bytes in 20 µs: 67 GB/s, copying could fill that time
+    ],
+)
+def test_the_collective_rate_is_read_against_the_memory_roof(tmp_path, bytes_read, collective_ms, roof, below):
+    from shardlab.course import sentences
+
+    rate = {"bytes_read": bytes_read, "gbytes_per_s": bytes_read / (collective_ms / 1e3) / 1e9}
+    split = {"collective_ms": collective_ms}
+    recorded = {"roofline": {"roofs": {"gbytes_per_s": roof}, "collective_rate": rate}}
+    values = {"r": rate["gbytes_per_s"], "g": roof, "c": collective_ms, "by": bytes_read}
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded | {"fused_trace": {"top_events": split}}, ["collective_rate"],
+                    **values)  # fmt: skip
+    # independently, by hand: bytes over seconds, in GB/s, against a tenth of the roof
+    by_hand = bytes_read / collective_ms * 1e3 / 1e9
+    assert (by_hand < roof / 10) == below
+    assert ("more likely the threads synchronising" in text) == below and f"{by_hand:.2f} GB/s" in text, text
+    assert sentences.collective_rate(rate, split, {"gbytes_per_s": roof}) == text
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)

@@ -273,6 +273,22 @@ SENTENCES = {
             "larger part, but the trace does not tell what the collectives' unnamed time is: copying and adding, or "
             "threads synchronising without a Wait event, look the same in it.",
         ),
+        "collective_rate": _s(
+            "r < 0.1 * g",
+            {
+                "r": "roofline.collective_rate.gbytes_per_s",
+                "g": "roofline.roofs.gbytes_per_s",
+                "c": "fused_trace.top_events.collective_ms",
+                "by": "roofline.collective_rate.bytes_read",
+            },
+            "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, below a "
+            "tenth of this host's {g:.1f} GB/s memory roof: copying and adding at the roof would take a small part "
+            "of that time, so most of it is more likely the threads synchronising inside the collective, which the "
+            "trace does not name. Likely, not shown: the trace cannot tell the two apart.",
+            "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, not below "
+            "a tenth of this host's {g:.1f} GB/s memory roof: copying and adding could account for much of that "
+            "time, and the trace cannot tell it from the threads synchronising.",
+        ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
             {
@@ -642,6 +658,12 @@ def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
     said = [chosen(notebook, "course_against_roofline", **over)]
     said.append(chosen_first(notebook, ["fused_under_roofline", "fused_over_roofline"], **over))
     return said
+
+
+def collective_rate(rate: dict, split: dict, roofs: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: the bytes the collectives reduce, over their unnamed time, against the host's memory roof."""
+    values = {"r": rate["gbytes_per_s"], "g": roofs["gbytes_per_s"], "c": split["collective_ms"]}
+    return chosen(notebook, "collective_rate", by=rate["bytes_read"], **values)
 
 
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
