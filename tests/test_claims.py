@@ -680,11 +680,11 @@ def test_the_mechanism_sentence_says_which_part_carried_the_cut(tmp_path, dispat
     assert math.isclose(outcome["mechanism_fall_ms"], fall) and math.isclose(outcome["rest_fall_ms"], rest)
     assert (word == "is where the hypothesis placed it") == (fall >= threshold)
     assert (word == "came mostly from") == (fall < threshold and rest > max(fall, 0))
-    assert sentences.mechanism(outcome) == text
+    assert sentences.mechanism(outcome) == [text]
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
     whole = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}  # no parts: no sentence
     unsplit = [{f"{trace.PREPARE}_ms": 1.0, f"{trace.UPDATE}_ms": 1.0}] * 6
-    assert sentences.mechanism(hypothesis.judge(whole, unsplit, unsplit, [5.0] * 6)) is None
+    assert sentences.mechanism(hypothesis.judge(whole, unsplit, unsplit, [5.0] * 6)) == []
 
 
 @pytest.mark.parametrize(

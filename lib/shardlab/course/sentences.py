@@ -794,14 +794,14 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
 
 
-def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> str | None:
+def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
     """Stage 4a: did the part the change's mechanism shortens fall by the threshold, or did the cut come from
-    elsewhere? None for a change whose target is not split into parts."""
+    elsewhere? One sentence, or none for a change whose target is not split into parts."""
     if "mechanism" not in outcome:
-        return None
+        return []
     fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
-    return chosen_first(notebook, ["mechanism_fell", "cut_mostly_elsewhere"], fill, **values)
+    return [chosen_first(notebook, ["mechanism_fell", "cut_mostly_elsewhere"], fill, **values)]
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----
