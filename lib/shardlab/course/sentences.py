@@ -185,9 +185,10 @@ SENTENCES = {
         "cut_mostly_elsewhere": _s(
             "f < t and o > f and o > 0",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "t": "change.threshold_ms"},
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median, less than the "
-            "threshold {t:.3f} ms, while <rest> fell by {o:.3f} ms: the cut came mostly from parts the mechanism "
-            "does not name, so this capture does not show the mechanism at work, whatever the verdict on the sum.",
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative fall "
+            "is a rise), less than the threshold {t:.3f} ms, while <rest> fell by {o:.3f} ms: the cut came mostly from "
+            "parts the mechanism does not name, so this capture does not show the mechanism at work, whatever the "
+            "verdict on the sum.",
             "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative "
             "fall is a rise) and <rest> by {o:.3f} ms: neither fell by the threshold {t:.3f} ms, and the cut did not "
             "come mostly from <rest>. This capture does not show the mechanism at work, whatever the verdict on the "
