@@ -287,8 +287,8 @@ SENTENCES = {
             "of that time, so most of it is more likely the threads synchronising inside the collective, which the "
             "trace does not name. Likely, not shown: the trace cannot tell the two apart.",
             "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, not below "
-            "a tenth of this host's {g:.1f} GB/s memory roof: copying and adding could account for much of that "
-            "time, and the trace cannot tell it from the threads synchronising.",
+            "a tenth of this host's {g:.1f} GB/s memory roof: copying and adding may account for a real part of "
+            "that time, and the trace cannot tell them from the threads synchronising.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
