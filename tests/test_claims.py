@@ -644,3 +644,68 @@ def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_f
     for bad in ({"a": one}, {"a": one, "b": {"momentum": 0.3, "key": 0.2}}, {"a": one, "b": one, "c": one}):
         with pytest.raises(UsageError, match="two fixtures"):
             sentences.fault_ranking(bad)
+
+
+@pytest.mark.parametrize(
+    "dispatch, other, threshold, word",
+    [
+        # (unchanged medians, changed medians) per part: the dispatches fell by the threshold
+        ((0.50, 0.20), (0.90, 0.85), 0.25, "is where the hypothesis placed it"),
+        # the course run's case: the dispatches fell less than the threshold, `other` carried the cut
+        ((0.489, 0.414), (0.964, 0.530), 0.117, "came mostly from"),
+        # neither part fell: both rose, `other` by less than the dispatches
+        ((0.40, 0.45), (0.90, 0.93), 0.10, "neither fell by the threshold"),
+        # the dispatches fell a little, `other` by less
+        ((0.50, 0.46), (0.90, 0.88), 0.10, "neither fell by the threshold"),
+    ],
+)
+def test_the_mechanism_sentence_says_which_part_carried_the_cut(tmp_path, dispatch, other, threshold, word):
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    keys = ["jitted_dispatch_ms", "other_ms"]
+
+    def rows(d, o):
+        return [{"jitted_dispatch_ms": d, "other_ms": o, f"{trace.UPDATE}_ms": 1.0} for _ in range(6)]
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold, "target_keys": keys}
+    outcome = hypothesis.judge(guess, rows(dispatch[0], other[0]), rows(dispatch[1], other[1]), [5.0] * 6)
+    fill = {"part": "jitted_dispatch", "rest": "other"}
+    values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": threshold}
+    names = ["mechanism_fell", "cut_mostly_elsewhere"]
+    text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, names, fill, **values)
+    assert word in text, text
+    # independently, by hand: each part's fall is its unchanged value less its changed value
+    fall, rest = dispatch[0] - dispatch[1], other[0] - other[1]
+    assert math.isclose(outcome["mechanism_fall_ms"], fall) and math.isclose(outcome["rest_fall_ms"], rest)
+    assert (word == "is where the hypothesis placed it") == (fall >= threshold)
+    assert (word == "came mostly from") == (fall < threshold and rest > max(fall, 0))
+    assert sentences.mechanism(outcome) == [text]
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    whole = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}  # no parts: no sentence
+    unsplit = [{f"{trace.PREPARE}_ms": 1.0, f"{trace.UPDATE}_ms": 1.0}] * 6
+    assert sentences.mechanism(hypothesis.judge(whole, unsplit, unsplit, [5.0] * 6)) == []
+
+
+@pytest.mark.parametrize(
+    "bytes_read, collective_ms, roof, below",
+    [
+        (1_331_840, 1.208, 26.5, True),  # the course run's size: about 1.1 GB/s, under a tenth of the roof
+        (1_331_840, 0.020, 26.5, False),  # the same bytes in 20 µs: 67 GB/s, copying could fill that time
+    ],
+)
+def test_the_collective_rate_is_read_against_the_memory_roof(tmp_path, bytes_read, collective_ms, roof, below):
+    from shardlab.course import sentences
+
+    rate = {"bytes_read": bytes_read, "gbytes_per_s": bytes_read / (collective_ms / 1e3) / 1e9}
+    split = {"collective_ms": collective_ms}
+    recorded = {"roofline": {"roofs": {"gbytes_per_s": roof}, "collective_rate": rate}}
+    values = {"r": rate["gbytes_per_s"], "g": roof, "c": collective_ms, "by": bytes_read}
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded | {"fused_trace": {"top_events": split}}, ["collective_rate"],
+                    **values)  # fmt: skip
+    # independently, by hand: bytes over seconds, in GB/s, against a tenth of the roof
+    by_hand = bytes_read / collective_ms * 1e3 / 1e9
+    assert (by_hand < roof / 10) == below
+    assert ("more likely the threads synchronising" in text) == below and f"{by_hand:.2f} GB/s" in text, text
+    assert sentences.collective_rate(rate, split, {"gbytes_per_s": roof}) == text
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)

@@ -517,3 +517,22 @@ def test_the_parts_table_takes_the_median_of_each_transitions_sum_not_the_sum_of
         and rows[1]["b"].startswith("6.000")
     )
     assert "their sum" not in parts_table(["a_ms"], {"one": skewed})[0]
+
+
+def test_a_device_event_s_whole_time_never_exceeds_its_thread_s_busy_time(monkeypatch):
+    from types import SimpleNamespace
+
+    from shardlab.perf import profile
+
+    # one device thread: an Execute holding a loop that holds another Execute (same name, nested), then a psum
+    events = [("ThunkExecutor::Execute", 0, 1000), ("while.1", 100, 900), ("ThunkExecutor::Execute", 200, 800)]
+    events.append(("psum_invariant.7", 1200, 1500))
+    monkeypatch.setattr(profile.trace, "xplane_lines", lambda _: [("tf_XLACpuClient/0", events)])
+    (thread,) = profile.device_events(SimpleNamespace(xplane=None), windows=[("after", 0, 2000)])
+    rows = {row["name"]: row for row in thread["own"]}
+    # by hand: the two Executes cover 0-1000 once (their durations sum to 1600), the thread 0-1000 and 1200-1500
+    assert thread["by_loop"]["after"]["busy_ms"] == pytest.approx(1300e-6)
+    assert rows["ThunkExecutor::Execute"]["ms"] == pytest.approx(1000e-6)
+    assert rows["ThunkExecutor::Execute"]["own_ms"] == pytest.approx((100 + 100 + 600) * 1e-6)  # less the while
+    assert all(row["ms"] <= thread["by_loop"]["after"]["busy_ms"] for row in thread["own"])
+    assert sum(row["own_ms"] for row in thread["own"]) == pytest.approx(1300e-6)

@@ -503,34 +503,38 @@ QUESTIONS = (
         ),
         (
             "Your change's annotation got 0.5 ms shorter; the control, which it does not touch, moved by 0.4 ms. "
-            "What does the cut show?",
+            "By the verdict table's noise row, what does the cut show?",
             [
                 "a 0.5 ms speed-up of the change",
                 "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
                 "a 0.1 ms slow-down",
             ],
             "b",
-            "Whatever the control moves by is drift; a cut is read against it (and the samples' spread), never alone.",
+            "Whatever the control moves by is drift; the noise row takes the larger of |drift| and the spread, so "
+            "here the noise is at least 0.4 ms and the cut less the noise only 0.1 ms: a cut is never read alone.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the table of the numbers the verdict reads",
-                r"drift: the control's unchanged − changed median \| -?[\d.]+",
+                "the table of the numbers the verdict reads: its drift row, and the noise row that takes the larger "
+                "of |drift| and the spread",
+                r"drift: the control's unchanged − changed median \| -?[\d.]+[\s\S]*"
+                r"noise: the larger of \\?\|drift\\?\| and spread \| [\d.]+",
             ),
         ),
     ),
     *_stage(
         "stage5a_protocol",
         (
-            "Two devices, in one controller or in two, hold 4 and 3 valid rows. Which mean is the course's loss?",
+            "Two devices hold 4 and 3 valid rows. Which mean is the course's loss?",
             [
-                "the mean of the two controllers' means",
+                "the mean of the two devices' means",
                 "the global sum over 7 rows divided by 7",
-                "the larger controller's mean",
+                "the larger device's mean",
             ],
             "b",
-            "The denominator stays global across processes exactly as across devices; the means of means differ.",
+            "The global mean is the same on 1, 2 and 4 devices; the mean of device means moves with the split. "
+            "Two controllers keep the same global denominator, as the cross-process psum above showed.",
             "denominator",
             (
                 "denominator",
@@ -652,11 +656,12 @@ QUESTIONS = (
             "When would that be a straggler?",
             [
                 "always: the medians differ",
-                "when the samples' spreads do not overlap, and it persists over more samples",
+                "when the two middle halves do not overlap, not from the medians alone",
                 "never on one host",
             ],
             "b",
-            "A median of a handful of samples moves with load; only separated spreads make a difference a finding.",
+            "A median of a handful of samples moves with load; only separated middle halves make a difference a "
+            "finding (and a second run that separates them again makes it a stronger one).",
             "step_times",
             (
                 "reveal-rank",
@@ -703,9 +708,15 @@ QUESTIONS = (
             "Which runbook row stops relaunching altogether?",
             ["death", "preemption", "crash loop: more failures than the restart budget"],
             "c",
-            "A crash loop ends with RestartBudgetError naming every attempt's cause; a person fixes the cause.",
+            "The crash-loop row's stop condition is more failures than the restart budget: the supervisor stops "
+            "relaunching there, and a person fixes the cause.",
             "runbook",
-            ("runbook", "The runbook", "the runbook table, one row per failure class", r"(?i)crash loop"),
+            (
+                "runbook",
+                "The runbook",
+                "the runbook table's crash-loop row and its stop condition",
+                r"crash loop \| supervisor \| more failures than the restart budget",
+            ),
         ),
     ),
 )

@@ -174,6 +174,26 @@ SENTENCES = {
             "{n:.3f} ms): at this sample size the effect cannot be told from the drift.",
             "The {t:.3f} ms predicted lies outside the cut ± the noise ({c:.3f} ± {n:.3f} ms).",
         ),
+        "mechanism_fell": _s(
+            "f >= t",
+            {"f": "change.mechanism_fall_ms", "t": "change.threshold_ms"},
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median in this "
+            "capture, at least the threshold {t:.3f} ms: the cut is where the hypothesis placed it.",
+            "The part whose time the change's mechanism removes, <part>, fell by less than the threshold {t:.3f} ms "
+            "in this capture ({f:.3f} ms by median; a negative fall is a rise).",
+        ),
+        "cut_mostly_elsewhere": _s(
+            "f < t and o > f and o > 0",
+            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "t": "change.threshold_ms"},
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative fall "
+            "is a rise), less than the threshold {t:.3f} ms, while <rest> fell by {o:.3f} ms: the cut came mostly from "
+            "parts the mechanism does not name, so this capture does not show the mechanism at work, whatever the "
+            "verdict on the sum.",
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative "
+            "fall is a rise) and <rest> by {o:.3f} ms: neither fell by the threshold {t:.3f} ms, and the cut did not "
+            "come mostly from <rest>. This capture does not show the mechanism at work, whatever the verdict on the "
+            "sum.",
+        ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
             {
@@ -244,14 +264,31 @@ SENTENCES = {
                 "p": "fused_trace.top_events.program_ms",
                 "b": "fused_trace.top_events.busy_ms",
             },
-            "During the fused dispatches, waiting (Wait, Rendezvous) took {w:.2f} ms of its own, more than half of "
-            "the {b:.2f} ms the busiest thread was busy; the collective ops' own run (psum, all-reduce) {c:.2f} ms "
-            "and the rest of the program {p:.2f} ms. With the host work gone, most of what remains is the device "
-            "threads waiting for each other, on cores they share.",
-            "During the fused dispatches, waiting (Wait, Rendezvous) took {w:.2f} ms of its own out of the {b:.2f} ms "
-            "the busiest thread was busy; the collective ops' own run (psum, all-reduce) {c:.2f} ms and the rest of "
-            "the program {p:.2f} ms. Waiting is not the larger part: the ops themselves are, the collectives' own "
-            "copying and adding among them, a third answer beside arithmetic and waiting.",
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, "
+            "more than half of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, "
+            "all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. With the "
+            "host work gone, most of what remains is the device threads waiting for each other, on cores they share.",
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
+            "of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, all-reduce) that no "
+            "Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. Named waiting is not the "
+            "larger part, but the trace does not tell what the collectives' unnamed time is: copying and adding, or "
+            "threads synchronising without a Wait event, look the same in it.",
+        ),
+        "collective_rate": _s(
+            "r < 0.1 * g",
+            {
+                "r": "roofline.collective_rate.gbytes_per_s",
+                "g": "roofline.roofs.gbytes_per_s",
+                "c": "fused_trace.top_events.collective_ms",
+                "by": "roofline.collective_rate.bytes_read",
+            },
+            "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, below a "
+            "tenth of this host's {g:.1f} GB/s memory roof: copying and adding at the roof would take a small part "
+            "of that time, so most of it is more likely the threads synchronising inside the collective, which the "
+            "trace does not name. Likely, not shown: the trace cannot tell the two apart.",
+            "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, not below "
+            "a tenth of this host's {g:.1f} GB/s memory roof: copying and adding may account for a real part of "
+            "that time, and the trace cannot tell them from the threads synchronising.",
         ),
         "course_against_roofline": _s(
             "c > 10 * max(p, s)",
@@ -261,9 +298,13 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
             "The course step took {c:.0f}x what its roofline allows, more than ten times the fused steps' ({p:.1f}x, "
-            "{s:.1f}x): its time is host preparation and dispatch, not arithmetic or memory.",
+            "{s:.1f}x). That ratio sets the whole host transition (sampler, placement, dispatch and update) against "
+            "the roofline of the compiled update alone, so what lies beyond the roofline is mostly host preparation "
+            "and dispatch, not arithmetic or memory.",
             "The course step took {c:.0f}x what its roofline allows, within ten times the fused steps' ({p:.1f}x, "
-            "{s:.1f}x): on this run moving the transition onto the devices did not bring it much nearer.",
+            "{s:.1f}x). That ratio sets the whole host transition (sampler, placement, dispatch and update) against "
+            "the roofline of the compiled update alone; on this run moving the transition onto the devices did not "
+            "bring it much nearer.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -317,8 +358,9 @@ SENTENCES = {
                 "w": "several_failures.goodput.wasted",
             },
             "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took longer than the productive "
-            "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model most of what a relaunch costs is "
-            "starting Python, JAX and the coordinator again.",
+            "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model, starting Python, JAX and the "
+            "coordinator cost more than the steps did. That sum includes the first launch, which every run pays; "
+            "it does not split the first launch from the relaunches.",
             "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took less than the productive and "
             "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
             "of the time.",
@@ -416,7 +458,8 @@ SENTENCES = {
             TWO_POINT,
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}): within 10 % and within "
-            "the spread, so a log2(W) term describes this machine's three points (on one host it stands for the "
+            "the spread, so the two-term fit, compute + straggler · log2(W) with both ring terms held at 0, "
+            "describes this machine's three points (on one host it stands for the "
             "device threads' contention for cores, which the chapter's model calls a straggler penalty).",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
             "W = 1 and 2) against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % "
@@ -434,10 +477,12 @@ SENTENCES = {
             },
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
-            "that whole range: a log2(W) term does not describe how this machine slows down.",
+            "that whole range: the refuted model is this two-term fit, compute + straggler · log2(W) with both ring "
+            "terms held at 0; it does not describe how this machine slows down from two devices to four.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
+            "(compute + straggler · log2(W), ring terms held at 0).",
         ),
         "two_point_fit_edges_only": _s(
             "(p < m_lo or p > m_hi) and (m < lo or m > hi)",
@@ -445,10 +490,12 @@ SENTENCES = {
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: the prediction lies "
             "outside the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
             "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); only the edges of the "
-            "two ranges meet. Inconclusive, and leaning against a log2(W) term: more samples would decide.",
+            "two ranges meet. Inconclusive, and leaning against the two-term fit (compute + straggler · log2(W), ring "
+            "terms held at 0): more samples would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute a log2(W) term.",
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
+            "(compute + straggler · log2(W), ring terms held at 0).",
         ),
         "fitted_terms_<fit>": _s(
             "t >= 0",
@@ -462,10 +509,10 @@ SENTENCES = {
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
-            "{c:.0f} ms, every other step at most {o:.0f} ms): compilation, on every process at the same step — "
+            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, on every process at the same step — "
             "systematic, not noise.",
-            "Steps <steps> compile (the first of each batch shape; at least {c:.0f} ms on both controllers), but "
-            "another step took as long ({o:.0f} ms): a one-off of this loaded machine, or an event these records do "
+            "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
+            "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
         ),
         "compute_spread_reading": _s(
@@ -614,6 +661,12 @@ def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
     return said
 
 
+def collective_rate(rate: dict, split: dict, roofs: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: the bytes the collectives reduce, over their unnamed time, against the host's memory roof."""
+    values = {"r": rate["gbytes_per_s"], "g": roofs["gbytes_per_s"], "c": split["collective_ms"]}
+    return chosen(notebook, "collective_rate", by=rate["bytes_read"], **values)
+
+
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's sentence on the one-device fused loop beside the two four-device fused loops, with their spreads."""
     values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
@@ -740,6 +793,16 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"], b=outcome["baseline_first_ms"])
     return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+
+
+def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
+    """Stage 4a: did the part the change's mechanism shortens fall by the threshold, or did the cut come from
+    elsewhere? One sentence, or none for a change whose target is not split into parts."""
+    if "mechanism" not in outcome:
+        return []
+    fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
+    values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
+    return [chosen_first(notebook, ["mechanism_fell", "cut_mostly_elsewhere"], fill, **values)]
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----

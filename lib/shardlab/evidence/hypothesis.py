@@ -59,7 +59,8 @@ MENU = {
         "target": PREPARE,
         "control": UPDATE,
         "reach": "the course's draw (split, then permute), traced alone: the change replaces it, nothing else",
-        # where the draw lands in `trace.breakdown`: its dispatches and the host work around them, not placement
+        # where the draw lands in `trace.breakdown`: its dispatches and the host work around them, not placement;
+        # the first part is the one its mechanism (fewer dispatches) shortens
         "parts": ("jitted_dispatch", "other"),
         "untouched": ("placement",),
     },
@@ -348,6 +349,16 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     values = {"c": cut, "n": max(abs(drift), spread), "d": drift, "r": capped["ms"]}
     values["t"] = hypothesis["threshold_ms"]
     verdict = next((name for name, relation in RELATIONS.items() if holds(relation, values)), "inconclusive")
+    parts = {}  # where the target splits into parts: each part's fall, unchanged median less changed median
+    if len(target) > 1:
+        for key in target:
+            medians = [float(np.median([row[key] for row in rows])) for rows in (unchanged, changed)]
+            parts[key[:-3]] = {"unchanged_ms": medians[0], "changed_ms": medians[1], "fall_ms": medians[0] - medians[1]}
+    mechanism = {}  # the first part is the one the change's mechanism shortens; the rest fell (or rose) beside it
+    if parts:
+        falls = [p["fall_ms"] for p in parts.values()]
+        mechanism = {"parts": parts, "mechanism": next(iter(parts)), "mechanism_fall_ms": falls[0]}
+        mechanism["rest_fall_ms"] = sum(falls[1:])
     why = None
     if verdict == "inconclusive":
         why = next((name for name, relation in INCONCLUSIVE.items() if holds(relation, values)), None)
@@ -368,6 +379,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "baseline_first_ms": float(hypothesis.get("baseline_ms", sides["target"]["unchanged"]["median_ms"])),
         "control_first_ms": float(hypothesis.get("control_baseline_ms", sides["control"]["unchanged"]["median_ms"])),
         "threshold_ms": values["t"],
+        **mechanism,
         "verdict": verdict,
         "inconclusive_because": why,
         "confirmed": verdict == "confirmed",

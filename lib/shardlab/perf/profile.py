@@ -109,7 +109,9 @@ def device_events(files, prefix: str = DEVICE_THREADS, windows=None) -> list[dic
 
     `top` sums each event name's whole durations (nested events counted inside their parents too);
     `own` sums each name's exclusive time (`exclusive`) with the name it most often sits inside, so
-    its rows add up to `busy_ms`; `own_by_kind_ms` sums the own times by `kind` (waiting, collective, program).
+    its rows add up to `busy_ms`; a row's `ms` is the time its name's events cover (a union of intervals
+    like `busy_ms`, so an event nested in one of the same name counts once and no row exceeds the busy time);
+    `own_by_kind_ms` sums the own times by `kind` (waiting, collective, program).
     `windows`, a list of (loop, start_ns, end_ns), says which loop ran when: each event then belongs to
     the window its start falls in ("(outside)" if none), its `own` rows are kept apart per loop (`loop`),
     and `by_loop` gives each loop's busy ms and own times by kind.
@@ -136,8 +138,8 @@ def device_events(files, prefix: str = DEVICE_THREADS, windows=None) -> list[dic
                           "program_ms": 0.0} for loop in spans if loop is not None}  # fmt: skip
         whole = {}
         for name, start, end in events:
-            key = (name, loop_of(start))
-            whole[key] = whole.get(key, 0) + (end - start)
+            whole.setdefault((name, loop_of(start)), []).append((start, end))
+        whole = {key: trace.covered(intervals) for key, intervals in whole.items()}
         for (name, loop), ns in own.items():
             by_kind[kind(name)] += ns
             if loop is not None:
