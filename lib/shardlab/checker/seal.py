@@ -41,13 +41,38 @@ from shardlab.errors import CourseCodeError
 
 SEAL_ENV = "SHARDLAB_SEAL_COURSE"  # set by `grade` (handin/bounded.py) for the checker and its workers
 
-# the course's implementation of the seven functions: the core's first, then the reference's wrappers
+# the course's seven functions: the core's first, then the reference's wrappers
 SEALED = {
     "shardlab.core.state": ("initial", "transition"),
     "shardlab.core.batch": ("next_batch",),
     "shardlab.core.update": ("make_step",),
     "shardlab.core.checkpoint": ("contract", "save", "restore"),
     "shardlab.learner.reference": ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore"),
+}
+# the modules that implement them (the seven and every helper they call, down to the file operations): while
+# graded, every function these modules define is sealed like the seven, except what the learner is handed
+IMPLEMENTATION = (
+    "shardlab.core.archive",
+    "shardlab.core.batch",
+    "shardlab.core.checkpoint",
+    "shardlab.core.files",
+    "shardlab.core.fixtures",
+    "shardlab.core.sampler",
+    "shardlab.core.schema",
+    "shardlab.core.state",
+    "shardlab.core.update",
+    "shardlab.learner.reference",
+)
+# What the starter (learner/templates/starter.py) hands the learner on purpose, never sealed: the one place
+# this list lives (docs/handin.md). Whole modules: the exception types and the configuration (`Config` checks
+# itself with `check_seed`/`check_batch_size`, which stay its own); and the container `next_batch` returns.
+# Classes and constants (`Batch`, `Dataset`, `FIELDS`, `AXIS`, ...) are never sealed: only functions are.
+# `shardlab.core.devices` (making the mesh) implements none of the seven and is not sealed either.
+HANDED = {
+    "shardlab.errors": "*",
+    "shardlab.core.errors": "*",
+    "shardlab.core.config": "*",
+    "shardlab.core.batch": ("Batch",),
 }
 CALLING = ["loading the file"]  # the learner's function the worker is calling (checker/worker.py sets it)
 # what the stand-ins were asked since the worker's last reply, which carries it. Not the hook's refusals: those
@@ -193,24 +218,41 @@ def _no_fork_exec() -> None:
         raise CourseCodeError("_posixsubprocess.fork_exec is still reachable after sealing")
 
 
-def seal() -> None:
-    """Replace the course's seven functions by stand-ins and refuse to read their modules again (see above)."""
-    import shardlab.core.batch
-    import shardlab.core.checkpoint
-    import shardlab.core.state
-    import shardlab.core.update
-    import shardlab.learner.reference  # noqa: F401 (each module of SEALED, loaded before it is read)
+def _defined(value, module: str) -> bool:
+    """Whether `value` is a function `module` defines (or wraps there, as `jax.jit` wraps one); not a class."""
+    if isinstance(value, type):
+        return False
+    target = getattr(value, "__wrapped__", value)
+    return isinstance(target, types.FunctionType) and target.__module__ == module
 
-    shardlab = sys.modules["shardlab"]
-    modules = [sys.modules[name] for name in SEALED]
-    originals = {}  # id -> (the object, the stand-in); the core's object first, so a re-export keeps its name
-    for module in modules:
-        for name in SEALED[module.__name__]:
-            value = getattr(module, name)
-            if id(value) not in originals:
-                originals[id(value)] = (value, _stand_in(f"{module.__name__}.{name}"))
-    for name in set().union(*SEALED.values()):
-        getattr(shardlab, name)  # bind the top-level names (PEP 562) so the sweep below replaces them too
+
+def sealed() -> dict:
+    """Module -> the names of the functions it defines that `seal` replaces: the implementation's, less HANDED."""
+    import importlib
+
+    found = {}
+    for name in IMPLEMENTATION:
+        handed = HANDED.get(name, ())
+        if handed != "*":
+            names = vars(importlib.import_module(name))
+            found[name] = tuple(sorted(k for k, v in names.items() if k not in handed and _defined(v, name)))
+    return found
+
+
+def _originals() -> dict:
+    """id -> (a course function, its stand-in): each sealed function, and the one a wrapper of it (`jax.jit`) holds."""
+    originals = {}
+    for module, names in sealed().items():
+        for name in names:
+            value = getattr(sys.modules[module], name)
+            stand_in = _stand_in(f"{module}.{name}")
+            for each in (value, getattr(value, "__wrapped__", value)):
+                originals.setdefault(id(each), (each, stand_in))
+    return originals
+
+
+def _replace(originals: dict) -> list:
+    """Bind the stand-ins wherever a loaded module binds an original; weak references to the originals."""
     for module in list(sys.modules.values()):
         try:
             names = vars(module)
@@ -219,11 +261,27 @@ def seal() -> None:
         for key, value in list(names.items()):
             if id(value) in originals and originals[id(value)][0] is value:
                 names[key] = originals[id(value)][1]
-    alive = [weakref.ref(value) for value, _ in originals.values()]
-    del originals, value, names
+    alive = []
+    for value, _ in originals.values():
+        try:
+            alive.append(weakref.ref(value))
+        except TypeError:  # a wrapper without weak references: the function it holds is checked
+            pass
+    return alive
+
+
+def seal() -> None:
+    """Replace the course's implementation of the seven by stand-ins; refuse to read its modules again (see above)."""
+    shardlab = sys.modules["shardlab"]
+    originals = _originals()  # imports each module of IMPLEMENTATION
+    modules = [sys.modules[name] for name in IMPLEMENTATION]
+    for name in set().union(*SEALED.values()):
+        getattr(shardlab, name)  # bind the top-level names (PEP 562) so the sweep replaces them too
+    alive = _replace(originals)
+    del originals
     gc.collect()
     if any(ref() is not None for ref in alive):
-        kept = [ref().__module__ + "." + ref().__qualname__ for ref in alive if ref() is not None]
+        kept = [getattr(ref(), "__module__", "?") + "." + getattr(ref(), "__qualname__", "?") for ref in alive if ref()]
         raise CourseCodeError(f"the course's functions are still reachable after sealing: {kept}")
     _no_fork_exec()
     files, basenames = _files(modules)
