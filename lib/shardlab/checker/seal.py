@@ -5,10 +5,14 @@ an assignment, a one-line wrapper). Any other route (`getattr`, `importlib`, `sy
 given to `exec`) is invisible to the syntax tree but not at run time. So, when `grade` runs a file
 (SEAL_ENV set), the worker calls `seal()` before the file loads:
 
-- every course function of SEALED, and every name bound to one in a module already loaded (`shardlab.initial`
-  included), is replaced by a stand-in that raises CourseCodeError naming the learner's function being
-  called (CALLING) and the course object reached. A stand-in holds only that name: the original functions
-  are dropped, and `seal` refuses to go on if any of them is still alive anywhere in the process;
+- every function of the course's implementation of the seven (SEALED), and every function the modules
+  implementing them define (IMPLEMENTATION: the helpers one level lower and below, `sampler.advance`,
+  `batch.pad`, `update.map_step`, `files.publish_new`, ..., and a function `jax.jit` wraps there), less what
+  the starter hands the learner (HANDED), and every name bound to one in a module already loaded
+  (`shardlab.initial` included), is replaced by a stand-in that raises CourseCodeError naming the learner's
+  function being called (CALLING) and the course object reached. A stand-in holds only that name: the
+  original functions are dropped, and `seal` refuses to go on if any of them is still alive anywhere in
+  the process;
 - an audit hook (`sys.addaudithook`: Python code cannot remove one) refuses to open those modules' source
   or bytecode files again, whatever path names them, and to link to them, so `importlib.reload` or
   `spec_from_file_location` cannot rebuild the originals. It also refuses what could rewrite it in
@@ -18,8 +22,9 @@ given to `exec`) is invisible to the syntax tree but not at run time. So, when `
   `_posixsubprocess.fork_exec`, which starts one without an audit event, is replaced. The hook
   keeps everything it uses in its own default values (a tuple), not in names a file could rebind.
 
-The worker itself calls none of the seven (it calls the learner's functions, the probes and the wire
-codec), so nothing of the checker needs the originals. The stand-in's error is recognised in the checking
+The worker itself calls none of the sealed functions (it calls the learner's functions, the probes and the
+wire codec, which use only the course's classes, `Batch`, `Dataset`, `Config`, and its errors), so nothing
+of the checker needs the originals. The stand-in's error is recognised in the checking
 interpreter (`reached`) by its type and message, and `grade` scores that stage `course code`. A learner's
 `except BaseException` around a stand-in gets nothing usable back, so the checks fail; the stand-in also
 notes the reach (REACHED), and the worker's reply to that call carries it, so the stage is `course code`
