@@ -3,7 +3,9 @@
 A learner's file is untrusted and often wrong. Each of the seven functions (and the step that
 `make_step` returns) is called through `Guard.call`, which
 
-- stops a call that runs longer than `seconds` with a SIGALRM (a pure-Python loop, a sleep),
+- stops a call that runs longer than `seconds` with a SIGALRM (a pure-Python loop, a sleep); code that
+  catches the Overrun (`except BaseException`) gets it again every REPEAT_SECONDS, and a call that returns
+  after its bound fired raises Overrun all the same, so the bound holds for loading the file too,
 - turns `sys.exit` inside learner code into a failed check instead of an ended run,
 - writes one JSON line per outermost call to the progress file *before* the call starts, so the
   supervisor (`checker/watch.py`) knows which function was running when the interpreter was
@@ -18,6 +20,7 @@ import signal
 import time
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
+REPEAT_SECONDS = 1.0  # past the bound, the alarm comes again this often until the call ends
 MEMORY_BYTES = 2 * 1024**3  # growth of the checking interpreter allowed during one call
 OUTPUT_BYTES = 5 * 1024**2  # console output a learner's code may write in a whole run
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -87,9 +90,12 @@ class Guard:
         self.depth, self.running = 1, function
         self.note(event="call", function=function, rss=resident_bytes(), at=time.time())
         previous = signal.signal(signal.SIGALRM, self._alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, REPEAT_SECONDS)
         try:
-            return target(*args, **kwargs)
+            result = target(*args, **kwargs)
+            if function in self.poisoned:  # the bound's Overrun was caught by the code it stopped: still broken
+                raise Overrun(self.poisoned[function])
+            return result
         except SystemExit as exc:
             verdict = f"`{function}` called sys.exit({exc.code!r}) -> return or raise instead of ending the interpreter"
             self.poisoned[function] = verdict

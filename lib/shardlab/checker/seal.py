@@ -5,10 +5,14 @@ an assignment, a one-line wrapper). Any other route (`getattr`, `importlib`, `sy
 given to `exec`) is invisible to the syntax tree but not at run time. So, when `grade` runs a file
 (SEAL_ENV set), the worker calls `seal()` before the file loads:
 
-- every course function of SEALED, and every name bound to one in a module already loaded (`shardlab.initial`
-  included), is replaced by a stand-in that raises CourseCodeError naming the learner's function being
-  called (CALLING) and the course object reached. A stand-in holds only that name: the original functions
-  are dropped, and `seal` refuses to go on if any of them is still alive anywhere in the process;
+- every function of the course's implementation of the seven (SEALED), and every function the modules
+  implementing them define (IMPLEMENTATION: the helpers one level lower and below, `sampler.advance`,
+  `batch.pad`, `update.map_step`, `files.publish_new`, ..., and a function `jax.jit` wraps there), less what
+  the starter hands the learner (HANDED), and every name bound to one in a module already loaded
+  (`shardlab.initial` included), is replaced by a stand-in that raises CourseCodeError naming the learner's
+  function being called (CALLING) and the course object reached. A stand-in holds only that name: the
+  original functions are dropped, and `seal` refuses to go on if any of them is still alive anywhere in
+  the process;
 - an audit hook (`sys.addaudithook`: Python code cannot remove one) refuses to open those modules' source
   or bytecode files again, whatever path names them, and to link to them, so `importlib.reload` or
   `spec_from_file_location` cannot rebuild the originals. It also refuses what could rewrite it in
@@ -18,8 +22,9 @@ given to `exec`) is invisible to the syntax tree but not at run time. So, when `
   `_posixsubprocess.fork_exec`, which starts one without an audit event, is replaced. The hook
   keeps everything it uses in its own default values (a tuple), not in names a file could rebind.
 
-The worker itself calls none of the seven (it calls the learner's functions, the probes and the wire
-codec), so nothing of the checker needs the originals. The stand-in's error is recognised in the checking
+The worker itself calls none of the sealed functions (it calls the learner's functions, the probes and the
+wire codec, which use only the course's classes, `Batch`, `Dataset`, `Config`, and its errors), so nothing
+of the checker needs the originals. The stand-in's error is recognised in the checking
 interpreter (`reached`) by its type and message, and `grade` scores that stage `course code`. A learner's
 `except BaseException` around a stand-in gets nothing usable back, so the checks fail; the stand-in also
 notes the reach (REACHED), and the worker's reply to that call carries it, so the stage is `course code`
@@ -41,13 +46,38 @@ from shardlab.errors import CourseCodeError
 
 SEAL_ENV = "SHARDLAB_SEAL_COURSE"  # set by `grade` (handin/bounded.py) for the checker and its workers
 
-# the course's implementation of the seven functions: the core's first, then the reference's wrappers
+# the course's seven functions: the core's first, then the reference's wrappers
 SEALED = {
     "shardlab.core.state": ("initial", "transition"),
     "shardlab.core.batch": ("next_batch",),
     "shardlab.core.update": ("make_step",),
     "shardlab.core.checkpoint": ("contract", "save", "restore"),
     "shardlab.learner.reference": ("initial", "next_batch", "make_step", "transition", "contract", "save", "restore"),
+}
+# the modules that implement them (the seven and every helper they call, down to the file operations): while
+# graded, every function these modules define is sealed like the seven, except what the learner is handed
+IMPLEMENTATION = (
+    "shardlab.core.archive",
+    "shardlab.core.batch",
+    "shardlab.core.checkpoint",
+    "shardlab.core.files",
+    "shardlab.core.fixtures",
+    "shardlab.core.sampler",
+    "shardlab.core.schema",
+    "shardlab.core.state",
+    "shardlab.core.update",
+    "shardlab.learner.reference",
+)
+# What the starter (learner/templates/starter.py) hands the learner on purpose, never sealed: the one place
+# this list lives (docs/handin.md). Whole modules: the exception types and the configuration (`Config` checks
+# itself with `check_seed`/`check_batch_size`, which stay its own); and the container `next_batch` returns.
+# Classes and constants (`Batch`, `Dataset`, `FIELDS`, `AXIS`, ...) are never sealed: only functions are.
+# `shardlab.core.devices` (making the mesh) implements none of the seven and is not sealed either.
+HANDED = {
+    "shardlab.errors": "*",
+    "shardlab.core.errors": "*",
+    "shardlab.core.config": "*",
+    "shardlab.core.batch": ("Batch",),
 }
 CALLING = ["loading the file"]  # the learner's function the worker is calling (checker/worker.py sets it)
 # what the stand-ins were asked since the worker's last reply, which carries it. Not the hook's refusals: those
@@ -193,24 +223,41 @@ def _no_fork_exec() -> None:
         raise CourseCodeError("_posixsubprocess.fork_exec is still reachable after sealing")
 
 
-def seal() -> None:
-    """Replace the course's seven functions by stand-ins and refuse to read their modules again (see above)."""
-    import shardlab.core.batch
-    import shardlab.core.checkpoint
-    import shardlab.core.state
-    import shardlab.core.update
-    import shardlab.learner.reference  # noqa: F401 (each module of SEALED, loaded before it is read)
+def _defined(value, module: str) -> bool:
+    """Whether `value` is a function `module` defines (or wraps there, as `jax.jit` wraps one); not a class."""
+    if isinstance(value, type):
+        return False
+    target = getattr(value, "__wrapped__", value)
+    return isinstance(target, types.FunctionType) and target.__module__ == module
 
-    shardlab = sys.modules["shardlab"]
-    modules = [sys.modules[name] for name in SEALED]
-    originals = {}  # id -> (the object, the stand-in); the core's object first, so a re-export keeps its name
-    for module in modules:
-        for name in SEALED[module.__name__]:
-            value = getattr(module, name)
-            if id(value) not in originals:
-                originals[id(value)] = (value, _stand_in(f"{module.__name__}.{name}"))
-    for name in set().union(*SEALED.values()):
-        getattr(shardlab, name)  # bind the top-level names (PEP 562) so the sweep below replaces them too
+
+def sealed() -> dict:
+    """Module -> the names of the functions it defines that `seal` replaces: the implementation's, less HANDED."""
+    import importlib
+
+    found = {}
+    for name in IMPLEMENTATION:
+        handed = HANDED.get(name, ())
+        if handed != "*":
+            names = vars(importlib.import_module(name))
+            found[name] = tuple(sorted(k for k, v in names.items() if k not in handed and _defined(v, name)))
+    return found
+
+
+def _originals() -> dict:
+    """id -> (a course function, its stand-in): each sealed function, and the one a wrapper of it (`jax.jit`) holds."""
+    originals = {}
+    for module, names in sealed().items():
+        for name in names:
+            value = getattr(sys.modules[module], name)
+            stand_in = _stand_in(f"{module}.{name}")
+            for each in (value, getattr(value, "__wrapped__", value)):
+                originals.setdefault(id(each), (each, stand_in))
+    return originals
+
+
+def _replace(originals: dict) -> list:
+    """Bind the stand-ins wherever a loaded module binds an original; weak references to the originals."""
     for module in list(sys.modules.values()):
         try:
             names = vars(module)
@@ -219,11 +266,27 @@ def seal() -> None:
         for key, value in list(names.items()):
             if id(value) in originals and originals[id(value)][0] is value:
                 names[key] = originals[id(value)][1]
-    alive = [weakref.ref(value) for value, _ in originals.values()]
-    del originals, value, names
+    alive = []
+    for value, _ in originals.values():
+        try:
+            alive.append(weakref.ref(value))
+        except TypeError:  # a wrapper without weak references: the function it holds is checked
+            pass
+    return alive
+
+
+def seal() -> None:
+    """Replace the course's implementation of the seven by stand-ins; refuse to read its modules again (see above)."""
+    shardlab = sys.modules["shardlab"]
+    originals = _originals()  # imports each module of IMPLEMENTATION
+    modules = [sys.modules[name] for name in IMPLEMENTATION]
+    for name in set().union(*SEALED.values()):
+        getattr(shardlab, name)  # bind the top-level names (PEP 562) so the sweep replaces them too
+    alive = _replace(originals)
+    del originals
     gc.collect()
     if any(ref() is not None for ref in alive):
-        kept = [ref().__module__ + "." + ref().__qualname__ for ref in alive if ref() is not None]
+        kept = [getattr(ref(), "__module__", "?") + "." + getattr(ref(), "__qualname__", "?") for ref in alive if ref()]
         raise CourseCodeError(f"the course's functions are still reachable after sealing: {kept}")
     _no_fork_exec()
     files, basenames = _files(modules)
