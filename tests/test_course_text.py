@@ -95,13 +95,19 @@ def unrevealed(nb, ran: bool = True) -> list[str]:
     return missing + ([open_prompt] if open_prompt else [])
 
 
+ANSWERED = "hypothesis"  # the code cell a learner writes a prompt's answer in: nothing after it can show it first
+
+
 def shown_before_reveal(nb) -> list[str]:
-    """Each `predict` prompt after which a code cell other than a `reveal` shows output first (it may answer it)."""
+    """Each `predict` prompt after which a code cell other than a `reveal` shows output first (it may answer it),
+    before the learner's own answer cell (tagged `hypothesis`), where the prompt is answered in writing."""
     early = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "markdown" or PREDICT not in tags(cell):
             continue
         for later in nb.cells[index + 1 :]:
+            if later.cell_type == "code" and ANSWERED in tags(later):
+                break
             if later.cell_type == "code" and any(line.strip() for line in shown_text(later)):
                 if REVEAL not in tags(later):
                     early.append(f"cell {index}: output of {sorted(tags(later))} before the reveal")
@@ -165,6 +171,9 @@ def test_the_reveal_rule_catches_a_prompt_left_open():
     assert len(unrevealed(new_notebook(cells=[answer, prompt]))) == 1  # the answer came before the question
     assert shown_before_reveal(new_notebook(cells=[prompt, silent, answer])) == []
     assert len(shown_before_reveal(new_notebook(cells=[prompt, plain, answer]))) == 1  # an output before the reveal
+    written = new_code_cell("mine = None", metadata={"tags": [ANSWERED]})  # the learner answers in writing first
+    assert shown_before_reveal(new_notebook(cells=[prompt, written, plain, answer])) == []
+    assert len(shown_before_reveal(new_notebook(cells=[prompt, plain, written, answer]))) == 1
     assert visible_lines(["x" * 400, "y"]) == 4 and visible_lines([]) == 0
 
 
