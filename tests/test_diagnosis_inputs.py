@@ -544,3 +544,103 @@ def test_a_learning_rate_kept_in_half_precision_is_judged_as_an_update_not_as_th
     assert "raised" not in result.diagnosis and "TypeError" not in result.observed, result.diagnosis
     assert "update 2 diverges" in result.diagnosis, result.diagnosis
     assert "it follows v <- 0.8*v + 1*g, w <- w - 0.02999" in result.diagnosis, result.diagnosis  # told from 0.03
+
+
+def test_predictions_in_bfloat16_are_named_as_reduced_precision_not_as_a_constant_factor():
+    """bfloat16 predictions leave loss and gradient about 1e-3 relative from NumPy's, with no constant factor: the
+    diagnosis names reduced precision (measured here against a float64 NumPy gradient), never a formula's factor."""
+    spec = "ranked/predictions_in_bfloat16.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(3, data, mesh)
+    weights = np.linspace(-0.5, 0.5, data.features.shape[1]).astype(np.float32)
+    _, batch = reference.next_batch(state, data, 8, mesh)
+    x, y = data.features[np.asarray(batch.ids)].astype(np.float64), data.targets[np.asarray(batch.ids)]
+    right = 2 * x.T @ (x @ weights - y) / 8
+    _, _, _, grad = module.make_step(mesh)(batch.features, batch.targets, batch.mask, weights, weights * 0)
+    grad = np.asarray(grad, np.float64)
+    relative = np.linalg.norm(grad - right) / np.linalg.norm(right)
+    assert 1e-4 < relative < 1e-2  # the fault: far above float32's rounding, far below any formula's change
+    assert abs(grad @ right / (right @ right) - 1) < 1e-2  # no constant factor: its size is NumPy's
+    assert not np.allclose(grad / (grad @ right / (right @ right)), right, rtol=1e-4)  # and no factor fits it
+    reference_grad = reference.make_step(mesh)(batch.features, batch.targets, batch.mask, weights, weights * 0)[3]
+    assert np.linalg.norm(np.asarray(reference_grad) - right) / np.linalg.norm(right) < 1e-5  # float32 is exact
+
+    checks = {"gradient_on_a_full_batch", "empty_device_contributes_zeros", "gradient_independent_of_device_count"}
+    results = _run(spec, 2, checks)
+    for name in checks:
+        text = results[name].diagnosis
+        assert not results[name].passed, name
+        assert "reduced-precision type" in text and "bfloat16" in text, (name, text)
+        for ruled_out in ("a constant factor", "same factor", "no known wrong formula", "local means"):
+            assert ruled_out not in text, (ruled_out, name, text)
+
+
+def test_a_step_zero_checkpoint_refused_as_missing_is_named_as_a_truthiness_test_not_as_a_bound():
+    """cursor 0 and step 0 are falsy: a presence test on the value refuses the step-0 checkpoint as 'missing'. The
+    refusal's words rule out a bounds test; the diagnosis names the truthiness test alone."""
+    spec = "ranked/restore_zero_as_missing.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(0, data, mesh)
+    contract = reference.contract(data, Config(batch_size=4, num_devices=4))
+    with tempfile.TemporaryDirectory(prefix="step-zero-") as folder:
+        path = reference.save(os.path.join(folder, "start.npz"), state, contract)
+        assert int(reference.restore(path, contract, mesh)["step"]) == 0  # a valid checkpoint the course accepts
+        with pytest.raises(Exception, match="missing cursor"):  # the fault: cursor 0 taken for a missing cursor
+            module.restore(path, contract, mesh)
+
+    (miss,) = _misses(spec, [("restore_damage", Case(rows=1, features=1, seed=0, devices=1, save_at="start"))])
+    assert miss is not None
+    assert "a presence test on the value" in miss.why and "cursor and step are 0" in miss.why, miss.why
+    assert "are both in bounds" not in miss.why, miss.why  # the refusal says 'missing': no bounds test
+
+
+def test_a_save_that_fails_after_publishing_a_bare_name_names_the_empty_folder_not_the_temporary():
+    """os.path.dirname of a bare file name is '': the save publishes, then fails to open '' for its folder fsync.
+    The temporary was in the target's folder all along: the diagnosis names the empty dirname, not the temporary."""
+    spec = "ranked/save_syncs_the_dirname.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(0, data, mesh)
+    contract = reference.contract(data, Config(batch_size=4, num_devices=4))
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="bare-name-") as folder:
+        os.chdir(folder)
+        try:
+            with pytest.raises(FileNotFoundError) as raised:  # the fault, after the file was published
+                module.save("mine.npz", state, contract)
+            assert raised.value.filename == "" and os.listdir(folder) == ["mine.npz"]
+            assert reference.save("course.npz", state, contract) == "course.npz"  # the course's save: no error
+        finally:
+            os.chdir(here)
+
+    case = Case(rows=1, features=1, seed=0, devices=1, save_at="start", path="bare")
+    (miss,) = _misses(spec, [("restore_damage", case)])
+    assert miss is not None
+    assert "was published at the path" in miss.why and "os.path.dirname is ''" in miss.why, miss.why
+    assert "write the temporary file in the target's own folder" not in miss.why, miss.why
+
+
+def test_a_save_that_changes_its_callers_contract_is_named_not_a_salted_contract():
+    """The file's save rewrites the caller's contract lists as tuples: the caller's contract then differs from the
+    JSON saved, though contract() itself is stable. The diagnosis names save's change, not an unstable contract."""
+    spec = "ranked/save_tuples_the_callers_shapes.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state, config = reference.initial(0, data, mesh), Config(batch_size=4, num_devices=4)
+    assert module.contract(data, config) == module.contract(data, config)  # stable: no salted hash, no id()
+    contract = module.contract(data, config)
+    kept = json.loads(json.dumps(contract))
+    with tempfile.TemporaryDirectory(prefix="tuples-") as folder:
+        module.save(os.path.join(folder, "c.npz"), state, contract)
+    assert isinstance(kept["features_shape"], list) and isinstance(contract["features_shape"], tuple)  # the fault
+
+    checks = {"restore_returns_every_field", "resume_continues_the_same_run"}
+    results = _run(spec, 3, checks)
+    for name in checks:
+        text = results[name].diagnosis
+        assert not results[name].passed and "save changed the contract it was given" in text, (name, text)
+        assert "was list, now tuple" in text, text
+        for ruled_out in ("hash()", "salted", "stale temporary"):
+            assert ruled_out not in text, (ruled_out, name, text)

@@ -19,7 +19,9 @@ from shardlab import errors
 from shardlab.checker.common import (
     CheckFailed,
     cached_step,
+    changed_inputs,
     expect,
+    fingerprint,
     fresh_implementation,
     host,
     plain,
@@ -84,7 +86,18 @@ def _saved(ctx, folder: str) -> tuple[str, dict, dict]:
     contract = ctx.impl.contract(ctx.data, _config(ctx))
     os.makedirs(os.path.join(ctx.workdir, folder), exist_ok=True)
     path = os.path.join(ctx.workdir, folder, "checkpoint.npz")
+    before = fingerprint(contract)
     ctx.impl.save(path, state, contract)
+    changed = changed_inputs([before], [fingerprint(contract)], ["contract"])
+    expect(
+        not changed,
+        "the contract as the caller passed it",
+        changed,
+        f"save changed the contract it was given ({'; '.join(changed)}), so the contract this run holds at restore "
+        "is no longer the one save wrote: restoring that file compares two contracts of the same experiment in two "
+        "forms -> never assign into an argument; convert a copy of the contract (or only its JSON text)"
+        + mark("save-inputs-intact"),
+    )
     return path, state, contract
 
 
