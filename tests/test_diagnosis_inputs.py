@@ -644,3 +644,23 @@ def test_a_save_that_changes_its_callers_contract_is_named_not_a_salted_contract
         assert "was list, now tuple" in text, text
         for ruled_out in ("hash()", "salted", "stale temporary"):
             assert ruled_out not in text, (ruled_out, name, text)
+
+
+def test_a_seed_folded_to_31_bits_is_named_as_such_not_as_a_state_kept_from_an_earlier_call():
+    """initial(seed) of a seed of 2^31 or more starts the run of seed mod 2^31: the key is checked here against
+    split(PRNGKey(seed)) computed by JAX; the diagnosis names the narrowed seed, never a cached state."""
+    import jax
+
+    spec = "ranked/initial_folds_the_seed.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh, seed = teaching_fixture(), make_mesh(1), 2**31 + 5
+    want = np.asarray(jax.random.split(jax.random.PRNGKey(seed))[0], np.uint32)
+    narrowed = np.asarray(jax.random.split(jax.random.PRNGKey(5))[0], np.uint32)
+    assert not np.array_equal(want, narrowed)  # the two seeds are two runs
+    got = np.asarray(module.initial(seed, data, mesh)["key"], np.uint32)
+    assert np.array_equal(got, narrowed)  # the fault: seed 2^31 + 5 starts seed 5's run
+
+    (miss,) = _misses(spec, [("sampler_walk", Case(rows=1, features=1, seed=seed, devices=1))])
+    assert miss is not None
+    assert "seed mod 2^31 = 5" in miss.why and "pass the seed to PRNGKey whole" in miss.why, miss.why
+    assert "of each call" not in miss.why and "earlier call" not in miss.why, miss.why  # no caching cause

@@ -247,10 +247,33 @@ def initial_checked(ctx, case: Case, data, mesh, later: str, note: str = "") -> 
                 if other
                 else ""
             )
-            + " -> initial builds the state from the seed, data and mesh of each call"
+            + (_folded_seed(case, state) or " -> initial builds the state from the seed, data and mesh of each call")
             + formulas.mark("initial-fields"),
         ) from None
     return state
+
+
+def _folded_seed(case: Case, state: dict) -> str | None:
+    """The cause when initial's key is the course's key of the seed cut to 31 bits or read as a signed int32 (a
+    seed of 2^31 or more only): the seed was narrowed before PRNGKey, not a state kept from an earlier call."""
+    if case.seed < 2**31 or "key" not in state:
+        return None
+    narrowed = {
+        f"seed mod 2^31 = {case.seed % 2**31} (the seed kept in int32's positive range)": case.seed % 2**31,
+        f"the seed read as a signed int32, {case.seed - 2**32}": case.seed - 2**32,
+    }
+    for what, seed in narrowed.items():
+        try:
+            key = oracle.idiom_epochs(seed, case.shape()[0], 1)[0]["key"]
+        except (OverflowError, ValueError, TypeError):
+            continue
+        if np.array_equal(host(state["key"]), key):
+            return (
+                f"; the saved key is the course's key of {what}, not of seed {case.seed}: the seed was narrowed "
+                "before PRNGKey, so seeds 2^31 apart start the same run -> pass the seed to PRNGKey whole (every "
+                "seed in 0..2^32-1 is its own run)" + formulas.mark("split-then-permute")
+            )
+    return None
 
 
 def _skipped(plan: list, call: int, ids, order, rows: int, batch: int) -> str | None:
