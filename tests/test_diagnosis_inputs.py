@@ -664,3 +664,24 @@ def test_a_seed_folded_to_31_bits_is_named_as_such_not_as_a_state_kept_from_an_e
     assert miss is not None
     assert "seed mod 2^31 = 5" in miss.why and "pass the seed to PRNGKey whole" in miss.why, miss.why
     assert "of each call" not in miss.why and "earlier call" not in miss.why, miss.why  # no caching cause
+
+
+def test_a_stale_cached_batch_is_blamed_on_next_batch_not_on_the_steps_body():
+    """The file's next_batch gives the same ids' earlier rows after data of another width; the course's step then
+    raises on them. The rows are checked here against data[ids]; the diagnosis names next_batch, not the step."""
+    spec = "ranked/batch_cached_by_ids.py"
+    module = implementation.load(str(HERE / spec))
+    wide, narrow = Case(rows=1, features=3, seed=0, devices=1), Case(rows=1, features=1, seed=0, devices=1)
+    mesh = make_mesh(1)
+    for case in (wide, narrow):
+        data = data_for(case)
+        _, batch = module.next_batch(reference.initial(0, data, mesh), data, 1, mesh)
+    assert np.shape(batch.features) == (1, 3) != np.shape(data.features[np.asarray(batch.ids)]) == (1, 1)  # stale
+    _, right = reference.next_batch(reference.initial(0, data, mesh), data, 1, mesh)
+    assert np.array_equal(np.asarray(right.features), data.features[np.asarray(right.ids)])
+
+    first, second = _misses(spec, [("transition_walk", wide), ("transition_walk", narrow)])
+    assert first is None  # the first data of these ids is placed right
+    assert second is not None
+    assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
+    assert "fix next_batch first" in second.why and "the implementation raised" not in second.why, second.why

@@ -662,7 +662,7 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls = called(ctx, "transition", state, given(case, data), case.batch, step, mesh, via=count)
+        (new, loss, ids), calls = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -724,6 +724,29 @@ def transition_walk(ctx, case: Case) -> None:
             + formulas.mark("one-update"),
         )
         state = new
+
+
+def _transitioned(ctx, case: Case, state: dict, data, mesh, step, call: int, via=None):
+    """The learner's transition of `state`; where it raises and the batch next_batch gives for `state` is already
+    wrong, the Miss names next_batch: the step raised on a batch it should never have been given."""
+    try:
+        return called(ctx, "transition", state, given(case, data), case.batch, step, mesh, via=via)
+    except (NotImplementedError, Miss):
+        raise
+    except Exception as exc:
+        try:
+            wrong_batch = _batch_fault(ctx, case, state, data, mesh)
+        except Exception:
+            wrong_batch = None
+        if not wrong_batch:
+            raise
+        raise Miss(
+            "transition's new state, loss and ids",
+            f"{type(exc).__name__}: {exc}"[:300],
+            f"transition {call + 1} raised {type(exc).__name__} at {raised_where(exc)}, and the batch next_batch "
+            f"gives for this state is already wrong ({wrong_batch}) -> fix next_batch first: the step raised on a "
+            "batch it should never have been given" + formulas.mark("pad-by-position"),
+        ) from exc
 
 
 def _batch_fault(ctx, case: Case, state: dict, data, mesh) -> str | None:
@@ -1132,7 +1155,7 @@ def _trained_to(ctx, case: Case, data, mesh):
     state = initial_checked(ctx, case, data, mesh, "the state was trained, saved and restored")
     plan = oracle.walk(case.shape()[0], case.seed, case.batch, at)
     for call in range(at):
-        state, _, _ = called(ctx, "transition", state, given(case, data), case.batch, step_of(ctx, case), mesh)
+        state, _, _ = _transitioned(ctx, case, state, data, mesh, step_of(ctx, case), call)
         fields = snapshot(state)
         want = plan[call]
         # the state save is given is judged first: restore is never blamed for a state no course run reaches
