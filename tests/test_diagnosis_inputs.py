@@ -636,7 +636,11 @@ def test_a_save_that_changes_its_callers_contract_is_named_not_a_salted_contract
         module.save(os.path.join(folder, "c.npz"), state, contract)
     assert isinstance(kept["features_shape"], list) and isinstance(contract["features_shape"], tuple)  # the fault
 
-    checks = {"restore_returns_every_field", "resume_continues_the_same_run"}
+    checks = {
+        "restore_returns_every_field",
+        "resume_continues_the_same_run",
+        "interrupted_save_leaves_nothing_or_a_checkpoint",
+    }
     results = _run(spec, 3, checks)
     for name in checks:
         text = results[name].diagnosis
