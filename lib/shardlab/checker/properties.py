@@ -1191,11 +1191,18 @@ def restore_damage(ctx, case: Case) -> None:
         os.chdir(here)
         shutil.rmtree(folder, ignore_errors=True)
     accepted = {what: rule for what, (ok, rule) in refused.items() if not ok}
+    typed = [what for what, rule in accepted.items() if "; refused with " in rule]  # refused, with another error
+    said = {
+        (False, False): "restore accepted damaged checkpoints",  # none: the need below holds
+        (False, True): "restore accepted damaged checkpoints",
+        (True, False): "restore refused checkpoints with another error type than the course's",
+        (True, True): "restore accepted damaged checkpoints or refused them with another error type than the course's",
+    }[(bool(typed), len(typed) < len(accepted))]
     need(
         not accepted,
         f"all {len(refused)} damaged copies refused with the course's errors",
-        f"accepted {sorted(accepted)}",
-        "restore accepted damaged checkpoints: "
+        f"{'refused with another error' if len(typed) == len(accepted) else 'accepted'} {sorted(accepted)}",
+        f"{said}: "
         + "; ".join(f"{w} ({r})" for w, r in accepted.items())
         + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
     )
