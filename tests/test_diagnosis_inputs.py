@@ -177,7 +177,8 @@ def test_refusals_name_only_the_fault_each_refusal_shows():
 
 
 def test_a_failed_uninterrupted_save_names_what_the_file_holds():
-    """The file save wrote is read here (NumPy, JSON): it holds every field, and a contract with one key added."""
+    """The file save wrote is read here (NumPy, JSON): it holds every field, and a contract with one key added, the
+    key save also added to its caller's dict. Both checks name that change of the caller's contract, never a field."""
     spec = "broken/save_stamps_the_contract.py"
     module = implementation.load(str(HERE / spec))
     data, mesh = teaching_fixture(), make_mesh(4)
@@ -187,12 +188,19 @@ def test_a_failed_uninterrupted_save_names_what_the_file_holds():
         with np.load(path, allow_pickle=False) as npz:
             held = json.loads(str(npz["contract"][()]))
     assert set(held) - set(contract) == {"saved_at_step"}
+    given = dict(contract)
+    with tempfile.TemporaryDirectory() as folder:
+        module.save(os.path.join(folder, "c.npz"), reference.initial(17, data, mesh), given)
+    assert set(given) - set(contract) == {"saved_at_step"}  # the caller's dict changed too
     checks = {"checkpoint_holds_every_field", "interrupted_save_leaves_nothing_or_a_checkpoint"}
     results = _run(spec, 3, checks)
-    assert results["checkpoint_holds_every_field"].passed
+    holds = results["checkpoint_holds_every_field"]
+    assert not holds.passed and "save changed the contract it was given" in holds.diagnosis, holds.diagnosis
+    assert "contract['saved_at_step'] was absent" in holds.diagnosis, holds.diagnosis
+    assert "lacks" not in holds.diagnosis and "missing" not in holds.diagnosis  # every field is in the file
     text = results["interrupted_save_leaves_nothing_or_a_checkpoint"].diagnosis
     assert "not the contract save was given (added ['saved_at_step'])" in text, text
-    assert "checkpoint_holds_every_field" not in text, text  # it passed in this run: no pointer to it
+    assert "checkpoint_holds_every_field" not in text, text  # no pointer: the change is named here too
 
 
 @pytest.mark.parametrize("with_pointer", [True, False])
