@@ -312,6 +312,11 @@ MISTAKES = {
         "random_restore_damage",
         ["restored as another experiment (seed)", "not errors.ContractMismatchError", "rows=1, batch=1"],
     ),
+    "restore_checks_shapes_before_contract": (
+        3,
+        "random_restore_damage",
+        ["restored as another experiment (rows)", "not errors.ContractMismatchError", "before the contracts were"],
+    ),
     "mask_by_multiplication": (
         2,
         "random_step_update",
@@ -489,7 +494,7 @@ SLOW_MISTAKES = {
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
-    "restore_pops_the_contract",
+    *("restore_pops_the_contract", "restore_checks_shapes_before_contract"),
     *("gradient_squeezed", "contract_hashes_the_buffer", "save_moves_into_the_folder", "save_expands_home"),
     "learning_rate_through_float16",
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss

@@ -177,7 +177,8 @@ def test_refusals_name_only_the_fault_each_refusal_shows():
 
 
 def test_a_failed_uninterrupted_save_names_what_the_file_holds():
-    """The file save wrote is read here (NumPy, JSON): it holds every field, and a contract with one key added."""
+    """The file save wrote is read here (NumPy, JSON): it holds every field, and a contract with one key added, the
+    key save also added to its caller's dict. Both checks name that change of the caller's contract, never a field."""
     spec = "broken/save_stamps_the_contract.py"
     module = implementation.load(str(HERE / spec))
     data, mesh = teaching_fixture(), make_mesh(4)
@@ -187,12 +188,19 @@ def test_a_failed_uninterrupted_save_names_what_the_file_holds():
         with np.load(path, allow_pickle=False) as npz:
             held = json.loads(str(npz["contract"][()]))
     assert set(held) - set(contract) == {"saved_at_step"}
+    given = dict(contract)
+    with tempfile.TemporaryDirectory() as folder:
+        module.save(os.path.join(folder, "c.npz"), reference.initial(17, data, mesh), given)
+    assert set(given) - set(contract) == {"saved_at_step"}  # the caller's dict changed too
     checks = {"checkpoint_holds_every_field", "interrupted_save_leaves_nothing_or_a_checkpoint"}
     results = _run(spec, 3, checks)
-    assert results["checkpoint_holds_every_field"].passed
+    holds = results["checkpoint_holds_every_field"]
+    assert not holds.passed and "save changed the contract it was given" in holds.diagnosis, holds.diagnosis
+    assert "contract['saved_at_step'] was absent" in holds.diagnosis, holds.diagnosis
+    assert "lacks" not in holds.diagnosis and "missing" not in holds.diagnosis  # every field is in the file
     text = results["interrupted_save_leaves_nothing_or_a_checkpoint"].diagnosis
     assert "not the contract save was given (added ['saved_at_step'])" in text, text
-    assert "checkpoint_holds_every_field" not in text, text  # it passed in this run: no pointer to it
+    assert "checkpoint_holds_every_field" not in text, text  # no pointer: the change is named here too
 
 
 @pytest.mark.parametrize("with_pointer", [True, False])
@@ -544,3 +552,148 @@ def test_a_learning_rate_kept_in_half_precision_is_judged_as_an_update_not_as_th
     assert "raised" not in result.diagnosis and "TypeError" not in result.observed, result.diagnosis
     assert "update 2 diverges" in result.diagnosis, result.diagnosis
     assert "it follows v <- 0.8*v + 1*g, w <- w - 0.02999" in result.diagnosis, result.diagnosis  # told from 0.03
+
+
+def test_predictions_in_bfloat16_are_named_as_reduced_precision_not_as_a_constant_factor():
+    """bfloat16 predictions leave loss and gradient about 1e-3 relative from NumPy's, with no constant factor: the
+    diagnosis names reduced precision (measured here against a float64 NumPy gradient), never a formula's factor."""
+    spec = "ranked/predictions_in_bfloat16.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(3, data, mesh)
+    weights = np.linspace(-0.5, 0.5, data.features.shape[1]).astype(np.float32)
+    _, batch = reference.next_batch(state, data, 8, mesh)
+    x, y = data.features[np.asarray(batch.ids)].astype(np.float64), data.targets[np.asarray(batch.ids)]
+    right = 2 * x.T @ (x @ weights - y) / 8
+    _, _, _, grad = module.make_step(mesh)(batch.features, batch.targets, batch.mask, weights, weights * 0)
+    grad = np.asarray(grad, np.float64)
+    relative = np.linalg.norm(grad - right) / np.linalg.norm(right)
+    assert 1e-4 < relative < 1e-2  # the fault: far above float32's rounding, far below any formula's change
+    assert abs(grad @ right / (right @ right) - 1) < 1e-2  # no constant factor: its size is NumPy's
+    assert not np.allclose(grad / (grad @ right / (right @ right)), right, rtol=1e-4)  # and no factor fits it
+    reference_grad = reference.make_step(mesh)(batch.features, batch.targets, batch.mask, weights, weights * 0)[3]
+    assert np.linalg.norm(np.asarray(reference_grad) - right) / np.linalg.norm(right) < 1e-5  # float32 is exact
+
+    checks = {"gradient_on_a_full_batch", "empty_device_contributes_zeros", "gradient_independent_of_device_count"}
+    results = _run(spec, 2, checks)
+    for name in checks:
+        text = results[name].diagnosis
+        assert not results[name].passed, name
+        assert "reduced-precision type" in text and "bfloat16" in text, (name, text)
+        for ruled_out in ("a constant factor", "same factor", "no known wrong formula", "local means"):
+            assert ruled_out not in text, (ruled_out, name, text)
+
+
+def test_a_step_zero_checkpoint_refused_as_missing_is_named_as_a_truthiness_test_not_as_a_bound():
+    """cursor 0 and step 0 are falsy: a presence test on the value refuses the step-0 checkpoint as 'missing'. The
+    refusal's words rule out a bounds test; the diagnosis names the truthiness test alone."""
+    spec = "ranked/restore_zero_as_missing.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(0, data, mesh)
+    contract = reference.contract(data, Config(seed=0, batch_size=4, num_devices=4))
+    with tempfile.TemporaryDirectory(prefix="step-zero-") as folder:
+        path = reference.save(os.path.join(folder, "start.npz"), state, contract)
+        assert int(reference.restore(path, contract, mesh)["step"]) == 0  # a valid checkpoint the course accepts
+        with pytest.raises(Exception, match="missing cursor"):  # the fault: cursor 0 taken for a missing cursor
+            module.restore(path, contract, mesh)
+
+    (miss,) = _misses(spec, [("restore_damage", Case(rows=1, features=1, seed=0, devices=1, save_at="start"))])
+    assert miss is not None
+    assert "a presence test on the value" in miss.why and "cursor and step are 0" in miss.why, miss.why
+    assert "are both in bounds" not in miss.why, miss.why  # the refusal says 'missing': no bounds test
+
+
+def test_a_save_that_fails_after_publishing_a_bare_name_names_the_empty_folder_not_the_temporary():
+    """os.path.dirname of a bare file name is '': the save publishes, then fails to open '' for its folder fsync.
+    The temporary was in the target's folder all along: the diagnosis names the empty dirname, not the temporary."""
+    spec = "ranked/save_syncs_the_dirname.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state = reference.initial(0, data, mesh)
+    contract = reference.contract(data, Config(batch_size=4, num_devices=4))
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="bare-name-") as folder:
+        os.chdir(folder)
+        try:
+            with pytest.raises(FileNotFoundError) as raised:  # the fault, after the file was published
+                module.save("mine.npz", state, contract)
+            assert raised.value.filename == "" and os.listdir(folder) == ["mine.npz"]
+            assert reference.save("course.npz", state, contract) == "course.npz"  # the course's save: no error
+        finally:
+            os.chdir(here)
+
+    case = Case(rows=1, features=1, seed=0, devices=1, save_at="start", path="bare")
+    (miss,) = _misses(spec, [("restore_damage", case)])
+    assert miss is not None
+    assert "was published at the path" in miss.why and "os.path.dirname is ''" in miss.why, miss.why
+    assert "write the temporary file in the target's own folder" not in miss.why, miss.why
+
+
+def test_a_save_that_changes_its_callers_contract_is_named_not_a_salted_contract():
+    """The file's save rewrites the caller's contract lists as tuples: the caller's contract then differs from the
+    JSON saved, though contract() itself is stable. The diagnosis names save's change, not an unstable contract."""
+    spec = "ranked/save_tuples_the_callers_shapes.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    state, config = reference.initial(0, data, mesh), Config(batch_size=4, num_devices=4)
+    assert module.contract(data, config) == module.contract(data, config)  # stable: no salted hash, no id()
+    contract = module.contract(data, config)
+    kept = json.loads(json.dumps(contract))
+    with tempfile.TemporaryDirectory(prefix="tuples-") as folder:
+        module.save(os.path.join(folder, "c.npz"), state, contract)
+    assert isinstance(kept["features_shape"], list) and isinstance(contract["features_shape"], tuple)  # the fault
+
+    checks = {
+        "restore_returns_every_field",
+        "resume_continues_the_same_run",
+        "interrupted_save_leaves_nothing_or_a_checkpoint",
+    }
+    results = _run(spec, 3, checks)
+    for name in checks:
+        text = results[name].diagnosis
+        assert not results[name].passed and "save changed the contract it was given" in text, (name, text)
+        assert "was list, now tuple" in text, text
+        for ruled_out in ("hash()", "salted", "stale temporary"):
+            assert ruled_out not in text, (ruled_out, name, text)
+
+
+def test_a_seed_folded_to_31_bits_is_named_as_such_not_as_a_state_kept_from_an_earlier_call():
+    """initial(seed) of a seed of 2^31 or more starts the run of seed mod 2^31: the key is checked here against
+    split(PRNGKey(seed)) computed by JAX; the diagnosis names the narrowed seed, never a cached state."""
+    import jax
+
+    spec = "ranked/initial_folds_the_seed.py"
+    module = implementation.load(str(HERE / spec))
+    data, mesh, seed = teaching_fixture(), make_mesh(1), 2**31 + 5
+    want = np.asarray(jax.random.split(jax.random.PRNGKey(seed))[0], np.uint32)
+    narrowed = np.asarray(jax.random.split(jax.random.PRNGKey(5))[0], np.uint32)
+    assert not np.array_equal(want, narrowed)  # the two seeds are two runs
+    got = np.asarray(module.initial(seed, data, mesh)["key"], np.uint32)
+    assert np.array_equal(got, narrowed)  # the fault: seed 2^31 + 5 starts seed 5's run
+
+    (miss,) = _misses(spec, [("sampler_walk", Case(rows=1, features=1, seed=seed, devices=1))])
+    assert miss is not None
+    assert "seed mod 2^31 = 5" in miss.why and "pass the seed to PRNGKey whole" in miss.why, miss.why
+    assert "of each call" not in miss.why and "earlier call" not in miss.why, miss.why  # no caching cause
+
+
+def test_a_stale_cached_batch_is_blamed_on_next_batch_not_on_the_steps_body():
+    """The file's next_batch gives the same ids' earlier rows after data of another width; the course's step then
+    raises on them. The rows are checked here against data[ids]; the diagnosis names next_batch, not the step."""
+    spec = "ranked/batch_cached_by_ids.py"
+    module = implementation.load(str(HERE / spec))
+    wide, narrow = Case(rows=1, features=3, seed=0, devices=1), Case(rows=1, features=1, seed=0, devices=1)
+    mesh = make_mesh(1)
+    for case in (wide, narrow):
+        data = data_for(case)
+        _, batch = module.next_batch(reference.initial(0, data, mesh), data, 1, mesh)
+    assert np.shape(batch.features) == (1, 3) != np.shape(data.features[np.asarray(batch.ids)]) == (1, 1)  # stale
+    _, right = reference.next_batch(reference.initial(0, data, mesh), data, 1, mesh)
+    assert np.array_equal(np.asarray(right.features), data.features[np.asarray(right.ids)])
+
+    first, second = _misses(spec, [("transition_walk", wide), ("transition_walk", narrow)])
+    assert first is None  # the first data of these ids is placed right
+    assert second is not None
+    assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
+    assert "fix next_batch first" in second.why and "the implementation raised" not in second.why, second.why

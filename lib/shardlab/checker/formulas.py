@@ -48,6 +48,31 @@ def factor_text(c: float, quantity: str, num_devices: int) -> str:
     return f"the {quantity} is {c:.3g} x the NumPy {quantity}: a constant factor in the formula" + mark("global-mean")
 
 
+# relative errors of float32 arithmetic against float64 NumPy stay near 1e-6; one rounding to float16 (11 significant
+# bits) is up to 2^-11 ~ 4.9e-4 of the value, to bfloat16 (8 bits) 2^-8 ~ 3.9e-3
+REDUCED_PRECISION = (2e-5, 3e-2)  # a relative error in this band, with no formula's factor, is reduced precision
+
+
+def reduced_precision(observed, right, quantity: str) -> str | None:
+    """The cause when `observed` is `right` rounded through a narrower float type: a relative error far above
+    float32's and far below any formula's, with no constant factor (None otherwise)."""
+    observed, right = np.asarray(observed, np.float64), np.asarray(right, np.float64)
+    scale = float(np.linalg.norm(right))
+    if observed.shape != right.shape or not np.all(np.isfinite(observed)) or scale == 0.0:
+        return None
+    relative = float(np.linalg.norm(observed - right)) / scale
+    c = float(np.sum(observed * right)) / scale**2
+    if not REDUCED_PRECISION[0] <= relative <= REDUCED_PRECISION[1] or abs(c - 1.0) > 1e-2:
+        return None
+    return (
+        f"the {quantity} differs from the NumPy {quantity} by a relative {relative:.1e} (|{quantity}| / |NumPy "
+        f"{quantity}| = {c:.6g}): no formula's factor, but rounding far above float32's (~1e-6 here), the size "
+        "of a reduced-precision type: bfloat16 keeps 8 significant bits (~3.9e-3 per rounding), float16 11 (~4.9e-4) "
+        "-> keep the features, weights and every product in float32 (no astype to bfloat16 or float16, no "
+        "preferred_element_type or precision below float32)" + mark("global-mean")
+    )
+
+
 def empty_devices(mask, num_devices: int) -> list[int]:
     return [d for d, n in enumerate(oracle.device_counts(int(np.sum(np.asarray(mask) > 0)), num_devices)) if n == 0]
 
@@ -286,6 +311,9 @@ def explain_gradient_over(observations: list[tuple], num_devices: int) -> str | 
         return f"{lead}; {listed(found)}" if lead else listed(found) + GRADIENT_FIX
     if lead:
         return lead
+    precision = reduced_precision(grad, evidence[-1][1], "gradient")
+    if precision:
+        return precision
     c = ratio(grad, evidence[-1][1])
     return None if c is None else factor_text(c, "gradient", num_devices)
 
@@ -307,6 +335,9 @@ def explain_loss_over(observations: list[tuple], num_devices: int) -> str | None
     found = ranked(evidence)
     if found:
         return listed(found)
+    precision = reduced_precision(loss, evidence[-1][1], "loss")
+    if precision:
+        return precision
     c = ratio(loss, evidence[-1][1])
     text = None if c is None else factor_text(c, "loss", num_devices)
     return None if text is None or "a constant factor" in text else text

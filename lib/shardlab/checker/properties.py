@@ -73,12 +73,16 @@ def near(observed, expected) -> bool:
     return observed.shape == expected.shape and oracle.finite(observed) and np.allclose(observed, expected, **TOLERANCE)
 
 
-# the course's refusals of another experiment's checkpoint. Where the other experiment's arrays have the expected
-# shapes the contract is the only difference, so the refusal is ContractMismatchError: the contract is compared
-# before any field. Where the shapes differ (rows, feature width) a restore that reads each member against the
-# expected contract's shapes may refuse it as corrupt first.
+# the course's refusals of another experiment's checkpoint (rule:contract-first): the saved contract is compared
+# before anything is accepted, so another experiment's file is refused with ContractMismatchError whether or not its
+# arrays have the expected shapes (other rows, another feature width). A damaged contract member (missing, partial,
+# a superset) may be refused as corrupt or as another experiment's.
 OTHER_EXPERIMENT = (errors.ContractMismatchError, errors.CorruptCheckpointError)
 RESHAPED = "the same bytes as other rows and features"
+FIELDS_FIRST = (
+    ": the checkpoint's arrays have another experiment's shapes and were checked against the expected contract's "
+    "shapes before the contracts were compared -> read the saved contract and compare it first, then check the fields"
+)
 OTHER_SHAPES = ("rows", "feature width", RESHAPED)  # the inputs whose change changes the arrays' shapes
 # large but finite values a restore must accept: "finite" is np.isfinite, not a bound on the magnitude
 LARGE = np.float32(3e38)
@@ -243,10 +247,33 @@ def initial_checked(ctx, case: Case, data, mesh, later: str, note: str = "") -> 
                 if other
                 else ""
             )
-            + " -> initial builds the state from the seed, data and mesh of each call"
+            + (_folded_seed(case, state) or " -> initial builds the state from the seed, data and mesh of each call")
             + formulas.mark("initial-fields"),
         ) from None
     return state
+
+
+def _folded_seed(case: Case, state: dict) -> str | None:
+    """The cause when initial's key is the course's key of the seed cut to 31 bits or read as a signed int32 (a
+    seed of 2^31 or more only): the seed was narrowed before PRNGKey, not a state kept from an earlier call."""
+    if case.seed < 2**31 or "key" not in state:
+        return None
+    narrowed = {
+        f"seed mod 2^31 = {case.seed % 2**31} (the seed kept in int32's positive range)": case.seed % 2**31,
+        f"the seed read as a signed int32, {case.seed - 2**32}": case.seed - 2**32,
+    }
+    for what, seed in narrowed.items():
+        try:
+            key = oracle.idiom_epochs(seed, case.shape()[0], 1)[0]["key"]
+        except (OverflowError, ValueError, TypeError):
+            continue
+        if np.array_equal(host(state["key"]), key):
+            return (
+                f"; the saved key is the course's key of {what}, not of seed {case.seed}: the seed was narrowed "
+                "before PRNGKey, so seeds 2^31 apart start the same run -> pass the seed to PRNGKey whole (every "
+                "seed in 0..2^32-1 is its own run)" + formulas.mark("split-then-permute")
+            )
+    return None
 
 
 def _skipped(plan: list, call: int, ids, order, rows: int, batch: int) -> str | None:
@@ -635,7 +662,7 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls = called(ctx, "transition", state, given(case, data), case.batch, step, mesh, via=count)
+        (new, loss, ids), calls = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -697,6 +724,29 @@ def transition_walk(ctx, case: Case) -> None:
             + formulas.mark("one-update"),
         )
         state = new
+
+
+def _transitioned(ctx, case: Case, state: dict, data, mesh, step, call: int, via=None):
+    """The learner's transition of `state`; where it raises and the batch next_batch gives for `state` is already
+    wrong, the Miss names next_batch: the step raised on a batch it should never have been given."""
+    try:
+        return called(ctx, "transition", state, given(case, data), case.batch, step, mesh, via=via)
+    except (NotImplementedError, Miss):
+        raise
+    except Exception as exc:
+        try:
+            wrong_batch = _batch_fault(ctx, case, state, data, mesh)
+        except Exception:
+            wrong_batch = None
+        if not wrong_batch:
+            raise
+        raise Miss(
+            "transition's new state, loss and ids",
+            f"{type(exc).__name__}: {exc}"[:300],
+            f"transition {call + 1} raised {type(exc).__name__} at {raised_where(exc)}, and the batch next_batch "
+            f"gives for this state is already wrong ({wrong_batch}) -> fix next_batch first: the step raised on a "
+            "batch it should never have been given" + formulas.mark("pad-by-position"),
+        ) from exc
 
 
 def _batch_fault(ctx, case: Case, state: dict, data, mesh) -> str | None:
@@ -1105,7 +1155,7 @@ def _trained_to(ctx, case: Case, data, mesh):
     state = initial_checked(ctx, case, data, mesh, "the state was trained, saved and restored")
     plan = oracle.walk(case.shape()[0], case.seed, case.batch, at)
     for call in range(at):
-        state, _, _ = called(ctx, "transition", state, given(case, data), case.batch, step_of(ctx, case), mesh)
+        state, _, _ = _transitioned(ctx, case, state, data, mesh, step_of(ctx, case), call)
         fields = snapshot(state)
         want = plan[call]
         # the state save is given is judged first: restore is never blamed for a state no course run reaches
@@ -1141,11 +1191,18 @@ def restore_damage(ctx, case: Case) -> None:
         os.chdir(here)
         shutil.rmtree(folder, ignore_errors=True)
     accepted = {what: rule for what, (ok, rule) in refused.items() if not ok}
+    typed = [what for what, rule in accepted.items() if "; refused with " in rule]  # refused, with another error
+    said = {
+        (False, False): "restore accepted damaged checkpoints",  # none: the need below holds
+        (False, True): "restore accepted damaged checkpoints",
+        (True, False): "restore refused checkpoints with another error type than the course's",
+        (True, True): "restore accepted damaged checkpoints or refused them with another error type than the course's",
+    }[(bool(typed), len(typed) < len(accepted))]
     need(
         not accepted,
         f"all {len(refused)} damaged copies refused with the course's errors",
-        f"accepted {sorted(accepted)}",
-        "restore accepted damaged checkpoints: "
+        f"{'refused with another error' if len(typed) == len(accepted) else 'accepted'} {sorted(accepted)}",
+        f"{said}: "
         + "; ".join(f"{w} ({r})" for w, r in accepted.items())
         + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
     )
@@ -1234,6 +1291,26 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
     return "path: no file is at that path (what the folder holds is shown) -> write exactly there"
 
 
+def _failed_save(path: str, exc: Exception) -> str:
+    """Why a save of a valid state raised, from what the folder holds afterwards and what the error names."""
+    if not os.path.exists(path):
+        return (
+            "save must work for a bare file name, nested folders and another file system: write the temporary file "
+            "in the target's own folder"
+        )
+    said = (
+        f"the checkpoint was published at the path ({path!r} exists) and then save raised: the failure came after "
+        "the rename, and a save that raises must leave its folder as it was" + formulas.mark("new-temp-name")
+    )
+    if os.path.dirname(path) == "" and getattr(exc, "filename", None) == "":
+        said += (
+            "; the path is a bare file name, whose os.path.dirname is '' and no folder: the error names '' -> open "
+            "the folder to fsync as os.path.dirname(os.path.abspath(path)) (or '.' where the folder part is empty)"
+            + formulas.mark("exact-path")
+        )
+    return said
+
+
 def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> dict:
     """The learner's save of a valid state at `path`, exactly there, and its restore of that file."""
     cursor, rows = int(state["cursor"]), case.shape()[0]
@@ -1251,8 +1328,7 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
                 f"({path!r}, relative, through a folder named '~'): save expanded '~' (os.path.expanduser), which "
                 "the caller never asked for -> use the path exactly as given" + formulas.mark("exact-path")
                 if expanded
-                else "save must work for a bare file name, nested folders and another file system: write the "
-                "temporary file in the target's own folder"
+                else _failed_save(path, exc)
             ),
         ) from exc
     written = os.path.exists(path)
@@ -1276,16 +1352,38 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
         return called(ctx, "restore", path, contract, mesh)
     except Exception as exc:
         # the cursor bound is named only when the refusal speaks of the cursor and the cursor sits on a bound
-        hint = (
-            "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
-            if cursor in (0, rows) and "cursor" in str(exc).lower()
-            else f"restore must accept every valid checkpoint its own save writes; it raised at {raised_where(exc)}"
-        )
+        hint = _refused_valid(exc, cursor, rows, int(state["step"]))
         raise Miss(
             "the checkpoint restored",
             _learner_error(exc),
             f"a valid checkpoint at step {at} (cursor {cursor} of {rows}, {case.path} path) was refused -> {hint}",
         ) from exc
+
+
+MISSING_WORDS = ("missing", "lack", "absent", "no cursor", "no step", "not found", "empty")
+BOUND_WORDS = ("outside", "bound", "range", "<", ">", "exceed", "too large", "negative")
+
+
+def _refused_valid(exc: Exception, cursor: int, rows: int, step: int) -> str:
+    """Why restore refused a valid checkpoint, from the values on a bound and the refusal's words: every cause
+    that fits (a bounds test on cursor 0 or rows; a presence test by truthiness that takes a saved 0 for missing)."""
+    said = str(exc).lower()
+    zero = [name for name, value in (("cursor", cursor), ("step", step)) if value == 0]
+    truthiness = (
+        f"{' and '.join(zero)} {'is' if len(zero) == 1 else 'are'} 0, which is falsy: a presence test on the value "
+        "(`if not arrays.get(name)`, `value or ...`) takes a saved 0 for a missing field -> test `name in "
+        "arrays` (the member is there), never the value's truth"
+    )
+    bounds = "cursor 0 and cursor = rows are both in bounds (0 <= cursor <= rows)"
+    missing = any(word in said for word in MISSING_WORDS)
+    bounded = any(word in said for word in BOUND_WORDS)
+    if zero and missing and not bounded:
+        return truthiness
+    if cursor in (0, rows) and "cursor" in said:
+        if zero and not bounded:
+            return f"the numbers fit 2 mistakes: (1) {bounds}; (2) {truthiness}"
+        return bounds
+    return f"restore must accept every valid checkpoint its own save writes; it raised at {raised_where(exc)}"
 
 
 def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
@@ -1361,10 +1459,10 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
         attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
     verdicts, ran = {}, os.path.join(os.path.dirname(files["truncated file"][0]), "ran")
     for what, (target, expected, rule) in attempts.items():
-        if what.startswith("contract: ") or any(f"({shape})" in what for shape in OTHER_SHAPES):
+        if what.startswith("contract: "):
             error = OTHER_EXPERIMENT
         elif "another experiment" in what:
-            error = errors.ContractMismatchError  # same shapes: the contract is compared before any field
+            error = errors.ContractMismatchError  # any shapes: the contract is compared before any field
         else:
             error = errors.CorruptCheckpointError
         try:
@@ -1374,8 +1472,7 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
         except error:
             verdicts[what] = (True, rule)
         except Exception as exc:
-            named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
-            verdicts[what] = (False, f"{rule}; refused with {type(exc).__name__}, not {named}")
+            verdicts[what] = (False, _wrong_refusal(what, rule, error, exc))
         else:  # an extra member a restore never reads may stay unread: what it must never do is unpickle it
             unread = what == damage.EXTRA_PICKLED and not os.path.exists(ran)
             verdicts[what] = (
@@ -1385,6 +1482,16 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
             os.remove(ran)
             verdicts[what] = (False, f"{verdicts[what][1]}; the pickle RAN inside restore (its payload created a file)")
     return verdicts
+
+
+def _wrong_refusal(what: str, rule: str, error, exc: Exception) -> str:
+    """Why a refusal with `exc`, not `error`, breaks `rule`: for another experiment of other shapes refused as
+    corrupt, the fields were checked before the contracts were compared."""
+    named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
+    said = f"{rule}; refused with {type(exc).__name__}, not {named}"
+    if isinstance(exc, errors.CorruptCheckpointError) and any(f"({shape})" in what for shape in OTHER_SHAPES):
+        said += FIELDS_FIRST
+    return said
 
 
 def _accepted_cause(ctx, target: str, expected: dict, mesh, error, rule: str, path: str) -> str:

@@ -180,7 +180,10 @@ def gradient_independent_of_device_count(ctx):
     want = np.linalg.norm(verdicts[1][1])
     ratios = {d: float(np.linalg.norm(v[2]) / want) for d, v in verdicts.items()}
     wrong = [d for d, v in verdicts.items() if not v[0]]
-    if wrong and len({round(r, 4) for r in ratios.values()}) == 1:
+    same = wrong and len({round(r, 4) for r in ratios.values()}) == 1
+    if same and all(abs(r - 1.0) < 1e-2 for r in ratios.values()):
+        trend = "is wrong by the same small amount on every device count, its size within 1% of NumPy's (no factor)"
+    elif same:
         trend = "is off by the same factor on every device count (so it does not change with device count)"
     else:
         trend = "grows with device count" if ratios[1] < ratios[2] < ratios[4] else "changes with device count"

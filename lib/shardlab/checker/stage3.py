@@ -19,7 +19,9 @@ from shardlab import errors
 from shardlab.checker.common import (
     CheckFailed,
     cached_step,
+    changed_inputs,
     expect,
+    fingerprint,
     fresh_implementation,
     host,
     plain,
@@ -84,8 +86,24 @@ def _saved(ctx, folder: str) -> tuple[str, dict, dict]:
     contract = ctx.impl.contract(ctx.data, _config(ctx))
     os.makedirs(os.path.join(ctx.workdir, folder), exist_ok=True)
     path = os.path.join(ctx.workdir, folder, "checkpoint.npz")
+    before = fingerprint(contract)
     ctx.impl.save(path, state, contract)
+    _contract_kept(before, contract)
     return path, state, contract
+
+
+def _contract_kept(before, contract: dict) -> None:
+    """Fail naming save's change when the contract a save was given no longer has the fingerprint `before`."""
+    changed = changed_inputs([before], [fingerprint(contract)], ["contract"])
+    expect(
+        not changed,
+        "the contract as the caller passed it",
+        changed,
+        f"save changed the contract it was given ({'; '.join(changed)}), so the contract this run holds at restore "
+        "is no longer the one save wrote: restoring that file compares two contracts of the same experiment in two "
+        "forms -> never assign into an argument; convert a copy of the contract (or only its JSON text)"
+        + mark("save-inputs-intact"),
+    )
 
 
 def _members(path: str) -> dict:
@@ -648,7 +666,9 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             "in one step (os.link)",
         )
     left = sorted(os.listdir(os.path.dirname(path)))
+    before = fingerprint(contract)
     saved, refusal = _save_again(ctx, path, again, contract)
+    _contract_kept(before, contract)
     if published:
         expect(
             not saved and refusal.startswith("CheckpointExistsError") and not _holds(ctx, path, contract, state),

@@ -81,8 +81,13 @@ def _member(archive, info, name: str, bound: int, contract_: dict, path: str) ->
     return np.frombuffer(data, dtype).reshape(shape).copy()
 
 
-def read_members(path: str, contract_: dict) -> dict:
-    """Every member, each checked against what `contract_` implies before it is decompressed."""
+def read_members(path: str, contract_: dict, compare=None) -> dict:
+    """Every member, each checked against what `contract_` implies before it is decompressed.
+
+    `compare`, when given, is called with the saved contract member before any field's header is checked against
+    `contract_`: a checkpoint of another experiment (other rows or features) is then refused by the comparison of
+    the contracts, not as a file whose fields have the wrong shapes.
+    """
     bounds = member_bytes(contract_)
     raw = _raw(path, sum(bounds.values()) + 1024 * len(bounds))
     if not raw.startswith(b"PK\x03\x04"):
@@ -110,4 +115,8 @@ def read_members(path: str, contract_: dict) -> dict:
         raise CorruptCheckpointError(f"{path} lacks array(s) {missing}{hint}")
     if extra:
         raise CorruptCheckpointError(f"{path} holds unexpected array(s) {extra}")
-    return {name: _member(archive, names[name], name, bounds[name], contract_, path) for name in sorted(MEMBERS)}
+    found = {"contract": _member(archive, names["contract"], "contract", bounds["contract"], contract_, path)}
+    if compare is not None:
+        compare(found["contract"])
+    fields = sorted(MEMBERS - {"contract"})
+    return {**found, **{name: _member(archive, names[name], name, bounds[name], contract_, path) for name in fields}}

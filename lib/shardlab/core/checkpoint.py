@@ -201,13 +201,16 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     """
     path = os.fspath(path)
     check_contract_form(expected_contract, f"cannot restore {path}")
-    arrays = archive.read_members(path, expected_contract)  # sizes and headers checked before decompressing
-    try:
-        found = json.loads(str(arrays["contract"][()]))
-    except (ValueError, TypeError, IndexError, RecursionError):
-        raise CorruptCheckpointError(f"{path}: the contract is not valid JSON") from None
-    check_contract_form(found, f"{path}: the saved contract")  # a JSON list, string or {} is refused here
-    check_contract(found, expected_contract)
+
+    def compare(saved) -> None:  # before any field is checked against the expected contract's shapes
+        try:
+            found = json.loads(str(saved[()]))
+        except (ValueError, TypeError, IndexError, RecursionError):
+            raise CorruptCheckpointError(f"{path}: the contract is not valid JSON") from None
+        check_contract_form(found, f"{path}: the saved contract")  # a JSON list, string or {} is refused here
+        check_contract(found, expected_contract)
+
+    arrays = archive.read_members(path, expected_contract, compare)  # sizes and headers checked before decompressing
     _check_fields(arrays, expected_contract, path)
     if str(arrays["integrity"][()]) != integrity(arrays):
         raise CorruptCheckpointError(
