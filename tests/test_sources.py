@@ -28,8 +28,9 @@ DOC_READERS = {
     "shardlab.checker.reuse": "the source of a learner's functions, hashed into a key for reusing verdicts",
 }
 # modules that import a computed name: the command table's dispatcher (a run's command is the runner above),
-# and the package's lazy names, each a literal module name in its tables (the closure follows strings: tested below)
-COMPUTED_IMPORTS = {"shardlab.__main__", "shardlab"}
+# the package's lazy names and the grading seal's modules (IMPLEMENTATION), each a literal module name in its
+# tables (the closure follows strings: tested below)
+COMPUTED_IMPORTS = {"shardlab.__main__", "shardlab", "shardlab.checker.seal"}
 
 
 @pytest.fixture(scope="module")

@@ -290,7 +290,7 @@ def seal() -> None:
         raise CourseCodeError(f"the course's functions are still reachable after sealing: {kept}")
     _no_fork_exec()
     files, basenames = _files(modules)
-    from shardlab.checker import interrupt  # its forked saves run the learner's save in a child
+    import shardlab.checker.interrupt as interrupt  # its forked saves run the learner's save in a child
 
     guarded = (_hook.__code__, _which.__code__, _forking.__code__)
     defaults = (files, basenames, *_hook.__defaults__[2:-2], (interrupt._fork.__code__,), guarded)
