@@ -44,7 +44,7 @@ def test_plain_child_is_fine():
 
 @pytest.mark.long  # a pytest session of its own: make test-long's
 def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
-    for name in ("conftest.py", "_xdist.py", "budget.py"):  # the suite's own conftest and the helpers it imports
+    for name in ("conftest.py", "_xdist.py", "budget.py", "course_records.py"):  # the conftest and what it imports
         shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_fake.py").write_text(FAKE_TESTS)
     command = [sys.executable, "-m", "pytest", "--quick", "-n", "0", "-p", "no:cacheprovider", "-rA"]
@@ -95,7 +95,7 @@ def test_imports_nothing_refused():
 @pytest.mark.long  # a pytest session of its own: make test-long's
 def test_every_run_refuses_an_unmarked_import_even_of_a_module_already_loaded(tmp_path):
     """`make test` (no --quick) refuses what --quick refuses, after a marked test has loaded the module."""
-    for name in ("conftest.py", "_xdist.py", "budget.py"):
+    for name in ("conftest.py", "_xdist.py", "budget.py", "course_records.py"):
         shutil.copy(REPO / "tests" / name, tmp_path / name)
     (tmp_path / "test_fake.py").write_text(ANY_RUN_TESTS)
     command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rA"]
