@@ -214,13 +214,16 @@ try:
     socket.create_connection(("1.1.1.1", 53), timeout=3); found.append("network open")
 except OSError:
     pass
-for path in ("/etc/passwd", "/root/.ssh", os.path.expanduser("~")):
-    if os.path.exists(path) and path != "/root":
+for path in ("/etc/passwd", "/root/.ssh"):
+    if os.path.exists(path):
         found.append("sees " + path)
+home = os.path.expanduser("~")  # graded, the checker's scratch home; /root is left out, as it always was
+if home == HOST_HOME and home != "/root" and os.path.exists(home):
+    found.append("sees " + home)
 if found:
     raise RuntimeError("ESCAPED: " + ", ".join(found))
 raise RuntimeError("CONTAINED")
-"""
+""".replace("HOST_HOME", repr(str(Path.home())))  # as the host names it: graded, `~` is the checker's scratch home
     _write(folder / "snoop.py", snoop)
     add("network_and_host_files", "connects out, reads /etc/passwd and ~", ["snoop.py"])
     _write(folder / "hog.py", "block = bytearray(30 * 1024**3)\n" + STUB)
