@@ -139,3 +139,40 @@ def test_until_returns_none_for_a_child_that_ends_and_kills_the_group_when_the_t
         assert process.returncode == -9 and _ended([grandchild])
     finally:
         process.stdout.close()
+
+
+# a child that starts a grandchild in a session of its own, writing to the shared log until killed
+ESCAPER = """import subprocess, sys, time
+child = subprocess.Popen(
+    [sys.executable, "-c", "import time\\nwhile True:\\n    print('A' * 200, flush=True)\\n    time.sleep(0.001)"],
+    start_new_session=True,
+)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_path):
+    log = tmp_path / "log"
+    with open(log, "ab") as out:
+        process = process_group.spawn([sys.executable, "-c", ESCAPER], stdout=out)
+    reader = subprocess.Popen(["tail", "-f", str(log)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while log.stat().st_size < 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        escaped = int(log.read_text().split()[0])
+        process_group.kill(process)
+        time.sleep(0.2)
+        assert _running(escaped), "the grandchild should have escaped the group kill for this test to mean anything"
+        process_group.release(str(log))
+        assert not _running(escaped)
+        size = log.stat().st_size
+        time.sleep(0.2)
+        assert log.stat().st_size == size  # nothing writes to it any more
+        assert reader.poll() is None  # a process that only reads the file is not touched
+    finally:
+        reader.kill()
+        reader.wait()
+        if _running(escaped := int(log.read_text().split()[0])):
+            os.kill(escaped, signal.SIGKILL)

@@ -65,3 +65,47 @@ def until(process: subprocess.Popen, stop, poll: float, pause=time.sleep) -> str
 def stop_all() -> None:
     """Kill every child still running: none outlives the command that started it."""
     kill(*LIVE)
+
+
+def writers(path: str) -> list[int]:
+    """The pids of the other processes that have `path` open for writing (read from /proc; those out of reach left out).
+
+    A reader (a learner's `tail -f` of a log) is not one of them.
+    """
+    target, found = os.path.realpath(path), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{name}/fd"):
+                if os.readlink(f"/proc/{name}/fd/{fd}") == target and _writes(f"/proc/{name}/fdinfo/{fd}"):
+                    found.append(int(name))
+                    break
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _writes(fdinfo: str) -> bool:
+    """Whether the descriptor /proc/PID/fdinfo/FD describes was opened for writing (O_WRONLY or O_RDWR)."""
+    with open(fdinfo) as handle:
+        flags = next(line for line in handle if line.startswith("flags:"))
+    return int(flags.split()[1], 8) & 3 != os.O_RDONLY
+
+
+def release(path: str, seconds: float = 10.0, poll: float = 0.01) -> None:
+    """SIGKILL every other process still writing to `path` and wait, at most `seconds`, until none does.
+
+    A group's kill reaches only the group: a descendant that leads a group of its own (the checker's
+    fork-server workers) dies a moment later, when the death of its parent reaches it. Until then it
+    can still write to the file it shares with the group that was killed, and a file whose size
+    bounds the next run must not grow from the last one's survivors.
+    """
+    deadline = time.monotonic() + seconds
+    while (left := writers(path)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signals.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(poll)

@@ -149,6 +149,7 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
 
     # the child and anything it left running in its group (or its sandbox) end here, whatever stopped it
     verdict = process_group.until(process, stop, POLL)
+    process_group.release(log_path)  # no survivor of this child writes into the next one's output bound
     watch.read(echo)  # what it wrote last
     if watch.done:
         return None
