@@ -382,3 +382,132 @@ def test_each_subpackage_imports_only_what_the_design_table_says():
     assert rows["core"] == ["core"] and set(shared) <= {unit(n) for n, p in modules.items() if p.parent == PACKAGE}
     bad = disallowed(modules, rows, shared)
     assert not bad, f"imports docs/design.md's subpackage table does not allow: {bad}"
+
+
+README = REPO / "README.md"
+LISTED = ("lib/shardlab", "rig")  # the folders whose every entry the README's layout block names
+
+
+def readme_layout(text: str) -> dict[str, set[str]]:
+    """{folder: the entries its lines name} from the README's `## Layout` code block.
+
+    A line at the left margin names a folder (`rig/`); each line indented by two spaces below it
+    starts with one entry of that folder (`torture/`, `io.py`); deeper lines continue a description.
+    """
+    section = text.split("\n## Layout\n", 1)[1]
+    block = section.split("```text\n", 1)[1].split("\n```", 1)[0]
+    found, folder = {}, None
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            folder = line.split()[0].rstrip("/")
+            found[folder] = set()
+        elif line.startswith("  ") and not line.startswith("   ") and folder is not None:
+            found[folder].add(line.split()[0].rstrip("/"))
+    return found
+
+
+def tree_entries(folder) -> set[str]:
+    """The files and folders in `folder` (bytecode caches and hidden names left out)."""
+    return {p.name for p in folder.iterdir() if p.name != "__pycache__" and not p.name.startswith(".")}
+
+
+def test_the_readme_layout_lists_the_tree():
+    listed = readme_layout(README.read_text())
+    for folder in LISTED:
+        named, present = listed.get(folder, set()), tree_entries(REPO / folder)
+        assert named == present, (
+            f"README.md's layout of {folder}/ names {sorted(named - present)} that the tree lacks "
+            f"and leaves out {sorted(present - named)}"
+        )
+
+
+def test_the_layout_check_finds_a_missing_and_a_stale_entry():
+    text = "intro\n## Layout\n\n```text\nrig/          the rig\n  cli.py      its parser\n  gone.py     old\n```\n"
+    assert readme_layout(text) == {"rig": {"cli.py", "gone.py"}}
+    listed, present = readme_layout(text)["rig"], tree_entries(REPO / "rig")
+    assert "gone.py" in listed - present and "torture" in present - listed
+
+
+DOCS = (README, *sorted((REPO / "docs").glob("*.md")))
+FILE_ENDINGS = {"json", "pb", "zip", "png", "svg", "html", "npz", "ipynb", "md", "py"}  # `shardlab.json` is a file
+NAMED_MODULE = re.compile(r"`((?:shardlab|rig)(?:\.\w+)+)")
+NAMED_PATH = re.compile(r"\b((?:lib|tests|rig|docs|notebooks)/[\w./-]*\w(?:::\w+)?)")
+
+
+def defined(path) -> set[str]:
+    """Every name a module binds anywhere (def, class, assignment, import); the face adds what it serves lazily."""
+    found = set()
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Assign):
+            found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    if path == PACKAGE / "__init__.py":
+        import shardlab  # the face: its __getattr__ serves the names __all__ lists
+
+        found |= set(shardlab.__all__)
+    return found
+
+
+def module_source(root, parts: list[str]):
+    """The file that defines the module `parts` (a package's __init__.py), or None."""
+    place = root.joinpath(*parts)
+    for candidate in (place / "__init__.py", place.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def longest_module(base, parts: list[str]):
+    """(the file of the longest prefix of `parts` that is a module under `base`, the parts after it); (None, parts)."""
+    for i in range(len(parts), 0, -1):
+        source = module_source(base, parts[:i])
+        if source is not None:
+            return source, parts[i:]
+    return None, parts
+
+
+def stale_names(text: str, root=REPO) -> list[str]:
+    """The modules, attributes and repository paths `text` names that the tree under `root` does not hold.
+
+    `shardlab.a.b.name`: the longest prefix that is a module must define `name` (one level: an attribute
+    of an attribute is not followed); `tests/x.py::name`: the file must exist and define `name`; any
+    other path under lib/, tests/, rig/, docs/ or notebooks/ must exist (bench/ holds outputs, not sources).
+    """
+    stale = []
+    for dotted in sorted(set(NAMED_MODULE.findall(text))):
+        parts = dotted.split(".")
+        if parts[-1] in FILE_ENDINGS:
+            continue
+        base = root / "lib" if parts[0] == "shardlab" else root
+        source, rest = longest_module(base, parts)
+        if source is None or (rest and rest[0] not in defined(source)):
+            stale.append(dotted)
+    for named in sorted(set(NAMED_PATH.findall(text))):
+        path, _, name = named.partition("::")
+        if not (root / path).exists() or (name and name not in defined(root / path)):
+            stale.append(named)
+    return stale
+
+
+def test_every_module_and_path_the_docs_name_exists():
+    stale = {doc.name: found for doc in DOCS if (found := stale_names(doc.read_text()))}
+    assert not stale, f"these pages name modules, attributes or files the tree no longer holds: {stale}"
+
+
+def test_the_name_check_finds_stale_modules_attributes_and_paths():
+    text = (
+        "`shardlab.core.files.publish_new` and `shardlab.core.files.publish_old`, `shardlab.gone.module`, "
+        "`shardlab.json`, `shardlab.initial`, tests/test_layout.py::graph, tests/test_layout.py::no_such_helper, "
+        "lib/shardlab/outdir.py and lib/shardlab/legacy.py"
+    )
+    assert stale_names(text) == [
+        "shardlab.core.files.publish_old",
+        "shardlab.gone.module",
+        "lib/shardlab/legacy.py",
+        "tests/test_layout.py::no_such_helper",
+    ]
