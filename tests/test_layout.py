@@ -299,8 +299,13 @@ SHARED_LINE = "The modules beside the subpackages"  # the paragraph of docs/desi
 
 def import_targets(path, modules) -> set[str]:
     """The shardlab modules `path` imports: `from shardlab.x import y` counts `shardlab.x.y` when it is a module."""
+    return import_targets_of(parsed(path), modules)
+
+
+def import_targets_of(tree: ast.AST, modules) -> set[str]:
+    """`import_targets` of a syntax tree (a module, or one import statement)."""
     found = set()
-    for node in ast.walk(parsed(path)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name in modules}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("shardlab"):
@@ -382,6 +387,58 @@ def test_each_subpackage_imports_only_what_the_design_table_says():
     assert rows["core"] == ["core"] and set(shared) <= {unit(n) for n, p in modules.items() if p.parent == PACKAGE}
     bad = disallowed(modules, rows, shared)
     assert not bad, f"imports docs/design.md's subpackage table does not allow: {bad}"
+
+
+TWO_WAY = "Subpackages that import each other"  # the paragraph of docs/design.md above the two-way table
+
+
+def import_statements(tree: ast.Module, at_top: bool):
+    """(node, whether it runs when the module is imported) of every import in `tree`; a function's body runs later."""
+    pending = [(node, at_top) for node in ast.iter_child_nodes(tree)]
+    while pending:
+        node, top = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, top
+        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        pending += [(child, inner) for child in ast.iter_child_nodes(node)]
+
+
+def two_way(modules) -> dict[str, str]:
+    """{"a → b": "module level" | "inside a function only"} for each direction between two subpackages that
+    import each other (the package face and the shared modules beside the subpackages left out)."""
+    how: dict[tuple, bool] = {}  # (from, to) -> whether some import of that direction runs at import time
+    for name, path in modules.items():
+        if path.parent == PACKAGE:
+            continue
+        for node, top in import_statements(parsed(path), True):
+            for target in import_targets_of(node, modules) & set(modules):
+                if modules[target].parent != PACKAGE and unit(target) != unit(name):
+                    key = (unit(name), unit(target))
+                    how[key] = how.get(key, False) or top
+    said = {True: "module level", False: "inside a function only"}
+    return {f"{a} → {b}": said[top] for (a, b), top in how.items() if (b, a) in how}
+
+
+def design_two_way(text: str) -> dict[str, str]:
+    """{direction: how} as the table after docs/design.md's TWO_WAY paragraph writes it."""
+    after = text.split(TWO_WAY, 1)[1]
+    rows = [line.strip().strip("|").split("|") for line in after.split("\n\n")[1].splitlines()[2:]]
+    return {cells[0].strip(): cells[1].strip() for cells in rows}
+
+
+def test_the_subpackages_that_import_each_other_are_the_ones_design_md_lists():
+    modules, _ = graph()
+    found, written = two_way(modules), design_two_way(DESIGN.read_text())
+    assert found == written, f"docs/design.md's two-way table says {written}; the import graph shows {found}"
+
+
+def test_the_two_way_check_tells_a_module_level_import_from_one_inside_a_function():
+    tree = ast.parse("import a\nclass C:\n    import b\ndef f():\n    import c\n    g = lambda: __import__('d')\n")
+    assert sorted((node.names[0].name, top) for node, top in import_statements(tree, True)) == [
+        ("a", True),
+        ("b", True),
+        ("c", False),
+    ]
 
 
 README = REPO / "README.md"
