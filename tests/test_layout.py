@@ -389,6 +389,31 @@ def test_each_subpackage_imports_only_what_the_design_table_says():
     assert not bad, f"imports docs/design.md's subpackage table does not allow: {bad}"
 
 
+def design_holds(text: str) -> dict[str, set[str]]:
+    """{subpackage: the names its row of docs/design.md's table puts in backticks in the `holds` column}."""
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3:
+            found[cells[0].strip("`")] = set(re.findall(r"`([\w./]+)`", cells[1]))
+    return found
+
+
+def test_a_design_row_that_names_modules_names_every_module_of_its_subpackage():
+    """A row names its modules in backticks (or, like `checker`'s, none); a module added or removed shows here,
+    and a bare name in backticks must be a module of the subpackage or a name one of them defines."""
+    modules, _ = graph()
+    held = design_holds(DESIGN.read_text())
+    for subpackage, named in held.items():
+        present = {n.split(".")[2] for n in modules if unit(n) == subpackage and n.count(".") == 2}
+        if not named & present:
+            continue  # the row describes the subpackage as a whole
+        assert present <= named, f"docs/design.md's {subpackage} row leaves out {sorted(present - named)}"
+        bound = set().union(*(defined(modules[n]) for n in modules if unit(n) == subpackage))
+        stale = {n for n in named - present - bound if re.fullmatch(r"[a-z_]+", n) and n != subpackage}
+        assert not stale, f"docs/design.md's {subpackage} row names {sorted(stale)}: no module or name of it"
+
+
 TWO_WAY = "Subpackages that import each other"  # the paragraph of docs/design.md above the two-way table
 
 
