@@ -53,7 +53,7 @@ test-long: venv ## the tests marked long, which make test leaves out: whole prog
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider -m "long and not sandbox" \
 	&& echo "[make] test-long finished in $$(( $$(date +%s) - start )) s"
 
-test-alternatives: venv ## every file in tests/correct/: passes every check and 20 search seeds, runs stages 1-4 like the reference
+test-alternatives: venv ## every correct file (tests/correct/, the held-out correct cases): every check, stages 1-4 like the reference; 20 search seeds
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider --dist load tests/alternatives_all.py \
 	&& echo "[make] test-alternatives finished in $$(( $$(date +%s) - start )) s"
 

@@ -299,8 +299,13 @@ SHARED_LINE = "The modules beside the subpackages"  # the paragraph of docs/desi
 
 def import_targets(path, modules) -> set[str]:
     """The shardlab modules `path` imports: `from shardlab.x import y` counts `shardlab.x.y` when it is a module."""
+    return import_targets_of(parsed(path), modules)
+
+
+def import_targets_of(tree: ast.AST, modules) -> set[str]:
+    """`import_targets` of a syntax tree (a module, or one import statement)."""
     found = set()
-    for node in ast.walk(parsed(path)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name in modules}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("shardlab"):
@@ -382,3 +387,209 @@ def test_each_subpackage_imports_only_what_the_design_table_says():
     assert rows["core"] == ["core"] and set(shared) <= {unit(n) for n, p in modules.items() if p.parent == PACKAGE}
     bad = disallowed(modules, rows, shared)
     assert not bad, f"imports docs/design.md's subpackage table does not allow: {bad}"
+
+
+def design_holds(text: str) -> dict[str, set[str]]:
+    """{subpackage: the names its row of docs/design.md's table puts in backticks in the `holds` column}."""
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3:
+            found[cells[0].strip("`")] = set(re.findall(r"`([\w./]+)`", cells[1]))
+    return found
+
+
+def test_a_design_row_that_names_modules_names_every_module_of_its_subpackage():
+    """A row names its modules in backticks (or, like `checker`'s, none); a module added or removed shows here,
+    and a bare name in backticks must be a module of the subpackage or a name one of them defines."""
+    modules, _ = graph()
+    held = design_holds(DESIGN.read_text())
+    for subpackage, named in held.items():
+        present = {n.split(".")[2] for n in modules if unit(n) == subpackage and n.count(".") == 2}
+        if not named & present:
+            continue  # the row describes the subpackage as a whole
+        assert present <= named, f"docs/design.md's {subpackage} row leaves out {sorted(present - named)}"
+        bound = set().union(*(defined(modules[n]) for n in modules if unit(n) == subpackage))
+        stale = {n for n in named - present - bound if re.fullmatch(r"[a-z_]+", n) and n != subpackage}
+        assert not stale, f"docs/design.md's {subpackage} row names {sorted(stale)}: no module or name of it"
+
+
+TWO_WAY = "Subpackages that import each other"  # the paragraph of docs/design.md above the two-way table
+
+
+def import_statements(tree: ast.Module, at_top: bool):
+    """(node, whether it runs when the module is imported) of every import in `tree`; a function's body runs later."""
+    pending = [(node, at_top) for node in ast.iter_child_nodes(tree)]
+    while pending:
+        node, top = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, top
+        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        pending += [(child, inner) for child in ast.iter_child_nodes(node)]
+
+
+def two_way(modules) -> dict[str, str]:
+    """{"a → b": "module level" | "inside a function only"} for each direction between two subpackages that
+    import each other (the package face and the shared modules beside the subpackages left out)."""
+    how: dict[tuple, bool] = {}  # (from, to) -> whether some import of that direction runs at import time
+    for name, path in modules.items():
+        if path.parent == PACKAGE:
+            continue
+        for node, top in import_statements(parsed(path), True):
+            for target in import_targets_of(node, modules) & set(modules):
+                if modules[target].parent != PACKAGE and unit(target) != unit(name):
+                    key = (unit(name), unit(target))
+                    how[key] = how.get(key, False) or top
+    said = {True: "module level", False: "inside a function only"}
+    return {f"{a} → {b}": said[top] for (a, b), top in how.items() if (b, a) in how}
+
+
+def design_two_way(text: str) -> dict[str, str]:
+    """{direction: how} as the table after docs/design.md's TWO_WAY paragraph writes it."""
+    after = text.split(TWO_WAY, 1)[1]
+    rows = [line.strip().strip("|").split("|") for line in after.split("\n\n")[1].splitlines()[2:]]
+    return {cells[0].strip(): cells[1].strip() for cells in rows}
+
+
+def test_the_subpackages_that_import_each_other_are_the_ones_design_md_lists():
+    modules, _ = graph()
+    found, written = two_way(modules), design_two_way(DESIGN.read_text())
+    assert found == written, f"docs/design.md's two-way table says {written}; the import graph shows {found}"
+
+
+def test_the_two_way_check_tells_a_module_level_import_from_one_inside_a_function():
+    tree = ast.parse("import a\nclass C:\n    import b\ndef f():\n    import c\n    g = lambda: __import__('d')\n")
+    assert sorted((node.names[0].name, top) for node, top in import_statements(tree, True)) == [
+        ("a", True),
+        ("b", True),
+        ("c", False),
+    ]
+
+
+README = REPO / "README.md"
+LISTED = ("lib/shardlab", "rig")  # the folders whose every entry the README's layout block names
+
+
+def readme_layout(text: str) -> dict[str, set[str]]:
+    """{folder: the entries its lines name} from the README's `## Layout` code block.
+
+    A line at the left margin names a folder (`rig/`); each line indented by two spaces below it
+    starts with one entry of that folder (`torture/`, `io.py`); deeper lines continue a description.
+    """
+    section = text.split("\n## Layout\n", 1)[1]
+    block = section.split("```text\n", 1)[1].split("\n```", 1)[0]
+    found, folder = {}, None
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            folder = line.split()[0].rstrip("/")
+            found[folder] = set()
+        elif line.startswith("  ") and not line.startswith("   ") and folder is not None:
+            found[folder].add(line.split()[0].rstrip("/"))
+    return found
+
+
+def tree_entries(folder) -> set[str]:
+    """The files and folders in `folder` (bytecode caches and hidden names left out)."""
+    return {p.name for p in folder.iterdir() if p.name != "__pycache__" and not p.name.startswith(".")}
+
+
+def test_the_readme_layout_lists_the_tree():
+    listed = readme_layout(README.read_text())
+    for folder in LISTED:
+        named, present = listed.get(folder, set()), tree_entries(REPO / folder)
+        assert named == present, (
+            f"README.md's layout of {folder}/ names {sorted(named - present)} that the tree lacks "
+            f"and leaves out {sorted(present - named)}"
+        )
+
+
+def test_the_layout_check_finds_a_missing_and_a_stale_entry():
+    text = "intro\n## Layout\n\n```text\nrig/          the rig\n  cli.py      its parser\n  gone.py     old\n```\n"
+    assert readme_layout(text) == {"rig": {"cli.py", "gone.py"}}
+    listed, present = readme_layout(text)["rig"], tree_entries(REPO / "rig")
+    assert "gone.py" in listed - present and "torture" in present - listed
+
+
+DOCS = (README, *sorted((REPO / "docs").glob("*.md")))
+FILE_ENDINGS = {"json", "pb", "zip", "png", "svg", "html", "npz", "ipynb", "md", "py"}  # `shardlab.json` is a file
+NAMED_MODULE = re.compile(r"`((?:shardlab|rig)(?:\.\w+)+)")
+NAMED_PATH = re.compile(r"\b((?:lib|tests|rig|docs|notebooks)/[\w./-]*\w(?:::\w+)?)")
+
+
+def defined(path) -> set[str]:
+    """Every name a module binds anywhere (def, class, assignment, import); the face adds what it serves lazily."""
+    found = set()
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Assign):
+            found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    if path == PACKAGE / "__init__.py":
+        import shardlab  # the face: its __getattr__ serves the names __all__ lists
+
+        found |= set(shardlab.__all__)
+    return found
+
+
+def module_source(root, parts: list[str]):
+    """The file that defines the module `parts` (a package's __init__.py), or None."""
+    place = root.joinpath(*parts)
+    for candidate in (place / "__init__.py", place.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def longest_module(base, parts: list[str]):
+    """(the file of the longest prefix of `parts` that is a module under `base`, the parts after it); (None, parts)."""
+    for i in range(len(parts), 0, -1):
+        source = module_source(base, parts[:i])
+        if source is not None:
+            return source, parts[i:]
+    return None, parts
+
+
+def stale_names(text: str, root=REPO) -> list[str]:
+    """The modules, attributes and repository paths `text` names that the tree under `root` does not hold.
+
+    `shardlab.a.b.name`: the longest prefix that is a module must define `name` (one level: an attribute
+    of an attribute is not followed); `tests/x.py::name`: the file must exist and define `name`; any
+    other path under lib/, tests/, rig/, docs/ or notebooks/ must exist (bench/ holds outputs, not sources).
+    """
+    stale = []
+    for dotted in sorted(set(NAMED_MODULE.findall(text))):
+        parts = dotted.split(".")
+        if parts[-1] in FILE_ENDINGS:
+            continue
+        base = root / "lib" if parts[0] == "shardlab" else root
+        source, rest = longest_module(base, parts)
+        if source is None or (rest and rest[0] not in defined(source)):
+            stale.append(dotted)
+    for named in sorted(set(NAMED_PATH.findall(text))):
+        path, _, name = named.partition("::")
+        if not (root / path).exists() or (name and name not in defined(root / path)):
+            stale.append(named)
+    return stale
+
+
+def test_every_module_and_path_the_docs_name_exists():
+    stale = {doc.name: found for doc in DOCS if (found := stale_names(doc.read_text()))}
+    assert not stale, f"these pages name modules, attributes or files the tree no longer holds: {stale}"
+
+
+def test_the_name_check_finds_stale_modules_attributes_and_paths():
+    text = (
+        "`shardlab.core.files.publish_new` and `shardlab.core.files.publish_old`, `shardlab.gone.module`, "
+        "`shardlab.json`, `shardlab.initial`, tests/test_layout.py::graph, tests/test_layout.py::no_such_helper, "
+        "lib/shardlab/outdir.py and lib/shardlab/legacy.py"
+    )
+    assert stale_names(text) == [
+        "shardlab.core.files.publish_old",
+        "shardlab.gone.module",
+        "lib/shardlab/legacy.py",
+        "tests/test_layout.py::no_such_helper",
+    ]

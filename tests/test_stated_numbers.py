@@ -72,3 +72,35 @@ def test_the_bench_traces_stay_out_of_git_as_the_rule_says():
     ignored = subprocess.run(["git", "check-ignore", "-q", "bench/trace_fused/x.xplane.pb"], cwd=REPO)
     assert ignored.returncode == 0
     assert "git ignores them" in (REPO / "docs" / "evidence.md").read_text()
+
+
+def checker_counts(text: str) -> dict:
+    """The counts docs/checker.md's `Counts (taken from the registry and the folders)` sentence states."""
+    sentence = " ".join(text.split("Counts (taken from the registry and the folders):", 1)[1].split("\n\n")[0].split())
+    found = re.match(
+        r"\*\*(\d+) checks\*\* \(([\d +]+), stages 1 to 4.*?\*\*(\d+) broken implementations\*\*, "
+        r"\*\*(\d+) correct alternatives\*\* \(and (\d+) more",
+        sentence,
+    )
+    assert found, f"docs/checker.md's counts sentence changed shape: {sentence[:200]!r}"
+    total, stages, broken, correct, more = found.groups()
+    return {
+        "checks": int(total),
+        "per_stage": [int(n) for n in stages.split("+")],
+        "broken": int(broken),
+        "correct": int(correct),
+        "more": int(more),
+    }
+
+
+def test_the_checker_page_counts_what_the_registry_and_the_folders_hold():
+    from shardlab.checker import cli
+
+    per_stage = [len(cli.checks_of(stage)) for stage in sorted(cli.STAGES)]
+    assert checker_counts((REPO / "docs" / "checker.md").read_text()) == {
+        "checks": sum(per_stage),
+        "per_stage": per_stage,
+        "broken": len(list((REPO / "tests" / "broken").glob("*.py"))),
+        "correct": len(list((REPO / "tests" / "correct").glob("*.py"))),
+        "more": len(list((REPO / "tests" / "correct" / "more").glob("*.py"))),
+    }

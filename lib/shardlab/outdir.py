@@ -201,6 +201,12 @@ def _write_manifest(out: Path, commands: dict) -> None:
     files.replace(out / MANIFEST, text, FILE_MODE)
 
 
+def _entry(path: Path) -> dict:
+    """Make the regular file `path` 0644 and return its manifest entry, {bytes, sha256}."""
+    os.chmod(path, FILE_MODE)
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
 def _staged(staging: Path, files: list, dirs: list, command: str) -> dict:
     """{rel: {bytes, sha256}} of the staged files, made 0644 (folders 0755); refuses anything but regular files."""
     new = {}
@@ -208,8 +214,7 @@ def _staged(staging: Path, files: list, dirs: list, command: str) -> dict:
         path = staging / rel
         if path.is_symlink() or not path.is_file():
             raise OutputFolderError(f"{command} staged {rel}, which is not a regular file; nothing was published")
-        os.chmod(path, FILE_MODE)
-        new[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        new[rel] = _entry(path)
     for rel in dirs:
         os.chmod(staging / rel, DIR_MODE)
     return new
@@ -236,13 +241,14 @@ def _make_dirs(out: Path, dirs: list, command: str) -> None:
             os.chmod(target, DIR_MODE)
 
 
-def _drop_old(out: Path, old: dict, files: dict, dirs: list) -> None:
-    """Remove this command's earlier files and folders that the new output no longer has."""
-    for rel in sorted(set(old["files"]) - set(files)):
+def _remove(out: Path, files, dirs) -> None:
+    """Remove the files `files` and then the folders `dirs` (deepest first) under `out`; a folder still holding
+    another command's files stays, and an entry already gone is no error."""
+    for rel in sorted(files):
         with contextlib.suppress(FileNotFoundError):
             (out / rel).unlink()
-    for rel in sorted(set(old["dirs"]) - set(dirs), key=lambda r: -r.count("/")):
-        with contextlib.suppress(OSError):  # still holds another command's files: keep it
+    for rel in sorted(dirs, key=lambda r: -r.count("/")):
+        with contextlib.suppress(OSError):
             (out / rel).rmdir()
 
 
@@ -261,7 +267,7 @@ def _publish(staging: Path, out: Path, command: str) -> None:
     _make_dirs(out, dirs, command)
     for rel in files:
         os.replace(staging / rel, out / rel)
-    _drop_old(out, old, new, dirs)
+    _remove(out, set(old["files"]) - set(new), set(old["dirs"]) - set(dirs))  # what the new output no longer has
     _write_manifest(out, {**commands, command: {"files": new, "dirs": dirs}})
 
 
@@ -311,12 +317,7 @@ def owned_folder(folder, command: str, writes: tuple = ()) -> Path:
     if out.exists():
         commands = read_manifest(out)
         section = commands.get(command, {"files": {}, "dirs": []})
-        for rel in section["files"]:
-            with contextlib.suppress(FileNotFoundError):
-                (out / rel).unlink()
-        for rel in sorted(section["dirs"], key=lambda r: -r.count("/")):
-            with contextlib.suppress(OSError):
-                (out / rel).rmdir()
+        _remove(out, section["files"], section["dirs"])
         for entry in out.iterdir():
             if entry.name != MANIFEST and _pending({command: section}, entry.name):
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
@@ -350,8 +351,7 @@ def seal(folder, command: str, owns: tuple = ()) -> dict:
         path = out / rel
         if rel == MANIFEST or rel in others or path.is_symlink() or not path.is_file():
             continue
-        os.chmod(path, FILE_MODE)
-        section["files"][rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        section["files"][rel] = _entry(path)
     for rel in section["dirs"]:
         os.chmod(out / rel, DIR_MODE)
     _write_manifest(out, {**commands, command: section})
