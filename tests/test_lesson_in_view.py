@@ -39,6 +39,8 @@ SHOWN = {
         "inspect.getsource(fused.compile_loop)",
         "packed.packed_psum",
         "jax.lax.psum",
+        "inspect.getsource(stats._statistics)",
+        "device_sampler.plan",
     ),
     "stage5a_protocol": (
         "manifest.read",
