@@ -219,7 +219,7 @@ QUESTIONS = (
             (
                 "updates",
                 "Several consecutive updates",
-                "the table of each step's reported loss beside NumPy's loss before and after the update",
+                "the table of each step's reported loss beside NumPy's loss before the update",
                 r"\| loss the step reported \| NumPy, before the update \|",
             ),
         ),
