@@ -830,7 +830,7 @@ CHOSEN = {
         "loss_after_update_caught": (
             "wrong > 0 and first >= 1",
             "So a step that took its loss after the update would fail the loss check from step {first} on ({wrong} "
-            "steps): a comparison of the table's columns, not a run of such a step.",
+            "steps): a comparison of NumPy's losses before and after each update, not a run of such a step.",
             "So on these steps the after-update loss stays within the loss check's tolerance of NumPy's loss before "
             "the update ({wrong} steps differ): the check would not catch this variant here.",
         ),
