@@ -261,6 +261,7 @@ NOT_LEARNER = {
     ("stage3a_checkpoint", "refuse"): "it defines the helper the rejection cells call",
     ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
+    ("stage4b_beyond", "plan_small"): "the course's host sampler beside the device sampler's plan",
 }
 
 

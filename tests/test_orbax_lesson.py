@@ -86,3 +86,27 @@ def test_the_first_new_permutation_is_read_from_the_ids_in_either_form():
     assert lesson.first_new_permutation({**saved, "cursor": 0}, [[3, 1], [0, 2], [1, 0]]) == 3
     assert lesson.first_new_permutation({**saved, "cursor": 0}, [[3, 1], [0, 2]]) is None
     assert lesson.first_new_permutation(saved, [[0, 3]]) == 1  # not the saved rows: already another order
+
+
+TMP = "bare.orbax-checkpoint-tmp"
+PUBLISHED = [  # a save as Orbax 0.12 traces it: everything under a temporary name, the marker last, one rename
+    ("os.mkdir", [TMP]),
+    ("open", [f"{TMP}/_METADATA"]),
+    ("open", [f"{TMP}/commit_success.txt"]),
+    ("os.rename", [TMP, "bare"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        (PUBLISHED, {"renamed": 1, "marker_last": 1, "early": 0}),
+        (PUBLISHED[:2] + PUBLISHED[3:], {"renamed": 1, "marker_last": 0, "early": 0}),  # no marker
+        ([PUBLISHED[0], PUBLISHED[2], PUBLISHED[1], PUBLISHED[3]], {"renamed": 1, "marker_last": 0, "early": 0}),
+        ([("os.mkdir", ["bare"]), ("open", ["bare/commit_success.txt"])], {"renamed": 0, "marker_last": 0, "early": 2}),
+        ([("open", ["bare/x"]), *PUBLISHED], {"renamed": 1, "marker_last": 1, "early": 1}),  # the name used early
+        (PUBLISHED[:3] + [("os.rename", [TMP, "elsewhere"])], {"renamed": 0, "marker_last": 1, "early": 0}),
+    ],
+)
+def test_the_publish_order_is_read_from_the_trace_as_the_sentence_states_it(events, expected):
+    assert lesson.publish_order(events, "bare") == expected

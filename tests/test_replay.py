@@ -186,3 +186,21 @@ def test_boundary_arithmetic():
     assert replay.boundary(23, 7, 7, 5) == 9  # 16 ids left in sevens: 3 batches, then a new epoch
     assert replay.boundary(23, 10, 10, 4) == 7
     assert replay.boundary(23, 23, 7, 8) == 9  # a used-up epoch reshuffles on the very next step
+
+
+def test_the_fault_table_resets_what_the_injection_it_is_given_resets(data, mesh, tmp_path):
+    """A notebook passes its own `careless`: the table must run that one. An injection that resets only the cursor,
+    whatever the fault, makes every faulty row the cursor row of the default table (and `none` stays exact)."""
+    only_cursor = {"seed29_batch10": (29, 10)}
+
+    def cursor_always(state, fault, seed, mesh):
+        return dict(state) if fault == "none" else {**state, "cursor": 0}
+
+    rows, _ = faults.fault_table(impl, data, mesh, tmp_path, fixtures=only_cursor, inject=cursor_always)
+    by_fault = {r["fault"]: r for r in rows}
+    assert by_fault["none"]["max_weight_error"] == 0.0 and not by_fault["none"]["ids_changed"]
+    cursor = by_fault["cursor"]
+    assert cursor["ids_changed"] and cursor["max_weight_error"] > 0
+    for fault in ("momentum", "key"):
+        same = {k: by_fault[fault][k] for k in ("max_weight_error", "ids_changed", "first_divergence_step")}
+        assert same == {k: cursor[k] for k in same}, fault

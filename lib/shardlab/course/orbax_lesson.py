@@ -107,3 +107,18 @@ def compare(observed: dict) -> list[dict]:
     exact = ("backend", "processes", "devices", "restored_step", "restored_cursor", "next_ids", "final_step")
     rows = [_row(k, RECEIPT[k], observed[k], True) for k in exact]
     return rows + [_row(k, RECEIPT[k], observed[k], False) for k in ("losses", "momentum_gap")]
+
+
+def publish_order(events: list, final: str) -> dict:
+    """How a traced save published the folder `final`, from `(event, paths)` in the order they happened: whether a
+    rename gave it that name (`renamed`), whether commit_success.txt was the last write before that rename and sat
+    outside `final` (`marker_last`), and how many operations touched `final` before it (`early`)."""
+    renames = [i for i, (event, _) in enumerate(events) if event == "os.rename"]
+    before = events[: renames[-1]] if renames else events
+    writes = [paths[0] for event, paths in before if event == "open"]
+    last = writes[-1].replace("\\", "/") if writes else ""
+    return {
+        "renamed": int(any(events[i][1][1:] == [final] for i in renames)),
+        "marker_last": int(last.rsplit("/", 1)[-1] == "commit_success.txt" and last.rsplit("/", 1)[0] != final),
+        "early": sum(1 for _, paths in before for p in paths if p.replace("\\", "/").split("/")[0] == final),
+    }

@@ -219,7 +219,7 @@ QUESTIONS = (
             (
                 "updates",
                 "Several consecutive updates",
-                "the table of each step's reported loss beside NumPy's loss before and after the update",
+                "the table of each step's reported loss beside NumPy's loss before the update",
                 r"\| loss the step reported \| NumPy, before the update \|",
             ),
         ),
@@ -483,7 +483,7 @@ QUESTIONS = (
             "trace",
             (
                 "stated",
-                "What the change can remove at most",
+                "What the change could remove: an estimate",
                 "the hypothesis tested (yours, or the worked example's), written out under the table",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),

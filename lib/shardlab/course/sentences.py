@@ -84,12 +84,12 @@ SENTENCES = {
             {"d": "trace.draw_alone.median_ms", "d_hi": "trace.draw_alone.q3_ms", "t": "trace.draw_alone.target_ms"},
             "The draw traced alone fits inside what it is part of: median {d:.3f} ms, its middle half ends at "
             "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more: "
-            "the one-call reshuffle can remove at most the draw.",
+            "as an estimate of what the one-call reshuffle can remove, the draw alone is plausible.",
             "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
             "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
             "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
-            "whether the long ones come at its start), so the menu caps what the change can remove at the target's "
-            "median, never at this measurement alone.",
+            "whether the long ones come at its start), so the menu caps the estimate of what the change can remove "
+            "at the target's median, never at this measurement alone.",
         ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
@@ -114,9 +114,9 @@ SENTENCES = {
             CHANGE,
             "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting "
             "the noise it reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted "
-            "by {d:.3f} ms, within ± that threshold; and the cut is within the {r:.3f} ms the change can remove.",
+            "by {d:.3f} ms, within ± that threshold; and the cut is within the {r:.3f} ms estimated reach.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
-            "{t:.3f} ms, removable {r:.3f} ms).",
+            "{t:.3f} ms, estimated reach {r:.3f} ms).",
         ),
         "change_refuted_real_cut": _s(
             RELATIONS["refuted"] + " and c - n > 0",
@@ -154,18 +154,17 @@ SENTENCES = {
         "cut_beyond_reach": _s(
             INCONCLUSIVE["cut_beyond_reach"],
             {"c": "change.cut_ms", "r": "change.reach_ms", "r_lo": "change.reach.q1_ms", "r_hi": "change.reach.q3_ms"},
-            "<verdict_of>: inconclusive. The cut ({c:.3f} ms) is larger than the {r:.3f} ms the change can remove "
+            "<verdict_of>: inconclusive. The cut ({c:.3f} ms) is larger than the {r:.3f} ms estimated reach "
             "(middle half {r_lo:.3f}–{r_hi:.3f} ms), so something else moved between the two sides.",
-            "The cut ({c:.3f} ms) is within the {r:.3f} ms the change can remove (middle half {r_lo:.3f}–{r_hi:.3f} "
-            "ms).",
+            "The cut ({c:.3f} ms) is within the {r:.3f} ms estimated reach (middle half {r_lo:.3f}–{r_hi:.3f} ms).",
         ),
         "threshold_beyond_reach": _s(
             INCONCLUSIVE["threshold_beyond_reach"],
             {"t": "change.threshold_ms", "r": "change.reach_ms", "b": "change.baseline_first_ms"},
-            "<verdict_of>: inconclusive. The {t:.3f} ms predicted is more than the {r:.3f} ms the change can remove "
+            "<verdict_of>: inconclusive. The {t:.3f} ms predicted is more than the {r:.3f} ms estimated reach "
             "in this capture: the threshold was set when the target measured {b:.3f} ms, and the baseline has moved "
             "since. Restate the prediction against this capture, or measure again.",
-            "The {t:.3f} ms predicted is within the {r:.3f} ms the change can remove in this capture.",
+            "The {t:.3f} ms predicted is within the {r:.3f} ms estimated reach in this capture.",
         ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
@@ -205,7 +204,7 @@ SENTENCES = {
             "The baseline moved between the captures: <annotation> had a median of {b:.3f} ms in the first trace and "
             "{u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, which the first median "
             "lies outside), with no change made. The threshold was set against the first trace; the cut is read "
-            "within this capture, unchanged against changed, and a threshold beyond what the change can remove "
+            "within this capture, unchanged against changed, and a threshold beyond the change's estimated reach "
             "here makes the verdict inconclusive.",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
@@ -831,7 +830,7 @@ CHOSEN = {
         "loss_after_update_caught": (
             "wrong > 0 and first >= 1",
             "So a step that took its loss after the update would fail the loss check from step {first} on ({wrong} "
-            "steps): a comparison of the table's columns, not a run of such a step.",
+            "steps): a comparison of NumPy's losses before and after each update, not a run of such a step.",
             "So on these steps the after-update loss stays within the loss check's tolerance of NumPy's loss before "
             "the update ({wrong} steps differ): the check would not catch this variant here.",
         ),
@@ -839,13 +838,6 @@ CHOSEN = {
             "lowered == steps",
             "observed: the update lowered the loss on its own rows in every one of the {steps} steps",
             "observed: the update lowered the loss on its own rows in {lowered} of {steps} steps, not in all",
-        ),
-        "rise_from_momentum": (
-            "rose > 0 and by_momentum == rose",
-            "observed: where the loss on its own rows rose, this batch's gradient alone would have lowered it: the "
-            "momentum carried in from earlier batches raised it",
-            "observed: of the {rose} step(s) whose own rows' loss did not fall, {by_momentum} would have fallen with "
-            "this batch's gradient alone",
         ),
         "step2_loss_rose": (
             "b > a",

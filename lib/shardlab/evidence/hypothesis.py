@@ -3,7 +3,7 @@
 The learner reads the first trace and states a hypothesis as a small dict: one change from
 `MENU` (changes this module can make and the notebook can gate bit for bit), the cut in
 milliseconds of the median of the annotation that change should shorten, and why. `stated`
-checks it against what the change can remove at most (`reaches`: for the one-call reshuffle
+checks it against an estimate of what the change can remove (`reaches`: for the one-call reshuffle
 the course's draw, traced alone, which is all it replaces; for the packed psum the update's
 time beyond the one-device update, where its all-reduces live; either way never more than the
 median of the annotation it shortens, since a change cannot remove more than the whole of
@@ -166,7 +166,7 @@ def draw_alone(draw_ms, target_ms: float) -> dict:
 
 
 def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
-    """change -> what it can remove at most: the measured median, never more than its target annotation's median."""
+    """change -> an estimate of what it can remove: the measured median, capped at its target annotation's median."""
     return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
 
 
@@ -178,7 +178,7 @@ def menu(transitions: list[dict], reach: dict | None = None) -> list[dict]:
         median, read = _target_median(name, transitions), quantities(name, transitions)
         row = {"change": name, "what it does": entry["what"], "shortens": read["target"], "median ms": round(median, 3)}
         if reach is not None:
-            row["can remove at most ms"] = round(min(reach[name], median), 3)
+            row["estimated reach ms"] = round(min(reach[name], median), 3)
         rows.append({**row, "control": read["control_label"]})
     return rows
 
@@ -304,11 +304,11 @@ def verdict_rows(outcome: dict) -> list[dict]:
     reach = outcome["reach"]
     if outcome.get("reach_bound") == "annotation":
         label = (
-            f"can remove at most: the target's unchanged median (measured again alone: median of {reach['n']}, "
+            f"estimated reach: the target's unchanged median (measured again alone: median of {reach['n']}, "
             f"{reach['median_ms']:.3f} ms, more than the whole target)"
         )
     else:
-        label = f"can remove at most, measured again (median of {reach['n']})"
+        label = f"estimated reach, measured again (median of {reach['n']})"
     rows.append(
         {
             "what the verdict reads": label,

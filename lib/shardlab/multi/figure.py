@@ -17,13 +17,13 @@ COLOURS = dict(
 
 
 def _save(fig, title: str, path) -> str:
-    """Title, lay out, write `fig` to `path` (PNG, 110 dpi), close it; return the path."""
+    """Title, lay out, write `fig` to `path` (PNG, 110 dpi, nothing clipped), close it; return the path."""
     import matplotlib.pyplot as plt
 
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = os.fspath(path)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the canvas grows to hold a legend placed below an axis
     plt.close(fig)
     return path
 

@@ -67,8 +67,9 @@ def save_step(num_examples: int, batch_size: int) -> int:
     return len(epoch_batches(num_examples, batch_size)) + 1
 
 
-def fault_runs(impl, data, mesh, folder, seed: int, batch_size: int, epochs: int = 4) -> dict:
-    """Save mid-epoch, continue uninterrupted, and resume once per fault; every record of it."""
+def fault_runs(impl, data, mesh, folder, seed: int, batch_size: int, epochs: int = 4, inject=inject) -> dict:
+    """Save mid-epoch, continue uninterrupted, and resume once per fault (`inject(state, fault, seed, mesh)`
+    makes each careless state); every record of it."""
     data = check_dataset(data)
     rows = data.features.shape[0]
     step = impl.make_step(mesh)
@@ -108,11 +109,14 @@ def row(fixture: str, seed: int, batch_size: int, fault: str, control: dict, res
     }
 
 
-def fault_table(impl, data, mesh, folder, fixtures: dict = FIXTURES, epochs: int = 4) -> tuple[list, dict]:
-    """(rows, setup): four rows per fixture, and per fixture the save point and what first diverged."""
+def fault_table(
+    impl, data, mesh, folder, fixtures: dict = FIXTURES, epochs: int = 4, inject=inject
+) -> tuple[list, dict]:
+    """(rows, setup): four rows per fixture, and per fixture the save point and what first diverged; `inject`
+    resets one field of a restored state per fault (a notebook passes the one it shows)."""
     rows, setup = [], {}
     for name, (seed, batch_size) in fixtures.items():
-        found = fault_runs(impl, data, mesh, folder, seed, batch_size, epochs)
+        found = fault_runs(impl, data, mesh, folder, seed, batch_size, epochs, inject)
         control = found["control"]
         for fault in FAULTS:
             rows.append(row(name, seed, batch_size, fault, control, found["runs"][fault]))
