@@ -128,7 +128,10 @@ def course_loops(checkout, scratch) -> dict:
             str(scratch),
             parts=_course_parts(run_out),
             prepare=_fresh(run_out),
-            note="make run (reference, seed 17, batch 7): parts are each notebook's seconds as the run recorded them",
+            note=(
+                "make run (reference, seed 17, batch 7): parts are each notebook's seconds as the run recorded them "
+                "(a notebook that times something with its HTML page, the others without it)"
+            ),
         ),
         *(
             Loop(

@@ -317,3 +317,66 @@ def test_a_notebook_is_given_only_the_parameters_its_parameters_cell_declares(tm
     for name in catalog.NOTEBOOKS:  # every course notebook but the Orbax lesson takes the run's seed and batch size
         kept = runner.declared(catalog.NOTEBOOK_DIR / f"{name}.ipynb", given)
         assert set(kept) == set(given) - ({"seed", "batch_size"} if name == "stage3c_orbax_lesson" else set()), name
+
+
+def test_the_untimed_pages_are_exported_beside_the_kernels_and_done_before_a_timed_notebook(tmp_path, monkeypatch):
+    """The lanes as `run` drives them, with each kernel replaced by a short sleep and each page export by a slower
+    one: every notebook gets one page; an untimed notebook's page is exported in the pages thread and ends before
+    the first timed notebook starts; a timed notebook's page is exported by its lane after its kernel."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    events, lock = [], threading.Lock()
+
+    def note(*event):
+        with lock:
+            events.append((*event, threading.current_thread().name, time.perf_counter()))
+
+    def fake_execute(name, folder, parameters, out, implementation, timeout, sheets, label, cache=None, reached=None):
+        note("start", f"{folder.name}/{name}")
+        time.sleep(0.05)
+        executed = folder / f"{name}.ipynb"
+        executed.write_text("{}")
+        note("end", f"{folder.name}/{name}")
+        if sheets is not None:  # what the real _execute_one does with `sheets`
+            runner.export_html(executed, sheets)
+        return executed
+
+    def slow_export(executed, sheets):
+        time.sleep(0.2)  # longer than a notebook here: a page not waited for would still be running
+        note("page", f"{executed.parent.name}/{executed.stem}")
+        return executed.with_suffix(".html")
+
+    monkeypatch.setattr(runner, "_execute_one", fake_execute)
+    monkeypatch.setattr(runner, "export_html", slow_export)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (second,) = catalog.SECOND_LANE
+    course = [name for name in catalog.BESIDE_FIXTURES if name != second] + ["stage4a_profile", "stage4b_beyond"]
+    fixtures = {"other": (29, 10)}
+    pages = runner._Pages(staging)
+    with ThreadPoolExecutor(1, "fixtures") as beside:
+        lane = beside.submit(
+            runner._fixture_lane, fixtures, staging, {}, tmp_path, "reference", 60, None, threading.Event(), None,
+            [second], pages,
+        )  # fmt: skip
+        seconds = runner._course_lane(course, lane, pages, staging, {}, tmp_path, "reference", 60, staging, None, None)
+        seconds.update(lane.result())
+        pages.drain()
+    pages.close()
+
+    executed = [f"staging/{name}" for name in [*course, second]]
+    executed += [f"other/{name}" for name in catalog.FRESH_KERNEL_PAIR]
+    paged = [name for kind, name, *_ in events if kind == "page"]
+    assert sorted(paged) == sorted(executed)  # one page per executed notebook
+    first_timed = next(at for kind, name, _, at in events if kind == "start" and name == "staging/stage4a_profile")
+    for kind, name, thread, at in events:
+        if kind != "page":
+            continue
+        if name.split("/")[1] in catalog.BESIDE_FIXTURES:
+            assert thread.startswith("pages") and at < first_timed, (name, thread)
+        else:
+            ended = next(t for k, n, _, t in events if k == "end" and n == name)
+            assert thread == threading.main_thread().name and at >= ended, (name, thread)
+    assert set(seconds) == {*course, second, *(f"other/{name}" for name in catalog.FRESH_KERNEL_PAIR)}

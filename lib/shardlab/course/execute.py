@@ -53,6 +53,37 @@ class NotebookFailed(RuntimeError):
     """A notebook raised or timed out; the message names the notebook and the cell."""
 
 
+class _Pages:
+    """The HTML pages of the notebooks in catalog.BESIDE_FIXTURES (and the other fixtures' pair), exported
+    one at a time in a thread of their own while the kernels of both lanes run.
+
+    None of those notebooks times anything; `drain` waits for every page handed in so far (and raises
+    the first export's error) before the first notebook that does, so no export runs beside a timing.
+    With `sheets` None (no HTML copies) it exports nothing.
+    """
+
+    def __init__(self, sheets: Path | None):
+        self.sheets = sheets
+        self._pool = None if sheets is None else concurrent.futures.ThreadPoolExecutor(1, "pages")
+        self._pending = []
+        self._lock = threading.Lock()  # both lanes hand in pages
+
+    def submit(self, executed: Path) -> None:
+        if self._pool is not None:
+            with self._lock:
+                self._pending.append(self._pool.submit(export_html, executed, self.sheets))
+
+    def drain(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _cells(executed: Path) -> list:
     """The cells of the executed copy, or none if it is unreadable (a run stopped while writing it)."""
     import nbformat  # here, not at import: a command line refused before any notebook runs never loads it
@@ -267,41 +298,42 @@ def run(
         fixtures = _other_fixtures(seed, batch_size, names)
         second = [name for name in names if name in catalog.SECOND_LANE]  # course notebooks the second lane runs
         stop = threading.Event()  # set once the course's lane has ended: the fixtures' lane starts no more notebooks
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fixtures") as beside:
-            lane = beside.submit(
-                _fixture_lane,
-                fixtures,
-                staging,
-                parameters,
-                out,
-                implementation,
-                timeout,
-                _part(cache, "fixtures"),
-                stop,
-                reached,
-                second,
-            )
-            try:
-                args = (
+        pages = _Pages(sheets)  # the untimed notebooks' pages, exported beside the kernels
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fixtures") as beside:
+                lane = beside.submit(
+                    _fixture_lane,
+                    fixtures,
                     staging,
                     parameters,
                     out,
                     implementation,
                     timeout,
-                    sheets,
-                    _part(cache, "course"),
+                    _part(cache, "fixtures"),
+                    stop,
                     reached,
+                    second,
+                    pages,
                 )
-                course = [name for name in names if name not in second]
-                seconds = _course_lane(course, lane, *args)  # each notebook's wall time, its HTML page included
-                seconds.update(lane.result())
-            finally:
-                stop.set()
-        for name in second if sheets is not None else ():  # pages exported here, in the main thread
-            export_html(staging / f"{name}.ipynb", sheets)
-        for fixture in fixtures if sheets is not None else ():
-            for name in catalog.FRESH_KERNEL_PAIR:
-                export_html(staging / catalog.FIXTURE_DIR / fixture / f"{name}.ipynb", sheets)
+                try:
+                    args = (
+                        staging,
+                        parameters,
+                        out,
+                        implementation,
+                        timeout,
+                        sheets,
+                        _part(cache, "course"),
+                        reached,
+                    )
+                    course = [name for name in names if name not in second]
+                    seconds = _course_lane(course, lane, pages, *args)  # each notebook's wall time (see _course_lane)
+                    seconds.update(lane.result())
+                    pages.drain()
+                finally:
+                    stop.set()
+        finally:
+            pages.close()  # after both lanes: neither hands in another page
         if own:  # this run's alone: never a receipt, never read by another run
             shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
@@ -325,31 +357,47 @@ def _part(cache: Path | None, lane: str) -> Path | None:
     return cache / lane if cache is not None else None
 
 
-def _course_lane(names, lane, staging, parameters, out, implementation, timeout, sheets, cache, reached) -> dict:
-    """Execute `names` in order; wait for the fixtures' `lane` before the first notebook that times anything."""
+def _course_lane(names, lane, pages, staging, parameters, out, implementation, timeout, sheets, cache, reached) -> dict:
+    """Execute `names` in order; wait for the fixtures' `lane` and every page handed to `pages` before the first
+    notebook that times anything. Returns each notebook's seconds: a notebook that times something exports its
+    page here, after its kernel ended, and its seconds include it; the others' pages go to `pages`."""
     seconds = {}
     for number, name in enumerate(names, start=1):
-        if name not in catalog.BESIDE_FIXTURES or lane.done():
+        untimed = name in catalog.BESIDE_FIXTURES
+        if not untimed or lane.done():
             lane.result()  # a failed fixture fails the run here; a finished one returns at once
+        if not untimed:
+            pages.drain()  # no page export runs beside a notebook that times something
         label = f"{number}/{len(names)} {name}.ipynb"
         clock = time.perf_counter()
-        _execute_one(
-            name, staging, parameters, out, implementation, timeout, sheets, label, cache, _file(reached, name)
+        executed = _execute_one(
+            name,
+            staging,
+            parameters,
+            out,
+            implementation,
+            timeout,
+            None if untimed else sheets,
+            label,
+            cache,
+            _file(reached, name),
         )
         seconds[name] = round(time.perf_counter() - clock, 2)
+        if untimed:
+            pages.submit(executed)
     return seconds
 
 
 def _fixture_lane(
-    fixtures, staging, parameters, out, implementation, timeout, cache, stop, reached=None, course=()
+    fixtures, staging, parameters, out, implementation, timeout, cache, stop, reached=None, course=(), pages=None
 ) -> dict:
     """Run `course` (notebooks of catalog.SECOND_LANE, into the run's folder), then the resume pair for every
     other fixture into fixtures/<fixture>/, beside the course's first notebooks.
 
     Runs in a thread of its own while the other notebooks in catalog.BESIDE_FIXTURES run in the main one
     (none of them times anything); its kernels have a compilation cache of their own. Returns each
-    notebook's seconds; the pages are exported afterwards, in the main thread. Stops before its next
-    notebook once `stop` is set (the run failed or was interrupted).
+    notebook's seconds (without its page, which goes to `pages`, a _Pages, when given). Stops before its
+    next notebook once `stop` is set (the run failed or was interrupted).
     """
     seconds = {}
     for name in course:
@@ -357,8 +405,12 @@ def _fixture_lane(
             return seconds
         clock = time.perf_counter()
         label = f"beside: {name}.ipynb"
-        _execute_one(name, staging, parameters, out, implementation, timeout, None, label, cache, _file(reached, name))
+        executed = _execute_one(
+            name, staging, parameters, out, implementation, timeout, None, label, cache, _file(reached, name)
+        )
         seconds[name] = round(time.perf_counter() - clock, 2)
+        if pages is not None:
+            pages.submit(executed)
     for fixture, (other_seed, other_batch) in fixtures.items():
         folder = staging / catalog.FIXTURE_DIR / fixture
         folder.mkdir(parents=True)
@@ -369,8 +421,10 @@ def _fixture_lane(
             label = f"{fixture}: {name}.ipynb"
             clock = time.perf_counter()
             where = _file(reached / fixture if reached is not None else None, name)
-            _execute_one(name, folder, fixed, out, implementation, timeout, None, label, cache, where)
+            executed = _execute_one(name, folder, fixed, out, implementation, timeout, None, label, cache, where)
             seconds[f"{fixture}/{name}"] = round(time.perf_counter() - clock, 2)
+            if pages is not None:
+                pages.submit(executed)
     return seconds
 
 
@@ -485,7 +539,9 @@ def _write_wall_time(staging: Path, seconds: float, names: list[str], per_notebo
         "notebook_s": dict(per_notebook or {}),
         "measured_by": (
             "shardlab.course.execute.run: first notebook start to last finisher (excludes the venv check); "
-            "the notebooks in catalog.BESIDE_FIXTURES ran beside the other fixtures' resume pair"
+            "the notebooks in catalog.BESIDE_FIXTURES ran beside the other fixtures' resume pair; a notebook's "
+            "seconds include its HTML page only if it times something (the others' pages are exported in a "
+            "thread of their own before the first of those starts)"
         ),
     }
     (staging / WALL_TIME).write_text(json.dumps(record, indent=1) + "\n")
