@@ -112,13 +112,7 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
     for path in (folder / f"{notebook}.md" for notebook in notebooks):  # refused before anything is written
         if not path.is_file():
             raise UsageError(f"{path} does not exist: give the folder that holds the course's notebooks")
-    changed = []
-    before = starter_file.read_text()
-    after = rewritten_starter(before, str(starter_file))
-    if after != before:
-        changed.append(str(starter_file))
-        if write:
-            starter_file.write_text(after)
+    changed = _regenerate_starter(starter_file, write)
     for notebook in notebooks:
         path = folder / f"{notebook}.md"
         before = path.read_text()
@@ -129,18 +123,30 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
             changed.append(str(path))
             if write:
                 path.write_text(after)
-                _sync(path)
+    pages = [Path(p) for p in changed if p != str(starter_file)]
+    if write and pages:
+        _sync(pages)
     return changed
 
 
-def _sync(path: Path) -> None:
-    """Update the paired `.ipynb` from the `.md`, as `jupytext --sync` does."""
+def _regenerate_starter(starter_file: Path, write: bool) -> list[str]:
+    """[starter_file] if its rule lists differ from the rendered ones (rewritten when `write`), else []."""
+    before = starter_file.read_text()
+    after = rewritten_starter(before, str(starter_file))
+    if after != before and write:
+        starter_file.write_text(after)
+    return [str(starter_file)] if after != before else []
+
+
+def _sync(paths: list) -> None:
+    """Update the paired `.ipynb` of every `.md` in `paths` from it, as `jupytext --sync` does (one interpreter)."""
     import subprocess
 
-    command = [sys.executable, "-m", "jupytext", "--quiet", "--sync", str(path.with_suffix(".ipynb"))]
+    pairs = [str(path.with_suffix(".ipynb")) for path in paths]
+    command = [sys.executable, "-m", "jupytext", "--quiet", "--sync", *pairs]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # its own stdout, not ours
     if done.returncode != 0:
-        raise UsageError(f"jupytext could not sync {path.with_suffix('.ipynb')}: {done.stderr.strip()[-400:]}")
+        raise UsageError(f"jupytext could not sync {', '.join(pairs)}: {done.stderr.strip()[-400:]}")
 
 
 def add_arguments(parser) -> None:
