@@ -15,6 +15,10 @@ After each stage, check it (stages are cumulative: stage 2 re-checks stage 1; ON
 and run the notebooks against it with `make run IMPL=THIS_FILE`. Keep the signatures: the notebooks and
 the checker call these seven functions by name.
 
+Stage 4 asks for no new function: its checks judge your make_step again (lowered and compiled, and eager
+against compiled). What it asks of you is in the stage 4a notebook: your hypothesis (the `mine = None` cell)
+and the written answers it asks for.
+
 Rules for every function: the checker tries your code on many configurations (1 to 64 rows, 1 to 9
 features, any batch size up to rows + 2, meshes of 1 to 4 devices, any seed, other learning rates and
 decays, jitted and un-jitted steps, data as the course's Dataset or a plain (features, targets) tuple),
