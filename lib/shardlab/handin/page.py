@@ -64,7 +64,12 @@ def status(found: dict, workspace=None) -> dict:
     Entries come in course order: run evidence first, then each notebook's answers and letters in the
     order a learner meets the notebooks (an entry's place is the first notebook its text names)."""
     missing = [
-        {"item": row.id, "what": entry, "kind": found[row.id].kind.get(entry, ""), "how": found[row.id].how.get(entry, "")}
+        {
+            "item": row.id,
+            "what": entry,
+            "kind": found[row.id].kind.get(entry, ""),
+            "how": found[row.id].how.get(entry, ""),
+        }
         for row in HANDOFF
         for entry in found[row.id].absent
     ]

@@ -329,11 +329,11 @@ TAUGHT_IN = {
 NOT_ASKED = {
     "initial": (
         "Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold "
-        "a NaN (stage 1's \"Refusals come first\"); make check never gives yours such data."
+        'a NaN (stage 1\'s "Refusals come first"); make check never gives yours such data.'
     ),
     "next_batch": (
         "Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "
-        "\"Refusals come first\"); make check only gives yours batch sizes from 1 up."
+        '"Refusals come first"); make check only gives yours batch sizes from 1 up.'
     ),
 }
 
