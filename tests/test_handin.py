@@ -365,7 +365,8 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
     assert all(m["how"] for m in manifest["status"]["missing"])
     how_to = manifest["status"]["how_to"]
     assert "tag `answer`" in how_to["answer"] and "`Answer: ID`" in how_to["answer"]
-    assert all("make lab" in how_to[k] for k in ("answer", "selfcheck", "hypothesis"))  # no workspace yet
+    first = manifest["status"]["first"]  # no workspace yet: make lab first, said once
+    assert "make lab" in first and shown.count(first) == 1 and not any("make lab" in h for h in how_to.values())
     # the notebooks' own self-check cells show string keys: the how-to's example must be the same
     examples = re.findall(
         r"choices = \{\}.*?e\.g\. (\{[^}]*\})", (catalog.NOTEBOOK_DIR / "stage1_batches.md").read_text()
@@ -386,12 +387,14 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
     # the list follows the course: each missing entry's notebook comes no earlier than the one before it
     order = {name: i for i, name in enumerate(catalog.NOTEBOOKS)}
     where = {p.id: order[p.notebook] for p in answers.PROMPTS}
-    places = []
+    places = {"answer": [], "selfcheck": []}  # within each kind, in the order the notebooks come
     for m in manifest["status"]["missing"]:
-        answer, letters = re.match(r"written answer `(\w+)`", m["what"]), re.match(r"self-check of (\w+):", m["what"])
+        answer, letters = re.match(r"written answer `(\w+)`", m["what"]), re.match(r"self-check of (\w+)", m["what"])
         if answer or letters:
-            places.append(where[answer[1]] if answer else order[letters[1]])
-    assert places == sorted(places) and len(places) == asked, places
+            places[m["kind"]].append(where[answer[1]] if answer else order[letters[1]])
+    assert all(p == sorted(p) for p in places.values()) and sum(map(len, places.values())) == asked, places
+    kinds = [m["kind"] for m in manifest["status"]["missing"]]
+    assert kinds == sorted(kinds, key=kinds.index)  # each kind's entries together, under its one how-to
     assert '<img src="portfolio/evidence/evidence.png"' in page and "portfolio/portfolio.json" in page
     assert "<th>what ran</th>" in page and "the enumerated checks only; the randomised search (" in page
 

@@ -94,7 +94,7 @@ def _answers(run: Run, item: Item, *ids: str) -> None:
     item.data["answers"] = {i: run.answers[i] for i in ids}
     for i in ids:
         if "missing" in run.answers[i]:
-            entry = f"written answer `{i}` ({run.answers[i]['missing']})"
+            entry = f"written answer `{i}`" + _why(run, run.answers[i]["missing"])
             item.absent.append(entry)
             item.how[entry] = answer_howto(run.answers[i]["notebook"], i, run.workspace)
             item.kind[entry] = "answer"
@@ -144,7 +144,7 @@ def stage_output(run: Run) -> Item:
     ran = {c["name"] for c in (run.check or {}).get("checks") or []}
     for stage, row in stages.items():
         left_out = [name for name in searched_checks(int(stage)) if name not in ran]
-        row["scope"] = _scope("make check", left_out)
+        row["scope"] = _scope("make check", left_out, stage)
     for stage, (notebook, check) in sorted(recorded_checks(run.audit).items()):
         if str(stage) not in stages:
             failed = check.get("failed") or []
@@ -156,20 +156,20 @@ def stage_output(run: Run) -> Item:
                 "checks": check["checks"],
                 "first_failure": {"check": failed[0], "diagnosis": f"see {notebook}.html"} if failed else None,
                 "from": f"results/{notebook}.json:check",
-                "scope": _scope(f"{notebook}'s check cell", left_out),
+                "scope": _scope(f"{notebook}'s check cell", left_out, stage),
             }
     item.data["checker"] = dict(sorted(stages.items()))
     item.missing += [f"the checker's verdict on stage {s}" for s in STAGES if str(s) not in stages]
     return item
 
 
-def _scope(who: str, left_out: list) -> str:
+def _scope(who: str, left_out: list, stage) -> str:
     """What a verdict's count covers: every check of the stage, or all but the randomised search it left out."""
     if not left_out:
         return f"{who}: every check of the stage, the randomised search included"
     return (
         f"{who}: the enumerated checks only; the randomised search ({len(left_out)} check"
-        f"{'s' * (len(left_out) != 1)}: {', '.join(left_out)}) did not run here (`make check STAGE=N` runs it)"
+        f"{'s' * (len(left_out) != 1)}: {', '.join(left_out)}) did not run here (`make check STAGE={stage}` runs it)"
     )
 
 
@@ -260,9 +260,9 @@ def report(run: Run) -> Item:
     if recorded.get("example_run") is False:  # the run judged the learner's own hypothesis: nothing to add
         item.data["your_hypothesis"] = {"value": _plain_hypothesis(judged), "from": "the run (stage 4a judged it)"}
     elif "missing" in run.hypothesis:
-        entry = f"your stage 4 hypothesis ({run.hypothesis['missing']})"
+        entry = "your stage 4 hypothesis" + _why(run, run.hypothesis["missing"])
         item.absent.append(entry)
-        item.how[entry] = f"{_folder(run.workspace)}/stage4a_profile.ipynb: the `mine = None` line"
+        item.how[entry] = "stage4a_profile.ipynb"
         item.kind[entry] = "hypothesis"
     else:
         item.data["your_hypothesis"] = {
@@ -302,11 +302,16 @@ def selfcheck(run: Run) -> Item:
     item = Item(data={"scores": run.selfcheck})
     for name, score in run.selfcheck.items():
         if "missing" in score:
-            entry = f"self-check of {name}: {score['missing']}"
+            entry = f"self-check of {name}" + _why(run, score["missing"])
             item.absent.append(entry)
-            item.how[entry] = f"{_folder(run.workspace)}/{name}.ipynb: the `choices = {{}}` line"
+            item.how[entry] = f"{name}.ipynb"
             item.kind[entry] = "selfcheck"
     return item
+
+
+def _why(run: Run, why: str) -> str:
+    """Why an entry is missing, unless it is that the workspace does not exist (its how-to says that, once)."""
+    return "" if _first(run.workspace) else f" ({why})"
 
 
 def _folder(workspace: Path | None) -> str:
@@ -322,17 +327,21 @@ def _first(workspace: Path | None) -> str:
 
 def answer_howto(notebook: str, ident: str, workspace: Path | None = None) -> str:
     """Where the written answer `ident` goes (HOW_TO["answer"] says how, once for every answer)."""
-    return f"{_folder(workspace)}/{notebook}.ipynb: a markdown cell tagged `answer` starting `Answer: {ident}`"
+    return f"{notebook}.ipynb, starting `Answer: {ident}`"
 
 
 def how_to(kind: str, workspace: Path | None) -> str:
-    """HOW_TO[kind] for the workspace read, with what to do first when it does not exist yet and what to do after."""
+    """HOW_TO[kind] for the workspace read, and what to do after (first_step says what to do before, once)."""
     text = HOW_TO[kind].replace("WORKSPACE", _folder(workspace))
-    first = _first(workspace) if kind in ("answer", "selfcheck", "hypothesis") else ""
     again = "build the portfolio again" + (
         " (WORKSPACE= to make, or --workspace, if your copies are elsewhere)" if kind != "run" else ""
     )
-    return f"{first}{text}; save, then {again}"
+    return f"{text}; save, then {again}"
+
+
+def first_step(workspace: Path | None) -> str:
+    """What to do once before adding anything to the workspace ('' when it exists)."""
+    return _first(workspace).removesuffix("; then ")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.index import STYLE
-from shardlab.handin.items import HANDOFF, how_to
+from shardlab.handin.items import HANDOFF, first_step, how_to
 
 FORMAT = 1
 
@@ -61,8 +61,8 @@ def status(found: dict, workspace=None) -> dict:
     """Ready only when nothing is missing; else every missing entry with its item, kind and where it goes, and
     `how_to`: how to add each kind, said once for all the entries of that kind.
 
-    Entries come in course order: run evidence first, then each notebook's answers and letters in the
-    order a learner meets the notebooks (an entry's place is the first notebook its text names)."""
+    Entries come by kind (run evidence first, then answers, the hypothesis, self-checks) and within a kind in
+    the order a learner meets the notebooks (an entry's place is the first notebook its text names)."""
     missing = [
         {
             "item": row.id,
@@ -73,9 +73,16 @@ def status(found: dict, workspace=None) -> dict:
         for row in HANDOFF
         for entry in found[row.id].absent
     ]
-    missing.sort(key=lambda m: course_position(m["what"] + " " + m["how"]))  # stable: ties keep the list's order
+    order = {kind: n for n, kind in enumerate(("", "run", "answer", "hypothesis", "selfcheck"))}  # the run's first
+    missing.sort(key=lambda m: (order.get(m["kind"], 0), course_position(m["what"] + " " + m["how"])))  # stable
     kinds = list(dict.fromkeys(m["kind"] for m in missing if m["kind"]))
-    return {"ready": not missing, "missing": missing, "how_to": {k: how_to(k, workspace) for k in kinds}}
+    first = first_step(workspace) if any(k != "run" for k in kinds) else ""
+    return {
+        "ready": not missing,
+        "missing": missing,
+        "first": first,
+        "how_to": {k: how_to(k, workspace) for k in kinds},
+    }
 
 
 def grouped(status_: dict) -> list[tuple[str, list[tuple[int, dict]]]]:
@@ -263,7 +270,7 @@ def _status(status_: dict) -> str:
     if status_["ready"]:
         return "<p><b>Status: ready to hand in</b> — nothing the hand-off list asks for is missing.</p>"
     lead = f"<p><b>Status: {escape(status_line(status_))}</b>. Add each, then build the portfolio again.</p>"
-    parts = []
+    parts = [f"<p class=b>{escape(status_['first'])}</p>"] if status_.get("first") else []
     for how, entries in grouped(status_):
         said = f"<p class=b>how: {escape(how)}</p>" if how else ""
         rows = "".join(

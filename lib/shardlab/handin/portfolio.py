@@ -246,6 +246,8 @@ def main(args) -> int:
         return 1
     state = json.loads((out / FOLDER / MANIFEST).read_text())["status"]
     print(f"[shardlab portfolio] {page.status_line(state)}: {out / ZIP}; open {out / PAGE} to read it")
+    if state.get("first"):
+        print(f"  {state['first']}")
     for how, entries in page.grouped(state):
         if how:
             print(f"  how: {how}")
