@@ -38,7 +38,7 @@ $(STAMP): requirements-cpu.txt pyproject.toml
 	touch $(STAMP) && echo "[make] $(VENV) ready in $$(( $$(date +%s) - start )) s"
 
 run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, index.html, audit.json, trace
-	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --replace \
+	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --workspace $(WORKSPACE) --replace \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
 test: venv ## the test suite on two workers (executes every notebook once); not the sandbox's, nor test-long's whole-program runs
@@ -80,6 +80,7 @@ lint: venv ## ruff check and format check of lib/, rig/ and tests/
 lab: venv ## copy the notebooks into WORKSPACE (workspace/) and open JupyterLab on them
 	@$(BIN)/python -m shardlab workspace $(WORKSPACE)
 	@echo "Open the URL below; pick the kernel 'Python (shardlab)' if asked. Your copies are in $(WORKSPACE)/."
+	@echo "Each copy runs implementation = \"reference\" (its parameters cell) until you set that line to your file's path, e.g. \"../my_model.py\"."
 	env -u MPLBACKEND $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --notebook-dir=$(WORKSPACE) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 sync: venv ## re-pair the notebooks with their MyST .md sources (jupytext)

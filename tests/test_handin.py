@@ -5,6 +5,7 @@ import re
 import shutil
 import zipfile
 from argparse import Namespace
+from html import escape
 from pathlib import Path
 
 import nbformat
@@ -303,14 +304,28 @@ def _receipts_copy(into: Path) -> Path:
     return into
 
 
-def _full_workspace(folder: Path) -> dict:
-    """Every notebook's copy with an `answer` cell per prompt and every self-check letter right; {id: text}."""
+# A stage 4 hypothesis as a learner writes it into their copy's `mine = None` line.
+MINE = {"change": "one_call_reshuffle", "threshold_ms": 0.05, "because": "jitted_dispatch is the widest part I own"}
+
+
+def _with_mine(nb, mine) -> None:
+    """Write `mine` into the `mine = None` line of stage 4a's hypothesis cell, as a learner would in Lab."""
+    cell = next(c for c in nb.cells if "hypothesis" in c.metadata.get("tags", []))
+    assert "\nmine = None" in "\n" + cell.source
+    cell.source = cell.source.replace("mine = None", f"mine = {mine!r}" if not isinstance(mine, str) else mine)
+
+
+def _full_workspace(folder: Path, mine=MINE) -> dict:
+    """Every notebook's copy with an `answer` cell per prompt, every self-check letter right and (unless `mine` is
+    None) a stage 4 hypothesis; {id: text}."""
     from shardlab.course import answers
 
     written = {}
     folder.mkdir()
     for name in catalog.NOTEBOOKS:
         nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+        if name == "stage4a_profile" and mine is not None:
+            _with_mine(nb, mine)
         for prompt in answers.prompts(name):
             written[prompt.id] = f"My own words on {prompt.id}.\n\nA second paragraph with <b>markup</b>."
             cell = nbformat.v4.new_markdown_cell(f"Answer: {prompt.id}\n{written[prompt.id]}")
@@ -348,23 +363,40 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
     assert f"incomplete: {expected} items missing" in shown.splitlines()[0] and "ready" not in shown
     assert manifest["status"]["ready"] is False and len(manifest["status"]["missing"]) == expected
     assert all(m["how"] for m in manifest["status"]["missing"])
+    how_to = manifest["status"]["how_to"]
+    assert "tag `answer`" in how_to["answer"] and "`Answer: ID`" in how_to["answer"]
+    first = manifest["status"]["first"]  # no workspace yet: make lab first, said once
+    assert "make lab" in first and shown.count(first) == 1 and not any("make lab" in h for h in how_to.values())
+    # the notebooks' own self-check cells show string keys: the how-to's example must be the same
+    examples = re.findall(
+        r"choices = \{\}.*?e\.g\. (\{[^}]*\})", (catalog.NOTEBOOK_DIR / "stage1_batches.md").read_text()
+    )
+    assert examples and all(f"choices = {example}" in how_to["selfcheck"] for example in examples), examples
     for prompt in answers.PROMPTS:
-        how = next(m["how"] for m in manifest["status"]["missing"] if f"`{prompt.id}`" in m["what"])
-        assert f"`Answer: {prompt.id}`" in how and "tag it `answer`" in how and f"{prompt.notebook}.ipynb" in how
-        assert "make lab" in how  # the workspace does not exist yet
+        where = next(m["how"] for m in manifest["status"]["missing"] if f"`{prompt.id}`" in m["what"])
+        assert f"`Answer: {prompt.id}`" in where and f"{prompt.notebook}.ipynb" in where
+    # the run judged the worked example and the workspace holds no hypothesis: it is missing, never "complete"
+    assert [m["kind"] for m in manifest["status"]["missing"]].count("hypothesis") == 1
     page = (tmp_path / "out" / portfolio.PAGE).read_text()
     assert f"Status: incomplete: {expected} items missing" in page
-    assert page.count("how: ") == expected and "<pre>" not in page  # each how said once; the JSON beside the page
+    # each kind's how said once on the page and once on the console, above the numbered entries of that kind
+    assert page.count("how: ") == len(how_to) == shown.count("  how: ")
+    for kind, text in how_to.items():
+        assert page.count(escape(text)) == 1 and shown.count(text) == 1, kind
+    assert "<pre>" not in page  # the JSON beside the page
     # the list follows the course: each missing entry's notebook comes no earlier than the one before it
     order = {name: i for i, name in enumerate(catalog.NOTEBOOKS)}
     where = {p.id: order[p.notebook] for p in answers.PROMPTS}
-    places = []
+    places = {"answer": [], "selfcheck": []}  # within each kind, in the order the notebooks come
     for m in manifest["status"]["missing"]:
-        answer, letters = re.match(r"written answer `(\w+)`", m["what"]), re.match(r"self-check of (\w+):", m["what"])
+        answer, letters = re.match(r"written answer `(\w+)`", m["what"]), re.match(r"self-check of (\w+)", m["what"])
         if answer or letters:
-            places.append(where[answer[1]] if answer else order[letters[1]])
-    assert places == sorted(places) and len(places) == asked, places
+            places[m["kind"]].append(where[answer[1]] if answer else order[letters[1]])
+    assert all(p == sorted(p) for p in places.values()) and sum(map(len, places.values())) == asked, places
+    kinds = [m["kind"] for m in manifest["status"]["missing"]]
+    assert kinds == sorted(kinds, key=kinds.index)  # each kind's entries together, under its one how-to
     assert '<img src="portfolio/evidence/evidence.png"' in page and "portfolio/portfolio.json" in page
+    assert "<th>what ran</th>" in page and "the enumerated checks only; the randomised search (" in page
 
 
 @pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
@@ -392,3 +424,126 @@ def test_portfolio_with_every_answer_shows_them_and_is_ready_only_if_nothing_is_
         assert manifest["written_answers"][ident]["text"] == text
         assert "My own words on " + ident + ".</p><p>A second paragraph with &lt;b&gt;markup&lt;/b&gt;." in page
     assert all(s.get("passed") for s in manifest["selfcheck"].values())
+    # the hypothesis written into the workspace copy reaches the report, labelled as not the one the run judged
+    report = (tmp_path / "out" / "portfolio" / "report.md").read_text()
+    yours = report.split("## Your stage 4 hypothesis\n", 1)[1].split("\n## ", 1)[0]
+    assert MINE["because"] in yours and MINE["change"] in yours and "MISSING" not in yours
+    assert "worked example" in yours  # make run judged the course's example, and the report says so
+
+
+def _portfolio_of(tmp_path, workspace: Path, capsys) -> tuple[dict, str]:
+    receipts = _receipts_copy(tmp_path / "receipts")
+    args = Namespace(
+        out=str(tmp_path / "out"),
+        receipts=str(receipts),
+        implementation="reference",
+        workspace=str(workspace),
+        check_report=str(RECEIPTS / "portfolio" / "check_report.json"),
+    )
+    assert portfolio.main(args) == 0
+    manifest = json.loads((tmp_path / "out" / "portfolio" / "portfolio.json").read_text())
+    return manifest, capsys.readouterr().out
+
+
+@pytest.mark.slow  # a copy of the receipts and a whole portfolio build
+@pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
+def test_every_answer_but_no_hypothesis_is_not_ready(tmp_path, capsys):
+    """The run judged the worked example (its notebook's `mine` is None): with the workspace copy's `mine` still
+    None, the one missing entry is the hypothesis, and nothing says ready."""
+    audit = json.loads((RECEIPTS / "audit.json").read_text())
+    assert audit["trace"]["example_run"] is True  # make run executes the course's notebooks, not the workspace's
+    _full_workspace(tmp_path / "ws", mine=None)
+    manifest, shown = _portfolio_of(tmp_path, tmp_path / "ws", capsys)
+    hypothesis = [m for m in manifest["status"]["missing"] if m["kind"] == "hypothesis"]
+    assert len(hypothesis) == 1 and "mine = None" in hypothesis[0]["what"]
+    assert manifest["status"]["ready"] is False and "ready" not in shown.splitlines()[0]
+    assert "stage4a_profile.ipynb" in manifest["status"]["how_to"]["hypothesis"]
+    page = (tmp_path / "out" / portfolio.PAGE).read_text()
+    assert "ready to hand in" not in page
+    report = next(i for i in manifest["items"] if i["id"] == "report")
+    assert report["missing"] == [hypothesis[0]["what"]] and "your_hypothesis" not in report["data"]
+
+
+@pytest.mark.parametrize(
+    "mine, why",
+    [
+        ({"change": "one_call_reshuffle", "threshold_ms": 0.05}, "not exactly"),
+        ({"change": "a faster computer", "threshold_ms": 0.05, "because": "x"}, "menu"),
+        ({"change": "one_call_reshuffle", "threshold_ms": -1, "because": "x"}, "above 0"),
+        ({"change": "one_call_reshuffle", "threshold_ms": 0.05, "because": " "}, "empty"),
+    ],
+)
+def test_a_hypothesis_of_the_wrong_shape_is_named_missing_with_why(tmp_path, mine, why):
+    from shardlab.handin import workspace_reader
+
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / "stage4a_profile.ipynb", as_version=4)
+    _with_mine(nb, mine)
+    (tmp_path / "ws").mkdir()
+    nbformat.write(nb, tmp_path / "ws" / "stage4a_profile.ipynb")
+    found = workspace_reader.hypothesis(tmp_path / "ws")
+    assert set(found) == {"missing"} and why in found["missing"], found
+
+
+def test_the_hypothesis_cell_is_read_never_run(tmp_path):
+    from shardlab.handin import workspace_reader
+
+    planted = tmp_path / "ran"
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / "stage4a_profile.ipynb", as_version=4)
+    _with_mine(nb, f"mine = open({str(planted)!r}, 'w').write('x') or {MINE!r}")
+    (tmp_path / "ws").mkdir()
+    nbformat.write(nb, tmp_path / "ws" / "stage4a_profile.ipynb")
+    assert "missing" in workspace_reader.hypothesis(tmp_path / "ws") and not planted.exists()
+    assert workspace_reader.hypothesis(None) == {"missing": "no workspace given"}
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / "stage4a_profile.ipynb", as_version=4)
+    _with_mine(nb, MINE)
+    nbformat.write(nb, tmp_path / "ws" / "stage4a_profile.ipynb")
+    assert workspace_reader.hypothesis(tmp_path / "ws") == {"value": MINE, "file": "stage4a_profile.ipynb"}
+
+
+def test_each_checker_count_says_whether_the_randomised_search_ran(tmp_path):
+    """A notebook's check cell leaves the search out; its count must say so, naming the checks it left out."""
+    from shardlab.checker.cli import checks_of
+    from shardlab.handin import items
+
+    names = {s: [c.__name__ for c in checks_of(s)] for s in (1, 2, 3, 4)}
+    searched = {s: [n for n in names[s] if n.startswith("random_")] for s in names}  # the search's naming
+    assert searched[1] and searched[3] and not searched[4]
+
+    def cell(stage, count):
+        return {"check": {"stage": stage, "checks": count, "failed": [], "passed": True}}
+
+    audit = {
+        "results": {
+            "stage1_batches": cell(1, len(names[1]) - len(searched[1])),  # as the notebooks' cells record it
+            "stage2_update": cell(2, len(names[2])),  # a cell that ran every check
+        }
+    }
+    ran = [n for n in names[3] if n not in searched[3]] + names[4]  # a report of stages 3 and 4 without the search
+    stage_of = {n: s for s in names for n in names[s]}
+    report = {"checks": [{"stage": stage_of[n], "name": n, "passed": True, "diagnosis": ""} for n in ran]}
+    rows = items.stage_output(items.Run(tmp_path, audit, "reference", report, {}, {})).data["checker"]
+    for stage in ("1", "3"):
+        scope = rows[stage]["scope"]
+        assert "enumerated checks only" in scope and all(n in scope for n in searched[int(stage)]), scope
+        assert f"{len(searched[int(stage)])} check" in scope
+    assert "randomised search included" in rows["2"]["scope"] and "randomised search included" in rows["4"]["scope"]
+    assert rows["1"]["checks"] == len(names[1]) - len(searched[1]) and rows["3"]["checks"] == len(ran) - len(names[4])
+
+
+@pytest.mark.parametrize("target, command", [("run", "shardlab run"), ("portfolio", "shardlab portfolio")])
+def test_make_run_and_make_portfolio_read_the_same_workspace(target, command):
+    """make run builds the run's own portfolio; it reads the WORKSPACE make portfolio reads, default or given."""
+    import argparse
+    import subprocess
+
+    from shardlab.course import execute
+
+    for given, expected in ((["WORKSPACE=/elsewhere/ws"], "/elsewhere/ws"), ([], "workspace")):
+        printed = subprocess.run(
+            ["make", "-n", target, *given], cwd=REPO, capture_output=True, text=True, timeout=60
+        ).stdout
+        line = next(x for x in printed.splitlines() if command in x)
+        assert f"--workspace {expected} " in line, line
+    parser = argparse.ArgumentParser()
+    execute.add_arguments(parser)
+    assert parser.parse_args(["--workspace", "ws"]).workspace == "ws" and parser.parse_args([]).workspace is None

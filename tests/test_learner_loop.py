@@ -293,3 +293,69 @@ def test_the_readme_says_where_and_how_to_write_answers_as_the_portfolio_reads_t
             assert last.cell_type == "code" and "\nchoices = {}" in f"\n{last.source}", notebook
     assert "ready\nto hand in" in paragraph or "ready to hand in" in paragraph
     assert "`incomplete: N items missing`" in paragraph
+    # the stage 4 hypothesis: the README names the line the learner edits, and the notebook's cell holds it
+    assert "`mine = None`" in paragraph and "stage4a_profile" in " ".join(paragraph.split())
+    cells = jupytext.read(catalog.NOTEBOOK_DIR / "stage4a_profile.md").cells
+    assert any("hypothesis" in c.metadata.get("tags", []) and "\nmine = None" in f"\n{c.source}" for c in cells)
+    choices = re.search(r"\(`(choices = \{[^}]+\})`\)", paragraph)
+    shown = jupytext.read(catalog.NOTEBOOK_DIR / "stage1_batches.md").cells[-1].source
+    assert choices and choices[1].split(" = ")[1] in shown, "the README's choices example is the notebooks' own"
+
+
+# What each kind of argument `invalid_arguments_are_refused` tries must be named in the words of the rule it
+# enforces, as the learner reads them in the starter and in the notebook; written here, not read from the rules.
+ARGUMENT_WORDS = {
+    "checkpoint": "checkpoint",
+    "empty file": "empty",
+    "empty folder": "folder",
+    "full folder": "folder",
+    "link to checkpoint": "symbolic link",
+    "nothing": "does not exist",
+    "dangling link": "symbolic link that leads nowhere",
+    "half checkpoint": "cut",
+}
+
+
+def test_every_argument_a_check_refuses_is_named_by_its_rule_in_the_starter_and_the_notebook():
+    from shardlab.checker.arguments import ARGUMENTS
+
+    unknown = sorted({a.layout for a in ARGUMENTS} - set(ARGUMENT_WORDS))
+    assert not unknown, f"say which words of its rule teach these argument kinds: {unknown}"
+    docs = _starter_docstrings()
+    for argument in ARGUMENTS:
+        rule = rules.BY_ID[argument.rule]
+        assert argument.function == rule.function and "invalid_arguments_are_refused" in rule.checks
+        words = ARGUMENT_WORDS[argument.layout]
+        taught = [c for c in _markdown(rules.TAUGHT_IN[rule.function]) if c.strip() == learner_cell(rule.function)]
+        stated = " ".join(docs[rule.function].split())  # the docstring's lines joined, as a sentence
+        assert words in rule.text and words in stated and all(words in " ".join(c.split()) for c in taught), (
+            argument.name,
+            rule.id,
+        )
+
+
+def test_stage_4_asks_for_no_new_function_and_the_starter_and_readme_say_so():
+    """Every check of stage 4 enforces only make_step's rules, so the starter and the README say there is nothing new
+    to write and where stage 4's own work is."""
+    from conftest import REPO
+
+    judged = {rule.function for check in checks_of(4) for rule in rules.for_check(check.__name__)}
+    assert judged == {"make_step"}, judged
+    said = "Stage 4 asks for no new function"
+    module_doc = " ".join((ast.get_docstring(ast.parse(starter.template_text())) or "").split())
+    assert said in module_doc and "stage 4a" in module_doc and "`mine = None`" in module_doc
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert said in readme and "`mine = None`" in readme
+
+
+@pytest.mark.parametrize("function", sorted(rules.NOT_ASKED))
+def test_what_a_lesson_shows_but_no_check_asks_is_said_beside_the_rules(function):
+    """Stage 1 shows the course's own functions refusing bad input; the learner's are never asked to (no check's rule
+    is about it), and both the starter and the notebook cell say so."""
+    note = rules.NOT_ASKED[function]
+    assert note.startswith("Not asked of yours")
+    assert not any("refus" in rule.text for rule in rules.of(function))  # no rule of this function asks it
+    assert note in rule_fold(function)
+    assert " ".join(note.split()) in " ".join(_starter_docstrings()[function].split())
+    lesson = "\n".join(_markdown(rules.TAUGHT_IN[function]))
+    assert "Refusals come first" in lesson and "Refusals come first" in note

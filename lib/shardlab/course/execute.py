@@ -266,6 +266,7 @@ def run(
     html: bool = True,
     compilation_cache: bool | Path = True,
     reached: Path | None = None,
+    workspace: str | None = None,
 ) -> Path:
     """Execute the notebooks into a staging folder and publish it as `out` on success.
 
@@ -277,6 +278,7 @@ def run(
     With `reached` (an empty folder outside `out`), each notebook's kernel writes the API functions it
     looked up on the implementation, its check cells' checks included, to `reached/<name>.txt`
     (the other fixtures' notebooks to `reached/<fixture>/<name>.txt`).
+    The run's own portfolio reads the learner's answers from `workspace`, as `make portfolio` does.
     """
     from shardlab.core.config import Config
 
@@ -337,7 +339,7 @@ def run(
         if own:  # this run's alone: never a receipt, never read by another run
             shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
-        for hook in _finishers():
+        for hook in _finishers(workspace):
             hook(staging)
         print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
         _write_wall_time(staging, time.perf_counter() - started, names, seconds)
@@ -513,14 +515,16 @@ def _advice(implementation: str, name: str, tags: list | None, error) -> list[st
     return [head, f"    make check IMPL={implementation} STAGE={stage}", f"  {GAP}"]
 
 
-def _finishers():
+def _finishers(workspace: str | None = None):
     """Steps that run after every notebook succeeded: relative paths, the audit, the portfolio, the index, the modes."""
+    from functools import partial
+
     from shardlab.evidence.audit import write_audit
     from shardlab.evidence.index import write_index
     from shardlab.evidence.paths import relative_paths
     from shardlab.handin.portfolio import finish_run  # the run's own portfolio, from the audit just written
 
-    return [relative_paths, write_audit, finish_run, write_index, stable.modes]
+    return [relative_paths, write_audit, partial(finish_run, workspace=workspace), write_index, stable.modes]
 
 
 def _elapsed(since: float) -> str:
@@ -567,11 +571,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--implementation", default="reference", help="'reference' or a learner's .py file")
     parser.add_argument("--replace", action="store_true", help="replace a previous run in --out (only on success)")
     parser.add_argument("--notebooks", nargs="*", default=None, help="subset of notebook names, in order")
+    parser.add_argument(
+        "--workspace", default=None, help="your notebook copies (make lab's workspace/): the run's portfolio reads them"
+    )
 
 
 def main(args) -> int:
     try:
-        out = run(args.out, args.seed, args.batch_size, args.implementation, args.replace, args.notebooks)
+        out = run(
+            args.out,
+            args.seed,
+            args.batch_size,
+            args.implementation,
+            args.replace,
+            args.notebooks,
+            workspace=args.workspace,
+        )
     except (NotebookFailed, ConfigError) as exc:  # OutputFolderError is a ConfigError
         print(f"[shardlab] run failed: {exc}", file=sys.stderr)
         return 1

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardlab.checker.cli import STAGES
+from shardlab.checker.cli import STAGES, checks_of
+from shardlab.checker.here import searched_checks
 from shardlab.core.files import sha256_file
 from shardlab.evidence.audit import AUDIT, IR
 
@@ -28,6 +29,7 @@ class Run:
     answers: dict  # learner.written_answers
     selfcheck: dict  # learner.selfcheck_scores
     workspace: Path | None = None  # the learner's notebook copies the answers were read from
+    hypothesis: dict = field(default_factory=dict)  # workspace_reader.hypothesis: {value, file} or {missing}
 
 
 @dataclass
@@ -40,6 +42,22 @@ class Item:
     missing: list = field(default_factory=list)  # run evidence not found: the run is incomplete
     absent: list = field(default_factory=list)  # not found, and named so in the portfolio (learner's own, or later)
     how: dict = field(default_factory=dict)  # absent entry -> how the learner adds it
+    kind: dict = field(default_factory=dict)  # absent entry -> which of HOW_TO says how (said once per kind)
+
+
+# How to add each kind of missing entry, said once above the list of the entries of that kind. The notebooks'
+# cells on written answers and self-checks say the same; WORKSPACE is the folder the portfolio read.
+HOW_TO = {
+    "answer": "in your copy WORKSPACE/NOTEBOOK.ipynb add a markdown cell, give it the tag `answer` (Lab: the gear "
+    "icon in the right sidebar, Common Tools -> Cell Tags), start it with the line `Answer: ID` and write your "
+    "answer below it",
+    "selfcheck": "in your copy WORKSPACE/NOTEBOOK.ipynb write your letters into the `choices = {}` line of the last "
+    'cell under Self-check, as the cell shows: choices = {"1": "c", "2": "a"}',
+    "hypothesis": "in your copy WORKSPACE/stage4a_profile.ipynb replace `mine = None` with your dict of "
+    '"change", "threshold_ms" and "because" (the cell says what each holds); run that notebook in Lab to see it '
+    "judged against your own trace",
+    "run": "run `make run IMPL=<your file> OUT=<your receipts>` again with this version of the course",
+}
 
 
 def _from(run: Run, item: Item, notebook: str | None, key: str, default=None, optional: bool = False):
@@ -56,10 +74,8 @@ def _from(run: Run, item: Item, notebook: str | None, key: str, default=None, op
     if value is None:
         (item.absent if optional else item.missing).append(f"{rel}:{key}")
         if optional:
-            item.how[f"{rel}:{key}"] = (
-                f"{notebook or 'the run'} records it when it runs to the end: run `make run IMPL=<your file> "
-                "OUT=<your receipts>` again with this version of the course, then build the portfolio again"
-            )
+            item.how[f"{rel}:{key}"] = f"{notebook or 'the run'} records it when it runs to the end"
+            item.kind[f"{rel}:{key}"] = "run"
         return default
     item.sources.append({"file": rel, "key": key, "sha256": sha256_file(path) if path.is_file() else None})
     return value
@@ -78,9 +94,10 @@ def _answers(run: Run, item: Item, *ids: str) -> None:
     item.data["answers"] = {i: run.answers[i] for i in ids}
     for i in ids:
         if "missing" in run.answers[i]:
-            entry = f"written answer `{i}` ({run.answers[i]['missing']})"
+            entry = f"written answer `{i}`" + _why(run, run.answers[i]["missing"])
             item.absent.append(entry)
             item.how[entry] = answer_howto(run.answers[i]["notebook"], i, run.workspace)
+            item.kind[entry] = "answer"
 
 
 def implementation(run: Run) -> Item:
@@ -124,19 +141,36 @@ def stage_output(run: Run) -> Item:
             row["first_failure"] = {"check": c["name"], "diagnosis": c["diagnosis"]}
     if stages:
         item.sources.append({"file": "check_report.json", "key": "checks", "sha256": None})
+    ran = {c["name"] for c in (run.check or {}).get("checks") or []}
+    for stage, row in stages.items():
+        left_out = [name for name in searched_checks(int(stage)) if name not in ran]
+        row["scope"] = _scope("make check", left_out, stage)
     for stage, (notebook, check) in sorted(recorded_checks(run.audit).items()):
         if str(stage) not in stages:
             failed = check.get("failed") or []
             _from(run, item, notebook, "check")
+            # a count below the stage's whole registry is a cell that ran without the search (check_here's default)
+            left_out = searched_checks(stage) if check["checks"] < len(checks_of(stage)) else []
             stages[str(stage)] = {
                 "passed": check["checks"] - len(failed),
                 "checks": check["checks"],
                 "first_failure": {"check": failed[0], "diagnosis": f"see {notebook}.html"} if failed else None,
                 "from": f"results/{notebook}.json:check",
+                "scope": _scope(f"{notebook}'s check cell", left_out, stage),
             }
     item.data["checker"] = dict(sorted(stages.items()))
     item.missing += [f"the checker's verdict on stage {s}" for s in STAGES if str(s) not in stages]
     return item
+
+
+def _scope(who: str, left_out: list, stage) -> str:
+    """What a verdict's count covers: every check of the stage, or all but the randomised search it left out."""
+    if not left_out:
+        return f"{who}: every check of the stage, the randomised search included"
+    return (
+        f"{who}: the enumerated checks only; the randomised search ({len(left_out)} check"
+        f"{'s' * (len(left_out) != 1)}: {', '.join(left_out)}) did not run here (`make check STAGE={stage}` runs it)"
+    )
 
 
 def recovery(run: Run) -> Item:
@@ -222,9 +256,30 @@ def report(run: Run) -> Item:
         "trace": "host annotations: prepare_and_place (sampler, padding, placement) and compiled_update_and_wait "
         "(update until its outputs are ready), inside sharded_learner_step; profiler overhead included",
     }
-    item.data["profile_hypothesis"] = recorded.get("hypothesis")
+    judged = recorded.get("hypothesis")
+    if recorded.get("example_run") is False:  # the run judged the learner's own hypothesis: nothing to add
+        item.data["your_hypothesis"] = {"value": _plain_hypothesis(judged), "from": "the run (stage 4a judged it)"}
+    elif "missing" in run.hypothesis:
+        entry = "your stage 4 hypothesis" + _why(run, run.hypothesis["missing"])
+        item.absent.append(entry)
+        item.how[entry] = "stage4a_profile.ipynb"
+        item.kind[entry] = "hypothesis"
+    else:
+        item.data["your_hypothesis"] = {
+            "value": run.hypothesis["value"],
+            "from": f"{run.hypothesis['file']} in your workspace, as written (the run judged the worked example "
+            "below, not this; your copy of stage 4a judges yours)",
+        }
+    item.data["profile_hypothesis"] = judged
     _answers(run, item, "topology", "denominator", "step_count", "next_optimisation")
     return item
+
+
+def _plain_hypothesis(judged) -> dict | None:
+    """The three values a learner writes, out of the hypothesis the run recorded."""
+    if not isinstance(judged, dict):
+        return None
+    return {key: judged.get(key) for key in ("change", "threshold_ms", "because")}
 
 
 def transfer(run: Run) -> Item:
@@ -247,14 +302,16 @@ def selfcheck(run: Run) -> Item:
     item = Item(data={"scores": run.selfcheck})
     for name, score in run.selfcheck.items():
         if "missing" in score:
-            entry = f"self-check of {name}: {score['missing']}"
+            entry = f"self-check of {name}" + _why(run, score["missing"])
             item.absent.append(entry)
-            item.how[entry] = (
-                f"{_first(run.workspace)}in {_folder(run.workspace)}/{name}.ipynb write your letters into the "
-                "`choices = {}` line of the last cell under Self-check (e.g. choices = {1: 'b', 2: 'a'}), save, "
-                "then build the portfolio again"
-            )
+            item.how[entry] = f"{name}.ipynb"
+            item.kind[entry] = "selfcheck"
     return item
+
+
+def _why(run: Run, why: str) -> str:
+    """Why an entry is missing, unless it is that the workspace does not exist (its how-to says that, once)."""
+    return "" if _first(run.workspace) else f" ({why})"
 
 
 def _folder(workspace: Path | None) -> str:
@@ -265,16 +322,26 @@ def _first(workspace: Path | None) -> str:
     """What to do before writing into the workspace, when it does not exist yet."""
     if workspace and workspace.is_dir():
         return ""
-    return f"`make lab WORKSPACE={_folder(workspace)}` copies the notebooks into {_folder(workspace)}/ first; then "
+    return f"first `make lab WORKSPACE={_folder(workspace)}` copies the notebooks into {_folder(workspace)}/; then "
 
 
 def answer_howto(notebook: str, ident: str, workspace: Path | None = None) -> str:
-    """How a learner adds the written answer `ident` (the notebooks' cells on written answers say the same)."""
-    return (
-        f"{_first(workspace)}in {_folder(workspace)}/{notebook}.ipynb add a markdown cell, tag it `answer`, start it "
-        f"with the line `Answer: {ident}` and write your answer below it; save, then build the portfolio again "
-        "(pass --workspace, or WORKSPACE= to make, if your copies are elsewhere)"
+    """Where the written answer `ident` goes (HOW_TO["answer"] says how, once for every answer)."""
+    return f"{notebook}.ipynb, starting `Answer: {ident}`"
+
+
+def how_to(kind: str, workspace: Path | None) -> str:
+    """HOW_TO[kind] for the workspace read, and what to do after (first_step says what to do before, once)."""
+    text = HOW_TO[kind].replace("WORKSPACE", _folder(workspace))
+    again = "build the portfolio again" + (
+        " (WORKSPACE= to make, or --workspace, if your copies are elsewhere)" if kind != "run" else ""
     )
+    return f"{text}; save, then {again}"
+
+
+def first_step(workspace: Path | None) -> str:
+    """What to do once before adding anything to the workspace ('' when it exists)."""
+    return _first(workspace).removesuffix("; then ")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.index import STYLE
-from shardlab.handin.items import HANDOFF
+from shardlab.handin.items import HANDOFF, first_step, how_to
 
 FORMAT = 1
 
@@ -47,7 +47,7 @@ def manifest(run, found: dict) -> dict:
         ],
         "written_answers": run.answers,
         "selfcheck": run.selfcheck,
-        "status": status(found),
+        "status": status(found, run.workspace),
     }
 
 
@@ -57,18 +57,40 @@ def course_position(text: str) -> int:
     return min(named) if named else -1
 
 
-def status(found: dict) -> dict:
-    """Ready only when nothing is missing; else every missing entry with its item and how to add it.
+def status(found: dict, workspace=None) -> dict:
+    """Ready only when nothing is missing; else every missing entry with its item, kind and where it goes, and
+    `how_to`: how to add each kind, said once for all the entries of that kind.
 
-    Entries come in course order: run evidence first, then each notebook's answers and letters in the
-    order a learner meets the notebooks (an entry's place is the first notebook its text names)."""
+    Entries come by kind (run evidence first, then answers, the hypothesis, self-checks) and within a kind in
+    the order a learner meets the notebooks (an entry's place is the first notebook its text names)."""
     missing = [
-        {"item": row.id, "what": entry, "how": found[row.id].how.get(entry, "")}
+        {
+            "item": row.id,
+            "what": entry,
+            "kind": found[row.id].kind.get(entry, ""),
+            "how": found[row.id].how.get(entry, ""),
+        }
         for row in HANDOFF
         for entry in found[row.id].absent
     ]
-    missing.sort(key=lambda m: course_position(m["what"] + " " + m["how"]))  # stable: ties keep the list's order
-    return {"ready": not missing, "missing": missing}
+    order = {kind: n for n, kind in enumerate(("", "run", "answer", "hypothesis", "selfcheck"))}  # the run's first
+    missing.sort(key=lambda m: (order.get(m["kind"], 0), course_position(m["what"] + " " + m["how"])))  # stable
+    kinds = list(dict.fromkeys(m["kind"] for m in missing if m["kind"]))
+    first = first_step(workspace) if any(k != "run" for k in kinds) else ""
+    return {
+        "ready": not missing,
+        "missing": missing,
+        "first": first,
+        "how_to": {k: how_to(k, workspace) for k in kinds},
+    }
+
+
+def grouped(status_: dict) -> list[tuple[str, list[tuple[int, dict]]]]:
+    """[(how to add this kind, [(number in the list, entry), ...]), ...]: each how once, over its numbered entries."""
+    numbered = list(enumerate(status_["missing"], 1))
+    groups = [(status_["how_to"][k], [(n, m) for n, m in numbered if m["kind"] == k]) for k in status_["how_to"]]
+    rest = [(n, m) for n, m in numbered if m["kind"] not in status_["how_to"]]
+    return groups + ([("", rest)] if rest else [])
 
 
 def status_line(status_: dict) -> str:
@@ -81,6 +103,16 @@ def _answer_md(answer: dict) -> str:
     if "missing" in answer:
         return f"**MISSING** — {answer['missing']}."
     return answer["text"]
+
+
+def _hypothesis_md(yours: dict | None) -> str:
+    if not yours or not yours.get("value"):
+        return "**MISSING** — listed at the top of the portfolio, with how to add it."
+    value = yours["value"]
+    return (
+        f"Change `{value['change']}`, a cut of at least {value['threshold_ms']} ms, because: {value['because']} "
+        f"(from {yours['from']})."
+    )
 
 
 def report_markdown(run, found: dict) -> str:
@@ -98,8 +130,11 @@ def report_markdown(run, found: dict) -> str:
         f"* timing: {report['boundaries']['timing']}",
         f"* trace: {report['boundaries']['trace']}",
         "",
-        "## The profile's own hypothesis (recorded by stage 4)",
-        str(report["profile_hypothesis"]),
+        "## Your stage 4 hypothesis",
+        _hypothesis_md(report.get("your_hypothesis")),
+        "",
+        "## The hypothesis the run judged (recorded by stage 4)",
+        str((report["profile_hypothesis"] or {}).get("text", "not recorded")),
         "",
     ]
     for ident, answer in run.answers.items():
@@ -234,11 +269,16 @@ def _item_state(missing: list) -> str:
 def _status(status_: dict) -> str:
     if status_["ready"]:
         return "<p><b>Status: ready to hand in</b> — nothing the hand-off list asks for is missing.</p>"
-    items = "".join(
-        f"<li>{escape(m['what'])}<br><span class=b>how: {escape(m['how'])}</span></li>" for m in status_["missing"]
-    )
-    lead = f"<p><b>Status: {escape(status_line(status_))}</b>. Add each, then build the portfolio again:</p>"
-    return f"{lead}<ol>{items}</ol>"
+    lead = f"<p><b>Status: {escape(status_line(status_))}</b>. Add each, then build the portfolio again.</p>"
+    parts = [f"<p class=b>{escape(status_['first'])}</p>"] if status_.get("first") else []
+    for how, entries in grouped(status_):
+        said = f"<p class=b>how: {escape(how)}</p>" if how else ""
+        rows = "".join(
+            f"<li value={n}>{escape(m['what'])}" + (f" — {escape(m['how'])}" if m["how"] else "") + "</li>"
+            for n, m in entries
+        )
+        parts.append(f"{said}<ol>{rows}</ol>")
+    return lead + "".join(parts)
 
 
 def html(run, found: dict, manifest_: dict) -> str:
@@ -249,7 +289,8 @@ def html(run, found: dict, manifest_: dict) -> str:
     )
     spec = manifest_["implementation"]["spec"]
     verdicts = "".join(
-        f"<tr><td>stage {escape(n)}</td><td>{v['passed']} of {v['checks']}</td><td>{escape(_first(v))}</td></tr>"
+        f"<tr><td>stage {escape(n)}</td><td>{v['passed']} of {v['checks']}</td><td>{escape(v.get('scope', ''))}</td>"
+        f"<td>{escape(_first(v))}</td></tr>"
         for n, v in (found["stage_output"].data.get("checker") or {}).items()
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Portfolio</title>
@@ -261,6 +302,6 @@ utilisation. The same data for machines is in <a href="portfolio/portfolio.json"
 the short report in <a href="portfolio/report.md">portfolio/report.md</a>.</p>
 <table><tr><th>hand-off item</th><th>status</th></tr>{rows}</table>
 <h2>The checker's verdict</h2>
-<table><tr><th>stage</th><th>checks passed</th><th>first failure</th></tr>{verdicts}</table>
+<table><tr><th>stage</th><th>checks passed</th><th>what ran</th><th>first failure</th></tr>{verdicts}</table>
 {_answers(run)}{_selfcheck(run)}{"".join(_section(i) for i in manifest_["items"])}</body></html>
 """

@@ -174,6 +174,7 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
         workspace_reader.written_answers(workspace),
         workspace_reader.selfcheck_scores(workspace),
         workspace,
+        workspace_reader.hypothesis(workspace),
     )
     found = {row.id: row.gather(run) for row in items.HANDOFF}
     lacking = [f"{row.id}: {m}" for row in items.HANDOFF if row.required for m in found[row.id].missing]
@@ -210,8 +211,9 @@ def build(out, receipts, implementation=None, workspace=None, check_report=None)
     return Path(out)
 
 
-def finish_run(staging: Path) -> None:
-    """`make run`'s last step: the run's own portfolio (the reference run's is the shipped example).
+def finish_run(staging: Path, workspace=None) -> None:
+    """`make run`'s last step: the run's own portfolio (the reference run's is the shipped example), reading the
+    learner's answers, letters and hypothesis from `workspace` as `make portfolio` does (None: none given).
 
     A run whose portfolio cannot be built (its implementation fails the checker's import) still
     succeeds; the reason is printed and `python -m shardlab portfolio` says it again.
@@ -221,7 +223,7 @@ def finish_run(staging: Path) -> None:
         print(f"[shardlab] no portfolio: this run left out {', '.join(left_out)}", flush=True)
         return
     try:
-        run, found = gather(staging, workspace=None, scratch=staging, verified=False)
+        run, found = gather(staging, workspace=workspace, scratch=staging, verified=False)
     except PortfolioError as exc:
         print(f"[shardlab] no portfolio for this run: {exc}", flush=True)
         return
@@ -244,6 +246,11 @@ def main(args) -> int:
         return 1
     state = json.loads((out / FOLDER / MANIFEST).read_text())["status"]
     print(f"[shardlab portfolio] {page.status_line(state)}: {out / ZIP}; open {out / PAGE} to read it")
-    for n, entry in enumerate(state["missing"], 1):
-        print(f"  {n}. {entry['what']}\n     how: {entry['how']}")
+    if state.get("first"):
+        print(f"  {state['first']}")
+    for how, entries in page.grouped(state):
+        if how:
+            print(f"  how: {how}")
+        for n, entry in entries:
+            print(f"  {n}. {entry['what']}" + (f" — {entry['how']}" if entry["how"] else ""))
     return 0

@@ -10,6 +10,10 @@ from shardlab.course.catalog import NOTEBOOKS
 
 SELFCHECK_TAG = "selfcheck"
 CHOICES = "choices"  # the dict the self-check cell assigns
+HYPOTHESIS_TAG = "hypothesis"  # stage 4a's cell that assigns the learner's hypothesis
+MINE = "mine"  # the dict that cell assigns (None until the learner writes one)
+HYPOTHESIS_NOTEBOOK = "stage4a_profile"
+HYPOTHESIS_KEYS = ("change", "threshold_ms", "because")
 
 
 def _absent(workspace: Path | None) -> str:
@@ -55,20 +59,56 @@ def written_answers(workspace: Path | None) -> dict:
     return out
 
 
-def _choices(source: str) -> dict | None:
-    """The literal dict assigned to `choices` in a cell's source, or None (the source is parsed, never executed)."""
+def _assigned(source: str, name: str) -> dict | None:
+    """The literal dict assigned to `name` in a cell's source, or None (the source is parsed, never executed)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == CHOICES for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 return None
             return value if isinstance(value, dict) else None
     return None
+
+
+def _choices(source: str) -> dict | None:
+    """The literal dict assigned to `choices` in a cell's source, or None (the source is parsed, never executed)."""
+    return _assigned(source, CHOICES)
+
+
+def _hypothesis_problem(value: dict) -> str:
+    """Why `value` is not a hypothesis stage 4a accepts in shape ('' if it is); its reach is judged by the notebook."""
+    from shardlab.evidence.hypothesis import MENU
+
+    if set(value) != set(HYPOTHESIS_KEYS):
+        return f"`mine` is a dict with keys {sorted(map(str, value))}, not exactly {list(HYPOTHESIS_KEYS)}"
+    if value["change"] not in MENU:
+        return f"`mine['change']` is {value['change']!r}, not one of the menu's changes {sorted(MENU)}"
+    threshold = value["threshold_ms"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < float("inf"):
+        return f"`mine['threshold_ms']` is {threshold!r}, not a number of milliseconds above 0"
+    if not isinstance(value["because"], str) or not value["because"].strip():
+        return "`mine['because']` is empty: say what in the trace points at the change"
+    return ""
+
+
+def hypothesis(workspace: Path | None) -> dict:
+    """The learner's stage 4 hypothesis: {value, file} from the `mine = {...}` line of their stage 4a copy, or
+    {missing: why}. Read like the answers (parsed, never run); the notebook itself judges it against a trace."""
+    nb, _ = _notebook(workspace, HYPOTHESIS_NOTEBOOK)
+    cells = [c for c in (nb.cells if nb else []) if c.cell_type == "code" and HYPOTHESIS_TAG in _tags(c)]
+    value = _assigned(cells[-1].source, MINE) if cells else None
+    if value is None:
+        where = _absent(workspace) or f"`{MINE} = None` in the `{HYPOTHESIS_TAG}` cell of {HYPOTHESIS_NOTEBOOK}.ipynb"
+        return {"missing": where}
+    problem = _hypothesis_problem(value)
+    if problem:
+        return {"missing": f"{problem} ({HYPOTHESIS_NOTEBOOK}.ipynb)"}
+    return {"value": value, "file": f"{HYPOTHESIS_NOTEBOOK}.ipynb"}
 
 
 def selfcheck_scores(workspace: Path | None) -> dict:

@@ -41,6 +41,8 @@ def rule_fold(function: str) -> str:
     for rule in rules.of(function):
         text = rule.text[0].upper() + rule.text[1:]  # a sentence of its own in the list
         lines.append(f"- {text}." + (f" {rule.why}" if rule.why else "") + f" (`{rules.MARKER}{rule.id}`)")
+    if function in rules.NOT_ASKED:
+        lines += ["", rules.NOT_ASKED[function]]
     return "\n".join([*lines, "", "</details>"])
 
 
@@ -71,6 +73,8 @@ def starter_rules(function: str) -> str:
             break_long_words=False,
             break_on_hyphens=False,
         )
+    if function in rules.NOT_ASKED:
+        lines += textwrap.wrap(rules.NOT_ASKED[function], width=120, initial_indent="    ", subsequent_indent="    ")
     return "\n".join(lines)
 
 

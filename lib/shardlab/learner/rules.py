@@ -209,8 +209,13 @@ RULES = (
     Rule(
         "never-overwrite",
         "save",
-        "a path that exists is refused with errors.CheckpointExistsError and its bytes are left untouched",
+        "a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, or a symbolic link), "
+        "is refused with errors.CheckpointExistsError and what is there is left untouched",
         ("save_never_overwrites", "refusals_name_the_course_errors", "invalid_arguments_are_refused"),
+        why=(
+            "Why: a name already taken is someone's data or someone's folder; a save that clears it, writes into it "
+            "or follows a link loses what was there."
+        ),
     ),
     Rule(
         "new-temp-name",
@@ -264,7 +269,8 @@ RULES = (
     Rule(
         "validate-fields",
         "restore",
-        "a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut files, missing "
+        "a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a path that "
+        "does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
         "fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), "
         "cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows",
         (
@@ -272,6 +278,11 @@ RULES = (
             "refusals_name_the_course_errors",
             "random_restore_damage",
             "invalid_arguments_are_refused",
+        ),
+        why=(
+            "Why: the caller resumes from the name it was given; whether nothing, a folder or a broken file is "
+            "there, no run can continue from it, and an OSError or a NumPy error leaves the caller guessing "
+            "which; one course error says it."
         ),
     ),
     Rule(
@@ -311,6 +322,28 @@ TAUGHT_IN = {
     "save": "stage3a_checkpoint",
     "restore": "stage3a_checkpoint",
 }
+
+
+# What a function's notebook shows the course's own code doing that make check never asks of the learner's:
+# said beside the rules, so a lesson's demonstration is not read as a rule.
+NOT_ASKED = {
+    "initial": (
+        "Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold "
+        'a NaN (stage 1\'s "Refusals come first"); make check never gives yours such data.'
+    ),
+    "next_batch": (
+        "Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "
+        '"Refusals come first"); make check only gives yours batch sizes from 1 up.'
+    ),
+}
+
+# Stage 4 asks for no new function: its checks judge make_step again (lowered, eager and compiled); what it asks
+# of the learner is a hypothesis in stage4a's notebook and written answers.
+STAGE4 = (
+    "Stage 4 asks for no new function: its checks judge your make_step again (lowered and compiled, and eager "
+    "against compiled). What it asks of you is in the stage 4a notebook: your hypothesis (the `mine = None` cell) "
+    "and the written answers it asks for."
+)
 
 
 def of(function: str) -> list[Rule]:

@@ -15,6 +15,10 @@ After each stage, check it (stages are cumulative: stage 2 re-checks stage 1; ON
 and run the notebooks against it with `make run IMPL=THIS_FILE`. Keep the signatures: the notebooks and
 the checker call these seven functions by name.
 
+Stage 4 asks for no new function: its checks judge your make_step again (lowered and compiled, and eager
+against compiled). What it asks of you is in the stage 4a notebook: your hypothesis (the `mine = None` cell)
+and the written answers it asks for.
+
 Rules for every function: the checker tries your code on many configurations (1 to 64 rows, 1 to 9
 features, any batch size up to rows + 2, meshes of 1 to 4 devices, any seed, other learning rates and
 decays, jitted and un-jitted steps, data as the course's Dataset or a plain (features, targets) tuple),
@@ -60,6 +64,8 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
     - rule:plain-tuple-data: data is any (features, targets) pair of float32 arrays: the course's Dataset or a plain
       tuple.
     - rule:any-mesh: the mesh may hold 1, 2, 3 or 4 devices; nothing may assume four.
+    Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold a NaN
+    (stage 1's "Refusals come first"); make check never gives yours such data.
     """
     raise _todo("initial", 1, "the state at step 0")
 
@@ -80,6 +86,8 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
     - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is left
       alone.
+    Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Refusals
+    come first"); make check only gives yours batch sizes from 1 up.
     """
     raise _todo("next_batch", 1, "the next ids, padded and placed")
 
@@ -140,8 +148,8 @@ def save(path, state: dict, contract_: dict) -> str:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name: no .npz added) and that path is
       returned.
-    - rule:never-overwrite: a path that exists is refused with errors.CheckpointExistsError and its bytes are left
-      untouched.
+    - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, or
+      a symbolic link), is refused with errors.CheckpointExistsError and what is there is left untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so a
       save killed midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises
       leaves its folder as it was.
@@ -160,9 +168,10 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     Rules:
     - rule:contract-first: the saved contract is compared with the expected one, exactly and entry by entry, before
       anything is accepted (errors.ContractMismatchError).
-    - rule:validate-fields: a damaged checkpoint is refused with errors.CorruptCheckpointError: unreadable or cut files,
-      missing fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids
-      (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
+    - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
+      path that does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing
+      fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor
+      and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one.
