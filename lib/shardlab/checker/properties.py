@@ -83,7 +83,17 @@ FIELDS_FIRST = (
     ": the checkpoint's arrays have another experiment's shapes and were checked against the expected contract's "
     "shapes before the contracts were compared -> read the saved contract and compare it first, then check the fields"
 )
-OTHER_SHAPES = ("rows", "feature width", RESHAPED)  # the inputs whose change changes the arrays' shapes
+# a checkpoint of LARGER_ROWS rows (saved by the learner's own initial, contract and save) restored as the case's
+# experiment: its order alone is larger than any checkpoint of the case's (at most 64 rows) can be, and its contract
+# is still compared before the size is refused (rule:contract-first). Drawn where the case saves at the start (the
+# save point a shrink keeps), so every search meets it.
+LARGER_ROWS = 32768
+LARGER = f"rows: a file of {LARGER_ROWS:,} rows, larger than any checkpoint of this experiment"
+SIZE_FIRST = (
+    ": the checkpoint holds a larger experiment's arrays and was refused for its size or their shapes before the "
+    "contracts were compared -> read the saved contract (a small member) and compare it first, then bound the rest"
+)
+OTHER_SHAPES = ("rows", "feature width", RESHAPED, LARGER)  # the inputs whose change changes the arrays' shapes
 # large but finite values a restore must accept: "finite" is np.isfinite, not a bound on the magnitude
 LARGE = np.float32(3e38)
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
@@ -1450,14 +1460,26 @@ def other_experiments(ctx, case: Case, contract: dict) -> dict:
     return found
 
 
+def _damage_attempts(ctx, case, path, state, contract, data) -> dict:
+    """What -> (file, expected contract, rule): the damaged copies, the learner's file restored as another experiment
+    (every input changed alone, by one ulp where it is a number) and, saved at the start, a larger experiment's file
+    restored as this one."""
+    files = _damage_files(ctx, case, path, state, contract, data)
+    attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
+    other = damage.WHOLE_FILE["another experiment"]
+    for what, theirs in other_experiments(ctx, case, contract).items():
+        attempts[f"restored as another experiment ({what})"] = (path, theirs, other)
+    if case.save_at == "start":
+        larger = _larger_checkpoint(ctx, case, os.path.dirname(files["truncated file"][0]))
+        attempts[f"restored as another experiment ({LARGER})"] = (larger, contract, other)
+    return attempts
+
+
 def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     """Damage name -> (refused?, the course rule): the damage space of the learner's own file, and its own
     file restored as another experiment (every input changed alone, by one ulp where it is a number)."""
-    files = _damage_files(ctx, case, path, state, contract, data)
-    attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
-    for what, theirs in other_experiments(ctx, case, contract).items():
-        attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
-    verdicts, ran = {}, os.path.join(os.path.dirname(files["truncated file"][0]), "ran")
+    attempts = _damage_attempts(ctx, case, path, state, contract, data)
+    verdicts, ran = {}, os.path.join(os.path.dirname(attempts["truncated file"][0]), "ran")
     for what, (target, expected, rule) in attempts.items():
         if what.startswith("contract: "):
             error = OTHER_EXPERIMENT
@@ -1484,13 +1506,26 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     return verdicts
 
 
+def _larger_checkpoint(ctx, case: Case, folder: str) -> str:
+    """The learner's own checkpoint at step 0 of LARGER_ROWS rows x 1 feature (its initial, contract and save)."""
+    rng = np.random.default_rng([case.seed, LARGER_ROWS])
+    features = rng.normal(size=(LARGER_ROWS, 1)).astype(np.float32)
+    large = Dataset(features, (2 * features[:, 0] + np.float32(0.5)).astype(np.float32))
+    mesh = mesh_of(ctx, case.devices, case.layout)
+    state = called(ctx, "initial", case.seed, given(case, large), mesh)
+    theirs = called(ctx, "contract", given(case, large), _config(case))
+    target = os.path.join(folder, "larger.npz")
+    called(ctx, "save", target, state, theirs)
+    return target
+
+
 def _wrong_refusal(what: str, rule: str, error, exc: Exception) -> str:
     """Why a refusal with `exc`, not `error`, breaks `rule`: for another experiment of other shapes refused as
     corrupt, the fields were checked before the contracts were compared."""
     named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
     said = f"{rule}; refused with {type(exc).__name__}, not {named}"
     if isinstance(exc, errors.CorruptCheckpointError) and any(f"({shape})" in what for shape in OTHER_SHAPES):
-        said += FIELDS_FIRST
+        said += SIZE_FIRST if f"({LARGER})" in what else FIELDS_FIRST
     return said
 
 
