@@ -320,7 +320,7 @@ MISTAKES = {
     "restore_bounds_size_before_contract": (
         3,
         "random_restore_damage",
-        ["a file of 32,768 rows", "not errors.ContractMismatchError", "refused for its size", "saved at start"],
+        ["a file of 16,384 features", "not errors.ContractMismatchError", "refused for its size", "saved at start"],
     ),
     "mask_by_multiplication": (
         2,

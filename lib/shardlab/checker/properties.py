@@ -83,12 +83,13 @@ FIELDS_FIRST = (
     ": the checkpoint's arrays have another experiment's shapes and were checked against the expected contract's "
     "shapes before the contracts were compared -> read the saved contract and compare it first, then check the fields"
 )
-# a checkpoint of LARGER_ROWS rows (saved by the learner's own initial, contract and save) restored as the case's
-# experiment: its order alone is larger than any checkpoint of the case's (at most 64 rows) can be, and its contract
-# is still compared before the size is refused (rule:contract-first). Drawn where the case saves at the start (the
-# save point a shrink keeps), so every search meets it.
-LARGER_ROWS = 32768
-LARGER = f"rows: a file of {LARGER_ROWS:,} rows, larger than any checkpoint of this experiment"
+# a checkpoint of 1 row and LARGER_FEATURES features (saved by the learner's own initial, contract and save) restored
+# as the case's experiment: its weights and momentum alone are larger than any checkpoint of the case's (at most 64
+# rows and 9 features) can be, and its contract is still compared before the size is refused (rule:contract-first).
+# One row, so the learner's permutation is the one every 1-row case compiles. Drawn where the case saves at the start
+# (the save point a shrink keeps), so every search meets it.
+LARGER_FEATURES = 16384
+LARGER = f"features: a file of {LARGER_FEATURES:,} features, larger than any checkpoint of this experiment"
 SIZE_FIRST = (
     ": the checkpoint holds a larger experiment's arrays and was refused for its size or their shapes before the "
     "contracts were compared -> read the saved contract (a small member) and compare it first, then bound the rest"
@@ -1507,10 +1508,9 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
 
 
 def _larger_checkpoint(ctx, case: Case, folder: str) -> str:
-    """The learner's own checkpoint at step 0 of LARGER_ROWS rows x 1 feature (its initial, contract and save)."""
-    rng = np.random.default_rng([case.seed, LARGER_ROWS])
-    features = rng.normal(size=(LARGER_ROWS, 1)).astype(np.float32)
-    large = Dataset(features, (2 * features[:, 0] + np.float32(0.5)).astype(np.float32))
+    """The learner's own checkpoint at step 0 of 1 row x LARGER_FEATURES features (its initial, contract and save)."""
+    features = np.random.default_rng([case.seed, LARGER_FEATURES]).normal(size=(1, LARGER_FEATURES))
+    large = Dataset(features.astype(np.float32), np.ones(1, np.float32))
     mesh = mesh_of(ctx, case.devices, case.layout)
     state = called(ctx, "initial", case.seed, given(case, large), mesh)
     theirs = called(ctx, "contract", given(case, large), _config(case))
