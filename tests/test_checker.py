@@ -322,6 +322,17 @@ MISTAKES = {
         "random_restore_damage",
         ["a file of 16,384 features", "not errors.ContractMismatchError", "refused for its size", "saved at start"],
     ),
+    "contract_hashes_the_pickle": (
+        3,
+        "random_contract_tells_apart",
+        ["the same data passed as", "not the container", "rows=1, batch=1"],
+    ),
+    "contract_keeps_numpy_numbers": (
+        3,
+        "random_contract_tells_apart",
+        ["NumPy float32 scalars", "not plain JSON", "rows=1, batch=1"],
+    ),
+    "contract_names_the_interpreter": (3, "contracts_agree_in_a_fresh_process", ["in a fresh interpreter"]),
     "mask_by_multiplication": (
         2,
         "random_step_update",

@@ -948,6 +948,48 @@ def contract_variants(case: Case) -> dict:
     }
 
 
+def _numpy_config(case: Case) -> Config:
+    """The case's configuration with its learning rate and decay given as NumPy float32 scalars, which `Config`
+    accepts (it refuses NumPy integers for the seed and the batch size)."""
+    return Config(
+        seed=case.seed,
+        batch_size=case.batch,
+        learning_rate=np.float32(case.learning_rate),
+        decay=np.float32(case.decay),
+        num_devices=case.devices,
+    )
+
+
+def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> None:
+    """Equal experiments in other forms: the data as the other pair type, the learning rate and decay as NumPy
+    scalars. The first must give the contract `base` is; the second a plain JSON contract (rule:contract-json)."""
+    copies = Dataset(data.features.copy(), data.targets.copy())
+    other = copies if isinstance(given(case, data), tuple) else tuple(copies)
+    form = "the course's Dataset" if isinstance(other, Dataset) else "a plain (features, targets) tuple"
+    theirs = called(ctx, "contract", other, _config(case))
+    need(
+        theirs == base,
+        base,
+        theirs,
+        f"the same data passed as {form} gave another contract: data is any (features, targets) pair, and equal "
+        "inputs give an equal contract -> hash the arrays' bytes, shapes and dtypes, not the container (no pickle, "
+        "no repr of the object)" + formulas.mark("plain-tuple-data", "contract-json"),
+    )
+    try:
+        numpy_config = _numpy_config(case)
+    except (errors.ConfigError, TypeError):
+        return
+    theirs = called(ctx, "contract", given(case, data), numpy_config)
+    need(
+        _plain_json(theirs),
+        "plain JSON data (int, float, str, list, dict)",
+        {k: type(v).__name__ for k, v in theirs.items()} if isinstance(theirs, dict) else type(theirs).__name__,
+        "with the learning rate and decay given as NumPy float32 scalars (Config(learning_rate=np.float32(...)), which "
+        "Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) before "
+        "it goes in" + formulas.mark("contract-json"),
+    )
+
+
 def _plain_json(value) -> bool:
     try:
         return json.loads(json.dumps(value)) == value
@@ -1092,6 +1134,7 @@ def contract_tells_apart(ctx, case: Case) -> None:
     need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
+    _same_experiment_other_forms(ctx, case, data, base)
     variants, bases, ignored = contract_variants(case), {}, []
     if any(what.startswith("large") and focused(ctx, what) for what in variants):
         bases["large"] = contract_of(ctx, case, timing_fixture(), _config(case), "the 1,023 x 64 fixture")
