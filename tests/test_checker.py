@@ -332,6 +332,11 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["NumPy float32 scalars", "not plain JSON", "rows=1, batch=1"],
     ),
+    "step_reads_the_latest_hyperparameters": (
+        2,
+        "random_step_update",
+        ["first run after make_step(", "used the later call's", "a closure"],
+    ),
     "contract_names_the_interpreter": (3, "contracts_agree_in_a_fresh_process", ["in a fresh interpreter"]),
     "mask_by_multiplication": (
         2,

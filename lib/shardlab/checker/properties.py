@@ -567,10 +567,11 @@ def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
         if all(np.array_equal(a, b) for a, b in zip(*(_expected(b, width) for b in built))):
             continue  # the course's own float32 results agree (a decay of 0 zeroes every weight): nothing to tell
         got = []
-        for each in built:
-            weights, momentum, _, _ = step_of(ctx, each, case.compiled)(*args)
+        steps = [step_of(ctx, each, case.compiled) for each in built]  # both made before either first runs
+        for step in steps:
+            weights, momentum, _, _ = step(*args)
             got.append({"weights": np.asarray(weights, np.float64), "momentum": np.asarray(momentum, np.float64)})
-
+        _made_later(built, got, name, which)
         _follows(built[0], got[0], which)  # a step ignoring the value it was given: named by its update
         need(
             not all(np.array_equal(got[0][f], got[1][f]) for f in ("weights", "momentum")),
@@ -582,6 +583,26 @@ def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
             "another experiment" + formulas.mark("momentum"),
         )
         _follows(built[1], got[1], which)
+
+
+def _made_later(built: list, got: list, name: str, which: str) -> None:
+    """A Miss when the step made first, run only after the second make_step call, gives the second's numbers
+    (and not its own): the values reach the step through state shared by every make_step call."""
+    width = got[0]["weights"].size
+    theirs, own = _expected(built[1], width), _expected(built[0], width)
+    fits = [
+        all(np.array_equal(got[0][f], e) for f, e in zip(("momentum", "weights"), values)) for values in (theirs, own)
+    ]
+    need(
+        not (fits[0] and not fits[1]),
+        {"momentum": own[0], "weights": own[1]},
+        {k: got[0][k] for k in ("momentum", "weights")},
+        f"{which}the step of make_step({name}={getattr(built[0], name):.9g}), first run after "
+        f"make_step({name}={getattr(built[1], name):.9g}) was called, used the later call's {name} -> the "
+        "values reach the step through state every make_step call shares (a module-level variable read when the "
+        "step is traced or run); keep each call's values in the step it returns (a closure)"
+        + formulas.mark("momentum"),
+    )
 
 
 def _expected(built: Case, width: int) -> tuple:
