@@ -317,6 +317,27 @@ MISTAKES = {
         "random_restore_damage",
         ["restored as another experiment (rows)", "not errors.ContractMismatchError", "before the contracts were"],
     ),
+    "restore_bounds_size_before_contract": (
+        3,
+        "random_restore_damage",
+        ["a file of 16,384 features", "not errors.ContractMismatchError", "refused for its size", "saved at start"],
+    ),
+    "contract_hashes_the_pickle": (
+        3,
+        "random_contract_tells_apart",
+        ["the same data passed as", "not the container", "rows=1, batch=1"],
+    ),
+    "contract_keeps_numpy_numbers": (
+        3,
+        "random_contract_tells_apart",
+        ["NumPy float32 scalars", "not plain JSON", "rows=1, batch=1"],
+    ),
+    "step_reads_the_latest_hyperparameters": (
+        2,
+        "random_step_update",
+        ["first run after make_step(", "used the later call's", "a closure"],
+    ),
+    "contract_names_the_interpreter": (3, "contracts_agree_in_a_fresh_process", ["in a fresh interpreter"]),
     "mask_by_multiplication": (
         2,
         "random_step_update",
@@ -494,7 +515,7 @@ SLOW_MISTAKES = {
     "save_fsync_before_write",
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
-    *("restore_pops_the_contract", "restore_checks_shapes_before_contract"),
+    *("restore_pops_the_contract", "restore_checks_shapes_before_contract", "restore_bounds_size_before_contract"),
     *("gradient_squeezed", "contract_hashes_the_buffer", "save_moves_into_the_folder", "save_expands_home"),
     "learning_rate_through_float16",
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss

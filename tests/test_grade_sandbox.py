@@ -139,8 +139,16 @@ def test_the_sandbox_sees_only_what_it_is_given(tmp_path):
     (mine / "own.py").write_text("own")
     marker = Path(f"/tmp/shardlab-sandbox-marker-{os.getpid()}")
     marker.write_text("the host's /tmp")
+    home = os.path.realpath(os.path.expanduser("~"))
+    # the installation's own site-packages (pyenv's, under the home folder here), which this venv does not read
+    base_site = os.path.join(
+        sys.base_prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages"
+    )
     probe = f"""import os, socket
 seen = {{}}
+seen["home"] = sorted(os.listdir({home!r})) if os.path.isdir({home!r}) else []
+seen["install"] = sorted(os.listdir({sys.base_prefix!r}))
+seen["base_site"] = sorted(os.listdir({base_site!r})) if os.path.isdir({base_site!r}) else []
 seen["other"] = os.path.exists({str(other / "secret.py")!r})
 seen["own"] = open({str(mine / "own.py")!r}).read()
 try:
@@ -168,6 +176,13 @@ print(repr(seen))
     seen = eval(done.stdout)  # noqa: S307 (our own probe's repr of plain values)
     assert seen["own"] == "own" and not seen["own_writable"] and not seen["other"]
     assert not seen["network"] and not seen["tmp"] and not seen["passwd"] and seen["pid"] < 10
+    # of the home folder, only the folders on the way to what the interpreter needs (pyenv's installation, the
+    # venv, the checkout) are there, as empty mount points: no dotfile, no cache, no credentials
+    needed = {sys.base_prefix, sys.prefix, str(REPO)}
+    on_the_way = {Path(p).relative_to(home).parts[0] for p in map(os.path.realpath, needed) if p.startswith(home + "/")}
+    assert set(seen["home"]) <= on_the_way, set(seen["home"]) - on_the_way
+    assert sys.prefix == sys.base_prefix or base_site in sys.path or not seen["base_site"], seen["base_site"][:5]
+    assert sys.prefix == sys.base_prefix or set(seen["install"]) <= {"bin", "lib"}, seen["install"]
 
 
 def test_every_entry_gets_a_row_and_names_are_neutralised(tmp_path):

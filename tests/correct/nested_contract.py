@@ -23,11 +23,11 @@ def contract(data, config):
             "sha256": digest,
         },
         "run": {
-            "seed": config.seed,
-            "batch_size": config.batch_size,
+            "seed": int(config.seed),
+            "batch_size": int(config.batch_size),
             "width": int(features.shape[1]),
-            "optimiser": {"learning_rate": config.learning_rate, "momentum": config.decay},
-            "devices": config.num_devices,
+            "optimiser": {"learning_rate": float(config.learning_rate), "momentum": float(config.decay)},
+            "devices": int(config.num_devices),
         },
     }
 

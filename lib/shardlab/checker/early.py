@@ -75,15 +75,31 @@ def new_hash_seed(env: dict) -> dict:
     return {**env, "PYTHONHASHSEED": seed}
 
 
+def another_name(executable: str) -> str:
+    """The same interpreter under another name in its own folder (a venv's `python` and `python3`), if there is one.
+
+    A fresh interpreter started that way has another `sys.executable`, as a learner's own `python3` beside the
+    checker's `python` has: a contract that records the interpreter's path differs there, as it must not."""
+    folder, name = os.path.split(executable)
+    real = os.path.realpath(executable)
+    for other in ("python3", "python", f"python{sys.version_info[0]}.{sys.version_info[1]}"):
+        path = os.path.join(folder, other)
+        if other != name and os.path.exists(path) and os.path.realpath(path) == real:
+            return path
+    return executable
+
+
 def launch(spec: str, call_seconds: float, poisoned: dict, box, scratch: list, fresh: bool = False) -> Launched:
     """Start `python -m shardlab.checker.worker` for `spec`; the caller reads its hello.
 
     Unsandboxed, and with this process's fork server running (checker/forkserver.py), the worker is a
     fork of that server, which has done the worker's imports already; otherwise a new interpreter.
-    `fresh`: a new interpreter with a hash seed of its own (a fork server only serves its own seed).
+    `fresh`: a new interpreter with a hash seed of its own (a fork server only serves its own seed), started
+    under another name of the same interpreter where its folder has one (`another_name`).
     """
     inbound, outbound = os.pipe(), os.pipe()  # checker -> worker, worker -> checker
-    command = [sys.executable, "-B", "-m", "shardlab.checker.worker", "--implementation", spec]
+    python = another_name(sys.executable) if fresh else sys.executable
+    command = [python, "-B", "-m", "shardlab.checker.worker", "--implementation", spec]
     command += ["--channel", f"{inbound[0]},{outbound[1]}", "--call-seconds", str(float(call_seconds))]
     command += ["--poison", json.dumps(poisoned)]
     cwd = scratch[0] if scratch else None

@@ -83,7 +83,18 @@ FIELDS_FIRST = (
     ": the checkpoint's arrays have another experiment's shapes and were checked against the expected contract's "
     "shapes before the contracts were compared -> read the saved contract and compare it first, then check the fields"
 )
-OTHER_SHAPES = ("rows", "feature width", RESHAPED)  # the inputs whose change changes the arrays' shapes
+# a checkpoint of 1 row and LARGER_FEATURES features (saved by the learner's own initial, contract and save) restored
+# as the case's experiment: its weights and momentum alone are larger than any checkpoint of the case's (at most 64
+# rows and 9 features) can be, and its contract is still compared before the size is refused (rule:contract-first).
+# One row, so the learner's permutation is the one every 1-row case compiles. Drawn where the case saves at the start
+# (the save point a shrink keeps), so every search meets it.
+LARGER_FEATURES = 16384
+LARGER = f"features: a file of {LARGER_FEATURES:,} features, larger than any checkpoint of this experiment"
+SIZE_FIRST = (
+    ": the checkpoint holds a larger experiment's arrays and was refused for its size or their shapes before the "
+    "contracts were compared -> read the saved contract (a small member) and compare it first, then bound the rest"
+)
+OTHER_SHAPES = ("rows", "feature width", RESHAPED, LARGER)  # the inputs whose change changes the arrays' shapes
 # large but finite values a restore must accept: "finite" is np.isfinite, not a bound on the magnitude
 LARGE = np.float32(3e38)
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
@@ -556,10 +567,11 @@ def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
         if all(np.array_equal(a, b) for a, b in zip(*(_expected(b, width) for b in built))):
             continue  # the course's own float32 results agree (a decay of 0 zeroes every weight): nothing to tell
         got = []
-        for each in built:
-            weights, momentum, _, _ = step_of(ctx, each, case.compiled)(*args)
+        steps = [step_of(ctx, each, case.compiled) for each in built]  # both made before either first runs
+        for step in steps:
+            weights, momentum, _, _ = step(*args)
             got.append({"weights": np.asarray(weights, np.float64), "momentum": np.asarray(momentum, np.float64)})
-
+        _made_later(built, got, name, which)
         _follows(built[0], got[0], which)  # a step ignoring the value it was given: named by its update
         need(
             not all(np.array_equal(got[0][f], got[1][f]) for f in ("weights", "momentum")),
@@ -571,6 +583,26 @@ def _neighbour_steps(ctx, case: Case, mesh, batch, which: str) -> None:
             "another experiment" + formulas.mark("momentum"),
         )
         _follows(built[1], got[1], which)
+
+
+def _made_later(built: list, got: list, name: str, which: str) -> None:
+    """A Miss when the step made first, run only after the second make_step call, gives the second's numbers
+    (and not its own): the values reach the step through state shared by every make_step call."""
+    width = got[0]["weights"].size
+    theirs, own = _expected(built[1], width), _expected(built[0], width)
+    fits = [
+        all(np.array_equal(got[0][f], e) for f, e in zip(("momentum", "weights"), values)) for values in (theirs, own)
+    ]
+    need(
+        not (fits[0] and not fits[1]),
+        {"momentum": own[0], "weights": own[1]},
+        {k: got[0][k] for k in ("momentum", "weights")},
+        f"{which}the step of make_step({name}={getattr(built[0], name):.9g}), first run after "
+        f"make_step({name}={getattr(built[1], name):.9g}) was called, used the later call's {name} -> the "
+        "values reach the step through state every make_step call shares (a module-level variable read when the "
+        "step is traced or run); keep each call's values in the step it returns (a closure)"
+        + formulas.mark("momentum"),
+    )
 
 
 def _expected(built: Case, width: int) -> tuple:
@@ -937,6 +969,48 @@ def contract_variants(case: Case) -> dict:
     }
 
 
+def _numpy_config(case: Case) -> Config:
+    """The case's configuration with its learning rate and decay given as NumPy float32 scalars, which `Config`
+    accepts (it refuses NumPy integers for the seed and the batch size)."""
+    return Config(
+        seed=case.seed,
+        batch_size=case.batch,
+        learning_rate=np.float32(case.learning_rate),
+        decay=np.float32(case.decay),
+        num_devices=case.devices,
+    )
+
+
+def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> None:
+    """Equal experiments in other forms: the data as the other pair type, the learning rate and decay as NumPy
+    scalars. The first must give the contract `base` is; the second a plain JSON contract (rule:contract-json)."""
+    copies = Dataset(data.features.copy(), data.targets.copy())
+    other = copies if isinstance(given(case, data), tuple) else tuple(copies)
+    form = "the course's Dataset" if isinstance(other, Dataset) else "a plain (features, targets) tuple"
+    theirs = called(ctx, "contract", other, _config(case))
+    need(
+        theirs == base,
+        base,
+        theirs,
+        f"the same data passed as {form} gave another contract: data is any (features, targets) pair, and equal "
+        "inputs give an equal contract -> hash the arrays' bytes, shapes and dtypes, not the container (no pickle, "
+        "no repr of the object)" + formulas.mark("plain-tuple-data", "contract-json"),
+    )
+    try:
+        numpy_config = _numpy_config(case)
+    except (errors.ConfigError, TypeError):
+        return
+    theirs = called(ctx, "contract", given(case, data), numpy_config)
+    need(
+        _plain_json(theirs),
+        "plain JSON data (int, float, str, list, dict)",
+        {k: type(v).__name__ for k, v in theirs.items()} if isinstance(theirs, dict) else type(theirs).__name__,
+        "with the learning rate and decay given as NumPy float32 scalars (Config(learning_rate=np.float32(...)), which "
+        "Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) before "
+        "it goes in" + formulas.mark("contract-json"),
+    )
+
+
 def _plain_json(value) -> bool:
     try:
         return json.loads(json.dumps(value)) == value
@@ -1081,6 +1155,7 @@ def contract_tells_apart(ctx, case: Case) -> None:
     need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
+    _same_experiment_other_forms(ctx, case, data, base)
     variants, bases, ignored = contract_variants(case), {}, []
     if any(what.startswith("large") and focused(ctx, what) for what in variants):
         bases["large"] = contract_of(ctx, case, timing_fixture(), _config(case), "the 1,023 x 64 fixture")
@@ -1450,14 +1525,26 @@ def other_experiments(ctx, case: Case, contract: dict) -> dict:
     return found
 
 
+def _damage_attempts(ctx, case, path, state, contract, data) -> dict:
+    """What -> (file, expected contract, rule): the damaged copies, the learner's file restored as another experiment
+    (every input changed alone, by one ulp where it is a number) and, saved at the start, a larger experiment's file
+    restored as this one."""
+    files = _damage_files(ctx, case, path, state, contract, data)
+    attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
+    other = damage.WHOLE_FILE["another experiment"]
+    for what, theirs in other_experiments(ctx, case, contract).items():
+        attempts[f"restored as another experiment ({what})"] = (path, theirs, other)
+    if case.save_at == "start":
+        larger = _larger_checkpoint(ctx, case, os.path.dirname(files["truncated file"][0]))
+        attempts[f"restored as another experiment ({LARGER})"] = (larger, contract, other)
+    return attempts
+
+
 def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     """Damage name -> (refused?, the course rule): the damage space of the learner's own file, and its own
     file restored as another experiment (every input changed alone, by one ulp where it is a number)."""
-    files = _damage_files(ctx, case, path, state, contract, data)
-    attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
-    for what, theirs in other_experiments(ctx, case, contract).items():
-        attempts[f"restored as another experiment ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
-    verdicts, ran = {}, os.path.join(os.path.dirname(files["truncated file"][0]), "ran")
+    attempts = _damage_attempts(ctx, case, path, state, contract, data)
+    verdicts, ran = {}, os.path.join(os.path.dirname(attempts["truncated file"][0]), "ran")
     for what, (target, expected, rule) in attempts.items():
         if what.startswith("contract: "):
             error = OTHER_EXPERIMENT
@@ -1484,13 +1571,25 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     return verdicts
 
 
+def _larger_checkpoint(ctx, case: Case, folder: str) -> str:
+    """The learner's own checkpoint at step 0 of 1 row x LARGER_FEATURES features (its initial, contract and save)."""
+    features = np.random.default_rng([case.seed, LARGER_FEATURES]).normal(size=(1, LARGER_FEATURES))
+    large = Dataset(features.astype(np.float32), np.ones(1, np.float32))
+    mesh = mesh_of(ctx, case.devices, case.layout)
+    state = called(ctx, "initial", case.seed, given(case, large), mesh)
+    theirs = called(ctx, "contract", given(case, large), _config(case))
+    target = os.path.join(folder, "larger.npz")
+    called(ctx, "save", target, state, theirs)
+    return target
+
+
 def _wrong_refusal(what: str, rule: str, error, exc: Exception) -> str:
     """Why a refusal with `exc`, not `error`, breaks `rule`: for another experiment of other shapes refused as
     corrupt, the fields were checked before the contracts were compared."""
     named = " or ".join(f"errors.{e.__name__}" for e in (error if isinstance(error, tuple) else (error,)))
     said = f"{rule}; refused with {type(exc).__name__}, not {named}"
     if isinstance(exc, errors.CorruptCheckpointError) and any(f"({shape})" in what for shape in OTHER_SHAPES):
-        said += FIELDS_FIRST
+        said += SIZE_FIRST if f"({LARGER})" in what else FIELDS_FIRST
     return said
 
 

@@ -11,7 +11,10 @@ is a small, widely used tool built for exactly this (Flatpak's sandbox) and it n
 root: on this kind of machine user, PID and network namespaces are available to it. The child then sees
 
 - a read-only view of the interpreter, the virtual environment and shardlab's code (`/usr` too),
-  and nothing else of the host's files: no other submission, no output folder, no home folder;
+  and nothing else of the host's files: no other submission, no output folder, no home folder. Of an
+  installation inside a home folder (pyenv's) only its `bin` and `lib` are seen, with its own
+  site-packages replaced by an empty folder when the venv does not use them; the home folder itself
+  then shows only the folders on the way to it;
 - read-only `readable` folders (the private copy of the submission) and writable `writable` ones
   (its scratch folder and the progress channel), both private to this submission;
 - a private `/tmp`, no network (its own empty network namespace), its own IPC and host name;
@@ -47,13 +50,36 @@ class Sandbox:
     address_space: int = ADDRESS_SPACE
 
 
+def _base_site_packages() -> list[str]:
+    """The Python installation's own site-packages, when the venv does not read them (hidden in the sandbox).
+
+    An installation under a home folder (pyenv's `~/.pyenv/versions/...`) holds whatever the host installed
+    there; the venv's interpreter needs only its standard library.
+    """
+    if sys.prefix == sys.base_prefix:
+        return []
+    try:
+        with open(os.path.join(sys.prefix, "pyvenv.cfg"), encoding="utf-8") as handle:
+            config = handle.read().replace(" ", "").lower()
+    except OSError:
+        return []
+    if "include-system-site-packages=true" in config:
+        return []
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    found = {sysconfig.get_paths(vars=base)[k] for k in ("purelib", "platlib")}
+    return sorted(p for p in found if os.path.isdir(p) and not p.startswith("/usr/"))
+
+
 def _runtime_paths() -> list[str]:
     """Folders the interpreter and shardlab need, read-only: the Python install, the venv, shardlab's import root.
 
-    Not the working folder or other `PYTHONPATH` entries: a submissions folder inside them stays invisible.
+    Not the working folder or other `PYTHONPATH` entries: a submissions folder inside them stays invisible. Of
+    the installation only `bin` and `lib` (the interpreter, its library and the standard library), not the
+    rest of the folder around it.
     """
     found = sysconfig.get_paths()
-    paths = {sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix)}
+    base = {os.path.join(sys.base_prefix, name) for name in ("bin", "lib")}
+    paths = {*base, sys.prefix, os.path.realpath(sys.prefix)}
     paths.add(os.path.dirname(os.path.abspath(sys.executable)))
     paths |= {found[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in found}
     paths |= {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}  # where shardlab is
@@ -79,6 +105,8 @@ def command(inner: list, box: Sandbox) -> list:
     args += ["--tmpfs", "/tmp"]
     for path in _runtime_paths():
         args += ["--ro-bind", path, path]
+    for path in _base_site_packages():
+        args += ["--tmpfs", path, "--remount-ro", path]
     for path in box.readable:
         args += ["--ro-bind", str(path), str(path)]
     for path in box.writable:

@@ -31,7 +31,8 @@ notes the reach (REACHED), and the worker's reply to that call carries it, so th
 all the same. That note lives in the file's own interpreter until the reply leaves: a file that finds
 and empties the list before the worker reads it hides the note (not the failure). No record made inside
 that interpreter can be out of its reach; only the stand-in's uselessness is.
-What is not seen: the course's source pasted into the file.
+The course's source pasted into the file is not a call: `checker/provenance.py` compares the file's functions
+with the course's, from the source.
 """
 
 import gc

@@ -6,12 +6,15 @@ reading a file cannot itself do harm: the file is read whole only if it is a reg
 most the size the contract implies (no symlink followed, no FIFO blocked on); it must be a zip
 that starts at byte 0 with exactly the expected members, each once; each member's declared size
 and `.npy` header (dtype, shape, order) are checked against the contract before its data is
-decompressed, so a zip bomb or an object array is refused unread. Every refusal is a
+decompressed, so a zip bomb or an object array is refused unread. A file over that size is refused unread
+except for its contract member (bounded), compared first when restore asks for the comparison. Every refusal is a
 CorruptCheckpointError naming the file and what was wrong.
 """
 
 import io
 import os
+import stat
+import struct
 import zipfile
 
 import numpy as np
@@ -46,6 +49,41 @@ def _raw(path: str, limit: int) -> bytes:
     except OSError as exc:
         kind = "a symbolic link" if os.path.islink(path) else f"unreadable ({exc.strerror})"
         raise CorruptCheckpointError(f"{path} is {kind}; restore reads only regular files") from None
+
+
+CENTRAL_BYTES = 64 * 1024  # room for the zip's end record and central directory (nine members need ~1 kB)
+
+
+def _contract_first(path: str, bound: int, contract_: dict, compare) -> None:
+    """Compare the contract of a file too large for `contract_` before refusing its size (rule:contract-first).
+
+    Reads at most the zip's end record, its central directory and the contract member, each bounded, never
+    the fields: a larger experiment's checkpoint raises the comparison's ContractMismatchError; anything else
+    (no zip, no contract member, equal contracts) returns, and the caller refuses the size.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or size < 22:
+            return
+        handle.seek(max(0, size - CENTRAL_BYTES))
+        tail = handle.read(CENTRAL_BYTES)
+        end = tail.rfind(b"PK\x05\x06")
+        if end < 0 or len(tail) - end < 22:
+            return
+        central_size, central_start = struct.unpack("<II", tail[end + 12 : end + 20])
+        if central_size > CENTRAL_BYTES or central_start + central_size > size:
+            return
+        try:
+            archive = zipfile.ZipFile(handle)
+            info = archive.getinfo("contract.npy")
+            saved = _member(archive, info, "contract", bound, contract_, path)
+        except (zipfile.BadZipFile, KeyError, CorruptCheckpointError, OSError, ValueError, NotImplementedError):
+            return
+        compare(saved)
 
 
 def _member(archive, info, name: str, bound: int, contract_: dict, path: str) -> np.ndarray:
@@ -86,10 +124,16 @@ def read_members(path: str, contract_: dict, compare=None) -> dict:
 
     `compare`, when given, is called with the saved contract member before any field's header is checked against
     `contract_`: a checkpoint of another experiment (other rows or features) is then refused by the comparison of
-    the contracts, not as a file whose fields have the wrong shapes.
+    the contracts, not as a file whose fields have the wrong shapes. That holds for a file larger than any
+    checkpoint of `contract_` too: its contract member alone is read (bounded) and compared before the size is
+    refused, so a larger experiment's checkpoint is another experiment's, and a file of this experiment that
+    is too large is corrupt.
     """
     bounds = member_bytes(contract_)
-    raw = _raw(path, sum(bounds.values()) + 1024 * len(bounds))
+    limit = sum(bounds.values()) + 1024 * len(bounds)
+    if compare is not None and os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) > limit:
+        _contract_first(path, bounds["contract"], contract_, compare)  # another, larger experiment: its contract
+    raw = _raw(path, limit)
     if not raw.startswith(b"PK\x03\x04"):
         start = raw.find(b"PK\x03\x04")
         where = f"; a zip starts {start} bytes in (bytes were prepended)" if start > 0 else ""
