@@ -13,7 +13,6 @@ CorruptCheckpointError naming the file and what was wrong.
 
 import io
 import os
-import stat
 import struct
 import zipfile
 
@@ -62,12 +61,12 @@ def _contract_first(path: str, bound: int, contract_: dict, compare) -> None:
     (no zip, no contract member, equal contracts) returns, and the caller refuses the size.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        handle, info = files.open_regular(path)
+    except (OSError, BoundedReadError):
         return
-    with os.fdopen(fd, "rb") as handle:
-        size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or size < 22:
+    with handle:
+        size = info.st_size
+        if size < 22:
             return
         handle.seek(max(0, size - CENTRAL_BYTES))
         tail = handle.read(CENTRAL_BYTES)

@@ -129,18 +129,25 @@ def replace(path, data: bytes | str, mode: int | None = None) -> str:
     return path
 
 
+def open_regular(path):
+    """(a binary file object, its stat) of the regular file `path`, opened without following a symlink or
+    blocking on a FIFO. Opening errors propagate as OSError; a folder, FIFO or device is BoundedReadError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked before a file object is made: a folder cannot be one
+        os.close(fd)
+        raise BoundedReadError(f"{path} is not a regular file (a folder, FIFO or device)")
+    return os.fdopen(fd, "rb"), info
+
+
 def read_bounded(path, limit: int) -> bytes:
     """The bytes of the regular file `path`, read without following a symlink or blocking on a FIFO.
 
     Opening errors propagate as OSError (FileNotFoundError; ELOOP for a symlink); a folder,
     FIFO or device, or more than `limit` bytes, is BoundedReadError, with nothing more read.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):  # checked before a file object is made: a folder cannot be one
-        os.close(fd)
-        raise BoundedReadError(f"{path} is not a regular file (a folder, FIFO or device)")
-    with os.fdopen(fd, "rb") as handle:
+    handle, info = open_regular(path)
+    with handle:
         if info.st_size > limit:
             raise BoundedReadError(f"{path} has {info.st_size} bytes, more than {limit}", info.st_size)
         data = handle.read(limit + 1)
