@@ -224,7 +224,11 @@ MISTAKES = {
     "restore_compares_rounded_contract": (
         3,
         "random_restore_damage",
-        ["given another experiment's contract (learning rate (x(1 + 2^-20)))", "every entry exactly", "rows=1, batch=1"],
+        [
+            "given another experiment's contract (learning rate (x(1 + 2^-20)))",
+            "every entry exactly",
+            "rows=1, batch=1",
+        ],
     ),
     "save_keeps_host_copies": (
         3,

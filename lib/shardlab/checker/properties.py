@@ -1475,7 +1475,11 @@ def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     files = _damage_files(ctx, case, path, state, contract, data)
     attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
     for what, theirs in other_experiments(ctx, case, contract).items():
-        attempts[f"given another experiment's contract ({what})"] = (path, theirs, damage.WHOLE_FILE["another experiment"])
+        attempts[f"given another experiment's contract ({what})"] = (
+            path,
+            theirs,
+            damage.WHOLE_FILE["another experiment"],
+        )
     verdicts, ran = {}, os.path.join(os.path.dirname(files["truncated file"][0]), "ran")
     for what, (target, expected, rule) in attempts.items():
         if what.startswith("contract: "):

@@ -314,7 +314,8 @@ def save_never_overwrites(ctx):
     expect(
         raised and kept,
         "CheckpointExistsError, the existing file untouched",
-        f"{what}; existing file {'untouched' if kept else 'replaced'}" + (f"; new in the folder: {added}" if added else ""),
+        f"{what}; existing file {'untouched' if kept else 'replaced'}"
+        + (f"; new in the folder: {added}" if added else ""),
         (
             f"save accepted a path that exists and wrote {added} beside it instead -> write at exactly the path "
             "given (no .npz added), and refuse it when it exists" + mark("exact-path", "never-overwrite")
@@ -474,6 +475,9 @@ def save_errors_leave_the_folder_as_it_was(ctx):
                 wrong[what] = f"raised {type(exc).__name__} and left {moved[:3]} behind"
             continue
         tried.append(f"{what}: saved")
+        if not os.path.lexists(path):  # a save that reports success must have written the path it was given
+            wrong[what] = f"returned, but left no file at the path given ({name[:40]})"
+            continue
         allowed = {os.path.relpath(path, folder)} | {os.path.relpath(p, folder) for p in _ancestors(path, folder)}
         extra = [m for m in arguments.changed(before, arguments.disk(observed)) if m not in allowed]
         if extra:
@@ -729,8 +733,8 @@ def _order_fault(operations: list[str]) -> str | None:
         return None  # written in place, or nothing written: interrupted_save_leaves_nothing_or_a_checkpoint judges
     first = published[0]
     writes = [i for i, kind in enumerate(kinds[:first]) if kind == "write"]
-    if not writes:
-        return None
+    if not writes:  # every write came after the name was given: a reader could find the file empty
+        return f"{operations[first]} at operation {first + 1} came before any write"
     synced = [i for i, kind in enumerate(kinds[:first]) if kind == "fsync" and i > writes[-1]]
     if synced:
         return None
@@ -845,6 +849,7 @@ def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
         if outcome["status"] == "hung":
             expect(False, "the save to stop or finish", "hung", f"no end within {interrupt.CHILD_TIMEOUT} s")
         _after_a_kill(ctx, number, outcome.get("at"), path, state, again, contract)
+    expect(points > 0, "a save with file operations to stop at", "none observed", _NO_OPERATIONS)
     return f"killed at each of {points} file operations: nothing or a complete checkpoint; re-run saved", "as expected"
 
 
@@ -906,7 +911,15 @@ def racing_saves_never_overwrite(ctx):
             f"a second saver (another process) ran at file operation {number} ({outcome.get('at')}) of the first and "
             + _race_cause(saved, losers_exist, wrong, outcome.get("removed_by_rival", []), outcome.get("operations")),
         )
+    expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
+
+
+_NO_OPERATIONS = (
+    "the save finished without one file operation the checker observes (open for writing, write, fsync, link, "
+    "rename, replace), so no point existed to stop or race it at -> write the checkpoint through Python's file "
+    "objects (np.savez on an open file) and publish it with os.link"
+)
 
 
 CHECKS = (
