@@ -186,7 +186,7 @@ def run_property(ctx, prop: Property):
         shown = _shown(minimal, prop)
         raise CheckFailed(  # the case once, beside what was expected; the observed line holds only what was seen
             plain({"minimal case": shown, "expected": miss.expected}),
-            plain({"observed": miss.observed}),
+            plain(miss.observed),
             f"{miss.why}. Minimal case (search seed {ctx.search_seed}, case {number} of {count}, shrunk in {tries} "
             f"tries): {_shape(minimal, prop)}; reproduce in a cell: {again}",
         )

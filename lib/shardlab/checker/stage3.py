@@ -689,7 +689,7 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             wrong,
             f"{where} left an incomplete file at the final path: a reader would find a half-written checkpoint -> "
             "write a temporary file in the same folder, flush and fsync it, then publish it under the final name "
-            "in one step (os.link)",
+            "in one step (os.link)" + mark("new-temp-name"),
         )
     left = sorted(os.listdir(os.path.dirname(path)))
     before = fingerprint(contract)
