@@ -208,6 +208,7 @@ RULES_BROKEN = [
     # only the refusal of a non-finite field is missing: rule:refuse-nan ("weights and momentum must be finite"),
     # not rule:contract-first, whose refusals (another experiment's file) all happened
     ("broken/restore_accepts_non_finite.py", 3, "refusals_name_the_course_errors", {"refuse-nan"}),
+    ("broken/restore_accepts_non_finite.py", 3, "restore_refuses_damaged_checkpoints", {"refuse-nan"}),
     # save writes the final name in place: the temporary file, fsync and exclusive publish are all missing
     (
         "broken/save_naive_savez.py",

@@ -534,7 +534,8 @@ def restore_refuses_damaged_checkpoints(ctx):
         f"accepted: {sorted(accepted)}",
         f"restore accepted {sorted(accepted)} -> after the contract, check every field: shapes, dtypes (key "
         "uint32 (2,)), finite weights and momentum, a permutation of 0..n-1, 0 <= cursor <= rows, step >= 0, and "
-        "read with allow_pickle=False",
+        "read with allow_pickle=False"
+        + mark(*dict.fromkeys("refuse-nan" if "finite" in what else "validate-fields" for what in sorted(accepted))),
     )
 
 
