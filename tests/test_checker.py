@@ -115,6 +115,9 @@ MISTAKES = {
         ["a state without weights: raised CorruptCheckpointError and left ['tmp", "before creating the temporary file"],
     ),
     "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
+    "save_naive_savez": (3, "save_syncs_before_publishing", ["no publication was observed", "in place"]),
+    "save_refuses_with_oserror": (3, "save_never_overwrites", ["not with the course's error"]),
+    "restore_accepts_non_finite": (3, "restore_refuses_damaged_checkpoints", ["non-finite weights"]),
     "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
     "save_removes_live_temporaries": (
         3,
@@ -221,7 +224,11 @@ MISTAKES = {
     "restore_compares_rounded_contract": (
         3,
         "random_restore_damage",
-        ["restored as another experiment (learning rate (x(1 + 2^-20)))", "every entry exactly", "rows=1, batch=1"],
+        [
+            "given another experiment's contract (learning rate (x(1 + 2^-20)))",
+            "every entry exactly",
+            "rows=1, batch=1",
+        ],
     ),
     "save_keeps_host_copies": (
         3,
@@ -310,12 +317,12 @@ MISTAKES = {
     "restore_checks_fields_first": (
         3,
         "random_restore_damage",
-        ["restored as another experiment (seed)", "not errors.ContractMismatchError", "rows=1, batch=1"],
+        ["given another experiment's contract (seed)", "not errors.ContractMismatchError", "rows=1, batch=1"],
     ),
     "restore_checks_shapes_before_contract": (
         3,
         "random_restore_damage",
-        ["restored as another experiment (rows)", "not errors.ContractMismatchError", "before the contracts were"],
+        ["given another experiment's contract (rows)", "not errors.ContractMismatchError", "before the contracts were"],
     ),
     "restore_bounds_size_before_contract": (
         3,
@@ -375,7 +382,7 @@ MISTAKES = {
         ["contract changed its caller's inputs: data[0] made read-only", "copy an array before freezing it"],
     ),
     "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
-    "restore_cached_by_path": (3, "random_restore_damage", ["restored as another experiment", "no cache by path"]),
+    "restore_cached_by_path": (3, "random_restore_damage", ["given another experiment's contract", "no cache by path"]),
     "gradient_summed_twice": (
         2,
         "gradient_on_tail_batches",
@@ -400,6 +407,12 @@ MISTAKES = {
 # shown failing by some mistake, and diagnoses of one mistake agree with each other.
 ALSO = {
     "drop_remainder": {"every_epoch_covers_every_id_once": "remainder was dropped"},
+    # no premise is taken for granted: no publication, no file at an extension-less path
+    "save_naive_savez": {
+        "racing_saves_never_overwrite": "both reported success",
+        "save_leaves_only_the_final_file": "no file at the path given",
+        "interrupted_save_leaves_nothing_or_a_checkpoint": "left an incomplete file",
+    },
     "top_up_remainder": {"epochs_follow_the_course_order": "topped up"},
     "new_order_not_kept": {
         "every_epoch_covers_every_id_once": "the new order was not kept",
@@ -513,6 +526,7 @@ SLOW_MISTAKES = {
     "step_cache_rounded_lr",
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
+    *("save_naive_savez", "save_refuses_with_oserror", "restore_accepts_non_finite"),
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
     *("restore_pops_the_contract", "restore_checks_shapes_before_contract", "restore_bounds_size_before_contract"),
@@ -653,7 +667,12 @@ def test_cli_prints_the_minimal_case_and_its_reproduction(tmp_path, capfd):
     assert f'check_case("{spec}", "sampler_walk", rows=1, batch=1, devices=1, features=1' in shown
     report = json.loads((tmp_path / "out" / runner.REPORT).read_text())
     failed = {e["name"]: e for e in report["checks"] if not e["passed"]}
-    assert "random_sampler_walk" in failed and failed["random_sampler_walk"]["observed"]["minimal case"]["rows"] == 1
+    assert "random_sampler_walk" in failed and failed["random_sampler_walk"]["expected"]["minimal case"]["rows"] == 1
+    walk = failed["random_sampler_walk"]
+    assert "minimal case" not in walk["observed"]  # the case is printed once
+    # a sampler walk takes no learning rate, decay or checkpoint: those keys mean nothing for it
+    assert not {"learning_rate", "decay", "save_at", "path", "file_name"} & set(walk["expected"]["minimal case"])
+    assert shown.count('"minimal case"') == 1
 
 
 HOSTILE = {  # body of a learner's `initial` -> what the verdict for it must say

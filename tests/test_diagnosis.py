@@ -200,6 +200,24 @@ RULES_BROKEN = [
     ("broken/drop_remainder.py", 1, "batch_lengths_keep_the_remainder", {"remainder"}),
     ("broken/reuse_key.py", 1, "key_changes_at_each_new_epoch", {"reshuffle"}),
     ("broken/restore_opens_before_checking.py", 3, "invalid_arguments_are_refused", {"validate-fields"}),
+    # next_batch assigns into the caller's state: the search's walk names rule:new-state ("the caller's dict ...
+    # never changed"), not the five placement and data rules the walk also enforces
+    ("broken/mutate_input.py", 1, "random_sampler_walk", {"new-state"}),
+    # a plain tuple for data: "data is any (features, targets) pair"
+    ("broken/next_batch_reads_data_fields.py", 1, "random_sampler_walk", {"plain-tuple-data"}),
+    # only the refusal of a non-finite field is missing: rule:refuse-nan ("weights and momentum must be finite"),
+    # not rule:contract-first, whose refusals (another experiment's file) all happened
+    ("broken/restore_accepts_non_finite.py", 3, "refusals_name_the_course_errors", {"refuse-nan"}),
+    ("broken/restore_accepts_non_finite.py", 3, "restore_refuses_damaged_checkpoints", {"refuse-nan"}),
+    # save writes the final name in place: the temporary file, fsync and exclusive publish are all missing
+    (
+        "broken/save_naive_savez.py",
+        3,
+        "save_syncs_before_publishing",
+        {"new-temp-name", "fsync-before-publish", "exclusive-publish"},
+    ),
+    ("broken/save_naive_savez.py", 3, "racing_saves_never_overwrite", {"exclusive-publish"}),
+    ("broken/save_refuses_with_oserror.py", 3, "save_never_overwrites", {"never-overwrite"}),
 ]
 
 
@@ -317,3 +335,18 @@ def test_a_wrong_slot_count_names_every_padding_rule_it_fits(rows, batch, device
     assert ("the batch size (" in text) == pair, text
     if pair:
         assert text.index("(1) a multiple of jax.device_count()") < text.index("(2) the batch size"), text
+
+
+def test_a_wrong_loss_of_the_step_is_not_blamed_on_transition():
+    """The step reports the loss after its update; its weights and momentum are right. random_transition_walk must
+    name make_step's loss (the value a NumPy loss at the updated weights gives), never transition or momentum."""
+    skip = [c.__name__ for c in runner.STAGES[2].CHECKS if c.__name__ != "random_transition_walk"]
+    (result,) = runner.run_checks(str(HERE / "broken/loss_after_update.py"), 2, only=True, skip=skip)
+    assert not result.passed
+    assert "fix make_step's loss; transition is not at fault" in result.diagnosis, result.diagnosis
+    assert "transition does not use it" not in result.diagnosis and "momentum" not in result.rules
+    assert set(result.rules) == {"loss-before-update"}, result.rules
+    expected, observed = result.expected, result.observed
+    case = expected["minimal case"]
+    assert "learning_rate" in case and "save_at" not in case  # only the keys a transition walk draws
+    assert observed["the step's own loss"] == observed["loss"] != expected["expected"]["loss"]

@@ -100,18 +100,31 @@ def describe(result) -> str:
     line = f"{'PASS' if result.passed else 'FAIL'}  stage {result.stage}  {result.name}  ({result.seconds:.2f} s)"
     if result.passed:
         return f"{line}  {result.diagnosis}" if result.diagnosis == REUSED else line
-    shown = {k: json.dumps(getattr(result, k))[:SHOWN] for k in ("expected", "observed")}
+    shown = {k: clipped(json.dumps(getattr(result, k))) for k in ("expected", "observed")}
     return (
         f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
         f"      diagnosis: {result.diagnosis}" + rules_line(result)
     )
 
 
+def clipped(text: str) -> str:
+    """`text` whole if it fits SHOWN characters, else cut after its last complete item (never mid-value), with
+    how many characters were left out (the report's JSON holds them all)."""
+    if len(text) <= SHOWN:
+        return text
+    cut = text.rfind(", ", 0, SHOWN)
+    cut = cut if cut > 0 else SHOWN
+    return f"{text[:cut]}, ... ({len(text) - cut} more characters in the report's JSON)"
+
+
 def failure_rules(result) -> tuple[list[str], str]:
     """(rule ids, whose): the rules of the diagnosed mistake, or the check's own when no diagnosis names any."""
     if result.rules:
         return list(result.rules), "broken by the mistake diagnosed"
-    return [rule.id for rule in rules.for_check(result.name)], "enforced by this check"
+    enforced = [rule.id for rule in rules.for_check(result.name)]
+    if len(enforced) > 1:  # nothing in the evidence says which of them broke: the line must not suggest one
+        return enforced, "enforced by this check; the diagnosis does not say which of them broke"
+    return enforced, "enforced by this check"
 
 
 def rules_line(result) -> str:

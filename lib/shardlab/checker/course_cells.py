@@ -238,11 +238,38 @@ def _differs_from(held: dict, own: dict) -> list[str]:
     ]
 
 
+def _broken(cases: list, wanted: dict) -> list[str]:
+    """The rules whose refusals these cases were (by the error each must raise): another experiment's file is
+    rule:contract-first's, a taken path rule:never-overwrite's, a non-finite field rule:refuse-nan's, any other
+    damaged file rule:validate-fields'."""
+    found = []
+    for case in cases:
+        error = wanted.get(case)
+        rule = (
+            "contract-first"
+            if error is ContractMismatchError
+            else "never-overwrite"
+            if error is CheckpointExistsError
+            else "refuse-nan"
+            if "finite" in case or "nan" in case.lower()
+            else "validate-fields"
+        )
+        found += [rule] if rule not in found else []
+    return found
+
+
+def _accepting(cases: list, wanted: dict) -> str:
+    """Which function accepted these cases: save refuses a taken path, restore every other case."""
+    functions = sorted({"save" if wanted.get(c) is CheckpointExistsError else "restore" for c in cases})
+    return " and ".join(functions)
+
+
 def refusals_name_the_course_errors(ctx):
     """Each refusal the stage 3 notebook shows raises the course's error type and leaves every file as it was."""
     own = json.loads(json.dumps(ctx.impl.contract(ctx.data, stage3._config(ctx))))
-    wrong, kinds, altered, stale = {}, {}, [], []
+    wrong, kinds, altered, stale, wanted = {}, {}, [], [], {}
     for case, call, error, path, given in _refusals(ctx):
+        wanted[case] = error
         before = fingerprint(given)
         found = _refusal_fault(case, call, error, path)
         changed = changed_inputs([before], [fingerprint(given)], ["contract"])
@@ -274,9 +301,9 @@ def refusals_name_the_course_errors(ctx):
             "first if you need another form)"
         ),
         "accepted": lambda cases: (
-            f"restore accepted {cases}: the refusal itself is missing, not its error type -> "
+            f"{_accepting(cases, wanted)} accepted {cases}: the refusal itself is missing, not its error type -> "
             "check the contract first, then every field (shapes, dtypes, finite values, a permutation, 0 <= cursor <= "
-            "rows), and raise on the first that fails" + mark("validate-fields", "contract-first")
+            "rows), and raise on the first that fails" + mark(*_broken(cases, wanted))
         ),
         "same contract": lambda cases: (
             f"{cases}: the contract function gives that experiment the same contract as "
@@ -286,7 +313,7 @@ def refusals_name_the_course_errors(ctx):
         "type": lambda cases: (
             f"{cases} refused with another error type -> raise errors.CorruptCheckpointError for "
             "a damaged file, errors.ContractMismatchError for another experiment and errors.CheckpointExistsError for "
-            "a taken path" + mark("validate-fields", "never-overwrite")
+            "a taken path" + mark(*_broken(cases, wanted))
         ),
         "disk": lambda cases: (
             f"{cases} refused, but files changed on disk -> refuse before creating or writing any "

@@ -5,7 +5,7 @@ changed). The restore search applies each row to a checkpoint the learner's own 
 a random step, and also asks that the undamaged file (step 0 and epoch ends included) is accepted.
 The course names the six state fields, not the NPZ members that hold them: `locate` finds each
 field's member by its value, whatever the learner called it.
-Where the course is silent (non-finite momentum) the starter's hints say what to do, and this
+Where the lessons are silent (non-finite momentum) the starter's rules (rule:refuse-nan) say what to do, and this
 table agrees with them. docs/checker.md prints this table.
 """
 
@@ -18,7 +18,7 @@ from shardlab.core.schema import FIELDS  # the six state fields (their one home)
 SHAPES = "check shapes (stage3a_checkpoint: restore checks shapes)"
 DTYPES = "check dtypes (stage3a_checkpoint)"
 FINITE = "finite parameters (stage3a_checkpoint)"
-FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run (the starter's hint decides this)"
+FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run (the starter's rule:refuse-nan)"
 PERMUTATION = "a valid permutation of 0..rows-1 (stage3a_checkpoint)"
 CURSOR = "cursor bounds 0 <= cursor <= rows (stage3a_checkpoint)"
 STEP = "a non-negative step (stage3a_checkpoint)"

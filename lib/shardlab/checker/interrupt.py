@@ -1,7 +1,8 @@
 """The one save-interruption harness: see every file operation of a save, and stop or race it there.
 
 `instrument(hook)` routes a (child) process's file operations through `hook(operation,
-target, data, handle)` before each runs: every `write` and `close` of a file opened for
+target, data, handle)` before each runs: every `create` (a name opened for writing by `open`
+or `io.open`, which may create or empty it), every `write` and `close` of a file opened for
 writing (by `open`, `io.open` or `os.fdopen`), and every os-level open, rename, replace,
 link, unlink, truncate and fsync. It needs no hook inside the code under test, so the same
 harness stops the learner's `save` (the checker), the course's `checkpoint.save` (torture's
@@ -71,8 +72,11 @@ def instrument(hook) -> None:
     original_open = io.open
 
     def counted_open(file, mode="r", *args, **kwargs):
+        writing = any(flag in mode for flag in "wax+")
+        if writing and not isinstance(file, int):  # a name opened for writing: it may be created here
+            hook("create", file, None, None)
         handle = original_open(file, mode, *args, **kwargs)
-        return _Writer(handle, hook) if any(flag in mode for flag in "wax+") else handle
+        return _Writer(handle, hook) if writing else handle
 
     io.open = builtins.open = counted_open
     fstat, readlink, stat_of = os.fstat, os.readlink, os.stat

@@ -121,9 +121,13 @@ def called(ctx, name: str, *args, via=None):
         changed,
         f"{name} changed its caller's inputs: {'; '.join(changed)} -> never assign into an argument, replace "
         "its arrays or change their flags (a new dict for a new state; fetch to the host into your own variables; "
-        "copy an array before freezing it)",
+        "copy an array before freezing it)" + (formulas.mark(INTACT_RULES[name]) if name in INTACT_RULES else ""),
     )
     return result
+
+
+# the rule a call breaks by changing what its caller passed (the functions whose rules say so)
+INTACT_RULES = {"next_batch": "new-state", "transition": "input-intact", "save": "save-inputs-intact"}
 
 
 def mesh_of(ctx, devices: int, layout: str = "first"):
@@ -712,7 +716,22 @@ def transition_walk(ctx, case: Case) -> None:
         got = {"weights": fields["weights"], "momentum": fields["momentum"], "loss": float(loss)}
         if not (near(got["weights"], w) and near(got["momentum"], v) and near(got["loss"], want_loss)):
             direct = step(*placed(mesh, *batch, before["weights"], before["momentum"]))
-            own = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
+            updates = near(np.asarray(direct[0]), w) and near(np.asarray(direct[1]), v)
+            step_loss = float(np.asarray(direct[2]))
+            if updates and not near(step_loss, want_loss) and near(got["weights"], w) and near(got["momentum"], v):
+                if near(got["loss"], step_loss):  # transition passed on what the step gave: the step's loss is wrong
+                    why = formulas.explain_loss(
+                        step_loss, *batch, before["weights"], case.devices, new_weights=np.asarray(direct[0])
+                    )
+                    raise Miss(
+                        {"loss": want_loss},
+                        {"loss": got["loss"], "the step's own loss": step_loss},
+                        f"transition {call + 1}: its new weights and momentum are right and it passes on the loss "
+                        "the step returns; the step it was given reports a wrong loss on this batch ("
+                        + (why or "no known formula fits it")
+                        + ") -> fix make_step's loss; transition is not at fault",
+                    )
+            own = updates and near(step_loss, want_loss)
             wrong_batch = _batch_fault(ctx, case, state, data, mesh) if own else None
             if wrong_batch:  # next_batch's output is judged before transition is blamed for it
                 raise Miss(
@@ -1526,23 +1545,23 @@ def other_experiments(ctx, case: Case, contract: dict) -> dict:
 
 
 def _damage_attempts(ctx, case, path, state, contract, data) -> dict:
-    """What -> (file, expected contract, rule): the damaged copies, the learner's file restored as another experiment
-    (every input changed alone, by one ulp where it is a number) and, saved at the start, a larger experiment's file
-    restored as this one."""
+    """What -> (file, expected contract, rule): the damaged copies, the learner's file given another experiment's
+    contract (every input changed alone, by one ulp where it is a number) and, saved at the start, a larger
+    experiment's file given this one's."""
     files = _damage_files(ctx, case, path, state, contract, data)
     attempts = {what: (target, contract, rule) for what, (target, rule) in files.items()}
     other = damage.WHOLE_FILE["another experiment"]
     for what, theirs in other_experiments(ctx, case, contract).items():
-        attempts[f"restored as another experiment ({what})"] = (path, theirs, other)
+        attempts[f"given another experiment's contract ({what})"] = (path, theirs, other)
     if case.save_at == "start":
         larger = _larger_checkpoint(ctx, case, os.path.dirname(files["truncated file"][0]))
-        attempts[f"restored as another experiment ({LARGER})"] = (larger, contract, other)
+        attempts[f"given another experiment's file ({LARGER})"] = (larger, contract, other)
     return attempts
 
 
 def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:
     """Damage name -> (refused?, the course rule): the damage space of the learner's own file, and its own
-    file restored as another experiment (every input changed alone, by one ulp where it is a number)."""
+    file given the contract of another experiment (every input changed alone, by one ulp where it is a number)."""
     attempts = _damage_attempts(ctx, case, path, state, contract, data)
     verdicts, ran = {}, os.path.join(os.path.dirname(attempts["truncated file"][0]), "ran")
     for what, (target, expected, rule) in attempts.items():

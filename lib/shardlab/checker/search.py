@@ -20,6 +20,7 @@ import numpy as np
 
 import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.early as launching
+import shardlab.checker.formulas as formulas
 import shardlab.checker.properties as properties
 import shardlab.checker.seal as seal
 from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
@@ -93,7 +94,9 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
     except Exception as exc:
         if seal.reached(exc):  # graded, the file reached the course's own code: the check says so (checker/cli.py)
             raise
-        form = " (data is any (features, targets) pair: unpack it, features, targets = data)"
+        form = " (data is any (features, targets) pair: unpack it, features, targets = data)" + formulas.mark(
+            "plain-tuple-data"
+        )
         devices = "incompatible devices" in str(exc) or "different devices" in str(exc)
         cause = properties.foreign_step(ctx, case) if devices else None
         if cause:
@@ -180,22 +183,24 @@ def run_property(ctx, prop: Property):
             continue
         minimal, miss, tries = shrink(ctx, prop, case, miss)
         again = minimal.call(prop.name, _spec(ctx), prop.parameters)
-        shown = _shown(minimal)
-        raise CheckFailed(
+        shown = _shown(minimal, prop)
+        raise CheckFailed(  # the case once, beside what was expected; the observed line holds only what was seen
             plain({"minimal case": shown, "expected": miss.expected}),
-            plain({"minimal case": shown, "observed": miss.observed}),
+            plain(miss.observed),
             f"{miss.why}. Minimal case (search seed {ctx.search_seed}, case {number} of {count}, shrunk in {tries} "
             f"tries): {_shape(minimal, prop)}; reproduce in a cell: {again}",
         )
     return f"{count} cases from the domain (search seed {ctx.search_seed})", "all as the oracle says"
 
 
-def _shown(case: Case) -> dict:
-    """The case's fields as the report shows them: a fixture's own rows and features, not the unused defaults."""
+def _shown(case: Case, prop: Property) -> dict:
+    """The case's fields as the report shows them: only those the property draws (with the data's shape), and a
+    fixture's own rows and features, not the unused defaults."""
     fields = asdict(case)
     if case.fixture:
         fields["rows"], fields["features"] = case.shape()
-    return fields
+    kept = {"rows", "features", *prop.parameters} - ({"fixture"} if not case.fixture else set())
+    return {name: value for name, value in fields.items() if name in kept}
 
 
 def _shape(case: Case, prop: Property) -> str:

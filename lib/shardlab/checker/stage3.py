@@ -80,12 +80,12 @@ def _control(ctx) -> dict:
     return ctx.cache["control"]
 
 
-def _saved(ctx, folder: str) -> tuple[str, dict, dict]:
-    """(path, state, contract): the trained state saved to a new file in workdir/folder."""
+def _saved(ctx, folder: str, name: str = "checkpoint.npz") -> tuple[str, dict, dict]:
+    """(path, state, contract): the trained state saved to a new file `name` in workdir/folder."""
     state, _ = _trained(ctx)
     contract = ctx.impl.contract(ctx.data, _config(ctx))
     os.makedirs(os.path.join(ctx.workdir, folder), exist_ok=True)
-    path = os.path.join(ctx.workdir, folder, "checkpoint.npz")
+    path = os.path.join(ctx.workdir, folder, name)
     before = fingerprint(contract)
     ctx.impl.save(path, state, contract)
     _contract_kept(before, contract)
@@ -303,29 +303,52 @@ def save_never_overwrites(ctx):
     state, _ = _trained(ctx)
     folder = os.path.join(ctx.workdir, "exists")
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "checkpoint.npz")
+    path = os.path.join(folder, "checkpoint")  # no .npz: a save that adds one never meets the existing name
     earlier = b"an earlier checkpoint"
     with open(path, "wb") as handle:
         handle.write(earlier)
     raised, what = _refused(lambda: ctx.impl.save(path, state, ctx.impl.contract(ctx.data, _config(ctx))))
     with open(path, "rb") as handle:
         kept = handle.read() == earlier
-    return expect(
+    added = sorted(set(os.listdir(folder)) - {"checkpoint"})
+    expect(
         raised and kept,
-        "an error, the existing file untouched",
-        f"{what}; existing file {'untouched' if kept else 'replaced'}",
-        "save overwrote an existing checkpoint -> refuse an existing path (checkpoints are never overwritten; "
-        "use a new path)",
+        "CheckpointExistsError, the existing file untouched",
+        f"{what}; existing file {'untouched' if kept else 'replaced'}"
+        + (f"; new in the folder: {added}" if added else ""),
+        (
+            f"save accepted a path that exists and wrote {added} beside it instead -> write at exactly the path "
+            "given (no .npz added), and refuse it when it exists" + mark("exact-path", "never-overwrite")
+            if kept and not raised and added
+            else "save overwrote an existing checkpoint -> refuse an existing path (checkpoints are never "
+            "overwritten; use a new path)" + mark("never-overwrite")
+        ),
+    )
+    return expect(
+        what.startswith("CheckpointExistsError"),
+        "CheckpointExistsError, the existing file untouched",
+        f"{what}; existing file untouched",
+        "save refused the existing path, but not with the course's error, so a caller cannot tell an existing "
+        "checkpoint from a failed write -> raise errors.CheckpointExistsError for a path that exists"
+        + mark("never-overwrite"),
     )
 
 
 def save_leaves_only_the_final_file(ctx):
     """After save, the folder holds the checkpoint and nothing else (no temporary leftovers)."""
-    path, _, _ = _saved(ctx, "tidy")
+    path, _, _ = _saved(ctx, "tidy", "checkpoint")  # no .npz, so a save that appends one is seen
     found = sorted(os.listdir(os.path.dirname(path)))
+    expect(
+        os.path.isfile(path),
+        ["checkpoint"],
+        found,
+        f"no file at the path given ({os.path.basename(path)}), so there is no checkpoint to be the only file: "
+        "np.savez appends .npz to a file *name* that lacks it -> write at exactly the path given (hand np.savez an "
+        "open file)" + mark("exact-path"),
+    )
     return expect(
-        found == ["checkpoint.npz"],
-        ["checkpoint.npz"],
+        found == ["checkpoint"],
+        ["checkpoint"],
         found,
         "write a temporary file in the same folder, then rename it into place and remove leftovers",
     )
@@ -452,6 +475,9 @@ def save_errors_leave_the_folder_as_it_was(ctx):
                 wrong[what] = f"raised {type(exc).__name__} and left {moved[:3]} behind"
             continue
         tried.append(f"{what}: saved")
+        if not os.path.lexists(path):  # a save that reports success must have written the path it was given
+            wrong[what] = f"returned, but left no file at the path given ({name[:40]})"
+            continue
         allowed = {os.path.relpath(path, folder)} | {os.path.relpath(p, folder) for p in _ancestors(path, folder)}
         extra = [m for m in arguments.changed(before, arguments.disk(observed)) if m not in allowed]
         if extra:
@@ -508,7 +534,8 @@ def restore_refuses_damaged_checkpoints(ctx):
         f"accepted: {sorted(accepted)}",
         f"restore accepted {sorted(accepted)} -> after the contract, check every field: shapes, dtypes (key "
         "uint32 (2,)), finite weights and momentum, a permutation of 0..n-1, 0 <= cursor <= rows, step >= 0, and "
-        "read with allow_pickle=False",
+        "read with allow_pickle=False"
+        + mark(*dict.fromkeys("refuse-nan" if "finite" in what else "validate-fields" for what in sorted(accepted))),
     )
 
 
@@ -663,7 +690,7 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             wrong,
             f"{where} left an incomplete file at the final path: a reader would find a half-written checkpoint -> "
             "write a temporary file in the same folder, flush and fsync it, then publish it under the final name "
-            "in one step (os.link)",
+            "in one step (os.link)" + mark("new-temp-name"),
         )
     left = sorted(os.listdir(os.path.dirname(path)))
     before = fingerprint(contract)
@@ -707,8 +734,8 @@ def _order_fault(operations: list[str]) -> str | None:
         return None  # written in place, or nothing written: interrupted_save_leaves_nothing_or_a_checkpoint judges
     first = published[0]
     writes = [i for i, kind in enumerate(kinds[:first]) if kind == "write"]
-    if not writes:
-        return None
+    if not writes:  # every write came after the name was given: a reader could find the file empty
+        return f"{operations[first]} at operation {first + 1} came before any write"
     synced = [i for i, kind in enumerate(kinds[:first]) if kind == "fsync" and i > writes[-1]]
     if synced:
         return None
@@ -719,6 +746,11 @@ def _order_fault(operations: list[str]) -> str | None:
         if earlier
         else "no fsync between the last write and publishing"
     )
+
+
+def _publication(operations: list[str]) -> bool:
+    """Whether one of the operations gave a written file a name (link, rename, replace, symlink): a publication."""
+    return any(label.split(" ", 1)[0] in PUBLISH for label in operations)
 
 
 def _sync_fault(sizes: list) -> str | None:
@@ -766,8 +798,25 @@ def save_syncs_before_publishing(ctx):
         "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
     )
     operations = seen.get("operations", [])
-    fault = _order_fault(operations) if seen.get("first") == "saved" else None
-    if fault is None and seen.get("first") == "saved":
+    expect(
+        seen.get("first") == "saved",
+        "the save to a free name finishes",
+        {k: seen[k] for k in ("status", "first") if k in seen},
+        "the save to a new path in an empty folder did not finish, so there was no publication whose order "
+        "could be judged -> save must succeed on a free path",
+    )
+    expect(
+        _publication(operations),
+        "a finished temporary file published under the final name (link, rename or replace)",
+        {"operations": _collapsed(operations)[:40]},
+        f"no publication was observed: the save wrote {os.path.basename(path)} in place ("
+        + ", ".join(_collapsed(operations)[:6])
+        + "), so no moment exists before which the name is absent and after which its bytes are all on disk -> "
+        "write a temporary file in the same folder, flush and fsync it, then publish it under the final name in "
+        "one step (os.link)" + mark("new-temp-name", "fsync-before-publish", "exclusive-publish"),
+    )
+    fault = _order_fault(operations)
+    if fault is None:
         fault = _sync_fault(seen.get("sizes", []))
     elsewhere = [(kind, source) for kind, source, target in seen.get("published", []) if source != target]
     expect(
@@ -801,15 +850,23 @@ def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
         if outcome["status"] == "hung":
             expect(False, "the save to stop or finish", "hung", f"no end within {interrupt.CHILD_TIMEOUT} s")
         _after_a_kill(ctx, number, outcome.get("at"), path, state, again, contract)
+    expect(points > 0, "a save with file operations to stop at", "none observed", _NO_OPERATIONS)
     return f"killed at each of {points} file operations: nothing or a complete checkpoint; re-run saved", "as expected"
 
 
-def _race_cause(saved: list, losers_exist: bool, wrong: str, removed: list) -> str:
+def _race_cause(saved: list, losers_exist: bool, wrong: str, removed: list, operations: list | None = None) -> str:
     if removed:
         return (
             f"the rival's save removed {removed[:3]}, which the first save had made and was still using (the first "
             "was paused while the rival ran) -> a save removes only files it made itself, or temporaries whose "
             "writer process is gone; never every name that looks like a temporary" + mark("new-temp-name")
+        )
+    if len(saved) == 2 and operations is not None and not _publication(operations):
+        return (
+            "both reported success, so one wrote over the other's checkpoint: the save opened the final name for "
+            "writing (no publication), and an existence check before that open leaves a gap another saver can use "
+            "-> write a temporary file and publish it with an operation that fails if the name exists (os.link)"
+            + mark("exclusive-publish")
         )
     if len(saved) == 2:
         return (
@@ -853,9 +910,17 @@ def racing_saves_never_overwrite(ctx):
             "exactly one save succeeds, the other raises CheckpointExistsError, the path holds the winner's checkpoint",
             {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong or "the winner's"},
             f"a second saver (another process) ran at file operation {number} ({outcome.get('at')}) of the first and "
-            + _race_cause(saved, losers_exist, wrong, outcome.get("removed_by_rival", [])),
+            + _race_cause(saved, losers_exist, wrong, outcome.get("removed_by_rival", []), outcome.get("operations")),
         )
+    expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
+
+
+_NO_OPERATIONS = (
+    "the save finished without one file operation the checker observes (open for writing, write, fsync, link, "
+    "rename, replace), so no point existed to stop or race it at -> write the checkpoint through Python's file "
+    "objects (np.savez on an open file) and publish it with os.link"
+)
 
 
 CHECKS = (
