@@ -14,7 +14,7 @@ from shardlab.perf import baseline, endtoend, targets
 pytestmark = pytest.mark.stage4
 
 
-@pytest.mark.slow  # compiles the fused loops
+@pytest.mark.long  # the end-to-end section run whole, every loop compiled: make test-long's
 def test_endtoend_keeps_every_sample_and_derives_ratios_from_medians(data, mesh):
     samples = 2 * endtoend.BLOCK + 1  # three rounds of blocks: two of BLOCK samples at least, one of 1 at least
     found = endtoend.batch(data, mesh, 7, steps=5, samples=samples)

@@ -101,7 +101,7 @@ def assert_close_update(state, losses, control, control_losses, loss_atol=ATOL):
     batch_size=st.integers(1, 50),
     extra=st.integers(0, 5),
 )
-@pytest.mark.slow  # compiles a fused loop per case
+@pytest.mark.long  # a fused loop compiled for every drawn case: make test-long's
 def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_size, extra):
     """Every seed, dataset size and batch size, over three epochs and a few steps more."""
     steps = epochs_of_steps(rows, batch_size) + extra
@@ -134,7 +134,7 @@ def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_s
     k=st.integers(1, 30),
     data=st.data(),
 )
-@pytest.mark.slow  # compiles a fused loop per case
+@pytest.mark.long  # a fused loop compiled for every drawn case: make test-long's
 def test_planned_batches_equal_k_host_steps_from_any_cursor(seed, rows, batch_size, k, data):
     """`plan` computes K steps at once (the loops use it): from any cursor, stopping after any `active` <= K."""
     cursor = data.draw(st.integers(0, rows), label="cursor")

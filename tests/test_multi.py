@@ -626,7 +626,7 @@ def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path,
 
 
 @pytest.mark.controllers
-@pytest.mark.long  # three controller groups of its own: make test-long's (the course run's stage 5a runs the series too)
+@pytest.mark.long  # three controller groups of its own: make test-long's (stage 5a runs the series too)
 def test_a_drill_series_shares_compiled_programs_after_its_uninterrupted_group(tmp_path):
     """The uninterrupted group compiles everything itself (its step times show the compiling steps) and leaves
     no cache entry; a later group of the series writes the series' cache and the one after it loads from it,
