@@ -872,7 +872,7 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "orbax_publishes_by_rename": (
             "renamed == 1 and marker_last == 1 and early == 0",
-            "So here Orbax did both, in this order: of the writes Python saw, every one went into a temporary "
+            "So this version used both ways, in this order: of the writes Python saw, every one went into a temporary "
             "folder, commit_success.txt there last, and then the folder got its final name with one rename; nothing "
             "touched the name bare-orbax before that rename, so a reader who finds the name finds every write "
             "finished. The trace sees no fsync and not TensorStore's own writes, so it shows the order of "
