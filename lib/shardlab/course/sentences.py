@@ -35,6 +35,14 @@ CHANGE = {  # the verdict's values
     "r": "change.reach_ms",
     "t": "change.threshold_ms",
 }
+MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall and its middle half in each loop
+    "f": "change.mechanism_fall_ms",
+    "t": "change.threshold_ms",
+    "u_lo": "change.mechanism_sides.unchanged.q1_ms",
+    "u_hi": "change.mechanism_sides.unchanged.q3_ms",
+    "g_lo": "change.mechanism_sides.changed.q1_ms",
+    "g_hi": "change.mechanism_sides.changed.q3_ms",
+}
 STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
     "q1_slow": "step_times.compute_spread.slow_q1_ms",
     "q3_fast": "step_times.compute_spread.fast_q3_ms",
@@ -174,24 +182,43 @@ SENTENCES = {
             "The {t:.3f} ms predicted lies outside the cut ± the noise ({c:.3f} ± {n:.3f} ms).",
         ),
         "mechanism_fell": _s(
-            "f >= t",
-            {"f": "change.mechanism_fall_ms", "t": "change.threshold_ms"},
+            "f >= t and g_hi < u_lo",
+            MECHANISM,
             "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median in this "
-            "capture, at least the threshold {t:.3f} ms: the cut is where the hypothesis placed it.",
-            "The part whose time the change's mechanism removes, <part>, fell by less than the threshold {t:.3f} ms "
-            "in this capture ({f:.3f} ms by median; a negative fall is a rise).",
+            "capture, at least the threshold {t:.3f} ms, and beyond the spread: its middle half in the changed loop "
+            "({g_lo:.3f}–{g_hi:.3f} ms) ends below where the unchanged loop's begins ({u_lo:.3f}–{u_hi:.3f} ms). "
+            "The cut is where the hypothesis placed it.",
+            "The part whose time the change's mechanism removes, <part>, did not fall by the threshold {t:.3f} ms "
+            "beyond the spread ({f:.3f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
+            "{g_lo:.3f}–{g_hi:.3f} ms changed).",
+        ),
+        "mechanism_fell_within_noise": _s(
+            "f > 0 and g_hi >= u_lo",
+            MECHANISM,
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (threshold "
+            "{t:.3f} ms), but the middle halves overlap: {g_lo:.3f}–{g_hi:.3f} ms in the changed loop, "
+            "{u_lo:.3f}–{u_hi:.3f} ms in the unchanged one. That fall is not separated from the noise, so this "
+            "capture does not show that the cut came from <part>.",
+            "The part whose time the change's mechanism removes, <part>, did not fall by median within overlapping "
+            "middle halves ({f:.3f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
+        ),
+        "mechanism_fell_short": _s(
+            "f > 0",
+            MECHANISM,
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median, beyond the "
+            "spread (changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the "
+            "threshold {t:.3f} ms: a real fall, smaller than the prediction.",
+            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.3f} ms by median (a "
+            "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
+            "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
         ),
         "cut_mostly_elsewhere": _s(
-            "f < t and o > f and o > 0",
-            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "t": "change.threshold_ms"},
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative fall "
-            "is a rise), less than the threshold {t:.3f} ms, while <rest> fell by {o:.3f} ms: the cut came mostly from "
-            "parts the mechanism does not name, so this capture does not show the mechanism at work, whatever the "
-            "verdict on the sum.",
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative "
-            "fall is a rise) and <rest> by {o:.3f} ms: neither fell by the threshold {t:.3f} ms, and the cut did not "
-            "come mostly from <rest>. This capture does not show the mechanism at work, whatever the verdict on the "
-            "sum.",
+            "o > 0.5 * c and o > f",
+            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
+            "Most of the cut went elsewhere: <rest> fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
+            "(each part's own median; the parts' medians need not add up to the sum's).",
+            "Most of the cut did not go to <rest>: it fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
+            "(each part's own median, a negative fall a rise; the parts' medians need not add up to the sum's).",
         ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
@@ -795,13 +822,20 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
 
 
 def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
-    """Stage 4a: did the part the change's mechanism shortens fall by the threshold, or did the cut come from
-    elsewhere? One sentence, or none for a change whose target is not split into parts."""
+    """Stage 4a: did the part the change's mechanism shortens fall by the threshold, beyond the spread, and where
+    did most of the cut go? Those two sentences, or none for a change whose target is not split into parts."""
     if "mechanism" not in outcome:
         return []
     fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
+    unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
-    return [chosen_first(notebook, ["mechanism_fell", "cut_mostly_elsewhere"], fill, **values)]
+    values.update(c=outcome["cut_ms"], u_lo=unchanged["q1_ms"], u_hi=unchanged["q3_ms"])
+    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"])
+    fell = chosen_first(notebook, MECHANISM_NAMES, fill, **values)
+    return [fell, chosen(notebook, "cut_mostly_elsewhere", fill, **values)]
+
+
+MECHANISM_NAMES = ["mechanism_fell", "mechanism_fell_within_noise", "mechanism_fell_short"]
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----
