@@ -734,3 +734,47 @@ def test_the_collective_rate_is_read_against_the_memory_roof(tmp_path, bytes_rea
     assert ("more likely the threads synchronising" in text) == below and f"{by_hand:.2f} GB/s" in text, text
     assert sentences.collective_rate(rate, split, {"gbytes_per_s": roof}) == text
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
+def test_three_parts_about_equal_are_called_that_not_a_smaller_and_a_larger(tmp_path):
+    from shardlab.course import claims as claim_rules
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    split = {"waiting_ms": 0.43, "collective_ms": 0.43, "program_ms": 0.42, "busy_ms": 1.28}  # a blind reader's run
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
+    said = sentences.waiting_share(split)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    parts = [split["waiting_ms"], split["collective_ms"], split["program_ms"]]
+    # independently: no part is more than half the busy time, and the largest is within 25 % of the smallest
+    assert max(parts) <= 0.5 * split["busy_ms"] and max(parts) <= 1.25 * min(parts)
+    assert "about equal" in said and "not the larger part" not in said, said
+    # the old rule had only "more than half" or "not the larger part": here it would have said the latter
+    assert not claim_rules.holds("w > 0.5 * b", {"w": split["waiting_ms"], "b": split["busy_ms"]})
+    unequal = {"waiting_ms": 0.2, "collective_ms": 0.6, "program_ms": 0.4, "busy_ms": 1.28}
+    said = sentences.waiting_share(unequal)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert "about equal" not in said and "no more than the larger of the other two" in said, said
+
+
+def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):
+    from shardlab.course import results as record
+    from shardlab.course import sentences, show
+    from shardlab.perf import roofline
+
+    ratios = {"course_loop": 7085.46, "fused_psum": 7.5, "fused_stats": 2.6}  # the course step ~945x the fused's
+    points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
+    said = sentences.roofline(points)
+    recorded = {"points": points, "course_over_fused": roofline.gap(points)}
+    record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    # independently: the ratio of the ratios, and the course step's ratio to the nearest whole number
+    by_hand = 7085.46 / max(7.5, 2.6)
+    assert f"{by_hand:.0f} times the larger" in said[0] and "more than ten times" not in said[0], said[0]
+    assert "7085x" in said[0] and roofline.shown_ratio("course_loop", points["course_loop"]) == "7085"
+    # the old table rounded to one decimal first and then to four digits: 7086 beside a sentence's 7085
+    assert show.number(round(7085.46, 1)) == "7086" and f"{7085.46:.0f}" == "7085"
+    for name in ratios:  # every shown ratio appears in the sentences as the table shows it
+        assert f"{roofline.shown_ratio(name, points[name])}x" in " ".join(said), (name, said)

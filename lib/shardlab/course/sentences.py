@@ -15,6 +15,8 @@ from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
 from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
+from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
+from shardlab.perf.roofline import gap as roofline_gap
 
 
 class Sentence(NamedTuple):
@@ -43,6 +45,17 @@ MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall an
     "g_lo": "change.mechanism_sides.changed.q1_ms",
     "g_hi": "change.mechanism_sides.changed.q3_ms",
 }
+WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
+    "w": "fused_trace.top_events.waiting_ms",
+    "c": "fused_trace.top_events.collective_ms",
+    "p": "fused_trace.top_events.program_ms",
+    "b": "fused_trace.top_events.busy_ms",
+}
+WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
+# stage 4b's measured/roofline ratios, rounded as the table rounds them (perf.roofline.DIGITS): one rounding each
+_C, _P, _S = (
+    f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("c", "course_loop"), ("p", "fused_psum"), ("s", "fused_stats"))
+)
 STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
     "q1_slow": "step_times.compute_spread.slow_q1_ms",
     "q3_fast": "step_times.compute_spread.fast_q3_ms",
@@ -284,21 +297,39 @@ SENTENCES = {
         ),
         "waiting_share": _s(
             "w > 0.5 * b",
-            {
-                "w": "fused_trace.top_events.waiting_ms",
-                "c": "fused_trace.top_events.collective_ms",
-                "p": "fused_trace.top_events.program_ms",
-                "b": "fused_trace.top_events.busy_ms",
-            },
+            WAITING,
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, "
             "more than half of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, "
             "all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. With the "
             "host work gone, most of what remains is the device threads waiting for each other, on cores they share.",
+            "Named waiting (Wait, Rendezvous) took {w:.2f} ms of its own, not more than half of the {b:.2f} ms the "
+            "busiest thread was busy.",
+        ),
+        "waiting_parts_about_equal": _s(
+            "max(w, c, p) <= 1.25 * min(w, c, p)",
+            WAITING,
+            "During the fused dispatches the three parts are about equal, each within 25 % of the others: waiting "
+            "the trace names (Wait, Rendezvous) {w:.2f} ms of its own, time inside the collectives (psum, all-reduce) "
+            "that no Wait event names {c:.2f} ms, the rest of the program {p:.2f} ms, out of the {b:.2f} ms the "
+            "busiest thread was busy. Named waiting is about a third, and the trace does not tell what the "
+            "collectives' unnamed time is: copying and adding, or threads synchronising without a Wait event, look "
+            "the same in it.",
+            "The three parts are not within 25 % of one another (named waiting {w:.2f} ms, the collectives' unnamed "
+            "time {c:.2f} ms, the rest of the program {p:.2f} ms).",
+        ),
+        "waiting_largest_part": _s(
+            "w > max(c, p)",
+            WAITING,
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, the "
+            "largest of the three parts but not more than half of the {b:.2f} ms the busiest thread was busy; time "
+            "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
+            "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
+            "or threads synchronising without a Wait event, look the same in it.",
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, all-reduce) that no "
-            "Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. Named waiting is not the "
-            "larger part, but the trace does not tell what the collectives' unnamed time is: copying and adding, or "
-            "threads synchronising without a Wait event, look the same in it.",
+            "of the {b:.2f} ms the busiest thread was busy, no more than the larger of the other two parts: time "
+            "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
+            "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
+            "or threads synchronising without a Wait event, look the same in it.",
         ),
         "collective_rate": _s(
             "r < 0.1 * g",
@@ -317,20 +348,21 @@ SENTENCES = {
             "that time, and the trace cannot tell them from the threads synchronising.",
         ),
         "course_against_roofline": _s(
-            "c > 10 * max(p, s)",
+            "q > 10",
             {
                 "c": "roofline.points.course_loop.measured_over_roofline",
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "q": "roofline.course_over_fused",
             },
-            "The course step took {c:.0f}x what its roofline allows, more than ten times the fused steps' ({p:.1f}x, "
-            "{s:.1f}x). That ratio sets the whole host transition (sampler, placement, dispatch and update) against "
-            "the roofline of the compiled update alone, so what lies beyond the roofline is mostly host preparation "
-            "and dispatch, not arithmetic or memory.",
-            "The course step took {c:.0f}x what its roofline allows, within ten times the fused steps' ({p:.1f}x, "
-            "{s:.1f}x). That ratio sets the whole host transition (sampler, placement, dispatch and update) against "
-            "the roofline of the compiled update alone; on this run moving the transition onto the devices did not "
-            "bring it much nearer.",
+            f"The course step took {_C}x what its roofline allows, {{q:.0f}} times the larger of the fused steps' "
+            f"ratios ({_P}x, {_S}x). That ratio sets the whole host transition (sampler, placement, dispatch and "
+            "update) against the roofline of the compiled update alone, so what lies beyond the roofline is mostly "
+            "host preparation and dispatch, not arithmetic or memory.",
+            f"The course step took {_C}x what its roofline allows, {{q:.1f}} times the larger of the fused steps' "
+            f"ratios ({_P}x, {_S}x), not more than ten times. That ratio sets the whole host transition (sampler, "
+            "placement, dispatch and update) against the roofline of the compiled update alone; on this run moving "
+            "the transition onto the devices did not bring it much nearer.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -352,9 +384,9 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both fused steps ran faster than their roofline ({p:.1f}x, {s:.1f}x): a measured time cannot beat a real "
+            f"Both fused steps ran faster than their roofline ({_P}x, {_S}x): a measured time cannot beat a real "
             "roof, so XLA's byte count overstates what they move (see below).",
-            "The fused steps took {p:.1f}x and {s:.1f}x what their roofline allows.",
+            f"The fused steps took {_P}x and {_S}x what their roofline allows.",
         ),
         "fused_over_roofline": _s(
             "min(p, s) >= 1",
@@ -362,10 +394,10 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both took at least their roofline ({p:.1f}x, {s:.1f}x): arithmetic and memory traffic, even at XLA's "
+            f"Both took at least their roofline ({_P}x, {_S}x): arithmetic and memory traffic, even at XLA's "
             "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
             "operations, the device threads' rendezvous).",
-            "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
+            f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
     },
@@ -682,6 +714,7 @@ def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
     """Stage 4b's reading of the roofline table: the course step against the fused steps, then the fused steps."""
     over = {k: points[name]["measured_over_roofline"] for k, name in (("c", "course_loop"), ("p", "fused_psum"))}
     over["s"] = points["fused_stats"]["measured_over_roofline"]
+    over["q"] = roofline_gap(points)
     said = [chosen(notebook, "course_against_roofline", **over)]
     said.append(chosen_first(notebook, ["fused_under_roofline", "fused_over_roofline"], **over))
     return said
@@ -703,7 +736,7 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen(notebook, "waiting_share", **values)
+    return chosen_first(notebook, WAITING_NAMES, **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
