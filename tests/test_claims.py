@@ -778,3 +778,36 @@ def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp
     assert show.number(round(7085.46, 1)) == "7086" and f"{7085.46:.0f}" == "7085"
     for name in ratios:  # every shown ratio appears in the sentences as the table shows it
         assert f"{roofline.shown_ratio(name, points[name])}x" in " ".join(said), (name, said)
+
+
+@pytest.mark.parametrize(
+    "u, same, other, cause",
+    [
+        (1.2e-07, 1.2e-07, 1.2e-07, "the run's history"),  # a blind reader's run: 1x4 differs on the control's count
+        (0.0, 0.0, 1.2e-07, "the device count"),
+        (0.0, 0.0, 0.0, "bit for bit: the uninterrupted"),
+        (0.0, 1.2e-07, 0.0, "name no single cause"),
+    ],
+)
+def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_device_count(
+    tmp_path, u, same, other, cause
+):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    runs = {"1x4": {"max_weight_diff": same}, "1x2": {"max_weight_diff": other}}
+    record.emit(str(tmp_path), "stage5a_protocol", "uninterrupted", {"max_weight_diff": u}, shown=False)
+    record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": runs}, shown=False)
+    said = sentences.world_cause(u, runs, devices=4)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    assert cause in said, said
+    # independently: 1x4 has the control's four devices; if it or the group that never changed its count differs,
+    # the device count cannot be the cause (the old wording blamed it whatever the values)
+    kept_count_differs = u > 0 and same > 0
+    assert ("the run's history" in said) == kept_count_differs
+    assert ("Why not bit for bit: the device count" in said) == (u == 0 and same == 0 and other > 0)
+    with pytest.raises(UsageError, match="on 4 devices and one on another"):
+        sentences.world_cause(u, {"1x2": {"max_weight_diff": other}}, devices=4)
+    with pytest.raises(UsageError, match="processes x devices"):
+        sentences.world_cause(u, {"four": {"max_weight_diff": other}}, devices=4)

@@ -56,6 +56,12 @@ WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_
 _C, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("c", "course_loop"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
+WORLD_CAUSE = {  # stage 5a: the uninterrupted 2x2 group, and a restart on the control's device count and on another
+    "u": "uninterrupted.max_weight_diff",
+    "s": "world_change.runs.<same>.max_weight_diff",
+    "c": "world_change.runs.<other>.max_weight_diff",
+}
+WORLD_CAUSE_NAMES = ["world_change_from_history", "world_change_from_device_count", "world_change_all_bitwise"]
 STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
     "q1_slow": "step_times.compute_spread.slow_q1_ms",
     "q3_fast": "step_times.compute_spread.fast_q3_ms",
@@ -429,6 +435,34 @@ SENTENCES = {
             "bit for bit",
             "within float32 tolerance, not bit for bit",
         ),
+        "world_change_from_history": _s(
+            "u > 0 and s > 0",
+            WORLD_CAUSE,
+            "Why not bit for bit: the run's history, not the device count. The <same> restart runs on the control's "
+            "<devices> devices and still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
+            "changed its device count, by {u:.1e}. Both carry the steps the 2 × 2 group took before: its reductions "
+            "added the same numbers as the control's, in another order, and a weight that differs in its last bit "
+            "stays different in every later step. The <other> restart differs by {c:.1e}.",
+            "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
+            "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
+        ),
+        "world_change_from_device_count": _s(
+            "u == 0 and s == 0 and c > 0",
+            WORLD_CAUSE,
+            "Why not bit for bit: the device count. The uninterrupted 2 × 2 group and the <same> restart on the "
+            "control's <devices> devices match it bit for bit; only the <other> restart differs ({c:.1e}): its "
+            "reductions add the same numbers in another order.",
+            "The device count alone does not explain the differences (uninterrupted 2 × 2 {u:.1e}, <same> {s:.1e}, "
+            "<other> {c:.1e}).",
+        ),
+        "world_change_all_bitwise": _s(
+            "u == 0 and s == 0 and c == 0",
+            WORLD_CAUSE,
+            "Every run matched the control bit for bit: the uninterrupted 2 × 2 group and both restarts.",
+            "These differences name no single cause: the uninterrupted 2 × 2 group differs from the control by "
+            "{u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}, the <other> restart by "
+            "{c:.1e}.",
+        ),
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
@@ -703,6 +737,30 @@ def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether a restart on another world size matched the control bit for bit."""
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
+
+
+def world_cause(uninterrupted_diff: float, runs: dict, devices: int, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: why the restarts agree with the control within float32, not bit for bit, chosen by the values.
+
+    `runs`: world name ("PxD") -> its record with `max_weight_diff`; `devices`: the control's device count.
+    The first run on that count and the first on another are compared with the uninterrupted group.
+    """
+    count = {name: _world_devices(name) for name in runs}
+    same = next((name for name, n in count.items() if n == devices), None)
+    other = next((name for name, n in count.items() if n != devices), None)
+    if same is None or other is None:
+        raise UsageError(f"the cause needs a restart on {devices} devices and one on another count, not {sorted(runs)}")
+    values = {"u": uninterrupted_diff, "s": runs[same]["max_weight_diff"], "c": runs[other]["max_weight_diff"]}
+    fill = {"same": same, "other": other, "devices": devices}
+    return chosen_first(notebook, WORLD_CAUSE_NAMES, fill, **values)
+
+
+def _world_devices(name: str) -> int:
+    try:
+        processes, local = (int(part) for part in name.split("x"))
+    except ValueError:
+        raise UsageError(f"a world is named processes x devices each, like '2x2', not {name!r}") from None
+    return processes * local
 
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
