@@ -104,11 +104,7 @@ def point(step_cost: dict, step_ms: float, roof: dict) -> dict:
     }
 
 
-DIGITS = {
-    "course_loop": 0,
-    "fused_psum": 1,
-    "fused_stats": 1,
-}  # decimals a step's measured/roofline ratio is shown with
+DIGITS = {"course_loop": 0, "fused_psum": 2, "fused_stats": 2}  # decimals each step's measured/roofline ratio gets
 
 
 def shown_ratio(name: str, point_: dict) -> str:
