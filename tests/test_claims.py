@@ -646,42 +646,67 @@ def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_f
             sentences.fault_ranking(bad)
 
 
+# the old rule called the cut "where the hypothesis placed it" whenever the mechanism's median fell by the threshold
+OLD_MECHANISM_RELATION = "f >= t"
+SPREAD_OUT = (-0.2, -0.15, -0.1, 0.1, 0.15, 0.2)  # added to a part's median: six samples with a wide middle half
+TIGHT = (-0.01, -0.005, 0.0, 0.0, 0.005, 0.01)
+
+
 @pytest.mark.parametrize(
-    "dispatch, other, threshold, word",
+    "dispatch, spread, other, threshold, word, elsewhere",
     [
-        # (unchanged medians, changed medians) per part: the dispatches fell by the threshold
-        ((0.50, 0.20), (0.90, 0.85), 0.25, "is where the hypothesis placed it"),
-        # the course run's case: the dispatches fell less than the threshold, `other` carried the cut
-        ((0.489, 0.414), (0.964, 0.530), 0.117, "came mostly from"),
-        # neither part fell: both rose, `other` by less than the dispatches
-        ((0.40, 0.45), (0.90, 0.93), 0.10, "neither fell by the threshold"),
-        # the dispatches fell a little, `other` by less
-        ((0.50, 0.46), (0.90, 0.88), 0.10, "neither fell by the threshold"),
+        # (unchanged, changed) median per part: the dispatches fell by the threshold, their middle halves apart
+        ((0.50, 0.20), (TIGHT, TIGHT), (0.90, 0.85), 0.25, "The cut is where the hypothesis placed it", False),
+        # the course run's case: the dispatches fell by more than the threshold by median, but the changed loop's
+        # middle half contains the unchanged one's, and `other` carried most of the cut
+        ((0.23, 0.11), (TIGHT, SPREAD_OUT), (1.23, 0.84), 0.079, "not separated from the noise", True),
+        # a fall beyond the spread, smaller than the threshold
+        ((0.50, 0.40), (TIGHT, TIGHT), (0.90, 0.88), 0.25, "smaller than the prediction", False),
+        # the dispatches rose
+        ((0.40, 0.45), (TIGHT, TIGHT), (0.90, 0.60), 0.10, "did not fall", True),
     ],
 )
-def test_the_mechanism_sentence_says_which_part_carried_the_cut(tmp_path, dispatch, other, threshold, word):
+def test_the_mechanism_sentence_reads_the_part_s_fall_with_its_spread(
+    tmp_path, dispatch, spread, other, threshold, word, elsewhere
+):
+    import statistics
+
+    from shardlab.course import claims as claim_rules
     from shardlab.course import sentences
     from shardlab.evidence import hypothesis, trace
 
-    keys = ["jitted_dispatch_ms", "other_ms"]
+    def rows(d, o, jitter):
+        return [{"jitted_dispatch_ms": d + j, "other_ms": o, f"{trace.UPDATE}_ms": 1.0} for j in jitter]
 
-    def rows(d, o):
-        return [{"jitted_dispatch_ms": d, "other_ms": o, f"{trace.UPDATE}_ms": 1.0} for _ in range(6)]
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold,
+             "target_keys": ["jitted_dispatch_ms", "other_ms"]}  # fmt: skip
+    unchanged, changed = rows(dispatch[0], other[0], spread[0]), rows(dispatch[1], other[1], spread[1])
+    outcome = hypothesis.judge(guess, unchanged, changed, [5.0] * 6)
+    said = sentences.mechanism(outcome)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)  # files both sentences, checked below
+    from shardlab.course import results as record
 
-    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold, "target_keys": keys}
-    outcome = hypothesis.judge(guess, rows(dispatch[0], other[0]), rows(dispatch[1], other[1]), [5.0] * 6)
-    fill = {"part": "jitted_dispatch", "rest": "other"}
-    values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": threshold}
-    names = ["mechanism_fell", "cut_mostly_elsewhere"]
-    text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, names, fill, **values)
-    assert word in text, text
-    # independently, by hand: each part's fall is its unchanged value less its changed value
-    fall, rest = dispatch[0] - dispatch[1], other[0] - other[1]
-    assert math.isclose(outcome["mechanism_fall_ms"], fall) and math.isclose(outcome["rest_fall_ms"], rest)
-    assert (word == "is where the hypothesis placed it") == (fall >= threshold)
-    assert (word == "came mostly from") == (fall < threshold and rest > max(fall, 0))
-    assert sentences.mechanism(outcome) == [text]
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
+    assert not check_claims(record.load(str(tmp_path), "stage4a_profile"))
+    assert len(said) == 2 and word in said[0], said
+    # independently, by hand: each loop's quartiles of the dispatch samples (linear interpolation, as the course
+    # states them), the fall of the medians, and where most of the cut went
+    u_q1, u_med, u_q3 = statistics.quantiles([r["jitted_dispatch_ms"] for r in unchanged], n=4, method="inclusive")
+    g_q1, g_med, g_q3 = statistics.quantiles([r["jitted_dispatch_ms"] for r in changed], n=4, method="inclusive")
+    fall, apart = u_med - g_med, g_q3 < u_q1
+    assert math.isclose(outcome["mechanism_fall_ms"], fall)
+    assert (word == "The cut is where the hypothesis placed it") == (fall >= threshold and apart)
+    assert (word == "not separated from the noise") == (fall > 0 and not apart)
+    cut = statistics.median([r["jitted_dispatch_ms"] + r["other_ms"] for r in unchanged]) - statistics.median(
+        [r["jitted_dispatch_ms"] + r["other_ms"] for r in changed]
+    )
+    rest = other[0] - other[1]
+    assert ("Most of the cut went elsewhere" in said[1]) == elsewhere == (rest > cut / 2 and rest > fall), said[1]
+    if elsewhere:
+        assert f"{rest:.3f} of the {cut:.3f} ms cut" in said[1]
+    if word == "not separated from the noise":  # the old wording would have placed the cut where the halves overlap
+        assert claim_rules.holds(OLD_MECHANISM_RELATION, {"f": fall, "t": threshold})
+        assert "The cut is where the hypothesis placed it" not in " ".join(said)
     whole = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}  # no parts: no sentence
     unsplit = [{f"{trace.PREPARE}_ms": 1.0, f"{trace.UPDATE}_ms": 1.0}] * 6
     assert sentences.mechanism(hypothesis.judge(whole, unsplit, unsplit, [5.0] * 6)) == []
@@ -709,3 +734,80 @@ def test_the_collective_rate_is_read_against_the_memory_roof(tmp_path, bytes_rea
     assert ("more likely the threads synchronising" in text) == below and f"{by_hand:.2f} GB/s" in text, text
     assert sentences.collective_rate(rate, split, {"gbytes_per_s": roof}) == text
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
+def test_three_parts_about_equal_are_called_that_not_a_smaller_and_a_larger(tmp_path):
+    from shardlab.course import claims as claim_rules
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    split = {"waiting_ms": 0.43, "collective_ms": 0.43, "program_ms": 0.42, "busy_ms": 1.28}  # a blind reader's run
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
+    said = sentences.waiting_share(split)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    parts = [split["waiting_ms"], split["collective_ms"], split["program_ms"]]
+    # independently: no part is more than half the busy time, and the largest is within 25 % of the smallest
+    assert max(parts) <= 0.5 * split["busy_ms"] and max(parts) <= 1.25 * min(parts)
+    assert "about equal" in said and "not the larger part" not in said, said
+    # the old rule had only "more than half" or "not the larger part": here it would have said the latter
+    assert not claim_rules.holds("w > 0.5 * b", {"w": split["waiting_ms"], "b": split["busy_ms"]})
+    unequal = {"waiting_ms": 0.2, "collective_ms": 0.6, "program_ms": 0.4, "busy_ms": 1.28}
+    said = sentences.waiting_share(unequal)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert "about equal" not in said and "no more than the larger of the other two" in said, said
+
+
+def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):
+    from shardlab.course import results as record
+    from shardlab.course import sentences, show
+    from shardlab.perf import roofline
+
+    ratios = {"course_loop": 7085.46, "fused_psum": 7.5, "fused_stats": 2.6}  # the course step ~945x the fused's
+    points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
+    said = sentences.roofline(points)
+    recorded = {"points": points, "course_over_fused": roofline.gap(points)}
+    record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    # independently: the ratio of the ratios, and the course step's ratio to the nearest whole number
+    by_hand = 7085.46 / max(7.5, 2.6)
+    assert f"{by_hand:.0f} times the larger" in said[0] and "more than ten times" not in said[0], said[0]
+    assert "7085x" in said[0] and roofline.shown_ratio("course_loop", points["course_loop"]) == "7085"
+    # the old table rounded to one decimal first and then to four digits: 7086 beside a sentence's 7085
+    assert show.number(round(7085.46, 1)) == "7086" and f"{7085.46:.0f}" == "7085"
+    for name in ratios:  # every shown ratio appears in the sentences as the table shows it
+        assert f"{roofline.shown_ratio(name, points[name])}x" in " ".join(said), (name, said)
+
+
+@pytest.mark.parametrize(
+    "u, same, other, cause",
+    [
+        (1.2e-07, 1.2e-07, 1.2e-07, "the run's history"),  # a blind reader's run: 1x4 differs on the control's count
+        (0.0, 0.0, 1.2e-07, "the device count"),
+        (0.0, 0.0, 0.0, "bit for bit: the uninterrupted"),
+        (0.0, 1.2e-07, 0.0, "name no single cause"),
+    ],
+)
+def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_device_count(
+    tmp_path, u, same, other, cause
+):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    runs = {"1x4": {"max_weight_diff": same}, "1x2": {"max_weight_diff": other}}
+    record.emit(str(tmp_path), "stage5a_protocol", "uninterrupted", {"max_weight_diff": u}, shown=False)
+    record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": runs}, shown=False)
+    said = sentences.world_cause(u, runs, devices=4)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    assert cause in said, said
+    # independently: 1x4 has the control's four devices; if it or the group that never changed its count differs,
+    # the device count cannot be the cause (the old wording blamed it whatever the values)
+    kept_count_differs = u > 0 and same > 0
+    assert ("the run's history" in said) == kept_count_differs
+    assert ("Why not bit for bit: the device count" in said) == (u == 0 and same == 0 and other > 0)
+    with pytest.raises(UsageError, match="on 4 devices and one on another"):
+        sentences.world_cause(u, {"1x2": {"max_weight_diff": other}}, devices=4)
+    with pytest.raises(UsageError, match="processes x devices"):
+        sentences.world_cause(u, {"four": {"max_weight_diff": other}}, devices=4)

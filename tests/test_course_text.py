@@ -214,3 +214,43 @@ def test_the_fresh_receipts_speak_of_the_course_alone(run_dir):
     pages = [p for p in run_dir.iterdir() if p.suffix in {".ipynb", ".html"}]
     found = hits(PROCESS, pages) + hits(BENCH_WORDS, pages)
     assert not found, f"the executed notebooks speak of the project, not the course: {found[:10]}"
+
+
+def _md_before(name: str, marker: str) -> str:
+    """The MyST source of notebook `name` up to the first code cell whose source holds `marker`."""
+    text = (REPO / "notebooks" / f"{name}.md").read_text()
+    at = text.index(marker)
+    return text[: text.rfind("```{code-cell}", 0, at)]
+
+
+def test_the_threshold_advice_agrees_with_the_verdict_rule():
+    from shardlab.evidence import hypothesis, trace
+
+    def rows(prepare, update):
+        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
+
+    # an expected cut of 0.5 ms with the control drifting by 0.05 ms between the loops
+    unchanged, changed = rows([1.5] * 8, [1.0] * 8), rows([1.0] * 8, [0.95] * 8)
+    verdicts = {}
+    for threshold in (0.02, 0.2):  # "well inside what you expect" (below the drift), and above the drift
+        guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}
+        verdicts[threshold] = hypothesis.judge(guess, unchanged, changed, [1.5] * 8)["verdict"]
+    # independently, by hand: the drift is 0.05 ms, so the smaller threshold lies below it and the rule
+    # (inconclusive when the control drifts by more than the threshold) cannot confirm it; the larger one
+    # exceeds the drift and stays below the cut less the drift (0.45 ms)
+    assert abs(1.0 - 0.95) > 0.02 and verdicts[0.02] == "inconclusive"
+    assert 0.05 < 0.2 <= 0.5 - 0.05 and verdicts[0.2] == "confirmed"
+    advice = _md_before("stage4a_profile", "mine = ")
+    advice = advice[advice.rindex("**Predict: your hypothesis.**") :]
+    assert "well inside what you expect" not in advice  # the old advice: the threshold that cannot be confirmed
+    assert "must exceed the drift you expect" in advice and "below the cut you expect" in advice
+
+
+def test_the_orbax_lesson_names_both_ways_to_mark_a_checkpoint_complete_before_its_trace():
+    before = _md_before("stage3c_orbax_lesson", "sys.addaudithook(audit)")
+    section = before[before.index("### How Orbax publishes a checkpoint") :]
+    # the two mechanisms the conclusion's "both ways" points at: a temporary folder renamed, a commit file last
+    assert "temporary folder" in section and "**rename**" in section, section
+    assert "a **commit file** last" in section, section
+    predict = section[section.index("**Predict:**") :]
+    assert "which of the two ways" in predict and "both" in predict

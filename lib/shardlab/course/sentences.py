@@ -15,6 +15,8 @@ from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
 from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
+from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
+from shardlab.perf.roofline import gap as roofline_gap
 
 
 class Sentence(NamedTuple):
@@ -35,6 +37,31 @@ CHANGE = {  # the verdict's values
     "r": "change.reach_ms",
     "t": "change.threshold_ms",
 }
+MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall and its middle half in each loop
+    "f": "change.mechanism_fall_ms",
+    "t": "change.threshold_ms",
+    "u_lo": "change.mechanism_sides.unchanged.q1_ms",
+    "u_hi": "change.mechanism_sides.unchanged.q3_ms",
+    "g_lo": "change.mechanism_sides.changed.q1_ms",
+    "g_hi": "change.mechanism_sides.changed.q3_ms",
+}
+WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
+    "w": "fused_trace.top_events.waiting_ms",
+    "c": "fused_trace.top_events.collective_ms",
+    "p": "fused_trace.top_events.program_ms",
+    "b": "fused_trace.top_events.busy_ms",
+}
+WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
+# stage 4b's measured/roofline ratios, rounded as the table rounds them (perf.roofline.DIGITS): one rounding each
+_C, _P, _S = (
+    f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("c", "course_loop"), ("p", "fused_psum"), ("s", "fused_stats"))
+)
+WORLD_CAUSE = {  # stage 5a: the uninterrupted 2x2 group, and a restart on the control's device count and on another
+    "u": "uninterrupted.max_weight_diff",
+    "s": "world_change.runs.<same>.max_weight_diff",
+    "c": "world_change.runs.<other>.max_weight_diff",
+}
+WORLD_CAUSE_NAMES = ["world_change_from_history", "world_change_from_device_count", "world_change_all_bitwise"]
 STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
     "q1_slow": "step_times.compute_spread.slow_q1_ms",
     "q3_fast": "step_times.compute_spread.fast_q3_ms",
@@ -174,24 +201,43 @@ SENTENCES = {
             "The {t:.3f} ms predicted lies outside the cut ± the noise ({c:.3f} ± {n:.3f} ms).",
         ),
         "mechanism_fell": _s(
-            "f >= t",
-            {"f": "change.mechanism_fall_ms", "t": "change.threshold_ms"},
+            "f >= t and g_hi < u_lo",
+            MECHANISM,
             "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median in this "
-            "capture, at least the threshold {t:.3f} ms: the cut is where the hypothesis placed it.",
-            "The part whose time the change's mechanism removes, <part>, fell by less than the threshold {t:.3f} ms "
-            "in this capture ({f:.3f} ms by median; a negative fall is a rise).",
+            "capture, at least the threshold {t:.3f} ms, and beyond the spread: its middle half in the changed loop "
+            "({g_lo:.3f}–{g_hi:.3f} ms) ends below where the unchanged loop's begins ({u_lo:.3f}–{u_hi:.3f} ms). "
+            "The cut is where the hypothesis placed it.",
+            "The part whose time the change's mechanism removes, <part>, did not fall by the threshold {t:.3f} ms "
+            "beyond the spread ({f:.3f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
+            "{g_lo:.3f}–{g_hi:.3f} ms changed).",
+        ),
+        "mechanism_fell_within_noise": _s(
+            "f > 0 and g_hi >= u_lo",
+            MECHANISM,
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (threshold "
+            "{t:.3f} ms), but the middle halves overlap: {g_lo:.3f}–{g_hi:.3f} ms in the changed loop, "
+            "{u_lo:.3f}–{u_hi:.3f} ms in the unchanged one. That fall is not separated from the noise, so this "
+            "capture does not show that the cut came from <part>.",
+            "The part whose time the change's mechanism removes, <part>, did not fall by median within overlapping "
+            "middle halves ({f:.3f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
+        ),
+        "mechanism_fell_short": _s(
+            "f > 0",
+            MECHANISM,
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median, beyond the "
+            "spread (changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the "
+            "threshold {t:.3f} ms: a real fall, smaller than the prediction.",
+            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.3f} ms by median (a "
+            "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
+            "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
         ),
         "cut_mostly_elsewhere": _s(
-            "f < t and o > f and o > 0",
-            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "t": "change.threshold_ms"},
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative fall "
-            "is a rise), less than the threshold {t:.3f} ms, while <rest> fell by {o:.3f} ms: the cut came mostly from "
-            "parts the mechanism does not name, so this capture does not show the mechanism at work, whatever the "
-            "verdict on the sum.",
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (a negative "
-            "fall is a rise) and <rest> by {o:.3f} ms: neither fell by the threshold {t:.3f} ms, and the cut did not "
-            "come mostly from <rest>. This capture does not show the mechanism at work, whatever the verdict on the "
-            "sum.",
+            "o > 0.5 * c and o > f",
+            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
+            "Most of the cut went elsewhere: <rest> fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
+            "(each part's own median; the parts' medians need not add up to the sum's).",
+            "Most of the cut did not go to <rest>: it fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
+            "(each part's own median, a negative fall a rise; the parts' medians need not add up to the sum's).",
         ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
@@ -257,21 +303,39 @@ SENTENCES = {
         ),
         "waiting_share": _s(
             "w > 0.5 * b",
-            {
-                "w": "fused_trace.top_events.waiting_ms",
-                "c": "fused_trace.top_events.collective_ms",
-                "p": "fused_trace.top_events.program_ms",
-                "b": "fused_trace.top_events.busy_ms",
-            },
+            WAITING,
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, "
             "more than half of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, "
             "all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. With the "
             "host work gone, most of what remains is the device threads waiting for each other, on cores they share.",
+            "Named waiting (Wait, Rendezvous) took {w:.2f} ms of its own, not more than half of the {b:.2f} ms the "
+            "busiest thread was busy.",
+        ),
+        "waiting_parts_about_equal": _s(
+            "max(w, c, p) <= 1.25 * min(w, c, p)",
+            WAITING,
+            "During the fused dispatches the three parts are about equal, each within 25 % of the others: waiting "
+            "the trace names (Wait, Rendezvous) {w:.2f} ms of its own, time inside the collectives (psum, all-reduce) "
+            "that no Wait event names {c:.2f} ms, the rest of the program {p:.2f} ms, out of the {b:.2f} ms the "
+            "busiest thread was busy. Named waiting is about a third, and the trace does not tell what the "
+            "collectives' unnamed time is: copying and adding, or threads synchronising without a Wait event, look "
+            "the same in it.",
+            "The three parts are not within 25 % of one another (named waiting {w:.2f} ms, the collectives' unnamed "
+            "time {c:.2f} ms, the rest of the program {p:.2f} ms).",
+        ),
+        "waiting_largest_part": _s(
+            "w > max(c, p)",
+            WAITING,
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, the "
+            "largest of the three parts but not more than half of the {b:.2f} ms the busiest thread was busy; time "
+            "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
+            "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
+            "or threads synchronising without a Wait event, look the same in it.",
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, all-reduce) that no "
-            "Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. Named waiting is not the "
-            "larger part, but the trace does not tell what the collectives' unnamed time is: copying and adding, or "
-            "threads synchronising without a Wait event, look the same in it.",
+            "of the {b:.2f} ms the busiest thread was busy, no more than the larger of the other two parts: time "
+            "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
+            "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
+            "or threads synchronising without a Wait event, look the same in it.",
         ),
         "collective_rate": _s(
             "r < 0.1 * g",
@@ -290,20 +354,21 @@ SENTENCES = {
             "that time, and the trace cannot tell them from the threads synchronising.",
         ),
         "course_against_roofline": _s(
-            "c > 10 * max(p, s)",
+            "q > 10",
             {
                 "c": "roofline.points.course_loop.measured_over_roofline",
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "q": "roofline.course_over_fused",
             },
-            "The course step took {c:.0f}x what its roofline allows, more than ten times the fused steps' ({p:.1f}x, "
-            "{s:.1f}x). That ratio sets the whole host transition (sampler, placement, dispatch and update) against "
-            "the roofline of the compiled update alone, so what lies beyond the roofline is mostly host preparation "
-            "and dispatch, not arithmetic or memory.",
-            "The course step took {c:.0f}x what its roofline allows, within ten times the fused steps' ({p:.1f}x, "
-            "{s:.1f}x). That ratio sets the whole host transition (sampler, placement, dispatch and update) against "
-            "the roofline of the compiled update alone; on this run moving the transition onto the devices did not "
-            "bring it much nearer.",
+            f"The course step took {_C}x what its roofline allows, {{q:.0f}} times the larger of the fused steps' "
+            f"ratios ({_P}x, {_S}x). That ratio sets the whole host transition (sampler, placement, dispatch and "
+            "update) against the roofline of the compiled update alone, so what lies beyond the roofline is mostly "
+            "host preparation and dispatch, not arithmetic or memory.",
+            f"The course step took {_C}x what its roofline allows, {{q:.1f}} times the larger of the fused steps' "
+            f"ratios ({_P}x, {_S}x), not more than ten times. That ratio sets the whole host transition (sampler, "
+            "placement, dispatch and update) against the roofline of the compiled update alone; on this run moving "
+            "the transition onto the devices did not bring it much nearer.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -325,9 +390,9 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both fused steps ran faster than their roofline ({p:.1f}x, {s:.1f}x): a measured time cannot beat a real "
+            f"Both fused steps ran faster than their roofline ({_P}x, {_S}x): a measured time cannot beat a real "
             "roof, so XLA's byte count overstates what they move (see below).",
-            "The fused steps took {p:.1f}x and {s:.1f}x what their roofline allows.",
+            f"The fused steps took {_P}x and {_S}x what their roofline allows.",
         ),
         "fused_over_roofline": _s(
             "min(p, s) >= 1",
@@ -335,10 +400,10 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both took at least their roofline ({p:.1f}x, {s:.1f}x): arithmetic and memory traffic, even at XLA's "
+            f"Both took at least their roofline ({_P}x, {_S}x): arithmetic and memory traffic, even at XLA's "
             "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
             "operations, the device threads' rendezvous).",
-            "One ran faster than its roofline and one did not ({p:.1f}x, {s:.1f}x): for the faster one XLA's byte "
+            f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
     },
@@ -369,6 +434,34 @@ SENTENCES = {
             {"d": "world_change.runs.<world>.max_weight_diff"},
             "bit for bit",
             "within float32 tolerance, not bit for bit",
+        ),
+        "world_change_from_history": _s(
+            "u > 0 and s > 0",
+            WORLD_CAUSE,
+            "Why not bit for bit: the run's history, not the device count. The <same> restart runs on the control's "
+            "<devices> devices and still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
+            "changed its device count, by {u:.1e}. Both carry the steps the 2 × 2 group took before: its reductions "
+            "added the same numbers as the control's, in another order, and a weight that differs in its last bit "
+            "stays different in every later step. The <other> restart differs by {c:.1e}.",
+            "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
+            "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
+        ),
+        "world_change_from_device_count": _s(
+            "u == 0 and s == 0 and c > 0",
+            WORLD_CAUSE,
+            "Why not bit for bit: the device count. The uninterrupted 2 × 2 group and the <same> restart on the "
+            "control's <devices> devices match it bit for bit; only the <other> restart differs ({c:.1e}): its "
+            "reductions add the same numbers in another order.",
+            "The device count alone does not explain the differences (uninterrupted 2 × 2 {u:.1e}, <same> {s:.1e}, "
+            "<other> {c:.1e}).",
+        ),
+        "world_change_all_bitwise": _s(
+            "u == 0 and s == 0 and c == 0",
+            WORLD_CAUSE,
+            "Every run matched the control bit for bit: the uninterrupted 2 × 2 group and both restarts.",
+            "These differences name no single cause: the uninterrupted 2 × 2 group differs from the control by "
+            "{u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}, the <other> restart by "
+            "{c:.1e}.",
         ),
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
@@ -646,6 +739,30 @@ def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_pro
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
 
 
+def world_cause(uninterrupted_diff: float, runs: dict, devices: int, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: why the restarts agree with the control within float32, not bit for bit, chosen by the values.
+
+    `runs`: world name ("PxD") -> its record with `max_weight_diff`; `devices`: the control's device count.
+    The first run on that count and the first on another are compared with the uninterrupted group.
+    """
+    count = {name: _world_devices(name) for name in runs}
+    same = next((name for name, n in count.items() if n == devices), None)
+    other = next((name for name, n in count.items() if n != devices), None)
+    if same is None or other is None:
+        raise UsageError(f"the cause needs a restart on {devices} devices and one on another count, not {sorted(runs)}")
+    values = {"u": uninterrupted_diff, "s": runs[same]["max_weight_diff"], "c": runs[other]["max_weight_diff"]}
+    fill = {"same": same, "other": other, "devices": devices}
+    return chosen_first(notebook, WORLD_CAUSE_NAMES, fill, **values)
+
+
+def _world_devices(name: str) -> int:
+    try:
+        processes, local = (int(part) for part in name.split("x"))
+    except ValueError:
+        raise UsageError(f"a world is named processes x devices each, like '2x2', not {name!r}") from None
+    return processes * local
+
+
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the stop after a skipped batch against the bounded wait plus the pulse check."""
     return chosen(notebook, "skip_stop_time", d=detect_s, t=timeout_s, p=pulse_s)
@@ -655,6 +772,7 @@ def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
     """Stage 4b's reading of the roofline table: the course step against the fused steps, then the fused steps."""
     over = {k: points[name]["measured_over_roofline"] for k, name in (("c", "course_loop"), ("p", "fused_psum"))}
     over["s"] = points["fused_stats"]["measured_over_roofline"]
+    over["q"] = roofline_gap(points)
     said = [chosen(notebook, "course_against_roofline", **over)]
     said.append(chosen_first(notebook, ["fused_under_roofline", "fused_over_roofline"], **over))
     return said
@@ -676,7 +794,7 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen(notebook, "waiting_share", **values)
+    return chosen_first(notebook, WAITING_NAMES, **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
@@ -795,13 +913,20 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
 
 
 def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
-    """Stage 4a: did the part the change's mechanism shortens fall by the threshold, or did the cut come from
-    elsewhere? One sentence, or none for a change whose target is not split into parts."""
+    """Stage 4a: did the part the change's mechanism shortens fall by the threshold, beyond the spread, and where
+    did most of the cut go? Those two sentences, or none for a change whose target is not split into parts."""
     if "mechanism" not in outcome:
         return []
     fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
+    unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
-    return [chosen_first(notebook, ["mechanism_fell", "cut_mostly_elsewhere"], fill, **values)]
+    values.update(c=outcome["cut_ms"], u_lo=unchanged["q1_ms"], u_hi=unchanged["q3_ms"])
+    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"])
+    fell = chosen_first(notebook, MECHANISM_NAMES, fill, **values)
+    return [fell, chosen(notebook, "cut_mostly_elsewhere", fill, **values)]
+
+
+MECHANISM_NAMES = ["mechanism_fell", "mechanism_fell_within_noise", "mechanism_fell_short"]
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----
@@ -872,7 +997,7 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "orbax_publishes_by_rename": (
             "renamed == 1 and marker_last == 1 and early == 0",
-            "So here Orbax did both, in this order: of the writes Python saw, every one went into a temporary "
+            "So this version used both ways, in this order: of the writes Python saw, every one went into a temporary "
             "folder, commit_success.txt there last, and then the folder got its final name with one rename; nothing "
             "touched the name bare-orbax before that rename, so a reader who finds the name finds every write "
             "finished. The trace sees no fsync and not TensorStore's own writes, so it shows the order of "

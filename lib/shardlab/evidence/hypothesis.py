@@ -359,6 +359,10 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         falls = [p["fall_ms"] for p in parts.values()]
         mechanism = {"parts": parts, "mechanism": next(iter(parts)), "mechanism_fall_ms": falls[0]}
         mechanism["rest_fall_ms"] = sum(falls[1:])
+        first = target[0]  # the mechanism's part in each loop, with its middle half: is its fall beyond the spread?
+        mechanism["mechanism_sides"] = {
+            name: _side([row[first] for row in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
+        }
     why = None
     if verdict == "inconclusive":
         why = next((name for name, relation in INCONCLUSIVE.items() if holds(relation, values)), None)

@@ -28,7 +28,7 @@ def run(seed: int, batch_size: int, steps: int, num_devices: int = NUM_DEVICES) 
         state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
         ids[state["step"]], losses[state["step"]] = [int(i) for i in batch_ids], float(loss)
         states.append(sl.host_copy(state))
-    return {"ids": ids, "losses": losses, "states": states}
+    return {"ids": ids, "losses": losses, "states": states, "devices": num_devices}
 
 
 def state_matches(found: dict | None, reference: dict) -> dict:

@@ -102,3 +102,17 @@ def point(step_cost: dict, step_ms: float, roof: dict) -> dict:
         "roofline_ms": max(flop_ms, byte_ms),
         "measured_over_roofline": step_ms / max(flop_ms, byte_ms),
     }
+
+
+DIGITS = {"course_loop": 0, "fused_psum": 2, "fused_stats": 2}  # decimals each step's measured/roofline ratio gets
+
+
+def shown_ratio(name: str, point_: dict) -> str:
+    """A step's measured/roofline ratio as every table and sentence shows it: one rounding, from the one value."""
+    return f"{point_['measured_over_roofline']:.{DIGITS[name]}f}"
+
+
+def gap(points: dict) -> float:
+    """How many times the course step's measured/roofline ratio is the larger of the two fused steps'."""
+    fused_most = max(points["fused_psum"]["measured_over_roofline"], points["fused_stats"]["measured_over_roofline"])
+    return points["course_loop"]["measured_over_roofline"] / fused_most
