@@ -18,6 +18,7 @@ reordered, an expression rewritten), which is then the learner's own code as far
 
 import ast
 
+from shardlab.checker.seal import IMPLEMENTATION
 from shardlab.learner.implementation import API
 
 COURSE = "shardlab"
@@ -111,18 +112,7 @@ def course_functions(path: str) -> dict:
 # the hints may write word for word, while the course's `initial` with the helpers it calls is not.
 MIN_MATCH = 25
 MIN_NODES = 120
-COURSE_MODULES = (  # where the seven and every helper they call are written (checker/seal.py's IMPLEMENTATION)
-    "shardlab.core.archive",
-    "shardlab.core.batch",
-    "shardlab.core.checkpoint",
-    "shardlab.core.files",
-    "shardlab.core.fixtures",
-    "shardlab.core.sampler",
-    "shardlab.core.schema",
-    "shardlab.core.state",
-    "shardlab.core.update",
-    "shardlab.learner.reference",
-)
+COURSE_MODULES = IMPLEMENTATION  # where the seven and every helper they call are written (checker/seal.py)
 
 
 class _Renamed(ast.NodeTransformer):
