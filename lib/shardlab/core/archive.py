@@ -53,20 +53,20 @@ def _raw(path: str, limit: int) -> bytes:
 CENTRAL_BYTES = 64 * 1024  # room for the zip's end record and central directory (nine members need ~1 kB)
 
 
-def _contract_first(path: str, bound: int, contract_: dict, compare) -> None:
-    """Compare the contract of a file too large for `contract_` before refusing its size (rule:contract-first).
+def _contract_first(path: str, limit: int, bound: int, contract_: dict, compare) -> None:
+    """Compare the contract of a file over `limit` bytes before its size is refused (rule:contract-first).
 
     Reads at most the zip's end record, its central directory and the contract member, each bounded, never
     the fields: a larger experiment's checkpoint raises the comparison's ContractMismatchError; anything else
-    (no zip, no contract member, equal contracts) returns, and the caller refuses the size.
+    (within the limit, no zip, no contract member, equal contracts) returns, and the caller reads or refuses it.
     """
     try:
-        handle, info = files.open_regular(path)
+        handle, found = files.open_regular(path)
     except (OSError, BoundedReadError):
         return
     with handle:
-        size = info.st_size
-        if size < 22:
+        size = found.st_size
+        if size <= limit or size < 22:
             return
         handle.seek(max(0, size - CENTRAL_BYTES))
         tail = handle.read(CENTRAL_BYTES)
@@ -78,8 +78,7 @@ def _contract_first(path: str, bound: int, contract_: dict, compare) -> None:
             return
         try:
             archive = zipfile.ZipFile(handle)
-            info = archive.getinfo("contract.npy")
-            saved = _member(archive, info, "contract", bound, contract_, path)
+            saved = _member(archive, archive.getinfo("contract.npy"), "contract", bound, contract_, path)
         except (zipfile.BadZipFile, KeyError, CorruptCheckpointError, OSError, ValueError, NotImplementedError):
             return
         compare(saved)
@@ -130,8 +129,8 @@ def read_members(path: str, contract_: dict, compare=None) -> dict:
     """
     bounds = member_bytes(contract_)
     limit = sum(bounds.values()) + 1024 * len(bounds)
-    if compare is not None and os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) > limit:
-        _contract_first(path, bounds["contract"], contract_, compare)  # another, larger experiment: its contract
+    if compare is not None:  # a file too large for this experiment may be another, larger one's: its contract first
+        _contract_first(path, limit, bounds["contract"], contract_, compare)
     raw = _raw(path, limit)
     if not raw.startswith(b"PK\x03\x04"):
         start = raw.find(b"PK\x03\x04")

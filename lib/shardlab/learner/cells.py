@@ -116,7 +116,7 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
     for path in (folder / f"{notebook}.md" for notebook in notebooks):  # refused before anything is written
         if not path.is_file():
             raise UsageError(f"{path} does not exist: give the folder that holds the course's notebooks")
-    changed = _regenerate_starter(starter_file, write)
+    changed, pages = _regenerate_starter(starter_file, write), []
     for notebook in notebooks:
         path = folder / f"{notebook}.md"
         before = path.read_text()
@@ -125,9 +125,9 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
             after = rewritten(after, heading(function), learner_cell(function), str(path))
         if after != before:
             changed.append(str(path))
+            pages.append(path)
             if write:
                 path.write_text(after)
-    pages = [Path(p) for p in changed if p != str(starter_file)]
     if write and pages:
         _sync(pages)
     return changed
