@@ -78,7 +78,6 @@ COVERAGE = {
     ("stage2_update", "singleton"): ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
     ("stage2_update", "eager"): ("eager_and_compiled_agree",),
     ("stage2_update", "stablehlo"): ("step_is_sharded",),
-    ("stage2_update", "traced-step"): ("step_is_sharded",),
     ("stage2_update", "check"): (ALL,),
     ("stage3a_checkpoint", "derived"): (
         "contract_pins_the_experiment",

@@ -953,11 +953,16 @@ CHOSEN = {
             "{r4:.2f}x on 4): on this batch the local means point in different directions",
         ),
         "loss_after_update_caught": (
-            "wrong > 0 and first >= 1",
-            "So a step that took its loss after the update would fail the loss check from step {first} on ({wrong} "
-            "steps): a comparison of NumPy's losses before and after each update, not a run of such a step.",
-            "So on these steps the after-update loss stays within the loss check's tolerance of NumPy's loss before "
-            "the update ({wrong} steps differ): the check would not catch this variant here.",
+            "wrong > 0 and first >= 1 and moved == 0",
+            "observed: the step that takes its loss after the update fails the loss check from step {first} on "
+            "({wrong} steps), while its weights and momentum match NumPy's at every step",
+            "observed: the step that takes its loss after the update differs from NumPy in its loss at {wrong} "
+            "step(s) (first: step {first}; 0 means none) and in its weights or momentum at {moved} step(s)",
+        ),
+        "momentum_shows_at_step_2": (
+            "first == 2",
+            "observed: with the decay forgotten, step 1 matches and the momentum first differs at step 2",
+            "observed: with the decay forgotten, the momentum first differs at step {first} (0: never), not at step 2",
         ),
         "own_rows_lowered": (
             "lowered == steps",
