@@ -15,7 +15,7 @@ from shardlab.core import files
 from shardlab.core.sampler import draw
 from shardlab.core.schema import FIELDS, SAMPLER, host_copy
 from shardlab.core.state import transition as reference_transition
-from shardlab.errors import CheckpointError, ShardlabError
+from shardlab.errors import CheckpointError, ShardlabError, UsageError
 from shardlab.io import read_npz
 from shardlab.verify import step_fingerprint
 
@@ -31,19 +31,35 @@ class ReplayMismatchError(ShardlabError, AssertionError):
 
 def run(state, data, batch_size: int, steps: int, mesh, step, transition=reference_transition) -> dict:
     """Advance `steps` transitions from `state`; return the record and (under "state") the final state."""
-    after = {name: [] for name in FIELDS}
-    ids, losses, log = [], [], []
+    states, ids, losses = [], [], []
     for _ in range(int(steps)):
         state, loss, batch_ids = transition(state, data, batch_size, step, mesh)
+        states.append(host_copy(state))  # on the host at once, as the step left it
+        ids.append(batch_ids)
+        losses.append(loss)
+    return {**record(states, ids, losses, data), "state": state}
+
+
+def record(states: list, ids: list, losses: list, data) -> dict:
+    """The record of a run from its states after each step (host copies), the ids each step read, its losses.
+
+    The same record `run` returns (without the final state): every field per step on the host, the ids, the
+    losses and a short fingerprint per step, so a notebook that writes its own loop compares like `run`.
+    """
+    if not len(states) == len(ids) == len(losses):
+        counts = f"{len(states)}, {len(ids)}, {len(losses)}"
+        raise UsageError(f"a record needs one state, ids and loss per step, not {counts}")
+    after = {name: [] for name in FIELDS}
+    log = []
+    for state, batch_ids, loss in zip(states, ids, losses):
         host = host_copy(state)
         for name in FIELDS:
             after[name].append(host[name])
-        ids.append(np.asarray(batch_ids, np.int64))
-        losses.append(float(loss))
         log.append(step_fingerprint.entry(host["step"], data, batch_ids, host["weights"], loss))
-    record = {name: np.asarray(values) for name, values in after.items()}
-    record.update(ids=ids, losses=np.asarray(losses, np.float64), log=log, state=state)
-    return record
+    found = {name: np.asarray(values) for name, values in after.items()}
+    found.update(ids=[np.asarray(i, np.int64) for i in ids], losses=np.asarray([float(x) for x in losses], np.float64))
+    found["log"] = log
+    return found
 
 
 def max_diff(a, b) -> float:
