@@ -73,6 +73,28 @@ def test_records_survive_the_disk_and_compare_field_by_field(data, mesh, tmp_pat
     assert replay.ids_mismatched(record["ids"], swapped) == 10  # all ten positions of the first batch moved
 
 
+def test_a_record_of_a_written_out_loop_holds_what_each_step_left(data, mesh):
+    """`replay.record` (stage 3b's resume loop) against the states, ids and losses the loop itself saw."""
+    step = sl.make_step(mesh)
+    state, states, ids, losses = sl.initial(17, data, mesh), [], [], []
+    for _ in range(6):  # past the first epoch's end (4 batches of 23 rows in 7s)
+        state, loss, batch_ids = sl.transition(state, data, 7, step, mesh)
+        states.append(sl.host_copy(state))
+        ids.append(batch_ids)
+        losses.append(loss)
+    found = replay.record(states, ids, losses, data)
+    for k in range(6):
+        for name in sl.FIELDS:
+            np.testing.assert_array_equal(found[name][k], np.asarray(states[k][name]))
+        np.testing.assert_array_equal(found["ids"][k], np.asarray(ids[k]))
+        assert found["losses"][k] == losses[k]
+        weights = np.asarray(states[k]["weights"])
+        assert found["log"][k] == step_fingerprint.entry(k + 1, data, ids[k], weights, losses[k])
+    assert [int(s) for s in found["step"]] == [1, 2, 3, 4, 5, 6] and int(found["cursor"][-1]) == 14
+    with pytest.raises(sl.errors.UsageError, match="one state, ids and loss per step"):
+        replay.record(states, ids[:-1], losses, data)
+
+
 def test_a_changed_sampler_field_fails_the_recovery_check(data, mesh):
     step = sl.make_step(mesh)
     record = replay.run(sl.initial(17, data, mesh), data, 7, 6, mesh, step)
