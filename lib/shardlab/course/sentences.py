@@ -591,8 +591,8 @@ SENTENCES = {
         "fitted_terms_<fit>": _s(
             "t >= 0",
             {"t": "scaling_model.<fit>.params.<term>"},
-            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms), so each can be read "
-            "as a cost.",
+            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms): no term is "
+            "unphysical, which says nothing yet of whether the model describes these points.",
             "<label>: the fitted <term> term is {t:.3f} ms, negative. Not physical: no cost takes time away, so the "
             "model does not fit these points; least squares reached them only by subtracting.",
         ),
