@@ -114,9 +114,8 @@ SENTENCES = {
             "as an estimate of what the one-call reshuffle can remove, the draw alone is plausible.",
             "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
             "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
-            "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
-            "whether the long ones come at its start), so the menu caps the estimate of what the change can remove "
-            "at the target's median, never at this measurement alone.",
+            "more. These draws carry time the transitions' draws do not (the order above shows where the long ones "
+            "fall), so the estimate is capped at the target's median.",
         ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
@@ -138,9 +137,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting "
-            "the noise it reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted "
-            "by {d:.3f} ms, within ± that threshold; and the cut is within the {r:.3f} ms estimated reach.",
+            "<verdict_of>: confirmed. The cut, {c:.3f} ms, less the {n:.3f} ms of noise still reaches the "
+            "{t:.3f} ms threshold; the control drifted by {d:.3f} ms, within ± that threshold; the cut is within "
+            "the {r:.3f} ms estimated reach.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms, estimated reach {r:.3f} ms).",
         ),
@@ -223,9 +222,9 @@ SENTENCES = {
         "mechanism_fell_short": _s(
             "f > 0",
             MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median, beyond the "
-            "spread (changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the "
-            "threshold {t:.3f} ms: a real fall, smaller than the prediction.",
+            "<part>, the part the change's mechanism removes, fell by {f:.3f} ms by median, beyond the spread "
+            "(changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the threshold "
+            "{t:.3f} ms: a real fall, smaller than the prediction.",
             "The part whose time the change's mechanism removes, <part>, did not fall: {f:.3f} ms by median (a "
             "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
             "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
@@ -246,11 +245,9 @@ SENTENCES = {
                 "u_lo": "change.sides.target.unchanged.q1_ms",
                 "u_hi": "change.sides.target.unchanged.q3_ms",
             },
-            "The baseline moved between the captures: <annotation> had a median of {b:.3f} ms in the first trace and "
-            "{u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, which the first median "
-            "lies outside), with no change made. The threshold was set against the first trace; the cut is read "
-            "within this capture, unchanged against changed, and a threshold beyond the change's estimated reach "
-            "here makes the verdict inconclusive.",
+            "The baseline moved between the captures, with no change made: <annotation> had a median of {b:.3f} ms "
+            "in the first trace, {u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, "
+            "outside which the first median lies). So the cut is read within this capture, unchanged against changed.",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
