@@ -536,3 +536,34 @@ def test_a_device_event_s_whole_time_never_exceeds_its_thread_s_busy_time(monkey
     assert rows["ThunkExecutor::Execute"]["own_ms"] == pytest.approx((100 + 100 + 600) * 1e-6)  # less the while
     assert all(row["ms"] <= thread["by_loop"]["after"]["busy_ms"] for row in thread["own"])
     assert sum(row["own_ms"] for row in thread["own"]) == pytest.approx(1300e-6)
+
+
+def test_a_capture_of_two_alternating_loops_splits_back_into_each_loops_transitions():
+    from shardlab.errors import UsageError
+    from shardlab.evidence.hypothesis import split_capture
+
+    # four transitions alternating u, c, u, c; each breakdown marked by its position in the capture
+    rows = {"u": [{"a_ms": 1.0}, {"a_ms": 3.0}], "c": [{"a_ms": 2.0}, {"a_ms": 4.0}]}
+    capture = {"order": ["u", "c", "u", "c"], "rows": rows}
+    parts = [{"p_ms": float(10 * i), "dispatched": []} for i in range(4)]
+    found = split_capture(capture, parts)
+    assert found["u"]["breakdown"] == [parts[0], parts[2]] and found["c"]["breakdown"] == [parts[1], parts[3]]
+    assert found["u"]["rows"] == [{"a_ms": 1.0, "p_ms": 0.0}, {"a_ms": 3.0, "p_ms": 20.0}]
+    assert found["c"]["rows"] == [{"a_ms": 2.0, "p_ms": 10.0}, {"a_ms": 4.0, "p_ms": 30.0}]
+    with pytest.raises(UsageError, match="not one capture"):
+        split_capture(capture, parts[:3])
+
+
+def test_the_change_in_code_replaces_the_host_draw_or_the_three_psums():
+    from shardlab.errors import UsageError
+    from shardlab.evidence.hypothesis import change_source
+
+    before, after = change_source("one_call_reshuffle")
+    assert before[0].startswith("def draw(") and any("jax.random.permutation" in line for line in before)
+    assert any("jax.jit" in line for line in after) and any("jax.device_get" in line for line in after)
+    before, after = change_source("packed_psum")
+    count = lambda lines: sum(line.count("jax.lax.psum(") for line in lines)  # noqa: E731
+    assert (count(before), count(after)) == (3, 1)  # three all-reduces in the course step, one packed in the change
+    assert not any(not line.strip() for line in before + after)
+    with pytest.raises(UsageError, match="no change named"):
+        change_source("faster")

@@ -474,7 +474,7 @@ QUESTIONS = (
         (
             "Which is a useful next optimisation?",
             [
-                "a table of estimated speed-ups",
+                "a speed-up read off an estimate, with no trace after the change",
                 "'use more devices'",
                 "a cut in a traced duration that the next trace can refute, gated on identical ids, losses and weights",
             ],
@@ -534,7 +534,7 @@ QUESTIONS = (
             ],
             "b",
             "The global mean is the same on 1, 2 and 4 devices; the mean of device means moves with the split. "
-            "Two controllers keep the same global denominator, as the cross-process psum above showed.",
+            "The restarts on other world sizes rest on it: the same global denominator on any split.",
             "denominator",
             (
                 "denominator",

@@ -114,9 +114,8 @@ SENTENCES = {
             "as an estimate of what the one-call reshuffle can remove, the draw alone is plausible.",
             "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
             "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
-            "more. This capture of draws carries time the transitions' draws do not (the order printed above shows "
-            "whether the long ones come at its start), so the menu caps the estimate of what the change can remove "
-            "at the target's median, never at this measurement alone.",
+            "more. These draws carry time the transitions' draws do not (the order above shows where the long ones "
+            "fall), so the estimate is capped at the target's median.",
         ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
@@ -130,8 +129,7 @@ SENTENCES = {
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
             "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
-            "this small, splitting the update over four logical devices costs more than it saves (the four device "
-            "threads share this host's cores, and the all-reduces come on top).",
+            "this small, splitting the update over four logical devices costs more than it saves.",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
             "read the table's middle halves before a ratio.",
@@ -139,9 +137,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut is {c:.3f} ms with {n:.3f} ms of noise, so even after subtracting "
-            "the noise it reaches the {t:.3f} ms threshold; the control, which the change does not touch, drifted "
-            "by {d:.3f} ms, within ± that threshold; and the cut is within the {r:.3f} ms estimated reach.",
+            "<verdict_of>: confirmed. The cut, {c:.3f} ms, less the {n:.3f} ms of noise still reaches the "
+            "{t:.3f} ms threshold; the control drifted by {d:.3f} ms, within ± that threshold; the cut is within "
+            "the {r:.3f} ms estimated reach.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms, estimated reach {r:.3f} ms).",
         ),
@@ -224,9 +222,9 @@ SENTENCES = {
         "mechanism_fell_short": _s(
             "f > 0",
             MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median, beyond the "
-            "spread (changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the "
-            "threshold {t:.3f} ms: a real fall, smaller than the prediction.",
+            "<part>, the part the change's mechanism removes, fell by {f:.3f} ms by median, beyond the spread "
+            "(changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the threshold "
+            "{t:.3f} ms: a real fall, smaller than the prediction.",
             "The part whose time the change's mechanism removes, <part>, did not fall: {f:.3f} ms by median (a "
             "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
             "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
@@ -247,11 +245,9 @@ SENTENCES = {
                 "u_lo": "change.sides.target.unchanged.q1_ms",
                 "u_hi": "change.sides.target.unchanged.q3_ms",
             },
-            "The baseline moved between the captures: <annotation> had a median of {b:.3f} ms in the first trace and "
-            "{u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, which the first median "
-            "lies outside), with no change made. The threshold was set against the first trace; the cut is read "
-            "within this capture, unchanged against changed, and a threshold beyond the change's estimated reach "
-            "here makes the verdict inconclusive.",
+            "The baseline moved between the captures, with no change made: <annotation> had a median of {b:.3f} ms "
+            "in the first trace, {u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, "
+            "outside which the first median lies). So the cut is read within this capture, unchanged against changed.",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
@@ -592,8 +588,8 @@ SENTENCES = {
         "fitted_terms_<fit>": _s(
             "t >= 0",
             {"t": "scaling_model.<fit>.params.<term>"},
-            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms), so each can be read "
-            "as a cost.",
+            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms): no term is "
+            "unphysical, which says nothing yet of whether the model describes these points.",
             "<label>: the fitted <term> term is {t:.3f} ms, negative. Not physical: no cost takes time away, so the "
             "model does not fit these points; least squares reached them only by subtracting.",
         ),

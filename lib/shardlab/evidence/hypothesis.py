@@ -28,14 +28,17 @@ against. What the change can remove is measured again after that capture. The ve
 notebook prints is chosen by the same rule and re-checked against the recorded values.
 """
 
+import inspect
 from functools import partial
 
 import jax
 import numpy as np
 
+from shardlab.core import sampler, update
 from shardlab.core.batch import next_batch as reference_next_batch
 from shardlab.errors import UsageError
 from shardlab.evidence.trace import PREPARE, UPDATE
+from shardlab.perf import packed
 from shardlab.perf.packed import make_packed_step
 
 
@@ -119,6 +122,18 @@ def with_parts(rows: list[dict], parts: list[dict]) -> list[dict]:
     if len(rows) != len(parts):
         raise UsageError(f"{len(rows)} annotation rows but {len(parts)} breakdowns: not the same transitions")
     return [{**row, **{k: v for k, v in part.items() if k.endswith("_ms")}} for row, part in zip(rows, parts)]
+
+
+def split_capture(capture: dict, breakdowns: list[dict]) -> dict:
+    """Loop name -> {"rows": its transitions with their parts, "breakdown": its own breakdowns}, from one capture
+    in which the loops alternate (`capture["order"]` names the loop of each transition, `breakdowns` in that order)."""
+    if len(breakdowns) != len(capture["order"]):
+        raise UsageError(f"{len(breakdowns)} breakdowns for {len(capture['order'])} transitions: not one capture")
+    found = {}
+    for loop, rows in capture["rows"].items():
+        own = [part for part, who in zip(breakdowns, capture["order"]) if who == loop]
+        found[loop] = {"rows": with_parts(rows, own), "breakdown": own}
+    return found
 
 
 def _summed(rows: list[dict], keys: list[str]) -> list[float]:
@@ -258,6 +273,21 @@ def changed_loop(change: str, mesh, next_batch, make_step):
     if change == "packed_psum":
         return next_batch, make_packed_step(mesh)
     raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
+
+
+def change_source(change: str) -> tuple[list[str], list[str]]:
+    """The source lines (blank ones left out) the unchanged loop runs where `change` acts; those the changed runs."""
+    if change == "one_call_reshuffle":
+        before, after = [sampler.draw], [split_and_permute, one_call_draw]
+    elif change == "packed_psum":
+        before, after = [update._sharded_body], [packed._packed_body, packed.pack, packed.packed_psum]
+    else:
+        raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
+
+    def lines(functions):
+        return [line for f in functions for line in inspect.getsource(f).splitlines() if line.strip()]
+
+    return lines(before), lines(after)
 
 
 def assert_same_run(changed: dict, unchanged: dict) -> None:
