@@ -398,6 +398,36 @@ MISTAKES = {
         "random_restore_damage",
         ["order: ids in range with a permutation's sum", "a valid permutation of 0..rows-1", "rows=3"],
     ),
+    "ids_in_a_reused_buffer": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["`next_batch` returned an array", "the result[1].ids", "keep its values after later calls"],
+    ),
+    "restore_cached_by_path_and_contract": (
+        3,
+        "random_restore_damage",
+        ["removed and saved anew at the same path", "no cache by path", "rows=1, batch=1"],
+    ),
+    "save_joins_the_import_folder": (
+        3,
+        "random_restore_damage",
+        ["the path given is relative", "relative to the working folder when save is called"],
+    ),
+    "save_temp_named_after_the_target": (
+        3,
+        "racing_saves_never_overwrite",
+        ["both saves used the same temporary name checkpoint.npz.tmp", "derived from the target"],
+    ),
+    "save_temp_from_a_seeded_generator": (
+        3,
+        "racing_saves_never_overwrite",
+        ["both saves used the same temporary name .tmp-", "seeded generator"],
+    ),
+    "save_publishes_in_a_thread": (
+        3,
+        "checkpoint_holds_every_field",
+        ["no file is at the path it was given", "before save returns", "a thread"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -535,6 +565,8 @@ SLOW_MISTAKES = {
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss
     *("next_batch_reads_data_fields", "contract_names_the_process", "contract_hashes_a_str", "loss_expanded_square"),
     *("step_replicates_inputs", "drop_remainder"),
+    *("restore_cached_by_path_and_contract", "save_joins_the_import_folder", "save_temp_named_after_the_target"),
+    *("save_temp_from_a_seeded_generator", "save_publishes_in_a_thread"),
 }
 
 
