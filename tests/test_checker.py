@@ -401,7 +401,7 @@ MISTAKES = {
     "ids_in_a_reused_buffer": (
         1,
         "batch_lengths_keep_the_remainder",
-        ["`next_batch` returned an array", "the result[1].ids", "keep its values after later calls"],
+        ["`next_batch` returned an array", "its result[1].ids", "keep its values after later calls"],
     ),
     "restore_cached_by_path_and_contract": (
         3,

@@ -174,7 +174,7 @@ class Guard:
     def _keep(self, function: str, result) -> None:
         """Keep the host arrays `result` holds, each with a copy taken now, for the next KEPT_CALLS calls."""
         found = []
-        _arrays(result, "the result", found)
+        _arrays(result, "its result", found)
         kept, size = [], 0
         for place, array in found:
             size += array.nbytes

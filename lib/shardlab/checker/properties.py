@@ -1374,6 +1374,15 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
             f"went to the home folder ({expanded!r}, this run's stand-in for $HOME): save expanded '~' "
             "(os.path.expanduser), which the caller never asked for -> use the path exactly as given"
         )
+    moved = os.fspath(returned) if spelt else ""
+    if not os.path.isabs(path) and os.path.isabs(moved) and moved != os.path.abspath(path):
+        if moved.endswith(os.sep + os.path.normpath(path)) and os.path.exists(moved):
+            return (
+                f"path: the path given is relative ({path!r}), and save wrote and returned {moved!r}: the same "
+                f"relative path joined to another folder than the working folder at the call ({os.getcwd()!r}), "
+                "such as one read once at import (os.getcwd() kept in a module variable) -> use the path exactly as "
+                "given: a relative path is relative to the working folder when save is called"
+            )
     if written and spelt and not os.path.isabs(os.fspath(returned)):
         named = os.fspath(returned)
         return (
