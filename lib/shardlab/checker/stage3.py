@@ -354,8 +354,14 @@ def save_leaves_only_the_final_file(ctx):
         ["checkpoint"],
         found,
         f"no file at the path given ({os.path.basename(path)}), so there is no checkpoint to be the only file: "
-        "np.savez appends .npz to a file *name* that lacks it -> write at exactly the path given (hand np.savez an "
-        "open file)" + mark("exact-path"),
+        + (
+            "np.savez appends .npz to a file *name* that lacks it -> write at exactly the path given (hand np.savez "
+            "an open file)"
+            if os.path.exists(path + ".npz")
+            else "save returned before any file was there -> write, fsync and publish the checkpoint at exactly the "
+            "path given inside save, before it returns"
+        )
+        + mark("exact-path"),
     )
     return expect(
         found == ["checkpoint"],
@@ -612,6 +618,11 @@ def _unrestorable(ctx, path: str, contract: dict, state: dict) -> str:
 
 def _file_fault(ctx, path: str, contract: dict, state: dict) -> str | None:
     """What is wrong with the file save wrote for `state` and `contract` (None: it holds both), read here."""
+    if not os.path.exists(path):
+        return (
+            f"save returned, but no file is at the path it was given ({os.path.basename(path)}) -> write, fsync and "
+            "publish the checkpoint inside save, before it returns" + mark("exact-path")
+        ) + see(ctx, "checkpoint_holds_every_field")
     try:
         members = read_npz(path)
     except Exception as exc:
