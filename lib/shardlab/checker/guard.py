@@ -6,7 +6,7 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
 - stops a call that runs longer than `seconds` with a SIGALRM (a pure-Python loop, a sleep); code that
   catches the Overrun (`except BaseException`) gets it again every REPEAT_SECONDS, and a call that returns
   after its bound fired raises Overrun all the same, so the bound holds for loading the file too; in the
-  worker, a call that has caught ENDED_AFTER repeats as well ends its interpreter (exit SWALLOWED_STATUS),
+  worker, a call that has caught ENDED_AFTER stops ends its interpreter at the next (exit SWALLOWED_STATUS),
   so the bound holds within a few seconds whatever the code catches,
 - turns `sys.exit` inside learner code into a failed check instead of an ended run,
 - writes one JSON line per outermost call to the progress file *before* the call starts, so the
@@ -29,7 +29,7 @@ import time
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
 REPEAT_SECONDS = 1.0  # past the bound, the alarm comes again this often until the call ends
-ENDED_AFTER = 3  # in the worker, a call still running after this many repeats has swallowed every stop: it ends
+ENDED_AFTER = 3  # in the worker, a call that caught this many stops (the bound's, then repeats) ends at the next
 SWALLOWED_STATUS = 113  # the exit status of a worker ended so (ended_verdict names it)
 MEMORY_BYTES = 2 * 1024**3  # growth of the checking interpreter allowed during one call
 OUTPUT_BYTES = 5 * 1024**2  # console output a learner's code may write in a whole run
