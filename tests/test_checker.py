@@ -1017,3 +1017,35 @@ def test_the_hidden_ulp_edit_moves_one_element_one_ulp_that_numpy_prints_alike()
     assert properties._hidden_ulp(own, "features", 0)[0] is own  # the data's own hidden ulp comes first
     # data too large for fixed notation to hide an ulp (NumPy would print exponents): nothing is drawn
     assert properties._hidden_ulp(Dataset(np.float32([[1e3]]), np.float32([1.0])), "features", 0) is None
+
+
+def test_a_result_changed_by_a_later_call_is_named_by_function_place_and_rule():
+    """The worker's guard keeps what each call returned: a restored state whose momentum is a buffer the next
+    restore refills fails that next call, naming the earlier call, the array's place and the rule it breaks;
+    results that keep their values, and a guard outside the worker, raise nothing."""
+    import numpy as np
+
+    from shardlab.checker import guard
+
+    buffer = np.zeros(3, np.float32)
+
+    def restore(value):
+        buffer[:] = value
+        return {"momentum": buffer, "step": np.array(int(value))}
+
+    def fresh(value):
+        return {"momentum": np.full(3, value, np.float32)}
+
+    kept = guard.Guard(worker=True)
+    for value in (1.0, 2.0, 3.0):  # new arrays every call: nothing changes
+        kept.call("restore", fresh, value)
+    kept.call("restore", restore, 1.0)
+    with pytest.raises(guard.ResultChanged) as raised:
+        kept.call("restore", restore, 2.0)
+    said = str(raised.value)
+    assert "`restore` returned an array (its result['momentum'], [1., 1., 1.])" in said, said
+    assert "changed to [2., 2., 2.]" in said and "{rule:exact-resume}" in said, said
+    assert isinstance(raised.value, guard.Overrun)  # a BaseException: no `except Exception` in a check hides it
+    outside = guard.Guard()  # a kernel or check_case: the caller's own code may hold and change what it got
+    outside.call("restore", restore, 1.0)
+    outside.call("restore", restore, 2.0)
