@@ -14,7 +14,7 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
   killed for memory, a console flood or a hang SIGALRM could not break, or died by itself,
 - refuses at once to call a function that already broke a bound (its verdict is repeated), so
   one infinite loop costs one bound, not one per check,
-- with `keep_results` (the worker, where only the learner's code holds what it returned), keeps every host
+- in the worker (`worker=True`, where only the learner's code holds what it returned), keeps every host
   NumPy array an outermost call returned, with a copy taken at its return, for the next
   KEPT_CALLS calls, and compares them after each: a result must keep its values after later calls (ids that
   are a view of a buffer the next call overwrites, a restored state a later restore changes). A change is
