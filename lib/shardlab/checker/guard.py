@@ -7,7 +7,7 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
   catches the Overrun (`except BaseException`) gets it again every REPEAT_SECONDS, and a call that returns
   after its bound fired raises Overrun all the same, so the bound holds for loading the file too; in the
   worker, a call that has caught ENDED_AFTER stops ends its interpreter at the next (exit SWALLOWED_STATUS),
-  so the bound holds within a few seconds whatever the code catches,
+  so the bound holds within ENDED_AFTER repeats whatever the code catches,
 - turns `sys.exit` inside learner code into a failed check instead of an ended run,
 - writes one JSON line per outermost call to the progress file *before* the call starts, so the
   supervisor (`checker/watch.py`) knows which function was running when the interpreter was
