@@ -398,6 +398,36 @@ MISTAKES = {
         "random_restore_damage",
         ["order: ids in range with a permutation's sum", "a valid permutation of 0..rows-1", "rows=3"],
     ),
+    "ids_in_a_reused_buffer": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["`next_batch` returned an array", "its result[1].ids", "keep its values after later calls"],
+    ),
+    "restore_cached_by_path_and_contract": (
+        3,
+        "random_restore_damage",
+        ["removed and saved anew at the same path", "no cache by path", "rows=1, batch=1"],
+    ),
+    "save_joins_the_import_folder": (
+        3,
+        "random_restore_damage",
+        ["the path given is relative", "relative to the working folder when save is called"],
+    ),
+    "save_temp_named_after_the_target": (
+        3,
+        "racing_saves_never_overwrite",
+        ["both saves used the same temporary name checkpoint.npz.tmp", "derived from the target"],
+    ),
+    "save_temp_from_a_seeded_generator": (
+        3,
+        "racing_saves_never_overwrite",
+        ["both saves used the same temporary name .tmp-", "seeded generator"],
+    ),
+    "save_publishes_in_a_thread": (
+        3,
+        "checkpoint_holds_every_field",
+        ["no file is at the path it was given", "before save returns", "a thread"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -535,6 +565,8 @@ SLOW_MISTAKES = {
     # the inner loop's largest stage 1 and 2 cases: a probe of every data field, a process name, a compiled loss
     *("next_batch_reads_data_fields", "contract_names_the_process", "contract_hashes_a_str", "loss_expanded_square"),
     *("step_replicates_inputs", "drop_remainder"),
+    *("restore_cached_by_path_and_contract", "save_joins_the_import_folder", "save_temp_named_after_the_target"),
+    *("save_temp_from_a_seeded_generator", "save_publishes_in_a_thread"),
 }
 
 
@@ -985,3 +1017,35 @@ def test_the_hidden_ulp_edit_moves_one_element_one_ulp_that_numpy_prints_alike()
     assert properties._hidden_ulp(own, "features", 0)[0] is own  # the data's own hidden ulp comes first
     # data too large for fixed notation to hide an ulp (NumPy would print exponents): nothing is drawn
     assert properties._hidden_ulp(Dataset(np.float32([[1e3]]), np.float32([1.0])), "features", 0) is None
+
+
+def test_a_result_changed_by_a_later_call_is_named_by_function_place_and_rule():
+    """The worker's guard keeps what each call returned: a restored state whose momentum is a buffer the next
+    restore refills fails that next call, naming the earlier call, the array's place and the rule it breaks;
+    results that keep their values, and a guard outside the worker, raise nothing."""
+    import numpy as np
+
+    from shardlab.checker import guard
+
+    buffer = np.zeros(3, np.float32)
+
+    def restore(value):
+        buffer[:] = value
+        return {"momentum": buffer, "step": np.array(int(value))}
+
+    def fresh(value):
+        return {"momentum": np.full(3, value, np.float32)}
+
+    kept = guard.Guard(worker=True)
+    for value in (1.0, 2.0, 3.0):  # new arrays every call: nothing changes
+        kept.call("restore", fresh, value)
+    kept.call("restore", restore, 1.0)
+    with pytest.raises(guard.ResultChanged) as raised:
+        kept.call("restore", restore, 2.0)
+    said = str(raised.value)
+    assert "`restore` returned an array (its result['momentum'], [1., 1., 1.])" in said, said
+    assert "changed to [2., 2., 2.]" in said and "{rule:exact-resume}" in said, said
+    assert isinstance(raised.value, guard.Overrun)  # a BaseException: no `except Exception` in a check hides it
+    outside = guard.Guard()  # a kernel or check_case: the caller's own code may hold and change what it got
+    outside.call("restore", restore, 1.0)
+    outside.call("restore", restore, 2.0)

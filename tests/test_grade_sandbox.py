@@ -403,6 +403,38 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     assert report["implementation_sha256"] == grade.sha256_file(spec)
 
 
+SWALLOW = (  # a loop that catches every stop, Overrun included, and says so on the console
+    "    while True:\n        try:\n            time.sleep(1000)\n"
+    "        except BaseException:\n            print('swallowed a stop', flush=True)\n"
+)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("where", ["import", "initial"])
+def test_a_call_that_swallows_every_stop_ends_within_its_bound(tmp_path, where):
+    """Code that catches every repeated alarm (at import, or in a call) holds its slot for the call bound and a few
+    repeats, not the run's: its interpreter is ended after guard.ENDED_AFTER caught stops, and the verdict says so."""
+    from argparse import Namespace
+
+    from shardlab.checker import cli, guard, watch
+
+    spec = tmp_path / f"swallow_{where}.py"
+    head = "import time\n\nfrom shardlab.learner.reference import *  # noqa\n\n\n"
+    spec.write_text(
+        head + ("if True:\n" + SWALLOW if where == "import" else "def initial(seed, data, mesh):\n" + SWALLOW)
+    )
+    bounds = watch.Bounds(2, 2 * 1024**3, 200_000, 240, sandboxed=True)
+    out = tmp_path / "out"
+    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    first = json.loads((out / cli.REPORT).read_text())["checks"][0]
+    function = "importing the file" if where == "import" else "initial"
+    assert first["name"] == ("implementation_loads" if where == "import" else "initial_state_fields"), first
+    assert f"`{function}` did not return within its time bound and caught every stop" in first["diagnosis"], first
+    # the stops it caught, counted from its own lines: the bound's alarm and its repeats, then the end
+    caught = (out / watch.LOG).read_text().count("swallowed a stop")
+    assert 1 <= caught <= guard.ENDED_AFTER, caught
+
+
 def test_the_supervisor_accepts_exactly_the_fields_of_a_result():
     """The progress channel's shape check names the same fields as the report's Result, no more, no fewer."""
     from dataclasses import MISSING, asdict, fields

@@ -5,25 +5,39 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
 
 - stops a call that runs longer than `seconds` with a SIGALRM (a pure-Python loop, a sleep); code that
   catches the Overrun (`except BaseException`) gets it again every REPEAT_SECONDS, and a call that returns
-  after its bound fired raises Overrun all the same, so the bound holds for loading the file too,
+  after its bound fired raises Overrun all the same, so the bound holds for loading the file too; in the
+  worker, a call that has caught ENDED_AFTER stops ends its interpreter at the next (exit SWALLOWED_STATUS),
+  so the bound holds within ENDED_AFTER repeats whatever the code catches,
 - turns `sys.exit` inside learner code into a failed check instead of an ended run,
 - writes one JSON line per outermost call to the progress file *before* the call starts, so the
   supervisor (`checker/watch.py`) knows which function was running when the interpreter was
   killed for memory, a console flood or a hang SIGALRM could not break, or died by itself,
 - refuses at once to call a function that already broke a bound (its verdict is repeated), so
-  one infinite loop costs one bound, not one per check.
+  one infinite loop costs one bound, not one per check,
+- in the worker (`worker=True`, where only the learner's code holds what it returned), keeps every host
+  NumPy array an outermost call returned, with a copy taken at its return, for the next
+  KEPT_CALLS calls, and compares them after each: a result must keep its values after later calls (ids that
+  are a view of a buffer the next call overwrites, a restored state a later restore changes). A change is
+  raised from the call that made it, naming the earlier call and the array's place in its result.
 """
 
 import json
 import os
 import signal
+import sys
 import time
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
 REPEAT_SECONDS = 1.0  # past the bound, the alarm comes again this often until the call ends
+ENDED_AFTER = 3  # in the worker, a call that caught this many stops (the bound's, then repeats) ends at the next
+SWALLOWED_STATUS = 113  # the exit status of a worker ended so (ended_verdict names it)
 MEMORY_BYTES = 2 * 1024**3  # growth of the checking interpreter allowed during one call
 OUTPUT_BYTES = 5 * 1024**2  # console output a learner's code may write in a whole run
 PAGE = os.sysconf("SC_PAGE_SIZE")
+KEPT_CALLS = 6  # results of this many earlier outermost calls are compared after each call
+KEPT_BYTES = 8 * 1024**2  # arrays larger than this (in one result) are not kept: the check stays cheap
+# the rule a later change of each function's result breaks (learner/rules.py)
+RESULT_RULES = {"restore": "exact-resume", "initial": "initial-fields"}
 
 
 class Overrun(BaseException):
@@ -49,6 +63,12 @@ def memory_verdict(count: int) -> str:
 
 def ended_verdict(code: int | None, who: str) -> str:
     """Why `who` (an interpreter) ended without answering, from its exit status (negative: the signal)."""
+    if code == SWALLOWED_STATUS:
+        return (
+            "did not return within its time bound and caught every stop the checker sent (an `except BaseException` "
+            "or bare `except:` around a loop or a sleep), so the interpreter running it was ended -> an infinite "
+            "loop? never catch BaseException; let the call end"
+        )
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         native = " (a segfault in native code: ctypes, a C extension, a bad pointer)" if name == "SIGSEGV" else ""
@@ -60,15 +80,52 @@ def loop_verdict(function: str, seconds: float) -> str:
     return f"`{function}` did not return within {seconds:g} s -> an infinite loop? (the call was stopped)"
 
 
+class ResultChanged(Overrun):
+    """An array an earlier call returned changed when a later call ran (a rule broken, not a bound)."""
+
+
+def _arrays(value, place: str, found: list, depth: int = 0) -> None:
+    """Every host NumPy array in `value` (through dicts, lists, tuples and named tuples), with its place."""
+    import numpy as np
+
+    if depth > 4 or len(found) > 64:
+        return
+    if isinstance(value, np.ndarray):
+        found.append((place, value))
+    elif isinstance(value, dict):
+        for key, item in list(value.items())[:64]:
+            _arrays(item, f"{place}[{key!r}]", found, depth + 1)
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        for field in value._fields[:64]:
+            _arrays(getattr(value, field, None), f"{place}.{field}", found, depth + 1)
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value[:64]):
+            _arrays(item, f"{place}[{index}]", found, depth + 1)
+
+
+def _shown(array) -> str:
+    import numpy as np
+
+    flat = np.asarray(array).ravel()
+    text = np.array2string(flat[:8], separator=", ", threshold=8)
+    return text[:-1] + ", ...]" if flat.size > 8 else text
+
+
 class Guard:
     """Time bound, progress lines and remembered verdicts for the calls of one checking interpreter."""
 
-    def __init__(self, progress=None, seconds: float = CALL_SECONDS, poisoned: dict | None = None):
+    def __init__(self, progress=None, seconds: float = CALL_SECONDS, poisoned: dict | None = None, worker=False):
+        # in the worker, which only answers the checker: results are kept and compared, and a call that swallows
+        # every stop ends the interpreter; never in an interpreter of the learner's own (a kernel, check_case)
+        self.keep_results = self.end_swallowed = bool(worker)
+        self.repeats = 0
         self.progress = open(progress, "a", encoding="utf-8") if progress else None
         self.seconds = float(seconds)
         self.poisoned = dict(poisoned or {})  # function -> the verdict it earned
         self.depth = 0
         self.running = None
+        self.kept = []  # (call number, function, [(place, array, copy taken at return)]), newest last
+        self.calls = 0
 
     def note(self, **event) -> None:
         """Append one event to the progress file, flushed at once (the supervisor reads it live)."""
@@ -77,6 +134,10 @@ class Guard:
             self.progress.flush()
 
     def _alarm(self, signum, frame):
+        self.repeats += 1
+        if self.end_swallowed and self.repeats > ENDED_AFTER:  # every Overrun so far was caught by the code it stopped
+            sys.stderr.flush()
+            os._exit(SWALLOWED_STATUS)
         verdict = loop_verdict(self.running, self.seconds)
         self.poisoned[self.running] = verdict
         raise Overrun(verdict)
@@ -87,7 +148,7 @@ class Guard:
             raise Overrun(f"{self.poisoned[function]}; not called again in this run")
         if self.depth:
             return target(*args, **kwargs)
-        self.depth, self.running = 1, function
+        self.depth, self.running, self.repeats = 1, function, 0
         self.note(event="call", function=function, rss=resident_bytes(), at=time.time())
         previous = signal.signal(signal.SIGALRM, self._alarm)
         signal.setitimer(signal.ITIMER_REAL, self.seconds, REPEAT_SECONDS)
@@ -95,6 +156,10 @@ class Guard:
             result = target(*args, **kwargs)
             if function in self.poisoned:  # the bound's Overrun was caught by the code it stopped: still broken
                 raise Overrun(self.poisoned[function])
+            if self.keep_results:
+                self.calls += 1
+                self._compare(function)
+                self._keep(function, result)
             return result
         except SystemExit as exc:
             verdict = f"`{function}` called sys.exit({exc.code!r}) -> return or raise instead of ending the interpreter"
@@ -105,6 +170,40 @@ class Guard:
             signal.signal(signal.SIGALRM, previous)
             self.depth, self.running = 0, None
             self.note(event="return", function=function)
+
+    def _keep(self, function: str, result) -> None:
+        """Keep the host arrays `result` holds, each with a copy taken now, for the next KEPT_CALLS calls."""
+        found = []
+        _arrays(result, "its result", found)
+        kept, size = [], 0
+        for place, array in found:
+            size += array.nbytes
+            if size > KEPT_BYTES or array.dtype.hasobject:
+                break
+            kept.append((place, array, array.copy()))
+        self.kept = [*self.kept, (self.calls, function, kept)][-KEPT_CALLS:] if kept else self.kept[-KEPT_CALLS:]
+
+    def _compare(self, function: str) -> None:
+        """Raise ResultChanged if an array an earlier call returned no longer equals its copy from then."""
+        for number, earlier, kept in self.kept:
+            for place, array, copy in kept:
+                try:
+                    same = array.shape == copy.shape and array.tobytes() == copy.tobytes()
+                except Exception:  # resized away under the caller
+                    same = False
+                if same:
+                    continue
+                self.kept = []
+                rule = RESULT_RULES.get(earlier, "host-results")
+                ago = self.calls - number
+                when = "the next call" if ago == 1 else f"{ago} calls later"
+                now = _shown(array) if array.shape == copy.shape else f"shape {array.shape}"
+                raise ResultChanged(
+                    f"`{earlier}` returned an array ({place}, {_shown(copy)}) whose values changed to {now} when "
+                    f"`{function}` ran ({when}): a result must keep its values after later calls -> return a new "
+                    f"array from each call, never a view of a buffer (module-level, cached, reused) that a later "
+                    f"call writes into {{rule:{rule}}}"
+                )
 
 
 class Bounded:

@@ -131,12 +131,15 @@ def _rival(save, rival: tuple, report: str, go: int, done: int) -> int:
     """Body of the rival saver: wait for the first save's signal, save once, report, and say so."""
     if not os.read(go, 1):  # the first save ended before its stop point: nothing to race
         return NOT_REACHED
+    seen = []  # the rival's own file operations: which names it made, wrote, published and removed
+    instrument(lambda operation, target, data, handle: seen.append(label(operation, target)))
     try:
         save(*rival)
         outcome = {"rival": "saved"}
     except Exception as exc:
         found = refusal(exc)
         outcome = {"rival": found["text"], "rival_exists_error": found["exists"]}
+    outcome["rival_operations"] = seen[:MAX_OPERATIONS]
     with open(report, "w") as handle:
         json.dump(outcome, handle)
     os.write(done, b"d")

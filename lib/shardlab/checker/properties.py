@@ -8,6 +8,7 @@ cases, shrinks a failing one and turns the minimal case into a verdict.
 import functools
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -1281,6 +1282,11 @@ def restore_damage(ctx, case: Case) -> None:
         _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
+        try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
+            _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
+            replaced = None
+        except Miss as miss:
+            replaced = miss
     finally:
         os.chdir(here)
         shutil.rmtree(folder, ignore_errors=True)
@@ -1300,6 +1306,8 @@ def restore_damage(ctx, case: Case) -> None:
         + "; ".join(f"{w} ({r})" for w, r in accepted.items())
         + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
     )
+    if replaced is not None:
+        raise replaced
 
 
 def _damage_rule(what: str) -> str:
@@ -1366,6 +1374,15 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
             f"went to the home folder ({expanded!r}, this run's stand-in for $HOME): save expanded '~' "
             "(os.path.expanduser), which the caller never asked for -> use the path exactly as given"
         )
+    moved = os.fspath(returned) if spelt else ""
+    if not os.path.isabs(path) and os.path.isabs(moved) and moved != os.path.abspath(path):
+        if moved.endswith(os.sep + os.path.normpath(path)) and os.path.exists(moved):
+            return (
+                f"path: the path given is relative ({path!r}), and save wrote and returned {moved!r}: the same "
+                f"relative path joined to another folder than the working folder at the call ({os.getcwd()!r}), "
+                "such as one read once at import (os.getcwd() kept in a module variable) -> use the path exactly as "
+                "given: a relative path is relative to the working folder when save is called"
+            )
     if written and spelt and not os.path.isabs(os.fspath(returned)):
         named = os.fspath(returned)
         return (
@@ -1385,8 +1402,29 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
     return "path: no file is at that path (what the folder holds is shown) -> write exactly there"
 
 
+def _elsewhere(path: str, exc: Exception) -> str | None:
+    """A path the error names that ends with the relative folder given but lies in another working folder."""
+    given = os.path.dirname(path)
+    if os.path.isabs(path) or not given:
+        return None
+    here = os.path.abspath(given)
+    for named in re.findall(r"'(/[^']+)'", str(exc)):
+        folder = os.path.dirname(named)
+        if folder != here and folder.endswith(os.sep + given):
+            return named
+    return None
+
+
 def _failed_save(path: str, exc: Exception) -> str:
     """Why a save of a valid state raised, from what the folder holds afterwards and what the error names."""
+    named = _elsewhere(path, exc)
+    if not os.path.exists(path) and named:
+        return (
+            f"the path given is relative ({path!r}) and the error names {named!r}: the same relative path joined to "
+            f"another folder than the working folder at the call ({os.getcwd()!r}), such as one read once at import "
+            "(os.getcwd() kept in a module variable) -> use the path exactly as given: a relative path is relative "
+            "to the working folder when save is called" + formulas.mark("exact-path")
+        )
     if not os.path.exists(path):
         return (
             "save must work for a bare file name, nested folders and another file system: write the temporary file "
@@ -1495,6 +1533,50 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
     )
     for name in ("weights", "momentum"):
         _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
+
+
+def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, earlier: dict) -> None:
+    """restore of `path` (now holding `want`'s checkpoint, put there `how`) returns `want`, not `earlier`."""
+    try:
+        got = called(ctx, "restore", path, contract, mesh)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint restored",
+            _learner_error(exc),
+            f"a valid checkpoint at step {int(want['step'])} ({how}) was refused -> restore must accept every valid "
+            f"checkpoint its own save writes; it raised at {raised_where(exc)}" + formulas.mark("exact-resume"),
+        ) from exc
+    same = {n: np.array_equal(host(want[n]), host(got.get(n))) for n in FIELDS}
+    old = all(np.array_equal(host(earlier[n]), host(got.get(n))) for n in FIELDS)
+    shown = {n: host(got.get(n)).tolist() for n in ("cursor", "step")}
+    need(
+        all(same.values()),
+        {n: host(want[n]).tolist() for n in ("cursor", "step")},
+        shown,
+        (
+            f"restore gave back the state restored earlier from the same path (step {int(earlier['step'])}), not the "
+            f"checkpoint now there (step {int(want['step'])}, {how}): an answer remembered by path (and contract) "
+            "outlives the file -> read and check the file at every call (no cache by path: a path can hold another "
+            "checkpoint later)"
+            if old
+            else f"restore of the checkpoint at step {int(want['step'])} ({how}) must return the saved "
+            + ", ".join(n for n, ok in same.items() if not ok)
+        )
+        + formulas.mark("exact-resume"),
+    )
+
+
+def _replaced_at_the_same_path(ctx, case: Case, path: str, state, contract, data, mesh, elsewhere, at: int) -> None:
+    """A path restored once may hold another checkpoint later: removed and saved anew with the next state, and
+    replaced by a rename with the first again, it restores what it holds each time (save_at=start: step 0, then 1)."""
+    later, _, _ = _transitioned(ctx, case, state, data, mesh, step_of(ctx, case), at)
+    os.remove(path)
+    called(ctx, "save", path, later, contract)
+    _restored_as(ctx, path, contract, elsewhere, later, "removed and saved anew at the same path", state)
+    beside = os.path.join(os.path.dirname(os.path.abspath(path)), "renamed-" + os.path.basename(path))
+    called(ctx, "save", beside, state, contract)
+    os.replace(beside, path)
+    _restored_as(ctx, path, contract, elsewhere, state, "another checkpoint renamed over the path", later)
 
 
 def _damage_files(ctx, case, path, state, contract, data) -> dict:

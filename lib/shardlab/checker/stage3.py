@@ -107,6 +107,17 @@ def _contract_kept(before, contract: dict) -> None:
 
 
 def _members(path: str) -> dict:
+    folder = os.path.dirname(path)
+    expect(
+        os.path.exists(path),
+        f"a file at {path} when save returned",
+        {"folder holds": sorted(os.listdir(folder)) if os.path.isdir(folder) else "no folder"},
+        f"save returned, but no file is at the path it was given ({os.path.basename(path)}): the checkpoint must be "
+        "written and published before save returns -> do every write, the fsync and the publication inside save "
+        "itself; work left to a thread, an executor or a later call has not happened when the caller reads the file"
+        + (", and np.savez appends .npz to a name that lacks it" if os.path.exists(path + ".npz") else "")
+        + mark("exact-path"),
+    )
     try:
         return read_npz(path)
     except Exception as exc:
@@ -343,8 +354,14 @@ def save_leaves_only_the_final_file(ctx):
         ["checkpoint"],
         found,
         f"no file at the path given ({os.path.basename(path)}), so there is no checkpoint to be the only file: "
-        "np.savez appends .npz to a file *name* that lacks it -> write at exactly the path given (hand np.savez an "
-        "open file)" + mark("exact-path"),
+        + (
+            "np.savez appends .npz to a file *name* that lacks it -> write at exactly the path given (hand np.savez "
+            "an open file)"
+            if os.path.exists(path + ".npz")
+            else "save returned before any file was there -> write, fsync and publish the checkpoint at exactly the "
+            "path given inside save, before it returns"
+        )
+        + mark("exact-path"),
     )
     return expect(
         found == ["checkpoint"],
@@ -601,6 +618,11 @@ def _unrestorable(ctx, path: str, contract: dict, state: dict) -> str:
 
 def _file_fault(ctx, path: str, contract: dict, state: dict) -> str | None:
     """What is wrong with the file save wrote for `state` and `contract` (None: it holds both), read here."""
+    if not os.path.exists(path):
+        return (
+            f"save returned, but no file is at the path it was given ({os.path.basename(path)}) -> write, fsync and "
+            "publish the checkpoint inside save, before it returns" + mark("exact-path")
+        ) + see(ctx, "checkpoint_holds_every_field")
     try:
         members = read_npz(path)
     except Exception as exc:
@@ -854,7 +876,24 @@ def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
     return f"killed at each of {points} file operations: nothing or a complete checkpoint; re-run saved", "as expected"
 
 
-def _race_cause(saved: list, losers_exist: bool, wrong: str, removed: list, operations: list | None = None) -> str:
+def _shared_names(removed: list, rival: list) -> list:
+    """The names among `removed` that the rival saver itself opened for writing: both saves used that name."""
+    made = {label.partition(" ")[2] for label in rival if label.split(" ", 1)[0] in ("open", "create")}
+    return [name for name in removed if name in made]
+
+
+def _race_cause(
+    saved: list, losers_exist: bool, wrong: str, removed: list, operations: list | None = None, rival: list = ()
+) -> str:
+    shared = _shared_names(removed, list(rival))
+    if shared:
+        return (
+            f"both saves used the same temporary name {shared[0]}: the rival opened it for writing too and then "
+            "published or removed it, under the first save that was still writing it (the first was paused while "
+            "the rival ran) -> give every save a name no other save can draw (tempfile.mkstemp(dir=the target's "
+            "folder) creates it exclusively); a name derived from the target (path + '.tmp') or drawn from a "
+            "seeded generator (random.Random(0) gives every process the same names) is shared" + mark("new-temp-name")
+        )
     if removed:
         return (
             f"the rival's save removed {removed[:3]}, which the first save had made and was still using (the first "
@@ -910,7 +949,14 @@ def racing_saves_never_overwrite(ctx):
             "exactly one save succeeds, the other raises CheckpointExistsError, the path holds the winner's checkpoint",
             {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong or "the winner's"},
             f"a second saver (another process) ran at file operation {number} ({outcome.get('at')}) of the first and "
-            + _race_cause(saved, losers_exist, wrong, outcome.get("removed_by_rival", []), outcome.get("operations")),
+            + _race_cause(
+                saved,
+                losers_exist,
+                wrong,
+                outcome.get("removed_by_rival", []),
+                outcome.get("operations"),
+                outcome.get("rival_operations", []),
+            ),
         )
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"

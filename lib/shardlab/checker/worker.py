@@ -46,7 +46,7 @@ class Server:
         import shardlab.checker.guard as guard
 
         self.spec, self.read, self.write = spec, read, write
-        self.guard = guard.Guard(None, call_seconds, poisoned)
+        self.guard = guard.Guard(None, call_seconds, poisoned, worker=True)
         self.impl, self.handles, self.names = None, [], []
 
     def keep(self, value) -> int:
