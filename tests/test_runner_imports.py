@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from shardlab.course import catalog
 
 CHILD = """
@@ -38,3 +40,62 @@ def test_the_runner_leaves_out_the_iri_grammars_and_nbformat_still_refuses_a_bro
     plain, runner = _child("plain"), _child("runner")
     assert plain == {"loaded": True, "refused": True}  # installed, and loaded by jsonschema when left alone
     assert runner == {"loaded": False, "refused": True}  # left out, and validation is what it was
+
+
+# ---- the portfolio's check of the stages no notebook checked, started beside the run's last steps ----
+
+
+def _staging(tmp_path, checked: dict) -> tuple:
+    """OUT and a staging folder in it whose results record each notebook's check of its stage (passed or not)."""
+    from shardlab import outdir
+
+    out = tmp_path / "out"
+    staging = out / f"{outdir.STAGING}1-x"
+    (staging / "results").mkdir(parents=True)
+    for notebook, (stage, passed) in checked.items():
+        (staging / "results" / f"{notebook}.json").write_text(json.dumps({"check": {"stage": stage, "passed": passed}}))
+    return out, staging
+
+
+def test_the_started_check_runs_the_stages_no_notebook_passed_and_is_used_only_for_them(tmp_path, monkeypatch):
+    from shardlab.checker.cli import STAGES
+    from shardlab.course import execute
+    from shardlab.handin import bounded, portfolio
+
+    calls = []
+
+    def fake_check(implementation, folder, stages):
+        calls.append((implementation, list(stages), folder))
+        report = {"checks": [{"stage": s, "number": len(calls)} for s in stages]}
+        return bounded.Outcome(0, "", report, None, 0.0)
+
+    monkeypatch.setattr(portfolio, "bounded_check", fake_check)
+    checked = {"stage1_batches": (1, True), "stage2_update": (2, False), "stage3b_resume": (3, True)}
+    out, staging = _staging(tmp_path, checked)
+    expected = sorted(set(STAGES) - {1, 3})  # every stage but the ones a notebook recorded as passed
+    started = execute._StartedCheck.begin(out, staging, "reference", list(catalog.NOTEBOOKS))
+    assert started is not None and calls[0][:2] == ("reference", expected)
+    folder = calls[0][2]
+    assert folder.parent.parent == out and folder.parent.name.startswith(execute.outdir.STAGING)  # inside OUT
+    assert started("/elsewhere/mine.py", expected) is None and started("reference", [4]) is None
+    audit = {"results": {n: {"check": {"stage": s, "passed": ok}} for n, (s, ok) in checked.items()}}
+    assert portfolio.stages_left(audit) == expected
+    report = portfolio.checker_report("reference", None, tmp_path / "scratch", audit, started=started)
+    assert report == {"checks": [{"stage": s, "number": 1} for s in expected]} and len(calls) == 1  # the started one
+    started.close()
+    assert sorted(p.name for p in out.iterdir()) == [staging.name]  # its folder is gone, the staging one stays
+
+    ran_here = portfolio.checker_report("reference", None, tmp_path / "scratch", audit, started=lambda *a: None)
+    assert ran_here == {"checks": [{"stage": s, "number": 2} for s in expected]}  # none started: checked here
+
+
+def test_no_check_is_started_for_a_partial_run_or_when_every_stage_was_checked(tmp_path, monkeypatch):
+    from shardlab.checker.cli import STAGES
+    from shardlab.course import execute
+    from shardlab.handin import portfolio
+
+    monkeypatch.setattr(portfolio, "bounded_check", lambda *a: pytest.fail("no check should start"))
+    out, staging = _staging(tmp_path, {f"n{s}": (s, True) for s in STAGES})
+    assert execute._StartedCheck.begin(out, staging, "reference", list(catalog.NOTEBOOKS)) is None
+    out, staging = _staging(tmp_path / "partial", {"stage1_batches": (1, True)})
+    assert execute._StartedCheck.begin(out, staging, "reference", ["stage1_batches"]) is None
