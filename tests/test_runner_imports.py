@@ -45,13 +45,16 @@ def test_the_runner_leaves_out_the_iri_grammars_and_nbformat_still_refuses_a_bro
 # ---- the portfolio's check of the stages no notebook checked, started beside the run's last steps ----
 
 
-def _staging(tmp_path, checked: dict) -> tuple:
-    """OUT and a staging folder in it whose results record each notebook's check of its stage (passed or not)."""
+def _staging(tmp_path, checked: dict, executed=catalog.NOTEBOOKS) -> tuple:
+    """OUT and a staging folder in it holding the `executed` notebooks, whose results record each notebook's
+    check of its stage (passed or not)."""
     from shardlab import outdir
 
     out = tmp_path / "out"
     staging = out / f"{outdir.STAGING}1-x"
     (staging / "results").mkdir(parents=True)
+    for name in executed:
+        (staging / f"{name}.ipynb").write_text("{}")
     for notebook, (stage, passed) in checked.items():
         (staging / "results" / f"{notebook}.json").write_text(json.dumps({"check": {"stage": stage, "passed": passed}}))
     return out, staging
@@ -99,3 +102,6 @@ def test_no_check_is_started_for_a_partial_run_or_when_every_stage_was_checked(t
     assert execute._StartedCheck.begin(out, staging, "reference", list(catalog.NOTEBOOKS)) is None
     out, staging = _staging(tmp_path / "partial", {"stage1_batches": (1, True)})
     assert execute._StartedCheck.begin(out, staging, "reference", ["stage1_batches"]) is None
+    out, staging = _staging(tmp_path / "one-missing", {"stage1_batches": (1, True)}, catalog.NOTEBOOKS[:-1])
+    assert portfolio.left_out(staging) == catalog.NOTEBOOKS[-1:]  # the portfolio would not be built: no check
+    assert execute._StartedCheck.begin(out, staging, "reference", list(catalog.NOTEBOOKS)) is None

@@ -232,6 +232,11 @@ def build(out, receipts, implementation=None, workspace=None, check_report=None)
     return Path(out)
 
 
+def left_out(staging: Path) -> list[str]:
+    """The course notebooks a run in `staging` did not execute (a run that left any out gets no portfolio)."""
+    return [n for n in NOTEBOOKS if not (staging / f"{n}.ipynb").is_file()]
+
+
 def finish_run(staging: Path, workspace=None, started=None) -> None:
     """`make run`'s last step: the run's own portfolio (the reference run's is the shipped example), reading the
     learner's answers, letters and hypothesis from `workspace` as `make portfolio` does (None: none given).
@@ -240,9 +245,9 @@ def finish_run(staging: Path, workspace=None, started=None) -> None:
     A run whose portfolio cannot be built (its implementation fails the checker's import) still
     succeeds; the reason is printed and `python -m shardlab portfolio` says it again.
     """
-    left_out = [n for n in NOTEBOOKS if not (staging / f"{n}.ipynb").is_file()]
-    if left_out:
-        print(f"[shardlab] no portfolio: this run left out {', '.join(left_out)}", flush=True)
+    left = left_out(staging)
+    if left:
+        print(f"[shardlab] no portfolio: this run left out {', '.join(left)}", flush=True)
         return
     try:
         run, found = gather(staging, workspace=workspace, scratch=staging, verified=False, started=started)
