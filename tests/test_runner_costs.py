@@ -1,4 +1,4 @@
-"""The runner's own interpreter imports nbformat without jsonschema's IRI grammars, and validates as before."""
+"""What the runner spends: nbformat without jsonschema's IRI grammars, and the portfolio's check started early."""
 
 import json
 import subprocess
