@@ -73,3 +73,18 @@ def test_the_xdist_group_suffix_is_written_into_the_node_id(request):
         assert item.nodeid == f"{before}@probe"
     finally:
         item._id = original
+
+
+def test_jax_still_writes_cache_entries_through_the_function_multi_cache_wraps():
+    compiler, compilation_cache, distributed = compat.jax_cache_writer()
+    write = getattr(compiler, compat.CACHE_WRITE)
+    names = ["cache_key", "compile_time_secs", "module_name", "backend", "executable", "host_callbacks"]
+    assert list(inspect.signature(getattr(write, "shardlab_wraps", write)).parameters) == names
+    assert list(inspect.signature(compilation_cache.put_executable_and_time).parameters) == [
+        "cache_key",
+        "module_name",
+        "executable",
+        "backend",
+        "compile_time",
+    ]
+    assert hasattr(distributed.global_state, "process_id")

@@ -629,8 +629,9 @@ def test_mpirun_launch_is_supervised_and_matches_one_process_and_numpy(tmp_path,
 @pytest.mark.long  # three controller groups of its own: make test-long's (stage 5a runs the series too)
 def test_a_drill_series_shares_compiled_programs_after_its_uninterrupted_group(tmp_path):
     """The uninterrupted group compiles everything itself (its step times show the compiling steps) and leaves
-    no cache entry; a later group of the series writes the series' cache and the one after it loads from it,
-    and both still match the single-process control computed here."""
+    no cache entry; a later group of the series writes the series' cache, each of its processes its own
+    programs, and the one after it loads from it (no process compiles anything new), and both still match the
+    single-process control computed here."""
     from shardlab.multi import control, drills
 
     assert drills.context(tmp_path / "bare").cache is None  # a bare context's groups compile alone
@@ -646,7 +647,7 @@ def test_a_drill_series_shares_compiled_programs_after_its_uninterrupted_group(t
         assert [e["ids"] for e in log] == [reference["ids"][e["step"]] for e in log]
         np.testing.assert_allclose([e["loss"] for e in log], [reference["losses"][e["step"]] for e in log], rtol=1e-5)
         entries = sorted(os.listdir(ctx.cache))
-        assert entries, name  # process 0 wrote what it compiled
+        assert entries, name  # each process wrote what it compiled (multi.cache: process 1 too)
         if name == "writes":
             written = entries
         else:

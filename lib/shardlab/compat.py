@@ -9,7 +9,10 @@ loudly, and not as a wrong number somewhere else:
   `_background_wait_for_commit_futures` the multi-controller store wraps to see a failed write
   where it happens (multi/store.py);
 - `jax_cluster_env()`: JAX's `ClusterEnv`, whose cluster detection (SLURM, mpi4py) the
-  launch checks run before `jax.distributed.initialize` (multi/runtime.py).
+  launch checks run before `jax.distributed.initialize` (multi/runtime.py);
+- `jax_cache_writer()`: JAX's compiler module, whose `_cache_write` (which writes a persistent
+  compilation cache entry from process 0 only) a controller of a drill series wraps so every process
+  keeps the programs it compiled for the series' later groups (multi/cache.py).
 
 The test suite's own reach into pytest and pytest-xdist lives beside the tests (tests/_xdist.py),
 with its own pins, checked through `require` and `private` here.
@@ -61,3 +64,18 @@ def jax_cluster_env():
     env = private(clusters, "ClusterEnv", "jax")
     private(env, "auto_detect_unset_distributed_params", "jax")
     return env
+
+
+CACHE_WRITE = "_cache_write"  # JAX's function that writes a compiled program to the persistent cache
+
+
+def jax_cache_writer():
+    """JAX's compiler module, checked to hold CACHE_WRITE, and the two pieces a wrapper of it needs: the
+    function that stores an entry (compilation_cache.put_executable_and_time) and the distributed state."""
+    require("jax")
+    from jax._src import compilation_cache, compiler, distributed
+
+    private(compiler, CACHE_WRITE, "jax")
+    private(compilation_cache, "put_executable_and_time", "jax")
+    private(distributed, "global_state", "jax")
+    return compiler, compilation_cache, distributed

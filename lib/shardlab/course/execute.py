@@ -283,6 +283,7 @@ def run(
     from shardlab.core.config import Config
 
     Config(seed=seed, batch_size=batch_size)  # parameter errors before any kernel starts
+    _without_iri_grammars()
     names = notebook_names(notebooks)
     out = outdir.claim(out, COMMAND, replace)  # a symlinked or foreign OUT is refused, never followed
     if implementation != "reference":
@@ -339,11 +340,33 @@ def run(
         if own:  # this run's alone: never a receipt, never read by another run
             shutil.rmtree(cache, ignore_errors=True)
         clock = time.perf_counter()
-        for hook in _finishers(workspace):
-            hook(staging)
+        started_check = _StartedCheck.begin(out, staging, implementation, names)
+        try:
+            for hook in _finishers(workspace, started_check):
+                hook(staging)
+        finally:
+            if started_check is not None:
+                started_check.close()
         print(f"[shardlab] paths, audit, index and modes done in {_elapsed(clock)}", flush=True)
         _write_wall_time(staging, time.perf_counter() - started, names, seconds)
     return out
+
+
+UNUSED_AT_IMPORT = "rfc3987_syntax"  # jsonschema's optional IRI checker: builds its grammars when imported
+
+
+def _without_iri_grammars() -> None:
+    """Keep jsonschema from loading rfc3987_syntax in this process (the runner), before nbformat is first imported.
+
+    nbformat, papermill and nbconvert import jsonschema, whose format module imports rfc3987_syntax if it
+    is installed; that import builds its IRI grammars, about 1.7 of the 1.9 CPU-seconds nbformat's import
+    costs, before the first kernel of the run can start. None of them checks a string format (they pass
+    jsonschema no format checker), so the "iri" checks it would register are never used here. A None
+    entry in sys.modules makes that optional import fail as if the package were absent; jsonschema
+    carries on without it. Nothing changes once jsonschema is already imported.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault(UNUSED_AT_IMPORT, None)
 
 
 def _file(reached: Path | None, name: str) -> Path | None:
@@ -515,8 +538,51 @@ def _advice(implementation: str, name: str, tags: list | None, error) -> list[st
     return [head, f"    make check IMPL={implementation} STAGE={stage}", f"  {GAP}"]
 
 
-def _finishers(workspace: str | None = None):
-    """Steps that run after every notebook succeeded: relative paths, the audit, the portfolio, the index, the modes."""
+class _StartedCheck:
+    """The portfolio's check of the stages no notebook of the run checked (stage 4 in a whole run), started in a
+    child interpreter as soon as every kernel has ended, so it runs beside the run's own last steps in this
+    process (the relative paths, the audit) instead of after them.
+
+    It works in a folder of its own in OUT beside the staging folder (named like one, so the next run
+    removes a killed run's copy) and removed with `close`. The portfolio takes its outcome only when it
+    asks for the same implementation and stages (`portfolio.checker_report`); otherwise it checks itself.
+    """
+
+    def __init__(self, out: Path, implementation: str, stages: list[int]):
+        from shardlab.core import files
+        from shardlab.handin import portfolio
+
+        self.key = (implementation, list(stages))
+        self.folder = Path(files.temporary_dir(out, prefix=outdir.STAGING))
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, "check")
+        self._outcome = self._pool.submit(portfolio.bounded_check, implementation, self.folder / "check", stages)
+
+    @classmethod
+    def begin(cls, out: Path, staging: Path, implementation: str, names: list[str]):
+        """Start the check for a run of every notebook whose notebooks left a stage unchecked; else None."""
+        from shardlab.course import results as record
+        from shardlab.handin import portfolio
+
+        if set(names) != set(catalog.NOTEBOOKS) or portfolio.left_out(staging):  # no portfolio, so no check
+            return None
+        found = {p.stem: record.load(staging, p.stem) for p in sorted((staging / record.RESULTS).glob("*.json"))}
+        stages = portfolio.stages_left({"results": found})
+        return cls(out, implementation, stages) if stages else None
+
+    def __call__(self, implementation: str, stages: list[int]):
+        """The started check's outcome if it is the one asked for, else None."""
+        return self._outcome.result() if (implementation, list(stages)) == self.key else None
+
+    def close(self) -> None:
+        """Wait for the check (it ends within its own bound) and remove its folder."""
+        self._pool.shutdown(wait=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _finishers(workspace: str | None = None, started=None):
+    """Steps that run after every notebook succeeded: relative paths, the audit, the portfolio, the index, the modes.
+
+    `started`: the portfolio's check, already running (`_StartedCheck`), or None (the portfolio checks itself)."""
     from functools import partial
 
     from shardlab.evidence.audit import write_audit
@@ -524,7 +590,13 @@ def _finishers(workspace: str | None = None):
     from shardlab.evidence.paths import relative_paths
     from shardlab.handin.portfolio import finish_run  # the run's own portfolio, from the audit just written
 
-    return [relative_paths, write_audit, partial(finish_run, workspace=workspace), write_index, stable.modes]
+    return [
+        relative_paths,
+        write_audit,
+        partial(finish_run, workspace=workspace, started=started),
+        write_index,
+        stable.modes,
+    ]
 
 
 def _elapsed(since: float) -> str:

@@ -124,19 +124,35 @@ def match_implementation(audit: dict, receipts: Path, implementation: str | None
     return str(path.resolve())
 
 
-def checker_report(implementation: str, given: str | None, scratch: Path, audit: dict, receipts=None) -> dict:
+def stages_left(audit: dict) -> list[int]:
+    """The stages no notebook of the run recorded as passed: the ones the portfolio's own check runs."""
+    passed = {s for s, (_, check) in items.recorded_checks(audit).items() if check.get("passed")}
+    return [s for s in sorted(STAGES) if s not in passed]
+
+
+def bounded_check(implementation: str, scratch: Path, stages: list[int]):
+    """The bounded check of `stages` (one stage alone, or every stage) that the portfolio's report comes from."""
+    return bounded.check(implementation, scratch, stage=stages[0] if len(stages) == 1 else None)
+
+
+def checker_report(
+    implementation: str, given: str | None, scratch: Path, audit: dict, receipts=None, started=None
+) -> dict:
     """The checker's report: `given` (a check_report.json) if named, else a bounded check of what the run did not.
 
     A finished run's notebooks each ran the checker on their own stage and stopped unless it passed,
     so only the stages no notebook recorded as passed are checked again (in a finished run: stage 4).
+    `started(implementation, stages)`: the outcome of that same bounded check if the caller already
+    started it (`make run` does, beside its last steps), else None and it runs here.
     """
     if given:
         return contain.check_report(given, Path(receipts), implementation)
-    passed = {s for s, (_, check) in items.recorded_checks(audit).items() if check.get("passed")}
-    left = [s for s in sorted(STAGES) if s not in passed]
+    left = stages_left(audit)
     if not left:
         return {"checks": []}
-    outcome = bounded.check(implementation, scratch, stage=left[0] if len(left) == 1 else None)
+    outcome = started(implementation, left) if started is not None else None
+    if outcome is None:
+        outcome = bounded_check(implementation, scratch, left)
     if outcome.report is None:
         why = {"timeout": f"stopped after {bounded.TIMEOUT_S:.0f} s", "output": "stopped: too much output"}
         tail = outcome.output.strip().splitlines()[-3:]
@@ -156,8 +172,12 @@ def _without_paths(report: dict, spec: str) -> dict:
     return json.loads(SCRATCH.sub("<the checker's scratch folder>", text))
 
 
-def gather(receipts, implementation=None, workspace=None, check_report=None, scratch=None, verified=True) -> tuple:
-    """(Run, {row id: Item}) for a finished run, or PortfolioError naming every missing piece of run evidence."""
+def gather(
+    receipts, implementation=None, workspace=None, check_report=None, scratch=None, verified=True, started=None
+) -> tuple:
+    """(Run, {row id: Item}) for a finished run, or PortfolioError naming every missing piece of run evidence.
+
+    `started`: a check the caller began already (see `checker_report`)."""
     receipts = Path(receipts)
     audit = load_audit(receipts)
     spec = match_implementation(audit, receipts, implementation)
@@ -165,7 +185,8 @@ def gather(receipts, implementation=None, workspace=None, check_report=None, scr
         contain.verify_receipts(receipts)
     workspace = Path(workspace) if workspace else None
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
-        report = _without_paths(checker_report(spec, check_report, Path(folder) / "check", audit, receipts), spec)
+        found = checker_report(spec, check_report, Path(folder) / "check", audit, receipts, started)
+        report = _without_paths(found, spec)
     run = items.Run(
         receipts,
         audit,
@@ -211,19 +232,25 @@ def build(out, receipts, implementation=None, workspace=None, check_report=None)
     return Path(out)
 
 
-def finish_run(staging: Path, workspace=None) -> None:
+def left_out(staging: Path) -> list[str]:
+    """The course notebooks a run in `staging` did not execute (a run that left any out gets no portfolio)."""
+    return [n for n in NOTEBOOKS if not (staging / f"{n}.ipynb").is_file()]
+
+
+def finish_run(staging: Path, workspace=None, started=None) -> None:
     """`make run`'s last step: the run's own portfolio (the reference run's is the shipped example), reading the
     learner's answers, letters and hypothesis from `workspace` as `make portfolio` does (None: none given).
+    `started`: the run's check of the stages its notebooks left, begun beside its last steps (`checker_report`).
 
     A run whose portfolio cannot be built (its implementation fails the checker's import) still
     succeeds; the reason is printed and `python -m shardlab portfolio` says it again.
     """
-    left_out = [n for n in NOTEBOOKS if not (staging / f"{n}.ipynb").is_file()]
-    if left_out:
-        print(f"[shardlab] no portfolio: this run left out {', '.join(left_out)}", flush=True)
+    left = left_out(staging)
+    if left:
+        print(f"[shardlab] no portfolio: this run left out {', '.join(left)}", flush=True)
         return
     try:
-        run, found = gather(staging, workspace=workspace, scratch=staging, verified=False)
+        run, found = gather(staging, workspace=workspace, scratch=staging, verified=False, started=started)
     except PortfolioError as exc:
         print(f"[shardlab] no portfolio for this run: {exc}", flush=True)
         return

@@ -35,7 +35,7 @@ from shardlab.core.batch import put_shards
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import CheckpointExistsError, LaunchError, ShardlabError
 from shardlab.io import plain, write_json
-from shardlab.multi import manifest, migration, retention, runtime, shards, store
+from shardlab.multi import cache, manifest, migration, retention, runtime, shards, store
 from shardlab.multi.wait_guard import EXIT_STOPPED, WaitGuard
 from shardlab.verify import step_fingerprint
 
@@ -390,6 +390,7 @@ def main(argv=None) -> int:
         world = runtime.initialize(args.timeout, on_timeout=lambda exc: os._exit(_launch_failed(args, exc)))
     except ShardlabError as exc:  # a launch problem, named before (or instead of) JAX's own error
         return _launch_failed(args, exc)
+    cache.keep_compiled()  # with a series' cache: this process keeps what it compiles, whatever its id
 
     controller = None
     try:
