@@ -103,9 +103,10 @@ class Warming:
         """The checks start on a case of `n` rows now."""
         self.reached.add(int(n))
 
-    def close(self) -> list:
-        """Stop after the program being compiled (never leave a thread inside XLA at exit); the sizes done."""
-        self._stop = True
+    def close(self, finish: bool = False) -> list:
+        """Stop after the program being compiled (never leave a thread inside XLA at exit), or once every size is
+        done if `finish`; the sizes done."""
+        self._stop = not finish
         if self.thread.is_alive():
             self.thread.join()
         return self.done
