@@ -112,6 +112,17 @@ class Warming:
         return self.done
 
 
+def idle_core() -> bool:
+    """Whether this machine has a core to spare: a 1-minute load average below the cores this process may use.
+
+    Warming compiles on a core the check leaves idle; on a machine whose every core is busy it would only take
+    time from the worker and compile twice what the worker reaches first."""
+    try:
+        return os.getloadavg()[0] < len(os.sched_getaffinity(0))
+    except OSError:
+        return False
+
+
 def warm(sizes) -> Warming:
     """Start warming the cache for `sizes` (row counts); nothing to do when the cache is off."""
     import jax
