@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from shardlab.checker import cli as runner
 from shardlab.checker import compile_cache, search
 
@@ -51,6 +53,7 @@ def _shuffles(log: str) -> tuple[int, int]:
     return log.count("Compiling jit(_shuffle)"), log.count("Persistent compilation cache hit for 'jit__shuffle'")
 
 
+@pytest.mark.slow  # three child interpreters: make test's, not the inner loop's
 def test_a_learners_initial_in_another_interpreter_reads_the_warmed_permutations(tmp_path):
     warmed = _run(WARM, tmp_path / "warm", json.dumps([7, 13]))
     assert json.loads(warmed.stdout.strip().splitlines()[-1]) == [7, 13]
