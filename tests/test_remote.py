@@ -286,3 +286,43 @@ def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_pa
     assert runner.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out))) == 1
     report = json.loads((out / runner.REPORT).read_text())
     assert report["checks"][0]["name"] == "implementation_loads" and "SyntaxError" in report["checks"][0]["observed"]
+
+
+def _state(pid: int) -> str:
+    """The process's state letter as the kernel reports it (/proc/PID/stat, after the command's parentheses), once
+    it is "T" or after 5 s: a stop signal takes effect when the process next runs, not when kill returns."""
+    deadline = time.monotonic() + 5
+    while True:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rpartition(")")[2].split()[0]
+        if state == "T" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.01)
+
+
+def test_between_calls_the_worker_and_every_process_it_started_are_stopped(tmp_path, monkeypatch):
+    """A call that leaves no other process is confirmed stopped by one read of the process tree; a call that starts
+    a child leaves both stopped too (their state read from /proc), and the next call resumes them."""
+    spec = tmp_path / "children.py"
+    spec.write_text(
+        "import subprocess\nfrom shardlab.learner.reference import *  # noqa\n"
+        "def contract(data, config):\n"
+        "    if data:\n"
+        "        return {'child': subprocess.Popen(['sleep', '60']).pid}\n"
+        "    return {}\n"
+    )
+    reads = []
+    tree = remote.sandbox.descendants
+    monkeypatch.setattr(remote.sandbox, "descendants", lambda root: reads.append(root) or tree(root))
+    impl = remote.RemoteImplementation(remote.Worker(str(spec), scratch=str(tmp_path)))
+    try:
+        impl.contract(None, None)  # starts the worker, then a call with no child
+        worker = impl.worker.process.pid
+        reads.clear()
+        assert impl.contract(None, None) == {} and len(reads) == 1 and _state(worker) == "T"
+        child = impl.contract(True, None)["child"]
+        assert _state(worker) == "T" and _state(child) == "T"
+        impl.contract(None, None)
+        assert _state(child) == "T"  # resumed for the call, stopped again after it
+    finally:
+        impl.close()

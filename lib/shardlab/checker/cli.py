@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 import jax
 
+import shardlab.checker.compile_cache as compile_cache
 import shardlab.checker.course_cells as course_cells
 import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.early as launching
@@ -19,6 +20,7 @@ import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
 import shardlab.checker.seal as seal
+import shardlab.checker.search as search
 import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
@@ -159,7 +161,7 @@ def run_checks(
             )
         ]
     guard.note(event="check", name="implementation_loads", stage=chosen[0])
-    results, kept = [], None
+    results, kept, warming = [], None, compile_cache.Warming(())
     searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
     with launching.scratch(early) as (workdir, other):
 
@@ -180,8 +182,12 @@ def run_checks(
             if spec != "reference":  # read from the source here: nothing the file does can hide it
                 guard.note(event="implementation", course_functions=provenance.course_functions(spec))
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
+            # a sandboxed worker has a cache of its own, which this interpreter never sees
+            ahead = not sandboxed and compile_cache.idle_core()
+            warming = compile_cache.warm(_sizes(chosen, skip, kept, searching) if ahead else ())
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other
+            ctx.warming = warming
             ctx.fresh = fresh.get
             for number in chosen:
                 fresh.ahead(_needs_fresh(number, skip, kept))  # its start overlaps the stage's first checks
@@ -192,12 +198,21 @@ def run_checks(
                     if progress:
                         progress(results[-1])
         finally:
+            warming.close()
             fresh.close()
             impl.close()
             implementation.note_reached(tracker.reached)  # a course run recording what each notebook reaches
     if kept:
         kept.save()
     return results
+
+
+def _sizes(chosen, skip, kept, searching: dict) -> list[int]:
+    """The row counts the run's randomised checks will draw (those a kept pass does not answer), to warm the cache;
+    not the teaching fixture's 23, which the enumerated checks give the worker first."""
+    left = set(skip) | {c.__name__ for n in chosen for c in checks_of(n) if kept and kept.reusable(c.__name__, API)}
+    first = teaching_fixture().features.shape[0]
+    return [n for n in search.row_counts(set(chosen), **searching, skip=left) if n != first]
 
 
 def _needs_fresh(stage: int, skip, kept) -> bool:

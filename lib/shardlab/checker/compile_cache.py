@@ -58,3 +58,73 @@ def enable() -> str | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return where
+
+
+class Warming:
+    """Programs a learner's sampler is likely to compile, compiled ahead in this interpreter into the cache.
+
+    Each row count a run's checks will give `initial` and `next_batch` costs a learner's worker one
+    compilation of `jax.random.permutation` (a sort and a counter-based draw, the largest share of a
+    stage 1 check). While the worker runs a call, this interpreter waits for its answer and a core is
+    free: a thread here calls the JAX idiom the course teaches, `key, subkey = jax.random.split(key)`
+    then `jax.random.permutation(subkey, n)`, for each row count in the order the checks use them, so
+    the cache holds those programs before the worker asks. A worker whose program is the same (the
+    same JAX operations on the same shapes) reads it from the cache; any other program compiles as
+    before. Nothing computed here is looked at: the entries are keyed on the program's text, so a hit
+    gives the program a fresh compile would give and never changes a verdict.
+    """
+
+    def __init__(self, sizes):
+        import threading
+
+        self.sizes, self.done, self._stop = list(dict.fromkeys(int(n) for n in sizes if int(n) > 0)), [], False
+        self.reached: set = set()  # sizes the checks have started on: the worker compiles those itself
+        self.thread = threading.Thread(target=self._run, name="shardlab-cache-warming", daemon=True)
+        if self.sizes:
+            self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            import jax
+
+            key = jax.random.PRNGKey(0)
+            for n in self.sizes:
+                if self._stop:
+                    return
+                if n in self.reached:  # too late to help: compiling it here too would only double the work
+                    continue
+                key, subkey = jax.random.split(key)
+                jax.block_until_ready(jax.random.permutation(subkey, n))
+                self.done.append(n)
+        except Exception:  # a cache left cold only costs time: the worker compiles what it needs itself
+            return
+
+    def reach(self, n: int) -> None:
+        """The checks start on a case of `n` rows now."""
+        self.reached.add(int(n))
+
+    def close(self, finish: bool = False) -> list:
+        """Stop after the program being compiled (never leave a thread inside XLA at exit), or once every size is
+        done if `finish`; the sizes done."""
+        self._stop = not finish
+        if self.thread.is_alive():
+            self.thread.join()
+        return self.done
+
+
+def idle_core() -> bool:
+    """Whether this machine has a core to spare: a 1-minute load average below the cores this process may use.
+
+    Warming compiles on a core the check leaves idle; on a machine whose every core is busy it would only take
+    time from the worker and compile twice what the worker reaches first."""
+    try:
+        return os.getloadavg()[0] < len(os.sched_getaffinity(0))
+    except OSError:
+        return False
+
+
+def warm(sizes) -> Warming:
+    """Start warming the cache for `sizes` (row counts); nothing to do when the cache is off."""
+    import jax
+
+    return Warming(sizes if jax.config.jax_compilation_cache_dir else ())

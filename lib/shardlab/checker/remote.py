@@ -116,9 +116,9 @@ class Worker:
         """Host pids of the interpreter's process and every descendant (bwrap's included)."""
         return sandbox.descendants(self.process.pid) if self.process is not None else []
 
-    def _signal_all(self, number: int, found: list | None = None) -> list | None:
+    def _signal_all(self, number: int, found: list | None = None, tries: int = 3) -> list | None:
         """Signal the tree (`found`, else read now); for SIGSTOP, the tree once it stopped growing (else None)."""
-        for _ in range(3):  # a process may fork while it is being stopped: look again
+        for _ in range(tries):  # a process may fork while it is being stopped: look again
             found = found if found is not None else self._tree()
             for pid in found:
                 try:
@@ -134,7 +134,11 @@ class Worker:
         return None
 
     def _freeze(self) -> None:
-        self._stopped = self._signal_all(signal.SIGSTOP)
+        # the interpreter first (its pid stays ours until it is reaped), then the tree read once it is stopped: a
+        # call that left no other process is confirmed by that one read; a tree with more is stopped whole and
+        # read again until it stops growing (one try more than a start from a read tree)
+        root = [self.process.pid] if self.process is not None else None
+        self._stopped = self._signal_all(signal.SIGSTOP, root, tries=4)
 
     def _thaw(self) -> None:
         # a tree whose every process is stopped cannot have grown since: the list read when it stopped is the tree

@@ -174,10 +174,17 @@ def _forms(prop: Property, number: int) -> dict:
     return {name: value for name, value in forms.items() if name in prop.parameters}
 
 
+def case_count(prop: Property, thorough: bool, search_cases: int = 0) -> int:
+    """How many cases a run draws for `prop`: `search_cases` if given, else its own count (x THOROUGH)."""
+    return search_cases or prop.cases * (THOROUGH if thorough else 1)
+
+
 def run_property(ctx, prop: Property):
     """Search `prop` over the domain; (expected, observed) if every case holds, else CheckFailed on the minimal case."""
-    count = ctx.search_cases or prop.cases * (THOROUGH if ctx.thorough else 1)
+    count = case_count(prop, ctx.thorough, ctx.search_cases)
     for number, case in enumerate(cases_for(prop, ctx.search_seed, count), start=1):
+        if getattr(ctx, "warming", None) is not None:  # the cache warming ahead skips what the checks reached
+            ctx.warming.reach(case.shape()[0])
         miss = _attempt(ctx, prop, case)
         if miss is None:
             continue
@@ -259,6 +266,19 @@ def contracts_agree_in_a_fresh_process(ctx):
             "process-dependent value)",
         )
     return f"{len(cases)} contracts equal across interpreters", "equal"
+
+
+def row_counts(stages, search_seed: int, thorough: bool = False, search_cases: int = 0, skip=()) -> list[int]:
+    """The row counts the randomised checks of `stages` give `initial` and `next_batch`, in the order they use
+    them: the cases `run_property` draws (the same generator, seed and count). A check named in `skip` is left
+    out."""
+    found = []
+    for prop in PROPERTIES.values():
+        if prop.stage in stages and f"random_{prop.name}" not in skip:
+            for case in cases_for(prop, search_seed, case_count(prop, thorough, search_cases)):
+                rows = case.shape()[0]  # a walk's second initial has 23 rows, or 24 when the case has 23
+                found += [rows, properties.OTHER_ROWS + (rows == properties.OTHER_ROWS)]
+    return list(dict.fromkeys(found))
 
 
 def checks_for(stage: int) -> tuple:

@@ -1,0 +1,83 @@
+"""The checking interpreter warms the compilation cache with the sampler's programs for the search's row counts.
+
+Two facts make that worth doing, and each is observed here from outside the code that relies on it: a learner's
+`initial` in another interpreter reads the warmed programs from the cache (JAX's own log says so), and the row
+counts warmed are the ones the search gives the learner's `initial` (a learner file records them).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from shardlab.checker import cli as runner
+from shardlab.checker import compile_cache, search
+
+WARM = """
+import json, sys
+from shardlab.core.devices import setup_devices
+setup_devices(4)
+import shardlab.checker.compile_cache as compile_cache
+compile_cache.enable()
+print(json.dumps(compile_cache.warm(json.loads(sys.argv[1])).close(finish=True)))
+"""
+
+LEARNER = """
+import numpy as np
+from shardlab.core.devices import make_mesh, setup_devices
+from shardlab.core.fixtures import Dataset
+setup_devices(4)
+import shardlab.checker.compile_cache as compile_cache
+compile_cache.enable()
+from shardlab.learner.reference import initial
+for rows in (7, 13):
+    data = Dataset(np.ones((rows, 2), np.float32), np.ones(rows, np.float32))
+    np.asarray(initial(5, data, make_mesh(4))["order"])
+"""
+
+
+def _run(code: str, cache, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, compile_cache.ENV: str(cache), "JAX_LOG_COMPILES": "1", "JAX_PLATFORMS": "cpu"}
+    for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+        env.pop(name, None)
+    found = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert found.returncode == 0, found.stderr[-2000:]
+    return found
+
+
+def _shuffles(log: str) -> tuple[int, int]:
+    """(programs `jax.random.permutation` compiled, of which read from the persistent cache), from JAX's log."""
+    return log.count("Compiling jit(_shuffle)"), log.count("Persistent compilation cache hit for 'jit__shuffle'")
+
+
+@pytest.mark.slow  # three child interpreters: make test's, not the inner loop's
+def test_a_learners_initial_in_another_interpreter_reads_the_warmed_permutations(tmp_path):
+    warmed = _run(WARM, tmp_path / "warm", json.dumps([7, 13]))
+    assert json.loads(warmed.stdout.strip().splitlines()[-1]) == [7, 13]
+    assert _shuffles(_run(LEARNER, tmp_path / "warm").stderr) == (2, 2)  # both read, none compiled again
+    assert _shuffles(_run(LEARNER, tmp_path / "cold").stderr) == (2, 0)  # without the warming: both compiled
+
+
+def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
+    record = tmp_path / "rows.txt"
+    path = tmp_path / "recording.py"
+    path.write_text(
+        textwrap.dedent(f"""
+        from shardlab.learner.reference import *  # noqa: F403
+        from shardlab.learner.reference import initial as _initial
+
+        def initial(seed, data, mesh):
+            with open({str(record)!r}, "a") as out:
+                out.write(f"{{len(data[0])}}\\n")
+            return _initial(seed, data, mesh)
+        """)
+    )
+    enumerated = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "random_sampler_walk"]
+    results = runner.run_checks(str(path), 1, only=True, skip=enumerated, search_seed=31, search_cases=3)
+    assert [r.name for r in results] == ["random_sampler_walk"] and results[0].passed, results
+    given = [int(line) for line in record.read_text().split()]
+    assert list(dict.fromkeys(given)) == search.row_counts({1}, 31, search_cases=3)
+    assert len(given) == 6  # two initial calls per case, the case's rows then another shape's
