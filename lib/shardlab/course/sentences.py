@@ -513,19 +513,6 @@ SENTENCES = {
             "efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
         ),
-        "efficiency_within_cores_<i>": _s(
-            "e >= 0.9",
-            {
-                "e": "efficiency.table.<i>.efficiency",
-                "w": "efficiency.table.<i>.devices",
-                "c": "efficiency.usable_cores",
-            },
-            "At W = {w} ({w} devices, {c} usable cores) the cores allow efficiency 1, and this run's {e:.3f} is within "
-            "10 % of it: little gap is left to explain.",
-            "At W = {w} ({w} devices, {c} usable cores) the cores allow efficiency 1, yet this run's is {e:.3f}: the "
-            "core count does not explain this gap. These numbers show that the gap exists, not what causes it (one "
-            "device's step may already keep more than one core busy; this run does not measure that).",
-        ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
             THROUGHPUT,
@@ -712,16 +699,6 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
     return [moved, bound]
-
-
-def within_cores(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
-    """Stage 5b: for each W > 1 with no more devices than usable cores, whether efficiency came near the bound of 1."""
-    said = []
-    for i, row in enumerate(efficiency["table"]):
-        if 1 < row["devices"] <= cores:
-            values = {"e": row["efficiency"], "w": row["devices"], "c": cores}
-            said.append(chosen(notebook, "efficiency_within_cores_<i>", {"i": i}, **values))
-    return said
 
 
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
