@@ -41,8 +41,8 @@ from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
 from shardlab.core.files import read_bounded, sha256_file, zip_member
 from shardlab.errors import BoundedReadError, ConfigError
-from shardlab.evidence.audit import source_hashes
 from shardlab.evidence.index import STYLE
+from shardlab.evidence.sources import source_hashes
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
 from shardlab.learner.implementation import STAGE_FUNCTIONS
