@@ -32,6 +32,7 @@ MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
 FILE_MODE, DIR_MODE = 0o644, 0o755
 SHOWN = 5  # foreign entries named in a refusal
+MANIFEST_BYTES = 1 << 24  # a manifest lists one folder's entries; a larger file is not one a command wrote
 
 
 def _staging_pid(entry: Path) -> int | None:
@@ -41,15 +42,16 @@ def _staging_pid(entry: Path) -> int | None:
 
 
 def read_manifest(folder) -> dict:
-    """{command: {"files": {rel: {bytes, sha256}}, "dirs": [rel]}} of `folder` ({} without a manifest)."""
+    """{command: {"files": {rel: {bytes, sha256}}, "dirs": [rel]}} of `folder` ({} without a manifest).
+
+    The manifest is read through `core.files.read_bounded`, as every reader of a file it did not just write."""
     path = Path(folder) / MANIFEST
     if not path.exists() and not path.is_symlink():
         return {}
     if path.is_symlink() or not path.is_file():
         raise OutputFolderError(f"{path} is not a regular file; move it away or choose another output folder")
     try:
-        with open(path, encoding="utf-8") as handle:
-            found = json.load(handle)
+        found = json.loads(files.read_bounded(path, MANIFEST_BYTES).decode("utf-8"))
         commands = found["commands"]
         for section in commands.values():
             for entry in section["files"].values():
