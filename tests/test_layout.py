@@ -231,6 +231,7 @@ MECHANISMS = {
     ("tempfile", "mkstemp"): "shardlab.core.files",  # a temporary file, named by the one scheme
     ("os", "O_NOFOLLOW"): "shardlab.core.files",  # a read that follows no link: the bounded read
     ("os", "link"): "shardlab.core.files",  # exclusive publication of a new file
+    ("os", "fsync"): "shardlab.core.files",  # a file or folder flushed to disk (`files.sync`)
     (None, "file_size"): "shardlab.core.files",  # a zip member's declared size, bounded before it is read
     ("zipfile", "write"): "shardlab.io",  # a zip written (zipfile.ZipFile opened with "w", "a" or "x")
 }
@@ -263,13 +264,14 @@ def test_each_mechanism_has_one_home():
 def test_the_mechanism_check_finds_planted_second_homes():
     planted = ast.parse(
         "import os, zipfile\nfrom tempfile import mkstemp\n"
-        "def f(p, info):\n    os.killpg(1, 9)\n    fd = os.open(p, os.O_NOFOLLOW)\n"
+        "def f(p, info):\n    os.killpg(1, 9)\n    fd = os.open(p, os.O_NOFOLLOW)\n    os.fsync(fd)\n"
         "    zipfile.ZipFile(p, mode='w')\n    return info.file_size, 'os.link(a, b)'\n"
     )
     assert mechanisms(planted) == {
         ("os", "killpg"),
         ("tempfile", "mkstemp"),
         ("os", "O_NOFOLLOW"),
+        ("os", "fsync"),
         (None, "file_size"),
         ("zipfile", "write"),
     }  # os.link inside a string is text, not a call
