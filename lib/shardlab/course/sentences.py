@@ -546,14 +546,7 @@ SENTENCES = {
         ),
         "two_point_fit_refuted": _s(
             "m_lo > hi or m_hi < lo",
-            {
-                "p": "scaling_model.held_out.predicted_ms_at_4",
-                "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
-                "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
-                "m": "scaling_model.held_out.measured_ms_at_4",
-                "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
-                "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
-            },
+            TWO_POINT,
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
             "that whole range: the refuted model is this two-term fit, compute + straggler · log2(W) with both ring "
