@@ -27,6 +27,7 @@ from pathlib import Path
 from shardlab.core import files
 from shardlab.core.files import pid_alive, sha256_file, temp_pid
 from shardlab.errors import OutputFolderError
+from shardlab.io import write_json
 
 MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
@@ -199,8 +200,7 @@ def _make_staging(out: Path) -> Path:
 
 
 def _write_manifest(out: Path, commands: dict) -> None:
-    text = json.dumps({"format": 1, "commands": commands}, indent=1, sort_keys=True) + "\n"
-    files.replace(out / MANIFEST, text, FILE_MODE)
+    write_json(out / MANIFEST, {"format": 1, "commands": commands})  # replaced atomically, 0644
 
 
 def _entry(path: Path) -> dict:
