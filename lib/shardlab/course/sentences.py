@@ -78,6 +78,14 @@ TWO_POINT = {  # stage 5b's held-out test of the two-point fit at W = 4
     "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
     "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
 }
+ASYNC_SPREAD = {  # stage 5b's async and sync save times for one part of a save (<what>): median and middle half
+    "a": "async_vs_sync.spread.async.<what>_s.median_ms",
+    "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
+    "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
+    "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
+    "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
+    "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
+}
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
     "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
@@ -474,14 +482,7 @@ SENTENCES = {
     "stage5b_scaling": {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
-            {
-                "a": "async_vs_sync.spread.async.<what>_s.median_ms",
-                "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
-                "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
-                "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
-                "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
-                "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
-            },
+            ASYNC_SPREAD,
             "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
             "({s_lo}–{s_hi}); the middle halves do not overlap.",
             "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
@@ -489,14 +490,7 @@ SENTENCES = {
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
-            {
-                "a": "async_vs_sync.spread.async.<what>_s.median_ms",
-                "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
-                "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
-                "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
-                "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
-                "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
-            },
+            ASYNC_SPREAD,
             "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
             "({s_lo}–{s_hi}); the middle halves do not overlap. A likely reason, not "
             "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
