@@ -547,3 +547,28 @@ def test_make_run_and_make_portfolio_read_the_same_workspace(target, command):
     parser = argparse.ArgumentParser()
     execute.add_arguments(parser)
     assert parser.parse_args(["--workspace", "ws"]).workspace == "ws" and parser.parse_args([]).workspace is None
+
+
+def test_the_workspace_ledger_and_the_last_grade_record_are_read_with_a_bound(tmp_path, monkeypatch):
+    """Both are JSON a command left in a folder the learner or instructor owns: a FIFO put in their place reads as
+    absent (never a hang), a file past its bound too, and one at the bound as what it holds."""
+    import os
+
+    from shardlab.course import workspace
+
+    readers = (
+        (workspace, workspace._ledger, workspace.LEDGER, "LEDGER_BYTES"),
+        (grade, grade._previous, grade.RECORD, "RECORD_BYTES"),
+    )
+    for module, read, name, bound in readers:
+        folder = tmp_path / name
+        folder.mkdir()
+        text = json.dumps({"stage1_batches": "0" * 64})
+        (folder / name).write_text(text)
+        monkeypatch.setattr(module, bound, len(text))
+        assert read(folder) == json.loads(text), name
+        monkeypatch.setattr(module, bound, len(text) - 1)
+        assert read(folder) == {}, name
+        (folder / name).unlink()
+        os.mkfifo(folder / name)
+        assert read(folder) == {}, name

@@ -231,6 +231,7 @@ MECHANISMS = {
     ("tempfile", "mkstemp"): "shardlab.core.files",  # a temporary file, named by the one scheme
     ("os", "O_NOFOLLOW"): "shardlab.core.files",  # a read that follows no link: the bounded read
     ("os", "link"): "shardlab.core.files",  # exclusive publication of a new file
+    ("os", "fsync"): "shardlab.core.files",  # a file or folder flushed to disk (`files.sync`)
     (None, "file_size"): "shardlab.core.files",  # a zip member's declared size, bounded before it is read
     ("zipfile", "write"): "shardlab.io",  # a zip written (zipfile.ZipFile opened with "w", "a" or "x")
 }
@@ -263,13 +264,14 @@ def test_each_mechanism_has_one_home():
 def test_the_mechanism_check_finds_planted_second_homes():
     planted = ast.parse(
         "import os, zipfile\nfrom tempfile import mkstemp\n"
-        "def f(p, info):\n    os.killpg(1, 9)\n    fd = os.open(p, os.O_NOFOLLOW)\n"
+        "def f(p, info):\n    os.killpg(1, 9)\n    fd = os.open(p, os.O_NOFOLLOW)\n    os.fsync(fd)\n"
         "    zipfile.ZipFile(p, mode='w')\n    return info.file_size, 'os.link(a, b)'\n"
     )
     assert mechanisms(planted) == {
         ("os", "killpg"),
         ("tempfile", "mkstemp"),
         ("os", "O_NOFOLLOW"),
+        ("os", "fsync"),
         (None, "file_size"),
         ("zipfile", "write"),
     }  # os.link inside a string is text, not a call
@@ -593,3 +595,62 @@ def test_the_name_check_finds_stale_modules_attributes_and_paths():
         "lib/shardlab/legacy.py",
         "tests/test_layout.py::no_such_helper",
     ]
+
+
+TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # the learner's copy: its functions are theirs to call
+
+
+def names_used(tree: ast.AST, leave_out: ast.AST | None = None) -> set[str]:
+    """Every name `tree` uses: variables, attributes, imported names, and identifiers in strings (a command's
+    `-m shardlab.x`, a `module:function` or a getattr by name), outside the subtree `leave_out`."""
+    found, pending = set(), [tree]
+    while pending:
+        node = pending.pop()
+        if node is leave_out:
+            continue
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.alias):
+            found.add(node.name.rsplit(".", 1)[-1])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found |= {w for w in re.split(r"[\s.:]+", node.value) if w.isidentifier()}
+        pending += ast.iter_child_nodes(node)
+    return found
+
+
+def unused_definitions(trees: dict, outside: set[str]) -> list[str]:
+    """`module:name` of each top-level function or class in `trees` {module: syntax tree} whose name no other
+    code uses: not another module, not its own module outside its definition, not `outside` (the notebooks)."""
+    elsewhere = {module: names_used(tree) for module, tree in trees.items()}
+    unused = []
+    for module, tree in trees.items():
+        others = outside.union(*(found for name, found in elsewhere.items() if name != module))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("__"):
+                if node.name not in others and node.name not in names_used(tree, leave_out=node):
+                    unused.append(f"{module}:{node.name}")
+    return unused
+
+
+def test_every_library_definition_is_used_by_the_course():
+    """What the library defines, the library or a notebook uses: a function only the tests or the rig call
+    belongs beside them. The starter template is the learner's and left out; a command's functions count through
+    the module name `__main__`'s table gives as a string."""
+    modules, _ = graph()
+    trees = {name: parsed(path) for name, path in modules.items() if path != TEMPLATE}
+    notebooks = set().union(
+        *(names_used(ast.parse(text)) for name, text in course_sources().items() if name.endswith(".ipynb"))
+    )
+    unused = unused_definitions(trees, notebooks)
+    assert not unused, f"defined in the library, used by nothing the course runs (only tests or the rig?): {unused}"
+
+
+def test_the_use_check_finds_a_definition_only_its_own_body_or_nothing_uses():
+    trees = {
+        "a": ast.parse("def used():\n    return 1\ndef lonely():\n    return lonely()\nclass Kept: pass\n"),
+        "b": ast.parse("from a import used\nrun = 'python -m a Kept'\n"),
+    }
+    assert unused_definitions(trees, set()) == ["a:lonely"]
+    assert unused_definitions(trees, {"lonely"}) == []

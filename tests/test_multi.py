@@ -4,6 +4,7 @@ the drills the stage 5 notebook ran once through the launcher (read from its rec
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 
@@ -890,3 +891,14 @@ def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
     assert [n for n in row["saved"] if n not in row["published"]] == [6]
     (old,) = drill_records.failures({"failures": [keys]})  # a row recorded before these fields: empty lists
     assert (old["saved"], old["published"]) == ([], [])
+
+
+def test_a_drill_series_given_no_folder_is_refused_and_writes_nowhere(tmp_path, monkeypatch):
+    from shardlab.errors import UsageError
+    from shardlab.multi import drills
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where a fallback work folder would have gone
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(UsageError, match="needs a folder"):
+        drills.begin(timeout=10.0)
+    assert list(tmp_path.iterdir()) == []

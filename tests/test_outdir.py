@@ -223,3 +223,15 @@ def test_a_folder_without_a_manifest_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(OutputFolderError, match=r"no shardlab command wrote.*\.shardlab-receipts.*move them away"):
         publish(out, "run", {"a.ipynb": "1"})
     assert sorted(os.listdir(out)) == [".shardlab-receipts", "stage1_batches.ipynb"]
+
+
+def test_a_manifest_is_read_with_a_bound_and_one_past_it_is_refused(tmp_path, monkeypatch):
+    with outdir.writing(tmp_path / "out", "run") as staging:
+        (staging / "a.txt").write_text("a")
+    manifest = tmp_path / "out" / outdir.MANIFEST
+    size = manifest.stat().st_size
+    monkeypatch.setattr(outdir, "MANIFEST_BYTES", size)  # exactly the bound: read as before
+    assert set(outdir.read_manifest(tmp_path / "out")) == {"run"}
+    monkeypatch.setattr(outdir, "MANIFEST_BYTES", size - 1)
+    with pytest.raises(OutputFolderError, match="not a shardlab manifest .BoundedReadError."):
+        outdir.read_manifest(tmp_path / "out")

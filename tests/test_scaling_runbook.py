@@ -20,8 +20,11 @@ CHAPTER_SPEEDUP = {1: 1.0, 2: 1.9, 4: 3.7, 8: 7.0, 16: 13.2}
 def runbook_markdown(timeout: float, drills_json: dict | None = None) -> str:
     """The runbook as a Markdown table; with a drills.json, each drill row marked passed, failed or not in it."""
     lines = ["| " + " | ".join(runbook.COLUMNS) + " |", "|" + " --- |" * len(runbook.COLUMNS)]
-    for row, named in runbook._named_drills(timeout, drills_json):
-        lines.append("| " + " | ".join([row[c] for c in runbook.COLUMNS[:-1]] + [named]) + " |")
+    marks = {True: "passed", False: "FAILED", None: "make drills"}
+    verdicts = runbook.proof(drills_json) if drills_json else None
+    for k, row in enumerate(runbook.rows(timeout)):
+        marked = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
+        lines.append("| " + " | ".join([row[c] for c in runbook.COLUMNS[:-1]] + [", ".join(marked)]) + " |")
     return "\n".join(lines)
 
 

@@ -129,8 +129,7 @@ def save(path, state: dict, contract_: dict) -> str:
         with open(os.path.join(staging, CONTRACT), "x", encoding="utf-8") as handle:
             beside = {"contract": contract_, "layout": layout, "state": digests(host)}
             json.dump(beside, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
+        files.sync(os.path.join(staging, CONTRACT))  # on disk before the folder is published by its rename
         os.chmod(staging, 0o755)
         if os.path.lexists(path):
             raise CheckpointExistsError(f"{path} appeared while saving; nothing was overwritten, use a new path")

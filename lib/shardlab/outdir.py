@@ -27,11 +27,13 @@ from pathlib import Path
 from shardlab.core import files
 from shardlab.core.files import pid_alive, sha256_file, temp_pid
 from shardlab.errors import OutputFolderError
+from shardlab.io import write_json
 
 MANIFEST = ".shardlab-manifest.json"
 STAGING = ".shardlab-staging-"  # + pid + random suffix: a staging folder of a live or killed run
 FILE_MODE, DIR_MODE = 0o644, 0o755
 SHOWN = 5  # foreign entries named in a refusal
+MANIFEST_BYTES = 1 << 24  # a manifest lists one folder's entries; a larger file is not one a command wrote
 
 
 def _staging_pid(entry: Path) -> int | None:
@@ -41,15 +43,16 @@ def _staging_pid(entry: Path) -> int | None:
 
 
 def read_manifest(folder) -> dict:
-    """{command: {"files": {rel: {bytes, sha256}}, "dirs": [rel]}} of `folder` ({} without a manifest)."""
+    """{command: {"files": {rel: {bytes, sha256}}, "dirs": [rel]}} of `folder` ({} without a manifest).
+
+    The manifest is read through `core.files.read_bounded`, as every reader of a file it did not just write."""
     path = Path(folder) / MANIFEST
     if not path.exists() and not path.is_symlink():
         return {}
     if path.is_symlink() or not path.is_file():
         raise OutputFolderError(f"{path} is not a regular file; move it away or choose another output folder")
     try:
-        with open(path, encoding="utf-8") as handle:
-            found = json.load(handle)
+        found = json.loads(files.read_bounded(path, MANIFEST_BYTES).decode("utf-8"))
         commands = found["commands"]
         for section in commands.values():
             for entry in section["files"].values():
@@ -197,8 +200,7 @@ def _make_staging(out: Path) -> Path:
 
 
 def _write_manifest(out: Path, commands: dict) -> None:
-    text = json.dumps({"format": 1, "commands": commands}, indent=1, sort_keys=True) + "\n"
-    files.replace(out / MANIFEST, text, FILE_MODE)
+    write_json(out / MANIFEST, {"format": 1, "commands": commands})  # replaced atomically, 0644
 
 
 def _entry(path: Path) -> dict:

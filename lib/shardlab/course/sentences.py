@@ -78,6 +78,14 @@ TWO_POINT = {  # stage 5b's held-out test of the two-point fit at W = 4
     "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
     "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
 }
+ASYNC_SPREAD = {  # stage 5b's async and sync save times for one part of a save (<what>): median and middle half
+    "a": "async_vs_sync.spread.async.<what>_s.median_ms",
+    "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
+    "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
+    "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
+    "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
+    "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
+}
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
     "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
@@ -470,14 +478,7 @@ SENTENCES = {
     "stage5b_scaling": {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
-            {
-                "a": "async_vs_sync.spread.async.<what>_s.median_ms",
-                "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
-                "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
-                "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
-                "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
-                "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
-            },
+            ASYNC_SPREAD,
             "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
             "({s_lo}–{s_hi}); the middle halves do not overlap.",
             "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
@@ -485,14 +486,7 @@ SENTENCES = {
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
-            {
-                "a": "async_vs_sync.spread.async.<what>_s.median_ms",
-                "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
-                "a_hi": "async_vs_sync.spread.async.<what>_s.q3_ms",
-                "s": "async_vs_sync.spread.sync.<what>_s.median_ms",
-                "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
-                "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
-            },
+            ASYNC_SPREAD,
             "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
             "({s_lo}–{s_hi}); the middle halves do not overlap. A likely reason, not "
             "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
@@ -508,19 +502,6 @@ SENTENCES = {
             "{c}/{w}; this run's {e:.3f} is no higher (the bound says what the cores allow, not what was reached)",
             "efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
-        ),
-        "efficiency_within_cores_<i>": _s(
-            "e >= 0.9",
-            {
-                "e": "efficiency.table.<i>.efficiency",
-                "w": "efficiency.table.<i>.devices",
-                "c": "efficiency.usable_cores",
-            },
-            "At W = {w} ({w} devices, {c} usable cores) the cores allow efficiency 1, and this run's {e:.3f} is within "
-            "10 % of it: little gap is left to explain.",
-            "At W = {w} ({w} devices, {c} usable cores) the cores allow efficiency 1, yet this run's is {e:.3f}: the "
-            "core count does not explain this gap. These numbers show that the gap exists, not what causes it (one "
-            "device's step may already keep more than one core busy; this run does not measure that).",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -555,14 +536,7 @@ SENTENCES = {
         ),
         "two_point_fit_refuted": _s(
             "m_lo > hi or m_hi < lo",
-            {
-                "p": "scaling_model.held_out.predicted_ms_at_4",
-                "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
-                "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
-                "m": "scaling_model.held_out.measured_ms_at_4",
-                "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
-                "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
-            },
+            TWO_POINT,
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
             "that whole range: the refuted model is this two-term fit, compute + straggler · log2(W) with both ring "
@@ -708,16 +682,6 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
     return [moved, bound]
-
-
-def within_cores(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
-    """Stage 5b: for each W > 1 with no more devices than usable cores, whether efficiency came near the bound of 1."""
-    said = []
-    for i, row in enumerate(efficiency["table"]):
-        if 1 < row["devices"] <= cores:
-            values = {"e": row["efficiency"], "w": row["devices"], "c": cores}
-            said.append(chosen(notebook, "efficiency_within_cores_<i>", {"i": i}, **values))
-    return said
 
 
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:

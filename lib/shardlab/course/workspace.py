@@ -9,16 +9,18 @@ import json
 import sys
 from pathlib import Path
 
-from shardlab.core.files import replace, sha256_file
+from shardlab.core.files import read_bounded, replace, sha256_file
 from shardlab.course import catalog
 from shardlab.errors import ConfigError
+from shardlab.io import write_json
 
 LEDGER = ".shardlab-workspace.json"  # name -> sha256 of the course notebook as it was copied
+LEDGER_BYTES = 1 << 16  # a ledger names the course's notebooks; a larger file is not one this command wrote
 
 
 def _ledger(folder: Path) -> dict:
     try:
-        found = json.loads((folder / LEDGER).read_text())
+        found = json.loads(read_bounded(folder / LEDGER, LEDGER_BYTES))
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
@@ -54,7 +56,7 @@ def prepare(folder) -> dict:
             status[name] = "kept"  # the learner's edits, or a file we did not write
             continue
         ledger[name] = course
-    (folder / LEDGER).write_text(json.dumps(ledger, indent=1, sort_keys=True) + "\n")
+    write_json(folder / LEDGER, ledger)
     return status
 
 

@@ -55,7 +55,6 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 """
 
 import ast
-import hashlib
 import json
 import os
 import platform
@@ -67,7 +66,7 @@ from shardlab.core.files import replace, sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course import results as record
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
-from shardlab.evidence.sources import files, receipt_sources
+from shardlab.evidence.sources import receipt_sources
 
 SCHEMA_VERSION = 1
 
@@ -83,15 +82,6 @@ STAGE4 = "stage4a_profile"
 
 
 PACKAGES = ("jax", "jaxlib", "numpy", "matplotlib", "orbax-checkpoint", "papermill")
-
-
-def source_hashes(package: str = "shardlab") -> dict:
-    """'shardlab/<path>' -> sha256 of every file of the installed package, byte for byte: code, notebooks, templates.
-
-    Read through importlib.resources, so an editable and a regular install hash the same files.
-    (audit.json's `sources` hash only what can change a receipt: `evidence.sources.receipt_sources`.)
-    """
-    return {rel: hashlib.sha256(item.read_bytes()).hexdigest() for rel, item in files(package).items()}
 
 
 def environment() -> dict:

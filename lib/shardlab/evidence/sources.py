@@ -25,6 +25,9 @@ tree, so `ast.dump` and the hash change with it. A module outside the closure is
 nothing the notebooks or the runner import, by name or by string; the same test file lists the
 modules that import a computed name (`COMPUTED_IMPORTS`, none of which a run reaches) and requires
 there to be no other.
+
+`source_hashes()` is the other record of the code: every file of the installed package, byte for byte,
+which `make bench` keeps beside its numbers and `make grade` digests for the checker it graded with.
 """
 
 import ast
@@ -201,6 +204,15 @@ def receipt_sources(package: str = PACKAGE, root=None) -> dict:
             found[rel] = hashlib.sha256(item.read_bytes()).hexdigest()
     versions = {f"dist/{name}": version for name, version in runtime_versions(package).items()}
     return dict(sorted({**found, **versions}.items()))
+
+
+def source_hashes(package: str = "shardlab") -> dict:
+    """'shardlab/<path>' -> sha256 of every file of the installed package, byte for byte: code, notebooks, templates.
+
+    Read through importlib.resources, so an editable and a regular install hash the same files.
+    (audit.json's `sources` hash only what can change a receipt: `receipt_sources`.)
+    """
+    return {rel: hashlib.sha256(item.read_bytes()).hexdigest() for rel, item in files(package).items()}
 
 
 def _applies(requirement) -> bool:

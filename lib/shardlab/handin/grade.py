@@ -41,8 +41,8 @@ from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
 from shardlab.core.files import read_bounded, sha256_file, zip_member
 from shardlab.errors import BoundedReadError, ConfigError
-from shardlab.evidence.audit import source_hashes
 from shardlab.evidence.index import STYLE
+from shardlab.evidence.sources import source_hashes
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
 from shardlab.learner.implementation import STAGE_FUNCTIONS
@@ -54,6 +54,7 @@ DIAGNOSIS = 300  # characters of a diagnosis in the table
 SOURCE_BYTES = 1_000_000  # a larger .py file is not gradable
 ZIP_BYTES = 50_000_000  # a larger portfolio zip is not opened
 MANIFEST_BYTES = 1_000_000  # a larger portfolio.json (uncompressed) is not read
+RECORD_BYTES = 1 << 28  # a larger grade.json is not taken for the last grade's record
 CHECKER_SOURCES = (
     "shardlab/checker/",
     "shardlab/core/",
@@ -377,7 +378,7 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
 def _previous(out: Path) -> dict:
     """The record of the last grade in `out` ({} if none, or unreadable)."""
     try:
-        found = json.loads((out / RECORD).read_text(encoding="utf-8"))
+        found = json.loads(read_bounded(out / RECORD, RECORD_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return {}
     return found if isinstance(found, dict) else {}

@@ -26,14 +26,13 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
 from shardlab.cli import add_run_arguments, seconds
 from shardlab.core import files
 from shardlab.core.config import BATCH_SIZE, SEED
-from shardlab.errors import ContractMismatchError
+from shardlab.errors import ContractMismatchError, UsageError
 from shardlab.io import write_json
 from shardlab.multi import control, group_supervisor, manifest, migration, rows
 from shardlab.multi.wait_guard import EXIT_STOPPED
@@ -366,18 +365,18 @@ def _remove_left_work(out_dir) -> None:
 
 
 def begin(seed: int = SEED, batch_size: int = BATCH_SIZE, timeout: float = TIMEOUT, work=None, out_dir=None) -> Context:
-    """A drill series in `work`; by default a work folder that `finish` removes, inside `out_dir` when given.
+    """A drill series in `work`, or in a work folder inside `out_dir` that `finish` removes.
 
-    With `out_dir`, nothing is written outside it (`python -m shardlab drills` passes a staging
-    folder of the output-folder policy, `shardlab.outdir`).
+    Nothing is written outside the folder given (`python -m shardlab drills` passes a staging
+    folder of the output-folder policy, `shardlab.outdir`); UsageError if neither is given.
     """
     temporary = work is None
-    if temporary and out_dir is not None:
+    if temporary and out_dir is None:
+        raise UsageError("drills.begin needs a folder: work= to keep the series there, or out_dir= to work inside it")
+    if temporary:
         os.makedirs(out_dir, exist_ok=True)
         _remove_left_work(out_dir)
         work = files.temporary_dir(out_dir, prefix=WORK_PREFIX)
-    elif temporary:
-        work = tempfile.mkdtemp(prefix="shardlab-drills-")
     ctx = context(os.path.abspath(work), seed, batch_size, timeout)
     ctx.temporary, ctx.shares_compiled = temporary, True
     return ctx

@@ -172,6 +172,15 @@ def newest_complete(shared) -> int:
     return found["complete"][-1]
 
 
+def move_aside(path: str, folder: str) -> str:
+    """Move `path` into `folder` (made if absent) with one rename, as `<name>.<n>`, n the entries already there;
+    return where it went. A second entry of the same name is kept beside the first, never over it."""
+    os.makedirs(folder, exist_ok=True)
+    destination = os.path.join(folder, f"{os.path.basename(path)}.{len(os.listdir(folder))}")
+    os.rename(path, destination)
+    return destination
+
+
 def set_aside(shared, keep: int) -> list[str]:
     """Move every Orbax entry that is not a complete step <= `keep` into <shared>/rejected/; return names."""
     found = scan(shared)
@@ -181,9 +190,7 @@ def set_aside(shared, keep: int) -> list[str]:
     for name, step in _orbax_steps(shared).items():
         if step is not None and step in found["complete"] and step <= keep:
             continue
-        os.makedirs(target, exist_ok=True)
-        destination = os.path.join(target, f"{name}.{len(os.listdir(target))}")
-        os.rename(os.path.join(root, name), destination)
+        destination = move_aside(os.path.join(root, name), target)
         moved.append(name)
         stale = manifest_path(shared, step) if step is not None else None
         if stale and os.path.exists(stale):

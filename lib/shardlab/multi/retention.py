@@ -50,11 +50,7 @@ def plan(shared, keep: int) -> dict:
 
 def _discard(shared, path: str) -> None:
     """Move `path` into <shared>/trash/ with one rename, then delete it there."""
-    trash = os.path.join(os.fspath(shared), TRASH)
-    os.makedirs(trash, exist_ok=True)
-    target = os.path.join(trash, f"{os.path.basename(path)}.{len(os.listdir(trash))}")
-    os.rename(path, target)
-    shutil.rmtree(target)
+    shutil.rmtree(manifest.move_aside(path, os.path.join(os.fspath(shared), TRASH)))
 
 
 def enforce(shared, keep: int, fault=None) -> dict:

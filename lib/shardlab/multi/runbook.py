@@ -90,17 +90,6 @@ def proof(drills_json: dict) -> list[dict]:
     return [{"class": row["class"], "drills": {d: passed.get(d) for d in row["drills"]}} for row in ROWS]
 
 
-def _named_drills(timeout: float, drills_json: dict | None) -> list[tuple[dict, str]]:
-    """Each row with its drills named, each marked passed, FAILED or `make drills` when a drills.json is given."""
-    marks = {True: "passed", False: "FAILED", None: "make drills"}
-    verdicts = proof(drills_json) if drills_json else None
-    named = []
-    for k, row in enumerate(rows(timeout)):
-        marked = [f"`{d}`" + (f" ({marks[verdicts[k]['drills'][d]]})" if verdicts else "") for d in row["drills"]]
-        named.append((row, ", ".join(marked)))
-    return named
-
-
 def entries(timeout: float, drills_json: dict | None = None) -> str:
     """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, and the
     drills that prove it: those of `drills_json` with their verdicts, and how many more only `make drills` runs)."""

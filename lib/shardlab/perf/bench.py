@@ -26,7 +26,7 @@ from shardlab.cli import add_run_arguments, count
 from shardlab.core import fixtures
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.core.devices import make_mesh, setup_devices
-from shardlab.evidence.audit import source_hashes
+from shardlab.evidence.sources import source_hashes
 from shardlab.io import write_json
 from shardlab.perf import (
     baseline,
