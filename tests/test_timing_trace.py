@@ -552,18 +552,3 @@ def test_a_capture_of_two_alternating_loops_splits_back_into_each_loops_transiti
     assert found["c"]["rows"] == [{"a_ms": 2.0, "p_ms": 10.0}, {"a_ms": 4.0, "p_ms": 30.0}]
     with pytest.raises(UsageError, match="not one capture"):
         split_capture(capture, parts[:3])
-
-
-def test_the_change_in_code_replaces_the_host_draw_or_the_three_psums():
-    from shardlab.errors import UsageError
-    from shardlab.evidence.hypothesis import change_source
-
-    before, after = change_source("one_call_reshuffle")
-    assert before[0].startswith("def draw(") and any("jax.random.permutation" in line for line in before)
-    assert any("jax.jit" in line for line in after) and any("jax.device_get" in line for line in after)
-    before, after = change_source("packed_psum")
-    count = lambda lines: sum(line.count("jax.lax.psum(") for line in lines)  # noqa: E731
-    assert (count(before), count(after)) == (3, 1)  # three all-reduces in the course step, one packed in the change
-    assert not any(not line.strip() for line in before + after)
-    with pytest.raises(UsageError, match="no change named"):
-        change_source("faster")

@@ -28,17 +28,14 @@ against. What the change can remove is measured again after that capture. The ve
 notebook prints is chosen by the same rule and re-checked against the recorded values.
 """
 
-import inspect
 from functools import partial
 
 import jax
 import numpy as np
 
-from shardlab.core import sampler, update
 from shardlab.core.batch import next_batch as reference_next_batch
 from shardlab.errors import UsageError
 from shardlab.evidence.trace import PREPARE, UPDATE
-from shardlab.perf import packed
 from shardlab.perf.packed import make_packed_step
 
 
@@ -273,21 +270,6 @@ def changed_loop(change: str, mesh, next_batch, make_step):
     if change == "packed_psum":
         return next_batch, make_packed_step(mesh)
     raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
-
-
-def change_source(change: str) -> tuple[list[str], list[str]]:
-    """The source lines (blank ones left out) the unchanged loop runs where `change` acts; those the changed runs."""
-    if change == "one_call_reshuffle":
-        before, after = [sampler.draw], [split_and_permute, one_call_draw]
-    elif change == "packed_psum":
-        before, after = [update._sharded_body], [packed._packed_body, packed.pack, packed.packed_psum]
-    else:
-        raise UsageError(f"no change named {change!r}; the changes are {sorted(MENU)}")
-
-    def lines(functions):
-        return [line for f in functions for line in inspect.getsource(f).splitlines() if line.strip()]
-
-    return lines(before), lines(after)
 
 
 def assert_same_run(changed: dict, unchanged: dict) -> None:
