@@ -46,7 +46,7 @@ test: venv ## the test suite on two workers (executes every notebook once); not 
 	&& echo "[make] test finished in $$(( $$(date +%s) - start )) s"
 
 test-quick: venv ## the inner loop after every edit (its time: bench/loops/loops.json): every test that runs no notebook, controller group or learner run
-	@start=$$(date +%s); $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
+	@start=$$(date +%s); PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 
 test-long: venv ## the tests marked long, which make test leaves out: whole programs run end to end (controllers, Lab, reruns)

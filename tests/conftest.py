@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 
 import budget
-import nbformat
 import pytest
 from course_records import from_notebook
 
@@ -207,6 +206,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 def executed(run_dir, name):
     """The executed notebook `name` from a run, read with nbformat."""
+    import nbformat  # here, not at the top: xdist's controller loads this file too and never reads a notebook
+
     nb = nbformat.read(run_dir / f"{name}.ipynb", as_version=4)
     assert nb.metadata["papermill"]["exception"] is None, f"{name} recorded an exception"
     return nb

@@ -10,6 +10,7 @@ import functools
 import json
 import re
 
+import pytest
 from conftest import REPO
 
 from shardlab.course import catalog
@@ -28,6 +29,16 @@ ABOVE = ("rig", "tests", "conftest")  # what stands above the library: the rig a
 def parsed(path) -> ast.Module:
     """A module's syntax tree, read and parsed once per session: several tests walk every module of the package."""
     return ast.parse(path.read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library_parsed_once():
+    """Every library module parsed before this module's first test. A module-scoped fixture makes the module one
+    unit of work for the scheduler (tests/conftest.py, `whole_modules`), so one worker parses the library once
+    for all its tests, instead of each worker parsing it again."""
+    for path in PACKAGE.rglob("*.py"):
+        if "__pycache__" not in path.parts:
+            parsed(path)
 
 
 def module_name(path):

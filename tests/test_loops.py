@@ -94,6 +94,11 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
     command = found["test_quick"].command
     at = command.index("pytest") + 1
     assert command[at : at + len(made)] == made and "not sandbox" in made, (made, command)
+    # ...and its variables, written between the recipe's clock and the interpreter
+    words = shlex.split(recipe.split("$(BIN)/python", 1)[0].rsplit(";", 1)[-1])
+    variables = dict(word.split("=", 1) for word in words)
+    assert variables and variables == found["test_quick"].env, (variables, found["test_quick"].env)
+    assert all(loops.environment(found["test_quick"])[name] == value for name, value in variables.items())
     assert found["check_stage_all"].command[-2:] == ["--stage", "all"]
     # each check cell loop runs what that stage's notebook's check cell runs, on the reference
     for stage, notebook in (("1", "stage1_batches"), ("2", "stage2_update"), ("3", "stage3b_resume")):
