@@ -237,8 +237,9 @@ RULES = (
     Rule(
         "fsync-before-publish",
         "save",
-        "the temporary file is flushed and fsynced after its last write and only then published, so a published "
-        "name never points at bytes still in memory",
+        "the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes the size a reader "
+        "needs) after its last write and only then published, so a published name never points at bytes still in "
+        "memory",
         ("save_syncs_before_publishing",),
     ),
     Rule(
