@@ -23,6 +23,7 @@ import errno
 import io
 import json
 import os
+import random
 import select
 import signal
 import time
@@ -222,13 +223,21 @@ def stop_points(operations: list[str]) -> list[int]:
 
 
 def _fork(body) -> int:
-    """Fork a child that runs `body()` and exits with its status; never returns into the checker there."""
+    """Fork a child that runs `body()` and exits with its status; never returns into the checker there.
+
+    The child's global `random` generator is put back to the state it had here: Python reseeds it in a forked
+    child, but a new process that seeds it as this one did (random.seed(seed) in `initial`, "seed everything")
+    draws the same numbers. So a killed save and the next save, in two processes one after the other, see
+    what two such runs see (NumPy's global generator is never reseeded at a fork).
+    """
+    inherited = random.getstate()
     with warnings.catch_warnings():  # the children run no JAX code, only the learner's file operations
         warnings.simplefilter("ignore", RuntimeWarning)
         pid = os.fork()
     if pid == 0:
         status = 1
         try:
+            random.setstate(inherited)
             status = body()
         finally:
             os._exit(status)

@@ -783,13 +783,22 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             "errors.CheckpointExistsError and leave it as it is (checkpoints are never overwritten)",
         )
         return
+    repeated = [name for name in left if name != os.path.basename(path) and name in refusal]
     expect(
         saved,
         "the re-run's save succeeds (the name is free)",
         {"left in the folder": left, "the new save": refusal},
         f"{where} left {left} behind, and a new save to the same, still free name was refused -> a killed save "
         "must not block the next one: give every save a temporary name of its own (tempfile.mkstemp in the "
-        "target's folder), and no lock or temporary file whose leftover refuses a later save",
+        "target's folder), and no lock or temporary file whose leftover refuses a later save"
+        + (
+            f"; the new save, in another process, drew the killed save's own temporary name {repeated[0]}: names "
+            "drawn from the global random module repeat from process to process once it is seeded alike "
+            "(random.seed in initial, 'seed everything') -> take names from tempfile.mkstemp, os.urandom or uuid4"
+            if repeated
+            else ""
+        )
+        + mark("new-temp-name"),
     )
     wrong = _holds(ctx, path, contract, again)
     expect(
