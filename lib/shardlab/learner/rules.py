@@ -301,7 +301,9 @@ RULES = (
         "exact-resume",
         "restore",
         "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
-        "the uninterrupted one, in this process or a fresh one",
+        "the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's entries "
+        "have and from a read-only file; restore must accept every file its own save writes (the member names, "
+        "integer widths and any checksum are that save's choice, so a file written another way may be refused)",
         (
             "restore_returns_every_field",
             "resume_continues_the_same_run",
