@@ -242,9 +242,8 @@ def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None
             "entry (parse the saved JSON and compare the two dicts, or dump both with sort_keys=True)"
             + mark("contract-first"),
         )
-    tried: list = []
-    with interrupt.read_only(os.path.dirname(path), tried):
-        restored, error = _restored(ctx, path, contract)
+    seen = probe("read_only_restore", ctx.impl.restore, path, contract, ctx.mesh)
+    restored, error, tried = seen.get("state") or {}, seen.get("error", ""), seen.get("tried", [])
     expect(
         not error and not _differ(restored, state),
         "every field as saved, from a checkpoint whose file system refuses writes (mounted read-only)",
