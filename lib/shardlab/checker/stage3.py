@@ -947,7 +947,13 @@ def _shared_names(removed: list, rival: list) -> list:
 
 
 def _race_cause(
-    saved: list, losers_exist: bool, wrong: str, removed: list, operations: list | None = None, rival: list = ()
+    saved: list,
+    losers_exist: bool,
+    wrong: str,
+    removed: list,
+    operations: list | None = None,
+    rival: list = (),
+    final: tuple = (),
 ) -> str:
     shared = _shared_names(removed, list(rival))
     if shared:
@@ -980,8 +986,15 @@ def _race_cause(
     if not saved:
         return "neither save succeeded, although the name was free for the first to publish"
     if not losers_exist:
-        return (
-            "the losing save did not raise errors.CheckpointExistsError -> refuse a taken name with the course's error"
+        made = {label.partition(" ")[2] for label in operations or () if label.split(" ", 1)[0] in ("open", "create")}
+        theirs = {label.partition(" ")[2] for label in rival if label.split(" ", 1)[0] in ("open", "create")}
+        again = sorted(made & theirs - set(final))
+        return "the losing save did not raise errors.CheckpointExistsError" + (
+            f": both savers opened the temporary name {again[0]}, so the second found it taken -> two processes "
+            "drew the same name: take names from tempfile.mkstemp, os.urandom or uuid4, never from the global "
+            "random module (seeded alike, it repeats in every process)" + mark("new-temp-name")
+            if again
+            else " -> refuse a taken name with the course's error"
         )
     if wrong.startswith("beside the checkpoint"):
         return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)" + mark(
@@ -1020,6 +1033,7 @@ def racing_saves_never_overwrite(ctx):
                 outcome.get("removed_by_rival", []),
                 outcome.get("operations"),
                 outcome.get("rival_operations", []),
+                (os.path.basename(path), os.path.basename(os.path.dirname(path))),
             ),
         )
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
