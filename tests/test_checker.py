@@ -309,6 +309,33 @@ MISTAKES = {
         "random_restore_damage",
         ["the same file reached another way", "return the path argument itself", "rows=1, batch=1"],
     ),
+    # valid inputs written another way: states, arguments, contracts and files the learner's own calls never make
+    "eager_without_lazy_branch": (
+        1,
+        "sampler_fields_follow_the_arithmetic",
+        ["in the lazy form (cursor", "a cursor of rows is a valid state"],
+    ),
+    "padding_buffer_by_batch_size": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["batch size 2**40 on", "MemoryError", "never by batch_size"],
+    ),
+    "restore_compares_contract_text": (
+        3,
+        "restore_returns_every_field",
+        ["same entries in another key order", "entry by entry"],
+    ),
+    "restore_opens_for_writing": (3, "restore_returns_every_field", ["open r+b checkpoint.npz", "restore only reads"]),
+    "save_makes_folder_first": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["a folder that does not exist, and a state without step", "or the missing folder"],
+    ),
+    "save_temp_name_from_global_random": (
+        3,
+        "interrupted_save_leaves_nothing_or_a_checkpoint",
+        ["drew the killed save's own temporary name", "global random module"],
+    ),
     "restore_compares_shared_keys": (
         3,
         "random_restore_damage",

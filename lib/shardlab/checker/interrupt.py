@@ -4,7 +4,7 @@
 target, data, handle)` before each runs: every `create` (a name opened for writing by `open`
 or `io.open`, which may create or empty it), every `write` and `close` of a file opened for
 writing (by `open`, `io.open` or `os.fdopen`), and every os-level open, rename, replace,
-link, unlink, truncate and fsync. It needs no hook inside the code under test, so the same
+link, unlink, truncate, fsync and fdatasync. It needs no hook inside the code under test, so the same
 harness stops the learner's `save` (the checker), the course's `checkpoint.save` (torture's
 zygote) and the savers the tests race.
 
@@ -18,9 +18,12 @@ time bound (CHILD_TIMEOUT) and a named status.
 """
 
 import builtins
+import contextlib
+import errno
 import io
 import json
 import os
+import random
 import select
 import signal
 import time
@@ -28,7 +31,11 @@ import warnings
 
 from shardlab import errors
 
-OS_OPERATIONS = ("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate", "fsync")
+OS_OPERATIONS = (
+    *("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
+    *("fsync", "fdatasync"),
+)
+SYNCS = ("fsync", "fdatasync")  # fdatasync also writes the size a reader needs: it syncs what fsync must (rule text)
 NOT_REACHED = 3  # child exit status: the save finished before operation k
 CHILD_TIMEOUT = 30.0  # seconds one interrupted save may take before it is stopped
 MAX_OPERATIONS = 400  # a save of six small arrays needs far fewer; more means a loop
@@ -85,7 +92,7 @@ def instrument(hook) -> None:
 
         def counted(*args, _original=original, _name=name, **kwargs):
             target = str(args[0]) if args else ""
-            if _name == "fsync" and args:
+            if _name in SYNCS and args:
                 target = _synced(args[0], fstat, readlink)
             elif _name in ("link", "rename", "replace") and args:
                 SIZES.append((_name, os.path.basename(target), _size(lambda: stat_of(args[0]).st_size)))
@@ -216,13 +223,21 @@ def stop_points(operations: list[str]) -> list[int]:
 
 
 def _fork(body) -> int:
-    """Fork a child that runs `body()` and exits with its status; never returns into the checker there."""
+    """Fork a child that runs `body()` and exits with its status; never returns into the checker there.
+
+    The child's global `random` generator is put back to the state it had here: Python reseeds it in a forked
+    child, but a new process that seeds it as this one did (random.seed(seed) in `initial`, "seed everything")
+    draws the same numbers. So a killed save and the next save, in two processes one after the other, see
+    what two such runs see (NumPy's global generator is never reseeded at a fork).
+    """
+    inherited = random.getstate()
     with warnings.catch_warnings():  # the children run no JAX code, only the learner's file operations
         warnings.simplefilter("ignore", RuntimeWarning)
         pid = os.fork()
     if pid == 0:
         status = 1
         try:
+            random.setstate(inherited)
             status = body()
         finally:
             os._exit(status)
@@ -286,3 +301,65 @@ def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival:
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
     names = {0: "done", NOT_REACHED: "not reached"}
     return {"status": names.get(code, "crashed"), **found}
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_CHANGES = ("rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "mkdir", "rmdir")
+
+
+def _inside(top: str, target) -> bool:
+    """Whether `target` (a path, never a descriptor) names `top` or something under it."""
+    if isinstance(target, int):
+        return False
+    try:
+        found = os.path.abspath(os.fspath(target))
+    except TypeError:
+        return False
+    return found == top or found.startswith(top + os.sep)
+
+
+def _refuse(tried: list, what: str, target):
+    tried.append(f"{what} {os.path.basename(str(target))}")
+    raise OSError(errno.EROFS, "Read-only file system", str(target))
+
+
+def _guarded_change(name: str, original, top: str, tried: list):
+    def call(*args, **kwargs):
+        if any(_inside(top, a) for a in args[:2]):
+            _refuse(tried, f"os.{name}", args[0])
+        return original(*args, **kwargs)
+
+    return call
+
+
+@contextlib.contextmanager
+def read_only(folder: str, tried: list):
+    """Inside the block, every call that would write under `folder` raises OSError(EROFS), as on a file system
+    mounted read-only: an open for writing (`open`, `io.open`, `os.open`), a rename, link, unlink, truncate
+    or mkdir there. Reads work. Each refused call is appended to `tried` ('open r+b checkpoint.npz').
+    The originals come back when the block ends."""
+    top = os.path.abspath(folder)
+    original_open, original_os_open = io.open, os.open
+    saved = {name: getattr(os, name) for name in _CHANGES}
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if any(flag in mode for flag in "wax+") and _inside(top, file):
+            _refuse(tried, f"open {mode}", file)
+        return original_open(file, mode, *args, **kwargs)
+
+    def guarded_os_open(path, flags, *args, **kwargs):
+        if flags & _WRITE_FLAGS and _inside(top, path):
+            _refuse(tried, "os.open for writing", path)
+        return original_os_open(path, flags, *args, **kwargs)
+
+    io.open = builtins.open = guarded_open
+    os.open = guarded_os_open
+    for name, original in saved.items():
+        setattr(os, name, _guarded_change(name, original, top, tried))
+    try:
+        yield tried
+    finally:
+        io.open = builtins.open = original_open
+        os.open = original_os_open
+        for name, function in saved.items():
+            setattr(os, name, function)

@@ -9,6 +9,8 @@ observation to judge, never as a verdict, and back every structural one with num
 themselves.
 """
 
+import os
+
 import jax
 import jax.extend.core as jax_core
 
@@ -54,6 +56,19 @@ def interrupted_save(save, stop_at: int, mode: str, report: str, first: tuple, r
     return interrupt.interrupted(save, stop_at, mode, report, first, rival)
 
 
+def read_only_restore(restore, path: str, contract, mesh) -> dict:
+    """`restore(path, contract, mesh)` with the checkpoint's folder read-only (checker/interrupt.py): {"state"} or
+    {"error"}, and the write attempts refused ("tried")."""
+    tried: list = []
+    with interrupt.read_only(os.path.dirname(path), tried):
+        try:
+            return {"state": restore(path, contract, mesh), "tried": tried}
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"[:300], "tried": tried}
+
+
 class _Counted:
     """A step that counts its calls; every other attribute is the step's own."""
 
@@ -81,6 +96,7 @@ PROBES = {
     "top_level_operations": top_level_operations,
     "mapped_input_shapes": mapped_input_shapes,
     "interrupted_save": interrupted_save,
+    "read_only_restore": read_only_restore,
 }
 # probes that may take longer than one call's bound (each forked save has its own)
 LONG = {"interrupted_save": 2 * interrupt.CHILD_TIMEOUT}

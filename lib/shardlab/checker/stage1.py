@@ -146,7 +146,39 @@ def batch_lengths_keep_the_remainder(ctx):
         cause = recipe.length_cause(rows, batch_size, observed, plan)
         lengths = [len(ids) for ids in observed]
         expect(lengths == expected, expected, lengths, f"batch size {batch_size}: {cause}")
-    return "lengths from arithmetic for batch sizes 7, 9, 10, 100", "equal"
+    _one_batch_for_a_huge_batch_size(ctx)
+    return "lengths from arithmetic for batch sizes 7, 9, 10, 100 and 2**40", "equal"
+
+
+HUGE_BATCH = 2**40  # a legal batch size: the remainder rule makes it one batch of every row, whatever the row count
+
+
+def _one_batch_for_a_huge_batch_size(ctx) -> None:
+    """A batch size far beyond the rows (2**40) is legal: the epoch is one batch of every id, in the recipe's
+    order. Work sized by batch_size instead of the ids taken (a buffer, an arange) cannot be done."""
+    rows, state = _rows(ctx), ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
+    expected = np.asarray(oracle.idiom_epochs(ctx.seed, rows, 1)[0]["order"]).astype(np.int64)
+    try:
+        _, batch = ctx.impl.next_batch(state, ctx.data, HUGE_BATCH, ctx.mesh)
+        observed, error = _ids([batch])[0], ""
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        observed, error = None, f"{type(exc).__name__}: {exc}"[:300]
+    expect(
+        observed is not None and np.array_equal(observed, expected),
+        f"one batch of all {rows} ids in the recipe's order (batch size 2**40 on {rows} rows)",
+        error or observed,
+        (
+            f"batch size 2**40 on {rows} rows raised {error.split(':')[0]}: the batch is the {rows} ids left in "
+            "the epoch, so nothing needs room for batch_size -> size every buffer and range by the ids taken "
+            "(min(batch_size, rows - cursor)), padded to the device count, never by batch_size"
+            if error
+            else f"batch size 2**40 on {rows} rows gave {len(observed)} ids -> the batch is every id left in the "
+            "epoch (the remainder, whatever its size)"
+        )
+        + mark("remainder"),
+    )
 
 
 def every_epoch_covers_every_id_once(ctx):
@@ -227,7 +259,52 @@ def sampler_fields_follow_the_arithmetic(ctx):
                 states, observed_ids, plan, batch_size
             )
             expect(False, plan[first]["after"], observed, f"batch size {batch_size}, after call {first + 1}: {cause}")
-    return "cursor = ids consumed this epoch, the epoch's order and key, after every call (batch sizes 7, 9)", "equal"
+    _continues_from_a_lazy_epoch_end(ctx)
+    return (
+        "cursor = ids consumed this epoch, the epoch's order and key, after every call (batch sizes 7, 9), "
+        "also from a state at an epoch's end in the lazy form (cursor == rows)",
+        "equal",
+    )
+
+
+def _continues_from_a_lazy_epoch_end(ctx) -> None:
+    """A state whose cursor is already `rows` (the lazy form rule:cursor accepts, which another correct sampler or
+    a checkpoint of one hands over) starts the next epoch: ids, key and order as the recipe's, built here from
+    the recipe alone, whatever form this sampler itself leaves at an epoch's end."""
+    rows, batch_size = _rows(ctx), ctx.batch_size
+    per_epoch = len(epoch_batches(rows, batch_size))
+    plan = recipe.expected_walk(rows, ctx.seed, batch_size, per_epoch + 1)
+    start = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
+    first = oracle.idiom_epochs(ctx.seed, rows, 1)[0]
+    given = dict(start)
+    given["key"] = np.asarray(first["key"], np.asarray(start["key"]).dtype)
+    given["order"] = np.asarray(first["order"], np.asarray(start["order"]).dtype)
+    given["cursor"] = np.asarray(rows, np.asarray(start["cursor"]).dtype)
+    want = plan[per_epoch]
+    try:
+        after, batch = ctx.impl.next_batch(given, ctx.data, batch_size, ctx.mesh)
+        observed, error = _ids([batch])[0], ""
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        after, observed, error = {}, None, f"{type(exc).__name__}: {exc}"[:300]
+    right = observed is not None and np.array_equal(observed, want["ids"])
+    expect(
+        right and any(recipe.fits(snapshot(after), want[k]) for k in ("after", "eager")),
+        {"ids": want["ids"], **want["after"]},
+        error or {"ids": observed, **{n: host(after.get(n)) for n in ("cursor", "key", "order")}},
+        f"given a state at the end of epoch 0 in the lazy form (cursor {rows} == rows, epoch 0's key and order), "
+        + (
+            f"next_batch raised {error.split(':')[0]}"
+            if error
+            else f"next_batch returned {len(observed)} ids where the recipe starts epoch 1 with {len(want['ids'])}"
+            if not right
+            else "next_batch returned the right ids but not the fields of epoch 1"
+        )
+        + ": this sampler may reshuffle eagerly itself, but a cursor of rows is a valid state (a lazy sampler's, or "
+        "a checkpoint of one) -> when the cursor is rows, draw the next epoch first (split the saved key, permute "
+        "with the second half, cursor 0), then take the batch" + mark("cursor", "reshuffle"),
+    )
 
 
 def next_batch_returns_a_new_state(ctx):

@@ -221,7 +221,44 @@ def restore_returns_every_field(ctx):
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
-    return "every field as saved", "equal"
+    _restores_written_another_way(ctx, path, state, contract)
+    return "every field as saved, also with the contract's entries in another order and from a read-only file", "equal"
+
+
+def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None:
+    """The same valid checkpoint restored from inputs written another way: an expected contract holding the same
+    entries in another key order (a dict is its entries, rule:contract-first), and the file on a file system that
+    refuses every write (a valid checkpoint is still one there, rule:exact-resume)."""
+    if isinstance(contract, dict) and len(contract) > 1:
+        reordered = dict(reversed(list(contract.items())))
+        restored, error = _restored(ctx, path, reordered)
+        expect(
+            not error and not _differ(restored, state),
+            "every field as saved: the expected contract has the same entries, only in another key order",
+            error or {"fields that differ": _differ(restored, state)},
+            f"restore refused its own checkpoint when the expected contract held the same entries in another key "
+            f"order ({list(reordered)[:3]}... instead of {list(contract)[:3]}...): equal contracts were compared as "
+            "text (json.dumps keeps insertion order) -> compare the saved contract with the expected one entry by "
+            "entry (parse the saved JSON and compare the two dicts, or dump both with sort_keys=True)"
+            + mark("contract-first"),
+        )
+    seen = probe("read_only_restore", ctx.impl.restore, path, contract, ctx.mesh)
+    restored, error, tried = seen.get("state") or {}, seen.get("error", ""), seen.get("tried", [])
+    expect(
+        not error and not _differ(restored, state),
+        "every field as saved, from a checkpoint whose file system refuses writes (mounted read-only)",
+        {"raised": error, "write attempts refused": tried[:5]}
+        if error
+        else {"fields that differ": _differ(restored, state)},
+        (
+            f"restore tried to write where the checkpoint lies ({', '.join(tried[:3])}) and, refused as on a "
+            "read-only file system, refused a valid checkpoint -> restore only reads: open the file 'rb' (np.load "
+            "does), and take no write lock, lock file or temporary there"
+            if tried
+            else "restore gave back other fields when the checkpoint's folder was read-only"
+        )
+        + mark("exact-resume"),
+    )
 
 
 def _replay_verdict(control: dict, resumed: dict, where: str, restored: dict | None = None, saved: dict | None = None):
@@ -464,6 +501,18 @@ def failing_saves(state: dict, contract) -> dict:
     cases["a contract holding a set"] = ("checkpoint.npz", state, {**contract, "seed": {1, 2}})
     cases["a file name of 300 characters"] = ("c" * 296 + ".npz", state, contract)
     cases["a folder that does not exist"] = (os.path.join("missing", "checkpoint.npz"), state, contract)
+    # two conditions at once: a save that makes the missing folder before it checks the state leaves it behind
+    without_step = {k: v for k, v in state.items() if k != "step"}
+    cases["a folder that does not exist, and a state without step"] = (
+        os.path.join("missing", "checkpoint.npz"),
+        without_step,
+        contract,
+    )
+    cases["a folder that does not exist, and a contract holding a set"] = (
+        os.path.join("missing", "checkpoint.npz"),
+        state,
+        {**contract, "seed": {1, 2}},
+    )
     return cases
 
 
@@ -505,8 +554,14 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         wrong,
         f"{len(wrong)} save(s) left files behind: "
         + "; ".join(f"{what}: {found}" for what, found in wrong.items())
-        + " -> check the state and contract and build the bytes before creating the temporary file, and remove the "
-        "temporary in a finally (or except) block on every error, the failed publish included" + mark("new-temp-name"),
+        + " -> check the state and contract and build the bytes before creating the temporary file"
+        + (
+            " or the missing folder (a folder made for a save that then refuses is left behind)"
+            if any("does not exist," in what for what in wrong)
+            else ""
+        )
+        + ", and remove the temporary in a finally (or except) block on every error, the failed publish included"
+        + mark("new-temp-name"),
     )
 
 
@@ -727,13 +782,22 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             "errors.CheckpointExistsError and leave it as it is (checkpoints are never overwritten)",
         )
         return
+    repeated = [name for name in left if name != os.path.basename(path) and name in refusal]
     expect(
         saved,
         "the re-run's save succeeds (the name is free)",
         {"left in the folder": left, "the new save": refusal},
         f"{where} left {left} behind, and a new save to the same, still free name was refused -> a killed save "
         "must not block the next one: give every save a temporary name of its own (tempfile.mkstemp in the "
-        "target's folder), and no lock or temporary file whose leftover refuses a later save",
+        "target's folder), and no lock or temporary file whose leftover refuses a later save"
+        + (
+            f"; the new save, in another process, drew the killed save's own temporary name {repeated[0]}: names "
+            "drawn from the global random module repeat from process to process once it is seeded alike "
+            "(random.seed in initial, 'seed everything') -> take names from tempfile.mkstemp, os.urandom or uuid4"
+            if repeated
+            else ""
+        )
+        + mark("new-temp-name"),
     )
     wrong = _holds(ctx, path, contract, again)
     expect(
@@ -758,15 +822,15 @@ def _order_fault(operations: list[str]) -> str | None:
     writes = [i for i, kind in enumerate(kinds[:first]) if kind == "write"]
     if not writes:  # every write came after the name was given: a reader could find the file empty
         return f"{operations[first]} at operation {first + 1} came before any write"
-    synced = [i for i, kind in enumerate(kinds[:first]) if kind == "fsync" and i > writes[-1]]
+    synced = [i for i, kind in enumerate(kinds[:first]) if kind in interrupt.SYNCS and i > writes[-1]]
     if synced:
         return None
-    earlier = [i for i, kind in enumerate(kinds[:first]) if kind == "fsync"]
+    earlier = [i for i, kind in enumerate(kinds[:first]) if kind in interrupt.SYNCS]
     return (
         f"fsync came before the last write ({operations[earlier[0]]} at operation {earlier[0] + 1}, "
         f"{operations[writes[-1]]} at {writes[-1] + 1})"
         if earlier
-        else "no fsync between the last write and publishing"
+        else "no fsync (or fdatasync) of the file between the last write and publishing"
     )
 
 
@@ -883,7 +947,13 @@ def _shared_names(removed: list, rival: list) -> list:
 
 
 def _race_cause(
-    saved: list, losers_exist: bool, wrong: str, removed: list, operations: list | None = None, rival: list = ()
+    saved: list,
+    losers_exist: bool,
+    wrong: str,
+    removed: list,
+    operations: list | None = None,
+    rival: list = (),
+    final: tuple = (),
 ) -> str:
     shared = _shared_names(removed, list(rival))
     if shared:
@@ -916,8 +986,15 @@ def _race_cause(
     if not saved:
         return "neither save succeeded, although the name was free for the first to publish"
     if not losers_exist:
-        return (
-            "the losing save did not raise errors.CheckpointExistsError -> refuse a taken name with the course's error"
+        made = {label.partition(" ")[2] for label in operations or () if label.split(" ", 1)[0] in ("open", "create")}
+        theirs = {label.partition(" ")[2] for label in rival if label.split(" ", 1)[0] in ("open", "create")}
+        again = sorted(made & theirs - set(final))
+        return "the losing save did not raise errors.CheckpointExistsError" + (
+            f": both savers opened the temporary name {again[0]}, so the second found it taken -> two processes "
+            "drew the same name: take names from tempfile.mkstemp, os.urandom or uuid4, never from the global "
+            "random module (seeded alike, it repeats in every process)" + mark("new-temp-name")
+            if again
+            else " -> refuse a taken name with the course's error"
         )
     if wrong.startswith("beside the checkpoint"):
         return f"{wrong} -> remove the temporary file whether publishing succeeded or raised (try/finally)" + mark(
@@ -956,6 +1033,7 @@ def racing_saves_never_overwrite(ctx):
                 outcome.get("removed_by_rival", []),
                 outcome.get("operations"),
                 outcome.get("rival_operations", []),
+                (os.path.basename(path), os.path.basename(os.path.dirname(path))),
             ),
         )
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)

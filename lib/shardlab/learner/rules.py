@@ -220,9 +220,10 @@ RULES = (
     Rule(
         "new-temp-name",
         "save",
-        "bytes go first to a temporary file in the same folder, with a new name for every save, so a save killed "
-        "midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises "
-        "leaves its folder as it was",
+        "bytes go first to a temporary file in the same folder, with a new name for every save, in every process "
+        "(not from the global random module, which repeats in processes seeded alike), so a save killed midway "
+        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its "
+        "folder as it was (a folder it made included)",
         (
             "interrupted_save_leaves_nothing_or_a_checkpoint",
             "save_leaves_only_the_final_file",
@@ -237,8 +238,9 @@ RULES = (
     Rule(
         "fsync-before-publish",
         "save",
-        "the temporary file is flushed and fsynced after its last write and only then published, so a published "
-        "name never points at bytes still in memory",
+        "the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes the size a reader "
+        "needs) after its last write and only then published, so a published name never points at bytes still in "
+        "memory",
         ("save_syncs_before_publishing",),
     ),
     Rule(
@@ -299,7 +301,9 @@ RULES = (
         "exact-resume",
         "restore",
         "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
-        "the uninterrupted one, in this process or a fresh one",
+        "the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's entries "
+        "have and from a read-only file; restore must accept every file its own save writes (the member names, "
+        "integer widths and any checksum are that save's choice, so a file written another way may be refused)",
         (
             "restore_returns_every_field",
             "resume_continues_the_same_run",

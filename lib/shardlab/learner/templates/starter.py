@@ -150,11 +150,13 @@ def save(path, state: dict, contract_: dict) -> str:
       returned.
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, or
       a symbolic link), is refused with errors.CheckpointExistsError and what is there is left untouched.
-    - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, so a
-      save killed midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises
-      leaves its folder as it was.
-    - rule:fsync-before-publish: the temporary file is flushed and fsynced after its last write and only then published,
-      so a published name never points at bytes still in memory.
+    - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, in
+      every process (not from the global random module, which repeats in processes seeded alike), so a save killed
+      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its
+      folder as it was (a folder it made included).
+    - rule:fsync-before-publish: the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes
+      the size a reader needs) after its last write and only then published, so a published name never points at bytes
+      still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
       savers in two processes racing for one name exactly one wins.
     - rule:save-inputs-intact: save changes nothing it is given: not the state, its arrays or their placement.
@@ -174,6 +176,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
-      continues as the uninterrupted one, in this process or a fresh one.
+      continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
+      entries have and from a read-only file; restore must accept every file its own save writes (the member names,
+      integer widths and any checksum are that save's choice, so a file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
