@@ -112,7 +112,10 @@ def test_the_compilation_cache_is_the_checkers_and_can_be_turned_off(tmp_path, m
     [
         (["open t", "write 3", "write 3", "fsync 3", "close 3", "link t", "unlink t"], None),
         (["open t", "fsync 3", "write 3", "write 3", "close 3", "link t"], "fsync came before the last write"),
-        (["open t", "write 3", "close 3", "rename t"], "no fsync between the last write and publishing"),
+        (
+            ["open t", "write 3", "close 3", "rename t"],
+            "no fsync (or fdatasync) of the file between the last write and publishing",
+        ),
         (["open p", "write 3", "close 3"], None),  # written in place: the interrupted-save check judges it
         (["open t", "write 3", "fsync 3", "write 3", "replace t"], "fsync came before the last write"),
     ],
