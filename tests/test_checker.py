@@ -219,7 +219,7 @@ MISTAKES = {
     "restore_refuses_epoch_end": (
         3,
         "random_restore_damage",
-        ["(cursor 1 of 1, ", "cursor = rows are both in bounds", "rows=1, batch=1, devices=1", "save_at='end'"],
+        ["(cursor 1 of 1, ", "cursor = rows are both in bounds", "rows=1, batch=1, devices=1"],
     ),
     "restore_compares_rounded_contract": (
         3,

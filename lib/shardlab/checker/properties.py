@@ -1535,16 +1535,17 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
         _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
 
 
-def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, earlier: dict) -> None:
+def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, earlier: dict, rows: int) -> None:
     """restore of `path` (now holding `want`'s checkpoint, put there `how`) returns `want`, not `earlier`."""
     try:
         got = called(ctx, "restore", path, contract, mesh)
     except Exception as exc:
+        cursor, step = int(host(want["cursor"])), int(host(want["step"]))
         raise Miss(
             "the checkpoint restored",
             _learner_error(exc),
-            f"a valid checkpoint at step {int(want['step'])} ({how}) was refused -> restore must accept every valid "
-            f"checkpoint its own save writes; it raised at {raised_where(exc)}" + formulas.mark("exact-resume"),
+            f"a valid checkpoint at step {step} (cursor {cursor} of {rows}, {how}) was refused -> "
+            f"{_refused_valid(exc, cursor, rows, step)}" + formulas.mark("exact-resume"),
         ) from exc
     same = {n: np.array_equal(host(want[n]), host(got.get(n))) for n in FIELDS}
     old = all(np.array_equal(host(earlier[n]), host(got.get(n))) for n in FIELDS)
@@ -1570,13 +1571,14 @@ def _replaced_at_the_same_path(ctx, case: Case, path: str, state, contract, data
     """A path restored once may hold another checkpoint later: removed and saved anew with the next state, and
     replaced by a rename with the first again, it restores what it holds each time (save_at=start: step 0, then 1)."""
     later, _, _ = _transitioned(ctx, case, state, data, mesh, step_of(ctx, case), at)
+    rows = case.shape()[0]
     os.remove(path)
     called(ctx, "save", path, later, contract)
-    _restored_as(ctx, path, contract, elsewhere, later, "removed and saved anew at the same path", state)
+    _restored_as(ctx, path, contract, elsewhere, later, "removed and saved anew at the same path", state, rows)
     beside = os.path.join(os.path.dirname(os.path.abspath(path)), "renamed-" + os.path.basename(path))
     called(ctx, "save", beside, state, contract)
     os.replace(beside, path)
-    _restored_as(ctx, path, contract, elsewhere, state, "another checkpoint renamed over the path", later)
+    _restored_as(ctx, path, contract, elsewhere, state, "another checkpoint renamed over the path", later, rows)
 
 
 def _damage_files(ctx, case, path, state, contract, data) -> dict:
