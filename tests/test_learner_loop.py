@@ -150,6 +150,33 @@ def test_the_contract_recipe_has_the_keys_of_the_contract_the_notebook_prints():
     }
 
 
+def test_the_initial_recipe_keeps_key_and_order_on_the_host():
+    """The recipe, run as written, gives the state the lesson describes: only weights and momentum are placed."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import shardlab as sl
+
+    recipe = hints.HINTS["initial"][-1].removeprefix("Full recipe: ")
+    statements, returned = recipe.split("; return ", 1)
+    data, seed, mesh = sl.teaching_fixture(), 17, sl.make_mesh(1)
+    scope = {"jax": jax, "jnp": jnp, "np": np, "NamedSharding": NamedSharding, "P": P}
+    scope.update(data=data, seed=seed, mesh=mesh)
+    exec(statements.replace("; ", "\n"), scope)
+    made = eval(returned[: returned.rindex("}") + 1], scope)
+    assert sorted(made) == sorted(sl.FIELDS)
+    for name in ("key", "order"):
+        assert isinstance(made[name], np.ndarray) and not isinstance(made[name], jax.Array), name
+    for name in ("weights", "momentum"):
+        assert isinstance(made[name], jax.Array) and made[name].sharding.spec == P(), name
+    first_half, spent = np.split(np.asarray(jax.random.split(jax.random.PRNGKey(seed))), 2)  # the rule, by hand
+    np.testing.assert_array_equal(made["key"], first_half[0])
+    np.testing.assert_array_equal(made["order"], np.asarray(jax.random.permutation(spent[0], len(data.targets))))
+
+
 def test_a_failing_check_names_its_rules():
     from shardlab.checker.cli import Result, describe
 

@@ -339,8 +339,16 @@ def test_stage1_shows_where_each_row_of_the_first_batch_lives(run_dir):
 def test_stage2_labels_each_all_reduce_of_the_lowered_step(run_dir):
     found = results(run_dir, "stage2_update")
     ir = (run_dir / found["all_reduce"]["ir_file"]).read_text()
-    rows = table(visible(tagged(executed(run_dir, "stage2_update"), "all-reduce-table")))
+    shown_text = visible(tagged(executed(run_dir, "stage2_update"), "all-reduce-table"))
+    rows = table(shown_text)
     assert len(rows) == len(re.findall(r'"stablehlo\.all_reduce"', ir)) == 3
+    # one all_reduce as the IR writes it, beside the table: the op, its operand and its type
+    one_op = r'(%\w+) = "stablehlo\.all_reduce"\((%\w+)\).*: \((tensor<[^>]*>)\) -> (tensor<[^>]*>)'
+    line = re.search(one_op, shown_text)
+    assert line and line[2] == rows[0][0] and line[3] == line[4] == rows[0][1], shown_text
+    in_ir = rf'^\s*{line[1]} = "stablehlo\.all_reduce"\({line[2]}\)(.*?)^\s*\}}\) : ([^\n]*)$'
+    opened = re.search(in_ir, ir, re.M | re.S)
+    assert opened and opened[2].strip() == f"({line[3]}) -> {line[4]}", line[0]
     devices = ",".join(str(d) for d in range(4))  # the mesh of stage 2 is the four logical devices
     for operand, kind, _, _, groups in rows:
         assert re.search(rf'= "stablehlo\.all_reduce"\({operand}\)', ir), operand

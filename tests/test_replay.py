@@ -105,6 +105,18 @@ def test_a_changed_sampler_field_fails_the_recovery_check(data, mesh):
         replay.check_recovery(diff)
 
 
+def test_one_ulp_in_one_weight_fails_the_exact_recovery_check(data, mesh):
+    """Stage 3b calls check_recovery with no tolerance: the resumed weights must be bit for bit the control's."""
+    step = sl.make_step(mesh)
+    record = replay.run(sl.initial(17, data, mesh), data, 7, 6, mesh, step)
+    weights = np.array(record["weights"], np.float32)
+    weights[3, 1] = np.nextafter(weights[3, 1], np.float32(np.inf))  # one float32 step
+    diff = replay.compare(record, {**record, "weights": weights})
+    assert 0 < diff["weights"] < 1e-6
+    with pytest.raises(replay.ReplayMismatchError, match="weights"):
+        replay.check_recovery(diff)
+
+
 def test_fingerprints_name_the_first_differing_step(data, mesh):
     step = sl.make_step(mesh)
     state = sl.initial(17, data, mesh)

@@ -921,8 +921,10 @@ CHOSEN = {
         ),
         "momentum_shows_at_step_2": (
             "first == 2",
-            "observed: with the decay forgotten, step 1 matches and the momentum first differs at step 2",
-            "observed: with the decay forgotten, the momentum first differs at step {first} (0: never), not at step 2",
+            "observed: with the momentum decay set to 0 (no momentum carried over), step 1 matches and the "
+            "momentum first differs at step 2",
+            "observed: with the momentum decay set to 0 (no momentum carried over), the momentum first differs at "
+            "step {first} (0: never), not at step 2",
         ),
         "own_rows_lowered": (
             "lowered == steps",

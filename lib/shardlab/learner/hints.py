@@ -18,11 +18,13 @@ HINTS = {
         "Unpack the data as a pair (features, targets = data) so a tuple works too; the order is a permutation of "
         "the row ids drawn from the spent half; weights and momentum are zeros placed on the mesh, replicated.",
         "key, subkey = jax.random.split(jax.random.PRNGKey(seed)); order = jax.random.permutation(subkey, n). "
-        "Replicate with jax.device_put(x, NamedSharding(mesh, P())). Keep the key as the legacy uint32 (2,) array.",
+        "Replicate with jax.device_put(x, NamedSharding(mesh, P())). Keep the key as the legacy uint32 (2,) array, "
+        "on the host (np.asarray).",
         "Full recipe: features, targets = data; n, d = features.shape; key, subkey = jax.random.split("
         "jax.random.PRNGKey(seed)); order = jax.random.permutation(subkey, n); zeros = jnp.zeros(d, jnp.float32); "
         "replicated = NamedSharding(mesh, P()); return {'weights': jax.device_put(zeros, replicated), 'momentum': "
-        "jax.device_put(zeros, replicated), 'key': key, 'order': order, 'cursor': 0, 'step': 0}.",
+        "jax.device_put(zeros, replicated), 'key': np.asarray(key), 'order': np.asarray(order), 'cursor': 0, "
+        "'step': 0}: key and order are host NumPy arrays, only weights and momentum are placed.",
     ],
     "next_batch": [
         "Work out on paper what 23 rows in batches of 7 give per call, and what the cursor is after each call; "
@@ -34,7 +36,8 @@ HINTS = {
         "is 1.0 for the first `rows` slots, 0.0 after, whatever the values. Place features with "
         "NamedSharding(mesh, P(AXIS, None)), targets and mask with P(AXIS).",
         "Full recipe: copy the fields you change; if cursor == n: key, subkey = jax.random.split(key); order = "
-        "jax.random.permutation(subkey, n); cursor = 0. ids = order[cursor:cursor + batch_size]; slots = "
+        "jax.random.permutation(subkey, n); key, order = np.asarray(key), np.asarray(order) (they stay on the "
+        "host); cursor = 0. ids = order[cursor:cursor + batch_size]; slots = "
         "-(-len(ids) // mesh.size) * mesh.size; fill host arrays of `slots` rows (zeros after the ids) and a mask "
         "with 1.0 on the first len(ids); device_put each with its sharding; return ({**state, 'key': key, "
         "'order': order, 'cursor': cursor + len(ids)}, Batch(features, targets, mask, ids)). Leave 'step' alone.",
