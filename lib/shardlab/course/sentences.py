@@ -151,7 +151,8 @@ SENTENCES = {
             CHANGE,
             "<verdict_of>: confirmed, for the sum. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin "
             "of {m:.3f} ms, at least the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), and is "
-            "within the {r:.3f} ms estimated reach. Whether the predicted mechanism removed it is read apart, below.",
+            "within the {r:.3f} ms estimated reach. That says the sum fell as predicted, not yet that the predicted "
+            "mechanism removed it.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.3f} ms against noise "
             "{n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; estimated reach {r:.3f} ms).",
         ),
@@ -540,12 +541,14 @@ SENTENCES = {
             "the middle halves, a range that holds 1/{w} (no gain): a median below 1/{w} alone is not a loss.",
         ),
         "three_term_ring_latency": _s(
-            "l >= 0",
-            {"l": "scaling_model.ours.params.ring_latency"},
+            "l >= 0 and s >= 0",
+            {"l": "scaling_model.ours.params.ring_latency", "s": "scaling_model.ours.params.straggler"},
             "Three terms through three points fit by construction and predict nothing: the fitted ring latency, "
-            "{l:.3f} ms, is whatever W adds that compute and straggler do not, here shared cores, not a ring.",
+            "{l:.3f} ms, and straggler, {s:.3f} ms, are whatever W adds beyond compute, here shared cores, not a "
+            "ring.",
             "Three terms through three points fit by construction and predict nothing: the fitted ring latency is "
-            "{l:.3f} ms, negative, so not physical; least squares reached the points by subtracting.",
+            "{l:.3f} ms and the straggler {s:.3f} ms, at least one negative, so not physical; least squares reached "
+            "the points by subtracting, and neither name says what these points cost.",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -831,8 +834,8 @@ def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stag
 
 
 def ring_latency(fit: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: what the three-term fit's ring latency (recorded under scaling_model.ours) can be read as."""
-    return chosen(notebook, "three_term_ring_latency", l=fit["params"]["ring_latency"])
+    """Stage 5b: what the three-term fit's W terms (recorded under scaling_model.ours) can be read as."""
+    return chosen(notebook, "three_term_ring_latency", l=fit["params"]["ring_latency"], s=fit["params"]["straggler"])
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
