@@ -360,6 +360,7 @@ def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tm
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=outcome["reach"]["q1_ms"])
     values.update(r_hi=outcome["reach"]["q3_ms"], u_lo=side["unchanged"]["q1_ms"], u_hi=side["unchanged"]["q3_ms"])
     values.update(g_lo=side["changed"]["q1_ms"], g_hi=side["changed"]["q3_ms"])
+    values.update(m=values["c"] - values["t"], s=outcome["spread_ms"])
     text, found = _said(
         tmp_path,
         "stage4a_profile",
@@ -396,7 +397,7 @@ def _verdict_text(tmp_path, before, after, threshold):
     outcome = hypothesis.judge(guess, rows(before, [1.0] * 8), rows(after, [1.0] * 8), [1.5] * 8)
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=0.0, r_hi=0.0, u_lo=0.0, u_hi=0.0)
-    values.update(g_lo=0.0, g_hi=0.0)
+    values.update(g_lo=0.0, g_hi=0.0, m=values["c"] - values["t"], s=outcome["spread_ms"])
     text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values)
     return outcome, text
 
@@ -507,8 +508,11 @@ def _efficiency(one_ms, many_ms, w=4, rows=100):
                 "rows_per_s_middle_half": [n / q3 * 1e3, n / q1 * 1e3],
             }
         )
+    lo_1, hi_1 = table[0]["rows_per_s_middle_half"]
     for row in table:
         row["efficiency"] = row["rows_per_s"] / (row["devices"] * table[0]["rows_per_s"])
+        lo, hi = row["rows_per_s_middle_half"]
+        row["efficiency_range"] = [lo / (row["devices"] * hi_1), hi / (row["devices"] * lo_1)]
     return {"table": table, "usable_cores": 2}
 
 
@@ -540,7 +544,31 @@ def test_the_throughput_sentence_says_whether_more_devices_gave_more_rows(tmp_pa
         assert "less than one device alone" in moved
     if word == "rose":
         assert many_rate > one_rate
+    # the efficiency's range over the middle halves: the far ends of the time quartiles, by hand
+    q1_1, q3_1 = np.percentile(one_ms, [25, 75])
+    q1_w, q3_w = np.percentile(many_ms, [25, 75])
+    lo, hi = (400 / q3_w) / (4 * 100 / q1_1), (400 / q1_w) / (4 * 100 / q3_1)
+    assert f"{lo:.3f}–{hi:.3f}" in moved, moved
+    if word == "did not change":  # the range holds 1/4, and the sentence says so rather than reading a loss
+        assert lo <= 0.25 <= hi and "holds 1/4" in moved
     assert "bound" in bound
+
+
+@pytest.mark.parametrize(
+    "latency, straggler, phrase",
+    [(0.569, 0.107, "shared cores, not a ring"), (-0.012, 0.2, "not physical"), (0.882, -0.58, "not physical")],
+)
+def test_the_ring_latency_sentence_follows_the_fitted_signs(tmp_path, latency, straggler, phrase):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    ours = {"params": {"compute": 0.8, "ring_latency": latency, "ring_bandwidth": 0.0, "straggler": straggler}}
+    record.emit(str(tmp_path), "stage5b_scaling", "scaling_model", {"ours": ours}, shown=False)
+    said = sentences.ring_latency(ours)
+    sentences.record(str(tmp_path), "stage5b_scaling")
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert phrase in said and f"{latency:.3f} ms" in said and f"{straggler:.3f} ms" in said, said
+    assert ("not physical" in said) == (min(latency, straggler) < 0)  # the signs decide, by hand
 
 
 @pytest.mark.parametrize(

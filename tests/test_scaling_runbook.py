@@ -72,6 +72,15 @@ def test_efficiency_ratios_recompute_from_the_recorded_samples(run_dir):
         assert r["rows_per_s"] == pytest.approx(throughput)
         one = table[0]["rows"] / (medians[1] / 1e3)
         assert r["efficiency"] == pytest.approx(throughput / (r["devices"] * one))
+        # its range over the middle halves: W's slowest quartile against one device's fastest, and the reverse
+        q1, q3 = np.percentile(r["samples_ms"], [25, 75])
+        q1_1, q3_1 = np.percentile(table[0]["samples_ms"], [25, 75])
+        low, high = (
+            (r["rows"] / q3) / (r["devices"] * table[0]["rows"] / q1_1),
+            (r["rows"] / q1) / (r["devices"] * table[0]["rows"] / q3_1),
+        )
+        assert r["efficiency_range"] == pytest.approx([low, high])
+        assert low <= r["efficiency"] <= high
     model = found["scaling_model"]
     measured = {int(w): ms for w, ms in zip([1, 2, 4], medians.values())}
     for w, ms in measured.items():  # three terms through three points

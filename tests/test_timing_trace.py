@@ -348,6 +348,22 @@ def test_the_verdict_reads_the_cut_against_the_noise_and_the_threshold():
     assert near["inconclusive_because"] == "threshold_within_noise"
 
 
+def test_the_verdict_table_shows_the_margin_beside_the_noise_and_a_margin_inside_it_is_inconclusive():
+    from shardlab.evidence.hypothesis import judge, verdict_rows
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.3}
+    # a cut 0.004 ms past the threshold, with a spread of about 0.156 ms: not confirmed
+    target_before = [1.7, 1.844, 2.0, 2.156, 2.3]
+    target_after = [v - 0.304 for v in target_before]
+    found = judge(guess, rows(target_before, [3.0] * 5), rows(target_after, [3.0] * 5), [1.0] * 5)
+    assert found["spread_ms"] == pytest.approx((2.156 - 1.844) / 2)
+    cut = np.median(target_before) - np.median(target_after)
+    assert found["margin_ms"] == pytest.approx(cut - 0.3) == pytest.approx(0.004)
+    assert found["noise_ms"] > abs(found["margin_ms"]) and found["verdict"] == "inconclusive"
+    shown = {row["what the verdict reads"].split(":")[0]: row["ms"] for row in verdict_rows(found)}
+    assert shown["margin"] == round(cut - 0.3, 3) and shown["noise"] == round(found["noise_ms"], 3)
+
+
 def test_the_one_call_reshuffle_draws_what_the_course_idiom_draws():
     from shardlab.evidence.hypothesis import one_call_draw
 

@@ -36,6 +36,8 @@ CHANGE = {  # the verdict's values
     "d": "change.control_drift_ms",
     "r": "change.reach_ms",
     "t": "change.threshold_ms",
+    "m": "change.margin_ms",
+    "s": "change.spread_ms",
 }
 MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall and its middle half in each loop
     "f": "change.mechanism_fall_ms",
@@ -94,6 +96,8 @@ THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with
     "nw_lo": "efficiency.table.-1.rows_per_s_middle_half.0",
     "nw_hi": "efficiency.table.-1.rows_per_s_middle_half.1",
     "e": "efficiency.table.-1.efficiency",
+    "e_lo": "efficiency.table.-1.efficiency_range.0",
+    "e_hi": "efficiency.table.-1.efficiency_range.1",
     "w": "efficiency.table.-1.devices",
 }
 # stage 4a's verdict: the first of these that holds is printed
@@ -122,8 +126,8 @@ SENTENCES = {
             "as an estimate of what the one-call reshuffle can remove, the draw alone is plausible.",
             "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
             "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
-            "more. These draws carry time the transitions' draws do not (the order above shows where the long ones "
-            "fall), so the estimate is capped at the target's median.",
+            "more. These draws carry time the transitions' draws do not, so the estimate is capped at the target's "
+            "median.",
         ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
@@ -145,11 +149,12 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut, {c:.3f} ms, less the {n:.3f} ms of noise still reaches the "
-            "{t:.3f} ms threshold; the control drifted by {d:.3f} ms, within ± that threshold; the cut is within "
-            "the {r:.3f} ms estimated reach.",
-            "<verdict_of>: not confirmed (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
-            "{t:.3f} ms, estimated reach {r:.3f} ms).",
+            "<verdict_of>: confirmed, for the sum. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin "
+            "of {m:.3f} ms, at least the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), and is "
+            "within the {r:.3f} ms estimated reach. That says the sum fell as predicted, not yet that the predicted "
+            "mechanism removed it.",
+            "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.3f} ms against noise "
+            "{n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; estimated reach {r:.3f} ms).",
         ),
         "change_refuted_real_cut": _s(
             RELATIONS["refuted"] + " and c - n > 0",
@@ -201,10 +206,10 @@ SENTENCES = {
         ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
-            {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms"},
-            "<verdict_of>: inconclusive. The {t:.3f} ms predicted lies within the cut ± the noise ({c:.3f} ± "
-            "{n:.3f} ms): at this sample size the effect cannot be told from the drift.",
-            "The {t:.3f} ms predicted lies outside the cut ± the noise ({c:.3f} ± {n:.3f} ms).",
+            {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
+            "<verdict_of>: inconclusive. The margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.3f} ms, lies within "
+            "± the {n:.3f} ms of noise: at this sample size the effect cannot be told from the drift.",
+            "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_fell": _s(
             "f >= t and g_hi < u_lo",
@@ -340,6 +345,16 @@ SENTENCES = {
             "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
             "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
             "or threads synchronising without a Wait event, look the same in it.",
+        ),
+        "arithmetic_smallest": _s(
+            "p < min(w, c)",
+            WAITING,
+            "So, to the prediction: not the arithmetic. The rest of the program, which holds the update's arithmetic "
+            "(and the sampler and the gather), is the smallest part, {p:.2f} of the {b:.2f} ms; meeting the other "
+            "devices (named waiting {w:.2f} ms, the collectives' unnamed time {c:.2f} ms) takes more.",
+            "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
+            "and the gather), took {p:.2f} of the {b:.2f} ms, not less than both named waiting ({w:.2f} ms) and the "
+            "collectives' unnamed time ({c:.2f} ms): here meeting the other devices is not what dominates.",
         ),
         "collective_rate": _s(
             "r < 0.1 * g",
@@ -508,7 +523,8 @@ SENTENCES = {
             THROUGHPUT,
             "Throughput fell as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
-            "Efficiency {e:.3f} is below 1/{w}: the {w} devices together delivered less than one device alone.",
+            "Efficiency {e:.3f} (over the middle halves {e_lo:.3f}–{e_hi:.3f}) is below 1/{w}: the {w} devices "
+            "together delivered less than one device alone.",
             "Throughput did not fall beyond the spread as devices were added ({w} devices {nw:.3g} rows/s, middle "
             "half {nw_lo:.3g}–{nw_hi:.3g}; one device {n1:.3g}, {n1_lo:.3g}–{n1_hi:.3g}).",
         ),
@@ -517,10 +533,22 @@ SENTENCES = {
             THROUGHPUT,
             "Throughput rose as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread; "
-            "efficiency {e:.3f} (1 would be {w} times one device, 1/{w} no gain at all).",
+            "efficiency {e:.3f} (over the middle halves {e_lo:.3f}–{e_hi:.3f}; 1 would be {w} times one device, "
+            "1/{w} no gain at all).",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
             "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). "
-            "The added devices added no measurable throughput; efficiency {e:.3f} (no gain at all would give 1/{w}).",
+            "The added devices added no measurable throughput: efficiency {e:.3f}, but {e_lo:.3f}–{e_hi:.3f} over "
+            "the middle halves, a range that holds 1/{w} (no gain): a median below 1/{w} alone is not a loss.",
+        ),
+        "three_term_ring_latency": _s(
+            "l >= 0 and s >= 0",
+            {"l": "scaling_model.ours.params.ring_latency", "s": "scaling_model.ours.params.straggler"},
+            "Three terms through three points fit by construction and predict nothing: the fitted ring latency, "
+            "{l:.3f} ms, and straggler, {s:.3f} ms, are whatever W adds beyond compute, here shared cores, not a "
+            "ring.",
+            "Three terms through three points fit by construction and predict nothing: the fitted ring latency is "
+            "{l:.3f} ms and the straggler {s:.3f} ms, at least one negative, so not physical; least squares reached "
+            "the points by subtracting, and neither name says what these points cost.",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -679,6 +707,7 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values = {"n1": one["rows_per_s"], "nw": last["rows_per_s"], "e": last["efficiency"], "w": last["devices"]}
     values.update(n1_lo=one["rows_per_s_middle_half"][0], n1_hi=one["rows_per_s_middle_half"][1])
     values.update(nw_lo=last["rows_per_s_middle_half"][0], nw_hi=last["rows_per_s_middle_half"][1])
+    values.update(e_lo=last["efficiency_range"][0], e_hi=last["efficiency_range"][1])
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
     return [moved, bound]
@@ -757,6 +786,12 @@ def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     return chosen_first(notebook, WAITING_NAMES, **values)
 
 
+def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?"""
+    values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
+    return chosen(notebook, "arithmetic_smallest", **values)
+
+
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
     """Stage 5b's reading of the async and sync groups: the blocking save and the step, shorter, longer or neither."""
     said = []
@@ -796,6 +831,11 @@ def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stag
     term = min(terms, key=lambda name: fit["params"][name])
     fill = {"fit": which, "term": term, "label": label}
     return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
+
+
+def ring_latency(fit: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: what the three-term fit's W terms (recorded under scaling_model.ours) can be read as."""
+    return chosen(notebook, "three_term_ring_latency", l=fit["params"]["ring_latency"], s=fit["params"]["straggler"])
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
@@ -866,6 +906,7 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     """Stage 4a's verdict on `outcome` (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
     control, reach = outcome["sides"]["control"], outcome["reach"]
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
+    values.update(m=outcome["margin_ms"], s=outcome["spread_ms"])
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"], b=outcome["baseline_first_ms"])

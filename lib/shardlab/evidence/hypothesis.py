@@ -306,6 +306,7 @@ def verdict_rows(outcome: dict) -> list[dict]:
     named = (
         ("the threshold (from the first trace)", "threshold_ms"),
         ("cut: the target's unchanged − changed median", "cut_ms"),
+        ("margin: cut − threshold (confirmed only beyond the noise)", "margin_ms"),
         ("drift: the control's unchanged − changed median", "control_drift_ms"),
         ("spread: half the widest middle half above", "spread_ms"),
         ("noise: the larger of |drift| and spread", "noise_ms"),
@@ -386,6 +387,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "whose": hypothesis.get("whose", "your hypothesis"),
         "sides": sides,
         "cut_ms": cut,
+        "margin_ms": cut - values["t"],  # confirmed only when this margin exceeds the noise
         "control_drift_ms": drift,
         "spread_ms": spread,
         "noise_ms": values["n"],

@@ -42,23 +42,25 @@ def _placed(host: dict, mesh) -> tuple:
 
 
 def _efficiency_rows(measured: dict, rows: dict) -> list[dict]:
-    """One row per W: timing, rows per second and efficiency against W = 1 (rows[w]: rows in W's step)."""
+    """One row per W: timing, rows per second and efficiency against W = 1 (rows[w]: rows in W's step), each with
+    its range over the middle halves (the efficiency's from the far ends of W's and W = 1's, so it is the widest)."""
     throughput = {w: rows[w] / measured[f"w{w}"]["median_ms"] * 1e3 for w in rows}
+    spread = {}  # rows per second over the middle half of the step times
+    for w in rows:
+        q1, q3 = np.percentile(measured[f"w{w}"]["samples_ms"], [25, 75])
+        spread[w] = [rows[w] / float(q3) * 1e3, rows[w] / float(q1) * 1e3]
     keys = ("median_ms", "samples_ms", "compile_ms")
     table = []
     for w in rows:
-        timed = {k: measured[f"w{w}"][k] for k in keys}
-        efficiency = throughput[w] / (w * throughput[1])
-        q1, q3 = np.percentile(timed["samples_ms"], [25, 75])
-        spread = [rows[w] / float(q3) * 1e3, rows[w] / float(q1) * 1e3]  # rows per second over the middle half
         table.append(
             {
                 "rows": rows[w],
                 "devices": w,
-                **timed,
+                **{k: measured[f"w{w}"][k] for k in keys},
                 "rows_per_s": throughput[w],
-                "rows_per_s_middle_half": spread,
-                "efficiency": efficiency,
+                "rows_per_s_middle_half": spread[w],
+                "efficiency": throughput[w] / (w * throughput[1]),
+                "efficiency_range": [spread[w][0] / (w * spread[1][1]), spread[w][1] / (w * spread[1][0])],
             }
         )
     return table
