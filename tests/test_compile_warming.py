@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -56,7 +58,7 @@ def _shuffles(log: str) -> tuple[int, int]:
 @pytest.mark.slow  # three child interpreters: make test's, not the inner loop's
 def test_a_learners_initial_in_another_interpreter_reads_the_warmed_permutations(tmp_path):
     warmed = _run(WARM, tmp_path / "warm", json.dumps([7, 13]))
-    assert json.loads(warmed.stdout.strip().splitlines()[-1]) == [7, 13]
+    assert json.loads(warmed.stdout.strip().splitlines()[-1]) == [13, 7]  # the last size the checks use first
     assert _shuffles(_run(LEARNER, tmp_path / "warm").stderr) == (2, 2)  # both read, none compiled again
     assert _shuffles(_run(LEARNER, tmp_path / "cold").stderr) == (2, 0)  # without the warming: both compiled
 
@@ -81,3 +83,22 @@ def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
     given = [int(line) for line in record.read_text().split()]
     assert list(dict.fromkeys(given)) == search.row_counts({1}, 31, search_cases=3)
     assert len(given) == 6  # two initial calls per case, the case's rows then another shape's
+
+
+def _nice(thread_id: int) -> int:
+    """A thread's nice value as the kernel reports it (/proc: field 19 of its stat line)."""
+    with open(f"/proc/self/task/{thread_id}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_warming_thread_runs_at_the_lowest_priority_and_the_checks_do_not():
+    here = _nice(threading.get_native_id())
+    warming = compile_cache.Warming([1009, 1013, 1019])
+    seen, deadline = None, time.monotonic() + 60
+    try:
+        while warming.thread.is_alive() and time.monotonic() < deadline and seen != 19:
+            seen = _nice(warming.thread.native_id)
+    finally:
+        warming.close()
+    assert seen == 19, f"the warming thread ran at nice {seen}"
+    assert _nice(threading.get_native_id()) == here  # the thread running the checks keeps its priority

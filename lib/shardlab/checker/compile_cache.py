@@ -67,8 +67,10 @@ class Warming:
     compilation of `jax.random.permutation` (a sort and a counter-based draw, the largest share of a
     stage 1 check). While the worker runs a call, this interpreter waits for its answer and a core is
     free: a thread here calls the JAX idiom the course teaches, `key, subkey = jax.random.split(key)`
-    then `jax.random.permutation(subkey, n)`, for each row count in the order the checks use them, so
-    the cache holds those programs before the worker asks. A worker whose program is the same (the
+    then `jax.random.permutation(subkey, n)`, for each row count, so the cache holds those programs
+    before the worker asks. It takes them from the last the checks use to the first: the worker starts
+    at the first, compiling what is not warmed yet, and the two meet in the middle, where in the same
+    order they would race for the same program and both compile it. A worker whose program is the same (the
     same JAX operations on the same shapes) reads it from the cache; any other program compiles as
     before. Nothing computed here is looked at: the entries are keyed on the program's text, so a hit
     gives the program a fresh compile would give and never changes a verdict.
@@ -84,11 +86,12 @@ class Warming:
             self.thread.start()
 
     def _run(self) -> None:
+        lowest_priority()
         try:
             import jax
 
             key = jax.random.PRNGKey(0)
-            for n in self.sizes:
+            for n in reversed(self.sizes):
                 if self._stop:
                     return
                 if n in self.reached:  # too late to help: compiling it here too would only double the work
@@ -112,15 +115,20 @@ class Warming:
         return self.done
 
 
-def idle_core() -> bool:
-    """Whether this machine has a core to spare: a 1-minute load average below the cores this process may use.
+def lowest_priority() -> None:
+    """Give the calling thread the lowest scheduling priority (nice 19; on Linux each thread has its own).
 
-    Warming compiles on a core the check leaves idle; on a machine whose every core is busy it would only take
-    time from the worker and compile twice what the worker reaches first."""
+    The warming compiles on a core the check leaves idle: at nice 19 it takes a core only when no other
+    thread wants it, so on a busy machine it takes almost nothing from the worker or anyone else, and on a
+    quiet one it uses the core the check leaves idle from the first second (a 1-minute load average read at
+    the start, the gate this replaces, also counts the minute before the check).
+    """
+    import threading
+
     try:
-        return os.getloadavg()[0] < len(os.sched_getaffinity(0))
-    except OSError:
-        return False
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the warming runs at the caller's priority
+        pass
 
 
 def warm(sizes) -> Warming:
