@@ -63,7 +63,8 @@ def test_a_learners_initial_in_another_interpreter_reads_the_warmed_permutations
     assert _shuffles(_run(LEARNER, tmp_path / "cold").stderr) == (2, 0)  # without the warming: both compiled
 
 
-def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
+def _recording(tmp_path):
+    """(a learner file that is the reference but records the rows each `initial` receives, the record)."""
     record = tmp_path / "rows.txt"
     path = tmp_path / "recording.py"
     path.write_text(
@@ -77,6 +78,11 @@ def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
             return _initial(seed, data, mesh)
         """)
     )
+    return path, record
+
+
+def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
+    path, record = _recording(tmp_path)
     enumerated = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "random_sampler_walk"]
     results = runner.run_checks(str(path), 1, only=True, skip=enumerated, search_seed=31, search_cases=3)
     assert [r.name for r in results] == ["random_sampler_walk"] and results[0].passed, results
@@ -102,3 +108,15 @@ def test_the_warming_thread_runs_at_the_lowest_priority_and_the_checks_do_not():
         warming.close()
     assert seen == 19, f"the warming thread ran at nice {seen}"
     assert _nice(threading.get_native_id()) == here  # the thread running the checks keeps its priority
+
+
+@pytest.mark.slow  # a step search: make test's, not the inner loop's
+def test_a_step_search_warms_no_row_count_and_a_transition_walk_its_own(tmp_path):
+    path, record = _recording(tmp_path)
+    searched = ("random_step_update", "random_transition_walk")
+    enumerated = [c.__name__ for c in runner.checks_of(2) if c.__name__ not in searched]
+    results = runner.run_checks(str(path), 2, only=True, skip=enumerated, search_seed=31, search_cases=2)
+    assert sorted(r.name for r in results) == sorted(searched) and all(r.passed for r in results), results
+    given = [int(line) for line in record.read_text().split()]
+    assert list(dict.fromkeys(given)) == search.row_counts({2}, 31, search_cases=2)
+    assert len(given) == 2  # one initial per walk, none for a step
