@@ -120,3 +120,21 @@ def test_a_step_search_warms_no_row_count_and_a_transition_walk_its_own(tmp_path
     given = [int(line) for line in record.read_text().split()]
     assert list(dict.fromkeys(given)) == search.row_counts({2}, 31, search_cases=2)
     assert len(given) == 2  # one initial per walk, none for a step
+
+
+def test_the_warming_waits_while_no_core_is_free_and_finishes_when_asked(monkeypatch):
+    monkeypatch.setattr(compile_cache, "spare_core", lambda: False)
+    waiting = compile_cache.Warming([1031, 1033])
+    time.sleep(0.5)
+    assert waiting.thread.is_alive() and waiting.done == []  # nothing compiled while every core is wanted
+    assert waiting.close() == [] and not waiting.thread.is_alive()  # stopped without compiling
+    assert compile_cache.Warming([1031, 1033]).close(finish=True) == [1033, 1031]  # asked to finish: it does
+
+
+def test_a_core_is_spare_only_while_the_runnable_threads_fit_the_cores(monkeypatch):
+    with open("/proc/loadavg") as loadavg:
+        runnable = int(loadavg.read().split()[3].split("/")[0])  # at least the thread reading it
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(runnable + 1000)))
+    assert compile_cache.spare_core()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set())
+    assert not compile_cache.spare_core()

@@ -8,8 +8,10 @@ a temporary folder), never the learner's folder; `SHARDLAB_CHECK_CACHE=off` turn
 
 import os
 import tempfile
+import time
 
 ENV = "SHARDLAB_CHECK_CACHE"  # a folder for the cache, or "off"
+PAUSE_SECONDS = 0.05  # how long the warming waits before it looks for a free core again
 
 
 def folder() -> str | None:
@@ -80,6 +82,7 @@ class Warming:
         import threading
 
         self.sizes, self.done, self._stop = list(dict.fromkeys(int(n) for n in sizes if int(n) > 0)), [], False
+        self._finish = False  # set by close(finish=True): compile what is left without waiting for a free core
         self.reached: set = set()  # sizes the checks have started on: the worker compiles those itself
         self.thread = threading.Thread(target=self._run, name="shardlab-cache-warming", daemon=True)
         if self.sizes:
@@ -92,6 +95,8 @@ class Warming:
 
             key = jax.random.PRNGKey(0)
             for n in reversed(self.sizes):
+                while not (self._stop or self._finish or n in self.reached or spare_core()):
+                    time.sleep(PAUSE_SECONDS)
                 if self._stop:
                     return
                 if n in self.reached:  # too late to help: compiling it here too would only double the work
@@ -109,19 +114,34 @@ class Warming:
     def close(self, finish: bool = False) -> list:
         """Stop after the program being compiled (never leave a thread inside XLA at exit), or once every size is
         done if `finish`; the sizes done."""
-        self._stop = not finish
+        self._stop, self._finish = not finish, finish
         if self.thread.is_alive():
             self.thread.join()
         return self.done
 
 
+def spare_core() -> bool:
+    """Whether a core is free at this instant: the machine's runnable threads (the fourth field of /proc/loadavg,
+    the calling thread included) are at most the cores this process may use.
+
+    The warming compiles on a core the check leaves idle; where every core is wanted it would take time from the
+    worker and compile twice what the worker reaches first, and a thread kept from a core while it holds the GIL
+    keeps the checks waiting too. It asks before each program, so it follows the machine's load as the check runs
+    (a 1-minute load average, read once at the start, also counts the minute before the check).
+    """
+    try:
+        with open("/proc/loadavg") as loadavg:
+            runnable = int(loadavg.read().split()[3].split("/")[0])
+        return runnable <= len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return False
+
+
 def lowest_priority() -> None:
     """Give the calling thread the lowest scheduling priority (nice 19; on Linux each thread has its own).
 
-    The warming compiles on a core the check leaves idle: at nice 19 it takes a core only when no other
-    thread wants it, so on a busy machine it takes almost nothing from the worker or anyone else, and on a
-    quiet one it uses the core the check leaves idle from the first second (a 1-minute load average read at
-    the start, the gate this replaces, also counts the minute before the check).
+    Between two looks at the machine (`spare_core`) another process may start: at nice 19 the warming then
+    yields the core to it rather than share it.
     """
     import threading
 
