@@ -72,10 +72,12 @@ class Warming:
     then `jax.random.permutation(subkey, n)`, for each row count, so the cache holds those programs
     before the worker asks. It takes them from the last the checks use to the first: the worker starts
     at the first, compiling what is not warmed yet, and the two meet in the middle, where in the same
-    order they would race for the same program and both compile it. A worker whose program is the same (the
-    same JAX operations on the same shapes) reads it from the cache; any other program compiles as
-    before. Nothing computed here is looked at: the entries are keyed on the program's text, so a hit
-    gives the program a fresh compile would give and never changes a verdict.
+    order they would race for the same program and both compile it. Before each program it waits until a
+    core is free at that instant (`spare_core`), and it runs at the lowest priority (`lowest_priority`).
+    A worker whose program is the same (the same JAX operations on the same shapes) reads it from the
+    cache; any other program compiles as before. Nothing computed here is looked at: the entries are
+    keyed on the program's text, so a hit gives the program a fresh compile would give and never changes
+    a verdict.
     """
 
     def __init__(self, sizes):
