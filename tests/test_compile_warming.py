@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -56,12 +58,13 @@ def _shuffles(log: str) -> tuple[int, int]:
 @pytest.mark.slow  # three child interpreters: make test's, not the inner loop's
 def test_a_learners_initial_in_another_interpreter_reads_the_warmed_permutations(tmp_path):
     warmed = _run(WARM, tmp_path / "warm", json.dumps([7, 13]))
-    assert json.loads(warmed.stdout.strip().splitlines()[-1]) == [7, 13]
+    assert json.loads(warmed.stdout.strip().splitlines()[-1]) == [13, 7]  # the last size the checks use first
     assert _shuffles(_run(LEARNER, tmp_path / "warm").stderr) == (2, 2)  # both read, none compiled again
     assert _shuffles(_run(LEARNER, tmp_path / "cold").stderr) == (2, 0)  # without the warming: both compiled
 
 
-def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
+def _recording(tmp_path):
+    """(a learner file that is the reference but records the rows each `initial` receives, the record)."""
     record = tmp_path / "rows.txt"
     path = tmp_path / "recording.py"
     path.write_text(
@@ -75,9 +78,63 @@ def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
             return _initial(seed, data, mesh)
         """)
     )
+    return path, record
+
+
+def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
+    path, record = _recording(tmp_path)
     enumerated = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "random_sampler_walk"]
     results = runner.run_checks(str(path), 1, only=True, skip=enumerated, search_seed=31, search_cases=3)
     assert [r.name for r in results] == ["random_sampler_walk"] and results[0].passed, results
     given = [int(line) for line in record.read_text().split()]
     assert list(dict.fromkeys(given)) == search.row_counts({1}, 31, search_cases=3)
     assert len(given) == 6  # two initial calls per case, the case's rows then another shape's
+
+
+def _nice(thread_id: int) -> int:
+    """A thread's nice value as the kernel reports it (/proc: field 19 of its stat line)."""
+    with open(f"/proc/self/task/{thread_id}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_warming_thread_runs_at_the_lowest_priority_and_the_checks_do_not():
+    here = _nice(threading.get_native_id())
+    warming = compile_cache.Warming([1009, 1013, 1019])
+    seen, deadline = None, time.monotonic() + 60
+    try:
+        while warming.thread.is_alive() and time.monotonic() < deadline and seen != 19:
+            seen = _nice(warming.thread.native_id)
+    finally:
+        warming.close()
+    assert seen == 19, f"the warming thread ran at nice {seen}"
+    assert _nice(threading.get_native_id()) == here  # the thread running the checks keeps its priority
+
+
+@pytest.mark.slow  # a step search: make test's, not the inner loop's
+def test_a_step_search_warms_no_row_count_and_a_transition_walk_its_own(tmp_path):
+    path, record = _recording(tmp_path)
+    searched = ("random_step_update", "random_transition_walk")
+    enumerated = [c.__name__ for c in runner.checks_of(2) if c.__name__ not in searched]
+    results = runner.run_checks(str(path), 2, only=True, skip=enumerated, search_seed=31, search_cases=2)
+    assert sorted(r.name for r in results) == sorted(searched) and all(r.passed for r in results), results
+    given = [int(line) for line in record.read_text().split()]
+    assert list(dict.fromkeys(given)) == search.row_counts({2}, 31, search_cases=2)
+    assert len(given) == 2  # one initial per walk, none for a step
+
+
+def test_the_warming_waits_while_no_core_is_free_and_finishes_when_asked(monkeypatch):
+    monkeypatch.setattr(compile_cache, "spare_core", lambda: False)
+    waiting = compile_cache.Warming([1031, 1033])
+    time.sleep(0.5)
+    assert waiting.thread.is_alive() and waiting.done == []  # nothing compiled while every core is wanted
+    assert waiting.close() == [] and not waiting.thread.is_alive()  # stopped without compiling
+    assert compile_cache.Warming([1031, 1033]).close(finish=True) == [1033, 1031]  # asked to finish: it does
+
+
+def test_a_core_is_spare_only_while_the_runnable_threads_fit_the_cores(monkeypatch):
+    with open("/proc/loadavg") as loadavg:
+        runnable = int(loadavg.read().split()[3].split("/")[0])  # at least the thread reading it
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(runnable + 1000)))
+    assert compile_cache.spare_core()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set())
+    assert not compile_cache.spare_core()

@@ -183,8 +183,7 @@ def run_checks(
                 guard.note(event="implementation", course_functions=provenance.course_functions(spec))
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
             # a sandboxed worker has a cache of its own, which this interpreter never sees
-            ahead = not sandboxed and compile_cache.idle_core()
-            warming = compile_cache.warm(_sizes(chosen, skip, kept, searching) if ahead else ())
+            warming = compile_cache.warm(_sizes(chosen, skip, kept, searching) if not sandboxed else ())
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other
             ctx.warming = warming

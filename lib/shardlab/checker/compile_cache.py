@@ -8,8 +8,10 @@ a temporary folder), never the learner's folder; `SHARDLAB_CHECK_CACHE=off` turn
 
 import os
 import tempfile
+import time
 
 ENV = "SHARDLAB_CHECK_CACHE"  # a folder for the cache, or "off"
+PAUSE_SECONDS = 0.05  # how long the warming waits before it looks for a free core again
 
 
 def folder() -> str | None:
@@ -67,28 +69,36 @@ class Warming:
     compilation of `jax.random.permutation` (a sort and a counter-based draw, the largest share of a
     stage 1 check). While the worker runs a call, this interpreter waits for its answer and a core is
     free: a thread here calls the JAX idiom the course teaches, `key, subkey = jax.random.split(key)`
-    then `jax.random.permutation(subkey, n)`, for each row count in the order the checks use them, so
-    the cache holds those programs before the worker asks. A worker whose program is the same (the
-    same JAX operations on the same shapes) reads it from the cache; any other program compiles as
-    before. Nothing computed here is looked at: the entries are keyed on the program's text, so a hit
-    gives the program a fresh compile would give and never changes a verdict.
+    then `jax.random.permutation(subkey, n)`, for each row count, so the cache holds those programs
+    before the worker asks. It takes them from the last the checks use to the first: the worker starts
+    at the first, compiling what is not warmed yet, and the two meet in the middle, where in the same
+    order they would race for the same program and both compile it. Before each program it waits until a
+    core is free at that instant (`spare_core`), and it runs at the lowest priority (`lowest_priority`).
+    A worker whose program is the same (the same JAX operations on the same shapes) reads it from the
+    cache; any other program compiles as before. Nothing computed here is looked at: the entries are
+    keyed on the program's text, so a hit gives the program a fresh compile would give and never changes
+    a verdict.
     """
 
     def __init__(self, sizes):
         import threading
 
         self.sizes, self.done, self._stop = list(dict.fromkeys(int(n) for n in sizes if int(n) > 0)), [], False
+        self._finish = False  # set by close(finish=True): compile what is left without waiting for a free core
         self.reached: set = set()  # sizes the checks have started on: the worker compiles those itself
         self.thread = threading.Thread(target=self._run, name="shardlab-cache-warming", daemon=True)
         if self.sizes:
             self.thread.start()
 
     def _run(self) -> None:
+        lowest_priority()
         try:
             import jax
 
             key = jax.random.PRNGKey(0)
-            for n in self.sizes:
+            for n in reversed(self.sizes):
+                while not (self._stop or self._finish or n in self.reached or spare_core()):
+                    time.sleep(PAUSE_SECONDS)
                 if self._stop:
                     return
                 if n in self.reached:  # too late to help: compiling it here too would only double the work
@@ -106,21 +116,41 @@ class Warming:
     def close(self, finish: bool = False) -> list:
         """Stop after the program being compiled (never leave a thread inside XLA at exit), or once every size is
         done if `finish`; the sizes done."""
-        self._stop = not finish
+        self._stop, self._finish = not finish, finish
         if self.thread.is_alive():
             self.thread.join()
         return self.done
 
 
-def idle_core() -> bool:
-    """Whether this machine has a core to spare: a 1-minute load average below the cores this process may use.
+def spare_core() -> bool:
+    """Whether a core is free at this instant: the machine's runnable threads (the fourth field of /proc/loadavg,
+    the calling thread included) are at most the cores this process may use.
 
-    Warming compiles on a core the check leaves idle; on a machine whose every core is busy it would only take
-    time from the worker and compile twice what the worker reaches first."""
+    The warming compiles on a core the check leaves idle; where every core is wanted it would take time from the
+    worker and compile twice what the worker reaches first, and a thread kept from a core while it holds the GIL
+    keeps the checks waiting too. It asks before each program, so it follows the machine's load as the check runs
+    (a 1-minute load average, read once at the start, also counts the minute before the check).
+    """
     try:
-        return os.getloadavg()[0] < len(os.sched_getaffinity(0))
-    except OSError:
+        with open("/proc/loadavg") as loadavg:
+            runnable = int(loadavg.read().split()[3].split("/")[0])
+        return runnable <= len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError, AttributeError):
         return False
+
+
+def lowest_priority() -> None:
+    """Give the calling thread the lowest scheduling priority (nice 19; on Linux each thread has its own).
+
+    Between two looks at the machine (`spare_core`) another process may start: at nice 19 the warming then
+    yields the core to it rather than share it.
+    """
+    import threading
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the warming runs at the caller's priority
+        pass
 
 
 def warm(sizes) -> Warming:
