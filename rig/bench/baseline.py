@@ -40,7 +40,7 @@ def dedicated(batch_sizes, steps: int, seed: int, width: int, blocks: int = BLOC
         {"batch_sizes": list(batch_sizes), "steps": steps, "blocks": blocks, "seed": seed, "width": width}
     )
     child = subprocess.run(
-        [sys.executable, "-m", "shardlab.perf.baseline", args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "rig.bench.baseline", args], capture_output=True, text=True, timeout=timeout
     )
     if child.returncode != 0:
         raise ShardlabError(f"the dedicated course-loop run failed: {child.stderr[-1500:]}")
@@ -51,7 +51,8 @@ def _child(batch_sizes, steps, blocks, seed, width) -> dict:
     from shardlab.core.devices import make_mesh, setup_devices
 
     setup_devices(4)
-    from shardlab.perf import endtoend, sweep
+    from rig.bench import sweep
+    from shardlab.perf import endtoend
 
     mesh, data, found = make_mesh(4), sweep.fixture(width), {}
     for batch_size in batch_sizes:
