@@ -12,12 +12,14 @@ over the course loop at its best on this machine, not over a slow phase of it.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from shardlab.errors import ShardlabError
 
 BLOCKS = 5
+CHECKOUT = Path(__file__).resolve().parents[2]  # the folder that holds rig/
 
 
 def summary(per_step: list, blocks: list) -> dict:
@@ -40,7 +42,11 @@ def dedicated(batch_sizes, steps: int, seed: int, width: int, blocks: int = BLOC
         {"batch_sizes": list(batch_sizes), "steps": steps, "blocks": blocks, "seed": seed, "width": width}
     )
     child = subprocess.run(
-        [sys.executable, "-m", "rig.bench.baseline", args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "rig.bench.baseline", args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=CHECKOUT,  # where `rig` is importable, whatever folder the bench was started from
     )
     if child.returncode != 0:
         raise ShardlabError(f"the dedicated course-loop run failed: {child.stderr[-1500:]}")
