@@ -31,9 +31,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
-from shardlab.core.devices import AXIS
 from shardlab.errors import ConfigError
 from shardlab.perf import inputs, stats, steps
 
@@ -102,7 +100,6 @@ VARIANTS = {
     ),
 }
 AUTO = "auto"
-SHARDED = P(AXIS)
 # us per collective, us per float (all-reduce, all-gather), us per flop: the bench's `calibrate()` on the 2-core host
 DEFAULT_COSTS = {
     "alpha_us": 38.0,
