@@ -11,6 +11,11 @@ from shardlab.evidence import timing
 from shardlab.perf import scaling
 
 GRID_ROWS = (1024, 4096, 16384, 65536, 262144)
+NOTE = (
+    "W logical devices share the same cores and memory in one process: efficiency below 1 here is the cost of "
+    "splitting work into W programs plus the all-reduce between them on hardware that does not grow with W; "
+    "it cannot show what W real devices or hosts, each with its own compute and a network between them, would do."
+)
 
 
 def grid(rows_grid=GRID_ROWS, devices=scaling.DEVICES, samples=scaling.GRID_SAMPLES, seed=fixtures.TIMING_SEED) -> dict:

@@ -27,11 +27,6 @@ WIDTH = 64
 DEVICES = (1, 2, 4)
 GRID_SAMPLES = 11
 WARMUP = 3
-NOTE = (
-    "W logical devices share the same cores and memory in one process: efficiency below 1 here is the cost of "
-    "splitting work into W programs plus the all-reduce between them on hardware that does not grow with W; "
-    "it cannot show what W real devices or hosts, each with its own compute and a network between them, would do."
-)
 
 
 def placed(host: dict, mesh) -> tuple:
