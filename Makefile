@@ -119,7 +119,7 @@ supervise: venv ## a supervised 2x2 training job (ARGS='--steps 200 --async-save
 	$(BIN)/python -m shardlab supervise --out $(if $(filter receipts,$(OUT)),supervise_out,$(OUT)) $(ARGS)
 
 bench: venv ## measure three optimisations beside their baselines, then the loops (bench/loops/loops.json), into bench/
-	$(BIN)/python -m shardlab bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
+	$(BIN)/python -m rig.bench --out $(if $(filter receipts,$(OUT)),bench,$(OUT))
 	$(BIN)/python -m rig.loops --out $(if $(filter receipts,$(OUT)),bench,$(OUT))/loops
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/

@@ -17,7 +17,7 @@ notebooks state these times only as `took` renders them from the committed table
 again after the table is measured again.
 
 It belongs to the rig, not the library: it times the checkout's own test suite and grades files
-from tests/, so it runs from the repository root (`make bench` runs it after `python -m shardlab bench`).
+from tests/, so it runs from the repository root (`make bench` runs it after `python -m rig.bench`).
 """
 
 import json

@@ -359,7 +359,7 @@ def pytest_configure(config):
     sys.meta_path.insert(0, _RefuseLoopImports())
 
 
-_SESSION = {}  # whole-suite wall time, for `python -m shardlab bench` (see pytest_sessionfinish)
+_SESSION = {}  # whole-suite wall time, for `python -m rig.bench` (see pytest_sessionfinish)
 # `make test`'s selection (Makefile): the tests neither `make test-sandbox` nor `make test-long` runs
 MAKE_TEST = "not sandbox and not long"
 

@@ -92,7 +92,7 @@ def test_the_enumeration_reaches_every_command_and_typed_option(tmp_path):
         if a.type is not None
     }
     fed = {(name, words.removeprefix("argument ")) for name, _, words in found if words.startswith("argument -")}
-    assert typed <= fed and len(typed) >= 20  # seed and batch size of five commands, counts, seconds, ...
+    assert typed <= fed and len(typed) >= 19  # seeds of four commands, batch sizes of three, counts, seconds, ...
 
 
 @pytest.mark.parametrize("kind", list(REFUSED), ids=lambda kind: kind.__name__)
@@ -119,7 +119,7 @@ def test_the_base_command_lines_parse_and_accept_good_values(tmp_path):
 
 @pytest.mark.slow  # every argument of every command: seconds of parsing
 def test_every_bad_argument_of_every_command_is_one_usage_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # the commands' default folders (receipts, bench, torture_out, ...) are relative
+    monkeypatch.chdir(tmp_path)  # the commands' default folders (receipts, drills_out, ...) are relative
     ran = []
     for module, _ in COMMANDS.values():  # a command that starts is a refusal that came too late
         monkeypatch.setattr(importlib.import_module(module), "main", lambda args: ran.append(args.command) or 0)
@@ -141,8 +141,8 @@ def test_every_bad_argument_of_every_command_is_one_usage_error_and_writes_nothi
 
 def test_a_command_line_parses_only_when_it_starts_with_its_command(tmp_path):
     """parse() builds only the first word's command; anything before it is refused, never parsed without it."""
-    assert parse(["bench", "--steps", "3", "--out", str(tmp_path / "b")]).steps == 3
-    for argv in (["--", "bench", "--steps", "3"], ["--steps", "3", "bench"], ["-x", "bench"]):
+    assert parse(["supervise", "--steps", "3", "--out", str(tmp_path / "b")]).steps == 3
+    for argv in (["--", "supervise", "--steps", "3"], ["--steps", "3", "supervise"], ["-x", "supervise"]):
         with pytest.raises(UsageError):
             parse(argv)
     assert not (tmp_path / "b").exists()
@@ -151,7 +151,7 @@ def test_a_command_line_parses_only_when_it_starts_with_its_command(tmp_path):
 @pytest.mark.slow  # one child interpreter per command: make test's, not the inner loop's
 def test_the_real_command_line_refuses_in_its_own_words(tmp_path):
     for argv, words in (
-        (["bench", "--steps", "abc"], "argument --steps: 'abc' is not a whole number"),
+        (["supervise", "--steps", "abc"], "argument --steps: 'abc' is not a whole number"),
         (["supervise", "--batch-size", "-3"], "argument --batch-size: batch_size must be a positive integer"),
         (["run", "--seed", "1.5", "--out", str(tmp_path / "receipts")], "argument --seed: '1.5' is not a whole"),
         (["grade", "--out", str(tmp_path / "grade")], "the following arguments are required: submissions"),

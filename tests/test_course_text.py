@@ -11,8 +11,8 @@ import nbformat
 import pytest
 from conftest import REPO, executed
 
+from rig.bench import targets
 from shardlab.course import catalog
-from shardlab.perf import targets
 
 PREDICT, REVEAL = "predict", "reveal"
 ASKING = (

@@ -13,9 +13,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
+from rig.bench import multistep, resident
 from shardlab.core.state import updated
 from shardlab.errors import ConfigError, EmptyBatchError
-from shardlab.perf import costmodel, device_sampler, fused, multistep, packed, resident, stats
+from shardlab.perf import costmodel, device_sampler, fused, packed, stats
 from shardlab.verify import oracle
 
 pytestmark = pytest.mark.stage4

@@ -13,7 +13,6 @@ from shardlab.errors import UsageError
 
 COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
-    "multi": ("shardlab.multi.launch_once", "start P controller processes on loopback once (supervise --budget 0)"),
     "supervise": (
         "shardlab.multi.cli",
         "run a supervised multi-controller job: restarts through failures, prints each attempt, writes OUT/ledger.json",
@@ -36,10 +35,6 @@ COMMANDS = {
         "rewrite the notebooks' rule and hint cells and the starter's rules from the course's (--check only compares)",
     ),
     "check": ("shardlab.checker.command", "check an implementation stage by stage in a fresh interpreter"),
-    "bench": (
-        "shardlab.perf.bench",
-        "measure whole loops and three optimisations side by side; write bench.json and a figure",
-    ),
     "portfolio": (
         "shardlab.handin.portfolio",
         "assemble what a learner hands in from a finished run: one offline page, a folder and a zip",

@@ -193,12 +193,15 @@ def _sigterm(out) -> None:
         child.wait()
 
 
-def run_command(argv: list[str]) -> int:
-    """`python -m shardlab ARGV` here, or `python -m rig.torture ARGV[1:]` when ARGV starts with torture."""
-    if argv[:1] == ["torture"]:
-        from rig.torture import command
+RIG_COMMANDS = ("torture", "bench")  # the rig's campaigns that take an output folder: `python -m rig.<name>`
 
-        return command(argv[1:])
+
+def run_command(argv: list[str]) -> int:
+    """`python -m shardlab ARGV` here, or `python -m rig.NAME ARGV[1:]` when ARGV starts with a RIG_COMMANDS name."""
+    if argv[:1] and argv[0] in RIG_COMMANDS:
+        import importlib
+
+        return importlib.import_module(f"rig.{argv[0]}").command(argv[1:])
     from shardlab.__main__ import main
 
     return main(argv)

@@ -1,6 +1,6 @@
 """Profile real transitions with named annotations, and read the durations back from the trace files.
 
-Stable API (the stage 4 notebook and `python -m shardlab bench` use it):
+Stable API (the stage 4 notebook and the bench, `python -m rig.bench`, use it):
 
 - `capture(logdir, transitions_fn, replace=False) -> (result, TraceFiles)`: run
   `transitions_fn()` under `jax.profiler.trace(..., create_perfetto_trace=True)` and keep

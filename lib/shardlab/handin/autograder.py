@@ -7,7 +7,6 @@ with `grade` and writes Gradescope's results.json at FILE (shardlab.handin.platf
 """
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from shardlab.handin import grade
 from shardlab.handin.platforms import WEIGHTS, gradescope
+from shardlab.io import write_json
 
 
 def autograde(submission: Path, results: Path, timeout: float, unsandboxed: bool) -> dict:
@@ -30,7 +30,7 @@ def autograde(submission: Path, results: Path, timeout: float, unsandboxed: bool
         rows = body["submissions"]["submission"]["rows"]
     found = gradescope(rows)
     results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+    write_json(results, found)
     return found
 
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         failed = {"score": 0.0, "output": f"not graded: {exc}", "visibility": "visible", "tests": []}
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.results).write_text(json.dumps(failed, indent=1) + "\n", encoding="utf-8")
+        write_json(args.results, failed)
         print(f"[shardlab autograder] {exc}", file=sys.stderr)
         return 2
     print(f"[shardlab autograder] score {found['score']} of {sum(WEIGHTS.values()):g}")

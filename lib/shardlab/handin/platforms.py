@@ -14,8 +14,9 @@ stopped scores 0.
 
 import csv
 import io
-import json
 from pathlib import Path
+
+from shardlab.io import write_json
 
 WEIGHTS = {1: 25.0, 2: 25.0, 3: 25.0, 4: 25.0}  # points per stage; the total is the assignment's maximum
 GRADESCOPE, PRAIRIELEARN, LMS = "gradescope", "prairielearn", "lms.csv"
@@ -116,5 +117,5 @@ def write_all(folder: Path, body: dict) -> None:
     for name, entry in body["submissions"].items():
         stem = entry.get("folder") or name
         for kind, build in ((GRADESCOPE, gradescope), (PRAIRIELEARN, prairielearn)):
-            (folder / kind / f"{stem}.json").write_text(json.dumps(build(entry["rows"]), indent=1) + "\n")
+            write_json(folder / kind / f"{stem}.json", build(entry["rows"]))
     (folder / LMS).write_text(lms_csv(body), encoding="utf-8", newline="")

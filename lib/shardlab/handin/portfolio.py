@@ -25,7 +25,7 @@ from shardlab.errors import ConfigError, PortfolioError
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.sources import receipt_sources
 from shardlab.handin import bounded, contain, items, page, workspace_reader
-from shardlab.io import write_zip
+from shardlab.io import write_json, write_zip
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
@@ -214,9 +214,9 @@ def write(into: Path, run, found: dict) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(contain.source(run.receipts, source, run.implementation).read_bytes())
     if run.check:
-        (folder / REPORT).write_text(json.dumps(run.check, indent=1) + "\n", encoding="utf-8")
+        write_json(folder / REPORT, run.check)
     manifest = page.manifest(run, found)
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_json(folder / MANIFEST, manifest)
     (folder / "report.md").write_text(page.report_markdown(run, found), encoding="utf-8")
     (into / PAGE).write_text(page.html(run, found, manifest), encoding="utf-8")
     paths = [into / PAGE, *sorted(p for p in folder.rglob("*") if p.is_file())]

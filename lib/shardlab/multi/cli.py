@@ -11,7 +11,7 @@ through the output-folder policy (`shardlab.outdir`): `ledger.json` (attempts, f
 goodput ledger, the stitched path against a one-process control), `supervisor.json` (every
 attempt's reports and progress events, under attempts/) and the checkpoints (shared/).
 Processes on one host with logical CPU devices: this is not a cluster, and its times are
-this machine's. `python -m shardlab multi` is the same command with `--budget 0`.
+this machine's. With `--budget 0` the group is launched once, and compared with one process.
 """
 
 import os
@@ -23,17 +23,20 @@ from shardlab.errors import ConfigError, ShardlabError
 TIMEOUT = 10.0  # seconds: the bound of every controller's wait
 
 
-def add_arguments(parser, budget: int = 3) -> None:
+BUDGET = 3  # restarts allowed by default
+
+
+def add_arguments(parser) -> None:
     from shardlab.multi import runtime
 
-    out = "supervise_out" if budget else "multi_out"
+    out = "supervise_out"
     parser.add_argument("--processes", type=count, default=2, help="controller processes (default 2)")
     parser.add_argument("--local-devices", type=count, default=2, help="logical CPU devices per process (default 2)")
     parser.add_argument("--steps", type=count, default=10, help="train until this many updates are done (default 10)")
     parser.add_argument("--save-every", type=natural, default=3, help="save every K steps, 0: never (default 3)")
     parser.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
     parser.add_argument("--keep", type=natural, default=0, help="keep the newest N complete checkpoints (0: all)")
-    parser.add_argument("--budget", type=natural, default=budget, help=f"restarts allowed (default {budget})")
+    parser.add_argument("--budget", type=natural, default=BUDGET, help=f"restarts allowed (default {BUDGET})")
     parser.add_argument(
         "--launch", default="explicit", choices=runtime.LAUNCHES, help="how the group starts (default explicit)"
     )
@@ -156,7 +159,7 @@ def main(args) -> int:
         check(args)
         world = f"{args.processes} processes x {args.local_devices} logical CPU devices, launch {args.launch}"
         announce(f"{world}; {args.steps} steps, save every {args.save_every}, restart budget {args.budget}")
-        with outdir.writing(args.out, "supervise" if args.budget else "multi") as staging:
+        with outdir.writing(args.out, "supervise") as staging:
             found = run(args, staging)
     except ShardlabError as exc:
         print(f"[supervise] {type(exc).__name__}: {exc}", file=sys.stderr)

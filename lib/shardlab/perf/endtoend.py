@@ -58,11 +58,6 @@ MOST_PER_BLOCK = 40
 GATE = 1e-4
 
 
-def loop_name(variant: str) -> str:
-    """The four-device loop that runs `variant`."""
-    return next(name for name, (v, devices) in LOOPS.items() if v == variant and devices == 4)
-
-
 def course_loop(data, mesh, batch_size: int, **hyper):
     """f(state, steps) -> (state, losses, ids) with `sl.transition` in a Python loop."""
     step = make_step(mesh, **hyper)

@@ -9,7 +9,7 @@ in the course loop, `P('data')` blocks) and the devices exchange, depending on t
 (`perf.stats`) or every device's slots once (`perf.inputs`); the stage 2 update follows.
 
 The dataset is copied to every device once (1,023 x 64 float32 is 262 KB); a dataset too
-large for that would be sharded by row and gathered where it lives (`perf.resident`).
+large for that would be sharded by row and gathered where it lives (the bench's rig/bench/resident.py).
 
 A dispatch runs `active <= K` steps (a traced argument, so one executable serves every
 chunk): steps past `active` change nothing, so a run stops exactly at any step boundary.

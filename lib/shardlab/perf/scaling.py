@@ -1,8 +1,8 @@
 """Scaling: the full-batch compiled step per W logical devices, measured side by side, and a model to fit.
 
-`grid` keeps the rows fixed as W grows (strong scaling, bench.json); `weak` gives every device
-the same rows (the setting of the distributed-checkpoint chapter's all-reduce lab). Both report
-efficiency = throughput_W / (W * throughput_1), throughput in rows per second.
+`weak` gives every device the same rows (the setting of the distributed-checkpoint chapter's
+all-reduce lab; the bench's strong scaling, rig/bench/strong.py, keeps the rows fixed as W grows).
+Both report efficiency = throughput_W / (W * throughput_1), throughput in rows per second.
 
 The chapter's model of one data-parallel step on W workers, in ms:
 
@@ -23,25 +23,19 @@ from shardlab.core.update import make_step
 from shardlab.errors import ConfigError
 from shardlab.evidence import timing
 
-GRID_ROWS = (1024, 4096, 16384, 65536, 262144)
 WIDTH = 64
 DEVICES = (1, 2, 4)
 GRID_SAMPLES = 11
 WARMUP = 3
-NOTE = (
-    "W logical devices share the same cores and memory in one process: efficiency below 1 here is the cost of "
-    "splitting work into W programs plus the all-reduce between them on hardware that does not grow with W; "
-    "it cannot show what W real devices or hosts, each with its own compute and a network between them, would do."
-)
 
 
-def _placed(host: dict, mesh) -> tuple:
+def placed(host: dict, mesh) -> tuple:
     """The step's five arguments from `timing.inputs`, placed on `mesh`."""
     batch = place(host["features"], host["targets"], host["mask"], mesh)
     return (*batch, replicate(host["weights"], mesh), replicate(host["momentum"], mesh))
 
 
-def _efficiency_rows(measured: dict, rows: dict) -> list[dict]:
+def efficiency_rows(measured: dict, rows: dict) -> list[dict]:
     """One row per W: timing, rows per second and efficiency against W = 1 (rows[w]: rows in W's step), each with
     its range over the middle halves (the efficiency's from the far ends of W's and W = 1's, so it is the widest)."""
     throughput = {w: rows[w] / measured[f"w{w}"]["median_ms"] * 1e3 for w in rows}
@@ -66,35 +60,16 @@ def _efficiency_rows(measured: dict, rows: dict) -> list[dict]:
     return table
 
 
-def grid(rows_grid=GRID_ROWS, devices=DEVICES, samples=GRID_SAMPLES, seed=fixtures.TIMING_SEED) -> dict:
-    """Full-batch compiled step per (rows, W) on meshes over the first W devices; the W alternate.
-
-    Efficiency = throughput_W / (W * throughput_1), throughput in rows per second.
-    """
-    table = []
-    for rows in rows_grid:
-        data = fixtures.synthetic(rows, WIDTH, seed)
-        host = timing.inputs(data, make_mesh(max(devices)))
-        variants = {
-            f"w{w}": timing.compile_variant(make_step(make_mesh(w)), _placed(host, make_mesh(w))) for w in devices
-        }
-        timing.check(variants, host, rtol=1e-3, atol=1e-3)
-        measured = timing.summary(variants, timing.measure(variants, samples, WARMUP))
-        table += _efficiency_rows(measured, {w: rows for w in devices})
-        del variants, host, data
-    return {"width": WIDTH, "table": table}
-
-
 def weak(rows_per_device: int = 16384, devices=DEVICES, samples=GRID_SAMPLES, seed=fixtures.TIMING_SEED) -> dict:
     """Every one of W logical devices holds `rows_per_device` rows; the W alternate, every sample kept."""
     variants = {}
     for w in devices:
         host = timing.inputs(fixtures.synthetic(rows_per_device * w, WIDTH, seed), make_mesh(w))
-        variants[f"w{w}"] = timing.compile_variant(make_step(make_mesh(w)), _placed(host, make_mesh(w)))
+        variants[f"w{w}"] = timing.compile_variant(make_step(make_mesh(w)), placed(host, make_mesh(w)))
         timing.check({f"w{w}": variants[f"w{w}"]}, host, rtol=1e-3, atol=1e-3)
     measured = timing.summary(variants, timing.measure(variants, samples, WARMUP, progress=None))
     rows = {w: rows_per_device * w for w in devices}
-    return {"width": WIDTH, "rows_per_device": rows_per_device, "table": _efficiency_rows(measured, rows)}
+    return {"width": WIDTH, "rows_per_device": rows_per_device, "table": efficiency_rows(measured, rows)}
 
 
 TERMS = ("compute", "ring_latency", "ring_bandwidth", "straggler")

@@ -16,13 +16,14 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from rig.bench import multistep, resident
 from shardlab.core.batch import ROWS, next_batch
 from shardlab.core.devices import AXIS
 from shardlab.core.state import initial
 from shardlab.core.update import count_all_reduce, make_step, stablehlo
 from shardlab.errors import TraceError, VariantMismatchError
 from shardlab.evidence import timing, trace
-from shardlab.perf import multistep, profile, resident
+from shardlab.perf import profile
 from shardlab.perf.packed import make_packed_step
 from shardlab.verify import oracle
 

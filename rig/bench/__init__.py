@@ -1,16 +1,16 @@
-"""`python -m shardlab bench`: every measurement in one process, written to OUT/bench.json and OUT/bench.png.
+"""`python -m rig.bench` (`make bench`'s first half): every measurement in one process, into OUT/bench.json and .png.
 
 Sections, each checked for correctness before any clock runs and measured side by side:
 
 1. `baseline`, first: the course loop alone in a fresh interpreter, best of several blocks
-   (`perf.baseline`); `sweep`: per-step time of whole loops (the course loop, every fused
-   variant, both floors) at every batch size x width of `perf.sweep`, with the cost model's
+   (`baseline`); `sweep`: per-step time of whole loops (the course loop, every fused
+   variant, both floors) at every batch size x width of `sweep`, with the cost model's
    pick scored against the measured fastest; `endtoend` is its 64-feature row (the timing fixture);
 2. `profile`: the course loop and the fused loop traced alternately with the stage 4
    annotations, read back from the trace, with the device threads' events (a few short
    dispatches, so the committed trace stays small);
 3. `roofline`: XLA's cost of one step against its measured time and this host's roofs;
-4. `collectives`, `placement`, `dispatch` (perf.local): three optimisations of one piece each;
+4. `collectives`, `placement`, `dispatch` (`local`): three optimisations of one piece each;
 5. `scaling`: the full-batch step per (rows, W).
 
 The numbers are never test thresholds: `targets` reports each as met or not met.
@@ -22,26 +22,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rig import cli
+from rig.bench import baseline, host, local, plot, strong, sweep, tables, targets
 from shardlab.cli import add_run_arguments, count
 from shardlab.core import fixtures
 from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.core.devices import make_mesh, setup_devices
 from shardlab.evidence.sources import source_hashes
 from shardlab.io import write_json
-from shardlab.perf import (
-    baseline,
-    endtoend,
-    host,
-    local,
-    plot,
-    profile,
-    roofline,
-    scaling,
-    stats,
-    sweep,
-    tables,
-    targets,
-)
+from shardlab.perf import endtoend, profile, roofline, stats
 
 NUM_DEVICES = 4
 BATCH_SIZES = (7, 64, 1023)
@@ -58,7 +47,7 @@ def profiled(data, mesh, batch_size: int, seed: int, out: Path, variant: str) ->
     logdir = out / "trace_fused"
     found = profile.before_after(data, mesh, batch_size, seed, logdir, TRACED, TRACED_STEPS, variant=variant)
     found["files"] = _relative(found["files"], out)
-    found["fused_body"] = endtoend.loop_name(variant)
+    found["fused_body"] = sweep.loop_name(variant)
     found["trace_bytes"] = sum(p.stat().st_size for p in logdir.rglob("*") if p.is_file())
     return found
 
@@ -80,7 +69,7 @@ def roofline_points(data, mesh, e2e: dict) -> dict:
 
 
 def run(
-    out, batch_size=BATCH_SIZE, seed=SEED, samples=local.SAMPLES, grid=scaling.GRID_ROWS, checkout=".", steps=None
+    out, batch_size=BATCH_SIZE, seed=SEED, samples=local.SAMPLES, grid=strong.GRID_ROWS, checkout=".", steps=None
 ) -> dict:
     """Every measurement, in one process; writes OUT/bench.json and OUT/bench.png and returns the result."""
     started = time.perf_counter()
@@ -102,7 +91,7 @@ def run(
     result["collectives"] = local.collectives(data, mesh, samples)
     result["placement"] = local.placement(data, mesh, batch_size, seed, out / "trace")
     result["dispatch"] = local.dispatch(data, mesh, batch_size, seed, samples=samples)
-    result["scaling"] = scaling.grid(grid)
+    result["scaling"] = strong.grid(grid)
     result["wall_times"] = host.recorded_wall_times(checkout)
     result["sources"] = source_hashes()
     result["ratios"] = targets.ratios(result)
@@ -122,11 +111,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--samples", type=count, default=local.SAMPLES, help="warm samples per local variant")
     parser.add_argument("--steps", type=count, default=endtoend.STEPS, help="transitions per end-to-end sample")
     parser.add_argument(
-        "--rows", type=count, nargs="*", default=list(scaling.GRID_ROWS), help="row counts of the scaling grid"
+        "--rows", type=count, nargs="*", default=list(strong.GRID_ROWS), help="row counts of the scaling grid"
     )
     parser.add_argument(
         "--checkout", default=".", help=f"folder holding {host.RUN_WALL} and {host.TEST_WALL} (default: cwd)"
     )
+
+
+def command(argv=None) -> int:
+    """`python -m rig.bench ARGV`: a bad command line is one UsageError line and exit code 2, as for the course's."""
+    return cli.command("python -m rig.bench", __doc__.splitlines()[0], add_arguments, main, argv)
 
 
 def main(args) -> int:

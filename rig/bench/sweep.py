@@ -9,6 +9,7 @@ pick (from B, d, D, K and this host's measured constants), the measured fastest 
 four-device loop, and the ratio of the two; a hit is a pick within `HIT` of the fastest.
 """
 
+from rig.bench import calibrate
 from shardlab.core import fixtures
 from shardlab.core.config import LEARNING_RATE
 from shardlab.core.sampler import epoch_batches
@@ -34,6 +35,11 @@ LOOPS = (
 BOUNDARY_WIDTH = 64  # the row of the sweep where every program is also timed alone (the host boundary)
 
 
+def loop_name(variant: str) -> str:
+    """The four-device loop that runs `variant`."""
+    return next(name for name, (v, devices) in endtoend.LOOPS.items() if v == variant and devices == 4)
+
+
 def fixture(width: int):
     """The sweep's dataset of `width` features, drawn like the timing fixture."""
     return fixtures.synthetic(ROWS, width, fixtures.TIMING_SEED)
@@ -57,7 +63,7 @@ def cell(mesh, batch_size, width, steps, samples, seed, costs) -> dict:
     data = fixture(width)
     slots = device_sampler.slot_count(batch_size, ROWS, mesh.size)
     choice = costmodel.choose(batch_size, width, mesh.size, steps, slots, costs)
-    pick = endtoend.loop_name(choice.pick)
+    pick = loop_name(choice.pick)
     gate_steps = GATE_EPOCHS * len(epoch_batches(ROWS, batch_size))
     found = endtoend.batch(
         data, mesh, batch_size, steps, samples, seed, names(width, pick), gate_steps, learning_rate=learning_rate(width)
@@ -78,7 +84,7 @@ def cell(mesh, batch_size, width, steps, samples, seed, costs) -> dict:
 
 def run(mesh, steps=endtoend.STEPS, samples=SAMPLES, seed=17, widths=WIDTHS, batch_sizes=BATCH_SIZES, progress=print):
     """Calibrate the model's constants, then every cell; returns the cells and the hit count."""
-    costs = costmodel.calibrate(mesh, steps)
+    costs = calibrate.calibrate(mesh, steps)
     cells = {}
     for width in widths:
         for batch_size in batch_sizes:

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
+from rig.bench import strong
 from shardlab.evidence import trace
-from shardlab.perf import scaling
 
 
 def before_after(path) -> list[dict]:
@@ -179,5 +179,5 @@ def scaling_table(path) -> str:
             f"| {r['rows']:,} | {r['devices']} | {r['median_ms']:.4g} | {r['rows_per_s']:.3g} | {r['efficiency']:.2f} |"
         )
     lines.append("")
-    lines.append(f"Host: {result['machine']['physical_cores']} physical cores. " + scaling.NOTE)
+    lines.append(f"Host: {result['machine']['physical_cores']} physical cores. " + strong.NOTE)
     return "\n".join(lines)

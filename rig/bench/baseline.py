@@ -12,12 +12,14 @@ over the course loop at its best on this machine, not over a slow phase of it.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from shardlab.errors import ShardlabError
 
 BLOCKS = 5
+CHECKOUT = Path(__file__).resolve().parents[2]  # the folder that holds rig/
 
 
 def summary(per_step: list, blocks: list) -> dict:
@@ -40,7 +42,11 @@ def dedicated(batch_sizes, steps: int, seed: int, width: int, blocks: int = BLOC
         {"batch_sizes": list(batch_sizes), "steps": steps, "blocks": blocks, "seed": seed, "width": width}
     )
     child = subprocess.run(
-        [sys.executable, "-m", "shardlab.perf.baseline", args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "rig.bench.baseline", args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=CHECKOUT,  # where `rig` is importable, whatever folder the bench was started from
     )
     if child.returncode != 0:
         raise ShardlabError(f"the dedicated course-loop run failed: {child.stderr[-1500:]}")
@@ -51,7 +57,8 @@ def _child(batch_sizes, steps, blocks, seed, width) -> dict:
     from shardlab.core.devices import make_mesh, setup_devices
 
     setup_devices(4)
-    from shardlab.perf import endtoend, sweep
+    from rig.bench import sweep
+    from shardlab.perf import endtoend
 
     mesh, data, found = make_mesh(4), sweep.fixture(width), {}
     for batch_size in batch_sizes:
