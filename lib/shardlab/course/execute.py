@@ -24,7 +24,7 @@ from shardlab.learner import implementation as learner_implementation
 
 COMMAND = "run"  # this command's section of the output folder's manifest
 FAILED = "run-failed"  # the section holding the partly executed notebook of a failed run
-WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m shardlab bench`)
+WALL_TIME = "wall_time.json"  # how long the run took (read by `python -m rig.bench`)
 CELL_TIMEOUT = 900  # seconds per cell; a timeout is a failure, never a silent pass
 # The kernel talks to the runner over Unix sockets in Jupyter's runtime folder instead of TCP on
 # loopback: nothing listens on a port, and ipykernel's "running over TCP without encryption"
@@ -605,7 +605,7 @@ def _elapsed(since: float) -> str:
 
 
 def _write_wall_time(staging: Path, seconds: float, names: list[str], per_notebook: dict | None = None) -> None:
-    """Record this run's wall time, and each notebook's, in wall_time.json (`python -m shardlab bench` cites it)."""
+    """Record this run's wall time, and each notebook's, in wall_time.json (`python -m rig.bench` cites it)."""
     from datetime import UTC, datetime
 
     record = {
