@@ -64,6 +64,17 @@ def test_a_column_named_with_a_bar_keeps_the_table_a_table():
     assert re.findall(r"<td>(.*?)</td>", page) == ["6", "0.0", "True"]
 
 
+def test_a_folded_table_shows_the_chosen_rows_and_folds_every_row():
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    rows = [{"case": f"case {n}", "error": "E"} for n in range(5)]
+    page = markdown2html_mistune(show.folded([rows[0], rows[3]], rows))
+    in_view, fold = page.split("<details>")
+    assert re.findall(r"<td>(case \d)</td>", in_view) == ["case 0", "case 3"]
+    assert re.findall(r"<td>(case \d)</td>", fold) == [f"case {n}" for n in range(5)]
+    assert "<summary>all 5 rows</summary>" in fold and fold.rstrip().endswith("</details>")
+
+
 def test_progress_lines_show_while_running_and_leave_only_the_hidden_form(monkeypatch):
     shown = []
 

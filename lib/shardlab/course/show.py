@@ -62,8 +62,14 @@ def table(rows: list[dict], columns: list[str] | None = None) -> str:
     return "\n".join(out)
 
 
-def display_table(rows: list[dict], columns: list[str] | None = None) -> None:
-    """Show `table(rows)` rendered in a notebook (plain text elsewhere)."""
+def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None) -> str:
+    """The `shown` rows as a table in view, then every row of `rows` in a fold: a long table read in a glance."""
+    summary = f"all {len(rows)} rows"
+    return f"{table(shown, columns)}\n\n<details><summary>{summary}</summary>\n\n{table(rows, columns)}\n\n</details>"
+
+
+def display_table(rows: list[dict], columns: list[str] | None = None, shown: list[dict] | None = None) -> None:
+    """Show `table(rows)` in a notebook (plain text elsewhere); with `shown`, those rows in view and all in a fold."""
     from IPython.display import Markdown, display
 
-    display(Markdown(table(rows, columns)))
+    display(Markdown(table(rows, columns) if shown is None else folded(shown, rows, columns)))
