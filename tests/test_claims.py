@@ -253,33 +253,6 @@ def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_mo
 
 
 @pytest.mark.parametrize(
-    "draws, target, fits",
-    [
-        ((0.98, 1.0, 1.1, 1.2, 7.0, 7.1, 0.99, 1.05), 1.348, False),  # long draws lift the upper quartile
-        ((0.30, 0.32, 0.35, 0.31, 0.40, 0.33), 1.348, True),
-    ],
-)
-def test_the_draw_traced_alone_is_compared_with_the_target_it_sits_in(tmp_path, draws, target, fits):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    said, values = sentences.draw_alone(list(draws), target)
-    record.emit(str(tmp_path), "stage4a_profile", "trace", {"draw_alone": values}, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile")
-    assert not check_claims(record.load(str(tmp_path), "stage4a_profile"))
-    # independently: the upper quartile by hand (linear between the order statistics), against the target
-    ordered = sorted(draws)
-    at = 0.75 * (len(ordered) - 1)
-    q3 = ordered[int(at)] + (at - int(at)) * (ordered[int(at) + 1] - ordered[int(at)])
-    assert abs(values["q3_ms"] - q3) < 1e-9
-    assert (q3 <= target) == fits
-    assert said.startswith("The draw traced alone fits inside") == fits, said
-    assert f"{q3:.3f} ms" in said
-    with pytest.raises(UsageError):
-        sentences.draw_alone([], target)
-
-
-@pytest.mark.parametrize(
     "t1, t2, t4",
     [
         (1.345, 2.787, 5.971),  # three-term straggler below zero; the two-point one above

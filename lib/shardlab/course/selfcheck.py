@@ -483,7 +483,7 @@ QUESTIONS = (
             "trace",
             (
                 "stated",
-                "What the change could remove: an estimate",
+                "3. What dominates, and your hypothesis",
                 "the hypothesis tested (yours, or the worked example's), written out under the table",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),

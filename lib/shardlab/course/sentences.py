@@ -118,17 +118,6 @@ FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for 
 
 SENTENCES = {
     "stage4a_profile": {
-        "draw_alone_comparable": _s(
-            "d_hi <= t",
-            {"d": "trace.draw_alone.median_ms", "d_hi": "trace.draw_alone.q3_ms", "t": "trace.draw_alone.target_ms"},
-            "The draw traced alone fits inside what it is part of: median {d:.3f} ms, its middle half ends at "
-            "{d_hi:.3f} ms, below the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and more: "
-            "as an estimate of what the one-call reshuffle can remove, the draw alone is plausible.",
-            "The draw traced alone does not fit inside what it is part of: its middle half ends at {d_hi:.3f} ms "
-            "(median {d:.3f} ms), above the {t:.3f} ms median of jitted_dispatch + other, which holds the draw and "
-            "more. These draws carry time the transitions' draws do not, so the estimate is capped at the target's "
-            "median.",
-        ),
         "timing_order": _s(
             "e > c4_hi and c4_lo > c1_hi",
             {
@@ -876,15 +865,6 @@ def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
     x, y, z = sorted(first, key=lambda fault: -first[fault])  # fixture a's order, largest error first
     values = {f"{v}_{s}": float(e[f]) for s, e in (("a", first), ("b", second)) for v, f in zip("xyz", (x, y, z))}
     return chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)
-
-
-def draw_alone(draw_ms, target_ms: float, notebook: str = "stage4a_profile") -> tuple[str, dict]:
-    """Stage 4a: whether the draws traced alone fit inside the target they are part of; (sentence, the values)."""
-    from shardlab.evidence.hypothesis import draw_alone as summary
-
-    found = summary(draw_ms, target_ms)
-    values = {"d": found["median_ms"], "d_hi": found["q3_ms"], "t": found["target_ms"]}
-    return chosen(notebook, "draw_alone_comparable", **values), found
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:

@@ -169,14 +169,6 @@ def bounds(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     }
 
 
-def draw_alone(draw_ms, target_ms: float) -> dict:
-    """The draws traced alone against the target they are part of: their median and upper quartile, the target."""
-    if len(draw_ms) == 0:
-        raise UsageError("no draws were traced: the capture held no 'draw' annotation")
-    median, q3 = (float(v) for v in np.percentile(np.asarray(draw_ms, dtype=float), [50, 75]))
-    return {"median_ms": median, "q3_ms": q3, "target_ms": float(target_ms)}
-
-
 def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     """change -> an estimate of what it can remove: the measured median, capped at its target annotation's median."""
     return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
