@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the 
 # the rig (REPO/rig) is not installed: pyproject's `pythonpath = ["."]` lets the tests import it from the checkout
 
 sl.setup_devices(4)
+# nbformat, which the workers import while collecting, skips jsonschema's IRI grammars as the course runner does (the
+# larger part of its import's CPU time); no test checks a string format with jsonschema in this process
+runner._without_iri_grammars()
 CHECK_CACHE = "SHARDLAB_CHECK_CACHE"  # the checker's folder of compiled programs and passed verdicts
 VERDICTS = "verdicts"  # the sub-folder of CHECK_CACHE where the checker keeps passed verdicts (checker/reuse.py)
 
