@@ -90,7 +90,7 @@ cells: venv ## rewrite the notebooks' rule and hint cells and the starter's rule
 	$(BIN)/python -m shardlab cells --notebooks notebooks
 
 clean: ## remove .venv and caches (not receipts/)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis "$${TMPDIR:-/tmp}/shardlab-test-programs-$$(id -u)"
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Beyond the course: each writes machine-readable results into OUT.

@@ -24,9 +24,37 @@ REPO = Path(__file__).resolve().parents[1]  # the checkout, for tests only; the 
 # the rig (REPO/rig) is not installed: pyproject's `pythonpath = ["."]` lets the tests import it from the checkout
 
 sl.setup_devices(4)
-# The checker keeps compiled programs and passed verdicts in the user's cache folder; the suite keeps its own,
-# new each session, so no earlier run on this machine (nor the suite) lands in, or is read from, the user's.
-os.environ.setdefault("SHARDLAB_CHECK_CACHE", tempfile.mkdtemp(prefix="shardlab-test-check-cache-"))
+# nbformat, which the workers import while collecting, skips jsonschema's IRI grammars as the course runner does (the
+# larger part of its import's CPU time); no test checks a string format with jsonschema in this process
+runner._without_iri_grammars()
+CHECK_CACHE = "SHARDLAB_CHECK_CACHE"  # the checker's folder of compiled programs and passed verdicts
+VERDICTS = "verdicts"  # the sub-folder of CHECK_CACHE where the checker keeps passed verdicts (checker/reuse.py)
+
+
+def _check_cache(config) -> None:
+    """The checker keeps compiled programs and passed verdicts in the user's cache folder; the suite keeps its own,
+    so no earlier run on this machine lands in, or is read from, the user's.
+
+    `make test` (and CI) starts from a new, empty folder each session. The inner loop (`--quick`) keeps one folder
+    per checkout between its sessions, so a run after an edit loads every program the edit left unchanged instead
+    of compiling it again; it empties the verdicts at each session's start (in the process that starts the xdist
+    workers, before they start), so every check still runs in every session, as it does in `make test`. A kept
+    program is the one a compile would give (JAX keys each on the program, its options, the JAX version and the
+    devices): keeping them changes how long a session takes, never what a test observes.
+    """
+    if CHECK_CACHE in os.environ:  # chosen by the caller, or set by the process that started this xdist worker
+        return
+    if not config.getoption("quick", False):
+        os.environ[CHECK_CACHE] = tempfile.mkdtemp(prefix="shardlab-test-check-cache-")
+        return
+    import hashlib
+    import shutil
+
+    checkout = hashlib.sha256(str(REPO).encode()).hexdigest()[:16]
+    kept = Path(tempfile.gettempdir()) / f"shardlab-test-programs-{os.getuid()}" / checkout
+    kept.mkdir(parents=True, exist_ok=True, mode=0o700)
+    shutil.rmtree(kept / VERDICTS, ignore_errors=True)
+    os.environ[CHECK_CACHE] = str(kept)
 
 
 def _share_compiled_programs() -> None:
@@ -38,15 +66,13 @@ def _share_compiled_programs() -> None:
     compile would: it changes how long a test takes, never what it observes. Set through jax.config,
     not the environment: no child process (a kernel, a controller, a fresh interpreter) inherits it.
     """
+    if os.environ[CHECK_CACHE].lower() == "off":
+        return
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", os.environ["SHARDLAB_CHECK_CACHE"])
+    jax.config.update("jax_compilation_cache_dir", os.environ[CHECK_CACHE])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-if os.environ["SHARDLAB_CHECK_CACHE"].lower() != "off":
-    _share_compiled_programs()
 
 
 def _warm_workers(config) -> None:
@@ -343,6 +369,8 @@ def _guard_imports() -> None:
 
 
 def pytest_configure(config):
+    _check_cache(config)
+    _share_compiled_programs()
     _guard_children()
     _guard_imports()
     _warm_workers(config)

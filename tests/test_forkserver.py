@@ -107,6 +107,7 @@ def test_a_verdict_does_not_depend_on_the_file_checked_before_it(tmp_path, serve
     assert all(r.passed for r in reference), [(r.name, r.diagnosis) for r in reference if not r.passed]
 
 
+@pytest.mark.slow  # a new server and a new worker interpreter, each importing JAX: make test's, not the inner loop's
 def test_a_forked_worker_is_the_interpreter_a_new_one_would_be(tmp_path, monkeypatch):
     """The same hello, environment and `__main__`, also when the caller lacks what JAX's import sets itself."""
     spec = tmp_path / "observer.py"

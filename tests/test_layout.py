@@ -6,6 +6,7 @@ never the other way round.
 """
 
 import ast
+import collections
 import functools
 import json
 import re
@@ -611,14 +612,12 @@ def test_the_name_check_finds_stale_modules_attributes_and_paths():
 TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # the learner's copy: its functions are theirs to call
 
 
-def names_used(tree: ast.AST, leave_out: ast.AST | None = None) -> set[str]:
+def names_used(tree: ast.AST) -> set[str]:
     """Every name `tree` uses: variables, attributes, imported names, and identifiers in strings (a command's
-    `-m shardlab.x`, a `module:function` or a getattr by name), outside the subtree `leave_out`."""
+    `-m shardlab.x`, a `module:function` or a getattr by name)."""
     found, pending = set(), [tree]
     while pending:
         node = pending.pop()
-        if node is leave_out:
-            continue
         if isinstance(node, ast.Name):
             found.add(node.id)
         elif isinstance(node, ast.Attribute):
@@ -633,15 +632,23 @@ def names_used(tree: ast.AST, leave_out: ast.AST | None = None) -> set[str]:
 
 def unused_definitions(trees: dict, outside: set[str]) -> list[str]:
     """`module:name` of each top-level function or class in `trees` {module: syntax tree} whose name no other
-    code uses: not another module, not its own module outside its definition, not `outside` (the notebooks)."""
-    elsewhere = {module: names_used(tree) for module, tree in trees.items()}
+    code uses: not another module, not its own module outside its definition, not `outside` (the notebooks).
+
+    Each top-level statement is walked once: a definition's own module uses its name elsewhere when another of
+    the module's statements does, and another module uses it when a module other than its own does."""
+    statements = {module: [names_used(node) for node in tree.body] for module, tree in trees.items()}
+    modules_using = collections.Counter(name for parts in statements.values() for name in set().union(*parts))
     unused = []
     for module, tree in trees.items():
-        others = outside.union(*(found for name, found in elsewhere.items() if name != module))
-        for node in tree.body:
+        parts = statements[module]
+        own = set().union(*parts)
+        for at, node in enumerate(tree.body):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("__"):
-                if node.name not in others and node.name not in names_used(tree, leave_out=node):
-                    unused.append(f"{module}:{node.name}")
+                name = node.name
+                if name in outside or modules_using[name] > (name in own):
+                    continue
+                if not any(name in found for other, found in enumerate(parts) if other != at):
+                    unused.append(f"{module}:{name}")
     return unused
 
 

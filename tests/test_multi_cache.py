@@ -51,6 +51,7 @@ def _entries(folder) -> list:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith("-cache")) if folder.is_dir() else []
 
 
+@pytest.mark.slow  # four fresh interpreters that import JAX: make test's, not the inner loop's
 def test_process_1_keeps_its_programs_only_with_the_wrapper_and_a_later_process_1_loads_them(tmp_path):
     x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
     expected = np.tanh(x) @ x.T + 1.0  # what the program computes, in NumPy

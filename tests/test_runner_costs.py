@@ -36,6 +36,7 @@ def _child(mode: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # two fresh interpreters that import the library and nbformat: make test's, not the inner loop's
 def test_the_runner_leaves_out_the_iri_grammars_and_nbformat_still_refuses_a_broken_notebook():
     plain, runner = _child("plain"), _child("runner")
     assert plain == {"loaded": True, "refused": True}  # installed, and loaded by jsonschema when left alone
