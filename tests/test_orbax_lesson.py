@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import results
+from conftest import executed, results
 
 from shardlab.course import orbax_lesson as lesson
 
@@ -110,3 +110,31 @@ PUBLISHED = [  # a save as Orbax 0.12 traces it: everything under a temporary na
 )
 def test_the_publish_order_is_read_from_the_trace_as_the_sentence_states_it(events, expected):
     assert lesson.publish_order(events, "bare") == expected
+
+
+def test_the_async_save_sentence_is_worded_for_both_listings():
+    from shardlab.course import sentences
+
+    relation, early_absent, early_present = sentences.CHOSEN["stage3c_orbax_lesson"]["async_save_counts_after_wait"]
+    assert "did not exist yet" in early_absent and "already had its final name" in early_present
+    for text in (early_absent, early_present):
+        assert "wait_until_finished() returns or the final name is seen" in text
+
+
+@pytest.mark.notebooks
+def test_the_async_save_sentence_matches_the_recorded_listing(run_dir):
+    found = results(run_dir, "stage3c_orbax_lesson")
+    listing = found["async_save"]
+    assert listing["after_wait"] == ["async-orbax"]  # the wait leaves only the final name
+    final_early = "async-orbax" in listing["at_return"]  # read from the listing, not from the recorded flag
+    assert listing["final_at_return"] == int(final_early)
+    assert listing["others_at_return"] == len(listing["at_return"]) - int(final_early)
+    assert all(n.startswith("async-orbax") for n in listing["at_return"]), listing["at_return"]
+    claim = found["claims"]["async_save_counts_after_wait"]
+    assert claim["holds"] is (not final_early)
+    assert claim["values"] == {"final_at_return": int(final_early), "others_at_return": listing["others_at_return"]}
+    assert ("already had its final name" in claim["text"]) is final_early
+    assert ("did not exist yet" in claim["text"]) is (not final_early)
+    shown = [o.get("text", "") for c in executed(run_dir, "stage3c_orbax_lesson").cells for o in c.get("outputs", [])]
+    assert any(f"right after save returned: {listing['at_return']}" in text for text in shown)
+    assert any(claim["text"] in text for text in shown)
