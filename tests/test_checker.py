@@ -269,6 +269,21 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["fsync came before the last write", "only then give it its final name"],
     ),
+    "save_publishes_before_fsync": (
+        3,
+        "save_syncs_before_publishing",
+        ["published its file before its bytes were on disk", "only then give it its final name"],
+    ),
+    "save_without_fsync": (
+        3,
+        "save_syncs_before_publishing",
+        ["no fsync (or fdatasync) of the file between the last write and publishing"],
+    ),
+    "contract_hashes_sorted_rows": (
+        3,
+        "random_contract_tells_apart",
+        ["the contract ignores ['two rows swapped']", "rows=2, batch=1, devices=1, features=1"],
+    ),
     "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
     "step_cache_rounded_lr": (
         2,
@@ -583,6 +598,7 @@ SLOW_MISTAKES = {
     "step_cache_rounded_lr",
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
+    *("save_publishes_before_fsync", "save_without_fsync", "contract_hashes_sorted_rows"),
     *("save_naive_savez", "save_refuses_with_oserror", "restore_accepts_non_finite"),
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
