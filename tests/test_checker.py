@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from shardlab.checker import cli as runner
+from shardlab.checker import formulas
 from shardlab.learner import implementation, reference, starter
 
 BROKEN = Path(__file__).parent / "broken"
@@ -279,6 +280,7 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["no fsync (or fdatasync) of the file between the last write and publishing"],
     ),
+    "gradient_clipped": (2, "gradient_on_a_full_batch", [formulas.CLIPPED, "g * min(1, 1/|g|)"]),
     "contract_hashes_sorted_rows": (
         3,
         "random_contract_tells_apart",
