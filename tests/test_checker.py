@@ -1094,3 +1094,25 @@ def test_a_result_changed_by_a_later_call_is_named_by_function_place_and_rule():
     outside = guard.Guard()  # a kernel or check_case: the caller's own code may hold and change what it got
     outside.call("restore", restore, 1.0)
     outside.call("restore", restore, 2.0)
+
+
+def test_repeats_of_a_stopped_functions_diagnosis_print_as_one_line_with_their_count():
+    """Five checks fail because `restore` was stopped once: the first says why in full; the four that repeat it word
+    for word become one line naming them; a different failure is still printed whole."""
+    from shardlab.checker.command import Echo, Result
+    from shardlab.checker.guard import NOT_AGAIN
+
+    lines = []
+    echo = Echo(lambda text, flush: lines.append(text))
+    stopped = f"`restore` did not return within 20 s; {NOT_AGAIN}"
+    names = [f"check_{n}" for n in range(5)]
+    for name in names[:3]:
+        echo(Result(name, 3, False, "a", "b", stopped, 0.0))
+    echo(Result("other", 3, False, "a", "b", "a different mistake", 0.0))
+    for name in names[3:]:
+        echo(Result(name, 3, False, "a", "b", stopped, 0.0).__dict__)
+    echo.close()
+    shown = "\n".join(lines)
+    assert shown.count(stopped) == 1 and "a different mistake" in shown
+    assert lines[-1].startswith(f"FAIL  {len(names) - 1} more check(s) with check_0's diagnosis"), lines[-1]
+    assert all(f"{name} (stage 3)" in lines[-1] for name in names[1:]), lines[-1]
