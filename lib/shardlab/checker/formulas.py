@@ -335,8 +335,9 @@ def clip_norm(evidence: list[tuple]) -> float | None:
 
     Each (observed, right, causes) is either right itself (|g| <= c) or right times a factor below 1 whose
     result has norm c, the same c on every batch. One rescaled batch alone fits any constant factor too: it is
-    read as a clip only when c is a short number (a threshold someone wrote), two or more batches need not be."""
-    norms, unclipped = [], []
+    read as a clip only when c is a short number (a threshold someone wrote) and the factor is not (0.5 is the missing
+    2 of d(r^2)/dw more likely than a clip); two or more batches rescaled to one norm need neither."""
+    norms, unclipped, factors = [], [], []
     for observed, right, _ in evidence:
         observed, right = np.asarray(observed, np.float64), np.asarray(right, np.float64)
         if observed.shape != right.shape:
@@ -348,13 +349,14 @@ def clip_norm(evidence: list[tuple]) -> float | None:
         if c is None or not 0.0 < c < 1.0:
             return None
         norms.append(c * float(np.linalg.norm(right)))
+        factors.append(c)
     if not norms:
         return None
     c = float(np.mean(norms))
     agree = all(abs(n - c) <= NORM_TOLERANCE * c for n in norms) and all(
         n <= c * (1 + NORM_TOLERANCE) for n in unclipped
     )
-    return c if agree and (len(norms) > 1 or _short(c)) else None
+    return c if agree and (len(norms) > 1 or (_short(c) and not _short(factors[0]))) else None
 
 
 def clipped_text(evidence: list[tuple]) -> str | None:
