@@ -1127,3 +1127,19 @@ def test_repeats_of_a_stopped_functions_diagnosis_print_as_one_line_with_their_c
     assert shown.count(stopped) == 1 and "a different mistake" in shown
     assert lines[-1].startswith(f"FAIL  {len(names) - 1} more check(s) with check_0's diagnosis"), lines[-1]
     assert all(f"{name} (stage 3)" in lines[-1] for name in names[1:]), lines[-1]
+
+
+def test_damaged_copies_of_unsigned_counters_and_ids_hold_minus_one():
+    """A save may store cursor, step and ids unsigned (they are never negative); the damaged copies that put -1 there
+    store it in a signed type instead of failing to build."""
+    from shardlab.checker import damage
+
+    saved = {
+        "cursor": np.asarray(3, np.uint64),
+        "step": np.asarray(5, np.uint64),
+        "order": np.arange(4, dtype=np.uint32),
+    }
+    for field, kind, _, change in damage.DAMAGES:
+        if field in saved and "-1" in kind:
+            damaged = change(saved[field], 4)
+            assert damaged.dtype.kind == "i" and -1 in np.ravel(damaged), (field, kind, damaged)
