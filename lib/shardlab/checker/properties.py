@@ -1385,20 +1385,32 @@ def _as_field(value, numbers):
     return int(numbers) if numbers.ndim == 0 else numbers
 
 
+def _long_run_step(rows: int, batch: int) -> int | None:
+    """The first step from LONG_RUN_STEP on whose cursor lies inside an epoch (0 < cursor < rows), so the checkpoint
+    differs from the case's own in its step alone; None where every cursor is an epoch's end (batch >= rows)."""
+    per_epoch = len(oracle.epoch_batches(rows, batch))
+    inside = [s for s in range(LONG_RUN_STEP, LONG_RUN_STEP + per_epoch) if ((s - 1) % per_epoch + 1) * batch < rows]
+    return inside[0] if inside else None
+
+
 @functools.lru_cache(maxsize=32)
-def _long_run_sampler(seed: int, rows: int, batch: int) -> dict:
-    """Key, order and cursor of the course's sampler after LONG_RUN_STEP transitions (the course's arithmetic)."""
+def _long_run_sampler(seed: int, rows: int, batch: int, step: int) -> dict:
+    """Key, order and cursor of the course's sampler after `step` transitions (the course's arithmetic)."""
     from shardlab.core.sampler import sampler_at
 
-    return sampler_at(seed, rows, batch, LONG_RUN_STEP)
+    return sampler_at(seed, rows, batch, step)
 
 
 def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict, mesh) -> None:
-    """The state of a run at step LONG_RUN_STEP (the case's weights, the sampler that step implies) is saved and
-    restored with that step exactly."""
-    sampler = {**_long_run_sampler(case.seed, case.shape()[0], case.batch), "step": LONG_RUN_STEP}
+    """The state of a run at a long run's step (`_long_run_step`: the case's weights, the sampler that step implies)
+    is saved and restored with that step exactly."""
+    rows = case.shape()[0]
+    step = _long_run_step(rows, case.batch)
+    if step is None:
+        return
+    sampler = {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step}
     long_run = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
-    at = f"{LONG_RUN_STEP:,}"
+    at = f"{step:,}"
     other = os.path.join(os.path.dirname(os.path.abspath(path)), "long-" + os.path.basename(path))
     fix = (
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
@@ -1417,8 +1429,8 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     step = restored.get("step") if isinstance(restored, dict) else None
     got = None if step is None else host(step)
     need(
-        got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number) and got == LONG_RUN_STEP,
-        LONG_RUN_STEP,
+        got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number) and got == step,
+        step,
         got,
         f"the state saved at step {at} (a long run's step) came back with step {got}: an integer "
         f"type too narrow for the step wraps it -> {fix}" + formulas.mark("exact-resume"),
@@ -1534,7 +1546,7 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     spelt = isinstance(returned, (str, os.PathLike))
     respelt = written and spelt and os.path.realpath(returned) == os.path.realpath(path)
     need(
-        written and spelt and os.path.abspath(os.fspath(returned)) == os.path.abspath(path),
+        written and spelt and os.fspath(returned) == os.fspath(path),
         {"written and returned": path},
         {"returned": returned, "folder holds": sorted(os.listdir(os.path.dirname(os.path.abspath(path))))},
         f"save must write the checkpoint at exactly the path it is given ({path!r}, any file name) and return that "
@@ -1542,6 +1554,9 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
             f"path as given: it returned {os.fspath(returned)!r}, the same file reached another way (realpath "
             "resolves links such as this case's linked folder, and the caller asked for the link) -> return the "
             "path argument itself"
+            if respelt and os.path.abspath(os.fspath(returned)) != os.path.abspath(path)
+            else f"path as given: it returned {os.fspath(returned)!r}, the same file spelt another way (the absolute "
+            f"or normalised form of {os.fspath(path)!r}) -> return the path argument itself"
             if respelt
             else _misplaced(path, returned, written, spelt, os.path.join(ctx.workdir, HOME))
         )
