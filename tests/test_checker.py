@@ -290,11 +290,6 @@ MISTAKES = {
         "random_restore_damage",
         ["a long run's step", "np.int64", "batch=1, devices=1, features=1"],
     ),
-    "save_returns_abspath": (
-        3,
-        "random_restore_damage",
-        ["the same file spelt another way (the absolute or normalised form", "return the path argument itself"],
-    ),
     "gradient_clipped": (2, "gradient_on_a_full_batch", [formulas.CLIPPED, "g * min(1, 1/|g|)"]),
     "contract_hashes_sorted_rows": (
         3,
@@ -616,7 +611,7 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("save_publishes_before_fsync", "save_without_fsync", "contract_hashes_sorted_rows"),
-    *("save_temp_named_by_process", "save_step_as_int16", "save_returns_abspath"),
+    *("save_temp_named_by_process", "save_step_as_int16"),
     *("save_naive_savez", "save_refuses_with_oserror", "restore_accepts_non_finite"),
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),

@@ -1546,7 +1546,7 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     spelt = isinstance(returned, (str, os.PathLike))
     respelt = written and spelt and os.path.realpath(returned) == os.path.realpath(path)
     need(
-        written and spelt and os.fspath(returned) == os.fspath(path),
+        written and spelt and os.path.abspath(os.fspath(returned)) == os.path.abspath(path),
         {"written and returned": path},
         {"returned": returned, "folder holds": sorted(os.listdir(os.path.dirname(os.path.abspath(path))))},
         f"save must write the checkpoint at exactly the path it is given ({path!r}, any file name) and return that "
@@ -1554,9 +1554,6 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
             f"path as given: it returned {os.fspath(returned)!r}, the same file reached another way (realpath "
             "resolves links such as this case's linked folder, and the caller asked for the link) -> return the "
             "path argument itself"
-            if respelt and os.path.abspath(os.fspath(returned)) != os.path.abspath(path)
-            else f"path as given: it returned {os.fspath(returned)!r}, the same file spelt another way (the absolute "
-            f"or normalised form of {os.fspath(path)!r}) -> return the path argument itself"
             if respelt
             else _misplaced(path, returned, written, spelt, os.path.join(ctx.workdir, HOME))
         )
