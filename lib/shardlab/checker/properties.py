@@ -1426,8 +1426,8 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
             f"a valid checkpoint of the run at step {at} (a long run's step, the sampler that step implies) was "
             f"refused ({_learner_error(exc)[:120]}) -> {fix}" + formulas.mark("exact-resume"),
         ) from exc
-    step = restored.get("step") if isinstance(restored, dict) else None
-    got = None if step is None else host(step)
+    returned = restored.get("step") if isinstance(restored, dict) else None
+    got = None if returned is None else host(returned)
     need(
         got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number) and got == step,
         step,
