@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from shardlab.checker import cli as runner
+from shardlab.checker import formulas
 from shardlab.learner import implementation, reference, starter
 
 BROKEN = Path(__file__).parent / "broken"
@@ -268,6 +269,32 @@ MISTAKES = {
         3,
         "save_syncs_before_publishing",
         ["fsync came before the last write", "only then give it its final name"],
+    ),
+    "save_publishes_before_fsync": (
+        3,
+        "save_syncs_before_publishing",
+        ["published its file before its bytes were on disk", "only then give it its final name"],
+    ),
+    "save_without_fsync": (
+        3,
+        "save_syncs_before_publishing",
+        ["no fsync (or fdatasync) of the file between the last write and publishing"],
+    ),
+    "save_temp_named_by_process": (
+        3,
+        "racing_saves_never_overwrite",
+        ["a second save of the same path in the same process", "draw a new temporary name for every save"],
+    ),
+    "save_step_as_int16": (
+        3,
+        "random_restore_damage",
+        ["a long run's step", "np.int64", "batch=1, devices=1, features=1"],
+    ),
+    "gradient_clipped": (2, "gradient_on_a_full_batch", [formulas.CLIPPED, "g * min(1, 1/|g|)"]),
+    "contract_hashes_sorted_rows": (
+        3,
+        "random_contract_tells_apart",
+        ["the contract ignores ['two rows swapped']", "rows=2, batch=1, devices=1, features=1"],
     ),
     "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
     "step_cache_rounded_lr": (
@@ -583,6 +610,8 @@ SLOW_MISTAKES = {
     "step_cache_rounded_lr",
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
+    *("save_publishes_before_fsync", "save_without_fsync", "contract_hashes_sorted_rows"),
+    *("save_temp_named_by_process", "save_step_as_int16"),
     *("save_naive_savez", "save_refuses_with_oserror", "restore_accepts_non_finite"),
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),
@@ -1076,3 +1105,41 @@ def test_a_result_changed_by_a_later_call_is_named_by_function_place_and_rule():
     outside = guard.Guard()  # a kernel or check_case: the caller's own code may hold and change what it got
     outside.call("restore", restore, 1.0)
     outside.call("restore", restore, 2.0)
+
+
+def test_repeats_of_a_stopped_functions_diagnosis_print_as_one_line_with_their_count():
+    """Five checks fail because `restore` was stopped once: the first says why in full; the four that repeat it word
+    for word become one line naming them; a different failure is still printed whole."""
+    from shardlab.checker.command import Echo, Result
+    from shardlab.checker.guard import NOT_AGAIN
+
+    lines = []
+    echo = Echo(lambda text, flush: lines.append(text))
+    stopped = f"`restore` did not return within 20 s; {NOT_AGAIN}"
+    names = [f"check_{n}" for n in range(5)]
+    for name in names[:3]:
+        echo(Result(name, 3, False, "a", "b", stopped, 0.0))
+    echo(Result("other", 3, False, "a", "b", "a different mistake", 0.0))
+    for name in names[3:]:
+        echo(Result(name, 3, False, "a", "b", stopped, 0.0).__dict__)
+    echo.close()
+    shown = "\n".join(lines)
+    assert shown.count(stopped) == 1 and "a different mistake" in shown
+    assert lines[-1].startswith(f"FAIL  {len(names) - 1} more check(s) with check_0's diagnosis"), lines[-1]
+    assert all(f"{name} (stage 3)" in lines[-1] for name in names[1:]), lines[-1]
+
+
+def test_damaged_copies_of_unsigned_counters_and_ids_hold_minus_one():
+    """A save may store cursor, step and ids unsigned (they are never negative); the damaged copies that put -1 there
+    store it in a signed type instead of failing to build."""
+    from shardlab.checker import damage
+
+    saved = {
+        "cursor": np.asarray(3, np.uint64),
+        "step": np.asarray(5, np.uint64),
+        "order": np.arange(4, dtype=np.uint32),
+    }
+    for field, kind, _, change in damage.DAMAGES:
+        if field in saved and "-1" in kind:
+            damaged = change(saved[field], 4)
+            assert damaged.dtype.kind == "i" and -1 in np.ravel(damaged), (field, kind, damaged)

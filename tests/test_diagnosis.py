@@ -350,3 +350,43 @@ def test_a_wrong_loss_of_the_step_is_not_blamed_on_transition():
     case = expected["minimal case"]
     assert "learning_rate" in case and "save_at" not in case  # only the keys a transition walk draws
     assert observed["the step's own loss"] == observed["loss"] != expected["expected"]["loss"]
+
+
+def _batches(seed: int, count: int, rows: int = 8, width: int = 3):
+    """`count` random batches (features, targets, full mask, weights) and each one's gradient, by NumPy alone."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        x, y, w = rng.normal(size=(rows, width)), rng.normal(size=rows) * 5, rng.normal(size=width)
+        out.append(((x, y, np.ones(rows), w), 2.0 * x.T @ (x @ w - y) / rows))
+    return out
+
+
+@pytest.mark.parametrize("threshold", [1.0, 0.5, 2.5])
+def test_a_gradient_clipped_to_a_norm_is_named_as_clipped_with_that_norm(threshold):
+    """g * min(1, c/|g|), computed here in float32: the diagnosis names a clip to c, on one batch and on several
+    (some of them shorter than c and so left as they are)."""
+    batches = _batches(0, 4)
+    observations = []
+    for batch, g in batches:
+        clipped = (g * min(1.0, threshold / np.linalg.norm(g))).astype(np.float32)
+        observations.append((clipped, *batch))
+    assert any(np.linalg.norm(g) > threshold for _, g in batches)
+    for seen in (observations[-1:], observations):
+        text = formulas.explain_gradient_over(seen, DEVICES)
+        assert text.startswith(formulas.CLIPPED), text
+        assert formulas.clip_norm([(o[0], g, []) for o, (_, g) in zip(seen, batches[-len(seen) :])]) == pytest.approx(
+            threshold, rel=1e-5
+        )
+
+
+def test_a_constant_factor_is_not_taken_for_a_clip():
+    """The same factor on batches of different norms gives different output norms: not a clip. One batch scaled by
+    0.00653 has a norm no one writes as a threshold: not read as a clip either."""
+    batches = _batches(1, 3)
+    scaled = [((0.00653 * g).astype(np.float32), *batch) for batch, g in batches]
+    norms = [np.linalg.norm(0.00653 * g) for _, g in batches]
+    assert max(norms) / min(norms) > 1.01 and abs(float(f"{norms[-1]:.2g}") - norms[-1]) > 1e-3 * norms[-1]
+    for seen in (scaled, scaled[-1:]):
+        text = formulas.explain_gradient_over(seen, DEVICES)
+        assert formulas.CLIPPED not in text and "0.00653 x the NumPy gradient" in text, text

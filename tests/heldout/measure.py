@@ -1,14 +1,17 @@
 """Generality of the checker on implementations written without reading its checks.
 
     python tests/heldout/measure.py wrong correct > generality.json
+    python tests/heldout/measure.py FOLDER/w*.py FOLDER/c*.py --markdown table.md > generality.json
 
-The cases are made from their bases and diffs first (tests/heldout/files.py) in a temporary folder;
-WRONG and CORRECT name the folders of one set (`wrong correct` or `wrong2 correct2`).
+A set's name (`wrong correct`, `wrong2 correct2`, ...) names one held-out set of tests/heldout/: its cases
+are made from their bases and diffs first (tests/heldout/files.py) in a temporary folder. Any other
+argument is a folder of .py files or a glob of them (files someone wrote elsewhere, measured as they are).
 
 For each wrong file: do the enumerated probes alone catch it (every check but the randomised ones,
 stages 1-4), and if not, does the randomised search (the randomised checks alone, default seed)?
 Each correct file must pass every check. Every run is the supervised command-line run, so a file
-that loops, dies or floods gets its verdict like any learner's. Three files are checked at a time.
+that loops, dies or floods gets its verdict like any learner's. Three files are checked at a time
+(`--workers N` to change). `--markdown FILE` also writes the counts and one row per file as a table.
 """
 
 import json
@@ -41,13 +44,59 @@ def judge_correct(path: Path) -> dict:
     return {"file": path.name, "failed": failed_checks(str(path), ())}
 
 
-def main(wrong: str, correct: str) -> int:
+def chosen(argument: str, made: Path) -> list[Path]:
+    """The .py files `argument` names: a held-out set made in `made`, a folder's .py files, or a glob's matches."""
     import files  # beside this script: run as a script, its folder is the first entry of sys.path
 
-    with tempfile.TemporaryDirectory(prefix="heldout-cases-") as made, ThreadPoolExecutor(3) as pool:
-        cases = files.materialise(made)
-        wrongs = list(pool.map(judge_wrong, sorted((cases / Path(wrong).name).glob("*.py"))))
-        corrects = list(pool.map(judge_correct, sorted((cases / Path(correct).name).glob("*.py"))))
+    if argument in files.FOLDERS:
+        return sorted((made / argument).glob("*.py"))
+    given = Path(argument)
+    if given.is_dir():
+        return sorted(given.glob("*.py"))
+    found = sorted(given.parent.glob(given.name))
+    if not found:
+        raise SystemExit(f"measure.py: {argument!r} is no held-out set of {files.FOLDERS}, folder or glob of .py files")
+    return found
+
+
+def markdown(summary: dict, wrongs: list[dict], corrects: list[dict]) -> str:
+    """The counts and one row per file, for a person."""
+    lines = [
+        f"{summary['caught_by_enumerated']} of {summary['wrong']} wrong files caught by the enumerated probes alone, "
+        f"{summary['caught_with_search']} with the randomised search; {summary['correct_passed']} of "
+        f"{summary['correct']} correct files passed every check.",
+        "",
+        "| file | enumerated probes | randomised search | verdict |",
+        "| --- | --- | --- | --- |",
+    ]
+    for w in wrongs:
+        verdict = "caught by the probes" if w["enumerated"] else "caught by the search" if w["search"] else "MISSED"
+        search = "not run" if w["enumerated"] else ", ".join(w["search"]) or "-"
+        lines.append(f"| {w['file']} | {', '.join(w['enumerated']) or '-'} | {search} | {verdict} |")
+    for c in corrects:
+        lines.append(
+            f"| {c['file']} (correct) | | | {'passed' if not c['failed'] else 'REJECTED: ' + ', '.join(c['failed'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    import files  # beside this script: run as a script, its folder is the first entry of sys.path
+
+    parser = argparse.ArgumentParser(description="probes alone versus with the search, on held-out files")
+    parser.add_argument("wrong", help="a held-out set name, a folder of .py files or a glob of wrong files")
+    parser.add_argument("correct", help="likewise, the correct files")
+    parser.add_argument("--markdown", default=None, help="also write the table to this file")
+    parser.add_argument("--workers", type=int, default=3)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="heldout-cases-") as made, ThreadPoolExecutor(args.workers) as pool:
+        made = Path(made)
+        if {args.wrong, args.correct} & set(files.FOLDERS):
+            files.materialise(made)
+        wrongs = list(pool.map(judge_wrong, chosen(args.wrong, made)))
+        corrects = list(pool.map(judge_correct, chosen(args.correct, made)))
     summary = {
         "wrong": len(wrongs),
         "caught_by_enumerated": sum(bool(w["enumerated"]) for w in wrongs),
@@ -58,8 +107,10 @@ def main(wrong: str, correct: str) -> int:
     json.dump({"summary": summary, "wrong": wrongs, "correct": corrects}, sys.stdout, indent=1)
     print(file=sys.stderr)
     print(json.dumps(summary), file=sys.stderr)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(summary, wrongs, corrects), encoding="utf-8")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(sys.argv[1:]))

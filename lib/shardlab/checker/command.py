@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 import shardlab.checker.watch as watch
-from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES
+from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES, NOT_AGAIN
 from shardlab.checker.watch import LOG, REPORT  # noqa: F401  (re-exported by checker/cli.py)
 from shardlab.cli import seconds, seed
 from shardlab.core.files import sha256_file
@@ -105,6 +105,33 @@ def describe(result) -> str:
         f"{line}\n      expected:  {shown['expected']}\n      observed:  {shown['observed']}\n"
         f"      diagnosis: {result.diagnosis}" + rules_line(result)
     )
+
+
+class Echo:
+    """Prints each result as it arrives. A failure whose diagnosis says a stopped function was not called again,
+    word for word as an earlier failure's, is held back: the held ones are printed at `close` as one line per
+    diagnosis with their count and names (the report keeps every check's diagnosis whole)."""
+
+    def __init__(self, write=print):
+        self.write, self.held = write, {}  # diagnosis -> (the check that showed it first, the later ones)
+
+    def __call__(self, result) -> None:
+        result = result if isinstance(result, Result) else Result(**result)
+        if not result.passed and NOT_AGAIN in result.diagnosis:
+            if result.diagnosis in self.held:
+                self.held[result.diagnosis][1].append(result)
+                return
+            self.held[result.diagnosis] = (result.name, [])
+        self.write(describe(result), flush=True)
+
+    def close(self) -> None:
+        for first, repeats in self.held.values():
+            if repeats:
+                names = ", ".join(f"{r.name} (stage {r.stage})" for r in repeats)
+                self.write(
+                    f"FAIL  {len(repeats)} more check(s) with {first}'s diagnosis ({NOT_AGAIN}): {names}", flush=True
+                )
+        self.held = {}
 
 
 def clipped(text: str) -> str:
@@ -229,8 +256,9 @@ def main(args) -> int:
         f"{' (thorough)' if thorough else ''} (reproduce with --seed {seed})",
         flush=True,
     )
-    shown = getattr(args, "echo", None) or (lambda result: print(describe(result), flush=True))
+    shown = getattr(args, "echo", None) or Echo()
     found, excerpt = checked(spec, args, shown)
+    getattr(shown, "close", lambda: None)()
     print(summary(found["checks"]), flush=True)
     if course := found.get("environment", {}).get("course_functions"):
         print(f"[shardlab check] {course_note(course)}", flush=True)

@@ -29,9 +29,18 @@ CONTRACT = (
 )
 
 
+def signed(array) -> np.dtype:
+    """The member's integer dtype if it holds -1, else int64: an unsigned cursor or step (a valid choice of save)
+    cannot store the damage, so the damaged copy stores it in the widest signed type."""
+    kind = np.asarray(array).dtype
+    return kind if np.issubdtype(kind, np.signedinteger) else np.dtype(np.int64)
+
+
 def _set_item(position: int, value):
     def change(a, rows):
         a = np.array(a, copy=True)
+        if value is not None and value < 0 and np.issubdtype(a.dtype, np.unsignedinteger):
+            a = a.astype(signed(a))  # unsigned ids (a valid choice of save) cannot hold the damage
         a.flat[position] = value
         return a
 
@@ -102,11 +111,11 @@ DAMAGES = (
     ("order", "ids in range with a permutation's sum", PERMUTATION, _sum_kept),
     ("cursor", "float64", DTYPES + ": the cursor is an integer", lambda a, rows: np.asarray(a, np.float64)),
     ("cursor", "shape (2,)", SHAPES + ": the cursor is one integer", _pair),
-    ("cursor", "-1", CURSOR, lambda a, rows: np.asarray(-1, np.asarray(a).dtype)),
+    ("cursor", "-1", CURSOR, lambda a, rows: np.asarray(-1, signed(a))),
     ("cursor", "rows + 1", CURSOR, lambda a, rows: np.asarray(rows + 1, np.asarray(a).dtype)),
     ("step", "float64", DTYPES + ": step counts updates", lambda a, rows: np.asarray(a, np.float64)),
     ("step", "shape (2,)", SHAPES + ": step is one integer", _pair),
-    ("step", "-1", STEP, lambda a, rows: np.asarray(-1, np.asarray(a).dtype)),
+    ("step", "-1", STEP, lambda a, rows: np.asarray(-1, signed(a))),
     ("contract", "missing", CONTRACT, None),
     ("contract", "one entry less", CONTRACT, _contract_edit(_without_an_entry)),
     ("contract", "one entry more", CONTRACT, _contract_edit(_with_an_entry)),

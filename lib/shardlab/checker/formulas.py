@@ -311,11 +311,70 @@ def explain_gradient_over(observations: list[tuple], num_devices: int) -> str | 
         return f"{lead}; {listed(found)}" if lead else listed(found) + GRADIENT_FIX
     if lead:
         return lead
+    clipped = clipped_text(evidence)
+    if clipped:
+        return clipped
     precision = reduced_precision(grad, evidence[-1][1], "gradient")
     if precision:
         return precision
     c = ratio(grad, evidence[-1][1])
     return None if c is None else factor_text(c, "gradient", num_devices)
+
+
+CLIPPED = "a norm-clipped gradient"  # the name a clipped gradient's diagnosis carries (tests match it)
+NORM_TOLERANCE = 1e-4  # relative: float32 rounding of a rescaled vector's norm stays near 1e-6
+
+
+def _short(c: float) -> bool:
+    """Whether `c` is written with at most two significant digits (1, 0.5, 2.5, 100): a threshold someone chose."""
+    return c > 0 and abs(float(f"{c:.2g}") - c) <= NORM_TOLERANCE * c
+
+
+def clip_norm(evidence: list[tuple]) -> float | None:
+    """c if every observed gradient is the course's gradient g rescaled as g * min(1, c/|g|), else None.
+
+    Each (observed, right, causes) is either right itself (|g| <= c) or right times a factor below 1 whose
+    result has norm c, the same c on every batch. One rescaled batch alone fits any constant factor too: it is
+    read as a clip only when c is a short number (a threshold someone wrote) and the factor is not (0.5 is the missing
+    2 of d(r^2)/dw more likely than a clip); two or more batches rescaled to one norm need neither."""
+    norms, unclipped, factors = [], [], []
+    for observed, right, _ in evidence:
+        observed, right = np.asarray(observed, np.float64), np.asarray(right, np.float64)
+        if observed.shape != right.shape:
+            return None
+        if matches(observed, right):
+            unclipped.append(float(np.linalg.norm(right)))
+            continue
+        c = ratio(observed, right)
+        if c is None or not 0.0 < c < 1.0:
+            return None
+        norms.append(c * float(np.linalg.norm(right)))
+        factors.append(c)
+    if not norms:
+        return None
+    c = float(np.mean(norms))
+    agree = all(abs(n - c) <= NORM_TOLERANCE * c for n in norms) and all(
+        n <= c * (1 + NORM_TOLERANCE) for n in unclipped
+    )
+    return c if agree and (len(norms) > 1 or (_short(c) and not _short(factors[0]))) else None
+
+
+def clipped_text(evidence: list[tuple]) -> str | None:
+    """The diagnosis of a gradient clipped to norm c (`clip_norm`), said with the last batch's numbers."""
+    c = clip_norm(evidence)
+    if c is None:
+        return None
+    observed, right, _ = evidence[-1]
+    size = float(np.linalg.norm(np.asarray(right, np.float64)))
+    factor = float(np.linalg.norm(np.asarray(observed, np.float64))) / size if size else 1.0
+    rescaled = sum(not matches(o, r) for o, r, _ in evidence)
+    return (
+        f"{CLIPPED}: the gradient is {factor:.3g} x the NumPy gradient, whose norm is {size:.6g}, so the gradient "
+        f"returned has norm {c:.6g} = {factor:.3g} x {size:.6g}: it was rescaled as g * min(1, {c:.6g}/|g|) "
+        f"({rescaled} of {len(evidence)} batch(es) rescaled to that same norm) -> the course's step neither clips "
+        "nor rescales: return and apply the global masked mean of 2 x features^T x residual itself"
+        + mark("global-mean")
+    )
 
 
 def explain_gradient(grad, features, targets, mask, weights, num_devices: int) -> str | None:

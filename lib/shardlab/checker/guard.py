@@ -28,6 +28,7 @@ import sys
 import time
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
+NOT_AGAIN = "not called again in this run"  # ends the verdict of each later call of a function stopped once
 REPEAT_SECONDS = 1.0  # past the bound, the alarm comes again this often until the call ends
 ENDED_AFTER = 3  # in the worker, a call that caught this many stops (the bound's, then repeats) ends at the next
 SWALLOWED_STATUS = 113  # the exit status of a worker ended so (ended_verdict names it)
@@ -145,7 +146,7 @@ class Guard:
     def call(self, function: str, target, *args, **kwargs):
         """`target(*args, **kwargs)` under the bounds; nested calls (the step inside a transition) ride along."""
         if function in self.poisoned:
-            raise Overrun(f"{self.poisoned[function]}; not called again in this run")
+            raise Overrun(f"{self.poisoned[function]}; {NOT_AGAIN}")
         if self.depth:
             return target(*args, **kwargs)
         self.depth, self.running, self.repeats = 1, function, 0

@@ -257,8 +257,20 @@ def _wait(pid: int, deadline: float):
         time.sleep(0.002)
 
 
+def _save_here(save, rival: tuple) -> dict:
+    """The rival's save run right here, inside the paused first save: its outcome as `_rival` reports one."""
+    try:
+        save(*rival)
+        return {"rival": "saved"}
+    except Exception as exc:
+        found = refusal(exc)
+        return {"rival": found["text"], "rival_exists_error": found["exists"]}
+
+
 def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple) -> tuple[int, int | None]:
     """(pid of the first saver, pid of the rival process or None): both forked, the pipes between them laid."""
+    if mode == "race-here":  # the rival saves in the first saver's own process, as another thread of it would
+        return _fork(lambda: _child(save, stop_at, mode, report, first, lambda: _save_here(save, rival))), None
     if mode != "race":
         return _fork(lambda: _child(save, stop_at, mode, report, first, None)), None
     go, done = os.pipe(), os.pipe()  # first -> rival: "save now"; rival -> first: "saved"
@@ -282,7 +294,8 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 
 
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
-    """Run `save(*first)` in a forked child stopped (mode 'kill') or raced (mode 'race') at operation `stop_at`.
+    """Run `save(*first)` in a forked child stopped (mode 'kill') or raced at operation `stop_at`: by another process
+    (mode 'race') or by a second save in the same process (mode 'race-here').
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

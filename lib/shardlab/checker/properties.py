@@ -98,6 +98,9 @@ SIZE_FIRST = (
 OTHER_SHAPES = ("rows", "feature width", RESHAPED, LARGER)  # the inputs whose change changes the arrays' shapes
 # large but finite values a restore must accept: "finite" is np.isfinite, not a bound on the magnitude
 LARGE = np.float32(3e38)
+# a step a long run reaches: past what 16 bits hold (signed or not), well inside 32 (cursor and step are integers of
+# any width that holds the run's values; restore must give back the step saved)
+LONG_RUN_STEP = 2**17 + 3
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
 INPUTS = {
     "initial": (None, "data", None),
@@ -1168,6 +1171,23 @@ def contract_of(ctx, case: Case, data, config, what: str):
         raise
 
 
+def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
+    """The asked variants of `contract_variants` whose contract equals that of the data they were made from (the
+    case's, or the large fixture's, computed only when a variant of it is asked)."""
+    variants, ignored, large = contract_variants(case), [], None
+    for what, (other, config) in variants.items():
+        if not focused(ctx, what):
+            continue
+        reference = base
+        if what.startswith("large"):
+            if large is None:
+                large = contract_of(ctx, case, timing_fixture(), _config(case), "the 1,023 x 64 fixture")
+            reference = large
+        if contract_of(ctx, case, other, config, what) == reference:
+            ignored.append(what)
+    return ignored
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data, (rows, width) = data_for(case), case.shape()
@@ -1176,13 +1196,7 @@ def contract_tells_apart(ctx, case: Case) -> None:
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
     _same_experiment_other_forms(ctx, case, data, base)
-    variants, bases, ignored = contract_variants(case), {}, []
-    if any(what.startswith("large") and focused(ctx, what) for what in variants):
-        bases["large"] = contract_of(ctx, case, timing_fixture(), _config(case), "the 1,023 x 64 fixture")
-    for what, (other, config) in variants.items():
-        reference = bases["large"] if what.startswith("large") else base
-        if focused(ctx, what) and contract_of(ctx, case, other, config, what) == reference:
-            ignored.append(what)
+    ignored = _ignored_variants(ctx, case, base)
     for part in ("features", "targets"):  # each pair's first dataset may itself differ from the case's data
         what = f"one ulp of one {part[:-1]}, alike at 8 printed digits"
         pair = _hidden_ulp(data, part, int(np.random.default_rng([case.seed, 7]).integers(rows * width)))
@@ -1281,6 +1295,7 @@ def restore_damage(ctx, case: Case) -> None:
         restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
         _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
+        _long_run_step_kept(ctx, case, path, state, contract, mesh)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
         try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
             _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
@@ -1356,6 +1371,70 @@ def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: di
     for name in ("weights", "momentum"):
         want, got = host(large[name]), host(restored.get(name))
         need(np.array_equal(want, got), want, got, f"restore must return the saved {name} exactly (large values)")
+
+
+def _as_field(value, numbers):
+    """`numbers` in the form of a state field: a plain int, a NumPy value or array of the field's dtype (int64 where
+    that dtype cannot hold them), or a device array placed as the field is."""
+    numbers = np.asarray(numbers)
+    if isinstance(value, jax.Array) and not jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return jax.device_put(numbers.astype(value.dtype), value.sharding)
+    if isinstance(value, (np.ndarray, np.generic)) and np.issubdtype(np.asarray(value).dtype, np.integer):
+        kind = np.asarray(value).dtype
+        return numbers.astype(kind if np.iinfo(kind).max >= numbers.max(initial=0) else np.int64)
+    return int(numbers) if numbers.ndim == 0 else numbers
+
+
+def _long_run_step(rows: int, batch: int) -> int | None:
+    """The first step from LONG_RUN_STEP on whose cursor lies inside an epoch (0 < cursor < rows), so the checkpoint
+    differs from the case's own in its step alone; None where every cursor is an epoch's end (batch >= rows)."""
+    per_epoch = len(oracle.epoch_batches(rows, batch))
+    inside = [s for s in range(LONG_RUN_STEP, LONG_RUN_STEP + per_epoch) if ((s - 1) % per_epoch + 1) * batch < rows]
+    return inside[0] if inside else None
+
+
+@functools.lru_cache(maxsize=32)
+def _long_run_sampler(seed: int, rows: int, batch: int, step: int) -> dict:
+    """Key, order and cursor of the course's sampler after `step` transitions (the course's arithmetic)."""
+    from shardlab.core.sampler import sampler_at
+
+    return sampler_at(seed, rows, batch, step)
+
+
+def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict, mesh) -> None:
+    """The state of a run at a long run's step (`_long_run_step`: the case's weights, the sampler that step implies)
+    is saved and restored with that step exactly."""
+    rows = case.shape()[0]
+    step = _long_run_step(rows, case.batch)
+    if step is None:
+        return
+    sampler = {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step}
+    long_run = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
+    at = f"{step:,}"
+    other = os.path.join(os.path.dirname(os.path.abspath(path)), "long-" + os.path.basename(path))
+    fix = (
+        "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
+        "them as the same integers"
+    )
+    try:
+        called(ctx, "save", other, long_run, contract)
+        restored = called(ctx, "restore", other, contract, mesh)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint saved and restored",
+            _learner_error(exc),
+            f"a valid checkpoint of the run at step {at} (a long run's step, the sampler that step implies) was "
+            f"refused ({_learner_error(exc)[:120]}) -> {fix}" + formulas.mark("exact-resume"),
+        ) from exc
+    returned = restored.get("step") if isinstance(restored, dict) else None
+    got = None if returned is None else host(returned)
+    need(
+        got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number) and got == step,
+        step,
+        got,
+        f"the state saved at step {at} (a long run's step) came back with step {got}: an integer "
+        f"type too narrow for the step wraps it -> {fix}" + formulas.mark("exact-resume"),
+    )
 
 
 def _learner_error(exc: Exception) -> str:

@@ -443,7 +443,8 @@ def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
 
 def _cursor(value: int):
     def change(arrays):
-        arrays["cursor"] = np.asarray(value, np.asarray(arrays["cursor"]).dtype)
+        kind = np.asarray(arrays["cursor"]).dtype if value >= 0 else damage.signed(arrays["cursor"])
+        arrays["cursor"] = np.asarray(value, kind)
 
     return change
 
@@ -1037,7 +1038,51 @@ def racing_saves_never_overwrite(ctx):
             ),
         )
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
+    _raced_in_the_same_process(ctx)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
+
+
+def _raced_in_the_same_process(ctx) -> None:
+    """A second save of the same path in the same process, run during the first save's first write (as another
+    thread's would): a save that reports success leaves its own checkpoint at the path, whatever the other did."""
+    state, other, contract = _two_states(ctx)
+    base = os.path.join(ctx.workdir, "race-here")
+    os.makedirs(os.path.join(base, "whole"))
+    whole = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        interrupt.MAX_OPERATIONS + 1,
+        "kill",
+        base + ".whole.json",
+        (os.path.join(base, "whole", "checkpoint.npz"), state, contract),
+    )
+    writes = [n for n, op in enumerate(whole.get("operations", []), start=1) if op.startswith("write")]
+    if not writes:
+        return
+    path = os.path.join(base, "checkpoint.npz")
+    outcome = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        writes[0],
+        "race-here",
+        base + ".json",
+        (path, state, contract),
+        (path, other, contract),
+    )
+    saved = [who for who in ("first", "rival") if outcome.get(who) == "saved"]
+    if outcome.get("status") != "done" or len(saved) != 1:
+        return  # two successes or none: the race between processes judges those
+    wrong = _holds(ctx, path, contract, {"first": state, "rival": other}[saved[0]])
+    expect(
+        not wrong,
+        "the save that reported success leaves its own checkpoint at the path",
+        {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong},
+        f"a second save of the same path in the same process (as another thread's would) ran during the first "
+        f"save's first write ({outcome.get('at')}); the {saved[0]} save reported success, but the path then held "
+        f"{wrong}: both saves wrote one temporary file (a name made from the path and the process id, opened with "
+        "truncation), so the other save's bytes went into the published checkpoint -> draw a new temporary name "
+        "for every save and create it exclusively (tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
+    )
 
 
 _NO_OPERATIONS = (
