@@ -12,8 +12,8 @@ programs and passed verdicts between runs; the check and grade loops start each 
 empty cache folder of their own, so they time a first check, not what this machine checked before.
 Every sample is kept with its exit status and the machine's load average (os.getloadavg) just before and just after it;
 the table reports medians. These are measurements of one machine at one time, never a pass/fail
-threshold: they show the next change that slows a loop as a number. The README, docs/checker.md and the
-notebooks state these times only as `took` renders them from the committed table; `--restate` writes them
+threshold: they show the next change that slows a loop as a number. The README and docs/checker.md state
+these times only as `took` renders them from the committed table; `--restate` writes them
 again after the table is measured again.
 
 It belongs to the rig, not the library: it times the checkout's own test suite and grades files
@@ -291,9 +291,6 @@ TABLE = f"bench/loops/{LOOPS_JSON}"  # the committed table, relative to the chec
 STATED_IN = (  # the files that state times, relative to the checkout; each .md notebook's .ipynb pair too
     "README.md",
     "docs/checker.md",
-    "notebooks/stage1_batches.md",
-    "notebooks/stage2_update.md",
-    "notebooks/stage3b_resume.md",
 )
 CLAUSE = re.compile(
     r"(?:took [0-9.]+ s|has not been measured yet|did not finish cleanly when last measured)"
@@ -381,7 +378,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--restate",
         action="store_true",
-        help=f"measure nothing: write the times the checkout's README, docs and notebooks state again from {TABLE}",
+        help=f"measure nothing: write the times the checkout's README and docs state again from {TABLE}",
     )
 
 

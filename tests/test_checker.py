@@ -747,6 +747,10 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     assert "make check IMPL=<your file> STAGE=1 also searches randomly drawn inputs; this cell does not" in here_lines
     failing = [line for line in here_lines if line.startswith("FAIL")]
     assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
+    assert len(failing) == sum(not e["passed"] for e in report["checks"])  # every failure has its line
+    assert not [line for line in here_lines if line.startswith("PASS")]  # a passed check is in the counts alone
+    passed = sum(e["passed"] for e in report["checks"])
+    assert f"stage 1: {passed} of {len(report['checks'])} checks passed" in here_lines
     assert any("the 2-id remainder was dropped" in line for line in here_lines)
     assert "first failure to fix: batch_lengths_keep_the_remainder (stage 1)" in here_lines
 

@@ -187,7 +187,7 @@ def test_a_failing_check_names_its_rules():
 def howto_markdown(notebook: str) -> str:
     """The notebook cell that says how to write the answers `notebook` asks for, and where the portfolio reads them.
 
-    Stage 1 spells out the steps; every later stage lists its answers and points back.
+    Stage 1 spells out the steps, folded under one line; every later stage lists its answers and points back.
     """
     asked = answers.prompts(notebook)
     if notebook != "stage1_batches":
@@ -205,12 +205,17 @@ def howto_markdown(notebook: str) -> str:
         "",
         *[f"- `{p.id}` — {p.question}" for p in asked],
         "",
-        "To write one, in your own copy of this notebook (`make lab` makes the copies in `workspace/`): add a "
+        "Write each in a markdown cell tagged `answer` in your own copy of this notebook; the fold says how.",
+        "",
+        "<details><summary>How to write an answer cell</summary>",
+        "",
+        "In your own copy of this notebook (`make lab` makes the copies in `workspace/`): add a "
         "markdown cell, give it the tag `answer` (JupyterLab: the gear icon in the right sidebar, *Common Tools* -> "
         "*Cell Tags*, add `answer`), start it with the line `Answer: ID` (for example "
         f"`Answer: {asked[0].id}`) and write your answer below that line; save the notebook. "
         "`make portfolio IMPL=<your file> OUT=<your receipts>` copies the text as written from `workspace/` and "
         "lists every answer it did not find; it never writes one for you.",
+        "</details>",
     ]
     return "\n".join(lines)
 

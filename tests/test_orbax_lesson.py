@@ -57,6 +57,9 @@ def test_what_the_receipt_leaves_out_is_named():
     assert loose == {"losses", "momentum_gap"} and loose <= set(lesson.UNSTATED)
     assert {"transitions 4 and 5", "step 1"} <= set(lesson.UNSTATED)
     assert all(r["equal"] for r in rows)
+    sources = {r["quantity"]: r["source"] for r in rows}
+    assert sources.pop("final_step") == "implied by the receipt (restored step 1 + 5 transitions)"  # never printed
+    assert set(sources.values()) == {"recorded"} and lesson.RECEIPT["final_step"] == 1 + 5
     off = lesson.compare({**lesson.RECEIPT, "next_ids": [[0] * 8] * 3, "momentum_gap": 0.02})
     assert {r["quantity"] for r in off if not r["equal"]} == {"next_ids", "momentum_gap"}
 

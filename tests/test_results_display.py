@@ -5,9 +5,11 @@ import re
 
 import IPython.display
 import nbformat
+import pytest
 from course_records import from_notebook
 
 from shardlab.course import results, show
+from shardlab.errors import UsageError
 from shardlab.evidence import pages
 
 
@@ -64,15 +66,20 @@ def test_a_column_named_with_a_bar_keeps_the_table_a_table():
     assert re.findall(r"<td>(.*?)</td>", page) == ["6", "0.0", "True"]
 
 
-def test_a_folded_table_shows_the_chosen_rows_and_folds_every_row():
+def test_a_folded_table_shows_the_chosen_rows_and_folds_each_other_row_once():
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
     rows = [{"case": f"case {n}", "error": "E"} for n in range(5)]
     page = markdown2html_mistune(show.folded([rows[0], rows[3]], rows))
     in_view, fold = page.split("<details>")
     assert re.findall(r"<td>(case \d)</td>", in_view) == ["case 0", "case 3"]
-    assert re.findall(r"<td>(case \d)</td>", fold) == [f"case {n}" for n in range(5)]
-    assert "<summary>all 5 rows</summary>" in fold and fold.rstrip().endswith("</details>")
+    assert re.findall(r"<td>(case \d)</td>", fold) == ["case 1", "case 2", "case 4"]  # the table's order, none twice
+    assert "<summary>the other 3 rows (of 5)</summary>" in fold and fold.rstrip().endswith("</details>")
+    assert "<details>" not in show.folded(rows, rows)  # every row in view: nothing to fold
+    one = markdown2html_mistune(show.folded(rows[:4], rows))
+    assert "<summary>the other 1 row (of 5)</summary>" in one and one.count("<td>case 4</td>") == 1
+    with pytest.raises(UsageError, match="not rows of the table"):
+        show.folded([{"case": "case 9", "error": "E"}], rows)
 
 
 def test_progress_lines_show_while_running_and_leave_only_the_hidden_form(monkeypatch):

@@ -1,11 +1,10 @@
 """Every time a learner or instructor reads is the measured table's, `bench/loops/loops.json` (`python -m rig.loops`).
 
-A text states how long a loop takes only through the clause `rig.loops.took` renders, which cites the loop's
-key in the table; every such clause in the README, the docs and the notebooks (both files of each pair) must be
-the one the committed table gives, so a table measured again fails here until `python -m rig.loops --restate`
-writes the sentences again. No other wording of a duration ("about 2 min", "a few seconds", "~1.5 s") may
-appear where people read: in the README, the docs, the notebooks, the starter, the Makefile or any command's
-`--help`.
+A text states how long a loop takes only through the clause `rig.loops.took` renders, which cites the loop's key in
+the table; every such clause in the README and the docs must be the one the committed table gives, so a table
+measured again fails here until `python -m rig.loops --restate` writes the sentences again. The notebooks state no
+time at all. No other wording of a duration ("about 2 min", "a few seconds", "~1.5 s") may appear where people read:
+in the README, the docs, the notebooks, the starter, the Makefile or any command's `--help`.
 """
 
 import json
@@ -25,9 +24,6 @@ TABLE = json.loads((REPO / loops.TABLE).read_text())
 EXPECTED = {
     "README.md": {"venv", "course_run", "check_stage_1", "check_stage_all", "test_quick"},
     "docs/checker.md": {"check_stage_1", "check_stage_all", "check_cell_1", "check_cell_2", "check_cell_3"},
-    "notebooks/stage1_batches.md": {"check_cell_1"},
-    "notebooks/stage2_update.md": {"check_cell_2"},
-    "notebooks/stage3b_resume.md": {"check_cell_3"},
 }
 
 # A duration stated by estimate, not by measurement: an approximation of a number of seconds or minutes, a
@@ -62,6 +58,13 @@ def test_every_stated_time_is_the_committed_tables():
                     f"{relative} states {match.group(0)!r}, the table {loops.TABLE} gives "
                     f"{loops.took(TABLE, match.group('key'))!r}: run `python -m rig.loops --restate`"
                 )
+
+
+def test_the_notebooks_state_no_measured_time():
+    for path in sorted((REPO / "notebooks").glob("*.md")):
+        for text in _texts(str(path.relative_to(REPO))):
+            assert not loops.CLAUSE.findall(text), path.name
+            assert "bench/loops" not in text, path.name
 
 
 def test_every_stated_loop_is_one_the_rig_measures(tmp_path):
@@ -201,6 +204,6 @@ def test_restate_refuses_a_folder_that_is_not_a_checkout_or_a_table_it_cannot_re
     table.write_text(json.dumps(_table({"venv": _row([5.0])})))
     assert loops.command(["--restate", "--checkout", str(tmp_path)]) == 2  # README alone: the rest is missing
     said = capsys.readouterr().err
-    assert "is not a shardlab checkout: it has no docs/checker.md" in said and "notebooks/stage1_batches.ipynb" in said
+    assert "is not a shardlab checkout: it has no docs/checker.md" in said
     assert (tmp_path / "README.md").read_text().startswith("It took 1.0 s")  # refused before anything is written
     assert sorted(tmp_path.rglob("*")) == sorted([*before, table.parent.parent, table.parent, table])

@@ -941,11 +941,13 @@ CHOSEN = {
             "step(s) (first: step {first}; 0 means none) and in its weights or momentum at {moved} step(s)",
         ),
         "momentum_shows_at_step_2": (
-            "first == 2",
-            "observed: with the momentum decay set to 0 (no momentum carried over), step 1 matches and the "
-            "momentum first differs at step 2",
+            "first == 2 and weights == 2 and loss == 3",
+            "observed: with the momentum decay set to 0 (no momentum carried over), step 1 matches; the weights "
+            "and momentum from step 2 differ, the reported loss from step 3 (taken before the update, it sees "
+            "step 2's weights a step later)",
             "observed: with the momentum decay set to 0 (no momentum carried over), the momentum first differs at "
-            "step {first} (0: never), not at step 2",
+            "step {first}, the weights at step {weights} and the reported loss at step {loss} (0: never), not "
+            "at steps 2, 2 and 3",
         ),
         "own_rows_lowered": (
             "lowered == steps",

@@ -63,13 +63,22 @@ def table(rows: list[dict], columns: list[str] | None = None) -> str:
 
 
 def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None) -> str:
-    """The `shown` rows as a table in view, then every row of `rows` in a fold: a long table read in a glance."""
-    summary = f"all {len(rows)} rows"
-    return f"{table(shown, columns)}\n\n<details><summary>{summary}</summary>\n\n{table(rows, columns)}\n\n</details>"
+    """The `shown` rows as a table in view, then the other rows of `rows`, in their order, in a fold: a long table
+    read in a glance, each row once (a column such as the step or case says where a folded row belongs)."""
+    from shardlab.errors import UsageError
+
+    stray = [row for row in shown if row not in rows]
+    if stray:
+        raise UsageError(f"{len(stray)} row(s) to show are not rows of the table, the first {stray[0]!r}")
+    other = [row for row in rows if row not in shown]
+    if not other:
+        return table(shown, columns)
+    summary = f"the other {len(other)} row{'s' * (len(other) != 1)} (of {len(rows)})"
+    return f"{table(shown, columns)}\n\n<details><summary>{summary}</summary>\n\n{table(other, columns)}\n\n</details>"
 
 
 def display_table(rows: list[dict], columns: list[str] | None = None, shown: list[dict] | None = None) -> None:
-    """Show `table(rows)` in a notebook (plain text elsewhere); with `shown`, those rows in view and all in a fold."""
+    """Show `table(rows)` in a notebook (plain text elsewhere); with `shown`, those in view, the rest folded."""
     from IPython.display import Markdown, display
 
     display(Markdown(table(rows, columns) if shown is None else folded(shown, rows, columns)))
