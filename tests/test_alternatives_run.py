@@ -260,6 +260,7 @@ NOT_LEARNER = {
     ("stage2_update", "empty-batch"): "the course's own step and transition on an empty batch",
     ("stage3a_checkpoint", "refuse"): "it defines the helper the rejection cells call",
     ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
+    ("stage3c_orbax_lesson", "async-save"): "Orbax's own asynchronous save of a small pytree",
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
     ("stage4b_beyond", "plan_small"): "the course's host sampler beside the device sampler's plan",
 }
