@@ -199,7 +199,8 @@ RULES = (
     Rule(
         "exact-path",
         "save",
-        "the checkpoint is written at exactly the path given (any name: no .npz added) and that path is returned",
+        "the checkpoint is written at exactly the path given (any name: no .npz added) and that path is returned, "
+        "as given or in its absolute form",
         ("random_restore_damage",),
         why=(
             "Why: a writer that adds a suffix of its own leaves the caller's `restore(path)` finding nothing, or "
