@@ -108,6 +108,7 @@ VERDICT = (
     "drift_beyond_threshold",
     "cut_beyond_reach",
     "threshold_beyond_reach",
+    "threshold_within_noise_real_cut",
     "threshold_within_noise",
 )
 
@@ -119,9 +120,10 @@ FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for 
 SENTENCES = {
     "stage4a_profile": {
         "timing_order": _s(
-            "e > c4_hi and c4_lo > c1_hi",
+            "e_lo > c4_hi and c4_lo > c1_hi",
             {
                 "e": "timing.eager_4dev.median_ms",
+                "e_lo": "timing.eager_4dev.q1_ms",
                 "c4": "timing.compiled_4dev.median_ms",
                 "c4_lo": "timing.compiled_4dev.q1_ms",
                 "c4_hi": "timing.compiled_4dev.q3_ms",
@@ -134,6 +136,25 @@ SENTENCES = {
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
             "read the table's middle halves before a ratio.",
+        ),
+        "timing_eager_clear": _s(
+            "e_lo > max(c4_hi, c1_hi)",
+            {
+                "e": "timing.eager_4dev.median_ms",
+                "e_lo": "timing.eager_4dev.q1_ms",
+                "c4": "timing.compiled_4dev.median_ms",
+                "c4_lo": "timing.compiled_4dev.q1_ms",
+                "c4_hi": "timing.compiled_4dev.q3_ms",
+                "c1": "timing.compiled_1dev.median_ms",
+                "c1_hi": "timing.compiled_1dev.q3_ms",
+            },
+            "eager ({e:.4g} ms, middle half from {e_lo:.4g}) ≫ compiled, on four devices ({c4:.4g} ms) or on one "
+            "({c1:.4g} ms): that gap is clear beyond the spread. Four devices against one is not: the middle halves "
+            "meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to {c1_hi:.4g} ms), so this run does not "
+            "show whether splitting so small an update over four logical devices costs more than it saves.",
+            "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms from "
+            "{e_lo:.4g}, four devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up "
+            "to {c1_hi:.4g}): read the table's middle halves before a ratio.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
@@ -193,11 +214,22 @@ SENTENCES = {
             "since. Restate the prediction against this capture, or measure again.",
             "The {t:.3f} ms predicted is within the {r:.3f} ms estimated reach in this capture.",
         ),
+        "threshold_within_noise_real_cut": _s(
+            INCONCLUSIVE["threshold_within_noise"] + " and c > n",
+            CHANGE,
+            "<verdict_of>: inconclusive about the threshold, not about the effect. The change did cut its target: "
+            "{c:.3f} ms, more than the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms). Whether "
+            "the cut reached the {t:.3f} ms predicted cannot be told at this sample size: the margin, cut − threshold "
+            "= {m:.3f} ms, lies within ± the noise.",
+            "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
+            "threshold ({m:.3f} ms) lies outside ± the noise.",
+        ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
-            "<verdict_of>: inconclusive. The margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.3f} ms, lies within "
-            "± the {n:.3f} ms of noise: at this sample size the effect cannot be told from the drift.",
+            "<verdict_of>: inconclusive. The cut, {c:.3f} ms, is not more than the {n:.3f} ms of noise, and the "
+            "margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.3f} ms, lies within ± that noise: at this sample size "
+            "neither the effect nor whether it reaches the threshold can be told from the drift and the spread.",
             "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_fell": _s(
@@ -343,7 +375,19 @@ SENTENCES = {
             "devices (named waiting {w:.2f} ms, the collectives' unnamed time {c:.2f} ms) takes more.",
             "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
             "and the gather), took {p:.2f} of the {b:.2f} ms, not less than both named waiting ({w:.2f} ms) and the "
-            "collectives' unnamed time ({c:.2f} ms): here meeting the other devices is not what dominates.",
+            "collectives' unnamed time ({c:.2f} ms).",
+        ),
+        "meeting_dominates": _s(
+            "w + c > p",
+            WAITING,
+            "So, to the prediction: mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
+            "collectives' unnamed time ({c:.2f} ms) together are more of the {b:.2f} ms than the rest of the "
+            "program, which holds the update's arithmetic (and the sampler and the gather), {p:.2f} ms; the trace "
+            "cannot split the collectives' time between copying and adding and synchronising.",
+            "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
+            "and the gather), took {p:.2f} of the {b:.2f} ms, at least named waiting ({w:.2f} ms) and the "
+            "collectives' unnamed time ({c:.2f} ms) together: here the program, not meeting the other devices, is "
+            "the larger part.",
         ),
         "collective_rate": _s(
             "r < 0.1 * g",
@@ -403,7 +447,7 @@ SENTENCES = {
             f"The fused steps took {_P}x and {_S}x what their roofline allows.",
         ),
         "fused_over_roofline": _s(
-            "min(p, s) >= 1",
+            "min(p, s) >= 1.5",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
@@ -411,6 +455,18 @@ SENTENCES = {
             f"Both took at least their roofline ({_P}x, {_S}x): arithmetic and memory traffic, even at XLA's "
             "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
             "operations, the device threads' rendezvous).",
+            f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
+            "count overstates what it moves (see below).",
+        ),
+        "fused_near_roofline": _s(
+            "min(p, s) >= 1",
+            {
+                "p": "roofline.points.fused_psum.measured_over_roofline",
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+            },
+            f"Both took at least their roofline ({_P}x, {_S}x), one within 1.5x of it: that step's time is about "
+            "what its roofline allows, so it leaves little room for fixed cost, and since XLA's byte count can "
+            "overstate what a step moves (see below), a ratio near 1 does not show that step memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -563,14 +619,27 @@ SENTENCES = {
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
             "(compute + straggler · log2(W), ring terms held at 0).",
         ),
-        "two_point_fit_edges_only": _s(
-            "(p < m_lo or p > m_hi) and (m < lo or m > hi)",
+        "two_point_fit_misses_low": _s(
+            "p < m_lo and m > hi",
             TWO_POINT,
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: the prediction lies "
-            "outside the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
-            "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); only the edges of the "
-            "two ranges meet. Inconclusive, and leaning against the two-term fit (compute + straggler · log2(W), ring "
-            "terms held at 0): more samples would decide.",
+            "below the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
+            "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
+            "from {m_lo:.3f} to {hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
+            "straggler · log2(W), ring terms held at 0): more samples would decide.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
+            "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
+            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
+            "(compute + straggler · log2(W), ring terms held at 0).",
+        ),
+        "two_point_fit_misses_high": _s(
+            "p > m_hi and m < lo",
+            TWO_POINT,
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: the prediction lies "
+            "above the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
+            "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
+            "from {lo:.3f} to {m_hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
+            "straggler · log2(W), ring terms held at 0): more samples would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
@@ -752,7 +821,8 @@ def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
     over["s"] = points["fused_stats"]["measured_over_roofline"]
     over["q"] = roofline_gap(points)
     said = [chosen(notebook, "course_against_roofline", **over)]
-    said.append(chosen_first(notebook, ["fused_under_roofline", "fused_over_roofline"], **over))
+    names = ["fused_under_roofline", "fused_over_roofline", "fused_near_roofline"]
+    said.append(chosen_first(notebook, names, **over))
     return said
 
 
@@ -778,7 +848,7 @@ def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
 def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen(notebook, "arithmetic_smallest", **values)
+    return chosen_first(notebook, ["arithmetic_smallest", "meeting_dominates"], **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
@@ -829,7 +899,8 @@ def ring_latency(fit: dict, notebook: str = "stage5b_scaling") -> str:
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
     """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: p, lo, hi, m, m_lo, m_hi)."""
-    names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_edges_only"]
+    names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_misses_low"]
+    names.append("two_point_fit_misses_high")
     return chosen_first(notebook, names, **held)
 
 
@@ -871,8 +942,8 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on the order of the three warm medians, read with their middle halves."""
     c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
-    values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"])
-    return chosen(notebook, "timing_order", **values)
+    values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"], e_lo=timing["eager_4dev"]["q1_ms"])
+    return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
 
 
 def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
