@@ -358,6 +358,11 @@ MISTAKES = {
         "save_errors_leave_the_folder_as_it_was",
         ["a folder that does not exist, and a state without step", "or the missing folder"],
     ),
+    "save_leaves_made_folders": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["two levels deep, and its first write fails", "left ['new', 'new/deeper']", "deepest first"],
+    ),
     "save_temp_name_from_global_random": (
         3,
         "interrupted_save_leaves_nothing_or_a_checkpoint",

@@ -15,7 +15,12 @@ import pytest
 import shardlab as sl
 from shardlab import orbax_io
 from shardlab.core import checkpoint
-from shardlab.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError
+from shardlab.errors import (
+    CheckpointExistsError,
+    CheckpointWriteError,
+    ContractMismatchError,
+    CorruptCheckpointError,
+)
 
 pytestmark = pytest.mark.stage3
 
@@ -316,3 +321,23 @@ def test_each_cursor_case_is_refused_by_the_check_its_label_names(data, mesh, tm
         assert resealed == (case == "cursor the step does not imply")
         with pytest.raises(sl.errors.CorruptCheckpointError, match=words):
             sl.restore(copy, contract, mesh)
+
+
+@pytest.mark.parametrize("failing", ["link", "fsync"])
+def test_a_failed_publish_removes_the_folders_the_save_made(saved, tmp_path, monkeypatch, failing):
+    _, state, contract = saved
+    (tmp_path / "kept").mkdir()
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, failing, fail)
+    with pytest.raises(CheckpointWriteError, match="nothing was published"):
+        sl.save(tmp_path / "a" / "b" / "ck.npz", state, contract)
+    with pytest.raises(CheckpointWriteError, match="nothing was published"):
+        sl.save(tmp_path / "kept" / "c" / "ck.npz", state, contract)
+    monkeypatch.undo()
+    assert not (tmp_path / "a").exists()
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before == ["kept"]
+    assert sl.save(tmp_path / "a" / "b" / "ck.npz", state, contract)  # the same path saves once the fault is gone

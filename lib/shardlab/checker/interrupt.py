@@ -10,7 +10,8 @@ zygote) and the savers the tests race.
 
 `interrupted` runs a learner's save in a forked child stopped at operation k: `kill` writes
 half of that write's bytes (or none of any other operation) and sends itself SIGKILL, as a
-crash would; `race` has a second saver, a separate process forked from the checker before the
+crash would; `fail` makes that operation raise OSError(ENOSPC), as a full disk would, and lets
+the save handle it; `race` has a second saver, a separate process forked from the checker before the
 first save began (so it shares no lock or set the first holds in memory), run one complete
 save to the same path right there, and then lets the first one continue. The parent judges
 what is left at the final path. Only the child's own folder is written. Every child has a
@@ -174,6 +175,9 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         seen.append(label(operation, target))
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
+        if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
+            outcome["failed_at"] = seen[-1]
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
         if mode == "kill":
             with original_open(report, "w") as note:
                 json.dump({"at": seen[-1], "operations": list(seen)}, note)
@@ -294,8 +298,9 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 
 
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
-    """Run `save(*first)` in a forked child stopped (mode 'kill') or raced at operation `stop_at`: by another process
-    (mode 'race') or by a second save in the same process (mode 'race-here').
+    """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
+    OSError(ENOSPC) instead of running) or raced at operation `stop_at`: by another process (mode 'race') or by a
+    second save in the same process (mode 'race-here').
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

@@ -549,6 +549,7 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         extra = [m for m in arguments.changed(before, arguments.disk(observed)) if m not in allowed]
         if extra:
             wrong[what] = f"saved, and left {extra[:3]} beside the checkpoint"
+    wrong.update(_failed_publishes(ctx, state, contract, tried))
     return expect(
         not wrong,
         "every save that raises leaves its folder as it was; one that returns adds the checkpoint alone",
@@ -561,9 +562,60 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             if any("does not exist," in what for what in wrong)
             else ""
         )
+        + (
+            "; note which folders of the path were missing before making them, and when a later write fails, "
+            "remove those (deepest first, each only if empty), never one that was there"
+            if any(what.endswith(")") and "fails" in what for what in wrong)
+            else ""
+        )
         + ", and remove the temporary in a finally (or except) block on every error, the failed publish included"
         + mark("new-temp-name"),
     )
+
+
+def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
+    """{case: what it left}: saves into a folder two levels below the missing one `new`, in a forked child whose
+    first write, and then whose publication (link, rename or replace), raises OSError(ENOSPC) as a full disk does.
+    A save that raises must leave the tree as it was, `new` included; one that returns must have saved."""
+    base = os.path.join(ctx.workdir, "save-errors", "failed-write")
+    whole = os.path.join(base, "whole", "new", "deeper", "checkpoint.npz")
+    os.makedirs(os.path.join(base, "whole"))
+    listed = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        interrupt.MAX_OPERATIONS + 1,
+        "kill",
+        base + ".json",
+        (whole, state, contract),
+    )
+    operations = listed.get("operations") or []
+    points = {}
+    for what, kinds in (
+        ("its first write fails", ("write",)),
+        ("its publication fails", ("link", "rename", "replace")),
+    ):
+        found = [n for n, op in enumerate(operations, start=1) if op.split(" ", 1)[0] in kinds]
+        if found:
+            kind = operations[found[0] - 1].split(" ", 1)[0]
+            points[f"a missing folder two levels deep, and {what} (its {kind} raises ENOSPC)"] = found[0]
+    wrong = {}
+    for what, number in points.items():
+        folder = os.path.join(base, str(number))
+        os.makedirs(folder)
+        with open(os.path.join(folder, "earlier.txt"), "w") as handle:
+            handle.write("a file the save must leave as it is\n")
+        path = os.path.join(folder, "new", "deeper", "checkpoint.npz")
+        before = arguments.disk(os.path.join(folder, "observed"))
+        outcome = probe("interrupted_save", ctx.impl.save, number, "fail", folder + ".json", (path, state, contract))
+        moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
+        tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
+        if outcome["status"] != "done":
+            wrong[what] = f"the save's child ended {outcome['status']} after the failure"
+        elif outcome.get("first") != "saved" and moved:
+            wrong[what] = f"raised {outcome['first'].split(':')[1].strip()} and left {moved[:3]} behind"
+        elif outcome.get("first") == "saved" and not os.path.lexists(path):
+            wrong[what] = "returned without an error, but left no file at the path given"
+    return wrong
 
 
 def _ancestors(path: str, top: str) -> list[str]:

@@ -124,6 +124,7 @@ def save(path, state: dict, contract_: dict) -> str:
     Raises CheckpointExistsError (and writes nothing) if `path` already exists, and
     CorruptCheckpointError for a state or contract it would have to change to save.
     Temporaries left by killed savers in the folder are removed first (`remove_stale`).
+    A save that raises leaves the folders as they were: those it made for `path` are removed.
     """
     path = os.fspath(path)
     check_contract_form(contract_, f"refusing to save {path}")
@@ -131,24 +132,28 @@ def save(path, state: dict, contract_: dict) -> str:
     _check_fields(arrays, contract_, f"refusing to save {path}")
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; checkpoints are never overwritten, use a new path")
-    folder = os.path.dirname(os.path.abspath(path))
+    folder, publishing = os.path.dirname(os.path.abspath(path)), False
     try:
-        os.makedirs(folder, exist_ok=True)
-        remove_stale(folder)
-        fd, tmp = files.temporary(folder, ".npz")  # beside the target: the link below never crosses file systems
+        with files.new_folders(folder):  # makes the missing folders; if the save raises, removes those it made
+            remove_stale(folder)
+            fd, tmp = files.temporary(folder, ".npz")  # beside the target: the link below never crosses file systems
+            publishing = True  # fill, flush, fsync, hard-link to `path` (fails if the name exists), fsync the folder
+            files.publish_new(fd, tmp, path, lambda handle: np.savez(handle, **arrays))
     except OSError as exc:
-        raise CheckpointWriteError(
-            f"cannot write a checkpoint into {folder} ({exc.strerror or exc}); choose a writable folder"
-        ) from None
-    try:  # fill the temporary, flush, fsync, hard-link it to `path` (fails if the name exists), fsync the folder
-        files.publish_new(fd, tmp, path, lambda handle: np.savez(handle, **arrays))
-    except FileExistsError:
-        raise CheckpointExistsError(
-            f"{path} appeared while saving (another saver won); nothing was overwritten, use a new path"
-        ) from None
-    except OSError as exc:
-        raise CheckpointWriteError(f"writing {path} failed ({exc.strerror or exc}); nothing was published") from None
+        raise _save_error(path, folder, exc, publishing) from None
     return path
+
+
+def _save_error(path: str, folder: str, exc: OSError, publishing: bool) -> Exception:
+    """The course's error for an OSError of `save`: the folder was unusable, another saver won, or the write failed."""
+    if not publishing:
+        reason = exc.strerror or exc
+        return CheckpointWriteError(f"cannot write a checkpoint into {folder} ({reason}); choose a writable folder")
+    if isinstance(exc, FileExistsError):
+        return CheckpointExistsError(
+            f"{path} appeared while saving (another saver won); nothing was overwritten, use a new path"
+        )
+    return CheckpointWriteError(f"writing {path} failed ({exc.strerror or exc}); nothing was published")
 
 
 def check_contract(found: dict, expected: dict) -> None:

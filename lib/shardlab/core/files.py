@@ -11,6 +11,8 @@
 - `read_bounded(path, limit)`: a regular file's bytes, never following a symlink or blocking on
   a FIFO, refused with BoundedReadError beyond `limit` bytes; `zip_member(archive, member, limit)`
   the same bound for one member of a zip (the checkpoint's arrays, a portfolio's manifest);
+- `new_folders(folder)`: makes `folder` and its missing parents; if the block it guards raises,
+  removes those it made (deepest first, each only while empty) and re-raises;
 - `sha256_file(path)` and `sync(path)` (fsync of a file or folder).
 """
 
@@ -92,6 +94,27 @@ def sync(path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def new_folders(folder):
+    """Make `folder` and its missing parents; if the block raises, remove the ones made here, then re-raise.
+
+    A writer that raises thus leaves the tree as it found it: only folders missing before are removed,
+    deepest first, and each only while empty (never one that existed or that now holds something).
+    """
+    missing, head = [], os.path.abspath(folder)
+    while not os.path.lexists(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        yield
+    except BaseException:
+        for made in missing:
+            with contextlib.suppress(OSError):  # not made here after all (a failed makedirs), or no longer empty
+                os.rmdir(made)
+        raise
 
 
 def publish_new(fd: int, tmp: str, path: str, write) -> str:
