@@ -41,7 +41,7 @@ run: venv ## execute every stage notebook into OUT (receipts/): HTML pages, inde
 	@start=$$(date +%s); env -u MPLBACKEND $(BIN)/python -m shardlab run --out $(OUT) --seed $(SEED) --batch-size $(BATCH_SIZE) --implementation $(IMPL) --workspace $(WORKSPACE) --replace \
 	&& echo "[make] run finished in $$(( $$(date +%s) - start )) s"
 
-test: venv ## the test suite on two workers (executes every notebook once); not the sandbox's, nor test-long's whole-program runs
+test: venv ## the test suite on two workers (executes every notebook once); not the sandbox's, nor test-long's (whole-program runs, the planted mistakes beyond one per check)
 	@start=$$(date +%s); $(BIN)/python -m pytest -m "not sandbox and not long" \
 	&& echo "[make] test finished in $$(( $$(date +%s) - start )) s"
 
@@ -49,7 +49,7 @@ test-quick: venv ## the inner loop after every edit (its time: bench/loops/loops
 	@start=$$(date +%s); PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --quick -m "not sandbox" -p no:cacheprovider \
 	&& echo "[make] test-quick finished in $$(( $$(date +%s) - start )) s"
 
-test-long: venv ## the tests marked long, which make test leaves out: whole programs run end to end (controllers, Lab, reruns)
+test-long: venv ## the tests marked long, which make test leaves out: whole programs run end to end (controllers, Lab, reruns), the planted mistakes beyond one per check
 	@start=$$(date +%s); $(BIN)/python -m pytest -p no:cacheprovider -m "long and not sandbox" \
 	&& echo "[make] test-long finished in $$(( $$(date +%s) - start )) s"
 
