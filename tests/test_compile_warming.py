@@ -2,7 +2,8 @@
 
 Two facts make that worth doing, and each is observed here from outside the code that relies on it: a learner's
 `initial` in another interpreter reads the warmed programs from the cache (JAX's own log says so), and the row
-counts warmed are the ones the search gives the learner's `initial` (a learner file records them).
+counts warmed are the ones the search gives the learner's `initial` (a learner file records them). The checks that
+call the un-jitted step (one program per operation at every call) give it one padded shape.
 """
 
 import json
@@ -138,3 +139,34 @@ def test_a_core_is_spare_only_while_the_runnable_threads_fit_the_cores(monkeypat
     assert compile_cache.spare_core()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set())
     assert not compile_cache.spare_core()
+
+
+def test_a_walk_of_the_teaching_fixtures_rows_gives_its_second_initial_one_row(tmp_path):
+    path, record = _recording(tmp_path)
+    enumerated = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "random_sampler_walk"]
+    # search seed 2 draws a 23-row case, then a 5-row one
+    results = runner.run_checks(str(path), 1, only=True, skip=enumerated, search_seed=2, search_cases=2)
+    assert [r.name for r in results] == ["random_sampler_walk"] and results[0].passed, results
+    given = [int(line) for line in record.read_text().split()]
+    # the 23-row case's other shape is one row (no sort to compile), the 5-row case's the 23 rows compiled already
+    assert given == [23, 1, 5, 23]
+
+
+def test_a_warming_leaves_the_row_counts_no_check_will_draw(monkeypatch):
+    monkeypatch.setattr(compile_cache, "spare_core", lambda: False)
+    warming = compile_cache.Warming([1031, 1033, 1039])
+    warming.leave({1033})
+    assert warming.close(finish=True) == [1039, 1031]
+
+
+def test_stage_2_and_stage_4_give_the_un_jitted_step_one_padded_shape_and_stage_2_an_empty_device():
+    from shardlab.checker import stage2, stage4
+
+    # each device holds ceil(rows / 4) slots, filled in order: 5 rows -> [2, 2, 1, 0] over 8 slots, 7 -> [2, 2, 2, 1]
+    def per_device(rows: int) -> list[int]:
+        width = -(-rows // 4)
+        return [min(width, max(0, rows - width * d)) for d in range(4)]
+
+    empty_device = per_device(len(stage2.EMPTY_DEVICE_IDS[stage2.UNJITTED_BATCH]))
+    assert 4 * max(empty_device) == 4 * max(per_device(stage4.ROWS)) == 8  # one shape: its programs compile once
+    assert empty_device[-1] == 0  # the check is still about a device without a valid row

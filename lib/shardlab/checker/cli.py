@@ -173,6 +173,10 @@ def run_checks(
         tracker = reuse_verdicts.Tracker(impl, API)
         fresh = Fresh(lambda: worker(fresh=True))
         try:
+            # while the worker starts and loads the file, a core is free: the warming starts now, on every row count
+            # the search may draw, and leaves those a kept pass answers once the file's functions are known
+            # (a sandboxed worker has a cache of its own, which this interpreter never sees)
+            warming = compile_cache.warm(_sizes(chosen, skip, None, searching) if not sandboxed else ())
             hello = impl.worker.start(early.launched if early is not None else None)
             if "error" in hello:
                 failed = _load_failure(chosen[0], hello["error"])
@@ -182,8 +186,7 @@ def run_checks(
             if spec != "reference":  # read from the source here: nothing the file does can hide it
                 guard.note(event="implementation", course_functions=provenance.course_functions(spec))
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
-            # a sandboxed worker has a cache of its own, which this interpreter never sees
-            warming = compile_cache.warm(_sizes(chosen, skip, kept, searching) if not sandboxed else ())
+            warming.leave(set(warming.sizes) - set(_sizes(chosen, skip, kept, searching)))
             ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
             ctx.other_fs = other
             ctx.warming = warming

@@ -113,6 +113,10 @@ class Warming:
         """The checks start on a case of `n` rows now."""
         self.reached.add(int(n))
 
+    def leave(self, sizes) -> None:
+        """No check of the run will draw `sizes` after all (a kept pass answers it): not compiled here."""
+        self.reached.update(int(n) for n in sizes)
+
     def close(self, finish: bool = False) -> list:
         """Stop after the program being compiled (never leave a thread inside XLA at exit), or once every size is
         done if `finish`; the sizes done."""

@@ -334,14 +334,20 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
 OTHER_ROWS = 23  # the row count of the data of another shape a walk's second initial is given
 
 
+def other_rows(rows: int) -> int:
+    """The row count of a walk's second `initial`: the teaching fixture's 23, which the enumerated checks compile
+    the course's permutation for, or 1 when the case has 23 (a one-element permutation has no sort to compile)."""
+    return OTHER_ROWS if rows != OTHER_ROWS else 1
+
+
 def sampler_walk(ctx, case: Case) -> None:
     """initial + next_batch across several epoch boundaries: every id, field, mask and placement."""
     data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
     state = initial_checked(ctx, case, data, mesh, "next_batch")
     # the same seed with data of another shape, in the same process: the state follows the data of each call.
-    # Another row count and width, always the teaching fixture's 23 rows (24 when the case has 23): a permutation
-    # compiled for one row count serves every case, where rows + 1 compiled a second program per case
-    other = replace(case, fixture="", rows=OTHER_ROWS + (rows == OTHER_ROWS), features=case.shape()[1] + 1)
+    # Another row count and width (other_rows): a permutation compiled for one row count serves every case, where
+    # rows + 1 compiled a second program per case
+    other = replace(case, fixture="", rows=other_rows(rows), features=case.shape()[1] + 1)
     initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)

@@ -282,8 +282,8 @@ def row_counts(stages, search_seed: int, thorough: bool = False, search_cases: i
             for case in cases_for(prop, search_seed, case_count(prop, thorough, search_cases)):
                 rows = case.shape()[0]
                 found.append(rows)
-                if prop.name == "sampler_walk":  # its second initial has 23 rows, or 24 when the case has 23
-                    found.append(properties.OTHER_ROWS + (rows == properties.OTHER_ROWS))
+                if prop.name == "sampler_walk":  # its second initial: 23 rows, or 1 when the case has 23
+                    found.append(properties.other_rows(rows))
     return list(dict.fromkeys(found))
 
 
