@@ -119,6 +119,32 @@ def test_grade_refuses_a_folder_without_submissions(tmp_path, capsys):
     assert "holds no .py file" in capsys.readouterr().err and not (tmp_path / "g").exists()
 
 
+def test_the_grade_record_read_back_reuses_exactly_the_unchanged_submissions(tmp_path, monkeypatch):
+    """grade.json gives the next grade every unchanged file's rows as they were; a changed file is checked again."""
+    checked = []
+
+    def stand_in(sub, folder, timeout, cap, sandboxed=True):  # grade_one without a check: one row per stage
+        folder.mkdir(parents=True, exist_ok=True)
+        checked.append(sub["name"])
+        digest = grade.sha256_file(sub["file"])
+        base = {"submission": sub["name"], "portfolio": "no", "sandbox": grade.UNSANDBOXED, "sha256": digest}
+        return digest, grade._not_gradable(base, f"stand-in for {digest[:12]}")
+
+    monkeypatch.setattr(grade, "grade_one", stand_in)
+    subs, out = tmp_path / "subs", tmp_path / "grades"
+    subs.mkdir()
+    for name in ("a.py", "b.py"):
+        (subs / name).write_text(f"# {name}\n")
+    first = grade.grade(subs, out, jobs=1, unsandboxed=True)
+    (subs / "b.py").write_text("# b.py, changed\n")
+    again = grade.grade(subs, out, jobs=1, unsandboxed=True)
+    assert sorted(checked) == ["a.py", "b.py", "b.py"]
+    assert {name: entry["reused"] for name, entry in again["submissions"].items()} == {"a.py": True, "b.py": False}
+    assert again["submissions"]["a.py"]["rows"] == first["submissions"]["a.py"]["rows"]
+    assert again["submissions"]["b.py"]["rows"] != first["submissions"]["b.py"]["rows"]
+    assert json.loads((out / grade.RECORD).read_text()) == json.loads(json.dumps(again))
+
+
 def _manifest(zipped: Path) -> tuple[dict, set]:
     with zipfile.ZipFile(zipped) as archive:
         return json.loads(archive.read("portfolio/portfolio.json")), set(archive.namelist())

@@ -14,7 +14,7 @@ import pytest
 from test_multi import numpy_weights
 
 from shardlab.errors import ConfigError, LaunchError
-from shardlab.multi import cli, program
+from shardlab.multi import program, supervise
 
 pytestmark = pytest.mark.stage5
 
@@ -72,8 +72,8 @@ def test_bad_combinations_are_named_before_anything_starts(tmp_path, capsys, arg
 
     parsed = parser().parse_args(["supervise", *args, "--out", str(tmp_path / "out")])
     with pytest.raises(error, match=words):
-        cli.check(parsed)
-    assert cli.main(parsed) == 2
+        supervise.check(parsed)
+    assert supervise.main(parsed) == 2
     assert f"{error.__name__}: " in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -84,7 +84,7 @@ def test_mpirun_without_an_mpi_runtime_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))  # no mpiexec beside it
     monkeypatch.setenv("PATH", str(tmp_path))  # nor on PATH
     parsed = parser().parse_args(["supervise", "--launch", "mpirun", "--out", str(tmp_path / "out")])
-    assert cli.main(parsed) == 2
+    assert supervise.main(parsed) == 2
     assert "LaunchError: the mpirun launch path needs an MPI runtime" in capsys.readouterr().err
 
 

@@ -14,7 +14,7 @@ from shardlab.errors import UsageError
 COMMANDS = {
     "run": ("shardlab.course.execute", "execute every stage notebook with papermill into an output folder"),
     "supervise": (
-        "shardlab.multi.cli",
+        "shardlab.multi.supervise",
         "run a supervised multi-controller job: restarts through failures, prints each attempt, writes OUT/ledger.json",
     ),
     "drills": (

@@ -124,7 +124,7 @@ def plan(trials: int, control_events: list[str], span: float, rng) -> list[dict]
 
 
 def _temps(folder: str) -> list[str]:
-    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(".tmp-"))
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(files.TEMP))
 
 
 class _Trials:

@@ -62,11 +62,12 @@ from importlib import metadata
 from pathlib import Path
 
 from shardlab.core.config import FIXTURES
-from shardlab.core.files import replace, sha256_file
+from shardlab.core.files import sha256_file
 from shardlab.core.update import count_all_reduce
 from shardlab.course import results as record
 from shardlab.course.catalog import FIXTURE_DIR, NOTEBOOKS
 from shardlab.evidence.sources import receipt_sources
+from shardlab.io import write_json
 
 SCHEMA_VERSION = 1
 
@@ -273,7 +274,6 @@ def audit(out_dir, notebooks: list[str] | None = None) -> dict:
 
 def write_audit(out_dir) -> Path:
     """Write out_dir/audit.json (atomically) and return its path."""
-    body = audit(out_dir)
     path = Path(out_dir) / AUDIT
-    replace(path, json.dumps(body, indent=1, sort_keys=True) + "\n")
+    write_json(path, audit(out_dir))
     return path

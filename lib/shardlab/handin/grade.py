@@ -45,6 +45,7 @@ from shardlab.evidence.index import STYLE
 from shardlab.evidence.sources import source_hashes
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
+from shardlab.io import write_json
 from shardlab.learner.implementation import STAGE_FUNCTIONS
 
 COMMAND = "grade"
@@ -368,8 +369,7 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
         outcome.output = outcome.output.replace(private, "")
         if outcome.report:
             outcome.report = json.loads(json.dumps(outcome.report).replace(json.dumps(private)[1:-1], ""))
-            text = json.dumps(outcome.report, indent=1)
-            (folder / "check_report.json").write_text(text + "\n", encoding="utf-8")
+            write_json(folder / "check_report.json", outcome.report)
         rows = [{**base, **row, "seconds": outcome.seconds} for row in stage_rows(outcome, timeout)]
     (folder / "output.txt").write_text(outcome.output[:KEPT_OUTPUT], encoding="utf-8")
     return digest, rows
@@ -450,7 +450,7 @@ def grade(
                 process_group.stop_all()
                 raise
         body = {"checker_version": version, "bounds": bounds, "jobs": jobs, "submissions": dict(sorted(record.items()))}
-        (staging / RECORD).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+        write_json(staging / RECORD, body)  # keys sorted: `_previous` and the tables read it by key, never by order
         rows = [row for entry in body["submissions"].values() for row in entry["rows"]]
         (staging / TABLE).write_text(table_csv(rows), encoding="utf-8", newline="")
         (staging / PAGE).write_text(table_html(rows, body), encoding="utf-8")

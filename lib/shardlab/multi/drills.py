@@ -35,9 +35,9 @@ from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import ContractMismatchError, UsageError
 from shardlab.io import write_json
 from shardlab.multi import control, group_supervisor, manifest, migration, rows
-from shardlab.multi.wait_guard import EXIT_STOPPED
+from shardlab.multi.wait_guard import EXIT_STOPPED, TIMEOUT
 
-STEPS, SAVE_EVERY, TIMEOUT = 10, 3, 10.0  # 23 rows in batches of 7: 10 steps cross two epoch boundaries
+STEPS, SAVE_EVERY = 10, 3  # 23 rows in batches of 7: 10 steps cross two epoch boundaries
 STOP_BOUND = 60.0  # seconds within which survivors must stop by themselves
 WORLDS = ((1, 4), (4, 1), (1, 2))  # drill 3: restored by these (processes, devices per process)
 NOTEBOOK_WORLDS = ((1, 4), (1, 2))  # the notebook's (make test's) reduced set: 4 processes on 2 cores is slow

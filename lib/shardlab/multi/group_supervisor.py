@@ -1,7 +1,7 @@
 """The supervisor: owns a group of controllers and restarts the whole group when any one fails.
 
 `supervise` is the only way a group of controllers runs here: a plain launch is
-`supervise(budget=0)`, and `python -m shardlab supervise` is its command line (`multi.cli`).
+`supervise(budget=0)`, and `python -m shardlab supervise` is its command line (`multi.supervise`).
 An attempt is one group, launched with a coordinator port no earlier attempt used. Every
 POLL seconds the supervisor looks at each process:
 
@@ -29,7 +29,7 @@ from shardlab.core.config import BATCH_SIZE, SEED
 from shardlab.errors import LaunchError, RestartBudgetError
 from shardlab.io import write_json
 from shardlab.multi import launcher, manifest, program, runtime
-from shardlab.multi.wait_guard import EXIT_STOPPED, PULSE, PULSE_WINDOW
+from shardlab.multi.wait_guard import EXIT_STOPPED, PULSE, PULSE_WINDOW, TIMEOUT
 
 POLL = 0.05  # seconds between looks at the group
 FREEZE_S = 5.0  # a pulse older than this (10 missed pulses) is a frozen process
@@ -310,7 +310,7 @@ def supervise(
     save_every: int = 3,
     seed: int = SEED,
     batch_size: int = BATCH_SIZE,
-    timeout: float = 10.0,
+    timeout: float = TIMEOUT,
     faults: tuple = (),
     budget: int = 3,
     async_save: bool = False,

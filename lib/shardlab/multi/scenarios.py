@@ -226,10 +226,9 @@ def _one(ctx, env: dict, expected: str, ranks: int | None = None) -> dict:
     command = [sys.executable, *launcher.PROGRAM, *args]
     quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc = process_group.spawn([launcher.mpiexec(), "-n", str(ranks), *command] if ranks else command, env=env, **quiet)
-    try:
-        proc.wait(timeout=runtime.init_timeout(ctx.timeout) + 60)
-    finally:
-        process_group.kill(proc)  # also what it left running in its group (mpiexec's proxies)
+    deadline = time.monotonic() + runtime.init_timeout(ctx.timeout) + 60
+    # the one bounded wait: past the deadline, or once it ends, its whole group (mpiexec's proxies too) is killed
+    process_group.until(proc, lambda: "timeout" if time.monotonic() > deadline else None, group_supervisor.POLL)
     ids = range(ranks) if ranks else [runtime.launch_rank(env)]  # under mpirun the first rank to stop ends all
     report = next((r for r in (launcher.report(folder, q) for q in ids) if r and r.get("error")), {})
     error = report.get("error") or {}

@@ -25,6 +25,7 @@ PULSE_WINDOW = 3.0  # seconds a diagnosis watches the pulses: a live process pul
 FLAGS = "#"  # separates the compared digest from a controller's flags in an agreement entry
 PREFIX = "shardlab"
 EXIT_STOPPED = 3  # exit code of a controller that stopped itself with a named error
+TIMEOUT = 10.0  # seconds: the bound of every wait of a group whose runner names none (supervise, drills)
 
 
 class WaitGuard:

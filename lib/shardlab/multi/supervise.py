@@ -19,9 +19,7 @@ import sys
 
 from shardlab.cli import add_run_arguments, count, natural, seconds
 from shardlab.errors import ConfigError, ShardlabError
-
-TIMEOUT = 10.0  # seconds: the bound of every controller's wait
-
+from shardlab.multi.wait_guard import TIMEOUT
 
 BUDGET = 3  # restarts allowed by default
 
