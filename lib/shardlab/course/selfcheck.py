@@ -308,8 +308,8 @@ QUESTIONS = (
             (
                 "publish-demo",
                 "Save: publish a complete file",
-                "what a reader halfway through found, then the two races: what each way of publishing left under "
-                "the name, and who was told",
+                "what a reader halfway through found, then the two writers publishing in turn: what each way of "
+                "publishing left under the name, and who was told",
                 r"(?s)written in place: a reader halfway through found 'the first half, '.*"
                 r"written aside, then os\.link: a reader halfway through found no file.*"
                 r"os\.link .*FileExistsError.*the first writer's file",
