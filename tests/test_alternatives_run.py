@@ -51,7 +51,6 @@ ALLOWED = {
     "stage1_batches/ownership": "how its state holds each field (type, dtype, copies): its own representation",
     "stage3a_checkpoint/npz_members": "the members its file format writes",
     "stage3b_resume/permutations": "the step after which a permutation is drawn: lazy or eager draw",
-    "stage3b_resume/careless": "the step after which a reset key's order first differs: lazy or eager draw",
     **{
         f"{name}/claims": "sentences chosen by this run's own values (each checked against them: check_claims)"
         for name in ("stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume", "stage3c_orbax_lesson")

@@ -342,10 +342,12 @@ def test_stage2_labels_each_all_reduce_of_the_lowered_step(run_dir):
     shown_text = visible(tagged(executed(run_dir, "stage2_update"), "all-reduce-table"))
     rows = table(shown_text)
     assert len(rows) == len(re.findall(r'"stablehlo\.all_reduce"', ir)) == 3
-    # one all_reduce as the IR writes it, beside the table: the op, its operand and its type
-    one_op = r'(%\w+) = "stablehlo\.all_reduce"\((%\w+)\).*: \((tensor<[^>]*>)\) -> (tensor<[^>]*>)'
-    line = re.search(one_op, shown_text)
-    assert line and line[2] == rows[0][0] and line[3] == line[4] == rows[0][1], shown_text
+    # one all_reduce whole as the IR writes it, beside the table: the op, its operand, its add region and its type
+    one_op = r'(%\w+) = "stablehlo\.all_reduce"\((%\w+)\)(.*?)^\}\) : \((tensor<[^>]*>)\) -> (tensor<[^>]*>)'
+    whole = re.search(one_op, shown_text, re.M | re.S)
+    assert whole and "replica_groups = dense<" in whole[3] and "stablehlo.add" in whole[3], shown_text
+    line = [whole[0], whole[1], whole[2], whole[4], whole[5]]  # the region left out
+    assert line[2] == rows[0][0] and line[3] == line[4] == rows[0][1], shown_text
     in_ir = rf'^\s*{line[1]} = "stablehlo\.all_reduce"\({line[2]}\)(.*?)^\s*\}}\) : ([^\n]*)$'
     opened = re.search(in_ir, ir, re.M | re.S)
     assert opened and opened[2].strip() == f"({line[3]}) -> {line[4]}", line[0]

@@ -36,6 +36,7 @@ ALL = "every check of its stage"  # a `check` cell asserts that check_here(stage
 # (notebook, cell tag) -> the checks covering what the cell asserts about the learner's code
 COVERAGE = {
     ("stage1_batches", "initial"): ("initial_state_fields", "first_order_follows_the_seed"),
+    ("stage1_batches", "fields-moved"): ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
     ("stage1_batches", "walk"): (
         "next_batch_returns_a_new_state",
         "next_batch_leaves_step_alone",
@@ -87,6 +88,7 @@ COVERAGE = {
     ("stage3a_checkpoint", "train"): ("transition_is_one_batch_and_one_update", "random_transition_walk"),
     ("stage3a_checkpoint", "rebuild"): ("initial_state_fields",),
     ("stage3a_checkpoint", "control"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
+    ("stage3a_checkpoint", "saved-once"): ("initial_state_fields", "transition_is_one_batch_and_one_update"),
     ("stage3a_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),
     ("stage3a_checkpoint", "rejections-damaged"): ("refusals_name_the_course_errors",),
     ("stage3a_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
@@ -96,7 +98,6 @@ COVERAGE = {
     ("stage3a_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
     ("stage3a_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
     ("stage3b_resume", "restore"): ("restore_returns_every_field",),
-    ("stage3b_resume", "which-field"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
     ("stage3b_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),

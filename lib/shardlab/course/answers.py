@@ -49,7 +49,8 @@ PROMPTS = (
     Prompt(
         "step_count",
         "stage3b_resume",
-        "Why a checkpoint's step count alone cannot rebuild the random key and the data order.",
+        "Why a checkpoint's step count alone cannot rebuild the random key and the data order (stage3a_checkpoint's "
+        "rebuild table, under *Predict first*, shows a case).",
     ),
     Prompt(
         "topology",

@@ -308,8 +308,8 @@ QUESTIONS = (
             (
                 "publish-demo",
                 "Save: publish a complete file",
-                "what a reader halfway through found, then the two races: what each way of publishing left under "
-                "the name, and who was told",
+                "what a reader halfway through found, then the two writers publishing in turn: what each way of "
+                "publishing left under the name, and who was told",
                 r"(?s)written in place: a reader halfway through found 'the first half, '.*"
                 r"written aside, then os\.link: a reader halfway through found no file.*"
                 r"os\.link .*FileExistsError.*the first writer's file",
@@ -368,21 +368,21 @@ QUESTIONS = (
             ),
         ),
         (
-            "Why must the comparison run past the next epoch boundary after the restore, not stop at the first step?",
+            "When does the resumed run first draw from the restored key?",
             [
-                "a wrong key stays hidden until the next boundary draws a permutation from it",
-                "to let the compiler warm up",
-                "to average out noise",
+                "at the first step after the restore",
+                "never: the saved order holds every id it reads",
+                "when the saved order is used up and the next permutation is drawn",
             ],
-            "a",
-            "One matching next step proves nothing about state that is consumed later: the key is used only "
-            "when the next permutation is drawn.",
-            "recovery",
+            "c",
+            "The saved order's unread rest finishes the epoch without the key; the key acts at each reshuffle, which "
+            "is why a resume check must run past the next epoch boundary.",
+            "permutations",
             (
-                "which-field",
-                "What the comparison would catch",
-                "the first step after which each field differs",
-                r"'key': \d+.*\n.*until step \d+, where the next permutation was drawn",
+                "recovery-checks",
+                "The real resume",
+                "the line under the step-by-step table naming the steps in which new permutations were drawn",
+                r"new permutations were drawn in steps \[\d+(, \d+)*\]",
             ),
         ),
         (
