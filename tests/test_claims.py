@@ -375,6 +375,18 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
+@pytest.mark.parametrize("count", [0, 1, 36])
+def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_path, count):
+    from shardlab.course import sentences
+
+    timing = {"eager_4dev": {"median_ms": 1434.0, "warm_compilations": {"count": count}}}
+    text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["eager_compiles"], n=count, e=1434.0)
+    assert (f"triggered {count} XLA compilations" in text) == (count > 0), text
+    assert ("no warm eager call triggered" in text) == (count == 0), text
+    assert sentences.eager_compiles(timing) == text
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+
+
 def _verdict_text(tmp_path, before, after, threshold):
     from shardlab.course import sentences
     from shardlab.evidence import hypothesis, trace
@@ -712,7 +724,7 @@ def test_the_mechanism_sentence_reads_the_part_s_fall_with_its_spread(
     rest = other[0] - other[1]
     assert ("Most of the cut went elsewhere" in said[1]) == elsewhere == (rest > cut / 2 and rest > fall), said[1]
     if elsewhere:
-        assert f"{rest:.3f} of the {cut:.3f} ms cut" in said[1]
+        assert f"fell by {rest:.3f} ms" in said[1] and f"the sum fell by {cut:.3f} ms" in said[1]
     if word == "not separated from the noise":  # the old wording would have placed the cut where the halves overlap
         assert claim_rules.holds(OLD_MECHANISM_RELATION, {"f": fall, "t": threshold})
         assert "The cut is where the hypothesis placed it" not in " ".join(said)

@@ -502,16 +502,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "Your change's annotation got 0.5 ms shorter; the control, which it does not touch, moved by 0.4 ms. "
-            "By the verdict table's noise row, what does the cut show?",
+            "You predicted a cut of at least 0.45 ms; your change's annotation got 0.5 ms shorter, and the "
+            "control, which it does not touch, moved by 0.4 ms. By the verdict's rule, what is the verdict?",
             [
-                "a 0.5 ms speed-up of the change",
-                "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
-                "a 0.1 ms slow-down",
+                "confirmed: the cut reached the 0.45 ms predicted",
+                "inconclusive: the margin, 0.5 − 0.45 = 0.05 ms, lies within ± the noise of at least 0.4 ms",
+                "refuted: the control moved",
             ],
             "b",
             "Whatever the control moves by is drift; the noise row takes the larger of |drift| and the spread, so "
-            "here the noise is at least 0.4 ms and the cut less the noise only 0.1 ms: a cut is never read alone.",
+            "the noise is at least 0.4 ms. Confirmed needs the margin, cut − threshold, to be at least the noise; "
+            "0.05 ms is not, nor below −0.4 ms: a cut is never read alone.",
             "change",
             (
                 "verdict",

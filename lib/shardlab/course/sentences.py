@@ -132,7 +132,8 @@ SENTENCES = {
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
             "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
-            "this small, splitting the update over four logical devices costs more than it saves.",
+            "this small, with four logical devices sharing this host's cores, splitting the update costs more than "
+            "it saves (four real devices were not measured).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
             "read the table's middle halves before a ratio.",
@@ -155,6 +156,15 @@ SENTENCES = {
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms from "
             "{e_lo:.4g}, four devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up "
             "to {c1_hi:.4g}): read the table's middle halves before a ratio.",
+        ),
+        "eager_compiles": _s(
+            "n > 0",
+            {"n": "timing.eager_4dev.warm_compilations.count", "e": "timing.eager_4dev.median_ms"},
+            "each warm eager call triggered {n} XLA compilations here (the last column): on this JAX version the "
+            "un-jitted shard_map compiles its small operations again on every call, which likely, not measured "
+            "apart, holds most of its {e:.0f} ms.",
+            "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
+            "dispatch of each operation on its own, not compiling.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
@@ -266,10 +276,11 @@ SENTENCES = {
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
-            "Most of the cut went elsewhere: <rest> fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
-            "(each part's own median; the parts' medians need not add up to the sum's).",
-            "Most of the cut did not go to <rest>: it fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
-            "(each part's own median, a negative fall a rise; the parts' medians need not add up to the sum's).",
+            "Most of the cut went elsewhere: <rest> fell by {o:.3f} ms and <part> by {f:.3f} ms, while the sum fell "
+            "by {c:.3f} ms (each part's own median; the parts' medians need not add up to the sum's).",
+            "Most of the cut did not go to <rest>: it fell by {o:.3f} ms and <part> by {f:.3f} ms, the sum by "
+            "{c:.3f} ms (each part's own median, a negative fall a rise; the parts' medians need not add up to the "
+            "sum's).",
         ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
@@ -944,6 +955,12 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
     values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"], e_lo=timing["eager_4dev"]["q1_ms"])
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
+
+
+def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on whether a warm eager call still compiled, from the count the timing recorded."""
+    eager = timing["eager_4dev"]
+    return chosen(notebook, "eager_compiles", n=eager["warm_compilations"]["count"], e=eager["median_ms"])
 
 
 def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
