@@ -387,6 +387,32 @@ def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
+@pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1)])
+def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare, update):
+    from shardlab.course import sentences
+
+    per = {
+        "before": {
+            "median_prepare_and_place_ms_per_step": prepare,
+            "median_compiled_update_and_wait_ms_per_step": update,
+        }
+    }
+    recorded = {"fused_trace": {"per_step": per}}
+    text, _ = _said(
+        tmp_path,
+        "stage4b_beyond",
+        recorded,
+        ["boundary_at_batch_<side>"],
+        {"side": "before", "batch": "7", "loop": "course loop"},
+        p=prepare,
+        u=update,
+    )
+    longer = "update" if update > prepare else "host's"
+    assert f"At batch 7, the course loop's longer boundary is the {longer}" in text, text
+    assert sentences.boundary_at_batch(per, "before", 7, "course loop") == text
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
 def _verdict_text(tmp_path, before, after, threshold):
     from shardlab.course import sentences
     from shardlab.evidence import hypothesis, trace

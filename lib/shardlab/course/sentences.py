@@ -325,6 +325,17 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "boundary_at_batch_<side>": _s(
+            "u > p",
+            {
+                "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
+                "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
+            },
+            "At batch <batch>, the <loop>'s longer boundary is the update: compiled_update_and_wait {u:.3f} ms per "
+            "step against prepare_and_place {p:.3f} ms.",
+            "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
+            "against compiled_update_and_wait {u:.3f} ms.",
+        ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
             {
@@ -848,6 +859,16 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
     values.update(p_lo=half["fused_psum"][0], s=per_step["fused_stats"], s_lo=half["fused_stats"][0])
     return chosen(notebook, "one_device_beside_fused", **values)
+
+
+def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`."""
+    values = {
+        key: per_step[side][f"median_{name}_ms_per_step"]
+        for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
+    }
+    fill = {"side": side, "batch": str(batch), "loop": loop}
+    return chosen(notebook, "boundary_at_batch_<side>", fill, **values)
 
 
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
