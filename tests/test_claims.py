@@ -413,6 +413,27 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 
 
+def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    # 2.9444 / 2.4440 = 1.2047: a ratio of medians first rounded to 1.205 would be shown as 1.21
+    slow = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9444, "q3_ms": 3.1}
+    fast = {"process": 1, "q1_ms": 2.2, "median_ms": 2.4440, "q3_ms": 2.7}
+    ratio = 2.9444 / 2.4440
+    recorded = {
+        "compute_spread": {"slow": 0, "fast": 1, "ratio": ratio, "slow_q1_ms": 2.5, "fast_q3_ms": 2.7},
+        "agreement_spread": {"waits": 0, "late": 1, "ratio": ratio, "waits_q1_ms": 2.5, "late_q3_ms": 2.7},
+        "compiles": {"min_compile_ms": 90.0, "max_other_ms": 9.0},
+    }
+    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
+    said = sentences.step_phases(recorded["compiles"], "1, 4", slow, fast, slow, fast)
+    sentences.record(str(tmp_path), "stage5b_scaling")
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert f"{round(ratio, 2):.2f}×" == "1.20×" and "median is 1.20×" in said[1] and "median is 1.20×" in said[2], said
+    assert "starts at 2.5 ms" in said[1] and "2.7 ms" in said[1]  # quartiles at the table's four digits
+
+
 def _verdict_text(tmp_path, before, after, threshold):
     from shardlab.course import sentences
     from shardlab.evidence import hypothesis, trace

@@ -561,21 +561,21 @@ SENTENCES = {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
-            "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); the middle halves do not overlap.",
-            "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
-            "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}).",
+            "Asynchronous saving shortened <label>: median {a:.4g} ms (middle half {a_lo:.4g}–{a_hi:.4g}) against "
+            "{s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}); the middle halves do not overlap.",
+            "Asynchronous saving did not shorten <label> beyond the spread: median {a:.4g} ms (middle half "
+            "{a_lo:.4g}–{a_hi:.4g}) against {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}).",
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
             ASYNC_SPREAD,
-            "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); the middle halves do not overlap. A likely reason, not "
+            "Asynchronous saving lengthened <label>: median {a:.4g} ms (middle half {a_lo:.4g}–{a_hi:.4g}) against "
+            "{s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}); the middle halves do not overlap. A likely reason, not "
             "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
             "behind.",
-            "Overlap: no difference shown in <label>. Asynchronous saving: median {a} ms (middle half {a_lo}–{a_hi}); "
-            "synchronous: {s} ms ({s_lo}–{s_hi}). The middle halves overlap, so whatever separates the medians lies "
-            "within the spread of these samples.",
+            "Overlap: no difference shown in <label>. Asynchronous saving: median {a:.4g} ms (middle half "
+            "{a_lo:.4g}–{a_hi:.4g}); synchronous: {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}). The middle halves overlap, so "
+            "whatever separates the medians lies within the spread of these samples.",
         ),
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
@@ -693,10 +693,12 @@ SENTENCES = {
                 "q3_fast": "step_times.compute_spread.fast_q3_ms",
             },
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
-            "(process <slow>'s starts at {q1_slow} ms, above the {q3_fast} ms where process <fast>'s ends): "
+            "(process <slow>'s starts at {q1_slow:.4g} ms, above the {q3_fast:.4g} ms where process <fast>'s "
+            "ends): "
             "process <slow> computes consistently longer.",
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
-            "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): compute does not "
+            "<slow>'s starts at {q1_slow:.4g} ms, below the {q3_fast:.4g} ms where process <fast>'s ends): compute "
+            "does not "
             "separate the two.",
         ),
         "agreement_spread_reading": _s(
@@ -707,12 +709,14 @@ SENTENCES = {
                 "q3_late": "step_times.agreement_spread.late_q3_ms",
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
-            "(from {q1_wait} ms, above the {q3_late} ms where process <late>'s ends): process <waits> waits there "
+            "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> waits "
+            "there "
             "longer, which is how a late peer shows, as the other's taller bar (a slower path to the coordinator's "
             "key-value store, which lives in process 0, would look the same; these records cannot tell the two "
             "apart).",
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
-            "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
+            "{q1_wait:.4g} ms, below the {q3_late:.4g} ms where process <late>'s ends): neither consistently waits "
+            "for the "
             "other.",
         ),
         "straggler_none": _s(
@@ -900,10 +904,10 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
     notebook = notebook or "stage5b_scaling"
     fill = {"steps": steps}
     said = [chosen(notebook, "compile_steps_height", fill, c=compiles["min_compile_ms"], o=compiles["max_other_ms"])]
-    ratio = round(slow["median_ms"] / fast["median_ms"], 3)
+    ratio = slow["median_ms"] / fast["median_ms"]  # from the unrounded medians, rounded once where it is shown
     fill = {"slow": slow["process"], "fast": fast["process"]}
     said.append(chosen(notebook, "compute_spread_reading", fill, r=ratio, q1_slow=slow["q1_ms"], q3_fast=fast["q3_ms"]))
-    ratio = round(waits["median_ms"] / late["median_ms"], 3)
+    ratio = waits["median_ms"] / late["median_ms"]
     fill = {"waits": waits["process"], "late": late["process"]}
     values = {"r": ratio, "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
     said.append(chosen(notebook, "agreement_spread_reading", fill, **values))
