@@ -580,9 +580,9 @@ SENTENCES = {
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
-            "the bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
+            "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
             "{c}/{w}; this run's {e:.3f} is no higher (the bound says what the cores allow, not what was reached)",
-            "efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
+            "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
         ),
         "throughput_fell_with_devices": _s(
