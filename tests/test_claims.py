@@ -375,6 +375,65 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
+@pytest.mark.parametrize("count", [0, 1, 36])
+def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_path, count):
+    from shardlab.course import sentences
+
+    timing = {"eager_4dev": {"median_ms": 1434.0, "warm_compilations": {"count": count}}}
+    text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["eager_compiles"], n=count, e=1434.0)
+    assert (f"triggered {count} XLA compilations" in text) == (count > 0), text
+    assert ("no warm eager call triggered" in text) == (count == 0), text
+    assert sentences.eager_compiles(timing) == text
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+
+
+@pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1)])
+def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare, update):
+    from shardlab.course import sentences
+
+    per = {
+        "before": {
+            "median_prepare_and_place_ms_per_step": prepare,
+            "median_compiled_update_and_wait_ms_per_step": update,
+        }
+    }
+    recorded = {"fused_trace": {"per_step": per}}
+    text, _ = _said(
+        tmp_path,
+        "stage4b_beyond",
+        recorded,
+        ["boundary_at_batch_<side>"],
+        {"side": "before", "batch": "7", "loop": "course loop"},
+        p=prepare,
+        u=update,
+    )
+    longer = "update" if update > prepare else "host's"
+    assert f"At batch 7, the course loop's longer boundary is the {longer}" in text, text
+    assert sentences.boundary_at_batch(per, "before", 7, "course loop") == text
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
+def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    # 2.9444 / 2.4440 = 1.2047: a ratio of medians first rounded to 1.205 would be shown as 1.21
+    slow = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9444, "q3_ms": 3.1}
+    fast = {"process": 1, "q1_ms": 2.2, "median_ms": 2.4440, "q3_ms": 2.7}
+    ratio = 2.9444 / 2.4440
+    recorded = {
+        "compute_spread": {"slow": 0, "fast": 1, "ratio": ratio, "slow_q1_ms": 2.5, "fast_q3_ms": 2.7},
+        "agreement_spread": {"waits": 0, "late": 1, "ratio": ratio, "waits_q1_ms": 2.5, "late_q3_ms": 2.7},
+        "compiles": {"min_compile_ms": 90.0, "max_other_ms": 9.0},
+    }
+    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
+    said = sentences.step_phases(recorded["compiles"], "1, 4", slow, fast, slow, fast)
+    sentences.record(str(tmp_path), "stage5b_scaling")
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert f"{round(ratio, 2):.2f}×" == "1.20×" and "median is 1.20×" in said[1] and "median is 1.20×" in said[2], said
+    assert "starts at 2.5 ms" in said[1] and "2.7 ms" in said[1]  # quartiles at the table's four digits
+
+
 def _verdict_text(tmp_path, before, after, threshold):
     from shardlab.course import sentences
     from shardlab.evidence import hypothesis, trace
@@ -737,7 +796,7 @@ def test_the_mechanism_sentence_reads_the_part_s_fall_with_its_spread(
     rest = other[0] - other[1]
     assert ("Most of the cut went elsewhere" in said[1]) == elsewhere == (rest > cut / 2 and rest > fall), said[1]
     if elsewhere:
-        assert f"{rest:.3f} of the {cut:.3f} ms cut" in said[1]
+        assert f"fell by {rest:.3f} ms" in said[1] and f"the sum fell by {cut:.3f} ms" in said[1]
     if word == "not separated from the noise":  # the old wording would have placed the cut where the halves overlap
         assert claim_rules.holds(OLD_MECHANISM_RELATION, {"f": fall, "t": threshold})
         assert "The cut is where the hypothesis placed it" not in " ".join(said)

@@ -276,7 +276,8 @@ def test_portfolio_of_no_run_names_every_file_a_run_leaves(tmp_path):
 
 
 STAGES = (
-    "stage1_batches stage2_update stage3a_checkpoint stage3b_resume stage4a_profile stage5a_protocol stage5b_scaling"
+    "stage1_batches stage2_update stage3a_checkpoint stage3b_resume stage3c_orbax_lesson stage4a_profile "
+    "stage5a_protocol stage5b_scaling"
 ).split()
 
 

@@ -422,6 +422,95 @@ QUESTIONS = (
         ),
     ),
     *_stage(
+        "stage3c_orbax_lesson",
+        (
+            "The restore target's weights leaf is a ShapeDtypeStruct with sharding P() on the four-device mesh. "
+            "Where are the restored weights?",
+            [
+                "in one NumPy array on the host",
+                "in a jax.Array with a full copy on each of the four devices",
+                "a quarter of the values on each device",
+            ],
+            "b",
+            "The target, not the file, decides where an array lands: P() asks for a copy on every device of the mesh.",
+            "restore_target",
+            (
+                "save-restore",
+                "The restore target",
+                "where each restored array lives after the restore",
+                r"weights: spec P\(\), 4 copies on \['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3'\]",
+            ),
+        ),
+        (
+            "How did this version of Orbax publish the folder bare-orbax?",
+            [
+                "it wrote into bare-orbax itself and wrote commit_success.txt there last",
+                "into a temporary folder, commit_success.txt there last, then one rename to bare-orbax",
+                "by a rename alone, with no commit file",
+            ],
+            "b",
+            "The trace saw every write go into the temporary folder, the commit file last, then one rename: a reader "
+            "who finds the final name finds every write finished.",
+            "orbax_publish",
+            (
+                "orbax-publish",
+                "How Orbax publishes a checkpoint",
+                "the trace of what Orbax did, in order",
+                r"write\s+bare-orbax\.orbax-checkpoint-tmp/commit_success\.txt\n\s*"
+                r"rename\s+bare-orbax\.orbax-checkpoint-tmp -> bare-orbax",
+            ),
+        ),
+        (
+            "With the asynchronous StandardCheckpointer, when may a training loop count a save as done?",
+            [
+                "as soon as save returns",
+                "once wait_until_finished() returns, or the final name is seen",
+                "after the next training step",
+            ],
+            "b",
+            "save returns while background threads still write; only the final name marks a finished checkpoint.",
+            "async_save",
+            (
+                "async-save",
+                "When a checkpoint counts",
+                "the listings right after save returned and after wait_until_finished()",
+                r"after wait_until_finished: \['async-orbax'\]",
+            ),
+        ),
+        (
+            "Restored after step 1 (cursor 8, 16 rows in batches of 8), which transition first takes its batch "
+            "from a permutation drawn from the restored key?",
+            ["transition 1", "transition 2", "transition 3"],
+            "b",
+            "Transition 1 reads the saved order's unread rest; transition 2 finds the epoch used up and draws.",
+            "receipt",
+            (
+                "first-new",
+                "Replaying the receipt",
+                "the saved order's unread rest, and the first transition whose ids are not from it",
+                r"transition 2 is the first whose ids come from a new permutation",
+            ),
+        ),
+        (
+            "The losses matched the receipt with max |diff| 0. What does the lesson promise across JAX versions?",
+            [
+                "bit-equal floats",
+                "only its tolerance (rtol 2e-5, atol 2e-6): max |diff| shows what this pair of versions gave",
+                "nothing about floats",
+            ],
+            "b",
+            "XLA may sum in another order under another version; the rule is the lesson's tolerance, and the "
+            "difference is reported beside it.",
+            "receipt",
+            (
+                "compare",
+                "Beside the receipt",
+                "the comparison with the receipt, rule and max |diff| per row",
+                r"losses\s+equal\s+recorded .*\(rtol 2e-05, atol 2e-06, max \|diff\| ",
+            ),
+        ),
+    ),
+    *_stage(
         "stage4a_profile",
         (
             "What does one warm timing sample include?",
@@ -502,16 +591,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "Your change's annotation got 0.5 ms shorter; the control, which it does not touch, moved by 0.4 ms. "
-            "By the verdict table's noise row, what does the cut show?",
+            "You predicted a cut of at least 0.45 ms; your change's annotation got 0.5 ms shorter, and the "
+            "control, which it does not touch, moved by 0.4 ms. By the verdict's rule, what is the verdict?",
             [
-                "a 0.5 ms speed-up of the change",
-                "little: the machine drifted nearly as much, so the effect cannot be told from the drift",
-                "a 0.1 ms slow-down",
+                "confirmed: the cut reached the 0.45 ms predicted",
+                "inconclusive: the margin, 0.5 − 0.45 = 0.05 ms, lies within ± the noise of at least 0.4 ms",
+                "refuted: the control moved",
             ],
             "b",
             "Whatever the control moves by is drift; the noise row takes the larger of |drift| and the spread, so "
-            "here the noise is at least 0.4 ms and the cut less the noise only 0.1 ms: a cut is never read alone.",
+            "the noise is at least 0.4 ms. Confirmed needs the margin, cut − threshold, to be at least the noise; "
+            "0.05 ms is not, nor below −0.4 ms: a cut is never read alone.",
             "change",
             (
                 "verdict",

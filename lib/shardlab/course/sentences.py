@@ -132,7 +132,8 @@ SENTENCES = {
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
             "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
-            "this small, splitting the update over four logical devices costs more than it saves.",
+            "this small, with four logical devices sharing this host's cores, splitting the update costs more than "
+            "it saves (four real devices were not measured).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
             "read the table's middle halves before a ratio.",
@@ -155,6 +156,15 @@ SENTENCES = {
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms from "
             "{e_lo:.4g}, four devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up "
             "to {c1_hi:.4g}): read the table's middle halves before a ratio.",
+        ),
+        "eager_compiles": _s(
+            "n > 0",
+            {"n": "timing.eager_4dev.warm_compilations.count", "e": "timing.eager_4dev.median_ms"},
+            "each warm eager call triggered {n} XLA compilations here (the last column): on this JAX version the "
+            "un-jitted shard_map compiles its small operations again on every call, which likely, not measured "
+            "apart, holds most of its {e:.0f} ms.",
+            "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
+            "dispatch of each operation on its own, not compiling.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
@@ -266,10 +276,11 @@ SENTENCES = {
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
-            "Most of the cut went elsewhere: <rest> fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
-            "(each part's own median; the parts' medians need not add up to the sum's).",
-            "Most of the cut did not go to <rest>: it fell by {o:.3f} of the {c:.3f} ms cut, <part> by {f:.3f} ms "
-            "(each part's own median, a negative fall a rise; the parts' medians need not add up to the sum's).",
+            "Most of the cut went elsewhere: <rest> fell by {o:.3f} ms and <part> by {f:.3f} ms, while the sum fell "
+            "by {c:.3f} ms (each part's own median; the parts' medians need not add up to the sum's).",
+            "Most of the cut did not go to <rest>: it fell by {o:.3f} ms and <part> by {f:.3f} ms, the sum by "
+            "{c:.3f} ms (each part's own median, a negative fall a rise; the parts' medians need not add up to the "
+            "sum's).",
         ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
@@ -314,6 +325,17 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "boundary_at_batch_<side>": _s(
+            "u > p",
+            {
+                "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
+                "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
+            },
+            "At batch <batch>, the <loop>'s longer boundary is the update: compiled_update_and_wait {u:.3f} ms per "
+            "step against prepare_and_place {p:.3f} ms.",
+            "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
+            "against compiled_update_and_wait {u:.3f} ms.",
+        ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
             {
@@ -539,28 +561,28 @@ SENTENCES = {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
-            "Asynchronous saving shortened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); the middle halves do not overlap.",
-            "Asynchronous saving did not shorten <label> beyond the spread: median {a} ms (middle half "
-            "{a_lo}–{a_hi}) against {s} ms ({s_lo}–{s_hi}).",
+            "Asynchronous saving shortened <label>: median {a:.4g} ms (middle half {a_lo:.4g}–{a_hi:.4g}) against "
+            "{s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}); the middle halves do not overlap.",
+            "Asynchronous saving did not shorten <label> beyond the spread: median {a:.4g} ms (middle half "
+            "{a_lo:.4g}–{a_hi:.4g}) against {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}).",
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
             ASYNC_SPREAD,
-            "Asynchronous saving lengthened <label>: median {a} ms (middle half {a_lo}–{a_hi}) against {s} ms "
-            "({s_lo}–{s_hi}); the middle halves do not overlap. A likely reason, not "
+            "Asynchronous saving lengthened <label>: median {a:.4g} ms (middle half {a_lo:.4g}–{a_hi:.4g}) against "
+            "{s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}); the middle halves do not overlap. A likely reason, not "
             "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
             "behind.",
-            "Overlap: no difference shown in <label>. Asynchronous saving: median {a} ms (middle half {a_lo}–{a_hi}); "
-            "synchronous: {s} ms ({s_lo}–{s_hi}). The middle halves overlap, so whatever separates the medians lies "
-            "within the spread of these samples.",
+            "Overlap: no difference shown in <label>. Asynchronous saving: median {a:.4g} ms (middle half "
+            "{a_lo:.4g}–{a_hi:.4g}); synchronous: {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}). The middle halves overlap, so "
+            "whatever separates the medians lies within the spread of these samples.",
         ),
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
-            "the bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
+            "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
             "{c}/{w}; this run's {e:.3f} is no higher (the bound says what the cores allow, not what was reached)",
-            "efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
+            "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
         ),
         "throughput_fell_with_devices": _s(
@@ -671,10 +693,12 @@ SENTENCES = {
                 "q3_fast": "step_times.compute_spread.fast_q3_ms",
             },
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
-            "(process <slow>'s starts at {q1_slow} ms, above the {q3_fast} ms where process <fast>'s ends): "
+            "(process <slow>'s starts at {q1_slow:.4g} ms, above the {q3_fast:.4g} ms where process <fast>'s "
+            "ends): "
             "process <slow> computes consistently longer.",
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
-            "<slow>'s starts at {q1_slow} ms, below the {q3_fast} ms where process <fast>'s ends): compute does not "
+            "<slow>'s starts at {q1_slow:.4g} ms, below the {q3_fast:.4g} ms where process <fast>'s ends): compute "
+            "does not "
             "separate the two.",
         ),
         "agreement_spread_reading": _s(
@@ -685,12 +709,14 @@ SENTENCES = {
                 "q3_late": "step_times.agreement_spread.late_q3_ms",
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
-            "(from {q1_wait} ms, above the {q3_late} ms where process <late>'s ends): process <waits> waits there "
+            "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> waits "
+            "there "
             "longer, which is how a late peer shows, as the other's taller bar (a slower path to the coordinator's "
             "key-value store, which lives in process 0, would look the same; these records cannot tell the two "
             "apart).",
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
-            "{q1_wait} ms, below the {q3_late} ms where process <late>'s ends): neither consistently waits for the "
+            "{q1_wait:.4g} ms, below the {q3_late:.4g} ms where process <late>'s ends): neither consistently waits "
+            "for the "
             "other.",
         ),
         "straggler_none": _s(
@@ -839,6 +865,16 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     return chosen(notebook, "one_device_beside_fused", **values)
 
 
+def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`."""
+    values = {
+        key: per_step[side][f"median_{name}_ms_per_step"]
+        for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
+    }
+    fill = {"side": side, "batch": str(batch), "loop": loop}
+    return chosen(notebook, "boundary_at_batch_<side>", fill, **values)
+
+
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
@@ -868,10 +904,10 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
     notebook = notebook or "stage5b_scaling"
     fill = {"steps": steps}
     said = [chosen(notebook, "compile_steps_height", fill, c=compiles["min_compile_ms"], o=compiles["max_other_ms"])]
-    ratio = round(slow["median_ms"] / fast["median_ms"], 3)
+    ratio = slow["median_ms"] / fast["median_ms"]  # from the unrounded medians, rounded once where it is shown
     fill = {"slow": slow["process"], "fast": fast["process"]}
     said.append(chosen(notebook, "compute_spread_reading", fill, r=ratio, q1_slow=slow["q1_ms"], q3_fast=fast["q3_ms"]))
-    ratio = round(waits["median_ms"] / late["median_ms"], 3)
+    ratio = waits["median_ms"] / late["median_ms"]
     fill = {"waits": waits["process"], "late": late["process"]}
     values = {"r": ratio, "q1_wait": waits["q1_ms"], "q3_late": late["q3_ms"]}
     said.append(chosen(notebook, "agreement_spread_reading", fill, **values))
@@ -944,6 +980,12 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
     values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"], e_lo=timing["eager_4dev"]["q1_ms"])
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
+
+
+def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on whether a warm eager call still compiled, from the count the timing recorded."""
+    eager = timing["eager_4dev"]
+    return chosen(notebook, "eager_compiles", n=eager["warm_compilations"]["count"], e=eager["median_ms"])
 
 
 def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
@@ -1069,8 +1111,8 @@ CHOSEN = {
         ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
-            "observed: when save returned, async-orbax did not exist yet (orbax_lesson/ held {others_at_return} "
-            "folder(s) of that name with a temporary ending); it appeared by the time wait_until_finished() "
+            "observed: when save returned, async-orbax did not exist yet (folders of that name with a temporary "
+            "ending in orbax_lesson/: {others_at_return}); it appeared by the time wait_until_finished() "
             "returned. Had the run stopped between the two, a resume would have found no checkpoint: the save "
             "counts only once wait_until_finished() returns or the final name is seen.",
             "observed: this run, async-orbax already had its final name when save returned: the background "
