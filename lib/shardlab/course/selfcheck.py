@@ -125,19 +125,6 @@ QUESTIONS = (
                 r"(?=.*key changed once per new epoch)",
             ),
         ),
-        (
-            "Transfer: 31 rows in batches of 6. Valid rows per device in the epoch's last batch?",
-            ["[0, 0, 0, 1]", "[1, 1, 1, 1]", "[1, 0, 0, 0]"],
-            "c",
-            "31 = 5 x 6 + 1: the last batch holds one row, padded to 4 slots, and it lands on the first device.",
-            "transfer",
-            (
-                "transfer",
-                "Transfer exercise",
-                "the batch lengths and valid rows per device for 31 rows in batches of 6",
-                r"lengths \[6, 6, 6, 6, 6, 1\]; per device .*\[1, 0, 0, 0\]\]",
-            ),
-        ),
     ),
     *_stage(
         "stage2_update",
@@ -223,23 +210,6 @@ QUESTIONS = (
                 r"\| loss the step reported \| NumPy, before the update \|",
             ),
         ),
-        (
-            "What does this notebook show about the eager and the compiled four-device step?",
-            [
-                "the compiled step is faster",
-                "they compute the same numbers, within float32 rounding",
-                "the eager step leaves out the psum",
-            ],
-            "b",
-            "Both run the same mapped body; this notebook compares their numbers only (stage 4 times them).",
-            "eager_vs_compiled",
-            (
-                "eager",
-                "Eager and compiled agree",
-                "the largest difference between the eager and the compiled step",
-                r"max difference eager vs compiled: \d",
-            ),
-        ),
     ),
     *_stage(
         "stage3a_checkpoint",
@@ -313,23 +283,6 @@ QUESTIONS = (
                 r"(?s)written in place: a reader halfway through found 'the first half, '.*"
                 r"written aside, then os\.link: a reader halfway through found no file.*"
                 r"os\.link .*FileExistsError.*the first writer's file",
-            ),
-        ),
-        (
-            "A member of a checkpoint holds Python objects. What does restore do?",
-            [
-                "unpickles it, since NPZ allows it",
-                "refuses the file: opening a checkpoint must never run code stored in it",
-                "skips that member and restores the rest",
-            ],
-            "b",
-            "np.load(..., allow_pickle=False) refuses object arrays; restore turns that into CorruptCheckpointError.",
-            "rejections",
-            (
-                "rejections",
-                "Refusals",
-                "the table of refused cases, their errors and reasons",
-                r"object array \| CorruptCheckpointError",
             ),
         ),
         (
