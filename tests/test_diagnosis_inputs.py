@@ -494,6 +494,7 @@ def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():
     assert "np.savez appends" not in result.diagnosis  # the name has its suffix: ruled out
 
 
+@pytest.mark.slow  # a save, its probes and the checker's worker: seconds of CPU, make test's, not the inner loop's
 def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_such():
     """`save("~/runs/x")` must write at that relative path; the planted save expands '~'. The checker's worker runs
     with a HOME inside the run's scratch folder, so the planted file never writes into the real home."""
@@ -524,6 +525,7 @@ def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_suc
     assert set(os.listdir(real_home)) == before  # nothing written into the real home
 
 
+@pytest.mark.slow  # a step compiled for each of two meshes and judged: make test's, not the inner loop's
 def test_a_step_cached_by_mesh_shape_is_named_as_a_step_of_another_mesh():
     """Two one-device meshes hold other devices; the planted make_step gives the second the first one's step."""
     spec = "broken/step_cached_by_device_count.py"
