@@ -73,6 +73,7 @@ def test_a_stale_initial_state_is_blamed_on_initial_not_on_the_step_or_the_curso
     assert "before any transition ran" in walk.why
 
 
+@pytest.mark.slow  # a planted file whose check takes over a second of CPU: make test's, not the inner loop's
 def test_a_batch_that_counts_padding_is_blamed_on_next_batch_not_on_the_step():
     spec = "ranked/mask_kept_between_batches.py"
     module = implementation.load(str(HERE / spec))
@@ -450,6 +451,7 @@ def test_a_squeezed_gradient_is_named_as_a_shape_mistake_not_as_a_factor():
         assert ruled_out not in result.diagnosis, (ruled_out, result.diagnosis)
 
 
+@pytest.mark.slow  # a planted file whose check takes over a second of CPU: make test's, not the inner loop's
 def test_a_contract_that_hashes_the_buffer_is_named_with_the_data_not_in_c_order():
     """The planted contract raises on valid float32 data that is not C-contiguous and works on a C-ordered copy."""
     spec = "broken/contract_hashes_the_buffer.py"
