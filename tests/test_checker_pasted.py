@@ -5,6 +5,7 @@ import inspect
 import re
 import textwrap
 
+import pytest
 from conftest import REPO
 
 from shardlab.checker.provenance import course_functions, pasted
@@ -74,6 +75,7 @@ def test_a_copy_changed_in_what_it_computes_is_not_the_course_s(tmp_path):
     assert held == {}, held
 
 
+@pytest.mark.slow  # every held-out file compared with the course's source: make test's, not the inner loop's
 def test_honest_files_are_not_named(heldout):
     """Every held-out file (written from scratch by testers who never saw the course's code) and the starter."""
     files = sorted(heldout.rglob("*.py")) + sorted((REPO / "tests" / "heldout").glob("base*.py"))

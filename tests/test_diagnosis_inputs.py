@@ -73,6 +73,7 @@ def test_a_stale_initial_state_is_blamed_on_initial_not_on_the_step_or_the_curso
     assert "before any transition ran" in walk.why
 
 
+@pytest.mark.slow  # a planted file whose check takes over a second of CPU: make test's, not the inner loop's
 def test_a_batch_that_counts_padding_is_blamed_on_next_batch_not_on_the_step():
     spec = "ranked/mask_kept_between_batches.py"
     module = implementation.load(str(HERE / spec))
@@ -450,6 +451,7 @@ def test_a_squeezed_gradient_is_named_as_a_shape_mistake_not_as_a_factor():
         assert ruled_out not in result.diagnosis, (ruled_out, result.diagnosis)
 
 
+@pytest.mark.slow  # a planted file whose check takes over a second of CPU: make test's, not the inner loop's
 def test_a_contract_that_hashes_the_buffer_is_named_with_the_data_not_in_c_order():
     """The planted contract raises on valid float32 data that is not C-contiguous and works on a C-ordered copy."""
     spec = "broken/contract_hashes_the_buffer.py"
@@ -494,6 +496,7 @@ def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():
     assert "np.savez appends" not in result.diagnosis  # the name has its suffix: ruled out
 
 
+@pytest.mark.slow  # a save, its probes and the checker's worker: seconds of CPU, make test's, not the inner loop's
 def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_such():
     """`save("~/runs/x")` must write at that relative path; the planted save expands '~'. The checker's worker runs
     with a HOME inside the run's scratch folder, so the planted file never writes into the real home."""
@@ -524,6 +527,7 @@ def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_suc
     assert set(os.listdir(real_home)) == before  # nothing written into the real home
 
 
+@pytest.mark.slow  # a step compiled for each of two meshes and judged: make test's, not the inner loop's
 def test_a_step_cached_by_mesh_shape_is_named_as_a_step_of_another_mesh():
     """Two one-device meshes hold other devices; the planted make_step gives the second the first one's step."""
     spec = "broken/step_cached_by_device_count.py"

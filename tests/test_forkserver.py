@@ -164,6 +164,7 @@ def ended(pid: int, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.slow  # a new server, importing JAX: make test's, not the inner loop's
 def test_a_worker_ends_with_its_server(tmp_path):
     env = sandbox.environment(early.environment(None, [str(tmp_path)]))
     server = forkserver.Server(env)
@@ -181,6 +182,7 @@ def test_a_worker_ends_with_its_server(tmp_path):
         server.close()
 
 
+@pytest.mark.slow  # two new servers, each importing JAX: make test's, not the inner loop's
 def test_a_server_killed_from_outside_is_started_again(tmp_path, monkeypatch):
     monkeypatch.delenv(forkserver.OFF, raising=False)
     monkeypatch.setattr(forkserver, "_SERVER", [])
@@ -200,6 +202,7 @@ def test_a_server_killed_from_outside_is_started_again(tmp_path, monkeypatch):
         forkserver.stop()
 
 
+@pytest.mark.slow  # a new server, importing JAX: make test's, not the inner loop's
 def test_a_lazy_server_starts_at_the_first_launch_only(tmp_path, monkeypatch):
     monkeypatch.delenv(forkserver.OFF, raising=False)
     monkeypatch.setattr(forkserver, "_SERVER", [])

@@ -427,6 +427,7 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
 
 
 @pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
+@pytest.mark.slow  # a copy of the committed receipts and a portfolio built from it: make test's, not the inner loop's
 def test_portfolio_with_every_answer_shows_them_and_is_ready_only_if_nothing_is_missing(tmp_path, capsys):
     receipts = _receipts_copy(tmp_path / "receipts")
     written = _full_workspace(tmp_path / "ws")

@@ -47,8 +47,10 @@ def module_name(path):
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path):
-    """Every shardlab module `path` imports, at top level or inside functions."""
+@functools.cache
+def imports(path) -> frozenset:
+    """Every shardlab module `path` imports, at top level or inside functions (walked once per session, like
+    `parsed`: every test that builds the import graph asks again)."""
     found = set()
     for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
@@ -58,7 +60,7 @@ def imports(path):
         ):
             found.add(node.module)
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return found
+    return frozenset(found)
 
 
 def graph():
@@ -92,7 +94,8 @@ def find_cycle(edges):
     return None
 
 
-def foreign_imports(path) -> set[str]:
+@functools.cache
+def foreign_imports(path) -> frozenset[str]:
     """The top-level names outside shardlab that `path` imports, at top level or inside functions."""
     found = set()
     for node in ast.walk(parsed(path)):
@@ -100,7 +103,7 @@ def foreign_imports(path) -> set[str]:
             found |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.split(".")[0])
-    return found - {"shardlab"}
+    return frozenset(found - {"shardlab"})
 
 
 def test_no_library_module_imports_the_rig_or_the_tests():

@@ -230,6 +230,7 @@ def test_every_notebook_that_asks_for_answers_says_how_to_write_them(notebook):
     assert answers.answer_id(example) == answers.prompts(notebook)[0].id  # the way the cell says parses
 
 
+@pytest.mark.slow  # a copy of every notebook, paired again through jupytext: make test's, not the inner loop's
 def test_the_cells_command_rewrites_a_stale_rule_cell_and_its_pair(tmp_path, capsys):
     """A copy of the notebooks with one rule line and one hint edited by hand, and a starter with one rule edited:
     `cells --check` names the three files and writes nothing; `cells` puts back exactly the committed .md, .ipynb
