@@ -119,9 +119,10 @@ def test_every_module_that_touches_a_docstring_at_run_time_is_listed():
                     calls += 1
                     found = sources.shown(code, modules)
                     arg = node.args[0]
-                    assert isinstance(arg, ast.Attribute) and arg.attr in found.get(
-                        sources.bindings(code, modules).get(getattr(arg.value, "id", None)), []
-                    ), f"{rel}: getsource of {ast.unparse(arg)}, not a function of a module the notebook imports"
+                    module, name = sources.shown_name(arg)
+                    assert name in found.get(sources.bindings(code, modules).get(module), []), (
+                        f"{rel}: getsource of {ast.unparse(arg)}, not a function of a module the notebook imports"
+                    )
     for module, attrs in shown.items():  # the printed text is that module's own, so its whole file is hashed
         imported = importlib.import_module(module)
         for attr in attrs:

@@ -125,12 +125,6 @@ COVERAGE = {
         "key_changes_at_each_new_epoch",
         "random_sampler_walk",
     ),
-    ("stage3c_orbax_lesson", "reveal"): (  # the momentum-gap and wrong-key answers, asserted after they are shown
-        "consecutive_updates",
-        "random_step_update",
-        "key_changes_at_each_new_epoch",
-        "random_sampler_walk",
-    ),
     ("stage3c_orbax_lesson", "compare"): (
         "random_sampler_walk",
         "random_transition_walk",
@@ -139,7 +133,7 @@ COVERAGE = {
     ),
     ("stage4a_profile", "capture"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
     ("stage4a_profile", "gate"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
-    ("stage4a_profile", "profile_again"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    ("stage4a_profile", "capture_change"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
 }
 
 

@@ -166,7 +166,8 @@ def bindings(tree, modules) -> dict:
 
 
 def shown(tree, modules) -> dict:
-    """{module: [names]} whose source `tree` prints: `inspect.getsource(module.name)` of a module it imports.
+    """{module: [names]} whose source `tree` prints: `inspect.getsource(module.name)` (or of `module.Class.method`)
+    of a module it imports.
 
     A notebook that shows a function's source shows its comments and docstrings too, so the
     receipts of such a module hash its whole text (`receipt_sources`).
@@ -174,10 +175,19 @@ def shown(tree, modules) -> dict:
     bound, found = bindings(tree, modules), {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "getsource":
-            arg = node.args[0] if node.args else None
-            if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) and arg.value.id in bound:
-                found.setdefault(bound[arg.value.id], []).append(arg.attr)
+            module, name = shown_name(node.args[0] if node.args else None)
+            if module in bound:
+                found.setdefault(bound[module], []).append(name)
     return found
+
+
+def shown_name(arg) -> tuple:
+    """(module variable, its attribute) of `module.name` or `module.Class.method`, else (None, None)."""
+    names = []
+    while isinstance(arg, ast.Attribute):
+        names.append(arg.attr)
+        arg = arg.value
+    return (arg.id, names[-1]) if names and isinstance(arg, ast.Name) else (None, None)
 
 
 def shown_modules(package_files: dict) -> dict:
