@@ -170,7 +170,7 @@ def test_a_worker_ends_with_its_server(tmp_path):
     server = forkserver.Server(env)
     inbound, outbound = os.pipe(), os.pipe()  # the channel: the worker reads one and writes the other
     try:
-        request = {"implementation": "reference", "call_seconds": 5.0, "poison": "{}", "env": env, "cwd": None}
+        request = {"implementation": "reference", "call_seconds": 5.0, "poison": "{}", "env": env, "cwd": str(tmp_path)}
         forked = server.launch(request, inbound[0], outbound[1])
         assert forked is not None and forked.poll() is None
         os.kill(server.process.pid, signal.SIGKILL)
