@@ -363,6 +363,11 @@ MISTAKES = {
         "save_errors_leave_the_folder_as_it_was",
         ["two levels deep, and its first write fails", "left ['new', 'new/deeper']", "deepest first"],
     ),
+    "save_removes_folders_it_found": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["there before, and its publication fails", "removed ['kept', 'kept/inner']", "never one that was there"],
+    ),
     "save_temp_name_from_global_random": (
         3,
         "interrupted_save_leaves_nothing_or_a_checkpoint",
