@@ -468,8 +468,9 @@ def invalid_arguments_are_refused(ctx):
         if what is not None:
             wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
     fixes = {
-        "save": "refuse every existing name, a file of any size, a folder or a link, with errors.CheckpointExistsError "
-        "before writing anything, and never remove it",
+        "save": "refuse every existing name, a file of any size, a folder or a link (one that leads nowhere included: "
+        "os.path.lexists, not os.path.exists), with errors.CheckpointExistsError before writing anything, and never "
+        "remove it",
         "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
         "file: OSError included) into errors.CorruptCheckpointError",
     }
