@@ -363,6 +363,16 @@ MISTAKES = {
         "save_errors_leave_the_folder_as_it_was",
         ["two levels deep, and its first write fails", "left ['new', 'new/deeper']", "deepest first"],
     ),
+    "save_clears_a_dangling_link": (
+        3,
+        "invalid_arguments_are_refused",
+        ["save: a symbolic link that leads nowhere: accepted", "one that leads nowhere included"],
+    ),
+    "save_removes_folders_it_found": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["there before, and its publication fails", "removed ['kept', 'kept/inner']", "never one that was there"],
+    ),
     "save_temp_name_from_global_random": (
         3,
         "interrupted_save_leaves_nothing_or_a_checkpoint",

@@ -47,6 +47,7 @@ ARGUMENTS = (
     Argument("save", "a path that is an empty folder", "never-overwrite", "empty folder"),
     Argument("save", "a path that is a folder holding a file", "never-overwrite", "full folder"),
     Argument("save", "a path that is a symbolic link to a checkpoint", "never-overwrite", "link to checkpoint"),
+    Argument("save", "a symbolic link that leads nowhere", "never-overwrite", "dangling link"),
     Argument("restore", "a path that does not exist", "validate-fields", "nothing"),
     Argument("restore", "a path that is a folder", "validate-fields", "empty folder"),
     Argument("restore", "a path holding an empty file", "validate-fields", "empty file"),

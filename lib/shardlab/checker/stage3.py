@@ -468,8 +468,9 @@ def invalid_arguments_are_refused(ctx):
         if what is not None:
             wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
     fixes = {
-        "save": "refuse every existing name, a file of any size, a folder or a link, with errors.CheckpointExistsError "
-        "before writing anything, and never remove it",
+        "save": "refuse every existing name, a file of any size, a folder or a link (one that leads nowhere included: "
+        "os.path.lexists, not os.path.exists), with errors.CheckpointExistsError before writing anything, and never "
+        "remove it",
         "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
         "file: OSError included) into errors.CorruptCheckpointError",
     }
@@ -554,7 +555,7 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         not wrong,
         "every save that raises leaves its folder as it was; one that returns adds the checkpoint alone",
         wrong,
-        f"{len(wrong)} save(s) left files behind: "
+        f"{len(wrong)} save(s) changed their folder: "
         + "; ".join(f"{what}: {found}" for what, found in wrong.items())
         + " -> check the state and contract and build the bytes before creating the temporary file"
         + (
@@ -574,9 +575,10 @@ def save_errors_leave_the_folder_as_it_was(ctx):
 
 
 def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
-    """{case: what it left}: saves into a folder two levels below the missing one `new`, in a forked child whose
-    first write, and then whose publication (link, rename or replace), raises OSError(ENOSPC) as a full disk does.
-    A save that raises must leave the tree as it was, `new` included; one that returns must have saved."""
+    """{case: what it left}: saves into a folder two levels below the missing one `new`, and into an empty folder
+    `kept/inner` that was there before, in a forked child whose first write, and then whose publication (link,
+    rename or replace), raises OSError(ENOSPC) as a full disk does. A save that raises must leave the tree as it
+    was: `new` gone, `kept/inner` still there; one that returns must have saved."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
     whole = os.path.join(base, "whole", "new", "deeper", "checkpoint.npz")
     os.makedirs(os.path.join(base, "whole"))
@@ -597,24 +599,37 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
         found = [n for n, op in enumerate(operations, start=1) if op.split(" ", 1)[0] in kinds]
         if found:
             kind = operations[found[0] - 1].split(" ", 1)[0]
-            points[f"a missing folder two levels deep, and {what} (its {kind} raises ENOSPC)"] = found[0]
+            points[f"{what} (its {kind} raises ENOSPC)"] = found[0]
+    layouts = {  # (folders below the case folder, whether they are there, empty, before the save)
+        "a missing folder two levels deep": (("new", "deeper"), False),
+        "an empty folder two levels deep that was there before": (("kept", "inner"), True),
+    }
     wrong = {}
-    for what, number in points.items():
-        folder = os.path.join(base, str(number))
-        os.makedirs(folder)
-        with open(os.path.join(folder, "earlier.txt"), "w") as handle:
-            handle.write("a file the save must leave as it is\n")
-        path = os.path.join(folder, "new", "deeper", "checkpoint.npz")
-        before = arguments.disk(os.path.join(folder, "observed"))
-        outcome = probe("interrupted_save", ctx.impl.save, number, "fail", folder + ".json", (path, state, contract))
-        moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
-        tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
-        if outcome["status"] != "done":
-            wrong[what] = f"the save's child ended {outcome['status']} after the failure"
-        elif outcome.get("first") != "saved" and moved:
-            wrong[what] = f"raised {outcome['first'].split(':')[1].strip()} and left {moved[:3]} behind"
-        elif outcome.get("first") == "saved" and not os.path.lexists(path):
-            wrong[what] = "returned without an error, but left no file at the path given"
+    for layout, (below, there) in layouts.items():
+        for point, number in points.items():
+            what = f"{layout}, and {point}"
+            folder = os.path.join(base, f"{number}-{below[0]}")
+            os.makedirs(folder)
+            with open(os.path.join(folder, "earlier.txt"), "w") as handle:
+                handle.write("a file the save must leave as it is\n")
+            if there:
+                os.makedirs(os.path.join(folder, *below))
+            path = os.path.join(folder, *below, "checkpoint.npz")
+            before = arguments.disk(os.path.join(folder, "observed"))
+            outcome = probe(
+                "interrupted_save", ctx.impl.save, number, "fail", folder + ".json", (path, state, contract)
+            )
+            moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
+            tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
+            if outcome["status"] != "done":
+                wrong[what] = f"the save's child ended {outcome['status']} after the failure"
+            elif outcome.get("first") != "saved" and moved:
+                gone = [name for name in moved if name in {row[0] for row in before}]
+                wrong[what] = f"raised {outcome['first'].split(':')[1].strip()} and " + (
+                    f"removed {gone[:3]}, which were there before" if gone else f"left {moved[:3]} behind"
+                )
+            elif outcome.get("first") == "saved" and not os.path.lexists(path):
+                wrong[what] = "returned without an error, but left no file at the path given"
     return wrong
 
 

@@ -210,8 +210,9 @@ RULES = (
     Rule(
         "never-overwrite",
         "save",
-        "a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, or a symbolic link), "
-        "is refused with errors.CheckpointExistsError and what is there is left untouched",
+        "a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a symbolic link, "
+        "or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is there is "
+        "left untouched",
         ("save_never_overwrites", "refusals_name_the_course_errors", "invalid_arguments_are_refused"),
         why=(
             "Why: a name already taken is someone's data or someone's folder; a save that clears it, writes into it "

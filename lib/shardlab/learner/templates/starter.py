@@ -148,8 +148,9 @@ def save(path, state: dict, contract_: dict) -> str:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name: no .npz added) and that path is
       returned, as given or in its absolute form.
-    - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, or
-      a symbolic link), is refused with errors.CheckpointExistsError and what is there is left untouched.
+    - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
+      symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
+      there is left untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, in
       every process (not from the global random module, which repeats in processes seeded alike), so a save killed
       midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its
