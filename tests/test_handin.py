@@ -1,6 +1,7 @@
 """The hand-in: `grade` over hostile submissions, the portfolio of a finished run, its refusals, the self-checks."""
 
 import json
+import os
 import re
 import shutil
 import zipfile
@@ -273,6 +274,20 @@ def test_portfolio_of_no_run_names_every_file_a_run_leaves(tmp_path):
     with pytest.raises(PortfolioError, match="audit.json in the shape"):
         portfolio.build(tmp_path / "out", tmp_path / "empty")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"], "nothing written"
+
+
+def test_portfolio_reads_the_audit_within_a_bound_and_never_from_a_fifo(tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    os.mkfifo(folder / "audit.json")  # opened without a bound or O_NONBLOCK, this read would wait for ever
+    with pytest.raises(PortfolioError, match="missing: audit.json;"):  # not a regular file: never opened
+        portfolio.build(tmp_path / "out", folder)
+    (folder / "audit.json").unlink()
+    (folder / "audit.json").write_text(json.dumps({"run": {}, "sources": {}, "results": {}, "pad": "x" * 200}))
+    monkeypatch.setattr(portfolio, "RECEIPT_BYTES", 100)
+    with pytest.raises(PortfolioError, match="audit.json is not JSON of at most 100 bytes"):
+        portfolio.build(tmp_path / "out", folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "nothing written"
 
 
 STAGES = (

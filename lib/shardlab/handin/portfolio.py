@@ -19,7 +19,8 @@ from pathlib import Path
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
 from shardlab.checker.watch import REPORT
-from shardlab.core.files import sha256_file
+from shardlab.core.errors import BoundedReadError
+from shardlab.core.files import read_bounded, sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError
 from shardlab.evidence.audit import AUDIT
@@ -29,6 +30,7 @@ from shardlab.io import write_json, write_zip
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
+RECEIPT_BYTES = 64 << 20  # the audit or a notebook of a run: a few hundred kB; past this it is not one
 SCRATCH = re.compile(r"[^\s\"']*/shardlab-check-[^/\s\"']+")  # the checker's temporary folders, in its report
 
 
@@ -59,9 +61,9 @@ def load_audit(receipts: Path) -> dict:
     audit = None
     if (receipts / AUDIT).is_file():
         try:
-            audit = json.loads((receipts / AUDIT).read_text(encoding="utf-8"))
-        except ValueError:
-            missing.append(f"{AUDIT} is not JSON")
+            audit = json.loads(read_bounded(receipts / AUDIT, RECEIPT_BYTES).decode("utf-8"))
+        except (ValueError, OSError, BoundedReadError):
+            missing.append(f"{AUDIT} is not JSON of at most {RECEIPT_BYTES} bytes in a regular file")
         if audit is not None and not _audit_shaped(audit):
             missing.append(f"{AUDIT} in the shape `python -m shardlab run` writes (run, sources, results)")
             audit = None
@@ -84,9 +86,9 @@ def load_audit(receipts: Path) -> dict:
 def _recorded_path(receipts: Path) -> str | None:
     """The implementation path the run's notebooks were given (papermill parameters), if it still exists."""
     try:
-        nb = json.loads((receipts / f"{NOTEBOOKS[0]}.ipynb").read_text(encoding="utf-8"))
+        nb = json.loads(read_bounded(receipts / f"{NOTEBOOKS[0]}.ipynb", RECEIPT_BYTES).decode("utf-8"))
         spec = nb["metadata"]["papermill"]["parameters"]["implementation"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, BoundedReadError):
         return None
     return spec if spec == "reference" or Path(spec).is_file() else None
 
