@@ -38,7 +38,6 @@ LEARNER_STAGES = [name for name in catalog.NOTEBOOKS if not name.startswith("sta
 # result path -> why an implementation may record something else there than the reference run
 ALLOWED = {
     "stage2_update/all_reduce": "its own compiled step: how many collectives, and their IR lines",
-    "stage2_update/empty_batch/refusals": "its own error messages",
     "stage3a_checkpoint/checkpoint/bytes": "its own file format",
     "stage3a_checkpoint/checkpoint/saved_by": "a process identity",
     "stage3a_checkpoint/rejections": "its own messages, and only the damage its layout allows (compared apart)",
@@ -256,7 +255,6 @@ LOAD = "impl = sl.implementation.load(implementation)"  # a setup cell's load: m
 # asserting cells whose assertions are about the course's own code or the notebook's bookkeeping, and why
 NOT_LEARNER = {
     ("stage1_batches", "refusals"): "the refusals of the course's own functions",
-    ("stage2_update", "empty-batch"): "the course's own step and transition on an empty batch",
     ("stage3a_checkpoint", "refuse"): "it defines the helper the rejection cells call",
     ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
     ("stage3c_orbax_lesson", "async-save"): "Orbax's own asynchronous save of a small pytree",

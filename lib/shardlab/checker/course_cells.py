@@ -77,7 +77,6 @@ COVERAGE = {
     ),
     ("stage2_update", "replicas"): ("replicas_agree",),
     ("stage2_update", "singleton"): ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
-    ("stage2_update", "eager"): ("eager_and_compiled_agree",),
     ("stage2_update", "stablehlo"): ("step_is_sharded",),
     ("stage2_update", "check"): (ALL,),
     ("stage3a_checkpoint", "derived"): (
@@ -86,7 +85,11 @@ COVERAGE = {
         "gradient_on_a_full_batch",
     ),
     ("stage3a_checkpoint", "train"): ("transition_is_one_batch_and_one_update", "random_transition_walk"),
-    ("stage3a_checkpoint", "rebuild"): ("initial_state_fields",),
+    ("stage3a_checkpoint", "rebuild"): (
+        "initial_state_fields",
+        "next_batch_returns_a_new_state",
+        "random_sampler_walk",
+    ),
     ("stage3a_checkpoint", "control"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
     ("stage3a_checkpoint", "saved-once"): ("initial_state_fields", "transition_is_one_batch_and_one_update"),
     ("stage3a_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),

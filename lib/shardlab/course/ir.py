@@ -8,6 +8,8 @@ operand's defining line is its type; the two together name the sum.
 
 import re
 
+from shardlab.errors import ConfigError
+
 INPUTS = ("features", "targets", "mask", "weights", "momentum")  # the step's arguments, in order
 
 
@@ -47,6 +49,24 @@ def label_all_reduces(ir_text: str, num_features: int) -> list[dict]:
             }
         )
     return rows
+
+
+def first_all_reduce(ir_text: str) -> tuple[str, str]:
+    """The first all_reduce as lowered, from its line to the end of its add region, and its op with its type.
+
+    The block is what the page prints whole; the second string (`%15 = "stablehlo.all_reduce"(%7) : (tensor<f32>)
+    -> tensor<f32>`) is the same op on one line, without the region, as the results record it.
+    """
+    lines = ir_text.splitlines()
+    opens = next((i for i, line in enumerate(lines) if "stablehlo.all_reduce" in line), None)
+    if opens is None:
+        raise ConfigError("the program holds no stablehlo.all_reduce: wrap the step's body in shard_map and psum")
+    closes = next((i for i in range(opens, len(lines)) if lines[i].strip().startswith("})")), None)
+    if closes is None:
+        raise ConfigError(f"the all_reduce on line {opens + 1} has no closing '}})': pass the whole lowered text")
+    op = lines[opens].strip().split(" <{")[0]  # result = "stablehlo.all_reduce"(operand)
+    returns = lines[closes].strip().removeprefix("})").strip()  # ": (operand type) -> result type"
+    return "\n".join(line.strip() for line in lines[opens : closes + 1]), f"{op} {returns}"
 
 
 def _times_two(operand: str, defined: dict) -> bool:

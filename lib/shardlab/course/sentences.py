@@ -1041,10 +1041,12 @@ CHOSEN = {
     "stage2_update": {
         "sum_grows_with_devices": (
             "r1 < r2 < r4",
-            "observed: the ratio grows with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, {r4:.2f}x on 4): "
-            "each device adds one more local mean, and the sum lengthens with them",
-            "observed: the ratio does not grow steadily with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, "
-            "{r4:.2f}x on 4): on this batch the local means point in different directions",
+            "observed: adding the local means instead gives a sum whose length, over the global gradient's, grows "
+            "with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, {r4:.2f}x on 4): each device adds one more "
+            "local mean, and the sum lengthens with them",
+            "observed: adding the local means instead gives a sum whose length, over the global gradient's, does not "
+            "grow steadily with the device count ({r1:.2f}x on 1, {r2:.2f}x on 2, {r4:.2f}x on 4): on this batch "
+            "the local means point in different directions",
         ),
         "own_rows_lowered": (
             "lowered == steps",
