@@ -368,6 +368,11 @@ MISTAKES = {
         "save_errors_leave_the_folder_as_it_was",
         ["there before, and its first write fails", ".part'] behind", "in a finally (or except) block"],
     ),
+    "save_part_written_by_os_write": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["there before, and its first write fails (its write raises ENOSPC)", ".part'] behind"],
+    ),
     "save_clears_a_dangling_link": (
         3,
         "invalid_arguments_are_refused",
@@ -643,6 +648,7 @@ SLOW_MISTAKES = {
     *("step_replicates_inputs", "drop_remainder"),
     *("restore_cached_by_path_and_contract", "save_joins_the_import_folder", "save_temp_named_after_the_target"),
     *("save_temp_from_a_seeded_generator", "save_publishes_in_a_thread", "save_part_written_outside_try"),
+    "save_part_written_by_os_write",
 }
 
 
