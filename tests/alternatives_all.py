@@ -137,7 +137,6 @@ HELDOUT_CORRECT = (
     "flat_contract_renamed_keys",
     "nested_contract_format_key",
     "sampler_split_pair_and_take",
-    "save_open_x_part_file",
     "tuple_psum_einsum",
 )
 # the third held-out set's correct files, each written differently from its base (tests/heldout/README3.md)

@@ -3,8 +3,10 @@
 `instrument(hook)` routes a (child) process's file operations through `hook(operation,
 target, data, handle)` before each runs: every `create` (a name opened for writing by `open`
 or `io.open`, which may create or empty it), every `write` and `close` of a file opened for
-writing (by `open`, `io.open` or `os.fdopen`), and every os-level open, rename, replace,
-link, unlink, truncate, fsync and fdatasync. It needs no hook inside the code under test, so the same
+writing (by `open`, `io.open` or `os.fdopen`), every `os.write` to a file (a pipe or terminal is not
+counted), and every os-level open, rename, replace, link, unlink, truncate, fsync and fdatasync.
+Whatever writes a save's bytes (its own `write` calls, `np.savez` given a name or a handle) reaches one
+of these. It needs no hook inside the code under test, so the same
 harness stops the learner's `save` (the checker), the course's `checkpoint.save` (torture's
 zygote) and the savers the tests race.
 
@@ -103,6 +105,42 @@ def instrument(hook) -> None:
             return _original(*args, **kwargs)
 
         setattr(os, name, counted)
+    os.write = _counted_write(os.write, readlink, hook)
+
+
+class _Descriptor:
+    """What a `kill` needs of an `os.write`'s descriptor: writing part of the bytes, and flushing."""
+
+    def __init__(self, fd: int, write):
+        self._fd, self._write = fd, write
+
+    def write(self, data):
+        return self._write(self._fd, data)
+
+    def flush(self):
+        pass
+
+
+def _counted_write(original, readlink, hook):
+    """`os.write` reported to `hook` as a `write` of the file its descriptor names; a write to anything that
+    is not a file (a pipe, a terminal), or one made by the hook itself, is passed straight through."""
+    inside = []
+
+    def write(fd, data):
+        try:
+            target = readlink(f"/proc/self/fd/{fd}")
+        except (OSError, TypeError, ValueError):
+            target = ""
+        if inside or not target.startswith("/"):
+            return original(fd, data)
+        inside.append(fd)
+        try:
+            hook("write", target, data, _Descriptor(fd, original))
+        finally:
+            inside.pop()
+        return original(fd, data)
+
+    return write
 
 
 SIZES: list = []  # (operation, file name, bytes the kernel held then) of every fsync and publication seen

@@ -577,36 +577,17 @@ def save_errors_leave_the_folder_as_it_was(ctx):
 def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     """{case: what it left}: saves into a folder two levels below the missing one `new`, and into an empty folder
     `kept/inner` that was there before, in a forked child whose first write, and then whose publication (link,
-    rename or replace), raises OSError(ENOSPC) as a full disk does. A save that raises must leave the tree as it
-    was: `new` gone, `kept/inner` still there; one that returns must have saved."""
+    rename or replace), raises OSError(ENOSPC) as a full disk does. A write is any way the save writes bytes:
+    a file object's write, os.write, np.savez given a name or a handle. A save that raises must leave the tree
+    as it was: `new` gone, `kept/inner` still there; one that returns must have saved."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
-    whole = os.path.join(base, "whole", "new", "deeper", "checkpoint.npz")
-    os.makedirs(os.path.join(base, "whole"))
-    listed = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        interrupt.MAX_OPERATIONS + 1,
-        "kill",
-        base + ".json",
-        (whole, state, contract),
-    )
-    operations = listed.get("operations") or []
-    points = {}
-    for what, kinds in (
-        ("its first write fails", ("write",)),
-        ("its publication fails", ("link", "rename", "replace")),
-    ):
-        found = [n for n, op in enumerate(operations, start=1) if op.split(" ", 1)[0] in kinds]
-        if found:
-            kind = operations[found[0] - 1].split(" ", 1)[0]
-            points[f"{what} (its {kind} raises ENOSPC)"] = found[0]
     layouts = {  # (folders below the case folder, whether they are there, empty, before the save)
         "a missing folder two levels deep": (("new", "deeper"), False),
         "an empty folder two levels deep that was there before": (("kept", "inner"), True),
     }
     wrong = {}
     for layout, (below, there) in layouts.items():
-        for point, number in points.items():
+        for point, number in _failure_points(ctx, base, below, there, state, contract).items():
             what = f"{layout}, and {point}"
             folder = os.path.join(base, f"{number}-{below[0]}")
             os.makedirs(folder)
@@ -631,6 +612,33 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
             elif outcome.get("first") == "saved" and not os.path.lexists(path):
                 wrong[what] = "returned without an error, but left no file at the path given"
     return wrong
+
+
+def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, contract: dict) -> dict:
+    """{point: operation number} of the first write and the first publication of one uninterrupted save into
+    the layout `below` (made first when `there`), in a folder of its own: a save that stops early in one
+    layout (one that makes no folder stops at its open in a missing one) still writes in the other."""
+    folder = os.path.join(base, f"listing-{below[0]}")
+    os.makedirs(os.path.join(folder, *below) if there else folder)
+    listed = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        interrupt.MAX_OPERATIONS + 1,
+        "kill",
+        folder + ".json",
+        (os.path.join(folder, *below, "checkpoint.npz"), state, contract),
+    )
+    operations = listed.get("operations") or []
+    points = {}
+    for what, kinds in (
+        ("its first write fails", ("write",)),
+        ("its publication fails", ("link", "rename", "replace")),
+    ):
+        found = [n for n, op in enumerate(operations, start=1) if op.split(" ", 1)[0] in kinds]
+        if found:
+            kind = operations[found[0] - 1].split(" ", 1)[0]
+            points[f"{what} (its {kind} raises ENOSPC)"] = found[0]
+    return points
 
 
 def _ancestors(path: str, top: str) -> list[str]:

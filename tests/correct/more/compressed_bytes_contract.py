@@ -56,11 +56,12 @@ def save(path, state, contract_):
         "meta": np.frombuffer(_text(contract_).encode(), np.uint8),
     }
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.part")
-    with open(tmp, "xb") as handle:
-        np.savez_compressed(handle, **members)
-        handle.flush()
-        os.fsync(handle.fileno())
+    handle = open(tmp, "xb")  # noqa: SIM115 (closed by the with block inside the try that removes it)
     try:
+        with handle:
+            np.savez_compressed(handle, **members)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.link(tmp, path)
     except FileExistsError:
         raise CheckpointExistsError(f"{path} already exists; checkpoints are never overwritten") from None
