@@ -248,7 +248,7 @@ def test_a_changed_receipt_is_a_difference():
 
 # --- the converse: every notebook assertion about learner code is a check ------------------------------------
 
-ASSERTS = re.compile(r"\bassert\b|assert_|expect_error\(|\brefuse\(|check_walk\(|check_recovery\(|timing\.check\(")
+ASSERTS = re.compile(r"\bassert\b|assert_|\brefusal\(|\brefuse\(|check_walk\(|check_recovery\(|timing\.check\(")
 LEARNER = re.compile(r"\bimpl\.|\bimplementation\b")
 USES_IMPL = re.compile(r"\bimpl\b")  # the loaded file: any call, or a function handed to course code
 LOAD = "impl = sl.implementation.load(implementation)"  # a setup cell's load: make run names implementation_loads

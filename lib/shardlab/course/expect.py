@@ -12,11 +12,6 @@ def _refused(error_type: type, wanted: str, call, args: tuple, kwargs: dict) -> 
     raise AssertionError(f"{getattr(call, '__name__', call)} should have {wanted}, but returned")
 
 
-def expect_error(error_type: type, call, *args, **kwargs) -> str:
-    """Run `call(*args, **kwargs)`; return the message if it raises `error_type`, else raise AssertionError."""
-    return _refused(error_type, f"raised {error_type.__name__}", call, args, kwargs)
-
-
 def refusal(call, *args, **kwargs) -> str:
     """Run `call(*args, **kwargs)`; return "ErrorType: message" if it raises one of shardlab's own errors.
 
