@@ -415,6 +415,33 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 
 
+@pytest.mark.parametrize(
+    ("prepare", "update", "agrees"),
+    [(0.646, 0.746, False), (0.9, 0.5, True)],  # a blind reader's run: the update longer at batch 7, not in 4a
+)
+def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepare, update, agrees):
+    from shardlab.course import sentences
+
+    per = {
+        "before": {
+            "median_prepare_and_place_ms_per_step": prepare,
+            "median_compiled_update_and_wait_ms_per_step": update,
+        }
+    }
+    first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
+    recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first}
+    values = {"p": prepare, "u": update, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded, ["split_as_in_stage4a"], {"batch": "7"}, **values)
+    assert (update > prepare) == (
+        first["median_compiled_update_and_wait_ms"] > first["median_prepare_and_place_ms"]
+    ) or not agrees
+    assert text.startswith("This agrees" if agrees else "This disagrees"), text
+    assert "batch 1023" in text and ("does not describe the course loop at batch 7" in text) == (not agrees)
+    assert sentences.split_against_stage4a(per, first, 7) == text
+    assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
 def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
     from shardlab.course import results as record
     from shardlab.course import sentences

@@ -357,6 +357,23 @@ SENTENCES = {
             "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
             "against compiled_update_and_wait {u:.3f} ms.",
         ),
+        "split_as_in_stage4a": _s(
+            "u > p and a_u > a_p or u <= p and a_u <= a_p",
+            {
+                "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
+                "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
+                "a_b": "stage4a_split.batch_size",
+                "a_p": "stage4a_split.median_prepare_and_place_ms",
+                "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
+            },
+            "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
+            "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
+            "sizes.",
+            "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
+            "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
+            "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
+            "batch <batch>.",
+        ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
             {
@@ -894,6 +911,21 @@ def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook
     }
     fill = {"side": side, "batch": str(batch), "loop": loop}
     return chosen(notebook, "boundary_at_batch_<side>", fill, **values)
+
+
+def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int, notebook="stage4b_beyond") -> str:
+    """Stage 4b: does the course loop's longer boundary at `batch` match stage 4a's traced split (`stage4a_split`:
+    its batch size and both medians), or, without stage 4a's results, say so."""
+    if stage4a_split is None:
+        return "Stage 4a's results are not in this output folder: run it into the same folder to compare its split."
+    values = {
+        "p": per_step["before"]["median_prepare_and_place_ms_per_step"],
+        "u": per_step["before"]["median_compiled_update_and_wait_ms_per_step"],
+        "a_b": stage4a_split["batch_size"],
+        "a_p": stage4a_split["median_prepare_and_place_ms"],
+        "a_u": stage4a_split["median_compiled_update_and_wait_ms"],
+    }
+    return chosen(notebook, "split_as_in_stage4a", {"batch": str(batch)}, **values)
 
 
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
