@@ -330,8 +330,10 @@ def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tm
     assert outcome["cut_ms"] - outcome["noise_ms"] >= 0.1  # the old rule confirmed this
     side = outcome["sides"]["control"]
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
-    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=outcome["reach"]["q1_ms"])
-    values.update(r_hi=outcome["reach"]["q3_ms"], u_lo=side["unchanged"]["q1_ms"], u_hi=side["unchanged"]["q3_ms"])
+    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=outcome["reach_range"]["q1_ms"])
+    values.update(
+        r_hi=outcome["reach_range"]["q3_ms"], u_lo=side["unchanged"]["q1_ms"], u_hi=side["unchanged"]["q3_ms"]
+    )
     values.update(g_lo=side["changed"]["q1_ms"], g_hi=side["changed"]["q3_ms"])
     values.update(m=values["c"] - values["t"], s=outcome["spread_ms"])
     text, found = _said(
@@ -413,6 +415,31 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 
 
+@pytest.mark.parametrize(
+    ("prepare", "update", "agrees"),
+    [(0.646, 0.746, False), (0.9, 0.5, True)],  # a blind reader's run: the update longer at batch 7, not in 4a
+)
+def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepare, update, agrees):
+    from shardlab.course import sentences
+
+    per = {
+        "before": {
+            "median_prepare_and_place_ms_per_step": prepare,
+            "median_compiled_update_and_wait_ms_per_step": update,
+        }
+    }
+    first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
+    recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first}
+    values = {"p": prepare, "u": update, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded, ["split_as_in_stage4a"], {"batch": "7"}, **values)
+    assert ((update > prepare) == (0.8885 > 1.665)) == agrees  # the same boundary longer at both batch sizes
+    assert text.startswith("This agrees" if agrees else "This disagrees"), text
+    assert "batch 1023" in text and ("does not describe the course loop at batch 7" in text) == (not agrees)
+    assert sentences.split_against_stage4a(per, first, 7) == text
+    assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
 def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
     from shardlab.course import results as record
     from shardlab.course import sentences
@@ -444,13 +471,68 @@ def _verdict_text(tmp_path, before, after, threshold):
     guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold, "baseline_ms": 1.584}
     outcome = hypothesis.judge(guess, rows(before, [1.0] * 8), rows(after, [1.0] * 8), [1.5] * 8)
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
-    control, reach = outcome["sides"]["control"], outcome["reach"]
+    control, reach = outcome["sides"]["control"], outcome["reach_range"]
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
     values.update(m=values["c"] - values["t"], s=outcome["spread_ms"], b=outcome["baseline_first_ms"])
     text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values)
     return outcome, text
+
+
+# a blind reader's run: the draw measured again alone was bimodal and its median more than the whole target
+def record_load(tmp_path):
+    from shardlab.course import results as record
+
+    return record.load(str(tmp_path), "stage4a_profile")
+
+
+CAPPED_DRAWS = [0.83, 0.91, 0.95, 1.02, 1.10, 1.25, 1.42, 2.4, 2.9, 3.17, 3.18, 3.6, 4.09, 4.5, 5.8, 7.0]
+TARGET = [1.29, 1.30, 1.31, 1.32, 1.324, 1.40, 1.44, 1.45]
+
+
+@pytest.mark.parametrize(("draws", "capped"), [(CAPPED_DRAWS, True), ([0.80, 0.82, 0.85, 0.86, 0.87, 0.9], False)])
+def test_the_reach_row_shows_a_median_beside_its_own_middle_half_and_says_when_it_is_capped(tmp_path, draws, capped):
+    import numpy as np
+
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    def rows(prepare):
+        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": 1.0} for p in prepare]
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.267}
+    outcome = hypothesis.judge(guess, rows(TARGET), rows([v - 0.45 for v in TARGET]), draws)
+    table = hypothesis.verdict_rows(outcome)
+    draw_q1, draw_median, draw_q3 = np.percentile(draws, [25, 50, 75])
+    target_q1, target_median, target_q3 = np.percentile(TARGET, [25, 50, 75])
+    assert (draw_median > target_median) == capped
+    held = (target_q1, target_median, target_q3) if capped else (draw_q1, draw_median, draw_q3)
+    reach_row = table[-1]
+    assert reach_row["what the verdict reads"].startswith("estimated reach")
+    assert reach_row["ms"] == round(held[1], 3) and reach_row["middle half ms"] == f"{held[0]:.3f}–{held[2]:.3f}"
+    draw_rows = [row for row in table if row["ms"] == round(draw_median, 3) and "measured again" in str(row)]
+    assert draw_rows and draw_rows[0]["middle half ms"] == f"{draw_q1:.3f}–{draw_q3:.3f}"
+    assert len(table) == 11 + capped  # the re-measured draw has a row of its own only when the cap replaced it
+    text, found = _said(
+        tmp_path,
+        "stage4a_profile",
+        {"change": outcome},
+        ["reach_capped"],
+        u=target_median,
+        m=draw_median,
+        m_lo=draw_q1,
+        m_hi=draw_q3,
+        fill={"annotation": "prepare"},
+    )
+    assert ("is capped at" in text) == capped and ("not capped" in text) == (not capped), text
+    assert f"{draw_median:.3f} ms by median" in text
+    assert sentences.reach_cap({**outcome, "target": "prepare"}) == text
+    verdict = sentences.verdict(outcome, "V")  # the reach's middle half in the verdict is that of the held samples
+    if "estimated reach (middle half" in verdict:
+        assert f"{held[0]:.3f}–{held[2]:.3f}" in verdict, verdict
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
 
 
 def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):

@@ -211,7 +211,12 @@ SENTENCES = {
         ),
         "cut_beyond_reach": _s(
             INCONCLUSIVE["cut_beyond_reach"],
-            {"c": "change.cut_ms", "r": "change.reach_ms", "r_lo": "change.reach.q1_ms", "r_hi": "change.reach.q3_ms"},
+            {
+                "c": "change.cut_ms",
+                "r": "change.reach_ms",
+                "r_lo": "change.reach_range.q1_ms",
+                "r_hi": "change.reach_range.q3_ms",
+            },
             "<verdict_of>: inconclusive. The cut ({c:.3f} ms) is larger than the {r:.3f} ms estimated reach "
             "(middle half {r_lo:.3f}–{r_hi:.3f} ms), so something else moved between the two sides.",
             "The cut ({c:.3f} ms) is within the {r:.3f} ms estimated reach (middle half {r_lo:.3f}–{r_hi:.3f} ms).",
@@ -296,6 +301,22 @@ SENTENCES = {
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
+        "reach_capped": _s(
+            "m > u",
+            {
+                "m": "change.reach.median_ms",
+                "m_lo": "change.reach.q1_ms",
+                "m_hi": "change.reach.q3_ms",
+                "u": "change.sides.target.unchanged.median_ms",
+            },
+            "What the change can remove, measured again, came to {m:.3f} ms by median (middle half {m_lo:.3f}–"
+            "{m_hi:.3f} ms): more than the whole of <annotation> ({u:.3f} ms in this capture's unchanged loop), of "
+            "which it is a part. That measurement cannot be the reach, so the estimated reach is capped at {u:.3f} ms "
+            "and the verdict's reach rests on the cap, not on the measurement.",
+            "What the change can remove, measured again, came to {m:.3f} ms by median (middle half {m_lo:.3f}–"
+            "{m_hi:.3f} ms), within the {u:.3f} ms of <annotation> in this capture's unchanged loop: the estimated "
+            "reach is that measurement, not capped.",
+        ),
     },
     "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
         "fault_order_same": _s(
@@ -335,6 +356,23 @@ SENTENCES = {
             "step against prepare_and_place {p:.3f} ms.",
             "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
             "against compiled_update_and_wait {u:.3f} ms.",
+        ),
+        "split_as_in_stage4a": _s(
+            "u > p and a_u > a_p or u <= p and a_u <= a_p",
+            {
+                "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
+                "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
+                "a_b": "stage4a_split.batch_size",
+                "a_p": "stage4a_split.median_prepare_and_place_ms",
+                "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
+            },
+            "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
+            "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
+            "sizes.",
+            "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
+            "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
+            "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
+            "batch <batch>.",
         ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
@@ -875,6 +913,21 @@ def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook
     return chosen(notebook, "boundary_at_batch_<side>", fill, **values)
 
 
+def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int, notebook="stage4b_beyond") -> str:
+    """Stage 4b: does the course loop's longer boundary at `batch` match stage 4a's traced split (`stage4a_split`:
+    its batch size and both medians), or, without stage 4a's results, say so."""
+    if stage4a_split is None:
+        return "Stage 4a's results are not in this output folder: run it into the same folder to compare its split."
+    values = {
+        "p": per_step["before"]["median_prepare_and_place_ms_per_step"],
+        "u": per_step["before"]["median_compiled_update_and_wait_ms_per_step"],
+        "a_b": stage4a_split["batch_size"],
+        "a_p": stage4a_split["median_prepare_and_place_ms"],
+        "a_u": stage4a_split["median_compiled_update_and_wait_ms"],
+    }
+    return chosen(notebook, "split_as_in_stage4a", {"batch": str(batch)}, **values)
+
+
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
@@ -995,9 +1048,17 @@ def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
     return chosen(notebook, "baseline_moved", {"annotation": outcome.get("target", outcome["annotation"])}, **values)
 
 
+def reach_cap(outcome: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on whether the re-measured reach exceeded the whole target, so the cap replaced it."""
+    side = outcome["sides"]["target"]["unchanged"]
+    values = {"m": outcome["reach"]["median_ms"], "m_lo": outcome["reach"]["q1_ms"], "m_hi": outcome["reach"]["q3_ms"]}
+    fill = {"annotation": outcome.get("target", outcome["annotation"])}
+    return chosen(notebook, "reach_capped", fill, u=side["median_ms"], **values)
+
+
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's verdict on `outcome` (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
-    control, reach = outcome["sides"]["control"], outcome["reach"]
+    control, reach = outcome["sides"]["control"], outcome["reach_range"]
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     values.update(m=outcome["margin_ms"], s=outcome["spread_ms"])
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])

@@ -307,18 +307,24 @@ def verdict_rows(outcome: dict) -> list[dict]:
         {"what the verdict reads": label, "ms": round(outcome[key], 3), "middle half ms": ""} for label, key in named
     ]
     reach = outcome["reach"]
-    if outcome.get("reach_bound") == "annotation":
-        label = (
-            f"estimated reach: the target's unchanged median (measured again alone: median of {reach['n']}, "
-            f"{reach['median_ms']:.3f} ms, more than the whole target)"
+    remeasured = {
+        "what the verdict reads": f"what the change can remove, measured again (median of {reach['n']})",
+        "ms": round(reach["median_ms"], 3),
+        "middle half ms": f"{reach['q1_ms']:.3f}–{reach['q3_ms']:.3f}",
+    }
+    if outcome.get("reach_bound") != "annotation":
+        rows.append(
+            {**remeasured, "what the verdict reads": f"estimated reach: {remeasured['what the verdict reads']}"}
         )
-    else:
-        label = f"estimated reach, measured again (median of {reach['n']})"
+        return rows
+    # capped: the re-measured samples and the cap are shown apart, each median beside its own middle half
+    held = outcome["reach_range"]
+    rows.append(remeasured)
     rows.append(
         {
-            "what the verdict reads": label,
+            "what the verdict reads": "estimated reach, capped: the target's unchanged median (the row above is more)",
             "ms": round(outcome["reach_ms"], 3),
-            "middle half ms": f"{reach['q1_ms']:.3f}–{reach['q3_ms']:.3f}",
+            "middle half ms": f"{held['q1_ms']:.3f}–{held['q3_ms']:.3f}",
         }
     )
     return rows
@@ -334,7 +340,8 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
 
     `reach_samples_ms` are the samples of what the change can remove at most, measured again after
     the capture (`reach_samples`); their median, capped by the unchanged annotation's median in
-    this capture (`bounded`), bounds the cut. The first trace's median of the annotation
+    this capture (`bounded`), bounds the cut. `reach_range` is the middle half of whichever samples
+    gave that bound. The first trace's median of the annotation
     (`hypothesis["baseline_ms"]`, where given) is kept beside this capture's, to show whether the
     baseline moved between the captures.
     """
@@ -351,6 +358,9 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     spread = max((s["q3_ms"] - s["q1_ms"]) / 2 for part in sides.values() for s in part.values())
     reach = _side(list(reach_samples_ms))
     capped = bounded(reach["median_ms"], sides["target"]["unchanged"]["median_ms"])
+    # the middle half of the samples whose median is the reach: the re-measured ones, or the target's when capped
+    held = reach if capped["bound"] == "measured" else sides["target"]["unchanged"]
+    reach_range = {"q1_ms": held["q1_ms"], "q3_ms": held["q3_ms"]}
     values = {"c": cut, "n": max(abs(drift), spread), "d": drift, "r": capped["ms"]}
     values["t"] = hypothesis["threshold_ms"]
     verdict = next((name for name, relation in RELATIONS.items() if holds(relation, values)), "inconclusive")
@@ -386,6 +396,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "reach": reach,
         "reach_ms": values["r"],
         "reach_bound": capped["bound"],
+        "reach_range": reach_range,
         "baseline_first_ms": float(hypothesis.get("baseline_ms", sides["target"]["unchanged"]["median_ms"])),
         "control_first_ms": float(hypothesis.get("control_baseline_ms", sides["control"]["unchanged"]["median_ms"])),
         "threshold_ms": values["t"],
