@@ -50,6 +50,12 @@ ALLOWED = {
     "stage1_batches/ownership": "how its state holds each field (type, dtype, copies): its own representation",
     "stage3a_checkpoint/npz_members": "the members its file format writes",
     "stage3b_resume/permutations": "the step after which a permutation is drawn: lazy or eager draw",
+    # Orbax's asynchronous save commits on a background thread: what is on disk when save() returns is a race
+    # (the sentence about it is chosen by this run's own listing); after wait_until_finished() it is compared
+    **{
+        f"stage3c_orbax_lesson/async_save/{key}": "what a background save has written when save() returns"
+        for key in ("at_return", "final_at_return", "others_at_return")
+    },
     **{
         f"{name}/claims": "sentences chosen by this run's own values (each checked against them: check_claims)"
         for name in ("stage1_batches", "stage2_update", "stage3a_checkpoint", "stage3b_resume", "stage3c_orbax_lesson")
