@@ -15,6 +15,7 @@ from conftest import results
 import shardlab as sl
 from shardlab.errors import (
     AsyncSaveError,
+    BoundedReadError,
     CheckpointExistsError,
     ConfigError,
     ContractMismatchError,
@@ -376,6 +377,18 @@ def test_supervisor_names_the_cause_of_an_exit():
     assert group_supervisor._cause(1, None) == "crashed (exit code 1)"
     seen = {0: -6, 1: -9}  # JAX aborted process 0 after process 1 was killed, both seen in one poll
     assert min(seen, key=lambda q: (group_supervisor._rank(seen[q]), q)) == 1
+
+
+def test_a_controller_file_is_read_whole_up_to_its_bound_and_refused_beyond(tmp_path, monkeypatch):
+    written = '{"step": 3}\n{"step": 4, "note": "caf\u00e9"}\n'
+    (tmp_path / "progress").write_text(written, encoding="utf-8")
+    assert launcher.read_text(str(tmp_path / "progress")) == written
+    assert launcher.read_text(str(tmp_path / "not_yet")) is None
+    monkeypatch.setattr(launcher, "TEXT_BYTES", len(written.encode("utf-8")) - 1)
+    with pytest.raises(BoundedReadError, match="more than"):
+        launcher.read_text(str(tmp_path / "progress"))
+    with pytest.raises(BoundedReadError, match="not a regular file"):
+        launcher.read_text(str(tmp_path))
 
 
 def test_freeze_bound_is_stated_above_the_pulse_and_below_jax_heartbeat():

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from shardlab import process_group
+from shardlab.core import files
 from shardlab.errors import LaunchError
 from shardlab.multi import program, runtime
 from shardlab.verify.step_fingerprint import first_divergence
@@ -100,6 +101,7 @@ def mpiexec() -> str:
 
 PROGRAM = ("-m", "shardlab.multi.program")
 MPI_LOG = "mpirun.log"
+TEXT_BYTES = 64 << 20  # a report, progress file, pulse, marker or log larger than this is refused, not read
 CLEANED_UP = 250  # code given to a rank mpirun ended because another rank failed first (see MpiRank)
 
 
@@ -151,10 +153,13 @@ class MpiRank:
 
 
 def read_text(path: str) -> str | None:
-    """A file a controller writes (report, progress, pulse, marker, log), or None if it is not there (yet)."""
+    """A file a controller writes (report, progress, pulse, marker, log), or None if it is not there (yet).
+
+    Read through `core.files.read_bounded`: one larger than TEXT_BYTES, or one that is not a regular
+    file, is a BoundedReadError (a ValueError) rather than a whole log held in memory.
+    """
     try:
-        with open(path) as handle:
-            return handle.read()
+        return files.read_bounded(path, TEXT_BYTES).decode("utf-8")
     except OSError:
         return None
 
