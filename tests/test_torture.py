@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import tempfile
 
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 import shardlab as sl
 from rig.torture import REDUCED, badparams, command, corrupt, edges, fuzz, killsave, multi, outcome, subjects
+from shardlab import process_group
 from shardlab.errors import CheckpointError, CorruptCheckpointError
 from shardlab.multi.drills import SAVE_EVERY
 
@@ -46,6 +48,21 @@ def plain(path):
 def identical(restored, expected):
     host = sl.host_copy(restored)
     return all(np.asarray(host[n]).tobytes() == np.asarray(expected[n]).tobytes() for n in sl.FIELDS)
+
+
+@pytest.mark.slow  # two zygotes, each importing JAX
+def test_the_zygote_leads_its_own_group_and_none_of_it_outlives_close(monkeypatch):
+    zygote = killsave.Zygote()
+    assert os.getpgid(zygote.proc.pid) == zygote.proc.pid
+    zygote.close()  # stdin closed: it exits by itself
+    assert zygote.proc.returncode == 0 and zygote.proc not in process_group.LIVE
+    with pytest.raises(ProcessLookupError):
+        os.killpg(zygote.proc.pid, 0)
+    monkeypatch.setattr(killsave, "CLOSE_TIMEOUT", 0.0)
+    stuck = killsave.Zygote()
+    os.kill(stuck.proc.pid, signal.SIGSTOP)  # cannot exit: its group is killed once the bound has passed
+    stuck.close()
+    assert stuck.proc.returncode == -signal.SIGKILL and stuck.proc not in process_group.LIVE
 
 
 @pytest.mark.slow  # saves killed in child processes: make test's, not the inner loop's

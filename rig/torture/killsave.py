@@ -17,12 +17,14 @@ from collections import Counter
 import numpy as np
 
 from rig.torture.outcome import Tally
+from shardlab import process_group
 from shardlab.core import checkpoint, files
 from shardlab.core.files import sha256_file
 from shardlab.errors import CheckpointExistsError
 
 PAUSE = 0.002  # seconds a timed saver rests at each event, so one save spans ~0.1-0.3 s to land in
 REPLY_TIMEOUT = 120.0  # seconds to wait for the zygote on a loaded machine before giving up
+CLOSE_TIMEOUT = 30.0  # seconds the zygote has to exit once its stdin is closed before its group is killed
 
 
 class Zygote:
@@ -33,7 +35,7 @@ class Zygote:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
-        self.proc = subprocess.Popen(
+        self.proc = process_group.spawn(  # leads its own group, so its forked savers end with it
             [sys.executable, "-m", "rig.torture.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -52,13 +54,10 @@ class Zygote:
         return json.loads(line)
 
     def close(self) -> None:
-        """Close stdin (the zygote exits) and reap it; kill it if it hangs."""
+        """Close stdin (the zygote exits); wait at most CLOSE_TIMEOUT, then kill and reap its whole group."""
         self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        deadline = time.monotonic() + CLOSE_TIMEOUT
+        process_group.until(self.proc, lambda: "timeout" if time.monotonic() > deadline else None, 0.05)
 
 
 def encode_state(state: dict) -> dict:
