@@ -2,6 +2,7 @@
 bad arguments refused by name, and the controller command line built from the program's own option table."""
 
 import argparse
+import inspect
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 from test_multi import numpy_weights
 
 from shardlab.errors import ConfigError, LaunchError
-from shardlab.multi import program, supervise
+from shardlab.multi import group_supervisor, program, supervise
 
 pytestmark = pytest.mark.stage5
 
@@ -46,6 +47,15 @@ def test_the_controller_command_line_refuses_an_unknown_or_missing_option():
         program.argv(shared="/s", out="/o", stepz=3)
     with pytest.raises(LaunchError, match="needs"):
         program.argv(out="/o")
+
+
+def test_the_command_s_restart_budget_is_the_supervisor_s_and_its_help_states_it():
+    from shardlab.__main__ import parser
+
+    command = parser(only="supervise").commands["supervise"]
+    budget = inspect.signature(group_supervisor.supervise).parameters["budget"].default
+    assert command.parse_args(["--out", "o"]).budget == budget == 3
+    assert f"restarts allowed (default {budget})" in " ".join(command.format_help().split())
 
 
 def run_cli(args, **kw):

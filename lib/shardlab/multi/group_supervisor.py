@@ -32,6 +32,7 @@ from shardlab.multi import launcher, manifest, program, runtime
 from shardlab.multi.wait_guard import EXIT_STOPPED, PULSE, PULSE_WINDOW, TIMEOUT
 
 POLL = 0.05  # seconds between looks at the group
+BUDGET = 3  # restarts allowed by default, here and in the `supervise` command
 FREEZE_S = 5.0  # a pulse older than this (10 missed pulses) is a frozen process
 DEATH_S = 0.5  # an exit is seen at the next poll; 10 polls allow for a loaded machine (2 cores, many processes)
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
@@ -312,7 +313,7 @@ def supervise(
     batch_size: int = BATCH_SIZE,
     timeout: float = TIMEOUT,
     faults: tuple = (),
-    budget: int = 3,
+    budget: int = BUDGET,
     async_save: bool = False,
     keep: int = 0,
     launch: str = "explicit",

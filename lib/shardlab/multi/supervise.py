@@ -21,11 +21,9 @@ from shardlab.cli import add_run_arguments, count, natural, seconds
 from shardlab.errors import ConfigError, ShardlabError
 from shardlab.multi.wait_guard import TIMEOUT
 
-BUDGET = 3  # restarts allowed by default
-
 
 def add_arguments(parser) -> None:
-    from shardlab.multi import runtime
+    from shardlab.multi import group_supervisor, runtime
 
     out = "supervise_out"
     parser.add_argument("--processes", type=count, default=2, help="controller processes (default 2)")
@@ -34,7 +32,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--save-every", type=natural, default=3, help="save every K steps, 0: never (default 3)")
     parser.add_argument("--async-save", action="store_true", help="write checkpoints in the background")
     parser.add_argument("--keep", type=natural, default=0, help="keep the newest N complete checkpoints (0: all)")
-    parser.add_argument("--budget", type=natural, default=BUDGET, help=f"restarts allowed (default {BUDGET})")
+    parser.add_argument(
+        "--budget",
+        type=natural,
+        default=group_supervisor.BUDGET,
+        help=f"restarts allowed (default {group_supervisor.BUDGET})",
+    )
     parser.add_argument(
         "--launch", default="explicit", choices=runtime.LAUNCHES, help="how the group starts (default explicit)"
     )
