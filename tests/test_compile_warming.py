@@ -82,14 +82,27 @@ def _recording(tmp_path):
     return path, record
 
 
-def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path):
+# (stage, the searched checks, search seed, cases, the rows each `initial` call receives, in order)
+WALKS = [
+    # two initial calls per case: the case's rows, then another shape's
+    (1, ("random_sampler_walk",), 31, 3, [24, 23, 34, 23, 23, 1]),
+    # the teaching fixtures' 23 rows then 5: the first case's other shape is one row (no sort to compile),
+    # the second case's the 23 rows compiled already
+    (1, ("random_sampler_walk",), 2, 2, [23, 1, 5, 23]),
+    # a step search warms no row count (it calls no initial); each transition walk calls initial once
+    pytest.param(2, ("random_step_update", "random_transition_walk"), 31, 2, [43, 1023], marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("stage, searched, seed, cases, rows", WALKS, ids=["walk", "teaching-rows", "step-search"])
+def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path, stage, searched, seed, cases, rows):
     path, record = _recording(tmp_path)
-    enumerated = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "random_sampler_walk"]
-    results = runner.run_checks(str(path), 1, only=True, skip=enumerated, search_seed=31, search_cases=3)
-    assert [r.name for r in results] == ["random_sampler_walk"] and results[0].passed, results
+    enumerated = [c.__name__ for c in runner.checks_of(stage) if c.__name__ not in searched]
+    results = runner.run_checks(str(path), stage, only=True, skip=enumerated, search_seed=seed, search_cases=cases)
+    assert sorted(r.name for r in results) == sorted(searched) and all(r.passed for r in results), results
     given = [int(line) for line in record.read_text().split()]
-    assert list(dict.fromkeys(given)) == search.row_counts({1}, 31, search_cases=3)
-    assert len(given) == 6  # two initial calls per case, the case's rows then another shape's
+    assert list(dict.fromkeys(given)) == search.row_counts({stage}, seed, search_cases=cases)
+    assert given == rows
 
 
 def _nice(thread_id: int) -> int:
@@ -111,18 +124,6 @@ def test_the_warming_thread_runs_at_the_lowest_priority_and_the_checks_do_not():
     assert _nice(threading.get_native_id()) == here  # the thread running the checks keeps its priority
 
 
-@pytest.mark.slow  # a step search: make test's, not the inner loop's
-def test_a_step_search_warms_no_row_count_and_a_transition_walk_its_own(tmp_path):
-    path, record = _recording(tmp_path)
-    searched = ("random_step_update", "random_transition_walk")
-    enumerated = [c.__name__ for c in runner.checks_of(2) if c.__name__ not in searched]
-    results = runner.run_checks(str(path), 2, only=True, skip=enumerated, search_seed=31, search_cases=2)
-    assert sorted(r.name for r in results) == sorted(searched) and all(r.passed for r in results), results
-    given = [int(line) for line in record.read_text().split()]
-    assert list(dict.fromkeys(given)) == search.row_counts({2}, 31, search_cases=2)
-    assert len(given) == 2  # one initial per walk, none for a step
-
-
 def test_the_warming_waits_while_no_core_is_free_and_finishes_when_asked(monkeypatch):
     monkeypatch.setattr(compile_cache, "spare_core", lambda: False)
     waiting = compile_cache.Warming([1031, 1033])
@@ -139,17 +140,6 @@ def test_a_core_is_spare_only_while_the_runnable_threads_fit_the_cores(monkeypat
     assert compile_cache.spare_core()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set())
     assert not compile_cache.spare_core()
-
-
-def test_a_walk_of_the_teaching_fixtures_rows_gives_its_second_initial_one_row(tmp_path):
-    path, record = _recording(tmp_path)
-    enumerated = [c.__name__ for c in runner.checks_of(1) if c.__name__ != "random_sampler_walk"]
-    # search seed 2 draws a 23-row case, then a 5-row one
-    results = runner.run_checks(str(path), 1, only=True, skip=enumerated, search_seed=2, search_cases=2)
-    assert [r.name for r in results] == ["random_sampler_walk"] and results[0].passed, results
-    given = [int(line) for line in record.read_text().split()]
-    # the 23-row case's other shape is one row (no sort to compile), the 5-row case's the 23 rows compiled already
-    assert given == [23, 1, 5, 23]
 
 
 def test_a_warming_leaves_the_row_counts_no_check_will_draw(monkeypatch):
