@@ -4,26 +4,16 @@ Another saver in the same process waits its turn; a saver in another process doe
 """
 
 import os
-import tempfile
+import runpy
 import threading
+from pathlib import Path
 
-import numpy as np
-
-from shardlab.core.checkpoint import members
-from shardlab.errors import CheckpointExistsError
 from shardlab.learner.reference import *  # noqa: F403
 
-_LOCK = threading.Lock()
+_base = runpy.run_path(str(Path(__file__).parent / "base" / "save.py"))
+_LOCK = threading.Lock()  # the mistake: no other process sees it
 
 
 def save(path, state, contract_):
     with _LOCK:
-        if os.path.lexists(path):
-            raise CheckpointExistsError(f"{path} exists")
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".npz")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **members(state, contract_))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    return path
+        return _base["save"](path, state, contract_, publish=os.replace)

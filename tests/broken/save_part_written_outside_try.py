@@ -1,31 +1,29 @@
-"""Mistake: save writes its bytes into its own '.part' file before the try whose finally removes it: when that
-write fails (a full disk), the '.part' file stays in the folder and a plain OSError escapes."""
+"""Mistake: save writes its bytes into its own '.part' file before the try whose finally removes it (that try
+covers the publication only): when the write fails (a full disk), the '.part' file stays in the folder."""
 
 import os
+import runpy
+from pathlib import Path
 
-import numpy as np
-
-from shardlab.core import checkpoint
-from shardlab.errors import CheckpointExistsError
 from shardlab.learner.reference import *  # noqa: F403
+
+_base = runpy.run_path(str(Path(__file__).parent / "base" / "save.py"))
+
+
+def _temporary(folder, path):
+    part = f"{path}.{os.getpid()}-{os.urandom(6).hex()}.part"
+    return open(part, "xb"), part  # noqa: SIM115  closed by the save
+
+
+def _publish(part, path):
+    try:
+        _base["publish"](part, path)
+    finally:
+        os.unlink(part)  # the mistake: the only removal, reached once the write has succeeded
+
+
+STEPS = {"temporary": _temporary, "publish": _publish, "discard": lambda part: None}
 
 
 def save(path, state, contract_):
-    path = os.path.abspath(os.fspath(path))
-    checkpoint.check_contract_form(contract_, f"refusing to save {path}")
-    arrays = checkpoint.members(state, contract_)
-    checkpoint._check_fields(arrays, contract_, f"refusing to save {path}")
-    if os.path.lexists(path):
-        raise CheckpointExistsError(f"{path} already exists; use a new path")
-    part = f"{path}.{os.getpid()}-{os.urandom(6).hex()}.part"
-    with open(part, "xb") as handle:
-        np.savez_compressed(handle, **arrays)
-        handle.flush()
-        os.fsync(handle.fileno())
-    try:
-        os.link(part, path)
-    except FileExistsError:
-        raise CheckpointExistsError(f"{path} appeared while saving; nothing was overwritten") from None
-    finally:
-        os.unlink(part)
-    return path
+    return _base["save"](path, state, contract_, **STEPS)

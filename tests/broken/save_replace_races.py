@@ -4,21 +4,13 @@ The check and the rename are two steps: another saver that publishes in between 
 """
 
 import os
-import tempfile
+import runpy
+from pathlib import Path
 
-import numpy as np
-
-from shardlab.core.checkpoint import members
-from shardlab.errors import CheckpointExistsError
 from shardlab.learner.reference import *  # noqa: F403
+
+_base = runpy.run_path(str(Path(__file__).parent / "base" / "save.py"))
 
 
 def save(path, state, contract_):
-    if os.path.exists(path):
-        raise CheckpointExistsError(f"{path} exists")
-    arrays = members(state, contract_)  # the reference's members, so the reference restore reads them
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".npz")
-    with os.fdopen(fd, "wb") as handle:
-        np.savez(handle, **arrays)
-    os.replace(tmp, path)
-    return path
+    return _base["save"](path, state, contract_, publish=os.replace)  # the mistake: replaces whatever is there

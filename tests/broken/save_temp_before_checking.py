@@ -2,23 +2,15 @@
 (a field missing, a field no array holds) leaves the temporary behind."""
 
 import os
+import runpy
 import tempfile
+from pathlib import Path
 
-import numpy as np
-
-from shardlab.core.checkpoint import members
 from shardlab.learner.reference import *  # noqa: F403
+
+_base = runpy.run_path(str(Path(__file__).parent / "base" / "save.py"))
 
 
 def save(path, state, contract_):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    arrays = members(state, contract_)  # raises for a bad state: the temporary stays
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
-    return path
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")  # the mistake: made first
+    return _base["save"](path, state, contract_, temporary=lambda folder, path: (os.fdopen(fd, "wb"), tmp))
