@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from shardlab import process_group
+
 LOOPS_JSON = "loops.json"
 SAMPLES = 3
 CLASS = ("correct/packed_psum.py", "correct/nested_contract.py", "broken/drop_remainder.py")  # under tests/
@@ -198,7 +200,7 @@ def sample(loop: Loop, clock=time.perf_counter, load=os.getloadavg, timeout: flo
     before = list(load())
     start = clock()
     try:
-        done = subprocess.run(loop.command, cwd=loop.cwd, env=environment(loop), capture_output=True, timeout=timeout)
+        done = process_group.run(loop.command, timeout, cwd=loop.cwd, env=environment(loop), capture_output=True)
         status = done.returncode
     except subprocess.TimeoutExpired:
         status = "stopped after the timeout"

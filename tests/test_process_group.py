@@ -176,3 +176,27 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
         reader.wait()
         if _running(escaped := int(log.read_text().split()[0])):
             os.kill(escaped, signal.SIGKILL)
+
+
+def test_run_returns_what_subprocess_run_would_and_leaves_nothing_running():
+    before = set(process_group.LIVE)
+    done = process_group.run(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    assert process_group.LIVE == before
+
+
+def test_run_past_its_timeout_kills_the_whole_group_and_raises_with_the_output_so_far():
+    before = set(process_group.LIVE)
+    try:
+        process_group.run([sys.executable, "-c", PARENT], timeout=2, capture_output=True, text=True)
+    except subprocess.TimeoutExpired as exc:
+        grandchild = int(exc.stdout.split()[0])
+    else:
+        raise AssertionError("a child sleeping 600 s ended within a 2 s timeout")
+    assert _ended([grandchild]), "the grandchild in the child's group outlived the timeout"
+    assert process_group.LIVE == before

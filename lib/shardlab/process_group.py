@@ -5,7 +5,8 @@ it; `signal` sends one signal to a child's whole group (the one place a group is
 `kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
 each one, so a group's survivors cannot react to a peer's death before their own kill; `until`
 waits for a child while a caller's test of its bounds says go on, then kills its group (the one
-bounded wait of the checker's interpreters and `grade`'s checks); `stop_all` kills every child
+bounded wait of the checker's interpreters and `grade`'s checks); `run` is `subprocess.run` with a timeout
+that kills the whole group (a command the course or its rig runs to completion); `stop_all` kills every child
 still remembered (the caller was interrupted). What is killed is the group, not
 the pid: whatever a child started in its group (mpiexec's proxies, a learner's stray children)
 ends with it. Stage 5's controller groups start, are stopped and end here.
@@ -60,6 +61,29 @@ def until(process: subprocess.Popen, stop, poll: float, pause=time.sleep) -> str
         return None
     finally:
         kill(process)
+
+
+def run(argv: list, timeout: float, **popen) -> subprocess.CompletedProcess:
+    """`argv` run to its end in a group of its own, as `subprocess.run(argv, timeout=timeout, **popen)` would run it.
+
+    Its output is collected as `popen` asks (capture_output, stdout, stderr, text, ...). Past `timeout`
+    seconds, or when the caller is interrupted, its whole group is killed, not only the child, and the
+    exception raised (subprocess.TimeoutExpired, with the output read so far); a child that ended by
+    itself has its group killed too, so nothing it started outlives the call.
+    """
+    if popen.pop("capture_output", False):
+        popen["stdout"] = popen["stderr"] = subprocess.PIPE
+    process = spawn(argv, **popen)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except BaseException as exc:
+        kill(process)
+        left = process.communicate()  # what the group wrote before it was killed; the pipes are closed
+        if isinstance(exc, subprocess.TimeoutExpired):
+            exc.stdout, exc.stderr = left
+        raise
+    kill(process)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def stop_all() -> None:

@@ -10,12 +10,12 @@ over the course loop at its best on this machine, not over a slow phase of it.
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from shardlab import process_group
 from shardlab.errors import ShardlabError
 
 BLOCKS = 5
@@ -41,11 +41,11 @@ def dedicated(batch_sizes, steps: int, seed: int, width: int, blocks: int = BLOC
     args = json.dumps(
         {"batch_sizes": list(batch_sizes), "steps": steps, "blocks": blocks, "seed": seed, "width": width}
     )
-    child = subprocess.run(
+    child = process_group.run(
         [sys.executable, "-m", "rig.bench.baseline", args],
+        timeout,
         capture_output=True,
         text=True,
-        timeout=timeout,
         cwd=CHECKOUT,  # where `rig` is importable, whatever folder the bench was started from
     )
     if child.returncode != 0:

@@ -19,7 +19,7 @@ import zipfile
 import numpy as np
 
 from rig.torture.outcome import Tally, tree_digest
-from shardlab import orbax_io, outdir
+from shardlab import orbax_io, outdir, process_group
 from shardlab.core import checkpoint, files
 from shardlab.core.files import sha256_file
 from shardlab.core.schema import DTYPES, FIELDS
@@ -621,11 +621,11 @@ def _full_disk(tally: Tally, folder: str, k: int) -> None:
     tally.trials += 1
     target = os.path.join(folder, f"full-{k}", "ckpt")
     began = time.perf_counter()
-    done = subprocess.run(
+    done = process_group.run(
         [sys.executable, "-c", FULL_DISK_CHILD, target, str(300 + 400 * k)],
+        300,
         capture_output=True,
         text=True,
-        timeout=300,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

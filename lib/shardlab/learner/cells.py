@@ -144,11 +144,11 @@ def _regenerate_starter(starter_file: Path, write: bool) -> list[str]:
 
 def _sync(paths: list) -> None:
     """Update the paired `.ipynb` of every `.md` in `paths` from it, as `jupytext --sync` does (one interpreter)."""
-    import subprocess
+    from shardlab import process_group
 
     pairs = [str(path.with_suffix(".ipynb")) for path in paths]
     command = [sys.executable, "-m", "jupytext", "--quiet", "--sync", *pairs]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # its own stdout, not ours
+    done = process_group.run(command, 120, capture_output=True, text=True)  # its own stdout, not ours
     if done.returncode != 0:
         raise UsageError(f"jupytext could not sync {', '.join(pairs)}: {done.stderr.strip()[-400:]}")
 
