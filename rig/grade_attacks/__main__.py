@@ -2,7 +2,6 @@
 
 import argparse
 import csv
-import hashlib
 import json
 import resource
 import shutil
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 from rig.grade_attacks import attacks as A
+from shardlab.core.files import sha256_file
 from shardlab.errors import ConfigError
 from shardlab.handin import grade
 
@@ -19,7 +19,7 @@ RECEIPTS = Path(__file__).resolve().parents[2] / "receipts"  # a finished run's 
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "absent"
+    return sha256_file(path) if path.is_file() else "absent"
 
 
 def _verdicts(rows: list) -> list:
