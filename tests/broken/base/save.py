@@ -1,11 +1,12 @@
 """The save the planted save mistakes start from: the course's steps, each one a function a mistake replaces.
 
-`save(path, state, contract, **steps)` checks the state and the path, makes the missing folders (removing
-them again if the save raises), clears dead savers' temporaries, opens a temporary file beside the target,
-writes and fsyncs it, hard-links it to the target, fsyncs the folder and removes the temporary name. A
-planted file passes the one step it gets wrong (`save(path, state, contract_, write=_unsynced)`), so it
-states its mistake in those few lines; it loads this file with `runpy.run_path`, beside it in tests/broken/.
-This file is no case: nothing checks it on its own.
+`save(path, state, contract, **steps)` turns the state into the checkpoint's members and checks them,
+refuses a taken path, makes the missing folders (removing them again if the save raises), clears dead
+savers' temporaries, opens a temporary file beside the target, writes and fsyncs it, hard-links it to
+the target, fsyncs the folder and removes the temporary name. A planted file passes the one step it
+gets wrong (`save(path, state, contract_, write=_write)`), so it states its mistake in those few lines;
+it loads this file with `runpy.run_path`, from beside it in tests/broken/. This file is no case: nothing
+checks it on its own.
 """
 
 import os
@@ -49,6 +50,7 @@ def save(
     state,
     contract,
     *,
+    members=checkpoint.members,
     folders=files.new_folders,
     temporary=temporary,
     write=write,
@@ -58,7 +60,7 @@ def save(
     """The course's save through the steps given; the step a planted file passes is its mistake."""
     path = os.fspath(path)
     checkpoint.check_contract_form(contract, f"refusing to save {path}")
-    arrays = checkpoint.members(state, contract)
+    arrays = members(state, contract)
     checkpoint._check_fields(arrays, contract, f"refusing to save {path}")
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} already exists; use a new path")
