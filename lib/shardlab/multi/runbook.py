@@ -9,7 +9,7 @@ stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` 
 here.
 """
 
-from shardlab.multi import group_supervisor
+from shardlab.multi import group_supervisor, scenarios
 
 ROWS = (
     {
@@ -71,7 +71,7 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "stop relaunching and raise RestartBudgetError naming every attempt's cause; a person fixes "
         "the cause (code, data, host) before the next launch",
-        "stop": "more failures than the restart budget (2 in the drill)",
+        "stop": "more failures than the restart budget ({crash_loop_budget} in the drill)",
         "drills": ("crash_loop",),
     },
 )
@@ -80,7 +80,7 @@ COLUMNS = ("failure", "detector", "owner", "mitigation", "stop", "drills")
 
 def rows(timeout: float) -> list[dict]:
     """The runbook with its stop conditions' bounds filled in for `timeout` (seconds of every guard's wait)."""
-    bounds = group_supervisor.detection_bounds(timeout)
+    bounds = {**group_supervisor.detection_bounds(timeout), "crash_loop_budget": scenarios.CRASH_LOOP_BUDGET}
     return [{**row, "stop": row["stop"].format(**bounds)} for row in ROWS]
 
 

@@ -24,6 +24,7 @@ import time
 from shardlab import process_group
 from shardlab.multi import group_supervisor, launcher, ledger, manifest, program, rows, runtime
 
+CRASH_LOOP_BUDGET = 2  # restarts the crash-loop drill allows: the failure after them ends the run
 SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
 
@@ -324,12 +325,13 @@ def named_stop(ctx) -> dict:
 
 
 def crash_loop(ctx) -> dict:
-    """Process 1 dies at step 2 in every attempt: the restart budget (2) ends it with a RestartBudgetError."""
-    result = ctx.supervise("crash_loop", faults=(kill(1, "update", 1, "die"),) * 3, budget=2)
+    """Process 1 dies at step 2 in every attempt: the restart budget (CRASH_LOOP_BUDGET) ends it, RestartBudgetError."""
+    failures = CRASH_LOOP_BUDGET + 1
+    result = ctx.supervise("crash_loop", faults=(kill(1, "update", 1, "die"),) * failures, budget=CRASH_LOOP_BUDGET)
     error = result["error"] or {}
     return rows.row(
         "crash_loop",
-        error.get("type") == "RestartBudgetError" and result["failures"] == 3 and not result["completed"],
+        error.get("type") == "RestartBudgetError" and result["failures"] == failures and not result["completed"],
         [result["world"]],
         failures=[rows.failure(a["attempt"], a) for a in result["attempts"]],
         restarts=result["restarts"],
