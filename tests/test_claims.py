@@ -364,8 +364,10 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     timing = {"eager_4dev": {"median_ms": eager[0], "q1_ms": eager[1]}}
     timing["compiled_4dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), four_devices))
     timing["compiled_1dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), one))
+    ratio, eager_ratio = four_devices[0] / one[0], eager[0] / four_devices[0]  # of the medians, by hand
+    timing["ratios"] = {"compiled_4dev_over_compiled_1dev": ratio, "eager_4dev_over_compiled_4dev": eager_ratio}
     values = {"e": eager[0], "e_lo": eager[1], "c4": four_devices[0], "c4_lo": four_devices[1]}
-    values.update(c4_hi=four_devices[2], c1=one[0], c1_hi=one[2])
+    values.update(c4_hi=four_devices[2], c1=one[0], c1_hi=one[2], r=ratio, re=eager_ratio)
     names = ["timing_order", "timing_eager_clear"]
     text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, names, **values)
     assert word in text, text
@@ -373,6 +375,10 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     assert (four_devices[1] > one[2]) == (word == "costs more")
     assert (eager[1] > max(four_devices[2], one[2])) == (word != "not clear beyond the spread")
     assert four_devices[0] > one[0]  # both medians in the same order: the old rule stated it either way
+    # the ratio is stated with its reading, never before it: after the words that say whether the spread allows it
+    at = text.index(f"4-device / 1-device = {ratio:.2f}x")
+    assert ("within the spread" in text[at:]) == (word != "costs more"), text
+    assert ("hold beyond the spread" in text[:at]) == (word == "costs more"), text
     assert sentences.timing_order(timing) == text
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
