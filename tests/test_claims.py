@@ -395,7 +395,8 @@ def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
-@pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1)])
+# the last: a blind reader's run, 0.956 against 0.854 ms from two traced transitions: not called longer
+@pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1), (0.956, 0.854)])
 def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare, update):
     from shardlab.course import sentences
 
@@ -410,20 +411,24 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
         tmp_path,
         "stage4b_beyond",
         recorded,
-        ["boundary_at_batch_<side>"],
+        ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"],
         {"side": "before", "batch": "7", "loop": "course loop"},
         p=prepare,
         u=update,
     )
-    longer = "update" if update > prepare else "host's"
-    assert f"At batch 7, the course loop's longer boundary is the {longer}" in text, text
+    if max(prepare, update) > 1.25 * min(prepare, update):  # by hand: one beyond the other by a quarter
+        longer = "update" if update > prepare else "host's"
+        assert f"At batch 7, the course loop's longer boundary is the {longer}" in text, text
+    else:
+        assert "within a quarter of each other" in text and "longer boundary is" not in text, text
     assert sentences.boundary_at_batch(per, "before", 7, "course loop") == text
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 
 
 @pytest.mark.parametrize(
     ("prepare", "update", "agrees"),
-    [(0.646, 0.746, False), (0.9, 0.5, True)],  # a blind reader's run: the update longer at batch 7, not in 4a
+    # a blind reader's run: the update longer at batch 7 by 15 %, within a quarter: neither agrees nor disagrees
+    [(0.646, 0.746, None), (0.9, 0.5, True), (0.4, 0.9, False)],
 )
 def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepare, update, agrees):
     from shardlab.course import sentences
@@ -437,10 +442,15 @@ def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepar
     first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
     recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first}
     values = {"p": prepare, "u": update, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
-    text, _ = _said(tmp_path, "stage4b_beyond", recorded, ["split_as_in_stage4a"], {"batch": "7"}, **values)
-    assert ((update > prepare) == (0.8885 > 1.665)) == agrees  # the same boundary longer at both batch sizes
-    assert text.startswith("This agrees" if agrees else "This disagrees"), text
-    assert "batch 1023" in text and ("does not describe the course loop at batch 7" in text) == (not agrees)
+    names = ["split_as_in_stage4a", "split_unlike_stage4a"]
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded, names, {"batch": "7"}, **values)
+    clear = max(prepare, update) > 1.25 * min(prepare, update)  # by hand: one boundary beyond the other by a quarter
+    assert (agrees is None) == (not clear)
+    if clear:
+        assert ((update > prepare) == (0.8885 > 1.665)) == agrees  # the same boundary longer at both batch sizes
+    start = {True: "This agrees", False: "This disagrees", None: "Stage 4a's trace"}[agrees]
+    assert text.startswith(start), text
+    assert "batch 1023" in text and ("does not describe the course loop at batch 7" in text) == (agrees is False)
     assert sentences.split_against_stage4a(per, first, 7) == text
     assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
@@ -1002,7 +1012,9 @@ def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_d
         # a blind reader's run: waiting plus the collectives' unnamed time, 1.60 of 2.58 ms, against 0.98
         ({"waiting_ms": 0.34, "collective_ms": 1.26, "program_ms": 0.98, "busy_ms": 2.58}, "mostly meeting"),
         ({"waiting_ms": 0.3, "collective_ms": 0.4, "program_ms": 0.2, "busy_ms": 0.9}, "not the arithmetic"),
-        ({"waiting_ms": 0.3, "collective_ms": 0.2, "program_ms": 0.7, "busy_ms": 1.2}, "the program, not meeting"),
+        ({"waiting_ms": 0.2, "collective_ms": 0.2, "program_ms": 0.7, "busy_ms": 1.1}, "the program, not meeting"),
+        # a blind reader's run: 1.00 ms of program against 0.42 + 0.45 ms of meeting, one capture: no order
+        ({"waiting_ms": 0.42, "collective_ms": 0.45, "program_ms": 1.00, "busy_ms": 1.87}, "neither clearly"),
     ],
 )
 def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, split, answer):
@@ -1016,7 +1028,8 @@ def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, sp
     assert answer in said, said
     w, c, p = split["waiting_ms"], split["collective_ms"], split["program_ms"]
     assert (answer == "not the arithmetic") == (p < min(w, c))  # by hand
-    assert (answer == "mostly meeting") == (p >= min(w, c) and w + c > p)
+    assert (answer == "mostly meeting") == (p >= min(w, c) and w + c > 1.25 * p)
+    assert (answer == "the program, not meeting") == (p >= min(w, c) and p > 1.25 * (w + c))
 
 
 @pytest.mark.parametrize(

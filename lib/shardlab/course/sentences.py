@@ -54,6 +54,19 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
     "b": "fused_trace.top_events.busy_ms",
 }
 WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
+_PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
+CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
+BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
+    "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
+    "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
+}
+SPLIT = {  # stage 4b's course loop beside stage 4a's traced split
+    "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
+    "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
+    "a_b": "stage4a_split.batch_size",
+    "a_p": "stage4a_split.median_prepare_and_place_ms",
+    "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
+}
 # stage 4b's measured/roofline ratios, rounded as the table rounds them (perf.roofline.DIGITS): one rounding each
 _U, _C, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}"
@@ -357,32 +370,41 @@ SENTENCES = {
     },
     "stage4b_beyond": {
         "boundary_at_batch_<side>": _s(
-            "u > p",
-            {
-                "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
-                "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
-            },
+            f"u > {CLEAR} * p",
+            BOUNDARY,
             "At batch <batch>, the <loop>'s longer boundary is the update: compiled_update_and_wait {u:.3f} ms per "
             "step against prepare_and_place {p:.3f} ms.",
+            "At batch <batch>, the <loop>'s update is not the longer boundary by more than a quarter "
+            "(compiled_update_and_wait {u:.3f} ms per step, prepare_and_place {p:.3f} ms).",
+        ),
+        "host_boundary_at_batch_<side>": _s(
+            f"p > {CLEAR} * u",
+            BOUNDARY,
             "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
             "against compiled_update_and_wait {u:.3f} ms.",
+            "At batch <batch>, the <loop>'s two boundaries are within a quarter of each other (prepare_and_place "
+            "{p:.3f} ms per step, compiled_update_and_wait {u:.3f} ms): one short capture, with no spread, does not "
+            "say which is longer.",
         ),
         "split_as_in_stage4a": _s(
-            "u > p and a_u > a_p or u <= p and a_u <= a_p",
-            {
-                "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
-                "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
-                "a_b": "stage4a_split.batch_size",
-                "a_p": "stage4a_split.median_prepare_and_place_ms",
-                "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
-            },
+            f"u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p",
+            SPLIT,
             "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
             "sizes.",
+            "This does not agree with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
+            "compiled_update_and_wait {a_u:.3f} ms by median).",
+        ),
+        "split_unlike_stage4a": _s(
+            f"u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p",
+            SPLIT,
             "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
             "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
             "batch <batch>.",
+            "Stage 4a's trace, taken at batch {a_b}, had prepare_and_place {a_p:.3f} ms and "
+            "compiled_update_and_wait {a_u:.3f} ms by median; with this capture's two boundaries within a quarter "
+            "of each other, it neither agrees nor disagrees with that split.",
         ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
@@ -440,24 +462,33 @@ SENTENCES = {
         "arithmetic_smallest": _s(
             "p < min(w, c)",
             WAITING,
-            "So, to the prediction: not the arithmetic. The rest of the program, which holds the update's arithmetic "
-            "(and the sampler and the gather), is the smallest part, {p:.2f} of the {b:.2f} ms; meeting the other "
-            "devices (named waiting {w:.2f} ms, the collectives' unnamed time {c:.2f} ms) takes more.",
-            "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
-            "and the gather), took {p:.2f} of the {b:.2f} ms, not less than both named waiting ({w:.2f} ms) and the "
-            "collectives' unnamed time ({c:.2f} ms).",
+            f"So, to the prediction: not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
+            "{p:.2f} of the {b:.2f} ms; meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed "
+            "time {c:.2f} ms) takes more.",
+            f"So, to the prediction: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
+            "less than both named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms).",
         ),
         "meeting_dominates": _s(
-            "w + c > p",
+            f"w + c > {CLEAR} * p",
             WAITING,
             "So, to the prediction: mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
             "collectives' unnamed time ({c:.2f} ms) together are more of the {b:.2f} ms than the rest of the "
-            "program, which holds the update's arithmetic (and the sampler and the gather), {p:.2f} ms; the trace "
-            "cannot split the collectives' time between copying and adding and synchronising.",
-            "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
-            "and the gather), took {p:.2f} of the {b:.2f} ms, at least named waiting ({w:.2f} ms) and the "
-            "collectives' unnamed time ({c:.2f} ms) together: here the program, not meeting the other devices, is "
-            "the larger part.",
+            f"program, {_PROGRAM}, {{p:.2f}} ms, by more than a quarter; the trace cannot split the collectives' "
+            "time between copying and adding and synchronising.",
+            f"So, to the prediction: meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
+            f"unnamed time {{c:.2f}} ms) does not exceed the rest of the program, {_PROGRAM}, {{p:.2f}} ms, by more "
+            "than a quarter.",
+        ),
+        "program_dominates": _s(
+            f"p > {CLEAR} * (w + c)",
+            WAITING,
+            f"So, to the prediction: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
+            "than named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms) together by more than a "
+            "quarter: here the program, not meeting the other devices, is the larger part.",
+            f"So, to the prediction: neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
+            "{b:.2f} ms, while meeting the other devices, named waiting ({w:.2f} ms) and the collectives' unnamed "
+            "time ({c:.2f} ms) together, comes within a quarter of it: one short capture with no spread cannot order "
+            "the two.",
         ),
         "collective_rate": _s(
             "r < 0.1 * g",
@@ -928,13 +959,14 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
 
 
 def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`."""
+    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`
+    by more than a quarter (CLEAR), or that neither is."""
     values = {
         key: per_step[side][f"median_{name}_ms_per_step"]
         for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
     }
     fill = {"side": side, "batch": str(batch), "loop": loop}
-    return chosen(notebook, "boundary_at_batch_<side>", fill, **values)
+    return chosen_first(notebook, ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"], fill, **values)
 
 
 def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int, notebook="stage4b_beyond") -> str:
@@ -949,7 +981,7 @@ def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int
         "a_p": stage4a_split["median_prepare_and_place_ms"],
         "a_u": stage4a_split["median_compiled_update_and_wait_ms"],
     }
-    return chosen(notebook, "split_as_in_stage4a", {"batch": str(batch)}, **values)
+    return chosen_first(notebook, ["split_as_in_stage4a", "split_unlike_stage4a"], {"batch": str(batch)}, **values)
 
 
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
@@ -961,7 +993,7 @@ def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
 def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen_first(notebook, ["arithmetic_smallest", "meeting_dominates"], **values)
+    return chosen_first(notebook, ["arithmetic_smallest", "meeting_dominates", "program_dominates"], **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
