@@ -17,6 +17,7 @@ def supervised(several: dict, death_bound_s: float) -> dict:
         **{k: several[k] for k in keys},
         "ports": len({f["port"] for f in several["failures"]}) + 1,
         "max_weight_diff": several["max_weight_diff"],
+        "max_loss_diff": several["against_control"].get("max_loss_diff"),  # None when the path has a step missing
         "goodput": several["goodput"],
         "death_bound_s": death_bound_s,
     }

@@ -496,7 +496,7 @@ QUESTIONS = (
             (
                 "timing_table",
                 "1. Three equivalent updates",
-                "the table of warm medians and its two ratios",
+                "the table of warm medians, then the sentence that reads their ratios against the middle halves",
                 r"4-device / 1-device = [\d.]+x",
             ),
         ),

@@ -54,9 +54,23 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
     "b": "fused_trace.top_events.busy_ms",
 }
 WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
+_PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
+CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
+BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
+    "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
+    "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
+}
+SPLIT = {  # stage 4b's course loop beside stage 4a's traced split
+    "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
+    "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
+    "a_b": "stage4a_split.batch_size",
+    "a_p": "stage4a_split.median_prepare_and_place_ms",
+    "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
+}
 # stage 4b's measured/roofline ratios, rounded as the table rounds them (perf.roofline.DIGITS): one rounding each
-_C, _P, _S = (
-    f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("c", "course_loop"), ("p", "fused_psum"), ("s", "fused_stats"))
+_U, _C, _P, _S = (
+    f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}"
+    for v, n in (("u", "course_update"), ("c", "course_loop"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
 WORLD_CAUSE = {  # stage 5a: the uninterrupted 2x2 group, and a restart on the control's device count and on another
     "u": "uninterrupted.max_weight_diff",
@@ -129,14 +143,18 @@ SENTENCES = {
                 "c4_hi": "timing.compiled_4dev.q3_ms",
                 "c1": "timing.compiled_1dev.median_ms",
                 "c1_hi": "timing.compiled_1dev.q3_ms",
+                "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
+                "re": "timing.ratios.eager_4dev_over_compiled_4dev",
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
-            "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so on a workload "
-            "this small, with four logical devices sharing this host's cores, splitting the update costs more than "
-            "it saves (four real devices were not measured).",
+            "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so the ratios of "
+            "the medians hold beyond the spread, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x. On "
+            "a workload this small, with four logical devices sharing this host's cores, splitting the update costs "
+            "more than it saves (four real devices were not measured).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
-            "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}): "
-            "read the table's middle halves before a ratio.",
+            "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}), "
+            "so the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are "
+            "within the spread.",
         ),
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
@@ -148,14 +166,19 @@ SENTENCES = {
                 "c4_hi": "timing.compiled_4dev.q3_ms",
                 "c1": "timing.compiled_1dev.median_ms",
                 "c1_hi": "timing.compiled_1dev.q3_ms",
+                "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
+                "re": "timing.ratios.eager_4dev_over_compiled_4dev",
             },
-            "eager ({e:.4g} ms, middle half from {e_lo:.4g}) ≫ compiled, on four devices ({c4:.4g} ms) or on one "
-            "({c1:.4g} ms): that gap is clear beyond the spread. Four devices against one is not: the middle halves "
-            "meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to {c1_hi:.4g} ms), so this run does not "
-            "show whether splitting so small an update over four logical devices costs more than it saves.",
+            "eager ({e:.4g} ms, middle half from {e_lo:.4g}; eager / 4-device = {re:.0f}x) ≫ compiled, on four "
+            "devices ({c4:.4g} ms) or on one ({c1:.4g} ms): that gap is clear beyond the spread. Four devices against "
+            "one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
+            "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread, "
+            "and this run does not show whether splitting so small an update over four logical devices costs more "
+            "than it saves.",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms from "
             "{e_lo:.4g}, four devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up "
-            "to {c1_hi:.4g}): read the table's middle halves before a ratio.",
+            "to {c1_hi:.4g}), so the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = "
+            "{re:.0f}x, are within the spread.",
         ),
         "eager_compiles": _s(
             "n > 0",
@@ -347,32 +370,41 @@ SENTENCES = {
     },
     "stage4b_beyond": {
         "boundary_at_batch_<side>": _s(
-            "u > p",
-            {
-                "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
-                "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
-            },
+            f"u > {CLEAR} * p",
+            BOUNDARY,
             "At batch <batch>, the <loop>'s longer boundary is the update: compiled_update_and_wait {u:.3f} ms per "
             "step against prepare_and_place {p:.3f} ms.",
+            "At batch <batch>, the <loop>'s update is not the longer boundary by more than a quarter "
+            "(compiled_update_and_wait {u:.3f} ms per step, prepare_and_place {p:.3f} ms).",
+        ),
+        "host_boundary_at_batch_<side>": _s(
+            f"p > {CLEAR} * u",
+            BOUNDARY,
             "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
             "against compiled_update_and_wait {u:.3f} ms.",
+            "At batch <batch>, the <loop>'s two boundaries are within a quarter of each other (prepare_and_place "
+            "{p:.3f} ms per step, compiled_update_and_wait {u:.3f} ms): one short capture, with no spread, does not "
+            "say which is longer.",
         ),
         "split_as_in_stage4a": _s(
-            "u > p and a_u > a_p or u <= p and a_u <= a_p",
-            {
-                "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
-                "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
-                "a_b": "stage4a_split.batch_size",
-                "a_p": "stage4a_split.median_prepare_and_place_ms",
-                "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
-            },
+            f"u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p",
+            SPLIT,
             "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
             "sizes.",
+            "This does not agree with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
+            "compiled_update_and_wait {a_u:.3f} ms by median).",
+        ),
+        "split_unlike_stage4a": _s(
+            f"u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p",
+            SPLIT,
             "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
             "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
             "batch <batch>.",
+            "Stage 4a's trace, taken at batch {a_b}, had prepare_and_place {a_p:.3f} ms and "
+            "compiled_update_and_wait {a_u:.3f} ms by median; with this capture's two boundaries within a quarter "
+            "of each other, it neither agrees nor disagrees with that split.",
         ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
@@ -430,24 +462,33 @@ SENTENCES = {
         "arithmetic_smallest": _s(
             "p < min(w, c)",
             WAITING,
-            "So, to the prediction: not the arithmetic. The rest of the program, which holds the update's arithmetic "
-            "(and the sampler and the gather), is the smallest part, {p:.2f} of the {b:.2f} ms; meeting the other "
-            "devices (named waiting {w:.2f} ms, the collectives' unnamed time {c:.2f} ms) takes more.",
-            "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
-            "and the gather), took {p:.2f} of the {b:.2f} ms, not less than both named waiting ({w:.2f} ms) and the "
-            "collectives' unnamed time ({c:.2f} ms).",
+            f"So, to the prediction: not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
+            "{p:.2f} of the {b:.2f} ms; meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed "
+            "time {c:.2f} ms) takes more.",
+            f"So, to the prediction: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
+            "less than both named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms).",
         ),
         "meeting_dominates": _s(
-            "w + c > p",
+            f"w + c > {CLEAR} * p",
             WAITING,
             "So, to the prediction: mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
             "collectives' unnamed time ({c:.2f} ms) together are more of the {b:.2f} ms than the rest of the "
-            "program, which holds the update's arithmetic (and the sampler and the gather), {p:.2f} ms; the trace "
-            "cannot split the collectives' time between copying and adding and synchronising.",
-            "So, to the prediction: the rest of the program, which holds the update's arithmetic (and the sampler "
-            "and the gather), took {p:.2f} of the {b:.2f} ms, at least named waiting ({w:.2f} ms) and the "
-            "collectives' unnamed time ({c:.2f} ms) together: here the program, not meeting the other devices, is "
-            "the larger part.",
+            f"program, {_PROGRAM}, {{p:.2f}} ms, by more than a quarter; the trace cannot split the collectives' "
+            "time between copying and adding and synchronising.",
+            f"So, to the prediction: meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
+            f"unnamed time {{c:.2f}} ms) does not exceed the rest of the program, {_PROGRAM}, {{p:.2f}} ms, by more "
+            "than a quarter.",
+        ),
+        "program_dominates": _s(
+            f"p > {CLEAR} * (w + c)",
+            WAITING,
+            f"So, to the prediction: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
+            "than named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms) together by more than a "
+            "quarter: here the program, not meeting the other devices, is the larger part.",
+            f"So, to the prediction: neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
+            "{b:.2f} ms, while meeting the other devices, named waiting ({w:.2f} ms) and the collectives' unnamed "
+            "time ({c:.2f} ms) together, comes within a quarter of it: one short capture with no spread cannot order "
+            "the two.",
         ),
         "collective_rate": _s(
             "r < 0.1 * g",
@@ -468,19 +509,32 @@ SENTENCES = {
         "course_against_roofline": _s(
             "q > 10",
             {
-                "c": "roofline.points.course_loop.measured_over_roofline",
+                "u": "roofline.points.course_update.measured_over_roofline",
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
-                "q": "roofline.course_over_fused",
+                "q": "roofline.course_update_over_fused",
             },
-            f"The course step took {_C}x what its roofline allows, {{q:.0f}} times the larger of the fused steps' "
-            f"ratios ({_P}x, {_S}x). That ratio sets the whole host transition (sampler, placement, dispatch and "
-            "update) against the roofline of the compiled update alone, so what lies beyond the roofline is mostly "
-            "host preparation and dispatch, not arithmetic or memory.",
-            f"The course step took {_C}x what its roofline allows, {{q:.1f}} times the larger of the fused steps' "
-            f"ratios ({_P}x, {_S}x), not more than ten times. That ratio sets the whole host transition (sampler, "
-            "placement, dispatch and update) against the roofline of the compiled update alone; on this run moving "
-            "the transition onto the devices did not bring it much nearer.",
+            f"Like for like, a compiled program and its dispatch on each side: the course's update alone took {_U}x "
+            f"what its roofline allows, {{q:.0f}} times the larger of the fused steps' ratios ({_P}x, {_S}x). The "
+            "course update pays one dispatch and wait per step, a fused loop one per K steps, so what lies beyond the "
+            "course update's roofline is mostly that fixed cost per call, not arithmetic or memory.",
+            f"Like for like, a compiled program and its dispatch on each side: the course's update alone took {_U}x "
+            f"what its roofline allows, {{q:.1f}} times the larger of the fused steps' ratios ({_P}x, {_S}x), not "
+            "more than ten times: on this run one dispatch per K steps instead of one per step did not bring a step "
+            "much nearer its roofline.",
+        ),
+        "course_loop_against_update": _s(
+            "c > u",
+            {
+                "c": "roofline.points.course_loop.measured_over_roofline",
+                "u": "roofline.points.course_update.measured_over_roofline",
+            },
+            f"The whole course transition took {_C}x the update's roofline, more than the update alone ({_U}x): the "
+            "rest is host work, the sampler, the placement of the batch and the Python around the call, which no "
+            "compiled program holds and so no roofline counts.",
+            f"The whole course transition took {_C}x the update's roofline, no more than the update alone ({_U}x), "
+            "though it holds the update and host work besides: the two were timed apart, and on this run the host "
+            "work is within the noise between the two measurements.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -880,11 +934,12 @@ def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str =
 
 
 def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
-    """Stage 4b's reading of the roofline table: the course step against the fused steps, then the fused steps."""
-    over = {k: points[name]["measured_over_roofline"] for k, name in (("c", "course_loop"), ("p", "fused_psum"))}
-    over["s"] = points["fused_stats"]["measured_over_roofline"]
-    over["q"] = roofline_gap(points)
-    said = [chosen(notebook, "course_against_roofline", **over)]
+    """Stage 4b's reading of the roofline table: the course update against the fused steps, the whole course
+    transition against the update, then the fused steps."""
+    names = {"u": "course_update", "c": "course_loop", "p": "fused_psum", "s": "fused_stats"}
+    over = {k: points[name]["measured_over_roofline"] for k, name in names.items()}
+    said = [chosen(notebook, "course_against_roofline", q=roofline_gap(points), **over)]
+    said.append(chosen(notebook, "course_loop_against_update", **over))
     names = ["fused_under_roofline", "fused_over_roofline", "fused_near_roofline"]
     said.append(chosen_first(notebook, names, **over))
     return said
@@ -904,13 +959,14 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
 
 
 def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`."""
+    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`
+    by more than a quarter (CLEAR), or that neither is."""
     values = {
         key: per_step[side][f"median_{name}_ms_per_step"]
         for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
     }
     fill = {"side": side, "batch": str(batch), "loop": loop}
-    return chosen(notebook, "boundary_at_batch_<side>", fill, **values)
+    return chosen_first(notebook, ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"], fill, **values)
 
 
 def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int, notebook="stage4b_beyond") -> str:
@@ -925,7 +981,7 @@ def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int
         "a_p": stage4a_split["median_prepare_and_place_ms"],
         "a_u": stage4a_split["median_compiled_update_and_wait_ms"],
     }
-    return chosen(notebook, "split_as_in_stage4a", {"batch": str(batch)}, **values)
+    return chosen_first(notebook, ["split_as_in_stage4a", "split_unlike_stage4a"], {"batch": str(batch)}, **values)
 
 
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
@@ -937,7 +993,7 @@ def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
 def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen_first(notebook, ["arithmetic_smallest", "meeting_dominates"], **values)
+    return chosen_first(notebook, ["arithmetic_smallest", "meeting_dominates", "program_dominates"], **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
@@ -1028,10 +1084,13 @@ def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on the order of the three warm medians, read with their middle halves."""
+    """Stage 4a's sentence on the order of the three warm medians, read with their middle halves, then their ratios."""
     c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
     values = {"e": timing["eager_4dev"]["median_ms"], "c4": c4["median_ms"], "c4_lo": c4["q1_ms"]}
     values.update(c4_hi=c4["q3_ms"], c1=c1["median_ms"], c1_hi=c1["q3_ms"], e_lo=timing["eager_4dev"]["q1_ms"])
+    values.update(
+        r=timing["ratios"]["compiled_4dev_over_compiled_1dev"], re=timing["ratios"]["eager_4dev_over_compiled_4dev"]
+    )
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
 
 
