@@ -191,10 +191,10 @@ QUESTIONS = (
             "empty batch is an error.",
             "singleton",
             (
-                "partition",
-                "The same sum, rebuilt from its pieces",
-                "the line under the pieces table: which devices hold pieces that are all zero in the one-row batch",
-                r"observed: in the one-row batch, devices \[1, 2, 3\] hold pieces that are all zero",
+                "singleton",
+                "A singleton batch",
+                "the line that says which devices hold pieces that are all zero in the one-row batch",
+                r"observed: in the one-row batch \(.*\), devices \[1, 2, 3\] hold pieces that are all zero",
             ),
         ),
         (
