@@ -1092,9 +1092,9 @@ CHOSEN = {
     "stage1_batches": {
         "key_changes_at_epoch_start": (
             "count == epochs - 1 and first == start",
-            "So the key changed once per new epoch, first at batch {first}: lazily, the batch that found the order "
-            "used up drew the next permutation.",
-            "So the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
+            "observed: the key changed once per new epoch, first at batch {first}: lazily, the batch that found the "
+            "order used up drew the next permutation.",
+            "observed: the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
             "{start}: eagerly, this sampler draws the next permutation as soon as the order is used up, one call early "
             "(the ids are the same either way).",
         ),
