@@ -69,7 +69,12 @@ QUESTIONS = (
             "a",
             "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
             "batches",
-            ("lengths", "The first epoch, on paper", "the batch lengths of one epoch", r"lengths \[7, 7, 7, 2\]"),
+            (
+                "walk",
+                "Walking the sampler",
+                "the line under the walk: one epoch's batch lengths",
+                r"lengths \[7, 7, 7, 2\]",
+            ),
         ),
         (
             "What makes a padded slot 'not an observation'?",
@@ -191,10 +196,10 @@ QUESTIONS = (
             "empty batch is an error.",
             "singleton",
             (
-                "partition",
-                "The same sum, rebuilt from its pieces",
-                "the line under the pieces table: which devices hold pieces that are all zero in the one-row batch",
-                r"observed: in the one-row batch, devices \[1, 2, 3\] hold pieces that are all zero",
+                "singleton",
+                "A singleton batch",
+                "the line that says which devices hold pieces that are all zero in the one-row batch",
+                r"observed: in the one-row batch \(.*\), devices \[1, 2, 3\] hold pieces that are all zero",
             ),
         ),
         (
