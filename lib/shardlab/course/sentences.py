@@ -1183,6 +1183,14 @@ CHOSEN = {
             "state or a slower disk can leave the name missing at that moment, so the save counts only once "
             "wait_until_finished() returns or the final name is seen.",
         ),
+        "cursor_at_epoch_end": (
+            "c == rows",
+            "The cursor is not reset when the saved epoch's last batch is read: it reads {c} of {rows} after that "
+            "transition and stays there until the next one finds the epoch used up and draws (a lazy sampler).",
+            "The cursor reads {c}, not {rows}, after the transition that read the saved epoch's last batch: this "
+            "sampler draws the next permutation as soon as the order is used up (an eager one), a call early; the "
+            "ids are the same either way.",
+        ),
     },
     "stage3b_resume": {
         "fresh_permutations": (
