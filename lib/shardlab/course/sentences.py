@@ -1157,14 +1157,10 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "orbax_publishes_by_rename": (
             "renamed == 1 and marker_last == 1 and early == 0",
-            "So this version used both ways, in this order: of the writes Python saw, every one went into a temporary "
-            "folder, commit_success.txt there last, and then the folder got its final name with one rename; nothing "
-            "touched the name bare-orbax before that rename, so a reader who finds the name finds every write "
-            "finished. The trace sees no fsync and not TensorStore's own writes, so it shows the order of "
-            "publishing, not that the bytes would survive a power cut. "
-            "Orbax's documentation presents the rename and the commit file as two alternatives (the file alone "
-            "marks completion where a file system cannot rename atomically); this version's rename path writes "
-            "the file too, as the trace shows.",
+            "So this version used both ways: every write Python saw went into a temporary folder, "
+            "commit_success.txt last, and one rename then gave the folder its final name, so a reader who finds "
+            "bare-orbax finds every write finished. The trace sees neither fsync nor TensorStore's own writes: it "
+            "shows the order of publishing, not that the bytes would survive a power cut.",
             "So this save did not publish as a temporary folder, commit_success.txt last, then one rename "
             "(renamed to the final name: {renamed}; commit_success.txt the last write in the temporary folder: "
             "{marker_last}; operations on the final name before a rename: {early}). Read the trace above for what "
