@@ -50,6 +50,8 @@ ALLOWED = {
     "stage1_batches/ownership": "how its state holds each field (type, dtype, copies): its own representation",
     "stage3a_checkpoint/npz_members": "the members its file format writes",
     "stage3b_resume/permutations": "the step after which a permutation is drawn: lazy or eager draw",
+    "stage3c_orbax_lesson/receipt/replay/cursors": "the cursor after an epoch's last batch: lazy or eager draw",
+    "stage3c_orbax_lesson/receipt/replay/epoch_end": "the cursor after an epoch's last batch: lazy or eager draw",
     # Orbax's asynchronous save commits on a background thread: what is on disk when save() returns is a race
     # (the sentence about it is chosen by this run's own listing); after wait_until_finished() it is compared
     **{

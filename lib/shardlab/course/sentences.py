@@ -352,18 +352,16 @@ SENTENCES = {
         "fault_costliest_same": _s(
             "x_a > y_a > z_a and x_b > z_b > y_b",
             FAULT_KEYS,
-            "A reset <x> costs most in both of these fixtures ({x_a:.4g} and {x_b:.4g}); only the two smaller faults "
-            "swap places (<y> > <z> in <a>, <z> > <y> in <b>). The two fixtures differ in seed, batch size and save "
-            "point at once, and each error comes from one run: they show that the smaller two have no fixed order, not "
-            "which of those settings swaps them.",
+            "A reset <x> costs most in both fixtures ({x_a:.4g} and {x_b:.4g}); only the two smaller faults swap "
+            "places (<y> > <z> in <a>, <z> > <y> in <b>): one run each, differing in seed, batch size and save point "
+            "at once, cannot say which setting swaps them.",
             "The two fixtures do not share their costliest fault with only the two smaller ones swapped.",
         ),
         "fault_costliest_differs": _s(
             "x_a > max(y_a, z_a) and x_b < max(y_b, z_b)",
             FAULT_KEYS,
-            "The costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> ({x_b:.4g}). "
-            "The two fixtures differ in seed, batch size and save point at once, and each error comes from one run: "
-            "they show that no field is the costliest in both, not which of those settings decides it.",
+            "The costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> ({x_b:.4g}); "
+            "one run each, differing in seed, batch size and save point at once, cannot say which setting decides it.",
             "Two faults cost exactly the same in one fixture (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
             "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the fixtures' orders cannot be compared strictly.",
         ),
@@ -1184,10 +1182,10 @@ CHOSEN = {
         ),
         "fault_pattern": (
             "lo > 0 and lo_c > 0 and none == 0",
-            "What holds in every run, ours and the original course's: each field a careless restore leaves out costs "
-            "a non-zero final-weight error (the smallest {lo:.3g} here, {lo_c:.3g} there), and a complete restore "
-            "costs none. Which field costs most is no such rule: it changes with the fixture (the original's first "
-            "fixture lost most through momentum, its second through the key).",
+            "What holds in every run, ours and the original course's: every field left out costs a non-zero "
+            "final-weight error (the smallest {lo:.3g} here, {lo_c:.3g} there) and a complete restore costs none; "
+            "which field costs most changes with the fixture (momentum in the original's first, the key in its "
+            "second).",
             "Not every run shows the pattern the original course reports: the smallest error of an omitted field is "
             "{lo:.3g} here ({lo_c:.3g} in the original), and a complete restore left {none:.3g}; read the table row "
             "by row.",
@@ -1196,14 +1194,10 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "orbax_publishes_by_rename": (
             "renamed == 1 and marker_last == 1 and early == 0",
-            "So this version used both ways, in this order: of the writes Python saw, every one went into a temporary "
-            "folder, commit_success.txt there last, and then the folder got its final name with one rename; nothing "
-            "touched the name bare-orbax before that rename, so a reader who finds the name finds every write "
-            "finished. The trace sees no fsync and not TensorStore's own writes, so it shows the order of "
-            "publishing, not that the bytes would survive a power cut. "
-            "Orbax's documentation presents the rename and the commit file as two alternatives (the file alone "
-            "marks completion where a file system cannot rename atomically); this version's rename path writes "
-            "the file too, as the trace shows.",
+            "So this version used both ways: every write Python saw went into a temporary folder, "
+            "commit_success.txt last, and one rename then gave the folder its final name, so a reader who finds "
+            "bare-orbax finds every write finished. The trace sees neither fsync nor TensorStore's own writes: it "
+            "shows the order of publishing, not that the bytes would survive a power cut.",
             "So this save did not publish as a temporary folder, commit_success.txt last, then one rename "
             "(renamed to the final name: {renamed}; commit_success.txt the last write in the temporary folder: "
             "{marker_last}; operations on the final name before a rename: {early}). Read the trace above for what "
@@ -1219,6 +1213,14 @@ CHOSEN = {
             "threads finished first on this machine and this small pytree. Nothing promises that; a larger "
             "state or a slower disk can leave the name missing at that moment, so the save counts only once "
             "wait_until_finished() returns or the final name is seen.",
+        ),
+        "cursor_at_epoch_end": (
+            "c == rows",
+            "The cursor is not reset when the saved epoch's last batch is read: it reads {c} of {rows} after that "
+            "transition and stays there until the next one finds the epoch used up and draws (a lazy sampler).",
+            "The cursor reads {c}, not {rows}, after the transition that read the saved epoch's last batch: this "
+            "sampler draws the next permutation as soon as the order is used up (an eager one), a call early; the "
+            "ids are the same either way.",
         ),
     },
     "stage3b_resume": {
