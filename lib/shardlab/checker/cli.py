@@ -144,7 +144,8 @@ def run_checks(
     implementation runs under `guard`'s bounds (a fresh default Guard if None). With `reuse`, a check
     that passed before is not run again when nothing it depends on changed (shardlab.checker.reuse);
     its result says so. `early` holds scratch folders and a first worker started before this
-    interpreter imported JAX (checker/early.py); its worker must be the one this run would start.
+    interpreter imported JAX (checker/early.py); its worker must be the one this run would start. A run of
+    more than one stage runs the search of the later stages in a second lane, beside the rest (checker/lanes.py).
     """
     chosen = [int(stage)] if only else stages_for(stage)
     guard = guard or Guard()
