@@ -5,6 +5,7 @@ always run in an interpreter whose first JAX configuration is four CPU devices, 
 the calling shell or kernel was set up.
 """
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -16,6 +17,7 @@ import shardlab.checker.compile_cache as compile_cache
 import shardlab.checker.course_cells as course_cells
 import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.early as launching
+import shardlab.checker.lanes as side_by_side
 import shardlab.checker.provenance as provenance
 import shardlab.checker.remote as remote
 import shardlab.checker.reuse as reuse_verdicts
@@ -142,7 +144,8 @@ def run_checks(
     implementation runs under `guard`'s bounds (a fresh default Guard if None). With `reuse`, a check
     that passed before is not run again when nothing it depends on changed (shardlab.checker.reuse);
     its result says so. `early` holds scratch folders and a first worker started before this
-    interpreter imported JAX (checker/early.py); its worker must be the one this run would start.
+    interpreter imported JAX (checker/early.py); its worker must be the one this run would start. A run of
+    more than one stage runs the search of the later stages in a second lane, beside the rest (checker/lanes.py).
     """
     chosen = [int(stage)] if only else stages_for(stage)
     guard = guard or Guard()
@@ -161,23 +164,23 @@ def run_checks(
             )
         ]
     guard.note(event="check", name="implementation_loads", stage=chosen[0])
-    results, kept, warming = [], None, compile_cache.Warming(())
+    results, kept, warming, lanes = [], None, compile_cache.Warming(()), []
     searching = {"search_seed": search_seed, "thorough": thorough, "search_cases": search_cases}
-    with launching.scratch(early) as (workdir, other):
-
-        def worker(fresh: bool = False) -> remote.Worker:
-            box, writable = launching.box_for(spec, workdir, other, sandboxed)
-            return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, guard.note, guard.poisoned, fresh)
-
-        impl = remote.RemoteImplementation(worker())
-        tracker = reuse_verdicts.Tracker(impl, API)
-        fresh = Fresh(lambda: worker(fresh=True))
+    planned = [(n, c) for n in chosen for c in checks_of(n) if c.__name__ not in skip]
+    board = side_by_side.Board([c.__name__ for _, c in planned], progress)
+    with launching.scratch(early) as folders, contextlib.ExitStack() as more:
+        # the second lane: the search of every stage after the first (the first's sampler walks stay in the first
+        # lane, which has half the search's work without them), never a check that shares the run's new interpreter
+        searched = {c.__name__ for n in chosen[1:] for c in search.checks_for(n)} - reuse_verdicts.EVERY_FUNCTION
+        positions = side_by_side.split(board.planned, searched)
+        # each lane its own scratch folders and worker: the first lane's are those made early (or now)
+        lanes = [_Lane(spec, guard, memory_bytes, sandboxed, folders, positions[0], 0)]
         try:
             # while the worker starts and loads the file, a core is free: the warming starts now, on every row count
             # the search may draw, and leaves those a kept pass answers once the file's functions are known
             # (a sandboxed worker has a cache of its own, which this interpreter never sees)
             warming = compile_cache.warm(_sizes(chosen, skip, None, searching) if not sandboxed else ())
-            hello = impl.worker.start(early.launched if early is not None else None)
+            hello = lanes[0].impl.worker.start(early.launched if early is not None else None)
             if "error" in hello:
                 failed = _load_failure(chosen[0], hello["error"])
                 if progress:
@@ -187,26 +190,69 @@ def run_checks(
                 guard.note(event="implementation", course_functions=provenance.course_functions(spec))
             kept = reuse_verdicts.Verdicts(searching, hello.get("digests", {}), API) if reuse else None
             warming.leave(set(warming.sizes) - set(_sizes(chosen, skip, kept, searching)))
-            ctx = Context(tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), workdir, **searching)
-            ctx.other_fs = other
-            ctx.warming = warming
-            ctx.fresh = fresh.get
-            for number in chosen:
-                fresh.ahead(_needs_fresh(number, skip, kept))  # its start overlaps the stage's first checks
-                for check in (c for c in checks_of(number) if c.__name__ not in skip):
-                    guard.note(event="check", name=check.__name__, stage=number)
-                    results.append(_run_or_reuse(check, number, ctx, tracker, kept))
-                    ctx.cache.setdefault(VERDICTS, {})[check.__name__] = results[-1].passed
-                    if progress:
-                        progress(results[-1])
+            for number, group in enumerate(positions[1:], start=1):  # its worker starts at its first call
+                lanes.append(
+                    _Lane(
+                        spec, guard, memory_bytes, sandboxed, more.enter_context(launching.scratch(None)), group, number
+                    )
+                )
+            for lane in lanes:
+                lane.begin(
+                    Context(lane.tracker, spec, teaching_fixture(), make_mesh(NUM_DEVICES), lane.workdir, **searching),
+                    warming,
+                    board,
+                )
+            side_by_side.run(lanes, lambda lane: lane.run(planned, board, skip, kept, guard))
+            results = [r for r in board.results if r is not None]
         finally:
             warming.close()
-            fresh.close()
-            impl.close()
-            implementation.note_reached(tracker.reached)  # a course run recording what each notebook reaches
+            for lane in lanes:
+                lane.close()
+            reached = set().union(*(lane.tracker.reached for lane in lanes))
+            implementation.note_reached(reached)  # a course run recording what each notebook reaches
     if kept:
         kept.save()
     return results
+
+
+class _Lane:
+    """One lane of a run (checker/lanes.py): its checks, scratch folders, worker, new interpreter and context."""
+
+    def __init__(self, spec, guard: Guard, memory_bytes: int, sandboxed: bool, folders, positions, number: int):
+        self.workdir, self.other = folders
+        self.positions, self.number, self.started, self.ctx, self.seen = set(positions), number, None, None, None
+        note = guard.note if not number else (lambda **event: guard.note(**event, lane=number))
+
+        def worker(fresh: bool = False) -> remote.Worker:
+            box, writable = launching.box_for(spec, self.workdir, self.other, sandboxed)
+            return remote.Worker(spec, guard.seconds, memory_bytes, box, writable, note, guard.poisoned, fresh)
+
+        self.impl = remote.RemoteImplementation(worker())
+        self.tracker = reuse_verdicts.Tracker(self.impl, API)
+        self.fresh = Fresh(lambda: worker(fresh=True))
+
+    def begin(self, ctx: Context, warming, board: side_by_side.Board) -> None:
+        """Give the lane its context: its own folders, worker, new interpreter and view of the run's verdicts."""
+        ctx.other_fs, ctx.warming, ctx.fresh = self.other, warming, self.fresh.get
+        ctx.cache[VERDICTS] = self.seen = board.seen()
+        self.ctx = ctx
+
+    def run(self, planned: list, board: side_by_side.Board, skip, kept, guard: Guard) -> None:
+        """Run the lane's checks of `planned` in order, each verdict posted on `board`."""
+        for index, (number, check) in enumerate(planned):
+            if index not in self.positions or board.stopped:
+                continue
+            if number != self.started:  # the new interpreter's start overlaps the stage's first checks
+                self.started = number
+                mine = {c.__name__ for i, (n, c) in enumerate(planned) if n == number and i in self.positions}
+                self.fresh.ahead(_needs_fresh(number, set(skip) | (_names(number) - mine), kept))
+            self.seen.at = index
+            guard.note(event="check", name=check.__name__, stage=number, lane=self.number)
+            board.post(index, _run_or_reuse(check, number, self.ctx, self.tracker, kept))
+
+    def close(self) -> None:
+        self.fresh.close()
+        self.impl.close()
 
 
 def _sizes(chosen, skip, kept, searching: dict) -> list[int]:
@@ -215,6 +261,10 @@ def _sizes(chosen, skip, kept, searching: dict) -> list[int]:
     left = set(skip) | {c.__name__ for n in chosen for c in checks_of(n) if kept and kept.reusable(c.__name__, API)}
     first = teaching_fixture().features.shape[0]
     return [n for n in search.row_counts(set(chosen), **searching, skip=left) if n != first]
+
+
+def _names(stage: int) -> set:
+    return {c.__name__ for c in checks_of(stage)}
 
 
 def _needs_fresh(stage: int, skip, kept) -> bool:

@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
@@ -127,12 +128,15 @@ class Guard:
         self.running = None
         self.kept = []  # (call number, function, [(place, array, copy taken at return)]), newest last
         self.calls = 0
+        self._writing = threading.Lock()  # two lanes of checks (checker/lanes.py) note events from two threads
 
     def note(self, **event) -> None:
         """Append one event to the progress file, flushed at once (the supervisor reads it live)."""
         if self.progress:
-            self.progress.write(json.dumps({**event, "pid": os.getpid()}) + "\n")
-            self.progress.flush()
+            line = json.dumps({**event, "pid": os.getpid()}) + "\n"
+            with self._writing:
+                self.progress.write(line)
+                self.progress.flush()
 
     def _alarm(self, signum, frame):
         self.repeats += 1

@@ -52,6 +52,7 @@ class Watch:
         self.path, self.offset = path, 0
         self.results, self.environment, self.done = [], None, False
         self.check, self.open_call, self.course = None, None, {}
+        self.lanes = {}  # lane -> (its check, its open call): two lanes run side by side (checker/lanes.py)
         self.reached = {}  # stage -> the first course code a call of one of its checks reached (checker/seal.py)
         self.pid = None  # the checking interpreter's own pid as it sees it (from its "start" event)
         self.parent = os.getppid()  # whoever started this supervisor: if it dies, the check stops
@@ -70,24 +71,43 @@ class Watch:
                 continue  # not one of the checker's events
             if not isinstance(kind, str):
                 continue
-            if kind == "call" and event.get("pid") == self.pid:
-                self.open_call = event
-            elif kind == "return" and event.get("pid") == self.pid:
-                self.open_call = None
-            elif kind == "check":
-                self.check, self.open_call = event, None
+            if kind in ("call", "return", "check"):
+                self._lane(kind, event)
             elif kind == "result" and _shaped(event.get("result")):
                 self.results.append(event["result"])
-                self.check = None
+                self._finished(event["result"]["name"])
                 echo(event["result"])
             else:
                 self._note(kind, event)
 
+    def _lane(self, kind: str, event: dict) -> None:
+        """Follow each lane's check and open call; `check` and `open_call` are those of the call open longest."""
+        lane = event.get("lane", 0) if isinstance(event.get("lane", 0), int) else 0
+        check, call = self.lanes.get(lane, (None, None))
+        if kind == "check":
+            check, call = event, None
+        elif event.get("pid") == self.pid:
+            call = event if kind == "call" else None
+        self.lanes[lane] = check, call
+        calls = [(c.get("at", 0), n) for n, (_, c) in self.lanes.items() if isinstance(c, dict)]
+        if calls:
+            self.check, self.open_call = self.lanes[min(calls)[1]]
+        else:
+            self.check, self.open_call = check, None
+
+    def _finished(self, name: str) -> None:
+        """A result came: between its check and the next, no check of its lane is in progress."""
+        self.lanes = {n: (None if c and c.get("name") == name else c, call) for n, (c, call) in self.lanes.items()}
+        self.check = None if self.check and self.check.get("name") == name else self.check
+
     def _note(self, kind: str, event: dict) -> None:
         if kind == "implementation" and _named(event.get("course_functions")):
             self.course = event["course_functions"]
-        elif kind == "course_code" and isinstance(event.get("message"), str) and isinstance(self.check, dict):
-            self.reached.setdefault(str(self.check.get("stage")), event["message"][:600])
+        elif kind == "course_code" and isinstance(event.get("message"), str):
+            lane = event.get("lane", 0) if isinstance(event.get("lane", 0), int) else 0
+            check = self.lanes.get(lane, (None, None))[0] or self.check
+            if isinstance(check, dict):
+                self.reached.setdefault(str(check.get("stage")), event["message"][:600])
         elif kind == "start" and self.pid is None:
             self.environment, self.pid = event["environment"], event.get("pid")
         elif kind == "done":
@@ -193,7 +213,7 @@ def run(
         command += ["--memory-bytes", str(bounds.memory_bytes)]
         command += ["--only"] * bool(only) + ["--skip", json.dumps(skip), "--poison", json.dumps(poisoned)]
         command += ["--sandbox"] * bounds.sandboxed  # where the implementation's interpreter runs
-        watch.done, watch.check, watch.open_call, watch.pid = False, None, None, None
+        watch.done, watch.check, watch.open_call, watch.pid, watch.lanes = False, None, None, None, {}
         verdict = _watch(command, watch, log_path, bounds, echo, deadline)
         if verdict is None:
             break
