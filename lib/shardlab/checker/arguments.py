@@ -58,7 +58,7 @@ ARGUMENTS = (
     Argument("restore", "a path holding the checkpoint's first half", "validate-fields", "half checkpoint"),
     Argument("restore", "a path that is a named pipe (FIFO)", "validate-fields", "named pipe"),
 )
-PIPE_GRACE = 5.0  # seconds a restore that opened the pipe may take to refuse it before its reader is released
+PIPE_GRACE = 10.0  # seconds into a restore of a named pipe (half the call bound) a reader waiting on it is released
 
 
 def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
@@ -112,30 +112,29 @@ def changed(before: tuple, after: tuple) -> list[str]:
 
 
 class PipeWatch:
-    """Releases a reader that opens the named pipe at `path`: opening the pipe's write end succeeds only while a
-    reader holds it open, so the watch sees a reader without timing anything; it then holds the write end for
-    PIPE_GRACE seconds (a reader that opened without blocking refuses within them) and closes it, once, so a reader
-    waiting for bytes gets end-of-file instead of waiting forever (one that opens the pipe again meets the call's
-    own time bound)."""
+    """Releases a reader left waiting on the named pipe at `path`. A call still running PIPE_GRACE seconds after it
+    started is asked whether it holds the pipe: opening the pipe's write end without blocking succeeds only while a
+    reader has it open. If it does, the write end is opened and closed once: a reader waiting in open() wakes and
+    reads end-of-file instead of waiting forever. A restore that refuses the pipe unread (or opens it without
+    blocking and refuses it) has returned long before and is never touched."""
 
     def __init__(self, path: str):
         self.path, self.done, self.released = path, threading.Event(), False
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
+        if self.done.wait(PIPE_GRACE):
+            return
         while not self.done.is_set():
             try:
-                end = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:  # ENXIO: no reader has the pipe open
+                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:  # ENXIO: no reader has the pipe open (yet)
                 if exc.errno not in (errno.ENXIO, errno.ENOENT):
                     return
-                self.done.wait(0.005)
+                self.done.wait(0.01)
                 continue
-            try:
-                self.released = not self.done.wait(PIPE_GRACE)
-            finally:
-                os.close(end)
-            return  # once: a write end opened again before the reader wakes would take its end-of-file away
+            self.released = True
+            return
 
     def __enter__(self):
         self.thread.start()
