@@ -12,11 +12,8 @@ a batch size of 0 or -3 and malformed data, but no rule asks a learner's `next_b
 return an empty batch for a batch size of 0); docs/checker.md lists them as the domain no rule covers yet.
 """
 
-import errno
 import os
 import re
-import stat
-import threading
 from dataclasses import dataclass
 
 import shardlab.errors as errors
@@ -56,9 +53,7 @@ ARGUMENTS = (
     Argument("restore", "a path holding an empty file", "validate-fields", "empty file"),
     Argument("restore", "a symbolic link that leads nowhere", "validate-fields", "dangling link"),
     Argument("restore", "a path holding the checkpoint's first half", "validate-fields", "half checkpoint"),
-    Argument("restore", "a path that is a named pipe (FIFO)", "validate-fields", "named pipe"),
 )
-PIPE_GRACE = 10.0  # seconds into a restore of a named pipe (half the call bound) a reader waiting on it is released
 
 
 def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
@@ -80,8 +75,6 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
         os.symlink("target.npz", path)
     elif layout == "dangling link":
         os.symlink("nowhere.npz", path)
-    elif layout == "named pipe":
-        os.mkfifo(path)
     elif layout != "nothing":
         raise ValueError(f"unknown layout {layout!r}")
 
@@ -97,8 +90,6 @@ def disk(path: str) -> tuple:
                 seen.append((os.path.relpath(full, folder), "link", os.readlink(full)))
             elif os.path.isdir(full):
                 seen.append((os.path.relpath(full, folder), "folder", None))
-            elif stat.S_ISFIFO(os.lstat(full).st_mode):  # never opened: a pipe's reader waits for a writer
-                seen.append((os.path.relpath(full, folder), "named pipe", None))
             else:
                 seen.append((os.path.relpath(full, folder), "file", files.sha256_file(full)))
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
@@ -111,65 +102,17 @@ def changed(before: tuple, after: tuple) -> list[str]:
     return sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name))
 
 
-class PipeWatch:
-    """Releases a reader left waiting on the named pipe at `path`. A call still running PIPE_GRACE seconds after it
-    started is asked whether it holds the pipe: opening the pipe's write end without blocking succeeds only while a
-    reader has it open. If it does, the write end is opened and closed once: a reader waiting in open() wakes and
-    reads end-of-file instead of waiting forever. A restore that refuses the pipe unread (or opens it without
-    blocking and refuses it) has returned long before and is never touched."""
-
-    def __init__(self, path: str):
-        self.path, self.done, self.released = path, threading.Event(), False
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-
-    def _watch(self) -> None:
-        if self.done.wait(PIPE_GRACE):
-            return
-        while not self.done.is_set():
-            try:
-                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError as exc:  # ENXIO: no reader has the pipe open (yet)
-                if exc.errno not in (errno.ENXIO, errno.ENOENT):
-                    return
-                self.done.wait(0.01)
-                continue
-            self.released = True
-            return
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info):
-        self.done.set()
-        self.thread.join()
-
-
 def outcome(call, error: type, path: str) -> str | None:
     """None if `call` raised `error` and left the folder of `path` as it was, else what happened instead."""
     before = disk(path)
-    pipe = os.path.lexists(path) and stat.S_ISFIFO(os.lstat(path).st_mode)
-    watch = PipeWatch(path) if pipe else None
     try:
-        if watch:
-            with watch:
-                call()
-        else:
-            call()
+        call()
     except NotImplementedError:
         raise
     except error:
-        if watch and watch.released:
-            return (
-                f"opened the named pipe for reading and waited on it ({error.__name__} only once the checker closed "
-                "the pipe's other end): with no writer a pipe blocks its reader forever; refuse whatever is not a "
-                "regular file (os.lstat, stat.S_ISREG) before opening it"
-            )
         moved = changed(before, disk(path))
         return f"refused, but changed {moved} on disk" if moved else None
     except Exception as exc:
-        released = watch is not None and watch.released
-        blocked = " after waiting on the named pipe until the checker closed its other end" if released else ""
-        return f"{type(exc).__name__} (not {error.__name__}){blocked}: {str(exc)[:120]}"
+        return f"{type(exc).__name__} (not {error.__name__}): {str(exc)[:120]}"
     moved = changed(before, disk(path))
     return "accepted (no error)" + (f", changed {moved} on disk" if moved else "")

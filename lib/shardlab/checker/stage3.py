@@ -471,9 +471,7 @@ def invalid_arguments_are_refused(ctx):
         "save": "refuse every existing name, a file of any size, a folder or a link (one that leads nowhere included: "
         "os.path.lexists, not os.path.exists), with errors.CheckpointExistsError before writing anything, and never "
         "remove it",
-        "restore": "refuse a named pipe or any other path that is not a regular file without reading it (os.lstat, "
-        "stat.S_ISREG), and turn every "
-        "error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
+        "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
         "file: OSError included) into errors.CorruptCheckpointError",
     }
     functions = sorted({case.split(":")[0] for case in wrong})
