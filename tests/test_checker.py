@@ -291,6 +291,18 @@ MISTAKES = {
         ["a long run's step", "np.int64", "batch=1, devices=1, features=1"],
     ),
     "gradient_clipped": (2, "gradient_on_a_full_batch", [formulas.CLIPPED, "g * min(1, 1/|g|)"]),
+    "count_in_bfloat16": (
+        2,
+        "count_is_exact_on_a_large_batch",
+        ["a division by 32,768.0, not by the 32,784 valid rows", "bfloat16", "count the valid rows in float32"],
+    ),
+    "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
+    "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
+    "restore_order_of_its_own_length": (
+        3,
+        "random_restore_damage",
+        ["restore accepted damaged checkpoints", "order: one id too few", "rows=1, batch=1"],
+    ),
     "contract_hashes_sorted_rows": (
         3,
         "random_contract_tells_apart",
@@ -649,6 +661,7 @@ SLOW_MISTAKES = {
     *("restore_cached_by_path_and_contract", "save_joins_the_import_folder", "save_temp_named_after_the_target"),
     *("save_temp_from_a_seeded_generator", "save_publishes_in_a_thread", "save_part_written_outside_try"),
     "save_part_written_by_os_write",
+    *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
 }
 
 

@@ -109,6 +109,14 @@ DAMAGES = (
     ("order", "id = rows", PERMUTATION, _set_item(0, None)),  # filled in by `damaged` (needs rows)
     ("order", "id -1", PERMUTATION, _set_item(-1, -1)),
     ("order", "ids in range with a permutation's sum", PERMUTATION, _sum_kept),
+    # a permutation of its own length: only the contract's row count tells it is the order of other data
+    ("order", "a permutation of rows - 1 ids", PERMUTATION, lambda a, rows: np.asarray(a)[np.asarray(a) != rows - 1]),
+    (
+        "order",
+        "a permutation of rows + 1 ids",
+        PERMUTATION,
+        lambda a, rows: np.append(a, rows).astype(np.asarray(a).dtype),
+    ),
     ("cursor", "float64", DTYPES + ": the cursor is an integer", lambda a, rows: np.asarray(a, np.float64)),
     ("cursor", "shape (2,)", SHAPES + ": the cursor is one integer", _pair),
     ("cursor", "-1", CURSOR, lambda a, rows: np.asarray(-1, signed(a))),

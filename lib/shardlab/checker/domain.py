@@ -36,7 +36,7 @@ class Case:
     # "home": relative, through a folder named "~" (the exact path given, never the home folder)
     compiled: bool = True  # make_step(..., compiled=...): the jitted step or the bare mapped body
     data_form: str = "dataset"  # how data is passed: the course's Dataset, a plain tuple, or non-contiguous views
-    file_name: str = "checkpoint.npz"  # the checkpoint's file name: with the .npz suffix, without, or another
+    file_name: str = "checkpoint.npz"  # the file name: with the .npz suffix, without, or another, spaces at its ends
     contents: str = "course"  # what a step's arrays hold: the course's data, non-finite or huge padding, large data
     layout: str = "first"  # which of the 4 logical devices the mesh holds, in which order (LAYOUTS)
 
@@ -70,7 +70,7 @@ DOMAIN = {
     "path": ("bare", "other", "nested"),
     "compiled": (False, True, True),
     "data_form": ("dataset", "tuple", "dataset"),
-    "file_name": ("checkpoint.npz", "run.ckpt", "checkpoint.npz"),
+    "file_name": ("checkpoint.npz", " run.ckpt ", "checkpoint.npz"),
     "contents": ("course", "large data", "course"),
     "layout": ("first", "interleaved", "first"),
 }
@@ -103,7 +103,7 @@ CHOICES = {
     "path": ("bare", "nested", "other", "home"),
     "compiled": (True, False),
     "data_form": ("dataset", "tuple", "views"),
-    "file_name": ("checkpoint.npz", "checkpoint", "run.ckpt"),
+    "file_name": ("checkpoint.npz", "checkpoint", " run.ckpt "),
     "contents": CONTENTS,
     "layout": ("first", "last", "reversed", "interleaved"),
 }

@@ -101,6 +101,7 @@ LARGE = np.float32(3e38)
 # a step a long run reaches: past what 16 bits hold (signed or not), well inside 32 (cursor and step are integers of
 # any width that holds the run's values; restore must give back the step saved)
 LONG_RUN_STEP = 2**17 + 3
+LARGE_ROWS = 2**16 + 1  # rows of a large dataset's checkpoint: ids past what 16-bit (signed or not) integers hold
 # the inputs of each learner call a property watches (None: not the caller's data, e.g. the mesh or a path)
 INPUTS = {
     "initial": (None, "data", None),
@@ -1302,6 +1303,7 @@ def restore_damage(ctx, case: Case) -> None:
         _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
+        _large_order_kept(ctx, case, path, state, mesh)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
         try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
             _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
@@ -1443,6 +1445,45 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _many_rows(width: int) -> Dataset:
+    """LARGE_ROWS rows x `width` features of small distinct-looking values (only the row count matters here)."""
+    values = (np.arange(LARGE_ROWS * width, dtype=np.float32) % 251) / np.float32(16)
+    return Dataset(values.reshape(LARGE_ROWS, width), (np.arange(LARGE_ROWS) % 7).astype(np.float32))
+
+
+def _large_order_kept(ctx, case: Case, path: str, state: dict, mesh) -> None:
+    """A checkpoint of a run on LARGE_ROWS rows (the case's width, seed, batch size and devices, after one batch:
+    the sampler the course's arithmetic gives) is saved and restored with its order exactly, ids up to 65,536."""
+    data = _many_rows(case.shape()[1])
+    contract = called(ctx, "contract", given(case, data), _config(case))
+    sampler = {**_long_run_sampler(case.seed, LARGE_ROWS, case.batch, 1), "step": 1}
+    large = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
+    other = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
+    fix = (
+        "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
+        "as np.int32 or np.int64, whatever the row count"
+    )
+    try:
+        called(ctx, "save", other, large, contract)
+        restored = called(ctx, "restore", other, contract, mesh)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint saved and restored",
+            _learner_error(exc),
+            f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (after one batch) was refused "
+            f"({_learner_error(exc)[:120]}): {fix}" + formulas.mark("exact-resume"),
+        ) from exc
+    got = host(restored.get("order")) if isinstance(restored, dict) else None
+    need(
+        got is not None and np.array_equal(got, sampler["order"]),
+        f"the order of {LARGE_ROWS:,} ids as saved",
+        None if got is None else {"dtype": str(got.dtype), "max": int(np.max(got, initial=0))},
+        f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
+        + formulas.mark("exact-resume"),
+    )
+
+
 def _learner_error(exc: Exception) -> str:
     if isinstance(exc, (NotImplementedError, Miss)):
         raise exc
@@ -1482,6 +1523,14 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
         )
     if written:
         return f"path: the file is at that path, but save returned {returned!r} -> return the path argument itself"
+    tidied = (path.strip(), os.path.join(os.path.dirname(path), os.path.basename(path).strip()))
+    stripped = next((p for p in tidied if p != path and os.path.exists(p)), None)
+    if stripped:
+        return (
+            f"path: the file name given ({os.path.basename(path)!r}) has spaces at its ends, but the file went to "
+            f"{stripped!r}: save stripped them (str.strip), which the caller never asked for -> use the path exactly "
+            "as given, spaces included"
+        )
     if os.path.exists(path + ".npz"):
         return "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file"
     return "path: no file is at that path (what the folder holds is shown) -> write exactly there"

@@ -74,7 +74,7 @@ PATH_FORMS = ("bare", "nested", "other", "home")
 COMPILED_FORMS = (False, *[True] * 6)  # one un-jitted step in seven (eager dispatch costs seconds per case); seven,
 # not eight, so that over search seeds the un-jitted step meets every one of the eight contents (which cycle by 8)
 DATA_FORMS = ("dataset", "tuple")  # every search passes the course's Dataset and a plain tuple in turn
-FILE_NAMES = ("checkpoint.npz", "checkpoint", "run.ckpt")  # the name is the learner's to write as given
+FILE_NAMES = ("checkpoint.npz", "checkpoint", " run.ckpt ")  # the name is the learner's to write as given, spaces too
 # which devices a case's mesh holds, in which order: every search meets meshes that are not a prefix of
 # jax.devices() (the last ones, reversed, interleaved), and the course's own, in every pairing with the data forms
 LAYOUT_FORMS = ("first", "interleaved", "reversed", "last")

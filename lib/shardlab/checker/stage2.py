@@ -6,6 +6,7 @@ When a gradient is wrong, `explain_gradient` names the wrong formula it follows 
 """
 
 import jax
+import ml_dtypes
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -196,6 +197,57 @@ def gradient_independent_of_device_count(ctx):
         {d: 1.0 for d in verdicts},
         ratios,
         f"|gradient| / |NumPy gradient| per device count: the gradient {trend} (wrong on {wrong} device(s)); {why}",
+    )
+
+
+LARGE_COUNT = 32_784  # valid rows on one device: float16 and bfloat16 round it (to 32,768), 16 and 8-bit integers wrap
+
+
+def _count_rounded(count: int) -> dict:
+    """Narrow type -> what it makes of `count` (a count summed in it, or cast to it)."""
+    return {
+        "float16": float(np.float16(count)),
+        "bfloat16": float(ml_dtypes.bfloat16(count)),
+        "int16": int(np.asarray(count).astype(np.int16)),
+        "8-bit integers": int(np.asarray(count).astype(np.uint8)),
+    }
+
+
+def _exact_batch(rows: int, width: int):
+    """Integer features (|x| <= 16), weights (|w| <= 3) and targets off by integers (|r| <= 8): every product and sum
+    of the course's formula is exact in float32 at this size, so only the division by the count rounds."""
+    rng = np.random.default_rng([rows, width])
+    features = rng.integers(-16, 17, size=(rows, width)).astype(np.float32)
+    weights = rng.integers(-3, 4, size=width).astype(np.float32)
+    targets = (features @ weights + rng.integers(-8, 9, size=rows)).astype(np.float32)
+    return features, targets, np.ones(rows, np.float32), weights, np.zeros(width, np.float32)
+
+
+def count_is_exact_on_a_large_batch(ctx):
+    """32,784 valid rows on one device: loss and gradient equal NumPy's, divided by the count itself.
+
+    Exact integer data leaves the division as the only rounding, so a count held in a narrow type (float16 or
+    bfloat16 hold integers exactly only to 2,048 and 256; int16 wraps past 32,767) shows as a loss off by its ratio."""
+    host = _exact_batch(LARGE_COUNT, ctx.data.features.shape[1])
+    outputs = _step_outputs(cached_step(ctx, 1), placed(make_mesh(1), *host))
+    want_loss, want_grad = oracle.masked_mean(*host[:4])
+    got_loss, got_grad = outputs[2], outputs[3]
+    ok = close(got_loss, want_loss) and close(got_grad, want_grad)
+    used = LARGE_COUNT * want_loss / got_loss if got_loss else float("inf")
+    named = [kind for kind, value in _count_rounded(LARGE_COUNT).items() if value and abs(used - value) < 0.5]
+    cause = (
+        f"the loss is the NumPy loss x {want_loss / got_loss:.6g}: a division by {used:,.1f}, not by the "
+        f"{LARGE_COUNT:,} valid rows"
+        + (f" ({' or '.join(named)} make {LARGE_COUNT:,} of that)" if named else "")
+        + " -> count the valid rows in float32 (or int32) and divide by that count"
+        if got_loss and np.isfinite(used) and abs(used - LARGE_COUNT) >= 0.5
+        else "no known cause"
+    )
+    return expect(
+        ok,
+        {"loss": want_loss, "grad": want_grad},
+        {"loss": got_loss, "grad": got_grad},
+        f"{LARGE_COUNT:,} valid rows of exact integer data on one device: {cause}" + formulas.mark("global-mean"),
     )
 
 
@@ -530,6 +582,7 @@ CHECKS = (
     loss_on_full_and_tail_batches,
     empty_device_contributes_zeros,
     gradient_independent_of_device_count,
+    count_is_exact_on_a_large_batch,
     replicas_agree,
     consecutive_updates,
     loss_is_taken_before_the_update,

@@ -110,13 +110,15 @@ RULES = (
         "global-mean",
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
-        "count, so padding and empty devices add exact zeros and the device count changes nothing",
+        "count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count "
+        "changes nothing",
         (
             "gradient_on_a_full_batch",
             "gradient_on_tail_batches",
             "loss_on_full_and_tail_batches",
             "empty_device_contributes_zeros",
             "gradient_independent_of_device_count",
+            "count_is_exact_on_a_large_batch",
         ),
     ),
     Rule(
@@ -199,7 +201,8 @@ RULES = (
     Rule(
         "exact-path",
         "save",
-        "the checkpoint is written at exactly the path given (any name: no .npz added) and that path is returned, "
+        "the checkpoint is written at exactly the path given (any name, spaces at its ends included: no .npz added, "
+        "nothing stripped) and that path is returned, "
         "as given or in its absolute form",
         ("random_restore_damage",),
         why=(
@@ -304,7 +307,8 @@ RULES = (
         "restore",
         "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
         "the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's entries "
-        "have and from a read-only file; restore must accept every file its own save writes (the member names, "
+        "have and from a read-only file; restore must accept every file its own save writes, for data of any row "
+        "count (the member names, "
         "integer widths and any checksum are that save's choice, so a file written another way may be refused)",
         (
             "restore_returns_every_field",

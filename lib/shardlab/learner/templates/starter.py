@@ -100,7 +100,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
 
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
-      valid count, so padding and empty devices add exact zeros and the device count changes nothing.
+      valid count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count
+      changes nothing.
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
@@ -146,8 +147,8 @@ def save(path, state: dict, contract_: dict) -> str:
 
     Rules:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
-    - rule:exact-path: the checkpoint is written at exactly the path given (any name: no .npz added) and that path is
-      returned, as given or in its absolute form.
+    - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends included: no
+      .npz added, nothing stripped) and that path is returned, as given or in its absolute form.
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
@@ -178,7 +179,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
-      entries have and from a read-only file; restore must accept every file its own save writes (the member names,
-      integer widths and any checksum are that save's choice, so a file written another way may be refused).
+      entries have and from a read-only file; restore must accept every file its own save writes, for data of any row
+      count (the member names, integer widths and any checksum are that save's choice, so a file written another way may
+      be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
