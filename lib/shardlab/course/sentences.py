@@ -1175,7 +1175,7 @@ CHOSEN = {
             "rebuilt and not other",
             "observed: from the step count, with this run's seed, batch size, row count and rule, key, order and "
             "cursor were rebuilt exactly; for a run that reached the same step with another batch size early on, "
-            "the same rebuild is wrong. The step count rebuilds the sampler only while nothing else ever changed.",
+            "the same rebuild is wrong.",
             "observed: this run's state rebuilt exactly: {rebuilt}; the other history's state rebuilt exactly: "
             "{other}. Read the table field by field: a rebuild from the step count is right only where the "
             "history it assumes is the one that ran.",

@@ -18,7 +18,7 @@ INDEX = "index.html"
 TITLES = {
     "stage1_batches": "Stage 1 — the next batch is explicit",
     "stage2_update": "Stage 2 — derive the global update before distributing it",
-    "stage3a_checkpoint": "Stage 3 — save, restore, and the deliberate faults",
+    "stage3a_checkpoint": "Stage 3 — save a checkpoint the next process can trust",
     "stage3b_resume": "Stage 3 — a fresh kernel continues the same experiment",
     "stage3c_orbax_lesson": "Stage 3 — the Orbax lesson's receipt, replayed",
     "stage4a_profile": "Stage 4 — measure the boundary you intend to optimise",
