@@ -18,8 +18,9 @@ ENV = "SHARDLAB_CHECK_LANES"  # "1": every check in one lane, one worker
 def split(planned: list[str], searched) -> list[list[int]]:
     """The positions in `planned` (check names, in order) each lane runs: the enumerated checks, then those in
     `searched` (the search); one lane where either is empty or SHARDLAB_CHECK_LANES is 1."""
-    search = [i for i, name in enumerate(planned) if name in set(searched)]
-    rest = [i for i in range(len(planned)) if i not in set(search)]
+    searched = set(searched)
+    search = [i for i, name in enumerate(planned) if name in searched]
+    rest = [i for i, name in enumerate(planned) if name not in searched]
     if not search or not rest or os.environ.get(ENV, "").strip() == "1":
         return [list(range(len(planned)))]
     return [rest, search]
