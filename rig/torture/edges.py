@@ -169,10 +169,15 @@ def _scenarios(rng, count: int) -> list[tuple]:
     return plans
 
 
-def _dead_staging(out) -> None:
+def _ended_pid() -> int:
+    """The pid of a process that has ended and been reaped: what it names is a dead writer's."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    os.makedirs(os.path.join(out, f"{outdir.STAGING}{dead.pid}-x", "sub"))
+    return dead.pid
+
+
+def _dead_staging(out) -> None:
+    os.makedirs(os.path.join(out, f"{outdir.STAGING}{_ended_pid()}-x", "sub"))
 
 
 def _run_paths(out) -> None:
@@ -533,11 +538,9 @@ def stale_temporaries(trials: int, folder, states: list[dict], contract: dict, m
         os.makedirs(trial)
         published = checkpoint.save(os.path.join(trial, "published.npz"), states[i % len(states)], contract)
         raw, digest = open(published, "rb").read(), sha256_file(published)
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait()
-        stale = []
+        dead, stale = _ended_pid(), []
         for k in range(int(rng.integers(1, 6))):
-            name = os.path.join(trial, f"{files.TEMP}{dead.pid}-{k}.npz")
+            name = os.path.join(trial, f"{files.TEMP}{dead}-{k}.npz")
             kind = int(rng.integers(4))
             if kind == 3:
                 os.link(published, name)
