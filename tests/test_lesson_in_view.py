@@ -33,6 +33,7 @@ SHOWN = {
         ".compile()",
         "jax.profiler.trace(",
         "jax.profiler.TraceAnnotation(",
+        "inspect.getsource(timing.measure)",  # one timing sample
     ),
     "stage4b_beyond": (
         "inspect.getsource(steps._step_by_step)",
@@ -52,8 +53,14 @@ SHOWN = {
         "os.fsync(",
         "signal.SIGTERM",
         "signal.SIGSTOP",
+        "inspect.getsource(group_supervisor._watch)",  # the supervisor's loop, before the drill it runs
+        "inspect.getsource(program.Controller.publish)",  # how a controller publishes a saved step
     ),
-    "stage5b_scaling": ("inspect.getsource(program.step_times)", "inspect.getsource(runtime.heartbeat_seconds)"),
+    "stage5b_scaling": (
+        "inspect.getsource(program.step_times)",
+        "inspect.getsource(runtime.heartbeat_seconds)",
+        "inspect.getsource(scaling.weak)",  # the program the scaling table times
+    ),
 }
 NOTEBOOKS = list(SHOWN)
 LATE = ["stage4a_profile", "stage5a_protocol", "stage5b_scaling"]  # every question says what its output shows

@@ -324,22 +324,6 @@ SENTENCES = {
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
-        "reach_capped": _s(
-            "m > u",
-            {
-                "m": "change.reach.median_ms",
-                "m_lo": "change.reach.q1_ms",
-                "m_hi": "change.reach.q3_ms",
-                "u": "change.sides.target.unchanged.median_ms",
-            },
-            "What the change can remove, measured again, came to {m:.3f} ms by median (middle half {m_lo:.3f}–"
-            "{m_hi:.3f} ms): more than the whole of <annotation> ({u:.3f} ms in this capture's unchanged loop), of "
-            "which it is a part. That measurement cannot be the reach, so the estimated reach is capped at {u:.3f} ms "
-            "and the verdict's reach rests on the cap, not on the measurement.",
-            "What the change can remove, measured again, came to {m:.3f} ms by median (middle half {m_lo:.3f}–"
-            "{m_hi:.3f} ms), within the {u:.3f} ms of <annotation> in this capture's unchanged loop: the estimated "
-            "reach is that measurement, not capped.",
-        ),
     },
     "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
         "fault_order_same": _s(
@@ -1103,14 +1087,6 @@ def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
     side = outcome["sides"]["target"]["unchanged"]
     values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
     return chosen(notebook, "baseline_moved", {"annotation": outcome.get("target", outcome["annotation"])}, **values)
-
-
-def reach_cap(outcome: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on whether the re-measured reach exceeded the whole target, so the cap replaced it."""
-    side = outcome["sides"]["target"]["unchanged"]
-    values = {"m": outcome["reach"]["median_ms"], "m_lo": outcome["reach"]["q1_ms"], "m_hi": outcome["reach"]["q3_ms"]}
-    fill = {"annotation": outcome.get("target", outcome["annotation"])}
-    return chosen(notebook, "reach_capped", fill, u=side["median_ms"], **values)
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
