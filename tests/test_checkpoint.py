@@ -341,3 +341,23 @@ def test_a_failed_publish_removes_the_folders_the_save_made(saved, tmp_path, mon
     assert not (tmp_path / "a").exists()
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before == ["kept"]
     assert sl.save(tmp_path / "a" / "b" / "ck.npz", state, contract)  # the same path saves once the fault is gone
+
+
+def test_digests_keep_each_field_s_own_shape_and_hash_its_bytes():
+    """A manifest's record of a field: its shape as saved (a scalar's is ()), its dtype and the SHA-256 of its bytes."""
+    from shardlab.core import schema
+
+    state = {
+        "weights": np.arange(3, dtype=np.float32),
+        "momentum": np.zeros(3, np.float32),
+        "key": np.array([0, 7], np.uint32),
+        "order": np.array([2, 0, 1], np.int32),
+        "cursor": 2,
+        "step": np.int64(5),
+    }
+    found = schema.digests(state)
+    assert found["cursor"]["shape"] == [] and found["step"]["shape"] == []
+    assert found["weights"]["shape"] == [3] and found["key"]["shape"] == [2]
+    for name, value in schema.to_arrays(state).items():  # the digest is of the bytes a reader gets back
+        assert found[name]["sha256"] == hashlib.sha256(np.asarray(value).tobytes()).hexdigest(), name
+        assert found[name]["dtype"] == np.asarray(value).dtype.str

@@ -68,11 +68,11 @@ def digests(state: dict) -> dict:
     """Field -> {shape, dtype, sha256} of the schema form of each field."""
     found = {}
     for name, arr in to_arrays(state).items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr)  # a scalar keeps its shape () (np.ascontiguousarray would make it (1,))
         found[name] = {
             "shape": list(arr.shape),
             "dtype": arr.dtype.str,
-            "sha256": hashlib.sha256(arr.tobytes()).hexdigest(),
+            "sha256": hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest(),
         }
     return found
 
