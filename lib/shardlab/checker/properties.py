@@ -1454,7 +1454,11 @@ def _many_rows(width: int) -> Dataset:
 
 def _large_order_kept(ctx, case: Case, path: str, state: dict, mesh) -> None:
     """A checkpoint of a run on LARGE_ROWS rows (the case's width, seed, batch size and devices, after one batch:
-    the sampler the course's arithmetic gives) is saved and restored with its order exactly, ids up to 65,536."""
+    the sampler the course's arithmetic gives) is saved and restored with its order exactly, ids up to 65,536.
+    Tried in the cases saved at the start (every search meets one: the save points cycle), where the case's own
+    checkpoint is cheapest: a permutation of 65,537 ids is drawn, saved and replayed."""
+    if case.save_at != "start":
+        return
     data = _many_rows(case.shape()[1])
     contract = called(ctx, "contract", given(case, data), _config(case))
     sampler = {**_long_run_sampler(case.seed, LARGE_ROWS, case.batch, 1), "step": 1}
