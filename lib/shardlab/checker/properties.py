@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import replace
 
 import jax
@@ -1535,6 +1536,15 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
             f"{stripped!r}: save stripped them (str.strip), which the caller never asked for -> use the path exactly "
             "as given, spaces included"
         )
+    folder, name = os.path.split(path)
+    for form in ("NFC", "NFD", "NFKC", "NFKD"):
+        other = os.path.join(folder, unicodedata.normalize(form, name))
+        if other != path and os.path.exists(other):
+            return (
+                f"path: the file name given ({name!r}) is not in Unicode normal form {form}, and the file went to "
+                f"{os.path.basename(other)!r}, its {form} form: save normalised the name (unicodedata.normalize), "
+                "so it lands beside or onto another file -> use the path exactly as given, its code points as they are"
+            )
     if os.path.exists(path + ".npz"):
         return "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file"
     return "path: no file is at that path (what the folder holds is shown) -> write exactly there"
