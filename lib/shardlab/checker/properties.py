@@ -1304,7 +1304,7 @@ def restore_damage(ctx, case: Case) -> None:
         _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
-        _large_order_kept(ctx, case, path, state, mesh)
+        _large_order_kept(ctx, case, path, mesh)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
         try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
             _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
@@ -1453,35 +1453,34 @@ def _many_rows(width: int) -> Dataset:
     return Dataset(values.reshape(LARGE_ROWS, width), (np.arange(LARGE_ROWS) % 7).astype(np.float32))
 
 
-def _large_order_kept(ctx, case: Case, path: str, state: dict, mesh) -> None:
-    """A checkpoint of a run on LARGE_ROWS rows (the case's width, seed, batch size and devices, after one batch:
-    the sampler the course's arithmetic gives) is saved and restored with its order exactly, ids up to 65,536.
-    Tried in the cases saved at the start (every search meets one: the save points cycle), where the case's own
-    checkpoint is cheapest: a permutation of 65,537 ids is drawn, saved and replayed."""
+def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
+    """The learner's own first state of a run on LARGE_ROWS rows (the case's width, seed, batch size and devices) is
+    saved and restored with its order exactly, ids up to 65,536. Tried in the cases saved at the start (every search
+    meets one: the save points cycle), and from the learner's `initial`, so the permutation of 65,537 ids is drawn
+    in its interpreter alone, where a restore that replays the sampler finds it compiled."""
     if case.save_at != "start":
         return
-    data = _many_rows(case.shape()[1])
-    contract = called(ctx, "contract", given(case, data), _config(case))
-    sampler = {**_long_run_sampler(case.seed, LARGE_ROWS, case.batch, 1), "step": 1}
-    large = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
-    other = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
+    data = given(case, _many_rows(case.shape()[1]))
+    contract = called(ctx, "contract", data, _config(case))
+    large = called(ctx, "initial", case.seed, data, mesh)
+    path = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
     fix = (
         "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
         "as np.int32 or np.int64, whatever the row count"
     )
     try:
-        called(ctx, "save", other, large, contract)
-        restored = called(ctx, "restore", other, contract, mesh)
+        called(ctx, "save", path, large, contract)
+        restored = called(ctx, "restore", path, contract, mesh)
     except Exception as exc:
         raise Miss(
             "the checkpoint saved and restored",
             _learner_error(exc),
-            f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (after one batch) was refused "
+            f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (its first state) was refused "
             f"({_learner_error(exc)[:120]}): {fix}" + formulas.mark("exact-resume"),
         ) from exc
-    got = host(restored.get("order")) if isinstance(restored, dict) else None
+    got, want = host(restored.get("order")) if isinstance(restored, dict) else None, host(large["order"])
     need(
-        got is not None and np.array_equal(got, sampler["order"]),
+        got is not None and np.array_equal(got, want),
         f"the order of {LARGE_ROWS:,} ids as saved",
         None if got is None else {"dtype": str(got.dtype), "max": int(np.max(got, initial=0))},
         f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
