@@ -1179,6 +1179,32 @@ def contract_of(ctx, case: Case, data, config, what: str):
         raise
 
 
+HUGE_ROWS = 2**20 + 1  # rows of a dataset past any size a contract might start to sample at (1e5, 1e6, 2^20)
+HUGE_EDIT = 524_309  # a prime row in its middle: every k-th row from the first (k > 1) or a prefix leaves it out
+HUGE = f"a dataset of {HUGE_ROWS:,} rows: row {HUGE_EDIT:,}'s feature and target + 1"
+
+
+@functools.lru_cache(maxsize=1)
+def _huge_pair() -> tuple[Dataset, Dataset]:
+    """A dataset of HUGE_ROWS rows x 1 feature, and the same with one row's values changed (16 MB, built once)."""
+    rows = np.arange(HUGE_ROWS)
+    first = Dataset((rows % 1009).astype(np.float32).reshape(-1, 1) / 8, (rows % 13).astype(np.float32))
+    features, targets = first.features.copy(), first.targets.copy()
+    features[HUGE_EDIT, 0] += 1
+    targets[HUGE_EDIT] += 1
+    return first, Dataset(features, targets)
+
+
+def _huge_ignored(ctx) -> bool:
+    """Whether the contract of the huge pair (the course's default configuration) is equal: asked once per run."""
+    if HUGE not in ctx.cache:
+        config, (first, second) = _config(Case()), _huge_pair()
+        ctx.cache[HUGE] = contract_of(ctx, Case(), first, config, HUGE) == contract_of(
+            ctx, Case(), second, config, HUGE
+        )
+    return ctx.cache[HUGE]
+
+
 def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
     """The asked variants of `contract_variants` whose contract equals that of the data they were made from (the
     case's, or the large fixture's, computed only when a variant of it is asked)."""
@@ -1193,6 +1219,8 @@ def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
             reference = large
         if contract_of(ctx, case, other, config, what) == reference:
             ignored.append(what)
+    if focused(ctx, HUGE) and _huge_ignored(ctx):
+        ignored.append(HUGE)
     return ignored
 
 
