@@ -298,6 +298,16 @@ MISTAKES = {
     ),
     "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
     "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
+    "contract_samples_large_data": (
+        3,
+        "random_contract_tells_apart",
+        ["a dataset of 1,048,577 rows: row 524,309's feature and target + 1", "rows=1, batch=1"],
+    ),
+    "save_normalises_the_name": (
+        3,
+        "random_restore_damage",
+        ["is not in Unicode normal form NFC", "save normalised the name (unicodedata.normalize)"],
+    ),
     "restore_order_of_its_own_length": (
         3,
         "random_restore_damage",
@@ -662,6 +672,7 @@ SLOW_MISTAKES = {
     *("save_temp_from_a_seeded_generator", "save_publishes_in_a_thread", "save_part_written_outside_try"),
     "save_part_written_by_os_write",
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
+    *("save_normalises_the_name", "contract_samples_large_data"),
 }
 
 

@@ -55,6 +55,9 @@ class Case:
         return f'check_case("{spec}", "{check}"{", " if text else ""}{text})'
 
 
+# A file name to be written exactly as given: a space at each end, and an é both composed (U+00E9) and decomposed
+# (e + U+0301), which str.strip and each Unicode normal form (NFC, NFD, NFKC, NFKD) change.
+SPELT = " run-\u00e9-e\u0301.ckpt "
 # name -> (lowest, highest, shrink target): integer ranges include both ends; floats too.
 DOMAIN = {
     "rows": (1, 64, 1),
@@ -70,7 +73,7 @@ DOMAIN = {
     "path": ("bare", "other", "nested"),
     "compiled": (False, True, True),
     "data_form": ("dataset", "tuple", "dataset"),
-    "file_name": ("checkpoint.npz", " run.ckpt ", "checkpoint.npz"),
+    "file_name": ("checkpoint.npz", SPELT, "checkpoint.npz"),
     "contents": ("course", "large data", "course"),
     "layout": ("first", "interleaved", "first"),
 }
@@ -103,7 +106,7 @@ CHOICES = {
     "path": ("bare", "nested", "other", "home"),
     "compiled": (True, False),
     "data_form": ("dataset", "tuple", "views"),
-    "file_name": ("checkpoint.npz", "checkpoint", " run.ckpt "),
+    "file_name": ("checkpoint.npz", "checkpoint", SPELT),
     "contents": CONTENTS,
     "layout": ("first", "last", "reversed", "interleaved"),
 }

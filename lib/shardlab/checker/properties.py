@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import replace
 
 import jax
@@ -1178,6 +1179,32 @@ def contract_of(ctx, case: Case, data, config, what: str):
         raise
 
 
+HUGE_ROWS = 2**20 + 1  # rows of a dataset past any size a contract might start to sample at (1e5, 1e6, 2^20)
+HUGE_EDIT = 524_309  # a prime row in its middle: every k-th row from the first (k > 1) or a prefix leaves it out
+HUGE = f"a dataset of {HUGE_ROWS:,} rows: row {HUGE_EDIT:,}'s feature and target + 1"
+
+
+@functools.lru_cache(maxsize=1)
+def _huge_pair() -> tuple[Dataset, Dataset]:
+    """A dataset of HUGE_ROWS rows x 1 feature, and the same with one row's values changed (16 MB, built once)."""
+    rows = np.arange(HUGE_ROWS)
+    first = Dataset((rows % 1009).astype(np.float32).reshape(-1, 1) / 8, (rows % 13).astype(np.float32))
+    features, targets = first.features.copy(), first.targets.copy()
+    features[HUGE_EDIT, 0] += 1
+    targets[HUGE_EDIT] += 1
+    return first, Dataset(features, targets)
+
+
+def _huge_ignored(ctx) -> bool:
+    """Whether the contract of the huge pair (the course's default configuration) is equal: asked once per run."""
+    if HUGE not in ctx.cache:
+        config, (first, second) = _config(Case()), _huge_pair()
+        ctx.cache[HUGE] = contract_of(ctx, Case(), first, config, HUGE) == contract_of(
+            ctx, Case(), second, config, HUGE
+        )
+    return ctx.cache[HUGE]
+
+
 def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
     """The asked variants of `contract_variants` whose contract equals that of the data they were made from (the
     case's, or the large fixture's, computed only when a variant of it is asked)."""
@@ -1192,6 +1219,8 @@ def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
             reference = large
         if contract_of(ctx, case, other, config, what) == reference:
             ignored.append(what)
+    if focused(ctx, HUGE) and _huge_ignored(ctx):
+        ignored.append(HUGE)
     return ignored
 
 
@@ -1303,7 +1332,7 @@ def restore_damage(ctx, case: Case) -> None:
         _restored_rules(state, restored, elsewhere, at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
-        _large_order_kept(ctx, case, path, state, mesh)
+        _large_order_kept(ctx, case, path, mesh)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
         try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
             _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
@@ -1452,31 +1481,34 @@ def _many_rows(width: int) -> Dataset:
     return Dataset(values.reshape(LARGE_ROWS, width), (np.arange(LARGE_ROWS) % 7).astype(np.float32))
 
 
-def _large_order_kept(ctx, case: Case, path: str, state: dict, mesh) -> None:
-    """A checkpoint of a run on LARGE_ROWS rows (the case's width, seed, batch size and devices, after one batch:
-    the sampler the course's arithmetic gives) is saved and restored with its order exactly, ids up to 65,536."""
-    data = _many_rows(case.shape()[1])
-    contract = called(ctx, "contract", given(case, data), _config(case))
-    sampler = {**_long_run_sampler(case.seed, LARGE_ROWS, case.batch, 1), "step": 1}
-    large = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
-    other = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
+def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
+    """The learner's own first state of a run on LARGE_ROWS rows (the case's width, seed, batch size and devices) is
+    saved and restored with its order exactly, ids up to 65,536. Tried in the cases saved at the start (every search
+    meets one: the save points cycle), and from the learner's `initial`, so the permutation of 65,537 ids is drawn
+    in its interpreter alone, where a restore that replays the sampler finds it compiled."""
+    if case.save_at != "start":
+        return
+    data = given(case, _many_rows(case.shape()[1]))
+    contract = called(ctx, "contract", data, _config(case))
+    large = called(ctx, "initial", case.seed, data, mesh)
+    path = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
     fix = (
         "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
         "as np.int32 or np.int64, whatever the row count"
     )
     try:
-        called(ctx, "save", other, large, contract)
-        restored = called(ctx, "restore", other, contract, mesh)
+        called(ctx, "save", path, large, contract)
+        restored = called(ctx, "restore", path, contract, mesh)
     except Exception as exc:
         raise Miss(
             "the checkpoint saved and restored",
             _learner_error(exc),
-            f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (after one batch) was refused "
+            f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (its first state) was refused "
             f"({_learner_error(exc)[:120]}): {fix}" + formulas.mark("exact-resume"),
         ) from exc
-    got = host(restored.get("order")) if isinstance(restored, dict) else None
+    got, want = host(restored.get("order")) if isinstance(restored, dict) else None, host(large["order"])
     need(
-        got is not None and np.array_equal(got, sampler["order"]),
+        got is not None and np.array_equal(got, want),
         f"the order of {LARGE_ROWS:,} ids as saved",
         None if got is None else {"dtype": str(got.dtype), "max": int(np.max(got, initial=0))},
         f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
@@ -1531,6 +1563,15 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
             f"{stripped!r}: save stripped them (str.strip), which the caller never asked for -> use the path exactly "
             "as given, spaces included"
         )
+    folder, name = os.path.split(path)
+    for form in ("NFC", "NFD", "NFKC", "NFKD"):
+        other = os.path.join(folder, unicodedata.normalize(form, name))
+        if other != path and os.path.exists(other):
+            return (
+                f"path: the file name given ({name!r}) is not in Unicode normal form {form}, and the file went to "
+                f"{os.path.basename(other)!r}, its {form} form: save normalised the name (unicodedata.normalize), "
+                "so it lands beside or onto another file -> use the path exactly as given, its code points as they are"
+            )
     if os.path.exists(path + ".npz"):
         return "path: np.savez appends .npz to a file *name* that lacks it, so hand it an open file"
     return "path: no file is at that path (what the folder holds is shown) -> write exactly there"

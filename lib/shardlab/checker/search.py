@@ -26,6 +26,7 @@ import shardlab.checker.seal as seal
 from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
 from shardlab.checker.domain import (
+    CHOICES,
     CONTENTS,
     DOMAIN,
     ONE_STEP,
@@ -74,7 +75,7 @@ PATH_FORMS = ("bare", "nested", "other", "home")
 COMPILED_FORMS = (False, *[True] * 6)  # one un-jitted step in seven (eager dispatch costs seconds per case); seven,
 # not eight, so that over search seeds the un-jitted step meets every one of the eight contents (which cycle by 8)
 DATA_FORMS = ("dataset", "tuple")  # every search passes the course's Dataset and a plain tuple in turn
-FILE_NAMES = ("checkpoint.npz", "checkpoint", " run.ckpt ")  # the name is the learner's to write as given, spaces too
+FILE_NAMES = CHOICES["file_name"]  # the name is the learner's to write exactly as given
 # which devices a case's mesh holds, in which order: every search meets meshes that are not a prefix of
 # jax.devices() (the last ones, reversed, interleaved), and the course's own, in every pairing with the data forms
 LAYOUT_FORMS = ("first", "interleaved", "reversed", "last")

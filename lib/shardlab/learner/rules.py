@@ -201,8 +201,8 @@ RULES = (
     Rule(
         "exact-path",
         "save",
-        "the checkpoint is written at exactly the path given (any name, spaces at its ends included: no .npz added, "
-        "nothing stripped) and that path is returned, "
+        "the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII letters "
+        "included: no .npz added, nothing stripped or normalised) and that path is returned, "
         "as given or in its absolute form",
         ("random_restore_damage",),
         why=(
