@@ -1100,3 +1100,24 @@ def test_the_course_update_is_called_near_the_fused_steps_when_its_ratio_is_not_
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
     assert 20.0 / 7.5 < 10 and f"{20.0 / 7.5:.1f} times the larger" in said[0], said[0]  # by hand: 2.7
     assert "not more than ten times" in said[0] and "mostly that fixed cost" not in said[0], said[0]
+
+
+@pytest.mark.parametrize(("draws", "capped"), [(CAPPED_DRAWS, True), ([0.80, 0.82, 0.85, 0.86, 0.87, 0.9], False)])
+def test_a_draw_timed_alone_beyond_the_parts_that_contain_it_is_called_a_cap_not_a_measurement(tmp_path, draws, capped):
+    import numpy as np
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    rows = [{"jitted_dispatch_ms": 0.4 * p, "other_ms": 0.6 * p, "placement_ms": 0.1, f"{trace.PREPARE}_ms": p + 0.1,
+             f"{trace.UPDATE}_ms": 1.0} for p in TARGET]  # fmt: skip
+    found = hypothesis.bounds(rows, draws, 0.2)
+    said = sentences.draw_alone(found["one_call_reshuffle"])
+    record.emit(str(tmp_path), "stage4a_profile", "trace", {"reach_bounds": found}, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    draw, whole = float(np.median(draws)), float(np.median([0.4 * p + 0.6 * p for p in TARGET]))  # by hand
+    assert (draw > whole) == capped
+    assert f"{draw:.3f} ms by median" in said and f"{whole:.3f} ms" in said, said
+    assert ("caps this reach at" in said) == capped and ("uncapped" in said) == (not capped), said

@@ -310,6 +310,21 @@ SENTENCES = {
             "{c:.3f} ms (each part's own median, a negative fall a rise; the parts' medians need not add up to the "
             "sum's).",
         ),
+        "draw_alone_beyond_its_whole": _s(
+            "r > a",
+            {
+                "r": "trace.reach_bounds.one_call_reshuffle.measured_ms",
+                "a": "trace.reach_bounds.one_call_reshuffle.annotation_ms",
+            },  # fmt: skip
+            "The draw traced alone took {r:.3f} ms by median, more than the {a:.3f} ms median of the "
+            "prepare_and_place parts that contain it in the traced transitions. It is the same `draw` on the same "
+            "key, so it did no more work: it ran in a capture of its own, at another moment on this shared host, and "
+            "a call timed apart from its loop need not take what it takes inside it. A part cannot remove more than "
+            "its whole, so the table caps this reach at {a:.3f} ms: a bound from the containing parts, not a "
+            "measurement of the draw.",
+            "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
+            "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
+        ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
             {
@@ -1079,6 +1094,11 @@ def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on whether a warm eager call still compiled, from the count the timing recorded."""
     eager = timing["eager_4dev"]
     return chosen(notebook, "eager_compiles", n=eager["warm_compilations"]["count"], e=eager["median_ms"])
+
+
+def draw_alone(found: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a: whether the draw traced alone exceeded the parts that contain it (`hypothesis.bounded`'s dict)."""
+    return chosen(notebook, "draw_alone_beyond_its_whole", r=found["measured_ms"], a=found["annotation_ms"])
 
 
 def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
