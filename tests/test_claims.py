@@ -1121,3 +1121,46 @@ def test_a_draw_timed_alone_beyond_the_parts_that_contain_it_is_called_a_cap_not
     assert (draw > whole) == capped
     assert f"{draw:.3f} ms by median" in said and f"{whole:.3f} ms" in said, said
     assert ("caps this reach at" in said) == capped and ("uncapped" in said) == (not capped), said
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "other", "threshold", "cause_shown"),
+    [
+        ((0.50, 0.20), (0.90, 0.85), 0.25, True),  # the dispatches fell by the threshold, beyond the spread
+        ((0.434, 0.375), (0.797, 0.509), 0.217, False),  # the course run's shape: the sum fell, mostly in `other`
+    ],
+)
+def test_a_sum_confirmed_while_its_mechanism_fell_short_is_inconclusive_about_the_cause(
+    tmp_path, dispatch, other, threshold, cause_shown
+):
+    import statistics
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    def rows(d, o):
+        return [{"jitted_dispatch_ms": d + j, "other_ms": o, f"{trace.UPDATE}_ms": 1.0} for j in TIGHT]
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold,
+             "target_keys": ["jitted_dispatch_ms", "other_ms"]}  # fmt: skip
+    unchanged, changed = rows(dispatch[0], other[0]), rows(dispatch[1], other[1])
+    outcome = hypothesis.judge(guess, unchanged, changed, [5.0] * 6)
+    said = sentences.verdict(outcome, "V")
+    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    # by hand: the sum's cut is clear of the threshold either way; the dispatches' fall decides the cause
+    before = [r["jitted_dispatch_ms"] for r in unchanged]
+    after = [r["jitted_dispatch_ms"] for r in changed]
+    fall = statistics.median(before) - statistics.median(after)
+    apart = (
+        statistics.quantiles(after, n=4, method="inclusive")[2]
+        < statistics.quantiles(before, n=4, method="inclusive")[0]
+    )
+    assert outcome["verdict"] == "confirmed"
+    assert (fall >= threshold and apart) == cause_shown
+    assert ("inconclusive about the cause" in said) == (not cause_shown), said
+    assert ("V: confirmed, for the sum" in said) == cause_shown, said
+    if not cause_shown:
+        assert f"{fall:.3f} ms by median" in said and "jitted_dispatch" in said, said

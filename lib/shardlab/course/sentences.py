@@ -47,6 +47,13 @@ MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall an
     "g_lo": "change.mechanism_sides.changed.q1_ms",
     "g_hi": "change.mechanism_sides.changed.q3_ms",
 }
+CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named apart from the control's quartiles
+    "f": "change.mechanism_fall_ms",
+    "mu_lo": "change.mechanism_sides.unchanged.q1_ms",
+    "mu_hi": "change.mechanism_sides.unchanged.q3_ms",
+    "mg_lo": "change.mechanism_sides.changed.q1_ms",
+    "mg_hi": "change.mechanism_sides.changed.q3_ms",
+}
 WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
     "w": "fused_trace.top_events.waiting_ms",
     "c": "fused_trace.top_events.collective_ms",
@@ -188,6 +195,19 @@ SENTENCES = {
             "apart, holds most of its {e:.0f} ms.",
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
+        ),
+        "change_confirmed_cause_unshown": _s(
+            RELATIONS["confirmed"] + " and not (f >= t and mg_hi < mu_lo)",
+            {**CHANGE, **CAUSE},
+            "<verdict_of>: the sum fell as predicted, but not by the mechanism predicted: inconclusive about the "
+            "cause. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin of {m:.3f} ms, at least the "
+            "{n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), within the {r:.3f} ms estimated "
+            "reach; but <part>, the part the change's mechanism removes, did not fall by that threshold beyond the "
+            "spread ({f:.3f} ms by median; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} "
+            "ms changed), so the hypothesis's because is not shown.",
+            "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
+            "{m:.3f} ms, noise {n:.3f} ms; <part> fell by {f:.3f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
+            "unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
@@ -1116,7 +1136,14 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"], b=outcome["baseline_first_ms"])
-    return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+    if "mechanism" not in outcome:
+        return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+    # a split target: a sum confirmed while its mechanism's part fell short is confirmed only for the sum
+    unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
+    values.update(f=outcome["mechanism_fall_ms"], mu_lo=unchanged["q1_ms"], mu_hi=unchanged["q3_ms"])
+    values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"])
+    fill = {"verdict_of": verdict_of, "part": outcome["mechanism"]}
+    return chosen_first(notebook, ("change_confirmed_cause_unshown", *VERDICT), fill, **values)
 
 
 def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
