@@ -478,30 +478,36 @@ SENTENCES = {
         "arithmetic_smallest": _s(
             "p < min(w, c)",
             WAITING,
-            f"So, to the prediction, for the traced fused_stats loop: not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
             "{p:.2f} of the {b:.2f} ms; meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed "
             "time {c:.2f} ms) takes more.",
-            f"So, to the prediction, for the traced fused_stats loop: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
             "less than both named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms).",
         ),
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
+            "So, to the prediction, for the traced fused_stats loop: "
+            "mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
             "collectives' unnamed time ({c:.2f} ms) together are more of the {b:.2f} ms than the rest of the "
             f"program, {_PROGRAM}, {{p:.2f}} ms, by more than a quarter; the trace cannot split the collectives' "
             "time between copying and adding and synchronising.",
-            f"So, to the prediction, for the traced fused_stats loop: meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
             f"unnamed time {{c:.2f}} ms) does not exceed the rest of the program, {_PROGRAM}, {{p:.2f}} ms, by more "
             "than a quarter.",
         ),
         "program_dominates": _s(
             f"p > {CLEAR} * (w + c)",
             WAITING,
-            f"So, to the prediction, for the traced fused_stats loop: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
             "than named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms) together by more than a "
             "quarter: here the program, not meeting the other devices, is the larger part.",
-            f"So, to the prediction, for the traced fused_stats loop: neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
             "{b:.2f} ms, while meeting the other devices, named waiting ({w:.2f} ms) and the collectives' unnamed "
             "time ({c:.2f} ms) together, comes within a quarter of it: one short capture with no spread cannot order "
             "the two.",
