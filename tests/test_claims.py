@@ -1164,3 +1164,23 @@ def test_a_sum_confirmed_while_its_mechanism_fell_short_is_inconclusive_about_th
     assert ("V: confirmed, for the sum" in said) == cause_shown, said
     if not cause_shown:
         assert f"{fall:.3f} ms by median" in said and "jitted_dispatch" in said, said
+
+
+@pytest.mark.parametrize(("loss", "weight"), [(1.4e-06, 1.2e-07), (0.0, 0.0), (0.0, 3e-08)])
+def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_when_there_is_one(tmp_path, loss, weight):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    said = sentences.uninterrupted_match({"max_loss_diff": loss, "max_weight_diff": weight})
+    record.emit(
+        str(tmp_path),
+        "stage5a_protocol",
+        "uninterrupted",
+        {"max_loss_diff": loss, "max_weight_diff": weight},
+        shown=False,
+    )
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    bitwise = loss == 0 and weight == 0  # by hand
+    assert ("bit for bit, losses and weights" in said) == bitwise, said
+    assert ("in another order" in said) == (not bitwise) and (f"{weight:.1e} in a weight" in said) == (not bitwise)

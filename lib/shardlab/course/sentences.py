@@ -635,6 +635,15 @@ SENTENCES = {
             "bit for bit",
             "within float32 tolerance, not bit for bit",
         ),
+        "uninterrupted_bitwise": _s(
+            "l == 0 and w == 0",
+            {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
+            "The group matched the control bit for bit, losses and weights.",
+            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the group's "
+            "reductions add the same numbers in another order (its all-reduces run across two processes, the "
+            "control's inside one), and float32 addition depends on the order. Stage 3's exact match compared "
+            "runs that reduce in the same order.",
+        ),
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
@@ -924,6 +933,11 @@ def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether a restart on another world size matched the control bit for bit."""
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
+
+
+def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether the group with no fault matched the control bit for bit, and why not if it did not."""
+    return chosen(notebook, "uninterrupted_bitwise", l=against["max_loss_diff"], w=against["max_weight_diff"])
 
 
 def world_cause(uninterrupted_diff: float, runs: dict, devices: int, notebook: str = "stage5a_protocol") -> str:
