@@ -1184,3 +1184,21 @@ def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_wh
     bitwise = loss == 0 and weight == 0  # by hand
     assert ("bit for bit, losses and weights" in said) == bitwise, said
     assert ("in another order" in said) == (not bitwise) and (f"{weight:.1e} in a weight" in said) == (not bitwise)
+
+
+@pytest.mark.parametrize(("fast_ms", "slower"), [(14.23, True), (2.9, False)])
+def test_the_cross_process_step_is_called_slower_than_the_one_process_update_only_when_it_is(tmp_path, fast_ms, slower):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    table = [{"devices": 1, "rows": 16384, "median_ms": 0.7363}, {"devices": 4, "rows": 65536, "median_ms": 3.308}]
+    said = sentences.cross_process_compute({"median_ms": fast_ms}, {"table": table})
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", {"table": table}, shown=False)
+    record.emit(
+        str(tmp_path), "stage5b_scaling", "step_times", {"compute_spread": {"fast_median_ms": fast_ms}}, shown=False
+    )
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert (fast_ms > 3.308) == slower  # by hand, against the last row of the table
+    assert ("psums cross between processes" in said) == slower, said
+    assert f"{fast_ms:.2f} ms by median" in said and "3.308 ms" in said and "4 devices of one process" in said, said

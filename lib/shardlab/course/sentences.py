@@ -681,6 +681,24 @@ SENTENCES = {
         ),
     },
     "stage5b_scaling": {
+        "cross_process_compute": _s(
+            "f > u",
+            {
+                "f": "step_times.compute_spread.fast_median_ms",
+                "u": "efficiency.table.-1.median_ms",
+                "w": "efficiency.table.-1.devices",
+                "n": "efficiency.table.-1.rows",
+            },
+            "Why a step of the 2 × 2 group is slower than the update timed above: even the faster controller's "
+            "compute phase took {f:.2f} ms by median, more than the {u:.3f} ms the same update program took on "
+            "{w} devices of one process with {n} rows. What the group's update adds is that its three psums cross"
+            " between processes, through gloo over the loopback, not between devices of one process; this record "
+            "cannot split them from the arithmetic (a profiler could), so that crossing is the likely, not "
+            "measured, cost.",
+            "The faster controller's compute phase took {f:.2f} ms by median, not more than the {u:.3f} ms the same "
+            "update took on {w} devices of one process with {n} rows: crossing between processes cost no time "
+            "these records can see.",
+        ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
@@ -1042,6 +1060,13 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
         names = ["async_shortens_<what>", "async_lengthens_<what>"]
         said.append(chosen_first(notebook, names, {"what": what, "label": label}, **values))
     return said
+
+
+def cross_process_compute(fast: dict, efficiency: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: the faster controller's compute median against the one-process update on the most devices."""
+    most = efficiency["table"][-1]
+    values = {"f": fast["median_ms"], "u": most["median_ms"], "w": most["devices"], "n": most["rows"]}
+    return chosen(notebook, "cross_process_compute", **values)
 
 
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
