@@ -1100,3 +1100,105 @@ def test_the_course_update_is_called_near_the_fused_steps_when_its_ratio_is_not_
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
     assert 20.0 / 7.5 < 10 and f"{20.0 / 7.5:.1f} times the larger" in said[0], said[0]  # by hand: 2.7
     assert "not more than ten times" in said[0] and "mostly that fixed cost" not in said[0], said[0]
+
+
+@pytest.mark.parametrize(("draws", "capped"), [(CAPPED_DRAWS, True), ([0.80, 0.82, 0.85, 0.86, 0.87, 0.9], False)])
+def test_a_draw_timed_alone_beyond_the_parts_that_contain_it_is_called_a_cap_not_a_measurement(tmp_path, draws, capped):
+    import numpy as np
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    rows = [{"jitted_dispatch_ms": 0.4 * p, "other_ms": 0.6 * p, "placement_ms": 0.1, f"{trace.PREPARE}_ms": p + 0.1,
+             f"{trace.UPDATE}_ms": 1.0} for p in TARGET]  # fmt: skip
+    found = hypothesis.bounds(rows, draws, 0.2)
+    said = sentences.draw_alone(found["one_call_reshuffle"])
+    record.emit(str(tmp_path), "stage4a_profile", "trace", {"reach_bounds": found}, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    draw, whole = float(np.median(draws)), float(np.median([0.4 * p + 0.6 * p for p in TARGET]))  # by hand
+    assert (draw > whole) == capped
+    assert f"{draw:.3f} ms by median" in said and f"{whole:.3f} ms" in said, said
+    assert ("caps this reach at" in said) == capped and ("uncapped" in said) == (not capped), said
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "other", "threshold", "cause_shown"),
+    [
+        ((0.50, 0.20), (0.90, 0.85), 0.25, True),  # the dispatches fell by the threshold, beyond the spread
+        ((0.434, 0.375), (0.797, 0.509), 0.217, False),  # the course run's shape: the sum fell, mostly in `other`
+    ],
+)
+def test_a_sum_confirmed_while_its_mechanism_fell_short_is_inconclusive_about_the_cause(
+    tmp_path, dispatch, other, threshold, cause_shown
+):
+    import statistics
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.evidence import hypothesis, trace
+
+    def rows(d, o):
+        return [{"jitted_dispatch_ms": d + j, "other_ms": o, f"{trace.UPDATE}_ms": 1.0} for j in TIGHT]
+
+    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold,
+             "target_keys": ["jitted_dispatch_ms", "other_ms"]}  # fmt: skip
+    unchanged, changed = rows(dispatch[0], other[0]), rows(dispatch[1], other[1])
+    outcome = hypothesis.judge(guess, unchanged, changed, [5.0] * 6)
+    said = sentences.verdict(outcome, "V")
+    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    # by hand: the sum's cut is clear of the threshold either way; the dispatches' fall decides the cause
+    before = [r["jitted_dispatch_ms"] for r in unchanged]
+    after = [r["jitted_dispatch_ms"] for r in changed]
+    fall = statistics.median(before) - statistics.median(after)
+    apart = (
+        statistics.quantiles(after, n=4, method="inclusive")[2]
+        < statistics.quantiles(before, n=4, method="inclusive")[0]
+    )
+    assert outcome["verdict"] == "confirmed"
+    assert (fall >= threshold and apart) == cause_shown
+    assert ("inconclusive about the cause" in said) == (not cause_shown), said
+    assert ("V: confirmed, for the sum" in said) == cause_shown, said
+    if not cause_shown:
+        assert f"{fall:.3f} ms by median" in said and "jitted_dispatch" in said, said
+
+
+@pytest.mark.parametrize(("loss", "weight"), [(1.4e-06, 1.2e-07), (0.0, 0.0), (0.0, 3e-08)])
+def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_when_there_is_one(tmp_path, loss, weight):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    said = sentences.uninterrupted_match({"max_loss_diff": loss, "max_weight_diff": weight})
+    record.emit(
+        str(tmp_path),
+        "stage5a_protocol",
+        "uninterrupted",
+        {"max_loss_diff": loss, "max_weight_diff": weight},
+        shown=False,
+    )
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    bitwise = loss == 0 and weight == 0  # by hand
+    assert ("bit for bit, losses and weights" in said) == bitwise, said
+    assert ("in another order" in said) == (not bitwise) and (f"{weight:.1e} in a weight" in said) == (not bitwise)
+
+
+@pytest.mark.parametrize(("fast_ms", "slower"), [(14.23, True), (2.9, False)])
+def test_the_cross_process_step_is_called_slower_than_the_one_process_update_only_when_it_is(tmp_path, fast_ms, slower):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    table = [{"devices": 1, "rows": 16384, "median_ms": 0.7363}, {"devices": 4, "rows": 65536, "median_ms": 3.308}]
+    said = sentences.cross_process_compute({"median_ms": fast_ms}, {"table": table})
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", {"table": table}, shown=False)
+    record.emit(
+        str(tmp_path), "stage5b_scaling", "step_times", {"compute_spread": {"fast_median_ms": fast_ms}}, shown=False
+    )
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert (fast_ms > 3.308) == slower  # by hand, against the last row of the table
+    assert ("psums cross between processes" in said) == slower, said
+    assert f"{fast_ms:.2f} ms by median" in said and "3.308 ms" in said and "4 devices of one process" in said, said

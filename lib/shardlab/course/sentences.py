@@ -47,6 +47,13 @@ MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall an
     "g_lo": "change.mechanism_sides.changed.q1_ms",
     "g_hi": "change.mechanism_sides.changed.q3_ms",
 }
+CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named apart from the control's quartiles
+    "f": "change.mechanism_fall_ms",
+    "mu_lo": "change.mechanism_sides.unchanged.q1_ms",
+    "mu_hi": "change.mechanism_sides.unchanged.q3_ms",
+    "mg_lo": "change.mechanism_sides.changed.q1_ms",
+    "mg_hi": "change.mechanism_sides.changed.q3_ms",
+}
 WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
     "w": "fused_trace.top_events.waiting_ms",
     "c": "fused_trace.top_events.collective_ms",
@@ -189,6 +196,19 @@ SENTENCES = {
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
         ),
+        "change_confirmed_cause_unshown": _s(
+            RELATIONS["confirmed"] + " and not (f >= t and mg_hi < mu_lo)",
+            {**CHANGE, **CAUSE},
+            "<verdict_of>: the sum fell as predicted, but not by the mechanism predicted: inconclusive about the "
+            "cause. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin of {m:.3f} ms, at least the "
+            "{n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), within the {r:.3f} ms estimated "
+            "reach; but <part>, the part the change's mechanism removes, did not fall by that threshold beyond the "
+            "spread ({f:.3f} ms by median; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} "
+            "ms changed), so the hypothesis's because is not shown.",
+            "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
+            "{m:.3f} ms, noise {n:.3f} ms; <part> fell by {f:.3f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
+            "unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
+        ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
@@ -309,6 +329,21 @@ SENTENCES = {
             "Most of the cut did not go to <rest>: it fell by {o:.3f} ms and <part> by {f:.3f} ms, the sum by "
             "{c:.3f} ms (each part's own median, a negative fall a rise; the parts' medians need not add up to the "
             "sum's).",
+        ),
+        "draw_alone_beyond_its_whole": _s(
+            "r > a",
+            {
+                "r": "trace.reach_bounds.one_call_reshuffle.measured_ms",
+                "a": "trace.reach_bounds.one_call_reshuffle.annotation_ms",
+            },  # fmt: skip
+            "The draw traced alone took {r:.3f} ms by median, more than the {a:.3f} ms median of the "
+            "prepare_and_place parts that contain it in the traced transitions. It is the same `draw` on the same "
+            "key, so it did no more work: it ran in a capture of its own, at another moment on this shared host, and "
+            "a call timed apart from its loop need not take what it takes inside it. A part cannot remove more than "
+            "its whole, so the table caps this reach at {a:.3f} ms: a bound from the containing parts, not a "
+            "measurement of the draw.",
+            "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
+            "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
         ),
         "baseline_moved": _s(
             "b < u_lo or b > u_hi",
@@ -443,30 +478,36 @@ SENTENCES = {
         "arithmetic_smallest": _s(
             "p < min(w, c)",
             WAITING,
-            f"So, to the prediction: not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
             "{p:.2f} of the {b:.2f} ms; meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed "
             "time {c:.2f} ms) takes more.",
-            f"So, to the prediction: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
             "less than both named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms).",
         ),
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
             WAITING,
-            "So, to the prediction: mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
+            "So, to the prediction, for the traced fused_stats loop: "
+            "mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
             "collectives' unnamed time ({c:.2f} ms) together are more of the {b:.2f} ms than the rest of the "
             f"program, {_PROGRAM}, {{p:.2f}} ms, by more than a quarter; the trace cannot split the collectives' "
             "time between copying and adding and synchronising.",
-            f"So, to the prediction: meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
             f"unnamed time {{c:.2f}} ms) does not exceed the rest of the program, {_PROGRAM}, {{p:.2f}} ms, by more "
             "than a quarter.",
         ),
         "program_dominates": _s(
             f"p > {CLEAR} * (w + c)",
             WAITING,
-            f"So, to the prediction: the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
             "than named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms) together by more than a "
             "quarter: here the program, not meeting the other devices, is the larger part.",
-            f"So, to the prediction: neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
+            "So, to the prediction, for the traced fused_stats loop: "
+            f"neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
             "{b:.2f} ms, while meeting the other devices, named waiting ({w:.2f} ms) and the collectives' unnamed "
             "time ({c:.2f} ms) together, comes within a quarter of it: one short capture with no spread cannot order "
             "the two.",
@@ -594,6 +635,15 @@ SENTENCES = {
             "bit for bit",
             "within float32 tolerance, not bit for bit",
         ),
+        "uninterrupted_bitwise": _s(
+            "l == 0 and w == 0",
+            {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
+            "The group matched the control bit for bit, losses and weights.",
+            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the group's "
+            "reductions add the same numbers in another order (its all-reduces run across two processes, the "
+            "control's inside one), and float32 addition depends on the order. Stage 3's exact match compared "
+            "runs that reduce in the same order.",
+        ),
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
@@ -631,6 +681,24 @@ SENTENCES = {
         ),
     },
     "stage5b_scaling": {
+        "cross_process_compute": _s(
+            "f > u",
+            {
+                "f": "step_times.compute_spread.fast_median_ms",
+                "u": "efficiency.table.-1.median_ms",
+                "w": "efficiency.table.-1.devices",
+                "n": "efficiency.table.-1.rows",
+            },
+            "Why a step of the 2 × 2 group is slower than the update timed above: even the faster controller's "
+            "compute phase took {f:.2f} ms by median, more than the {u:.3f} ms the same update program took on "
+            "{w} devices of one process with {n} rows. What the group's update adds is that its three psums cross"
+            " between processes, through gloo over the loopback, not between devices of one process; this record "
+            "cannot split them from the arithmetic (a profiler could), so that crossing is the likely, not "
+            "measured, cost.",
+            "The faster controller's compute phase took {f:.2f} ms by median, not more than the {u:.3f} ms the same "
+            "update took on {w} devices of one process with {n} rows: crossing between processes cost no time "
+            "these records can see.",
+        ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
@@ -885,6 +953,11 @@ def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_pro
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
 
 
+def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether the group with no fault matched the control bit for bit, and why not if it did not."""
+    return chosen(notebook, "uninterrupted_bitwise", l=against["max_loss_diff"], w=against["max_weight_diff"])
+
+
 def world_cause(uninterrupted_diff: float, runs: dict, devices: int, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: why the restarts agree with the control within float32, not bit for bit, chosen by the values.
 
@@ -989,6 +1062,13 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
     return said
 
 
+def cross_process_compute(fast: dict, efficiency: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: the faster controller's compute median against the one-process update on the most devices."""
+    most = efficiency["table"][-1]
+    values = {"f": fast["median_ms"], "u": most["median_ms"], "w": most["devices"], "n": most["rows"]}
+    return chosen(notebook, "cross_process_compute", **values)
+
+
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
     """Stage 5b's reading of the per-controller step records: compilation, then compute and agreement spreads."""
     notebook = notebook or "stage5b_scaling"
@@ -1081,6 +1161,11 @@ def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
     return chosen(notebook, "eager_compiles", n=eager["warm_compilations"]["count"], e=eager["median_ms"])
 
 
+def draw_alone(found: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a: whether the draw traced alone exceeded the parts that contain it (`hypothesis.bounded`'s dict)."""
+    return chosen(notebook, "draw_alone_beyond_its_whole", r=found["measured_ms"], a=found["annotation_ms"])
+
+
 def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
     side = outcome["sides"]["target"]["unchanged"]
@@ -1096,7 +1181,14 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"], b=outcome["baseline_first_ms"])
-    return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+    if "mechanism" not in outcome:
+        return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
+    # a split target: a sum confirmed while its mechanism's part fell short is confirmed only for the sum
+    unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
+    values.update(f=outcome["mechanism_fall_ms"], mu_lo=unchanged["q1_ms"], mu_hi=unchanged["q3_ms"])
+    values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"])
+    fill = {"verdict_of": verdict_of, "part": outcome["mechanism"]}
+    return chosen_first(notebook, ("change_confirmed_cause_unshown", *VERDICT), fill, **values)
 
 
 def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
