@@ -1453,16 +1453,8 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
         "them as the same integers"
     )
-    try:
-        called(ctx, "save", other, long_run, contract)
-        restored = called(ctx, "restore", other, contract, mesh)
-    except Exception as exc:
-        raise Miss(
-            "the checkpoint saved and restored",
-            _learner_error(exc),
-            f"a valid checkpoint of the run at step {at} (a long run's step, the sampler that step implies) was "
-            f"refused ({_learner_error(exc)[:120]}) -> {fix}" + formulas.mark("exact-resume"),
-        ) from exc
+    what = f"a valid checkpoint of the run at step {at} (a long run's step, the sampler that step implies)"
+    restored = _saved_and_restored(ctx, other, long_run, contract, mesh, what, f" -> {fix}")
     returned = restored.get("step") if isinstance(restored, dict) else None
     got = None if returned is None else host(returned)
     need(
@@ -1496,16 +1488,8 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
         "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
         "as np.int32 or np.int64, whatever the row count"
     )
-    try:
-        called(ctx, "save", path, large, contract)
-        restored = called(ctx, "restore", path, contract, mesh)
-    except Exception as exc:
-        raise Miss(
-            "the checkpoint saved and restored",
-            _learner_error(exc),
-            f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (its first state) was refused "
-            f"({_learner_error(exc)[:120]}): {fix}" + formulas.mark("exact-resume"),
-        ) from exc
+    what = f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (its first state)"
+    restored = _saved_and_restored(ctx, path, large, contract, mesh, what, f": {fix}")
     got, want = host(restored.get("order")) if isinstance(restored, dict) else None, host(large["order"])
     need(
         got is not None and np.array_equal(got, want),
@@ -1514,6 +1498,19 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
         f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
         + formulas.mark("exact-resume"),
     )
+
+
+def _saved_and_restored(ctx, path: str, state: dict, contract: dict, mesh, what: str, fix: str) -> dict:
+    """The learner's save of `state` at `path`, then its restore: a refusal of this valid checkpoint is a Miss."""
+    try:
+        called(ctx, "save", path, state, contract)
+        return called(ctx, "restore", path, contract, mesh)
+    except Exception as exc:
+        raise Miss(
+            "the checkpoint saved and restored",
+            _learner_error(exc),
+            f"{what} was refused ({_learner_error(exc)[:120]}){fix}" + formulas.mark("exact-resume"),
+        ) from exc
 
 
 def _learner_error(exc: Exception) -> str:
