@@ -352,7 +352,7 @@ def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tm
     "eager, four_devices, word",
     [
         ((1700.0, 1650.0), (0.68, 0.59, 0.85), "costs more"),
-        # a blind reader's run: eager ~2,800x compiled, yet four devices against one inside the spread
+        # values from one executed run: eager ~2,800x compiled, yet four devices against one inside the spread
         ((2932.0, 2883.0), (1.052, 0.76, 1.30), "that gap is clear beyond the spread. Four devices against one is not"),
         ((0.9, 0.2), (0.30, 0.2, 0.5), "not clear beyond the spread"),  # even eager overlaps the compiled halves
     ],
@@ -395,7 +395,7 @@ def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
-# the last: a blind reader's run, 0.956 against 0.854 ms from two traced transitions: not called longer
+# the last: values from one executed run, 0.956 against 0.854 ms from two traced transitions: not called longer
 @pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1), (0.956, 0.854)])
 def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare, update):
     from shardlab.course import sentences
@@ -427,7 +427,7 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
 
 @pytest.mark.parametrize(
     ("prepare", "update", "agrees"),
-    # a blind reader's run: the update longer at batch 7 by 15 %, within a quarter: neither agrees nor disagrees
+    # values from one executed run: the update longer at batch 7 by 15 %, within a quarter: neither agrees nor disagrees
     [(0.646, 0.746, None), (0.9, 0.5, True), (0.4, 0.9, False)],
 )
 def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepare, update, agrees):
@@ -496,7 +496,7 @@ def _verdict_text(tmp_path, before, after, threshold):
     return outcome, text
 
 
-# a blind reader's run: the draw measured again alone was bimodal and its median more than the whole target
+# values from one executed run: the draw measured again alone was bimodal and its median more than the whole target
 def record_load(tmp_path):
     from shardlab.course import results as record
 
@@ -717,7 +717,7 @@ def test_the_ring_latency_sentence_follows_the_fitted_signs(tmp_path, latency, s
             {"p": 2.971, "lo": 2.502, "hi": 3.438, "m": 3.715, "m_lo": 3.250, "m_hi": 4.092},
             "overlap from 3.250 to 3.438",
         ),
-        # a blind reader's run: 0.28 ms of overlap, not only the edges
+        # values from one executed run: 0.28 ms of overlap, not only the edges
         (
             {"p": 3.942, "lo": 2.806, "hi": 4.453, "m": 5.627, "m_lo": 4.170, "m_hi": 8.239},
             "overlap from 4.170 to 4.453",
@@ -944,7 +944,7 @@ def test_three_parts_about_equal_are_called_that_not_a_smaller_and_a_larger(tmp_
     from shardlab.course import results as record
     from shardlab.course import sentences
 
-    split = {"waiting_ms": 0.43, "collective_ms": 0.43, "program_ms": 0.42, "busy_ms": 1.28}  # a blind reader's run
+    split = {"waiting_ms": 0.43, "collective_ms": 0.43, "program_ms": 0.42, "busy_ms": 1.28}  # one executed run
     record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
     said = sentences.waiting_share(split)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
@@ -988,7 +988,7 @@ def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp
 @pytest.mark.parametrize(
     "u, same, other, cause",
     [
-        (1.2e-07, 1.2e-07, 1.2e-07, "the run's history"),  # a blind reader's run: 1x4 differs on the control's count
+        (1.2e-07, 1.2e-07, 1.2e-07, "the run's history"),  # one executed run: 1x4 differs on the control's count
         (0.0, 0.0, 1.2e-07, "the device count"),
         (0.0, 0.0, 0.0, "bit for bit: the uninterrupted"),
         (0.0, 1.2e-07, 0.0, "name no single cause"),
@@ -1021,11 +1021,11 @@ def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_d
 @pytest.mark.parametrize(
     "split, answer",
     [
-        # a blind reader's run: waiting plus the collectives' unnamed time, 1.60 of 2.58 ms, against 0.98
+        # values from one executed run: waiting plus the collectives' unnamed time, 1.60 of 2.58 ms, against 0.98
         ({"waiting_ms": 0.34, "collective_ms": 1.26, "program_ms": 0.98, "busy_ms": 2.58}, "mostly meeting"),
         ({"waiting_ms": 0.3, "collective_ms": 0.4, "program_ms": 0.2, "busy_ms": 0.9}, "not the arithmetic"),
         ({"waiting_ms": 0.2, "collective_ms": 0.2, "program_ms": 0.7, "busy_ms": 1.1}, "the program, not meeting"),
-        # a blind reader's run: 1.00 ms of program against 0.42 + 0.45 ms of meeting, one capture: no order
+        # values from one executed run: 1.00 ms of program against 0.42 + 0.45 ms of meeting, one capture: no order
         ({"waiting_ms": 0.42, "collective_ms": 0.45, "program_ms": 1.00, "busy_ms": 1.87}, "neither clearly"),
     ],
 )
@@ -1047,7 +1047,7 @@ def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, sp
 @pytest.mark.parametrize(
     "psum, stats, phrase",
     [
-        (4.786, 1.01, "a ratio near 1 does not show"),  # a blind reader's run: no rest for fixed cost to fill
+        (4.786, 1.01, "a ratio near 1 does not show"),  # values from one executed run: no rest for fixed cost to fill
         (7.5, 2.6, "which is fixed cost"),
         (0.5, 2.6, "One ran faster"),
     ],
@@ -1073,7 +1073,7 @@ def test_fixed_cost_is_named_only_where_the_roofline_leaves_room_for_it(tmp_path
 def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
     import numpy as np
 
-    # a blind reader's run, in shape: a cut well beyond the noise, its margin over the threshold within it
+    # one executed run, in shape: a cut well beyond the noise, its margin over the threshold within it
     before = [1.17, 1.20, 1.42, 1.25, 1.30, 1.19, 1.40, 1.21]
     after = [0.80, 0.82, 0.93, 0.81, 0.85, 0.80, 0.90, 0.83]
     cut = float(np.median(before) - np.median(after))
