@@ -273,9 +273,16 @@ DRAW_MS = [0.3, 0.5, 0.4, 0.6]  # the course's draw, traced alone
 ONE_DEVICE_MS = 1.0  # the one-device compiled update's median
 
 
+def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
+    """change -> the most it can remove, as stage 4a's notebook reads it from `hypothesis.bounds`."""
+    from shardlab.evidence.hypothesis import bounds
+
+    return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
+
+
 def test_a_hypothesis_names_a_change_of_the_menu_with_a_threshold_it_can_reach():
     from shardlab.errors import UsageError
-    from shardlab.evidence.hypothesis import MENU, menu, reaches, stated
+    from shardlab.evidence.hypothesis import MENU, menu, stated
 
     reach = reaches(TRANSITIONS, DRAW_MS, ONE_DEVICE_MS)
     # the reshuffle can remove at most the draw it replaces (median of the draws); the packed psum the update
@@ -437,7 +444,7 @@ def test_a_capture_folder_is_replaced_after_a_killed_capture_and_foreign_files_s
 def test_what_a_change_can_remove_never_exceeds_the_annotation_it_shortens():
     """A draw traced alone (cold, its own annotations) can take longer than the whole prepare_and_place it sits in."""
     from shardlab.errors import UsageError
-    from shardlab.evidence.hypothesis import bounds, menu, reaches, stated
+    from shardlab.evidence.hypothesis import bounds, menu, stated
 
     slow_draw = [5.0, 6.0, 5.5, 7.0]  # median 5.75 ms, against a prepare_and_place median of 1.0 ms
     reach = reaches(TRANSITIONS, slow_draw, ONE_DEVICE_MS)

@@ -64,23 +64,6 @@ def map_step(body, mesh: Mesh, learning_rate: float, decay: float, compiled: boo
     return jax.jit(mapped) if compiled else mapped
 
 
-def per_device_sums(mesh: Mesh):
-    """Return f(features, targets, mask, weights) -> each device's unreduced (count, grad numerator, loss numerator).
-
-    Nothing is added across devices: the pieces come back stacked along `data` (shapes
-    (D,), (D, d) and (D,)), so the global sums can be rebuilt and checked on the host.
-    """
-
-    def body(features, targets, mask, weights):
-        count, grad_num, loss_num = local_sums(features, targets, mask, weights)
-        return count[None], grad_num[None], loss_num[None]
-
-    mapped = jax.shard_map(
-        body, mesh=mesh, in_specs=(ROWS, VALUES, VALUES, REPLICATED), out_specs=(VALUES, ROWS, VALUES)
-    )
-    return jax.jit(mapped)
-
-
 def make_single_device_step(learning_rate: float = LEARNING_RATE, decay: float = DECAY):
     """The same update on one device with no collectives (the single-device baseline)."""
 

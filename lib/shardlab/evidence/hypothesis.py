@@ -3,11 +3,11 @@
 The learner reads the first trace and states a hypothesis as a small dict: one change from
 `MENU` (changes this module can make and the notebook can gate bit for bit), the cut in
 milliseconds of the median of the annotation that change should shorten, and why. `stated`
-checks it against an estimate of what the change can remove (`reaches`: for the one-call reshuffle
+checks it against an estimate of what the change can remove (`bounds`: for the one-call reshuffle
 the course's draw, traced alone, which is all it replaces; for the packed psum the update's
 time beyond the one-device update, where its all-reduces live; either way never more than the
 median of the annotation it shortens, since a change cannot remove more than the whole of
-what it targets: `bounds` says which of the two bounds is used) and names the **control**,
+what it targets, and `bounds` says which of the two it used) and names the **control**,
 the other annotation, which the change should leave alone. `changed_loop` builds the change.
 
 `judge` reads the trace taken after the change, the unchanged and the changed loop
@@ -52,7 +52,7 @@ def one_call_draw(key, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # change -> what it does, the annotation it should shorten, the control it leaves alone, and the measured part
-# of the target it replaces (what it can remove at most; `reaches` computes it):
+# of the target it replaces (what it can remove at most; `bounds` computes it):
 MENU = {
     "one_call_reshuffle": {
         "what": "draw the key split and the permutation in one jitted call (same key, same order)",
@@ -169,14 +169,9 @@ def bounds(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
     }
 
 
-def reaches(transitions: list[dict], draw_ms, one_device_ms: float) -> dict:
-    """change -> an estimate of what it can remove: the measured median, capped at its target annotation's median."""
-    return {name: found["ms"] for name, found in bounds(transitions, draw_ms, one_device_ms).items()}
-
-
 def menu(transitions: list[dict], reach: dict | None = None) -> list[dict]:
-    """One row per change a hypothesis may name: what it shortens, its median, the control, and (given `reaches`)
-    what it can remove at most."""
+    """One row per change a hypothesis may name: what it shortens, its median, the control, and (given `reach`,
+    change -> the "ms" of its `bounds`) what it can remove at most."""
     rows = []
     for name, entry in MENU.items():
         median, read = _target_median(name, transitions), quantities(name, transitions)

@@ -347,14 +347,6 @@ NOT_ASKED = {
     ),
 }
 
-# Stage 4 asks for no new function: its checks judge make_step again (lowered, eager and compiled); what it asks
-# of the learner is a hypothesis in stage4a's notebook and written answers.
-STAGE4 = (
-    "Stage 4 asks for no new function: its checks judge your make_step again (lowered and compiled, and eager "
-    "against compiled). What it asks of you is in the stage 4a notebook: your hypothesis (the `mine = None` cell) "
-    "and the written answers it asks for."
-)
-
 
 def of(function: str) -> list[Rule]:
     return [rule for rule in RULES if rule.function == function]

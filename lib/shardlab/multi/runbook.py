@@ -75,7 +75,6 @@ ROWS = (
         "drills": ("crash_loop",),
     },
 )
-COLUMNS = ("failure", "detector", "owner", "mitigation", "stop", "drills")
 
 
 def rows(timeout: float) -> list[dict]:
