@@ -171,8 +171,8 @@ def _scenarios(rng, count: int) -> list[tuple]:
 
 def _ended_pid() -> int:
     """The pid of a process that has ended and been reaped: what it names is a dead writer's."""
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead = process_group.spawn([sys.executable, "-c", "pass"])
+    process_group.kill(dead)  # ended, by itself or by the kill, and reaped
     return dead.pid
 
 
@@ -187,15 +187,14 @@ def _run_paths(out) -> None:
 
 
 def _sigterm(out) -> None:
-    child = subprocess.Popen([sys.executable, "-c", TERM_CHILD, out], stdout=subprocess.PIPE, text=True)
+    child = process_group.spawn([sys.executable, "-c", TERM_CHILD, out], stdout=subprocess.PIPE, text=True)
     try:
         if child.stdout.readline().strip() != "ready":
             raise RuntimeError("the SIGTERM child did not start")
-        child.send_signal(signal.SIGTERM)
+        child.send_signal(signal.SIGTERM)  # to the process alone, as a scheduler stops a job
         child.wait(timeout=BOUND)
     finally:
-        child.kill()
-        child.wait()
+        process_group.kill(child)
 
 
 RIG_COMMANDS = ("torture", "bench")  # the rig's campaigns that take an output folder: `python -m rig.<name>`
