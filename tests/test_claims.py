@@ -1158,8 +1158,12 @@ def test_a_sum_confirmed_while_its_mechanism_fell_short_is_inconclusive_about_th
         statistics.quantiles(after, n=4, method="inclusive")[2]
         < statistics.quantiles(before, n=4, method="inclusive")[0]
     )
-    assert outcome["verdict"] == "confirmed"
+    assert outcome["sum_verdict"] == "confirmed"
     assert (fall >= threshold and apart) == cause_shown
+    # the recorded verdict names the outcome the sentence names
+    assert (outcome["verdict"], outcome["inconclusive_because"], outcome["confirmed"]) == (
+        ("confirmed", None, True) if cause_shown else ("inconclusive", "cause_unshown", False)
+    )
     assert ("inconclusive about the cause" in said) == (not cause_shown), said
     assert ("V: confirmed, for the sum" in said) == cause_shown, said
     if not cause_shown:

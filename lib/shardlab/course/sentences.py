@@ -14,7 +14,7 @@ from typing import NamedTuple
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
-from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
+from shardlab.evidence.hypothesis import CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
 from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
 from shardlab.perf.roofline import gap as roofline_gap
 
@@ -197,7 +197,7 @@ SENTENCES = {
             "dispatch of each operation on its own, not compiling.",
         ),
         "change_confirmed_cause_unshown": _s(
-            RELATIONS["confirmed"] + " and not (f >= t and mg_hi < mu_lo)",
+            RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
             {**CHANGE, **CAUSE},
             "<verdict_of>: the sum fell as predicted, but not by the mechanism predicted: inconclusive about the "
             "cause. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin of {m:.3f} ms, at least the "
