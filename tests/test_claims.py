@@ -958,7 +958,7 @@ def test_three_parts_about_equal_are_called_that_not_a_smaller_and_a_larger(tmp_
     unequal = {"waiting_ms": 0.2, "collective_ms": 0.6, "program_ms": 0.4, "busy_ms": 1.28}
     said = sentences.waiting_share(unequal)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert "about equal" not in said and "no more than the larger of the other two" in said, said
+    assert "about equal" not in said and "not larger than both other parts" in said, said
 
 
 def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):
@@ -1158,8 +1158,12 @@ def test_a_sum_confirmed_while_its_mechanism_fell_short_is_inconclusive_about_th
         statistics.quantiles(after, n=4, method="inclusive")[2]
         < statistics.quantiles(before, n=4, method="inclusive")[0]
     )
-    assert outcome["verdict"] == "confirmed"
+    assert outcome["sum_verdict"] == "confirmed"
     assert (fall >= threshold and apart) == cause_shown
+    # the recorded verdict names the outcome the sentence names
+    assert (outcome["verdict"], outcome["inconclusive_because"], outcome["confirmed"]) == (
+        ("confirmed", None, True) if cause_shown else ("inconclusive", "cause_unshown", False)
+    )
     assert ("inconclusive about the cause" in said) == (not cause_shown), said
     assert ("V: confirmed, for the sum" in said) == cause_shown, said
     if not cause_shown:

@@ -513,9 +513,13 @@ def test_the_verdict_reads_the_parts_the_change_touches_not_the_whole_annotation
     elsewhere = judge(guess, unchanged, [parts(0.5, 0.0, 1.0, 1.0)] * 4, [0.8] * 4)
     assert elsewhere["cut_ms"] == pytest.approx(0.1) and elsewhere["control_drift_ms"] == pytest.approx(0.4)
     assert not elsewhere["confirmed"]
-    # the same 0.5 ms cut in the parts the draw occupies: confirmed
-    there = judge(guess, unchanged, [parts(0.3, 0.4, 0.8, 1.0)] * 4, [0.8] * 4)
+    # the same 0.5 ms cut in the parts the draw occupies, the dispatches 0.3 ms of it: confirmed
+    there = judge(guess, unchanged, [parts(0.2, 0.4, 0.9, 1.0)] * 4, [0.8] * 4)
     assert there["cut_ms"] == pytest.approx(0.5) and there["confirmed"]
+    # the dispatches only 0.2 ms of it, short of the 0.3 ms threshold: the sum passes, the cause is not shown
+    short = judge(guess, unchanged, [parts(0.3, 0.4, 0.8, 1.0)] * 4, [0.8] * 4)
+    assert short["cut_ms"] == pytest.approx(0.5) and short["sum_verdict"] == "confirmed"
+    assert (short["verdict"], short["inconclusive_because"]) == ("inconclusive", "cause_unshown")
     # the baseline shrank since the first trace below the threshold: inconclusive, not refuted
     small = [parts(0.1, 0.4, 0.15, 1.0)] * 4
     moved = judge(guess, small, [parts(0.1, 0.4, 0.1, 1.0)] * 4, [0.8] * 4)

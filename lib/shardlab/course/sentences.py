@@ -14,7 +14,7 @@ from typing import NamedTuple
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
-from shardlab.evidence.hypothesis import INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
+from shardlab.evidence.hypothesis import CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
 from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
 from shardlab.perf.roofline import gap as roofline_gap
 
@@ -197,14 +197,13 @@ SENTENCES = {
             "dispatch of each operation on its own, not compiling.",
         ),
         "change_confirmed_cause_unshown": _s(
-            RELATIONS["confirmed"] + " and not (f >= t and mg_hi < mu_lo)",
+            RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
             {**CHANGE, **CAUSE},
-            "<verdict_of>: the sum fell as predicted, but not by the mechanism predicted: inconclusive about the "
-            "cause. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin of {m:.3f} ms, at least the "
-            "{n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), within the {r:.3f} ms estimated "
-            "reach; but <part>, the part the change's mechanism removes, did not fall by that threshold beyond the "
-            "spread ({f:.3f} ms by median; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} "
-            "ms changed), so the hypothesis's because is not shown.",
+            "<verdict_of>: inconclusive about the cause. The sum fell as predicted: the cut, {c:.3f} ms, passes the "
+            "{t:.3f} ms threshold by {m:.3f} ms, at least the {n:.3f} ms of noise (drift {d:.3f} ms, spread {s:.3f} "
+            "ms), within the {r:.3f} ms reach. But <part>, the part the change's mechanism removes, fell by {f:.3f} "
+            "ms by median (middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed), not "
+            "by that threshold beyond the spread: the hypothesis's because is not shown.",
             "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
             "{m:.3f} ms, noise {n:.3f} ms; <part> fell by {f:.3f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
             "unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
@@ -470,10 +469,10 @@ SENTENCES = {
             "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
             "or threads synchronising without a Wait event, look the same in it.",
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy, no more than the larger of the other two parts: time "
-            "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
-            "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
-            "or threads synchronising without a Wait event, look the same in it.",
+            "of the {b:.2f} ms the busiest thread was busy, not larger than both other parts: time inside the "
+            "collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program "
+            "{p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, or "
+            "threads synchronising without a Wait event, look the same in it.",
         ),
         "arithmetic_smallest": _s(
             "p < min(w, c)",

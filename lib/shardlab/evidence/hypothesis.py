@@ -22,7 +22,10 @@ against. What the change can remove is measured again after that capture. The ve
   noise stays below it;
 - **inconclusive** otherwise, for the first reason of `INCONCLUSIVE` that holds: the control
   moved by more than the effect predicted, the cut exceeds what the change can remove (the
-  change alone cannot explain it), or the threshold lies within the cut ± the noise.
+  change alone cannot explain it), or the threshold lies within the cut ± the noise; and
+  inconclusive about the cause (`cause_unshown`) when a target split into parts passes as a sum
+  while the part the change's mechanism shortens did not fall by the threshold beyond the spread
+  (`CAUSE_SHOWN`; `sum_verdict` keeps the sum's own verdict).
 
 `RELATIONS` and `INCONCLUSIVE` are `shardlab.course.claims` relations, so the sentence the
 notebook prints is chosen by the same rule and re-checked against the recorded values.
@@ -86,6 +89,9 @@ INCONCLUSIVE = {
     "threshold_beyond_reach": "t > r",
     "threshold_within_noise": "c - n < t and t <= c + n",
 }
+# a target split into parts: the mechanism's part fell by the threshold (f), its changed middle half below the
+# unchanged one's; a sum confirmed without this is inconclusive about the cause
+CAUSE_SHOWN = "f >= t and mg_hi < mu_lo"
 
 
 def quantities(change: str, rows: list[dict]) -> dict:
@@ -376,6 +382,13 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
     why = None
     if verdict == "inconclusive":
         why = next((name for name, relation in INCONCLUSIVE.items() if holds(relation, values)), None)
+    sum_verdict = verdict
+    if verdict == "confirmed" and mechanism:
+        sides_of = mechanism["mechanism_sides"]
+        cause = {"f": mechanism["mechanism_fall_ms"], "t": values["t"]}
+        cause.update(mg_hi=sides_of["changed"]["q3_ms"], mu_lo=sides_of["unchanged"]["q1_ms"])
+        if not holds(CAUSE_SHOWN, cause):
+            verdict, why = "inconclusive", "cause_unshown"
     return {
         "annotation": hypothesis["annotation"],
         "control": hypothesis["control"],
@@ -397,6 +410,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         "threshold_ms": values["t"],
         **mechanism,
         "verdict": verdict,
+        "sum_verdict": sum_verdict,
         "inconclusive_because": why,
         "confirmed": verdict == "confirmed",
     }
