@@ -1019,6 +1019,28 @@ def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_d
 
 
 @pytest.mark.parametrize(
+    "saved, published, resumed",
+    [
+        ([6], [], 3),  # one executed run: step 6 saved, the kill in step 8 came before its manifest
+        ([6], [6], 6),  # the manifest written before the kill: the relaunch starts there
+    ],
+)
+def test_a_save_the_killed_attempt_never_published_is_said_from_its_steps(tmp_path, saved, published, resumed):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    kill = {"saved": saved, "published": published, "resumed_from": resumed}
+    record.emit(str(tmp_path), "stage5a_protocol", "p0_kill", kill, shown=False)
+    said = sentences.unpublished_save(saved, resumed)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    # independently: a saved step missing from the published ones is the one the sentence names
+    unpublished = [n for n in saved if n not in published]
+    assert (f"Step {saved[-1]} was saved in this attempt but not yet published" in said) == bool(unpublished)
+    assert f"resumed from step {resumed}" in said
+
+
+@pytest.mark.parametrize(
     "split, answer",
     [
         # values from one executed run: waiting plus the collectives' unnamed time, 1.60 of 2.58 ms, against 0.98

@@ -588,7 +588,8 @@ QUESTIONS = (
                 "denominator",
                 "Drill 2",
                 "the global mean and the mean of device means on 1, 2 and 4 devices",
-                r"4 device\(s\) .*: global mean [\d.]+, mean of device means [\d.]+",
+                r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
+                r"global mean [\d., ]+; mean of device means [\d., ]+",
             ),
         ),
         (

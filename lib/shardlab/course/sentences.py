@@ -614,6 +614,14 @@ SENTENCES = {
             "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
             "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
+        "p0_kill_unpublished": _s(
+            "n > r",
+            {"n": "p0_kill.saved.-1", "r": "p0_kill.resumed_from"},
+            "Step {n} was saved in this attempt but not yet published when process 0 died (a background write is "
+            "published at the first agreement that carries every controller's 'write done'), so the relaunch "
+            "resumed from step {r}, the newest published.",
+            "Every step this attempt saved was published before process 0 died; the relaunch resumed from step {r}.",
+        ),
         "startup_against_steps": _s(
             "s > p + w",
             {
@@ -941,6 +949,11 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
     return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
+
+
+def unpublished_save(saved: list, resumed_from: int, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether the attempt killed in drill 1 (b) had saved a step it never published."""
+    return chosen(notebook, "p0_kill_unpublished", n=saved[-1], r=resumed_from)
 
 
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:

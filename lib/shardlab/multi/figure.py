@@ -32,7 +32,7 @@ def _save(fig, title: str, path) -> str:
 LABELS = {
     "startup": "start-up (launch to ready)",
     "restore": "restore",
-    "compile": "first step (compiles)",
+    "compile": "first step of a batch shape (compiles or loads)",
     "productive": "productive steps",
     "save_block": "save (blocking part)",
     "detection": "detection (fault to verdict)",

@@ -6,8 +6,9 @@ or the lowest process that left any) this computes:
 - the loss path: for each attempt, the steps it completed up to the step the next attempt
   resumed from (later ones were recomputed); together they must be steps 1..N exactly once;
 - the goodput ledger, seconds: start-up and initialisation (launch to ready), restore,
-  compilation (the first step of each attempt, which compiles: it includes that step's own
-  run), productive steps, save (the blocking part, on the training thread), detection (the
+  compilation (in each attempt, the first step of each batch shape: the update is compiled for the
+  shape its padded batch has, or loaded from a compilation cache a drill series shares; it includes
+  that step's own run), productive steps, save (the blocking part, on the training thread), detection (the
   fault to the supervisor's verdict), teardown, wasted steps (completed, then recomputed
   after a failure), and the rest as `other` (each batch's sampling and placement, which run before a
   step's clock starts, the interpreter's shutdown, anything unnamed).
@@ -71,6 +72,11 @@ def against_control(result: dict, reference: dict, steps: int) -> dict:
     }
 
 
+def shape(event: dict, devices: int) -> int:
+    """The rows of a step's batch padded to a multiple of `devices`: the shape the update is compiled for."""
+    return -(-len(event["ids"]) // devices) * devices
+
+
 def goodput(result: dict) -> dict:
     """Seconds per part of the wall time (PARTS), summed over attempts, and the productive fraction."""
     attempts = result["attempts"]
@@ -83,11 +89,14 @@ def goodput(result: dict) -> dict:
         parts["startup"] += (ready or end) - attempt["launched"]
         parts["restore"] += sum(e["s"] for e in events if e["event"] == "restored")
         parts["save_block"] += sum(e["block_s"] for e in events if e["event"] == "saved")
-        steps = [e for e in events if e["event"] == "step"]
-        for i, e in enumerate(steps):
+        devices = (next((e for e in events if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
+        seen = set()  # the batch shapes this attempt's update has met
+        for e in (e for e in events if e["event"] == "step"):
+            new = shape(e, devices) not in seen
+            seen.add(shape(e, devices))
             if stop is not None and e["step"] > stop:
                 parts["wasted"] += e["s"]
-            elif i == 0:
+            elif new:
                 parts["compile"] += e["s"]
             else:
                 parts["productive"] += e["s"]
