@@ -737,19 +737,20 @@ QUESTIONS = (
             ),
         ),
         (
-            "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
+            "Why is the model fitted with two terms to W = 1 and 2 rather than with three terms to all three points?",
             [
-                "nothing that was not put in: the two-point fit's prediction at W = 4 is the test",
-                "the cluster's step time",
-                "the chapter's speedups",
+                "so that its prediction at W = 4, a point it never saw, can be refuted by the measurement",
+                "two terms describe a cluster, three do not",
+                "to reproduce the chapter's speedups",
             ],
             "a",
-            "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
+            "Three terms through three points fit by construction and predict nothing; only a prediction held out "
+            "from the fit can fail.",
             "scaling_model",
             (
                 "scaling-model",
                 "Scaling",
-                "the fitted terms and the two-point fit's prediction at W = 4",
+                "the two-point fit's prediction at W = 4",
                 r"The fit on W = 1, 2 predicts [\d.]+ ms at W = 4",
             ),
         ),

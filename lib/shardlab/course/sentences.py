@@ -756,16 +756,6 @@ SENTENCES = {
             "The added devices added no measurable throughput: efficiency {e:.3f}, but {e_lo:.3f}–{e_hi:.3f} over "
             "the middle halves, a range that holds 1/{w} (no gain): a median below 1/{w} alone is not a loss.",
         ),
-        "three_term_ring_latency": _s(
-            "l >= 0 and s >= 0",
-            {"l": "scaling_model.ours.params.ring_latency", "s": "scaling_model.ours.params.straggler"},
-            "Three terms through three points fit by construction and predict nothing: the fitted ring latency, "
-            "{l:.3f} ms, and straggler, {s:.3f} ms, are whatever W adds beyond compute, here shared cores, not a "
-            "ring.",
-            "Three terms through three points fit by construction and predict nothing: the fitted ring latency is "
-            "{l:.3f} ms and the straggler {s:.3f} ms, at least one negative, so not physical; least squares reached "
-            "the points by subtracting, and neither name says what these points cost.",
-        ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
             TWO_POINT,
@@ -1109,11 +1099,6 @@ def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stag
     term = min(terms, key=lambda name: fit["params"][name])
     fill = {"fit": which, "term": term, "label": label}
     return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
-
-
-def ring_latency(fit: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: what the three-term fit's W terms (recorded under scaling_model.ours) can be read as."""
-    return chosen(notebook, "three_term_ring_latency", l=fit["params"]["ring_latency"], s=fit["params"]["straggler"])
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
