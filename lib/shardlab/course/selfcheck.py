@@ -661,7 +661,7 @@ QUESTIONS = (
             (
                 "reveal-preempt",
                 "Drill 1",
-                "the lines answering prediction (c)",
+                "the lines on the SIGTERM of Drill 1 (c)",
                 r"preempted at step 8, .* 0 steps lost\n.*not one of them, the preemption saved it",
             ),
         ),

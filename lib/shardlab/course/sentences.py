@@ -655,11 +655,10 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history, not the device count. The <same> restart runs on the control's "
-            "<devices> devices and still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
-            "changed its device count, by {u:.1e}. Both carry the steps the 2 × 2 group took before: its reductions "
-            "added the same numbers as the control's, in another order, and a weight that differs in its last bit "
-            "stays different in every later step. The <other> restart differs by {c:.1e}.",
+            "Why not bit for bit: the run's history, not the device count. The <same> restart, on the control's "
+            "<devices> devices, still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
+            "changed its count, by {u:.1e}: both carry steps the 2 × 2 group reduced in another order, and a last-bit "
+            "difference stays in every later step. The <other> restart differs by {c:.1e}.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
