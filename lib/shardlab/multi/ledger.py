@@ -16,6 +16,7 @@ or the lowest process that left any) this computes:
 
 import numpy as np
 
+from shardlab.core import batch
 from shardlab.multi import control
 
 PARTS = ("startup", "restore", "compile", "productive", "save_block", "detection", "teardown", "wasted", "other")
@@ -72,11 +73,6 @@ def against_control(result: dict, reference: dict, steps: int) -> dict:
     }
 
 
-def shape(event: dict, devices: int) -> int:
-    """The rows of a step's batch padded to a multiple of `devices`: the shape the update is compiled for."""
-    return -(-len(event["ids"]) // devices) * devices
-
-
 def goodput(result: dict) -> dict:
     """Seconds per part of the wall time (PARTS), summed over attempts, and the productive fraction."""
     attempts = result["attempts"]
@@ -92,8 +88,9 @@ def goodput(result: dict) -> dict:
         devices = (next((e for e in events if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
         seen = set()  # the batch shapes this attempt's update has met
         for e in (e for e in events if e["event"] == "step"):
-            new = shape(e, devices) not in seen
-            seen.add(shape(e, devices))
+            rows = batch.padded_length(len(e["ids"]), devices)  # the shape the update is compiled for
+            new = rows not in seen
+            seen.add(rows)
             if stop is not None and e["step"] > stop:
                 parts["wasted"] += e["s"]
             elif new:
