@@ -694,23 +694,6 @@ def test_the_throughput_sentence_says_whether_more_devices_gave_more_rows(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "latency, straggler, phrase",
-    [(0.569, 0.107, "shared cores, not a ring"), (-0.012, 0.2, "not physical"), (0.882, -0.58, "not physical")],
-)
-def test_the_ring_latency_sentence_follows_the_fitted_signs(tmp_path, latency, straggler, phrase):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    ours = {"params": {"compute": 0.8, "ring_latency": latency, "ring_bandwidth": 0.0, "straggler": straggler}}
-    record.emit(str(tmp_path), "stage5b_scaling", "scaling_model", {"ours": ours}, shown=False)
-    said = sentences.ring_latency(ours)
-    sentences.record(str(tmp_path), "stage5b_scaling")
-    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
-    assert phrase in said and f"{latency:.3f} ms" in said and f"{straggler:.3f} ms" in said, said
-    assert ("not physical" in said) == (min(latency, straggler) < 0)  # the signs decide, by hand
-
-
-@pytest.mark.parametrize(
     "held, phrase",
     [
         (
@@ -1016,6 +999,28 @@ def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_d
         sentences.world_cause(u, {"1x2": {"max_weight_diff": other}}, devices=4)
     with pytest.raises(UsageError, match="processes x devices"):
         sentences.world_cause(u, {"four": {"max_weight_diff": other}}, devices=4)
+
+
+@pytest.mark.parametrize(
+    "saved, published, resumed",
+    [
+        ([6], [], 3),  # one executed run: step 6 saved, the kill in step 8 came before its manifest
+        ([6], [6], 6),  # the manifest written before the kill: the relaunch starts there
+    ],
+)
+def test_a_save_the_killed_attempt_never_published_is_said_from_its_steps(tmp_path, saved, published, resumed):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    kill = {"saved": saved, "published": published, "resumed_from": resumed}
+    record.emit(str(tmp_path), "stage5a_protocol", "p0_kill", kill, shown=False)
+    said = sentences.unpublished_save(saved, resumed)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    # independently: a saved step missing from the published ones is the one the sentence names
+    unpublished = [n for n in saved if n not in published]
+    assert (f"Step {saved[-1]} was saved in this attempt but not yet published" in said) == bool(unpublished)
+    assert f"resumed from step {resumed}" in said
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,6 @@ SHOWN = {
     ),
     "stage5b_scaling": (
         "inspect.getsource(program.step_times)",
-        "inspect.getsource(runtime.heartbeat_seconds)",
         "inspect.getsource(scaling.weak)",  # the program the scaling table times
     ),
 }

@@ -436,6 +436,19 @@ def test_ledger_stitches_attempts_and_splits_the_wall_time():
     assert parts["total"] == pytest.approx((8.0 + 0.5) + (second["event"]["time"] - 9.0))
 
 
+def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
+    # 23 rows in batches of 7 on 4 devices: 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 (ceil(n / 4) * 4)
+    first = _attempt(0.0, [1, 2, 3, 4, 5, 6])
+    for e in first["progress"][0]:
+        if e["event"] == "ready":
+            e["world"] = {"devices": 4, "local_devices": 2, "processes": 2}
+        if e["event"] == "step":
+            e["ids"] = list(range(2 if e["step"] == 4 else 7))
+    parts = ledger.goodput({"attempts": [first]})
+    # by hand: step 1 meets shape 8, step 4 shape 4; steps 2, 3, 5, 6 are productive (1 s each)
+    assert (parts["compile"], parts["productive"]) == (2.0, 4.0)
+
+
 # ---- launch paths ----
 
 

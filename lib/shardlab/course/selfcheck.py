@@ -588,7 +588,8 @@ QUESTIONS = (
                 "denominator",
                 "Drill 2",
                 "the global mean and the mean of device means on 1, 2 and 4 devices",
-                r"4 device\(s\) .*: global mean [\d.]+, mean of device means [\d.]+",
+                r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
+                r"global mean [\d., ]+; mean of device means [\d., ]+",
             ),
         ),
         (
@@ -660,7 +661,7 @@ QUESTIONS = (
             (
                 "reveal-preempt",
                 "Drill 1",
-                "the lines answering prediction (c)",
+                "the lines on the SIGTERM of Drill 1 (c)",
                 r"preempted at step 8, .* 0 steps lost\n.*not one of them, the preemption saved it",
             ),
         ),
@@ -736,19 +737,20 @@ QUESTIONS = (
             ),
         ),
         (
-            "The three-term fit passes through the three measured points. What does it predict at W = 1, 2 and 4?",
+            "Why is the model fitted with two terms to W = 1 and 2 rather than with three terms to all three points?",
             [
-                "nothing that was not put in: the two-point fit's prediction at W = 4 is the test",
-                "the cluster's step time",
-                "the chapter's speedups",
+                "so that its prediction at W = 4, a point it never saw, can be refuted by the measurement",
+                "two terms describe a cluster, three do not",
+                "to reproduce the chapter's speedups",
             ],
             "a",
-            "Three terms through three points fit by construction; only a prediction held out from the fit can fail.",
+            "Three terms through three points fit by construction and predict nothing; only a prediction held out "
+            "from the fit can fail.",
             "scaling_model",
             (
                 "scaling-model",
                 "Scaling",
-                "the fitted terms and the two-point fit's prediction at W = 4",
+                "the two-point fit's prediction at W = 4",
                 r"The fit on W = 1, 2 predicts [\d.]+ ms at W = 4",
             ),
         ),

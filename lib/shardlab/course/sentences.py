@@ -613,6 +613,14 @@ SENTENCES = {
             "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
             "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
+        "p0_kill_unpublished": _s(
+            "n > r",
+            {"n": "p0_kill.saved.-1", "r": "p0_kill.resumed_from"},
+            "Step {n} was saved in this attempt but not yet published when process 0 died (a background write is "
+            "published at the first agreement that carries every controller's 'write done'), so the relaunch "
+            "resumed from step {r}, the newest published.",
+            "Every step this attempt saved was published before process 0 died; the relaunch resumed from step {r}.",
+        ),
         "startup_against_steps": _s(
             "s > p + w",
             {
@@ -646,11 +654,10 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history, not the device count. The <same> restart runs on the control's "
-            "<devices> devices and still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
-            "changed its device count, by {u:.1e}. Both carry the steps the 2 × 2 group took before: its reductions "
-            "added the same numbers as the control's, in another order, and a weight that differs in its last bit "
-            "stays different in every later step. The <other> restart differs by {c:.1e}.",
+            "Why not bit for bit: the run's history, not the device count. The <same> restart, on the control's "
+            "<devices> devices, still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
+            "changed its count, by {u:.1e}: both carry steps the 2 × 2 group reduced in another order, and a last-bit "
+            "difference stays in every later step. The <other> restart differs by {c:.1e}.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
@@ -746,16 +753,6 @@ SENTENCES = {
             "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). "
             "The added devices added no measurable throughput: efficiency {e:.3f}, but {e_lo:.3f}–{e_hi:.3f} over "
             "the middle halves, a range that holds 1/{w} (no gain): a median below 1/{w} alone is not a loss.",
-        ),
-        "three_term_ring_latency": _s(
-            "l >= 0 and s >= 0",
-            {"l": "scaling_model.ours.params.ring_latency", "s": "scaling_model.ours.params.straggler"},
-            "Three terms through three points fit by construction and predict nothing: the fitted ring latency, "
-            "{l:.3f} ms, and straggler, {s:.3f} ms, are whatever W adds beyond compute, here shared cores, not a "
-            "ring.",
-            "Three terms through three points fit by construction and predict nothing: the fitted ring latency is "
-            "{l:.3f} ms and the straggler {s:.3f} ms, at least one negative, so not physical; least squares reached "
-            "the points by subtracting, and neither name says what these points cost.",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -942,6 +939,11 @@ def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protoco
     return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
 
 
+def unpublished_save(saved: list, resumed_from: int, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether the attempt killed in drill 1 (b) had saved a step it never published."""
+    return chosen(notebook, "p0_kill_unpublished", n=saved[-1], r=resumed_from)
+
+
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
     return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
@@ -1095,11 +1097,6 @@ def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stag
     term = min(terms, key=lambda name: fit["params"][name])
     fill = {"fit": which, "term": term, "label": label}
     return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
-
-
-def ring_latency(fit: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: what the three-term fit's W terms (recorded under scaling_model.ours) can be read as."""
-    return chosen(notebook, "three_term_ring_latency", l=fit["params"]["ring_latency"], s=fit["params"]["straggler"])
 
 
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:

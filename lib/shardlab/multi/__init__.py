@@ -9,6 +9,6 @@ shares), `program` (what every controller runs), `launcher` (starts a group on l
 `group_supervisor` (owns a group: detects, tears down, relaunches) and `supervise` (its command
 line), `ledger` (the stitched path and the goodput ledger), `control` (the uninterrupted
 single-process control), `scenarios` and `drills` (the drills against that control, one `rows`
-shape per drills.json row), the `runbook` the drills prove, and `figure`. Nothing here starts JAX
-on import.
+shape per drills.json row), the `runbook` the drills prove, `phases` (each controller's step
+phases as spreads) and `figure`. Nothing here starts JAX on import.
 """

@@ -9,6 +9,7 @@ Samples from processes on one host: not a cluster's numbers.
 
 import os
 
+from shardlab.multi import phases
 from shardlab.multi.ledger import PARTS
 
 COLOURS = dict(
@@ -32,7 +33,7 @@ def _save(fig, title: str, path) -> str:
 LABELS = {
     "startup": "start-up (launch to ready)",
     "restore": "restore",
-    "compile": "first step (compiles)",
+    "compile": "first step of a batch shape (compiles or loads)",
     "productive": "productive steps",
     "save_block": "save (blocking part)",
     "detection": "detection (fault to verdict)",
@@ -105,8 +106,8 @@ def _saves(ax, cost: dict) -> None:
     ax.set_title("synchronous vs asynchronous saving, a save after every step", fontsize=10)
 
 
-PHASES = (("data_s", "data (sampler, placement)", "#8d6e63"), ("collective_s", "collective (agreement)", "#e53935"))
-PHASES += (("compute_s", "compute (update, psums inside)", "#1e88e5"),)
+PHASE_COLOURS = {"data_s": "#8d6e63", "collective_s": "#e53935", "compute_s": "#1e88e5"}
+PHASES = tuple((key, label, PHASE_COLOURS[key]) for key, label in phases.PHASES)  # key, legend, colour
 
 
 def draw_step_times(step_times: dict, path) -> str:

@@ -6,8 +6,9 @@ or the lowest process that left any) this computes:
 - the loss path: for each attempt, the steps it completed up to the step the next attempt
   resumed from (later ones were recomputed); together they must be steps 1..N exactly once;
 - the goodput ledger, seconds: start-up and initialisation (launch to ready), restore,
-  compilation (the first step of each attempt, which compiles: it includes that step's own
-  run), productive steps, save (the blocking part, on the training thread), detection (the
+  compilation (in each attempt, the first step of each batch shape: the update is compiled for the
+  shape its padded batch has, or loaded from a compilation cache a drill series shares; it includes
+  that step's own run), productive steps, save (the blocking part, on the training thread), detection (the
   fault to the supervisor's verdict), teardown, wasted steps (completed, then recomputed
   after a failure), and the rest as `other` (each batch's sampling and placement, which run before a
   step's clock starts, the interpreter's shutdown, anything unnamed).
@@ -15,6 +16,7 @@ or the lowest process that left any) this computes:
 
 import numpy as np
 
+from shardlab.core import batch
 from shardlab.multi import control
 
 PARTS = ("startup", "restore", "compile", "productive", "save_block", "detection", "teardown", "wasted", "other")
@@ -83,11 +85,15 @@ def goodput(result: dict) -> dict:
         parts["startup"] += (ready or end) - attempt["launched"]
         parts["restore"] += sum(e["s"] for e in events if e["event"] == "restored")
         parts["save_block"] += sum(e["block_s"] for e in events if e["event"] == "saved")
-        steps = [e for e in events if e["event"] == "step"]
-        for i, e in enumerate(steps):
+        devices = (next((e for e in events if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
+        seen = set()  # the batch shapes this attempt's update has met
+        for e in (e for e in events if e["event"] == "step"):
+            rows = batch.padded_length(len(e["ids"]), devices)  # the shape the update is compiled for
+            new = rows not in seen
+            seen.add(rows)
             if stop is not None and e["step"] > stop:
                 parts["wasted"] += e["s"]
-            elif i == 0:
+            elif new:
                 parts["compile"] += e["s"]
             else:
                 parts["productive"] += e["s"]

@@ -9,7 +9,7 @@ stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` 
 here.
 """
 
-from shardlab.multi import group_supervisor, scenarios
+from shardlab.multi import group_supervisor, runtime, scenarios
 
 ROWS = (
     {
@@ -30,7 +30,7 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "SIGKILL the group (a stopped process cannot handle SIGTERM) and relaunch from the newest "
         "complete step",
-        "stop": "detected within {freeze_s} s, below JAX's own heartbeat bound",
+        "stop": "detected within {freeze_s} s, below JAX's own heartbeat bound ({heartbeat_s} s)",
         "drills": ("p0_frozen", "p1_frozen", "mpirun_p0_frozen"),
     },
     {
@@ -80,6 +80,7 @@ ROWS = (
 def rows(timeout: float) -> list[dict]:
     """The runbook with its stop conditions' bounds filled in for `timeout` (seconds of every guard's wait)."""
     bounds = {**group_supervisor.detection_bounds(timeout), "crash_loop_budget": scenarios.CRASH_LOOP_BUDGET}
+    bounds["heartbeat_s"] = runtime.heartbeat_seconds(timeout)  # each controller's jax.distributed.initialize
     return [{**row, "stop": row["stop"].format(**bounds)} for row in ROWS]
 
 
@@ -91,13 +92,13 @@ def proof(drills_json: dict) -> list[dict]:
 
 def entries(timeout: float, drills_json: dict | None = None) -> str:
     """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, and the
-    drills that prove it: those of `drills_json` with their verdicts, and how many more only `make drills` runs)."""
-    table = ["| failure | owner | stop condition | drills (stage 5a; make drills) |", "| --- | --- | --- | --- |"]
+    drills that prove it: those of `drills_json` with their verdicts, and how many more the course run leaves out)."""
+    table = ["| failure | owner | stop condition | drills (stage 5a; more not run here) |", "| --- | --- | --- | --- |"]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
     for row, proved in zip(rows(timeout), verdicts):
         ran = [f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None]
         left = sum(v is None for v in proved["drills"].values())
-        rest = f"{left} more with `make drills`" if ran else f"{left} with `make drills`"
+        rest = f"{left} more not run here" if ran else f"{left} not run here"
         here = ", ".join(ran + ([rest] if left else []))
         table.append(f"| {row['class']} | {row['owner']} | {row['stop']} | {here} |")
     return "\n".join(table)

@@ -1,0 +1,45 @@
+"""Each controller's step records read as spreads: per phase the median and middle half of every process,
+the steps that compile against the rest, and which of two processes took longer in a phase.
+
+A few steps on a shared machine give a median that moves with load; the middle half (25th to 75th
+percentile) beside it lets a reader see whether two processes' phases separate (stage 5b).
+"""
+
+import numpy as np
+
+# a record's phases (program.step_times): its key and what the phase holds
+PHASES = (
+    ("data_s", "data (sampler, placement)"),
+    ("collective_s", "collective (agreement)"),
+    ("compute_s", "compute (update, psums inside)"),
+)
+
+
+def spread(samples) -> dict:
+    """Median and the middle half (25th to 75th percentile) of `samples` seconds, in milliseconds."""
+    q1, med, q3 = (1e3 * float(v) for v in np.percentile(samples, [25, 50, 75]))  # rounded only where shown
+    return {"median_ms": med, "q1_ms": q1, "q3_ms": q3, "n": len(samples)}
+
+
+def table(step_times: dict, leave_out=()) -> list[dict]:
+    """One row per process and phase: its spread over the steps not in `leave_out` (the steps that compile)."""
+    rows = []
+    for process, records in step_times.items():
+        kept = [r for r in records if r["step"] not in leave_out]
+        for key, label in PHASES:
+            rows.append({"process": process, "phase": label, **spread([r[key] for r in kept])})
+    return [{k: row[k] for k in ("process", "phase", "n", "q1_ms", "median_ms", "q3_ms")} for row in rows]
+
+
+def compile_height(step_times: dict, compiles) -> dict:
+    """The shortest whole step among `compiles` against the longest other one, in ms, on every process."""
+    totals = {p: {r["step"]: 1e3 * sum(r[k] for k, _ in PHASES) for r in recs} for p, recs in step_times.items()}
+    compiling = [ms for steps in totals.values() for n, ms in steps.items() if n in compiles]
+    others = [ms for steps in totals.values() for n, ms in steps.items() if n not in compiles]
+    return {"compile_steps": list(compiles), "min_compile_ms": min(compiling), "max_other_ms": max(others)}
+
+
+def longer_first(rows: list[dict], phase: str) -> tuple[dict, dict, float]:
+    """Of `table`'s rows for the phase whose label starts with `phase`: the longer median's, the other, their ratio."""
+    longer, shorter = sorted((r for r in rows if r["phase"].startswith(phase)), key=lambda r: -r["median_ms"])[:2]
+    return longer, shorter, longer["median_ms"] / shorter["median_ms"]
