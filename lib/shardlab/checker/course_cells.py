@@ -45,7 +45,6 @@ COVERAGE = {
         "epochs_follow_the_course_order",
         "key_changes_at_each_new_epoch",
         "padding_is_never_an_observation",
-        "replay_is_deterministic",
     ),
     ("stage1_batches", "device-counts"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
     ("stage1_batches", "placement"): (
@@ -58,6 +57,7 @@ COVERAGE = {
         "every_epoch_covers_every_id_once",
         "sampler_fields_follow_the_arithmetic",
         "padding_is_never_an_observation",
+        "replay_is_deterministic",
     ),
     ("stage1_batches", "transfer"): ("padding_is_decided_by_position", "batch_lengths_keep_the_remainder"),
     ("stage1_batches", "check"): (ALL,),
