@@ -17,7 +17,7 @@ from shardlab.__main__ import main as shardlab_main
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.course import answers, catalog
 from shardlab.learner import hints, implementation, rules, starter
-from shardlab.learner.cells import hint_folds, learner_cell, rule_fold, starter_rules
+from shardlab.learner.cells import heading, hint_folds, learner_cell, rule_fold, starter_rules
 
 REGISTRY = {check.__name__ for stage in STAGES for check in checks_of(stage)}
 
@@ -54,7 +54,7 @@ def test_every_rule_is_stated_in_the_starter_under_its_function():
 
 
 @pytest.mark.parametrize("function", rules.FUNCTIONS)
-def test_every_rule_is_taught_in_its_notebook_folded_with_its_label(function):
+def test_every_rule_is_taught_in_its_notebook_folded_in_words_without_its_id(function):
     cells = _markdown(rules.TAUGHT_IN[function])
     mine = [c for c in cells if c.strip() == learner_cell(function)]
     assert len(mine) == 2, (
@@ -63,9 +63,10 @@ def test_every_rule_is_taught_in_its_notebook_folded_with_its_label(function):
     )
     fold = rule_fold(function)
     assert fold.startswith("<details><summary>") and fold.endswith("</details>") and fold in mine[0]
-    for rule in rules.of(function):  # each rule's words, with the id a failing check prints, inside the fold
-        assert f"- {rule.text[0].upper()}{rule.text[1:]}." in fold and f"(`{rules.MARKER}{rule.id}`)" in fold, rule.id
-        assert sum(f"`{rules.MARKER}{rule.id}`" in c for c in cells) == 2, (rule.id, rules.TAUGHT_IN[function])
+    for rule in rules.of(function):  # each rule's words inside the fold; its id (the starter's) on no cell of the page
+        assert f"- {rule.text[0].upper()}{rule.text[1:]}." in fold, rule.id
+        assert not [c for c in cells if f"{rules.MARKER}{rule.id}" in c], (rule.id, rules.TAUGHT_IN[function])
+    assert "make check" not in fold and "make check" not in heading(function)  # the check section names the command
 
 
 FOLD = re.compile(r"<details>.*?</details>", re.S)
@@ -73,8 +74,7 @@ FOLD = re.compile(r"<details>.*?</details>", re.S)
 
 @pytest.mark.parametrize("notebook", sorted(path.stem for path in catalog.NOTEBOOK_DIR.glob("stage*.md")))
 def test_no_rule_id_in_running_prose(notebook):
-    """An id is a label inside a fold, where a learner who read it in a failing check looks it up; the lessons'
-    prose states the ideas in words."""
+    """An id belongs to the starter and the checker's output; the lessons' prose states the ideas in words."""
     planted = "Keep one half. <details><summary>rules</summary>\n\n- a rule (`rule:a`)\n\n</details> (`rule:b`)"
     assert FOLD.sub("", planted) == "Keep one half.  (`rule:b`)"
     label = re.compile(re.escape(rules.MARKER) + r"[a-z0-9]")  # an id, not "no such rule: only ..."
@@ -391,4 +391,5 @@ def test_what_a_lesson_shows_but_no_check_asks_is_said_beside_the_rules(function
     assert note in rule_fold(function)
     assert " ".join(note.split()) in " ".join(_starter_docstrings()[function].split())
     lesson = "\n".join(_markdown(rules.TAUGHT_IN[function]))
-    assert "Refusals come first" in lesson and "Refusals come first" in note
+    section = re.search(r'stage 1\'s "([^"]+)"', note)[1]  # the heading the note sends the learner to
+    assert f"## {section}" in lesson

@@ -1,13 +1,13 @@
 """The rule and hint cells of the notebooks, and the starter's rule lists, written from `rules` and `hints`.
 
 Each function's notebook (`rules.TAUGHT_IN`) holds one markdown cell for the function, beside the lesson
-that teaches it: the rules `make check` holds it to, folded, each labelled with the id a failing check
-prints, then its hints, each level folded on its own. Each function of the starter template states the same
-rules in its docstring, under "Rules:". All are rendered here; `python -m shardlab cells` rewrites them in
-the MyST `.md` of each notebook (the cell that starts with the rendered heading, up to the next cell marker),
-syncs the paired `.ipynb`, and rewrites the starter's "Rules:" blocks, so a rule or a hint is edited in one
-place. `--check` only reports which files differ. Only the notebooks folder and the starter file it is given
-are written.
+that teaches it: the rules it must keep, folded, each in the course's words, then its hints, each level folded on
+its own. Each function of the starter template states the same rules in its docstring, under "Rules:", each with
+the id a failing check prints (the notebook shows the words, not the ids). All are rendered here; `python -m
+shardlab cells` rewrites them in the MyST `.md` of each notebook (the cell that starts with the rendered heading,
+up to the next cell marker), syncs the paired `.ipynb`, and rewrites the starter's "Rules:" blocks, so a rule or a
+hint is edited in one place. `--check` only reports which files differ. Only the notebooks folder and the starter
+file it is given are written.
 """
 
 import os
@@ -26,21 +26,17 @@ STARTER = Path(str(resources.files("shardlab.learner").joinpath("templates", sta
 def heading(function: str) -> str:
     """The first line of `function`'s learner cell: what the folds below it hold."""
     return (
-        f"**Stuck on `{function}`?** Open only what you need: the rules `make check` holds it to, then hints "
-        "from a nudge to the full recipe."
+        f"**Stuck on `{function}`?** Open only what you need: the rules it must keep, then hints from a nudge to "
+        "the full recipe."
     )
 
 
 def rule_fold(function: str) -> str:
-    """`function`'s rules, folded: each in the course's words, labelled with the id a failing check prints."""
-    lines = [
-        f"<details><summary>The rules <code>make check</code> holds <code>{function}</code> to "
-        f"({len(rules.of(function))})</summary>",
-        "",
-    ]
+    """`function`'s rules, folded: each in the course's words (its id, for the checker's output, is the starter's)."""
+    lines = [f"<details><summary>The rules <code>{function}</code> must keep ({len(rules.of(function))})</summary>", ""]
     for rule in rules.of(function):
         text = rule.text[0].upper() + rule.text[1:]  # a sentence of its own in the list
-        lines.append(f"- {text}." + (f" {rule.why}" if rule.why else "") + f" (`{rules.MARKER}{rule.id}`)")
+        lines.append(f"- {text}." + (f" {rule.why}" if rule.why else ""))
     if function in rules.NOT_ASKED:
         lines += ["", rules.NOT_ASKED[function]]
     return "\n".join([*lines, "", "</details>"])

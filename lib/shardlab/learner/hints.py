@@ -81,7 +81,10 @@ HINTS = {
         "about which file operations can fail if the name is already taken.",
         "Write to a temporary file in the same folder as `path` with a name of its own (tempfile.mkstemp("
         "dir=folder)), flush and os.fsync it, then publish it under `path` with os.link, which fails if the name "
-        "exists; remove the temporary file in every case.",
+        "exists; remove the temporary file in every case. The fsync puts the bytes on disk before the name appears "
+        "(an fsync of the folder makes the name itself durable: needed for durability, not sufficient); the "
+        "temporary file sits beside `path` because a link works only within one file system, and its fresh name "
+        "means a save killed midway blocks no later one.",
         "np.savez appends .npz to a name without it unless you give it an open file: write through the file "
         "object mkstemp gives. Store the contract as a JSON string and the arrays as NumPy copies so "
         "np.load(path, allow_pickle=False) reads everything. Refuse an existing path with "

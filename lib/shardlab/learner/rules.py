@@ -1,8 +1,8 @@
 """The rules the checker holds a learner's seven functions to: one table, stated in the starter, taught in a notebook.
 
 Each rule has an id written `rule:ID`. The id appears in the starter template's docstring of the
-function it constrains and, as a label beside the rule's words, in the folded rules of the notebook that
-teaches it (`learner/cells.py` renders that cell from this table); the checks that enforce it name it here.
+function it constrains, beside the rule's words; the notebook that teaches it folds the same words without the id
+(`learner/cells.py` renders that cell from this table); the checks that enforce it name it here.
 tests/test_learner_loop.py keeps the three in agreement with the checker's registry: every check enforces
 at least one rule, and every rule is stated in the starter and taught in its notebook.
 """
@@ -334,16 +334,16 @@ TAUGHT_IN = {
 }
 
 
-# What a function's notebook shows the course's own code doing that make check never asks of the learner's:
+# What a function's notebook shows the course's own code doing that no check asks of the learner's:
 # said beside the rules, so a lesson's demonstration is not read as a rule.
 NOT_ASKED = {
     "initial": (
         "Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold "
-        'a NaN (stage 1\'s "Refusals come first"); make check never gives yours such data.'
+        'a NaN (stage 1\'s "Bad input is refused"); the checks never give yours such data.'
     ),
     "next_batch": (
         "Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "
-        '"Refusals come first"); make check only gives yours batch sizes from 1 up.'
+        '"Bad input is refused"); the checks only give yours batch sizes from 1 up.'
     ),
 }
 

@@ -65,7 +65,7 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
       tuple.
     - rule:any-mesh: the mesh may hold 1, 2, 3 or 4 devices; nothing may assume four.
     Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold a NaN
-    (stage 1's "Refusals come first"); make check never gives yours such data.
+    (stage 1's "Bad input is refused"); the checks never give yours such data.
     """
     raise _todo("initial", 1, "the state at step 0")
 
@@ -86,8 +86,8 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
     - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is left
       alone.
-    Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Refusals
-    come first"); make check only gives yours batch sizes from 1 up.
+    Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Bad
+    input is refused"); the checks only give yours batch sizes from 1 up.
     """
     raise _todo("next_batch", 1, "the next ids, padded and placed")
 
