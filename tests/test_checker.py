@@ -962,14 +962,20 @@ def test_a_held_out_file_found_wrong_after_its_measurement_is_caught(name, heldo
 
 
 def test_the_supervising_command_starts_without_jax():
-    """`python -m shardlab check` only supervises: its module (and `import shardlab`) import no JAX."""
+    """`python -m shardlab check` only supervises: its module (and `import shardlab`) import no JAX, nor do the
+    summary and the report it writes from the checking interpreter's results and environment."""
     import subprocess
     import sys
 
     from shardlab.checker import command
 
     assert command.STAGE_NUMBERS == tuple(sorted(runner.STAGES))
-    code = "import sys, shardlab, shardlab.checker.command, shardlab.__main__; print('jax' in sys.modules)"
+    result = {"name": "x", "stage": 1, "passed": True, "expected": 1, "observed": 1, "diagnosis": "", "seconds": 0.0}
+    code = (
+        "import sys, shardlab, shardlab.checker.command as command, shardlab.__main__\n"
+        f"command.summary([{result!r}]); command.report('reference', [{result!r}], {{'jax': 'the child'}})\n"
+        "print('jax' in sys.modules)"
+    )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert found.strip() == "False"
 

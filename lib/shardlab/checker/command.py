@@ -78,7 +78,7 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
             for s in stages
         },
         "checks": [asdict(r) for r in results],
-        "environment": environment or here_environment(),
+        "environment": environment if environment is not None else here_environment(),
     }
 
 
