@@ -1,7 +1,8 @@
 """Child interpreter of `python -m shardlab check`: four CPU devices first, then the checks.
 
 Before its own imports of JAX and the checks, it makes the run's scratch folders and starts the
-implementation's interpreter (checker/early.py), so the two interpreters start side by side.
+implementation's interpreter (checker/early.py), so the two interpreters start side by side. Once
+the checks are reported it ends at `os._exit`, without the teardown of JAX and XLA.
 """
 
 import argparse
