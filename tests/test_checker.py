@@ -962,16 +962,43 @@ def test_a_held_out_file_found_wrong_after_its_measurement_is_caught(name, heldo
 
 
 def test_the_supervising_command_starts_without_jax():
-    """`python -m shardlab check` only supervises: its module (and `import shardlab`) import no JAX."""
+    """`python -m shardlab check` only supervises: its module (and `import shardlab`) import no JAX, nor do the
+    summary and the report it writes from the checking interpreter's results and environment."""
     import subprocess
     import sys
 
     from shardlab.checker import command
 
     assert command.STAGE_NUMBERS == tuple(sorted(runner.STAGES))
-    code = "import sys, shardlab, shardlab.checker.command, shardlab.__main__; print('jax' in sys.modules)"
+    result = {"name": "x", "stage": 1, "passed": True, "expected": 1, "observed": 1, "diagnosis": "", "seconds": 0.0}
+    code = (
+        "import sys, shardlab, shardlab.checker.command as command, shardlab.__main__\n"
+        f"command.summary([{result!r}]); command.report('reference', [{result!r}], {{'jax': 'the child'}})\n"
+        "print('jax' in sys.modules)"
+    )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert found.strip() == "False"
+
+
+def test_the_checking_interpreter_prints_every_verdict_and_ends_with_its_status(tmp_path):
+    """`python -m shardlab.checker` on its own: each verdict on its console, then exit status 0 for a pass and 1
+    for a failure (it ends without the interpreter's teardown, so nothing may be left unwritten)."""
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("def initial(:\n", encoding="utf-8")
+    kept = ["batch_is_placed_on_the_mesh"]
+    skip = json.dumps([check.__name__ for check in runner.checks_of(1) if check.__name__ not in kept])
+    found = {}
+    for spec in ("reference", str(broken)):
+        command = [sys.executable, "-B", "-m", "shardlab.checker", "--implementation", spec, "--stage", "1"]
+        run = subprocess.run([*command, "--only", "--skip", skip], capture_output=True, text=True, timeout=300)
+        found[spec] = run.returncode, [line for line in run.stdout.splitlines() if line[:4] in ("PASS", "FAIL")]
+    assert found["reference"][0] == 0
+    assert [line.split()[:4] for line in found["reference"][1]] == [["PASS", "stage", "1", *kept]]
+    assert found[str(broken)][0] == 1
+    assert [line.split()[:4] for line in found[str(broken)][1]] == [["FAIL", "stage", "1", "implementation_loads"]]
 
 
 # Meshes that are not a prefix of jax.devices(): where each part of an array lives, worked out here from the mesh's

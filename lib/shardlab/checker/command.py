@@ -63,7 +63,10 @@ def stages_for(stage) -> list[int]:
 
 
 def report(spec: str, results: list, environment: dict | None = None) -> dict:
-    """The machine-readable report: every check (Results or their dicts), plus per-stage counts."""
+    """The machine-readable report: every check (Results or their dicts), plus per-stage counts.
+
+    `environment` is the checking interpreter's as it reported it; only None asks this interpreter's (imports JAX).
+    """
     results = [r if isinstance(r, Result) else Result(**r) for r in results]
     stages = sorted({r.stage for r in results})
     return {
@@ -78,7 +81,7 @@ def report(spec: str, results: list, environment: dict | None = None) -> dict:
             for s in stages
         },
         "checks": [asdict(r) for r in results],
-        "environment": environment or here_environment(),
+        "environment": environment if environment is not None else here_environment(),
     }
 
 
