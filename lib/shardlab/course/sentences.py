@@ -630,8 +630,7 @@ SENTENCES = {
             },
             "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took longer than the productive "
             "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model, starting Python, JAX and the "
-            "coordinator cost more than the steps did. That sum includes the first launch, which every run pays; "
-            "it does not split the first launch from the relaunches.",
+            "coordinator cost more than the steps did (the first launch, which every run pays, included).",
             "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took less than the productive and "
             "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
             "of the time.",
@@ -647,17 +646,16 @@ SENTENCES = {
             {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
             "The group matched the control bit for bit, losses and weights.",
             "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the group's "
-            "reductions add the same numbers in another order (its all-reduces run across two processes, the "
-            "control's inside one), and float32 addition depends on the order. Stage 3's exact match compared "
-            "runs that reduce in the same order.",
+            "all-reduces, across two processes, add the same numbers in another order than the control's, and "
+            "float32 addition depends on the order.",
         ),
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
             "Why not bit for bit: the run's history, not the device count. The <same> restart, on the control's "
-            "<devices> devices, still differs from it by {s:.1e}, and the uninterrupted 2 × 2 group, which never "
-            "changed its count, by {u:.1e}: both carry steps the 2 × 2 group reduced in another order, and a last-bit "
-            "difference stays in every later step. The <other> restart differs by {c:.1e}.",
+            "<devices> devices, differs from it by {s:.1e}, the uninterrupted 2 × 2 group by {u:.1e}: both carry "
+            "steps the 2 × 2 group reduced in another order, and a last-bit difference stays. The <other> restart "
+            "differs by {c:.1e}.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
@@ -696,10 +694,9 @@ SENTENCES = {
                 "n": "efficiency.table.-1.rows",
             },
             "Why a step of the 2 × 2 group is slower than the update timed above: even the faster controller's "
-            "compute phase took {f:.2f} ms by median, more than the {u:.3f} ms the same update program took on "
-            "{w} devices of one process with {n} rows. What the group's update adds is that its three psums cross"
-            " between processes, through gloo over the loopback, not between devices of one process; this record "
-            "cannot split them from the arithmetic (a profiler could), so that crossing is the likely, not "
+            "compute phase took {f:.2f} ms by median, more than the {u:.3f} ms the same update took on {w} devices "
+            "of one process with {n} rows. Its three psums cross between processes, through gloo over the "
+            "loopback; this record cannot split them from the arithmetic, so that crossing is the likely, not "
             "measured, cost.",
             "The faster controller's compute phase took {f:.2f} ms by median, not more than the {u:.3f} ms the same "
             "update took on {w} devices of one process with {n} rows: crossing between processes cost no time "
@@ -728,7 +725,7 @@ SENTENCES = {
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
             "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
-            "{c}/{w}; this run's {e:.3f} is no higher (the bound says what the cores allow, not what was reached)",
+            "{c}/{w}; this run's {e:.3f} is no higher",
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
         ),
