@@ -13,9 +13,9 @@ process it started too), so no learner thread or child touches the scratch folde
 read and write there; a symbolic link it left there that leads out of the folder is removed and the
 call fails. The stop signals each process of the tree read from /proc alone (`process_group.signal_pids`),
 not the worker's group: a child that left that group for one of its own is stopped too. A worker that
-breaks a bound (time, memory), dies, or answers with something that is not data is killed with
-everything it started; the function in progress is not called again, and the next call starts a new
-worker.
+breaks a bound (time, memory; a worker that closed its channel must end within the call's), dies, or
+answers with something that is not data is killed with everything it started; the function in
+progress is not called again, and the next call starts a new worker.
 """
 
 import errno
@@ -164,8 +164,11 @@ class Worker:
 
         try:
             return wire.receive(self.reply_fd, wait)
-        except EOFError:
-            self.process.wait() if self.process else None
+        except EOFError:  # the worker closed its end: it ends within the call's bound, or is killed with its group
+            if self.process is not None:
+                late = process_group.until(self.process, lambda: time.monotonic() > deadline or None, WAIT)
+                if late:
+                    raise Stopped(guard.loop_verdict(function, self.call_seconds)) from None
             raise Stopped(self._why_ended()) from None
         except wire.WireError as exc:
             raise Stopped(f"answered with something that is not a value the checker reads ({exc})") from None
