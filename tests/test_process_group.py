@@ -104,6 +104,33 @@ def test_signal_reaches_the_whole_group_and_reports_a_group_that_ended():
     process_group.kill(done)
 
 
+def test_signal_pids_reaches_only_the_pids_named_and_passes_over_one_that_ended():
+    process, grandchild = _spawn_parent()  # the same group: a group signal would stop both
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # reaped: its pid names no process
+    try:
+        process_group.signal_pids([ended.pid, grandchild], signal.SIGSTOP)
+        assert _until(lambda: _state(grandchild) == "T"), "the named process was not stopped"
+        assert _state(process.pid) != "T", "a process not named was stopped with it"
+        process_group.signal_pids([grandchild], signal.SIGCONT)
+        assert _until(lambda: _state(grandchild) != "T")
+    finally:
+        process_group.kill(process)
+        process.stdout.close()
+    assert _ended([grandchild])
+
+
+def test_a_child_not_remembered_outlives_stop_all_and_kill_ends_it():
+    server = process_group.spawn([sys.executable, "-c", "import time; time.sleep(600)"], remembered=False)
+    try:
+        assert os.getpgid(server.pid) == server.pid and server not in process_group.LIVE
+        process_group.stop_all()
+        assert server.poll() is None and _running(server.pid), "stop_all ended a child it was told to leave"
+    finally:
+        process_group.kill(server)
+    assert server.returncode == -9
+
+
 def test_until_returns_the_reason_and_leaves_nothing_of_the_group_running():
     process, grandchild = _spawn_parent()
     asked = []

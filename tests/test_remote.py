@@ -232,6 +232,36 @@ def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
         impl.close()
 
 
+def test_a_worker_that_closes_its_channel_and_goes_on_is_ended_within_the_calls_bound(tmp_path):
+    spec = tmp_path / "linger.py"
+    spec.write_text(
+        textwrap.dedent(
+            """
+            import os
+            import signal
+            import sys
+            import time
+            from shardlab.learner.reference import *  # noqa
+            worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker
+            def answer(self, header, blobs):
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)  # its own alarm cannot end it either
+                os.close(self.write)
+                time.sleep(600)
+            worker.Server.answer = answer
+            """
+        )
+    )
+    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=1, scratch=str(tmp_path)))
+    try:
+        assert "error" not in impl.worker.start()
+        pid = impl.worker.process.pid
+        with pytest.raises(guard.Overrun, match="did not return within 1 s"):  # the bound, not the sleep's end
+            impl.contract(None, None)
+        assert _gone(pid), "the worker outlived the call that closed its channel"
+    finally:
+        impl.close()
+
+
 def test_a_symbolic_link_out_of_the_scratch_folder_is_removed_and_named(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -286,6 +316,19 @@ def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_pa
     assert runner.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out))) == 1
     report = json.loads((out / runner.REPORT).read_text())
     assert report["checks"][0]["name"] == "implementation_loads" and "SyntaxError" in report["checks"][0]["observed"]
+
+
+def _gone(pid: int, seconds: float = 30.0) -> bool:
+    """True once `pid` has no process, or only a zombie, in /proc (read without the module under test)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if _state(pid) == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _state(pid: int) -> str:

@@ -1,7 +1,9 @@
 """Child processes that each lead a process group: killed whole, none outliving the command that started it.
 
 `spawn` starts a command in a session of its own, so it leads a new process group, and remembers
-it; `signal` sends one signal to a child's whole group (the one place a group is signalled);
+it (unless told not to: a server its owner ends); `signal` sends one signal to a child's whole group
+(the one place a group is signalled); `signal_pids` sends one to each of a list of single processes
+(a tree read from /proc, whose members may lead groups of their own);
 `kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
 each one, so a group's survivors cannot react to a peer's death before their own kill (`kill_pids` ends
 single processes not started here: an mpirun rank, a survivor that leads a group of its own); `until`
@@ -21,10 +23,15 @@ import time
 LIVE: set = set()  # children started here and not yet reaped by `kill`
 
 
-def spawn(argv: list, **popen) -> subprocess.Popen:
-    """Start `argv` in its own session and process group (`popen`: Popen's other arguments); `kill` ends it."""
+def spawn(argv: list, remembered: bool = True, **popen) -> subprocess.Popen:
+    """Start `argv` in its own session and process group (`popen`: Popen's other arguments); `kill` ends it.
+
+    `remembered=False` leaves it out of what `stop_all` ends: a server that outlives one command's children
+    and that its owner kills itself.
+    """
     process = subprocess.Popen(argv, start_new_session=True, **popen)
-    LIVE.add(process)
+    if remembered:
+        LIVE.add(process)
     return process
 
 
@@ -35,6 +42,16 @@ def signal(process: subprocess.Popen, number: int) -> bool:
     except (ProcessLookupError, PermissionError):  # no process of the group is left
         return False
     return True
+
+
+def signal_pids(pids, number: int) -> None:
+    """Send signal `number` to each process of `pids` alone, not to its group; one that has ended, or is not ours, is
+    passed over."""
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def kill(*processes: subprocess.Popen) -> None:

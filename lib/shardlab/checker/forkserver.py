@@ -9,10 +9,13 @@ CPU devices, enables the compilation cache and loads the file. Each child is a c
 as it was before any learner file ran, so nothing one file does (monkeypatching a module, a global,
 a builtin) is seen by the next one; the server itself never imports a learner's file.
 
+The server is started and ended by `process_group` (`spawn`, `kill`), like every child of the checker.
 The child leads its own session and process group (`process_group.kill` ends it whole), gets the
 checker's stdout and stderr, and dies with the server; the server dies with the process that
 started it, or when that process closes the control socket. The checker reads the child's exit
-status from the server (`Forked`, which answers like `subprocess.Popen`).
+status from the server (`Forked`, which answers like `subprocess.Popen`, TimeoutExpired included, so
+that `process_group` ends and waits for it as for a child it started: the child itself is `os.fork`ed
+in the server, since a new interpreter would not share the server's imports).
 
 A start falls back to a new interpreter (the caller's `spawn`) whenever the fork would not be that
 interpreter: a sandboxed worker, an environment that differs in what JAX, XLA or Python read when
@@ -258,8 +261,10 @@ class Forked:
         return self.returncode
 
     def send_signal(self, number: int) -> None:
+        from shardlab import process_group
+
         if self.poll() is None:
-            os.kill(self.pid, number)
+            process_group.signal_pids([self.pid], number)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -271,12 +276,14 @@ class Server:
     def __init__(self, env: dict):
         import subprocess
 
+        from shardlab import process_group
+
         self.env = dict(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-B", "-m", "shardlab.checker.forkserver", "--control", str(theirs.fileno())]
-        try:  # its own group, killed by `close`; not among process_group's children, whom stop_all ends
-            self.process = subprocess.Popen(
-                command, start_new_session=True, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=self.env
+        try:  # its own group, killed by `close`; not among the children stop_all ends (it serves the next check too)
+            self.process = process_group.spawn(
+                command, remembered=False, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=self.env
             )
         finally:
             theirs.close()

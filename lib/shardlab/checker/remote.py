@@ -11,9 +11,11 @@ the checker's functions, printing verdict lines, writing the progress file) reac
 The worker may be sandboxed (`checker/sandbox.py`). Between two calls it is stopped (SIGSTOP, every
 process it started too), so no learner thread or child touches the scratch folder while the checks
 read and write there; a symbolic link it left there that leads out of the folder is removed and the
-call fails. A worker that breaks a bound (time, memory), dies, or answers with something that is not
-data is killed with everything it started; the function in progress is not called again, and the
-next call starts a new worker.
+call fails. The stop signals each process of the tree read from /proc alone (`process_group.signal_pids`),
+not the worker's group: a child that left that group for one of its own is stopped too. A worker that
+breaks a bound (time, memory; a worker that closed its channel must end within the call's), dies, or
+answers with something that is not data is killed with everything it started; the function in
+progress is not called again, and the next call starts a new worker.
 """
 
 import errno
@@ -120,11 +122,7 @@ class Worker:
         """Signal the tree (`found`, else read now); for SIGSTOP, the tree once it stopped growing (else None)."""
         for _ in range(tries):  # a process may fork while it is being stopped: look again
             found = found if found is not None else self._tree()
-            for pid in found:
-                try:
-                    os.kill(pid, number)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            process_group.signal_pids(found, number)
             if number != signal.SIGSTOP:
                 return None
             again = self._tree()
@@ -166,8 +164,11 @@ class Worker:
 
         try:
             return wire.receive(self.reply_fd, wait)
-        except EOFError:
-            self.process.wait() if self.process else None
+        except EOFError:  # the worker closed its end: it ends within the call's bound, or is killed with its group
+            if self.process is not None:
+                late = process_group.until(self.process, lambda: time.monotonic() > deadline or None, WAIT)
+                if late:
+                    raise Stopped(guard.loop_verdict(function, self.call_seconds)) from None
             raise Stopped(self._why_ended()) from None
         except wire.WireError as exc:
             raise Stopped(f"answered with something that is not a value the checker reads ({exc})") from None

@@ -4,7 +4,8 @@
 runner every child of a shardlab command goes through (the checker's, `grade`'s and the drills'
 controller groups); `process_group.kill` ends the child and its whole group, `process_group.until`
 waits for it within the caller's bounds and then kills it, `process_group.stop_all` ends every child
-still running (the caller was interrupted).
+still running (the caller was interrupted); `unavailable`'s probe of bubblewrap runs to its end, or to
+its bound and the kill of its whole group, in `process_group.run`.
 
 With a `Sandbox`, the child runs under bubblewrap (`bwrap`, Debian's `bubblewrap`), chosen because it
 is a small, widely used tool built for exactly this (Flatpak's sandbox) and it needs no daemon and no
@@ -122,7 +123,7 @@ def unavailable() -> str | None:
         return "prlimit (util-linux) is not installed, so the sandbox's memory bound cannot be set"
     probe = command([sys.executable, "-B", "-c", "import os; print(os.getpid())"], Sandbox())
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_SECONDS, stdin=subprocess.DEVNULL)
+        done = process_group.run(probe, PROBE_SECONDS, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not start an interpreter: {exc}"
     if done.returncode != 0 or not done.stdout.strip().isdigit():
