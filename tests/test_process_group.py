@@ -205,12 +205,12 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
             os.kill(escaped, signal.SIGKILL)
 
 
-def test_kill_pids_ends_a_process_in_another_session_and_passes_over_one_that_ended():
+def test_signal_pids_kills_a_process_in_another_session_and_passes_over_one_that_ended():
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()  # reaped: its pid names no process
     try:
-        process_group.kill_pids([ended.pid, other.pid])
+        process_group.signal_pids([ended.pid, other.pid], signal.SIGKILL)
         assert other.wait(timeout=30) == -signal.SIGKILL
     finally:
         other.kill()

@@ -3,10 +3,10 @@
 `spawn` starts a command in a session of its own, so it leads a new process group, and remembers
 it (unless told not to: a server its owner ends); `signal` sends one signal to a child's whole group
 (the one place a group is signalled); `signal_pids` sends one to each of a list of single processes
-(a tree read from /proc, whose members may lead groups of their own);
+not started here (a tree read from /proc, whose members may lead groups of their own; an mpirun rank, a
+survivor that leads a group of its own);
 `kill` sends SIGKILL to the whole group of every process it is given, and only then reaps
-each one, so a group's survivors cannot react to a peer's death before their own kill (`kill_pids` ends
-single processes not started here: an mpirun rank, a survivor that leads a group of its own); `until`
+each one, so a group's survivors cannot react to a peer's death before their own kill; `until`
 waits for a child while a caller's test of its bounds says go on, then kills its group (the one
 bounded wait of the checker's interpreters and `grade`'s checks); `run` is `subprocess.run` with a timeout
 that kills the whole group (a command the course or its rig runs to completion); `stop_all` kills every child
@@ -50,7 +50,7 @@ def signal_pids(pids, number: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, number)
-        except (ProcessLookupError, PermissionError):
+        except OSError:
             pass
 
 
@@ -145,15 +145,5 @@ def release(path: str, seconds: float = 10.0, poll: float = 0.01) -> None:
     """
     deadline = time.monotonic() + seconds
     while (left := writers(path)) and time.monotonic() < deadline:
-        kill_pids(left)
+        signal_pids(left, signals.SIGKILL)
         time.sleep(poll)
-
-
-def kill_pids(pids) -> None:
-    """SIGKILL each process of `pids` alone, one not started here (a survivor `release` finds, an mpirun rank in a
-    session of its own); one that has ended already, or is not ours to signal, is passed over."""
-    for pid in pids:
-        try:
-            os.kill(pid, signals.SIGKILL)
-        except OSError:
-            pass

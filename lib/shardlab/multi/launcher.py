@@ -227,7 +227,7 @@ def kill(procs) -> None:
     mpirun group, then each rank still running, which runs in a session of its own)."""
     ranks = [proc.os_pid() for proc in procs if isinstance(proc, MpiRank) and proc.poll() is None]
     process_group.kill(*{proc.group if isinstance(proc, MpiRank) else proc for proc in procs})
-    process_group.kill_pids(filter(None, ranks))
+    process_group.signal_pids(filter(None, ranks), signal.SIGKILL)
 
 
 def divergence(reports: dict) -> dict | None:
