@@ -200,8 +200,8 @@ SENTENCES = {
             RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
             {**CHANGE, **CAUSE},
             "<verdict_of>: inconclusive about the cause. The sum fell as predicted: the cut, {c:.3f} ms, passes the "
-            "{t:.3f} ms threshold by {m:.3f} ms, at least the {n:.3f} ms of noise (drift {d:.3f} ms, spread {s:.3f} "
-            "ms), within the {r:.3f} ms reach. But <part>, the part the change's mechanism removes, fell by {f:.3f} "
+            "{t:.3f} ms threshold by {m:.3f} ms, at least the {n:.3f} ms of noise, within the {r:.3f} ms reach. But "
+            "<part>, the part the change's mechanism removes, fell by {f:.3f} "
             "ms by median (middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed), not "
             "by that threshold beyond the spread: the hypothesis's because is not shown.",
             "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
@@ -212,8 +212,8 @@ SENTENCES = {
             RELATIONS["confirmed"],
             CHANGE,
             "<verdict_of>: confirmed, for the sum. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin "
-            "of {m:.3f} ms, at least the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), and is "
-            "within the {r:.3f} ms estimated reach. That says the sum fell as predicted, not yet that the predicted "
+            "of {m:.3f} ms, at least the {n:.3f} ms of noise, and is within the {r:.3f} ms estimated reach. That "
+            "says the sum fell as predicted, not yet that the predicted "
             "mechanism removed it.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.3f} ms against noise "
             "{n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; estimated reach {r:.3f} ms).",
@@ -350,9 +350,9 @@ SENTENCES = {
                 "u_lo": "change.sides.target.unchanged.q1_ms",
                 "u_hi": "change.sides.target.unchanged.q3_ms",
             },
-            "The baseline moved between the captures, with no change made: <annotation> had a median of {b:.3f} ms "
-            "in the first trace, {u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, "
-            "outside which the first median lies). So the cut is read within this capture, unchanged against changed.",
+            "The baseline moved between the captures, with no change made: <annotation>'s first-trace median "
+            "({b:.3f} ms) lies outside this capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median "
+            "{u:.3f}).",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
