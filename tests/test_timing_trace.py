@@ -367,8 +367,9 @@ def test_the_verdict_table_shows_the_margin_beside_the_noise_and_a_margin_inside
     cut = np.median(target_before) - np.median(target_after)
     assert found["margin_ms"] == pytest.approx(cut - 0.3) == pytest.approx(0.004)
     assert found["noise_ms"] > abs(found["margin_ms"]) and found["verdict"] == "inconclusive"
-    shown = {row["what the verdict reads"].split(":")[0]: row["ms"] for row in verdict_rows(found)}
-    assert shown["margin"] == round(cut - 0.3, 3) and shown["noise"] == round(found["noise_ms"], 3)
+    shown = {row["medians, ms (middle half)"].split(":")[0]: row["unchanged − changed"] for row in verdict_rows(found)}
+    assert shown["target"] == f"cut {cut:.3f}" and shown["control"] == "drift 0.000"
+    assert f"margin {cut - 0.3:.3f}" in shown["noise"] and f"noise {found['noise_ms']:.3f}" in shown["noise"]
 
 
 def test_the_one_call_reshuffle_draws_what_the_course_idiom_draws():

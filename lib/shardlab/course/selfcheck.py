@@ -564,10 +564,10 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. Make the change",
-                "the table of the numbers the verdict reads: its drift row, and the noise row that takes the larger "
-                "of |drift| and the spread",
-                r"drift: the control's unchanged − changed median \| -?[\d.]+[\s\S]*"
-                r"noise: the larger of \\?\|drift\\?\| and spread \| [\d.]+",
+                "the table of the numbers the verdict reads: the control's drift, and the noise row that takes the "
+                "larger of |drift| and the spread",
+                r"\| drift -?[\d.]+ \|[\s\S]*noise: the larger of \\?\|drift\\?\| and the spread[\s\S]*"
+                r"noise -?[\d.]+ \|",
             ),
         ),
     ),

@@ -191,8 +191,8 @@ SENTENCES = {
             "n > 0",
             {"n": "timing.eager_4dev.warm_compilations.count", "e": "timing.eager_4dev.median_ms"},
             "each warm eager call triggered {n} XLA compilations here (the last column): on this JAX version the "
-            "un-jitted shard_map compiles its small operations again on every call, which likely, not measured "
-            "apart, holds most of its {e:.0f} ms.",
+            "un-jitted shard_map compiles its small operations again on every call, likely most of its {e:.0f} ms "
+            "(not timed apart).",
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
         ),
@@ -200,8 +200,8 @@ SENTENCES = {
             RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
             {**CHANGE, **CAUSE},
             "<verdict_of>: inconclusive about the cause. The sum fell as predicted: the cut, {c:.3f} ms, passes the "
-            "{t:.3f} ms threshold by {m:.3f} ms, at least the {n:.3f} ms of noise (drift {d:.3f} ms, spread {s:.3f} "
-            "ms), within the {r:.3f} ms reach. But <part>, the part the change's mechanism removes, fell by {f:.3f} "
+            "{t:.3f} ms threshold by {m:.3f} ms, at least the {n:.3f} ms of noise, within the {r:.3f} ms reach. But "
+            "<part>, the part the change's mechanism removes, fell by {f:.3f} "
             "ms by median (middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed), not "
             "by that threshold beyond the spread: the hypothesis's because is not shown.",
             "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
@@ -212,8 +212,8 @@ SENTENCES = {
             RELATIONS["confirmed"],
             CHANGE,
             "<verdict_of>: confirmed, for the sum. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin "
-            "of {m:.3f} ms, at least the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms), and is "
-            "within the {r:.3f} ms estimated reach. That says the sum fell as predicted, not yet that the predicted "
+            "of {m:.3f} ms, at least the {n:.3f} ms of noise, and is within the {r:.3f} ms estimated reach. That "
+            "says the sum fell as predicted, not yet that the predicted "
             "mechanism removed it.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.3f} ms against noise "
             "{n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; estimated reach {r:.3f} ms).",
@@ -336,11 +336,9 @@ SENTENCES = {
                 "a": "trace.reach_bounds.one_call_reshuffle.annotation_ms",
             },  # fmt: skip
             "The draw traced alone took {r:.3f} ms by median, more than the {a:.3f} ms median of the "
-            "prepare_and_place parts that contain it in the traced transitions. It is the same `draw` on the same "
-            "key, so it did no more work: it ran in a capture of its own, at another moment on this shared host, and "
-            "a call timed apart from its loop need not take what it takes inside it. A part cannot remove more than "
-            "its whole, so the table caps this reach at {a:.3f} ms: a bound from the containing parts, not a "
-            "measurement of the draw.",
+            "prepare_and_place parts that contain it: the same work, timed apart from its loop in a capture of its "
+            "own on this shared host. A part cannot remove more than its whole, so the table caps this reach at "
+            "{a:.3f} ms, a bound, not a measurement of the draw.",
             "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
             "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
         ),
@@ -352,9 +350,9 @@ SENTENCES = {
                 "u_lo": "change.sides.target.unchanged.q1_ms",
                 "u_hi": "change.sides.target.unchanged.q3_ms",
             },
-            "The baseline moved between the captures, with no change made: <annotation> had a median of {b:.3f} ms "
-            "in the first trace, {u:.3f} ms in this one's unchanged loop (middle half {u_lo:.3f}–{u_hi:.3f} ms, "
-            "outside which the first median lies). So the cut is read within this capture, unchanged against changed.",
+            "The baseline moved between the captures, with no change made: <annotation>'s first-trace median "
+            "({b:.3f} ms) lies outside this capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median "
+            "{u:.3f}).",
             "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
             "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
@@ -1186,7 +1184,8 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
 
 def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
     """Stage 4a: did the part the change's mechanism shortens fall by the threshold, beyond the spread, and where
-    did most of the cut go? Those two sentences, or none for a change whose target is not split into parts."""
+    did most of the cut go? Those two sentences, or none for a change whose target is not split into parts; only
+    the second when the verdict, inconclusive about the cause, already gives the part's fall."""
     if "mechanism" not in outcome:
         return []
     fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
@@ -1194,8 +1193,10 @@ def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
     values.update(c=outcome["cut_ms"], u_lo=unchanged["q1_ms"], u_hi=unchanged["q3_ms"])
     values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"])
-    fell = chosen_first(notebook, MECHANISM_NAMES, fill, **values)
-    return [fell, chosen(notebook, "cut_mostly_elsewhere", fill, **values)]
+    elsewhere = chosen(notebook, "cut_mostly_elsewhere", fill, **values)
+    if outcome.get("inconclusive_because") == "cause_unshown":
+        return [elsewhere]
+    return [chosen_first(notebook, MECHANISM_NAMES, fill, **values), elsewhere]
 
 
 MECHANISM_NAMES = ["mechanism_fell", "mechanism_fell_within_noise", "mechanism_fell_short"]

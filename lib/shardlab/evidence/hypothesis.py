@@ -282,50 +282,44 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
 
 
 def verdict_rows(outcome: dict) -> list[dict]:
-    """Every number the verdict reads, one row each, with the middle half where it is a median of samples."""
+    """What the verdict reads, in four rows: the target and the control, each loop's median with its middle half
+    and their difference (the cut, the drift); the threshold, margin, spread and noise; the reach."""
+
+    def median_and_half(got):
+        return f"{got['median_ms']:.3f} ({got['q1_ms']:.3f}–{got['q3_ms']:.3f})"
+
     sides, rows = outcome["sides"], []
     labels = {"target": outcome.get("target", outcome["annotation"]), "control": outcome.get("control_label")}
-    for role, part in (("target", sides["target"]), ("control", sides["control"])):
-        for side in ("unchanged", "changed"):
-            got = part[side]
-            rows.append(
-                {
-                    "what the verdict reads": f"{labels[role] or outcome[role]} ({role}), {side} loop, "
-                    f"median of {got['n']}",
-                    "ms": round(got["median_ms"], 3),
-                    "middle half ms": f"{got['q1_ms']:.3f}–{got['q3_ms']:.3f}",
-                }
-            )
-    named = (
-        ("the threshold (from the first trace)", "threshold_ms"),
-        ("cut: the target's unchanged − changed median", "cut_ms"),
-        ("margin: cut − threshold (confirmed only beyond the noise)", "margin_ms"),
-        ("drift: the control's unchanged − changed median", "control_drift_ms"),
-        ("spread: half the widest middle half above", "spread_ms"),
-        ("noise: the larger of |drift| and spread", "noise_ms"),
-    )
-    rows += [
-        {"what the verdict reads": label, "ms": round(outcome[key], 3), "middle half ms": ""} for label, key in named
-    ]
-    reach = outcome["reach"]
-    remeasured = {
-        "what the verdict reads": f"what the change can remove, measured again (median of {reach['n']})",
-        "ms": round(reach["median_ms"], 3),
-        "middle half ms": f"{reach['q1_ms']:.3f}–{reach['q3_ms']:.3f}",
-    }
-    if outcome.get("reach_bound") != "annotation":
+    for role, fall, key in (("target", "cut", "cut_ms"), ("control", "drift", "control_drift_ms")):
         rows.append(
-            {**remeasured, "what the verdict reads": f"estimated reach: {remeasured['what the verdict reads']}"}
+            {
+                "medians, ms (middle half)": f"{role}: {labels[role] or outcome[role]}",
+                "unchanged loop": median_and_half(sides[role]["unchanged"]),
+                "changed loop": median_and_half(sides[role]["changed"]),
+                "unchanged − changed": f"{fall} {outcome[key]:.3f}",
+            }
         )
-        return rows
-    # capped: the re-measured samples and the cap are shown apart, each median beside its own middle half
-    held = outcome["reach_range"]
-    rows.append(remeasured)
     rows.append(
         {
-            "what the verdict reads": "estimated reach, capped: the target's unchanged median (the row above is more)",
-            "ms": round(outcome["reach_ms"], 3),
-            "middle half ms": f"{held['q1_ms']:.3f}–{held['q3_ms']:.3f}",
+            "medians, ms (middle half)": "noise: the larger of |drift| and the spread (half the widest middle half); "
+            "margin: cut − threshold",
+            "unchanged loop": "",
+            "changed loop": "",
+            "unchanged − changed": f"threshold {outcome['threshold_ms']:.3f}, margin {outcome['margin_ms']:.3f}, "
+            f"spread {outcome['spread_ms']:.3f}, noise {outcome['noise_ms']:.3f}",
+        }
+    )
+    reach, capped = outcome["reach"], outcome.get("reach_bound") == "annotation"
+    held = {"median_ms": outcome["reach_ms"], **outcome["reach_range"]}
+    measured = median_and_half(reach)  # capped: more than the target's unchanged median, which is held instead
+    if capped:
+        measured = f"{median_and_half(held)}, the target's unchanged median (capped; measured {measured})"
+    rows.append(
+        {
+            "medians, ms (middle half)": f"estimated reach: what the change can remove, measured again ({reach['n']})",
+            "unchanged loop": "",
+            "changed loop": "",
+            "unchanged − changed": f"at most {measured}",
         }
     )
     return rows
