@@ -163,7 +163,7 @@ QUESTIONS = (
             (
                 "local-means",
                 "Local means, or one global mean?",
-                "the global mean gradient beside the mean of local means",
+                "how far the mean of local means is from the global mean gradient",
                 r"counts \[2, 2, 2, 1\]: the mean of local means is off by up to 0\.[1-9]",
             ),
         ),
@@ -288,25 +288,6 @@ QUESTIONS = (
                 r"(?s)written in place: a reader halfway through found 'the first half, '.*"
                 r"written aside, then os\.link: a reader halfway through found no file.*"
                 r"os\.link .*FileExistsError.*the first writer's file",
-            ),
-        ),
-        (
-            "A checkpoint keeps step = 9 but no key, order or cursor. What would rebuilding the sampler need?",
-            [
-                "nothing: step 9 fixes them",
-                "the weights at step 9",
-                "the seed, the batch size, the dataset size and the exact sampler rule, each unchanged since step 0",
-            ],
-            "c",
-            "The order and key are the result of a history of splits and reshuffles; a count does not record it. "
-            "The table's second row reached the same step with another batch size at first, and the same "
-            "rebuild is wrong for it.",
-            "rebuild",
-            (
-                "rebuild",
-                "Predict first",
-                "the fields that differ from step 0, and the rebuild against this run and against another history",
-                r"cursor were rebuilt exactly; for a run that reached the same step with another batch size",
             ),
         ),
     ),
