@@ -529,6 +529,16 @@ MISTAKES = {
         "checkpoint_holds_every_field",
         ["no file is at the path it was given", "before save returns", "a thread"],
     ),
+    "transition_fetches_the_weights": (
+        2,
+        "step_follows_the_mesh_it_was_made_for",
+        ["transition on the mesh of devices [3] returned the weights on devices []", "make_step is not at fault"],
+    ),
+    "restore_writes_into_the_contract": (
+        3,
+        "restore_returns_every_field",
+        ["restore changed the contract it was given", "contract['features_shape'] was list, now tuple"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -673,6 +683,7 @@ SLOW_MISTAKES = {
     "save_part_written_by_os_write",
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
+    *("transition_fetches_the_weights", "restore_writes_into_the_contract"),
 }
 
 

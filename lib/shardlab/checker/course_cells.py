@@ -295,7 +295,7 @@ def refusals_name_the_course_errors(ctx):
             )
             + "so the file was compared with a contract the functions had altered themselves -> save and restore "
             "read the contract they are given and never change it (no pop, del or assignment into it; copy it "
-            "first if you need another form)"
+            "first if you need another form)" + mark(*dict.fromkeys(f"{f}-inputs-intact" for f, _ in altered))
         ),
         "accepted": lambda cases: (
             f"{_accepting(cases, wanted)} accepted {cases}: the refusal itself is missing, not its error type -> "

@@ -133,7 +133,12 @@ def called(ctx, name: str, *args, via=None):
 
 
 # the rule a call breaks by changing what its caller passed (the functions whose rules say so)
-INTACT_RULES = {"next_batch": "new-state", "transition": "input-intact", "save": "save-inputs-intact"}
+INTACT_RULES = {
+    "next_batch": "new-state",
+    "transition": "input-intact",
+    "save": "save-inputs-intact",
+    "restore": "restore-inputs-intact",
+}
 
 
 def mesh_of(ctx, devices: int, layout: str = "first"):
@@ -206,6 +211,15 @@ def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
         + (f": {wrong}" if "the mesh given" in (wrong or "") else "")
         + (formulas.mark(rule) if rule else ""),
     )
+
+
+def misplaced_by(step, batch, state: dict, mesh) -> dict:
+    """Which of the step's own new weights and momentum, on `batch` and `state`, are not replicated on `mesh`
+    (name -> where they are instead): empty when the step keeps them there, so a state found off the mesh after a
+    transition was moved by the transition, not by the step."""
+    outputs = step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])
+    found = {name: sharding_of(value, mesh, P()) for name, value in zip(("weights", "momentum"), outputs)}
+    return {name: wrong for name, wrong in found.items() if wrong}
 
 
 def _batch_rules(case: Case, data, batch, mesh) -> None:
@@ -774,8 +788,7 @@ def transition_walk(ctx, case: Case) -> None:
                 got,
                 f"transition {call + 1}: {lead}{blame or _update_cause(before, got, {'grad': grad}, case)}",
             )
-        for name in ("weights", "momentum"):
-            _placement(new[name], mesh, P(), f"the transition's new {name}")
+        _transition_placement(ctx, case, state, data, mesh, step, new, call)
         need(
             calls == 1,
             "1 call of the step it was given",
@@ -787,6 +800,31 @@ def transition_walk(ctx, case: Case) -> None:
             + formulas.mark("one-update"),
         )
         state = new
+
+
+def _transition_placement(ctx, case: Case, state: dict, data, mesh, step, new: dict, call: int) -> None:
+    """transition's new weights and momentum replicated on the mesh; when they are not, the step it was given is
+    called on the same batch and state: the function named is the one whose outputs left the mesh."""
+    wrong = {name: sharding_of(new[name], mesh, P()) for name in ("weights", "momentum")}
+    wrong = {name: where for name, where in wrong.items() if where}
+    if not wrong:
+        return
+    _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
+    by_step = misplaced_by(step, batch, state, mesh)
+    raise Miss(
+        f"NamedSharding(mesh, P()) over {mesh.size} device(s)",
+        wrong,
+        f"transition {call + 1}: the new state's {sorted(wrong)} are not replicated on the mesh ("
+        + "; ".join(f"{name}: {where}" for name, where in wrong.items())
+        + (
+            f"), and the step it was given returns them off the mesh too ({by_step}) -> fix make_step: its outputs "
+            "stay on the mesh it was made for; transition is not at fault" + formulas.mark("momentum")
+            if by_step
+            else "); the step it was given returns them replicated on that mesh, so transition moved them -> keep "
+            "the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or device_put "
+            "of them); only the loss and the ids go to the host" + formulas.mark("one-update")
+        ),
+    )
 
 
 def _transitioned(ctx, case: Case, state: dict, data, mesh, step, call: int, via=None):

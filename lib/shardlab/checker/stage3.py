@@ -133,7 +133,7 @@ def _refused(call) -> tuple[bool, str]:
     """(raised, what): run `call`, which should refuse."""
     try:
         call()
-    except NotImplementedError:
+    except (NotImplementedError, CheckFailed):
         raise
     except Exception as exc:
         return True, f"{type(exc).__name__}: {exc}"[:300]
@@ -166,11 +166,30 @@ def contract_pins_the_experiment(ctx):
     )
 
 
+def _restore(ctx, path: str, contract, mesh=None) -> dict:
+    """The learner's restore of `path`; fails naming restore when the call changed the contract it was given (a
+    later call with that dict, the caller's own, would compare the file with a contract restore altered)."""
+    before = fingerprint(contract)
+    try:
+        return ctx.impl.restore(path, contract, mesh or ctx.mesh)
+    finally:
+        changed = changed_inputs([before], [fingerprint(contract)], ["contract"])
+        expect(
+            not changed,
+            "the expected contract as the caller passed it",
+            changed,
+            f"restore changed the contract it was given ({'; '.join(changed)}): the caller's dict no longer holds "
+            "this experiment's contract, so every later restore with it compares the file with a contract restore "
+            "altered itself -> read the expected contract, never assign into it, pop or delete its entries (copy it "
+            "first if another form is needed)" + mark("restore-inputs-intact"),
+        )
+
+
 def _restored(ctx, path: str, contract: dict) -> tuple[dict, str]:
     """(the state the learner's own restore gives for `path`, or {}; the error it raised, or '')."""
     try:
-        return ctx.impl.restore(path, contract, ctx.mesh), ""
-    except NotImplementedError:
+        return _restore(ctx, path, contract), ""
+    except (NotImplementedError, CheckFailed):
         raise
     except Exception as exc:
         return {}, f"{type(exc).__name__}: {exc}"[:300]
@@ -208,7 +227,7 @@ def checkpoint_holds_every_field(ctx):
 def restore_returns_every_field(ctx):
     """restore gives back every field exactly, weights and momentum replicated on the mesh."""
     path, state, contract = _saved(ctx, "restore")
-    restored = ctx.impl.restore(path, contract, ctx.mesh)
+    restored = _restore(ctx, path, contract)
     causes = {
         "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
         "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
@@ -291,7 +310,7 @@ def resume_continues_the_same_run(ctx):
     """Restored in this interpreter, the run continues exactly as the uninterrupted one (> 2 epochs)."""
     path, saved, contract = _saved(ctx, "resume")
     _, step = _trained(ctx)
-    restored = ctx.impl.restore(path, contract, ctx.mesh)
+    restored = _restore(ctx, path, contract)
     given = snapshot(restored)
     resumed = replay.run(restored, ctx.data, ctx.batch_size, _resume_steps(ctx), ctx.mesh, step, ctx.impl.transition)
     return _replay_verdict(_control(ctx), resumed, "resumed in this interpreter", given, snapshot(saved))
@@ -419,7 +438,7 @@ def restore_refuses_another_experiment(ctx):
     }
     own = ctx.impl.contract(ctx.data, _config(ctx))
     for what, contract in others.items():
-        raised, got = _refused(lambda contract=contract: ctx.impl.restore(path, contract, ctx.mesh))
+        raised, got = _refused(lambda contract=contract: _restore(ctx, path, contract))
         expect(raised, "an error naming the mismatch", got, _accepted_other(ctx, what, contract, own))
     return "refused", "refused"
 
@@ -673,7 +692,7 @@ def restore_refuses_damaged_checkpoints(ctx):
         handle.write("weights: 0.1 0.2 0.3\n")
     accepted = {}
     for what, target in targets.items():
-        raised, got = _refused(lambda target=target: ctx.impl.restore(target, contract, ctx.mesh))
+        raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
         if not raised:
             accepted[what] = got
     return expect(

@@ -150,8 +150,9 @@ RULES = (
     Rule(
         "one-update",
         "transition",
-        "one transition is one next_batch and one call of the step it is given (never one it builds), step + 1",
-        ("transition_is_one_batch_and_one_update", "random_transition_walk"),
+        "one transition is one next_batch and one call of the step it is given (never one it builds), step + 1; "
+        "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh",
+        ("transition_is_one_batch_and_one_update", "random_transition_walk", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(
         "input-intact",
@@ -272,6 +273,13 @@ RULES = (
         "the saved contract is compared with the expected one, exactly and entry by entry, before anything is "
         "accepted (errors.ContractMismatchError)",
         ("restore_refuses_another_experiment", "random_restore_damage"),
+    ),
+    Rule(
+        "restore-inputs-intact",
+        "restore",
+        "restore changes nothing it is given: the expected contract is left as the caller passed it, whether the "
+        "file is accepted or refused",
+        ("restore_returns_every_field", "random_restore_damage"),
     ),
     Rule(
         "validate-fields",

@@ -118,7 +118,7 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
 
     Rules:
     - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), step
-      + 1.
+      + 1; the new state holds the step's new weights and momentum as it returns them, replicated on the mesh.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
       integer array.
@@ -173,6 +173,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     Rules:
     - rule:contract-first: the saved contract is compared with the expected one, exactly and entry by entry, before
       anything is accepted (errors.ContractMismatchError).
+    - rule:restore-inputs-intact: restore changes nothing it is given: the expected contract is left as the caller
+      passed it, whether the file is accepted or refused.
     - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
       path that does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing
       fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor
