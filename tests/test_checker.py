@@ -539,6 +539,11 @@ MISTAKES = {
         "restore_returns_every_field",
         ["restore changed the contract it was given", "contract['features_shape'] was list, now tuple"],
     ),
+    "save_renameat2_before_fsync": (
+        3,
+        "save_syncs_before_publishing",
+        ["no fsync (or fdatasync) of the file between the last write and publishing"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -683,7 +688,7 @@ SLOW_MISTAKES = {
     "save_part_written_by_os_write",
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
-    *("transition_fetches_the_weights", "restore_writes_into_the_contract"),
+    *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
 }
 
 
