@@ -544,6 +544,12 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["no fsync (or fdatasync) of the file between the last write and publishing"],
     ),
+    "contract_cached_by_array_id": (
+        3,
+        "random_contract_tells_apart",
+        ["changed in place (+1)", "kept between calls by the arrays' identity"],
+    ),
+    "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -689,6 +695,7 @@ SLOW_MISTAKES = {
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
+    *("contract_cached_by_array_id", "transition_jits_the_step"),
 }
 
 

@@ -724,7 +724,7 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
+        (new, loss, ids), calls, traced = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -798,6 +798,15 @@ def transition_walk(ctx, case: Case) -> None:
             "call (every call compiles or runs the whole update again)"
             + (", the step it is given, never one it builds or keeps" if calls == 0 else "")
             + formulas.mark("one-update"),
+        )
+        need(
+            not traced,
+            "the step it was given called on the batch's arrays",
+            f"{traced} call(s) on tracers",
+            f"transition {call + 1} called the step it was given on tracers: it wrapped the step in a transformation "
+            "of its own (jax.jit(step), vmap, grad) -> call the step it is given directly on the batch's arrays; it "
+            "is compiled already, or eager on purpose (compiled=False), and a wrapper made at every transition traces "
+            "it again each time and turns an eager step into a compiled one" + formulas.mark("one-update"),
         )
         state = new
 
@@ -1260,6 +1269,34 @@ def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
     return ignored
 
 
+IN_PLACE = "one feature + 1, changed in place in the arrays an earlier call was given"
+
+
+def _in_place_told_apart(ctx, case: Case, data: Dataset) -> None:
+    """A Miss when the contract of the same array objects is the one they had before one of their values changed in
+    place, while fresh copies of the changed values get another: the contract was kept by the arrays' identity (a
+    cache keyed by id()), not computed from their bytes. A contract blind to that value itself is left to the
+    variants (the fresh copies' contract is then the old one too)."""
+    features = data.features.copy()
+    position = np.unravel_index(int(np.random.default_rng([case.seed, 11]).integers(features.size)), features.shape)
+    position = tuple(int(i) for i in position)
+    # where contract runs: across the wire every call's arrays are new objects there
+    seen = probe("contract_changed_in_place", ctx.impl.contract, given(case, data), _config(case), position)
+    first, again = seen["first"], seen["again"]
+    features[position] += np.float32(1)
+    fresh = contract_of(ctx, case, Dataset(features, data.targets.copy()), _config(case), IN_PLACE)
+    need(
+        again != first or fresh == first,
+        "another contract once a feature of the arrays changed, as fresh copies of the changed arrays get",
+        "the contract those arrays had before the change",
+        f"feature {position} of the arrays given to an earlier call was changed in place "
+        "(+1), and the contract of those same arrays stayed the one they had before, while fresh copies of the "
+        "changed values get another: the contract is kept between calls by the arrays' identity (a cache keyed by "
+        "id() or by the object), not computed from their bytes -> compute the contract from the data's bytes on "
+        "every call; an id is reused and an array's values change under it" + formulas.mark("contract-pins"),
+    )
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data, (rows, width) = data_for(case), case.shape()
@@ -1269,6 +1306,8 @@ def contract_tells_apart(ctx, case: Case) -> None:
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
     _same_experiment_other_forms(ctx, case, data, base)
     ignored = _ignored_variants(ctx, case, base)
+    if focused(ctx, IN_PLACE):
+        _in_place_told_apart(ctx, case, data)
     for part in ("features", "targets"):  # each pair's first dataset may itself differ from the case's data
         what = f"one ulp of one {part[:-1]}, alike at 8 printed digits"
         pair = _hidden_ulp(data, part, int(np.random.default_rng([case.seed, 7]).integers(rows * width)))

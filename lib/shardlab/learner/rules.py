@@ -150,7 +150,8 @@ RULES = (
     Rule(
         "one-update",
         "transition",
-        "one transition is one next_batch and one call of the step it is given (never one it builds), step + 1; "
+        "one transition is one next_batch and one call of the step it is given (never one it builds), on the "
+        "batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; "
         "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh",
         ("transition_is_one_batch_and_one_update", "random_transition_walk", "step_follows_the_mesh_it_was_made_for"),
     ),
@@ -173,7 +174,7 @@ RULES = (
         "contract-pins",
         "contract",
         "the contract changes with the seed, batch size, learning rate, decay, device count, shapes, dtypes and "
-        "every byte of the data",
+        "every byte of the data, read again at every call (arrays changed in place since an earlier call included)",
         ("contract_pins_the_experiment", "random_contract_tells_apart"),
     ),
     Rule(

@@ -117,8 +117,9 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
     """Return (new state, the loss before the update, the ids of the batch): one batch, one update.
 
     Rules:
-    - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), step
-      + 1; the new state holds the step's new weights and momentum as it returns them, replicated on the mesh.
+    - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), on
+      the batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; the new state holds the step's new
+      weights and momentum as it returns them, replicated on the mesh.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
       integer array.
@@ -134,7 +135,8 @@ def contract(data, config: Config) -> dict:
 
     Rules:
     - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes,
-      dtypes and every byte of the data.
+      dtypes and every byte of the data, read again at every call (arrays changed in place since an earlier call
+      included).
     - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
       path).
