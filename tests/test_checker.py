@@ -550,6 +550,8 @@ MISTAKES = {
         ["changed in place (+1)", "kept between calls by the arrays' identity"],
     ),
     "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
+    "initial_returns_a_kept_state": (1, "initial_state_fields", ["initial handed out again the object"]),
+    "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["contract handed out again the object"]),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -695,7 +697,8 @@ SLOW_MISTAKES = {
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
-    *("contract_cached_by_array_id", "transition_jits_the_step"),
+    *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
+    "contract_returns_a_kept_dict",
 }
 
 

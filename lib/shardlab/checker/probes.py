@@ -103,7 +103,28 @@ def contract_changed_in_place(contract, data, config, position: tuple) -> dict:
     return {"first": first, "again": contract(kept, config)}
 
 
+EDIT = "an entry the caller added"  # the key a caller's edit adds to a result it was given
+
+
+def _dicts(value) -> list:
+    """The dicts of a result: itself, or those a tuple of results holds (next_batch's and transition's state)."""
+    if isinstance(value, dict):
+        return [value]
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, (tuple, list)) else []
+
+
+def edited_between_calls(function, *args) -> dict:
+    """`function(*args)` twice, with the first result's dicts edited in between as their caller may edit its own (an
+    entry added): {"same_object": the second result is the first, "edit_seen": the added entry is in the second}."""
+    first = function(*args)
+    for found in _dicts(first):
+        found[EDIT] = True
+    second = function(*args)
+    return {"same_object": second is first, "edit_seen": any(EDIT in found for found in _dicts(second))}
+
+
 PROBES = {
+    "edited_between_calls": edited_between_calls,
     "contract_changed_in_place": contract_changed_in_place,
     "counted_transition": counted_transition,
     "lowered_text": lowered_text,

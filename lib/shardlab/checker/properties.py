@@ -27,6 +27,7 @@ from shardlab.checker.common import (
     CheckFailed,
     batch_arrays,
     changed_inputs,
+    expect,
     fingerprint,
     host,
     placed,
@@ -139,6 +140,23 @@ INTACT_RULES = {
     "save": "save-inputs-intact",
     "restore": "restore-inputs-intact",
 }
+
+
+def new_result_each_call(ctx, name: str, *args, rule: str) -> None:
+    """Fail unless two calls of the learner's `name` with `args` give two objects: the first result, edited by its
+    caller (an entry added), must not be the second (a result kept between calls and handed out again)."""
+    seen = probe(  # where the function runs: across the wire results are copies
+        "edited_between_calls", getattr(ctx.impl, name), *args
+    )
+    expect(
+        not (seen["same_object"] or seen["edit_seen"]),
+        f"a new result at every call of {name}",
+        "the same object as the call before" if seen["same_object"] else "a result holding the caller's edit",
+        f"{name} handed out again the object an earlier call returned (kept between calls, a cache of results), so "
+        f"an entry its caller added to the first result is in the second: a caller that edits one {name} result "
+        f"changes every later one -> return a new dict from every call (a cache, if any, of immutable parts, "
+        f"copied out: dict(kept))" + formulas.mark(rule),
+    )
 
 
 def mesh_of(ctx, devices: int, layout: str = "first"):

@@ -27,7 +27,7 @@ RULES = (
         "initial-fields",
         "initial",
         "the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy uint32 (2,) key, "
-        "the first order (a permutation of 0..n-1), cursor 0 and step 0",
+        "the first order (a permutation of 0..n-1), cursor 0 and step 0, in a new dict at every call",
         ("initial_state_fields",),
     ),
     Rule(
@@ -190,7 +190,8 @@ RULES = (
     Rule(
         "contract-json",
         "contract",
-        "the contract is plain JSON data, equal for equal inputs in any process (no process id, time or path)",
+        "the contract is plain JSON data, equal for equal inputs in any process (no process id, time or path), "
+        "a new dict at every call",
         ("contract_is_json_data", "contracts_agree_in_a_fresh_process", "random_contract_tells_apart"),
     ),
     # save

@@ -57,7 +57,7 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
 
     Rules:
     - rule:initial-fields: the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy
-      uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0.
+      uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0, in a new dict at every call.
     - rule:split-then-permute: the first order comes from PRNGKey(seed) split once: the first half is kept in the state,
       the second draws the permutation; the same seed replays the same ids, another seed others.
     - rule:replicated: weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P())).
@@ -139,7 +139,7 @@ def contract(data, config: Config) -> dict:
       included).
     - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
-      path).
+      path), a new dict at every call.
     """
     raise _todo("contract", 3, "what must match to continue")
 
