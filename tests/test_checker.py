@@ -552,6 +552,11 @@ MISTAKES = {
     "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
     "initial_returns_a_kept_state": (1, "initial_state_fields", ["initial handed out again the object"]),
     "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["contract handed out again the object"]),
+    "save_cleans_up_on_exception_only": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["raised KeyboardInterrupt and left", "except BaseException"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -698,7 +703,7 @@ SLOW_MISTAKES = {
     *("save_normalises_the_name", "contract_samples_large_data"),
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
-    "contract_returns_a_kept_dict",
+    *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only"),
 }
 
 

@@ -259,6 +259,9 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
             outcome["failed_at"] = seen[-1]
             raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        if mode == "ctrl-c":  # the user presses Ctrl-C there: Python raises KeyboardInterrupt, not an Exception
+            outcome["failed_at"] = seen[-1]
+            raise KeyboardInterrupt
         if mode == "kill":
             with original_open(report, "w") as note:
                 json.dump({"at": seen[-1], "operations": list(seen)}, note)
@@ -278,7 +281,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         save(*first)
         outcome["first"] = "saved"
         outcome["unseen_publication"] = unseen_publication(final, seen, absent)
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
@@ -381,8 +384,8 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
-    OSError(ENOSPC) instead of running) or raced at operation `stop_at`: by another process (mode 'race') or by a
-    second save in the same process (mode 'race-here').
+    OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt) or raced at operation `stop_at`: by
+    another process (mode 'race') or by a second save in the same process (mode 'race-here').
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

@@ -589,6 +589,12 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             else ""
         )
         + ", and remove the temporary in a finally (or except) block on every error, the failed publish included"
+        + (
+            " (Ctrl-C raises KeyboardInterrupt, which `except Exception` lets through: clean up in finally or "
+            "except BaseException)"
+            if any("KeyboardInterrupt" in what for what in wrong)
+            else ""
+        )
         + mark("new-temp-name"),
     )
 
@@ -596,7 +602,8 @@ def save_errors_leave_the_folder_as_it_was(ctx):
 def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     """{case: what it left}: saves into a folder two levels below the missing one `new`, and into an empty folder
     `kept/inner` that was there before, in a forked child whose first write, and then whose publication (link,
-    rename or replace), raises OSError(ENOSPC) as a full disk does. A write is any way the save writes bytes:
+    rename or replace), raises OSError(ENOSPC) as a full disk does, and whose first write is interrupted by Ctrl-C
+    (KeyboardInterrupt). A write is any way the save writes bytes:
     a file object's write, os.write, np.savez given a name or a handle. A save that raises must leave the tree
     as it was: `new` gone, `kept/inner` still there; one that returns must have saved."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
@@ -606,9 +613,10 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     }
     wrong = {}
     for layout, (below, there) in layouts.items():
-        for point, number in _failure_points(ctx, base, below, there, state, contract).items():
+        points = _failure_points(ctx, base, below, there, state, contract)
+        for index, (point, (number, mode)) in enumerate(points.items()):
             what = f"{layout}, and {point}"
-            folder = os.path.join(base, f"{number}-{below[0]}")
+            folder = os.path.join(base, f"{index}-{number}-{below[0]}")
             os.makedirs(folder)
             with open(os.path.join(folder, "earlier.txt"), "w") as handle:
                 handle.write("a file the save must leave as it is\n")
@@ -616,9 +624,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
                 os.makedirs(os.path.join(folder, *below))
             path = os.path.join(folder, *below, "checkpoint.npz")
             before = arguments.disk(os.path.join(folder, "observed"))
-            outcome = probe(
-                "interrupted_save", ctx.impl.save, number, "fail", folder + ".json", (path, state, contract)
-            )
+            outcome = probe("interrupted_save", ctx.impl.save, number, mode, folder + ".json", (path, state, contract))
             moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
             if outcome["status"] != "done":
@@ -634,7 +640,8 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
 
 
 def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, contract: dict) -> dict:
-    """{point: operation number} of the first write and the first publication of one uninterrupted save into
+    """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted by Ctrl-C) and the
+    first publication (failed) of one uninterrupted save into
     the layout `below` (made first when `there`), in a folder of its own: a save that stops early in one
     layout (one that makes no folder stops at its open in a missing one) still writes in the other."""
     folder = os.path.join(base, f"listing-{below[0]}")
@@ -656,7 +663,9 @@ def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, cont
         found = [n for n, op in enumerate(operations, start=1) if op.split(" ", 1)[0] in kinds]
         if found:
             kind = operations[found[0] - 1].split(" ", 1)[0]
-            points[f"{what} (its {kind} raises ENOSPC)"] = found[0]
+            points[f"{what} (its {kind} raises ENOSPC)"] = found[0], "fail"
+            if kind == "write":  # Ctrl-C there raises KeyboardInterrupt, which `except Exception` lets through
+                points["Ctrl-C is pressed at its first write (KeyboardInterrupt)"] = found[0], "ctrl-c"
     return points
 
 

@@ -230,8 +230,8 @@ RULES = (
         "save",
         "bytes go first to a temporary file in the same folder, with a new name for every save, in every process "
         "(not from the global random module, which repeats in processes seeded alike), so a save killed midway "
-        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its "
-        "folder as it was (a folder it made included)",
+        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it "
+        "raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included)",
         (
             "interrupted_save_leaves_nothing_or_a_checkpoint",
             "save_leaves_only_the_final_file",

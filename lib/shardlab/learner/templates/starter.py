@@ -157,8 +157,8 @@ def save(path, state: dict, contract_: dict) -> str:
       there is left untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, in
       every process (not from the global random module, which repeats in processes seeded alike), so a save killed
-      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its
-      folder as it was (a folder it made included).
+      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it
+      raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included).
     - rule:fsync-before-publish: the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes
       the size a reader needs) after its last write and only then published, so a published name never points at bytes
       still in memory.
