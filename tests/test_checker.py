@@ -557,6 +557,7 @@ MISTAKES = {
         "save_errors_leave_the_folder_as_it_was",
         ["raised KeyboardInterrupt and left", "except BaseException"],
     ),
+    "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -703,7 +704,7 @@ SLOW_MISTAKES = {
     *("save_normalises_the_name", "contract_samples_large_data"),
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
-    *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only"),
+    *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
 }
 
 

@@ -250,10 +250,13 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
     seen, outcome, absent = [], {}, []
     original_kill, original_open = os.kill, io.open
     final = os.path.abspath(os.fspath(first[0])) if isinstance(first[0], (str, os.PathLike)) else ""
+    home, moved = os.getcwd(), []
 
     def hook(operation, target, data, handle):
         seen.append(label(operation, target))
         absent.append(not os.path.lexists(final))  # before the operation runs: when the final name appeared
+        if os.getcwd() != home and not moved:  # the process's working directory, which every thread shares
+            moved.append({"at": seen[-1], "cwd": os.getcwd()})
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
         if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
@@ -285,6 +288,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
+    outcome["cwd_moved"] = moved[0] if moved else None
     outcome["sizes"] = [list(entry) for entry in SIZES]
     outcome["published"] = [list(entry) for entry in PUBLISHED]
     with original_open(report, "w") as handle:

@@ -1019,6 +1019,16 @@ def save_syncs_before_publishing(ctx):
         "write a temporary file in the same folder, flush and fsync it, then publish it under the final name in "
         "one step (os.link)" + mark("new-temp-name", "fsync-before-publish", "exclusive-publish"),
     )
+    moved = seen.get("cwd_moved")
+    expect(
+        not moved,
+        "the process's working directory left as it was during the save",
+        moved,
+        f"the save changed the process's working directory (to {(moved or {}).get('cwd')}, seen at "
+        f"{(moved or {}).get('at')}): every thread shares it, so a relative path another thread saves or reads "
+        "meanwhile lands in that folder -> never os.chdir in save; join the folder to each name instead"
+        + mark("exact-path"),
+    )
     fault = _order_fault(operations)
     if fault is None:
         fault = _sync_fault(sizes)

@@ -206,8 +206,8 @@ RULES = (
         "save",
         "the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII letters "
         "included: no .npz added, nothing stripped or normalised) and that path is returned, "
-        "as given or in its absolute form",
-        ("random_restore_damage",),
+        "as given or in its absolute form; save never changes the process's working directory",
+        ("random_restore_damage", "save_syncs_before_publishing"),
         why=(
             "Why: a writer that adds a suffix of its own leaves the caller's `restore(path)` finding nothing, or "
             "an older file under that name."

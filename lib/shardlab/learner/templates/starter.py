@@ -151,7 +151,7 @@ def save(path, state: dict, contract_: dict) -> str:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII
       letters included: no .npz added, nothing stripped or normalised) and that path is returned, as given or in its
-      absolute form.
+      absolute form; save never changes the process's working directory.
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
