@@ -529,6 +529,35 @@ MISTAKES = {
         "checkpoint_holds_every_field",
         ["no file is at the path it was given", "before save returns", "a thread"],
     ),
+    "transition_fetches_the_weights": (
+        2,
+        "step_follows_the_mesh_it_was_made_for",
+        ["transition on the mesh of devices [3] returned the weights on devices []", "make_step is not at fault"],
+    ),
+    "restore_writes_into_the_contract": (
+        3,
+        "restore_returns_every_field",
+        ["restore changed the contract it was given", "contract['features_shape'] was list, now tuple"],
+    ),
+    "save_renameat2_before_fsync": (
+        3,
+        "save_syncs_before_publishing",
+        ["no fsync (or fdatasync) of the file between the last write and publishing"],
+    ),
+    "contract_cached_by_array_id": (
+        3,
+        "random_contract_tells_apart",
+        ["changed in place (+1)", "kept between calls by the arrays' identity"],
+    ),
+    "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
+    "initial_returns_a_kept_state": (1, "initial_state_fields", ["initial handed out again the object"]),
+    "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["contract handed out again the object"]),
+    "save_cleans_up_on_exception_only": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["raised KeyboardInterrupt and left", "except BaseException"],
+    ),
+    "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -673,6 +702,9 @@ SLOW_MISTAKES = {
     "save_part_written_by_os_write",
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
+    *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
+    *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
+    *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
 }
 
 

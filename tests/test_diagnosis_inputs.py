@@ -701,3 +701,69 @@ def test_a_stale_cached_batch_is_blamed_on_next_batch_not_on_the_steps_body():
     assert second is not None
     assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
     assert "fix next_batch first" in second.why and "the implementation raised" not in second.why, second.why
+
+
+@pytest.mark.slow  # steps compiled for four meshes and a search: make test's, not the inner loop's
+@pytest.mark.parametrize(
+    "spec, function, rule",
+    [
+        ("broken/transition_fetches_the_weights.py", "transition", "one-update"),
+        ("broken/step_cached_by_device_count.py", "make_step", "momentum"),
+    ],
+)
+def test_weights_off_the_mesh_are_blamed_on_the_function_whose_outputs_left_it(spec, function, rule):
+    """The step each file's make_step gives, called by itself on a state and batch placed on a one-device mesh of
+    device 3, and each file's transition with that step: which of the two returns weights off that mesh is
+    observed here; the failing check's rule is that function's."""
+    import jax
+    from jax.sharding import Mesh
+
+    module = implementation.load(str(HERE / spec))
+    data = teaching_fixture()
+    module.make_step(  # a step for device 0's mesh made first: a step kept by device count is that one
+        Mesh(np.array([jax.devices()[0]]), ("data",))
+    )
+    mesh = Mesh(np.array([jax.devices()[3]]), ("data",))
+    step = module.make_step(mesh)
+    state = reference.initial(17, data, mesh)
+    _, batch = reference.next_batch(state, data, 7, mesh)
+
+    def devices(value) -> list:
+        return sorted(d.id for d in value.devices()) if isinstance(value, jax.Array) else []
+
+    try:
+        by_step = devices(step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])[0])
+    except ValueError:  # the step of another mesh refuses arrays on device 3
+        by_step = []
+    try:
+        by_transition = devices(module.transition(state, data, 7, step, mesh)[0]["weights"])
+    except ValueError:
+        by_transition = []
+    assert (by_step != [3]) == (function == "make_step") and by_transition != [3]
+
+    results = _run(spec, 2, {"step_follows_the_mesh_it_was_made_for", "random_transition_walk"})
+    found = results["step_follows_the_mesh_it_was_made_for"]
+    assert not found.passed and found.rules == (rule,), (found.rules, found.diagnosis)
+    if function == "transition":
+        walk = results["random_transition_walk"]
+        assert not walk.passed and walk.rules == (rule,), (walk.rules, walk.diagnosis)
+
+
+@pytest.mark.slow  # a save, a restore and the checker's worker: make test's, not the inner loop's
+@pytest.mark.parametrize("spec", ["broken/restore_pops_the_contract.py", "broken/restore_writes_into_the_contract.py"])
+def test_a_restore_that_changes_its_callers_contract_is_named_by_its_own_rule(spec):
+    """Each file's restore accepts the course's own save and leaves the caller's dict different from a deep copy
+    taken before the call; the first check that restores names restore's rule, not the contract's comparison."""
+    import copy
+
+    module = implementation.load(str(HERE / spec))
+    data, mesh = teaching_fixture(), make_mesh(4)
+    with tempfile.TemporaryDirectory() as folder:
+        path = reference.save(os.path.join(folder, "c.npz"), reference.initial(17, data, mesh), _contract(data))
+        contract = _contract(data)
+        kept = copy.deepcopy(contract)
+        module.restore(path, contract, mesh)
+        assert (contract, [type(v) for v in contract.values()]) != (kept, [type(v) for v in kept.values()])
+
+    found = _run(spec, 3, {"restore_returns_every_field"})["restore_returns_every_field"]
+    assert not found.passed and found.rules == ("restore-inputs-intact",), (found.rules, found.diagnosis)

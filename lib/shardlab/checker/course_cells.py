@@ -22,6 +22,7 @@ import shardlab.checker.stage3 as stage3
 from shardlab import orbax_io
 from shardlab.checker.common import changed_inputs, expect, fingerprint, see
 from shardlab.checker.formulas import mark
+from shardlab.checker.properties import new_result_each_call
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.errors import (
@@ -173,6 +174,7 @@ def contract_is_json_data(ctx):
             "stage 3 saves your contract with Orbax too -> build it from plain Python values (int(...), float(...), "
             "str(...), lists), not NumPy scalars, arrays or objects",
         )
+    new_result_each_call(ctx, "contract", ctx.data, stage3._config(ctx), rule="contract-json")
     return "plain JSON data", "plain JSON data"
 
 
@@ -295,7 +297,7 @@ def refusals_name_the_course_errors(ctx):
             )
             + "so the file was compared with a contract the functions had altered themselves -> save and restore "
             "read the contract they are given and never change it (no pop, del or assignment into it; copy it "
-            "first if you need another form)"
+            "first if you need another form)" + mark(*dict.fromkeys(f"{f}-inputs-intact" for f, _ in altered))
         ),
         "accepted": lambda cases: (
             f"{_accepting(cases, wanted)} accepted {cases}: the refusal itself is missing, not its error type -> "

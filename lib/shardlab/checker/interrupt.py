@@ -86,10 +86,12 @@ def instrument(hook) -> None:
         if writing and not isinstance(file, int):  # a name opened for writing: it may be created here
             hook("create", file, None, None)
         handle = original_open(file, mode, *args, **kwargs)
+        if writing and not isinstance(file, int):
+            _name_of(handle.fileno(), file, fstat)
         return _Writer(handle, hook) if writing else handle
 
-    io.open = builtins.open = counted_open
     fstat, readlink, stat_of = os.fstat, os.readlink, os.stat
+    io.open = builtins.open = counted_open
     for name in OS_OPERATIONS:
         original = getattr(os, name)
 
@@ -102,7 +104,10 @@ def instrument(hook) -> None:
                 if len(args) > 1:  # where the published file was written, and where its final name is
                     PUBLISHED.append((_name, *(os.path.dirname(os.path.abspath(str(a))) for a in args[:2])))
             hook(_name, target, None, None)
-            return _original(*args, **kwargs)
+            result = _original(*args, **kwargs)
+            if _name == "open" and len(args) > 1 and args[1] & _WRITE_FLAGS and isinstance(result, int):
+                _name_of(result, args[0], fstat)  # os.open for writing: mkstemp's temporaries and their kin
+            return result
 
         setattr(os, name, counted)
     os.write = _counted_write(os.write, readlink, hook)
@@ -145,6 +150,7 @@ def _counted_write(original, readlink, hook):
 
 SIZES: list = []  # (operation, file name, bytes the kernel held then) of every fsync and publication seen
 PUBLISHED: list = []  # (operation, the source's folder, the final name's folder) of every publication seen
+NAMED: dict = {}  # (device, inode) -> the first path under which a file was opened for writing or fsynced
 
 
 def _size(measure):
@@ -162,7 +168,42 @@ def _synced(handle, fstat, readlink) -> str:
     except (OSError, AttributeError, TypeError, ValueError):
         return str(handle)
     SIZES.append(("fsync", os.path.basename(path), _size(lambda: fstat(descriptor).st_size)))
+    _name_of(descriptor, path, fstat)
     return path
+
+
+def _name_of(descriptor: int, path, fstat) -> None:
+    """Note the file `descriptor` opens under its first name, `path`: where its bytes were written."""
+    try:
+        found = fstat(descriptor)
+    except (OSError, TypeError, ValueError):
+        return
+    NAMED.setdefault((found.st_dev, found.st_ino), os.path.abspath(os.fspath(path)))
+
+
+def unseen_publication(final: str, operations: list, absent: list) -> dict | None:
+    """A publication no counted operation made, observed on the file system: after a save whose counted
+    operations hold no link, rename or replace, the final name holds a file opened for writing (or fsynced)
+    under another name (a rename made through ctypes or a system call of its own). It happened after the last
+    counted operation before which the name was still absent: {"position": how many counted operations ran
+    before it, "source": the file's earlier name, "size": its bytes now, "folder": the folder it was written
+    in}. None otherwise."""
+    if any(label.split(" ", 1)[0] in ("link", "rename", "replace", "symlink") for label in operations):
+        return None
+    try:
+        found = os.lstat(final)
+    except OSError:
+        return None
+    source = NAMED.get((found.st_dev, found.st_ino))
+    if source is None or os.path.abspath(source) == os.path.abspath(final) or not any(absent):
+        return None
+    position = max(i for i, gone in enumerate(absent) if gone) + 1
+    return {
+        "position": position,
+        "source": os.path.basename(source),
+        "size": found.st_size,
+        "folder": os.path.dirname(os.path.abspath(source)),
+    }
 
 
 def refusal(exc: Exception) -> dict:
@@ -206,16 +247,24 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
     """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
 
     `rival` is, for mode 'race', a function that lets the rival process save and returns its outcome."""
-    seen, outcome = [], {}
+    seen, outcome, absent = [], {}, []
     original_kill, original_open = os.kill, io.open
+    final = os.path.abspath(os.fspath(first[0])) if isinstance(first[0], (str, os.PathLike)) else ""
+    home, moved = os.getcwd(), []
 
     def hook(operation, target, data, handle):
         seen.append(label(operation, target))
+        absent.append(not os.path.lexists(final))  # before the operation runs: when the final name appeared
+        if os.getcwd() != home and not moved:  # the process's working directory, which every thread shares
+            moved.append({"at": seen[-1], "cwd": os.getcwd()})
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
         if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
             outcome["failed_at"] = seen[-1]
             raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        if mode == "ctrl-c":  # the user presses Ctrl-C there: Python raises KeyboardInterrupt, not an Exception
+            outcome["failed_at"] = seen[-1]
+            raise KeyboardInterrupt
         if mode == "kill":
             with original_open(report, "w") as note:
                 json.dump({"at": seen[-1], "operations": list(seen)}, note)
@@ -234,10 +283,12 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
     try:
         save(*first)
         outcome["first"] = "saved"
-    except Exception as exc:
+        outcome["unseen_publication"] = unseen_publication(final, seen, absent)
+    except (Exception, KeyboardInterrupt) as exc:
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
+    outcome["cwd_moved"] = moved[0] if moved else None
     outcome["sizes"] = [list(entry) for entry in SIZES]
     outcome["published"] = [list(entry) for entry in PUBLISHED]
     with original_open(report, "w") as handle:
@@ -337,8 +388,8 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
-    OSError(ENOSPC) instead of running) or raced at operation `stop_at`: by another process (mode 'race') or by a
-    second save in the same process (mode 'race-here').
+    OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt) or raced at operation `stop_at`: by
+    another process (mode 'race') or by a second save in the same process (mode 'race-here').
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

@@ -13,6 +13,7 @@ import os
 
 import jax
 import jax.extend.core as jax_core
+import numpy as np
 
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.wire as wire
@@ -70,13 +71,15 @@ def read_only_restore(restore, path: str, contract, mesh) -> dict:
 
 
 class _Counted:
-    """A step that counts its calls; every other attribute is the step's own."""
+    """A step that counts its calls, and those made on tracers (under a transformation its caller applied); every
+    other attribute is the step's own."""
 
     def __init__(self, step):
-        self.step, self.calls = step, 0
+        self.step, self.calls, self.traced = step, 0, 0
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
+        self.traced += any(isinstance(a, jax.core.Tracer) for a in (*args, *kwargs.values()))
         return self.step(*args, **kwargs)
 
     def __getattr__(self, name):
@@ -84,12 +87,45 @@ class _Counted:
 
 
 def counted_transition(transition, state, data, batch_size, step, mesh) -> tuple:
-    """(what `transition` returned, how many times it called the `step` it was given)."""
+    """(what `transition` returned, how many times it called the `step` it was given, how many of those calls
+    were on tracers: the step wrapped in a jax.jit, vmap or grad of the transition's own)."""
     counted = _Counted(step)
-    return transition(state, data, batch_size, counted, mesh), counted.calls
+    return transition(state, data, batch_size, counted, mesh), counted.calls, counted.traced
+
+
+def contract_changed_in_place(contract, data, config, position: tuple) -> dict:
+    """`contract` of writable copies of `data` (its form kept), then of those same arrays after feature `position`
+    was raised by one in place: {"first", "again"}. Both calls see one pair of objects, as a caller's do."""
+    features, targets = np.array(data[0], order="K"), np.array(data[1])
+    kept = (features, targets) if type(data) is tuple else type(data)(features, targets)
+    first = contract(kept, config)
+    features[tuple(position)] += np.float32(1)
+    return {"first": first, "again": contract(kept, config)}
+
+
+EDIT = "an entry the caller added"  # the key a caller's edit adds to a result it was given
+
+
+def _dicts(value) -> list:
+    """The dicts of a result: itself, or those a tuple of results holds (next_batch's and transition's state)."""
+    if isinstance(value, dict):
+        return [value]
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, (tuple, list)) else []
+
+
+def edited_between_calls(function, *args) -> dict:
+    """`function(*args)` twice, with the first result's dicts edited in between as their caller may edit its own (an
+    entry added): {"same_object": the second result is the first, "edit_seen": the added entry is in the second}."""
+    first = function(*args)
+    for found in _dicts(first):
+        found[EDIT] = True
+    second = function(*args)
+    return {"same_object": second is first, "edit_seen": any(EDIT in found for found in _dicts(second))}
 
 
 PROBES = {
+    "edited_between_calls": edited_between_calls,
+    "contract_changed_in_place": contract_changed_in_place,
     "counted_transition": counted_transition,
     "lowered_text": lowered_text,
     "compiled_call": compiled_call,

@@ -27,6 +27,7 @@ from shardlab.checker.common import (
     CheckFailed,
     batch_arrays,
     changed_inputs,
+    expect,
     fingerprint,
     host,
     placed,
@@ -133,7 +134,29 @@ def called(ctx, name: str, *args, via=None):
 
 
 # the rule a call breaks by changing what its caller passed (the functions whose rules say so)
-INTACT_RULES = {"next_batch": "new-state", "transition": "input-intact", "save": "save-inputs-intact"}
+INTACT_RULES = {
+    "next_batch": "new-state",
+    "transition": "input-intact",
+    "save": "save-inputs-intact",
+    "restore": "restore-inputs-intact",
+}
+
+
+def new_result_each_call(ctx, name: str, *args, rule: str) -> None:
+    """Fail unless two calls of the learner's `name` with `args` give two objects: the first result, edited by its
+    caller (an entry added), must not be the second (a result kept between calls and handed out again)."""
+    seen = probe(  # where the function runs: across the wire results are copies
+        "edited_between_calls", getattr(ctx.impl, name), *args
+    )
+    expect(
+        not (seen["same_object"] or seen["edit_seen"]),
+        f"a new result at every call of {name}",
+        "the same object as the call before" if seen["same_object"] else "a result holding the caller's edit",
+        f"{name} handed out again the object an earlier call returned (kept between calls, a cache of results), so "
+        f"an entry its caller added to the first result is in the second: a caller that edits one {name} result "
+        f"changes every later one -> return a new dict from every call (a cache, if any, of immutable parts, "
+        f"copied out: dict(kept))" + formulas.mark(rule),
+    )
 
 
 def mesh_of(ctx, devices: int, layout: str = "first"):
@@ -206,6 +229,15 @@ def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
         + (f": {wrong}" if "the mesh given" in (wrong or "") else "")
         + (formulas.mark(rule) if rule else ""),
     )
+
+
+def misplaced_by(step, batch, state: dict, mesh) -> dict:
+    """Which of the step's own new weights and momentum, on `batch` and `state`, are not replicated on `mesh`
+    (name -> where they are instead): empty when the step keeps them there, so a state found off the mesh after a
+    transition was moved by the transition, not by the step."""
+    outputs = step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])
+    found = {name: sharding_of(value, mesh, P()) for name, value in zip(("weights", "momentum"), outputs)}
+    return {name: wrong for name, wrong in found.items() if wrong}
 
 
 def _batch_rules(case: Case, data, batch, mesh) -> None:
@@ -710,7 +742,7 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
+        (new, loss, ids), calls, traced = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -774,8 +806,7 @@ def transition_walk(ctx, case: Case) -> None:
                 got,
                 f"transition {call + 1}: {lead}{blame or _update_cause(before, got, {'grad': grad}, case)}",
             )
-        for name in ("weights", "momentum"):
-            _placement(new[name], mesh, P(), f"the transition's new {name}")
+        _transition_placement(ctx, case, state, data, mesh, step, new, call)
         need(
             calls == 1,
             "1 call of the step it was given",
@@ -786,7 +817,41 @@ def transition_walk(ctx, case: Case) -> None:
             + (", the step it is given, never one it builds or keeps" if calls == 0 else "")
             + formulas.mark("one-update"),
         )
+        need(
+            not traced,
+            "the step it was given called on the batch's arrays",
+            f"{traced} call(s) on tracers",
+            f"transition {call + 1} called the step it was given on tracers: it wrapped the step in a transformation "
+            "of its own (jax.jit(step), vmap, grad) -> call the step it is given directly on the batch's arrays; it "
+            "is compiled already, or eager on purpose (compiled=False), and a wrapper made at every transition traces "
+            "it again each time and turns an eager step into a compiled one" + formulas.mark("one-update"),
+        )
         state = new
+
+
+def _transition_placement(ctx, case: Case, state: dict, data, mesh, step, new: dict, call: int) -> None:
+    """transition's new weights and momentum replicated on the mesh; when they are not, the step it was given is
+    called on the same batch and state: the function named is the one whose outputs left the mesh."""
+    wrong = {name: sharding_of(new[name], mesh, P()) for name in ("weights", "momentum")}
+    wrong = {name: where for name, where in wrong.items() if where}
+    if not wrong:
+        return
+    _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
+    by_step = misplaced_by(step, batch, state, mesh)
+    raise Miss(
+        f"NamedSharding(mesh, P()) over {mesh.size} device(s)",
+        wrong,
+        f"transition {call + 1}: the new state's {sorted(wrong)} are not replicated on the mesh ("
+        + "; ".join(f"{name}: {where}" for name, where in wrong.items())
+        + (
+            f"), and the step it was given returns them off the mesh too ({by_step}) -> fix make_step: its outputs "
+            "stay on the mesh it was made for; transition is not at fault" + formulas.mark("momentum")
+            if by_step
+            else "); the step it was given returns them replicated on that mesh, so transition moved them -> keep "
+            "the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or device_put "
+            "of them); only the loss and the ids go to the host" + formulas.mark("one-update")
+        ),
+    )
 
 
 def _transitioned(ctx, case: Case, state: dict, data, mesh, step, call: int, via=None):
@@ -1222,6 +1287,34 @@ def _ignored_variants(ctx, case: Case, base: dict) -> list[str]:
     return ignored
 
 
+IN_PLACE = "one feature + 1, changed in place in the arrays an earlier call was given"
+
+
+def _in_place_told_apart(ctx, case: Case, data: Dataset) -> None:
+    """A Miss when the contract of the same array objects is the one they had before one of their values changed in
+    place, while fresh copies of the changed values get another: the contract was kept by the arrays' identity (a
+    cache keyed by id()), not computed from their bytes. A contract blind to that value itself is left to the
+    variants (the fresh copies' contract is then the old one too)."""
+    features = data.features.copy()
+    position = np.unravel_index(int(np.random.default_rng([case.seed, 11]).integers(features.size)), features.shape)
+    position = tuple(int(i) for i in position)
+    # where contract runs: across the wire every call's arrays are new objects there
+    seen = probe("contract_changed_in_place", ctx.impl.contract, given(case, data), _config(case), position)
+    first, again = seen["first"], seen["again"]
+    features[position] += np.float32(1)
+    fresh = contract_of(ctx, case, Dataset(features, data.targets.copy()), _config(case), IN_PLACE)
+    need(
+        again != first or fresh == first,
+        "another contract once a feature of the arrays changed, as fresh copies of the changed arrays get",
+        "the contract those arrays had before the change",
+        f"feature {position} of the arrays given to an earlier call was changed in place "
+        "(+1), and the contract of those same arrays stayed the one they had before, while fresh copies of the "
+        "changed values get another: the contract is kept between calls by the arrays' identity (a cache keyed by "
+        "id() or by the object), not computed from their bytes -> compute the contract from the data's bytes on "
+        "every call; an id is reused and an array's values change under it" + formulas.mark("contract-pins"),
+    )
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data, (rows, width) = data_for(case), case.shape()
@@ -1231,6 +1324,8 @@ def contract_tells_apart(ctx, case: Case) -> None:
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
     _same_experiment_other_forms(ctx, case, data, base)
     ignored = _ignored_variants(ctx, case, base)
+    if focused(ctx, IN_PLACE):
+        _in_place_told_apart(ctx, case, data)
     for part in ("features", "targets"):  # each pair's first dataset may itself differ from the case's data
         what = f"one ulp of one {part[:-1]}, alike at 8 printed digits"
         pair = _hidden_ulp(data, part, int(np.random.default_rng([case.seed, 7]).integers(rows * width)))

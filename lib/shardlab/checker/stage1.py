@@ -13,6 +13,7 @@ import shardlab.checker.search as search
 from shardlab.checker.common import degenerate_data, expect, host, see, sharding_of, snapshot
 from shardlab.checker.formulas import mark
 from shardlab.checker.padding import check_padding
+from shardlab.checker.properties import new_result_each_call
 from shardlab.core.devices import AXIS
 from shardlab.core.state import FIELDS
 from shardlab.verify import oracle
@@ -96,7 +97,9 @@ def initial_state_fields(ctx):
         "order holds every sample id exactly once",
     )
     counters = {"cursor": int(state["cursor"]), "step": int(state["step"])}
-    return expect(counters == {"cursor": 0, "step": 0}, {"cursor": 0, "step": 0}, counters, "a new run starts at 0")
+    verdict = expect(counters == {"cursor": 0, "step": 0}, {"cursor": 0, "step": 0}, counters, "a new run starts at 0")
+    new_result_each_call(ctx, "initial", ctx.seed, ctx.data, ctx.mesh, rule="initial-fields")
+    return verdict
 
 
 def first_order_follows_the_seed(ctx):

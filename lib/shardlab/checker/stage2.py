@@ -27,7 +27,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.domain import Case
 from shardlab.checker.padding import check_padding
-from shardlab.checker.properties import mesh_of, step_of
+from shardlab.checker.properties import mesh_of, misplaced_by, step_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
@@ -482,40 +482,52 @@ def _device_ids(mesh) -> list[int]:
     return sorted(device.id for device in mesh.devices.flat)
 
 
+def _first_update_on(ctx, mesh, step, found: list, initial_wrong: list, moved: list) -> list:
+    """[the new weights] of one transition on `mesh` with `step`, or [] after adding what went wrong to the list of
+    the function at fault: initial's state off the mesh, the step raising or leaving it, transition moving it."""
+    where = f"the step made for the mesh of devices {_device_ids(mesh)}"
+    state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
+    # the step's input first: a state initial placed elsewhere is initial's mistake, not the step's
+    wrong = [n for n in ("weights", "momentum") if sharding_of(state[n], mesh, P()) is not None]
+    if wrong:
+        initial_wrong.append(
+            f"initial's {wrong} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
+            f"({sharding_of(state[wrong[0]], mesh, P())})"
+        )
+        return []
+    try:
+        new, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        found.append(f"{where} raised {type(exc).__name__} on that mesh's arrays: {str(exc)[:160]}")
+        return []
+    placed = new["weights"].devices() if isinstance(new["weights"], jax.Array) else set()
+    if sorted(d.id for d in placed) != _device_ids(mesh):
+        left = f"the weights on devices {sorted(d.id for d in placed)} ({type(new['weights']).__name__})"
+        # the step on the same batch and state, called directly: whose outputs left the mesh
+        _, batch = ctx.impl.next_batch(state, ctx.data, ctx.batch_size, mesh)
+        if misplaced_by(step, batch, state, mesh):
+            found.append(f"{where} left {left}")
+        else:
+            moved.append(f"transition on the mesh of devices {_device_ids(mesh)} returned {left}")
+    return [host(new["weights"])]
+
+
 def step_follows_the_mesh_it_was_made_for(ctx):
     """make_step called, in one process, for two meshes of the same size on other devices: each step runs one
     transition on its own mesh's arrays, leaves the weights there, and gives the numbers the other gives.
 
     A step kept between calls (memoised by the device count, a module-level step) is bound to the first mesh.
     """
-    found, initial_wrong = [], []
+    found, initial_wrong, moved = [], [], []
     for size in (1, 2):
         meshes = [mesh_of(ctx, size, layout) for layout in ("first", "last")]
         # both made before either runs; the search's cases of these meshes reuse them (one compilation each)
         steps = [step_of(ctx, Case(devices=size, layout=layout)) for layout in ("first", "last")]
         weights = []
         for mesh, step in zip(meshes, steps):
-            where = f"the step made for the mesh of devices {_device_ids(mesh)}"
-            state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
-            # the step's input first: a state initial placed elsewhere is initial's mistake, not the step's
-            wrong = [n for n in ("weights", "momentum") if sharding_of(state[n], mesh, P()) is not None]
-            if wrong:
-                initial_wrong.append(
-                    f"initial's {wrong} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
-                    f"({sharding_of(state[wrong[0]], mesh, P())})"
-                )
-                continue
-            try:
-                new, _, _ = ctx.impl.transition(state, ctx.data, ctx.batch_size, step, mesh)
-            except NotImplementedError:
-                raise
-            except Exception as exc:
-                found.append(f"{where} raised {type(exc).__name__} on that mesh's arrays: {str(exc)[:160]}")
-                continue
-            placed = new["weights"].devices() if isinstance(new["weights"], jax.Array) else set()
-            if sorted(d.id for d in placed) != _device_ids(mesh):
-                found.append(f"{where} left the weights on devices {sorted(d.id for d in placed)}")
-            weights.append(host(new["weights"]))
+            weights += _first_update_on(ctx, mesh, step, found, initial_wrong, moved)
         if len(weights) == 2 and not np.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7):
             found.append(f"the same first update differs between the two {size}-device meshes")
     if initial_wrong:
@@ -529,6 +541,19 @@ def step_follows_the_mesh_it_was_made_for(ctx):
             "belongs to another mesh)"
             + (f"; the steps that could be judged: {'; '.join(found)}" if found else "; make_step is not judged here")
             + formulas.mark("replicated", "initial-fields"),
+        )
+    if moved:
+        expect(
+            False,
+            "transition's new weights and momentum replicated on the mesh, as the step returns them",
+            moved + found,
+            "each step, called directly on the same batch and state, returns its new weights and momentum "
+            "replicated on its own mesh, and transition does not keep them there: "
+            + "; ".join(moved)
+            + " -> keep the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or "
+            "device_put of them); only the loss and the ids go to the host"
+            + (f"; the steps found at fault as well: {'; '.join(found)}" if found else "; make_step is not at fault")
+            + formulas.mark("one-update"),
         )
     return expect(
         not found,

@@ -133,7 +133,7 @@ def _refused(call) -> tuple[bool, str]:
     """(raised, what): run `call`, which should refuse."""
     try:
         call()
-    except NotImplementedError:
+    except (NotImplementedError, CheckFailed):
         raise
     except Exception as exc:
         return True, f"{type(exc).__name__}: {exc}"[:300]
@@ -166,11 +166,30 @@ def contract_pins_the_experiment(ctx):
     )
 
 
+def _restore(ctx, path: str, contract, mesh=None) -> dict:
+    """The learner's restore of `path`; fails naming restore when the call changed the contract it was given (a
+    later call with that dict, the caller's own, would compare the file with a contract restore altered)."""
+    before = fingerprint(contract)
+    try:
+        return ctx.impl.restore(path, contract, mesh or ctx.mesh)
+    finally:
+        changed = changed_inputs([before], [fingerprint(contract)], ["contract"])
+        expect(
+            not changed,
+            "the expected contract as the caller passed it",
+            changed,
+            f"restore changed the contract it was given ({'; '.join(changed)}): the caller's dict no longer holds "
+            "this experiment's contract, so every later restore with it compares the file with a contract restore "
+            "altered itself -> read the expected contract, never assign into it, pop or delete its entries (copy it "
+            "first if another form is needed)" + mark("restore-inputs-intact"),
+        )
+
+
 def _restored(ctx, path: str, contract: dict) -> tuple[dict, str]:
     """(the state the learner's own restore gives for `path`, or {}; the error it raised, or '')."""
     try:
-        return ctx.impl.restore(path, contract, ctx.mesh), ""
-    except NotImplementedError:
+        return _restore(ctx, path, contract), ""
+    except (NotImplementedError, CheckFailed):
         raise
     except Exception as exc:
         return {}, f"{type(exc).__name__}: {exc}"[:300]
@@ -208,7 +227,7 @@ def checkpoint_holds_every_field(ctx):
 def restore_returns_every_field(ctx):
     """restore gives back every field exactly, weights and momentum replicated on the mesh."""
     path, state, contract = _saved(ctx, "restore")
-    restored = ctx.impl.restore(path, contract, ctx.mesh)
+    restored = _restore(ctx, path, contract)
     causes = {
         "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
         "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
@@ -291,7 +310,7 @@ def resume_continues_the_same_run(ctx):
     """Restored in this interpreter, the run continues exactly as the uninterrupted one (> 2 epochs)."""
     path, saved, contract = _saved(ctx, "resume")
     _, step = _trained(ctx)
-    restored = ctx.impl.restore(path, contract, ctx.mesh)
+    restored = _restore(ctx, path, contract)
     given = snapshot(restored)
     resumed = replay.run(restored, ctx.data, ctx.batch_size, _resume_steps(ctx), ctx.mesh, step, ctx.impl.transition)
     return _replay_verdict(_control(ctx), resumed, "resumed in this interpreter", given, snapshot(saved))
@@ -419,7 +438,7 @@ def restore_refuses_another_experiment(ctx):
     }
     own = ctx.impl.contract(ctx.data, _config(ctx))
     for what, contract in others.items():
-        raised, got = _refused(lambda contract=contract: ctx.impl.restore(path, contract, ctx.mesh))
+        raised, got = _refused(lambda contract=contract: _restore(ctx, path, contract))
         expect(raised, "an error naming the mismatch", got, _accepted_other(ctx, what, contract, own))
     return "refused", "refused"
 
@@ -570,6 +589,12 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             else ""
         )
         + ", and remove the temporary in a finally (or except) block on every error, the failed publish included"
+        + (
+            " (Ctrl-C raises KeyboardInterrupt, which `except Exception` lets through: clean up in finally or "
+            "except BaseException)"
+            if any("KeyboardInterrupt" in what for what in wrong)
+            else ""
+        )
         + mark("new-temp-name"),
     )
 
@@ -577,7 +602,8 @@ def save_errors_leave_the_folder_as_it_was(ctx):
 def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     """{case: what it left}: saves into a folder two levels below the missing one `new`, and into an empty folder
     `kept/inner` that was there before, in a forked child whose first write, and then whose publication (link,
-    rename or replace), raises OSError(ENOSPC) as a full disk does. A write is any way the save writes bytes:
+    rename or replace), raises OSError(ENOSPC) as a full disk does, and whose first write is interrupted by Ctrl-C
+    (KeyboardInterrupt). A write is any way the save writes bytes:
     a file object's write, os.write, np.savez given a name or a handle. A save that raises must leave the tree
     as it was: `new` gone, `kept/inner` still there; one that returns must have saved."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
@@ -587,9 +613,10 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     }
     wrong = {}
     for layout, (below, there) in layouts.items():
-        for point, number in _failure_points(ctx, base, below, there, state, contract).items():
+        points = _failure_points(ctx, base, below, there, state, contract)
+        for index, (point, (number, mode)) in enumerate(points.items()):
             what = f"{layout}, and {point}"
-            folder = os.path.join(base, f"{number}-{below[0]}")
+            folder = os.path.join(base, f"{index}-{number}-{below[0]}")
             os.makedirs(folder)
             with open(os.path.join(folder, "earlier.txt"), "w") as handle:
                 handle.write("a file the save must leave as it is\n")
@@ -597,9 +624,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
                 os.makedirs(os.path.join(folder, *below))
             path = os.path.join(folder, *below, "checkpoint.npz")
             before = arguments.disk(os.path.join(folder, "observed"))
-            outcome = probe(
-                "interrupted_save", ctx.impl.save, number, "fail", folder + ".json", (path, state, contract)
-            )
+            outcome = probe("interrupted_save", ctx.impl.save, number, mode, folder + ".json", (path, state, contract))
             moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
             if outcome["status"] != "done":
@@ -615,7 +640,8 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
 
 
 def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, contract: dict) -> dict:
-    """{point: operation number} of the first write and the first publication of one uninterrupted save into
+    """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted by Ctrl-C) and the
+    first publication (failed) of one uninterrupted save into
     the layout `below` (made first when `there`), in a folder of its own: a save that stops early in one
     layout (one that makes no folder stops at its open in a missing one) still writes in the other."""
     folder = os.path.join(base, f"listing-{below[0]}")
@@ -637,7 +663,9 @@ def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, cont
         found = [n for n, op in enumerate(operations, start=1) if op.split(" ", 1)[0] in kinds]
         if found:
             kind = operations[found[0] - 1].split(" ", 1)[0]
-            points[f"{what} (its {kind} raises ENOSPC)"] = found[0]
+            points[f"{what} (its {kind} raises ENOSPC)"] = found[0], "fail"
+            if kind == "write":  # Ctrl-C there raises KeyboardInterrupt, which `except Exception` lets through
+                points["Ctrl-C is pressed at its first write (KeyboardInterrupt)"] = found[0], "ctrl-c"
     return points
 
 
@@ -673,7 +701,7 @@ def restore_refuses_damaged_checkpoints(ctx):
         handle.write("weights: 0.1 0.2 0.3\n")
     accepted = {}
     for what, target in targets.items():
-        raised, got = _refused(lambda target=target: ctx.impl.restore(target, contract, ctx.mesh))
+        raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
         if not raised:
             accepted[what] = got
     return expect(
@@ -950,6 +978,20 @@ def _collapsed(operations: list[str]) -> list[str]:
     return [label if count == 1 else f"{label} x {count}" for label, count in found]
 
 
+def _with_unseen_publication(seen: dict, folder: str) -> tuple[list, list, list]:
+    """(operations, sizes, publications) of a save, with the publication the file system shows but no counted
+    operation made (a rename through ctypes or its own system call) put where it happened: a rename of the file
+    an fsync named, after the last operation before which the final name was absent."""
+    operations, sizes = list(seen.get("operations", [])), list(seen.get("sizes", []))
+    published, unseen = list(seen.get("published", [])), seen.get("unseen_publication")
+    if unseen:
+        at = unseen["position"]
+        operations[at:at] = [f"rename {unseen['source']} (made by a call the checker does not count)"]
+        sizes.append(("rename", unseen["source"], unseen["size"]))
+        published.append(("rename", unseen["folder"], os.path.abspath(folder)))
+    return operations, sizes, published
+
+
 def save_syncs_before_publishing(ctx):
     """A save writes its temporary file, flushes and fsyncs it after the last write, and only then publishes it."""
     state, _, contract = _two_states(ctx)
@@ -959,7 +1001,7 @@ def save_syncs_before_publishing(ctx):
     seen = probe(
         "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
     )
-    operations = seen.get("operations", [])
+    operations, sizes, published = _with_unseen_publication(seen, folder)
     expect(
         seen.get("first") == "saved",
         "the save to a free name finishes",
@@ -977,10 +1019,20 @@ def save_syncs_before_publishing(ctx):
         "write a temporary file in the same folder, flush and fsync it, then publish it under the final name in "
         "one step (os.link)" + mark("new-temp-name", "fsync-before-publish", "exclusive-publish"),
     )
+    moved = seen.get("cwd_moved")
+    expect(
+        not moved,
+        "the process's working directory left as it was during the save",
+        moved,
+        f"the save changed the process's working directory (to {(moved or {}).get('cwd')}, seen at "
+        f"{(moved or {}).get('at')}): every thread shares it, so a relative path another thread saves or reads "
+        "meanwhile lands in that folder -> never os.chdir in save; join the folder to each name instead"
+        + mark("exact-path"),
+    )
     fault = _order_fault(operations)
     if fault is None:
-        fault = _sync_fault(seen.get("sizes", []))
-    elsewhere = [(kind, source) for kind, source, target in seen.get("published", []) if source != target]
+        fault = _sync_fault(sizes)
+    elsewhere = [(kind, source) for kind, source, target in published if source != target]
     expect(
         not elsewhere,
         f"the temporary file written in the checkpoint's folder {folder}",
@@ -995,7 +1047,8 @@ def save_syncs_before_publishing(ctx):
         "write ..., fsync, then link/rename/replace",
         {"operations": _collapsed(operations)[:40], "fault": fault},
         f"the save published its file before its bytes were on disk: {fault} -> write every byte, flush, fsync "
-        "the file, and only then give it its final name; a crash after publishing must find a complete file",
+        "the file, and only then give it its final name; a crash after publishing must find a complete file"
+        + mark("fsync-before-publish"),
     )
 
 

@@ -27,7 +27,7 @@ RULES = (
         "initial-fields",
         "initial",
         "the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy uint32 (2,) key, "
-        "the first order (a permutation of 0..n-1), cursor 0 and step 0",
+        "the first order (a permutation of 0..n-1), cursor 0 and step 0, in a new dict at every call",
         ("initial_state_fields",),
     ),
     Rule(
@@ -150,8 +150,10 @@ RULES = (
     Rule(
         "one-update",
         "transition",
-        "one transition is one next_batch and one call of the step it is given (never one it builds), step + 1",
-        ("transition_is_one_batch_and_one_update", "random_transition_walk"),
+        "one transition is one next_batch and one call of the step it is given (never one it builds), on the "
+        "batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; "
+        "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh",
+        ("transition_is_one_batch_and_one_update", "random_transition_walk", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(
         "input-intact",
@@ -172,7 +174,7 @@ RULES = (
         "contract-pins",
         "contract",
         "the contract changes with the seed, batch size, learning rate, decay, device count, shapes, dtypes and "
-        "every byte of the data",
+        "every byte of the data, read again at every call (arrays changed in place since an earlier call included)",
         ("contract_pins_the_experiment", "random_contract_tells_apart"),
     ),
     Rule(
@@ -188,7 +190,8 @@ RULES = (
     Rule(
         "contract-json",
         "contract",
-        "the contract is plain JSON data, equal for equal inputs in any process (no process id, time or path)",
+        "the contract is plain JSON data, equal for equal inputs in any process (no process id, time or path), "
+        "a new dict at every call",
         ("contract_is_json_data", "contracts_agree_in_a_fresh_process", "random_contract_tells_apart"),
     ),
     # save
@@ -203,8 +206,8 @@ RULES = (
         "save",
         "the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII letters "
         "included: no .npz added, nothing stripped or normalised) and that path is returned, "
-        "as given or in its absolute form",
-        ("random_restore_damage",),
+        "as given or in its absolute form; save never changes the process's working directory",
+        ("random_restore_damage", "save_syncs_before_publishing"),
         why=(
             "Why: a writer that adds a suffix of its own leaves the caller's `restore(path)` finding nothing, or "
             "an older file under that name."
@@ -227,8 +230,8 @@ RULES = (
         "save",
         "bytes go first to a temporary file in the same folder, with a new name for every save, in every process "
         "(not from the global random module, which repeats in processes seeded alike), so a save killed midway "
-        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its "
-        "folder as it was (a folder it made included)",
+        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it "
+        "raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included)",
         (
             "interrupted_save_leaves_nothing_or_a_checkpoint",
             "save_leaves_only_the_final_file",
@@ -272,6 +275,13 @@ RULES = (
         "the saved contract is compared with the expected one, exactly and entry by entry, before anything is "
         "accepted (errors.ContractMismatchError)",
         ("restore_refuses_another_experiment", "random_restore_damage"),
+    ),
+    Rule(
+        "restore-inputs-intact",
+        "restore",
+        "restore changes nothing it is given: the expected contract is left as the caller passed it, whether the "
+        "file is accepted or refused",
+        ("restore_returns_every_field", "random_restore_damage"),
     ),
     Rule(
         "validate-fields",

@@ -57,7 +57,7 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
 
     Rules:
     - rule:initial-fields: the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy
-      uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0.
+      uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0, in a new dict at every call.
     - rule:split-then-permute: the first order comes from PRNGKey(seed) split once: the first half is kept in the state,
       the second draws the permutation; the same seed replays the same ids, another seed others.
     - rule:replicated: weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P())).
@@ -117,8 +117,9 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
     """Return (new state, the loss before the update, the ids of the batch): one batch, one update.
 
     Rules:
-    - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), step
-      + 1.
+    - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), on
+      the batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; the new state holds the step's new
+      weights and momentum as it returns them, replicated on the mesh.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
       integer array.
@@ -134,10 +135,11 @@ def contract(data, config: Config) -> dict:
 
     Rules:
     - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes,
-      dtypes and every byte of the data.
+      dtypes and every byte of the data, read again at every call (arrays changed in place since an earlier call
+      included).
     - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
-      path).
+      path), a new dict at every call.
     """
     raise _todo("contract", 3, "what must match to continue")
 
@@ -149,14 +151,14 @@ def save(path, state: dict, contract_: dict) -> str:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII
       letters included: no .npz added, nothing stripped or normalised) and that path is returned, as given or in its
-      absolute form.
+      absolute form; save never changes the process's working directory.
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, in
       every process (not from the global random module, which repeats in processes seeded alike), so a save killed
-      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises leaves its
-      folder as it was (a folder it made included).
+      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it
+      raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included).
     - rule:fsync-before-publish: the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes
       the size a reader needs) after its last write and only then published, so a published name never points at bytes
       still in memory.
@@ -173,6 +175,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     Rules:
     - rule:contract-first: the saved contract is compared with the expected one, exactly and entry by entry, before
       anything is accepted (errors.ContractMismatchError).
+    - rule:restore-inputs-intact: restore changes nothing it is given: the expected contract is left as the caller
+      passed it, whether the file is accepted or refused.
     - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
       path that does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing
       fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor

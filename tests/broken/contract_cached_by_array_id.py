@@ -1,0 +1,15 @@
+"""Mistake: contract keeps each contract by the id() of the data arrays and the configuration: the same arrays,
+changed in place, get the contract of the values they held before."""
+
+from shardlab.learner import reference
+from shardlab.learner.reference import *  # noqa: F403
+
+_KEPT = {}
+
+
+def contract(data, config):
+    features, targets = data
+    key = (id(features), id(targets), config)
+    if key not in _KEPT:
+        _KEPT[key] = reference.contract(data, config)
+    return dict(_KEPT[key])
