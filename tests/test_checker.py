@@ -550,6 +550,11 @@ MISTAKES = {
         ["changed in place (+1)", "kept between calls by the arrays' identity"],
     ),
     "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
+    "next_batch_cached_by_array_id": (
+        1,
+        "random_sampler_walk",
+        ["raised by one in place", "kept between calls by the arrays' identity"],
+    ),
     "initial_returns_a_kept_state": (1, "initial_state_fields", ["initial handed out again the object"]),
     "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["contract handed out again the object"]),
     "save_cleans_up_on_exception_only": (
@@ -705,6 +710,7 @@ SLOW_MISTAKES = {
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
+    "next_batch_cached_by_array_id",
 }
 
 

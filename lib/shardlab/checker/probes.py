@@ -103,6 +103,19 @@ def contract_changed_in_place(contract, data, config, position: tuple) -> dict:
     return {"first": first, "again": contract(kept, config)}
 
 
+def next_batch_changed_in_place(next_batch, state, data, batch_size: int, mesh, row: int) -> dict:
+    """`next_batch` on writable copies of `data` (its form kept), then again from the state it returned, on those same
+    arrays after row `row`'s features and target were raised by one in place: the second batch's ids and rows
+    {"ids", "features", "targets"} on the host. Both calls see one pair of objects, as a caller's do."""
+    features, targets = np.array(data[0], order="K"), np.array(data[1])
+    kept = (features, targets) if type(data) is tuple else type(data)(features, targets)
+    new, _ = next_batch(state, kept, batch_size, mesh)
+    features[int(row)] += np.float32(1)
+    targets[int(row)] += np.float32(1)
+    _, batch = next_batch(new, kept, batch_size, mesh)
+    return {name: np.asarray(getattr(batch, name)) for name in ("ids", "features", "targets")}
+
+
 EDIT = "an entry the caller added"  # the key a caller's edit adds to a result it was given
 
 
@@ -127,6 +140,7 @@ PROBES = {
     "edited_between_calls": edited_between_calls,
     "contract_changed_in_place": contract_changed_in_place,
     "counted_transition": counted_transition,
+    "next_batch_changed_in_place": next_batch_changed_in_place,
     "lowered_text": lowered_text,
     "compiled_call": compiled_call,
     "top_level_operations": top_level_operations,

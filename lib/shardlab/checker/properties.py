@@ -385,6 +385,7 @@ def sampler_walk(ctx, case: Case) -> None:
     initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)
+    first = state
     for call, want in enumerate(plan):
         new, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
         need(
@@ -414,6 +415,36 @@ def sampler_walk(ctx, case: Case) -> None:
         need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone")
         _kinds_kept(first_kinds, new, call)
         state = new
+    _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
+
+
+def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids) -> None:
+    """A Miss when next_batch, given the same array objects again, returns the rows they held at an earlier call:
+    one row the second batch holds has its features and target raised by one in place between two calls (both
+    made where next_batch runs, so they see one pair of objects); the second batch's rows must be the changed
+    data's rows at its ids. A sampler that keeps a host copy of the data by the arrays' id() serves the old rows."""
+    row = int(np.random.default_rng([case.seed, 13]).choice(np.asarray(next_ids)))
+    # where next_batch runs: across the wire every call's arrays are new objects there
+    seen = probe("next_batch_changed_in_place", ctx.impl.next_batch, state, given(case, data), case.batch, mesh, row)
+    features, targets = data.features.copy(), data.targets.copy()
+    features[row] += np.float32(1)
+    targets[row] += np.float32(1)
+    ids = np.asarray(seen["ids"]).astype(np.int64)
+    got = np.asarray(seen["features"])[: len(ids)], np.asarray(seen["targets"])[: len(ids)]
+    need(
+        ids.size
+        and ids.max() < len(targets)
+        and ids.min() >= 0
+        and np.array_equal(got[0], features[ids])
+        and np.array_equal(got[1], targets[ids]),
+        f"the rows of ids {ids.tolist()} as the data holds them at the call (row {row}: features and target + 1)",
+        "the rows those arrays held at an earlier call",
+        f"row {row}'s features and target were raised by one in place, in the arrays given to an earlier "
+        "next_batch call, and the next call on those same arrays returned rows other than the data's at that "
+        "call: the data is kept between calls by the arrays' identity (a host copy cached by id() or by the "
+        "object), not read again -> read the rows from the data at every call; an id is reused and an array's "
+        "values change under it" + formulas.mark("pad-by-position"),
+    )
 
 
 def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
