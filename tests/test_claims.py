@@ -426,6 +426,38 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
 
 
 @pytest.mark.parametrize(
+    ("prepare", "update", "untraced", "settled"),
+    [
+        (0.625, 1.041, 0.6125, False),  # one executed run: the capture added 0.43 ms to the update, the gap is 0.42
+        (0.625, 1.041, 0.9, True),  # the same split with an update the capture barely lengthened
+        (2.1, 1.1, 0.2, True),  # the host's side longer: a lengthened update cannot have made it so
+    ],
+)
+def test_a_traced_split_the_profiler_s_cost_could_explain_is_not_settled(tmp_path, prepare, update, untraced, settled):
+    from shardlab.course import sentences
+
+    per = {
+        "before": {
+            "median_prepare_and_place_ms_per_step": prepare,
+            "median_compiled_update_and_wait_ms_per_step": update,
+        }
+    }
+    recorded = {"fused_trace": {"per_step": per}, "roofline": {"points": {"course_update": {"step_ms": untraced}}}}
+    names = ["boundary_unsettled_<side>", "boundary_at_batch_<side>", "host_boundary_at_batch_<side>"]
+    fill = {"side": "before", "batch": "7", "loop": "course loop"}
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded, names, fill, p=prepare, u=update, q=untraced)
+    # by hand: the update is read longer, and the traced update's excess over the untraced one reaches that gap
+    unsettled = update > prepare and update - untraced >= update - prepare
+    assert unsettled == (not settled)
+    assert ("cannot settle" in text) == unsettled and ("longer boundary is" in text) == settled, text
+    assert sentences.boundary_at_batch(per, "before", 7, "course loop", untraced) == text
+    first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
+    compared = sentences.split_against_stage4a(per, first, 7, untraced)
+    assert ("neither agrees nor disagrees" in compared) == unsettled, compared
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
+@pytest.mark.parametrize(
     ("prepare", "update", "agrees"),
     # values from one executed run: the update longer at batch 7 by 15 %, within a quarter: neither agrees nor disagrees
     [(0.646, 0.746, None), (0.9, 0.5, True), (0.4, 0.9, False)],
@@ -439,9 +471,11 @@ def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepar
             "median_compiled_update_and_wait_ms_per_step": update,
         }
     }
+    untraced = 0.95 * update  # an update the capture lengthened by 5 %, less than any gap read here
     first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
-    recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first}
-    values = {"p": prepare, "u": update, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
+    points = {"points": {"course_update": {"step_ms": untraced}}}
+    recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first, "roofline": points}
+    values = {"p": prepare, "u": update, "q": untraced, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
     names = ["split_as_in_stage4a", "split_unlike_stage4a"]
     text, _ = _said(tmp_path, "stage4b_beyond", recorded, names, {"batch": "7"}, **values)
     clear = max(prepare, update) > 1.25 * min(prepare, update)  # by hand: one boundary beyond the other by a quarter
@@ -451,8 +485,8 @@ def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepar
     start = {True: "This agrees", False: "This disagrees", None: "Stage 4a's trace"}[agrees]
     assert text.startswith(start), text
     assert "batch 1023" in text and ("does not describe the course loop at batch 7" in text) == (agrees is False)
-    assert sentences.split_against_stage4a(per, first, 7) == text
-    assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7)
+    assert sentences.split_against_stage4a(per, first, 7, untraced) == text
+    assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7, untraced)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 
 

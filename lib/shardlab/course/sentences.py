@@ -67,9 +67,13 @@ BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
     "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
     "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
 }
+UNTRACED = "roofline.points.course_update.step_ms"  # stage 4b: the course update timed without the profiler
+BOUNDARY_UNTRACED = {**BOUNDARY, "q": UNTRACED}
+SETTLED = "u <= p or u - q < u - p"  # an update read longer by more than the capture's inflation of it
 SPLIT = {  # stage 4b's course loop beside stage 4a's traced split
     "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
     "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
+    "q": UNTRACED,
     "a_b": "stage4a_split.batch_size",
     "a_p": "stage4a_split.median_prepare_and_place_ms",
     "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
@@ -382,6 +386,16 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "boundary_unsettled_<side>": _s(
+            f"not ({SETTLED})",
+            BOUNDARY_UNTRACED,
+            "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer: traced, "
+            "compiled_update_and_wait took {u:.3f} ms per step and prepare_and_place {p:.3f} ms, but the same update "
+            "untraced took {q:.3f} ms (section 3), so the profiler added to the update at least as much as the gap "
+            "between the two.",
+            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced in section 3) is not read longer than "
+            "prepare_and_place ({p:.3f} ms) by a gap the profiler's cost on the update could account for.",
+        ),
         "boundary_at_batch_<side>": _s(
             f"u > {CLEAR} * p",
             BOUNDARY,
@@ -400,7 +414,7 @@ SENTENCES = {
             "say which is longer.",
         ),
         "split_as_in_stage4a": _s(
-            f"u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p",
+            f"({SETTLED}) and (u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p)",
             SPLIT,
             "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
@@ -409,15 +423,15 @@ SENTENCES = {
             "compiled_update_and_wait {a_u:.3f} ms by median).",
         ),
         "split_unlike_stage4a": _s(
-            f"u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p",
+            f"({SETTLED}) and (u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p)",
             SPLIT,
             "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
             "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
             "batch <batch>.",
             "Stage 4a's trace, taken at batch {a_b}, had prepare_and_place {a_p:.3f} ms and "
-            "compiled_update_and_wait {a_u:.3f} ms by median; with this capture's two boundaries within a quarter "
-            "of each other, it neither agrees nor disagrees with that split.",
+            "compiled_update_and_wait {a_u:.3f} ms by median; this capture does not settle which of its two "
+            "boundaries is longer, so it neither agrees nor disagrees with that split.",
         ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
@@ -1008,25 +1022,36 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     return chosen(notebook, "one_device_beside_fused", **values)
 
 
-def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook: str = "stage4b_beyond") -> str:
+def boundary_at_batch(
+    per_step: dict, side: str, batch: int, loop: str, untraced_ms: float | None = None, notebook="stage4b_beyond"
+) -> str:
     """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`
-    by more than a quarter (CLEAR), or that neither is."""
+    by more than a quarter (CLEAR), or that neither is. With `untraced_ms`, the same update timed without the
+    profiler: when the traced update lies above it by at least the gap between the two boundaries, the capture
+    cannot settle which is longer, and says so."""
     values = {
         key: per_step[side][f"median_{name}_ms_per_step"]
         for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
     }
     fill = {"side": side, "batch": str(batch), "loop": loop}
-    return chosen_first(notebook, ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"], fill, **values)
+    names = ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"]
+    if untraced_ms is not None:
+        names, values = ["boundary_unsettled_<side>", *names], {**values, "q": untraced_ms}
+    return chosen_first(notebook, names, fill, **values)
 
 
-def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int, notebook="stage4b_beyond") -> str:
+def split_against_stage4a(
+    per_step: dict, stage4a_split: dict | None, batch: int, untraced_ms: float, notebook="stage4b_beyond"
+) -> str:
     """Stage 4b: does the course loop's longer boundary at `batch` match stage 4a's traced split (`stage4a_split`:
-    its batch size and both medians), or, without stage 4a's results, say so."""
+    its batch size and both medians), or, without stage 4a's results, say so. `untraced_ms` is the course update
+    timed without the profiler: a split the capture's own cost could account for agrees or disagrees with nothing."""
     if stage4a_split is None:
         return "Stage 4a's results are not in this output folder: run it into the same folder to compare its split."
     values = {
         "p": per_step["before"]["median_prepare_and_place_ms_per_step"],
         "u": per_step["before"]["median_compiled_update_and_wait_ms_per_step"],
+        "q": untraced_ms,
         "a_b": stage4a_split["batch_size"],
         "a_p": stage4a_split["median_prepare_and_place_ms"],
         "a_u": stage4a_split["median_compiled_update_and_wait_ms"],
