@@ -980,7 +980,31 @@ def test_three_parts_about_equal_are_called_that_not_a_smaller_and_a_larger(tmp_
     unequal = {"waiting_ms": 0.2, "collective_ms": 0.6, "program_ms": 0.4, "busy_ms": 1.28}
     said = sentences.waiting_share(unequal)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert "about equal" not in said and "not larger than both other parts" in said, said
+    assert "about equal" not in said and "no more than either other part" in said, said
+
+
+@pytest.mark.parametrize(
+    ("waiting", "collective", "program", "place"),
+    [
+        (0.56, 0.37, 0.84, "more than the 0.37 ms inside the collectives"),  # one executed run's parts
+        (0.56, 0.84, 0.37, "more than the rest of the program's 0.37 ms"),
+        (0.2, 0.6, 0.4, "no more than either other part"),
+    ],
+)
+def test_waiting_between_the_other_parts_is_placed_between_them(tmp_path, waiting, collective, program, place):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    split = {"waiting_ms": waiting, "collective_ms": collective, "program_ms": program, "busy_ms": 1.77}
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
+    said = sentences.waiting_share(split)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    between = min(collective, program) < waiting < max(collective, program)  # by hand
+    assert (place != "no more than either other part") == between
+    assert place in said, said
+    if between:
+        assert f"less than {'the rest of the program' if program > collective else 'the'}" in said, said
 
 
 def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):

@@ -61,7 +61,12 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
     "b": "fused_trace.top_events.busy_ms",
 }
 WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
+WAITING_NAMES += ["waiting_between_collective_and_program", "waiting_between_program_and_collective"]
 _PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
+_UNNAMED = (
+    "The trace does not tell what the collectives' unnamed time is: copying and adding, or threads synchronising "
+    "without a Wait event, look the same in it."
+)
 CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
 BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
     "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
@@ -480,8 +485,24 @@ SENTENCES = {
             "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
             "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
             "or threads synchronising without a Wait event, look the same in it.",
+            "Waiting the trace names is not the largest of the three parts.",
+        ),
+        "waiting_between_collective_and_program": _s(
+            "c < w < p",
+            WAITING,
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy, not larger than both other parts: time inside the "
+            "of the {b:.2f} ms the busiest thread was busy: more than the {c:.2f} ms inside the collectives (psum, "
+            "all-reduce) that no Wait event names, less than the rest of the program's {p:.2f} ms. " + _UNNAMED,
+            "Named waiting does not lie between the collectives' unnamed time and the larger rest of the program.",
+        ),
+        "waiting_between_program_and_collective": _s(
+            "p < w < c",
+            WAITING,
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
+            "of the {b:.2f} ms the busiest thread was busy: more than the rest of the program's {p:.2f} ms, less than "
+            "the {c:.2f} ms inside the collectives (psum, all-reduce) that no Wait event names. " + _UNNAMED,
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
+            "of the {b:.2f} ms the busiest thread was busy, no more than either other part: time inside the "
             "collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program "
             "{p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, or "
             "threads synchronising without a Wait event, look the same in it.",
