@@ -426,6 +426,63 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
 
 
 @pytest.mark.parametrize(
+    ("four", "one", "other_order"),
+    [(347.0, 547.0, True), (40.0, 30.0, False)],  # the first from one executed run on a shared host
+)
+def test_the_compile_times_are_said_to_differ_in_order_from_the_receipt_only_when_they_do(
+    tmp_path, four, one, other_order
+):
+    from types import SimpleNamespace
+
+    from shardlab.course import sentences
+
+    receipt = {"compiled_4dev": 33.90, "compiled_1dev": 28.76}  # docs/stage4.md: the original course's receipt
+    variants = {"compiled_4dev": SimpleNamespace(compile_ms=four), "compiled_1dev": SimpleNamespace(compile_ms=one)}
+    recorded = {
+        "compile": {"compiled_4dev": {"compile_ms": four}, "compiled_1dev": {"compile_ms": one}},
+        "course_receipt": {"compile_ms": receipt},
+    }
+    values = {"f4": four, "f1": one, "r4": 33.90, "r1": 28.76}
+    text, _ = _said(tmp_path, "stage4a_profile", recorded, ["compile_order"], **values)
+    assert ((four > one) != (33.90 > 28.76)) == other_order  # by hand
+    assert ("compiled_1dev, the other order from" in text) == other_order != ("not the other order" in text), text
+    assert sentences.compile_order(variants, receipt) == text
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+
+
+@pytest.mark.parametrize(
+    ("prepare", "update", "untraced", "settled"),
+    [
+        (0.625, 1.041, 0.6125, False),  # one executed run: the capture added 0.43 ms to the update, the gap is 0.42
+        (0.625, 1.041, 0.9, True),  # the same split with an update the capture barely lengthened
+        (2.1, 1.1, 0.2, True),  # the host's side longer: a lengthened update cannot have made it so
+    ],
+)
+def test_a_traced_split_the_profiler_s_cost_could_explain_is_not_settled(tmp_path, prepare, update, untraced, settled):
+    from shardlab.course import sentences
+
+    per = {
+        "before": {
+            "median_prepare_and_place_ms_per_step": prepare,
+            "median_compiled_update_and_wait_ms_per_step": update,
+        }
+    }
+    recorded = {"fused_trace": {"per_step": per}, "roofline": {"points": {"course_update": {"step_ms": untraced}}}}
+    names = ["boundary_unsettled_<side>", "boundary_at_batch_<side>", "host_boundary_at_batch_<side>"]
+    fill = {"side": "before", "batch": "7", "loop": "course loop"}
+    text, _ = _said(tmp_path, "stage4b_beyond", recorded, names, fill, p=prepare, u=update, q=untraced)
+    # by hand: the update is read longer, and the traced update's excess over the untraced one reaches that gap
+    unsettled = update > prepare and update - untraced >= update - prepare
+    assert unsettled == (not settled)
+    assert ("cannot settle" in text) == unsettled and ("longer boundary is" in text) == settled, text
+    assert sentences.boundary_at_batch(per, "before", 7, "course loop", untraced) == text
+    first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
+    compared = sentences.split_against_stage4a(per, first, 7, untraced)
+    assert ("neither agrees nor disagrees" in compared) == unsettled, compared
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+
+
+@pytest.mark.parametrize(
     ("prepare", "update", "agrees"),
     # values from one executed run: the update longer at batch 7 by 15 %, within a quarter: neither agrees nor disagrees
     [(0.646, 0.746, None), (0.9, 0.5, True), (0.4, 0.9, False)],
@@ -439,9 +496,11 @@ def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepar
             "median_compiled_update_and_wait_ms_per_step": update,
         }
     }
+    untraced = 0.95 * update  # an update the capture lengthened by 5 %, less than any gap read here
     first = {"batch_size": 1023, "median_prepare_and_place_ms": 1.665, "median_compiled_update_and_wait_ms": 0.8885}
-    recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first}
-    values = {"p": prepare, "u": update, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
+    points = {"points": {"course_update": {"step_ms": untraced}}}
+    recorded = {"fused_trace": {"per_step": per}, "stage4a_split": first, "roofline": points}
+    values = {"p": prepare, "u": update, "q": untraced, "a_b": 1023, "a_p": 1.665, "a_u": 0.8885}
     names = ["split_as_in_stage4a", "split_unlike_stage4a"]
     text, _ = _said(tmp_path, "stage4b_beyond", recorded, names, {"batch": "7"}, **values)
     clear = max(prepare, update) > 1.25 * min(prepare, update)  # by hand: one boundary beyond the other by a quarter
@@ -451,8 +510,8 @@ def test_stage_4b_says_whether_its_split_agrees_with_stage_4a_s(tmp_path, prepar
     start = {True: "This agrees", False: "This disagrees", None: "Stage 4a's trace"}[agrees]
     assert text.startswith(start), text
     assert "batch 1023" in text and ("does not describe the course loop at batch 7" in text) == (agrees is False)
-    assert sentences.split_against_stage4a(per, first, 7) == text
-    assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7)
+    assert sentences.split_against_stage4a(per, first, 7, untraced) == text
+    assert "not in this output folder" in sentences.split_against_stage4a(per, None, 7, untraced)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 
 
@@ -946,7 +1005,31 @@ def test_three_parts_about_equal_are_called_that_not_a_smaller_and_a_larger(tmp_
     unequal = {"waiting_ms": 0.2, "collective_ms": 0.6, "program_ms": 0.4, "busy_ms": 1.28}
     said = sentences.waiting_share(unequal)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert "about equal" not in said and "not larger than both other parts" in said, said
+    assert "about equal" not in said and "no more than either other part" in said, said
+
+
+@pytest.mark.parametrize(
+    ("waiting", "collective", "program", "place"),
+    [
+        (0.56, 0.37, 0.84, "more than the 0.37 ms inside the collectives"),  # one executed run's parts
+        (0.56, 0.84, 0.37, "more than the rest of the program's 0.37 ms"),
+        (0.2, 0.6, 0.4, "no more than either other part"),
+    ],
+)
+def test_waiting_between_the_other_parts_is_placed_between_them(tmp_path, waiting, collective, program, place):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    split = {"waiting_ms": waiting, "collective_ms": collective, "program_ms": program, "busy_ms": 1.77}
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
+    said = sentences.waiting_share(split)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    between = min(collective, program) < waiting < max(collective, program)  # by hand
+    assert (place != "no more than either other part") == between
+    assert place in said, said
+    if between:
+        assert f"less than {'the rest of the program' if program > collective else 'the'}" in said, said
 
 
 def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):

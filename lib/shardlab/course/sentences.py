@@ -61,15 +61,24 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
     "b": "fused_trace.top_events.busy_ms",
 }
 WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
+WAITING_NAMES += ["waiting_between_collective_and_program", "waiting_between_program_and_collective"]
 _PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
+_UNNAMED = (
+    "The trace does not tell what the collectives' unnamed time is: copying and adding, or threads synchronising "
+    "without a Wait event, look the same in it."
+)
 CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
 BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
     "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
     "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
 }
+UNTRACED = "roofline.points.course_update.step_ms"  # stage 4b: the course update timed without the profiler
+BOUNDARY_UNTRACED = {**BOUNDARY, "q": UNTRACED}
+SETTLED = "u <= p or u - q < u - p"  # an update read longer by more than the capture's inflation of it
 SPLIT = {  # stage 4b's course loop beside stage 4a's traced split
     "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
     "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
+    "q": UNTRACED,
     "a_b": "stage4a_split.batch_size",
     "a_p": "stage4a_split.median_prepare_and_place_ms",
     "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
@@ -140,6 +149,20 @@ FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for 
 
 SENTENCES = {
     "stage4a_profile": {
+        "compile_order": _s(
+            "(f4 - f1) * (r4 - r1) < 0",
+            {
+                "f4": "compile.compiled_4dev.compile_ms",
+                "f1": "compile.compiled_1dev.compile_ms",
+                "r4": "course_receipt.compile_ms.compiled_4dev",
+                "r1": "course_receipt.compile_ms.compiled_1dev",
+            },
+            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, the other order from "
+            "the original course's receipt ({r4:.2f} and {r1:.2f} ms); one compilation each, on a shared host, does "
+            "not rank them.",
+            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, not the other order "
+            "from the original course's receipt ({r4:.2f} and {r1:.2f} ms).",
+        ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             {
@@ -382,6 +405,16 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "boundary_unsettled_<side>": _s(
+            f"not ({SETTLED})",
+            BOUNDARY_UNTRACED,
+            "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer: traced, "
+            "compiled_update_and_wait took {u:.3f} ms per step and prepare_and_place {p:.3f} ms, but the same update "
+            "untraced took {q:.3f} ms (section 3), so the profiler added to the update at least as much as the gap "
+            "between the two.",
+            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced in section 3) is not read longer than "
+            "prepare_and_place ({p:.3f} ms) by a gap the profiler's cost on the update could account for.",
+        ),
         "boundary_at_batch_<side>": _s(
             f"u > {CLEAR} * p",
             BOUNDARY,
@@ -400,7 +433,7 @@ SENTENCES = {
             "say which is longer.",
         ),
         "split_as_in_stage4a": _s(
-            f"u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p",
+            f"({SETTLED}) and (u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p)",
             SPLIT,
             "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
@@ -409,15 +442,15 @@ SENTENCES = {
             "compiled_update_and_wait {a_u:.3f} ms by median).",
         ),
         "split_unlike_stage4a": _s(
-            f"u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p",
+            f"({SETTLED}) and (u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p)",
             SPLIT,
             "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
             "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
             "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
             "batch <batch>.",
             "Stage 4a's trace, taken at batch {a_b}, had prepare_and_place {a_p:.3f} ms and "
-            "compiled_update_and_wait {a_u:.3f} ms by median; with this capture's two boundaries within a quarter "
-            "of each other, it neither agrees nor disagrees with that split.",
+            "compiled_update_and_wait {a_u:.3f} ms by median; this capture does not settle which of its two "
+            "boundaries is longer, so it neither agrees nor disagrees with that split.",
         ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
@@ -466,8 +499,24 @@ SENTENCES = {
             "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
             "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
             "or threads synchronising without a Wait event, look the same in it.",
+            "Waiting the trace names is not the largest of the three parts.",
+        ),
+        "waiting_between_collective_and_program": _s(
+            "c < w < p",
+            WAITING,
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy, not larger than both other parts: time inside the "
+            "of the {b:.2f} ms the busiest thread was busy: more than the {c:.2f} ms inside the collectives (psum, "
+            "all-reduce) that no Wait event names, less than the rest of the program's {p:.2f} ms. " + _UNNAMED,
+            "Named waiting does not lie between the collectives' unnamed time and the larger rest of the program.",
+        ),
+        "waiting_between_program_and_collective": _s(
+            "p < w < c",
+            WAITING,
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
+            "of the {b:.2f} ms the busiest thread was busy: more than the rest of the program's {p:.2f} ms, less than "
+            "the {c:.2f} ms inside the collectives (psum, all-reduce) that no Wait event names. " + _UNNAMED,
+            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
+            "of the {b:.2f} ms the busiest thread was busy, no more than either other part: time inside the "
             "collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program "
             "{p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, or "
             "threads synchronising without a Wait event, look the same in it.",
@@ -1008,25 +1057,44 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     return chosen(notebook, "one_device_beside_fused", **values)
 
 
-def boundary_at_batch(per_step: dict, side: str, batch: int, loop: str, notebook: str = "stage4b_beyond") -> str:
+def compile_order(variants: dict, receipt: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a: the two compiled variants' compile times (`variants`: name to an object with `compile_ms`), and
+    whether they come in the other order from the original course's receipt (`receipt`: name to ms)."""
+    values = {"f4": variants["compiled_4dev"].compile_ms, "f1": variants["compiled_1dev"].compile_ms}
+    values.update(r4=receipt["compiled_4dev"], r1=receipt["compiled_1dev"])
+    return chosen(notebook, "compile_order", **values)
+
+
+def boundary_at_batch(
+    per_step: dict, side: str, batch: int, loop: str, untraced_ms: float | None = None, notebook="stage4b_beyond"
+) -> str:
     """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`
-    by more than a quarter (CLEAR), or that neither is."""
+    by more than a quarter (CLEAR), or that neither is. With `untraced_ms`, the same update timed without the
+    profiler: when the traced update lies above it by at least the gap between the two boundaries, the capture
+    cannot settle which is longer, and says so."""
     values = {
         key: per_step[side][f"median_{name}_ms_per_step"]
         for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
     }
     fill = {"side": side, "batch": str(batch), "loop": loop}
-    return chosen_first(notebook, ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"], fill, **values)
+    names = ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"]
+    if untraced_ms is not None:
+        names, values = ["boundary_unsettled_<side>", *names], {**values, "q": untraced_ms}
+    return chosen_first(notebook, names, fill, **values)
 
 
-def split_against_stage4a(per_step: dict, stage4a_split: dict | None, batch: int, notebook="stage4b_beyond") -> str:
+def split_against_stage4a(
+    per_step: dict, stage4a_split: dict | None, batch: int, untraced_ms: float, notebook="stage4b_beyond"
+) -> str:
     """Stage 4b: does the course loop's longer boundary at `batch` match stage 4a's traced split (`stage4a_split`:
-    its batch size and both medians), or, without stage 4a's results, say so."""
+    its batch size and both medians), or, without stage 4a's results, say so. `untraced_ms` is the course update
+    timed without the profiler: a split the capture's own cost could account for agrees or disagrees with nothing."""
     if stage4a_split is None:
         return "Stage 4a's results are not in this output folder: run it into the same folder to compare its split."
     values = {
         "p": per_step["before"]["median_prepare_and_place_ms_per_step"],
         "u": per_step["before"]["median_compiled_update_and_wait_ms_per_step"],
+        "q": untraced_ms,
         "a_b": stage4a_split["batch_size"],
         "a_p": stage4a_split["median_prepare_and_place_ms"],
         "a_u": stage4a_split["median_compiled_update_and_wait_ms"],

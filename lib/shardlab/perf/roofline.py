@@ -24,6 +24,7 @@ from shardlab.core.update import make_step
 from shardlab.perf import fused
 from shardlab.perf.costmodel import warm_seconds
 
+SAMPLES = 5  # warm calls per roof, and of the course update timed without the profiler
 MATMUL = 512  # n of the n x n x n float32 matmul that measures the FLOP roof
 STREAM = (
     1 << 24
@@ -67,7 +68,7 @@ def fused_step(data, mesh, batch_size: int, body=None, seed: int = SEED) -> dict
     return cost(loop.program.lower(*loop.arguments(initial(seed, data, mesh), 1)).compile())
 
 
-def roofs(samples: int = 5) -> dict:
+def roofs(samples: int = SAMPLES) -> dict:
     """Measured FLOP/s of a large matmul and bytes/s of a large elementwise pass, on one device.
 
     The elementwise pass donates its input, so each call overwrites the buffer it reads: a pass that
