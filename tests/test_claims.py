@@ -1289,13 +1289,13 @@ def test_the_cross_process_step_is_called_slower_than_the_one_process_update_onl
     from shardlab.course import sentences
 
     table = [{"devices": 1, "rows": 16384, "median_ms": 0.7363}, {"devices": 4, "rows": 65536, "median_ms": 3.308}]
-    said = sentences.cross_process_compute({"median_ms": fast_ms}, {"table": table})
+    said = sentences.cross_process_compute({"median_ms": fast_ms}, {"table": table}, 8)
     record.emit(str(tmp_path), "stage5b_scaling", "efficiency", {"table": table}, shown=False)
-    record.emit(
-        str(tmp_path), "stage5b_scaling", "step_times", {"compute_spread": {"fast_median_ms": fast_ms}}, shown=False
-    )
+    times = {"compute_spread": {"fast_median_ms": fast_ms}, "rows_per_step_max": 8}
+    record.emit(str(tmp_path), "stage5b_scaling", "step_times", times, shown=False)
     sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
     assert (fast_ms > 3.308) == slower  # by hand, against the last row of the table
     assert ("psums cross between processes" in said) == slower, said
     assert f"{fast_ms:.2f} ms by median" in said and "3.308 ms" in said and "4 devices of one process" in said, said
+    assert "at most 8 rows a step" in said and "with 65536 rows" in said, said  # the two workloads, both named

@@ -449,6 +449,25 @@ def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
     assert (parts["compile"], parts["productive"]) == (2.0, 4.0)
 
 
+def test_ledger_counts_a_recomputed_step_that_compiled_as_compilation():
+    # attempt 0: steps 1-5, step 4 the short batch (2 rows, padded to 4) and slow because it compiles; it dies
+    # after step 5. Attempt 1 resumes from 3 and redoes 4 (its own compile of shape 4), 5 and 6.
+    first = _attempt(0.0, [1, 2, 3, 4, 5], end=8.0, detect=0.5)
+    second = _attempt(9.0, [4, 5, 6], restored=3, teardown=0.0)
+    for attempt, slow in ((first, {1: 3.0, 4: 2.0}), (second, {4: 0.75, 5: 0.5})):
+        for e in attempt["progress"][0]:
+            if e["event"] == "ready":
+                e["world"] = {"devices": 4, "local_devices": 2, "processes": 2}
+            if e["event"] == "step":
+                e["ids"] = list(range(2 if e["step"] == 4 else 7))
+                e["s"] = slow.get(e["step"], 0.25)
+    parts = ledger.goodput({"attempts": [first, second]})
+    # by hand: compile = attempt 0's steps 1 (3.0) and 4 (2.0, recomputed later but still a compile),
+    # attempt 1's steps 4 (0.75, shape 4) and 5 (0.5, shape 8 first met there) = 6.25;
+    # wasted = attempt 0's step 5 alone = 0.25; productive = attempt 0's 2, 3 and attempt 1's 6 = 0.75
+    assert (parts["compile"], parts["wasted"], parts["productive"]) == (6.25, 0.25, 0.75)
+
+
 # ---- launch paths ----
 
 

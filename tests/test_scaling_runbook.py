@@ -168,6 +168,18 @@ def test_runbook_rows_only_make_drills_runs_are_proved_by_their_drills(tmp_path)
         assert not any(v is False for v in by_class[failure].values()), (failure, by_class[failure])
 
 
+def test_runbook_entries_call_a_stop_condition_observed_only_where_a_drill_of_its_row_ran():
+    # a report that ran one death drill and one preemption drill: those two rows observed, the other four designed
+    report = {"table": [{"drill": "kill_during_step", "passed": True}, {"drill": "p1_preempted", "passed": True}]}
+    lines = runbook.entries(drills.TIMEOUT, report).splitlines()[2:]
+    designed = {row["class"] for row in runbook.ROWS} - {"death", "preemption"}
+    assert len(lines) == len(runbook.ROWS) == 6
+    for row, line in zip(runbook.rows(drills.TIMEOUT), lines):
+        stop = line.split(" | ")[2]
+        label = "designed bound, not observed here: "
+        assert stop == (label + row["stop"] if row["class"] in designed else row["stop"]), line
+
+
 def test_docs_show_the_runbook_table():
     assert runbook_markdown(drills.TIMEOUT) in (REPO / "docs" / "stage5.md").read_text()
 

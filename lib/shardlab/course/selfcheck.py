@@ -683,15 +683,16 @@ QUESTIONS = (
         ),
         (
             "Suppose two controllers' median compute times differed twofold, from eight samples each. "
-            "When would that be a straggler?",
+            "When would that point at a straggler?",
             [
                 "always: the medians differ",
                 "when the two middle halves do not overlap, not from the medians alone",
                 "never on one host",
             ],
             "b",
-            "A median of a handful of samples moves with load; only separated middle halves make a difference a "
-            "finding (and a second run that separates them again makes it a stronger one).",
+            "A median of a handful of samples moves with load, so only separated middle halves point at a "
+            "straggler; from eight samples that is a lead to follow with more steps, and it becomes a finding "
+            "when more steps (or a second run) separate them again.",
             "step_times",
             (
                 "reveal-rank",

@@ -739,15 +739,16 @@ SENTENCES = {
                 "u": "efficiency.table.-1.median_ms",
                 "w": "efficiency.table.-1.devices",
                 "n": "efficiency.table.-1.rows",
+                "g": "step_times.rows_per_step_max",
             },
             "Why a step of the 2 × 2 group is slower than the update timed above: even the faster controller's "
-            "compute phase took {f:.2f} ms by median, more than the {u:.3f} ms the same update took on {w} devices "
-            "of one process with {n} rows. Its three psums cross between processes, through gloo over the "
-            "loopback; this record cannot split them from the arithmetic, so that crossing is the likely, not "
-            "measured, cost.",
-            "The faster controller's compute phase took {f:.2f} ms by median, not more than the {u:.3f} ms the same "
-            "update took on {w} devices of one process with {n} rows: crossing between processes cost no time "
-            "these records can see.",
+            "compute phase took {f:.2f} ms by median on at most {g} rows a step, more than the {u:.3f} ms the same "
+            "step function took on {w} devices of one process with {n} rows. Its three psums cross between "
+            "processes, through gloo over the loopback; this record cannot split them from the arithmetic, so "
+            "that crossing is the likely, not measured, cost.",
+            "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, not more "
+            "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows: crossing "
+            "between processes cost no time these records can see.",
         ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
@@ -1126,10 +1127,11 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
     return said
 
 
-def cross_process_compute(fast: dict, efficiency: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: the faster controller's compute median against the one-process update on the most devices."""
+def cross_process_compute(fast: dict, efficiency: dict, rows: int, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: the faster controller's compute median (the group's steps have at most `rows` padded rows)
+    against the one-process update on the most devices."""
     most = efficiency["table"][-1]
-    values = {"f": fast["median_ms"], "u": most["median_ms"], "w": most["devices"], "n": most["rows"]}
+    values = {"f": fast["median_ms"], "u": most["median_ms"], "w": most["devices"], "n": most["rows"], "g": rows}
     return chosen(notebook, "cross_process_compute", **values)
 
 

@@ -10,8 +10,9 @@ or the lowest process that left any) this computes:
   shape its padded batch has, or loaded from a compilation cache a drill series shares; it includes
   that step's own run), productive steps, save (the blocking part, on the training thread), detection (the
   fault to the supervisor's verdict), teardown, wasted steps (completed, then recomputed
-  after a failure), and the rest as `other` (each batch's sampling and placement, which run before a
-  step's clock starts, the interpreter's shutdown, anything unnamed).
+  after a failure; a recomputed step that compiled counts as compilation, so a wasted second is a step's
+  own run, its agreement and any publication done inside it), and the rest as `other` (each batch's
+  sampling and placement, which run before a step's clock starts, the interpreter's shutdown, anything unnamed).
 """
 
 import numpy as np
@@ -91,10 +92,10 @@ def goodput(result: dict) -> dict:
             rows = batch.padded_length(len(e["ids"]), devices)  # the shape the update is compiled for
             new = rows not in seen
             seen.add(rows)
-            if stop is not None and e["step"] > stop:
-                parts["wasted"] += e["s"]
-            elif new:
+            if new:  # compiling (or loading from the cache) even if the step is recomputed later
                 parts["compile"] += e["s"]
+            elif stop is not None and e["step"] > stop:
+                parts["wasted"] += e["s"]
             else:
                 parts["productive"] += e["s"]
         if attempt.get("detect_s"):
