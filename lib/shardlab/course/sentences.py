@@ -160,8 +160,8 @@ SENTENCES = {
             "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, the other order from "
             "the original course's receipt ({r4:.2f} and {r1:.2f} ms); one compilation each, on a shared host, does "
             "not rank them.",
-            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, not the other order "
-            "from the original course's receipt ({r4:.2f} and {r1:.2f} ms).",
+            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, in the same order as "
+            "the original course's receipt ({r4:.2f} and {r1:.2f} ms).",
         ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",

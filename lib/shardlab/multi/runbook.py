@@ -95,7 +95,7 @@ def entries(timeout: float, drills_json: dict | None = None) -> str:
     drills that prove it: those of `drills_json` with their verdicts, and how many more the course run leaves out).
     A row none of whose drills ran shows its stop condition as a designed bound, not an observed one."""
     table = [
-        "| failure | owner | stop condition (observed where a drill ran here) | drills (stage 5a; more not run here) |",
+        "| failure | owner | stop condition (a designed bound) | drills (stage 5a; more not run here) |",
         "| --- | --- | --- | --- |",
     ]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
