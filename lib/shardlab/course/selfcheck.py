@@ -747,7 +747,8 @@ QUESTIONS = (
                 "runbook",
                 "The runbook",
                 "the runbook table's crash-loop row and its stop condition",
-                r"crash loop \| supervisor \| (designed bound, not observed here: )?more failures than the restart budget",
+                r"crash loop \| supervisor \| (designed bound, not observed here: )?"
+                r"more failures than the restart budget",
             ),
         ),
     ),
