@@ -93,11 +93,17 @@ def counted_transition(transition, state, data, batch_size, step, mesh) -> tuple
     return transition(state, data, batch_size, counted, mesh), counted.calls, counted.traced
 
 
+def _writable(data) -> tuple:
+    """(features, targets, the data in its own form over those two writable copies): one pair of objects that a
+    probe changes in place between two calls, as a caller may."""
+    features, targets = np.array(data[0], order="K"), np.array(data[1])
+    return features, targets, (features, targets) if type(data) is tuple else type(data)(features, targets)
+
+
 def contract_changed_in_place(contract, data, config, position: tuple) -> dict:
     """`contract` of writable copies of `data` (its form kept), then of those same arrays after feature `position`
     was raised by one in place: {"first", "again"}. Both calls see one pair of objects, as a caller's do."""
-    features, targets = np.array(data[0], order="K"), np.array(data[1])
-    kept = (features, targets) if type(data) is tuple else type(data)(features, targets)
+    features, _, kept = _writable(data)
     first = contract(kept, config)
     features[tuple(position)] += np.float32(1)
     return {"first": first, "again": contract(kept, config)}
@@ -107,8 +113,7 @@ def next_batch_changed_in_place(next_batch, state, data, batch_size: int, mesh, 
     """`next_batch` on writable copies of `data` (its form kept), then again from the state it returned, on those same
     arrays after row `row`'s features and target were raised by one in place: the second batch's ids and rows
     {"ids", "features", "targets"} on the host. Both calls see one pair of objects, as a caller's do."""
-    features, targets = np.array(data[0], order="K"), np.array(data[1])
-    kept = (features, targets) if type(data) is tuple else type(data)(features, targets)
+    features, targets, kept = _writable(data)
     new, _ = next_batch(state, kept, batch_size, mesh)
     features[int(row)] += np.float32(1)
     targets[int(row)] += np.float32(1)
