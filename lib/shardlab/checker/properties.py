@@ -1892,11 +1892,11 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
         copy = damage.damaged(arrays, members.get(field), kind, change, rows)
         if copy is not None:
             target = os.path.join(folder, f"{number}.npz")
-            faults.tampered(path, target, lambda a, copy=copy: (a.clear(), a.update(copy)))
+            faults.written(target, copy)
             files[damage.name(field, kind)] = (target, rule)
     for number, (kind, copy) in enumerate(damage.pickled(arrays, members, os.path.join(folder, "ran")).items()):
         target = os.path.join(folder, f"pickled-{number}.npz")
-        faults.tampered(path, target, lambda a, copy=copy: (a.clear(), a.update(copy)))
+        faults.written(target, copy)
         files[kind] = (target, damage.PICKLE)
     files["truncated file"] = (
         faults.truncated(path, os.path.join(folder, "cut.npz")),

@@ -170,6 +170,13 @@ def tampered(source, target, change) -> str:
     """Copy the checkpoint `source` to a new file `target` after `change(arrays)` edits its arrays in place."""
     arrays = read_npz(source)
     change(arrays)
+    return written(target, arrays)
+
+
+def written(target, arrays: dict) -> str:
+    """A new NPZ file `target` holding `arrays` (member name -> array), in their order; its path.
+
+    A search that makes many copies of one checkpoint reads it once and writes each copy with this."""
     with open(os.fspath(target), "xb") as handle:
         np.savez(handle, **arrays)
     return os.fspath(target)
