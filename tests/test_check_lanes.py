@@ -55,6 +55,20 @@ def test_the_search_of_later_stages_is_the_second_lane(monkeypatch):
     assert lanes.split(planned, {"random_a", "random_b"}) == [[0, 1, 2, 3]]
 
 
+def test_the_second_lane_ends_with_the_checks_planned_after_its_search(monkeypatch):
+    after = lanes.AFTER_THE_SEARCH[0]
+    assert lanes.split(["x", "random_a", after, "y"], {"random_a"}) == [[0, 3], [1, 2]]
+    assert lanes.split([after, "random_a", "y"], {"random_a"}) == [[0, 2], [1]]  # planned before it: the first lane
+    assert lanes.split([after, "y"], set()) == [[0, 1]]  # no search, one lane
+    planned = [c.__name__ for n in (1, 2, 3, 4) for c in runner.checks_of(n)]
+    searched = {c.__name__ for n in (2, 3, 4) for c in search.checks_for(n)} - {"contracts_agree_in_a_fresh_process"}
+    first, second = lanes.split(planned, searched)
+    assert [planned[i] for i in second] == [*[n for n in planned if n in searched], *lanes.AFTER_THE_SEARCH]
+    assert sorted(first + second) == list(range(len(planned)))
+    monkeypatch.setenv(lanes.ENV, "1")
+    assert lanes.split(planned, searched) == [list(range(len(planned)))]
+
+
 def test_the_supervisor_follows_the_call_open_longest_in_either_lane(tmp_path):
     progress = tmp_path / "progress.jsonl"
     events = [

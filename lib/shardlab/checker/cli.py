@@ -170,7 +170,8 @@ def run_checks(
     board = side_by_side.Board([c.__name__ for _, c in planned], progress)
     with launching.scratch(early) as folders, contextlib.ExitStack() as more:
         # the second lane: the search of every stage after the first (the first's sampler walks stay in the first
-        # lane, which has half the search's work without them), never a check that shares the run's new interpreter
+        # lane, which has half the search's work without them), never a check that shares the run's new interpreter;
+        # then the enumerated checks of lanes.AFTER_THE_SEARCH
         searched = {c.__name__ for n in chosen[1:] for c in search.checks_for(n)} - reuse_verdicts.EVERY_FUNCTION
         positions = side_by_side.split(board.planned, searched)
         # each lane its own scratch folders and worker: the first lane's are those made early (or now)
