@@ -14,8 +14,9 @@ import threading
 
 ENV = "SHARDLAB_CHECK_LANES"  # "1": every check in one lane, one worker
 # Enumerated checks the second lane runs after its search, so that both lanes end together: without them the first
-# lane ends about 1.7 s after the second (the reference, `--stage all`), with one core idle meanwhile. Each asks
-# nothing of the checks around it but their verdicts, and builds what it needs from the teaching fixture.
+# lane ended well after the second, with one core idle meanwhile (docs/checker.md, "Wall time", has both lanes'
+# ends). Each asks nothing of the checks around it but their verdicts, and builds what it needs from the teaching
+# fixture.
 AFTER_THE_SEARCH = ("faults_show_where_arithmetic_predicts",)
 
 
