@@ -231,13 +231,19 @@ def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
     )
 
 
+def off_mesh(values: dict, mesh) -> dict:
+    """Name -> where it is instead, for those of `values` not replicated on `mesh` (NamedSharding(mesh, P())): empty
+    when all are."""
+    found = {name: sharding_of(value, mesh, P()) for name, value in values.items()}
+    return {name: wrong for name, wrong in found.items() if wrong}
+
+
 def misplaced_by(step, batch, state: dict, mesh) -> dict:
     """Which of the step's own new weights and momentum, on `batch` and `state`, are not replicated on `mesh`
     (name -> where they are instead): empty when the step keeps them there, so a state found off the mesh after a
     transition was moved by the transition, not by the step."""
     outputs = step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])
-    found = {name: sharding_of(value, mesh, P()) for name, value in zip(("weights", "momentum"), outputs)}
-    return {name: wrong for name, wrong in found.items() if wrong}
+    return off_mesh(dict(zip(("weights", "momentum"), outputs)), mesh)
 
 
 def _batch_rules(case: Case, data, batch, mesh) -> None:
@@ -404,7 +410,7 @@ def sampler_walk(ctx, case: Case) -> None:
             cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
             raise Miss(want["ids"], observed[-1], cause or f"call {call + 1}: the ids leave the recipe")
         _batch_rules(case, data, batch, mesh)
-        if not (recipe.fits(states[-1], want["after"]) or recipe.fits(states[-1], want["eager"])):
+        if not recipe.follows(states[-1], want):
             cause = _skipped(plan, call, observed[-1], states[-1]["order"], rows, case.batch)
             cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
             raise Miss(
@@ -544,6 +550,17 @@ def _step_inputs(case: Case):
     return tuple(given), tuple(for_oracle), before
 
 
+def host_outputs(outputs) -> dict:
+    """A step's (weights, momentum, loss, grad) on the host, by name: arrays, and the loss a float."""
+    weights, momentum, loss, grad = outputs
+    return {
+        "weights": np.asarray(weights),
+        "momentum": np.asarray(momentum),
+        "loss": float(loss),
+        "grad": np.asarray(grad),
+    }
+
+
 def step_update(ctx, case: Case) -> None:
     """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and
     decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data, on exact data or
@@ -561,12 +578,7 @@ def step_update(ctx, case: Case) -> None:
         bound = {name: 0.0 for name in bound}
     which = "" if case.compiled else "the un-jitted step (compiled=False): "
     _output_shapes(case, {"weights": weights, "momentum": momentum, "loss": loss, "grad": grad}, which)
-    got = {
-        "weights": np.asarray(weights),
-        "momentum": np.asarray(momentum),
-        "loss": float(loss),
-        "grad": np.asarray(grad),
-    }
+    got = host_outputs((weights, momentum, loss, grad))
     if case.contents in FILLS and not all(oracle.finite(got[k]) for k in got):
         raise Miss(
             {"weights": w, "momentum": v, "loss": want_loss, "grad": want_grad},
@@ -779,7 +791,7 @@ def transition_walk(ctx, case: Case) -> None:
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
         fields = snapshot(new)
         need(
-            recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]),
+            recipe.follows(fields, want),
             want["after"],
             {k: fields.get(k) for k in ("cursor", "key", "order")},
             f"transition {call + 1}: the sampler fields",
@@ -860,11 +872,16 @@ def transition_walk(ctx, case: Case) -> None:
         state = new
 
 
+KEEP_STEP_OUTPUTS = (
+    "keep the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or device_put of "
+    "them); only the loss and the ids go to the host"
+)
+
+
 def _transition_placement(ctx, case: Case, state: dict, data, mesh, step, new: dict, call: int) -> None:
     """transition's new weights and momentum replicated on the mesh; when they are not, the step it was given is
     called on the same batch and state: the function named is the one whose outputs left the mesh."""
-    wrong = {name: sharding_of(new[name], mesh, P()) for name in ("weights", "momentum")}
-    wrong = {name: where for name, where in wrong.items() if where}
+    wrong = off_mesh({name: new[name] for name in ("weights", "momentum")}, mesh)
     if not wrong:
         return
     _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
@@ -878,9 +895,9 @@ def _transition_placement(ctx, case: Case, state: dict, data, mesh, step, new: d
             f"), and the step it was given returns them off the mesh too ({by_step}) -> fix make_step: its outputs "
             "stay on the mesh it was made for; transition is not at fault" + formulas.mark("momentum")
             if by_step
-            else "); the step it was given returns them replicated on that mesh, so transition moved them -> keep "
-            "the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or device_put "
-            "of them); only the loss and the ids go to the host" + formulas.mark("one-update")
+            else "); the step it was given returns them replicated on that mesh, so transition moved them -> "
+            + KEEP_STEP_OUTPUTS
+            + formulas.mark("one-update")
         ),
     )
 
@@ -1431,8 +1448,7 @@ def _trained_to(ctx, case: Case, data, mesh):
         want = plan[call]
         # the state save is given is judged first: restore is never blamed for a state no course run reaches
         need(
-            (recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]))
-            and int(fields["step"]) == call + 1,
+            recipe.follows(fields, want) and int(fields["step"]) == call + 1,
             {**want["after"], "step": call + 1},
             {k: fields.get(k) for k in ("cursor", "key", "order", "step")},
             f"the state after transition {call + 1} is already wrong, before save and restore ran: its sampler "
@@ -1499,13 +1515,6 @@ def _damage_rule(what: str) -> str:
     return "validate-fields"
 
 
-def _like(value, numbers: np.ndarray):
-    """`numbers` in the form of a state field: on the same devices with the same sharding, or on the host."""
-    if isinstance(value, jax.Array):
-        return jax.device_put(numbers, value.sharding)
-    return numbers
-
-
 def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> None:
     """The same state with weights and momentum of the largest float32 magnitudes is saved and restored exactly.
 
@@ -1516,8 +1525,8 @@ def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: di
     signs = np.where(np.arange(width) % 2, np.float32(-1), np.float32(1))
     large = {
         **state,
-        "weights": _like(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
-        "momentum": _like(state["momentum"], np.full(width, LARGE, dtype=np.float32)),
+        "weights": _as_field(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
+        "momentum": _as_field(state["momentum"], np.full(width, LARGE, dtype=np.float32)),
     }
     other = os.path.join(os.path.dirname(os.path.abspath(path)), "large-" + os.path.basename(path))
     try:
@@ -1645,6 +1654,15 @@ def _learner_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+def _joined_elsewhere() -> str:
+    """Why a relative path landed in another folder: joined to a working folder kept from before the call."""
+    return (
+        f"the same relative path joined to another folder than the working folder at the call ({os.getcwd()!r}), "
+        "such as one read once at import (os.getcwd() kept in a module variable) -> use the path exactly as given: "
+        "a relative path is relative to the working folder when save is called"
+    )
+
+
 def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> str:
     """Why save's file or returned path is not the path given, from what is on disk and what it returned. `home` is
     the HOME the learner's code runs with (the run's scratch area: a "~" it expands lands there)."""
@@ -1659,10 +1677,8 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
     if not os.path.isabs(path) and os.path.isabs(moved) and moved != os.path.abspath(path):
         if moved.endswith(os.sep + os.path.normpath(path)) and os.path.exists(moved):
             return (
-                f"path: the path given is relative ({path!r}), and save wrote and returned {moved!r}: the same "
-                f"relative path joined to another folder than the working folder at the call ({os.getcwd()!r}), "
-                "such as one read once at import (os.getcwd() kept in a module variable) -> use the path exactly as "
-                "given: a relative path is relative to the working folder when save is called"
+                f"path: the path given is relative ({path!r}), and save wrote and returned {moved!r}: "
+                + _joined_elsewhere()
             )
     if written and spelt and not os.path.isabs(os.fspath(returned)):
         named = os.fspath(returned)
@@ -1718,10 +1734,9 @@ def _failed_save(path: str, exc: Exception) -> str:
     named = _elsewhere(path, exc)
     if not os.path.exists(path) and named:
         return (
-            f"the path given is relative ({path!r}) and the error names {named!r}: the same relative path joined to "
-            f"another folder than the working folder at the call ({os.getcwd()!r}), such as one read once at import "
-            "(os.getcwd() kept in a module variable) -> use the path exactly as given: a relative path is relative "
-            "to the working folder when save is called" + formulas.mark("exact-path")
+            f"the path given is relative ({path!r}) and the error names {named!r}: "
+            + _joined_elsewhere()
+            + formulas.mark("exact-path")
         )
     if not os.path.exists(path):
         return (
@@ -1833,6 +1848,9 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
         _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
 
 
+READ_EVERY_CALL = "read and check the file at every call (no cache by path: a path can hold another checkpoint later)"
+
+
 def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, earlier: dict, rows: int) -> None:
     """restore of `path` (now holding `want`'s checkpoint, put there `how`) returns `want`, not `earlier`."""
     try:
@@ -1855,8 +1873,7 @@ def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, ear
         (
             f"restore gave back the state restored earlier from the same path (step {int(earlier['step'])}), not the "
             f"checkpoint now there (step {int(want['step'])}, {how}): an answer remembered by path (and contract) "
-            "outlives the file -> read and check the file at every call (no cache by path: a path can hold another "
-            "checkpoint later)"
+            f"outlives the file -> {READ_EVERY_CALL}"
             if old
             else f"restore of the checkpoint at step {int(want['step'])} ({how}) must return the saved "
             + ", ".join(n for n, ok in same.items() if not ok)
@@ -2010,8 +2027,7 @@ def _accepted_cause(ctx, target: str, expected: dict, mesh, error, rule: str, pa
     except error:
         return (
             "not the comparison: the same bytes under a new name are refused, so restore gave back an earlier "
-            "answer for a path it had read before, without reading and comparing again -> read and check the "
-            "file at every call (no cache by path: a path can hold another checkpoint later)"
+            f"answer for a path it had read before, without reading and comparing again -> {READ_EVERY_CALL}"
         )
     except Exception:
         return rule

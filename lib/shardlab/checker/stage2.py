@@ -27,7 +27,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.domain import Case
 from shardlab.checker.padding import check_padding
-from shardlab.checker.properties import mesh_of, misplaced_by, step_of
+from shardlab.checker.properties import KEEP_STEP_OUTPUTS, mesh_of, misplaced_by, off_mesh, step_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
@@ -488,11 +488,11 @@ def _first_update_on(ctx, mesh, step, found: list, initial_wrong: list, moved: l
     where = f"the step made for the mesh of devices {_device_ids(mesh)}"
     state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
     # the step's input first: a state initial placed elsewhere is initial's mistake, not the step's
-    wrong = [n for n in ("weights", "momentum") if sharding_of(state[n], mesh, P()) is not None]
+    wrong = off_mesh({n: state[n] for n in ("weights", "momentum")}, mesh)
     if wrong:
         initial_wrong.append(
-            f"initial's {wrong} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
-            f"({sharding_of(state[wrong[0]], mesh, P())})"
+            f"initial's {list(wrong)} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
+            f"({next(iter(wrong.values()))})"
         )
         return []
     try:
@@ -550,8 +550,8 @@ def step_follows_the_mesh_it_was_made_for(ctx):
             "each step, called directly on the same batch and state, returns its new weights and momentum "
             "replicated on its own mesh, and transition does not keep them there: "
             + "; ".join(moved)
-            + " -> keep the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or "
-            "device_put of them); only the loss and the ids go to the host"
+            + " -> "
+            + KEEP_STEP_OUTPUTS
             + (f"; the steps found at fault as well: {'; '.join(found)}" if found else "; make_step is not at fault")
             + formulas.mark("one-update"),
         )
