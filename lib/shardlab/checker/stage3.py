@@ -537,6 +537,14 @@ def failing_saves(state: dict, contract) -> dict:
     return cases
 
 
+def _with_an_earlier_file(folder: str) -> str:
+    """`folder`, made new with one file in it that a save there must leave as it is."""
+    os.makedirs(folder)
+    with open(os.path.join(folder, "earlier.txt"), "w") as handle:
+        handle.write("a file the save must leave as it is\n")
+    return folder
+
+
 def save_errors_leave_the_folder_as_it_was(ctx):
     """A save that raises, whatever its input, leaves its folder as it was (every name, kind and byte); one that
     returns has added the checkpoint alone. Observed by listing the folder before and after each call."""
@@ -544,10 +552,7 @@ def save_errors_leave_the_folder_as_it_was(ctx):
     contract = ctx.impl.contract(ctx.data, _config(ctx))
     wrong, tried = {}, []
     for number, (what, (name, given, given_contract)) in enumerate(failing_saves(state, contract).items()):
-        folder = os.path.join(ctx.workdir, "save-errors", str(number))
-        os.makedirs(folder)
-        with open(os.path.join(folder, "earlier.txt"), "w") as handle:
-            handle.write("a file the save must leave as it is\n")
+        folder = _with_an_earlier_file(os.path.join(ctx.workdir, "save-errors", str(number)))
         path = os.path.join(folder, name)
         observed = os.path.join(folder, "observed")  # arguments.disk lists the folder of the path it is given
         before = arguments.disk(observed)
@@ -616,10 +621,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
         points = _failure_points(ctx, base, below, there, state, contract)
         for index, (point, (number, mode)) in enumerate(points.items()):
             what = f"{layout}, and {point}"
-            folder = os.path.join(base, f"{index}-{number}-{below[0]}")
-            os.makedirs(folder)
-            with open(os.path.join(folder, "earlier.txt"), "w") as handle:
-                handle.write("a file the save must leave as it is\n")
+            folder = _with_an_earlier_file(os.path.join(base, f"{index}-{number}-{below[0]}"))
             if there:
                 os.makedirs(os.path.join(folder, *below))
             path = os.path.join(folder, *below, "checkpoint.npz")
