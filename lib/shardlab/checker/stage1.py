@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.search as search
-from shardlab.checker.common import degenerate_data, expect, host, see, sharding_of, snapshot
+from shardlab.checker.common import attempt, degenerate_data, expect, host, see, sharding_of, snapshot
 from shardlab.checker.formulas import mark
 from shardlab.checker.padding import check_padding
 from shardlab.checker.properties import BATCH_SPECS, new_result_each_call
@@ -40,13 +40,13 @@ def _ids(batches) -> list[np.ndarray]:
 
 def _one_call(ctx, state: dict, batch_size: int) -> tuple[dict, np.ndarray | None, str]:
     """(new state, ids, '') of one next_batch call on `state`, or ({}, None, the error) where it raised."""
-    try:
+
+    def call():
         after, batch = ctx.impl.next_batch(state, ctx.data, batch_size, ctx.mesh)
-        return after, _ids([batch])[0], ""
-    except NotImplementedError:
-        raise
-    except Exception as exc:
-        return {}, None, f"{type(exc).__name__}: {exc}"[:300]
+        return after, _ids([batch])[0]
+
+    (after, ids), error = attempt(call, ({}, None))
+    return after, ids, error
 
 
 def _rows(ctx) -> int:

@@ -18,6 +18,7 @@ import shardlab.checker.search as search
 from shardlab import errors
 from shardlab.checker.common import (
     CheckFailed,
+    attempt,
     cached_step,
     changed_inputs,
     expect,
@@ -131,13 +132,8 @@ def _members(path: str) -> dict:
 
 def _refused(call) -> tuple[bool, str]:
     """(raised, what): run `call`, which should refuse."""
-    try:
-        call()
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:
-        return True, f"{type(exc).__name__}: {exc}"[:300]
-    return False, "accepted (no error)"
+    error = attempt(call)[1]
+    return bool(error), error or "accepted (no error)"
 
 
 def contract_pins_the_experiment(ctx):
@@ -187,12 +183,7 @@ def _restore(ctx, path: str, contract, mesh=None) -> dict:
 
 def _restored(ctx, path: str, contract: dict) -> tuple[dict, str]:
     """(the state the learner's own restore gives for `path`, or {}; the error it raised, or '')."""
-    try:
-        return _restore(ctx, path, contract), ""
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:
-        return {}, f"{type(exc).__name__}: {exc}"[:300]
+    return attempt(lambda: _restore(ctx, path, contract), {})
 
 
 def _differ(restored: dict, state: dict) -> list[str]:
