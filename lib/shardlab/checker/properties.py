@@ -478,10 +478,11 @@ def _large_data(case: Case, rng, width: int) -> tuple[Dataset, np.ndarray]:
     return Dataset(features, targets.astype(np.float32)), weights
 
 
-def _exact_data(case: Case, rng, width: int) -> tuple[Dataset, np.ndarray]:
-    """(data, weights before the step): integer features up to 4096 and weights up to 3, targets off by integers."""
-    rows = case.shape()[0]
-    features = rng.integers(-4096, 4097, size=(rows, width)).astype(np.float32)
+def exact_data(rng, rows: int, width: int, largest: int) -> tuple[Dataset, np.ndarray]:
+    """(data, weights before the step): integer features up to `largest` and weights up to 3, targets off by
+    integers up to 8, so every product and sum of the course's formula is exact in float32 at these sizes (below
+    2^24) and only the division by the count rounds."""
+    features = rng.integers(-largest, largest + 1, size=(rows, width)).astype(np.float32)
     weights = rng.integers(-3, 4, size=width).astype(np.float32)
     targets = features.astype(np.float64) @ weights + rng.integers(-8, 9, size=rows)
     return Dataset(features, targets.astype(np.float32)), weights
@@ -530,7 +531,7 @@ def _step_inputs(case: Case):
     if case.contents == "large data":
         data, before["weights"] = _large_data(case, rng, width)
     if case.contents == "exact data":
-        data, before["weights"] = _exact_data(case, rng, width)
+        data, before["weights"] = exact_data(rng, case.shape()[0], width, 4096)
     finite = batch_arrays(data, ids, case.devices)
     if case.contents == "mask with gaps":  # padded slots between valid ones (one more per device, so some exist)
         extra = [np.zeros((case.devices, *a.shape[1:]), a.dtype) for a in finite]

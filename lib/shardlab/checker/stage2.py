@@ -27,7 +27,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.domain import Case
 from shardlab.checker.padding import check_padding
-from shardlab.checker.properties import KEEP_STEP_OUTPUTS, mesh_of, misplaced_by, off_mesh, step_of
+from shardlab.checker.properties import KEEP_STEP_OUTPUTS, exact_data, mesh_of, misplaced_by, off_mesh, step_of
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
@@ -214,13 +214,9 @@ def _count_rounded(count: int) -> dict:
 
 
 def _exact_batch(rows: int, width: int):
-    """Integer features (|x| <= 16), weights (|w| <= 3) and targets off by integers (|r| <= 8): every product and sum
-    of the course's formula is exact in float32 at this size, so only the division by the count rounds."""
-    rng = np.random.default_rng([rows, width])
-    features = rng.integers(-16, 17, size=(rows, width)).astype(np.float32)
-    weights = rng.integers(-3, 4, size=width).astype(np.float32)
-    targets = (features @ weights + rng.integers(-8, 9, size=rows)).astype(np.float32)
-    return features, targets, np.ones(rows, np.float32), weights, np.zeros(width, np.float32)
+    """Exact integer data (|x| <= 16, properties.exact_data), every row valid, zero momentum."""
+    data, weights = exact_data(np.random.default_rng([rows, width]), rows, width, 16)
+    return data.features, data.targets, np.ones(rows, np.float32), weights, np.zeros(width, np.float32)
 
 
 def count_is_exact_on_a_large_batch(ctx):
