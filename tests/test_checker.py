@@ -375,6 +375,11 @@ MISTAKES = {
         ["same entries in another key order", "entry by entry"],
     ),
     "restore_opens_for_writing": (3, "restore_returns_every_field", ["open r+b checkpoint.npz", "restore only reads"]),
+    "restore_falls_back_to_npz_name": (
+        3,
+        "invalid_arguments_are_refused",
+        ["a checkpoint at it + '.npz': accepted (no error)", "never a name beside it"],
+    ),
     "save_makes_folder_first": (
         3,
         "save_errors_leave_the_folder_as_it_was",

@@ -482,7 +482,13 @@ def invalid_arguments_are_refused(ctx):
         "os.path.lexists, not os.path.exists), with errors.CheckpointExistsError before writing anything, and never "
         "remove it",
         "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
-        "file: OSError included) into errors.CorruptCheckpointError",
+        "file: OSError included) into errors.CorruptCheckpointError"
+        + (
+            ", and read the path given, never a name beside it (the path with .npz added or removed is another "
+            "file: np.savez adds the suffix to a name only when saving)"
+            if any(".npz'" in case for case in wrong)
+            else ""
+        ),
     }
     functions = sorted({case.split(":")[0] for case in wrong})
     return expect(

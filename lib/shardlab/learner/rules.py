@@ -288,7 +288,8 @@ RULES = (
         "validate-fields",
         "restore",
         "a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a path that "
-        "does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
+        "does not exist (even with a checkpoint beside it under that path with .npz added or removed), a folder, "
+        "a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
         "fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), "
         "cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows",
         (

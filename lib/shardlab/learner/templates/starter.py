@@ -179,9 +179,10 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:restore-inputs-intact: restore changes nothing it is given: the expected contract is left as the caller
       passed it, whether the file is accepted or refused.
     - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
-      path that does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing
-      fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor
-      and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
+      path that does not exist (even with a checkpoint beside it under that path with .npz added or removed), a folder,
+      a symbolic link that leads nowhere, an empty, unreadable or cut file, missing fields, wrong dtypes or shapes
+      (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d integers), an
+      order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
