@@ -380,6 +380,11 @@ MISTAKES = {
         "invalid_arguments_are_refused",
         ["a checkpoint at it + '.npz': accepted (no error)", "never a name beside it"],
     ),
+    "restore_reads_the_folders_checkpoint": (
+        3,
+        "invalid_arguments_are_refused",
+        ["a folder holding checkpoint.npz: accepted (no error)", "a checkpoint.npz in the folder at the path"],
+    ),
     "save_makes_folder_first": (
         3,
         "save_errors_leave_the_folder_as_it_was",

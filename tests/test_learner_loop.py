@@ -348,6 +348,7 @@ ARGUMENT_WORDS = {
     "half checkpoint": "cut",
     "npz added": "with .npz added or removed",
     "npz removed": "with .npz added or removed",
+    "folder of a checkpoint": "folder",
 }
 
 

@@ -57,6 +57,7 @@ ARGUMENTS = (
     # added) or the name without it: a restore that reads a name other than the one given accepts it
     Argument("restore", "a path that does not exist, a checkpoint at it + '.npz'", "validate-fields", "npz added"),
     Argument("restore", "a path that does not exist, a checkpoint at it less '.npz'", "validate-fields", "npz removed"),
+    Argument("restore", "a path that is a folder holding checkpoint.npz", "validate-fields", "folder of a checkpoint"),
 )
 
 
@@ -67,11 +68,14 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
     if layout in ("checkpoint", "empty file", "half checkpoint"):
         with open(path, "wb") as handle:
             handle.write({"checkpoint": checkpoint, "empty file": b""}.get(layout, checkpoint[: len(checkpoint) // 2]))
-    elif layout in ("empty folder", "full folder"):
+    elif layout in ("empty folder", "full folder", "folder of a checkpoint"):
         os.makedirs(path)
         if layout == "full folder":
             with open(os.path.join(path, "inside.txt"), "w") as handle:
                 handle.write("a file the save must not touch\n")
+        if layout == "folder of a checkpoint":  # the name a run folder's checkpoint often has
+            with open(os.path.join(path, "checkpoint.npz"), "wb") as handle:
+                handle.write(checkpoint)
     elif layout == "link to checkpoint":
         target = os.path.join(folder, "target.npz")
         with open(target, "wb") as handle:

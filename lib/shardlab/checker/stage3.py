@@ -484,9 +484,9 @@ def invalid_arguments_are_refused(ctx):
         "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
         "file: OSError included) into errors.CorruptCheckpointError"
         + (
-            ", and read the path given, never a name beside it (the path with .npz added or removed is another "
-            "file: np.savez adds the suffix to a name only when saving)"
-            if any(".npz'" in case for case in wrong)
+            ", and read the path given, never a name beside it or inside it (the path with .npz added or removed, "
+            "or a checkpoint.npz in the folder at the path, is another file)"
+            if any(".npz" in case for case in wrong)
             else ""
         ),
     }
