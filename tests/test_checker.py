@@ -375,6 +375,7 @@ MISTAKES = {
         ["same entries in another key order", "entry by entry"],
     ),
     "restore_opens_for_writing": (3, "restore_returns_every_field", ["open r+b checkpoint.npz", "restore only reads"]),
+    "reshuffle_kept_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
     "restore_falls_back_to_npz_name": (
         3,
         "invalid_arguments_are_refused",
@@ -721,6 +722,7 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
+    *("reshuffle_kept_by_key", "restore_falls_back_to_npz_name", "restore_reads_the_folders_checkpoint"),
 }
 
 

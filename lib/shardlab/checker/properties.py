@@ -422,6 +422,40 @@ def sampler_walk(ctx, case: Case) -> None:
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
+    _another_run_reshuffles(ctx, case, mesh)
+
+
+def _another_run_reshuffles(ctx, case: Case, mesh) -> None:
+    """A second run in the same process, from the same seed on data of another row count (`other_rows`), read one
+    epoch per call across two new epochs: its ids and sampler fields are the recipe's for its own rows. The walk
+    above drew its reshuffles from the same saved keys, so a reshuffle kept between calls under the key alone (a
+    cache of orders by key or seed) hands this run the other run's orders."""
+    other = replace(case, fixture="", rows=other_rows(case.shape()[0]))
+    data, rows = data_for(other), other.shape()[0]
+    state = called(ctx, "initial", case.seed, given(other, data), mesh)
+    for call, want in enumerate(oracle.walk(rows, case.seed, rows, 3)):
+        said = (
+            f"a second run from seed {case.seed} on data of {rows} row(s), after a run of {case.shape()[0]} "
+            f"row(s) from that seed in the same process: call {call + 1} (batch size {rows}, one epoch a call) "
+        )
+        fix = (
+            " -> draw every new epoch from the saved key and the row count of the data each call is given; an "
+            "order kept between calls under the key (or the seed) belongs to the run that drew it"
+            + formulas.mark("reshuffle")
+        )
+        try:
+            state, batch = called(ctx, "next_batch", state, given(other, data), rows, mesh)
+        except (Miss, NotImplementedError):
+            raise
+        except Exception as exc:
+            raise Miss(want["ids"], _learner_error(exc), f"{said}raised {type(exc).__name__}{fix}") from exc
+        ids = np.asarray(batch.ids).astype(np.int64)
+        need(
+            np.array_equal(ids, want["ids"]) and recipe.follows(snapshot(state), want),
+            {"ids": want["ids"], **want["after"]},
+            {"ids": ids, **{k: snapshot(state).get(k) for k in ("cursor", "key", "order")}},
+            f"{said}gave other ids or sampler fields than the recipe's for its own rows{fix}",
+        )
 
 
 def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids) -> None:

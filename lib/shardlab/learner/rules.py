@@ -74,10 +74,11 @@ RULES = (
     Rule(
         "reshuffle",
         "next_batch",
-        "a new epoch splits the saved key again and draws its order with the second half, and the new order is "
+        "a new epoch splits the saved key again and draws its order with the second half, a permutation of the "
+        "rows of the data that call is given (never an order kept from an earlier run), and the new order is "
         "kept in the state; key and order change only between epochs: when the new epoch's first batch is read, "
         "or already when the previous epoch's last batch is taken (both are accepted)",
-        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch"),
+        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch", "random_sampler_walk"),
     ),
     Rule(
         "cursor",

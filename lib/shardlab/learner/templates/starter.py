@@ -76,9 +76,10 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     Rules:
     - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever its
       size, one id included; every epoch holds every id exactly once.
-    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, and the new order
-      is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
-      already when the previous epoch's last batch is taken (both are accepted).
+    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, a permutation of
+      the rows of the data that call is given (never an order kept from an earlier run), and the new order is kept in
+      the state; key and order change only between epochs: when the new epoch's first batch is read, or already when the
+      previous epoch's last batch is taken (both are accepted).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
