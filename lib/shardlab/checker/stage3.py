@@ -232,7 +232,12 @@ def restore_returns_every_field(ctx):
         wrong = sharding_of(restored[name], ctx.mesh, P())
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
     _restores_written_another_way(ctx, path, state, contract)
-    return "every field as saved, also with the contract's entries in another order and from a read-only file", "equal"
+    _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
+    return (
+        "every field as saved, also with the contract's entries in another order and from a read-only file, "
+        "nothing left open",
+        "equal",
+    )
 
 
 def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None:
@@ -410,11 +415,30 @@ def save_leaves_only_the_final_file(ctx):
         )
         + mark("exact-path"),
     )
-    return expect(
+    expect(
         found == ["checkpoint"],
         ["checkpoint"],
         found,
         "write a temporary file in the same folder, then rename it into place and remove leftovers",
+    )
+    state, _ = _trained(ctx)
+    _nothing_left_open(ctx, "save", path + "-again", state, ctx.impl.contract(ctx.data, _config(ctx)))
+    return ["checkpoint"], found
+
+
+def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
+    """Fail unless the learner's `function`(path, *args), where it runs, closes every descriptor it opened in the
+    checkpoint's folder (the file, its temporary, the folder it fsyncs) before it returns."""
+    folder = os.path.dirname(path)
+    seen = probe("left_open", getattr(ctx.impl, function), folder, path, *args)
+    expect(
+        not seen["left"],
+        f"no descriptor of {folder} left open by {function}",
+        {"left open": seen["left"], **({"raised": seen["error"]} if seen["error"] else {})},
+        f"{function} returned with {seen['left']} still open: every call leaves a descriptor behind, and after "
+        f"about a thousand calls (the open-files limit) every {function} fails -> close every file and folder "
+        f"{function} opens before it returns (a with block, or os.close in a finally), whether it succeeds or raises"
+        + mark("new-temp-name" if function == "save" else "exact-resume"),
     )
 
 

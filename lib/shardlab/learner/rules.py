@@ -232,8 +232,9 @@ RULES = (
         "save",
         "bytes go first to a temporary file in the same folder, with a new name for every save, in every process "
         "(not from the global random module, which repeats in processes seeded alike), so a save killed midway "
-        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it "
-        "raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included)",
+        "never blocks the next one; nothing but the checkpoint is left behind (nor any file or folder left open), "
+        "and a save that raises, whatever it raises (KeyboardInterrupt included), leaves its folder as it was (a "
+        "folder it made included)",
         (
             "interrupted_save_leaves_nothing_or_a_checkpoint",
             "save_leaves_only_the_final_file",
@@ -320,8 +321,8 @@ RULES = (
         "restore",
         "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
         "the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's entries "
-        "have and from a read-only file; restore must accept every file its own save writes, for data of any row "
-        "count (the member names, "
+        "have and from a read-only file, with nothing left open when it returns; restore must accept every file its "
+        "own save writes, for data of any row count (the member names, "
         "integer widths and any checksum are that save's choice, so a file written another way may be refused)",
         (
             "restore_returns_every_field",

@@ -159,8 +159,9 @@ def save(path, state: dict, contract_: dict) -> str:
       there is left untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, in
       every process (not from the global random module, which repeats in processes seeded alike), so a save killed
-      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it
-      raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included).
+      midway never blocks the next one; nothing but the checkpoint is left behind (nor any file or folder left open),
+      and a save that raises, whatever it raises (KeyboardInterrupt included), leaves its folder as it was (a folder it
+      made included).
     - rule:fsync-before-publish: the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes
       the size a reader needs) after its last write and only then published, so a published name never points at bytes
       still in memory.
@@ -187,8 +188,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
-      entries have and from a read-only file; restore must accept every file its own save writes, for data of any row
-      count (the member names, integer widths and any checksum are that save's choice, so a file written another way may
-      be refused).
+      entries have and from a read-only file, with nothing left open when it returns; restore must accept every file its
+      own save writes, for data of any row count (the member names, integer widths and any checksum are that save's
+      choice, so a file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
