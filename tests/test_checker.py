@@ -381,7 +381,6 @@ MISTAKES = {
         "restore_returns_every_field",
         ["checkpoint.npz'] still open", "restore fails"],
     ),
-    "gradient_drops_tiny_values": (2, "random_step_update", ["features and targets x 1e-08", "drop no value"]),
     "reshuffle_kept_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
     "restore_falls_back_to_npz_name": (
         3,
@@ -730,7 +729,7 @@ SLOW_MISTAKES = {
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
     *("reshuffle_kept_by_key", "restore_falls_back_to_npz_name", "restore_reads_the_folders_checkpoint"),
-    *("save_leaves_the_folder_open", "restore_leaves_the_file_open", "gradient_drops_tiny_values"),
+    *("save_leaves_the_folder_open", "restore_leaves_the_file_open"),
 }
 
 

@@ -112,8 +112,8 @@ RULES = (
         "global-mean",
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
-        "count, held exactly at any batch size and any magnitude of the data (no value dropped as too small), so "
-        "padding and empty devices add exact zeros and the device count changes nothing",
+        "count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count "
+        "changes nothing",
         (
             "gradient_on_a_full_batch",
             "gradient_on_tail_batches",

@@ -102,8 +102,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
 
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
-      valid count, held exactly at any batch size and any magnitude of the data (no value dropped as too small), so
-      padding and empty devices add exact zeros and the device count changes nothing.
+      valid count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count
+      changes nothing.
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
