@@ -381,6 +381,11 @@ MISTAKES = {
         "restore_returns_every_field",
         ["checkpoint.npz'] still open", "restore fails"],
     ),
+    "restore_caps_the_file_size": (
+        3,
+        "random_restore_damage",
+        ["1 row x 2,097,153 features", "never by a fixed number of bytes"],
+    ),
     "reshuffle_kept_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
     "restore_falls_back_to_npz_name": (
         3,
@@ -729,7 +734,7 @@ SLOW_MISTAKES = {
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
     *("reshuffle_kept_by_key", "restore_falls_back_to_npz_name", "restore_reads_the_folders_checkpoint"),
-    *("save_leaves_the_folder_open", "restore_leaves_the_file_open"),
+    *("save_leaves_the_folder_open", "restore_leaves_the_file_open", "restore_caps_the_file_size"),
 }
 
 

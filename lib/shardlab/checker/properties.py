@@ -1510,6 +1510,7 @@ def restore_damage(ctx, case: Case) -> None:
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
         _large_order_kept(ctx, case, path, mesh)
+        _wide_checkpoint_kept(ctx, case, path, mesh)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
         try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
             _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
@@ -1667,6 +1668,45 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
         None if got is None else {"dtype": str(got.dtype), "max": int(np.max(got, initial=0))},
         f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
         + formulas.mark("exact-resume"),
+    )
+
+
+WIDE_FEATURES = 2**21 + 1  # 1 row of this many features: weights and momentum alone take 16 MiB and 8 bytes
+
+
+@functools.lru_cache(maxsize=1)
+def _wide_row() -> Dataset:
+    """One row of WIDE_FEATURES features (8 MiB): a valid experiment whose checkpoint is larger than 16 MiB."""
+    return Dataset((np.arange(WIDE_FEATURES, dtype=np.float32) % 61 / 8).reshape(1, -1), np.ones(1, np.float32))
+
+
+def _wide_checkpoint_kept(ctx, case: Case, path: str, mesh) -> None:
+    """The learner's own first state of a run on one row of WIDE_FEATURES features (its initial and contract, the
+    case's seed, batch size and devices) is saved and restored, its weights as saved: a file past 16 MiB that its own
+    save wrote is a valid checkpoint. Tried in the cases saved at the start, as `_large_order_kept`."""
+    if case.save_at != "start":
+        return
+    data = given(case, _wide_row())
+    contract = called(ctx, "contract", data, _config(case))
+    wide = called(ctx, "initial", case.seed, data, mesh)
+    target = os.path.join(os.path.dirname(os.path.abspath(path)), "wide-" + os.path.basename(path))
+    what = f"a valid checkpoint of a run on 1 row x {WIDE_FEATURES:,} features (its first state, over 16 MiB)"
+    restored = _saved_and_restored(
+        ctx,
+        target,
+        wide,
+        contract,
+        mesh,
+        what,
+        " -> restore accepts every file its own save writes, whatever its size: bound a file by the sizes the "
+        "expected contract gives its members, never by a fixed number of bytes",
+    )
+    got = host(restored.get("weights")) if isinstance(restored, dict) else None
+    need(
+        got is not None and np.array_equal(got, host(wide["weights"])),
+        f"the {WIDE_FEATURES:,} weights as saved",
+        None if got is None else {"shape": list(np.shape(got))},
+        f"{what} came back with other weights" + formulas.mark("exact-resume"),
     )
 
 
