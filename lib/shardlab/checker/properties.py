@@ -1564,7 +1564,7 @@ def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: di
         "weights": _as_field(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
         "momentum": _as_field(state["momentum"], np.full(width, LARGE, dtype=np.float32)),
     }
-    other = os.path.join(os.path.dirname(os.path.abspath(path)), "large-" + os.path.basename(path))
+    other = _beside(path, "large-")
     try:
         called(ctx, "save", other, large, contract)
         restored = called(ctx, "restore", other, contract, mesh)
@@ -1619,15 +1619,12 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     sampler = {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step}
     long_run = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
     at = f"{step:,}"
-    other = os.path.join(os.path.dirname(os.path.abspath(path)), "long-" + os.path.basename(path))
     fix = (
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
         "them as the same integers"
     )
     what = f"a valid checkpoint of the run at step {at} (a long run's step, the sampler that step implies)"
-    restored = _saved_and_restored(ctx, other, long_run, contract, mesh, what, f" -> {fix}")
-    returned = restored.get("step") if isinstance(restored, dict) else None
-    got = None if returned is None else host(returned)
+    got = _restored_field(ctx, _beside(path, "long-"), long_run, contract, mesh, what, f" -> {fix}", "step")
     need(
         got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number) and got == step,
         step,
@@ -1654,14 +1651,13 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
     data = given(case, _many_rows(case.shape()[1]))
     contract = called(ctx, "contract", data, _config(case))
     large = called(ctx, "initial", case.seed, data, mesh)
-    path = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
     fix = (
         "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
         "as np.int32 or np.int64, whatever the row count"
     )
     what = f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (its first state)"
-    restored = _saved_and_restored(ctx, path, large, contract, mesh, what, f": {fix}")
-    got, want = host(restored.get("order")) if isinstance(restored, dict) else None, host(large["order"])
+    got = _restored_field(ctx, _beside(path, "rows-"), large, contract, mesh, what, f": {fix}", "order")
+    want = host(large["order"])
     need(
         got is not None and np.array_equal(got, want),
         f"the order of {LARGE_ROWS:,} ids as saved",
@@ -1689,25 +1685,31 @@ def _wide_checkpoint_kept(ctx, case: Case, path: str, mesh) -> None:
     data = given(case, _wide_row())
     contract = called(ctx, "contract", data, _config(case))
     wide = called(ctx, "initial", case.seed, data, mesh)
-    target = os.path.join(os.path.dirname(os.path.abspath(path)), "wide-" + os.path.basename(path))
     what = f"a valid checkpoint of a run on 1 row x {WIDE_FEATURES:,} features (its first state, over 16 MiB)"
-    restored = _saved_and_restored(
-        ctx,
-        target,
-        wide,
-        contract,
-        mesh,
-        what,
+    fix = (
         " -> restore accepts every file its own save writes, whatever its size: bound a file by the sizes the "
-        "expected contract gives its members, never by a fixed number of bytes",
+        "expected contract gives its members, never by a fixed number of bytes"
     )
-    got = host(restored.get("weights")) if isinstance(restored, dict) else None
+    got = _restored_field(ctx, _beside(path, "wide-"), wide, contract, mesh, what, fix, "weights")
     need(
         got is not None and np.array_equal(got, host(wide["weights"])),
         f"the {WIDE_FEATURES:,} weights as saved",
         None if got is None else {"shape": list(np.shape(got))},
         f"{what} came back with other weights" + formulas.mark("exact-resume"),
     )
+
+
+def _beside(path: str, prefix: str) -> str:
+    """A new name in the folder of `path`: its file name after `prefix`."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), prefix + os.path.basename(path))
+
+
+def _restored_field(ctx, path: str, state: dict, contract: dict, mesh, what: str, fix: str, field: str):
+    """`field` of what the learner's restore gives back after its save of `state` at `path`, on the host (None where
+    it gives no such field); a refusal of this valid checkpoint is a Miss (`_saved_and_restored`)."""
+    restored = _saved_and_restored(ctx, path, state, contract, mesh, what, fix)
+    found = restored.get(field) if isinstance(restored, dict) else None
+    return None if found is None else host(found)
 
 
 def _saved_and_restored(ctx, path: str, state: dict, contract: dict, mesh, what: str, fix: str) -> dict:
@@ -1965,7 +1967,7 @@ def _replaced_at_the_same_path(ctx, case: Case, path: str, state, contract, data
     os.remove(path)
     called(ctx, "save", path, later, contract)
     _restored_as(ctx, path, contract, elsewhere, later, "removed and saved anew at the same path", state, rows)
-    beside = os.path.join(os.path.dirname(os.path.abspath(path)), "renamed-" + os.path.basename(path))
+    beside = _beside(path, "renamed-")
     called(ctx, "save", beside, state, contract)
     os.replace(beside, path)
     _restored_as(ctx, path, contract, elsewhere, state, "another checkpoint renamed over the path", later, rows)
