@@ -375,6 +375,28 @@ MISTAKES = {
         ["same entries in another key order", "entry by entry"],
     ),
     "restore_opens_for_writing": (3, "restore_returns_every_field", ["open r+b checkpoint.npz", "restore only reads"]),
+    "save_leaves_the_folder_open": (3, "save_leaves_only_the_final_file", ["still open", "os.close in a finally"]),
+    "restore_leaves_the_file_open": (
+        3,
+        "restore_returns_every_field",
+        ["checkpoint.npz'] still open", "restore fails"],
+    ),
+    "restore_caps_the_file_size": (
+        3,
+        "random_restore_damage",
+        ["1 row x 2,097,153 features", "never by a fixed number of bytes"],
+    ),
+    "reshuffle_kept_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
+    "restore_falls_back_to_npz_name": (
+        3,
+        "invalid_arguments_are_refused",
+        ["a checkpoint at it + '.npz': accepted (no error)", "never a name beside it"],
+    ),
+    "restore_reads_the_folders_checkpoint": (
+        3,
+        "invalid_arguments_are_refused",
+        ["a folder holding checkpoint.npz: accepted (no error)", "a checkpoint.npz in the folder at the path"],
+    ),
     "save_makes_folder_first": (
         3,
         "save_errors_leave_the_folder_as_it_was",
@@ -711,6 +733,8 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
+    *("reshuffle_kept_by_key", "restore_falls_back_to_npz_name", "restore_reads_the_folders_checkpoint"),
+    *("save_leaves_the_folder_open", "restore_leaves_the_file_open", "restore_caps_the_file_size"),
 }
 
 

@@ -346,6 +346,9 @@ ARGUMENT_WORDS = {
     "nothing": "does not exist",
     "dangling link": "symbolic link that leads nowhere",
     "half checkpoint": "cut",
+    "npz added": "with .npz added or removed",
+    "npz removed": "with .npz added or removed",
+    "folder of a checkpoint": "folder",
 }
 
 

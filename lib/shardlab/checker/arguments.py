@@ -53,6 +53,11 @@ ARGUMENTS = (
     Argument("restore", "a path holding an empty file", "validate-fields", "empty file"),
     Argument("restore", "a symbolic link that leads nowhere", "validate-fields", "dangling link"),
     Argument("restore", "a path holding the checkpoint's first half", "validate-fields", "half checkpoint"),
+    # a path that does not exist, with a valid checkpoint beside it under the name np.savez would give it (.npz
+    # added) or the name without it: a restore that reads a name other than the one given accepts it
+    Argument("restore", "a path that does not exist, a checkpoint at it + '.npz'", "validate-fields", "npz added"),
+    Argument("restore", "a path that does not exist, a checkpoint at it less '.npz'", "validate-fields", "npz removed"),
+    Argument("restore", "a path that is a folder holding checkpoint.npz", "validate-fields", "folder of a checkpoint"),
 )
 
 
@@ -63,16 +68,23 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
     if layout in ("checkpoint", "empty file", "half checkpoint"):
         with open(path, "wb") as handle:
             handle.write({"checkpoint": checkpoint, "empty file": b""}.get(layout, checkpoint[: len(checkpoint) // 2]))
-    elif layout in ("empty folder", "full folder"):
+    elif layout in ("empty folder", "full folder", "folder of a checkpoint"):
         os.makedirs(path)
         if layout == "full folder":
             with open(os.path.join(path, "inside.txt"), "w") as handle:
                 handle.write("a file the save must not touch\n")
+        if layout == "folder of a checkpoint":  # the name a run folder's checkpoint often has
+            with open(os.path.join(path, "checkpoint.npz"), "wb") as handle:
+                handle.write(checkpoint)
     elif layout == "link to checkpoint":
         target = os.path.join(folder, "target.npz")
         with open(target, "wb") as handle:
             handle.write(checkpoint)
         os.symlink("target.npz", path)
+    elif layout in ("npz added", "npz removed"):  # the path itself stays free: a checkpoint under a neighbour name
+        beside = path + ".npz" if layout == "npz added" else os.path.splitext(path)[0]
+        with open(beside, "wb") as handle:
+            handle.write(checkpoint)
     elif layout == "dangling link":
         os.symlink("nowhere.npz", path)
     elif layout != "nothing":

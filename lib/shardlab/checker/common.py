@@ -216,6 +216,17 @@ def raised_where(exc: BaseException) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
+def attempt(call, failed=None) -> tuple:
+    """(what `call()` returned, '') or (`failed`, 'Type: message') where the learner's code raised: a refusal or a
+    failure observed as a value. A stage not yet written (NotImplementedError) and a check's verdict pass through."""
+    try:
+        return call(), ""
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as exc:
+        return failed, f"{type(exc).__name__}: {exc}"[:300]
+
+
 class Fresh:
     """The run's one new interpreter for stage 3's checks that need one (`make` builds its Worker: four CPU
     devices, nothing of this run, a hash seed of its own). The fresh-interpreter resume runs first in it, then

@@ -141,6 +141,36 @@ def edited_between_calls(function, *args) -> dict:
     return {"same_object": second is first, "edit_seen": any(EDIT in found for found in _dicts(second))}
 
 
+def _descriptors() -> dict:
+    """This process's open file descriptors: number -> what it names (a path, a socket, a pipe)."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found[name] = os.readlink(os.path.join("/proc/self/fd", name))
+        except OSError:  # closed meanwhile (the listing's own descriptor among them)
+            continue
+    return found
+
+
+def left_open(function, folder: str, *args) -> dict:
+    """`function(*args)`, then what it opened in `folder` (or `folder` itself) and left open when it returned:
+    {"left": the paths those descriptors name, "error": what it raised, or ''}."""
+    before, error = _descriptors(), ""
+    try:
+        function(*args)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"[:300]
+    inside = (os.path.realpath(folder), os.path.abspath(folder))
+    left = [
+        target
+        for number, target in _descriptors().items()
+        if before.get(number) != target and any(target == f or target.startswith(f + os.sep) for f in inside)
+    ]
+    return {"left": sorted(left), "error": error}
+
+
 PROBES = {
     "edited_between_calls": edited_between_calls,
     "contract_changed_in_place": contract_changed_in_place,
@@ -152,6 +182,7 @@ PROBES = {
     "mapped_input_shapes": mapped_input_shapes,
     "interrupted_save": interrupted_save,
     "read_only_restore": read_only_restore,
+    "left_open": left_open,
 }
 # probes that may take longer than one call's bound (each forked save has its own)
 LONG = {"interrupted_save": 2 * interrupt.CHILD_TIMEOUT}

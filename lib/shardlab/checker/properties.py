@@ -231,13 +231,19 @@ def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
     )
 
 
+def off_mesh(values: dict, mesh) -> dict:
+    """Name -> where it is instead, for those of `values` not replicated on `mesh` (NamedSharding(mesh, P())): empty
+    when all are."""
+    found = {name: sharding_of(value, mesh, P()) for name, value in values.items()}
+    return {name: wrong for name, wrong in found.items() if wrong}
+
+
 def misplaced_by(step, batch, state: dict, mesh) -> dict:
     """Which of the step's own new weights and momentum, on `batch` and `state`, are not replicated on `mesh`
     (name -> where they are instead): empty when the step keeps them there, so a state found off the mesh after a
     transition was moved by the transition, not by the step."""
     outputs = step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])
-    found = {name: sharding_of(value, mesh, P()) for name, value in zip(("weights", "momentum"), outputs)}
-    return {name: wrong for name, wrong in found.items() if wrong}
+    return off_mesh(dict(zip(("weights", "momentum"), outputs)), mesh)
 
 
 def _batch_rules(case: Case, data, batch, mesh) -> None:
@@ -404,7 +410,7 @@ def sampler_walk(ctx, case: Case) -> None:
             cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
             raise Miss(want["ids"], observed[-1], cause or f"call {call + 1}: the ids leave the recipe")
         _batch_rules(case, data, batch, mesh)
-        if not (recipe.fits(states[-1], want["after"]) or recipe.fits(states[-1], want["eager"])):
+        if not recipe.follows(states[-1], want):
             cause = _skipped(plan, call, observed[-1], states[-1]["order"], rows, case.batch)
             cause = cause or recipe.state_cause(states, observed, plan[: len(observed)], case.batch)
             raise Miss(
@@ -416,6 +422,40 @@ def sampler_walk(ctx, case: Case) -> None:
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
+    _another_run_reshuffles(ctx, case, mesh)
+
+
+def _another_run_reshuffles(ctx, case: Case, mesh) -> None:
+    """A second run in the same process, from the same seed on data of another row count (`other_rows`), read one
+    epoch per call across two new epochs: its ids and sampler fields are the recipe's for its own rows. The walk
+    above drew its reshuffles from the same saved keys, so a reshuffle kept between calls under the key alone (a
+    cache of orders by key or seed) hands this run the other run's orders."""
+    other = replace(case, fixture="", rows=other_rows(case.shape()[0]))
+    data, rows = data_for(other), other.shape()[0]
+    state = called(ctx, "initial", case.seed, given(other, data), mesh)
+    for call, want in enumerate(oracle.walk(rows, case.seed, rows, 3)):
+        said = (
+            f"a second run from seed {case.seed} on data of {rows} row(s), after a run of {case.shape()[0]} "
+            f"row(s) from that seed in the same process: call {call + 1} (batch size {rows}, one epoch a call) "
+        )
+        fix = (
+            " -> draw every new epoch from the saved key and the row count of the data each call is given; an "
+            "order kept between calls under the key (or the seed) belongs to the run that drew it"
+            + formulas.mark("reshuffle")
+        )
+        try:
+            state, batch = called(ctx, "next_batch", state, given(other, data), rows, mesh)
+        except (Miss, NotImplementedError):
+            raise
+        except Exception as exc:
+            raise Miss(want["ids"], _learner_error(exc), f"{said}raised {type(exc).__name__}{fix}") from exc
+        ids = np.asarray(batch.ids).astype(np.int64)
+        need(
+            np.array_equal(ids, want["ids"]) and recipe.follows(snapshot(state), want),
+            {"ids": want["ids"], **want["after"]},
+            {"ids": ids, **{k: snapshot(state).get(k) for k in ("cursor", "key", "order")}},
+            f"{said}gave other ids or sampler fields than the recipe's for its own rows{fix}",
+        )
 
 
 def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids) -> None:
@@ -472,10 +512,11 @@ def _large_data(case: Case, rng, width: int) -> tuple[Dataset, np.ndarray]:
     return Dataset(features, targets.astype(np.float32)), weights
 
 
-def _exact_data(case: Case, rng, width: int) -> tuple[Dataset, np.ndarray]:
-    """(data, weights before the step): integer features up to 4096 and weights up to 3, targets off by integers."""
-    rows = case.shape()[0]
-    features = rng.integers(-4096, 4097, size=(rows, width)).astype(np.float32)
+def exact_data(rng, rows: int, width: int, largest: int) -> tuple[Dataset, np.ndarray]:
+    """(data, weights before the step): integer features up to `largest` and weights up to 3, targets off by
+    integers up to 8, so every product and sum of the course's formula is exact in float32 at these sizes (below
+    2^24) and only the division by the count rounds."""
+    features = rng.integers(-largest, largest + 1, size=(rows, width)).astype(np.float32)
     weights = rng.integers(-3, 4, size=width).astype(np.float32)
     targets = features.astype(np.float64) @ weights + rng.integers(-8, 9, size=rows)
     return Dataset(features, targets.astype(np.float32)), weights
@@ -524,7 +565,7 @@ def _step_inputs(case: Case):
     if case.contents == "large data":
         data, before["weights"] = _large_data(case, rng, width)
     if case.contents == "exact data":
-        data, before["weights"] = _exact_data(case, rng, width)
+        data, before["weights"] = exact_data(rng, case.shape()[0], width, 4096)
     finite = batch_arrays(data, ids, case.devices)
     if case.contents == "mask with gaps":  # padded slots between valid ones (one more per device, so some exist)
         extra = [np.zeros((case.devices, *a.shape[1:]), a.dtype) for a in finite]
@@ -544,6 +585,17 @@ def _step_inputs(case: Case):
     return tuple(given), tuple(for_oracle), before
 
 
+def host_outputs(outputs) -> dict:
+    """A step's (weights, momentum, loss, grad) on the host, by name: arrays, and the loss a float."""
+    weights, momentum, loss, grad = outputs
+    return {
+        "weights": np.asarray(weights),
+        "momentum": np.asarray(momentum),
+        "loss": float(loss),
+        "grad": np.asarray(grad),
+    }
+
+
 def step_update(ctx, case: Case) -> None:
     """One step (jitted or not) on `rows` valid rows over `devices` devices, with the case's learning rate and
     decay, on the course's data, on padding that holds NaN, +-inf or huge values, on large data, on exact data or
@@ -561,12 +613,7 @@ def step_update(ctx, case: Case) -> None:
         bound = {name: 0.0 for name in bound}
     which = "" if case.compiled else "the un-jitted step (compiled=False): "
     _output_shapes(case, {"weights": weights, "momentum": momentum, "loss": loss, "grad": grad}, which)
-    got = {
-        "weights": np.asarray(weights),
-        "momentum": np.asarray(momentum),
-        "loss": float(loss),
-        "grad": np.asarray(grad),
-    }
+    got = host_outputs((weights, momentum, loss, grad))
     if case.contents in FILLS and not all(oracle.finite(got[k]) for k in got):
         raise Miss(
             {"weights": w, "momentum": v, "loss": want_loss, "grad": want_grad},
@@ -779,7 +826,7 @@ def transition_walk(ctx, case: Case) -> None:
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
         fields = snapshot(new)
         need(
-            recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]),
+            recipe.follows(fields, want),
             want["after"],
             {k: fields.get(k) for k in ("cursor", "key", "order")},
             f"transition {call + 1}: the sampler fields",
@@ -860,11 +907,16 @@ def transition_walk(ctx, case: Case) -> None:
         state = new
 
 
+KEEP_STEP_OUTPUTS = (
+    "keep the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or device_put of "
+    "them); only the loss and the ids go to the host"
+)
+
+
 def _transition_placement(ctx, case: Case, state: dict, data, mesh, step, new: dict, call: int) -> None:
     """transition's new weights and momentum replicated on the mesh; when they are not, the step it was given is
     called on the same batch and state: the function named is the one whose outputs left the mesh."""
-    wrong = {name: sharding_of(new[name], mesh, P()) for name in ("weights", "momentum")}
-    wrong = {name: where for name, where in wrong.items() if where}
+    wrong = off_mesh({name: new[name] for name in ("weights", "momentum")}, mesh)
     if not wrong:
         return
     _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, mesh)
@@ -878,9 +930,9 @@ def _transition_placement(ctx, case: Case, state: dict, data, mesh, step, new: d
             f"), and the step it was given returns them off the mesh too ({by_step}) -> fix make_step: its outputs "
             "stay on the mesh it was made for; transition is not at fault" + formulas.mark("momentum")
             if by_step
-            else "); the step it was given returns them replicated on that mesh, so transition moved them -> keep "
-            "the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or device_put "
-            "of them); only the loss and the ids go to the host" + formulas.mark("one-update")
+            else "); the step it was given returns them replicated on that mesh, so transition moved them -> "
+            + KEEP_STEP_OUTPUTS
+            + formulas.mark("one-update")
         ),
     )
 
@@ -1431,8 +1483,7 @@ def _trained_to(ctx, case: Case, data, mesh):
         want = plan[call]
         # the state save is given is judged first: restore is never blamed for a state no course run reaches
         need(
-            (recipe.fits(fields, want["after"]) or recipe.fits(fields, want["eager"]))
-            and int(fields["step"]) == call + 1,
+            recipe.follows(fields, want) and int(fields["step"]) == call + 1,
             {**want["after"], "step": call + 1},
             {k: fields.get(k) for k in ("cursor", "key", "order", "step")},
             f"the state after transition {call + 1} is already wrong, before save and restore ran: its sampler "
@@ -1459,6 +1510,7 @@ def restore_damage(ctx, case: Case) -> None:
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
         _large_order_kept(ctx, case, path, mesh)
+        _wide_checkpoint_kept(ctx, case, path, mesh)
         refused = _damage_verdicts(ctx, case, path, state, contract, mesh, data)
         try:  # judged after the damaged copies, whose verdict names a cache by path where one shows there first
             _replaced_at_the_same_path(ctx, case, path, state, contract, data, mesh, elsewhere, at)
@@ -1499,13 +1551,6 @@ def _damage_rule(what: str) -> str:
     return "validate-fields"
 
 
-def _like(value, numbers: np.ndarray):
-    """`numbers` in the form of a state field: on the same devices with the same sharding, or on the host."""
-    if isinstance(value, jax.Array):
-        return jax.device_put(numbers, value.sharding)
-    return numbers
-
-
 def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> None:
     """The same state with weights and momentum of the largest float32 magnitudes is saved and restored exactly.
 
@@ -1516,10 +1561,10 @@ def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: di
     signs = np.where(np.arange(width) % 2, np.float32(-1), np.float32(1))
     large = {
         **state,
-        "weights": _like(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
-        "momentum": _like(state["momentum"], np.full(width, LARGE, dtype=np.float32)),
+        "weights": _as_field(state["weights"], (signs * np.float32(1e30)).astype(np.float32)),
+        "momentum": _as_field(state["momentum"], np.full(width, LARGE, dtype=np.float32)),
     }
-    other = os.path.join(os.path.dirname(os.path.abspath(path)), "large-" + os.path.basename(path))
+    other = _beside(path, "large-")
     try:
         called(ctx, "save", other, large, contract)
         restored = called(ctx, "restore", other, contract, mesh)
@@ -1574,15 +1619,12 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     sampler = {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step}
     long_run = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
     at = f"{step:,}"
-    other = os.path.join(os.path.dirname(os.path.abspath(path)), "long-" + os.path.basename(path))
     fix = (
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
         "them as the same integers"
     )
     what = f"a valid checkpoint of the run at step {at} (a long run's step, the sampler that step implies)"
-    restored = _saved_and_restored(ctx, other, long_run, contract, mesh, what, f" -> {fix}")
-    returned = restored.get("step") if isinstance(restored, dict) else None
-    got = None if returned is None else host(returned)
+    got = _restored_field(ctx, _beside(path, "long-"), long_run, contract, mesh, what, f" -> {fix}", "step")
     need(
         got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number) and got == step,
         step,
@@ -1609,14 +1651,13 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
     data = given(case, _many_rows(case.shape()[1]))
     contract = called(ctx, "contract", data, _config(case))
     large = called(ctx, "initial", case.seed, data, mesh)
-    path = os.path.join(os.path.dirname(os.path.abspath(path)), "rows-" + os.path.basename(path))
     fix = (
         "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
         "as np.int32 or np.int64, whatever the row count"
     )
     what = f"a valid checkpoint of a run on data of {LARGE_ROWS:,} rows (its first state)"
-    restored = _saved_and_restored(ctx, path, large, contract, mesh, what, f": {fix}")
-    got, want = host(restored.get("order")) if isinstance(restored, dict) else None, host(large["order"])
+    got = _restored_field(ctx, _beside(path, "rows-"), large, contract, mesh, what, f": {fix}", "order")
+    want = host(large["order"])
     need(
         got is not None and np.array_equal(got, want),
         f"the order of {LARGE_ROWS:,} ids as saved",
@@ -1624,6 +1665,51 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
         f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
         + formulas.mark("exact-resume"),
     )
+
+
+WIDE_FEATURES = 2**21 + 1  # 1 row of this many features: weights and momentum alone take 16 MiB and 8 bytes
+
+
+@functools.lru_cache(maxsize=1)
+def _wide_row() -> Dataset:
+    """One row of WIDE_FEATURES features (8 MiB): a valid experiment whose checkpoint is larger than 16 MiB."""
+    return Dataset((np.arange(WIDE_FEATURES, dtype=np.float32) % 61 / 8).reshape(1, -1), np.ones(1, np.float32))
+
+
+def _wide_checkpoint_kept(ctx, case: Case, path: str, mesh) -> None:
+    """The learner's own first state of a run on one row of WIDE_FEATURES features (its initial and contract, the
+    case's seed, batch size and devices) is saved and restored, its weights as saved: a file past 16 MiB that its own
+    save wrote is a valid checkpoint. Tried in the cases saved at the start, as `_large_order_kept`."""
+    if case.save_at != "start":
+        return
+    data = given(case, _wide_row())
+    contract = called(ctx, "contract", data, _config(case))
+    wide = called(ctx, "initial", case.seed, data, mesh)
+    what = f"a valid checkpoint of a run on 1 row x {WIDE_FEATURES:,} features (its first state, over 16 MiB)"
+    fix = (
+        " -> restore accepts every file its own save writes, whatever its size: bound a file by the sizes the "
+        "expected contract gives its members, never by a fixed number of bytes"
+    )
+    got = _restored_field(ctx, _beside(path, "wide-"), wide, contract, mesh, what, fix, "weights")
+    need(
+        got is not None and np.array_equal(got, host(wide["weights"])),
+        f"the {WIDE_FEATURES:,} weights as saved",
+        None if got is None else {"shape": list(np.shape(got))},
+        f"{what} came back with other weights" + formulas.mark("exact-resume"),
+    )
+
+
+def _beside(path: str, prefix: str) -> str:
+    """A new name in the folder of `path`: its file name after `prefix`."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), prefix + os.path.basename(path))
+
+
+def _restored_field(ctx, path: str, state: dict, contract: dict, mesh, what: str, fix: str, field: str):
+    """`field` of what the learner's restore gives back after its save of `state` at `path`, on the host (None where
+    it gives no such field); a refusal of this valid checkpoint is a Miss (`_saved_and_restored`)."""
+    restored = _saved_and_restored(ctx, path, state, contract, mesh, what, fix)
+    found = restored.get(field) if isinstance(restored, dict) else None
+    return None if found is None else host(found)
 
 
 def _saved_and_restored(ctx, path: str, state: dict, contract: dict, mesh, what: str, fix: str) -> dict:
@@ -1645,6 +1731,15 @@ def _learner_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+def _joined_elsewhere() -> str:
+    """Why a relative path landed in another folder: joined to a working folder kept from before the call."""
+    return (
+        f"the same relative path joined to another folder than the working folder at the call ({os.getcwd()!r}), "
+        "such as one read once at import (os.getcwd() kept in a module variable) -> use the path exactly as given: "
+        "a relative path is relative to the working folder when save is called"
+    )
+
+
 def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> str:
     """Why save's file or returned path is not the path given, from what is on disk and what it returned. `home` is
     the HOME the learner's code runs with (the run's scratch area: a "~" it expands lands there)."""
@@ -1659,10 +1754,8 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
     if not os.path.isabs(path) and os.path.isabs(moved) and moved != os.path.abspath(path):
         if moved.endswith(os.sep + os.path.normpath(path)) and os.path.exists(moved):
             return (
-                f"path: the path given is relative ({path!r}), and save wrote and returned {moved!r}: the same "
-                f"relative path joined to another folder than the working folder at the call ({os.getcwd()!r}), "
-                "such as one read once at import (os.getcwd() kept in a module variable) -> use the path exactly as "
-                "given: a relative path is relative to the working folder when save is called"
+                f"path: the path given is relative ({path!r}), and save wrote and returned {moved!r}: "
+                + _joined_elsewhere()
             )
     if written and spelt and not os.path.isabs(os.fspath(returned)):
         named = os.fspath(returned)
@@ -1718,10 +1811,9 @@ def _failed_save(path: str, exc: Exception) -> str:
     named = _elsewhere(path, exc)
     if not os.path.exists(path) and named:
         return (
-            f"the path given is relative ({path!r}) and the error names {named!r}: the same relative path joined to "
-            f"another folder than the working folder at the call ({os.getcwd()!r}), such as one read once at import "
-            "(os.getcwd() kept in a module variable) -> use the path exactly as given: a relative path is relative "
-            "to the working folder when save is called" + formulas.mark("exact-path")
+            f"the path given is relative ({path!r}) and the error names {named!r}: "
+            + _joined_elsewhere()
+            + formulas.mark("exact-path")
         )
     if not os.path.exists(path):
         return (
@@ -1833,6 +1925,9 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
         _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
 
 
+READ_EVERY_CALL = "read and check the file at every call (no cache by path: a path can hold another checkpoint later)"
+
+
 def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, earlier: dict, rows: int) -> None:
     """restore of `path` (now holding `want`'s checkpoint, put there `how`) returns `want`, not `earlier`."""
     try:
@@ -1855,8 +1950,7 @@ def _restored_as(ctx, path: str, contract: dict, mesh, want: dict, how: str, ear
         (
             f"restore gave back the state restored earlier from the same path (step {int(earlier['step'])}), not the "
             f"checkpoint now there (step {int(want['step'])}, {how}): an answer remembered by path (and contract) "
-            "outlives the file -> read and check the file at every call (no cache by path: a path can hold another "
-            "checkpoint later)"
+            f"outlives the file -> {READ_EVERY_CALL}"
             if old
             else f"restore of the checkpoint at step {int(want['step'])} ({how}) must return the saved "
             + ", ".join(n for n, ok in same.items() if not ok)
@@ -1873,7 +1967,7 @@ def _replaced_at_the_same_path(ctx, case: Case, path: str, state, contract, data
     os.remove(path)
     called(ctx, "save", path, later, contract)
     _restored_as(ctx, path, contract, elsewhere, later, "removed and saved anew at the same path", state, rows)
-    beside = os.path.join(os.path.dirname(os.path.abspath(path)), "renamed-" + os.path.basename(path))
+    beside = _beside(path, "renamed-")
     called(ctx, "save", beside, state, contract)
     os.replace(beside, path)
     _restored_as(ctx, path, contract, elsewhere, state, "another checkpoint renamed over the path", later, rows)
@@ -2010,8 +2104,7 @@ def _accepted_cause(ctx, target: str, expected: dict, mesh, error, rule: str, pa
     except error:
         return (
             "not the comparison: the same bytes under a new name are refused, so restore gave back an earlier "
-            "answer for a path it had read before, without reading and comparing again -> read and check the "
-            "file at every call (no cache by path: a path can hold another checkpoint later)"
+            f"answer for a path it had read before, without reading and comparing again -> {READ_EVERY_CALL}"
         )
     except Exception:
         return rule

@@ -21,6 +21,12 @@ def fits(state: dict, wanted: dict | None) -> bool:
     )
 
 
+def follows(state: dict, want: dict) -> bool:
+    """Whether the sampler fields of `state` are one call's of the walk, in either form an epoch's end may take (a
+    lazy sampler's cursor == rows, or an eager one's new epoch already drawn)."""
+    return fits(state, want["after"]) or fits(state, want["eager"])
+
+
 def length_cause(rows: int, batch_size: int, observed: list[np.ndarray], walk: list[dict]) -> str | None:
     """Why batch lengths differ from arithmetic, read from the ids: dropped or topped-up remainder, or other."""
     for call, (ids, want) in enumerate(zip(observed, walk)):
@@ -60,7 +66,7 @@ def state_cause(states: list[dict], observed: list[np.ndarray], walk: list[dict]
     """Why the sampler fields or ids leave the recipe, read from the first call where they do."""
     for call, want in enumerate(walk):
         before, after = states[call], states[call + 1]
-        if fits(after, want["after"]) or fits(after, want["eager"]):
+        if follows(after, want):
             if not np.array_equal(observed[call], want["ids"]):
                 return (
                     f"call {call + 1}: the sampler fields are right but the ids are not -> the batch is "

@@ -27,7 +27,15 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.domain import Case
 from shardlab.checker.padding import check_padding
-from shardlab.checker.properties import mesh_of, misplaced_by, step_of
+from shardlab.checker.properties import (
+    KEEP_STEP_OUTPUTS,
+    exact_data,
+    host_outputs,
+    mesh_of,
+    misplaced_by,
+    off_mesh,
+    step_of,
+)
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
 from shardlab.core.update import count_all_reduce
@@ -50,11 +58,6 @@ def _inputs(ctx, rows: int, num_devices: int):
     width = ctx.data.features.shape[1]
     host = (*batch_arrays(ctx.data, _ids(rows), num_devices), _weights(width), np.zeros(width, np.float32))
     return host, placed(make_mesh(num_devices), *host)
-
-
-def _step_outputs(step, args) -> tuple:
-    weights, momentum, loss, grad = step(*args)
-    return weights, momentum, float(np.asarray(loss)), np.asarray(grad)
 
 
 def _observation(host, outputs, quantity: str) -> tuple:
@@ -214,13 +217,9 @@ def _count_rounded(count: int) -> dict:
 
 
 def _exact_batch(rows: int, width: int):
-    """Integer features (|x| <= 16), weights (|w| <= 3) and targets off by integers (|r| <= 8): every product and sum
-    of the course's formula is exact in float32 at this size, so only the division by the count rounds."""
-    rng = np.random.default_rng([rows, width])
-    features = rng.integers(-16, 17, size=(rows, width)).astype(np.float32)
-    weights = rng.integers(-3, 4, size=width).astype(np.float32)
-    targets = (features @ weights + rng.integers(-8, 9, size=rows)).astype(np.float32)
-    return features, targets, np.ones(rows, np.float32), weights, np.zeros(width, np.float32)
+    """Exact integer data (|x| <= 16, properties.exact_data), every row valid, zero momentum."""
+    data, weights = exact_data(np.random.default_rng([rows, width]), rows, width, 16)
+    return data.features, data.targets, np.ones(rows, np.float32), weights, np.zeros(width, np.float32)
 
 
 def count_is_exact_on_a_large_batch(ctx):
@@ -229,9 +228,9 @@ def count_is_exact_on_a_large_batch(ctx):
     Exact integer data leaves the division as the only rounding, so a count held in a narrow type (float16 or
     bfloat16 hold integers exactly only to 2,048 and 256; int16 wraps past 32,767) shows as a loss off by its ratio."""
     host = _exact_batch(LARGE_COUNT, ctx.data.features.shape[1])
-    outputs = _step_outputs(cached_step(ctx, 1), placed(make_mesh(1), *host))
+    outputs = host_outputs(cached_step(ctx, 1)(*placed(make_mesh(1), *host)))
     want_loss, want_grad = oracle.masked_mean(*host[:4])
-    got_loss, got_grad = outputs[2], outputs[3]
+    got_loss, got_grad = outputs["loss"], outputs["grad"]
     ok = close(got_loss, want_loss) and close(got_grad, want_grad)
     used = LARGE_COUNT * want_loss / got_loss if got_loss else float("inf")
     named = [kind for kind, value in _count_rounded(LARGE_COUNT).items() if value and abs(used - value) < 0.5]
@@ -294,8 +293,8 @@ def consecutive_updates(ctx):
     weights, momentum = _weights(width), np.zeros(width, np.float32)
     for number, (batch, want) in enumerate(zip(host_batches, expected), start=1):
         given = {"weights": np.asarray(weights), "momentum": np.asarray(momentum)}
-        weights, momentum, loss, grad = _step_outputs(step, placed(mesh, *batch, weights, momentum))
-        got = {"weights": np.asarray(weights), "momentum": np.asarray(momentum), "loss": loss, "grad": grad}
+        got = host_outputs(step(*placed(mesh, *batch, weights, momentum)))
+        weights, momentum, loss, grad = (got[k] for k in ("weights", "momentum", "loss", "grad"))
         wrong = [k for k in got if not close(got[k], want[k])]
         if not wrong:
             continue
@@ -333,7 +332,8 @@ def consecutive_updates(ctx):
 def loss_is_taken_before_the_update(ctx):
     """The reported loss is L(w) at the weights the gradient was taken at, not at the updated weights."""
     host, args = _inputs(ctx, 7, ctx.mesh.size)
-    new_weights, _, loss, _ = _step_outputs(cached_step(ctx), args)
+    outputs = host_outputs(cached_step(ctx)(*args))
+    new_weights, loss = outputs["weights"], outputs["loss"]
     before = oracle.masked_mean(*host[:4])[0]
     after = oracle.masked_mean(*host[:3], np.asarray(new_weights))[0]
     if close(loss, after):
@@ -374,7 +374,7 @@ def _wrong_on_this_batch(ctx, batch, own, start) -> str:
     except CheckFailed as wrong:
         given = [np.asarray(a) for a in (batch.features, batch.targets, batch.mask)]
         as_given = oracle.momentum_step(*given, *start)
-        step_right = close(own[2], as_given[2]) and close(own[0], as_given[0])
+        step_right = close(own["loss"], as_given[2]) and close(own["weights"], as_given[0])
         return (
             f"the batch next_batch gave is already wrong ({wrong.diagnosis})"
             + (
@@ -422,10 +422,9 @@ def transition_is_one_batch_and_one_update(ctx):
         start = (np.asarray(state["weights"]), np.asarray(state["momentum"]))
         weights, momentum, want_loss, _ = oracle.momentum_step(*host, weights, momentum)
         if not (close(loss, want_loss) and close(new["weights"], weights)):
-            own = _step_outputs(step, (batch.features, batch.targets, batch.mask, state["weights"], state["momentum"]))
-            step_ok = close(own[2], oracle.momentum_step(*host, *start)[2]) and close(
-                own[0], oracle.momentum_step(*host, *start)[0]
-            )
+            own = host_outputs(step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"]))
+            want = oracle.momentum_step(*host, *start)
+            step_ok = close(own["loss"], want[2]) and close(own["weights"], want[0])
             why = (
                 "the step is right on this batch, so the transition is not handing the state's weights and momentum "
                 "to it or not keeping its outputs"
@@ -488,11 +487,11 @@ def _first_update_on(ctx, mesh, step, found: list, initial_wrong: list, moved: l
     where = f"the step made for the mesh of devices {_device_ids(mesh)}"
     state = ctx.impl.initial(ctx.seed, ctx.data, mesh)
     # the step's input first: a state initial placed elsewhere is initial's mistake, not the step's
-    wrong = [n for n in ("weights", "momentum") if sharding_of(state[n], mesh, P()) is not None]
+    wrong = off_mesh({n: state[n] for n in ("weights", "momentum")}, mesh)
     if wrong:
         initial_wrong.append(
-            f"initial's {wrong} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
-            f"({sharding_of(state[wrong[0]], mesh, P())})"
+            f"initial's {list(wrong)} for the mesh of devices {_device_ids(mesh)} are not replicated on it "
+            f"({next(iter(wrong.values()))})"
         )
         return []
     try:
@@ -550,8 +549,8 @@ def step_follows_the_mesh_it_was_made_for(ctx):
             "each step, called directly on the same batch and state, returns its new weights and momentum "
             "replicated on its own mesh, and transition does not keep them there: "
             + "; ".join(moved)
-            + " -> keep the step's new weights and momentum as it returns them (no np.asarray, jax.device_get or "
-            "device_put of them); only the loss and the ids go to the host"
+            + " -> "
+            + KEEP_STEP_OUTPUTS
             + (f"; the steps found at fault as well: {'; '.join(found)}" if found else "; make_step is not at fault")
             + formulas.mark("one-update"),
         )

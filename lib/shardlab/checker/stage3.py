@@ -18,6 +18,7 @@ import shardlab.checker.search as search
 from shardlab import errors
 from shardlab.checker.common import (
     CheckFailed,
+    attempt,
     cached_step,
     changed_inputs,
     expect,
@@ -131,13 +132,8 @@ def _members(path: str) -> dict:
 
 def _refused(call) -> tuple[bool, str]:
     """(raised, what): run `call`, which should refuse."""
-    try:
-        call()
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:
-        return True, f"{type(exc).__name__}: {exc}"[:300]
-    return False, "accepted (no error)"
+    error = attempt(call)[1]
+    return bool(error), error or "accepted (no error)"
 
 
 def contract_pins_the_experiment(ctx):
@@ -187,12 +183,7 @@ def _restore(ctx, path: str, contract, mesh=None) -> dict:
 
 def _restored(ctx, path: str, contract: dict) -> tuple[dict, str]:
     """(the state the learner's own restore gives for `path`, or {}; the error it raised, or '')."""
-    try:
-        return _restore(ctx, path, contract), ""
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:
-        return {}, f"{type(exc).__name__}: {exc}"[:300]
+    return attempt(lambda: _restore(ctx, path, contract), {})
 
 
 def _differ(restored: dict, state: dict) -> list[str]:
@@ -241,7 +232,12 @@ def restore_returns_every_field(ctx):
         wrong = sharding_of(restored[name], ctx.mesh, P())
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
     _restores_written_another_way(ctx, path, state, contract)
-    return "every field as saved, also with the contract's entries in another order and from a read-only file", "equal"
+    _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
+    return (
+        "every field as saved, also with the contract's entries in another order and from a read-only file, "
+        "nothing left open",
+        "equal",
+    )
 
 
 def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None:
@@ -419,11 +415,30 @@ def save_leaves_only_the_final_file(ctx):
         )
         + mark("exact-path"),
     )
-    return expect(
+    expect(
         found == ["checkpoint"],
         ["checkpoint"],
         found,
         "write a temporary file in the same folder, then rename it into place and remove leftovers",
+    )
+    state, _ = _trained(ctx)
+    _nothing_left_open(ctx, "save", path + "-again", state, ctx.impl.contract(ctx.data, _config(ctx)))
+    return ["checkpoint"], found
+
+
+def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
+    """Fail unless the learner's `function`(path, *args), where it runs, closes every descriptor it opened in the
+    checkpoint's folder (the file, its temporary, the folder it fsyncs) before it returns."""
+    folder = os.path.dirname(path)
+    seen = probe("left_open", getattr(ctx.impl, function), folder, path, *args)
+    expect(
+        not seen["left"],
+        f"no descriptor of {folder} left open by {function}",
+        {"left open": seen["left"], **({"raised": seen["error"]} if seen["error"] else {})},
+        f"{function} returned with {seen['left']} still open: every call leaves a descriptor behind, and after "
+        f"about a thousand calls (the open-files limit) every {function} fails -> close every file and folder "
+        f"{function} opens before it returns (a with block, or os.close in a finally), whether it succeeds or raises"
+        + mark("new-temp-name" if function == "save" else "exact-resume"),
     )
 
 
@@ -491,7 +506,13 @@ def invalid_arguments_are_refused(ctx):
         "os.path.lexists, not os.path.exists), with errors.CheckpointExistsError before writing anything, and never "
         "remove it",
         "restore": "turn every error of reading the path (a missing name, a folder, a link that leads nowhere, a cut "
-        "file: OSError included) into errors.CorruptCheckpointError",
+        "file: OSError included) into errors.CorruptCheckpointError"
+        + (
+            ", and read the path given, never a name beside it or inside it (the path with .npz added or removed, "
+            "or a checkpoint.npz in the folder at the path, is another file)"
+            if any(".npz" in case for case in wrong)
+            else ""
+        ),
     }
     functions = sorted({case.split(":")[0] for case in wrong})
     return expect(
@@ -537,6 +558,14 @@ def failing_saves(state: dict, contract) -> dict:
     return cases
 
 
+def _with_an_earlier_file(folder: str) -> str:
+    """`folder`, made new with one file in it that a save there must leave as it is."""
+    os.makedirs(folder)
+    with open(os.path.join(folder, "earlier.txt"), "w") as handle:
+        handle.write("a file the save must leave as it is\n")
+    return folder
+
+
 def save_errors_leave_the_folder_as_it_was(ctx):
     """A save that raises, whatever its input, leaves its folder as it was (every name, kind and byte); one that
     returns has added the checkpoint alone. Observed by listing the folder before and after each call."""
@@ -544,10 +573,7 @@ def save_errors_leave_the_folder_as_it_was(ctx):
     contract = ctx.impl.contract(ctx.data, _config(ctx))
     wrong, tried = {}, []
     for number, (what, (name, given, given_contract)) in enumerate(failing_saves(state, contract).items()):
-        folder = os.path.join(ctx.workdir, "save-errors", str(number))
-        os.makedirs(folder)
-        with open(os.path.join(folder, "earlier.txt"), "w") as handle:
-            handle.write("a file the save must leave as it is\n")
+        folder = _with_an_earlier_file(os.path.join(ctx.workdir, "save-errors", str(number)))
         path = os.path.join(folder, name)
         observed = os.path.join(folder, "observed")  # arguments.disk lists the folder of the path it is given
         before = arguments.disk(observed)
@@ -616,10 +642,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
         points = _failure_points(ctx, base, below, there, state, contract)
         for index, (point, (number, mode)) in enumerate(points.items()):
             what = f"{layout}, and {point}"
-            folder = os.path.join(base, f"{index}-{number}-{below[0]}")
-            os.makedirs(folder)
-            with open(os.path.join(folder, "earlier.txt"), "w") as handle:
-                handle.write("a file the save must leave as it is\n")
+            folder = _with_an_earlier_file(os.path.join(base, f"{index}-{number}-{below[0]}"))
             if there:
                 os.makedirs(os.path.join(folder, *below))
             path = os.path.join(folder, *below, "checkpoint.npz")

@@ -6,6 +6,7 @@ import numpy as np
 from shardlab.checker import formulas
 from shardlab.checker.common import batch_arrays, cached_step, close, expect, placed
 from shardlab.checker.probes import probe
+from shardlab.checker.properties import host_outputs
 from shardlab.core.update import count_all_reduce
 from shardlab.verify import oracle
 
@@ -19,16 +20,6 @@ def _inputs(ctx):
     momentum = np.random.default_rng(12).normal(size=width).astype(np.float32)
     host = (*batch_arrays(ctx.data, np.arange(ROWS), ctx.mesh.size), weights, momentum)
     return host, placed(ctx.mesh, *host)
-
-
-def _as_numpy(outputs) -> dict:
-    weights, momentum, loss, grad = outputs
-    return {
-        "weights": np.asarray(weights),
-        "momentum": np.asarray(momentum),
-        "loss": float(loss),
-        "grad": np.asarray(grad),
-    }
 
 
 def _versus_numpy(outputs: dict, host) -> list[str]:
@@ -51,7 +42,7 @@ def _cause(outputs: dict, host, num_devices: int) -> str:
 def _eager(ctx) -> dict:
     """Outputs of make_step(compiled=False), computed once per run (eager dispatch is slow)."""
     if "eager" not in ctx.cache:
-        ctx.cache["eager"] = _as_numpy(ctx.impl.make_step(ctx.mesh, compiled=False)(*_inputs(ctx)[1]))
+        ctx.cache["eager"] = host_outputs(ctx.impl.make_step(ctx.mesh, compiled=False)(*_inputs(ctx)[1]))
     return ctx.cache["eager"]
 
 
@@ -62,7 +53,7 @@ def compiled_step_lowers_and_compiles(ctx):
     try:
         lower = step.lower
     except AttributeError:
-        outputs = _as_numpy(step(*args))
+        outputs = host_outputs(step(*args))
         wrong = _versus_numpy(outputs, host)
         expect(
             False,
@@ -77,7 +68,7 @@ def compiled_step_lowers_and_compiles(ctx):
     lowered = lower(*args)
     found = count_all_reduce(lowered.as_text())
     expect(found >= 1, ">= 1 all_reduce", found, "the compiled step lost its collectives: keep shard_map + psum")
-    outputs = _as_numpy(lowered.compile()(*args))
+    outputs = host_outputs(lowered.compile()(*args))
     wrong = _versus_numpy(outputs, host)
     return expect(
         not wrong,
@@ -104,7 +95,7 @@ def eager_and_compiled_agree(ctx):
     """Eager and compiled steps give the same numbers on the same placed inputs."""
     _, args = _inputs(ctx)
     eager = _eager(ctx)
-    compiled = _as_numpy(cached_step(ctx)(*args))
+    compiled = host_outputs(cached_step(ctx)(*args))
     wrong = [name for name in eager if not close(eager[name], compiled[name])]
     return expect(not wrong, "equal outputs", f"{wrong} differ", "compiled and eager steps must be one computation")
 

@@ -74,10 +74,11 @@ RULES = (
     Rule(
         "reshuffle",
         "next_batch",
-        "a new epoch splits the saved key again and draws its order with the second half, and the new order is "
+        "a new epoch splits the saved key again and draws its order with the second half, a permutation of the "
+        "rows of the data that call is given (never an order kept from an earlier run), and the new order is "
         "kept in the state; key and order change only between epochs: when the new epoch's first batch is read, "
         "or already when the previous epoch's last batch is taken (both are accepted)",
-        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch"),
+        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch", "random_sampler_walk"),
     ),
     Rule(
         "cursor",
@@ -231,8 +232,9 @@ RULES = (
         "save",
         "bytes go first to a temporary file in the same folder, with a new name for every save, in every process "
         "(not from the global random module, which repeats in processes seeded alike), so a save killed midway "
-        "never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it "
-        "raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included)",
+        "never blocks the next one; nothing but the checkpoint is left behind (nor any file or folder left open), "
+        "and a save that raises, whatever it raises (KeyboardInterrupt included), leaves its folder as it was (a "
+        "folder it made included)",
         (
             "interrupted_save_leaves_nothing_or_a_checkpoint",
             "save_leaves_only_the_final_file",
@@ -288,7 +290,8 @@ RULES = (
         "validate-fields",
         "restore",
         "a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a path that "
-        "does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
+        "does not exist (even with a checkpoint beside it under that path with .npz added or removed), a folder, "
+        "a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
         "fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), "
         "cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows",
         (
@@ -318,8 +321,8 @@ RULES = (
         "restore",
         "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
         "the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's entries "
-        "have and from a read-only file; restore must accept every file its own save writes, for data of any row "
-        "count (the member names, "
+        "have and from a read-only file, with nothing left open when it returns; restore must accept every file its "
+        "own save writes, for data of any row count or width, whatever the file's size (the member names, "
         "integer widths and any checksum are that save's choice, so a file written another way may be refused)",
         (
             "restore_returns_every_field",

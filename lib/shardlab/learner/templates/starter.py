@@ -76,9 +76,10 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     Rules:
     - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever its
       size, one id included; every epoch holds every id exactly once.
-    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, and the new order
-      is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
-      already when the previous epoch's last batch is taken (both are accepted).
+    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, a permutation of
+      the rows of the data that call is given (never an order kept from an earlier run), and the new order is kept in
+      the state; key and order change only between epochs: when the new epoch's first batch is read, or already when the
+      previous epoch's last batch is taken (both are accepted).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
@@ -158,8 +159,9 @@ def save(path, state: dict, contract_: dict) -> str:
       there is left untouched.
     - rule:new-temp-name: bytes go first to a temporary file in the same folder, with a new name for every save, in
       every process (not from the global random module, which repeats in processes seeded alike), so a save killed
-      midway never blocks the next one; nothing but the checkpoint is left behind, and a save that raises, whatever it
-      raises (KeyboardInterrupt included), leaves its folder as it was (a folder it made included).
+      midway never blocks the next one; nothing but the checkpoint is left behind (nor any file or folder left open),
+      and a save that raises, whatever it raises (KeyboardInterrupt included), leaves its folder as it was (a folder it
+      made included).
     - rule:fsync-before-publish: the temporary file is flushed and fsynced (os.fsync, or os.fdatasync, which also writes
       the size a reader needs) after its last write and only then published, so a published name never points at bytes
       still in memory.
@@ -179,14 +181,15 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:restore-inputs-intact: restore changes nothing it is given: the expected contract is left as the caller
       passed it, whether the file is accepted or refused.
     - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
-      path that does not exist, a folder, a symbolic link that leads nowhere, an empty, unreadable or cut file, missing
-      fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor
-      and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
+      path that does not exist (even with a checkpoint beside it under that path with .npz added or removed), a folder,
+      a symbolic link that leads nowhere, an empty, unreadable or cut file, missing fields, wrong dtypes or shapes
+      (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d integers), an
+      order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
-      entries have and from a read-only file; restore must accept every file its own save writes, for data of any row
-      count (the member names, integer widths and any checksum are that save's choice, so a file written another way may
-      be refused).
+      entries have and from a read-only file, with nothing left open when it returns; restore must accept every file its
+      own save writes, for data of any row count or width, whatever the file's size (the member names, integer widths
+      and any checksum are that save's choice, so a file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
