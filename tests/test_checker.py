@@ -49,6 +49,12 @@ MISTAKES = {
         "random_sampler_walk",
         ["initial weights is not placed as P()", "but the mesh given holds devices [3]", "a mesh of jax.devices() [3]"],
     ),
+    "reshuffle_cached_by_key": (1, "random_sampler_walk", ["next_batch"]),
+    "initial_numpy_order_when_large": (
+        1,
+        "first_order_follows_the_seed",
+        ["seed 17 on 1,048,577 rows", "is a permutation, but not the recipe's", "where on 23 rows it was"],
+    ),
     "batch_on_sorted_devices": (
         1,
         "random_sampler_walk",
@@ -457,6 +463,11 @@ MISTAKES = {
         ["loss on large data", "float32 rounding allows", "contents='large data'"],
     ),
     "step_replicates_inputs": (2, "random_step_update", ["gives every device all", "not data parallel"]),
+    "gradient_drops_tiny_entries": (
+        2,
+        "random_step_update",
+        ["scaled by 1e-", "gave a grad and momentum of exact zeros", "no threshold, epsilon, clip"],
+    ),
     "reshuffle_leaves_device_arrays": (
         1,
         "random_sampler_walk",
@@ -711,6 +722,7 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
+    *("reshuffle_cached_by_key", "initial_numpy_order_when_large", "gradient_drops_tiny_entries"),
 }
 
 

@@ -382,7 +382,9 @@ def sampler_walk(ctx, case: Case) -> None:
     # Another row count and width (other_rows): a permutation compiled for one row count serves every case, where
     # rows + 1 compiled a second program per case
     other = replace(case, fixture="", rows=other_rows(rows), features=case.shape()[1] + 1)
-    initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
+    other_state = initial_checked(
+        ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape"
+    )
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)
     first = state
@@ -416,6 +418,7 @@ def sampler_walk(ctx, case: Case) -> None:
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
+    _other_shape_reshuffles(ctx, other, mesh, other_state, rows)
 
 
 def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids) -> None:
@@ -444,6 +447,29 @@ def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids
         "call: the data is kept between calls by the arrays' identity (a host copy cached by id() or by the "
         "object), not read again -> read the rows from the data at every call; an id is reused and an array's "
         "values change under it" + formulas.mark("pad-by-position"),
+    )
+
+
+def _other_shape_reshuffles(ctx, other: Case, mesh, state: dict, rows: int) -> None:
+    """A Miss unless the same seed's run on data of another row count, walked after the case's own run reshuffled
+    from the same saved key, starts its second epoch with the recipe's order for its own row count: one batch of
+    every row per epoch, two calls. A reshuffle kept between calls under the key alone (the key after a split
+    depends on the seed only) hands this run the order drawn for the case's rows."""
+    count, data = other.shape()[0], given(other, data_for(other))
+    want = oracle.idiom_epochs(other.seed, count, 2)[1]["order"]
+    state, _ = called(ctx, "next_batch", state, data, count, mesh)
+    _, batch = called(ctx, "next_batch", state, data, count, mesh)
+    ids = np.asarray(batch.ids).astype(np.int64)
+    need(
+        np.array_equal(ids, want),
+        f"epoch 1 of seed {other.seed} on {count} row(s): the recipe's order {want.tolist()}",
+        ids.tolist(),
+        f"after a run of seed {other.seed} on {rows} row(s) crossed its epoch boundaries, a run of the same seed on "
+        f"data of {count} row(s), in the same process, started its second epoch with "
+        + (f"{ids.size} id(s), not its {count}" if ids.size != count else "another order than the recipe's")
+        + ": the new epoch's order was kept from the earlier run (a reshuffle cached under the saved key, which "
+        "is the same for every run of one seed) -> draw every epoch's order from the key and the row count of "
+        "the data of that call (a cache, if any, keyed by both)" + formulas.mark("reshuffle", "remainder"),
     )
 
 
@@ -613,10 +639,55 @@ def step_update(ctx, case: Case) -> None:
     for name, value in (("weights", weights), ("momentum", momentum)):
         _placement(value, mesh, P(), f"{which}the step's new {name}")
     _neighbour_steps(ctx, case, mesh, batch, which)
+    _small_scale_step(case, step, mesh, finite, before["weights"])
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
     _rows_split(step, args, case)
+
+
+SMALL_SCALES = (3, 12)  # the data scaled by 10^-k, k drawn in this range: gradients of ~1e-6 down to ~1e-24, every
+# value a normal float32 (no product near float32's smallest normal, 1.2e-38, which the CPU may flush to zero)
+
+
+def _small_scale_step(case: Case, step, mesh, finite: tuple, weights) -> None:
+    """A Miss unless the compiled step on the case's rows scaled by 10^-k (features and targets, k drawn from the
+    seed), from zero momentum, gives the masked-mean loss and gradient and the new momentum within float32's
+    rounding of NumPy's, relative to their own size: a gradient of 1e-10 is no float noise, and an absolute
+    tolerance would pass one dropped, clipped or floored. One more run of the same compiled program."""
+    if not case.compiled:
+        return  # the un-jitted step costs seconds per call; the jitted one is the same body
+    k = int(np.random.default_rng([case.seed, 23]).integers(SMALL_SCALES[0], SMALL_SCALES[1] + 1))
+    features, targets = (np.asarray(a, np.float32) * np.float32(10.0**-k) for a in finite[:2])
+    mask, momentum = finite[2], np.zeros_like(weights)
+    got = dict(
+        zip(("weights", "momentum", "loss", "grad"), step(*placed(mesh, features, targets, mask, weights, momentum)))
+    )
+    w, v, loss, grad = oracle.momentum_step(features, targets, mask, weights, momentum, case.learning_rate, case.decay)
+    bound = rounding_bounds(features, targets, mask, weights, momentum, case.learning_rate, case.decay)
+    want = {"loss": loss, "grad": grad, "momentum": v}
+    wrong = {}
+    for name, value in want.items():
+        observed = np.asarray(got[name], np.float64)
+        slack = bound[name] + TOLERANCE["rtol"] * np.abs(value)
+        if observed.shape != np.shape(value) or not np.all(np.abs(observed - value) <= slack):
+            wrong[name] = observed
+    if not wrong:
+        return
+    first = next(iter(wrong))
+    scale = float(np.max(np.abs(want[first])))
+    dropped = not np.any(wrong[first]) and scale > 0
+    raise Miss(
+        {name: want[name] for name in wrong},
+        {name: value.tolist() for name, value in wrong.items()},
+        f"the step on the same rows with features and targets scaled by 1e-{k} (gradient of size {scale:.3g}), "
+        f"from zero momentum, gave a {' and '.join(wrong)} "
+        + ("of exact zeros" if dropped else "off by more than float32 rounding of its own size")
+        + ": every value of the formula scales with the data (the gradient and the loss by 1e-"
+        + f"{2 * k}), and float32 holds them -> no threshold, epsilon, clip or tolerance of a fixed absolute size "
+        "in the step (a gradient below 1e-9 is not float noise when the data is small)"
+        + formulas.mark("global-mean", "momentum"),
+    )
 
 
 NEAR = 2.0**-16  # relative: a learning rate or decay this close is another experiment

@@ -34,7 +34,7 @@ RULES = (
         "split-then-permute",
         "initial",
         "the first order comes from PRNGKey(seed) split once: the first half is kept in the state, the second draws "
-        "the permutation; the same seed replays the same ids, another seed others",
+        "the permutation, at every row count; the same seed replays the same ids, another seed others",
         ("first_order_follows_the_seed", "replay_is_deterministic"),
     ),
     Rule(
@@ -74,10 +74,11 @@ RULES = (
     Rule(
         "reshuffle",
         "next_batch",
-        "a new epoch splits the saved key again and draws its order with the second half, and the new order is "
-        "kept in the state; key and order change only between epochs: when the new epoch's first batch is read, "
-        "or already when the previous epoch's last batch is taken (both are accepted)",
-        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch"),
+        "a new epoch splits the saved key again and draws its order of the rows of the data of that call with the "
+        "second half, and the new order is kept in the state; key and order change only between epochs: when the "
+        "new epoch's first batch is read, or already when the previous epoch's last batch is taken (both are "
+        "accepted)",
+        ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch", "random_sampler_walk"),
     ),
     Rule(
         "cursor",
@@ -111,8 +112,8 @@ RULES = (
         "global-mean",
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
-        "count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count "
-        "changes nothing",
+        "count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so "
+        "padding and empty devices add exact zeros and the device count changes nothing",
         (
             "gradient_on_a_full_batch",
             "gradient_on_tail_batches",
@@ -120,6 +121,7 @@ RULES = (
             "empty_device_contributes_zeros",
             "gradient_independent_of_device_count",
             "count_is_exact_on_a_large_batch",
+            "random_step_update",
         ),
     ),
     Rule(

@@ -59,7 +59,7 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
     - rule:initial-fields: the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy
       uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0, in a new dict at every call.
     - rule:split-then-permute: the first order comes from PRNGKey(seed) split once: the first half is kept in the state,
-      the second draws the permutation; the same seed replays the same ids, another seed others.
+      the second draws the permutation, at every row count; the same seed replays the same ids, another seed others.
     - rule:replicated: weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P())).
     - rule:plain-tuple-data: data is any (features, targets) pair of float32 arrays: the course's Dataset or a plain
       tuple.
@@ -76,9 +76,9 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     Rules:
     - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever its
       size, one id included; every epoch holds every id exactly once.
-    - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, and the new order
-      is kept in the state; key and order change only between epochs: when the new epoch's first batch is read, or
-      already when the previous epoch's last batch is taken (both are accepted).
+    - rule:reshuffle: a new epoch splits the saved key again and draws its order of the rows of the data of that call
+      with the second half, and the new order is kept in the state; key and order change only between epochs: when the
+      new epoch's first batch is read, or already when the previous epoch's last batch is taken (both are accepted).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
@@ -101,8 +101,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
 
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
-      valid count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count
-      changes nothing.
+      valid count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so
+      padding and empty devices add exact zeros and the device count changes nothing.
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
