@@ -466,7 +466,11 @@ MISTAKES = {
     "gradient_drops_tiny_entries": (
         2,
         "random_step_update",
-        ["scaled by 1e-", "gave a grad and momentum of exact zeros", "no threshold, epsilon, clip"],
+        [
+            "scaled down (features and residuals at most 1e-12",
+            "gave a grad and momentum of exact zeros",
+            "no threshold",
+        ],
     ),
     "reshuffle_leaves_device_arrays": (
         1,

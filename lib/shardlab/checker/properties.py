@@ -639,32 +639,43 @@ def step_update(ctx, case: Case) -> None:
     for name, value in (("weights", weights), ("momentum", momentum)):
         _placement(value, mesh, P(), f"{which}the step's new {name}")
     _neighbour_steps(ctx, case, mesh, batch, which)
-    _small_scale_step(case, step, mesh, finite, before["weights"])
+    _scaled_steps(case, step, mesh, finite, before["weights"])
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
     _rows_split(step, args, case)
 
 
-SMALL_SCALES = (3, 12)  # the data scaled by 10^-k, k drawn in this range: gradients of ~1e-6 down to ~1e-24, every
-# value a normal float32 (no product near float32's smallest normal, 1.2e-38, which the CPU may flush to zero)
+SCALES = (-12, 17)  # the rows scaled so that every feature and residual bound is at most 10^e, for each e here: a
+# loss and gradient near 1e-24, then near 1e33, every value a normal float32 (no product near the smallest normal,
+# 1.2e-38, which the CPU may flush to zero; no sum over 64 rows near the largest, 3.4e38)
 
 
-def _small_scale_step(case: Case, step, mesh, finite: tuple, weights) -> None:
-    """A Miss unless the compiled step on the case's rows scaled by 10^-k (features and targets, k drawn from the
-    seed), from zero momentum, gives the masked-mean loss and gradient and the new momentum within float32's
-    rounding of NumPy's, relative to their own size: a gradient of 1e-10 is no float noise, and an absolute
-    tolerance would pass one dropped, clipped or floored. One more run of the same compiled program."""
+def _scaled_steps(case: Case, step, mesh, finite: tuple, weights) -> None:
+    """A Miss unless the compiled step on the case's rows scaled far down, then far up (SCALES), from zero
+    momentum, gives the masked-mean loss and gradient and the new momentum within float32's rounding of NumPy's,
+    relative to their own size: float32 holds a gradient of 1e-20 and a loss of 1e33, so a value dropped as noise,
+    floored or capped at a fixed size is wrong, and an absolute tolerance would pass it. Two more runs of the same
+    compiled program."""
     if not case.compiled:
         return  # the un-jitted step costs seconds per call; the jitted one is the same body
-    k = int(np.random.default_rng([case.seed, 23]).integers(SMALL_SCALES[0], SMALL_SCALES[1] + 1))
-    features, targets = (np.asarray(a, np.float32) * np.float32(10.0**-k) for a in finite[:2])
-    mask, momentum = finite[2], np.zeros_like(weights)
-    got = dict(
-        zip(("weights", "momentum", "loss", "grad"), step(*placed(mesh, features, targets, mask, weights, momentum)))
+    x, y, mask = (np.asarray(a, np.float64) for a in finite)
+    valid = mask > 0
+    size = max(
+        float(np.max(np.abs(x[valid]), initial=0)), float(np.max(np.abs(x[valid]) @ np.abs(weights) + np.abs(y[valid])))
     )
-    w, v, loss, grad = oracle.momentum_step(features, targets, mask, weights, momentum, case.learning_rate, case.decay)
-    bound = rounding_bounds(features, targets, mask, weights, momentum, case.learning_rate, case.decay)
+    for e in SCALES if size > 0 else ():
+        factor = np.float32(10.0**e / size)
+        features, targets = (np.asarray(a, np.float32) * factor for a in finite[:2])
+        _scaled_step(case, step, mesh, (features, targets, finite[2]), weights, e)
+
+
+def _scaled_step(case: Case, step, mesh, batch: tuple, weights, e: int) -> None:
+    momentum = np.zeros_like(weights)
+    outputs = step(*placed(mesh, *batch, weights, momentum))
+    got = dict(zip(("weights", "momentum", "loss", "grad"), outputs))
+    _, v, loss, grad = oracle.momentum_step(*batch, weights, momentum, case.learning_rate, case.decay)
+    bound = rounding_bounds(*batch, weights, momentum, case.learning_rate, case.decay)
     want = {"loss": loss, "grad": grad, "momentum": v}
     wrong = {}
     for name, value in want.items():
@@ -675,17 +686,23 @@ def _small_scale_step(case: Case, step, mesh, finite: tuple, weights) -> None:
     if not wrong:
         return
     first = next(iter(wrong))
-    scale = float(np.max(np.abs(want[first])))
-    dropped = not np.any(wrong[first]) and scale > 0
+    magnitude = float(np.max(np.abs(want[first])))
+    if not np.any(wrong[first]) and magnitude > 0:
+        how = "of exact zeros"
+    elif np.all(np.abs(wrong[first]) < np.abs(want[first])):
+        how = "smaller than NumPy's"
+    elif np.all(np.abs(wrong[first]) > np.abs(want[first])):
+        how = "larger than NumPy's"
+    else:
+        how = "off by more than float32 rounding of its own size"
     raise Miss(
         {name: want[name] for name in wrong},
         {name: value.tolist() for name, value in wrong.items()},
-        f"the step on the same rows with features and targets scaled by 1e-{k} (gradient of size {scale:.3g}), "
-        f"from zero momentum, gave a {' and '.join(wrong)} "
-        + ("of exact zeros" if dropped else "off by more than float32 rounding of its own size")
-        + ": every value of the formula scales with the data (the gradient and the loss by 1e-"
-        + f"{2 * k}), and float32 holds them -> no threshold, epsilon, clip or tolerance of a fixed absolute size "
-        "in the step (a gradient below 1e-9 is not float noise when the data is small)"
+        f"the step on the same rows scaled {'down' if e < 0 else 'up'} (features and residuals at most 1e{e}; "
+        f"the NumPy {first} is of size {magnitude:.3g}), from zero momentum, gave a {' and '.join(wrong)} {how}: "
+        "every value of the formula scales with the data, and float32 holds a gradient of 1e-20 and a loss of 1e33 "
+        "-> no threshold, floor, cap, epsilon or clip of a fixed absolute size in the step (a gradient below 1e-9 "
+        "is no float noise when the data is small, nor a loss of 1e31 an overflow)"
         + formulas.mark("global-mean", "momentum"),
     )
 
