@@ -49,7 +49,7 @@ MISTAKES = {
         "random_sampler_walk",
         ["initial weights is not placed as P()", "but the mesh given holds devices [3]", "a mesh of jax.devices() [3]"],
     ),
-    "reshuffle_cached_by_key": (1, "random_sampler_walk", ["next_batch"]),
+    "reshuffle_cached_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
     "initial_numpy_order_when_large": (
         1,
         "first_order_follows_the_seed",
