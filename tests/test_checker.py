@@ -84,6 +84,11 @@ MISTAKES = {
     ),
     "ema_momentum": (2, "consecutive_updates", ["v <- 0.2*g from zero momentum", "averaging form"]),
     "decay_09": (2, "consecutive_updates", ["update 2 diverges -> momentum", "v <- 0.9*v + 1*g"]),
+    "decay_clamped": (
+        2,
+        "consecutive_updates",
+        ["make_step(learning_rate=1e-30, decay=0.99999994)", "the outputs follow decay 0.99000001", "no floor, clamp"],
+    ),
     "loss_after_update": (2, "loss_is_taken_before_the_update", ["it equals the loss after the update"]),
     "not_sharded": (2, "step_is_sharded", ["no all_reduce", "the step is not sharded"]),
     "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
@@ -726,7 +731,7 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
-    *("reshuffle_cached_by_key", "initial_numpy_order_when_large", "gradient_drops_tiny_entries"),
+    *("reshuffle_cached_by_key", "initial_numpy_order_when_large", "gradient_drops_tiny_entries", "decay_clamped"),
 }
 
 
