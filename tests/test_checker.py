@@ -468,6 +468,7 @@ MISTAKES = {
         ["loss on large data", "float32 rounding allows", "contents='large data'"],
     ),
     "step_replicates_inputs": (2, "random_step_update", ["gives every device all", "not data parallel"]),
+    "loss_capped": (2, "random_step_update", ["scaled up (features and residuals at most 1e17", "a loss smaller"]),
     "gradient_drops_tiny_entries": (
         2,
         "random_step_update",
@@ -732,6 +733,7 @@ SLOW_MISTAKES = {
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
     *("reshuffle_cached_by_key", "initial_numpy_order_when_large", "gradient_drops_tiny_entries", "decay_clamped"),
+    "loss_capped",
 }
 
 
