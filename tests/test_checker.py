@@ -49,6 +49,12 @@ MISTAKES = {
         "random_sampler_walk",
         ["initial weights is not placed as P()", "but the mesh given holds devices [3]", "a mesh of jax.devices() [3]"],
     ),
+    "reshuffle_cached_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
+    "initial_numpy_order_when_large": (
+        1,
+        "first_order_follows_the_seed",
+        ["seed 17 on 1,048,577 rows", "is a permutation, but not the recipe's", "where on 23 rows it was"],
+    ),
     "batch_on_sorted_devices": (
         1,
         "random_sampler_walk",
@@ -78,6 +84,11 @@ MISTAKES = {
     ),
     "ema_momentum": (2, "consecutive_updates", ["v <- 0.2*g from zero momentum", "averaging form"]),
     "decay_09": (2, "consecutive_updates", ["update 2 diverges -> momentum", "v <- 0.9*v + 1*g"]),
+    "decay_clamped": (
+        2,
+        "consecutive_updates",
+        ["make_step(learning_rate=1e-30, decay=0.99999994)", "the outputs follow decay 0.99000001", "no floor, clamp"],
+    ),
     "loss_after_update": (2, "loss_is_taken_before_the_update", ["it equals the loss after the update"]),
     "not_sharded": (2, "step_is_sharded", ["no all_reduce", "the step is not sharded"]),
     "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
@@ -386,7 +397,6 @@ MISTAKES = {
         "random_restore_damage",
         ["1 row x 2,097,153 features", "never by a fixed number of bytes"],
     ),
-    "reshuffle_kept_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
     "restore_falls_back_to_npz_name": (
         3,
         "invalid_arguments_are_refused",
@@ -479,6 +489,16 @@ MISTAKES = {
         ["loss on large data", "float32 rounding allows", "contents='large data'"],
     ),
     "step_replicates_inputs": (2, "random_step_update", ["gives every device all", "not data parallel"]),
+    "loss_capped": (2, "random_step_update", ["scaled up (features and residuals at most 1e17", "a loss smaller"]),
+    "gradient_drops_tiny_entries": (
+        2,
+        "random_step_update",
+        [
+            "scaled down (features and residuals at most 1e-12",
+            "gave a grad and momentum of exact zeros",
+            "no threshold",
+        ],
+    ),
     "reshuffle_leaves_device_arrays": (
         1,
         "random_sampler_walk",
@@ -733,8 +753,10 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
-    *("reshuffle_kept_by_key", "restore_falls_back_to_npz_name", "restore_reads_the_folders_checkpoint"),
+    *("restore_falls_back_to_npz_name", "restore_reads_the_folders_checkpoint"),
     *("save_leaves_the_folder_open", "restore_leaves_the_file_open", "restore_caps_the_file_size"),
+    *("reshuffle_cached_by_key", "initial_numpy_order_when_large", "gradient_drops_tiny_entries", "decay_clamped"),
+    "loss_capped",
 }
 
 

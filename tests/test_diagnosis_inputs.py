@@ -14,6 +14,7 @@ import types
 from dataclasses import replace
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -71,6 +72,28 @@ def test_a_stale_initial_state_is_blamed_on_initial_not_on_the_step_or_the_curso
         assert "the implementation raised" not in miss.why and "_body" not in miss.why  # not the step's exception
         assert "cursor 0 and cursor = rows" not in miss.why  # the cursor is in bounds: ruled out
     assert "before any transition ran" in walk.why
+
+
+def test_a_reshuffle_kept_under_the_key_is_told_by_the_same_seed_on_another_row_count():
+    """reshuffle_cached_by_key keeps each new epoch's order under the saved key alone: a run of the same seed on
+    data of another row count gets the order drawn for the first run's rows. The walk's run of the same seed on 23
+    rows must start its second epoch with the recipe's order for 23 rows (JAX's split and permutation here)."""
+    spec = "broken/reshuffle_cached_by_key.py"
+    module, mesh = implementation.load(str(HERE / spec)), make_mesh(1)
+    for rows in (3, 23):  # the planted fault: two epochs of one batch each, seed 0
+        data = data_for(Case(rows=rows, features=1))
+        state, _ = module.next_batch(module.initial(0, data, mesh), data, rows, mesh)
+        second = np.asarray(module.next_batch(state, data, rows, mesh)[1].ids)
+    kept, _ = jax.random.split(jax.random.PRNGKey(0))
+    want = np.asarray(jax.random.permutation(jax.random.split(kept)[1], 23))
+    assert second.size == 3 and want.size == 23  # the 23-row run was handed the 3-row run's order
+
+    (miss,) = _misses(spec, [("sampler_walk", Case(rows=3, batch=1, devices=1, features=1, seed=0, epochs=2))])
+    assert miss is not None
+    assert "a run of the same seed on data of 23 row(s)" in miss.why, miss.why
+    assert "started its second epoch with 3 id(s), not its 23" in miss.why, miss.why
+    assert "a reshuffle cached under the saved key" in miss.why, miss.why
+    assert list(miss.observed) != want.tolist() and str(want.tolist()) in str(miss.expected)
 
 
 @pytest.mark.slow  # a planted file whose check takes over a second of CPU: make test's, not the inner loop's

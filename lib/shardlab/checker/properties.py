@@ -388,7 +388,9 @@ def sampler_walk(ctx, case: Case) -> None:
     # Another row count and width (other_rows): a permutation compiled for one row count serves every case, where
     # rows + 1 compiled a second program per case
     other = replace(case, fixture="", rows=other_rows(rows), features=case.shape()[1] + 1)
-    initial_checked(ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape")
+    other_state = initial_checked(
+        ctx, other, data_for(other), mesh, "next_batch", " for the same seed and data of another shape"
+    )
     plan = oracle.walk(rows, case.seed, case.batch, walk_calls(case))
     states, observed, first_kinds = [snapshot(state)], [], _kinds(state)
     first = state
@@ -422,40 +424,7 @@ def sampler_walk(ctx, case: Case) -> None:
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
-    _another_run_reshuffles(ctx, case, mesh)
-
-
-def _another_run_reshuffles(ctx, case: Case, mesh) -> None:
-    """A second run in the same process, from the same seed on data of another row count (`other_rows`), read one
-    epoch per call across two new epochs: its ids and sampler fields are the recipe's for its own rows. The walk
-    above drew its reshuffles from the same saved keys, so a reshuffle kept between calls under the key alone (a
-    cache of orders by key or seed) hands this run the other run's orders."""
-    other = replace(case, fixture="", rows=other_rows(case.shape()[0]))
-    data, rows = data_for(other), other.shape()[0]
-    state = called(ctx, "initial", case.seed, given(other, data), mesh)
-    for call, want in enumerate(oracle.walk(rows, case.seed, rows, 3)):
-        said = (
-            f"a second run from seed {case.seed} on data of {rows} row(s), after a run of {case.shape()[0]} "
-            f"row(s) from that seed in the same process: call {call + 1} (batch size {rows}, one epoch a call) "
-        )
-        fix = (
-            " -> draw every new epoch from the saved key and the row count of the data each call is given; an "
-            "order kept between calls under the key (or the seed) belongs to the run that drew it"
-            + formulas.mark("reshuffle")
-        )
-        try:
-            state, batch = called(ctx, "next_batch", state, given(other, data), rows, mesh)
-        except (Miss, NotImplementedError):
-            raise
-        except Exception as exc:
-            raise Miss(want["ids"], _learner_error(exc), f"{said}raised {type(exc).__name__}{fix}") from exc
-        ids = np.asarray(batch.ids).astype(np.int64)
-        need(
-            np.array_equal(ids, want["ids"]) and recipe.follows(snapshot(state), want),
-            {"ids": want["ids"], **want["after"]},
-            {"ids": ids, **{k: snapshot(state).get(k) for k in ("cursor", "key", "order")}},
-            f"{said}gave other ids or sampler fields than the recipe's for its own rows{fix}",
-        )
+    _other_shape_reshuffles(ctx, other, mesh, other_state, rows)
 
 
 def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids) -> None:
@@ -484,6 +453,29 @@ def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids
         "call: the data is kept between calls by the arrays' identity (a host copy cached by id() or by the "
         "object), not read again -> read the rows from the data at every call; an id is reused and an array's "
         "values change under it" + formulas.mark("pad-by-position"),
+    )
+
+
+def _other_shape_reshuffles(ctx, other: Case, mesh, state: dict, rows: int) -> None:
+    """A Miss unless the same seed's run on data of another row count, walked after the case's own run reshuffled
+    from the same saved key, starts its second epoch with the recipe's order for its own row count: one batch of
+    every row per epoch, two calls. A reshuffle kept between calls under the key alone (the key after a split
+    depends on the seed only) hands this run the order drawn for the case's rows."""
+    count, data = other.shape()[0], given(other, data_for(other))
+    want = oracle.idiom_epochs(other.seed, count, 2)[1]["order"]
+    state, _ = called(ctx, "next_batch", state, data, count, mesh)
+    _, batch = called(ctx, "next_batch", state, data, count, mesh)
+    ids = np.asarray(batch.ids).astype(np.int64)
+    need(
+        np.array_equal(ids, want),
+        f"epoch 1 of seed {other.seed} on {count} row(s): the recipe's order {want.tolist()}",
+        ids.tolist(),
+        f"after a run of seed {other.seed} on {rows} row(s) crossed its epoch boundaries, a run of the same seed on "
+        f"data of {count} row(s), in the same process, started its second epoch with "
+        + (f"{ids.size} id(s), not its {count}" if ids.size != count else "another order than the recipe's")
+        + ": the new epoch's order was kept from the earlier run (a reshuffle cached under the saved key, which "
+        "is the same for every run of one seed) -> draw every epoch's order from the key and the row count of "
+        "the data of that call (a cache, if any, keyed by both)" + formulas.mark("reshuffle", "remainder"),
     )
 
 
@@ -660,10 +652,72 @@ def step_update(ctx, case: Case) -> None:
     for name, value in (("weights", weights), ("momentum", momentum)):
         _placement(value, mesh, P(), f"{which}the step's new {name}")
     _neighbour_steps(ctx, case, mesh, batch, which)
+    _scaled_steps(case, step, mesh, finite, before["weights"])
     if case.devices > 1 and case.compiled:
         found = count_all_reduce(step.lower(*args).as_text())
         need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
     _rows_split(step, args, case)
+
+
+SCALES = (-12, 17)  # the rows scaled so that every feature and residual bound is at most 10^e, for each e here: a
+# loss and gradient near 1e-24, then near 1e33, every value a normal float32 (no product near the smallest normal,
+# 1.2e-38, which the CPU may flush to zero; no sum over 64 rows near the largest, 3.4e38)
+
+
+def _scaled_steps(case: Case, step, mesh, finite: tuple, weights) -> None:
+    """A Miss unless the compiled step on the case's rows scaled far down, then far up (SCALES), from zero
+    momentum, gives the masked-mean loss and gradient and the new momentum within float32's rounding of NumPy's,
+    relative to their own size: float32 holds a gradient of 1e-20 and a loss of 1e33, so a value dropped as noise,
+    floored or capped at a fixed size is wrong, and an absolute tolerance would pass it. Two more runs of the same
+    compiled program."""
+    if not case.compiled:
+        return  # the un-jitted step costs seconds per call; the jitted one is the same body
+    x, y, mask = (np.asarray(a, np.float64) for a in finite)
+    valid = mask > 0
+    size = max(
+        float(np.max(np.abs(x[valid]), initial=0)), float(np.max(np.abs(x[valid]) @ np.abs(weights) + np.abs(y[valid])))
+    )
+    for e in SCALES if size > 0 else ():
+        factor = np.float32(10.0**e / size)
+        features, targets = (np.asarray(a, np.float32) * factor for a in finite[:2])
+        _scaled_step(case, step, mesh, (features, targets, finite[2]), weights, e)
+
+
+def _scaled_step(case: Case, step, mesh, batch: tuple, weights, e: int) -> None:
+    momentum = np.zeros_like(weights)
+    outputs = step(*placed(mesh, *batch, weights, momentum))
+    got = dict(zip(("weights", "momentum", "loss", "grad"), outputs))
+    _, v, loss, grad = oracle.momentum_step(*batch, weights, momentum, case.learning_rate, case.decay)
+    bound = rounding_bounds(*batch, weights, momentum, case.learning_rate, case.decay)
+    want = {"loss": loss, "grad": grad, "momentum": v}
+    wrong = {}
+    for name, value in want.items():
+        observed = np.asarray(got[name], np.float64)
+        slack = bound[name] + TOLERANCE["rtol"] * np.abs(value)
+        if observed.shape != np.shape(value) or not np.all(np.abs(observed - value) <= slack):
+            wrong[name] = observed
+    if not wrong:
+        return
+    first = next(iter(wrong))
+    magnitude = float(np.max(np.abs(want[first])))
+    if not np.any(wrong[first]) and magnitude > 0:
+        how = "of exact zeros"
+    elif np.all(np.abs(wrong[first]) < np.abs(want[first])):
+        how = "smaller than NumPy's"
+    elif np.all(np.abs(wrong[first]) > np.abs(want[first])):
+        how = "larger than NumPy's"
+    else:
+        how = "off by more than float32 rounding of its own size"
+    raise Miss(
+        {name: want[name] for name in wrong},
+        {name: value.tolist() for name, value in wrong.items()},
+        f"the step on the same rows scaled {'down' if e < 0 else 'up'} (features and residuals at most 1e{e}; "
+        f"the NumPy {first} is of size {magnitude:.3g}), from zero momentum, gave a {' and '.join(wrong)} {how}: "
+        "every value of the formula scales with the data, and float32 holds a gradient of 1e-20 and a loss of 1e33 "
+        "-> no threshold, floor, cap, epsilon or clip of a fixed absolute size in the step (a gradient below 1e-9 "
+        "is no float noise when the data is small, nor a loss of 1e31 an overflow)"
+        + formulas.mark("global-mean", "momentum"),
+    )
 
 
 NEAR = 2.0**-16  # relative: a learning rate or decay this close is another experiment

@@ -145,7 +145,33 @@ def first_order_follows_the_seed(ctx):
             key,
             f"seed {seed}: the saved key is the first half of split(PRNGKey(seed)), kept for the next epoch",
         )
-    return "split-then-permute orders for seeds 17 and 29", "equal"
+    _first_order_at_a_large_row_count(ctx)
+    return f"split-then-permute orders for seeds 17 and 29, and for {LARGE_ROWS:,} rows", "equal"
+
+
+LARGE_ROWS = 2**20 + 1  # past any size a sampler might switch generators at (1e6, 2^20): one permutation, once
+
+
+def _first_order_at_a_large_row_count(ctx) -> None:
+    """initial on data of LARGE_ROWS rows x 1 feature gives the recipe's first order too: the rule holds at every
+    row count, so a permutation drawn another way above some size (NumPy's generator, seeded by the subkey, "as
+    jax.random.permutation is slow there") fails. The expected order is the oracle's NumPy Threefry recipe."""
+    data = (np.zeros((LARGE_ROWS, 1), np.float32), np.zeros(LARGE_ROWS, np.float32))
+    order = host(ctx.impl.initial(ctx.seed, data, ctx.mesh)["order"])
+    expected = np.asarray(oracle.idiom_epochs(ctx.seed, LARGE_ROWS, 1)[0]["order"])
+    if np.array_equal(order, expected):
+        return
+    permutation = order.shape == (LARGE_ROWS,) and np.array_equal(np.sort(order), np.arange(LARGE_ROWS))
+    expect(
+        False,
+        f"permutation(subkey, {LARGE_ROWS:,}) starting {expected[:8].tolist()}",
+        f"{order.dtype}{order.shape} starting {order[:8].tolist()}",
+        f"seed {ctx.seed} on {LARGE_ROWS:,} rows: the first order "
+        + ("is a permutation, but not the recipe's" if permutation else "is not a permutation of the rows")
+        + f", where on {_rows(ctx)} rows it was: the order is drawn another way at a large row count (another "
+        "generator or method above some size) -> draw it with jax.random.permutation(subkey, n) whatever n is; "
+        "any two correct implementations replay the same ids on any data" + mark("split-then-permute"),
+    )
 
 
 def batch_lengths_keep_the_remainder(ctx):

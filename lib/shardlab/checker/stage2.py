@@ -326,7 +326,40 @@ def consecutive_updates(ctx):
                 "loss was taken)" + formulas.mark("momentum")
             )
         expect(False, {k: want[k] for k in wrong}, {k: got[k] for k in wrong}, f"update {number}, {wrong}: {why}")
-    return "4 NumPy momentum updates", "equal"
+    _edge_hyperparameters(ctx)
+    return "4 NumPy momentum updates; a step made with learning rate 1e-30 and decay 1 - 2^-24", "equal"
+
+
+# The edges of what Config accepts, learning rate in (0, 10) and decay in [0, 1): a tiny learning rate, and the
+# largest float32 decay below 1. One more step to build and compile.
+EDGE = {"learning_rate": 1e-30, "decay": float(np.nextafter(np.float32(1), np.float32(0)))}
+
+
+def _edge_hyperparameters(ctx) -> None:
+    """A step made with EDGE's learning rate and decay uses them as given. From zero weights and momentum 1 on zero
+    targets the gradient is exactly 0, so the new momentum is the decay and the new weights -learning_rate * decay,
+    each one float32 product: the values the step used are read off its outputs (a floor or clamp "for stability"
+    shows as another value)."""
+    features = np.asarray(ctx.data.features[:FULL], np.float32)
+    width = features.shape[1]
+    zeros, ones = np.zeros(FULL, np.float32), np.ones(FULL, np.float32)
+    step = ctx.impl.make_step(ctx.mesh, learning_rate=EDGE["learning_rate"], decay=EDGE["decay"])
+    weights, momentum, _, _ = step(*placed(ctx.mesh, features, zeros, ones, np.zeros(width), np.ones(width)))
+    v, w = np.asarray(momentum, np.float64), np.asarray(weights, np.float64)
+    decay, rate = np.float32(EDGE["decay"]), np.float32(EDGE["learning_rate"])
+    want_v, want_w = np.full(width, decay, np.float64), np.full(width, -(rate * decay), np.float64)
+    right = np.allclose(v, want_v, rtol=2.0**-20, atol=0) and np.allclose(w, want_w, rtol=2.0**-20, atol=0)
+    used_decay = float(v[0]) if v.size else float("nan")
+    used_rate = -float(w[0]) / used_decay if v.size and used_decay else float("nan")
+    expect(
+        right,
+        {"momentum": want_v, "weights": want_w},
+        {"momentum": v, "weights": w},
+        f"make_step(learning_rate={EDGE['learning_rate']:.3g}, decay={EDGE['decay']:.9g}), both inside what Config "
+        f"accepts (learning rate in (0, 10), decay in [0, 1)), from zero weights, momentum 1 and a zero gradient: "
+        f"the outputs follow decay {used_decay:.9g} and learning rate {used_rate:.3g} -> apply the learning rate and "
+        "decay make_step was given as they are, with no floor, clamp or range of your own" + formulas.mark("momentum"),
+    )
 
 
 def loss_is_taken_before_the_update(ctx):

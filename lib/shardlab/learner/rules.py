@@ -34,7 +34,7 @@ RULES = (
         "split-then-permute",
         "initial",
         "the first order comes from PRNGKey(seed) split once: the first half is kept in the state, the second draws "
-        "the permutation; the same seed replays the same ids, another seed others",
+        "the permutation, at every row count; the same seed replays the same ids, another seed others",
         ("first_order_follows_the_seed", "replay_is_deterministic"),
     ),
     Rule(
@@ -112,8 +112,8 @@ RULES = (
         "global-mean",
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
-        "count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count "
-        "changes nothing",
+        "count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so "
+        "padding and empty devices add exact zeros and the device count changes nothing",
         (
             "gradient_on_a_full_batch",
             "gradient_on_tail_batches",
@@ -121,6 +121,7 @@ RULES = (
             "empty_device_contributes_zeros",
             "gradient_independent_of_device_count",
             "count_is_exact_on_a_large_batch",
+            "random_step_update",
         ),
     ),
     Rule(
@@ -133,7 +134,8 @@ RULES = (
         "momentum",
         "make_step",
         "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning rate "
-        "and decay that call of make_step was given; every replica ends with the same weights",
+        "and decay that call of make_step was given, as given (any value Config accepts: no floor or clamp); every "
+        "replica ends with the same weights",
         ("consecutive_updates", "replicas_agree", "random_step_update", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(

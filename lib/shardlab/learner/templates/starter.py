@@ -59,7 +59,7 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
     - rule:initial-fields: the state is the six fields: float32 zero weights and momentum of shape (d,), the legacy
       uint32 (2,) key, the first order (a permutation of 0..n-1), cursor 0 and step 0, in a new dict at every call.
     - rule:split-then-permute: the first order comes from PRNGKey(seed) split once: the first half is kept in the state,
-      the second draws the permutation; the same seed replays the same ids, another seed others.
+      the second draws the permutation, at every row count; the same seed replays the same ids, another seed others.
     - rule:replicated: weights and momentum live on every device of the mesh, replicated (NamedSharding(mesh, P())).
     - rule:plain-tuple-data: data is any (features, targets) pair of float32 arrays: the course's Dataset or a plain
       tuple.
@@ -102,12 +102,13 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
 
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
-      valid count, held exactly at any batch size, so padding and empty devices add exact zeros and the device count
-      changes nothing.
+      valid count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so
+      padding and empty devices add exact zeros and the device count changes nothing.
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
-      rate and decay that call of make_step was given; every replica ends with the same weights.
+      rate and decay that call of make_step was given, as given (any value Config accepts: no floor or clamp); every
+      replica ends with the same weights.
     - rule:sharded-step: the compiled step is a jax.jit around a shard_map whose lowered program holds a real
       collective.
     - rule:eager-step: compiled=False returns the same mapped body without jit, with the same numbers.
