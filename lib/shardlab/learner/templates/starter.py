@@ -190,7 +190,7 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
       entries have and from a read-only file, with nothing left open when it returns; restore must accept every file its
-      own save writes, for data of any row count or width, whatever the file's size (the member names, integer widths
-      and any checksum are that save's choice, so a file written another way may be refused).
+      own save writes of a finite state, for data of any row count or width, whatever the file's size (the member names,
+      integer widths and any checksum are that save's choice, so a file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
