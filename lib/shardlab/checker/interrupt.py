@@ -35,7 +35,7 @@ import warnings
 from shardlab import errors
 
 OS_OPERATIONS = (
-    *("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
+    *("open", "mkdir", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
     *("fsync", "fdatasync"),
 )
 SYNCS = ("fsync", "fdatasync")  # fdatasync also writes the size a reader needs: it syncs what fsync must (rule text)
@@ -100,9 +100,14 @@ def instrument(hook) -> None:
             if _name in SYNCS and args:
                 target = _synced(args[0], fstat, readlink)
             elif _name in ("link", "rename", "replace") and args:
-                SIZES.append((_name, os.path.basename(target), _size(lambda: stat_of(args[0]).st_size)))
-                if len(args) > 1:  # where the published file was written, and where its final name is
-                    PUBLISHED.append((_name, *(os.path.dirname(os.path.abspath(str(a))) for a in args[:2])))
+                source = _joined(args[0], kwargs.get("src_dir_fd"), readlink)
+                SIZES.append(
+                    (_name, os.path.basename(os.path.realpath(source)), _size(lambda: stat_of(source).st_size))
+                )
+                if len(args) > 1:  # the folder the published file was written in, and its final name's folder
+                    final = _joined(args[1], kwargs.get("dst_dir_fd"), readlink)
+                    folders = (os.path.dirname(os.path.realpath(source)), os.path.realpath(os.path.dirname(final)))
+                    PUBLISHED.append((_name, *folders))
             hook(_name, target, None, None)
             result = _original(*args, **kwargs)
             if _name == "open" and len(args) > 1 and args[1] & _WRITE_FLAGS and isinstance(result, int):
@@ -148,9 +153,24 @@ def _counted_write(original, readlink, hook):
     return write
 
 
+_READLINK = os.readlink  # kept before `instrument` replaces anything in os
 SIZES: list = []  # (operation, file name, bytes the kernel held then) of every fsync and publication seen
 PUBLISHED: list = []  # (operation, the source's folder, the final name's folder) of every publication seen
 NAMED: dict = {}  # (device, inode) -> the first path under which a file was opened for writing or fsynced
+
+
+def _joined(path, dir_fd, readlink) -> str:
+    """`path` as the OS reads it in a call given `dir_fd`: joined to the folder that descriptor opens when relative.
+
+    What it names is then found as a system call finds it (`os.path.realpath`): through symbolic links to
+    folders before a '..', and through /proc/self/fd/N to the file descriptor N opens (an O_TMPFILE file
+    that has no name yet reads as '<its folder>/#<inode> (deleted)', the name its fsync reports too).
+    """
+    path = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    if dir_fd is not None and not os.path.isabs(path):
+        with contextlib.suppress(OSError):
+            path = os.path.join(readlink(f"/proc/self/fd/{dir_fd}"), path)
+    return os.path.join(os.getcwd(), path)
 
 
 def _size(measure):
@@ -173,12 +193,17 @@ def _synced(handle, fstat, readlink) -> str:
 
 
 def _name_of(descriptor: int, path, fstat) -> None:
-    """Note the file `descriptor` opens under its first name, `path`: where its bytes were written."""
+    """Note the file `descriptor` opens under its first name: where its bytes were written, as the OS names it
+    (/proc/self/fd/N, which resolves symbolic links to folders and '..' as the open did; `path` if unreadable)."""
     try:
         found = fstat(descriptor)
     except (OSError, TypeError, ValueError):
         return
-    NAMED.setdefault((found.st_dev, found.st_ino), os.path.abspath(os.fspath(path)))
+    try:
+        named = _READLINK(f"/proc/self/fd/{descriptor}")
+    except (OSError, TypeError, ValueError):
+        named = os.path.abspath(os.fspath(path))
+    NAMED.setdefault((found.st_dev, found.st_ino), named)
 
 
 def unseen_publication(final: str, operations: list, absent: list) -> dict | None:
@@ -195,14 +220,14 @@ def unseen_publication(final: str, operations: list, absent: list) -> dict | Non
     except OSError:
         return None
     source = NAMED.get((found.st_dev, found.st_ino))
-    if source is None or os.path.abspath(source) == os.path.abspath(final) or not any(absent):
+    if source is None or source == os.path.realpath(final) or not any(absent):
         return None
     position = max(i for i, gone in enumerate(absent) if gone) + 1
     return {
         "position": position,
         "source": os.path.basename(source),
         "size": found.st_size,
-        "folder": os.path.dirname(os.path.abspath(source)),
+        "folder": os.path.dirname(source),
     }
 
 
@@ -249,8 +274,10 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
     `rival` is, for mode 'race', a function that lets the rival process save and returns its outcome."""
     seen, outcome, absent = [], {}, []
     original_kill, original_open = os.kill, io.open
-    final = os.path.abspath(os.fspath(first[0])) if isinstance(first[0], (str, os.PathLike)) else ""
     home, moved = os.getcwd(), []
+    # the final name as the OS resolves it: joined to the working directory, never normalised ('a/..' with a a
+    # symbolic link is the folder a leads to's parent, not '.')
+    final = os.path.join(home, os.fspath(first[0])) if isinstance(first[0], (str, os.PathLike)) else ""
 
     def hook(operation, target, data, handle):
         seen.append(label(operation, target))
@@ -274,7 +301,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
             original_kill(os.getpid(), signal.SIGKILL)
         outcome["rival_ran"] = True
         outcome["at"] = seen[-1]
-        folder = os.path.dirname(os.path.abspath(os.fspath(first[0])))
+        folder = os.path.dirname(final)
         present = set(os.listdir(folder))  # the first save is paused here: only the rival acts until it reports
         outcome.update(rival())
         outcome["removed_by_rival"] = sorted(present - set(os.listdir(folder)))

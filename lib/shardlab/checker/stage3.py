@@ -988,7 +988,7 @@ def _with_unseen_publication(seen: dict, folder: str) -> tuple[list, list, list]
         at = unseen["position"]
         operations[at:at] = [f"rename {unseen['source']} (made by a call the checker does not count)"]
         sizes.append(("rename", unseen["source"], unseen["size"]))
-        published.append(("rename", unseen["folder"], os.path.abspath(folder)))
+        published.append(("rename", unseen["folder"], os.path.realpath(folder)))
     return operations, sizes, published
 
 
