@@ -563,6 +563,16 @@ MISTAKES = {
         ["raised KeyboardInterrupt and left", "except BaseException"],
     ),
     "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
+    "save_fsync_only_small": (
+        3,
+        "save_syncs_before_publishing",
+        ["a save of 1048576 rows", "no fsync (or fdatasync) of the file", "the small checkpoint's were synced"],
+    ),
+    "save_normpath": (
+        3,
+        "save_syncs_before_publishing",
+        ["whose 'via' is a symbolic link", "wrote large/checkpoint.npz", "no os.path.normpath"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -711,6 +721,7 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
+    *("save_fsync_only_small", "save_normpath"),
 }
 
 

@@ -1042,12 +1042,63 @@ def save_syncs_before_publishing(ctx):
         "folder (tempfile.mkstemp(dir=the target's folder)): when the two folders are on different file systems, "
         "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published" + mark("new-temp-name"),
     )
-    return expect(
+    expect(
         fault is None,
         "write ..., fsync, then link/rename/replace",
         {"operations": _collapsed(operations)[:40], "fault": fault},
         f"the save published its file before its bytes were on disk: {fault} -> write every byte, flush, fsync "
         "the file, and only then give it its final name; a crash after publishing must find a complete file"
+        + mark("fsync-before-publish"),
+    )
+    return _large_save_through_a_link(ctx, state, contract)
+
+
+LARGE_ROWS = 1 << 20  # a checkpoint of a few MB (its order alone 4 MiB as int32): a save's other size
+
+
+def _large_save_through_a_link(ctx, state: dict, contract: dict):
+    """The same save at another size, a few MB, to a path whose '..' follows a symbolic link to a folder:
+    'large/via/../checkpoint.npz' with via -> real/inner, which the OS resolves to large/real/checkpoint.npz
+    (string arithmetic, os.path.normpath, makes it large/checkpoint.npz). Its bytes must be fsynced before
+    publishing as the small one's were, and the file must be where the OS resolves the path."""
+    rows, features = LARGE_ROWS, ctx.data.features.shape[1]
+    data = Dataset(np.zeros((rows, features), np.float32), np.zeros(rows, np.float32))
+    large = ctx.impl.contract(data, _config(ctx))
+    order = np.asarray(state["order"])
+    bigger = {**state, "order": np.arange(rows - 1, -1, -1).astype(order.dtype), "cursor": 0, "step": 0}
+    top = os.path.join(ctx.workdir, "large")
+    os.makedirs(os.path.join(top, "real", "inner"))
+    os.symlink(os.path.join("real", "inner"), os.path.join(top, "via"))
+    path = os.path.join(top, "via", "..", "checkpoint.npz")
+    resolved, normalised = os.path.join(top, "real", "checkpoint.npz"), os.path.join(top, "checkpoint.npz")
+    seen = probe(
+        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", top + ".json", (path, bigger, large)
+    )
+    operations, sizes, _ = _with_unseen_publication(seen, os.path.dirname(resolved))
+    size = os.path.getsize(resolved) if os.path.isfile(resolved) else None
+    expect(
+        seen.get("first") == "saved" and size is not None,
+        f"the save to {path} finishes and writes {resolved}",
+        {"save": seen.get("first", seen.get("status")), "at the resolved path": size is not None}
+        | {"at the normalised path": os.path.lexists(normalised)},
+        f"a save to {path}, whose 'via' is a symbolic link to real/inner, "
+        + (
+            f"did not finish ({seen.get('first', seen.get('status'))})"
+            if seen.get("first") != "saved"
+            else "wrote "
+            + ("large/checkpoint.npz, the path string arithmetic makes," if os.path.lexists(normalised) else "no file")
+            + " instead of large/real/checkpoint.npz, where the OS resolves it ('..' leaves the folder via leads to)"
+        )
+        + " -> pass the path to the OS as given: no os.path.normpath, no resolving '..' by hand"
+        + mark("exact-path"),
+    )
+    fault = _order_fault(operations) or _sync_fault(sizes)
+    return expect(
+        fault is None,
+        f"write ..., fsync, then link/rename/replace, for a checkpoint of {size} bytes too",
+        {"operations": _collapsed(operations)[:40], "fault": fault, "bytes": size},
+        f"a save of {rows} rows ({size} bytes) published its file before its bytes were on disk: {fault} (the "
+        "small checkpoint's were synced) -> fsync every temporary file whatever its size, then publish it"
         + mark("fsync-before-publish"),
     )
 
