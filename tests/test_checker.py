@@ -568,6 +568,11 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["a save of 1048576 rows", "no fsync (or fdatasync) of the file", "the small checkpoint's were synced"],
     ),
+    "save_link_falls_back_to_rename": (
+        3,
+        "racing_saves_never_overwrite",
+        ["every os.link raised EPERM", "with EPERM the save replaced the other saver's file", "rename .tmp-"],
+    ),
     "save_normpath": (
         3,
         "save_syncs_before_publishing",
@@ -721,7 +726,7 @@ SLOW_MISTAKES = {
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
-    *("save_fsync_only_small", "save_normpath"),
+    *("save_fsync_only_small", "save_normpath", "save_link_falls_back_to_rename"),
 }
 
 

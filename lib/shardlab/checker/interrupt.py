@@ -236,6 +236,7 @@ def refusal(exc: Exception) -> dict:
     return {
         "text": f"refused: {type(exc).__name__}: {exc}"[:300],
         "exists": isinstance(exc, errors.CheckpointExistsError),
+        "course": isinstance(exc, errors.CheckpointError),
     }
 
 
@@ -268,6 +269,21 @@ def _run_rival(go: int, done: int, report: str) -> dict:
         return json.load(handle)
 
 
+RIVAL_BYTES = b"another saver's checkpoint, published while this save wrote its own\n"
+
+
+def _link_refused(final: str, name: str, operation: str, outcome: dict, original_open) -> None:
+    """A hard link refused as a file system without them refuses it (errno `name`: EPERM on FAT, EOPNOTSUPP or
+    EXDEV elsewhere), after a rival's file appeared at the final name (RIVAL_BYTES, written once, uncounted):
+    what the save falls back to must still never overwrite it."""
+    if not os.path.lexists(final):
+        with original_open(final, "xb") as rival:
+            rival.write(RIVAL_BYTES)
+    outcome.setdefault("failed_at", operation)
+    number = getattr(errno, name)
+    raise OSError(number, os.strerror(number), final)
+
+
 def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
     """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
 
@@ -284,6 +300,8 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         absent.append(not os.path.lexists(final))  # before the operation runs: when the final name appeared
         if os.getcwd() != home and not moved:  # the process's working directory, which every thread shares
             moved.append({"at": seen[-1], "cwd": os.getcwd()})
+        if mode.startswith("no-links:") and operation == "link":
+            _link_refused(final, mode.split(":", 1)[1], seen[-1], outcome, original_open)
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
         if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
@@ -313,7 +331,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         outcome["unseen_publication"] = unseen_publication(final, seen, absent)
     except (Exception, KeyboardInterrupt) as exc:
         found = refusal(exc)
-        outcome.update(first=found["text"], first_exists_error=found["exists"])
+        outcome.update(first=found["text"], first_exists_error=found["exists"], first_course_error=found["course"])
     outcome["operations"] = list(seen)
     outcome["cwd_moved"] = moved[0] if moved else None
     outcome["sizes"] = [list(entry) for entry in SIZES]
@@ -416,7 +434,9 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
     OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt) or raced at operation `stop_at`: by
-    another process (mode 'race') or by a second save in the same process (mode 'race-here').
+    another process (mode 'race') or by a second save in the same process (mode 'race-here'). Mode 'no-links:E'
+    (E an errno name) stops nowhere: every os.link raises OSError(E) as on a file system without hard links, a
+    rival's file (RIVAL_BYTES) having appeared at the final name just before.
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

@@ -5,6 +5,7 @@ resumed run restores that checkpoint (in this interpreter, then in a fresh one) 
 follow the control exactly: every sampler field, every id, every loss and weight.
 """
 
+import contextlib
 import json
 import os
 
@@ -1218,7 +1219,55 @@ def racing_saves_never_overwrite(ctx):
         )
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
     _raced_in_the_same_process(ctx)
+    _published_without_hard_links(ctx)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
+
+
+NO_LINK_ERRORS = ("EPERM", "EOPNOTSUPP", "EXDEV")  # os.link where there are no hard links: FAT, some network mounts
+
+
+def _published_without_hard_links(ctx) -> None:
+    """A save on a file system without hard links: every os.link raises (EPERM, EOPNOTSUPP or EXDEV), another
+    saver's file having appeared at the path just before. Whatever the save falls back to, that file must stay
+    byte for byte, and the save must raise a course error (the two savers are then one winner and one loser)."""
+    state, _, contract = _two_states(ctx)
+    wrong = {}
+    for name in NO_LINK_ERRORS:
+        folder = os.path.join(ctx.workdir, "no-hard-links", name, "folder")
+        os.makedirs(folder)
+        path = os.path.join(folder, "checkpoint.npz")
+        seen = probe(
+            "interrupted_save",
+            ctx.impl.save,
+            interrupt.MAX_OPERATIONS + 1,
+            f"no-links:{name}",
+            folder + ".json",
+            (path, state, contract),
+        )
+        if "failed_at" not in seen:
+            continue  # it never calls os.link: the race between processes judges how it publishes
+        operations = seen.get("operations", [])
+        after = _collapsed(operations[operations.index(seen["failed_at"]) + 1 :])[:4]
+        with open(path, "rb") if os.path.isfile(path) and not os.path.islink(path) else contextlib.nullcontext() as f:
+            kept = f is not None and f.read() == interrupt.RIVAL_BYTES
+        if not kept:
+            wrong[name] = f"replaced the other saver's file (after the refused link: {', '.join(after) or 'nothing'})"
+        elif seen.get("first") == "saved":
+            wrong[name] = "reported success, though the path holds the other saver's file"
+        elif not seen.get("first_course_error"):
+            wrong[name] = f"{seen.get('first', seen.get('status'))} (not a course error)"
+    expect(
+        not wrong,
+        "the other saver's file kept and the save refused with a course error, for each errno",
+        wrong,
+        "on a file system without hard links (every os.link raised "
+        + " / ".join(wrong)
+        + "), after another saver's file appeared at the path: "
+        + "; ".join(f"with {name} the save {what}" for name, what in wrong.items())
+        + " -> publish only with an operation that fails if the name exists; when os.link is refused, raise "
+        "CheckpointWriteError instead of falling back to os.rename or os.replace, which overwrite"
+        + mark("exclusive-publish"),
+    )
 
 
 def _raced_in_the_same_process(ctx) -> None:
