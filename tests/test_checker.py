@@ -573,6 +573,11 @@ MISTAKES = {
         "racing_saves_never_overwrite",
         ["every os.link raised EPERM", "with EPERM the save replaced the other saver's file", "rename .tmp-"],
     ),
+    "save_makedirs_after_isdir": (
+        3,
+        "racing_saves_never_overwrite",
+        ["into one folder neither found", "File exists", "exist_ok=True"],
+    ),
     "save_normpath": (
         3,
         "save_syncs_before_publishing",
@@ -727,6 +732,7 @@ SLOW_MISTAKES = {
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
     *("save_fsync_only_small", "save_normpath", "save_link_falls_back_to_rename"),
+    "save_makedirs_after_isdir",
 }
 
 

@@ -284,6 +284,14 @@ def _link_refused(final: str, name: str, operation: str, outcome: dict, original
     raise OSError(number, os.strerror(number), final)
 
 
+def _listed(folder: str) -> set:
+    """The names in `folder`; none while it does not exist (a save paused before making it)."""
+    try:
+        return set(os.listdir(folder))
+    except FileNotFoundError:
+        return set()
+
+
 def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
     """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
 
@@ -320,9 +328,9 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         outcome["rival_ran"] = True
         outcome["at"] = seen[-1]
         folder = os.path.dirname(final)
-        present = set(os.listdir(folder))  # the first save is paused here: only the rival acts until it reports
+        present = _listed(folder)  # the first save is paused here: only the rival acts until it reports
         outcome.update(rival())
-        outcome["removed_by_rival"] = sorted(present - set(os.listdir(folder)))
+        outcome["removed_by_rival"] = sorted(present - _listed(folder))
 
     instrument(hook)
     try:

@@ -1220,7 +1220,55 @@ def racing_saves_never_overwrite(ctx):
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
     _raced_in_the_same_process(ctx)
     _published_without_hard_links(ctx)
+    _raced_into_a_new_folder(ctx)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
+
+
+def _raced_into_a_new_folder(ctx) -> None:
+    """Two savers (two processes) of different names into one folder that neither found: the rival saves while
+    the first is paused at each folder it makes (its mkdir about to run). Both names were free, so both must
+    save, and each name must then hold its own saver's checkpoint (judged through the learner's restore)."""
+    state, other, contract = _two_states(ctx)
+    base = os.path.join(ctx.workdir, "race-new-folder")
+    os.makedirs(os.path.join(base, "listing"))
+    listed = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        interrupt.MAX_OPERATIONS + 1,
+        "kill",
+        base + ".listing.json",
+        (os.path.join(base, "listing", "new", "first.npz"), state, contract),
+    )
+    operations = listed.get("operations", [])
+    for number in [n for n, op in enumerate(operations, start=1) if op.startswith("mkdir ")][:3]:
+        folder = os.path.join(base, str(number), "new")
+        os.makedirs(os.path.dirname(folder))
+        paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
+        outcome = probe(
+            "interrupted_save",
+            ctx.impl.save,
+            number,
+            "race",
+            folder + ".json",
+            (paths["first"], state, contract),
+            (paths["rival"], other, contract),
+        )
+        if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+            continue  # the first save never reached that mkdir again: nothing was raced
+        held = {who: _holds(ctx, paths[who], contract, kept) for who, kept in (("first", state), ("rival", other))}
+        wrong = {who: outcome.get(who) for who in ("first", "rival") if outcome.get(who) != "saved"}
+        wrong |= {f"{who}'s file": found for who, found in held.items() if found and who not in wrong}
+        expect(
+            not wrong,
+            "both saves succeed, each name holding its own checkpoint",
+            {k: outcome.get(k) for k in ("at", "first", "rival")} | wrong,
+            f"two saves of different names (first.npz, rival.npz) into one folder neither found: the rival saved "
+            f"while the first was about to make the folder ({outcome.get('at')}); then "
+            + "; ".join(f"{who}: {what}" for who, what in wrong.items())
+            + " -> make the folder with os.makedirs(folder, exist_ok=True) (a folder another saver just made is "
+            "no error), and remove on failure only the folders this save made and left empty"
+            + mark("exclusive-publish"),
+        )
 
 
 NO_LINK_ERRORS = ("EPERM", "EOPNOTSUPP", "EXDEV")  # os.link where there are no hard links: FAT, some network mounts
