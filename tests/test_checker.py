@@ -578,6 +578,16 @@ MISTAKES = {
         "racing_saves_never_overwrite",
         ["into one folder neither found", "File exists", "exist_ok=True"],
     ),
+    "save_ignores_ctrl_c": (
+        3,
+        "restore_returns_every_field",
+        ["save called from a thread other than the main one raised ValueError", "set no signal handler"],
+    ),
+    "restore_bounded_by_alarm": (
+        3,
+        "restore_returns_every_field",
+        ["restore called from a thread other than the main one raised ValueError", "signal.alarm"],
+    ),
     "save_normpath": (
         3,
         "save_syncs_before_publishing",
@@ -732,7 +742,7 @@ SLOW_MISTAKES = {
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
     "next_batch_cached_by_array_id",
     *("save_fsync_only_small", "save_normpath", "save_link_falls_back_to_rename"),
-    "save_makedirs_after_isdir",
+    *("save_makedirs_after_isdir", "save_ignores_ctrl_c", "restore_bounded_by_alarm"),
 }
 
 

@@ -242,7 +242,40 @@ def restore_returns_every_field(ctx):
         wrong = sharding_of(restored[name], ctx.mesh, P())
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
     _restores_written_another_way(ctx, path, state, contract)
-    return "every field as saved, also with the contract's entries in another order and from a read-only file", "equal"
+    _called_from_another_thread(ctx, path, state, contract)
+    return (
+        "every field as saved, also with the contract's entries in another order, from a read-only file and from "
+        "another thread",
+        "equal",
+    )
+
+
+def _called_from_another_thread(ctx, path: str, state: dict, contract: dict) -> None:
+    """save, then restore of the checkpoint saved above, each called from a thread that is not the main one (as a
+    background checkpointer calls them): the save must write its file and the restore give back every field."""
+    other = os.path.join(ctx.workdir, "thread", "checkpoint.npz")
+    os.makedirs(os.path.dirname(other))
+    saved = probe("in_a_thread", ctx.impl.save, other, state, contract)
+    expect(
+        "error" not in saved and os.path.isfile(other),
+        "a save called from another thread writes its checkpoint",
+        saved.get("error", "no file at the path"),
+        f"save called from a thread other than the main one raised {saved.get('error', 'nothing but wrote no file')}"
+        " -> background checkpointing calls save from a thread of its own: set no signal handler (signal.signal "
+        "works only in the main thread) and keep no state that only the main thread may touch" + mark("exact-path"),
+    )
+    restored = probe("in_a_thread", ctx.impl.restore, path, contract, ctx.mesh)
+    got = restored.get("value") if isinstance(restored.get("value"), dict) else {}
+    differ = [name for name in FIELDS if name not in got or not np.array_equal(host(got[name]), host(state[name]))]
+    expect(
+        "error" not in restored and not differ,
+        "a restore called from another thread gives back every field",
+        restored.get("error", f"fields that differ: {differ}"),
+        "restore called from a thread other than the main one "
+        + (f"raised {restored['error']}" if "error" in restored else f"gave back other {differ}")
+        + " -> a restore must work in any thread: set no signal handler or alarm (signal.signal and signal.alarm "
+        "work only in the main thread); bound a read by the file's size instead" + mark("exact-resume"),
+    )
 
 
 def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None:
