@@ -4,7 +4,9 @@
 target, data, handle)` before each runs: every `create` (a name opened for writing by `open`
 or `io.open`, which may create or empty it), every `write` and `close` of a file opened for
 writing (by `open`, `io.open` or `os.fdopen`), every `os.write` to a file (a pipe or terminal is not
-counted), and every os-level open, rename, replace, link, unlink, truncate, fsync and fdatasync.
+counted), and every os-level open, mkdir, rename, replace, link, unlink, truncate, fsync and fdatasync.
+A publication's two folders are read as the OS resolves them: a `dir_fd` joined, symbolic links followed,
+/proc/self/fd/N taken to the file descriptor N opens (an unnamed O_TMPFILE file published with linkat).
 Whatever writes a save's bytes (its own `write` calls, `np.savez` given a name or a handle) reaches one
 of these. It needs no hook inside the code under test, so the same
 harness stops the learner's `save` (the checker), the course's `checkpoint.save` (torture's
@@ -15,7 +17,9 @@ half of that write's bytes (or none of any other operation) and sends itself SIG
 crash would; `fail` makes that operation raise OSError(ENOSPC), as a full disk would, and lets
 the save handle it; `race` has a second saver, a separate process forked from the checker before the
 first save began (so it shares no lock or set the first holds in memory), run one complete
-save to the same path right there, and then lets the first one continue. The parent judges
+save to the same path right there, and then lets the first one continue; `no-links:E` makes every os.link
+raise OSError(E), as a file system without hard links does, just after a rival's file appeared at the final
+name. The parent judges
 what is left at the final path. Only the child's own folder is written. Every child has a
 time bound (CHILD_TIMEOUT) and a named status.
 """
