@@ -566,7 +566,7 @@ MISTAKES = {
     "save_fsync_only_small": (
         3,
         "save_syncs_before_publishing",
-        ["a save of 1048576 rows", "no fsync (or fdatasync) of the file", "the small checkpoint's were synced"],
+        ["a save of 524288 rows", "no fsync (or fdatasync) of the file", "the small checkpoint's were synced"],
     ),
     "save_link_falls_back_to_rename": (
         3,
