@@ -16,7 +16,7 @@ def save(path, state, contract_):
     arrays = members(state, contract_)  # refuses a bad state before any file exists
     if os.path.lexists(path):
         raise CheckpointExistsError(f"{path} exists; use a new path")
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(os.fspath(path)) or "."  # as given: 'a/..' is the OS's to resolve
     try:
         with files.new_folders(folder):
             fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)

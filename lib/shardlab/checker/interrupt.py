@@ -240,7 +240,6 @@ def refusal(exc: Exception) -> dict:
     return {
         "text": f"refused: {type(exc).__name__}: {exc}"[:300],
         "exists": isinstance(exc, errors.CheckpointExistsError),
-        "course": isinstance(exc, errors.CheckpointError),
     }
 
 
@@ -343,7 +342,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         outcome["unseen_publication"] = unseen_publication(final, seen, absent)
     except (Exception, KeyboardInterrupt) as exc:
         found = refusal(exc)
-        outcome.update(first=found["text"], first_exists_error=found["exists"], first_course_error=found["course"])
+        outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
     outcome["cwd_moved"] = moved[0] if moved else None
     outcome["sizes"] = [list(entry) for entry in SIZES]
