@@ -1137,8 +1137,9 @@ def _large_save_through_a_link(ctx, state: dict, contract: dict):
             + ("large/checkpoint.npz, the path string arithmetic makes," if os.path.lexists(normalised) else "no file")
             + " instead of large/real/checkpoint.npz, where the OS resolves it ('..' leaves the folder via leads to)"
         )
-        + " -> pass the path to the OS as given: no os.path.normpath, no resolving '..' by hand"
-        + mark("exact-path"),
+        + " -> pass the path to the OS as given: no os.path.normpath, and no os.path.abspath for the folder that"
+        " names the file (both drop '..' by string arithmetic); join to the working directory if an absolute path "
+        "is needed" + mark("exact-path"),
     )
     fault = _order_fault(operations) or _sync_fault(sizes)
     return expect(
