@@ -605,6 +605,36 @@ MISTAKES = {
         ["raised KeyboardInterrupt and left", "except BaseException"],
     ),
     "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
+    "save_fsync_only_small": (
+        3,
+        "save_syncs_before_publishing",
+        ["a save of 524288 rows", "no fsync (or fdatasync) of the file", "the small checkpoint's were synced"],
+    ),
+    "save_link_falls_back_to_rename": (
+        3,
+        "racing_saves_never_overwrite",
+        ["every os.link raised EPERM", "with EPERM the save replaced the other saver's file", "rename .tmp-"],
+    ),
+    "save_makedirs_after_isdir": (
+        3,
+        "racing_saves_never_overwrite",
+        ["into one folder neither found", "File exists", "exist_ok=True"],
+    ),
+    "save_ignores_ctrl_c": (
+        3,
+        "restore_returns_every_field",
+        ["save called from a thread other than the main one raised ValueError", "set no signal handler"],
+    ),
+    "restore_bounded_by_alarm": (
+        3,
+        "restore_returns_every_field",
+        ["restore called from a thread other than the main one raised ValueError", "signal.alarm"],
+    ),
+    "save_normpath": (
+        3,
+        "save_syncs_before_publishing",
+        ["whose 'via' is a symbolic link", "wrote large/checkpoint.npz", "no os.path.normpath"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),
@@ -757,6 +787,8 @@ SLOW_MISTAKES = {
     *("save_leaves_the_folder_open", "restore_leaves_the_file_open", "restore_caps_the_file_size"),
     *("reshuffle_cached_by_key", "initial_numpy_order_when_large", "gradient_drops_tiny_entries", "decay_clamped"),
     "loss_capped",
+    *("save_fsync_only_small", "save_normpath", "save_link_falls_back_to_rename"),
+    *("save_makedirs_after_isdir", "save_ignores_ctrl_c", "restore_bounded_by_alarm"),
 }
 
 

@@ -20,7 +20,7 @@ from shardlab.learner.reference import *  # noqa: F403
 
 
 def save(path, state, contract_):
-    path = os.path.abspath(path)
+    path = os.path.join(os.getcwd(), os.fspath(path))  # absolute; a '..' is left for the OS to resolve
     lock = os.open(path + ".lock", os.O_CREAT | os.O_WRONLY, 0o644)
     try:
         try:

@@ -4,7 +4,9 @@
 target, data, handle)` before each runs: every `create` (a name opened for writing by `open`
 or `io.open`, which may create or empty it), every `write` and `close` of a file opened for
 writing (by `open`, `io.open` or `os.fdopen`), every `os.write` to a file (a pipe or terminal is not
-counted), and every os-level open, rename, replace, link, unlink, truncate, fsync and fdatasync.
+counted), and every os-level open, mkdir, rename, replace, link, unlink, truncate, fsync and fdatasync.
+A publication's two folders are read as the OS resolves them: a `dir_fd` joined, symbolic links followed,
+/proc/self/fd/N taken to the file descriptor N opens (an unnamed O_TMPFILE file published with linkat).
 Whatever writes a save's bytes (its own `write` calls, `np.savez` given a name or a handle) reaches one
 of these. It needs no hook inside the code under test, so the same
 harness stops the learner's `save` (the checker), the course's `checkpoint.save` (torture's
@@ -15,7 +17,9 @@ half of that write's bytes (or none of any other operation) and sends itself SIG
 crash would; `fail` makes that operation raise OSError(ENOSPC), as a full disk would, and lets
 the save handle it; `race` has a second saver, a separate process forked from the checker before the
 first save began (so it shares no lock or set the first holds in memory), run one complete
-save to the same path right there, and then lets the first one continue. The parent judges
+save to the same path right there, and then lets the first one continue; `no-links:E` makes every os.link
+raise OSError(E), as a file system without hard links does, just after a rival's file appeared at the final
+name. The parent judges
 what is left at the final path. Only the child's own folder is written. Every child has a
 time bound (CHILD_TIMEOUT) and a named status.
 """
@@ -35,7 +39,7 @@ import warnings
 from shardlab import errors
 
 OS_OPERATIONS = (
-    *("open", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
+    *("open", "mkdir", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
     *("fsync", "fdatasync"),
 )
 SYNCS = ("fsync", "fdatasync")  # fdatasync also writes the size a reader needs: it syncs what fsync must (rule text)
@@ -100,9 +104,14 @@ def instrument(hook) -> None:
             if _name in SYNCS and args:
                 target = _synced(args[0], fstat, readlink)
             elif _name in ("link", "rename", "replace") and args:
-                SIZES.append((_name, os.path.basename(target), _size(lambda: stat_of(args[0]).st_size)))
-                if len(args) > 1:  # where the published file was written, and where its final name is
-                    PUBLISHED.append((_name, *(os.path.dirname(os.path.abspath(str(a))) for a in args[:2])))
+                source = _joined(args[0], kwargs.get("src_dir_fd"), readlink)
+                SIZES.append(
+                    (_name, os.path.basename(os.path.realpath(source)), _size(lambda: stat_of(source).st_size))
+                )
+                if len(args) > 1:  # the folder the published file was written in, and its final name's folder
+                    final = _joined(args[1], kwargs.get("dst_dir_fd"), readlink)
+                    folders = (os.path.dirname(os.path.realpath(source)), os.path.realpath(os.path.dirname(final)))
+                    PUBLISHED.append((_name, *folders))
             hook(_name, target, None, None)
             result = _original(*args, **kwargs)
             if _name == "open" and len(args) > 1 and args[1] & _WRITE_FLAGS and isinstance(result, int):
@@ -148,9 +157,24 @@ def _counted_write(original, readlink, hook):
     return write
 
 
+_READLINK = os.readlink  # kept before `instrument` replaces anything in os
 SIZES: list = []  # (operation, file name, bytes the kernel held then) of every fsync and publication seen
 PUBLISHED: list = []  # (operation, the source's folder, the final name's folder) of every publication seen
 NAMED: dict = {}  # (device, inode) -> the first path under which a file was opened for writing or fsynced
+
+
+def _joined(path, dir_fd, readlink) -> str:
+    """`path` as the OS reads it in a call given `dir_fd`: joined to the folder that descriptor opens when relative.
+
+    What it names is then found as a system call finds it (`os.path.realpath`): through symbolic links to
+    folders before a '..', and through /proc/self/fd/N to the file descriptor N opens (an O_TMPFILE file
+    that has no name yet reads as '<its folder>/#<inode> (deleted)', the name its fsync reports too).
+    """
+    path = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    if dir_fd is not None and not os.path.isabs(path):
+        with contextlib.suppress(OSError):
+            path = os.path.join(readlink(f"/proc/self/fd/{dir_fd}"), path)
+    return os.path.join(os.getcwd(), path)
 
 
 def _size(measure):
@@ -173,12 +197,17 @@ def _synced(handle, fstat, readlink) -> str:
 
 
 def _name_of(descriptor: int, path, fstat) -> None:
-    """Note the file `descriptor` opens under its first name, `path`: where its bytes were written."""
+    """Note the file `descriptor` opens under its first name: where its bytes were written, as the OS names it
+    (/proc/self/fd/N, which resolves symbolic links to folders and '..' as the open did; `path` if unreadable)."""
     try:
         found = fstat(descriptor)
     except (OSError, TypeError, ValueError):
         return
-    NAMED.setdefault((found.st_dev, found.st_ino), os.path.abspath(os.fspath(path)))
+    try:
+        named = _READLINK(f"/proc/self/fd/{descriptor}")
+    except (OSError, TypeError, ValueError):
+        named = os.path.abspath(os.fspath(path))
+    NAMED.setdefault((found.st_dev, found.st_ino), named)
 
 
 def unseen_publication(final: str, operations: list, absent: list) -> dict | None:
@@ -195,14 +224,14 @@ def unseen_publication(final: str, operations: list, absent: list) -> dict | Non
     except OSError:
         return None
     source = NAMED.get((found.st_dev, found.st_ino))
-    if source is None or os.path.abspath(source) == os.path.abspath(final) or not any(absent):
+    if source is None or source == os.path.realpath(final) or not any(absent):
         return None
     position = max(i for i, gone in enumerate(absent) if gone) + 1
     return {
         "position": position,
         "source": os.path.basename(source),
         "size": found.st_size,
-        "folder": os.path.dirname(os.path.abspath(source)),
+        "folder": os.path.dirname(source),
     }
 
 
@@ -243,20 +272,47 @@ def _run_rival(go: int, done: int, report: str) -> dict:
         return json.load(handle)
 
 
+RIVAL_BYTES = b"another saver's checkpoint, published while this save wrote its own\n"
+
+
+def _link_refused(final: str, name: str, operation: str, outcome: dict, original_open) -> None:
+    """A hard link refused as a file system without them refuses it (errno `name`: EPERM on FAT, EOPNOTSUPP or
+    EXDEV elsewhere), after a rival's file appeared at the final name (RIVAL_BYTES, written once, uncounted):
+    what the save falls back to must still never overwrite it."""
+    if not os.path.lexists(final):
+        with original_open(final, "xb") as rival:
+            rival.write(RIVAL_BYTES)
+    outcome.setdefault("failed_at", operation)
+    number = getattr(errno, name)
+    raise OSError(number, os.strerror(number), final)
+
+
+def _listed(folder: str) -> set:
+    """The names in `folder`; none while it does not exist (a save paused before making it)."""
+    try:
+        return set(os.listdir(folder))
+    except FileNotFoundError:
+        return set()
+
+
 def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
     """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
 
     `rival` is, for mode 'race', a function that lets the rival process save and returns its outcome."""
     seen, outcome, absent = [], {}, []
     original_kill, original_open = os.kill, io.open
-    final = os.path.abspath(os.fspath(first[0])) if isinstance(first[0], (str, os.PathLike)) else ""
     home, moved = os.getcwd(), []
+    # the final name as the OS resolves it: joined to the working directory, never normalised ('a/..' with a a
+    # symbolic link is the folder a leads to's parent, not '.')
+    final = os.path.join(home, os.fspath(first[0])) if isinstance(first[0], (str, os.PathLike)) else ""
 
     def hook(operation, target, data, handle):
         seen.append(label(operation, target))
         absent.append(not os.path.lexists(final))  # before the operation runs: when the final name appeared
         if os.getcwd() != home and not moved:  # the process's working directory, which every thread shares
             moved.append({"at": seen[-1], "cwd": os.getcwd()})
+        if mode.startswith("no-links:") and operation == "link":
+            _link_refused(final, mode.split(":", 1)[1], seen[-1], outcome, original_open)
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
         if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
@@ -274,10 +330,10 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
             original_kill(os.getpid(), signal.SIGKILL)
         outcome["rival_ran"] = True
         outcome["at"] = seen[-1]
-        folder = os.path.dirname(os.path.abspath(os.fspath(first[0])))
-        present = set(os.listdir(folder))  # the first save is paused here: only the rival acts until it reports
+        folder = os.path.dirname(final)
+        present = _listed(folder)  # the first save is paused here: only the rival acts until it reports
         outcome.update(rival())
-        outcome["removed_by_rival"] = sorted(present - set(os.listdir(folder)))
+        outcome["removed_by_rival"] = sorted(present - _listed(folder))
 
     instrument(hook)
     try:
@@ -389,7 +445,9 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
     OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt) or raced at operation `stop_at`: by
-    another process (mode 'race') or by a second save in the same process (mode 'race-here').
+    another process (mode 'race') or by a second save in the same process (mode 'race-here'). Mode 'no-links:E'
+    (E an errno name) stops nowhere: every os.link raises OSError(E) as on a file system without hard links, a
+    rival's file (RIVAL_BYTES) having appeared at the final name just before.
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

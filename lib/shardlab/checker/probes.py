@@ -10,6 +10,7 @@ themselves.
 """
 
 import os
+import threading
 
 import jax
 import jax.extend.core as jax_core
@@ -55,6 +56,23 @@ def mapped_input_shapes(step, *args) -> list | None:
 def interrupted_save(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """`save(*first)` in a forked child stopped or raced at file operation `stop_at` (checker/interrupt.py)."""
     return interrupt.interrupted(save, stop_at, mode, report, first, rival)
+
+
+def in_a_thread(function, *args) -> dict:
+    """`function(*args)` called from a thread other than the main one, as background checkpointing calls save and
+    restore: {"value": what it returned} or {"error": what it raised}."""
+    found = {}
+
+    def run():
+        try:
+            found["value"] = function(*args)
+        except Exception as exc:
+            found["error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+    worker = threading.Thread(target=run, name="background-checkpoint")
+    worker.start()
+    worker.join()
+    return found
 
 
 def read_only_restore(restore, path: str, contract, mesh) -> dict:
@@ -183,6 +201,7 @@ PROBES = {
     "interrupted_save": interrupted_save,
     "read_only_restore": read_only_restore,
     "left_open": left_open,
+    "in_a_thread": in_a_thread,
 }
 # probes that may take longer than one call's bound (each forked save has its own)
 LONG = {"interrupted_save": 2 * interrupt.CHILD_TIMEOUT}

@@ -5,9 +5,11 @@ resumed run restores that checkpoint (in this interpreter, then in a fresh one) 
 follow the control exactly: every sampler field, every id, every loss and weight.
 """
 
+import contextlib
 import json
 import os
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -233,10 +235,39 @@ def restore_returns_every_field(ctx):
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
     _restores_written_another_way(ctx, path, state, contract)
     _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
+    _called_from_another_thread(ctx, path, state, contract)
     return (
-        "every field as saved, also with the contract's entries in another order and from a read-only file, "
-        "nothing left open",
+        "every field as saved, also with the contract's entries in another order, from a read-only file and from "
+        "another thread, nothing left open",
         "equal",
+    )
+
+
+def _called_from_another_thread(ctx, path: str, state: dict, contract: dict) -> None:
+    """save, then restore of the checkpoint saved above, each called from a thread that is not the main one (as a
+    background checkpointer calls them): the save must write its file and the restore give back every field."""
+    other = os.path.join(ctx.workdir, "thread", "checkpoint.npz")
+    os.makedirs(os.path.dirname(other))
+    saved = probe("in_a_thread", ctx.impl.save, other, state, contract)
+    expect(
+        "error" not in saved and os.path.isfile(other),
+        "a save called from another thread writes its checkpoint",
+        saved.get("error", "no file at the path"),
+        f"save called from a thread other than the main one raised {saved.get('error', 'nothing but wrote no file')}"
+        " -> background checkpointing calls save from a thread of its own: set no signal handler (signal.signal "
+        "works only in the main thread) and keep no state that only the main thread may touch" + mark("exact-path"),
+    )
+    restored = probe("in_a_thread", ctx.impl.restore, path, contract, ctx.mesh)
+    got = restored.get("value") if isinstance(restored.get("value"), dict) else {}
+    differ = [name for name in FIELDS if name not in got or not np.array_equal(host(got[name]), host(state[name]))]
+    expect(
+        "error" not in restored and not differ,
+        "a restore called from another thread gives back every field",
+        restored.get("error", f"fields that differ: {differ}"),
+        "restore called from a thread other than the main one "
+        + (f"raised {restored['error']}" if "error" in restored else f"gave back other {differ}")
+        + " -> a restore must work in any thread: set no signal handler or alarm (signal.signal and signal.alarm "
+        "work only in the main thread); bound a read by the file's size instead" + mark("exact-resume"),
     )
 
 
@@ -1011,7 +1042,7 @@ def _with_unseen_publication(seen: dict, folder: str) -> tuple[list, list, list]
         at = unseen["position"]
         operations[at:at] = [f"rename {unseen['source']} (made by a call the checker does not count)"]
         sizes.append(("rename", unseen["source"], unseen["size"]))
-        published.append(("rename", unseen["folder"], os.path.abspath(folder)))
+        published.append(("rename", unseen["folder"], os.path.realpath(folder)))
     return operations, sizes, published
 
 
@@ -1065,12 +1096,77 @@ def save_syncs_before_publishing(ctx):
         "folder (tempfile.mkstemp(dir=the target's folder)): when the two folders are on different file systems, "
         "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published" + mark("new-temp-name"),
     )
-    return expect(
+    expect(
         fault is None,
         "write ..., fsync, then link/rename/replace",
         {"operations": _collapsed(operations)[:40], "fault": fault},
         f"the save published its file before its bytes were on disk: {fault} -> write every byte, flush, fsync "
         "the file, and only then give it its final name; a crash after publishing must find a complete file"
+        + mark("fsync-before-publish"),
+    )
+    return _large_save_through_a_link(ctx, state, contract)
+
+
+LARGE_ROWS = 1 << 19  # a checkpoint of about 2 MB (its order alone 2 MiB as int32): a save's other size
+
+
+def _first_feature(value):
+    """The first entry of a weights-like array, placed as `value` is (a JAX array stays one, on its sharding)."""
+    first = np.asarray(value)[:1]
+    sharding = getattr(value, "sharding", None)
+    return jax.device_put(first, sharding) if sharding is not None else first
+
+
+def _large_save_through_a_link(ctx, state: dict, contract: dict):
+    """The same save at another size, about 2 MB (LARGE_ROWS rows, one feature), to a path whose '..' follows a
+    symbolic link to a folder: 'large/via/../checkpoint.npz' with via -> real/inner, which the OS resolves to
+    large/real/checkpoint.npz (string arithmetic, os.path.normpath, makes it large/checkpoint.npz). Its bytes
+    must be fsynced before publishing as the small one's were, and the file must be where the OS resolves it."""
+    rows = LARGE_ROWS  # one feature: the data sent to the learner's contract stays small (4 MiB)
+    data = Dataset(np.zeros((rows, 1), np.float32), np.zeros(rows, np.float32))
+    large = ctx.impl.contract(data, _config(ctx))
+    order = np.asarray(state["order"])
+    bigger = {
+        **state,
+        **{name: _first_feature(state[name]) for name in ("weights", "momentum")},
+        "order": np.arange(rows - 1, -1, -1).astype(order.dtype),
+        "cursor": 0,
+        "step": 0,
+    }
+    top = os.path.join(ctx.workdir, "large")
+    os.makedirs(os.path.join(top, "real", "inner"))
+    os.symlink(os.path.join("real", "inner"), os.path.join(top, "via"))
+    path = os.path.join(top, "via", "..", "checkpoint.npz")
+    resolved, normalised = os.path.join(top, "real", "checkpoint.npz"), os.path.join(top, "checkpoint.npz")
+    seen = probe(
+        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", top + ".json", (path, bigger, large)
+    )
+    operations, sizes, _ = _with_unseen_publication(seen, os.path.dirname(resolved))
+    size = os.path.getsize(resolved) if os.path.isfile(resolved) else None
+    expect(
+        seen.get("first") == "saved" and size is not None,
+        f"the save to {path} finishes and writes {resolved}",
+        {"save": seen.get("first", seen.get("status")), "at the resolved path": size is not None}
+        | {"at the normalised path": os.path.lexists(normalised)},
+        f"a save to {path}, whose 'via' is a symbolic link to real/inner, "
+        + (
+            f"did not finish ({seen.get('first', seen.get('status'))})"
+            if seen.get("first") != "saved"
+            else "wrote "
+            + ("large/checkpoint.npz, the path string arithmetic makes," if os.path.lexists(normalised) else "no file")
+            + " instead of large/real/checkpoint.npz, where the OS resolves it ('..' leaves the folder via leads to)"
+        )
+        + " -> pass the path to the OS as given: no os.path.normpath, and no os.path.abspath for the folder that"
+        " names the file (both drop '..' by string arithmetic); join to the working directory if an absolute path "
+        "is needed" + mark("exact-path"),
+    )
+    fault = _order_fault(operations) or _sync_fault(sizes)
+    return expect(
+        fault is None,
+        f"write ..., fsync, then link/rename/replace, for a checkpoint of {size} bytes too",
+        {"operations": _collapsed(operations)[:40], "fault": fault, "bytes": size},
+        f"a save of {rows} rows ({size} bytes) published its file before its bytes were on disk: {fault} (the "
+        "small checkpoint's were synced) -> fsync every temporary file whatever its size, then publish it"
         + mark("fsync-before-publish"),
     )
 
@@ -1190,7 +1286,102 @@ def racing_saves_never_overwrite(ctx):
         )
     expect(points > 0, "a save with file operations to race at", "none observed", _NO_OPERATIONS)
     _raced_in_the_same_process(ctx)
+    _published_without_hard_links(ctx)
+    _raced_into_a_new_folder(ctx)
     return f"raced by another process at each of {points} file operations: one winner", "as expected"
+
+
+def _raced_into_a_new_folder(ctx) -> None:
+    """Two savers (two processes) of different names into one folder that neither found: the rival saves while
+    the first is paused at each folder it makes (its mkdir about to run). Both names were free, so both must
+    save, and each name must then hold its own saver's checkpoint (judged through the learner's restore)."""
+    state, other, contract = _two_states(ctx)
+    base = os.path.join(ctx.workdir, "race-new-folder")
+    os.makedirs(os.path.join(base, "listing"))
+    listed = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        interrupt.MAX_OPERATIONS + 1,
+        "kill",
+        base + ".listing.json",
+        (os.path.join(base, "listing", "new", "first.npz"), state, contract),
+    )
+    operations = listed.get("operations", [])
+    for number in [n for n, op in enumerate(operations, start=1) if op.startswith("mkdir ")][:3]:
+        folder = os.path.join(base, str(number), "new")
+        os.makedirs(os.path.dirname(folder))
+        paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
+        outcome = probe(
+            "interrupted_save",
+            ctx.impl.save,
+            number,
+            "race",
+            folder + ".json",
+            (paths["first"], state, contract),
+            (paths["rival"], other, contract),
+        )
+        if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+            continue  # the first save never reached that mkdir again: nothing was raced
+        held = {who: _holds(ctx, paths[who], contract, kept) for who, kept in (("first", state), ("rival", other))}
+        wrong = {who: outcome.get(who) for who in ("first", "rival") if outcome.get(who) != "saved"}
+        wrong |= {f"{who}'s file": found for who, found in held.items() if found and who not in wrong}
+        expect(
+            not wrong,
+            "both saves succeed, each name holding its own checkpoint",
+            {k: outcome.get(k) for k in ("at", "first", "rival")} | wrong,
+            f"two saves of different names (first.npz, rival.npz) into one folder neither found: the rival saved "
+            f"while the first was about to make the folder ({outcome.get('at')}); then "
+            + "; ".join(f"{who}: {what}" for who, what in wrong.items())
+            + " -> make the folder with os.makedirs(folder, exist_ok=True) (a folder another saver just made is "
+            "no error), and remove on failure only the folders this save made and left empty"
+            + mark("exclusive-publish"),
+        )
+
+
+NO_LINK_ERRORS = ("EPERM", "EOPNOTSUPP", "EXDEV")  # os.link where there are no hard links: FAT, some network mounts
+
+
+def _published_without_hard_links(ctx) -> None:
+    """A save on a file system without hard links: every os.link raises (EPERM, EOPNOTSUPP or EXDEV), another
+    saver's file having appeared at the path just before. Whatever the save falls back to, that file must stay
+    byte for byte, and the save must raise (the two savers are then one winner and one loser; which error a failed
+    write raises is not the rule's, as for a full disk)."""
+    state, _, contract = _two_states(ctx)
+    wrong = {}
+    for name in NO_LINK_ERRORS:
+        folder = os.path.join(ctx.workdir, "no-hard-links", name, "folder")
+        os.makedirs(folder)
+        path = os.path.join(folder, "checkpoint.npz")
+        seen = probe(
+            "interrupted_save",
+            ctx.impl.save,
+            interrupt.MAX_OPERATIONS + 1,
+            f"no-links:{name}",
+            folder + ".json",
+            (path, state, contract),
+        )
+        if "failed_at" not in seen:
+            continue  # it never calls os.link: the race between processes judges how it publishes
+        operations = seen.get("operations", [])
+        after = _collapsed(operations[operations.index(seen["failed_at"]) + 1 :])[:4]
+        with open(path, "rb") if os.path.isfile(path) and not os.path.islink(path) else contextlib.nullcontext() as f:
+            kept = f is not None and f.read() == interrupt.RIVAL_BYTES
+        if not kept:
+            wrong[name] = f"replaced the other saver's file (after the refused link: {', '.join(after) or 'nothing'})"
+        elif seen.get("first") == "saved":
+            wrong[name] = "reported success, though the path holds the other saver's file"
+    expect(
+        not wrong,
+        "the other saver's file kept and the save refused, for each errno",
+        wrong,
+        "on a file system without hard links (every os.link raised "
+        + " / ".join(wrong)
+        + "), after another saver's file appeared at the path: "
+        + "; ".join(f"with {name} the save {what}" for name, what in wrong.items())
+        + " -> publish only with an operation that fails if the name exists; when os.link is refused, raise "
+        "CheckpointWriteError instead of falling back to os.rename or os.replace, which overwrite"
+        + mark("exclusive-publish"),
+    )
 
 
 def _raced_in_the_same_process(ctx) -> None:

@@ -210,8 +210,9 @@ RULES = (
         "save",
         "the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII letters "
         "included: no .npz added, nothing stripped or normalised) and that path is returned, "
-        "as given or in its absolute form; save never changes the process's working directory",
-        ("random_restore_damage", "save_syncs_before_publishing"),
+        "as given or in its absolute form; save never changes the process's working directory and works called "
+        "from any thread (a background checkpointer's: no signal handlers, which only the main thread may set)",
+        ("random_restore_damage", "save_syncs_before_publishing", "restore_returns_every_field"),
         why=(
             "Why: a writer that adds a suffix of its own leaves the caller's `restore(path)` finding nothing, or "
             "an older file under that name."
@@ -260,7 +261,8 @@ RULES = (
         "exclusive-publish",
         "save",
         "the finished file is published with an operation that fails if the name exists: of two savers in two "
-        "processes racing for one name exactly one wins",
+        "processes racing for one name exactly one wins, and two saving different names into a folder neither "
+        "found both do; where that operation is refused (no hard links), the save raises rather than overwrite",
         ("racing_saves_never_overwrite", "interrupted_save_leaves_nothing_or_a_checkpoint"),
         why=(
             "Why: checking that the name is free and then publishing leaves a gap in which another process can "
@@ -322,7 +324,8 @@ RULES = (
         "exact-resume",
         "restore",
         "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
-        "the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's entries "
+        "the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or "
+        "alarms, which only the main thread may set), whatever key order the expected contract's entries "
         "have and from a read-only file, with nothing left open when it returns; restore must accept every file its "
         "own save writes of a finite state, for data of any row count or width, whatever the file's size (the "
         "member names, integer widths and any checksum are that save's choice, so a file written another way may "

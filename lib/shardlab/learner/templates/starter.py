@@ -154,7 +154,8 @@ def save(path, state: dict, contract_: dict) -> str:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII
       letters included: no .npz added, nothing stripped or normalised) and that path is returned, as given or in its
-      absolute form; save never changes the process's working directory.
+      absolute form; save never changes the process's working directory and works called from any thread (a background
+      checkpointer's: no signal handlers, which only the main thread may set).
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
@@ -167,7 +168,8 @@ def save(path, state: dict, contract_: dict) -> str:
       the size a reader needs) after its last write and only then published, so a published name never points at bytes
       still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
-      savers in two processes racing for one name exactly one wins.
+      savers in two processes racing for one name exactly one wins, and two saving different names into a folder neither
+      found both do; where that operation is refused (no hard links), the save raises rather than overwrite.
     - rule:save-inputs-intact: save changes nothing it is given: not the state, its arrays or their placement.
     """
     raise _todo("save", 3, "a new checkpoint at path")
@@ -188,9 +190,10 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
-      continues as the uninterrupted one, in this process or a fresh one, whatever key order the expected contract's
-      entries have and from a read-only file, with nothing left open when it returns; restore must accept every file its
-      own save writes of a finite state, for data of any row count or width, whatever the file's size (the member names,
-      integer widths and any checksum are that save's choice, so a file written another way may be refused).
+      continues as the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or
+      alarms, which only the main thread may set), whatever key order the expected contract's entries have and from a
+      read-only file, with nothing left open when it returns; restore must accept every file its own save writes of a
+      finite state, for data of any row count or width, whatever the file's size (the member names, integer widths and
+      any checksum are that save's choice, so a file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
