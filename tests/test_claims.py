@@ -1299,3 +1299,38 @@ def test_the_cross_process_step_is_called_slower_than_the_one_process_update_onl
     assert ("psums cross between processes" in said) == slower, said
     assert f"{fast_ms:.2f} ms by median" in said and "3.308 ms" in said and "4 devices of one process" in said, said
     assert "at most 8 rows a step" in said and "with 65536 rows" in said, said  # the two workloads, both named
+
+
+@pytest.mark.parametrize(
+    ("menu", "again", "differ"),
+    [
+        (1.155, (0.817, 0.753, 0.856), True),  # one executed run: the menu's reach above the later middle half
+        (0.898, (0.869, 0.841, 0.907), False),  # another: within it
+    ],
+)
+def test_the_reach_measured_twice_is_said_to_differ_only_outside_the_second_middle_half(tmp_path, menu, again, differ):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    guess = {"reach_ms": menu}
+    outcome = {"reach_ms": again[0], "reach_range": {"q1_ms": again[1], "q3_ms": again[2]}}
+    said = sentences.reach_twice(guess, outcome)
+    record.emit(str(tmp_path), "stage4a_profile", "trace", {"hypothesis": guess}, shown=False)
+    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    assert (not again[1] <= menu <= again[2]) == differ  # by hand
+    assert ("the two differ" in said) == differ != ("the two agree" in said), said
+    assert f"{menu:.3f} ms in the menu" in said and f"{again[1]:.3f}–{again[2]:.3f} ms" in said, said
+    assert ("should sit below both" in said) == differ, said  # why, where the two differ
+
+
+@pytest.mark.parametrize(("dispatches", "reach", "threshold"), [([0.16, 0.17, 0.15], 0.9, 0.08), ([0.5] * 3, 0.4, 0.2)])
+def test_the_worked_example_predicts_half_the_dispatches_or_half_the_reach_if_smaller(dispatches, reach, threshold):
+    from shardlab.evidence import hypothesis
+
+    example = hypothesis.worked_example([{"jitted_dispatch_ms": d} for d in dispatches], {"one_call_reshuffle": reach})
+    assert example["change"] == "one_call_reshuffle"
+    assert example["threshold_ms"] == pytest.approx(threshold)  # by hand: half of the median, or half of the reach
+    assert ("half of the estimated reach" in example["because"]) == (reach < sorted(dispatches)[1])
+    assert hypothesis.whose(None)[0] == hypothesis.WORKED and hypothesis.whose({})[1] == "Your verdict"

@@ -33,7 +33,8 @@ SHOWN = {
         ".compile()",
         "jax.profiler.trace(",
         "jax.profiler.TraceAnnotation(",
-        "inspect.getsource(timing.measure)",  # one timing sample
+        ".as_text()",  # the timed four-device step lowered to StableHLO, its all_reduce lines labelled
+        "label_all_reduces(",
     ),
     "stage4b_beyond": (
         "inspect.getsource(steps._step_by_step)",

@@ -219,6 +219,20 @@ SENTENCES = {
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
         ),
+        "reach_measured_twice": _s(
+            "r1 < r_lo or r1 > r_hi",
+            {
+                "r1": "trace.hypothesis.reach_ms",
+                "r2": "change.reach_ms",
+                "r_lo": "change.reach_range.q1_ms",
+                "r_hi": "change.reach_range.q3_ms",
+            },
+            "The reach was measured twice and the two differ: {r1:.3f} ms in the menu, {r2:.3f} ms after this "
+            "capture, outside its middle half ({r_lo:.3f}–{r_hi:.3f} ms). The same work took another time on this "
+            "shared host minutes later, so a threshold should sit below both, or the verdict calls it beyond reach.",
+            "The reach was measured twice and the two agree: {r1:.3f} ms in the menu lies within the middle half "
+            "of its measurement after this capture ({r_lo:.3f}–{r_hi:.3f} ms, median {r2:.3f}).",
+        ),
         "change_confirmed_cause_unshown": _s(
             RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
             {**CHANGE, **CAUSE},
@@ -1225,6 +1239,13 @@ def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
 def draw_alone(found: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a: whether the draw traced alone exceeded the parts that contain it (`hypothesis.bounded`'s dict)."""
     return chosen(notebook, "draw_alone_beyond_its_whole", r=found["measured_ms"], a=found["annotation_ms"])
+
+
+def reach_twice(guess: dict, outcome: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a: does the reach the menu showed (`hypothesis.stated`'s) lie within its re-measurement's middle half?"""
+    values = {"r1": guess["reach_ms"], "r2": outcome["reach_ms"]}
+    values.update(r_lo=outcome["reach_range"]["q1_ms"], r_hi=outcome["reach_range"]["q3_ms"])
+    return chosen(notebook, "reach_measured_twice", **values)
 
 
 def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
