@@ -1334,3 +1334,72 @@ def test_the_worked_example_predicts_half_the_dispatches_or_half_the_reach_if_sm
     assert example["threshold_ms"] == pytest.approx(threshold)  # by hand: half of the median, or half of the reach
     assert ("half of the estimated reach" in example["because"]) == (reach < sorted(dispatches)[1])
     assert hypothesis.whose(None)[0] == hypothesis.WORKED and hypothesis.whose({})[1] == "Your verdict"
+
+
+@pytest.mark.parametrize(
+    ("speedups", "nearest"),
+    [
+        ((19.9, 40.3, 299.8), ("10x", "100x", "100x")),  # one executed run: 40.3x is nearer 100x by ratio
+        ((13.7, 20.4, 157.4), ("10x", "10x", "100x")),  # another
+        ((0.8, 4.4, 4.6), (None, "2x", "10x")),  # a slowdown, and both sides of the 2x-10x boundary
+    ],
+)
+def test_the_speedup_prediction_is_closed_with_the_option_nearest_in_log_ratio(tmp_path, speedups, nearest):
+    import math
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    loops = dict(zip(("fused_psum", "fused_stats", "floor_1dev"), speedups))
+    said = sentences.nearest_option(loops)
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_timing", {"speedup_over_course": loops}, shown=False)
+    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    for (loop, s), option in zip(loops.items(), nearest):
+        if s >= 1:  # by hand: the option whose log is closest to log s
+            assert min((2, 10, 100), key=lambda o: abs(math.log(s) - math.log(o))) == int(option[:-1])
+            assert f"{loop} {s:.1f}x is nearest {option}" in said, said
+        else:
+            assert f"{loop} was slower than the course loop" in said, said
+
+
+def _weak_table(t1, t2, t4, range2):
+    rows = [{"devices": w, "median_ms": t, "efficiency": t1 / t} for w, t in ((1, t1), (2, t2), (4, t4))]
+    rows[1]["efficiency_range"] = list(range2)
+    return {"table": rows}
+
+
+@pytest.mark.parametrize(("t4", "beyond"), [(4.603, True), (1.8, False)])  # the first from one executed run
+def test_the_shape_line_reads_our_growth_against_what_the_cores_allow(tmp_path, t4, beyond):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    efficiency = {**_weak_table(1.034, 2.18, t4, (0.377, 0.571)), "usable_cores": 2}
+    chapter = {1: 120.3, 2: 125.7, 4: 131.4}
+    said = sentences.shape_on_one_host(efficiency, 2, chapter)
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert (t4 / 1.034 > 4 / 2) == beyond  # by hand: 4x the rows on 2 cores, a perfect split takes 2x the time
+    assert ("gives), more than the 2x" in said) == beyond != ("no more than the 2x" in said), said
+    assert f"grows {131.4 / 120.3:.2f}x" in said and f"to {t4:.3f} ms" in said and "one host" in said, said
+
+
+@pytest.mark.parametrize(
+    ("range2", "short", "cores"), [((0.377, 0.571), True, 2), ((0.85, 1.05), False, 2), (None, None, 1)]
+)
+def test_the_row_whose_devices_each_have_a_core_is_read_against_its_bound_of_one(tmp_path, range2, short, cores):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    efficiency = {**_weak_table(1.034, 2.18, 4.6, range2 or (0.4, 0.6)), "usable_cores": cores}
+    said = sentences.efficiency_at_one_core_each(efficiency, cores)
+    if cores < 2:  # by hand: no W > 1 has a core for each device
+        assert said == []
+        return
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert (range2[1] < 1) == short  # by hand: the middle halves' efficiency stays below the bound of 1
+    assert ("bought less than 2 times one" in said[0]) == short != ("within the spread" in said[0]), said
+    assert "At W = 2 the bound C/W is 1" in said[0] and f"{1.034 / 2.18:.3f}" in said[0], said

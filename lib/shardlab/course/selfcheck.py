@@ -628,8 +628,8 @@ QUESTIONS = (
             ),
         ),
         (
-            "SIGTERM reaches process 1 during step 7; the regular saves fall on steps 3, 6 and 9. How many steps "
-            "does the relaunch lose?",
+            "SIGTERM reaches process 1 during step 8, after step 7; the regular saves fall on steps 3, 6 and 9. "
+            "How many steps does the relaunch lose?",
             [
                 "none: every controller agrees on the next step, saves it and stops",
                 "the steps since the last regular save (step 6)",

@@ -62,6 +62,9 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
 }
 WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
 WAITING_NAMES += ["waiting_between_collective_and_program", "waiting_between_program_and_collective"]
+NEAR = (2, 10, 100)  # stage 4b's prediction: the nearest of 2x, 10x, 100x in log ratio (met at geometric means)
+SPEEDUP = {"s": "fused_timing.speedup_over_course.<loop>"}
+NEAREST = ["speedup_below_1x_<loop>", "speedup_near_2x_<loop>", "speedup_near_10x_<loop>"]
 _PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
 _UNNAMED = (
     "The trace does not tell what the collectives' unnamed time is: copying and adding, or threads synchronising "
@@ -419,6 +422,24 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "speedup_below_1x_<loop>": _s(
+            "s < 1",
+            SPEEDUP,
+            "<loop> was slower than the course loop ({s:.2f}x), nearest none of them",
+            "<loop> {s:.1f}x is at least 1x",
+        ),
+        "speedup_near_2x_<loop>": _s(
+            f"s * s < {NEAR[0] * NEAR[1]}",
+            SPEEDUP,
+            "<loop> {s:.1f}x is nearest 2x",
+            "<loop> {s:.1f}x is not nearest 2x",
+        ),
+        "speedup_near_10x_<loop>": _s(
+            f"s * s < {NEAR[1] * NEAR[2]}",
+            SPEEDUP,
+            "<loop> {s:.1f}x is nearest 10x",
+            "<loop> {s:.1f}x is nearest 100x",
+        ),
         "boundary_unsettled_<side>": _s(
             f"not ({SETTLED})",
             BOUNDARY_UNTRACED,
@@ -783,6 +804,38 @@ SENTENCES = {
             "{a_lo:.4g}–{a_hi:.4g}); synchronous: {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}). The middle halves overlap, so "
             "whatever separates the medians lies within the spread of these samples.",
         ),
+        "shape_on_one_host": _s(
+            "t / t1 > w / min(c, w)",
+            {
+                "t1": "efficiency.table.0.median_ms",
+                "t": "efficiency.table.-1.median_ms",
+                "w": "efficiency.table.-1.devices",
+                "c": "efficiency.usable_cores",
+            },
+            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, on a cluster where every worker "
+            "brings its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable "
+            "cores ({w}x the time is what no parallelism gives), more than the <split>x a perfect split over those "
+            "cores allows: it measures one host sharing its cores, not the chapter's cluster.",
+            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, on a cluster where every worker "
+            "brings its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable "
+            "cores, no more than the <split>x a perfect split over those cores allows: it measures one host sharing "
+            "its cores, not the chapter's cluster.",
+        ),
+        "efficiency_at_one_core_each": _s(
+            "e_hi < 1",
+            {
+                "e": "efficiency.table.<row>.efficiency",
+                "e_lo": "efficiency.table.<row>.efficiency_range.0",
+                "e_hi": "efficiency.table.<row>.efficiency_range.1",
+                "w": "efficiency.table.<row>.devices",
+                "c": "efficiency.usable_cores",
+            },
+            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
+            "{e_hi:.3f} over the middle halves): {w} devices bought less than {w} times one, so the core count alone "
+            "does not explain the shortfall.",
+            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
+            "{e_hi:.3f} over the middle halves): within the spread of that bound.",
+        ),
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
@@ -993,6 +1046,27 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     return [moved, bound]
 
 
+def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: our step's growth from one device to the most beside the chapter's modelled growth (`chapter_ms`,
+    W -> ms), read against what `cores` usable cores allow a perfect split of W times the rows."""
+    one, last = efficiency["table"][0], efficiency["table"][-1]
+    w = last["devices"]
+    fill = {"chapter": f"{chapter_ms[w] / chapter_ms[one['devices']]:.2f}", "split": f"{w / min(cores, w):g}"}
+    return chosen(notebook, "shape_on_one_host", fill, t1=one["median_ms"], t=last["median_ms"], w=w, c=cores)
+
+
+def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
+    """Stage 5b: the largest W whose devices each have a usable core (bound C/W = 1, W > 1), read with its range;
+    none when no such row was measured."""
+    rows = [(i, r) for i, r in enumerate(efficiency["table"]) if 1 < r["devices"] <= cores]
+    if not rows:
+        return []
+    i, row = rows[-1]
+    low, high = row["efficiency_range"]
+    values = {"e": row["efficiency"], "e_lo": low, "e_hi": high, "w": row["devices"], "c": cores}
+    return [chosen(notebook, "efficiency_at_one_core_each", {"row": str(i)}, **values)]
+
+
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
     return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
@@ -1063,6 +1137,14 @@ def collective_rate(rate: dict, split: dict, roofs: dict, notebook: str = "stage
     """Stage 4b: the bytes the collectives reduce, over their unnamed time, against the host's memory roof."""
     values = {"r": rate["gbytes_per_s"], "g": roofs["gbytes_per_s"], "c": split["collective_ms"]}
     return chosen(notebook, "collective_rate", by=rate["bytes_read"], **values)
+
+
+def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's close of its prediction: which of 2x, 10x and 100x each loop's speedup is nearest, in log ratio."""
+    loops = ("fused_psum", "fused_stats", "floor_1dev")
+    said = [chosen_first(notebook, NEAREST, {"loop": loop}, s=speedups[loop]) for loop in loops]
+    low, high = (NEAR[0] * NEAR[1]) ** 0.5, (NEAR[1] * NEAR[2]) ** 0.5
+    return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
 
 
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
