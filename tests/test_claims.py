@@ -426,31 +426,6 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
 
 
 @pytest.mark.parametrize(
-    ("four", "one", "other_order"),
-    [(347.0, 547.0, True), (40.0, 30.0, False)],  # the first from one executed run on a shared host
-)
-def test_the_compile_times_are_said_to_differ_in_order_from_the_receipt_only_when_they_do(
-    tmp_path, four, one, other_order
-):
-    from types import SimpleNamespace
-
-    from shardlab.course import sentences
-
-    receipt = {"compiled_4dev": 33.90, "compiled_1dev": 28.76}  # docs/stage4.md: the original course's receipt
-    variants = {"compiled_4dev": SimpleNamespace(compile_ms=four), "compiled_1dev": SimpleNamespace(compile_ms=one)}
-    recorded = {
-        "compile": {"compiled_4dev": {"compile_ms": four}, "compiled_1dev": {"compile_ms": one}},
-        "course_receipt": {"compile_ms": receipt},
-    }
-    values = {"f4": four, "f1": one, "r4": 33.90, "r1": 28.76}
-    text, _ = _said(tmp_path, "stage4a_profile", recorded, ["compile_order"], **values)
-    assert ((four > one) != (33.90 > 28.76)) == other_order  # by hand
-    assert ("compiled_1dev, the other order from" in text) == other_order != ("in the same order as" in text), text
-    assert sentences.compile_order(variants, receipt) == text
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-
-
-@pytest.mark.parametrize(
     ("prepare", "update", "untraced", "settled"),
     [
         (0.625, 1.041, 0.6125, False),  # one executed run: the capture added 0.43 ms to the update, the gap is 0.42

@@ -152,20 +152,6 @@ FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for 
 
 SENTENCES = {
     "stage4a_profile": {
-        "compile_order": _s(
-            "(f4 - f1) * (r4 - r1) < 0",
-            {
-                "f4": "compile.compiled_4dev.compile_ms",
-                "f1": "compile.compiled_1dev.compile_ms",
-                "r4": "course_receipt.compile_ms.compiled_4dev",
-                "r1": "course_receipt.compile_ms.compiled_1dev",
-            },
-            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, the other order from "
-            "the original course's receipt ({r4:.2f} and {r1:.2f} ms); one compilation each, on a shared host, does "
-            "not rank them.",
-            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, in the same order as "
-            "the original course's receipt ({r4:.2f} and {r1:.2f} ms).",
-        ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             {
@@ -1152,14 +1138,6 @@ def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b
     values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
     values.update(p_lo=half["fused_psum"][0], s=per_step["fused_stats"], s_lo=half["fused_stats"][0])
     return chosen(notebook, "one_device_beside_fused", **values)
-
-
-def compile_order(variants: dict, receipt: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a: the two compiled variants' compile times (`variants`: name to an object with `compile_ms`), and
-    whether they come in the other order from the original course's receipt (`receipt`: name to ms)."""
-    values = {"f4": variants["compiled_4dev"].compile_ms, "f1": variants["compiled_1dev"].compile_ms}
-    values.update(r4=receipt["compiled_4dev"], r1=receipt["compiled_1dev"])
-    return chosen(notebook, "compile_order", **values)
 
 
 def boundary_at_batch(
