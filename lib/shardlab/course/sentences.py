@@ -216,11 +216,11 @@ SENTENCES = {
                 "r_lo": "change.reach_range.q1_ms",
                 "r_hi": "change.reach_range.q3_ms",
             },
-            "The reach was measured twice and the two differ: {r1:.3f} ms in the menu, {r2:.3f} ms after this "
+            "The estimated reach was taken twice and the two differ: {r1:.3f} ms in the menu, {r2:.3f} ms after this "
             "capture, outside its middle half ({r_lo:.3f}–{r_hi:.3f} ms). The same work took another time on this "
             "shared host minutes later, so a threshold should sit below both, or the verdict calls it beyond reach.",
-            "The reach was measured twice and the two agree: {r1:.3f} ms in the menu lies within the middle half "
-            "of its measurement after this capture ({r_lo:.3f}–{r_hi:.3f} ms, median {r2:.3f}).",
+            "The estimated reach was taken twice and the two agree: {r1:.3f} ms in the menu lies within the middle "
+            "half of its measurement after this capture ({r_lo:.3f}–{r_hi:.3f} ms, median {r2:.3f}).",
         ),
         "change_confirmed_cause_unshown": _s(
             RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
