@@ -589,23 +589,6 @@ def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
     assert "no measurable cut" in none and "did shorten" not in none
 
 
-def test_the_baseline_sentence_says_whether_the_first_median_left_this_capture_s_middle_half(tmp_path):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    side = {"median_ms": 1.757, "q1_ms": 1.629, "q3_ms": 1.786, "n": 16}
-    for first, word in ((1.584, "moved"), (1.70, "held")):
-        outcome = {"annotation": "prepare_and_place", "baseline_first_ms": first}
-        outcome["sides"] = {"target": {"unchanged": side}}
-        folder = str(tmp_path / word)
-        record.emit(folder, "stage4a_profile", "change", outcome, shown=False)
-        text = sentences.baseline(outcome)
-        sentences.record(folder, "stage4a_profile")  # what the closing cell does
-        assert f"baseline {word}" in text, text
-        assert (first < side["q1_ms"] or first > side["q3_ms"]) == (word == "moved")
-        assert not check_claims(record.load(folder, "stage4a_profile"))
-
-
 @pytest.mark.parametrize(
     "compute, agreement, separated, named",
     [

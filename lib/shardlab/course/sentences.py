@@ -373,20 +373,6 @@ SENTENCES = {
             "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
             "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
         ),
-        "baseline_moved": _s(
-            "b < u_lo or b > u_hi",
-            {
-                "b": "change.baseline_first_ms",
-                "u": "change.sides.target.unchanged.median_ms",
-                "u_lo": "change.sides.target.unchanged.q1_ms",
-                "u_hi": "change.sides.target.unchanged.q3_ms",
-            },
-            "The baseline moved between the captures, with no change made: <annotation>'s first-trace median "
-            "({b:.3f} ms) lies outside this capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median "
-            "{u:.3f}).",
-            "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
-            "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
-        ),
     },
     "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
         "fault_order_same": _s(
@@ -1313,13 +1299,6 @@ def reach_twice(change: str, bounds: dict, outcome: dict, notebook: str = "stage
     again = outcome["reach"]
     values = {"r1": bounds[change]["measured_ms"], "r2": again["median_ms"], "r_lo": again["q1_ms"]}
     return chosen(notebook, "reach_measured_twice", {"change": change}, r_hi=again["q3_ms"], **values)
-
-
-def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
-    side = outcome["sides"]["target"]["unchanged"]
-    values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
-    return chosen(notebook, "baseline_moved", {"annotation": outcome.get("target", outcome["annotation"])}, **values)
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
