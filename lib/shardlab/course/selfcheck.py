@@ -568,9 +568,9 @@ QUESTIONS = (
             (
                 "denominator",
                 "Drill 2",
-                "the global mean and the mean of device means on 1, 2 and 4 devices",
+                "the global mean loss and the mean of device mean losses on 1, 2 and 4 devices",
                 r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
-                r"global mean [\d., ]+; mean of device means [\d., ]+",
+                r"global mean loss [\d., ]+; mean of device mean losses [\d., ]+",
             ),
         ),
         (
