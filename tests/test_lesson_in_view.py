@@ -33,7 +33,8 @@ SHOWN = {
         ".compile()",
         "jax.profiler.trace(",
         "jax.profiler.TraceAnnotation(",
-        "inspect.getsource(timing.measure)",  # one timing sample
+        ".as_text()",  # the timed four-device step lowered to StableHLO, its all_reduce lines labelled
+        "label_all_reduces(",
     ),
     "stage4b_beyond": (
         "inspect.getsource(steps._step_by_step)",
@@ -566,3 +567,16 @@ def test_the_answer_rule_finds_a_literal_asserted_before_the_print():
     assert answers_in_source('np.testing.assert_equal(k["resumed_from"] < 6, True)\nprint(k)')
     assert not answers_in_source('print(k)\nnp.testing.assert_equal(k["resumed_from"] < 6, True)')
     assert not answers_in_source('for f in s["failures"]:\n    assert all(f["checks"].values()), f["checks"]')
+
+
+def test_the_drill_steps_the_predictions_and_the_self_check_name_are_the_ones_the_drill_ran(run_dir):
+    """Stage 5a's prompts name the steps of its supervised drill: process 0's kill and process 1's SIGTERM."""
+    found = results(run_dir, "stage5a_protocol")
+    text = " ".join((REPO / "notebooks" / "stage5a_protocol.md").read_text().split())
+    kill = found["p0_kill"]
+    last = kill["resumed_from"] + kill["steps_lost"]  # by hand: the completed steps past the resume, counted on
+    assert f"SIGKILLed after step {last}, inside step {last + 1}" in text
+    step = int(found["preemption"]["cause"].removeprefix("preempted at step "))  # saved once the signal's step ended
+    assert f"SIGTERM after step {step - 1} (during step {step})" in text
+    (question,) = [q for q in selfcheck.questions("stage5a_protocol") if q.cell == "reveal-preempt"]
+    assert f"during step {step}, after step {step - 1};" in question.prompt, question.prompt

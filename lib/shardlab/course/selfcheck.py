@@ -568,9 +568,9 @@ QUESTIONS = (
             (
                 "denominator",
                 "Drill 2",
-                "the global mean and the mean of device means on 1, 2 and 4 devices",
+                "the global mean loss and the mean of device mean losses on 1, 2 and 4 devices",
                 r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
-                r"global mean [\d., ]+; mean of device means [\d., ]+",
+                r"global mean loss [\d., ]+; mean of device mean losses [\d., ]+",
             ),
         ),
         (
@@ -628,8 +628,8 @@ QUESTIONS = (
             ),
         ),
         (
-            "SIGTERM reaches process 1 during step 7; the regular saves fall on steps 3, 6 and 9. How many steps "
-            "does the relaunch lose?",
+            "SIGTERM reaches process 1 during step 8, after step 7; the regular saves fall on steps 3, 6 and 9. "
+            "How many steps does the relaunch lose?",
             [
                 "none: every controller agrees on the next step, saves it and stops",
                 "the steps since the last regular save (step 6)",

@@ -62,6 +62,9 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
 }
 WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
 WAITING_NAMES += ["waiting_between_collective_and_program", "waiting_between_program_and_collective"]
+NEAR = (2, 10, 100)  # stage 4b's prediction: the nearest of 2x, 10x, 100x in log ratio (met at geometric means)
+SPEEDUP = {"s": "fused_timing.speedup_over_course.<loop>"}
+NEAREST = ["speedup_below_1x_<loop>", "speedup_near_2x_<loop>", "speedup_near_10x_<loop>"]
 _PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
 _UNNAMED = (
     "The trace does not tell what the collectives' unnamed time is: copying and adding, or threads synchronising "
@@ -149,20 +152,6 @@ FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for 
 
 SENTENCES = {
     "stage4a_profile": {
-        "compile_order": _s(
-            "(f4 - f1) * (r4 - r1) < 0",
-            {
-                "f4": "compile.compiled_4dev.compile_ms",
-                "f1": "compile.compiled_1dev.compile_ms",
-                "r4": "course_receipt.compile_ms.compiled_4dev",
-                "r1": "course_receipt.compile_ms.compiled_1dev",
-            },
-            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, the other order from "
-            "the original course's receipt ({r4:.2f} and {r1:.2f} ms); one compilation each, on a shared host, does "
-            "not rank them.",
-            "compiling took {f4:.0f} ms for compiled_4dev and {f1:.0f} ms for compiled_1dev, in the same order as "
-            "the original course's receipt ({r4:.2f} and {r1:.2f} ms).",
-        ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             {
@@ -177,8 +166,9 @@ SENTENCES = {
                 "re": "timing.ratios.eager_4dev_over_compiled_4dev",
             },
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
-            "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so the ratios of "
-            "the medians hold beyond the spread, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x. On "
+            "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so the order holds "
+            "beyond the spread; the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = "
+            "{re:.0f}x, are read with those halves (the line below gives the range they allow). On "
             "a workload this small, with four logical devices sharing this host's cores, splitting the update costs "
             "more than it saves (four real devices were not measured).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
@@ -218,6 +208,22 @@ SENTENCES = {
             "(not timed apart).",
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
+        ),
+        "reach_measured_twice": _s(
+            "r1 < r_lo or r1 > r_hi",
+            {
+                "r1": "trace.reach_bounds.<change>.measured_ms",
+                "r2": "change.reach.median_ms",
+                "r_lo": "change.reach.q1_ms",
+                "r_hi": "change.reach.q3_ms",
+            },
+            "What the change can remove was measured twice and the two differ: {r1:.3f} ms by median before the "
+            "hypothesis, {r2:.3f} ms after this capture, outside its middle half ({r_lo:.3f}–{r_hi:.3f} ms). This "
+            "shared host ran the same code at other speeds minutes apart, so a threshold should sit below both (and "
+            "below the median of what the change shortens, which caps either).",
+            "What the change can remove was measured twice and the two agree: {r1:.3f} ms by median before the "
+            "hypothesis lies within the middle half of the measurement after this capture ({r_lo:.3f}–{r_hi:.3f} "
+            "ms, median {r2:.3f}).",
         ),
         "change_confirmed_cause_unshown": _s(
             RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
@@ -347,7 +353,9 @@ SENTENCES = {
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
             "Most of the cut went elsewhere: <rest> fell by {o:.3f} ms and <part> by {f:.3f} ms, while the sum fell "
-            "by {c:.3f} ms (each part's own median; the parts' medians need not add up to the sum's).",
+            "by {c:.3f} ms (each part's own median; the parts' medians need not add up to the sum's). A candidate, "
+            "not measured here: the course's draw waits for its key and its order in two copies back to the host, "
+            "the changed one in one.",
             "Most of the cut did not go to <rest>: it fell by {o:.3f} ms and <part> by {f:.3f} ms, the sum by "
             "{c:.3f} ms (each part's own median, a negative fall a rise; the parts' medians need not add up to the "
             "sum's).",
@@ -359,25 +367,11 @@ SENTENCES = {
                 "a": "trace.reach_bounds.one_call_reshuffle.annotation_ms",
             },  # fmt: skip
             "The draw traced alone took {r:.3f} ms by median, more than the {a:.3f} ms median of the "
-            "prepare_and_place parts that contain it: the same work, timed apart from its loop in a capture of its "
-            "own on this shared host. A part cannot remove more than its whole, so the table caps this reach at "
-            "{a:.3f} ms, a bound, not a measurement of the draw.",
+            "prepare_and_place parts that contain it: timed alone, in a capture of its own on this shared host, it "
+            "ran slower than inside its loop, so that measurement bounds nothing. A change cannot remove more than "
+            "what it shortens, so the table holds the reach at {a:.3f} ms, that median.",
             "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
             "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
-        ),
-        "baseline_moved": _s(
-            "b < u_lo or b > u_hi",
-            {
-                "b": "change.baseline_first_ms",
-                "u": "change.sides.target.unchanged.median_ms",
-                "u_lo": "change.sides.target.unchanged.q1_ms",
-                "u_hi": "change.sides.target.unchanged.q3_ms",
-            },
-            "The baseline moved between the captures, with no change made: <annotation>'s first-trace median "
-            "({b:.3f} ms) lies outside this capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median "
-            "{u:.3f}).",
-            "The baseline held between the captures: <annotation>'s first-trace median ({b:.3f} ms) lies within this "
-            "capture's unchanged middle half ({u_lo:.3f}–{u_hi:.3f} ms, median {u:.3f}).",
         ),
     },
     "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
@@ -405,6 +399,24 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "speedup_below_1x_<loop>": _s(
+            "s < 1",
+            SPEEDUP,
+            "<loop> was slower than the course loop ({s:.2f}x), nearest none of them",
+            "<loop> {s:.1f}x is at least 1x",
+        ),
+        "speedup_near_2x_<loop>": _s(
+            f"s * s < {NEAR[0] * NEAR[1]}",
+            SPEEDUP,
+            "<loop> {s:.1f}x is nearest 2x",
+            "<loop> {s:.1f}x is not nearest 2x",
+        ),
+        "speedup_near_10x_<loop>": _s(
+            f"s * s < {NEAR[1] * NEAR[2]}",
+            SPEEDUP,
+            "<loop> {s:.1f}x is nearest 10x",
+            "<loop> {s:.1f}x is nearest 100x",
+        ),
         "boundary_unsettled_<side>": _s(
             f"not ({SETTLED})",
             BOUNDARY_UNTRACED,
@@ -699,10 +711,10 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history, not the device count. The <same> restart, on the control's "
+            "Why not bit for bit: the run's history is enough to explain it. The <same> restart, on the control's "
             "<devices> devices, differs from it by {s:.1e}, the uninterrupted 2 × 2 group by {u:.1e}: both carry "
             "steps the 2 × 2 group reduced in another order, and a last-bit difference stays. The <other> restart "
-            "differs by {c:.1e}.",
+            "differs by {c:.1e}; these numbers cannot tell whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
@@ -726,7 +738,8 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s",
+            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s (the "
+            "margin the runbook allows a controller to report and exit)",
             "the stop {d} s after the skip is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
             "the machine was slow to react",
         ),
@@ -768,6 +781,38 @@ SENTENCES = {
             "Overlap: no difference shown in <label>. Asynchronous saving: median {a:.4g} ms (middle half "
             "{a_lo:.4g}–{a_hi:.4g}); synchronous: {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}). The middle halves overlap, so "
             "whatever separates the medians lies within the spread of these samples.",
+        ),
+        "shape_on_one_host": _s(
+            "t / t1 > w / min(c, w)",
+            {
+                "t1": "efficiency.table.0.median_ms",
+                "t": "efficiency.table.-1.median_ms",
+                "w": "efficiency.table.-1.devices",
+                "c": "efficiency.usable_cores",
+            },
+            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, on a cluster where every worker "
+            "brings its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable "
+            "cores ({w}x the time is what no parallelism gives), more than the <split>x a perfect split over those "
+            "cores allows: it measures one host sharing its cores, not the chapter's cluster.",
+            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, on a cluster where every worker "
+            "brings its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable "
+            "cores, no more than the <split>x a perfect split over those cores allows: it measures one host sharing "
+            "its cores, not the chapter's cluster.",
+        ),
+        "efficiency_at_one_core_each": _s(
+            "e_hi < 1",
+            {
+                "e": "efficiency.table.<row>.efficiency",
+                "e_lo": "efficiency.table.<row>.efficiency_range.0",
+                "e_hi": "efficiency.table.<row>.efficiency_range.1",
+                "w": "efficiency.table.<row>.devices",
+                "c": "efficiency.usable_cores",
+            },
+            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
+            "{e_hi:.3f} over the middle halves): {w} devices bought less than {w} times one, so the core count alone "
+            "does not explain the shortfall.",
+            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
+            "{e_hi:.3f} over the middle halves): within the spread of that bound.",
         ),
         "efficiency_against_core_bound": _s(
             "e <= 1.1 * c / w",
@@ -979,6 +1024,27 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     return [moved, bound]
 
 
+def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: our step's growth from one device to the most beside the chapter's modelled growth (`chapter_ms`,
+    W -> ms), read against what `cores` usable cores allow a perfect split of W times the rows."""
+    one, last = efficiency["table"][0], efficiency["table"][-1]
+    w = last["devices"]
+    fill = {"chapter": f"{chapter_ms[w] / chapter_ms[one['devices']]:.2f}", "split": f"{w / min(cores, w):g}"}
+    return chosen(notebook, "shape_on_one_host", fill, t1=one["median_ms"], t=last["median_ms"], w=w, c=cores)
+
+
+def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
+    """Stage 5b: the largest W whose devices each have a usable core (bound C/W = 1, W > 1), read with its range;
+    none when no such row was measured."""
+    rows = [(i, r) for i, r in enumerate(efficiency["table"]) if 1 < r["devices"] <= cores]
+    if not rows:
+        return []
+    i, row = rows[-1]
+    low, high = row["efficiency_range"]
+    values = {"e": row["efficiency"], "e_lo": low, "e_hi": high, "w": row["devices"], "c": cores}
+    return [chosen(notebook, "efficiency_at_one_core_each", {"row": str(i)}, **values)]
+
+
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
     return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
@@ -1051,19 +1117,19 @@ def collective_rate(rate: dict, split: dict, roofs: dict, notebook: str = "stage
     return chosen(notebook, "collective_rate", by=rate["bytes_read"], **values)
 
 
+def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's close of its prediction: which of 2x, 10x and 100x each loop's speedup is nearest, in log ratio."""
+    loops = ("fused_psum", "fused_stats", "floor_1dev")
+    said = [chosen_first(notebook, NEAREST, {"loop": loop}, s=speedups[loop]) for loop in loops]
+    low, high = (NEAR[0] * NEAR[1]) ** 0.5, (NEAR[1] * NEAR[2]) ** 0.5
+    return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
+
+
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's sentence on the one-device fused loop beside the two four-device fused loops, with their spreads."""
     values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
     values.update(p_lo=half["fused_psum"][0], s=per_step["fused_stats"], s_lo=half["fused_stats"][0])
     return chosen(notebook, "one_device_beside_fused", **values)
-
-
-def compile_order(variants: dict, receipt: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a: the two compiled variants' compile times (`variants`: name to an object with `compile_ms`), and
-    whether they come in the other order from the original course's receipt (`receipt`: name to ms)."""
-    values = {"f4": variants["compiled_4dev"].compile_ms, "f1": variants["compiled_1dev"].compile_ms}
-    values.update(r4=receipt["compiled_4dev"], r1=receipt["compiled_1dev"])
-    return chosen(notebook, "compile_order", **values)
 
 
 def boundary_at_batch(
@@ -1227,11 +1293,12 @@ def draw_alone(found: dict, notebook: str = "stage4a_profile") -> str:
     return chosen(notebook, "draw_alone_beyond_its_whole", r=found["measured_ms"], a=found["annotation_ms"])
 
 
-def baseline(outcome: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on whether the target annotation's median moved between the first trace and the change's."""
-    side = outcome["sides"]["target"]["unchanged"]
-    values = {"b": outcome["baseline_first_ms"], "u": side["median_ms"], "u_lo": side["q1_ms"], "u_hi": side["q3_ms"]}
-    return chosen(notebook, "baseline_moved", {"annotation": outcome.get("target", outcome["annotation"])}, **values)
+def reach_twice(change: str, bounds: dict, outcome: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a: does the reach measured before the hypothesis (`hypothesis.bounds`, uncapped) lie within the middle
+    half of its measurement after the change's capture (`outcome["reach"]`, uncapped)?"""
+    again = outcome["reach"]
+    values = {"r1": bounds[change]["measured_ms"], "r2": again["median_ms"], "r_lo": again["q1_ms"]}
+    return chosen(notebook, "reach_measured_twice", {"change": change}, r_hi=again["q3_ms"], **values)
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:

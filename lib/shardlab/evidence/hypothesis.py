@@ -239,6 +239,35 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
     }
 
 
+WORKED = "the worked example (your hypothesis cell is empty: write yours there and run again from it)"
+
+
+def whose(mine) -> tuple[str, str]:
+    """Whose hypothesis and verdict the page shows: the learner's, or the worked example's while `mine` is None."""
+    if mine is not None:
+        return "your hypothesis", "Your verdict"
+    return WORKED, "The worked example's verdict (not yours)"
+
+
+def worked_example(breakdown: list[dict], reach: dict) -> dict:
+    """The hypothesis run while the learner's is None: one call removes at least half the draw's dispatches.
+
+    Half the median `jitted_dispatch_ms` of the first trace's `breakdown`, or half the one-call
+    reshuffle's `reach` (change -> ms) when that is smaller, so the example never predicts more than
+    the change can remove.
+    """
+    dispatch = float(np.median([row["jitted_dispatch_ms"] for row in breakdown]))
+    limit = float(reach["one_call_reshuffle"])
+    threshold = 0.5 * min(dispatch, limit)
+    of = "the estimated reach" if limit < dispatch else "the dispatches"
+    because = (
+        f"jitted_dispatch takes {dispatch:.3f} ms by median in the first trace (reach {limit:.3f} ms): split and "
+        f"permute are two jitted calls, each dispatched on its own; one call should remove at least half of {of}, "
+        f"{threshold:.3f} ms"
+    )
+    return {"change": "one_call_reshuffle", "threshold_ms": threshold, "because": because}
+
+
 def parts_table(keys: list[str], captures: dict) -> list[dict]:
     """Per capture (name -> transition rows), each of `keys` and (for several) their per-transition sum, as
     "median (middle half)" in ms; the sum's median is taken over the sums, not added from the parts' medians."""

@@ -131,7 +131,7 @@ def several_failures(ctx) -> dict:
     """Process 1 dies writing an async save, process 0 is killed mid-step, then SIGTERM preempts process 1."""
     faults = (
         kill(1, "save-staged", 6, "die"),  # inside the background write of step 6
-        kill(0, "update", 8),  # process 0, the coordinator, inside step 8
+        kill(0, "update", 8),  # process 0, the coordinator, after step 8 (inside step 9)
         kill(1, "update", 7, "term"),  # preemption between the saves at 6 and 9: the group agrees on step 8, saves it
     )
     expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 8"}]
