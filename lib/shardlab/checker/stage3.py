@@ -700,14 +700,7 @@ def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, cont
     layout (one that makes no folder stops at its open in a missing one) still writes in the other."""
     folder = os.path.join(base, f"listing-{below[0]}")
     os.makedirs(os.path.join(folder, *below) if there else folder)
-    listed = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        interrupt.MAX_OPERATIONS + 1,
-        "kill",
-        folder + ".json",
-        (os.path.join(folder, *below, "checkpoint.npz"), state, contract),
-    )
+    listed = _whole_save(ctx, folder + ".json", os.path.join(folder, *below, "checkpoint.npz"), state, contract)
     operations = listed.get("operations") or []
     points = {}
     for what, kinds in (
@@ -867,9 +860,7 @@ def _interrupted_saves(ctx, mode: str):
     base = os.path.join(ctx.workdir, f"interrupt-{mode}")
     os.makedirs(os.path.join(base, "whole"))
     path = os.path.join(base, "whole", "checkpoint.npz")
-    whole = probe(
-        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
-    )
+    whole = _whole_save(ctx, path + ".json", path, state, contract)
     if whole["status"] != "not reached" or whole.get("first") != "saved":
         raise CheckFailed(
             f"a save with at most {interrupt.MAX_OPERATIONS} file operations",
@@ -1052,9 +1043,7 @@ def save_syncs_before_publishing(ctx):
     folder = os.path.join(ctx.workdir, "order")
     os.makedirs(folder)
     path = os.path.join(folder, "checkpoint.npz")
-    seen = probe(
-        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", path + ".json", (path, state, contract)
-    )
+    seen = _whole_save(ctx, path + ".json", path, state, contract)
     operations, sizes, published = _with_unseen_publication(seen, folder)
     expect(
         seen.get("first") == "saved",
@@ -1138,9 +1127,7 @@ def _large_save_through_a_link(ctx, state: dict, contract: dict):
     os.symlink(os.path.join("real", "inner"), os.path.join(top, "via"))
     path = os.path.join(top, "via", "..", "checkpoint.npz")
     resolved, normalised = os.path.join(top, "real", "checkpoint.npz"), os.path.join(top, "checkpoint.npz")
-    seen = probe(
-        "interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, "kill", top + ".json", (path, bigger, large)
-    )
+    seen = _whole_save(ctx, top + ".json", path, bigger, large)
     operations, sizes, _ = _with_unseen_publication(seen, os.path.dirname(resolved))
     size = os.path.getsize(resolved) if os.path.isfile(resolved) else None
     expect(
@@ -1298,13 +1285,8 @@ def _raced_into_a_new_folder(ctx) -> None:
     state, other, contract = _two_states(ctx)
     base = os.path.join(ctx.workdir, "race-new-folder")
     os.makedirs(os.path.join(base, "listing"))
-    listed = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        interrupt.MAX_OPERATIONS + 1,
-        "kill",
-        base + ".listing.json",
-        (os.path.join(base, "listing", "new", "first.npz"), state, contract),
+    listed = _whole_save(
+        ctx, base + ".listing.json", os.path.join(base, "listing", "new", "first.npz"), state, contract
     )
     operations = listed.get("operations", [])
     for number in [n for n, op in enumerate(operations, start=1) if op.startswith("mkdir ")][:3]:
@@ -1352,14 +1334,7 @@ def _published_without_hard_links(ctx) -> None:
         folder = os.path.join(ctx.workdir, "no-hard-links", name, "folder")
         os.makedirs(folder)
         path = os.path.join(folder, "checkpoint.npz")
-        seen = probe(
-            "interrupted_save",
-            ctx.impl.save,
-            interrupt.MAX_OPERATIONS + 1,
-            f"no-links:{name}",
-            folder + ".json",
-            (path, state, contract),
-        )
+        seen = _whole_save(ctx, folder + ".json", path, state, contract, f"no-links:{name}")
         if "failed_at" not in seen:
             continue  # it never calls os.link: the race between processes judges how it publishes
         operations = seen.get("operations", [])
@@ -1384,20 +1359,19 @@ def _published_without_hard_links(ctx) -> None:
     )
 
 
+def _whole_save(ctx, record: str, path: str, state: dict, contract: dict, mode: str = "kill") -> dict:
+    """One save of `path` run to its end in a forked child, every file operation it makes listed in `record` (it is
+    stopped at none: the operation after the harness's last); `mode` "no-links:E" refuses every os.link with E."""
+    return probe("interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, mode, record, (path, state, contract))
+
+
 def _raced_in_the_same_process(ctx) -> None:
     """A second save of the same path in the same process, run during the first save's first write (as another
     thread's would): a save that reports success leaves its own checkpoint at the path, whatever the other did."""
     state, other, contract = _two_states(ctx)
     base = os.path.join(ctx.workdir, "race-here")
     os.makedirs(os.path.join(base, "whole"))
-    whole = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        interrupt.MAX_OPERATIONS + 1,
-        "kill",
-        base + ".whole.json",
-        (os.path.join(base, "whole", "checkpoint.npz"), state, contract),
-    )
+    whole = _whole_save(ctx, base + ".whole.json", os.path.join(base, "whole", "checkpoint.npz"), state, contract)
     writes = [n for n, op in enumerate(whole.get("operations", []), start=1) if op.startswith("write")]
     if not writes:
         return
