@@ -366,7 +366,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
     }
     nb = executed(run_dir, "stage4a_profile")  # the figure the receipts keep is shown once, by its own cell
     shown = [c for c in nb.cells if any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
-    assert len(shown) == 1 and "panels" in shown[0].source, [c.source[:80] for c in shown]
+    assert len(shown) == 1 and "figure.figure(" in shown[0].source, [c.source[:80] for c in shown]
     assert inside(run_dir, found["figure"]["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
