@@ -1260,31 +1260,6 @@ def test_the_cross_process_step_is_called_slower_than_the_one_process_update_onl
     assert "at most 8 rows a step" in said and "with 65536 rows" in said, said  # the two workloads, both named
 
 
-@pytest.mark.parametrize(
-    ("menu", "again", "differ"),
-    [
-        (1.155, (0.817, 0.753, 0.856), True),  # one executed run: the menu's reach above the later middle half
-        (3.072, (7.107, 3.932, 9.278), True),  # another: both beyond the 1.279 ms they were held at, still unlike
-        (0.898, (0.869, 0.841, 0.907), False),  # another: within it
-    ],
-)
-def test_the_reach_measured_twice_is_said_to_differ_only_outside_the_second_middle_half(tmp_path, menu, again, differ):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    bounds = {"one_call_reshuffle": {"measured_ms": menu, "ms": min(menu, 1.279)}}  # the menu's, uncapped and held
-    outcome = {"reach": {"median_ms": again[0], "q1_ms": again[1], "q3_ms": again[2], "n": 16}}
-    said = sentences.reach_twice("one_call_reshuffle", bounds, outcome)
-    record.emit(str(tmp_path), "stage4a_profile", "trace", {"reach_bounds": bounds}, shown=False)
-    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
-    assert (not again[1] <= menu <= again[2]) == differ  # by hand
-    assert ("the two differ" in said) == differ != ("the two agree" in said), said
-    assert f"{menu:.3f} ms by median before" in said and f"{again[1]:.3f}–{again[2]:.3f} ms" in said, said
-    assert ("should sit below both" in said) == differ, said  # why, where the two differ
-
-
 @pytest.mark.parametrize(("dispatches", "reach", "threshold"), [([0.16, 0.17, 0.15], 0.9, 0.08), ([0.5] * 3, 0.4, 0.2)])
 def test_the_worked_example_predicts_half_the_dispatches_or_half_the_reach_if_smaller(dispatches, reach, threshold):
     from shardlab.evidence import hypothesis

@@ -530,25 +530,24 @@ QUESTIONS = (
             ),
         ),
         (
-            "You predicted a cut of at least 0.45 ms; your change's annotation got 0.5 ms shorter, and the "
-            "control, which it does not touch, moved by 0.4 ms. By the verdict's rule, what is the verdict?",
+            "The changed loop's target fell by more than your threshold. Why is that alone not a confirmation?",
             [
-                "confirmed: the cut reached the 0.45 ms predicted",
-                "inconclusive: the margin, 0.5 − 0.45 = 0.05 ms, lies within ± the noise of at least 0.4 ms",
-                "refuted: the control moved",
+                "it is: a cut beyond the threshold confirms the hypothesis",
+                "the control, traced in the same capture, shows how far the machine moved; the cut must pass the "
+                "threshold by more than that",
+                "only a second capture on another day can confirm it",
             ],
             "b",
-            "Whatever the control moves by is drift; the noise row takes the larger of |drift| and the spread, so "
-            "the noise is at least 0.4 ms. Confirmed needs the margin, cut − threshold, to be at least the noise; "
-            "0.05 ms is not, nor below −0.4 ms: a cut is never read alone.",
+            "A cut is never read alone: the control, which the change does not touch, drifts with the machine, so "
+            "the verdict asks the cut to pass the threshold by more than that noise, else it is inconclusive.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the table of the numbers the verdict reads: the control's drift, and the noise row that takes the "
-                "larger of |drift| and the spread",
-                r"\| drift -?[\d.]+ \|[\s\S]*noise: the larger of \\?\|drift\\?\| and the spread[\s\S]*"
-                r"noise -?[\d.]+ \|",
+                "the table under the verdict's rule: the target's cut beside the control's drift, both loops of one "
+                "capture",
+                r"\| target: [^|]+\|[^|]+\|[^|]+\| cut -?[\d.]+ \|\s*\n"
+                r"\| control: [^|]+\|[^|]+\|[^|]+\| drift -?[\d.]+ \|",
             ),
         ),
     ),

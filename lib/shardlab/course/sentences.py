@@ -209,22 +209,6 @@ SENTENCES = {
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
         ),
-        "reach_measured_twice": _s(
-            "r1 < r_lo or r1 > r_hi",
-            {
-                "r1": "trace.reach_bounds.<change>.measured_ms",
-                "r2": "change.reach.median_ms",
-                "r_lo": "change.reach.q1_ms",
-                "r_hi": "change.reach.q3_ms",
-            },
-            "What the change can remove was measured twice and the two differ: {r1:.3f} ms by median before the "
-            "hypothesis, {r2:.3f} ms after this capture, outside its middle half ({r_lo:.3f}–{r_hi:.3f} ms). This "
-            "shared host ran the same code at other speeds minutes apart, so a threshold should sit below both (and "
-            "below the median of what the change shortens, which caps either).",
-            "What the change can remove was measured twice and the two agree: {r1:.3f} ms by median before the "
-            "hypothesis lies within the middle half of the measurement after this capture ({r_lo:.3f}–{r_hi:.3f} "
-            "ms, median {r2:.3f}).",
-        ),
         "change_confirmed_cause_unshown": _s(
             RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
             {**CHANGE, **CAUSE},
@@ -1291,14 +1275,6 @@ def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
 def draw_alone(found: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a: whether the draw traced alone exceeded the parts that contain it (`hypothesis.bounded`'s dict)."""
     return chosen(notebook, "draw_alone_beyond_its_whole", r=found["measured_ms"], a=found["annotation_ms"])
-
-
-def reach_twice(change: str, bounds: dict, outcome: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a: does the reach measured before the hypothesis (`hypothesis.bounds`, uncapped) lie within the middle
-    half of its measurement after the change's capture (`outcome["reach"]`, uncapped)?"""
-    again = outcome["reach"]
-    values = {"r1": bounds[change]["measured_ms"], "r2": again["median_ms"], "r_lo": again["q1_ms"]}
-    return chosen(notebook, "reach_measured_twice", {"change": change}, r_hi=again["q3_ms"], **values)
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
