@@ -274,9 +274,23 @@ def narrow_controls(mesh):
     return control
 
 
+SWEPT = [*[v for v in EXACT if v not in ("per_step", "stats")], "no_collective", "auto"]
+SWEEP_CASES = [(8, 5), (64, 11), (256, 40)]
+# make test replays each variant at one width, the widths taken in turn so that every width is replayed too;
+# make test-long replays every other pair, each a fused loop compiled for it
+SWEPT_IN_MAKE_TEST = {(v, SWEEP_CASES[i % len(SWEEP_CASES)]) for i, v in enumerate(SWEPT)}
+assert {case for _, case in SWEPT_IN_MAKE_TEST} == set(SWEEP_CASES)
+
+
 @pytest.mark.slow  # compiles a fused loop per case
-@pytest.mark.parametrize("variant", [*[v for v in EXACT if v not in ("per_step", "stats")], "no_collective", "auto"])
-@pytest.mark.parametrize("width,batch_size", [(8, 5), (64, 11), (256, 40)])
+@pytest.mark.parametrize(
+    "variant,width,batch_size",
+    [
+        pytest.param(v, *case, marks=[pytest.mark.long] * ((v, case) not in SWEPT_IN_MAKE_TEST))
+        for case in SWEEP_CASES
+        for v in SWEPT
+    ],
+)
 def test_every_variant_replays_the_course_loop_at_the_sweep_widths(variant, width, batch_size, narrow_controls, mesh):
     """IDs and sampler bit for bit over three epochs for every variant; the update too, except for the bound.
 
@@ -390,7 +404,10 @@ np.savez(out, losses=np.asarray(losses, np.float32), ids=np.concatenate(ids), le
 
 
 @pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize("saver,resumer", [("fused", "course"), ("course", "fused")])
+@pytest.mark.parametrize(
+    "saver,resumer",  # make test moves a checkpoint one way, make test-long the other
+    [("fused", "course"), pytest.param("course", "fused", marks=pytest.mark.long)],
+)
 def test_checkpoints_move_between_the_loops_in_a_fresh_process(saver, resumer, data, mesh, tmp_path):
     """Save from one loop after 5 steps (mid-epoch), resume 20 steps in the other loop in a new interpreter."""
     seed, batch_size, first, more = 29, 7, 5, 20
