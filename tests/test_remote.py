@@ -189,6 +189,20 @@ def test_exceptions_cross_as_the_course_classes_a_check_catches():
     assert type(forged).__name__ == "CheckFailed" and type(forged).__mro__[1] is Exception  # not the checker's
 
 
+def test_a_learner_error_is_quoted_alike_on_both_sides_of_the_worker_boundary():
+    from shardlab.checker import common, probes
+
+    message = "refused " * 60  # 480 characters: longer than a quote
+
+    def refuse(*args):
+        raise ValueError(message)
+
+    expected = ("ValueError: " + message)[:300]
+    assert probes.in_a_thread(refuse) == {"error": expected}  # the worker's side
+    assert common.attempt(refuse, failed="none") == ("none", expected)  # the checker's side
+    assert len(expected) == 300 and expected.startswith("ValueError: refused refused")
+
+
 FORGE = """
 import shardlab.checker.cli as cli
 cli.run_one = lambda check, stage, ctx: cli.Result(check.__name__, stage, True, 1, 1, '', 0.0)
