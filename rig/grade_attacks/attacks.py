@@ -231,12 +231,11 @@ raise RuntimeError("CONTAINED")
     return attacks
 
 
-def clean_processes(token: str) -> list[int]:
-    """Pids of processes whose command line holds `token` (the orphan-maker's mark)."""
+def holding(token: str) -> list[int]:
+    """Pids of processes whose command line holds `token` (the orphan-maker's mark), read from /proc, independently
+    of the sandbox that should have ended them."""
     found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 if token.encode() in handle.read():
