@@ -374,7 +374,7 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     """Memory is read from the sandboxed interpreter's host pid; a loop ignoring SIGALRM is stopped from outside."""
     from argparse import Namespace
 
-    from shardlab.checker import cli, watch
+    from shardlab.checker import command, watch
 
     body, verdict = SANDBOXED_HOSTILE[kind]
     spec = tmp_path / f"{kind}.py"
@@ -384,8 +384,8 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     )
     bounds = watch.Bounds(60 if kind == "memory" else 2, 300 * 1024**2, 200_000, 240, sandboxed=True)
     out = tmp_path / "out"
-    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
-    report = json.loads((out / cli.REPORT).read_text())
+    assert command.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    report = json.loads((out / command.REPORT).read_text())
     first = report["checks"][0]
     assert first["name"] == "initial_state_fields" and verdict in first["diagnosis"], first
     assert report["implementation_sha256"] == grade.sha256_file(spec)
@@ -404,7 +404,7 @@ def test_a_call_that_swallows_every_stop_ends_within_its_bound(tmp_path, where):
     repeats, not the run's: its interpreter is ended after guard.ENDED_AFTER caught stops, and the verdict says so."""
     from argparse import Namespace
 
-    from shardlab.checker import cli, guard, watch
+    from shardlab.checker import command, guard, watch
 
     spec = tmp_path / f"swallow_{where}.py"
     head = "import time\n\nfrom shardlab.learner.reference import *  # noqa\n\n\n"
@@ -413,8 +413,8 @@ def test_a_call_that_swallows_every_stop_ends_within_its_bound(tmp_path, where):
     )
     bounds = watch.Bounds(2, 2 * 1024**3, 200_000, 240, sandboxed=True)
     out = tmp_path / "out"
-    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
-    first = json.loads((out / cli.REPORT).read_text())["checks"][0]
+    assert command.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    first = json.loads((out / command.REPORT).read_text())["checks"][0]
     function = "importing the file" if where == "import" else "initial"
     assert first["name"] == ("implementation_loads" if where == "import" else "initial_state_fields"), first
     assert f"`{function}` did not return within its time bound and caught every stop" in first["diagnosis"], first

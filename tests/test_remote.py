@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.cli as runner
+import shardlab.checker.command as command
 import shardlab.checker.wire as wire
 from shardlab.checker import guard, remote
 from shardlab.core.config import Config
@@ -327,8 +328,8 @@ def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_pa
     spec = tmp_path / "broken.py"
     spec.write_text("def initial(seed, data, mesh:\n    pass\n")
     out = tmp_path / "out"
-    assert runner.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out))) == 1
-    report = json.loads((out / runner.REPORT).read_text())
+    assert command.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out))) == 1
+    report = json.loads((out / command.REPORT).read_text())
     assert report["checks"][0]["name"] == "implementation_loads" and "SyntaxError" in report["checks"][0]["observed"]
 
 

@@ -28,30 +28,15 @@ import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
 import shardlab.checker.stage4 as stage4
 import shardlab.checker.wire as wire
-
-# the supervisor's side, without JAX (checker/command.py), kept importable from here
-from shardlab.checker.command import (  # noqa: F401
-    LOG,
-    REPORT,
+from shardlab.checker.command import (
     REUSED,
     SEARCH_SEED,
     SHOWN,
-    THOROUGH,
     Result,
-    add_arguments,
-    add_child_arguments,
-    add_supervisor_arguments,
-    checked,
-    course_note,
     describe,
-    failure_rules,
     here_environment,
-    main,
     marked_rules,
-    report,
-    rules_line,
     stages_for,
-    summary,
 )
 from shardlab.checker.common import VERDICTS, CheckFailed, Context, Fresh, plain, raised_where
 from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun

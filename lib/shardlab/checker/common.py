@@ -17,7 +17,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.wire as wire
-from shardlab.checker.early import other_file_system  # noqa: F401  (kept importable from here)
 from shardlab.core.config import BATCH_SIZE, NUM_DEVICES, SEED
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset

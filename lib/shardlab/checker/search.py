@@ -24,7 +24,7 @@ import shardlab.checker.formulas as formulas
 import shardlab.checker.properties as properties
 import shardlab.checker.seal as seal
 import shardlab.checker.wire as wire
-from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
+from shardlab.checker.command import THOROUGH  # --thorough multiplies every property's cases
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
 from shardlab.checker.domain import (
     CHOICES,
