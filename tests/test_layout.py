@@ -184,7 +184,7 @@ def test_the_commands_are_the_librarys_and_the_wheel_holds_no_rig():
         assert len(re.findall(rf"^\t\$\(BIN\)/python -m {re.escape(campaign)} ", makefile, re.M)) == 1, campaign
 
 
-TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # package data a learner copies, never imported
+TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # package data a learner copies: its functions are theirs
 
 
 def named_modules(tree: ast.AST, modules) -> set[str]:
@@ -690,9 +690,6 @@ def test_the_name_check_finds_stale_modules_attributes_and_paths():
         "lib/shardlab/legacy.py",
         "tests/test_layout.py::no_such_helper",
     ]
-
-
-TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # the learner's copy: its functions are theirs to call
 
 
 def names_used(tree: ast.AST) -> set[str]:
