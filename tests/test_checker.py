@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from shardlab.checker import cli as runner
-from shardlab.checker import formulas
+from shardlab.checker import command, formulas
 from shardlab.learner import implementation, reference, starter
 
 BROKEN = Path(__file__).parent / "broken"
@@ -676,8 +676,8 @@ FRESH = {"restore_resets_cursor"}
 def check_cli(tmp_path, spec, stage) -> tuple[int, dict]:
     """`python -m shardlab check` as the CLI runs it (a child interpreter); (exit status, JSON report)."""
     out = tmp_path / "report"
-    status = runner.main(Namespace(implementation=str(spec), stage=str(stage), output=str(out)))
-    return status, json.loads((out / runner.REPORT).read_text())
+    status = command.main(Namespace(implementation=str(spec), stage=str(stage), output=str(out)))
+    return status, json.loads((out / command.REPORT).read_text())
 
 
 @pytest.fixture
@@ -897,13 +897,13 @@ def test_every_check_has_a_broken_implementation_that_fails_it():
 def test_an_import_error_is_printed_with_file_and_line(tmp_path, capfd):
     broken = tmp_path / "mine.py"
     broken.write_text("import numpy as np\n\n\ndef initial(seed, data, mesh:\n    return {}\n")
-    status = runner.main(Namespace(implementation=str(broken), stage="1", output=None))
+    status = command.main(Namespace(implementation=str(broken), stage="1", output=None))
     shown = capfd.readouterr().out
     assert status == 1
     assert f"{broken}:4" in shown and "SyntaxError" in shown and "def initial(seed, data, mesh:" in shown
     missing = tmp_path / "imports.py"
     missing.write_text("import numpy\nimport a_module_nobody_installed\n")
-    assert runner.main(Namespace(implementation=str(missing), stage="1", output=None)) == 1
+    assert command.main(Namespace(implementation=str(missing), stage="1", output=None)) == 1
     shown = capfd.readouterr().out
     assert f"{missing}:2" in shown and "No module named 'a_module_nobody_installed'" in shown
 
@@ -913,7 +913,7 @@ def test_check_names_what_it_expected_instead_of_a_file(tmp_path, capfd, kind):
     target = {"markdown": tmp_path / "README.md", "folder": tmp_path, "missing": tmp_path / "nope.py"}[kind]
     if kind == "markdown":
         target.write_text("# notes\n")
-    assert runner.main(Namespace(implementation=str(target), stage="1", output=None)) == 2
+    assert command.main(Namespace(implementation=str(target), stage="1", output=None)) == 2
     said = capfd.readouterr().err
     wanted = {"markdown": "is not a Python file", "folder": "is a folder", "missing": "does not exist"}[kind]
     assert wanted in said and "expected 'reference' or" in said and "python -m shardlab starter" in said
@@ -924,12 +924,12 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     from shardlab.checker import check_here
 
     spec = str(BROKEN / "drop_remainder.py")
-    status = runner.main(Namespace(implementation=spec, stage="1", output=str(tmp_path / "cli"), fresh=True))
+    status = command.main(Namespace(implementation=spec, stage="1", output=str(tmp_path / "cli"), fresh=True))
     cli_lines = capfd.readouterr().out.splitlines()
     report = check_here(spec, 1)
     here_lines = capfd.readouterr().out.splitlines()
     assert status == 1 and report["passed"] is False
-    cli_report = json.loads((tmp_path / "cli" / runner.REPORT).read_text())
+    cli_report = json.loads((tmp_path / "cli" / command.REPORT).read_text())
     pick = {"name", "passed", "diagnosis", "expected", "observed"}
     searched = {c.__name__ for c in runner.STAGES[1].CHECKS if c.__name__.startswith("random_")}
     assert searched and set(report["left_out"]) == searched  # the search is make check's, not a cell's
@@ -950,13 +950,13 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
 @pytest.mark.slow  # the search and its shrinking, from the command line
 def test_cli_prints_the_minimal_case_and_its_reproduction(tmp_path, capfd):
     spec = BROKEN / "pad_extra_when_multiple.py"
-    status = runner.main(
+    status = command.main(
         Namespace(implementation=str(spec), stage="1", only=True, output=str(tmp_path / "out"), seed=7)
     )
     shown = capfd.readouterr().out
     assert status == 1 and "search seed 7" in shown and "(reproduce with --seed 7)" in shown
     assert f'check_case("{spec}", "sampler_walk", rows=1, batch=1, devices=1, features=1' in shown
-    report = json.loads((tmp_path / "out" / runner.REPORT).read_text())
+    report = json.loads((tmp_path / "out" / command.REPORT).read_text())
     failed = {e["name"]: e for e in report["checks"] if not e["passed"]}
     assert "random_sampler_walk" in failed and failed["random_sampler_walk"]["expected"]["minimal case"]["rows"] == 1
     walk = failed["random_sampler_walk"]
@@ -994,9 +994,9 @@ def test_untrusted_code_gets_a_named_verdict_within_the_bound(tmp_path, capfd, k
     bounds = watch.Bounds(seconds, memory_bytes=300 * 1024**2, output_bytes=200_000, total_seconds=240)
     out = tmp_path / "out"
     args = Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)
-    assert runner.main(args) == 1
+    assert command.main(args) == 1
     shown = capfd.readouterr().out
-    report = json.loads((out / runner.REPORT).read_text())  # always written, whatever the child did
+    report = json.loads((out / command.REPORT).read_text())  # always written, whatever the child did
     assert len(report["checks"]) == len(runner.STAGES[1].CHECKS)
     first = report["checks"][0]
     assert first["name"] == "initial_state_fields" and verdict in first["diagnosis"], first

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO
 
 import shardlab.checker.sandbox as sandbox
+from rig.grade_attacks.attacks import holding
 from shardlab import process_group
 from shardlab.checker.cli import STAGES, checks_of
 from shardlab.errors import ConfigError
@@ -38,19 +39,6 @@ time.sleep(600)
 """
 
 
-def _holding(token: str) -> list[int]:
-    """Pids (read from /proc, independently of the sandbox module) whose command line holds `token`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                if token.encode() in handle.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 def _wait_for(path: Path, seconds: float = 20.0) -> None:
     end = time.time() + seconds
     while not path.exists():
@@ -60,7 +48,7 @@ def _wait_for(path: Path, seconds: float = 20.0) -> None:
 
 def _gone(token: str, seconds: float = 5.0) -> list[int]:
     end = time.time() + seconds
-    while (left := _holding(token)) and time.time() < end:
+    while (left := holding(token)) and time.time() < end:
         time.sleep(0.1)
     return left
 
@@ -74,7 +62,7 @@ def test_every_descendant_dies_with_the_sandbox(tmp_path):
     process = sandbox.spawn([sys.executable, "-B", str(script), token, str(flag)], box)
     _wait_for(flag)
     time.sleep(0.5)
-    assert _holding(token), "the double-forked, setsid, signal-ignoring grandchild runs before the kill"
+    assert holding(token), "the double-forked, setsid, signal-ignoring grandchild runs before the kill"
     process_group.kill(process)
     assert not _gone(token), "no descendant outlives the sandbox"
 
@@ -95,7 +83,7 @@ def test_the_sandbox_dies_with_its_caller(tmp_path):
     try:
         _wait_for(flag)
         time.sleep(0.5)
-        assert _holding(token)
+        assert holding(token)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         assert not _gone(token), "the sandbox's processes die with its caller"
@@ -120,7 +108,7 @@ def test_a_check_stops_with_the_process_that_started_it(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "JAX_PLATFORMS": "cpu"})
     try:
         end = time.time() + 180  # the sandbox's folder is read-only for the file: its mark is its command line
-        while not _holding(token):
+        while not holding(token):
             assert time.time() < end, "the orphan never started"
             time.sleep(0.1)
         os.kill(parent.pid, signal.SIGKILL)
@@ -386,7 +374,7 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     """Memory is read from the sandboxed interpreter's host pid; a loop ignoring SIGALRM is stopped from outside."""
     from argparse import Namespace
 
-    from shardlab.checker import cli, watch
+    from shardlab.checker import command, watch
 
     body, verdict = SANDBOXED_HOSTILE[kind]
     spec = tmp_path / f"{kind}.py"
@@ -396,8 +384,8 @@ def test_the_supervisor_bounds_a_sandboxed_interpreter(tmp_path, kind):
     )
     bounds = watch.Bounds(60 if kind == "memory" else 2, 300 * 1024**2, 200_000, 240, sandboxed=True)
     out = tmp_path / "out"
-    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
-    report = json.loads((out / cli.REPORT).read_text())
+    assert command.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    report = json.loads((out / command.REPORT).read_text())
     first = report["checks"][0]
     assert first["name"] == "initial_state_fields" and verdict in first["diagnosis"], first
     assert report["implementation_sha256"] == grade.sha256_file(spec)
@@ -416,7 +404,7 @@ def test_a_call_that_swallows_every_stop_ends_within_its_bound(tmp_path, where):
     repeats, not the run's: its interpreter is ended after guard.ENDED_AFTER caught stops, and the verdict says so."""
     from argparse import Namespace
 
-    from shardlab.checker import cli, guard, watch
+    from shardlab.checker import command, guard, watch
 
     spec = tmp_path / f"swallow_{where}.py"
     head = "import time\n\nfrom shardlab.learner.reference import *  # noqa\n\n\n"
@@ -425,8 +413,8 @@ def test_a_call_that_swallows_every_stop_ends_within_its_bound(tmp_path, where):
     )
     bounds = watch.Bounds(2, 2 * 1024**3, 200_000, 240, sandboxed=True)
     out = tmp_path / "out"
-    assert cli.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
-    first = json.loads((out / cli.REPORT).read_text())["checks"][0]
+    assert command.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out), bounds=bounds)) == 1
+    first = json.loads((out / command.REPORT).read_text())["checks"][0]
     function = "importing the file" if where == "import" else "initial"
     assert first["name"] == ("implementation_loads" if where == "import" else "initial_state_fields"), first
     assert f"`{function}` did not return within its time bound and caught every stop" in first["diagnosis"], first

@@ -184,6 +184,86 @@ def test_the_commands_are_the_librarys_and_the_wheel_holds_no_rig():
         assert len(re.findall(rf"^\t\$\(BIN\)/python -m {re.escape(campaign)} ", makefile, re.M)) == 1, campaign
 
 
+TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # package data a learner copies: its functions are theirs
+
+
+def named_modules(tree: ast.AST, modules) -> set[str]:
+    """The modules of `modules` a whole string in `tree` names as code to run or load (`[python, "-m",
+    "shardlab.x"]`, `"shardlab.x.Class"` for a traitlets class), their packages, and the `__main__` of a
+    package so named. A docstring is prose, not a name."""
+    prose = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            if re.fullmatch(r"shardlab(\.\w+)*", node.value):
+                parts = node.value.split(".")
+                found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} | {f"{node.value}.__main__"}
+    return found & set(modules)
+
+
+def unreached(modules, roots) -> set[str]:
+    """The modules of `modules` ({name: path}) that nothing reached from `roots` imports (a module's packages
+    run with it) or names to run."""
+    seen, pending = set(), [name for name in roots if name in modules]
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            tree = parsed(modules[name])
+            for target in import_targets_of(tree, modules) | named_modules(tree, modules):
+                parts = target.split(".")
+                pending += [p for i in range(1, len(parts) + 1) if (p := ".".join(parts[:i])) in modules]
+    return set(modules) - seen
+
+
+def course_entry_points(modules) -> set[str]:
+    """What a learner or an instructor starts: the package and `python -m shardlab` with every command, each
+    `python -m shardlab...` line of the Makefile, and what the notebooks and the starter template import."""
+    from shardlab.__main__ import COMMANDS
+
+    roots = {"shardlab", "shardlab.__main__"} | {module for module, _ in COMMANDS.values()}
+    roots |= set(re.findall(r"-m (shardlab[\w.]*)", (REPO / "Makefile").read_text()))
+    for name, text in course_sources().items():
+        if name.endswith(".ipynb") or name == TEMPLATE.relative_to(REPO).as_posix():
+            roots |= import_targets_of(ast.parse(text), modules)
+    return roots
+
+
+def test_every_library_module_is_reached_from_what_the_course_starts():
+    """A module that only the tests or the rig import stands beside them (tests/, rig/), not in the course."""
+    modules = {name: path for name, path in graph()[0].items() if path != TEMPLATE}
+    left = unreached(modules, course_entry_points(modules))
+    assert not left, (
+        f"no notebook, command or module they reach imports or runs {sorted(left)}: move them to rig/ or tests/"
+    )
+
+
+def test_the_reach_check_finds_a_module_only_prose_names(tmp_path):
+    sources = {
+        "__init__.py": "LAZY = {'run': 'shardlab.run'}\n",
+        "run.py": "from shardlab import used\n\ndef f():\n    return ['python', '-m', 'shardlab.child']\n",
+        "used.py": "",
+        "child/__init__.py": "",
+        "child/__main__.py": "",
+        "orphan.py": "",
+        "named.py": '"""Tests import shardlab.orphan; prose that names it is not a reach."""\n',
+    }
+    modules = {}
+    for rel, text in sources.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
+        parts = rel.removesuffix(".py").removesuffix("/__init__").replace("__init__", "").split("/")
+        modules[".".join(["shardlab", *filter(None, parts)])] = tmp_path / rel
+    assert unreached(modules, {"shardlab"}) == {"shardlab.orphan", "shardlab.named"}
+    assert unreached(modules, {"shardlab", "shardlab.named"}) == {"shardlab.orphan"}
+
+
 def test_the_import_graph_is_printed(capsys):
     """The graph between the library's units (subpackages and top-level modules), and the rig's use of it."""
     modules, edges = graph()
@@ -610,9 +690,6 @@ def test_the_name_check_finds_stale_modules_attributes_and_paths():
         "lib/shardlab/legacy.py",
         "tests/test_layout.py::no_such_helper",
     ]
-
-
-TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # the learner's copy: its functions are theirs to call
 
 
 def names_used(tree: ast.AST) -> set[str]:

@@ -191,7 +191,7 @@ def test_source_notebook_is_clean(path: Path):
 
 @pytest.mark.stage1
 def test_runner_lists_stage1_and_stage2_first():
-    assert runner.NOTEBOOKS[:2] == [STAGE1, STAGE2]
+    assert catalog.NOTEBOOKS[:2] == [STAGE1, STAGE2]
 
 
 @pytest.mark.notebooks

@@ -20,7 +20,6 @@ import pytest
 from conftest import REPO, executed, results
 
 from shardlab.course import catalog
-from shardlab.course import execute as runner
 from shardlab.evidence import hypothesis, sources
 
 pytestmark = pytest.mark.stage4
@@ -297,9 +296,9 @@ def check_audit(folder, audit):
     assert KEYS <= set(audit), f"audit.json lacks {sorted(KEYS - set(audit))}"
     assert audit["missing"] == [], f"the run left results missing: {audit['missing']}"
     assert audit["schema_version"] == 1
-    assert audit["run"]["notebooks"] == runner.NOTEBOOKS
-    assert audit["notebooks"] == {n: {"executed": f"{n}.ipynb", "html": f"{n}.html"} for n in runner.NOTEBOOKS}
-    for name in runner.NOTEBOOKS:
+    assert audit["run"]["notebooks"] == catalog.NOTEBOOKS
+    assert audit["notebooks"] == {n: {"executed": f"{n}.ipynb", "html": f"{n}.html"} for n in catalog.NOTEBOOKS}
+    for name in catalog.NOTEBOOKS:
         assert "<html" in inside(folder, f"{name}.html").read_text(encoding="utf-8")[:2000].lower()
         assert nbformat.read(inside(folder, f"{name}.ipynb"), as_version=4).metadata.papermill.exception is None
     env = audit["environment"]
@@ -371,7 +370,7 @@ def test_stage4_notebook_records_what_the_audit_holds(run_dir):
 
 
 def test_runner_runs_stage4_after_stage3():
-    names = runner.NOTEBOOKS  # stage 4's figure reads stage 3's fault results from the same folder
+    names = catalog.NOTEBOOKS  # stage 4's figure reads stage 3's fault results from the same folder
     assert names.index("stage4a_profile") > max(names.index("stage3a_checkpoint"), names.index("stage3b_resume"))
 
 

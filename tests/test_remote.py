@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.cli as runner
+import shardlab.checker.command as command
 import shardlab.checker.wire as wire
 from shardlab.checker import guard, remote
 from shardlab.core.config import Config
@@ -189,6 +190,20 @@ def test_exceptions_cross_as_the_course_classes_a_check_catches():
     assert type(forged).__name__ == "CheckFailed" and type(forged).__mro__[1] is Exception  # not the checker's
 
 
+def test_a_learner_error_is_quoted_alike_on_both_sides_of_the_worker_boundary():
+    from shardlab.checker import common, probes
+
+    message = "refused " * 60  # 480 characters: longer than a quote
+
+    def refuse(*args):
+        raise ValueError(message)
+
+    expected = ("ValueError: " + message)[:300]
+    assert probes.in_a_thread(refuse) == {"error": expected}  # the worker's side
+    assert common.attempt(refuse, failed="none") == ("none", expected)  # the checker's side
+    assert len(expected) == 300 and expected.startswith("ValueError: refused refused")
+
+
 FORGE = """
 import shardlab.checker.cli as cli
 cli.run_one = lambda check, stage, ctx: cli.Result(check.__name__, stage, True, 1, 1, '', 0.0)
@@ -313,8 +328,8 @@ def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_pa
     spec = tmp_path / "broken.py"
     spec.write_text("def initial(seed, data, mesh:\n    pass\n")
     out = tmp_path / "out"
-    assert runner.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out))) == 1
-    report = json.loads((out / runner.REPORT).read_text())
+    assert command.main(Namespace(implementation=str(spec), stage="1", only=True, output=str(out))) == 1
+    report = json.loads((out / command.REPORT).read_text())
     assert report["checks"][0]["name"] == "implementation_loads" and "SyntaxError" in report["checks"][0]["observed"]
 
 

@@ -138,10 +138,10 @@ def test_a_controller_killed_from_another_shell_is_restarted_and_the_run_equals_
 
 def test_a_result_event_has_the_reports_fields_and_no_verdict_is_never_all_passed():
     """A result event with exactly a Result's fields counts; a run that reported no verdict never says 'all passed'."""
-    from shardlab.checker import cli
+    from shardlab.checker import command
     from shardlab.checker import watch as watched
 
     base = {"name": "c", "stage": 1, "passed": True, "expected": 1, "observed": 1, "diagnosis": "", "seconds": 0.0}
     assert watched._shaped(base) and not watched._shaped({**base, "passed": "yes"})
     assert not watched._shaped({**base, "other": 1}) and not watched._shaped({k: base[k] for k in list(base)[:-1]})
-    assert "all checks passed" not in cli.summary([]) and "no check ran" in cli.summary([])
+    assert "all checks passed" not in command.summary([]) and "no check ran" in command.summary([])

@@ -1,12 +1,10 @@
 """The attack submissions and the outcome each must have (`python -m rig.grade_attacks`)."""
 
-import json
 import os
 import random
 import shutil
 import stat
 import sys
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,12 +229,11 @@ raise RuntimeError("CONTAINED")
     return attacks
 
 
-def clean_processes(token: str) -> list[int]:
-    """Pids of processes whose command line holds `token` (the orphan-maker's mark)."""
+def holding(token: str) -> list[int]:
+    """Pids of processes whose command line holds `token` (the orphan-maker's mark), read from /proc, independently
+    of the sandbox that should have ended them."""
     found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 if token.encode() in handle.read():
@@ -259,12 +256,3 @@ def snapshot(folder: Path) -> dict:
             info = os.lstat(path)
             found[str(path.relative_to(folder))] = (info.st_size, info.st_mtime_ns, stat.S_IFMT(info.st_mode))
     return found
-
-
-def wait_quiet(seconds: float) -> None:
-    time.sleep(seconds)
-
-
-def read_rows(out: Path) -> dict:
-    body = json.loads((out / "grade.json").read_text())
-    return body["submissions"]

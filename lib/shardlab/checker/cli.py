@@ -27,30 +27,16 @@ import shardlab.checker.stage1 as stage1
 import shardlab.checker.stage2 as stage2
 import shardlab.checker.stage3 as stage3
 import shardlab.checker.stage4 as stage4
-
-# the supervisor's side, without JAX (checker/command.py), kept importable from here
-from shardlab.checker.command import (  # noqa: F401
-    LOG,
-    REPORT,
+import shardlab.checker.wire as wire
+from shardlab.checker.command import (
     REUSED,
     SEARCH_SEED,
     SHOWN,
-    THOROUGH,
     Result,
-    add_arguments,
-    add_child_arguments,
-    add_supervisor_arguments,
-    checked,
-    course_note,
     describe,
-    failure_rules,
     here_environment,
-    main,
     marked_rules,
-    report,
-    rules_line,
     stages_for,
-    summary,
 )
 from shardlab.checker.common import VERDICTS, CheckFailed, Context, Fresh, plain, raised_where
 from shardlab.checker.guard import MEMORY_BYTES, Guard, Overrun
@@ -84,7 +70,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         passed, expected, observed = False, "an implementation", f"NotImplementedError: {exc}"
         diagnosis = str(exc) or f"not implemented yet (raised at {raised_where(exc)})"
     except Exception as exc:
-        passed, expected, observed = False, "no exception", f"{type(exc).__name__}: {exc}"[:SHOWN]
+        passed, expected, observed = False, "no exception", wire.learner_error(exc, SHOWN)
         where = raised_where(exc)
         diagnosis = f"the implementation raised {type(exc).__name__} at {where}" + diagnoses.explain(exc, where)
         if seal.reached(exc):  # graded, the file called the course's own code (checker/seal.py)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import shardlab.checker.watch as watch
 from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES, NOT_AGAIN
-from shardlab.checker.watch import LOG, REPORT  # noqa: F401  (re-exported by checker/cli.py)
+from shardlab.checker.watch import LOG, REPORT
 from shardlab.cli import seconds, seed
 from shardlab.core.files import sha256_file
 from shardlab.errors import ImplementationError

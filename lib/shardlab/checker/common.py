@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardlab.checker.early import other_file_system  # noqa: F401  (kept importable from here)
+import shardlab.checker.wire as wire
 from shardlab.core.config import BATCH_SIZE, NUM_DEVICES, SEED
 from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset
@@ -224,7 +224,7 @@ def attempt(call, failed=None) -> tuple:
     except (NotImplementedError, CheckFailed):
         raise
     except Exception as exc:
-        return failed, f"{type(exc).__name__}: {exc}"[:300]
+        return failed, wire.learner_error(exc)
 
 
 class Fresh:

@@ -122,11 +122,18 @@ def _rank(cause_id: str) -> int:
     return PRIOR.index(cause_id.split(":")[0]) if cause_id.split(":")[0] in PRIOR else len(PRIOR)
 
 
-def _local_means_zero_when_empty(numerators, counts) -> np.ndarray:
-    """Each device's own mean with a guard (an empty device's mean taken as 0), averaged over the devices."""
+def _local_means_zero_when_empty(numerators, counts, each: str, means: str) -> Cause:
+    """Each device's own mean with a guard (an empty device's `each` taken as 0), averaged over the devices: the
+    one guarded-local-means mistake, for the gradient (`each` "mean") and for the loss (`each` "loss")."""
     counts = np.asarray(counts, np.float64).reshape((-1,) + (1,) * (np.ndim(numerators) - 1))
     guarded = np.where(counts > 0, numerators / np.maximum(counts, 1.0), 0.0)
-    return guarded.mean(axis=0)
+    return Cause(
+        "local_means_zero_when_empty",
+        f"{means} with an empty device's {each} taken as 0: averaging local means (a guard against 0/0 does not "
+        "make it the global mean)",
+        guarded.mean(axis=0),
+        variant_of="local_means",
+    )
 
 
 def gradient_causes(features, targets, mask, weights, num_devices: int) -> tuple[np.ndarray, list[Cause]]:
@@ -167,12 +174,8 @@ def gradient_causes(features, targets, mask, weights, num_devices: int) -> tuple
         ),
     ]
     causes.append(
-        Cause(
-            "local_means_zero_when_empty",
-            "it equals the mean of the per-device means with an empty device's mean taken as 0: averaging "
-            "local means (a guard against 0/0 does not make it the global mean)",
-            _local_means_zero_when_empty(parts["grad_nums"], parts["counts"]),
-            variant_of="local_means",
+        _local_means_zero_when_empty(
+            parts["grad_nums"], parts["counts"], "mean", "it equals the mean of the per-device means"
         )
     )
     return right, causes + summed_twice("gradient", right, num_devices)
@@ -224,12 +227,8 @@ def loss_causes(features, targets, mask, weights, num_devices: int, new_weights=
         Cause("local_means", "it is the mean of the per-device losses: averaging local means", local.mean()),
     ]
     causes += [
-        Cause(
-            "local_means_zero_when_empty",
-            "it is the mean of the per-device losses with an empty device's loss taken as 0: averaging local "
-            "means (a guard against 0/0 does not make it the global mean)",
-            _local_means_zero_when_empty(parts["loss_nums"], parts["counts"]),
-            variant_of="local_means",
+        _local_means_zero_when_empty(
+            parts["loss_nums"], parts["counts"], "loss", "it is the mean of the per-device losses"
         ),
         Cause(
             "local_losses_of_non_empty_devices",

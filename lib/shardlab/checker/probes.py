@@ -67,7 +67,7 @@ def in_a_thread(function, *args) -> dict:
         try:
             found["value"] = function(*args)
         except Exception as exc:
-            found["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            found["error"] = wire.learner_error(exc)
 
     worker = threading.Thread(target=run, name="background-checkpoint")
     worker.start()
@@ -85,7 +85,7 @@ def read_only_restore(restore, path: str, contract, mesh) -> dict:
         except NotImplementedError:
             raise
         except Exception as exc:
-            return {"error": f"{type(exc).__name__}: {exc}"[:300], "tried": tried}
+            return {"error": wire.learner_error(exc), "tried": tried}
 
 
 class _Counted:
@@ -179,7 +179,7 @@ def left_open(function, folder: str, *args) -> dict:
     except NotImplementedError:
         raise
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"[:300]
+        error = wire.learner_error(exc)
     inside = (os.path.realpath(folder), os.path.abspath(folder))
     left = [
         target

@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
+import shardlab.checker.wire as wire
 from shardlab import errors
 from shardlab.checker.common import (
     CheckFailed,
@@ -1007,7 +1008,7 @@ def _transitioned(ctx, case: Case, state: dict, data, mesh, step, call: int, via
             raise
         raise Miss(
             "transition's new state, loss and ids",
-            f"{type(exc).__name__}: {exc}"[:300],
+            wire.learner_error(exc),
             f"transition {call + 1} raised {type(exc).__name__} at {raised_where(exc)}, and the batch next_batch "
             f"gives for this state is already wrong ({wrong_batch}) -> fix next_batch first: the step raised on a "
             "batch it should never have been given" + formulas.mark("pad-by-position"),
@@ -1782,7 +1783,7 @@ def _saved_and_restored(ctx, path: str, state: dict, contract: dict, mesh, what:
 def _learner_error(exc: Exception) -> str:
     if isinstance(exc, (NotImplementedError, Miss)):
         raise exc
-    return f"{type(exc).__name__}: {exc}"[:300]
+    return wire.learner_error(exc)
 
 
 def _joined_elsewhere() -> str:

@@ -23,7 +23,8 @@ import shardlab.checker.early as launching
 import shardlab.checker.formulas as formulas
 import shardlab.checker.properties as properties
 import shardlab.checker.seal as seal
-from shardlab.checker.command import THOROUGH  # noqa: F401  (--thorough multiplies every property's cases)
+import shardlab.checker.wire as wire
+from shardlab.checker.command import THOROUGH  # --thorough multiplies every property's cases
 from shardlab.checker.common import CheckFailed, Context, fresh_implementation, plain, raised_where
 from shardlab.checker.domain import (
     CHOICES,
@@ -101,10 +102,10 @@ def _attempt(ctx, prop: Property, case: Case) -> Miss | None:
         devices = "incompatible devices" in str(exc) or "different devices" in str(exc)
         cause = properties.foreign_step(ctx, case) if devices else None
         if cause:
-            return Miss("no exception", f"{type(exc).__name__}: {exc}"[:300], cause)
+            return Miss("no exception", wire.learner_error(exc), cause)
         return Miss(
             "no exception",
-            f"{type(exc).__name__}: {exc}"[:300],
+            wire.learner_error(exc),
             f"the implementation raised {type(exc).__name__} at {raised_where(exc)}"
             + "".join(f", {n}" for n in getattr(exc, "__notes__", ()) if str(n).startswith(properties.INPUT_NOTE))
             + diagnoses.explain(exc, raised_where(exc))

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.formulas as formulas
 import shardlab.checker.search as search
+import shardlab.checker.wire as wire
 from shardlab.checker.common import (
     CheckFailed,
     batch_arrays,
@@ -388,7 +389,7 @@ def step_is_sharded(ctx):
     try:
         text = step.lower(*args).as_text()
     except Exception as exc:
-        expect(False, "a step JAX can trace", f"{type(exc).__name__}: {exc}"[:300], "a NumPy-only step cannot lower")
+        expect(False, "a step JAX can trace", wire.learner_error(exc), "a NumPy-only step cannot lower")
     found = count_all_reduce(text)
     return expect(
         found >= 1,
@@ -487,7 +488,7 @@ def transition_leaves_its_input_intact(ctx):
             expect(
                 False,
                 f"the input {name} readable",
-                f"{type(exc).__name__}: {exc}"[:200],
+                wire.learner_error(exc, 200),
                 f"the input state's {name} was deleted by the step: its buffer was donated (donate_argnums) -> "
                 "do not donate the weights or momentum; the caller may still hold the old state (to compare, "
                 "retry or save it)",

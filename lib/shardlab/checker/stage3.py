@@ -17,6 +17,7 @@ import shardlab.checker.arguments as arguments
 import shardlab.checker.damage as damage
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
+import shardlab.checker.wire as wire
 from shardlab import errors
 from shardlab.checker.common import (
     CheckFailed,
@@ -356,7 +357,7 @@ def fresh_process_resume(ctx):
         except Exception as exc:
             raise CheckFailed(
                 "the checkpoint restored in a fresh interpreter",
-                f"{type(exc).__name__}: {exc}"[:300],
+                wire.learner_error(exc),
                 f"restore in a fresh interpreter raised {type(exc).__name__} at {raised_where(exc)}: "
                 + _fresh_refusal(ctx, exc, path, contract, saved, written),
             ) from None

@@ -669,6 +669,15 @@ def receive(fd: int, wait=None) -> tuple[dict, list]:
 # ---------------------------------------------------------------------------------------------- exceptions
 
 
+LEARNER_ERROR_CHARACTERS = 300  # how much of a learner's exception a check's message quotes
+
+
+def learner_error(exc: BaseException, limit: int = LEARNER_ERROR_CHARACTERS) -> str:
+    """'Type: message' of what a learner's code raised, cut to `limit` characters: the one form in which the
+    checker and the probes in the worker quote it, so a message reads the same on either side of the boundary."""
+    return f"{type(exc).__name__}: {exc}"[:limit]
+
+
 def exception(exc: BaseException, where: str) -> dict:
     """An exception as data: its classes (most derived first), its text, where it was raised."""
     try:

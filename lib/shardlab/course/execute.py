@@ -17,7 +17,7 @@ from pathlib import Path
 from shardlab import outdir
 from shardlab.cli import add_run_arguments
 from shardlab.course import catalog
-from shardlab.course.catalog import KERNEL, NOTEBOOKS  # noqa: F401 (NOTEBOOKS: re-exported for callers)
+from shardlab.course.catalog import KERNEL
 from shardlab.errors import ConfigError, ImplementationError
 from shardlab.evidence import stable
 from shardlab.learner import implementation as learner_implementation

@@ -150,21 +150,25 @@ FAULT_RANKING = ("fault_order_same", "fault_costliest_same", "fault_costliest_di
 FAULT_KEYS = {f"{v}_{s}": f"fault_ranking.errors.<{s}>.<{v}>" for s in "ab" for v in "xyz"}
 
 
+# the stage 4a timing medians, middle halves and ratios both timing sentences read
+TIMING_KEYS = {
+    "e": "timing.eager_4dev.median_ms",
+    "e_lo": "timing.eager_4dev.q1_ms",
+    "c4": "timing.compiled_4dev.median_ms",
+    "c4_lo": "timing.compiled_4dev.q1_ms",
+    "c4_hi": "timing.compiled_4dev.q3_ms",
+    "c1": "timing.compiled_1dev.median_ms",
+    "c1_hi": "timing.compiled_1dev.q3_ms",
+    "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
+    "re": "timing.ratios.eager_4dev_over_compiled_4dev",
+}
+
+
 SENTENCES = {
     "stage4a_profile": {
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
-            {
-                "e": "timing.eager_4dev.median_ms",
-                "e_lo": "timing.eager_4dev.q1_ms",
-                "c4": "timing.compiled_4dev.median_ms",
-                "c4_lo": "timing.compiled_4dev.q1_ms",
-                "c4_hi": "timing.compiled_4dev.q3_ms",
-                "c1": "timing.compiled_1dev.median_ms",
-                "c1_hi": "timing.compiled_1dev.q3_ms",
-                "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
-                "re": "timing.ratios.eager_4dev_over_compiled_4dev",
-            },
+            TIMING_KEYS,
             "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
             "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so the order holds "
             "beyond the spread; the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = "
@@ -178,17 +182,7 @@ SENTENCES = {
         ),
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
-            {
-                "e": "timing.eager_4dev.median_ms",
-                "e_lo": "timing.eager_4dev.q1_ms",
-                "c4": "timing.compiled_4dev.median_ms",
-                "c4_lo": "timing.compiled_4dev.q1_ms",
-                "c4_hi": "timing.compiled_4dev.q3_ms",
-                "c1": "timing.compiled_1dev.median_ms",
-                "c1_hi": "timing.compiled_1dev.q3_ms",
-                "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
-                "re": "timing.ratios.eager_4dev_over_compiled_4dev",
-            },
+            TIMING_KEYS,
             "eager ({e:.4g} ms, middle half from {e_lo:.4g}; eager / 4-device = {re:.0f}x) ≫ compiled, on four "
             "devices ({c4:.4g} ms) or on one ({c1:.4g} ms): that gap is clear beyond the spread. Four devices against "
             "one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
