@@ -203,9 +203,10 @@ def test_slots_pad_to_the_device_count_and_never_cross_an_epoch():
 
 
 GATES = [("teaching", b) for b in (1, 7, 10, 64, 1023)] + [("timing", b) for b in (10, 64, 1023, 2000)]
-# make test gates one batch size per fixture (batch 1: five dispatches, the last partial; batch 64 of the timing
-# fixture: a short last batch in every epoch); make test-long gates the others, each a fused loop compiled for it
-GATED_IN_MAKE_TEST = {("teaching", 1), ("timing", 64)}
+# make test gates each variant at one batch size, one per fixture (per_step at batch 1: five dispatches, the last
+# partial; stats at batch 64 of the timing fixture: a short last batch in every epoch); make test-long gates the
+# others, each a fused loop compiled for it
+GATED_IN_MAKE_TEST = {("per_step", "teaching", 1), ("stats", "timing", 64)}
 
 
 @pytest.fixture(scope="module")
@@ -228,10 +229,13 @@ def controls(fixtures_by_name, mesh):
 
 
 @pytest.mark.slow  # compiles a fused loop per case
-@pytest.mark.parametrize("variant", ["per_step", "stats"])
 @pytest.mark.parametrize(
-    "fixture,batch_size",
-    [pytest.param(*gate, marks=[pytest.mark.long] * (gate not in GATED_IN_MAKE_TEST)) for gate in GATES],
+    "fixture,batch_size,variant",
+    [
+        pytest.param(*gate, v, marks=[pytest.mark.long] * ((v, *gate) not in GATED_IN_MAKE_TEST))
+        for gate in GATES
+        for v in ("per_step", "stats")
+    ],
 )
 def test_fused_loop_replays_the_course_loop_over_three_epochs(fixture, batch_size, variant, fixtures_by_name, controls):
     """IDs and sampler fields bit for bit; losses, weights and momentum to float32 tolerance.
