@@ -238,7 +238,8 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
     """Per traced transition, ms inside `annotation` covered by each group of events on the same thread.
 
     Read from the XPlane only; the rest of the annotation (`other_ms`) is host work that this
-    trace (Python tracer off) does not name. `dispatched` lists the jitted functions called inside.
+    trace (Python tracer off) does not name. `dispatched` lists the jitted calls inside, in the order they started
+    (a function called twice is listed twice).
     """
     files = where if isinstance(where, TraceFiles) else find_files(where)
     rows = []
@@ -250,7 +251,9 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
                 spans = [(s, t) for n, s, t in inside if n.startswith(prefixes)]
                 row[f"{group}_ms"] = covered(spans) / 1e6
             row["other_ms"] = row[f"{annotation}_ms"] - sum(row[f"{g}_ms"] for g in groups)
-            row["dispatched"] = sorted({n for n, _, _ in inside if n.startswith(GROUPS["jitted_dispatch"])})
+            row["dispatched"] = [
+                n for n, _, _ in sorted(inside, key=lambda e: e[1]) if n.startswith(GROUPS["jitted_dispatch"])
+            ]
             rows.append(row)
     if not rows:
         raise TraceError(f"the trace has no '{annotation}' annotation to break down")
