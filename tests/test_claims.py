@@ -1315,8 +1315,11 @@ def test_the_cross_process_step_is_called_slower_than_the_one_process_update_onl
 def test_the_worked_example_predicts_half_the_dispatches_or_half_the_reach_if_smaller(dispatches, reach, threshold):
     from shardlab.evidence import hypothesis
 
-    example = hypothesis.worked_example([{"jitted_dispatch_ms": d} for d in dispatches], {"one_call_reshuffle": reach})
+    calls = ["PjitFunction(_threefry_split)", "PjitFunction(_shuffle)", "PjitFunction(_shuffle)"]  # one repeated
+    rows = [{"jitted_dispatch_ms": d, "dispatched": calls} for d in dispatches]
+    example = hypothesis.worked_example(rows, {"one_call_reshuffle": reach})
     assert example["change"] == "one_call_reshuffle"
+    assert "over 3 jitted calls per transition" in example["because"]  # every call counted, a repeat too
     assert example["threshold_ms"] == pytest.approx(threshold)  # by hand: half of the median, or half of the reach
     assert ("half of the estimated reach" in example["because"]) == (reach < sorted(dispatches)[1])
     assert hypothesis.whose(None)[0] == hypothesis.WORKED and hypothesis.whose({})[1] == "Your verdict"

@@ -208,6 +208,17 @@ def test_breakdown_parts_add_up(captured):
         assert any("shuffle" in name for name in row["dispatched"]), "each traced transition reshuffles"
 
 
+def test_breakdown_lists_every_jitted_call_in_the_order_it_started(monkeypatch):
+    # one thread: the annotation, three jitted calls (one function twice, listed out of order), one placement
+    events = [("PjitFunction(a)", 500, 600), (trace.PREPARE, 0, 1000), ("PjitFunction(b)", 300, 400)]
+    events += [("PjitFunction(a)", 100, 200), ("shard_args", 700, 800), ("PjitFunction(c)", 1200, 1300)]
+    monkeypatch.setattr(trace, "xplane_lines", lambda path: iter([("python", events)]))
+    (row,) = trace.breakdown(trace.TraceFiles("x.xplane.pb", "x.json.gz"))
+    assert row["dispatched"] == ["PjitFunction(a)", "PjitFunction(b)", "PjitFunction(a)"]  # c is outside
+    assert row["jitted_dispatch_ms"] == pytest.approx(300 / 1e6) and row["placement_ms"] == pytest.approx(100 / 1e6)
+    assert row["other_ms"] == pytest.approx((1000 - 300 - 100) / 1e6)
+
+
 def test_covered_counts_nested_time_once():
     assert trace.covered([(0, 10), (2, 5), (8, 12), (20, 21)]) == 13
 

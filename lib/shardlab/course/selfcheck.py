@@ -482,7 +482,8 @@ QUESTIONS = (
             (
                 "stated",
                 "3. What dominates, and your hypothesis",
-                "the hypothesis tested (yours, or the worked example's), written out under the table",
+                "the hypothesis tested, written out under your hypothesis cell (the worked example's folded "
+                "until you write yours)",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),

@@ -258,16 +258,17 @@ def worked_example(breakdown: list[dict], reach: dict) -> dict:
 
     Half the median `jitted_dispatch_ms` of the first trace's `breakdown`, or half the one-call
     reshuffle's `reach` (change -> ms) when that is smaller, so the example never predicts more than
-    the change can remove.
+    the change can remove. Its reason counts the jitted calls of the first transition (`dispatched`).
     """
     dispatch = float(np.median([row["jitted_dispatch_ms"] for row in breakdown]))
     limit = float(reach["one_call_reshuffle"])
     threshold = 0.5 * min(dispatch, limit)
     of = "the estimated reach" if limit < dispatch else "the dispatches"
+    calls = len(breakdown[0]["dispatched"])
     because = (
-        f"jitted_dispatch takes {dispatch:.3f} ms by median in the first trace (reach {limit:.3f} ms): split and "
-        f"permute are two jitted calls, each dispatched on its own; one call should remove at least half of {of}, "
-        f"{threshold:.3f} ms"
+        f"jitted_dispatch takes {dispatch:.3f} ms by median in the first trace (reach {limit:.3f} ms), over "
+        f"{calls} jitted call{'s' * (calls != 1)} per transition, each dispatched on its own; one call should remove "
+        f"at least half of {of}, {threshold:.3f} ms"
     )
     return {"change": "one_call_reshuffle", "threshold_ms": threshold, "because": because}
 
