@@ -209,8 +209,10 @@ def test_breakdown_parts_add_up(captured):
 
 
 def test_breakdown_lists_every_jitted_call_in_the_order_it_started(monkeypatch):
-    # one thread: the annotation, three jitted calls (one function twice, listed out of order), one placement
+    # one thread: the annotation, three jitted calls (one function twice, listed out of order; b recorded at two
+    # levels, an event inside an event of the same call), one placement
     events = [("PjitFunction(a)", 500, 600), (trace.PREPARE, 0, 1000), ("PjitFunction(b)", 300, 400)]
+    events += [("PjitFunction(b)", 310, 390)]
     events += [("PjitFunction(a)", 100, 200), ("shard_args", 700, 800), ("PjitFunction(c)", 1200, 1300)]
     monkeypatch.setattr(trace, "xplane_lines", lambda path: iter([("python", events)]))
     (row,) = trace.breakdown(trace.TraceFiles("x.xplane.pb", "x.json.gz"))

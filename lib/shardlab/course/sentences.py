@@ -227,9 +227,9 @@ SENTENCES = {
             {**CHANGE, **CAUSE},
             "<verdict_of>: inconclusive about the cause. The sum fell as predicted: the cut, {c:.3f} ms, passes the "
             "{t:.3f} ms threshold by {m:.4f} ms, at least the {n:.3f} ms of noise, within the {r:.3f} ms reach. But "
-            "<part>, the part the change's mechanism removes, fell by {f:.4f} "
-            "ms by median (middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed), not "
-            "by that threshold beyond the spread, nor short of it by more than the noise: the because is not shown.",
+            "<part>, the part the change's mechanism removes, fell by {f:.4f} ms by median (middle halves "
+            "{mu_lo:.3f}–{mu_hi:.3f} and {mg_lo:.3f}–{mg_hi:.3f} ms): neither by the threshold beyond the spread nor "
+            "short of it by more than the noise.",
             "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
             "{m:.4f} ms, noise {n:.3f} ms; <part> fell by {f:.4f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
             "unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
@@ -377,8 +377,8 @@ SENTENCES = {
                 "a": "change.sides.target.unchanged.median_ms",
             },
             "The verdict's reach is {r:.3f} ms, not the {r0:.3f} ms the hypothesis was checked against: <again> "
-            "took {m:.3f} ms, more than the {a:.3f} ms median of the target that contains it in this capture. Timed "
-            "alone on this shared host, it ran slower than inside its loop, so the reach is held at that median.",
+            "took {m:.3f} ms, more than the {a:.3f} ms median of the target that contains it, so the reach is held "
+            "at that median.",
             "The verdict's reach is {r:.3f} ms, <again>; the hypothesis was checked against {r0:.3f} ms, measured "
             "before this capture.",
         ),

@@ -234,12 +234,22 @@ def covered(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def calls(events: list[tuple[str, int, int]], prefixes: tuple) -> list[str]:
+    """The names of the events starting with `prefixes`, in the order they started; a function called twice is
+    listed twice, an event inside another one (the same call recorded at two levels) once."""
+    found, reach = [], None
+    for name, start, end in sorted(events, key=lambda e: (e[1], -e[2])):
+        if name.startswith(prefixes) and (reach is None or start >= reach):
+            found.append(name)
+            reach = end
+    return found
+
+
 def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[dict]:
     """Per traced transition, ms inside `annotation` covered by each group of events on the same thread.
 
     Read from the XPlane only; the rest of the annotation (`other_ms`) is host work that this
-    trace (Python tracer off) does not name. `dispatched` lists the jitted calls inside, in the order they started
-    (a function called twice is listed twice).
+    trace (Python tracer off) does not name. `dispatched` lists the jitted calls inside (`calls`).
     """
     files = where if isinstance(where, TraceFiles) else find_files(where)
     rows = []
@@ -251,9 +261,7 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
                 spans = [(s, t) for n, s, t in inside if n.startswith(prefixes)]
                 row[f"{group}_ms"] = covered(spans) / 1e6
             row["other_ms"] = row[f"{annotation}_ms"] - sum(row[f"{g}_ms"] for g in groups)
-            row["dispatched"] = [
-                n for n, _, _ in sorted(inside, key=lambda e: e[1]) if n.startswith(GROUPS["jitted_dispatch"])
-            ]
+            row["dispatched"] = calls(inside, GROUPS["jitted_dispatch"])
             rows.append(row)
     if not rows:
         raise TraceError(f"the trace has no '{annotation}' annotation to break down")
