@@ -318,31 +318,31 @@ SENTENCES = {
         "mechanism_fell": _s(
             "f >= t and g_hi < u_lo",
             MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median in this "
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.4f} ms by median in this "
             "capture, at least the threshold {t:.3f} ms, and beyond the spread: its middle half in the changed loop "
             "({g_lo:.3f}–{g_hi:.3f} ms) ends below where the unchanged loop's begins ({u_lo:.3f}–{u_hi:.3f} ms). "
             "The cut is where the hypothesis placed it.",
             "The part whose time the change's mechanism removes, <part>, did not fall by the threshold {t:.3f} ms "
-            "beyond the spread ({f:.3f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
+            "beyond the spread ({f:.4f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
             "{g_lo:.3f}–{g_hi:.3f} ms changed).",
         ),
         "mechanism_fell_within_noise": _s(
             "f > 0 and g_hi >= u_lo",
             MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (threshold "
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.4f} ms by median (threshold "
             "{t:.3f} ms), but the middle halves overlap: {g_lo:.3f}–{g_hi:.3f} ms in the changed loop, "
             "{u_lo:.3f}–{u_hi:.3f} ms in the unchanged one. That fall is not separated from the noise, so this "
             "capture does not show that the cut came from <part>.",
             "The part whose time the change's mechanism removes, <part>, did not fall by median within overlapping "
-            "middle halves ({f:.3f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
+            "middle halves ({f:.4f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
         ),
         "mechanism_fell_short": _s(
             "f > 0",
             MECHANISM,
-            "<part>, the part the change's mechanism removes, fell by {f:.3f} ms by median, beyond the spread "
+            "<part>, the part the change's mechanism removes, fell by {f:.4f} ms by median, beyond the spread "
             "(changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the threshold "
             "{t:.3f} ms: a real fall, smaller than the prediction.",
-            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.3f} ms by median (a "
+            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.4f} ms by median (a "
             "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
             "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
         ),

@@ -89,8 +89,9 @@ def display_table(rows: list[dict], columns: list[str] | None = None, shown: lis
     display(Markdown(table(rows, columns) if shown is None else folded(shown, rows, columns)))
 
 
-def display_folded(summary: str, lines: list[str]) -> None:
-    """Show `lines` in a fold whose `summary` is in view: what a reader opens only when they choose to."""
+def display_text(lines: list[str], folded: str | None = None) -> None:
+    """Show `lines`, one paragraph each; with `folded` (a summary), in a fold a reader opens when they choose to."""
     from IPython.display import Markdown, display
 
-    display(Markdown(fold(summary, "\n\n".join(lines))))
+    text = "\n\n".join(lines)
+    display(Markdown(text if folded is None else fold(folded, text)))
