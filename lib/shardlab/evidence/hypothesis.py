@@ -243,7 +243,7 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
     }
 
 
-WORKED = "the worked example (your hypothesis cell is empty: write yours there and run again from it)"
+WORKED = "the worked example"  # while the hypothesis cell is empty; the page folds it until the learner writes theirs
 
 
 def whose(mine) -> tuple[str, str]:

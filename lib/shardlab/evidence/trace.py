@@ -90,12 +90,8 @@ def capture(logdir, transitions_fn, replace: bool = False):
 
 
 def traced_transition(state, data, batch_size, step, mesh, next_batch=reference_next_batch):
-    """One transition, as `state.transition` computes it, with the three annotations; returns (state, loss, ids).
-
-    The outer annotation is a profiler *step* (`StepTraceAnnotation`, numbered by the step it
-    completes), so XProf's overview and step-time views find one step per transition.
-    """
-    with jax.profiler.StepTraceAnnotation(STEP, step_num=int(state["step"]) + 1):
+    """One transition, as `state.transition` computes it, with the three annotations; returns (state, loss, ids)."""
+    with jax.profiler.StepTraceAnnotation(STEP, step_num=int(state["step"]) + 1):  # XProf: one step per transition
         with jax.profiler.TraceAnnotation(PREPARE):
             state, batch = next_batch(state, data, batch_size, mesh)
             jax.block_until_ready((batch.features, batch.targets, batch.mask))
