@@ -47,6 +47,10 @@ MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall an
     "g_lo": "change.mechanism_sides.changed.q1_ms",
     "g_hi": "change.mechanism_sides.changed.q3_ms",
 }
+PART = {  # stage 4a: the medians of the part the change's mechanism shortens, in each loop
+    "mu": "change.mechanism_sides.unchanged.median_ms",
+    "mg": "change.mechanism_sides.changed.median_ms",
+}
 CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named apart from the control's quartiles
     "f": "change.mechanism_fall_ms",
     "mu_lo": "change.mechanism_sides.unchanged.q1_ms",
@@ -54,6 +58,7 @@ CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named a
     "mg_lo": "change.mechanism_sides.changed.q1_ms",
     "mg_hi": "change.mechanism_sides.changed.q3_ms",
 }
+PART_MEDIANS = {**CHANGE, "f": "change.mechanism_fall_ms", **PART}
 WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
     "w": "fused_trace.top_events.waiting_ms",
     "c": "fused_trace.top_events.collective_ms",
@@ -207,14 +212,19 @@ SENTENCES = {
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
         ),
+        "change_confirmed_mechanism_rose": _s(
+            RELATIONS["confirmed"] + f" and {CAUSE_MISSED} and f <= 0",
+            PART_MEDIANS,
+            "<verdict_of>: refuted, the mechanism missed. The sum fell as predicted (cut {c:.3f} ms, threshold "
+            "{t:.3f} ms, noise {n:.3f} ms), but <part>, the part the change's mechanism removes, did not fall: "
+            "{mu:.3f} → {mg:.3f} ms by median, where the prediction was a fall of at least {t:.3f} ms: the because "
+            "is wrong.",
+            "<verdict_of>: not a sum confirmed while its mechanism's part did not fall (cut {c:.3f} ms, threshold "
+            "{t:.3f} ms, noise {n:.3f} ms; <part> {mu:.3f} → {mg:.3f} ms by median).",
+        ),
         "change_confirmed_mechanism_missed": _s(
-            RELATIONS["confirmed"] + f" and {CAUSE_MISSED}",
-            {
-                **CHANGE,
-                **CAUSE,
-                "mu": "change.mechanism_sides.unchanged.median_ms",
-                "mg": "change.mechanism_sides.changed.median_ms",
-            },
+            RELATIONS["confirmed"] + f" and {CAUSE_MISSED} and f > 0",
+            PART_MEDIANS,
             "<verdict_of>: refuted, the mechanism missed. The sum fell as predicted (cut {c:.3f} ms, threshold "
             "{t:.3f} ms, noise {n:.3f} ms), but <part>, the part the change's mechanism removes, fell by only "
             "{f:.4f} ms ({mu:.3f} → {mg:.3f} ms by median), short of the {t:.3f} ms predicted by more than the noise: "
@@ -348,12 +358,12 @@ SENTENCES = {
         ),
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
-            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
-            "Most of the cut went elsewhere: <rest> fell by {o:.4f} ms, <part> by {f:.4f} ms, the sum by {c:.3f} ms. "
-            "A candidate, not measured here: the course's draw waits for two copies back to the host, the changed "
-            "one for one.",
-            "Most of the cut did not go to <rest>: it fell by {o:.4f} ms, <part> by {f:.4f} ms, the sum by "
-            "{c:.3f} ms (a negative fall is a rise).",
+            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms, while <part> went "
+            "{mu:.3f} → {mg:.3f} ms. A candidate, not measured here: the course's draw waits for two copies back to "
+            "the host, the changed one for one.",
+            "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
+            "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
         "draw_alone_beyond_its_whole": _s(
             "r > a",
@@ -1317,7 +1327,7 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     values.update(f=outcome["mechanism_fall_ms"], mu_lo=unchanged["q1_ms"], mu_hi=unchanged["q3_ms"])
     values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
     fill = {"verdict_of": verdict_of, "part": outcome["mechanism"]}
-    first = ("change_confirmed_mechanism_missed", "change_confirmed_cause_unshown")
+    first = ("change_confirmed_mechanism_rose", "change_confirmed_mechanism_missed", "change_confirmed_cause_unshown")
     return chosen_first(notebook, (*first, *VERDICT), fill, **values)
 
 
@@ -1348,7 +1358,7 @@ def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
     unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
     values.update(c=outcome["cut_ms"], u_lo=unchanged["q1_ms"], u_hi=unchanged["q3_ms"])
-    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"])
+    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
     elsewhere = chosen(notebook, "cut_mostly_elsewhere", fill, **values)
     if outcome.get("inconclusive_because") == "cause_unshown" or outcome.get("mechanism_missed"):
         return [elsewhere]
