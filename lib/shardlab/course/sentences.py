@@ -360,8 +360,8 @@ SENTENCES = {
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
             "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms, while <part> went "
-            "{mu:.3f} → {mg:.3f} ms. A candidate, not measured here: the course's draw waits for two copies back to "
-            "the host, the changed one for one.",
+            "{mu:.3f} → {mg:.3f} ms. A candidate, not measured here: the course's draw copies back to the host "
+            "twice, the changed one once.",
             "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
