@@ -307,10 +307,21 @@ def test_every_stage_ends_with_its_self_check(name):
     heading, cell = nb.cells[-2], nb.cells[-1]
     assert heading.cell_type == "markdown" and heading.source.startswith("## Self-check")
     assert cell.cell_type == "code" and cell.metadata.get("tags") == ["selfcheck"]
-    assert f'selfcheck.show("{name}", choices)' in cell.source and "choices = {}" in cell.source
+    assert f'selfcheck.show("{name}", choices' in cell.source and "choices = {}" in cell.source  # prompts=False too
     asked = selfcheck.questions(name)
     assert len(asked) >= 4 and [q.number for q in asked] == [str(i) for i in range(1, len(asked) + 1)]
     assert all(q.answer in "abcd"[: len(q.options)] for q in asked)
+
+
+def test_a_page_that_lists_its_portfolio_prompts_can_leave_them_out_of_its_self_check():
+    from shardlab.course import answers
+
+    asked = answers.prompts("stage4a_profile")
+    page = " ".join((catalog.NOTEBOOK_DIR / "stage4a_profile.md").read_text().split())
+    assert asked and all(f"`{p.id}` — {p.question}" in page for p in asked)  # the page lists each one, in full
+    with_prompts, without = (selfcheck.render("stage4a_profile", {}, prompts=shown) for shown in (True, False))
+    assert all(f"Answer: {p.id}" in with_prompts for p in asked)
+    assert not any(p.id in without for p in asked) and "make portfolio" not in without
 
 
 def test_self_check_score_is_the_fraction_right_against_80_percent():

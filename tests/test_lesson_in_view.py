@@ -29,6 +29,7 @@ SHOWN = {
     "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
     "stage4a_profile": (
         "inspect.getsource(trace.traced_transition)",
+        "inspect.getsource(timing.sample_ms)",  # the sample the timing takes, before its table
         ".lower(",
         ".compile()",
         "jax.profiler.trace(",

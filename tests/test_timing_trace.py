@@ -208,6 +208,19 @@ def test_breakdown_parts_add_up(captured):
         assert any("shuffle" in name for name in row["dispatched"]), "each traced transition reshuffles"
 
 
+def test_breakdown_lists_every_jitted_call_in_the_order_it_started(monkeypatch):
+    # one thread: the annotation, three jitted calls (one function twice, listed out of order; b recorded at two
+    # levels, an event inside an event of the same call), one placement
+    events = [("PjitFunction(a)", 500, 600), (trace.PREPARE, 0, 1000), ("PjitFunction(b)", 300, 400)]
+    events += [("PjitFunction(b)", 310, 390)]
+    events += [("PjitFunction(a)", 100, 200), ("shard_args", 700, 800), ("PjitFunction(c)", 1200, 1300)]
+    monkeypatch.setattr(trace, "xplane_lines", lambda path: iter([("python", events)]))
+    (row,) = trace.breakdown(trace.TraceFiles("x.xplane.pb", "x.json.gz"))
+    assert row["dispatched"] == ["PjitFunction(a)", "PjitFunction(b)", "PjitFunction(a)"]  # c is outside
+    assert row["jitted_dispatch_ms"] == pytest.approx(300 / 1e6) and row["placement_ms"] == pytest.approx(100 / 1e6)
+    assert row["other_ms"] == pytest.approx((1000 - 300 - 100) / 1e6)
+
+
 def test_covered_counts_nested_time_once():
     assert trace.covered([(0, 10), (2, 5), (8, 12), (20, 21)]) == 13
 
@@ -517,10 +530,12 @@ def test_the_verdict_reads_the_parts_the_change_touches_not_the_whole_annotation
     # the same 0.5 ms cut in the parts the draw occupies, the dispatches 0.3 ms of it: confirmed
     there = judge(guess, unchanged, [parts(0.2, 0.4, 0.9, 1.0)] * 4, [0.8] * 4)
     assert there["cut_ms"] == pytest.approx(0.5) and there["confirmed"]
-    # the dispatches only 0.2 ms of it, short of the 0.3 ms threshold: the sum passes, the cause is not shown
+    # the dispatches only 0.2 ms of it, short of the 0.3 ms threshold by more than the noise (none here: every
+    # transition is the same): the sum passes, the mechanism missed, so the hypothesis is refuted
     short = judge(guess, unchanged, [parts(0.3, 0.4, 0.8, 1.0)] * 4, [0.8] * 4)
     assert short["cut_ms"] == pytest.approx(0.5) and short["sum_verdict"] == "confirmed"
-    assert (short["verdict"], short["inconclusive_because"]) == ("inconclusive", "cause_unshown")
+    assert short["noise_ms"] == pytest.approx(0.0) and 0.2 + 0.0 < 0.3
+    assert (short["verdict"], short["inconclusive_because"], short["mechanism_missed"]) == ("refuted", None, True)
     # the baseline shrank since the first trace below the threshold: inconclusive, not refuted
     small = [parts(0.1, 0.4, 0.15, 1.0)] * 4
     moved = judge(guess, small, [parts(0.1, 0.4, 0.1, 1.0)] * 4, [0.8] * 4)
@@ -545,6 +560,7 @@ def test_the_parts_table_takes_the_median_of_each_transitions_sum_not_the_sum_of
         and rows[1]["b"].startswith("6.000")
     )
     assert "their sum" not in parts_table(["a_ms"], {"one": skewed})[0]
+    assert "their sum" not in parts_table(["a_ms", "b_ms"], {"first": skewed}, summed=False)[0]
 
 
 def test_a_device_event_s_whole_time_never_exceeds_its_thread_s_busy_time(monkeypatch):

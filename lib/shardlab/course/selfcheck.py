@@ -452,23 +452,6 @@ QUESTIONS = (
     *_stage(
         "stage4a_profile",
         (
-            "What does one warm timing sample include?",
-            [
-                "sampling, padding and placement",
-                "compilation",
-                "one call of a warm variant until every output is ready",
-            ],
-            "c",
-            "Inputs are placed before the clock starts; compilation is timed separately.",
-            "timing",
-            (
-                "timing_table",
-                "1. Three equivalent updates",
-                "the line under the table that says what a sample is",
-                r"a sample: one call of a warm variant until every output is ready",
-            ),
-        ),
-        (
             "Which comparison says whether four devices pay off for this workload?",
             [
                 "compiled four-device against compiled single-device",
@@ -487,19 +470,6 @@ QUESTIONS = (
             ),
         ),
         (
-            "Which trace annotation holds the sampler's work and the placement of the batch?",
-            ["compiled_update_and_wait", "prepare_and_place", "neither: the trace cannot see host work"],
-            "b",
-            "prepare_and_place advances the real sampler state and waits for placement.",
-            "trace",
-            (
-                "annotations",
-                "2. Four real transitions",
-                "the source of one traced transition: what each annotation holds",
-                r"TraceAnnotation\(PREPARE\):\s*\n\s*state, batch = next_batch",
-            ),
-        ),
-        (
             "Which is a useful next optimisation?",
             [
                 "a speed-up read off an estimate, with no trace after the change",
@@ -512,7 +482,8 @@ QUESTIONS = (
             (
                 "stated",
                 "3. What dominates, and your hypothesis",
-                "the hypothesis tested (yours, or the worked example's), written out under the table",
+                "the hypothesis tested, written out under your hypothesis cell (the worked example's folded "
+                "until you write yours)",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),
@@ -827,12 +798,14 @@ def _question_html(q: Question) -> str:
     )
 
 
-def render(notebook: str, choices: dict) -> str:
-    """The questions as HTML with folded answers, the score line, then the written answers this stage asks for."""
+def render(notebook: str, choices: dict, prompts: bool = True) -> str:
+    """The questions as HTML with folded answers, the score line, then the written answers this stage asks for
+    (`prompts=False`: not repeated, for a page that lists them above its self-check)."""
     result = score(notebook, choices)
     items = "".join(_question_html(q) for q in questions(notebook))
     written = "".join(
-        f"<li><code>Answer: {escape(p.id)}</code> — {escape(p.question)}</li>" for p in answers.prompts(notebook)
+        f"<li><code>Answer: {escape(p.id)}</code> — {escape(p.question)}</li>"
+        for p in (answers.prompts(notebook) if prompts else ())
     )
     if written:
         written = (
@@ -856,9 +829,9 @@ def verdict(result: dict) -> str:
     return line
 
 
-def show(notebook: str, choices: dict) -> dict:
+def show(notebook: str, choices: dict, prompts: bool = True) -> dict:
     """Display the self-check in the notebook (HTML; plain text elsewhere) and return its score."""
     from IPython.display import HTML, display
 
-    display(HTML(render(notebook, choices)))
+    display(HTML(render(notebook, choices, prompts)))
     return score(notebook, choices)

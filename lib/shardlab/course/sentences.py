@@ -14,7 +14,7 @@ from typing import NamedTuple
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
-from shardlab.evidence.hypothesis import CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdict's rule: one home
+from shardlab.evidence.hypothesis import CAUSE_MISSED, CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdict's rule
 from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
 from shardlab.perf.roofline import gap as roofline_gap
 
@@ -47,6 +47,10 @@ MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall an
     "g_lo": "change.mechanism_sides.changed.q1_ms",
     "g_hi": "change.mechanism_sides.changed.q3_ms",
 }
+PART = {  # stage 4a: the medians of the part the change's mechanism shortens, in each loop
+    "mu": "change.mechanism_sides.unchanged.median_ms",
+    "mg": "change.mechanism_sides.changed.median_ms",
+}
 CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named apart from the control's quartiles
     "f": "change.mechanism_fall_ms",
     "mu_lo": "change.mechanism_sides.unchanged.q1_ms",
@@ -54,6 +58,7 @@ CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named a
     "mg_lo": "change.mechanism_sides.changed.q1_ms",
     "mg_hi": "change.mechanism_sides.changed.q3_ms",
 }
+PART_MEDIANS = {**CHANGE, "f": "change.mechanism_fall_ms", **PART}
 WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
     "w": "fused_trace.top_events.waiting_ms",
     "c": "fused_trace.top_events.collective_ms",
@@ -169,12 +174,10 @@ SENTENCES = {
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
-            "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms, middle half from {c4_lo:.4g}) > compiled on "
-            "one ({c1:.4g} ms, middle half up to {c1_hi:.4g}): the middle halves do not overlap, so the order holds "
-            "beyond the spread; the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = "
-            "{re:.0f}x, are read with those halves (the line below gives the range they allow). On "
-            "a workload this small, with four logical devices sharing this host's cores, splitting the update costs "
-            "more than it saves (four real devices were not measured).",
+            "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms) > compiled on one ({c1:.4g} ms), and the "
+            "middle halves do not overlap: the order holds beyond the spread. By median, 4-device / 1-device = "
+            "{r:.2f}x and eager / 4-device = {re:.0f}x; on a workload this small, four logical devices sharing this "
+            "host's cores cost more than they save (four real devices were not measured).",
             "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
             "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}), "
             "so the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are "
@@ -203,26 +206,46 @@ SENTENCES = {
             "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
             "dispatch of each operation on its own, not compiling.",
         ),
+        "change_confirmed_mechanism_rose": _s(
+            RELATIONS["confirmed"] + f" and {CAUSE_MISSED} and f <= 0",
+            PART_MEDIANS,
+            "<verdict_of>: refuted, the mechanism missed. The sum fell as predicted (cut {c:.3f} ms, threshold "
+            "{t:.3f} ms, noise {n:.3f} ms), but <part>, the part the change's mechanism removes, did not fall: "
+            "{mu:.3f} → {mg:.3f} ms by median, where the prediction was a fall of at least {t:.3f} ms: the because "
+            "is wrong.",
+            "<verdict_of>: not a sum confirmed while its mechanism's part did not fall (cut {c:.3f} ms, threshold "
+            "{t:.3f} ms, noise {n:.3f} ms; <part> {mu:.3f} → {mg:.3f} ms by median).",
+        ),
+        "change_confirmed_mechanism_missed": _s(
+            RELATIONS["confirmed"] + f" and {CAUSE_MISSED} and f > 0",
+            PART_MEDIANS,
+            "<verdict_of>: refuted, the mechanism missed. The sum fell as predicted (cut {c:.3f} ms, threshold "
+            "{t:.3f} ms, noise {n:.3f} ms), but <part>, the part the change's mechanism removes, fell by only "
+            "{f:.4f} ms ({mu:.3f} → {mg:.3f} ms by median), short of the {t:.3f} ms predicted by more than the noise: "
+            "the because is wrong.",
+            "<verdict_of>: not a sum confirmed with its mechanism short by more than the noise (cut {c:.3f} ms, "
+            "threshold {t:.3f} ms, noise {n:.3f} ms; <part> fell by {f:.4f} ms, {mu:.3f} → {mg:.3f} ms by median).",
+        ),
         "change_confirmed_cause_unshown": _s(
-            RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN})",
+            RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
             {**CHANGE, **CAUSE},
             "<verdict_of>: inconclusive about the cause. The sum fell as predicted: the cut, {c:.3f} ms, passes the "
-            "{t:.3f} ms threshold by {m:.3f} ms, at least the {n:.3f} ms of noise, within the {r:.3f} ms reach. But "
-            "<part>, the part the change's mechanism removes, fell by {f:.3f} "
-            "ms by median (middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed), not "
-            "by that threshold beyond the spread: the hypothesis's because is not shown.",
+            "{t:.3f} ms threshold by {m:.4f} ms, at least the {n:.3f} ms of noise, within the {r:.3f} ms reach. But "
+            "<part>, the part the change's mechanism removes, fell by {f:.4f} ms by median (middle halves "
+            "{mu_lo:.3f}–{mu_hi:.3f} and {mg_lo:.3f}–{mg_hi:.3f} ms): neither by the threshold beyond the spread nor "
+            "short of it by more than the noise.",
             "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
-            "{m:.3f} ms, noise {n:.3f} ms; <part> fell by {f:.3f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
+            "{m:.4f} ms, noise {n:.3f} ms; <part> fell by {f:.4f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
             "unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
             "<verdict_of>: confirmed, for the sum. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin "
-            "of {m:.3f} ms, at least the {n:.3f} ms of noise, and is within the {r:.3f} ms estimated reach. That "
+            "of {m:.4f} ms, at least the {n:.3f} ms of noise, and is within the {r:.3f} ms estimated reach. That "
             "says the sum fell as predicted, not yet that the predicted "
             "mechanism removed it.",
-            "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.3f} ms against noise "
+            "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.4f} ms against noise "
             "{n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; estimated reach {r:.3f} ms).",
         ),
         "change_refuted_real_cut": _s(
@@ -284,59 +307,57 @@ SENTENCES = {
             "<verdict_of>: inconclusive about the threshold, not about the effect. The change did cut its target: "
             "{c:.3f} ms, more than the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms). Whether "
             "the cut reached the {t:.3f} ms predicted cannot be told at this sample size: the margin, cut − threshold "
-            "= {m:.3f} ms, lies within ± the noise.",
+            "= {m:.4f} ms, lies within ± the noise.",
             "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
-            "threshold ({m:.3f} ms) lies outside ± the noise.",
+            "threshold ({m:.4f} ms) lies outside ± the noise.",
         ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
             "<verdict_of>: inconclusive. The cut, {c:.3f} ms, is not more than the {n:.3f} ms of noise, and the "
-            "margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.3f} ms, lies within ± that noise: at this sample size "
+            "margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.4f} ms, lies within ± that noise: at this sample size "
             "neither the effect nor whether it reaches the threshold can be told from the drift and the spread.",
-            "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
+            "The margin, cut − threshold = {m:.4f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_fell": _s(
             "f >= t and g_hi < u_lo",
             MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median in this "
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.4f} ms by median in this "
             "capture, at least the threshold {t:.3f} ms, and beyond the spread: its middle half in the changed loop "
             "({g_lo:.3f}–{g_hi:.3f} ms) ends below where the unchanged loop's begins ({u_lo:.3f}–{u_hi:.3f} ms). "
             "The cut is where the hypothesis placed it.",
             "The part whose time the change's mechanism removes, <part>, did not fall by the threshold {t:.3f} ms "
-            "beyond the spread ({f:.3f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
+            "beyond the spread ({f:.4f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
             "{g_lo:.3f}–{g_hi:.3f} ms changed).",
         ),
         "mechanism_fell_within_noise": _s(
             "f > 0 and g_hi >= u_lo",
             MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.3f} ms by median (threshold "
+            "The part whose time the change's mechanism removes, <part>, fell by {f:.4f} ms by median (threshold "
             "{t:.3f} ms), but the middle halves overlap: {g_lo:.3f}–{g_hi:.3f} ms in the changed loop, "
             "{u_lo:.3f}–{u_hi:.3f} ms in the unchanged one. That fall is not separated from the noise, so this "
             "capture does not show that the cut came from <part>.",
             "The part whose time the change's mechanism removes, <part>, did not fall by median within overlapping "
-            "middle halves ({f:.3f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
+            "middle halves ({f:.4f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
         ),
         "mechanism_fell_short": _s(
             "f > 0",
             MECHANISM,
-            "<part>, the part the change's mechanism removes, fell by {f:.3f} ms by median, beyond the spread "
+            "<part>, the part the change's mechanism removes, fell by {f:.4f} ms by median, beyond the spread "
             "(changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the threshold "
             "{t:.3f} ms: a real fall, smaller than the prediction.",
-            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.3f} ms by median (a "
+            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.4f} ms by median (a "
             "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
             "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
         ),
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
-            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms"},
-            "Most of the cut went elsewhere: <rest> fell by {o:.3f} ms and <part> by {f:.3f} ms, while the sum fell "
-            "by {c:.3f} ms (each part's own median; the parts' medians need not add up to the sum's). A candidate, "
-            "not measured here: the course's draw waits for its key and its order in two copies back to the host, "
-            "the changed one in one.",
-            "Most of the cut did not go to <rest>: it fell by {o:.3f} ms and <part> by {f:.3f} ms, the sum by "
-            "{c:.3f} ms (each part's own median, a negative fall a rise; the parts' medians need not add up to the "
-            "sum's).",
+            {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms, while <part> went "
+            "{mu:.3f} → {mg:.3f} ms. A candidate, not measured here: the course's draw copies back to the host "
+            "twice, the changed one once.",
+            "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
+            "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
         "draw_alone_beyond_its_whole": _s(
             "r > a",
@@ -350,6 +371,20 @@ SENTENCES = {
             "what it shortens, so the table holds the reach at {a:.3f} ms, that median.",
             "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
             "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
+        ),
+        "reach_in_verdict_<change>": _s(
+            "m > a",
+            {
+                "r": "change.reach_ms",
+                "r0": "trace.reach.<change>",
+                "m": "change.reach.median_ms",
+                "a": "change.sides.target.unchanged.median_ms",
+            },
+            "The verdict's reach is {r:.3f} ms, not the {r0:.3f} ms the hypothesis was checked against: <again> "
+            "took {m:.3f} ms, more than the {a:.3f} ms median of the target that contains it, so the reach is held "
+            "at that median.",
+            "The verdict's reach is {r:.3f} ms, <again>; the hypothesis was checked against {r0:.3f} ms, measured "
+            "before this capture.",
         ),
     },
     "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
@@ -1284,24 +1319,42 @@ def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -
     # a split target: a sum confirmed while its mechanism's part fell short is confirmed only for the sum
     unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
     values.update(f=outcome["mechanism_fall_ms"], mu_lo=unchanged["q1_ms"], mu_hi=unchanged["q3_ms"])
-    values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"])
+    values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
     fill = {"verdict_of": verdict_of, "part": outcome["mechanism"]}
-    return chosen_first(notebook, ("change_confirmed_cause_unshown", *VERDICT), fill, **values)
+    first = ("change_confirmed_mechanism_rose", "change_confirmed_mechanism_missed", "change_confirmed_cause_unshown")
+    return chosen_first(notebook, (*first, *VERDICT), fill, **values)
+
+
+# what the verdict's reach was measured again from, per change
+REACH_AGAIN = {
+    "one_call_reshuffle": "the draw timed alone again after this capture",
+    "packed_psum": "the unchanged loop's update beyond the one-device median in this capture",
+}
+
+
+def reach_in_verdict(outcome: dict, first_reach: dict, change: str, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a: which reach the verdict reads (`judge`'s, measured again) beside the one the hypothesis was checked
+    against in the first trace (`first_reach`, change -> ms), and why the verdict's was held at the target's median."""
+    values = {"r": outcome["reach_ms"], "r0": first_reach[change], "m": outcome["reach"]["median_ms"]}
+    values["a"] = outcome["sides"]["target"]["unchanged"]["median_ms"]
+    fill = {"change": change, "again": REACH_AGAIN[change]}
+    return chosen(notebook, "reach_in_verdict_<change>", fill, **values)
 
 
 def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
     """Stage 4a: did the part the change's mechanism shortens fall by the threshold, beyond the spread, and where
     did most of the cut go? Those two sentences, or none for a change whose target is not split into parts; only
-    the second when the verdict, inconclusive about the cause, already gives the part's fall."""
+    the second when the verdict (inconclusive about the cause, or the mechanism missed) already gives the part's
+    fall."""
     if "mechanism" not in outcome:
         return []
     fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
     unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
     values.update(c=outcome["cut_ms"], u_lo=unchanged["q1_ms"], u_hi=unchanged["q3_ms"])
-    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"])
+    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
     elsewhere = chosen(notebook, "cut_mostly_elsewhere", fill, **values)
-    if outcome.get("inconclusive_because") == "cause_unshown":
+    if outcome.get("inconclusive_because") == "cause_unshown" or outcome.get("mechanism_missed"):
         return [elsewhere]
     return [chosen_first(notebook, MECHANISM_NAMES, fill, **values), elsewhere]
 

@@ -62,6 +62,11 @@ def table(rows: list[dict], columns: list[str] | None = None) -> str:
     return "\n".join(out)
 
 
+def fold(summary: str, text: str) -> str:
+    """`text` (Markdown) in a fold whose `summary` is in view."""
+    return f"<details><summary>{summary}</summary>\n\n{text}\n\n</details>"
+
+
 def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None) -> str:
     """The `shown` rows as a table in view, then the other rows of `rows`, in their order, in a fold: a long table
     read in a glance, each row once (a column such as the step or case says where a folded row belongs)."""
@@ -74,7 +79,7 @@ def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None
     if not other:
         return table(shown, columns)
     summary = f"the other {len(other)} row{'s' * (len(other) != 1)} (of {len(rows)})"
-    return f"{table(shown, columns)}\n\n<details><summary>{summary}</summary>\n\n{table(other, columns)}\n\n</details>"
+    return f"{table(shown, columns)}\n\n{fold(summary, table(other, columns))}"
 
 
 def display_table(rows: list[dict], columns: list[str] | None = None, shown: list[dict] | None = None) -> None:
@@ -82,3 +87,11 @@ def display_table(rows: list[dict], columns: list[str] | None = None, shown: lis
     from IPython.display import Markdown, display
 
     display(Markdown(table(rows, columns) if shown is None else folded(shown, rows, columns)))
+
+
+def display_text(lines: list[str], folded: str | None = None) -> None:
+    """Show `lines`, one paragraph each; with `folded` (a summary), in a fold a reader opens when they choose to."""
+    from IPython.display import Markdown, display
+
+    text = "\n\n".join(lines)
+    display(Markdown(text if folded is None else fold(folded, text)))

@@ -25,7 +25,9 @@ against. What the change can remove is measured again after that capture. The ve
   change alone cannot explain it), or the threshold lies within the cut ± the noise; and
   inconclusive about the cause (`cause_unshown`) when a target split into parts passes as a sum
   while the part the change's mechanism shortens did not fall by the threshold beyond the spread
-  (`CAUSE_SHOWN`; `sum_verdict` keeps the sum's own verdict).
+  (`CAUSE_SHOWN`); but **refuted** (`mechanism_missed`) when that part fell short of the threshold
+  by more than the noise (`CAUSE_MISSED`): the sum fell, the predicted mechanism did not remove it
+  (`sum_verdict` keeps the sum's own verdict).
 
 `RELATIONS` and `INCONCLUSIVE` are `shardlab.course.claims` relations, so the sentence the
 notebook prints is chosen by the same rule and re-checked against the recorded values.
@@ -92,6 +94,8 @@ INCONCLUSIVE = {
 # a target split into parts: the mechanism's part fell by the threshold (f), its changed middle half below the
 # unchanged one's; a sum confirmed without this is inconclusive about the cause
 CAUSE_SHOWN = "f >= t and mg_hi < mu_lo"
+# the same part fell short of the threshold by more than the noise (n): the mechanism missed, whatever the sum did
+CAUSE_MISSED = "f + n < t"
 
 
 def quantities(change: str, rows: list[dict]) -> dict:
@@ -239,7 +243,7 @@ def stated(mine, transitions: list[dict], reach: dict, whose: str = "your hypoth
     }
 
 
-WORKED = "the worked example (your hypothesis cell is empty: write yours there and run again from it)"
+WORKED = "the worked example"  # while the hypothesis cell is empty; the page folds it until the learner writes theirs
 
 
 def whose(mine) -> tuple[str, str]:
@@ -254,23 +258,25 @@ def worked_example(breakdown: list[dict], reach: dict) -> dict:
 
     Half the median `jitted_dispatch_ms` of the first trace's `breakdown`, or half the one-call
     reshuffle's `reach` (change -> ms) when that is smaller, so the example never predicts more than
-    the change can remove.
+    the change can remove. Its reason counts the jitted calls of the first transition (`dispatched`).
     """
     dispatch = float(np.median([row["jitted_dispatch_ms"] for row in breakdown]))
     limit = float(reach["one_call_reshuffle"])
     threshold = 0.5 * min(dispatch, limit)
     of = "the estimated reach" if limit < dispatch else "the dispatches"
+    calls = len(breakdown[0]["dispatched"])
     because = (
-        f"jitted_dispatch takes {dispatch:.3f} ms by median in the first trace (reach {limit:.3f} ms): split and "
-        f"permute are two jitted calls, each dispatched on its own; one call should remove at least half of {of}, "
-        f"{threshold:.3f} ms"
+        f"jitted_dispatch takes {dispatch:.3f} ms by median in the first trace (reach {limit:.3f} ms), over "
+        f"{calls} jitted call{'s' * (calls != 1)} per transition, each dispatched on its own; one call should remove "
+        f"at least half of {of}, {threshold:.3f} ms"
     )
     return {"change": "one_call_reshuffle", "threshold_ms": threshold, "because": because}
 
 
-def parts_table(keys: list[str], captures: dict) -> list[dict]:
-    """Per capture (name -> transition rows), each of `keys` and (for several) their per-transition sum, as
-    "median (middle half)" in ms; the sum's median is taken over the sums, not added from the parts' medians."""
+def parts_table(keys: list[str], captures: dict, summed: bool = True) -> list[dict]:
+    """Per capture (name -> transition rows), each of `keys` and (for several, unless not `summed`) their
+    per-transition sum, as "median (middle half)" in ms; the sum's median is taken over the sums, not added from
+    the parts' medians."""
 
     def median_and_half(values):
         q1, median, q3 = np.percentile(values, [25, 50, 75])
@@ -279,7 +285,7 @@ def parts_table(keys: list[str], captures: dict) -> list[dict]:
     table = []
     for name, rows in captures.items():
         row = {"medians, ms (middle half)": name, **{k[:-3]: median_and_half([r[k] for r in rows]) for k in keys}}
-        if len(keys) > 1:
+        if summed and len(keys) > 1:
             row["their sum"] = median_and_half(_summed(rows, keys))
         table.append(row)
     return table
@@ -410,7 +416,9 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         sides_of = mechanism["mechanism_sides"]
         cause = {"f": mechanism["mechanism_fall_ms"], "t": values["t"]}
         cause.update(mg_hi=sides_of["changed"]["q3_ms"], mu_lo=sides_of["unchanged"]["q1_ms"])
-        if not holds(CAUSE_SHOWN, cause):
+        if holds(CAUSE_MISSED, {**cause, "n": values["n"]}):
+            verdict = "refuted"  # the hypothesis's because: its mechanism's part fell far less than predicted
+        elif not holds(CAUSE_SHOWN, cause):
             verdict, why = "inconclusive", "cause_unshown"
     return {
         "annotation": hypothesis["annotation"],
@@ -434,6 +442,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict], reach_sa
         **mechanism,
         "verdict": verdict,
         "sum_verdict": sum_verdict,
+        "mechanism_missed": sum_verdict == "confirmed" and verdict == "refuted",
         "inconclusive_because": why,
         "confirmed": verdict == "confirmed",
     }

@@ -90,12 +90,8 @@ def capture(logdir, transitions_fn, replace: bool = False):
 
 
 def traced_transition(state, data, batch_size, step, mesh, next_batch=reference_next_batch):
-    """One transition, as `state.transition` computes it, with the three annotations; returns (state, loss, ids).
-
-    The outer annotation is a profiler *step* (`StepTraceAnnotation`, numbered by the step it
-    completes), so XProf's overview and step-time views find one step per transition.
-    """
-    with jax.profiler.StepTraceAnnotation(STEP, step_num=int(state["step"]) + 1):
+    """One transition, as `state.transition` computes it, with the three annotations; returns (state, loss, ids)."""
+    with jax.profiler.StepTraceAnnotation(STEP, step_num=int(state["step"]) + 1):  # XProf: one step per transition
         with jax.profiler.TraceAnnotation(PREPARE):
             state, batch = next_batch(state, data, batch_size, mesh)
             jax.block_until_ready((batch.features, batch.targets, batch.mask))
@@ -234,11 +230,22 @@ def covered(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def calls(events: list[tuple[str, int, int]], prefixes: tuple) -> list[str]:
+    """The names of the events starting with `prefixes`, in the order they started; a function called twice is
+    listed twice, an event inside another one (the same call recorded at two levels) once."""
+    found, reach = [], None
+    for name, start, end in sorted(events, key=lambda e: (e[1], -e[2])):
+        if name.startswith(prefixes) and (reach is None or start >= reach):
+            found.append(name)
+            reach = end
+    return found
+
+
 def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[dict]:
     """Per traced transition, ms inside `annotation` covered by each group of events on the same thread.
 
     Read from the XPlane only; the rest of the annotation (`other_ms`) is host work that this
-    trace (Python tracer off) does not name. `dispatched` lists the jitted functions called inside.
+    trace (Python tracer off) does not name. `dispatched` lists the jitted calls inside (`calls`).
     """
     files = where if isinstance(where, TraceFiles) else find_files(where)
     rows = []
@@ -250,7 +257,7 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
                 spans = [(s, t) for n, s, t in inside if n.startswith(prefixes)]
                 row[f"{group}_ms"] = covered(spans) / 1e6
             row["other_ms"] = row[f"{annotation}_ms"] - sum(row[f"{g}_ms"] for g in groups)
-            row["dispatched"] = sorted({n for n, _, _ in inside if n.startswith(GROUPS["jitted_dispatch"])})
+            row["dispatched"] = calls(inside, GROUPS["jitted_dispatch"])
             rows.append(row)
     if not rows:
         raise TraceError(f"the trace has no '{annotation}' annotation to break down")
