@@ -800,11 +800,12 @@ SENTENCES = {
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
             "that whole range: the refuted model is this two-term fit, compute + straggler · log2(W) with both ring "
-            "terms held at 0; it does not describe how this machine slows down from two devices to four.",
+            "terms held at 0 (the chapter's straggler slot, here absorbing core sharing); it does not describe how "
+            "this machine slows down from two devices to four.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0).",
+            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
         ),
         "two_point_fit_misses_low": _s(
             "p < m_lo and m > hi",
@@ -813,11 +814,12 @@ SENTENCES = {
             "below the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
             "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
             "from {m_lo:.3f} to {hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
-            "straggler · log2(W), ring terms held at 0): more samples would decide.",
+            "straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing): more samples "
+            "would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0).",
+            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
         ),
         "two_point_fit_misses_high": _s(
             "p > m_hi and m < lo",
@@ -826,19 +828,12 @@ SENTENCES = {
             "above the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
             "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
             "from {lo:.3f} to {m_hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
-            "straggler · log2(W), ring terms held at 0): more samples would decide.",
+            "straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing): more samples "
+            "would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0).",
-        ),
-        "fitted_terms_<fit>": _s(
-            "t >= 0",
-            {"t": "scaling_model.<fit>.params.<term>"},
-            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms): no term is "
-            "unphysical, which says nothing yet of whether the model describes these points.",
-            "<label>: the fitted <term> term is {t:.3f} ms, negative. Not physical: no cost takes time away, so the "
-            "model does not fit these points; least squares reached them only by subtracting.",
+            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
         ),
         "compile_steps_height": _s(
             "c > o",
@@ -1138,18 +1133,13 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
 STRAGGLER_NAMES = ["straggler_none", "straggler_in_compute", "straggler_in_agreement", "straggler_in_both"]
 
 
-def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b's sentence on the smallest of the `terms` fitted in `fit` (recorded under scaling_model.`which`)."""
-    term = min(terms, key=lambda name: fit["params"][name])
-    fill = {"fit": which, "term": term, "label": label}
-    return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
-
-
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: p, lo, hi, m, m_lo, m_hi)."""
+    """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: what scaling.held_out returns)."""
+    (lo, hi), (m_lo, m_hi) = held["predicted_range_ms_at_4"], held["measured_middle_half_ms_at_4"]
+    values = {"p": held["predicted_ms_at_4"], "lo": lo, "hi": hi, "m": held["measured_ms_at_4"], "m_lo": m_lo}
     names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_misses_low"]
     names.append("two_point_fit_misses_high")
-    return chosen_first(notebook, names, **held)
+    return chosen_first(notebook, names, **values, m_hi=m_hi)
 
 
 def chosen_first(notebook: str, names, fill: dict | None = None, **values) -> str:
