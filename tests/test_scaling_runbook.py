@@ -59,6 +59,22 @@ def test_the_chapter_model_reproduces_its_table():
         scaling.fit({1: 1.0, 2: 2.0}, ("compute", "ring_latency", "straggler"))
 
 
+def test_the_held_out_fit_predicts_four_from_one_and_two_and_spans_their_middle_halves():
+    # samples whose quartiles are easy by hand: W = 1 and 2 from 1.0 to 1.4 and 2.0 to 2.8 ms; W = 4 measured apart
+    table = [
+        {"devices": w, "median_ms": float(np.median(ms)), "samples_ms": ms}
+        for w, ms in ((1, [0.8, 1.0, 1.2, 1.4, 1.6]), (2, [1.6, 2.0, 2.4, 2.8, 3.2]), (4, [5.0, 5.5, 6.0, 6.5, 7.0]))
+    ]
+    held = scaling.held_out(table)
+    # by hand: compute = T(1), straggler = T(2) - T(1), so T(4) = T(1) + 2 (T(2) - T(1)) = 2 T(2) - T(1)
+    assert held["predicted_ms_at_4"] == pytest.approx(2 * 2.4 - 1.2)
+    assert model_ms(held["params"], 4) == pytest.approx(held["predicted_ms_at_4"])
+    assert held["predicted_range_ms_at_4"] == pytest.approx([2 * 2.0 - 1.4, 2 * 2.8 - 1.0])  # the corners' ends
+    assert (held["measured_ms_at_4"], held["measured_middle_half_ms_at_4"]) == (6.0, pytest.approx([5.5, 6.5]))
+    with pytest.raises(ConfigError, match="W = 1, 2 and 4"):
+        scaling.held_out(table[:2])
+
+
 @pytest.mark.notebooks
 def test_efficiency_ratios_recompute_from_the_recorded_samples(run_dir):
     found = results(run_dir, NOTEBOOK)
@@ -89,6 +105,7 @@ def test_efficiency_ratios_recompute_from_the_recorded_samples(run_dir):
         assert model_ms(held["params"], w) == pytest.approx(measured[w], rel=1e-6)
     assert held["predicted_ms_at_4"] == pytest.approx(model_ms(held["params"], 4))
     assert held["measured_ms_at_4"] == pytest.approx(measured[4])
+    assert held["measured_middle_half_ms_at_4"] == pytest.approx(np.percentile(table[2]["samples_ms"], [25, 75]))
 
 
 @pytest.mark.notebooks
@@ -178,6 +195,9 @@ def test_runbook_entries_call_a_stop_condition_observed_only_where_a_drill_of_it
         stop = line.split(" | ")[2]
         label = "designed bound, not observed here: "
         assert stop == (label + row["stop"] if row["class"] in designed else row["stop"]), line
+        # every drill of the row that did not run is named, not counted
+        left = [f"`{d}`" for d in row["drills"] if d not in ("kill_during_step", "p1_preempted")]
+        assert line.rstrip(" |").endswith(f"not run here: {', '.join(left)}"), line
 
 
 def test_docs_show_the_runbook_table():

@@ -80,15 +80,3 @@ def load(out_dir: str, notebook: str) -> dict:
     """Every result a notebook stored in out_dir/results/<notebook>.json."""
     with open(os.path.join(out_dir, RESULTS, f"{notebook}.json")) as handle:
         return json.load(handle)
-
-
-def traced_split(out_dir: str, notebook: str = "stage4a_profile") -> dict | None:
-    """Stage 4a's traced split from this output folder: its batch size and both medians; None if 4a did not run here."""
-    try:
-        trace = load(out_dir, notebook)["trace"]
-    except FileNotFoundError:
-        return None
-    return {
-        "batch_size": trace["batch_size"],
-        **{k: v for k, v in trace["dominant"].items() if k.startswith("median_")},
-    }

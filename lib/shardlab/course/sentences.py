@@ -83,18 +83,9 @@ BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
 UNTRACED = "roofline.points.course_update.step_ms"  # stage 4b: the course update timed without the profiler
 BOUNDARY_UNTRACED = {**BOUNDARY, "q": UNTRACED}
 SETTLED = "u <= p or u - q < u - p"  # an update read longer by more than the capture's inflation of it
-SPLIT = {  # stage 4b's course loop beside stage 4a's traced split
-    "p": "fused_trace.per_step.before.median_prepare_and_place_ms_per_step",
-    "u": "fused_trace.per_step.before.median_compiled_update_and_wait_ms_per_step",
-    "q": UNTRACED,
-    "a_b": "stage4a_split.batch_size",
-    "a_p": "stage4a_split.median_prepare_and_place_ms",
-    "a_u": "stage4a_split.median_compiled_update_and_wait_ms",
-}
 # stage 4b's measured/roofline ratios, rounded as the table rounds them (perf.roofline.DIGITS): one rounding each
-_U, _C, _P, _S = (
-    f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}"
-    for v, n in (("u", "course_update"), ("c", "course_loop"), ("p", "fused_psum"), ("s", "fused_stats"))
+_U, _P, _S = (
+    f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("u", "course_update"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
 WORLD_CAUSE = {  # stage 5a: the uninterrupted 2x2 group, and a restart on the control's device count and on another
     "u": "uninterrupted.max_weight_diff",
@@ -457,26 +448,6 @@ SENTENCES = {
             "{p:.3f} ms per step, compiled_update_and_wait {u:.3f} ms): one short capture, with no spread, does not "
             "say which is longer.",
         ),
-        "split_as_in_stage4a": _s(
-            f"({SETTLED}) and (u > {CLEAR} * p and a_u > a_p or p > {CLEAR} * u and a_u <= a_p)",
-            SPLIT,
-            "This agrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
-            "compiled_update_and_wait {a_u:.3f} ms by median): the same boundary is the longer one at both batch "
-            "sizes.",
-            "This does not agree with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
-            "compiled_update_and_wait {a_u:.3f} ms by median).",
-        ),
-        "split_unlike_stage4a": _s(
-            f"({SETTLED}) and (u > {CLEAR} * p and a_u <= a_p or p > {CLEAR} * u and a_u > a_p)",
-            SPLIT,
-            "This disagrees with stage 4a's trace, taken at batch {a_b} (prepare_and_place {a_p:.3f} ms, "
-            "compiled_update_and_wait {a_u:.3f} ms by median): there the other boundary is the longer one. Which "
-            "side is longer depends on the batch size, so stage 4a's split does not describe the course loop at "
-            "batch <batch>.",
-            "Stage 4a's trace, taken at batch {a_b}, had prepare_and_place {a_p:.3f} ms and "
-            "compiled_update_and_wait {a_u:.3f} ms by median; this capture does not settle which of its two "
-            "boundaries is longer, so it neither agrees nor disagrees with that split.",
-        ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
             {
@@ -500,7 +471,8 @@ SENTENCES = {
             "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, "
             "more than half of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, "
             "all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. With the "
-            "host work gone, most of what remains is the device threads waiting for each other, on cores they share.",
+            "host work gone, most of the busiest thread's traced time is the device threads waiting for each other, "
+            "on cores they share.",
             "Named waiting (Wait, Rendezvous) took {w:.2f} ms of its own, not more than half of the {b:.2f} ms the "
             "busiest thread was busy.",
         ),
@@ -546,6 +518,17 @@ SENTENCES = {
             "{p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, or "
             "threads synchronising without a Wait event, look the same in it.",
         ),
+        "meeting_beyond_untraced": _s(
+            "w + c > u * n",
+            {**WAITING, "u": "fused_timing.median_per_step_ms.fused_stats", "n": "fused_trace.steps_traced"},
+            "So, to the prediction: this capture cannot answer it for the untraced loop. In the traced run, meeting "
+            "the other devices (named waiting {w:.2f} ms, the collectives' unnamed time {c:.2f} ms) took longer than "
+            "all {n} of those steps take untraced ({u:.4g} ms each, section 1): the profiler lengthened the meeting "
+            "itself, so its share of the busiest thread's {b:.2f} ms (the rest of the program {p:.2f} ms) is not its "
+            "share of an untraced step.",
+            "In the traced run, meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed time "
+            "{c:.2f} ms) took no longer than all {n} of those steps take untraced ({u:.4g} ms each, section 1).",
+        ),
         "arithmetic_smallest": _s(
             "p < min(w, c)",
             WAITING,
@@ -583,22 +566,6 @@ SENTENCES = {
             "time ({c:.2f} ms) together, comes within a quarter of it: one short capture with no spread cannot order "
             "the two.",
         ),
-        "collective_rate": _s(
-            "r < 0.1 * g",
-            {
-                "r": "roofline.collective_rate.gbytes_per_s",
-                "g": "roofline.roofs.gbytes_per_s",
-                "c": "fused_trace.top_events.collective_ms",
-                "by": "roofline.collective_rate.bytes_read",
-            },
-            "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, below a "
-            "tenth of this host's {g:.1f} GB/s memory roof: copying and adding at the roof would take a small part "
-            "of that time, so most of it is more likely the threads synchronising inside the collective, which the "
-            "trace does not name. Likely, not shown: the trace cannot tell the two apart.",
-            "Over the collectives' {c:.2f} ms of unnamed time, {by:.0f} bytes read would be {r:.2f} GB/s, not below "
-            "a tenth of this host's {g:.1f} GB/s memory roof: copying and adding may account for a real part of "
-            "that time, and the trace cannot tell them from the threads synchronising.",
-        ),
         "course_against_roofline": _s(
             "q > 10",
             {
@@ -615,19 +582,6 @@ SENTENCES = {
             f"what its roofline allows, {{q:.1f}} times the larger of the fused steps' ratios ({_P}x, {_S}x), not "
             "more than ten times: on this run one dispatch per K steps instead of one per step did not bring a step "
             "much nearer its roofline.",
-        ),
-        "course_loop_against_update": _s(
-            "c > u",
-            {
-                "c": "roofline.points.course_loop.measured_over_roofline",
-                "u": "roofline.points.course_update.measured_over_roofline",
-            },
-            f"The whole course transition took {_C}x the update's roofline, more than the update alone ({_U}x): the "
-            "rest is host work, the sampler, the placement of the batch and the Python around the call, which no "
-            "compiled program holds and so no roofline counts.",
-            f"The whole course transition took {_C}x the update's roofline, no more than the update alone ({_U}x), "
-            "though it holds the update and host work besides: the two were timed apart, and on this run the host "
-            "work is within the noise between the two measurements.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -875,11 +829,12 @@ SENTENCES = {
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
             "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
             "that whole range: the refuted model is this two-term fit, compute + straggler · log2(W) with both ring "
-            "terms held at 0; it does not describe how this machine slows down from two devices to four.",
+            "terms held at 0 (the chapter's straggler slot, here absorbing core sharing); it does not describe how "
+            "this machine slows down from two devices to four.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0).",
+            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
         ),
         "two_point_fit_misses_low": _s(
             "p < m_lo and m > hi",
@@ -888,11 +843,12 @@ SENTENCES = {
             "below the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
             "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
             "from {m_lo:.3f} to {hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
-            "straggler · log2(W), ring terms held at 0): more samples would decide.",
+            "straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing): more samples "
+            "would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0).",
+            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
         ),
         "two_point_fit_misses_high": _s(
             "p > m_hi and m < lo",
@@ -901,19 +857,12 @@ SENTENCES = {
             "above the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
             "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
             "from {lo:.3f} to {m_hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
-            "straggler · log2(W), ring terms held at 0): more samples would decide.",
+            "straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing): more samples "
+            "would decide.",
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
             "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0).",
-        ),
-        "fitted_terms_<fit>": _s(
-            "t >= 0",
-            {"t": "scaling_model.<fit>.params.<term>"},
-            "<label>: every fitted term is zero or positive (the smallest, <term>, is {t:.3f} ms): no term is "
-            "unphysical, which says nothing yet of whether the model describes these points.",
-            "<label>: the fitted <term> term is {t:.3f} ms, negative. Not physical: no cost takes time away, so the "
-            "model does not fit these points; least squares reached them only by subtracting.",
+            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
         ),
         "compile_steps_height": _s(
             "c > o",
@@ -1113,21 +1062,13 @@ def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str =
 
 
 def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
-    """Stage 4b's reading of the roofline table: the course update against the fused steps, the whole course
-    transition against the update, then the fused steps."""
-    names = {"u": "course_update", "c": "course_loop", "p": "fused_psum", "s": "fused_stats"}
+    """Stage 4b's reading of the roofline table: the course update against the fused steps, then the fused steps."""
+    names = {"u": "course_update", "p": "fused_psum", "s": "fused_stats"}
     over = {k: points[name]["measured_over_roofline"] for k, name in names.items()}
     said = [chosen(notebook, "course_against_roofline", q=roofline_gap(points), **over)]
-    said.append(chosen(notebook, "course_loop_against_update", **over))
     names = ["fused_under_roofline", "fused_over_roofline", "fused_near_roofline"]
-    said.append(chosen_first(notebook, names, **over))
+    said.append(chosen_first(notebook, names, **{k: over[k] for k in ("p", "s")}))
     return said
-
-
-def collective_rate(rate: dict, split: dict, roofs: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b: the bytes the collectives reduce, over their unnamed time, against the host's memory roof."""
-    values = {"r": rate["gbytes_per_s"], "g": roofs["gbytes_per_s"], "c": split["collective_ms"]}
-    return chosen(notebook, "collective_rate", by=rate["bytes_read"], **values)
 
 
 def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
@@ -1163,35 +1104,20 @@ def boundary_at_batch(
     return chosen_first(notebook, names, fill, **values)
 
 
-def split_against_stage4a(
-    per_step: dict, stage4a_split: dict | None, batch: int, untraced_ms: float, notebook="stage4b_beyond"
-) -> str:
-    """Stage 4b: does the course loop's longer boundary at `batch` match stage 4a's traced split (`stage4a_split`:
-    its batch size and both medians), or, without stage 4a's results, say so. `untraced_ms` is the course update
-    timed without the profiler: a split the capture's own cost could account for agrees or disagrees with nothing."""
-    if stage4a_split is None:
-        return "Stage 4a's results are not in this output folder: run it into the same folder to compare its split."
-    values = {
-        "p": per_step["before"]["median_prepare_and_place_ms_per_step"],
-        "u": per_step["before"]["median_compiled_update_and_wait_ms_per_step"],
-        "q": untraced_ms,
-        "a_b": stage4a_split["batch_size"],
-        "a_p": stage4a_split["median_prepare_and_place_ms"],
-        "a_u": stage4a_split["median_compiled_update_and_wait_ms"],
-    }
-    return chosen_first(notebook, ["split_as_in_stage4a", "split_unlike_stage4a"], {"batch": str(batch)}, **values)
-
-
 def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
     return chosen_first(notebook, WAITING_NAMES, **values)
 
 
-def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?"""
+def arithmetic_share(split: dict, untraced_ms: float, steps: int, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?
+
+    `untraced_ms` is one fused_stats step timed without the profiler and `steps` the fused steps traced: a
+    traced meeting longer than those steps take untraced is the profiler's, and the answer says so instead."""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen_first(notebook, ["arithmetic_smallest", "meeting_dominates", "program_dominates"], **values)
+    names = ["meeting_beyond_untraced", "arithmetic_smallest", "meeting_dominates", "program_dominates"]
+    return chosen_first(notebook, names, **values, u=untraced_ms, n=steps)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
@@ -1236,18 +1162,13 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
 STRAGGLER_NAMES = ["straggler_none", "straggler_in_compute", "straggler_in_agreement", "straggler_in_both"]
 
 
-def fitted_terms(fit: dict, which: str, terms, label: str, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b's sentence on the smallest of the `terms` fitted in `fit` (recorded under scaling_model.`which`)."""
-    term = min(terms, key=lambda name: fit["params"][name])
-    fill = {"fit": which, "term": term, "label": label}
-    return chosen(notebook, "fitted_terms_<fit>", fill, t=fit["params"][term])
-
-
 def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: p, lo, hi, m, m_lo, m_hi)."""
+    """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: what scaling.held_out returns)."""
+    (lo, hi), (m_lo, m_hi) = held["predicted_range_ms_at_4"], held["measured_middle_half_ms_at_4"]
+    values = {"p": held["predicted_ms_at_4"], "lo": lo, "hi": hi, "m": held["measured_ms_at_4"], "m_lo": m_lo}
     names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_misses_low"]
     names.append("two_point_fit_misses_high")
-    return chosen_first(notebook, names, **held)
+    return chosen_first(notebook, names, **values, m_hi=m_hi)
 
 
 def chosen_first(notebook: str, names, fill: dict | None = None, **values) -> str:

@@ -82,6 +82,18 @@ def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None
     return f"{table(shown, columns)}\n\n{fold(summary, table(other, columns))}"
 
 
+def folded_source(summary: str, source: str) -> str:
+    """`source` as a Python block inside a fold titled `summary`: code a reader may open, not code they must read."""
+    return f"<details><summary>{summary}</summary>\n\n```python\n{source.rstrip()}\n```\n\n</details>"
+
+
+def display_source(summary: str, source: str) -> None:
+    """Show `folded_source(summary, source)` in a notebook."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(folded_source(summary, source)))
+
+
 def display_table(rows: list[dict], columns: list[str] | None = None, shown: list[dict] | None = None) -> None:
     """Show `table(rows)` in a notebook (plain text elsewhere); with `shown`, those in view, the rest folded."""
     from IPython.display import Markdown, display

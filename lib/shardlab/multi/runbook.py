@@ -92,18 +92,17 @@ def proof(drills_json: dict) -> list[dict]:
 
 def entries(timeout: float, drills_json: dict | None = None) -> str:
     """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, and the
-    drills that prove it: those of `drills_json` with their verdicts, and how many more the course run leaves out).
+    drills that prove it: those of `drills_json` with their verdicts, then by name those the course run leaves out).
     A row none of whose drills ran shows its stop condition as a designed bound, not an observed one."""
     table = [
-        "| failure | owner | stop condition (a designed bound) | drills (stage 5a; more not run here) |",
+        "| failure | owner | stop condition (a designed bound) | drills (stage 5a's; others: `make drills`) |",
         "| --- | --- | --- | --- |",
     ]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
     for row, proved in zip(rows(timeout), verdicts):
         ran = [f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None]
-        left = sum(v is None for v in proved["drills"].values())
-        rest = f"{left} more not run here" if ran else f"{left} not run here"
-        here = ", ".join(ran + ([rest] if left else []))
+        left = [f"`{d}`" for d, v in proved["drills"].items() if v is None]
+        here = "; ".join(([", ".join(ran)] if ran else []) + ([f"not run here: {', '.join(left)}"] if left else []))
         stop = row["stop"] if ran else f"designed bound, not observed here: {row['stop']}"
         table.append(f"| {row['class']} | {row['owner']} | {stop} | {here} |")
     return "\n".join(table)

@@ -103,3 +103,27 @@ def predict(params: dict, workers) -> dict:
         int(w): {"ms": float(m), "speedup": float(w * one / m), "efficiency": float(one / m)}
         for w, m in zip(workers, ms)
     }
+
+
+HELD_OUT = ("compute", "straggler")  # the two terms fitted through W = 1 and 2, then tested at W = 4
+
+
+def held_out(table: list[dict], terms=HELD_OUT) -> dict:
+    """The fit of `terms` through W = 1 and 2 of `weak`'s table, its prediction at W = 4 beside the measurement.
+
+    The prediction is also made from every pair of middle-half ends at W = 1 and 2, so its range says how far
+    the spread alone could move it; a measured middle half outside that whole range refutes the fit.
+    """
+    measured = {r["devices"]: r["median_ms"] for r in table}
+    middle = {r["devices"]: [float(v) for v in np.percentile(r["samples_ms"], [25, 75])] for r in table}
+    if not {1, 2, 4} <= set(measured):
+        raise ConfigError(f"the held-out fit needs W = 1, 2 and 4 in the table, not {sorted(measured)}")
+    fitted = fit({w: measured[w] for w in (1, 2)}, terms)
+    corners = [predict(fit({1: t1, 2: t2}, terms)["params"], [4])[4]["ms"] for t1 in middle[1] for t2 in middle[2]]
+    return {
+        **fitted,
+        "predicted_ms_at_4": predict(fitted["params"], [4])[4]["ms"],
+        "predicted_range_ms_at_4": [min(corners), max(corners)],
+        "measured_ms_at_4": measured[4],
+        "measured_middle_half_ms_at_4": middle[4],
+    }
