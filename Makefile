@@ -27,6 +27,9 @@ help: ## print the targets and what each does
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
 
 venv: $(STAMP) ## build .venv with the exact pins and the 'Python (shardlab)' kernel (make run/test do this first)
+	@# the library's bytecode, written once here (up-to-date files are skipped) and read by every interpreter a
+	@# run or a check starts: where PYTHONDONTWRITEBYTECODE is set, each would otherwise compile the sources again
+	@$(BIN)/python -m compileall -q -j 0 lib/shardlab rig >/dev/null
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else f"shardlab needs Python 3.11, {sys.executable} is {v[0]}.{v[1]}: run make PYTHON=python3.11 (or see docs/evidence.md for conda)")'
