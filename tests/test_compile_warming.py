@@ -89,8 +89,9 @@ WALKS = [
     # the teaching fixtures' 23 rows then 5: the first case's other shape is one row (no sort to compile),
     # the second case's the 23 rows compiled already
     (1, ("random_sampler_walk",), 2, 2, [23, 1, 5, 23]),
-    # a step search warms no row count (it calls no initial); each transition walk calls initial once
-    pytest.param(2, ("random_step_update", "random_transition_walk"), 31, 2, [43, 1023], marks=pytest.mark.slow),
+    # a step search warms no row count (it calls no initial); each transition walk calls initial once, on a row
+    # count the sampler walks of that seed draw (search.shared_rows: 24, 23, 34, 1, 2, 5) or on a fixture
+    pytest.param(2, ("random_step_update", "random_transition_walk"), 31, 2, [1, 1023], marks=pytest.mark.slow),
 ]
 
 
@@ -160,3 +161,28 @@ def test_stage_2_and_stage_4_give_the_un_jitted_step_one_padded_shape_and_stage_
     empty_device = per_device(len(stage2.EMPTY_DEVICE_IDS[stage2.UNJITTED_BATCH]))
     assert 4 * max(empty_device) == 4 * max(per_device(stage4.ROWS)) == 8  # one shape: its programs compile once
     assert empty_device[-1] == 0  # the check is still about a device without a valid row
+
+
+def test_the_later_searches_draw_the_sampler_walks_row_counts_and_every_favoured_class():
+    """A transition walk's or restore search's row count (1 to 64) is an end, its device count, twice it, 23, or a row
+    count the same seed's sampler walks give `initial`; over seeds each of those classes is drawn, and so are row
+    counts below the device count, and the row counts past stage 1's are at most four a run."""
+    walk = search.PROPERTIES["sampler_walk"]
+    classes, beyond = set(), []
+    for seed in range(48):
+        walked = set()
+        for case in search.cases_for(walk, seed, walk.cases):
+            walked |= {case.shape()[0], 23 if case.shape()[0] != 23 else 1}  # the case's, then its second initial's
+        later = set()
+        for name in ("transition_walk", "restore_damage"):
+            prop = search.PROPERTIES[name]
+            for case in (c for c in search.cases_for(prop, seed, prop.cases) if not c.fixture):
+                favoured = {1: "end", 64: "end", case.devices: "devices", 2 * case.devices: "twice", 23: "23"}
+                assert case.rows in walked or case.rows in favoured, (seed, name, case)
+                classes |= {favoured.get(case.rows, "walked")} | (
+                    {"fewer than devices"} if case.rows < case.devices else set()
+                )
+                later.add(case.rows)
+        beyond.append(len(later - walked))
+    assert classes == {"end", "devices", "twice", "23", "walked", "fewer than devices"}, classes
+    assert max(beyond) <= 4, beyond

@@ -150,10 +150,13 @@ def given(case: Case, data: Dataset):
     return data
 
 
-def _int(rng, low: int, high: int, near=()) -> int:
-    """Uniform on [low, high], or (one time in three) one of the ends or of the `near` values."""
+def _int(rng, low: int, high: int, near=(), among=()) -> int:
+    """Uniform on [low, high] (or over `among`, values drawn so before), or (one time in three) one of the ends or of
+    the `near` values."""
     edges = [v for v in (low, high, *near) if low <= v <= high]
-    return int(rng.choice(edges)) if rng.random() < 1 / 3 else int(rng.integers(low, high + 1))
+    if rng.random() < 1 / 3:
+        return int(rng.choice(edges))
+    return int(rng.choice(among)) if len(among) else int(rng.integers(low, high + 1))
 
 
 def _float(rng, low: float, high: float, default: float) -> float:
@@ -161,11 +164,12 @@ def _float(rng, low: float, high: float, default: float) -> float:
     return float(rng.choice([low, high, default])) if rng.random() < 1 / 3 else float(rng.uniform(low, high))
 
 
-def draw(rng: np.random.Generator) -> Case:
-    """One case from the domain."""
+def draw(rng: np.random.Generator, rows_among=()) -> Case:
+    """One case from the domain; `rows_among`: row counts drawn before, which the uniform draw of rows picks from
+    (the ends, the device count, twice it and 23 are still favoured as always)."""
     fixture = str(rng.choice(CHOICES["fixture"]))
     devices = _int(rng, 1, 4)
-    rows = _int(rng, 1, 64, (devices, 2 * devices, 23))
+    rows = _int(rng, 1, 64, (devices, 2 * devices, 23), rows_among)
     total = {"": rows, "teaching": 23, "timing": 1023}[fixture]
     low = 256 if fixture == "timing" else 1  # keeps a timing-fixture walk within MAX_WALK calls
     batch = _int(rng, low, total + 2, (devices, 2 * devices, total, total - 1, total + 1))

@@ -150,11 +150,29 @@ def _shrink(ctx, prop: Property, case: Case, miss: Miss) -> tuple[Case, Miss, in
     return case, miss, tries
 
 
+# the searches after stage 1 that call `initial`: the uniform part of their row counts is drawn from the row counts
+# the sampler walks draw at the same seed (`shared_rows`), so their permutations are programs the run has compiled
+SHARED_ROWS = ("transition_walk", "restore_damage")
+
+
+def shared_rows(seed: int, count: int, prop: Property) -> tuple:
+    """The row counts (1 to 64) the sampler walk search gives `initial` at `seed`, at the scale `count` is of
+    `prop`'s own number of cases: the values a later search's uniform draw of rows picks from."""
+    walk = PROPERTIES["sampler_walk"]
+    found = []
+    for case in cases_for(walk, seed, walk.cases * max(1, -(-count // prop.cases))):
+        if not case.fixture:
+            found.append(case.rows)
+        found.append(properties.other_rows(case.shape()[0]))  # its second initial: 23, or 1
+    return tuple(dict.fromkeys(found))
+
+
 def cases_for(prop: Property, seed: int, count: int) -> list[Case]:
     """`count` cases from the domain for `prop`, from a generator seeded by (seed, the property's name)."""
     rng = np.random.default_rng([seed, *prop.name.encode()])
     unused = {name: getattr(Case, name) for name in DOMAIN if name not in prop.parameters}
-    found = [fit(replace(draw(rng), **unused)) for _ in range(count)]
+    among = shared_rows(seed, count, prop) if prop.name in SHARED_ROWS else ()
+    found = [fit(replace(draw(rng, among), **unused)) for _ in range(count)]
     if prop.name == "step_update":  # one step: the whole range Config accepts (its own generator)
         wide = np.random.default_rng([seed, *prop.name.encode(), 1])
         found = [replace(c, learning_rate=draw_float(wide, *ONE_STEP["learning_rate"], c.learning_rate)) for c in found]
