@@ -100,7 +100,8 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     (subs / "syntax.py").write_text("def initial(seed, data, mesh):\n    raise NotImplementedError\n")
     again = grade.grade(subs, out, jobs=2, timeout=BOUND)
     reused = {name: entry["reused"] for name, entry in again["submissions"].items()}
-    assert reused == {"reference": True, "broken.py": True, "syntax.py": False, "loop.py": True, "flood.py": True}
+    # loop.py's rows say timeout: nothing was judged, so it is checked again
+    assert reused == {"reference": True, "broken.py": True, "syntax.py": False, "loop.py": False, "flood.py": True}
     assert again["submissions"]["reference"]["rows"] == body["submissions"]["reference"]["rows"]
     fixed = again["submissions"]["syntax.py"]["rows"][0]["diagnosis"]
     assert "SyntaxError" not in fixed and "does not define" in fixed, "the changed file was checked again"
@@ -148,7 +149,8 @@ def test_grade_refuses_a_folder_without_submissions(tmp_path, capsys):
 
 
 def test_the_grade_record_read_back_reuses_exactly_the_unchanged_submissions(tmp_path, monkeypatch):
-    """grade.json gives the next grade every unchanged file's rows as they were; a changed file is checked again."""
+    """grade.json gives the next grade every unchanged file's rows as they were; a changed file is checked again,
+    and so is an unchanged one a time bound stopped (its `timeout` judged nothing)."""
     checked = []
 
     def stand_in(sub, folder, timeout, cap, sandboxed=True):  # grade_one without a check: one row per stage
@@ -156,18 +158,20 @@ def test_the_grade_record_read_back_reuses_exactly_the_unchanged_submissions(tmp
         checked.append(sub["name"])
         digest = grade.sha256_file(sub["file"])
         base = {"submission": sub["name"], "portfolio": "no", "sandbox": grade.UNSANDBOXED, "sha256": digest}
-        return digest, grade._not_gradable(base, f"stand-in for {digest[:12]}")
+        rows = grade._not_gradable(base, f"stand-in for {digest[:12]}")
+        return digest, [{**r, "verdict": "timeout"} for r in rows] if sub["name"] == "slow.py" else rows
 
     monkeypatch.setattr(grade, "grade_one", stand_in)
     subs, out = tmp_path / "subs", tmp_path / "grades"
     subs.mkdir()
-    for name in ("a.py", "b.py"):
+    for name in ("a.py", "b.py", "slow.py"):
         (subs / name).write_text(f"# {name}\n")
     first = grade.grade(subs, out, jobs=1, unsandboxed=True)
     (subs / "b.py").write_text("# b.py, changed\n")
     again = grade.grade(subs, out, jobs=1, unsandboxed=True)
-    assert sorted(checked) == ["a.py", "b.py", "b.py"]
-    assert {name: entry["reused"] for name, entry in again["submissions"].items()} == {"a.py": True, "b.py": False}
+    assert sorted(checked) == ["a.py", "b.py", "b.py", "slow.py", "slow.py"]
+    reused = {name: entry["reused"] for name, entry in again["submissions"].items()}
+    assert reused == {"a.py": True, "b.py": False, "slow.py": False}
     assert again["submissions"]["a.py"]["rows"] == first["submissions"]["a.py"]["rows"]
     assert again["submissions"]["b.py"]["rows"] != first["submissions"]["b.py"]["rows"]
     assert json.loads((out / grade.RECORD).read_text()) == json.loads(json.dumps(again))

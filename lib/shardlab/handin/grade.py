@@ -14,7 +14,8 @@ row says so).
 
 DIR receives `grade.csv`, `grade.html`, `grade.json`, the platforms' files (`shardlab.handin.platforms`)
 and `checks/<name>/` (the checker's report and the start of its output). A rerun reuses the rows of
-submissions whose file hash, checker version and bounds are unchanged.
+submissions whose file hash, checker version and bounds are unchanged, unless a row says `timeout` (a bound
+stopped the check: nothing was judged, so it is checked again).
 """
 
 import csv
@@ -423,7 +424,9 @@ def grade(
             old = (earlier.get("submissions") or {}).get(sub["name"]) if same else None
             digest = _digest(sub.get("file"))
             previous = out / CHECKS / sub["folder"]
-            if old and digest and old.get("sha256") == digest and previous.is_dir() and not previous.is_symlink():
+            unjudged = any(r.get("verdict") == "timeout" for r in (old or {}).get("rows", []))  # checked again
+            kept = old and digest and old.get("sha256") == digest and not unjudged
+            if kept and previous.is_dir() and not previous.is_symlink():
                 shutil.copytree(previous, staging / CHECKS / sub["folder"], symlinks=True)
                 status = portfolio_status(sub.get("portfolio"), digest)
                 record[sub["name"]] = {**old, "rows": [{**r, "portfolio": status} for r in old["rows"]], "reused": True}
