@@ -479,7 +479,9 @@ def _tree(root: int) -> list[tuple[int, str]]:
 def _slow_down(share: float, period: float, done, cycles: list) -> None:
     """Until `done` is set, stop every process this test started `share` of each `period` (SIGSTOP, then SIGCONT):
     they run as on a machine busy with other work, while this process, which holds grade's bound, runs freely. A
-    process found stopped already (the checker stops its worker between calls) is left as it is."""
+    process found stopped already (the checker stops its worker between calls) is left as it is; one the checker
+    stops while it is held here is continued with the rest, which a correct file, running nothing between its
+    calls, does not notice."""
     while not done.is_set():
         stopped = [pid for pid, state in _tree(os.getpid()) if state not in "tT"]
         process_group.signal_pids(stopped, signal.SIGSTOP)
