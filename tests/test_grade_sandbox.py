@@ -437,3 +437,72 @@ def test_the_supervisor_accepts_exactly_the_fields_of_a_result():
     assert watch._shaped(good)
     assert not watch._shaped({**good, "extra": 1}) and not watch._shaped({**good, "stage": "1"})
     assert not watch._shaped({k: v for k, v in good.items() if k != "observed"})
+
+
+def _tree(root: int) -> list[tuple[int, str]]:
+    """(pid, state) of every descendant of `root`, read from /proc (independently of the sandbox module)."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except OSError:
+                continue
+            for child in children:
+                try:
+                    with open(f"/proc/{child}/stat") as handle:
+                        found.append((child, handle.read().rsplit(")", 1)[1].split()[0]))
+                except OSError:
+                    continue
+                todo.append(child)
+    return found
+
+
+def _slow_down(share: float, period: float, done, cycles: list) -> None:
+    """Until `done` is set, stop every process this test started `share` of each `period` (SIGSTOP, then SIGCONT):
+    they run as on a machine busy with other work, while this process, which holds grade's bound, runs freely. A
+    process found stopped already (the checker stops its worker between calls) is left as it is; one the checker
+    stops while it is held here is continued with the rest, which a correct file, running nothing between its
+    calls, does not notice."""
+    while not done.is_set():
+        stopped = [pid for pid, state in _tree(os.getpid()) if state not in "tT"]
+        process_group.signal_pids(stopped, signal.SIGSTOP)
+        time.sleep(share * period)
+        process_group.signal_pids(stopped, signal.SIGCONT)
+        cycles.append(len(stopped))
+        time.sleep((1 - share) * period)
+
+
+@pytest.mark.sandbox
+def test_a_correct_file_checked_on_a_slowed_machine_passes_or_times_out(tmp_path):
+    """Slowed down (every process of its check stopped three quarters of the time), the course's correct file still
+    passes every stage 3 check, or is stopped at a time bound and says so: never a failed check of its correctness.
+    Stage 3 starts a fresh interpreter beside the run's two lanes of checks, where speed once decided a verdict."""
+    import threading
+
+    from shardlab.checker import watch
+    from shardlab.handin import bounded
+
+    copy = grade.private_copy(REPO / "tests" / "heldout" / "base3.py", tmp_path / "source", grade.SOURCE_BYTES)
+    done, cycles = threading.Event(), []
+    slower = threading.Thread(target=_slow_down, args=(0.75, 0.05, done, cycles))
+    slower.start()
+    try:
+        outcome = bounded.check(str(copy), tmp_path / "run", timeout=900, stage=3, sandboxed=True, graded=True)
+    finally:
+        done.set()
+        slower.join()
+    assert any(cycles), "the check's processes were never stopped: nothing was slowed"
+    if outcome.stopped == "timeout":  # grade's own bound: a time-out, as its row says
+        return
+    assert outcome.stopped is None and outcome.report, outcome.output[-2000:]
+    checks = [c for c in outcome.report["checks"] if c["stage"] == 3]
+    assert [c["name"] for c in checks] == [check.__name__ for check in checks_of(3)]
+    failed = [(c["name"], c["diagnosis"]) for c in checks if not c["passed"]]
+    assert all(watch.timed_out(diagnosis) for _, diagnosis in failed), failed

@@ -15,7 +15,7 @@ from conftest import REPO
 
 from shardlab.course import catalog, selfcheck
 from shardlab.errors import PortfolioError
-from shardlab.handin import grade, portfolio
+from shardlab.handin import grade, platforms, portfolio
 
 BROKEN = Path(__file__).parent / "broken"
 BOUND = 90.0  # seconds per submission: the reference needs 7 s alone and over 40 s on a loaded 2-core machine
@@ -79,8 +79,8 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     assert rows["broken.py", 1]["portfolio"].startswith("yes, but for another file")
     assert rows["syntax.py", 1]["verdict"] == "fail" and rows["syntax.py", 1]["first_failure"] == "implementation_loads"
     assert "SyntaxError" in rows["syntax.py", 1]["diagnosis"] and "syntax.py:1" in rows["syntax.py", 1]["diagnosis"]
-    loop = rows["loop.py", 1]  # stopped by grade's bound, or named by the checker's own bound on each call
-    assert loop["verdict"] == "timeout" or (loop["verdict"] == "fail" and "did not return" in loop["diagnosis"]), loop
+    loop = rows["loop.py", 1]  # stopped by grade's bound, or by the checker's own bound on each call: not judged
+    assert loop["verdict"] == "timeout", loop
     flood = rows["flood.py", 1]  # stopped by grade's cap, or by the checker's own cap on printed output
     assert flood["verdict"] == "output cap" or (
         flood["verdict"] == "fail" and "to the console" in flood["diagnosis"]
@@ -90,7 +90,7 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
         assert rows[name, 1]["portfolio"] == "no"
     seconds = body["submissions"]["loop.py"]["rows"][0]["seconds"]
     assert seconds < BOUND + 30, "a bound stops the loop, promptly"
-    assert seconds >= BOUND or loop["verdict"] == "fail", "grade's own bound waits its full time"
+    assert seconds >= BOUND or "did not return within" in loop["diagnosis"], "grade's own bound waits its full time"
     assert len((out / "checks" / "flood.py" / "output.txt").read_bytes()) <= grade.KEPT_OUTPUT
     strays = [p for p in [Path.cwd(), subs, *subs.iterdir(), out, *out.rglob("*")] if p.name == "stray.txt"]
     assert not strays and not (Path.cwd() / "stray.txt").exists(), "a submission's files stay in its scratch folder"
@@ -100,10 +100,38 @@ def test_grade_gives_every_submission_its_own_correct_rows(tmp_path):
     (subs / "syntax.py").write_text("def initial(seed, data, mesh):\n    raise NotImplementedError\n")
     again = grade.grade(subs, out, jobs=2, timeout=BOUND)
     reused = {name: entry["reused"] for name, entry in again["submissions"].items()}
-    assert reused == {"reference": True, "broken.py": True, "syntax.py": False, "loop.py": True, "flood.py": True}
+    # loop.py's rows say timeout: nothing was judged, so it is checked again
+    assert reused == {"reference": True, "broken.py": True, "syntax.py": False, "loop.py": False, "flood.py": True}
     assert again["submissions"]["reference"]["rows"] == body["submissions"]["reference"]["rows"]
     fixed = again["submissions"]["syntax.py"]["rows"][0]["diagnosis"]
     assert "SyntaxError" not in fixed and "does not define" in fixed, "the changed file was checked again"
+
+
+STOPPED = "`restore` did not return within 20 s -> an infinite loop? (the call was stopped)"  # as the checker says it
+
+
+def _check(stage: int, name: str, diagnosis: str = "") -> dict:
+    return {"name": name, "stage": stage, "passed": not diagnosis, "diagnosis": diagnosis}
+
+
+def test_a_stage_whose_only_failures_are_stopped_calls_is_a_timeout_never_a_fail():
+    """A call stopped at its bound was not judged (a busy machine stops a correct one too): its stage says
+    `timeout` and scores nothing, so the instructor grades it again; a real failure beside it still says `fail`."""
+    checks = [_check(1, "initial_state_fields"), _check(2, "gradient_on_a_full_batch")]
+    checks += [_check(3, "contract_pins_the_experiment"), _check(3, "fresh_process_resume", STOPPED)]
+    checks += [_check(3, "save_never_overwrites", f"{STOPPED}; not called again in this run")]
+    checks += [_check(4, "eager_step_matches_numpy", "the loss differs from NumPy's by 0.5")]
+    checks += [_check(4, "eager_and_compiled_agree", STOPPED)]
+    outcome = grade.bounded.Outcome(0, "", {"checks": checks, "environment": {}}, None, 12.0)
+    rows = {row["stage"]: row for row in grade.stage_rows(outcome, BOUND)}
+    assert [rows[s]["verdict"] for s in (1, 2, 3, 4)] == ["pass", "pass", "timeout", "fail"]
+    assert rows[3]["first_failure"] == "fresh_process_resume" and STOPPED in rows[3]["diagnosis"]
+    assert rows[3]["passed"] == 1 and platforms.stage_points(rows[3]) == 0.0
+    assert rows[4]["first_failure"] == "eager_step_matches_numpy", rows[4]
+    # learner text that only mentions a bound is no stop: the supervisor's verdict starts with the function's name
+    said = "the implementation raised RuntimeError: restore did not return within 20 s"
+    outcome.report["checks"] = [_check(1, "initial_state_fields", said)]
+    assert grade.stage_rows(outcome, BOUND)[0]["verdict"] == "fail"
 
 
 def csv_rows(path: Path) -> list[dict]:
@@ -121,7 +149,8 @@ def test_grade_refuses_a_folder_without_submissions(tmp_path, capsys):
 
 
 def test_the_grade_record_read_back_reuses_exactly_the_unchanged_submissions(tmp_path, monkeypatch):
-    """grade.json gives the next grade every unchanged file's rows as they were; a changed file is checked again."""
+    """grade.json gives the next grade every unchanged file's rows as they were; a changed file is checked again,
+    and so is an unchanged one a time bound stopped (its `timeout` judged nothing)."""
     checked = []
 
     def stand_in(sub, folder, timeout, cap, sandboxed=True):  # grade_one without a check: one row per stage
@@ -129,18 +158,20 @@ def test_the_grade_record_read_back_reuses_exactly_the_unchanged_submissions(tmp
         checked.append(sub["name"])
         digest = grade.sha256_file(sub["file"])
         base = {"submission": sub["name"], "portfolio": "no", "sandbox": grade.UNSANDBOXED, "sha256": digest}
-        return digest, grade._not_gradable(base, f"stand-in for {digest[:12]}")
+        rows = grade._not_gradable(base, f"stand-in for {digest[:12]}")
+        return digest, [{**r, "verdict": "timeout"} for r in rows] if sub["name"] == "slow.py" else rows
 
     monkeypatch.setattr(grade, "grade_one", stand_in)
     subs, out = tmp_path / "subs", tmp_path / "grades"
     subs.mkdir()
-    for name in ("a.py", "b.py"):
+    for name in ("a.py", "b.py", "slow.py"):
         (subs / name).write_text(f"# {name}\n")
     first = grade.grade(subs, out, jobs=1, unsandboxed=True)
     (subs / "b.py").write_text("# b.py, changed\n")
     again = grade.grade(subs, out, jobs=1, unsandboxed=True)
-    assert sorted(checked) == ["a.py", "b.py", "b.py"]
-    assert {name: entry["reused"] for name, entry in again["submissions"].items()} == {"a.py": True, "b.py": False}
+    assert sorted(checked) == ["a.py", "b.py", "b.py", "slow.py", "slow.py"]
+    reused = {name: entry["reused"] for name, entry in again["submissions"].items()}
+    assert reused == {"a.py": True, "b.py": False, "slow.py": False}
     assert again["submissions"]["a.py"]["rows"] == first["submissions"]["a.py"]["rows"]
     assert again["submissions"]["b.py"]["rows"] != first["submissions"]["b.py"]["rows"]
     assert json.loads((out / grade.RECORD).read_text()) == json.loads(json.dumps(again))

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from shardlab import process_group
 
 # a child that starts a grandchild in its own process group, prints the grandchild's pid, then waits
@@ -239,3 +241,58 @@ def test_run_past_its_timeout_kills_the_whole_group_and_raises_with_the_output_s
         raise AssertionError("a child sleeping 600 s ended within a 2 s timeout")
     assert _ended([grandchild]), "the grandchild in the child's group outlived the timeout"
     assert process_group.LIVE == before
+
+
+# a child that says it is ready, then answers each line it reads; PR_SET_PDEATHSIG asks Linux to kill it when its
+# parent ends, as bwrap --die-with-parent, the checker's worker and its fork server do
+ANSWERS = """import sys
+print("ready", flush=True)
+for line in sys.stdin:
+    print("here", flush=True)
+"""
+DIES_WITH_PARENT = "import ctypes, signal\nctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n" + ANSWERS
+
+
+def _started_by_a_thread_that_ends(start) -> subprocess.Popen:
+    """`start(**popen)` called by a short-lived thread that ends only once the child is ready, read from the
+    thread's own id in /proc: the thread is gone (and what its end does to the child, done) when this returns."""
+    import threading
+
+    found = {}
+
+    def launch():
+        found["child"] = start(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        found["ready"] = found["child"].stdout.readline()
+        found["thread"] = threading.get_native_id()
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    thread.join()
+    while os.path.exists(f"/proc/self/task/{found['thread']}"):  # join returns a moment before the thread ends
+        time.sleep(0.01)
+    assert found["ready"] == "ready\n"
+    return found["child"]
+
+
+def _dies_with_its_parent(how: str):
+    """A start of the child: it asks for PR_SET_PDEATHSIG itself, or bwrap --die-with-parent runs it."""
+    if how == "prctl":
+        return lambda **popen: process_group.spawn([sys.executable, "-c", DIES_WITH_PARENT], **popen)
+    import shardlab.checker.sandbox as sandbox
+
+    inner = [sys.executable, "-c", ANSWERS]
+    return lambda **popen: sandbox.spawn(inner, sandbox.Sandbox(), **popen)
+
+
+@pytest.mark.parametrize("how", ["prctl", pytest.param("bwrap", marks=pytest.mark.sandbox)])
+def test_a_child_that_dies_with_its_parent_outlives_the_thread_that_asked_for_it(how):
+    """Linux kills such a child when the *thread* that started it ends: spawn's own thread lasts as long as this
+    process, so a child asked for by a background thread (the checker's early and fresh workers, in bwrap) lives
+    until its owner ends it."""
+    child = _started_by_a_thread_that_ends(_dies_with_its_parent(how))
+    try:
+        child.stdin.write("are you there?\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "here\n" and child.poll() is None, child.returncode
+    finally:
+        process_group.kill(child)

@@ -1,7 +1,11 @@
 """Child processes that each lead a process group: killed whole, none outliving the command that started it.
 
 `spawn` starts a command in a session of its own, so it leads a new process group, and remembers
-it (unless told not to: a server its owner ends); `signal` sends one signal to a child's whole group
+it (unless told not to: a server its owner ends). Every child is started by one thread that lasts as long as
+this process (`_launcher`): a child that asks to die with its parent (bwrap's `--die-with-parent`, the
+checker's worker and fork server, PR_SET_PDEATHSIG) is killed by Linux when the *thread* that started it ends,
+so a child started by a short-lived thread (a background launch, a lane of checks) would die, or not, by
+how quickly that thread ended on a busy machine; `signal` sends one signal to a child's whole group
 (the one place a group is signalled); `signal_pids` sends one to each of a list of single processes
 not started here (a tree read from /proc, whose members may lead groups of their own; an mpirun rank, a
 survivor that leads a group of its own);
@@ -16,23 +20,63 @@ ends with it. Stage 5's controller groups start, are stopped and end here.
 """
 
 import os
+import queue
 import signal as signals
 import subprocess
+import threading
 import time
+from concurrent.futures import Future
 
 LIVE: set = set()  # children started here and not yet reaped by `kill`
+_LAUNCHER: list = []  # the request queue of this process's launching thread, once it runs
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def _launching(requests: queue.SimpleQueue) -> None:
+    """Body of the launching thread: start each requested child, remember it, and hand it (or the error) back."""
+    while True:
+        answer, argv, remembered, popen = requests.get()
+        try:
+            process = subprocess.Popen(argv, start_new_session=True, **popen)
+        except BaseException as exc:  # handed to the caller, who raises it; this thread goes on
+            answer.set_exception(exc)
+            continue
+        if remembered:
+            LIVE.add(process)  # before the caller sees it: an interrupted caller's stop_all still ends it
+        answer.set_result(process)
+
+
+def _launcher() -> queue.SimpleQueue:
+    """The request queue of this process's launching thread, started at the first request (daemon: it ends only
+    with the process, and with it every child that asked to die with its parent)."""
+    with _LAUNCHER_LOCK:
+        if not _LAUNCHER:
+            requests = queue.SimpleQueue()
+            threading.Thread(target=_launching, args=(requests,), name="shardlab-launcher", daemon=True).start()
+            _LAUNCHER.append(requests)
+        return _LAUNCHER[0]
+
+
+def _forget_launcher() -> None:
+    """In a child made by os.fork: the launching thread was not copied (nor a lock another thread held); the
+    child's first spawn starts its own."""
+    global _LAUNCHER_LOCK
+    _LAUNCHER_LOCK = threading.Lock()
+    _LAUNCHER.clear()
+
+
+os.register_at_fork(after_in_child=_forget_launcher)
 
 
 def spawn(argv: list, remembered: bool = True, **popen) -> subprocess.Popen:
     """Start `argv` in its own session and process group (`popen`: Popen's other arguments); `kill` ends it.
 
-    `remembered=False` leaves it out of what `stop_all` ends: a server that outlives one command's children
-    and that its owner kills itself.
+    The launching thread starts it (see above), whichever thread asks. `remembered=False` leaves it out of
+    what `stop_all` ends: a server that outlives one command's children and that its owner kills itself.
     """
-    process = subprocess.Popen(argv, start_new_session=True, **popen)
-    if remembered:
-        LIVE.add(process)
-    return process
+    answer = Future()
+    _launcher().put((answer, argv, remembered, popen))
+    return answer.result()
 
 
 def signal(process: subprocess.Popen, number: int) -> bool:

@@ -30,6 +30,7 @@ import time
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
 NOT_AGAIN = "not called again in this run"  # ends the verdict of each later call of a function stopped once
+TIME_BOUND = "did not return within"  # follows the function's name in every verdict of a call stopped at its bound
 REPEAT_SECONDS = 1.0  # past the bound, the alarm comes again this often until the call ends
 ENDED_AFTER = 3  # in the worker, a call that caught this many stops (the bound's, then repeats) ends at the next
 SWALLOWED_STATUS = 113  # the exit status of a worker ended so (ended_verdict names it)
@@ -67,7 +68,7 @@ def ended_verdict(code: int | None, who: str) -> str:
     """Why `who` (an interpreter) ended without answering, from its exit status (negative: the signal)."""
     if code == SWALLOWED_STATUS:
         return (
-            "did not return within its time bound and caught every stop the checker sent (an `except BaseException` "
+            f"{TIME_BOUND} its time bound and caught every stop the checker sent (an `except BaseException` "
             "or bare `except:` around a loop or a sleep), so the interpreter running it was ended -> an infinite "
             "loop? never catch BaseException; let the call end"
         )
@@ -79,7 +80,7 @@ def ended_verdict(code: int | None, who: str) -> str:
 
 
 def loop_verdict(function: str, seconds: float) -> str:
-    return f"`{function}` did not return within {seconds:g} s -> an infinite loop? (the call was stopped)"
+    return f"`{function}` {TIME_BOUND} {seconds:g} s -> an infinite loop? (the call was stopped)"
 
 
 class ResultChanged(Overrun):

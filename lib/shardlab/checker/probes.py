@@ -16,6 +16,7 @@ import jax
 import jax.extend.core as jax_core
 import numpy as np
 
+import shardlab.checker.guard as guard
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.wire as wire
 
@@ -54,8 +55,14 @@ def mapped_input_shapes(step, *args) -> list | None:
 
 
 def interrupted_save(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
-    """`save(*first)` in a forked child stopped or raced at file operation `stop_at` (checker/interrupt.py)."""
-    return interrupt.interrupted(save, stop_at, mode, report, first, rival)
+    """`save(*first)` in a forked child stopped or raced at file operation `stop_at` (checker/interrupt.py).
+
+    A save (or its rival) still running at its bound raises the time bound's verdict, as a call does: how long
+    it ran says as much about the machine's load as about the save."""
+    outcome = interrupt.interrupted(save, stop_at, mode, report, first, rival)
+    if outcome["status"] == "hung":
+        raise guard.Overrun(guard.loop_verdict("save", interrupt.CHILD_TIMEOUT))
+    return outcome
 
 
 def in_a_thread(function, *args) -> dict:

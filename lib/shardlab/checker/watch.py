@@ -15,6 +15,7 @@ Python or from C) goes to a log file, never straight to the screen. This parent
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,8 @@ POLL = 0.05  # seconds between looks at the child
 RESTARTS = 8  # at most one per learner function, plus slack
 SHOWN_LINES = 20  # lines of the learner's console output echoed at the end
 TOTAL_BOUND = "the whole check run passed"  # how a verdict of the whole-run bound starts
+# a verdict of a time bound: the function's name, then a call's bound (guard.loop_verdict) or the whole run's
+TIMED_OUT = re.compile(f"`[^`\n]{{1,200}}` ({re.escape(guard.TIME_BOUND)}|{re.escape(TOTAL_BOUND)}) ")
 
 
 @dataclass
@@ -174,6 +177,12 @@ def _watch(command: list, watch: Watch, log_path: str, bounds: Bounds, echo, dea
     if watch.done:
         return None
     return verdict or guard.ended_verdict(process.returncode, "the checking interpreter")
+
+
+def timed_out(diagnosis) -> bool:
+    """Whether a failed check's diagnosis is a time bound's verdict (one call's or the whole run's): the code was
+    still running when its time was up, which says how fast the machine was as much as what the code does."""
+    return bool(TIMED_OUT.match(str(diagnosis)))
 
 
 def _failed_result(watch: Watch, verdict: str, stage: int) -> dict:

@@ -14,7 +14,8 @@ row says so).
 
 DIR receives `grade.csv`, `grade.html`, `grade.json`, the platforms' files (`shardlab.handin.platforms`)
 and `checks/<name>/` (the checker's report and the start of its output). A rerun reuses the rows of
-submissions whose file hash, checker version and bounds are unchanged.
+submissions whose file hash, checker version and bounds are unchanged, unless a row says `timeout` (a bound
+stopped the check: nothing was judged, so it is checked again).
 """
 
 import csv
@@ -218,7 +219,9 @@ def portfolio_status(zipped: Path | None, digest: str | None) -> str:
 def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
     """One row per stage: verdict, counts, the first failing check and its diagnosis.
 
-    Only the supervisor's report counts: a run stopped before it wrote one has no passed checks. A stage
+    Only the supervisor's report counts: a run stopped before it wrote one has no passed checks. A stage whose
+    only failures are calls stopped at their time bound (`watch.timed_out`) is `timeout`, never `fail`: how long
+    a call takes depends on how busy the machine was, so such a stage was not judged. A stage
     that passed with functions that are the course's own code (checker/provenance.py) is `course code`,
     with no points: its checks judged the course; so is a stage one of whose checks failed because the
     file called the course's own code while graded (checker/seal.py).
@@ -253,6 +256,10 @@ def stage_rows(outcome: bounded.Outcome, timeout: float) -> list[dict]:
             cut = True
         elif seen := _course_code(stage, reaches, own_failures, reached.get(str(stage)), course):
             row.update(verdict="course code", passed=0, diagnosis=seen)
+        elif own_failures and all(watch.timed_out(c.get("diagnosis")) for c in own_failures):
+            stopped = own_failures[0]
+            said = f"a call was stopped at its time bound before a check could judge it: {stopped.get('diagnosis', '')}"
+            row.update(verdict="timeout", first_failure=str(stopped.get("name", "")), diagnosis=said)
         elif failed := next(iter(own_failures), None):
             row.update(verdict="fail", first_failure=str(failed.get("name", "")), diagnosis=failed.get("diagnosis", ""))
         elif not mine:
@@ -417,7 +424,9 @@ def grade(
             old = (earlier.get("submissions") or {}).get(sub["name"]) if same else None
             digest = _digest(sub.get("file"))
             previous = out / CHECKS / sub["folder"]
-            if old and digest and old.get("sha256") == digest and previous.is_dir() and not previous.is_symlink():
+            unjudged = any(r.get("verdict") == "timeout" for r in (old or {}).get("rows", []))  # checked again
+            kept = old and digest and old.get("sha256") == digest and not unjudged
+            if kept and previous.is_dir() and not previous.is_symlink():
                 shutil.copytree(previous, staging / CHECKS / sub["folder"], symlinks=True)
                 status = portfolio_status(sub.get("portfolio"), digest)
                 record[sub["name"]] = {**old, "rows": [{**r, "portfolio": status} for r in old["rows"]], "reused": True}
