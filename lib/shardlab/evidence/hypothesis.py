@@ -159,7 +159,7 @@ def menu(transitions: list[dict]) -> list[dict]:
 
 
 def stated(mine, transitions: list[dict], whose: str = "your hypothesis") -> dict:
-    """The learner's hypothesis (`change`, `threshold_ms`, `because`) checked, with its annotation, control and reach.
+    """The learner's hypothesis (`change`, `threshold_ms`, `because`) checked, with its annotation and control.
 
     UsageError for anything else: a change not in MENU, a threshold that is not a positive number
     or that exceeds the median of what the change shortens (a cut the target cannot reach, refuted
