@@ -234,7 +234,7 @@ def test_the_threshold_advice_agrees_with_the_verdict_rule():
     verdicts = {}
     for threshold in (0.02, 0.2):  # "well inside what you expect" (below the drift), and above the drift
         guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}
-        verdicts[threshold] = hypothesis.judge(guess, unchanged, changed, [1.5] * 8)["verdict"]
+        verdicts[threshold] = hypothesis.judge(guess, unchanged, changed)["verdict"]
     # independently, by hand: the drift is 0.05 ms, so the smaller threshold lies below it and the rule
     # (inconclusive when the control drifts by more than the threshold) cannot confirm it; the larger one
     # exceeds the drift and stays below the cut less the drift (0.45 ms)

@@ -501,24 +501,24 @@ QUESTIONS = (
             ),
         ),
         (
-            "The changed loop's target fell by more than your threshold. Why is that alone not a confirmation?",
+            "The verdict cell prints two verdicts. What does each read?",
             [
-                "it is: a cut beyond the threshold confirms the hypothesis",
-                "the control, traced in the same capture, shows how far the machine moved; the cut must pass the "
-                "threshold by more than that",
-                "only a second capture on another day can confirm it",
+                "both read the target's cut: the mechanism's line repeats the effect's",
+                "the effect reads the target's cut against your threshold, with the control's drift as noise; the "
+                "mechanism reads only the part your reason names",
+                "the effect reads the cut against the first trace; the mechanism reads the control",
             ],
             "b",
-            "A cut is never read alone: the control, which the change does not touch, drifts with the machine, so "
-            "the verdict asks the cut to pass the threshold by more than that noise, else it is inconclusive.",
+            "A cut is never read alone: the control, traced in the same capture, shows how far the machine moved. "
+            "And a target can fall as predicted while the part your reason names does not, so the effect can be "
+            "confirmed while the mechanism is not supported.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the table under the verdict's rule: the target's cut beside the control's drift, both loops of one "
-                "capture",
-                r"\| target: [^|]+\|[^|]+\|[^|]+\| cut -?[\d.]+ \|\s*\n"
-                r"\| control: [^|]+\|[^|]+\|[^|]+\| drift -?[\d.]+ \|",
+                "the two lines under the verdict's table: the effect (the target's cut against your threshold, the "
+                "control's drift in the noise), then the mechanism",
+                r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),
     ),

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
-from shardlab.evidence.hypothesis import CAUSE_MISSED, CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdict's rule
+from shardlab.evidence.hypothesis import CAUSE_MISSED, CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdicts' rules
 from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
 from shardlab.perf.roofline import gap as roofline_gap
 
@@ -39,26 +39,21 @@ CHANGE = {  # the verdict's values
     "m": "change.margin_ms",
     "s": "change.spread_ms",
 }
-MECHANISM = {  # stage 4a: the part the change's mechanism shortens, its fall and its middle half in each loop
-    "f": "change.mechanism_fall_ms",
-    "t": "change.threshold_ms",
-    "u_lo": "change.mechanism_sides.unchanged.q1_ms",
-    "u_hi": "change.mechanism_sides.unchanged.q3_ms",
-    "g_lo": "change.mechanism_sides.changed.q1_ms",
-    "g_hi": "change.mechanism_sides.changed.q3_ms",
-}
 PART = {  # stage 4a: the medians of the part the change's mechanism shortens, in each loop
     "mu": "change.mechanism_sides.unchanged.median_ms",
     "mg": "change.mechanism_sides.changed.median_ms",
 }
-CAUSE = {  # stage 4a's verdict on a split target: the mechanism's part, named apart from the control's quartiles
+CAUSE = {  # stage 4a's mechanism verdict: the mechanism's part, named apart from the control's quartiles
     "f": "change.mechanism_fall_ms",
+    "t": "change.threshold_ms",
+    "n": "change.noise_ms",
+    "mu": "change.mechanism_sides.unchanged.median_ms",
+    "mg": "change.mechanism_sides.changed.median_ms",
     "mu_lo": "change.mechanism_sides.unchanged.q1_ms",
     "mu_hi": "change.mechanism_sides.unchanged.q3_ms",
     "mg_lo": "change.mechanism_sides.changed.q1_ms",
     "mg_hi": "change.mechanism_sides.changed.q3_ms",
 }
-PART_MEDIANS = {**CHANGE, "f": "change.mechanism_fall_ms", **PART}
 WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatches, by what each event is
     "w": "fused_trace.top_events.waiting_ms",
     "c": "fused_trace.top_events.collective_ms",
@@ -129,13 +124,12 @@ THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with
     "e_hi": "efficiency.table.-1.efficiency_range.1",
     "w": "efficiency.table.-1.devices",
 }
-# stage 4a's verdict: the first of these that holds is printed
+# stage 4a's verdict on the effect: the first of these that holds is printed
 VERDICT = (
     "change_confirmed",
     "change_refuted_real_cut",
     "change_refuted",
     "drift_beyond_threshold",
-    "cut_beyond_reach",
     "threshold_beyond_reach",
     "threshold_within_noise_real_cut",
     "threshold_within_noise",
@@ -190,60 +184,32 @@ SENTENCES = {
         ),
         "eager_compiles": _s(
             "n > 0",
-            {"n": "timing.eager_4dev.warm_compilations.count", "e": "timing.eager_4dev.median_ms"},
-            "each warm eager call triggered {n} XLA compilations here (the last column): on this JAX version the "
-            "un-jitted shard_map compiles its small operations again on every call, likely most of its {e:.0f} ms "
-            "(not timed apart).",
-            "no warm eager call triggered an XLA compilation here (the last column): its {e:.0f} ms are the "
-            "dispatch of each operation on its own, not compiling.",
-        ),
-        "change_confirmed_mechanism_rose": _s(
-            RELATIONS["confirmed"] + f" and {CAUSE_MISSED} and f <= 0",
-            PART_MEDIANS,
-            "<verdict_of>: refuted, the mechanism missed. The sum fell as predicted (cut {c:.3f} ms, threshold "
-            "{t:.3f} ms, noise {n:.3f} ms), but <part>, the part the change's mechanism removes, did not fall: "
-            "{mu:.3f} → {mg:.3f} ms by median, where the prediction was a fall of at least {t:.3f} ms: the because "
-            "is wrong.",
-            "<verdict_of>: not a sum confirmed while its mechanism's part did not fall (cut {c:.3f} ms, threshold "
-            "{t:.3f} ms, noise {n:.3f} ms; <part> {mu:.3f} → {mg:.3f} ms by median).",
-        ),
-        "change_confirmed_mechanism_missed": _s(
-            RELATIONS["confirmed"] + f" and {CAUSE_MISSED} and f > 0",
-            PART_MEDIANS,
-            "<verdict_of>: refuted, the mechanism missed. The sum fell as predicted (cut {c:.3f} ms, threshold "
-            "{t:.3f} ms, noise {n:.3f} ms), but <part>, the part the change's mechanism removes, fell by only "
-            "{f:.4f} ms ({mu:.3f} → {mg:.3f} ms by median), short of the {t:.3f} ms predicted by more than the noise: "
-            "the because is wrong.",
-            "<verdict_of>: not a sum confirmed with its mechanism short by more than the noise (cut {c:.3f} ms, "
-            "threshold {t:.3f} ms, noise {n:.3f} ms; <part> fell by {f:.4f} ms, {mu:.3f} → {mg:.3f} ms by median).",
-        ),
-        "change_confirmed_cause_unshown": _s(
-            RELATIONS["confirmed"] + f" and not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
-            {**CHANGE, **CAUSE},
-            "<verdict_of>: inconclusive about the cause. The sum fell as predicted: the cut, {c:.3f} ms, passes the "
-            "{t:.3f} ms threshold by {m:.4f} ms, at least the {n:.3f} ms of noise, within the {r:.3f} ms reach. But "
-            "<part>, the part the change's mechanism removes, fell by {f:.4f} ms by median (middle halves "
-            "{mu_lo:.3f}–{mu_hi:.3f} and {mg_lo:.3f}–{mg_hi:.3f} ms): neither by the threshold beyond the spread nor "
-            "short of it by more than the noise.",
-            "<verdict_of>: not a sum confirmed with its mechanism short (cut {c:.3f} ms, threshold {t:.3f} ms, margin "
-            "{m:.4f} ms, noise {n:.3f} ms; <part> fell by {f:.4f} ms, middle half {mu_lo:.3f}–{mu_hi:.3f} ms "
-            "unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
+            {
+                "n": "timing.eager_4dev.warm_compilations.count",
+                "k": "timing.eager_4dev.warm_compilations.total_ms",
+                "e": "timing.eager_4dev.median_ms",
+            },
+            "each warm call of the un-jitted variant traced and compiled its operations again here: {n} XLA "
+            "compilations, {k:.0f} ms of compiling in its last warm-up call, beside its {e:.0f} ms median call. "
+            "What it measures is recompilation, not the dispatch of compiled operations.",
+            "no warm call of the un-jitted variant triggered an XLA compilation here (the last column): its "
+            "{e:.0f} ms are the dispatch of each operation on its own, not compiling.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed, for the sum. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by a margin "
-            "of {m:.4f} ms, at least the {n:.3f} ms of noise, and is within the {r:.3f} ms estimated reach. That "
-            "says the sum fell as predicted, not yet that the predicted "
-            "mechanism removed it.",
-            "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, margin {m:.4f} ms against noise "
-            "{n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; estimated reach {r:.3f} ms).",
+            "<verdict_of>: confirmed. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by "
+            "{m:.4f} ms, at least the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms).",
+            "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, cut − threshold "
+            "{m:.4f} ms against noise {n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; the target's unchanged "
+            "median {r:.3f} ms).",
         ),
         "change_refuted_real_cut": _s(
             RELATIONS["refuted"] + " and c - n > 0",
             CHANGE,
-            "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the measured cut is "
-            "{c:.3f} ms with {n:.3f} ms of noise, so even the cut plus the noise stays below {t:.3f} ms. The cut "
+            "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the "
+            "measured cut is {c:.3f} ms with {n:.3f} ms of noise, so even the cut plus the noise stays below "
+            "{t:.3f} ms. The cut "
             "itself is larger than the noise: the change did shorten its target, by less than predicted.",
             "<verdict_of>: not refuted with a cut beyond the noise (cut {c:.3f} ms, noise {n:.3f} ms, control drift "
             "{d:.3f} ms, threshold {t:.3f} ms).",
@@ -272,30 +238,19 @@ SENTENCES = {
             "The control moved by {d:.3f} ms (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} "
             "ms changed), within ± the {t:.3f} ms threshold.",
         ),
-        "cut_beyond_reach": _s(
-            INCONCLUSIVE["cut_beyond_reach"],
-            {
-                "c": "change.cut_ms",
-                "r": "change.reach_ms",
-                "r_lo": "change.reach_range.q1_ms",
-                "r_hi": "change.reach_range.q3_ms",
-            },
-            "<verdict_of>: inconclusive. The cut ({c:.3f} ms) is larger than the {r:.3f} ms estimated reach "
-            "(middle half {r_lo:.3f}–{r_hi:.3f} ms), so something else moved between the two sides.",
-            "The cut ({c:.3f} ms) is within the {r:.3f} ms estimated reach (middle half {r_lo:.3f}–{r_hi:.3f} ms).",
-        ),
         "threshold_beyond_reach": _s(
             INCONCLUSIVE["threshold_beyond_reach"],
             {"t": "change.threshold_ms", "r": "change.reach_ms", "b": "change.baseline_first_ms"},
-            "<verdict_of>: inconclusive. The {t:.3f} ms predicted is more than the {r:.3f} ms estimated reach "
-            "in this capture: the threshold was set when the target measured {b:.3f} ms, and the baseline has moved "
-            "since. Restate the prediction against this capture, or measure again.",
-            "The {t:.3f} ms predicted is within the {r:.3f} ms estimated reach in this capture.",
+            "<verdict_of>: inconclusive. The {t:.3f} ms predicted is more than the whole of the "
+            "target in this capture, {r:.3f} ms by median in the unchanged loop: the threshold was set when the "
+            "target measured {b:.3f} ms, and the baseline has moved since. Restate the prediction against this "
+            "capture, or measure again.",
+            "The {t:.3f} ms predicted is within the {r:.3f} ms the target measured in this capture's unchanged loop.",
         ),
         "threshold_within_noise_real_cut": _s(
             INCONCLUSIVE["threshold_within_noise"] + " and c > n",
             CHANGE,
-            "<verdict_of>: inconclusive about the threshold, not about the effect. The change did cut its target: "
+            "<verdict_of>: inconclusive. The change did cut its target: "
             "{c:.3f} ms, more than the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms). Whether "
             "the cut reached the {t:.3f} ms predicted cannot be told at this sample size: the margin, cut − threshold "
             "= {m:.4f} ms, lies within ± the noise.",
@@ -310,36 +265,34 @@ SENTENCES = {
             "neither the effect nor whether it reaches the threshold can be told from the drift and the spread.",
             "The margin, cut − threshold = {m:.4f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
-        "mechanism_fell": _s(
-            "f >= t and g_hi < u_lo",
-            MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.4f} ms by median in this "
-            "capture, at least the threshold {t:.3f} ms, and beyond the spread: its middle half in the changed loop "
-            "({g_lo:.3f}–{g_hi:.3f} ms) ends below where the unchanged loop's begins ({u_lo:.3f}–{u_hi:.3f} ms). "
-            "The cut is where the hypothesis placed it.",
-            "The part whose time the change's mechanism removes, <part>, did not fall by the threshold {t:.3f} ms "
-            "beyond the spread ({f:.4f} ms by median; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, "
-            "{g_lo:.3f}–{g_hi:.3f} ms changed).",
+        "mechanism_supported": _s(
+            CAUSE_SHOWN,
+            CAUSE,
+            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.4f} ms "
+            "by median, at least the {t:.3f} ms threshold, and beyond the spread: its middle half in the changed "
+            "loop ({mg_lo:.3f}–{mg_hi:.3f} ms) ends below where the unchanged loop's begins ({mu_lo:.3f}–{mu_hi:.3f} "
+            "ms).",
+            "<verdict_of>: not supported beyond the spread (<part> fell by {f:.4f} ms, threshold "
+            "{t:.3f} ms; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
-        "mechanism_fell_within_noise": _s(
-            "f > 0 and g_hi >= u_lo",
-            MECHANISM,
-            "The part whose time the change's mechanism removes, <part>, fell by {f:.4f} ms by median (threshold "
-            "{t:.3f} ms), but the middle halves overlap: {g_lo:.3f}–{g_hi:.3f} ms in the changed loop, "
-            "{u_lo:.3f}–{u_hi:.3f} ms in the unchanged one. That fall is not separated from the noise, so this "
-            "capture does not show that the cut came from <part>.",
-            "The part whose time the change's mechanism removes, <part>, did not fall by median within overlapping "
-            "middle halves ({f:.4f} ms; {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed).",
+        "mechanism_not_supported": _s(
+            CAUSE_MISSED,
+            CAUSE,
+            "<verdict_of>: not supported. <part>, the part the stated reason names, went "
+            "{mu:.3f} → {mg:.3f} ms by median, a fall of {f:.4f} ms, short of the {t:.3f} ms predicted by more than "
+            "the {n:.3f} ms of noise: whatever the effect, the stated reason is wrong.",
+            "<verdict_of>: not short of the threshold by more than the noise (<part> fell by "
+            "{f:.4f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
         ),
-        "mechanism_fell_short": _s(
-            "f > 0",
-            MECHANISM,
-            "<part>, the part the change's mechanism removes, fell by {f:.4f} ms by median, beyond the spread "
-            "(changed {g_lo:.3f}–{g_hi:.3f} ms, unchanged {u_lo:.3f}–{u_hi:.3f} ms) but less than the threshold "
-            "{t:.3f} ms: a real fall, smaller than the prediction.",
-            "The part whose time the change's mechanism removes, <part>, did not fall: {f:.4f} ms by median (a "
-            "negative fall is a rise; middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms "
-            "changed), so this capture does not show the mechanism at work, whatever the verdict on the sum.",
+        "mechanism_not_shown": _s(
+            f"not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
+            CAUSE,
+            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.4f} ms "
+            "by median (threshold {t:.3f} ms, noise {n:.3f} ms; middle halves {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, "
+            "{mg_lo:.3f}–{mg_hi:.3f} ms changed): neither by the threshold beyond the spread nor short of it by more "
+            "than the noise.",
+            "<verdict_of>: shown one way or the other (<part> fell by {f:.4f} ms, threshold "
+            "{t:.3f} ms, noise {n:.3f} ms).",
         ),
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
@@ -349,33 +302,6 @@ SENTENCES = {
             "twice, the changed one once.",
             "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
-        ),
-        "draw_alone_beyond_its_whole": _s(
-            "r > a",
-            {
-                "r": "trace.reach_bounds.one_call_reshuffle.measured_ms",
-                "a": "trace.reach_bounds.one_call_reshuffle.annotation_ms",
-            },  # fmt: skip
-            "The draw traced alone took {r:.3f} ms by median, more than the {a:.3f} ms median of the "
-            "prepare_and_place parts that contain it: timed alone, in a capture of its own on this shared host, it "
-            "ran slower than inside its loop, so that measurement bounds nothing. A change cannot remove more than "
-            "what it shortens, so the table holds the reach at {a:.3f} ms, that median.",
-            "The draw traced alone took {r:.3f} ms by median, within the {a:.3f} ms median of the prepare_and_place "
-            "parts that contain it in the traced transitions, so the table shows this reach as measured, uncapped.",
-        ),
-        "reach_in_verdict_<change>": _s(
-            "m > a",
-            {
-                "r": "change.reach_ms",
-                "r0": "trace.reach.<change>",
-                "m": "change.reach.median_ms",
-                "a": "change.sides.target.unchanged.median_ms",
-            },
-            "The verdict's reach is {r:.3f} ms, not the {r0:.3f} ms the hypothesis was checked against: <again> "
-            "took {m:.3f} ms, more than the {a:.3f} ms median of the target that contains it, so the reach is held "
-            "at that median.",
-            "The verdict's reach is {r:.3f} ms, <again>; the hypothesis was checked against {r0:.3f} ms, measured "
-            "before this capture.",
         ),
     },
     "stage3a_checkpoint": {  # fault_ranking: the faults x > y > z by fixture a's final-weight errors
@@ -1217,70 +1143,38 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
 
 
 def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on whether a warm eager call still compiled, from the count the timing recorded."""
+    """Stage 4a's sentence on whether a warm eager call still compiled, from the count and time the timing recorded."""
     eager = timing["eager_4dev"]
-    return chosen(notebook, "eager_compiles", n=eager["warm_compilations"]["count"], e=eager["median_ms"])
-
-
-def draw_alone(found: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a: whether the draw traced alone exceeded the parts that contain it (`hypothesis.bounded`'s dict)."""
-    return chosen(notebook, "draw_alone_beyond_its_whole", r=found["measured_ms"], a=found["annotation_ms"])
+    compiles = eager["warm_compilations"]
+    return chosen(notebook, "eager_compiles", n=compiles["count"], k=compiles["total_ms"], e=eager["median_ms"])
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's verdict on `outcome` (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
-    control, reach = outcome["sides"]["control"], outcome["reach_range"]
+    """Stage 4a's verdict on the effect (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
+    control = outcome["sides"]["control"]
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
-    values.update(m=outcome["margin_ms"], s=outcome["spread_ms"])
-    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"], r_lo=reach["q1_ms"], r_hi=reach["q3_ms"])
+    values.update(m=outcome["margin_ms"], s=outcome["spread_ms"], r=outcome["reach_ms"], t=outcome["threshold_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"], b=outcome["baseline_first_ms"])
+    return chosen_first(notebook, VERDICT, {"verdict_of": f"{verdict_of} on the effect"}, **values)
+
+
+def mechanism(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> list[str]:
+    """Stage 4a's verdict on the mechanism (supported, not supported, not shown) and where most of the cut went,
+    for a target split into parts; for a whole target, one line saying the mechanism is not judged apart."""
     if "mechanism" not in outcome:
-        return chosen_first(notebook, VERDICT, {"verdict_of": verdict_of}, **values)
-    # a split target: a sum confirmed while its mechanism's part fell short is confirmed only for the sum
-    unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
-    values.update(f=outcome["mechanism_fall_ms"], mu_lo=unchanged["q1_ms"], mu_hi=unchanged["q3_ms"])
-    values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
-    fill = {"verdict_of": verdict_of, "part": outcome["mechanism"]}
-    first = ("change_confirmed_mechanism_rose", "change_confirmed_mechanism_missed", "change_confirmed_cause_unshown")
-    return chosen_first(notebook, (*first, *VERDICT), fill, **values)
-
-
-# what the verdict's reach was measured again from, per change
-REACH_AGAIN = {
-    "one_call_reshuffle": "the draw timed alone again after this capture",
-    "packed_psum": "the unchanged loop's update beyond the one-device median in this capture",
-}
-
-
-def reach_in_verdict(outcome: dict, first_reach: dict, change: str, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a: which reach the verdict reads (`judge`'s, measured again) beside the one the hypothesis was checked
-    against in the first trace (`first_reach`, change -> ms), and why the verdict's was held at the target's median."""
-    values = {"r": outcome["reach_ms"], "r0": first_reach[change], "m": outcome["reach"]["median_ms"]}
-    values["a"] = outcome["sides"]["target"]["unchanged"]["median_ms"]
-    fill = {"change": change, "again": REACH_AGAIN[change]}
-    return chosen(notebook, "reach_in_verdict_<change>", fill, **values)
-
-
-def mechanism(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
-    """Stage 4a: did the part the change's mechanism shortens fall by the threshold, beyond the spread, and where
-    did most of the cut go? Those two sentences, or none for a change whose target is not split into parts; only
-    the second when the verdict (inconclusive about the cause, or the mechanism missed) already gives the part's
-    fall."""
-    if "mechanism" not in outcome:
-        return []
-    fill = {"part": outcome["mechanism"], "rest": " + ".join(list(outcome["parts"])[1:])}
+        return [f"{verdict_of} on the mechanism: not judged apart; {outcome['target']} is not split into parts here."]
+    fill = {"verdict_of": f"{verdict_of} on the mechanism", "part": outcome["mechanism"]}
+    fill["rest"] = " + ".join(list(outcome["parts"])[1:])
     unchanged, changed = outcome["mechanism_sides"]["unchanged"], outcome["mechanism_sides"]["changed"]
     values = {"f": outcome["mechanism_fall_ms"], "o": outcome["rest_fall_ms"], "t": outcome["threshold_ms"]}
-    values.update(c=outcome["cut_ms"], u_lo=unchanged["q1_ms"], u_hi=unchanged["q3_ms"])
-    values.update(g_lo=changed["q1_ms"], g_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
-    elsewhere = chosen(notebook, "cut_mostly_elsewhere", fill, **values)
-    if outcome.get("inconclusive_because") == "cause_unshown" or outcome.get("mechanism_missed"):
-        return [elsewhere]
-    return [chosen_first(notebook, MECHANISM_NAMES, fill, **values), elsewhere]
+    values.update(c=outcome["cut_ms"], n=outcome["noise_ms"], mu_lo=unchanged["q1_ms"], mu_hi=unchanged["q3_ms"])
+    values.update(mg_lo=changed["q1_ms"], mg_hi=changed["q3_ms"], mu=unchanged["median_ms"], mg=changed["median_ms"])
+    said = chosen_first(notebook, MECHANISM_NAMES, fill, **values)
+    return [said, chosen(notebook, "cut_mostly_elsewhere", fill, **values)]
 
 
-MECHANISM_NAMES = ["mechanism_fell", "mechanism_fell_within_noise", "mechanism_fell_short"]
+MECHANISM_NAMES = ["mechanism_supported", "mechanism_not_supported", "mechanism_not_shown"]
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----

@@ -31,10 +31,9 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
   larger median, and the factor), `prepare_breakdown` (per transition: `jitted_dispatch_ms`,
   `placement_ms`, `other_ms`, and `dispatched`, the jitted functions called inside) and
   `hypothesis` (the one tested, as `evidence.hypothesis.stated` checked it: `change`, `annotation`,
-  `control`, `baseline_ms`, `reach_ms`, `threshold_ms`, `because`, `whose` (the learner's, or the
-  worked example's while the learner's cell is empty), `text`; the verdict, judged with the control's
-  drift in view, is stage 4's `change` result), `draw_ms` (the course's draw traced alone),
-  `one_device_ms`, `reach` (what each change can remove at most) and `example_run`.
+  `control`, `baseline_ms`, `threshold_ms`, `because`, `whose` (the learner's, or the
+  worked example's while the learner's cell is empty), `text`; the verdicts, judged with the control's
+  drift in view, are stage 4's `change` result) and `example_run`.
 - `device_counts` — stage 1's observed valid rows per device: `batch_of_7_rows`, `batch_of_1_row`,
   `walk` (one list per batch of its walk), `from` (the notebook).
 - `all_reduce` — `count` (counted here in the IR file), `ir` (relative path), `recorded` (stage 2's count).
