@@ -319,6 +319,21 @@ MISTAKES = {
         "random_restore_damage",
         ["is not in Unicode normal form NFC", "save normalised the name (unicodedata.normalize)"],
     ),
+    "save_expands_variables": (
+        3,
+        "random_restore_damage",
+        ["the name given holds $ or % characters", "save expanded environment variables in it (os.path.expandvars)"],
+    ),
+    "restore_counters_through_float32": (
+        3,
+        "random_restore_damage",
+        ["step 16,777,217 (2**24 + 1) came back with step 16777216", "never a float"],
+    ),
+    "restore_widens_the_key": (
+        3,
+        "random_restore_damage",
+        ["gave back key as int64(2,)", "the key uint32 (2,)", "rows=1, batch=1"],
+    ),
     "restore_order_of_its_own_length": (
         3,
         "random_restore_damage",
@@ -783,6 +798,7 @@ SLOW_MISTAKES = {
     "save_part_written_by_os_write",
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
+    *("save_expands_variables", "restore_widens_the_key", "restore_counters_through_float32"),
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),
