@@ -1989,6 +1989,13 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     except Exception as exc:
         # the cursor bound is named only when the refusal speaks of the cursor and the cursor sits on a bound
         hint = _refused_valid(exc, cursor, rows, int(state["step"]))
+        expanded = _expanded_vars(path, os.path.join(ctx.workdir, HOME), exc)
+        if expanded:
+            hint = (
+                f"the refusal names {expanded!r}, the path given with $HOME or %HOME% expanded: restore expanded "
+                "environment variables in it (os.path.expandvars), which the caller never asked for -> read the "
+                "path exactly as given" + formulas.mark("exact-resume")
+            )
         raise Miss(
             "the checkpoint restored",
             _learner_error(exc),

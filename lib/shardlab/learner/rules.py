@@ -134,7 +134,8 @@ RULES = (
         "momentum",
         "make_step",
         "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning rate "
-        "and decay that call of make_step was given, as given (any value Config accepts: no floor or clamp); every "
+        "and decay that call of make_step was given, as given (any value Config accepts, an int or a NumPy scalar "
+        "included: no type test, floor or clamp); every "
         "replica ends with the same weights",
         ("consecutive_updates", "replicas_agree", "random_step_update", "step_follows_the_mesh_it_was_made_for"),
     ),
