@@ -2080,10 +2080,11 @@ def _restored_dtypes(restored: dict, shape: tuple, at: int) -> None:
         {name: w for name, (w, _) in wrong.items()},
         {name: f for name, (_, f) in wrong.items()},
         f"restore of a checkpoint at step {at} gave back {', '.join(f'{n} as {f}' for n, (_, f) in wrong.items())}: "
-        "the same numbers in another dtype are another state (a key widened from uint32 is no longer the legacy "
-        "PRNG key, a counter held as a float rounds past 2**24) -> give each field back in the dtype the state has: "
-        "weights and momentum float32, the key uint32 (2,), the order integer ids, cursor and step integers"
-        + formulas.mark("exact-resume"),
+        "the same numbers in another dtype are another state"
+        + (" (a key widened from uint32 is no longer the legacy PRNG key)" if "key" in wrong else "")
+        + (" (a counter held as a float rounds past 2**24)" if {"cursor", "step"} & set(wrong) else "")
+        + " -> give each field back in the dtype the state has: weights and momentum float32, the key uint32 (2,), "
+        "the order integer ids, cursor and step integers" + formulas.mark("exact-resume"),
     )
 
 
