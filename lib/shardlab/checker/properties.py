@@ -1733,18 +1733,22 @@ def _float32_step_kept(ctx, case: Case, path: str, large: dict, contract: dict, 
     it to 2**24. One save and one restore more, on the contract `_large_order_kept` already asked for."""
     sampler = {**oracle.sampler_after(case.seed, LARGE_ROWS, 1, FLOAT32_STEP), "step": FLOAT32_STEP}
     long_run = {**large, **{name: _as_field(large[name], sampler[name]) for name in sampler}}
-    at = f"{FLOAT32_STEP:,} (2**24 + 1)"
+    at = f"{FLOAT32_STEP:,} (2**24 + 1, a long run's step)"
     fix = (
-        "keep cursor and step integers (np.int64) in the file and when read back, never a float: float32 holds "
-        "every integer only up to 2**24, and a step past it comes back rounded"
+        "keep cursor and step in an integer type that holds every step a run reaches (np.int64), in the file and "
+        "when read back: float32 holds every integer only up to 2**24, int16 up to 32,767"
     )
     what = f"a valid checkpoint of a run on {LARGE_ROWS:,} rows in batches of 1 at step {at}"
     got = _restored_field(ctx, _beside(path, "float32-"), long_run, contract, mesh, what, f" -> {fix}", "step")
+    number = got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number)
+    rounded = number and got == np.float32(FLOAT32_STEP) and got != FLOAT32_STEP
     need(
-        got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.integer) and got == FLOAT32_STEP,
+        number and np.issubdtype(got.dtype, np.integer) and got == FLOAT32_STEP,
         FLOAT32_STEP,
         None if got is None else f"{got.dtype} {got.tolist()}",
-        f"the state saved at step {at} came back with step {None if got is None else got.tolist()} -> {fix}"
+        f"the state saved at step {at} came back with step {None if got is None else got.tolist()}"
+        + (": the step went through a float32, which rounds it to 2**24" if rounded else "")
+        + f" -> {fix}"
         + formulas.mark("exact-resume"),
     )
 
