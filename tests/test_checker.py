@@ -319,6 +319,31 @@ MISTAKES = {
         "random_restore_damage",
         ["is not in Unicode normal form NFC", "save normalised the name (unicodedata.normalize)"],
     ),
+    "save_expands_variables": (
+        3,
+        "random_restore_damage",
+        ["the name given holds $ or % characters", "save expanded environment variables in it (os.path.expandvars)"],
+    ),
+    "step_requires_python_floats": (
+        2,
+        "consecutive_updates",
+        ["make_step(mesh, learning_rate=2 (int), decay=0 (int)) raised ConfigError", "but Config accepts"],
+    ),
+    "restore_counters_through_float32": (
+        3,
+        "random_restore_damage",
+        ["came back with step 16777216: the step went through a float32", "np.int64"],
+    ),
+    "restore_expands_variables": (
+        3,
+        "random_restore_damage",
+        ["the path given with $HOME or %HOME% expanded", "restore expanded environment variables"],
+    ),
+    "restore_widens_the_key": (
+        3,
+        "random_restore_damage",
+        ["gave back key as int64(2,)", "the key uint32 (2,)", "rows=1, batch=1"],
+    ),
     "restore_order_of_its_own_length": (
         3,
         "random_restore_damage",
@@ -783,6 +808,8 @@ SLOW_MISTAKES = {
     "save_part_written_by_os_write",
     *("save_order_as_int16", "save_strips_the_name", "restore_order_of_its_own_length"),
     *("save_normalises_the_name", "contract_samples_large_data"),
+    *("save_expands_variables", "restore_widens_the_key", "restore_counters_through_float32"),
+    "restore_expands_variables",
     *("transition_fetches_the_weights", "restore_writes_into_the_contract", "save_renameat2_before_fsync"),
     *("contract_cached_by_array_id", "transition_jits_the_step", "initial_returns_a_kept_state"),
     *("contract_returns_a_kept_dict", "save_cleans_up_on_exception_only", "save_enters_the_folder"),

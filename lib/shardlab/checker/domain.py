@@ -56,8 +56,9 @@ class Case:
 
 
 # A file name to be written exactly as given: a space at each end, and an é both composed (U+00E9) and decomposed
-# (e + U+0301), which str.strip and each Unicode normal form (NFC, NFD, NFKC, NFKD) change.
-SPELT = " run-\u00e9-e\u0301.ckpt "
+# (e + U+0301), which str.strip and each Unicode normal form (NFC, NFD, NFKC, NFKD) change; and $HOME and %HOME%,
+# which os.path.expandvars (and its Windows form) replace by the home folder (HOME is set wherever the checks run).
+SPELT = " run-$HOME-%HOME%-\u00e9-e\u0301.ckpt "
 # name -> (lowest, highest, shrink target): integer ranges include both ends; floats too.
 DOMAIN = {
     "rows": (1, 64, 1),

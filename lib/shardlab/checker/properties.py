@@ -1562,6 +1562,7 @@ def restore_damage(ctx, case: Case) -> None:
         elsewhere = other_mesh_of(ctx, case.devices, case.layout)  # restore places on the mesh it is given, any devices
         restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
         _restored_rules(state, restored, elsewhere, at)
+        _restored_dtypes(restored, case.shape(), at)
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
         _large_order_kept(ctx, case, path, mesh)
@@ -1704,7 +1705,7 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
     if case.save_at != "start":
         return
     data = given(case, _many_rows(case.shape()[1]))
-    contract = called(ctx, "contract", data, _config(case))
+    contract = called(ctx, "contract", data, _config(case, batch_size=1))  # batch 1: see _float32_step_kept
     large = called(ctx, "initial", case.seed, data, mesh)
     fix = (
         "an integer type too narrow for the ids (int16 holds 32,767, uint16 65,535) wraps them -> store the order "
@@ -1718,6 +1719,37 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
         f"the order of {LARGE_ROWS:,} ids as saved",
         None if got is None else {"dtype": str(got.dtype), "max": int(np.max(got, initial=0))},
         f"a checkpoint of a run on data of {LARGE_ROWS:,} rows came back with another order: {fix}"
+        + formulas.mark("exact-resume"),
+    )
+    _float32_step_kept(ctx, case, path, large, contract, mesh)
+
+
+FLOAT32_STEP = 2**24 + 1  # the first integer float32 cannot hold (it rounds to 2**24): a run of 65,537 rows in
+# batches of 1 reaches it in its 257th epoch (a run of a few hundred epochs, as the course's are)
+
+
+def _float32_step_kept(ctx, case: Case, path: str, large: dict, contract: dict, mesh) -> None:
+    """The run of `_large_order_kept` (LARGE_ROWS rows, batch size 1) at step FLOAT32_STEP, its sampler the one that
+    step implies (the oracle's), is saved and restored with that step exactly: a counter kept as a float32 rounds
+    it to 2**24. One save and one restore more, on the contract `_large_order_kept` already asked for."""
+    sampler = {**oracle.sampler_after(case.seed, LARGE_ROWS, 1, FLOAT32_STEP), "step": FLOAT32_STEP}
+    long_run = {**large, **{name: _as_field(large[name], sampler[name]) for name in sampler}}
+    at = f"{FLOAT32_STEP:,} (2**24 + 1, a long run's step)"
+    fix = (
+        "keep cursor and step in an integer type that holds every step a run reaches (np.int64), in the file and "
+        "when read back: float32 holds every integer only up to 2**24, int16 up to 32,767"
+    )
+    what = f"a valid checkpoint of a run on {LARGE_ROWS:,} rows in batches of 1 at step {at}"
+    got = _restored_field(ctx, _beside(path, "float32-"), long_run, contract, mesh, what, f" -> {fix}", "step")
+    number = got is not None and got.ndim == 0 and np.issubdtype(got.dtype, np.number)
+    rounded = number and got == np.float32(FLOAT32_STEP) and got != FLOAT32_STEP
+    need(
+        number and np.issubdtype(got.dtype, np.integer) and got == FLOAT32_STEP,
+        FLOAT32_STEP,
+        None if got is None else f"{got.dtype} {got.tolist()}",
+        f"the state saved at step {at} came back with step {None if got is None else got.tolist()}"
+        + (": the step went through a float32, which rounds it to 2**24" if rounded else "")
+        + f" -> {fix}"
         + formulas.mark("exact-resume"),
     )
 
@@ -1848,6 +1880,29 @@ def _misplaced(path: str, returned, written: bool, spelt: bool, home: str) -> st
     return "path: no file is at that path (what the folder holds is shown) -> write exactly there"
 
 
+def _expanded_words(path: str, written: bool, home: str) -> str | None:
+    """Why the file is not at the path given, where it lies at the path with its $HOME or %HOME% expanded."""
+    expanded = None if written else _expanded_vars(path, home)
+    if not expanded:
+        return None
+    return (
+        f"path: the name given holds $ or % characters ({os.path.basename(path)!r}), but the file went to "
+        f"{expanded!r}: save expanded environment variables in it (os.path.expandvars), which the caller never "
+        "asked for -> use the path exactly as given: $, % and ~ are characters of the name like any other"
+    )
+
+
+def _expanded_vars(path: str, home: str, exc: Exception | None = None) -> str | None:
+    """The path with $HOME, ${HOME} or %HOME% replaced by `home` (the HOME the learner's code runs with), where that
+    is not the path itself and the file is there (or, given `exc`, the error names it): a save that expanded
+    environment variables (os.path.expandvars, or its Windows form) wrote or failed there."""
+    posix = path.replace("${HOME}", home).replace("$HOME", home)
+    for other in (posix, path.replace("%HOME%", home), posix.replace("%HOME%", home)):
+        if other != path and (os.path.exists(other) if exc is None else other in str(exc)):
+            return other
+    return None
+
+
 def _elsewhere(path: str, exc: Exception) -> str | None:
     """A path the error names that ends with the relative folder given but lies in another working folder."""
     given = os.path.dirname(path)
@@ -1861,9 +1916,16 @@ def _elsewhere(path: str, exc: Exception) -> str | None:
     return None
 
 
-def _failed_save(path: str, exc: Exception) -> str:
+def _failed_save(path: str, exc: Exception, home: str) -> str:
     """Why a save of a valid state raised, from what the folder holds afterwards and what the error names."""
     named = _elsewhere(path, exc)
+    expanded = None if os.path.exists(path) else _expanded_vars(path, home, exc)
+    if expanded:
+        return (
+            f"the error names {expanded!r}, the path given with its $ or % variables expanded: save expanded them "
+            "(os.path.expandvars), which the caller never asked for -> use the path exactly as given"
+            + formulas.mark("exact-path")
+        )
     if not os.path.exists(path) and named:
         return (
             f"the path given is relative ({path!r}) and the error names {named!r}: "
@@ -1896,6 +1958,7 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     except Exception as exc:
         home = os.path.join(ctx.workdir, HOME)
         expanded = path.startswith("~") and any(h in str(exc) for h in (home, os.path.realpath(home)))
+        expanded = expanded and not _expanded_vars(path, home, exc)  # $HOME in the name, not the '~', went there
         raise Miss(
             "the checkpoint saved",
             _learner_error(exc),
@@ -1905,7 +1968,7 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
                 f"({path!r}, relative, through a folder named '~'): save expanded '~' (os.path.expanduser), which "
                 "the caller never asked for -> use the path exactly as given" + formulas.mark("exact-path")
                 if expanded
-                else _failed_save(path, exc)
+                else _failed_save(path, exc, home)
             ),
         ) from exc
     written = os.path.exists(path)
@@ -1921,7 +1984,8 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
             "resolves links such as this case's linked folder, and the caller asked for the link) -> return the "
             "path argument itself"
             if respelt
-            else _misplaced(path, returned, written, spelt, os.path.join(ctx.workdir, HOME))
+            else _expanded_words(path, written, os.path.join(ctx.workdir, HOME))
+            or _misplaced(path, returned, written, spelt, os.path.join(ctx.workdir, HOME))
         )
         + formulas.mark("exact-path"),
     )
@@ -1930,6 +1994,13 @@ def _save_and_restore(ctx, case: Case, path: str, state: dict, contract: dict, m
     except Exception as exc:
         # the cursor bound is named only when the refusal speaks of the cursor and the cursor sits on a bound
         hint = _refused_valid(exc, cursor, rows, int(state["step"]))
+        expanded = _expanded_vars(path, os.path.join(ctx.workdir, HOME), exc)
+        if expanded:
+            hint = (
+                f"the refusal names {expanded!r}, the path given with $HOME or %HOME% expanded: restore expanded "
+                "environment variables in it (os.path.expandvars), which the caller never asked for -> read the "
+                "path exactly as given" + formulas.mark("exact-resume")
+            )
         raise Miss(
             "the checkpoint restored",
             _learner_error(exc),
@@ -1978,6 +2049,48 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
     )
     for name in ("weights", "momentum"):
         _placement(restored[name], mesh, P(), f"the restored {name}", "exact-resume")
+
+
+def _field_form(value) -> str:
+    """A field's dtype and shape as the rules speak of them ('uint32(2,)'), a typed PRNG key named as such."""
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return f"a typed PRNG key of dtype {value.dtype}"
+    found = np.asarray(value)
+    return f"{found.dtype}{found.shape}"
+
+
+def _restored_dtypes(restored: dict, shape: tuple, at: int) -> None:
+    """Every restored field has the dtype and shape the rules give the state (rule:exact-resume, as validate-fields
+    and initial-fields state them):
+    weights and momentum float32 (d,), the legacy uint32 (2,) key, integer ids (n,), cursor and step 0-d integers.
+    Equal values in another dtype (a key widened to int64, a step as a float) are another state."""
+    rows, width = shape
+    wanted = {
+        "weights": ("float32", (width,), lambda d: d == np.float32),
+        "momentum": ("float32", (width,), lambda d: d == np.float32),
+        "key": ("uint32", (2,), lambda d: d == np.uint32),
+        "order": ("an integer dtype", (rows,), lambda d: np.issubdtype(d, np.integer)),
+        "cursor": ("an integer dtype", (), lambda d: np.issubdtype(d, np.integer)),
+        "step": ("an integer dtype", (), lambda d: np.issubdtype(d, np.integer)),
+    }
+    wrong = {}
+    for name, (dtype, want, fits) in wanted.items():
+        value = restored.get(name)
+        typed = isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+        found = np.asarray(value) if value is not None and not typed else None
+        if found is None or found.shape != want or not fits(found.dtype):
+            wrong[name] = (f"{dtype} {want}", _field_form(value))
+    need(
+        not wrong,
+        {name: w for name, (w, _) in wrong.items()},
+        {name: f for name, (_, f) in wrong.items()},
+        f"restore of a checkpoint at step {at} gave back {', '.join(f'{n} as {f}' for n, (_, f) in wrong.items())}: "
+        "the same numbers in another dtype are another state"
+        + (" (a key widened from uint32 is no longer the legacy PRNG key)" if "key" in wrong else "")
+        + (" (a counter held as a float rounds past 2**24)" if {"cursor", "step"} & set(wrong) else "")
+        + " -> give each field back in the dtype the state has: weights and momentum float32, the key uint32 (2,), "
+        "the order integer ids, cursor and step integers" + formulas.mark("exact-resume"),
+    )
 
 
 READ_EVERY_CALL = "read and check the file at every call (no cache by path: a path can hold another checkpoint later)"

@@ -328,7 +328,11 @@ def consecutive_updates(ctx):
             )
         expect(False, {k: want[k] for k in wrong}, {k: got[k] for k in wrong}, f"update {number}, {wrong}: {why}")
     _edge_hyperparameters(ctx)
-    return "4 NumPy momentum updates; a step made with learning rate 1e-30 and decay 1 - 2^-24", "equal"
+    return (
+        "4 NumPy momentum updates; a step made with learning rate 1e-30 and decay 1 - 2^-24 (a NumPy float32), "
+        "one made with the ints 2 and 0",
+        "equal",
+    )
 
 
 # The edges of what Config accepts, learning rate in (0, 10) and decay in [0, 1): a tiny learning rate, and the
@@ -344,7 +348,7 @@ def _edge_hyperparameters(ctx) -> None:
     features = np.asarray(ctx.data.features[:FULL], np.float32)
     width = features.shape[1]
     zeros, ones = np.zeros(FULL, np.float32), np.ones(FULL, np.float32)
-    step = ctx.impl.make_step(ctx.mesh, learning_rate=EDGE["learning_rate"], decay=EDGE["decay"])
+    step = _made_with_types_config_accepts(ctx)
     weights, momentum, _, _ = step(*placed(ctx.mesh, features, zeros, ones, np.zeros(width), np.ones(width)))
     v, w = np.asarray(momentum, np.float64), np.asarray(weights, np.float64)
     decay, rate = np.float32(EDGE["decay"]), np.float32(EDGE["learning_rate"])
@@ -361,6 +365,32 @@ def _edge_hyperparameters(ctx) -> None:
         f"the outputs follow decay {used_decay:.9g} and learning rate {used_rate:.3g} -> apply the learning rate and "
         "decay make_step was given as they are, with no floor, clamp or range of your own" + formulas.mark("momentum"),
     )
+
+
+def _made_with_types_config_accepts(ctx):
+    """The edge step, made with its decay as a NumPy float32 (the same number), after a step made with the integers
+    2 and 0 (built, not run: no compile): Config accepts an int and a NumPy scalar for learning rate and decay, so
+    make_step must take them (rule:momentum). A refusal is named with the call and the type it refused."""
+    calls = (
+        {"learning_rate": 2, "decay": 0},
+        {"learning_rate": EDGE["learning_rate"], "decay": np.float32(EDGE["decay"])},
+    )
+    for given in calls:
+        try:
+            step = ctx.impl.make_step(ctx.mesh, **given)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            shown = ", ".join(f"{k}={v!r} ({type(v).__name__})" for k, v in given.items())
+            expect(
+                False,
+                "a step",
+                f"{type(exc).__name__}: {exc}"[:300],
+                f"make_step(mesh, {shown}) raised {type(exc).__name__}, but Config accepts these values: a learning "
+                "rate or decay may be a Python int or float or a NumPy scalar -> take any number Config accepts "
+                "(float(value) reads each of them exactly), with no type test of your own" + formulas.mark("momentum"),
+            )
+    return step
 
 
 def loss_is_taken_before_the_update(ctx):

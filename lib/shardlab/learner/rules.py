@@ -134,7 +134,8 @@ RULES = (
         "momentum",
         "make_step",
         "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning rate "
-        "and decay that call of make_step was given, as given (any value Config accepts: no floor or clamp); every "
+        "and decay that call of make_step was given, as given (any value Config accepts, an int or a NumPy scalar "
+        "included: no type test, floor or clamp); every "
         "replica ends with the same weights",
         ("consecutive_updates", "replicas_agree", "random_step_update", "step_follows_the_mesh_it_was_made_for"),
     ),
@@ -208,8 +209,8 @@ RULES = (
     Rule(
         "exact-path",
         "save",
-        "the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII letters "
-        "included: no .npz added, nothing stripped or normalised) and that path is returned, "
+        "the checkpoint is written at exactly the path given (any name, spaces at its ends, non-ASCII letters and "
+        "$, % or ~ included: no .npz added, nothing stripped, expanded or normalised) and that path is returned, "
         "as given or in its absolute form; save never changes the process's working directory and works called "
         "from any thread (a background checkpointer's: no signal handlers, which only the main thread may set)",
         ("random_restore_damage", "save_syncs_before_publishing", "restore_returns_every_field"),
@@ -323,7 +324,9 @@ RULES = (
     Rule(
         "exact-resume",
         "restore",
-        "the state comes back exactly, weights and momentum replicated on the mesh given, so the run continues as "
+        "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included) and "
+        "the step at any count a run reaches, weights and momentum replicated on the mesh given, so the run "
+        "continues as "
         "the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or "
         "alarms, which only the main thread may set), whatever key order the expected contract's entries "
         "have and from a read-only file, with nothing left open when it returns; restore must accept every file its "

@@ -154,6 +154,19 @@ def idiom_epochs(seed: int, num_examples: int, epochs: int) -> list[dict]:
     return found
 
 
+def sampler_after(seed: int, rows: int, batch_size: int, step: int) -> dict:
+    """Key, order and cursor (the lazy form) after `step` transitions: the epochs begun are counted, the key split
+    that many times and only the last epoch's order drawn, so a step in the millions costs one permutation."""
+    per_epoch = len(epoch_batches(rows, batch_size))
+    epochs = 1 if step == 0 else (step - 1) // per_epoch + 1
+    cursor = 0 if step == 0 else min(((step - 1) % per_epoch + 1) * batch_size, rows)
+    key = np.asarray(jax.random.PRNGKey(seed), np.uint32)
+    for _ in range(epochs):
+        key, subkey = _split(key) if _numpy_recipe() else (np.asarray(k, np.uint32) for k in jax.random.split(key))
+    order = _permutation(subkey, rows) if _numpy_recipe() else np.asarray(jax.random.permutation(subkey, rows))
+    return {"key": np.asarray(key, np.uint32), "order": order, "cursor": cursor}
+
+
 def walk(rows: int, seed: int, batch_size: int, calls: int) -> list[dict]:
     """Per next_batch call: the ids, whether it starts an epoch, and the sampler fields after it.
 

@@ -107,8 +107,8 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
-      rate and decay that call of make_step was given, as given (any value Config accepts: no floor or clamp); every
-      replica ends with the same weights.
+      rate and decay that call of make_step was given, as given (any value Config accepts, an int or a NumPy scalar
+      included: no type test, floor or clamp); every replica ends with the same weights.
     - rule:sharded-step: the compiled step is a jax.jit around a shard_map whose lowered program holds a real
       collective.
     - rule:eager-step: compiled=False returns the same mapped body without jit, with the same numbers.
@@ -152,10 +152,10 @@ def save(path, state: dict, contract_: dict) -> str:
 
     Rules:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
-    - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends and non-ASCII
-      letters included: no .npz added, nothing stripped or normalised) and that path is returned, as given or in its
-      absolute form; save never changes the process's working directory and works called from any thread (a background
-      checkpointer's: no signal handlers, which only the main thread may set).
+    - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends, non-ASCII
+      letters and $, % or ~ included: no .npz added, nothing stripped, expanded or normalised) and that path is
+      returned, as given or in its absolute form; save never changes the process's working directory and works called
+      from any thread (a background checkpointer's: no signal handlers, which only the main thread may set).
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
@@ -189,7 +189,8 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d integers), an
       order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
-    - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
+    - rule:exact-resume: the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key
+      included) and the step at any count a run reaches, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or
       alarms, which only the main thread may set), whatever key order the expected contract's entries have and from a
       read-only file, with nothing left open when it returns; restore must accept every file its own save writes of a
