@@ -58,7 +58,16 @@ ARGUMENTS = (
     Argument("restore", "a path that does not exist, a checkpoint at it + '.npz'", "validate-fields", "npz added"),
     Argument("restore", "a path that does not exist, a checkpoint at it less '.npz'", "validate-fields", "npz removed"),
     Argument("restore", "a path that is a folder holding checkpoint.npz", "validate-fields", "folder of a checkpoint"),
+    # a path that does not exist whose name, read as a glob pattern, matches a checkpoint beside it: '*', '?' and '['
+    # are letters of a name, so a restore that expands the pattern (glob, fnmatch) reads another file
+    Argument(
+        "restore",
+        "a path that does not exist, a checkpoint its name matches as a pattern",
+        "validate-fields",
+        "pattern match",
+    ),
 )
+PATTERN = "check[p]oint-?*.npz"  # the file name of the "pattern match" row: glob reads it as checkpoint-<x...>.npz
 
 
 def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
@@ -84,6 +93,9 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
     elif layout in ("npz added", "npz removed"):  # the path itself stays free: a checkpoint under a neighbour name
         beside = path + ".npz" if layout == "npz added" else os.path.splitext(path)[0]
         with open(beside, "wb") as handle:
+            handle.write(checkpoint)
+    elif layout == "pattern match":  # `path` is free; a checkpoint under a name its file name matches as a pattern
+        with open(os.path.join(folder, "checkpoint-2.npz"), "wb") as handle:
             handle.write(checkpoint)
     elif layout == "dangling link":
         os.symlink("nowhere.npz", path)

@@ -236,10 +236,50 @@ def restore_returns_every_field(ctx):
     _restores_written_another_way(ctx, path, state, contract)
     _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
     _called_from_another_thread(ctx, path, state, contract)
+    _restored_beside_a_running_save(ctx, state, contract)
     return (
         "every field as saved, also with the contract's entries in another order, from a read-only file and from "
-        "another thread, nothing left open",
+        "another thread, beside another save's temporary, nothing left open",
         "equal",
+    )
+
+
+def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:
+    """A save to a name holding a backslash (on POSIX a letter of a name like any other), run whole in a forked child,
+    must leave exactly that name; then a restore of it, with a temporary named as the learner's save names them
+    lying beside it (as a save still running in another thread would leave it, its process id, if any, a live
+    one), must leave the folder as it was."""
+    folder = os.path.join(ctx.workdir, "beside-a-save")
+    os.makedirs(folder)
+    path = os.path.join(folder, "run\\checkpoint.npz")
+    seen = _whole_save(ctx, folder + ".json", path, state, contract)
+    found = sorted(os.listdir(folder))
+    expect(
+        found == [os.path.basename(path)],
+        [os.path.basename(path)],
+        {"save": seen.get("first"), "folder holds": found},
+        "save of a valid state at a name holding a backslash ('run\\\\checkpoint.npz') left another name: on "
+        "POSIX a backslash is a letter of a file name, not a separator; a save that turns it into '/' (or "
+        "normalises the path in any way) writes into a folder 'run' -> use the path exactly as given"
+        + mark("exact-path"),
+    )
+    published = [op.partition(" ")[2] for op in seen.get("operations", []) if op.split(" ", 1)[0] in PUBLISH]
+    if not published or published[0] == os.path.basename(path):
+        return  # no temporary was published: the save's other checks judge how it writes
+    running = published[0].replace(str(seen.get("pid")), str(seen.get("parent"))) if seen.get("pid") else published[0]
+    with open(os.path.join(folder, running), "wb") as handle:
+        handle.write(b"the part file of a save still running")
+    before = arguments.disk(path)
+    restored = _restore(ctx, path, contract)
+    moved = arguments.changed(before, arguments.disk(path))
+    expect(
+        not moved and not _differ(restored, state),
+        "every field as saved, the folder as it was",
+        {"changed on disk": moved, "fields that differ": _differ(restored, state)},
+        f"restore of a valid checkpoint, beside {running!r} (a temporary named as this save names its own, as a save "
+        f"still running in another thread of a live process leaves it), changed {moved} -> restore only reads: it "
+        "removes no temporary (another thread's save is writing it; only a save clears temporaries, and only "
+        "those whose writer process is gone)" + mark("restore-inputs-intact"),
     )
 
 
@@ -521,7 +561,8 @@ def invalid_arguments_are_refused(ctx):
         checkpoint = handle.read()
     wrong, tried = {}, []
     for number, argument in enumerate(arguments.ARGUMENTS):
-        target = os.path.join(ctx.workdir, f"arguments-{number}", "checkpoint.npz")
+        name = arguments.PATTERN if argument.layout == "pattern match" else "checkpoint.npz"
+        target = os.path.join(ctx.workdir, f"arguments-{number}", name)
         arguments.lay_out(argument.layout, target, checkpoint)
         error = arguments.error_of(argument.rule)
         if argument.function == "save":
@@ -542,6 +583,13 @@ def invalid_arguments_are_refused(ctx):
             ", and read the path given, never a name beside it or inside it (the path with .npz added or removed, "
             "or a checkpoint.npz in the folder at the path, is another file)"
             if any(".npz" in case for case in wrong)
+            else ""
+        )
+        + (
+            f", and read the path as a name, never as a pattern ({arguments.PATTERN!r} does not exist; glob and "
+            "fnmatch read it as checkpoint-<anything>.npz and find checkpoint-2.npz): '*', '?' and '[' are letters "
+            "of a file name"
+            if any("pattern" in case for case in wrong)
             else ""
         ),
     }
@@ -564,8 +612,8 @@ RAGGED = [[1.0], [1.0, 2.0]]  # no array holds it: np.asarray (and so np.savez) 
 def failing_saves(state: dict, contract) -> dict:
     """What -> (file path relative to a case folder, state, contract) of a save that may fail: every field
     missing, every field a str or a ragged list (no array holds one), a contract JSON cannot write, a name
-    longer than a folder may hold, a folder that does not exist. Each can fail after a temporary file exists,
-    when it was made too early."""
+    longer than a folder may hold, a folder that does not exist, a path ending in a separator. Each can fail after a
+    temporary file exists, when it was made too early."""
     cases = {}
     for name in FIELDS:
         cases[f"a state without {name}"] = ("checkpoint.npz", {k: v for k, v in state.items() if k != name}, contract)
@@ -574,6 +622,8 @@ def failing_saves(state: dict, contract) -> dict:
     cases["a contract holding a set"] = ("checkpoint.npz", state, {**contract, "seed": {1, 2}})
     cases["a file name of 300 characters"] = ("c" * 296 + ".npz", state, contract)
     cases["a folder that does not exist"] = (os.path.join("missing", "checkpoint.npz"), state, contract)
+    # a path ending in a separator names a folder, which a checkpoint file cannot be: stripping it writes another name
+    cases["a path ending in a separator"] = ("checkpoint" + os.sep, state, contract)
     # two conditions at once: a save that makes the missing folder before it checks the state leaves it behind
     without_step = {k: v for k, v in state.items() if k != "step"}
     cases["a folder that does not exist, and a state without step"] = (
@@ -646,6 +696,13 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             else ""
         )
         + ", and remove the temporary in a finally (or except) block on every error, the failed publish included"
+        + (
+            "; a path ending in a separator names a folder, where no checkpoint file can be: a save that strips the "
+            "separator (rstrip, os.path.normpath) writes another name -> use the path exactly as given, so the "
+            "publish fails" + mark("exact-path")
+            if "a path ending in a separator" in wrong
+            else ""
+        )
         + (
             " (Ctrl-C raises KeyboardInterrupt, which `except Exception` lets through: clean up in finally or "
             "except BaseException)"
@@ -1375,6 +1432,7 @@ def _raced_in_the_same_process(ctx) -> None:
     writes = [n for n, op in enumerate(whole.get("operations", []), start=1) if op.startswith("write")]
     if not writes:
         return
+    _one_state_to_two_names_here(ctx, base, writes[0], state, contract)
     path = os.path.join(base, "checkpoint.npz")
     outcome = probe(
         "interrupted_save",
@@ -1398,6 +1456,43 @@ def _raced_in_the_same_process(ctx) -> None:
         f"{wrong}: both saves wrote one temporary file (a name made from the path and the process id, opened with "
         "truncation), so the other save's bytes went into the published checkpoint -> draw a new temporary name "
         "for every save and create it exclusively (tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
+    )
+
+
+def _one_state_to_two_names_here(ctx, base: str, at: int, state: dict, contract: dict) -> None:
+    """One state saved to two names in one folder in one process, the second save run during the first's write
+    `at` (as another thread of a checkpointer would): both names were free, so both saves succeed, each name
+    holding the state (judged through the learner's restore)."""
+    folder = os.path.join(base, "two-names")
+    os.makedirs(folder)
+    paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
+    outcome = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        at,
+        "race-here",
+        folder + ".json",
+        (paths["first"], state, contract),
+        (paths["rival"],),
+    )
+    if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+        return  # the save never reached that write again: nothing was raced
+    wrong = {who: outcome.get(who) for who in paths if outcome.get(who) != "saved"}
+    wrong |= {
+        f"{who}'s file": found
+        for who in paths
+        if who not in wrong and (found := _holds(ctx, paths[who], contract, state))
+    }
+    expect(
+        not wrong,
+        "both saves succeed, each name holding the state",
+        {"at": outcome.get("at")} | wrong,
+        f"one state saved to two free names (first.npz, rival.npz) in one folder, the second save run in the same "
+        f"process during the first's write ({outcome.get('at')}), as another thread's would: "
+        + "; ".join(f"{who}: {what}" for who, what in wrong.items())
+        + " -> the two saves took one temporary name, made from what they share (the process id, the state "
+        "object's id(), the folder, the time): draw a new name for every save and create it exclusively "
+        "(tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
     )
 
 
