@@ -422,6 +422,11 @@ MISTAKES = {
         "restore_returns_every_field",
         ["a name holding a backslash", "a backslash is a letter of a file name"],
     ),
+    "restore_backslash_as_separator": (
+        3,
+        "restore_returns_every_field",
+        ["restore refused the checkpoint its own save wrote at a name holding a backslash"],
+    ),
     "restore_clears_temporaries": (
         3,
         "restore_returns_every_field",
@@ -819,7 +824,7 @@ SLOW_MISTAKES = {
     *("save_fsync_only_small", "save_normpath", "save_link_falls_back_to_rename"),
     *("save_makedirs_after_isdir", "save_ignores_ctrl_c", "restore_bounded_by_alarm"),
     *("restore_reads_a_pattern", "save_strips_trailing_separator", "save_backslash_as_separator"),
-    *("restore_clears_temporaries", "save_temp_named_by_state_id"),
+    *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
 }
 
 

@@ -264,20 +264,35 @@ def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:
         + mark("exact-path"),
     )
     published = [op.partition(" ")[2] for op in seen.get("operations", []) if op.split(" ", 1)[0] in PUBLISH]
-    if not published or published[0] == os.path.basename(path):
-        return  # no temporary was published: the save's other checks judge how it writes
-    running = published[0].replace(str(seen.get("pid")), str(seen.get("parent"))) if seen.get("pid") else published[0]
-    with open(os.path.join(folder, running), "wb") as handle:
-        handle.write(b"the part file of a save still running")
+    running = next((name for name in published if name != os.path.basename(path)), None)
+    if running and seen.get("pid"):
+        running = running.replace(str(seen["pid"]), str(seen["parent"]))
+    if running:
+        with open(os.path.join(folder, running), "wb") as handle:
+            handle.write(b"the part file of a save still running")
     before = arguments.disk(path)
-    restored = _restore(ctx, path, contract)
+    restored, error = _restored(ctx, path, contract)
     moved = arguments.changed(before, arguments.disk(path))
+    expect(
+        not error,
+        "every field as saved",
+        error,
+        "restore refused the checkpoint its own save wrote at a name holding a backslash ('run\\\\checkpoint.npz'): "
+        "on POSIX a backslash is a letter of a file name; a restore that turns it into '/' (or normalises the path "
+        "in any way) reads run/checkpoint.npz, another name -> read the path exactly as given" + mark("exact-resume"),
+    )
     expect(
         not moved and not _differ(restored, state),
         "every field as saved, the folder as it was",
         {"changed on disk": moved, "fields that differ": _differ(restored, state)},
-        f"restore of a valid checkpoint, beside {running!r} (a temporary named as this save names its own, as a save "
-        f"still running in another thread of a live process leaves it), changed {moved} -> restore only reads: it "
+        "restore of a valid checkpoint"
+        + (
+            f", beside {running!r} (a temporary named as this save names its own, as a save still running in another "
+            "thread of a live process leaves it),"
+            if running
+            else ""
+        )
+        + f" changed {moved} -> restore only reads: it "
         "removes no temporary (another thread's save is writing it; only a save clears temporaries, and only "
         "those whose writer process is gone)" + mark("restore-inputs-intact"),
     )
