@@ -1447,7 +1447,6 @@ def _raced_in_the_same_process(ctx) -> None:
     writes = [n for n, op in enumerate(whole.get("operations", []), start=1) if op.startswith("write")]
     if not writes:
         return
-    _one_state_to_two_names_here(ctx, base, writes[0], state, contract)
     path = os.path.join(base, "checkpoint.npz")
     outcome = probe(
         "interrupted_save",
@@ -1459,19 +1458,20 @@ def _raced_in_the_same_process(ctx) -> None:
         (path, other, contract),
     )
     saved = [who for who in ("first", "rival") if outcome.get(who) == "saved"]
-    if outcome.get("status") != "done" or len(saved) != 1:
-        return  # two successes or none: the race between processes judges those
-    wrong = _holds(ctx, path, contract, {"first": state, "rival": other}[saved[0]])
-    expect(
-        not wrong,
-        "the save that reported success leaves its own checkpoint at the path",
-        {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong},
-        f"a second save of the same path in the same process (as another thread's would) ran during the first "
-        f"save's first write ({outcome.get('at')}); the {saved[0]} save reported success, but the path then held "
-        f"{wrong}: both saves wrote one temporary file (a name made from the path and the process id, opened with "
-        "truncation), so the other save's bytes went into the published checkpoint -> draw a new temporary name "
-        "for every save and create it exclusively (tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
-    )
+    if outcome.get("status") == "done" and len(saved) == 1:  # two or none: the race between processes judges
+        wrong = _holds(ctx, path, contract, {"first": state, "rival": other}[saved[0]])
+        expect(
+            not wrong,
+            "the save that reported success leaves its own checkpoint at the path",
+            {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong},
+            f"a second save of the same path in the same process (as another thread's would) ran during the first "
+            f"save's first write ({outcome.get('at')}); the {saved[0]} save reported success, but the path then held "
+            f"{wrong}: both saves wrote one temporary file (a name made from the path and the process id, opened with "
+            "truncation), so the other save's bytes went into the published checkpoint -> draw a new temporary name "
+            "for every save and create it exclusively (tempfile.mkstemp(dir=the target's folder))"
+            + mark("new-temp-name"),
+        )
+    _one_state_to_two_names_here(ctx, base, writes[0], state, contract)
 
 
 def _one_state_to_two_names_here(ctx, base: str, at: int, state: dict, contract: dict) -> None:
