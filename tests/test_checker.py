@@ -673,6 +673,7 @@ MISTAKES = {
 # Further checks a mistake must fail, with a phrase of each diagnosis: every check of the inventory is
 # shown failing by some mistake, and diagnoses of one mistake agree with each other.
 ALSO = {
+    "restore_backslash_as_separator": {"invalid_arguments_are_refused": "a checkpoint at it read as '/': accepted"},
     "drop_remainder": {"every_epoch_covers_every_id_once": "remainder was dropped"},
     # no premise is taken for granted: no publication, no file at an extension-less path
     "save_naive_savez": {

@@ -350,6 +350,8 @@ ARGUMENT_WORDS = {
     "npz removed": "with .npz added or removed",
     "folder of a checkpoint": "folder",
     "pattern match": "matches as a pattern",
+    "separator": "trailing separator stripped",
+    "backslash": "a backslash read as '/'",
 }
 
 

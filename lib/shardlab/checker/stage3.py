@@ -576,7 +576,7 @@ def invalid_arguments_are_refused(ctx):
         checkpoint = handle.read()
     wrong, tried = {}, []
     for number, argument in enumerate(arguments.ARGUMENTS):
-        name = arguments.PATTERN if argument.layout == "pattern match" else "checkpoint.npz"
+        name = arguments.FILE_NAMES.get(argument.layout, "checkpoint.npz")
         target = os.path.join(ctx.workdir, f"arguments-{number}", name)
         arguments.lay_out(argument.layout, target, checkpoint)
         error = arguments.error_of(argument.rule)
@@ -605,6 +605,12 @@ def invalid_arguments_are_refused(ctx):
             "fnmatch read it as checkpoint-<anything>.npz and find checkpoint-2.npz): '*', '?' and '[' are letters "
             "of a file name"
             if any("pattern" in case for case in wrong)
+            else ""
+        )
+        + (
+            ", and read the path as given, never tidied: a trailing separator names a folder, and on POSIX a "
+            "backslash is a letter of a name (rstrip, os.path.normpath or replacing '\\\\' by '/' reads another file)"
+            if any("separator" in case or "backslash" in case for case in wrong)
             else ""
         ),
     }

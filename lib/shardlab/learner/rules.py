@@ -295,8 +295,9 @@ RULES = (
         "validate-fields",
         "restore",
         "a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a path that "
-        "does not exist (even with a checkpoint beside it under that path with .npz added or removed, or under a "
-        "name the path matches as a pattern: '*', '?' and '[' are letters of a name), a folder, "
+        "does not exist (even with a checkpoint beside it under that path with .npz added or removed, its trailing "
+        "separator stripped or a backslash read as '/', or under a name the path matches as a pattern: '*', '?', "
+        "'[' and a backslash are letters of a name), a folder, "
         "a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
         "fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), "
         "cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows",

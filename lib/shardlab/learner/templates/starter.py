@@ -185,11 +185,11 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       passed it, whether the file is accepted or refused, and it changes nothing on disk (no file written, renamed or
       removed: another thread's save may be writing its temporary in that folder).
     - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
-      path that does not exist (even with a checkpoint beside it under that path with .npz added or removed, or under a
-      name the path matches as a pattern: '*', '?' and '[' are letters of a name), a folder, a symbolic link that leads
-      nowhere, an empty, unreadable or cut file, missing fields, wrong dtypes or shapes (weights and momentum float32
-      (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d integers), an order that is not a permutation,
-      a cursor outside 0..rows.
+      path that does not exist (even with a checkpoint beside it under that path with .npz added or removed, its
+      trailing separator stripped or a backslash read as '/', or under a name the path matches as a pattern: '*', '?',
+      '[' and a backslash are letters of a name), a folder, a symbolic link that leads nowhere, an empty, unreadable or
+      cut file, missing fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order
+      integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, weights and momentum replicated on the mesh given, so the run
       continues as the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or
