@@ -432,6 +432,36 @@ MISTAKES = {
         "invalid_arguments_are_refused",
         ["a folder holding checkpoint.npz: accepted (no error)", "a checkpoint.npz in the folder at the path"],
     ),
+    "restore_reads_a_pattern": (
+        3,
+        "invalid_arguments_are_refused",
+        ["a checkpoint its name matches as a pattern: accepted (no error)", "never as a pattern"],
+    ),
+    "save_strips_trailing_separator": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["a path ending in a separator: returned, but left no file", "a save that strips the separator"],
+    ),
+    "save_backslash_as_separator": (
+        3,
+        "restore_returns_every_field",
+        ["a name holding a backslash", "a backslash is a letter of a file name"],
+    ),
+    "restore_backslash_as_separator": (
+        3,
+        "restore_returns_every_field",
+        ["restore refused the checkpoint its own save wrote at a name holding a backslash"],
+    ),
+    "restore_clears_temporaries": (
+        3,
+        "restore_returns_every_field",
+        ["changed ['.tmp-", "restore only reads: it removes no temporary"],
+    ),
+    "save_temp_named_by_state_id": (
+        3,
+        "racing_saves_never_overwrite",
+        ["one state saved to two free names", "rival: refused", "draw a new name for every save"],
+    ),
     "save_makes_folder_first": (
         3,
         "save_errors_leave_the_folder_as_it_was",
@@ -668,6 +698,7 @@ MISTAKES = {
 # Further checks a mistake must fail, with a phrase of each diagnosis: every check of the inventory is
 # shown failing by some mistake, and diagnoses of one mistake agree with each other.
 ALSO = {
+    "restore_backslash_as_separator": {"invalid_arguments_are_refused": "a checkpoint at it read as '/': accepted"},
     "drop_remainder": {"every_epoch_covers_every_id_once": "remainder was dropped"},
     # no premise is taken for granted: no publication, no file at an extension-less path
     "save_naive_savez": {
@@ -820,6 +851,8 @@ SLOW_MISTAKES = {
     "loss_capped",
     *("save_fsync_only_small", "save_normpath", "save_link_falls_back_to_rename"),
     *("save_makedirs_after_isdir", "save_ignores_ctrl_c", "restore_bounded_by_alarm"),
+    *("restore_reads_a_pattern", "save_strips_trailing_separator", "save_backslash_as_separator"),
+    *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
 }
 
 

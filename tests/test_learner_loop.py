@@ -349,6 +349,9 @@ ARGUMENT_WORDS = {
     "npz added": "with .npz added or removed",
     "npz removed": "with .npz added or removed",
     "folder of a checkpoint": "folder",
+    "pattern match": "matches as a pattern",
+    "separator": "trailing separator stripped",
+    "backslash": "a backslash read as '/'",
 }
 
 

@@ -58,12 +58,36 @@ ARGUMENTS = (
     Argument("restore", "a path that does not exist, a checkpoint at it + '.npz'", "validate-fields", "npz added"),
     Argument("restore", "a path that does not exist, a checkpoint at it less '.npz'", "validate-fields", "npz removed"),
     Argument("restore", "a path that is a folder holding checkpoint.npz", "validate-fields", "folder of a checkpoint"),
+    # a path that does not exist whose name, read as a glob pattern, matches a checkpoint beside it: '*', '?' and '['
+    # are letters of a name, so a restore that expands the pattern (glob, fnmatch) reads another file
+    Argument(
+        "restore",
+        "a path that does not exist, a checkpoint its name matches as a pattern",
+        "validate-fields",
+        "pattern match",
+    ),
+    # the same for a restore that tidies the path: its trailing separator stripped, its backslash taken for '/'
+    Argument("restore", "a path ending in a separator, a checkpoint at it without", "validate-fields", "separator"),
+    Argument("restore", "a path holding a backslash, a checkpoint at it read as '/'", "validate-fields", "backslash"),
 )
+PATTERN = "check[p]oint-?*.npz"  # the file name of the "pattern match" row: glob reads it as checkpoint-<x...>.npz
+# the file name each row is tried with, where it is not checkpoint.npz
+FILE_NAMES = {"pattern match": PATTERN, "separator": "checkpoint.npz" + os.sep, "backslash": "run\\checkpoint.npz"}
+# layout -> the neighbour name of a free path where its row lays the checkpoint: the path with .npz added or
+# removed, a name its file name matches as a glob pattern, the path with its trailing separator stripped or its
+# backslash taken for '/'
+BESIDE = {
+    "npz added": lambda path: path + ".npz",
+    "npz removed": lambda path: os.path.splitext(path)[0],
+    "pattern match": lambda path: os.path.join(os.path.dirname(path), "checkpoint-2.npz"),
+    "separator": lambda path: path.rstrip(os.sep),
+    "backslash": lambda path: path.replace("\\", "/"),
+}
 
 
 def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
     """Put at `path` what `layout` names (`checkpoint`: the bytes of a real checkpoint of this run)."""
-    folder = os.path.dirname(path)
+    folder = os.path.dirname(path.rstrip(os.sep))
     os.makedirs(folder, exist_ok=True)
     if layout in ("checkpoint", "empty file", "half checkpoint"):
         with open(path, "wb") as handle:
@@ -81,8 +105,9 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
         with open(target, "wb") as handle:
             handle.write(checkpoint)
         os.symlink("target.npz", path)
-    elif layout in ("npz added", "npz removed"):  # the path itself stays free: a checkpoint under a neighbour name
-        beside = path + ".npz" if layout == "npz added" else os.path.splitext(path)[0]
+    elif layout in BESIDE:  # the path itself stays free: a checkpoint under a name a restore might read instead
+        beside = BESIDE[layout](path)
+        os.makedirs(os.path.dirname(beside), exist_ok=True)
         with open(beside, "wb") as handle:
             handle.write(checkpoint)
     elif layout == "dangling link":
@@ -93,7 +118,7 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
 
 def disk(path: str) -> tuple:
     """What a refusal must leave as it was: every name in the folder, with its kind and bytes or link target."""
-    folder = os.path.dirname(path)
+    folder = os.path.dirname(path.rstrip(os.sep))
     seen = []
     for root, dirs, names in os.walk(folder):
         for name in sorted(dirs + names):

@@ -345,6 +345,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
+    outcome["pid"], outcome["parent"] = os.getpid(), os.getppid()  # the saver's, and the live process that forked it
     outcome["cwd_moved"] = moved[0] if moved else None
     outcome["sizes"] = [list(entry) for entry in SIZES]
     outcome["published"] = [list(entry) for entry in PUBLISHED]
@@ -420,6 +421,7 @@ def _save_here(save, rival: tuple) -> dict:
 def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple) -> tuple[int, int | None]:
     """(pid of the first saver, pid of the rival process or None): both forked, the pipes between them laid."""
     if mode == "race-here":  # the rival saves in the first saver's own process, as another thread of it would
+        rival = rival if len(rival) > 1 else (*rival, *first[1:])  # a path alone: the first's own state, another name
         return _fork(lambda: _child(save, stop_at, mode, report, first, lambda: _save_here(save, rival))), None
     if mode != "race":
         return _fork(lambda: _child(save, stop_at, mode, report, first, None)), None

@@ -237,10 +237,65 @@ def restore_returns_every_field(ctx):
     _restores_written_another_way(ctx, path, state, contract)
     _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
     _called_from_another_thread(ctx, path, state, contract)
+    _restored_beside_a_running_save(ctx, state, contract)
     return (
         "every field as saved, also with the contract's entries in another order, from a read-only file and from "
-        "another thread, nothing left open",
+        "another thread, beside another save's temporary, nothing left open",
         "equal",
+    )
+
+
+def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:
+    """A save to a name holding a backslash (on POSIX a letter of a name like any other), run whole in a forked child,
+    must leave exactly that name; then a restore of it, with a temporary named as the learner's save names them
+    lying beside it (as a save still running in another thread would leave it, its process id, if any, a live
+    one), must leave the folder as it was."""
+    folder = os.path.join(ctx.workdir, "beside-a-save")
+    os.makedirs(folder)
+    path = os.path.join(folder, "run\\checkpoint.npz")
+    seen = _whole_save(ctx, folder + ".json", path, state, contract)
+    found = sorted(os.listdir(folder))
+    expect(
+        found == [os.path.basename(path)],
+        [os.path.basename(path)],
+        {"save": seen.get("first"), "folder holds": found},
+        "save of a valid state at a name holding a backslash ('run\\\\checkpoint.npz') left another name: on "
+        "POSIX a backslash is a letter of a file name, not a separator; a save that turns it into '/' (or "
+        "normalises the path in any way) writes into a folder 'run' -> use the path exactly as given"
+        + mark("exact-path"),
+    )
+    published = [op.partition(" ")[2] for op in seen.get("operations", []) if op.split(" ", 1)[0] in PUBLISH]
+    running = next((name for name in published if name != os.path.basename(path)), None)
+    if running and seen.get("pid"):
+        running = running.replace(str(seen["pid"]), str(seen["parent"]))
+    if running:
+        with open(os.path.join(folder, running), "wb") as handle:
+            handle.write(b"the part file of a save still running")
+    before = arguments.disk(path)
+    restored, error = _restored(ctx, path, contract)
+    moved = arguments.changed(before, arguments.disk(path))
+    expect(
+        not error,
+        "every field as saved",
+        error,
+        "restore refused the checkpoint its own save wrote at a name holding a backslash ('run\\\\checkpoint.npz'): "
+        "on POSIX a backslash is a letter of a file name; a restore that turns it into '/' (or normalises the path "
+        "in any way) reads run/checkpoint.npz, another name -> read the path exactly as given" + mark("exact-resume"),
+    )
+    expect(
+        not moved and not _differ(restored, state),
+        "every field as saved, the folder as it was",
+        {"changed on disk": moved, "fields that differ": _differ(restored, state)},
+        "restore of a valid checkpoint"
+        + (
+            f", beside {running!r} (a temporary named as this save names its own, as a save still running in another "
+            "thread of a live process leaves it),"
+            if running
+            else ""
+        )
+        + f" changed {moved} -> restore only reads: it "
+        "removes no temporary (another thread's save is writing it; only a save clears temporaries, and only "
+        "those whose writer process is gone)" + mark("restore-inputs-intact"),
     )
 
 
@@ -522,7 +577,8 @@ def invalid_arguments_are_refused(ctx):
         checkpoint = handle.read()
     wrong, tried = {}, []
     for number, argument in enumerate(arguments.ARGUMENTS):
-        target = os.path.join(ctx.workdir, f"arguments-{number}", "checkpoint.npz")
+        name = arguments.FILE_NAMES.get(argument.layout, "checkpoint.npz")
+        target = os.path.join(ctx.workdir, f"arguments-{number}", name)
         arguments.lay_out(argument.layout, target, checkpoint)
         error = arguments.error_of(argument.rule)
         if argument.function == "save":
@@ -543,6 +599,19 @@ def invalid_arguments_are_refused(ctx):
             ", and read the path given, never a name beside it or inside it (the path with .npz added or removed, "
             "or a checkpoint.npz in the folder at the path, is another file)"
             if any(".npz" in case for case in wrong)
+            else ""
+        )
+        + (
+            f", and read the path as a name, never as a pattern ({arguments.PATTERN!r} does not exist; glob and "
+            "fnmatch read it as checkpoint-<anything>.npz and find checkpoint-2.npz): '*', '?' and '[' are letters "
+            "of a file name"
+            if any("pattern" in case for case in wrong)
+            else ""
+        )
+        + (
+            ", and read the path as given, never tidied: a trailing separator names a folder, and on POSIX a "
+            "backslash is a letter of a name (rstrip, os.path.normpath or replacing '\\\\' by '/' reads another file)"
+            if any("separator" in case or "backslash" in case for case in wrong)
             else ""
         ),
     }
@@ -565,8 +634,8 @@ RAGGED = [[1.0], [1.0, 2.0]]  # no array holds it: np.asarray (and so np.savez) 
 def failing_saves(state: dict, contract) -> dict:
     """What -> (file path relative to a case folder, state, contract) of a save that may fail: every field
     missing, every field a str or a ragged list (no array holds one), a contract JSON cannot write, a name
-    longer than a folder may hold, a folder that does not exist. Each can fail after a temporary file exists,
-    when it was made too early."""
+    longer than a folder may hold, a folder that does not exist, a path ending in a separator. Each can fail after a
+    temporary file exists, when it was made too early."""
     cases = {}
     for name in FIELDS:
         cases[f"a state without {name}"] = ("checkpoint.npz", {k: v for k, v in state.items() if k != name}, contract)
@@ -575,6 +644,8 @@ def failing_saves(state: dict, contract) -> dict:
     cases["a contract holding a set"] = ("checkpoint.npz", state, {**contract, "seed": {1, 2}})
     cases["a file name of 300 characters"] = ("c" * 296 + ".npz", state, contract)
     cases["a folder that does not exist"] = (os.path.join("missing", "checkpoint.npz"), state, contract)
+    # a path ending in a separator names a folder, which a checkpoint file cannot be: stripping it writes another name
+    cases["a path ending in a separator"] = ("checkpoint" + os.sep, state, contract)
     # two conditions at once: a save that makes the missing folder before it checks the state leaves it behind
     without_step = {k: v for k, v in state.items() if k != "step"}
     cases["a folder that does not exist, and a state without step"] = (
@@ -647,6 +718,13 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             else ""
         )
         + ", and remove the temporary in a finally (or except) block on every error, the failed publish included"
+        + (
+            "; a path ending in a separator names a folder, where no checkpoint file can be: a save that strips the "
+            "separator (rstrip, os.path.normpath) writes another name -> use the path exactly as given, so the "
+            "publish fails" + mark("exact-path")
+            if "a path ending in a separator" in wrong
+            else ""
+        )
         + (
             " (Ctrl-C raises KeyboardInterrupt, which `except Exception` lets through: clean up in finally or "
             "except BaseException)"
@@ -1385,18 +1463,56 @@ def _raced_in_the_same_process(ctx) -> None:
         (path, other, contract),
     )
     saved = [who for who in ("first", "rival") if outcome.get(who) == "saved"]
-    if outcome.get("status") != "done" or len(saved) != 1:
-        return  # two successes or none: the race between processes judges those
-    wrong = _holds(ctx, path, contract, {"first": state, "rival": other}[saved[0]])
+    if outcome.get("status") == "done" and len(saved) == 1:  # two or none: the race between processes judges
+        wrong = _holds(ctx, path, contract, {"first": state, "rival": other}[saved[0]])
+        expect(
+            not wrong,
+            "the save that reported success leaves its own checkpoint at the path",
+            {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong},
+            f"a second save of the same path in the same process (as another thread's would) ran during the first "
+            f"save's first write ({outcome.get('at')}); the {saved[0]} save reported success, but the path then held "
+            f"{wrong}: both saves wrote one temporary file (a name made from the path and the process id, opened with "
+            "truncation), so the other save's bytes went into the published checkpoint -> draw a new temporary name "
+            "for every save and create it exclusively (tempfile.mkstemp(dir=the target's folder))"
+            + mark("new-temp-name"),
+        )
+    _one_state_to_two_names_here(ctx, base, writes[0], state, contract)
+
+
+def _one_state_to_two_names_here(ctx, base: str, at: int, state: dict, contract: dict) -> None:
+    """One state saved to two names in one folder in one process, the second save run during the first's write
+    `at` (as another thread of a checkpointer would): both names were free, so both saves succeed, each name
+    holding the state (judged through the learner's restore)."""
+    folder = os.path.join(base, "two-names")
+    os.makedirs(folder)
+    paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
+    outcome = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        at,
+        "race-here",
+        folder + ".json",
+        (paths["first"], state, contract),
+        (paths["rival"],),
+    )
+    if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+        return  # the save never reached that write again: nothing was raced
+    wrong = {who: outcome.get(who) for who in paths if outcome.get(who) != "saved"}
+    wrong |= {
+        f"{who}'s file": found
+        for who in paths
+        if who not in wrong and (found := _holds(ctx, paths[who], contract, state))
+    }
     expect(
         not wrong,
-        "the save that reported success leaves its own checkpoint at the path",
-        {k: outcome.get(k) for k in ("at", "first", "rival")} | {"final file": wrong},
-        f"a second save of the same path in the same process (as another thread's would) ran during the first "
-        f"save's first write ({outcome.get('at')}); the {saved[0]} save reported success, but the path then held "
-        f"{wrong}: both saves wrote one temporary file (a name made from the path and the process id, opened with "
-        "truncation), so the other save's bytes went into the published checkpoint -> draw a new temporary name "
-        "for every save and create it exclusively (tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
+        "both saves succeed, each name holding the state",
+        {"at": outcome.get("at")} | wrong,
+        f"one state saved to two free names (first.npz, rival.npz) in one folder, the second save run in the same "
+        f"process during the first's write ({outcome.get('at')}), as another thread's would: "
+        + "; ".join(f"{who}: {what}" for who, what in wrong.items())
+        + " -> the two saves took one temporary name, made from what they share (the process id, the state "
+        "object's id(), the folder, the time): draw a new name for every save and create it exclusively "
+        "(tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
     )
 
 

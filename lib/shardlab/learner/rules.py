@@ -288,14 +288,17 @@ RULES = (
         "restore-inputs-intact",
         "restore",
         "restore changes nothing it is given: the expected contract is left as the caller passed it, whether the "
-        "file is accepted or refused",
+        "file is accepted or refused, and it changes nothing on disk (no file written, renamed or removed: another "
+        "thread's save may be writing its temporary in that folder)",
         ("restore_returns_every_field", "random_restore_damage"),
     ),
     Rule(
         "validate-fields",
         "restore",
         "a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a path that "
-        "does not exist (even with a checkpoint beside it under that path with .npz added or removed), a folder, "
+        "does not exist (even with a checkpoint beside it under that path with .npz added or removed, its trailing "
+        "separator stripped or a backslash read as '/', or under a name the path matches as a pattern: '*', '?', "
+        "'[' and a backslash are letters of a name), a folder, "
         "a symbolic link that leads nowhere, an empty, unreadable or cut file, missing "
         "fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), "
         "cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows",

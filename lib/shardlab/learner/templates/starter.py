@@ -182,12 +182,14 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     - rule:contract-first: the saved contract is compared with the expected one, exactly and entry by entry, before
       anything is accepted (errors.ContractMismatchError).
     - rule:restore-inputs-intact: restore changes nothing it is given: the expected contract is left as the caller
-      passed it, whether the file is accepted or refused.
+      passed it, whether the file is accepted or refused, and it changes nothing on disk (no file written, renamed or
+      removed: another thread's save may be writing its temporary in that folder).
     - rule:validate-fields: a checkpoint that is damaged or not there is refused with errors.CorruptCheckpointError: a
-      path that does not exist (even with a checkpoint beside it under that path with .npz added or removed), a folder,
-      a symbolic link that leads nowhere, an empty, unreadable or cut file, missing fields, wrong dtypes or shapes
-      (weights and momentum float32 (d,), key uint32 (2,), order integer ids (n,), cursor and step 0-d integers), an
-      order that is not a permutation, a cursor outside 0..rows.
+      path that does not exist (even with a checkpoint beside it under that path with .npz added or removed, its
+      trailing separator stripped or a backslash read as '/', or under a name the path matches as a pattern: '*', '?',
+      '[' and a backslash are letters of a name), a folder, a symbolic link that leads nowhere, an empty, unreadable or
+      cut file, missing fields, wrong dtypes or shapes (weights and momentum float32 (d,), key uint32 (2,), order
+      integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key
       included) and the step at any count a run reaches, weights and momentum replicated on the mesh given, so the run
