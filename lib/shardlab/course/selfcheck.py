@@ -459,8 +459,8 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures dispatch and recompilation; the one-device compiled update is the "
-            "strong baseline.",
+            "Eager against compiled measures what the eager call does again every time (here it recompiles its "
+            "operations); the one-device compiled update is the strong baseline.",
             "timing",
             (
                 "timing_table",
@@ -504,8 +504,8 @@ QUESTIONS = (
             "The verdict cell prints two verdicts. What does each read?",
             [
                 "both read the target's cut: the mechanism's line repeats the effect's",
-                "the effect reads the target's cut against your threshold, with the control's drift as noise; the "
-                "mechanism reads only the part your reason names",
+                "the effect reads the target's cut against your threshold, with noise from the control's drift and "
+                "the spread; the mechanism reads only the part your reason names",
                 "the effect reads the cut against the first trace; the mechanism reads the control",
             ],
             "b",
@@ -517,7 +517,7 @@ QUESTIONS = (
                 "verdict",
                 "4. Make the change",
                 "the two lines under the verdict's table: the effect (the target's cut against your threshold, the "
-                "control's drift in the noise), then the mechanism",
+                "noise the larger of the control's drift and the spread), then the mechanism",
                 r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),

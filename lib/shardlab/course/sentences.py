@@ -14,7 +14,13 @@ from typing import NamedTuple
 from shardlab.course import claims
 from shardlab.course.claims import choose, holds
 from shardlab.errors import UsageError
-from shardlab.evidence.hypothesis import CAUSE_MISSED, CAUSE_SHOWN, INCONCLUSIVE, RELATIONS  # the verdicts' rules
+from shardlab.evidence.hypothesis import (  # the verdicts' rules
+    CAUSE_BEYOND_PART,
+    CAUSE_MISSED,
+    CAUSE_SHOWN,
+    INCONCLUSIVE,
+    RELATIONS,
+)
 from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
 from shardlab.perf.roofline import gap as roofline_gap
 
@@ -82,6 +88,14 @@ SETTLED = "u <= p or u - q < u - p"  # an update read longer by more than the ca
 _U, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("u", "course_update"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
+CROSS = {  # stage 5b: the faster controller's compute phase against the one-process update on the most devices
+    "f": "step_times.compute_spread.fast_median_ms",
+    "m": "step_times.compute_spread.fast_min_ms",
+    "u": "efficiency.table.-1.median_ms",
+    "w": "efficiency.table.-1.devices",
+    "n": "efficiency.table.-1.rows",
+    "g": "step_times.rows_per_step_max",
+}
 WORLD_CAUSE = {  # stage 5a: the uninterrupted 2x2 group, and a restart on the control's device count and on another
     "u": "uninterrupted.max_weight_diff",
     "s": "world_change.runs.<same>.max_weight_diff",
@@ -283,6 +297,15 @@ SENTENCES = {
             "the {n:.3f} ms of noise: whatever the effect, the stated reason is wrong.",
             "<verdict_of>: not short of the threshold by more than the noise (<part> fell by "
             "{f:.4f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
+        ),
+        "mechanism_beyond_its_part": _s(
+            CAUSE_BEYOND_PART,
+            CAUSE,
+            "<verdict_of>: not shown. The {t:.3f} ms threshold is more than the whole of <part> in this capture's "
+            "unchanged loop ({mu:.3f} ms by median), so no fall of it could reach the threshold or miss it by the "
+            "noise (it went {mu:.3f} → {mg:.3f} ms). The prediction was sized from the first trace, not from this "
+            "capture.",
+            "<verdict_of>: the threshold ({t:.3f} ms) is within <part>'s unchanged median ({mu:.3f} ms) here.",
         ),
         "mechanism_not_shown": _s(
             f"not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
@@ -639,22 +662,34 @@ SENTENCES = {
     },
     "stage5b_scaling": {
         "cross_process_compute": _s(
-            "f > u",
-            {
-                "f": "step_times.compute_spread.fast_median_ms",
-                "u": "efficiency.table.-1.median_ms",
-                "w": "efficiency.table.-1.devices",
-                "n": "efficiency.table.-1.rows",
-                "g": "step_times.rows_per_step_max",
-            },
-            "Why a step of the 2 × 2 group is slower than the update timed above: even the faster controller's "
-            "compute phase took {f:.2f} ms by median on at most {g} rows a step, more than the {u:.3f} ms the same "
-            "step function took on {w} devices of one process with {n} rows. Its three psums cross between "
-            "processes, through gloo over the loopback; this record cannot split them from the arithmetic, so "
-            "that crossing is the likely, not measured, cost.",
+            "f > u and m > u",
+            CROSS,
+            "Why a step of the 2 × 2 group is slower than the update timed above: the faster controller's compute "
+            "phase took {f:.2f} ms by median, and even its fastest step {m:.2f} ms, on at most {g} rows a step, more "
+            "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows. Its three "
+            "psums cross between processes, through gloo over the loopback; this record cannot split them from the "
+            "arithmetic, so that crossing is the likely, not measured, cost.",
+            "The faster controller's compute phase ({f:.2f} ms by median, fastest step {m:.2f} ms) is not above the "
+            "{u:.3f} ms one-process update at every step.",
+        ),
+        "cross_process_compute_elsewhere": _s(
+            "f > u and m <= u",
+            CROSS,
+            "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, more than "
+            "the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows; but its fastest "
+            "step took {m:.2f} ms, with the same three psums crossing between the same processes. So the crossing "
+            "fits within the one-process time, and what made the other steps slower is not in this record.",
+            "The faster controller's compute phase ({f:.2f} ms by median, fastest step {m:.2f} ms) does not have a "
+            "median above the {u:.3f} ms one-process update with a fastest step within it.",
+        ),
+        "cross_process_compute_none": _s(
+            "f <= u",
+            CROSS,
             "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, not more "
             "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows: crossing "
             "between processes cost no time these records can see.",
+            "The faster controller's compute phase took {f:.2f} ms by median, more than the {u:.3f} ms one-process "
+            "update.",
         ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
@@ -1062,8 +1097,10 @@ def cross_process_compute(fast: dict, efficiency: dict, rows: int, notebook: str
     """Stage 5b: the faster controller's compute median (the group's steps have at most `rows` padded rows)
     against the one-process update on the most devices."""
     most = efficiency["table"][-1]
-    values = {"f": fast["median_ms"], "u": most["median_ms"], "w": most["devices"], "n": most["rows"], "g": rows}
-    return chosen(notebook, "cross_process_compute", **values)
+    values = {"f": fast["median_ms"], "m": fast["min_ms"], "u": most["median_ms"], "w": most["devices"]}
+    values.update(n=most["rows"], g=rows)
+    names = ["cross_process_compute", "cross_process_compute_elsewhere", "cross_process_compute_none"]
+    return chosen_first(notebook, names, **values)
 
 
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
@@ -1174,7 +1211,7 @@ def mechanism(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile")
     return [said, chosen(notebook, "cut_mostly_elsewhere", fill, **values)]
 
 
-MECHANISM_NAMES = ["mechanism_supported", "mechanism_not_supported", "mechanism_not_shown"]
+MECHANISM_NAMES = ["mechanism_supported", "mechanism_not_supported", "mechanism_beyond_its_part", "mechanism_not_shown"]
 
 
 # --- stages 1-3: the sentences a reveal cell prints, kept here so its source does not give the answer away -----

@@ -88,8 +88,11 @@ INCONCLUSIVE = {
 # a target split into parts: the mechanism's part fell by the threshold (f), its changed middle half below the
 # unchanged one's
 CAUSE_SHOWN = "f >= t and mg_hi < mu_lo"
-# the same part fell short of the threshold by more than the noise (n), whatever the sum did
-CAUSE_MISSED = "f + n < t"
+# the same part fell short of the threshold by more than the noise (n), whatever the sum did, where the part's
+# unchanged median in this capture (mu) could fall by the threshold at all
+CAUSE_MISSED = "t <= mu and f + n < t"
+# the threshold is more than the whole part in this capture: no fall of it can show or refute the stated reason
+CAUSE_BEYOND_PART = "t > mu"
 # the mechanism's verdict: the first that holds, else "not shown"
 MECHANISM = {"supported": CAUSE_SHOWN, "not supported": CAUSE_MISSED}
 
@@ -347,7 +350,7 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
             name: _side([row[first] for row in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
         }
         mechanism["mechanism_sides"] = sides_of
-        cause = {"f": falls[0], "t": values["t"], "n": values["n"]}
+        cause = {"f": falls[0], "t": values["t"], "n": values["n"], "mu": sides_of["unchanged"]["median_ms"]}
         cause.update(mg_hi=sides_of["changed"]["q3_ms"], mu_lo=sides_of["unchanged"]["q1_ms"])
         found = (name for name, relation in MECHANISM.items() if holds(relation, cause))
         mechanism["mechanism_verdict"] = next(found, "not shown")
