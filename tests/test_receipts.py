@@ -261,15 +261,18 @@ def check_change(folder, trace, change):
 
 def mechanism_verdict(change, first, breakdowns, threshold, noise):
     """The first part of a split target (the mechanism's): supported if it fell by the threshold with the changed
-    middle half below the unchanged one, not supported if it fell short by more than the noise, else not shown."""
+    middle half below the unchanged one, not supported if it fell short by more than the noise where its unchanged
+    median could fall by the threshold at all, else not shown."""
     part = {side: [row[first] for row in rows] for side, rows in breakdowns.items()}
-    fall = float(np.median(part["unchanged"]) - np.median(part["changed"]))
+    whole = float(np.median(part["unchanged"]))
+    fall = whole - float(np.median(part["changed"]))
     apart = np.percentile(part["changed"], 75) < np.percentile(part["unchanged"], 25)
-    if min(abs(fall - threshold), abs(fall + noise - threshold)) <= 2e-3:  # the rounding of the trace files decides
+    edges = [abs(fall - threshold), abs(fall + noise - threshold), abs(whole - threshold)]
+    if min(edges) <= 2e-3:  # the rounding of the trace files decides
         return change["mechanism_verdict"]
     if fall >= threshold and apart:
         return "supported"
-    return "not supported" if fall + noise < threshold else "not shown"
+    return "not supported" if fall + noise < threshold and threshold <= whole else "not shown"
 
 
 def check_stage3(recovery, faults):
