@@ -1369,21 +1369,10 @@ def _raced_into_a_new_folder(ctx) -> None:
     for number in [n for n, op in enumerate(operations, start=1) if op.startswith("mkdir ")][:3]:
         folder = os.path.join(base, str(number), "new")
         os.makedirs(os.path.dirname(folder))
-        paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
-        outcome = probe(
-            "interrupted_save",
-            ctx.impl.save,
-            number,
-            "race",
-            folder + ".json",
-            (paths["first"], state, contract),
-            (paths["rival"], other, contract),
-        )
-        if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+        raced = _race_two_names(ctx, folder, number, "race", (other, contract), contract, (state, other))
+        if raced is None:
             continue  # the first save never reached that mkdir again: nothing was raced
-        held = {who: _holds(ctx, paths[who], contract, kept) for who, kept in (("first", state), ("rival", other))}
-        wrong = {who: outcome.get(who) for who in ("first", "rival") if outcome.get(who) != "saved"}
-        wrong |= {f"{who}'s file": found for who, found in held.items() if found and who not in wrong}
+        outcome, wrong = raced
         expect(
             not wrong,
             "both saves succeed, each name holding its own checkpoint",
@@ -1485,24 +1474,10 @@ def _one_state_to_two_names_here(ctx, base: str, at: int, state: dict, contract:
     holding the state (judged through the learner's restore)."""
     folder = os.path.join(base, "two-names")
     os.makedirs(folder)
-    paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
-    outcome = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        at,
-        "race-here",
-        folder + ".json",
-        (paths["first"], state, contract),
-        (paths["rival"],),
-    )
-    if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+    raced = _race_two_names(ctx, folder, at, "race-here", (), contract, (state, state))
+    if raced is None:
         return  # the save never reached that write again: nothing was raced
-    wrong = {who: outcome.get(who) for who in paths if outcome.get(who) != "saved"}
-    wrong |= {
-        f"{who}'s file": found
-        for who in paths
-        if who not in wrong and (found := _holds(ctx, paths[who], contract, state))
-    }
+    outcome, wrong = raced
     expect(
         not wrong,
         "both saves succeed, each name holding the state",
@@ -1514,6 +1489,29 @@ def _one_state_to_two_names_here(ctx, base: str, at: int, state: dict, contract:
         "object's id(), the folder, the time): draw a new name for every save and create it exclusively "
         "(tempfile.mkstemp(dir=the target's folder))" + mark("new-temp-name"),
     )
+
+
+def _race_two_names(ctx, folder: str, at, mode: str, rival: tuple, contract: dict, kept: tuple):
+    """Save `kept[0]` to first.npz in `folder`, the rival save to rival.npz (`rival`: its arguments after the path)
+    run at the first's operation `at` (`mode`: interrupt's race or race-here). None if the first never reached `at`
+    again (nothing was raced); else the outcome and what went wrong: each save not reported saved, then each file
+    not holding its saver's state (`kept[1]` for the rival; judged through the learner's restore)."""
+    paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
+    outcome = probe(
+        "interrupted_save",
+        ctx.impl.save,
+        at,
+        mode,
+        folder + ".json",
+        (paths["first"], kept[0], contract),
+        (paths["rival"], *rival),
+    )
+    if outcome.get("status") != "done" or not outcome.get("rival_ran"):
+        return None
+    held = {who: _holds(ctx, paths[who], contract, state) for who, state in zip(paths, kept)}
+    wrong = {who: outcome.get(who) for who in paths if outcome.get(who) != "saved"}
+    wrong |= {f"{who}'s file": found for who, found in held.items() if found and who not in wrong}
+    return outcome, wrong
 
 
 _NO_OPERATIONS = (
