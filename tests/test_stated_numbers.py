@@ -6,9 +6,9 @@ import re
 from conftest import REPO
 
 from rig import torture
-from rig.torture import categories, outcome
+from rig.torture import outcome
 from shardlab.learner import implementation
-from shardlab.multi import drills, group_supervisor, rows, wait_guard
+from shardlab.multi import drills, rows
 
 
 def test_every_failure_column_is_named_where_the_campaign_is_described():
@@ -34,21 +34,6 @@ def test_the_drills_module_lists_exactly_the_drills_its_series_runs():
     local = set(timed) & {name for name in dir(drills) if callable(getattr(drills, name))}
     assert set(listed) <= local  # every listed drill runs in the series
     assert all(re.search(rf"\b{name}\b", drills.__doc__) for name in local - set(listed))  # the control group too
-
-
-def test_the_torture_categories_are_the_ones_the_docstring_names():
-    assert len(categories.CATEGORIES) == len(set(categories.NAMES))
-    words = ("kills during save", "corrupted files", "bad parameters", "multi-process", "output folders",
-             "hostile restores", "save refusals", "stale temporaries", "Orbax", "fuzzer")  # fmt: skip
-    text = " ".join(torture.__doc__.split())
-    assert all(w in text for w in words) and len(words) == len(categories.CATEGORIES)
-
-
-def test_the_freeze_bound_is_the_number_of_pulses_its_comment_states():
-    comment = re.search(
-        r"FREEZE_S = .*\((\d+) missed pulses\)", (REPO / "lib/shardlab/multi/group_supervisor.py").read_text()
-    )
-    assert int(comment.group(1)) == group_supervisor.FREEZE_S / wait_guard.PULSE
 
 
 def test_the_starter_holds_the_functions_the_readme_names_and_a_learner_file_must_define():

@@ -336,6 +336,9 @@ def test_a_cut_larger_than_its_whole_target_while_the_control_drifts_is_not_conf
     # the control still: the same cut confirmed, every value read from this one capture
     found = judge({**guess, "threshold_ms": 0.1}, before, rows([1.00] * 4, [1.00] * 4))
     assert found["confirmed"] and found["reach_ms"] == pytest.approx(1.53)
+    # a control drifting by less than the threshold: the cut is still confirmed
+    found = judge({**guess, "threshold_ms": 0.2}, before, rows([1.00] * 4, [0.95] * 4))
+    assert found["control_drift_ms"] == pytest.approx(0.05) and found["verdict"] == "confirmed"
 
 
 def test_the_verdict_reads_the_cut_against_the_noise_and_the_threshold():

@@ -181,6 +181,12 @@ def test_the_command_writes_torture_json_with_the_counts_per_category(tmp_path, 
     assert "corrupted_files" in printed and "OK" in printed
 
 
+def test_each_category_has_its_own_name():
+    from rig.torture import categories
+
+    assert len(set(categories.NAMES)) == len(categories.CATEGORIES) > 1  # --only picks one category by its name
+
+
 @pytest.mark.controllers
 @pytest.mark.long  # a controller group per kill trial: make test-long's
 def test_killing_a_multi_process_save_never_accepts_a_wrong_step(tmp_path):

@@ -33,7 +33,8 @@ from shardlab.multi.wait_guard import EXIT_STOPPED, PULSE, PULSE_WINDOW, TIMEOUT
 
 POLL = 0.05  # seconds between looks at the group
 BUDGET = 3  # restarts allowed by default, here and in the `supervise` command
-FREEZE_S = 5.0  # a pulse older than this (10 missed pulses) is a frozen process
+MISSED_PULSES = 10  # pulses a process may miss before it counts as frozen: several, not one late one
+FREEZE_S = MISSED_PULSES * PULSE  # seconds: a pulse older than this is a frozen process
 DEATH_S = 0.5  # an exit is seen at the next poll; 10 polls allow for a loaded machine (2 cores, many processes)
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}
 
