@@ -826,26 +826,35 @@ def test_waiting_between_the_other_parts_is_placed_between_them(tmp_path, waitin
         assert f"less than {'the rest of the program' if program > collective else 'the'}" in said, said
 
 
-def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):
+def _roofline_said(tmp_path, course_update: float) -> tuple[dict, list[str]]:
+    """(the points, the roofline sentences) for the course update at `course_update` times its roofline beside the
+    fused steps' 7.5 and 2.6, recorded and checked as a run checks them."""
     from shardlab.course import results as record
-    from shardlab.course import sentences, show
+    from shardlab.course import sentences
     from shardlab.perf import roofline
 
-    # the course update alone ~945x the fused steps' ratio
-    ratios = {"course_update": 7085.46, "fused_psum": 7.5, "fused_stats": 2.6}
+    ratios = {"course_update": course_update, "fused_psum": 7.5, "fused_stats": 2.6}
     points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
     said = sentences.roofline(points)
     recorded = {"points": points, "course_update_over_fused": roofline.gap(points)}
     record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    return points, said
+
+
+def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):
+    from shardlab.course import show
+    from shardlab.perf import roofline
+
+    points, said = _roofline_said(tmp_path, 7085.46)  # the course update alone ~945x the fused steps' ratio
     # independently: the ratio of the ratios (update against fused, like for like), to the nearest whole number
     by_hand = 7085.46 / max(7.5, 2.6)
     assert f"{by_hand:.0f} times the larger" in said[0] and "more than ten times" not in said[0], said[0]
     assert "7085x" in said[0] and roofline.shown_ratio("course_update", points["course_update"]) == "7085"
     # the old table rounded to one decimal first and then to four digits: 7086 beside a sentence's 7085
     assert show.number(round(7085.46, 1)) == "7086" and f"{7085.46:.0f}" == "7085"
-    for name in ratios:  # every shown ratio appears in the sentences as the table shows it
+    for name in points:  # every shown ratio appears in the sentences as the table shows it
         assert f"{roofline.shown_ratio(name, points[name])}x" in " ".join(said), (name, said)
 
 
@@ -999,17 +1008,7 @@ def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
 
 
 def test_the_course_update_is_called_near_the_fused_steps_when_its_ratio_is_not_ten_times_theirs(tmp_path):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.perf import roofline
-
-    ratios = {"course_update": 20.0, "fused_psum": 7.5, "fused_stats": 2.6}
-    points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
-    said = sentences.roofline(points)
-    recorded = {"points": points, "course_update_over_fused": roofline.gap(points)}
-    record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    _, said = _roofline_said(tmp_path, 20.0)
     assert 20.0 / 7.5 < 10 and f"{20.0 / 7.5:.1f} times the larger" in said[0], said[0]  # by hand: 2.7
     assert "not more than ten times" in said[0] and "mostly that fixed cost" not in said[0], said[0]
 

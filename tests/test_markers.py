@@ -42,21 +42,28 @@ def test_plain_child_is_fine():
 """
 
 
-@pytest.mark.long  # a pytest session of its own: make test-long's
-def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
-    for name in ("conftest.py", "_xdist.py", "budget.py", "course_records.py"):  # the conftest and what it imports
+def _session(tmp_path, tests: str, *options: str) -> tuple[int, str, dict]:
+    """(exit code, output, test name -> PASSED/FAILED) of a pytest session of its own over `tests`, under this
+    suite's conftest (and what it imports)."""
+    for name in ("conftest.py", "_xdist.py", "budget.py", "course_records.py"):
         shutil.copy(REPO / "tests" / name, tmp_path / name)
-    (tmp_path / "test_fake.py").write_text(FAKE_TESTS)
-    command = [sys.executable, "-m", "pytest", "--quick", "-n", "0", "-p", "no:cacheprovider", "-rA"]
+    (tmp_path / "test_fake.py").write_text(tests)
+    command = [sys.executable, "-m", "pytest", *options, "-n", "0", "-p", "no:cacheprovider", "-rA"]
     command += ["-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path / "test_fake.py")]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     said = done.stdout + done.stderr
-    assert done.returncode == 1, said
     outcome = {
         line.split()[1].split("::")[-1]: line.split()[0]
         for line in said.splitlines()
         if line.startswith(("PASSED ", "FAILED ")) and "::" in line
     }
+    return done.returncode, said, outcome
+
+
+@pytest.mark.long  # a pytest session of its own: make test-long's
+def test_quick_refuses_the_unmarked_and_leaves_the_marked_to_make_test(tmp_path):
+    code, said, outcome = _session(tmp_path, FAKE_TESTS, "--quick")
+    assert code == 1, said
     assert outcome == {
         "test_imports_papermill": "FAILED",
         "test_starts_a_kernel": "FAILED",
@@ -95,25 +102,14 @@ def test_imports_nothing_refused():
 @pytest.mark.long  # a pytest session of its own: make test-long's
 def test_every_run_refuses_an_unmarked_import_even_of_a_module_already_loaded(tmp_path):
     """`make test` (no --quick) refuses what --quick refuses, after a marked test has loaded the module."""
-    for name in ("conftest.py", "_xdist.py", "budget.py", "course_records.py"):
-        shutil.copy(REPO / "tests" / name, tmp_path / name)
-    (tmp_path / "test_fake.py").write_text(ANY_RUN_TESTS)
-    command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", "-rA"]
-    command += ["-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path / "test_fake.py")]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    said = done.stdout + done.stderr
-    outcome = {
-        line.split()[1].split("::")[-1]: line.split()[0]
-        for line in said.splitlines()
-        if line.startswith(("PASSED ", "FAILED ")) and "::" in line
-    }
+    code, said, outcome = _session(tmp_path, ANY_RUN_TESTS)
     assert outcome == {
         "test_marked_imports_papermill_first": "PASSED",
         "test_imports_papermill_already_loaded": "FAILED",
         "test_imports_papermill_by_name": "FAILED",
         "test_imports_nothing_refused": "PASSED",
     }, said
-    assert done.returncode == 1 and "this test imports papermill" in said
+    assert code == 1 and "this test imports papermill" in said
 
 
 def make_selection(target: str) -> str:
