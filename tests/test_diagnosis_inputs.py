@@ -163,6 +163,7 @@ def test_a_contract_that_merges_experiments_is_blamed_on_contract_not_on_restore
     assert _contract_equal_for_other_data(module) and not _contract_equal_for_other_data(reference)
     assert module.restore is reference.restore  # restore compares as the course does
     results = _run(spec, 3, {"restore_refuses_another_experiment", "refusals_name_the_course_errors"})
+    assert not results["restore_refuses_another_experiment"].passed
     text = results["restore_refuses_another_experiment"].diagnosis
     assert "restore is not at fault" in text and "the same contract as this one" in text, text
     assert "compare the saved contract" not in text, text
