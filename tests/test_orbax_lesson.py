@@ -113,13 +113,15 @@ def test_the_publish_order_is_read_from_the_trace_as_the_sentence_states_it(even
     assert lesson.publish_order(events, "bare") == expected
 
 
-def test_the_async_save_sentence_is_worded_for_both_listings():
+@pytest.mark.parametrize("final_at_return", [0, 1])
+def test_the_async_save_sentence_is_chosen_by_whether_the_final_name_was_there(final_at_return):
     from shardlab.course import sentences
 
-    relation, early_absent, early_present = sentences.CHOSEN["stage3c_orbax_lesson"]["async_save_counts_after_wait"]
-    assert "did not exist yet" in early_absent and "already had its final name" in early_present
-    for text in (early_absent, early_present):
-        assert "wait_until_finished() returns or the final name is seen" in text
+    _, absent, present = sentences.CHOSEN["stage3c_orbax_lesson"]["async_save_counts_after_wait"]
+    said = sentences.chosen(
+        "stage3c_orbax_lesson", "async_save_counts_after_wait", final_at_return=final_at_return, others_at_return=2
+    )
+    assert said == (present if final_at_return else absent).format(others_at_return=2), said
 
 
 @pytest.mark.notebooks
@@ -134,8 +136,6 @@ def test_the_async_save_sentence_matches_the_recorded_listing(run_dir):
     claim = found["claims"]["async_save_counts_after_wait"]
     assert claim["holds"] is (not final_early)
     assert claim["values"] == {"final_at_return": int(final_early), "others_at_return": listing["others_at_return"]}
-    assert ("already had its final name" in claim["text"]) is final_early
-    assert ("did not exist yet" in claim["text"]) is (not final_early)
     shown = [o.get("text", "") for c in executed(run_dir, "stage3c_orbax_lesson").cells for o in c.get("outputs", [])]
     assert any(f"right after save returned: {listing['at_return']}" in text for text in shown)
     assert any(claim["text"] in text for text in shown)
