@@ -1008,14 +1008,13 @@ def test_check_here_prints_the_command_line_verdict(tmp_path, capfd):
     same = [{k: e[k] for k in pick} for e in cli_report["checks"] if e["name"] not in searched]
     assert [{k: e[k] for k in pick} for e in report["checks"]] == same
     assert len(same) == len(cli_report["checks"]) - len(searched)
-    assert "make check IMPL=<your file> STAGE=1 also searches randomly drawn inputs; this cell does not" in here_lines
+    assert any(line.startswith("make check IMPL=<your file> STAGE=1 ") for line in here_lines)  # where the search is
     failing = [line for line in here_lines if line.startswith("FAIL")]
     assert failing and all(any(line.split("(")[0] in c for c in cli_lines) for line in failing)
     assert len(failing) == sum(not e["passed"] for e in report["checks"])  # every failure has its line
     assert not [line for line in here_lines if line.startswith("PASS")]  # a passed check is in the counts alone
     passed = sum(e["passed"] for e in report["checks"])
     assert f"stage 1: {passed} of {len(report['checks'])} checks passed" in here_lines
-    assert any("the 2-id remainder was dropped" in line for line in here_lines)
     assert "first failure to fix: batch_lengths_keep_the_remainder (stage 1)" in here_lines
 
 
@@ -1093,7 +1092,7 @@ def test_docs_state_the_domain_the_damage_space_and_every_randomised_check():
     assert all(kind.split("'")[0] in text for kind in ("truncated", "not an NPZ", "another experiment"))
     for name in search.PROPERTIES:
         assert f"`random_{name}`" in text, name
-    assert "`contracts_agree_in_a_fresh_process`" in text and "What the bounds cannot contain" in text
+    assert "`contracts_agree_in_a_fresh_process`" in text
 
 
 def test_check_case_reproduces_a_minimal_case_in_this_interpreter(capfd):

@@ -5,6 +5,8 @@ given, then receives a wrong input (a stale state from initial, a batch whose ma
 merges two experiments). What is wrong, and what is right, is established here with NumPy and the course's own
 functions, independently of the checker; the diagnosis must name the function at fault, and must not name a cause
 those facts rule out. A diagnosis points at another check only when that check failed in the same run.
+The function at fault is told by the rules the diagnosis marks (learner/rules.py ids), the failure's rules line,
+and by at most one key phrase of the diagnosis where no rule tells it.
 """
 
 import json
@@ -38,6 +40,11 @@ def _run(spec: str, stage: int, keep, only: bool = True) -> dict:
     return {r.name: r for r in runner.run_checks(str(HERE / spec), stage, only=only, skip=skip)}
 
 
+def _rules(why: str) -> list[str]:
+    """The rules a search's diagnosis marks: what the failure's rules line lists."""
+    return runner.marked_rules(why)[1]
+
+
 def _misses(spec: str, cases) -> list:
     """The search's verdicts on `cases` ((property, Case) pairs), in order, on one loaded copy of `spec` in this
     interpreter: what one function keeps between calls carries from case to case, as it does in a check run."""
@@ -66,12 +73,8 @@ def test_a_stale_initial_state_is_blamed_on_initial_not_on_the_step_or_the_curso
     )
     assert first is None  # the first state made for a seed is right
     for miss in (walk, damage):
-        assert miss is not None
-        assert "the state initial returned is already wrong" in miss.why, miss.why
-        assert "a state made for other data" in miss.why, miss.why
-        assert "the implementation raised" not in miss.why and "_body" not in miss.why  # not the step's exception
-        assert "cursor 0 and cursor = rows" not in miss.why  # the cursor is in bounds: ruled out
-    assert "before any transition ran" in walk.why
+        assert miss is not None and _rules(miss.why) == ["initial-fields"], miss.why  # not the step's, nor the cursor's
+        assert "the state initial returned" in miss.why, miss.why
 
 
 def test_a_reshuffle_kept_under_the_key_is_told_by_the_same_seed_on_another_row_count():
@@ -89,9 +92,7 @@ def test_a_reshuffle_kept_under_the_key_is_told_by_the_same_seed_on_another_row_
     assert second.size == 3 and want.size == 23  # the 23-row run was handed the 3-row run's order
 
     (miss,) = _misses(spec, [("sampler_walk", Case(rows=3, batch=1, devices=1, features=1, seed=0, epochs=2))])
-    assert miss is not None
-    assert "a run of the same seed on data of 23 row(s)" in miss.why, miss.why
-    assert "started its second epoch with 3 id(s), not its 23" in miss.why, miss.why
+    assert miss is not None and _rules(miss.why)[0] == "reshuffle", miss.why
     assert "a reshuffle cached under the saved key" in miss.why, miss.why
     assert list(miss.observed) != want.tolist() and str(want.tolist()) in str(miss.expected)
 
@@ -114,11 +115,9 @@ def test_a_batch_that_counts_padding_is_blamed_on_next_batch_not_on_the_step():
     results = _run(spec, 2, earlier | {"transition_is_one_batch_and_one_update"}, only=False)
     padding = results["padding_is_never_an_observation"]
     failed = results["transition_is_one_batch_and_one_update"]
-    assert not failed.passed
+    assert not failed.passed and failed.rules == ("pad-by-position",), failed  # next_batch's rule, not the step's
     text = failed.diagnosis
-    assert "the batch next_batch gave is already wrong" in text and "mask 1 on padded slots" in text, text
-    assert "the step is right on the arrays it was given, so the step is not at fault" in text, text
-    assert "the step itself is wrong" not in text, text
+    assert "the batch next_batch gave is already wrong" in text, text
     assert ("see padding_is_never_an_observation" in text) == (not padding.passed), text
 
 
@@ -128,10 +127,8 @@ def test_the_search_blames_next_batch_not_transition_for_a_batch_that_counts_pad
     three, two = (Case(rows=n, batch=n, devices=4, features=1, seed=5) for n in (3, 2))
     first, second = _misses(spec, [("transition_walk", three), ("transition_walk", two)])
     assert first is None  # every batch of the first case is right: a fresh buffer, then the same 3 rows
-    assert second is not None
+    assert second is not None and _rules(second.why) == ["pad-by-position"], second.why  # not transition's
     assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
-    assert "mask 1 on padded slots" in second.why and "transition is not at fault" in second.why, second.why
-    assert "transition does not use it" not in second.why and "the step itself is wrong" not in second.why
 
 
 @pytest.mark.slow  # a fresh-interpreter resume
@@ -145,8 +142,7 @@ def test_a_resume_that_restored_every_field_is_not_blamed_on_restore():
     assert results["restore_returns_every_field"].passed  # every field comes back exactly
     fresh = results["fresh_process_resume"]
     assert not fresh.passed
-    assert "restore gave back all six saved fields exactly, so restore is not at fault" in fresh.diagnosis
-    assert "not restored bit for bit" not in fresh.diagnosis
+    assert "restore is not at fault" in fresh.diagnosis, fresh.diagnosis
 
 
 def _contract_equal_for_other_data(module) -> bool:
@@ -163,15 +159,9 @@ def test_a_contract_that_merges_experiments_is_blamed_on_contract_not_on_restore
     assert _contract_equal_for_other_data(module) and not _contract_equal_for_other_data(reference)
     assert module.restore is reference.restore  # restore compares as the course does
     results = _run(spec, 3, {"restore_refuses_another_experiment", "refusals_name_the_course_errors"})
-    assert not results["restore_refuses_another_experiment"].passed
-    text = results["restore_refuses_another_experiment"].diagnosis
-    assert "restore is not at fault" in text and "the same contract as this one" in text, text
-    assert "compare the saved contract" not in text, text
-    refusals = results["refusals_name_the_course_errors"]
-    assert not refusals.passed
-    assert "the same contract as this one" in refusals.diagnosis, refusals.diagnosis
-    for ruled_out in ("another error type", "files changed on disk", "the refusal itself is missing"):
-        assert ruled_out not in refusals.diagnosis, refusals.diagnosis  # every refusal that ran had the right type
+    for name in ("restore_refuses_another_experiment", "refusals_name_the_course_errors"):
+        found = results[name]  # the contract's rule, not restore's comparison (contract-first) nor its refusals
+        assert not found.passed and found.rules == ("contract-pins",), (name, found.rules, found.diagnosis)
 
 
 def test_refusals_name_only_the_fault_each_refusal_shows():
@@ -196,9 +186,9 @@ def test_refusals_name_only_the_fault_each_refusal_shows():
     accepted = [case for case, what in observed.items() if what.endswith("but the call succeeded")]
     other_type = [case for case, what in observed.items() if " (not " in what]
     assert "cursor out of range" in accepted  # as seen above
-    assert f"restore accepted {accepted}: the refusal itself is missing" in text, text
+    assert f"restore accepted {accepted}" in text, text
     assert ("another error type" in text) == bool(other_type), text
-    assert "files changed on disk" not in text and "same contract" not in text, text  # ruled out by the facts
+    assert found.rules[0] == "validate-fields" and "contract-pins" not in found.rules, found.rules  # not the contract
 
 
 def test_a_failed_uninterrupted_save_names_what_the_file_holds():
@@ -220,12 +210,12 @@ def test_a_failed_uninterrupted_save_names_what_the_file_holds():
     checks = {"checkpoint_holds_every_field", "interrupted_save_leaves_nothing_or_a_checkpoint"}
     results = _run(spec, 3, checks)
     holds = results["checkpoint_holds_every_field"]
-    assert not holds.passed and "save changed the contract it was given" in holds.diagnosis, holds.diagnosis
-    assert "contract['saved_at_step'] was absent" in holds.diagnosis, holds.diagnosis
-    assert "lacks" not in holds.diagnosis and "missing" not in holds.diagnosis  # every field is in the file
-    text = results["interrupted_save_leaves_nothing_or_a_checkpoint"].diagnosis
-    assert "not the contract save was given (added ['saved_at_step'])" in text, text
-    assert "checkpoint_holds_every_field" not in text, text  # no pointer: the change is named here too
+    assert not holds.passed and holds.rules == ("save-inputs-intact",), (holds.rules, holds.diagnosis)  # no field
+    assert "contract['saved_at_step']" in holds.diagnosis, holds.diagnosis
+    interrupted = results["interrupted_save_leaves_nothing_or_a_checkpoint"]
+    assert interrupted.rules[0] == "save-inputs-intact", interrupted.rules
+    assert "['saved_at_step']" in interrupted.diagnosis, interrupted.diagnosis
+    assert "checkpoint_holds_every_field" not in interrupted.diagnosis  # no pointer: the change is named here too
 
 
 @pytest.mark.parametrize("with_pointer", [True, False])
@@ -237,9 +227,9 @@ def test_a_pointer_names_a_check_only_when_it_failed_in_the_same_run(with_pointe
         {"restore_returns_every_field"} if with_pointer else set()
     )
     results = _run(spec, 3, checks)
-    text = results["interrupted_save_leaves_nothing_or_a_checkpoint"].diagnosis
-    assert "the fault is restore's" in text, text
-    assert "lacks" not in text and "not the contract save was given" not in text, text  # save is ruled out
+    interrupted = results["interrupted_save_leaves_nothing_or_a_checkpoint"]
+    text = interrupted.diagnosis
+    assert interrupted.rules == ("exact-resume",) and "the fault is restore's" in text, text  # save is ruled out
     if with_pointer:
         assert not results["restore_returns_every_field"].passed
     assert ("see restore_returns_every_field" in text) == with_pointer, text
@@ -262,7 +252,6 @@ def test_a_restore_that_answers_a_path_from_memory_is_told_from_a_wrong_comparis
         assert int(reference.restore(path, contract, mesh)["step"]) == 1
     miss = _misses(spec, [("restore_damage", Case(rows=1, batch=1, devices=1, features=1, seed=0))])[0]
     assert miss is not None and "no cache by path" in miss.why, miss
-    assert "the whole contract must be equal" not in miss.why, miss.why
 
 
 def test_a_state_no_course_run_reaches_is_blamed_on_the_sampler_not_on_restore():
@@ -278,9 +267,8 @@ def test_a_state_no_course_run_reaches_is_blamed_on_the_sampler_not_on_restore()
     assert int(state["cursor"]) == 4 > 3  # past the rows: no run of the course holds it
     assert module.restore is reference.restore
     (miss,) = _misses(spec, [("restore_damage", case)])
-    assert miss is not None
-    assert "is already wrong, before save and restore ran" in miss.why, miss.why
-    assert "cursor 0 and cursor = rows" not in miss.why and "restore must accept" not in miss.why, miss.why
+    assert miss is not None and _rules(miss.why)[0] == "cursor", miss.why  # the sampler's arithmetic, not restore's
+    assert "before save and restore ran" in miss.why, miss.why
 
 
 def test_momentum_in_the_gradients_place_is_named_only_where_the_two_differ():
@@ -300,6 +288,8 @@ def test_momentum_in_the_gradients_place_is_named_only_where_the_two_differ():
 def test_a_gradient_summed_twice_is_named_with_its_factor_not_as_local_means():
     """jax.grad inside shard_map already adds the replicated weights' gradient over 'data'; a psum of it adds it
     again: the device count times the right gradient on every batch, however the rows fall. The loss stays right."""
+    from shardlab.checker import formulas
+
     spec = "broken/gradient_summed_twice.py"
     module = implementation.load(str(HERE / spec))
     data, mesh = teaching_fixture(), make_mesh(4)
@@ -315,7 +305,8 @@ def test_a_gradient_summed_twice_is_named_with_its_factor_not_as_local_means():
 
     checks = {"gradient_on_a_full_batch", "gradient_on_tail_batches", "empty_device_contributes_zeros"}
     results = _run(spec, 2, checks)
-    named = "a sum over the 4 devices was added over them again, a factor 4"
+    (summed,) = formulas.summed_twice("gradient", 0.0, 4)
+    named = summed.text  # the cause in the checker's own words
     for name in ("gradient_on_tail_batches", "empty_device_contributes_zeros"):  # devices hold unequal rows
         text = results[name].diagnosis
         assert not results[name].passed and named in text, text
@@ -346,12 +337,9 @@ def test_a_save_that_removes_a_live_savers_temporary_is_named_as_such():
 
     results = _run(spec, 3, {"racing_saves_never_overwrite", "save_errors_leave_the_folder_as_it_was"})
     assert results["save_errors_leave_the_folder_as_it_was"].passed  # it removes no file of its own refusals
-    found = results["racing_saves_never_overwrite"]
-    assert not found.passed
-    text = found.diagnosis
-    assert "the rival's save removed ['.tmp-" in text and "which the first save had made" in text, text
-    assert "temporaries whose writer process is gone" in text, text
-    assert "both reported success" not in text and "a loser must remove its temporary" not in text, text
+    found = results["racing_saves_never_overwrite"]  # the temporary's rule, not the publish's (exclusive-publish)
+    assert not found.passed and found.rules == ("new-temp-name",), (found.rules, found.diagnosis)
+    assert "the rival's save removed ['.tmp-" in found.diagnosis, found.diagnosis
 
 
 def test_a_contract_that_freezes_the_callers_arrays_is_named_not_the_transport():
@@ -369,8 +357,7 @@ def test_a_contract_that_freezes_the_callers_arrays_is_named_not_the_transport()
     results = _run(spec, 3, checks)
     found = results["random_contract_tells_apart"]
     assert not found.passed
-    assert "contract changed its caller's inputs: data[0] made read-only" in found.diagnosis, found.diagnosis
-    assert "data[1] made read-only" in found.diagnosis and "copy an array before freezing it" in found.diagnosis
+    assert all(f"data[{i}] made read-only" in found.diagnosis for i in (0, 1)), found.diagnosis
     for result in results.values():
         assert "not a value the checker reads" not in result.diagnosis, result
         assert "WRITEABLE" not in str(result.observed), result
@@ -399,8 +386,7 @@ def test_a_fault_table_on_a_stale_initial_state_names_initial_not_an_index():
         with pytest.raises(faults.StaleStateError) as refused:
             faults.fault_table(module, data, mesh, folder)
     text = str(refused.value)
-    assert f"initial({seed}, data, mesh) returned a state with shapes" in text and "(31,)" in text, text
-    assert "a state made for other data" in text and "23 rows x 8 features" in text, text
+    assert f"initial({seed}, data, mesh)" in text and "(31,)" in text, text
 
 
 def test_refusals_after_restore_changed_its_contract_name_the_change_not_the_error_type():
@@ -418,12 +404,8 @@ def test_refusals_after_restore_changed_its_contract_name_the_change_not_the_err
     assert not _contract_equal_for_other_data(module)  # the contract function itself tells experiments apart
 
     found = _run(spec, 3, {"refusals_name_the_course_errors"})["refusals_name_the_course_errors"]
-    assert not found.passed
-    text = found.diagnosis
-    assert "contract['schema_version']" in text and "now absent" in text, text
-    assert "never change it" in text, text
-    for ruled_out in ("refused with another error type", "the refusal itself is missing", "files changed on disk"):
-        assert ruled_out not in text, (ruled_out, text)
+    assert not found.passed and found.rules == ("restore-inputs-intact",), (found.rules, found.diagnosis)
+    assert "contract['schema_version']" in found.diagnosis, found.diagnosis
 
 
 def _contract(data) -> dict:
@@ -433,6 +415,8 @@ def _contract(data) -> dict:
 def test_stage_four_names_momentum_in_the_gradients_place_and_a_step_without_lower():
     """gradient_output_is_momentum wraps the course's jitted step in a Python function that returns the new
     momentum fourth: from non-zero momentum the two differ, and the wrapper has no .lower()."""
+    from shardlab.checker import formulas
+
     spec = "broken/gradient_output_is_momentum.py"
     module = implementation.load(str(HERE / spec))
     data, mesh = teaching_fixture(), make_mesh(4)
@@ -449,11 +433,12 @@ def test_stage_four_names_momentum_in_the_gradients_place_and_a_step_without_low
     assert hasattr(reference.make_step(mesh), "lower") and not hasattr(step, "lower")
 
     results = _run(spec, 4, {"compiled_step_lowers_and_compiles", "eager_step_matches_numpy"})
-    named = "the gradient output equals the new momentum (decay x momentum + gradient), not the gradient"
+    swapped = np.ones(3)  # the cause in the checker's own words, without its rule marks
+    named, _ = runner.marked_rules(formulas.momentum_as_gradient(swapped, swapped, 2 * swapped, swapped))
     for result in results.values():
         assert not result.passed and named in result.diagnosis, result.diagnosis
         assert "the implementation raised" not in result.diagnosis, result.diagnosis
-    assert "returned a function without .lower()" in results["compiled_step_lowers_and_compiles"].diagnosis
+    assert "sharded-step" in results["compiled_step_lowers_and_compiles"].rules  # the wrapper has no .lower()
 
 
 def test_a_squeezed_gradient_is_named_as_a_shape_mistake_not_as_a_factor():
@@ -469,10 +454,8 @@ def test_a_squeezed_gradient_is_named_as_a_shape_mistake_not_as_a_factor():
 
     result = _run(spec, 2, {"random_step_update"})["random_step_update"]
     assert not result.passed
-    for phrase in ("a shape mistake, not a wrong value", "grad of shape ()", "the weights' shape (1,)", "features=1"):
-        assert phrase in result.diagnosis, (phrase, result.diagnosis)
-    for ruled_out in ("constant factor", "1 x the NumPy"):
-        assert ruled_out not in result.diagnosis, (ruled_out, result.diagnosis)
+    assert "grad of shape ()" in result.diagnosis and "features=1" in result.diagnosis, result.diagnosis
+    assert "constant factor" not in result.diagnosis, result.diagnosis  # the value is right: no factor
 
 
 @pytest.mark.slow  # a planted file whose check takes over a second of CPU: make test's, not the inner loop's
@@ -490,10 +473,9 @@ def test_a_contract_that_hashes_the_buffer_is_named_with_the_data_not_in_c_order
 
     result = _run(spec, 3, {"random_contract_tells_apart"})["random_contract_tells_apart"]
     assert not result.passed
-    for phrase in ("in contract", "not C-contiguous", "whatever its memory layout"):
-        assert phrase in result.diagnosis, (phrase, result.diagnosis)
-    shown = result.expected["minimal case"]  # the report's case has the fixture's own shape, as the prose says
-    assert (shown["rows"], shown["features"]) == (23, 8) and "23 row(s) x 8 feature(s)" in result.diagnosis
+    assert "not C-contiguous" in result.diagnosis, result.diagnosis
+    shown = result.expected["minimal case"]  # the report's case has the fixture's own shape
+    assert (shown["rows"], shown["features"]) == (23, 8), shown
 
 
 def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():
@@ -515,9 +497,8 @@ def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():
 
     result = _run(spec, 3, {"random_restore_damage"})["random_restore_damage"]
     assert not result.passed
-    for phrase in ("save returned 'checkpoint.npz'", "os.chdir", "never change the working folder"):
-        assert phrase in result.diagnosis, (phrase, result.diagnosis)
-    assert "np.savez appends" not in result.diagnosis  # the name has its suffix: ruled out
+    assert result.rules == ("exact-path",) and "os.chdir" in result.diagnosis, (result.rules, result.diagnosis)
+    assert "'checkpoint.npz'" in result.diagnosis and "np.savez appends" not in result.diagnosis  # it has its suffix
 
 
 @pytest.mark.slow  # a save, its probes and the checker's worker: seconds of CPU, make test's, not the inner loop's
@@ -545,8 +526,7 @@ def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_suc
 
     result = _run(spec, 3, {"random_restore_damage"})["random_restore_damage"]
     assert not result.passed
-    for phrase in ("expanded '~'", "use the path exactly as given", "home path"):
-        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    assert result.rules == ("exact-path",) and "expanded '~'" in result.diagnosis, (result.rules, result.diagnosis)
     assert "np.savez appends" not in result.diagnosis
     assert set(os.listdir(real_home)) == before  # nothing written into the real home
 
@@ -565,8 +545,7 @@ def test_a_step_cached_by_mesh_shape_is_named_as_a_step_of_another_mesh():
 
     result = _run(spec, 3, {"random_restore_damage"})["random_restore_damage"]
     assert not result.passed
-    for phrase in ("gave a step that runs on other devices", "a cache keyed by mesh.shape"):
-        assert phrase in result.diagnosis, (phrase, result.diagnosis)
+    assert result.rules == ("any-mesh",) and "a cache keyed by mesh.shape" in result.diagnosis, result.diagnosis
     assert "a mesh of its own making" not in result.diagnosis  # the checker placed the inputs: ruled out
 
 
@@ -577,9 +556,8 @@ def test_a_learning_rate_kept_in_half_precision_is_judged_as_an_update_not_as_th
     assert abs(rounded - 0.03) / 0.03 > 1e-5 > abs(float(np.float32(0.03)) - 0.03) / 0.03  # far above float32's
     result = _run("broken/learning_rate_through_float16.py", 2, {"consecutive_updates"})["consecutive_updates"]
     assert not result.passed
-    assert "raised" not in result.diagnosis and "TypeError" not in result.observed, result.diagnosis
-    assert "update 2 diverges" in result.diagnosis, result.diagnosis
-    assert "it follows v <- 0.8*v + 1*g, w <- w - 0.02999" in result.diagnosis, result.diagnosis  # told from 0.03
+    assert result.rules == ("momentum",) and "TypeError" not in result.observed, (result.rules, result.diagnosis)
+    assert "w <- w - 0.02999" in result.diagnosis, result.diagnosis  # the fitted learning rate, told from 0.03
 
 
 def test_predictions_in_bfloat16_are_named_as_reduced_precision_not_as_a_constant_factor():
@@ -607,8 +585,8 @@ def test_predictions_in_bfloat16_are_named_as_reduced_precision_not_as_a_constan
     for name in checks:
         text = results[name].diagnosis
         assert not results[name].passed, name
-        assert "reduced-precision type" in text and "bfloat16" in text, (name, text)
-        for ruled_out in ("a constant factor", "same factor", "no known wrong formula", "local means"):
+        assert "bfloat16" in text and results[name].rules == ("global-mean",), (name, text)
+        for ruled_out in ("a constant factor", "local means"):
             assert ruled_out not in text, (ruled_out, name, text)
 
 
@@ -628,7 +606,7 @@ def test_a_step_zero_checkpoint_refused_as_missing_is_named_as_a_truthiness_test
 
     (miss,) = _misses(spec, [("restore_damage", Case(rows=1, features=1, seed=0, devices=1, save_at="start"))])
     assert miss is not None
-    assert "a presence test on the value" in miss.why and "cursor and step are 0" in miss.why, miss.why
+    assert "a presence test on the value" in miss.why, miss.why
     assert "are both in bounds" not in miss.why, miss.why  # the refusal says 'missing': no bounds test
 
 
@@ -654,8 +632,7 @@ def test_a_save_that_fails_after_publishing_a_bare_name_names_the_empty_folder_n
     case = Case(rows=1, features=1, seed=0, devices=1, save_at="start", path="bare")
     (miss,) = _misses(spec, [("restore_damage", case)])
     assert miss is not None
-    assert "was published at the path" in miss.why and "os.path.dirname is ''" in miss.why, miss.why
-    assert "write the temporary file in the target's own folder" not in miss.why, miss.why
+    assert _rules(miss.why) == ["new-temp-name", "exact-path"] and "os.path.dirname is ''" in miss.why, miss.why
 
 
 def test_a_save_that_changes_its_callers_contract_is_named_not_a_salted_contract():
@@ -680,10 +657,8 @@ def test_a_save_that_changes_its_callers_contract_is_named_not_a_salted_contract
     results = _run(spec, 3, checks)
     for name in checks:
         text = results[name].diagnosis
-        assert not results[name].passed and "save changed the contract it was given" in text, (name, text)
-        assert "was list, now tuple" in text, text
-        for ruled_out in ("hash()", "salted", "stale temporary"):
-            assert ruled_out not in text, (ruled_out, name, text)
+        assert not results[name].passed and results[name].rules == ("save-inputs-intact",), (name, text)
+        assert "was list, now tuple" in text, text  # save's change, not a salted contract nor a stale temporary
 
 
 def test_a_seed_folded_to_31_bits_is_named_as_such_not_as_a_state_kept_from_an_earlier_call():
@@ -702,8 +677,8 @@ def test_a_seed_folded_to_31_bits_is_named_as_such_not_as_a_state_kept_from_an_e
 
     (miss,) = _misses(spec, [("sampler_walk", Case(rows=1, features=1, seed=seed, devices=1))])
     assert miss is not None
-    assert "seed mod 2^31 = 5" in miss.why and "pass the seed to PRNGKey whole" in miss.why, miss.why
-    assert "of each call" not in miss.why and "earlier call" not in miss.why, miss.why  # no caching cause
+    assert _rules(miss.why)[0] == "split-then-permute" and "seed mod 2^31 = 5" in miss.why, miss.why
+    assert "earlier call" not in miss.why, miss.why  # no caching cause
 
 
 def test_a_stale_cached_batch_is_blamed_on_next_batch_not_on_the_steps_body():
@@ -722,9 +697,8 @@ def test_a_stale_cached_batch_is_blamed_on_next_batch_not_on_the_steps_body():
 
     first, second = _misses(spec, [("transition_walk", wide), ("transition_walk", narrow)])
     assert first is None  # the first data of these ids is placed right
-    assert second is not None
-    assert "the batch next_batch gives for this state is already wrong" in second.why, second.why
-    assert "fix next_batch first" in second.why and "the implementation raised" not in second.why, second.why
+    assert second is not None and _rules(second.why) == ["pad-by-position"], second.why  # next_batch's rule
+    assert "the implementation raised" not in second.why, second.why  # not the step's exception
 
 
 @pytest.mark.slow  # steps compiled for four meshes and a search: make test's, not the inner loop's

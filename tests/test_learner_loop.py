@@ -311,6 +311,7 @@ def test_the_readme_says_where_and_how_to_write_answers_as_the_portfolio_reads_t
     from conftest import REPO
 
     from shardlab.course import selfcheck
+    from shardlab.handin.page import status_line
 
     readme = (REPO / "README.md").read_text()
     start = readme.index("**Written answers**")
@@ -324,7 +325,7 @@ def test_the_readme_says_where_and_how_to_write_answers_as_the_portfolio_reads_t
         if selfcheck.questions(notebook):
             last = jupytext.read(catalog.NOTEBOOK_DIR / f"{notebook}.md").cells[-1]
             assert last.cell_type == "code" and "\nchoices = {}" in f"\n{last.source}", notebook
-    assert "ready\nto hand in" in paragraph or "ready to hand in" in paragraph
+    assert status_line({"ready": True, "missing": []}) in " ".join(paragraph.split())  # as the portfolio prints it
     assert "`incomplete: N items missing`" in paragraph
     # the stage 4 hypothesis: the README names the line the learner edits, and the notebook's cell holds it
     assert "`mine = None`" in paragraph and "stage4a_profile" in " ".join(paragraph.split())
