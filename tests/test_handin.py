@@ -428,18 +428,8 @@ def _full_workspace(folder: Path, mine=MINE) -> dict:
 def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path, capsys):
     from shardlab.course import answers
 
-    receipts = _receipts_copy(tmp_path / "receipts")
-    args = Namespace(
-        out=str(tmp_path / "out"),
-        receipts=str(receipts),
-        implementation="reference",
-        workspace=str(tmp_path / "no_workspace"),
-        check_report=str(RECEIPTS / "portfolio" / "check_report.json"),
-    )
-    assert portfolio.main(args) == 0
-    shown = capsys.readouterr().out
+    manifest, shown = _portfolio_of(tmp_path, tmp_path / "no_workspace", capsys)
     asked = len(answers.PROMPTS) + sum(bool(selfcheck.questions(n)) for n in catalog.NOTEBOOKS)
-    manifest = json.loads((tmp_path / "out" / "portfolio" / "portfolio.json").read_text())
     optional = [
         m for m in manifest["status"]["missing"] if m["item"] not in ("selfcheck",) and "written" not in m["what"]
     ]
@@ -486,18 +476,8 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
 @pytest.mark.skipif(not (RECEIPTS / "portfolio" / "check_report.json").is_file(), reason="needs make run's receipts")
 @pytest.mark.slow  # a copy of the committed receipts and a portfolio built from it: make test's, not the inner loop's
 def test_portfolio_with_every_answer_shows_them_and_is_ready_only_if_nothing_is_missing(tmp_path, capsys):
-    receipts = _receipts_copy(tmp_path / "receipts")
     written = _full_workspace(tmp_path / "ws")
-    args = Namespace(
-        out=str(tmp_path / "out"),
-        receipts=str(receipts),
-        implementation="reference",
-        workspace=str(tmp_path / "ws"),
-        check_report=str(RECEIPTS / "portfolio" / "check_report.json"),
-    )
-    assert portfolio.main(args) == 0
-    shown = capsys.readouterr().out
-    manifest = json.loads((tmp_path / "out" / "portfolio" / "portfolio.json").read_text())
+    manifest, shown = _portfolio_of(tmp_path, tmp_path / "ws", capsys)
     left = manifest["status"]["missing"]
     assert not [m for m in left if "written answer" in m["what"] or m["item"] == "selfcheck"]
     if left:  # results this run's course version did not record: named, never called ready
@@ -517,6 +497,7 @@ def test_portfolio_with_every_answer_shows_them_and_is_ready_only_if_nothing_is_
 
 
 def _portfolio_of(tmp_path, workspace: Path, capsys) -> tuple[dict, str]:
+    """(portfolio.json, what was printed) of a portfolio built from a copy of the receipts and `workspace`."""
     receipts = _receipts_copy(tmp_path / "receipts")
     args = Namespace(
         out=str(tmp_path / "out"),
