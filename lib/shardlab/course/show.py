@@ -88,8 +88,9 @@ def folded_source(summary: str, source: str) -> str:
 
 
 def excerpt(source: str, kept: list[str]) -> str:
-    """The lines of `source` that hold one of `kept` (each must be found), in order, a `...` line wherever lines were
-    left out, the common indent removed: a few lines of the library's own code, printed from it so they stay true."""
+    """The lines of `source` that hold one of `kept` (each must be found), in order, a `# ... N lines` comment where
+    lines were left out, the common indent removed: a few lines of the library's own
+    code, printed from it so they stay true."""
     import textwrap
 
     from shardlab.errors import UsageError
@@ -102,7 +103,8 @@ def excerpt(source: str, kept: list[str]) -> str:
     for i, line in enumerate(lines):
         if any(k in line for k in kept):
             if i > last + 1 and out:
-                out.append(" " * (len(line) - len(line.lstrip())) + "...")
+                gap = i - last - 1
+                out.append(" " * (len(line) - len(line.lstrip())) + f"# ... {gap} line{'s' * (gap > 1)}")
             out.append(line)
             last = i
     return textwrap.dedent("\n".join(out))
