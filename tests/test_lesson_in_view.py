@@ -57,6 +57,7 @@ SHOWN = {
         "signal.SIGSTOP",
         "inspect.getsource(group_supervisor._watch)",  # the supervisor's loop, before the drill it runs
         "inspect.getsource(program.Controller.publish)",  # how a controller publishes a saved step
+        "inspect.getsource(program.Controller.train)",  # the loop's lines where each drill strikes, before the drills
     ),
     "stage5b_scaling": (
         "inspect.getsource(program.step_times)",

@@ -134,3 +134,13 @@ def test_the_runner_moves_hidden_records_into_cell_metadata_and_drops_finished_p
     (cell,) = nbformat.read(path, as_version=4).cells
     assert [o.get("text") for o in cell.outputs] == ["observed: a\nobserved: b\n"]  # the two lines, joined
     assert from_notebook(nbformat.read(path, as_version=4)) == before == {"a": 2, "b": 1}
+
+
+def test_an_excerpt_keeps_the_named_lines_in_order_and_marks_each_gap():
+    source = "def f(x):\n    a = 1\n    b = 2\n    if x:\n        c = 3\n    return a\n"
+    kept = show.excerpt(source, ["def f", "b = 2", "return"])
+    assert kept == "def f(x):\n    # ... 1 line\n    b = 2\n    # ... 2 lines\n    return a"
+    assert show.excerpt(source, ["a = 1", "b = 2"]) == "a = 1\nb = 2"  # no gap, no mark; the common indent gone
+    assert show.excerpt(source, ["c = 3", "def f"]) == "def f(x):\n        # ... 3 lines\n        c = 3"  # in order
+    with pytest.raises(UsageError, match="no line with 'd = 4'"):
+        show.excerpt(source, ["a = 1", "d = 4"])

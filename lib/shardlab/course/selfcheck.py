@@ -555,11 +555,10 @@ QUESTIONS = (
             "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
             "manifest",
             (
-                "manifest",
+                "manifest-refused",
                 "One completion manifest",
-                "the manifest's status and step, its files with their checksums, and a changed file refused",
-                r'status: "complete"[\s\S]*files: \d+ written by Orbax, each with its bytes and sha256[\s\S]*'
-                r"manifest\.read refuses the step",
+                "the line under the manifest: a copy with one listed file changed, refused by manifest.read",
+                r"one byte added to \S+ in a copy: manifest\.read refuses the step",
             ),
         ),
         (

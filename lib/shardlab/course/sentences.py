@@ -591,9 +591,8 @@ SENTENCES = {
         "p0_kill_unpublished": _s(
             "n > r",
             {"n": "p0_kill.saved.-1", "r": "p0_kill.resumed_from"},
-            "Step {n} was saved in this attempt but not yet published when process 0 died (a background write is "
-            "published at the first agreement that carries every controller's 'write done'), so the relaunch "
-            "resumed from step {r}, the newest published.",
+            "Step {n} was saved in this attempt but not yet published when process 0 died, so the relaunch resumed "
+            "from step {r}, the newest published.",
             "Every step this attempt saved was published before process 0 died; the relaunch resumed from step {r}.",
         ),
         "startup_against_steps": _s(
@@ -605,7 +604,7 @@ SENTENCES = {
             },
             "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took longer than the productive "
             "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model, starting Python, JAX and the "
-            "coordinator cost more than the steps did (the first launch, which every run pays, included).",
+            "coordinator cost more than the steps did.",
             "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took less than the productive and "
             "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
             "of the time.",
@@ -620,17 +619,16 @@ SENTENCES = {
             "l == 0 and w == 0",
             {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
             "The group matched the control bit for bit, losses and weights.",
-            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the group's "
-            "all-reduces, across two processes, add the same numbers in another order than the control's, and "
-            "float32 addition depends on the order.",
+            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the two "
+            "processes' all-reduces add the same numbers in another order, and float32 addition depends on the order.",
         ),
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history is enough to explain it. The <same> restart, on the control's "
-            "<devices> devices, differs from it by {s:.1e}, the uninterrupted 2 × 2 group by {u:.1e}: both carry "
-            "steps the 2 × 2 group reduced in another order, and a last-bit difference stays. The <other> restart "
-            "differs by {c:.1e}; these numbers cannot tell whether its device count adds to that.",
+            "Why not bit for bit: the run's history explains it. The <same> restart (the control's <devices> devices) "
+            "differs from the control by {s:.1e} and the uninterrupted 2 × 2 group by {u:.1e}: both carry steps the "
+            "2 × 2 group reduced in another order. The <other> restart differs by {c:.1e}; these numbers cannot tell "
+            "whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),

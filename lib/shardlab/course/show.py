@@ -87,6 +87,36 @@ def folded_source(summary: str, source: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n```python\n{source.rstrip()}\n```\n\n</details>"
 
 
+def excerpt(source: str, kept: list[str]) -> str:
+    """The lines of `source` that hold one of `kept` (each must be found), in order, a `# ... N lines` comment where
+    lines were left out, the common indent removed: a few lines of the library's own
+    code, printed from it so they stay true."""
+    import textwrap
+
+    from shardlab.errors import UsageError
+
+    lines = source.splitlines()
+    missing = [k for k in kept if not any(k in line for line in lines)]
+    if missing:
+        raise UsageError(f"the source holds no line with {missing[0]!r}: the excerpt would no longer say what it did")
+    out, last = [], -1
+    for i, line in enumerate(lines):
+        if any(k in line for k in kept):
+            if i > last + 1 and out:
+                gap = i - last - 1
+                out.append(" " * (len(line) - len(line.lstrip())) + f"# ... {gap} line{'s' * (gap > 1)}")
+            out.append(line)
+            last = i
+    return textwrap.dedent("\n".join(out))
+
+
+def display_excerpt(source: str, kept: list[str]) -> None:
+    """Show `excerpt(source, kept)` in view, as a Python block."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"```python\n{excerpt(source, kept)}\n```"))
+
+
 def display_source(summary: str, source: str) -> None:
     """Show `folded_source(summary, source)` in a notebook."""
     from IPython.display import Markdown, display
