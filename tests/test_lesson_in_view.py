@@ -582,3 +582,14 @@ def test_the_drill_steps_the_predictions_and_the_self_check_name_are_the_ones_th
     assert f"SIGTERM after step {step - 1} (during step {step})" in text
     (question,) = [q for q in selfcheck.questions("stage5a_protocol") if q.cell == "reveal-preempt"]
     assert f"during step {step}, after step {step - 1};" in question.prompt, question.prompt
+
+
+@pytest.mark.notebooks
+def test_stage4b_shows_the_samples_each_loop_took_and_its_parameter_is_a_floor(run_dir):
+    """The table's samples column is the count each loop recorded, and no loop took fewer than `fused_samples`."""
+    text = (REPO / "notebooks" / "stage4b_beyond.md").read_text()
+    least = int(re.search(r"^fused_samples = (\d+)  # timing samples per loop, at least", text, re.M).group(1))
+    recorded = results(run_dir, "stage4b_beyond")["fused_timing"]["per_step_ms"]
+    shown = {row[0]: int(row[1]) for row in table(visible(tagged(executed(run_dir, "stage4b_beyond"), "fused_timing")))}
+    assert shown == {name: len(samples) for name, samples in recorded.items()}, shown
+    assert min(shown.values()) >= least, (shown, least)

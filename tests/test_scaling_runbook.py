@@ -109,7 +109,7 @@ def test_efficiency_ratios_recompute_from_the_recorded_samples(run_dir):
 
 
 @pytest.mark.notebooks
-def test_every_controller_logs_data_collective_and_compute_per_step(run_dir):
+def test_every_controller_logs_data_agreement_and_compute_per_step(run_dir):
     found = results(run_dir, NOTEBOOK)["step_times"]
     drills_json = json.loads((run_dir / "drills.json").read_text())
     assert found["per_rank"] == drills_json["uninterrupted"]["step_times"]
@@ -117,7 +117,7 @@ def test_every_controller_logs_data_collective_and_compute_per_step(run_dir):
     for rank, records in found["per_rank"].items():
         assert [r["step"] for r in records] == list(range(1, drills_json["steps"] + 1)), rank
         for r in records:
-            assert all(r[k] >= 0 for k in ("data_s", "collective_s", "compute_s")), r
+            assert all(r[k] >= 0 for k in ("data_s", "agreement_s", "compute_s")), r
     # 23 rows in batches of 7 on 4 devices: per epoch 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 slots, so the update
     # meets a new shape at step 1 and at step 4 (the first short batch), and compiles there
     lengths = ([7, 7, 7, 2] * 3)[: drills_json["steps"]]
@@ -125,7 +125,7 @@ def test_every_controller_logs_data_collective_and_compute_per_step(run_dir):
     compiles = [k + 1 for k, p in enumerate(padded) if p not in padded[:k]]
     assert compiles == [1, 4] and found["compiles"]["compile_steps"] == compiles
     totals = {
-        rank: [1e3 * (r["data_s"] + r["collective_s"] + r["compute_s"]) for r in recs]
+        rank: [1e3 * (r["data_s"] + r["agreement_s"] + r["compute_s"]) for r in recs]
         for rank, recs in found["per_rank"].items()
     }
     assert found["compiles"]["min_compile_ms"] == pytest.approx(
@@ -135,7 +135,7 @@ def test_every_controller_logs_data_collective_and_compute_per_step(run_dir):
     assert found["compiles"]["max_other_ms"] == pytest.approx(max(rest))
     rows_shown = {(row["process"], row["phase"].split(" ")[0]): row for row in found["spread_after_compiles"]}
     for rank, records in found["per_rank"].items():
-        for key in ("data_s", "collective_s", "compute_s"):
+        for key in ("data_s", "agreement_s", "compute_s"):
             kept = [r[key] for r in records if r["step"] not in compiles]
             q1, med, q3 = np.percentile(kept, [25, 50, 75]) * 1e3
             row = rows_shown[(rank, key.removesuffix("_s"))]
@@ -207,8 +207,8 @@ def test_docs_show_the_runbook_table():
 def test_phase_spreads_leave_out_the_compiling_steps_and_name_the_longer_process():
     from shardlab.multi import phases
 
-    def record(step, data, collective, compute):
-        return {"step": step, "data_s": data, "collective_s": collective, "compute_s": compute}
+    def record(step, data, agreement, compute):
+        return {"step": step, "data_s": data, "agreement_s": agreement, "compute_s": compute}
 
     step_times = {
         "0": [record(1, 0.1, 0.2, 0.5), record(2, 0.001, 0.002, 0.004), record(3, 0.001, 0.004, 0.006)],

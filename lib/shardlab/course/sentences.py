@@ -71,11 +71,8 @@ WAITING_NAMES += ["waiting_between_collective_and_program", "waiting_between_pro
 NEAR = (2, 10, 100)  # stage 4b's prediction: the nearest of 2x, 10x, 100x in log ratio (met at geometric means)
 SPEEDUP = {"s": "fused_timing.speedup_over_course.<loop>"}
 NEAREST = ["speedup_below_1x_<loop>", "speedup_near_2x_<loop>", "speedup_near_10x_<loop>"]
-_PROGRAM = "the update's arithmetic with the sampler, the gather and the runtime's own time between operations"
-_UNNAMED = (
-    "The trace does not tell what the collectives' unnamed time is: copying and adding, or threads synchronising "
-    "without a Wait event, look the same in it."
-)
+_PROGRAM = "the arithmetic, sampler, gather and runtime"
+_UNNAMED = "The trace cannot tell what the collective time is: copying and adding, or threads synchronising unnamed."
 CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
 BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
     "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
@@ -173,28 +170,23 @@ SENTENCES = {
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
-            "eager ({e:.4g} ms) ≫ compiled on four devices ({c4:.4g} ms) > compiled on one ({c1:.4g} ms), and the "
-            "middle halves do not overlap: the order holds beyond the spread. By median, 4-device / 1-device = "
-            "{r:.2f}x and eager / 4-device = {re:.0f}x; on a workload this small, four logical devices sharing this "
-            "host's cores cost more than they save (four real devices were not measured).",
-            "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms, four "
-            "devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up to {c1_hi:.4g}), "
-            "so the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are "
-            "within the spread.",
+            "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
+            "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x. On "
+            "so small a workload, four logical devices sharing this host's cores cost more than they save.",
+            "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
+            "(four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to {c1_hi:.4g}). So the ratios of the medians, "
+            "4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within the spread.",
         ),
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
             TIMING_KEYS,
-            "eager ({e:.4g} ms, middle half from {e_lo:.4g}; eager / 4-device = {re:.0f}x) ≫ compiled, on four "
-            "devices ({c4:.4g} ms) or on one ({c1:.4g} ms): that gap is clear beyond the spread. Four devices against "
-            "one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
-            "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread, "
-            "and this run does not show whether splitting so small an update over four logical devices costs more "
-            "than it saves.",
-            "the order eager > four devices > one device is not clear beyond the spread (eager {e:.4g} ms from "
-            "{e_lo:.4g}, four devices {c4:.4g} ms with middle half {c4_lo:.4g}–{c4_hi:.4g}, one device {c1:.4g} ms up "
-            "to {c1_hi:.4g}), so the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = "
-            "{re:.0f}x, are within the spread.",
+            "eager ≫ compiled (eager / 4-device = {re:.0f}x): that gap is clear beyond the spread. Four devices "
+            "against one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
+            "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread.",
+            "the order eager > four devices > one device is not clear beyond the spread: the middle halves meet "
+            "(eager from {e_lo:.4g} ms, four devices {c4_lo:.4g}–{c4_hi:.4g}, one device up to {c1_hi:.4g}). So "
+            "the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within "
+            "the spread.",
         ),
         "eager_compiles": _s(
             "n > 0",
@@ -203,9 +195,9 @@ SENTENCES = {
                 "k": "timing.eager_4dev.warm_compilations.total_ms",
                 "e": "timing.eager_4dev.median_ms",
             },
-            "each warm call of the un-jitted variant traced and compiled its operations again here: {n} XLA "
-            "compilations, {k:.0f} ms of compiling in its last warm-up call, beside its {e:.0f} ms median call. "
-            "What it measures is recompilation, not the dispatch of compiled operations.",
+            "A warm call of the un-jitted variant still compiled: {n} XLA compilations, {k:.0f} ms of compiling "
+            "in its last warm-up call, beside its {e:.0f} ms median call. It measures recompilation, not the "
+            "dispatch of compiled operations.",
             "no warm call of the un-jitted variant triggered an XLA compilation here (the last column): its "
             "{e:.0f} ms are the dispatch of each operation on its own, not compiling.",
         ),
@@ -275,26 +267,25 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
             "<verdict_of>: inconclusive. The cut, {c:.3f} ms, is not more than the {n:.3f} ms of noise, and the "
-            "margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.4f} ms, lies within ± that noise: at this sample size "
-            "neither the effect nor whether it reaches the threshold can be told from the drift and the spread.",
+            "margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.4f} ms, lies within ± that noise. At this sample size "
+            "neither the effect nor whether it reaches the threshold can be told.",
             "The margin, cut − threshold = {m:.4f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_supported": _s(
             CAUSE_SHOWN,
             CAUSE,
-            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.4f} ms "
-            "by median, at least the {t:.3f} ms threshold, and beyond the spread: its middle half in the changed "
-            "loop ({mg_lo:.3f}–{mg_hi:.3f} ms) ends below where the unchanged loop's begins ({mu_lo:.3f}–{mu_hi:.3f} "
-            "ms).",
+            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.4f} ms by median, at "
+            "least the {t:.3f} ms threshold, and beyond the spread: middle half {mg_lo:.3f}–{mg_hi:.3f} ms changed, "
+            "{mu_lo:.3f}–{mu_hi:.3f} ms unchanged.",
             "<verdict_of>: not supported beyond the spread (<part> fell by {f:.4f} ms, threshold "
             "{t:.3f} ms; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
         "mechanism_not_supported": _s(
             CAUSE_MISSED,
             CAUSE,
-            "<verdict_of>: not supported. <part>, the part the stated reason names, went "
-            "{mu:.3f} → {mg:.3f} ms by median, a fall of {f:.4f} ms, short of the {t:.3f} ms predicted by more than "
-            "the {n:.3f} ms of noise: whatever the effect, the stated reason is wrong.",
+            "<verdict_of>: not supported. <part>, the part the stated reason names, went {mu:.3f} → {mg:.3f} ms "
+            "by median, a fall of {f:.4f} ms, short of the {t:.3f} ms predicted by more than the {n:.3f} ms of "
+            "noise. Whatever the effect, the stated reason is wrong.",
             "<verdict_of>: not short of the threshold by more than the noise (<part> fell by "
             "{f:.4f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
         ),
@@ -302,25 +293,24 @@ SENTENCES = {
             CAUSE_BEYOND_PART,
             CAUSE,
             "<verdict_of>: not shown. The {t:.3f} ms threshold is more than the whole of <part> in this capture's "
-            "unchanged loop ({mu:.3f} ms by median), so no fall of it could reach the threshold or miss it by the "
-            "noise (it went {mu:.3f} → {mg:.3f} ms). The prediction was sized from the first trace, not from this "
-            "capture.",
+            "unchanged loop ({mu:.3f} ms by median; {mg:.3f} ms changed), so no fall of it could reach the threshold. "
+            "The prediction was sized from the first trace, not from this capture.",
             "<verdict_of>: the threshold ({t:.3f} ms) is within <part>'s unchanged median ({mu:.3f} ms) here.",
         ),
         "mechanism_not_shown": _s(
             f"not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
             CAUSE,
-            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.4f} ms "
-            "by median (threshold {t:.3f} ms, noise {n:.3f} ms; middle halves {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, "
-            "{mg_lo:.3f}–{mg_hi:.3f} ms changed): neither by the threshold beyond the spread nor short of it by more "
-            "than the noise.",
+            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.4f} ms by median "
+            "(threshold {t:.3f} ms, noise {n:.3f} ms; middle halves {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, "
+            "{mg_lo:.3f}–{mg_hi:.3f} ms changed). That is neither the threshold beyond the spread nor short of it "
+            "by more than the noise.",
             "<verdict_of>: shown one way or the other (<part> fell by {f:.4f} ms, threshold "
             "{t:.3f} ms, noise {n:.3f} ms).",
         ),
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
-            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms, while <part> went "
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms, <part> "
             "{mu:.3f} → {mg:.3f} ms. A candidate, not measured here: the course's draw copies back to the host "
             "twice, the changed one once.",
             "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
@@ -373,10 +363,9 @@ SENTENCES = {
         "boundary_unsettled_<side>": _s(
             f"not ({SETTLED})",
             BOUNDARY_UNTRACED,
-            "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer: traced, "
+            "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer. Traced, "
             "compiled_update_and_wait took {u:.3f} ms per step and prepare_and_place {p:.3f} ms, but the same update "
-            "untraced took {q:.3f} ms (section 3), so the profiler added to the update at least as much as the gap "
-            "between the two.",
+            "untraced took {q:.3f} ms (section 3): the profiler added at least the gap between the two.",
             "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced in section 3) is not read longer than "
             "prepare_and_place ({p:.3f} ms) by a gap the profiler's cost on the update could account for.",
         ),
@@ -408,112 +397,91 @@ SENTENCES = {
                 "s_lo": "fused_timing.middle_half_per_step_ms.fused_stats.0",
             },
             "The one-device loop ({f:.3g} ms per step, middle half up to {f_hi:.3g}) was faster than both four-device "
-            "fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}), beyond the spread: on this host it "
+            "fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}), beyond the spread. On this host it "
             "is the floor they do not reach.",
             "The one-device loop ({f:.3g} ms per step, middle half up to {f_hi:.3g}) was not clearly faster than "
-            "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}): on this run the "
+            "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}). On this run the "
             "middle halves overlap or the four-device loops were faster.",
         ),
         "waiting_share": _s(
             "w > 0.5 * b",
             WAITING,
-            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, "
-            "more than half of the {b:.2f} ms the busiest thread was busy; time inside the collectives (psum, "
-            "all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program {p:.2f} ms. With the "
-            "host work gone, most of the busiest thread's traced time is the device threads waiting for each other, "
-            "on cores they share.",
-            "Named waiting (Wait, Rendezvous) took {w:.2f} ms of its own, not more than half of the {b:.2f} ms the "
-            "busiest thread was busy.",
+            "During the fused dispatches, waiting took {w:.2f} ms of own time, more than half the busiest thread's "
+            "{b:.2f} ms busy (collective {c:.2f} ms, program {p:.2f} ms): the device threads mostly wait for each "
+            "other, on cores they share.",
+            "Waiting took {w:.2f} ms of own time, not more than half the {b:.2f} ms the busiest thread was busy.",
         ),
         "waiting_parts_about_equal": _s(
             "max(w, c, p) <= 1.25 * min(w, c, p)",
             WAITING,
-            "During the fused dispatches the three parts are about equal, each within 25 % of the others: waiting "
-            "the trace names (Wait, Rendezvous) {w:.2f} ms of its own, time inside the collectives (psum, all-reduce) "
-            "that no Wait event names {c:.2f} ms, the rest of the program {p:.2f} ms, out of the {b:.2f} ms the "
-            "busiest thread was busy. Named waiting is about a third, and the trace does not tell what the "
-            "collectives' unnamed time is: copying and adding, or threads synchronising without a Wait event, look "
-            "the same in it.",
-            "The three parts are not within 25 % of one another (named waiting {w:.2f} ms, the collectives' unnamed "
-            "time {c:.2f} ms, the rest of the program {p:.2f} ms).",
+            "During the fused dispatches the three kinds are about equal, each within 25 % of the others: waiting "
+            "{w:.2f} ms of own time, collective {c:.2f} ms, program {p:.2f} ms, of the busiest thread's {b:.2f} ms "
+            "busy. " + _UNNAMED,
+            "The three kinds are not within 25 % of one another (waiting {w:.2f} ms, collective {c:.2f} ms, "
+            "program {p:.2f} ms).",
         ),
         "waiting_largest_part": _s(
             "w > max(c, p)",
             WAITING,
-            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own, the "
-            "largest of the three parts but not more than half of the {b:.2f} ms the busiest thread was busy; time "
-            "inside the collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the "
-            "program {p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, "
-            "or threads synchronising without a Wait event, look the same in it.",
-            "Waiting the trace names is not the largest of the three parts.",
+            "During the fused dispatches, waiting took {w:.2f} ms of own time, the largest kind but not half the "
+            "busiest thread's {b:.2f} ms busy (collective {c:.2f} ms, program {p:.2f} ms). " + _UNNAMED,
+            "Waiting is not the largest of the three kinds.",
         ),
         "waiting_between_collective_and_program": _s(
             "c < w < p",
             WAITING,
-            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy: more than the {c:.2f} ms inside the collectives (psum, "
-            "all-reduce) that no Wait event names, less than the rest of the program's {p:.2f} ms. " + _UNNAMED,
-            "Named waiting does not lie between the collectives' unnamed time and the larger rest of the program.",
+            "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
+            "busy: more than the {c:.2f} ms inside the collectives, less than the rest of the program's {p:.2f} ms. "
+            + _UNNAMED,
+            "Waiting does not lie between the collective time and the larger program time.",
         ),
         "waiting_between_program_and_collective": _s(
             "p < w < c",
             WAITING,
-            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy: more than the rest of the program's {p:.2f} ms, less than "
-            "the {c:.2f} ms inside the collectives (psum, all-reduce) that no Wait event names. " + _UNNAMED,
-            "During the fused dispatches, waiting the trace names (Wait, Rendezvous) took {w:.2f} ms of its own out "
-            "of the {b:.2f} ms the busiest thread was busy, no more than either other part: time inside the "
-            "collectives (psum, all-reduce) that no Wait event names took {c:.2f} ms, and the rest of the program "
-            "{p:.2f} ms. The trace does not tell what the collectives' unnamed time is: copying and adding, or "
-            "threads synchronising without a Wait event, look the same in it.",
+            "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
+            "busy: more than the rest of the program's {p:.2f} ms, less than the {c:.2f} ms inside the collectives. "
+            + _UNNAMED,
+            "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
+            "busy, no more than either other part (collective {c:.2f} ms, program {p:.2f} ms). " + _UNNAMED,
         ),
         "meeting_beyond_untraced": _s(
             "w + c > u * n",
             {**WAITING, "u": "fused_timing.median_per_step_ms.fused_stats", "n": "fused_trace.steps_traced"},
-            "So, to the prediction: this capture cannot answer it for the untraced loop. In the traced run, meeting "
-            "the other devices (named waiting {w:.2f} ms, the collectives' unnamed time {c:.2f} ms) took longer than "
-            "all {n} of those steps take untraced ({u:.4g} ms each, section 1): the profiler lengthened the meeting "
-            "itself, so its share of the busiest thread's {b:.2f} ms (the rest of the program {p:.2f} ms) is not its "
-            "share of an untraced step.",
-            "In the traced run, meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed time "
-            "{c:.2f} ms) took no longer than all {n} of those steps take untraced ({u:.4g} ms each, section 1).",
+            "So, to the prediction: this capture cannot answer it for the untraced loop. Traced, meeting the other "
+            "devices (waiting {w:.2f} ms, collective {c:.2f} ms) took longer than all {n} of those steps take "
+            "untraced ({u:.4g} ms each, section 1): the profiler lengthened the meeting itself.",
+            "Traced, meeting the other devices (waiting {w:.2f} ms, collective {c:.2f} ms) took no longer than all "
+            "{n} of those steps take untraced ({u:.4g} ms each, section 1).",
         ),
         "arithmetic_smallest": _s(
             "p < min(w, c)",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: "
-            f"not the arithmetic. The rest of the program, {_PROGRAM}, is the smallest part, "
-            "{p:.2f} of the {b:.2f} ms; meeting the other devices (named waiting {w:.2f} ms, the collectives' unnamed "
-            "time {c:.2f} ms) takes more.",
-            "So, to the prediction, for the traced fused_stats loop: "
-            f"the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, not "
-            "less than both named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms).",
+            "So, to the prediction, for the traced fused_stats loop: not the arithmetic. The program time "
+            f"({_PROGRAM}) is the smallest kind, {{p:.2f}} of {{b:.2f}} ms; meeting the other devices (waiting "
+            "{w:.2f} ms, collective {c:.2f} ms) takes more.",
+            "So, to the prediction, for the traced fused_stats loop: the program time "
+            f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, not less than both waiting ({{w:.2f}} ms) and "
+            "collective ({c:.2f} ms).",
         ),
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: "
-            "mostly meeting the other devices. Named waiting ({w:.2f} ms) and the "
-            "collectives' unnamed time ({c:.2f} ms) together are more of the {b:.2f} ms than the rest of the "
-            f"program, {_PROGRAM}, {{p:.2f}} ms, by more than a quarter; the trace cannot split the collectives' "
-            "time between copying and adding and synchronising.",
-            "So, to the prediction, for the traced fused_stats loop: "
-            f"meeting the other devices (named waiting {{w:.2f}} ms and the collectives' "
-            f"unnamed time {{c:.2f}} ms) does not exceed the rest of the program, {_PROGRAM}, {{p:.2f}} ms, by more "
-            "than a quarter.",
+            "So, to the prediction, for the traced fused_stats loop: mostly meeting the other devices. Waiting "
+            "({w:.2f} ms) and collective ({c:.2f} ms) together exceed the program time "
+            f"({_PROGRAM}, {{p:.2f}} ms) by more than a quarter, of {{b:.2f}} ms busy.",
+            "So, to the prediction, for the traced fused_stats loop: meeting the other devices (waiting {w:.2f} ms, "
+            f"collective {{c:.2f}} ms) does not exceed the program time ({_PROGRAM}, {{p:.2f}} ms) by more than a "
+            "quarter.",
         ),
         "program_dominates": _s(
             f"p > {CLEAR} * (w + c)",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: "
-            f"the rest of the program, {_PROGRAM}, took {{p:.2f}} of the {{b:.2f}} ms, more "
-            "than named waiting ({w:.2f} ms) and the collectives' unnamed time ({c:.2f} ms) together by more than a "
-            "quarter: here the program, not meeting the other devices, is the larger part.",
-            "So, to the prediction, for the traced fused_stats loop: "
-            f"neither clearly. The rest of the program, {_PROGRAM}, took {{p:.2f}} of the "
-            "{b:.2f} ms, while meeting the other devices, named waiting ({w:.2f} ms) and the collectives' unnamed "
-            "time ({c:.2f} ms) together, comes within a quarter of it: one short capture with no spread cannot order "
-            "the two.",
+            "So, to the prediction, for the traced fused_stats loop: the program, not meeting the other devices. "
+            f"Program time ({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, more than waiting ({{w:.2f}} ms) and "
+            "collective ({c:.2f} ms) together by more than a quarter.",
+            "So, to the prediction, for the traced fused_stats loop: neither clearly. Program time "
+            f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, within a quarter of waiting ({{w:.2f}} ms) and "
+            "collective ({c:.2f} ms) together; one short capture has no spread to order them.",
         ),
         "course_against_roofline": _s(
             "q > 10",
@@ -523,14 +491,12 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
                 "q": "roofline.course_update_over_fused",
             },
-            f"Like for like, a compiled program and its dispatch on each side: the course's update alone took {_U}x "
-            f"what its roofline allows, {{q:.0f}} times the larger of the fused steps' ratios ({_P}x, {_S}x). The "
-            "course update pays one dispatch and wait per step, a fused loop one per K steps, so what lies beyond the "
-            "course update's roofline is mostly that fixed cost per call, not arithmetic or memory.",
-            f"Like for like, a compiled program and its dispatch on each side: the course's update alone took {_U}x "
-            f"what its roofline allows, {{q:.1f}} times the larger of the fused steps' ratios ({_P}x, {_S}x), not "
-            "more than ten times: on this run one dispatch per K steps instead of one per step did not bring a step "
-            "much nearer its roofline.",
+            f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
+            f"roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, {_S}x). It pays one dispatch and wait "
+            "per step, a fused loop one per K steps: its excess is mostly that fixed cost per call.",
+            f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
+            f"roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, {_S}x), not more than ten times. One "
+            "dispatch per K steps did not bring a step much nearer its roofline.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -574,9 +540,9 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            f"Both took at least their roofline ({_P}x, {_S}x), one within 1.5x of it: that step's time is about "
-            "what its roofline allows, so it leaves little room for fixed cost, and since XLA's byte count can "
-            "overstate what a step moves (see below), a ratio near 1 does not show that step memory-bound either.",
+            f"Both took at least their roofline ({_P}x, {_S}x), one within 1.5x: that step leaves little room for "
+            "fixed cost, and as XLA's byte count can overstate traffic (see below), a ratio near 1 does not show it "
+            "memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -662,11 +628,10 @@ SENTENCES = {
         "cross_process_compute": _s(
             "f > u and m > u",
             CROSS,
-            "Why a step of the 2 × 2 group is slower than the update timed above: the faster controller's compute "
-            "phase took {f:.2f} ms by median, and even its fastest step {m:.2f} ms, on at most {g} rows a step, more "
-            "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows. Its three "
-            "psums cross between processes, through gloo over the loopback; this record cannot split them from the "
-            "arithmetic, so that crossing is the likely, not measured, cost.",
+            "The faster controller's compute phase took {f:.2f} ms by median, and even its fastest step {m:.2f} ms, "
+            "on at most {g} rows a step. The same step function took {u:.3f} ms on {w} devices of one process with "
+            "{n} rows. Its three psums cross between processes (gloo over the loopback), which this record cannot "
+            "split from the arithmetic: that crossing is the likely, not measured, cost.",
             "The faster controller's compute phase ({f:.2f} ms by median, fastest step {m:.2f} ms) is not above the "
             "{u:.3f} ms one-process update at every step.",
         ),
@@ -674,9 +639,9 @@ SENTENCES = {
             "f > u and m <= u",
             CROSS,
             "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, more than "
-            "the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows; but its fastest "
-            "step took {m:.2f} ms, with the same three psums crossing between the same processes. So the crossing "
-            "fits within the one-process time, and what made the other steps slower is not in this record.",
+            "the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows. Yet its "
+            "fastest step took {m:.2f} ms, the same three psums crossing the same processes: what slowed the other "
+            "steps is not in this record.",
             "The faster controller's compute phase ({f:.2f} ms by median, fastest step {m:.2f} ms) does not have a "
             "median above the {u:.3f} ms one-process update with a fastest step within it.",
         ),
@@ -684,7 +649,7 @@ SENTENCES = {
             "f <= u",
             CROSS,
             "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, not more "
-            "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows: crossing "
+            "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows. Crossing "
             "between processes cost no time these records can see.",
             "The faster controller's compute phase took {f:.2f} ms by median, more than the {u:.3f} ms one-process "
             "update.",
@@ -692,21 +657,19 @@ SENTENCES = {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
-            "Asynchronous saving shortened <label>: median {a:.4g} ms (middle half {a_lo:.4g}–{a_hi:.4g}) against "
-            "{s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}); the middle halves do not overlap.",
-            "Asynchronous saving did not shorten <label> beyond the spread: median {a:.4g} ms (middle half "
-            "{a_lo:.4g}–{a_hi:.4g}) against {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}).",
+            "Asynchronous saving shortened <label> beyond the spread: its middle half ends at {a_hi:.4g} ms, below "
+            "the {s_lo:.4g} ms where the synchronous one starts (medians {a:.4g} and {s:.4g} ms).",
+            "Asynchronous saving did not shorten <label> beyond the spread (asynchronous middle half up to "
+            "{a_hi:.4g} ms, synchronous from {s_lo:.4g} ms).",
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
             ASYNC_SPREAD,
-            "Asynchronous saving lengthened <label>: median {a:.4g} ms (middle half {a_lo:.4g}–{a_hi:.4g}) against "
-            "{s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}); the middle halves do not overlap. A likely reason, not "
-            "measured here: the background save runs on the same few host cores as the steps it was meant to hide "
-            "behind.",
-            "Overlap: no difference shown in <label>. Asynchronous saving: median {a:.4g} ms (middle half "
-            "{a_lo:.4g}–{a_hi:.4g}); synchronous: {s:.4g} ms ({s_lo:.4g}–{s_hi:.4g}). The middle halves overlap, so "
-            "whatever separates the medians lies within the spread of these samples.",
+            "Asynchronous saving lengthened <label> beyond the spread: its middle half starts at {a_lo:.4g} ms, "
+            "above the {s_hi:.4g} ms where the synchronous one ends (medians {a:.4g} and {s:.4g} ms). A likely "
+            "reason, not measured here: the background save shares the host's few cores with the steps.",
+            "Overlap: no difference shown in <label>. The middle halves meet (asynchronous {a_lo:.4g}–{a_hi:.4g} "
+            "ms, synchronous {s_lo:.4g}–{s_hi:.4g} ms), so whatever separates the medians lies within the spread.",
         ),
         "shape_on_one_host": _s(
             "t / t1 > w / min(c, w)",
@@ -716,14 +679,14 @@ SENTENCES = {
                 "w": "efficiency.table.-1.devices",
                 "c": "efficiency.usable_cores",
             },
-            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, on a cluster where every worker "
-            "brings its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable "
-            "cores ({w}x the time is what no parallelism gives), more than the <split>x a perfect split over those "
-            "cores allows: it measures one host sharing its cores, not the chapter's cluster.",
-            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, on a cluster where every worker "
-            "brings its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable "
-            "cores, no more than the <split>x a perfect split over those cores allows: it measures one host sharing "
-            "its cores, not the chapter's cluster.",
+            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, each worker with its own cores. "
+            "Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable cores ({w}x the time is "
+            "what no parallelism gives), more than the <split>x a perfect split over those cores allows. It "
+            "measures one host sharing its cores, not the chapter's cluster.",
+            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, each worker with its own cores. "
+            "Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable cores, no more than the "
+            "<split>x a perfect split over those cores allows. It measures one host sharing its cores, not the "
+            "chapter's cluster.",
         ),
         "efficiency_at_one_core_each": _s(
             "e_hi < 1",
@@ -735,8 +698,8 @@ SENTENCES = {
                 "c": "efficiency.usable_cores",
             },
             "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
-            "{e_hi:.3f} over the middle halves): {w} devices bought less than {w} times one, so the core count alone "
-            "does not explain the shortfall.",
+            "{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the core count "
+            "alone does not explain it.",
             "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
             "{e_hi:.3f} over the middle halves): within the spread of that bound.",
         ),
@@ -762,66 +725,56 @@ SENTENCES = {
             "nw_lo > n1_hi",
             THROUGHPUT,
             "Throughput rose as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
-            "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread; "
-            "efficiency {e:.3f} (over the middle halves {e_lo:.3f}–{e_hi:.3f}; 1 would be {w} times one device, "
-            "1/{w} no gain at all).",
+            "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
+            "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
             "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). "
-            "The added devices added no measurable throughput: efficiency {e:.3f}, but {e_lo:.3f}–{e_hi:.3f} over "
-            "the middle halves, a range that holds 1/{w} (no gain): a median below 1/{w} alone is not a loss.",
+            "Efficiency {e:.3f}, {e_lo:.3f}–{e_hi:.3f} over the middle halves, a range that holds 1/{w} (no gain): "
+            "a median below 1/{w} alone is not a loss.",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
             TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
-            "W = 1 and 2) and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}): within 10 % and within "
-            "the spread, so the two-term fit, compute + straggler · log2(W) with both ring terms held at 0, "
-            "describes this machine's three points (on one host it stands for the "
-            "device threads' contention for cores, which the chapter's model calls a straggler penalty).",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} ms across the middle halves at "
-            "W = 1 and 2) against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % "
-            "and the spread.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2), "
+            "and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}). Within 10 % and the spread: the "
+            "two-term fit describes this machine's three points.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2) "
+            "against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % and the spread.",
         ),
         "two_point_fit_refuted": _s(
             "m_lo > hi or m_hi < lo",
             TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, at most {lo:.3f}–{hi:.3f} ms across the middle halves "
-            "at W = 1 and 2, and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside "
-            "that whole range: the refuted model is this two-term fit, compute + straggler · log2(W) with both ring "
-            "terms held at 0 (the chapter's straggler slot, here absorbing core sharing); it does not describe how "
-            "this machine slows down from two devices to four.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, {lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2, "
+            "and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside that range. "
+            "Refuted: the two-term fit does not describe how this machine slows from two devices to four.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured. But the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
+            "({m_lo:.3f}–{m_hi:.3f} ms). These samples are inconclusive: they neither confirm nor refute the "
+            "two-term fit.",
         ),
         "two_point_fit_misses_low": _s(
             "p < m_lo and m > hi",
             TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: the prediction lies "
-            "below the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
-            "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
-            "from {m_lo:.3f} to {hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
-            "straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing): more samples "
-            "would decide.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: below the measured middle "
+            "half ({m_lo:.3f}–{m_hi:.3f} ms), while the measurement lies above the prediction's range across the "
+            "spreads ({lo:.3f}–{hi:.3f} ms). The ranges overlap from {m_lo:.3f} to {hi:.3f} ms: inconclusive, "
+            "leaning against the two-term fit; more samples would decide.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured. But the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
+            "({m_lo:.3f}–{m_hi:.3f} ms). These samples are inconclusive: they neither confirm nor refute the "
+            "two-term fit.",
         ),
         "two_point_fit_misses_high": _s(
             "p > m_hi and m < lo",
             TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: the prediction lies "
-            "above the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms) and the measurement outside the "
-            "prediction's range across the spreads at W = 1 and 2 ({lo:.3f}–{hi:.3f} ms); the two ranges overlap "
-            "from {lo:.3f} to {m_hi:.3f} ms. Inconclusive, and leaning against the two-term fit (compute + "
-            "straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing): more samples "
-            "would decide.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the spreads at W = 1 "
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: above the measured middle "
+            "half ({m_lo:.3f}–{m_hi:.3f} ms), while the measurement lies below the prediction's range across the "
+            "spreads ({lo:.3f}–{hi:.3f} ms). The ranges overlap from {lo:.3f} to {m_hi:.3f} ms: inconclusive, "
+            "leaning against the two-term fit; more samples would decide.",
+            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured. But the spreads at W = 1 "
             "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms): inconclusive, these samples neither confirm nor refute the two-term fit "
-            "(compute + straggler · log2(W), ring terms held at 0, the straggler slot here absorbing core sharing).",
+            "({m_lo:.3f}–{m_hi:.3f} ms). These samples are inconclusive: they neither confirm nor refute the "
+            "two-term fit.",
         ),
         "compile_steps_height": _s(
             "c > o",
@@ -857,15 +810,11 @@ SENTENCES = {
                 "q3_late": "step_times.agreement_spread.late_q3_ms",
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
-            "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> waits "
-            "there "
-            "longer, which is how a late peer shows, as the other's taller bar (a slower path to the coordinator's "
-            "key-value store, which lives in process 0, would look the same; these records cannot tell the two "
-            "apart).",
+            "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> "
+            "consistently waits there longer.",
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
             "{q1_wait:.4g} ms, below the {q3_late:.4g} ms where process <late>'s ends): neither consistently waits "
-            "for the "
-            "other.",
+            "for the other.",
         ),
         "straggler_none": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
@@ -885,10 +834,9 @@ SENTENCES = {
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, seen in the agreement phase: process <waits> waits there "
-            "consistently longer, while compute does not separate the two. These records cannot tell a late "
-            "process <late> from a slower path to the coordinator's key-value store; from a handful of steps that is "
-            "a lead to follow with more steps, not yet a finding.",
+            "So the candidate late peer is process <late>, in the agreement phase: process <waits> waits for it, and "
+            "compute does not separate the two. A slower path to the coordinator's key-value store (in process 0) "
+            "would look the same; from a handful of steps this is a lead, not yet a finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(

@@ -106,12 +106,12 @@ def _saves(ax, cost: dict) -> None:
     ax.set_title("synchronous vs asynchronous saving, a save after every step", fontsize=10)
 
 
-PHASE_COLOURS = {"data_s": "#8d6e63", "collective_s": "#e53935", "compute_s": "#1e88e5"}
+PHASE_COLOURS = {"data_s": "#8d6e63", "agreement_s": "#e53935", "compute_s": "#1e88e5"}
 PHASES = tuple((key, label, PHASE_COLOURS[key]) for key, label in phases.PHASES)  # key, legend, colour
 
 
 def draw_step_times(step_times: dict, path) -> str:
-    """One panel per controller: a stacked bar per step of its data, collective and compute milliseconds.
+    """One panel per controller: a stacked bar per step of its data, agreement and compute milliseconds.
 
     The axis stops at four times the median step, so the short phases stay visible; a taller bar (the
     first step compiles) is cut there and labelled with its total. Write to `path` (PNG); return the path.

@@ -10,8 +10,8 @@ import numpy as np
 # a record's phases (program.step_times): its key and what the phase holds
 PHASES = (
     ("data_s", "data (sampler, placement)"),
-    ("collective_s", "collective (agreement)"),
-    ("compute_s", "compute (update, psums inside)"),
+    ("agreement_s", "agreement (batch hash, key-value rendezvous)"),
+    ("compute_s", "compute (update, its three psums inside)"),
 )
 
 

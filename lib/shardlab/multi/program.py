@@ -13,7 +13,7 @@ and only when every controller says so does the group publish the manifest (at t
 before the next save and at the end). SIGTERM sets a flag the next agreement carries too:
 the whole group saves the step it agreed on and exits with EXIT_PREEMPTED, "preempted at step N".
 
-Every report holds `step_times`, one record per step (data, collective, compute seconds; see
+Every report holds `step_times`, one record per step (data, agreement, compute seconds; see
 `step_times`). A stop writes a report naming the error; every step is also appended to progress_<id>.jsonl
 (a supervisor reads it even when the process was killed); `--pause` and `--skip` are the
 drills' fault hooks.
@@ -88,13 +88,14 @@ def parse_fault(text: str | None) -> dict | None:
 def step_times(step: int, clock: list[float]) -> dict:
     """One step's seconds from its perf_counter readings (start, batch placed, agreed, update began, update done).
 
-    data_s: host sampler and placing this process's rows; collective_s: the per-step agreement (hashing
-    the batch, then a rendezvous of every controller through the coordinator: a late peer's delay is paid here);
+    data_s: host sampler and placing this process's rows; agreement_s: the per-step agreement (hashing
+    the batch, then a rendezvous of every controller through the coordinator's key-value store, not a
+    collective; a late peer's delay is paid here);
     compute_s: the update program to completion, its three cross-process psums included (they run
     inside the one compiled program, so only a profiler could split them from the arithmetic).
     """
     start, placed, agreed, began, done = clock
-    return {"step": step, "data_s": placed - start, "collective_s": agreed - placed, "compute_s": done - began}
+    return {"step": step, "data_s": placed - start, "agreement_s": agreed - placed, "compute_s": done - began}
 
 
 class Controller:
