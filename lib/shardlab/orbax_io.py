@@ -24,7 +24,13 @@ from jax.sharding import Mesh, NamedSharding
 from shardlab.core import checkpoint, files
 from shardlab.core.batch import REPLICATED, is_replicated
 from shardlab.core.schema import DEVICE, DTYPES, FIELDS, SCALARS, check, digests, host_copy, shapes, to_arrays
-from shardlab.errors import BoundedReadError, CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError, UsageError
+from shardlab.errors import (
+    BoundedReadError,
+    CheckpointExistsError,
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    UsageError,
+)
 
 STATE = "state"  # the Orbax checkpoint inside a saved folder
 CONTRACT = "shardlab.json"  # beside it: the contract and the field checksums

@@ -59,7 +59,9 @@ def config() -> Config:
     return Config(seed=SEED, batch_size=BATCH, learning_rate=LEARNING_RATE, decay=DECAY, num_devices=DEVICES)
 
 
-def checked(transition, state: dict, data: Dataset, step, mesh, gaps: list | None = None) -> tuple[dict, float, np.ndarray]:
+def checked(
+    transition, state: dict, data: Dataset, step, mesh, gaps: list | None = None
+) -> tuple[dict, float, np.ndarray]:
     """One transition, its update checked against the NumPy formula (float64) within the lesson's tolerance.
 
     `gaps`, if given, receives the largest absolute difference from NumPy (weights, momentum or loss), so a cell
