@@ -234,7 +234,7 @@ PARTIAL_THEN_WHOLE = {
         "every sampler field, id, loss, weight and momentum element equal after each of 12 steps\n",
         "largest difference in the sampler fields (key, order, cursor, step) over 12 steps: 0\n",
     ),
-    ("stage3b_resume", "3"): (
+    ("stage3b_resume", "4"): (
         "| weights | 0.0 | True | P() on 4 devices |\n",  # where it landed, not what the target carried
         "target weights: ShapeDtypeStruct, shape (8,), dtype float32, sharding P() on mesh {'data': 4}\n"
         "| weights | 0.0 | True | P() on 4 devices |\n",

@@ -305,6 +305,25 @@ QUESTIONS = (
             ),
         ),
         (
+            "Your restore has read the file. Where are the restored weights and momentum?",
+            [
+                "in NumPy arrays on the host, to be placed by the first step",
+                "a full copy on each of the four devices (sharding P())",
+                "a quarter of the values on each device",
+            ],
+            "b",
+            "restore places them replicated on the mesh it is given, as the saving run held them; the sampler's "
+            "fields stay on the host.",
+            "placement",
+            (
+                "restore",
+                "Stage 3, part 2",
+                "the two lines under the restore: each device field's sharding and devices",
+                r"weights: P\(\) on \['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3'\]\nmomentum: P\(\) on \['cpu:0', "
+                r"'cpu:1', 'cpu:2', 'cpu:3'\]",
+            ),
+        ),
+        (
             "Which process wrote the uninterrupted record this notebook compares with?",
             [
                 "this one, after restoring",

@@ -1277,10 +1277,10 @@ CHOSEN = {
         ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
-            "observed: when save returned, async-orbax did not exist yet (folders of that name with a temporary "
-            "ending in orbax_lesson/: {others_at_return}); it appeared by the time wait_until_finished() "
-            "returned. Had the run stopped between the two, a resume would have found no checkpoint: the save "
-            "counts only once wait_until_finished() returns or the final name is seen.",
+            "observed: when save returned, async-orbax did not exist yet ({others_at_return} folder(s) under a "
+            "temporary name instead); it appeared by the time wait_until_finished() returned. Had the run stopped "
+            "between the two, a resume would have found no checkpoint: the save counts only once "
+            "wait_until_finished() returns or the final name is seen.",
             "observed: this run, async-orbax already had its final name when save returned: the background "
             "threads finished first on this machine and this small pytree. Nothing promises that; a larger "
             "state or a slower disk can leave the name missing at that moment, so the save counts only once "
