@@ -79,6 +79,7 @@ COVERAGE = {
         "consecutive_updates",
     ),
     ("stage2_update", "shard-map"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+    ("stage2_update", "shard-map-checks"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
     ("stage2_update", "partition"): ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
     ("stage2_update", "updates"): (
         "consecutive_updates",
