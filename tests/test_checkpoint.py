@@ -9,6 +9,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -301,6 +302,31 @@ def test_orbax_round_trip_onto_a_mesh_target(data, mesh, tmp_path):
     b, loss_b, ids_b = sl.transition(restored, data, 10, step, mesh)
     assert loss_a == loss_b and np.array_equal(ids_a, ids_b)
     np.testing.assert_array_equal(np.asarray(a["weights"]), np.asarray(b["weights"]))
+
+
+def test_orbax_restore_uses_the_target_it_is_handed_and_refuses_one_of_other_shapes(data, mesh, tmp_path):
+    """A caller's target decides the placement (here cut along 'data', not the default copy per device); a target
+    whose leaf has another shape is refused with our own error before Orbax reads anything."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardlab.errors import UsageError
+
+    state = trained(data, mesh, seed=17, batch_size=7, steps=3)
+    contract = sl.contract(data, sl.Config(seed=17, batch_size=7))
+    path = orbax_io.save(tmp_path / "orbax", state, contract)
+    onto = orbax_io.target(state, mesh)
+    cut = NamedSharding(mesh, P("data"))
+    onto["weights"] = jax.ShapeDtypeStruct(onto["weights"].shape, onto["weights"].dtype, sharding=cut)
+    restored = orbax_io.restore(path, contract, mesh, onto=onto)
+    assert restored["weights"].sharding.spec == P("data") and restored["momentum"].sharding.spec == P()
+    assert [s.data.shape for s in restored["weights"].addressable_shards] == [(2,)] * 4  # 8 values over 4 devices
+    np.testing.assert_array_equal(np.asarray(restored["weights"]), np.asarray(state["weights"]))
+    wide = {**onto, "weights": jax.ShapeDtypeStruct((9,), np.float32, sharding=cut)}
+    with pytest.raises(UsageError, match=r"target's weights is float32\(9,\), the checkpoint holds float32\(8,\)"):
+        orbax_io.restore(path, contract, mesh, onto=wide)
+    with pytest.raises(UsageError, match="the restore target has fields"):
+        orbax_io.restore(path, contract, mesh, onto={k: v for k, v in onto.items() if k != "key"})
 
 
 def test_each_cursor_case_is_refused_by_the_check_its_label_names(data, mesh, tmp_path):

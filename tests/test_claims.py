@@ -688,7 +688,7 @@ def test_the_two_point_fit_says_when_both_the_point_and_the_median_miss(tmp_path
     [
         ({"momentum": 0.5, "key": 0.3, "cursor": 0.1}, "in the same order"),
         ({"momentum": 0.5281, "key": 0.1372, "cursor": 0.1492}, "only the two smaller faults swap"),
-        ({"momentum": 0.2, "key": 0.6, "cursor": 0.1}, "The costliest fault differs"),
+        ({"momentum": 0.2, "key": 0.6, "cursor": 0.1}, "the costliest fault differs"),
         ({"momentum": 0.3, "key": 0.1, "cursor": 0.1}, "cost exactly the same"),  # a tie in the second fixture
     ],
 )
@@ -714,7 +714,7 @@ def test_the_fault_ranking_sentence_names_only_the_order_both_fixtures_show(tmp_
         if order["first"] == order["second"]
         else "only the two smaller faults swap"
         if order["first"][0] == order["second"][0]
-        else "The costliest fault differs"
+        else "the costliest fault differs"
     )
     assert word == expected
     assert order["first"][0] in text  # each wording names the first fixture's costliest fault

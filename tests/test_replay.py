@@ -117,6 +117,26 @@ def test_one_ulp_in_one_weight_fails_the_exact_recovery_check(data, mesh):
         replay.check_recovery(diff)
 
 
+def test_the_step_rows_mark_exactly_the_step_a_planted_difference_is_in(data, mesh):
+    """A record beside itself is equal at every step; one cursor changed at step 5, or one momentum element at
+    step 2, makes that row alone unequal, and only a weight change moves max |Δw|."""
+    step = sl.make_step(mesh)
+    record = replay.run(sl.initial(17, data, mesh), data, 7, 6, mesh, step)
+    rows = replay.step_rows(record, record)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6] and all(r["equal"] for r in rows)
+    assert [r["ids"] for r in rows] == [np.asarray(i).tolist() for i in record["ids"]]
+    bent = {**record, "cursor": record["cursor"] + np.eye(1, 6, 4, dtype=np.int64)[0]}
+    assert [r["equal"] for r in replay.step_rows(record, bent)] == [True] * 4 + [False, True]
+    momentum = np.array(record["momentum"], np.float32)
+    momentum[1, 0] += 1.0
+    rows = replay.step_rows(record, {**record, "momentum": momentum})
+    assert [r["equal"] for r in rows] == [True, False] + [True] * 4 and {r["max |Δw|"] for r in rows} == {0.0}
+    weights = np.array(record["weights"], np.float32)
+    weights[2, 3] += 0.5
+    moved = [r["max |Δw|"] for r in replay.step_rows(record, {**record, "weights": weights})]
+    assert moved[2] == abs(float(weights[2, 3]) - float(record["weights"][2][3])) > 0.4 and moved.count(0.0) == 5
+
+
 def test_fingerprints_name_the_first_differing_step(data, mesh):
     step = sl.make_step(mesh)
     state = sl.initial(17, data, mesh)

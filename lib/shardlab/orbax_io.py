@@ -24,7 +24,13 @@ from jax.sharding import Mesh, NamedSharding
 from shardlab.core import checkpoint, files
 from shardlab.core.batch import REPLICATED, is_replicated
 from shardlab.core.schema import DEVICE, DTYPES, FIELDS, SCALARS, check, digests, host_copy, shapes, to_arrays
-from shardlab.errors import BoundedReadError, CheckpointExistsError, CheckpointWriteError, CorruptCheckpointError
+from shardlab.errors import (
+    BoundedReadError,
+    CheckpointExistsError,
+    CheckpointWriteError,
+    CorruptCheckpointError,
+    UsageError,
+)
 
 STATE = "state"  # the Orbax checkpoint inside a saved folder
 CONTRACT = "shardlab.json"  # beside it: the contract and the field checksums
@@ -36,6 +42,20 @@ JOIN_SECONDS = 10  # bound on waiting for the writer threads of a failed save
 def as_tree(state: dict) -> dict:
     """The state as an Orbax pytree: device arrays as they are, host fields as NumPy arrays."""
     return {**to_arrays(state), **{name: state[name] for name in DEVICE}}
+
+
+def _check_target(onto, like: dict, path) -> None:
+    """UsageError unless `onto`, a caller's restore target, has exactly the fields of `like`, shapes and dtypes."""
+    if not isinstance(onto, dict) or set(onto) != set(like):
+        found = sorted(onto) if isinstance(onto, dict) else type(onto).__name__
+        raise UsageError(f"{path}: the restore target has fields {found}, the checkpoint {sorted(like)}")
+    for name, value in like.items():
+        leaf = onto[name]
+        if tuple(np.shape(leaf)) != value.shape or np.dtype(leaf.dtype) != value.dtype:
+            raise UsageError(
+                f"{path}: the restore target's {name} is {np.dtype(leaf.dtype)}{tuple(np.shape(leaf))}, "
+                f"the checkpoint holds {value.dtype}{value.shape}"
+            )
 
 
 def target(like: dict, mesh: Mesh) -> dict:
@@ -187,8 +207,13 @@ def _contract_file(path: str) -> dict:
     return found
 
 
-def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
-    """Restore the Orbax checkpoint `path` onto `mesh`: contract first (equal as JSON), then fields and checksums."""
+def restore(path, expected_contract: dict, mesh: Mesh, onto: dict | None = None) -> dict:
+    """Restore the Orbax checkpoint `path` onto `mesh`: contract first (equal as JSON), then fields and checksums.
+
+    The target handed to Orbax is `target(...)` for the file's shapes, or `onto` when a caller passes one (so a
+    notebook can show the very target the restore uses); `onto` must have the file's fields, shapes and dtypes,
+    else UsageError says which leaf differs.
+    """
     import orbax.checkpoint as ocp
 
     path = os.path.abspath(os.fspath(path))
@@ -199,9 +224,11 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
     checkpoint.check_contract(saved["contract"], expected_contract)
     width, rows = saved["layout"]["num_features"], saved["layout"]["rows"]
     like = {name: np.zeros(shape, DTYPES[name]) for name, shape in shapes(width, rows).items()}
+    onto = target(like, mesh) if onto is None else onto
+    _check_target(onto, like, path)
     try:
         with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
-            tree = checkpointer.restore(os.path.join(path, STATE), args=ocp.args.StandardRestore(target(like, mesh)))
+            tree = checkpointer.restore(os.path.join(path, STATE), args=ocp.args.StandardRestore(onto))
         arrays = to_arrays({name: np.asarray(tree[name]) for name in FIELDS})
     except Exception as exc:  # damaged metadata: JSONDecodeError, UnicodeDecodeError, ValueError, ...
         raise CorruptCheckpointError(

@@ -37,6 +37,7 @@ ALL = "every check of its stage"  # a `check` cell asserts that check_here(stage
 # (notebook, cell tag) -> the checks covering what the cell asserts about the learner's code
 COVERAGE = {
     ("stage1_batches", "initial"): ("initial_state_fields", "first_order_follows_the_seed"),
+    ("stage1_batches", "initial-checks"): ("initial_state_fields", "first_order_follows_the_seed"),
     ("stage1_batches", "fields-moved"): ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
     ("stage1_batches", "walk"): (
         "next_batch_returns_a_new_state",
@@ -48,7 +49,9 @@ COVERAGE = {
         "padding_is_never_an_observation",
     ),
     ("stage1_batches", "device-counts"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-    ("stage1_batches", "placement"): (
+    ("stage1_batches", "device-counts-checks"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+    ("stage1_batches", "placement"): ("batch_is_placed_on_the_mesh",),
+    ("stage1_batches", "mask-by-position"): (
         "padding_is_never_an_observation",
         "padding_is_decided_by_position",
         "batch_is_placed_on_the_mesh",
@@ -63,13 +66,20 @@ COVERAGE = {
     ("stage1_batches", "transfer"): ("padding_is_decided_by_position", "batch_lengths_keep_the_remainder"),
     ("stage1_batches", "check"): (ALL,),
     ("stage2_update", "local-means"): ("padding_is_never_an_observation",),
+    ("stage2_update", "local-means-checks"): ("padding_is_never_an_observation",),
     ("stage2_update", "batch"): (
         "initial_state_fields",
         "next_batch_returns_a_new_state",
         "batch_is_placed_on_the_mesh",
     ),
     ("stage2_update", "gradient"): ("gradient_on_a_full_batch", "loss_on_full_and_tail_batches", "consecutive_updates"),
+    ("stage2_update", "gradient-checks"): (
+        "gradient_on_a_full_batch",
+        "loss_on_full_and_tail_batches",
+        "consecutive_updates",
+    ),
     ("stage2_update", "shard-map"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+    ("stage2_update", "shard-map-checks"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
     ("stage2_update", "partition"): ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
     ("stage2_update", "updates"): (
         "consecutive_updates",
@@ -104,7 +114,9 @@ COVERAGE = {
     ("stage3b_resume", "restore"): ("restore_returns_every_field",),
     ("stage3b_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
+    ("stage3b_resume", "recovery-asserts"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),
+    ("stage3b_resume", "orbax-checks"): ("contract_is_json_data", "restore_returns_every_field"),
     ("stage3b_resume", "check"): (ALL,),
     ("stage4a_profile", "compile"): (  # lowered, compiled and checked against NumPy in one cell
         "compiled_step_lowers_and_compiles",
@@ -123,7 +135,13 @@ COVERAGE = {
         "replicas_agree",
         "random_transition_walk",
     ),
-    ("stage3c_orbax_lesson", "receipt-faults"): (
+    ("stage3c_orbax_lesson", "replay-checks"): (
+        "resume_continues_the_same_run",
+        "replicas_agree",
+        "random_transition_walk",
+    ),
+    ("stage3c_orbax_lesson", "receipt-faults"): ("consecutive_updates", "random_step_update"),
+    ("stage3c_orbax_lesson", "receipt-fault-checks"): (
         "consecutive_updates",
         "random_step_update",
         "key_changes_at_each_new_epoch",

@@ -83,12 +83,10 @@ QUESTIONS = (
             "Only the validity mask decides; padding may hold any values and must never be counted.",
             "placement",
             (
-                "placement",
+                "mask-by-position",
                 "Where each row lives",
-                "the table of each device's index, ids and mask, and the line under it: a padded slot and a real "
-                "row of the same zeros",
-                r"(?s)pad\] \| \[1, 0\] \|.*padded slot holds features .* has mask 0; row \d+, a real row set to "
-                r"the same zeros, has mask 1\b",
+                "the line under the placement table: a padded slot and a real row of the same zeros",
+                r"padded slot holds features .* has mask 0; row \d+, a real row set to the same zeros, has mask 1\b",
             ),
         ),
         (
@@ -307,21 +305,22 @@ QUESTIONS = (
             ),
         ),
         (
-            "When does the resumed run first draw from the restored key?",
+            "Your restore has read the file. Where are the restored weights and momentum?",
             [
-                "at the first step after the restore",
-                "never: the saved order holds every id it reads",
-                "when the saved order is used up and the next permutation is drawn",
+                "in NumPy arrays on the host, to be placed by the first step",
+                "a full copy on each of the four devices (sharding P())",
+                "a quarter of the values on each device",
             ],
-            "c",
-            "The saved order's unread rest finishes the epoch without the key; the key acts at each reshuffle, which "
-            "is why a resume check must run past the next epoch boundary.",
-            "permutations",
+            "b",
+            "restore places them replicated on the mesh it is given, as the saving run held them; the sampler's "
+            "fields stay on the host.",
+            "placement",
             (
-                "recovery-checks",
-                "The real resume",
-                "the line under the step-by-step table naming the steps in which new permutations were drawn",
-                r"new permutations were drawn in steps \[\d+(, \d+)*\]",
+                "restore",
+                "Stage 3, part 2",
+                "the two lines under the restore: each device field's sharding and devices",
+                r"weights: P\(\) on \['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3'\]\nmomentum: P\(\) on \['cpu:0', "
+                r"'cpu:1', 'cpu:2', 'cpu:3'\]",
             ),
         ),
         (
@@ -414,20 +413,6 @@ QUESTIONS = (
                 "When a checkpoint counts",
                 "the listings right after save returned and after wait_until_finished()",
                 r"after wait_until_finished: \['async-orbax'\]",
-            ),
-        ),
-        (
-            "Restored after step 1 (cursor 8, 16 rows in batches of 8), which transition first takes its batch "
-            "from a permutation drawn from the restored key?",
-            ["transition 1", "transition 2", "transition 3"],
-            "b",
-            "Transition 1 reads the saved order's unread rest; transition 2 finds the epoch used up and draws.",
-            "receipt",
-            (
-                "first-new",
-                "Replaying the receipt",
-                "the saved order's unread rest, and the first transition whose ids are not from it",
-                r"transition 2 is the first whose ids come from a new permutation",
             ),
         ),
         (

@@ -321,22 +321,23 @@ SENTENCES = {
         "fault_order_same": _s(
             "x_a > y_a > z_a and x_b > y_b > z_b",
             FAULT_KEYS,
-            "Both fixtures rank the three faults in the same order, <x> > <y> > <z> (<x>: {x_a:.4g} and {x_b:.4g}); "
-            "two fixtures are too few to call that a rule.",
-            "The two fixtures do not rank the three faults in the same strict order.",
+            "In this run, both fixtures rank the three faults in the same order, <x> > <y> > <z> (<x>: {x_a:.4g} and "
+            "{x_b:.4g}); two fixtures are too few to call that a rule.",
+            "This run's two fixtures do not rank the three faults in the same strict order.",
         ),
         "fault_costliest_same": _s(
             "x_a > y_a > z_a and x_b > z_b > y_b",
             FAULT_KEYS,
-            "A reset <x> costs most in both fixtures ({x_a:.4g} and {x_b:.4g}); only the two smaller faults swap "
-            "places (<y> > <z> in <a>, <z> > <y> in <b>); one run each cannot say which setting swaps them.",
-            "The two fixtures do not share their costliest fault with only the two smaller ones swapped.",
+            "In this run, a reset <x> costs most in both fixtures ({x_a:.4g} in <a>, {x_b:.4g} in <b>); only the two "
+            "smaller faults swap places (<y> > <z> in <a>, <z> > <y> in <b>); one run each cannot say which setting "
+            "swaps them, and the original course's runs may rank them otherwise.",
+            "This run's two fixtures do not share their costliest fault with only the two smaller ones swapped.",
         ),
         "fault_costliest_differs": _s(
             "x_a > max(y_a, z_a) and x_b < max(y_b, z_b)",
             FAULT_KEYS,
-            "The costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> ({x_b:.4g}); "
-            "one run each cannot say which setting decides it.",
+            "In this run, the costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> "
+            "({x_b:.4g}); one run each cannot say which setting decides it.",
             "Two faults cost exactly the same in one fixture (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
             "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the fixtures' orders cannot be compared strictly.",
         ),
@@ -1201,8 +1202,8 @@ CHOSEN = {
         ),
         "fault_pattern": (
             "lo > 0 and lo_c > 0 and none == 0",
-            "What holds in every run, ours and the original course's: every field left out costs a non-zero "
-            "final-weight error (the smallest {lo:.3g} here, {lo_c:.3g} there) and a complete restore costs none.",
+            "What holds in every run, ours and the original course's: every field left out moves the weights at the "
+            "epoch's end (the smallest max |Δw| {lo:.3g} here, {lo_c:.3g} there) and a complete restore moves none.",
             "Not every run shows the pattern the original course reports: the smallest error of an omitted field is "
             "{lo:.3g} here ({lo_c:.3g} in the original), and a complete restore left {none:.3g}; read the table row "
             "by row.",
@@ -1222,10 +1223,10 @@ CHOSEN = {
         ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
-            "observed: when save returned, async-orbax did not exist yet (folders of that name with a temporary "
-            "ending in orbax_lesson/: {others_at_return}); it appeared by the time wait_until_finished() "
-            "returned. Had the run stopped between the two, a resume would have found no checkpoint: the save "
-            "counts only once wait_until_finished() returns or the final name is seen.",
+            "observed: when save returned, async-orbax did not exist yet ({others_at_return} folder(s) under a "
+            "temporary name instead); it appeared by the time wait_until_finished() returned. Had the run stopped "
+            "between the two, a resume would have found no checkpoint: the save counts only once "
+            "wait_until_finished() returns or the final name is seen.",
             "observed: this run, async-orbax already had its final name when save returned: the background "
             "threads finished first on this machine and this small pytree. Nothing promises that; a larger "
             "state or a slower disk can leave the name missing at that moment, so the save counts only once "

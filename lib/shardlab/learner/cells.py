@@ -24,10 +24,10 @@ STARTER = Path(str(resources.files("shardlab.learner").joinpath("templates", sta
 
 
 def heading(function: str) -> str:
-    """The first line of `function`'s learner cell: what the folds below it hold."""
+    """The first line of `function`'s learner cell: one fold, whose summary says what it holds, opened on purpose."""
     return (
-        f"**Stuck on `{function}`?** Open only what you need: the rules it must keep, then hints from a nudge to "
-        "the full recipe."
+        f"<details><summary><b>Stuck on <code>{function}</code>?</b> Its rules, then hints from a nudge to the full "
+        f"recipe (also <code>python -m shardlab hint {function} LEVEL</code>)</summary>"
     )
 
 
@@ -43,18 +43,17 @@ def rule_fold(function: str) -> str:
 
 
 def hint_folds(function: str) -> str:
-    """`function`'s hints, each level folded on its own, and the command that prints them."""
+    """`function`'s hints, each level folded on its own (the fold around them names the command that prints them)."""
     parts = []
     for level, text in enumerate(hints.HINTS[function], 1):
         title = "the full recipe" if level == hints.levels(function) else f"hint {level}"
         parts.append(f"<details><summary>{function}: {title}</summary>\n\n{text}\n\n</details>")
-    parts.append(f"The same hints from a terminal: `python -m shardlab hint {function} LEVEL`.")
     return "\n\n".join(parts)
 
 
 def learner_cell(function: str) -> str:
-    """The one markdown cell of `function`'s notebook that holds its rules and its hints, all folded."""
-    return "\n\n".join([heading(function), rule_fold(function), hint_folds(function)])
+    """The one markdown cell of `function`'s notebook: a single fold holding its rules and its hints, each folded."""
+    return "\n\n".join([heading(function), rule_fold(function), hint_folds(function), "</details>"])
 
 
 def starter_rules(function: str) -> str:

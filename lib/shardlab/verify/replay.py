@@ -98,6 +98,26 @@ def compare(control: dict, resumed: dict) -> dict:
     }
 
 
+def step_rows(control: dict, resumed: dict) -> list[dict]:
+    """One row per resumed step beside the control: its ids, both losses, max |Δw|, and whether all six fields,
+    the ids and the loss are exactly equal (the table stage 3b shows a reader)."""
+    rows = []
+    for k, number in enumerate(resumed["step"]):
+        same = [max_diff(control[name][k], resumed[name][k]) == 0 for name in FIELDS]
+        same += [max_diff(control["ids"][k], resumed["ids"][k]) == 0, control["losses"][k] == resumed["losses"][k]]
+        rows.append(
+            {
+                "step": int(number),
+                "ids": np.asarray(resumed["ids"][k]).tolist(),
+                "control loss": float(control["losses"][k]),
+                "resumed loss": float(resumed["losses"][k]),
+                "max |Δw|": max_diff(control["weights"][k], resumed["weights"][k]),
+                "equal": all(same),
+            }
+        )
+    return rows
+
+
 def first_differences(control: dict, other: dict) -> dict:
     """Per compared quantity (each field, the ids, the loss): the first step after which it differs, or None."""
     shared = min(len(control["ids"]), len(other["ids"]))
