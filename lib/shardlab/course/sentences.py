@@ -195,11 +195,12 @@ SENTENCES = {
                 "k": "timing.eager_4dev.warm_compilations.total_ms",
                 "e": "timing.eager_4dev.median_ms",
             },
-            "A warm call of the un-jitted variant still compiled: {n} XLA compilations, {k:.0f} ms of compiling "
-            "in its last warm-up call, beside its {e:.0f} ms median call. It measures recompilation, not the "
-            "dispatch of compiled operations.",
-            "no warm call of the un-jitted variant triggered an XLA compilation here (the last column): its "
-            "{e:.0f} ms are the dispatch of each operation on its own, not compiling.",
+            "The un-jitted variant's last warm-up call still compiled: {n} XLA compilations, {k:.0f} ms of "
+            "compiling, beside its {e:.0f} ms median timed call. An eager call can pay for recompilation, not only "
+            "for the dispatch of compiled operations.",
+            "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
+            "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
+            "the same.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
@@ -1212,10 +1213,8 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "orbax_publishes_by_rename": (
             "renamed == 1 and marker_last == 1 and early == 0",
-            "So this version used both ways: every write Python saw went into a temporary folder, "
-            "commit_success.txt last, and one rename then gave the folder its final name, so a reader who finds "
-            "bare-orbax finds every write finished. The trace sees neither fsync nor TensorStore's own writes: it "
-            "shows the order of publishing, not that the bytes would survive a power cut.",
+            "Both ways, then: commit file last in a temporary folder, then one rename. The trace shows the order "
+            "of publishing, not fsync or TensorStore's own writes.",
             "So this save did not publish as a temporary folder, commit_success.txt last, then one rename "
             "(renamed to the final name: {renamed}; commit_success.txt the last write in the temporary folder: "
             "{marker_last}; operations on the final name before a rename: {early}). Read the trace above for what "
@@ -1223,14 +1222,11 @@ CHOSEN = {
         ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
-            "observed: when save returned, async-orbax did not exist yet ({others_at_return} folder(s) under a "
-            "temporary name instead); it appeared by the time wait_until_finished() returned. Had the run stopped "
-            "between the two, a resume would have found no checkpoint: the save counts only once "
-            "wait_until_finished() returns or the final name is seen.",
-            "observed: this run, async-orbax already had its final name when save returned: the background "
-            "threads finished first on this machine and this small pytree. Nothing promises that; a larger "
-            "state or a slower disk can leave the name missing at that moment, so the save counts only once "
-            "wait_until_finished() returns or the final name is seen.",
+            "A stop between the two listings would have left no checkpoint to resume from: the save counts only "
+            "once wait_until_finished() returns or the final name is seen.",
+            "This run, async-orbax already had its final name when save returned; nothing promises that (a larger "
+            "state or a slower disk), so the save counts only once wait_until_finished() returns or the final name "
+            "is seen.",
         ),
         "cursor_at_epoch_end": (
             "c == rows",
