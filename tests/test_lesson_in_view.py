@@ -405,7 +405,9 @@ def test_stage3_resume_shows_its_proof_as_a_table_of_steps(run_dir):
     assert drawn == 3  # three epochs on from mid-epoch: three boundaries, whichever step a sampler draws at
     found = results(run_dir, "stage3b_resume")["permutations"]
     assert found["drawn"] == drawn
-    assert f"drew {drawn} fresh permutations" in answered(executed(run_dir, "stage3b_resume"), "recovery-checks")
+    assert len(found["after_steps"]) == drawn
+    said = f"new permutations were drawn in steps {found['after_steps']}"
+    assert said in answered(executed(run_dir, "stage3b_resume"), "recovery-checks")
 
 
 # --- a conclusion shows its sentence, not the call that chose it ------------------------------------------------
