@@ -742,7 +742,7 @@ def test_the_fault_pattern_sentence_claims_the_pattern_only_where_every_run_show
     assert not check_claims(found), check_claims(found)
     # independently: every omitted field costs something in both runs, and the complete restore costs exactly 0
     pattern = min(lo, lo_c) > 0 and none == 0
-    assert text.startswith("What holds in every run") == pattern, text
+    assert text.startswith("In all four runs above") == pattern, text
     assert (f"{lo:.3g}" in text) and (f"{lo_c:.3g}" in text)
     found["fault_ranking"]["smallest"] = 0.0 if pattern else 0.5  # the record no longer says what was printed
     if pattern or (lo_c > 0 and none == 0):

@@ -85,7 +85,8 @@ QUESTIONS = (
             (
                 "mask-by-position",
                 "Where each row lives",
-                "the line under the placement table: a padded slot and a real row of the same zeros",
+                "the line after the placement table and the question under it (is it the zeros that make it "
+                "padding?): a padded slot and a real row of the same zeros",
                 r"padded slot holds features .* has mask 0; row \d+, a real row set to the same zeros, has mask 1\b",
             ),
         ),

@@ -322,25 +322,25 @@ SENTENCES = {
         "fault_order_same": _s(
             "x_a > y_a > z_a and x_b > y_b > z_b",
             FAULT_KEYS,
-            "In this run, both fixtures rank the three faults in the same order, <x> > <y> > <z> (<x>: {x_a:.4g} and "
-            "{x_b:.4g}); two fixtures are too few to call that a rule.",
-            "This run's two fixtures do not rank the three faults in the same strict order.",
+            "In this run, both settings rank the three faults in the same order, <x> > <y> > <z> (<x>: {x_a:.4g} and "
+            "{x_b:.4g}); two settings are too few to call that a rule.",
+            "This run's two settings do not rank the three faults in the same strict order.",
         ),
         "fault_costliest_same": _s(
             "x_a > y_a > z_a and x_b > z_b > y_b",
             FAULT_KEYS,
-            "In this run, a reset <x> costs most in both fixtures ({x_a:.4g} in <a>, {x_b:.4g} in <b>); only the two "
+            "In this run, a reset <x> costs most in both settings ({x_a:.4g} in <a>, {x_b:.4g} in <b>); only the two "
             "smaller faults swap places (<y> > <z> in <a>, <z> > <y> in <b>); one run each cannot say which setting "
-            "swaps them, and the original course's runs may rank them otherwise.",
-            "This run's two fixtures do not share their costliest fault with only the two smaller ones swapped.",
+            "swaps them.",
+            "This run's two settings do not share their costliest fault with only the two smaller ones swapped.",
         ),
         "fault_costliest_differs": _s(
             "x_a > max(y_a, z_a) and x_b < max(y_b, z_b)",
             FAULT_KEYS,
             "In this run, the costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> "
             "({x_b:.4g}); one run each cannot say which setting decides it.",
-            "Two faults cost exactly the same in one fixture (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
-            "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the fixtures' orders cannot be compared strictly.",
+            "Two faults cost exactly the same in one setting (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
+            "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the settings' orders cannot be compared strictly.",
         ),
     },
     "stage4b_beyond": {
@@ -1178,11 +1178,6 @@ CHOSEN = {
         ),
     },
     "stage2_update": {
-        "step2_loss_rose": (
-            "b > a",
-            "observed: the reported loss rose from {a:.2f} at step 1 to {b:.2f} at step 2",
-            "observed: the reported loss fell from {a:.2f} at step 1 to {b:.2f} at step 2",
-        ),
         "compiled_merges_all_reduces": (
             "compiled < lowered",
             "XLA merged collectives here, on this CPU backend: the compiled program holds fewer all-reduces "
@@ -1192,19 +1187,11 @@ CHOSEN = {
         ),
     },
     "stage3a_checkpoint": {
-        "sampler_rebuilt": (
-            "rebuilt and not other",
-            "observed: from the step count, with this run's seed, batch size, row count and rule, key, order and "
-            "cursor were rebuilt exactly; for a run that reached the same step with another batch size early on, "
-            "the same rebuild is wrong.",
-            "observed: this run's state rebuilt exactly: {rebuilt}; the other history's state rebuilt exactly: "
-            "{other}. Read the table field by field: a rebuild from the step count is right only where the "
-            "history it assumes is the one that ran.",
-        ),
         "fault_pattern": (
             "lo > 0 and lo_c > 0 and none == 0",
-            "What holds in every run, ours and the original course's: every field left out moves the weights at the "
-            "epoch's end (the smallest max |Δw| {lo:.3g} here, {lo_c:.3g} there) and a complete restore moves none.",
+            "In all four runs above, ours and the original course's: every field left out moved the weights by the "
+            "epoch's end (the smallest max |Δw| {lo:.3g} here, {lo_c:.3g} there), and here a complete restore moved "
+            "none.",
             "Not every run shows the pattern the original course reports: the smallest error of an omitted field is "
             "{lo:.3g} here ({lo_c:.3g} in the original), and a complete restore left {none:.3g}; read the table row "
             "by row.",
@@ -1235,13 +1222,6 @@ CHOSEN = {
             "The cursor reads {c}, not {rows}, after the transition that read the saved epoch's last batch: this "
             "sampler draws the next permutation as soon as the order is used up (an eager one), a call early; the "
             "ids are the same either way.",
-        ),
-    },
-    "stage3b_resume": {
-        "fresh_permutations": (
-            "drawn >= 2",
-            "the restored key drew {drawn} fresh permutations in this continuation, each one the control drew too",
-            "the restored key drew only {drawn} fresh permutation(s): too few to show that it survives a reshuffle",
         ),
     },
 }
