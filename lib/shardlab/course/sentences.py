@@ -445,24 +445,15 @@ SENTENCES = {
             "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
             "busy, no more than either other part (collective {c:.2f} ms, program {p:.2f} ms). " + _UNNAMED,
         ),
-        "meeting_beyond_untraced": _s(
-            "w + c > u * n",
-            {**WAITING, "u": "fused_timing.median_per_step_ms.fused_stats", "n": "fused_trace.steps_traced"},
-            "So, to the prediction: this capture cannot answer it for the untraced loop. Traced, meeting the other "
-            "devices (waiting {w:.2f} ms, collective {c:.2f} ms) took longer than all {n} of those steps take "
-            "untraced ({u:.4g} ms each, section 1): the profiler lengthened the meeting itself.",
-            "Traced, meeting the other devices (waiting {w:.2f} ms, collective {c:.2f} ms) took no longer than all "
-            "{n} of those steps take untraced ({u:.4g} ms each, section 1).",
-        ),
         "arithmetic_smallest": _s(
-            "p < min(w, c)",
+            f"{CLEAR} * p < min(w, c)",
             WAITING,
             "So, to the prediction, for the traced fused_stats loop: not the arithmetic. The program time "
-            f"({_PROGRAM}) is the smallest kind, {{p:.2f}} of {{b:.2f}} ms; meeting the other devices (waiting "
-            "{w:.2f} ms, collective {c:.2f} ms) takes more.",
+            f"({_PROGRAM}) is the smallest kind by more than a quarter, {{p:.2f}} of {{b:.2f}} ms; meeting the other "
+            "devices (waiting {w:.2f} ms, collective {c:.2f} ms) takes more.",
             "So, to the prediction, for the traced fused_stats loop: the program time "
             f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, not less than both waiting ({{w:.2f}} ms) and "
-            "collective ({c:.2f} ms).",
+            "collective ({c:.2f} ms) by more than a quarter.",
         ),
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
@@ -494,7 +485,8 @@ SENTENCES = {
             },
             f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
             f"roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, {_S}x). It pays one dispatch and wait "
-            "per step, a fused loop one per K steps: its excess is mostly that fixed cost per call.",
+            "per step, a fused loop one per K steps: that fixed cost per call is the likely excess, though this table "
+            "does not time it.",
             f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
             f"roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, {_S}x), not more than ten times. One "
             "dispatch per K steps did not bring a step much nearer its roofline.",
@@ -530,8 +522,8 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
             f"Both took at least their roofline ({_P}x, {_S}x): arithmetic and memory traffic, even at XLA's "
-            "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
-            "operations, the device threads' rendezvous).",
+            "generous byte count, do not account for the rest of each step. This table does not time that rest; "
+            "fixed cost (dispatch of small operations, the device threads' rendezvous) is the likely part.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -1018,14 +1010,12 @@ def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     return chosen_first(notebook, WAITING_NAMES, **values)
 
 
-def arithmetic_share(split: dict, untraced_ms: float, steps: int, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?
-
-    `untraced_ms` is one fused_stats step timed without the profiler and `steps` the fused steps traced: a
-    traced meeting longer than those steps take untraced is the profiler's, and the answer says so instead."""
+def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to the prediction, for the traced capture: is the program's own time (the arithmetic) the
+    smallest part, is meeting the other devices (waiting and collective) longer by more than a quarter, or neither?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    names = ["meeting_beyond_untraced", "arithmetic_smallest", "meeting_dominates", "program_dominates"]
-    return chosen_first(notebook, names, **values, u=untraced_ms, n=steps)
+    names = ["arithmetic_smallest", "meeting_dominates", "program_dominates"]
+    return chosen_first(notebook, names, **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
