@@ -123,6 +123,17 @@ ASYNC_SPREAD = {  # stage 5b's async and sync save times for one part of a save 
     "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
     "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
 }
+EFFICIENCY_RANGE = {  # stage 5b: the largest W's efficiency over the middle halves, its devices and the usable cores
+    "e_lo": "efficiency.table.-1.efficiency_range.0",
+    "e_hi": "efficiency.table.-1.efficiency_range.1",
+    "w": "efficiency.table.-1.devices",
+    "c": "efficiency.usable_cores",
+}
+SHAPE = {  # stage 5b: the step's growth from one device to the most, with the largest W's efficiency range
+    "t1": "efficiency.table.0.median_ms",
+    "t": "efficiency.table.-1.median_ms",
+    **EFFICIENCY_RANGE,
+}
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
     "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
@@ -665,21 +676,29 @@ SENTENCES = {
             "ms, synchronous {s_lo:.4g}–{s_hi:.4g} ms), so whatever separates the medians lies within the spread.",
         ),
         "shape_on_one_host": _s(
-            "t / t1 > w / min(c, w)",
-            {
-                "t1": "efficiency.table.0.median_ms",
-                "t": "efficiency.table.-1.median_ms",
-                "w": "efficiency.table.-1.devices",
-                "c": "efficiency.usable_cores",
-            },
-            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, each worker with its own cores. "
-            "Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable cores ({w}x the time is "
-            "what no parallelism gives), more than the <split>x a perfect split over those cores allows. It "
-            "measures one host sharing its cores, not the chapter's cluster.",
-            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, each worker with its own cores. "
-            "Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable cores, no more than the "
-            "<split>x a perfect split over those cores allows. It measures one host sharing its cores, not the "
-            "chapter's cluster.",
+            "e_hi * w < min(c, w)",
+            SHAPE,
+            "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
+            "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
+            "same {c} usable cores ({w}x the time is what no parallelism gives): more than the <split>x a perfect split over those cores "
+            "allows, even over the middle halves (efficiency up to {e_hi:.3f}, bound <bound>). It measures one host "
+            "sharing its cores, not the chapter's cluster.",
+            "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
+            "split allows.",
+        ),
+        "shape_within_split": _s(
+            "e_lo * w > min(c, w)",
+            SHAPE,
+            "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
+            "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
+            "same {c} usable cores ({w}x the time is what no parallelism gives): less than the <split>x a perfect split over those cores "
+            "allows, even over the middle halves (efficiency from {e_lo:.3f}, bound <bound>). It measures one host "
+            "sharing its cores, not the chapter's cluster.",
+            "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
+            "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
+            "same {c} usable cores ({w}x the time is what no parallelism gives). Over the middle halves (efficiency {e_lo:.3f}–{e_hi:.3f}, "
+            "bound <bound>) that growth is not told apart from the <split>x a perfect split over those cores allows. "
+            "It measures one host sharing its cores, not the chapter's cluster.",
         ),
         "efficiency_at_one_core_each": _s(
             "e_hi < 1",
@@ -690,19 +709,48 @@ SENTENCES = {
                 "w": "efficiency.table.<row>.devices",
                 "c": "efficiency.usable_cores",
             },
-            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
             "{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the core count "
             "alone does not explain it.",
-            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
             "{e_hi:.3f} over the middle halves): within the spread of that bound.",
         ),
         "efficiency_against_core_bound": _s(
-            "e <= 1.1 * c / w",
+            "e * w <= c",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
             "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
             "{c}/{w}; this run's {e:.3f} is no higher",
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
+        ),
+        "efficiency_range_holds_both": _s(
+            "e_lo * w <= 1 <= e_hi * w and e_lo * w <= min(c, w) <= e_hi * w",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, which holds both 1/{w} (no gain) and the "
+            "bound <bound>: these samples cannot tell the two apart.",
+            "The range {e_lo:.3f}–{e_hi:.3f} does not hold both 1/{w} and the bound <bound>.",
+        ),
+        "efficiency_range_holds_no_gain": _s(
+            "e_lo * w <= 1 <= e_hi * w",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}: it holds 1/{w} (no gain) and stays below "
+            "the bound <bound>.",
+            "The range {e_lo:.3f}–{e_hi:.3f} does not hold 1/{w}.",
+        ),
+        "efficiency_range_holds_bound": _s(
+            "e_lo * w <= min(c, w) <= e_hi * w",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}: above 1/{w} (no gain), and it holds the "
+            "bound <bound>.",
+            "The range {e_lo:.3f}–{e_hi:.3f} does not hold the bound <bound>.",
+        ),
+        "efficiency_range_below_no_gain": _s(
+            "e_hi * w < 1",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, below 1/{w}: the {w} devices delivered "
+            "less than one.",
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, holding neither 1/{w} (no gain) nor the "
+            "bound <bound>.",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -721,9 +769,8 @@ SENTENCES = {
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
-            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). "
-            "Efficiency {e:.3f}, {e_lo:.3f}–{e_hi:.3f} over the middle halves, a range that holds 1/{w} (no gain): "
-            "a median below 1/{w} alone is not a loss.",
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), "
+            "efficiency {e:.3f}.",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -773,8 +820,8 @@ SENTENCES = {
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
-            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, on every process at the same step — "
-            "systematic, not noise.",
+            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, at the steps the batch shapes predict. A "
+            "tall bar on both controllers is not by itself systematic: in each step's psums each waits for the other.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
             "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
@@ -789,7 +836,7 @@ SENTENCES = {
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
             "(process <slow>'s starts at {q1_slow:.4g} ms, above the {q3_fast:.4g} ms where process <fast>'s "
             "ends): "
-            "process <slow> computes consistently longer.",
+            "process <slow> computes longer in these steps.",
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
             "<slow>'s starts at {q1_slow:.4g} ms, below the {q3_fast:.4g} ms where process <fast>'s ends): compute "
             "does not "
@@ -804,7 +851,7 @@ SENTENCES = {
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
             "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> "
-            "consistently waits there longer.",
+            "waits there longer in these steps.",
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
             "{q1_wait:.4g} ms, below the {q3_late:.4g} ms where process <late>'s ends): neither consistently waits "
             "for the other.",
@@ -819,8 +866,8 @@ SENTENCES = {
         "straggler_in_compute": _s(
             "q1_slow > q3_fast and q1_wait <= q3_late",
             STRAGGLER,
-            "So the candidate straggler is process <slow>, in the compute phase: its own compute is consistently "
-            "longer, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
+            "So the candidate straggler is process <slow>, in the compute phase: its own compute is longer beyond the "
+            "spread, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
             "with more steps, not yet a finding.",
             "So the compute phase alone does not single out a process.",
         ),
@@ -835,7 +882,7 @@ SENTENCES = {
         "straggler_in_both": _s(
             "q1_slow > q3_fast and q1_wait > q3_late and ps == pl",
             STRAGGLER,
-            "So both phases point at process <slow>: its own compute is consistently longer and process <waits> "
+            "So both phases point at process <slow>: its own compute is longer beyond the spread and process <waits> "
             "waits for it in the agreement. From a handful of steps that is a lead to follow with more steps, not "
             "yet a finding.",
             "So both phases separate the two processes but point at different ones: process <slow> computes longer, "
@@ -883,7 +930,10 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values.update(e_lo=last["efficiency_range"][0], e_hi=last["efficiency_range"][1])
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
-    return [moved, bound]
+    names = ["efficiency_range_holds_both", "efficiency_range_holds_no_gain", "efficiency_range_holds_bound"]
+    fill = {"bound": f"{min(cores, last['devices'])}/{last['devices']}"}
+    span = {"e_lo": values["e_lo"], "e_hi": values["e_hi"], "w": last["devices"], "c": cores}
+    return [moved, bound, chosen_first(notebook, [*names, "efficiency_range_below_no_gain"], fill, **span)]
 
 
 def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: str = "stage5b_scaling") -> str:
@@ -891,8 +941,12 @@ def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: 
     W -> ms), read against what `cores` usable cores allow a perfect split of W times the rows."""
     one, last = efficiency["table"][0], efficiency["table"][-1]
     w = last["devices"]
-    fill = {"chapter": f"{chapter_ms[w] / chapter_ms[one['devices']]:.2f}", "split": f"{w / min(cores, w):g}"}
-    return chosen(notebook, "shape_on_one_host", fill, t1=one["median_ms"], t=last["median_ms"], w=w, c=cores)
+    first, most = chapter_ms[one["devices"]], chapter_ms[w]
+    fill = {"chapter": f"{most / first:.2f}", "split": f"{w / min(cores, w):g}", "bound": f"{min(cores, w)}/{w}"}
+    fill.update({"from": f"{first:g}", "to": f"{most:g}"})
+    low, high = last["efficiency_range"]
+    values = {"t1": one["median_ms"], "t": last["median_ms"], "w": w, "c": cores, "e_lo": low, "e_hi": high}
+    return chosen_first(notebook, ["shape_on_one_host", "shape_within_split"], fill, **values)
 
 
 def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
