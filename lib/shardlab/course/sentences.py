@@ -134,6 +134,11 @@ SHAPE = {  # stage 5b: the step's growth from one device to the most, with the l
     "t": "efficiency.table.-1.median_ms",
     **EFFICIENCY_RANGE,
 }
+_SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
+    "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
+    "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
+    "same {c} usable cores ({w}x the time is what no parallelism gives)"
+)
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
     "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
@@ -678,9 +683,7 @@ SENTENCES = {
         "shape_on_one_host": _s(
             "e_hi * w < min(c, w)",
             SHAPE,
-            "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
-            "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
-            "same {c} usable cores ({w}x the time is what no parallelism gives): more than the <split>x a perfect split over those cores "
+            _SHAPE_START + ": more than the <split>x a perfect split over those cores "
             "allows, even over the middle halves (efficiency up to {e_hi:.3f}, bound <bound>). It measures one host "
             "sharing its cores, not the chapter's cluster.",
             "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
@@ -689,14 +692,10 @@ SENTENCES = {
         "shape_within_split": _s(
             "e_lo * w > min(c, w)",
             SHAPE,
-            "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
-            "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
-            "same {c} usable cores ({w}x the time is what no parallelism gives): less than the <split>x a perfect split over those cores "
+            _SHAPE_START + ": less than the <split>x a perfect split over those cores "
             "allows, even over the middle halves (efficiency from {e_lo:.3f}, bound <bound>). It measures one host "
             "sharing its cores, not the chapter's cluster.",
-            "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
-            "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
-            "same {c} usable cores ({w}x the time is what no parallelism gives). Over the middle halves (efficiency {e_lo:.3f}–{e_hi:.3f}, "
+            _SHAPE_START + ". Over the middle halves (efficiency {e_lo:.3f}–{e_hi:.3f}, "
             "bound <bound>) that growth is not told apart from the <split>x a perfect split over those cores allows. "
             "It measures one host sharing its cores, not the chapter's cluster.",
         ),
@@ -709,11 +708,11 @@ SENTENCES = {
                 "w": "efficiency.table.<row>.devices",
                 "c": "efficiency.usable_cores",
             },
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
-            "{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the core count "
-            "alone does not explain it.",
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
-            "{e_hi:.3f} over the middle halves): within the spread of that bound.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} "
+            "({e_lo:.3f}–{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the "
+            "core count alone does not explain it.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} "
+            "({e_lo:.3f}–{e_hi:.3f} over the middle halves): within the spread of that bound.",
         ),
         "efficiency_against_core_bound": _s(
             "e * w <= c",
