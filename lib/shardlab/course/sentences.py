@@ -594,8 +594,9 @@ SENTENCES = {
             "l == 0 and w == 0",
             {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
             "The group matched the control bit for bit, losses and weights.",
-            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the two "
-            "processes' all-reduces add the same numbers in another order, and float32 addition depends on the order.",
+            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's. The likely "
+            "cause, not measured here: the two processes' all-reduces add the same numbers in another order, and "
+            "float32 addition depends on the order.",
         ),
         "world_change_from_history": _s(
             "u > 0 and s > 0",
