@@ -603,8 +603,8 @@ SENTENCES = {
             WORLD_CAUSE,
             "Why not bit for bit: the run's history explains it. Against the control, the <same> restart (the "
             "control's <devices> devices) differs by {s:.1e}, and so does the uninterrupted 2 × 2 group, by {u:.1e}: "
-            "both carry steps the 2 × 2 group reduced in another order. The <other> restart differs by {c:.1e}; these numbers cannot tell "
-            "whether its device count adds to that.",
+            "both carry steps the 2 × 2 group reduced in another order. The <other> restart differs by {c:.1e}; "
+            "these numbers cannot tell whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
