@@ -607,9 +607,13 @@ QUESTIONS = (
         (
             "Four logical devices share C usable cores, each with the single device's rows. What bounds the "
             "efficiency at W = 4?",
-            ["nothing: efficiency is 1 by definition", "C / W: at most C devices compute at once", "the ring latency"],
+            [
+                "nothing: efficiency is 1 by definition",
+                "min(C, W) / W: at most C devices compute at once",
+                "the ring latency",
+            ],
             "b",
-            "Perfect splitting on C cores gives at most C / W: a ceiling. What keeps a run below it is not "
+            "Perfect splitting on C cores gives at most min(C, W) / W: a ceiling. What keeps a run below it is not "
             "measured here.",
             "efficiency",
             (

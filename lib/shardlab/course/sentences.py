@@ -123,6 +123,22 @@ ASYNC_SPREAD = {  # stage 5b's async and sync save times for one part of a save 
     "s_lo": "async_vs_sync.spread.sync.<what>_s.q1_ms",
     "s_hi": "async_vs_sync.spread.sync.<what>_s.q3_ms",
 }
+EFFICIENCY_RANGE = {  # stage 5b: the largest W's efficiency over the middle halves, its devices and the usable cores
+    "e_lo": "efficiency.table.-1.efficiency_range.0",
+    "e_hi": "efficiency.table.-1.efficiency_range.1",
+    "w": "efficiency.table.-1.devices",
+    "c": "efficiency.usable_cores",
+}
+SHAPE = {  # stage 5b: the step's growth from one device to the most, with the largest W's efficiency range
+    "t1": "efficiency.table.0.median_ms",
+    "t": "efficiency.table.-1.median_ms",
+    **EFFICIENCY_RANGE,
+}
+_SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
+    "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
+    "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
+    "same {c} usable cores ({w}x the time is what no parallelism gives)"
+)
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
     "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
@@ -446,24 +462,15 @@ SENTENCES = {
             "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
             "busy, no more than either other part (collective {c:.2f} ms, program {p:.2f} ms). " + _UNNAMED,
         ),
-        "meeting_beyond_untraced": _s(
-            "w + c > u * n",
-            {**WAITING, "u": "fused_timing.median_per_step_ms.fused_stats", "n": "fused_trace.steps_traced"},
-            "So, to the prediction: this capture cannot answer it for the untraced loop. Traced, meeting the other "
-            "devices (waiting {w:.2f} ms, collective {c:.2f} ms) took longer than all {n} of those steps take "
-            "untraced ({u:.4g} ms each, section 1): the profiler lengthened the meeting itself.",
-            "Traced, meeting the other devices (waiting {w:.2f} ms, collective {c:.2f} ms) took no longer than all "
-            "{n} of those steps take untraced ({u:.4g} ms each, section 1).",
-        ),
         "arithmetic_smallest": _s(
-            "p < min(w, c)",
+            f"{CLEAR} * p < min(w, c)",
             WAITING,
             "So, to the prediction, for the traced fused_stats loop: not the arithmetic. The program time "
-            f"({_PROGRAM}) is the smallest kind, {{p:.2f}} of {{b:.2f}} ms; meeting the other devices (waiting "
-            "{w:.2f} ms, collective {c:.2f} ms) takes more.",
+            f"({_PROGRAM}) is the smallest kind by more than a quarter, {{p:.2f}} of {{b:.2f}} ms; meeting the other "
+            "devices (waiting {w:.2f} ms, collective {c:.2f} ms) takes more.",
             "So, to the prediction, for the traced fused_stats loop: the program time "
             f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, not less than both waiting ({{w:.2f}} ms) and "
-            "collective ({c:.2f} ms).",
+            "collective ({c:.2f} ms) by more than a quarter.",
         ),
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
@@ -495,7 +502,8 @@ SENTENCES = {
             },
             f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
             f"roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, {_S}x). It pays one dispatch and wait "
-            "per step, a fused loop one per K steps: its excess is mostly that fixed cost per call.",
+            "per step, a fused loop one per K steps: that fixed cost per call is the likely excess, though this table "
+            "does not time it.",
             f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
             f"roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, {_S}x), not more than ten times. One "
             "dispatch per K steps did not bring a step much nearer its roofline.",
@@ -531,8 +539,8 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
             f"Both took at least their roofline ({_P}x, {_S}x): arithmetic and memory traffic, even at XLA's "
-            "generous byte count, do not account for the rest of each step, which is fixed cost (dispatch of small "
-            "operations, the device threads' rendezvous).",
+            "generous byte count, do not account for the rest of each step. This table does not time that rest; "
+            "fixed cost (dispatch of small operations, the device threads' rendezvous) is the likely part.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -587,16 +595,17 @@ SENTENCES = {
             "l == 0 and w == 0",
             {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
             "The group matched the control bit for bit, losses and weights.",
-            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's: the two "
-            "processes' all-reduces add the same numbers in another order, and float32 addition depends on the order.",
+            "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's. The likely "
+            "cause, not measured here: the two processes' all-reduces add the same numbers in another order, and "
+            "float32 addition depends on the order.",
         ),
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history explains it. The <same> restart (the control's <devices> devices) "
-            "differs from the control by {s:.1e} and the uninterrupted 2 × 2 group by {u:.1e}: both carry steps the "
-            "2 × 2 group reduced in another order. The <other> restart differs by {c:.1e}; these numbers cannot tell "
-            "whether its device count adds to that.",
+            "Why not bit for bit: the run's history explains it. Against the control, the <same> restart (the "
+            "control's <devices> devices) differs by {s:.1e}, and so does the uninterrupted 2 × 2 group, by {u:.1e}: "
+            "both carry steps the 2 × 2 group reduced in another order. The <other> restart differs by {c:.1e}; "
+            "these numbers cannot tell whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
@@ -674,21 +683,23 @@ SENTENCES = {
             "ms, synchronous {s_lo:.4g}–{s_hi:.4g} ms), so whatever separates the medians lies within the spread.",
         ),
         "shape_on_one_host": _s(
-            "t / t1 > w / min(c, w)",
-            {
-                "t1": "efficiency.table.0.median_ms",
-                "t": "efficiency.table.-1.median_ms",
-                "w": "efficiency.table.-1.devices",
-                "c": "efficiency.usable_cores",
-            },
-            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, each worker with its own cores. "
-            "Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable cores ({w}x the time is "
-            "what no parallelism gives), more than the <split>x a perfect split over those cores allows. It "
-            "measures one host sharing its cores, not the chapter's cluster.",
-            "Shape: from W = 1 to {w} the chapter's modelled step grows <chapter>x, each worker with its own cores. "
-            "Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the same {c} usable cores, no more than the "
-            "<split>x a perfect split over those cores allows. It measures one host sharing its cores, not the "
-            "chapter's cluster.",
+            "e_hi * w < min(c, w)",
+            SHAPE,
+            _SHAPE_START + ": more than the <split>x a perfect split over those cores "
+            "allows, even over the middle halves (efficiency up to {e_hi:.3f}, bound <bound>). It measures one host "
+            "sharing its cores, not the chapter's cluster.",
+            "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
+            "split allows.",
+        ),
+        "shape_within_split": _s(
+            "e_lo * w > min(c, w)",
+            SHAPE,
+            _SHAPE_START + ": less than the <split>x a perfect split over those cores "
+            "allows, even over the middle halves (efficiency from {e_lo:.3f}, bound <bound>). It measures one host "
+            "sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ". Over the middle halves (efficiency {e_lo:.3f}–{e_hi:.3f}, "
+            "bound <bound>) that growth is not told apart from the <split>x a perfect split over those cores allows. "
+            "It measures one host sharing its cores, not the chapter's cluster.",
         ),
         "efficiency_at_one_core_each": _s(
             "e_hi < 1",
@@ -699,19 +710,48 @@ SENTENCES = {
                 "w": "efficiency.table.<row>.devices",
                 "c": "efficiency.usable_cores",
             },
-            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} ({e_lo:.3f}–"
-            "{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the core count "
-            "alone does not explain it.",
-            "At W = {w} the bound C/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} ({e_lo:.3f}–"
-            "{e_hi:.3f} over the middle halves): within the spread of that bound.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} "
+            "({e_lo:.3f}–{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the "
+            "core count alone does not explain it.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} "
+            "({e_lo:.3f}–{e_hi:.3f} over the middle halves): within the spread of that bound.",
         ),
         "efficiency_against_core_bound": _s(
-            "e <= 1.1 * c / w",
+            "e * w <= c",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
             "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
             "{c}/{w}; this run's {e:.3f} is no higher",
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that",
+        ),
+        "efficiency_range_holds_both": _s(
+            "e_lo * w <= 1 <= e_hi * w and e_lo * w <= min(c, w) <= e_hi * w",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, which holds both 1/{w} (no gain) and the "
+            "bound <bound>: these samples cannot tell the two apart.",
+            "The range {e_lo:.3f}–{e_hi:.3f} does not hold both 1/{w} and the bound <bound>.",
+        ),
+        "efficiency_range_holds_no_gain": _s(
+            "e_lo * w <= 1 <= e_hi * w",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}: it holds 1/{w} (no gain) and stays below "
+            "the bound <bound>.",
+            "The range {e_lo:.3f}–{e_hi:.3f} does not hold 1/{w}.",
+        ),
+        "efficiency_range_holds_bound": _s(
+            "e_lo * w <= min(c, w) <= e_hi * w",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}: above 1/{w} (no gain), and it holds the "
+            "bound <bound>.",
+            "The range {e_lo:.3f}–{e_hi:.3f} does not hold the bound <bound>.",
+        ),
+        "efficiency_range_below_no_gain": _s(
+            "e_hi * w < 1",
+            EFFICIENCY_RANGE,
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, below 1/{w}: the {w} devices delivered "
+            "less than one.",
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, holding neither 1/{w} (no gain) nor the "
+            "bound <bound>.",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -730,9 +770,8 @@ SENTENCES = {
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
-            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). "
-            "Efficiency {e:.3f}, {e_lo:.3f}–{e_hi:.3f} over the middle halves, a range that holds 1/{w} (no gain): "
-            "a median below 1/{w} alone is not a loss.",
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), "
+            "efficiency {e:.3f}.",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -782,8 +821,8 @@ SENTENCES = {
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
-            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, on every process at the same step — "
-            "systematic, not noise.",
+            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, at the steps the batch shapes predict. A "
+            "tall bar on both controllers is not by itself systematic: in each step's psums each waits for the other.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
             "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
@@ -798,7 +837,7 @@ SENTENCES = {
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
             "(process <slow>'s starts at {q1_slow:.4g} ms, above the {q3_fast:.4g} ms where process <fast>'s "
             "ends): "
-            "process <slow> computes consistently longer.",
+            "process <slow> computes longer in these steps.",
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
             "<slow>'s starts at {q1_slow:.4g} ms, below the {q3_fast:.4g} ms where process <fast>'s ends): compute "
             "does not "
@@ -813,7 +852,7 @@ SENTENCES = {
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
             "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> "
-            "consistently waits there longer.",
+            "waits there longer in these steps.",
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
             "{q1_wait:.4g} ms, below the {q3_late:.4g} ms where process <late>'s ends): neither consistently waits "
             "for the other.",
@@ -828,8 +867,8 @@ SENTENCES = {
         "straggler_in_compute": _s(
             "q1_slow > q3_fast and q1_wait <= q3_late",
             STRAGGLER,
-            "So the candidate straggler is process <slow>, in the compute phase: its own compute is consistently "
-            "longer, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
+            "So the candidate straggler is process <slow>, in the compute phase: its own compute is longer beyond the "
+            "spread, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
             "with more steps, not yet a finding.",
             "So the compute phase alone does not single out a process.",
         ),
@@ -844,7 +883,7 @@ SENTENCES = {
         "straggler_in_both": _s(
             "q1_slow > q3_fast and q1_wait > q3_late and ps == pl",
             STRAGGLER,
-            "So both phases point at process <slow>: its own compute is consistently longer and process <waits> "
+            "So both phases point at process <slow>: its own compute is longer beyond the spread and process <waits> "
             "waits for it in the agreement. From a handful of steps that is a lead to follow with more steps, not "
             "yet a finding.",
             "So both phases separate the two processes but point at different ones: process <slow> computes longer, "
@@ -892,7 +931,10 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values.update(e_lo=last["efficiency_range"][0], e_hi=last["efficiency_range"][1])
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
-    return [moved, bound]
+    names = ["efficiency_range_holds_both", "efficiency_range_holds_no_gain", "efficiency_range_holds_bound"]
+    fill = {"bound": f"{min(cores, last['devices'])}/{last['devices']}"}
+    span = {"e_lo": values["e_lo"], "e_hi": values["e_hi"], "w": last["devices"], "c": cores}
+    return [moved, bound, chosen_first(notebook, [*names, "efficiency_range_below_no_gain"], fill, **span)]
 
 
 def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: str = "stage5b_scaling") -> str:
@@ -900,8 +942,12 @@ def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: 
     W -> ms), read against what `cores` usable cores allow a perfect split of W times the rows."""
     one, last = efficiency["table"][0], efficiency["table"][-1]
     w = last["devices"]
-    fill = {"chapter": f"{chapter_ms[w] / chapter_ms[one['devices']]:.2f}", "split": f"{w / min(cores, w):g}"}
-    return chosen(notebook, "shape_on_one_host", fill, t1=one["median_ms"], t=last["median_ms"], w=w, c=cores)
+    first, most = chapter_ms[one["devices"]], chapter_ms[w]
+    fill = {"chapter": f"{most / first:.2f}", "split": f"{w / min(cores, w):g}", "bound": f"{min(cores, w)}/{w}"}
+    fill.update({"from": f"{first:g}", "to": f"{most:g}"})
+    low, high = last["efficiency_range"]
+    values = {"t1": one["median_ms"], "t": last["median_ms"], "w": w, "c": cores, "e_lo": low, "e_hi": high}
+    return chosen_first(notebook, ["shape_on_one_host", "shape_within_split"], fill, **values)
 
 
 def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
@@ -1019,14 +1065,12 @@ def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     return chosen_first(notebook, WAITING_NAMES, **values)
 
 
-def arithmetic_share(split: dict, untraced_ms: float, steps: int, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's answer to the prediction itself: is the program's own time (the arithmetic) the smallest part?
-
-    `untraced_ms` is one fused_stats step timed without the profiler and `steps` the fused steps traced: a
-    traced meeting longer than those steps take untraced is the profiler's, and the answer says so instead."""
+def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's answer to the prediction, for the traced capture: is the program's own time (the arithmetic) the
+    smallest part, is meeting the other devices (waiting and collective) longer by more than a quarter, or neither?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    names = ["meeting_beyond_untraced", "arithmetic_smallest", "meeting_dominates", "program_dominates"]
-    return chosen_first(notebook, names, **values, u=untraced_ms, n=steps)
+    names = ["arithmetic_smallest", "meeting_dominates", "program_dominates"]
+    return chosen_first(notebook, names, **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
