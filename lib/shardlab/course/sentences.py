@@ -66,13 +66,10 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
     "p": "fused_trace.top_events.program_ms",
     "b": "fused_trace.top_events.busy_ms",
 }
-WAITING_NAMES = ["waiting_share", "waiting_parts_about_equal", "waiting_largest_part"]
-WAITING_NAMES += ["waiting_between_collective_and_program", "waiting_between_program_and_collective"]
 NEAR = (2, 10, 100)  # stage 4b's prediction: the nearest of 2x, 10x, 100x in log ratio (met at geometric means)
 SPEEDUP = {"s": "fused_timing.speedup_over_course.<loop>"}
 NEAREST = ["speedup_below_1x_<loop>", "speedup_near_2x_<loop>", "speedup_near_10x_<loop>"]
 _PROGRAM = "the arithmetic, sampler, gather and runtime"
-_UNNAMED = "The trace cannot tell what the collective time is: copying and adding, or threads synchronising unnamed."
 CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
 BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
     "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
@@ -420,47 +417,6 @@ SENTENCES = {
             "The one-device loop ({f:.3g} ms per step, middle half up to {f_hi:.3g}) was not clearly faster than "
             "both four-device fused loops ({p:.3g} ms from {p_lo:.3g}, {s:.3g} ms from {s_lo:.3g}). On this run the "
             "middle halves overlap or the four-device loops were faster.",
-        ),
-        "waiting_share": _s(
-            "w > 0.5 * b",
-            WAITING,
-            "During the fused dispatches, waiting took {w:.2f} ms of own time, more than half the busiest thread's "
-            "{b:.2f} ms busy (collective {c:.2f} ms, program {p:.2f} ms): the device threads mostly wait for each "
-            "other, on cores they share.",
-            "Waiting took {w:.2f} ms of own time, not more than half the {b:.2f} ms the busiest thread was busy.",
-        ),
-        "waiting_parts_about_equal": _s(
-            "max(w, c, p) <= 1.25 * min(w, c, p)",
-            WAITING,
-            "During the fused dispatches the three kinds are about equal, each within 25 % of the others: waiting "
-            "{w:.2f} ms of own time, collective {c:.2f} ms, program {p:.2f} ms, of the busiest thread's {b:.2f} ms "
-            "busy. " + _UNNAMED,
-            "The three kinds are not within 25 % of one another (waiting {w:.2f} ms, collective {c:.2f} ms, "
-            "program {p:.2f} ms).",
-        ),
-        "waiting_largest_part": _s(
-            "w > max(c, p)",
-            WAITING,
-            "During the fused dispatches, waiting took {w:.2f} ms of own time, the largest kind but not half the "
-            "busiest thread's {b:.2f} ms busy (collective {c:.2f} ms, program {p:.2f} ms). " + _UNNAMED,
-            "Waiting is not the largest of the three kinds.",
-        ),
-        "waiting_between_collective_and_program": _s(
-            "c < w < p",
-            WAITING,
-            "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
-            "busy: more than the {c:.2f} ms inside the collectives, less than the rest of the program's {p:.2f} ms. "
-            + _UNNAMED,
-            "Waiting does not lie between the collective time and the larger program time.",
-        ),
-        "waiting_between_program_and_collective": _s(
-            "p < w < c",
-            WAITING,
-            "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
-            "busy: more than the rest of the program's {p:.2f} ms, less than the {c:.2f} ms inside the collectives. "
-            + _UNNAMED,
-            "During the fused dispatches, waiting took {w:.2f} ms of own time of the busiest thread's {b:.2f} ms "
-            "busy, no more than either other part (collective {c:.2f} ms, program {p:.2f} ms). " + _UNNAMED,
         ),
         "arithmetic_smallest": _s(
             f"{CLEAR} * p < min(w, c)",
@@ -1057,12 +1013,6 @@ def boundary_at_batch(
     if untraced_ms is not None:
         names, values = ["boundary_unsettled_<side>", *names], {**values, "q": untraced_ms}
     return chosen_first(notebook, names, fill, **values)
-
-
-def waiting_share(split: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's answer to "arithmetic or waiting?": the own time of waiting events against the busy time."""
-    values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
-    return chosen_first(notebook, WAITING_NAMES, **values)
 
 
 def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
