@@ -327,7 +327,8 @@ RULES = (
     Rule(
         "exact-resume",
         "restore",
-        "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included) and "
+        "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included, "
+        "and the order in the integer dtype the saved state held, whatever width the file stores it in) and "
         "the step at any count a run reaches, weights and momentum replicated on the mesh given, so the run "
         "continues as "
         "the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or "
