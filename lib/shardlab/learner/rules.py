@@ -264,7 +264,8 @@ RULES = (
         "save",
         "the finished file is published with an operation that fails if the name exists: of two savers in two "
         "processes racing for one name exactly one wins, and two saving different names into a folder neither "
-        "found both do; where that operation is refused (no hard links), the save raises rather than overwrite",
+        "found both do, where save makes missing folders (it need not: a save may raise for a folder that is not "
+        "there); where that operation is refused (no hard links), the save raises rather than overwrite",
         ("racing_saves_never_overwrite", "interrupted_save_leaves_nothing_or_a_checkpoint"),
         why=(
             "Why: checking that the name is free and then publishing leaves a gap in which another process can "

@@ -170,7 +170,8 @@ def save(path, state: dict, contract_: dict) -> str:
       still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
       savers in two processes racing for one name exactly one wins, and two saving different names into a folder neither
-      found both do; where that operation is refused (no hard links), the save raises rather than overwrite.
+      found both do, where save makes missing folders (it need not: a save may raise for a folder that is not there);
+      where that operation is refused (no hard links), the save raises rather than overwrite.
     - rule:save-inputs-intact: save changes nothing it is given: not the state, its arrays or their placement.
     """
     raise _todo("save", 3, "a new checkpoint at path")
