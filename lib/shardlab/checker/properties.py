@@ -2105,15 +2105,31 @@ def _dtype(value):
 
 
 def dtypes_changed(state: dict, restored: dict) -> dict:
-    """Field -> (the saved state's dtype, the restored one's) for every array field restore gave back in another
-    dtype than the state it was saved from holds (rule:exact-resume): a file may keep the order in any integer
-    width, but the state comes back in the state's own."""
+    """Field -> (the saved state's dtype, the restored one's) for every field restore gave back in another dtype than
+    the state it was saved from holds (rule:exact-resume): a file may keep the order in any integer width, but the
+    state comes back in the state's own; a cursor or step the state holds as a Python int comes back as one (a
+    NumPy integer is another type, which json.dumps refuses)."""
     found = {}
     for name in ARRAY_FIELDS:
         saved, back = _dtype(state.get(name)), _dtype(restored.get(name))
         if saved is not None and back is not None and saved != back:
             found[name] = (saved.name, back.name)
+    for name in ("cursor", "step"):
+        saved, back = state.get(name), restored.get(name)
+        if type(saved) is int and type(back) is not int and name in restored:
+            found[name] = ("a Python int", _scalar_form(back))
     return found
+
+
+def _scalar_form(value) -> str:
+    """What a cursor or step is, in words: 'a NumPy int64', 'a 0-d int64 array', 'a jax.Array int32', or its type."""
+    if isinstance(value, np.generic):
+        return f"a NumPy {value.dtype}"
+    if isinstance(value, np.ndarray):
+        return f"a {value.ndim}-d {value.dtype} array"
+    if isinstance(value, jax.Array):
+        return f"a jax.Array {value.dtype}"
+    return f"a {type(value).__name__}"
 
 
 def dtype_words(changed: dict, what: str) -> str:
@@ -2123,7 +2139,13 @@ def dtype_words(changed: dict, what: str) -> str:
         + ", ".join(f"{name} as {back} where the saved state held {saved}" for name, (saved, back) in changed.items())
         + ": the same numbers in another dtype are another state (a file may store them in any width, the state "
         "it restores does not change with it) -> give each field back in the dtype the saved state holds (the one "
-        "your initial and next_batch give it), converting what the file stores" + formulas.mark("exact-resume")
+        "your initial and next_batch give it), converting what the file stores"
+        + (
+            " (a counter the state holds as a Python int comes back as int(...): json.dumps refuses a NumPy integer)"
+            if {"cursor", "step"} & set(changed)
+            else ""
+        )
+        + formulas.mark("exact-resume")
     )
 
 

@@ -194,13 +194,14 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key
-      included, and the order in the integer dtype the saved state held, whatever width the file stores it in) and the
-      step at any count a run reaches (a run of a few hundred epochs on 65,537 rows in batches of 1 passes 2**24; a
-      signed 32-bit integer holds every count a course run reaches), weights and momentum replicated on the mesh given,
-      so the run continues as the uninterrupted one, in this process or a fresh one, from any of its threads (no signal
-      handlers or alarms, which only the main thread may set), whatever key order the expected contract's entries have
-      and from a read-only file, with nothing left open when it returns; restore must accept every file its own save
-      writes of a finite state, for data of any row count or width, whatever the file's size (the member names, integer
-      widths and any checksum are that save's choice, so a file written another way may be refused).
+      included, the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor
+      or step held as a Python int as a Python int) and the step at any count a run reaches (a run of a few hundred
+      epochs on 65,537 rows in batches of 1 passes 2**24; a signed 32-bit integer holds every count a course run
+      reaches), weights and momentum replicated on the mesh given, so the run continues as the uninterrupted one, in
+      this process or a fresh one, from any of its threads (no signal handlers or alarms, which only the main thread may
+      set), whatever key order the expected contract's entries have and from a read-only file, with nothing left open
+      when it returns; restore must accept every file its own save writes of a finite state, for data of any row count
+      or width, whatever the file's size (the member names, integer widths and any checksum are that save's choice, so a
+      file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
