@@ -116,6 +116,16 @@ MISTAKES = {
     "restore_resets_cursor": (3, "restore_returns_every_field", ["restore reset the cursor"]),
     "restore_resets_key": (3, "restore_returns_every_field", ["restore changed the key"]),
     "restore_keeps_numpy_weights": (3, "restore_returns_every_field", ["replicated placement of weights"]),
+    "restore_order_in_the_files_width": (
+        3,
+        "restore_returns_every_field",
+        ["gave back order as int64 where the saved state held int32", "in the dtype the saved state holds"],
+    ),
+    "restore_counters_as_numpy_scalars": (
+        3,
+        "restore_returns_every_field",
+        ["cursor as a NumPy int64 where the saved state held a Python int", "json.dumps refuses a NumPy integer"],
+    ),
     "restore_skips_validation": (
         3,
         "restore_refuses_damaged_checkpoints",
@@ -864,6 +874,7 @@ SLOW_MISTAKES = {
     *("save_makedirs_after_isdir", "save_ignores_ctrl_c", "restore_bounded_by_alarm"),
     *("restore_reads_a_pattern", "save_strips_trailing_separator", "save_backslash_as_separator"),
     *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
+    *("restore_order_in_the_files_width", "restore_counters_as_numpy_scalars"),
 }
 
 

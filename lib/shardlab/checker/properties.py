@@ -1563,6 +1563,7 @@ def restore_damage(ctx, case: Case) -> None:
         restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
         _restored_rules(state, restored, elsewhere, at)
         _restored_dtypes(restored, case.shape(), at)
+        _dtypes_kept(state, restored, f"restore of a checkpoint at step {at}")
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
         _large_order_kept(ctx, case, path, mesh)
@@ -2090,6 +2091,71 @@ def _restored_dtypes(restored: dict, shape: tuple, at: int) -> None:
         + (" (a counter held as a float rounds past 2**24)" if {"cursor", "step"} & set(wrong) else "")
         + " -> give each field back in the dtype the state has: weights and momentum float32, the key uint32 (2,), "
         "the order integer ids, cursor and step integers" + formulas.mark("exact-resume"),
+    )
+
+
+ARRAY_FIELDS = ("weights", "momentum", "key", "order")  # the fields the rules give a dtype (cursor and step: integers)
+
+
+def _dtype(value):
+    """A field's NumPy dtype, or None where it has none (a Python number, a list, a typed PRNG key)."""
+    if isinstance(value, jax.Array):
+        return None if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key) else np.dtype(value.dtype)
+    return value.dtype if isinstance(value, (np.ndarray, np.generic)) else None
+
+
+def dtypes_changed(state: dict, restored: dict) -> dict:
+    """Field -> (the saved state's dtype, the restored one's) for every field restore gave back in another dtype than
+    the state it was saved from holds (rule:exact-resume): a file may keep the order in any integer width, but the
+    state comes back in the state's own; a cursor or step the state holds as a Python int comes back as one (a
+    NumPy integer is another type, which json.dumps refuses)."""
+    found = {}
+    for name in ARRAY_FIELDS:
+        saved, back = _dtype(state.get(name)), _dtype(restored.get(name))
+        if saved is not None and back is not None and saved != back:
+            found[name] = (saved.name, back.name)
+    for name in ("cursor", "step"):
+        saved, back = state.get(name), restored.get(name)
+        if type(saved) is int and type(back) is not int and name in restored:
+            found[name] = ("a Python int", _scalar_form(back))
+    return found
+
+
+def _scalar_form(value) -> str:
+    """What a cursor or step is, in words: 'a NumPy int64', 'a 0-d int64 array', 'a jax.Array int32', or its type."""
+    if isinstance(value, np.generic):
+        return f"a NumPy {value.dtype}"
+    if isinstance(value, np.ndarray):
+        return f"a {value.ndim}-d {value.dtype} array"
+    if isinstance(value, jax.Array):
+        return f"a jax.Array {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+def dtype_words(changed: dict, what: str) -> str:
+    """The verdict on `dtypes_changed`'s answer, in the course's words."""
+    return (
+        f"{what} gave back "
+        + ", ".join(f"{name} as {back} where the saved state held {saved}" for name, (saved, back) in changed.items())
+        + ": the same numbers in another dtype are another state (a file may store them in any width, the state "
+        "it restores does not change with it) -> give each field back in the dtype the saved state holds (the one "
+        "your initial and next_batch give it), converting what the file stores"
+        + (
+            " (a counter the state holds as a Python int comes back as int(...): json.dumps refuses a NumPy integer)"
+            if {"cursor", "step"} & set(changed)
+            else ""
+        )
+        + formulas.mark("exact-resume")
+    )
+
+
+def _dtypes_kept(state: dict, restored: dict, what: str) -> None:
+    changed = dtypes_changed(state, restored)
+    need(
+        not changed,
+        {name: saved for name, (saved, _) in changed.items()},
+        {name: back for name, (_, back) in changed.items()},
+        dtype_words(changed, what) if changed else "",
     )
 
 

@@ -36,6 +36,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.formulas import mark
 from shardlab.checker.probes import probe
+from shardlab.checker.properties import dtype_words, dtypes_changed
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
@@ -231,6 +232,13 @@ def restore_returns_every_field(ctx):
     for name in FIELDS:
         want, got = np.asarray(state[name]), np.asarray(restored.get(name))
         expect(np.array_equal(want, got), want, got, causes.get(name, f"restore must return the saved {name}"))
+    changed = dtypes_changed(state, restored)
+    expect(
+        not changed,
+        {name: saved for name, (saved, _) in changed.items()},
+        {name: back for name, (_, back) in changed.items()},
+        dtype_words(changed, "restore of the saved state") if changed else "",
+    )
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
@@ -239,8 +247,8 @@ def restore_returns_every_field(ctx):
     _called_from_another_thread(ctx, path, state, contract)
     _restored_beside_a_running_save(ctx, state, contract)
     return (
-        "every field as saved, also with the contract's entries in another order, from a read-only file and from "
-        "another thread, beside another save's temporary, nothing left open",
+        "every field as saved and in the saved state's dtypes, also with the contract's entries in another order, "
+        "from a read-only file and from another thread, beside another save's temporary, nothing left open",
         "equal",
     )
 

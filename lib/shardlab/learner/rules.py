@@ -75,7 +75,8 @@ RULES = (
         "reshuffle",
         "next_batch",
         "a new epoch splits the saved key again and draws its order with the second half, a permutation of the "
-        "rows of the data that call is given (never an order kept from an earlier run), and the new order is "
+        "rows of the data that call is given (never an order kept from an earlier run; a state is only ever given the "
+        "data of its own run, whose row count its order holds), and the new order is "
         "kept in the state; key and order change only between epochs: when the new epoch's first batch is read, "
         "or already when the previous epoch's last batch is taken (both are accepted)",
         ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch", "random_sampler_walk"),
@@ -263,7 +264,8 @@ RULES = (
         "save",
         "the finished file is published with an operation that fails if the name exists: of two savers in two "
         "processes racing for one name exactly one wins, and two saving different names into a folder neither "
-        "found both do; where that operation is refused (no hard links), the save raises rather than overwrite",
+        "found both do, where save makes missing folders (it need not: a save may raise for a folder that is not "
+        "there); where that operation is refused (no hard links), the save raises rather than overwrite",
         ("racing_saves_never_overwrite", "interrupted_save_leaves_nothing_or_a_checkpoint"),
         why=(
             "Why: checking that the name is free and then publishing leaves a gap in which another process can "
@@ -327,15 +329,17 @@ RULES = (
     Rule(
         "exact-resume",
         "restore",
-        "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included) and "
-        "the step at any count a run reaches, weights and momentum replicated on the mesh given, so the run "
-        "continues as "
-        "the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or "
-        "alarms, which only the main thread may set), whatever key order the expected contract's entries "
-        "have and from a read-only file, with nothing left open when it returns; restore must accept every file its "
-        "own save writes of a finite state, for data of any row count or width, whatever the file's size (the "
-        "member names, integer widths and any checksum are that save's choice, so a file written another way may "
-        "be refused)",
+        "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included, "
+        "the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor "
+        "or step held as a Python int as a Python int) and "
+        "the step at any count a run reaches (a run of a few hundred epochs on 65,537 rows in batches of 1 passes "
+        "2**24; a signed 32-bit integer holds every count a course run reaches), weights and momentum replicated on "
+        "the mesh given, so the run continues as the uninterrupted one, in this process or a fresh one, from any of "
+        "its threads (no signal handlers or alarms, which only the main thread may set), whatever key order the "
+        "expected contract's entries have and from a read-only file, with nothing left open when it returns; "
+        "restore must accept every file its own save writes of a finite state, for data of any row count or width, "
+        "whatever the file's size (the member names, integer widths and any checksum are that save's choice, so a "
+        "file written another way may be refused)",
         (
             "restore_returns_every_field",
             "resume_continues_the_same_run",

@@ -2,7 +2,7 @@
 
 Its version sits under "layout_version", its shapes and dtypes in lists (plain JSON data: a tuple would
 come back from JSON as a list, so the same experiment's contract would differ in a fresh process);
-restore compares contracts as canonical JSON text and returns the order as it was saved (int64).
+restore compares contracts as canonical JSON text and returns the order as int32, the dtype the state holds.
 """
 
 import hashlib
@@ -107,7 +107,7 @@ def restore(path, expected_contract, mesh):
         "weights": replicate(weights, mesh),
         "momentum": replicate(momentum, mesh),
         "key": key,
-        "order": order,
+        "order": order.astype(np.int32),
         "cursor": cursor,
         "step": step,
     }

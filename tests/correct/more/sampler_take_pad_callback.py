@@ -1,7 +1,7 @@
 """Correct alternative: the sampler slices with np.take, pads with np.pad and places with make_array_from_callback.
 
-The order is kept as int64, the mask is built from positions (np.arange < rows), and transition uses
-this next_batch (the reference's transition would use the reference's sampler).
+The order is kept as int64 (restore gives it back as int64 too), the mask is built from positions (np.arange <
+rows), and transition uses this next_batch (the reference's transition would use the reference's sampler).
 """
 
 import jax
@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 from shardlab.core.batch import Batch
 from shardlab.core.devices import AXIS
 from shardlab.learner.reference import *  # noqa: F403
+from shardlab.learner.reference import restore as reference_restore
 
 
 def _draw(key):
@@ -58,3 +59,8 @@ def transition(state, data, batch_size, step, mesh):
     state, batch = next_batch(state, data, batch_size, mesh)
     weights, momentum, loss, _ = step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"])
     return {**state, "weights": weights, "momentum": momentum, "step": int(state["step"]) + 1}, float(loss), batch.ids
+
+
+def restore(path, expected_contract, mesh):
+    state = reference_restore(path, expected_contract, mesh)
+    return {**state, "order": np.asarray(state["order"], np.int64)}

@@ -77,9 +77,10 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     - rule:remainder: a batch never crosses an epoch boundary: the last batch of an epoch is the remainder, whatever its
       size, one id included; every epoch holds every id exactly once.
     - rule:reshuffle: a new epoch splits the saved key again and draws its order with the second half, a permutation of
-      the rows of the data that call is given (never an order kept from an earlier run), and the new order is kept in
-      the state; key and order change only between epochs: when the new epoch's first batch is read, or already when the
-      previous epoch's last batch is taken (both are accepted).
+      the rows of the data that call is given (never an order kept from an earlier run; a state is only ever given the
+      data of its own run, whose row count its order holds), and the new order is kept in the state; key and order
+      change only between epochs: when the new epoch's first batch is read, or already when the previous epoch's last
+      batch is taken (both are accepted).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
@@ -169,7 +170,8 @@ def save(path, state: dict, contract_: dict) -> str:
       still in memory.
     - rule:exclusive-publish: the finished file is published with an operation that fails if the name exists: of two
       savers in two processes racing for one name exactly one wins, and two saving different names into a folder neither
-      found both do; where that operation is refused (no hard links), the save raises rather than overwrite.
+      found both do, where save makes missing folders (it need not: a save may raise for a folder that is not there);
+      where that operation is refused (no hard links), the save raises rather than overwrite.
     - rule:save-inputs-intact: save changes nothing it is given: not the state, its arrays or their placement.
     """
     raise _todo("save", 3, "a new checkpoint at path")
@@ -192,11 +194,14 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key
-      included) and the step at any count a run reaches, weights and momentum replicated on the mesh given, so the run
-      continues as the uninterrupted one, in this process or a fresh one, from any of its threads (no signal handlers or
-      alarms, which only the main thread may set), whatever key order the expected contract's entries have and from a
-      read-only file, with nothing left open when it returns; restore must accept every file its own save writes of a
-      finite state, for data of any row count or width, whatever the file's size (the member names, integer widths and
-      any checksum are that save's choice, so a file written another way may be refused).
+      included, the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor
+      or step held as a Python int as a Python int) and the step at any count a run reaches (a run of a few hundred
+      epochs on 65,537 rows in batches of 1 passes 2**24; a signed 32-bit integer holds every count a course run
+      reaches), weights and momentum replicated on the mesh given, so the run continues as the uninterrupted one, in
+      this process or a fresh one, from any of its threads (no signal handlers or alarms, which only the main thread may
+      set), whatever key order the expected contract's entries have and from a read-only file, with nothing left open
+      when it returns; restore must accept every file its own save writes of a finite state, for data of any row count
+      or width, whatever the file's size (the member names, integer widths and any checksum are that save's choice, so a
+      file written another way may be refused).
     """
     raise _todo("restore", 3, "the saved state, checked")
