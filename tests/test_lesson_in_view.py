@@ -7,6 +7,7 @@ here independently (the lowered IR file, the checkpoint file on disk, the course
 order).
 """
 
+import html
 import re
 import zipfile
 
@@ -111,9 +112,9 @@ def answered(nb, tag: str) -> str:
 
 
 def table(text: str) -> list[list[str]]:
-    """The body rows of the first Markdown table in `text`, as cells."""
+    """The body rows of the first Markdown table in `text`, as cells, as a reader sees them (entities read)."""
     rows = [line.strip().strip("|").split("|") for line in text.splitlines() if line.lstrip().startswith("|")]
-    return [[c.strip() for c in row] for row in rows[2:]]
+    return [[html.unescape(c.strip()) for c in row] for row in rows[2:]]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

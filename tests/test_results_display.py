@@ -1,5 +1,6 @@
 """What a cell's stored result shows: the rounded line, or with shown=False nothing (the value rides in metadata)."""
 
+import html
 import json
 import re
 
@@ -64,6 +65,14 @@ def test_a_column_named_with_a_bar_keeps_the_table_a_table():
     page = markdown2html_mistune(show.table([{"step": 6, "max |Δw|": 0.0, "equal": True}]))
     assert re.findall(r"<th>(.*?)</th>", page) == ["step", "max |Δw|", "equal"]
     assert re.findall(r"<td>(.*?)</td>", page) == ["6", "0.0", "True"]
+
+
+def test_a_type_in_angle_brackets_reads_as_written_on_the_page():
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    page = markdown2html_mistune(show.table([{"type": "tensor<f32>", "dtype": "<U64", "pair": "a & b", "op": "`x<y`"}]))
+    cells = re.findall(r"<td>(.*?)</td>", page)
+    assert [html.unescape(c) for c in cells] == ["tensor<f32>", "<U64", "a & b", "<code>x<y</code>"], page
 
 
 def test_a_folded_table_shows_the_chosen_rows_and_folds_each_other_row_once():

@@ -1183,9 +1183,9 @@ CHOSEN = {
     "stage3a_checkpoint": {
         "fault_pattern": (
             "lo > 0 and lo_c > 0 and none == 0",
-            "In all four runs above, ours and the original course's: every field left out moved the weights by the "
-            "epoch's end (the smallest max |Δw| {lo:.3g} here, {lo_c:.3g} there), and here a complete restore moved "
-            "none.",
+            "In all four runs above, ours and the original course's: every field left out moved the final weights "
+            "(the smallest max |Δw| {lo:.3g} here, at an epoch's end; {lo_c:.3g} there, at the end of its own runs), "
+            "and here a complete restore moved none.",
             "Not every run shows the pattern the original course reports: the smallest error of an omitted field is "
             "{lo:.3g} here ({lo_c:.3g} in the original), and a complete restore left {none:.3g}; read the table row "
             "by row.",

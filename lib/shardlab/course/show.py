@@ -1,5 +1,6 @@
 """What a person sees of a result: a short, rounded line or a small table (machines read results files)."""
 
+import html
 import math
 
 SIGNIFICANT = 4  # digits kept when a float is shown
@@ -47,9 +48,11 @@ def line(name: str, value) -> str:
 
 
 def cell(value) -> str:
-    """One table cell: text in full (a rendered table wraps it at spaces), other values as `brief` shows them."""
+    """One table cell: text in full (a rendered table wraps it at spaces), other values as `brief` shows them; `<`,
+    `>` and `&` escaped, so a type such as `tensor<f32>` or `<U64` reads as written, not as a tag the page drops."""
     text = value if isinstance(value, str) else brief(value)
-    return " ".join(text.split()).replace("|", "\\|")
+    parts = " ".join(text.split()).split("`")  # a `code` span shows its text as written: left as it is
+    return "`".join(p if i % 2 else html.escape(p, quote=False) for i, p in enumerate(parts)).replace("|", "\\|")
 
 
 def table(rows: list[dict], columns: list[str] | None = None) -> str:
