@@ -360,6 +360,7 @@ def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_
     text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["eager_compiles"], **values)
     assert (f"{count} XLA compilations, {compile_ms:.0f} ms of compiling" in text) == (count > 0), text
     assert ("pay for recompilation" in text) == (count > 0), text
+    assert ("how much of their 1434 ms median is compiling is not shown" in text) == (count > 0), text
     assert ("last warm-up call triggered no XLA compilation" in text) == (count == 0), text
     assert sentences.eager_compiles(timing) == text
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)

@@ -87,8 +87,8 @@ def _meaning(kind: str, sources: set, num_features: int, times_two: bool = False
     if sources == {"mask"}:
         return "the valid count N = sum of m"
     if kind == f"tensor<{num_features}xf32>":
-        scale = "2 x " if times_two else ""
-        return f"the gradient numerator, {scale}sum of m x r (one per feature)"
+        scale = "2 * " if times_two else ""
+        return f"the gradient numerator, {scale}sum of m * x_i * r (one per feature i)"
     if kind == "tensor<f32>" and "features" in sources:
         return "the loss numerator, sum of m r^2"
     if kind == f"tensor<{num_features + 2}xf32>":

@@ -388,8 +388,9 @@ QUESTIONS = (
                 "by a rename alone, with no commit file",
             ],
             "b",
-            "The trace saw every write go into the temporary folder, the commit file last, then one rename: a reader "
-            "who finds the final name finds every write finished.",
+            "Every write the audit hook saw (not the arrays' bytes, which TensorStore writes) went into the "
+            "temporary folder, the commit file last, then one rename: a reader who finds the final name finds "
+            "every traced write finished.",
             "orbax_publish",
             (
                 "orbax-publish",
@@ -445,8 +446,8 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures what the eager call does again every time (here it recompiles its "
-            "operations); the one-device compiled update is the strong baseline.",
+            "Eager against compiled measures what the eager call does again every time (dispatch, and any compiling "
+            "it repeats); the one-device compiled update is the strong baseline.",
             "timing",
             (
                 "timing_table",
@@ -497,13 +498,14 @@ QUESTIONS = (
             "b",
             "A cut is never read alone: the control, traced in the same capture, shows how far the machine moved. "
             "And a target can fall as predicted while the part your reason names does not, so the effect can be "
-            "confirmed while the mechanism is not supported.",
+            "confirmed while the mechanism is not supported or not shown.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the two lines under the verdict's table: the effect (the target's cut against your threshold, the "
-                "noise the larger of the control's drift and the spread), then the mechanism",
+                "the two verdict lines below the verdict's table and its threshold line: the effect (the "
+                "target's cut against your threshold, the noise the larger of the control's drift and the "
+                "spread), then the mechanism",
                 r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),

@@ -209,8 +209,9 @@ SENTENCES = {
                 "e": "timing.eager_4dev.median_ms",
             },
             "The un-jitted variant's last warm-up call still compiled: {n} XLA compilations, {k:.0f} ms of "
-            "compiling, beside its {e:.0f} ms median timed call. An eager call can pay for recompilation, not only "
-            "for the dispatch of compiled operations.",
+            "compiling. The timed calls' compilations were not counted, so how much of their {e:.0f} ms median is "
+            "compiling is not shown here; an eager call can pay for recompilation, not only for the dispatch of "
+            "compiled operations.",
             "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
             "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
             "the same.",
