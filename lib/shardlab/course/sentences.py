@@ -558,7 +558,7 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the difference comes with the run's history, not with the restart. Against the "
+            "Why not bit for bit: the run's history alone could explain it, without the restart. Against the "
             "control, the <same> restart (the control's <devices> devices) differs by {s:.1e}, and so does the "
             "uninterrupted 2 × 2 group, by {u:.1e}: both carry steps the 2 × 2 group took (whose all-reduces, the "
             "likely cause above, add in another order). The <other> restart differs by {c:.1e}; "
