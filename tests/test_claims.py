@@ -895,6 +895,8 @@ def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, sp
     assert (answer == "not mainly the program") == (not smallest and w + c > 1.25 * p)
     assert (answer == "the program, not meeting") == (not smallest and p > 1.25 * (w + c))
     assert "untraced" not in said  # the capture is answered for itself, not against a loop of another K
+    if answer == "not mainly the program":  # by hand: meeting's share against the program's, as the ratio given
+        assert f"together took {(w + c) / p:.1f}x the program time" in said, said
 
 
 @pytest.mark.parametrize(

@@ -432,7 +432,7 @@ SENTENCES = {
             f"w + c > {CLEAR} * p",
             WAITING,
             "So, to the prediction, for the traced fused_stats loop: not mainly the program. Of {b:.2f} ms busy, "
-            "waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took more than 1.25 times the program time "
+            "waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took <ratio>x the program time "
             f"({_PROGRAM}, {{p:.2f}} ms). Only the waiting is plainly meeting the other devices; the collective time "
             "may be copying and adding as much as synchronising.",
             "So, to the prediction, for the traced fused_stats loop: meeting the other devices (waiting {w:.2f} ms, "
@@ -1020,7 +1020,8 @@ def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     smallest part, is meeting the other devices (waiting and collective) longer by more than a quarter, or neither?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
     names = ["arithmetic_smallest", "meeting_dominates", "program_dominates"]
-    return chosen_first(notebook, names, **values)
+    ratio = (values["w"] + values["c"]) / values["p"] if values["p"] > 0 else float("inf")
+    return chosen_first(notebook, names, {"ratio": f"{ratio:.1f}"}, **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
