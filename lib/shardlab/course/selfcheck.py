@@ -600,7 +600,7 @@ QUESTIONS = (
                 "reveal-preempt",
                 "Drill 1",
                 "the lines on the SIGTERM of Drill 1 (c)",
-                r"preempted at step 8, .* 0 steps lost\n.*not one of them, the preemption saved it",
+                r"preempted at step 8, .* 0 steps recomputed\n.*not one of them, the preemption saved it",
             ),
         ),
     ),
@@ -698,11 +698,11 @@ QUESTIONS = (
             ),
         ),
         (
-            "Which runbook row stops relaunching altogether?",
-            ["death", "preemption", "crash loop: more failures than the restart budget"],
+            "Which runbook row's stop condition is a count of failures, with no time or step in it?",
+            ["death", "preemption", "crash loop"],
             "c",
-            "The crash-loop row's stop condition is more failures than the restart budget: the supervisor stops "
-            "relaunching there, and a person fixes the cause.",
+            "The crash-loop row: its stop condition is more failures than the restart budget. The death row's stop "
+            "is a detection time, the preemption row's one step after the signal.",
             "runbook",
             (
                 "runbook",

@@ -133,8 +133,8 @@ SHAPE = {  # stage 5b: the step's growth from one device to the most, with the l
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
     "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
-    "to {w}, each worker with its own cores. Ours grew from {t1:.3f} to {t:.3f} ms with {w}x the rows on the "
-    "same {c} usable cores ({w}x the time is what no parallelism gives)"
+    "to {w}, each worker with its own cores. Ours grew <growth>x, from {t1:.3f} to {t:.3f} ms, with {w}x the rows "
+    "on the same {c} usable cores ({w}x the time is what no parallelism gives)"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
@@ -432,9 +432,10 @@ SENTENCES = {
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: mostly meeting the other devices. Waiting "
-            "({w:.2f} ms) and collective ({c:.2f} ms) together exceed the program time "
-            f"({_PROGRAM}, {{p:.2f}} ms) by more than a quarter, of {{b:.2f}} ms busy.",
+            "So, to the prediction, for the traced fused_stats loop: not mainly the program. Of {b:.2f} ms busy, "
+            "waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took <ratio>x the program time "
+            f"({_PROGRAM}, {{p:.2f}} ms). Only the waiting is plainly meeting the other devices; the collective time "
+            "may be copying and adding as much as synchronising.",
             "So, to the prediction, for the traced fused_stats loop: meeting the other devices (waiting {w:.2f} ms, "
             f"collective {{c:.2f}} ms) does not exceed the program time ({_PROGRAM}, {{p:.2f}} ms) by more than a "
             "quarter.",
@@ -459,8 +460,7 @@ SENTENCES = {
             },
             f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
             f"roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, {_S}x). It pays one dispatch and wait "
-            "per step, a fused loop one per K steps: that fixed cost per call is the likely excess, though this table "
-            "does not time it.",
+            "per step, a fused loop one per K steps: that fixed cost per call is the likely excess.",
             f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
             f"roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, {_S}x), not more than ten times. One "
             "dispatch per K steps did not bring a step much nearer its roofline.",
@@ -559,9 +559,10 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history explains it. Against the control, the <same> restart (the "
-            "control's <devices> devices) differs by {s:.1e}, and so does the uninterrupted 2 × 2 group, by {u:.1e}: "
-            "both carry steps the 2 × 2 group reduced in another order. The <other> restart differs by {c:.1e}; "
+            "Why not bit for bit: the run's history alone could explain it, without the restart. Against the "
+            "control, the <same> restart (the control's <devices> devices) differs by {s:.1e}, and so does the "
+            "uninterrupted 2 × 2 group, by {u:.1e}: both carry steps the 2 × 2 group took (whose all-reduces, the "
+            "likely cause above, add in another order). The <other> restart differs by {c:.1e}; "
             "these numbers cannot tell whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
@@ -586,8 +587,8 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s (the "
-            "margin the runbook allows a controller to report and exit)",
+            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s (a "
+            "margin for a controller to report and exit)",
             "the stop {d} s after the skip is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
             "the machine was slow to react",
         ),
@@ -677,9 +678,9 @@ SENTENCES = {
             "e * w <= c",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
             "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
-            "{c}/{w}; this run's {e:.3f} is no higher",
+            "{c}/{w}; this run's {e:.3f} is no higher.",
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
-            "device computes at the single device's speed: this run's one-device baseline was slower than that",
+            "device computes at the single device's speed: this run's one-device baseline was slower than that.",
         ),
         "efficiency_range_holds_both": _s(
             "e_lo * w <= 1 <= e_hi * w and e_lo * w <= min(c, w) <= e_hi * w",
@@ -705,8 +706,7 @@ SENTENCES = {
         "efficiency_range_below_no_gain": _s(
             "e_hi * w < 1",
             EFFICIENCY_RANGE,
-            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, below 1/{w}: the {w} devices delivered "
-            "less than one.",
+            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, below 1/{w} (no gain).",
             "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, holding neither 1/{w} (no gain) nor the "
             "bound <bound>.",
         ),
@@ -714,9 +714,8 @@ SENTENCES = {
             "nw_hi < n1_lo",
             THROUGHPUT,
             "Throughput fell as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
-            "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
-            "Efficiency {e:.3f} (over the middle halves {e_lo:.3f}–{e_hi:.3f}) is below 1/{w}: the {w} devices "
-            "together delivered less than one device alone.",
+            "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread: the {w} "
+            "devices together delivered less than one device alone (efficiency {e:.3f}).",
             "Throughput did not fall beyond the spread as devices were added ({w} devices {nw:.3g} rows/s, middle "
             "half {nw_lo:.3g}–{nw_hi:.3g}; one device {n1:.3g}, {n1_lo:.3g}–{n1_hi:.3g}).",
         ),
@@ -778,8 +777,9 @@ SENTENCES = {
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
-            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, at the steps the batch shapes predict. A "
-            "tall bar on both controllers is not by itself systematic: in each step's psums each waits for the other.",
+            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, at the steps the batch shapes predict. The "
+            "batch shapes are the evidence, not the bars' height on both controllers: in each step's psums each "
+            "waits for the other, so any slow step is tall on both.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
             "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
@@ -901,7 +901,7 @@ def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: 
     w = last["devices"]
     first, most = chapter_ms[one["devices"]], chapter_ms[w]
     fill = {"chapter": f"{most / first:.2f}", "split": f"{w / min(cores, w):g}", "bound": f"{min(cores, w)}/{w}"}
-    fill.update({"from": f"{first:g}", "to": f"{most:g}"})
+    fill.update({"from": f"{first:g}", "to": f"{most:g}", "growth": f"{last['median_ms'] / one['median_ms']:.1f}"})
     low, high = last["efficiency_range"]
     values = {"t1": one["median_ms"], "t": last["median_ms"], "w": w, "c": cores, "e_lo": low, "e_hi": high}
     return chosen_first(notebook, ["shape_on_one_host", "shape_within_split"], fill, **values)
@@ -1021,7 +1021,8 @@ def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     smallest part, is meeting the other devices (waiting and collective) longer by more than a quarter, or neither?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
     names = ["arithmetic_smallest", "meeting_dominates", "program_dominates"]
-    return chosen_first(notebook, names, **values)
+    ratio = (values["w"] + values["c"]) / values["p"] if values["p"] > 0 else float("inf")
+    return chosen_first(notebook, names, {"ratio": f"{ratio:.1f}"}, **values)
 
 
 def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
