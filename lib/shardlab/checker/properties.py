@@ -1563,7 +1563,7 @@ def restore_damage(ctx, case: Case) -> None:
         restored = _save_and_restore(ctx, case, path, state, contract, elsewhere, at)
         _restored_rules(state, restored, elsewhere, at)
         _restored_dtypes(restored, case.shape(), at)
-        _dtypes_kept(state, restored, f"restore of a checkpoint at step {at}")
+        need(*dtypes_verdict(state, restored, f"restore of a checkpoint at step {at}"))
         _large_values_accepted(ctx, case, path, state, contract, mesh, at)
         _long_run_step_kept(ctx, case, path, state, contract, mesh)
         _large_order_kept(ctx, case, path, mesh)
@@ -2149,9 +2149,11 @@ def dtype_words(changed: dict, what: str) -> str:
     )
 
 
-def _dtypes_kept(state: dict, restored: dict, what: str) -> None:
+def dtypes_verdict(state: dict, restored: dict, what: str) -> tuple:
+    """(passed, expected, found, diagnosis) of `dtypes_changed` for `need` or `expect`: one verdict for every check
+    that compares a restored state's dtypes with the saved one's."""
     changed = dtypes_changed(state, restored)
-    need(
+    return (
         not changed,
         {name: saved for name, (saved, _) in changed.items()},
         {name: back for name, (_, back) in changed.items()},

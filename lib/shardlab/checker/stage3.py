@@ -36,7 +36,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.formulas import mark
 from shardlab.checker.probes import probe
-from shardlab.checker.properties import dtype_words, dtypes_changed
+from shardlab.checker.properties import dtypes_verdict
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
@@ -232,13 +232,7 @@ def restore_returns_every_field(ctx):
     for name in FIELDS:
         want, got = np.asarray(state[name]), np.asarray(restored.get(name))
         expect(np.array_equal(want, got), want, got, causes.get(name, f"restore must return the saved {name}"))
-    changed = dtypes_changed(state, restored)
-    expect(
-        not changed,
-        {name: saved for name, (saved, _) in changed.items()},
-        {name: back for name, (_, back) in changed.items()},
-        dtype_words(changed, "restore of the saved state") if changed else "",
-    )
+    expect(*dtypes_verdict(state, restored, "restore of the saved state"))
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
         expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
