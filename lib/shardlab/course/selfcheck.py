@@ -51,29 +51,44 @@ QUESTIONS = (
     *_stage(
         "stage1_batches",
         (
-            "A batch of 7 rows is padded for 4 devices. How many valid rows does each device hold?",
-            ["[2, 2, 2, 2]: the padded slot counts too", "[1, 2, 2, 2]", "[2, 2, 2, 1]"],
-            "c",
-            "7 rows need 8 slots, two per device; the last device's second slot is padding with mask 0.",
+            "The same sampler runs on a mesh of 3 devices and takes a batch of 7 rows. How many slots does the batch "
+            "get, and how many valid rows does each device hold?",
+            [
+                "7 slots, [3, 2, 2]: no padding is needed",
+                "9 slots, [3, 3, 1]: padded to the smallest multiple of 3, filled in order",
+                "8 slots, [3, 3, 2]: padded to 8 as on four devices",
+            ],
+            "b",
+            "The rows are padded to the smallest multiple of the device count that holds them and each device takes "
+            "one block of slots in order, as the batch of 7 rows showed on four devices; with 3 devices that is 9 "
+            "slots in blocks of 3, the last holding one row and two padded slots.",
             "device_counts_7_rows",
             (
                 "device-counts",
                 "Valid rows per device",
-                "the valid rows per device for 7 rows and for 1 row",
-                r"7 rows: \[2, 2, 2, 1\]",
+                "the slots and the valid rows per device for 7 rows and for 1 row on four devices",
+                r"7 row\(s\) -> 8 slots.*\n(?s:.*)7 rows: \[2, 2, 2, 1\]",
             ),
         ),
         (
-            "23 rows in batches of 7: what are one epoch's batch lengths?",
-            ["7, 7, 7, 2", "7, 7, 7 (the short batch is dropped)", "7, 7, 7, 7 (topped up from the next epoch)"],
+            "The same 23 rows in batches of 10, with a sampler that draws the next permutation lazily, as the "
+            "course's does: one epoch's batch lengths, and the call whose batch is the first of the new permutation?",
+            [
+                "10, 10, 3; the 4th call draws the new order and its batch is the first of it",
+                "10, 10, 10, the last topped up from the next epoch; the 3rd call",
+                "10, 10, the 3 left over dropped; the 3rd call",
+            ],
             "a",
-            "A batch never crosses an epoch boundary and the remainder is kept, so the epoch ends with 2 rows.",
-            "batches",
+            "A batch never crosses an epoch boundary and the remainder is kept, as the walk's epoch showed; a lazy "
+            "sampler draws when a call finds the order used up, the call after the epoch's last batch (the "
+            "sentence under the walk says whether the sampler walked there drew then or one call early; the ids are "
+            "the same either way).",
+            "walk_keys",
             (
                 "walk",
                 "Walking the sampler",
-                "the line under the walk: one epoch's batch lengths",
-                r"lengths \[7, 7, 7, 2\]",
+                "the line under the walk: one epoch's batch lengths and the batch at which the key changed",
+                r"lengths \[7, 7, 7, 2\] per epoch; the key changed at batch\(es\) \[5\]",
             ),
         ),
         (
@@ -133,72 +148,88 @@ QUESTIONS = (
     *_stage(
         "stage2_update",
         (
-            "The lowered step holds three all_reduce operations. What do they add up?",
+            "The same step is lowered for a model of 32 features on a mesh of the first two devices. What does the "
+            "all_reduce of the gradient numerator look like?",
             [
-                "weights, momentum and loss",
-                "the valid count, the gradient numerator and the loss numerator",
-                "the three local means",
+                "tensor<32xf32>, replica_groups [[0, 1]]: one value per feature, summed over the two devices",
+                "tensor<8xf32>, replica_groups [[0, 1, 2, 3]]: the program does not depend on the mesh",
+                "32 all_reduces of tensor<f32>, one per feature",
             ],
-            "b",
-            "Each device sums its own numerators and count; psum adds them; the division happens once.",
+            "a",
+            "Each psum of the body becomes one all_reduce whose type is the summed value's (a scalar count and loss "
+            "numerator, one gradient entry per feature) and whose replica_groups list the devices of the mesh axis, "
+            "as the table of the lowered step shows for 8 features on four devices.",
             "all_reduce",
             (
                 "all-reduce-table",
                 "What the compiler was asked to do",
-                "the table of each all_reduce's operand, type and what it sums",
-                r"(?s)(?=.*the valid count)(?=.*the gradient numerator)(?=.*the loss numerator)",
+                "the table of each all_reduce's operand, type, what it sums and its replica_groups",
+                r"(?s)(?=.*tensor&lt;8xf32&gt; \| [^|]*\| the gradient numerator[^|]*\| \[\[0, 1, 2, 3\]\])"
+                r"(?=.*the valid count)(?=.*the loss numerator)",
             ),
         ),
         (
-            "When does averaging the four local means give the wrong gradient?",
+            "A batch of 8 rows leaves no padding: every device holds 2 valid rows. Does the average of the four "
+            "local mean gradients equal the global mean gradient?",
             [
-                "whenever partitions hold different numbers of valid rows",
-                "never, averaging is exact",
-                "only with more than four devices",
+                "yes: with equal counts every row carries the same weight either way",
+                "no: a mean of local means is never the global mean",
+                "only if the four devices' rows have the same gradient",
             ],
             "a",
-            "A mean of means weights every partition equally; the global mean weights every row equally.",
+            "A mean of local means weights every device equally; the global mean weights every row equally. They "
+            "agree exactly when the counts are equal, as the mask with one valid row per device showed, and part "
+            "when they differ, as the first batch's counts showed.",
             "local_means",
             (
                 "local-means",
                 "Local means, or one global mean?",
-                "how far the mean of local means is from the global mean gradient",
-                r"counts \[2, 2, 2, 1\]: the mean of local means is off by up to 0\.[1-9]",
+                "how far the mean of local means is from the global mean gradient, under unequal and under equal "
+                "counts",
+                r"(?s)counts \[2, 2, 2, 1\]: the mean of local means is off by up to 0\.[1-9].*one valid row per "
+                r"device: off by up to 0\.0e\+00",
             ),
         ),
         (
-            "What does out_specs=P() promise about a shard_map output?",
+            "Suppose `local_count` returned jax.lax.psum(jnp.sum(mask_block), 'data')[None], still under "
+            "out_specs=P('data'). What would `per_device` give?",
             [
-                "the output is split over the data axis, one piece per device",
-                "every device holds the same value, so the output comes back replicated; an unreduced local value "
-                "is refused",
-                "the output is kept on the first device only",
+                "the four local counts, as before: psum only acts under out_specs=P()",
+                "the global count four times, one copy from each device laid side by side",
+                "a ValueError: a summed value may not be laid out over 'data'",
             ],
             "b",
-            "After psum every device holds the global sum, which is what P() declares; a local sum under that "
-            "promise fails when the function is traced.",
+            "psum leaves the global count on every device, and out_specs=P('data') lays each device's block side "
+            "by side whatever it holds; only the reverse, a value that differs per device under P(), is refused.",
             "shard_map",
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the per-device counts, their psum, and the refusal of out_specs=P()",
-                r"(?s)(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)(?=.*out_specs=P\(\): ValueError)",
+                "the per-device counts, their psum on every device, and the refusal of out_specs=P()",
+                r"(?s)(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
+                r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)(?=.*out_specs=P\(\): ValueError)",
             ),
         ),
         (
-            "A device receives only padding. What does it contribute?",
-            ["its own mean, 0/0", "nothing: it is skipped from the psum", "a zero numerator and a zero count"],
-            "c",
-            "It still joins the collective with zeros: in the one-row batch, three devices' pieces are all zero. "
-            "Skipping them would give the same sum, but the lowered step's replica_groups (printed under “What the "
-            "compiler was asked to do”) list all four devices in its one group, so they take part. Only a globally "
-            "empty batch is an error.",
+            "On a mesh of 8 devices, a batch of 3 rows goes through the step. What happens on the devices that "
+            "hold no valid row?",
+            [
+                "five devices join every psum with a zero count and zero numerators; the gradient is the 3 rows' mean",
+                "none hold only padding: the sampler spreads the rows so that every device gets one",
+                "five devices are left out: the psum's replica_groups list only the devices that hold rows",
+            ],
+            "a",
+            "3 rows pad to 8 slots, one per device, filled in order: five devices hold padding only. As in the "
+            "one-row batch, an empty device adds exact zeros to every psum and the one division uses the global "
+            "count. The replica_groups list every device of the mesh, whatever the batch holds.",
             "singleton",
             (
                 "singleton",
                 "A singleton batch",
-                "the line that says which devices hold pieces that are all zero in the one-row batch",
-                r"observed: in the one-row batch \(.*\), devices \[1, 2, 3\] hold pieces that are all zero",
+                "the lines on the one-row batch: which devices hold pieces that are all zero, and whether the step's "
+                "gradient is finite and that row's",
+                r"observed: in the one-row batch \(.*\), devices \[1, 2, 3\] hold pieces that are all zero\n"
+                r"the step's gradient is finite",
             ),
         ),
         (
@@ -218,15 +249,17 @@ QUESTIONS = (
     *_stage(
         "stage3a_checkpoint",
         (
-            "Restore the weights but reset momentum. What changes first?",
+            "A checkpoint written at step 0, before any update, is restored with the momentum reset to zeros. When "
+            "does the fault first show?",
             [
-                "the sample ids of the next batch",
-                "the weights after the next update; the ids stay the same",
-                "nothing, momentum is recomputed",
+                "at the next step, as in the fault table",
+                "when the next epoch draws its permutation",
+                "never: at step 0 the saved momentum is zeros already, so nothing was lost",
             ],
-            "b",
-            "The data stream is intact, so the same rows arrive; the optimiser's memory is gone, so the update "
-            "differs.",
+            "c",
+            "A reset shows only where the value it puts back differs from the saved one. The table's momentum rows "
+            "show the weights parting at the step after a save that held momentum; at step 0 the state's momentum "
+            "is the zeros `initial` made.",
             "faults",
             (
                 "faults",
@@ -237,10 +270,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "Reset only the key. When does the fault first show?",
-            ["at the very next step", "never: the order is saved", "when the next epoch draws its permutation"],
-            "c",
-            "The saved order finishes the current epoch correctly; the wrong key only acts at the next reshuffle.",
+            "Another run on the same 23 rows uses batches of 10 and saves after step 2. Restored with only the key "
+            "reset to PRNGKey(seed), at which step do the ids first differ?",
+            [
+                "step 3, the first step after the restore",
+                "step 4: the 3 unread ids finish the saved epoch at step 3, then the reset key draws",
+                "never: the saved order is kept, so the ids stay right",
+            ],
+            "b",
+            "The cursor stands at 20 after two batches of 10: ceil((23 - 20) / 10) = 1 batch finishes the saved "
+            "epoch, and the next step draws a permutation from the wrong key, the same arithmetic as the key-reset "
+            "cell's.",
             "fault_in_view",
             (
                 "fault-in-view",
@@ -269,24 +309,26 @@ QUESTIONS = (
             ),
         ),
         (
-            "Why is the checkpoint written under a temporary name and then hard-linked to its final name?",
+            "A save that writes straight into checkpoint.npz is killed halfway through. What does the next "
+            "process find under that name?",
             [
-                "so it survives a power cut",
-                "so a reader never sees a half-written file, and an existing checkpoint is never replaced",
-                "to make saving faster",
+                "no file: a name appears only once its file is whole",
+                "the first half of the file: restore refuses it as truncated, and a new save under that name is "
+                "refused because the name exists",
+                "the previous checkpoint, untouched",
             ],
             "b",
-            "The link publishes the complete file in one step and fails if the name exists; durability after a "
-            "power loss is a different promise, which the fsync before the link serves but cannot make alone.",
+            "Written in place, a file has its name from its first byte, as the reader halfway through found. "
+            "The refusals show what follows: a truncated file is a CorruptCheckpointError, and save never writes "
+            "over an existing name. Writing aside and publishing with os.link leaves either no file or a whole one.",
             "checkpoint",
             (
                 "publish-demo",
                 "Save: publish a complete file",
-                "what a reader halfway through found, then the two writers publishing in turn: what each way of "
-                "publishing left under the name, and who was told",
+                "what a reader halfway through found when the file was written in place, and when it was written "
+                "aside and then linked",
                 r"(?s)written in place: a reader halfway through found 'the first half, '.*"
-                r"written aside, then os\.link: a reader halfway through found no file.*"
-                r"os\.link .*FileExistsError.*the first writer's file",
+                r"written aside, then os\.link: a reader halfway through found no file",
             ),
         ),
     ),

@@ -1,0 +1,148 @@
+"""The self-check questions of stages 1-3a ask about situations the notebooks never run: another mesh, batch size,
+save point or write order. Each test runs that situation (or computes it with NumPy) and checks that the letter
+the course marks right names what happens, and that no other option does."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import shardlab as sl
+from shardlab.course import selfcheck
+from shardlab.course.ir import label_all_reduces
+from shardlab.errors import CheckpointExistsError, CorruptCheckpointError
+from shardlab.verify import faults, oracle
+
+
+def options(notebook: str, number: str) -> tuple[str, list[str]]:
+    """(the option marked right, the others) of question `number` of `notebook`."""
+    (q,) = [q for q in selfcheck.questions(notebook) if q.number == number]
+    right = selfcheck.LETTERS.index(q.answer)
+    return q.options[right], [o for i, o in enumerate(q.options) if i != right]
+
+
+def only_right(notebook: str, number: str, *facts: str) -> None:
+    """Every fact is named by the option marked right and by no other option of the question."""
+    right, others = options(notebook, number)
+    for fact in facts:
+        assert fact in right, (notebook, number, fact, right)
+        assert not any(fact in o for o in others), (notebook, number, fact, others)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return sl.teaching_fixture()
+
+
+def walk_ids(state, data, batch_size, calls, mesh):
+    """The ids of `calls` batches of the course's sampler from `state`, and the state after them."""
+    ids = []
+    for _ in range(calls):
+        state, batch = sl.next_batch(state, data, batch_size, mesh)
+        ids.append(np.asarray(batch.ids).tolist())
+    return ids, state
+
+
+def test_seven_rows_on_three_devices(data):
+    mesh = sl.make_mesh(3)
+    _, batch = sl.next_batch(sl.initial(17, data, mesh), data, 7, mesh)
+    shards = sorted(batch.mask.addressable_shards, key=lambda s: s.index[0].start or 0)
+    counts = [int(np.asarray(s.data).sum()) for s in shards]
+    assert counts == oracle.device_counts(7, 3)
+    only_right("stage1_batches", "1", f"{batch.mask.shape[0]} slots, {counts}")
+
+
+def test_batches_of_ten_draw_the_new_order_at_the_fourth_call(data):
+    mesh = sl.make_mesh()
+    ids, _ = walk_ids(sl.initial(17, data, mesh), data, 10, 4, mesh)
+    lengths = [len(i) for i in ids[:3]]
+    assert lengths == oracle.epoch_batches(23, 10)
+    first_epoch = oracle.idiom_epochs(17, 23, 2)
+    assert sum(ids[:3], []) == first_epoch[0]["order"].tolist()
+    assert ids[3] == first_epoch[1]["order"][:10].tolist()  # the 4th call's batch opens the second permutation
+    only_right("stage1_batches", "2", f"{', '.join(map(str, lengths))}; the 4th call")
+
+
+def test_the_gradient_all_reduce_of_32_features_on_two_devices(data):
+    mesh = sl.make_mesh(2)
+    x = np.random.default_rng(3).normal(size=(6, 32)).astype(np.float32)
+    y = x.sum(axis=1)
+    args = sl.place(*sl.pad((x, y), np.arange(5), 2), mesh)
+    zeros = sl.replicate(np.zeros(32), mesh)
+    ir = sl.stablehlo(sl.make_step(mesh), *args, zeros, zeros)
+    rows = label_all_reduces(ir, 32)
+    (gradient,) = [r for r in rows if r["sums"].startswith("the gradient numerator")]
+    assert len(rows) == 3 and "replica_groups = dense<[[0, 1]]>" in ir
+    only_right(
+        "stage2_update", "1", f"{gradient['type'].replace('&lt;', '<').replace('&gt;', '>')}, replica_groups [[0, 1]]"
+    )
+
+
+def test_equal_counts_make_the_mean_of_local_means_the_global_mean():
+    rng = np.random.default_rng(5)
+    x, y, w = rng.normal(size=(8, 8)), rng.normal(size=8), rng.normal(size=8)
+    parts = oracle.device_sums(x, y, np.ones(8), w, 4)
+    assert parts["counts"].tolist() == [2, 2, 2, 2]
+    np.testing.assert_allclose(oracle.local_means(parts).mean(axis=0), oracle.rebuild(parts)[1], rtol=1e-12)
+    unequal = oracle.device_sums(x, y, np.array([1, 1, 1, 1, 1, 1, 1, 0.0]), w, 4)  # [2, 2, 2, 1], as the page
+    assert np.max(np.abs(oracle.local_means(unequal).mean(axis=0) - oracle.rebuild(unequal)[1])) > 1e-3
+    only_right("stage2_update", "2", "yes")
+
+
+def test_a_psum_laid_out_over_data_comes_back_once_per_device():
+    mesh = sl.make_mesh()
+    mask = jax.device_put(np.array([1, 1, 1, 1, 1, 1, 1, 0], np.float32), jax.NamedSharding(mesh, P("data")))
+    summed = jax.shard_map(
+        lambda m: jax.lax.psum(jnp.sum(m), "data")[None], mesh=mesh, in_specs=P("data"), out_specs=P("data")
+    )
+    assert np.asarray(summed(mask)).tolist() == [7.0] * 4
+    only_right("stage2_update", "3", "the global count four times")
+
+
+def test_three_rows_on_eight_devices_leave_five_empty_devices_that_add_zeros():
+    rng = np.random.default_rng(7)
+    x, y, w = rng.normal(size=(8, 4)), rng.normal(size=8), rng.normal(size=4)
+    mask = np.array([1, 1, 1, 0, 0, 0, 0, 0.0])  # 3 rows in 8 slots, filled in order
+    parts = oracle.device_sums(x, y, mask, w, 8)
+    empty = [d for d in range(8) if parts["counts"][d] == 0]
+    assert oracle.device_counts(3, 8).count(0) == len(empty) == 5
+    assert not np.any(parts["grad_nums"][empty]) and not np.any(parts["loss_nums"][empty])
+    np.testing.assert_allclose(oracle.rebuild(parts)[1], oracle.masked_mean(x[:3], y[:3], np.ones(3), w)[1])
+    only_right("stage2_update", "4", "five devices join every psum", "the 3 rows' mean")
+
+
+def test_a_momentum_reset_at_step_zero_changes_nothing(data):
+    mesh = sl.make_mesh()
+    step = sl.make_step(mesh)
+    start = sl.initial(17, data, mesh)
+    careless = {**start, "momentum": sl.replicate(np.zeros(8), mesh)}
+    for _ in range(3):
+        start, _, _ = sl.transition(start, data, 7, step, mesh)
+        careless, _, _ = sl.transition(careless, data, 7, step, mesh)
+    np.testing.assert_array_equal(np.asarray(start["weights"]), np.asarray(careless["weights"]))
+    only_right("stage3a_checkpoint", "1", "never")
+
+
+def test_a_key_reset_after_two_batches_of_ten_shows_at_step_four(data):
+    mesh = sl.make_mesh()
+    _, saved = walk_ids(sl.initial(17, data, mesh), data, 10, 2, mesh)
+    assert saved["cursor"] == 20
+    right, _ = walk_ids(saved, data, 10, 3, mesh)
+    reset = {**saved, "key": np.asarray(jax.random.PRNGKey(17), np.uint32)}
+    wrong, _ = walk_ids(reset, data, 10, 3, mesh)
+    first = next(step for step, (a, b) in enumerate(zip(right, wrong), start=3) if a != b)
+    assert first == 2 + -(-(23 - 20) // 10) + 1
+    only_right("stage3a_checkpoint", "2", f"step {first}")
+
+
+def test_a_save_cut_short_in_place_is_refused_by_restore_and_blocks_the_name(data, tmp_path):
+    mesh = sl.make_mesh()
+    state, contract = sl.initial(17, data, mesh), sl.contract(data, sl.Config(seed=17, batch_size=7))
+    whole = sl.save(tmp_path / "whole.npz", state, contract)
+    cut = faults.truncated(whole, tmp_path / "checkpoint.npz")  # the first half, under the final name
+    with pytest.raises(CorruptCheckpointError):
+        sl.restore(cut, contract, mesh)
+    with pytest.raises(CheckpointExistsError):
+        sl.save(cut, state, contract)
+    only_right("stage3a_checkpoint", "4", "the first half", "refuses it as truncated", "the name exists")
