@@ -750,28 +750,6 @@ def test_the_fault_pattern_sentence_claims_the_pattern_only_where_every_run_show
         assert check_claims(found)
 
 
-@pytest.mark.parametrize("cursor, lazy", [(16, True), (0, False)])
-def test_the_cursor_sentence_says_lazy_or_eager_from_the_cursor_after_the_epoch_s_last_batch(tmp_path, cursor, lazy):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    nb = "stage3c_orbax_lesson"
-    record.emit(str(tmp_path), nb, "receipt", {"replay": {"epoch_end": {"cursor": cursor, "rows": 16}}}, shown=False)
-    text = sentences.chosen(nb, "cursor_at_epoch_end", c=cursor, rows=16)
-    claims.record(
-        str(tmp_path),
-        nb,
-        {"cursor_at_epoch_end": {"c": "receipt.replay.epoch_end.cursor", "rows": "receipt.replay.epoch_end.rows"}},
-    )
-    found = record.load(str(tmp_path), nb)
-    assert not check_claims(found), check_claims(found)
-    # independently: a lazy sampler leaves the cursor at the row count, an eager one has already gone back to 0
-    assert ("stays there" in text) == lazy and ("eager" in text) == (not lazy), text
-    assert f"reads {cursor}" in text
-    found["receipt"]["replay"]["epoch_end"]["cursor"] = 0 if lazy else 16  # the record no longer says what was printed
-    assert check_claims(found)
-
-
 def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_faults():
     from shardlab.course import sentences
 

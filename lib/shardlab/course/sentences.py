@@ -1194,15 +1194,6 @@ CHOSEN = {
         ),
     },
     "stage3c_orbax_lesson": {
-        "orbax_publishes_by_rename": (
-            "renamed == 1 and marker_last == 1 and early == 0",
-            "Both ways, then: commit file last in a temporary folder, then one rename. The trace shows the order "
-            "of publishing, not fsync or TensorStore's own writes.",
-            "So this save did not publish as a temporary folder, commit_success.txt last, then one rename "
-            "(renamed to the final name: {renamed}; commit_success.txt the last write in the temporary folder: "
-            "{marker_last}; operations on the final name before a rename: {early}). Read the trace above for what "
-            "Orbax did here.",
-        ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
             "A stop between the two listings would have left no checkpoint to resume from: the save counts only "
@@ -1210,14 +1201,6 @@ CHOSEN = {
             "This run, async-orbax already had its final name when save returned; nothing promises that (a larger "
             "state or a slower disk), so the save counts only once wait_until_finished() returns or the final name "
             "is seen.",
-        ),
-        "cursor_at_epoch_end": (
-            "c == rows",
-            "The cursor is not reset when the saved epoch's last batch is read: it reads {c} of {rows} after that "
-            "transition and stays there until the next one finds the epoch used up and draws (a lazy sampler).",
-            "The cursor reads {c}, not {rows}, after the transition that read the saved epoch's last batch: this "
-            "sampler draws the next permutation as soon as the order is used up (an eager one), a call early; the "
-            "ids are the same either way.",
         ),
     },
 }
