@@ -94,3 +94,10 @@ def _meaning(kind: str, sources: set, num_features: int, times_two: bool = False
     if kind == f"tensor<{num_features + 2}xf32>":
         return "N and both numerators, packed in one vector"
     return "a sum this table cannot name"
+
+
+def compiled_all_reduces(hlo_text: str) -> list[str]:
+    """Each all-reduce of XLA's compiled HLO, one line each, without the metadata, channel and region names that
+    make a line too long to read: what stage 2 sets beside the lowered program to show what the compiler merged."""
+    lines = [line for line in hlo_text.splitlines() if re.search(r"\ball-reduce(?:-start)?\(", line)]
+    return [re.sub(r",? (metadata=\{[^}]*\}|channel_id=\d+|to_apply=\S+)", "", line).strip() for line in lines]
