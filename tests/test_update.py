@@ -130,3 +130,16 @@ def test_transition_does_not_mutate_its_input(data, mesh):
     for k in before:
         np.testing.assert_array_equal(before[k], after[k])
     assert new["step"] == 1 and new["cursor"] == 7
+
+
+def test_the_compiled_all_reduces_are_read_one_line_each_without_metadata(data, mesh):
+    from shardlab.course.ir import compiled_all_reduces
+
+    args = sl.place(*sl.pad(data, np.arange(7), 4), mesh)
+    lowered = sl.make_step(mesh).lower(*args, sl.replicate(np.zeros(8), mesh), sl.replicate(np.zeros(8), mesh))
+    hlo = lowered.compile().as_text()
+    found = compiled_all_reduces(hlo)
+    ops = [line for line in hlo.splitlines() if " all-reduce(" in line or " all-reduce-start(" in line]
+    assert len(found) == len(ops) >= 1
+    assert all("metadata=" not in line and "to_apply=" not in line and "replica_groups=" in line for line in found)
+    assert compiled_all_reduces("ROOT %add = f32[] add(%a, %b)") == []
