@@ -725,31 +725,6 @@ def test_the_fault_ranking_sentence_names_only_the_order_both_fixtures_show(tmp_
     assert check_claims(found)
 
 
-@pytest.mark.parametrize(
-    "lo, lo_c, none",
-    [(0.0785, 0.04, 0.0), (0.0, 0.04, 0.0), (0.0785, 0.0, 0.0), (0.0785, 0.04, 1e-7)],
-)
-def test_the_fault_pattern_sentence_claims_the_pattern_only_where_every_run_shows_it(tmp_path, lo, lo_c, none):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    nb = "stage3a_checkpoint"
-    ranking = {"smallest": lo, "original_smallest": lo_c, "complete": none}
-    record.emit(str(tmp_path), nb, "fault_ranking", ranking, shown=False)
-    text = sentences.chosen(nb, "fault_pattern", lo=lo, lo_c=lo_c, none=none)
-    keys = {"lo": "fault_ranking.smallest", "lo_c": "fault_ranking.original_smallest", "none": "fault_ranking.complete"}
-    claims.record(str(tmp_path), nb, {"fault_pattern": keys})
-    found = record.load(str(tmp_path), nb)
-    assert not check_claims(found), check_claims(found)
-    # independently: every omitted field costs something in both runs, and the complete restore costs exactly 0
-    pattern = min(lo, lo_c) > 0 and none == 0
-    assert text.startswith("In all four runs above") == pattern, text
-    assert (f"{lo:.3g}" in text) and (f"{lo_c:.3g}" in text)
-    found["fault_ranking"]["smallest"] = 0.0 if pattern else 0.5  # the record no longer says what was printed
-    if pattern or (lo_c > 0 and none == 0):
-        assert check_claims(found)
-
-
 def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_faults():
     from shardlab.course import sentences
 

@@ -1182,17 +1182,6 @@ CHOSEN = {
             "all-reduce(s), the lowered one {lowered}.",
         ),
     },
-    "stage3a_checkpoint": {
-        "fault_pattern": (
-            "lo > 0 and lo_c > 0 and none == 0",
-            "In all four runs above, ours and the original course's: every field left out moved the final weights "
-            "(the smallest max |Δw| {lo:.3g} here, at an epoch's end; {lo_c:.3g} there, at the end of its own runs), "
-            "and here a complete restore moved none.",
-            "Not every run shows the pattern the original course reports: the smallest error of an omitted field is "
-            "{lo:.3g} here ({lo_c:.3g} in the original), and a complete restore left {none:.3g}; read the table row "
-            "by row.",
-        ),
-    },
     "stage3c_orbax_lesson": {
         "async_save_counts_after_wait": (
             "final_at_return == 0",
