@@ -132,14 +132,14 @@ QUESTIONS = (
                 "the cursor is added to the seed",
             ],
             "a",
-            "The sampler's own key is split at each epoch boundary (the walk prints the new key beside "
+            "The sampler's own key is split at each epoch boundary (the walk checks the new key against "
             "jax.random.split of the one before); nothing outside the state is random.",
             "coverage",
             (
                 "walk",
                 "Walking the sampler",
-                "the walk's batches, each with its key, cursor and ids, and the changed key beside "
-                "jax.random.split of the key before it",
+                "the walk's batches, each with its cursor and ids and the key where it changes, and the check that "
+                "the new key is jax.random.split of the key before it",
                 r"(?s)(?=.*jax\.random\.split\(key before batch (\d+)\)\[0\] equals the key of batch \1: True)"
                 r"(?=.*key changed once per new epoch)",
             ),
