@@ -1,4 +1,4 @@
-"""The self-check questions of stages 1-3a ask about situations the notebooks never run: another mesh, batch size,
+"""Nine self-check questions of stages 1-3a ask about situations the notebooks never run: another mesh, batch size,
 save point or write order. Each test runs that situation (or computes it with NumPy) and checks that the letter
 the course marks right names what happens, and that no other option does."""
 
