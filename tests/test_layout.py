@@ -180,7 +180,7 @@ def test_the_commands_are_the_librarys_and_the_wheel_holds_no_rig():
     )
     assert found and re.findall(r'"([^"]+)"', found.group(1)) == ["lib"]
     makefile = (REPO / "Makefile").read_text()
-    for campaign in ("rig.torture", "rig.bench", "rig.loops"):
+    for campaign in ("rig.torture", "rig.bench", "rig.loops", "rig.grade_attacks"):
         assert len(re.findall(rf"^\t\$\(BIN\)/python -m {re.escape(campaign)} ", makefile, re.M)) == 1, campaign
 
 
