@@ -187,83 +187,6 @@ def test_the_commands_are_the_librarys_and_the_wheel_holds_no_rig():
 TEMPLATE = PACKAGE / "learner" / "templates" / "starter.py"  # package data a learner copies: its functions are theirs
 
 
-def named_modules(tree: ast.AST, modules) -> set[str]:
-    """The modules of `modules` a whole string in `tree` names as code to run or load (`[python, "-m",
-    "shardlab.x"]`, `"shardlab.x.Class"` for a traitlets class), their packages, and the `__main__` of a
-    package so named. A docstring is prose, not a name."""
-    prose = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
-            if re.fullmatch(r"shardlab(\.\w+)*", node.value):
-                parts = node.value.split(".")
-                found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} | {f"{node.value}.__main__"}
-    return found & set(modules)
-
-
-def unreached(modules, roots) -> set[str]:
-    """The modules of `modules` ({name: path}) that nothing reached from `roots` imports (a module's packages
-    run with it) or names to run."""
-    seen, pending = set(), [name for name in roots if name in modules]
-    while pending:
-        name = pending.pop()
-        if name not in seen:
-            seen.add(name)
-            tree = parsed(modules[name])
-            for target in import_targets_of(tree, modules) | named_modules(tree, modules):
-                parts = target.split(".")
-                pending += [p for i in range(1, len(parts) + 1) if (p := ".".join(parts[:i])) in modules]
-    return set(modules) - seen
-
-
-def course_entry_points(modules) -> set[str]:
-    """What a learner or an instructor starts: the package and `python -m shardlab` with every command, each
-    `python -m shardlab...` line of the Makefile, and what the notebooks and the starter template import."""
-    from shardlab.__main__ import COMMANDS
-
-    roots = {"shardlab", "shardlab.__main__"} | {module for module, _ in COMMANDS.values()}
-    roots |= set(re.findall(r"-m (shardlab[\w.]*)", (REPO / "Makefile").read_text()))
-    for name, text in course_sources().items():
-        if name.endswith(".ipynb") or name == TEMPLATE.relative_to(REPO).as_posix():
-            roots |= import_targets_of(ast.parse(text), modules)
-    return roots
-
-
-def test_every_library_module_is_reached_from_what_the_course_starts():
-    """A module that only the tests or the rig import stands beside them (tests/, rig/), not in the course."""
-    modules = {name: path for name, path in graph()[0].items() if path != TEMPLATE}
-    left = unreached(modules, course_entry_points(modules))
-    assert not left, (
-        f"no notebook, command or module they reach imports or runs {sorted(left)}: move them to rig/ or tests/"
-    )
-
-
-def test_the_reach_check_finds_a_module_only_prose_names(tmp_path):
-    sources = {
-        "__init__.py": "LAZY = {'run': 'shardlab.run'}\n",
-        "run.py": "from shardlab import used\n\ndef f():\n    return ['python', '-m', 'shardlab.child']\n",
-        "used.py": "",
-        "child/__init__.py": "",
-        "child/__main__.py": "",
-        "orphan.py": "",
-        "named.py": '"""Tests import shardlab.orphan; prose that names it is not a reach."""\n',
-    }
-    modules = {}
-    for rel, text in sources.items():
-        (tmp_path / rel).parent.mkdir(exist_ok=True)
-        (tmp_path / rel).write_text(text)
-        parts = rel.removesuffix(".py").removesuffix("/__init__").replace("__init__", "").split("/")
-        modules[".".join(["shardlab", *filter(None, parts)])] = tmp_path / rel
-    assert unreached(modules, {"shardlab"}) == {"shardlab.orphan", "shardlab.named"}
-    assert unreached(modules, {"shardlab", "shardlab.named"}) == {"shardlab.orphan"}
-
-
 def test_the_import_graph_is_printed(capsys):
     """The graph between the library's units (subpackages and top-level modules), and the rig's use of it."""
     modules, edges = graph()
@@ -804,7 +727,8 @@ class Reach:
 
     def string(self, text: str) -> None:
         """Queue what a string names to run or look up: modules (`-m shardlab.x`), `shardlab.x.attr`, an identifier."""
-        for dotted in re.findall(r"shardlab(?:\.\w+)*", text):
+        named = [text] if re.fullmatch(r"shardlab(\.\w+)*", text) else re.findall(r"-m\s+(shardlab[\w.]*)", text)
+        for dotted in named:  # a whole string (import_module, a traitlets class) or a `-m` command line
             parts = dotted.split(".")
             for i in range(1, len(parts) + 1):
                 if (prefix := ".".join(parts[:i])) in self.trees:
@@ -874,6 +798,10 @@ class Reach:
             self.visit(*self.pending.pop())
         return sorted(set(self.nodes) - {name for kind, name in self.reached if kind == "def"})
 
+    def unreached_modules(self) -> list[str]:
+        """The modules that no import, command line or whole string of what `run` reached names, sorted."""
+        return sorted(set(self.trees) - {name for kind, name in self.reached if kind == "module"})
+
 
 def course_roots(modules) -> list[tuple]:
     """What a learner or an instructor starts: the package face, each `python -m shardlab` command's module with
@@ -894,10 +822,10 @@ def course_roots(modules) -> list[tuple]:
 UNREACHED_FOR_NOW = {"shardlab.checker.remote:Worker._environment"}
 
 
-def test_every_library_definition_runs_from_what_the_course_starts():
-    """Every function, class and method of the library is reached from a notebook, the starter template or a
-    command through the calls and imports between them: one that only the tests or the rig reach (directly,
-    or through another such) belongs beside them. The starter template is the learner's and left out."""
+def test_every_library_module_and_definition_runs_from_what_the_course_starts():
+    """Every module, function, class and method of the library is reached from a notebook, the starter template
+    or a command through the calls and imports between them: one that only the tests or the rig reach (directly,
+    or through another such) belongs beside them (rig/, tests/). The starter template is the learner's."""
     import shardlab
 
     modules, _ = graph()
@@ -906,7 +834,9 @@ def test_every_library_definition_runs_from_what_the_course_starts():
     sources["starter"] = parsed(TEMPLATE)
     face = {name: ("module", module) for name, module in shardlab._MODULES.items()}
     face |= {name: ("from", module, name) for name, module in shardlab._ATTRIBUTES.items()}
-    unreached = set(Reach(trees, face).run(course_roots(modules), sources))
+    reach = Reach(trees, face)
+    unreached = set(reach.run(course_roots(modules), sources))
+    assert not reach.unreached_modules(), f"nothing the course runs imports or starts {reach.unreached_modules()}"
     assert unreached <= UNREACHED_FOR_NOW, (
         f"defined in the library, reached by nothing the course runs (only tests or the rig?): "
         f"{sorted(unreached - UNREACHED_FOR_NOW)}"
@@ -916,8 +846,9 @@ def test_every_library_definition_runs_from_what_the_course_starts():
     )
 
 
-def test_the_reach_check_finds_what_only_an_unreached_definition_uses():
+def test_the_reach_check_finds_what_only_an_unreached_definition_or_prose_names():
     trees = {
+        "shardlab": ast.parse(""),
         "shardlab.a": ast.parse(
             "from shardlab import b\n"
             "def used():\n    return b.helper()\n"
@@ -926,19 +857,29 @@ def test_the_reach_check_finds_what_only_an_unreached_definition_uses():
             "class Kept:\n    def __init__(self):\n        pass\n    def called(self):\n        pass\n"
             "    def never(self):\n        pass\n"
         ),
-        "shardlab.b": ast.parse("def helper():\n    return 'shardlab.a:Kept'\ndef run():\n    return x.called()\n"),
+        "shardlab.b": ast.parse(
+            '"""Tests import shardlab.orphan; prose that names it is no reach."""\n'
+            "def helper():\n    return ['python', '-m', 'shardlab.child'], 'shardlab.a:Kept'\n"
+            "def run():\n    return x.called()\n"
+            "def refuse():\n    raise ValueError('see help(shardlab.orphan)')\n"
+        ),
+        "shardlab.child": ast.parse("import sys\nif sys.argv:\n    print()\n"),
+        "shardlab.orphan": ast.parse(""),
     }
-    roots = [("def", "shardlab.a:used")]  # a string names Kept: its __init__ runs, `x.called()` reaches nothing
-    assert Reach(trees, {}).run(roots, {}) == [
+    reach = Reach(trees, {})
+    assert reach.run([("def", "shardlab.a:used")], {}) == [  # a string names Kept: its __init__ runs, no more
         "shardlab.a:Kept.called",
         "shardlab.a:Kept.never",
         "shardlab.a:lonely",
         "shardlab.a:only_lonely_uses",
+        "shardlab.b:refuse",
         "shardlab.b:run",
     ]
-    notebook = {"nb": ast.parse("import shardlab.b as sb\nsb.run()\n")}
-    assert Reach(trees, {}).run(roots, notebook) == [
+    assert reach.unreached_modules() == ["shardlab.orphan"]  # `-m shardlab.child` runs it; prose runs nothing
+    notebook = {"nb": ast.parse("import shardlab.b as sb\nsb.run()\n")}  # x.called(): every method `called`
+    assert Reach(trees, {}).run([("def", "shardlab.a:used")], notebook) == [
         "shardlab.a:Kept.never",
         "shardlab.a:lonely",
         "shardlab.a:only_lonely_uses",
+        "shardlab.b:refuse",
     ]
