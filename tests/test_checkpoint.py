@@ -13,6 +13,7 @@ import zipfile
 import jax
 import numpy as np
 import pytest
+from conftest import npz_members
 
 import shardlab as sl
 from shardlab import orbax_io
@@ -52,11 +53,6 @@ def fingerprint(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest(), stat.st_size, stat.st_mtime_ns, listing
 
 
-def members(path):
-    with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
-
-
 def write_npz(path, arrays):
     with open(path, "xb") as handle:
         np.savez(handle, **arrays)
@@ -78,7 +74,7 @@ def test_round_trip_restores_every_field_replicated(saved, mesh):
 
 def test_file_is_a_plain_npz_holding_six_fields_and_the_contract(saved):
     path, host, contract = saved
-    arrays = members(path)  # allow_pickle=False: would raise on any object array
+    arrays = npz_members(path)  # allow_pickle=False: would raise on any object array
     assert set(sl.FIELDS) | {"contract"} <= set(arrays)
     assert all(not arr.dtype.hasobject for arr in arrays.values())
     assert json.loads(str(arrays["contract"][()])) == contract
@@ -151,7 +147,7 @@ DAMAGE = {
 def test_damaged_checkpoint_is_refused_untouched(case, saved, tmp_path, mesh):
     path, _, contract = saved
     field, change, words = DAMAGE[case]
-    arrays = members(path)
+    arrays = npz_members(path)
     if change is None:
         del arrays[field]
     else:
@@ -177,7 +173,7 @@ def test_truncated_and_non_npz_files_are_refused(saved, tmp_path, mesh):
 
 def test_extra_member_and_corrupt_member_are_refused(saved, tmp_path, mesh):
     path, _, contract = saved
-    extra = write_npz(tmp_path / "extra.npz", {**members(path), "notes": np.zeros(3)})
+    extra = write_npz(tmp_path / "extra.npz", {**npz_members(path), "notes": np.zeros(3)})
     with pytest.raises(CorruptCheckpointError, match="unexpected"):
         sl.restore(extra, contract, mesh)
     broken = tmp_path / "broken.npz"
