@@ -20,7 +20,7 @@ ONLY ?=
 AUTOGRADER ?= autograder_out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-quick test-long test-sandbox test-alternatives test-heldout test-browser lab sync cells lint check drills supervise bench torture portfolio grade sandbox autograder clean
+.PHONY: help venv run test test-quick test-long test-sandbox test-alternatives test-heldout test-browser lab sync cells lint check drills supervise bench torture attacks portfolio grade sandbox autograder clean
 
 help: ## print the targets and what each does
 	@echo "shardlab — make TARGET [SEED=17 BATCH_SIZE=7 IMPL=reference OUT=receipts]"
@@ -127,3 +127,6 @@ bench: venv ## measure three optimisations beside their baselines, then the loop
 
 torture: venv ## kill, corrupt and misuse the checkpoint path into torture_out/
 	$(BIN)/python -m rig.torture --out $(if $(filter receipts,$(OUT)),torture_out,$(OUT))
+
+attacks: venv sandbox ## grade hostile submissions beside honest ones, each in its own sandbox, into attacks_out/
+	$(BIN)/python -m rig.grade_attacks --out $(if $(filter receipts,$(OUT)),attacks_out,$(OUT))

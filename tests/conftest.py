@@ -230,6 +230,19 @@ def pytest_xdist_make_scheduler(config, log):
     return CourseRunFirst(config, log)
 
 
+def npz_members(path) -> dict:
+    """{member: array} of an NPZ, read with NumPy alone (no shardlab code) and pickles refused."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def cell_tags(cell) -> set:
+    """The tags of a notebook cell (nbformat or JSON)."""
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
 def executed(run_dir, name):
     """The executed notebook `name` from a run, read with nbformat."""
     import nbformat  # here, not at the top: xdist's controller loads this file too and never reads a notebook

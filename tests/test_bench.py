@@ -97,15 +97,3 @@ def test_the_dedicated_baseline_is_its_best_blocks_median():
     assert found["block_medians_ms"] == [2.0, 7.5, 5.0]
     assert found["best_per_step_ms"] == 2.0 and found["median_per_step_ms"] == 5.5
     assert found["per_step_ms"] == samples
-
-
-def test_a_bad_bench_command_line_is_one_usage_line_and_writes_nothing(tmp_path, capsys):
-    """`python -m rig.bench` refuses as the course's commands do: one line, exit code 2, OUT never made."""
-    from rig import bench
-
-    out = tmp_path / "bench_out"
-    for argv in (["--steps", "abc", "--out", str(out)], ["--out", str(out), "--sample", "2"], ["--rows", "0"]):
-        assert bench.command(argv) == 2
-        said = capsys.readouterr().err.strip().splitlines()
-        assert len(said) == 1 and said[0].startswith("[shardlab] python -m rig.bench: "), said
-    assert not out.exists()

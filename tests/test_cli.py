@@ -46,27 +46,33 @@ def base(name, sub, out) -> list[str]:
     return [name, *positionals, *map(str, required)]
 
 
+def bad_arguments(sub, argv: list[str], first: int) -> list[tuple[list[str], str]]:
+    """(argv, words the refusal must hold) for every bad argument of the parser `sub`, each a change of `argv` (a
+    line it accepts, whose arguments start at index `first`)."""
+    found = [(argv + ["--no-such-option"], "unrecognized arguments: --no-such-option")]
+    found += [(argv + ["stray1", "stray2"], "unrecognized arguments:")]
+    for action in arguments(sub):
+        flag = action.option_strings[0] if action.option_strings else None
+        if action.type is not None:
+            found += [(argv + [f"{flag}={bad}"], f"argument {flag}") for bad in REFUSED[action.type]]
+        if action.choices:
+            found.append((argv + [f"{flag}=no-such-choice"], "invalid choice: 'no-such-choice'"))
+        if flag and action.nargs is None:
+            found.append((argv + [flag], f"argument {flag}: expected one argument"))
+        if flag and flag.startswith("--") and flag[:-1] not in sub._option_string_actions:  # never a prefix
+            found.append((argv + [flag[:-1], "1"], f"unrecognized arguments: {flag[:-1]}"))
+        if action.required:  # without it: a positional sits right after the name, an option before its value
+            at = argv.index(flag) if flag else first
+            found.append((argv[:at] + argv[at + (2 if flag else 1) :], "the following arguments are required"))
+    return found
+
+
 def cases(out) -> list[tuple[str, list[str], str]]:
     """(command, argv, words the refusal must hold) for every bad argument of every command's parser."""
     found = [("", [], "required: command"), ("", ["no-such-command"], "invalid choice: 'no-such-command'")]
     found += [("run", ["--no-such-option", "run"], "unrecognized arguments: --no-such-option")]
     for name, sub in parser().commands.items():
-        argv = base(name, sub, out)
-        found += [(name, argv + ["--no-such-option"], "unrecognized arguments: --no-such-option")]
-        found += [(name, argv + ["stray1", "stray2"], "unrecognized arguments:")]
-        for action in arguments(sub):
-            flag = action.option_strings[0] if action.option_strings else None
-            if action.type is not None:
-                found += [(name, argv + [f"{flag}={bad}"], f"argument {flag}") for bad in REFUSED[action.type]]
-            if action.choices:
-                found.append((name, argv + [f"{flag}=no-such-choice"], "invalid choice: 'no-such-choice'"))
-            if flag and action.nargs is None:
-                found.append((name, argv + [flag], f"argument {flag}: expected one argument"))
-            if action.required:  # without it: a positional sits right after the name, an option before its value
-                at = argv.index(flag) if flag else 1
-                found.append(
-                    (name, argv[:at] + argv[at + (2 if flag else 1) :], "the following arguments are required")
-                )
+        found += [(name, argv, words) for argv, words in bad_arguments(sub, base(name, sub, out), 1)]
     return found
 
 
@@ -165,3 +171,32 @@ def test_the_real_command_line_refuses_in_its_own_words(tmp_path):
         assert done.stderr.startswith(f"[shardlab] {PROG} {argv[0]}: ") and words in done.stderr
         assert "usage:" not in done.stderr and "Traceback" not in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+RIG_COMMANDS = {  # each campaign of the rig: the module whose `command` a `python -m` line runs
+    "python -m rig.bench": "rig.bench",
+    "python -m rig.loops": "rig.loops",
+    "python -m rig.torture": "rig.torture",
+    "python -m rig.grade_attacks": "rig.grade_attacks.__main__",
+}
+
+
+@pytest.mark.parametrize("prog", sorted(RIG_COMMANDS))
+def test_every_bad_argument_of_a_rig_command_is_one_usage_line_and_writes_nothing(prog, tmp_path, monkeypatch, capsys):
+    """The rig's campaigns refuse as the course's commands do: one line naming the command, exit code 2, before
+    the campaign starts and before OUT is made."""
+    module = importlib.import_module(RIG_COMMANDS[prog])
+    ran = []
+    monkeypatch.setattr(module, "main", lambda args: ran.append(args) or 0)  # a campaign that starts came too late
+    monkeypatch.chdir(tmp_path)  # the campaigns' default folders are relative
+    sub = cli.Parser(prog=prog)
+    module.add_arguments(sub)
+    out = tmp_path / "out"
+    found = bad_arguments(sub, ["--out", str(out)], 0)
+    for argv, words in found:
+        assert module.command(argv) == 2, argv
+        said = capsys.readouterr()
+        assert said.out == "" and said.err.startswith(f"[shardlab] {prog}: ") and said.err.count("\n") == 1, argv
+        assert words in said.err, (argv, said.err)
+    assert ran == [] and os.listdir(tmp_path) == []
+    assert len(found) > 4

@@ -9,7 +9,7 @@ import re
 
 import nbformat
 import pytest
-from conftest import REPO, executed
+from conftest import REPO, cell_tags, executed
 
 from rig.bench import targets
 from shardlab.course import catalog
@@ -56,10 +56,6 @@ def hits(pattern, paths) -> list[str]:
     return found
 
 
-def tags(cell) -> set:
-    return set(cell.get("metadata", {}).get("tags", []))
-
-
 def shown_text(cell) -> list[str]:
     """The lines a reader sees in a code cell's outputs (images left out; a fold, closed, as its summary)."""
     lines = []
@@ -85,11 +81,11 @@ def unrevealed(nb, ran: bool = True) -> list[str]:
     """Each `predict` cell with no later `reveal` code cell before the next `predict` (with output, if `ran`)."""
     missing, open_prompt = [], None
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown" and PREDICT in tags(cell):
+        if cell.cell_type == "markdown" and PREDICT in cell_tags(cell):
             if open_prompt is not None:
                 missing.append(open_prompt)
             open_prompt = f"cell {index}: {cell.source.strip().splitlines()[0][:70]}"
-        elif cell.cell_type == "code" and REVEAL in tags(cell) and open_prompt is not None:
+        elif cell.cell_type == "code" and REVEAL in cell_tags(cell) and open_prompt is not None:
             if not ran or any(line.strip() for line in shown_text(cell)):
                 open_prompt = None
     return missing + ([open_prompt] if open_prompt else [])
@@ -103,14 +99,14 @@ def shown_before_reveal(nb) -> list[str]:
     before the learner's own answer cell (tagged `hypothesis`), where the prompt is answered in writing."""
     early = []
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown" or PREDICT not in tags(cell):
+        if cell.cell_type != "markdown" or PREDICT not in cell_tags(cell):
             continue
         for later in nb.cells[index + 1 :]:
-            if later.cell_type == "code" and ANSWERED in tags(later):
+            if later.cell_type == "code" and ANSWERED in cell_tags(later):
                 break
             if later.cell_type == "code" and any(line.strip() for line in shown_text(later)):
-                if REVEAL not in tags(later):
-                    early.append(f"cell {index}: output of {sorted(tags(later))} before the reveal")
+                if REVEAL not in cell_tags(later):
+                    early.append(f"cell {index}: output of {sorted(cell_tags(later))} before the reveal")
                 break
     return early
 
@@ -146,7 +142,7 @@ def test_every_prediction_prompt_is_tagged_and_followed_by_a_reveal_cell(name, n
     untagged = [
         i
         for i, c in enumerate(nb.cells)
-        if c.cell_type == "markdown" and re.search(r"\*\*Predict[:,]", c.source) and PREDICT not in tags(c)
+        if c.cell_type == "markdown" and re.search(r"\*\*Predict[:,]", c.source) and PREDICT not in cell_tags(c)
     ]
     assert not untagged, f"{name}: cells {untagged} ask for a prediction without the `{PREDICT}` tag"
     missing = unrevealed(nb, ran=False)
@@ -181,7 +177,7 @@ def test_the_reveal_rule_catches_a_prompt_left_open():
 @pytest.mark.parametrize("name", catalog.NOTEBOOKS)
 def test_every_prediction_is_answered_by_an_observed_output(run_dir, name):
     nb = executed(run_dir, name)
-    assert name not in ASKING or any(PREDICT in tags(c) for c in nb.cells), f"{name} asks for no prediction"
+    assert name not in ASKING or any(PREDICT in cell_tags(c) for c in nb.cells), f"{name} asks for no prediction"
     assert not unrevealed(nb), f"{name}: predictions no later output answers: {unrevealed(nb)}"
 
 

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardlab as sl
+from rig.bench import sweep
 from shardlab.errors import ConfigError
 from shardlab.perf import costmodel, device_sampler, fused
 
@@ -254,9 +255,6 @@ def test_fused_loop_replays_the_course_loop_over_three_epochs(fixture, batch_siz
     assert_close_update(state, losses, control, control_losses, loss_atol(variant, data))
 
 
-SWEEP_WIDTHS = (8, 64, 256)  # the bench sweep's widths, on a small dataset (the bench gates 1,023 rows itself)
-
-
 @pytest.fixture(scope="module")
 def narrow_controls(mesh):
     cache = {}
@@ -279,7 +277,8 @@ def narrow_controls(mesh):
 
 
 SWEPT = [*[v for v in EXACT if v not in ("per_step", "stats")], "no_collective", "auto"]
-SWEEP_CASES = [(8, 5), (64, 11), (256, 40)]
+# the bench sweep's widths, each with a batch size of its own, on a small dataset (the bench gates 1,023 rows itself)
+SWEEP_CASES = list(zip(sweep.WIDTHS, (5, 11, 40), strict=True))
 # make test replays each variant at one width, the widths taken in turn so that every width is replayed too;
 # make test-long replays every other pair, each a fused loop compiled for it
 SWEPT_IN_MAKE_TEST = {(v, SWEEP_CASES[i % len(SWEEP_CASES)]) for i, v in enumerate(SWEPT)}

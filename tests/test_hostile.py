@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import npz_members
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,11 +48,6 @@ def run(data, mesh):
     return [sl.host_copy(s) for s in states], sl.contract(data, sl.Config(seed=17, batch_size=BATCH))
 
 
-def plain(path):
-    with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
-
-
 def peak_bytes(call):
     """(exception or None, peak traced bytes) of `call()`."""
     tracemalloc.start()
@@ -70,7 +66,7 @@ def peak_bytes(call):
 def test_declared_sizes_are_refused_before_decompressing(run, tmp_path, mesh):
     states, contract = run
     good = sl.save(tmp_path / "good.npz", states[5], contract)
-    members = plain(good)
+    members = npz_members(good)
     cases = {"in_size": 1 << 22, "over_size": 1 << 24}  # 16 MB and 64 MB of float32 zeros per deflated member
     legit_error, legit_peak = peak_bytes(lambda: sl.restore(good, contract, mesh))
     assert legit_error is None
@@ -91,7 +87,7 @@ def test_declared_sizes_are_refused_before_decompressing(run, tmp_path, mesh):
 def test_a_deeply_nested_contract_is_a_named_refusal(run, tmp_path, mesh):
     states, contract = run
     for depth in (100_000, 3_000):
-        members = plain(sl.save(tmp_path / f"ok-{depth}.npz", states[5], contract))
+        members = npz_members(sl.save(tmp_path / f"ok-{depth}.npz", states[5], contract))
         members["contract"] = np.asarray("[" * depth + "]" * depth)
         path = tmp_path / f"nested-{depth}.npz"
         np.savez(path, **members)
@@ -102,7 +98,7 @@ def test_a_deeply_nested_contract_is_a_named_refusal(run, tmp_path, mesh):
 @pytest.mark.parametrize("text", CONTRACT_TEXTS)
 def test_a_saved_contract_of_any_json_shape_is_refused(run, tmp_path, mesh, text):
     states, contract = run
-    members = plain(sl.save(tmp_path / "ok.npz", states[5], contract))
+    members = npz_members(sl.save(tmp_path / "ok.npz", states[5], contract))
     members["contract"] = np.asarray(text)
     np.savez(tmp_path / "bad.npz", **members)
     with pytest.raises(CorruptCheckpointError, match="contract"):
@@ -111,7 +107,7 @@ def test_a_saved_contract_of_any_json_shape_is_refused(run, tmp_path, mesh, text
 
 def test_big_endian_weights_are_named_as_such(run, tmp_path, mesh):
     states, contract = run
-    members = plain(sl.save(tmp_path / "ok.npz", states[5], contract))
+    members = npz_members(sl.save(tmp_path / "ok.npz", states[5], contract))
     members["weights"] = members["weights"].astype(">f4")
     np.savez(tmp_path / "be.npz", **members)
     with pytest.raises(CorruptCheckpointError) as info:
@@ -153,7 +149,7 @@ def test_states_no_run_reaches_are_refused_even_with_the_checksum_recomputed(run
     }
     for label, fields in cases.items():
         path = forged(tmp_path / f"{label.replace(' ', '_')}.npz", states[6], contract, **fields)
-        assert plain(path)["integrity"] == checkpoint.integrity(plain(path)), label  # the checksum matches
+        assert npz_members(path)["integrity"] == checkpoint.integrity(npz_members(path)), label  # the checksum matches
         with pytest.raises(CorruptCheckpointError, match="no run") as info:
             sl.restore(path, contract, mesh)
         assert "forged or mixed" in str(info.value) or "epochs" in str(info.value), (label, str(info.value))

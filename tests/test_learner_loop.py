@@ -243,6 +243,7 @@ def test_the_cells_command_rewrites_a_stale_rule_cell_and_its_pair(tmp_path, cap
     rule_line = f"- {rules.MARKER}{rules.of('save')[0].id}: "
     assert starter.template_text().count(rule_line) == 1
     template.write_text(starter.template_text().replace(rule_line, rule_line + "an older wording; "))
+    template.chmod(0o640)  # a rewrite keeps the file's own mode
     target = copy / f"{rules.TAUGHT_IN['next_batch']}.md"
     rule, hint = rules.of("next_batch")[0], hints.HINTS["save"][0]
     text, said = target.read_text(), rule.text[0].upper() + rule.text[1:]  # the fold's sentence
@@ -265,7 +266,7 @@ def test_the_cells_command_rewrites_a_stale_rule_cell_and_its_pair(tmp_path, cap
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notebooks", "starter.py"]
     for path in copy.iterdir():
         assert path.read_bytes() == (catalog.NOTEBOOK_DIR / path.name).read_bytes(), path.name
-    assert template.read_text() == starter.template_text()
+    assert template.read_text() == starter.template_text() and template.stat().st_mode & 0o777 == 0o640
     assert shardlab_main([*command, "--check"]) == 0
 
 

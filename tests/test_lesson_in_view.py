@@ -14,7 +14,7 @@ import zipfile
 import nbformat
 import numpy as np
 import pytest
-from conftest import REPO, executed, results
+from conftest import REPO, cell_tags, executed, results
 
 from shardlab.course import results as record
 from shardlab.course import selfcheck
@@ -73,16 +73,12 @@ PROGRESS = re.compile(r"^\[drills\] |^timing: |round \d+/\d+ done", re.M)  # a r
 CUT = re.compile(r"\.\.\.'?$")  # a table cell ending in an ellipsis: text cut short
 
 
-def tags(cell) -> set:
-    return set(cell.get("metadata", {}).get("tags", []))
-
-
 def source(name):
     return nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
 
 
 def tagged(nb, tag):
-    found = [c for c in nb.cells if tag in tags(c)]
+    found = [c for c in nb.cells if tag in cell_tags(c)]
     assert found, f"no cell tagged {tag!r}"
     return found[0]
 
@@ -102,10 +98,10 @@ def visible(cell) -> str:
 def answered(nb, tag: str) -> str:
     """What a reader sees under the cell tagged `tag`: its outputs, then those of the conclusion cells right after it
     (their source folded, their sentence shown beneath the cell they conclude)."""
-    index = next(i for i, c in enumerate(nb.cells) if tag in tags(c))
+    index = next(i for i, c in enumerate(nb.cells) if tag in cell_tags(c))
     shown = [visible(nb.cells[index])]
     for cell in nb.cells[index + 1 :]:
-        if record.CONCLUSION_TAG not in tags(cell):
+        if record.CONCLUSION_TAG not in cell_tags(cell):
             break
         shown.append(visible(cell))
     return "".join(part if part.endswith("\n") else part + "\n" for part in shown if part)  # one line apart
@@ -119,7 +115,7 @@ def table(text: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_every_notebook_shows_its_stages_jax_in_a_construct_cell(name):
-    cells = [c for c in source(name).cells if c.cell_type == "code" and CONSTRUCT in tags(c)]
+    cells = [c for c in source(name).cells if c.cell_type == "code" and CONSTRUCT in cell_tags(c)]
     assert cells, f"{name} has no cell tagged {CONSTRUCT!r}"
     text = "\n".join(c.source for c in cells)
     missing = [word for word in SHOWN[name] if word not in text]
@@ -129,7 +125,7 @@ def test_every_notebook_shows_its_stages_jax_in_a_construct_cell(name):
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_records_stay_in_the_closing_cell(name):
     nb = source(name)
-    emitting = [i for i, c in enumerate(nb.cells) if "results.emit" in c.source and RECORD not in tags(c)]
+    emitting = [i for i, c in enumerate(nb.cells) if "results.emit" in c.source and RECORD not in cell_tags(c)]
     assert not emitting, f"{name}: cells {emitting} record results in the lesson (move them to the {RECORD!r} cell)"
     assert not [i for i, c in enumerate(nb.cells) if BOOKKEEPING.search(c.source)], f"{name}: bookkeeping in a cell"
 
@@ -147,7 +143,7 @@ def test_every_question_of_these_notebooks_names_its_cell(name):
     nb = source(name)
     for q in selfcheck.questions(name):
         assert q.cell and q.section, f"{name} question {q.number} names no cell"
-        index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
+        index = next((i for i, c in enumerate(nb.cells) if q.cell in cell_tags(c)), None)
         assert index is not None, f"{name}: no cell tagged {q.cell!r}"
         pointer = selfcheck.where(q)  # what the folded answer says: the heading a reader sees, never a tag
         assert f"\u201c{heading_before(nb, index)}\u201d" in pointer and "tagged" not in pointer, (q.number, pointer)
@@ -173,7 +169,7 @@ def check_pointers(load, names) -> list[str]:
 def pointer_problems(nb, q) -> list[str]:
     """How question `q`'s pointer misses in the executed notebook `nb`: no such cell, no visible output, another
     section, or (when the question says what answers it, `seen`) an output that does not state the answer."""
-    index = next((i for i, c in enumerate(nb.cells) if q.cell in tags(c)), None)
+    index = next((i for i, c in enumerate(nb.cells) if q.cell in cell_tags(c)), None)
     if index is None:
         return [f"{q.notebook} {q.number}: no cell tagged {q.cell}"]
     shown = answered(nb, q.cell)
@@ -427,9 +423,9 @@ def choosing_problems(nb) -> list[str]:
 
     problems = []
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or RECORD in tags(cell):
+        if cell.cell_type != "code" or RECORD in cell_tags(cell):
             continue
-        concluding = record.CONCLUSION_TAG in tags(cell)
+        concluding = record.CONCLUSION_TAG in cell_tags(cell)
         if CHOOSING.search(cell.source) and not concluding:
             problems.append(f"cell {i} chooses a sentence in a source the reader sees")
         if concluding and not folded(cell):
@@ -465,7 +461,7 @@ def test_the_conclusion_rule_finds_a_chooser_in_view():
 @pytest.mark.parametrize("name", CONCLUDING)
 def test_every_conclusion_shows_its_sentence_and_the_page_leaves_the_call_out(run_dir, name):
     nb = executed(run_dir, name)
-    quiet = [i for i, c in enumerate(nb.cells) if record.CONCLUSION_TAG in tags(c) and not visible(c).strip()]
+    quiet = [i for i, c in enumerate(nb.cells) if record.CONCLUSION_TAG in cell_tags(c) and not visible(c).strip()]
     assert not quiet, f"{name}: conclusion cells {quiet} show nothing"
     page = (run_dir / f"{name}.html").read_text()
     text = re.sub(r"<[^>]+>", "", page)  # the closing record cell files the chosen sentences: its call may show
@@ -504,7 +500,7 @@ def test_the_later_stages_choose_sentences_in_the_lesson_and_file_them_in_the_cl
     from shardlab.course import sentences
 
     cells = [c for c in source(name).cells if c.cell_type == "code"]
-    lesson = [c.source for c in cells if RECORD not in tags(c)]
+    lesson = [c.source for c in cells if RECORD not in cell_tags(c)]
     filing = re.compile(r"sentences\.(state|first)\(|sentences import state|claims\.(say|choose|record)\(")
     assert not [src for src in lesson if filing.search(src)], f"{name}: a lesson cell files a claim itself"
     assert not [src for src in lesson if re.search(r"sentences\.\w+\(\s*out_dir", src)], name
@@ -557,7 +553,7 @@ def test_no_answer_cell_states_its_expected_value_before_showing_it(name):
     nb, problems, after_predict = source(name), [], False
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            after_predict = "predict" in tags(cell)
+            after_predict = "predict" in cell_tags(cell)
             continue
         if after_predict:
             problems += answers_in_source(cell.source)

@@ -136,12 +136,3 @@ def test_the_course_loops_are_the_ones_people_wait_on(tmp_path):
         assert not cache.exists(), name
     outs = [loop.command[loop.command.index("--out") + 1] for loop in found.values() if "--out" in loop.command]
     assert len(outs) == 2 and all(out.startswith(str(tmp_path.resolve())) for out in outs)  # writes only in scratch
-
-
-def test_a_bad_command_line_is_one_usage_line_and_writes_nothing(tmp_path, capsys):
-    out = tmp_path / "loops_out"
-    for argv in (["--samples", "0", "--out", str(out)], ["--out", str(out), "--sample", "2"]):
-        assert loops.command(argv) == 2
-        said = capsys.readouterr().err.strip().splitlines()
-        assert len(said) == 1 and said[0].startswith("[shardlab] python -m rig.loops: "), said
-    assert not out.exists()

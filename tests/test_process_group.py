@@ -106,19 +106,24 @@ def test_signal_reaches_the_whole_group_and_reports_a_group_that_ended():
     process_group.kill(done)
 
 
-def test_signal_pids_reaches_only_the_pids_named_and_passes_over_one_that_ended():
+def test_signal_pids_reaches_only_the_pids_named_in_any_session_and_passes_over_one_that_ended():
     process, grandchild = _spawn_parent()  # the same group: a group signal would stop both
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()  # reaped: its pid names no process
     try:
-        process_group.signal_pids([ended.pid, grandchild], signal.SIGSTOP)
-        assert _until(lambda: _state(grandchild) == "T"), "the named process was not stopped"
+        process_group.signal_pids([ended.pid, grandchild, other.pid], signal.SIGSTOP)
+        assert _until(lambda: _state(grandchild) == "T" and _state(other.pid) == "T"), "a named process ran on"
         assert _state(process.pid) != "T", "a process not named was stopped with it"
         process_group.signal_pids([grandchild], signal.SIGCONT)
         assert _until(lambda: _state(grandchild) != "T")
+        process_group.signal_pids([ended.pid, other.pid], signal.SIGKILL)
+        assert other.wait(timeout=30) == -signal.SIGKILL
     finally:
         process_group.kill(process)
         process.stdout.close()
+        other.kill()
+        other.wait()
     assert _ended([grandchild])
 
 
@@ -205,18 +210,6 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
         reader.wait()
         if _running(escaped := int(log.read_text().split()[0])):
             os.kill(escaped, signal.SIGKILL)
-
-
-def test_signal_pids_kills_a_process_in_another_session_and_passes_over_one_that_ended():
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()  # reaped: its pid names no process
-    try:
-        process_group.signal_pids([ended.pid, other.pid], signal.SIGKILL)
-        assert other.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        other.kill()
-        other.wait()
 
 
 def test_run_returns_what_subprocess_run_would_and_leaves_nothing_running():

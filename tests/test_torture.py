@@ -8,6 +8,7 @@ import tempfile
 import numpy as np
 import pytest
 from budget import examples
+from conftest import npz_members
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,12 +38,6 @@ def good(tmp_path_factory, states, contract):
     path = tmp_path_factory.mktemp("good") / "good.npz"
     sl.save(path, states[-1], contract)
     return path, path.read_bytes()
-
-
-def plain(path):
-    """Members of an NPZ read with numpy alone (no shardlab code)."""
-    with np.load(path, allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
 
 
 def identical(restored, expected):
@@ -80,9 +75,9 @@ def test_a_killed_save_leaves_the_old_checkpoint_or_nothing_never_a_wrong_state(
     assert {"mid_write", "written", "fsynced", "linked_or_failed"} <= set(result["details"]["kill_landed_after"])
     # read back with numpy alone: the accepted checkpoint is untouched, and every retried save holds its own state
     for name in sl.FIELDS:
-        np.testing.assert_array_equal(plain(tmp_path / "accepted.npz")[name], states[0][name])
+        np.testing.assert_array_equal(npz_members(tmp_path / "accepted.npz")[name], states[0][name])
     for index in range(trials):
-        saved = plain(tmp_path / f"trial-{index:03d}.npz")
+        saved = npz_members(tmp_path / f"trial-{index:03d}.npz")
         for name in sl.FIELDS:
             np.testing.assert_array_equal(saved[name], states[index + 1][name])
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
@@ -102,11 +97,11 @@ def test_every_kind_of_corrupted_file_is_refused_or_restored_bit_identical(tmp_p
 def test_a_plausible_edit_passes_every_field_check_and_only_the_checksum_refuses_it(
     tmp_path, good, states, contract, mesh
 ):
-    members = plain(good[0])
+    members = npz_members(good[0])
     order = members["order"].copy()
     order[[0, 1]] = order[[1, 0]]
     corrupt.pack(str(tmp_path / "edited.npz"), {**members, "order": order})
-    edited = plain(tmp_path / "edited.npz")
+    edited = npz_members(tmp_path / "edited.npz")
     assert sorted(edited["order"].tolist()) == list(range(23))  # still a permutation, same dtype and shape
     assert edited["order"].dtype == np.int32 and not np.array_equal(edited["order"], states[-1]["order"])
     with pytest.raises(CorruptCheckpointError, match="integrity checksum"):
@@ -246,7 +241,7 @@ def test_a_wrong_accept_or_a_leak_fails_the_category(tmp_path, states, contract,
 
 def test_the_fuzzer_builds_files_restore_must_judge(states, contract, tmp_path, mesh):
     good = sl.save(tmp_path / "good.npz", states[-1], contract)
-    members = plain(good)
+    members = npz_members(good)
     example = {"contract": None, "edits": [], "deflate": False, "rehash": False, "prefix": b"", "suffix": b""}
     (tmp_path / "same.npz").write_bytes(fuzz.build(example, members))
     assert identical(sl.restore(tmp_path / "same.npz", contract, mesh), states[-1])  # unchanged: restored exactly

@@ -30,7 +30,7 @@ _NAMES = {
     "shardlab.core.fixtures": "Dataset check_dataset teaching_fixture timing_fixture",
     "shardlab.core.sampler": "advance epoch_batches initial_sampler",
     "shardlab.core.state": "FIELDS host_copy initial replicate transition",
-    "shardlab.core.update": "count_all_reduce make_single_device_step make_step stablehlo",
+    "shardlab.core.update": "count_all_reduce make_single_device_step make_step",
 }
 _ATTRIBUTES = {name: module for module, names in _NAMES.items() for name in names.split()}
 
@@ -87,7 +87,6 @@ __all__ = [
     "restore",
     "save",
     "setup_devices",
-    "stablehlo",
     "teaching_fixture",
     "timing_fixture",
     "transition",

@@ -20,7 +20,7 @@ from rig.bench import multistep, resident
 from shardlab.core.batch import ROWS, next_batch
 from shardlab.core.devices import AXIS
 from shardlab.core.state import initial
-from shardlab.core.update import count_all_reduce, make_step, stablehlo
+from shardlab.core.update import count_all_reduce, make_step
 from shardlab.errors import TraceError, VariantMismatchError
 from shardlab.evidence import timing, trace
 from shardlab.perf import profile
@@ -78,8 +78,8 @@ def collectives(data, mesh, samples=SAMPLES, warmup=WARMUP) -> dict:
     )
     result["all_reduce"] = {
         "stablehlo": {
-            "compiled_4dev": count_all_reduce(stablehlo(make_step(mesh), *args)),
-            "packed_4dev": count_all_reduce(stablehlo(make_packed_step(mesh), *args)),
+            "compiled_4dev": count_all_reduce(make_step(mesh).lower(*args).as_text()),
+            "packed_4dev": count_all_reduce(make_packed_step(mesh).lower(*args).as_text()),
         },
         "optimised_hlo": {n: _hlo_all_reduces(variants[n].fn) for n in ("compiled_4dev", "packed_4dev")},
     }

@@ -1,6 +1,5 @@
 """`python -m rig.grade_attacks --out DIR [--reduced]`: the grade attack campaign, one row per attack."""
 
-import argparse
 import csv
 import json
 import resource
@@ -9,10 +8,13 @@ import sys
 import time
 from pathlib import Path
 
+from rig import cli
 from rig.grade_attacks import attacks as A
+from shardlab.cli import count, seconds
 from shardlab.core.files import sha256_file
 from shardlab.errors import ConfigError
 from shardlab.handin import grade
+from shardlab.io import write_json
 
 KEY = ("stage", "verdict", "passed", "checks", "first_failure")
 RECEIPTS = Path(__file__).resolve().parents[2] / "receipts"  # a finished run's receipts, for the portfolio attacks
@@ -115,8 +117,11 @@ JUDGES = {
 
 
 def run(out: Path, reduced: bool, timeout: float, jobs: int, receipts: Path | None = RECEIPTS) -> list[dict]:
-    """Every grade attack (and, given a finished run's `receipts`, every portfolio attack); one row each."""
-    out.mkdir(parents=True, exist_ok=False)
+    """Every grade attack (and, given a finished run's `receipts`, every portfolio attack); one row each, also
+    written to `out`/attacks.json. `out` is a new or empty folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()):
+        raise ConfigError(f"{out} is not empty; the campaign writes into a new or empty folder")
     token = A.new_token()
     subs = out / "submissions"
     attacks = A.build(subs, token, reduced)
@@ -203,18 +208,33 @@ def run(out: Path, reduced: bool, timeout: float, jobs: int, receipts: Path | No
 
         found += portfolio_attacks.run(out / "portfolio", receipts)
     summary = {"seconds": round(seconds, 1), "entries": len(rows), "rows": found, "progress": lines}
-    (out / "attacks.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_json(out / "attacks.json", summary)
     return found
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rig.grade_attacks", description=__doc__)
-    parser.add_argument("--out", required=True, help="a new folder for the submissions, grades and attacks.json")
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", required=True, help="folder for the submissions, grades and attacks.json")
     parser.add_argument("--reduced", action="store_true", help="leave out the honest reference (the slow row)")
-    parser.add_argument("--timeout", type=float, default=240.0)
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args(argv)
-    found = run(Path(args.out), args.reduced, args.timeout, args.jobs)
+    parser.add_argument("--timeout", type=seconds, default=240.0, help="each submission's bound (default 240)")
+    parser.add_argument("--jobs", type=count, default=2, help="submissions graded at once (default 2)")
+
+
+def command(argv=None) -> int:
+    """`python -m rig.grade_attacks ARGV`: a bad command line is one UsageError line and exit code 2, as for the
+    course's."""
+    return cli.command("python -m rig.grade_attacks", __doc__.splitlines()[0], add_arguments, main, argv)
+
+
+def main(args) -> int:
+    from shardlab import outdir
+    from shardlab.errors import OutputFolderError
+
+    try:
+        with outdir.writing(args.out, "grade_attacks") as staging:  # writes only inside OUT, replaces only its own
+            found = run(staging, args.reduced, args.timeout, args.jobs)
+    except OutputFolderError as exc:
+        print(f"[shardlab grade_attacks] {exc}", file=sys.stderr)
+        return 1
     for r in found:
         mark = "ok  " if r["as_expected"] else "FAIL"
         print(f"{mark} {r['attack']:24s} expected {r['expected']:40s} observed {r['observed']}")
@@ -222,4 +242,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

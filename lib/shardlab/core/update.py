@@ -74,11 +74,6 @@ def make_single_device_step(learning_rate: float = LEARNING_RATE, decay: float =
     return jax.jit(step)
 
 
-def stablehlo(step, *args) -> str:
-    """StableHLO text of `step` lowered for these arguments."""
-    return step.lower(*args).as_text()
-
-
 def count_all_reduce(ir_text: str) -> int:
     """Number of `stablehlo.all_reduce` operations in lowered IR text."""
     return ir_text.count('"stablehlo.all_reduce"') + ir_text.count("stablehlo.all_reduce(")

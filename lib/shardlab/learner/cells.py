@@ -17,6 +17,7 @@ import textwrap
 from importlib import resources
 from pathlib import Path
 
+from shardlab.core import files
 from shardlab.errors import UsageError
 from shardlab.learner import hints, rules, starter
 
@@ -122,7 +123,7 @@ def regenerate(folder, write: bool = True, starter_file=STARTER) -> list[str]:
             changed.append(str(path))
             pages.append(path)
             if write:
-                path.write_text(after)
+                _rewrite(path, after)
     if write and pages:
         _sync(pages)
     return changed
@@ -133,8 +134,13 @@ def _regenerate_starter(starter_file: Path, write: bool) -> list[str]:
     before = starter_file.read_text()
     after = rewritten_starter(before, str(starter_file))
     if after != before and write:
-        starter_file.write_text(after)
+        _rewrite(starter_file, after)
     return [str(starter_file)] if after != before else []
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Replace a course source atomically, keeping its mode: an interrupted rewrite leaves the old file whole."""
+    files.replace(path, text, mode=os.stat(path).st_mode & 0o7777)
 
 
 def _sync(paths: list) -> None:
