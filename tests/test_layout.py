@@ -818,10 +818,6 @@ def course_roots(modules) -> list[tuple]:
     return roots
 
 
-# reached by nothing, in a part of the library this check does not change: each is deleted with its definition
-UNREACHED_FOR_NOW = {"shardlab.checker.remote:Worker._environment"}
-
-
 def test_every_library_module_and_definition_runs_from_what_the_course_starts():
     """Every module, function, class and method of the library is reached from a notebook, the starter template
     or a command through the calls and imports between them: one that only the tests or the rig reach (directly,
@@ -837,12 +833,8 @@ def test_every_library_module_and_definition_runs_from_what_the_course_starts():
     reach = Reach(trees, face)
     unreached = set(reach.run(course_roots(modules), sources))
     assert not reach.unreached_modules(), f"nothing the course runs imports or starts {reach.unreached_modules()}"
-    assert unreached <= UNREACHED_FOR_NOW, (
-        f"defined in the library, reached by nothing the course runs (only tests or the rig?): "
-        f"{sorted(unreached - UNREACHED_FOR_NOW)}"
-    )
-    assert unreached == UNREACHED_FOR_NOW, (
-        f"reached or gone now, drop from UNREACHED_FOR_NOW: {UNREACHED_FOR_NOW - unreached}"
+    assert not unreached, (
+        f"defined in the library, reached by nothing the course runs (only tests or the rig?): {sorted(unreached)}"
     )
 
 

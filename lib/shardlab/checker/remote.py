@@ -96,10 +96,6 @@ class Worker:
             self.stop()
         return hello
 
-    def _environment(self) -> dict:
-        """The worker's environment (checker/early.py: the same for a worker started early)."""
-        return early.environment(self.box, self.scratch)
-
     def stop(self) -> None:
         """Kill the interpreter and everything it started; close the channel."""
         if self.process is None:
