@@ -452,7 +452,7 @@ QUESTIONS = (
             (
                 "timing_table",
                 "1. Three equivalent updates",
-                "the table of warm medians, then the sentence that reads their ratios against the middle halves",
+                "the warm medians, then the sentence reading their ratios against the middle halves",
                 r"4-device / 1-device = [\d.]+x",
             ),
         ),
@@ -469,8 +469,7 @@ QUESTIONS = (
             (
                 "stated",
                 "3. What dominates, and your hypothesis",
-                "the hypothesis tested, written out under your hypothesis cell (the worked example's folded "
-                "until you write yours)",
+                "the hypothesis tested, under your hypothesis cell",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),
@@ -502,8 +501,7 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. Make the change",
-                "the verdict's table (the target's cut, the control's drift, the threshold and the noise), then the "
-                "verdicts in words",
+                "the verdict's table, then the verdicts in words",
                 r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),
