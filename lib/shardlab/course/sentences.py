@@ -208,9 +208,9 @@ SENTENCES = {
                 "k": "timing.eager_4dev.warm_compilations.total_ms",
                 "e": "timing.eager_4dev.median_ms",
             },
-            "The un-jitted variant's last warm-up call still compiled, for {k:.0f} ms. The timed calls' "
-            "compilations were not counted, so how much of their median is compiling is not shown here; an eager "
-            "call can pay for recompilation, not only for the dispatch of compiled operations.",
+            "The un-jitted variant's last warm-up call still compiled, for {k:.0f} ms: an eager call can pay for "
+            "recompilation, not only for the dispatch of compiled operations (the timed calls' compilations were "
+            "not counted, so how much of their median is compiling is not shown here).",
             "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
             "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
             "the same.",
