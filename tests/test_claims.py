@@ -358,9 +358,9 @@ def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_
     timing = {"eager_4dev": {"median_ms": 1434.0, "warm_compilations": {"count": count, "total_ms": compile_ms}}}
     values = {"n": count, "k": compile_ms, "e": 1434.0}
     text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["eager_compiles"], **values)
-    assert (f"{count} XLA compilations, {compile_ms:.0f} ms of compiling" in text) == (count > 0), text
+    assert (f"still compiled, for {compile_ms:.0f} ms" in text) == (count > 0), text
     assert ("pay for recompilation" in text) == (count > 0), text
-    assert ("how much of their 1434 ms median is compiling is not shown" in text) == (count > 0), text
+    assert ("how much of their median is compiling is not shown" in text) == (count > 0), text
     assert ("last warm-up call triggered no XLA compilation" in text) == (count == 0), text
     assert sentences.eager_compiles(timing) == text
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
@@ -504,7 +504,7 @@ def test_the_effect_reads_only_its_own_capture_its_target_s_median_bounding_the_
         assert said.startswith("V on the effect: inconclusive.") and f"{whole:.3f} ms by median" in said, said
         assert "1.584 ms" in said, said
     else:  # a 0.45 ms cut, no noise: confirmed
-        assert said.startswith("V on the effect: confirmed. The cut, 0.450 ms"), said
+        assert said.startswith(f"V on the effect: confirmed. The cut passes the threshold by {0.45 - threshold:.4f} ms")
 
 
 def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
@@ -516,7 +516,7 @@ def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
     outcome, text = _verdict_text(tmp_path / "real", before, real, 0.8)
     cut = np.median(before) - np.median(real)
     assert outcome["verdict"] == "refuted" and cut - outcome["noise_ms"] > 0  # a real, smaller cut
-    assert "lives elsewhere" not in text and "did shorten" in text and f"{cut:.3f}" in text
+    assert "lives elsewhere" not in text and "did shorten" in text
     _, none = _verdict_text(tmp_path / "none", before, [v - 0.01 for v in before], 0.8)
     assert "no measurable cut" in none and "did shorten" not in none
 
@@ -887,7 +887,7 @@ def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
     outcome, text = _verdict_text(tmp_path / "real", before, after, cut + 0.05)
     assert outcome["verdict"] == "inconclusive" and outcome["inconclusive_because"] == "threshold_within_noise"
     assert cut > outcome["noise_ms"] and abs(cut - outcome["threshold_ms"]) <= outcome["noise_ms"]  # by hand
-    assert "V: inconclusive. The change did cut its target" in text and f"{cut:.3f} ms" in text, text
+    assert "V: inconclusive. The change did cut its target" in text and f"= {-0.05:.4f} ms" in text, text
     # a cut inside the noise: neither the effect nor the threshold can be told
     _, none = _verdict_text(tmp_path / "none", before, [v - 0.02 for v in before], 0.05)
     assert "neither the effect nor whether it reaches the threshold" in none, none

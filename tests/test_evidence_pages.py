@@ -260,6 +260,17 @@ def test_a_source_folded_in_jupyter_is_folded_on_the_page_and_its_output_stays_o
     assert "the folded cell" in re.sub(r"<details.*?</details>", "", body, flags=re.S)
 
 
+def test_an_output_folded_in_jupyter_is_folded_on_the_page():
+    folded = new_code_cell("print(verdict)", metadata={"jupyter": {"outputs_hidden": True}})
+    folded.outputs = [new_output("stream", name="stdout", text="opened on purpose\n")]
+    shown = new_code_cell("print(table)")
+    shown.outputs = [new_output("stream", name="stdout", text="always in view\n")]
+    body, _, _ = pages.notebook_html(new_notebook(cells=[shown, folded]))
+    details = re.findall(r'<details class="shardlab-folded-output">.*?</details>', body, flags=re.S)
+    assert len(details) == 1 and "opened on purpose" in details[0] and "always in view" not in details[0]
+    assert "print" in re.sub(r"<details.*?</details>", "", body, flags=re.S)  # the source stays in view
+
+
 def test_stable_notebook_fixes_ids_drops_clocks_and_joins_streams(tmp_path):
     cell = new_code_cell("print(1); print(2)")
     cell.metadata = {"tags": ["injected-parameters"], "execution": {"iopub.status.busy": "2026"}}

@@ -492,7 +492,7 @@ QUESTIONS = (
             (
                 "timing_table",
                 "1. Three equivalent updates",
-                "the table of warm medians, then the sentence that reads their ratios against the middle halves",
+                "the warm medians, then the sentence reading their ratios against the middle halves",
                 r"4-device / 1-device = [\d.]+x",
             ),
         ),
@@ -509,8 +509,7 @@ QUESTIONS = (
             (
                 "stated",
                 "3. What dominates, and your hypothesis",
-                "the hypothesis tested, written out under your hypothesis cell (the worked example's folded "
-                "until you write yours)",
+                "the hypothesis tested, under your hypothesis cell",
                 r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
             ),
         ),
@@ -528,24 +527,21 @@ QUESTIONS = (
             ),
         ),
         (
-            "The verdict cell prints two verdicts. What does each read?",
+            "The target fell by more than your threshold plus the noise, but the control, which the change does "
+            "not touch, drifted by more than your threshold. What is the verdict on the effect?",
             [
-                "both read the target's cut: the mechanism's line repeats the effect's",
-                "the effect reads the target's cut against your threshold, with noise from the control's drift and "
-                "the spread; the mechanism reads only the part your reason names",
-                "the effect reads the cut against the first trace; the mechanism reads the control",
+                "confirmed: the cut clears the threshold and the noise",
+                "inconclusive: the machine moved as much as the effect looked for",
+                "refuted: a control that moves refutes the change",
             ],
             "b",
-            "A cut is never read alone: the control, traced in the same capture, shows how far the machine moved. "
-            "And a target can fall as predicted while the part your reason names does not, so the effect can be "
-            "confirmed while the mechanism is not supported or not shown.",
+            "The control, traced in the same capture, shows how far the machine moved between the two loops; a drift "
+            "as large as the threshold leaves the cut unreadable, however large it is. Measure again.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the two verdict lines below the verdict's table and its threshold line: the effect (the "
-                "target's cut against your threshold, the noise the larger of the control's drift and the "
-                "spread), then the mechanism",
+                "the verdict's table, then the verdicts in words",
                 r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),

@@ -208,10 +208,9 @@ SENTENCES = {
                 "k": "timing.eager_4dev.warm_compilations.total_ms",
                 "e": "timing.eager_4dev.median_ms",
             },
-            "The un-jitted variant's last warm-up call still compiled: {n} XLA compilations, {k:.0f} ms of "
-            "compiling. The timed calls' compilations were not counted, so how much of their {e:.0f} ms median is "
-            "compiling is not shown here; an eager call can pay for recompilation, not only for the dispatch of "
-            "compiled operations.",
+            "The un-jitted variant's last warm-up call still compiled, for {k:.0f} ms: an eager call can pay for "
+            "recompilation, not only for the dispatch of compiled operations (the timed calls' compilations were "
+            "not counted, so how much of their median is compiling is not shown here).",
             "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
             "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
             "the same.",
@@ -219,8 +218,7 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut, {c:.3f} ms, passes the {t:.3f} ms threshold by "
-            "{m:.4f} ms, at least the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms).",
+            "<verdict_of>: confirmed. The cut passes the threshold by {m:.4f} ms, at least the noise.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, cut − threshold "
             "{m:.4f} ms against noise {n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; the target's unchanged "
             "median {r:.3f} ms).",
@@ -228,18 +226,16 @@ SENTENCES = {
         "change_refuted_real_cut": _s(
             RELATIONS["refuted"] + " and c - n > 0",
             CHANGE,
-            "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the "
-            "measured cut is {c:.3f} ms with {n:.3f} ms of noise, so even the cut plus the noise stays below "
-            "{t:.3f} ms. The cut "
-            "itself is larger than the noise: the change did shorten its target, by less than predicted.",
+            "<verdict_of>: refuted. Even the cut plus the noise stays below the threshold; the cut itself is "
+            "larger than the noise: the change did shorten its target, by less than predicted.",
             "<verdict_of>: not refuted with a cut beyond the noise (cut {c:.3f} ms, noise {n:.3f} ms, control drift "
             "{d:.3f} ms, threshold {t:.3f} ms).",
         ),
         "change_refuted": _s(
             RELATIONS["refuted"] + " and c - n <= 0",
             CHANGE,
-            "<verdict_of>: refuted. The predicted cut of at least {t:.3f} ms did not happen: the measured cut "
-            "({c:.3f} ms) is within the {n:.3f} ms of noise, so this capture shows no measurable cut from the change.",
+            "<verdict_of>: refuted. Even the cut plus the noise stays below the threshold, and the cut is within "
+            "the noise: this capture shows no measurable cut from the change.",
             "<verdict_of>: not refuted (cut {c:.3f} ms, noise {n:.3f} ms, control drift {d:.3f} ms, threshold "
             "{t:.3f} ms).",
         ),
@@ -253,9 +249,8 @@ SENTENCES = {
                 "g_lo": "change.sides.control.changed.q1_ms",
                 "g_hi": "change.sides.control.changed.q3_ms",
             },
-            "<verdict_of>: inconclusive. The control, which the change does not touch, moved by {d:.3f} ms between "
-            "the two loops (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} ms changed), more "
-            "than the {t:.3f} ms threshold: the machine moved as much as the effect looked for. Measure again.",
+            "<verdict_of>: inconclusive. The control, which the change does not touch, drifted by more than the "
+            "threshold: the machine moved as much as the effect looked for. Measure again.",
             "The control moved by {d:.3f} ms (middle half {u_lo:.3f}–{u_hi:.3f} ms unchanged, {g_lo:.3f}–{g_hi:.3f} "
             "ms changed), within ± the {t:.3f} ms threshold.",
         ),
@@ -271,19 +266,18 @@ SENTENCES = {
         "threshold_within_noise_real_cut": _s(
             INCONCLUSIVE["threshold_within_noise"] + " and c > n",
             CHANGE,
-            "<verdict_of>: inconclusive. The change did cut its target: "
-            "{c:.3f} ms, more than the {n:.3f} ms of noise (control drift {d:.3f} ms, spread {s:.3f} ms). Whether "
-            "the cut reached the {t:.3f} ms predicted cannot be told at this sample size: the margin, cut − threshold "
-            "= {m:.4f} ms, lies within ± the noise.",
+            "<verdict_of>: inconclusive. The change did cut its target, by more than the noise. Whether the cut "
+            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.4f} ms, "
+            "lies within ± the noise.",
             "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
             "threshold ({m:.4f} ms) lies outside ± the noise.",
         ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
-            "<verdict_of>: inconclusive. The cut, {c:.3f} ms, is not more than the {n:.3f} ms of noise, and the "
-            "margin, cut − threshold = {c:.3f} − {t:.3f} = {m:.4f} ms, lies within ± that noise. At this sample size "
-            "neither the effect nor whether it reaches the threshold can be told.",
+            "<verdict_of>: inconclusive. The cut is not more than the noise, and the margin, cut − threshold = "
+            "{m:.4f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
+            "threshold can be told.",
             "The margin, cut − threshold = {m:.4f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_supported": _s(
@@ -495,7 +489,7 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            f"Both took at least their roofline ({_P}x, {_S}x): arithmetic and memory traffic, even at XLA's "
+            "Both took at least their roofline: arithmetic and memory traffic, even at XLA's "
             "generous byte count, do not account for the rest of each step. This table does not time that rest; "
             "fixed cost (dispatch of small operations, the device threads' rendezvous) is the likely part.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
@@ -507,7 +501,7 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            f"Both took at least their roofline ({_P}x, {_S}x), one within 1.5x: that step leaves little room for "
+            "Both took at least their roofline, one within 1.5x of it: that step leaves little room for "
             "fixed cost, and as XLA's byte count can overstate traffic (see below), a ratio near 1 does not show it "
             "memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "

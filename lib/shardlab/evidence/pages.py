@@ -35,6 +35,15 @@ TEMPLATES = {
 {{ super() }}
 {%- endif -%}
 {%- endblock input_group -%}
+{%- block output_group -%}
+{%- if cell.metadata.get("jupyter", {}).get("outputs_hidden") -%}
+<details class="shardlab-folded-output"><summary>output folded in Jupyter: open to read it</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{%- endblock output_group -%}
 """
 }
 INLINE_PT, DISPLAY_PT = 11.5, 13.5  # the lab stylesheet's body text is 14 px = 10.5 pt; TeX glyphs read small
