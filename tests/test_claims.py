@@ -847,6 +847,21 @@ def test_the_cause_of_a_float32_difference_is_read_from_the_runs_that_kept_the_d
         sentences.world_cause(u, {"four": {"max_weight_diff": other}}, devices=4)
 
 
+@pytest.mark.parametrize("stopped_s, within", [(8.13, True), (10.5, False), (5.5, False)])
+def test_the_skipped_batch_stop_is_read_against_the_bound_plus_the_pulse_check(tmp_path, stopped_s, within):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    found = {"detect_s": stopped_s, "timeout_s": 5.0, "pulse_window_s": 3.0}
+    record.emit(str(tmp_path), "stage5a_protocol", "skipped_batch", found, shown=False)
+    said = sentences.skip_stop(stopped_s, 5.0, 3.0)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    assert (abs(stopped_s - (5.0 + 3.0)) <= 2) == within  # by hand: the bound plus the pulse check, 2 s either way
+    assert ("within 2 s" in said) == within and ("slow to react" in said) == (not within), said
+    assert str(stopped_s) not in said, said  # the time itself is the line above it
+
+
 @pytest.mark.parametrize(
     "saved, published, resumed, survivor, preempted",
     [
@@ -1089,8 +1104,8 @@ def test_the_cross_process_step_is_blamed_on_the_crossing_only_when_its_fastest_
     assert ("crossing is the likely, not measured, cost" in said) == (reading == "crossing"), said
     assert ("not in this record" in said) == (reading == "elsewhere"), said
     assert ("not told apart" in said) == (reading == "none"), said
-    assert f"starts at {fast_q1_ms:.3g} ms" in said and "3.6 ms" in said and "4 devices of one process" in said, said
-    assert "at most 8 rows a step" in said and "with 65536 rows" in said, said  # the two workloads, both named
+    assert f"q1 {fast_q1_ms:.3g} ms" in said and "q3 3.6 ms" in said and "4 devices of one process" in said, said
+    assert "at most 8 rows a step" in said and "(65536 rows)" in said, said  # the two workloads, both named
 
 
 @pytest.mark.parametrize(("dispatches", "threshold"), [([0.16, 0.17, 0.15], 0.08), ([0.5] * 3, 0.25)])
@@ -1212,5 +1227,5 @@ def test_the_row_whose_devices_each_have_a_core_is_read_against_its_bound_of_one
     sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
     assert (range2[1] < 1) == short  # by hand: the middle halves' efficiency stays below the bound of 1
-    assert ("bought less than 2 times one" in said[0]) == short != ("within the spread" in said[0]), said
+    assert ("whole range lies below it" in said[0]) == short != ("within the spread" in said[0]), said
     assert "At W = 2 the bound min(C, W)/W is 1" in said[0] and "(2 devices, 2 usable cores)" in said[0], said

@@ -552,11 +552,10 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history alone could explain it, without the restart. Against the "
-            "control, the <same> restart (the control's <devices> devices) differs by {s:.1e}, and so does the "
-            "uninterrupted 2 × 2 group, by {u:.1e}: both carry steps the 2 × 2 group took (whose all-reduces, the "
-            "likely cause above, add in another order). The <other> restart differs by {c:.1e}; "
-            "these numbers cannot tell whether its device count adds to that.",
+            "Why not bit for bit: the run's history alone could explain it. The <same> restart (the control's "
+            "<devices> devices) differs from the control by {s:.1e}, and so does the uninterrupted 2 × 2 group, by "
+            "{u:.1e}: both carry steps of the 2 × 2 group, whose all-reduces add in another order. The <other> "
+            "restart differs by {c:.1e}; these numbers cannot tell whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
@@ -580,9 +579,9 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s (a "
+            "that stop is the bound ({t} s) plus the pulse check ({p} s), within 2 s (a "
             "margin for a controller to report and exit)",
-            "the stop {d} s after the skip is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
+            "that stop is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
             "the machine was slow to react",
         ),
     },
@@ -590,32 +589,29 @@ SENTENCES = {
         "cross_process_compute": _s(
             "f_lo > u_hi and m > u_hi",
             CROSS,
-            "The faster controller's compute phase, on at most {g} rows a step, took longer than the same step "
-            "function on {w} devices of one process with {n} rows (scaling table), beyond the spread: its middle half "
-            "starts at {f_lo:.3g} ms and even its fastest step took {m:.3g} ms, above the {u_hi:.4g} ms where the "
-            "one-process middle half ends. Its three psums cross between processes (gloo over the loopback), which "
-            "this record cannot split from the arithmetic: that crossing is the likely, not measured, cost.",
+            "The faster controller's compute (at most {g} rows a step) took longer than the scaling table's step on "
+            "{w} devices of one process ({n} rows), beyond the spread: its q1 {f_lo:.3g} ms and even its fastest step "
+            "{m:.3g} ms lie above that step's q3 {u_hi:.4g} ms. Its three psums cross between processes (gloo over "
+            "the loopback): that crossing is the likely, not measured, cost.",
             "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
             "above the one-process update's middle half (up to {u_hi:.4g} ms) at every step.",
         ),
         "cross_process_compute_elsewhere": _s(
             "f_lo > u_hi and m <= u_hi",
             CROSS,
-            "The faster controller's compute phase, on at most {g} rows a step, took longer than the same step "
-            "function on {w} devices of one process with {n} rows (scaling table), beyond the spread: its middle half "
-            "starts at {f_lo:.3g} ms, above the {u_hi:.4g} ms where the one-process middle half ends. Yet its fastest "
-            "step took {m:.3g} ms, the same three psums crossing the same processes: what slowed the other steps is "
-            "not in this record.",
+            "The faster controller's compute (at most {g} rows a step) took longer than the scaling table's step on "
+            "{w} devices of one process ({n} rows), beyond the spread: its q1 {f_lo:.3g} ms lies above that step's "
+            "q3 {u_hi:.4g} ms. Yet its fastest step took {m:.3g} ms with the same psums crossing the same "
+            "processes: what slowed the other steps is not in this record.",
             "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
             "above the one-process update's middle half (up to {u_hi:.4g} ms) with a fastest step within it.",
         ),
         "cross_process_compute_none": _s(
             "f_lo <= u_hi",
             CROSS,
-            "The faster controller's compute phase, on at most {g} rows a step, is not told apart from the same step "
-            "function on {w} devices of one process with {n} rows (scaling table): its middle half starts at "
-            "{f_lo:.3g} ms, below the {u_hi:.4g} ms where the one-process middle half ends. Crossing between "
-            "processes cost no time these records separate from the spread.",
+            "The faster controller's compute (at most {g} rows a step) is not told apart from the scaling table's "
+            "step on {w} devices of one process ({n} rows): its q1 {f_lo:.3g} ms is not above that step's q3 "
+            "{u_hi:.4g} ms. Crossing between processes cost no time these records separate from the spread.",
             "The faster controller's compute phase's middle half starts at {f_lo:.3g} ms, above the {u_hi:.4g} ms "
             "where the one-process update's middle half ends.",
         ),
@@ -664,8 +660,7 @@ SENTENCES = {
                 "c": "efficiency.usable_cores",
             },
             "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet the efficiency's whole range "
-            "over the middle halves lies below it: {w} devices bought less than {w} times one, and the core count "
-            "alone does not explain it.",
+            "lies below it: the core count alone does not explain the shortfall.",
             "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and the efficiency's range over "
             "the middle halves reaches it: within the spread of that bound.",
         ),
@@ -707,7 +702,7 @@ SENTENCES = {
             THROUGHPUT,
             "Throughput fell as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread: the {w} "
-            "devices together delivered less than one device alone (efficiency {e:.3f}).",
+            "devices together delivered less than one device alone.",
             "Throughput did not fall beyond the spread as devices were added ({w} devices {nw:.3g} rows/s, middle "
             "half {nw_lo:.3g}–{nw_hi:.3g}; one device {n1:.3g}, {n1_lo:.3g}–{n1_hi:.3g}).",
         ),
@@ -767,10 +762,9 @@ SENTENCES = {
         "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
-            "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
-            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, at the steps the batch shapes predict. The "
-            "batch shapes are the evidence, not the bars' height on both controllers: in each step's psums each "
-            "waits for the other, so any slow step is tall on both.",
+            "Steps <steps>, the first of each batch shape, are the tallest bars (at least {c:.1f} ms, every other "
+            "step at most {o:.1f} ms): compilation, where the batch shapes predict it. The shapes are the evidence; "
+            "that both controllers' bars are tall is not, as each waits for the other in the psums.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
             "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
@@ -803,23 +797,22 @@ SENTENCES = {
             "q1_slow <= q3_fast and q1_wait <= q3_late",
             STRAGGLER,
             "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
-            "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
+            "longer wait in the agreement.",
             "So at least one phase separates the two processes beyond the spread.",
         ),
         "straggler_in_compute": _s(
             "q1_slow > q3_fast and q1_wait <= q3_late",
             STRAGGLER,
-            "So the candidate straggler is process <slow>, in the compute phase: its own compute is longer beyond the "
-            "spread, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
-            "with more steps, not yet a finding.",
+            "So the candidate straggler is process <slow>, in the compute phase. From a handful of steps that is a "
+            "lead to follow with more steps, not yet a finding.",
             "So the compute phase alone does not single out a process.",
         ),
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, in the agreement phase: process <waits> waits for it, and "
-            "compute does not separate the two. A slower path to the coordinator's key-value store (in process 0) "
-            "would look the same; from a handful of steps this is a lead, not yet a finding.",
+            "So the candidate late peer is process <late>, in the agreement phase; a slower path to the coordinator's "
+            "key-value store (in process 0) would look the same. From a handful of steps this is a lead, not yet a "
+            "finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(
