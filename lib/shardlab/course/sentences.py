@@ -84,7 +84,9 @@ _U, _P, _S = (
 )
 CROSS = {  # stage 5b: the faster controller's compute phase against the one-process update on the most devices
     "f_lo": "step_times.compute_spread.fast_q1_ms",
+    "f_hi": "step_times.compute_spread.fast_q3_ms",
     "m": "step_times.compute_spread.fast_min_ms",
+    "u_lo": "efficiency.table.-1.middle_half_ms.0",
     "u_hi": "efficiency.table.-1.middle_half_ms.1",
     "w": "efficiency.table.-1.devices",
     "n": "efficiency.table.-1.rows",
@@ -606,12 +608,22 @@ SENTENCES = {
             "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
             "above the one-process update's middle half (up to {u_hi:.4g} ms) with a fastest step within it.",
         ),
+        "cross_process_compute_below": _s(
+            "f_hi < u_lo",
+            CROSS,
+            "The faster controller's compute (at most {g} rows a step) took less than the scaling table's step on "
+            "{w} devices of one process ({n} rows), beyond the spread: its q3 {f_hi:.3g} ms lies below that step's "
+            "q1 {u_lo:.4g} ms. Crossing between processes cost no time these records can see beside that step.",
+            "The faster controller's compute's q3 {f_hi:.3g} ms is not below the q1 {u_lo:.4g} ms of the scaling "
+            "table's step on {w} devices of one process.",
+        ),
         "cross_process_compute_none": _s(
-            "f_lo <= u_hi",
+            "f_lo <= u_hi and f_hi >= u_lo",
             CROSS,
             "The faster controller's compute (at most {g} rows a step) is not told apart from the scaling table's "
-            "step on {w} devices of one process ({n} rows): its q1 {f_lo:.3g} ms is not above that step's q3 "
-            "{u_hi:.4g} ms. Crossing between processes cost no time these records separate from the spread.",
+            "step on {w} devices of one process ({n} rows): their middle halves overlap ({f_lo:.3g}–{f_hi:.3g} ms "
+            "and {u_lo:.4g}–{u_hi:.4g} ms). Crossing between processes cost no time these records separate from "
+            "the spread.",
             "The faster controller's compute phase's middle half starts at {f_lo:.3g} ms, above the {u_hi:.4g} ms "
             "where the one-process update's middle half ends.",
         ),
@@ -1015,9 +1027,10 @@ def cross_process_compute(fast: dict, efficiency: dict, rows: int, notebook: str
     the one-process update on the most devices, middle half against middle half (medians of a handful of samples
     alone would compare load)."""
     most = efficiency["table"][-1]
-    values = {"f_lo": fast["q1_ms"], "m": fast["min_ms"], "u_hi": most["middle_half_ms"][1], "w": most["devices"]}
-    values.update(n=most["rows"], g=rows)
-    names = ["cross_process_compute", "cross_process_compute_elsewhere", "cross_process_compute_none"]
+    values = {"f_lo": fast["q1_ms"], "f_hi": fast["q3_ms"], "m": fast["min_ms"], "w": most["devices"]}
+    values.update(u_lo=most["middle_half_ms"][0], u_hi=most["middle_half_ms"][1], n=most["rows"], g=rows)
+    names = ["cross_process_compute", "cross_process_compute_elsewhere", "cross_process_compute_below"]
+    names.append("cross_process_compute_none")
     return chosen_first(notebook, names, **values)
 
 
