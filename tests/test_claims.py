@@ -1192,7 +1192,7 @@ def test_the_shape_line_reads_our_growth_against_what_the_cores_allow(tmp_path, 
     assert phrase in said, said
     assert f"grows {131.4 / 120.3:.2f}x per step from W = 1 to 4" in said, said
     assert "one host" in said, said
-    assert f"Ours grew {t4 / 1.034:.1f}x (the table's medians)" in said, said  # by hand: the ratio of the two medians
+    assert f"ours grew {t4 / 1.034:.1f}x (the table's medians)" in said, said  # by hand: the ratio of the two medians
 
 
 @pytest.mark.parametrize(

@@ -134,9 +134,8 @@ SHAPE = {  # stage 5b: the step's growth from one device to the most, with the l
     **EFFICIENCY_RANGE,
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's model (scaling.CHAPTER_MS) grows <chapter>x per step from W = 1 to {w}, each worker with "
-    "its own cores. Ours grew <growth>x (the table's medians), with {w}x the rows on the same {c} usable cores "
-    "({w}x the time is what no parallelism gives)"
+    "Shape: the chapter's model grows <chapter>x per step from W = 1 to {w}, each worker with its own cores; ours "
+    "grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
@@ -646,21 +645,18 @@ SENTENCES = {
         "shape_on_one_host": _s(
             "e_hi * w < min(c, w)",
             SHAPE,
-            _SHAPE_START + ": more than the <split>x a perfect split over those cores "
-            "allows, even over the middle halves (bound <bound>). It measures one host sharing its cores, not the "
-            "chapter's cluster.",
+            _SHAPE_START + ", more than the <split>x a perfect split allows even over the middle halves: one host "
+            "sharing its cores, not the chapter's cluster.",
             "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
             "split allows.",
         ),
         "shape_within_split": _s(
             "e_lo * w > min(c, w)",
             SHAPE,
-            _SHAPE_START + ": less than the <split>x a perfect split over those cores "
-            "allows, even over the middle halves (bound <bound>). It measures one host sharing its cores, not the "
-            "chapter's cluster.",
-            _SHAPE_START + ". Over the middle halves (bound <bound>) that growth is not told apart from the "
-            "<split>x a perfect split over those cores allows. "
-            "It measures one host sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", less than the <split>x a perfect split allows even over the middle halves: one host "
+            "sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split allows: "
+            "one host sharing its cores, not the chapter's cluster.",
         ),
         "efficiency_at_one_core_each": _s(
             "e_hi < 1",
