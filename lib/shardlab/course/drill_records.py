@@ -1,4 +1,7 @@
-"""What stage 5a keeps of each drill for its results: the plain fields of its row, kept out of the lesson cells."""
+"""What stage 5a keeps of each drill for its results (the plain fields of its row, kept out of the lesson cells),
+and the one table it shows of Drill 1's interruptions."""
+
+import signal
 
 FAILURE_KEYS = ("process", "phase", "at_step", "kind", "cause", "detect_s", "resumed_from", "steps_lost", "exit_codes")
 ATTEMPT_KEYS = ("saved", "published")  # steps the failed attempt saved, and those it saw published
@@ -71,7 +74,8 @@ def summary(result: dict, figure: str) -> dict:
     }
 
 
-ENDED_BY = {-9: "the supervisor's SIGKILL", -6: "JAX's abort (SIGABRT)"}  # a survivor's exit code, as the OS reports it
+# a survivor's exit code (a negative signal number, as subprocess reports it) and what sent it
+ENDED_BY = {-signal.SIGKILL: "the supervisor's SIGKILL", -signal.SIGABRT: "JAX's abort (SIGABRT)"}
 
 
 def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: list[int]) -> list[dict]:
