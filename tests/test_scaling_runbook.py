@@ -187,17 +187,20 @@ def test_runbook_rows_only_make_drills_runs_are_proved_by_their_drills(tmp_path)
 
 def test_runbook_entries_call_a_stop_condition_observed_only_where_a_drill_of_its_row_ran():
     # a report that ran one death drill and one preemption drill: those two rows observed, the other four designed
-    report = {"table": [{"drill": "kill_during_step", "passed": True}, {"drill": "p1_preempted", "passed": True}]}
-    lines = runbook.entries(drills.TIMEOUT, report).splitlines()[2:]
+    report = {"table": [{"drill": "kill_during_step", "passed": True}, {"drill": "p1_preempted", "passed": False}]}
+    lines = runbook.entries(drills.TIMEOUT, report, ran_in="stage 5a").splitlines()
+    assert "drills run in stage 5a" in lines[0] and "drills only `make drills` runs" in lines[0]
     designed = {row["class"] for row in runbook.ROWS} - {"death", "preemption"}
-    assert len(lines) == len(runbook.ROWS) == 6
-    for row, line in zip(runbook.rows(drills.TIMEOUT), lines):
-        stop = line.split(" | ")[2]
-        label = "designed bound, not observed here: "
-        assert stop == (label + row["stop"] if row["class"] in designed else row["stop"]), line
-        # every drill of the row that did not run is named, not counted
-        left = [f"`{d}`" for d in row["drills"] if d not in ("kill_during_step", "p1_preempted")]
-        assert line.rstrip(" |").endswith(f"not run here: {', '.join(left)}"), line
+    assert len(lines[2:]) == len(runbook.ROWS) == 6
+    ran = {"kill_during_step": "passed", "p1_preempted": "FAILED"}
+    for row, line in zip(runbook.rows(drills.TIMEOUT), lines[2:]):
+        cells = [c.strip() for c in line.strip(" |").split(" | ")]
+        label = "designed bound, not observed in stage 5a: "
+        assert cells[2] == (label + row["stop"] if row["class"] in designed else row["stop"]), line
+        # the drills that ran, with their verdicts, apart from those that did not, each named, not counted
+        shown = [f"`{d}` ({ran[d]})" for d in row["drills"] if d in ran]
+        left = [f"`{d}`" for d in row["drills"] if d not in ran]
+        assert cells[3:] == [", ".join(shown) or "none", ", ".join(left) or "none"], line
 
 
 def test_docs_show_the_runbook_table():

@@ -1,4 +1,7 @@
-"""What stage 5a keeps of each drill for its results: the plain fields of its row, kept out of the lesson cells."""
+"""What stage 5a keeps of each drill for its results (the plain fields of its row, kept out of the lesson cells),
+and the one table it shows of Drill 1's interruptions."""
+
+import signal
 
 FAILURE_KEYS = ("process", "phase", "at_step", "kind", "cause", "detect_s", "resumed_from", "steps_lost", "exit_codes")
 ATTEMPT_KEYS = ("saved", "published")  # steps the failed attempt saved, and those it saw published
@@ -69,3 +72,49 @@ def summary(result: dict, figure: str) -> dict:
         "figure": figure,
         "rows": {r["drill"]: r["passed"] for r in result["table"]},
     }
+
+
+# a survivor's exit code (a negative signal number, as subprocess reports it) and what sent it
+ENDED_BY = {-signal.SIGKILL: "the supervisor's SIGKILL", -signal.SIGABRT: "JAX's abort (SIGABRT)"}
+
+
+def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: list[int]) -> list[dict]:
+    """Drill 1's three interruptions as one table's rows (what, where, what the resume found, what it recomputed,
+    why), every cell read from the records `failures` returns; `scheduled`: the steps the regular saves fall on."""
+    survivor = {int(pid): code for pid, code in p0_kill["exit_codes"].items() if int(pid) != p0_kill["process"]}
+    ended = "; ".join(f"process {p} ended by {ENDED_BY.get(code, f'exit code {code}')}" for p, code in survivor.items())
+    before = max((n for n in scheduled if n <= preempt["resumed_from"]), default=0)
+    kept = (
+        "one of the regular saves"
+        if preempt["resumed_from"] in scheduled
+        else f"no regular save: a death would go back to step {before}"
+    )
+    why = {
+        "a": "a save is published only once an agreement's flags all say `D`",
+        "b": "the same rule; process 0 hosted the coordinator",
+        "c": f"`P` reached all at the next agreement: each saved that step and stopped ({kept})",
+    }
+    what = {
+        "a": f"process {async_kill['process']} {async_kill['cause']}",
+        "b": f"process {p0_kill['process']} {p0_kill['cause']}; {ended}",
+        "c": f"SIGTERM: {preempt['cause']}",
+    }
+    return [
+        {
+            "": f"({name})",
+            "interruption": what[name],
+            "after step": f"{row['at_step']}, in `{row['phase']}`",
+            "the resume found": found(row),
+            "resumed from": row["resumed_from"],
+            "steps recomputed": row["steps_lost"],
+            "why": why[name],
+        }
+        for name, row in zip("abc", (async_kill, p0_kill, preempt))
+    ]
+
+
+def found(row: dict) -> str:
+    """What a relaunch found in the shared folder: the newest manifest, and the saves of the attempt that have none."""
+    bare = [n for n in row["saved"] if n > row["resumed_from"] and n not in row["published"]]
+    newest = f"newest manifest: step {row['resumed_from']}" if row["resumed_from"] else "no manifest"
+    return newest + (f"; step {', '.join(map(str, bare))} saved without one" if bare else "")

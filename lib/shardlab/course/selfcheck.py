@@ -598,8 +598,9 @@ QUESTIONS = (
             (
                 "reveal-async-kill",
                 "Drill 1",
-                "the line answering prediction (a)",
-                r"of step 6; resumed from step \d+, \d+ steps recomputed",
+                "row (a) of the interruptions table",
+                r"\| \(a\) \| process 1 killed \(SIGKILL\) \| 6, in `save-staged` \| "
+                r"newest manifest: step \d+[^|]* \| \d+ \| \d+ \|",
             ),
         ),
         (
@@ -635,8 +636,9 @@ QUESTIONS = (
             (
                 "reveal-preempt",
                 "Drill 1",
-                "the lines on the SIGTERM of Drill 1 (c)",
-                r"preempted at step 8, .* 0 steps recomputed\n.*not one of them, the preemption saved it",
+                "row (c) of the interruptions table",
+                r"\| \(c\) \| SIGTERM: preempted at step 8 \| [^|]+ \| newest manifest: step 8 \| 8 \| 0 \| "
+                r"[^|]*no regular save",
             ),
         ),
     ),
@@ -744,7 +746,7 @@ QUESTIONS = (
                 "runbook",
                 "The runbook",
                 "the runbook table's crash-loop row and its stop condition",
-                r"crash loop \| supervisor \| (designed bound, not observed here: )?"
+                r"crash loop \| supervisor \| (designed bound, not observed in stage 5a: )?"
                 r"more failures than the restart budget",
             ),
         ),

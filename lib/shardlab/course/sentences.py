@@ -83,9 +83,11 @@ _U, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("u", "course_update"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
 CROSS = {  # stage 5b: the faster controller's compute phase against the one-process update on the most devices
-    "f": "step_times.compute_spread.fast_median_ms",
+    "f_lo": "step_times.compute_spread.fast_q1_ms",
+    "f_hi": "step_times.compute_spread.fast_q3_ms",
     "m": "step_times.compute_spread.fast_min_ms",
-    "u": "efficiency.table.-1.median_ms",
+    "u_lo": "efficiency.table.-1.middle_half_ms.0",
+    "u_hi": "efficiency.table.-1.middle_half_ms.1",
     "w": "efficiency.table.-1.devices",
     "n": "efficiency.table.-1.rows",
     "g": "step_times.rows_per_step_max",
@@ -132,9 +134,8 @@ SHAPE = {  # stage 5b: the step's growth from one device to the most, with the l
     **EFFICIENCY_RANGE,
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's model (scaling.CHAPTER_MS) grows from <from> to <to> ms per step, <chapter>x, from W = 1 "
-    "to {w}, each worker with its own cores. Ours grew <growth>x, from {t1:.3f} to {t:.3f} ms, with {w}x the rows "
-    "on the same {c} usable cores ({w}x the time is what no parallelism gives)"
+    "Shape: the chapter's model grows <chapter>x per step from W = 1 to {w}, each worker with its own cores; ours "
+    "grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
@@ -515,13 +516,6 @@ SENTENCES = {
             "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
             "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
-        "p0_kill_unpublished": _s(
-            "n > r",
-            {"n": "p0_kill.saved.-1", "r": "p0_kill.resumed_from"},
-            "Step {n} was saved in this attempt but not yet published when process 0 died, so the relaunch resumed "
-            "from step {r}, the newest published.",
-            "Every step this attempt saved was published before process 0 died; the relaunch resumed from step {r}.",
-        ),
         "startup_against_steps": _s(
             "s > p + w",
             {
@@ -553,11 +547,10 @@ SENTENCES = {
         "world_change_from_history": _s(
             "u > 0 and s > 0",
             WORLD_CAUSE,
-            "Why not bit for bit: the run's history alone could explain it, without the restart. Against the "
-            "control, the <same> restart (the control's <devices> devices) differs by {s:.1e}, and so does the "
-            "uninterrupted 2 × 2 group, by {u:.1e}: both carry steps the 2 × 2 group took (whose all-reduces, the "
-            "likely cause above, add in another order). The <other> restart differs by {c:.1e}; "
-            "these numbers cannot tell whether its device count adds to that.",
+            "Why not bit for bit: the run's history alone could explain it. The <same> restart (the control's "
+            "<devices> devices) differs from the control by {s:.1e}, and so does the uninterrupted 2 × 2 group, by "
+            "{u:.1e}: both carry steps of the 2 × 2 group, whose all-reduces add in another order. The <other> "
+            "restart differs by {c:.1e}; these numbers cannot tell whether its device count adds to that.",
             "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
             "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
         ),
@@ -581,64 +574,72 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "the stop {d} s after the skip is the bound ({t} s) plus the pulse check ({p} s), within 2 s (a "
+            "that stop is the bound ({t} s) plus the pulse check ({p} s), within 2 s (a "
             "margin for a controller to report and exit)",
-            "the stop {d} s after the skip is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
+            "that stop is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
             "the machine was slow to react",
         ),
     },
     "stage5b_scaling": {
         "cross_process_compute": _s(
-            "f > u and m > u",
+            "f_lo > u_hi and m > u_hi",
             CROSS,
-            "The faster controller's compute phase took {f:.2f} ms by median, and even its fastest step {m:.2f} ms, "
-            "on at most {g} rows a step. The same step function took {u:.3f} ms on {w} devices of one process with "
-            "{n} rows. Its three psums cross between processes (gloo over the loopback), which this record cannot "
-            "split from the arithmetic: that crossing is the likely, not measured, cost.",
-            "The faster controller's compute phase ({f:.2f} ms by median, fastest step {m:.2f} ms) is not above the "
-            "{u:.3f} ms one-process update at every step.",
+            "The faster controller's compute (at most {g} rows a step) took longer than the scaling table's step on "
+            "{w} devices of one process ({n} rows), beyond the spread: its q1 {f_lo:.3g} ms and even its fastest step "
+            "{m:.3g} ms lie above that step's q3 {u_hi:.4g} ms. Its three psums cross between processes (gloo over "
+            "the loopback): that crossing is the likely, not measured, cost.",
+            "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
+            "above the one-process update's middle half (up to {u_hi:.4g} ms) at every step.",
         ),
         "cross_process_compute_elsewhere": _s(
-            "f > u and m <= u",
+            "f_lo > u_hi and m <= u_hi",
             CROSS,
-            "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, more than "
-            "the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows. Yet its "
-            "fastest step took {m:.2f} ms, the same three psums crossing the same processes: what slowed the other "
-            "steps is not in this record.",
-            "The faster controller's compute phase ({f:.2f} ms by median, fastest step {m:.2f} ms) does not have a "
-            "median above the {u:.3f} ms one-process update with a fastest step within it.",
+            "The faster controller's compute (at most {g} rows a step) took longer than the scaling table's step on "
+            "{w} devices of one process ({n} rows), beyond the spread: its q1 {f_lo:.3g} ms lies above that step's "
+            "q3 {u_hi:.4g} ms. Yet its fastest step took {m:.3g} ms with the same psums crossing the same "
+            "processes: what slowed the other steps is not in this record.",
+            "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
+            "above the one-process update's middle half (up to {u_hi:.4g} ms) with a fastest step within it.",
+        ),
+        "cross_process_compute_below": _s(
+            "f_hi < u_lo",
+            CROSS,
+            "The faster controller's compute (at most {g} rows a step) took less than the scaling table's step on "
+            "{w} devices of one process ({n} rows), beyond the spread: its q3 {f_hi:.3g} ms lies below that step's "
+            "q1 {u_lo:.4g} ms. Crossing between processes cost no time these records can see beside that step.",
+            "The faster controller's compute's q3 {f_hi:.3g} ms is not below the q1 {u_lo:.4g} ms of the scaling "
+            "table's step on {w} devices of one process.",
         ),
         "cross_process_compute_none": _s(
-            "f <= u",
+            "f_lo <= u_hi and f_hi >= u_lo",
             CROSS,
-            "The faster controller's compute phase took {f:.2f} ms by median on at most {g} rows a step, not more "
-            "than the {u:.3f} ms the same step function took on {w} devices of one process with {n} rows. Crossing "
-            "between processes cost no time these records can see.",
-            "The faster controller's compute phase took {f:.2f} ms by median, more than the {u:.3f} ms one-process "
-            "update.",
+            "The faster controller's compute (at most {g} rows a step) is not told apart from the scaling table's "
+            "step on {w} devices of one process ({n} rows): their middle halves overlap ({f_lo:.3g}–{f_hi:.3g} ms "
+            "and {u_lo:.4g}–{u_hi:.4g} ms). Crossing between processes cost no time these records separate from "
+            "the spread.",
+            "The faster controller's compute phase's middle half starts at {f_lo:.3g} ms, above the {u_hi:.4g} ms "
+            "where the one-process update's middle half ends.",
         ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
-            "Asynchronous saving shortened <label> beyond the spread: its middle half ends at {a_hi:.4g} ms, below "
-            "the {s_lo:.4g} ms where the synchronous one starts (medians {a:.4g} and {s:.4g} ms).",
-            "Asynchronous saving did not shorten <label> beyond the spread (asynchronous middle half up to "
-            "{a_hi:.4g} ms, synchronous from {s_lo:.4g} ms).",
+            "Asynchronous saving shortened <label> beyond the spread: its middle half (q1–q3) ends below where the "
+            "synchronous one starts.",
+            "Asynchronous saving did not shorten <label> beyond the spread.",
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
             ASYNC_SPREAD,
-            "Asynchronous saving lengthened <label> beyond the spread: its middle half starts at {a_lo:.4g} ms, "
-            "above the {s_hi:.4g} ms where the synchronous one ends (medians {a:.4g} and {s:.4g} ms). A likely "
-            "reason, not measured here: the background save shares the host's few cores with the steps.",
-            "Overlap: no difference shown in <label>. The middle halves meet (asynchronous {a_lo:.4g}–{a_hi:.4g} "
-            "ms, synchronous {s_lo:.4g}–{s_hi:.4g} ms), so whatever separates the medians lies within the spread.",
+            "Asynchronous saving lengthened <label> beyond the spread: its middle half (q1–q3) starts above where the "
+            "synchronous one ends. A likely reason, not measured here: the background save shares the host's few "
+            "cores with the steps.",
+            "Overlap: no difference shown in <label>. The two middle halves (q1–q3) meet, so whatever separates the "
+            "medians lies within the spread.",
         ),
         "shape_on_one_host": _s(
             "e_hi * w < min(c, w)",
             SHAPE,
-            _SHAPE_START + ": more than the <split>x a perfect split over those cores "
-            "allows, even over the middle halves (efficiency up to {e_hi:.3f}, bound <bound>). It measures one host "
+            _SHAPE_START + ", more than the <split>x a perfect split allows even over the middle halves: one host "
             "sharing its cores, not the chapter's cluster.",
             "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
             "split allows.",
@@ -646,12 +647,10 @@ SENTENCES = {
         "shape_within_split": _s(
             "e_lo * w > min(c, w)",
             SHAPE,
-            _SHAPE_START + ": less than the <split>x a perfect split over those cores "
-            "allows, even over the middle halves (efficiency from {e_lo:.3f}, bound <bound>). It measures one host "
+            _SHAPE_START + ", less than the <split>x a perfect split allows even over the middle halves: one host "
             "sharing its cores, not the chapter's cluster.",
-            _SHAPE_START + ". Over the middle halves (efficiency {e_lo:.3f}–{e_hi:.3f}, "
-            "bound <bound>) that growth is not told apart from the <split>x a perfect split over those cores allows. "
-            "It measures one host sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split allows: "
+            "one host sharing its cores, not the chapter's cluster.",
         ),
         "efficiency_at_one_core_each": _s(
             "e_hi < 1",
@@ -662,11 +661,10 @@ SENTENCES = {
                 "w": "efficiency.table.<row>.devices",
                 "c": "efficiency.usable_cores",
             },
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet efficiency was {e:.3f} "
-            "({e_lo:.3f}–{e_hi:.3f} over the middle halves). So {w} devices bought less than {w} times one, and the "
-            "core count alone does not explain it.",
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and efficiency was {e:.3f} "
-            "({e_lo:.3f}–{e_hi:.3f} over the middle halves): within the spread of that bound.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet the efficiency's whole range "
+            "lies below it: the core count alone does not explain the shortfall.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and the efficiency's range over "
+            "the middle halves reaches it: within the spread of that bound.",
         ),
         "efficiency_against_core_bound": _s(
             "e * w <= c",
@@ -679,37 +677,34 @@ SENTENCES = {
         "efficiency_range_holds_both": _s(
             "e_lo * w <= 1 <= e_hi * w and e_lo * w <= min(c, w) <= e_hi * w",
             EFFICIENCY_RANGE,
-            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, which holds both 1/{w} (no gain) and the "
-            "bound <bound>: these samples cannot tell the two apart.",
+            "Over the middle halves the efficiency's range holds both 1/{w} (no gain) and the bound <bound>: these "
+            "samples cannot tell the two apart.",
             "The range {e_lo:.3f}–{e_hi:.3f} does not hold both 1/{w} and the bound <bound>.",
         ),
         "efficiency_range_holds_no_gain": _s(
             "e_lo * w <= 1 <= e_hi * w",
             EFFICIENCY_RANGE,
-            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}: it holds 1/{w} (no gain) and stays below "
-            "the bound <bound>.",
+            "Over the middle halves the efficiency's range holds 1/{w} (no gain) and stays below the bound <bound>.",
             "The range {e_lo:.3f}–{e_hi:.3f} does not hold 1/{w}.",
         ),
         "efficiency_range_holds_bound": _s(
             "e_lo * w <= min(c, w) <= e_hi * w",
             EFFICIENCY_RANGE,
-            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}: above 1/{w} (no gain), and it holds the "
-            "bound <bound>.",
+            "Over the middle halves the efficiency's range lies above 1/{w} (no gain) and holds the bound <bound>.",
             "The range {e_lo:.3f}–{e_hi:.3f} does not hold the bound <bound>.",
         ),
         "efficiency_range_below_no_gain": _s(
             "e_hi * w < 1",
             EFFICIENCY_RANGE,
-            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, below 1/{w} (no gain).",
-            "Over the middle halves efficiency spans {e_lo:.3f}–{e_hi:.3f}, holding neither 1/{w} (no gain) nor the "
-            "bound <bound>.",
+            "Over the middle halves the efficiency's range lies below 1/{w} (no gain).",
+            "Over the middle halves the efficiency's range holds neither 1/{w} (no gain) nor the bound <bound>.",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
             THROUGHPUT,
             "Throughput fell as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread: the {w} "
-            "devices together delivered less than one device alone (efficiency {e:.3f}).",
+            "devices together delivered less than one device alone.",
             "Throughput did not fall beyond the spread as devices were added ({w} devices {nw:.3g} rows/s, middle "
             "half {nw_lo:.3g}–{nw_hi:.3g}; one device {n1:.3g}, {n1_lo:.3g}–{n1_hi:.3g}).",
         ),
@@ -720,8 +715,7 @@ SENTENCES = {
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
-            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), "
-            "efficiency {e:.3f}.",
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}).",
         ),
         "two_point_fit_predicts_four": _s(
             "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
@@ -770,10 +764,9 @@ SENTENCES = {
         "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
-            "Steps <steps>, the first of each batch shape, are the tallest bars on both controllers (at least "
-            "{c:.1f} ms, every other step at most {o:.1f} ms): compilation, at the steps the batch shapes predict. The "
-            "batch shapes are the evidence, not the bars' height on both controllers: in each step's psums each "
-            "waits for the other, so any slow step is tall on both.",
+            "Steps <steps>, the first of each batch shape, are the tallest bars (at least {c:.1f} ms, every other "
+            "step at most {o:.1f} ms): compilation, where the batch shapes predict it. The shapes are the evidence; "
+            "that both controllers' bars are tall is not, as each waits for the other in the psums.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
             "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
             "not name.",
@@ -786,13 +779,9 @@ SENTENCES = {
                 "q3_fast": "step_times.compute_spread.fast_q3_ms",
             },
             "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, and the middle halves do not overlap "
-            "(process <slow>'s starts at {q1_slow:.4g} ms, above the {q3_fast:.4g} ms where process <fast>'s "
-            "ends): "
-            "process <slow> computes longer in these steps.",
-            "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (process "
-            "<slow>'s starts at {q1_slow:.4g} ms, below the {q3_fast:.4g} ms where process <fast>'s ends): compute "
-            "does not "
-            "separate the two.",
+            "(q1 above the other's q3): process <slow> computes longer in these steps.",
+            "Compute: process <slow>'s median is {r:.2f}× process <fast>'s, but the middle halves overlap (q1 below "
+            "the other's q3): compute does not separate the two.",
         ),
         "agreement_spread_reading": _s(
             "q1_wait > q3_late",
@@ -802,33 +791,30 @@ SENTENCES = {
                 "q3_late": "step_times.agreement_spread.late_q3_ms",
             },
             "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, and the middle halves do not overlap "
-            "(from {q1_wait:.4g} ms, above the {q3_late:.4g} ms where process <late>'s ends): process <waits> "
-            "waits there longer in these steps.",
-            "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (from "
-            "{q1_wait:.4g} ms, below the {q3_late:.4g} ms where process <late>'s ends): neither consistently waits "
-            "for the other.",
+            "(q1 above the other's q3): process <waits> waits there longer in these steps.",
+            "Agreement: process <waits>'s median is {r:.2f}× process <late>'s, but the middle halves overlap (q1 "
+            "below the other's q3): neither consistently waits for the other.",
         ),
         "straggler_none": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
             STRAGGLER,
             "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
-            "longer wait in the agreement, and neither phase separates the two processes beyond the spread.",
+            "longer wait in the agreement.",
             "So at least one phase separates the two processes beyond the spread.",
         ),
         "straggler_in_compute": _s(
             "q1_slow > q3_fast and q1_wait <= q3_late",
             STRAGGLER,
-            "So the candidate straggler is process <slow>, in the compute phase: its own compute is longer beyond the "
-            "spread, while the agreement does not separate the two. From a handful of steps that is a lead to follow "
-            "with more steps, not yet a finding.",
+            "So the candidate straggler is process <slow>, in the compute phase. From a handful of steps that is a "
+            "lead to follow with more steps, not yet a finding.",
             "So the compute phase alone does not single out a process.",
         ),
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, in the agreement phase: process <waits> waits for it, and "
-            "compute does not separate the two. A slower path to the coordinator's key-value store (in process 0) "
-            "would look the same; from a handful of steps this is a lead, not yet a finding.",
+            "So the candidate late peer is process <late>, in the agreement phase; a slower path to the coordinator's "
+            "key-value store (in process 0) would look the same. From a handful of steps this is a lead, not yet a "
+            "finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(
@@ -916,11 +902,6 @@ def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "s
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
     return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
-
-
-def unpublished_save(saved: list, resumed_from: int, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: whether the attempt killed in drill 1 (b) had saved a step it never published."""
-    return chosen(notebook, "p0_kill_unpublished", n=saved[-1], r=resumed_from)
 
 
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
@@ -1032,12 +1013,14 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
 
 
 def cross_process_compute(fast: dict, efficiency: dict, rows: int, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: the faster controller's compute median (the group's steps have at most `rows` padded rows)
-    against the one-process update on the most devices."""
+    """Stage 5b: the faster controller's compute phase (the group's steps have at most `rows` padded rows) against
+    the one-process update on the most devices, middle half against middle half (medians of a handful of samples
+    alone would compare load)."""
     most = efficiency["table"][-1]
-    values = {"f": fast["median_ms"], "m": fast["min_ms"], "u": most["median_ms"], "w": most["devices"]}
-    values.update(n=most["rows"], g=rows)
-    names = ["cross_process_compute", "cross_process_compute_elsewhere", "cross_process_compute_none"]
+    values = {"f_lo": fast["q1_ms"], "f_hi": fast["q3_ms"], "m": fast["min_ms"], "w": most["devices"]}
+    values.update(u_lo=most["middle_half_ms"][0], u_hi=most["middle_half_ms"][1], n=most["rows"], g=rows)
+    names = ["cross_process_compute", "cross_process_compute_elsewhere", "cross_process_compute_below"]
+    names.append("cross_process_compute_none")
     return chosen_first(notebook, names, **values)
 
 

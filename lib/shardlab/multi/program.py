@@ -88,11 +88,9 @@ def parse_fault(text: str | None) -> dict | None:
 def step_times(step: int, clock: list[float]) -> dict:
     """One step's seconds from its perf_counter readings (start, batch placed, agreed, update began, update done).
 
-    data_s: host sampler and placing this process's rows; agreement_s: the per-step agreement (hashing
-    the batch, then a rendezvous of every controller through the coordinator's key-value store, not a
-    collective; a late peer's delay is paid here);
-    compute_s: the update program to completion, its three cross-process psums included (they run
-    inside the one compiled program, so only a profiler could split them from the arithmetic).
+    data_s: the sampler and placing this process's rows; agreement_s: hashing the batch, then a rendezvous
+    through the coordinator's key-value store (a late peer's delay is paid here); compute_s: the update to
+    completion, its three cross-process psums inside (only a profiler could split them from the arithmetic).
     """
     start, placed, agreed, began, done = clock
     return {"step": step, "data_s": placed - start, "agreement_s": agreed - placed, "compute_s": done - began}

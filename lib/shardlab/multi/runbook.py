@@ -90,19 +90,18 @@ def proof(drills_json: dict) -> list[dict]:
     return [{"class": row["class"], "drills": {d: passed.get(d) for d in row["drills"]}} for row in ROWS]
 
 
-def entries(timeout: float, drills_json: dict | None = None) -> str:
-    """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, and the
-    drills that prove it: those of `drills_json` with their verdicts, then by name those the course run leaves out).
-    A row none of whose drills ran shows its stop condition as a designed bound, not an observed one."""
+def entries(timeout: float, drills_json: dict | None = None, ran_in: str = "stage 5a") -> str:
+    """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, the
+    drills of `drills_json` with their verdicts, under `ran_in`, the notebook that ran them, then by name the drills
+    only `make drills` runs). A row none of whose drills ran shows its stop condition as a designed bound."""
     table = [
-        "| failure | owner | stop condition (a designed bound) | drills (stage 5a's; others: `make drills`) |",
-        "| --- | --- | --- | --- |",
+        f"| failure | owner | stop condition | drills run in {ran_in} | drills only `make drills` runs |",
+        "| --- | --- | --- | --- | --- |",
     ]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
     for row, proved in zip(rows(timeout), verdicts):
-        ran = [f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None]
-        left = [f"`{d}`" for d, v in proved["drills"].items() if v is None]
-        here = "; ".join(([", ".join(ran)] if ran else []) + ([f"not run here: {', '.join(left)}"] if left else []))
-        stop = row["stop"] if ran else f"designed bound, not observed here: {row['stop']}"
-        table.append(f"| {row['class']} | {row['owner']} | {stop} | {here} |")
+        ran = ", ".join(f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None)
+        left = ", ".join(f"`{d}`" for d, v in proved["drills"].items() if v is None)
+        stop = row["stop"] if ran else f"designed bound, not observed in {ran_in}: {row['stop']}"
+        table.append(f"| {row['class']} | {row['owner']} | {stop} | {ran or 'none'} | {left or 'none'} |")
     return "\n".join(table)

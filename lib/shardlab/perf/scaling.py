@@ -39,10 +39,10 @@ def efficiency_rows(measured: dict, rows: dict) -> list[dict]:
     """One row per W: timing, rows per second and efficiency against W = 1 (rows[w]: rows in W's step), each with
     its range over the middle halves (the efficiency's from the far ends of W's and W = 1's, so it is the widest)."""
     throughput = {w: rows[w] / measured[f"w{w}"]["median_ms"] * 1e3 for w in rows}
-    spread = {}  # rows per second over the middle half of the step times
+    spread, half = {}, {}  # rows per second over the middle half of the step times, and that middle half
     for w in rows:
         q1, q3 = np.percentile(measured[f"w{w}"]["samples_ms"], [25, 75])
-        spread[w] = [rows[w] / float(q3) * 1e3, rows[w] / float(q1) * 1e3]
+        spread[w], half[w] = [rows[w] / float(q3) * 1e3, rows[w] / float(q1) * 1e3], [float(q1), float(q3)]
     keys = ("median_ms", "samples_ms", "compile_ms")
     table = []
     for w in rows:
@@ -51,6 +51,7 @@ def efficiency_rows(measured: dict, rows: dict) -> list[dict]:
                 "rows": rows[w],
                 "devices": w,
                 **{k: measured[f"w{w}"][k] for k in keys},
+                "middle_half_ms": half[w],
                 "rows_per_s": throughput[w],
                 "rows_per_s_middle_half": spread[w],
                 "efficiency": throughput[w] / (w * throughput[1]),
