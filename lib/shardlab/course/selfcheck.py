@@ -71,18 +71,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "The same 23 rows in batches of 10, with a sampler that draws the next permutation lazily, as the "
+            "A dataset of 17 rows in batches of 5, with a sampler that draws the next permutation lazily, as the "
             "course's does: one epoch's batch lengths, and the call whose batch is the first of the new permutation?",
             [
-                "10, 10, 3; the 4th call draws the new order and its batch is the first of it",
-                "10, 10, 10, the last topped up from the next epoch; the 3rd call",
-                "10, 10, the 3 left over dropped; the 3rd call",
+                "5, 5, 5, 5, the last topped up from the next epoch; the 4th call",
+                "5, 5, 5, the 2 left over dropped; the 4th call",
+                "5, 5, 5, 2; the 5th call draws the new order and its batch is the first of it",
             ],
-            "a",
-            "A batch never crosses an epoch boundary and the remainder is kept, as the walk's epoch showed; a lazy "
-            "sampler draws when a call finds the order used up, the call after the epoch's last batch (the "
-            "sentence under the walk says whether the sampler walked there drew then or one call early; the ids are "
-            "the same either way).",
+            "c",
+            "A batch never crosses an epoch boundary and the remainder is kept: 17 = 3 x 5 + 2 gives 5, 5, 5, 2, as "
+            "23 = 3 x 7 + 2 gave the walk's 7, 7, 7, 2. A lazy sampler draws only when a call finds the order used "
+            "up: the call after the epoch's 4th and last batch, the 5th.",
             "walk_keys",
             (
                 "walk",
