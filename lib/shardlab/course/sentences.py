@@ -492,14 +492,29 @@ SENTENCES = {
             f"The fused steps took {_P}x and {_S}x what their roofline allows.",
         ),
         "fused_over_roofline": _s(
+            "min(p, s) >= 1.5 * d",
+            {
+                "p": "roofline.points.fused_psum.measured_over_roofline",
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
+            },
+            f"Both fused steps took at least 1.5x their roofline ({_P}x, {_S}x) even against a roof {{d}}x lower, "
+            "as {d} devices sharing the cores could make it: arithmetic and memory traffic, even at XLA's generous "
+            "byte count, do not account for the rest of each step. This table does not time that rest; fixed cost "
+            "(dispatch of small operations, the device threads' rendezvous) is the likely part.",
+            f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
+            "count overstates what it moves (see below).",
+        ),
+        "fused_over_one_device_roof": _s(
             "min(p, s) >= 1.5",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
             },
-            "Both fused steps took at least their roofline: arithmetic and memory traffic, even at XLA's "
-            "generous byte count, do not account for the rest of each step. This table does not time that rest; "
-            "fixed cost (dispatch of small operations, the device threads' rendezvous) is the likely part.",
+            f"Both fused steps took at least 1.5x the roofline of one device alone ({_P}x, {_S}x), but not both "
+            "{d}x: against a roof {d}x lower, as {d} devices sharing the cores could make it, one would fall below "
+            "1.5x, so this table does not show time beyond arithmetic and memory traffic in every fused step.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -1044,13 +1059,14 @@ def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str =
     return chosen(notebook, "skip_stop_time", d=detect_s, t=timeout_s, p=pulse_s)
 
 
-def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
-    """Stage 4b's reading of the roofline table: the course update against the fused steps, then the fused steps."""
+def roofline(points: dict, devices: int, notebook: str = "stage4b_beyond") -> list[str]:
+    """Stage 4b's reading of the roofline table: the course update against the fused steps, then the fused steps,
+    whose `devices` share the cores one device's roofs were measured on."""
     names = {"u": "course_update", "p": "fused_psum", "s": "fused_stats"}
     over = {k: points[name]["measured_over_roofline"] for k, name in names.items()}
     said = [chosen(notebook, "course_against_roofline", q=roofline_gap(points), **over)]
-    names = ["fused_under_roofline", "fused_over_roofline", "fused_near_roofline"]
-    said.append(chosen_first(notebook, names, **{k: over[k] for k in ("p", "s")}))
+    names = ["fused_under_roofline", "fused_over_roofline", "fused_over_one_device_roof", "fused_near_roofline"]
+    said.append(chosen_first(notebook, names, **{k: over[k] for k in ("p", "s")}, d=devices))
     return said
 
 
