@@ -512,9 +512,9 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
                 "d": "roofline.devices",
             },
-            f"Both fused steps took at least 1.5x the roofline of one device alone ({_P}x, {_S}x), but not both "
-            "{d}x: against a roof {d}x lower, as {d} devices sharing the cores could make it, one would fall below "
-            "1.5x, so this table does not show time beyond arithmetic and memory traffic in every fused step.",
+            f"Both fused steps took at least 1.5x the roofline of one device alone ({_P}x, {_S}x); against a roof "
+            "{d}x lower, as {d} devices sharing the cores could make it, at least one would fall below 1.5x, so this "
+            "table does not show time beyond arithmetic and memory traffic in every fused step.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
