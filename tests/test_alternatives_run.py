@@ -269,6 +269,7 @@ NOT_LEARNER = {
     ("stage3c_orbax_lesson", "restore-ocdbt"): "Orbax restoring its OCDBT checkpoint, compared with the first restore",
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
     ("stage4b_beyond", "plan_small"): "the course's host sampler beside the device sampler's plan",
+    ("stage4b_beyond", "fused_all_reduces"): "the all-reduces of the course's own fused loops, counted",
 }
 
 

@@ -745,8 +745,8 @@ def _roofline_said(tmp_path, course_update: float) -> tuple[dict, list[str]]:
 
     ratios = {"course_update": course_update, "fused_psum": 7.5, "fused_stats": 2.6}
     points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
-    said = sentences.roofline(points)
-    recorded = {"points": points, "course_update_over_fused": roofline.gap(points)}
+    said = sentences.roofline(points, 4)
+    recorded = {"points": points, "course_update_over_fused": roofline.gap(points), "devices": 4}
     record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
@@ -837,10 +837,18 @@ def test_drill_one_s_table_says_what_each_resume_found_from_its_steps(saved, pub
     # independently: a saved step missing from the published ones is the one the row names
     unpublished = [n for n in saved if n not in published]
     assert b["the resume found"] == f"newest manifest: step {resumed}" + (
-        f"; step {unpublished[0]} saved without one" if unpublished else ""
+        f"; a write of step {unpublished[0]} begun, never published" if unpublished else ""
     )
-    assert a["the resume found"] == "newest manifest: step 3; step 6 saved without one"
+    assert a["the resume found"] == "newest manifest: step 3; a write of step 6 begun, never published"
     assert c["the resume found"] == f"newest manifest: step {preempted}"
+    # the last column lists each attempt's manifests, so (b)'s lost step 6 and (c)'s published one sit side by side
+    assert [r["the attempt published"] for r in (a, b, c)] == [
+        "3",
+        ", ".join(map(str, published)) or "no step",
+        f"6, {preempted}",
+    ]
+    assert ("found `D` in every controller's flags" in b["why"]) == bool(unpublished), b  # killed in `update`
+    assert "published any save still pending (step 6 here)" in c["why"], c
     ender = {-9: "the supervisor's SIGKILL", -6: "JAX's abort (SIGABRT)"}[survivor]  # by the signal's number
     assert b["interruption"].endswith(f"process 1 ended by {ender}"), b
     assert (b["resumed from"], b["steps recomputed"]) == (resumed, 8 - resumed)
@@ -849,15 +857,32 @@ def test_drill_one_s_table_says_what_each_resume_found_from_its_steps(saved, pub
     assert ("go back to step 6" in c["why"]) == (not regular), c
 
 
+def test_a_preempted_attempt_that_published_nothing_earlier_would_go_back_to_where_it_resumed():
+    from shardlab.course import drill_records
+
+    first = {"process": 1, "cause": "killed (SIGKILL)", "at_step": 6, "phase": "save-staged", "exit_codes": {}}
+    first |= {"saved": [3, 6], "published": [3], "resumed_from": 3, "steps_lost": 3}
+    kill = {"process": 0, "cause": "killed (SIGKILL)", "at_step": 6, "phase": "publish", "exit_codes": {"0": -9}}
+    kill |= {"saved": [6], "published": [], "resumed_from": 3, "steps_lost": 3}
+    term = {"process": None, "cause": "preempted at step 5", "at_step": 4, "phase": "update", "exit_codes": {}}
+    term |= {"saved": [], "published": [5], "resumed_from": 5, "steps_lost": 0}
+    _, b, c = drill_records.interruptions(first, kill, term, [3, 6, 9])
+    assert b["why"].startswith("the same rule: the kill came before step 6 was published"), b  # not in `update`
+    assert "(none here)" in c["why"] and "go back to step 3" in c["why"], c  # by hand: the attempt resumed at 3
+
+
 @pytest.mark.parametrize(
     "split, answer",
     [
         # values from one executed run: waiting plus the collectives' unnamed time, 1.60 of 2.58 ms, against 0.98
-        ({"waiting_ms": 0.34, "collective_ms": 1.26, "program_ms": 0.98, "busy_ms": 2.58}, "not mainly the program"),
+        ({"waiting_ms": 0.34, "collective_ms": 1.26, "program_ms": 0.98, "busy_ms": 2.58}, "together, not the program"),
         # values from one executed run: the program 0.33 ms, only 3 % below waiting: not called the smallest
-        ({"waiting_ms": 0.34, "collective_ms": 0.46, "program_ms": 0.33, "busy_ms": 1.13}, "not mainly the program"),
-        ({"waiting_ms": 0.3, "collective_ms": 0.4, "program_ms": 0.2, "busy_ms": 0.9}, "not the arithmetic"),
-        ({"waiting_ms": 0.2, "collective_ms": 0.2, "program_ms": 0.7, "busy_ms": 1.1}, "the program, not meeting"),
+        ({"waiting_ms": 0.34, "collective_ms": 0.46, "program_ms": 0.33, "busy_ms": 1.13}, "together, not the program"),
+        ({"waiting_ms": 0.3, "collective_ms": 0.4, "program_ms": 0.2, "busy_ms": 0.9}, "each longer than the program"),
+        (
+            {"waiting_ms": 0.2, "collective_ms": 0.2, "program_ms": 0.7, "busy_ms": 1.1},
+            "the program, not the collective",
+        ),
         # values from one executed run: 1.00 ms of program against 0.42 + 0.45 ms of meeting, one capture: no order
         ({"waiting_ms": 0.42, "collective_ms": 0.45, "program_ms": 1.00, "busy_ms": 1.87}, "neither clearly"),
     ],
@@ -873,11 +898,11 @@ def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, sp
     assert answer in said, said
     w, c, p = split["waiting_ms"], split["collective_ms"], split["program_ms"]
     smallest = 1.25 * p < min(w, c)  # by hand: smaller than both by more than a quarter, as one capture allows
-    assert (answer == "not the arithmetic") == smallest
-    assert (answer == "not mainly the program") == (not smallest and w + c > 1.25 * p)
-    assert (answer == "the program, not meeting") == (not smallest and p > 1.25 * (w + c))
+    assert (answer == "each longer than the program") == smallest
+    assert (answer == "together, not the program") == (not smallest and w + c > 1.25 * p)
+    assert (answer == "the program, not the collective") == (not smallest and p > 1.25 * (w + c))
     assert "untraced" not in said  # the capture is answered for itself, not against a loop of another K
-    if answer == "not mainly the program":  # by hand: meeting's share against the program's, as the ratio given
+    if answer == "together, not the program":  # by hand: meeting's share against the program's, as the ratio given
         assert f"together took {(w + c) / p:.1f}x the program time" in said, said
 
 
@@ -885,7 +910,9 @@ def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, sp
     "psum, stats, phrase",
     [
         (4.786, 1.01, "a ratio near 1 does not show"),  # values from one executed run: no rest for fixed cost to fill
-        (7.5, 2.6, "does not time that rest"),
+        (7.5, 6.6, "does not time that rest"),
+        (7.5, 2.6, "does not show time beyond"),
+        (9.02, 1.67, "does not show time beyond"),  # values from one executed run: a roof 4x lower takes 1.67 below 1
         (0.5, 2.6, "One ran faster"),
     ],
 )
@@ -896,13 +923,14 @@ def test_fixed_cost_is_named_only_where_the_roofline_leaves_room_for_it(tmp_path
 
     points = {"course_update": {"measured_over_roofline": 7085.0}}
     points |= {"fused_psum": {"measured_over_roofline": psum}, "fused_stats": {"measured_over_roofline": stats}}
-    said = sentences.roofline(points)
-    recorded = {"points": points, "course_update_over_fused": roofline.gap(points)}
+    said = sentences.roofline(points, 4)
+    recorded = {"points": points, "course_update_over_fused": roofline.gap(points), "devices": 4}
     record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
     assert len(said) == 2 and phrase in said[1], said
-    assert ("fixed cost" in said[1] and "little room" not in said[1]) == (min(psum, stats) >= 1.5)  # by hand
+    # by hand: fixed cost is named only when both ratios stay 1.5x or more against a roof 4 devices could make 4x lower
+    assert ("fixed cost" in said[1] and "little room" not in said[1]) == (min(psum, stats) / 4 >= 1.5)
 
 
 def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
@@ -1127,6 +1155,8 @@ def _weak_table(t1, t2, t4, range2, range4=(0.2, 0.3)):
         (4.603, (0.15, 0.3), "more than the 2x"),  # beyond the split even at the middle halves' best
         (1.8, (0.52, 0.7), "less than the 2x"),
         (4.291, (0.176, 0.573), "not told apart from the 2x"),  # one executed run: the median beyond, its spread not
+        (5.013, (0.158, 0.271), "more than the 2x"),  # one executed run: beyond 2x, yet its range holds 4x
+        (6.0, (0.12, 0.2), "more than the 2x"),  # beyond 4x as well
     ],
 )
 def test_the_shape_line_reads_our_growth_against_what_the_cores_allow(tmp_path, t4, range4, phrase):
@@ -1147,6 +1177,12 @@ def test_the_shape_line_reads_our_growth_against_what_the_cores_allow(tmp_path, 
     assert f"grows {131.4 / 120.3:.2f}x per step from W = 1 to 4" in said, said
     assert "one host" in said, said
     assert f"ours grew {t4 / 1.034:.1f}x (the table's medians)" in said, said  # by hand: the ratio of the two medians
+    assert "(its lab table: 120.3 ms, then 131.4 ms)" in said, said  # the numbers the growth is computed from
+    assert "if one device's step uses one core" in said, said  # the 2x split rests on that reading, and says so
+    # by hand: had one device's step used both cores, a perfect split of 4x the rows would take 4x the time
+    assert ("on either reading the cores alone do not explain" in said) == (fastest > 4), said
+    assert ("did not use them all" in said) == (slowest < 4), said
+    assert ("which the middle halves hold" in said) == (fastest <= 4 <= slowest), said
 
 
 @pytest.mark.parametrize(
@@ -1196,6 +1232,52 @@ def test_the_row_whose_devices_each_have_a_core_is_read_against_its_bound_of_one
     assert (range2[1] < 1) == short  # by hand: the middle halves' efficiency stays below the bound of 1
     assert ("whole range lies below it" in said[0]) == short != ("within the spread" in said[0]), said
     assert "At W = 2 the bound min(C, W)/W is 1" in said[0] and "(2 devices, 2 usable cores)" in said[0], said
+    assert "if one device's step uses one core" in said[0], said  # the bound's reading, stated
+    lo, hi = range2  # by hand: 1/2 is what 2 devices give if one device's step already used both cores
+    assert ("holds 1/2" in said[1]) == (lo <= 0.5 <= hi), said
+    assert ("did not use them all" in said[1]) == (lo > 0.5), said
+    assert ("below even 1/2" in said[1]) == (hi < 0.5), said
+
+
+@pytest.mark.parametrize("range2", [(0.2, 0.45), (0.55, 0.8)])
+def test_the_row_with_a_core_per_device_is_read_against_one_device_using_every_core(tmp_path, range2):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    efficiency = {**_weak_table(1.0, 2.0, 4.6, range2), "usable_cores": 2}
+    said = sentences.efficiency_at_one_core_each(efficiency, 2)
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    below = range2[1] < 0.5  # by hand: the whole range under what two devices give when one already used both cores
+    assert ("on either reading the core count alone does not explain" in said[1]) == below, said
+    assert ("so one device's step did not use them all" in said[1]) == (not below), said
+
+
+@pytest.mark.parametrize(
+    ("range4", "option"),
+    [
+        ((0.158, 0.271), "not to be told apart"),  # one executed run: the range crosses 1/4
+        ((0.1, 0.2), "below 1/4"),
+        ((0.26, 0.34), "near 1/4"),
+        ((0.36, 0.6), "near 0.5"),
+        ((0.75, 1.1), "near 1"),
+        ((0.3, 0.4), "not to be told apart"),  # crosses where 1/4 and 0.5 meet
+    ],
+)
+def test_the_efficiency_prediction_is_closed_with_the_option_its_range_lies_in(tmp_path, range4, option):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    efficiency = {**_weak_table(1.0, 2.0, 4.0, (0.4, 0.6), range4), "usable_cores": 2}
+    said = sentences.efficiency_option(efficiency)
+    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert said.startswith(f"So, to the prediction at W = 4: {option}"), said
+    lines = (0.25, (0.25 * 0.5) ** 0.5, 0.5**0.5)  # by hand: 1/4, then the geometric means of neighbouring options
+    crosses = any(range4[0] < line <= range4[1] for line in lines)
+    assert (option == "not to be told apart") == crosses
 
 
 def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: dict, **values) -> tuple[str, dict]:

@@ -569,7 +569,8 @@ def test_the_answer_rule_finds_a_literal_asserted_before_the_print():
 
 
 def test_the_drill_steps_the_predictions_and_the_self_check_name_are_the_ones_the_drill_ran(run_dir):
-    """Stage 5a's prompts name the steps of its supervised drill: process 0's kill and process 1's SIGTERM."""
+    """Stage 5a's prompts name the steps of its supervised drill: process 0's kill and process 1's SIGTERM; the
+    self-check moves the SIGTERM to another step, and marks right the resume the drill's rule gives there."""
     found = results(run_dir, "stage5a_protocol")
     text = " ".join((REPO / "notebooks" / "stage5a_protocol.md").read_text().split())
     kill = found["p0_kill"]
@@ -578,7 +579,10 @@ def test_the_drill_steps_the_predictions_and_the_self_check_name_are_the_ones_th
     step = int(found["preemption"]["cause"].removeprefix("preempted at step "))  # saved once the signal's step ended
     assert f"SIGTERM after step {step - 1} (during step {step})" in text
     (question,) = [q for q in selfcheck.questions("stage5a_protocol") if q.cell == "reveal-preempt"]
-    assert f"during step {step}, after step {step - 1};" in question.prompt, question.prompt
+    during, after = map(int, re.search(r"during step (\d+), after step (\d+);", question.prompt).groups())
+    assert after == during - 1 and during != step, question.prompt  # a transfer: the signal at another step
+    right = question.options[selfcheck.LETTERS.index(question.answer)]
+    assert right.startswith(f"step {during}:"), right  # as in the drill: the step the signal came in is saved
 
 
 @pytest.mark.notebooks

@@ -1,6 +1,6 @@
-"""Nine self-check questions of stages 1-3a ask about situations the notebooks never run: another mesh, batch size,
-save point or write order. Each test runs that situation (or computes it with NumPy) and checks that the letter
-the course marks right names what happens, and that no other option does."""
+"""Self-check questions of stages 1-3a and 5b that ask about situations the notebooks never run: another mesh,
+batch size, save point or write order. Each test runs that situation (or computes it with NumPy) and checks that
+the letter the course marks right names what happens, and that no other option does."""
 
 import jax
 import jax.numpy as jnp
@@ -147,3 +147,14 @@ def test_a_save_cut_short_in_place_is_refused_by_restore_and_blocks_the_name(dat
     with pytest.raises(CheckpointExistsError):
         sl.save(cut, state, contract)
     only_right("stage3a_checkpoint", "4", "the first half", "refuses it as truncated", "the name exists")
+
+
+def test_a_batch_of_six_on_four_devices_compiles_only_at_the_first_step(data):
+    mesh = sl.make_mesh()
+    ids, _ = walk_ids(sl.initial(17, data, mesh), data, 6, 10, mesh)
+    lengths = [len(i) for i in ids]
+    assert lengths[:4] == oracle.epoch_batches(23, 6)  # 6, 6, 6, 5: the epoch's last batch holds 5 rows
+    padded = [-(-n // 4) * 4 for n in lengths]  # slots: the rows padded to a multiple of the 4 devices
+    compiles = [step for step, shape in enumerate(padded, start=1) if shape not in padded[: step - 1]]
+    assert compiles == [1]
+    only_right("stage5b_scaling", "2", "only step 1", "5 rows")

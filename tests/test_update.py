@@ -143,3 +143,28 @@ def test_the_compiled_all_reduces_are_read_one_line_each_without_metadata(data, 
     assert len(found) == len(ops) >= 1
     assert all("metadata=" not in line and "to_apply=" not in line and "replica_groups=" in line for line in found)
     assert compiled_all_reduces("ROOT %add = f32[] add(%a, %b)") == []
+
+
+def test_an_all_reduce_is_placed_in_a_loop_when_its_scan_body_or_an_outlined_call_holds_it(mesh):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from shardlab.course.ir import all_reduce_places
+    from shardlab.errors import ConfigError
+
+    @jax.jit  # outlined by JAX as a private function, called from the loop's body
+    def summed(x):
+        return jax.lax.psum(x, "data")
+
+    def body(x):
+        once = jax.lax.psum(x.sum(), "data")  # outside every loop: once per call
+        per_step, _ = jax.lax.scan(lambda c, _: (summed(c) + jax.lax.psum(c, "data"), None), once, None, length=5)
+        return once + per_step
+
+    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P()))
+    text = program.lower(np.arange(8.0, dtype=np.float32)).as_text()
+    # by hand: three psums written, two of them inside the scan, one of those behind a call
+    assert all_reduce_places(text) == {"inside a loop": 2, "outside every loop": 1}, text
+    assert text.count("stablehlo.all_reduce") == 3
+    with pytest.raises(ConfigError, match="func.func"):
+        all_reduce_places("%1 = stablehlo.all_reduce(%0)")

@@ -80,19 +80,23 @@ ENDED_BY = {-signal.SIGKILL: "the supervisor's SIGKILL", -signal.SIGABRT: "JAX's
 
 def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: list[int]) -> list[dict]:
     """Drill 1's three interruptions as one table's rows (what, where, what the resume found, what it recomputed,
-    why), every cell read from the records `failures` returns; `scheduled`: the steps the regular saves fall on."""
+    why, what each attempt published), every cell read from the records `failures` returns; `scheduled`: the steps
+    the regular saves fall on."""
     survivor = {int(pid): code for pid, code in p0_kill["exit_codes"].items() if int(pid) != p0_kill["process"]}
     ended = "; ".join(f"process {p} ended by {ENDED_BY.get(code, f'exit code {code}')}" for p, code in survivor.items())
-    before = max((n for n in scheduled if n <= preempt["resumed_from"]), default=0)
+    earlier = [n for n in preempt["published"] if n < preempt["resumed_from"]]
+    before = max(earlier, default=p0_kill["resumed_from"])  # where the preempted attempt's newest manifest stood
     kept = (
         "one of the regular saves"
         if preempt["resumed_from"] in scheduled
         else f"no regular save: a death would go back to step {before}"
     )
+    pending = f"step {', '.join(map(str, earlier))} here" if earlier else "none here"
     why = {
         "a": "a save is published only once an agreement's flags all say `D`",
-        "b": "the same rule; process 0 hosted the coordinator",
-        "c": f"`P` reached all at the next agreement: each saved that step and stopped ({kept})",
+        "b": _unpublished(p0_kill) + "; process 0 hosted the coordinator",
+        "c": f"`P` reached all at the next agreement: each published any save still pending ({pending}), then saved "
+        f"that step and stopped ({kept})",
     }
     what = {
         "a": f"process {async_kill['process']} {async_kill['cause']}",
@@ -108,13 +112,29 @@ def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: lis
             "resumed from": row["resumed_from"],
             "steps recomputed": row["steps_lost"],
             "why": why[name],
+            "the attempt published": ", ".join(map(str, row["published"])) or "no step",
         }
         for name, row in zip("abc", (async_kill, p0_kill, preempt))
     ]
 
 
+def _bare(row: dict) -> list[int]:
+    """The steps a failed attempt began to save after its resume point and never published."""
+    return [n for n in row["saved"] if n > row["resumed_from"] and n not in row["published"]]
+
+
+def _unpublished(row: dict) -> str:
+    """Why a failed attempt's saves after its resume point have no manifest, as far as its record tells."""
+    if not _bare(row):
+        return "the same rule"
+    steps = ", ".join(map(str, _bare(row)))
+    if row["phase"] == "update":  # the kill came after that step's agreement, and after any publishing it started
+        return f"the same rule: no agreement after the step {steps} save found `D` in every controller's flags"
+    return f"the same rule: the kill came before step {steps} was published"
+
+
 def found(row: dict) -> str:
-    """What a relaunch found in the shared folder: the newest manifest, and the saves of the attempt that have none."""
-    bare = [n for n in row["saved"] if n > row["resumed_from"] and n not in row["published"]]
+    """What a relaunch found in the shared folder: the newest manifest, and the attempt's writes that have none."""
+    bare = _bare(row)
     newest = f"newest manifest: step {row['resumed_from']}" if row["resumed_from"] else "no manifest"
-    return newest + (f"; step {', '.join(map(str, bare))} saved without one" if bare else "")
+    return newest + (f"; a write of step {', '.join(map(str, bare))} begun, never published" if bare else "")

@@ -101,3 +101,58 @@ def compiled_all_reduces(hlo_text: str) -> list[str]:
     make a line too long to read: what stage 2 sets beside the lowered program to show what the compiler merged."""
     lines = [line for line in hlo_text.splitlines() if re.search(r"\ball-reduce(?:-start)?\(", line)]
     return [re.sub(r",? (metadata=\{[^}]*\}|channel_id=\d+|to_apply=\S+)", "", line).strip() for line in lines]
+
+
+def all_reduce_places(ir_text: str) -> dict[str, int]:
+    """How many all_reduce ops a lowered program holds inside a loop (run once per iteration: a `scan` of K steps
+    runs it K times) and outside every loop (run once per call), following the private functions JAX outlines."""
+    functions = _functions(ir_text)
+    read = {name: _in_loops(lines) for name, lines in functions.items()}
+    looped = _called_in_loops({name: calls for name, (_, calls) in read.items()}, set(functions))
+    places = [inside or name in looped for name, (ops, _) in read.items() for inside in ops]
+    return {"inside a loop": sum(places), "outside every loop": len(places) - sum(places)}
+
+
+def _functions(ir_text: str) -> dict[str, list[str]]:
+    """Each func.func of the text, by name, with its lines."""
+    functions, current = {}, None
+    for line in ir_text.splitlines():
+        if found := re.match(r"\s*func\.func (?:\w+ )?@([\w.$-]+)\(", line):
+            current = functions.setdefault(found[1], [])
+        if current is not None:
+            current.append(line)
+    if not functions:
+        raise ConfigError("no func.func in the text: pass a program's whole lowered StableHLO (lower(...).as_text())")
+    return functions
+
+
+def _in_loops(lines: list[str]) -> tuple[list[bool], list[tuple[str, bool]]]:
+    """One function's all_reduces (each: inside a while region?) and its calls (callee, inside a while region?)."""
+    ops, calls = [], []
+    depth, loops = 0, []  # brace depth; per open while: [depth before it, whether its regions opened]
+    for line in lines:
+        inside = bool(loops)
+        if "stablehlo.all_reduce" in line:
+            ops.append(inside)
+        calls += [(callee, inside) for callee in re.findall(r"\bcall @([\w.$-]+)", line)]
+        if "stablehlo.while" in line:
+            loops.append([depth, False])
+        bare = re.sub(r'"[^"]*"', '""', line)  # braces inside strings (shardings) do not nest regions
+        depth += bare.count("{") - bare.count("}")
+        for loop in loops:
+            loop[1] = loop[1] or depth > loop[0]
+        loops = [loop for loop in loops if not (loop[1] and depth <= loop[0])]
+    return ops, calls
+
+
+def _called_in_loops(calls: dict[str, list[tuple[str, bool]]], known: set[str]) -> set[str]:
+    """The functions called, at any remove, from inside a loop."""
+    looped, changed = set(), True
+    while changed:
+        changed = False
+        for caller, edges in calls.items():
+            for callee, inside in edges:
+                if callee in known and callee not in looped and (inside or caller in looped):
+                    looped.add(callee)
+                    changed = True
+    return looped

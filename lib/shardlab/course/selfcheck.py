@@ -585,14 +585,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "Process 1 is killed while the background write of step 6 is in progress. Where does the relaunch resume?",
+            "Process 0 is killed inside `publish` of step 6, after the first barrier (every controller's pieces are "
+            "written) and before `manifest.publish`. Where does the relaunch resume?",
             [
-                "at step 6: its pieces are on disk",
+                "at step 6: every piece of it is on disk",
                 "at the newest step with a published manifest, before 6",
-                "at step 0: an asynchronous save is never trusted",
+                "at step 0: a step whose publishing failed spoils every earlier one",
             ],
             "b",
-            "Step 6 never got its manifest, so 'latest' is the newest published step; the steps after it are redone.",
+            "Only the manifest, written last by process 0, makes a step restorable; without it step 6 is skipped "
+            "however complete its files are; the relaunch resumes at the newest manifest, as in row (a), and redoes "
+            "the steps after it.",
             "async_kill",
             (
                 "reveal-async-kill",
@@ -621,16 +624,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "SIGTERM reaches process 1 during step 8, after step 7; the regular saves fall on steps 3, 6 and 9. "
-            "How many steps does the relaunch lose?",
+            "SIGTERM reaches process 0 during step 5, after step 4; the regular saves fall on steps 3, 6 and 9. "
+            "From which step does the relaunch resume?",
             [
-                "none: every controller agrees on the next step, saves it and stops",
-                "the steps since the last regular save (step 6)",
-                "all of them: a preemption is a failure",
+                "step 5: the next agreement carries the flag to every controller, which saves the step it completed",
+                "step 3, the last regular save",
+                "step 6, the next regular save, which the group finishes before it stops",
             ],
             "a",
             "The handler only sets a flag; the next agreement carries it to every controller, which save that step "
-            "although it is no regular save.",
+            "although it is no regular save, as row (c) shows after step 7. Which process receives the signal does "
+            "not matter: every controller reads every flag.",
             "preemption",
             (
                 "reveal-preempt",
@@ -663,14 +667,16 @@ QUESTIONS = (
             ),
         ),
         (
-            "Steps 1 and 4 compile, on both controllers. Why does step 4 compile?",
+            "The same 23 rows on 4 devices, with a batch of 6 rows instead of 7. Which of ten steps compile?",
             [
-                "a one-off of a shared machine",
-                "the first short batch of the epoch has a new shape, so the update compiles again",
-                "the first checkpoint is written during it",
+                "steps 1 and 4, as with a batch of 7",
+                "only step 1: a full batch and the epoch's last, 5 rows, both pad to 8 slots",
+                "every step whose batch has fewer rows than the step before",
             ],
             "b",
-            "The update is compiled per batch shape: 2 rows pad to 4 slots, a shape steps 1 to 3 never had.",
+            "The update compiles once per padded shape. With 7 rows a batch, the epoch's last batch of 2 rows pads "
+            "to 4 slots, a new shape; with 6, the last batch holds 5 rows, which pad to the same 8 slots as a "
+            "full batch, so no later step has a new shape.",
             "step_times",
             (
                 "rank-log",

@@ -128,14 +128,21 @@ EFFICIENCY_RANGE = {  # stage 5b: the largest W's efficiency over the middle hal
     "w": "efficiency.table.-1.devices",
     "c": "efficiency.usable_cores",
 }
+EFFICIENCY_OPTION = {**EFFICIENCY_RANGE, "e": "efficiency.table.-1.efficiency"}  # stage 5b's W = 4 prediction
+ONE_CORE_ROW = {  # stage 5b: the largest W whose devices could each have a usable core (<row>: its index)
+    "e_lo": "efficiency.table.<row>.efficiency_range.0",
+    "e_hi": "efficiency.table.<row>.efficiency_range.1",
+    "w": "efficiency.table.<row>.devices",
+    "c": "efficiency.usable_cores",
+}
 SHAPE = {  # stage 5b: the step's growth from one device to the most, with the largest W's efficiency range
     "t1": "efficiency.table.0.median_ms",
     "t": "efficiency.table.-1.median_ms",
     **EFFICIENCY_RANGE,
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's model grows <chapter>x per step from W = 1 to {w}, each worker with its own cores; ours "
-    "grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
+    "Shape: the chapter's model grows <chapter>x per step from W = 1 to {w} (its lab table: <from> ms, then <to> ms), "
+    "each worker with its own cores; ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
@@ -423,9 +430,9 @@ SENTENCES = {
         "arithmetic_smallest": _s(
             f"{CLEAR} * p < min(w, c)",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: not the arithmetic. The program time "
-            f"({_PROGRAM}) is the smallest kind by more than a quarter, {{p:.2f}} of {{b:.2f}} ms; meeting the other "
-            "devices (waiting {w:.2f} ms, collective {c:.2f} ms) takes more.",
+            "So, to the prediction, for the traced fused_stats loop: the collective and the waiting, each longer than "
+            f"the program. The program time ({_PROGRAM}) is the smallest kind by more than a quarter, {{p:.2f}} of "
+            "{b:.2f} ms; waiting ({w:.2f} ms) and collective ({c:.2f} ms) each take more.",
             "So, to the prediction, for the traced fused_stats loop: the program time "
             f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, not less than both waiting ({{w:.2f}} ms) and "
             "collective ({c:.2f} ms) by more than a quarter.",
@@ -433,18 +440,18 @@ SENTENCES = {
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: not mainly the program. Of {b:.2f} ms busy, "
-            "waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took <ratio>x the program time "
-            f"({_PROGRAM}, {{p:.2f}} ms). Only the waiting is plainly meeting the other devices; the collective time "
-            "may be copying and adding as much as synchronising.",
-            "So, to the prediction, for the traced fused_stats loop: meeting the other devices (waiting {w:.2f} ms, "
-            f"collective {{c:.2f}} ms) does not exceed the program time ({_PROGRAM}, {{p:.2f}} ms) by more than a "
-            "quarter.",
+            "So, to the prediction, for the traced fused_stats loop: the collective and the waiting together, not the "
+            "program. Of {b:.2f} ms busy, waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took <ratio>x "
+            f"the program time ({_PROGRAM}, {{p:.2f}} ms). The trace names only the waiting as time spent on the other "
+            "devices; the collective's own time may be copying and adding as much as synchronising.",
+            "So, to the prediction, for the traced fused_stats loop: the collective and the waiting (waiting "
+            f"{{w:.2f}} ms, collective {{c:.2f}} ms) together do not exceed the program time ({_PROGRAM}, {{p:.2f}} "
+            "ms) by more than a quarter.",
         ),
         "program_dominates": _s(
             f"p > {CLEAR} * (w + c)",
             WAITING,
-            "So, to the prediction, for the traced fused_stats loop: the program, not meeting the other devices. "
+            "So, to the prediction, for the traced fused_stats loop: the program, not the collective and the waiting. "
             f"Program time ({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, more than waiting ({{w:.2f}} ms) and "
             "collective ({c:.2f} ms) together by more than a quarter.",
             "So, to the prediction, for the traced fused_stats loop: neither clearly. Program time "
@@ -491,14 +498,29 @@ SENTENCES = {
             f"The fused steps took {_P}x and {_S}x what their roofline allows.",
         ),
         "fused_over_roofline": _s(
+            "min(p, s) >= 1.5 * d",
+            {
+                "p": "roofline.points.fused_psum.measured_over_roofline",
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
+            },
+            f"Both fused steps took at least 1.5x their roofline ({_P}x, {_S}x) even against a roof {{d}}x lower, "
+            "as {d} devices sharing the cores could make it: arithmetic and memory traffic, even at XLA's generous "
+            "byte count, do not account for the rest of each step. This table does not time that rest; fixed cost "
+            "(dispatch of small operations, the device threads' rendezvous) is the likely part.",
+            f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
+            "count overstates what it moves (see below).",
+        ),
+        "fused_over_one_device_roof": _s(
             "min(p, s) >= 1.5",
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
             },
-            "Both took at least their roofline: arithmetic and memory traffic, even at XLA's "
-            "generous byte count, do not account for the rest of each step. This table does not time that rest; "
-            "fixed cost (dispatch of small operations, the device threads' rendezvous) is the likely part.",
+            f"Both fused steps took at least 1.5x the roofline of one device alone ({_P}x, {_S}x); against a roof "
+            "{d}x lower, as {d} devices sharing the cores could make it, at least one would fall below 1.5x, so this "
+            "table does not show time beyond arithmetic and memory traffic in every fused step.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -508,7 +530,7 @@ SENTENCES = {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
-            "Both took at least their roofline, one within 1.5x of it: that step leaves little room for "
+            "Both fused steps took at least their roofline, one within 1.5x of it: that step leaves little room for "
             "fixed cost, and as XLA's byte count can overstate traffic (see below), a ratio near 1 does not show it "
             "memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
@@ -629,34 +651,34 @@ SENTENCES = {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
-            "Asynchronous saving shortened <label> beyond the spread: its middle half (q1–q3) ends below where the "
-            "synchronous one starts.",
+            "Asynchronous saving shortened <label> beyond the spread, median {s:.4g} ms synchronous to {a:.4g} ms: "
+            "its middle half (q1–q3) ends below where the synchronous one starts.",
             "Asynchronous saving did not shorten <label> beyond the spread.",
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
             ASYNC_SPREAD,
-            "Asynchronous saving lengthened <label> beyond the spread: its middle half (q1–q3) starts above where the "
-            "synchronous one ends. A likely reason, not measured here: the background save shares the host's few "
-            "cores with the steps.",
+            "Asynchronous saving lengthened <label> beyond the spread, median {s:.4g} ms synchronous to {a:.4g} ms: "
+            "its middle half (q1–q3) starts above where the synchronous one ends. A likely reason, not measured here: "
+            "the background save shares the host's few cores with the steps.",
             "Overlap: no difference shown in <label>. The two middle halves (q1–q3) meet, so whatever separates the "
             "medians lies within the spread.",
         ),
         "shape_on_one_host": _s(
             "e_hi * w < min(c, w)",
             SHAPE,
-            _SHAPE_START + ", more than the <split>x a perfect split allows even over the middle halves: one host "
-            "sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", more than the <split>x a perfect split allows if one device's step uses one core, even "
+            "over the middle halves: one host sharing its cores, not the chapter's cluster.",
             "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
-            "split allows.",
+            "split allows if one device's step uses one core.",
         ),
         "shape_within_split": _s(
             "e_lo * w > min(c, w)",
             SHAPE,
-            _SHAPE_START + ", less than the <split>x a perfect split allows even over the middle halves: one host "
-            "sharing its cores, not the chapter's cluster.",
-            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split allows: "
-            "one host sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", less than the <split>x a perfect split allows if one device's step uses one core, even "
+            "over the middle halves: one host sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split allows if one "
+            "device's step uses one core: one host sharing its cores, not the chapter's cluster.",
         ),
         "efficiency_at_one_core_each": _s(
             "e_hi < 1",
@@ -667,10 +689,49 @@ SENTENCES = {
                 "w": "efficiency.table.<row>.devices",
                 "c": "efficiency.usable_cores",
             },
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), yet the efficiency's whole range "
-            "lies below it: the core count alone does not explain the shortfall.",
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores), and the efficiency's range over "
-            "the middle halves reaches it: within the spread of that bound.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores) if one device's step uses one "
+            "core, yet the efficiency's whole range lies below it: on that reading the core count alone does not "
+            "explain the shortfall. How many cores one device's step uses is not measured here.",
+            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores) if one device's step uses one "
+            "core, and the efficiency's range over the middle halves reaches it: within the spread of that bound.",
+        ),
+        "all_cores_<row>_refuted": _s(
+            "e_lo * w > 1",
+            ONE_CORE_ROW,
+            "Its range ({e_lo:.3f}–{e_hi:.3f}) lies above 1/{w}, the most {w} devices could give if one device's "
+            "step already used all {c} cores: so one device's step did not use them all.",
+            "Its range ({e_lo:.3f}–{e_hi:.3f}) does not lie above 1/{w}.",
+        ),
+        "all_cores_<row>_possible": _s(
+            "e_lo * w <= 1 <= e_hi * w",
+            ONE_CORE_ROW,
+            "Its range ({e_lo:.3f}–{e_hi:.3f}) holds 1/{w}, the most {w} devices could give if one device's step "
+            "already used all {c} cores: on that reading the core count alone explains it, on the one-core reading "
+            "it does not, and these samples cannot tell the two readings apart.",
+            "Its range ({e_lo:.3f}–{e_hi:.3f}) does not hold 1/{w}.",
+        ),
+        "all_cores_<row>_below": _s(
+            "e_hi * w < 1",
+            ONE_CORE_ROW,
+            "Its range ({e_lo:.3f}–{e_hi:.3f}) lies below even 1/{w}, the most {w} devices could give if one "
+            "device's step already used all {c} cores: on either reading the core count alone does not explain it.",
+            "Its range ({e_lo:.3f}–{e_hi:.3f}) is read against 1/{w} by none of these sentences.",
+        ),
+        "shape_all_cores_beyond": _s(
+            "e_hi * w < 1",
+            SHAPE,
+            "Had one device's step already used all {c} cores, a perfect split would take {w}x: ours grew more "
+            "even over the middle halves, so on either reading the cores alone do not explain the growth.",
+            "Ours did not grow beyond {w}x over the middle halves.",
+        ),
+        "shape_all_cores_short": _s(
+            "e_lo * w > 1",
+            SHAPE,
+            "Had one device's step already used all {c} cores, a perfect split would take {w}x: ours grew less "
+            "even over the middle halves, so one device's step did not use them all.",
+            "Had one device's step already used all {c} cores, a perfect split would take {w}x, which the middle "
+            "halves hold: on that reading the growth is the cores' alone, and these samples do not say which "
+            "reading holds.",
         ),
         "efficiency_against_core_bound": _s(
             "e * w <= c",
@@ -679,6 +740,36 @@ SENTENCES = {
             "{c}/{w}; this run's {e:.3f} is no higher.",
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that.",
+        ),
+        "efficiency_option_below": _s(
+            "e_hi * w < 1",
+            EFFICIENCY_OPTION,
+            "So, to the prediction at W = {w}: below 1/{w}. The efficiency's whole middle-half range "
+            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}: the {w} devices delivered fewer rows per second than one.",
+            "The efficiency's middle-half range ({e_lo:.3f}–{e_hi:.3f}) is not wholly below 1/{w}.",
+        ),
+        "efficiency_option_near_share": _s(
+            "e_lo * w >= 1 and e_hi * e_hi * w < 0.5",
+            EFFICIENCY_OPTION,
+            "So, to the prediction at W = {w}: near 1/{w}. The whole middle-half range ({e_lo:.3f}–{e_hi:.3f}) lies "
+            "between 1/{w} and <low>, where 1/{w} and 0.5 meet on a log scale.",
+            "The middle-half range ({e_lo:.3f}–{e_hi:.3f}) is not wholly between 1/{w} and <low>.",
+        ),
+        "efficiency_option_near_half": _s(
+            "e_lo * e_lo * w >= 0.5 and e_hi * e_hi < 0.5",
+            EFFICIENCY_OPTION,
+            "So, to the prediction at W = {w}: near 0.5. The whole middle-half range ({e_lo:.3f}–{e_hi:.3f}) lies "
+            "between <low> and <high>, where 0.5 meets 1/{w} and 1 on a log scale.",
+            "The middle-half range ({e_lo:.3f}–{e_hi:.3f}) is not wholly between <low> and <high>.",
+        ),
+        "efficiency_option_near_one": _s(
+            "e_lo * e_lo >= 0.5",
+            EFFICIENCY_OPTION,
+            "So, to the prediction at W = {w}: near 1. The whole middle-half range ({e_lo:.3f}–{e_hi:.3f}) lies "
+            "above <high>, where 0.5 and 1 meet on a log scale.",
+            "So, to the prediction at W = {w}: not to be told apart from these samples. The middle-half range "
+            "({e_lo:.3f}–{e_hi:.3f}, median {e:.3f}) crosses a line between two options: 1/{w}, <low> (where 1/{w} "
+            "and 0.5 meet on a log scale) or <high> (where 0.5 and 1 meet).",
         ),
         "efficiency_range_holds_both": _s(
             "e_lo * w <= 1 <= e_hi * w and e_lo * w <= min(c, w) <= e_hi * w",
@@ -890,7 +981,11 @@ def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: 
     fill.update({"from": f"{first:g}", "to": f"{most:g}", "growth": f"{last['median_ms'] / one['median_ms']:.1f}"})
     low, high = last["efficiency_range"]
     values = {"t1": one["median_ms"], "t": last["median_ms"], "w": w, "c": cores, "e_lo": low, "e_hi": high}
-    return chosen_first(notebook, ["shape_on_one_host", "shape_within_split"], fill, **values)
+    against_split = chosen_first(notebook, ["shape_on_one_host", "shape_within_split"], fill, **values)
+    if cores < 2:  # one usable core: the two readings are one
+        return against_split
+    names = ["shape_all_cores_beyond", "shape_all_cores_short"]
+    return f"{against_split} {chosen_first(notebook, names, fill, **values)}"
 
 
 def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
@@ -902,7 +997,23 @@ def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "s
     i, row = rows[-1]
     low, high = row["efficiency_range"]
     values = {"e": row["efficiency"], "e_lo": low, "e_hi": high, "w": row["devices"], "c": cores}
-    return [chosen(notebook, "efficiency_at_one_core_each", {"row": str(i)}, **values)]
+    fill = {"row": str(i)}
+    said = [chosen(notebook, "efficiency_at_one_core_each", fill, **values)]
+    names = ["all_cores_<row>_refuted", "all_cores_<row>_possible", "all_cores_<row>_below"]
+    values.pop("e")
+    return [*said, chosen_first(notebook, names, fill, **values)]
+
+
+def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b's close of its prediction at the largest W: below 1/W, near 1/W, near 0.5 or near 1 (options met at
+    their geometric means), chosen from the middle-half range; not told apart when the range crosses a line."""
+    last = efficiency["table"][-1]
+    low, high = last["efficiency_range"]
+    w = last["devices"]
+    fill = {"low": f"{(0.5 / w) ** 0.5:.3f}", "high": f"{0.5**0.5:.3f}"}
+    values = {"e": last["efficiency"], "e_lo": low, "e_hi": high, "w": w, "c": efficiency["usable_cores"]}
+    names = ["efficiency_option_below", "efficiency_option_near_share", "efficiency_option_near_half"]
+    return chosen_first(notebook, [*names, "efficiency_option_near_one"], fill, **values)
 
 
 def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
@@ -954,13 +1065,14 @@ def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str =
     return chosen(notebook, "skip_stop_time", d=detect_s, t=timeout_s, p=pulse_s)
 
 
-def roofline(points: dict, notebook: str = "stage4b_beyond") -> list[str]:
-    """Stage 4b's reading of the roofline table: the course update against the fused steps, then the fused steps."""
+def roofline(points: dict, devices: int, notebook: str = "stage4b_beyond") -> list[str]:
+    """Stage 4b's reading of the roofline table: the course update against the fused steps, then the fused steps,
+    whose `devices` share the cores one device's roofs were measured on."""
     names = {"u": "course_update", "p": "fused_psum", "s": "fused_stats"}
     over = {k: points[name]["measured_over_roofline"] for k, name in names.items()}
     said = [chosen(notebook, "course_against_roofline", q=roofline_gap(points), **over)]
-    names = ["fused_under_roofline", "fused_over_roofline", "fused_near_roofline"]
-    said.append(chosen_first(notebook, names, **{k: over[k] for k in ("p", "s")}))
+    names = ["fused_under_roofline", "fused_over_roofline", "fused_over_one_device_roof", "fused_near_roofline"]
+    said.append(chosen_first(notebook, names, **{k: over[k] for k in ("p", "s")}, d=devices))
     return said
 
 
@@ -999,7 +1111,7 @@ def boundary_at_batch(
 
 def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's answer to the prediction, for the traced capture: is the program's own time (the arithmetic) the
-    smallest part, is meeting the other devices (waiting and collective) longer by more than a quarter, or neither?"""
+    smallest part, are the collective and the waiting together longer by more than a quarter, or neither?"""
     values = {"w": split["waiting_ms"], "c": split["collective_ms"], "p": split["program_ms"], "b": split["busy_ms"]}
     names = ["arithmetic_smallest", "meeting_dominates", "program_dominates"]
     ratio = (values["w"] + values["c"]) / values["p"] if values["p"] > 0 else float("inf")
