@@ -221,9 +221,10 @@ SENTENCES = {
             "o == 0",
             {"o": "trace.dominant.outlier_count", "c": "environment.cpu_count"},
             "No traced duration is more than twice its annotation's median.",
-            "<listed>: more than twice the annotation's median, after the warm-up. This page does not show what they "
-            "are (the profiler's own work, another process on this host's {c} CPUs and memory allocation are "
-            "candidates it does not measure). They stay in the medians and middle halves above, not dropped.",
+            "<listed>: more than twice the annotation's median, after the warm-up. What made so long a duration is not "
+            "shown here (the profiler's own work, another process on this host's {c} CPUs and memory allocation are "
+            "candidates this page does not measure); such durations stay in the medians and middle halves above, "
+            "not dropped.",
         ),
         "example_target_longer": _s(
             "p_lo > u_hi",
