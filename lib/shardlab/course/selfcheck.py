@@ -532,12 +532,12 @@ QUESTIONS = (
             ],
             "b",
             "Between captures the machine moves (here by 0.4 ms, more than the cut); loops traced in turn within one "
-            "capture share what moved. The line under the verdict's table sets that move beside this page's cut.",
+            "capture share what moved. The line above this page's verdicts sets that move beside its cut.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the line under the verdict's table: the target's move between captures, beside the cut",
+                "the line above the verdicts: the target's move between captures, beside the cut",
                 r"With no code changed, the target (moved between captures|went from)",
             ),
         ),

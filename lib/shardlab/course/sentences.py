@@ -229,17 +229,21 @@ SENTENCES = {
         "example_target_longer": _s(
             "p_lo > u_hi",
             DOMINANCE,
-            "Why this target: prepare_and_place, which this change shortens, was the longer annotation beyond the "
-            "spread in the first trace.",
-            "Why this target: prepare_and_place was not longer beyond the spread in the first trace (" + _HALVES + ").",
+            "Why the worked example targets prepare_and_place: it was the longer annotation beyond the spread in "
+            "the first trace.",
+            "Why the worked example targets prepare_and_place: it was not longer beyond the spread in the first trace ("
+            + _HALVES
+            + ").",
         ),
         "example_target_shorter": _s(
             "u_lo > p_hi",
             DOMINANCE,
-            "Why this target: compiled_update_and_wait was the longer annotation in the first trace, yet the example "
-            "shortens prepare_and_place: " + _WHY_COUNT + ". A hypothesis about the update is yours to size.",
-            "Why this target: neither annotation was longer beyond the spread in the first trace, so the example "
-            "picks the change whose cut the trace lets it size: " + _WHY_COUNT + ".",
+            "Why the worked example targets prepare_and_place: compiled_update_and_wait was the longer annotation "
+            "in the first trace, yet the example shortens the preparation: "
+            + _WHY_COUNT
+            + ". A hypothesis about the update is yours to size.",
+            "Why the worked example targets prepare_and_place: neither annotation was longer beyond the spread in "
+            "the first trace, so the example picks the change whose cut the trace lets it size: " + _WHY_COUNT + ".",
         ),
         "capture_drift": _s(
             "abs(b - r) >= c",
