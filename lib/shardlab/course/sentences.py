@@ -246,14 +246,14 @@ SENTENCES = {
             "the first trace, so the example picks the change whose cut the trace lets it size: " + _WHY_COUNT + ".",
         ),
         "capture_drift": _s(
-            "abs(b - r) >= c",
+            "abs(b - r) >= abs(c)",
             {"b": "change.baseline_first_ms", "r": "change.reach_ms", "c": "change.cut_ms"},
             "With no code changed, the target moved between captures: {b:.3f} ms by median in the first trace, "
-            "{r:.3f} ms in this capture's unchanged loop, at least the {c:.3f} ms cut. That is why both verdicts "
-            "read only this capture's two loops, traced in turn.",
+            "{r:.3f} ms in this capture's unchanged loop, a move at least the size of the {c:.3f} ms cut. That is why "
+            "both verdicts read only this capture's two loops, traced in turn.",
             "With no code changed, the target went from {b:.3f} ms by median in the first trace to {r:.3f} ms in this "
-            "capture's unchanged loop, less than the {c:.3f} ms cut; the verdicts still read only this capture's two "
-            "loops, traced in turn, since between captures the machine moves.",
+            "capture's unchanged loop, a move smaller than the {c:.3f} ms cut; the verdicts still read only this "
+            "capture's two loops, traced in turn, since between captures the machine moves.",
         ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
