@@ -114,3 +114,18 @@ def test_two_lanes_give_the_verdicts_of_one(tmp_path, monkeypatch):
             lane_of[event["name"]] = event["lane"]
     assert {name for name, lane in lane_of.items() if lane == 1} == searched
     assert {name for name, lane in lane_of.items() if lane == 0} == kept - searched
+
+
+def test_a_passing_checks_values_reach_its_result_as_json_literals():
+    """`expect` hands a pass's values on as they are; the result holds them made plain once (lists and numbers)."""
+    import numpy as np
+
+    from shardlab.checker.common import expect
+
+    def values_as_arrays(ctx):
+        expect(True, np.zeros((2, 2)), np.ones(2), "an earlier pass")
+        return expect(True, {"order": np.arange(3)}, np.float32(0.1), "the last pass")
+
+    result = runner.run_one(values_as_arrays, 1, None)
+    assert result.passed and result.expected == {"order": [0, 1, 2]}
+    assert json.loads(json.dumps(result.observed)) == result.observed == float(f"{float(np.float32(0.1)):.8g}")

@@ -11,6 +11,7 @@ must be the sentence for that outcome. Planted false claims show the check can f
 import math
 import re
 
+import numpy as np
 import pytest
 from conftest import results
 
@@ -1280,3 +1281,115 @@ def test_the_target_s_move_between_captures_is_set_beside_the_cut(tmp_path, firs
     assert said.startswith("With no code changed, the target went from") == (not moved), said
     assert f"{first:.3f} ms" in said and f"{unchanged:.3f} ms" in said and f"{cut:.3f} ms cut" in said, said
     assert "only this capture's two loops" in said, said
+
+
+def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: dict, **values) -> tuple[str, dict]:
+    """A stage 1-3 sentence chosen for `values` as its lesson cell chooses it, filed as its closing cell files it."""
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    for key, value in recorded.items():
+        record.emit(str(tmp_path), notebook, key, value, shown=False)
+    text = sentences.chosen(notebook, name, **values)
+    claims.record(str(tmp_path), notebook, {name: keys})
+    found = record.load(str(tmp_path), notebook)
+    assert not check_claims(found), check_claims(found)
+    return text, found
+
+
+@pytest.mark.parametrize(
+    "changes, epochs, word",
+    [
+        ([5], 2, "only where a new epoch began"),  # lazy: the 5th call finds 23 rows in batches of 7 used up
+        ([4], 2, "eagerly"),  # eager: the 4th call, which takes the last ids, draws
+        ([5, 9], 3, "only where a new epoch began"),
+        ([4, 8], 3, "eagerly"),
+    ],
+)
+def test_the_walk_sentence_says_where_the_key_changed_for_either_sampler(tmp_path, changes, epochs, word):
+    per_epoch = 4  # 23 rows in batches of 7: 7, 7, 7, 2
+    starts = [1 + e * per_epoch for e in range(1, epochs)]
+    walk_keys = {"changes": changes, "count": len(changes), "epoch_starts": starts}
+    keys = {"count": "walk_keys.count", "epochs": "coverage.epochs", "first": "walk_keys.changes.0"}
+    keys["start"] = "walk_keys.epoch_starts.0"
+    recorded = {"walk_keys": walk_keys, "coverage": {"epochs": epochs}}
+    text, found = _chosen_and_filed(
+        tmp_path, "stage1_batches", recorded, "key_changes_at_epoch_start", keys,
+        count=len(changes), epochs=epochs, first=changes[0], start=starts[0],
+    )  # fmt: skip
+    assert word in text, text
+    assert (word == "eagerly") == (changes != starts)  # independently: lazy iff every change opens an epoch
+    assert f"batch {changes[0]}" in text
+    found["walk_keys"]["changes"][0] += 1  # the plant: the recorded walk no longer says what was printed
+    assert check_claims(found)
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_the_sum_of_local_means_sentence_reports_the_norms_it_was_given_on_each_outcome(tmp_path, empty):
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(8, 4)), rng.normal(size=8)
+    m = np.array([1.0] * 7 + [0.0])
+    if empty:  # one row: 1, 2 and 4 blocks all hold it once, so the sum of local means never grows
+        m = np.array([1.0] + [0.0] * 7)
+    w = np.linspace(-1.0, 1.0, 4)
+    r = np.where(m > 0, x @ w - y, 0.0)
+    norms = []
+    for k in (1, 2, 4):  # each block's own mean gradient, added: NumPy by hand, empty blocks left out
+        total = np.zeros(4)
+        for xs, rs, ms in zip(np.split(x, k), np.split(r, k), np.split(m, k)):
+            if ms.sum() > 0:
+                total += 2.0 * (rs * ms) @ xs / ms.sum()
+        norms.append(float(np.linalg.norm(total)))
+    g = float(np.linalg.norm(2.0 * (r * m) @ x / m.sum()))
+    recorded = {"local_means": {"sum_norms": norms, "global_norm": g}}
+    keys = {"n1": "local_means.sum_norms.0", "n2": "local_means.sum_norms.1", "n4": "local_means.sum_norms.2"}
+    keys["g"] = "local_means.global_norm"
+    text, found = _chosen_and_filed(
+        tmp_path, "stage2_update", recorded, "sum_of_local_means_grows", keys,
+        n1=norms[0], n2=norms[1], n4=norms[2], g=g,
+    )  # fmt: skip
+    grows = norms[0] < norms[1] < norms[2]
+    assert grows != empty  # seven rows grow here; one row gives the same sum on every split
+    assert ("grows with the device count" in text) == grows and ("does not grow" in text) == (not grows), text
+    assert f"{norms[2]:.3g} on 4" in text and math.isclose(norms[0], g)  # one block is the global mean
+    found["local_means"]["sum_norms"][2] = norms[0] if grows else 10 * norms[1]  # the plant: not the norm printed
+    assert check_claims(found)
+
+
+ORIGINAL = {
+    "seventeen": {"momentum": 0.34, "cursor": 0.04, "key": 0.0617},
+    "twentynine": {"momentum": 0.128, "cursor": 0.0938, "key": 0.173},
+}
+
+
+@pytest.mark.parametrize(
+    "second, holds",
+    [
+        ({"momentum": 0.5281, "cursor": 0.1492, "key": 0.1372}, False),  # momentum first: not key > momentum > cursor
+        ({"momentum": 0.15, "cursor": 0.1, "key": 0.2}, True),
+        ({"momentum": 0.15, "cursor": 0.15, "key": 0.2}, False),  # a tie is no strict order
+    ],
+)
+def test_each_setting_is_set_beside_the_original_course_order(tmp_path, second, holds):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    nb = "stage3a_checkpoint"
+    errors = {"seventeen": {"momentum": 0.215, "key": 0.1775, "cursor": 0.0785}, "twentynine": second}
+    record.emit(str(tmp_path), nb, "fault_ranking", {"errors": errors}, shown=False)
+    lines = sentences.fault_ranking(errors, ORIGINAL).splitlines()
+    sentences.record(str(tmp_path), nb)
+    found = record.load(str(tmp_path), nb)
+    assert not check_claims(found), check_claims(found)
+    assert len(lines) == 3 and "one run each" not in " ".join(lines)
+    for name, line in zip(errors, lines[1:]):
+        # independently: this run's values taken in the original's order, largest first, strictly falling
+        theirs = sorted(ORIGINAL[name], key=ORIGINAL[name].get, reverse=True)
+        same = all(errors[name][a] > errors[name][b] for a, b in zip(theirs, theirs[1:]))
+        assert line.startswith(f"{name}: the original course's order, {' > '.join(theirs)},"), line
+        assert ("holds here too" in line) == same and ("does not hold" in line) == (not same), line
+        assert same == (holds if name == "twentynine" else True)
+    found["fault_ranking"]["errors"]["twentynine"]["key"] = 0.0 if holds else 1.0  # the plant: not the error printed
+    assert check_claims(found)
+    with pytest.raises(UsageError, match="original"):
+        sentences.fault_ranking(errors, {"seventeen": ORIGINAL["seventeen"]})

@@ -53,15 +53,16 @@ def test_seven_rows_on_three_devices(data):
     only_right("stage1_batches", "1", f"{batch.mask.shape[0]} slots, {counts}")
 
 
-def test_batches_of_ten_draw_the_new_order_at_the_fourth_call(data):
-    mesh = sl.make_mesh()
-    ids, _ = walk_ids(sl.initial(17, data, mesh), data, 10, 4, mesh)
-    lengths = [len(i) for i in ids[:3]]
-    assert lengths == oracle.epoch_batches(23, 10)
-    first_epoch = oracle.idiom_epochs(17, 23, 2)
-    assert sum(ids[:3], []) == first_epoch[0]["order"].tolist()
-    assert ids[3] == first_epoch[1]["order"][:10].tolist()  # the 4th call's batch opens the second permutation
-    only_right("stage1_batches", "2", f"{', '.join(map(str, lengths))}; the 4th call")
+def test_seventeen_rows_in_batches_of_five_draw_the_new_order_at_the_fifth_call():
+    mesh, rows = sl.make_mesh(), 17
+    seventeen = sl.fixtures.synthetic(rows, 8, seed=5)
+    ids, _ = walk_ids(sl.initial(17, seventeen, mesh), seventeen, 5, 5, mesh)
+    lengths = [len(i) for i in ids[:4]]
+    assert lengths == [5, 5, 5, rows - 15]  # 17 = 3 x 5 + 2, by hand
+    first_epoch = oracle.idiom_epochs(17, rows, 2)
+    assert sum(ids[:4], []) == first_epoch[0]["order"].tolist()
+    assert ids[4] == first_epoch[1]["order"][:5].tolist()  # the 5th call's batch opens the second permutation
+    only_right("stage1_batches", "2", f"{', '.join(map(str, lengths))}; the 5th call")
 
 
 def test_the_gradient_all_reduce_of_32_features_on_two_devices(data):
@@ -70,7 +71,7 @@ def test_the_gradient_all_reduce_of_32_features_on_two_devices(data):
     y = x.sum(axis=1)
     args = sl.place(*sl.pad((x, y), np.arange(5), 2), mesh)
     zeros = sl.replicate(np.zeros(32), mesh)
-    ir = sl.stablehlo(sl.make_step(mesh), *args, zeros, zeros)
+    ir = sl.make_step(mesh).lower(*args, zeros, zeros).as_text()
     rows = label_all_reduces(ir, 32)
     (gradient,) = [r for r in rows if r["sums"].startswith("the gradient numerator")]
     assert len(rows) == 3 and "replica_groups = dense<[[0, 1]]>" in ir

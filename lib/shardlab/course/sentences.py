@@ -412,17 +412,23 @@ SENTENCES = {
             "x_a > y_a > z_a and x_b > z_b > y_b",
             FAULT_KEYS,
             "In this run, a reset <x> costs most in both settings ({x_a:.4g} in <a>, {x_b:.4g} in <b>); only the two "
-            "smaller faults swap places (<y> > <z> in <a>, <z> > <y> in <b>); one run each cannot say which setting "
-            "swaps them.",
+            "smaller faults swap places (<y> > <z> in <a>, <z> > <y> in <b>).",
             "This run's two settings do not share their costliest fault with only the two smaller ones swapped.",
         ),
         "fault_costliest_differs": _s(
             "x_a > max(y_a, z_a) and x_b < max(y_b, z_b)",
             FAULT_KEYS,
             "In this run, the costliest fault differs: a reset <x> costs most in <a> ({x_a:.4g}) but not in <b> "
-            "({x_b:.4g}); one run each cannot say which setting decides it.",
+            "({x_b:.4g}).",
             "Two faults cost exactly the same in one setting (<x> {x_a:.4g}, <y> {y_a:.4g}, <z> {z_a:.4g} in <a>; "
             "{x_b:.4g}, {y_b:.4g}, {z_b:.4g} in <b>), so the settings' orders cannot be compared strictly.",
+        ),
+        "fault_order_as_original_<s>": _s(
+            "p > q > r",
+            {v: f"fault_ranking.errors.<s>.<{v}>" for v in "pqr"},
+            "<s>: the original course's order, <p> > <q> > <r>, holds here too ({p:.4g} > {q:.4g} > {r:.4g}).",
+            "<s>: the original course's order, <p> > <q> > <r>, does not hold here (<p> {p:.4g}, <q> {q:.4g}, "
+            "<r> {r:.4g}).",
         ),
     },
     "stage4b_beyond": {
@@ -1151,15 +1157,26 @@ def record(out_dir: str, notebook: str, keys: dict | None = None, *, partial: bo
     claims.record(out_dir, notebook, {**table, **(keys or {})}, partial=partial)
 
 
-def fault_ranking(errors: dict, notebook: str = "stage3a_checkpoint") -> str:
-    """Stage 3a's sentence on how two fixtures rank the same three faults ({fixture: {fault: final-weight error}})."""
+def fault_ranking(errors: dict, original: dict | None = None, notebook: str = "stage3a_checkpoint") -> str:
+    """Stage 3a's sentence on how two fixtures rank the same three faults ({fixture: {fault: final-weight error}});
+    given the original course's errors of the same fixtures and faults, one more sentence per fixture says whether
+    this run keeps the original's order."""
     faults = {tuple(sorted(e)) for e in errors.values()}
     if len(errors) != 2 or len(faults) != 1 or len(next(iter(faults))) != 3:
         raise UsageError(f"the fault ranking compares two fixtures with the same three faults, not {errors!r}")
     (a, first), (b, second) = errors.items()
     x, y, z = sorted(first, key=lambda fault: -first[fault])  # fixture a's order, largest error first
     values = {f"{v}_{s}": float(e[f]) for s, e in (("a", first), ("b", second)) for v, f in zip("xyz", (x, y, z))}
-    return chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)
+    said = [chosen_first(notebook, FAULT_RANKING, {"a": a, "b": b, "x": x, "y": y, "z": z}, **values)]
+    if original is not None:
+        if sorted(original) != sorted(errors) or any(sorted(original[s]) != sorted(errors[s]) for s in errors):
+            raise UsageError(f"the original course's errors name other fixtures or faults: {original!r}")
+        for s, found in errors.items():
+            p, q, r = sorted(original[s], key=lambda fault: -original[s][fault])  # the original's order
+            fill = {"s": s, "p": p, "q": q, "r": r}
+            kept = {v: float(found[f]) for v, f in (("p", p), ("q", q), ("r", r))}
+            said.append(chosen(notebook, "fault_order_as_original_<s>", fill, **kept))
+    return "\n".join(said)
 
 
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
@@ -1247,14 +1264,23 @@ CHOSEN = {
     "stage1_batches": {
         "key_changes_at_epoch_start": (
             "count == epochs - 1 and first == start",
-            "observed: the key changed once per new epoch, first at batch {first}: lazily, the batch that found the "
-            "order used up drew the next permutation.",
+            "observed: over the {epochs} epochs walked the key changed only where a new epoch began ({count} "
+            "time(s), first at batch {first}): lazily, the batch that found the order used up drew the next "
+            "permutation.",
             "observed: the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
             "{start}: eagerly, this sampler draws the next permutation as soon as the order is used up, one call early "
             "(the ids are the same either way).",
         ),
     },
     "stage2_update": {
+        "sum_of_local_means_grows": (
+            "n1 < n2 < n4",
+            "observed: adding the local means instead of their numerators, the gradient's norm grows with the "
+            "device count: {n1:.3g} on 1 device, {n2:.3g} on 2, {n4:.3g} on 4 (the global mean gradient's: {g:.3g}).",
+            "observed: adding the local means instead of their numerators gives a gradient of norm {n1:.3g} on 1 "
+            "device, {n2:.3g} on 2, {n4:.3g} on 4 (the global mean gradient's: {g:.3g}): on this batch it does not "
+            "grow at every step.",
+        ),
         "compiled_merges_all_reduces": (
             "compiled < lowered",
             "XLA merged collectives here, on this CPU backend: the compiled program holds fewer all-reduces "

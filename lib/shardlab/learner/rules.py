@@ -78,7 +78,7 @@ RULES = (
         "rows of the data that call is given (never an order kept from an earlier run; a state is only ever given the "
         "data of its own run, whose row count its order holds), and the new order is "
         "kept in the state; key and order change only between epochs: when the new epoch's first batch is read, "
-        "or already when the previous epoch's last batch is taken (both are accepted)",
+        "or already when the previous epoch's last batch is taken (either is right)",
         ("epochs_follow_the_course_order", "key_changes_at_each_new_epoch", "random_sampler_walk"),
     ),
     Rule(
@@ -369,11 +369,11 @@ TAUGHT_IN = {
 NOT_ASKED = {
     "initial": (
         "Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold "
-        'a NaN (stage 1\'s "Bad input is refused"); the checks never give yours such data.'
+        'a NaN (stage 1\'s "Bad input is refused"); yours is only ever given valid data.'
     ),
     "next_batch": (
         "Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "
-        '"Bad input is refused"); the checks only give yours batch sizes from 1 up.'
+        '"Bad input is refused"); yours is only ever given batch sizes from 1 up.'
     ),
 }
 

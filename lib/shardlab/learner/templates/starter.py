@@ -65,7 +65,7 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
       tuple.
     - rule:any-mesh: the mesh may hold 1, 2, 3 or 4 devices; nothing may assume four.
     Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold a NaN
-    (stage 1's "Bad input is refused"); the checks never give yours such data.
+    (stage 1's "Bad input is refused"); yours is only ever given valid data.
     """
     raise _todo("initial", 1, "the state at step 0")
 
@@ -80,7 +80,7 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
       the rows of the data that call is given (never an order kept from an earlier run; a state is only ever given the
       data of its own run, whose row count its order holds), and the new order is kept in the state; key and order
       change only between epochs: when the new epoch's first batch is read, or already when the previous epoch's last
-      batch is taken (both are accepted).
+      batch is taken (either is right).
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
@@ -90,7 +90,7 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is left
       alone.
     Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Bad
-    input is refused"); the checks only give yours batch sizes from 1 up.
+    input is refused"); yours is only ever given batch sizes from 1 up.
     """
     raise _todo("next_batch", 1, "the next ids, padded and placed")
 
