@@ -1022,12 +1022,13 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
     assert said.startswith(f"V on the effect: {effect}."), said
     assert because.startswith(f"V on the mechanism: {cause}."), because
     assert "mechanism" not in said and "jitted_dispatch" not in said, said
-    if cause == "not supported":  # the part's medians, and the reason called wrong in plain words
+    if cause == "not supported":  # the part's medians, and what this capture says of the reason: no more
         assert f"{statistics.median(before):.3f} → {statistics.median(after):.3f} ms by median" in because, because
-        assert "the stated reason is wrong" in because, because
-    elif beyond:  # the threshold against the whole part, and no word of the reason being wrong
-        assert f"more than the whole of jitted_dispatch in this capture's unchanged loop ({0.134:.3f} ms" in because
+        assert "this capture does not support the stated reason" in because, because
         assert "wrong" not in because, because
+    elif beyond:  # the threshold against the whole part, and no word against the reason
+        assert f"more than the whole of jitted_dispatch in this capture's unchanged loop ({0.134:.3f} ms" in because
+        assert "does not support" not in because, because
     else:  # the part's fall, one digit finer than the medians it is the difference of
         assert f"fell by {fall:.4f} ms" in because, because
     rest = other[0] - other[1]
@@ -1278,6 +1279,90 @@ def test_the_efficiency_prediction_is_closed_with_the_option_its_range_lies_in(t
     lines = (0.25, (0.25 * 0.5) ** 0.5, 0.5**0.5)  # by hand: 1/4, then the geometric means of neighbouring options
     crosses = any(range4[0] < line <= range4[1] for line in lines)
     assert (option == "not to be told apart") == crosses
+
+
+# four traced transitions each: one executed run (prepare longer in 3 of 4, the update's median lifted by two
+# large values), then each annotation clearly longer, then durations with no value beyond twice its median
+TRACED = {
+    "run": ([1.282, 1.613, 6.629, 1.575], [6.094, 0.5815, 2.935, 0.5703]),
+    "prepare": ([2.0, 2.2, 2.1, 2.4], [1.0, 1.1, 0.9, 1.2]),
+    "update": ([0.5, 0.6, 0.55, 0.7], [1.5, 1.4, 1.6, 1.45]),
+    "even": ([1.0, 1.1, 0.9, 1.2], [1.05, 0.95, 1.15, 1.0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRACED))
+def test_the_longer_annotation_is_named_only_when_its_middle_half_lies_above_the_other(tmp_path, case):
+    import statistics
+
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+    from shardlab.evidence import trace
+
+    prepare, update = TRACED[case]
+    rows_ = list(zip(prepare, update))
+    rows = [{"transition": i + 1, f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for i, (p, u) in enumerate(rows_)]
+    dominant = trace.dominant(rows)
+    said = sentences.dominance(dominant, 2)
+    why = sentences.example_target(dominant)
+    record.emit(str(tmp_path), "stage4a_profile", "trace", {"dominant": dominant}, shown=False)
+    record.emit(str(tmp_path), "stage4a_profile", "environment", {"cpu_count": 2}, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+
+    # by hand: quartiles by linear interpolation; an annotation is longer only if its middle half starts above
+    # the other's end
+    def half(values):
+        q = statistics.quantiles(values, n=4, method="inclusive")
+        return q[0], q[2]
+
+    (p_lo, p_hi), (u_lo, u_hi) = half(prepare), half(update)
+    longer = "prepare" if p_lo > u_hi else "update" if u_lo > p_hi else None
+    assert longer == {"run": None, "prepare": "prepare", "update": "update", "even": None}[case]
+    first = said[0]
+    assert ("prepare_and_place is longer beyond the spread" in first) == (longer == "prepare"), first
+    assert ("compiled_update_and_wait is longer beyond the spread" in first) == (longer == "update"), first
+    assert ("Neither annotation is longer beyond the spread" in first) == (longer is None), first
+    assert f"{p_lo:.3f}–{p_hi:.3f} ms" in first and f"{u_lo:.3f}–{u_hi:.3f} ms" in first, first
+    k = sum(p > u for p, u in rows_)
+    assert f"{k} of 4 transitions" in first, first
+    # every duration beyond twice its annotation's median is named, with its transition; none is named otherwise
+    named = (("prepare_and_place", prepare), ("compiled_update_and_wait", update))
+    beyond = [(i + 1, n, v) for n, values in named for i, v in enumerate(values) if v > 2 * statistics.median(values)]
+    assert (said[1] == "No traced duration is more than twice its annotation's median.") == (not beyond), said[1]
+    for transition, name, value in beyond:
+        assert f"transition {transition}'s {name} {value:.3f} ms" in said[1].lower(), said[1]
+    if case == "run":  # the executed run's two: transition 1's update and transition 3's preparation
+        assert [b[:2] for b in beyond] == [(3, "prepare_and_place"), (1, "compiled_update_and_wait")]
+    # the worked example's reason follows the same reading: it never calls the preparation longer when it is not
+    assert ("was the longer annotation beyond the spread" in why) == (longer == "prepare"), why
+    assert ("compiled_update_and_wait was the longer annotation" in why) == (longer == "update"), why
+    assert ("neither annotation was longer beyond the spread" in why) == (longer is None), why
+
+
+@pytest.mark.parametrize(
+    ("first", "unchanged", "cut", "moved"),
+    [
+        (1.381, 1.055, 0.317, True),  # one executed run: the untouched target moved 0.326 ms, more than the cut
+        (1.10, 1.05, 0.317, False),
+        (0.90, 1.25, 0.30, True),  # a rise counts as a move too
+        (1.00, 1.05, -0.20, False),  # a change that lengthened its target: the move is read against the cut's size
+    ],
+)
+def test_the_target_s_move_between_captures_is_set_beside_the_cut(tmp_path, first, unchanged, cut, moved):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    outcome = {"baseline_first_ms": first, "reach_ms": unchanged, "cut_ms": cut}
+    said = sentences.capture_drift(outcome)
+    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    assert (abs(first - unchanged) >= abs(cut)) == moved  # by hand
+    assert said.startswith("With no code changed, the target moved between captures") == moved, said
+    assert said.startswith("With no code changed, the target went from") == (not moved), said
+    assert f"{first:.3f} ms" in said and f"{unchanged:.3f} ms" in said and f"{cut:.3f} ms cut" in said, said
+    assert "only this capture's two loops" in said, said
 
 
 def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: dict, **values) -> tuple[str, dict]:

@@ -378,3 +378,22 @@ def test_the_evidence_figure_draws_no_empty_panel_when_stage3_did_not_run(tmp_pa
     full, drawn = figure.figure(tmp_path, faults, timing, transitions)
     assert drawn["panels"][0] == "fault errors" and len(full.axes) == 3
     assert all(ax.has_data() for ax in full.axes + alone.axes)
+
+
+@pytest.mark.parametrize(
+    ("prepare", "update", "words"),
+    [
+        ((1.5, 1.594, 2.867), (0.579, 1.758, 3.725), "the middle halves overlap"),  # one executed run's halves
+        ((1.8, 1.9, 2.0), (0.7, 0.8, 0.9), "prepare_and_place longer by 2.37x, beyond both middle halves"),
+    ],
+)
+def test_the_evidence_page_names_a_longer_annotation_only_beyond_the_middle_halves(prepare, update, words):
+    d = {"dominant": "prepare_and_place" if prepare[1] >= update[1] else "compiled_update_and_wait"}
+    d["factor"] = max(prepare[1], update[1]) / min(prepare[1], update[1])
+    for name, (q1, median, q3) in (("prepare_and_place", prepare), ("compiled_update_and_wait", update)):
+        d.update({f"q1_{name}_ms": q1, f"median_{name}_ms": median, f"q3_{name}_ms": q3})
+    (row,) = [
+        r for r in headline.facts({"trace": {"dominant": d, "transitions": [{}] * 4}}) if r[0].startswith("trace")
+    ]
+    assert words in row[1], row
+    assert ("dominates" in row[1]) is False, row

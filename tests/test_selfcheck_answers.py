@@ -158,3 +158,32 @@ def test_a_batch_of_six_on_four_devices_compiles_only_at_the_first_step(data):
     compiles = [step for step, shape in enumerate(padded, start=1) if shape not in padded[: step - 1]]
     assert compiles == [1]
     only_right("stage5b_scaling", "2", "only step 1", "5 rows")
+
+
+def test_a_reseeded_key_first_shows_where_a_new_permutation_is_drawn(data):
+    mesh = sl.make_mesh()
+    _, saved = walk_ids(sl.initial(17, data, mesh), data, 7, 2, mesh)  # mid-epoch, as part 1 saves
+    right, _ = walk_ids(saved, data, 7, 6, mesh)
+    wrong, _ = walk_ids({**saved, "key": np.asarray(jax.random.PRNGKey(99), np.uint32)}, data, 7, 6, mesh)
+    first = next(i for i, (a, b) in enumerate(zip(right, wrong)) if a != b)
+    # by hand: 23 rows at batch 7 are read as 7, 7, 7, 2; two were read before the save, so the saved order
+    # still gives two batches and the third resumed one is the first of a new permutation
+    assert oracle.epoch_batches(23, 7) == [7, 7, 7, 2] and saved["cursor"] == 14 and first == 2
+    assert right[:2] == wrong[:2]  # the resumed batches before it read only the saved order
+    only_right("stage3b_resume", "1", "the first step that draws a new permutation")
+
+
+def test_p_data_over_two_devices_leaves_half_the_values_on_each():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+    weights = jax.device_put(np.arange(8, dtype=np.float32), jax.NamedSharding(mesh, P("data")))
+    assert [s.data.shape[0] for s in weights.addressable_shards] == [8 // 2] * 2
+    only_right("stage3c_orbax_lesson", "1", "4 values")
+
+
+def test_four_transitions_whose_middle_halves_overlap_name_no_longer_annotation():
+    prepare, update = np.array([1.0, 1.2, 4.0, 1.1]), np.array([0.6, 3.0, 1.4, 0.7])  # the question's numbers
+    (p_lo, p_hi), (u_lo, u_hi) = np.percentile(prepare, [25, 75]), np.percentile(update, [25, 75])
+    assert not (p_lo > u_hi or u_lo > p_hi)  # the halves overlap
+    assert np.median(prepare) > np.median(update)  # though the medians alone would name the preparation
+    only_right("stage4a_profile", "2", "the middle halves overlap")
+    only_right("stage4a_profile", "3", f"{1.0:.1f} − {0.7:.1f} = {1.0 - 0.7:.1f} ms")

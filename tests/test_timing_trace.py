@@ -271,12 +271,19 @@ def test_capture_refuses_to_mix_captures(captured, tmp_path):
 
 def test_dominant_is_computed_from_medians():
     rows = [{"prepare_and_place_ms": p, "compiled_update_and_wait_ms": u} for p, u in [(3, 1), (1, 2), (5, 2)]]
-    assert trace.dominant(rows) == {
+    found = trace.dominant(rows)
+    assert {k: found[k] for k in ("dominant", "median_prepare_and_place_ms", "median_compiled_update_and_wait_ms")} == {
         "dominant": "prepare_and_place",
         "median_prepare_and_place_ms": 3.0,
         "median_compiled_update_and_wait_ms": 2.0,
-        "factor": 1.5,
     }
+    assert found["factor"] == 1.5 and found["transitions"] == 3 and found["prepare_longer_in"] == 2
+    # by hand, linear interpolation: preparation 1, 3, 5 -> 2 and 4; update 1, 2, 2 -> 1.5 and 2
+    assert (found["q1_prepare_and_place_ms"], found["q3_prepare_and_place_ms"]) == (2.0, 4.0)
+    assert (found["q1_compiled_update_and_wait_ms"], found["q3_compiled_update_and_wait_ms"]) == (1.5, 2.0)
+    assert found["outliers"] == [] and found["outlier_count"] == 0  # 5 is not beyond twice the median 3
+    (beyond,) = trace.dominant([*rows, {"prepare_and_place_ms": 3, "compiled_update_and_wait_ms": 9}])["outliers"]
+    assert beyond == {"transition": 4, "annotation": "compiled_update_and_wait", "ms": 9.0, "median_ms": 2.0}
 
 
 TRANSITIONS = [

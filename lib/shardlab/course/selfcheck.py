@@ -332,16 +332,22 @@ QUESTIONS = (
     *_stage(
         "stage3b_resume",
         (
-            "After the fresh kernel resumes, how large may the difference in the sampler fields be?",
-            ["within float32 tolerance", "any size, if the losses match", "exactly zero"],
-            "c",
-            "Key, order, cursor and step are integers: a replay either matches exactly or it is a different run.",
+            "A resume restores every field but the key, which it seeds afresh. Where in the step-by-step table "
+            "would the ids first differ from the uninterrupted record?",
+            [
+                "at the first resumed step",
+                "at the first step that draws a new permutation: until then the saved order is read",
+                "nowhere: the ids come from the order, not the key",
+            ],
+            "b",
+            "The saved order and cursor still give the rest of the epoch; the key is used only when a new "
+            "permutation is drawn, so a wrong key first shows at the step the page lists first among its draws.",
             "recovery",
             (
                 "recovery-checks",
                 "The real resume",
-                "the line under the step-by-step table: the largest difference in the sampler fields",
-                r"largest difference in the sampler fields \(key, order, cursor, step\) over \d+ steps: 0\n",
+                "the line under the step-by-step table naming the steps that drew a new permutation",
+                r"new permutations were drawn in steps \[\d+(, \d+)*\]",
             ),
         ),
         (
@@ -402,34 +408,32 @@ QUESTIONS = (
     *_stage(
         "stage3c_orbax_lesson",
         (
-            "The restore target's weights leaf is a ShapeDtypeStruct with sharding P() on the four-device mesh. "
-            "Where are the restored weights?",
-            [
-                "in one NumPy array on the host",
-                "in a jax.Array with a full copy on each of the four devices",
-                "a quarter of the values on each device",
-            ],
+            "The same 8-value weights file is restored onto a target with sharding P('data') on a mesh of two "
+            "devices. How many values does each device hold?",
+            ["8 values", "4 values", "2 values"],
             "b",
-            "The target, not the file, decides where an array lands: P() asks for a copy on every device of the mesh.",
+            "The target, not the file, decides where an array lands: P('data') cuts the 8 values over the mesh's "
+            "devices, 8 / 2 = 4 each. The file's chunks of 2 are how it was written, not how it is read.",
             "restore_target",
             (
-                "save-restore",
-                "The restore target",
-                "where each restored array lives after the restore",
-                r"weights: spec P\(\), 4 copies on \['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3'\]",
+                "restore-elsewhere",
+                "When a checkpoint counts",
+                "the values per device under each target",
+                r"P\('data',?\) on \['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3'\], values per device \[2, 2, 2, 2\]",
             ),
         ),
         (
-            "How did this version of Orbax publish the folder bare-orbax?",
+            "On storage where renaming a folder is not one atomic step (it copies file by file), which mark of a "
+            "finished checkpoint may a reader trust?",
             [
-                "it wrote into bare-orbax itself and wrote commit_success.txt there last",
-                "into a temporary folder, commit_success.txt there last, then one rename to bare-orbax",
-                "by a rename alone, with no commit file",
+                "the final folder name alone",
+                "commit_success.txt inside the folder, written after everything else",
+                "the newest modification time in the folder",
             ],
             "b",
-            "Every write the audit hook saw (not the arrays' bytes, which TensorStore writes) went into the "
-            "temporary folder, the commit file last, then one rename: a reader who finds the final name finds "
-            "every traced write finished.",
+            "A rename that copies file by file shows the final name before every file is there; the commit file, "
+            "written last, is there only once the rest is. This page's trace shows both marks: the commit file "
+            "last inside the temporary folder, then the rename.",
             "orbax_publish",
             (
                 "orbax-publish",
@@ -440,14 +444,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "With the asynchronous StandardCheckpointer, when may a training loop count a save as done?",
+            "A loop saves asynchronously at steps 200 and 300 and is stopped after save(300) returned, before "
+            "wait_until_finished(). The folder for 200 has its final name; 300's is still a temporary folder. "
+            "Where does the next run resume?",
             [
-                "as soon as save returns",
-                "once wait_until_finished() returns, or the final name is seen",
-                "after the next training step",
+                "from step 300: its save had returned",
+                "from step 200: only a final name marks a finished checkpoint",
+                "from step 0: an unfinished save spoils every checkpoint in the folder",
             ],
             "b",
-            "save returns while background threads still write; only the final name marks a finished checkpoint.",
+            "save returns while background threads still write; a temporary folder is not a checkpoint, and the "
+            "finished one beside it is untouched.",
             "async_save",
             (
                 "async-save",
@@ -496,33 +503,41 @@ QUESTIONS = (
             ),
         ),
         (
-            "Which is a useful next optimisation?",
+            "Another run traces four transitions: prepare_and_place 1.0, 1.2, 4.0 and 1.1 ms, "
+            "compiled_update_and_wait 0.6, 3.0, 1.4 and 0.7 ms. What may it say about which dominates?",
             [
-                "a speed-up read off an estimate, with no trace after the change",
-                "'use more devices'",
-                "a cut in a traced duration that the next trace can refute, gated on identical ids, losses and weights",
+                "prepare_and_place dominates: its median is the larger",
+                "compiled_update_and_wait dominates: its middle half reaches higher",
+                "neither beyond the spread: the middle halves overlap, so trace more transitions",
             ],
             "c",
-            "A hypothesis from the profile, a correctness gate before timing, and a profile again after the change.",
-            "trace",
-            (
-                "stated",
-                "3. What dominates, and your hypothesis",
-                "the hypothesis tested, under your hypothesis cell",
-                r"Hypothesis: the median traced [\w' +]+ \([\d.]+ ms now\) falls by at least [\d.]+ ms",
-            ),
-        ),
-        (
-            "What does this CPU trace measure?",
-            ["accelerator utilisation", "host annotation durations on one host", "network bandwidth"],
-            "b",
-            "Four logical CPU devices share one host; nothing here is an accelerator or a network.",
+            "Middle halves 1.075–1.9 ms and 0.675–1.8 ms overlap: the 1.1x between the medians of four samples is "
+            "inside that spread. The sentence under this page's durations reads its own medians the same way.",
             "trace",
             (
                 "durations",
                 "2. Four real transitions",
-                "the line under the durations saying what was measured on",
-                r"backend cpu, \d+ logical devices in one process.*host time of one host, not accelerator utilisation",
+                "the sentence under the durations, reading the medians with their middle halves",
+                r"(is longer beyond the spread: its middle half|Neither annotation is longer beyond the spread)",
+            ),
+        ),
+        (
+            "With no code changed, a target measured 1.4 ms by median in a first trace and 1.0 ms in a later "
+            "capture, where the changed loop, traced in turn, measured 0.7 ms. Which cut may a verdict read?",
+            [
+                "1.4 − 0.7 = 0.7 ms: the first trace is the baseline",
+                "1.0 − 0.7 = 0.3 ms: both loops of the one capture, traced in turn",
+                "none: no two traces can ever be compared",
+            ],
+            "b",
+            "Between captures the machine moves (here by 0.4 ms, more than the cut); loops traced in turn within one "
+            "capture share what moved. The line above this page's verdicts sets that move beside its cut.",
+            "change",
+            (
+                "verdict",
+                "4. Make the change",
+                "the line above the verdicts: the target's move between captures, beside the cut",
+                r"With no code changed, the target (moved between captures|went from)",
             ),
         ),
         (

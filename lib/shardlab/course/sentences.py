@@ -186,8 +186,82 @@ TIMING_KEYS = {
 }
 
 
+# stage 4a: the first trace's two annotations, each with its median and middle half, and how often each was longer
+DOMINANCE = {
+    "p": "trace.dominant.median_prepare_and_place_ms",
+    "p_lo": "trace.dominant.q1_prepare_and_place_ms",
+    "p_hi": "trace.dominant.q3_prepare_and_place_ms",
+    "u": "trace.dominant.median_compiled_update_and_wait_ms",
+    "u_lo": "trace.dominant.q1_compiled_update_and_wait_ms",
+    "u_hi": "trace.dominant.q3_compiled_update_and_wait_ms",
+    "k": "trace.dominant.prepare_longer_in",
+    "n": "trace.dominant.transitions",
+}
+DOMINANCE_NAMES = ["prepare_longer", "update_longer"]  # the last one's other sentence: the middle halves overlap
+EXAMPLE_TARGET_NAMES = ["example_target_longer", "example_target_shorter"]
+_HALVES = "prepare_and_place {p_lo:.3f}–{p_hi:.3f} ms, compiled_update_and_wait {u_lo:.3f}–{u_hi:.3f} ms"
+_WHY_COUNT = (
+    "the first trace counts the jitted calls inside prepare_and_place, one per dispatch, so their cut can be sized "
+    "from it; it shows the update only as one duration, nothing of the time its three psums take"
+)
+
 SENTENCES = {
     "stage4a_profile": {
+        "prepare_longer": _s(
+            "p_lo > u_hi",
+            DOMINANCE,
+            "prepare_and_place is longer beyond the spread: its middle half lies above the update's (" + _HALVES + "); "
+            "by median {p:.3f} against {u:.3f} ms, longer in {k} of {n} transitions.",
+            "prepare_and_place is not longer beyond the spread (" + _HALVES + ").",
+        ),
+        "update_longer": _s(
+            "u_lo > p_hi",
+            DOMINANCE,
+            "compiled_update_and_wait is longer beyond the spread: its middle half lies above the preparation's ("
+            + _HALVES
+            + "); by median {u:.3f} against {p:.3f} ms, prepare_and_place longer in only {k} of {n} transitions.",
+            "Neither annotation is longer beyond the spread: the middle halves overlap (" + _HALVES + "), and "
+            "prepare_and_place was the longer in {k} of {n} transitions. The medians, {p:.3f} and {u:.3f} ms, do not "
+            "say which dominates; more transitions might.",
+        ),
+        "trace_outliers": _s(
+            "o == 0",
+            {"o": "trace.dominant.outlier_count", "c": "environment.cpu_count"},
+            "No traced duration is more than twice its annotation's median.",
+            "<listed>: more than twice the annotation's median, after the warm-up. What made so long a duration is not "
+            "shown here (the profiler's own work, another process on this host's {c} CPUs and memory allocation are "
+            "candidates this page does not measure); such durations stay in the medians and middle halves above, "
+            "not dropped.",
+        ),
+        "example_target_longer": _s(
+            "p_lo > u_hi",
+            DOMINANCE,
+            "Why the worked example targets prepare_and_place: it was the longer annotation beyond the spread in "
+            "the first trace.",
+            "Why the worked example targets prepare_and_place: it was not longer beyond the spread in the first trace ("
+            + _HALVES
+            + ").",
+        ),
+        "example_target_shorter": _s(
+            "u_lo > p_hi",
+            DOMINANCE,
+            "Why the worked example targets prepare_and_place: compiled_update_and_wait was the longer annotation "
+            "in the first trace, yet the example shortens the preparation: "
+            + _WHY_COUNT
+            + ". A hypothesis about the update is yours to size.",
+            "Why the worked example targets prepare_and_place: neither annotation was longer beyond the spread in "
+            "the first trace, so the example picks the change whose cut the trace lets it size: " + _WHY_COUNT + ".",
+        ),
+        "capture_drift": _s(
+            "abs(b - r) >= abs(c)",
+            {"b": "change.baseline_first_ms", "r": "change.reach_ms", "c": "change.cut_ms"},
+            "With no code changed, the target moved between captures: {b:.3f} ms by median in the first trace, "
+            "{r:.3f} ms in this capture's unchanged loop, a move at least the size of the {c:.3f} ms cut. That is why "
+            "both verdicts read only this capture's two loops, traced in turn.",
+            "With no code changed, the target went from {b:.3f} ms by median in the first trace to {r:.3f} ms in this "
+            "capture's unchanged loop, a move smaller than the {c:.3f} ms cut; the verdicts still read only this "
+            "capture's two loops, traced in turn, since between captures the machine moves.",
+        ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
@@ -302,7 +376,7 @@ SENTENCES = {
             CAUSE,
             "<verdict_of>: not supported. <part>, the part the stated reason names, went {mu:.3f} → {mg:.3f} ms "
             "by median, a fall of {f:.4f} ms, short of the {t:.3f} ms predicted by more than the {n:.3f} ms of "
-            "noise. Whatever the effect, the stated reason is wrong.",
+            "noise. Whatever the effect, this capture does not support the stated reason.",
             "<verdict_of>: not short of the threshold by more than the noise (<part> fell by "
             "{f:.4f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
         ),
@@ -327,9 +401,8 @@ SENTENCES = {
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
-            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms, <part> "
-            "{mu:.3f} → {mg:.3f} ms. A candidate, not measured here: the course's draw copies back to the host "
-            "twice, the changed one once.",
+            "Most of the cut went elsewhere: of the {c:.3f} ms the sum fell, <rest> took {o:.4f} ms. A candidate, "
+            "not measured here: the course's draw copies back to the host twice, the changed one once.",
             "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
@@ -1236,6 +1309,37 @@ def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
     return chosen(notebook, "eager_compiles", n=compiles["count"], k=compiles["total_ms"], e=eager["median_ms"])
 
 
+def dominance(dominant: dict, cpus: int, notebook: str = "stage4a_profile") -> list[str]:
+    """Stage 4a's sentences on the first trace (`evidence.trace.dominant`): which annotation is longer, read with
+    both middle halves, then the durations beyond twice their median, named."""
+    said = chosen_first(notebook, DOMINANCE_NAMES, **_dominance_values(dominant))
+    listed = ", ".join(
+        f"transition {o['transition']}'s {o['annotation']} {o['ms']:.3f} ms (median {o['median_ms']:.3f})"
+        for o in dominant["outliers"]
+    )
+    fill = {"listed": listed[:1].upper() + listed[1:]}
+    return [said, chosen(notebook, "trace_outliers", fill, o=dominant["outlier_count"], c=cpus)]
+
+
+def example_target(dominant: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on why the worked example shortens prepare_and_place, read from the first trace."""
+    return chosen_first(notebook, EXAMPLE_TARGET_NAMES, **_dominance_values(dominant))
+
+
+def _dominance_values(dominant: dict) -> dict:
+    values = {}
+    for short, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait")):
+        values.update({short: dominant[f"median_{name}_ms"], f"{short}_lo": dominant[f"q1_{name}_ms"]})
+        values[f"{short}_hi"] = dominant[f"q3_{name}_ms"]
+    return {**values, "k": dominant["prepare_longer_in"], "n": dominant["transitions"]}
+
+
+def capture_drift(outcome: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence setting the unchanged target's move between the two captures beside the cut."""
+    b, r, c = outcome["baseline_first_ms"], outcome["reach_ms"], outcome["cut_ms"]
+    return chosen(notebook, "capture_drift", b=b, r=r, c=c)
+
+
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's verdict on the effect (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
     control = outcome["sides"]["control"]
@@ -1300,8 +1404,9 @@ CHOSEN = {
     "stage3c_orbax_lesson": {
         "async_save_counts_after_wait": (
             "final_at_return == 0",
-            "A stop between the two listings would have left no checkpoint to resume from: the save counts only "
-            "once wait_until_finished() returns or the final name is seen.",
+            "A stop between the two listings would have left no async-orbax checkpoint to resume from (only the "
+            "checkpoints saved before it): the save counts only once wait_until_finished() returns or the final name "
+            "is seen.",
             "This run, async-orbax already had its final name when save returned; nothing promises that (a larger "
             "state or a slower disk), so the save counts only once wait_until_finished() returns or the final name "
             "is seen.",

@@ -74,7 +74,7 @@ def facts(audit: dict) -> list[tuple[str, str, str]]:
             (
                 "trace split (medians)",
                 f"prepare_and_place {d['median_prepare_and_place_ms']:.3f} ms, compiled_update_and_wait "
-                f"{d['median_compiled_update_and_wait_ms']:.3f} ms: {d['dominant']} dominates by {d['factor']:.2f}x",
+                f"{d['median_compiled_update_and_wait_ms']:.3f} ms: {_longer(d)}",
                 f"{len(trace.get('transitions') or [])} traced transitions; a CPU trace, not accelerator utilisation",
             )
         )
@@ -125,3 +125,13 @@ def _timing_rows(timing: dict) -> list[tuple[str, str, str]]:
 def lines(audit: dict) -> list[str]:
     """The facts as short console lines: 'what: value (boundary)'."""
     return [f"{what}: {value} ({boundary})" for what, value, boundary in facts(audit)]
+
+
+def _longer(d: dict) -> str:
+    """Which traced annotation is longer, said beyond the middle halves only when they are apart."""
+    p, u = "prepare_and_place", "compiled_update_and_wait"
+    if f"q1_{p}_ms" not in d:  # a record with medians alone
+        return f"{d['dominant']} longer by median, {d['factor']:.2f}x (no spread recorded)"
+    if d[f"q1_{p}_ms"] > d[f"q3_{u}_ms"] or d[f"q1_{u}_ms"] > d[f"q3_{p}_ms"]:
+        return f"{d['dominant']} longer by {d['factor']:.2f}x, beyond both middle halves"
+    return f"the middle halves overlap: neither is longer beyond the spread ({d['factor']:.2f}x by median)"

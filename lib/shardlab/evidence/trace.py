@@ -15,7 +15,7 @@ Stable API (the stage 4 notebook and the bench, `python -m rig.bench`, use it):
   and `<annotation>_ms` for the three annotations. Read from the XPlane with
   `jax.profiler.ProfileData` and from the Perfetto JSON; raises TraceError if an
   annotation is missing or the two readings differ by more than `TOLERANCE_MS`.
-- `dominant(rows)` (which annotation has the larger median) and `breakdown(files)` (time
+- `dominant(rows)` (which annotation has the larger median, with each one's middle half) and `breakdown(files)` (time
   inside each `prepare_and_place` covered by jitted dispatches, by placement, and the rest).
 
 The profiler's Python tracer and HLO protos are switched off: they would add overhead to
@@ -50,6 +50,7 @@ COURSE_MS = {  # the original course's four traced transitions, on another machi
 }
 COURSE_RESHUFFLED = [False, True, True, True]  # its first traced transition read on in its epoch; the others reshuffled
 TOLERANCE_MS = 1e-3  # both files hold the same nanosecond timestamps; allow rounding only
+OUTLIER = 2.0  # a traced duration beyond twice its annotation's median is named beside the medians
 
 
 class TraceFiles(NamedTuple):
@@ -265,13 +266,34 @@ def breakdown(where, annotation: str = PREPARE, groups: dict = GROUPS) -> list[d
 
 
 def dominant(rows: list[dict]) -> dict:
-    """Which of preparation or update takes more median time in these transitions, and by what factor."""
-    prepare = float(np.median([r[f"{PREPARE}_ms"] for r in rows]))
-    update = float(np.median([r[f"{UPDATE}_ms"] for r in rows]))
-    name = PREPARE if prepare >= update else UPDATE
+    """Which of preparation or update takes more median time in these transitions, by what factor, with what spread.
+
+    Medians of a handful of transitions say little alone: each annotation's middle half (25th-75th percentile),
+    how many transitions had the preparation longer, and every duration beyond OUTLIER times its annotation's
+    median (`outliers`: transition, annotation, ms, median_ms) go with them.
+    """
+    out = {}
+    for name in (PREPARE, UPDATE):
+        q1, median, q3 = (float(v) for v in np.percentile([r[f"{name}_ms"] for r in rows], [25, 50, 75]))
+        out.update({f"median_{name}_ms": median, f"q1_{name}_ms": q1, f"q3_{name}_ms": q3})
+    prepare, update = out[f"median_{PREPARE}_ms"], out[f"median_{UPDATE}_ms"]
+    outliers = [
+        {
+            "transition": r.get("transition", i + 1),
+            "annotation": name,
+            "ms": float(r[f"{name}_ms"]),
+            "median_ms": out[f"median_{name}_ms"],
+        }
+        for i, r in enumerate(rows)
+        for name in (PREPARE, UPDATE)
+        if r[f"{name}_ms"] > OUTLIER * out[f"median_{name}_ms"]
+    ]
     return {
-        "dominant": name,
-        f"median_{PREPARE}_ms": prepare,
-        f"median_{UPDATE}_ms": update,
+        "dominant": PREPARE if prepare >= update else UPDATE,
+        **out,
         "factor": max(prepare, update) / min(prepare, update),
+        "transitions": len(rows),
+        "prepare_longer_in": sum(1 for r in rows if r[f"{PREPARE}_ms"] > r[f"{UPDATE}_ms"]),
+        "outliers": outliers,
+        "outlier_count": len(outliers),
     }
