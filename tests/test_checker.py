@@ -9,103 +9,118 @@ passes every check of the stages it touches.
 
 import inspect
 import json
+import re
 from argparse import Namespace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from shardlab.checker import causes, command, formulas, padding
 from shardlab.checker import cli as runner
-from shardlab.checker import command, formulas
 from shardlab.learner import implementation, reference, starter
 
 BROKEN = Path(__file__).parent / "broken"
 STAGE_OF = {"initial": 1, "next_batch": 1, "make_step": 2, "transition": 2, "contract": 3, "save": 3, "restore": 3}
 
-# mistake file -> (stage, check that must fail, phrases its diagnosis must contain; none for the mistakes in
-# WITH_INPUTS, whose check and diagnosis tests/test_diagnosis_inputs.py judges once, beside the fault's account)
+# mistake file -> (stage, check that must fail, what its diagnosis must name: `cause:ID`, the id of a mistake
+# (checker/causes.py) it must name, or a phrase it must contain, the numbers it read off the outputs; none for the
+# mistakes in WITH_INPUTS, whose check and diagnosis tests/test_diagnosis_inputs.py judges once, beside the fault's
+# account)
 MISTAKES = {
     # stage 1: initial and next_batch
-    "drop_remainder": (1, "batch_lengths_keep_the_remainder", ["the 2-id remainder was dropped"]),
-    "top_up_remainder": (1, "batch_lengths_keep_the_remainder", ["topped up with 5 ids from the next epoch"]),
-    "mutate_input": (1, "next_batch_returns_a_new_state", ["mutated the caller's state", "entries of the caller"]),
-    "shuffle_order_in_place": (1, "next_batch_returns_a_new_state", ["['order'] were changed in place"]),
-    "unsplit_seed_key": (1, "first_order_follows_the_seed", ["drawn from the unsplit seed key"]),
-    "typed_key": (1, "initial_state_fields", ["typed PRNG key", "jax.random.PRNGKey(seed)"]),
-    "reuse_key": (1, "key_changes_at_each_new_epoch", ["one key reused for every epoch"]),
-    "new_order_not_kept": (1, "epochs_follow_the_course_order", ["the new order was not kept"]),
-    "cursor_by_batch_size": (1, "sampler_fields_follow_the_arithmetic", ["moved from 21 to 28", "by batch_size (7)"]),
-    "step_in_sampler": (1, "next_batch_leaves_step_alone", ["only the transition increments it"]),
-    "weights_on_host": (1, "initial_state_fields", ["weights live on the devices"]),
-    "batch_on_host": (1, "batch_is_placed_on_the_mesh", ["batch.features is not placed"]),
-    "global_rng": (1, "replay_is_deterministic", ["no global RNG"]),
-    "mask_from_values": (1, "padding_is_decided_by_position", ["an all-zero row", "the mask follows the row values"]),
+    "drop_remainder": (1, "batch_lengths_keep_the_remainder", ["cause:remainder-dropped", "the 2-id remainder"]),
+    "top_up_remainder": (1, "batch_lengths_keep_the_remainder", ["cause:remainder-topped-up", "with 5 ids"]),
+    "mutate_input": (1, "next_batch_returns_a_new_state", ["cause:dict-entries-replaced"]),
+    "shuffle_order_in_place": (1, "next_batch_returns_a_new_state", ["cause:arrays-changed-in-place", "['order']"]),
+    "unsplit_seed_key": (1, "first_order_follows_the_seed", ["cause:unsplit-key"]),
+    "typed_key": (1, "initial_state_fields", ["cause:typed-key"]),
+    "reuse_key": (1, "key_changes_at_each_new_epoch", ["cause:key-reused"]),
+    "new_order_not_kept": (1, "epochs_follow_the_course_order", ["cause:new-order-not-kept"]),
+    "cursor_by_batch_size": (
+        1,
+        "sampler_fields_follow_the_arithmetic",
+        ["cause:cursor-by-batch-size", "moved from 21 to 28", "(7)"],
+    ),
+    "step_in_sampler": (1, "next_batch_leaves_step_alone", ["cause:step-in-sampler"]),
+    "weights_on_host": (1, "initial_state_fields", ["cause:host-array", "weights"]),
+    "batch_on_host": (1, "batch_is_placed_on_the_mesh", ["cause:host-array", "batch.features"]),
+    "global_rng": (1, "replay_is_deterministic", ["cause:global-rng"]),
+    "mask_from_values": (1, "padding_is_decided_by_position", ["cause:mask-from-values", "an all-zero row"]),
     "pad_to_batch_size": (
         1,
         "padding_is_decided_by_position",
-        ["5 row(s) were padded to 12 slots: it fits the batch size (9) rounded up to the device count", "8 slots here"],
+        ["cause:slots-batch", "5 row(s) were padded to 12 slots", "(9)", "8 slots here"],
     ),
     "initial_places_on_first_devices": (
         1,
         "random_sampler_walk",
-        ["initial weights is not placed as P()", "but the mesh given holds devices [3]", "a mesh of jax.devices() [3]"],
+        ["cause:other-devices", "initial weights", "devices [3]", "a mesh of jax.devices() [3]"],
     ),
     "reshuffle_cached_by_key": (1, "random_sampler_walk", ["raised IndexError", "in next_batch"]),
     "initial_numpy_order_when_large": (
         1,
         "first_order_follows_the_seed",
-        ["seed 17 on 1,048,577 rows", "is a permutation, but not the recipe's", "where on 23 rows it was"],
+        ["cause:order-by-row-count", "seed 17 on 1,048,577 rows", "is a permutation", "on 23 rows"],
     ),
     "batch_on_sorted_devices": (
         1,
         "random_sampler_walk",
-        ["batch.features is not placed as P('data', None)", "but the mesh given orders them", "devices=2"],
+        ["cause:other-device-order", "batch.features", "P('data', None)", "devices=2"],
     ),
     # stage 2: make_step and transition
-    "averaging_local_means": (2, "gradient_on_tail_batches", ["the denominator", "mean of the per-device means"]),
-    "local_count": (2, "gradient_independent_of_device_count", ["grows with device count", "a local count"]),
+    "averaging_local_means": (2, "gradient_on_tail_batches", ["cause:local-means"]),
+    "local_count": (2, "gradient_independent_of_device_count", ["cause:grows-with-devices", "cause:local-count"]),
     "padding_counted": (
         2,
         "gradient_on_tail_batches",
-        ["full batches pass but tails fail -> the denominator", "padding counted as observations"],
+        ["full batches pass but tails fail", "cause:padding-counted"],
     ),
-    "missing_factor_two": (2, "gradient_on_a_full_batch", ["0.5 x the NumPy gradient", "the 2 of d(r^2)/dw"]),
-    "residual_sign": (2, "gradient_on_a_full_batch", ["-1 x the NumPy gradient", "sign is flipped"]),
+    "missing_factor_two": (2, "gradient_on_a_full_batch", ["cause:missing-factor-two", "0.5 x"]),
+    "residual_sign": (2, "gradient_on_a_full_batch", ["cause:residual-sign", "-1 x"]),
     "per_device_division": (
         2,
         "empty_device_contributes_zeros",
-        ["NaN on a batch where device(s) [3] hold no valid row", "per-device division"],
+        ["cause:per-device-division", "device(s) [3]"],
     ),
-    "loss_counts_padding": (2, "loss_on_full_and_tail_batches", ["the loss numerator includes the padded slots"]),
-    "half_mse_loss": (2, "loss_on_full_and_tail_batches", ["0.5 x the NumPy loss", "1/2-MSE"]),
+    "loss_counts_padding": (2, "loss_on_full_and_tail_batches", ["cause:unmasked-residuals"]),
+    "half_mse_loss": (2, "loss_on_full_and_tail_batches", ["cause:half-mse", "0.5 x"]),
     "momentum_before_reduction": (
         2,
         "consecutive_updates",
-        ["gradient right but update 2 diverges -> momentum", "3.2 = 4 devices x 0.8"],
+        ["cause:update-diverges", "cause:decay-on-every-device", "update 2", "3.2 = 4 devices x 0.8"],
     ),
-    "ema_momentum": (2, "consecutive_updates", ["v <- 0.2*g from zero momentum", "averaging form"]),
-    "decay_09": (2, "consecutive_updates", ["update 2 diverges -> momentum", "v <- 0.9*v + 1*g"]),
+    "ema_momentum": (2, "consecutive_updates", ["cause:averaged-momentum", "v <- 0.2*g from zero momentum"]),
+    "decay_09": (2, "consecutive_updates", ["cause:update-diverges", "update 2", "v <- 0.9*v + 1*g"]),
     "decay_clamped": (
         2,
         "consecutive_updates",
-        ["make_step(learning_rate=1e-30, decay=0.99999994)", "the outputs follow decay 0.99000001", "no floor, clamp"],
+        ["cause:hyperparameters-altered", "decay=0.99999994", "the outputs follow decay 0.99000001"],
     ),
-    "loss_after_update": (2, "loss_is_taken_before_the_update", ["it equals the loss after the update"]),
-    "not_sharded": (2, "step_is_sharded", ["no all_reduce", "the step is not sharded"]),
-    "transition_counts_examples": (2, "transition_is_one_batch_and_one_update", ["step grew by 7, the number of ids"]),
-    "donated_weights": (2, "transition_leaves_its_input_intact", ["buffer was donated"]),
-    "loss_on_device": (2, "results_are_host_values", ["the loss is a ArrayImpl (a device array), not a host float"]),
+    "loss_after_update": (2, "loss_is_taken_before_the_update", ["cause:after-update"]),
+    "not_sharded": (2, "step_is_sharded", ["cause:not-sharded"]),
+    "transition_counts_examples": (
+        2,
+        "transition_is_one_batch_and_one_update",
+        ["cause:step-counts-examples", "step grew by 7"],
+    ),
+    "donated_weights": (2, "transition_leaves_its_input_intact", ["cause:donated-buffer"]),
+    "loss_on_device": (2, "results_are_host_values", ["cause:loss-on-device", "ArrayImpl"]),
     "step_cached_by_device_count": (
         2,
         "step_follows_the_mesh_it_was_made_for",
         [],
     ),
     "gradient_squeezed": (2, "random_step_update", []),
-    "learning_rate_through_float16": (2, "consecutive_updates", ["update 2 diverges", "w <- w - 0.02999"]),
+    "learning_rate_through_float16": (
+        2,
+        "consecutive_updates",
+        ["cause:update-diverges", "update 2", "w <- w - 0.02999"],
+    ),
     "loss_as_numpy_float32": (
         2,
         "results_are_host_values",
-        ["the loss is a numpy.float32, not a Python float (json.dumps refuses it)"],
+        ["cause:loss-not-python-float", "numpy.float32"],
     ),
     # stage 3: contract, save and restore
     "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["lacks ['momentum']"]),
@@ -312,11 +327,11 @@ MISTAKES = {
         "random_restore_damage",
         ["a long run's step", "np.int64", "batch=1, devices=1, features=1"],
     ),
-    "gradient_clipped": (2, "gradient_on_a_full_batch", [formulas.CLIPPED, "g * min(1, 1/|g|)"]),
+    "gradient_clipped": (2, "gradient_on_a_full_batch", ["cause:clipped", "g * min(1, 1/|g|)"]),
     "count_in_bfloat16": (
         2,
         "count_is_exact_on_a_large_batch",
-        ["a division by 32,768.0, not by the 32,784 valid rows", "bfloat16", "count the valid rows in float32"],
+        ["cause:narrow-count", "a division by 32,768.0", "32,784 valid rows", "bfloat16"],
     ),
     "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
     "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
@@ -338,7 +353,7 @@ MISTAKES = {
     "step_requires_python_floats": (
         2,
         "consecutive_updates",
-        ["make_step(mesh, learning_rate=2 (int), decay=0 (int)) raised ConfigError", "but Config accepts"],
+        ["cause:hyperparameter-types-refused", "learning_rate=2 (int), decay=0 (int)) raised ConfigError"],
     ),
     "restore_counters_through_float32": (
         3,
@@ -600,7 +615,7 @@ MISTAKES = {
     "gradient_output_is_momentum": (
         2,
         "consecutive_updates",
-        ["update 2", "the gradient output equals the new momentum", "the gradient of this batch in the fourth place"],
+        ["cause:momentum-as-gradient", "update 2"],
     ),
     "restore_permutation_by_sum": (
         3,
@@ -663,8 +678,8 @@ MISTAKES = {
         "random_sampler_walk",
         ["raised by one in place", "kept between calls by the arrays' identity"],
     ),
-    "initial_returns_a_kept_state": (1, "initial_state_fields", ["initial handed out again the object"]),
-    "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["contract handed out again the object"]),
+    "initial_returns_a_kept_state": (1, "initial_state_fields", ["cause:result-handed-out-again", "initial"]),
+    "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["cause:result-handed-out-again", "contract"]),
     "save_cleans_up_on_exception_only": (
         3,
         "save_errors_leave_the_folder_as_it_was",
@@ -746,6 +761,33 @@ OBSERVED = {
 # The fresh-interpreter resume costs a child interpreter per run: it runs for the reference (which
 # must pass it) and for the one mistake it must catch; the other stage 3 mistakes fail elsewhere.
 FRESH = {"restore_resets_cursor"}
+
+
+def said(result, wanted: str) -> bool:
+    """Whether a failure names `wanted`: a `cause:ID` among its causes, or else a phrase in its diagnosis."""
+    if wanted.startswith(causes.MARKER):
+        return wanted.removeprefix(causes.MARKER) in result.causes
+    return wanted in result.diagnosis
+
+
+def test_every_cause_named_is_known():
+    """The cause ids MISTAKES asserts and every id the checker's sources mark are in checker/causes.py, and each
+    known id is written in a source that marks it (a ranked formula's as its Cause id)."""
+    asserted = {p.removeprefix(causes.MARKER) for _, _, ps in MISTAKES.values() for p in ps if p.startswith("cause:")}
+    sources = "\n".join(p.read_text() for p in Path(formulas.__file__).parent.glob("*.py"))
+    literal = set(re.findall(r'cause="([a-z0-9-]+)"', sources))
+    ranked = {formulas.cause_id(i) for i in formulas.PRIOR} | {
+        formulas.cause_id(c.id) for c in formulas.update_causes(*UPDATE_INPUTS)[1]
+    }
+    slots = {f"slots-{key}" for _, key in padding.SLOT_RULES}
+    assert asserted <= set(causes.CAUSES), sorted(asserted - set(causes.CAUSES))
+    assert literal | ranked | slots <= set(causes.CAUSES), sorted((literal | ranked | slots) - set(causes.CAUSES))
+    written = set(re.findall(r'"([a-z0-9-]+)"', sources.replace(Path(causes.__file__).read_text(), "")))
+    written |= set(re.findall(r'mark\("([a-z0-9-]+)"\)', Path(causes.__file__).read_text()))  # placements
+    assert set(causes.CAUSES) <= written | ranked | slots, sorted(set(causes.CAUSES) - (written | ranked | slots))
+
+
+UPDATE_INPUTS = ({"weights": np.zeros(2), "momentum": np.ones(2)}, np.ones(2), 0.03, 0.8, 4)
 
 
 def check_cli(tmp_path, spec, stage) -> tuple[int, dict]:
@@ -936,7 +978,7 @@ def test_mistake_is_caught_at_its_stage_with_its_diagnosis(mistake):
         assert "fresh_process_resume" in failed and "in a fresh interpreter" in failed["fresh_process_resume"].diagnosis
     assert {r.stage for r in results} == {stage}
     for phrase in phrases:
-        assert phrase in failed[check].diagnosis, failed[check]
+        assert said(failed[check], phrase), failed[check]
     assert failed[check].expected != failed[check].observed
     for other, phrase in ALSO.get(mistake, {}).items():
         assert other in failed and phrase in failed[other].diagnosis, (other, failed.get(other))

@@ -24,6 +24,7 @@ import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.wire as wire
 from shardlab import errors
+from shardlab.checker import causes as known_causes
 from shardlab.checker.common import (
     CheckFailed,
     batch_arrays,
@@ -156,7 +157,7 @@ def new_result_each_call(ctx, name: str, *args, rule: str) -> None:
         f"{name} handed out again the object an earlier call returned (kept between calls, a cache of results), so "
         f"an entry its caller added to the first result is in the second: a caller that edits one {name} result "
         f"changes every later one -> return a new dict from every call (a cache, if any, of immutable parts, "
-        f"copied out: dict(kept))" + formulas.mark(rule),
+        f"copied out: dict(kept))" + formulas.mark(rule, cause="result-handed-out-again"),
     )
 
 
@@ -228,7 +229,8 @@ def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
         wrong,
         f"{what} is not placed as {spec}"
         + (f": {wrong}" if "the mesh given" in (wrong or "") else "")
-        + (formulas.mark(rule) if rule else ""),
+        + (formulas.mark(rule) if rule else "")
+        + known_causes.placement(wrong),
     )
 
 

@@ -200,7 +200,8 @@ def gradient_independent_of_device_count(ctx):
         not wrong,
         {d: 1.0 for d in verdicts},
         ratios,
-        f"|gradient| / |NumPy gradient| per device count: the gradient {trend} (wrong on {wrong} device(s)); {why}",
+        f"|gradient| / |NumPy gradient| per device count: the gradient {trend} (wrong on {wrong} device(s)); {why}"
+        + formulas.mark(cause="grows-with-devices" if trend == "grows with device count" else None),
     )
 
 
@@ -240,6 +241,7 @@ def count_is_exact_on_a_large_batch(ctx):
         f"{LARGE_COUNT:,} valid rows"
         + (f" ({' or '.join(named)} make {LARGE_COUNT:,} of that)" if named else "")
         + " -> count the valid rows in float32 (or int32) and divide by that count"
+        + formulas.mark(cause="narrow-count")
         if got_loss and np.isfinite(used) and abs(used - LARGE_COUNT) >= 0.5
         else "no known cause"
     )
@@ -301,7 +303,7 @@ def consecutive_updates(ctx):
             continue
         if wrong == ["loss"] and close(loss, want["post_loss"]):
             why = "the loss equals the loss after the update -> report the loss before the update" + formulas.mark(
-                "loss-before-update"
+                "loss-before-update", cause="after-update"
             )
         elif wrong == ["loss"]:
             formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
@@ -324,7 +326,7 @@ def consecutive_updates(ctx):
             why = (
                 f"{head}: {fitted}; the course's is v <- {DECAY}*v + g, w <- w - "
                 f"{LEARNING_RATE}*v on the global gradient, after the psum (or the weights were updated before the "
-                "loss was taken)" + formulas.mark("momentum")
+                "loss was taken)" + formulas.mark("momentum", cause="update-diverges")
             )
         expect(False, {k: want[k] for k in wrong}, {k: got[k] for k in wrong}, f"update {number}, {wrong}: {why}")
     _edge_hyperparameters(ctx)
@@ -363,7 +365,8 @@ def _edge_hyperparameters(ctx) -> None:
         f"make_step(learning_rate={EDGE['learning_rate']:.3g}, decay={EDGE['decay']:.9g}), both inside what Config "
         f"accepts (learning rate in (0, 10), decay in [0, 1)), from zero weights, momentum 1 and a zero gradient: "
         f"the outputs follow decay {used_decay:.9g} and learning rate {used_rate:.3g} -> apply the learning rate and "
-        "decay make_step was given as they are, with no floor, clamp or range of your own" + formulas.mark("momentum"),
+        "decay make_step was given as they are, with no floor, clamp or range of your own"
+        + formulas.mark("momentum", cause="hyperparameters-altered"),
     )
 
 
@@ -388,7 +391,8 @@ def _made_with_types_config_accepts(ctx):
                 f"{type(exc).__name__}: {exc}"[:300],
                 f"make_step(mesh, {shown}) raised {type(exc).__name__}, but Config accepts these values: a learning "
                 "rate or decay may be a Python int or float or a NumPy scalar -> take any number Config accepts "
-                "(float(value) reads each of them exactly), with no type test of your own" + formulas.mark("momentum"),
+                "(float(value) reads each of them exactly), with no type test of your own"
+                + formulas.mark("momentum", cause="hyperparameter-types-refused"),
             )
     return step
 
@@ -404,6 +408,7 @@ def loss_is_taken_before_the_update(ctx):
         why = (
             "it equals the loss after the update -> the loss reported for a step is the loss before that step's "
             "update (weights updated before the loss was taken)"
+            + formulas.mark("loss-before-update", cause="after-update")
         )
     else:
         formula = formulas.explain_loss(loss, *host[:4], ctx.mesh.size)
@@ -426,7 +431,8 @@ def step_is_sharded(ctx):
         ">= 1 all_reduce (the straightforward design has 3: count, gradient and loss numerators)",
         found,
         "no all_reduce in the lowered step -> the step is not sharded: wrap the body in jax.shard_map over 'data' "
-        "and psum the count and numerators (a global jit hides the reduction from the lesson)",
+        "and psum the count and numerators (a global jit hides the reduction from the lesson)"
+        + formulas.mark(cause="not-sharded"),
     )
 
 
@@ -468,7 +474,9 @@ def transition_is_one_batch_and_one_update(ctx):
         wanted = {"step": int(state["step"]) + 1, "cursor": int(sampled["cursor"])}
         increment = counters["step"] - int(state["step"])
         if increment == len(batch.ids) != 1:
-            why = f"step grew by {increment}, the number of ids -> step counts optimiser updates, not examples"
+            why = f"step grew by {increment}, the number of ids -> step counts optimiser updates, not examples" + (
+                formulas.mark(cause="step-counts-examples")
+            )
         elif increment != 1:
             why = f"step grew by {increment} -> the transition increments step exactly once per update"
         elif counters["cursor"] != wanted["cursor"] or not np.array_equal(ids, batch.ids):
@@ -521,7 +529,7 @@ def transition_leaves_its_input_intact(ctx):
                 wire.learner_error(exc, 200),
                 f"the input state's {name} was deleted by the step: its buffer was donated (donate_argnums) -> "
                 "do not donate the weights or momentum; the caller may still hold the old state (to compare, "
-                "retry or save it)",
+                "retry or save it)" + formulas.mark(cause="donated-buffer"),
             )
         expect(
             np.array_equal(now, value),
@@ -635,10 +643,13 @@ def _host_float(loss) -> str | None:
     A NumPy float32 or a 0-d array prints like a float but is not one: json.dumps refuses it.
     """
     if isinstance(loss, jax.Array):
-        return f"the loss is a {type(loss).__name__} (a device array), not a host float"
+        return f"the loss is a {type(loss).__name__} (a device array), not a host float" + formulas.mark(
+            cause="loss-on-device"
+        )
     if not isinstance(loss, float):
         return (
             f"the loss is a {type(loss).__module__}.{type(loss).__name__}, not a Python float (json.dumps refuses it)"
+            + formulas.mark(cause="loss-not-python-float")
         )
     return None
 

@@ -19,6 +19,7 @@ import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
 import shardlab.checker.wire as wire
 from shardlab import errors
+from shardlab.checker import causes as known_causes
 from shardlab.checker.common import (
     CheckFailed,
     attempt,
@@ -235,7 +236,12 @@ def restore_returns_every_field(ctx):
     expect(*dtypes_verdict(state, restored, "restore of the saved state"))
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
-        expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
+        expect(
+            wrong is None,
+            "NamedSharding(mesh, P())",
+            wrong,
+            f"rebuild the replicated placement of {name}" + known_causes.placement(wrong),
+        )
     _restores_written_another_way(ctx, path, state, contract)
     _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
     _called_from_another_thread(ctx, path, state, contract)
