@@ -333,6 +333,11 @@ MISTAKES = {
         "count_is_exact_on_a_large_batch",
         ["cause:narrow-count", "a division by 32,768.0", "32,784 valid rows", "bfloat16"],
     ),
+    "count_plus_epsilon": (
+        2,
+        "count_is_exact_on_a_large_batch",
+        ["cause:count-offset", "divided by 1.00000092, not by the count 1"],
+    ),
     "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
     "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
     "contract_samples_large_data": (

@@ -83,6 +83,7 @@ CAUSES = {
     "hyperparameter-types-refused": "a learning rate or decay Config accepts refused for its type",
     "grows-with-devices": "a gradient that grows with the device count",
     "narrow-count": "the valid rows counted in a narrow type",
+    "count-offset": "a division by the count plus an epsilon, not by the count",
     "not-sharded": "a step with no all_reduce",
     "step-counts-examples": "step increased by the number of ids",
     "donated-buffer": "the caller's buffers donated",
