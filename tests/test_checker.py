@@ -338,6 +338,11 @@ MISTAKES = {
         "count_is_exact_on_a_large_batch",
         ["cause:count-offset", "divided by 1.00000092, not by the count 1"],
     ),
+    "restore_compares_floats_closely": (
+        3,
+        "restore_refuses_another_experiment",
+        ["cause:contract-compared-loosely", "learning_rate: 0.03 -> the next float64 0.030000000000000002"],
+    ),
     "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
     "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
     "contract_samples_large_data": (

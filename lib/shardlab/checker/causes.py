@@ -89,6 +89,8 @@ CAUSES = {
     "donated-buffer": "the caller's buffers donated",
     "loss-on-device": "the loss returned as a device array",
     "loss-not-python-float": "the loss returned as a NumPy scalar or array, not a Python float",
+    # stage 3: contract, save and restore
+    "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 
 

@@ -37,7 +37,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.formulas import mark
 from shardlab.checker.probes import probe
-from shardlab.checker.properties import dtypes_verdict
+from shardlab.checker.properties import OTHER_EXPERIMENT, dtypes_verdict
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
@@ -538,8 +538,9 @@ def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
 
 
 def restore_refuses_another_experiment(ctx):
-    """restore raises for a checkpoint of another batch size or other data."""
-    path, _, _ = _saved(ctx, "other")
+    """restore raises for a checkpoint of another batch size or other data, and refuses its own checkpoint given an
+    expected contract one entry of which is moved by the least its type allows (`nearest_contracts`)."""
+    path, _, saved = _saved(ctx, "other")
     features = ctx.data.features.copy()
     features[3, 2] -= 1.0
     others = {
@@ -550,7 +551,77 @@ def restore_refuses_another_experiment(ctx):
     for what, contract in others.items():
         raised, got = _refused(lambda contract=contract: _restore(ctx, path, contract))
         expect(raised, "an error naming the mismatch", got, _accepted_other(ctx, what, contract, own))
-    return "refused", "refused"
+    accepted = {}
+    for what, contract in nearest_contracts(saved).items():
+        try:
+            _restore(ctx, path, contract)
+        except (NotImplementedError, CheckFailed):
+            raise
+        except OTHER_EXPERIMENT:  # a moved entry may leave the contract malformed (num_features != its shape's)
+            continue
+        except Exception as exc:
+            accepted[what] = wire.learner_error(exc, 200)
+        else:
+            accepted[what] = "accepted (no error)"
+    expect(
+        not accepted,
+        {what: "ContractMismatchError (or CorruptCheckpointError: a malformed contract)" for what in accepted},
+        accepted,
+        f"restore of its own checkpoint, given the contract it was saved with but for one entry moved by the least "
+        f"that entry's type allows, did not refuse it as another experiment's: {', '.join(accepted)} -> two "
+        "contracts that differ in any entry, by however little, are two experiments: compare every entry with ==, "
+        "never within a tolerance (math.isclose, np.allclose, rounding) or in part (a prefix, a length)"
+        + mark("contract-first", cause="contract-compared-loosely"),
+    )
+    return "refused, also given its own contract with one entry moved by the least its type allows", "refused"
+
+
+NEAREST_LIMIT = 16  # entries of a contract moved one at a time (a contract of a few scalars and two shapes has ~12)
+
+
+def nearest_contracts(contract: dict) -> dict:
+    """What -> `contract` with one entry (nested ones included) moved by the least its type allows: a float to the
+    next float64 up, an integer by one, text by its last character. Every one is another experiment's contract."""
+    found = {}
+    for where, value in _leaves(contract, ()):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, float) and np.isfinite(value):
+            moved = float(np.nextafter(value, np.inf))
+            how = f"{value!r} -> the next float64 {moved!r}"
+        elif isinstance(value, int):
+            moved, how = value + 1, f"{value} -> {value + 1}"
+        elif isinstance(value, str) and value:
+            moved = value[:-1] + ("1" if value[-1] == "0" else "0")
+            how = "its last character changed"
+        else:
+            continue
+        found[f"{'/'.join(map(str, where))}: {how}"] = _replaced(contract, where, moved)
+        if len(found) == NEAREST_LIMIT:
+            break
+    return found
+
+
+def _leaves(value, where: tuple):
+    """(path of keys and indices, value) of every entry of nested dicts and lists."""
+    if isinstance(value, dict):
+        for key in value:
+            yield from _leaves(value[key], (*where, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaves(item, (*where, index))
+    else:
+        yield where, value
+
+
+def _replaced(value, where: tuple, moved):
+    """A copy of nested dicts and lists `value` with the entry at `where` replaced by `moved`."""
+    if not where:
+        return moved
+    head, rest = where[0], where[1:]
+    if isinstance(value, dict):
+        return {key: _replaced(item, rest, moved) if key == head else item for key, item in value.items()}
+    return [_replaced(item, rest, moved) if index == head else item for index, item in enumerate(value)]
 
 
 def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
