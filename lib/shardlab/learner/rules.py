@@ -211,7 +211,8 @@ RULES = (
         "exact-path",
         "save",
         "the checkpoint is written at exactly the path given (any name, spaces at its ends, non-ASCII letters and "
-        "$, % or ~ included: no .npz added, nothing stripped, expanded or normalised) and that path is returned, "
+        "$, % or ~ included, that leaves room under the file system's longest name for a temporary's suffix: no .npz "
+        "added, nothing stripped, expanded or normalised) and that path is returned, "
         "as given or in its absolute form; save never changes the process's working directory and works called "
         "from any thread (a background checkpointer's: no signal handlers, which only the main thread may set)",
         ("random_restore_damage", "save_syncs_before_publishing", "restore_returns_every_field"),

@@ -154,9 +154,10 @@ def save(path, state: dict, contract_: dict) -> str:
     Rules:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends, non-ASCII
-      letters and $, % or ~ included: no .npz added, nothing stripped, expanded or normalised) and that path is
-      returned, as given or in its absolute form; save never changes the process's working directory and works called
-      from any thread (a background checkpointer's: no signal handlers, which only the main thread may set).
+      letters and $, % or ~ included, that leaves room under the file system's longest name for a temporary's suffix: no
+      .npz added, nothing stripped, expanded or normalised) and that path is returned, as given or in its absolute form;
+      save never changes the process's working directory and works called from any thread (a background checkpointer's:
+      no signal handlers, which only the main thread may set).
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
