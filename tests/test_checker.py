@@ -343,6 +343,11 @@ MISTAKES = {
         "restore_refuses_another_experiment",
         ["cause:contract-compared-loosely", "learning_rate: 0.03 -> the next float64 0.030000000000000002"],
     ),
+    "contract_float32_hyperparameters": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:hyperparameter-float64-merged", "['learning rate (the next float64)', 'decay (the next float64)']"],
+    ),
     "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
     "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
     "contract_samples_large_data": (
@@ -927,6 +932,7 @@ SLOW_MISTAKES = {
     *("restore_reads_a_pattern", "save_strips_trailing_separator", "save_backslash_as_separator"),
     *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
     *("restore_order_in_the_files_width", "restore_counters_as_numpy_scalars"),
+    *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
 }
 
 

@@ -90,6 +90,10 @@ CAUSES = {
     "loss-on-device": "the loss returned as a device array",
     "loss-not-python-float": "the loss returned as a NumPy scalar or array, not a Python float",
     # stage 3: contract, save and restore
+    "hyperparameter-float64-merged": "a contract that keeps a learning rate or decay coarser than its float64",
+    "hyperparameter-rounded": "a contract that rounds a learning rate or decay (one float32 step merged)",
+    "contract-ignores-data": "a contract alike for data that differ (bytes, shapes, order, size)",
+    "contract-ignores-setting": "a contract alike for another seed, batch size or device count",
     "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 

@@ -1177,6 +1177,13 @@ def contract_variants(case: Case) -> dict:
         "batch size": (data, _config(case, batch_size=case.batch + 1)),
         "learning rate (x(1 + 2^-20))": (data, _config(case, learning_rate=case.learning_rate * (1 + step))),
         "decay (+-2^-20)": (data, _config(case, decay=case.decay + step if case.decay < 0.5 else case.decay - step)),
+        # Config holds them as Python floats: the next float64 is another learning rate (an entry kept as a float32
+        # merges the two)
+        "learning rate (the next float64)": (
+            data,
+            _config(case, learning_rate=float(np.nextafter(case.learning_rate, np.inf))),
+        ),
+        "decay (the next float64)": (data, _config(case, decay=float(np.nextafter(case.decay, np.inf)))),
         "device count": (data, _config(case, num_devices=case.devices % 4 + 1)),
         "rows": (
             data_for(other_rows) if not case.fixture else Dataset(data.features[:-1], data.targets[:-1]),
@@ -1502,9 +1509,18 @@ def contract_tells_apart(ctx, case: Case) -> None:
             + formulas.mark(
                 *(["contract-exact"] if any(w.startswith(("learning rate", "decay")) for w in ignored) else []),
                 *(["contract-pins"] if any(not w.startswith(("learning rate", "decay")) for w in ignored) else []),
-            ),
+            )
+            + "".join(known_causes.mark(_ignored_cause(what)) for what in ignored),
             tuple(asked.get(what, what) for what in ignored),
         )
+
+
+def _ignored_cause(what: str) -> str:
+    """The cause id of a contract that gives two experiments differing in `what` (a contract_variants label) alike."""
+    if what.startswith(("learning rate", "decay")):
+        return "hyperparameter-float64-merged" if "float64" in what else "hyperparameter-rounded"
+    settings = what in ("seed", "batch size", "device count") or what.startswith("seed and batch size")
+    return "contract-ignores-setting" if settings else "contract-ignores-data"
 
 
 def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:

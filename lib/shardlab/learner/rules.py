@@ -186,7 +186,8 @@ RULES = (
     Rule(
         "contract-exact",
         "contract",
-        "every entry is exact: a learning rate or decay one float32 step apart is another experiment",
+        "every entry is exact: a learning rate or decay one float64 step apart (the next Python float) is another "
+        "experiment",
         ("random_contract_tells_apart",),
         why=(
             "Why: a learning rate rounded to six digits, or stored as a rounded decimal, makes two runs whose "

@@ -141,7 +141,8 @@ def contract(data, config: Config) -> dict:
     - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes,
       dtypes and every byte of the data, read again at every call (arrays changed in place since an earlier call
       included).
-    - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another experiment.
+    - rule:contract-exact: every entry is exact: a learning rate or decay one float64 step apart (the next Python float)
+      is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
       path), a new dict at every call.
     """
