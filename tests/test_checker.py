@@ -698,7 +698,12 @@ MISTAKES = {
     "save_cleans_up_on_exception_only": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["raised KeyboardInterrupt and left", "except BaseException"],
+        ["cause:cleanup-misses-base-exceptions", "raised KeyboardInterrupt and left"],
+    ),
+    "save_cleans_up_on_the_interrupts_it_names": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["cause:cleanup-misses-base-exceptions", "raised ProcessEnding and left ['new', 'new/deeper'"],
     ),
     "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
     "save_fsync_only_small": (
@@ -933,6 +938,7 @@ SLOW_MISTAKES = {
     *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
     *("restore_order_in_the_files_width", "restore_counters_as_numpy_scalars"),
     *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
+    "save_cleans_up_on_the_interrupts_it_names",
 }
 
 

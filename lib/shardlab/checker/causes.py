@@ -94,6 +94,7 @@ CAUSES = {
     "hyperparameter-rounded": "a contract that rounds a learning rate or decay (one float32 step merged)",
     "contract-ignores-data": "a contract alike for data that differ (bytes, shapes, order, size)",
     "contract-ignores-setting": "a contract alike for another seed, batch size or device count",
+    "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
     "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 

@@ -805,9 +805,11 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             else ""
         )
         + (
-            " (Ctrl-C raises KeyboardInterrupt, which `except Exception` lets through: clean up in finally or "
-            "except BaseException)"
-            if any("KeyboardInterrupt" in what for what in wrong)
+            " (Ctrl-C raises KeyboardInterrupt, and a process told to end another BaseException, as a SIGTERM "
+            "handler's sys.exit raises SystemExit: `except Exception` lets them through, and a list of the ones you "
+            "thought of lets the others through: clean up in finally or except BaseException)"
+            + mark(cause="cleanup-misses-base-exceptions")
+            if any("KeyboardInterrupt" in what or ENDING in what for what in wrong)
             else ""
         )
         + mark("new-temp-name"),
@@ -851,6 +853,9 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     return wrong
 
 
+ENDING = f"{interrupt.ProcessEnding.__name__}, a BaseException as SystemExit is"
+
+
 def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, contract: dict) -> dict:
     """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted by Ctrl-C) and the
     first publication (failed) of one uninterrupted save into
@@ -869,8 +874,10 @@ def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, cont
         if found:
             kind = operations[found[0] - 1].split(" ", 1)[0]
             points[f"{what} (its {kind} raises ENOSPC)"] = found[0], "fail"
-            if kind == "write":  # Ctrl-C there raises KeyboardInterrupt, which `except Exception` lets through
+            if kind == "write":  # Ctrl-C there raises KeyboardInterrupt, which `except Exception` lets through, and
+                # a process told to end another BaseException, which `except (Exception, KeyboardInterrupt)` does too
                 points["Ctrl-C is pressed at its first write (KeyboardInterrupt)"] = found[0], "ctrl-c"
+                points[f"the process is told to end at its first write ({ENDING})"] = found[0], "exit"
     return points
 
 
