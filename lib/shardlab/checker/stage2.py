@@ -39,7 +39,6 @@ from shardlab.checker.properties import (
 )
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.core.devices import make_mesh
-from shardlab.core.fixtures import Dataset
 from shardlab.core.update import count_all_reduce
 from shardlab.verify import oracle
 
@@ -254,53 +253,75 @@ def count_is_exact_on_a_large_batch(ctx):
     )
     _exact_where_the_mean_is_exact(ctx)
     return (
-        f"NumPy's loss and gradient on {LARGE_COUNT:,} rows; exactly NumPy's on {list(EXACT_ROWS)} rows",
+        f"NumPy's loss and gradient on {LARGE_COUNT:,} rows; exactly NumPy's on {len(EXACT_BATCHES) * EXACT_DRAWS} "
+        "batches of small integer data whose count is a power of two",
         "equal",
     )
 
 
-# Valid rows whose count is a power of two, on the four-device mesh (4, 4 and 8 slots: shapes the other checks of
-# this stage compile). On small integer data every product and sum of the course's formula is an integer below 2^24
-# and the division by such a count only moves the binary point, so the global masked mean is a float32 number and
-# every correct order of the course's operations (a psum of numerators, a pmean of shares, a product by 1/N) gives
-# it exactly: any difference, however small, is a division by something other than the count.
-EXACT_ROWS = (1, 2, 8)
+# (devices, slots, valid rows): counts and slots per device that are powers of two (a mean over a device's slots, then
+# over the devices, is exact then too), 4 and 8 slots on the four devices (shapes the other checks of this stage
+# compile) and 8 on one device (one compilation more: a loss numerator that rounds shows there), padding after. On
+# small integer data every product and sum of the course's formula is an integer below 2^24 and the division by such
+# a count only moves the binary point, so the global masked mean is a float32 number and every correct order of the
+# course's operations (a psum of numerators, a pmean of shares, a product by 1/N) gives it exactly: any difference,
+# however small, is a division by something other than the count or a numerator that rounds.
+EXACT_BATCHES = ((4, 4, 1), (4, 4, 2), (4, 4, 4), (4, 8, 8), (1, 8, 1), (1, 8, 2), (1, 8, 4), (1, 8, 8))
+EXACT_DRAWS = 2  # data drawn per batch: a rounding that happens to land on the exact value rarely does twice
+
+
+def _exact_batch_of(rng, width: int, slots: int, rows: int):
+    """(host features, targets, mask, weights): `rows` valid rows of small integer data, none with a zero residual,
+    then padding up to `slots`."""
+    features = rng.integers(-16, 17, size=(slots, width)).astype(np.float32)
+    weights = rng.integers(-3, 4, size=width).astype(np.float32)
+    offsets = rng.integers(1, 9, size=slots) * rng.choice([-1, 1], size=slots)  # no residual is zero
+    targets = (features.astype(np.float64) @ weights + offsets).astype(np.float32)
+    mask = (np.arange(slots) < rows).astype(np.float32)
+    return features, targets, mask, weights
 
 
 def _exact_where_the_mean_is_exact(ctx) -> None:
-    """Loss and gradient on EXACT_ROWS rows of small integer data equal NumPy's exactly (no tolerance: nothing
-    rounds); a division by the count plus an epsilon, or by a count made in a narrow type, is named with the divisor
-    read off the outputs."""
-    width, mesh = ctx.data.features.shape[1], ctx.mesh
-    for rows in EXACT_ROWS:
-        rng = np.random.default_rng([rows, width, 2])
-        features = rng.integers(-16, 17, size=(rows, width)).astype(np.float32)
-        weights = rng.integers(-3, 4, size=width).astype(np.float32)
-        offsets = rng.integers(1, 9, size=rows) * rng.choice([-1, 1], size=rows)  # no residual is zero
-        targets = (features.astype(np.float64) @ weights + offsets).astype(np.float32)
-        host_batch = batch_arrays(Dataset(features, targets), np.arange(rows), mesh.size)
+    """Loss and gradient on EXACT_BATCHES of small integer data equal NumPy's exactly (no tolerance: nothing rounds);
+    a division by the count plus an epsilon, or by a count made in a narrow type, is named with the divisor read off
+    the outputs."""
+    width = ctx.data.features.shape[1]
+    for (devices, slots, rows), draw in ((b, d) for b in EXACT_BATCHES for d in range(EXACT_DRAWS)):
+        mesh = ctx.mesh if devices == ctx.mesh.size else make_mesh(devices)
+        *host_batch, weights = _exact_batch_of(np.random.default_rng([slots, rows, width, draw]), width, slots, rows)
         count, grad_num, loss_num = oracle.masked_sums(*host_batch, weights)
         want = {"loss": loss_num / count, "grad": grad_num / count}
-        outputs = host_outputs(cached_step(ctx)(*placed(mesh, *host_batch, weights, np.zeros(width, np.float32))))
+        step = cached_step(ctx, devices)
+        outputs = host_outputs(step(*placed(mesh, *host_batch, weights, np.zeros(width, np.float32))))
         got = {"loss": float(outputs["loss"]), "grad": np.asarray(outputs["grad"], np.float64)}
         if got["loss"] == want["loss"] and np.array_equal(got["grad"], want["grad"]):
             continue
         divisor = loss_num / got["loss"] if got["loss"] else float("inf")
-        by_divisor = np.isfinite(divisor) and close(got["grad"], grad_num / divisor) and divisor != count
-        why = (
-            f"the outputs are the numerators divided by {divisor:.9g}, not by the count {count:g}: something was "
-            "added to the count or it was rounded (an epsilon 'against division by zero': a batch holds at least "
-            "one valid row, so the count is never 0) -> divide both numerators by the global count itself"
-            + formulas.mark("global-mean", cause="count-offset")
-            if by_divisor
-            else "they differ from the global masked mean by more than nothing, where nothing rounds -> sum the "
-            "masked numerators over the devices and divide once by the global count" + formulas.mark("global-mean")
-        )
+        grad_exact = np.array_equal(got["grad"], want["grad"])
+        by_divisor = np.isfinite(divisor) and not grad_exact and close(got["grad"], grad_num / divisor)
+        if by_divisor and divisor != count:
+            why = (
+                f"the outputs are the numerators divided by {divisor:.9g}, not by the count {count:g}: something was "
+                "added to the count or it was rounded (an epsilon 'against division by zero': a batch holds at least "
+                "one valid row, so the count is never 0) -> divide both numerators by the global count itself"
+                + formulas.mark("global-mean", cause="count-offset")
+            )
+        elif grad_exact:
+            why = (
+                f"the gradient is exact but the loss is {got['loss']!r}, not {want['loss']!r}: the loss numerator "
+                "itself rounds (a norm squared, a square root, a narrower type) -> sum the squared masked residuals"
+                + formulas.mark("global-mean", cause="loss-numerator-rounds")
+            )
+        else:
+            why = (
+                "they differ from the global masked mean by more than nothing, where nothing rounds -> sum the masked "
+                "numerators over the devices and divide once by the global count" + formulas.mark("global-mean")
+            )
         expect(
             False,
             want,
             got,
-            f"{rows} valid row(s) of small integer data, {oracle.device_counts(rows, mesh.size)} per device: the "
+            f"{rows} valid row(s) of small integer data in {slots} slots on {devices} device(s): the "
             "global masked mean is a float32 number here (integer sums, a count that is a power of two), which "
             f"every correct order of the course's operations gives exactly; {why}",
         )
