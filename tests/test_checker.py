@@ -336,7 +336,13 @@ MISTAKES = {
     "count_plus_epsilon": (
         2,
         "count_is_exact_on_a_large_batch",
-        ["cause:count-offset", "divided by 1.00000092, not by the count 1"],
+        ["cause:count-offset", "not by the count 1"],
+    ),
+    "loss_as_a_norm_squared": (2, "count_is_exact_on_a_large_batch", ["cause:loss-numerator-rounds", "on 1 device(s)"]),
+    "restore_touches_the_file": (
+        3,
+        "restore_returns_every_field",
+        ["cause:restore-touches-the-file", "run\\\\checkpoint.npz"],
     ),
     "restore_compares_floats_closely": (
         3,
@@ -938,7 +944,7 @@ SLOW_MISTAKES = {
     *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
     *("restore_order_in_the_files_width", "restore_counters_as_numpy_scalars"),
     *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
-    "save_cleans_up_on_the_interrupts_it_names",
+    *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file"),
 }
 
 

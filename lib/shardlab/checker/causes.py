@@ -84,6 +84,7 @@ CAUSES = {
     "grows-with-devices": "a gradient that grows with the device count",
     "narrow-count": "the valid rows counted in a narrow type",
     "count-offset": "a division by the count plus an epsilon, not by the count",
+    "loss-numerator-rounds": "a loss numerator that rounds where the sum of squared residuals is exact",
     "not-sharded": "a step with no all_reduce",
     "step-counts-examples": "step increased by the number of ids",
     "donated-buffer": "the caller's buffers donated",
@@ -95,6 +96,7 @@ CAUSES = {
     "contract-ignores-data": "a contract alike for data that differ (bytes, shapes, order, size)",
     "contract-ignores-setting": "a contract alike for another seed, batch size or device count",
     "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
+    "restore-touches-the-file": "restore changes the checkpoint it reads (bytes, modification time, permissions)",
     "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 

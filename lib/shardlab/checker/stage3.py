@@ -301,9 +301,15 @@ def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:
             if running
             else ""
         )
-        + f" changed {moved} -> restore only reads: it "
-        "removes no temporary (another thread's save is writing it; only a save clears temporaries, and only "
-        "those whose writer process is gone)" + mark("restore-inputs-intact"),
+        + f" changed {moved} -> restore only reads: "
+        + (
+            "it changes nothing of the checkpoint it reads, not its bytes, nor its modification time or permissions "
+            "(no os.utime, os.chmod or write: a retention policy's bookkeeping belongs elsewhere)"
+            + mark("restore-inputs-intact", cause="restore-touches-the-file")
+            if os.path.basename(path) in moved
+            else "it removes no temporary (another thread's save is writing it; only a save clears temporaries, and "
+            "only those whose writer process is gone)" + mark("restore-inputs-intact")
+        ),
     )
 
 
