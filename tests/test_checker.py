@@ -344,6 +344,11 @@ MISTAKES = {
         "restore_returns_every_field",
         ["cause:restore-touches-the-file", "run\\\\checkpoint.npz"],
     ),
+    "save_normalises_the_counters": (
+        3,
+        "checkpoint_holds_every_field",
+        ["cause:save-changes-its-inputs", "state['cursor'] was int64 np.int64(7), now int 7"],
+    ),
     "restore_compares_floats_closely": (
         3,
         "restore_refuses_another_experiment",
@@ -944,7 +949,7 @@ SLOW_MISTAKES = {
     *("restore_clears_temporaries", "save_temp_named_by_state_id", "restore_backslash_as_separator"),
     *("restore_order_in_the_files_width", "restore_counters_as_numpy_scalars"),
     *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
-    *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file"),
+    *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file", "save_normalises_the_counters"),
 }
 
 

@@ -97,6 +97,7 @@ CAUSES = {
     "contract-ignores-setting": "a contract alike for another seed, batch size or device count",
     "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
     "restore-touches-the-file": "restore changes the checkpoint it reads (bytes, modification time, permissions)",
+    "save-changes-its-inputs": "save assigns into the state it is given (an entry normalised or replaced)",
     "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 

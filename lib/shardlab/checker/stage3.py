@@ -212,11 +212,52 @@ def checkpoint_holds_every_field(ctx):
     restored, error = _restored(ctx, path, contract)
     missing = [name for name in _differ(restored, state) if not _held(members, state[name])]
     hint = " (momentum is optimiser history: it cannot be rebuilt)" if "momentum" in missing else ""
-    return expect(
+    expect(
         not missing,
         f"{list(FIELDS)}, each given back by restore or held by a member",
         f"no member holds {missing}; members {sorted(members)}" + (f"; restore raised {error}" if error else ""),
         f"the checkpoint lacks {missing}{hint} -> save all six fields",
+    )
+    _saved_in_another_form(ctx, state, contract)
+    return (
+        f"{list(FIELDS)}, each given back by restore or held by a member, also saved from a state written another way",
+        "as expected",
+    )
+
+
+def _saved_in_another_form(ctx, state: dict, contract: dict) -> None:
+    """save of the same state written another way, as another correct sampler or a restore may hand it over: cursor
+    and step as NumPy int64 scalars, the order in the other integer width. save must leave that dict and its values
+    as they were (rule:save-inputs-intact: no entry normalised in place), and restore give back every value."""
+    order = host(state["order"])
+    other = {
+        **state,
+        "order": order.astype(np.int32 if order.dtype == np.int64 else np.int64),
+        "cursor": np.int64(int(host(state["cursor"]))),
+        "step": np.int64(int(host(state["step"]))),
+    }
+    folder = os.path.join(ctx.workdir, "another-form")
+    os.makedirs(folder)
+    path, before = os.path.join(folder, "checkpoint.npz"), fingerprint(other)
+    error = attempt(lambda: ctx.impl.save(path, other, contract))[1]
+    changed = changed_inputs([before], [fingerprint(other)], ["state"])
+    expect(
+        not changed,
+        "the state as the caller passed it",
+        changed,
+        f"save changed the state it was given ({'; '.join(changed)}), a state whose cursor and step are NumPy "
+        f"integers and whose order is {other['order'].dtype}, as another sampler's may be -> read the fields into "
+        "variables of your own, never assign into the state (a caller keeps using it)"
+        + mark("save-inputs-intact", cause="save-changes-its-inputs"),
+    )
+    restored, refused = _restored(ctx, path, contract) if not error else ({}, "")
+    expect(
+        not error and not refused and not _differ(restored, other),
+        "every value as saved",
+        {"save": error} if error else {"restore": refused} if refused else {"differ": _differ(restored, other)},
+        f"a state whose cursor and step are NumPy integers and whose order is {other['order'].dtype}, as another "
+        "sampler's may be, was not saved and restored whole -> take any integer form of a field a state may hold"
+        + mark("exact-resume"),
     )
 
 
