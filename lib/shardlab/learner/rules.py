@@ -334,7 +334,7 @@ RULES = (
         "exact-resume",
         "restore",
         "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included, "
-        "the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor "
+        "the order in the integer dtype your own states hold, whatever width the file stores it in, and a cursor "
         "or step held as a Python int as a Python int) and "
         "the step at any count a run reaches (a run of a few hundred epochs on 65,537 rows in batches of 1 passes "
         "2**24; a signed 32-bit integer holds every count a course run reaches), weights and momentum replicated on "

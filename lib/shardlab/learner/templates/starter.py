@@ -198,7 +198,7 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key
-      included, the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor
+      included, the order in the integer dtype your own states hold, whatever width the file stores it in, and a cursor
       or step held as a Python int as a Python int) and the step at any count a run reaches (a run of a few hundred
       epochs on 65,537 rows in batches of 1 passes 2**24; a signed 32-bit integer holds every count a course run
       reaches), weights and momentum replicated on the mesh given, so the run continues as the uninterrupted one, in
