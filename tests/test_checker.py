@@ -349,6 +349,7 @@ MISTAKES = {
         "checkpoint_holds_every_field",
         ["cause:save-changes-its-inputs", "state['cursor'] was int64 np.int64(7), now int 7"],
     ),
+    "transition_rounds_the_loss": (2, "transition_is_one_batch_and_one_update", ["cause:loss-altered", "transition 1"]),
     "restore_compares_floats_closely": (
         3,
         "restore_refuses_another_experiment",

@@ -89,6 +89,7 @@ CAUSES = {
     "step-counts-examples": "step increased by the number of ids",
     "donated-buffer": "the caller's buffers donated",
     "loss-on-device": "the loss returned as a device array",
+    "loss-altered": "transition reports a loss other than the step's (rounded, recomputed)",
     "loss-not-python-float": "the loss returned as a NumPy scalar or array, not a Python float",
     # stage 3: contract, save and restore
     "hyperparameter-float64-merged": "a contract that keeps a learning rate or decay coarser than its float64",

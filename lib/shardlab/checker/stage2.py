@@ -583,8 +583,27 @@ def transition_is_one_batch_and_one_update(ctx):
                 {"loss": loss, "weights": np.asarray(new["weights"])},
                 f"transition {number}: {why}",
             )
+        _reports_the_steps_loss(ctx, number, step, batch, state, loss)
         state = new
-    return "5 transitions: step 1..5, NumPy weights", "equal"
+    return "5 transitions: step 1..5, NumPy weights, the step's own loss", "equal"
+
+
+def _reports_the_steps_loss(ctx, number: int, step, batch, state: dict, loss) -> None:
+    """The loss a transition reports is the one the step it was given returns on that batch and state, to the bit
+    (rule:one-update): the same compiled step on the same arrays gives the same float32, and float() of it is exact,
+    so a rounding "for the records" shows on any loss, not only on one smaller than a tolerance."""
+    try:
+        own = host_outputs(step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"]))
+    except RuntimeError:  # the transition donated the state's buffers: transition_leaves_its_input_intact says so
+        return
+    expect(
+        float(loss) == own["loss"],
+        f"the step's loss {own['loss']!r}",  # every digit: the report keeps eight of a number
+        f"{float(loss)!r}",
+        f"transition {number} reported the loss {float(loss)!r} where the step it was given returns {own['loss']!r} "
+        "on the same batch and state -> report the step's loss as it returns it, float(loss), unrounded (a small "
+        "loss rounded to a few decimals reads 0.0)" + formulas.mark("one-update", cause="loss-altered"),
+    )
 
 
 def transition_leaves_its_input_intact(ctx):

@@ -160,7 +160,8 @@ RULES = (
         "transition",
         "one transition is one next_batch and one call of the step it is given (never one it builds), on the "
         "batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; "
-        "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh",
+        "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh, and "
+        "the loss reported is the step's, unrounded",
         ("transition_is_one_batch_and_one_update", "random_transition_walk", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(

@@ -125,7 +125,7 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
     Rules:
     - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), on
       the batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; the new state holds the step's new
-      weights and momentum as it returns them, replicated on the mesh.
+      weights and momentum as it returns them, replicated on the mesh, and the loss reported is the step's, unrounded.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
       integer array.
