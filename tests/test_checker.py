@@ -350,6 +350,11 @@ MISTAKES = {
         ["cause:save-changes-its-inputs", "state['cursor'] was int64 np.int64(7), now int 7"],
     ),
     "transition_rounds_the_loss": (2, "transition_is_one_batch_and_one_update", ["cause:loss-altered", "transition 1"]),
+    "save_undoes_its_folders_with_removedirs": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["cause:removes-what-it-found", "in an empty folder that was there before", "removed ['found']"],
+    ),
     "restore_compares_floats_closely": (
         3,
         "restore_refuses_another_experiment",
@@ -523,7 +528,7 @@ MISTAKES = {
     "save_leaves_made_folders": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["two levels deep, and its first write fails", "left ['new', 'new/deeper']", "deepest first"],
+        ["two levels deep in an empty folder", "its first write fails", "left ['found/new', 'found/new/deeper']"],
     ),
     "save_part_written_outside_try": (
         3,
@@ -715,7 +720,7 @@ MISTAKES = {
     "save_cleans_up_on_the_interrupts_it_names": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["cause:cleanup-misses-base-exceptions", "raised ProcessEnding and left ['new', 'new/deeper'"],
+        ["cause:cleanup-misses-base-exceptions", "raised ProcessEnding and left ['found/new', 'found/new/deeper'"],
     ),
     "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
     "save_fsync_only_small": (
@@ -951,6 +956,7 @@ SLOW_MISTAKES = {
     *("restore_order_in_the_files_width", "restore_counters_as_numpy_scalars"),
     *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
     *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file", "save_normalises_the_counters"),
+    "save_undoes_its_folders_with_removedirs",
 }
 
 

@@ -99,6 +99,7 @@ CAUSES = {
     "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
     "restore-touches-the-file": "restore changes the checkpoint it reads (bytes, modification time, permissions)",
     "save-changes-its-inputs": "save assigns into the state it is given (an entry normalised or replaced)",
+    "removes-what-it-found": "a save that, undoing its work, removes a folder or file that was there before it",
     "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 

@@ -856,24 +856,36 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             "handler's sys.exit raises SystemExit: `except Exception` lets them through, and a list of the ones you "
             "thought of lets the others through: clean up in finally or except BaseException)"
             + mark(cause="cleanup-misses-base-exceptions")
-            if any("KeyboardInterrupt" in what or ENDING in what for what in wrong)
+            if _interrupts_only(wrong)
             else ""
         )
+        + (mark(cause="removes-what-it-found") if any("which were there before" in f for f in wrong.values()) else "")
         + mark("new-temp-name"),
     )
 
 
+def _interrupts_only(wrong: dict) -> bool:
+    """Whether a save interrupted at its first write (Ctrl-C, the process told to end) changed its folder where the
+    same save failing there with an OSError left it as it was: a clean-up that runs on some exceptions only."""
+    interrupted = [what for what in wrong if "KeyboardInterrupt" in what or ENDING in what]
+    return any(
+        f"{what.split(', and ')[0]}, and its first write fails (its write raises ENOSPC)" not in wrong
+        for what in interrupted
+    )
+
+
 def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
-    """{case: what it left}: saves into a folder two levels below the missing one `new`, and into an empty folder
-    `kept/inner` that was there before, in a forked child whose first write, and then whose publication (link,
-    rename or replace), raises OSError(ENOSPC) as a full disk does, and whose first write is interrupted by Ctrl-C
-    (KeyboardInterrupt). A write is any way the save writes bytes:
-    a file object's write, os.write, np.savez given a name or a handle. A save that raises must leave the tree
-    as it was: `new` gone, `kept/inner` still there; one that returns must have saved."""
+    """{case: what it left}: saves into a folder two levels below the missing one `new`, itself in an empty folder
+    `found` that was there before, and into an empty folder `kept/inner` that was there before, in a forked child
+    whose first write, and then whose publication (link, rename or replace), raises OSError(ENOSPC) as a full disk
+    does, and whose first write is interrupted by Ctrl-C (KeyboardInterrupt) or the process told to end. A write is
+    any way the save writes bytes: a file object's write, os.write, np.savez given a name or a handle. A save that
+    raises must leave the tree as it was: `new` gone, `found` and `kept/inner` still there (an undo that climbs
+    past the folders it made, as os.removedirs does, removes `found`); one that returns must have saved."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
-    layouts = {  # (folders below the case folder, whether they are there, empty, before the save)
-        "a missing folder two levels deep": (("new", "deeper"), False),
-        "an empty folder two levels deep that was there before": (("kept", "inner"), True),
+    layouts = {  # (folders below the case folder, how many of the first of them are there, empty, before the save)
+        "a missing folder two levels deep in an empty folder that was there before": (("found", "new", "deeper"), 1),
+        "an empty folder two levels deep that was there before": (("kept", "inner"), 2),
     }
     wrong = {}
     for layout, (below, there) in layouts.items():
@@ -881,8 +893,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
         for index, (point, (number, mode)) in enumerate(points.items()):
             what = f"{layout}, and {point}"
             folder = _with_an_earlier_file(os.path.join(base, f"{index}-{number}-{below[0]}"))
-            if there:
-                os.makedirs(os.path.join(folder, *below))
+            os.makedirs(os.path.join(folder, *below[:there]), exist_ok=True)
             path = os.path.join(folder, *below, "checkpoint.npz")
             before = arguments.disk(os.path.join(folder, "observed"))
             outcome = probe("interrupted_save", ctx.impl.save, number, mode, folder + ".json", (path, state, contract))
@@ -903,13 +914,13 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
 ENDING = f"{interrupt.ProcessEnding.__name__}, a BaseException as SystemExit is"
 
 
-def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, contract: dict) -> dict:
-    """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted by Ctrl-C) and the
-    first publication (failed) of one uninterrupted save into
-    the layout `below` (made first when `there`), in a folder of its own: a save that stops early in one
-    layout (one that makes no folder stops at its open in a missing one) still writes in the other."""
+def _failure_points(ctx, base: str, below: tuple, there: int, state: dict, contract: dict) -> dict:
+    """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted) and the first
+    publication (failed) of one uninterrupted save into the layout `below` (its first `there` folders made first),
+    in a folder of its own: a save that stops early in one layout (one that makes no folder stops at its open in a
+    missing one) still writes in the other."""
     folder = os.path.join(base, f"listing-{below[0]}")
-    os.makedirs(os.path.join(folder, *below) if there else folder)
+    os.makedirs(os.path.join(folder, *below[:there]))
     listed = _whole_save(ctx, folder + ".json", os.path.join(folder, *below, "checkpoint.npz"), state, contract)
     operations = listed.get("operations") or []
     points = {}
