@@ -123,13 +123,13 @@ MISTAKES = {
         ["cause:loss-not-python-float", "numpy.float32"],
     ),
     # stage 3: contract, save and restore
-    "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["lacks ['momentum']"]),
-    "contract_as_object": (3, "checkpoint_holds_every_field", ["no pickled objects"]),
-    "contract_ignores_data": (3, "contract_pins_the_experiment", ["the contract ignores ['data bytes']"]),
-    "restore_skips_contract": (3, "restore_refuses_another_experiment", ["compare the saved contract"]),
-    "save_overwrites": (3, "save_never_overwrites", ["save overwrote an existing checkpoint"]),
-    "restore_resets_cursor": (3, "restore_returns_every_field", ["restore reset the cursor"]),
-    "restore_resets_key": (3, "restore_returns_every_field", ["restore changed the key"]),
+    "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["cause:field-missing", "['momentum']"]),
+    "contract_as_object": (3, "checkpoint_holds_every_field", ["cause:pickled-member"]),
+    "contract_ignores_data": (3, "contract_pins_the_experiment", ["cause:contract-ignores-data", "['data bytes']"]),
+    "restore_skips_contract": (3, "restore_refuses_another_experiment", ["cause:contract-not-compared"]),
+    "save_overwrites": (3, "save_never_overwrites", ["cause:overwrites"]),
+    "restore_resets_cursor": (3, "restore_returns_every_field", ["cause:restore-resets-cursor"]),
+    "restore_resets_key": (3, "restore_returns_every_field", ["cause:restore-changes-key"]),
     "restore_keeps_numpy_weights": (3, "restore_returns_every_field", ["replicated placement of weights"]),
     "restore_order_in_the_files_width": (
         3,
@@ -146,17 +146,17 @@ MISTAKES = {
         "restore_refuses_damaged_checkpoints",
         ["'cursor -1'", "'cursor 24 (rows + 1)'", "'duplicate id in order'", "0 <= cursor <= rows"],
     ),
-    "save_leaves_temp": (3, "save_leaves_only_the_final_file", ["remove leftovers"]),
+    "save_leaves_temp": (3, "save_leaves_only_the_final_file", ["cause:leftovers"]),
     "save_temp_before_checking": (
         3,
         "save_errors_leave_the_folder_as_it_was",
         ["a state without weights: raised CorruptCheckpointError and left ['tmp", "before creating the temporary file"],
     ),
-    "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["left an incomplete file"]),
-    "save_naive_savez": (3, "save_syncs_before_publishing", ["no publication was observed", "in place"]),
-    "save_refuses_with_oserror": (3, "save_never_overwrites", ["not with the course's error"]),
+    "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["cause:written-in-place"]),
+    "save_naive_savez": (3, "save_syncs_before_publishing", ["cause:no-publication", "in place"]),
+    "save_refuses_with_oserror": (3, "save_never_overwrites", ["cause:refusal-not-the-courses"]),
     "restore_accepts_non_finite": (3, "restore_refuses_damaged_checkpoints", ["non-finite weights"]),
-    "save_replace_races": (3, "racing_saves_never_overwrite", ["both reported success", "os.replace"]),
+    "save_replace_races": (3, "racing_saves_never_overwrite", ["cause:check-then-replace"]),
     "save_removes_live_temporaries": (
         3,
         "racing_saves_never_overwrite",
@@ -165,7 +165,7 @@ MISTAKES = {
     "save_lock_in_memory": (
         3,
         "racing_saves_never_overwrite",
-        ["a second saver (another process)", "both reported success", "a lock held in one process's memory"],
+        ["a second saver (another process)", "cause:check-then-replace"],
     ),
     "save_fixed_temp_name": (
         3,
@@ -226,7 +226,7 @@ MISTAKES = {
     "save_temp_in_system_folder": (
         3,
         "save_syncs_before_publishing",
-        ["the save wrote its temporary file in", "write the temporary file in the target's own folder"],
+        ["cause:temporary-elsewhere"],
     ),
     "contract_rounds_to_ten_decimals": (
         3,
@@ -305,12 +305,12 @@ MISTAKES = {
     "save_fsync_before_write": (
         3,
         "save_syncs_before_publishing",
-        ["fsync came before the last write", "only then give it its final name"],
+        ["cause:fsync-before-last-write"],
     ),
     "save_publishes_before_fsync": (
         3,
         "save_syncs_before_publishing",
-        ["published its file before its bytes were on disk", "only then give it its final name"],
+        ["cause:no-fsync-before-publish"],
     ),
     "save_without_fsync": (
         3,
@@ -722,11 +722,11 @@ MISTAKES = {
         "save_errors_leave_the_folder_as_it_was",
         ["cause:cleanup-misses-base-exceptions", "raised ProcessEnding and left ['found/new', 'found/new/deeper'"],
     ),
-    "save_enters_the_folder": (3, "save_syncs_before_publishing", ["changed the process's working directory"]),
+    "save_enters_the_folder": (3, "save_syncs_before_publishing", ["cause:changes-working-directory"]),
     "save_fsync_only_small": (
         3,
         "save_syncs_before_publishing",
-        ["a save of 524288 rows", "no fsync (or fdatasync) of the file", "the small checkpoint's were synced"],
+        ["cause:no-fsync-before-publish", "a save of 524288 rows"],
     ),
     "save_link_falls_back_to_rename": (
         3,

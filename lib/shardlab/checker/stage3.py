@@ -131,7 +131,8 @@ def _members(path: str) -> dict:
             False,
             "an NPZ readable with allow_pickle=False",
             f"{type(exc).__name__}: {exc}",
-            "save writes the six fields (and the contract) with np.savez; no pickled objects",
+            "save writes the six fields (and the contract) with np.savez; no pickled objects"
+            + mark(cause="pickled-member"),
         )
 
 
@@ -163,7 +164,7 @@ def contract_pins_the_experiment(ctx):
         f"unchanged for {ignored}",
         f"the contract ignores {ignored}, which make another experiment -> include shapes, dtypes, a data hash, "
         "seed, batch size, learning rate, momentum and device count (a checkpoint of another experiment would be "
-        "accepted)",
+        "accepted)" + mark(cause="contract-ignores-data" if set(ignored) & {"data bytes", "data shape"} else None),
     )
 
 
@@ -216,7 +217,7 @@ def checkpoint_holds_every_field(ctx):
         not missing,
         f"{list(FIELDS)}, each given back by restore or held by a member",
         f"no member holds {missing}; members {sorted(members)}" + (f"; restore raised {error}" if error else ""),
-        f"the checkpoint lacks {missing}{hint} -> save all six fields",
+        f"the checkpoint lacks {missing}{hint} -> save all six fields" + mark(cause="field-missing"),
     )
     _saved_in_another_form(ctx, state, contract)
     return (
@@ -268,8 +269,9 @@ def restore_returns_every_field(ctx):
     causes = {
         "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
         "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
-        "replays examples this epoch already consumed",
-        "key": "restore changed the key -> the next epoch would draw another permutation",
+        "replays examples this epoch already consumed" + mark(cause="restore-resets-cursor"),
+        "key": "restore changed the key -> the next epoch would draw another permutation"
+        + mark(cause="restore-changes-key"),
     }
     for name in FIELDS:
         want, got = np.asarray(state[name]), np.asarray(restored.get(name))
@@ -523,10 +525,11 @@ def save_never_overwrites(ctx):
         + (f"; new in the folder: {added}" if added else ""),
         (
             f"save accepted a path that exists and wrote {added} beside it instead -> write at exactly the path "
-            "given (no .npz added), and refuse it when it exists" + mark("exact-path", "never-overwrite")
+            "given (no .npz added), and refuse it when it exists"
+            + mark("exact-path", "never-overwrite", cause="wrote-beside")
             if kept and not raised and added
             else "save overwrote an existing checkpoint -> refuse an existing path (checkpoints are never "
-            "overwritten; use a new path)" + mark("never-overwrite")
+            "overwritten; use a new path)" + mark("never-overwrite", cause="overwrites")
         ),
     )
     return expect(
@@ -535,7 +538,7 @@ def save_never_overwrites(ctx):
         f"{what}; existing file untouched",
         "save refused the existing path, but not with the course's error, so a caller cannot tell an existing "
         "checkpoint from a failed write -> raise errors.CheckpointExistsError for a path that exists"
-        + mark("never-overwrite"),
+        + mark("never-overwrite", cause="refusal-not-the-courses"),
     )
 
 
@@ -561,7 +564,8 @@ def save_leaves_only_the_final_file(ctx):
         found == ["checkpoint"],
         ["checkpoint"],
         found,
-        "write a temporary file in the same folder, then rename it into place and remove leftovers",
+        "write a temporary file in the same folder, then rename it into place and remove leftovers"
+        + mark(cause="leftovers"),
     )
     state, _ = _trained(ctx)
     _nothing_left_open(ctx, "save", path + "-again", state, ctx.impl.contract(ctx.data, _config(ctx)))
@@ -684,7 +688,7 @@ def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
     return (
         f"restore accepted a checkpoint of a different experiment ({what}), whose contract differs from the saved "
         "one -> compare the saved contract with the expected one before accepting anything (a changed batch size is "
-        "a new experiment)" + mark("contract-first")
+        "a new experiment)" + mark("contract-first", cause="contract-not-compared")
     )
 
 
@@ -1139,7 +1143,7 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             wrong,
             f"{where} left an incomplete file at the final path: a reader would find a half-written checkpoint -> "
             "write a temporary file in the same folder, flush and fsync it, then publish it under the final name "
-            "in one step (os.link)" + mark("new-temp-name"),
+            "in one step (os.link)" + mark("new-temp-name", cause="written-in-place"),
         )
     left = sorted(os.listdir(os.path.dirname(path)))
     before = fingerprint(contract)
@@ -1204,6 +1208,14 @@ def _order_fault(operations: list[str]) -> str | None:
         if earlier
         else "no fsync (or fdatasync) of the file between the last write and publishing"
     )
+
+
+def _fault_cause(fault: str | None) -> str | None:
+    """The cause id of a publication before the bytes were on disk (`_order_fault`'s or `_sync_fault`'s words)."""
+    if fault is None:
+        return None
+    early = fault.startswith("fsync came before") or " was fsynced when the kernel held " in fault
+    return "fsync-before-last-write" if early else "no-fsync-before-publish"
 
 
 def _publication(operations: list[str]) -> bool:
@@ -1283,7 +1295,8 @@ def save_syncs_before_publishing(ctx):
         + ", ".join(_collapsed(operations)[:6])
         + "), so no moment exists before which the name is absent and after which its bytes are all on disk -> "
         "write a temporary file in the same folder, flush and fsync it, then publish it under the final name in "
-        "one step (os.link)" + mark("new-temp-name", "fsync-before-publish", "exclusive-publish"),
+        "one step (os.link)"
+        + mark("new-temp-name", "fsync-before-publish", "exclusive-publish", cause="no-publication"),
     )
     moved = seen.get("cwd_moved")
     expect(
@@ -1293,7 +1306,7 @@ def save_syncs_before_publishing(ctx):
         f"the save changed the process's working directory (to {(moved or {}).get('cwd')}, seen at "
         f"{(moved or {}).get('at')}): every thread shares it, so a relative path another thread saves or reads "
         "meanwhile lands in that folder -> never os.chdir in save; join the folder to each name instead"
-        + mark("exact-path"),
+        + mark("exact-path", cause="changes-working-directory"),
     )
     fault = _order_fault(operations)
     if fault is None:
@@ -1306,7 +1319,8 @@ def save_syncs_before_publishing(ctx):
         f"the save wrote its temporary file in {elsewhere[0][1] if elsewhere else ''} and published it into "
         f"{folder} with {elsewhere[0][0] if elsewhere else ''} -> write the temporary file in the target's own "
         "folder (tempfile.mkstemp(dir=the target's folder)): when the two folders are on different file systems, "
-        "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published" + mark("new-temp-name"),
+        "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published"
+        + mark("new-temp-name", cause="temporary-elsewhere"),
     )
     expect(
         fault is None,
@@ -1314,7 +1328,7 @@ def save_syncs_before_publishing(ctx):
         {"operations": _collapsed(operations)[:40], "fault": fault},
         f"the save published its file before its bytes were on disk: {fault} -> write every byte, flush, fsync "
         "the file, and only then give it its final name; a crash after publishing must find a complete file"
-        + mark("fsync-before-publish"),
+        + mark("fsync-before-publish", cause=_fault_cause(fault)),
     )
     return _large_save_through_a_link(ctx, state, contract)
 
@@ -1377,7 +1391,7 @@ def _large_save_through_a_link(ctx, state: dict, contract: dict):
         {"operations": _collapsed(operations)[:40], "fault": fault, "bytes": size},
         f"a save of {rows} rows ({size} bytes) published its file before its bytes were on disk: {fault} (the "
         "small checkpoint's were synced) -> fsync every temporary file whatever its size, then publish it"
-        + mark("fsync-before-publish"),
+        + mark("fsync-before-publish", cause=_fault_cause(fault)),
     )
 
 
@@ -1431,13 +1445,14 @@ def _race_cause(
             "both reported success, so one wrote over the other's checkpoint: the save opened the final name for "
             "writing (no publication), and an existence check before that open leaves a gap another saver can use "
             "-> write a temporary file and publish it with an operation that fails if the name exists (os.link)"
-            + mark("exclusive-publish")
+            + mark("exclusive-publish", cause="check-then-open")
         )
     if len(saved) == 2:
         return (
             "both reported success, so one replaced the other's published checkpoint -> publish with an operation "
             "that fails if the name exists (os.link, or open(path, 'xb')); an existence check before os.replace "
             "leaves a gap another saver can use, and a lock held in one process's memory does not stop another"
+            + mark(cause="check-then-replace")
         )
     if not saved:
         return "neither save succeeded, although the name was free for the first to publish"
