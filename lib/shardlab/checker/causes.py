@@ -117,6 +117,9 @@ CAUSES = {
     "pickled-member": "a checkpoint member only a pickle reads",
     "field-missing": "a checkpoint lacking a field of the state",
     "contract-not-compared": "restore accepts another experiment's checkpoint: no comparison of the contracts",
+    "accepts-another-experiment": "restore accepts a file of another experiment or a damaged contract member",
+    "accepts-non-finite": "restore accepts non-finite weights or momentum",
+    "accepts-damaged-field": "restore accepts a field of the wrong shape, dtype or range",
     "contract-compared-loosely": "restore compares a contract entry within a tolerance or in part, not exactly",
 }
 

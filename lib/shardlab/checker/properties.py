@@ -1609,10 +1609,25 @@ def restore_damage(ctx, case: Case) -> None:
         f"{'refused with another error' if len(typed) == len(accepted) else 'accepted'} {sorted(accepted)}",
         f"{said}: "
         + "; ".join(f"{w} ({r})" for w, r in accepted.items())
-        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
+        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted))
+        + "".join(known_causes.mark(c) for c in dict.fromkeys(_damage_cause(w, r) for w, r in accepted.items())),
     )
     if replaced is not None:
         raise replaced
+
+
+def _damage_cause(what: str, verdict: str) -> str:
+    """The cause id of restore's verdict `verdict` on the damaged copy named `what`: refused with another error
+    than the course's, or accepted, by the kind of damage it accepted."""
+    if "; refused with " in verdict:
+        return "refusal-not-the-courses"
+    if "pickled" in what:
+        return "pickled-member"
+    if what.startswith("contract: ") or "another experiment" in what:
+        return "accepts-another-experiment"
+    if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
+        return "accepts-non-finite"
+    return "accepts-damaged-field"
 
 
 def _damage_rule(what: str) -> str:
