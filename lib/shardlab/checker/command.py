@@ -11,8 +11,8 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 
+import shardlab.checker.causes as causes
 import shardlab.checker.watch as watch
-from shardlab.checker import causes
 from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES, NOT_AGAIN
 from shardlab.checker.watch import LOG, REPORT
 from shardlab.cli import seconds, seed

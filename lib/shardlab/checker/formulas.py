@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardlab.checker import causes as known_causes
+import shardlab.checker.causes as known_causes
 from shardlab.checker.common import matches
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.verify import oracle

@@ -19,12 +19,12 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.causes as known_causes
 import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.wire as wire
 from shardlab import errors
-from shardlab.checker import causes as known_causes
 from shardlab.checker.common import (
     CheckFailed,
     batch_arrays,

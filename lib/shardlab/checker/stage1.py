@@ -8,9 +8,9 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.causes as known_causes
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.search as search
-from shardlab.checker import causes as known_causes
 from shardlab.checker.common import attempt, degenerate_data, expect, host, see, sharding_of, snapshot
 from shardlab.checker.formulas import mark
 from shardlab.checker.padding import check_padding

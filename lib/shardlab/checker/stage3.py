@@ -14,12 +14,12 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.arguments as arguments
+import shardlab.checker.causes as known_causes
 import shardlab.checker.damage as damage
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
 import shardlab.checker.wire as wire
 from shardlab import errors
-from shardlab.checker import causes as known_causes
 from shardlab.checker.common import (
     CheckFailed,
     attempt,
