@@ -117,7 +117,9 @@ def lay_out(layout: str, path: str, checkpoint: bytes) -> None:
 
 
 def disk(path: str) -> tuple:
-    """What a refusal must leave as it was: every name in the folder, with its kind and bytes or link target."""
+    """What a refusal must leave as it was: every name in the folder, with its kind and bytes or link target, and a
+    file's or folder's permissions and a file's modification time (os.utime or os.chmod change them, not its bytes);
+    a folder's own modification time moves with every name made or removed in it, and is left out."""
     folder = os.path.dirname(path.rstrip(os.sep))
     seen = []
     for root, dirs, names in os.walk(folder):
@@ -126,9 +128,11 @@ def disk(path: str) -> tuple:
             if os.path.islink(full):
                 seen.append((os.path.relpath(full, folder), "link", os.readlink(full)))
             elif os.path.isdir(full):
-                seen.append((os.path.relpath(full, folder), "folder", None))
+                seen.append((os.path.relpath(full, folder), "folder", oct(os.stat(full).st_mode)))
             else:
-                seen.append((os.path.relpath(full, folder), "file", files.sha256_file(full)))
+                found = os.stat(full)
+                kept = (files.sha256_file(full), oct(found.st_mode), f"modified at {found.st_mtime_ns} ns")
+                seen.append((os.path.relpath(full, folder), "file", kept))
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
     return tuple(sorted(seen))
 

@@ -35,6 +35,7 @@ from shardlab.checker.command import (
     Result,
     describe,
     here_environment,
+    marked_causes,
     marked_rules,
     stages_for,
 )
@@ -75,6 +76,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         diagnosis = f"the implementation raised {type(exc).__name__} at {where}" + diagnoses.explain(exc, where)
         if seal.reached(exc):  # graded, the file called the course's own code (checker/seal.py)
             diagnosis = f"{seal.COURSE_CODE}{seal.reached(exc)} (at {where})"
+    named = marked_causes(diagnosis)
     diagnosis, broken = marked_rules(diagnosis)
     return Result(
         check.__name__,
@@ -85,6 +87,7 @@ def run_one(check, stage: int, ctx: Context) -> Result:
         diagnosis,
         round(time.perf_counter() - start, 3),
         tuple(broken),
+        tuple(named),
     )
 
 

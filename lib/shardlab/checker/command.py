@@ -11,6 +11,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 
+import shardlab.checker.causes as causes
 import shardlab.checker.watch as watch
 from shardlab.checker.guard import CALL_SECONDS, MEMORY_BYTES, NOT_AGAIN
 from shardlab.checker.watch import LOG, REPORT
@@ -41,17 +42,25 @@ class Result:
     diagnosis: str
     seconds: float
     rules: tuple = ()  # the rules the diagnosed mistake breaks (empty: the check's own)
+    causes: tuple = ()  # the ids of the mistakes the diagnosis names (checker/causes.py), most likely first
 
 
 # A diagnosis marks each rule the mistake it names breaks as `{rule:ID}`; the marks leave the text and become
 # the failure's rules, so a failure prints the rules of the mistake, not every rule its check enforces.
 RULE_MARK = re.compile(r"\s*\{" + re.escape(rules.MARKER) + r"([a-z0-9-]+)\}")
+# It marks each mistake it names as `{cause:ID}` (checker/causes.py) the same way: the marks become its causes.
+CAUSE_MARK = re.compile(r"\s*\{" + re.escape(causes.MARKER) + r"([a-z0-9-]+)\}")
 
 
 def marked_rules(diagnosis: str) -> tuple[str, list[str]]:
-    """(the diagnosis without its rule marks, the rule ids it marks, in order, each once)."""
+    """(the diagnosis without its rule and cause marks, the rule ids it marks, in order, each once)."""
     found = [rule for rule in dict.fromkeys(RULE_MARK.findall(diagnosis)) if rule in rules.BY_ID]
-    return RULE_MARK.sub("", diagnosis), found
+    return CAUSE_MARK.sub("", RULE_MARK.sub("", diagnosis)), found
+
+
+def marked_causes(diagnosis: str) -> list[str]:
+    """The cause ids a diagnosis marks that checker/causes.py holds, in order, each once."""
+    return [cause for cause in dict.fromkeys(CAUSE_MARK.findall(diagnosis)) if cause in causes.CAUSES]
 
 
 def stages_for(stage) -> list[int]:

@@ -11,14 +11,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import shardlab.checker.causes as known_causes
 from shardlab.checker.common import matches
 from shardlab.core.config import DECAY, LEARNING_RATE
 from shardlab.verify import oracle
 
 
-def mark(*rule_ids: str) -> str:
-    """The marks naming the rules a diagnosed mistake breaks (the runner moves them to the failure's rules line)."""
-    return "".join(f" {{rule:{rule_id}}}" for rule_id in rule_ids)
+def mark(*rule_ids: str, cause: str | None = None) -> str:
+    """The marks naming the rules a diagnosed mistake breaks and the mistake itself (checker/causes.py): the runner
+    moves them to the failure's rules line and its causes."""
+    return "".join(f" {{rule:{rule_id}}}" for rule_id in rule_ids) + known_causes.mark(cause)
+
+
+def cause_id(known: str) -> str:
+    """The checker/causes.py id of a ranked formula (`Cause.id`, less any value after its colon)."""
+    return known.split(":")[0].replace("_", "-")
 
 
 def ratio(observed, right) -> float | None:
@@ -34,18 +41,23 @@ def ratio(observed, right) -> float | None:
 def factor_text(c: float, quantity: str, num_devices: int) -> str:
     """What a constant ratio to the NumPy value says about the formula."""
     named = {
-        0.5: "half: the 2 of d(r^2)/dw = 2 r x is missing"
+        0.5: ("half: the 2 of d(r^2)/dw = 2 r x is missing", "missing-factor-two")
         if quantity == "gradient"
-        else "half: the 1/2-MSE convention; the course's L = sum m r^2 / N has no 1/2",
-        2.0: "twice: a factor 2 too many",
-        -1.0: "the negative: the residual's sign is flipped -> r = x.w - y (not y - x.w)",
-        float(num_devices): f"{num_devices} times, the device count: each device's share was added without dividing "
-        "once by the global N (a psum of local means)",
+        else ("half: the 1/2-MSE convention; the course's L = sum m r^2 / N has no 1/2", "half-mse"),
+        2.0: ("twice: a factor 2 too many", "factor-two"),
+        -1.0: ("the negative: the residual's sign is flipped -> r = x.w - y (not y - x.w)", "residual-sign"),
+        float(num_devices): (
+            f"{num_devices} times, the device count: each device's share was added without dividing once by the "
+            "global N (a psum of local means)",
+            "local-sum",
+        ),
     }
-    for value, text in named.items():
+    for value, (text, cause) in named.items():
         if abs(c - value) < 1e-3 and (value != num_devices or num_devices > 2):
-            return f"the {quantity} is {c:.3g} x the NumPy {quantity}: {text}" + mark("global-mean")
-    return f"the {quantity} is {c:.3g} x the NumPy {quantity}: a constant factor in the formula" + mark("global-mean")
+            return f"the {quantity} is {c:.3g} x the NumPy {quantity}: {text}" + mark("global-mean", cause=cause)
+    return f"the {quantity} is {c:.3g} x the NumPy {quantity}: a constant factor in the formula" + mark(
+        "global-mean", cause="constant-factor"
+    )
 
 
 # relative errors of float32 arithmetic against float64 NumPy stay near 1e-6; one rounding to float16 (11 significant
@@ -69,7 +81,7 @@ def reduced_precision(observed, right, quantity: str) -> str | None:
         f"{quantity}| = {c:.6g}): no formula's factor, but rounding far above float32's (~1e-6 here), the size "
         "of a reduced-precision type: bfloat16 keeps 8 significant bits (~3.9e-3 per rounding), float16 11 (~4.9e-4) "
         "-> keep the features, weights and every product in float32 (no astype to bfloat16 or float16, no "
-        "preferred_element_type or precision below float32)" + mark("global-mean")
+        "preferred_element_type or precision below float32)" + mark("global-mean", cause="reduced-precision")
     )
 
 
@@ -83,10 +95,10 @@ def nan_text(quantity: str, mask, num_devices: int) -> str:
         return (
             f"the {quantity} is NaN on a batch where device(s) {empty} hold no valid row: a per-device division by "
             "that device's own zero count (0/0 = NaN, and 0 x NaN stays NaN) -> psum the numerators and counts "
-            "first, then divide once by the global N" + mark("global-mean")
+            "first, then divide once by the global N" + mark("global-mean", cause="per-device-division")
         )
     return f"the {quantity} is not finite although every device holds a valid row: padding or overflow leaks in" + mark(
-        "global-mean", "pad-by-position"
+        "global-mean", "pad-by-position", cause="non-finite-leak"
     )
 
 
@@ -282,6 +294,7 @@ def ranked(evidence: list[tuple]) -> list[Cause]:
 def listed(causes: list[Cause]) -> str:
     """The causes in words: one as it is; several numbered, most likely first; then the rules they break."""
     broken = mark(*dict.fromkeys(rule for c in causes for rule in c.rules))
+    broken += "".join(mark(cause=cause_id(c.id)) for c in causes)
     if len(causes) == 1:
         return causes[0].text + broken
     return (
@@ -372,7 +385,7 @@ def clipped_text(evidence: list[tuple]) -> str | None:
         f"returned has norm {c:.6g} = {factor:.3g} x {size:.6g}: it was rescaled as g * min(1, {c:.6g}/|g|) "
         f"({rescaled} of {len(evidence)} batch(es) rescaled to that same norm) -> the course's step neither clips "
         "nor rescales: return and apply the global masked mean of 2 x features^T x residual itself"
-        + mark("global-mean")
+        + mark("global-mean", cause="clipped")
     )
 
 
@@ -416,7 +429,7 @@ def momentum_as_gradient(g_obs, momentum_out, grad_right, momentum_before) -> st
         return (
             "the gradient output equals the new momentum (decay x momentum + gradient), not the gradient -> return "
             "(new weights, new momentum, loss, gradient), the gradient of this batch in the fourth place"
-            + mark("global-mean")
+            + mark("global-mean", cause="momentum-as-gradient")
         )
     return None
 
@@ -442,13 +455,13 @@ def update_cause(
         return (
             "the gradient is already wrong, and the update applies v <- decay*v + g, w <- w - learning_rate*v to "
             "that gradient exactly, so nothing here implicates momentum or the learning rate: fix the gradient "
-            "(the global masked mean of 2 x features^T x residual)" + mark("global-mean")
+            "(the global masked mean of 2 x features^T x residual)" + mark("global-mean", cause="gradient-only")
         )
     which = explain_update(previous, g_obs, got, learning_rate, decay, devices)
     return (
         "the gradient is already wrong, and the update does not follow v <- decay*v + g, w <- w - learning_rate*v "
         f"even on the gradient the step computed ({which}): fix the gradient first, then the update"
-        + mark("global-mean", "momentum")
+        + mark("global-mean", "momentum", cause="gradient-and-update")
     )
 
 

@@ -296,6 +296,15 @@ def _listed(folder: str) -> set:
         return set()
 
 
+class ProcessEnding(BaseException):
+    """The process told to end while a save runs: like SystemExit from a SIGTERM handler's sys.exit, a BaseException
+    that is neither an Exception nor KeyboardInterrupt (SystemExit itself is the bounds' to stop a learner's call)."""
+
+
+# the interruptions a save is stopped by that are no Exception: the user's Ctrl-C, and the process told to end
+INTERRUPTS = {"ctrl-c": KeyboardInterrupt(), "exit": ProcessEnding("the process was told to end")}
+
+
 def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
     """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
 
@@ -319,9 +328,9 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
             outcome["failed_at"] = seen[-1]
             raise OSError(errno.ENOSPC, "No space left on device", str(target))
-        if mode == "ctrl-c":  # the user presses Ctrl-C there: Python raises KeyboardInterrupt, not an Exception
+        if mode in INTERRUPTS:  # raised there, as Ctrl-C or a SIGTERM handler's sys.exit raises it: no Exception
             outcome["failed_at"] = seen[-1]
-            raise KeyboardInterrupt
+            raise INTERRUPTS[mode]
         if mode == "kill":
             with original_open(report, "w") as note:
                 json.dump({"at": seen[-1], "operations": list(seen)}, note)
@@ -341,7 +350,7 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         save(*first)
         outcome["first"] = "saved"
         outcome["unseen_publication"] = unseen_publication(final, seen, absent)
-    except (Exception, KeyboardInterrupt) as exc:
+    except (Exception, KeyboardInterrupt, ProcessEnding) as exc:
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
@@ -447,10 +456,10 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
-    OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt) or raced at operation `stop_at`: by
-    another process (mode 'race') or by a second save in the same process (mode 'race-here'). Mode 'no-links:E'
-    (E an errno name) stops nowhere: every os.link raises OSError(E) as on a file system without hard links, a
-    rival's file (RIVAL_BYTES) having appeared at the final name just before.
+    OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt; mode 'exit': ProcessEnding) or raced at
+    operation `stop_at`: by another process (mode 'race') or by a second save in the same process (mode
+    'race-here'). Mode 'no-links:E' (E an errno name) stops nowhere: every os.link raises OSError(E) as on a file
+    system without hard links, a rival's file (RIVAL_BYTES) having appeared at the final name just before.
 
     Returns {"status": "killed" | "done" | "not reached" | "hung" | "crashed", ...the child's report}.
     """

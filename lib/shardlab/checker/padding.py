@@ -26,6 +26,11 @@ def slot_causes(rows: int, slots: int, batch_size: int, devices: int, every: int
     """Each known padding rule that gives `slots` for `rows` rows (and differs from the course's), most likely first.
 
     `every` is the number of devices JAX sees (the course's four logical devices)."""
+    return [text for text, _ in _slot_fits(rows, slots, batch_size, devices, every)]
+
+
+def _slot_fits(rows: int, slots: int, batch_size: int, devices: int, every: int) -> list[tuple[str, str]]:
+    """(words, SLOT_RULES key) of each padding rule `slot_causes` names."""
     right = padded_length(rows, devices)
     gives = {
         "all": padded_length(rows, every),
@@ -35,7 +40,7 @@ def slot_causes(rows: int, slots: int, batch_size: int, devices: int, every: int
         "power": 1 << max(rows - 1, 0).bit_length(),
     }
     words = {"all": every, "devices": devices, "batch": batch_size, "rows": rows}
-    return [text.format(**words) for text, key in SLOT_RULES if gives[key] == slots and gives[key] != right]
+    return [(text.format(**words), key) for text, key in SLOT_RULES if gives[key] == slots and gives[key] != right]
 
 
 def listed_slots(fits: list[str]) -> str:
@@ -60,7 +65,8 @@ def check_padding(batch, data, batch_size: int, devices: int) -> None:
             + (f": {listed_slots(fits)}" if fits else "")
             + f" -> pad to the next multiple of the mesh's device count (mesh.size = {devices}), {slots} "
             f"slot{'s' * (slots != 1)} here, so the valid rows per device are {oracle.device_counts(len(ids), devices)}"
-            + mark("pad-by-position"),
+            + mark("pad-by-position")
+            + "".join(mark(cause=f"slots-{key}") for _, key in _slot_fits(len(ids), len(mask), batch_size, devices, 4)),
         )
     want = np.zeros(slots)
     want[: len(ids)] = 1.0
@@ -69,12 +75,12 @@ def check_padding(batch, data, batch_size: int, devices: int) -> None:
     if lost:
         why = (
             f"mask 0 on selected rows ({_describe_rows(ids, lost)}) -> the mask follows the row values; decide it "
-            "by position: 1 for the first len(ids) slots, 0 for the padding after them"
+            "by position: 1 for the first len(ids) slots, 0 for the padding after them" + mark(cause="mask-from-values")
         )
     elif counted:
         why = (
             "mask 1 on padded slots: a padded slot has mask 0 whatever its contents; padding is never an "
-            "observation (mask 1 on padding counts it as one)"
+            "observation (mask 1 on padding counts it as one)" + mark(cause="padding-masked-in")
         )
     else:
         why = ""

@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.causes as known_causes
 import shardlab.checker.damage as damage
 import shardlab.checker.formulas as formulas
 import shardlab.checker.sampler_diagnosis as recipe
@@ -156,7 +157,7 @@ def new_result_each_call(ctx, name: str, *args, rule: str) -> None:
         f"{name} handed out again the object an earlier call returned (kept between calls, a cache of results), so "
         f"an entry its caller added to the first result is in the second: a caller that edits one {name} result "
         f"changes every later one -> return a new dict from every call (a cache, if any, of immutable parts, "
-        f"copied out: dict(kept))" + formulas.mark(rule),
+        f"copied out: dict(kept))" + formulas.mark(rule, cause="result-handed-out-again"),
     )
 
 
@@ -228,7 +229,8 @@ def _placement(value, mesh, spec, what: str, rule: str | None = None) -> None:
         wrong,
         f"{what} is not placed as {spec}"
         + (f": {wrong}" if "the mesh given" in (wrong or "") else "")
-        + (formulas.mark(rule) if rule else ""),
+        + (formulas.mark(rule) if rule else "")
+        + known_causes.placement(wrong),
     )
 
 
@@ -1175,6 +1177,13 @@ def contract_variants(case: Case) -> dict:
         "batch size": (data, _config(case, batch_size=case.batch + 1)),
         "learning rate (x(1 + 2^-20))": (data, _config(case, learning_rate=case.learning_rate * (1 + step))),
         "decay (+-2^-20)": (data, _config(case, decay=case.decay + step if case.decay < 0.5 else case.decay - step)),
+        # Config holds them as Python floats: the next float64 is another learning rate (an entry kept as a float32
+        # merges the two)
+        "learning rate (the next float64)": (
+            data,
+            _config(case, learning_rate=float(np.nextafter(case.learning_rate, np.inf))),
+        ),
+        "decay (the next float64)": (data, _config(case, decay=float(np.nextafter(case.decay, np.inf)))),
         "device count": (data, _config(case, num_devices=case.devices % 4 + 1)),
         "rows": (
             data_for(other_rows) if not case.fixture else Dataset(data.features[:-1], data.targets[:-1]),
@@ -1500,9 +1509,18 @@ def contract_tells_apart(ctx, case: Case) -> None:
             + formulas.mark(
                 *(["contract-exact"] if any(w.startswith(("learning rate", "decay")) for w in ignored) else []),
                 *(["contract-pins"] if any(not w.startswith(("learning rate", "decay")) for w in ignored) else []),
-            ),
+            )
+            + "".join(known_causes.mark(_ignored_cause(what)) for what in ignored),
             tuple(asked.get(what, what) for what in ignored),
         )
+
+
+def _ignored_cause(what: str) -> str:
+    """The cause id of a contract that gives two experiments differing in `what` (a contract_variants label) alike."""
+    if what.startswith(("learning rate", "decay")):
+        return "hyperparameter-float64-merged" if "float64" in what else "hyperparameter-rounded"
+    settings = what in ("seed", "batch size", "device count") or what.startswith("seed and batch size")
+    return "contract-ignores-setting" if settings else "contract-ignores-data"
 
 
 def _save_path(ctx, case: Case, folder: str) -> tuple[str, str | None]:
@@ -1591,10 +1609,25 @@ def restore_damage(ctx, case: Case) -> None:
         f"{'refused with another error' if len(typed) == len(accepted) else 'accepted'} {sorted(accepted)}",
         f"{said}: "
         + "; ".join(f"{w} ({r})" for w, r in accepted.items())
-        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted)),
+        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted))
+        + "".join(known_causes.mark(c) for c in dict.fromkeys(_damage_cause(w, r) for w, r in accepted.items())),
     )
     if replaced is not None:
         raise replaced
+
+
+def _damage_cause(what: str, verdict: str) -> str:
+    """The cause id of restore's verdict `verdict` on the damaged copy named `what`: refused with another error
+    than the course's, or accepted, by the kind of damage it accepted."""
+    if "; refused with " in verdict:
+        return "refusal-not-the-courses"
+    if "pickled" in what:
+        return "pickled-member"
+    if what.startswith("contract: ") or "another experiment" in what:
+        return "accepts-another-experiment"
+    if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
+        return "accepts-non-finite"
+    return "accepts-damaged-field"
 
 
 def _damage_rule(what: str) -> str:

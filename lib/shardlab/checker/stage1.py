@@ -8,6 +8,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+import shardlab.checker.causes as known_causes
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.search as search
 from shardlab.checker.common import attempt, degenerate_data, expect, host, see, sharding_of, snapshot
@@ -81,7 +82,8 @@ def initial_state_fields(ctx):
             wrong is None,
             "NamedSharding(mesh, P()) over 4 devices",
             wrong,
-            f"{name} live on the devices: replicate them with jax.device_put(x, NamedSharding(mesh, P()))",
+            f"{name} live on the devices: replicate them with jax.device_put(x, NamedSharding(mesh, P()))"
+            + known_causes.placement(wrong),
         )
     key = state["key"]
     typed = isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
@@ -90,7 +92,7 @@ def initial_state_fields(ctx):
         "uint32 (2,)",
         f"a typed key array of dtype {key.dtype}",
         "key is a typed PRNG key (jax.random.key) -> the state keeps the legacy uint32 (2,) key from "
-        "jax.random.PRNGKey(seed), which a checkpoint stores as plain numbers",
+        "jax.random.PRNGKey(seed), which a checkpoint stores as plain numbers" + mark(cause="typed-key"),
     )
     key = np.asarray(key)
     expect(
@@ -124,12 +126,16 @@ def first_order_follows_the_seed(ctx):
         if not np.array_equal(order, again):
             cause = (
                 "two calls with the same seed gave different orders: the order comes from a global or unseeded "
-                "RNG (np.random, random) -> draw it from the key"
+                "RNG (np.random, random) -> draw it from the key" + mark(cause="global-rng")
             )
         elif np.array_equal(order, np.asarray(jax.random.permutation(jax.random.PRNGKey(seed), rows))):
-            cause = "the first permutation was drawn from the unsplit seed key -> split first"
+            cause = "the first permutation was drawn from the unsplit seed key -> split first" + mark(
+                cause="unsplit-key"
+            )
         elif np.array_equal(order, np.asarray(jax.random.permutation(kept, rows))):
-            cause = "the permutation was drawn with the kept half -> draw with the second half (subkey)"
+            cause = "the permutation was drawn with the kept half -> draw with the second half (subkey)" + mark(
+                cause="drawn-with-kept-half"
+            )
         else:
             cause = "the order does not follow the course's recipe"
         expect(
@@ -170,6 +176,7 @@ def _first_order_at_a_large_row_count(ctx) -> None:
         f"{order.dtype}{order.shape} starting {order[:8].tolist()}",
         f"seed {ctx.seed} on {LARGE_ROWS:,} rows: the first order "
         + ("is a permutation, but not the recipe's" if permutation else "is not a permutation of the rows")
+        + mark(cause="order-by-row-count")
         + f", where on {_rows(ctx)} rows it was: the order is drawn another way at a large row count (another "
         "generator or method above some size) -> draw it with jax.random.permutation(subkey, n) whatever n is; "
         "any two correct implementations replay the same ids on any data" + mark("split-then-permute"),
@@ -212,7 +219,7 @@ def _one_batch_for_a_huge_batch_size(ctx) -> None:
             else f"batch size 2**40 on {rows} rows gave {len(observed)} ids -> the batch is every id left in the "
             "epoch (the remainder, whatever its size)"
         )
-        + mark("remainder"),
+        + mark("remainder", cause="sized-by-batch-size"),
     )
 
 
@@ -269,7 +276,7 @@ def key_changes_at_each_new_epoch(ctx):
         return lazy, observed
     if not any(observed):
         cause = "the key never changed: one key reused for every epoch -> split the saved key at each new epoch"
-        cause += mark("reshuffle")
+        cause += mark("reshuffle", cause="key-reused")
     else:
         cause = _sampler_cause(ctx, ctx.seed, ctx.batch_size, calls) or (
             "the key changed at other calls than a new epoch -> split only when a new permutation is drawn"
@@ -332,7 +339,7 @@ def _continues_from_a_lazy_epoch_end(ctx) -> None:
         )
         + ": this sampler may reshuffle eagerly itself, but a cursor of rows is a valid state (a lazy sampler's, or "
         "a checkpoint of one) -> when the cursor is rows, draw the next epoch first (split the saved key, permute "
-        "with the second half, cursor 0), then take the batch" + mark("cursor", "reshuffle"),
+        "with the second half, cursor 0), then take the batch" + mark("cursor", "reshuffle", cause="no-lazy-epoch-end"),
     )
 
 
@@ -351,10 +358,12 @@ def next_batch_returns_a_new_state(ctx):
         if in_place:
             how = (
                 f"the array(s) {in_place} were changed in place (order[...] = , np.random.shuffle, +=) -> copy an "
-                "array before changing it"
+                "array before changing it" + mark(cause="arrays-changed-in-place")
             )
         else:
-            how = "entries of the caller's dict were replaced (state[...] = or state.update)"
+            how = "entries of the caller's dict were replaced (state[...] = or state.update)" + mark(
+                cause="dict-entries-replaced"
+            )
         expect(
             not changed and new is not state,
             "the input state unchanged and a new dict returned",
@@ -375,7 +384,7 @@ def next_batch_leaves_step_alone(ctx):
         [0, 0, 0, 0],
         steps,
         "next_batch changed step -> step counts optimiser updates; only the transition increments it, once "
-        "per update (incrementing it in the sampler as well counts every update twice)",
+        "per update (incrementing it in the sampler as well counts every update twice)" + mark(cause="step-in-sampler"),
     )
 
 
@@ -384,7 +393,12 @@ def replay_is_deterministic(ctx):
     count = 2 * len(epoch_batches(_rows(ctx), ctx.batch_size)) + 1
     runs = [_ids(_run(ctx, seed, ctx.batch_size, count)[1]) for seed in (ctx.seed, ctx.seed, 29)]
     same = all(np.array_equal(a, b) for a, b in zip(runs[0], runs[1]))
-    expect(same, "identical ids", "different ids", "the same seed must replay the same ids: no global RNG")
+    expect(
+        same,
+        "identical ids",
+        "different ids",
+        "the same seed must replay the same ids: no global RNG" + mark(cause="global-rng"),
+    )
     differs = not all(np.array_equal(a, b) for a, b in zip(runs[0], runs[2]))
     return expect(differs, "different ids for seed 29", "identical ids", "the seed is ignored")
 
@@ -422,7 +436,7 @@ def batch_is_placed_on_the_mesh(ctx):
             f"NamedSharding(mesh, {spec})",
             wrong,
             f"batch.{name} is not placed as the course says -> jax.device_put(x, NamedSharding(mesh, {spec})); "
-            "a NumPy-only batch never reaches the devices",
+            "a NumPy-only batch never reaches the devices" + known_causes.placement(wrong),
         )
     return {k: str(v) for k, v in BATCH_SPECS.items()}, "as expected"
 

@@ -200,7 +200,8 @@ def gradient_independent_of_device_count(ctx):
         not wrong,
         {d: 1.0 for d in verdicts},
         ratios,
-        f"|gradient| / |NumPy gradient| per device count: the gradient {trend} (wrong on {wrong} device(s)); {why}",
+        f"|gradient| / |NumPy gradient| per device count: the gradient {trend} (wrong on {wrong} device(s)); {why}"
+        + formulas.mark(cause="grows-with-devices" if trend == "grows with device count" else None),
     )
 
 
@@ -240,15 +241,90 @@ def count_is_exact_on_a_large_batch(ctx):
         f"{LARGE_COUNT:,} valid rows"
         + (f" ({' or '.join(named)} make {LARGE_COUNT:,} of that)" if named else "")
         + " -> count the valid rows in float32 (or int32) and divide by that count"
+        + formulas.mark(cause="narrow-count")
         if got_loss and np.isfinite(used) and abs(used - LARGE_COUNT) >= 0.5
         else "no known cause"
     )
-    return expect(
+    expect(
         ok,
         {"loss": want_loss, "grad": want_grad},
         {"loss": got_loss, "grad": got_grad},
         f"{LARGE_COUNT:,} valid rows of exact integer data on one device: {cause}" + formulas.mark("global-mean"),
     )
+    _exact_where_the_mean_is_exact(ctx)
+    return (
+        f"NumPy's loss and gradient on {LARGE_COUNT:,} rows; exactly NumPy's on {len(EXACT_BATCHES) * EXACT_DRAWS} "
+        "batches of small integer data whose count is a power of two",
+        "equal",
+    )
+
+
+# (devices, slots, valid rows): counts and slots per device that are powers of two (a mean over a device's slots, then
+# over the devices, is exact then too), 4 and 8 slots on the four devices (shapes the other checks of this stage
+# compile) and 8 on one device (one compilation more: a loss numerator that rounds shows there), padding after. On
+# small integer data every product and sum of the course's formula is an integer below 2^24 and the division by such
+# a count only moves the binary point, so the global masked mean is a float32 number and every correct order of the
+# course's operations (a psum of numerators, a pmean of shares, a product by 1/N) gives it exactly: any difference,
+# however small, is a division by something other than the count or a numerator that rounds.
+EXACT_BATCHES = ((4, 4, 1), (4, 4, 2), (4, 4, 4), (4, 8, 8), (1, 8, 1), (1, 8, 2), (1, 8, 4), (1, 8, 8))
+EXACT_DRAWS = 2  # data drawn per batch: a rounding that happens to land on the exact value rarely does twice
+
+
+def _exact_batch_of(rng, width: int, slots: int, rows: int):
+    """(host features, targets, mask, weights): `rows` valid rows of small integer data, none with a zero residual,
+    then padding up to `slots`."""
+    features = rng.integers(-16, 17, size=(slots, width)).astype(np.float32)
+    weights = rng.integers(-3, 4, size=width).astype(np.float32)
+    offsets = rng.integers(1, 9, size=slots) * rng.choice([-1, 1], size=slots)  # no residual is zero
+    targets = (features.astype(np.float64) @ weights + offsets).astype(np.float32)
+    mask = (np.arange(slots) < rows).astype(np.float32)
+    return features, targets, mask, weights
+
+
+def _exact_where_the_mean_is_exact(ctx) -> None:
+    """Loss and gradient on EXACT_BATCHES of small integer data equal NumPy's exactly (no tolerance: nothing rounds);
+    a division by the count plus an epsilon, or by a count made in a narrow type, is named with the divisor read off
+    the outputs."""
+    width = ctx.data.features.shape[1]
+    for (devices, slots, rows), draw in ((b, d) for b in EXACT_BATCHES for d in range(EXACT_DRAWS)):
+        mesh = ctx.mesh if devices == ctx.mesh.size else make_mesh(devices)
+        *host_batch, weights = _exact_batch_of(np.random.default_rng([slots, rows, width, draw]), width, slots, rows)
+        count, grad_num, loss_num = oracle.masked_sums(*host_batch, weights)
+        want = {"loss": loss_num / count, "grad": grad_num / count}
+        step = cached_step(ctx, devices)
+        outputs = host_outputs(step(*placed(mesh, *host_batch, weights, np.zeros(width, np.float32))))
+        got = {"loss": float(outputs["loss"]), "grad": np.asarray(outputs["grad"], np.float64)}
+        if got["loss"] == want["loss"] and np.array_equal(got["grad"], want["grad"]):
+            continue
+        divisor = loss_num / got["loss"] if got["loss"] else float("inf")
+        grad_exact = np.array_equal(got["grad"], want["grad"])
+        by_divisor = np.isfinite(divisor) and not grad_exact and close(got["grad"], grad_num / divisor)
+        if by_divisor and divisor != count:
+            why = (
+                f"the outputs are the numerators divided by {divisor:.9g}, not by the count {count:g}: something was "
+                "added to the count or it was rounded (an epsilon 'against division by zero': a batch holds at least "
+                "one valid row, so the count is never 0) -> divide both numerators by the global count itself"
+                + formulas.mark("global-mean", cause="count-offset")
+            )
+        elif grad_exact:
+            why = (
+                f"the gradient is exact but the loss is {got['loss']!r}, not {want['loss']!r}: the loss numerator "
+                "itself rounds (a norm squared, a square root, a narrower type) -> sum the squared masked residuals"
+                + formulas.mark("global-mean", cause="loss-numerator-rounds")
+            )
+        else:
+            why = (
+                "they differ from the global masked mean by more than nothing, where nothing rounds -> sum the masked "
+                "numerators over the devices and divide once by the global count" + formulas.mark("global-mean")
+            )
+        expect(
+            False,
+            want,
+            got,
+            f"{rows} valid row(s) of small integer data in {slots} slots on {devices} device(s): the "
+            "global masked mean is a float32 number here (integer sums, a count that is a power of two), which "
+            f"every correct order of the course's operations gives exactly; {why}",
+        )
 
 
 def replicas_agree(ctx):
@@ -301,7 +377,7 @@ def consecutive_updates(ctx):
             continue
         if wrong == ["loss"] and close(loss, want["post_loss"]):
             why = "the loss equals the loss after the update -> report the loss before the update" + formulas.mark(
-                "loss-before-update"
+                "loss-before-update", cause="after-update"
             )
         elif wrong == ["loss"]:
             formula = formulas.explain_loss(loss, *batch, want_weights_before(expected, number, width), mesh.size)
@@ -324,7 +400,7 @@ def consecutive_updates(ctx):
             why = (
                 f"{head}: {fitted}; the course's is v <- {DECAY}*v + g, w <- w - "
                 f"{LEARNING_RATE}*v on the global gradient, after the psum (or the weights were updated before the "
-                "loss was taken)" + formulas.mark("momentum")
+                "loss was taken)" + formulas.mark("momentum", cause="update-diverges")
             )
         expect(False, {k: want[k] for k in wrong}, {k: got[k] for k in wrong}, f"update {number}, {wrong}: {why}")
     _edge_hyperparameters(ctx)
@@ -363,7 +439,8 @@ def _edge_hyperparameters(ctx) -> None:
         f"make_step(learning_rate={EDGE['learning_rate']:.3g}, decay={EDGE['decay']:.9g}), both inside what Config "
         f"accepts (learning rate in (0, 10), decay in [0, 1)), from zero weights, momentum 1 and a zero gradient: "
         f"the outputs follow decay {used_decay:.9g} and learning rate {used_rate:.3g} -> apply the learning rate and "
-        "decay make_step was given as they are, with no floor, clamp or range of your own" + formulas.mark("momentum"),
+        "decay make_step was given as they are, with no floor, clamp or range of your own"
+        + formulas.mark("momentum", cause="hyperparameters-altered"),
     )
 
 
@@ -388,7 +465,8 @@ def _made_with_types_config_accepts(ctx):
                 f"{type(exc).__name__}: {exc}"[:300],
                 f"make_step(mesh, {shown}) raised {type(exc).__name__}, but Config accepts these values: a learning "
                 "rate or decay may be a Python int or float or a NumPy scalar -> take any number Config accepts "
-                "(float(value) reads each of them exactly), with no type test of your own" + formulas.mark("momentum"),
+                "(float(value) reads each of them exactly), with no type test of your own"
+                + formulas.mark("momentum", cause="hyperparameter-types-refused"),
             )
     return step
 
@@ -404,6 +482,7 @@ def loss_is_taken_before_the_update(ctx):
         why = (
             "it equals the loss after the update -> the loss reported for a step is the loss before that step's "
             "update (weights updated before the loss was taken)"
+            + formulas.mark("loss-before-update", cause="after-update")
         )
     else:
         formula = formulas.explain_loss(loss, *host[:4], ctx.mesh.size)
@@ -426,7 +505,8 @@ def step_is_sharded(ctx):
         ">= 1 all_reduce (the straightforward design has 3: count, gradient and loss numerators)",
         found,
         "no all_reduce in the lowered step -> the step is not sharded: wrap the body in jax.shard_map over 'data' "
-        "and psum the count and numerators (a global jit hides the reduction from the lesson)",
+        "and psum the count and numerators (a global jit hides the reduction from the lesson)"
+        + formulas.mark(cause="not-sharded"),
     )
 
 
@@ -468,7 +548,9 @@ def transition_is_one_batch_and_one_update(ctx):
         wanted = {"step": int(state["step"]) + 1, "cursor": int(sampled["cursor"])}
         increment = counters["step"] - int(state["step"])
         if increment == len(batch.ids) != 1:
-            why = f"step grew by {increment}, the number of ids -> step counts optimiser updates, not examples"
+            why = f"step grew by {increment}, the number of ids -> step counts optimiser updates, not examples" + (
+                formulas.mark(cause="step-counts-examples")
+            )
         elif increment != 1:
             why = f"step grew by {increment} -> the transition increments step exactly once per update"
         elif counters["cursor"] != wanted["cursor"] or not np.array_equal(ids, batch.ids):
@@ -501,8 +583,27 @@ def transition_is_one_batch_and_one_update(ctx):
                 {"loss": loss, "weights": np.asarray(new["weights"])},
                 f"transition {number}: {why}",
             )
+        _reports_the_steps_loss(ctx, number, step, batch, state, loss)
         state = new
-    return "5 transitions: step 1..5, NumPy weights", "equal"
+    return "5 transitions: step 1..5, NumPy weights, the step's own loss", "equal"
+
+
+def _reports_the_steps_loss(ctx, number: int, step, batch, state: dict, loss) -> None:
+    """The loss a transition reports is the one the step it was given returns on that batch and state, to the bit
+    (rule:one-update): the same compiled step on the same arrays gives the same float32, and float() of it is exact,
+    so a rounding "for the records" shows on any loss, not only on one smaller than a tolerance."""
+    try:
+        own = host_outputs(step(batch.features, batch.targets, batch.mask, state["weights"], state["momentum"]))
+    except RuntimeError:  # the transition donated the state's buffers: transition_leaves_its_input_intact says so
+        return
+    expect(
+        float(loss) == own["loss"],
+        f"the step's loss {own['loss']!r}",  # every digit: the report keeps eight of a number
+        f"{float(loss)!r}",
+        f"transition {number} reported the loss {float(loss)!r} where the step it was given returns {own['loss']!r} "
+        "on the same batch and state -> report the step's loss as it returns it, float(loss), unrounded (a small "
+        "loss rounded to a few decimals reads 0.0)" + formulas.mark("one-update", cause="loss-altered"),
+    )
 
 
 def transition_leaves_its_input_intact(ctx):
@@ -521,7 +622,7 @@ def transition_leaves_its_input_intact(ctx):
                 wire.learner_error(exc, 200),
                 f"the input state's {name} was deleted by the step: its buffer was donated (donate_argnums) -> "
                 "do not donate the weights or momentum; the caller may still hold the old state (to compare, "
-                "retry or save it)",
+                "retry or save it)" + formulas.mark(cause="donated-buffer"),
             )
         expect(
             np.array_equal(now, value),
@@ -635,10 +736,13 @@ def _host_float(loss) -> str | None:
     A NumPy float32 or a 0-d array prints like a float but is not one: json.dumps refuses it.
     """
     if isinstance(loss, jax.Array):
-        return f"the loss is a {type(loss).__name__} (a device array), not a host float"
+        return f"the loss is a {type(loss).__name__} (a device array), not a host float" + formulas.mark(
+            cause="loss-on-device"
+        )
     if not isinstance(loss, float):
         return (
             f"the loss is a {type(loss).__module__}.{type(loss).__name__}, not a Python float (json.dumps refuses it)"
+            + formulas.mark(cause="loss-not-python-float")
         )
     return None
 

@@ -14,6 +14,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 import shardlab.checker.arguments as arguments
+import shardlab.checker.causes as known_causes
 import shardlab.checker.damage as damage
 import shardlab.checker.interrupt as interrupt
 import shardlab.checker.search as search
@@ -36,7 +37,7 @@ from shardlab.checker.common import (
 )
 from shardlab.checker.formulas import mark
 from shardlab.checker.probes import probe
-from shardlab.checker.properties import dtypes_verdict
+from shardlab.checker.properties import OTHER_EXPERIMENT, dtypes_verdict
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
 from shardlab.core.state import FIELDS
@@ -130,7 +131,8 @@ def _members(path: str) -> dict:
             False,
             "an NPZ readable with allow_pickle=False",
             f"{type(exc).__name__}: {exc}",
-            "save writes the six fields (and the contract) with np.savez; no pickled objects",
+            "save writes the six fields (and the contract) with np.savez; no pickled objects"
+            + mark(cause="pickled-member"),
         )
 
 
@@ -162,7 +164,7 @@ def contract_pins_the_experiment(ctx):
         f"unchanged for {ignored}",
         f"the contract ignores {ignored}, which make another experiment -> include shapes, dtypes, a data hash, "
         "seed, batch size, learning rate, momentum and device count (a checkpoint of another experiment would be "
-        "accepted)",
+        "accepted)" + mark(cause="contract-ignores-data" if set(ignored) & {"data bytes", "data shape"} else None),
     )
 
 
@@ -211,11 +213,52 @@ def checkpoint_holds_every_field(ctx):
     restored, error = _restored(ctx, path, contract)
     missing = [name for name in _differ(restored, state) if not _held(members, state[name])]
     hint = " (momentum is optimiser history: it cannot be rebuilt)" if "momentum" in missing else ""
-    return expect(
+    expect(
         not missing,
         f"{list(FIELDS)}, each given back by restore or held by a member",
         f"no member holds {missing}; members {sorted(members)}" + (f"; restore raised {error}" if error else ""),
-        f"the checkpoint lacks {missing}{hint} -> save all six fields",
+        f"the checkpoint lacks {missing}{hint} -> save all six fields" + mark(cause="field-missing"),
+    )
+    _saved_in_another_form(ctx, state, contract)
+    return (
+        f"{list(FIELDS)}, each given back by restore or held by a member, also saved from a state written another way",
+        "as expected",
+    )
+
+
+def _saved_in_another_form(ctx, state: dict, contract: dict) -> None:
+    """save of the same state written another way, as another correct sampler or a restore may hand it over: cursor
+    and step as NumPy int64 scalars, the order in the other integer width. save must leave that dict and its values
+    as they were (rule:save-inputs-intact: no entry normalised in place), and restore give back every value."""
+    order = host(state["order"])
+    other = {
+        **state,
+        "order": order.astype(np.int32 if order.dtype == np.int64 else np.int64),
+        "cursor": np.int64(int(host(state["cursor"]))),
+        "step": np.int64(int(host(state["step"]))),
+    }
+    folder = os.path.join(ctx.workdir, "another-form")
+    os.makedirs(folder)
+    path, before = os.path.join(folder, "checkpoint.npz"), fingerprint(other)
+    error = attempt(lambda: ctx.impl.save(path, other, contract))[1]
+    changed = changed_inputs([before], [fingerprint(other)], ["state"])
+    expect(
+        not changed,
+        "the state as the caller passed it",
+        changed,
+        f"save changed the state it was given ({'; '.join(changed)}), a state whose cursor and step are NumPy "
+        f"integers and whose order is {other['order'].dtype}, as another sampler's may be -> read the fields into "
+        "variables of your own, never assign into the state (a caller keeps using it)"
+        + mark("save-inputs-intact", cause="save-changes-its-inputs"),
+    )
+    restored, refused = _restored(ctx, path, contract) if not error else ({}, "")
+    expect(
+        not error and not refused and not _differ(restored, other),
+        "every value as saved",
+        {"save": error} if error else {"restore": refused} if refused else {"differ": _differ(restored, other)},
+        f"a state whose cursor and step are NumPy integers and whose order is {other['order'].dtype}, as another "
+        "sampler's may be, was not saved and restored whole -> take any integer form of a field a state may hold"
+        + mark("exact-resume"),
     )
 
 
@@ -226,8 +269,9 @@ def restore_returns_every_field(ctx):
     causes = {
         "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
         "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
-        "replays examples this epoch already consumed",
-        "key": "restore changed the key -> the next epoch would draw another permutation",
+        "replays examples this epoch already consumed" + mark(cause="restore-resets-cursor"),
+        "key": "restore changed the key -> the next epoch would draw another permutation"
+        + mark(cause="restore-changes-key"),
     }
     for name in FIELDS:
         want, got = np.asarray(state[name]), np.asarray(restored.get(name))
@@ -235,7 +279,12 @@ def restore_returns_every_field(ctx):
     expect(*dtypes_verdict(state, restored, "restore of the saved state"))
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
-        expect(wrong is None, "NamedSharding(mesh, P())", wrong, f"rebuild the replicated placement of {name}")
+        expect(
+            wrong is None,
+            "NamedSharding(mesh, P())",
+            wrong,
+            f"rebuild the replicated placement of {name}" + known_causes.placement(wrong),
+        )
     _restores_written_another_way(ctx, path, state, contract)
     _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
     _called_from_another_thread(ctx, path, state, contract)
@@ -295,9 +344,15 @@ def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:
             if running
             else ""
         )
-        + f" changed {moved} -> restore only reads: it "
-        "removes no temporary (another thread's save is writing it; only a save clears temporaries, and only "
-        "those whose writer process is gone)" + mark("restore-inputs-intact"),
+        + f" changed {moved} -> restore only reads: "
+        + (
+            "it changes nothing of the checkpoint it reads, not its bytes, nor its modification time or permissions "
+            "(no os.utime, os.chmod or write: a retention policy's bookkeeping belongs elsewhere)"
+            + mark("restore-inputs-intact", cause="restore-touches-the-file")
+            if os.path.basename(path) in moved
+            else "it removes no temporary (another thread's save is writing it; only a save clears temporaries, and "
+            "only those whose writer process is gone)" + mark("restore-inputs-intact")
+        ),
     )
 
 
@@ -470,10 +525,11 @@ def save_never_overwrites(ctx):
         + (f"; new in the folder: {added}" if added else ""),
         (
             f"save accepted a path that exists and wrote {added} beside it instead -> write at exactly the path "
-            "given (no .npz added), and refuse it when it exists" + mark("exact-path", "never-overwrite")
+            "given (no .npz added), and refuse it when it exists"
+            + mark("exact-path", "never-overwrite", cause="wrote-beside")
             if kept and not raised and added
             else "save overwrote an existing checkpoint -> refuse an existing path (checkpoints are never "
-            "overwritten; use a new path)" + mark("never-overwrite")
+            "overwritten; use a new path)" + mark("never-overwrite", cause="overwrites")
         ),
     )
     return expect(
@@ -482,7 +538,7 @@ def save_never_overwrites(ctx):
         f"{what}; existing file untouched",
         "save refused the existing path, but not with the course's error, so a caller cannot tell an existing "
         "checkpoint from a failed write -> raise errors.CheckpointExistsError for a path that exists"
-        + mark("never-overwrite"),
+        + mark("never-overwrite", cause="refusal-not-the-courses"),
     )
 
 
@@ -508,7 +564,8 @@ def save_leaves_only_the_final_file(ctx):
         found == ["checkpoint"],
         ["checkpoint"],
         found,
-        "write a temporary file in the same folder, then rename it into place and remove leftovers",
+        "write a temporary file in the same folder, then rename it into place and remove leftovers"
+        + mark(cause="leftovers"),
     )
     state, _ = _trained(ctx)
     _nothing_left_open(ctx, "save", path + "-again", state, ctx.impl.contract(ctx.data, _config(ctx)))
@@ -532,8 +589,9 @@ def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
 
 
 def restore_refuses_another_experiment(ctx):
-    """restore raises for a checkpoint of another batch size or other data."""
-    path, _, _ = _saved(ctx, "other")
+    """restore raises for a checkpoint of another batch size or other data, and refuses its own checkpoint given an
+    expected contract one entry of which is moved by the least its type allows (`nearest_contracts`)."""
+    path, _, saved = _saved(ctx, "other")
     features = ctx.data.features.copy()
     features[3, 2] -= 1.0
     others = {
@@ -544,7 +602,77 @@ def restore_refuses_another_experiment(ctx):
     for what, contract in others.items():
         raised, got = _refused(lambda contract=contract: _restore(ctx, path, contract))
         expect(raised, "an error naming the mismatch", got, _accepted_other(ctx, what, contract, own))
-    return "refused", "refused"
+    accepted = {}
+    for what, contract in nearest_contracts(saved).items():
+        try:
+            _restore(ctx, path, contract)
+        except (NotImplementedError, CheckFailed):
+            raise
+        except OTHER_EXPERIMENT:  # a moved entry may leave the contract malformed (num_features != its shape's)
+            continue
+        except Exception as exc:
+            accepted[what] = wire.learner_error(exc, 200)
+        else:
+            accepted[what] = "accepted (no error)"
+    expect(
+        not accepted,
+        {what: "ContractMismatchError (or CorruptCheckpointError: a malformed contract)" for what in accepted},
+        accepted,
+        f"restore of its own checkpoint, given the contract it was saved with but for one entry moved by the least "
+        f"that entry's type allows, did not refuse it as another experiment's: {', '.join(accepted)} -> two "
+        "contracts that differ in any entry, by however little, are two experiments: compare every entry with ==, "
+        "never within a tolerance (math.isclose, np.allclose, rounding) or in part (a prefix, a length)"
+        + mark("contract-first", cause="contract-compared-loosely"),
+    )
+    return "refused, also given its own contract with one entry moved by the least its type allows", "refused"
+
+
+NEAREST_LIMIT = 16  # entries of a contract moved one at a time (a contract of a few scalars and two shapes has ~12)
+
+
+def nearest_contracts(contract: dict) -> dict:
+    """What -> `contract` with one entry (nested ones included) moved by the least its type allows: a float to the
+    next float64 up, an integer by one, text by its last character. Every one is another experiment's contract."""
+    found = {}
+    for where, value in _leaves(contract, ()):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, float) and np.isfinite(value):
+            moved = float(np.nextafter(value, np.inf))
+            how = f"{value!r} -> the next float64 {moved!r}"
+        elif isinstance(value, int):
+            moved, how = value + 1, f"{value} -> {value + 1}"
+        elif isinstance(value, str) and value:
+            moved = value[:-1] + ("1" if value[-1] == "0" else "0")
+            how = "its last character changed"
+        else:
+            continue
+        found[f"{'/'.join(map(str, where))}: {how}"] = _replaced(contract, where, moved)
+        if len(found) == NEAREST_LIMIT:
+            break
+    return found
+
+
+def _leaves(value, where: tuple):
+    """(path of keys and indices, value) of every entry of nested dicts and lists."""
+    if isinstance(value, dict):
+        for key in value:
+            yield from _leaves(value[key], (*where, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaves(item, (*where, index))
+    else:
+        yield where, value
+
+
+def _replaced(value, where: tuple, moved):
+    """A copy of nested dicts and lists `value` with the entry at `where` replaced by `moved`."""
+    if not where:
+        return moved
+    head, rest = where[0], where[1:]
+    if isinstance(value, dict):
+        return {key: _replaced(item, rest, moved) if key == head else item for key, item in value.items()}
+    return [_replaced(item, rest, moved) if index == head else item for index, item in enumerate(value)]
 
 
 def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
@@ -560,7 +688,7 @@ def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
     return (
         f"restore accepted a checkpoint of a different experiment ({what}), whose contract differs from the saved "
         "one -> compare the saved contract with the expected one before accepting anything (a changed batch size is "
-        "a new experiment)" + mark("contract-first")
+        "a new experiment)" + mark("contract-first", cause="contract-not-compared")
     )
 
 
@@ -728,26 +856,40 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             else ""
         )
         + (
-            " (Ctrl-C raises KeyboardInterrupt, which `except Exception` lets through: clean up in finally or "
-            "except BaseException)"
-            if any("KeyboardInterrupt" in what for what in wrong)
+            " (Ctrl-C raises KeyboardInterrupt, and a process told to end another BaseException, as a SIGTERM "
+            "handler's sys.exit raises SystemExit: `except Exception` lets them through, and a list of the ones you "
+            "thought of lets the others through: clean up in finally or except BaseException)"
+            + mark(cause="cleanup-misses-base-exceptions")
+            if _interrupts_only(wrong)
             else ""
         )
+        + (mark(cause="removes-what-it-found") if any("which were there before" in f for f in wrong.values()) else "")
         + mark("new-temp-name"),
     )
 
 
+def _interrupts_only(wrong: dict) -> bool:
+    """Whether a save interrupted at its first write (Ctrl-C, the process told to end) changed its folder where the
+    same save failing there with an OSError left it as it was: a clean-up that runs on some exceptions only."""
+    interrupted = [what for what in wrong if "KeyboardInterrupt" in what or ENDING in what]
+    return any(
+        f"{what.split(', and ')[0]}, and its first write fails (its write raises ENOSPC)" not in wrong
+        for what in interrupted
+    )
+
+
 def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
-    """{case: what it left}: saves into a folder two levels below the missing one `new`, and into an empty folder
-    `kept/inner` that was there before, in a forked child whose first write, and then whose publication (link,
-    rename or replace), raises OSError(ENOSPC) as a full disk does, and whose first write is interrupted by Ctrl-C
-    (KeyboardInterrupt). A write is any way the save writes bytes:
-    a file object's write, os.write, np.savez given a name or a handle. A save that raises must leave the tree
-    as it was: `new` gone, `kept/inner` still there; one that returns must have saved."""
+    """{case: what it left}: saves into a folder two levels below the missing one `new`, itself in an empty folder
+    `found` that was there before, and into an empty folder `kept/inner` that was there before, in a forked child
+    whose first write, and then whose publication (link, rename or replace), raises OSError(ENOSPC) as a full disk
+    does, and whose first write is interrupted by Ctrl-C (KeyboardInterrupt) or the process told to end. A write is
+    any way the save writes bytes: a file object's write, os.write, np.savez given a name or a handle. A save that
+    raises must leave the tree as it was: `new` gone, `found` and `kept/inner` still there (an undo that climbs
+    past the folders it made, as os.removedirs does, removes `found`); one that returns must have saved."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
-    layouts = {  # (folders below the case folder, whether they are there, empty, before the save)
-        "a missing folder two levels deep": (("new", "deeper"), False),
-        "an empty folder two levels deep that was there before": (("kept", "inner"), True),
+    layouts = {  # (folders below the case folder, how many of the first of them are there, empty, before the save)
+        "a missing folder two levels deep in an empty folder that was there before": (("found", "new", "deeper"), 1),
+        "an empty folder two levels deep that was there before": (("kept", "inner"), 2),
     }
     wrong = {}
     for layout, (below, there) in layouts.items():
@@ -755,8 +897,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
         for index, (point, (number, mode)) in enumerate(points.items()):
             what = f"{layout}, and {point}"
             folder = _with_an_earlier_file(os.path.join(base, f"{index}-{number}-{below[0]}"))
-            if there:
-                os.makedirs(os.path.join(folder, *below))
+            os.makedirs(os.path.join(folder, *below[:there]), exist_ok=True)
             path = os.path.join(folder, *below, "checkpoint.npz")
             before = arguments.disk(os.path.join(folder, "observed"))
             outcome = probe("interrupted_save", ctx.impl.save, number, mode, folder + ".json", (path, state, contract))
@@ -774,13 +915,16 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
     return wrong
 
 
-def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, contract: dict) -> dict:
-    """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted by Ctrl-C) and the
-    first publication (failed) of one uninterrupted save into
-    the layout `below` (made first when `there`), in a folder of its own: a save that stops early in one
-    layout (one that makes no folder stops at its open in a missing one) still writes in the other."""
+ENDING = f"{interrupt.ProcessEnding.__name__}, a BaseException as SystemExit is"
+
+
+def _failure_points(ctx, base: str, below: tuple, there: int, state: dict, contract: dict) -> dict:
+    """{point: (operation number, interrupt mode)} of the first write (failed, and interrupted) and the first
+    publication (failed) of one uninterrupted save into the layout `below` (its first `there` folders made first),
+    in a folder of its own: a save that stops early in one layout (one that makes no folder stops at its open in a
+    missing one) still writes in the other."""
     folder = os.path.join(base, f"listing-{below[0]}")
-    os.makedirs(os.path.join(folder, *below) if there else folder)
+    os.makedirs(os.path.join(folder, *below[:there]))
     listed = _whole_save(ctx, folder + ".json", os.path.join(folder, *below, "checkpoint.npz"), state, contract)
     operations = listed.get("operations") or []
     points = {}
@@ -792,8 +936,10 @@ def _failure_points(ctx, base: str, below: tuple, there: bool, state: dict, cont
         if found:
             kind = operations[found[0] - 1].split(" ", 1)[0]
             points[f"{what} (its {kind} raises ENOSPC)"] = found[0], "fail"
-            if kind == "write":  # Ctrl-C there raises KeyboardInterrupt, which `except Exception` lets through
+            if kind == "write":  # Ctrl-C there raises KeyboardInterrupt, which `except Exception` lets through, and
+                # a process told to end another BaseException, which `except (Exception, KeyboardInterrupt)` does too
                 points["Ctrl-C is pressed at its first write (KeyboardInterrupt)"] = found[0], "ctrl-c"
+                points[f"the process is told to end at its first write ({ENDING})"] = found[0], "exit"
     return points
 
 
@@ -997,7 +1143,7 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             wrong,
             f"{where} left an incomplete file at the final path: a reader would find a half-written checkpoint -> "
             "write a temporary file in the same folder, flush and fsync it, then publish it under the final name "
-            "in one step (os.link)" + mark("new-temp-name"),
+            "in one step (os.link)" + mark("new-temp-name", cause="written-in-place"),
         )
     left = sorted(os.listdir(os.path.dirname(path)))
     before = fingerprint(contract)
@@ -1062,6 +1208,14 @@ def _order_fault(operations: list[str]) -> str | None:
         if earlier
         else "no fsync (or fdatasync) of the file between the last write and publishing"
     )
+
+
+def _fault_cause(fault: str | None) -> str | None:
+    """The cause id of a publication before the bytes were on disk (`_order_fault`'s or `_sync_fault`'s words)."""
+    if fault is None:
+        return None
+    early = fault.startswith("fsync came before") or " was fsynced when the kernel held " in fault
+    return "fsync-before-last-write" if early else "no-fsync-before-publish"
 
 
 def _publication(operations: list[str]) -> bool:
@@ -1141,7 +1295,8 @@ def save_syncs_before_publishing(ctx):
         + ", ".join(_collapsed(operations)[:6])
         + "), so no moment exists before which the name is absent and after which its bytes are all on disk -> "
         "write a temporary file in the same folder, flush and fsync it, then publish it under the final name in "
-        "one step (os.link)" + mark("new-temp-name", "fsync-before-publish", "exclusive-publish"),
+        "one step (os.link)"
+        + mark("new-temp-name", "fsync-before-publish", "exclusive-publish", cause="no-publication"),
     )
     moved = seen.get("cwd_moved")
     expect(
@@ -1151,7 +1306,7 @@ def save_syncs_before_publishing(ctx):
         f"the save changed the process's working directory (to {(moved or {}).get('cwd')}, seen at "
         f"{(moved or {}).get('at')}): every thread shares it, so a relative path another thread saves or reads "
         "meanwhile lands in that folder -> never os.chdir in save; join the folder to each name instead"
-        + mark("exact-path"),
+        + mark("exact-path", cause="changes-working-directory"),
     )
     fault = _order_fault(operations)
     if fault is None:
@@ -1164,7 +1319,8 @@ def save_syncs_before_publishing(ctx):
         f"the save wrote its temporary file in {elsewhere[0][1] if elsewhere else ''} and published it into "
         f"{folder} with {elsewhere[0][0] if elsewhere else ''} -> write the temporary file in the target's own "
         "folder (tempfile.mkstemp(dir=the target's folder)): when the two folders are on different file systems, "
-        "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published" + mark("new-temp-name"),
+        "os.link and os.replace fail (EXDEV) and the checkpoint cannot be published"
+        + mark("new-temp-name", cause="temporary-elsewhere"),
     )
     expect(
         fault is None,
@@ -1172,7 +1328,7 @@ def save_syncs_before_publishing(ctx):
         {"operations": _collapsed(operations)[:40], "fault": fault},
         f"the save published its file before its bytes were on disk: {fault} -> write every byte, flush, fsync "
         "the file, and only then give it its final name; a crash after publishing must find a complete file"
-        + mark("fsync-before-publish"),
+        + mark("fsync-before-publish", cause=_fault_cause(fault)),
     )
     return _large_save_through_a_link(ctx, state, contract)
 
@@ -1235,7 +1391,7 @@ def _large_save_through_a_link(ctx, state: dict, contract: dict):
         {"operations": _collapsed(operations)[:40], "fault": fault, "bytes": size},
         f"a save of {rows} rows ({size} bytes) published its file before its bytes were on disk: {fault} (the "
         "small checkpoint's were synced) -> fsync every temporary file whatever its size, then publish it"
-        + mark("fsync-before-publish"),
+        + mark("fsync-before-publish", cause=_fault_cause(fault)),
     )
 
 
@@ -1289,13 +1445,14 @@ def _race_cause(
             "both reported success, so one wrote over the other's checkpoint: the save opened the final name for "
             "writing (no publication), and an existence check before that open leaves a gap another saver can use "
             "-> write a temporary file and publish it with an operation that fails if the name exists (os.link)"
-            + mark("exclusive-publish")
+            + mark("exclusive-publish", cause="check-then-open")
         )
     if len(saved) == 2:
         return (
             "both reported success, so one replaced the other's published checkpoint -> publish with an operation "
             "that fails if the name exists (os.link, or open(path, 'xb')); an existence check before os.replace "
             "leaves a gap another saver can use, and a lock held in one process's memory does not stop another"
+            + mark(cause="check-then-replace")
         )
     if not saved:
         return "neither save succeeded, although the name was free for the first to publish"

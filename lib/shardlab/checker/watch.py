@@ -120,7 +120,8 @@ class Watch:
 # the fields of checker.cli.Result (a test keeps the two equal): typed ones, then any-valued ones, then optional ones
 RESULT_FIELDS = {"name": str, "stage": int, "passed": bool, "diagnosis": str, "seconds": (int, float)}
 RESULT_VALUES = ("expected", "observed")
-RESULT_OPTIONAL: dict = {"rules": (list, tuple)}  # optional fields of cli.Result: the rules of the diagnosed mistake
+# optional fields of cli.Result: the rules the diagnosed mistake breaks, the ids of the mistakes diagnosed
+RESULT_OPTIONAL: dict = {"rules": (list, tuple), "causes": (list, tuple)}
 
 
 def _named(found) -> bool:

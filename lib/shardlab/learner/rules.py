@@ -114,7 +114,9 @@ RULES = (
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
         "count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so "
-        "padding and empty devices add exact zeros and the device count changes nothing",
+        "padding and empty devices add exact zeros and the device count changes nothing; equal to the exact means "
+        "within float32 rounding of the order you choose, and exactly where nothing rounds (integer data, a count "
+        "that is a power of two)",
         (
             "gradient_on_a_full_batch",
             "gradient_on_tail_batches",
@@ -158,7 +160,8 @@ RULES = (
         "transition",
         "one transition is one next_batch and one call of the step it is given (never one it builds), on the "
         "batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; "
-        "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh",
+        "the new state holds the step's new weights and momentum as it returns them, replicated on the mesh, and "
+        "the loss reported is the step's, unrounded",
         ("transition_is_one_batch_and_one_update", "random_transition_walk", "step_follows_the_mesh_it_was_made_for"),
     ),
     Rule(
@@ -186,7 +189,8 @@ RULES = (
     Rule(
         "contract-exact",
         "contract",
-        "every entry is exact: a learning rate or decay one float32 step apart is another experiment",
+        "every entry is exact: a learning rate or decay one float64 step apart (the next Python float) is another "
+        "experiment",
         ("random_contract_tells_apart",),
         why=(
             "Why: a learning rate rounded to six digits, or stored as a rounded decimal, makes two runs whose "
@@ -211,7 +215,8 @@ RULES = (
         "exact-path",
         "save",
         "the checkpoint is written at exactly the path given (any name, spaces at its ends, non-ASCII letters and "
-        "$, % or ~ included: no .npz added, nothing stripped, expanded or normalised) and that path is returned, "
+        "$, % or ~ included, that leaves room under the file system's longest name for a temporary's suffix: no .npz "
+        "added, nothing stripped, expanded or normalised) and that path is returned, "
         "as given or in its absolute form; save never changes the process's working directory and works called "
         "from any thread (a background checkpointer's: no signal handlers, which only the main thread may set)",
         ("random_restore_damage", "save_syncs_before_publishing", "restore_returns_every_field"),
@@ -330,7 +335,7 @@ RULES = (
         "exact-resume",
         "restore",
         "the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key included, "
-        "the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor "
+        "the order in the integer dtype your own states hold, whatever width the file stores it in, and a cursor "
         "or step held as a Python int as a Python int) and "
         "the step at any count a run reaches (a run of a few hundred epochs on 65,537 rows in batches of 1 passes "
         "2**24; a signed 32-bit integer holds every count a course run reaches), weights and momentum replicated on "

@@ -104,7 +104,9 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
       valid count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so
-      padding and empty devices add exact zeros and the device count changes nothing.
+      padding and empty devices add exact zeros and the device count changes nothing; equal to the exact means within
+      float32 rounding of the order you choose, and exactly where nothing rounds (integer data, a count that is a power
+      of two).
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
@@ -123,7 +125,7 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
     Rules:
     - rule:one-update: one transition is one next_batch and one call of the step it is given (never one it builds), on
       the batch's arrays (not under a jax.jit, vmap or grad of its own), step + 1; the new state holds the step's new
-      weights and momentum as it returns them, replicated on the mesh.
+      weights and momentum as it returns them, replicated on the mesh, and the loss reported is the step's, unrounded.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
       integer array.
@@ -141,7 +143,8 @@ def contract(data, config: Config) -> dict:
     - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes,
       dtypes and every byte of the data, read again at every call (arrays changed in place since an earlier call
       included).
-    - rule:contract-exact: every entry is exact: a learning rate or decay one float32 step apart is another experiment.
+    - rule:contract-exact: every entry is exact: a learning rate or decay one float64 step apart (the next Python float)
+      is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
       path), a new dict at every call.
     """
@@ -154,9 +157,10 @@ def save(path, state: dict, contract_: dict) -> str:
     Rules:
     - rule:plain-npz: all six fields and the contract go into one NPZ that np.load(path, allow_pickle=False) reads.
     - rule:exact-path: the checkpoint is written at exactly the path given (any name, spaces at its ends, non-ASCII
-      letters and $, % or ~ included: no .npz added, nothing stripped, expanded or normalised) and that path is
-      returned, as given or in its absolute form; save never changes the process's working directory and works called
-      from any thread (a background checkpointer's: no signal handlers, which only the main thread may set).
+      letters and $, % or ~ included, that leaves room under the file system's longest name for a temporary's suffix: no
+      .npz added, nothing stripped, expanded or normalised) and that path is returned, as given or in its absolute form;
+      save never changes the process's working directory and works called from any thread (a background checkpointer's:
+      no signal handlers, which only the main thread may set).
     - rule:never-overwrite: a path that exists, whatever it is (a checkpoint, an empty file, a folder, empty or not, a
       symbolic link, or a symbolic link that leads nowhere), is refused with errors.CheckpointExistsError and what is
       there is left untouched.
@@ -194,7 +198,7 @@ def restore(path, expected_contract: dict, mesh: Mesh) -> dict:
       integer ids (n,), cursor and step 0-d integers), an order that is not a permutation, a cursor outside 0..rows.
     - rule:refuse-nan: weights and momentum must be finite: NaN momentum cannot continue the run and is refused.
     - rule:exact-resume: the state comes back exactly, every field in the dtype the state holds (the legacy uint32 key
-      included, the order in the integer dtype the saved state held, whatever width the file stores it in, and a cursor
+      included, the order in the integer dtype your own states hold, whatever width the file stores it in, and a cursor
       or step held as a Python int as a Python int) and the step at any count a run reaches (a run of a few hundred
       epochs on 65,537 rows in batches of 1 passes 2**24; a signed 32-bit integer holds every count a course run
       reaches), weights and momentum replicated on the mesh given, so the run continues as the uninterrupted one, in
