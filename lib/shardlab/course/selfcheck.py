@@ -427,13 +427,14 @@ QUESTIONS = (
             "finished checkpoint may a reader trust?",
             [
                 "the final folder name alone",
-                "commit_success.txt inside the folder, written after everything else",
+                "commit_success.txt inside the folder, written once the rest is saved",
                 "the newest modification time in the folder",
             ],
             "b",
             "A rename that copies file by file shows the final name before every file is there; the commit file, "
-            "written last, is there only once the rest is. This page's trace shows both marks: the commit file "
-            "last inside the temporary folder, then the rename.",
+            "written once the rest is saved, is there only once the rest is. This page's trace shows both marks: the "
+            "commit file as the last write it saw inside the temporary folder (TensorStore's array writes are not "
+            "traced), then the rename.",
             "orbax_publish",
             (
                 "orbax-publish",

@@ -253,13 +253,13 @@ SENTENCES = {
             "the first trace, so the example picks the change whose cut the trace lets it size: " + _WHY_COUNT + ".",
         ),
         "capture_drift": _s(
-            "abs(b - r) >= abs(c)",
+            "2 * abs(b - r) >= abs(c)",
             {"b": "change.baseline_first_ms", "r": "change.reach_ms", "c": "change.cut_ms"},
             "With no code changed, the target moved between captures: {b:.3f} ms by median in the first trace, "
-            "{r:.3f} ms in this capture's unchanged loop, a move at least the size of the {c:.3f} ms cut. That is why "
+            "{r:.3f} ms in this capture's unchanged loop, a move of at least half the {c:.3f} ms cut. That is why "
             "both verdicts read only this capture's two loops, traced in turn.",
             "With no code changed, the target went from {b:.3f} ms by median in the first trace to {r:.3f} ms in this "
-            "capture's unchanged loop, a move smaller than the {c:.3f} ms cut; the verdicts still read only this "
+            "capture's unchanged loop, a move of less than half the {c:.3f} ms cut; the verdicts still read only this "
             "capture's two loops, traced in turn, since between captures the machine moves.",
         ),
         "timing_order": _s(
@@ -267,7 +267,8 @@ SENTENCES = {
             TIMING_KEYS,
             "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
             "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x. On "
-            "so small a workload, four logical devices sharing this host's cores cost more than they save.",
+            "so small a workload, four logical devices cost more than they save here (they share this host's "
+            "cores; this page does not measure which cost dominates).",
             "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
             "(four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to {c1_hi:.4g}). So the ratios of the medians, "
             "4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within the spread.",
@@ -707,7 +708,8 @@ SENTENCES = {
             CROSS,
             "The faster controller's compute (at most {g} rows a step) took less than the scaling table's step on "
             "{w} devices of one process ({n} rows), beyond the spread: its q3 {f_hi:.3g} ms lies below that step's "
-            "q1 {u_lo:.4g} ms. Crossing between processes cost no time these records can see beside that step.",
+            "q1 {u_lo:.4g} ms. With at most {g} rows against {n}, these records do not price the crossing between "
+            "processes on its own: they show only that the whole step cost less than that one.",
             "The faster controller's compute's q3 {f_hi:.3g} ms is not below the q1 {u_lo:.4g} ms of the scaling "
             "table's step on {w} devices of one process.",
         ),
@@ -716,8 +718,9 @@ SENTENCES = {
             CROSS,
             "The faster controller's compute (at most {g} rows a step) is not told apart from the scaling table's "
             "step on {w} devices of one process ({n} rows): their middle halves overlap ({f_lo:.3g}–{f_hi:.3g} ms "
-            "and {u_lo:.4g}–{u_hi:.4g} ms). Crossing between processes cost no time these records separate from "
-            "the spread.",
+            "and {u_lo:.4g}–{u_hi:.4g} ms). A step of at most {g} rows taking as long as one of {n} points to a "
+            "cost per step that does not grow with the rows, which the crossing between processes may be part of; "
+            "these records do not price the crossing on its own.",
             "The faster controller's compute phase's middle half starts at {f_lo:.3g} ms, above the {u_hi:.4g} ms "
             "where the one-process update's middle half ends.",
         ),
