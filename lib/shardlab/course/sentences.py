@@ -505,11 +505,12 @@ SENTENCES = {
             f"{CLEAR} * p < min(w, c)",
             WAITING,
             "So, to the prediction, for the traced fused_stats loop: the collective and the waiting, each longer than "
-            f"the program. The program time ({_PROGRAM}) is the smallest kind by more than a quarter, {{p:.2f}} of "
-            "{b:.2f} ms; waiting ({w:.2f} ms) and collective ({c:.2f} ms) each take more.",
+            f"the program. The program time ({_PROGRAM}) is the smallest kind, {{p:.2f}} of {{b:.2f}} ms; waiting "
+            f"({{w:.2f}} ms) and collective ({{c:.2f}} ms) each take more than {CLEAR}x it, the margin one capture "
+            "allows.",
             "So, to the prediction, for the traced fused_stats loop: the program time "
-            f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, not less than both waiting ({{w:.2f}} ms) and "
-            "collective ({c:.2f} ms) by more than a quarter.",
+            f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, and waiting ({{w:.2f}} ms) and collective ({{c:.2f}} ms) "
+            f"do not both take more than {CLEAR}x it, the margin one capture allows.",
         ),
         "meeting_dominates": _s(
             f"w + c > {CLEAR} * p",
