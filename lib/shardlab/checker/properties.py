@@ -1609,7 +1609,7 @@ def restore_damage(ctx, case: Case) -> None:
         f"{'refused with another error' if len(typed) == len(accepted) else 'accepted'} {sorted(accepted)}",
         f"{said}: "
         + "; ".join(f"{w} ({r})" for w, r in accepted.items())
-        + formulas.mark(*dict.fromkeys(_damage_rule(what) for what in accepted))
+        + formulas.mark(*dict.fromkeys(_damage_kind(what)[1] for what in accepted))
         + "".join(known_causes.mark(c) for c in dict.fromkeys(_damage_cause(w, r) for w, r in accepted.items())),
     )
     if replaced is not None:
@@ -1619,26 +1619,18 @@ def restore_damage(ctx, case: Case) -> None:
 def _damage_cause(what: str, verdict: str) -> str:
     """The cause id of restore's verdict `verdict` on the damaged copy named `what`: refused with another error
     than the course's, or accepted, by the kind of damage it accepted."""
-    if "; refused with " in verdict:
-        return "refusal-not-the-courses"
-    if "pickled" in what:
-        return "pickled-member"
-    if what.startswith("contract: ") or "another experiment" in what:
-        return "accepts-another-experiment"
-    if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
-        return "accepts-non-finite"
-    return "accepts-damaged-field"
+    return "refusal-not-the-courses" if "; refused with " in verdict else _damage_kind(what)[0]
 
 
-def _damage_rule(what: str) -> str:
-    """The course rule (learner/rules.py id) a damaged copy named `what` breaks."""
+def _damage_kind(what: str) -> tuple[str, str]:
+    """(cause id of accepting it, course rule it breaks: a learner/rules.py id) of the damaged copy named `what`."""
     if "pickled" in what:
-        return "plain-npz"
+        return "pickled-member", "plain-npz"
     if what.startswith("contract: ") or "another experiment" in what:
-        return "contract-first"
+        return "accepts-another-experiment", "contract-first"
     if what.split(": ")[-1] in ("NaN", "+inf", "-inf"):
-        return "refuse-nan"
-    return "validate-fields"
+        return "accepts-non-finite", "refuse-nan"
+    return "accepts-damaged-field", "validate-fields"
 
 
 def _large_values_accepted(ctx, case: Case, path: str, state: dict, contract: dict, mesh, at: int) -> None:
