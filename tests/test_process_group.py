@@ -186,6 +186,12 @@ time.sleep(600)
 """
 
 
+def _escaped_pid(log) -> int | None:
+    """The grandchild's pid: the log's one numeric token (the grandchild may write its lines before its parent
+    prints the pid)."""
+    return next((int(token) for token in log.read_text().split() if token.isdigit()), None)
+
+
 def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_path):
     log = tmp_path / "log"
     with open(log, "ab") as out:
@@ -193,9 +199,10 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
     reader = subprocess.Popen(["tail", "-f", str(log)], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while log.stat().st_size < 500 and time.monotonic() < deadline:
+        while (log.stat().st_size < 500 or _escaped_pid(log) is None) and time.monotonic() < deadline:
             time.sleep(0.05)
-        escaped = int(log.read_text().split()[0])
+        escaped = _escaped_pid(log)
+        assert escaped is not None, "the escaper never printed its grandchild's pid"
         process_group.kill(process)
         time.sleep(0.2)
         assert _running(escaped), "the grandchild should have escaped the group kill for this test to mean anything"
@@ -208,7 +215,7 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
     finally:
         reader.kill()
         reader.wait()
-        if _running(escaped := int(log.read_text().split()[0])):
+        if (escaped := _escaped_pid(log)) is not None and _running(escaped):
             os.kill(escaped, signal.SIGKILL)
 
 
