@@ -1384,9 +1384,9 @@ def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: 
 @pytest.mark.parametrize(
     "changes, epochs, word",
     [
-        ([5], 2, "only where a new epoch began"),  # lazy: the 5th call finds 23 rows in batches of 7 used up
+        ([5], 2, "nowhere but where a new epoch began"),  # lazy: the 5th call finds 23 rows in batches of 7 used up
         ([4], 2, "eagerly"),  # eager: the 4th call, which takes the last ids, draws
-        ([5, 9], 3, "only where a new epoch began"),
+        ([5, 9], 3, "nowhere but where a new epoch began"),
         ([4, 8], 3, "eagerly"),
     ],
 )

@@ -1380,12 +1380,10 @@ CHOSEN = {
     "stage1_batches": {
         "key_changes_at_epoch_start": (
             "count == epochs - 1 and first == start",
-            "observed: over the {epochs} epochs walked the key changed only where a new epoch began ({count} "
-            "time(s), first at batch {first}): lazily, the batch that found the order used up drew the next "
-            "permutation.",
-            "observed: the key changed {count} time(s), first at batch {first}, while the second epoch starts at batch "
-            "{start}: eagerly, this sampler draws the next permutation as soon as the order is used up, one call early "
-            "(the ids are the same either way).",
+            "observed: over the {epochs} epochs walked, the key changed at batch {first} and nowhere but where a "
+            "new epoch began: lazily, the call that found the order used up drew the next permutation.",
+            "observed: the key first changed at batch {first}, while the second epoch starts at batch {start}: "
+            "eagerly, this sampler draws the next permutation as soon as the order is used up, one call early.",
         ),
     },
     "stage2_update": {
