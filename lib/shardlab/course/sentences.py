@@ -1406,6 +1406,17 @@ CHOSEN = {
         ),
     },
     "stage3c_orbax_lesson": {
+        "publish_uses_both_marks": (
+            "renamed == 1 and marker_last == 1 and early == 0",
+            "Both, in this version: Orbax wrote into bare-orbax.orbax-checkpoint-tmp, commit_success.txt was the "
+            "last write the trace saw there, and nothing touched bare-orbax until one rename gave the folder its "
+            "final name. So bare-orbax did not exist while Orbax was writing (the arrays' chunks, written by "
+            "TensorStore, are not in the trace).",
+            "Not both marks in the order the question describes: in this trace, the folder got its final name by a "
+            "rename: {renamed} (1 = yes); commit_success.txt was the last write before it, in the temporary folder: "
+            "{marker_last}; operations under the final name before that: {early}. The trace above is this version's "
+            "answer.",
+        ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
             "A stop between the two listings would have left no async-orbax checkpoint to resume from (only the "
