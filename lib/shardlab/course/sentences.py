@@ -402,8 +402,9 @@ SENTENCES = {
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
-            "Most of the cut went elsewhere: of the {c:.3f} ms the sum fell, <rest> took {o:.4f} ms. A candidate, "
-            "not measured here: the course's draw copies back to the host twice, the changed one once.",
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (each a fall of "
+            "medians, so the parts' falls need not add up to the sum's). A candidate, not measured here: the course's "
+            "draw copies back to the host twice, the changed one once.",
             "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
