@@ -1382,6 +1382,69 @@ def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: 
 
 
 @pytest.mark.parametrize(
+    "events, both",
+    [
+        (
+            [
+                ("os.mkdir", ["b.tmp"]),
+                ("open", ["b.tmp/x"]),
+                ("open", ["b.tmp/commit_success.txt"]),
+                ("os.rename", ["b.tmp", "b"]),
+            ],
+            True,
+        ),  # the two marks: the commit file last, then the rename
+        ([("os.mkdir", ["b"]), ("open", ["b/x"]), ("open", ["b/commit_success.txt"])], False),  # commit file only
+        (
+            [
+                ("os.mkdir", ["b.tmp"]),
+                ("open", ["b.tmp/commit_success.txt"]),
+                ("open", ["b.tmp/x"]),
+                ("os.rename", ["b.tmp", "b"]),
+            ],
+            False,
+        ),  # renamed, but the commit file is not the last write
+        (
+            [
+                ("os.mkdir", ["b"]),
+                ("os.mkdir", ["b.tmp"]),
+                ("open", ["b.tmp/commit_success.txt"]),
+                ("os.rename", ["b.tmp", "b"]),
+            ],
+            False,
+        ),  # the final name used before the rename
+    ],
+)
+def test_the_publish_sentence_says_both_marks_only_when_the_trace_shows_both(tmp_path, events, both):
+    from shardlab.course import orbax_lesson
+
+    order = orbax_lesson.publish_order(events, "b")
+    publish = {
+        "renamed_to_final": order["renamed"],
+        "marker_written_last": order["marker_last"],
+        "final_name_used_early": order["early"],
+    }
+    keys = {
+        "renamed": "orbax_publish.renamed_to_final",
+        "marker_last": "orbax_publish.marker_written_last",
+        "early": "orbax_publish.final_name_used_early",
+    }
+    text, _ = _chosen_and_filed(
+        tmp_path, "stage3c_orbax_lesson", {"orbax_publish": publish}, "publish_uses_both_marks", keys, **order
+    )
+    # independently of publish_order: the last event is a rename to the final name, the last write before it is the
+    # commit file inside the temporary folder, and nothing before it names the final folder
+    last_write = [paths[0] for event, paths in events if event == "open"][-1]
+    by_hand = (
+        events[-1] == ("os.rename", ["b.tmp", "b"])
+        and last_write == "b.tmp/commit_success.txt"
+        and not any(p.split("/")[0] == "b" for _, paths in events[:-1] for p in paths)
+    )
+    assert by_hand == both
+    assert text.startswith("Both, in this version") == both, text
+    assert (f"by a rename: {order['renamed']} (1 = yes)" in text) == (not both), text
+
+
+@pytest.mark.parametrize(
     "changes, epochs, word",
     [
         ([5], 2, "nowhere but where a new epoch began"),  # lazy: the 5th call finds 23 rows in batches of 7 used up

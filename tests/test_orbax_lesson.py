@@ -1,5 +1,7 @@
 """The Orbax lesson's receipt: rebuilt here in NumPy from its text alone, then set beside the notebook's replay."""
 
+import os
+
 import numpy as np
 import pytest
 from conftest import executed, results
@@ -139,3 +141,19 @@ def test_the_async_save_sentence_matches_the_recorded_listing(run_dir):
     shown = [o.get("text", "") for c in executed(run_dir, "stage3c_orbax_lesson").cells for o in c.get("outputs", [])]
     assert any(f"right after save returned: {listing['at_return']}" in text for text in shown)
     assert any(claim["text"] in text for text in shown)
+
+
+def test_the_write_watch_notes_what_happens_inside_its_folder_and_only_while_watching(tmp_path):
+    inside, outside = tmp_path / "in", tmp_path / "out"
+    inside.mkdir()
+    outside.mkdir()
+    with lesson.watch_writes(str(inside)) as events:
+        os.mkdir(inside / "tmp")
+        (inside / "tmp" / "a").write_text("x")
+        (inside / "tmp" / "a").read_text()  # a read: not noted
+        (outside / "b").write_text("x")  # outside the folder: not noted
+        os.rename(inside / "tmp", inside / "final")
+    (inside / "final" / "c").write_text("x")  # after the block: not noted
+    expected = [("os.mkdir", ["tmp"]), ("open", [os.path.join("tmp", "a")]), ("os.rename", ["tmp", "final"])]
+    assert events == expected, events
+    assert lesson.trace_lines(events + [events[-1]])[-1].endswith("(2 times in a row)")

@@ -515,26 +515,6 @@ def test_the_verdict_reads_the_parts_the_change_touches_not_the_whole_annotation
     assert with_parts([{"a_ms": 1.0}], [{"b_ms": 2.0, "dispatched": ["x"]}]) == [{"a_ms": 1.0, "b_ms": 2.0}]
 
 
-def test_the_parts_table_takes_the_median_of_each_transitions_sum_not_the_sum_of_medians():
-    from shardlab.evidence.hypothesis import parts_table
-
-    # sums 3, 4, 7 (median 4, quartiles 3.5 and 5.5 by linear interpolation)
-    skewed = [{"a_ms": 1.0, "b_ms": 2.0}, {"a_ms": 3.0, "b_ms": 1.0}, {"a_ms": 2.0, "b_ms": 5.0}]
-    apart = [{"a_ms": 1.0, "b_ms": 9.0}, {"a_ms": 9.0, "b_ms": 1.0}, {"a_ms": 5.0, "b_ms": 6.0}]
-    rows = parts_table(["a_ms", "b_ms"], {"first": skewed, "second": apart})
-    assert [r["medians, ms (middle half)"] for r in rows] == ["first", "second"]
-    assert rows[0] == {"medians, ms (middle half)": "first", "a": "2.000 (1.500–2.500)", "b": "2.000 (1.500–3.500)",
-                       "their sum": "4.000 (3.500–5.500)"}  # fmt: skip
-    # sums 10, 10, 11: median 10, while the parts' medians add to 5 + 6 = 11
-    assert (
-        rows[1]["their sum"].startswith("10.000 ")
-        and rows[1]["a"].startswith("5.000")
-        and rows[1]["b"].startswith("6.000")
-    )
-    assert "their sum" not in parts_table(["a_ms"], {"one": skewed})[0]
-    assert "their sum" not in parts_table(["a_ms", "b_ms"], {"first": skewed}, summed=False)[0]
-
-
 def test_a_device_event_s_whole_time_never_exceeds_its_thread_s_busy_time(monkeypatch):
     from types import SimpleNamespace
 

@@ -8,6 +8,10 @@ recorded run printed; `compare` sets our observations beside it, rule by rule. `
 says what its text does not give, so a comparison that needs it cannot be exact.
 """
 
+import contextlib
+import os
+import sys
+
 import numpy as np
 
 from shardlab.core.config import Config
@@ -130,3 +134,56 @@ def publish_order(events: list, final: str) -> dict:
         "marker_last": int(last.rsplit("/", 1)[-1] == "commit_success.txt" and last.rsplit("/", 1)[0] != final),
         "early": sum(1 for _, paths in before for p in paths if p.replace("\\", "/").split("/")[0] == final),
     }
+
+
+_WATCH = {"here": None, "events": None}  # the folder being watched and its event list; None: watching nothing
+_AUDITED = ("os.mkdir", "open", "os.remove", "os.rename")
+_WORDS = {"os.mkdir": "make folder", "open": "write", "os.remove": "remove", "os.rename": "rename"}
+
+
+def _audit(event: str, args: tuple) -> None:
+    """Python's audit hook (called from every thread): note a folder made, a file opened to write, a removal or a
+    rename, when every path it names lies inside the watched folder."""
+    here, events = _WATCH["here"], _WATCH["events"]
+    if here is None or event not in _AUDITED:
+        return
+    if event == "open":  # (path, mode, flags): keep only opens that write
+        mode, flags = args[1], args[2]
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & (os.O_WRONLY | os.O_RDWR))
+        paths = [args[0]] if writes else []
+    else:
+        paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+    paths = [os.path.abspath(os.fsdecode(p)) for p in paths if not isinstance(p, int)]
+    if paths and all(p.startswith(here + os.sep) for p in paths):
+        events.append((event, [os.path.relpath(p, here) for p in paths]))
+
+
+@contextlib.contextmanager
+def watch_writes(folder: str):
+    """Yield a list that fills, in order, with (event, paths relative to `folder`) for each folder made, file
+    written, removal and rename inside `folder` while the block runs. What C++ code (TensorStore) writes never
+    reaches Python's audit hooks and is not in it. The hook is installed once per process (hooks cannot be
+    removed) and notes nothing outside a block."""
+    if not _WATCH.get("installed"):
+        sys.addaudithook(_audit)
+        _WATCH["installed"] = True
+    events: list = []
+    _WATCH.update(here=os.path.abspath(folder), events=events)
+    try:
+        yield events
+    finally:
+        _WATCH.update(here=None, events=None)
+
+
+def trace_lines(events: list) -> list[str]:
+    """The trace in order, one line per run of equal operations (Orbax may write a file twice)."""
+    steps: list = []
+    for event, paths in events:
+        if steps and steps[-1][0] == (event, paths):
+            steps[-1][1] += 1
+        else:
+            steps.append([(event, paths), 1])
+    return [
+        f"  {_WORDS[event]:11s} {' -> '.join(paths)}" + (f" ({times} times in a row)" if times > 1 else "")
+        for (event, paths), times in steps
+    ]

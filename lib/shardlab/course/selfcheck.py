@@ -405,7 +405,7 @@ QUESTIONS = (
             "restore_target",
             (
                 "restore-elsewhere",
-                "When a checkpoint counts",
+                "The target decides placement",
                 "the values per device under each target",
                 r"P\('data',?\) on \['cpu:0', 'cpu:1', 'cpu:2', 'cpu:3'\], values per device \[2, 2, 2, 2\]",
             ),

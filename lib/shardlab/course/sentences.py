@@ -402,8 +402,9 @@ SENTENCES = {
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
-            "Most of the cut went elsewhere: of the {c:.3f} ms the sum fell, <rest> took {o:.4f} ms. A candidate, "
-            "not measured here: the course's draw copies back to the host twice, the changed one once.",
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (each a fall of "
+            "medians, so the parts' falls need not add up to the sum's). A candidate, not measured here: the course's "
+            "draw copies back to the host twice, the changed one once.",
             "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
@@ -1404,6 +1405,17 @@ CHOSEN = {
         ),
     },
     "stage3c_orbax_lesson": {
+        "publish_uses_both_marks": (
+            "renamed == 1 and marker_last == 1 and early == 0",
+            "Both, in this version: Orbax wrote into bare-orbax.orbax-checkpoint-tmp, commit_success.txt was the "
+            "last write the trace saw there, and nothing touched bare-orbax until one rename gave the folder its "
+            "final name. So bare-orbax did not exist while Orbax was writing (the arrays' chunks, written by "
+            "TensorStore, are not in the trace).",
+            "Not both marks in the order the question describes: in this trace, the folder got its final name by a "
+            "rename: {renamed} (1 = yes); commit_success.txt was the last write before it, in the temporary folder: "
+            "{marker_last}; operations under the final name before that: {early}. The trace above is this version's "
+            "answer.",
+        ),
         "async_save_counts_after_wait": (
             "final_at_return == 0",
             "A stop between the two listings would have left no async-orbax checkpoint to resume from (only the "

@@ -233,24 +233,6 @@ def worked_example(breakdown: list[dict]) -> dict:
     return {"change": "one_call_reshuffle", "threshold_ms": threshold, "because": because}
 
 
-def parts_table(keys: list[str], captures: dict, summed: bool = True) -> list[dict]:
-    """Per capture (name -> transition rows), each of `keys` and (for several, unless not `summed`) their
-    per-transition sum, as "median (middle half)" in ms; the sum's median is taken over the sums, not added from
-    the parts' medians."""
-
-    def median_and_half(values):
-        q1, median, q3 = np.percentile(values, [25, 50, 75])
-        return f"{median:.3f} ({q1:.3f}–{q3:.3f})"
-
-    table = []
-    for name, rows in captures.items():
-        row = {"medians, ms (middle half)": name, **{k[:-3]: median_and_half([r[k] for r in rows]) for k in keys}}
-        if summed and len(keys) > 1:
-            row["their sum"] = median_and_half(_summed(rows, keys))
-        table.append(row)
-    return table
-
-
 def changed_loop(change: str, mesh, next_batch, make_step):
     """(next_batch, step) of the loop with `change` made; the half it does not touch stays the caller's."""
     if change == "one_call_reshuffle":

@@ -37,7 +37,9 @@ TEMPLATES = {
 {%- endblock input_group -%}
 {%- block output_group -%}
 {%- if cell.metadata.get("jupyter", {}).get("outputs_hidden") -%}
-<details class="shardlab-folded-output"><summary>output folded in Jupyter: open to read it</summary>
+<details class="shardlab-folded-output"><summary>
+{{- cell.metadata.get("output_summary", "output folded in Jupyter: open to read it") -}}
+</summary>
 {{ super() }}
 </details>
 {%- else -%}
