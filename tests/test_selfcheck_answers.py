@@ -187,3 +187,37 @@ def test_four_transitions_whose_middle_halves_overlap_name_no_longer_annotation(
     assert np.median(prepare) > np.median(update)  # though the medians alone would name the preparation
     only_right("stage4a_profile", "2", "the middle halves overlap")
     only_right("stage4a_profile", "3", f"{1.0:.1f} − {0.7:.1f} = {1.0 - 0.7:.1f} ms")
+
+
+def test_eight_usable_cores_bound_four_devices_at_one():
+    cores, devices = 8, 4
+    assert min(cores, devices) / devices == 1.0  # by hand: every device could have a core of its own
+    only_right("stage5b_scaling", "1", "4/4 = 1")
+
+
+def test_a_batch_of_five_times_eight_of_ten_steps_in_the_saving_comparison(data):
+    from shardlab.multi import scenarios
+
+    mesh = sl.make_mesh()
+    ids, _ = walk_ids(sl.initial(17, data, mesh), data, 5, 10, mesh)
+    assert [len(i) for i in ids[:5]] == oracle.epoch_batches(23, 5) == [5, 5, 5, 5, 3]
+    padded = [-(-len(i) // 4) * 4 for i in ids]  # slots: rows padded to a multiple of the 4 devices
+    compiling = [step for step, shape in enumerate(padded, start=1) if shape not in padded[: step - 1]]
+    assert compiling == [1, 5]
+    steps = [{"step": n, "ids": i, "s": float(n)} for n, i in enumerate(ids, start=1)]
+    assert len(scenarios.warm_steps(steps, 4)) == 10 - len(compiling) == 8  # the comparison's own rule agrees
+    only_right("stage5b_scaling", "4", "8: steps 1 and 5 compile", "3 rows")
+
+
+def test_the_two_term_fit_through_one_and_two_ms_predicts_three_at_four():
+    import numpy as np
+
+    from shardlab.perf import scaling
+
+    # by hand: T(W) = compute + straggler * log2(W); T(1) = 1 gives compute, T(2) = 2 gives straggler = 1
+    a = np.array([[1.0, np.log2(1)], [1.0, np.log2(2)]])
+    compute, straggler = np.linalg.solve(a, [1.0, 2.0])
+    by_hand = compute + straggler * np.log2(4)
+    fitted = scaling.fit({1: 1.0, 2: 2.0}, scaling.HELD_OUT)
+    assert scaling.predict(fitted["params"], [4])[4]["ms"] == pytest.approx(by_hand) == pytest.approx(3.0)
+    only_right("stage5b_scaling", "5", "3.0 ms")

@@ -664,22 +664,22 @@ QUESTIONS = (
     *_stage(
         "stage5b_scaling",
         (
-            "Four logical devices share C usable cores, each with the single device's rows. What bounds the "
-            "efficiency at W = 4?",
+            "The same scaling table on a host with 8 usable cores instead of this one's: what is the bound "
+            "min(C, W)/W at W = 4, read as this notebook reads it (one core per device's step)?",
             [
-                "nothing: efficiency is 1 by definition",
-                "min(C, W) / W: at most C devices compute at once",
-                "the ring latency",
+                "2/4: the bound this host printed, whatever the host",
+                "4/4 = 1: each of the 4 devices could compute on a core of its own at once",
+                "8/4 = 2: twice what 4 devices deliver alone",
             ],
             "b",
-            "Perfect splitting on C cores gives at most min(C, W) / W: a ceiling. What keeps a run below it is not "
-            "measured here.",
+            "min(8, 4)/4 = 1: with more cores than devices the ceiling is no gain lost at all, and a measured "
+            "efficiency below it would need a cause other than the core count; an efficiency can never exceed 1.",
             "efficiency",
             (
-                "reveal-efficiency",
+                "efficiency",
                 "Scaling",
-                "the efficiency at W = 4 and the bound the usable cores set",
-                r"efficiency ≤ \d+/\d+; this run's [\d.]+",
+                "the table's bound column and the usable cores printed beneath it",
+                r"\d+ usable cores",
             ),
         ),
         (
@@ -722,53 +722,41 @@ QUESTIONS = (
             ),
         ),
         (
-            "What does the blocking save time of the saving comparison measure?",
+            "The saving comparison times only the steps whose batch shape an earlier step already had. With the "
+            "same 23 rows on 4 devices but a batch of 5, how many of the ten steps would each group time?",
             [
-                "how long the whole checkpoint takes to reach the disk",
-                "how long `save` holds the training loop before it returns",
-                "the time of the step after the save",
+                "9: only step 1 compiles",
+                "8: steps 1 and 5 compile, the epoch's last batch of 3 rows padding to 4 slots",
+                "10: a step is timed whether or not it compiles",
             ],
             "b",
-            "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
+            "23 rows read 5, 5, 5, 5, 3 each epoch: full batches pad to 8 slots (first at step 1), the last batch of "
+            "3 rows to 4 slots (first at step 5; step 10 repeats it). Two shapes, two compilations, eight steps timed.",
             "async_vs_sync",
             (
                 "async-overhead",
                 "What asynchronous saving costs",
-                "the table of step and blocking save times",
-                r"blocking save: how long save holds the loop",
+                "the n column of the table's step rows, with a batch of 7",
+                r"\| sync \| step \| \d+ \|",
             ),
         ),
         (
-            "Why is the model fitted with two terms to W = 1 and 2 rather than with three terms to all three points?",
+            "Suppose a run measured 1.0 ms per step at W = 1 and 2.0 ms at W = 2. What does the two-term fit "
+            "(compute and straggler·log₂W, fitted through those two points) predict at W = 4?",
             [
-                "so that its prediction at W = 4, a point it never saw, can be refuted by the measurement",
-                "two terms describe a cluster, three do not",
-                "to reproduce the chapter's speedups",
+                "4.0 ms: the time doubles with every doubling of W",
+                "3.0 ms: compute 1.0 plus straggler 1.0 times log₂4 = 2",
+                "2.0 ms: the fit through W = 1 and 2 cannot grow past its last point",
             ],
-            "a",
-            "Three terms through three points fit by construction and predict nothing; only a prediction held out "
-            "from the fit can fail.",
+            "b",
+            "T(1) = compute = 1.0 ms; T(2) = compute + straggler·1 = 2.0 ms, so straggler = 1.0; T(4) = 1.0 + 1.0·2 "
+            "= 3.0 ms. A measured middle half at W = 4 wholly outside the range the spreads allow would refute it.",
             "scaling_model",
             (
                 "scaling-model",
                 "Scaling",
                 "the two-point fit's prediction at W = 4",
                 r"The fit on W = 1, 2 predicts [\d.]+ ms at W = 4",
-            ),
-        ),
-        (
-            "Which runbook row's stop condition is a count of failures, with no time or step in it?",
-            ["death", "preemption", "crash loop"],
-            "c",
-            "The crash-loop row: its stop condition is more failures than the restart budget. The death row's stop "
-            "is a detection time, the preemption row's one step after the signal.",
-            "runbook",
-            (
-                "runbook",
-                "The runbook",
-                "the runbook table's crash-loop row and its stop condition",
-                r"crash loop \| supervisor \| (designed bound, not observed in stage 5a: )?"
-                r"more failures than the restart budget",
             ),
         ),
     ),
