@@ -422,6 +422,9 @@ def test_a_traced_split_the_profiler_s_cost_could_explain_is_not_settled(tmp_pat
     unsettled = update > prepare and update - untraced >= update - prepare
     assert unsettled == (not settled)
     assert ("cannot settle" in text) == unsettled and ("longer boundary is" in text) == settled, text
+    # by hand: unsettled exactly when the untraced update is no longer than the traced preparation
+    assert ("no longer than prepare_and_place" in text) == unsettled == (update > prepare and untraced <= prepare)
+    assert "section 3" not in text and "at least" not in text, text  # shown where it is measured; no floor claimed
     assert sentences.boundary_at_batch(per, "before", 7, "course loop", untraced) == text
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
 

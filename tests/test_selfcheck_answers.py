@@ -221,3 +221,95 @@ def test_the_two_term_fit_through_one_and_two_ms_predicts_three_at_four():
     fitted = scaling.fit({1: 1.0, 2: 2.0}, scaling.HELD_OUT)
     assert scaling.predict(fitted["params"], [4])[4]["ms"] == pytest.approx(by_hand) == pytest.approx(3.0)
     only_right("stage5b_scaling", "5", "3.0 ms")
+
+
+def test_thirty_two_features_pack_into_thirty_four_values_and_one_all_reduce():
+    from shardlab.perf import packed
+
+    mesh = sl.make_mesh()
+    x = np.random.default_rng(11).normal(size=(8, 32)).astype(np.float32)
+
+    def sums(rows):  # a count, a 32-wide gradient numerator, a loss numerator, as stage 2's update has
+        return jnp.float32(rows.shape[0]), rows.sum(axis=0), (rows * rows).sum()
+
+    buffer = packed.pack(*sums(x))
+    assert buffer.shape == (32 + 2,)  # by hand: d numerators, then the loss numerator and the count
+    f = jax.jit(jax.shard_map(lambda r: packed.packed_psum(*sums(r)), mesh=mesh, in_specs=P("data"), out_specs=P()))
+    count, vector, squares = f(x)
+    np.testing.assert_allclose(np.asarray(vector), x.sum(axis=0), rtol=1e-5)  # NumPy's sums, once over all rows
+    assert float(count) == 8 and np.isclose(float(squares), float((x.astype(np.float64) ** 2).sum()), rtol=1e-5)
+    assert f.lower(x).as_text().count("stablehlo.all_reduce") == 1
+    only_right("stage4b_beyond", "1", "34 values, one all_reduce")
+
+
+def test_twenty_steps_per_dispatch_run_twenty_and_one_all_reduces(data):
+    from shardlab.course import ir
+    from shardlab.perf import fused, stats, steps
+
+    mesh, k = sl.make_mesh(), 20
+    start, runs = sl.initial(17, data, mesh), {}
+    for name, body in (("fused_psum", steps.per_step_body), ("fused_stats", stats.body)):
+        loop = fused.FusedLoop(data, mesh, 7, k, body=body)
+        places = ir.all_reduce_places(loop.program.lower(*loop.arguments(start, k)).as_text())
+        runs[name] = k * places["inside a loop"] + places["outside every loop"]  # a loop's body runs K times
+    assert runs == {"fused_psum": 20, "fused_stats": 1}
+    only_right("stage4b_beyond", "2", "20 and 1")
+
+
+def test_one_id_on_four_devices_is_gathered_by_device_zero_alone():
+    from shardlab.core.sampler import advance, initial_sampler
+    from shardlab.perf import device_sampler, steps
+
+    mesh = sl.make_mesh()
+    host, drawn = initial_sampler(17, 7), []
+    for _ in range(3):
+        host, ids = advance(host, 3)
+        drawn.append(np.asarray(ids).tolist())
+    assert [len(i) for i in drawn] == [3, 3, 1]  # by hand: 7 rows in threes, the epoch's last batch one row
+    start = device_sampler.to_device(initial_sampler(17, 7), jax.device_put)
+    slots = device_sampler.slot_count(3, 7, mesh.size)
+    plan = jax.jit(device_sampler.plan, static_argnames=("batch_size", "slots", "k"))
+    _, planned = plan(start, batch_size=3, slots=slots, k=3, active=3)
+    blocks = jax.jit(jax.shard_map(lambda i: steps.my_block(i, slots), mesh=mesh, in_specs=P(), out_specs=P("data")))
+    mine = np.asarray(blocks(planned.ids[2])).reshape(mesh.size, -1)  # row d: step 3's ids device d gathers
+    holding = [d for d, row in enumerate(mine) if (row != device_sampler.EMPTY).any()]
+    assert holding == [0] and mine[0].tolist()[0] == drawn[2][0]
+    only_right("stage4b_beyond", "3", "device 0 only")
+
+
+def _ridge(x, y, w, lam):
+    residual = x @ w - y
+    return (residual @ residual) / len(y) + lam * w @ w, 2 * x.T @ residual / len(y) + 2 * lam * w
+
+
+def test_a_ridge_penalty_keeps_the_statistics_sufficient_and_a_logistic_loss_does_not():
+    rng = np.random.default_rng(13)
+    x, y, lam = rng.normal(size=(12, 3)), rng.normal(size=12), 0.1
+    n, xtx, xty, yy = len(y), x.T @ x, x.T @ y, y @ y  # the statistics fused_stats reduces, computed once
+    for w in rng.normal(size=(3, 3)):  # any w: loss and gradient from the statistics alone
+        loss, grad = _ridge(x, y, w, lam)
+        assert np.isclose(loss, (w @ xtx @ w - 2 * w @ xty + yy) / n + lam * w @ w)
+        np.testing.assert_allclose(grad, 2 * (xtx @ w - xty) / n + 2 * lam * w)
+    # a second data set with the same statistics (rows mixed by an orthogonal matrix) gives another logistic gradient
+    q, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    x2, y2 = q @ x, q @ y
+    for mine, theirs in ((x2.T @ x2, xtx), (x2.T @ y2, xty), (y2 @ y2, yy)):
+        np.testing.assert_allclose(mine, theirs, atol=1e-9)
+    np.testing.assert_allclose(_ridge(x2, y2, w, lam)[1], _ridge(x, y, w, lam)[1], atol=1e-9)
+
+    def logistic_grad(a, b, w):
+        return a.T @ (1 / (1 + np.exp(-(a @ w))) - b) / len(b)
+
+    assert not np.allclose(logistic_grad(x, y, w), logistic_grad(x2, y2, w))  # the statistics do not determine it
+    only_right("stage4b_beyond", "4", "L2 penalty")
+
+
+def test_two_megaflop_and_half_a_megabyte_sit_under_the_byte_roof():
+    from shardlab.perf import roofline
+
+    roofs = {"flops_per_s": 200e9, "bytes_per_s": 40e9}
+    flop_ms, byte_ms = 2e6 / 200e9 * 1e3, 0.5e6 / 40e9 * 1e3  # by hand: 0.01 ms and 0.0125 ms
+    point = roofline.point({"flops": 2e6, "bytes_accessed": 0.5e6}, 0.05, roofs)
+    assert point["flop_roof_ms"] == pytest.approx(flop_ms) and point["byte_roof_ms"] == pytest.approx(byte_ms)
+    assert point["measured_over_roofline"] == pytest.approx(0.05 / max(flop_ms, byte_ms)) == pytest.approx(4.0)
+    only_right("stage4b_beyond", "5", "the byte roof (0.0125 ms), ratio 4")

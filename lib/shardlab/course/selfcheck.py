@@ -562,6 +562,104 @@ QUESTIONS = (
         ),
     ),
     *_stage(
+        "stage4b_beyond",
+        (
+            "Stage 2's update on 32 features packs its three sums as `packed.pack` does. How long is the buffer, "
+            "and how many all_reduce ops does the lowered program hold?",
+            [
+                "3 values, one all_reduce: one number per sum",
+                "34 values, one all_reduce: 32 gradient numerators, the loss numerator and the count",
+                "34 values, three all_reduce ops: one per sum, as before packing",
+            ],
+            "b",
+            "The buffer lays the d gradient numerators, the loss numerator and the count end to end (d + 2 values), "
+            "and one psum of it is one all_reduce in the lowered text, as the eight-row example counted.",
+            "all_reduces",
+            (
+                "packed",
+                "One packed",
+                "the two lines comparing three psums with one packed psum",
+                r"one packed psum : count 8\.0.*all_reduce ops 1",
+            ),
+        ),
+        (
+            "With K = 20 transitions per dispatch instead of the page's K, how many all-reduces run per dispatch "
+            "in fused_psum and in fused_stats?",
+            [
+                "20 and 20: one per step in both",
+                "20 and 1: one inside the scan runs every step; one outside every loop runs once",
+                "1 and 1: a dispatch is one program, so one all-reduce",
+            ],
+            "b",
+            "The lowered programs hold the same all_reduce ops whatever K is: fused_psum's sits inside the scan and "
+            "runs K times, fused_stats' sits outside every loop and runs once per dispatch.",
+            "all_reduces",
+            (
+                "fused_all_reduces",
+                "The fused loop",
+                "the all_reduce ops inside and outside a loop, and how many run per dispatch",
+                r"fused_stats: all_reduce ops 0 inside a loop, 1 outside",
+            ),
+        ),
+        (
+            "In the small plan (7 rows, batches of 3, 4 devices), step 3 draws one id. Which devices gather a row "
+            "at that step?",
+            [
+                "every device: each reads the one row",
+                "device 0 only: it holds the first slot; devices 1 to 3 hold padding (-1) and read nothing that counts",
+                "device 3 only: the last device takes what is left",
+            ],
+            "b",
+            "A batch is padded to a multiple of the devices and split in order, one block each (`my_block`); one id "
+            "fills slot 0, device 0's block, and the padded slots carry mask 0, as step 1's last slot did.",
+            "fused_timing",
+            (
+                "plan_small",
+                "The fused loop",
+                "the plan's ids beside the host sampler's, and step 1's slots by device",
+                r"step 1's slots by device: device 0: ids \[\d+\]; .*ids \[-1\]",
+            ),
+        ),
+        (
+            "Which loss would still let a K-step dispatch reduce once for all K steps, as fused_stats does?",
+            [
+                "least squares with an L2 penalty λ‖w‖² on the weights",
+                "logistic regression",
+                "a two-layer network with a tanh layer",
+            ],
+            "a",
+            "The penalty needs only w, which every device holds, so loss and gradient still follow at any w from "
+            "the same fixed-size statistics of the data. Logistic and network gradients depend on w inside a "
+            "nonlinearity of each row, so no fixed statistics reduced in advance give them.",
+            "all_reduces",
+            (
+                "fused_stats_body",
+                "The fused loop",
+                "the lines of fused_stats that reduce every step's statistics at once",
+                r"one all-reduce for all K steps",
+            ),
+        ),
+        (
+            "A step does 2 MFLOP and moves 0.5 MB by XLA's count, on roofs of 200 GFLOP/s and 40 GB/s, and took "
+            "0.05 ms. Which roof bounds it, and what is measured / roofline?",
+            [
+                "the FLOP roof (0.01 ms), ratio 5",
+                "the byte roof (0.0125 ms), ratio 4",
+                "neither: 0.05 ms is above both, so the ratio is 1",
+            ],
+            "b",
+            "2e6 / 200e9 s = 0.01 ms and 0.5e6 / 40e9 s = 0.0125 ms: the roofline is the larger, the bytes', and "
+            "0.05 / 0.0125 = 4, as the table's columns compute each step's ratio.",
+            "roofline",
+            (
+                "roofline",
+                "3. The roofline",
+                "the table's FLOP-roof, byte-roof and measured / roofline columns",
+                r"FLOP-roof ms \| byte-roof ms \| measured / roofline",
+            ),
+        ),
+    ),
+    *_stage(
         "stage5a_protocol",
         (
             "Two devices hold 4 and 3 valid rows. Which mean is the course's loss?",

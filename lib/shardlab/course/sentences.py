@@ -457,8 +457,9 @@ SENTENCES = {
             BOUNDARY_UNTRACED,
             "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer. Traced, "
             "compiled_update_and_wait took {u:.3f} ms per step and prepare_and_place {p:.3f} ms, but the same update "
-            "untraced took {q:.3f} ms (section 3): the profiler added at least the gap between the two.",
-            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced in section 3) is not read longer than "
+            "untraced took {q:.3f} ms (printed above), no longer than prepare_and_place: the profiler's cost on the "
+            "update could account for the whole gap.",
+            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced, printed above) is not read longer than "
             "prepare_and_place ({p:.3f} ms) by a gap the profiler's cost on the update could account for.",
         ),
         "boundary_at_batch_<side>": _s(
