@@ -1410,3 +1410,21 @@ def test_each_setting_is_set_beside_the_original_course_order(tmp_path, second, 
     assert check_claims(found)
     with pytest.raises(UsageError, match="original"):
         sentences.fault_ranking(errors, {"seventeen": ORIGINAL["seventeen"]})
+
+
+@pytest.mark.parametrize(("after", "between"), [(4.2, 1.4), (0.3, 1.2), (0.75, 0.75)])
+def test_the_unnamed_time_is_said_to_fall_where_most_of_it_was_recorded(tmp_path, monkeypatch, after, between):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
+
+    goodput = {"other": after + between, "other_after_last_event": after, "other_between_events": between}
+    said = sentences.other_split(goodput)
+    record.emit(str(tmp_path), "stage5a_protocol", "several_failures", {"goodput": goodput}, shown=False)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    mostly_after = after >= between  # by hand: the larger share names where most of it came
+    assert ("came mostly after each attempt's last recorded event" in said) == mostly_after, said
+    assert ("came mostly between recorded events" in said) == (not mostly_after), said
+    assert f"Other ({after + between:.2f} s)" in said and f"{after:.2f} s" in said and f"{between:.2f} s" in said

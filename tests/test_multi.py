@@ -437,6 +437,20 @@ def test_ledger_stitches_attempts_and_splits_the_wall_time():
     assert parts["total"] == pytest.approx((8.0 + 0.5) + (second["event"]["time"] - 9.0))
 
 
+def test_ledger_splits_other_into_after_the_last_event_and_between_events():
+    # ready at 2; steps at 3, 4, 5 of 0.5 s each (0.5 s between them unnamed); the attempt dies, named at 8.0
+    # after 0.5 s of detection, then 0.5 s of teardown
+    dying = _attempt(0.0, [1, 2, 3], end=8.0, detect=0.5)
+    for e in dying["progress"][0]:
+        e["s"] = 0.5 if e["event"] == "step" else e.get("s")
+    parts = ledger.goodput({"attempts": [dying]})
+    # by hand: wall 8.5 = start-up 2 + steps 1.5 + detection 0.5 + teardown 0.5 + other 4.0;
+    # after the last event (5.0) until 8.0, less the 0.5 s of detection: 2.5; between events: 4.0 - 2.5 = 1.5
+    assert parts["other"] == pytest.approx(4.0)
+    assert parts["other_after_last_event"] == pytest.approx(2.5)
+    assert parts["other_between_events"] == pytest.approx(1.5)
+
+
 def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
     # 23 rows in batches of 7 on 4 devices: 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 (ceil(n / 4) * 4)
     first = _attempt(0.0, [1, 2, 3, 4, 5, 6])

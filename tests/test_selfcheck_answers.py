@@ -1,4 +1,4 @@
-"""Self-check questions of stages 1-3a and 5b that ask about situations the notebooks never run: another mesh,
+"""Self-check questions of stages 1-3a, 4b, 5a and 5b that ask about situations the notebooks never run: another mesh,
 batch size, save point or write order. Each test runs that situation (or computes it with NumPy) and checks that
 the letter the course marks right names what happens, and that no other option does."""
 
@@ -313,3 +313,28 @@ def test_two_megaflop_and_half_a_megabyte_sit_under_the_byte_roof():
     assert point["flop_roof_ms"] == pytest.approx(flop_ms) and point["byte_roof_ms"] == pytest.approx(byte_ms)
     assert point["measured_over_roofline"] == pytest.approx(0.05 / max(flop_ms, byte_ms)) == pytest.approx(4.0)
     only_right("stage4b_beyond", "5", "the byte roof (0.0125 ms), ratio 4")
+
+
+def test_of_three_living_controllers_the_one_with_a_later_digest_is_named_as_skipping(monkeypatch):
+    import threading
+
+    from test_multi import FakeClient, pulsing
+
+    from shardlab.errors import HangError, LostProcessError
+    from shardlab.multi import wait_guard
+
+    monkeypatch.setattr(wait_guard, "PULSE_WINDOW", 1.0)  # the fake peers pulse every 0.1 s
+    client, stop = FakeClient(), threading.Event()
+    watch = wait_guard.WaitGuard(client, 0, 3, timeout=0.3, report=lambda *_: None)
+    try:
+        for peer in (1, 2):
+            threading.Thread(target=pulsing, args=(client, peer, "step 5", stop), daemon=True).start()
+        client.key_value_set("shardlab/agree/4/1", "same")  # process 1 reported step 4
+        client.key_value_set("shardlab/agree/5/2", "same")  # process 2 did not, but reported step 5
+        with pytest.raises(HangError, match=r"process\(es\) \[2\] skipped step 4") as info:
+            watch.agree(4, "same")
+        assert not isinstance(info.value, LostProcessError)
+    finally:
+        stop.set()
+        watch.close()
+    only_right("stage5a_protocol", "4", "process 2, as skipping step 4")

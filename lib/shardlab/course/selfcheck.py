@@ -720,21 +720,22 @@ QUESTIONS = (
             ),
         ),
         (
-            "One controller skips a batch and misses an all-reduce. What does the guard do?",
+            "Three controllers: process 2 skips step 4 (it never publishes its step-4 digest) and publishes step 5's. "
+            "Process 0's wait for step 4 expires and both peers' pulses move. Which process does its error name?",
             [
-                "continue with fewer rows",
-                "wait forever, as the others do",
-                "detect it within a bounded wait, stop, and name the process",
+                "process 1: it is the first peer process 0 waits for",
+                "process 2, as skipping step 4: it never reported step 4 but reported a later one",
+                "process 2, as lost: a missing digest means a dead controller",
             ],
-            "c",
-            "The others would wait forever; here they wait in the per-step agreement, whose bound turns a hang into "
-            "a diagnosis naming the skipper.",
+            "b",
+            "Moving pulses rule out a lost peer; among the living, the one with no digest for the step but one for a "
+            "later step skipped it, whichever process and step it is, as process 1 at step 2 in Drill 3.",
             "skipped_batch",
             (
                 "reveal-skip",
                 "Drill 3",
-                "the line saying when the controllers stopped and whom they named",
-                r"stopped [\d.]+ s after the skip, naming process 1",
+                "the line saying when the controllers stopped and whom they named, and the error it quotes",
+                r"they never reported step 2 but reported a later one",
             ),
         ),
         (

@@ -614,6 +614,21 @@ SENTENCES = {
             "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
             "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
+        "other_after_last_event": _s(
+            "a >= b",
+            {
+                "o": "several_failures.goodput.other",
+                "a": "several_failures.goodput.other_after_last_event",
+                "b": "several_failures.goodput.other_between_events",
+            },
+            "Other ({o:.2f} s) came mostly after each attempt's last recorded event ({a:.2f} s, less the detection): "
+            "a controller waiting for its background writes, shutting JAX's distributed runtime down and exiting. "
+            "The rest ({b:.2f} s) fell between recorded events: sampling and placing batches, publishing manifests.",
+            "Other ({o:.2f} s) came mostly between recorded events ({b:.2f} s): sampling and placing batches, "
+            "publishing manifests. The rest ({a:.2f} s) came after each attempt's last recorded event, less the "
+            "detection: a controller waiting for its background writes, shutting JAX's distributed runtime down and "
+            "exiting.",
+        ),
         "startup_against_steps": _s(
             "s > p + w",
             {
@@ -1004,6 +1019,12 @@ def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protoco
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
     return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
+
+
+def other_split(goodput: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: where the ledger's unnamed time fell, after each attempt's last event or between events."""
+    values = {"o": goodput["other"], "a": goodput["other_after_last_event"], "b": goodput["other_between_events"]}
+    return chosen(notebook, "other_after_last_event", **values)
 
 
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
