@@ -621,13 +621,14 @@ SENTENCES = {
                 "a": "several_failures.goodput.other_after_last_event",
                 "b": "several_failures.goodput.other_between_events",
             },
-            "Other ({o:.2f} s) came mostly after each attempt's last recorded event ({a:.2f} s, less the detection): "
-            "a controller waiting for its background writes, shutting JAX's distributed runtime down and exiting. "
-            "The rest ({b:.2f} s) fell between recorded events: sampling and placing batches, publishing manifests.",
-            "Other ({o:.2f} s) came mostly between recorded events ({b:.2f} s): sampling and placing batches, "
-            "publishing manifests. The rest ({a:.2f} s) came after each attempt's last recorded event, less the "
-            "detection: a controller waiting for its background writes, shutting JAX's distributed runtime down and "
-            "exiting.",
+            "Other ({o:.2f} s) came mostly after each attempt's last recorded event ({a:.2f} s, less the detection), "
+            "where a controller waits for its background writes, shuts JAX's distributed runtime down and exits. The "
+            "rest ({b:.2f} s) fell between recorded events, where it samples and places batches and publishes "
+            "manifests.",
+            "Other ({o:.2f} s) came mostly between recorded events ({b:.2f} s), where a controller samples and places "
+            "batches and publishes manifests. The rest ({a:.2f} s) came after each attempt's last recorded event, "
+            "less the detection, where it waits for its background writes, shuts JAX's distributed runtime down and "
+            "exits.",
         ),
         "startup_against_steps": _s(
             "s > p + w",
