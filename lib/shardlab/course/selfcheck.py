@@ -564,25 +564,6 @@ QUESTIONS = (
     *_stage(
         "stage4b_beyond",
         (
-            "Stage 2's update on 32 features packs its three sums as `packed.pack` does. How long is the buffer, "
-            "and how many all_reduce ops does the lowered program hold?",
-            [
-                "3 values, one all_reduce: one number per sum",
-                "34 values, one all_reduce: 32 gradient numerators, the loss numerator and the count",
-                "34 values, three all_reduce ops: one per sum, as before packing",
-            ],
-            "b",
-            "The buffer lays the d gradient numerators, the loss numerator and the count end to end (d + 2 values), "
-            "and one psum of it is one all_reduce in the lowered text, as the eight-row example counted.",
-            "all_reduces",
-            (
-                "packed",
-                "One packed",
-                "the two lines comparing three psums with one packed psum",
-                r"one packed psum : count 8\.0.*all_reduce ops 1",
-            ),
-        ),
-        (
             "With K = 20 transitions per dispatch instead of the page's K, how many all-reduces run per dispatch "
             "in fused_psum and in fused_stats?",
             [
@@ -678,24 +659,6 @@ QUESTIONS = (
                 "the global mean loss and the mean of device mean losses on 1, 2 and 4 devices",
                 r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
                 r"global mean loss [\d., ]+; mean of device mean losses [\d., ]+",
-            ),
-        ),
-        (
-            "The completion manifest printed above lists every file with its size and checksum. When may a reader "
-            "restore that step?",
-            [
-                "when its manifest exists and every file it lists still hashes to the listed checksum",
-                "as soon as any controller's piece exists",
-                "when the newest Orbax folder has the right name",
-            ],
-            "a",
-            "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
-            "manifest",
-            (
-                "manifest-refused",
-                "One completion manifest",
-                "the line under the manifest: a copy with one listed file changed, refused by manifest.read",
-                r"one byte added to \S+ in a copy: manifest\.read refuses the step",
             ),
         ),
         (
