@@ -787,7 +787,7 @@ SENTENCES = {
             "e_hi * w < 1",
             EFFICIENCY_OPTION,
             "So, to the prediction at W = {w}: below 1/{w}. The efficiency's whole middle-half range "
-            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}: the {w} devices delivered fewer rows per second than one.",
+            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}.",
             "The efficiency's middle-half range ({e_lo:.3f}–{e_hi:.3f}) is not wholly below 1/{w}.",
         ),
         "efficiency_option_near_share": _s(
