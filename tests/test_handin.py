@@ -323,7 +323,7 @@ def test_portfolio_reads_the_audit_within_a_bound_and_never_from_a_fifo(tmp_path
 
 STAGES = (
     "stage1_batches stage2_update stage3a_checkpoint stage3b_resume stage3c_orbax_lesson stage4a_profile "
-    "stage5a_protocol stage5b_scaling"
+    "stage4b_beyond stage5a_protocol stage5b_scaling"
 ).split()
 
 
@@ -429,7 +429,8 @@ def test_portfolio_without_answers_says_incomplete_with_how_to_add_each(tmp_path
     from shardlab.course import answers
 
     manifest, shown = _portfolio_of(tmp_path, tmp_path / "no_workspace", capsys)
-    asked = len(answers.PROMPTS) + sum(bool(selfcheck.questions(n)) for n in catalog.NOTEBOOKS)
+    required = [n for n in catalog.NOTEBOOKS if n not in catalog.OPTIONAL]  # an optional self-check is never missing
+    asked = len(answers.PROMPTS) + sum(bool(selfcheck.questions(n)) for n in required)
     optional = [
         m for m in manifest["status"]["missing"] if m["item"] not in ("selfcheck",) and "written" not in m["what"]
     ]
@@ -638,3 +639,19 @@ def test_the_workspace_ledger_and_the_last_grade_record_are_read_with_a_bound(tm
         (folder / name).unlink()
         os.mkfifo(folder / name)
         assert read(folder) == {}, name
+
+
+def test_an_optional_notebook_s_self_check_counts_only_when_answered(tmp_path):
+    from shardlab.handin import workspace_reader
+
+    (name,) = catalog.OPTIONAL
+    assert selfcheck.questions(name)  # it has questions, yet an empty workspace is not missing them
+    scores = workspace_reader.selfcheck_scores(None)
+    assert name not in scores and all("missing" in s for s in scores.values()), scores
+    asked = selfcheck.questions(name)
+    nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    check = [c for c in nb.cells if "selfcheck" in c.metadata.get("tags", [])][-1]
+    check.source = check.source.replace("choices = {}", f"choices = { ({q.number: q.answer for q in asked})!r}")
+    nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    score = workspace_reader.selfcheck_scores(tmp_path)[name]
+    assert (score["correct"], score["questions"]) == (len(asked), len(asked)), score

@@ -37,6 +37,7 @@ from shardlab.multi import (
     store,
     wait_guard,
 )
+from shardlab.verify import oracle
 
 pytestmark = pytest.mark.stage5
 
@@ -434,6 +435,20 @@ def test_ledger_stitches_attempts_and_splits_the_wall_time():
     assert (parts["startup"], parts["compile"], parts["wasted"], parts["productive"]) == (4.0, 2.0, 2.0, 4.0)
     assert (parts["restore"], parts["save_block"], parts["detection"], parts["teardown"]) == (0.25, 0.125, 0.5, 0.5)
     assert parts["total"] == pytest.approx((8.0 + 0.5) + (second["event"]["time"] - 9.0))
+
+
+def test_ledger_splits_other_into_after_the_last_event_and_between_events():
+    # ready at 2; steps at 3, 4, 5 of 0.5 s each (0.5 s between them unnamed); the attempt dies, named at 8.0
+    # after 0.5 s of detection, then 0.5 s of teardown
+    dying = _attempt(0.0, [1, 2, 3], end=8.0, detect=0.5)
+    for e in dying["progress"][0]:
+        e["s"] = 0.5 if e["event"] == "step" else e.get("s")
+    parts = ledger.goodput({"attempts": [dying]})
+    # by hand: wall 8.5 = start-up 2 + steps 1.5 + detection 0.5 + teardown 0.5 + other 4.0;
+    # after the last event (5.0) until 8.0, less the 0.5 s of detection: 2.5; between events: 4.0 - 2.5 = 1.5
+    assert parts["other"] == pytest.approx(4.0)
+    assert parts["other_after_last_event"] == pytest.approx(2.5)
+    assert parts["other_between_events"] == pytest.approx(1.5)
 
 
 def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
@@ -847,9 +862,10 @@ def test_skipped_batch_is_detected_and_named(recorded, drills_json):
 @pytest.mark.notebooks
 def test_async_and_sync_saving_are_measured_side_by_side(run_dir):
     cost = results(run_dir, "stage5b_scaling")["async_vs_sync"]
+    compiling = {-(-n // 4) * 4 for n in oracle.epoch_batches(23, 7)}  # padded shapes on 4 devices: 8, 4 slots
     for mode in ("sync", "async"):
         assert len(cost["samples"][mode]["save_block_s"]) == 10  # one save per step, every sample kept
-        assert len(cost["samples"][mode]["step_s"]) == 9  # the first step compiles
+        assert len(cost["samples"][mode]["step_s"]) == 10 - len(compiling)  # every compiling step left out
         assert cost["median"][mode]["step_s"] == pytest.approx(float(np.median(cost["samples"][mode]["step_s"])))
     ratio = cost["median"]["async"]["save_block_s"] / cost["median"]["sync"]["save_block_s"]
     assert cost["blocking_save_ratio_async_over_sync"] == pytest.approx(ratio, abs=1e-3)
@@ -949,3 +965,14 @@ def test_a_drill_series_given_no_folder_is_refused_and_writes_nowhere(tmp_path, 
     with pytest.raises(UsageError, match="needs a folder"):
         drills.begin(timeout=10.0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_saving_comparison_keeps_every_step_but_those_of_a_new_batch_shape():
+    from shardlab.multi import scenarios
+
+    lengths = oracle.epoch_batches(23, 7) * 3  # ten steps of 23 rows in batches of 7 (the epoch read 7, 7, 7, 2)
+    steps = [{"step": n, "ids": list(range(k)), "s": float(n)} for n, k in enumerate(lengths[:10], start=1)]
+    kept = scenarios.warm_steps(steps, 4)
+    # by hand: 7 rows pad to 8 slots (first at step 1), 2 rows to 4 slots (first at step 4); the rest repeat a shape
+    assert kept == [2.0, 3.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    assert scenarios.warm_steps(steps[:3], 4) == [2.0, 3.0]  # one shape only: all but the first

@@ -1,4 +1,4 @@
-"""Self-check questions of stages 1-3a and 5b that ask about situations the notebooks never run: another mesh,
+"""Self-check questions of stages 1-3a, 4b, 5a and 5b that ask about situations the notebooks never run: another mesh,
 batch size, save point or write order. Each test runs that situation (or computes it with NumPy) and checks that
 the letter the course marks right names what happens, and that no other option does."""
 
@@ -187,3 +187,135 @@ def test_four_transitions_whose_middle_halves_overlap_name_no_longer_annotation(
     assert np.median(prepare) > np.median(update)  # though the medians alone would name the preparation
     only_right("stage4a_profile", "2", "the middle halves overlap")
     only_right("stage4a_profile", "3", f"{1.0:.1f} − {0.7:.1f} = {1.0 - 0.7:.1f} ms")
+
+
+def test_eight_usable_cores_bound_four_devices_at_one():
+    cores, devices = 8, 4
+    assert min(cores, devices) / devices == 1.0  # by hand: every device could have a core of its own
+    only_right("stage5b_scaling", "1", "4/4 = 1")
+
+
+def test_a_batch_of_five_times_eight_of_ten_steps_in_the_saving_comparison(data):
+    from shardlab.multi import scenarios
+
+    mesh = sl.make_mesh()
+    ids, _ = walk_ids(sl.initial(17, data, mesh), data, 5, 10, mesh)
+    assert [len(i) for i in ids[:5]] == oracle.epoch_batches(23, 5) == [5, 5, 5, 5, 3]
+    padded = [-(-len(i) // 4) * 4 for i in ids]  # slots: rows padded to a multiple of the 4 devices
+    compiling = [step for step, shape in enumerate(padded, start=1) if shape not in padded[: step - 1]]
+    assert compiling == [1, 5]
+    steps = [{"step": n, "ids": i, "s": float(n)} for n, i in enumerate(ids, start=1)]
+    assert len(scenarios.warm_steps(steps, 4)) == 10 - len(compiling) == 8  # the comparison's own rule agrees
+    only_right("stage5b_scaling", "4", "8: steps 1 and 5 compile", "3 rows")
+
+
+def test_the_two_term_fit_through_one_and_two_ms_predicts_three_at_four():
+    import numpy as np
+
+    from shardlab.perf import scaling
+
+    # by hand: T(W) = compute + straggler * log2(W); T(1) = 1 gives compute, T(2) = 2 gives straggler = 1
+    a = np.array([[1.0, np.log2(1)], [1.0, np.log2(2)]])
+    compute, straggler = np.linalg.solve(a, [1.0, 2.0])
+    by_hand = compute + straggler * np.log2(4)
+    fitted = scaling.fit({1: 1.0, 2: 2.0}, scaling.HELD_OUT)
+    assert scaling.predict(fitted["params"], [4])[4]["ms"] == pytest.approx(by_hand) == pytest.approx(3.0)
+    only_right("stage5b_scaling", "5", "3.0 ms")
+
+
+def test_twenty_steps_per_dispatch_run_twenty_and_one_all_reduces(data):
+    from shardlab.course import ir
+    from shardlab.perf import fused, stats, steps
+
+    mesh, k = sl.make_mesh(), 20
+    start, runs = sl.initial(17, data, mesh), {}
+    for name, body in (("fused_psum", steps.per_step_body), ("fused_stats", stats.body)):
+        loop = fused.FusedLoop(data, mesh, 7, k, body=body)
+        places = ir.all_reduce_places(loop.program.lower(*loop.arguments(start, k)).as_text())
+        runs[name] = k * places["inside a loop"] + places["outside every loop"]  # a loop's body runs K times
+    assert runs == {"fused_psum": 20, "fused_stats": 1}
+    only_right("stage4b_beyond", "1", "20 and 1")
+
+
+def test_one_id_on_four_devices_is_gathered_by_device_zero_alone():
+    from shardlab.core.sampler import advance, initial_sampler
+    from shardlab.perf import device_sampler, steps
+
+    mesh = sl.make_mesh()
+    host, drawn = initial_sampler(17, 7), []
+    for _ in range(3):
+        host, ids = advance(host, 3)
+        drawn.append(np.asarray(ids).tolist())
+    assert [len(i) for i in drawn] == [3, 3, 1]  # by hand: 7 rows in threes, the epoch's last batch one row
+    start = device_sampler.to_device(initial_sampler(17, 7), jax.device_put)
+    slots = device_sampler.slot_count(3, 7, mesh.size)
+    plan = jax.jit(device_sampler.plan, static_argnames=("batch_size", "slots", "k"))
+    _, planned = plan(start, batch_size=3, slots=slots, k=3, active=3)
+    blocks = jax.jit(jax.shard_map(lambda i: steps.my_block(i, slots), mesh=mesh, in_specs=P(), out_specs=P("data")))
+    mine = np.asarray(blocks(planned.ids[2])).reshape(mesh.size, -1)  # row d: step 3's ids device d gathers
+    holding = [d for d, row in enumerate(mine) if (row != device_sampler.EMPTY).any()]
+    assert holding == [0] and mine[0].tolist()[0] == drawn[2][0]
+    only_right("stage4b_beyond", "2", "device 0 only")
+
+
+def _ridge(x, y, w, lam):
+    residual = x @ w - y
+    return (residual @ residual) / len(y) + lam * w @ w, 2 * x.T @ residual / len(y) + 2 * lam * w
+
+
+def test_a_ridge_penalty_keeps_the_statistics_sufficient_and_a_logistic_loss_does_not():
+    rng = np.random.default_rng(13)
+    x, y, lam = rng.normal(size=(12, 3)), rng.normal(size=12), 0.1
+    n, xtx, xty, yy = len(y), x.T @ x, x.T @ y, y @ y  # the statistics fused_stats reduces, computed once
+    for w in rng.normal(size=(3, 3)):  # any w: loss and gradient from the statistics alone
+        loss, grad = _ridge(x, y, w, lam)
+        assert np.isclose(loss, (w @ xtx @ w - 2 * w @ xty + yy) / n + lam * w @ w)
+        np.testing.assert_allclose(grad, 2 * (xtx @ w - xty) / n + 2 * lam * w)
+    # a second data set with the same statistics (rows mixed by an orthogonal matrix) gives another logistic gradient
+    q, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    x2, y2 = q @ x, q @ y
+    for mine, theirs in ((x2.T @ x2, xtx), (x2.T @ y2, xty), (y2 @ y2, yy)):
+        np.testing.assert_allclose(mine, theirs, atol=1e-9)
+    np.testing.assert_allclose(_ridge(x2, y2, w, lam)[1], _ridge(x, y, w, lam)[1], atol=1e-9)
+
+    def logistic_grad(a, b, w):
+        return a.T @ (1 / (1 + np.exp(-(a @ w))) - b) / len(b)
+
+    assert not np.allclose(logistic_grad(x, y, w), logistic_grad(x2, y2, w))  # the statistics do not determine it
+    only_right("stage4b_beyond", "3", "L2 penalty")
+
+
+def test_two_megaflop_and_half_a_megabyte_sit_under_the_byte_roof():
+    from shardlab.perf import roofline
+
+    roofs = {"flops_per_s": 200e9, "bytes_per_s": 40e9}
+    flop_ms, byte_ms = 2e6 / 200e9 * 1e3, 0.5e6 / 40e9 * 1e3  # by hand: 0.01 ms and 0.0125 ms
+    point = roofline.point({"flops": 2e6, "bytes_accessed": 0.5e6}, 0.05, roofs)
+    assert point["flop_roof_ms"] == pytest.approx(flop_ms) and point["byte_roof_ms"] == pytest.approx(byte_ms)
+    assert point["measured_over_roofline"] == pytest.approx(0.05 / max(flop_ms, byte_ms)) == pytest.approx(4.0)
+    only_right("stage4b_beyond", "4", "the byte roof (0.0125 ms), ratio 4")
+
+
+def test_of_three_living_controllers_the_one_with_a_later_digest_is_named_as_skipping(monkeypatch):
+    import threading
+
+    from test_multi import FakeClient, pulsing
+
+    from shardlab.errors import HangError, LostProcessError
+    from shardlab.multi import wait_guard
+
+    monkeypatch.setattr(wait_guard, "PULSE_WINDOW", 1.0)  # the fake peers pulse every 0.1 s
+    client, stop = FakeClient(), threading.Event()
+    watch = wait_guard.WaitGuard(client, 0, 3, timeout=0.3, report=lambda *_: None)
+    try:
+        for peer in (1, 2):
+            threading.Thread(target=pulsing, args=(client, peer, "step 5", stop), daemon=True).start()
+        client.key_value_set("shardlab/agree/4/1", "same")  # process 1 reported step 4
+        client.key_value_set("shardlab/agree/5/2", "same")  # process 2 did not, but reported step 5
+        with pytest.raises(HangError, match=r"process\(es\) \[2\] skipped step 4") as info:
+            watch.agree(4, "same")
+        assert not isinstance(info.value, LostProcessError)
+    finally:
+        stop.set()
+        watch.close()
+    only_right("stage5a_protocol", "3", "process 2, as skipping step 4")

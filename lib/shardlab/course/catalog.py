@@ -15,6 +15,7 @@ NOTEBOOKS = [
     "stage5a_protocol",
     "stage5b_scaling",  # reads the drills.json stage5a_protocol wrote into the same folder
 ]
+OPTIONAL = ("stage4b_beyond",)  # a learner may leave these out: the portfolio asks for nothing of them
 # Saved in one kernel, continued in another: `make run` runs this pair again for every fixture of
 # core.config.FIXTURES other than the run's own, into FIXTURE_DIR/<fixture>/ (same implementation).
 FRESH_KERNEL_PAIR = ("stage3a_checkpoint", "stage3b_resume")

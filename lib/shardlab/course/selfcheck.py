@@ -550,6 +550,85 @@ QUESTIONS = (
         ),
     ),
     *_stage(
+        "stage4b_beyond",
+        (
+            "With K = 20 transitions per dispatch instead of the page's K, how many all-reduces run per dispatch "
+            "in fused_psum and in fused_stats?",
+            [
+                "20 and 20: one per step in both",
+                "20 and 1: one inside the scan runs every step; one outside every loop runs once",
+                "1 and 1: a dispatch is one program, so one all-reduce",
+            ],
+            "b",
+            "The lowered programs hold the same all_reduce ops whatever K is: fused_psum's sits inside the scan and "
+            "runs K times, fused_stats' sits outside every loop and runs once per dispatch.",
+            "all_reduces",
+            (
+                "fused_all_reduces",
+                "The fused loop",
+                "the all_reduce ops inside and outside a loop, and how many run per dispatch",
+                r"fused_stats: all_reduce ops 0 inside a loop, 1 outside",
+            ),
+        ),
+        (
+            "In the small plan (7 rows, batches of 3, 4 devices), step 3 draws one id. Which devices gather a row "
+            "at that step?",
+            [
+                "every device: each reads the one row",
+                "device 0 only: it holds the first slot; devices 1 to 3 hold padding (-1) and read nothing that counts",
+                "device 3 only: the last device takes what is left",
+            ],
+            "b",
+            "A batch is padded to a multiple of the devices and split in order, one block each (`my_block`); one id "
+            "fills slot 0, device 0's block, and the padded slots carry mask 0, as step 1's last slot did.",
+            "fused_timing",
+            (
+                "plan_small",
+                "The fused loop",
+                "the plan's ids beside the host sampler's, and step 1's slots by device",
+                r"step 1's slots by device: device 0: ids \[\d+\]; .*ids \[-1\]",
+            ),
+        ),
+        (
+            "Which loss would still let a K-step dispatch reduce once for all K steps, as fused_stats does?",
+            [
+                "least squares with an L2 penalty λ‖w‖² on the weights",
+                "logistic regression",
+                "a two-layer network with a tanh layer",
+            ],
+            "a",
+            "The penalty needs only w, which every device holds, so loss and gradient still follow at any w from "
+            "the same fixed-size statistics of the data. Logistic and network gradients depend on w inside a "
+            "nonlinearity of each row, so no fixed statistics reduced in advance give them.",
+            "all_reduces",
+            (
+                "fused_stats_body",
+                "The fused loop",
+                "the lines of fused_stats that reduce every step's statistics at once",
+                r"one all-reduce for all K steps",
+            ),
+        ),
+        (
+            "A step does 2 MFLOP and moves 0.5 MB by XLA's count, on roofs of 200 GFLOP/s and 40 GB/s, and took "
+            "0.05 ms. Which roof bounds it, and what is measured / roofline?",
+            [
+                "the FLOP roof (0.01 ms), ratio 5",
+                "the byte roof (0.0125 ms), ratio 4",
+                "neither: 0.05 ms is above both, so the ratio is 1",
+            ],
+            "b",
+            "2e6 / 200e9 s = 0.01 ms and 0.5e6 / 40e9 s = 0.0125 ms: the roofline is the larger, the bytes', and "
+            "0.05 / 0.0125 = 4, as the table's columns compute each step's ratio.",
+            "roofline",
+            (
+                "roofline",
+                "3. The roofline",
+                "the table's FLOP-roof, byte-roof and measured / roofline columns",
+                r"FLOP-roof ms \| byte-roof ms \| measured / roofline",
+            ),
+        ),
+    ),
+    *_stage(
         "stage5a_protocol",
         (
             "Two devices hold 4 and 3 valid rows. Which mean is the course's loss?",
@@ -568,24 +647,6 @@ QUESTIONS = (
                 "the global mean loss and the mean of device mean losses on 1, 2 and 4 devices",
                 r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
                 r"global mean loss [\d., ]+; mean of device mean losses [\d., ]+",
-            ),
-        ),
-        (
-            "The completion manifest printed above lists every file with its size and checksum. When may a reader "
-            "restore that step?",
-            [
-                "when its manifest exists and every file it lists still hashes to the listed checksum",
-                "as soon as any controller's piece exists",
-                "when the newest Orbax folder has the right name",
-            ],
-            "a",
-            "manifest.read re-hashes every listed file; a step without a manifest, or with a changed file, is refused.",
-            "manifest",
-            (
-                "manifest-refused",
-                "One completion manifest",
-                "the line under the manifest: a copy with one listed file changed, refused by manifest.read",
-                r"one byte added to \S+ in a copy: manifest\.read refuses the step",
             ),
         ),
         (
@@ -610,21 +671,22 @@ QUESTIONS = (
             ),
         ),
         (
-            "One controller skips a batch and misses an all-reduce. What does the guard do?",
+            "Three controllers: process 2 skips step 4 (it never publishes its step-4 digest) and publishes step 5's. "
+            "Process 0's wait for step 4 expires and both peers' pulses move. Which process does its error name?",
             [
-                "continue with fewer rows",
-                "wait forever, as the others do",
-                "detect it within a bounded wait, stop, and name the process",
+                "process 1: it is the first peer process 0 waits for",
+                "process 2, as skipping step 4: it never reported step 4 but reported a later one",
+                "process 2, as lost: a missing digest means a dead controller",
             ],
-            "c",
-            "The others would wait forever; here they wait in the per-step agreement, whose bound turns a hang into "
-            "a diagnosis naming the skipper.",
+            "b",
+            "Moving pulses rule out a lost peer; among the living, the one with no digest for the step but one for a "
+            "later step skipped it, whichever process and step it is, as process 1 at step 2 in Drill 3.",
             "skipped_batch",
             (
                 "reveal-skip",
                 "Drill 3",
-                "the line saying when the controllers stopped and whom they named",
-                r"stopped [\d.]+ s after the skip, naming process 1",
+                "the line saying when the controllers stopped and whom they named, and the error it quotes",
+                r"they never reported step 2 but reported a later one",
             ),
         ),
         (
@@ -652,22 +714,22 @@ QUESTIONS = (
     *_stage(
         "stage5b_scaling",
         (
-            "Four logical devices share C usable cores, each with the single device's rows. What bounds the "
-            "efficiency at W = 4?",
+            "The same scaling table on a host with 8 usable cores instead of this one's: what is the bound "
+            "min(C, W)/W at W = 4, read as this notebook reads it (one core per device's step)?",
             [
-                "nothing: efficiency is 1 by definition",
-                "min(C, W) / W: at most C devices compute at once",
-                "the ring latency",
+                "2/4: the bound this host printed, whatever the host",
+                "4/4 = 1: each of the 4 devices could compute on a core of its own at once",
+                "8/4 = 2: twice what 4 devices deliver alone",
             ],
             "b",
-            "Perfect splitting on C cores gives at most min(C, W) / W: a ceiling. What keeps a run below it is not "
-            "measured here.",
+            "min(8, 4)/4 = 1: with more cores than devices the ceiling is no gain lost at all, and a measured "
+            "efficiency below it would need a cause other than the core count; an efficiency can never exceed 1.",
             "efficiency",
             (
-                "reveal-efficiency",
+                "efficiency",
                 "Scaling",
-                "the efficiency at W = 4 and the bound the usable cores set",
-                r"efficiency ≤ \d+/\d+; this run's [\d.]+",
+                "the table's bound column and the usable cores printed beneath it",
+                r"\d+ usable cores",
             ),
         ),
         (
@@ -710,53 +772,41 @@ QUESTIONS = (
             ),
         ),
         (
-            "What does the blocking save time of the saving comparison measure?",
+            "The saving comparison times only the steps whose batch shape an earlier step already had. With the "
+            "same 23 rows on 4 devices but a batch of 5, how many of the ten steps would each group time?",
             [
-                "how long the whole checkpoint takes to reach the disk",
-                "how long `save` holds the training loop before it returns",
-                "the time of the step after the save",
+                "9: only step 1 compiles",
+                "8: steps 1 and 5 compile, the epoch's last batch of 3 rows padding to 4 slots",
+                "10: a step is timed whether or not it compiles",
             ],
             "b",
-            "An asynchronous save returns before its write is done; it costs the loop the time until it returns.",
+            "23 rows read 5, 5, 5, 5, 3 each epoch: full batches pad to 8 slots (first at step 1), the last batch of "
+            "3 rows to 4 slots (first at step 5; step 10 repeats it). Two shapes, two compilations, eight steps timed.",
             "async_vs_sync",
             (
                 "async-overhead",
                 "What asynchronous saving costs",
-                "the table of step and blocking save times",
-                r"blocking save: how long save holds the loop",
+                "the n column of the table's step rows, with a batch of 7",
+                r"\| sync \| step \| \d+ \|",
             ),
         ),
         (
-            "Why is the model fitted with two terms to W = 1 and 2 rather than with three terms to all three points?",
+            "Suppose a run measured 1.0 ms per step at W = 1 and 2.0 ms at W = 2. What does the two-term fit "
+            "(compute and straggler·log₂W, fitted through those two points) predict at W = 4?",
             [
-                "so that its prediction at W = 4, a point it never saw, can be refuted by the measurement",
-                "two terms describe a cluster, three do not",
-                "to reproduce the chapter's speedups",
+                "4.0 ms: the time doubles with every doubling of W",
+                "3.0 ms: compute 1.0 plus straggler 1.0 times log₂4 = 2",
+                "2.0 ms: the fit through W = 1 and 2 cannot grow past its last point",
             ],
-            "a",
-            "Three terms through three points fit by construction and predict nothing; only a prediction held out "
-            "from the fit can fail.",
+            "b",
+            "T(1) = compute = 1.0 ms; T(2) = compute + straggler·1 = 2.0 ms, so straggler = 1.0; T(4) = 1.0 + 1.0·2 "
+            "= 3.0 ms. A measured middle half at W = 4 wholly outside the range the spreads allow would refute it.",
             "scaling_model",
             (
                 "scaling-model",
                 "Scaling",
                 "the two-point fit's prediction at W = 4",
                 r"The fit on W = 1, 2 predicts [\d.]+ ms at W = 4",
-            ),
-        ),
-        (
-            "Which runbook row's stop condition is a count of failures, with no time or step in it?",
-            ["death", "preemption", "crash loop"],
-            "c",
-            "The crash-loop row: its stop condition is more failures than the restart budget. The death row's stop "
-            "is a detection time, the preemption row's one step after the signal.",
-            "runbook",
-            (
-                "runbook",
-                "The runbook",
-                "the runbook table's crash-loop row and its stop condition",
-                r"crash loop \| supervisor \| (designed bound, not observed in stage 5a: )?"
-                r"more failures than the restart budget",
             ),
         ),
     ),

@@ -129,19 +129,13 @@ EFFICIENCY_RANGE = {  # stage 5b: the largest W's efficiency over the middle hal
     "c": "efficiency.usable_cores",
 }
 EFFICIENCY_OPTION = {**EFFICIENCY_RANGE, "e": "efficiency.table.-1.efficiency"}  # stage 5b's W = 4 prediction
-ONE_CORE_ROW = {  # stage 5b: the largest W whose devices could each have a usable core (<row>: its index)
-    "e_lo": "efficiency.table.<row>.efficiency_range.0",
-    "e_hi": "efficiency.table.<row>.efficiency_range.1",
-    "w": "efficiency.table.<row>.devices",
-    "c": "efficiency.usable_cores",
-}
 SHAPE = {  # stage 5b: the step's growth from one device to the most, with the largest W's efficiency range
     "t1": "efficiency.table.0.median_ms",
     "t": "efficiency.table.-1.median_ms",
     **EFFICIENCY_RANGE,
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's model grows <chapter>x per step from W = 1 to {w} (its lab table: <from> ms, then <to> ms), "
+    "Shape: the chapter's lab table grows <chapter>x per step from W = 1 to {w} (<from> ms, then <to> ms), "
     "each worker with its own cores; ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
@@ -464,8 +458,9 @@ SENTENCES = {
             BOUNDARY_UNTRACED,
             "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer. Traced, "
             "compiled_update_and_wait took {u:.3f} ms per step and prepare_and_place {p:.3f} ms, but the same update "
-            "untraced took {q:.3f} ms (section 3): the profiler added at least the gap between the two.",
-            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced in section 3) is not read longer than "
+            "untraced took {q:.3f} ms (printed above), no longer than prepare_and_place: the profiler's cost on the "
+            "update could account for the whole gap.",
+            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced, printed above) is not read longer than "
             "prepare_and_place ({p:.3f} ms) by a gap the profiler's cost on the update could account for.",
         ),
         "boundary_at_batch_<side>": _s(
@@ -620,6 +615,22 @@ SENTENCES = {
             "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
             "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
         ),
+        "other_after_last_event": _s(
+            "a >= b",
+            {
+                "o": "several_failures.goodput.other",
+                "a": "several_failures.goodput.other_after_last_event",
+                "b": "several_failures.goodput.other_between_events",
+            },
+            "Other ({o:.2f} s) came mostly after each attempt's last recorded event ({a:.2f} s, less the detection), "
+            "where a controller waits for its background writes, shuts JAX's distributed runtime down and exits. The "
+            "rest ({b:.2f} s) fell between recorded events, where it samples and places batches and publishes "
+            "manifests.",
+            "Other ({o:.2f} s) came mostly between recorded events ({b:.2f} s), where a controller samples and places "
+            "batches and publishes manifests. The rest ({a:.2f} s) came after each attempt's last recorded event, "
+            "less the detection, where it waits for its background writes, shuts JAX's distributed runtime down and "
+            "exits.",
+        ),
         "startup_against_steps": _s(
             "s > p + w",
             {
@@ -742,74 +753,28 @@ SENTENCES = {
             "Overlap: no difference shown in <label>. The two middle halves (q1–q3) meet, so whatever separates the "
             "medians lies within the spread.",
         ),
-        "shape_on_one_host": _s(
+        "shape_beyond_no_gain": _s(
+            "e_hi * w < 1",
+            SHAPE,
+            _SHAPE_START + ", more than even the {w}x of no gain at all, over the middle halves: sharing the cores "
+            "does not explain it, however many of them one device's step uses.",
+            "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond {w}x.",
+        ),
+        "shape_beyond_split": _s(
             "e_hi * w < min(c, w)",
             SHAPE,
-            _SHAPE_START + ", more than the <split>x a perfect split allows if one device's step uses one core, even "
-            "over the middle halves: one host sharing its cores, not the chapter's cluster.",
+            _SHAPE_START + ", more than the <split>x a perfect split gives if one device's step uses one core, over "
+            "the middle halves, though within the {w}x it gives if that step already used all {c}: how many cores one "
+            "device's step uses, not measured here, decides whether sharing them explains the growth.",
             "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
-            "split allows if one device's step uses one core.",
+            "split gives if one device's step uses one core.",
         ),
         "shape_within_split": _s(
             "e_lo * w > min(c, w)",
             SHAPE,
-            _SHAPE_START + ", less than the <split>x a perfect split allows if one device's step uses one core, even "
-            "over the middle halves: one host sharing its cores, not the chapter's cluster.",
-            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split allows if one "
-            "device's step uses one core: one host sharing its cores, not the chapter's cluster.",
-        ),
-        "efficiency_at_one_core_each": _s(
-            "e_hi < 1",
-            {
-                "e": "efficiency.table.<row>.efficiency",
-                "e_lo": "efficiency.table.<row>.efficiency_range.0",
-                "e_hi": "efficiency.table.<row>.efficiency_range.1",
-                "w": "efficiency.table.<row>.devices",
-                "c": "efficiency.usable_cores",
-            },
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores) if one device's step uses one "
-            "core, yet the efficiency's whole range lies below it: on that reading the core count alone does not "
-            "explain the shortfall. How many cores one device's step uses is not measured here.",
-            "At W = {w} the bound min(C, W)/W is 1 ({w} devices, {c} usable cores) if one device's step uses one "
-            "core, and the efficiency's range over the middle halves reaches it: within the spread of that bound.",
-        ),
-        "all_cores_<row>_refuted": _s(
-            "e_lo * w > 1",
-            ONE_CORE_ROW,
-            "Its range ({e_lo:.3f}–{e_hi:.3f}) lies above 1/{w}, the most {w} devices could give if one device's "
-            "step already used all {c} cores: so one device's step did not use them all.",
-            "Its range ({e_lo:.3f}–{e_hi:.3f}) does not lie above 1/{w}.",
-        ),
-        "all_cores_<row>_possible": _s(
-            "e_lo * w <= 1 <= e_hi * w",
-            ONE_CORE_ROW,
-            "Its range ({e_lo:.3f}–{e_hi:.3f}) holds 1/{w}, the most {w} devices could give if one device's step "
-            "already used all {c} cores: on that reading the core count alone explains it, on the one-core reading "
-            "it does not, and these samples cannot tell the two readings apart.",
-            "Its range ({e_lo:.3f}–{e_hi:.3f}) does not hold 1/{w}.",
-        ),
-        "all_cores_<row>_below": _s(
-            "e_hi * w < 1",
-            ONE_CORE_ROW,
-            "Its range ({e_lo:.3f}–{e_hi:.3f}) lies below even 1/{w}, the most {w} devices could give if one "
-            "device's step already used all {c} cores: on either reading the core count alone does not explain it.",
-            "Its range ({e_lo:.3f}–{e_hi:.3f}) is read against 1/{w} by none of these sentences.",
-        ),
-        "shape_all_cores_beyond": _s(
-            "e_hi * w < 1",
-            SHAPE,
-            "Had one device's step already used all {c} cores, a perfect split would take {w}x: ours grew more "
-            "even over the middle halves, so on either reading the cores alone do not explain the growth.",
-            "Ours did not grow beyond {w}x over the middle halves.",
-        ),
-        "shape_all_cores_short": _s(
-            "e_lo * w > 1",
-            SHAPE,
-            "Had one device's step already used all {c} cores, a perfect split would take {w}x: ours grew less "
-            "even over the middle halves, so one device's step did not use them all.",
-            "Had one device's step already used all {c} cores, a perfect split would take {w}x, which the middle "
-            "halves hold: on that reading the growth is the cores' alone, and these samples do not say which "
-            "reading holds.",
+            _SHAPE_START + ", less than the <split>x a perfect split over {c} cores allows, over the middle halves.",
+            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split over {c} cores "
+            "gives: sharing the cores could explain it.",
         ),
         "efficiency_against_core_bound": _s(
             "e * w <= c",
@@ -823,7 +788,7 @@ SENTENCES = {
             "e_hi * w < 1",
             EFFICIENCY_OPTION,
             "So, to the prediction at W = {w}: below 1/{w}. The efficiency's whole middle-half range "
-            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}: the {w} devices delivered fewer rows per second than one.",
+            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}.",
             "The efficiency's middle-half range ({e_lo:.3f}–{e_hi:.3f}) is not wholly below 1/{w}.",
         ),
         "efficiency_option_near_share": _s(
@@ -848,31 +813,6 @@ SENTENCES = {
             "So, to the prediction at W = {w}: not to be told apart from these samples. The middle-half range "
             "({e_lo:.3f}–{e_hi:.3f}, median {e:.3f}) crosses a line between two options: 1/{w}, <low> (where 1/{w} "
             "and 0.5 meet on a log scale) or <high> (where 0.5 and 1 meet).",
-        ),
-        "efficiency_range_holds_both": _s(
-            "e_lo * w <= 1 <= e_hi * w and e_lo * w <= min(c, w) <= e_hi * w",
-            EFFICIENCY_RANGE,
-            "Over the middle halves the efficiency's range holds both 1/{w} (no gain) and the bound <bound>: these "
-            "samples cannot tell the two apart.",
-            "The range {e_lo:.3f}–{e_hi:.3f} does not hold both 1/{w} and the bound <bound>.",
-        ),
-        "efficiency_range_holds_no_gain": _s(
-            "e_lo * w <= 1 <= e_hi * w",
-            EFFICIENCY_RANGE,
-            "Over the middle halves the efficiency's range holds 1/{w} (no gain) and stays below the bound <bound>.",
-            "The range {e_lo:.3f}–{e_hi:.3f} does not hold 1/{w}.",
-        ),
-        "efficiency_range_holds_bound": _s(
-            "e_lo * w <= min(c, w) <= e_hi * w",
-            EFFICIENCY_RANGE,
-            "Over the middle halves the efficiency's range lies above 1/{w} (no gain) and holds the bound <bound>.",
-            "The range {e_lo:.3f}–{e_hi:.3f} does not hold the bound <bound>.",
-        ),
-        "efficiency_range_below_no_gain": _s(
-            "e_hi * w < 1",
-            EFFICIENCY_RANGE,
-            "Over the middle halves the efficiency's range lies below 1/{w} (no gain).",
-            "Over the middle halves the efficiency's range holds neither 1/{w} (no gain) nor the bound <bound>.",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -1043,43 +983,22 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values.update(e_lo=last["efficiency_range"][0], e_hi=last["efficiency_range"][1])
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
-    names = ["efficiency_range_holds_both", "efficiency_range_holds_no_gain", "efficiency_range_holds_bound"]
-    fill = {"bound": f"{min(cores, last['devices'])}/{last['devices']}"}
-    span = {"e_lo": values["e_lo"], "e_hi": values["e_hi"], "w": last["devices"], "c": cores}
-    return [moved, bound, chosen_first(notebook, [*names, "efficiency_range_below_no_gain"], fill, **span)]
+    return [moved, bound]
 
 
 def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: our step's growth from one device to the most beside the chapter's modelled growth (`chapter_ms`,
-    W -> ms), read against what `cores` usable cores allow a perfect split of W times the rows."""
+    """Stage 5b: our step's growth from one device to the most beside the chapter's lab table (`chapter_ms`, W -> ms),
+    in one sentence chosen by where the growth's middle-half range lies: beyond W (no gain), beyond the split a
+    perfect division over `cores` gives, below it, or holding it."""
     one, last = efficiency["table"][0], efficiency["table"][-1]
     w = last["devices"]
     first, most = chapter_ms[one["devices"]], chapter_ms[w]
-    fill = {"chapter": f"{most / first:.2f}", "split": f"{w / min(cores, w):g}", "bound": f"{min(cores, w)}/{w}"}
+    fill = {"chapter": f"{most / first:.2f}", "split": f"{w / min(cores, w):g}"}
     fill.update({"from": f"{first:g}", "to": f"{most:g}", "growth": f"{last['median_ms'] / one['median_ms']:.1f}"})
     low, high = last["efficiency_range"]
     values = {"t1": one["median_ms"], "t": last["median_ms"], "w": w, "c": cores, "e_lo": low, "e_hi": high}
-    against_split = chosen_first(notebook, ["shape_on_one_host", "shape_within_split"], fill, **values)
-    if cores < 2:  # one usable core: the two readings are one
-        return against_split
-    names = ["shape_all_cores_beyond", "shape_all_cores_short"]
-    return f"{against_split} {chosen_first(notebook, names, fill, **values)}"
-
-
-def efficiency_at_one_core_each(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") -> list[str]:
-    """Stage 5b: the largest W whose devices each have a usable core (bound C/W = 1, W > 1), read with its range;
-    none when no such row was measured."""
-    rows = [(i, r) for i, r in enumerate(efficiency["table"]) if 1 < r["devices"] <= cores]
-    if not rows:
-        return []
-    i, row = rows[-1]
-    low, high = row["efficiency_range"]
-    values = {"e": row["efficiency"], "e_lo": low, "e_hi": high, "w": row["devices"], "c": cores}
-    fill = {"row": str(i)}
-    said = [chosen(notebook, "efficiency_at_one_core_each", fill, **values)]
-    names = ["all_cores_<row>_refuted", "all_cores_<row>_possible", "all_cores_<row>_below"]
-    values.pop("e")
-    return [*said, chosen_first(notebook, names, fill, **values)]
+    names = ["shape_beyond_no_gain", "shape_beyond_split", "shape_within_split"]
+    return chosen_first(notebook, names, fill, **values)
 
 
 def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> str:
@@ -1102,6 +1021,12 @@ def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protoco
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
     return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
+
+
+def other_split(goodput: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: where the ledger's unnamed time fell, after each attempt's last event or between events."""
+    values = {"o": goodput["other"], "a": goodput["other_after_last_event"], "b": goodput["other_between_events"]}
+    return chosen(notebook, "other_after_last_event", **values)
 
 
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 
 from shardlab.course import answers, selfcheck
-from shardlab.course.catalog import NOTEBOOKS
+from shardlab.course.catalog import NOTEBOOKS, OPTIONAL
 
 SELFCHECK_TAG = "selfcheck"
 CHOICES = "choices"  # the dict the self-check cell assigns
@@ -112,7 +112,8 @@ def hypothesis(workspace: Path | None) -> dict:
 
 
 def selfcheck_scores(workspace: Path | None) -> dict:
-    """{notebook: score (see selfcheck.score) plus `file`, or {missing: why}} for every notebook with questions."""
+    """{notebook: score (see selfcheck.score) plus `file`, or {missing: why}} for every notebook with questions;
+    an optional notebook's (catalog.OPTIONAL) only when its `selfcheck` cell holds letters, never as missing."""
     out = {}
     for name in NOTEBOOKS:
         if not selfcheck.questions(name):
@@ -120,6 +121,8 @@ def selfcheck_scores(workspace: Path | None) -> dict:
         nb, path = _notebook(workspace, name)
         cells = [c for c in (nb.cells if nb else []) if c.cell_type == "code" and SELFCHECK_TAG in _tags(c)]
         choices = _choices(cells[-1].source) if cells else None
+        if not choices and name in OPTIONAL:
+            continue
         if not choices:
             where = _absent(workspace) or f"no letters in the `selfcheck` cell of {name}.ipynb"
             out[name] = {"missing": where}

@@ -39,7 +39,7 @@ LABELS = {
     "detection": "detection (fault to verdict)",
     "teardown": "teardown",
     "wasted": "wasted (steps redone)",
-    "other": "other (unnamed: batch sampling and placement, shutdown, ...)",
+    "other": "other (unnamed: between events, and after an attempt's last)",
 }
 
 

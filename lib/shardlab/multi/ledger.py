@@ -75,9 +75,15 @@ def against_control(result: dict, reference: dict, steps: int) -> dict:
 
 
 def goodput(result: dict) -> dict:
-    """Seconds per part of the wall time (PARTS), summed over attempts, and the productive fraction."""
+    """Seconds per part of the wall time (PARTS), summed over attempts, and the productive fraction.
+
+    `other` is what no part names; `other_after_last_event` is the share of it that came after an attempt's last
+    recorded event, less that attempt's detection (waiting for background writes, shutting down, exiting), and
+    `other_between_events` the rest (sampling and placing batches, publishing manifests: the gaps between events).
+    """
     attempts = result["attempts"]
     parts = dict.fromkeys(PARTS, 0.0)
+    after_last = 0.0
     for k, attempt in enumerate(attempts):
         events = _events(attempt)
         stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
@@ -100,6 +106,8 @@ def goodput(result: dict) -> dict:
                 parts["productive"] += e["s"]
         if attempt.get("detect_s"):
             parts["detection"] += attempt["detect_s"]
+        if events:
+            after_last += max(0.0, end - max(e["t"] for e in events) - (attempt.get("detect_s") or 0.0))
         parts["teardown"] += attempt["teardown_s"]
         wall = end + attempt["teardown_s"] - attempt["launched"]
         parts["other"] += wall
@@ -107,4 +115,6 @@ def goodput(result: dict) -> dict:
     parts["other"] = max(0.0, parts["other"] - named)
     total = sum(parts.values())
     rounded = {k: round(v, 3) for k, v in parts.items()}
-    return {**rounded, "total": round(total, 3), "productive_fraction": round(parts["productive"] / total, 4)}
+    ending = round(min(after_last, parts["other"]), 3)
+    split = {"other_after_last_event": ending, "other_between_events": round(rounded["other"] - ending, 3)}
+    return {**rounded, **split, "total": round(total, 3), "productive_fraction": round(parts["productive"] / total, 4)}
