@@ -436,6 +436,36 @@ def test_ledger_stitches_attempts_and_splits_the_wall_time():
     assert parts["total"] == pytest.approx((8.0 + 0.5) + (second["event"]["time"] - 9.0))
 
 
+def test_a_controllers_log_is_compared_with_the_control_as_the_stitched_path_is():
+    from shardlab.multi import control
+
+    reference = {"ids": {s: [s] for s in range(1, 4)}, "losses": {s: float(s) for s in range(1, 4)}}
+    reference["states"] = [
+        {"weights": [float(s)], "momentum": [0.0], **{f: s for f in ("key", "order", "cursor", "step")}}
+        for s in range(4)
+    ]
+    log = [
+        {"step": s, "ids": [s], "loss": float(s), "weights": "checksum", "weights_values": [float(s)]}
+        for s in (1, 2, 3)
+    ]
+    final = {**reference["states"][3], "step": 3}
+    found = control.compare({"log": log, "final": final}, reference)
+    assert (found["matches"], found["ids_equal"], found["steps"], found["max_weight_diff"]) == (True, True, [1, 3], 0.0)
+    assert found["final"]["matches"] is True
+    assert control.compare({"log": log}, reference)["matches"] is False  # no final state where one is needed
+    assert control.compare({"log": log}, reference, need_final=False)["matches"] is True
+    # by hand: a weight 1e-3 away is beyond float32 tolerance (1e-5 relative of 2, 1e-6 absolute); a loss too
+    log[1] = {**log[1], "weights_values": [2.001]}
+    found = control.compare({"log": log, "final": final}, reference)
+    assert found["matches"] is False and found["max_weight_diff"] == pytest.approx(1e-3)
+    log[1] = {**log[1], "weights_values": [2.0], "loss": 2.5}
+    found = control.compare({"log": log, "final": final}, reference)
+    assert (found["matches"], found["max_loss_diff"]) == (False, 0.5)
+    log[1] = {**log[1], "loss": 2.0, "ids": [9]}
+    assert control.compare({"log": log, "final": final}, reference)["ids_equal"] is False
+    assert control.compare({"log": []}, reference)["matches"] is False
+
+
 def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
     # 23 rows in batches of 7 on 4 devices: 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 (ceil(n / 4) * 4)
     first = _attempt(0.0, [1, 2, 3, 4, 5, 6])

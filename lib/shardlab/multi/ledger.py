@@ -15,8 +15,6 @@ or the lowest process that left any) this computes:
   sampling and placement, which run before a step's clock starts, the interpreter's shutdown, anything unnamed).
 """
 
-import numpy as np
-
 from shardlab.core import batch
 from shardlab.multi import control
 
@@ -52,26 +50,13 @@ def wasted_steps(result: dict) -> list[int]:
 
 
 def against_control(result: dict, reference: dict, steps: int) -> dict:
-    """The stitched path against the uninterrupted control: IDs exact, losses and weights in float32 tolerance."""
+    """The stitched path against the uninterrupted control (`control.compare_steps`): steps 1..`steps` exactly
+    once, IDs exact, losses and weights in float32 tolerance."""
     kept = path(result)
     numbers = [e["step"] for e in kept]
     if numbers != list(range(1, steps + 1)):
         return {"matches": False, "reason": f"steps {numbers} are not 1..{steps} exactly once", "steps": numbers}
-    ids_equal = all(e["ids"] == reference["ids"][e["step"]] for e in kept)
-    weights = np.array([e["weights"] for e in kept], np.float64)
-    expected = np.array([reference["states"][e["step"]]["weights"] for e in kept], np.float64)
-    losses = np.array([e["loss"] for e in kept])
-    ref_losses = np.array([reference["losses"][e["step"]] for e in kept])
-    close = np.allclose(weights, expected, rtol=control.RTOL, atol=control.ATOL) and np.allclose(
-        losses, ref_losses, rtol=control.RTOL, atol=control.ATOL
-    )
-    return {
-        "matches": bool(ids_equal and close),
-        "ids_equal": bool(ids_equal),
-        "max_weight_diff": float(np.max(np.abs(weights - expected))),
-        "max_loss_diff": float(np.max(np.abs(losses - ref_losses))),
-        "steps": [numbers[0], numbers[-1]],
-    }
+    return control.compare_steps(kept, reference)
 
 
 def goodput(result: dict) -> dict:
