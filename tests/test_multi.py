@@ -970,6 +970,26 @@ def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
     assert (old["saved"], old["published"]) == ([], [])
 
 
+def test_a_finished_series_removes_its_cache_always_and_its_temporary_work_folder_unless_kept(tmp_path):
+    from shardlab.multi import drills
+
+    def series(name, temporary):
+        ctx = drills.Context(str(tmp_path / name), 17, 7, 10.0, {}, shares_compiled=True, temporary=temporary)
+        os.makedirs(ctx.cache)
+        (tmp_path / name / "log.txt").write_text("a group's log")
+        return ctx
+
+    found = drills.finish(series("kept", True), tmp_path / "out", [], {}, keep=True)
+    assert found["all_passed"] is True and (tmp_path / "out" / "drills.json").is_file()
+    assert os.listdir(tmp_path / "kept") == ["log.txt"]  # the cache went, the work folder stayed
+    drills.finish(series("removed", True), tmp_path / "out", [], {})
+    assert not (tmp_path / "removed").exists()
+    drills.discard(series("given", False))  # a folder the caller named (work=): only the cache goes
+    assert os.listdir(tmp_path / "given") == ["log.txt"]
+    drills.discard(series("measured", True))
+    assert not (tmp_path / "measured").exists()
+
+
 def test_a_drill_series_given_no_folder_is_refused_and_writes_nowhere(tmp_path, monkeypatch):
     from shardlab.errors import UsageError
     from shardlab.multi import drills

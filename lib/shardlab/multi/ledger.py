@@ -21,14 +21,15 @@ from shardlab.multi import control
 PARTS = ("startup", "restore", "compile", "productive", "save_block", "detection", "teardown", "wasted", "other")
 
 
-def _events(attempt: dict) -> list[dict]:
+def events(attempt: dict) -> list[dict]:
+    """The progress events of an attempt, read from its lowest process that left any."""
     found = [attempt["progress"][pid] for pid in sorted(attempt["progress"]) if attempt["progress"][pid]]
     return found[0] if found else []
 
 
 def resumed_from(attempt: dict) -> int:
     """The step an attempt restored (0 for a fresh start)."""
-    return next((e["step"] for e in _events(attempt) if e["event"] == "restored"), 0)
+    return next((e["step"] for e in events(attempt) if e["event"] == "restored"), 0)
 
 
 def path(result: dict) -> list[dict]:
@@ -36,7 +37,7 @@ def path(result: dict) -> list[dict]:
     attempts, kept = result["attempts"], []
     for k, attempt in enumerate(attempts):
         stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
-        kept += [e for e in _events(attempt) if e["event"] == "step" and (stop is None or e["step"] <= stop)]
+        kept += [e for e in events(attempt) if e["event"] == "step" and (stop is None or e["step"] <= stop)]
     return kept
 
 
@@ -45,7 +46,7 @@ def wasted_steps(result: dict) -> list[int]:
     attempts, lost = result["attempts"], []
     for k in range(len(attempts) - 1):
         stop = resumed_from(attempts[k + 1])
-        lost.append(sum(1 for e in _events(attempts[k]) if e["event"] == "step" and e["step"] > stop))
+        lost.append(sum(1 for e in events(attempts[k]) if e["event"] == "step" and e["step"] > stop))
     return lost
 
 
@@ -64,16 +65,16 @@ def goodput(result: dict) -> dict:
     attempts = result["attempts"]
     parts = dict.fromkeys(PARTS, 0.0)
     for k, attempt in enumerate(attempts):
-        events = _events(attempt)
+        log = events(attempt)
         stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
-        ready = next((e["t"] for e in events if e["event"] == "ready"), None)
+        ready = next((e["t"] for e in log if e["event"] == "ready"), None)
         end = attempt["event"]["time"]
         parts["startup"] += (ready or end) - attempt["launched"]
-        parts["restore"] += sum(e["s"] for e in events if e["event"] == "restored")
-        parts["save_block"] += sum(e["block_s"] for e in events if e["event"] == "saved")
-        devices = (next((e for e in events if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
+        parts["restore"] += sum(e["s"] for e in log if e["event"] == "restored")
+        parts["save_block"] += sum(e["block_s"] for e in log if e["event"] == "saved")
+        devices = (next((e for e in log if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
         seen = set()  # the batch shapes this attempt's update has met
-        for e in (e for e in events if e["event"] == "step"):
+        for e in (e for e in log if e["event"] == "step"):
             rows = batch.padded_length(len(e["ids"]), devices)  # the shape the update is compiled for
             new = rows not in seen
             seen.add(rows)

@@ -248,7 +248,7 @@ def overhead(ctx, pairs: int = 1) -> dict:
         for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
             name = f"overhead-{mode}-{i}"  # each group compiles itself: its later compiling step is among the samples
             result = ctx.supervise(name, save_every=1, async_save=mode == "async", budget=0, cache=None)
-            events = ledger._events(result["attempts"][-1])
+            events = ledger.events(result["attempts"][-1])
             steps = [e["s"] for e in events if e["event"] == "step"][1:]  # the first step compiles
             samples[mode]["step_s"] += steps
             samples[mode]["save_block_s"] += [e["block_s"] for e in events if e["event"] == "saved"]
