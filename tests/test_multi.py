@@ -962,7 +962,7 @@ def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
         1: [{"event": "saved", "step": 3}, {"event": "saved", "step": 6}, {"event": "step", "step": 8}],
     }
     attempt = {"progress": progress}
-    assert (scenarios._saved(attempt), scenarios._published(attempt)) == ([3, 6], [3])
+    assert (scenarios._steps_seen(attempt, "saved"), scenarios._steps_seen(attempt, "published")) == ([3, 6], [3])
     keys = dict.fromkeys(drill_records.FAILURE_KEYS)
     (row,) = drill_records.failures({"failures": [{**keys, "saved": [3, 6], "published": [3]}]})
     assert [n for n in row["saved"] if n not in row["published"]] == [6]

@@ -28,20 +28,10 @@ CRASH_LOOP_BUDGET = 2  # restarts the crash-loop drill allows: the failure after
 SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
 
-def _published(attempt: dict) -> list[int]:
-    """Steps whose manifest any process saw published during the attempt (plus those it resumed past)."""
-    found = set()
-    for events in attempt["progress"].values():
-        found |= {e["step"] for e in events if e["event"] == "published"}
-    return sorted(found)
-
-
-def _saved(attempt: dict) -> list[int]:
-    """Steps any process of the attempt saved (for an asynchronous save: handed to the background write)."""
-    found = set()
-    for events in attempt["progress"].values():
-        found |= {e["step"] for e in events if e["event"] == "saved"}
-    return sorted(found)
+def _steps_seen(attempt: dict, event: str) -> list[int]:
+    """Steps any process of the attempt reported with `event`: "published" (its manifest seen published) or
+    "saved" (saved; for an asynchronous save, handed to the background write)."""
+    return sorted({e["step"] for log in attempt["progress"].values() for e in log if e["event"] == event})
 
 
 def _checks(k: int, attempts: list, lost: list, want: dict, bound, published: int) -> dict:
@@ -68,7 +58,7 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
     lost = ledger.wasted_steps(result)
     failures, published = [], 0  # newest step any process saw published so far
     for k, attempt in enumerate(attempts[:-1]):
-        published = max([published, *_published(attempt)])
+        published = max([published, *_steps_seen(attempt, "published")])
         want = expect[k] if k < len(expect) else {}
         stopped = (attempt["fault"] or {}).get("signal") == "stop"
         bound = bounds["freeze_s"] if stopped else bounds.get(want.get("bound", "death_s"))
@@ -82,8 +72,8 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
                 resumed_from=resumed,
                 steps_lost=lost[k],
                 checks=checks,
-                saved=_saved(attempt),
-                published=_published(attempt),
+                saved=_steps_seen(attempt, "saved"),
+                published=_steps_seen(attempt, "published"),
             )
         )
     ok = result["completed"] and result["error"] is None and all(all(f["checks"].values()) for f in failures)
@@ -135,8 +125,7 @@ def several_failures(ctx) -> dict:
         kill(1, "update", 7, "term"),  # preemption between the saves at 6 and 9: the group agrees on step 8, saves it
     )
     expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 8"}]
-    row = run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
-    return row
+    return run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
 
 
 def _cleanup_check(ctx, row: dict) -> dict:
@@ -266,45 +255,6 @@ def overhead(ctx, pairs: int = 1) -> dict:
     }
 
 
-def _cleanup(ctx) -> dict:
-    faults = (kill(0, "cleanup", 3, "die"),)
-    return _cleanup_check(ctx, run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
-
-
-def _one_fault(name: str, fault: dict, cause: str, **kw):
-    return lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
-
-
-MPI = {"launch": "mpirun"}  # the same supervision with one mpirun starting the group
-FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
-    ("p0_killed_mid_step", _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)")),
-    ("p0_frozen", _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen")),
-    ("p1_frozen", _one_fault("p1_frozen", kill(1, "update", 5, "stop"), "frozen")),
-    ("p0_preempted", _one_fault("p0_preempted", kill(0, "update", 4, "term"), "preempted at step 5")),
-    ("p1_preempted", _one_fault("p1_preempted", kill(1, "update", 7, "term"), "preempted at step 8")),
-    (
-        "async_kill_staging",
-        _one_fault("async_kill_staging", kill(1, "save-begin", 6, "die"), "killed", async_save=True),
-    ),
-    (
-        "async_kill_writing",
-        _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
-    ),
-    (
-        "async_kill_before_manifest",
-        _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
-    ),
-    ("async_write_fails", lambda ctx: write_fails(ctx)),
-    ("cleanup_killed", _cleanup),
-    ("crash_loop", lambda ctx: crash_loop(ctx)),
-    ("mpirun_p1_killed_mid_step", _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI)),
-    ("mpirun_p0_frozen", _one_fault("mpirun_p0_frozen", kill(0, "update", 5, "stop"), "frozen", **MPI)),
-    ("mpirun_p1_preempted", _one_fault("mpirun_p1_preempted", kill(1, "update", 7, "term"), "preempted", **MPI)),
-    ("launch_paths", lambda ctx: launch_paths(ctx)),
-    ("launch_negatives", lambda ctx: launch_negatives(ctx)),
-)
-
-
 def write_fails(ctx) -> dict:
     """Process 1's background write of step 6 fails (ENOSPC inside Orbax's writer thread): the error is
     raised at that process's next wait as a named AsyncSaveError, step 6 never counts, the group restarts."""
@@ -338,3 +288,34 @@ def crash_loop(ctx) -> dict:
         error=error,
         wall_s=result["wall_s"],
     )
+
+
+def _cleanup(ctx) -> dict:
+    faults = (kill(0, "cleanup", 3, "die"),)
+    return _cleanup_check(ctx, run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
+
+
+def _one_fault(name: str, fault: dict, cause: str, **kw) -> tuple:
+    """(name, drill(ctx) -> row) of a scenario with one fault, whose failure must name `cause`."""
+    return name, lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
+
+
+MPI = {"launch": "mpirun"}  # the same supervision with one mpirun starting the group
+FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
+    _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)"),
+    _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen"),
+    _one_fault("p1_frozen", kill(1, "update", 5, "stop"), "frozen"),
+    _one_fault("p0_preempted", kill(0, "update", 4, "term"), "preempted at step 5"),
+    _one_fault("p1_preempted", kill(1, "update", 7, "term"), "preempted at step 8"),
+    _one_fault("async_kill_staging", kill(1, "save-begin", 6, "die"), "killed", async_save=True),
+    _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
+    _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
+    ("async_write_fails", write_fails),
+    ("cleanup_killed", _cleanup),
+    ("crash_loop", crash_loop),
+    _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI),
+    _one_fault("mpirun_p0_frozen", kill(0, "update", 5, "stop"), "frozen", **MPI),
+    _one_fault("mpirun_p1_preempted", kill(1, "update", 7, "term"), "preempted", **MPI),
+    ("launch_paths", launch_paths),
+    ("launch_negatives", launch_negatives),
+)
