@@ -640,3 +640,21 @@ def test_the_workspace_ledger_and_the_last_grade_record_are_read_with_a_bound(tm
     folder.mkdir()
     os.mkfifo(folder / workspace.LEDGER)  # the command reads its ledger through read_record: no ledger, no hang
     assert set(workspace.prepare(folder).values()) == {"copied"}
+
+
+def test_a_report_that_ran_in_a_private_folder_names_its_files_by_their_own_names(tmp_path):
+    """grade's checks and the portfolio's report drop the folder a copy ran in from every string, even one whose
+    name JSON escapes; the folder's name without its separator, or another folder, is left as it was."""
+    from shardlab.io import without_folder
+
+    folder = tmp_path / 'a "quoted" \\ folder'
+    report = {
+        "checks": [{"diagnosis": f"{folder}/model.py:3: SyntaxError", "files": [f"{folder}/data/x.npz"]}],
+        f"{folder}/key": f"{folder}",
+        "elsewhere": "/srv/other/model.py",
+    }
+    assert without_folder(report, folder) == {
+        "checks": [{"diagnosis": "model.py:3: SyntaxError", "files": ["data/x.npz"]}],
+        "key": str(folder),
+        "elsewhere": "/srv/other/model.py",
+    }

@@ -6,6 +6,8 @@
 - `plain(value)`: a JSON-literal copy (arrays and scalars become lists and numbers);
 - `read_record(path, limit)`: the JSON object a command left at `path`, read with a bound (`{}` when
   there is none it could have written);
+- `without_folder(value, folder)`: a JSON value whose strings name files inside `folder` by their own
+  names, never by this machine's path;
 - `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling;
 - `write_zip(path, members)`: a deflated zip whose bytes depend only on its members' names, bytes
   and modes (every timestamp ZIP_TIME), the one zip writer of the portfolio and the autograder bundle.
@@ -56,6 +58,13 @@ def read_record(path, limit: int) -> dict:
     except (OSError, ValueError, RecursionError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def without_folder(value, folder):
+    """`value` (JSON) with the prefix `folder/` removed from every string in it: a report that ran in a private
+    or temporary folder names its files by their bare names, never by this machine's path."""
+    prefix = json.dumps(os.path.join(os.fspath(folder), ""))[1:-1]  # as the prefix stands inside JSON strings
+    return json.loads(json.dumps(value).replace(prefix, ""))
 
 
 def read_npz(path) -> dict:

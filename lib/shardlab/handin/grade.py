@@ -46,7 +46,7 @@ from shardlab.evidence.index import STYLE
 from shardlab.evidence.sources import source_hashes
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
-from shardlab.io import read_record, write_json
+from shardlab.io import read_record, without_folder, write_json
 from shardlab.learner.implementation import STAGE_FUNCTIONS
 
 COMMAND = "grade"
@@ -375,7 +375,7 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
         private = str(copy.parent) + os.sep  # where the copy ran: shown as the bare file name
         outcome.output = outcome.output.replace(private, "")
         if outcome.report:
-            outcome.report = json.loads(json.dumps(outcome.report).replace(json.dumps(private)[1:-1], ""))
+            outcome.report = without_folder(outcome.report, copy.parent)
             write_json(folder / "check_report.json", outcome.report)
         rows = [{**base, **row, "seconds": outcome.seconds} for row in stage_rows(outcome, timeout)]
     (folder / "output.txt").write_text(outcome.output[:KEPT_OUTPUT], encoding="utf-8")
