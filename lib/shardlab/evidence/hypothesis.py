@@ -237,16 +237,14 @@ def parts_table(keys: list[str], captures: dict, summed: bool = True) -> list[di
     """Per capture (name -> transition rows), each of `keys` and (for several, unless not `summed`) their
     per-transition sum, as "median (middle half)" in ms; the sum's median is taken over the sums, not added from
     the parts' medians."""
-
-    def median_and_half(values):
-        q1, median, q3 = np.percentile(values, [25, 50, 75])
-        return f"{median:.3f} ({q1:.3f}–{q3:.3f})"
-
     table = []
     for name, rows in captures.items():
-        row = {"medians, ms (middle half)": name, **{k[:-3]: median_and_half([r[k] for r in rows]) for k in keys}}
+        row = {
+            "medians, ms (middle half)": name,
+            **{k[:-3]: _median_and_half(_side([r[k] for r in rows])) for k in keys},
+        }
         if summed and len(keys) > 1:
-            row["their sum"] = median_and_half(_summed(rows, keys))
+            row["their sum"] = _median_and_half(_side(_summed(rows, keys)))
         table.append(row)
     return table
 
@@ -279,18 +277,14 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
 def verdict_rows(outcome: dict) -> list[dict]:
     """What the effect's verdict reads, in three rows: the target and the control, each loop's median with its
     middle half and their difference (the cut, the drift); then the threshold and the noise the cut is read against."""
-
-    def median_and_half(got):
-        return f"{got['median_ms']:.3f} ({got['q1_ms']:.3f}–{got['q3_ms']:.3f})"
-
     sides, rows = outcome["sides"], []
     labels = {"target": outcome.get("target", outcome["annotation"]), "control": outcome.get("control_label")}
     for role, fall, key in (("target", "cut", "cut_ms"), ("control", "drift", "control_drift_ms")):
         rows.append(
             {
                 "medians, ms (middle half)": f"{role}: {labels[role] or outcome[role]}",
-                "unchanged loop": median_and_half(sides[role]["unchanged"]),
-                "changed loop": median_and_half(sides[role]["changed"]),
+                "unchanged loop": _median_and_half(sides[role]["unchanged"]),
+                "changed loop": _median_and_half(sides[role]["changed"]),
                 "unchanged − changed": f"{fall} {outcome[key]:.3f}",
             }
         )
@@ -306,8 +300,14 @@ def verdict_rows(outcome: dict) -> list[dict]:
 
 
 def _side(values) -> dict:
+    """The median and quartiles of `values` (ms), and how many there are."""
     q1, median, q3 = (float(v) for v in np.percentile(values, [25, 50, 75]))
     return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(values)}
+
+
+def _median_and_half(side: dict) -> str:
+    """A `_side` as the tables print it: "median (q1–q3)", ms."""
+    return f"{side['median_ms']:.3f} ({side['q1_ms']:.3f}–{side['q3_ms']:.3f})"
 
 
 def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
