@@ -752,15 +752,14 @@ def drills_json(run_dir):
 
 
 def numpy_weights(data, seed, batch_size, steps):
-    """Weights after `steps` updates: the host sampler's IDs and the course formulas in float64."""
+    """Weights after `steps` updates: the host sampler's IDs and the oracle's update in float64."""
+    from shardlab.verify import oracle
+
     state = sl.initial_sampler(seed, len(data.targets))
     w = v = np.zeros(data.features.shape[1])
     for _ in range(steps):
         state, ids = sl.advance(state, batch_size)
-        x, y = data.features[ids].astype(np.float64), data.targets[ids].astype(np.float64)
-        grad = 2 * x.T @ (x @ w - y) / len(ids)
-        v = 0.8 * v + grad
-        w = w - 0.03 * v
+        w, v, _, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
     return w
 
 
