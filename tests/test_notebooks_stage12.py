@@ -28,16 +28,13 @@ def idiom_ids(seed, rows, epochs):
     return np.concatenate([e["order"] for e in oracle.idiom_epochs(seed, rows, epochs)]).tolist()
 
 
-def numpy_path(data, id_batches, lr=0.03, decay=0.8):
-    """Pre-update losses of momentum SGD from zero, with float64 means over each batch's rows."""
+def numpy_path(data, id_batches):
+    """Pre-update losses of momentum SGD from zero: the oracle's float64 update over each batch's rows."""
     w = v = np.zeros(data.features.shape[1])
     losses = []
     for ids in id_batches:
-        x, y = data.features[ids].astype(np.float64), data.targets[ids].astype(np.float64)
-        r = x @ w - y
-        losses.append(np.mean(r**2))
-        v = decay * v + 2 * x.T @ r / len(ids)
-        w = w - lr * v
+        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
+        losses.append(loss)
     return losses
 
 
