@@ -951,6 +951,19 @@ def test_a_named_stop_counts_only_when_each_report_names_it_and_each_exit_is_a_s
     assert not drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2), (error, None)), "HangError", 1)
 
 
+def test_a_row_of_several_runs_shows_the_largest_difference_and_whether_every_run_kept_its_ids():
+    from shardlab.multi import rows
+
+    one = rows.row("d", True, ["2x2"], compared={"max_weight_diff": 2e-7, "ids_equal": True, "matches": True})
+    assert (one["max_weight_diff"], one["ids_equal"]) == (2e-7, True)
+    runs = [{"max_weight_diff": 1e-7, "ids_equal": True}, {"max_weight_diff": 3e-7, "ids_equal": False}]
+    several = rows.row("d", False, ["2x2"], compared=runs)
+    assert (several["max_weight_diff"], several["ids_equal"]) == (3e-7, False)
+    stopped = rows.row("d", False, ["2x2"], compared=[runs[0], {"matches": False, "reason": "steps [1, 2]"}])
+    assert (stopped["max_weight_diff"], stopped["ids_equal"]) == (None, None)  # no number, never 0 or inf
+    assert (rows.row("d", True, ["2x2"])["max_weight_diff"], rows.row("d", True, ["2x2"])["ids_equal"]) == (None, None)
+
+
 def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
     """A step saved in the background but killed before its manifest: saved, not published, so not a resume point."""
     from shardlab.course import drill_records

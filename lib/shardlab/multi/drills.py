@@ -303,15 +303,11 @@ def world_change(ctx: Context, writer_shared: str, from_step: int = SAVE_EVERY, 
     began, record = time.time(), manifest.read(writer_shared, from_step)
     runs = [_restore_on(ctx, writer_shared, record, from_step, world) for world in worlds]
     refuses = all(r["default_contract"].startswith("refuses") == (r["devices"] != 4) for r in runs)
-    compared = {
-        "max_weight_diff": max(r["resumed"].get("max_weight_diff", float("inf")) for r in runs),
-        "ids_equal": all(r["resumed"].get("ids_equal") for r in runs),
-    }
     return rows.row(
         "world_change",
         refuses and all(r["passed"] for r in runs),
         ["2x2"] + [r["world"] for r in runs],
-        compared=compared,
+        compared=[r["resumed"] for r in runs],
         written_by=record["writer_world"],
         from_step=from_step,
         runs=runs,

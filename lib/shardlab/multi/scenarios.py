@@ -153,15 +153,11 @@ def launch_paths(ctx) -> dict:
         }
     keys = ("process_ids", "mesh", "ids", "loss_hash")
     same = all(paths["explicit"][k] == found[k] for found in paths.values() for k in keys)
-    compared = {
-        "max_weight_diff": max(v["against_control"].get("max_weight_diff") or 0.0 for v in paths.values()),
-        "ids_equal": all(v["against_control"].get("ids_equal") for v in paths.values()),
-    }
     return rows.row(
         "launch_paths",
         same and all(v["completed"] and v["against_control"]["matches"] for v in paths.values()),
         ["2x2"],
-        compared=compared,
+        compared=[v["against_control"] for v in paths.values()],
         paths={k: {**v, "ids": len(v["ids"])} for k, v in paths.items()},
         identical=same,
     )
