@@ -100,16 +100,7 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
 def run(ctx, name: str, faults: tuple, expect: list[dict], **kw) -> dict:
     """Supervise one scenario under ctx.out/name and return its row."""
     result = ctx.supervise(name, faults=faults, **kw)
-    row = _row(name, result, ctx, expect, group_supervisor.detection_bounds(ctx.timeout))
-    if name.startswith("cleanup"):
-        row["shared_after"] = _entries(os.path.join(ctx.out, name, "shared"))
-    return row
-
-
-def _entries(shared: str) -> dict:
-    found = manifest.scan(shared)
-    root = os.path.join(shared, manifest.ORBAX)
-    return {"complete": found["complete"], "orbax_entries": sorted(os.listdir(root)) if os.path.isdir(root) else []}
+    return _row(name, result, ctx, expect, group_supervisor.detection_bounds(ctx.timeout))
 
 
 def kill(rank, phase, step, signal="kill", **extra):
@@ -126,14 +117,6 @@ def several_failures(ctx) -> dict:
     )
     expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 8"}]
     return run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
-
-
-def _cleanup_check(ctx, row: dict) -> dict:
-    after = row.get("shared_after", {})
-    newest_kept = bool(after.get("complete")) and after["complete"][-1] == ctx.steps - ctx.steps % ctx.save_every
-    row["newest_complete_survived"] = newest_kept
-    row["passed"] = bool(row["passed"] and newest_kept and len(after.get("complete", [])) <= 1)
-    return row
 
 
 def launch_paths(ctx) -> dict:
@@ -286,9 +269,18 @@ def crash_loop(ctx) -> dict:
     )
 
 
-def _cleanup(ctx) -> dict:
-    faults = (kill(0, "cleanup", 3, "die"),)
-    return _cleanup_check(ctx, run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
+def cleanup_killed(ctx) -> dict:
+    """Process 0 dies while retention removes an old step (keep 1, asynchronous saves): the newest complete step
+    survives the restarted run and is the one step kept."""
+    row = run(ctx, "cleanup_killed", (kill(0, "cleanup", 3, "die"),), [{"cause": "killed"}], async_save=True, keep=1)
+    shared = os.path.join(ctx.out, "cleanup_killed", "shared")
+    root, complete = os.path.join(shared, manifest.ORBAX), manifest.scan(shared)["complete"]
+    entries = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    newest_kept = bool(complete) and complete[-1] == ctx.steps - ctx.steps % ctx.save_every
+    row["shared_after"] = {"complete": complete, "orbax_entries": entries}
+    row["newest_complete_survived"] = newest_kept
+    row["passed"] = bool(row["passed"] and newest_kept and len(complete) <= 1)
+    return row
 
 
 def _one_fault(name: str, fault: dict, cause: str, **kw) -> tuple:
@@ -307,7 +299,7 @@ FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the 
     _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
     _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
     ("async_write_fails", write_fails),
-    ("cleanup_killed", _cleanup),
+    ("cleanup_killed", cleanup_killed),
     ("crash_loop", crash_loop),
     _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI),
     _one_fault("mpirun_p0_frozen", kill(0, "update", 5, "stop"), "frozen", **MPI),
