@@ -367,7 +367,15 @@ def test_the_cell_a_timeout_stopped_is_the_last_one_papermill_started(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
     cell, error = runner._stopped_cell(path)
     assert cell.metadata["tags"] == ["b"] and error is None
-    assert "tag b" in runner._failing_cell(path, path) and "was running" in runner._failing_cell(path, path)
+    assert "tag b" in runner._failing_cell(path) and "was running" in runner._failing_cell(path)
+    # an error output names its cell whatever started later; an unreadable copy names none
+    cells[0].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[])]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    cell, error = runner._stopped_cell(path)
+    assert cell.metadata["tags"] == ["a"] and error == "ValueError"
+    assert "tag a" in runner._failing_cell(path) and runner._failing_cell(path).endswith("ValueError: bad")
+    path.write_text("not a notebook")
+    assert runner._stopped_cell(path) == (None, None) and "no error output" in runner._failing_cell(path)
 
 
 def test_a_failing_cell_no_check_covers_is_called_a_gap_in_the_course():

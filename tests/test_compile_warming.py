@@ -154,12 +154,10 @@ def test_stage_2_and_stage_4_give_the_un_jitted_step_one_padded_shape_and_stage_
     from shardlab.checker import stage2, stage4
 
     # each device holds ceil(rows / 4) slots, filled in order: 5 rows -> [2, 2, 1, 0] over 8 slots, 7 -> [2, 2, 2, 1]
-    def per_device(rows: int) -> list[int]:
-        width = -(-rows // 4)
-        return [min(width, max(0, rows - width * d)) for d in range(4)]
+    from shardlab.verify.oracle import device_counts
 
-    empty_device = per_device(len(stage2.EMPTY_DEVICE_IDS[stage2.UNJITTED_BATCH]))
-    assert 4 * max(empty_device) == 4 * max(per_device(stage4.ROWS)) == 8  # one shape: its programs compile once
+    empty_device = device_counts(len(stage2.EMPTY_DEVICE_IDS[stage2.UNJITTED_BATCH]), 4)
+    assert 4 * max(empty_device) == 4 * max(device_counts(stage4.ROWS, 4)) == 8  # one shape: its programs compile once
     assert empty_device[-1] == 0  # the check is still about a device without a valid row
 
 

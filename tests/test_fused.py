@@ -74,6 +74,14 @@ def assert_same_sampler(got, want):
         np.testing.assert_array_equal(got[field], want[field], err_msg=field)
 
 
+def assert_holds_host_draw(sampler, host):
+    """The device sampler holds the host sampler's key, order and cursor."""
+    found = to_host(sampler)
+    assert found["cursor"] == host["cursor"]
+    np.testing.assert_array_equal(found["key"], host["key"])
+    np.testing.assert_array_equal(found["order"], host["order"])
+
+
 def assert_same_ids(got, want):
     assert len(got) == len(want)
     for index, (a, b) in enumerate(zip(got, want)):
@@ -121,10 +129,7 @@ def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_s
         np.testing.assert_array_equal(trim(ids[index]), want)
         # padding is last, by position: the first len(want) slots are valid, the rest have mask 0
         np.testing.assert_array_equal(masks[index], (np.arange(slots) < len(want)).astype(np.float32))
-    found = to_host(end)
-    assert found["cursor"] == host["cursor"]
-    np.testing.assert_array_equal(found["key"], host["key"])
-    np.testing.assert_array_equal(found["order"], host["order"])
+    assert_holds_host_draw(end, host)
 
 
 @settings(max_examples=6, deadline=None)
@@ -150,10 +155,7 @@ def test_planned_batches_equal_k_host_steps_from_any_cursor(seed, rows, batch_si
         np.testing.assert_array_equal(trim(ids[index]), want)
         np.testing.assert_array_equal(masks[index], (np.arange(slots) < len(want)).astype(np.float32))
         if index == active - 1:
-            found = to_host(after)
-            assert found["cursor"] == host["cursor"]
-            np.testing.assert_array_equal(found["key"], host["key"])
-            np.testing.assert_array_equal(found["order"], host["order"])
+            assert_holds_host_draw(after, host)
 
 
 @pytest.mark.parametrize("cursor,k", [(0, 3), (21, 3), (23, 30)])
@@ -169,10 +171,7 @@ def test_a_plan_matches_the_host_sampler_whether_or_not_its_rows_reach_the_next_
     for index in range(k):
         host, want = sl.advance(host, batch_size)
         np.testing.assert_array_equal(trim(np.asarray(planned.ids)[index]), want)
-    found = to_host(after)
-    assert found["cursor"] == host["cursor"]
-    np.testing.assert_array_equal(found["key"], host["key"])
-    np.testing.assert_array_equal(found["order"], host["order"])
+    assert_holds_host_draw(after, host)
 
 
 def test_device_orders_follow_the_idiom_written_out():

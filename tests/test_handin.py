@@ -616,29 +616,31 @@ def test_make_run_and_make_portfolio_read_the_same_workspace(target, command):
     assert parser.parse_args(["--workspace", "ws"]).workspace == "ws" and parser.parse_args([]).workspace is None
 
 
-def test_the_workspace_ledger_and_the_last_grade_record_are_read_with_a_bound(tmp_path, monkeypatch):
-    """Both are JSON a command left in a folder the learner or instructor owns: a FIFO put in their place reads as
-    absent (never a hang), a file past its bound too, and one at the bound as what it holds."""
+def test_the_workspace_ledger_and_the_last_grade_record_are_read_with_a_bound(tmp_path):
+    """Both are JSON a command left in a folder the learner or instructor owns, read back by `io.read_record`: a
+    FIFO put in their place reads as absent (never a hang), a file past its bound too, one at the bound as what it
+    holds, and anything but a JSON object as absent."""
     import os
 
     from shardlab.course import workspace
+    from shardlab.io import read_record
 
-    readers = (
-        (workspace, workspace._ledger, workspace.LEDGER, "LEDGER_BYTES"),
-        (grade, grade._previous, grade.RECORD, "RECORD_BYTES"),
-    )
-    for module, read, name, bound in readers:
-        folder = tmp_path / name
-        folder.mkdir()
-        text = json.dumps({"stage1_batches": "0" * 64})
-        (folder / name).write_text(text)
-        monkeypatch.setattr(module, bound, len(text))
-        assert read(folder) == json.loads(text), name
-        monkeypatch.setattr(module, bound, len(text) - 1)
-        assert read(folder) == {}, name
-        (folder / name).unlink()
-        os.mkfifo(folder / name)
-        assert read(folder) == {}, name
+    path = tmp_path / grade.RECORD
+    text = json.dumps({"stage1_batches": "0" * 64})
+    path.write_text(text)
+    assert read_record(path, len(text)) == json.loads(text)
+    assert read_record(path, len(text) - 1) == {}
+    for other in ("[1, 2]", "not json", "[" * 100_000):
+        path.write_text(other)
+        assert read_record(path, grade.RECORD_BYTES) == {}, other[:10]
+    path.unlink()
+    assert read_record(path, grade.RECORD_BYTES) == {}
+    os.mkfifo(path)
+    assert read_record(path, grade.RECORD_BYTES) == {}
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    os.mkfifo(folder / workspace.LEDGER)  # the command reads its ledger through read_record: no ledger, no hang
+    assert set(workspace.prepare(folder).values()) == {"copied"}
 
 
 def test_an_optional_notebook_s_self_check_counts_only_when_answered(tmp_path):
@@ -655,3 +657,21 @@ def test_an_optional_notebook_s_self_check_counts_only_when_answered(tmp_path):
     nbformat.write(nb, tmp_path / f"{name}.ipynb")
     score = workspace_reader.selfcheck_scores(tmp_path)[name]
     assert (score["correct"], score["questions"]) == (len(asked), len(asked)), score
+
+
+def test_a_report_that_ran_in_a_private_folder_names_its_files_by_their_own_names(tmp_path):
+    """grade's checks and the portfolio's report drop the folder a copy ran in from every string, even one whose
+    name JSON escapes; the folder's name without its separator, or another folder, is left as it was."""
+    from shardlab.io import without_folder
+
+    folder = tmp_path / 'a "quoted" \\ folder'
+    report = {
+        "checks": [{"diagnosis": f"{folder}/model.py:3: SyntaxError", "files": [f"{folder}/data/x.npz"]}],
+        f"{folder}/key": f"{folder}",
+        "elsewhere": "/srv/other/model.py",
+    }
+    assert without_folder(report, folder) == {
+        "checks": [{"diagnosis": "model.py:3: SyntaxError", "files": ["data/x.npz"]}],
+        "key": str(folder),
+        "elsewhere": "/srv/other/model.py",
+    }

@@ -451,6 +451,36 @@ def test_ledger_splits_other_into_after_the_last_event_and_between_events():
     assert parts["other_between_events"] == pytest.approx(1.5)
 
 
+def test_a_controllers_log_is_compared_with_the_control_as_the_stitched_path_is():
+    from shardlab.multi import control
+
+    reference = {"ids": {s: [s] for s in range(1, 4)}, "losses": {s: float(s) for s in range(1, 4)}}
+    reference["states"] = [
+        {"weights": [float(s)], "momentum": [0.0], **{f: s for f in ("key", "order", "cursor", "step")}}
+        for s in range(4)
+    ]
+    log = [
+        {"step": s, "ids": [s], "loss": float(s), "weights": "checksum", "weights_values": [float(s)]}
+        for s in (1, 2, 3)
+    ]
+    final = {**reference["states"][3], "step": 3}
+    found = control.compare({"log": log, "final": final}, reference)
+    assert (found["matches"], found["ids_equal"], found["steps"], found["max_weight_diff"]) == (True, True, [1, 3], 0.0)
+    assert found["final"]["matches"] is True
+    assert control.compare({"log": log}, reference)["matches"] is False  # no final state where one is needed
+    assert control.compare({"log": log}, reference, need_final=False)["matches"] is True
+    # by hand: a weight 1e-3 away is beyond float32 tolerance (1e-5 relative of 2, 1e-6 absolute); a loss too
+    log[1] = {**log[1], "weights_values": [2.001]}
+    found = control.compare({"log": log, "final": final}, reference)
+    assert found["matches"] is False and found["max_weight_diff"] == pytest.approx(1e-3)
+    log[1] = {**log[1], "weights_values": [2.0], "loss": 2.5}
+    found = control.compare({"log": log, "final": final}, reference)
+    assert (found["matches"], found["max_loss_diff"]) == (False, 0.5)
+    log[1] = {**log[1], "loss": 2.0, "ids": [9]}
+    assert control.compare({"log": log, "final": final}, reference)["ids_equal"] is False
+    assert control.compare({"log": []}, reference)["matches"] is False
+
+
 def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
     # 23 rows in batches of 7 on 4 devices: 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 (ceil(n / 4) * 4)
     first = _attempt(0.0, [1, 2, 3, 4, 5, 6])
@@ -737,15 +767,14 @@ def drills_json(run_dir):
 
 
 def numpy_weights(data, seed, batch_size, steps):
-    """Weights after `steps` updates: the host sampler's IDs and the course formulas in float64."""
+    """Weights after `steps` updates: the host sampler's IDs and the oracle's update in float64."""
+    from shardlab.verify import oracle
+
     state = sl.initial_sampler(seed, len(data.targets))
     w = v = np.zeros(data.features.shape[1])
     for _ in range(steps):
         state, ids = sl.advance(state, batch_size)
-        x, y = data.features[ids].astype(np.float64), data.targets[ids].astype(np.float64)
-        grad = 2 * x.T @ (x @ w - y) / len(ids)
-        v = 0.8 * v + grad
-        w = w - 0.03 * v
+        w, v, _, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
     return w
 
 
@@ -938,6 +967,19 @@ def test_a_named_stop_counts_only_when_each_report_names_it_and_each_exit_is_a_s
     assert not drills._named(outcome((EXIT_STOPPED, abort), (1.0, 1.2), (error, None)), "HangError", 1)
 
 
+def test_a_row_of_several_runs_shows_the_largest_difference_and_whether_every_run_kept_its_ids():
+    from shardlab.multi import rows
+
+    one = rows.row("d", True, ["2x2"], compared={"max_weight_diff": 2e-7, "ids_equal": True, "matches": True})
+    assert (one["max_weight_diff"], one["ids_equal"]) == (2e-7, True)
+    runs = [{"max_weight_diff": 1e-7, "ids_equal": True}, {"max_weight_diff": 3e-7, "ids_equal": False}]
+    several = rows.row("d", False, ["2x2"], compared=runs)
+    assert (several["max_weight_diff"], several["ids_equal"]) == (3e-7, False)
+    stopped = rows.row("d", False, ["2x2"], compared=[runs[0], {"matches": False, "reason": "steps [1, 2]"}])
+    assert (stopped["max_weight_diff"], stopped["ids_equal"]) == (None, None)  # no number, never 0 or inf
+    assert (rows.row("d", True, ["2x2"])["max_weight_diff"], rows.row("d", True, ["2x2"])["ids_equal"]) == (None, None)
+
+
 def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
     """A step saved in the background but killed before its manifest: saved, not published, so not a resume point."""
     from shardlab.course import drill_records
@@ -948,12 +990,32 @@ def test_a_failure_row_says_which_steps_its_attempt_saved_and_saw_published():
         1: [{"event": "saved", "step": 3}, {"event": "saved", "step": 6}, {"event": "step", "step": 8}],
     }
     attempt = {"progress": progress}
-    assert (scenarios._saved(attempt), scenarios._published(attempt)) == ([3, 6], [3])
+    assert (scenarios._steps_seen(attempt, "saved"), scenarios._steps_seen(attempt, "published")) == ([3, 6], [3])
     keys = dict.fromkeys(drill_records.FAILURE_KEYS)
     (row,) = drill_records.failures({"failures": [{**keys, "saved": [3, 6], "published": [3]}]})
     assert [n for n in row["saved"] if n not in row["published"]] == [6]
     (old,) = drill_records.failures({"failures": [keys]})  # a row recorded before these fields: empty lists
     assert (old["saved"], old["published"]) == ([], [])
+
+
+def test_a_finished_series_removes_its_cache_always_and_its_temporary_work_folder_unless_kept(tmp_path):
+    from shardlab.multi import drills
+
+    def series(name, temporary):
+        ctx = drills.Context(str(tmp_path / name), 17, 7, 10.0, {}, shares_compiled=True, temporary=temporary)
+        os.makedirs(ctx.cache)
+        (tmp_path / name / "log.txt").write_text("a group's log")
+        return ctx
+
+    found = drills.finish(series("kept", True), tmp_path / "out", [], {}, keep=True)
+    assert found["all_passed"] is True and (tmp_path / "out" / "drills.json").is_file()
+    assert os.listdir(tmp_path / "kept") == ["log.txt"]  # the cache went, the work folder stayed
+    drills.finish(series("removed", True), tmp_path / "out", [], {})
+    assert not (tmp_path / "removed").exists()
+    drills.discard(series("given", False))  # a folder the caller named (work=): only the cache goes
+    assert os.listdir(tmp_path / "given") == ["log.txt"]
+    drills.discard(series("measured", True))
+    assert not (tmp_path / "measured").exists()
 
 
 def test_a_drill_series_given_no_folder_is_refused_and_writes_nowhere(tmp_path, monkeypatch):

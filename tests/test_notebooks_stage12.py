@@ -23,27 +23,18 @@ def lengths(rows, batch_size):
     return [batch_size] * (rows // batch_size) + ([rows % batch_size] if rows % batch_size else [])
 
 
-def per_device(rows, devices=4):
-    """Valid rows per device after padding `rows` up to a multiple of `devices`."""
-    slots = -(-rows // devices)
-    return [min(slots, max(0, rows - d * slots)) for d in range(devices)]
-
-
 def idiom_ids(seed, rows, epochs):
     """Every id of `epochs` epochs in the course's split-then-permute order."""
     return np.concatenate([e["order"] for e in oracle.idiom_epochs(seed, rows, epochs)]).tolist()
 
 
-def numpy_path(data, id_batches, lr=0.03, decay=0.8):
-    """Pre-update losses of momentum SGD from zero, with float64 means over each batch's rows."""
+def numpy_path(data, id_batches):
+    """Pre-update losses of momentum SGD from zero: the oracle's float64 update over each batch's rows."""
     w = v = np.zeros(data.features.shape[1])
     losses = []
     for ids in id_batches:
-        x, y = data.features[ids].astype(np.float64), data.targets[ids].astype(np.float64)
-        r = x @ w - y
-        losses.append(np.mean(r**2))
-        v = decay * v + 2 * x.T @ r / len(ids)
-        w = w - lr * v
+        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
+        losses.append(loss)
     return losses
 
 
@@ -53,7 +44,7 @@ def check_walk(batches, seed, batch_size, rows=ROWS):
     epochs = len(batches) // per_epoch
     assert sizes == lengths(rows, batch_size) * epochs
     assert [len(b["ids"]) for b in batches] == sizes
-    assert [b["device_counts"] for b in batches] == [per_device(s) for s in sizes]
+    assert [b["device_counts"] for b in batches] == [oracle.device_counts(s, 4) for s in sizes]
     ids = [i for b in batches for i in b["ids"]]
     assert ids == idiom_ids(seed, rows, epochs)
     for e in range(epochs):
@@ -76,10 +67,10 @@ def test_stage1_walk_matches_arithmetic(run_dir):
 @pytest.mark.stage1
 def test_stage1_padding_settings_and_transfer(run_dir):
     res = results(run_dir, STAGE1)
-    assert res["device_counts_7_rows"] == [2, 2, 2, 1] == per_device(7)
-    assert res["device_counts_1_row"] == [1, 0, 0, 0] == per_device(1)
+    assert res["device_counts_7_rows"] == [2, 2, 2, 1] == oracle.device_counts(7, 4)
+    assert res["device_counts_1_row"] == [1, 0, 0, 0] == oracle.device_counts(1, 4)
     assert res["transfer"]["lengths"] == [6, 6, 6, 6, 6, 1] == lengths(31, 6)
-    assert res["transfer"]["device_counts"] == [per_device(6)] * 5 + [per_device(1)]
+    assert res["transfer"]["device_counts"] == [oracle.device_counts(6, 4)] * 5 + [oracle.device_counts(1, 4)]
     settings = {(s["seed"], s["batch_size"]): s for s in res["other_settings"]}
     assert set(settings) == {(29, 7), (17, 10), (17, 40)}
     assert [b["size"] for b in settings[(17, 10)]["batches"]] == [10, 10, 3] * 2

@@ -6,7 +6,7 @@ import pytest
 
 import shardlab as sl
 from shardlab.learner import reference as impl
-from shardlab.verify import faults, replay, step_fingerprint
+from shardlab.verify import faults, oracle, replay, step_fingerprint
 
 pytestmark = pytest.mark.stage3
 
@@ -164,12 +164,11 @@ def sampler_ids(key, order, cursor, batch_size, steps):
     return out
 
 
-def numpy_weights(data, ids, weights, momentum, lr=0.03, decay=0.8):
-    w, v = np.asarray(weights, np.float64), np.asarray(momentum, np.float64)
+def numpy_weights(data, ids, weights, momentum):
+    """(weights, momentum) after one oracle update per batch of `ids`, in float64."""
+    w, v = weights, momentum
     for batch in ids:
-        x, y = data.features[batch].astype(np.float64), data.targets[batch].astype(np.float64)
-        v = decay * v + 2 * x.T @ (x @ w - y) / len(batch)
-        w = w - lr * v
+        w, v, _, _ = oracle.momentum_step(data.features[batch], data.targets[batch], np.ones(len(batch)), w, v)
     return w, v
 
 

@@ -168,3 +168,26 @@ def test_an_all_reduce_is_placed_in_a_loop_when_its_scan_body_or_an_outlined_cal
     assert text.count("stablehlo.all_reduce") == 3
     with pytest.raises(ConfigError, match="func.func"):
         all_reduce_places("%1 = stablehlo.all_reduce(%0)")
+
+
+def test_an_all_reduce_is_counted_where_it_is_applied_not_where_its_name_is_mentioned():
+    from shardlab.course.ir import all_reduce_places, first_all_reduce
+
+    text = "\n".join(
+        [
+            "func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {",
+            "  // stablehlo.all_reduce adds the partial sums over data",
+            '  %0 = "stablehlo.all_reduce"(%arg0) <{replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>}> ({',
+            "  ^bb0(%a: tensor<f32>, %b: tensor<f32>):",
+            "    %1 = stablehlo.add %a, %b : tensor<f32>",
+            "    stablehlo.return %1 : tensor<f32>",
+            "  }) : (tensor<f32>) -> tensor<f32>",
+            "  return %0 : tensor<f32>",
+            "}",
+        ]
+    )
+    # by hand: one op applied, on the line that defines %0; the comment only names it
+    assert sl.count_all_reduce(text) == 1
+    assert [line.split(" = ")[0] for line in sl.update.all_reduce_lines(text)] == ["%0"]
+    assert all_reduce_places(text) == {"inside a loop": 0, "outside every loop": 1}
+    assert first_all_reduce(text)[1] == '%0 = "stablehlo.all_reduce"(%arg0) : (tensor<f32>) -> tensor<f32>'

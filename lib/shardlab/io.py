@@ -4,6 +4,10 @@
   beside the target and one `os.replace`, so a reader never sees half a file), with `plain`
   converting NumPy and JAX values;
 - `plain(value)`: a JSON-literal copy (arrays and scalars become lists and numbers);
+- `read_record(path, limit)`: the JSON object a command left at `path`, read with a bound (`{}` when
+  there is none it could have written);
+- `without_folder(value, folder)`: a JSON value whose strings name files inside `folder` by their own
+  names, never by this machine's path;
 - `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling;
 - `write_zip(path, members)`: a deflated zip whose bytes depend only on its members' names, bytes
   and modes (every timestamp ZIP_TIME), the one zip writer of the portfolio and the autograder bundle.
@@ -44,6 +48,23 @@ def dumps(value, indent: int | None = 1) -> str:
 def write_json(path, value, indent: int | None = 1) -> str:
     """Write `value` to `path` as JSON (see `dumps`), atomically; return the path."""
     return files.replace(path, dumps(value, indent) + "\n")
+
+
+def read_record(path, limit: int) -> dict:
+    """The JSON object at `path`, read through `files.read_bounded`; {} if it is missing, not a regular file (a
+    FIFO never blocks), over `limit` bytes, not JSON or not an object: a record a command writes and reads back."""
+    try:
+        found = json.loads(files.read_bounded(path, limit))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def without_folder(value, folder):
+    """`value` (JSON) with the prefix `folder/` removed from every string in it: a report that ran in a private
+    or temporary folder names its files by their bare names, never by this machine's path."""
+    prefix = json.dumps(os.path.join(os.fspath(folder), ""))[1:-1]  # as the prefix stands inside JSON strings
+    return json.loads(json.dumps(value).replace(prefix, ""))
 
 
 def read_npz(path) -> dict:

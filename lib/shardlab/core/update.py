@@ -1,5 +1,6 @@
 """The global masked-mean gradient and the momentum update, distributed with shard_map."""
 
+import re
 from functools import partial
 
 import jax
@@ -74,11 +75,15 @@ def make_single_device_step(learning_rate: float = LEARNING_RATE, decay: float =
     return jax.jit(step)
 
 
+ALL_REDUCE = re.compile(r'"stablehlo\.all_reduce"|stablehlo\.all_reduce\(')  # the op applied, generic or pretty
+
+
 def count_all_reduce(ir_text: str) -> int:
-    """Number of `stablehlo.all_reduce` operations in lowered IR text."""
-    return ir_text.count('"stablehlo.all_reduce"') + ir_text.count("stablehlo.all_reduce(")
+    """Number of `stablehlo.all_reduce` operations applied in lowered IR text, a whole program or one line of it:
+    `"stablehlo.all_reduce"(%7)` or `stablehlo.all_reduce(%7)`, never a mere mention of the name."""
+    return len(ALL_REDUCE.findall(ir_text))
 
 
 def all_reduce_lines(ir_text: str) -> list[str]:
     """The IR lines that open an all_reduce, stripped, for display."""
-    return [line.strip() for line in ir_text.splitlines() if "stablehlo.all_reduce" in line]
+    return [line.strip() for line in ir_text.splitlines() if count_all_reduce(line)]

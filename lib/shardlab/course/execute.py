@@ -94,31 +94,24 @@ def _cells(executed: Path) -> list:
         return []
 
 
-def _error_cell(executed: Path):
-    """The first cell of the executed copy with an error output, or None (timeout, dead kernel, unreadable)."""
-    failed = (c for c in _cells(executed) if any(o.get("output_type") == "error" for o in c.get("outputs", [])))
-    return next(failed, None)
-
-
-def _running_cell(executed: Path):
-    """The last cell papermill started, when no cell recorded an error (a timeout or a dead kernel stopped it).
-
-    Papermill marks every cell "pending" before the run and records a start time as it starts each
-    one; the cells after the one that stopped stay pending. None if the copy is unreadable.
-    """
-    started = [c for c in _cells(executed) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
-    return started[-1] if started else None
+def _error_output(cell) -> dict | None:
+    """The cell's first error output, or None."""
+    return next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
 
 
 def _stopped_cell(executed: Path):
-    """(cell, error name): the cell with an error output and its error, else the cell that was running, None."""
-    cell = _error_cell(executed)
-    if cell is not None:
-        return cell, next(o for o in cell["outputs"] if o.get("output_type") == "error").get("ename")
-    return _running_cell(executed), None
+    """(cell, error name) where the executed copy stopped: the first cell with an error output and its error; else
+    the last cell papermill started and None (a timeout or a dead kernel stopped it: papermill records a start time
+    as it starts each cell, the cells after it stay pending); (None, None) if the copy is unreadable."""
+    cells = _cells(executed)
+    failed = next((c for c in cells if _error_output(c)), None)
+    if failed is not None:
+        return failed, _error_output(failed).get("ename")
+    started = [c for c in cells if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return (started[-1] if started else None), None
 
 
-def _failing_cell(executed: Path, source: Path) -> str:
+def _failing_cell(executed: Path) -> str:
     """Where the executed copy stopped, named as JupyterLab shows it: the cell's `[n]` prompt, and its error."""
     cell, _ = _stopped_cell(executed)
     if cell is None:
@@ -126,7 +119,7 @@ def _failing_cell(executed: Path, source: Path) -> str:
     tags = ", ".join(cell.get("metadata", {}).get("tags", [])) or "untagged"
     first = next((line for line in cell.get("source", "").splitlines() if line.strip()), "")
     where = f"cell [{cell.get('execution_count')}] (tag {tags}; starts `{first.strip()[:60]}`)"
-    output = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+    output = _error_output(cell)
     if output is None:
         return f"{where}, which was running when the notebook stopped (no error output: a timeout or a dead kernel)"
     return f"{where}: {output.get('ename')}: {output.get('evalue')}"
@@ -192,7 +185,7 @@ def execute(
     _papermill(papermill, name, source, target, folder, parameters, timeout, stops, environment)
     nb = nbformat.read(target, as_version=4)
     if nb.metadata.get("papermill", {}).get("exception"):
-        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target, source)}")
+        raise NotebookFailed(f"{name}.ipynb recorded an exception: {_failing_cell(target)}")
     return target
 
 
@@ -232,7 +225,7 @@ def _papermill(papermill, name, source: Path, target: Path, folder: Path, parame
             config=Config({**LOCAL_KERNEL, "FinishedKernelManager": kernel}),
         )
     except (papermill.PapermillExecutionError, *stops) as exc:
-        raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target, source)} [{type(exc).__name__}]") from exc
+        raise NotebookFailed(f"{name}.ipynb failed at {_failing_cell(target)} [{type(exc).__name__}]") from exc
 
 
 def export_html(executed: Path, sheets: Path) -> Path:

@@ -8,6 +8,7 @@ operand's defining line is its type; the two together name the sum.
 
 import re
 
+from shardlab.core.update import count_all_reduce
 from shardlab.errors import ConfigError
 
 INPUTS = ("features", "targets", "mask", "weights", "momentum")  # the step's arguments, in order
@@ -33,7 +34,7 @@ def label_all_reduces(ir_text: str, num_features: int) -> list[dict]:
 
     rows = []
     for line in ir_text.splitlines():
-        if "stablehlo.all_reduce" not in line:
+        if not count_all_reduce(line):
             continue
         operand = (re.search(r"all_reduce\"?\((%\w+)", line) or [None, "?"])[1]
         kind = (re.findall(r"tensor<[^>]*>", defined.get(operand, "")) or ["?"])[-1]
@@ -58,7 +59,7 @@ def first_all_reduce(ir_text: str) -> tuple[str, str]:
     -> tensor<f32>`) is the same op on one line, without the region, as the results record it.
     """
     lines = ir_text.splitlines()
-    opens = next((i for i, line in enumerate(lines) if "stablehlo.all_reduce" in line), None)
+    opens = next((i for i, line in enumerate(lines) if count_all_reduce(line)), None)
     if opens is None:
         raise ConfigError("the program holds no stablehlo.all_reduce: wrap the step's body in shard_map and psum")
     closes = next((i for i in range(opens, len(lines)) if lines[i].strip().startswith("})")), None)
@@ -132,8 +133,7 @@ def _in_loops(lines: list[str]) -> tuple[list[bool], list[tuple[str, bool]]]:
     depth, loops = 0, []  # brace depth; per open while: [depth before it, whether its regions opened]
     for line in lines:
         inside = bool(loops)
-        if "stablehlo.all_reduce" in line:
-            ops.append(inside)
+        ops += [inside] * count_all_reduce(line)
         calls += [(callee, inside) for callee in re.findall(r"\bcall @([\w.$-]+)", line)]
         if "stablehlo.while" in line:
             loops.append([depth, False])

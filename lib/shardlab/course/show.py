@@ -87,7 +87,7 @@ def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None
 
 def folded_source(summary: str, source: str) -> str:
     """`source` as a Python block inside a fold titled `summary`: code a reader may open, not code they must read."""
-    return f"<details><summary>{summary}</summary>\n\n```python\n{source.rstrip()}\n```\n\n</details>"
+    return fold(summary, f"```python\n{source.rstrip()}\n```")
 
 
 def excerpt(source: str, kept: list[str]) -> str:

@@ -5,25 +5,16 @@ never touches the copy. Running it again adds notebooks that are new and refresh
 the learner has not edited; an edited copy is kept and the command says so.
 """
 
-import json
 import sys
 from pathlib import Path
 
-from shardlab.core.files import read_bounded, replace, sha256_file
+from shardlab.core.files import replace, sha256_file
 from shardlab.course import catalog
 from shardlab.errors import ConfigError
-from shardlab.io import write_json
+from shardlab.io import read_record, write_json
 
 LEDGER = ".shardlab-workspace.json"  # name -> sha256 of the course notebook as it was copied
 LEDGER_BYTES = 1 << 16  # a ledger names the course's notebooks; a larger file is not one this command wrote
-
-
-def _ledger(folder: Path) -> dict:
-    try:
-        found = json.loads(read_bounded(folder / LEDGER, LEDGER_BYTES))
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -37,7 +28,7 @@ def prepare(folder) -> dict:
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise ConfigError(f"workspace {folder} exists and is not a folder; choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
-    ledger, status = _ledger(folder), {}
+    ledger, status = read_record(folder / LEDGER, LEDGER_BYTES), {}
     for name in catalog.NOTEBOOKS:
         source, target = catalog.NOTEBOOK_DIR / f"{name}.ipynb", folder / f"{name}.ipynb"
         course = sha256_file(source)

@@ -261,18 +261,14 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
 def verdict_rows(outcome: dict) -> list[dict]:
     """What the effect's verdict reads, in three rows: the target and the control, each loop's median with its
     middle half and their difference (the cut, the drift); then the threshold and the noise the cut is read against."""
-
-    def median_and_half(got):
-        return f"{got['median_ms']:.3f} ({got['q1_ms']:.3f}–{got['q3_ms']:.3f})"
-
     sides, rows = outcome["sides"], []
     labels = {"target": outcome.get("target", outcome["annotation"]), "control": outcome.get("control_label")}
     for role, fall, key in (("target", "cut", "cut_ms"), ("control", "drift", "control_drift_ms")):
         rows.append(
             {
                 "medians, ms (middle half)": f"{role}: {labels[role] or outcome[role]}",
-                "unchanged loop": median_and_half(sides[role]["unchanged"]),
-                "changed loop": median_and_half(sides[role]["changed"]),
+                "unchanged loop": _median_and_half(sides[role]["unchanged"]),
+                "changed loop": _median_and_half(sides[role]["changed"]),
                 "unchanged − changed": f"{fall} {outcome[key]:.3f}",
             }
         )
@@ -288,8 +284,14 @@ def verdict_rows(outcome: dict) -> list[dict]:
 
 
 def _side(values) -> dict:
+    """The median and quartiles of `values` (ms), and how many there are."""
     q1, median, q3 = (float(v) for v in np.percentile(values, [25, 50, 75]))
     return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(values)}
+
+
+def _median_and_half(side: dict) -> str:
+    """A `_side` as the tables print it: "median (q1–q3)", ms."""
+    return f"{side['median_ms']:.3f} ({side['q1_ms']:.3f}–{side['q3_ms']:.3f})"
 
 
 def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:

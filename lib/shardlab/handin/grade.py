@@ -46,7 +46,7 @@ from shardlab.evidence.index import STYLE
 from shardlab.evidence.sources import source_hashes
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
-from shardlab.io import write_json
+from shardlab.io import read_record, without_folder, write_json
 from shardlab.learner.implementation import STAGE_FUNCTIONS
 
 COMMAND = "grade"
@@ -375,20 +375,11 @@ def grade_one(sub: dict, folder: Path, timeout: float, cap: int, sandboxed: bool
         private = str(copy.parent) + os.sep  # where the copy ran: shown as the bare file name
         outcome.output = outcome.output.replace(private, "")
         if outcome.report:
-            outcome.report = json.loads(json.dumps(outcome.report).replace(json.dumps(private)[1:-1], ""))
+            outcome.report = without_folder(outcome.report, copy.parent)
             write_json(folder / "check_report.json", outcome.report)
         rows = [{**base, **row, "seconds": outcome.seconds} for row in stage_rows(outcome, timeout)]
     (folder / "output.txt").write_text(outcome.output[:KEPT_OUTPUT], encoding="utf-8")
     return digest, rows
-
-
-def _previous(out: Path) -> dict:
-    """The record of the last grade in `out` ({} if none, or unreadable)."""
-    try:
-        found = json.loads(read_bounded(out / RECORD, RECORD_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _say(echo, text: str) -> None:
@@ -414,7 +405,7 @@ def grade(
     if not unsandboxed and (why := sandbox.unavailable()):
         raise ConfigError(f"cannot sandbox the submissions: {why}. Install it or pass --unsandboxed (at your risk)")
     out = outdir.claim(out, COMMAND)
-    version, earlier = checker_version(), _previous(out)
+    version, earlier = checker_version(), read_record(out / RECORD, RECORD_BYTES)  # {}: none, or unreadable
     bounds = {"timeout_s": timeout, "output_cap_bytes": cap, "sandboxed": not unsandboxed}
     same = earlier.get("checker_version") == version and earlier.get("bounds") == bounds
     jobs = jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -459,7 +450,7 @@ def grade(
                 process_group.stop_all()
                 raise
         body = {"checker_version": version, "bounds": bounds, "jobs": jobs, "submissions": dict(sorted(record.items()))}
-        write_json(staging / RECORD, body)  # keys sorted: `_previous` and the tables read it by key, never by order
+        write_json(staging / RECORD, body)  # keys sorted: the next grade and the tables read it by key, never by order
         rows = [row for entry in body["submissions"].values() for row in entry["rows"]]
         (staging / TABLE).write_text(table_csv(rows), encoding="utf-8", newline="")
         (staging / PAGE).write_text(table_html(rows, body), encoding="utf-8")

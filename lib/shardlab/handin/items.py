@@ -44,6 +44,11 @@ class Item:
     how: dict = field(default_factory=dict)  # absent entry -> how the learner adds it
     kind: dict = field(default_factory=dict)  # absent entry -> which of HOW_TO says how (said once per kind)
 
+    def lacks(self, entry: str, how: str, kind: str) -> None:
+        """Name `entry` as absent from the portfolio, with where it goes (`how`) and which of HOW_TO says how."""
+        self.absent.append(entry)
+        self.how[entry], self.kind[entry] = how, kind
+
 
 # How to add each kind of missing entry, said once above the list of the entries of that kind. The notebooks'
 # cells on written answers and self-checks say the same; WORKSPACE is the folder the portfolio read.
@@ -72,10 +77,10 @@ def _from(run: Run, item: Item, notebook: str | None, key: str, default=None, op
         value, rel = (run.audit.get("results", {}).get(notebook) or {}).get(key), f"results/{notebook}.json"
     path = run.receipts / rel
     if value is None:
-        (item.absent if optional else item.missing).append(f"{rel}:{key}")
         if optional:
-            item.how[f"{rel}:{key}"] = f"{notebook or 'the run'} records it when it runs to the end"
-            item.kind[f"{rel}:{key}"] = "run"
+            item.lacks(f"{rel}:{key}", f"{notebook or 'the run'} records it when it runs to the end", "run")
+        else:
+            item.missing.append(f"{rel}:{key}")
         return default
     item.sources.append({"file": rel, "key": key, "sha256": sha256_file(path) if path.is_file() else None})
     return value
@@ -95,9 +100,7 @@ def _answers(run: Run, item: Item, *ids: str) -> None:
     for i in ids:
         if "missing" in run.answers[i]:
             entry = f"written answer `{i}`" + _why(run, run.answers[i]["missing"])
-            item.absent.append(entry)
-            item.how[entry] = answer_howto(run.answers[i]["notebook"], i, run.workspace)
-            item.kind[entry] = "answer"
+            item.lacks(entry, f"{run.answers[i]['notebook']}.ipynb, starting `Answer: {i}`", "answer")
 
 
 def implementation(run: Run) -> Item:
@@ -260,10 +263,9 @@ def report(run: Run) -> Item:
     if recorded.get("example_run") is False:  # the run judged the learner's own hypothesis: nothing to add
         item.data["your_hypothesis"] = {"value": _plain_hypothesis(judged), "from": "the run (stage 4a judged it)"}
     elif "missing" in run.hypothesis:
-        entry = "your stage 4 hypothesis" + _why(run, run.hypothesis["missing"])
-        item.absent.append(entry)
-        item.how[entry] = "stage4a_profile.ipynb"
-        item.kind[entry] = "hypothesis"
+        item.lacks(
+            "your stage 4 hypothesis" + _why(run, run.hypothesis["missing"]), "stage4a_profile.ipynb", "hypothesis"
+        )
     else:
         item.data["your_hypothesis"] = {
             "value": run.hypothesis["value"],
@@ -302,10 +304,7 @@ def selfcheck(run: Run) -> Item:
     item = Item(data={"scores": run.selfcheck})
     for name, score in run.selfcheck.items():
         if "missing" in score:
-            entry = f"self-check of {name}" + _why(run, score["missing"])
-            item.absent.append(entry)
-            item.how[entry] = f"{name}.ipynb"
-            item.kind[entry] = "selfcheck"
+            item.lacks(f"self-check of {name}" + _why(run, score["missing"]), f"{name}.ipynb", "selfcheck")
     return item
 
 
@@ -323,11 +322,6 @@ def _first(workspace: Path | None) -> str:
     if workspace and workspace.is_dir():
         return ""
     return f"first `make lab WORKSPACE={_folder(workspace)}` copies the notebooks into {_folder(workspace)}/; then "
-
-
-def answer_howto(notebook: str, ident: str, workspace: Path | None = None) -> str:
-    """Where the written answer `ident` goes (HOW_TO["answer"] says how, once for every answer)."""
-    return f"{notebook}.ipynb, starting `Answer: {ident}`"
 
 
 def how_to(kind: str, workspace: Path | None) -> str:

@@ -19,14 +19,13 @@ from pathlib import Path
 from shardlab import outdir
 from shardlab.checker.cli import STAGES
 from shardlab.checker.watch import REPORT
-from shardlab.core.errors import BoundedReadError
 from shardlab.core.files import read_bounded, sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.errors import ConfigError, PortfolioError
 from shardlab.evidence.audit import AUDIT
 from shardlab.evidence.sources import receipt_sources
 from shardlab.handin import bounded, contain, items, page, workspace_reader
-from shardlab.io import write_json, write_zip
+from shardlab.io import without_folder, write_json, write_zip
 
 COMMAND = "portfolio"
 PAGE, FOLDER, ZIP, MANIFEST = "portfolio.html", "portfolio", "portfolio.zip", "portfolio.json"
@@ -62,7 +61,7 @@ def load_audit(receipts: Path) -> dict:
     if (receipts / AUDIT).is_file():
         try:
             audit = json.loads(read_bounded(receipts / AUDIT, RECEIPT_BYTES).decode("utf-8"))
-        except (ValueError, OSError, BoundedReadError):
+        except (ValueError, OSError):  # BoundedReadError is a ValueError
             missing.append(f"{AUDIT} is not JSON of at most {RECEIPT_BYTES} bytes in a regular file")
         if audit is not None and not _audit_shaped(audit):
             missing.append(f"{AUDIT} in the shape `python -m shardlab run` writes (run, sources, results)")
@@ -88,7 +87,7 @@ def _recorded_path(receipts: Path) -> str | None:
     try:
         nb = json.loads(read_bounded(receipts / f"{NOTEBOOKS[0]}.ipynb", RECEIPT_BYTES).decode("utf-8"))
         spec = nb["metadata"]["papermill"]["parameters"]["implementation"]
-    except (OSError, ValueError, KeyError, TypeError, BoundedReadError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     return spec if spec == "reference" or Path(spec).is_file() else None
 
@@ -168,10 +167,9 @@ def checker_report(
 
 def _without_paths(report: dict, spec: str) -> dict:
     """The checker's report without this machine's paths: the learner's folder and the checker's scratch folders."""
-    text = json.dumps(report)
     if spec != "reference":
-        text = text.replace(json.dumps(str(Path(spec).parent) + "/")[1:-1], "")
-    return json.loads(SCRATCH.sub("<the checker's scratch folder>", text))
+        report = without_folder(report, Path(spec).parent)
+    return json.loads(SCRATCH.sub("<the checker's scratch folder>", json.dumps(report)))
 
 
 def gather(

@@ -41,29 +41,34 @@ def state_matches(found: dict | None, reference: dict) -> dict:
     return {"matches": bool(sampler_equal and close), "sampler_equal": bool(sampler_equal), **diffs}
 
 
-def compare(report: dict | None, reference: dict, need_final: bool = True) -> dict:
-    """One process's logged steps against the control: IDs exact, losses and weights within tolerance."""
-    if not report or not report.get("log"):
-        return {"matches": False, "reason": "no report or empty log", "steps": []}
-    log = report["log"]
-    steps = [e["step"] for e in log]
-    ids_equal = all(e["ids"] == reference["ids"][e["step"]] for e in log)
-    losses, ref_losses = [e["loss"] for e in log], [reference["losses"][s] for s in steps]
-    weights = [e["weights_values"] for e in log]
-    ref_weights = [reference["states"][s]["weights"] for s in steps]
+def compare_steps(entries: list[dict], reference: dict, weights: str = "weights") -> dict:
+    """Logged steps (each with its step, ids, loss and weight values under `weights`) against the control:
+    IDs exact, losses and weights within float32 tolerance."""
+    steps = [e["step"] for e in entries]
+    ids_equal = all(e["ids"] == reference["ids"][s] for e, s in zip(entries, steps))
+    losses, ref_losses = [e["loss"] for e in entries], [reference["losses"][s] for s in steps]
+    values, ref_values = [e[weights] for e in entries], [reference["states"][s]["weights"] for s in steps]
     close = np.allclose(losses, ref_losses, rtol=RTOL, atol=ATOL) and np.allclose(
-        weights, ref_weights, rtol=RTOL, atol=ATOL
+        values, ref_values, rtol=RTOL, atol=ATOL
     )
-    result = {
+    return {
+        "matches": bool(ids_equal and close),
         "steps": [steps[0], steps[-1]],
         "ids_equal": bool(ids_equal),
         "max_loss_diff": max_diff(losses, ref_losses),
-        "max_weight_diff": max_diff(weights, ref_weights),
+        "max_weight_diff": max_diff(values, ref_values),
     }
+
+
+def compare(report: dict | None, reference: dict, need_final: bool = True) -> dict:
+    """One process's logged steps against the control (`compare_steps`), and its final state if it wrote one."""
+    if not report or not report.get("log"):
+        return {"matches": False, "reason": "no report or empty log", "steps": []}
+    result = compare_steps(report["log"], reference, "weights_values")  # the log's "weights" is a checksum
     final = report.get("final")
     if final:
         result["final"] = state_matches(final, reference["states"][final["step"]])
-    result["matches"] = bool(ids_equal and close and (result.get("final", {}).get("matches") or not need_final))
+    result["matches"] = result["matches"] and bool(result.get("final", {}).get("matches") or not need_final)
     return result
 
 

@@ -56,6 +56,7 @@ class Context:
     steps: int = STEPS  # every group of the series trains this many steps
     save_every: int = SAVE_EVERY
     shares_compiled: bool = False  # a series of `begin`: its groups share a compilation cache (`cache`)
+    temporary: bool = False  # a work folder of `begin` inside out_dir, removed with the series
 
     @property
     def cache(self) -> str | None:
@@ -302,15 +303,11 @@ def world_change(ctx: Context, writer_shared: str, from_step: int = SAVE_EVERY, 
     began, record = time.time(), manifest.read(writer_shared, from_step)
     runs = [_restore_on(ctx, writer_shared, record, from_step, world) for world in worlds]
     refuses = all(r["default_contract"].startswith("refuses") == (r["devices"] != 4) for r in runs)
-    compared = {
-        "max_weight_diff": max(r["resumed"].get("max_weight_diff", float("inf")) for r in runs),
-        "ids_equal": all(r["resumed"].get("ids_equal") for r in runs),
-    }
     return rows.row(
         "world_change",
         refuses and all(r["passed"] for r in runs),
         ["2x2"] + [r["world"] for r in runs],
-        compared=compared,
+        compared=[r["resumed"] for r in runs],
         written_by=record["writer_world"],
         from_step=from_step,
         runs=runs,
@@ -415,18 +412,16 @@ def finish(ctx: Context, out_dir, found: list, extra: dict, keep: bool = False) 
     text = json.dumps(result, default=str).replace(ctx.out, "drills" if keep else "<temporary drills folder>")
     result = json.loads(text)
     write_json(os.path.join(out_dir, "drills.json"), result)
-    if ctx.cache:
-        shutil.rmtree(ctx.cache, ignore_errors=True)  # compiled programs, never evidence
-    if not keep and getattr(ctx, "temporary", False):
-        shutil.rmtree(ctx.out, ignore_errors=True)
+    discard(ctx, keep)
     return result
 
 
-def discard(ctx: Context) -> None:
-    """Remove a temporary work folder of `begin` without writing a drills.json (a series that only measures)."""
+def discard(ctx: Context, keep: bool = False) -> None:
+    """Remove the series' compilation cache (compiled programs, never evidence) and, unless `keep`, a temporary
+    work folder of `begin`; called alone, a series that only measures ends without a drills.json."""
     if ctx.cache:
         shutil.rmtree(ctx.cache, ignore_errors=True)
-    if getattr(ctx, "temporary", False):
+    if ctx.temporary and not keep:
         shutil.rmtree(ctx.out, ignore_errors=True)
 
 
@@ -464,8 +459,7 @@ def run_all(
             found += [timed(name, fn, ctx) for name, fn in scenarios.FULL]
         cost = timed("async_vs_sync", lambda c: {"passed": True, **scenarios.overhead(c, 1 if reduced else 3)}, ctx)
     except BaseException:
-        if not keep:
-            shutil.rmtree(ctx.out, ignore_errors=True)
+        discard(ctx)
         raise
     base.pop("shared")
     extra = {"uninterrupted": base, "async_vs_sync": cost, "reduced": reduced, "wall_s": round(time.time() - began, 2)}

@@ -244,7 +244,8 @@ def _record(k, folder, procs, fault, event, exits, **seen) -> dict:
     """What one attempt did: its fault and when it landed, the verdict, exits, reports and progress events."""
     marker = launcher.read_text(program.marker_path(folder, fault["rank"])) if fault else None
     injected = event.get("injected") or (json.loads(marker) if marker else None)  # signal time, else marker's
-    skipped = [e["t"] for q in procs for e in launcher.progress(folder, q) if e["event"] == "skipped"]
+    progress = {pid: launcher.progress(folder, pid) for pid in procs}
+    skipped = [e["t"] for events in progress.values() for e in events if e["event"] == "skipped"]
     reports = {pid: launcher.report(folder, pid) for pid in procs}
     record = {
         "attempt": k,
@@ -260,7 +261,7 @@ def _record(k, folder, procs, fault, event, exits, **seen) -> dict:
         "exit_times": exits,
         "reports": reports,
         "divergence": launcher.divergence(reports),
-        "progress": {pid: launcher.progress(folder, pid) for pid in procs},
+        "progress": progress,
         "out": folder,
     }
     if event["kind"] == "failed":

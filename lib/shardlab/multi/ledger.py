@@ -15,22 +15,21 @@ or the lowest process that left any) this computes:
   sampling and placement, which run before a step's clock starts, the interpreter's shutdown, anything unnamed).
 """
 
-import numpy as np
-
 from shardlab.core import batch
 from shardlab.multi import control
 
 PARTS = ("startup", "restore", "compile", "productive", "save_block", "detection", "teardown", "wasted", "other")
 
 
-def _events(attempt: dict) -> list[dict]:
+def events(attempt: dict) -> list[dict]:
+    """The progress events of an attempt, read from its lowest process that left any."""
     found = [attempt["progress"][pid] for pid in sorted(attempt["progress"]) if attempt["progress"][pid]]
     return found[0] if found else []
 
 
 def resumed_from(attempt: dict) -> int:
     """The step an attempt restored (0 for a fresh start)."""
-    return next((e["step"] for e in _events(attempt) if e["event"] == "restored"), 0)
+    return next((e["step"] for e in events(attempt) if e["event"] == "restored"), 0)
 
 
 def path(result: dict) -> list[dict]:
@@ -38,7 +37,7 @@ def path(result: dict) -> list[dict]:
     attempts, kept = result["attempts"], []
     for k, attempt in enumerate(attempts):
         stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
-        kept += [e for e in _events(attempt) if e["event"] == "step" and (stop is None or e["step"] <= stop)]
+        kept += [e for e in events(attempt) if e["event"] == "step" and (stop is None or e["step"] <= stop)]
     return kept
 
 
@@ -47,31 +46,18 @@ def wasted_steps(result: dict) -> list[int]:
     attempts, lost = result["attempts"], []
     for k in range(len(attempts) - 1):
         stop = resumed_from(attempts[k + 1])
-        lost.append(sum(1 for e in _events(attempts[k]) if e["event"] == "step" and e["step"] > stop))
+        lost.append(sum(1 for e in events(attempts[k]) if e["event"] == "step" and e["step"] > stop))
     return lost
 
 
 def against_control(result: dict, reference: dict, steps: int) -> dict:
-    """The stitched path against the uninterrupted control: IDs exact, losses and weights in float32 tolerance."""
+    """The stitched path against the uninterrupted control (`control.compare_steps`): steps 1..`steps` exactly
+    once, IDs exact, losses and weights in float32 tolerance."""
     kept = path(result)
     numbers = [e["step"] for e in kept]
     if numbers != list(range(1, steps + 1)):
         return {"matches": False, "reason": f"steps {numbers} are not 1..{steps} exactly once", "steps": numbers}
-    ids_equal = all(e["ids"] == reference["ids"][e["step"]] for e in kept)
-    weights = np.array([e["weights"] for e in kept], np.float64)
-    expected = np.array([reference["states"][e["step"]]["weights"] for e in kept], np.float64)
-    losses = np.array([e["loss"] for e in kept])
-    ref_losses = np.array([reference["losses"][e["step"]] for e in kept])
-    close = np.allclose(weights, expected, rtol=control.RTOL, atol=control.ATOL) and np.allclose(
-        losses, ref_losses, rtol=control.RTOL, atol=control.ATOL
-    )
-    return {
-        "matches": bool(ids_equal and close),
-        "ids_equal": bool(ids_equal),
-        "max_weight_diff": float(np.max(np.abs(weights - expected))),
-        "max_loss_diff": float(np.max(np.abs(losses - ref_losses))),
-        "steps": [numbers[0], numbers[-1]],
-    }
+    return control.compare_steps(kept, reference)
 
 
 def goodput(result: dict) -> dict:
@@ -85,16 +71,16 @@ def goodput(result: dict) -> dict:
     parts = dict.fromkeys(PARTS, 0.0)
     after_last = 0.0
     for k, attempt in enumerate(attempts):
-        events = _events(attempt)
+        log = events(attempt)
         stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
-        ready = next((e["t"] for e in events if e["event"] == "ready"), None)
+        ready = next((e["t"] for e in log if e["event"] == "ready"), None)
         end = attempt["event"]["time"]
         parts["startup"] += (ready or end) - attempt["launched"]
-        parts["restore"] += sum(e["s"] for e in events if e["event"] == "restored")
-        parts["save_block"] += sum(e["block_s"] for e in events if e["event"] == "saved")
-        devices = (next((e for e in events if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
+        parts["restore"] += sum(e["s"] for e in log if e["event"] == "restored")
+        parts["save_block"] += sum(e["block_s"] for e in log if e["event"] == "saved")
+        devices = (next((e for e in log if e["event"] == "ready"), {}).get("world") or {}).get("devices", 1)
         seen = set()  # the batch shapes this attempt's update has met
-        for e in (e for e in events if e["event"] == "step"):
+        for e in (e for e in log if e["event"] == "step"):
             rows = batch.padded_length(len(e["ids"]), devices)  # the shape the update is compiled for
             new = rows not in seen
             seen.add(rows)

@@ -85,6 +85,11 @@ def parse_fault(text: str | None) -> dict | None:
     return {**fault, "hold": mode == "hold", **{m: mode == m for m in ("die", "term", "fail")}}
 
 
+def error_record(exc: BaseException) -> dict:
+    """How a report names the error that stopped its process: type, message and when."""
+    return {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
+
+
 def step_times(step: int, clock: list[float]) -> dict:
     """One step's seconds from its perf_counter readings (start, batch placed, agreed, update began, update done).
 
@@ -100,7 +105,6 @@ class Controller:
     """One controller's run: state, log, checkpoints, report."""
 
     def __init__(self, args, world: runtime.World):
-
         self.args, self.world, self.pid = args, world, world.process_id
         self.report = {"process_id": self.pid, "world": world.as_dict(), "status": "running", "log": []}
         self.report["timing"] = {"started": args.started, "initialized": time.time()}
@@ -154,10 +158,7 @@ class Controller:
 
     def stopped(self, error: Exception) -> None:
         """Record a named stop (called by the watchdog thread or the main thread)."""
-        self.report.update(
-            status="stopped",
-            error={"type": type(error).__name__, "message": str(error), "time": time.time()},
-        )
+        self.report.update(status="stopped", error=error_record(error))
         self.write()
 
     def write(self) -> None:
@@ -166,7 +167,6 @@ class Controller:
 
     def resume(self) -> None:
         """Pick the newest complete step (or the one asked for), agree on it, set the rest aside, restore."""
-
         shared, args = self.args.shared, self.args
         found = manifest.scan(shared)
         step = manifest.newest_complete(shared) if args.resume == "latest" else int(args.resume)
@@ -183,18 +183,11 @@ class Controller:
         began = time.time()
         with self.guard.bounded(f"Orbax restore of step {step}"):
             state = store.restore(self.checkpoints, step, self.state, self.mesh)
-        manifest.check_state(record, self._host(state))
+        manifest.check_state(record, sl.host_copy(state))
         self.progress("restored", step=step, s=round(time.time() - began, 4))
         self.state = state
-        self.report["restored"] = self._plain(state)
+        self.report["restored"] = plain(sl.host_copy(state))
         self.report.update(resumed_from=step, writer_world=record["writer_world"])
-
-    def _host(self, state: dict) -> dict:
-
-        return sl.host_copy(state)
-
-    def _plain(self, state: dict) -> dict:
-        return plain(self._host(state))
 
     def save(self, step: int) -> None:
         """Save `step` on every controller; publish it now (synchronous) or once every piece is written."""
@@ -245,7 +238,7 @@ class Controller:
         if step not in self.report.get("published", []):
             if self.checkpoints is None:
                 self.checkpoints = store.manager(self.args.shared, self.args.timeout)
-            self.saved_host[step] = self._host(self.state)
+            self.saved_host[step] = sl.host_copy(self.state)
             with self.guard.bounded(f"Orbax save of preemption step {step}"):
                 store.save(self.checkpoints, step, self.state, wait=True)
             self.publish(step)
@@ -254,7 +247,6 @@ class Controller:
 
     def train(self) -> None:
         """Steps from the current state to `--steps`, saving every `--save-every`."""
-
         args = self.args
         skip = dict(zip(("rank", "step"), map(int, args.skip.split(":")))) if args.skip else None
         while self.state["step"] < args.steps:
@@ -289,7 +281,7 @@ class Controller:
             self.report["log"].append({**entry, "ids": ids, "weights_values": weights})
             self.progress("step", step=step + 1, s=round(time.time() - began, 5), ids=ids, loss=loss, weights=weights)
             if args.save_every and (step + 1) % args.save_every == 0:
-                self.saved_host[step + 1] = self._host(self.state)
+                self.saved_host[step + 1] = sl.host_copy(self.state)
                 self.save(step + 1)
 
     def _flags(self) -> str:
@@ -300,7 +292,6 @@ class Controller:
 
     def run(self) -> None:
         """Resume or start, train, and record the final state."""
-
         if self.args.resume != "none":
             self.resume()
         else:
@@ -315,7 +306,7 @@ class Controller:
         self.report["start_step"] = int(self.state["step"])
         self.train()
         self.finish_pending()
-        self.report["final"] = self._plain(self.state)
+        self.report["final"] = plain(sl.host_copy(self.state))
         self.guard.barrier("finished")
         self.report["status"] = "complete"
 
@@ -372,8 +363,7 @@ def argv(**values) -> list[str]:
 def _launch_failed(args, exc: Exception) -> int:
     """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
     pid = runtime.launch_rank(os.environ)
-    error = {"type": type(exc).__name__, "message": str(exc), "time": time.time()}
-    write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error})
+    write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error_record(exc)})
     print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     runtime.end_mpi_job(EXIT_STOPPED)
     return EXIT_STOPPED
@@ -412,9 +402,7 @@ def main(argv=None) -> int:
         os._exit(EXIT_STOPPED)  # skip JAX's shutdown barrier: a peer may be gone
     except BaseException as exc:
         if controller is not None:
-            controller.report.update(
-                status="failed", error={"type": type(exc).__name__, "message": str(exc), "time": time.time()}
-            )
+            controller.report.update(status="failed", error=error_record(exc))
             controller.report["traceback"] = traceback.format_exc()
             controller.write()
         traceback.print_exc()

@@ -45,16 +45,22 @@ def failure(k: int, attempt: dict, **found) -> dict:
     }
 
 
-def row(drill: str, passed, world_sizes, *, compared: dict | None = None, **columns) -> dict:
+def row(drill: str, passed, world_sizes, *, compared: dict | list | None = None, **columns) -> dict:
     """A drills.json row: COLUMNS (None or empty where a drill has no such number), then the drill's own keys.
 
-    `compared` is a comparison with the control ({max_weight_diff, ids_equal, ...}); its two
-    numbers fill those columns.
+    `compared` is a comparison with the control ({max_weight_diff, ids_equal, ...}), or a list of them for a
+    drill of several runs; the largest weight difference and whether every run's IDs were equal fill those
+    columns, None where a comparison has no such number (it stopped before comparing).
     """
-    compared = compared or {}
+    found = compared if isinstance(compared, list) else [compared or {}]
+    diffs, ids = [c.get("max_weight_diff") for c in found], [c.get("ids_equal") for c in found]
     base = dict.fromkeys(COLUMNS)
     base.update(drill=drill, passed=bool(passed), world_sizes=list(world_sizes), launch="explicit", failures=[])
-    base.update(restarts=0, max_weight_diff=compared.get("max_weight_diff"), ids_equal=compared.get("ids_equal"))
+    base.update(
+        restarts=0,
+        max_weight_diff=None if not diffs or None in diffs else max(diffs),
+        ids_equal=None if not ids or None in ids else all(ids),
+    )
     return {**base, **columns}
 
 

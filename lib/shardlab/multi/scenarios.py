@@ -29,20 +29,10 @@ CRASH_LOOP_BUDGET = 2  # restarts the crash-loop drill allows: the failure after
 SAVE_WINDOWS = ("save-begin", "save-staged", "save-written", "publish")  # a kill there: the step never counts
 
 
-def _published(attempt: dict) -> list[int]:
-    """Steps whose manifest any process saw published during the attempt (plus those it resumed past)."""
-    found = set()
-    for events in attempt["progress"].values():
-        found |= {e["step"] for e in events if e["event"] == "published"}
-    return sorted(found)
-
-
-def _saved(attempt: dict) -> list[int]:
-    """Steps any process of the attempt saved (for an asynchronous save: handed to the background write)."""
-    found = set()
-    for events in attempt["progress"].values():
-        found |= {e["step"] for e in events if e["event"] == "saved"}
-    return sorted(found)
+def _steps_seen(attempt: dict, event: str) -> list[int]:
+    """Steps any process of the attempt reported with `event`: "published" (its manifest seen published) or
+    "saved" (saved; for an asynchronous save, handed to the background write)."""
+    return sorted({e["step"] for log in attempt["progress"].values() for e in log if e["event"] == event})
 
 
 def _checks(k: int, attempts: list, lost: list, want: dict, bound, published: int) -> dict:
@@ -69,7 +59,7 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
     lost = ledger.wasted_steps(result)
     failures, published = [], 0  # newest step any process saw published so far
     for k, attempt in enumerate(attempts[:-1]):
-        published = max([published, *_published(attempt)])
+        published = max([published, *_steps_seen(attempt, "published")])
         want = expect[k] if k < len(expect) else {}
         stopped = (attempt["fault"] or {}).get("signal") == "stop"
         bound = bounds["freeze_s"] if stopped else bounds.get(want.get("bound", "death_s"))
@@ -83,8 +73,8 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
                 resumed_from=resumed,
                 steps_lost=lost[k],
                 checks=checks,
-                saved=_saved(attempt),
-                published=_published(attempt),
+                saved=_steps_seen(attempt, "saved"),
+                published=_steps_seen(attempt, "published"),
             )
         )
     ok = result["completed"] and result["error"] is None and all(all(f["checks"].values()) for f in failures)
@@ -111,16 +101,7 @@ def _row(name: str, result: dict, ctx, expect: list[dict], bounds: dict) -> dict
 def run(ctx, name: str, faults: tuple, expect: list[dict], **kw) -> dict:
     """Supervise one scenario under ctx.out/name and return its row."""
     result = ctx.supervise(name, faults=faults, **kw)
-    row = _row(name, result, ctx, expect, group_supervisor.detection_bounds(ctx.timeout))
-    if name.startswith("cleanup"):
-        row["shared_after"] = _entries(os.path.join(ctx.out, name, "shared"))
-    return row
-
-
-def _entries(shared: str) -> dict:
-    found = manifest.scan(shared)
-    root = os.path.join(shared, manifest.ORBAX)
-    return {"complete": found["complete"], "orbax_entries": sorted(os.listdir(root)) if os.path.isdir(root) else []}
+    return _row(name, result, ctx, expect, group_supervisor.detection_bounds(ctx.timeout))
 
 
 def kill(rank, phase, step, signal="kill", **extra):
@@ -136,16 +117,7 @@ def several_failures(ctx) -> dict:
         kill(1, "update", 7, "term"),  # preemption between the saves at 6 and 9: the group agrees on step 8, saves it
     )
     expect = [{"cause": "killed (SIGKILL)"}, {"cause": "killed (SIGKILL)"}, {"cause": "preempted at step 8"}]
-    row = run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
-    return row
-
-
-def _cleanup_check(ctx, row: dict) -> dict:
-    after = row.get("shared_after", {})
-    newest_kept = bool(after.get("complete")) and after["complete"][-1] == ctx.steps - ctx.steps % ctx.save_every
-    row["newest_complete_survived"] = newest_kept
-    row["passed"] = bool(row["passed"] and newest_kept and len(after.get("complete", [])) <= 1)
-    return row
+    return run(ctx, "several_failures", faults, expect, async_save=True, keep=2)
 
 
 def launch_paths(ctx) -> dict:
@@ -165,15 +137,11 @@ def launch_paths(ctx) -> dict:
         }
     keys = ("process_ids", "mesh", "ids", "loss_hash")
     same = all(paths["explicit"][k] == found[k] for found in paths.values() for k in keys)
-    compared = {
-        "max_weight_diff": max(v["against_control"].get("max_weight_diff") or 0.0 for v in paths.values()),
-        "ids_equal": all(v["against_control"].get("ids_equal") for v in paths.values()),
-    }
     return rows.row(
         "launch_paths",
         same and all(v["completed"] and v["against_control"]["matches"] for v in paths.values()),
         ["2x2"],
-        compared=compared,
+        compared=[v["against_control"] for v in paths.values()],
         paths={k: {**v, "ids": len(v["ids"])} for k, v in paths.items()},
         identical=same,
     )
@@ -273,7 +241,7 @@ def overhead(ctx, pairs: int = 1) -> dict:
                 budget=0,
                 cache=None,
             )
-            events = ledger._events(result["attempts"][-1])
+            events = ledger.events(result["attempts"][-1])
             samples[mode]["step_s"] += warm_steps([e for e in events if e["event"] == "step"], processes * local)
             samples[mode]["save_block_s"] += [e["block_s"] for e in events if e["event"] == "saved"]
     import numpy as np
@@ -288,45 +256,6 @@ def overhead(ctx, pairs: int = 1) -> dict:
         "step_ratio_async_over_sync": round(med["async"]["step_s"] / med["sync"]["step_s"], 3),
         "note": "8 float32 weights: the write itself is tiny, so this measures Orbax's fixed costs on one disk",
     }
-
-
-def _cleanup(ctx) -> dict:
-    faults = (kill(0, "cleanup", 3, "die"),)
-    return _cleanup_check(ctx, run(ctx, "cleanup_killed", faults, [{"cause": "killed"}], async_save=True, keep=1))
-
-
-def _one_fault(name: str, fault: dict, cause: str, **kw):
-    return lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
-
-
-MPI = {"launch": "mpirun"}  # the same supervision with one mpirun starting the group
-FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
-    ("p0_killed_mid_step", _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)")),
-    ("p0_frozen", _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen")),
-    ("p1_frozen", _one_fault("p1_frozen", kill(1, "update", 5, "stop"), "frozen")),
-    ("p0_preempted", _one_fault("p0_preempted", kill(0, "update", 4, "term"), "preempted at step 5")),
-    ("p1_preempted", _one_fault("p1_preempted", kill(1, "update", 7, "term"), "preempted at step 8")),
-    (
-        "async_kill_staging",
-        _one_fault("async_kill_staging", kill(1, "save-begin", 6, "die"), "killed", async_save=True),
-    ),
-    (
-        "async_kill_writing",
-        _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
-    ),
-    (
-        "async_kill_before_manifest",
-        _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
-    ),
-    ("async_write_fails", lambda ctx: write_fails(ctx)),
-    ("cleanup_killed", _cleanup),
-    ("crash_loop", lambda ctx: crash_loop(ctx)),
-    ("mpirun_p1_killed_mid_step", _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI)),
-    ("mpirun_p0_frozen", _one_fault("mpirun_p0_frozen", kill(0, "update", 5, "stop"), "frozen", **MPI)),
-    ("mpirun_p1_preempted", _one_fault("mpirun_p1_preempted", kill(1, "update", 7, "term"), "preempted", **MPI)),
-    ("launch_paths", lambda ctx: launch_paths(ctx)),
-    ("launch_negatives", lambda ctx: launch_negatives(ctx)),
-)
 
 
 def write_fails(ctx) -> dict:
@@ -362,3 +291,43 @@ def crash_loop(ctx) -> dict:
         error=error,
         wall_s=result["wall_s"],
     )
+
+
+def cleanup_killed(ctx) -> dict:
+    """Process 0 dies while retention removes an old step (keep 1, asynchronous saves): the newest complete step
+    survives the restarted run and is the one step kept."""
+    row = run(ctx, "cleanup_killed", (kill(0, "cleanup", 3, "die"),), [{"cause": "killed"}], async_save=True, keep=1)
+    shared = os.path.join(ctx.out, "cleanup_killed", "shared")
+    root, complete = os.path.join(shared, manifest.ORBAX), manifest.scan(shared)["complete"]
+    entries = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    newest_kept = bool(complete) and complete[-1] == ctx.steps - ctx.steps % ctx.save_every
+    row["shared_after"] = {"complete": complete, "orbax_entries": entries}
+    row["newest_complete_survived"] = newest_kept
+    row["passed"] = bool(row["passed"] and newest_kept and len(complete) <= 1)
+    return row
+
+
+def _one_fault(name: str, fault: dict, cause: str, **kw) -> tuple:
+    """(name, drill(ctx) -> row) of a scenario with one fault, whose failure must name `cause`."""
+    return name, lambda ctx: run(ctx, name, (fault,), [{"cause": cause}], **kw)
+
+
+MPI = {"launch": "mpirun"}  # the same supervision with one mpirun starting the group
+FULL = (  # (name, drill(ctx) -> row): `make drills`' supervised set beyond the notebook's
+    _one_fault("p0_killed_mid_step", kill(0, "update", 7), "killed (SIGKILL)"),
+    _one_fault("p0_frozen", kill(0, "update", 5, "stop"), "frozen"),
+    _one_fault("p1_frozen", kill(1, "update", 5, "stop"), "frozen"),
+    _one_fault("p0_preempted", kill(0, "update", 4, "term"), "preempted at step 5"),
+    _one_fault("p1_preempted", kill(1, "update", 7, "term"), "preempted at step 8"),
+    _one_fault("async_kill_staging", kill(1, "save-begin", 6, "die"), "killed", async_save=True),
+    _one_fault("async_kill_writing", kill(1, "save-staged", 6, "die"), "killed", async_save=True),
+    _one_fault("async_kill_before_manifest", kill(0, "publish", 6, "die"), "killed", async_save=True),
+    ("async_write_fails", write_fails),
+    ("cleanup_killed", cleanup_killed),
+    ("crash_loop", crash_loop),
+    _one_fault("mpirun_p1_killed_mid_step", kill(1, "update", 7), "killed", **MPI),
+    _one_fault("mpirun_p0_frozen", kill(0, "update", 5, "stop"), "frozen", **MPI),
+    _one_fault("mpirun_p1_preempted", kill(1, "update", 7, "term"), "preempted", **MPI),
+    ("launch_paths", launch_paths),
+    ("launch_negatives", launch_negatives),
+)

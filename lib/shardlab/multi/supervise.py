@@ -79,7 +79,7 @@ def ended(record: dict) -> None:
     from shardlab.multi import ledger
 
     event, k = record["event"], record["attempt"]
-    steps = [e["step"] for e in ledger._events(record) if e["event"] == "step"]
+    steps = [e["step"] for e in ledger.events(record) if e["event"] == "step"]
     done = f"steps {steps[0]}..{steps[-1]}" if steps else "no step"
     if event["kind"] == "complete":
         announce(f"attempt {k}: complete ({done}), teardown {record['teardown_s']:.2f} s")

@@ -103,7 +103,7 @@ def row(fixture: str, seed: int, batch_size: int, fault: str, control: dict, res
         "seed": int(seed),
         "batch_size": int(batch_size),
         "fault": fault,
-        "max_weight_error": float(np.max(np.abs(control["weights"][-1] - resumed["weights"][-1]))),
+        "max_weight_error": replay.max_diff(control["weights"][-1], resumed["weights"][-1]),
         "ids_changed": replay.ids_mismatched(control["ids"], resumed["ids"]) > 0,
         "first_divergence_step": None if divergence is None else int(divergence["step"]),
     }
