@@ -92,8 +92,8 @@ def goodput(result: dict) -> dict:
                 parts["productive"] += e["s"]
         if attempt.get("detect_s"):
             parts["detection"] += attempt["detect_s"]
-        if events:
-            after_last += max(0.0, end - max(e["t"] for e in events) - (attempt.get("detect_s") or 0.0))
+        if log:
+            after_last += max(0.0, end - max(e["t"] for e in log) - (attempt.get("detect_s") or 0.0))
         parts["teardown"] += attempt["teardown_s"]
         wall = end + attempt["teardown_s"] - attempt["launched"]
         parts["other"] += wall
