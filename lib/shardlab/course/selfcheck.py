@@ -726,9 +726,9 @@ QUESTIONS = (
             "efficiency below it would need a cause other than the core count; an efficiency can never exceed 1.",
             "efficiency",
             (
-                "efficiency",
+                "reveal-efficiency",
                 "Scaling",
-                "the table's bound column and the usable cores printed beneath it",
+                "the bound under the efficiency table, with this host's usable cores",
                 r"\d+ usable cores",
             ),
         ),
