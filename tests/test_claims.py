@@ -821,7 +821,7 @@ def test_drill_one_s_table_says_what_each_resume_found_from_its_steps(saved, pub
     assert "published any save still pending (step 6 here)" in c["why"], c
     ender = {-9: "the supervisor's SIGKILL", -6: "JAX's abort (SIGABRT)"}[survivor]  # by the signal's number
     assert b["interruption"].endswith(f"process 1 ended by {ender}"), b
-    assert (b["resumed from"], b["steps recomputed"]) == (resumed, 8 - resumed)
+    assert b["steps recomputed"] == 8 - resumed  # the resume point itself is the newest manifest, checked above
     regular = preempted in (3, 6, 9)  # by hand: is the preempted step one of the regular saves?
     assert ("one of the regular saves" in c["why"]) == regular, c
     assert ("go back to step 6" in c["why"]) == (not regular), c
