@@ -13,7 +13,7 @@ def failures(several: dict) -> tuple[dict, ...]:
     return tuple({**{k: f[k] for k in FAILURE_KEYS}, **{k: f.get(k, []) for k in ATTEMPT_KEYS}} for f in rows)
 
 
-def supervised(several: dict, death_bound_s: float) -> dict:
+def supervised(several: dict) -> dict:
     """The supervised run as one continuous path: relaunches, ports, resume points, the control comparison, goodput."""
     keys = ("passed", "restarts", "fresh_port_every_attempt", "resumed_from", "steps_lost", "ids_equal")
     return {
@@ -22,7 +22,6 @@ def supervised(several: dict, death_bound_s: float) -> dict:
         "max_weight_diff": several["max_weight_diff"],
         "max_loss_diff": several["against_control"].get("max_loss_diff"),  # None when the path has a step missing
         "goodput": several["goodput"],
-        "death_bound_s": death_bound_s,
     }
 
 

@@ -593,12 +593,6 @@ SENTENCES = {
         ),
     },
     "stage5a_protocol": {
-        "p0_kill_detection": _s(
-            "d <= b",
-            {"d": "p0_kill.detect_s", "b": "several_failures.death_bound_s"},
-            "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
-            "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
-        ),
         "other_after_last_event": _s(
             "a >= b",
             {
@@ -927,11 +921,6 @@ def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> st
     values = {"e": last["efficiency"], "e_lo": low, "e_hi": high, "w": w, "c": efficiency["usable_cores"]}
     names = ["efficiency_option_below", "efficiency_option_near_share", "efficiency_option_near_half"]
     return chosen_first(notebook, [*names, "efficiency_option_near_one"], fill, **values)
-
-
-def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
-    return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
 
 
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
