@@ -91,19 +91,6 @@ def test_a_folded_table_shows_the_chosen_rows_and_folds_each_other_row_once():
         show.folded([{"case": "case 9", "error": "E"}], rows)
 
 
-def test_a_folded_source_keeps_every_line_inside_the_fold_as_code():
-    from nbconvert.filters.markdown_mistune import markdown2html_mistune
-
-    source = "def f(x):\n    return x < 3 and x > 1  # <f32> stays text\n"
-    page = markdown2html_mistune(show.folded_source("the loop", source))
-    before, fold = page.split("<details>")
-    assert not before.strip() and "<summary>the loop</summary>" in fold and fold.rstrip().endswith("</details>")
-    from html import unescape
-
-    code = re.search(r"<pre>(.*?)</pre>", fold, re.S)  # highlighted: the text between the spans is the source
-    assert code and unescape(re.sub(r"<[^>]+>", "", code[1])).strip() == source.strip()
-
-
 def test_progress_lines_show_while_running_and_leave_only_the_hidden_form(monkeypatch):
     shown = []
 

@@ -13,7 +13,7 @@ def failures(several: dict) -> tuple[dict, ...]:
     return tuple({**{k: f[k] for k in FAILURE_KEYS}, **{k: f.get(k, []) for k in ATTEMPT_KEYS}} for f in rows)
 
 
-def supervised(several: dict, death_bound_s: float) -> dict:
+def supervised(several: dict) -> dict:
     """The supervised run as one continuous path: relaunches, ports, resume points, the control comparison, goodput."""
     keys = ("passed", "restarts", "fresh_port_every_attempt", "resumed_from", "steps_lost", "ids_equal")
     return {
@@ -22,7 +22,6 @@ def supervised(several: dict, death_bound_s: float) -> dict:
         "max_weight_diff": several["max_weight_diff"],
         "max_loss_diff": several["against_control"].get("max_loss_diff"),  # None when the path has a step missing
         "goodput": several["goodput"],
-        "death_bound_s": death_bound_s,
     }
 
 
@@ -79,9 +78,9 @@ ENDED_BY = {-signal.SIGKILL: "the supervisor's SIGKILL", -signal.SIGABRT: "JAX's
 
 
 def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: list[int]) -> list[dict]:
-    """Drill 1's three interruptions as one table's rows (what, where, what the resume found, what it recomputed,
-    why, what each attempt published), every cell read from the records `failures` returns; `scheduled`: the steps
-    the regular saves fall on."""
+    """Drill 1's three interruptions as one table's rows (what, where, what the resume found, so where it resumed,
+    what it recomputed, why, what each attempt published), every cell read from the records `failures` returns;
+    `scheduled`: the steps the regular saves fall on."""
     survivor = {int(pid): code for pid, code in p0_kill["exit_codes"].items() if int(pid) != p0_kill["process"]}
     ended = "; ".join(f"process {p} ended by {ENDED_BY.get(code, f'exit code {code}')}" for p, code in survivor.items())
     earlier = [n for n in preempt["published"] if n < preempt["resumed_from"]]
@@ -109,7 +108,6 @@ def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: lis
             "interruption": what[name],
             "after step": f"{row['at_step']}, in `{row['phase']}`",
             "the resume found": found(row),
-            "resumed from": row["resumed_from"],
             "steps recomputed": row["steps_lost"],
             "why": why[name],
             "the attempt published": ", ".join(map(str, row["published"])) or "no step",

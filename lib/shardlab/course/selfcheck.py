@@ -667,7 +667,7 @@ QUESTIONS = (
                 "Drill 1",
                 "row (a) of the interruptions table",
                 r"\| \(a\) \| process 1 killed \(SIGKILL\) \| 6, in `save-staged` \| "
-                r"newest manifest: step \d+[^|]* \| \d+ \| \d+ \|",
+                r"newest manifest: step \d+[^|]* \| \d+ \|",
             ),
         ),
         (
@@ -706,7 +706,7 @@ QUESTIONS = (
                 "reveal-preempt",
                 "Drill 1",
                 "row (c) of the interruptions table",
-                r"\| \(c\) \| SIGTERM: preempted at step 8 \| [^|]+ \| newest manifest: step 8 \| 8 \| 0 \| "
+                r"\| \(c\) \| SIGTERM: preempted at step 8 \| [^|]+ \| newest manifest: step 8 \| 0 \| "
                 r"[^|]*no regular save",
             ),
         ),
@@ -726,9 +726,9 @@ QUESTIONS = (
             "efficiency below it would need a cause other than the core count; an efficiency can never exceed 1.",
             "efficiency",
             (
-                "efficiency",
+                "reveal-efficiency",
                 "Scaling",
-                "the table's bound column and the usable cores printed beneath it",
+                "the bound under the efficiency table, with this host's usable cores",
                 r"\d+ usable cores",
             ),
         ),

@@ -82,22 +82,6 @@ SETTLED = "u <= p or u - q < u - p"  # an update read longer by more than the ca
 _U, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("u", "course_update"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
-CROSS = {  # stage 5b: the faster controller's compute phase against the one-process update on the most devices
-    "f_lo": "step_times.compute_spread.fast_q1_ms",
-    "f_hi": "step_times.compute_spread.fast_q3_ms",
-    "m": "step_times.compute_spread.fast_min_ms",
-    "u_lo": "efficiency.table.-1.middle_half_ms.0",
-    "u_hi": "efficiency.table.-1.middle_half_ms.1",
-    "w": "efficiency.table.-1.devices",
-    "n": "efficiency.table.-1.rows",
-    "g": "step_times.rows_per_step_max",
-}
-WORLD_CAUSE = {  # stage 5a: the uninterrupted 2x2 group, and a restart on the control's device count and on another
-    "u": "uninterrupted.max_weight_diff",
-    "s": "world_change.runs.<same>.max_weight_diff",
-    "c": "world_change.runs.<other>.max_weight_diff",
-}
-WORLD_CAUSE_NAMES = ["world_change_from_history", "world_change_from_device_count", "world_change_all_bitwise"]
 STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
     "q1_slow": "step_times.compute_spread.slow_q1_ms",
     "q3_fast": "step_times.compute_spread.fast_q3_ms",
@@ -609,12 +593,6 @@ SENTENCES = {
         ),
     },
     "stage5a_protocol": {
-        "p0_kill_detection": _s(
-            "d <= b",
-            {"d": "p0_kill.detect_s", "b": "several_failures.death_bound_s"},
-            "process 0's death was named {d} s after it, within the supervisor's bound for a death ({b} s)",
-            "process 0's death was named {d} s after it, beyond the supervisor's bound for a death ({b} s)",
-        ),
         "other_after_last_event": _s(
             "a >= b",
             {
@@ -659,33 +637,6 @@ SENTENCES = {
             "cause, not measured here: the two processes' all-reduces add the same numbers in another order, and "
             "float32 addition depends on the order.",
         ),
-        "world_change_from_history": _s(
-            "u > 0 and s > 0",
-            WORLD_CAUSE,
-            "Why not bit for bit: the run's history alone could explain it. The <same> restart (the control's "
-            "<devices> devices) differs from the control by {s:.1e}, and so does the uninterrupted 2 × 2 group, by "
-            "{u:.1e}: both carry steps of the 2 × 2 group, whose all-reduces add in another order. The <other> "
-            "restart differs by {c:.1e}; these numbers cannot tell whether its device count adds to that.",
-            "The run's history does not explain the difference here: the uninterrupted 2 × 2 group differs from the "
-            "control by {u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}.",
-        ),
-        "world_change_from_device_count": _s(
-            "u == 0 and s == 0 and c > 0",
-            WORLD_CAUSE,
-            "Why not bit for bit: the device count. The uninterrupted 2 × 2 group and the <same> restart on the "
-            "control's <devices> devices match it bit for bit; only the <other> restart differs ({c:.1e}): its "
-            "reductions add the same numbers in another order.",
-            "The device count alone does not explain the differences (uninterrupted 2 × 2 {u:.1e}, <same> {s:.1e}, "
-            "<other> {c:.1e}).",
-        ),
-        "world_change_all_bitwise": _s(
-            "u == 0 and s == 0 and c == 0",
-            WORLD_CAUSE,
-            "Every run matched the control bit for bit: the uninterrupted 2 × 2 group and both restarts.",
-            "These differences name no single cause: the uninterrupted 2 × 2 group differs from the control by "
-            "{u:.1e}, the <same> restart on the control's <devices> devices by {s:.1e}, the <other> restart by "
-            "{c:.1e}.",
-        ),
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
@@ -696,47 +647,6 @@ SENTENCES = {
         ),
     },
     "stage5b_scaling": {
-        "cross_process_compute": _s(
-            "f_lo > u_hi and m > u_hi",
-            CROSS,
-            "The faster controller's compute (at most {g} rows a step) took longer than the scaling table's step on "
-            "{w} devices of one process ({n} rows), beyond the spread: its q1 {f_lo:.3g} ms and even its fastest step "
-            "{m:.3g} ms lie above that step's q3 {u_hi:.4g} ms. Its three psums cross between processes (gloo over "
-            "the loopback): that crossing is the likely, not measured, cost.",
-            "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
-            "above the one-process update's middle half (up to {u_hi:.4g} ms) at every step.",
-        ),
-        "cross_process_compute_elsewhere": _s(
-            "f_lo > u_hi and m <= u_hi",
-            CROSS,
-            "The faster controller's compute (at most {g} rows a step) took longer than the scaling table's step on "
-            "{w} devices of one process ({n} rows), beyond the spread: its q1 {f_lo:.3g} ms lies above that step's "
-            "q3 {u_hi:.4g} ms. Yet its fastest step took {m:.3g} ms with the same psums crossing the same "
-            "processes: what slowed the other steps is not in this record.",
-            "The faster controller's compute phase (middle half from {f_lo:.3g} ms, fastest step {m:.3g} ms) is not "
-            "above the one-process update's middle half (up to {u_hi:.4g} ms) with a fastest step within it.",
-        ),
-        "cross_process_compute_below": _s(
-            "f_hi < u_lo",
-            CROSS,
-            "The faster controller's compute (at most {g} rows a step) took less than the scaling table's step on "
-            "{w} devices of one process ({n} rows), beyond the spread: its q3 {f_hi:.3g} ms lies below that step's "
-            "q1 {u_lo:.4g} ms. With at most {g} rows against {n}, these records do not price the crossing between "
-            "processes on its own: they show only that the whole step cost less than that one.",
-            "The faster controller's compute's q3 {f_hi:.3g} ms is not below the q1 {u_lo:.4g} ms of the scaling "
-            "table's step on {w} devices of one process.",
-        ),
-        "cross_process_compute_none": _s(
-            "f_lo <= u_hi and f_hi >= u_lo",
-            CROSS,
-            "The faster controller's compute (at most {g} rows a step) is not told apart from the scaling table's "
-            "step on {w} devices of one process ({n} rows): their middle halves overlap ({f_lo:.3g}–{f_hi:.3g} ms "
-            "and {u_lo:.4g}–{u_hi:.4g} ms). A step of at most {g} rows taking as long as one of {n} points to a "
-            "cost per step that does not grow with the rows, which the crossing between processes may be part of; "
-            "these records do not price the crossing on its own.",
-            "The faster controller's compute phase's middle half starts at {f_lo:.3g} ms, above the {u_hi:.4g} ms "
-            "where the one-process update's middle half ends.",
-        ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
@@ -1013,11 +923,6 @@ def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> st
     return chosen_first(notebook, [*names, "efficiency_option_near_one"], fill, **values)
 
 
-def death_seen(detect_s: float, bound_s: float, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: whether the supervisor named process 0's death within its bound for a death."""
-    return chosen(notebook, "p0_kill_detection", d=detect_s, b=bound_s)
-
-
 def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
     return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
@@ -1037,30 +942,6 @@ def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_pro
 def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the group with no fault matched the control bit for bit, and why not if it did not."""
     return chosen(notebook, "uninterrupted_bitwise", l=against["max_loss_diff"], w=against["max_weight_diff"])
-
-
-def world_cause(uninterrupted_diff: float, runs: dict, devices: int, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: why the restarts agree with the control within float32, not bit for bit, chosen by the values.
-
-    `runs`: world name ("PxD") -> its record with `max_weight_diff`; `devices`: the control's device count.
-    The first run on that count and the first on another are compared with the uninterrupted group.
-    """
-    count = {name: _world_devices(name) for name in runs}
-    same = next((name for name, n in count.items() if n == devices), None)
-    other = next((name for name, n in count.items() if n != devices), None)
-    if same is None or other is None:
-        raise UsageError(f"the cause needs a restart on {devices} devices and one on another count, not {sorted(runs)}")
-    values = {"u": uninterrupted_diff, "s": runs[same]["max_weight_diff"], "c": runs[other]["max_weight_diff"]}
-    fill = {"same": same, "other": other, "devices": devices}
-    return chosen_first(notebook, WORLD_CAUSE_NAMES, fill, **values)
-
-
-def _world_devices(name: str) -> int:
-    try:
-        processes, local = (int(part) for part in name.split("x"))
-    except ValueError:
-        raise UsageError(f"a world is named processes x devices each, like '2x2', not {name!r}") from None
-    return processes * local
 
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
@@ -1131,18 +1012,6 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
         names = ["async_shortens_<what>", "async_lengthens_<what>"]
         said.append(chosen_first(notebook, names, {"what": what, "label": label}, **values))
     return said
-
-
-def cross_process_compute(fast: dict, efficiency: dict, rows: int, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: the faster controller's compute phase (the group's steps have at most `rows` padded rows) against
-    the one-process update on the most devices, middle half against middle half (medians of a handful of samples
-    alone would compare load)."""
-    most = efficiency["table"][-1]
-    values = {"f_lo": fast["q1_ms"], "f_hi": fast["q3_ms"], "m": fast["min_ms"], "w": most["devices"]}
-    values.update(u_lo=most["middle_half_ms"][0], u_hi=most["middle_half_ms"][1], n=most["rows"], g=rows)
-    names = ["cross_process_compute", "cross_process_compute_elsewhere", "cross_process_compute_below"]
-    names.append("cross_process_compute_none")
-    return chosen_first(notebook, names, **values)
 
 
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:

@@ -85,11 +85,6 @@ def folded(shown: list[dict], rows: list[dict], columns: list[str] | None = None
     return f"{table(shown, columns)}\n\n{fold(summary, table(other, columns))}"
 
 
-def folded_source(summary: str, source: str) -> str:
-    """`source` as a Python block inside a fold titled `summary`: code a reader may open, not code they must read."""
-    return fold(summary, f"```python\n{source.rstrip()}\n```")
-
-
 def excerpt(source: str, kept: list[str]) -> str:
     """The lines of `source` that hold one of `kept` (each must be found), in order, a `# ... N lines` comment where
     lines were left out, the common indent removed: a few lines of the library's own
@@ -118,13 +113,6 @@ def display_excerpt(source: str, kept: list[str]) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(f"```python\n{excerpt(source, kept)}\n```"))
-
-
-def display_source(summary: str, source: str) -> None:
-    """Show `folded_source(summary, source)` in a notebook."""
-    from IPython.display import Markdown, display
-
-    display(Markdown(folded_source(summary, source)))
 
 
 def display_table(rows: list[dict], columns: list[str] | None = None, shown: list[dict] | None = None) -> None:
