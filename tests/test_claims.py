@@ -1352,8 +1352,9 @@ def test_the_sum_of_local_means_sentence_reports_the_norms_it_was_given_on_each_
     )  # fmt: skip
     grows = norms[0] < norms[1] < norms[2]
     assert grows != empty  # seven rows grow here; one row gives the same sum on every split
-    assert ("grows with the device count" in text) == grows and ("does not grow" in text) == (not grows), text
-    assert f"{norms[2]:.3g} on 4" in text and math.isclose(norms[0], g)  # one block is the global mean
+    assert ("grows with the number of blocks" in text) == grows and ("does not grow" in text) == (not grows), text
+    assert "device" not in text and text.startswith("NumPy, the same slots cut into 1, 2 and 4 blocks"), text
+    assert f"{norms[2]:.3g} for 4" in text and math.isclose(norms[0], g)  # one block is the global mean
     found["local_means"]["sum_norms"][2] = norms[0] if grows else 10 * norms[1]  # the plant: not the norm printed
     assert check_claims(found)
 

@@ -64,9 +64,22 @@ def test_every_rule_is_taught_in_its_notebook_folded_in_words_without_its_id(fun
     fold = rule_fold(function)
     assert fold.startswith("<details><summary>") and fold.endswith("</details>") and fold in mine[0]
     for rule in rules.of(function):  # each rule's words inside the fold; its id (the starter's) on no cell of the page
-        assert f"- {rule.text[0].upper()}{rule.text[1:]}." in fold, rule.id
+        code_first = rule.text.startswith("`")  # code keeps its letters: `compiled=False` is not `Compiled=False`
+        said = rule.text if code_first else rule.text[0].upper() + rule.text[1:]
+        assert f"- {said}." in fold, rule.id
         assert not [c for c in cells if f"{rules.MARKER}{rule.id}" in c], (rule.id, rules.TAUGHT_IN[function])
     assert "make check" not in fold and "make check" not in heading(function)  # the check section names the command
+
+
+def test_a_rule_that_opens_with_code_keeps_the_code_as_written():
+    opening = {rule.id: rule.text.split("`")[1] for rule in rules.RULES if rule.text.startswith("`")}
+    assert {"momentum", "eager-step"} <= set(opening)  # `v <- decay*v + g`, `compiled=False`
+    for rule in rules.RULES:
+        fold = rule_fold(rule.function)
+        if rule.id in opening:
+            assert f"- `{opening[rule.id]}`" in fold and f"- `{opening[rule.id][0].upper()}" not in fold, rule.id
+        else:
+            assert f"- {rule.text[0].upper()}" in fold, rule.id
 
 
 FOLD = re.compile(r"<details>.*?</details>", re.S)

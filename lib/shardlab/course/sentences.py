@@ -1184,11 +1184,12 @@ CHOSEN = {
     "stage2_update": {
         "sum_of_local_means_grows": (
             "n1 < n2 < n4",
-            "observed: adding the local means instead of their numerators, the gradient's norm grows with the "
-            "device count: {n1:.3g} on 1 device, {n2:.3g} on 2, {n4:.3g} on 4 (the global mean gradient's: {g:.3g}).",
-            "observed: adding the local means instead of their numerators gives a gradient of norm {n1:.3g} on 1 "
-            "device, {n2:.3g} on 2, {n4:.3g} on 4 (the global mean gradient's: {g:.3g}): on this batch it does not "
-            "grow at every step.",
+            "NumPy, the same slots cut into 1, 2 and 4 blocks: adding the blocks' local means instead of their "
+            "numerators, the gradient's norm grows with the number of blocks: {n1:.3g} for 1 block, {n2:.3g} for 2, "
+            "{n4:.3g} for 4 (the global mean gradient's: {g:.3g}).",
+            "NumPy, the same slots cut into 1, 2 and 4 blocks: adding the blocks' local means instead of their "
+            "numerators gives a gradient of norm {n1:.3g} for 1 block, {n2:.3g} for 2, {n4:.3g} for 4 (the global "
+            "mean gradient's: {g:.3g}): on this batch it does not grow at every step.",
         ),
         "compiled_merges_all_reduces": (
             "compiled < lowered",

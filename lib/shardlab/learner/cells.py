@@ -32,12 +32,16 @@ def heading(function: str) -> str:
     )
 
 
+def bullet(text: str) -> str:
+    """A rule as a sentence of its own: its first letter capitalised, unless it opens with code (in backticks)."""
+    return text if text.startswith("`") else text[0].upper() + text[1:]
+
+
 def rule_fold(function: str) -> str:
     """`function`'s rules, folded: each in the course's words (its id, for the checker's output, is the starter's)."""
     lines = [f"<details><summary>The rules <code>{function}</code> must keep ({len(rules.of(function))})</summary>", ""]
     for rule in rules.of(function):
-        text = rule.text[0].upper() + rule.text[1:]  # a sentence of its own in the list
-        lines.append(f"- {text}." + (f" {rule.why}" if rule.why else ""))
+        lines.append(f"- {bullet(rule.text)}." + (f" {rule.why}" if rule.why else ""))
     if function in rules.NOT_ASKED:
         lines += ["", rules.NOT_ASKED[function]]
     return "\n".join([*lines, "", "</details>"])

@@ -136,7 +136,7 @@ RULES = (
     Rule(
         "momentum",
         "make_step",
-        "v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning rate "
+        "`v <- decay*v + g`, then `w <- w - learning_rate*v`, on the global gradient, with the mesh, learning rate "
         "and decay that call of make_step was given, as given (any value Config accepts, an int or a NumPy scalar "
         "included: no type test, floor or clamp); every "
         "replica ends with the same weights",
@@ -151,7 +151,7 @@ RULES = (
     Rule(
         "eager-step",
         "make_step",
-        "compiled=False returns the same mapped body without jit, with the same numbers",
+        "`compiled=False` returns the same mapped body without jit, with the same numbers",
         ("eager_step_matches_numpy", "eager_and_compiled_agree", "eager_step_is_the_unjitted_mapped_body"),
     ),
     # transition
