@@ -32,6 +32,7 @@ from shardlab.checker.common import (
     expect,
     fingerprint,
     host,
+    leaves,
     placed,
     raised_where,
     sharding_of,
@@ -1264,15 +1265,6 @@ def _plain_json(value) -> bool:
 DIGEST_BITS = 64  # at least this much of the contract must follow the data: 32 bits collide in ~77,000 datasets
 
 
-def _leaves(value, path: str = "") -> dict:
-    """Path -> leaf value of a JSON-like contract."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{path}/{key}").items()}
-    if isinstance(value, (list, tuple)):
-        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()}
-    return {path: value}
-
-
 def _bits(values: list) -> float:
     """How many bits a leaf can carry, from the values it took: an int's bit length, 4 a hex digit, 6 a character,
     53 a float's mantissa (a float is compared exactly), 1 a bool."""
@@ -1292,18 +1284,18 @@ def _bits(values: list) -> float:
 
 def _data_bits(ctx, case: Case, base, data: Dataset) -> tuple[float, list]:
     """(bits, paths): how much of the contract changes with the data's values alone (same shapes, same config)."""
-    base_leaves = _leaves(base)
+    base_leaves = dict(leaves(base))
     rng = np.random.default_rng([case.seed, 5])
     rows, width = case.shape()
     changed, seen = set(), {}
     for position in rng.integers(rows * width, size=4):
         other = called(ctx, "contract", given(case, _ulp(data, "features", int(position))), _config(case))
-        for path, value in _leaves(other).items():
+        for path, value in leaves(other):
             if base_leaves.get(path, object()) != value:
                 changed.add(path)
             seen.setdefault(path, []).append(value)
-    paths = sorted(changed)
-    return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), paths
+    paths = sorted(changed, key=repr)
+    return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), ["/".join(map(str, p)) for p in paths]
 
 
 LIMITS = {"learning_rate": np.float32(10), "decay": np.float32(1)}  # Config's open upper bounds

@@ -29,6 +29,7 @@ from shardlab.checker.common import (
     fingerprint,
     fresh_implementation,
     host,
+    leaves,
     plain,
     raised_where,
     see,
@@ -634,7 +635,7 @@ def nearest_contracts(contract: dict) -> dict:
     """What -> `contract` with one entry (nested ones included) moved by the least its type allows: a float to the
     next float64 up, an integer by one, text by its last character. Every one is another experiment's contract."""
     found = {}
-    for where, value in _leaves(contract, ()):
+    for where, value in leaves(contract):
         if isinstance(value, bool):
             continue
         if isinstance(value, float) and np.isfinite(value):
@@ -653,26 +654,15 @@ def nearest_contracts(contract: dict) -> dict:
     return found
 
 
-def _leaves(value, where: tuple):
-    """(path of keys and indices, value) of every entry of nested dicts and lists."""
-    if isinstance(value, dict):
-        for key in value:
-            yield from _leaves(value[key], (*where, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _leaves(item, (*where, index))
-    else:
-        yield where, value
-
-
 def _replaced(value, where: tuple, moved):
-    """A copy of nested dicts and lists `value` with the entry at `where` replaced by `moved`."""
+    """A copy of nested dicts, lists and tuples `value` with the entry at `where` replaced by `moved`."""
     if not where:
         return moved
     head, rest = where[0], where[1:]
     if isinstance(value, dict):
         return {key: _replaced(item, rest, moved) if key == head else item for key, item in value.items()}
-    return [_replaced(item, rest, moved) if index == head else item for index, item in enumerate(value)]
+    items = [_replaced(item, rest, moved) if index == head else item for index, item in enumerate(value)]
+    return tuple(items) if isinstance(value, tuple) else items
 
 
 def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
