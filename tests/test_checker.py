@@ -350,6 +350,11 @@ MISTAKES = {
         ["cause:save-changes-its-inputs", "state['cursor'] was int64 np.int64(7), now int 7"],
     ),
     "transition_rounds_the_loss": (2, "transition_is_one_batch_and_one_update", ["cause:loss-altered", "transition 1"]),
+    "save_undoes_its_folders_with_rmtree": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["cause:removes-what-it-found", "removed another-saver.npz, another saver's file"],
+    ),
     "save_undoes_its_folders_with_removedirs": (
         3,
         "save_errors_leave_the_folder_as_it_was",
@@ -966,6 +971,7 @@ SLOW_MISTAKES = {
     *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
     *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file", "save_normalises_the_counters"),
     "save_undoes_its_folders_with_removedirs",
+    "save_undoes_its_folders_with_rmtree",
 }
 
 

@@ -100,7 +100,8 @@ CAUSES = {
     "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
     "restore-touches-the-file": "restore changes the checkpoint it reads (bytes, modification time, permissions)",
     "save-changes-its-inputs": "save assigns into the state it is given (an entry normalised or replaced)",
-    "removes-what-it-found": "a save that, undoing its work, removes a folder or file that was there before it",
+    "removes-what-it-found": "a save that, undoing its work, removes a folder or file that was there before it or "
+    "that another saver put there meanwhile",
     "wrote-beside": "save, given a path that exists, wrote another name beside it",
     "overwrites": "save overwrote an existing checkpoint",
     "refusal-not-the-courses": "a refusal with another exception than the course's",

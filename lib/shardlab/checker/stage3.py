@@ -853,7 +853,17 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             if _interrupts_only(wrong)
             else ""
         )
-        + (mark(cause="removes-what-it-found") if any("which were there before" in f for f in wrong.values()) else "")
+        + (
+            "; a folder this save made may meanwhile hold another saver's files: remove it only if empty (os.rmdir), "
+            "never with everything in it (shutil.rmtree)"
+            if any("another saver's file" in f for f in wrong.values())
+            else ""
+        )
+        + (
+            mark(cause="removes-what-it-found")
+            if any("which were there before" in f or "another saver's file" in f for f in wrong.values())
+            else ""
+        )
         + mark("new-temp-name"),
     )
 
@@ -895,6 +905,8 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
             if outcome["status"] != "done":
                 wrong[what] = f"the save's child ended {outcome['status']} after the failure"
+            elif point == BESIDE_POINT:
+                wrong.update(_beside_verdict(what, outcome, moved, below))
             elif outcome.get("first") != "saved" and moved:
                 gone = [name for name in moved if name in {row[0] for row in before}]
                 wrong[what] = f"raised {outcome['first'].split(':')[1].strip()} and " + (
@@ -906,6 +918,26 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
 
 
 ENDING = f"{interrupt.ProcessEnding.__name__}, a BaseException as SystemExit is"
+BESIDE_POINT = (
+    f"another saver writes {interrupt.BESIDE} into the folder this save made, then this save's first write fails "
+    "(its write raises ENOSPC)"
+)
+
+
+def _beside_verdict(what: str, outcome: dict, moved: list, below: tuple) -> dict:
+    """{what: the verdict} when a save that failed after another saver wrote a file into the folder it made changed
+    anything but adding that file (and the folders holding it), or removed it; {} when it left exactly that."""
+    other = "/".join((*below, interrupt.BESIDE))
+    kept = {"/".join(below[:depth]) for depth in range(1, len(below) + 1)} | {other}
+    if outcome.get("first") == "saved":
+        return {}
+    if other not in moved:
+        return {
+            what: f"raised {outcome.get('first', ': ').split(':')[1].strip()} and removed {interrupt.BESIDE}, "
+            "another saver's file in a folder this save made"
+        }
+    extra = [name for name in moved if name not in kept]
+    return {what: f"raised and left {extra[:3]} behind"} if extra else {}
 
 
 def _failure_points(ctx, base: str, below: tuple, there: int, state: dict, contract: dict) -> dict:
@@ -930,6 +962,8 @@ def _failure_points(ctx, base: str, below: tuple, there: int, state: dict, contr
                 # a process told to end another BaseException, which `except (Exception, KeyboardInterrupt)` does too
                 points["Ctrl-C is pressed at its first write (KeyboardInterrupt)"] = found[0], "ctrl-c"
                 points[f"the process is told to end at its first write ({ENDING})"] = found[0], "exit"
+                if there < len(below):  # a folder it made, which another saver may share before the save fails
+                    points[BESIDE_POINT] = found[0], interrupt.BESIDE_MODE
     return points
 
 
