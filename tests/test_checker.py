@@ -663,6 +663,11 @@ MISTAKES = {
         "random_restore_damage",
         ["cause:accepts-damaged-field", "order: ids in range with a permutation's sum", "rows=3"],
     ),
+    "restore_permutation_by_ends_and_sum": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-damaged-field", "order: ids with a permutation's smallest, largest and sum", "rows=5"],
+    ),
     "ids_in_a_reused_buffer": (
         1,
         "batch_lengths_keep_the_remainder",
@@ -972,6 +977,7 @@ SLOW_MISTAKES = {
     *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file", "save_normalises_the_counters"),
     "save_undoes_its_folders_with_removedirs",
     "save_undoes_its_folders_with_rmtree",
+    "restore_permutation_by_ends_and_sum",
 }
 
 

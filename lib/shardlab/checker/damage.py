@@ -61,6 +61,16 @@ def _sum_kept(a, rows):
     return a
 
 
+def _ends_and_sum_kept(a, rows):
+    """Ids 1 and 3 both turned into 2: ids 0 and rows - 1 kept, so the smallest id, the largest and the sum are a
+    permutation's, but not the order (a test of those three accepts it). None below 5 rows: no such order exists."""
+    if rows < 5 or np.asarray(a).shape != (rows,):
+        return None
+    a = np.array(a, copy=True)
+    a[(a == 1) | (a == 3)] = 2
+    return a
+
+
 def _pair(a, rows):
     return np.stack([a, a])
 
@@ -109,6 +119,7 @@ DAMAGES = (
     ("order", "id = rows", PERMUTATION, _set_item(0, None)),  # filled in by `damaged` (needs rows)
     ("order", "id -1", PERMUTATION, _set_item(-1, -1)),
     ("order", "ids in range with a permutation's sum", PERMUTATION, _sum_kept),
+    ("order", "ids with a permutation's smallest, largest and sum", PERMUTATION, _ends_and_sum_kept),
     # a permutation of its own length: only the contract's row count tells it is the order of other data
     ("order", "a permutation of rows - 1 ids", PERMUTATION, lambda a, rows: np.asarray(a)[np.asarray(a) != rows - 1]),
     (
