@@ -668,6 +668,11 @@ MISTAKES = {
         "random_restore_damage",
         ["cause:accepts-damaged-field", "order: ids with a permutation's smallest, largest and sum", "rows=5"],
     ),
+    "restore_catches_the_read_errors_it_names": (
+        3,
+        "random_restore_damage",
+        ["cause:refusal-not-the-courses", "every member marked encrypted", "refused with RuntimeError"],
+    ),
     "ids_in_a_reused_buffer": (
         1,
         "batch_lengths_keep_the_remainder",
@@ -978,6 +983,7 @@ SLOW_MISTAKES = {
     "save_undoes_its_folders_with_removedirs",
     "save_undoes_its_folders_with_rmtree",
     "restore_permutation_by_ends_and_sum",
+    "restore_catches_the_read_errors_it_names",
 }
 
 

@@ -235,6 +235,9 @@ def pickled(arrays: dict, members: dict, marker: str) -> dict:
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
     "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
     "not an NPZ file": "only an NPZ written by save is a checkpoint",
+    "every member marked encrypted": "a file np.load cannot read is not a checkpoint, whatever error reading it "
+    "raises (zipfile's RuntimeError for an encrypted member included)",
+    "a member's CRC-32 changed": "a file np.load cannot read is not a checkpoint, whatever error reading it raises",
     "another experiment's contract": "validate the contract before accepting anything (stage3a_checkpoint)",
     "another experiment": "the whole contract must be equal, every entry exactly: one changed input (one ulp of "
     "a number) is another experiment (stage3a_checkpoint)",

@@ -2249,6 +2249,10 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
         faults.truncated(path, os.path.join(folder, "cut.npz")),
         damage.WHOLE_FILE["truncated file"],
     )
+    for number, how in enumerate(faults.ARCHIVE_DAMAGE):
+        target = faults.archive_damaged(path, os.path.join(folder, f"archive-{number}.npz"), how)
+        if target is not None:
+            files[how] = (target, damage.WHOLE_FILE[how])
     with open(os.path.join(folder, "notes.npz"), "x") as handle:
         handle.write("weights 0.1 0.2\n")
     files["not an NPZ file"] = (os.path.join(folder, "notes.npz"), damage.WHOLE_FILE["not an NPZ file"])
