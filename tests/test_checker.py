@@ -723,6 +723,11 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["changed in place (+1)", "kept between calls by the arrays' identity"],
     ),
+    "transition_fetches_the_batch": (
+        2,
+        "random_transition_walk",
+        ["cause:batch-fetched", "transition 1", "rows=1, batch=1, devices=1"],
+    ),
     "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
     "next_batch_cached_by_array_id": (
         1,
@@ -984,6 +989,7 @@ SLOW_MISTAKES = {
     "save_undoes_its_folders_with_rmtree",
     "restore_permutation_by_ends_and_sum",
     "restore_catches_the_read_errors_it_names",
+    "transition_fetches_the_batch",
 }
 
 

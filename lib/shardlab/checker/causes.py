@@ -90,6 +90,7 @@ CAUSES = {
     "step-counts-examples": "step increased by the number of ids",
     "donated-buffer": "the caller's buffers donated",
     "loss-on-device": "the loss returned as a device array",
+    "batch-fetched": "transition calls the step on host copies of the batch, not on its placed arrays",
     "loss-altered": "transition reports a loss other than the step's (rounded, recomputed)",
     "loss-not-python-float": "the loss returned as a NumPy scalar or array, not a Python float",
     # stage 3: contract, save and restore

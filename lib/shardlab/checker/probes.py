@@ -96,15 +96,16 @@ def read_only_restore(restore, path: str, contract, mesh) -> dict:
 
 
 class _Counted:
-    """A step that counts its calls, and those made on tracers (under a transformation its caller applied); every
-    other attribute is the step's own."""
+    """A step that counts its calls, those made on tracers (under a transformation its caller applied) and those
+    given a batch array on the host (a copy, not the batch's placed array); every other attribute is the step's own."""
 
     def __init__(self, step):
-        self.step, self.calls, self.traced = step, 0, 0
+        self.step, self.calls, self.traced, self.host = step, 0, 0, 0
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
         self.traced += any(isinstance(a, jax.core.Tracer) for a in (*args, *kwargs.values()))
+        self.host += any(not isinstance(a, jax.Array) for a in args[:3])  # features, targets, mask
         return self.step(*args, **kwargs)
 
     def __getattr__(self, name):
@@ -112,10 +113,11 @@ class _Counted:
 
 
 def counted_transition(transition, state, data, batch_size, step, mesh) -> tuple:
-    """(what `transition` returned, how many times it called the `step` it was given, how many of those calls
-    were on tracers: the step wrapped in a jax.jit, vmap or grad of the transition's own)."""
+    """(what `transition` returned, how many times it called the `step` it was given, (how many of those calls were
+    on tracers: the step wrapped in a jax.jit, vmap or grad of the transition's own; how many were given a batch
+    array that is no jax.Array: host copies of the batch))."""
     counted = _Counted(step)
-    return transition(state, data, batch_size, counted, mesh), counted.calls, counted.traced
+    return transition(state, data, batch_size, counted, mesh), counted.calls, (counted.traced, counted.host)
 
 
 def _writable(data) -> tuple:

@@ -878,7 +878,7 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls, traced = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
+        (new, loss, ids), calls, (traced, fetched) = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -961,6 +961,17 @@ def transition_walk(ctx, case: Case) -> None:
             "of its own (jax.jit(step), vmap, grad) -> call the step it is given directly on the batch's arrays; it "
             "is compiled already, or eager on purpose (compiled=False), and a wrapper made at every transition traces "
             "it again each time and turns an eager step into a compiled one" + formulas.mark("one-update"),
+        )
+        need(
+            not fetched,
+            "the step it was given called on the batch's placed arrays",
+            f"{fetched} call(s) given host arrays",
+            f"transition {call + 1} called the step it was given on host copies of the batch (np.asarray, "
+            "jax.device_get), not on the placed arrays next_batch returned -> pass batch.features, batch.targets "
+            "and batch.mask as they are: they already lie on the mesh, split over the data axis, and a host copy is "
+            "sent to the devices again at every step"
+            + formulas.mark("one-update")
+            + known_causes.mark("batch-fetched"),
         )
         state = new
 
