@@ -427,6 +427,11 @@ MISTAKES = {
             "rows=1, devices=1",
         ],
     ),
+    "step_skips_psum_on_one_device": (
+        2,
+        "random_step_update",
+        ["cause:not-sharded", "a mesh of 1 device(s)", "rows=1, devices=1"],
+    ),
     "step_mask_as_prefix": (
         2,
         "random_step_update",
@@ -990,6 +995,7 @@ SLOW_MISTAKES = {
     "restore_permutation_by_ends_and_sum",
     "restore_catches_the_read_errors_it_names",
     "transition_fetches_the_batch",
+    "step_skips_psum_on_one_device",
 }
 
 

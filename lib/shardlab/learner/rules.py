@@ -145,7 +145,8 @@ RULES = (
     Rule(
         "sharded-step",
         "make_step",
-        "the compiled step is a jax.jit around a shard_map whose lowered program holds a real collective",
+        "the compiled step is a jax.jit around a shard_map whose lowered program holds a real collective, on every "
+        "mesh (one device included)",
         ("step_is_sharded", "compiled_step_lowers_and_compiles"),
     ),
     Rule(

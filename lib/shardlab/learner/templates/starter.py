@@ -113,7 +113,7 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
       rate and decay that call of make_step was given, as given (any value Config accepts, an int or a NumPy scalar
       included: no type test, floor or clamp); every replica ends with the same weights.
     - rule:sharded-step: the compiled step is a jax.jit around a shard_map whose lowered program holds a real
-      collective.
+      collective, on every mesh (one device included).
     - rule:eager-step: compiled=False returns the same mapped body without jit, with the same numbers.
     """
     raise _todo("make_step", 2, "the global update")
