@@ -114,7 +114,8 @@ RULES = (
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
         "count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so "
-        "padding and empty devices add exact zeros and the device count changes nothing; equal to the exact means "
+        "padding (mask 0, whatever its target holds; its features are finite, as next_batch pads them) and empty "
+        "devices add exact zeros and the device count changes nothing; equal to the exact means "
         "within float32 rounding of the order you choose, and exactly where nothing rounds (integer data, a count "
         "that is a power of two)",
         (

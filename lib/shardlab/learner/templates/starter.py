@@ -104,9 +104,9 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
       valid count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so
-      padding and empty devices add exact zeros and the device count changes nothing; equal to the exact means within
-      float32 rounding of the order you choose, and exactly where nothing rounds (integer data, a count that is a power
-      of two).
+      padding (mask 0, whatever its target holds; its features are finite, as next_batch pads them) and empty devices
+      add exact zeros and the device count changes nothing; equal to the exact means within float32 rounding of the
+      order you choose, and exactly where nothing rounds (integer data, a count that is a power of two).
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: v <- decay*v + g, then w <- w - learning_rate*v, on the global gradient, with the mesh, learning
