@@ -723,6 +723,21 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["no fsync (or fdatasync) of the file between the last write and publishing"],
     ),
+    "contract_hashes_the_memory_order": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:contract-varies", "with the same values in other memory layouts", "rows=2"],
+    ),
+    "contract_names_the_dtype_alone": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:contract-ignores-data", "the features' bytes read as big-endian float32", "rows=1, batch=1"],
+    ),
+    "contract_records_the_folder": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:contract-varies", "called from another working folder", "rows=1, batch=1"],
+    ),
     "contract_cached_by_array_id": (
         3,
         "random_contract_tells_apart",
@@ -996,6 +1011,7 @@ SLOW_MISTAKES = {
     "restore_catches_the_read_errors_it_names",
     "transition_fetches_the_batch",
     "step_skips_psum_on_one_device",
+    *("contract_hashes_the_memory_order", "contract_names_the_dtype_alone", "contract_records_the_folder"),
 }
 
 

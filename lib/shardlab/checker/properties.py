@@ -1260,6 +1260,18 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
         "inputs give an equal contract -> hash the arrays' bytes, shapes and dtypes, not the container (no pickle, "
         "no repr of the object)" + formulas.mark("plain-tuple-data", "contract-json"),
     )
+    for how, theirs in _elsewhere_and_laid_out(ctx, case, data).items():
+        need(
+            theirs == base,
+            base,
+            theirs,
+            f"the same experiment {how} gave another contract: equal inputs give an equal contract, in any layout "
+            "of the same values and from any folder -> hash the values in one layout (np.ascontiguousarray(a)"
+            ".tobytes(), never the buffer as it lies: tobytes(order='A'), a memoryview) together with shapes and "
+            "dtypes, and nothing of the process (working folder, process id, time)"
+            + formulas.mark("contract-json")
+            + known_causes.mark("contract-varies"),
+        )
     try:
         numpy_config = _numpy_config(case)
     except (errors.ConfigError, TypeError):
@@ -1273,6 +1285,47 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
         "Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) before "
         "it goes in" + formulas.mark("contract-json"),
     )
+
+
+LAID_OUT = "with the same values in other memory layouts (features in Fortran order, targets a strided column)"
+ELSEWHERE = "called from another working folder"
+
+
+def _elsewhere_and_laid_out(ctx, case: Case, data: Dataset) -> dict:
+    """How -> the contract of the case's experiment given in another memory layout, and called from another
+    working folder: each must be the case's own contract."""
+    found = {LAID_OUT: contract_of(ctx, replace(case, data_form="views"), data, _config(case), LAID_OUT)}
+    folder, here = os.path.join(ctx.workdir, "another-folder"), os.getcwd()
+    os.makedirs(folder, exist_ok=True)
+    try:
+        os.chdir(folder)
+        found[ELSEWHERE] = called(ctx, "contract", given(case, data), _config(case))
+    finally:
+        os.chdir(here)
+    return found
+
+
+# the same bytes read as another dtype (same shapes): another dataset, whose contract differs, or a refusal
+REREAD = {"the features' bytes read as int32": "<i4", "the features' bytes read as big-endian float32": ">f4"}
+
+
+def _reread_ignored(ctx, case: Case, data: Dataset, base: dict) -> list[str]:
+    """The REREAD datasets (the case's feature bytes in another dtype) whose contract is the case's own; a contract
+    that refuses such data tells it apart too."""
+    ignored = []
+    for what, dtype in REREAD.items():
+        if not focused(ctx, what):
+            continue
+        other = Dataset(np.ascontiguousarray(data.features).view(np.dtype(dtype)), data.targets)
+        try:
+            theirs = called(ctx, "contract", given(case, other), _config(case))
+        except (Miss, NotImplementedError):
+            raise
+        except Exception:
+            continue
+        if theirs == base:
+            ignored.append(what)
+    return ignored
 
 
 def _plain_json(value) -> bool:
@@ -1482,7 +1535,7 @@ def contract_tells_apart(ctx, case: Case) -> None:
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
     _same_experiment_other_forms(ctx, case, data, base)
-    ignored = _ignored_variants(ctx, case, base)
+    ignored = _ignored_variants(ctx, case, base) + _reread_ignored(ctx, case, data, base)
     if focused(ctx, IN_PLACE):
         _in_place_told_apart(ctx, case, data)
     for part in ("features", "targets"):  # each pair's first dataset may itself differ from the case's data
