@@ -754,11 +754,6 @@ MISTAKES = {
         "random_sampler_walk",
         ["raised by one in place", "kept between calls by the arrays' identity"],
     ),
-    "ids_view_of_the_order": (
-        1,
-        "batch_lengths_keep_the_remainder",
-        ["cause:ids-share-the-state", "the state it was given['order']"],
-    ),
     "initial_returns_a_kept_state": (1, "initial_state_fields", ["cause:result-handed-out-again", "initial"]),
     "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["cause:result-handed-out-again", "contract"]),
     "save_cleans_up_on_exception_only": (

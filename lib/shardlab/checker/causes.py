@@ -41,7 +41,6 @@ CAUSES = {
     "other-devices": "placed on devices other than the mesh given holds",
     "other-device-order": "placed on the mesh's devices in another order",
     "other-spec": "placed with another PartitionSpec",
-    "ids-share-the-state": "ids returned as a view of the state's order (a caller editing them changes the run)",
     "result-handed-out-again": "a result kept between calls and handed out again",
     # stage 2: make_step and transition (the ranked formulas of checker/formulas.py among them)
     "local-means": "the mean of the per-device means",

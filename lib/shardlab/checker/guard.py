@@ -18,9 +18,7 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
   NumPy array an outermost call returned, with a copy taken at its return, for the next
   KEPT_CALLS calls, and compares them after each: a result must keep its values after later calls (ids that
   are a view of a buffer the next call overwrites, a restored state a later restore changes). A change is
-  raised from the call that made it, naming the earlier call and the array's place in its result. The ids a
-  next_batch or transition returns are the caller's to edit: ids that share memory with an array of the state it
-  was given or returned (a slice of the order) are raised from that call.
+  raised from the call that made it, naming the earlier call and the array's place in its result.
 """
 
 import json
@@ -29,8 +27,6 @@ import signal
 import sys
 import threading
 import time
-
-import shardlab.checker.causes as causes
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
 NOT_AGAIN = "not called again in this run"  # ends the verdict of each later call of a function stopped once
@@ -118,45 +114,6 @@ def _shown(array) -> str:
     return text[:-1] + ", ...]" if flat.size > 8 else text
 
 
-def _shares(first, second) -> bool:
-    """Whether two host arrays share memory (bounds only, where the exact answer is too costly)."""
-    import numpy as np
-
-    try:
-        return bool(np.shares_memory(first, second, max_work=10**6))
-    except np.exceptions.TooHardError:
-        return bool(np.may_share_memory(first, second))
-
-
-IDS_AT = {"next_batch": (1, "ids"), "transition": (2, None)}  # where a call's result holds its ids
-
-
-def ids_apart(function: str, args: tuple, result) -> None:
-    """Raise ResultChanged if the ids `function` returned share memory with a host array of the state it was given
-    or the one it returned: a caller that sorts or edits its ids would change the run's order."""
-    import numpy as np
-
-    if function not in IDS_AT or not args or not isinstance(result, tuple):
-        return
-    index, name = IDS_AT[function]
-    ids = result[index] if len(result) > index else None
-    ids = getattr(ids, name, None) if name else ids
-    if not isinstance(ids, np.ndarray):
-        return
-    found = []
-    _arrays(args[0], "the state it was given", found)
-    _arrays(result[0], "the state it returned", found)
-    shared = [place for place, array in found if _shares(ids, array)]
-    if shared:
-        place = f"its result[{index}]" + (f".{name}" if name else "")
-        raise ResultChanged(
-            f"`{function}` returned ids ({place}) that share memory with {', '.join(shared)}: a caller that sorts "
-            "or edits the ids it was handed (they are its result) changes the run's order -> return the ids as an "
-            "array of their own (np.array(...) of the slice; a slice of the order is a view of it) "
-            "{rule:host-results}" + causes.mark("ids-share-the-state")
-        )
-
-
 class Guard:
     """Time bound, progress lines and remembered verdicts for the calls of one checking interpreter."""
 
@@ -206,7 +163,6 @@ class Guard:
             if function in self.poisoned:  # the bound's Overrun was caught by the code it stopped: still broken
                 raise Overrun(self.poisoned[function])
             if self.keep_results:
-                self._ids_apart(function, args, result)
                 self.calls += 1
                 self._compare(function)
                 self._keep(function, result)
@@ -220,14 +176,6 @@ class Guard:
             signal.signal(signal.SIGALRM, previous)
             self.depth, self.running = 0, None
             self.note(event="return", function=function)
-
-    def _ids_apart(self, function: str, args: tuple, result) -> None:
-        """`ids_apart`'s verdict, remembered: the function is not called again in this run."""
-        try:
-            ids_apart(function, args, result)
-        except ResultChanged as exc:
-            self.poisoned[function] = str(exc)
-            raise
 
     def _keep(self, function: str, result) -> None:
         """Keep the host arrays `result` holds, each with a copy taken now, for the next KEPT_CALLS calls."""

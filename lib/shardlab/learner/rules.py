@@ -175,8 +175,7 @@ RULES = (
     Rule(
         "host-results",
         "transition",
-        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array "
-        "of their own (sharing no memory with the state: a caller may sort or edit them)",
+        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array",
         ("results_are_host_values",),
         "Why: the notebooks print, compare and record them as JSON, and a device array there fails or drags a "
         "device buffer along.",
