@@ -754,6 +754,16 @@ MISTAKES = {
         "random_sampler_walk",
         ["raised by one in place", "kept between calls by the arrays' identity"],
     ),
+    "next_batch_counts_epochs": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["cause:state-field-added", "`next_batch` returned a state with ['epoch']"],
+    ),
+    "restore_keeps_the_contract": (
+        3,
+        "restore_returns_every_field",
+        ["cause:state-field-added", "`restore` returned a state with ['contract']"],
+    ),
     "initial_returns_a_kept_state": (1, "initial_state_fields", ["cause:result-handed-out-again", "initial"]),
     "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["cause:result-handed-out-again", "contract"]),
     "save_cleans_up_on_exception_only": (
@@ -1007,6 +1017,7 @@ SLOW_MISTAKES = {
     "transition_fetches_the_batch",
     "step_skips_psum_on_one_device",
     *("contract_hashes_the_memory_order", "contract_names_the_dtype_alone", "contract_records_the_folder"),
+    "restore_keeps_the_contract",
 }
 
 

@@ -18,7 +18,8 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
   NumPy array an outermost call returned, with a copy taken at its return, for the next
   KEPT_CALLS calls, and compares them after each: a result must keep its values after later calls (ids that
   are a view of a buffer the next call overwrites, a restored state a later restore changes). A change is
-  raised from the call that made it, naming the earlier call and the array's place in its result.
+  raised from the call that made it, naming the earlier call and the array's place in its result. A state
+  initial, next_batch, transition or restore returns with a field beside the six is raised from that call.
 """
 
 import json
@@ -27,6 +28,8 @@ import signal
 import sys
 import threading
 import time
+
+import shardlab.checker.causes as causes
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
 NOT_AGAIN = "not called again in this run"  # ends the verdict of each later call of a function stopped once
@@ -114,6 +117,13 @@ def _shown(array) -> str:
     return text[:-1] + ", ...]" if flat.size > 8 else text
 
 
+# the functions that return a state, and the rule a state of other fields than the six breaks there
+STATE_RULES = {
+    **{"initial": "initial-fields", "next_batch": "new-state"},
+    **{"transition": "one-update", "restore": "exact-resume"},
+}
+
+
 class Guard:
     """Time bound, progress lines and remembered verdicts for the calls of one checking interpreter."""
 
@@ -163,6 +173,7 @@ class Guard:
             if function in self.poisoned:  # the bound's Overrun was caught by the code it stopped: still broken
                 raise Overrun(self.poisoned[function])
             if self.keep_results:
+                self._state_fields(function, result)
                 self.calls += 1
                 self._compare(function)
                 self._keep(function, result)
@@ -176,6 +187,24 @@ class Guard:
             signal.signal(signal.SIGALRM, previous)
             self.depth, self.running = 0, None
             self.note(event="return", function=function)
+
+    def _state_fields(self, function: str, result) -> None:
+        """Raise ResultChanged (remembered: not called again) if the state `function` returned holds other fields
+        than the six."""
+        from shardlab.core.schema import FIELDS
+
+        state = result if function in ("initial", "restore") else result[0] if isinstance(result, tuple) else None
+        if function not in STATE_RULES or not isinstance(state, dict) or set(state) <= set(FIELDS):
+            return
+        extra = sorted(map(str, set(state) - set(FIELDS)))
+        verdict = (
+            f"`{function}` returned a state with {extra} beside the six fields: the state is the six fields "
+            f"{list(FIELDS)}, no other (a field of your own is not saved, not restored, and not known to any other "
+            "function that builds a state) -> keep what you derive from the six in a variable, never in the state "
+            f"{{rule:{STATE_RULES[function]}}}" + causes.mark("state-field-added")
+        )
+        self.poisoned[function] = verdict
+        raise ResultChanged(verdict)
 
     def _keep(self, function: str, result) -> None:
         """Keep the host arrays `result` holds, each with a copy taken now, for the next KEPT_CALLS calls."""

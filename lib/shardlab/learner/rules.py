@@ -105,7 +105,8 @@ RULES = (
     Rule(
         "new-state",
         "next_batch",
-        "a new state dict is returned; the caller's dict and its arrays are never changed, and step is left alone",
+        "a new state dict of the six fields (no other) is returned; the caller's dict and its arrays are never "
+        "changed, and step is left alone",
         ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
     ),
     # make_step

@@ -87,8 +87,8 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
       on the selected rows and 0 on padded slots, decided by position, never by values; the selected rows are data[ids]
       exactly, read at every call (arrays changed in place since an earlier call included).
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
-    - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is left
-      alone.
+    - rule:new-state: a new state dict of the six fields (no other) is returned; the caller's dict and its arrays are
+      never changed, and step is left alone.
     Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Bad
     input is refused"); yours is only ever given batch sizes from 1 up.
     """
