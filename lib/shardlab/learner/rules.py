@@ -176,7 +176,8 @@ RULES = (
     Rule(
         "host-results",
         "transition",
-        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array",
+        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array "
+        "(it may be a view of the state's order: a caller copies it before changing it)",
         ("results_are_host_values",),
         "Why: the notebooks print, compare and record them as JSON, and a device array there fails or drags a "
         "device buffer along.",

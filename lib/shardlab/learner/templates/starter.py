@@ -128,7 +128,7 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
       weights and momentum as it returns them, replicated on the mesh, and the loss reported is the step's, unrounded.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
-      integer array.
+      integer array (it may be a view of the state's order: a caller copies it before changing it).
     """
     raise _todo("transition", 2, "one batch, one update")
 
