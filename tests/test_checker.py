@@ -748,6 +748,11 @@ MISTAKES = {
         "random_transition_walk",
         ["cause:batch-fetched", "transition 1", "rows=1, batch=1, devices=1"],
     ),
+    "transition_places_the_weights_anew": (
+        2,
+        "random_transition_walk",
+        ["cause:outputs-copied", "transition 1: the new state's ['weights', 'momentum']", "rows=1, batch=1"],
+    ),
     "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
     "next_batch_cached_by_array_id": (
         1,
@@ -1018,6 +1023,7 @@ SLOW_MISTAKES = {
     "step_skips_psum_on_one_device",
     *("contract_hashes_the_memory_order", "contract_names_the_dtype_alone", "contract_records_the_folder"),
     "restore_keeps_the_contract",
+    "transition_places_the_weights_anew",
 }
 
 

@@ -91,6 +91,7 @@ CAUSES = {
     "donated-buffer": "the caller's buffers donated",
     "loss-on-device": "the loss returned as a device array",
     "batch-fetched": "transition calls the step on host copies of the batch, not on its placed arrays",
+    "outputs-copied": "transition keeps copies of the step's new weights and momentum, not the arrays it returned",
     "loss-altered": "transition reports a loss other than the step's (rounded, recomputed)",
     "loss-not-python-float": "the loss returned as a NumPy scalar or array, not a Python float",
     # stage 3: contract, save and restore

@@ -887,7 +887,9 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls, (traced, fetched) = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
+        (new, loss, ids), calls, (traced, fetched, copied) = _transitioned(
+            ctx, case, state, data, mesh, step, call, via=count
+        )
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -981,6 +983,13 @@ def transition_walk(ctx, case: Case) -> None:
             "sent to the devices again at every step"
             + formulas.mark("one-update")
             + known_causes.mark("batch-fetched"),
+        )
+        need(
+            calls != 1 or not copied,
+            "the new state holds the arrays the step returned",
+            f"other arrays for {copied}",
+            f"transition {call + 1}: the new state's {copied} are not the arrays the step returned (the same values, "
+            "placed anew) -> " + KEEP_STEP_OUTPUTS + formulas.mark("one-update") + known_causes.mark("outputs-copied"),
         )
         state = new
 
