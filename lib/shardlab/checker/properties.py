@@ -1267,7 +1267,9 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
         theirs,
         f"the same data passed as {form} gave another contract: data is any (features, targets) pair, and equal "
         "inputs give an equal contract -> hash the arrays' bytes, shapes and dtypes, not the container (no pickle, "
-        "no repr of the object)" + formulas.mark("plain-tuple-data", "contract-json"),
+        "no repr of the object)"
+        + formulas.mark("plain-tuple-data", "contract-json")
+        + known_causes.mark("contract-varies"),
     )
     for how, theirs in _elsewhere_and_laid_out(ctx, case, data).items():
         need(
