@@ -855,12 +855,12 @@ MISTAKES = {
     "ids_in_a_reused_buffer": (
         1,
         "batch_lengths_keep_the_remainder",
-        [
-            "rule:host-results",
-            "`next_batch` returned an array",
-            "its result[1].ids",
-            "keep its values after later calls",
-        ],
+        ["cause:result-changed-later", "`next_batch` returned an array", "its result[1].ids"],
+    ),
+    "batch_from_a_reused_buffer": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["cause:result-changed-later", "`next_batch` returned an array (its result[1].", "jax.device_put made from"],
     ),
     "restore_cached_by_path_and_contract": (
         3,
