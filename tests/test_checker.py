@@ -791,7 +791,6 @@ MISTAKES = {
         1,
         "random_sampler_walk",
         [
-            "rule:host-results",
             "'key': 'host -> a jax.Array'",
             "stay host NumPy after a reshuffle",
             "rows=1, batch=1, devices=1",
