@@ -18,7 +18,7 @@ import pytest
 
 from shardlab.checker import causes, command, formulas, padding
 from shardlab.checker import cli as runner
-from shardlab.learner import implementation, reference, starter
+from shardlab.learner import implementation, reference, rules, starter
 
 BROKEN = Path(__file__).parent / "broken"
 STAGE_OF = {"initial": 1, "next_batch": 1, "make_step": 2, "transition": 2, "contract": 3, "save": 3, "restore": 3}
@@ -130,32 +130,54 @@ MISTAKES = {
     "save_overwrites": (3, "save_never_overwrites", ["cause:overwrites"]),
     "restore_resets_cursor": (3, "restore_returns_every_field", ["cause:restore-resets-cursor"]),
     "restore_resets_key": (3, "restore_returns_every_field", ["cause:restore-changes-key"]),
-    "restore_keeps_numpy_weights": (3, "restore_returns_every_field", ["replicated placement of weights"]),
+    "restore_keeps_numpy_weights": (
+        3,
+        "restore_returns_every_field",
+        ["cause:host-array", "replicated placement of weights"],
+    ),
     "restore_order_in_the_files_width": (
         3,
         "restore_returns_every_field",
-        ["gave back order as int64 where the saved state held int32", "in the dtype the saved state holds"],
+        [
+            "rule:exact-resume",
+            "gave back order as int64 where the saved state held int32",
+            "in the dtype the saved state holds",
+        ],
     ),
     "restore_counters_as_numpy_scalars": (
         3,
         "restore_returns_every_field",
-        ["cursor as a NumPy int64 where the saved state held a Python int", "json.dumps refuses a NumPy integer"],
+        [
+            "rule:exact-resume",
+            "cursor as a NumPy int64 where the saved state held a Python int",
+            "json.dumps refuses a NumPy integer",
+        ],
     ),
     "restore_skips_validation": (
         3,
         "restore_refuses_damaged_checkpoints",
-        ["'cursor -1'", "'cursor 24 (rows + 1)'", "'duplicate id in order'", "0 <= cursor <= rows"],
+        [
+            "rule:validate-fields",
+            "'cursor -1'",
+            "'cursor 24 (rows + 1)'",
+            "'duplicate id in order'",
+            "0 <= cursor <= rows",
+        ],
     ),
     "save_leaves_temp": (3, "save_leaves_only_the_final_file", ["cause:leftovers"]),
     "save_temp_before_checking": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["a state without weights: raised CorruptCheckpointError and left ['tmp", "before creating the temporary file"],
+        [
+            "rule:new-temp-name",
+            "a state without weights: raised CorruptCheckpointError and left ['tmp",
+            "before creating the temporary file",
+        ],
     ),
     "save_in_place": (3, "interrupted_save_leaves_nothing_or_a_checkpoint", ["cause:written-in-place"]),
     "save_naive_savez": (3, "save_syncs_before_publishing", ["cause:no-publication", "in place"]),
     "save_refuses_with_oserror": (3, "save_never_overwrites", ["cause:refusal-not-the-courses"]),
-    "restore_accepts_non_finite": (3, "restore_refuses_damaged_checkpoints", ["non-finite weights"]),
+    "restore_accepts_non_finite": (3, "restore_refuses_damaged_checkpoints", ["rule:refuse-nan", "non-finite weights"]),
     "save_replace_races": (3, "racing_saves_never_overwrite", ["cause:check-then-replace"]),
     "save_removes_live_temporaries": (
         3,
@@ -170,7 +192,11 @@ MISTAKES = {
     "save_fixed_temp_name": (
         3,
         "interrupted_save_leaves_nothing_or_a_checkpoint",
-        ["left ['checkpoint.npz.partial'] behind", "a new save to the same, still free name was refused"],
+        [
+            "rule:new-temp-name",
+            "left ['checkpoint.npz.partial'] behind",
+            "a new save to the same, still free name was refused",
+        ],
     ),
     # the randomised checks: each planted mistake is found and shrunk to the minimal case named here
     "remainder_of_one_dropped": (
@@ -182,6 +208,7 @@ MISTAKES = {
         1,
         "random_sampler_walk",
         [
+            "rule:plain-tuple-data",
             "AttributeError",
             "data is any (features, targets) pair",
             "data as a plain (features, targets) tuple",
@@ -192,6 +219,7 @@ MISTAKES = {
         1,
         "random_sampler_walk",
         [
+            "cause:slots-extra",
             "1 row(s) were padded to 2 slots: it fits a whole extra device's worth of padding",
             "(mesh.size = 1), 1 slot here",
             '"sampler_walk", rows=1, batch=1, devices=1, features=1',
@@ -200,28 +228,52 @@ MISTAKES = {
     "transition_ignores_step": (
         2,
         "random_transition_walk",
-        ["called the step it was given 0 time(s)", "never one it builds", "rows=1, batch=1, devices=1"],
+        [
+            "rule:one-update",
+            "called the step it was given 0 time(s)",
+            "never one it builds",
+            "rows=1, batch=1, devices=1",
+        ],
     ),
     "transition_calls_step_twice": (
         2,
         "random_transition_walk",
-        ["called the step it was given 2 time(s)", "one call of the step", "rows=1, batch=1, devices=1"],
+        [
+            "rule:one-update",
+            "called the step it was given 2 time(s)",
+            "one call of the step",
+            "rows=1, batch=1, devices=1",
+        ],
     ),
-    "step_ignores_learning_rate": (2, "random_step_update", ["w <- w - 0.03*v", '"step_update", rows=1, devices=1']),
+    "step_ignores_learning_rate": (
+        2,
+        "random_step_update",
+        ["cause:course-learning-rate", "w <- w - 0.03*v", '"step_update", rows=1, devices=1'],
+    ),
     "eager_step_ignores_hyperparameters": (
         2,
         "random_step_update",
-        ["the un-jitted step (compiled=False)", "w <- w - 0.03*v", '"step_update", rows=1, devices=1'],
+        [
+            "cause:course-learning-rate",
+            "the un-jitted step (compiled=False)",
+            "w <- w - 0.03*v",
+            '"step_update", rows=1, devices=1',
+        ],
     ),
     "restore_places_on_first_devices": (
         3,
         "random_restore_damage",
-        ["the restored weights is not placed as P()", "the mesh given holds devices [3]", "rows=1"],
+        [
+            "cause:other-devices",
+            "the restored weights is not placed as P()",
+            "the mesh given holds devices [3]",
+            "rows=1",
+        ],
     ),
     "restore_scalars_by_size": (
         3,
         "random_restore_damage",
-        ["(same numbers)", "cursor and step are single integers, 0-d arrays", "rows=1"],
+        ["cause:accepts-damaged-field", "(same numbers)", "cursor and step are single integers, 0-d arrays", "rows=1"],
     ),
     "save_temp_in_system_folder": (
         3,
@@ -251,13 +303,17 @@ MISTAKES = {
     "contract_names_the_process": (
         3,
         "contracts_agree_in_a_fresh_process",
-        ["another contract in a fresh interpreter"],
+        ["cause:contract-varies", "another contract in a fresh interpreter"],
     ),
-    "contract_hashes_a_str": (3, "contracts_agree_in_a_fresh_process", ["another contract in a fresh interpreter"]),
+    "contract_hashes_a_str": (
+        3,
+        "contracts_agree_in_a_fresh_process",
+        ["cause:contract-varies", "another contract in a fresh interpreter"],
+    ),
     "restore_refuses_epoch_end": (
         3,
         "random_restore_damage",
-        ["(cursor 1 of 1, ", "cursor = rows are both in bounds", "rows=1, batch=1, devices=1"],
+        ["rule:exact-resume", "(cursor 1 of 1, ", "cursor = rows are both in bounds", "rows=1, batch=1, devices=1"],
     ),
     "restore_compares_rounded_contract": (
         3,
@@ -272,6 +328,7 @@ MISTAKES = {
         3,
         "random_restore_damage",
         [
+            "rule:save-inputs-intact",
             "save changed its caller's inputs: state['momentum'] was jax.Array float32 (1,)",
             "now numpy.ndarray",
             '"restore_damage", rows=1, batch=1, devices=1, features=1',
@@ -280,17 +337,31 @@ MISTAKES = {
     "save_appends_npz_suffix": (
         3,
         "random_restore_damage",
-        ["at exactly the path it is given", "np.savez appends .npz", "file name checkpoint,", "rows=1, batch=1"],
+        [
+            "rule:exact-path",
+            "at exactly the path it is given",
+            "np.savez appends .npz",
+            "file name checkpoint,",
+            "rows=1, batch=1",
+        ],
     ),
     "restore_opens_before_checking": (
         3,
         "invalid_arguments_are_refused",
-        ["restore: a path that does not exist: FileNotFoundError (not CorruptCheckpointError)", "OSError included"],
+        [
+            "rule:validate-fields",
+            "restore: a path that does not exist: FileNotFoundError (not CorruptCheckpointError)",
+            "OSError included",
+        ],
     ),
     "save_replaces_empty_file": (
         3,
         "invalid_arguments_are_refused",
-        ["save: a path holding an empty file: accepted (no error), changed ['checkpoint.npz']", "never remove it"],
+        [
+            "rule:never-overwrite",
+            "save: a path holding an empty file: accepted (no error), changed ['checkpoint.npz']",
+            "never remove it",
+        ],
     ),
     "restore_raises_value_error": (
         3,
@@ -315,17 +386,21 @@ MISTAKES = {
     "save_without_fsync": (
         3,
         "save_syncs_before_publishing",
-        ["no fsync (or fdatasync) of the file between the last write and publishing"],
+        ["cause:no-fsync-before-publish", "no fsync (or fdatasync) of the file between the last write and publishing"],
     ),
     "save_temp_named_by_process": (
         3,
         "racing_saves_never_overwrite",
-        ["a second save of the same path in the same process", "draw a new temporary name for every save"],
+        [
+            "rule:new-temp-name",
+            "a second save of the same path in the same process",
+            "draw a new temporary name for every save",
+        ],
     ),
     "save_step_as_int16": (
         3,
         "random_restore_damage",
-        ["a long run's step", "np.int64", "batch=1, devices=1, features=1"],
+        ["rule:exact-resume", "a long run's step", "np.int64", "batch=1, devices=1, features=1"],
     ),
     "gradient_clipped": (2, "gradient_on_a_full_batch", ["cause:clipped", "g * min(1, 1/|g|)"]),
     "count_in_bfloat16": (
@@ -350,6 +425,11 @@ MISTAKES = {
         ["cause:save-changes-its-inputs", "state['cursor'] was int64 np.int64(7), now int 7"],
     ),
     "transition_rounds_the_loss": (2, "transition_is_one_batch_and_one_update", ["cause:loss-altered", "transition 1"]),
+    "save_undoes_its_folders_with_rmtree": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["cause:removes-what-it-found", "removed another-saver.npz, another saver's file"],
+    ),
     "save_undoes_its_folders_with_removedirs": (
         3,
         "save_errors_leave_the_folder_as_it_was",
@@ -365,8 +445,16 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["cause:hyperparameter-float64-merged", "['learning rate (the next float64)', 'decay (the next float64)']"],
     ),
-    "save_order_as_int16": (3, "random_restore_damage", ["data of 65,537 rows", "int16 holds 32,767", "np.int32"]),
-    "save_strips_the_name": (3, "random_restore_damage", ["has spaces at its ends", "save stripped them"]),
+    "save_order_as_int16": (
+        3,
+        "random_restore_damage",
+        ["rule:exact-resume", "data of 65,537 rows", "int16 holds 32,767", "np.int32"],
+    ),
+    "save_strips_the_name": (
+        3,
+        "random_restore_damage",
+        ["rule:exact-path", "has spaces at its ends", "save stripped them"],
+    ),
     "contract_samples_large_data": (
         3,
         "random_contract_tells_apart",
@@ -375,12 +463,16 @@ MISTAKES = {
     "save_normalises_the_name": (
         3,
         "random_restore_damage",
-        ["is not in Unicode normal form NFC", "save normalised the name (unicodedata.normalize)"],
+        ["rule:exact-path", "is not in Unicode normal form NFC", "save normalised the name (unicodedata.normalize)"],
     ),
     "save_expands_variables": (
         3,
         "random_restore_damage",
-        ["the name given holds $ or % characters", "save expanded environment variables in it (os.path.expandvars)"],
+        [
+            "rule:exact-path",
+            "the name given holds $ or % characters",
+            "save expanded environment variables in it (os.path.expandvars)",
+        ],
     ),
     "step_requires_python_floats": (
         2,
@@ -390,17 +482,17 @@ MISTAKES = {
     "restore_counters_through_float32": (
         3,
         "random_restore_damage",
-        ["came back with step 16777216: the step went through a float32", "np.int64"],
+        ["rule:exact-resume", "came back with step 16777216: the step went through a float32", "np.int64"],
     ),
     "restore_expands_variables": (
         3,
         "random_restore_damage",
-        ["the path given with $HOME or %HOME% expanded", "restore expanded environment variables"],
+        ["rule:exact-resume", "the path given with $HOME or %HOME% expanded", "restore expanded environment variables"],
     ),
     "restore_widens_the_key": (
         3,
         "random_restore_damage",
-        ["gave back key as int64(2,)", "the key uint32 (2,)", "rows=1, batch=1"],
+        ["rule:exact-resume", "gave back key as int64(2,)", "the key uint32 (2,)", "rows=1, batch=1"],
     ),
     "restore_order_of_its_own_length": (
         3,
@@ -412,25 +504,40 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["cause:contract-ignores-data", "['two rows swapped']", "rows=2, batch=1, devices=1, features=1"],
     ),
-    "contract_crc32": (3, "random_contract_tells_apart", ["carry about 32 bits", "birthday bound", "rows=1, batch=1"]),
+    "contract_crc32": (
+        3,
+        "random_contract_tells_apart",
+        ["rule:contract-pins", "carry about 32 bits", "birthday bound", "rows=1, batch=1"],
+    ),
     "step_cache_rounded_lr": (
         2,
         "random_step_update",
         [
+            "rule:momentum",
             "new weights and momentum equal those of make_step(learning_rate=",
             "cache keyed by rounded",
             "rows=1, devices=1",
         ],
     ),
+    "step_skips_psum_on_one_device": (
+        2,
+        "random_step_update",
+        ["cause:not-sharded", "a mesh of 1 device(s)", "rows=1, devices=1"],
+    ),
     "step_mask_as_prefix": (
         2,
         "random_step_update",
-        ["padded slots sit between valid ones", "select each slot by mask > 0", "contents: mask with gaps"],
+        [
+            "rule:global-mean",
+            "padded slots sit between valid ones",
+            "select each slot by mask > 0",
+            "contents: mask with gaps",
+        ],
     ),
     "contract_hashes_printed_arrays": (
         3,
         "random_contract_tells_apart",
-        ["alike at 8 printed digits", "no rounding", "rows=1, batch=1, devices=1"],
+        ["cause:contract-ignores-data", "alike at 8 printed digits", "no rounding", "rows=1, batch=1, devices=1"],
     ),
     "contract_hashes_the_buffer": (3, "random_contract_tells_apart", []),
     "save_moves_into_the_folder": (3, "random_restore_damage", []),
@@ -454,110 +561,149 @@ MISTAKES = {
     "save_returns_realpath": (
         3,
         "random_restore_damage",
-        ["the same file reached another way", "return the path argument itself", "rows=1, batch=1"],
+        ["rule:exact-path", "the same file reached another way", "return the path argument itself", "rows=1, batch=1"],
     ),
     # valid inputs written another way: states, arguments, contracts and files the learner's own calls never make
     "eager_without_lazy_branch": (
         1,
         "sampler_fields_follow_the_arithmetic",
-        ["in the lazy form (cursor", "a cursor of rows is a valid state"],
+        ["cause:no-lazy-epoch-end", "in the lazy form (cursor", "a cursor of rows is a valid state"],
     ),
     "padding_buffer_by_batch_size": (
         1,
         "batch_lengths_keep_the_remainder",
-        ["batch size 2**40 on", "MemoryError", "never by batch_size"],
+        ["cause:sized-by-batch-size", "batch size 2**40 on", "MemoryError", "never by batch_size"],
     ),
     "restore_compares_contract_text": (
         3,
         "restore_returns_every_field",
-        ["same entries in another key order", "entry by entry"],
+        ["rule:contract-first", "same entries in another key order", "entry by entry"],
     ),
-    "restore_opens_for_writing": (3, "restore_returns_every_field", ["open r+b checkpoint.npz", "restore only reads"]),
-    "save_leaves_the_folder_open": (3, "save_leaves_only_the_final_file", ["still open", "os.close in a finally"]),
+    "restore_opens_for_writing": (
+        3,
+        "restore_returns_every_field",
+        ["rule:exact-resume", "open r+b checkpoint.npz", "restore only reads"],
+    ),
+    "save_leaves_the_folder_open": (
+        3,
+        "save_leaves_only_the_final_file",
+        ["rule:new-temp-name", "still open", "os.close in a finally"],
+    ),
     "restore_leaves_the_file_open": (
         3,
         "restore_returns_every_field",
-        ["checkpoint.npz'] still open", "restore fails"],
+        ["rule:exact-resume", "checkpoint.npz'] still open", "restore fails"],
     ),
     "restore_caps_the_file_size": (
         3,
         "random_restore_damage",
-        ["1 row x 2,097,153 features", "never by a fixed number of bytes"],
+        ["rule:exact-resume", "1 row x 2,097,153 features", "never by a fixed number of bytes"],
     ),
     "restore_falls_back_to_npz_name": (
         3,
         "invalid_arguments_are_refused",
-        ["a checkpoint at it + '.npz': accepted (no error)", "never a name beside it"],
+        ["rule:validate-fields", "a checkpoint at it + '.npz': accepted (no error)", "never a name beside it"],
     ),
     "restore_reads_the_folders_checkpoint": (
         3,
         "invalid_arguments_are_refused",
-        ["a folder holding checkpoint.npz: accepted (no error)", "a checkpoint.npz in the folder at the path"],
+        [
+            "rule:validate-fields",
+            "a folder holding checkpoint.npz: accepted (no error)",
+            "a checkpoint.npz in the folder at the path",
+        ],
     ),
     "restore_reads_a_pattern": (
         3,
         "invalid_arguments_are_refused",
-        ["a checkpoint its name matches as a pattern: accepted (no error)", "never as a pattern"],
+        [
+            "rule:validate-fields",
+            "a checkpoint its name matches as a pattern: accepted (no error)",
+            "never as a pattern",
+        ],
     ),
     "save_strips_trailing_separator": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["a path ending in a separator: returned, but left no file", "a save that strips the separator"],
+        [
+            "rule:exact-path",
+            "a path ending in a separator: returned, but left no file",
+            "a save that strips the separator",
+        ],
     ),
     "save_backslash_as_separator": (
         3,
         "restore_returns_every_field",
-        ["a name holding a backslash", "a backslash is a letter of a file name"],
+        ["rule:exact-path", "a name holding a backslash", "a backslash is a letter of a file name"],
     ),
     "restore_backslash_as_separator": (
         3,
         "restore_returns_every_field",
-        ["restore refused the checkpoint its own save wrote at a name holding a backslash"],
+        ["rule:exact-resume", "restore refused the checkpoint its own save wrote at a name holding a backslash"],
     ),
     "restore_clears_temporaries": (
         3,
         "restore_returns_every_field",
-        ["changed ['.tmp-", "restore only reads: it removes no temporary"],
+        ["rule:restore-inputs-intact", "changed ['.tmp-", "restore only reads: it removes no temporary"],
     ),
     "save_temp_named_by_state_id": (
         3,
         "racing_saves_never_overwrite",
-        ["one state saved to two free names", "rival: refused", "draw a new name for every save"],
+        ["rule:new-temp-name", "one state saved to two free names", "rival: refused", "draw a new name for every save"],
     ),
     "save_makes_folder_first": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["a folder that does not exist, and a state without step", "or the missing folder"],
+        ["rule:new-temp-name", "a folder that does not exist, and a state without step", "or the missing folder"],
     ),
     "save_leaves_made_folders": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["two levels deep in an empty folder", "its first write fails", "left ['found/new', 'found/new/deeper']"],
+        [
+            "rule:new-temp-name",
+            "two levels deep in an empty folder",
+            "its first write fails",
+            "left ['found/new', 'found/new/deeper']",
+        ],
     ),
     "save_part_written_outside_try": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["there before, and its first write fails", ".part'] behind", "in a finally (or except) block"],
+        [
+            "rule:new-temp-name",
+            "there before, and its first write fails",
+            ".part'] behind",
+            "in a finally (or except) block",
+        ],
     ),
     "save_part_written_by_os_write": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["there before, and its first write fails (its write raises ENOSPC)", ".part'] behind"],
+        ["rule:new-temp-name", "there before, and its first write fails (its write raises ENOSPC)", ".part'] behind"],
     ),
     "save_clears_a_dangling_link": (
         3,
         "invalid_arguments_are_refused",
-        ["save: a symbolic link that leads nowhere: accepted", "one that leads nowhere included"],
+        [
+            "rule:never-overwrite",
+            "save: a symbolic link that leads nowhere: accepted",
+            "one that leads nowhere included",
+        ],
     ),
     "save_removes_folders_it_found": (
         3,
         "save_errors_leave_the_folder_as_it_was",
-        ["there before, and its publication fails", "removed ['kept', 'kept/inner']", "never one that was there"],
+        [
+            "cause:removes-what-it-found",
+            "there before, and its publication fails",
+            "removed ['kept', 'kept/inner']",
+            "never one that was there",
+        ],
     ),
     "save_temp_name_from_global_random": (
         3,
         "interrupted_save_leaves_nothing_or_a_checkpoint",
-        ["drew the killed save's own temporary name", "global random module"],
+        ["rule:new-temp-name", "drew the killed save's own temporary name", "global random module"],
     ),
     "restore_compares_shared_keys": (
         3,
@@ -572,45 +718,70 @@ MISTAKES = {
     "restore_checks_shapes_before_contract": (
         3,
         "random_restore_damage",
-        ["given another experiment's contract (rows)", "not errors.ContractMismatchError", "before the contracts were"],
+        [
+            "cause:refusal-not-the-courses",
+            "given another experiment's contract (rows)",
+            "not errors.ContractMismatchError",
+            "before the contracts were",
+        ],
     ),
     "restore_bounds_size_before_contract": (
         3,
         "random_restore_damage",
-        ["a file of 16,384 features", "not errors.ContractMismatchError", "refused for its size", "saved at start"],
+        [
+            "cause:refusal-not-the-courses",
+            "a file of 16,384 features",
+            "not errors.ContractMismatchError",
+            "refused for its size",
+            "saved at start",
+        ],
     ),
     "contract_hashes_the_pickle": (
         3,
         "random_contract_tells_apart",
-        ["the same data passed as", "not the container", "rows=1, batch=1"],
+        ["cause:contract-varies", "with the same values in other memory layouts", "rows=2, batch=1"],
     ),
     "contract_keeps_numpy_numbers": (
         3,
         "random_contract_tells_apart",
-        ["NumPy float32 scalars", "not plain JSON", "rows=1, batch=1"],
+        ["rule:contract-json", "NumPy float32 scalars", "not plain JSON", "rows=1, batch=1"],
     ),
     "step_reads_the_latest_hyperparameters": (
         2,
         "random_step_update",
-        ["first run after make_step(", "used the later call's", "a closure"],
+        ["rule:momentum", "first run after make_step(", "used the later call's", "a closure"],
     ),
-    "contract_names_the_interpreter": (3, "contracts_agree_in_a_fresh_process", ["in a fresh interpreter"]),
+    "contract_names_the_interpreter": (
+        3,
+        "contracts_agree_in_a_fresh_process",
+        ["cause:contract-varies", "in a fresh interpreter"],
+    ),
     "mask_by_multiplication": (
         2,
         "random_step_update",
-        ["made the outputs non-finite", "never multiply by the mask", '"step_update", rows=1, devices=1'],
+        [
+            "rule:global-mean",
+            "made the outputs non-finite",
+            "never multiply by the mask",
+            '"step_update", rows=1, devices=1',
+        ],
     ),
     "loss_expanded_square": (
         2,
         "random_step_update",
-        ["loss on large data", "float32 rounding allows", "contents='large data'"],
+        ["rule:global-mean", "loss on large data", "float32 rounding allows", "contents='large data'"],
     ),
     "step_replicates_inputs": (2, "random_step_update", ["gives every device all", "not data parallel"]),
-    "loss_capped": (2, "random_step_update", ["scaled up (features and residuals at most 1e17", "a loss smaller"]),
+    "loss_capped": (
+        2,
+        "random_step_update",
+        ["rule:global-mean", "scaled up (features and residuals at most 1e17", "a loss smaller"],
+    ),
     "gradient_drops_tiny_entries": (
         2,
         "random_step_update",
         [
+            "rule:global-mean",
             "scaled down (features and residuals at most 1e-12",
             "gave a grad and momentum of exact zeros",
             "no threshold",
@@ -619,12 +790,16 @@ MISTAKES = {
     "reshuffle_leaves_device_arrays": (
         1,
         "random_sampler_walk",
-        ["'key': 'host -> a jax.Array'", "stay host NumPy after a reshuffle", "rows=1, batch=1, devices=1"],
+        [
+            "'key': 'host -> a jax.Array'",
+            "stay host NumPy after a reshuffle",
+            "rows=1, batch=1, devices=1",
+        ],
     ),
     "initial_cached_by_seed": (
         1,
         "random_sampler_walk",
-        ["the state initial returned", "a state made for other data"],
+        ["rule:initial-fields", "the state initial returned", "a state made for other data"],
     ),
     "contract_hashes_every_eighth_row": (
         3,
@@ -641,8 +816,16 @@ MISTAKES = {
         "random_contract_tells_apart",
         [],
     ),
-    "save_stamps_the_contract": (3, "random_restore_damage", ["save changed its caller's inputs", "saved_at_step"]),
-    "restore_cached_by_path": (3, "random_restore_damage", ["given another experiment's contract", "no cache by path"]),
+    "save_stamps_the_contract": (
+        3,
+        "random_restore_damage",
+        ["rule:save-inputs-intact", "save changed its caller's inputs", "saved_at_step"],
+    ),
+    "restore_cached_by_path": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-another-experiment", "given another experiment's contract", "no cache by path"],
+    ),
     "gradient_summed_twice": (
         2,
         "gradient_on_tail_batches",
@@ -658,35 +841,50 @@ MISTAKES = {
         "random_restore_damage",
         ["cause:accepts-damaged-field", "order: ids in range with a permutation's sum", "rows=3"],
     ),
+    "restore_permutation_by_ends_and_sum": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-damaged-field", "order: ids with a permutation's smallest, largest and sum", "rows=5"],
+    ),
+    "restore_catches_the_read_errors_it_names": (
+        3,
+        "random_restore_damage",
+        ["cause:refusal-not-the-courses", "every member marked encrypted", "refused with RuntimeError"],
+    ),
     "ids_in_a_reused_buffer": (
         1,
         "batch_lengths_keep_the_remainder",
-        ["`next_batch` returned an array", "its result[1].ids", "keep its values after later calls"],
+        ["cause:result-changed-later", "`next_batch` returned an array", "its result[1].ids"],
+    ),
+    "batch_from_a_reused_buffer": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["cause:result-changed-later", "`next_batch` returned an array (its result[1].", "jax.device_put made from"],
     ),
     "restore_cached_by_path_and_contract": (
         3,
         "random_restore_damage",
-        ["removed and saved anew at the same path", "no cache by path", "rows=1, batch=1"],
+        ["rule:exact-resume", "removed and saved anew at the same path", "no cache by path", "rows=1, batch=1"],
     ),
     "save_joins_the_import_folder": (
         3,
         "random_restore_damage",
-        ["the path given is relative", "relative to the working folder when save is called"],
+        ["rule:exact-path", "the path given is relative", "relative to the working folder when save is called"],
     ),
     "save_temp_named_after_the_target": (
         3,
         "racing_saves_never_overwrite",
-        ["both saves used the same temporary name checkpoint.npz.tmp", "derived from the target"],
+        ["rule:new-temp-name", "both saves used the same temporary name checkpoint.npz.tmp", "derived from the target"],
     ),
     "save_temp_from_a_seeded_generator": (
         3,
         "racing_saves_never_overwrite",
-        ["both saves used the same temporary name .tmp-", "seeded generator"],
+        ["rule:new-temp-name", "both saves used the same temporary name .tmp-", "seeded generator"],
     ),
     "save_publishes_in_a_thread": (
         3,
         "checkpoint_holds_every_field",
-        ["no file is at the path it was given", "before save returns", "a thread"],
+        ["rule:exact-path", "no file is at the path it was given", "before save returns", "a thread"],
     ),
     "transition_fetches_the_weights": (
         2,
@@ -701,18 +899,57 @@ MISTAKES = {
     "save_renameat2_before_fsync": (
         3,
         "save_syncs_before_publishing",
-        ["no fsync (or fdatasync) of the file between the last write and publishing"],
+        ["cause:no-fsync-before-publish", "no fsync (or fdatasync) of the file between the last write and publishing"],
+    ),
+    "contract_hashes_the_memory_order": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:contract-varies", "with the same values in other memory layouts", "rows=2"],
+    ),
+    "contract_names_the_dtype_alone": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:contract-ignores-data", "the features' bytes read as big-endian float32", "rows=1, batch=1"],
+    ),
+    "contract_records_the_folder": (
+        3,
+        "random_contract_tells_apart",
+        ["cause:contract-varies", "called from another working folder", "rows=1, batch=1"],
     ),
     "contract_cached_by_array_id": (
         3,
         "random_contract_tells_apart",
-        ["changed in place (+1)", "kept between calls by the arrays' identity"],
+        ["rule:contract-pins", "changed in place (+1)", "kept between calls by the arrays' identity"],
     ),
-    "transition_jits_the_step": (2, "random_transition_walk", ["called the step it was given on tracers"]),
+    "transition_fetches_the_batch": (
+        2,
+        "random_transition_walk",
+        ["cause:batch-fetched", "transition 1", "rows=1, batch=1, devices=1"],
+    ),
+    "transition_places_the_weights_anew": (
+        2,
+        "random_transition_walk",
+        ["cause:outputs-copied", "transition 1: the new state's ['weights', 'momentum']", "rows=1, batch=1"],
+    ),
+    "transition_jits_the_step": (
+        2,
+        "random_transition_walk",
+        ["rule:one-update", "called the step it was given on tracers"],
+    ),
     "next_batch_cached_by_array_id": (
         1,
         "random_sampler_walk",
-        ["raised by one in place", "kept between calls by the arrays' identity"],
+        ["rule:pad-by-position", "raised by one in place", "kept between calls by the arrays' identity"],
+    ),
+    "next_batch_counts_epochs": (
+        1,
+        "batch_lengths_keep_the_remainder",
+        ["cause:state-field-added", "`next_batch` returned a state with ['epoch']"],
+    ),
+    "restore_keeps_the_contract": (
+        3,
+        "restore_returns_every_field",
+        ["cause:state-field-added", "`restore` returned a state with ['contract']"],
     ),
     "initial_returns_a_kept_state": (1, "initial_state_fields", ["cause:result-handed-out-again", "initial"]),
     "contract_returns_a_kept_dict": (3, "contract_is_json_data", ["cause:result-handed-out-again", "contract"]),
@@ -735,27 +972,36 @@ MISTAKES = {
     "save_link_falls_back_to_rename": (
         3,
         "racing_saves_never_overwrite",
-        ["every os.link raised EPERM", "with EPERM the save replaced the other saver's file", "rename .tmp-"],
+        [
+            "rule:exclusive-publish",
+            "every os.link raised EPERM",
+            "with EPERM the save replaced the other saver's file",
+            "rename .tmp-",
+        ],
     ),
     "save_makedirs_after_isdir": (
         3,
         "racing_saves_never_overwrite",
-        ["into one folder neither found", "File exists", "exist_ok=True"],
+        ["rule:exclusive-publish", "into one folder neither found", "File exists", "exist_ok=True"],
     ),
     "save_ignores_ctrl_c": (
         3,
         "restore_returns_every_field",
-        ["save called from a thread other than the main one raised ValueError", "set no signal handler"],
+        [
+            "rule:exact-path",
+            "save called from a thread other than the main one raised ValueError",
+            "set no signal handler",
+        ],
     ),
     "restore_bounded_by_alarm": (
         3,
         "restore_returns_every_field",
-        ["restore called from a thread other than the main one raised ValueError", "signal.alarm"],
+        ["rule:exact-resume", "restore called from a thread other than the main one raised ValueError", "signal.alarm"],
     ),
     "save_normpath": (
         3,
         "save_syncs_before_publishing",
-        ["whose 'via' is a symbolic link", "wrote large/checkpoint.npz", "no os.path.normpath"],
+        ["rule:exact-path", "whose 'via' is a symbolic link", "wrote large/checkpoint.npz", "no os.path.normpath"],
     ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
@@ -805,9 +1051,12 @@ FRESH = {"restore_resets_cursor"}
 
 
 def said(result, wanted: str) -> bool:
-    """Whether a failure names `wanted`: a `cause:ID` among its causes, or else a phrase in its diagnosis."""
+    """Whether a failure names `wanted`: a `cause:ID` among its causes, a `rule:ID` among the rules of the mistake
+    it diagnosed, or else a phrase in its diagnosis."""
     if wanted.startswith(causes.MARKER):
         return wanted.removeprefix(causes.MARKER) in result.causes
+    if wanted.startswith(rules.MARKER):
+        return wanted.removeprefix(rules.MARKER) in result.rules
     return wanted in result.diagnosis
 
 
@@ -961,6 +1210,14 @@ SLOW_MISTAKES = {
     *("restore_compares_floats_closely", "contract_float32_hyperparameters"),
     *("save_cleans_up_on_the_interrupts_it_names", "restore_touches_the_file", "save_normalises_the_counters"),
     "save_undoes_its_folders_with_removedirs",
+    "save_undoes_its_folders_with_rmtree",
+    "restore_permutation_by_ends_and_sum",
+    "restore_catches_the_read_errors_it_names",
+    "transition_fetches_the_batch",
+    "step_skips_psum_on_one_device",
+    *("contract_hashes_the_memory_order", "contract_names_the_dtype_alone", "contract_records_the_folder"),
+    "restore_keeps_the_contract",
+    "transition_places_the_weights_anew",
 }
 
 

@@ -474,8 +474,11 @@ def test_a_contract_that_hashes_the_buffer_is_named_with_the_data_not_in_c_order
     result = _run(spec, 3, {"random_contract_tells_apart"})["random_contract_tells_apart"]
     assert not result.passed
     assert "not C-contiguous" in result.diagnosis, result.diagnosis
-    shown = result.expected["minimal case"]  # the report's case has the fixture's own shape
-    assert (shown["rows"], shown["features"]) == (23, 8), shown
+    # every case gives the same data in other memory layouts too: the input it raised on is named as such, on the
+    # smallest case whose arrays are not C-contiguous
+    assert "on the input 'with the same values in other memory layouts" in result.diagnosis, result.diagnosis
+    shown = result.expected["minimal case"]
+    assert (shown["rows"], shown["features"]) == (2, 1), shown
 
 
 def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():

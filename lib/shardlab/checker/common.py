@@ -119,6 +119,18 @@ DEGENERATE = {
 }
 
 
+def leaves(value, where: tuple = ()):
+    """(path of keys and indices, value) of every entry of a contract's nested dicts, lists and tuples."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, (*where, key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from leaves(item, (*where, index))
+    else:
+        yield where, value
+
+
 def degenerate_data(data: Dataset) -> Dataset:
     """A copy of `data` whose rows 0..5 are the degenerate rows named in DEGENERATE."""
     features, targets = data.features.copy(), data.targets.copy()

@@ -51,14 +51,19 @@ def _wider(a, rows):
     return np.concatenate([a, a[:1]])
 
 
-def _sum_kept(a, rows):
-    """Ids 0 and 2 both turned into 1: every id in range and the sum of a permutation kept, but not a permutation
-    (a test of the range and the sum, or of the sorted ends, accepts it). None below 3 rows: no such order exists."""
-    if rows < 3 or np.asarray(a).shape != (rows,):
-        return None
-    a = np.array(a, copy=True)
-    a[(a == 0) | (a == 2)] = 1
-    return a
+def _merged_ids(first: int, second: int, fewest: int):
+    """The order with ids `first` and `second` both turned into their mean: every id in range and the sum of a
+    permutation kept, but no permutation (ids 0 and 2: a test of the range and the sum accepts it; ids 1 and 3, from 5
+    rows: the smallest and largest ids kept too). None below `fewest` rows: no such order exists there."""
+
+    def change(a, rows):
+        if rows < fewest or np.asarray(a).shape != (rows,):
+            return None
+        a = np.array(a, copy=True)
+        a[(a == first) | (a == second)] = (first + second) // 2
+        return a
+
+    return change
 
 
 def _pair(a, rows):
@@ -108,7 +113,8 @@ DAMAGES = (
     ("order", "duplicate id", PERMUTATION, lambda a, rows: np.concatenate([a[:1], a[:-1]]) if rows > 1 else None),
     ("order", "id = rows", PERMUTATION, _set_item(0, None)),  # filled in by `damaged` (needs rows)
     ("order", "id -1", PERMUTATION, _set_item(-1, -1)),
-    ("order", "ids in range with a permutation's sum", PERMUTATION, _sum_kept),
+    ("order", "ids in range with a permutation's sum", PERMUTATION, _merged_ids(0, 2, 3)),
+    ("order", "ids with a permutation's smallest, largest and sum", PERMUTATION, _merged_ids(1, 3, 5)),
     # a permutation of its own length: only the contract's row count tells it is the order of other data
     ("order", "a permutation of rows - 1 ids", PERMUTATION, lambda a, rows: np.asarray(a)[np.asarray(a) != rows - 1]),
     (
@@ -224,6 +230,9 @@ def pickled(arrays: dict, members: dict, marker: str) -> dict:
 WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
     "truncated file": "a half-written file is not a checkpoint (read it with np.load; refuse what fails)",
     "not an NPZ file": "only an NPZ written by save is a checkpoint",
+    "every member marked encrypted": "a file np.load cannot read is not a checkpoint, whatever error reading it "
+    "raises (zipfile's RuntimeError for an encrypted member included)",
+    "a member's CRC-32 changed": "a file np.load cannot read is not a checkpoint, whatever error reading it raises",
     "another experiment's contract": "validate the contract before accepting anything (stage3a_checkpoint)",
     "another experiment": "the whole contract must be equal, every entry exactly: one changed input (one ulp of "
     "a number) is another experiment (stage3a_checkpoint)",

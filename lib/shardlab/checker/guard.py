@@ -17,8 +17,10 @@ A learner's file is untrusted and often wrong. Each of the seven functions (and 
 - in the worker (`worker=True`, where only the learner's code holds what it returned), keeps every host
   NumPy array an outermost call returned, with a copy taken at its return, for the next
   KEPT_CALLS calls, and compares them after each: a result must keep its values after later calls (ids that
-  are a view of a buffer the next call overwrites, a restored state a later restore changes). A change is
-  raised from the call that made it, naming the earlier call and the array's place in its result.
+  are a view of a buffer the next call overwrites, a restored state a later restore changes), and the device arrays
+  of the last PLACED_CALLS batches, read afresh (a device array may share a host buffer's memory). A change is
+  raised from the call that made it, naming the earlier call and the array's place in its result. A state
+  initial, next_batch, transition or restore returns with a field beside the six is raised from that call.
 """
 
 import json
@@ -27,6 +29,8 @@ import signal
 import sys
 import threading
 import time
+
+import shardlab.checker.causes as causes
 
 CALL_SECONDS = 20.0  # wall-clock bound of one call into learner code
 NOT_AGAIN = "not called again in this run"  # ends the verdict of each later call of a function stopped once
@@ -114,6 +118,60 @@ def _shown(array) -> str:
     return text[:-1] + ", ...]" if flat.size > 8 else text
 
 
+PROBES = "shardlab.checker.probes"  # the module whose functions a probe runs under a function's bounds
+# the functions that return a state, and the rule a state of other fields than the six breaks there
+STATE_RULES = {
+    **{"initial": "initial-fields", "next_batch": "new-state"},
+    **{"transition": "one-update", "restore": "exact-resume"},
+}
+
+
+PLACED_CALLS = 2  # a batch's device arrays are compared after this many later calls (a buffer refilled next)
+
+
+class Placed:
+    """A device array a call returned, read afresh from its buffers at every look (NumPy's view of the array itself
+    is cached at its first read, and would not show a host buffer the array shares being filled again)."""
+
+    def __init__(self, array):
+        self.array = array
+        self.first = self.now()
+        self.shape = self.first.shape  # every shard's values, one after the other
+
+    @staticmethod
+    def fits(array) -> bool:
+        import jax
+
+        return isinstance(array, jax.Array) and not array.is_deleted() and array.size * 4 <= KEPT_BYTES
+
+    def now(self):
+        import numpy as np
+
+        if self.array.is_deleted():  # donated since: no longer readable, nothing to compare
+            return getattr(self, "first", np.zeros(0))
+        return np.concatenate([np.asarray(shard.data).ravel() for shard in self.array.addressable_shards])
+
+    def tobytes(self) -> bytes:
+        return self.now().tobytes()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.now().reshape(-1)
+
+
+def _first_change(before, after) -> str:
+    """' (first at flat position i: a -> b)' for two arrays of one shape that differ, else ''."""
+    import numpy as np
+
+    before, after = np.ascontiguousarray(before).ravel(), np.ascontiguousarray(after).ravel()
+    if before.size == 0 or before.dtype != after.dtype:
+        return ""
+    raw = before.view(np.uint8).reshape(before.size, -1) != after.view(np.uint8).reshape(after.size, -1)
+    changed = np.flatnonzero(raw.any(axis=1))
+    if not changed.size:
+        return ""
+    return f" (first at flat position {changed[0]}: {before[changed[0]]} -> {after[changed[0]]})"
+
+
 class Guard:
     """Time bound, progress lines and remembered verdicts for the calls of one checking interpreter."""
 
@@ -128,6 +186,7 @@ class Guard:
         self.depth = 0
         self.running = None
         self.kept = []  # (call number, function, [(place, array, copy taken at return)]), newest last
+        self.placed = []  # (call number, function, [(place, Placed)]): a batch's device arrays, newest last
         self.calls = 0
         self._writing = threading.Lock()  # two lanes of checks (checker/lanes.py) note events from two threads
 
@@ -163,9 +222,12 @@ class Guard:
             if function in self.poisoned:  # the bound's Overrun was caught by the code it stopped: still broken
                 raise Overrun(self.poisoned[function])
             if self.keep_results:
+                if getattr(target, "__module__", None) != PROBES:  # a probe's result is the checker's, not a state
+                    self._state_fields(function, result)
                 self.calls += 1
                 self._compare(function)
                 self._keep(function, result)
+                self._keep_placed(function, result)
             return result
         except SystemExit as exc:
             verdict = f"`{function}` called sys.exit({exc.code!r}) -> return or raise instead of ending the interpreter"
@@ -176,6 +238,33 @@ class Guard:
             signal.signal(signal.SIGALRM, previous)
             self.depth, self.running = 0, None
             self.note(event="return", function=function)
+
+    def _state_fields(self, function: str, result) -> None:
+        """Raise ResultChanged (remembered: not called again) if the state `function` returned holds other fields
+        than the six."""
+        from shardlab.core.schema import FIELDS
+
+        state = result if function in ("initial", "restore") else result[0] if isinstance(result, tuple) else None
+        if function not in STATE_RULES or not isinstance(state, dict) or set(state) <= set(FIELDS):
+            return
+        extra = sorted(map(str, set(state) - set(FIELDS)))
+        verdict = (
+            f"`{function}` returned a state with {extra} beside the six fields: the state is the six fields "
+            f"{list(FIELDS)}, no other (a field of your own is not saved, not restored, and not known to any other "
+            "function that builds a state) -> keep what you derive from the six in a variable, never in the state "
+            f"{{rule:{STATE_RULES[function]}}}" + causes.mark("state-field-added")
+        )
+        self.poisoned[function] = verdict
+        raise ResultChanged(verdict)
+
+    def _keep_placed(self, function: str, result) -> None:
+        """Keep the placed arrays of the batch a next_batch returned for the next PLACED_CALLS calls, each read afresh
+        at every look: a device array may share the memory of a host buffer the learner fills again later."""
+        batch = result[1] if function == "next_batch" and isinstance(result, tuple) and len(result) > 1 else None
+        found = [(f"its result[1].{name}", getattr(batch, name, None)) for name in ("features", "targets", "mask")]
+        arrays = [(place, Placed(array)) for place, array in found if Placed.fits(array)]
+        self.placed = [*self.placed, (self.calls, function, arrays)][-PLACED_CALLS:] if arrays else self.placed
+        self.placed = [entry for entry in self.placed if self.calls - entry[0] < PLACED_CALLS]
 
     def _keep(self, function: str, result) -> None:
         """Keep the host arrays `result` holds, each with a copy taken now, for the next KEPT_CALLS calls."""
@@ -191,7 +280,8 @@ class Guard:
 
     def _compare(self, function: str) -> None:
         """Raise ResultChanged if an array an earlier call returned no longer equals its copy from then."""
-        for number, earlier, kept in self.kept:
+        placed = [(n, f, [(p, a, a.first) for p, a in arrays]) for n, f, arrays in self.placed]
+        for number, earlier, kept in [*self.kept, *placed]:
             for place, array, copy in kept:
                 try:
                     same = array.shape == copy.shape and array.tobytes() == copy.tobytes()
@@ -199,16 +289,23 @@ class Guard:
                     same = False
                 if same:
                     continue
-                self.kept = []
+                self.kept, self.placed = [], []
                 rule = RESULT_RULES.get(earlier, "host-results")
                 ago = self.calls - number
                 when = "the next call" if ago == 1 else f"{ago} calls later"
                 now = _shown(array) if array.shape == copy.shape else f"shape {array.shape}"
+                now += _first_change(copy, array) if array.shape == copy.shape else ""
+                shared = (
+                    " (a device array jax.device_put made from a host buffer may share that buffer's memory: fill a "
+                    "new host array for every batch)"
+                    if isinstance(array, Placed)
+                    else ""
+                )
                 raise ResultChanged(
                     f"`{earlier}` returned an array ({place}, {_shown(copy)}) whose values changed to {now} when "
                     f"`{function}` ran ({when}): a result must keep its values after later calls -> return a new "
                     f"array from each call, never a view of a buffer (module-level, cached, reused) that a later "
-                    f"call writes into {{rule:{rule}}}"
+                    f"call writes into{shared} {{rule:{rule}}}" + causes.mark("result-changed-later")
                 )
 
 

@@ -301,8 +301,19 @@ class ProcessEnding(BaseException):
     that is neither an Exception nor KeyboardInterrupt (SystemExit itself is the bounds' to stop a learner's call)."""
 
 
+# mode 'fail', after another saver has finished a file of its own (BESIDE) in the folder of the final name
+BESIDE_MODE, BESIDE = "fail-beside", "another-saver.npz"
 # the interruptions a save is stopped by that are no Exception: the user's Ctrl-C, and the process told to end
 INTERRUPTS = {"ctrl-c": KeyboardInterrupt(), "exit": ProcessEnding("the process was told to end")}
+
+
+def _refused(mode: str, final: str, target, original_open):
+    """Raise OSError(ENOSPC) as a full disk does; in BESIDE_MODE, once another saver has finished its file BESIDE in
+    the final name's folder."""
+    if mode == BESIDE_MODE and os.path.isdir(os.path.dirname(final)):
+        with original_open(os.path.join(os.path.dirname(final), BESIDE), "wb") as other:
+            other.write(b"another saver's finished checkpoint")
+    raise OSError(errno.ENOSPC, "No space left on device", str(target))
 
 
 def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
@@ -325,9 +336,9 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
             _link_refused(final, mode.split(":", 1)[1], seen[-1], outcome, original_open)
         if len(seen) != stop_at or outcome.get("rival_ran"):
             return
-        if mode == "fail":  # the operation is refused as a full disk refuses it; the save goes on from there
+        if mode in ("fail", BESIDE_MODE):  # the operation is refused as a full disk refuses it; the save goes on
             outcome["failed_at"] = seen[-1]
-            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+            _refused(mode, final, target, original_open)
         if mode in INTERRUPTS:  # raised there, as Ctrl-C or a SIGTERM handler's sys.exit raises it: no Exception
             outcome["failed_at"] = seen[-1]
             raise INTERRUPTS[mode]
@@ -456,7 +467,8 @@ def _start(save, stop_at: int, mode: str, report: str, first: tuple, rival: tupl
 
 def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival: tuple = ()) -> dict:
     """Run `save(*first)` in a forked child stopped (mode 'kill'), failed (mode 'fail': that operation raises
-    OSError(ENOSPC) instead of running; mode 'ctrl-c': KeyboardInterrupt; mode 'exit': ProcessEnding) or raced at
+    OSError(ENOSPC) instead of running; mode 'fail-beside': the same, once another saver has written a file of its
+    own, BESIDE, in the final name's folder; mode 'ctrl-c': KeyboardInterrupt; mode 'exit': ProcessEnding) or raced at
     operation `stop_at`: by another process (mode 'race') or by a second save in the same process (mode
     'race-here'). Mode 'no-links:E' (E an errno name) stops nowhere: every os.link raises OSError(E) as on a file
     system without hard links, a rival's file (RIVAL_BYTES) having appeared at the final name just before.

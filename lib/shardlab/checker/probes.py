@@ -96,26 +96,34 @@ def read_only_restore(restore, path: str, contract, mesh) -> dict:
 
 
 class _Counted:
-    """A step that counts its calls, and those made on tracers (under a transformation its caller applied); every
-    other attribute is the step's own."""
+    """A step that counts its calls, those made on tracers (under a transformation its caller applied) and those
+    given a batch array on the host (a copy, not the batch's placed array); every other attribute is the step's own."""
 
     def __init__(self, step):
-        self.step, self.calls, self.traced = step, 0, 0
+        self.step, self.calls, self.traced, self.host, self.outputs = step, 0, 0, 0, None
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
         self.traced += any(isinstance(a, jax.core.Tracer) for a in (*args, *kwargs.values()))
-        return self.step(*args, **kwargs)
+        self.host += any(not isinstance(a, jax.Array) for a in args[:3])  # features, targets, mask
+        self.outputs = self.step(*args, **kwargs)
+        return self.outputs
 
     def __getattr__(self, name):
         return getattr(self.step, name)
 
 
 def counted_transition(transition, state, data, batch_size, step, mesh) -> tuple:
-    """(what `transition` returned, how many times it called the `step` it was given, how many of those calls
-    were on tracers: the step wrapped in a jax.jit, vmap or grad of the transition's own)."""
+    """(what `transition` returned, how many times it called the `step` it was given, (how many of those calls were
+    on tracers: the step wrapped in a jax.jit, vmap or grad of the transition's own; how many were given a batch
+    array that is no jax.Array: host copies of the batch; the names of the new weights and momentum that are not the
+    objects the step's last call returned))."""
     counted = _Counted(step)
-    return transition(state, data, batch_size, counted, mesh), counted.calls, counted.traced
+    result = transition(state, data, batch_size, counted, mesh)
+    new, outputs = result[0] if isinstance(result, tuple) and result else None, counted.outputs
+    returned = outputs[:2] if isinstance(outputs, tuple) and isinstance(new, dict) else ()
+    copied = [name for name, array in zip(("weights", "momentum"), returned) if new.get(name) is not array]
+    return result, counted.calls, (counted.traced, counted.host, copied)
 
 
 def _writable(data) -> tuple:

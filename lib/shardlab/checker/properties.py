@@ -32,6 +32,7 @@ from shardlab.checker.common import (
     expect,
     fingerprint,
     host,
+    leaves,
     placed,
     raised_where,
     sharding_of,
@@ -656,9 +657,18 @@ def step_update(ctx, case: Case) -> None:
         _placement(value, mesh, P(), f"{which}the step's new {name}")
     _neighbour_steps(ctx, case, mesh, batch, which)
     _scaled_steps(case, step, mesh, finite, before["weights"])
-    if case.devices > 1 and case.compiled:
+    if case.compiled:  # one device included: the rule asks for a real collective on every mesh
         found = count_all_reduce(step.lower(*args).as_text())
-        need(found >= 1, ">= 1 all_reduce", found, "the compiled step has no collective: shard_map + psum")
+        need(
+            found >= 1,
+            ">= 1 all_reduce",
+            found,
+            f"the compiled step made for a mesh of {case.devices} device(s) has no collective: its lowered program "
+            "holds no all_reduce -> psum the sums over the data axis on every mesh, one device included (a psum "
+            "over one device adds nothing, but the program is the same for every device count)"
+            + formulas.mark("sharded-step")
+            + known_causes.mark("not-sharded"),
+        )
     _rows_split(step, args, case)
 
 
@@ -877,7 +887,9 @@ def transition_walk(ctx, case: Case) -> None:
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
         before = {"weights": host(state["weights"]), "momentum": host(state["momentum"])}
-        (new, loss, ids), calls, traced = _transitioned(ctx, case, state, data, mesh, step, call, via=count)
+        (new, loss, ids), calls, (traced, fetched, copied) = _transitioned(
+            ctx, case, state, data, mesh, step, call, via=count
+        )
         ids = np.asarray(ids).astype(np.int64)
         need(np.array_equal(ids, want["ids"]), want["ids"], ids, f"transition {call + 1}: the ids next_batch gives")
         need(int(new["step"]) == call + 1, call + 1, int(new["step"]), f"transition {call + 1}: step + 1 exactly once")
@@ -960,6 +972,24 @@ def transition_walk(ctx, case: Case) -> None:
             "of its own (jax.jit(step), vmap, grad) -> call the step it is given directly on the batch's arrays; it "
             "is compiled already, or eager on purpose (compiled=False), and a wrapper made at every transition traces "
             "it again each time and turns an eager step into a compiled one" + formulas.mark("one-update"),
+        )
+        need(
+            not fetched,
+            "the step it was given called on the batch's placed arrays",
+            f"{fetched} call(s) given host arrays",
+            f"transition {call + 1} called the step it was given on host copies of the batch (np.asarray, "
+            "jax.device_get), not on the placed arrays next_batch returned -> pass batch.features, batch.targets "
+            "and batch.mask as they are: they already lie on the mesh, split over the data axis, and a host copy is "
+            "sent to the devices again at every step"
+            + formulas.mark("one-update")
+            + known_causes.mark("batch-fetched"),
+        )
+        need(
+            calls != 1 or not copied,
+            "the new state holds the arrays the step returned",
+            f"other arrays for {copied}",
+            f"transition {call + 1}: the new state's {copied} are not the arrays the step returned (the same values, "
+            "placed anew) -> " + KEEP_STEP_OUTPUTS + formulas.mark("one-update") + known_causes.mark("outputs-copied"),
         )
         state = new
 
@@ -1237,8 +1267,22 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
         theirs,
         f"the same data passed as {form} gave another contract: data is any (features, targets) pair, and equal "
         "inputs give an equal contract -> hash the arrays' bytes, shapes and dtypes, not the container (no pickle, "
-        "no repr of the object)" + formulas.mark("plain-tuple-data", "contract-json"),
+        "no repr of the object)"
+        + formulas.mark("plain-tuple-data", "contract-json")
+        + known_causes.mark("contract-varies"),
     )
+    for how, theirs in _elsewhere_and_laid_out(ctx, case, data).items():
+        need(
+            theirs == base,
+            base,
+            theirs,
+            f"the same experiment {how} gave another contract: equal inputs give an equal contract, in any layout "
+            "of the same values and from any folder -> hash the values in one layout (np.ascontiguousarray(a)"
+            ".tobytes(), never the buffer as it lies: tobytes(order='A'), a memoryview) together with shapes and "
+            "dtypes, and nothing of the process (working folder, process id, time)"
+            + formulas.mark("contract-json")
+            + known_causes.mark("contract-varies"),
+        )
     try:
         numpy_config = _numpy_config(case)
     except (errors.ConfigError, TypeError):
@@ -1254,6 +1298,47 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
     )
 
 
+LAID_OUT = "with the same values in other memory layouts (features in Fortran order, targets a strided column)"
+ELSEWHERE = "called from another working folder"
+
+
+def _elsewhere_and_laid_out(ctx, case: Case, data: Dataset) -> dict:
+    """How -> the contract of the case's experiment given in another memory layout, and called from another
+    working folder: each must be the case's own contract."""
+    found = {LAID_OUT: contract_of(ctx, replace(case, data_form="views"), data, _config(case), LAID_OUT)}
+    folder, here = os.path.join(ctx.workdir, "another-folder"), os.getcwd()
+    os.makedirs(folder, exist_ok=True)
+    try:
+        os.chdir(folder)
+        found[ELSEWHERE] = called(ctx, "contract", given(case, data), _config(case))
+    finally:
+        os.chdir(here)
+    return found
+
+
+# the same bytes read as another dtype (same shapes): another dataset, whose contract differs, or a refusal
+REREAD = {"the features' bytes read as int32": "<i4", "the features' bytes read as big-endian float32": ">f4"}
+
+
+def _reread_ignored(ctx, case: Case, data: Dataset, base: dict) -> list[str]:
+    """The REREAD datasets (the case's feature bytes in another dtype) whose contract is the case's own; a contract
+    that refuses such data tells it apart too."""
+    ignored = []
+    for what, dtype in REREAD.items():
+        if not focused(ctx, what):
+            continue
+        other = Dataset(np.ascontiguousarray(data.features).view(np.dtype(dtype)), data.targets)
+        try:
+            theirs = called(ctx, "contract", given(case, other), _config(case))
+        except (Miss, NotImplementedError):
+            raise
+        except Exception:
+            continue
+        if theirs == base:
+            ignored.append(what)
+    return ignored
+
+
 def _plain_json(value) -> bool:
     try:
         return json.loads(json.dumps(value)) == value
@@ -1262,15 +1347,6 @@ def _plain_json(value) -> bool:
 
 
 DIGEST_BITS = 64  # at least this much of the contract must follow the data: 32 bits collide in ~77,000 datasets
-
-
-def _leaves(value, path: str = "") -> dict:
-    """Path -> leaf value of a JSON-like contract."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{path}/{key}").items()}
-    if isinstance(value, (list, tuple)):
-        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()}
-    return {path: value}
 
 
 def _bits(values: list) -> float:
@@ -1292,18 +1368,18 @@ def _bits(values: list) -> float:
 
 def _data_bits(ctx, case: Case, base, data: Dataset) -> tuple[float, list]:
     """(bits, paths): how much of the contract changes with the data's values alone (same shapes, same config)."""
-    base_leaves = _leaves(base)
+    base_leaves = dict(leaves(base))
     rng = np.random.default_rng([case.seed, 5])
     rows, width = case.shape()
     changed, seen = set(), {}
     for position in rng.integers(rows * width, size=4):
         other = called(ctx, "contract", given(case, _ulp(data, "features", int(position))), _config(case))
-        for path, value in _leaves(other).items():
+        for path, value in leaves(other):
             if base_leaves.get(path, object()) != value:
                 changed.add(path)
             seen.setdefault(path, []).append(value)
-    paths = sorted(changed)
-    return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), paths
+    paths = sorted(changed, key=repr)
+    return sum(_bits([base_leaves.get(p)] + seen.get(p, [])) for p in paths), ["/".join(map(str, p)) for p in paths]
 
 
 LIMITS = {"learning_rate": np.float32(10), "decay": np.float32(1)}  # Config's open upper bounds
@@ -1470,7 +1546,7 @@ def contract_tells_apart(ctx, case: Case) -> None:
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
     need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
     _same_experiment_other_forms(ctx, case, data, base)
-    ignored = _ignored_variants(ctx, case, base)
+    ignored = _ignored_variants(ctx, case, base) + _reread_ignored(ctx, case, data, base)
     if focused(ctx, IN_PLACE):
         _in_place_told_apart(ctx, case, data)
     for part in ("features", "targets"):  # each pair's first dataset may itself differ from the case's data
@@ -2257,6 +2333,10 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
         faults.truncated(path, os.path.join(folder, "cut.npz")),
         damage.WHOLE_FILE["truncated file"],
     )
+    for number, how in enumerate(faults.ARCHIVE_DAMAGE):
+        target = faults.archive_damaged(path, os.path.join(folder, f"archive-{number}.npz"), how)
+        if target is not None:
+            files[how] = (target, damage.WHOLE_FILE[how])
     with open(os.path.join(folder, "notes.npz"), "x") as handle:
         handle.write("weights 0.1 0.2\n")
     files["not an NPZ file"] = (os.path.join(folder, "notes.npz"), damage.WHOLE_FILE["not an NPZ file"])

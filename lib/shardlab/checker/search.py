@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+import shardlab.checker.causes as known_causes
 import shardlab.checker.diagnoses as diagnoses
 import shardlab.checker.early as launching
 import shardlab.checker.formulas as formulas
@@ -283,7 +284,7 @@ def contracts_agree_in_a_fresh_process(ctx):
             plain(fresh[differ[0]]),
             f"the same experiment gave another contract in a fresh interpreter ({_shape(case, prop)}) -> "
             "build it from the data bytes and the configuration only (no id(), time, path or "
-            "process-dependent value)",
+            "process-dependent value)" + known_causes.mark("contract-varies"),
         )
     return f"{len(cases)} contracts equal across interpreters", "equal"
 

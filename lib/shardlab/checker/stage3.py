@@ -29,6 +29,7 @@ from shardlab.checker.common import (
     fingerprint,
     fresh_implementation,
     host,
+    leaves,
     plain,
     raised_where,
     see,
@@ -634,7 +635,7 @@ def nearest_contracts(contract: dict) -> dict:
     """What -> `contract` with one entry (nested ones included) moved by the least its type allows: a float to the
     next float64 up, an integer by one, text by its last character. Every one is another experiment's contract."""
     found = {}
-    for where, value in _leaves(contract, ()):
+    for where, value in leaves(contract):
         if isinstance(value, bool):
             continue
         if isinstance(value, float) and np.isfinite(value):
@@ -653,26 +654,15 @@ def nearest_contracts(contract: dict) -> dict:
     return found
 
 
-def _leaves(value, where: tuple):
-    """(path of keys and indices, value) of every entry of nested dicts and lists."""
-    if isinstance(value, dict):
-        for key in value:
-            yield from _leaves(value[key], (*where, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _leaves(item, (*where, index))
-    else:
-        yield where, value
-
-
 def _replaced(value, where: tuple, moved):
-    """A copy of nested dicts and lists `value` with the entry at `where` replaced by `moved`."""
+    """A copy of nested dicts, lists and tuples `value` with the entry at `where` replaced by `moved`."""
     if not where:
         return moved
     head, rest = where[0], where[1:]
     if isinstance(value, dict):
         return {key: _replaced(item, rest, moved) if key == head else item for key, item in value.items()}
-    return [_replaced(item, rest, moved) if index == head else item for index, item in enumerate(value)]
+    items = [_replaced(item, rest, moved) if index == head else item for index, item in enumerate(value)]
+    return tuple(items) if isinstance(value, tuple) else items
 
 
 def _accepted_other(ctx, what: str, theirs: dict, own: dict) -> str:
@@ -863,7 +853,17 @@ def save_errors_leave_the_folder_as_it_was(ctx):
             if _interrupts_only(wrong)
             else ""
         )
-        + (mark(cause="removes-what-it-found") if any("which were there before" in f for f in wrong.values()) else "")
+        + (
+            "; a folder this save made may meanwhile hold another saver's files: remove it only if empty (os.rmdir), "
+            "never with everything in it (shutil.rmtree)"
+            if any("another saver's file" in f for f in wrong.values())
+            else ""
+        )
+        + (
+            mark(cause="removes-what-it-found")
+            if any("which were there before" in f or "another saver's file" in f for f in wrong.values())
+            else ""
+        )
         + mark("new-temp-name"),
     )
 
@@ -905,6 +905,8 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
             if outcome["status"] != "done":
                 wrong[what] = f"the save's child ended {outcome['status']} after the failure"
+            elif point == BESIDE_POINT:
+                wrong.update(_beside_verdict(what, outcome, moved, below))
             elif outcome.get("first") != "saved" and moved:
                 gone = [name for name in moved if name in {row[0] for row in before}]
                 wrong[what] = f"raised {outcome['first'].split(':')[1].strip()} and " + (
@@ -916,6 +918,26 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
 
 
 ENDING = f"{interrupt.ProcessEnding.__name__}, a BaseException as SystemExit is"
+BESIDE_POINT = (
+    f"another saver writes {interrupt.BESIDE} into the folder this save made, then this save's first write fails "
+    "(its write raises ENOSPC)"
+)
+
+
+def _beside_verdict(what: str, outcome: dict, moved: list, below: tuple) -> dict:
+    """{what: the verdict} when a save that failed after another saver wrote a file into the folder it made changed
+    anything but adding that file (and the folders holding it), or removed it; {} when it left exactly that."""
+    other = "/".join((*below, interrupt.BESIDE))
+    kept = {"/".join(below[:depth]) for depth in range(1, len(below) + 1)} | {other}
+    if outcome.get("first") == "saved":
+        return {}
+    if other not in moved:
+        return {
+            what: f"raised {outcome.get('first', ': ').split(':')[1].strip()} and removed {interrupt.BESIDE}, "
+            "another saver's file in a folder this save made"
+        }
+    extra = [name for name in moved if name not in kept]
+    return {what: f"raised and left {extra[:3]} behind"} if extra else {}
 
 
 def _failure_points(ctx, base: str, below: tuple, there: int, state: dict, contract: dict) -> dict:
@@ -940,6 +962,8 @@ def _failure_points(ctx, base: str, below: tuple, there: int, state: dict, contr
                 # a process told to end another BaseException, which `except (Exception, KeyboardInterrupt)` does too
                 points["Ctrl-C is pressed at its first write (KeyboardInterrupt)"] = found[0], "ctrl-c"
                 points[f"the process is told to end at its first write ({ENDING})"] = found[0], "exit"
+                if there < len(below):  # a folder it made, which another saver may share before the save fails
+                    points[BESIDE_POINT] = found[0], interrupt.BESIDE_MODE
     return points
 
 

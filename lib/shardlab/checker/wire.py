@@ -124,7 +124,7 @@ class Encoder:
         if isinstance(value, complex):
             return {"t": "complex", "v": [value.real, value.imag]}
         array = np.asarray(value)
-        return {"t": "np", "dtype": self._dtype(array.dtype), "b": self.blob(array.tobytes())}
+        return {"t": "np", "dtype": self._dtype(array.dtype), "b": self.blob(array.tobytes()), **_order(array)}
 
     def _placement(self, value, path, depth):
         if isinstance(value, Mesh):
@@ -183,6 +183,7 @@ class Encoder:
             "shape": list(array.shape),
             "b": self.blob(data.tobytes()),
             "writeable": bool(array.flags.writeable),
+            **_order(array),
         }
         if not array.flags.c_contiguous and all(s >= 0 for s in array.strides):
             node["strides"] = list(array.strides)  # a Fortran-ordered array or a strided view stays one
@@ -311,9 +312,10 @@ class Decoder:
     def _path(self, node, depth):
         return str(node["v"])
 
-    def _array(self, dtype, shape, index) -> np.ndarray:
-        if dtype not in DTYPES:
+    def _array(self, dtype, shape, index, order: str = "=") -> np.ndarray:
+        if dtype not in DTYPES or order not in BYTE_ORDERS:
             raise WireError(f"an array of dtype {str(dtype)[:40]}, outside the plain numeric dtypes")
+        dtype = np.dtype(dtype).newbyteorder(order)
         if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape) or len(shape) > 32:
             raise WireError("an array with an impossible shape")
         data = self._bytes_of(index)
@@ -322,7 +324,7 @@ class Decoder:
         return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
     def _nd(self, node, depth):
-        array = self._array(node["dtype"], node["shape"], node["b"])
+        array = self._array(node["dtype"], node["shape"], node["b"], node.get("order", "="))
         if "strides" in node:
             array = _laid_out(array, node["strides"])
         if not node.get("writeable", True):
@@ -330,7 +332,7 @@ class Decoder:
         return array
 
     def _np(self, node, depth):
-        return self._array(node["dtype"], [], node["b"])[()]
+        return self._array(node["dtype"], [], node["b"], node.get("order", "="))[()]
 
     def _device(self, number):
         if number not in self._devices:
@@ -453,6 +455,15 @@ def _placed(shape: tuple, dtype, sharding, pieces: list):
         return jax.make_array_from_single_device_arrays(shape, sharding, buffers)
     except (ValueError, TypeError) as exc:
         raise WireError(f"an array whose shards do not fit its sharding: {exc}"[:300]) from None
+
+
+BYTE_ORDERS = ("=", "<", ">")
+
+
+def _order(array: np.ndarray) -> dict:
+    """{"order": "<" or ">"} for an array whose bytes are not in this machine's order (its values read right on the
+    other side), else {}."""
+    return {} if array.dtype.isnative else {"order": array.dtype.byteorder}
 
 
 def _laid_out(array: np.ndarray, strides) -> np.ndarray:

@@ -91,6 +91,8 @@ def _member(archive, info, name: str, bound: int, contract_: dict, path: str) ->
     except BoundedReadError as exc:
         said = f"declares {exc.size} bytes; this contract allows at most {bound}"
         raise CorruptCheckpointError(f"{path}: member {name!r} {said}") from None
+    except Exception as exc:  # a member zipfile will not open (marked encrypted, a damaged local header)
+        raise CorruptCheckpointError(f"{path}: member {name!r} cannot be opened ({exc})") from None
     try:
         with opened as member:
             version = np.lib.format.read_magic(member)

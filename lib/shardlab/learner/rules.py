@@ -105,7 +105,8 @@ RULES = (
     Rule(
         "new-state",
         "next_batch",
-        "a new state dict is returned; the caller's dict and its arrays are never changed, and step is left alone",
+        "a new state dict of the six fields (no other) is returned; the caller's dict and its arrays are never "
+        "changed, and step is left alone",
         ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
     ),
     # make_step
@@ -114,7 +115,8 @@ RULES = (
         "make_step",
         "loss and gradient are the global masked means: summed over devices, divided once by the global valid "
         "count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so "
-        "padding and empty devices add exact zeros and the device count changes nothing; equal to the exact means "
+        "padding (mask 0, whatever its target holds; its features are finite, as next_batch pads them) and empty "
+        "devices add exact zeros and the device count changes nothing; equal to the exact means "
         "within float32 rounding of the order you choose, and exactly where nothing rounds (integer data, a count "
         "that is a power of two)",
         (
@@ -145,7 +147,8 @@ RULES = (
     Rule(
         "sharded-step",
         "make_step",
-        "the compiled step is a jax.jit around a shard_map whose lowered program holds a real collective",
+        "the compiled step is a jax.jit around a shard_map whose lowered program holds a real collective, on every "
+        "mesh (one device included)",
         ("step_is_sharded", "compiled_step_lowers_and_compiles"),
     ),
     Rule(
@@ -173,7 +176,8 @@ RULES = (
     Rule(
         "host-results",
         "transition",
-        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array",
+        "the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy integer array "
+        "(it may be a view of the state's order: a caller copies it before changing it)",
         ("results_are_host_values",),
         "Why: the notebooks print, compare and record them as JSON, and a device array there fails or drags a "
         "device buffer along.",

@@ -6,6 +6,7 @@ damaged; `refused` runs a call that must raise and proves no file was touched.
 """
 
 import os
+import struct
 
 import jax
 import numpy as np
@@ -189,6 +190,48 @@ def truncated(source, target) -> str:
     with open(os.fspath(target), "xb") as handle:
         handle.write(raw[: len(raw) // 2])
     return os.fspath(target)
+
+
+def _zip_headers(raw: bytes) -> list[tuple[int, int]]:
+    """(offset of a member's local header, offset of its central directory entry) for every member of the zip
+    archive `raw`, read from its end-of-central-directory record; [] if `raw` holds none."""
+    end = raw.rfind(b"PK\x05\x06")
+    if end < 0 or len(raw) < end + 22:
+        return []
+    count, _, start = struct.unpack_from("<HII", raw, end + 10)
+    found, at = [], start
+    for _ in range(count):
+        if raw[at : at + 4] != b"PK\x01\x02":
+            return []
+        names, extra, comment = struct.unpack_from("<HHH", raw, at + 28)
+        found.append((struct.unpack_from("<I", raw, at + 42)[0], at))
+        at += 46 + names + extra + comment
+    return found
+
+
+def archive_damaged(source, target, how: str) -> str | None:
+    """Copy the NPZ `source` to a new file `target` with the archive's own records damaged (ARCHIVE_DAMAGE[how]):
+    every member marked encrypted (zipfile then refuses to read it without a password), or the first member's
+    CRC-32 changed (its bytes no longer match it). None if `source` is no zip archive (nothing written)."""
+    with open(os.fspath(source), "rb") as handle:
+        raw = bytearray(handle.read())
+    headers = _zip_headers(bytes(raw))
+    if not headers:
+        return None
+    if how == "every member marked encrypted":
+        for local, central in headers:
+            raw[local + 6] |= 1
+            raw[central + 8] |= 1
+    else:
+        local, central = headers[0]
+        raw[local + 14] ^= 1
+        raw[central + 16] ^= 1
+    with open(os.fspath(target), "xb") as handle:
+        handle.write(bytes(raw))
+    return os.fspath(target)
+
+
+ARCHIVE_DAMAGE = ("every member marked encrypted", "a member's CRC-32 changed")
 
 
 def _set(name, value_of):

@@ -87,8 +87,8 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
       on the selected rows and 0 on padded slots, decided by position, never by values; the selected rows are data[ids]
       exactly, read at every call (arrays changed in place since an earlier call included).
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
-    - rule:new-state: a new state dict is returned; the caller's dict and its arrays are never changed, and step is left
-      alone.
+    - rule:new-state: a new state dict of the six fields (no other) is returned; the caller's dict and its arrays are
+      never changed, and step is left alone.
     Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Bad
     input is refused"); yours is only ever given batch sizes from 1 up.
     """
@@ -104,16 +104,16 @@ def make_step(mesh: Mesh, learning_rate: float = LEARNING_RATE, decay: float = D
     Rules:
     - rule:global-mean: loss and gradient are the global masked means: summed over devices, divided once by the global
       valid count, held exactly at any batch size and at any scale of the data (no value dropped as too small), so
-      padding and empty devices add exact zeros and the device count changes nothing; equal to the exact means within
-      float32 rounding of the order you choose, and exactly where nothing rounds (integer data, a count that is a power
-      of two).
+      padding (mask 0, whatever its target holds; its features are finite, as next_batch pads them) and empty devices
+      add exact zeros and the device count changes nothing; equal to the exact means within float32 rounding of the
+      order you choose, and exactly where nothing rounds (integer data, a count that is a power of two).
     - rule:loss-before-update: the loss reported is the loss at the weights the gradient was taken at, before the
       update.
     - rule:momentum: `v <- decay*v + g`, then `w <- w - learning_rate*v`, on the global gradient, with the mesh,
       learning rate and decay that call of make_step was given, as given (any value Config accepts, an int or a NumPy
       scalar included: no type test, floor or clamp); every replica ends with the same weights.
     - rule:sharded-step: the compiled step is a jax.jit around a shard_map whose lowered program holds a real
-      collective.
+      collective, on every mesh (one device included).
     - rule:eager-step: `compiled=False` returns the same mapped body without jit, with the same numbers.
     """
     raise _todo("make_step", 2, "the global update")
@@ -128,7 +128,7 @@ def transition(state: dict, data, batch_size: int, step, mesh: Mesh) -> tuple[di
       weights and momentum as it returns them, replicated on the mesh, and the loss reported is the step's, unrounded.
     - rule:input-intact: the caller's state stays readable and unchanged: no donated or reused buffers.
     - rule:host-results: the loss comes back as a host float and the ids, transition's and the batch's, as a host NumPy
-      integer array.
+      integer array (it may be a view of the state's order: a caller copies it before changing it).
     """
     raise _todo("transition", 2, "one batch, one update")
 
