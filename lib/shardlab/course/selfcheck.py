@@ -438,12 +438,12 @@ QUESTIONS = (
             "Where does the next run resume?",
             [
                 "from step 300: its save had returned",
-                "from step 200: only a final name marks a finished checkpoint",
+                "from step 200: a folder still under its temporary name is not a finished checkpoint",
                 "from step 0: an unfinished save spoils every checkpoint in the folder",
             ],
             "b",
-            "save returns while background threads still write; a temporary folder is not a checkpoint, and the "
-            "finished one beside it is untouched.",
+            "save returns while background threads still write; a folder under its temporary name carries neither "
+            "mark of a finished checkpoint (it was never renamed), and the finished one beside it is untouched.",
             "async_save",
             (
                 "async-save",
