@@ -264,10 +264,10 @@ SENTENCES = {
                 "t": "change.threshold_ms",
             },
             "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold: "
-            "{m1:.2f} ms by median in the first trace, {mu:.2f} ms in this capture's unchanged loop (threshold "
+            "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
             "{t:.3f} ms). A threshold sized from one capture can be outgrown by the next.",
             "The threshold was sized from <part>, which moved by less than that threshold between captures: "
-            "{m1:.2f} ms by median in the first trace, {mu:.2f} ms in this capture's unchanged loop (threshold "
+            "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
             "{t:.3f} ms).",
         ),
         "timing_order": _s(
@@ -309,9 +309,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut passes the threshold by {m:.2f} ms, at least the noise.",
+            "<verdict_of>: confirmed. The cut passes the threshold by {m:.3f} ms, at least the noise.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, cut − threshold "
-            "{m:.2f} ms against noise {n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; the target's unchanged "
+            "{m:.3f} ms against noise {n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; the target's unchanged "
             "median {r:.3f} ms).",
         ),
         "change_refuted_real_cut": _s(
@@ -358,36 +358,36 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"] + " and c > n",
             CHANGE,
             "<verdict_of>: inconclusive. The change did cut its target, by more than the noise. Whether the cut "
-            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.2f} ms, "
+            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.3f} ms, "
             "lies within ± the noise.",
             "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
-            "threshold ({m:.2f} ms) lies outside ± the noise.",
+            "threshold ({m:.3f} ms) lies outside ± the noise.",
         ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
             "<verdict_of>: inconclusive. The cut is not more than the noise, and the margin, cut − threshold = "
-            "{m:.2f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
+            "{m:.3f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
             "threshold can be told.",
-            "The margin, cut − threshold = {m:.2f} ms, lies outside ± the {n:.3f} ms of noise.",
+            "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_supported": _s(
             CAUSE_SHOWN,
             CAUSE,
-            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.2f} ms by median, at "
+            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.3f} ms by median, at "
             "least the {t:.3f} ms threshold, and beyond the spread: middle half {mg_lo:.3f}–{mg_hi:.3f} ms changed, "
             "{mu_lo:.3f}–{mu_hi:.3f} ms unchanged.",
-            "<verdict_of>: not supported beyond the spread (<part> fell by {f:.2f} ms, threshold "
+            "<verdict_of>: not supported beyond the spread (<part> fell by {f:.3f} ms, threshold "
             "{t:.3f} ms; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
         "mechanism_not_supported": _s(
             CAUSE_MISSED,
             CAUSE,
             "<verdict_of>: not supported. <part>, the part the stated reason names, went {mu:.3f} → {mg:.3f} ms "
-            "by median, a fall of {f:.2f} ms, short of the {t:.3f} ms predicted by more than the {n:.3f} ms of "
+            "by median, a fall of {f:.3f} ms, short of the {t:.3f} ms predicted by more than the {n:.3f} ms of "
             "noise. Whatever the effect, this capture does not support the stated reason.",
             "<verdict_of>: not short of the threshold by more than the noise (<part> fell by "
-            "{f:.2f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
+            "{f:.3f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
         ),
         "mechanism_beyond_its_part": _s(
             CAUSE_BEYOND_PART,
@@ -400,20 +400,20 @@ SENTENCES = {
         "mechanism_not_shown": _s(
             f"not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
             CAUSE,
-            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.2f} ms by median "
+            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.3f} ms by median "
             "(threshold {t:.3f} ms, noise {n:.3f} ms; middle halves {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, "
             "{mg_lo:.3f}–{mg_hi:.3f} ms changed). That is neither the threshold beyond the spread nor short of it "
             "by more than the noise.",
-            "<verdict_of>: shown one way or the other (<part> fell by {f:.2f} ms, threshold "
+            "<verdict_of>: shown one way or the other (<part> fell by {f:.3f} ms, threshold "
             "{t:.3f} ms, noise {n:.3f} ms).",
         ),
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
-            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.2f} ms (each a fall of "
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.3f} ms (each a fall of "
             "medians, so the parts' falls need not add up to the sum's). A candidate, not measured here: the course's "
             "draw copies back to the host twice, the changed one once.",
-            "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.2f} ms (a negative "
+            "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.3f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
     },
