@@ -549,7 +549,7 @@ QUESTIONS = (
                 "verdict",
                 "4. Make the change",
                 "the verdict's table, then the verdicts in words",
-                r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
+                r"verdict[^:\n]* on the effect: [^\n]+\n+[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),
     ),
