@@ -509,7 +509,7 @@ def test_the_effect_reads_only_its_own_capture_its_target_s_median_bounding_the_
         assert said.startswith("V on the effect: inconclusive.") and f"{whole:.3f} ms by median" in said, said
         assert "1.584 ms" in said, said
     else:  # a 0.45 ms cut, no noise: confirmed
-        assert said.startswith(f"V on the effect: confirmed. The cut passes the threshold by {0.45 - threshold:.4f} ms")
+        assert said.startswith(f"V on the effect: confirmed. The cut passes the threshold by {0.45 - threshold:.3f} ms")
 
 
 def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
@@ -913,7 +913,7 @@ def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
     outcome, text = _verdict_text(tmp_path / "real", before, after, cut + 0.05)
     assert outcome["verdict"] == "inconclusive" and outcome["inconclusive_because"] == "threshold_within_noise"
     assert cut > outcome["noise_ms"] and abs(cut - outcome["threshold_ms"]) <= outcome["noise_ms"]  # by hand
-    assert "V: inconclusive. The change did cut its target" in text and f"= {-0.05:.4f} ms" in text, text
+    assert "V: inconclusive. The change did cut its target" in text and f"= {-0.05:.3f} ms" in text, text
     # a cut inside the noise: neither the effect nor the threshold can be told
     _, none = _verdict_text(tmp_path / "none", before, [v - 0.02 for v in before], 0.05)
     assert "neither the effect nor whether it reaches the threshold" in none, none
@@ -999,8 +999,8 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
     elif beyond:  # the threshold against the whole part, and no word against the reason
         assert f"more than the whole of jitted_dispatch in this capture's unchanged loop ({0.134:.3f} ms" in because
         assert "does not support" not in because, because
-    else:  # the part's fall, one digit finer than the medians it is the difference of
-        assert f"fell by {fall:.4f} ms" in because, because
+    else:  # the part's fall, to the digits of the threshold and noise it is compared with
+        assert f"fell by {fall:.3f} ms" in because, because
     rest = other[0] - other[1]
     assert ("Most of the cut went elsewhere" in elsewhere) == (rest > cut / 2 and rest > fall), elsewhere
     whole = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold}  # no parts: not judged
@@ -1193,6 +1193,39 @@ def test_the_longer_annotation_is_named_only_when_its_middle_half_lies_above_the
     assert ("was the longer annotation beyond the spread" in why) == (longer == "prepare"), why
     assert ("compiled_update_and_wait was the longer annotation" in why) == (longer == "update"), why
     assert ("neither annotation was longer beyond the spread" in why) == (longer is None), why
+
+
+@pytest.mark.parametrize(
+    ("first", "unchanged", "threshold", "moved"),
+    [
+        (0.216, 0.419, 0.108, True),  # one executed run: the sized part nearly doubled between captures
+        (0.216, 0.100, 0.108, True),  # a fall counts as a move too
+        (0.216, 0.250, 0.108, False),  # within the threshold
+        (0.216, 0.216, 0.108, False),  # unmoved
+    ],
+)
+def test_the_part_the_threshold_was_sized_from_is_set_beside_the_threshold(
+    tmp_path, first, unchanged, threshold, moved
+):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    outcome = {
+        "mechanism": "jitted_dispatch",
+        "mechanism_first_ms": first,
+        "mechanism_sides": {"unchanged": {"median_ms": unchanged}},
+        "threshold_ms": threshold,
+    }
+    (said,) = sentences.sized_part_moved(outcome)
+    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
+    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
+    assert not check_claims(record_load(tmp_path))
+    assert (abs(first - unchanged) > threshold) == moved  # by hand
+    assert ("moved by more than that threshold" in said) == moved, said
+    assert ("moved by less than that threshold" in said) == (not moved), said
+    assert f"{first:.3f} ms" in said and f"{unchanged:.3f} ms" in said and f"threshold {threshold:.3f} ms" in said
+    assert said.startswith("The threshold was sized from jitted_dispatch"), said
+    assert sentences.sized_part_moved({"threshold_ms": threshold}) == []  # a target without parts: nothing to say
 
 
 @pytest.mark.parametrize(

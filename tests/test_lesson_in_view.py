@@ -431,7 +431,9 @@ def choosing_problems(nb) -> list[str]:
         if concluding:
             for statement in ast.parse(cell.source).body:
                 call = statement.value if isinstance(statement, ast.Expr) else None
-                printing = isinstance(call, ast.Call) and getattr(call.func, "id", "") == "print"
+                shown = ("print", "display_text")  # printed, or shown as Markdown (folded until the learner's own)
+                name = isinstance(call, ast.Call) and (getattr(call.func, "id", "") or getattr(call.func, "attr", ""))
+                printing = name in shown and all(k.arg == "folded" for k in call.keywords if name != "print")
                 if not (printing and all(CHOOSING.search(ast.unparse(a)) for a in call.args)):
                     problems.append(f"cell {i} hides more than a chosen sentence: {ast.unparse(statement)[:60]}")
     return problems
@@ -453,6 +455,10 @@ def test_the_conclusion_rule_finds_a_chooser_in_view():
     assert "source shown" in choosing_problems(new_notebook(cells=[new_code_cell(call, metadata=shown)]))[0]
     more = new_code_cell("n = 3\n" + call, metadata=hidden)
     assert "hides more" in choosing_problems(new_notebook(cells=[more]))[0]
+    fold = 'show.display_text([sentences.verdict(o, v)], folded="the verdict" if mine is None else None)'
+    assert not choosing_problems(new_notebook(cells=[new_code_cell(fold, metadata=hidden)]))
+    other = "show.display_text([sentences.verdict(o, v)], after=n)"
+    assert "hides more" in choosing_problems(new_notebook(cells=[new_code_cell(other, metadata=hidden)]))[0]
 
 
 @pytest.mark.notebooks

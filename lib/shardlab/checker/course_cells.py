@@ -114,6 +114,7 @@ COVERAGE = {
     ("stage3b_resume", "restore"): ("restore_returns_every_field",),
     ("stage3b_resume", "refusal"): ("refusals_name_the_course_errors",),
     ("stage3b_resume", "refusal-check"): ("refusals_name_the_course_errors",),
+    ("stage3b_resume", "resume"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
     ("stage3b_resume", "recovery-asserts"): ("resume_continues_the_same_run", "fresh_process_resume"),

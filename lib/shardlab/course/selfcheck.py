@@ -358,20 +358,24 @@ QUESTIONS = (
             ),
         ),
         (
-            "Which process wrote the uninterrupted record this notebook compares with?",
+            "A second resume uses the same files with a contract built for seed 18 instead of 17, batch size "
+            "unchanged. What do the NPZ and Orbax restores do?",
             [
-                "this one, after restoring",
-                "the kernel that saved the checkpoint, continuing in memory before this kernel started",
-                "the checker",
+                "load: the seed only drew the initial weights, which the file replaces",
+                "refuse with ContractMismatchError naming the seed, as they refused another batch size",
+                "load the weights and draw a new order from seed 18",
             ],
             "b",
-            "The control was computed without any checkpoint, in the saving kernel; this kernel only reads it.",
-            "process",
+            "The seed is part of the experiment the contract names, like the batch size: the key and order in the "
+            "file came from it, so a run under another seed is a new experiment, and both restores check the "
+            "contract before reading any array.",
+            "refusal",
             (
-                "fresh-kernel",
-                "Stage 3, part 2",
-                "the line naming the process that wrote the checkpoint and the record, and this one",
-                r"uninterrupted record were written by process \d+, the kernel of stage3a_checkpoint",
+                "refusal",
+                "The same state through Orbax",
+                "the two refusals under another batch size, with the reason they give",
+                r"NPZ: ContractMismatchError: .*a changed batch size or seed is a new experiment[^\n]*\n(.*\n)*"
+                r"Orbax: (the same message|ContractMismatchError)",
             ),
         ),
         (
@@ -379,7 +383,7 @@ QUESTIONS = (
             [
                 "the mesh and sharding, so the arrays come back placed on the devices",
                 "nothing else",
-                "the file's modification time",
+                "the checkpoint's contract, which is how a restore under another batch size is refused",
             ],
             "a",
             "A restore against a sharded target rebuilds the replicated placement instead of a host copy.",
@@ -438,12 +442,12 @@ QUESTIONS = (
             "Where does the next run resume?",
             [
                 "from step 300: its save had returned",
-                "from step 200: only a final name marks a finished checkpoint",
+                "from step 200: a folder still under its temporary name is not a finished checkpoint",
                 "from step 0: an unfinished save spoils every checkpoint in the folder",
             ],
             "b",
-            "save returns while background threads still write; a temporary folder is not a checkpoint, and the "
-            "finished one beside it is untouched.",
+            "save returns while background threads still write; a folder under its temporary name carries neither "
+            "mark of a finished checkpoint (it was never renamed), and the finished one beside it is untouched.",
             "async_save",
             (
                 "async-save",
@@ -545,7 +549,7 @@ QUESTIONS = (
                 "verdict",
                 "4. Make the change",
                 "the verdict's table, then the verdicts in words",
-                r"verdict[^:\n]* on the effect: [^\n]+\n[^\n]*verdict[^:\n]* on the mechanism: ",
+                r"verdict[^:\n]* on the effect: [^\n]+\n+[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),
     ),

@@ -240,6 +240,20 @@ SENTENCES = {
             "capture's unchanged loop, a move of less than half the {c:.3f} ms cut; the verdicts still read only this "
             "capture's two loops, traced in turn, since between captures the machine moves.",
         ),
+        "sized_part_moved": _s(
+            "abs(m1 - mu) > t",
+            {
+                "m1": "change.mechanism_first_ms",
+                "mu": "change.mechanism_sides.unchanged.median_ms",
+                "t": "change.threshold_ms",
+            },
+            "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold: "
+            "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
+            "{t:.3f} ms). A threshold sized from one capture can be outgrown by the next.",
+            "The threshold was sized from <part>, which moved by less than that threshold between captures: "
+            "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
+            "{t:.3f} ms).",
+        ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
@@ -279,9 +293,9 @@ SENTENCES = {
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
-            "<verdict_of>: confirmed. The cut passes the threshold by {m:.4f} ms, at least the noise.",
+            "<verdict_of>: confirmed. The cut passes the threshold by {m:.3f} ms, at least the noise.",
             "<verdict_of>: not confirmed (cut {c:.3f} ms, threshold {t:.3f} ms, cut − threshold "
-            "{m:.4f} ms against noise {n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; the target's unchanged "
+            "{m:.3f} ms against noise {n:.3f} ms: control drift {d:.3f} ms, spread {s:.3f} ms; the target's unchanged "
             "median {r:.3f} ms).",
         ),
         "change_refuted_real_cut": _s(
@@ -328,36 +342,36 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"] + " and c > n",
             CHANGE,
             "<verdict_of>: inconclusive. The change did cut its target, by more than the noise. Whether the cut "
-            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.4f} ms, "
+            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.3f} ms, "
             "lies within ± the noise.",
             "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
-            "threshold ({m:.4f} ms) lies outside ± the noise.",
+            "threshold ({m:.3f} ms) lies outside ± the noise.",
         ),
         "threshold_within_noise": _s(
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
             "<verdict_of>: inconclusive. The cut is not more than the noise, and the margin, cut − threshold = "
-            "{m:.4f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
+            "{m:.3f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
             "threshold can be told.",
-            "The margin, cut − threshold = {m:.4f} ms, lies outside ± the {n:.3f} ms of noise.",
+            "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_supported": _s(
             CAUSE_SHOWN,
             CAUSE,
-            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.4f} ms by median, at "
+            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.3f} ms by median, at "
             "least the {t:.3f} ms threshold, and beyond the spread: middle half {mg_lo:.3f}–{mg_hi:.3f} ms changed, "
             "{mu_lo:.3f}–{mu_hi:.3f} ms unchanged.",
-            "<verdict_of>: not supported beyond the spread (<part> fell by {f:.4f} ms, threshold "
+            "<verdict_of>: not supported beyond the spread (<part> fell by {f:.3f} ms, threshold "
             "{t:.3f} ms; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
         "mechanism_not_supported": _s(
             CAUSE_MISSED,
             CAUSE,
             "<verdict_of>: not supported. <part>, the part the stated reason names, went {mu:.3f} → {mg:.3f} ms "
-            "by median, a fall of {f:.4f} ms, short of the {t:.3f} ms predicted by more than the {n:.3f} ms of "
+            "by median, a fall of {f:.3f} ms, short of the {t:.3f} ms predicted by more than the {n:.3f} ms of "
             "noise. Whatever the effect, this capture does not support the stated reason.",
             "<verdict_of>: not short of the threshold by more than the noise (<part> fell by "
-            "{f:.4f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
+            "{f:.3f} ms, threshold {t:.3f} ms, noise {n:.3f} ms).",
         ),
         "mechanism_beyond_its_part": _s(
             CAUSE_BEYOND_PART,
@@ -370,20 +384,20 @@ SENTENCES = {
         "mechanism_not_shown": _s(
             f"not ({CAUSE_SHOWN}) and not ({CAUSE_MISSED})",
             CAUSE,
-            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.4f} ms by median "
+            "<verdict_of>: not shown. <part>, the part the stated reason names, fell by {f:.3f} ms by median "
             "(threshold {t:.3f} ms, noise {n:.3f} ms; middle halves {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, "
             "{mg_lo:.3f}–{mg_hi:.3f} ms changed). That is neither the threshold beyond the spread nor short of it "
             "by more than the noise.",
-            "<verdict_of>: shown one way or the other (<part> fell by {f:.4f} ms, threshold "
+            "<verdict_of>: shown one way or the other (<part> fell by {f:.3f} ms, threshold "
             "{t:.3f} ms, noise {n:.3f} ms).",
         ),
         "cut_mostly_elsewhere": _s(
             "o > 0.5 * c and o > f",
             {"f": "change.mechanism_fall_ms", "o": "change.rest_fall_ms", "c": "change.cut_ms", **PART},
-            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (each a fall of "
+            "Most of the cut went elsewhere: the sum fell by {c:.3f} ms, <rest> by {o:.3f} ms (each a fall of "
             "medians, so the parts' falls need not add up to the sum's). A candidate, not measured here: the course's "
             "draw copies back to the host twice, the changed one once.",
-            "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.4f} ms (a negative "
+            "Most of the cut did not go to <rest>: the sum fell by {c:.3f} ms, <rest> by {o:.3f} ms (a negative "
             "fall is a rise), <part> went {mu:.3f} → {mg:.3f} ms.",
         ),
     },
@@ -1139,6 +1153,14 @@ def capture_drift(outcome: dict, notebook: str = "stage4a_profile") -> str:
     return chosen(notebook, "capture_drift", b=b, r=r, c=c)
 
 
+def sized_part_moved(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
+    """Stage 4a's sentence on the part the threshold was sized from, between the captures; none without parts."""
+    if "mechanism_first_ms" not in outcome:
+        return []
+    values = {"m1": outcome["mechanism_first_ms"], "mu": outcome["mechanism_sides"]["unchanged"]["median_ms"]}
+    return [chosen(notebook, "sized_part_moved", {"part": outcome["mechanism"]}, **values, t=outcome["threshold_ms"])]
+
+
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's verdict on the effect (`evidence.hypothesis.judge`): the first sentence of VERDICT that holds."""
     control = outcome["sides"]["control"]
@@ -1204,8 +1226,8 @@ CHOSEN = {
             "renamed == 1 and marker_last == 1 and early == 0",
             "Both, in this version: Orbax wrote into bare-orbax.orbax-checkpoint-tmp, commit_success.txt was the "
             "last write the trace saw there, and nothing touched bare-orbax until one rename gave the folder its "
-            "final name. So bare-orbax did not exist while Orbax was writing (the arrays' chunks, written by "
-            "TensorStore, are not in the trace).",
+            "final name. So no operation the hook saw used the name bare-orbax before that rename; the arrays' chunks, "
+            "written by TensorStore outside Python, are not in the trace, so where they went is not shown here.",
             "Not both marks in the order the question describes: in this trace, the folder got its final name by a "
             "rename: {renamed} (1 = yes); commit_success.txt was the last write before it, in the temporary folder: "
             "{marker_last}; operations under the final name before that: {early}. The trace above is this version's "
@@ -1214,11 +1236,11 @@ CHOSEN = {
         "async_save_counts_after_wait": (
             "final_at_return == 0",
             "A stop between the two listings would have left no async-orbax checkpoint to resume from (only the "
-            "checkpoints saved before it): the save counts only once wait_until_finished() returns or the final name "
-            "is seen.",
+            "checkpoints saved before it): the save counts only once wait_until_finished() returns, or once the "
+            "folder carries the mark of a finished checkpoint (the rule above).",
             "This run, async-orbax already had its final name when save returned; nothing promises that (a larger "
-            "state or a slower disk), so the save counts only once wait_until_finished() returns or the final name "
-            "is seen.",
+            "state or a slower disk), so the save counts only once wait_until_finished() returns, or once the folder "
+            "carries the mark of a finished checkpoint (the rule above).",
         ),
     },
 }

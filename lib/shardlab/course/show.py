@@ -128,3 +128,16 @@ def display_text(lines: list[str], folded: str | None = None) -> None:
 
     text = "\n\n".join(lines)
     display(Markdown(text if folded is None else fold(folded, text)))
+
+
+def display_steps(rows: list[dict], keys: list, saved_key) -> None:
+    """Stage 3b's resume table: `replay.step_rows` with losses to 6 places, in view up to the first step whose
+    key (`keys`, one per step) differs from the `saved_key` (the first fresh permutation), the rest folded."""
+    import numpy as np
+
+    shown = [
+        {**row, "control loss": f"{row['control loss']:.6f}", "resumed loss": f"{row['resumed loss']:.6f}"}
+        for row in rows
+    ]
+    first_draw = next((n for n, key in enumerate(keys) if not np.array_equal(key, saved_key)), len(shown) - 1)
+    display_table(shown, shown=shown[: first_draw + 1])

@@ -193,6 +193,7 @@ def stated(mine, transitions: list[dict], whose: str = "your hypothesis") -> dic
         **read,
         "baseline_ms": baseline,
         "control_baseline_ms": float(np.median(_summed(transitions, read["control_keys"]))),
+        **_first_part(read, transitions),
         "threshold_ms": float(threshold),
         "because": because.strip(),
         "whose": whose,
@@ -204,6 +205,14 @@ def stated(mine, transitions: list[dict], whose: str = "your hypothesis") -> dic
             f"Because: {because.strip()}"
         ),
     }
+
+
+def _first_part(read: dict, transitions: list[dict]) -> dict:
+    """The first trace's median of the part the change's mechanism shortens, where the target splits into parts."""
+    keys = read.get("target_keys") or []
+    if len(keys) < 2:
+        return {}
+    return {"mechanism_baseline_ms": float(np.median([row[keys[0]] for row in transitions]))}
 
 
 WORKED = "the worked example"  # while the hypothesis cell is empty; the page folds it until the learner writes theirs
@@ -334,6 +343,9 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
             name: _side([row[first] for row in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
         }
         mechanism["mechanism_sides"] = sides_of
+        mechanism["mechanism_first_ms"] = float(
+            hypothesis.get("mechanism_baseline_ms", sides_of["unchanged"]["median_ms"])
+        )
         cause = {"f": falls[0], "t": values["t"], "n": values["n"], "mu": sides_of["unchanged"]["median_ms"]}
         cause.update(mg_hi=sides_of["changed"]["q3_ms"], mu_lo=sides_of["unchanged"]["q1_ms"])
         found = (name for name, relation in MECHANISM.items() if holds(relation, cause))
