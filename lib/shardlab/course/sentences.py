@@ -791,12 +791,12 @@ SENTENCES = {
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars (at least {c:.1f} ms, every other "
             "step at most {o:.1f} ms): compilation, where the batch shapes predict it. The shapes are the evidence; "
-            "that both controllers' bars are tall is not, as each waits for the other in the psums. The tallest other bar, "
-            "step <other> of process <process> (mostly <phase>), is kept in the statistics below; these records do "
-            "not name its cause.",
+            "that both controllers' bars are tall is not, as each waits for the other in the psums. The tallest "
+            "other bar, step <other> of process <process> (mostly <phase>), is kept in the statistics below; these "
+            "records do not name its cause.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
-            "another step took as long (step <other> of process <process>, {o:.1f} ms, mostly <phase>): a one-off of this loaded machine, or an event these records do "
-            "not name.",
+            "another step took as long (step <other> of process <process>, {o:.1f} ms, mostly <phase>): a one-off "
+            "of this loaded machine, or an event these records do not name.",
         ),
         "compute_spread_reading": _s(
             "q1_slow > q3_fast",
