@@ -839,9 +839,9 @@ SENTENCES = {
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, in the agreement phase; a slower path to the coordinator's "
-            "key-value store (in process 0) would look the same. From a handful of steps this is a lead, not yet a "
-            "finding.",
+            "So the candidate late peer is process <late>, in the agreement phase; a slower path from process "
+            "<late> to the coordinator's key-value store, which process 0 hosts, would look the same. From a handful "
+            "of steps this is a lead, not yet a finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(
