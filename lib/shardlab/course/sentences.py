@@ -119,8 +119,8 @@ SHAPE = {  # stage 5b: the step's growth from one device to the most, with the l
     **EFFICIENCY_RANGE,
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's lab table grows <chapter>x per step from W = 1 to {w} (<from> ms, then <to> ms), "
-    "; ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
+    "Shape: the chapter's lab table grows <chapter>x per step from W = 1 to {w} (<from> ms, then <to> ms); "
+    "ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
