@@ -1141,7 +1141,8 @@ def test_the_shape_line_reads_our_growth_against_what_the_cores_allow(tmp_path, 
     assert ("the core count does not explain it" in said) == ("remains a candidate" in said) == (fastest > 4), said
     assert "sharing the cores does not explain" not in said and "its own cores" not in said, said
     assert f"grows {131.4 / 120.3:.2f}x per step from W = 1 to 4" in said, said
-    assert "(120.3 ms, then 131.4 ms); ours grew" in said and "lab table" in said, said  # the numbers the growth is computed from
+    # the numbers the growth is computed from
+    assert "(120.3 ms, then 131.4 ms); ours grew" in said and "lab table" in said, said
     assert f"ours grew {t4 / 1.034:.1f}x (the table's medians)" in said, said  # by hand: the ratio of the two medians
     assert ("not measured here" in said) == (split < fastest <= 4), said  # the reading the verdict rests on, named
 
