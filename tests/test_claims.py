@@ -1453,9 +1453,11 @@ def test_the_unnamed_time_is_said_to_fall_where_most_of_it_was_recorded(tmp_path
 
 
 @pytest.mark.parametrize("weight, exact", [(0.0, True), (1.2e-07, False)])
-def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, weight, exact):
+def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, monkeypatch, weight, exact):
     from shardlab.course import results as record
     from shardlab.course import sentences
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x4": {"max_weight_diff": weight}}})
     said = sentences.world_match("1x4", weight)
