@@ -256,7 +256,7 @@ def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_mo
 @pytest.mark.parametrize(
     "middle_at_4, word",
     [
-        ((4.2, 4.5), "inconclusive"),  # 11 % off the median prediction, inside what the spreads at W = 1, 2 allow
+        ((4.2, 4.5), "Inconclusive"),  # 11 % off the median prediction, inside what the spreads at W = 1, 2 allow
         ((7.0, 8.0), "does not describe"),  # beyond the whole band
         ((3.7, 4.1), "describes"),  # within 10 % and the band
     ],
@@ -284,7 +284,7 @@ def test_a_two_point_fit_is_refuted_only_beyond_what_the_spreads_allow(tmp_path,
     assert word in text, text
     assert sentences.two_point_fit(held) == text  # the notebook's call, from the record scaling.held_out returns
     sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
-    if word == "inconclusive":
+    if word == "Inconclusive":
         assert abs(predicted / median[4] - 1) > 0.1  # the old rule, the median miss alone, would have refuted it
 
 
@@ -440,8 +440,9 @@ def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_p
     recorded = {
         "compute_spread": {"slow": 0, "fast": 1, "ratio": ratio, "slow_q1_ms": 2.5, "fast_q3_ms": 2.7},
         "agreement_spread": {"waits": 0, "late": 1, "ratio": ratio, "waits_q1_ms": 2.5, "late_q3_ms": 2.7},
-        "compiles": {"min_compile_ms": 90.0, "max_other_ms": 9.0},
+        "compiles": {"min_compile_ms": 90.0, "max_other_ms": 9.0, "max_other_other": 5, "max_other_process": "0"},
     }
+    recorded["compiles"]["max_other_phase"] = "agreement"
     record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     said = sentences.step_phases(recorded["compiles"], "1, 4", slow, fast, slow, fast)
     sentences.record(str(tmp_path), "stage5b_scaling")
@@ -449,6 +450,29 @@ def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_p
     assert f"{round(ratio, 2):.2f}×" == "1.20×" and "median is 1.20×" in said[1] and "median is 1.20×" in said[2], said
     # 2.5 < 2.7, by hand: the halves overlap, and the quartiles themselves are left to the table beside it
     assert "the middle halves overlap" in said[1] and "2.5" not in said[1] and "2.7" not in said[1], said
+    # 90 > 9 ms: compilation is the tall bars, and the tallest other one is named, not explained
+    assert "step 5 of process 0 (mostly agreement)" in said[0] and "do not name its cause" in said[0], said
+
+
+@pytest.mark.parametrize("other_ms, stands", [(9.0, False), (95.0, True)])
+def test_the_tallest_step_outside_compilation_is_named_either_way(tmp_path, other_ms, stands):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    spread = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9, "q3_ms": 3.1}
+    compiles = {"min_compile_ms": 90.0, "max_other_ms": other_ms, "max_other_other": 5, "max_other_process": "1"}
+    compiles["max_other_phase"] = "data"
+    recorded = {
+        "compute_spread": {"slow": 0, "fast": 0, "ratio": 1.0, "slow_q1_ms": 2.5, "fast_q3_ms": 3.1},
+        "agreement_spread": {"waits": 0, "late": 0, "ratio": 1.0, "waits_q1_ms": 2.5, "late_q3_ms": 3.1},
+        "compiles": compiles,
+    }
+    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
+    said = sentences.step_phases(compiles, "1, 4", spread, spread, spread, spread)[0]
+    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    assert ("another step took as long" in said) == stands == (other_ms >= 90.0), said  # by hand: 90 ms compiles
+    assert "step 5 of process 1" in said and "mostly data" in said, said
 
 
 def _verdict_text(tmp_path, before, after, threshold):
@@ -681,6 +705,8 @@ def test_the_two_point_fit_says_when_both_the_point_and_the_median_miss(tmp_path
     names.append("two_point_fit_misses_high")
     text, _ = _said(tmp_path, "stage5b_scaling", recorded, names, **held)
     assert phrase in text, text
+    # an undecided outcome says so first; a decided one does not
+    assert text.startswith("Inconclusive") == (phrase.startswith("overlap from") or phrase == "neither confirm")
     # independently: the overlap of the two ranges, where both the point and the median miss the other's range
     overlaps = held["m_lo"] <= held["hi"] and held["lo"] <= held["m_hi"]
     assert phrase.startswith("overlap from") == (not point_in and not median_in and overlaps)
@@ -782,7 +808,8 @@ def test_the_skipped_batch_stop_is_read_against_the_bound_plus_the_pulse_check(t
     sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
     assert (abs(stopped_s - (5.0 + 3.0)) <= 2) == within  # by hand: the bound plus the pulse check, 2 s either way
-    assert ("within 2 s" in said) == within and ("slow to react" in said) == (not within), said
+    assert ("inside the 2 s allowed" in said) == within and ("slow to react" in said) == (not within), said
+    assert f"{abs(stopped_s - 8.0):.2f} s away from" in said, said  # by hand: the gap to 5 + 3 s, either way
     assert str(stopped_s) not in said, said  # the time itself is the line above it
 
 
@@ -818,6 +845,9 @@ def test_drill_one_s_table_says_what_each_resume_found_from_its_steps(saved, pub
         f"6, {preempted}",
     ]
     assert ("found `D` in every controller's flags" in b["why"]) == bool(unpublished), b  # killed in `update`
+    # with no write begun since, the why names the resume point and the regular save the kill came before
+    assert (f"step {resumed} was the newest save published" in b["why"]) == (not unpublished), b
+    assert ("(step 9)" in b["why"]) == (not unpublished) and "coordinator" not in b["why"], b
     assert "published any save still pending (step 6 here)" in c["why"], c
     ender = {-9: "the supervisor's SIGKILL", -6: "JAX's abort (SIGABRT)"}[survivor]  # by the signal's number
     assert b["interruption"].endswith(f"process 1 ended by {ender}"), b
@@ -901,6 +931,9 @@ def test_fixed_cost_is_named_only_where_the_roofline_leaves_room_for_it(tmp_path
     assert len(said) == 2 and phrase in said[1], said
     # by hand: fixed cost is named only when both ratios stay 1.5x or more against a roof 4 devices could make 4x lower
     assert ("fixed cost" in said[1] and "little room" not in said[1]) == (min(psum, stats) / 4 >= 1.5)
+    # a ratio at least 1 is said against the one-device roof only, the 4x lower one beside it
+    near = 1 <= min(psum, stats) < 1.5
+    assert ("at least the roofline of one device alone" in said[1]) == near, said
 
 
 def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
@@ -1104,8 +1137,12 @@ def test_the_shape_line_reads_our_growth_against_what_the_cores_allow(tmp_path, 
     assert ("less than the" in said) == (slowest < split), said
     assert ("not told apart" in said) == (fastest <= split <= slowest), said
     assert phrase in said, said
+    # beyond no gain, the core count is ruled out, not sharing the cores: contention is left open
+    assert ("the core count does not explain it" in said) == ("remains a candidate" in said) == (fastest > 4), said
+    assert "sharing the cores does not explain" not in said and "its own cores" not in said, said
     assert f"grows {131.4 / 120.3:.2f}x per step from W = 1 to 4" in said, said
-    assert "(120.3 ms, then 131.4 ms)" in said and "lab table" in said, said  # the numbers the growth is computed from
+    # the numbers the growth is computed from
+    assert "(120.3 ms, then 131.4 ms); ours grew" in said and "lab table" in said, said
     assert f"ours grew {t4 / 1.034:.1f}x (the table's medians)" in said, said  # by hand: the ratio of the two medians
     assert ("not measured here" in said) == (split < fastest <= 4), said  # the reading the verdict rests on, named
 
@@ -1447,3 +1484,18 @@ def test_the_unnamed_time_is_said_to_fall_where_most_of_it_was_recorded(tmp_path
     assert ("came mostly after each attempt's last recorded event" in said) == mostly_after, said
     assert ("came mostly between recorded events" in said) == (not mostly_after), said
     assert f"Other ({after + between:.2f} s)" in said and f"{after:.2f} s" in said and f"{between:.2f} s" in said
+
+
+@pytest.mark.parametrize("weight, exact", [(0.0, True), (1.2e-07, False)])
+def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, monkeypatch, weight, exact):
+    from shardlab.course import results as record
+    from shardlab.course import sentences
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
+
+    record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x4": {"max_weight_diff": weight}}})
+    said = sentences.world_match("1x4", weight)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    assert (said == "bit for bit") == exact, said
+    assert (f"weights up to {weight:.1e} apart" in said) == (not exact), said  # the difference itself, shown

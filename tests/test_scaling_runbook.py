@@ -226,3 +226,5 @@ def test_phase_spreads_leave_out_the_compiling_steps_and_name_the_longer_process
     height = phases.compile_height(step_times, [1])
     # by hand: step 1 takes 800 and 700 ms; the longest other step is process 0's step 3, 11 ms
     assert (height["min_compile_ms"], height["max_other_ms"]) == (pytest.approx(700.0), pytest.approx(11.0))
+    # that step's own record: 1 + 4 + 6 ms, the compute phase the longest
+    assert (height["max_other_other"], height["max_other_process"], height["max_other_phase"]) == (3, "0", "compute")

@@ -93,7 +93,7 @@ def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: lis
     pending = f"step {', '.join(map(str, earlier))} here" if earlier else "none here"
     why = {
         "a": "a save is published only once an agreement's flags all say `D`",
-        "b": _unpublished(p0_kill) + "; process 0 hosted the coordinator",
+        "b": _unpublished(p0_kill, scheduled),
         "c": f"`P` reached all at the next agreement: each published any save still pending ({pending}), then saved "
         f"that step and stopped ({kept})",
     }
@@ -121,10 +121,16 @@ def _bare(row: dict) -> list[int]:
     return [n for n in row["saved"] if n > row["resumed_from"] and n not in row["published"]]
 
 
-def _unpublished(row: dict) -> str:
-    """Why a failed attempt's saves after its resume point have no manifest, as far as its record tells."""
+def _unpublished(row: dict, scheduled=()) -> str:
+    """Why a failed attempt's saves after its resume point have no manifest, as far as its record tells; with none,
+    why the resume lies where it does (`scheduled`: the steps the regular saves fall on)."""
     if not _bare(row):
-        return "the same rule"
+        later = [n for n in scheduled if n > row["resumed_from"]]
+        upcoming = f" (step {later[0]})" if later else ""
+        return (
+            f"step {row['resumed_from']} was the newest save published and none had begun since: the kill came "
+            f"before the next regular save{upcoming}"
+        )
     steps = ", ".join(map(str, _bare(row)))
     if row["phase"] == "update":  # the kill came after that step's agreement, and after any publishing it started
         return f"the same rule: no agreement after the step {steps} save found `D` in every controller's flags"

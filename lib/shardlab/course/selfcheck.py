@@ -575,16 +575,17 @@ QUESTIONS = (
             ),
         ),
         (
-            "In the small plan (7 rows, batches of 3, 4 devices), step 3 draws one id. Which devices gather a row "
-            "at that step?",
+            "In the small plan (7 rows, batches of 3, 4 devices), step 3 draws one id. Whose gathered row counts "
+            "in that step's loss?",
             [
-                "every device: each reads the one row",
-                "device 0 only: it holds the first slot; devices 1 to 3 hold padding (-1) and read nothing that counts",
-                "device 3 only: the last device takes what is left",
+                "every device's: each reads the one row",
+                "device 0's only: it holds the first slot; devices 1 to 3 hold padding (-1), read row 0 and mask it",
+                "device 3's only: the last device takes what is left",
             ],
             "b",
             "A batch is padded to a multiple of the devices and split in order, one block each (`my_block`); one id "
-            "fills slot 0, device 0's block, and the padded slots carry mask 0, as step 1's last slot did.",
+            "fills slot 0, device 0's block. Every device gathers a row, the padded slots row 0, but their mask is 0, "
+            "as step 1's last slot's was, so only device 0's row enters the loss.",
             "fused_timing",
             (
                 "plan_small",
@@ -776,22 +777,24 @@ QUESTIONS = (
             ),
         ),
         (
-            "The saving comparison times only the steps whose batch shape an earlier step already had. With the "
-            "same 23 rows on 4 devices but a batch of 5, how many of the ten steps would each group time?",
+            "A larger model: a step computes for 10 ms, and a synchronous save holds the loop 50 ms, 10 ms copying "
+            "the state off the devices and 40 ms writing and committing it. If the background work does not slow "
+            "the steps, how long does a step with an asynchronous save hold the loop?",
             [
-                "9: only step 1 compiles",
-                "8: steps 1 and 5 compile, the epoch's last batch of 3 rows padding to 4 slots",
-                "10: a step is timed whether or not it compiles",
+                "60 ms: the same bytes are written either way",
+                "20 ms: the step and the copy; the write and its commit run in the background",
+                "10 ms: an asynchronous save costs the loop nothing",
             ],
             "b",
-            "23 rows read 5, 5, 5, 5, 3 each epoch: full batches pad to 8 slots (first at step 1), the last batch of "
-            "3 rows to 4 slots (first at step 5; step 10 repeats it). Two shapes, two compilations, eight steps timed.",
+            "Asynchronous saving moves the write and its commit off the loop; the copy off the devices stays on it: "
+            "10 + 10 = 20 ms against 10 + 50 = 60 ms. On this host's few cores the background write would compete "
+            "with the steps, so the 20 ms is a floor, not a promise.",
             "async_vs_sync",
             (
                 "async-overhead",
                 "What asynchronous saving costs",
-                "the n column of the table's step rows, with a batch of 7",
-                r"\| sync \| step \| \d+ \|",
+                "the blocking save's rows of the table, and the Why under the sentences",
+                r"\| async \| blocking save: how long save holds the loop \| \d+ \|",
             ),
         ),
         (
@@ -810,7 +813,7 @@ QUESTIONS = (
                 "scaling-model",
                 "Scaling",
                 "the two-point fit's prediction at W = 4",
-                r"The fit on W = 1, 2 predicts [\d.]+ ms at W = 4",
+                r"predicts [\d.]+ ms at W = 4",
             ),
         ),
     ),

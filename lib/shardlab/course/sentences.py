@@ -119,8 +119,8 @@ SHAPE = {  # stage 5b: the step's growth from one device to the most, with the l
     **EFFICIENCY_RANGE,
 }
 _SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's lab table grows <chapter>x per step from W = 1 to {w} (<from> ms, then <to> ms), "
-    "each worker with its own cores; ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
+    "Shape: the chapter's lab table grows <chapter>x per step from W = 1 to {w} (<from> ms, then <to> ms); "
+    "ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
 )
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
@@ -598,10 +598,12 @@ SENTENCES = {
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
             },
-            "Both fused steps took at least their roofline, one within 1.5x of it: that step leaves little room for "
-            "fixed cost, and as XLA's byte count can overstate traffic (see below), a ratio near 1 does not show it "
-            "memory-bound either.",
+            f"Both fused steps took at least the roofline of one device alone ({_P}x, {_S}x), one within 1.5x of it, "
+            "which leaves little room for fixed cost; against a roof {d}x lower, as {d} devices sharing the cores "
+            "could make it, that one could lie below its roof. As XLA's byte count can overstate traffic (see "
+            "below), a ratio near 1 does not show it memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -641,7 +643,7 @@ SENTENCES = {
             "d == 0",
             {"d": "world_change.runs.<world>.max_weight_diff"},
             "bit for bit",
-            "within float32 tolerance, not bit for bit",
+            "within float32 tolerance, not bit for bit (weights up to {d:.1e} apart)",
         ),
         "uninterrupted_bitwise": _s(
             "l == 0 and w == 0",
@@ -654,9 +656,9 @@ SENTENCES = {
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
-            "that stop is the bound ({t} s) plus the pulse check ({p} s), within 2 s (a "
-            "margin for a controller to report and exit)",
-            "that stop is more than 2 s away from the bound ({t} s) plus the pulse check ({p} s): "
+            "that stop is the bound ({t} s) plus the pulse check ({p} s): <gap> s away from their sum, inside the "
+            "2 s allowed (a margin for a controller to report and exit)",
+            "that stop is <gap> s away from the bound ({t} s) plus the pulse check ({p} s), beyond the 2 s allowed: "
             "the machine was slow to react",
         ),
     },
@@ -680,8 +682,9 @@ SENTENCES = {
         "shape_beyond_no_gain": _s(
             "e_hi * w < 1",
             SHAPE,
-            _SHAPE_START + ", more than even the {w}x of no gain at all, over the middle halves: sharing the cores "
-            "does not explain it, however many of them one device's step uses.",
+            _SHAPE_START + ", more than even the {w}x of no gain at all, over the middle halves: the core count "
+            "does not explain it, however many cores one device's step uses. Contention of the {w} device "
+            "programs for {c} cores, itself a cost of sharing them, remains a candidate.",
             "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond {w}x.",
         ),
         "shape_beyond_split": _s(
@@ -771,44 +774,43 @@ SENTENCES = {
             "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, {lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2, "
             "and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside that range. "
             "Refuted: the two-term fit does not describe how this machine slows from two devices to four.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured. But the spreads at W = 1 "
-            "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms). These samples are inconclusive: they neither confirm nor refute the "
-            "two-term fit.",
+            "Inconclusive: the fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the "
+            "spreads at W = 1 and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle "
+            "half ({m_lo:.3f}–{m_hi:.3f} ms): these samples neither confirm nor refute the two-term fit.",
         ),
         "two_point_fit_misses_low": _s(
             "p < m_lo and m > hi",
             TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: below the measured middle "
-            "half ({m_lo:.3f}–{m_hi:.3f} ms), while the measurement lies above the prediction's range across the "
-            "spreads ({lo:.3f}–{hi:.3f} ms). The ranges overlap from {m_lo:.3f} to {hi:.3f} ms: inconclusive, "
-            "leaning against the two-term fit; more samples would decide.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured. But the spreads at W = 1 "
-            "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms). These samples are inconclusive: they neither confirm nor refute the "
-            "two-term fit.",
+            "Inconclusive, leaning against the two-term fit: it predicts {p:.3f} ms at W = 4 from W = 1, 2, below the "
+            "measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}), but across the spreads at W = 1 and 2 "
+            "the prediction ranges over {lo:.3f}–{hi:.3f} ms, and the two ranges overlap from {m_lo:.3f} "
+            "to {hi:.3f} ms. More samples would decide.",
+            "Inconclusive: the fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the "
+            "spreads at W = 1 and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle "
+            "half ({m_lo:.3f}–{m_hi:.3f} ms): these samples neither confirm nor refute the two-term fit.",
         ),
         "two_point_fit_misses_high": _s(
             "p > m_hi and m < lo",
             TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured: above the measured middle "
-            "half ({m_lo:.3f}–{m_hi:.3f} ms), while the measurement lies below the prediction's range across the "
-            "spreads ({lo:.3f}–{hi:.3f} ms). The ranges overlap from {lo:.3f} to {m_hi:.3f} ms: inconclusive, "
-            "leaning against the two-term fit; more samples would decide.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured. But the spreads at W = 1 "
-            "and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle half "
-            "({m_lo:.3f}–{m_hi:.3f} ms). These samples are inconclusive: they neither confirm nor refute the "
-            "two-term fit.",
+            "Inconclusive, leaning against the two-term fit: it predicts {p:.3f} ms at W = 4 from W = 1, 2, above the "
+            "measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}), but across the spreads at W = 1 and 2 "
+            "the prediction ranges over {lo:.3f}–{hi:.3f} ms, and the two ranges overlap from {lo:.3f} "
+            "to {m_hi:.3f} ms. More samples would decide.",
+            "Inconclusive: the fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the "
+            "spreads at W = 1 and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle "
+            "half ({m_lo:.3f}–{m_hi:.3f} ms): these samples neither confirm nor refute the two-term fit.",
         ),
         "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars (at least {c:.1f} ms, every other "
             "step at most {o:.1f} ms): compilation, where the batch shapes predict it. The shapes are the evidence; "
-            "that both controllers' bars are tall is not, as each waits for the other in the psums.",
+            "that both controllers' bars are tall is not, as each waits for the other in the psums. The tallest "
+            "other bar, step <other> of process <process> (mostly <phase>), is kept in the statistics below; these "
+            "records do not name its cause.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
-            "another step took as long ({o:.1f} ms): a one-off of this loaded machine, or an event these records do "
-            "not name.",
+            "another step took as long (step <other> of process <process>, {o:.1f} ms, mostly <phase>): a one-off "
+            "of this loaded machine, or an event these records do not name.",
         ),
         "compute_spread_reading": _s(
             "q1_slow > q3_fast",
@@ -851,9 +853,9 @@ SENTENCES = {
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, in the agreement phase; a slower path to the coordinator's "
-            "key-value store (in process 0) would look the same. From a handful of steps this is a lead, not yet a "
-            "finding.",
+            "So the candidate late peer is process <late>, in the agreement phase; a slower path from process "
+            "<late> to the coordinator's key-value store, which process 0 hosts, would look the same. From a handful "
+            "of steps this is a lead, not yet a finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(
@@ -960,7 +962,8 @@ def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> st
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the stop after a skipped batch against the bounded wait plus the pulse check."""
-    return chosen(notebook, "skip_stop_time", d=detect_s, t=timeout_s, p=pulse_s)
+    fill = {"gap": f"{abs(detect_s - (timeout_s + pulse_s)):.2f}"}
+    return chosen(notebook, "skip_stop_time", fill, d=detect_s, t=timeout_s, p=pulse_s)
 
 
 def roofline(points: dict, devices: int, notebook: str = "stage4b_beyond") -> list[str]:
@@ -1031,7 +1034,7 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
     """Stage 5b's reading of the per-controller step records: compilation, then compute and agreement spreads."""
     notebook = notebook or "stage5b_scaling"
-    fill = {"steps": steps}
+    fill = {"steps": steps, **{k: compiles[f"max_other_{k}"] for k in ("other", "process", "phase")}}
     said = [chosen(notebook, "compile_steps_height", fill, c=compiles["min_compile_ms"], o=compiles["max_other_ms"])]
     ratio = slow["median_ms"] / fast["median_ms"]  # from the unrounded medians, rounded once where it is shown
     fill = {"slow": slow["process"], "fast": fast["process"]}

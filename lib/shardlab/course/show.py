@@ -1,6 +1,7 @@
 """What a person sees of a result: a short, rounded line or a small table (machines read results files)."""
 
 import html
+import json
 import math
 
 SIGNIFICANT = 4  # digits kept when a float is shown
@@ -45,6 +46,21 @@ def line(name: str, value) -> str:
     )
     cut = text.rfind(", ", 0, MAX_CHARS - 20)
     return (text[:cut] if cut > 0 else text[: MAX_CHARS - 20]) + f", ... ({kind})"
+
+
+def json_excerpt(value: dict, keep: int = 2) -> str:
+    """A JSON object as a file holds it (sorted keys), one line per key: a nested object of more than `keep` + 1
+    entries keeps its first `keep` and says how many more; a long string (a digest) keeps its first 12 characters."""
+
+    def trim(v):
+        if isinstance(v, dict):
+            items = list(v.items())
+            shown = items if len(items) <= keep + 1 else items[:keep]
+            return {k: trim(x) for k, x in shown} | ({"…": f"{len(items) - keep} more"} if shown != items else {})
+        return v[:12] + "…" if isinstance(v, str) and len(v) > 16 else v
+
+    lines = [f" {json.dumps(k)}: {json.dumps(trim(v), ensure_ascii=False)}" for k, v in sorted(value.items())]
+    return "{\n" + ",\n".join(lines) + "\n}"
 
 
 def cell(value) -> str:

@@ -35,8 +35,12 @@ def compile_height(step_times: dict, compiles) -> dict:
     """The shortest whole step among `compiles` against the longest other one, in ms, on every process."""
     totals = {p: {r["step"]: 1e3 * sum(r[k] for k, _ in PHASES) for r in recs} for p, recs in step_times.items()}
     compiling = [ms for steps in totals.values() for n, ms in steps.items() if n in compiles]
-    others = [ms for steps in totals.values() for n, ms in steps.items() if n not in compiles]
-    return {"compile_steps": list(compiles), "min_compile_ms": min(compiling), "max_other_ms": max(others)}
+    others = [(ms, p, n) for p, steps in totals.items() for n, ms in steps.items() if n not in compiles]
+    ms, process, step = max(others)
+    record = next(r for r in step_times[process] if r["step"] == step)
+    phase = max(PHASES, key=lambda kv: record[kv[0]])[1].split(" ")[0]  # its longest phase, by its first word
+    found = {"max_other_ms": ms, "max_other_other": step, "max_other_process": process, "max_other_phase": phase}
+    return {"compile_steps": list(compiles), "min_compile_ms": min(compiling), **found}
 
 
 def longer_first(rows: list[dict], phase: str) -> tuple[dict, dict, float]:
