@@ -24,10 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from shardlab.core.devices import AXIS
-from shardlab.core.update import apply_momentum
 from shardlab.perf import device_sampler
 from shardlab.perf.device_sampler import DeviceSampler
-from shardlab.perf.steps import gather, keep_if
+from shardlab.perf.steps import gather, update_scan
 
 
 def sufficient(features, targets, mask):
@@ -109,15 +108,7 @@ def _statistics(features, targets, key, order, cursor, weights, momentum, active
     rows, values, mask = jax.vmap(lambda s: gather(features, targets, s, num_slots))(slots)
     local = pack(*jax.vmap(sufficient)(rows, values, mask), symmetric)
     stats = unpack(jax.lax.psum(local, AXIS), features.shape[1], symmetric)  # one all-reduce for all K steps
-
-    def one(carry, inputs):
-        weights, momentum = carry
-        index, *step_stats = inputs
-        sums = sums_at(weights, *step_stats)
-        new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
-        return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
-
-    (weights, momentum), losses = jax.lax.scan(one, (weights, momentum), (jnp.arange(k), *stats))
+    (weights, momentum), losses = update_scan(sums_at, weights, momentum, active, stats, **static)
     return (*sampler, weights, momentum, losses, slots.ids)
 
 

@@ -1,10 +1,10 @@
 """The per-device programs of the fused loop that reduce step by step, and the pieces every variant shares.
 
 `gather` reads this device's block of a batch's slots (the block `P('data')` would place on it)
-from its copy of the dataset; `keep_if` leaves the carry unchanged past the dispatch's `active`
-steps. `per_step_body` reduces each step's local sums with one packed `psum`; `no_collective_body`
-is the same program with the reduction removed (a bound with wrong numbers on several devices,
-the right update on one).
+from its copy of the dataset; `update_scan` runs the K momentum updates every body shares, and
+`keep_if` leaves its carry unchanged past the dispatch's `active` steps. `per_step_body` reduces
+each step's local sums with one packed `psum`; `no_collective_body` is the same program with the
+reduction removed (a bound with wrong numbers on several devices, the right update on one).
 """
 
 import jax
@@ -40,18 +40,30 @@ def local_only(count, grad_num, loss_num):
     return count, grad_num, loss_num
 
 
+def update_scan(sums_at, weights, momentum, active, per_step, **static):
+    """K momentum updates in one `lax.scan`: step i's sums are `sums_at(weights, *step i of per_step)`.
+
+    Past `active` a step keeps the carry (`keep_if`); returns ((weights, momentum), the K losses).
+    """
+
+    def one(carry, inputs):
+        weights, momentum = carry
+        index, *step = inputs
+        sums = sums_at(weights, *step)
+        new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
+        return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
+
+    return jax.lax.scan(one, (weights, momentum), (jnp.arange(static["k"]), *per_step))
+
+
 def _step_by_step(features, targets, key, order, cursor, weights, momentum, active, reduce, **static):
     batch_size, num_slots, k = static["batch_size"], static["slots"], static["k"]
     sampler, planned = device_sampler.plan(DeviceSampler(key, order, cursor), batch_size, num_slots, k, active)
 
-    def one(carry, inputs):
-        index, slots = inputs
-        weights, momentum = carry
-        sums = reduce(*local_sums(*gather(features, targets, slots, num_slots), weights))
-        new_w, new_v, loss, _ = apply_momentum(*sums, weights, momentum, static["learning_rate"], static["decay"])
-        return keep_if(index < active, (new_w, new_v), (weights, momentum)), loss
+    def sums_at(weights, slots):  # this device's sums of the step's slots, reduced across the devices
+        return reduce(*local_sums(*gather(features, targets, slots, num_slots), weights))
 
-    (weights, momentum), losses = jax.lax.scan(one, (weights, momentum), (jnp.arange(k), planned))
+    (weights, momentum), losses = update_scan(sums_at, weights, momentum, active, (planned,), **static)
     return (*sampler, weights, momentum, losses, planned.ids)
 
 
