@@ -37,6 +37,7 @@ import numpy as np
 
 from shardlab.core.batch import next_batch as reference_next_batch
 from shardlab.errors import UsageError
+from shardlab.evidence import timing
 from shardlab.evidence.trace import PREPARE, UPDATE
 from shardlab.perf.packed import make_packed_step
 
@@ -292,14 +293,8 @@ def verdict_rows(outcome: dict) -> list[dict]:
     return rows
 
 
-def _side(values) -> dict:
-    """The median and quartiles of `values` (ms), and how many there are."""
-    q1, median, q3 = (float(v) for v in np.percentile(values, [25, 50, 75]))
-    return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(values)}
-
-
 def _median_and_half(side: dict) -> str:
-    """A `_side` as the tables print it: "median (q1–q3)", ms."""
+    """A `timing.spread` as the tables print it: "median (q1–q3)", ms."""
     return f"{side['median_ms']:.3f} ({side['q1_ms']:.3f}–{side['q3_ms']:.3f})"
 
 
@@ -316,7 +311,9 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
     target = hypothesis.get("target_keys") or [f"{hypothesis['annotation']}_ms"]
     control = hypothesis.get("control_keys") or [f"{hypothesis['control']}_ms"]
     sides = {
-        role: {name: _side(_summed(rows, keys)) for name, rows in (("unchanged", unchanged), ("changed", changed))}
+        role: {
+            name: timing.spread(_summed(rows, keys)) for name, rows in (("unchanged", unchanged), ("changed", changed))
+        }
         for role, keys in (("target", target), ("control", control))
     }
     cut = sides["target"]["unchanged"]["median_ms"] - sides["target"]["changed"]["median_ms"]
@@ -340,7 +337,8 @@ def judge(hypothesis: dict, unchanged: list[dict], changed: list[dict]) -> dict:
         mechanism["rest_fall_ms"] = sum(falls[1:])
         first = target[0]  # the mechanism's part in each loop, with its middle half: is its fall beyond the spread?
         sides_of = {
-            name: _side([row[first] for row in rows]) for name, rows in (("unchanged", unchanged), ("changed", changed))
+            name: timing.spread([row[first] for row in rows])
+            for name, rows in (("unchanged", unchanged), ("changed", changed))
         }
         mechanism["mechanism_sides"] = sides_of
         mechanism["mechanism_first_ms"] = float(

@@ -181,6 +181,15 @@ def measure(
     return {"order": rounds, "samples_ms": samples_ms, "warm_compilations": warm}
 
 
+def spread(samples, to_ms: float = 1.0) -> dict:
+    """The median and the middle half (25th to 75th percentile) of `samples`, times `to_ms` (1e3 for seconds).
+
+    Rounded only where shown: {"median_ms", "q1_ms", "q3_ms", "n"}.
+    """
+    q1, median, q3 = (to_ms * float(v) for v in np.percentile(samples, [25, 50, 75]))
+    return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(samples)}
+
+
 def summary(variants: dict, measured: dict) -> dict:
     """The audit's `timing` object: one entry per variant, then ratios of medians, order and boundary."""
     table = {

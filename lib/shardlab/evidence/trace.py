@@ -34,6 +34,7 @@ from shardlab import outdir
 from shardlab.core.batch import next_batch as reference_next_batch
 from shardlab.core.state import updated
 from shardlab.errors import TraceError
+from shardlab.evidence.timing import spread
 
 STEP = "sharded_learner_step"
 PREPARE = "prepare_and_place"
@@ -274,8 +275,8 @@ def dominant(rows: list[dict]) -> dict:
     """
     out = {}
     for name in (PREPARE, UPDATE):
-        q1, median, q3 = (float(v) for v in np.percentile([r[f"{name}_ms"] for r in rows], [25, 50, 75]))
-        out.update({f"median_{name}_ms": median, f"q1_{name}_ms": q1, f"q3_{name}_ms": q3})
+        side = spread([r[f"{name}_ms"] for r in rows])
+        out.update({f"{q}_{name}_ms": side[f"{q}_ms"] for q in ("median", "q1", "q3")})
     prepare, update = out[f"median_{PREPARE}_ms"], out[f"median_{UPDATE}_ms"]
     outliers = [
         {

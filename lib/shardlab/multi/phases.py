@@ -5,7 +5,7 @@ A few steps on a shared machine give a median that moves with load; the middle h
 percentile) beside it lets a reader see whether two processes' phases separate (stage 5b).
 """
 
-import numpy as np
+from shardlab.evidence import timing
 
 # a record's phases (program.step_times): its key and what the phase holds
 PHASES = (
@@ -16,9 +16,8 @@ PHASES = (
 
 
 def spread(samples) -> dict:
-    """The median and the middle half (25th to 75th percentile) of `samples` seconds, in milliseconds."""
-    q1, med, q3 = (1e3 * float(v) for v in np.percentile(samples, [25, 50, 75]))  # rounded only where shown
-    return {"median_ms": med, "q1_ms": q1, "q3_ms": q3, "n": len(samples)}
+    """`timing.spread` of `samples` seconds, in milliseconds (a record's phases are in seconds)."""
+    return timing.spread(samples, to_ms=1e3)
 
 
 def table(step_times: dict, leave_out=()) -> list[dict]:
