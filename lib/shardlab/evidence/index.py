@@ -32,13 +32,19 @@ text-align:left;vertical-align:top}th{background:#f4f4f4}td.b{color:#666;font-si
 code,pre{background:#f6f6f6;padding:.1em .3em}pre{padding:.6em;overflow-x:auto}img{max-width:100%}"""
 
 
-def _table(rows, head) -> str:
-    cells = "".join(f"<th>{escape(h)}</th>" for h in head)
+def html_table(head, rows, faint: int | None = None) -> str:
+    """One `<table>` of every page: `head` as text (escaped), each row's cells as HTML; column `faint` in grey."""
+    cells = "".join(f"<th>{escape(str(h))}</th>" for h in head)
     body = "".join(
-        "<tr>" + "".join(f"<td{' class=b' if i == 2 else ''}>{escape(str(c))}</td>" for i, c in enumerate(r)) + "</tr>"
+        "<tr>" + "".join(f"<td{' class=b' if i == faint else ''}>{c}</td>" for i, c in enumerate(r)) + "</tr>"
         for r in rows
     )
     return f"<table><tr>{cells}</tr>{body}</table>"
+
+
+def _table(rows, head) -> str:
+    """A table of text: every cell escaped, the third (the boundary a fact keeps) in grey."""
+    return html_table(head, ([escape(str(c)) for c in r] for r in rows), faint=2)
 
 
 def _environment(env: dict | None) -> list[tuple[str, str]]:

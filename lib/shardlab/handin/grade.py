@@ -42,7 +42,7 @@ from shardlab.checker.cli import STAGES
 from shardlab.cli import count, seconds
 from shardlab.core.files import read_bounded, sha256_file, zip_member
 from shardlab.errors import BoundedReadError, ConfigError
-from shardlab.evidence.index import STYLE
+from shardlab.evidence.index import STYLE, html_table
 from shardlab.evidence.sources import source_hashes
 from shardlab.handin import bounded, platforms
 from shardlab.handin.platforms import cell
@@ -479,8 +479,7 @@ def table_csv(rows: list[dict]) -> str:
 
 def table_html(rows: list[dict], body: dict) -> str:
     """grade.html: the same rows as grade.csv, one line per submission and stage, failures first in each row."""
-    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
-    lines = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(c, '')))}</td>" for c in COLUMNS) + "</tr>" for r in rows)
+    table = html_table(COLUMNS, ([escape(str(r.get(c, ""))) for c in COLUMNS] for r in rows))
     bound = body["bounds"]
     where = (
         "in its own bubblewrap sandbox"
@@ -493,7 +492,7 @@ td{{white-space:pre-wrap}}</style></head>
 submission checked {where}, at most {bound["timeout_s"]:g} s and {bound["output_cap_bytes"]} bytes of
 output, {body["jobs"]} at a time. A passing check is evidence about this bounded experiment on four logical
 CPU devices, not a grade by itself. Details per submission: <code>checks/&lt;name&gt;/</code>.</p>
-<table><tr>{head}</tr>{lines}</table></body></html>
+{table}</body></html>
 """
 
 

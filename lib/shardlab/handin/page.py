@@ -13,7 +13,7 @@ from html import escape
 from shardlab.core.files import sha256_file
 from shardlab.course.catalog import NOTEBOOKS
 from shardlab.evidence.audit import AUDIT
-from shardlab.evidence.index import STYLE
+from shardlab.evidence.index import STYLE, html_table
 from shardlab.handin.items import HANDOFF, first_step, how_to
 
 FORMAT = 1
@@ -188,12 +188,9 @@ def table(value, depth: int = 0) -> str:
         return shown + (f" … ({len(value)} in all, portfolio.json)" if len(value) > ROWS * 3 else "")
     if all(isinstance(v, dict) for v in value):
         columns = list(dict.fromkeys(k for v in value for k in v))
-        head = "".join(f"<th>{escape(str(c))}</th>" for c in columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{table(v.get(c), depth + 1)}</td>" for c in columns) + "</tr>" for v in value[:ROWS]
-        )
+        body = ([table(v.get(c), depth + 1) for c in columns] for v in value[:ROWS])
         more = f"<p class=b>… {len(value) - ROWS} more rows in portfolio.json</p>" if len(value) > ROWS else ""
-        return f"<table><tr>{head}</tr>{body}</table>{more}"
+        return html_table(columns, body) + more
     return "<ol>" + "".join(f"<li>{table(v, depth + 1)}</li>" for v in value[:ROWS]) + "</ol>"
 
 
@@ -246,14 +243,13 @@ def _answers(run) -> str:
 
 
 def _selfcheck(run) -> str:
-    rows = "".join(
-        f"<tr><td>{escape(n)}</td><td>"
-        + (escape(s["missing"]) if "missing" in s else f"{s['correct']} of {s['questions']}")
-        + f"</td><td>{'' if 'missing' in s else ('passed' if s['passed'] else 'below 80 %')}</td></tr>"
+    rows = (
+        [escape(n), escape(s["missing"]), ""]
+        if "missing" in s
+        else [escape(n), f"{s['correct']} of {s['questions']}", "passed" if s["passed"] else "below 80 %"]
         for n, s in run.selfcheck.items()
     )
-    head = "<tr><th>notebook</th><th>score</th><th></th></tr>"
-    return f"<h2 id=selfcheck-scores>Self-check scores</h2><table>{head}{rows}</table>"
+    return "<h2 id=selfcheck-scores>Self-check scores</h2>" + html_table(("notebook", "score", ""), rows)
 
 
 def _first(stage: dict) -> str:
@@ -283,15 +279,20 @@ def _status(status_: dict) -> str:
 
 def html(run, found: dict, manifest_: dict) -> str:
     """portfolio.html: the status, the hand-off list, each item as tables and figures, the learner's answers."""
-    rows = "".join(
-        f'<tr><td><a href="#{escape(i["id"])}">{escape(i["title"])}</a></td><td>{_item_state(i["missing"])}</td></tr>'
-        for i in manifest_["items"]
+    items = html_table(
+        ("hand-off item", "status"),
+        (
+            [f'<a href="#{escape(i["id"])}">{escape(i["title"])}</a>', _item_state(i["missing"])]
+            for i in manifest_["items"]
+        ),
     )
     spec = manifest_["implementation"]["spec"]
-    verdicts = "".join(
-        f"<tr><td>stage {escape(n)}</td><td>{v['passed']} of {v['checks']}</td><td>{escape(v.get('scope', ''))}</td>"
-        f"<td>{escape(_first(v))}</td></tr>"
-        for n, v in (found["stage_output"].data.get("checker") or {}).items()
+    verdicts = html_table(
+        ("stage", "checks passed", "what ran", "first failure"),
+        (
+            [f"stage {escape(n)}", f"{v['passed']} of {v['checks']}", escape(v.get("scope", "")), escape(_first(v))]
+            for n, v in (found["stage_output"].data.get("checker") or {}).items()
+        ),
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Portfolio</title>
 <style>{STYLE}</style></head><body><h1>Portfolio — resume and profile a sharded training run</h1>
@@ -300,8 +301,8 @@ def html(run, found: dict, manifest_: dict) -> str:
 under it; four logical CPU devices of one host are not four machines, and a CPU trace is not accelerator
 utilisation. The same data for machines is in <a href="portfolio/portfolio.json">portfolio/portfolio.json</a>,
 the short report in <a href="portfolio/report.md">portfolio/report.md</a>.</p>
-<table><tr><th>hand-off item</th><th>status</th></tr>{rows}</table>
+{items}
 <h2>The checker's verdict</h2>
-<table><tr><th>stage</th><th>checks passed</th><th>what ran</th><th>first failure</th></tr>{verdicts}</table>
+{verdicts}
 {_answers(run)}{_selfcheck(run)}{"".join(_section(i) for i in manifest_["items"])}</body></html>
 """
