@@ -121,8 +121,10 @@ def _shown(array) -> str:
 PROBES = "shardlab.checker.probes"  # the module whose functions a probe runs under a function's bounds
 # the functions that return a state, and the rule a state of other fields than the six breaks there
 STATE_RULES = {
-    **{"initial": "initial-fields", "next_batch": "new-state"},
-    **{"transition": "one-update", "restore": "exact-resume"},
+    "initial": "initial-fields",
+    "next_batch": "new-state",
+    "transition": "one-update",
+    "restore": "exact-resume",
 }
 
 
