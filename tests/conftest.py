@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import budget
+import numpy as np
 import pytest
 from course_records import from_notebook
 
@@ -228,6 +229,17 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False  # keep the workers' order, in which the course run leads
     return CourseRunFirst(config, log)
+
+
+def course_run(data, mesh, seed, batch_size, steps, start=None):
+    """(state, losses, ids) of `steps` course transitions from `start` (default: step 0)."""
+    step = sl.make_step(mesh)
+    state, losses, ids = start or sl.initial(seed, data, mesh), [], []
+    for _ in range(steps):
+        state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
+        losses.append(loss)
+        ids.append(batch_ids)
+    return state, np.asarray(losses, np.float32), ids
 
 
 def npz_members(path) -> dict:

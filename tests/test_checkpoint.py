@@ -13,7 +13,7 @@ import zipfile
 import jax
 import numpy as np
 import pytest
-from conftest import npz_members
+from conftest import course_run, npz_members
 
 import shardlab as sl
 from shardlab import orbax_io
@@ -29,11 +29,7 @@ pytestmark = pytest.mark.stage3
 
 
 def trained(data, mesh, seed=17, batch_size=7, steps=5):
-    state = sl.initial(seed, data, mesh)
-    step = sl.make_step(mesh)
-    for _ in range(steps):
-        state, _, _ = sl.transition(state, data, batch_size, step, mesh)
-    return state
+    return course_run(data, mesh, seed, batch_size, steps)[0]
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from conftest import course_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,17 +46,6 @@ def trim(ids) -> np.ndarray:
     """The batch's IDs from one row of slot IDs: the valid ones, in order (padding is always last)."""
     ids = np.asarray(ids)
     return ids[ids != device_sampler.EMPTY].astype(sl.schema.DTYPES["order"])
-
-
-def course_run(data, mesh, seed, batch_size, steps, start=None):
-    """(state, losses, ids) of `steps` course transitions from `start` (default: step 0)."""
-    step = sl.make_step(mesh)
-    state, losses, ids = start or sl.initial(seed, data, mesh), [], []
-    for _ in range(steps):
-        state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
-        losses.append(loss)
-        ids.append(batch_ids)
-    return state, np.asarray(losses, np.float32), ids
 
 
 def one_step(sampler, batch_size, slots):

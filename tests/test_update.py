@@ -5,6 +5,7 @@ import functools
 import numpy as np
 import pytest
 from budget import examples
+from conftest import course_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,20 +24,9 @@ def numpy_step(x, y, w, v, lr=0.03, decay=0.8):
     return w - lr * v, v, loss, grad
 
 
-def run_steps(data, mesh, seed, batch_size, steps):
-    state = sl.initial(seed, data, mesh)
-    step = sl.make_step(mesh)
-    losses, ids = [], []
-    for _ in range(steps):
-        state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
-        losses.append(loss)
-        ids.append(batch_ids)
-    return state, losses, ids
-
-
 @pytest.mark.parametrize("batch_size", [7, 10, 1, 23, 40])
 def test_consecutive_updates_match_numpy(data, mesh, batch_size):
-    state, losses, ids = run_steps(data, mesh, 17, batch_size, 9)
+    state, losses, ids = course_run(data, mesh, 17, batch_size, 9)
     w = v = np.zeros(data.features.shape[1])
     for batch_ids, loss in zip(ids, losses):
         w, v, ref_loss, _ = numpy_step(data.features[batch_ids], data.targets[batch_ids], w, v)
@@ -47,7 +37,7 @@ def test_consecutive_updates_match_numpy(data, mesh, batch_size):
 
 
 def test_every_replica_holds_the_same_weights(data, mesh):
-    state, _, _ = run_steps(data, mesh, 29, 10, 5)
+    state, _, _ = course_run(data, mesh, 29, 10, 5)
     shards = [np.asarray(s.data) for s in state["weights"].addressable_shards]
     assert len(shards) == 4
     for shard in shards[1:]:
