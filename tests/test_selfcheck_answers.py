@@ -30,11 +30,6 @@ def only_right(notebook: str, number: str, *facts: str) -> None:
         assert not any(fact in o for o in others), (notebook, number, fact, others)
 
 
-@pytest.fixture(scope="module")
-def data():
-    return sl.teaching_fixture()
-
-
 def walk_ids(state, data, batch_size, calls, mesh):
     """The ids of `calls` batches of the course's sampler from `state`, and the state after them."""
     ids = []
