@@ -339,14 +339,20 @@ def unit(module: str) -> str:
     return module.split(".")[1] if "." in module else module
 
 
-def design_table() -> tuple[dict[str, list[str]], list[str]]:
-    """({subpackage: what its row says it may import}, the shared modules) as docs/design.md writes them."""
-    text = DESIGN.read_text()
+def design_rows(text: str) -> dict[str, tuple[str, str]]:
+    """{subpackage: (its `holds` cell, its `may import` cell)} of docs/design.md's subpackage table."""
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| `") and len(cells) == 3:
-            rows[cells[0].strip("`")] = re.findall(r"`([\w.]+)`", cells[2])
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    return rows
+
+
+def design_table() -> tuple[dict[str, list[str]], list[str]]:
+    """({subpackage: what its row says it may import}, the shared modules) as docs/design.md writes them."""
+    text = DESIGN.read_text()
+    rows = {name: re.findall(r"`([\w.]+)`", imports) for name, (_, imports) in design_rows(text).items()}
     paragraph = " ".join(next((p for p in text.split("\n\n") if p.startswith(SHARED_LINE)), "").split())
     shared = re.findall(r"`([\w.]+)`", paragraph.split(" import only ")[0])  # the names before "import only"
     assert rows and shared, f"{DESIGN} lost its subpackage table or the sentence starting {SHARED_LINE!r}"
@@ -411,12 +417,7 @@ def test_each_subpackage_imports_only_what_the_design_table_says():
 
 def design_holds(text: str) -> dict[str, set[str]]:
     """{subpackage: the names its row of docs/design.md's table puts in backticks in the `holds` column}."""
-    found = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| `") and len(cells) == 3:
-            found[cells[0].strip("`")] = set(re.findall(r"`([\w./]+)`", cells[1]))
-    return found
+    return {name: set(re.findall(r"`([\w./]+)`", holds)) for name, (holds, _) in design_rows(text).items()}
 
 
 def test_a_design_row_that_names_modules_names_every_module_of_its_subpackage():
