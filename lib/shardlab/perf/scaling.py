@@ -35,14 +35,20 @@ def placed(host: dict, mesh) -> tuple:
     return (*batch, replicate(host["weights"], mesh), replicate(host["momentum"], mesh))
 
 
+def middle_half(samples_ms) -> list[float]:
+    """[25th, 75th percentile] of `samples_ms`, from `timing.spread`."""
+    side = timing.spread(samples_ms)
+    return [side["q1_ms"], side["q3_ms"]]
+
+
 def efficiency_rows(measured: dict, rows: dict) -> list[dict]:
     """One row per W: timing, rows per second and efficiency against W = 1 (rows[w]: rows in W's step), each with
     its range over the middle halves (the efficiency's from the far ends of W's and W = 1's, so it is the widest)."""
     throughput = {w: rows[w] / measured[f"w{w}"]["median_ms"] * 1e3 for w in rows}
     spread, half = {}, {}  # rows per second over the middle half of the step times, and that middle half
     for w in rows:
-        q1, q3 = np.percentile(measured[f"w{w}"]["samples_ms"], [25, 75])
-        spread[w], half[w] = [rows[w] / float(q3) * 1e3, rows[w] / float(q1) * 1e3], [float(q1), float(q3)]
+        q1, q3 = half[w] = middle_half(measured[f"w{w}"]["samples_ms"])
+        spread[w] = [rows[w] / q3 * 1e3, rows[w] / q1 * 1e3]
     keys = ("median_ms", "samples_ms", "compile_ms")
     table = []
     for w in rows:
@@ -116,7 +122,7 @@ def held_out(table: list[dict], terms=HELD_OUT) -> dict:
     the spread alone could move it; a measured middle half outside that whole range refutes the fit.
     """
     measured = {r["devices"]: r["median_ms"] for r in table}
-    middle = {r["devices"]: [float(v) for v in np.percentile(r["samples_ms"], [25, 75])] for r in table}
+    middle = {r["devices"]: middle_half(r["samples_ms"]) for r in table}
     if not {1, 2, 4} <= set(measured):
         raise ConfigError(f"the held-out fit needs W = 1, 2 and 4 in the table, not {sorted(measured)}")
     fitted = fit({w: measured[w] for w in (1, 2)}, terms)
