@@ -93,7 +93,7 @@ def _teardown(procs: dict, logs: list) -> float:
 def _inject(fault: dict, procs: dict, out: str) -> dict | None:
     """If the victim reached its fault point, signal it (a 'die' fault killed itself); return the event."""
     victim = fault["rank"]
-    text = launcher.read_text(program.marker_path(out, victim))
+    text = launcher.read_text(program.file_of(out, "fault", victim))
     if not text:
         return None
     mark = json.loads(text)
@@ -136,7 +136,7 @@ def _unresponsive(codes: dict, pulses: dict, out: str, now: float, start: float,
     for pid, code in codes.items():
         if code is not None:
             continue
-        content = launcher.read_text(program.pulse_path(out, pid))
+        content = launcher.read_text(program.file_of(out, "pulse", pid))
         seen, since = pulses[pid]
         if content != seen:
             pulses[pid] = (content, now)
@@ -242,7 +242,7 @@ def _run_attempt(job: dict, k: int, fault: dict | None, resume: str, port: int, 
 
 def _record(k, folder, procs, fault, event, exits, **seen) -> dict:
     """What one attempt did: its fault and when it landed, the verdict, exits, reports and progress events."""
-    marker = launcher.read_text(program.marker_path(folder, fault["rank"])) if fault else None
+    marker = launcher.read_text(program.file_of(folder, "fault", fault["rank"])) if fault else None
     injected = event.get("injected") or (json.loads(marker) if marker else None)  # signal time, else marker's
     progress = {pid: launcher.progress(folder, pid) for pid in procs}
     skipped = [e["t"] for events in progress.values() for e in events if e["event"] == "skipped"]

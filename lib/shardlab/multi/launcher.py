@@ -167,7 +167,7 @@ def read_text(path: str) -> str | None:
 def report(out: str, pid) -> dict | None:
     """Process `pid`'s report, or None while it has written none (or a torn one)."""
     try:
-        return json.loads(read_text(program.report_path(out, pid)) or "null")
+        return json.loads(read_text(program.file_of(out, "report", pid)) or "null")
     except ValueError:
         return None
 
@@ -175,7 +175,7 @@ def report(out: str, pid) -> dict | None:
 def progress(out: str, pid: int) -> list[dict]:
     """The events process `pid` appended during an attempt (a torn last line is dropped)."""
     events = []
-    for line in (read_text(program.progress_path(out, pid)) or "").splitlines():
+    for line in (read_text(program.file_of(out, "progress", pid)) or "").splitlines():
         try:
             events.append(json.loads(line))
         except ValueError:

@@ -49,24 +49,18 @@ class Preempted(Exception):
     """Control flow, not a failure: the group saved the agreed step after a SIGTERM."""
 
 
-def report_path(out, process_id: int) -> str:
-    """Where process `process_id` writes its report."""
-    return os.path.join(os.fspath(out), f"process_{process_id}.json")
+# the files a controller writes in its group's folder, by kind, each named for its process
+FILES = {
+    "report": "process_{}.json",  # its report
+    "fault": "fault_{}.json",  # written when it reaches its fault point
+    "pulse": "pulse_{}",  # rewritten every PULSE seconds (read by the supervisor)
+    "progress": "progress_{}.jsonl",  # a JSON line per event (ready, restored, step, saved, published, preempted)
+}
 
 
-def marker_path(out, process_id: int) -> str:
-    """The file a controller writes when it reaches its fault point."""
-    return os.path.join(os.fspath(out), f"fault_{process_id}.json")
-
-
-def pulse_path(out, process_id: int) -> str:
-    """The file a controller's pulse thread rewrites every PULSE seconds (read by the supervisor)."""
-    return os.path.join(os.fspath(out), f"pulse_{process_id}")
-
-
-def progress_path(out, process_id: int) -> str:
-    """One JSON line per event (ready, restored, step, saved, published, preempted), appended as it happens."""
-    return os.path.join(os.fspath(out), f"progress_{process_id}.jsonl")
+def file_of(out, kind: str, process_id: int) -> str:
+    """Where process `process_id` writes its file of `kind` (a key of FILES)."""
+    return os.path.join(os.fspath(out), FILES[kind].format(process_id))
 
 
 def parse_fault(text: str | None) -> dict | None:
@@ -114,7 +108,7 @@ class Controller:
         config = sl.Config(seed=args.seed, batch_size=args.batch_size, num_devices=self.mesh.size)
         self.contract = sl.contract(self.data, config)
         self.step_fn = sl.make_step(self.mesh, config.learning_rate, config.decay)
-        pulse = pulse_path(args.out, self.pid)
+        pulse = file_of(args.out, "pulse", self.pid)
         self.guard = WaitGuard(runtime.client(), self.pid, world.processes, args.timeout, self.stopped, pulse)
         self.state = sl.initial(args.seed, self.data, self.mesh, put=put_shards)
         self.checkpoints, self.pending, self.preempt = None, None, False
@@ -134,7 +128,7 @@ class Controller:
     def progress(self, event: str, **fields) -> None:
         """Append one event line to this process's progress file (flushed, so a kill keeps it)."""
         line = json.dumps({"event": event, "t": time.time(), **fields}, sort_keys=True)
-        with open(progress_path(self.args.out, self.pid), "a") as handle:
+        with open(file_of(self.args.out, "progress", self.pid), "a") as handle:
             handle.write(line + "\n")
 
     def fault(self, phase: str, step: int) -> None:
@@ -144,7 +138,7 @@ class Controller:
             return
         saving = store.in_progress(self.checkpoints) if self.checkpoints is not None else False
         mark = {"phase": phase, "step": step, "time": time.time(), "saving_in_progress": saving, "os_pid": os.getpid()}
-        write_json(marker_path(self.args.out, self.pid), mark)
+        write_json(file_of(self.args.out, "fault", self.pid), mark)
         if pause["die"]:
             os.kill(os.getpid(), signal.SIGKILL)
         if pause["fail"]:
@@ -163,7 +157,7 @@ class Controller:
 
     def write(self) -> None:
         """Write this process's report."""
-        write_json(report_path(self.args.out, self.pid), self.report)
+        write_json(file_of(self.args.out, "report", self.pid), self.report)
 
     def resume(self) -> None:
         """Pick the newest complete step (or the one asked for), agree on it, set the rest aside, restore."""
@@ -363,7 +357,7 @@ def argv(**values) -> list[str]:
 def _launch_failed(args, exc: Exception) -> int:
     """Record a launch problem as this process's report (no world yet); return EXIT_STOPPED."""
     pid = runtime.launch_rank(os.environ)
-    write_json(report_path(args.out, pid), {"process_id": pid, "status": "stopped", "error": error_record(exc)})
+    write_json(file_of(args.out, "report", pid), {"process_id": pid, "status": "stopped", "error": error_record(exc)})
     print(f"[process {pid}] stopped: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     runtime.end_mpi_job(EXIT_STOPPED)
     return EXIT_STOPPED
