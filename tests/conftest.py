@@ -231,12 +231,13 @@ def pytest_xdist_make_scheduler(config, log):
     return CourseRunFirst(config, log)
 
 
-def course_run(data, mesh, seed, batch_size, steps, start=None):
-    """(state, losses, ids) of `steps` course transitions from `start` (default: step 0)."""
-    step = sl.make_step(mesh)
+def course_run(data, mesh, seed, batch_size, steps, start=None, step=None, transition=sl.transition, placed=None):
+    """(state, losses, ids) of `steps` transitions from `start` (default: step 0), one dispatch each: the course's,
+    or `transition` with `step` reading the `placed` dataset where given."""
+    step = step or sl.make_step(mesh)
     state, losses, ids = start or sl.initial(seed, data, mesh), [], []
     for _ in range(steps):
-        state, loss, batch_ids = sl.transition(state, data, batch_size, step, mesh)
+        state, loss, batch_ids = transition(state, data if placed is None else placed, batch_size, step, mesh)
         losses.append(loss)
         ids.append(batch_ids)
     return state, np.asarray(losses, np.float32), ids

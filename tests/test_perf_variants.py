@@ -10,6 +10,7 @@ import functools
 import jax
 import numpy as np
 import pytest
+from conftest import course_run
 from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
@@ -35,16 +36,6 @@ def reference_run(data, seed, batch_size, steps):
         w, v, loss, _ = oracle.momentum_step(data.features[batch], data.targets[batch], np.ones(len(batch)), w, v)
         losses.append(loss)
     return ids, losses, w, v
-
-
-def stepwise_transitions(data, mesh, seed, batch_size, steps, step, transition=sl.transition, placed=None):
-    """`steps` transitions, one dispatch each: stage 2's, or `resident_transition` reading the `placed` dataset."""
-    state, losses, ids = sl.initial(seed, data, mesh), [], []
-    for _ in range(steps):
-        state, loss, batch_ids = transition(state, data if placed is None else placed, batch_size, step, mesh)
-        losses.append(loss)
-        ids.append(batch_ids)
-    return state, losses, ids
 
 
 def resident_transition(state, placed, batch_size, step, mesh):
@@ -79,12 +70,12 @@ def runs(data, mesh):
     plain, packed_step = sl.make_step(mesh), packed.make_packed_step(mesh)
     res, res_packed = resident.make_resident_step(mesh), resident.make_resident_step(mesh, packed=True)
     scan = multistep.make_multistep(mesh)
-    on_device = functools.partial(stepwise_transitions, data, mesh, transition=resident_transition, placed=placed)
+    on_device = functools.partial(course_run, data, mesh, transition=resident_transition, placed=placed)
     return {
-        "stage2": functools.cache(lambda seed, b: stepwise_transitions(data, mesh, seed, b, STEPS, plain)),
-        "packed": lambda seed, b: stepwise_transitions(data, mesh, seed, b, STEPS, packed_step),
-        "resident": lambda seed, b: on_device(seed, b, STEPS, res),
-        "resident_packed": lambda seed, b: on_device(seed, b, STEPS, res_packed),
+        "stage2": functools.cache(lambda seed, b: course_run(data, mesh, seed, b, STEPS, step=plain)),
+        "packed": lambda seed, b: course_run(data, mesh, seed, b, STEPS, step=packed_step),
+        "resident": lambda seed, b: on_device(seed, b, STEPS, step=res),
+        "resident_packed": lambda seed, b: on_device(seed, b, STEPS, step=res_packed),
         "multistep": lambda seed, b: multistep_transitions(data, mesh, seed, b, STEPS, scan),
     }
 
@@ -171,7 +162,7 @@ def test_resident_moves_only_ids_after_placement(data, mesh):
 
 def test_sixteen_updates_in_one_dispatch_equal_sixteen_transitions(mesh):
     data = sl.timing_fixture()
-    base, base_losses, base_ids = stepwise_transitions(data, mesh, 17, 7, 16, sl.make_step(mesh))
+    base, base_losses, base_ids = course_run(data, mesh, 17, 7, 16)
     run = multistep.make_multistep(mesh)
     state, losses, ids = multistep_chunk(sl.initial(17, data, mesh), data, 7, 16, run, mesh)
     for a, b in zip(ids, base_ids):
