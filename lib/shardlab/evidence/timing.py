@@ -182,10 +182,7 @@ def measure(
 
 
 def spread(samples, to_ms: float = 1.0) -> dict:
-    """The median and the middle half (25th to 75th percentile) of `samples`, times `to_ms` (1e3 for seconds).
-
-    Rounded only where shown: {"median_ms", "q1_ms", "q3_ms", "n"}.
-    """
+    """The median and middle half (25th to 75th percentile) of `samples` times `to_ms` (1e3 for seconds), unrounded."""
     q1, median, q3 = (to_ms * float(v) for v in np.percentile(samples, [25, 50, 75]))
     return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(samples)}
 

@@ -41,10 +41,7 @@ def local_only(count, grad_num, loss_num):
 
 
 def update_scan(sums_at, weights, momentum, active, per_step, **static):
-    """K momentum updates in one `lax.scan`: step i's sums are `sums_at(weights, *step i of per_step)`.
-
-    Past `active` a step keeps the carry (`keep_if`); returns ((weights, momentum), the K losses).
-    """
+    """((weights, momentum), K losses) of K updates in one `lax.scan`; step i sums `sums_at(weights, *per_step[i])`."""
 
     def one(carry, inputs):
         weights, momentum = carry
