@@ -1508,9 +1508,11 @@ def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, 
         ((3, 4, 0), "do not say where the difference comes from"),  # one step fewer than (b)'s 8 - 3
     ],
 )
-def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_path, lost, wasted_word):
+def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_path, monkeypatch, lost, wasted_word):
     from shardlab.course import results as record
     from shardlab.course import sentences
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     a, b, c = lost
     rows = {
@@ -1537,11 +1539,13 @@ def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_p
     ],
 )
 def test_this_run_s_ratios_are_set_beside_the_published_receipt_s(
-    tmp_path, four_over_one, compile_ms, four_word, order_word
+    tmp_path, monkeypatch, four_over_one, compile_ms, four_word, order_word
 ):
     from shardlab.course import results as record
     from shardlab.course import sentences
     from shardlab.evidence.timing import COURSE_COMPILE_MS, COURSE_MEDIANS_MS
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentences are filed
 
     receipt = sentences.published_receipt()
     # by hand from the receipt's medians: 0.1661 / 0.07225 and 421.46 / 0.1661
