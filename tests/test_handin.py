@@ -333,11 +333,13 @@ def test_the_self_checks_cover_every_stage_notebook():
 
 
 @pytest.mark.parametrize("name", STAGES)
-def test_every_stage_ends_with_its_self_check(name):
+def test_every_stage_ends_with_its_self_check_then_its_closing_record(name):
     nb = nbformat.read(catalog.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
-    heading, cell = nb.cells[-2], nb.cells[-1]
+    heading, cell, closing = nb.cells[-3:]  # the self-check is the last the learner reads; the records close it
     assert heading.cell_type == "markdown" and heading.source.startswith("## Self-check")
     assert cell.cell_type == "code" and cell.metadata.get("tags") == ["selfcheck"]
+    assert closing.cell_type == "code" and closing.metadata.get("tags") == ["record"]
+    assert closing.metadata.get("jupyter", {}).get("source_hidden"), f"{name}: the closing record cell is not folded"
     assert f'selfcheck.show("{name}", choices' in cell.source and "choices = {}" in cell.source  # prompts=False too
     asked = selfcheck.questions(name)
     assert len(asked) >= 4 and [q.number for q in asked] == [str(i) for i in range(1, len(asked) + 1)]
@@ -375,7 +377,8 @@ def test_self_check_evidence_is_what_the_stage_recorded(run_dir):
         recorded = json.loads((run_dir / "results" / f"{notebook}.json").read_text())
         assert key in recorded, f"{notebook} question {q.number} points at {key}, which the stage does not record"
     nb = nbformat.read(run_dir / "stage2_update.ipynb", as_version=4)
-    shown = "".join(o.get("data", {}).get("text/html", "") for o in nb.cells[-1].outputs)
+    (asked,) = [c for c in nb.cells if "selfcheck" in c.metadata.get("tags", [])]
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in asked.outputs)
     assert shown.count("<details>") == len(selfcheck.questions("stage2_update")) and "Not answered yet" in shown
 
 

@@ -335,10 +335,13 @@ def test_the_readme_says_where_and_how_to_write_answers_as_the_portfolio_reads_t
     assert example and example[1] in {p.id for p in answers.PROMPTS}, paragraph
     assert answers.answer_id(f"Answer: {example[1]}\nwhat I found") == example[1]
     assert "`choices = {}`" in paragraph
-    for notebook in catalog.NOTEBOOKS:  # every notebook with a self-check holds that line in its last cell
+    assert "line of the cell under each notebook's *Self-check*" in " ".join(paragraph.split())
+    for notebook in catalog.NOTEBOOKS:  # every notebook with a self-check holds that line in the cell under it
         if selfcheck.questions(notebook):
-            last = jupytext.read(catalog.NOTEBOOK_DIR / f"{notebook}.md").cells[-1]
-            assert last.cell_type == "code" and "\nchoices = {}" in f"\n{last.source}", notebook
+            cells = jupytext.read(catalog.NOTEBOOK_DIR / f"{notebook}.md").cells
+            heading = max(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "## Self-check" in c.source)
+            asked = cells[heading + 1]
+            assert asked.cell_type == "code" and "\nchoices = {}" in f"\n{asked.source}", notebook
     assert status_line({"ready": True, "missing": []}) in " ".join(paragraph.split())  # as the portfolio prints it
     assert "`incomplete: N items missing`" in paragraph
     # the stage 4 hypothesis: the README names the line the learner edits, and the notebook's cell holds it
@@ -346,7 +349,8 @@ def test_the_readme_says_where_and_how_to_write_answers_as_the_portfolio_reads_t
     cells = jupytext.read(catalog.NOTEBOOK_DIR / "stage4a_profile.md").cells
     assert any("hypothesis" in c.metadata.get("tags", []) and "\nmine = None" in f"\n{c.source}" for c in cells)
     choices = re.search(r"\(`(choices = \{[^}]+\})`\)", paragraph)
-    shown = jupytext.read(catalog.NOTEBOOK_DIR / "stage1_batches.md").cells[-1].source
+    first = jupytext.read(catalog.NOTEBOOK_DIR / "stage1_batches.md").cells
+    shown = next(c.source for c in first if "choices = {}" in c.source)
     assert choices and choices[1].split(" = ")[1] in shown, "the README's choices example is the notebooks' own"
 
 

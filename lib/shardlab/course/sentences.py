@@ -36,6 +36,18 @@ def _s(relation, keys, true, false):
     return Sentence(relation, keys, true, false)
 
 
+RECEIPT_KEYS = {  # stage 4a's ratios beside the published receipt's (the original course's run, another machine)
+    "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
+    "rr": "course_receipt.ratios.compiled_4dev_over_compiled_1dev",
+    "re": "timing.ratios.eager_4dev_over_compiled_4dev",
+    "rre": "course_receipt.ratios.eager_4dev_over_compiled_4dev",
+    "k4": "compile.compiled_4dev.compile_ms",
+    "k1": "compile.compiled_1dev.compile_ms",
+    "kk4": "course_receipt.compile_ms.compiled_4dev",
+    "kk1": "course_receipt.compile_ms.compiled_1dev",
+}
+
+
 CHANGE = {  # the verdict's values
     "c": "change.cut_ms",
     "n": "change.noise_ms",
@@ -275,6 +287,39 @@ SENTENCES = {
             "(eager from {e_lo:.4g} ms, four devices {c4_lo:.4g}–{c4_hi:.4g}, one device up to {c1_hi:.4g}). So "
             "the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within "
             "the spread.",
+        ),
+        "receipt_four_devices_slower": _s(
+            "r > 1 and rr > 1",
+            RECEIPT_KEYS,
+            "Both runs found four logical devices slower than one on this update: {r:.2f}x here, {rr:.2f}x in the "
+            "published receipt.",
+            "Four logical devices were not slower than one in both runs: {r:.2f}x here, {rr:.2f}x in the published "
+            "receipt.",
+        ),
+        "receipt_four_devices_faster": _s(
+            "r < 1 and rr < 1",
+            RECEIPT_KEYS,
+            "Both runs found four logical devices faster than one on this update: {r:.2f}x here, {rr:.2f}x in the "
+            "published receipt.",
+            "The two runs put four devices against one on different sides: {r:.2f}x here, {rr:.2f}x in the "
+            "published receipt. Another machine's cores and load can move the order itself.",
+        ),
+        "receipt_eager_far_behind": _s(
+            "re > 10 and rre > 10",
+            RECEIPT_KEYS,
+            "In both, the un-jitted update took over ten times the compiled one ({re:.0f}x here, {rre:.0f}x in the "
+            "published receipt).",
+            "The un-jitted update did not take over ten times the compiled one in both runs ({re:.0f}x here, "
+            "{rre:.0f}x in the published receipt).",
+        ),
+        "receipt_compile_order": _s(
+            "(k4 > k1) == (kk4 > kk1)",
+            RECEIPT_KEYS,
+            "Compiling ranked the two variants the same way in both runs: four devices {k4:.0f} ms and one device "
+            "{k1:.0f} ms here, {kk4:.2f} and {kk1:.2f} ms in the published receipt.",
+            "Compiling ranked the two variants the other way round in the two runs: four devices {k4:.0f} ms and "
+            "one device {k1:.0f} ms here, {kk4:.2f} and {kk1:.2f} ms in the published receipt; one compilation of "
+            "each per run says nothing about which order is usual.",
         ),
         "eager_compiles": _s(
             "n > 0",
@@ -639,6 +684,32 @@ SENTENCES = {
             "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
             "of the time.",
         ),
+        "redone_after_newest_manifest": _s(
+            "n == a + b + c and a == sa - ra and b == sb - rb and c == max(0, sc - rc)",
+            {
+                "n": "several_failures.steps_lost",
+                "w": "several_failures.goodput.wasted",
+                "a": "async_kill.steps_lost",
+                "sa": "async_kill.at_step",
+                "ra": "async_kill.resumed_from",
+                "b": "p0_kill.steps_lost",
+                "sb": "p0_kill.at_step",
+                "rb": "p0_kill.resumed_from",
+                "c": "preemption.steps_lost",
+                "sc": "preemption.at_step",
+                "rc": "preemption.resumed_from",
+            },
+            "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so every step "
+            "the failed attempt completed after it runs again. (a) had completed step {sa} and the relaunch resumed "
+            "at step {ra}: {a} steps again; (b) had completed step {sb}, resumed at step {rb}: {b}; the preemption "
+            "(c) published the step it stopped at: {c}. Of these {n} steps, those that were their attempt's first of "
+            "a batch shape count as compilation; the rest are the ledger's wasted {w:.2f} s. Saving more often "
+            "redoes fewer steps and blocks the loop more often.",
+            "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
+            "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
+            "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
+            "wasted {w:.2f} s is their time, less the steps that compiled.",
+        ),
         "world_change_<world>_match": _s(
             "d == 0",
             {"d": "world_change.runs.<world>.max_weight_diff"},
@@ -950,6 +1021,15 @@ def other_split(goodput: dict, notebook: str = "stage5a_protocol") -> str:
     return chosen(notebook, "other_after_last_event", **values)
 
 
+def redone_steps(path: dict, async_kill: dict, p0_kill: dict, preempt: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the steps drill 1 ran twice, read as the steps each failed attempt completed after the newest
+    published manifest, and the ledger's wasted seconds they account for."""
+    values = {"n": path["steps_lost"], "w": path["goodput"]["wasted"]}
+    for name, row in (("a", async_kill), ("b", p0_kill), ("c", preempt)):
+        values.update({name: row["steps_lost"], f"s{name}": row["at_step"], f"r{name}": row["resumed_from"]})
+    return chosen(notebook, "redone_after_newest_manifest", **values)
+
+
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether a restart on another world size matched the control bit for bit."""
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
@@ -1116,6 +1196,59 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
         r=timing["ratios"]["compiled_4dev_over_compiled_1dev"], re=timing["ratios"]["eager_4dev_over_compiled_4dev"]
     )
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
+
+
+def published_receipt() -> dict:
+    """The published receipt's warm medians and compile times (the original course's run, on another machine),
+    with the same ratios of medians this run's timing records."""
+    from shardlab.evidence.timing import COURSE_COMPILE_MS, COURSE_MEDIANS_MS
+
+    m = COURSE_MEDIANS_MS
+    ratios = {
+        "compiled_4dev_over_compiled_1dev": m["compiled_4dev"] / m["compiled_1dev"],
+        "eager_4dev_over_compiled_4dev": m["eager_4dev"] / m["compiled_4dev"],
+    }
+    return {"medians_ms": dict(m), "compile_ms": dict(COURSE_COMPILE_MS), "ratios": ratios}
+
+
+def beside_receipt(timing: dict, compile_ms: dict, notebook: str = "stage4a_profile") -> list[str]:
+    """Stage 4a's ratios set beside the published receipt's: a table, then one sentence per comparison, each worded
+    for every outcome (`compile_ms`: {variant: this run's compile ms})."""
+    from shardlab.course import show
+
+    receipt = published_receipt()
+    ours, theirs = timing["ratios"], receipt["ratios"]
+    values = {"r": ours["compiled_4dev_over_compiled_1dev"], "rr": theirs["compiled_4dev_over_compiled_1dev"]}
+    values.update(re=ours["eager_4dev_over_compiled_4dev"], rre=theirs["eager_4dev_over_compiled_4dev"])
+    values.update(k4=compile_ms["compiled_4dev"], k1=compile_ms["compiled_1dev"])
+    values.update(kk4=receipt["compile_ms"]["compiled_4dev"], kk1=receipt["compile_ms"]["compiled_1dev"])
+    table = show.table(
+        [
+            {
+                "ratio": "compiled 4-device / 1-device, warm medians",
+                "this run": f"{values['r']:.2f}x",
+                "the published receipt": f"{values['rr']:.2f}x",
+            },
+            {
+                "ratio": "eager / compiled 4-device, warm medians",
+                "this run": f"{values['re']:.0f}x",
+                "the published receipt": f"{values['rre']:.0f}x",
+            },
+            {
+                "ratio": "compile time, 4-device / 1-device",
+                "this run": f"{values['k4'] / values['k1']:.2f}x",
+                "the published receipt": f"{values['kk4'] / values['kk1']:.2f}x",
+            },
+        ]
+    )
+    four = chosen_first(notebook, ["receipt_four_devices_slower", "receipt_four_devices_faster"], **values)
+    eager = chosen(notebook, "receipt_eager_far_behind", **values)
+    order = chosen(notebook, "receipt_compile_order", **values)
+    spread = (
+        "The receipt keeps medians only, no middle halves: each ratio is read for its side of 1 (or of ten), not "
+        "for how far the two runs lie apart."
+    )
+    return [table, four, eager, order, spread]
 
 
 def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:

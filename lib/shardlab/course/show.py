@@ -124,11 +124,12 @@ def excerpt(source: str, kept: list[str]) -> str:
     return textwrap.dedent("\n".join(out))
 
 
-def display_excerpt(source: str, kept: list[str]) -> None:
-    """Show `excerpt(source, kept)` in view, as a Python block."""
+def display_excerpt(source: str, kept: list[str], folded: str | None = None) -> None:
+    """Show `excerpt(source, kept)` as a Python block: in view, or with `folded` (a summary) in a fold."""
     from IPython.display import Markdown, display
 
-    display(Markdown(f"```python\n{excerpt(source, kept)}\n```"))
+    block = f"```python\n{excerpt(source, kept)}\n```"
+    display(Markdown(block if folded is None else fold(folded, block)))
 
 
 def display_table(rows: list[dict], columns: list[str] | None = None, shown: list[dict] | None = None) -> None:

@@ -56,7 +56,7 @@ HOW_TO = {
     "answer": "in your copy WORKSPACE/NOTEBOOK.ipynb add a markdown cell, give it the tag `answer` (Lab: the gear "
     "icon in the right sidebar, Common Tools -> Cell Tags), start it with the line `Answer: ID` and write your "
     "answer below it",
-    "selfcheck": "in your copy WORKSPACE/NOTEBOOK.ipynb write your letters into the `choices = {}` line of the last "
+    "selfcheck": "in your copy WORKSPACE/NOTEBOOK.ipynb write your letters into the `choices = {}` line of the "
     'cell under Self-check, as the cell shows: choices = {"1": "c", "2": "a"}',
     "hypothesis": "in your copy WORKSPACE/stage4a_profile.ipynb replace `mine = None` with your dict of "
     '"change", "threshold_ms" and "because" (the cell says what each holds); run that notebook in Lab to see it '
