@@ -1527,6 +1527,25 @@ def test_the_supervising_command_starts_without_jax():
     assert found.strip() == "False"
 
 
+def test_the_supervising_command_claims_and_publishes_its_output_folder_without_numpy(tmp_path):
+    """`check --output` claims its folder before it starts the checking interpreter, and publishes the report in
+    it: neither imports NumPy or JAX into the supervisor (the checking interpreter's start would wait for them)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    code = (
+        "import sys, shardlab.__main__, shardlab.checker.command, shardlab.outdir as outdir\n"
+        f"outdir.claim({str(out)!r}, 'check')\n"
+        f"with outdir.writing({str(out)!r}, 'check') as staging:\n"
+        "    (staging / 'check_report.json').write_text('{}')\n"
+        "print(sorted(name for name in ('numpy', 'jax') if name in sys.modules))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "[]"
+    assert (out / "check_report.json").read_text() == "{}"  # published, so the claim and the writing both ran
+
+
 def test_the_checking_interpreter_prints_every_verdict_and_ends_with_its_status(tmp_path):
     """`python -m shardlab.checker` on its own: each verdict on its console, then exit status 0 for a pass and 1
     for a failure (it ends without the interpreter's teardown, so nothing may be left unwritten)."""

@@ -106,6 +106,21 @@ def test_the_rows_warmed_are_the_rows_the_search_gives_initial(tmp_path, stage, 
     assert given == rows
 
 
+@pytest.mark.slow  # three child interpreters: make test's, not the inner loop's
+def test_a_warming_leaves_the_row_counts_it_compiled_into_the_same_cache_before(tmp_path):
+    first = _run(WARM, tmp_path / "cache", json.dumps([7, 13]))
+    assert json.loads(first.stdout.strip().splitlines()[-1]) == [13, 7]
+    assert _shuffles(first.stderr) == (2, 0)  # both compiled into the new folder
+    again = _run(WARM, tmp_path / "cache", json.dumps([7, 13, 17]))
+    assert json.loads(again.stdout.strip().splitlines()[-1]) == [17]  # only the row count it has not compiled there
+    assert _shuffles(again.stderr) == (1, 0)  # 7 and 13 neither compiled nor read back
+    for entry in (tmp_path / "cache").glob("jit__shuffle-*"):  # the programs go: the record no longer holds
+        entry.unlink()
+    emptied = _run(WARM, tmp_path / "cache", json.dumps([7, 13]))
+    assert json.loads(emptied.stdout.strip().splitlines()[-1]) == [13, 7]
+    assert _shuffles(emptied.stderr) == (2, 0)
+
+
 def _nice(thread_id: int) -> int:
     """A thread's nice value as the kernel reports it (/proc: field 19 of its stat line)."""
     with open(f"/proc/self/task/{thread_id}/stat") as stat:

@@ -21,9 +21,10 @@ import json
 import os
 import zipfile
 
-import numpy as np
-
 from shardlab.core import files
+
+# NumPy is imported where an array is met, not here: `check --output` claims its folder through this module
+# before it starts the checking interpreter, and a supervisor that imports NumPy starts that interpreter later
 
 
 def plain(value, digits: int | None = None):
@@ -34,6 +35,8 @@ def plain(value, digits: int | None = None):
     if isinstance(value, (list, tuple)):
         return [plain(v, digits) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        import numpy as np
+
         return plain(np.asarray(value).tolist(), digits)
     if digits is not None and isinstance(value, float):
         return float(f"{value:.{digits}g}")
@@ -69,6 +72,8 @@ def without_folder(value, folder):
 
 def read_npz(path) -> dict:
     """{member: array} of an .npz file, read whole and closed, with pickles refused."""
+    import numpy as np
+
     with np.load(os.fspath(path), allow_pickle=False) as npz:
         return {name: npz[name] for name in npz.files}
 

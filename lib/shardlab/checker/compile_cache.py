@@ -12,6 +12,8 @@ import time
 
 ENV = "SHARDLAB_CHECK_CACHE"  # a folder for the cache, or "off"
 PAUSE_SECONDS = 0.05  # how long the warming waits before it looks for a free core again
+WARMED = "shardlab-warmed.json"  # in the cache folder: the row counts the warming compiled there, per configuration
+WARMED_BYTES = 1 << 20  # a record larger than this is not one the warming wrote: it is ignored
 
 
 def folder() -> str | None:
@@ -78,12 +80,19 @@ class Warming:
     cache; any other program compiles as before. Nothing computed here is looked at: the entries are
     keyed on the program's text, so a hit gives the program a fresh compile would give and never changes
     a verdict.
+
+    Given the cache's `folder`, it leaves the row counts it compiled there in an earlier run (`Warmed`):
+    reading a program back from the cache still traces and lowers it here, holding the GIL the checks'
+    thread needs, for a program the worker would read from the cache anyway.
     """
 
-    def __init__(self, sizes):
+    def __init__(self, sizes, folder: str | None = None):
         import threading
 
         self.sizes, self.done, self._stop = list(dict.fromkeys(int(n) for n in sizes if int(n) > 0)), [], False
+        self.warmed = Warmed(folder) if folder and self.sizes else None
+        self.known = [n for n in self.sizes if self.warmed and n in self.warmed.sizes]  # in the cache already
+        self.sizes = [n for n in self.sizes if n not in self.known]
         self._finish = False  # set by close(finish=True): compile what is left without waiting for a free core
         self.reached: set = set()  # sizes the checks have started on: the worker compiles those itself
         self.thread = threading.Thread(target=self._run, name="shardlab-cache-warming", daemon=True)
@@ -123,7 +132,83 @@ class Warming:
         self._stop, self._finish = not finish, finish
         if self.thread.is_alive():
             self.thread.join()
+        if self.warmed is not None and self.done:
+            self.warmed.add(self.done)
         return self.done
+
+
+class Warmed:
+    """The row counts whose permutations an earlier warming compiled into the cache `folder`, for this interpreter's
+    configuration (JAX, jaxlib and Python versions, platform, devices, XLA_FLAGS): those programs are in the cache.
+
+    The record (`WARMED`) lies in the cache folder, so a new or emptied folder has none. Beside the row counts it
+    holds how many entries the folder held when it was written: a folder holding fewer has lost some (removed by
+    hand), and the record is set aside. A record that is wrong costs only time: the worker compiles what it does
+    not find, as it would without the warming.
+    """
+
+    def __init__(self, folder: str):
+        self.folder, self.path, self.key = folder, os.path.join(folder, WARMED), configuration()
+        self.sizes = self._recorded(self._read())
+
+    def _read(self) -> dict:
+        import json
+
+        from shardlab.core import files
+
+        try:
+            found = json.loads(files.read_bounded(self.path, WARMED_BYTES))
+        except (OSError, ValueError, RecursionError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def _recorded(self, found: dict) -> set:
+        """The row counts `found` records for this configuration, if the folder still holds what it held then."""
+        entry = found.get(self.key)
+        if not isinstance(entry, dict) or not isinstance(entry.get("sizes"), list):
+            return set()
+        held = entry.get("entries")
+        if not isinstance(held, int) or isinstance(held, bool) or held > entries(self.folder):
+            return set()
+        return {n for n in entry["sizes"] if isinstance(n, int) and not isinstance(n, bool) and n > 0}
+
+    def add(self, sizes) -> None:
+        """Record `sizes` as compiled into the folder, beside what is recorded already (by this run or another)."""
+        import json
+
+        from shardlab.core import files
+
+        found = self._read()
+        known = self._recorded(found) | self.sizes | {int(n) for n in sizes}
+        found[self.key] = {"sizes": sorted(known), "entries": entries(self.folder)}
+        try:
+            files.replace(self.path, json.dumps(found, sort_keys=True))
+        except OSError:  # not recorded: a later run warms these again
+            pass
+
+
+def entries(folder: str) -> int:
+    """How many programs the cache folder holds (JAX names each entry `NAME-KEY-cache`)."""
+    try:
+        return sum(1 for name in os.listdir(folder) if name.endswith("-cache"))
+    except OSError:
+        return 0
+
+
+def configuration() -> str:
+    """What a cached permutation program depends on besides its row count, as one string (JAX imported)."""
+    import platform
+    import sys
+
+    import jax
+    import jaxlib
+
+    devices = jax.devices()
+    flags = os.environ.get("XLA_FLAGS", "")
+    return (
+        f"jax {jax.__version__} jaxlib {jaxlib.__version__} python {sys.version.split()[0]} {platform.machine()} "
+        f"{jax.default_backend()} {len(devices)} {devices[0].device_kind} XLA_FLAGS={flags}"
+    )
 
 
 def spare_core() -> bool:
@@ -158,7 +243,9 @@ def lowest_priority() -> None:
 
 
 def warm(sizes) -> Warming:
-    """Start warming the cache for `sizes` (row counts); nothing to do when the cache is off."""
+    """Start warming the cache for `sizes` (row counts), but those it compiled there before; nothing to do when the
+    cache is off."""
     import jax
 
-    return Warming(sizes if jax.config.jax_compilation_cache_dir else ())
+    folder = jax.config.jax_compilation_cache_dir
+    return Warming(sizes if folder else (), folder)
