@@ -36,18 +36,6 @@ def _s(relation, keys, true, false):
     return Sentence(relation, keys, true, false)
 
 
-RECEIPT_KEYS = {  # stage 4a's ratios beside the published receipt's (the original course's run, another machine)
-    "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
-    "rr": "course_receipt.ratios.compiled_4dev_over_compiled_1dev",
-    "re": "timing.ratios.eager_4dev_over_compiled_4dev",
-    "rre": "course_receipt.ratios.eager_4dev_over_compiled_4dev",
-    "k4": "compile.compiled_4dev.compile_ms",
-    "k1": "compile.compiled_1dev.compile_ms",
-    "kk4": "course_receipt.compile_ms.compiled_4dev",
-    "kk1": "course_receipt.compile_ms.compiled_1dev",
-}
-
-
 CHANGE = {  # the verdict's values
     "c": "change.cut_ms",
     "n": "change.noise_ms",
@@ -287,39 +275,6 @@ SENTENCES = {
             "(eager from {e_lo:.4g} ms, four devices {c4_lo:.4g}–{c4_hi:.4g}, one device up to {c1_hi:.4g}). So "
             "the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within "
             "the spread.",
-        ),
-        "receipt_four_devices_slower": _s(
-            "r > 1 and rr > 1",
-            RECEIPT_KEYS,
-            "Both runs found four logical devices slower than one on this update: {r:.2f}x here, {rr:.2f}x in the "
-            "published receipt.",
-            "Four logical devices were not slower than one in both runs: {r:.2f}x here, {rr:.2f}x in the published "
-            "receipt.",
-        ),
-        "receipt_four_devices_faster": _s(
-            "r < 1 and rr < 1",
-            RECEIPT_KEYS,
-            "Both runs found four logical devices faster than one on this update: {r:.2f}x here, {rr:.2f}x in the "
-            "published receipt.",
-            "The two runs put four devices against one on different sides: {r:.2f}x here, {rr:.2f}x in the "
-            "published receipt. Another machine's cores and load can move the order itself.",
-        ),
-        "receipt_eager_far_behind": _s(
-            "re > 10 and rre > 10",
-            RECEIPT_KEYS,
-            "In both, the un-jitted update took over ten times the compiled one ({re:.0f}x here, {rre:.0f}x in the "
-            "published receipt).",
-            "The un-jitted update did not take over ten times the compiled one in both runs ({re:.0f}x here, "
-            "{rre:.0f}x in the published receipt).",
-        ),
-        "receipt_compile_order": _s(
-            "(k4 > k1) == (kk4 > kk1)",
-            RECEIPT_KEYS,
-            "Compiling ranked the two variants the same way in both runs: four devices {k4:.0f} ms and one device "
-            "{k1:.0f} ms here, {kk4:.2f} and {kk1:.2f} ms in the published receipt.",
-            "Compiling ranked the two variants the other way round in the two runs: four devices {k4:.0f} ms and "
-            "one device {k1:.0f} ms here, {kk4:.2f} and {kk1:.2f} ms in the published receipt; one compilation of "
-            "each per run says nothing about which order is usual.",
         ),
         "eager_compiles": _s(
             "n > 0",
@@ -1196,59 +1151,6 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
         r=timing["ratios"]["compiled_4dev_over_compiled_1dev"], re=timing["ratios"]["eager_4dev_over_compiled_4dev"]
     )
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
-
-
-def published_receipt() -> dict:
-    """The published receipt's warm medians and compile times (the original course's run, on another machine),
-    with the same ratios of medians this run's timing records."""
-    from shardlab.evidence.timing import COURSE_COMPILE_MS, COURSE_MEDIANS_MS
-
-    m = COURSE_MEDIANS_MS
-    ratios = {
-        "compiled_4dev_over_compiled_1dev": m["compiled_4dev"] / m["compiled_1dev"],
-        "eager_4dev_over_compiled_4dev": m["eager_4dev"] / m["compiled_4dev"],
-    }
-    return {"medians_ms": dict(m), "compile_ms": dict(COURSE_COMPILE_MS), "ratios": ratios}
-
-
-def beside_receipt(timing: dict, compile_ms: dict, notebook: str = "stage4a_profile") -> list[str]:
-    """Stage 4a's ratios set beside the published receipt's: a table, then one sentence per comparison, each worded
-    for every outcome (`compile_ms`: {variant: this run's compile ms})."""
-    from shardlab.course import show
-
-    receipt = published_receipt()
-    ours, theirs = timing["ratios"], receipt["ratios"]
-    values = {"r": ours["compiled_4dev_over_compiled_1dev"], "rr": theirs["compiled_4dev_over_compiled_1dev"]}
-    values.update(re=ours["eager_4dev_over_compiled_4dev"], rre=theirs["eager_4dev_over_compiled_4dev"])
-    values.update(k4=compile_ms["compiled_4dev"], k1=compile_ms["compiled_1dev"])
-    values.update(kk4=receipt["compile_ms"]["compiled_4dev"], kk1=receipt["compile_ms"]["compiled_1dev"])
-    table = show.table(
-        [
-            {
-                "ratio": "compiled 4-device / 1-device, warm medians",
-                "this run": f"{values['r']:.2f}x",
-                "the published receipt": f"{values['rr']:.2f}x",
-            },
-            {
-                "ratio": "eager / compiled 4-device, warm medians",
-                "this run": f"{values['re']:.0f}x",
-                "the published receipt": f"{values['rre']:.0f}x",
-            },
-            {
-                "ratio": "compile time, 4-device / 1-device",
-                "this run": f"{values['k4'] / values['k1']:.2f}x",
-                "the published receipt": f"{values['kk4'] / values['kk1']:.2f}x",
-            },
-        ]
-    )
-    four = chosen_first(notebook, ["receipt_four_devices_slower", "receipt_four_devices_faster"], **values)
-    eager = chosen(notebook, "receipt_eager_far_behind", **values)
-    order = chosen(notebook, "receipt_compile_order", **values)
-    spread = (
-        "The receipt keeps medians only, no middle halves: each ratio is read for its side of 1 (or of ten), not "
-        "for how far the two runs lie apart."
-    )
-    return [table, four, eager, order, spread]
 
 
 def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
