@@ -359,7 +359,8 @@ def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_
     timing = {"eager_4dev": {"median_ms": 1434.0, "warm_compilations": {"count": count, "total_ms": compile_ms}}}
     values = {"n": count, "k": compile_ms, "e": 1434.0}
     text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["eager_compiles"], **values)
-    assert (f"still compiled, for {compile_ms:.0f} ms" in text) == (count > 0), text
+    assert (f"still compiled, {count} times for {compile_ms:.0f} ms" in text) == (count > 0), text
+    assert ("not warm as the compiled ones are" in text) == (count > 0), text
     assert ("pay for recompilation" in text) == (count > 0), text
     assert ("how much of their median is compiling is not shown" in text) == (count > 0), text
     assert ("last warm-up call triggered no XLA compilation" in text) == (count == 0), text
@@ -1032,6 +1033,9 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
     elif beyond:  # the threshold against the whole part, and no word against the reason
         assert f"more than the whole of jitted_dispatch in this capture's unchanged loop ({0.134:.3f} ms" in because
         assert "does not support" not in because, because
+    elif cause == "supported":  # the part's medians beside its fall, so its share of the part can be read
+        medians = f"{statistics.median(before):.3f} → {statistics.median(after):.3f} ms by median"
+        assert f"{medians}, a fall of {fall:.3f} ms" in because, because
     else:  # the part's fall, to the digits of the threshold and noise it is compared with
         assert f"fell by {fall:.3f} ms" in because, because
     rest = other[0] - other[1]

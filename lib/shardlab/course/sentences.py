@@ -249,7 +249,7 @@ SENTENCES = {
             },
             "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold: "
             "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
-            "{t:.3f} ms). A threshold sized from one capture can be outgrown by the next.",
+            "{t:.3f} ms). A threshold sized from one capture need not fit the next.",
             "The threshold was sized from <part>, which moved by less than that threshold between captures: "
             "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
             "{t:.3f} ms).",
@@ -283,9 +283,10 @@ SENTENCES = {
                 "k": "timing.eager_4dev.warm_compilations.total_ms",
                 "e": "timing.eager_4dev.median_ms",
             },
-            "The un-jitted variant's last warm-up call still compiled, for {k:.0f} ms: an eager call can pay for "
-            "recompilation, not only for the dispatch of compiled operations (the timed calls' compilations were "
-            "not counted, so how much of their median is compiling is not shown here).",
+            "The un-jitted variant's last warm-up call still compiled, {n:.0f} times for {k:.0f} ms (the last "
+            "column): its samples are not warm as the compiled ones are, and eager / 4-device can pay for "
+            "recompilation, not only for dispatch (the timed calls' compilations were not counted, so how much of "
+            "their median is compiling is not shown here).",
             "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
             "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
             "the same.",
@@ -342,7 +343,7 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"] + " and c > n",
             CHANGE,
             "<verdict_of>: inconclusive. The change did cut its target, by more than the noise. Whether the cut "
-            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.3f} ms, "
+            "reached the threshold cannot be told with this much noise: the margin, cut − threshold = {m:.3f} ms, "
             "lies within ± the noise.",
             "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
             "threshold ({m:.3f} ms) lies outside ± the noise.",
@@ -351,16 +352,17 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
             "<verdict_of>: inconclusive. The cut is not more than the noise, and the margin, cut − threshold = "
-            "{m:.3f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
-            "threshold can be told.",
+            "{m:.3f} ms, lies within ± that noise. With this much noise neither the effect nor whether it reaches "
+            "the threshold can be told.",
             "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_supported": _s(
             CAUSE_SHOWN,
             CAUSE,
-            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.3f} ms by median, at "
-            "least the {t:.3f} ms threshold, and beyond the spread: middle half {mg_lo:.3f}–{mg_hi:.3f} ms changed, "
-            "{mu_lo:.3f}–{mu_hi:.3f} ms unchanged.",
+            "<verdict_of>: supported. <part>, the part the stated reason names, went {mu:.3f} → {mg:.3f} ms by "
+            "median, a fall of {f:.3f} ms, at least the {t:.3f} ms threshold, and beyond the spread: middle half "
+            "{mg_lo:.3f}–{mg_hi:.3f} ms changed, {mu_lo:.3f}–{mu_hi:.3f} ms unchanged. It reads the threshold in ms, "
+            "not as a share of <part>.",
             "<verdict_of>: not supported beyond the spread (<part> fell by {f:.3f} ms, threshold "
             "{t:.3f} ms; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
