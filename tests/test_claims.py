@@ -1022,6 +1022,11 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
     beyond = threshold > statistics.median(before)  # no fall of the part could reach the threshold
     reason = "not supported" if fall + noise < threshold and not beyond else reason
     assert reason == cause == outcome["mechanism_verdict"]
+    shown = {row["medians, ms (middle half)"].split(":")[0]: row for row in hypothesis.verdict_rows(outcome)}
+    assert shown["mechanism"]["unchanged − changed"] == f"fall {fall:.3f}"  # the part the mechanism reads, in view
+    assert shown["mechanism"]["unchanged loop"].startswith(
+        f"{statistics.median(before):.3f} ({quartiles(before)[0]:.3f}"
+    )
     # one line each, each naming its own outcome only
     assert said.startswith(f"V on the effect: {effect}."), said
     assert because.startswith(f"V on the mechanism: {cause}."), because
