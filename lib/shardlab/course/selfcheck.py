@@ -501,11 +501,12 @@ QUESTIONS = (
             [
                 "prepare_and_place dominates: its median is the larger",
                 "compiled_update_and_wait dominates: its middle half reaches higher",
-                "neither beyond the spread: the middle halves overlap, so trace more transitions",
+                "neither beyond the spread: the middle halves overlap",
             ],
             "c",
             "Middle halves 1.075–1.9 ms and 0.675–1.8 ms overlap: the 1.1x between the medians of four samples is "
-            "inside that spread. The sentence under this page's durations reads its own medians the same way.",
+            "inside that spread, and more transitions need not narrow a middle half. The sentence under this page's "
+            "durations reads its own medians the same way.",
             "trace",
             (
                 "durations",
@@ -548,7 +549,8 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. Make the change",
-                "the verdict's table, then the verdicts in words",
+                "the effect rule above the verdict's table (inconclusive when the control moved by more than t), "
+                "then the table's control drift beside the threshold and the verdicts in words",
                 r"verdict[^:\n]* on the effect: [^\n]+\n+[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),

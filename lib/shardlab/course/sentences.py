@@ -36,18 +36,6 @@ def _s(relation, keys, true, false):
     return Sentence(relation, keys, true, false)
 
 
-RECEIPT_KEYS = {  # stage 4a's ratios beside the published receipt's (the original course's run, another machine)
-    "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
-    "rr": "course_receipt.ratios.compiled_4dev_over_compiled_1dev",
-    "re": "timing.ratios.eager_4dev_over_compiled_4dev",
-    "rre": "course_receipt.ratios.eager_4dev_over_compiled_4dev",
-    "k4": "compile.compiled_4dev.compile_ms",
-    "k1": "compile.compiled_1dev.compile_ms",
-    "kk4": "course_receipt.compile_ms.compiled_4dev",
-    "kk1": "course_receipt.compile_ms.compiled_1dev",
-}
-
-
 CHANGE = {  # the verdict's values
     "c": "change.cut_ms",
     "n": "change.noise_ms",
@@ -261,7 +249,7 @@ SENTENCES = {
             },
             "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold: "
             "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
-            "{t:.3f} ms). A threshold sized from one capture can be outgrown by the next.",
+            "{t:.3f} ms). A threshold sized from one capture need not fit the next.",
             "The threshold was sized from <part>, which moved by less than that threshold between captures: "
             "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
             "{t:.3f} ms).",
@@ -288,39 +276,6 @@ SENTENCES = {
             "the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within "
             "the spread.",
         ),
-        "receipt_four_devices_slower": _s(
-            "r > 1 and rr > 1",
-            RECEIPT_KEYS,
-            "Both runs found four logical devices slower than one on this update: {r:.2f}x here, {rr:.2f}x in the "
-            "published receipt.",
-            "Four logical devices were not slower than one in both runs: {r:.2f}x here, {rr:.2f}x in the published "
-            "receipt.",
-        ),
-        "receipt_four_devices_faster": _s(
-            "r < 1 and rr < 1",
-            RECEIPT_KEYS,
-            "Both runs found four logical devices faster than one on this update: {r:.2f}x here, {rr:.2f}x in the "
-            "published receipt.",
-            "The two runs put four devices against one on different sides: {r:.2f}x here, {rr:.2f}x in the "
-            "published receipt. Another machine's cores and load can move the order itself.",
-        ),
-        "receipt_eager_far_behind": _s(
-            "re > 10 and rre > 10",
-            RECEIPT_KEYS,
-            "In both, the un-jitted update took over ten times the compiled one ({re:.0f}x here, {rre:.0f}x in the "
-            "published receipt).",
-            "The un-jitted update did not take over ten times the compiled one in both runs ({re:.0f}x here, "
-            "{rre:.0f}x in the published receipt).",
-        ),
-        "receipt_compile_order": _s(
-            "(k4 > k1) == (kk4 > kk1)",
-            RECEIPT_KEYS,
-            "Compiling ranked the two variants the same way in both runs: four devices {k4:.0f} ms and one device "
-            "{k1:.0f} ms here, {kk4:.2f} and {kk1:.2f} ms in the published receipt.",
-            "Compiling ranked the two variants the other way round in the two runs: four devices {k4:.0f} ms and "
-            "one device {k1:.0f} ms here, {kk4:.2f} and {kk1:.2f} ms in the published receipt; one compilation of "
-            "each per run says nothing about which order is usual.",
-        ),
         "eager_compiles": _s(
             "n > 0",
             {
@@ -328,9 +283,10 @@ SENTENCES = {
                 "k": "timing.eager_4dev.warm_compilations.total_ms",
                 "e": "timing.eager_4dev.median_ms",
             },
-            "The un-jitted variant's last warm-up call still compiled, for {k:.0f} ms: an eager call can pay for "
-            "recompilation, not only for the dispatch of compiled operations (the timed calls' compilations were "
-            "not counted, so how much of their median is compiling is not shown here).",
+            "The un-jitted variant's last warm-up call still compiled, {n:.0f} times for {k:.0f} ms (the last "
+            "column): its samples are not warm as the compiled ones are, and eager / 4-device can pay for "
+            "recompilation, not only for dispatch (the timed calls' compilations were not counted, so how much of "
+            "their median is compiling is not shown here).",
             "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
             "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
             "the same.",
@@ -387,7 +343,7 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"] + " and c > n",
             CHANGE,
             "<verdict_of>: inconclusive. The change did cut its target, by more than the noise. Whether the cut "
-            "reached the threshold cannot be told at this sample size: the margin, cut − threshold = {m:.3f} ms, "
+            "reached the threshold cannot be told with this much noise: the margin, cut − threshold = {m:.3f} ms, "
             "lies within ± the noise.",
             "The cut ({c:.3f} ms) is not more than the {n:.3f} ms of noise, or its margin over the {t:.3f} ms "
             "threshold ({m:.3f} ms) lies outside ± the noise.",
@@ -396,16 +352,17 @@ SENTENCES = {
             INCONCLUSIVE["threshold_within_noise"],
             {"c": "change.cut_ms", "n": "change.noise_ms", "t": "change.threshold_ms", "m": "change.margin_ms"},
             "<verdict_of>: inconclusive. The cut is not more than the noise, and the margin, cut − threshold = "
-            "{m:.3f} ms, lies within ± that noise. At this sample size neither the effect nor whether it reaches the "
-            "threshold can be told.",
+            "{m:.3f} ms, lies within ± that noise. With this much noise neither the effect nor whether it reaches "
+            "the threshold can be told.",
             "The margin, cut − threshold = {m:.3f} ms, lies outside ± the {n:.3f} ms of noise.",
         ),
         "mechanism_supported": _s(
             CAUSE_SHOWN,
             CAUSE,
-            "<verdict_of>: supported. <part>, the part the stated reason names, fell by {f:.3f} ms by median, at "
-            "least the {t:.3f} ms threshold, and beyond the spread: middle half {mg_lo:.3f}–{mg_hi:.3f} ms changed, "
-            "{mu_lo:.3f}–{mu_hi:.3f} ms unchanged.",
+            "<verdict_of>: supported. <part>, the part the stated reason names, went {mu:.3f} → {mg:.3f} ms by "
+            "median, a fall of {f:.3f} ms, at least the {t:.3f} ms threshold, and beyond the spread: middle half "
+            "{mg_lo:.3f}–{mg_hi:.3f} ms changed, {mu_lo:.3f}–{mu_hi:.3f} ms unchanged. It reads the threshold in ms, "
+            "not as a share of <part>.",
             "<verdict_of>: not supported beyond the spread (<part> fell by {f:.3f} ms, threshold "
             "{t:.3f} ms; middle half {mu_lo:.3f}–{mu_hi:.3f} ms unchanged, {mg_lo:.3f}–{mg_hi:.3f} ms changed).",
         ),
@@ -1196,59 +1153,6 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
         r=timing["ratios"]["compiled_4dev_over_compiled_1dev"], re=timing["ratios"]["eager_4dev_over_compiled_4dev"]
     )
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
-
-
-def published_receipt() -> dict:
-    """The published receipt's warm medians and compile times (the original course's run, on another machine),
-    with the same ratios of medians this run's timing records."""
-    from shardlab.evidence.timing import COURSE_COMPILE_MS, COURSE_MEDIANS_MS
-
-    m = COURSE_MEDIANS_MS
-    ratios = {
-        "compiled_4dev_over_compiled_1dev": m["compiled_4dev"] / m["compiled_1dev"],
-        "eager_4dev_over_compiled_4dev": m["eager_4dev"] / m["compiled_4dev"],
-    }
-    return {"medians_ms": dict(m), "compile_ms": dict(COURSE_COMPILE_MS), "ratios": ratios}
-
-
-def beside_receipt(timing: dict, compile_ms: dict, notebook: str = "stage4a_profile") -> list[str]:
-    """Stage 4a's ratios set beside the published receipt's: a table, then one sentence per comparison, each worded
-    for every outcome (`compile_ms`: {variant: this run's compile ms})."""
-    from shardlab.course import show
-
-    receipt = published_receipt()
-    ours, theirs = timing["ratios"], receipt["ratios"]
-    values = {"r": ours["compiled_4dev_over_compiled_1dev"], "rr": theirs["compiled_4dev_over_compiled_1dev"]}
-    values.update(re=ours["eager_4dev_over_compiled_4dev"], rre=theirs["eager_4dev_over_compiled_4dev"])
-    values.update(k4=compile_ms["compiled_4dev"], k1=compile_ms["compiled_1dev"])
-    values.update(kk4=receipt["compile_ms"]["compiled_4dev"], kk1=receipt["compile_ms"]["compiled_1dev"])
-    table = show.table(
-        [
-            {
-                "ratio": "compiled 4-device / 1-device, warm medians",
-                "this run": f"{values['r']:.2f}x",
-                "the published receipt": f"{values['rr']:.2f}x",
-            },
-            {
-                "ratio": "eager / compiled 4-device, warm medians",
-                "this run": f"{values['re']:.0f}x",
-                "the published receipt": f"{values['rre']:.0f}x",
-            },
-            {
-                "ratio": "compile time, 4-device / 1-device",
-                "this run": f"{values['k4'] / values['k1']:.2f}x",
-                "the published receipt": f"{values['kk4'] / values['kk1']:.2f}x",
-            },
-        ]
-    )
-    four = chosen_first(notebook, ["receipt_four_devices_slower", "receipt_four_devices_faster"], **values)
-    eager = chosen(notebook, "receipt_eager_far_behind", **values)
-    order = chosen(notebook, "receipt_compile_order", **values)
-    spread = (
-        "The receipt keeps medians only, no middle halves: each ratio is read for its side of 1 (or of ten), not "
-        "for how far the two runs lie apart."
-    )
-    return [table, four, eager, order, spread]
 
 
 def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:

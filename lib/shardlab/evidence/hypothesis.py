@@ -269,8 +269,9 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
 
 
 def verdict_rows(outcome: dict) -> list[dict]:
-    """What the effect's verdict reads, in three rows: the target and the control, each loop's median with its
-    middle half and their difference (the cut, the drift); then the threshold and the noise the cut is read against."""
+    """What the verdicts read: the target and the control, each loop's median with its middle half and their
+    difference (the cut, the drift); for a target split into parts, then the part the mechanism's verdict reads
+    (its fall); last the threshold and the noise the cut is read against."""
     sides, rows = outcome["sides"], []
     labels = {"target": outcome.get("target", outcome["annotation"]), "control": outcome.get("control_label")}
     for role, fall, key in (("target", "cut", "cut_ms"), ("control", "drift", "control_drift_ms")):
@@ -280,6 +281,16 @@ def verdict_rows(outcome: dict) -> list[dict]:
                 "unchanged loop": _median_and_half(sides[role]["unchanged"]),
                 "changed loop": _median_and_half(sides[role]["changed"]),
                 "unchanged − changed": f"{fall} {outcome[key]:.3f}",
+            }
+        )
+    if "mechanism_sides" in outcome:  # the part the stated reason names, which the mechanism's verdict reads
+        part = outcome["mechanism_sides"]
+        rows.append(
+            {
+                "medians, ms (middle half)": f"mechanism: {outcome['mechanism']}, the target's part the reason names",
+                "unchanged loop": _median_and_half(part["unchanged"]),
+                "changed loop": _median_and_half(part["changed"]),
+                "unchanged − changed": f"fall {outcome['mechanism_fall_ms']:.3f}",
             }
         )
     rows.append(

@@ -32,7 +32,6 @@ SAMPLES = 11
 WARMUP = 1
 PROGRESS_EVERY_S = 10  # at most one 'round r/N' line per this many seconds of sampling
 COURSE_MEDIANS_MS = {"eager_4dev": 421.46, "compiled_4dev": 0.1661, "compiled_1dev": 0.07225}  # another machine
-COURSE_COMPILE_MS = {"compiled_4dev": 33.90, "compiled_1dev": 28.76}  # the same receipt's compilations
 BOUNDARY = (
     "inputs already padded and placed; one sample = one call of a warmed-up variant plus "
     "jax.block_until_ready on every output leaf; no sampling, no placement. Explicit compilation "
