@@ -68,6 +68,11 @@ MISTAKES = {
         "random_sampler_walk",
         ["cause:other-device-order", "batch.features", "P('data', None)", "devices=2"],
     ),
+    "batch_on_the_states_mesh": (
+        1,
+        "random_sampler_walk",
+        ["cause:batch-on-the-states-mesh", "rule:placed-batch", "whatever devices the state's arrays live on"],
+    ),
     # stage 2: make_step and transition
     "averaging_local_means": (2, "gradient_on_tail_batches", ["cause:local-means"]),
     "local_count": (2, "gradient_independent_of_device_count", ["cause:grows-with-devices", "cause:local-count"]),
@@ -1167,6 +1172,7 @@ SLOW_MISTAKES = {
     *("initial_cached_by_seed", "save_stamps_the_contract", "restore_cached_by_path", "restore_permutation_by_sum"),
     "restore_places_on_first_devices",
     *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
+    "batch_on_the_states_mesh",
     # a stage 3 restore or save checked with its damage and save probes: seconds each, the inner loop's largest share
     *("restore_finite_via_sum", "restore_checks_fields_first", "restore_without_contract_member"),
     *("restore_accepts_nan_momentum", "restore_raises_value_error", "restore_compares_rounded_contract"),

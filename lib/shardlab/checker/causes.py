@@ -41,6 +41,7 @@ CAUSES = {
     "other-devices": "placed on devices other than the mesh given holds",
     "other-device-order": "placed on the mesh's devices in another order",
     "other-spec": "placed with another PartitionSpec",
+    "batch-on-the-states-mesh": "the batch placed on the mesh the state's arrays live on, not the mesh given",
     "result-changed-later": "a result whose values change when a later call runs (a view of a buffer filled again)",
     "state-field-added": "a state returned with a field beside the six",
     "result-handed-out-again": "a result kept between calls and handed out again",

@@ -428,6 +428,7 @@ def sampler_walk(ctx, case: Case) -> None:
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
+    _placed_on_the_mesh_given(ctx, case, data, first, mesh)
     _other_shape_reshuffles(ctx, other, mesh, other_state, rows)
 
 
@@ -458,6 +459,38 @@ def _rows_read_again(ctx, case: Case, data: Dataset, mesh, state: dict, next_ids
         "object), not read again -> read the rows from the data at every call; an id is reused and an array's "
         "values change under it" + formulas.mark("pad-by-position"),
     )
+
+
+def _placed_on_the_mesh_given(ctx, case: Case, data: Dataset, state: dict, mesh) -> None:
+    """A Miss unless next_batch places its batch on the mesh it is given when the state's weights and momentum live on
+    another mesh of as many devices (the state initial made for the case's mesh): where the batch goes is the mesh
+    argument's to say, never the state's arrays'. One call, on the case's first state."""
+    own = mesh_positions(case.layout, case.devices)
+    layout = next(k for k in ("reversed", "interleaved", "first") if mesh_positions(k, case.devices) != own)
+    other = mesh_of(ctx, case.devices, layout)
+    _, batch = called(ctx, "next_batch", state, given(case, data), case.batch, other)
+    devices = [d.id for d in other.devices.flat]
+    for name, spec in BATCH_SPECS.items():
+        wrong = sharding_of(getattr(batch, name), other, spec)
+        if wrong is None:
+            continue
+        states = sharding_of(getattr(batch, name), mesh, spec) is None  # placed exactly where the state lives
+        raise Miss(
+            f"batch.{name}: NamedSharding(mesh, {spec}) on the mesh of devices {devices}, the one given",
+            wrong,
+            f"next_batch was given the mesh of devices {devices} and a state whose weights and momentum live on "
+            f"the mesh of devices {[d.id for d in mesh.devices.flat]}, and batch.{name} is not placed on the mesh "
+            f"given: {wrong.split(' -> ')[0]} -> "
+            + (
+                "it is placed as the state's mesh places it: place the batch on the mesh next_batch is given, "
+                "whatever devices the state's arrays live on (a mesh read off state['weights'].sharding is the "
+                "state's, not the call's)" + formulas.mark("placed-batch", cause="batch-on-the-states-mesh")
+                if states
+                else "place the batch on the mesh next_batch is given (its devices in its order)"
+                + formulas.mark("placed-batch")
+                + known_causes.placement(wrong)
+            ),
+        )
 
 
 def _other_shape_reshuffles(ctx, other: Case, mesh, state: dict, rows: int) -> None:
