@@ -904,6 +904,15 @@ def test_async_and_sync_saving_are_measured_side_by_side(run_dir):
             assert (shown["q1_ms"], shown["median_ms"], shown["q3_ms"]) == pytest.approx((q1, med, q3), abs=1e-3)
 
 
+@pytest.mark.notebooks
+def test_denominator_is_the_same_for_every_split(recorded):
+    split = recorded["denominator"]
+    assert [split[n]["valid_per_device"] for n in ("1", "2", "4")] == [[7], [4, 3], [2, 2, 2, 1]]
+    means = [split[n]["global_mean"] for n in ("1", "2", "4")]
+    np.testing.assert_allclose(means, means[0], rtol=1e-6)
+    assert abs(split["4"]["mean_of_device_means"] - means[0]) > 1e-4
+
+
 def test_a_drill_series_removes_only_work_folders_their_process_left(tmp_path):
     """A failed notebook cell leaves its work folder; the next series removes it, and nothing else."""
     import subprocess
