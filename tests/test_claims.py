@@ -559,7 +559,7 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
     by_agreement = agreement[waits][0] > agreement[late][2]
     assert ("do not overlap" in said[0]) == by_compute == (separated in ("compute", "both"))
     assert ("do not overlap" in said[1]) == by_agreement == (separated in ("agreement", "both"))
-    assert said[2].startswith("So these few steps show no straggler") == (separated is None)
+    assert said[2].startswith("So these few steps single out no straggler") == (separated is None)
     # the closing line names the one process both phases point at, and the phase that shows it
     if named is not None:
         assert f"process {named}" in said[2] and f"process {1 - named}" not in said[2].split(":")[0], said[2]

@@ -798,7 +798,7 @@ SENTENCES = {
         "straggler_none": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
             STRAGGLER,
-            "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
+            "So these few steps single out no straggler: one would show as its own longer compute or as its peer's "
             "longer wait in the agreement.",
             "So at least one phase separates the two processes beyond the spread.",
         ),
