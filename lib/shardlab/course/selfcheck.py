@@ -636,6 +636,26 @@ QUESTIONS = (
     *_stage(
         "stage5a_protocol",
         (
+            "Saves fall on steps 3, 6 and 9, and step 3's manifest is published. Process 1 is SIGKILLed inside step 5, "
+            "after step 4. How many steps does the relaunch run again?",
+            [
+                "none: the relaunch continues from step 4, the last step every controller completed",
+                "one, step 4: the relaunch resumes at the newest published manifest, step 3",
+                "four: a killed group starts again from step 0",
+            ],
+            "b",
+            "A relaunch resumes at the newest published manifest and runs again every step completed after it: "
+            "here step 4, as rows (a) and (b) each resume at their newest manifest and run the later steps again.",
+            "async_kill",
+            (
+                "reveal-async-kill",
+                "Drill 1",
+                "the columns the resume found and steps recomputed of the interruptions table",
+                r"\| \(b\) \| process 0 killed \(SIGKILL\)[^|]* \| 8, in `[^`]+` \| newest manifest: step \d+[^|]* \| "
+                r"\d+ \|",
+            ),
+        ),
+        (
             "Process 0 is killed inside `publish` of step 6, after the first barrier (every controller's pieces are "
             "written) and before `manifest.publish`. Where does the relaunch resume?",
             [
@@ -698,6 +718,26 @@ QUESTIONS = (
     ),
     *_stage(
         "stage5b_scaling",
+        (
+            "Each device holds the same rows. One device's step took 4 ms; two devices' step took 8 ms. What "
+            "efficiency is that?",
+            [
+                "1: each device did its share",
+                "0.5: two devices delivered the rows per second of one",
+                "2: twice the rows went through",
+            ],
+            "b",
+            "Throughput is rows per step time: R/4 on one device and 2R/8 = R/4 on two, so efficiency = (R/4) / "
+            "(2 · R/4) = 0.5. With the same rows per device it is T(1)/T(W): unchanged rows per second is "
+            "efficiency 1/W.",
+            "efficiency",
+            (
+                "efficiency",
+                "Scaling",
+                "the efficiency table's median ms, rows/s and efficiency at each W",
+                r"\| W \| median ms \| middle half ms \| rows/s \| efficiency \|",
+            ),
+        ),
         (
             "The same scaling table on a host with 8 usable cores instead of this one's: what is the bound "
             "min(C, W)/W at W = 4, read as this notebook reads it (one core per device's step)?",
