@@ -54,8 +54,7 @@ SHOWN = {
         "jax.distributed.initialize(",
         "os.link(",
         "os.fsync(",
-        "signal.SIGTERM",
-        "signal.SIGSTOP",
+        "signal.SIGTERM",  # the controllers' handler, installed after jax.distributed.initialize
         "inspect.getsource(group_supervisor._watch)",  # the supervisor's loop, before the drill it runs
         "inspect.getsource(program.Controller.publish)",  # how a controller publishes a saved step
         "inspect.getsource(program.Controller.train)",  # the loop's lines where each drill strikes, before the drills

@@ -638,22 +638,23 @@ QUESTIONS = (
     *_stage(
         "stage5a_protocol",
         (
-            "Two devices hold 4 and 3 valid rows. Which mean is the course's loss?",
+            "Saves fall on steps 3, 6 and 9, and step 3's manifest is published. Process 1 is SIGKILLed inside step 5, "
+            "after step 4. How many steps does the relaunch run again?",
             [
-                "the mean of the two devices' means",
-                "the global sum over 7 rows divided by 7",
-                "the larger device's mean",
+                "none: the relaunch continues from step 4, the last step every controller completed",
+                "one, step 4: the relaunch resumes at the newest published manifest, step 3",
+                "four: a killed group starts again from step 0",
             ],
             "b",
-            "The global mean is the same on 1, 2 and 4 devices; the mean of device means moves with the split. "
-            "The restarts on other world sizes rest on it: the same global denominator on any split.",
-            "denominator",
+            "A relaunch resumes at the newest published manifest and runs again every step completed after it: "
+            "here step 4, as rows (a) and (b) each resume at their newest manifest and run the later steps again.",
+            "async_kill",
             (
-                "denominator",
-                "Drill 2",
-                "the global mean loss and the mean of device mean losses on 1, 2 and 4 devices",
-                r"rows per device \[\[7\], \[4, 3\], \[2, 2, 2, 1\]\]: "
-                r"global mean loss [\d., ]+; mean of device mean losses [\d., ]+",
+                "reveal-async-kill",
+                "Drill 1",
+                "the columns the resume found and steps recomputed of the interruptions table",
+                r"\| \(b\) \| process 0 killed \(SIGKILL\)[^|]* \| 8, in `[^`]+` \| newest manifest: step \d+[^|]* \| "
+                r"\d+ \|",
             ),
         ),
         (
@@ -666,8 +667,8 @@ QUESTIONS = (
             ],
             "b",
             "Only the manifest, written last by process 0, makes a step restorable; without it step 6 is skipped "
-            "however complete its files are; the relaunch resumes at the newest manifest, as in row (a), and redoes "
-            "the steps after it.",
+            "however complete its files are. Row (a) shows the rule for a step whose write was cut short: the "
+            "relaunch resumed at the newest manifest and redid the steps after it.",
             "async_kill",
             (
                 "reveal-async-kill",
@@ -697,7 +698,7 @@ QUESTIONS = (
             ),
         ),
         (
-            "SIGTERM reaches process 0 during step 5, after step 4; the regular saves fall on steps 3, 6 and 9. "
+            "SIGTERM reaches process 1 during step 5, after step 4; the regular saves fall on steps 3, 6 and 9. "
             "From which step does the relaunch resume?",
             [
                 "step 5: the next agreement carries the flag to every controller, which saves the step it completed",
@@ -706,8 +707,7 @@ QUESTIONS = (
             ],
             "a",
             "The handler only sets a flag; the next agreement carries it to every controller, which save that step "
-            "although it is no regular save, as row (c) shows after step 7. Which process receives the signal does "
-            "not matter: every controller reads every flag.",
+            "although it is no regular save, as row (c) shows after step 7.",
             "preemption",
             (
                 "reveal-preempt",
@@ -721,6 +721,26 @@ QUESTIONS = (
     *_stage(
         "stage5b_scaling",
         (
+            "Each device holds the same rows. One device's step took 4 ms; two devices' step took 8 ms. What "
+            "efficiency is that?",
+            [
+                "1: each device did its share",
+                "0.5: two devices delivered the rows per second of one",
+                "2: twice the rows went through",
+            ],
+            "b",
+            "Throughput is rows per step time: R/4 on one device and 2R/8 = R/4 on two, so efficiency = (R/4) / "
+            "(2 · R/4) = 0.5. With the same rows per device it is T(1)/T(W): unchanged rows per second is "
+            "efficiency 1/W.",
+            "efficiency",
+            (
+                "efficiency",
+                "Scaling",
+                "the efficiency table's median ms, rows/s and efficiency at each W",
+                r"\| W \| median ms \| middle half ms \| rows/s \| efficiency \|",
+            ),
+        ),
+        (
             "The same scaling table on a host with 8 usable cores instead of this one's: what is the bound "
             "min(C, W)/W at W = 4, read as this notebook reads it (one core per device's step)?",
             [
@@ -730,7 +750,7 @@ QUESTIONS = (
             ],
             "b",
             "min(8, 4)/4 = 1: with more cores than devices the ceiling is no gain lost at all, and a measured "
-            "efficiency below it would need a cause other than the core count; an efficiency can never exceed 1.",
+            "efficiency below it would need a cause other than the core count.",
             "efficiency",
             (
                 "reveal-efficiency",
@@ -776,46 +796,6 @@ QUESTIONS = (
                 "Where each controller",
                 "the sentences on the tall bars, on each phase's spread and on a straggler",
                 r"the middle halves (do not )?overlap",
-            ),
-        ),
-        (
-            "A larger model: a step computes for 10 ms, and a synchronous save holds the loop 50 ms, 10 ms copying "
-            "the state off the devices and 40 ms writing and committing it. If the background work does not slow "
-            "the steps, how long does a step with an asynchronous save hold the loop?",
-            [
-                "60 ms: the same bytes are written either way",
-                "20 ms: the step and the copy; the write and its commit run in the background",
-                "10 ms: an asynchronous save costs the loop nothing",
-            ],
-            "b",
-            "Asynchronous saving moves the write and its commit off the loop; the copy off the devices stays on it: "
-            "10 + 10 = 20 ms against 10 + 50 = 60 ms. On this host's few cores the background write would compete "
-            "with the steps, so the 20 ms is a floor, not a promise.",
-            "async_vs_sync",
-            (
-                "async-overhead",
-                "What asynchronous saving costs",
-                "the blocking save's rows of the table, and the Why under the sentences",
-                r"\| async \| blocking save: how long save holds the loop \| \d+ \|",
-            ),
-        ),
-        (
-            "Suppose a run measured 1.0 ms per step at W = 1 and 2.0 ms at W = 2. What does the two-term fit "
-            "(compute and straggler·log₂W, fitted through those two points) predict at W = 4?",
-            [
-                "4.0 ms: the time doubles with every doubling of W",
-                "3.0 ms: compute 1.0 plus straggler 1.0 times log₂4 = 2",
-                "2.0 ms: the fit through W = 1 and 2 cannot grow past its last point",
-            ],
-            "b",
-            "T(1) = compute = 1.0 ms; T(2) = compute + straggler·1 = 2.0 ms, so straggler = 1.0; T(4) = 1.0 + 1.0·2 "
-            "= 3.0 ms. A measured middle half at W = 4 wholly outside the range the spreads allow would refute it.",
-            "scaling_model",
-            (
-                "scaling-model",
-                "Scaling",
-                "the two-point fit's prediction at W = 4",
-                r"predicts [\d.]+ ms at W = 4",
             ),
         ),
     ),

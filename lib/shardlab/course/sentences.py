@@ -90,14 +90,6 @@ STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's star
     "ps": "step_times.compute_spread.slow",
     "pl": "step_times.agreement_spread.late",
 }
-TWO_POINT = {  # stage 5b's held-out test of the two-point fit at W = 4
-    "p": "scaling_model.held_out.predicted_ms_at_4",
-    "lo": "scaling_model.held_out.predicted_range_ms_at_4.0",
-    "hi": "scaling_model.held_out.predicted_range_ms_at_4.1",
-    "m": "scaling_model.held_out.measured_ms_at_4",
-    "m_lo": "scaling_model.held_out.measured_middle_half_ms_at_4.0",
-    "m_hi": "scaling_model.held_out.measured_middle_half_ms_at_4.1",
-}
 ASYNC_SPREAD = {  # stage 5b's async and sync save times for one part of a save (<what>): median and middle half
     "a": "async_vs_sync.spread.async.<what>_s.median_ms",
     "a_lo": "async_vs_sync.spread.async.<what>_s.q1_ms",
@@ -113,15 +105,6 @@ EFFICIENCY_RANGE = {  # stage 5b: the largest W's efficiency over the middle hal
     "c": "efficiency.usable_cores",
 }
 EFFICIENCY_OPTION = {**EFFICIENCY_RANGE, "e": "efficiency.table.-1.efficiency"}  # stage 5b's W = 4 prediction
-SHAPE = {  # stage 5b: the step's growth from one device to the most, with the largest W's efficiency range
-    "t1": "efficiency.table.0.median_ms",
-    "t": "efficiency.table.-1.median_ms",
-    **EFFICIENCY_RANGE,
-}
-_SHAPE_START = (  # stage 5b: the chapter's modelled growth beside ours
-    "Shape: the chapter's lab table grows <chapter>x per step from W = 1 to {w} (<from> ms, then <to> ms); "
-    "ours grew <growth>x (the table's medians) with {w}x the rows on {c} shared cores"
-)
 THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with their middle halves
     "n1": "efficiency.table.0.rows_per_s",
     "n1_lo": "efficiency.table.0.rows_per_s_middle_half.0",
@@ -611,36 +594,6 @@ SENTENCES = {
         ),
     },
     "stage5a_protocol": {
-        "other_after_last_event": _s(
-            "a >= b",
-            {
-                "o": "several_failures.goodput.other",
-                "a": "several_failures.goodput.other_after_last_event",
-                "b": "several_failures.goodput.other_between_events",
-            },
-            "Other ({o:.2f} s) came mostly after each attempt's last recorded event ({a:.2f} s, less the detection), "
-            "where a controller waits for its background writes, shuts JAX's distributed runtime down and exits. The "
-            "rest ({b:.2f} s) fell between recorded events, where it samples and places batches and publishes "
-            "manifests.",
-            "Other ({o:.2f} s) came mostly between recorded events ({b:.2f} s), where a controller samples and places "
-            "batches and publishes manifests. The rest ({a:.2f} s) came after each attempt's last recorded event, "
-            "less the detection, where it waits for its background writes, shuts JAX's distributed runtime down and "
-            "exits.",
-        ),
-        "startup_against_steps": _s(
-            "s > p + w",
-            {
-                "s": "several_failures.goodput.startup",
-                "p": "several_failures.goodput.productive",
-                "w": "several_failures.goodput.wasted",
-            },
-            "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took longer than the productive "
-            "and the wasted steps together ({p:.2f} + {w:.2f} s): on this tiny model, starting Python, JAX and the "
-            "coordinator cost more than the steps did.",
-            "Start-up, summed over the first launch and every relaunch ({s:.2f} s), took less than the productive and "
-            "the wasted steps together ({p:.2f} + {w:.2f} s): here the steps, not starting the processes, took most "
-            "of the time.",
-        ),
         "redone_after_newest_manifest": _s(
             "n == a + b + c and a == sa - ra and b == sb - rb and c == max(0, sc - rc)",
             {
@@ -660,8 +613,7 @@ SENTENCES = {
             "the failed attempt completed after it runs again. (a) had completed step {sa} and the relaunch resumed "
             "at step {ra}: {a} steps again; (b) had completed step {sb}, resumed at step {rb}: {b}; the preemption "
             "(c) published the step it stopped at: {c}. Of these {n} steps, those that were their attempt's first of "
-            "a batch shape count as compilation; the rest are the ledger's wasted {w:.2f} s. Saving more often "
-            "redoes fewer steps and blocks the loop more often.",
+            "a batch shape count as compilation; the rest are the ledger's wasted {w:.2f} s.",
             "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
             "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
             "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
@@ -707,30 +659,6 @@ SENTENCES = {
             "Overlap: no difference shown in <label>. The two middle halves (q1–q3) meet, so whatever separates the "
             "medians lies within the spread.",
         ),
-        "shape_beyond_no_gain": _s(
-            "e_hi * w < 1",
-            SHAPE,
-            _SHAPE_START + ", more than even the {w}x of no gain at all, over the middle halves: the core count "
-            "does not explain it, however many cores one device's step uses. Contention of the {w} device "
-            "programs for {c} cores, itself a cost of sharing them, remains a candidate.",
-            "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond {w}x.",
-        ),
-        "shape_beyond_split": _s(
-            "e_hi * w < min(c, w)",
-            SHAPE,
-            _SHAPE_START + ", more than the <split>x a perfect split gives if one device's step uses one core, over "
-            "the middle halves, though within the {w}x it gives if that step already used all {c}: how many cores one "
-            "device's step uses, not measured here, decides whether sharing them explains the growth.",
-            "Over the middle halves (efficiency up to {e_hi:.3f}) the growth is not beyond the <split>x a perfect "
-            "split gives if one device's step uses one core.",
-        ),
-        "shape_within_split": _s(
-            "e_lo * w > min(c, w)",
-            SHAPE,
-            _SHAPE_START + ", less than the <split>x a perfect split over {c} cores allows, over the middle halves.",
-            _SHAPE_START + ", over the middle halves not told apart from the <split>x a perfect split over {c} cores "
-            "gives: sharing the cores could explain it.",
-        ),
         "efficiency_against_core_bound": _s(
             "e * w <= c",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
@@ -766,8 +694,8 @@ SENTENCES = {
             "So, to the prediction at W = {w}: near 1. The whole middle-half range ({e_lo:.3f}–{e_hi:.3f}) lies "
             "above <high>, where 0.5 and 1 meet on a log scale.",
             "So, to the prediction at W = {w}: not to be told apart from these samples. The middle-half range "
-            "({e_lo:.3f}–{e_hi:.3f}, median {e:.3f}) crosses a line between two options: 1/{w}, <low> (where 1/{w} "
-            "and 0.5 meet on a log scale) or <high> (where 0.5 and 1 meet).",
+            "({e_lo:.3f}–{e_hi:.3f}, median {e:.3f}) spans <spans> (the options meet at 1/{w}, at <low> and at "
+            "<high>, on a log scale).",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -785,48 +713,8 @@ SENTENCES = {
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
-            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}).",
-        ),
-        "two_point_fit_predicts_four": _s(
-            "abs(p / m - 1) <= 0.1 and m_lo <= hi and m_hi >= lo",
-            TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2), "
-            "and {m:.3f} ms was measured (middle half {m_lo:.3f}–{m_hi:.3f}). Within 10 % and the spread: the "
-            "two-term fit describes this machine's three points.",
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4 ({lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2) "
-            "against {m:.3f} ms measured (middle half {m_lo:.3f}–{m_hi:.3f}): not a match within 10 % and the spread.",
-        ),
-        "two_point_fit_refuted": _s(
-            "m_lo > hi or m_hi < lo",
-            TWO_POINT,
-            "The fit on W = 1, 2 predicts {p:.3f} ms at W = 4, {lo:.3f}–{hi:.3f} across the spreads at W = 1 and 2, "
-            "and the measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}) lies outside that range. "
-            "Refuted: the two-term fit does not describe how this machine slows from two devices to four.",
-            "Inconclusive: the fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the "
-            "spreads at W = 1 and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle "
-            "half ({m_lo:.3f}–{m_hi:.3f} ms): these samples neither confirm nor refute the two-term fit.",
-        ),
-        "two_point_fit_misses_low": _s(
-            "p < m_lo and m > hi",
-            TWO_POINT,
-            "Inconclusive, leaning against the two-term fit: it predicts {p:.3f} ms at W = 4 from W = 1, 2, below the "
-            "measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}), but across the spreads at W = 1 and 2 "
-            "the prediction ranges over {lo:.3f}–{hi:.3f} ms, and the two ranges overlap from {m_lo:.3f} "
-            "to {hi:.3f} ms. More samples would decide.",
-            "Inconclusive: the fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the "
-            "spreads at W = 1 and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle "
-            "half ({m_lo:.3f}–{m_hi:.3f} ms): these samples neither confirm nor refute the two-term fit.",
-        ),
-        "two_point_fit_misses_high": _s(
-            "p > m_hi and m < lo",
-            TWO_POINT,
-            "Inconclusive, leaning against the two-term fit: it predicts {p:.3f} ms at W = 4 from W = 1, 2, above the "
-            "measured middle half ({m_lo:.3f}–{m_hi:.3f} ms, median {m:.3f}), but across the spreads at W = 1 and 2 "
-            "the prediction ranges over {lo:.3f}–{hi:.3f} ms, and the two ranges overlap from {lo:.3f} "
-            "to {m_hi:.3f} ms. More samples would decide.",
-            "Inconclusive: the fit on W = 1, 2 predicts {p:.3f} ms at W = 4 against {m:.3f} ms measured, but the "
-            "spreads at W = 1 and 2 move the prediction over {lo:.3f}–{hi:.3f} ms, which meets the measured middle "
-            "half ({m_lo:.3f}–{m_hi:.3f} ms): these samples neither confirm nor refute the two-term fit.",
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). The "
+            "same samples as the efficiency, read as rows per second: unchanged rows/s is an efficiency near 1/{w}.",
         ),
         "compile_steps_height": _s(
             "c > o",
@@ -867,7 +755,7 @@ SENTENCES = {
         "straggler_none": _s(
             "q1_slow <= q3_fast and q1_wait <= q3_late",
             STRAGGLER,
-            "So these few steps show no straggler: one would show as its own longer compute or as its peer's "
+            "So these few steps single out no straggler: one would show as its own longer compute or as its peer's "
             "longer wait in the agreement.",
             "So at least one phase separates the two processes beyond the spread.",
         ),
@@ -881,9 +769,8 @@ SENTENCES = {
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, in the agreement phase; a slower path from process "
-            "<late> to the coordinator's key-value store, which process 0 hosts, would look the same. From a handful "
-            "of steps this is a lead, not yet a finding.",
+            "So the candidate late peer is process <late>, in the agreement phase. From a handful of steps this is a "
+            "lead, not yet a finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(
@@ -940,42 +827,20 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     return [moved, bound]
 
 
-def shape_on_one_host(efficiency: dict, cores: int, chapter_ms: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: our step's growth from one device to the most beside the chapter's lab table (`chapter_ms`, W -> ms),
-    in one sentence chosen by where the growth's middle-half range lies: beyond W (no gain), beyond the split a
-    perfect division over `cores` gives, below it, or holding it."""
-    one, last = efficiency["table"][0], efficiency["table"][-1]
-    w = last["devices"]
-    first, most = chapter_ms[one["devices"]], chapter_ms[w]
-    fill = {"chapter": f"{most / first:.2f}", "split": f"{w / min(cores, w):g}"}
-    fill.update({"from": f"{first:g}", "to": f"{most:g}", "growth": f"{last['median_ms'] / one['median_ms']:.1f}"})
-    low, high = last["efficiency_range"]
-    values = {"t1": one["median_ms"], "t": last["median_ms"], "w": w, "c": cores, "e_lo": low, "e_hi": high}
-    names = ["shape_beyond_no_gain", "shape_beyond_split", "shape_within_split"]
-    return chosen_first(notebook, names, fill, **values)
-
-
 def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> str:
     """Stage 5b's close of its prediction at the largest W: below 1/W, near 1/W, near 0.5 or near 1 (options met at
     their geometric means), chosen from the middle-half range; not told apart when the range crosses a line."""
     last = efficiency["table"][-1]
     low, high = last["efficiency_range"]
     w = last["devices"]
-    fill = {"low": f"{(0.5 / w) ** 0.5:.3f}", "high": f"{0.5**0.5:.3f}"}
+    lines = (1 / w, (0.5 / w) ** 0.5, 0.5**0.5)  # where neighbouring options meet, below 1/W first
+    options = (f"below 1/{w}", f"near 1/{w}", "near 0.5", "near 1")
+    touched = [o for k, o in enumerate(options) if (k == 0 or high >= lines[k - 1]) and (k == 3 or low < lines[k])]
+    spans = ", ".join(touched[:-1]) + f" and {touched[-1]}" if len(touched) > 1 else touched[0]
+    fill = {"low": f"{lines[1]:.3f}", "high": f"{lines[2]:.3f}", "spans": spans}
     values = {"e": last["efficiency"], "e_lo": low, "e_hi": high, "w": w, "c": efficiency["usable_cores"]}
     names = ["efficiency_option_below", "efficiency_option_near_share", "efficiency_option_near_half"]
     return chosen_first(notebook, [*names, "efficiency_option_near_one"], fill, **values)
-
-
-def startup_share(goodput: dict, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: the supervised run's start-up time against its productive and wasted step time."""
-    return chosen(notebook, "startup_against_steps", s=goodput["startup"], p=goodput["productive"], w=goodput["wasted"])
-
-
-def other_split(goodput: dict, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: where the ledger's unnamed time fell, after each attempt's last event or between events."""
-    values = {"o": goodput["other"], "a": goodput["other_after_last_event"], "b": goodput["other_between_events"]}
-    return chosen(notebook, "other_after_last_event", **values)
 
 
 def redone_steps(path: dict, async_kill: dict, p0_kill: dict, preempt: dict, notebook: str = "stage5a_protocol") -> str:
@@ -1088,15 +953,6 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
 
 
 STRAGGLER_NAMES = ["straggler_none", "straggler_in_compute", "straggler_in_agreement", "straggler_in_both"]
-
-
-def two_point_fit(held: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b's verdict on the fit to W = 1 and 2 predicting W = 4 (`held`: what scaling.held_out returns)."""
-    (lo, hi), (m_lo, m_hi) = held["predicted_range_ms_at_4"], held["measured_middle_half_ms_at_4"]
-    values = {"p": held["predicted_ms_at_4"], "lo": lo, "hi": hi, "m": held["measured_ms_at_4"], "m_lo": m_lo}
-    names = ["two_point_fit_predicts_four", "two_point_fit_refuted", "two_point_fit_misses_low"]
-    names.append("two_point_fit_misses_high")
-    return chosen_first(notebook, names, **values, m_hi=m_hi)
 
 
 def chosen_first(notebook: str, names, fill: dict | None = None, **values) -> str:
