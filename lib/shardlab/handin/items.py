@@ -294,7 +294,6 @@ def transfer(run: Run) -> Item:
 def efficiency(run: Run) -> Item:
     item = Item()
     item.data["efficiency"] = _from(run, item, "stage5b_scaling", "efficiency", optional=True)
-    item.data["scaling_model"] = _from(run, item, "stage5b_scaling", "scaling_model", optional=True)
     item.data["denominator"] = _from(run, item, "stage5a_protocol", "denominator")
     _answers(run, item, "scaling")
     return item
