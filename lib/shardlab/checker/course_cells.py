@@ -1,18 +1,15 @@
 """What the course notebooks assert about a learner's functions, and the checks that cover each assertion.
 
-`COVERAGE` is the one table: for every notebook cell (by its tag) that asserts something about the
-implementation under study, hands its output to course code that refuses bad input (the Orbax
-save), or only calls it (a call that raises fails the cell too), the checks that fail whenever that
-cell would. (A setup cell that cannot load the file is named by `make run` itself: the checker's
-`implementation_loads` fails for the same file.) A learner whose
-file passes the checker therefore never fails one of these cells; `make run IMPL=...` names the
-covering checks when a cell fails (shardlab.course.execute), docs/evidence.md prints the table, and
-the tests verify that every asserting cell is listed and every named check exists.
+`CELLS` is the one table (`COVERAGE` reads it by (notebook, tag)): for every notebook cell that asserts
+something about the implementation under study, hands its output to course code that refuses bad input
+(the Orbax save), or only calls it, the checks that fail whenever that cell would. A learner whose file
+passes the checker therefore never fails one of these cells; `make run IMPL=...` names the covering
+checks when a cell fails (shardlab.course.execute), and the tests verify that every asserting cell is
+listed and every named check exists. (A setup cell that cannot load the file is named by `make run`
+itself: `implementation_loads` fails for the same file.)
 
-The checks below cover the assertions no stage module probes: the refusals stage 3 shows (with
-the course's error types), a contract the Orbax lesson can store, and the fault table. (Stages 1
-and 2 show the refusals of bad batch sizes and data with the course's own functions: the checker
-does not ask a learner's file for them, so the notebooks do not either.)
+The checks below cover the assertions no stage module probes: the refusals stage 3 shows (with the
+course's error types), a contract the Orbax lesson can store, and the fault table.
 """
 
 import json
@@ -34,131 +31,104 @@ from shardlab.verify import faults
 
 ALL = "every check of its stage"  # a `check` cell asserts that check_here(stage) passed
 
-# (notebook, cell tag) -> the checks covering what the cell asserts about the learner's code
+# notebook -> (its cell tags, space-separated) -> the checks covering what those cells assert about the learner's code
+CELLS = {
+    "stage1_batches": {
+        "initial initial-checks": ("initial_state_fields", "first_order_follows_the_seed"),
+        "fields-moved": ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
+        "walk": (
+            "next_batch_returns_a_new_state",
+            "next_batch_leaves_step_alone",
+            "batch_lengths_keep_the_remainder",
+            "every_epoch_covers_every_id_once",
+            "epochs_follow_the_course_order",
+            "key_changes_at_each_new_epoch",
+            "padding_is_never_an_observation",
+        ),
+        "device-counts device-counts-checks": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+        "placement": ("batch_is_placed_on_the_mesh",),
+        "mask-by-position": (
+            "padding_is_never_an_observation",
+            "padding_is_decided_by_position",
+            "batch_is_placed_on_the_mesh",
+        ),
+        "other-settings": (
+            "batch_lengths_keep_the_remainder",
+            "every_epoch_covers_every_id_once",
+            "sampler_fields_follow_the_arithmetic",
+            "padding_is_never_an_observation",
+            "replay_is_deterministic",
+        ),
+        "transfer": ("padding_is_decided_by_position", "batch_lengths_keep_the_remainder"),
+        "check": (ALL,),
+    },
+    "stage2_update": {
+        "local-means local-means-checks": ("padding_is_never_an_observation",),
+        "batch": ("initial_state_fields", "next_batch_returns_a_new_state", "batch_is_placed_on_the_mesh"),
+        "gradient gradient-checks": (
+            "gradient_on_a_full_batch",
+            "loss_on_full_and_tail_batches",
+            "consecutive_updates",
+        ),
+        "shard-map shard-map-checks": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+        "partition": ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
+        "updates": ("consecutive_updates", "loss_is_taken_before_the_update", "transition_is_one_batch_and_one_update"),
+        "replicas": ("replicas_agree",),
+        "singleton": ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
+        "stablehlo": ("step_is_sharded",),
+        "check": (ALL,),
+    },
+    "stage3a_checkpoint": {
+        "derived": ("contract_pins_the_experiment", "contract_is_json_data", "gradient_on_a_full_batch"),
+        "train": ("transition_is_one_batch_and_one_update", "random_transition_walk"),
+        "rebuild": ("initial_state_fields", "next_batch_returns_a_new_state", "random_sampler_walk"),
+        "control": ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
+        "saved-once": ("initial_state_fields", "transition_is_one_batch_and_one_update"),
+        "save": ("contract_is_json_data", "checkpoint_holds_every_field"),
+        "rejections-damaged rejections-bytes rejections-contract rejections": ("refusals_name_the_course_errors",),
+        "fault-in-view": ("restore_returns_every_field", "faults_show_where_arithmetic_predicts"),
+        "faults fault-checks": ("faults_show_where_arithmetic_predicts",),
+    },
+    "stage3b_resume": {
+        "restore": ("restore_returns_every_field",),
+        "refusal refusal-check": ("refusals_name_the_course_errors",),
+        "resume recovery recovery-checks recovery-asserts": ("resume_continues_the_same_run", "fresh_process_resume"),
+        "orbax orbax-checks": ("contract_is_json_data", "restore_returns_every_field"),
+        "check": (ALL,),
+    },
+    "stage4a_profile": {
+        "compile": (
+            "compiled_step_lowers_and_compiles",
+            "eager_step_is_the_unjitted_mapped_body",
+            "eager_step_matches_numpy",
+        ),
+        "capture gate capture_change": ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    },
+    "stage3c_orbax_lesson": {
+        "setup": ("contract_pins_the_experiment", "contract_is_json_data", "gradient_on_a_full_batch"),
+        "first-step": ("consecutive_updates", "random_transition_walk"),
+        "save-restore": ("contract_is_json_data", "restore_returns_every_field"),
+        "replay replay-checks": ("resume_continues_the_same_run", "replicas_agree", "random_transition_walk"),
+        "receipt-faults": ("consecutive_updates", "random_step_update"),
+        "receipt-fault-checks": (
+            "consecutive_updates",
+            "random_step_update",
+            "key_changes_at_each_new_epoch",
+            "random_sampler_walk",
+        ),
+        "compare": (
+            "random_sampler_walk",
+            "random_transition_walk",
+            "loss_is_taken_before_the_update",
+            "restore_returns_every_field",
+        ),
+    },
+}
 COVERAGE = {
-    ("stage1_batches", "initial"): ("initial_state_fields", "first_order_follows_the_seed"),
-    ("stage1_batches", "initial-checks"): ("initial_state_fields", "first_order_follows_the_seed"),
-    ("stage1_batches", "fields-moved"): ("next_batch_returns_a_new_state", "next_batch_leaves_step_alone"),
-    ("stage1_batches", "walk"): (
-        "next_batch_returns_a_new_state",
-        "next_batch_leaves_step_alone",
-        "batch_lengths_keep_the_remainder",
-        "every_epoch_covers_every_id_once",
-        "epochs_follow_the_course_order",
-        "key_changes_at_each_new_epoch",
-        "padding_is_never_an_observation",
-    ),
-    ("stage1_batches", "device-counts"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-    ("stage1_batches", "device-counts-checks"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-    ("stage1_batches", "placement"): ("batch_is_placed_on_the_mesh",),
-    ("stage1_batches", "mask-by-position"): (
-        "padding_is_never_an_observation",
-        "padding_is_decided_by_position",
-        "batch_is_placed_on_the_mesh",
-    ),
-    ("stage1_batches", "other-settings"): (
-        "batch_lengths_keep_the_remainder",
-        "every_epoch_covers_every_id_once",
-        "sampler_fields_follow_the_arithmetic",
-        "padding_is_never_an_observation",
-        "replay_is_deterministic",
-    ),
-    ("stage1_batches", "transfer"): ("padding_is_decided_by_position", "batch_lengths_keep_the_remainder"),
-    ("stage1_batches", "check"): (ALL,),
-    ("stage2_update", "local-means"): ("padding_is_never_an_observation",),
-    ("stage2_update", "local-means-checks"): ("padding_is_never_an_observation",),
-    ("stage2_update", "batch"): (
-        "initial_state_fields",
-        "next_batch_returns_a_new_state",
-        "batch_is_placed_on_the_mesh",
-    ),
-    ("stage2_update", "gradient"): ("gradient_on_a_full_batch", "loss_on_full_and_tail_batches", "consecutive_updates"),
-    ("stage2_update", "gradient-checks"): (
-        "gradient_on_a_full_batch",
-        "loss_on_full_and_tail_batches",
-        "consecutive_updates",
-    ),
-    ("stage2_update", "shard-map"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-    ("stage2_update", "shard-map-checks"): ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-    ("stage2_update", "partition"): ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
-    ("stage2_update", "updates"): (
-        "consecutive_updates",
-        "loss_is_taken_before_the_update",
-        "transition_is_one_batch_and_one_update",
-    ),
-    ("stage2_update", "replicas"): ("replicas_agree",),
-    ("stage2_update", "singleton"): ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
-    ("stage2_update", "stablehlo"): ("step_is_sharded",),
-    ("stage2_update", "check"): (ALL,),
-    ("stage3a_checkpoint", "derived"): (
-        "contract_pins_the_experiment",
-        "contract_is_json_data",
-        "gradient_on_a_full_batch",
-    ),
-    ("stage3a_checkpoint", "train"): ("transition_is_one_batch_and_one_update", "random_transition_walk"),
-    ("stage3a_checkpoint", "rebuild"): (
-        "initial_state_fields",
-        "next_batch_returns_a_new_state",
-        "random_sampler_walk",
-    ),
-    ("stage3a_checkpoint", "control"): ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
-    ("stage3a_checkpoint", "saved-once"): ("initial_state_fields", "transition_is_one_batch_and_one_update"),
-    ("stage3a_checkpoint", "save"): ("contract_is_json_data", "checkpoint_holds_every_field"),
-    ("stage3a_checkpoint", "rejections-damaged"): ("refusals_name_the_course_errors",),
-    ("stage3a_checkpoint", "rejections-bytes"): ("refusals_name_the_course_errors",),
-    ("stage3a_checkpoint", "rejections-contract"): ("refusals_name_the_course_errors",),
-    ("stage3a_checkpoint", "rejections"): ("refusals_name_the_course_errors",),
-    ("stage3a_checkpoint", "fault-in-view"): ("restore_returns_every_field", "faults_show_where_arithmetic_predicts"),
-    ("stage3a_checkpoint", "faults"): ("faults_show_where_arithmetic_predicts",),
-    ("stage3a_checkpoint", "fault-checks"): ("faults_show_where_arithmetic_predicts",),
-    ("stage3b_resume", "restore"): ("restore_returns_every_field",),
-    ("stage3b_resume", "refusal"): ("refusals_name_the_course_errors",),
-    ("stage3b_resume", "refusal-check"): ("refusals_name_the_course_errors",),
-    ("stage3b_resume", "resume"): ("resume_continues_the_same_run", "fresh_process_resume"),
-    ("stage3b_resume", "recovery"): ("resume_continues_the_same_run", "fresh_process_resume"),
-    ("stage3b_resume", "recovery-checks"): ("resume_continues_the_same_run", "fresh_process_resume"),
-    ("stage3b_resume", "recovery-asserts"): ("resume_continues_the_same_run", "fresh_process_resume"),
-    ("stage3b_resume", "orbax"): ("contract_is_json_data", "restore_returns_every_field"),
-    ("stage3b_resume", "orbax-checks"): ("contract_is_json_data", "restore_returns_every_field"),
-    ("stage3b_resume", "check"): (ALL,),
-    ("stage4a_profile", "compile"): (  # lowered, compiled and checked against NumPy in one cell
-        "compiled_step_lowers_and_compiles",
-        "eager_step_is_the_unjitted_mapped_body",
-        "eager_step_matches_numpy",
-    ),
-    ("stage3c_orbax_lesson", "setup"): (
-        "contract_pins_the_experiment",
-        "contract_is_json_data",
-        "gradient_on_a_full_batch",
-    ),
-    ("stage3c_orbax_lesson", "first-step"): ("consecutive_updates", "random_transition_walk"),
-    ("stage3c_orbax_lesson", "save-restore"): ("contract_is_json_data", "restore_returns_every_field"),
-    ("stage3c_orbax_lesson", "replay"): (
-        "resume_continues_the_same_run",
-        "replicas_agree",
-        "random_transition_walk",
-    ),
-    ("stage3c_orbax_lesson", "replay-checks"): (
-        "resume_continues_the_same_run",
-        "replicas_agree",
-        "random_transition_walk",
-    ),
-    ("stage3c_orbax_lesson", "receipt-faults"): ("consecutive_updates", "random_step_update"),
-    ("stage3c_orbax_lesson", "receipt-fault-checks"): (
-        "consecutive_updates",
-        "random_step_update",
-        "key_changes_at_each_new_epoch",
-        "random_sampler_walk",
-    ),
-    ("stage3c_orbax_lesson", "compare"): (
-        "random_sampler_walk",
-        "random_transition_walk",
-        "loss_is_taken_before_the_update",
-        "restore_returns_every_field",
-    ),
-    ("stage4a_profile", "capture"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
-    ("stage4a_profile", "gate"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
-    ("stage4a_profile", "capture_change"): ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
+    (notebook, tag): checks
+    for notebook, cells in CELLS.items()
+    for tags, checks in cells.items()
+    for tag in tags.split()
 }
 
 
@@ -203,35 +173,19 @@ def _refusals(ctx) -> list[tuple]:
     """(case, call, error, paths, the contract the call is given) for each refusal stage3a_checkpoint's rejection
     cells show."""
     path, state, contract = stage3._saved(ctx, "course-refusals")
-    bad = os.path.join(os.path.dirname(path), "bad")
-    os.makedirs(bad)
-    cases = []
-    for number, case in enumerate(faults.COURSE_DAMAGE):
-        try:
-            copy = faults.tampered(path, os.path.join(bad, f"{number}.npz"), faults.DAMAGE[case])
-        except KeyError:  # that member is kept under another name: nothing to damage (the notebook skips it too)
-            continue
-        call = lambda copy=copy: ctx.impl.restore(copy, contract, ctx.mesh)  # noqa: E731
-        cases.append((case, call, CorruptCheckpointError, copy, contract))
-    cut = faults.truncated(path, os.path.join(bad, "truncated.npz"))
-    text = os.path.join(bad, "notes.npz")
-    with open(text, "x") as handle:
-        handle.write("weights: 0.1 0.2 0.3\n")
+    copies = stage3.damaged_copies(path, {case: faults.DAMAGE[case] for case in faults.COURSE_DAMAGE})
     features = ctx.data.features.copy()
     features[3, 2] += 1.0
     other_data = ctx.impl.contract(Dataset(features, ctx.data.targets.copy()), stage3._config(ctx))
     other_size = ctx.impl.contract(ctx.data, Config(seed=ctx.seed, batch_size=ctx.batch_size + 1))
-    restore = ctx.impl.restore
-
-    def save_again():
-        return ctx.impl.save(path, state, contract)
-
-    return cases + [
-        ("truncated file", lambda: restore(cut, contract, ctx.mesh), CorruptCheckpointError, cut, contract),
-        ("not an NPZ file", lambda: restore(text, contract, ctx.mesh), CorruptCheckpointError, text, contract),
+    restore, save = ctx.impl.restore, ctx.impl.save
+    return [
+        (case, lambda copy=copy: restore(copy, contract, ctx.mesh), CorruptCheckpointError, copy, contract)
+        for case, copy in copies.items()
+    ] + [
         ("different data", lambda: restore(path, other_data, ctx.mesh), ContractMismatchError, path, other_data),
         ("different batch size", lambda: restore(path, other_size, ctx.mesh), ContractMismatchError, path, other_size),
-        ("existing checkpoint path", save_again, CheckpointExistsError, path, contract),
+        ("existing checkpoint path", lambda: save(path, state, contract), CheckpointExistsError, path, contract),
     ]
 
 

@@ -976,6 +976,24 @@ def _ancestors(path: str, top: str) -> list[str]:
     return found
 
 
+def damaged_copies(path: str, changes: dict) -> dict:
+    """What -> a new file in a folder `bad` beside `path`: its copy after each change (where a member holds that
+    field alone), then the file cut in half and a text file named .npz."""
+    folder = os.path.join(os.path.dirname(path), "bad")
+    os.makedirs(folder)
+    copies = {}
+    for number, (what, change) in enumerate(changes.items()):
+        try:
+            copies[what] = faults.tampered(path, os.path.join(folder, f"{number}.npz"), change)
+        except KeyError:  # no member of the learner's file holds that field alone: nothing to damage there
+            continue
+    copies["truncated file"] = faults.truncated(path, os.path.join(folder, "truncated.npz"))
+    copies["not an NPZ file"] = os.path.join(folder, "notes.npz")
+    with open(copies["not an NPZ file"], "x") as handle:
+        handle.write("weights: 0.1 0.2 0.3\n")
+    return copies
+
+
 def restore_refuses_damaged_checkpoints(ctx):
     """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
     path, state, contract = _saved(ctx, "damaged")
@@ -983,20 +1001,8 @@ def restore_refuses_damaged_checkpoints(ctx):
     rows = ctx.data.features.shape[0]
     damages = {name: faults.DAMAGE[name] for name in faults.COURSE_DAMAGE}
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
-    folder = os.path.join(os.path.dirname(path), "bad")
-    os.makedirs(folder)
-    targets = {}
-    for number, (what, change) in enumerate(damages.items()):
-        try:
-            targets[what] = faults.tampered(
-                path, os.path.join(folder, f"{number}.npz"), damage.by_field(change, located)
-            )
-        except KeyError:  # no member of the learner's file holds that field alone: nothing to damage there
-            continue
-    targets["truncated file"] = faults.truncated(path, os.path.join(folder, "truncated.npz"))
-    targets["not an NPZ file"] = os.path.join(folder, "notes.npz")
-    with open(targets["not an NPZ file"], "x") as handle:
-        handle.write("weights: 0.1 0.2 0.3\n")
+    changes = {what: damage.by_field(change, located) for what, change in damages.items()}
+    targets = damaged_copies(path, changes)
     accepted = {}
     for what, target in targets.items():
         raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
