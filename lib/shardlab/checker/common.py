@@ -303,9 +303,14 @@ def fresh_implementation(ctx: "Context"):
             impl.close()
 
 
+def typed_key(value) -> bool:
+    """Whether `value` is a typed PRNG key (jax.random.key), which has no NumPy dtype of its own."""
+    return isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
 def host(value) -> np.ndarray:
     """A NumPy copy of a state field; a typed PRNG key becomes its uint32 data."""
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+    if typed_key(value):
         value = jax.random.key_data(value)
     return np.array(value, copy=True)
 

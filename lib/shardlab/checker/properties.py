@@ -37,6 +37,7 @@ from shardlab.checker.common import (
     raised_where,
     sharding_of,
     snapshot,
+    typed_key,
 )
 from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
 from shardlab.checker.early import HOME
@@ -183,9 +184,13 @@ def other_mesh_of(ctx, devices: int, layout: str = "first"):
     return mesh_of(ctx, devices, "interleaved" if layout == "reversed" else "reversed")
 
 
+def _step_key(case: Case, compiled: bool) -> tuple:
+    return ("search step", case.devices, case.layout, case.learning_rate, case.decay, compiled)
+
+
 def step_of(ctx, case: Case, compiled: bool = True):
     """The learner's step for the case's mesh, learning rate and decay, jitted or not (built once per run)."""
-    key = ("search step", case.devices, case.layout, case.learning_rate, case.decay, compiled)
+    key = _step_key(case, compiled)
     if key not in ctx.cache:
         mesh = mesh_of(ctx, case.devices, case.layout)
         ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay, compiled=compiled)
@@ -201,7 +206,7 @@ def foreign_step(ctx, case: Case) -> str | None:
     mesh = mesh_of(ctx, case.devices, case.layout)
     inputs = (np.zeros((rows, width), np.float32), np.zeros(rows, np.float32), np.ones(rows, np.float32))
     for compiled in (True, False):
-        key = ("search step", case.devices, case.layout, case.learning_rate, case.decay, compiled)
+        key = _step_key(case, compiled)
         if key not in ctx.cache:
             continue
         try:
@@ -1275,18 +1280,6 @@ def contract_variants(case: Case) -> dict:
     }
 
 
-def _numpy_config(case: Case) -> Config:
-    """The case's configuration with its learning rate and decay given as NumPy float32 scalars, which `Config`
-    accepts (it refuses NumPy integers for the seed and the batch size)."""
-    return Config(
-        seed=case.seed,
-        batch_size=case.batch,
-        learning_rate=np.float32(case.learning_rate),
-        decay=np.float32(case.decay),
-        num_devices=case.devices,
-    )
-
-
 def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> None:
     """Equal experiments in other forms: the data as the other pair type, the learning rate and decay as NumPy
     scalars. The first must give the contract `base` is; the second a plain JSON contract (rule:contract-json)."""
@@ -1317,7 +1310,7 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
             + known_causes.mark("contract-varies"),
         )
     try:
-        numpy_config = _numpy_config(case)
+        numpy_config = _config(case, learning_rate=np.float32(case.learning_rate), decay=np.float32(case.decay))
     except (errors.ConfigError, TypeError):
         return
     theirs = called(ctx, "contract", given(case, data), numpy_config)
@@ -1706,12 +1699,13 @@ def restore_damage(ctx, case: Case) -> None:
         shutil.rmtree(folder, ignore_errors=True)
     accepted = {what: rule for what, (ok, rule) in refused.items() if not ok}
     typed = [what for what, rule in accepted.items() if "; refused with " in rule]  # refused, with another error
-    said = {
-        (False, False): "restore accepted damaged checkpoints",  # none: the need below holds
-        (False, True): "restore accepted damaged checkpoints",
-        (True, False): "restore refused checkpoints with another error type than the course's",
-        (True, True): "restore accepted damaged checkpoints or refused them with another error type than the course's",
-    }[(bool(typed), len(typed) < len(accepted))]
+    said = "restore accepted damaged checkpoints"
+    if typed:
+        said = (
+            f"{said} or refused them with another error type than the course's"
+            if len(typed) < len(accepted)
+            else "restore refused checkpoints with another error type than the course's"
+        )
     need(
         not accepted,
         f"all {len(refused)} damaged copies refused with the course's errors",
@@ -1776,12 +1770,17 @@ def _as_field(value, numbers):
     """`numbers` in the form of a state field: a plain int, a NumPy value or array of the field's dtype (int64 where
     that dtype cannot hold them), or a device array placed as the field is."""
     numbers = np.asarray(numbers)
-    if isinstance(value, jax.Array) and not jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+    if isinstance(value, jax.Array) and not typed_key(value):
         return jax.device_put(numbers.astype(value.dtype), value.sharding)
     if isinstance(value, (np.ndarray, np.generic)) and np.issubdtype(np.asarray(value).dtype, np.integer):
         kind = np.asarray(value).dtype
         return numbers.astype(kind if np.iinfo(kind).max >= numbers.max(initial=0) else np.int64)
     return int(numbers) if numbers.ndim == 0 else numbers
+
+
+def _moved_to(state: dict, fields: dict) -> dict:
+    """`state` with `fields` (sampler fields, step) in place of its own, each in the form of the field it replaces."""
+    return {**state, **{name: _as_field(state[name], value) for name, value in fields.items()}}
 
 
 def _long_run_step(rows: int, batch: int) -> int | None:
@@ -1807,8 +1806,7 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     step = _long_run_step(rows, case.batch)
     if step is None:
         return
-    sampler = {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step}
-    long_run = {**state, **{name: _as_field(state[name], sampler[name]) for name in sampler}}
+    long_run = _moved_to(state, {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step})
     at = f"{step:,}"
     fix = (
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
@@ -1867,8 +1865,7 @@ def _float32_step_kept(ctx, case: Case, path: str, large: dict, contract: dict, 
     """The run of `_large_order_kept` (LARGE_ROWS rows, batch size 1) at step FLOAT32_STEP, its sampler the one that
     step implies (the oracle's), is saved and restored with that step exactly: a counter kept as a float32 rounds
     it to 2**24. One save and one restore more, on the contract `_large_order_kept` already asked for."""
-    sampler = {**oracle.sampler_after(case.seed, LARGE_ROWS, 1, FLOAT32_STEP), "step": FLOAT32_STEP}
-    long_run = {**large, **{name: _as_field(large[name], sampler[name]) for name in sampler}}
+    long_run = _moved_to(large, {**oracle.sampler_after(case.seed, LARGE_ROWS, 1, FLOAT32_STEP), "step": FLOAT32_STEP})
     at = f"{FLOAT32_STEP:,} (2**24 + 1, a long run's step)"
     fix = (
         "keep cursor and step in an integer type that holds every step a run reaches (np.int64), in the file and "
@@ -2188,7 +2185,7 @@ def _restored_rules(state: dict, restored: dict, mesh, at: int) -> None:
 
 def _field_form(value) -> str:
     """A field's dtype and shape as the rules speak of them ('uint32(2,)'), a typed PRNG key named as such."""
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+    if typed_key(value):
         return f"a typed PRNG key of dtype {value.dtype}"
     found = np.asarray(value)
     return f"{found.dtype}{found.shape}"
@@ -2211,8 +2208,7 @@ def _restored_dtypes(restored: dict, shape: tuple, at: int) -> None:
     wrong = {}
     for name, (dtype, want, fits) in wanted.items():
         value = restored.get(name)
-        typed = isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
-        found = np.asarray(value) if value is not None and not typed else None
+        found = np.asarray(value) if value is not None and not typed_key(value) else None
         if found is None or found.shape != want or not fits(found.dtype):
             wrong[name] = (f"{dtype} {want}", _field_form(value))
     need(
@@ -2234,7 +2230,7 @@ ARRAY_FIELDS = ("weights", "momentum", "key", "order")  # the fields the rules g
 def _dtype(value):
     """A field's NumPy dtype, or None where it has none (a Python number, a list, a typed PRNG key)."""
     if isinstance(value, jax.Array):
-        return None if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key) else np.dtype(value.dtype)
+        return None if typed_key(value) else np.dtype(value.dtype)
     return value.dtype if isinstance(value, (np.ndarray, np.generic)) else None
 
 

@@ -5,13 +5,7 @@ and the first place where an implementation's ids or sampler fields leave them, 
 import numpy as np
 
 from shardlab.checker.formulas import mark
-from shardlab.verify import oracle
 from shardlab.verify.oracle import epoch_batches
-
-
-def expected_walk(rows: int, seed: int, batch_size: int, calls: int) -> list[dict]:
-    """Per next_batch call, from arithmetic and the recipe: the ids, and the sampler fields after it (oracle.walk)."""
-    return oracle.walk(rows, seed, batch_size, calls)
 
 
 def fits(state: dict, wanted: dict | None) -> bool:

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 import shardlab.checker.causes as known_causes
 import shardlab.checker.sampler_diagnosis as recipe
 import shardlab.checker.search as search
-from shardlab.checker.common import attempt, degenerate_data, expect, host, see, sharding_of, snapshot
+from shardlab.checker.common import attempt, degenerate_data, expect, host, see, sharding_of, snapshot, typed_key
 from shardlab.checker.formulas import mark
 from shardlab.checker.padding import check_padding
 from shardlab.checker.properties import BATCH_SPECS, new_result_each_call
@@ -57,7 +57,7 @@ def _rows(ctx) -> int:
 def _sampler_cause(ctx, seed: int, batch_size: int, calls: int) -> str | None:
     """The first sampler mistake a walk of `calls` next_batch calls shows, in the learner's terms."""
     states, batches = _run(ctx, seed, batch_size, calls)
-    plan = recipe.expected_walk(_rows(ctx), seed, batch_size, calls)
+    plan = oracle.walk(_rows(ctx), seed, batch_size, calls)
     observed = _ids(batches)
     return recipe.length_cause(_rows(ctx), batch_size, observed, plan) or recipe.state_cause(
         states, observed, plan, batch_size
@@ -86,7 +86,7 @@ def initial_state_fields(ctx):
             + known_causes.placement(wrong),
         )
     key = state["key"]
-    typed = isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    typed = typed_key(key)
     expect(
         not typed,
         "uint32 (2,)",
@@ -190,7 +190,7 @@ def batch_lengths_keep_the_remainder(ctx):
         expected = epoch_batches(rows, batch_size) * 2
         _, batches = _run(ctx, ctx.seed, batch_size, len(expected))
         observed = _ids(batches)
-        plan = recipe.expected_walk(rows, ctx.seed, batch_size, len(expected))
+        plan = oracle.walk(rows, ctx.seed, batch_size, len(expected))
         cause = recipe.length_cause(rows, batch_size, observed, plan)
         lengths = [len(ids) for ids in observed]
         expect(lengths == expected, expected, lengths, f"batch size {batch_size}: {cause}")
@@ -291,7 +291,7 @@ def sampler_fields_follow_the_arithmetic(ctx):
     for batch_size in (ctx.batch_size, 9):
         calls = 2 * len(epoch_batches(rows, batch_size)) + 1
         states, batches = _run(ctx, ctx.seed, batch_size, calls)
-        plan = recipe.expected_walk(rows, ctx.seed, batch_size, calls)
+        plan = oracle.walk(rows, ctx.seed, batch_size, calls)
         bad = [c for c, w in enumerate(plan) if not recipe.follows(states[c + 1], w)]
         if bad:
             first = bad[0]
@@ -315,7 +315,7 @@ def _continues_from_a_lazy_epoch_end(ctx) -> None:
     the recipe alone, whatever form this sampler itself leaves at an epoch's end."""
     rows, batch_size = _rows(ctx), ctx.batch_size
     per_epoch = len(epoch_batches(rows, batch_size))
-    plan = recipe.expected_walk(rows, ctx.seed, batch_size, per_epoch + 1)
+    plan = oracle.walk(rows, ctx.seed, batch_size, per_epoch + 1)
     start = ctx.impl.initial(ctx.seed, ctx.data, ctx.mesh)
     first = oracle.idiom_epochs(ctx.seed, rows, 1)[0]
     given = dict(start)
