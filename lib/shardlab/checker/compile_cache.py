@@ -6,6 +6,7 @@ check takes, never its verdict. The folder belongs to the checker (the user's ca
 a temporary folder), never the learner's folder; `SHARDLAB_CHECK_CACHE=off` turns it off.
 """
 
+import contextlib
 import os
 import tempfile
 import time
@@ -65,25 +66,12 @@ def enable() -> str | None:
 
 
 class Warming:
-    """Programs a learner's sampler is likely to compile, compiled ahead in this interpreter into the cache.
+    """The course's permutation (`split`, then `permutation(subkey, n)`) for each row count the checks will use,
+    compiled into the cache by a low-priority thread while a core is free, so the learner's worker reads it back.
 
-    Each row count a run's checks will give `initial` and `next_batch` costs a learner's worker one
-    compilation of `jax.random.permutation` (a sort and a counter-based draw, the largest share of a
-    stage 1 check). While the worker runs a call, this interpreter waits for its answer and a core is
-    free: a thread here calls the JAX idiom the course teaches, `key, subkey = jax.random.split(key)`
-    then `jax.random.permutation(subkey, n)`, for each row count, so the cache holds those programs
-    before the worker asks. It takes them from the last the checks use to the first: the worker starts
-    at the first, compiling what is not warmed yet, and the two meet in the middle, where in the same
-    order they would race for the same program and both compile it. Before each program it waits until a
-    core is free at that instant (`spare_core`), and it runs at the lowest priority (`lowest_priority`).
-    A worker whose program is the same (the same JAX operations on the same shapes) reads it from the
-    cache; any other program compiles as before. Nothing computed here is looked at: the entries are
-    keyed on the program's text, so a hit gives the program a fresh compile would give and never changes
-    a verdict.
-
-    Given the cache's `folder`, it leaves the row counts it compiled there in an earlier run (`Warmed`):
-    reading a program back from the cache still traces and lowers it here, holding the GIL the checks'
-    thread needs, for a program the worker would read from the cache anyway.
+    It works from the last row count to the first while the worker starts at the first, so the two rarely compile
+    the same program; counts an earlier run warmed (`Warmed`) or the checks already reached are skipped. Entries are
+    keyed on the program's text: a hit gives the program a fresh compile would, and never changes a verdict.
     """
 
     def __init__(self, sizes, folder: str | None = None):
@@ -138,13 +126,10 @@ class Warming:
 
 
 class Warmed:
-    """The row counts whose permutations an earlier warming compiled into the cache `folder`, for this interpreter's
-    configuration (JAX, jaxlib and Python versions, platform, devices, XLA_FLAGS): those programs are in the cache.
+    """The row counts an earlier warming compiled into the cache `folder` for this configuration (`WARMED`).
 
-    The record (`WARMED`) lies in the cache folder, so a new or emptied folder has none. Beside the row counts it
-    holds how many entries the folder held when it was written: a folder holding fewer has lost some (removed by
-    hand), and the record is set aside. A record that is wrong costs only time: the worker compiles what it does
-    not find, as it would without the warming.
+    It also records how many entries the folder held; a folder holding fewer lost some, and the record is set
+    aside. A wrong record only costs time: the worker compiles what it does not find.
     """
 
     def __init__(self, folder: str):
@@ -181,10 +166,8 @@ class Warmed:
         found = self._read()
         known = self._recorded(found) | self.sizes | {int(n) for n in sizes}
         found[self.key] = {"sizes": sorted(known), "entries": entries(self.folder)}
-        try:
+        with contextlib.suppress(OSError):  # not recorded: a later run warms these again
             files.replace(self.path, json.dumps(found, sort_keys=True))
-        except OSError:  # not recorded: a later run warms these again
-            pass
 
 
 def entries(folder: str) -> int:
@@ -212,14 +195,9 @@ def configuration() -> str:
 
 
 def spare_core() -> bool:
-    """Whether a core is free at this instant: the machine's runnable threads (the fourth field of /proc/loadavg,
-    the calling thread included) are at most the cores this process may use.
-
-    The warming compiles on a core the check leaves idle; where every core is wanted it would take time from the
-    worker and compile twice what the worker reaches first, and a thread kept from a core while it holds the GIL
-    keeps the checks waiting too. It asks before each program, so it follows the machine's load as the check runs
-    (a 1-minute load average, read once at the start, also counts the minute before the check).
-    """
+    """Whether a core is free at this instant: the runnable threads (/proc/loadavg's fourth field, the caller
+    included) are at most the cores this process may use. Asked before each program, so the warming never takes
+    a core the worker wants."""
     try:
         with open("/proc/loadavg") as loadavg:
             runnable = int(loadavg.read().split()[3].split("/")[0])
@@ -229,17 +207,12 @@ def spare_core() -> bool:
 
 
 def lowest_priority() -> None:
-    """Give the calling thread the lowest scheduling priority (nice 19; on Linux each thread has its own).
-
-    Between two looks at the machine (`spare_core`) another process may start: at nice 19 the warming then
-    yields the core to it rather than share it.
-    """
+    """Give the calling thread nice 19 (per thread on Linux): a process that starts between two looks at
+    `spare_core` gets the core."""
     import threading
 
-    try:
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed: the caller's priority stays
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the warming runs at the caller's priority
-        pass
 
 
 def warm(sizes) -> Warming:

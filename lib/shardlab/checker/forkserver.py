@@ -23,6 +23,7 @@ they start, or a server with more threads than NumPy's BLAS pool (which it stops
 started JAX backend would add its own.
 """
 
+import contextlib
 import json
 import os
 import select
@@ -65,10 +66,8 @@ def _child(request: dict, fds: list, closing: list, server: int, added: dict) ->
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for descriptor in closing:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(descriptor)
-            except OSError:
-                pass
         os.setsid()
         read, write, stdout, stderr = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -127,10 +126,8 @@ class _Server:
             ready, _, _ = select.select([self.control, self.wake_read], [], [], 1.0)
             self._reap()
             if self.wake_read in ready:
-                try:
+                with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_read, 4096)
-                except BlockingIOError:
-                    pass
             if self.control in ready:
                 try:
                     message, fds, _, _ = socket.recv_fds(self.control, MESSAGE_BYTES, 8)
@@ -168,10 +165,8 @@ class _Server:
         for descriptor in fds[:4]:
             os.close(descriptor)
         self.children[pid] = status
-        try:
+        with contextlib.suppress(OSError):
             status.sendall(f"pid {pid}\n".encode())
-        except OSError:
-            pass
 
     def _reap(self) -> None:
         while self.children:
@@ -183,10 +178,8 @@ class _Server:
                 return
             status = self.children.pop(pid, None)
             if status is not None:
-                try:
+                with contextlib.suppress(OSError):
                     status.sendall(f"exit {os.waitstatus_to_exitcode(wait_status)}\n".encode())
-                except OSError:
-                    pass
                 status.close()
 
 

@@ -18,6 +18,7 @@ answers with something that is not data is killed with everything it started; th
 progress is not called again, and the next call starts a new worker.
 """
 
+import contextlib
 import errno
 import os
 import select
@@ -101,10 +102,8 @@ class Worker:
         if self.process is None:
             return
         for descriptor in (self.send_fd, self.reply_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(descriptor)
-            except OSError:
-                pass
         self._stopped = None
         self._signal_all(signal.SIGCONT)
         process_group.kill(self.process)

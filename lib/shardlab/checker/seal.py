@@ -35,6 +35,7 @@ The course's source pasted into the file is not a call: `checker/provenance.py` 
 with the course's, from the source.
 """
 
+import contextlib
 import gc
 import os
 import re
@@ -108,10 +109,8 @@ def _files(modules: list) -> tuple[tuple, tuple]:
         cache = os.path.dirname(importlib.util.cache_from_source(source))
         stem = os.path.basename(source)[:-3] + "."
         paths = [source, importlib.util.cache_from_source(source)]
-        try:  # the bytecode of every optimisation level
+        with contextlib.suppress(OSError):  # the bytecode of every optimisation level
             paths += [os.path.join(cache, name) for name in os.listdir(cache) if name.startswith(stem)]
-        except OSError:
-            pass
         for path in paths:
             names.add((os.path.basename(path), module.__name__))
             try:
@@ -269,10 +268,8 @@ def _replace(originals: dict) -> list:
                 names[key] = originals[id(value)][1]
     alive = []
     for value, _ in originals.values():
-        try:
+        with contextlib.suppress(TypeError):  # a wrapper without weak references: the function it holds is checked
             alive.append(weakref.ref(value))
-        except TypeError:  # a wrapper without weak references: the function it holds is checked
-            pass
     return alive
 
 

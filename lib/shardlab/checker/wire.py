@@ -20,6 +20,7 @@ nesting, number of nodes, a closed list of dtypes) and never runs code the sende
 
 import builtins
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -263,6 +264,9 @@ class Handle:
         self.target = target
 
 
+CONTAINERS = {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}  # kind -> type, rebuilt from items
+
+
 class Decoder:
     """Rebuilds a value from a JSON tree and blobs; `args` resolves references to the caller's arguments."""
 
@@ -280,6 +284,8 @@ class Decoder:
         if not isinstance(node, dict) or not isinstance(node.get("t"), str):
             raise WireError(f"not a value this checker writes: {type(node).__name__}")
         kind = node["t"]
+        if kind in CONTAINERS:
+            return CONTAINERS[kind](self._items(node, depth + 1))
         method = getattr(self, "_" + kind, None) if kind.isidentifier() else None
         if method is None:
             raise WireError(f"unknown kind of value {kind[:40]!r}")
@@ -380,18 +386,6 @@ class Decoder:
         array = jax.numpy.zeros(tuple(node["shape"]), node["dtype"] if node["dtype"] in DTYPES else "float32")
         array.delete()
         return array
-
-    def _tuple(self, node, depth):
-        return tuple(self._items(node, depth))
-
-    def _list(self, node, depth):
-        return self._items(node, depth)
-
-    def _set(self, node, depth):
-        return set(self._items(node, depth))
-
-    def _frozenset(self, node, depth):
-        return frozenset(self._items(node, depth))
 
     def _dict(self, node, depth):
         keys = [self.decode(k, depth) for k in node["k"]]
@@ -582,10 +576,8 @@ def signature(value) -> str:
 
 
 def _set_writeable(array: np.ndarray, flag: bool) -> None:
-    try:
+    with contextlib.suppress(ValueError):  # write=True on a view of a read-only base: it stays read-only
         array.setflags(write=bool(flag))
-    except ValueError:  # write=True on a view of a read-only base: it stays read-only
-        pass
 
 
 def _array_back(original: np.ndarray, values: np.ndarray, writeable: bool) -> None:

@@ -16,6 +16,7 @@ compares the answers with its own oracle, and whatever this interpreter prints g
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -99,10 +100,8 @@ class Server:
 
         where = header.get("cwd")
         if isinstance(where, str):  # the folder the checker is in (a bare file name is relative to it)
-            try:
+            with contextlib.suppress(OSError):
                 os.chdir(where)
-            except OSError:
-                pass
         decoder = wire.Decoder(blobs, handle=lambda number, node: self.target(number))
         args = [decoder.decode(a) for a in header.get("args", [])]
         kwargs = {str(k): decoder.decode(v) for k, v in header.get("kwargs", {}).items()}
