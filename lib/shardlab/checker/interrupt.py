@@ -209,6 +209,14 @@ def _name_of(descriptor: int, path, fstat) -> None:
     NAMED.setdefault((found.st_dev, found.st_ino), named)
 
 
+PUBLISH = ("link", "rename", "replace", "symlink")  # the operations that give a written file its final name
+
+
+def targets(operations: list, kinds: tuple) -> list[str]:
+    """The targets of the operations of `kinds` among `operations` ('open x.npz' -> 'x.npz'), in order."""
+    return [label.partition(" ")[2] for label in operations or () if label.partition(" ")[0] in kinds]
+
+
 def unseen_publication(final: str, operations: list, absent: list) -> dict | None:
     """A publication no counted operation made, observed on the file system: after a save whose counted
     operations hold no link, rename or replace, the final name holds a file opened for writing (or fsynced)
@@ -216,7 +224,7 @@ def unseen_publication(final: str, operations: list, absent: list) -> dict | Non
     counted operation before which the name was still absent: {"position": how many counted operations ran
     before it, "source": the file's earlier name, "size": its bytes now, "folder": the folder it was written
     in}. None otherwise."""
-    if any(label.split(" ", 1)[0] in ("link", "rename", "replace", "symlink") for label in operations):
+    if targets(operations, PUBLISH):
         return None
     try:
         found = os.lstat(final)
@@ -248,12 +256,7 @@ def _rival(save, rival: tuple, report: str, go: int, done: int) -> int:
         return NOT_REACHED
     seen = []  # the rival's own file operations: which names it made, wrote, published and removed
     instrument(lambda operation, target, data, handle: seen.append(label(operation, target)))
-    try:
-        save(*rival)
-        outcome = {"rival": "saved"}
-    except Exception as exc:
-        found = refusal(exc)
-        outcome = {"rival": found["text"], "rival_exists_error": found["exists"]}
+    outcome = _save_here(save, rival)
     outcome["rival_operations"] = seen[:MAX_OPERATIONS]
     with open(report, "w") as handle:
         json.dump(outcome, handle)
@@ -429,7 +432,7 @@ def _wait(pid: int, deadline: float):
 
 
 def _save_here(save, rival: tuple) -> dict:
-    """The rival's save run right here, inside the paused first save: its outcome as `_rival` reports one."""
+    """The rival's save run in this process (inside the paused first save, or as the rival process): its outcome."""
     try:
         save(*rival)
         return {"rival": "saved"}

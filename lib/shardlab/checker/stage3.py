@@ -316,7 +316,7 @@ def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:
         "normalises the path in any way) writes into a folder 'run' -> use the path exactly as given"
         + mark("exact-path"),
     )
-    published = [op.partition(" ")[2] for op in seen.get("operations", []) if op.split(" ", 1)[0] in PUBLISH]
+    published = interrupt.targets(seen.get("operations", []), interrupt.PUBLISH)
     running = next((name for name in published if name != os.path.basename(path)), None)
     if running and seen.get("pid"):
         running = running.replace(str(seen["pid"]), str(seen["parent"]))
@@ -900,7 +900,7 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
             os.makedirs(os.path.join(folder, *below[:there]), exist_ok=True)
             path = os.path.join(folder, *below, "checkpoint.npz")
             before = arguments.disk(os.path.join(folder, "observed"))
-            outcome = probe("interrupted_save", ctx.impl.save, number, mode, folder + ".json", (path, state, contract))
+            outcome = _save_at(ctx, number, mode, folder + ".json", (path, state, contract))
             moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
             if outcome["status"] != "done":
@@ -1136,15 +1136,7 @@ def _interrupted_saves(ctx, mode: str):
         folder = os.path.join(base, str(number))
         os.makedirs(folder)
         path = os.path.join(folder, "checkpoint.npz")
-        outcome = probe(
-            "interrupted_save",
-            ctx.impl.save,
-            number,
-            mode,
-            folder + ".json",
-            (path, state, contract),
-            (path, other, contract),
-        )
+        outcome = _save_at(ctx, number, mode, folder + ".json", (path, state, contract), (path, other, contract))
         yield number, outcome, path, state, other, contract
 
 
@@ -1215,13 +1207,10 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
     )
 
 
-PUBLISH = ("link", "rename", "replace", "symlink")  # the operations that give a written file its final name
-
-
 def _order_fault(operations: list[str]) -> str | None:
     """What is wrong with the order of a save's file operations, or None: write, flush, fsync, then publish."""
     kinds = [label.split(" ", 1)[0] for label in operations]
-    published = [i for i, kind in enumerate(kinds) if kind in PUBLISH]
+    published = [i for i, kind in enumerate(kinds) if kind in interrupt.PUBLISH]
     if not published or "write" not in kinds:
         return None  # written in place, or nothing written: interrupted_save_leaves_nothing_or_a_checkpoint judges
     first = published[0]
@@ -1250,7 +1239,7 @@ def _fault_cause(fault: str | None) -> str | None:
 
 def _publication(operations: list[str]) -> bool:
     """Whether one of the operations gave a written file a name (link, rename, replace, symlink): a publication."""
-    return any(label.split(" ", 1)[0] in PUBLISH for label in operations)
+    return bool(interrupt.targets(operations, interrupt.PUBLISH))
 
 
 def _sync_fault(sizes: list) -> str | None:
@@ -1442,7 +1431,7 @@ def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
 
 def _shared_names(removed: list, rival: list) -> list:
     """The names among `removed` that the rival saver itself opened for writing: both saves used that name."""
-    made = {label.partition(" ")[2] for label in rival if label.split(" ", 1)[0] in ("open", "create")}
+    made = interrupt.targets(rival, ("open", "create"))
     return [name for name in removed if name in made]
 
 
@@ -1487,8 +1476,7 @@ def _race_cause(
     if not saved:
         return "neither save succeeded, although the name was free for the first to publish"
     if not losers_exist:
-        made = {label.partition(" ")[2] for label in operations or () if label.split(" ", 1)[0] in ("open", "create")}
-        theirs = {label.partition(" ")[2] for label in rival if label.split(" ", 1)[0] in ("open", "create")}
+        made, theirs = (set(interrupt.targets(labels, ("open", "create"))) for labels in (operations, rival))
         again = sorted(made & theirs - set(final))
         return "the losing save did not raise errors.CheckpointExistsError" + (
             f": both savers opened the temporary name {again[0]}, so the second found it taken -> two processes "
@@ -1617,7 +1605,13 @@ def _published_without_hard_links(ctx) -> None:
 def _whole_save(ctx, record: str, path: str, state: dict, contract: dict, mode: str = "kill") -> dict:
     """One save of `path` run to its end in a forked child, every file operation it makes listed in `record` (it is
     stopped at none: the operation after the harness's last); `mode` "no-links:E" refuses every os.link with E."""
-    return probe("interrupted_save", ctx.impl.save, interrupt.MAX_OPERATIONS + 1, mode, record, (path, state, contract))
+    return _save_at(ctx, interrupt.MAX_OPERATIONS + 1, mode, record, (path, state, contract))
+
+
+def _save_at(ctx, at: int, mode: str, record: str, *saves: tuple) -> dict:
+    """The learner's save, given the first of `saves`, in a forked child stopped, failed or raced (by a save given
+    the second) at its file operation `at` as `mode` says (checker/interrupt.py); its operations listed in `record`."""
+    return probe("interrupted_save", ctx.impl.save, at, mode, record, *saves)
 
 
 def _raced_in_the_same_process(ctx) -> None:
@@ -1631,15 +1625,7 @@ def _raced_in_the_same_process(ctx) -> None:
     if not writes:
         return
     path = os.path.join(base, "checkpoint.npz")
-    outcome = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        writes[0],
-        "race-here",
-        base + ".json",
-        (path, state, contract),
-        (path, other, contract),
-    )
+    outcome = _save_at(ctx, writes[0], "race-here", base + ".json", (path, state, contract), (path, other, contract))
     saved = [who for who in ("first", "rival") if outcome.get(who) == "saved"]
     if outcome.get("status") == "done" and len(saved) == 1:  # two or none: the race between processes judges
         wrong = _holds(ctx, path, contract, {"first": state, "rival": other}[saved[0]])
@@ -1686,15 +1672,7 @@ def _race_two_names(ctx, folder: str, at, mode: str, rival: tuple, contract: dic
     again (nothing was raced); else the outcome and what went wrong: each save not reported saved, then each file
     not holding its saver's state (`kept[1]` for the rival; judged through the learner's restore)."""
     paths = {"first": os.path.join(folder, "first.npz"), "rival": os.path.join(folder, "rival.npz")}
-    outcome = probe(
-        "interrupted_save",
-        ctx.impl.save,
-        at,
-        mode,
-        folder + ".json",
-        (paths["first"], kept[0], contract),
-        (paths["rival"], *rival),
-    )
+    outcome = _save_at(ctx, at, mode, folder + ".json", (paths["first"], kept[0], contract), (paths["rival"], *rival))
     if outcome.get("status") != "done" or not outcome.get("rival_ran"):
         return None
     held = {who: _holds(ctx, paths[who], contract, state) for who, state in zip(paths, kept)}
