@@ -10,9 +10,9 @@ randomised checks with 20 search seeds.
 
 What does not depend on the file is shared, by the checker's own reuse rule (checker/reuse.py): a check
 passed for a file checked earlier in the session is reused while every function it depended on is
-byte-identical, and a leading notebook whose calls reached only functions byte-identical to those of a
-run made earlier in the session (the reference's or another alternative's, recorded as that run went)
-is not run again: that run's results speak for it (test_alternatives_run.shared_notebooks).
+byte-identical, and a notebook whose calls reached only functions byte-identical to those of a run made
+earlier in the session (the reference's or another alternative's, recorded as that run went) is not run
+again: that run's results speak for it (test_alternatives_run.shared_notebooks says when).
 """
 
 import fcntl
@@ -69,14 +69,14 @@ def record_run(folder: Path, spec: str, found: dict, reached: dict, sources: dic
     os.replace(folder / f".{name}", folder / f"{name}.json")  # a reader never sees half of it
 
 
-def best_base(folder: Path, mine: dict) -> tuple[list, dict]:
-    """(the notebooks shared, the run sharing them): the finished run that speaks for most of mine's notebooks."""
-    best = ([], {})
+def speakers(folder: Path, mine: dict) -> dict:
+    """{notebook: the finished run that speaks for it}, for each notebook some finished run shares with mine."""
+    found = {}
     for path in sorted(folder.glob("*.json")):
         run = json.loads(path.read_text())
-        shared = shared_notebooks({k: set(v) for k, v in run["reached"].items()}, run["digests"], mine)
-        best = max(best, (shared, run), key=lambda pair: len(pair[0]))
-    return best
+        for name in shared_notebooks({k: set(v) for k, v in run["reached"].items()}, run["digests"], mine):
+            found.setdefault(name, run)  # the fresh-kernel pair: both from one run (shared both or neither)
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -167,12 +167,17 @@ def test_every_alternative_the_checker_accepts_runs_stages_1_to_4_like_the_refer
     every = sorted((number, c.__name__) for number in cli.STAGES for c in cli.checks_of(number))
     assert sorted((r.stage, r.name) for r in results) == every  # none left out: the fresh-interpreter resume ran too
     mine, folder = digests(spec), runs_made(tmp_path_factory)
-    shared, base = best_base(folder, mine)  # notebooks an earlier run with the same functions speaks for
-    running = [name for name in learner_notebooks() if name not in shared]
+    speaks = speakers(folder, mine)  # notebooks an earlier run with the same functions speaks for
+    running = [name for name in learner_notebooks() if name not in speaks]
     cache = compiled(tmp_path_factory)
-    found = run_learner_stages(spec, tmp_path / "run", running, reached=tmp_path / "reached", cache=cache)
-    reached = {**{name: set(base["reached"][name]) for name in shared}, **read_reached_folder(tmp_path / "reached")}
-    sources = {**{name: base["sources"][name] for name in shared}, **dict.fromkeys(running, found)}
+    found = tmp_path / "run"
+    if running:
+        found = run_learner_stages(spec, found, running, reached=tmp_path / "reached", cache=cache)
+    reached = {
+        **{name: set(run["reached"][name]) for name, run in speaks.items()},
+        **read_reached_folder(tmp_path / "reached"),
+    }
+    sources = {**{name: run["sources"][name] for name, run in speaks.items()}, **dict.fromkeys(running, found)}
     merged = merged_run(found, sources, tmp_path / "merged")
     for notebook in learner_notebooks():  # every sentence the run chose is true of this run's own values
         assert check_claims(json.loads((merged / "results" / f"{notebook}.json").read_text())) == [], notebook

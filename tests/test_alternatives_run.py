@@ -184,24 +184,38 @@ def digests(implementation: str) -> dict:
 
 
 def shared_notebooks(reached: dict, base: dict, mine: dict) -> list[str]:
-    """The leading notebooks of learner_notebooks() a base run speaks for, given what each reached there.
+    """The notebooks of learner_notebooks() a base run speaks for, given what each reached there.
 
     `reached`: {notebook: the API functions it looked up in the base run}; `base`, `mine`: digests().
-    A notebook is shared while every function it and every notebook before it reached has one digest,
-    not None, in both files (as a check's verdict is reused: checker/reuse.py), since an earlier notebook
-    may build what a later one uses. The sharing stops at a notebook that recorded no reach (unknown),
-    at a notebook that times something (its path may follow its timings: not in BESIDE_FIXTURES) and
-    at the first of the fresh-kernel pair, whose files later notebooks read (the checkpoint, the faults).
+    Each notebook runs in a kernel of its own: what one leaves for another is a file. A notebook is shared
+    when every function it reached in the base run has one digest, not None, in both files, as a check's
+    verdict is reused (checker/reuse.py): the same functions take the same path. A notebook that times
+    something (not in BESIDE_FIXTURES) may take another path with other timings, so every function its
+    cells can call counts too. A notebook that recorded no reach (unknown) is never shared, and the
+    fresh-kernel pair, whose second reads the first's files (the checkpoint, the control record), is
+    shared both or neither.
     """
-    shared, depends = [], set()
+    named = named_functions()
+    shared = []
     for name in learner_notebooks():
-        if name not in catalog.BESIDE_FIXTURES or name in catalog.FRESH_KERNEL_PAIR or not reached.get(name):
-            break
-        depends |= set(reached[name])
-        if any(base.get(f) is None or base.get(f) != mine.get(f) for f in depends):
-            break
-        shared.append(name)
+        depends = set(reached.get(name) or ()) | (set() if name in catalog.BESIDE_FIXTURES else named[name])
+        if reached.get(name) and all(base.get(f) is not None and base.get(f) == mine.get(f) for f in depends):
+            shared.append(name)
+    if not set(catalog.FRESH_KERNEL_PAIR) <= set(shared):
+        shared = [name for name in shared if name not in catalog.FRESH_KERNEL_PAIR]
     return shared
+
+
+def named_functions() -> dict:
+    """{notebook: the API functions its cells can call}: those they name, or every one where a cell hands the
+    loaded file itself to course code."""
+    found = {}
+    for (notebook, _), source in calling_cells().items():
+        names = found.setdefault(notebook, set())
+        names |= {api for api in API if re.search(rf"\bimpl\.{api}\b", source)}
+        if re.search(r"\bimpl\b(?!\.)", source.replace(LOAD, "")):
+            names |= set(API)
+    return found
 
 
 def merged_run(found: Path, sources: dict, into: Path) -> Path:
@@ -449,8 +463,8 @@ def {name}(*args, **kwargs):
 """
 
 
-def test_a_notebook_is_shared_only_while_every_function_reached_up_to_it_is_byte_identical(tmp_path):
-    """A copy shares the leading notebooks; a changed function unshares the first notebook that reached it."""
+def test_a_notebook_is_shared_only_while_every_function_it_can_reach_is_byte_identical(tmp_path):
+    """A copy shares every notebook; a changed function unshares each notebook that reached it or names it."""
     base = (CORRECT / "packed_psum.py").read_text()
     files = {
         "copy": base,
@@ -466,19 +480,31 @@ def test_a_notebook_is_shared_only_while_every_function_reached_up_to_it_is_byte
         (tmp_path / name / "mine.py").write_text(text)
         found[name] = digests(str(tmp_path / name / "mine.py"))
     mine = digests(str(CORRECT / "packed_psum.py"))
+    step = {"initial", "make_step", "transition"}
     reached = {
+        **dict.fromkeys(learner_notebooks(), set(API)),
         "stage1_batches": {"initial", "next_batch"},
-        "stage2_update": {"make_step", "transition"},
-        **dict.fromkeys(learner_notebooks()[2:], set(API)),
+        "stage2_update": step | {"next_batch"},
+        "stage3c_orbax_lesson": step | {"contract"},
+        "stage4a_profile": step | {"next_batch"},
     }
-    leading = ["stage1_batches", "stage2_update"]  # the fresh-kernel pair's files are read later: never shared
-    assert shared_notebooks(reached, mine, found["copy"]) == leading
-    assert shared_notebooks(reached, mine, found["restore"]) == leading  # reached by no notebook before 3a
+    pair = list(catalog.FRESH_KERNEL_PAIR)
+    assert set(pair) < set(learner_notebooks()) and "stage4a_profile" in learner_notebooks()
+    assert shared_notebooks(reached, mine, found["copy"]) == learner_notebooks()
+    unpaired = [name for name in learner_notebooks() if name not in pair]
+    assert shared_notebooks(reached, mine, found["restore"]) == unpaired  # only the pair reaches restore
     assert shared_notebooks(reached, mine, found["make_step"]) == ["stage1_batches"]
-    assert shared_notebooks(reached, mine, found["next_batch"]) == []
+    assert shared_notebooks(reached, mine, found["next_batch"]) == ["stage3c_orbax_lesson"]  # after unshared ones
     assert shared_notebooks(reached, mine, found["top_level"]) == []  # top-level code may change any function
-    assert shared_notebooks({**reached, "stage2_update": set()}, mine, found["copy"]) == ["stage1_batches"]
+    assert "stage2_update" not in shared_notebooks({**reached, "stage2_update": set()}, mine, found["copy"])
     assert shared_notebooks(reached, {**mine, "initial": None}, {**found["copy"], "initial": None}) == []
+    # a function a timed notebook's base run never reached but its cells name (a path the run did not take)
+    assert "stage4a_profile" not in shared_notebooks(
+        {**reached, "stage4a_profile": {"initial"}}, mine, found["make_step"]
+    )
+    # the pair is shared both or neither: the first alone would leave the second without its files
+    first_only = {**reached, pair[0]: {"initial", "next_batch"}}
+    assert not set(pair) & set(shared_notebooks(first_only, mine, found["restore"]))
 
 
 def test_a_loaded_implementation_records_each_function_looked_up_once(tmp_path, monkeypatch):
