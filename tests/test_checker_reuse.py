@@ -61,6 +61,21 @@ def test_a_function_digest_follows_its_helpers_and_constants_only(tmp_path):
     assert moved == base
 
 
+def test_a_statement_that_only_binds_names_leaves_the_functions_that_do_not_use_them_alone(tmp_path):
+    """A docstring, a quiet import and a literal count only where a function refers to them; code that runs does not."""
+    base = _digests(tmp_path, BASE)
+    quiet = '"""My sampler."""\nimport ctypes\nimport numpy as np\nfrom shardlab.core import files\nLIMIT = (1, 2)\n'
+    assert _digests(tmp_path, quiet + BASE, "q.py") == base
+    for effect in ("print(end='')", "LIMIT = len('ab')", "import ml_dtypes"):
+        loud = _digests(tmp_path, f"import numpy as np\n{effect}\n" + BASE, f"loud_{abs(hash(effect))}.py")
+        assert all(loud[name] != base[name] for name in base), effect  # it may change any function
+    # a file of the reference's functions and its own save: the functions it did not write hash as the reference's
+    mine = _digests(tmp_path, "import os\nfrom shardlab.learner.reference import *  # noqa: F403\n", "r.py")
+    from shardlab.learner import reference
+
+    assert mine == reuse.function_digests(reference, ("next_batch", "contract", "initial"))
+
+
 def test_an_object_without_source_is_never_reused(tmp_path):
     uses = _digests(tmp_path, BASE.replace("_helper(1)", "_helper(1)\n    BOX") + "\n\nBOX = object()\n", "h.py")
     assert uses["next_batch"] is None and uses["contract"] is not None

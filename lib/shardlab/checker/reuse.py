@@ -6,7 +6,9 @@ A check's verdict is reused when all of these are byte-identical to the run that
 - the JAX and NumPy versions, the stage options (search seed, --thorough, cases),
 - every function of the learner's file the check reached, and everything each of them refers to:
   the source of each function and class of the file it names (helpers, constants, other files of the
-  learner's own), and the file's top-level statements other than definitions.
+  learner's own), and the file's top-level statements that may do more than bind names (a docstring, an
+  import of the standard library, the course, NumPy or JAX, and a name given a literal only bind names,
+  which count where a function refers to them).
 
 The file's name and folder are not part of it: the same functions in a copy, or in a file renamed,
 reuse what passed, and a learner switching between two files keeps the passes of both (the last
@@ -139,14 +141,44 @@ def _function_refs(function: types.FunctionType, module, seen: set, parts: list)
             _value(scope[name], module, seen, parts)
 
 
+# modules whose import does nothing but bind names: the standard library, the course, and the arrays libraries
+# whose versions are in the key (an import of any other module, the learner's own among them, may run code)
+QUIET_IMPORTS = frozenset(sys.stdlib_module_names) | {"shardlab", "numpy", "jax"}
+
+
+def _binds_only(node: ast.stmt) -> bool:
+    """A statement whose only effect is to bind names: a docstring, an import of QUIET_IMPORTS, a name given a
+    literal. A function sees what it binds only through the names it refers to, which its digest hashes by value."""
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant)
+    if isinstance(node, ast.Import):
+        return all(alias.name.partition(".")[0] in QUIET_IMPORTS for alias in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and (node.module or "").partition(".")[0] in QUIET_IMPORTS
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        named = all(
+            isinstance(t, ast.Name) or (isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts))
+            for t in targets
+        )
+        try:
+            ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        return named
+    return False
+
+
 def _top_level(module) -> str:
-    """The file's statements other than function and class definitions (imports, constants, set-up code)."""
+    """The file's statements that may do more than bind names (set-up code, an import of the learner's own
+    module, a name given a computed value): any of them may change any function, so each digest holds them."""
     path = getattr(module, "__file__", None)
     if not path:
         return ""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read())
-    kept = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    kept = [n for n in tree.body if not isinstance(n, definitions) and not _binds_only(n)]
     return ast.dump(ast.Module(body=kept, type_ignores=[]))
 
 
