@@ -73,6 +73,11 @@ MISTAKES = {
         "random_sampler_walk",
         ["cause:batch-on-the-states-mesh", "rule:placed-batch", "whatever devices the state's arrays live on"],
     ),
+    "padding_not_finite": (
+        1,
+        "padding_is_never_an_observation",
+        ["cause:padding-not-finite", "rule:pad-by-position", "padded slot(s) [7]"],
+    ),
     # stage 2: make_step and transition
     "averaging_local_means": (2, "gradient_on_tail_batches", ["cause:local-means"]),
     "local_count": (2, "gradient_independent_of_device_count", ["cause:grows-with-devices", "cause:local-count"]),
@@ -1049,6 +1054,7 @@ WITH_INPUTS = {
 OBSERVED = {
     "restore_skips_validation": "cursor -1",
     "contract_ignores_data": "data bytes",
+    "padding_not_finite": "slot 7: features [nan",
 }
 # The fresh-interpreter resume costs a child interpreter per run: it runs for the reference (which
 # must pass it) and for the one mistake it must catch; the other stage 3 mistakes fail elsewhere.

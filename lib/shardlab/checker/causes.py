@@ -32,6 +32,7 @@ CAUSES = {
     "step-in-sampler": "next_batch increments step",
     "mask-from-values": "the mask decided by the row values, not by position",
     "padding-masked-in": "mask 1 on padded slots",
+    "padding-not-finite": "padded slots filled with non-finite numbers (nan, inf)",
     "slots-all": "padded to a multiple of jax.device_count(), not of the mesh's size",
     "slots-batch": "padded to the batch size, not to the rows taken",
     "slots-extra": "a whole extra device's worth of padding",
