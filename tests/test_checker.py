@@ -73,6 +73,7 @@ MISTAKES = {
         "random_sampler_walk",
         ["cause:batch-on-the-states-mesh", "rule:placed-batch", "whatever devices the state's arrays live on"],
     ),
+    "initial_bfloat16_weights": (1, "initial_state_fields", ["cause:initial-dtype", "dtype bfloat16"]),
     "padding_not_finite": (
         1,
         "padding_is_never_an_observation",

@@ -5,6 +5,8 @@ which mistake was diagnosed by its id, whatever words the diagnosis uses for it.
 evidence the check observed fits that mistake; a check's fixed words carry no mark.
 """
 
+import numpy as np
+
 MARKER = "cause:"
 
 CAUSES = {
@@ -39,6 +41,7 @@ CAUSES = {
     "slots-none": "no padding to the device count",
     "slots-power": "padded to a power of two",
     "host-array": "a host array where a placed jax.Array belongs",
+    "initial-dtype": "initial's weights or momentum of a dtype other than float32",
     "other-devices": "placed on devices other than the mesh given holds",
     "other-device-order": "placed on the mesh's devices in another order",
     "other-spec": "placed with another PartitionSpec",
@@ -135,6 +138,20 @@ CAUSES = {
 def mark(cause_id: str | None) -> str:
     """The mark naming the mistake `cause_id` (empty for None)."""
     return f" {{{MARKER}{cause_id}}}" if cause_id else ""
+
+
+def zeros_of(name: str, value, width: int) -> str:
+    """What is wrong with `value`, initial's `name` field, against float32 zeros of shape (width,), most telling first:
+    the shape, then the dtype (marked), then the values."""
+    if value.shape != (width,):
+        return f"{name} start as float32 zeros, one per feature: shape {value.shape} for {width} feature(s)"
+    if value.dtype != np.float32:
+        return (
+            f"{name} have dtype {value.dtype} where float32 belongs: the course's weights and momentum are float32 "
+            "from the first state on (a narrower float rounds every update away, a wider one is another program "
+            "and another checkpoint) -> make them with np.zeros(d, np.float32)" + mark("initial-dtype")
+        )
+    return f"{name} start as float32 zeros, one per feature: {int(np.count_nonzero(value))} non-zero"
 
 
 def placement(wrong: str | None) -> str:

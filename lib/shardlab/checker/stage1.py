@@ -75,7 +75,7 @@ def initial_state_fields(ctx):
             value.shape == (width,) and value.dtype == np.float32 and not value.any(),
             f"float32 zeros of shape ({width},)",
             f"{value.dtype}{value.shape}: {value}",
-            f"{name} start as float32 zeros, one per feature",
+            known_causes.zeros_of(name, value, width),
         )
         wrong = sharding_of(state[name], ctx.mesh, P())
         expect(
