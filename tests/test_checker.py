@@ -135,6 +135,11 @@ MISTAKES = {
     ),
     # stage 3: contract, save and restore
     "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["cause:field-missing", "['momentum']"]),
+    "momentum_saved_as_float16": (
+        3,
+        "checkpoint_holds_every_field",
+        ["cause:field-saved-narrow", "rule:exact-resume", "'momentum' is the state's momentum cast to float16"],
+    ),
     "contract_as_object": (3, "checkpoint_holds_every_field", ["cause:pickled-member"]),
     "contract_ignores_data": (3, "contract_pins_the_experiment", ["cause:contract-ignores-data", "['data bytes']"]),
     "restore_skips_contract": (3, "restore_refuses_another_experiment", ["cause:contract-not-compared"]),
@@ -1022,6 +1027,7 @@ MISTAKES = {
 # Further checks a mistake must fail, with a phrase of each diagnosis: every check of the inventory is
 # shown failing by some mistake, and diagnoses of one mistake agree with each other.
 ALSO = {
+    "momentum_saved_as_float16": {"restore_returns_every_field": "the saved momentum rounded to float16"},
     "restore_backslash_as_separator": {"invalid_arguments_are_refused": "a checkpoint at it read as '/': accepted"},
     "drop_remainder": {"every_epoch_covers_every_id_once": "remainder was dropped"},
     # no premise is taken for granted: no publication, no file at an extension-less path
@@ -1180,6 +1186,7 @@ SLOW_MISTAKES = {
     "restore_places_on_first_devices",
     *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
     "batch_on_the_states_mesh",
+    "momentum_saved_as_float16",
     # a stage 3 restore or save checked with its damage and save probes: seconds each, the inner loop's largest share
     *("restore_finite_via_sum", "restore_checks_fields_first", "restore_without_contract_member"),
     *("restore_accepts_nan_momentum", "restore_raises_value_error", "restore_compares_rounded_contract"),

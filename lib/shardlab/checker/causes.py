@@ -127,6 +127,7 @@ CAUSES = {
     "restore-changes-key": "restore gives back another key",
     "pickled-member": "a checkpoint member only a pickle reads",
     "field-missing": "a checkpoint lacking a field of the state",
+    "field-saved-narrow": "a float field saved in a narrower float (float16, bfloat16) and given back rounded",
     "contract-not-compared": "restore accepts another experiment's checkpoint: no comparison of the contracts",
     "accepts-another-experiment": "restore accepts a file of another experiment or a damaged contract member",
     "accepts-non-finite": "restore accepts non-finite weights or momentum",

@@ -203,6 +203,34 @@ def _held(members: dict, value) -> bool:
     return any(a.shape == value.shape and a.dtype.kind in "biuf" and np.array_equal(a, value) for a in members.values())
 
 
+NARROW_FLOATS = ("float16", "bfloat16")  # the floats a lossy save may store a float32 field in
+
+
+def rounded_to(saved, back) -> str | None:
+    """The narrower float (float16, bfloat16) whose rounding of float `saved` gives exactly `back`, if any: a field
+    stored in that dtype and cast back, where a field lost or reset gives other values."""
+    saved, back = host(saved), host(back)
+    if saved.dtype.kind != "f" or back.shape != saved.shape or back.dtype.kind not in "fV" or not saved.any():
+        return None
+    for dtype in NARROW_FLOATS:
+        if np.dtype(dtype).itemsize < saved.dtype.itemsize:
+            cast = saved.astype(dtype)
+            if not np.array_equal(cast, saved) and np.array_equal(cast.astype(np.float64), back.astype(np.float64)):
+                return dtype
+    return None
+
+
+def _rounded_members(members: dict, state: dict, names: list) -> dict:
+    """Field -> (member, dtype) for each of `names` some member holds only rounded to a narrower float."""
+    found = {}
+    for name in names:
+        held = ((member, rounded_to(state[name], value)) for member, value in members.items())
+        first = next(((member, dtype) for member, dtype in held if dtype), None)
+        if first:
+            found[name] = first
+    return found
+
+
 def checkpoint_holds_every_field(ctx):
     """save writes a plain NPZ (read with allow_pickle=False) that holds all six fields: restore gives them back.
 
@@ -213,6 +241,19 @@ def checkpoint_holds_every_field(ctx):
     members = _members(path)
     restored, error = _restored(ctx, path, contract)
     missing = [name for name in _differ(restored, state) if not _held(members, state[name])]
+    rounded = _rounded_members(members, state, missing)
+    expect(
+        not rounded,
+        {name: f"{host(state[name]).dtype}, bit for bit" for name in rounded},
+        {name: f"member {member!r} holds it as {dtype}" for name, (member, dtype) in rounded.items()},
+        f"the checkpoint holds {sorted(rounded)} only rounded: "
+        + "; ".join(
+            f"member {member!r} is the state's {name} cast to {dtype}" for name, (member, dtype) in rounded.items()
+        )
+        + ", so no restore can give the saved values back and the resumed run leaves the uninterrupted one -> save "
+        "every field in the dtype the state holds (float32 weights and momentum)"
+        + mark("plain-npz", "exact-resume", cause="field-saved-narrow"),
+    )
     hint = " (momentum is optimiser history: it cannot be rebuilt)" if "momentum" in missing else ""
     expect(
         not missing,
@@ -268,7 +309,8 @@ def restore_returns_every_field(ctx):
     path, state, contract = _saved(ctx, "restore")
     restored = _restore(ctx, path, contract)
     causes = {
-        "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
+        "momentum": "restored momentum differs from the saved one (reset to zeros?) -> the checkpoint must carry "
+        "momentum",
         "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
         "replays examples this epoch already consumed" + mark(cause="restore-resets-cursor"),
         "key": "restore changed the key -> the next epoch would draw another permutation"
@@ -276,7 +318,16 @@ def restore_returns_every_field(ctx):
     }
     for name in FIELDS:
         want, got = np.asarray(state[name]), np.asarray(restored.get(name))
-        expect(np.array_equal(want, got), want, got, causes.get(name, f"restore must return the saved {name}"))
+        narrow = rounded_to(want, got) if name in ("weights", "momentum") else None
+        expect(
+            np.array_equal(want, got),
+            want,
+            got,
+            f"restored {name} is the saved {name} rounded to {narrow} -> save and restore it in the dtype the state "
+            f"holds ({want.dtype}), bit for bit" + mark("exact-resume", cause="field-saved-narrow")
+            if narrow
+            else causes.get(name, f"restore must return the saved {name}"),
+        )
     expect(*dtypes_verdict(state, restored, "restore of the saved state"))
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
