@@ -141,6 +141,11 @@ MISTAKES = {
         ["cause:field-saved-narrow", "rule:exact-resume", "'momentum' is the state's momentum cast to float16"],
     ),
     "contract_as_object": (3, "checkpoint_holds_every_field", ["cause:pickled-member"]),
+    "contract_shapes_as_tuples": (
+        3,
+        "checkpoint_holds_every_field",
+        ["cause:contract-json-form", "rule:contract-json", "contract['features_shape'] is a tuple"],
+    ),
     "contract_ignores_data": (3, "contract_pins_the_experiment", ["cause:contract-ignores-data", "['data bytes']"]),
     "restore_skips_contract": (3, "restore_refuses_another_experiment", ["cause:contract-not-compared"]),
     "save_overwrites": (3, "save_never_overwrites", ["cause:overwrites"]),
@@ -1187,6 +1192,7 @@ SLOW_MISTAKES = {
     *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
     "batch_on_the_states_mesh",
     "momentum_saved_as_float16",
+    "contract_shapes_as_tuples",
     # a stage 3 restore or save checked with its damage and save probes: seconds each, the inner loop's largest share
     *("restore_finite_via_sum", "restore_checks_fields_first", "restore_without_contract_member"),
     *("restore_accepts_nan_momentum", "restore_raises_value_error", "restore_compares_rounded_contract"),

@@ -104,6 +104,7 @@ CAUSES = {
     "hyperparameter-float64-merged": "a contract that keeps a learning rate or decay coarser than its float64",
     "hyperparameter-rounded": "a contract that rounds a learning rate or decay (one float32 step merged)",
     "contract-ignores-data": "a contract alike for data that differ (bytes, shapes, order, size)",
+    "contract-json-form": "a contract holding tuples or non-str keys, which JSON gives back as lists and str keys",
     "contract-varies": "a contract that differs for equal inputs (another process, folder, memory layout or container)",
     "contract-ignores-setting": "a contract alike for another seed, batch size or device count",
     "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
