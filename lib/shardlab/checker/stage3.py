@@ -97,8 +97,8 @@ def _saved(ctx, folder: str, name: str = "checkpoint.npz") -> tuple[str, dict, d
         "plain JSON data: json.loads(json.dumps(contract)) == contract, every entry of the same type",
         changes,
         f"the contract is not plain JSON data: {'; '.join(changes)}. A contract saved as JSON text comes back in "
-        "that other form, so restore compares two forms of one experiment and refuses it as another's -> build the "
-        "contract from plain JSON values (lists, not tuples; str keys)"
+        "that other form, so a restore that compares it with the run's own sees two forms of one experiment -> build "
+        "the contract from plain JSON values (lists, not tuples; str keys)"
         + mark("contract-json", cause="contract-json-form"),
     )
     os.makedirs(os.path.join(ctx.workdir, folder), exist_ok=True)
