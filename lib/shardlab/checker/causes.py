@@ -5,8 +5,6 @@ which mistake was diagnosed by its id, whatever words the diagnosis uses for it.
 evidence the check observed fits that mistake; a check's fixed words carry no mark.
 """
 
-import numpy as np
-
 MARKER = "cause:"
 
 CAUSES = {
@@ -143,17 +141,17 @@ def mark(cause_id: str | None) -> str:
 
 
 def zeros_of(name: str, value, width: int) -> str:
-    """What is wrong with `value`, initial's `name` field, against float32 zeros of shape (width,), most telling first:
-    the shape, then the dtype (marked), then the values."""
+    """What is wrong with `value`, initial's `name` field as a NumPy array (this module imports no NumPy), against
+    float32 zeros of shape (width,), most telling first: the shape, then the dtype (marked), then the values."""
     if value.shape != (width,):
         return f"{name} start as float32 zeros, one per feature: shape {value.shape} for {width} feature(s)"
-    if value.dtype != np.float32:
+    if value.dtype != "float32":
         return (
             f"{name} have dtype {value.dtype} where float32 belongs: the course's weights and momentum are float32 "
             "from the first state on (a narrower float rounds every update away, a wider one is another program "
             "and another checkpoint) -> make them with np.zeros(d, np.float32)" + mark("initial-dtype")
         )
-    return f"{name} start as float32 zeros, one per feature: {int(np.count_nonzero(value))} non-zero"
+    return f"{name} start as float32 zeros, one per feature: {int((value != 0).sum())} non-zero"
 
 
 def placement(wrong: str | None) -> str:
