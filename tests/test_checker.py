@@ -73,6 +73,12 @@ MISTAKES = {
         "random_sampler_walk",
         ["cause:batch-on-the-states-mesh", "rule:placed-batch", "whatever devices the state's arrays live on"],
     ),
+    "initial_bfloat16_weights": (1, "initial_state_fields", ["cause:initial-dtype", "dtype bfloat16"]),
+    "padding_not_finite": (
+        1,
+        "padding_is_never_an_observation",
+        ["cause:padding-not-finite", "rule:pad-by-position", "padded slot(s) [7]"],
+    ),
     # stage 2: make_step and transition
     "averaging_local_means": (2, "gradient_on_tail_batches", ["cause:local-means"]),
     "local_count": (2, "gradient_independent_of_device_count", ["cause:grows-with-devices", "cause:local-count"]),
@@ -129,7 +135,17 @@ MISTAKES = {
     ),
     # stage 3: contract, save and restore
     "checkpoint_without_momentum": (3, "checkpoint_holds_every_field", ["cause:field-missing", "['momentum']"]),
+    "momentum_saved_as_float16": (
+        3,
+        "checkpoint_holds_every_field",
+        ["cause:field-saved-narrow", "rule:exact-resume", "'momentum' is the state's momentum cast to float16"],
+    ),
     "contract_as_object": (3, "checkpoint_holds_every_field", ["cause:pickled-member"]),
+    "contract_shapes_as_tuples": (
+        3,
+        "checkpoint_holds_every_field",
+        ["cause:contract-json-form", "rule:contract-json", "contract['features_shape'] is a tuple"],
+    ),
     "contract_ignores_data": (3, "contract_pins_the_experiment", ["cause:contract-ignores-data", "['data bytes']"]),
     "restore_skips_contract": (3, "restore_refuses_another_experiment", ["cause:contract-not-compared"]),
     "save_overwrites": (3, "save_never_overwrites", ["cause:overwrites"]),
@@ -1016,6 +1032,7 @@ MISTAKES = {
 # Further checks a mistake must fail, with a phrase of each diagnosis: every check of the inventory is
 # shown failing by some mistake, and diagnoses of one mistake agree with each other.
 ALSO = {
+    "momentum_saved_as_float16": {"restore_returns_every_field": "the saved momentum rounded to float16"},
     "restore_backslash_as_separator": {"invalid_arguments_are_refused": "a checkpoint at it read as '/': accepted"},
     "drop_remainder": {"every_epoch_covers_every_id_once": "remainder was dropped"},
     # no premise is taken for granted: no publication, no file at an extension-less path
@@ -1049,6 +1066,7 @@ WITH_INPUTS = {
 OBSERVED = {
     "restore_skips_validation": "cursor -1",
     "contract_ignores_data": "data bytes",
+    "padding_not_finite": "slot 7: features [nan",
 }
 # The fresh-interpreter resume costs a child interpreter per run: it runs for the reference (which
 # must pass it) and for the one mistake it must catch; the other stage 3 mistakes fail elsewhere.
@@ -1173,6 +1191,8 @@ SLOW_MISTAKES = {
     "restore_places_on_first_devices",
     *("initial_places_on_first_devices", "batch_on_sorted_devices", "restore_scalars_by_size"),
     "batch_on_the_states_mesh",
+    "momentum_saved_as_float16",
+    "contract_shapes_as_tuples",
     # a stage 3 restore or save checked with its damage and save probes: seconds each, the inner loop's largest share
     *("restore_finite_via_sum", "restore_checks_fields_first", "restore_without_contract_member"),
     *("restore_accepts_nan_momentum", "restore_raises_value_error", "restore_compares_rounded_contract"),

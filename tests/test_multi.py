@@ -511,6 +511,7 @@ def test_ledger_counts_a_recomputed_step_that_compiled_as_compilation():
     # attempt 1's steps 4 (0.75, shape 4) and 5 (0.5, shape 8 first met there) = 6.25;
     # wasted = attempt 0's step 5 alone = 0.25; productive = attempt 0's 2, 3 and attempt 1's 6 = 0.75
     assert (parts["compile"], parts["wasted"], parts["productive"]) == (6.25, 0.25, 0.75)
+    assert parts["redone_compiled"] == 1  # attempt 0's step 4: recomputed, and the first of its shape there
 
 
 # ---- launch paths ----

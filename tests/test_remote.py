@@ -71,6 +71,20 @@ def test_jax_arrays_cross_shard_by_shard_with_their_sharding():
     assert _round_trip(one).sharding.device_set == {jax.devices()[2]}
 
 
+def test_jax_narrow_floats_cross_as_themselves():
+    """bfloat16 and float8 arrays (a learner's dtype drift) arrive with their dtype, so a check judges the dtype."""
+    mesh = make_mesh(2)
+    for dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        values = jax.numpy.asarray([0.0, 1.5, -2.0, 0.25], dtype)
+        placed = jax.device_put(values, NamedSharding(mesh, P("data")))
+        back = _round_trip(placed)
+        assert back.dtype == placed.dtype and str(back.dtype) == dtype and back.sharding == placed.sharding
+        assert _shards(back) == _shards(placed)
+        host = _round_trip(np.asarray(values))
+        assert type(host) is np.ndarray and host.dtype.name == dtype
+        assert host.astype(np.float32).tolist() == [0.0, 1.5, -2.0, 0.25]
+
+
 def test_a_replicated_array_whose_devices_disagree_still_disagrees():
     mesh = make_mesh(4)
     pieces = [jax.device_put(np.full(2, float(i), np.float32), d) for i, d in enumerate(mesh.devices.flat)]

@@ -144,7 +144,7 @@ def test_runbook_entries_call_a_stop_condition_observed_only_where_a_drill_of_it
     # a report that ran one death drill and one preemption drill: those two rows observed, the other four designed
     report = {"table": [{"drill": "kill_during_step", "passed": True}, {"drill": "p1_preempted", "passed": False}]}
     lines = runbook.entries(drills.TIMEOUT, report, ran_in="stage 5a").splitlines()
-    assert "drills run in stage 5a" in lines[0] and "drills only `make drills` runs" in lines[0]
+    assert "drills run in stage 5a" in lines[0] and "not run here (`make drills` runs them)" in lines[0]
     designed = {row["class"] for row in runbook.ROWS} - {"death", "preemption"}
     assert len(lines[2:]) == len(runbook.ROWS) == 6
     ran = {"kill_during_step": "passed", "p1_preempted": "FAILED"}

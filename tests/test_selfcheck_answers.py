@@ -302,4 +302,4 @@ def test_of_three_living_controllers_the_one_with_a_later_digest_is_named_as_ski
     finally:
         stop.set()
         watch.close()
-    only_right("stage5a_protocol", "3", "process 2, as skipping step 4")
+    only_right("stage5a_protocol", "2", "process 2, as skipping step 4")

@@ -32,12 +32,14 @@ CAUSES = {
     "step-in-sampler": "next_batch increments step",
     "mask-from-values": "the mask decided by the row values, not by position",
     "padding-masked-in": "mask 1 on padded slots",
+    "padding-not-finite": "padded slots filled with non-finite numbers (nan, inf)",
     "slots-all": "padded to a multiple of jax.device_count(), not of the mesh's size",
     "slots-batch": "padded to the batch size, not to the rows taken",
     "slots-extra": "a whole extra device's worth of padding",
     "slots-none": "no padding to the device count",
     "slots-power": "padded to a power of two",
     "host-array": "a host array where a placed jax.Array belongs",
+    "initial-dtype": "initial's weights or momentum of a dtype other than float32",
     "other-devices": "placed on devices other than the mesh given holds",
     "other-device-order": "placed on the mesh's devices in another order",
     "other-spec": "placed with another PartitionSpec",
@@ -100,6 +102,7 @@ CAUSES = {
     "hyperparameter-float64-merged": "a contract that keeps a learning rate or decay coarser than its float64",
     "hyperparameter-rounded": "a contract that rounds a learning rate or decay (one float32 step merged)",
     "contract-ignores-data": "a contract alike for data that differ (bytes, shapes, order, size)",
+    "contract-json-form": "a contract holding tuples or non-str keys, which JSON gives back as lists and str keys",
     "contract-varies": "a contract that differs for equal inputs (another process, folder, memory layout or container)",
     "contract-ignores-setting": "a contract alike for another seed, batch size or device count",
     "cleanup-misses-base-exceptions": "a save that cleans up on some exceptions only (KeyboardInterrupt, SystemExit)",
@@ -123,6 +126,7 @@ CAUSES = {
     "restore-changes-key": "restore gives back another key",
     "pickled-member": "a checkpoint member only a pickle reads",
     "field-missing": "a checkpoint lacking a field of the state",
+    "field-saved-narrow": "a float field saved in a narrower float (float16, bfloat16) and given back rounded",
     "contract-not-compared": "restore accepts another experiment's checkpoint: no comparison of the contracts",
     "accepts-another-experiment": "restore accepts a file of another experiment or a damaged contract member",
     "accepts-non-finite": "restore accepts non-finite weights or momentum",
@@ -134,6 +138,20 @@ CAUSES = {
 def mark(cause_id: str | None) -> str:
     """The mark naming the mistake `cause_id` (empty for None)."""
     return f" {{{MARKER}{cause_id}}}" if cause_id else ""
+
+
+def zeros_of(name: str, value, width: int) -> str:
+    """What is wrong with `value`, initial's `name` field as a NumPy array (this module imports no NumPy), against
+    float32 zeros of shape (width,), most telling first: the shape, then the dtype (marked), then the values."""
+    if value.shape != (width,):
+        return f"{name} start as float32 zeros, one per feature: shape {value.shape} for {width} feature(s)"
+    if value.dtype != "float32":
+        return (
+            f"{name} have dtype {value.dtype} where float32 belongs: the course's weights and momentum are float32 "
+            "from the first state on (a narrower float rounds every update away, a wider one is another program "
+            "and another checkpoint) -> make them with np.zeros(d, np.float32)" + mark("initial-dtype")
+        )
+    return f"{name} start as float32 zeros, one per feature: {int((value != 0).sum())} non-zero"
 
 
 def placement(wrong: str | None) -> str:

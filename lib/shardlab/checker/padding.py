@@ -52,7 +52,8 @@ def listed_slots(fits: list[str]) -> str:
 
 
 def check_padding(batch, data, batch_size: int, devices: int) -> None:
-    """Raise CheckFailed unless the batch pads to a device multiple, masks by position and holds data[ids]."""
+    """Raise CheckFailed unless the batch pads to a device multiple, masks by position, holds data[ids] and finite
+    numbers in its padded slots."""
     ids, mask = np.asarray(batch.ids).astype(np.int64), np.asarray(batch.mask)
     slots = padded_length(len(ids), devices)
     if len(mask) != slots:
@@ -99,4 +100,15 @@ def check_padding(batch, data, batch_size: int, devices: int) -> None:
         "other values",
         "the selected rows must be data[ids] exactly, in the order of batch.ids, degenerate ones included (no "
         "scaling, deduplication or reordering)",
+    )
+    features, targets = np.asarray(batch.features), np.asarray(batch.targets)
+    padded = range(len(ids), min(len(features), len(targets)))
+    bad = [p for p in padded if not (np.isfinite(features[p]).all() and np.isfinite(targets[p]))]
+    expect(
+        not bad,
+        "finite features and targets in every padded slot",
+        "; ".join(f"slot {p}: features {features[p].tolist()}, target {float(targets[p])}" for p in bad[:3]),
+        f"padded slot(s) {bad} hold non-finite numbers: the mask keeps them out of the means, but a step may "
+        "multiply by the mask, and 0 x nan or 0 x inf is nan -> fill the padded slots with finite numbers (zeros)"
+        + mark("pad-by-position", cause="padding-not-finite"),
     )

@@ -272,7 +272,7 @@ def _initial_rules(case: Case, state: dict, mesh) -> None:
             value.shape == (width,) and value.dtype == np.float32 and not value.any(),
             f"float32 zeros ({width},)",
             f"{value.dtype}{value.shape}",
-            f"initial {name}",
+            f"initial {known_causes.zeros_of(name, value, width)}",
         )
         _placement(state[name], mesh, P(), f"initial {name}", "replicated")
     need(
@@ -315,10 +315,13 @@ def initial_checked(ctx, case: Case, data, mesh, later: str, note: str = "") -> 
                 if other
                 else ""
             )
-            + (_folded_seed(case, state) or " -> initial builds the state from the seed, data and mesh of each call")
+            + (_folded_seed(case, state) or ("" if " -> " in miss.why else f" -> {REBUILT}"))
             + formulas.mark("initial-fields"),
         ) from None
     return state
+
+
+REBUILT = "initial builds the state from the seed, data and mesh of each call"
 
 
 def _folded_seed(case: Case, state: dict) -> str | None:

@@ -75,7 +75,7 @@ def initial_state_fields(ctx):
             value.shape == (width,) and value.dtype == np.float32 and not value.any(),
             f"float32 zeros of shape ({width},)",
             f"{value.dtype}{value.shape}: {value}",
-            f"{name} start as float32 zeros, one per feature",
+            known_causes.zeros_of(name, value, width),
         )
         wrong = sharding_of(state[name], ctx.mesh, P())
         expect(
@@ -404,7 +404,7 @@ def replay_is_deterministic(ctx):
 
 
 def padding_is_never_an_observation(ctx):
-    """Rows padded to a multiple of 4; padded slots have mask 0; valid rows are the selected rows."""
+    """Rows padded to a multiple of 4, padded slots have mask 0 and finite values; valid rows are the selected rows."""
     for batch_size, calls in ((ctx.batch_size, 4), (1, 1)):
         _, batches = _run(ctx, ctx.seed, batch_size, calls)
         for batch in batches:

@@ -91,12 +91,47 @@ def _saved(ctx, folder: str, name: str = "checkpoint.npz") -> tuple[str, dict, d
     """(path, state, contract): the trained state saved to a new file `name` in workdir/folder."""
     state, _ = _trained(ctx)
     contract = ctx.impl.contract(ctx.data, _config(ctx))
+    changes = json_changes(contract)
+    expect(
+        not changes,
+        "plain JSON data: json.loads(json.dumps(contract)) == contract, every entry of the same type",
+        changes,
+        f"the contract is not plain JSON data: {'; '.join(changes)}. A contract saved as JSON text comes back in "
+        "that other form, so a restore that compares it with the run's own sees two forms of one experiment -> build "
+        "the contract from plain JSON values (lists, not tuples; str keys)"
+        + mark("contract-json", cause="contract-json-form"),
+    )
     os.makedirs(os.path.join(ctx.workdir, folder), exist_ok=True)
     path = os.path.join(ctx.workdir, folder, name)
     before = fingerprint(contract)
     ctx.impl.save(path, state, contract)
     _contract_kept(before, contract)
     return path, state, contract
+
+
+def json_changes(value, where: str = "contract") -> list[str]:
+    """Where `value` differs from what its own JSON text reads back as (a tuple read back as a list, an int key as
+    a str): one phrase per entry. Empty for plain JSON data, and for a value json.dumps refuses (other checks name
+    NumPy scalars and objects)."""
+    try:
+        back = json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return []
+    return _json_changes(value, back, where)
+
+
+def _json_changes(value, back, where: str) -> list[str]:
+    if type(value) is not type(back):
+        return [f"{where} is a {type(value).__name__}, read back as a {type(back).__name__}"]
+    if isinstance(value, dict):
+        keys = [key for key in value if not isinstance(key, str)]
+        found = [f"{where} has key(s) {keys[:3]} of type {type(keys[0]).__name__}, read back as str"] if keys else []
+        for key in (key for key in value if isinstance(key, str)):
+            found += _json_changes(value[key], back[key], f"{where}[{key!r}]")
+        return found
+    if isinstance(value, list):
+        return [change for n, item in enumerate(value) for change in _json_changes(item, back[n], f"{where}[{n}]")]
+    return []
 
 
 def _contract_kept(before, contract: dict) -> None:
@@ -203,6 +238,34 @@ def _held(members: dict, value) -> bool:
     return any(a.shape == value.shape and a.dtype.kind in "biuf" and np.array_equal(a, value) for a in members.values())
 
 
+NARROW_FLOATS = ("float16", "bfloat16")  # the floats a lossy save may store a float32 field in
+
+
+def rounded_to(saved, back) -> str | None:
+    """The narrower float (float16, bfloat16) whose rounding of float `saved` gives exactly `back`, if any: a field
+    stored in that dtype and cast back, where a field lost or reset gives other values."""
+    saved, back = host(saved), host(back)
+    if saved.dtype.kind != "f" or back.shape != saved.shape or back.dtype.kind not in "fV" or not saved.any():
+        return None
+    for dtype in NARROW_FLOATS:
+        if np.dtype(dtype).itemsize < saved.dtype.itemsize:
+            cast = saved.astype(dtype)
+            if not np.array_equal(cast, saved) and np.array_equal(cast.astype(np.float64), back.astype(np.float64)):
+                return dtype
+    return None
+
+
+def _rounded_members(members: dict, state: dict, names: list) -> dict:
+    """Field -> (member, dtype) for each of `names` some member holds only rounded to a narrower float."""
+    found = {}
+    for name in names:
+        held = ((member, rounded_to(state[name], value)) for member, value in members.items())
+        first = next(((member, dtype) for member, dtype in held if dtype), None)
+        if first:
+            found[name] = first
+    return found
+
+
 def checkpoint_holds_every_field(ctx):
     """save writes a plain NPZ (read with allow_pickle=False) that holds all six fields: restore gives them back.
 
@@ -213,6 +276,19 @@ def checkpoint_holds_every_field(ctx):
     members = _members(path)
     restored, error = _restored(ctx, path, contract)
     missing = [name for name in _differ(restored, state) if not _held(members, state[name])]
+    rounded = _rounded_members(members, state, missing)
+    expect(
+        not rounded,
+        {name: f"{host(state[name]).dtype}, bit for bit" for name in rounded},
+        {name: f"member {member!r} holds it as {dtype}" for name, (member, dtype) in rounded.items()},
+        f"the checkpoint holds {sorted(rounded)} only rounded: "
+        + "; ".join(
+            f"member {member!r} is the state's {name} cast to {dtype}" for name, (member, dtype) in rounded.items()
+        )
+        + ", so no restore can give the saved values back and the resumed run leaves the uninterrupted one -> save "
+        "every field in the dtype the state holds (float32 weights and momentum)"
+        + mark("plain-npz", "exact-resume", cause="field-saved-narrow"),
+    )
     hint = " (momentum is optimiser history: it cannot be rebuilt)" if "momentum" in missing else ""
     expect(
         not missing,
@@ -268,7 +344,8 @@ def restore_returns_every_field(ctx):
     path, state, contract = _saved(ctx, "restore")
     restored = _restore(ctx, path, contract)
     causes = {
-        "momentum": "restored momentum differs (reset to zeros?) -> the checkpoint must carry momentum",
+        "momentum": "restored momentum is zeros where the saved one is not (reset to zeros?) -> the checkpoint must "
+        "carry momentum",
         "cursor": "restore reset the cursor -> the sampler position comes from the checkpoint; a reset cursor "
         "replays examples this epoch already consumed" + mark(cause="restore-resets-cursor"),
         "key": "restore changed the key -> the next epoch would draw another permutation"
@@ -276,7 +353,7 @@ def restore_returns_every_field(ctx):
     }
     for name in FIELDS:
         want, got = np.asarray(state[name]), np.asarray(restored.get(name))
-        expect(np.array_equal(want, got), want, got, causes.get(name, f"restore must return the saved {name}"))
+        expect(np.array_equal(want, got), want, got, _why_restored_differs(name, want, got, causes))
     expect(*dtypes_verdict(state, restored, "restore of the saved state"))
     for name in ("weights", "momentum"):
         wrong = sharding_of(restored[name], ctx.mesh, P())
@@ -295,6 +372,20 @@ def restore_returns_every_field(ctx):
         "from a read-only file and from another thread, beside another save's temporary, nothing left open",
         "equal",
     )
+
+
+def _why_restored_differs(name: str, want: np.ndarray, got: np.ndarray, causes: dict) -> str:
+    """Why restore gave back another `name` than the saved one, from what it gave: the saved values rounded to a
+    narrower float, momentum reset to zeros, or the field's own known cause."""
+    narrow = rounded_to(want, got) if name in ("weights", "momentum") else None
+    if narrow:
+        return (
+            f"restored {name} is the saved {name} rounded to {narrow} -> save and restore it in the dtype the state "
+            f"holds ({want.dtype}), bit for bit" + mark("exact-resume", cause="field-saved-narrow")
+        )
+    if name == "momentum" and got.shape == want.shape and got.any():
+        return "restored momentum differs from the saved one -> give back the saved momentum, bit for bit"
+    return causes.get(name, f"restore must return the saved {name}")
 
 
 def _restored_beside_a_running_save(ctx, state: dict, contract: dict) -> None:

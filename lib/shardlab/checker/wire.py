@@ -51,6 +51,8 @@ DEPTH = 64  # nesting a value may have
 NODES = 1_000_000  # values one message may hold
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 complex64 complex128".split()
+    # JAX's narrow floats (ml_dtypes, loaded with jax): a bfloat16 weight crosses as itself and is judged by its dtype
+    + "bfloat16 float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz float8_e4m3b11fnuz".split()
 )
 COURSE_TYPES = ("shardlab.",)  # modules whose named tuples and dataclasses are rebuilt as themselves
 

@@ -485,8 +485,8 @@ QUESTIONS = (
                 "compile time against warm time",
             ],
             "a",
-            "Eager against compiled measures what the eager call does again every time (dispatch, and any compiling "
-            "it repeats); the one-device compiled update is the strong baseline.",
+            "The one-device compiled update is the strong baseline; eager against compiled measures dispatch and "
+            "recompiling.",
             "timing",
             (
                 "timing_table",
@@ -504,9 +504,7 @@ QUESTIONS = (
                 "neither beyond the spread: the middle halves overlap",
             ],
             "c",
-            "Middle halves 1.075–1.9 ms and 0.675–1.8 ms overlap: the 1.1x between the medians of four samples is "
-            "inside that spread, and more transitions need not narrow a middle half. The sentence under this page's "
-            "durations reads its own medians the same way.",
+            "Middle halves 1.075–1.9 ms and 0.675–1.8 ms overlap, so the medians' 1.1x lies within the spread.",
             "trace",
             (
                 "durations",
@@ -524,8 +522,8 @@ QUESTIONS = (
                 "none: no two traces can ever be compared",
             ],
             "b",
-            "Between captures the machine moves (here by 0.4 ms, more than the cut); loops traced in turn within one "
-            "capture share what moved. The line above this page's verdicts sets that move beside its cut.",
+            "Loops traced in turn in one capture share what the machine did; between captures it moved 0.4 ms, "
+            "more than the cut.",
             "change",
             (
                 "verdict",
@@ -543,14 +541,13 @@ QUESTIONS = (
                 "refuted: a control that moves refutes the change",
             ],
             "b",
-            "The control, traced in the same capture, shows how far the machine moved between the two loops; a drift "
-            "as large as the threshold leaves the cut unreadable, however large it is. Measure again.",
+            "A control drifting by more than the threshold shows the machine moved as much as the effect looked "
+            "for: measure again.",
             "change",
             (
                 "verdict",
                 "4. Make the change",
-                "the effect rule above the verdict's table (inconclusive when the control moved by more than t), "
-                "then the table's control drift beside the threshold and the verdicts in words",
+                "the table's control drift beside the threshold, and the verdicts in words",
                 r"verdict[^:\n]* on the effect: [^\n]+\n+[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),
@@ -646,36 +643,15 @@ QUESTIONS = (
                 "four: a killed group starts again from step 0",
             ],
             "b",
-            "A relaunch resumes at the newest published manifest and runs again every step completed after it: "
-            "here step 4, as rows (a) and (b) each resume at their newest manifest and run the later steps again.",
+            "A relaunch resumes at the newest published manifest, step 3, and runs again every step completed "
+            "after it, as row (b) does.",
             "async_kill",
             (
                 "reveal-async-kill",
                 "Drill 1",
-                "the columns the resume found and steps recomputed of the interruptions table",
+                "row (b) of the interruptions table: where the resume found its step, and the steps recomputed",
                 r"\| \(b\) \| process 0 killed \(SIGKILL\)[^|]* \| 8, in `[^`]+` \| newest manifest: step \d+[^|]* \| "
                 r"\d+ \|",
-            ),
-        ),
-        (
-            "Process 0 is killed inside `publish` of step 6, after the first barrier (every controller's pieces are "
-            "written) and before `manifest.publish`. Where does the relaunch resume?",
-            [
-                "at step 6: every piece of it is on disk",
-                "at the newest step with a published manifest, before 6",
-                "at step 0: a step whose publishing failed spoils every earlier one",
-            ],
-            "b",
-            "Only the manifest, written last by process 0, makes a step restorable; without it step 6 is skipped "
-            "however complete its files are. Row (a) shows the rule for a step whose write was cut short: the "
-            "relaunch resumed at the newest manifest and redid the steps after it.",
-            "async_kill",
-            (
-                "reveal-async-kill",
-                "Drill 1",
-                "row (a) of the interruptions table",
-                r"\| \(a\) \| process 1 killed \(SIGKILL\) \| 6, in `save-staged` \| "
-                r"newest manifest: step \d+[^|]* \| \d+ \|",
             ),
         ),
         (
@@ -687,8 +663,8 @@ QUESTIONS = (
                 "process 2, as lost: a missing digest means a dead controller",
             ],
             "b",
-            "Moving pulses rule out a lost peer; among the living, the one with no digest for the step but one for a "
-            "later step skipped it, whichever process and step it is, as process 1 at step 2 in Drill 3.",
+            "Moving pulses rule out a lost peer; the one with a digest for a later step but none for this one "
+            "skipped it, as process 1 at step 2 in Drill 3.",
             "skipped_batch",
             (
                 "reveal-skip",
@@ -706,8 +682,8 @@ QUESTIONS = (
                 "step 6, the next regular save, which the group finishes before it stops",
             ],
             "a",
-            "The handler only sets a flag; the next agreement carries it to every controller, which save that step "
-            "although it is no regular save, as row (c) shows after step 7.",
+            "The next agreement carries the handler's flag, and every controller saves the step it completed, as "
+            "row (c) shows after step 7.",
             "preemption",
             (
                 "reveal-preempt",
@@ -729,15 +705,14 @@ QUESTIONS = (
                 "2: twice the rows went through",
             ],
             "b",
-            "Throughput is rows per step time: R/4 on one device and 2R/8 = R/4 on two, so efficiency = (R/4) / "
-            "(2 · R/4) = 0.5. With the same rows per device it is T(1)/T(W): unchanged rows per second is "
-            "efficiency 1/W.",
+            "Rows per second are R/4 on one device and 2R/8 = R/4 on two: efficiency (R/4) / (2 · R/4) = 0.5, "
+            "T(1)/T(W) with the same rows per device.",
             "efficiency",
             (
                 "efficiency",
                 "Scaling",
                 "the efficiency table's median ms, rows/s and efficiency at each W",
-                r"\| W \| median ms \| middle half ms \| rows/s \| efficiency \|",
+                r"\| W \| median ms \| rows/s \| efficiency \|",
             ),
         ),
         (
@@ -749,8 +724,7 @@ QUESTIONS = (
                 "8/4 = 2: twice what 4 devices deliver alone",
             ],
             "b",
-            "min(8, 4)/4 = 1: with more cores than devices the ceiling is no gain lost at all, and a measured "
-            "efficiency below it would need a cause other than the core count.",
+            "min(8, 4)/4 = 1: with a core for every device, the core count costs no efficiency.",
             "efficiency",
             (
                 "reveal-efficiency",
@@ -767,9 +741,8 @@ QUESTIONS = (
                 "every step whose batch has fewer rows than the step before",
             ],
             "b",
-            "The update compiles once per padded shape. With 7 rows a batch, the epoch's last batch of 2 rows pads "
-            "to 4 slots, a new shape; with 6, the last batch holds 5 rows, which pad to the same 8 slots as a "
-            "full batch, so no later step has a new shape.",
+            "The update compiles once per padded shape, and the epoch's last batch of 5 rows pads to the 8 slots "
+            "of a full batch, unlike the 2 rows (4 slots) of a batch of 7.",
             "step_times",
             (
                 "rank-log",
@@ -787,14 +760,13 @@ QUESTIONS = (
                 "never on one host",
             ],
             "b",
-            "A median of a handful of samples moves with load, so only separated middle halves point at a "
-            "straggler; from eight samples that is a lead to follow with more steps, and it becomes a finding "
-            "when more steps (or a second run) separate them again.",
+            "Medians of a few samples move with load; only middle halves that do not overlap point at a "
+            "straggler, a lead for more steps to confirm.",
             "step_times",
             (
                 "reveal-rank",
                 "Where each controller",
-                "the sentences on the tall bars, on each phase's spread and on a straggler",
+                "the sentences on each phase's spread and on a straggler",
                 r"the middle halves (do not )?overlap",
             ),
         ),

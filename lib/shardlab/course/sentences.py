@@ -599,6 +599,7 @@ SENTENCES = {
             {
                 "n": "several_failures.steps_lost",
                 "w": "several_failures.goodput.wasted",
+                "k": "several_failures.goodput.redone_compiled",
                 "a": "async_kill.steps_lost",
                 "sa": "async_kill.at_step",
                 "ra": "async_kill.resumed_from",
@@ -612,8 +613,8 @@ SENTENCES = {
             "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so every step "
             "the failed attempt completed after it runs again. (a) had completed step {sa} and the relaunch resumed "
             "at step {ra}: {a} steps again; (b) had completed step {sb}, resumed at step {rb}: {b}; the preemption "
-            "(c) published the step it stopped at: {c}. Of these {n} steps, those that were their attempt's first of "
-            "a batch shape count as compilation; the rest are the ledger's wasted {w:.2f} s.",
+            "(c) published the step it stopped at: {c}. Of these {n} steps, {k:.0f} were their attempt's first of a "
+            "batch shape and count as compilation; the rest are the ledger's wasted {w:.2f} s.",
             "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
             "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
             "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
@@ -721,9 +722,9 @@ SENTENCES = {
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars (at least {c:.1f} ms, every other "
             "step at most {o:.1f} ms): compilation, where the batch shapes predict it. The shapes are the evidence; "
-            "that both controllers' bars are tall is not, as each waits for the other in the psums. The tallest "
-            "other bar, step <other> of process <process> (mostly <phase>), is kept in the statistics below; these "
-            "records do not name its cause.",
+            "that both controllers' bars are tall is not, as each waits for the other in the agreement or the "
+            "psums. The tallest other bar, step <other> of process <process> (mostly <phase>), is counted in the "
+            "table above; these records do not name its cause.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
             "another step took as long (step <other> of process <process>, {o:.1f} ms, mostly <phase>): a one-off "
             "of this loaded machine, or an event these records do not name.",
@@ -846,7 +847,7 @@ def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> st
 def redone_steps(path: dict, async_kill: dict, p0_kill: dict, preempt: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: the steps drill 1 ran twice, read as the steps each failed attempt completed after the newest
     published manifest, and the ledger's wasted seconds they account for."""
-    values = {"n": path["steps_lost"], "w": path["goodput"]["wasted"]}
+    values = {"n": path["steps_lost"], "w": path["goodput"]["wasted"], "k": path["goodput"]["redone_compiled"]}
     for name, row in (("a", async_kill), ("b", p0_kill), ("c", preempt)):
         values.update({name: row["steps_lost"], f"s{name}": row["at_step"], f"r{name}": row["resumed_from"]})
     return chosen(notebook, "redone_after_newest_manifest", **values)

@@ -52,7 +52,7 @@ def _fault_panel(ax, faults):
 
 
 def _timing_panel(ax, timing):
-    ax.set_title("Warm update samples (inputs placed; log axis)")
+    ax.set_title("Update samples after warm-up (inputs placed; log axis)")
     variants = [v for v in ("eager_4dev", "compiled_4dev", "compiled_1dev") if v in timing]
     rng = np.random.default_rng(0)  # horizontal jitter only
     for i, variant in enumerate(variants):

@@ -295,7 +295,8 @@ def verdict_rows(outcome: dict) -> list[dict]:
         )
     rows.append(
         {
-            "medians, ms (middle half)": "noise: the larger of the control's |drift| and half the widest middle half",
+            "medians, ms (middle half)": "noise: the larger of the control's |drift| and half the widest middle half "
+            "of the target and control rows",
             "unchanged loop": "",
             "changed loop": "",
             "unchanged − changed": f"threshold {outcome['threshold_ms']:.3f}, noise {outcome['noise_ms']:.3f}",

@@ -92,7 +92,8 @@ RULES = (
         "pad-by-position",
         "next_batch",
         "rows are padded to the smallest multiple of the device count that holds them; the mask is 1 on the "
-        "selected rows and 0 on padded slots, decided by position, never by values; the selected rows are "
+        "selected rows and 0 on padded slots, decided by position, never by values; padded slots hold finite "
+        "numbers (zeros, say: a step may multiply them by their mask 0, and 0 x nan is nan); the selected rows are "
         "data[ids] exactly, read at every call (arrays changed in place since an earlier call included)",
         ("padding_is_never_an_observation", "padding_is_decided_by_position", "random_sampler_walk"),
     ),

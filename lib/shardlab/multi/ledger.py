@@ -69,7 +69,7 @@ def goodput(result: dict) -> dict:
     """
     attempts = result["attempts"]
     parts = dict.fromkeys(PARTS, 0.0)
-    after_last = 0.0
+    after_last, redone_compiled = 0.0, 0  # redone_compiled: recomputed steps counted as compilation
     for k, attempt in enumerate(attempts):
         log = events(attempt)
         stop = resumed_from(attempts[k + 1]) if k + 1 < len(attempts) else None
@@ -86,6 +86,7 @@ def goodput(result: dict) -> dict:
             seen.add(rows)
             if new:  # compiling (or loading from the cache) even if the step is recomputed later
                 parts["compile"] += e["s"]
+                redone_compiled += stop is not None and e["step"] > stop
             elif stop is not None and e["step"] > stop:
                 parts["wasted"] += e["s"]
             else:
@@ -103,4 +104,10 @@ def goodput(result: dict) -> dict:
     rounded = {k: round(v, 3) for k, v in parts.items()}
     ending = round(min(after_last, parts["other"]), 3)
     split = {"other_after_last_event": ending, "other_between_events": round(rounded["other"] - ending, 3)}
-    return {**rounded, **split, "total": round(total, 3), "productive_fraction": round(parts["productive"] / total, 4)}
+    return {
+        **rounded,
+        **split,
+        "redone_compiled": redone_compiled,
+        "total": round(total, 3),
+        "productive_fraction": round(parts["productive"] / total, 4),
+    }

@@ -9,7 +9,7 @@ stage5a_protocol wrote). The notebooks run the reduced drill set, `make drills` 
 here.
 """
 
-from shardlab.multi import group_supervisor, runtime, scenarios
+from shardlab.multi import group_supervisor, runtime, scenarios, wait_guard
 
 ROWS = (
     {
@@ -30,7 +30,8 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "SIGKILL the group (a stopped process cannot handle SIGTERM) and relaunch from the newest "
         "complete step",
-        "stop": "detected within {freeze_s} s, below JAX's own heartbeat bound ({heartbeat_s} s)",
+        "stop": "detected within {freeze_s} s (5 s unchanged, plus a pulse and two polls), below JAX's own "
+        "heartbeat bound ({heartbeat_s} s)",
         "drills": ("p0_frozen", "p1_frozen", "mpirun_p0_frozen"),
     },
     {
@@ -41,7 +42,7 @@ ROWS = (
         "owner": "the controllers stop themselves, named; the supervisor relaunches the group",
         "mitigation": "never continue the group; restart it whole from the newest complete step and fix the "
         "controller that skipped (no update of the skipped step ran anywhere)",
-        "stop": "within {named_s} s: the bound, the pulse window, the report",
+        "stop": "within {named_s} s: the bound ({timeout_s} s), the pulse check ({pulse_s} s), 2 s to report",
         "drills": ("skipped_batch", "named_stop"),
     },
     {
@@ -80,6 +81,7 @@ ROWS = (
 def rows(timeout: float) -> list[dict]:
     """The runbook with its stop conditions' bounds filled in for `timeout` (seconds of every guard's wait)."""
     bounds = {**group_supervisor.detection_bounds(timeout), "crash_loop_budget": scenarios.CRASH_LOOP_BUDGET}
+    bounds.update(timeout_s=timeout, pulse_s=wait_guard.PULSE_WINDOW)  # the skipped batch's stop, in parts
     bounds["heartbeat_s"] = runtime.heartbeat_seconds(timeout)  # each controller's jax.distributed.initialize
     return [{**row, "stop": row["stop"].format(**bounds)} for row in ROWS]
 
@@ -95,7 +97,7 @@ def entries(timeout: float, drills_json: dict | None = None, ran_in: str = "stag
     drills of `drills_json` with their verdicts, under `ran_in`, the notebook that ran them, then by name the drills
     only `make drills` runs). A row none of whose drills ran shows its stop condition as a designed bound."""
     table = [
-        f"| failure | owner | stop condition | drills run in {ran_in} | drills only `make drills` runs |",
+        f"| failure | owner | stop condition | drills run in {ran_in} | not run here (`make drills` runs them) |",
         "| --- | --- | --- | --- | --- |",
     ]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]

@@ -84,7 +84,8 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     - rule:cursor: the cursor is the position of the next unread id in the order: it moves by the number of ids taken;
       after an epoch's last batch it is rows, or 0 when the next epoch's order is already drawn (the reshuffle rule).
     - rule:pad-by-position: rows are padded to the smallest multiple of the device count that holds them; the mask is 1
-      on the selected rows and 0 on padded slots, decided by position, never by values; the selected rows are data[ids]
+      on the selected rows and 0 on padded slots, decided by position, never by values; padded slots hold finite numbers
+      (zeros, say: a step may multiply them by their mask 0, and 0 x nan is nan); the selected rows are data[ids]
       exactly, read at every call (arrays changed in place since an earlier call included).
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
     - rule:new-state: a new state dict of the six fields (no other) is returned; the caller's dict and its arrays are
