@@ -647,16 +647,16 @@ SENTENCES = {
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
-            "Asynchronous saving shortened <label> beyond the spread, median {s:.4g} ms synchronous to {a:.4g} ms: "
-            "its middle half (q1–q3) ends below where the synchronous one starts.",
+            "Asynchronous saving shortened <label> beyond the spread: its middle half (q1–q3), {a_lo:.4g}–{a_hi:.4g} "
+            "ms, ends below where the synchronous one, {s_lo:.4g}–{s_hi:.4g} ms, starts.",
             "Asynchronous saving did not shorten <label> beyond the spread.",
         ),
         "async_lengthens_<what>": _s(
             "a_lo > s_hi",
             ASYNC_SPREAD,
-            "Asynchronous saving lengthened <label> beyond the spread, median {s:.4g} ms synchronous to {a:.4g} ms: "
-            "its middle half (q1–q3) starts above where the synchronous one ends. A likely reason, not measured here: "
-            "the background save shares the host's few cores with the steps.",
+            "Asynchronous saving lengthened <label> beyond the spread: its middle half (q1–q3), {a_lo:.4g}–{a_hi:.4g} "
+            "ms, starts above where the synchronous one, {s_lo:.4g}–{s_hi:.4g} ms, ends. A likely reason, not measured "
+            "here: the background save shares the host's few cores with the steps.",
             "Overlap: no difference shown in <label>. The two middle halves (q1–q3) meet, so whatever separates the "
             "medians lies within the spread.",
         ),
