@@ -183,3 +183,6 @@ def test_phase_spreads_leave_out_the_compiling_steps_and_name_the_longer_process
     assert (height["min_compile_ms"], height["max_other_ms"]) == (pytest.approx(700.0), pytest.approx(11.0))
     # that step's own record: 1 + 4 + 6 ms, the compute phase the longest
     assert (height["max_other_other"], height["max_other_process"], height["max_other_phase"]) == (3, "0", "compute")
+    # its two longest phases with their ms: compute 6, agreement 4
+    assert (height["max_other_phase_ms"], height["max_other_second"]) == (pytest.approx(6.0), "agreement")
+    assert height["max_other_second_ms"] == pytest.approx(4.0)

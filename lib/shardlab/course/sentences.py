@@ -717,16 +717,26 @@ SENTENCES = {
             "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). The "
             "same samples as the efficiency, read as rows per second: unchanged rows/s is an efficiency near 1/{w}.",
         ),
+        "tallest_other_phases": _s(  # "mostly" one phase only when it holds more than two thirds of the step
+            "3 * p > 2 * o",
+            {
+                "p": "step_times.compiles.max_other_phase_ms",
+                "q": "step_times.compiles.max_other_second_ms",
+                "o": "step_times.compiles.max_other_ms",
+            },
+            "mostly <phase>: {p:.1f} of its {o:.1f} ms",
+            "<phase> {p:.1f} ms and <second> {q:.1f} ms of its {o:.1f}",
+        ),
         "compile_steps_height": _s(
             "c > o",
             {"c": "step_times.compiles.min_compile_ms", "o": "step_times.compiles.max_other_ms"},
             "Steps <steps>, the first of each batch shape, are the tallest bars (at least {c:.1f} ms, every other "
             "step at most {o:.1f} ms): compilation, where the batch shapes predict it. The shapes are the evidence; "
             "that both controllers' bars are tall is not, as each waits for the other in the agreement or the "
-            "psums. The tallest other bar, step <other> of process <process> (mostly <phase>), is counted in the "
+            "psums. The tallest other bar, step <other> of process <process> (<phases>), is counted in the "
             "table above; these records do not name its cause.",
             "Steps <steps> compile (the first of each batch shape; at least {c:.1f} ms on both controllers), but "
-            "another step took as long (step <other> of process <process>, {o:.1f} ms, mostly <phase>): a one-off "
+            "another step took as long (step <other> of process <process>, <phases>): a one-off "
             "of this loaded machine, or an event these records do not name.",
         ),
         "compute_spread_reading": _s(
@@ -937,7 +947,9 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
     """Stage 5b's reading of the per-controller step records: compilation, then compute and agreement spreads."""
     notebook = notebook or "stage5b_scaling"
-    fill = {"steps": steps, **{k: compiles[f"max_other_{k}"] for k in ("other", "process", "phase")}}
+    fill = {k: compiles[f"max_other_{k}"] for k in ("other", "process", "phase", "second")}
+    values = {"p": compiles["max_other_phase_ms"], "q": compiles["max_other_second_ms"], "o": compiles["max_other_ms"]}
+    fill = {"steps": steps, **fill, "phases": chosen(notebook, "tallest_other_phases", fill, **values)}
     said = [chosen(notebook, "compile_steps_height", fill, c=compiles["min_compile_ms"], o=compiles["max_other_ms"])]
     ratio = slow["median_ms"] / fast["median_ms"]  # from the unrounded medians, rounded once where it is shown
     fill = {"slow": slow["process"], "fast": fast["process"]}
