@@ -1025,6 +1025,26 @@ def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_wh
     assert ("in another order" in said) == (not bitwise) and (f"{weight:.1e} in a weight" in said) == (not bitwise)
 
 
+@pytest.mark.parametrize(("saves", "outlasts"), [([0.040, 0.050, 0.046], True), ([0.002, 0.003, 0.001], False)])
+def test_a_background_write_is_said_to_outlast_steps_only_when_a_save_outlasted_a_step(tmp_path, saves, outlasts):
+    from shardlab.course import drill_records, sentences
+    from shardlab.course import results as record
+
+    # two processes, three steps each: whole steps of 6, 9 and 150 ms (the first compiles); median 9 ms by hand
+    phases = [(0.001, 0.002, 0.003), (0.002, 0.003, 0.004), (0.01, 0.04, 0.1)]
+    records = [{"step": n + 1, "data_s": d, "agreement_s": a, "compute_s": c} for n, (d, a, c) in enumerate(phases)]
+    base = {"step_times": {0: records, 1: records}, "save_seconds": {0: saves, 1: saves[::-1]}}
+    found = drill_records.save_and_step(base)
+    middle = 1e3 * sorted(saves)[1]  # each process's saves, the same three: the median is the middle one
+    assert found["median_step_ms"] == pytest.approx(9.0) and found["median_save_ms"] == pytest.approx(middle)
+    said = sentences.save_against_step(found)
+    record.emit(str(tmp_path), "stage5a_protocol", "uninterrupted", found, shown=False)
+    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
+    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    assert ("still going several steps later" in said) == outlasts == (sorted(saves)[1] > 0.009), said
+    assert f"{1e3 * sorted(saves)[1]:.1f} ms" in said and "9.0 ms" in said, said
+
+
 @pytest.mark.parametrize(("dispatches", "threshold"), [([0.16, 0.17, 0.15], 0.08), ([0.5] * 3, 0.25)])
 def test_the_worked_example_predicts_half_the_dispatches(dispatches, threshold):
     from shardlab.evidence import hypothesis

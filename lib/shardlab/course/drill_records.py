@@ -3,6 +3,8 @@ and the one table it shows of Drill 1's interruptions."""
 
 import signal
 
+import numpy as np
+
 FAILURE_KEYS = ("process", "phase", "at_step", "kind", "cause", "detect_s", "resumed_from", "steps_lost", "exit_codes")
 ATTEMPT_KEYS = ("saved", "published")  # steps the failed attempt saved, and those it saw published
 
@@ -60,7 +62,16 @@ def uninterrupted(base: dict) -> dict:
         **{k: against[k] for k in ("ids_equal", "max_loss_diff", "max_weight_diff")},
         "processes_agree": base["divergence"] is None,
         "complete_steps": base["complete_steps"],
+        **save_and_step(base),
     }
+
+
+def save_and_step(base: dict) -> dict:
+    """The group's median step and median save (synchronous: the whole write) over every process, in ms."""
+    phases = ("data_s", "agreement_s", "compute_s")
+    steps = [sum(r[k] for k in phases) for records in base["step_times"].values() for r in records]
+    saves = [s for found in base["save_seconds"].values() for s in found or ()]
+    return {"median_step_ms": 1e3 * float(np.median(steps)), "median_save_ms": 1e3 * float(np.median(saves))}
 
 
 def summary(result: dict, figure: str) -> dict:

@@ -626,6 +626,14 @@ SENTENCES = {
             "bit for bit",
             "within float32 tolerance, not bit for bit (weights up to {d:.1e} apart)",
         ),
+        "save_outlasts_step": _s(
+            "w > s",
+            {"s": "uninterrupted.median_step_ms", "w": "uninterrupted.median_save_ms"},
+            "In that run a step took {s:.1f} ms by median and a save, written while the loop waited, {w:.1f} ms: "
+            "a write of that length, moved to the background, is still going several steps later.",
+            "In that run a save, written while the loop waited, took {w:.1f} ms by median, no longer than a step "
+            "({s:.1f} ms): a write of that length, moved to the background, would end within a step or two.",
+        ),
         "uninterrupted_bitwise": _s(
             "l == 0 and w == 0",
             {"l": "uninterrupted.max_loss_diff", "w": "uninterrupted.max_weight_diff"},
@@ -871,6 +879,11 @@ def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_pro
 def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the group with no fault matched the control bit for bit, and why not if it did not."""
     return chosen(notebook, "uninterrupted_bitwise", l=against["max_loss_diff"], w=against["max_weight_diff"])
+
+
+def save_against_step(found: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the uninterrupted group's median save against its median step (`drill_records.save_and_step`)."""
+    return chosen(notebook, "save_outlasts_step", s=found["median_step_ms"], w=found["median_save_ms"])
 
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:

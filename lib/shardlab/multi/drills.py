@@ -241,6 +241,7 @@ def uninterrupted(ctx: Context) -> dict:
         "against_control": compared,
         "complete_steps": manifest.scan(shared)["complete"],
         "step_times": {pid: r.get("step_times") for pid, r in outcome["reports"].items()},
+        "save_seconds": {pid: r.get("save_seconds") for pid, r in outcome["reports"].items()},  # synchronous: the write
         "worlds": {pid: {"world": r.get("world"), "mesh": r.get("mesh")} for pid, r in outcome["reports"].items()},
         "final_weights": ((outcome["reports"].get(0) or {}).get("final") or {}).get("weights"),
         "passed": _completed(outcome)
