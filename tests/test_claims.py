@@ -423,15 +423,16 @@ def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_p
     assert "do not name its cause" in said[0], said
 
 
-@pytest.mark.parametrize("other_ms, stands", [(9.0, False), (95.0, True)])
-def test_the_tallest_step_outside_compilation_is_named_either_way(tmp_path, other_ms, stands):
+def _step_phases_said(tmp_path, step_ms: float, tallest: tuple, second: tuple) -> str:
+    """Stage 5b's step-phases sentence for a tallest step outside compilation of `step_ms` (its two longest phases
+    (name, ms)), after every claim it records is checked against the recorded values."""
     from shardlab.course import results as record
     from shardlab.course import sentences
 
     spread = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9, "q3_ms": 3.1}
-    compiles = {"min_compile_ms": 90.0, "max_other_ms": other_ms, "max_other_other": 5, "max_other_process": "1"}
-    compiles.update(max_other_phase="data", max_other_phase_ms=0.8 * other_ms)
-    compiles.update(max_other_second="compute", max_other_second_ms=0.1 * other_ms)
+    compiles = {"min_compile_ms": 90.0, "max_other_ms": step_ms, "max_other_other": 5, "max_other_process": "1"}
+    compiles.update(max_other_phase=tallest[0], max_other_phase_ms=tallest[1])
+    compiles.update(max_other_second=second[0], max_other_second_ms=second[1])
     recorded = {
         "compute_spread": {"slow": 0, "fast": 0, "ratio": 1.0, "slow_q1_ms": 2.5, "fast_q3_ms": 3.1},
         "agreement_spread": {"waits": 0, "late": 0, "ratio": 1.0, "waits_q1_ms": 2.5, "late_q3_ms": 3.1},
@@ -441,6 +442,12 @@ def test_the_tallest_step_outside_compilation_is_named_either_way(tmp_path, othe
     said = sentences.step_phases(compiles, "1, 4", spread, spread, spread, spread)[0]
     sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    return said
+
+
+@pytest.mark.parametrize("other_ms, stands", [(9.0, False), (95.0, True)])
+def test_the_tallest_step_outside_compilation_is_named_either_way(tmp_path, other_ms, stands):
+    said = _step_phases_said(tmp_path, other_ms, ("data", 0.8 * other_ms), ("compute", 0.1 * other_ms))
     assert ("another step took as long" in said) == stands == (other_ms >= 90.0), said  # by hand: 90 ms compiles
     assert "step 5 of process 1" in said and f"mostly data: {0.8 * other_ms:.1f} of its {other_ms:.1f} ms" in said, said
 
@@ -455,22 +462,7 @@ def test_the_tallest_step_outside_compilation_is_named_either_way(tmp_path, othe
     ],
 )
 def test_a_step_is_mostly_one_phase_only_above_two_thirds(tmp_path, ms, words):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    spread = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9, "q3_ms": 3.1}
-    compiles = {"min_compile_ms": 90.0, "max_other_ms": ms[0], "max_other_other": 5, "max_other_process": "1"}
-    compiles.update(max_other_phase="compute", max_other_phase_ms=ms[1])
-    compiles.update(max_other_second="data", max_other_second_ms=ms[2])
-    recorded = {
-        "compute_spread": {"slow": 0, "fast": 0, "ratio": 1.0, "slow_q1_ms": 2.5, "fast_q3_ms": 3.1},
-        "agreement_spread": {"waits": 0, "late": 0, "ratio": 1.0, "waits_q1_ms": 2.5, "late_q3_ms": 3.1},
-        "compiles": compiles,
-    }
-    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
-    said = sentences.step_phases(compiles, "1, 4", spread, spread, spread, spread)[0]
-    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    said = _step_phases_said(tmp_path, ms[0], ("compute", ms[1]), ("data", ms[2]))
     assert words in said and ("mostly" in said) == (3 * ms[1] > 2 * ms[0]), said
 
 
