@@ -317,6 +317,7 @@ def test_orbax_restore_uses_the_target_it_is_handed_and_refuses_one_of_other_sha
 
 def test_each_cursor_case_is_refused_by_the_check_its_label_names(data, mesh, tmp_path):
     """An edited cursor trips the checksum; the same edit with the checksum recomputed trips the sampler check."""
+    from rig.torture.corrupt import BEYOND_COURSE
     from shardlab.verify import faults
 
     state = trained(data, mesh, seed=17, batch_size=7, steps=5)
@@ -326,7 +327,7 @@ def test_each_cursor_case_is_refused_by_the_check_its_label_names(data, mesh, tm
         ("cursor edited after saving", "integrity checksum"),
         ("cursor the step does not imply", "imply"),
     ):
-        copy = faults.tampered(path, tmp_path / f"{case.replace(' ', '_')}.npz", faults.DAMAGE[case])
+        copy = faults.tampered(path, tmp_path / f"{case.replace(' ', '_')}.npz", BEYOND_COURSE[case])
         with np.load(copy) as npz:
             assert int(npz["cursor"]) == int(state["cursor"]) - 1
             resealed = str(npz["integrity"][()]) == checkpoint.integrity({k: npz[k] for k in npz.files})

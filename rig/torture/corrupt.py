@@ -194,9 +194,40 @@ def symlink(b, rng, path, i):
     return b.state
 
 
+def _extra_member(arrays):
+    arrays["weights_backup"] = arrays["weights"]
+
+
+def _cursor_back(arrays):
+    cursor = int(arrays["cursor"])
+    arrays["cursor"] = np.asarray(cursor - 1 if cursor else 1, np.int64)
+
+
+def _resealed(change):
+    """`change`, then the integrity checksum recomputed as `save` computes it: a forgery the checksum cannot see."""
+
+    def forged(arrays):
+        change(arrays)
+        arrays["integrity"] = np.asarray(checkpoint.integrity(arrays))
+
+    return forged
+
+
+# Member damage beyond what the course asks of any restore (faults.DAMAGE): our own restore also refuses an
+# unknown member, a member edited after saving and a sampler the step does not imply; a correct learner file
+# may accept them, so neither the notebook nor the checker shows them.
+BEYOND_COURSE = {
+    "an extra member": _extra_member,
+    "cursor edited after saving": _cursor_back,  # refused by the checksum
+    "cursor the step does not imply": _resealed(_cursor_back),  # refused by the sampler check
+}
+LISTED = {**faults.DAMAGE, **BEYOND_COURSE}  # every named member damage the campaign applies
+
+
 def listed_damage(b, rng, path, i):
-    """One entry of `faults.DAMAGE`, the member damage the stage 3 notebook shows (one list serves both)."""
-    faults.tampered(b.path, path, faults.DAMAGE[sorted(faults.DAMAGE)[i % len(faults.DAMAGE)]])
+    """One entry of LISTED: the member damage the stage 3 notebook shows (`faults.DAMAGE`, one list serves both),
+    or one beyond the course."""
+    faults.tampered(b.path, path, LISTED[sorted(LISTED)[i % len(LISTED)]])
     return b.state
 
 

@@ -173,7 +173,7 @@ def _refusals(ctx) -> list[tuple]:
     """(case, call, error, paths, the contract the call is given) for each refusal stage3a_checkpoint's rejection
     cells show."""
     path, state, contract = stage3._saved(ctx, "course-refusals")
-    copies = stage3.damaged_copies(path, {case: faults.DAMAGE[case] for case in faults.COURSE_DAMAGE})
+    copies = stage3.damaged_copies(path, dict(faults.DAMAGE))
     features = ctx.data.features.copy()
     features[3, 2] += 1.0
     other_data = ctx.impl.contract(Dataset(features, ctx.data.targets.copy()), stage3._config(ctx))

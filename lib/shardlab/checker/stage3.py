@@ -1090,7 +1090,7 @@ def restore_refuses_damaged_checkpoints(ctx):
     path, state, contract = _saved(ctx, "damaged")
     located = damage.locate(_members(path), snapshot(state), contract)  # the members, whatever their names
     rows = ctx.data.features.shape[0]
-    damages = {name: faults.DAMAGE[name] for name in faults.COURSE_DAMAGE}
+    damages = dict(faults.DAMAGE)
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
     changes = {what: damage.by_field(change, located) for what, change in damages.items()}
     targets = damaged_copies(path, changes)
