@@ -652,7 +652,8 @@ class Reach:
     """Which top-level functions, classes and methods of `trees` ({module: syntax tree}) run from the roots.
 
     A name resolves through the module's own definitions and imports (the package face through its lazy
-    table); `x.name` on anything else than a module reaches every method called `name`; a string that is one
+    table); `x.name` on anything else than a module reaches every method called `name` of a class reached (one
+    that no reached code names is never made, so its methods never run); a string that is one
     identifier or a dotted path (a getattr by name, `python -m shardlab.x`, a traitlets class) reaches what it
     names, and so does a call a message shows (`check_case(...)`). A module reached runs its top-level
     statements and has its module-level special functions; a class reached, its special and decorated methods,
@@ -662,6 +663,7 @@ class Reach:
 
     def __init__(self, trees: dict, face: dict[str, tuple]):
         self.trees, self.face, self.reached, self.pending = trees, face, set(), []
+        self.called = set()  # every `x.name` a reached definition uses on anything else than a module
         self.nodes, self.by_name, self.names = {}, collections.defaultdict(set), {}
         self.prose = set().union(*(docstrings(tree) for tree in trees.values()))
         for module, tree in trees.items():
@@ -712,13 +714,19 @@ class Reach:
                 self.string(child.value.strip())
 
     def attribute_use(self, node: ast.Attribute, names: dict) -> None:
-        """Queue `a.b.c`: through the modules `a` and `a.b` are, else every method called `c`."""
+        """Queue `a.b.c`: through the modules `a` and `a.b` are, else every method called `c` of a reached class
+        (and note `c`, for the classes reached later: `visit_class`)."""
         chain, base = [node.attr], node.value
         while isinstance(base, ast.Attribute):
             chain, base = [base.attr, *chain], base.value
         bound = names.get(base.id) if isinstance(base, ast.Name) else None
         if not bound or bound[0] != "module":
-            self.pending += [("def", key) for key in self.by_name[node.attr] if "." in key.split(":")[1]]
+            self.called.add(node.attr)
+            self.pending += [
+                ("def", key)
+                for key in self.by_name[node.attr]
+                if "." in key.split(":")[1] and ("def", key.rsplit(".", 1)[0]) in self.reached
+            ]
             return
         found = [bound]
         for name in chain:
@@ -782,7 +790,7 @@ class Reach:
         )
         for part in node.body:
             if isinstance(part, FUNCTIONS):
-                if foreign or part.name.startswith("__") or part.decorator_list:
+                if foreign or part.name.startswith("__") or part.decorator_list or part.name in self.called:
                     self.pending.append(("def", f"{name}.{part.name}"))
             else:
                 self.scan(part, names)
@@ -849,6 +857,7 @@ def test_the_reach_check_finds_what_only_an_unreached_definition_or_prose_names(
             "def only_lonely_uses():\n    return 1\n"
             "class Kept:\n    def __init__(self):\n        pass\n    def called(self):\n        pass\n"
             "    def never(self):\n        pass\n"
+            "class Idle:\n    def called(self):\n        pass\n"
         ),
         "shardlab.b": ast.parse(
             '"""Tests import shardlab.orphan; prose that names it is no reach."""\n'
@@ -861,6 +870,8 @@ def test_the_reach_check_finds_what_only_an_unreached_definition_or_prose_names(
     }
     reach = Reach(trees, {})
     assert reach.run([("def", "shardlab.a:used")], {}) == [  # a string names Kept: its __init__ runs, no more
+        "shardlab.a:Idle",
+        "shardlab.a:Idle.called",
         "shardlab.a:Kept.called",
         "shardlab.a:Kept.never",
         "shardlab.a:lonely",
@@ -869,8 +880,10 @@ def test_the_reach_check_finds_what_only_an_unreached_definition_or_prose_names(
         "shardlab.b:run",
     ]
     assert reach.unreached_modules() == ["shardlab.orphan"]  # `-m shardlab.child` runs it; prose runs nothing
-    notebook = {"nb": ast.parse("import shardlab.b as sb\nsb.run()\n")}  # x.called(): every method `called`
+    notebook = {"nb": ast.parse("import shardlab.b as sb\nsb.run()\n")}  # x.called(): `called` of a reached class
     assert Reach(trees, {}).run([("def", "shardlab.a:used")], notebook) == [
+        "shardlab.a:Idle",  # nothing names Idle: no instance of it is made, so x.called() never runs its method
+        "shardlab.a:Idle.called",
         "shardlab.a:Kept.never",
         "shardlab.a:lonely",
         "shardlab.a:only_lonely_uses",
