@@ -159,15 +159,14 @@ class Choice(NamedTuple):
         return "\n".join([head, *rows, f"  pick: {self.pick} (cheapest exact variant; no_collective is a bound)"])
 
 
-def choose(batch_size: int, width: int, devices: int, k: int, slots: int, costs=None, general=False) -> Choice:
-    """The cheapest exact variant by the model; `general=True` leaves out the least-squares shortcuts."""
+def choose(batch_size: int, width: int, devices: int, k: int, slots: int, costs=None) -> Choice:
+    """The cheapest exact variant by the model."""
     costs = {**DEFAULT_COSTS, **(costs or {})}
     table = {}
     for name in VARIANTS:
         found = inputs_of(name, slots, width, devices, k)
         table[name] = {**found, "predicted_us": predict(found, costs)}
-    allowed = [n for n, v in VARIANTS.items() if v.exact and (v.general or not general)]
-    pick = min(allowed, key=lambda n: table[n]["predicted_us"])
+    pick = min((n for n, v in VARIANTS.items() if v.exact), key=lambda n: table[n]["predicted_us"])
     return Choice(pick, batch_size, slots, width, devices, k, costs, table)
 
 
