@@ -90,8 +90,25 @@ def _warm_workers(config) -> None:
 
     controller = not hasattr(config, "workerinput") and config.getoption("numprocesses", None) not in (None, 0)
     if not controller:
-        early.warm(lazy=True)
+        if os.environ.get(forkserver.OFF, "").lower() != "off":
+            LAZY_SERVER[:] = [early.server_environment()]  # the environment now, before any test changes it
+        forkserver.launch = _starting_the_server(forkserver.launch)
         atexit.register(forkserver.stop)
+
+
+LAZY_SERVER: list = []  # the environment of this interpreter's fork server, until the first launch starts it
+
+
+def _starting_the_server(launch):
+    """`forkserver.launch` that first starts the server LAZY_SERVER holds, if this process has none yet."""
+    import shardlab.checker.forkserver as forkserver
+
+    def launching(*args, **kwargs):
+        if not forkserver._SERVER and LAZY_SERVER:
+            forkserver._SERVER.append(forkserver.Server(LAZY_SERVER.pop()))
+        return launch(*args, **kwargs)
+
+    return launching
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import subprocess
 import textwrap
 import time
 
+import conftest
 import pytest
 
 import shardlab.checker.cli as runner
@@ -115,7 +116,7 @@ def test_a_forked_worker_is_the_interpreter_a_new_one_would_be(tmp_path, monkeyp
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # `import jax` sets it if unset
     monkeypatch.delenv(forkserver.OFF, raising=False)
     monkeypatch.setattr(forkserver, "_SERVER", [])
-    monkeypatch.setattr(forkserver, "_LATER", [])  # no server but this test's
+    monkeypatch.setattr(conftest, "LAZY_SERVER", [])  # no server but this test's
     server = early.warm()  # started without it, as `python -m shardlab.checker` starts its server
     hellos, seen = {}, {}
     try:
@@ -204,16 +205,18 @@ def test_a_server_killed_from_outside_is_started_again(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # a new server, importing JAX: make test's, not the inner loop's
 def test_a_lazy_server_starts_at_the_first_launch_only(tmp_path, monkeypatch):
+    """The suite's fork server (conftest.py) starts at the first file a test checks, from the environment kept."""
     monkeypatch.delenv(forkserver.OFF, raising=False)
     monkeypatch.setattr(forkserver, "_SERVER", [])
-    monkeypatch.setattr(forkserver, "_LATER", [])
+    monkeypatch.setattr(conftest, "LAZY_SERVER", [early.server_environment()])
+    monkeypatch.setattr(forkserver, "launch", conftest._starting_the_server(forkserver.launch))
     try:
-        assert early.warm(lazy=True) is None and forkserver._SERVER == []  # nothing started yet
+        assert forkserver._SERVER == []  # nothing started yet
         worker = remote.Worker("reference", scratch=str(tmp_path))
         try:
             assert "error" not in worker.start()
             assert isinstance(worker.process, forkserver.Forked)
-            assert len(forkserver._SERVER) == 1 and forkserver._LATER == []
+            assert len(forkserver._SERVER) == 1 and conftest.LAZY_SERVER == []
         finally:
             worker.stop()
     finally:

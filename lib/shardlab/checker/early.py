@@ -57,12 +57,14 @@ def scratch_home(scratch: list) -> dict:
     return {"HOME": home, compile_cache.ENV: os.environ.get(compile_cache.ENV) or compile_cache.folder() or "off"}
 
 
-def warm(scratch: list | None = None, lazy: bool = False) -> "forkserver.Server | None":
-    """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on.
+def warm(scratch: list | None = None) -> "forkserver.Server | None":
+    """Start this process's fork server (once), for the unsandboxed workers `launch` starts from now on."""
+    return forkserver.start(server_environment(scratch))
 
-    `lazy`: at the first launch (forkserver.start).
-    """
-    return forkserver.start(sandbox.environment(environment(None, list(scratch or []))), lazy)
+
+def server_environment(scratch: list | None = None) -> dict:
+    """The environment of the fork server `warm` starts (and so of every worker forked from it)."""
+    return sandbox.environment(environment(None, list(scratch or [])))
 
 
 def new_hash_seed(env: dict) -> dict:

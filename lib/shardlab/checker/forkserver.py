@@ -349,21 +349,14 @@ class Server:
 
 
 _SERVER: list = []  # the server this process started, if any
-_LATER: list = []  # the environment of a server to start at the first launch (`start(..., lazy=True)`)
 
 
 OFF = "SHARDLAB_CHECK_FORK"  # "off": every worker is a new interpreter (to measure what the server saves)
 
 
-def start(env: dict, lazy: bool = False) -> Server | None:
-    """Start this process's fork server (once) with `env`, the environment its workers get (None: turned off).
-
-    `lazy`: only at the first launch, so that a process that never checks a file never imports for it.
-    """
+def start(env: dict) -> Server | None:
+    """Start this process's fork server (once) with `env`, the environment its workers get (None: turned off)."""
     if os.environ.get(OFF, "").lower() == "off":
-        return None
-    if lazy and not _SERVER:
-        _LATER[:] = [env]
         return None
     if not _SERVER:
         _SERVER.append(Server(env))
@@ -380,8 +373,6 @@ def launch(spec: str, call_seconds: float, poisoned: dict, env: dict, cwd: str |
 
     A server that has died (killed from outside) is started again, with the environment it had.
     """
-    if not _SERVER and _LATER:
-        _SERVER.append(Server(_LATER.pop()))
     if not _SERVER:
         return None
     if _SERVER[0].process.poll() is not None:
