@@ -48,7 +48,7 @@ RUN = """#!/usr/bin/env bash
 # Gradescope runs this per submission: /autograder/submission -> /autograder/results/results.json.
 set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
-PY="${SHARDLAB_PYTHON:-$ROOT/venv/bin/python}"
+PY="$ROOT/venv/bin/python"
 FLAG=""
 if ! "$PY" -c 'import sys; from shardlab.checker import sandbox; sys.exit(1 if sandbox.unavailable() else 0)'; then
   FLAG="--unsandboxed"
