@@ -700,8 +700,8 @@ SENTENCES = {
             "compute the first left unused.",
             "Rows/s did not rise beyond the spread even from W = 1 to W = {w2} ({n1:.3g}, then {n2:.3g}), though {c} "
             "usable cores could run {w2} devices at once if one device's step used one core. So one device's step "
-            "likely already uses the cores (not measured here); then the ceiling is 1/W, not {c}/W, and the "
-            "efficiencies are what added devices adding no rows/s give: {e2:.3f} at W = {w2}, {e:.3f} at W = {w}.",
+            "likely already uses the cores (not measured here); then the ceiling is 1/W, not {c}/W. This run's "
+            "efficiencies: {e2:.3f} at W = {w2}, {e:.3f} at W = {w} (1/W: 1/{w2} and 1/{w}).",
         ),
         "efficiency_option_below": _s(
             "e_hi * w < 1",
