@@ -166,7 +166,8 @@ def test_runbook_entries_can_leave_out_the_drills_only_make_drills_runs():
     assert "not run here" not in short[0] and all(line.count(" | ") == 3 for line in short), short
     for whole, cut in zip(full, short):  # the same row, less its last column
         assert whole.startswith(cut), (whole, cut)
-    assert not any(f"`{d}`" in "\n".join(short) for row in runbook.ROWS for d in row["drills"] if d != "kill_during_step")
+    unrun = [d for row in runbook.ROWS for d in row["drills"] if d != "kill_during_step"]
+    assert not any(f"`{d}`" in "\n".join(short) for d in unrun), short
 
 
 def test_docs_show_the_runbook_table():
