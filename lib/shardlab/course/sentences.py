@@ -622,9 +622,9 @@ SENTENCES = {
                 "rc": "preemption.resumed_from",
             },
             "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so the steps a "
-            "failed attempt completed after it are lost (the table's steps recomputed, {n} in all). Counted in the "
-            "failed attempts, those {n} steps, {k:.0f} were their attempt's first of a batch shape and count as "
-            "compilation; the rest are the ledger's wasted {w:.2f} s.",
+            "failed attempt completed after it are lost (the table's steps recomputed). Of the failed attempts' {n} "
+            "lost steps, {k:.0f} were their attempt's first of a batch shape and count as compilation; the rest are "
+            "the ledger's wasted {w:.2f} s.",
             "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
             "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
             "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
@@ -699,8 +699,8 @@ SENTENCES = {
             "From W = 1 to W = {w2}, rows/s rose beyond the spread ({n1:.3g} to {n2:.3g}): a second device found "
             "compute the first left unused.",
             "Rows/s did not rise beyond the spread even from W = 1 to W = {w2} ({n1:.3g}, then {n2:.3g}), though {c} "
-            "usable cores could run {w2} devices at once if one device's step used one core. So one device's step "
-            "likely already uses the cores (not measured here); then the ceiling is 1/W, not {c}/W. This run's "
+            "usable cores could run {w2} devices at once if one device's step used one core. One device's step may "
+            "already use the cores (not measured here); then the ceiling is 1/W, not {c}/W. This run's "
             "efficiencies: {e2:.3f} at W = {w2}, {e:.3f} at W = {w} (1/W: 1/{w2} and 1/{w}).",
         ),
         "efficiency_option_below": _s(
