@@ -87,12 +87,13 @@ def save_and_step(base: dict, leave_out=()) -> dict:
 def compiling_steps(seed: int, batch_size: int, steps: int, devices: int) -> list[int]:
     """The steps (numbered from 1) whose batch, padded to a multiple of `devices`, has a shape no earlier step had:
     the steps whose update compiles, as the sampler draws them from the teaching fixture."""
-    import shardlab as sl
     from shardlab.core.batch import padded_length
+    from shardlab.core.fixtures import teaching_fixture
+    from shardlab.core.sampler import advance, initial_sampler
 
-    sampler, seen, found = sl.initial_sampler(seed, len(sl.teaching_fixture().targets)), set(), []
+    sampler, seen, found = initial_sampler(seed, len(teaching_fixture().targets)), set(), []
     for n in range(1, steps + 1):
-        sampler, ids = sl.advance(sampler, batch_size)
+        sampler, ids = advance(sampler, batch_size)
         shape = padded_length(len(ids), devices)
         if shape not in seen:
             found.append(n)
