@@ -623,7 +623,7 @@ SENTENCES = {
             },
             "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so the steps a "
             "failed attempt completed after it are lost (the table's steps recomputed). Of the failed attempts' {n} "
-            "lost steps, {k:.0f} were their attempt's first of a batch shape and count as compilation; the rest are "
+            "lost steps, {k:.0f} (the first of a batch shape in their attempt) count as compilation; the rest are "
             "the ledger's wasted {w:.2f} s.",
             "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
             "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
@@ -640,8 +640,8 @@ SENTENCES = {
             "w > s",
             {"s": "uninterrupted.median_step_ms", "w": "uninterrupted.median_save_ms"},
             "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
-            "{w:.1f} ms: <ratio> steps' time. How long a background write lasts is not timed here; one as long as "
-            "that save would still be going <ratio> steps after it began.",
+            "{w:.1f} ms: <ratio> steps' time. A background write is not timed here: one that long would still be "
+            "going <ratio> steps after it began; a shorter one could be published at the next agreement.",
             "In that run a save, written while the loop waited, took {w:.1f} ms by median, no longer than a step "
             "({s:.1f} ms<left>): a background write as long (not timed here) would end within a step or two.",
         ),
