@@ -142,6 +142,17 @@ def test_default_contract_refuses_device_change_migration_accepts_only_that(data
         migration.check(written, sl.contract(data, sl.Config(batch_size=8, num_devices=2)), allow_world_change=True)
 
 
+def test_the_compiling_steps_are_the_first_of_each_padded_batch_shape():
+    from shardlab.course import drill_records
+
+    for devices in (1, 2, 4):
+        shapes = [-(-n // devices) * devices for n in oracle.epoch_batches(23, 7)]  # one epoch: 7, 7, 7, 2 rows
+        shapes = (shapes * 3)[:10]  # the sampler's epochs repeat the same batch lengths
+        by_hand = [k + 1 for k, shape in enumerate(shapes) if shape not in shapes[:k]]
+        assert drill_records.compiling_steps(17, 7, 10, devices) == by_hand, devices
+    assert drill_records.compiling_steps(17, 7, 10, 4) == [1, 4]
+
+
 def test_global_denominator_is_invariant_to_the_split(data):
     ids = np.array([16, 0, 17, 3, 6, 15, 14])
     weights = np.linspace(-1, 1, 8).astype(np.float32)
@@ -896,6 +907,7 @@ def test_async_and_sync_saving_are_measured_side_by_side(run_dir):
     for mode in ("sync", "async"):
         assert len(cost["samples"][mode]["save_block_s"]) == 10  # one save per step, every sample kept
         assert len(cost["samples"][mode]["step_s"]) == 10 - len(compiling)  # every compiling step left out
+        assert len(cost["samples"][mode]["publish_s"]) == 10  # every saved step published, each timed
         assert cost["median"][mode]["step_s"] == pytest.approx(float(np.median(cost["samples"][mode]["step_s"])))
     ratio = cost["median"]["async"]["save_block_s"] / cost["median"]["sync"]["save_block_s"]
     assert cost["blocking_save_ratio_async_over_sync"] == pytest.approx(ratio, abs=1e-3)

@@ -158,6 +158,18 @@ def test_runbook_entries_call_a_stop_condition_observed_only_where_a_drill_of_it
         assert cells[3:] == [", ".join(shown) or "none", ", ".join(left) or "none"], line
 
 
+def test_runbook_entries_can_leave_out_the_drills_only_make_drills_runs():
+    report = {"table": [{"drill": "kill_during_step", "passed": True}]}
+    full = runbook.entries(drills.TIMEOUT, report).splitlines()
+    short = runbook.entries(drills.TIMEOUT, report, unrun=False).splitlines()
+    assert len(short) == len(full) == 2 + len(runbook.ROWS)
+    assert "not run here" not in short[0] and all(line.count(" | ") == 3 for line in short), short
+    for whole, cut in zip(full, short):  # the same row, less its last column
+        assert whole.startswith(cut), (whole, cut)
+    unrun = [d for row in runbook.ROWS for d in row["drills"] if d != "kill_during_step"]
+    assert not any(f"`{d}`" in "\n".join(short) for d in unrun), short
+
+
 def test_docs_show_the_runbook_table():
     assert runbook_markdown(drills.TIMEOUT) in (REPO / "docs" / "stage5.md").read_text()
 

@@ -53,8 +53,8 @@ def skipped(drill: dict, timeout_s: float, pulse_window_s: float) -> dict:
     }
 
 
-def uninterrupted(base: dict) -> dict:
-    """The group with no fault against the single-process control."""
+def uninterrupted(base: dict, leave_out=()) -> dict:
+    """The group with no fault against the single-process control (`leave_out`: the steps that compiled)."""
     against = base["against_control"][0]
     return {
         "passed": base["passed"],
@@ -62,16 +62,50 @@ def uninterrupted(base: dict) -> dict:
         **{k: against[k] for k in ("ids_equal", "max_loss_diff", "max_weight_diff")},
         "processes_agree": base["divergence"] is None,
         "complete_steps": base["complete_steps"],
-        **save_and_step(base),
+        **save_and_step(base, leave_out),
     }
 
 
-def save_and_step(base: dict) -> dict:
-    """The group's median step and median save (synchronous: the whole write) over every process, in ms."""
+def save_and_step(base: dict, leave_out=()) -> dict:
+    """The group's median step and median save (synchronous: the whole write) over every process, in ms; the
+    steps numbered in `leave_out` (those that compiled) are not steps' samples."""
     phases = ("data_s", "agreement_s", "compute_s")
-    steps = [sum(r[k] for k in phases) for records in base["step_times"].values() for r in records]
+    steps = [
+        sum(r[k] for k in phases)
+        for records in base["step_times"].values()
+        for r in records
+        if r["step"] not in leave_out
+    ]
     saves = [s for found in base["save_seconds"].values() for s in found or ()]
-    return {"median_step_ms": 1e3 * float(np.median(steps)), "median_save_ms": 1e3 * float(np.median(saves))}
+    return {
+        "median_step_ms": 1e3 * float(np.median(steps)),
+        "median_save_ms": 1e3 * float(np.median(saves)),
+        "steps_left_out": sorted(leave_out),
+    }
+
+
+def compiling_steps(seed: int, batch_size: int, steps: int, devices: int) -> list[int]:
+    """The steps (numbered from 1) whose batch, padded to a multiple of `devices`, has a shape no earlier step had:
+    the steps whose update compiles, as the sampler draws them from the teaching fixture."""
+    from shardlab.core.batch import padded_length
+    from shardlab.core.fixtures import teaching_fixture
+    from shardlab.core.sampler import advance, initial_sampler
+
+    sampler, seen, found = initial_sampler(seed, len(teaching_fixture().targets)), set(), []
+    for n in range(1, steps + 1):
+        sampler, ids = advance(sampler, batch_size)
+        shape = padded_length(len(ids), devices)
+        if shape not in seen:
+            found.append(n)
+        seen.add(shape)
+    return found
+
+
+def require_passed(record: dict, drill: dict) -> None:
+    """Stop the notebook with the drill's stop time and each process's error when `record` did not pass."""
+    keys = ("all_named_skipper", "stop_after_skip_s", "stopped_within_bound")
+    if not record["passed"]:
+        raise AssertionError(f"{ {k: drill.get(k) for k in keys} }, exit codes and errors: {drill.get('errors')}")
 
 
 def summary(result: dict, figure: str) -> dict:

@@ -117,6 +117,17 @@ THROUGHPUT = {  # stage 5b's rows per second at W = 1 and at the largest W, with
     "e_hi": "efficiency.table.-1.efficiency_range.1",
     "w": "efficiency.table.-1.devices",
 }
+SECOND_DEVICE = {  # stage 5b: rows per second at W = 1 and at the next W, the efficiencies there and at the largest W
+    "n1": "efficiency.table.0.rows_per_s",
+    "n1_hi": "efficiency.table.0.rows_per_s_middle_half.1",
+    "n2": "efficiency.table.1.rows_per_s",
+    "n2_lo": "efficiency.table.1.rows_per_s_middle_half.0",
+    "w2": "efficiency.table.1.devices",
+    "e2": "efficiency.table.1.efficiency",
+    "e": "efficiency.table.-1.efficiency",
+    "w": "efficiency.table.-1.devices",
+    "c": "efficiency.usable_cores",
+}
 # stage 4a's verdict on the effect: the first of these that holds is printed
 VERDICT = (
     "change_confirmed",
@@ -610,11 +621,10 @@ SENTENCES = {
                 "sc": "preemption.at_step",
                 "rc": "preemption.resumed_from",
             },
-            "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so every step "
-            "the failed attempt completed after it runs again. (a) had completed step {sa} and the relaunch resumed "
-            "at step {ra}: {a} steps again; (b) had completed step {sb}, resumed at step {rb}: {b}; the preemption "
-            "(c) published the step it stopped at: {c}. Of these {n} steps, {k:.0f} were their attempt's first of a "
-            "batch shape and count as compilation; the rest are the ledger's wasted {w:.2f} s.",
+            "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so the steps a "
+            "failed attempt completed after it are lost (the table's steps recomputed). Of the failed attempts' {n} "
+            "lost steps, {k:.0f} (the first of a batch shape in their attempt) count as compilation; the rest are "
+            "the ledger's wasted {w:.2f} s.",
             "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
             "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
             "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
@@ -629,10 +639,11 @@ SENTENCES = {
         "save_outlasts_step": _s(
             "w > s",
             {"s": "uninterrupted.median_step_ms", "w": "uninterrupted.median_save_ms"},
-            "In that run a step took {s:.1f} ms by median and a save, written while the loop waited, {w:.1f} ms: "
-            "a write of that length, moved to the background, is still going several steps later.",
+            "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
+            "{w:.1f} ms: <ratio> steps' time. A background write is not timed here: one that long would still be "
+            "going <ratio> steps after it began; a shorter one could be published at the next agreement.",
             "In that run a save, written while the loop waited, took {w:.1f} ms by median, no longer than a step "
-            "({s:.1f} ms): a write of that length, moved to the background, would end within a step or two.",
+            "({s:.1f} ms<left>): a background write as long (not timed here) would end within a step or two.",
         ),
         "uninterrupted_bitwise": _s(
             "l == 0 and w == 0",
@@ -676,6 +687,22 @@ SENTENCES = {
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that.",
         ),
+        "one_usable_core": _s(
+            "c < 2",
+            SECOND_DEVICE,
+            "With {c} usable core no two devices compute at once: the ceiling is 1/W at every W.",
+            "",
+        ),
+        "second_device_gain": _s(
+            "n2_lo > n1_hi",
+            SECOND_DEVICE,
+            "From W = 1 to W = {w2}, rows/s rose beyond the spread ({n1:.3g} to {n2:.3g}): a second device found "
+            "compute the first left unused.",
+            "Rows/s did not rise beyond the spread even from W = 1 to W = {w2} ({n1:.3g}, then {n2:.3g}), though {c} "
+            "usable cores could run {w2} devices at once if one device's step used one core. One device's step may "
+            "already use the cores (not measured here); then the ceiling is 1/W, not {c}/W. This run's "
+            "efficiencies: {e2:.3f} at W = {w2}, {e:.3f} at W = {w} (1/W: 1/{w2} and 1/{w}).",
+        ),
         "efficiency_option_below": _s(
             "e_hi * w < 1",
             EFFICIENCY_OPTION,
@@ -703,8 +730,7 @@ SENTENCES = {
             "So, to the prediction at W = {w}: near 1. The whole middle-half range ({e_lo:.3f}–{e_hi:.3f}) lies "
             "above <high>, where 0.5 and 1 meet on a log scale.",
             "So, to the prediction at W = {w}: not to be told apart from these samples. The middle-half range "
-            "({e_lo:.3f}–{e_hi:.3f}, median {e:.3f}) spans <spans> (the options meet at 1/{w}, at <low> and at "
-            "<high>, on a log scale).",
+            "({e_lo:.3f}–{e_hi:.3f}, median {e:.3f}) spans <spans>.",
         ),
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
@@ -722,8 +748,8 @@ SENTENCES = {
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
-            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}). The "
-            "same samples as the efficiency, read as rows per second: unchanged rows/s is an efficiency near 1/{w}.",
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}): the "
+            "added devices added no rows per second.",
         ),
         "tallest_other_phases": _s(  # "mostly" one phase only when it holds more than two thirds of the step
             "3 * p > 2 * o",
@@ -843,7 +869,15 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values.update(e_lo=last["efficiency_range"][0], e_hi=last["efficiency_range"][1])
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
     bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
-    return [moved, bound]
+    if len(efficiency["table"]) < 3:  # no W between one device and the most
+        return [moved, bound]
+    two = efficiency["table"][1]
+    values = {"n1": one["rows_per_s"], "n1_hi": one["rows_per_s_middle_half"][1], "n2": two["rows_per_s"]}
+    values.update(n2_lo=two["rows_per_s_middle_half"][0], w2=two["devices"], e2=two["efficiency"], c=cores)
+    gain = chosen_first(
+        notebook, ["one_usable_core", "second_device_gain"], e=last["efficiency"], w=last["devices"], **values
+    )
+    return [moved, bound, gain]
 
 
 def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> str:
@@ -882,8 +916,15 @@ def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> st
 
 
 def save_against_step(found: dict, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: the uninterrupted group's median save against its median step (`drill_records.save_and_step`)."""
-    return chosen(notebook, "save_outlasts_step", s=found["median_step_ms"], w=found["median_save_ms"])
+    """Stage 5a: the uninterrupted group's median save against its median step (`drill_records.save_and_step`),
+    with how many of those steps the save lasted and which steps (those that compiled) the median left out."""
+    ratio = found["median_save_ms"] / found["median_step_ms"]
+    left = found.get("steps_left_out") or []
+    fill = {
+        "ratio": f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.1f}",
+        "left": f" (steps {', '.join(map(str, left))}, which compiled, left out)" if left else "",
+    }
+    return chosen(notebook, "save_outlasts_step", fill, s=found["median_step_ms"], w=found["median_save_ms"])
 
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:

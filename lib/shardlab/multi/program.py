@@ -210,6 +210,7 @@ class Controller:
 
     def publish(self, step: int) -> None:
         """After every controller's pieces of `step` are written: process 0 verifies and publishes, last."""
+        began = time.time()
         self.fault("save-written", step)
         self.guard.barrier(f"saved-{step}")
         if self.pid == 0:
@@ -224,7 +225,7 @@ class Controller:
             self.saved_host.pop(step)
         self.guard.barrier(f"published-{step}")
         self.report.setdefault("published", []).append(step)
-        self.progress("published", step=step)
+        self.progress("published", step=step, publish_s=round(time.time() - began, 5))
 
     def preempted(self, step: int) -> None:
         """Every controller agreed on `step` after a SIGTERM: save it (unless saved), publish, stop."""
@@ -259,8 +260,10 @@ class Controller:
             began = time.time()
             flags = self.guard.agree(step, shards.agreement(state, self.data, batch.ids), bound, self._flags())
             clock.append(time.perf_counter())
+            publishing = time.time()  # an earlier background save published inside this step: timed apart
             if self.pending is not None and all(DURABLE in f for f in flags.values()):
                 self.finish_pending()  # every controller's pieces are written: publish without waiting
+            publishing = time.time() - publishing
             if any(PREEMPT in f for f in flags.values()):
                 self.preempted(step)
             self.fault("update", step)
@@ -273,7 +276,15 @@ class Controller:
             weights = np.asarray(self.state["weights"]).tolist()
             ids = [int(i) for i in batch.ids]
             self.report["log"].append({**entry, "ids": ids, "weights_values": weights})
-            self.progress("step", step=step + 1, s=round(time.time() - began, 5), ids=ids, loss=loss, weights=weights)
+            self.progress(
+                "step",
+                step=step + 1,
+                s=round(time.time() - began, 5),
+                publish_s=round(publishing, 5),
+                ids=ids,
+                loss=loss,
+                weights=weights,
+            )
             if args.save_every and (step + 1) % args.save_every == 0:
                 self.saved_host[step + 1] = sl.host_copy(self.state)
                 self.save(step + 1)

@@ -92,18 +92,23 @@ def proof(drills_json: dict) -> list[dict]:
     return [{"class": row["class"], "drills": {d: passed.get(d) for d in row["drills"]}} for row in ROWS]
 
 
-def entries(timeout: float, drills_json: dict | None = None, ran_in: str = "stage 5a") -> str:
+def entries(timeout: float, drills_json: dict | None = None, ran_in: str = "stage 5a", unrun: bool = True) -> str:
     """The runbook for a notebook: one narrow table row per failure class (failure, owner, stop condition, the
     drills of `drills_json` with their verdicts, under `ran_in`, the notebook that ran them, then by name the drills
-    only `make drills` runs). A row none of whose drills ran shows its stop condition as a designed bound."""
+    only `make drills` runs, unless `unrun` is False). A row none of whose drills ran shows its stop condition as a
+    designed bound."""
+    last = " not run here (`make drills` runs them) |" if unrun else ""
     table = [
-        f"| failure | owner | stop condition | drills run in {ran_in} | not run here (`make drills` runs them) |",
-        "| --- | --- | --- | --- | --- |",
+        f"| failure | owner | stop condition | drills run in {ran_in} |{last}",
+        "| --- | --- | --- | --- |" + (" --- |" if unrun else ""),
     ]
     verdicts = proof(drills_json) if drills_json else [{"drills": dict.fromkeys(row["drills"])} for row in ROWS]
     for row, proved in zip(rows(timeout), verdicts):
         ran = ", ".join(f"`{d}` ({'passed' if v else 'FAILED'})" for d, v in proved["drills"].items() if v is not None)
         left = ", ".join(f"`{d}`" for d, v in proved["drills"].items() if v is None)
         stop = row["stop"] if ran else f"designed bound, not observed in {ran_in}: {row['stop']}"
-        table.append(f"| {row['class']} | {row['owner']} | {stop} | {ran or 'none'} | {left or 'none'} |")
+        table.append(
+            f"| {row['class']} | {row['owner']} | {stop} | {ran or 'none'} |"
+            + (f" {left or 'none'} |" if unrun else "")
+        )
     return "\n".join(table)
