@@ -1511,6 +1511,7 @@ def test_the_fused_capture_is_read_as_traced_when_the_profiler_stretched_it(tmp_
     [
         (2.55, 0.287, "may be most of an untraced step"),  # one executed run: a roof 4x lower takes 2.55 below 1.5
         (1.07, 0.714, "may be most of an untraced step"),  # another, on a loaded host
+        (0.90, 0.82, "XLA's byte count overstates what it moves"),  # another: faster than its roofline
         (9.0, 0.287, "Not arithmetic or memory traffic alone"),
         (9.0, 1.2, "The two readings disagree"),
     ],
@@ -1530,3 +1531,4 @@ def test_what_bounds_a_fused_step_is_said_only_when_both_readings_agree(tmp_path
     assert reading in said, said
     assert ("Not arithmetic or memory traffic alone" in said) == (room and program < 0.5 * 1.56), said
     assert ("does not settle it" in said) == (not room or program >= 0.5 * 1.56), said
+    assert ("the roofline cannot bound it" in said) == (ratio < 1), said

@@ -567,6 +567,18 @@ SENTENCES = {
             "cost, but the traced busiest thread spent at least half its busy time in its program ({p:.2f} of "
             "{b:.2f} ms), in a traced run (section 2). This page does not settle it.",
         ),
+        "roofline_below_byte_count": _s(
+            "s < 1",
+            {
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+                "p": "fused_trace.top_events.program_ms",
+                "b": "fused_trace.top_events.busy_ms",
+            },
+            "What bounds a fused_stats step, then? This page does not settle it. The step ran faster than its roofline "
+            "({s:.2f}x), so XLA's byte count overstates what it moves and the roofline cannot bound it; the traced "
+            "thread's split ({p:.2f} of {b:.2f} ms in the program) is of a traced run (section 2).",
+            "fused_stats took at least its roofline ({s:.2f}x).",
+        ),
         "roofline_room_unsettled": _s(
             "s < 1.5 * d",
             {
@@ -994,7 +1006,7 @@ def fused_traced_inflation(per_step: dict, untraced: dict, notebook: str = "stag
 def roofline_beside_threads(points: dict, devices: int, split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b: the roofline of an untraced fused_stats step beside the traced busiest thread's program time."""
     values = {"s": points["fused_stats"]["measured_over_roofline"], "d": devices}
-    names = ["roofline_beside_threads", "roofline_room_unsettled"]
+    names = ["roofline_beside_threads", "roofline_below_byte_count", "roofline_room_unsettled"]
     return chosen_first(notebook, names, **values, p=split["program_ms"], b=split["busy_ms"])
 
 
