@@ -1456,12 +1456,14 @@ def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_p
 
 
 @pytest.mark.parametrize("compile_s", [0.0, 0.02, 0.7])
-def test_the_eager_sentence_takes_each_call_s_compiling_out_of_that_same_call(tmp_path, compile_s):
+def test_the_eager_sentence_takes_each_call_s_compiling_out_of_that_same_call(tmp_path, monkeypatch, compile_s):
     import statistics
 
     from shardlab.course import results as record
     from shardlab.course import sentences
     from shardlab.evidence import timing
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     eager = [1.10, 0.95, 1.30, 1.02, 0.99]  # seconds per timed call
     compiled = [0.0005, 0.0004, 0.0006]
@@ -1489,9 +1491,11 @@ def test_the_eager_sentence_takes_each_call_s_compiling_out_of_that_same_call(tm
 
 
 @pytest.mark.parametrize(("traced", "untraced"), [(0.5698, 0.06685), (0.09174, 0.02507), (0.030, 0.026)])
-def test_the_fused_capture_is_read_as_traced_when_the_profiler_stretched_it(tmp_path, traced, untraced):
+def test_the_fused_capture_is_read_as_traced_when_the_profiler_stretched_it(tmp_path, monkeypatch, traced, untraced):
     from shardlab.course import results as record
     from shardlab.course import sentences
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     per_step = {"after": {"median_compiled_update_and_wait_ms_per_step": traced}}
     said = sentences.fused_traced_inflation(per_step, {"fused_stats": untraced})
@@ -1516,9 +1520,11 @@ def test_the_fused_capture_is_read_as_traced_when_the_profiler_stretched_it(tmp_
         (9.0, 1.2, "The two readings disagree"),
     ],
 )
-def test_what_bounds_a_fused_step_is_said_only_when_both_readings_agree(tmp_path, ratio, program, reading):
+def test_what_bounds_a_fused_step_is_said_only_when_both_readings_agree(tmp_path, monkeypatch, ratio, program, reading):
     from shardlab.course import results as record
     from shardlab.course import sentences
+
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     points = {"fused_stats": {"measured_over_roofline": ratio}}
     split = {"program_ms": program, "busy_ms": 1.56}
