@@ -81,6 +81,29 @@ def test_measure_warms_alternates_and_blocks_on_every_output():
     assert all(s == 1000.0 for n in NAMES for s in measured["samples_ms"][n])  # one fake second per sample
 
 
+def test_measure_counts_the_compiling_inside_each_timed_call_and_takes_it_out_of_the_median():
+    compile_s = {NAMES[0]: 0.25, NAMES[1]: 0.0, NAMES[2]: 0.0}  # the first variant "compiles" in every call
+
+    def variant(name):
+        def fn():
+            if compile_s[name]:
+                jax.monitoring.record_event_duration_secs(timing.COMPILE_EVENT, compile_s[name])
+                jax.monitoring.record_event_duration_secs(timing.COMPILE_EVENT, compile_s[name])
+            jax.monitoring.record_event_duration_secs("/some/other/event", 9.0)  # not a compile: not counted
+
+        return timing.Variant(fn, (), None, None)
+
+    variants = {name: variant(name) for name in NAMES}
+    measured = timing.measure(variants, samples=5, warmup=1, clock=FakeClock([]), block=lambda t: t, progress=None)
+    assert measured["sample_compilations"][NAMES[0]] == [{"count": 2, "total_ms": 500.0}] * 5
+    assert measured["sample_compilations"][NAMES[1]] == [{"count": 0, "total_ms": 0.0}] * 5
+    table = timing.summary(variants, measured)
+    assert table[NAMES[0]]["median_ms"] == 1000.0  # one fake second per call
+    assert table[NAMES[0]]["sample_compilations"] == {"median_count": 2.0, "median_ms": 500.0}
+    assert table[NAMES[0]]["median_less_compile_ms"] == 1000.0 - 2 * 250.0
+    assert table[NAMES[1]]["median_less_compile_ms"] == 1000.0
+
+
 def test_measure_caps_a_slow_variant_to_its_first_rounds():
     calls = []
     variants = {n: timing.Variant(lambda n=n: calls.append(n), (), None, None) for n in NAMES}
@@ -299,6 +322,10 @@ def test_a_hypothesis_names_a_change_of_the_menu_with_a_threshold_within_what_it
     medians = {row["change"]: row["median ms"] for row in menu(TRANSITIONS)}
     assert medians == {"one_call_reshuffle": pytest.approx(1.0), "packed_psum": pytest.approx(3.0)}
     assert [row["change"] for row in menu(TRANSITIONS)] == sorted(MENU, key=list(MENU).index)
+    # by hand, linear quartiles of three values: preparation 0.95–1.1 ms, update 2.9–3.1 ms, each beside its control
+    halves = {row["change"]: (row["middle half ms"], row["control's middle half ms"]) for row in menu(TRANSITIONS)}
+    preparation, update = "0.950–1.100", "2.900–3.100"
+    assert halves == {"one_call_reshuffle": (preparation, update), "packed_psum": (update, preparation)}
     mine = stated({"change": "one_call_reshuffle", "threshold_ms": 0.15, "because": "dispatch"}, TRANSITIONS)
     assert (mine["annotation"], mine["control"]) == (trace.PREPARE, trace.UPDATE)
     assert mine["baseline_ms"] == pytest.approx(1.0) and "reach_ms" not in mine

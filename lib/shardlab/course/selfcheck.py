@@ -547,7 +547,8 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. Make the change",
-                "the table's control drift beside the threshold, and the verdicts in words",
+                "the rule above the verdict table (inconclusive when the control moved by more than t), the table's "
+                "control row beside the threshold, and the verdicts in words",
                 r"verdict[^:\n]* on the effect: [^\n]+\n+[^\n]*verdict[^:\n]* on the mechanism: ",
             ),
         ),
@@ -608,7 +609,8 @@ QUESTIONS = (
             (
                 "fused_stats_body",
                 "The fused loop",
-                "the lines of fused_stats that reduce every step's statistics at once",
+                "the algebra above the lines of fused_stats that reduce every step's statistics at once; section 4 "
+                "says which losses allow it",
                 r"one all-reduce for all K steps",
             ),
         ),

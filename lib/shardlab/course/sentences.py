@@ -172,6 +172,12 @@ DOMINANCE = {
 DOMINANCE_NAMES = ["prepare_longer", "update_longer"]  # the last one's other sentence: the middle halves overlap
 EXAMPLE_TARGET_NAMES = ["example_target_longer", "example_target_shorter"]
 _HALVES = "prepare_and_place {p_lo:.3f}–{p_hi:.3f} ms, compiled_update_and_wait {u_lo:.3f}–{u_hi:.3f} ms"
+_WHY_PARTS = (
+    " Within it, the change replaces the sampler's draw: the draw's jitted calls are jitted_dispatch, and its copies "
+    "back to the host and the waits for them fall in other, so the target is both parts. The threshold is sized from "
+    "jitted_dispatch alone, the part the trace counts call by call: other, though larger, also holds the gathering "
+    "and padding the change leaves alone, so this trace cannot say how much of it the change removes."
+)
 _WHY_COUNT = (
     "the first trace counts the jitted calls inside prepare_and_place, one per dispatch, so their cut can be sized "
     "from it; it shows the update only as one duration, nothing of the time its three psums take"
@@ -208,31 +214,34 @@ SENTENCES = {
         "example_target_longer": _s(
             "p_lo > u_hi",
             DOMINANCE,
-            "Why the worked example targets prepare_and_place: it was the longer annotation beyond the spread in "
-            "the first trace.",
-            "Why the worked example targets prepare_and_place: it was not longer beyond the spread in the first trace ("
-            + _HALVES
-            + ").",
+            "Why the worked example changes prepare_and_place, not the update: it was the longer annotation beyond the "
+            "spread in the first trace." + _WHY_PARTS,
+            "Why the worked example changes prepare_and_place, not the update: it was not longer beyond the spread in "
+            "the first trace (" + _HALVES + ")." + _WHY_PARTS,
         ),
         "example_target_shorter": _s(
             "u_lo > p_hi",
             DOMINANCE,
-            "Why the worked example targets prepare_and_place: compiled_update_and_wait was the longer annotation "
-            "in the first trace, yet the example shortens the preparation: "
+            "Why the worked example changes prepare_and_place, not the update: compiled_update_and_wait was the "
+            "longer annotation in the first trace, yet the example shortens the preparation: "
             + _WHY_COUNT
-            + ". A hypothesis about the update is yours to size.",
-            "Why the worked example targets prepare_and_place: neither annotation was longer beyond the spread in "
-            "the first trace, so the example picks the change whose cut the trace lets it size: " + _WHY_COUNT + ".",
+            + ". A hypothesis about the update is yours to size."
+            + _WHY_PARTS,
+            "Why the worked example changes prepare_and_place, not the update: neither annotation was longer beyond "
+            "the spread in the first trace, so the example picks the change whose cut the trace lets it size: "
+            + _WHY_COUNT
+            + "."
+            + _WHY_PARTS,
         ),
         "capture_drift": _s(
             "2 * abs(b - r) >= abs(c)",
             {"b": "change.baseline_first_ms", "r": "change.reach_ms", "c": "change.cut_ms"},
             "With no code changed, the target moved between captures: {b:.3f} ms by median in the first trace, "
-            "{r:.3f} ms in this capture's unchanged loop, a move of at least half the {c:.3f} ms cut. That is why "
-            "both verdicts read only this capture's two loops, traced in turn.",
+            "{r:.3f} ms in this capture's unchanged loop, at least half the {c:.3f} ms cut. So the verdicts read "
+            "only this capture's two loops, traced in turn.",
             "With no code changed, the target went from {b:.3f} ms by median in the first trace to {r:.3f} ms in this "
-            "capture's unchanged loop, a move of less than half the {c:.3f} ms cut; the verdicts still read only this "
-            "capture's two loops, traced in turn, since between captures the machine moves.",
+            "capture's unchanged loop, less than half the {c:.3f} ms cut; the verdicts still read only this "
+            "capture's two loops, traced in turn.",
         ),
         "sized_part_moved": _s(
             "abs(m1 - mu) > t",
@@ -241,18 +250,18 @@ SENTENCES = {
                 "mu": "change.mechanism_sides.unchanged.median_ms",
                 "t": "change.threshold_ms",
             },
-            "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold: "
-            "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
-            "{t:.3f} ms). A threshold sized from one capture need not fit the next.",
-            "The threshold was sized from <part>, which moved by less than that threshold between captures: "
-            "{m1:.3f} ms by median in the first trace, {mu:.3f} ms in this capture's unchanged loop (threshold "
-            "{t:.3f} ms).",
+            "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold "
+            "({m1:.3f} ms in the first trace, {mu:.3f} ms here, threshold {t:.3f} ms): a threshold sized from one "
+            "capture need not fit the next.",
+            "The threshold was sized from <part>, which moved by less than that threshold between captures "
+            "({m1:.3f} ms in the first trace, {mu:.3f} ms here, threshold {t:.3f} ms).",
         ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
             "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
-            "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x. On "
+            "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x "
+            "(compiling included: the next line takes it out). On "
             "so small a workload, four logical devices cost more than they save here (they share this host's "
             "cores; this page does not measure which cost dominates).",
             "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
@@ -262,13 +271,31 @@ SENTENCES = {
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
             TIMING_KEYS,
-            "eager ≫ compiled (eager / 4-device = {re:.0f}x): that gap is clear beyond the spread. Four devices "
+            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the next line takes it out): that "
+            "gap is clear beyond the spread. Four devices "
             "against one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
             "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread.",
             "the order eager > four devices > one device is not clear beyond the spread: the middle halves meet "
             "(eager from {e_lo:.4g} ms, four devices {c4_lo:.4g}–{c4_hi:.4g}, one device up to {c1_hi:.4g}). So "
             "the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within "
             "the spread.",
+        ),
+        "eager_compiles_timed": _s(
+            "n > 0",
+            {
+                "n": "timing.eager_4dev.sample_compilations.median_count",
+                "k": "timing.eager_4dev.sample_compilations.median_ms",
+                "e": "timing.eager_4dev.median_ms",
+                "x": "timing.eager_4dev.median_less_compile_ms",
+                "rx": "timing.ratios.eager_4dev_less_compile_over_compiled_4dev",
+                "re": "timing.ratios.eager_4dev_over_compiled_4dev",
+            },
+            "The un-jitted variant compiles inside every call, warm or not: by median {n:.0f} XLA compilations, "
+            "{k:.0f} ms of a {e:.0f} ms timed call (the last column). Taking each call's compile time out of that "
+            "call, its median is {x:.0f} ms, {rx:.0f}x the compiled four-device call rather than {re:.0f}x: what is "
+            "left is tracing, lowering and dispatching each operation on its own.",
+            "The un-jitted variant's timed calls triggered no XLA compilation by median (the last column): eager / "
+            "4-device = {re:.0f}x is running each operation on its own, not compiling.",
         ),
         "eager_compiles": _s(
             "n > 0",
@@ -523,6 +550,62 @@ SENTENCES = {
             f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, within a quarter of waiting ({{w:.2f}} ms) and "
             "collective ({c:.2f} ms) together; one short capture has no spread to order them.",
         ),
+        "fused_traced_inflation": _s(
+            f"t > {CLEAR} * f",
+            {
+                "t": "fused_trace.per_step.after.median_compiled_update_and_wait_ms_per_step",
+                "f": "fused_timing.median_per_step_ms.fused_stats",
+            },
+            "The profiler's cost falls on the fused loop too: traced, a fused_stats dispatch took {t:.3f} ms per step, "
+            "untraced {f:.4f} ms (section 1), <ratio>x. So these kinds are those of a traced dispatch, the profiler's "
+            "own work among them; how an untraced step splits is not shown here.",
+            "Traced, a fused_stats dispatch took {t:.3f} ms per step, untraced {f:.4f} ms (section 1): within a "
+            "quarter, so the profiler changed it little.",
+        ),
+        "roofline_beside_threads": _s(
+            "s >= 1.5 * d and p < 0.5 * b",
+            {
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
+                "p": "fused_trace.top_events.program_ms",
+                "b": "fused_trace.top_events.busy_ms",
+            },
+            "What bounds a fused_stats step, then? Not arithmetic or memory traffic alone: even against a roof {d}x "
+            "lower the step took at least 1.5x its roofline, and the traced busiest thread spent {p:.2f} of {b:.2f} ms "
+            "in its program. Both point at the fixed costs of one dispatch shared by K steps and of the devices "
+            "meeting in the collective, which this page times together, not apart.",
+            "What bounds a fused_stats step, then? The two readings disagree: the roofline leaves room for fixed "
+            "cost, but the traced busiest thread spent at least half its busy time in its program ({p:.2f} of "
+            "{b:.2f} ms), in a traced run (section 2). This page does not settle it.",
+        ),
+        "roofline_below_byte_count": _s(
+            "s < 1",
+            {
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+                "p": "fused_trace.top_events.program_ms",
+                "b": "fused_trace.top_events.busy_ms",
+            },
+            "What bounds a fused_stats step, then? This page does not settle it. The step ran faster than its roofline "
+            "({s:.2f}x), so XLA's byte count overstates what it moves and the roofline cannot bound it; the traced "
+            "thread's split ({p:.2f} of {b:.2f} ms in the program) is of a traced run (section 2).",
+            "fused_stats took at least its roofline ({s:.2f}x).",
+        ),
+        "roofline_room_unsettled": _s(
+            "s < 1.5 * d",
+            {
+                "s": "roofline.points.fused_stats.measured_over_roofline",
+                "d": "roofline.devices",
+                "p": "fused_trace.top_events.program_ms",
+                "b": "fused_trace.top_events.busy_ms",
+            },
+            "What bounds a fused_stats step, then? This page does not settle it. At one device's roofs the step took "
+            "{s:.2f}x its roofline, which a roof up to {d}x lower (the devices share the cores) could bring under "
+            "1.5x: arithmetic and memory traffic may be most of an untraced step. The traced thread's split ({p:.2f} "
+            "of {b:.2f} ms in the program) is of a traced run (section 2), so it does not settle it either.",
+            "What bounds a fused_stats step, then? The two readings disagree: the roofline leaves room for fixed "
+            "cost, but the traced busiest thread spent at least half its busy time in its program ({p:.2f} of "
+            "{b:.2f} ms), in a traced run (section 2). This page does not settle it.",
+        ),
         "course_against_roofline": _s(
             "q > 10",
             {
@@ -531,11 +614,13 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
                 "q": "roofline.course_update_over_fused",
             },
-            f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
-            f"roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, {_S}x). It pays one dispatch and wait "
+            f"Each row times one call of a compiled program with its dispatch, though not the same program: the "
+            f"course's update took {_U}x what its roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, "
+            f"{_S}x). It pays one dispatch and wait "
             "per step, a fused loop one per K steps: that fixed cost per call is the likely excess.",
-            f"Like for like (a compiled program and its dispatch each): the course's update took {_U}x what its "
-            f"roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, {_S}x), not more than ten times. One "
+            f"Each row times one call of a compiled program with its dispatch, though not the same program: the "
+            f"course's update took {_U}x what its roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, "
+            f"{_S}x), not more than ten times. One "
             "dispatch per K steps did not bring a step much nearer its roofline.",
         ),
         "byte_roof_samples": _s(
@@ -583,9 +668,9 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
                 "d": "roofline.devices",
             },
-            f"Both fused steps took at least 1.5x the roofline of one device alone ({_P}x, {_S}x); against a roof "
-            "{d}x lower, as {d} devices sharing the cores could make it, at least one would fall below 1.5x, so this "
-            "table does not show time beyond arithmetic and memory traffic in every fused step.",
+            f"Both fused steps took at least 1.5x the roofline of one device alone ({_P}x, {_S}x). The {{d}} devices "
+            "share the cores, so their roof may be up to {d}x lower, and then at least one step would be within 1.5x "
+            "of it: this table cannot say whether every fused step spends time beyond arithmetic and memory traffic.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see below).",
         ),
@@ -952,6 +1037,20 @@ def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
     return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
 
 
+def fused_traced_inflation(per_step: dict, untraced: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: the traced fused_stats dispatch per step (`per_step`, the capture's) against the same loop untraced
+    (`untraced`, section 1's medians per step): whether the profiler stretched it by more than a quarter."""
+    t, f = per_step["after"]["median_compiled_update_and_wait_ms_per_step"], untraced["fused_stats"]
+    return chosen(notebook, "fused_traced_inflation", {"ratio": f"{t / f:.1f}"}, t=t, f=f)
+
+
+def roofline_beside_threads(points: dict, devices: int, split: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: the roofline of an untraced fused_stats step beside the traced busiest thread's program time."""
+    values = {"s": points["fused_stats"]["measured_over_roofline"], "d": devices}
+    names = ["roofline_beside_threads", "roofline_below_byte_count", "roofline_room_unsettled"]
+    return chosen_first(notebook, names, **values, p=split["program_ms"], b=split["busy_ms"])
+
+
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's sentence on the one-device fused loop beside the two four-device fused loops, with their spreads."""
     values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
@@ -1076,6 +1175,15 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
         r=timing["ratios"]["compiled_4dev_over_compiled_1dev"], re=timing["ratios"]["eager_4dev_over_compiled_4dev"]
     )
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
+
+
+def eager_compiles_timed(timing: dict, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on the XLA compiling inside the un-jitted variant's timed calls, and its median less it."""
+    eager, ratios = timing["eager_4dev"], timing["ratios"]
+    values = {"n": eager["sample_compilations"]["median_count"], "k": eager["sample_compilations"]["median_ms"]}
+    values.update(e=eager["median_ms"], x=eager["median_less_compile_ms"])
+    values.update(rx=ratios["eager_4dev_less_compile_over_compiled_4dev"], re=ratios["eager_4dev_over_compiled_4dev"])
+    return chosen(notebook, "eager_compiles_timed", **values)
 
 
 def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:

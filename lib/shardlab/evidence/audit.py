@@ -21,8 +21,10 @@ Schema of audit.json (schema_version 1; key order carries no meaning):
 - `timing` — for each variant `eager_4dev`, `compiled_4dev`, `compiled_1dev`: `samples_ms` (list,
   every warm sample in the order taken), `median_ms`, `q1_ms` and `q3_ms` (the middle half), `lower_ms`
   and `compile_ms` (null for the eager variant: it has no whole-program compile), `warm_compilations`
-  (`count`, `total_ms`: XLA compilations during the last warm-up call); plus `ratios`
-  (`compiled_4dev_over_compiled_1dev`, `eager_4dev_over_compiled_4dev`, of medians), `order`
+  (`count`, `total_ms`: XLA compilations during the last warm-up call), `sample_compilations`
+  (`median_count`, `median_ms`: the same, per timed call) and `median_less_compile_ms` (with its quartiles:
+  each timed call less its own compile time); plus `ratios` (`compiled_4dev_over_compiled_1dev`,
+  `eager_4dev_over_compiled_4dev`, `eager_4dev_less_compile_over_compiled_4dev`, of medians), `order`
   (variant order of each sampling round), `boundary` (what a sample includes) and
   `max_abs_error_vs_numpy` (per variant, checked before timing).
 - `trace` — `xplane` and `perfetto` (relative paths), `batch_size`, `transitions` (one object per

@@ -153,12 +153,18 @@ def _target_median(change: str, rows: list[dict]) -> float:
 
 def menu(transitions: list[dict]) -> list[dict]:
     """One row per change a hypothesis may name: what it shortens, its median (the most the change can remove:
-    no change removes more than the whole of what it shortens) and the control."""
+    no change removes more than the whole of what it shortens) and middle half, and the control with its middle
+    half (how far what the change leaves alone spread over these transitions)."""
     rows = []
     for name, entry in MENU.items():
         median, read = _target_median(name, transitions), quantities(name, transitions)
         row = {"change": name, "what it does": entry["what"], "shortens": read["target"], "median ms": round(median, 3)}
+        halves = {
+            side: np.percentile(_summed(transitions, read[f"{side}_keys"]), [25, 75]) for side in ("target", "control")
+        }
+        row["middle half ms"] = "{:.3f}–{:.3f}".format(*halves["target"])
         rows.append({**row, "control": read["control_label"]})
+        rows[-1]["control's middle half ms"] = "{:.3f}–{:.3f}".format(*halves["control"])
     return rows
 
 

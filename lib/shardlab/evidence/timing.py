@@ -9,7 +9,8 @@ Variants (the names the audit uses):
 Measurement boundary: inputs are padded and placed before any sample; a sample is one
 call of a warmed-up variant plus `jax.block_until_ready` on every output leaf. Sampling
 and placement are outside the clock. The warm-up counts the XLA compilations a call still
-triggers (`compilations`): zero for the compiled variants, every call for the eager one.
+triggers (`compilations`): zero for the compiled variants, every call for the eager one; so does
+every timed call, so a variant's median can be read with its compiling taken out.
 """
 
 import time
@@ -152,7 +153,8 @@ def measure(
     second a call); the others still take `samples`.
 
     Returns {"order": the rounds as called, "samples_ms": {variant: [ms, ...]},
-    "warm_compilations": {variant: compilations during its last warm-up call}}. `progress`
+    "warm_compilations": {variant: compilations during its last warm-up call},
+    "sample_compilations": {variant: [compilations during each timed call]}}. `progress`
     gets one short line per variant warmed and per variant sampled, and one per round when
     rounds are slow (None: silent): the eager variant alone takes seconds a call, so a long
     cell says what it is doing.
@@ -165,25 +167,55 @@ def measure(
             say(f"timing: {name} warmed ({warm[name]['count']} XLA compilations in its last warm-up call)")
     rounds = rotations(variants, samples)
     samples_ms = {name: [] for name in variants}
+    in_samples = {name: [] for name in variants}  # the XLA compilations each timed call triggered
+    seen = []
+
+    def listener(event, duration_secs, **_):
+        if event == COMPILE_EVENT:
+            seen.append(duration_secs)
+
     shown = time.perf_counter()
-    for number, order in enumerate(rounds, start=1):
-        for name in order:
-            if len(samples_ms[name]) >= (caps or {}).get(name, samples):
-                continue
-            samples_ms[name].append(sample_ms(variants[name], clock, block))
-        if time.perf_counter() - shown > PROGRESS_EVERY_S and number < len(rounds):
-            say(f"timing: round {number}/{len(rounds)} done, {time.perf_counter() - started:.0f} s so far")
-            shown = time.perf_counter()
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for number, order in enumerate(rounds, start=1):
+            for name in order:
+                if len(samples_ms[name]) >= (caps or {}).get(name, samples):
+                    continue
+                seen.clear()
+                samples_ms[name].append(sample_ms(variants[name], clock, block))
+                in_samples[name].append({"count": len(seen), "total_ms": 1e3 * sum(seen)})
+            if time.perf_counter() - shown > PROGRESS_EVERY_S and number < len(rounds):
+                say(f"timing: round {number}/{len(rounds)} done, {time.perf_counter() - started:.0f} s so far")
+                shown = time.perf_counter()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
     for name, taken in samples_ms.items():
         say(f"timing: {name} {len(taken)} samples, median {np.median(taken):.4g} ms")
     say(f"timing: {len(rounds)} rounds in rotating order, {time.perf_counter() - started:.1f} s with warm-up")
-    return {"order": rounds, "samples_ms": samples_ms, "warm_compilations": warm}
+    return {"order": rounds, "samples_ms": samples_ms, "warm_compilations": warm, "sample_compilations": in_samples}
 
 
 def spread(samples, to_ms: float = 1.0) -> dict:
     """The median and middle half (25th to 75th percentile) of `samples` times `to_ms` (1e3 for seconds), unrounded."""
     q1, median, q3 = (to_ms * float(v) for v in np.percentile(samples, [25, 50, 75]))
     return {"median_ms": median, "q1_ms": q1, "q3_ms": q3, "n": len(samples)}
+
+
+def _compiling_in_samples(samples_ms: list, compiled: list | None) -> dict:
+    """The XLA compiling inside a variant's timed calls: per call, the median count and ms, and the median of each
+    call's time less its compiling (the same interval, with XLA's compile time taken out); nothing when not counted."""
+    if not compiled:
+        return {}
+    less = [ms - c["total_ms"] for ms, c in zip(samples_ms, compiled)]
+    return {
+        "sample_compilations": {
+            "median_count": float(np.median([c["count"] for c in compiled])),
+            "median_ms": float(np.median([c["total_ms"] for c in compiled])),
+        },
+        "median_less_compile_ms": float(np.median(less)),
+        "q1_less_compile_ms": float(np.percentile(less, 25)),
+        "q3_less_compile_ms": float(np.percentile(less, 75)),
+    }
 
 
 def summary(variants: dict, measured: dict) -> dict:
@@ -197,6 +229,7 @@ def summary(variants: dict, measured: dict) -> dict:
             "lower_ms": variants[name].lower_ms,
             "compile_ms": variants[name].compile_ms,
             "warm_compilations": measured.get("warm_compilations", {}).get(name),
+            **_compiling_in_samples(measured["samples_ms"][name], measured.get("sample_compilations", {}).get(name)),
         }
         for name in variants
     }
@@ -206,4 +239,7 @@ def summary(variants: dict, measured: dict) -> dict:
         "eager_4dev_over_compiled_4dev": ("eager_4dev", "compiled_4dev"),
     }
     ratios = {key: median[a] / median[b] for key, (a, b) in pairs.items() if a in median and b in median}
+    if "median_less_compile_ms" in table.get("eager_4dev", {}) and "compiled_4dev" in median:
+        less = table["eager_4dev"]["median_less_compile_ms"] / median["compiled_4dev"]
+        ratios["eager_4dev_less_compile_over_compiled_4dev"] = less
     return {**table, "ratios": ratios, "order": measured["order"], "boundary": BOUNDARY}
