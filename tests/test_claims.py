@@ -317,22 +317,6 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
-@pytest.mark.parametrize(("count", "compile_ms"), [(0, 0.0), (1, 12.0), (36, 5389.9)])
-def test_the_eager_sentence_blames_compiling_only_when_a_warm_call_compiled(tmp_path, count, compile_ms):
-    from shardlab.course import sentences
-
-    timing = {"eager_4dev": {"median_ms": 1434.0, "warm_compilations": {"count": count, "total_ms": compile_ms}}}
-    values = {"n": count, "k": compile_ms, "e": 1434.0}
-    text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, ["eager_compiles"], **values)
-    assert (f"still compiled, {count} times for {compile_ms:.0f} ms" in text) == (count > 0), text
-    assert ("not warm as the compiled ones are" in text) == (count > 0), text
-    assert ("pay for recompilation" in text) == (count > 0), text
-    assert ("how much of their median is compiling is not shown" in text) == (count > 0), text
-    assert ("last warm-up call triggered no XLA compilation" in text) == (count == 0), text
-    assert sentences.eager_compiles(timing) == text
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-
-
 # the last: values from one executed run, 0.956 against 0.854 ms from two traced transitions: not called longer
 @pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1), (0.956, 0.854)])
 def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare, update):

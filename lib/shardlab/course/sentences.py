@@ -297,21 +297,6 @@ SENTENCES = {
             "The un-jitted variant's timed calls triggered no XLA compilation by median (the last column): eager / "
             "4-device = {re:.0f}x is running each operation on its own, not compiling.",
         ),
-        "eager_compiles": _s(
-            "n > 0",
-            {
-                "n": "timing.eager_4dev.warm_compilations.count",
-                "k": "timing.eager_4dev.warm_compilations.total_ms",
-                "e": "timing.eager_4dev.median_ms",
-            },
-            "The un-jitted variant's last warm-up call still compiled, {n:.0f} times for {k:.0f} ms (the last "
-            "column): its samples are not warm as the compiled ones are, and eager / 4-device can pay for "
-            "recompilation, not only for dispatch (the timed calls' compilations were not counted, so how much of "
-            "their median is compiling is not shown here).",
-            "The un-jitted variant's last warm-up call triggered no XLA compilation (the last column): its "
-            "{e:.0f} ms median timed call is the dispatch of each operation on its own, if the timed calls did "
-            "the same.",
-        ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
             CHANGE,
@@ -1184,13 +1169,6 @@ def eager_compiles_timed(timing: dict, notebook: str = "stage4a_profile") -> str
     values.update(e=eager["median_ms"], x=eager["median_less_compile_ms"])
     values.update(rx=ratios["eager_4dev_less_compile_over_compiled_4dev"], re=ratios["eager_4dev_over_compiled_4dev"])
     return chosen(notebook, "eager_compiles_timed", **values)
-
-
-def eager_compiles(timing: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on whether a warm eager call still compiled, from the count and time the timing recorded."""
-    eager = timing["eager_4dev"]
-    compiles = eager["warm_compilations"]
-    return chosen(notebook, "eager_compiles", n=compiles["count"], k=compiles["total_ms"], e=eager["median_ms"])
 
 
 def dominance(dominant: dict, cpus: int, notebook: str = "stage4a_profile") -> list[str]:
