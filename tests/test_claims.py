@@ -243,32 +243,6 @@ def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_mo
     assert waits_most == (waiting > 0.5 * split["busy_ms"] * 1e6)  # the cases cover both sides of half the busy time
 
 
-def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tmp_path):
-    def rows(prepare, update):
-        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
-
-    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.1}
-    # a 1.0 ms cut clears threshold + noise, but the untouched control moved 0.3 ms: more than the effect predicted
-    outcome = hypothesis.judge(guess, rows([2.0] * 8, [1.0] * 8), rows([1.0] * 8, [0.7] * 8))
-    assert outcome["cut_ms"] - outcome["noise_ms"] >= 0.1  # the old rule confirmed this
-    side = outcome["sides"]["control"]
-    values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
-    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"])
-    values.update(u_lo=side["unchanged"]["q1_ms"], u_hi=side["unchanged"]["q3_ms"])
-    values.update(g_lo=side["changed"]["q1_ms"], g_hi=side["changed"]["q3_ms"])
-    values.update(m=values["c"] - values["t"], s=outcome["spread_ms"])
-    text, found = _said(
-        tmp_path,
-        "stage4a_profile",
-        {"change": outcome},
-        sentences.VERDICT,
-        {"verdict_of": "The example's verdict"},
-        **values,
-    )
-    assert outcome["verdict"] == "inconclusive" and text.startswith("The example's verdict: inconclusive. The control")
-    assert not found[claims.CLAIMS]["change_confirmed"]["holds"]
-
-
 @pytest.mark.parametrize(
     "eager, four_devices, word",
     [
@@ -435,20 +409,33 @@ def test_a_step_is_mostly_one_phase_only_above_two_thirds(tmp_path, ms, words):
     assert words in said and ("mostly" in said) == (3 * ms[1] > 2 * ms[0]), said
 
 
-def _verdict_text(tmp_path, before, after, threshold):
+def _verdict_text(tmp_path, before, after, threshold, control_after=1.0):
+    """(the outcome, the verdict sentence, the results) for the target's `before` and `after` samples (ms), the control
+    at 1.0 ms before and `control_after` ms after, once the sentence is filed and its claims checked."""
+
     def rows(prepare, update):
-        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
+        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": update} for p in prepare]
 
     guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold, "baseline_ms": 1.584}
-    outcome = hypothesis.judge(guess, rows(before, [1.0] * 8), rows(after, [1.0] * 8))
+    outcome = hypothesis.judge(guess, rows(before, 1.0), rows(after, control_after))
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     control = outcome["sides"]["control"]
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
     values.update(m=values["c"] - values["t"], s=outcome["spread_ms"], b=outcome["baseline_first_ms"])
-    text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values)
-    return outcome, text
+    text, found = _said(
+        tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values
+    )
+    return outcome, text, found
+
+
+def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tmp_path):
+    # a 1.0 ms cut clears threshold + noise, but the untouched control moved 0.3 ms: more than the effect predicted
+    outcome, text, found = _verdict_text(tmp_path, [2.0] * 8, [1.0] * 8, 0.1, control_after=0.7)
+    assert outcome["cut_ms"] - outcome["noise_ms"] >= 0.1  # the old rule confirmed this
+    assert outcome["verdict"] == "inconclusive" and text.startswith("V: inconclusive. The control"), text
+    assert not found[claims.CLAIMS]["change_confirmed"]["holds"]
 
 
 TARGET = [1.29, 1.30, 1.31, 1.32, 1.324, 1.40, 1.44, 1.45]
@@ -483,11 +470,11 @@ def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
     # the course run's case: a third of the annotation cut, well beyond the noise, yet short of the prediction
     before = [1.757, 1.63, 1.786, 1.76, 1.70, 1.75, 1.77, 1.78]
     real = [1.170, 1.14, 1.238, 1.17, 1.16, 1.15, 1.20, 1.18]
-    outcome, text = _verdict_text(tmp_path / "real", before, real, 0.8)
+    outcome, text, _ = _verdict_text(tmp_path / "real", before, real, 0.8)
     cut = np.median(before) - np.median(real)
     assert outcome["verdict"] == "refuted" and cut - outcome["noise_ms"] > 0  # a real, smaller cut
     assert "lives elsewhere" not in text and "did shorten" in text
-    _, none = _verdict_text(tmp_path / "none", before, [v - 0.01 for v in before], 0.8)
+    _, none, _ = _verdict_text(tmp_path / "none", before, [v - 0.01 for v in before], 0.8)
     assert "no measurable cut" in none and "did shorten" not in none
 
 
@@ -788,12 +775,12 @@ def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
     before = [1.17, 1.20, 1.42, 1.25, 1.30, 1.19, 1.40, 1.21]
     after = [0.80, 0.82, 0.93, 0.81, 0.85, 0.80, 0.90, 0.83]
     cut = float(np.median(before) - np.median(after))
-    outcome, text = _verdict_text(tmp_path / "real", before, after, cut + 0.05)
+    outcome, text, _ = _verdict_text(tmp_path / "real", before, after, cut + 0.05)
     assert outcome["verdict"] == "inconclusive" and outcome["inconclusive_because"] == "threshold_within_noise"
     assert cut > outcome["noise_ms"] and abs(cut - outcome["threshold_ms"]) <= outcome["noise_ms"]  # by hand
     assert "V: inconclusive. The change did cut its target" in text and f"= {-0.05:.3f} ms" in text, text
     # a cut inside the noise: neither the effect nor the threshold can be told
-    _, none = _verdict_text(tmp_path / "none", before, [v - 0.02 for v in before], 0.05)
+    _, none, _ = _verdict_text(tmp_path / "none", before, [v - 0.02 for v in before], 0.05)
     assert "neither the effect nor whether it reaches the threshold" in none, none
 
 
