@@ -243,6 +243,29 @@ def course_run(data, mesh, seed, batch_size, steps, start=None, step=None, trans
     return state, np.asarray(losses, np.float32), ids
 
 
+def oracle_path(data, id_batches, weights=None, momentum=None) -> tuple[list, np.ndarray, np.ndarray]:
+    """(pre-update losses, weights, momentum) after one float64 oracle update per batch of `id_batches`, every row
+    valid, from `weights` and `momentum` (zeros where None): NumPy alone, no course function."""
+    from shardlab.verify import oracle
+
+    zeros = np.zeros(data.features.shape[1])
+    w, v, losses = zeros if weights is None else weights, zeros if momentum is None else momentum, []
+    for ids in id_batches:
+        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
+        losses.append(loss)
+    return losses, w, v
+
+
+def idiom_batches(seed: int, rows: int, batch_size: int, steps: int) -> list:
+    """The ids of the first `steps` batches of `rows` rows in the course's split-then-permute order (the oracle's
+    epochs, each cut into batch_size ids and a remainder)."""
+    from shardlab.verify import oracle
+
+    epochs = -(-steps // -(-rows // batch_size))  # batches per epoch: rows / batch_size, rounded up
+    orders = [e["order"] for e in oracle.idiom_epochs(seed, rows, epochs)]
+    return [order[i : i + batch_size] for order in orders for i in range(0, rows, batch_size)][:steps]
+
+
 def npz_members(path) -> dict:
     """{member: array} of an NPZ, read with NumPy alone (no shardlab code) and pickles refused."""
     import numpy as np

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import results
+from conftest import idiom_batches, oracle_path, results
 
 import shardlab as sl
 from shardlab.errors import (
@@ -768,15 +768,8 @@ def drills_json(run_dir):
 
 
 def numpy_weights(data, seed, batch_size, steps):
-    """Weights after `steps` updates: the host sampler's IDs and the oracle's update in float64."""
-    from shardlab.verify import oracle
-
-    state = sl.initial_sampler(seed, len(data.targets))
-    w = v = np.zeros(data.features.shape[1])
-    for _ in range(steps):
-        state, ids = sl.advance(state, batch_size)
-        w, v, _, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
-    return w
+    """Weights after `steps` updates: the oracle's ids and its update in float64."""
+    return oracle_path(data, idiom_batches(seed, len(data.targets), batch_size, steps))[1]
 
 
 @pytest.mark.notebooks
