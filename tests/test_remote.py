@@ -234,25 +234,28 @@ def test_a_file_that_replaces_the_checker_on_import_gets_no_pass(tmp_path):
     assert results and not any(r.passed for r in results), [r.name for r in results if r.passed]
 
 
-def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
-    spec = tmp_path / "garbage.py"
+def _answering(tmp_path, answer: str, call_seconds: float) -> remote.RemoteImplementation:
+    """A started worker for a file whose worker process answers every call with `answer`'s body (`self` the server;
+    os, signal and time imported)."""
+    spec = tmp_path / "answering.py"
     spec.write_text(
-        textwrap.dedent(
-            """
-            import os
-            import sys
-            from shardlab.learner.reference import *  # noqa
-            worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker
-            def answer(self, header, blobs):
-                os.write(self.write, b"\\xff" * 64)
-                return {"ok": None, "changes": []}, [], 0
-            worker.Server.answer = answer
-            """
-        )
+        "import os, signal, sys, time\n"
+        "from shardlab.learner.reference import *  # noqa\n"
+        'worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker\n'
+        "def answer(self, header, blobs):\n" + textwrap.indent(textwrap.dedent(answer), "    ") + "\n"
+        "worker.Server.answer = answer\n"
     )
-    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=5, scratch=str(tmp_path)))
+    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=call_seconds, scratch=str(tmp_path)))
+    started = impl.worker.start()
+    if "error" in started:
+        impl.close()
+    assert "error" not in started, started
+    return impl
+
+
+def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
+    impl = _answering(tmp_path, 'os.write(self.write, b"\\xff" * 64)\nreturn {"ok": None, "changes": []}, [], 0', 5)
     try:
-        assert "error" not in impl.worker.start()
         with pytest.raises(guard.Overrun, match="not a value the checker reads|did not return"):
             impl.initial(0, Dataset(np.ones((4, 2), np.float32), np.ones(4, np.float32)), make_mesh(4))
         with pytest.raises(guard.Overrun, match="not called again"):
@@ -262,27 +265,13 @@ def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
 
 
 def test_a_worker_that_closes_its_channel_and_goes_on_is_ended_within_the_calls_bound(tmp_path):
-    spec = tmp_path / "linger.py"
-    spec.write_text(
-        textwrap.dedent(
-            """
-            import os
-            import signal
-            import sys
-            import time
-            from shardlab.learner.reference import *  # noqa
-            worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker
-            def answer(self, header, blobs):
-                signal.signal(signal.SIGALRM, signal.SIG_IGN)  # its own alarm cannot end it either
-                os.close(self.write)
-                time.sleep(600)
-            worker.Server.answer = answer
-            """
-        )
-    )
-    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=1, scratch=str(tmp_path)))
+    linger = """
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)  # its own alarm cannot end it either
+        os.close(self.write)
+        time.sleep(600)
+    """
+    impl = _answering(tmp_path, linger, 1)
     try:
-        assert "error" not in impl.worker.start()
         pid = impl.worker.process.pid
         with pytest.raises(guard.Overrun, match="did not return within 1 s"):  # the bound, not the sleep's end
             impl.contract(None, None)
