@@ -15,6 +15,7 @@ from argparse import Namespace
 import jax
 import numpy as np
 import pytest
+from conftest import ended, proc_state, until
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -275,7 +276,7 @@ def test_a_worker_that_closes_its_channel_and_goes_on_is_ended_within_the_calls_
         pid = impl.worker.process.pid
         with pytest.raises(guard.Overrun, match="did not return within 1 s"):  # the bound, not the sleep's end
             impl.contract(None, None)
-        assert _gone(pid), "the worker outlived the call that closed its channel"
+        assert ended([pid], 30.0), "the worker outlived the call that closed its channel"
     finally:
         impl.close()
 
@@ -336,29 +337,11 @@ def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_pa
     assert report["checks"][0]["name"] == "implementation_loads" and "SyntaxError" in report["checks"][0]["observed"]
 
 
-def _gone(pid: int, seconds: float = 30.0) -> bool:
-    """True once `pid` has no process, or only a zombie, in /proc (read without the module under test)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if _state(pid) == "Z":
-                return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _state(pid: int) -> str:
-    """The process's state letter as the kernel reports it (/proc/PID/stat, after the command's parentheses), once
-    it is "T" or after 5 s: a stop signal takes effect when the process next runs, not when kill returns."""
-    deadline = time.monotonic() + 5
-    while True:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rpartition(")")[2].split()[0]
-        if state == "T" or time.monotonic() > deadline:
-            return state
-        time.sleep(0.01)
+def _state(pid: int) -> str | None:
+    """The process's state letter as the kernel reports it, once it is "T" or after 5 s: a stop signal takes effect
+    when the process next runs, not when kill returns."""
+    until(lambda: proc_state(pid) == "T", 5.0, every=0.01)
+    return proc_state(pid)
 
 
 def test_between_calls_the_worker_and_every_process_it_started_are_stopped(tmp_path, monkeypatch):
