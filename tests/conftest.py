@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import budget
@@ -258,6 +259,57 @@ def course_run(data, mesh, seed, batch_size, steps, start=None, step=None, trans
         losses.append(loss)
         ids.append(batch_ids)
     return state, np.asarray(losses, np.float32), ids
+
+
+def oracle_path(data, id_batches, weights=None, momentum=None) -> tuple[list, np.ndarray, np.ndarray]:
+    """(pre-update losses, weights, momentum) after one float64 oracle update per batch of `id_batches`, every row
+    valid, from `weights` and `momentum` (zeros where None): NumPy alone, no course function."""
+    from shardlab.verify import oracle
+
+    zeros = np.zeros(data.features.shape[1])
+    w, v, losses = zeros if weights is None else weights, zeros if momentum is None else momentum, []
+    for ids in id_batches:
+        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
+        losses.append(loss)
+    return losses, w, v
+
+
+def idiom_batches(seed: int, rows: int, batch_size: int, steps: int) -> list:
+    """The ids of the first `steps` batches of `rows` rows in the course's split-then-permute order (the oracle's
+    epochs, each cut into batch_size ids and a remainder)."""
+    from shardlab.verify import oracle
+
+    epochs = -(-steps // -(-rows // batch_size))  # batches per epoch: rows / batch_size, rounded up
+    orders = [e["order"] for e in oracle.idiom_epochs(seed, rows, epochs)]
+    return [order[i : i + batch_size] for order in orders for i in range(0, rows, batch_size)][:steps]
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state /proc gives `pid` (T: stopped, Z: zombie), None when there is no such process: read
+    from the kernel, not from the module under test."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def running(pid: int) -> bool:
+    """True while `pid` exists and is neither a zombie nor dead."""
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+def until(condition, seconds: float = 10.0, every: float = 0.05) -> bool:
+    """Whether `condition()` holds within `seconds`, asked every `every` s."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not condition():
+        time.sleep(every)
+    return condition()
+
+
+def ended(pids, seconds: float = 10.0) -> bool:
+    """True once none of `pids` runs (each gone, or a zombie), within `seconds`."""
+    return until(lambda: not any(running(pid) for pid in pids), seconds)
 
 
 def npz_members(path) -> dict:

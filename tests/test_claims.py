@@ -8,15 +8,20 @@ number the notebook recorded, not on a copy), the relation is evaluated again, a
 must be the sentence for that outcome. Planted false claims show the check can fail.
 """
 
+import ast
 import math
 import re
+import statistics
 
 import numpy as np
 import pytest
 from conftest import results
 
-from shardlab.course import catalog, claims
+from shardlab.course import catalog, claims, drill_records, orbax_lesson, sentences, show
+from shardlab.course import results as record
 from shardlab.errors import UsageError
+from shardlab.evidence import hypothesis, trace
+from shardlab.perf import profile, roofline
 
 pytestmark = pytest.mark.notebooks
 
@@ -61,6 +66,21 @@ def check_claims(found: dict) -> list[str]:
     return problems
 
 
+def filed(tmp_path, notebook: str, recorded: dict, whole: bool = False, keys: dict | None = None) -> dict:
+    """`notebook`'s results once `recorded` ({name: value}) is recorded under tmp_path and the sentences chosen since
+    are filed as its closing cell files them (every one when `whole`; the stage 1-3 claims `keys` names with those
+    keys), each filed claim asserted true of the recorded values."""
+    for name, value in recorded.items():
+        record.emit(str(tmp_path), notebook, name, value, shown=False)
+    if keys is not None:
+        claims.record(str(tmp_path), notebook, keys)
+    else:
+        sentences.record(str(tmp_path), notebook, partial=not whole)
+    found = record.load(str(tmp_path), notebook)
+    assert not check_claims(found), check_claims(found)
+    return found
+
+
 def test_relations_follow_their_grammar():
     assert claims.holds("a < b", {"a": 1.0, "b": 2.0})
     assert not claims.holds("a < 0.5 * b and b > 0", {"a": 1.5, "b": 2.0})
@@ -100,8 +120,6 @@ def test_a_planted_false_claim_is_found():
 
 
 def test_choose_keeps_the_wording_in_the_cell_and_record_files_it_with_its_keys(tmp_path):
-    from shardlab.course import results as record
-
     record.emit(str(tmp_path), "nb", "timing", {"async_ms": 12.0, "sync_ms": 10.0}, shown=False)
     text = claims.choose("faster", "a < b", {"a": 12.0, "b": 10.0}, true="faster ({a})", false="not faster ({a})")
     assert text == "not faster (12.0)"
@@ -125,37 +143,21 @@ def test_every_claim_of_the_course_run_is_true(run_dir, name):
     assert not problems, f"{name}: " + "; ".join(problems)
 
 
-def _filed(out_dir: str, notebook: str, names, fill=None, **values) -> str:
-    """What a lesson cell and its closing record cell do together: choose a table sentence, then file it."""
-    from shardlab.course import sentences
-
-    text = sentences.chosen_first(notebook, names, fill, **values)
-    sentences.record(out_dir, notebook, partial=True)
-    return text
-
-
 def test_a_sentence_of_the_table_is_recorded_as_a_claim_the_check_accepts(tmp_path):
-    from shardlab.course import results as record
-
-    record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x2": {"max_weight_diff": 0.0}}})
-    text = _filed(str(tmp_path), "stage5a_protocol", ["world_change_<world>_match"], {"world": "1x2"}, d=0.0)
+    recorded = {"world_change": {"runs": {"1x2": {"max_weight_diff": 0.0}}}}
+    text, found = _said(tmp_path, "stage5a_protocol", recorded, ["world_change_<world>_match"], {"world": "1x2"}, d=0.0)
     assert text == "bit for bit"
-    found = record.load(str(tmp_path), "stage5a_protocol")
     claim = found[claims.CLAIMS]["world_change_1x2_match"]
-    assert claim["keys"] == {"d": "world_change.runs.1x2.max_weight_diff"} and not check_claims(found)
+    assert claim["keys"] == {"d": "world_change.runs.1x2.max_weight_diff"}
     found["world_change"]["runs"]["1x2"]["max_weight_diff"] = 1e-7  # the recorded value no longer says "bit for bit"
     assert check_claims(found)
     with pytest.raises(UsageError, match="missing"):
-        _filed(str(tmp_path), "stage5a_protocol", ["skip_stop_time"], d=1.0)
+        sentences.chosen_first("stage5a_protocol", ["skip_stop_time"], d=1.0)
     with pytest.raises(UsageError, match="no sentence"):
-        _filed(str(tmp_path), "stage5a_protocol", ["faster"])
+        sentences.chosen_first("stage5a_protocol", ["faster"])
 
 
 def test_every_sentence_of_the_table_names_a_value_for_each_name_its_relation_uses():
-    import ast
-
-    from shardlab.course import sentences
-
     for notebook, rows in sentences.SENTENCES.items():
         for name, row in rows.items():
             used = {n.id for n in ast.walk(ast.parse(row.relation, mode="eval")) if isinstance(n, ast.Name)}
@@ -170,14 +172,8 @@ def test_every_sentence_of_the_table_names_a_value_for_each_name_its_relation_us
 
 def _said(tmp_path, notebook: str, recorded: dict, names, fill=None, **values) -> tuple[str, dict]:
     """The sentence chosen for `values` and filed (values recorded under the keys in `recorded`), and the results."""
-    from shardlab.course import results as record
-
-    for key, value in recorded.items():
-        record.emit(str(tmp_path), notebook, key, value, shown=False)
-    text = _filed(str(tmp_path), notebook, names, fill, **values)
-    found = record.load(str(tmp_path), notebook)
-    assert not check_claims(found), check_claims(found)
-    return text, found
+    text = sentences.chosen_first(notebook, names, fill, **values)
+    return text, filed(tmp_path, notebook, recorded)
 
 
 def _quartiles(median, low, high):
@@ -231,18 +227,12 @@ def test_the_saving_comparison_names_its_direction_only_when_the_middle_halves_a
     ],
 )
 def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_most):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.perf import profile
-
     by_kind = {"waiting": 0, "collective": 0, "program": 0}
     for row in profile.exclusive(events):
         by_kind[profile.kind(row["name"])] += row["own"] / 1e6
     split = {f"{k}_ms": v for k, v in by_kind.items()} | {"busy_ms": 1600e-6 if not waits_most else 1000e-6}
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
     sentences.arithmetic_share(split)
-    sentences.record(str(tmp_path), "stage4b_beyond")
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    filed(tmp_path, "stage4b_beyond", {"fused_trace": {"top_events": split}}, whole=True)
     # independently, by hand: the psum's own time is itself less its rendezvous; waits are their own time
     if waits_most:
         waiting, collective = (900 - 100 - 700) + 700, 1000 - 800
@@ -251,35 +241,6 @@ def test_the_busy_time_is_split_by_what_each_event_is(tmp_path, events, waits_mo
     assert abs(by_kind["waiting"] - waiting / 1e6) < 1e-12 and abs(by_kind["collective"] - collective / 1e6) < 1e-12
     assert profile.kind("psum_invariant.7") == "collective" and profile.kind("dot_general.21") == "program"
     assert waits_most == (waiting > 0.5 * split["busy_ms"] * 1e6)  # the cases cover both sides of half the busy time
-
-
-def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tmp_path):
-    from shardlab.course import sentences
-    from shardlab.evidence import hypothesis, trace
-
-    def rows(prepare, update):
-        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
-
-    guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": 0.1}
-    # a 1.0 ms cut clears threshold + noise, but the untouched control moved 0.3 ms: more than the effect predicted
-    outcome = hypothesis.judge(guess, rows([2.0] * 8, [1.0] * 8), rows([1.0] * 8, [0.7] * 8))
-    assert outcome["cut_ms"] - outcome["noise_ms"] >= 0.1  # the old rule confirmed this
-    side = outcome["sides"]["control"]
-    values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
-    values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"])
-    values.update(u_lo=side["unchanged"]["q1_ms"], u_hi=side["unchanged"]["q3_ms"])
-    values.update(g_lo=side["changed"]["q1_ms"], g_hi=side["changed"]["q3_ms"])
-    values.update(m=values["c"] - values["t"], s=outcome["spread_ms"])
-    text, found = _said(
-        tmp_path,
-        "stage4a_profile",
-        {"change": outcome},
-        sentences.VERDICT,
-        {"verdict_of": "The example's verdict"},
-        **values,
-    )
-    assert outcome["verdict"] == "inconclusive" and text.startswith("The example's verdict: inconclusive. The control")
-    assert not found[claims.CLAIMS]["change_confirmed"]["holds"]
 
 
 @pytest.mark.parametrize(
@@ -292,8 +253,6 @@ def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tm
     ],
 )
 def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eager, four_devices, word):
-    from shardlab.course import sentences
-
     one = (0.5353, 0.22, 2.70) if four_devices[0] > 1 else (0.23, 0.21, 0.29)
     timing = {"eager_4dev": {"median_ms": eager[0], "q1_ms": eager[1]}}
     timing["compiled_4dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), four_devices))
@@ -320,8 +279,6 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
 # the last: values from one executed run, 0.956 against 0.854 ms from two traced transitions: not called longer
 @pytest.mark.parametrize(("prepare", "update"), [(0.4, 1.9), (2.1, 1.1), (0.956, 0.854)])
 def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare, update):
-    from shardlab.course import sentences
-
     per = {
         "before": {
             "median_prepare_and_place_ms_per_step": prepare,
@@ -356,8 +313,6 @@ def test_the_longer_boundary_is_named_from_the_traced_medians(tmp_path, prepare,
     ],
 )
 def test_a_traced_split_the_profiler_s_cost_could_explain_is_not_settled(tmp_path, prepare, update, untraced, settled):
-    from shardlab.course import sentences
-
     per = {
         "before": {
             "median_prepare_and_place_ms_per_step": prepare,
@@ -380,9 +335,6 @@ def test_a_traced_split_the_profiler_s_cost_could_explain_is_not_settled(tmp_pat
 
 
 def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     # 2.9444 / 2.4440 = 1.2047: a ratio of medians first rounded to 1.205 would be shown as 1.21
     slow = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9444, "q3_ms": 3.1}
     fast = {"process": 1, "q1_ms": 2.2, "median_ms": 2.4440, "q3_ms": 2.7}
@@ -394,10 +346,8 @@ def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_p
     }
     recorded["compiles"].update(max_other_phase="agreement", max_other_phase_ms=7.0)
     recorded["compiles"].update(max_other_second="data", max_other_second_ms=1.5)
-    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     said = sentences.step_phases(recorded["compiles"], "1, 4", slow, fast, slow, fast)
-    sentences.record(str(tmp_path), "stage5b_scaling")
-    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    filed(tmp_path, "stage5b_scaling", {"step_times": recorded}, whole=True)
     assert f"{round(ratio, 2):.2f}×" == "1.20×" and "median is 1.20×" in said[1] and "median is 1.20×" in said[2], said
     # 2.5 < 2.7, by hand: the halves overlap, and the quartiles themselves are left to the table beside it
     assert "the middle halves overlap" in said[1] and "2.5" not in said[1] and "2.7" not in said[1], said
@@ -410,9 +360,6 @@ def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_p
 def _step_phases_said(tmp_path, step_ms: float, tallest: tuple, second: tuple) -> str:
     """Stage 5b's step-phases sentence for a tallest step outside compilation of `step_ms` (its two longest phases
     (name, ms)), after every claim it records is checked against the recorded values."""
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     spread = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9, "q3_ms": 3.1}
     compiles = {"min_compile_ms": 90.0, "max_other_ms": step_ms, "max_other_other": 5, "max_other_process": "1"}
     compiles.update(max_other_phase=tallest[0], max_other_phase_ms=tallest[1])
@@ -422,10 +369,8 @@ def _step_phases_said(tmp_path, step_ms: float, tallest: tuple, second: tuple) -
         "agreement_spread": {"waits": 0, "late": 0, "ratio": 1.0, "waits_q1_ms": 2.5, "late_q3_ms": 3.1},
         "compiles": compiles,
     }
-    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     said = sentences.step_phases(compiles, "1, 4", spread, spread, spread, spread)[0]
-    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    filed(tmp_path, "stage5b_scaling", {"step_times": recorded})
     return said
 
 
@@ -450,29 +395,33 @@ def test_a_step_is_mostly_one_phase_only_above_two_thirds(tmp_path, ms, words):
     assert words in said and ("mostly" in said) == (3 * ms[1] > 2 * ms[0]), said
 
 
-def _verdict_text(tmp_path, before, after, threshold):
-    from shardlab.course import sentences
-    from shardlab.evidence import hypothesis, trace
+def _verdict_text(tmp_path, before, after, threshold, control_after=1.0):
+    """(the outcome, the verdict sentence, the results) for the target's `before` and `after` samples (ms), the control
+    at 1.0 ms before and `control_after` ms after, once the sentence is filed and its claims checked."""
 
     def rows(prepare, update):
-        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for p, u in zip(prepare, update)]
+        return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": update} for p in prepare]
 
     guess = {"annotation": trace.PREPARE, "control": trace.UPDATE, "threshold_ms": threshold, "baseline_ms": 1.584}
-    outcome = hypothesis.judge(guess, rows(before, [1.0] * 8), rows(after, [1.0] * 8))
+    outcome = hypothesis.judge(guess, rows(before, 1.0), rows(after, control_after))
     values = {"c": outcome["cut_ms"], "n": outcome["noise_ms"], "d": outcome["control_drift_ms"]}
     control = outcome["sides"]["control"]
     values.update(r=outcome["reach_ms"], t=outcome["threshold_ms"])
     values.update(u_lo=control["unchanged"]["q1_ms"], u_hi=control["unchanged"]["q3_ms"])
     values.update(g_lo=control["changed"]["q1_ms"], g_hi=control["changed"]["q3_ms"])
     values.update(m=values["c"] - values["t"], s=outcome["spread_ms"], b=outcome["baseline_first_ms"])
-    text, _ = _said(tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values)
-    return outcome, text
+    text, found = _said(
+        tmp_path, "stage4a_profile", {"change": outcome}, sentences.VERDICT, {"verdict_of": "V"}, **values
+    )
+    return outcome, text, found
 
 
-def record_load(tmp_path):
-    from shardlab.course import results as record
-
-    return record.load(str(tmp_path), "stage4a_profile")
+def test_a_verdict_whose_control_drifted_beyond_the_threshold_is_inconclusive(tmp_path):
+    # a 1.0 ms cut clears threshold + noise, but the untouched control moved 0.3 ms: more than the effect predicted
+    outcome, text, found = _verdict_text(tmp_path, [2.0] * 8, [1.0] * 8, 0.1, control_after=0.7)
+    assert outcome["cut_ms"] - outcome["noise_ms"] >= 0.1  # the old rule confirmed this
+    assert outcome["verdict"] == "inconclusive" and text.startswith("V: inconclusive. The control"), text
+    assert not found[claims.CLAIMS]["change_confirmed"]["holds"]
 
 
 TARGET = [1.29, 1.30, 1.31, 1.32, 1.324, 1.40, 1.44, 1.45]
@@ -481,11 +430,6 @@ TARGET = [1.29, 1.30, 1.31, 1.32, 1.324, 1.40, 1.44, 1.45]
 # the second: the threshold was set against a first trace's 1.584 ms, and this capture's target measures less
 @pytest.mark.parametrize(("threshold", "beyond"), [(0.267, False), (1.40, True)])
 def test_the_effect_reads_only_its_own_capture_its_target_s_median_bounding_the_threshold(tmp_path, threshold, beyond):
-    import statistics
-
-    from shardlab.course import sentences
-    from shardlab.evidence import hypothesis, trace
-
     def rows(prepare):
         return [{f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": 1.0} for p in prepare]
 
@@ -496,12 +440,9 @@ def test_the_effect_reads_only_its_own_capture_its_target_s_median_bounding_the_
     table = hypothesis.verdict_rows(outcome)
     assert len(table) == 3 and not any("reach" in str(v) for row in table for v in row.values())
     assert table[2]["unchanged − changed"].startswith(f"threshold {threshold:.3f}, noise "), table[2]
-    from shardlab.course import results as record
 
-    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
     said = sentences.verdict(outcome, "V")
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
+    filed(tmp_path, "stage4a_profile", {"change": outcome})
     assert (outcome["inconclusive_because"] == "threshold_beyond_reach") == beyond
     assert ("more than the whole of the target in this capture" in said) == beyond, said
     if beyond:
@@ -512,16 +453,14 @@ def test_the_effect_reads_only_its_own_capture_its_target_s_median_bounding_the_
 
 
 def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
-    import numpy as np
-
     # the course run's case: a third of the annotation cut, well beyond the noise, yet short of the prediction
     before = [1.757, 1.63, 1.786, 1.76, 1.70, 1.75, 1.77, 1.78]
     real = [1.170, 1.14, 1.238, 1.17, 1.16, 1.15, 1.20, 1.18]
-    outcome, text = _verdict_text(tmp_path / "real", before, real, 0.8)
+    outcome, text, _ = _verdict_text(tmp_path / "real", before, real, 0.8)
     cut = np.median(before) - np.median(real)
     assert outcome["verdict"] == "refuted" and cut - outcome["noise_ms"] > 0  # a real, smaller cut
     assert "lives elsewhere" not in text and "did shorten" in text
-    _, none = _verdict_text(tmp_path / "none", before, [v - 0.01 for v in before], 0.8)
+    _, none, _ = _verdict_text(tmp_path / "none", before, [v - 0.01 for v in before], 0.8)
     assert "no measurable cut" in none and "did shorten" not in none
 
 
@@ -539,8 +478,6 @@ def test_a_refuted_verdict_says_only_what_its_numbers_show(tmp_path):
 def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
     tmp_path, compute, agreement, separated, named
 ):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
 
     def longer_first(pair):  # (longer, shorter) by median, as (process, (q1, median, q3))
         return sorted(enumerate(pair), key=lambda p: -p[1][1])
@@ -552,7 +489,6 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
         "agreement_spread": {"waits": waits, "late": late, "ratio": w_med / l_med, "waits_q1_ms": w_lo,
                              "late_q3_ms": l_hi},
     }  # fmt: skip
-    record.emit(str(tmp_path), "stage5b_scaling", "step_times", recorded, shown=False)
     nb = "stage5b_scaling"
     said = [
         sentences.chosen(nb, "compute_spread_reading", {"slow": slow, "fast": fast}, r=s_med / f_med, q1_slow=s_lo,
@@ -562,8 +498,7 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
         sentences.chosen_first(nb, sentences.STRAGGLER_NAMES, {"slow": slow, "waits": waits, "late": late},
                                q1_slow=s_lo, q3_fast=f_hi, q1_wait=w_lo, q3_late=l_hi, ps=slow, pl=late),
     ]  # fmt: skip
-    sentences.record(str(tmp_path), nb)
-    assert not check_claims(record.load(str(tmp_path), nb))
+    filed(tmp_path, nb, {"step_times": recorded}, whole=True)
     # independently: a phase separates when the longer one's middle half starts above the other's end
     by_compute = compute[slow][0] > compute[fast][2]
     by_agreement = agreement[waits][0] > agreement[late][2]
@@ -584,8 +519,6 @@ def test_a_straggler_is_read_from_both_phases_and_only_beyond_the_spread(
 
 def _efficiency(one_ms, many_ms, w=4, rows=100):
     """A `scaling.weak`-like table: W = 1 and W = w, each with its samples (ms) and rows per second."""
-    import numpy as np
-
     table = []
     for devices, samples in ((1, one_ms), (w, many_ms)):
         n = rows * devices
@@ -617,17 +550,10 @@ def _efficiency(one_ms, many_ms, w=4, rows=100):
     ],
 )
 def test_the_throughput_sentence_says_whether_more_devices_gave_more_rows(tmp_path, many_ms, word):
-    import numpy as np
-
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     one_ms = (0.95, 1.0, 1.02, 1.05, 1.1)
     efficiency = _efficiency(one_ms, many_ms)
-    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
     moved, bound = sentences.throughput(efficiency, 2)
-    sentences.record(str(tmp_path), "stage5b_scaling")
-    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    filed(tmp_path, "stage5b_scaling", {"efficiency": efficiency}, whole=True)
     assert f"Throughput {word}" in moved, moved
     # independently: rows per second from the medians, and whether the middle halves of the times overlap
     one_rate, many_rate = 100 / np.median(one_ms), 400 / np.median(many_ms)
@@ -688,17 +614,11 @@ def test_the_second_device_is_read_against_the_cores_it_could_use(tmp_path, monk
     ],
 )
 def test_the_fault_ranking_sentence_names_only_the_order_both_fixtures_show(tmp_path, b, word):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     nb = "stage3a_checkpoint"
     errors = {"first": {"momentum": 0.215, "key": 0.1775, "cursor": 0.0785}, "second": b}
-    record.emit(str(tmp_path), nb, "fault_ranking", {"errors": errors}, shown=False)
     text = sentences.fault_ranking(errors)
-    sentences.record(str(tmp_path), nb)
-    found = record.load(str(tmp_path), nb)
+    found = filed(tmp_path, nb, {"fault_ranking": {"errors": errors}}, whole=True)
     assert word in text, text
-    assert not check_claims(found), check_claims(found)
     # independently: the orders largest first, and whether the second fixture has a tie
     order = {name: sorted(e, key=e.get, reverse=True) for name, e in errors.items()}
     tie = len(set(b.values())) < 3
@@ -720,8 +640,6 @@ def test_the_fault_ranking_sentence_names_only_the_order_both_fixtures_show(tmp_
 
 
 def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_faults():
-    from shardlab.course import sentences
-
     one = {"momentum": 0.3, "key": 0.2, "cursor": 0.1}
     for bad in ({"a": one}, {"a": one, "b": {"momentum": 0.3, "key": 0.2}}, {"a": one, "b": one, "c": one}):
         with pytest.raises(UsageError, match="two fixtures"):
@@ -731,24 +649,15 @@ def test_the_fault_ranking_refuses_anything_but_two_fixtures_of_the_same_three_f
 def _roofline_said(tmp_path, course_update: float) -> tuple[dict, list[str]]:
     """(the points, the roofline sentences) for the course update at `course_update` times its roofline beside the
     fused steps' 7.5 and 2.6, recorded and checked as a run checks them."""
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.perf import roofline
-
     ratios = {"course_update": course_update, "fused_psum": 7.5, "fused_stats": 2.6}
     points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
     said = sentences.roofline(points, 4)
     recorded = {"points": points, "course_update_over_fused": roofline.gap(points), "devices": 4}
-    record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    filed(tmp_path, "stage4b_beyond", {"roofline": recorded})
     return points, said
 
 
 def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp_path):
-    from shardlab.course import show
-    from shardlab.perf import roofline
-
     points, said = _roofline_said(tmp_path, 7085.46)  # the course update alone ~945x the fused steps' ratio
     # independently: the ratio of the ratios (update against fused, like for like), to the nearest whole number
     by_hand = 7085.46 / max(7.5, 2.6)
@@ -762,14 +671,9 @@ def test_the_roofline_sentence_states_the_ratio_and_rounds_as_the_table_does(tmp
 
 @pytest.mark.parametrize("stopped_s, within", [(8.13, True), (10.5, False), (5.5, False)])
 def test_the_skipped_batch_stop_is_read_against_the_bound_plus_the_pulse_check(tmp_path, stopped_s, within):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     found = {"detect_s": stopped_s, "timeout_s": 5.0, "pulse_window_s": 3.0}
-    record.emit(str(tmp_path), "stage5a_protocol", "skipped_batch", found, shown=False)
     said = sentences.skip_stop(stopped_s, 5.0, 3.0)
-    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    filed(tmp_path, "stage5a_protocol", {"skipped_batch": found})
     assert (abs(stopped_s - (5.0 + 3.0)) <= 2) == within  # by hand: the bound plus the pulse check, 2 s either way
     assert ("inside the 2 s allowed" in said) == within and ("slow to react" in said) == (not within), said
     assert f"{abs(stopped_s - 8.0):.2f} s away from" in said, said  # by hand: the gap to 5 + 3 s, either way
@@ -784,8 +688,6 @@ def test_the_skipped_batch_stop_is_read_against_the_bound_plus_the_pulse_check(t
     ],
 )
 def test_drill_one_s_table_says_what_each_resume_found_from_its_steps(saved, published, resumed, survivor, preempted):
-    from shardlab.course import drill_records
-
     kill = {"process": 0, "cause": "killed (SIGKILL)", "at_step": 8, "phase": "update", "exit_codes": {"0": -9}}
     kill |= {"saved": saved, "published": published, "resumed_from": resumed, "steps_lost": 8 - resumed}
     kill["exit_codes"]["1"] = survivor
@@ -821,8 +723,6 @@ def test_drill_one_s_table_says_what_each_resume_found_from_its_steps(saved, pub
 
 
 def test_a_preempted_attempt_that_published_nothing_earlier_would_go_back_to_where_it_resumed():
-    from shardlab.course import drill_records
-
     first = {"process": 1, "cause": "killed (SIGKILL)", "at_step": 6, "phase": "save-staged", "exit_codes": {}}
     first |= {"saved": [3, 6], "published": [3], "resumed_from": 3, "steps_lost": 3}
     kill = {"process": 0, "cause": "killed (SIGKILL)", "at_step": 6, "phase": "publish", "exit_codes": {"0": -9}}
@@ -851,13 +751,8 @@ def test_a_preempted_attempt_that_published_nothing_earlier_would_go_back_to_whe
     ],
 )
 def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, split, answer):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
     said = sentences.arithmetic_share(split)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    filed(tmp_path, "stage4b_beyond", {"fused_trace": {"top_events": split}})
     assert answer in said, said
     w, c, p = split["waiting_ms"], split["collective_ms"], split["program_ms"]
     smallest = 1.25 * p < min(w, c)  # by hand: smaller than both by more than a quarter, as one capture allows
@@ -881,17 +776,11 @@ def test_the_answer_to_arithmetic_or_meeting_is_chosen_by_the_parts(tmp_path, sp
     ],
 )
 def test_fixed_cost_is_named_only_where_the_roofline_leaves_room_for_it(tmp_path, psum, stats, phrase):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.perf import roofline
-
     points = {"course_update": {"measured_over_roofline": 7085.0}}
     points |= {"fused_psum": {"measured_over_roofline": psum}, "fused_stats": {"measured_over_roofline": stats}}
     said = sentences.roofline(points, 4)
     recorded = {"points": points, "course_update_over_fused": roofline.gap(points), "devices": 4}
-    record.emit(str(tmp_path), "stage4b_beyond", "roofline", recorded, shown=False)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    filed(tmp_path, "stage4b_beyond", {"roofline": recorded})
     assert len(said) == 2 and phrase in said[1], said
     # by hand: fixed cost is named only when both ratios stay 1.5x or more against a roof 4 devices could make 4x lower
     assert ("fixed cost" in said[1] and "little room" not in said[1]) == (min(psum, stats) / 4 >= 1.5)
@@ -901,18 +790,16 @@ def test_fixed_cost_is_named_only_where_the_roofline_leaves_room_for_it(tmp_path
 
 
 def test_a_real_cut_short_of_an_unclear_threshold_is_called_real(tmp_path):
-    import numpy as np
-
     # one executed run, in shape: a cut well beyond the noise, its margin over the threshold within it
     before = [1.17, 1.20, 1.42, 1.25, 1.30, 1.19, 1.40, 1.21]
     after = [0.80, 0.82, 0.93, 0.81, 0.85, 0.80, 0.90, 0.83]
     cut = float(np.median(before) - np.median(after))
-    outcome, text = _verdict_text(tmp_path / "real", before, after, cut + 0.05)
+    outcome, text, _ = _verdict_text(tmp_path / "real", before, after, cut + 0.05)
     assert outcome["verdict"] == "inconclusive" and outcome["inconclusive_because"] == "threshold_within_noise"
     assert cut > outcome["noise_ms"] and abs(cut - outcome["threshold_ms"]) <= outcome["noise_ms"]  # by hand
     assert "V: inconclusive. The change did cut its target" in text and f"= {-0.05:.3f} ms" in text, text
     # a cut inside the noise: neither the effect nor the threshold can be told
-    _, none = _verdict_text(tmp_path / "none", before, [v - 0.02 for v in before], 0.05)
+    _, none, _ = _verdict_text(tmp_path / "none", before, [v - 0.02 for v in before], 0.05)
     assert "neither the effect nor whether it reaches the threshold" in none, none
 
 
@@ -944,12 +831,6 @@ TIGHT = (-0.01, -0.005, 0.0, 0.0, 0.005, 0.01)
     ],
 )
 def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitter, other, threshold, effect, cause):
-    import statistics
-
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.evidence import hypothesis, trace
-
     def rows(d, o, spread):
         return [{"jitted_dispatch_ms": d + j, "other_ms": o, f"{trace.UPDATE}_ms": 1.0} for j in spread]
 
@@ -959,9 +840,7 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
     outcome = hypothesis.judge(guess, unchanged, changed)
     said = sentences.verdict(outcome, "V")
     because, elsewhere = sentences.mechanism(outcome, "V")
-    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
+    filed(tmp_path, "stage4a_profile", {"change": outcome})
 
     # by hand: quartiles by linear interpolation, as the course states them; the noise is the larger of the
     # control's drift (none here: the update is 1.0 ms throughout) and half the widest middle half of the four sides
@@ -1016,19 +895,8 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
 
 @pytest.mark.parametrize(("loss", "weight"), [(1.4e-06, 1.2e-07), (0.0, 0.0), (0.0, 3e-08)])
 def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_when_there_is_one(tmp_path, loss, weight):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     said = sentences.uninterrupted_match({"max_loss_diff": loss, "max_weight_diff": weight})
-    record.emit(
-        str(tmp_path),
-        "stage5a_protocol",
-        "uninterrupted",
-        {"max_loss_diff": loss, "max_weight_diff": weight},
-        shown=False,
-    )
-    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    filed(tmp_path, "stage5a_protocol", {"uninterrupted": {"max_loss_diff": loss, "max_weight_diff": weight}})
     bitwise = loss == 0 and weight == 0  # by hand
     assert ("bit for bit, losses and weights" in said) == bitwise, said
     assert ("in another order" in said) == (not bitwise) and (f"{weight:.1e} in a weight" in said) == (not bitwise)
@@ -1036,9 +904,6 @@ def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_wh
 
 @pytest.mark.parametrize(("saves", "outlasts"), [([0.040, 0.050, 0.046], True), ([0.002, 0.003, 0.001], False)])
 def test_a_background_write_is_said_to_outlast_steps_only_when_a_save_outlasted_a_step(tmp_path, saves, outlasts):
-    from shardlab.course import drill_records, sentences
-    from shardlab.course import results as record
-
     # two processes, three steps each: whole steps of 6, 9 and 150 ms (the first compiles); median 9 ms by hand
     phases = [(0.001, 0.002, 0.003), (0.002, 0.003, 0.004), (0.01, 0.04, 0.1)]
     records = [{"step": n + 1, "data_s": d, "agreement_s": a, "compute_s": c} for n, (d, a, c) in enumerate(phases)]
@@ -1047,9 +912,7 @@ def test_a_background_write_is_said_to_outlast_steps_only_when_a_save_outlasted_
     middle = 1e3 * sorted(saves)[1]  # each process's saves, the same three: the median is the middle one
     assert found["median_step_ms"] == pytest.approx(9.0) and found["median_save_ms"] == pytest.approx(middle)
     said = sentences.save_against_step(found)
-    record.emit(str(tmp_path), "stage5a_protocol", "uninterrupted", found, shown=False)
-    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    filed(tmp_path, "stage5a_protocol", {"uninterrupted": found})
     assert ("would still be going" in said) == outlasts == (sorted(saves)[1] > 0.009), said
     assert f"{1e3 * sorted(saves)[1]:.1f} ms" in said and "9.0 ms" in said, said
     assert (f"{middle / 9.0:.1f} steps' time" in said) == outlasts, said  # the save in steps, by hand
@@ -1064,8 +927,6 @@ def test_a_background_write_is_said_to_outlast_steps_only_when_a_save_outlasted_
 
 @pytest.mark.parametrize(("dispatches", "threshold"), [([0.16, 0.17, 0.15], 0.08), ([0.5] * 3, 0.25)])
 def test_the_worked_example_predicts_half_the_dispatches(dispatches, threshold):
-    from shardlab.evidence import hypothesis
-
     calls = ["PjitFunction(_threefry_split)", "PjitFunction(_shuffle)", "PjitFunction(_shuffle)"]  # one repeated
     rows = [{"jitted_dispatch_ms": d, "dispatched": calls} for d in dispatches]
     example = hypothesis.worked_example(rows)
@@ -1084,16 +945,9 @@ def test_the_worked_example_predicts_half_the_dispatches(dispatches, threshold):
     ],
 )
 def test_the_speedup_prediction_is_closed_with_the_option_nearest_in_log_ratio(tmp_path, speedups, nearest):
-    import math
-
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     loops = dict(zip(("fused_psum", "fused_stats", "floor_1dev"), speedups))
     said = sentences.nearest_option(loops)
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_timing", {"speedup_over_course": loops}, shown=False)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
+    filed(tmp_path, "stage4b_beyond", {"fused_timing": {"speedup_over_course": loops}})
     for (loop, s), option in zip(loops.items(), nearest):
         if s >= 1:  # by hand: the option whose log is closest to log s
             assert min((2, 10, 100), key=lambda o: abs(math.log(s) - math.log(o))) == int(option[:-1])
@@ -1120,14 +974,9 @@ def _weak_table(t1, t2, t4, range2, range4=(0.2, 0.3)):
     ],
 )
 def test_the_efficiency_prediction_is_closed_with_the_option_its_range_lies_in(tmp_path, range4, option):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     efficiency = {**_weak_table(1.0, 2.0, 4.0, (0.4, 0.6), range4), "usable_cores": 2}
     said = sentences.efficiency_option(efficiency)
-    record.emit(str(tmp_path), "stage5b_scaling", "efficiency", efficiency, shown=False)
-    sentences.record(str(tmp_path), "stage5b_scaling", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5b_scaling"))
+    filed(tmp_path, "stage5b_scaling", {"efficiency": efficiency})
     assert said.startswith(f"So, to the prediction at W = 4: {option}"), said
     lines = (0.25, (0.25 * 0.5) ** 0.5, 0.5**0.5)  # by hand: 1/4, then the geometric means of neighbouring options
     crosses = any(range4[0] < line <= range4[1] for line in lines)
@@ -1151,22 +1000,13 @@ TRACED = {
 
 @pytest.mark.parametrize("case", sorted(TRACED))
 def test_the_longer_annotation_is_named_only_when_its_middle_half_lies_above_the_other(tmp_path, case):
-    import statistics
-
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.evidence import trace
-
     prepare, update = TRACED[case]
     rows_ = list(zip(prepare, update))
     rows = [{"transition": i + 1, f"{trace.PREPARE}_ms": p, f"{trace.UPDATE}_ms": u} for i, (p, u) in enumerate(rows_)]
     dominant = trace.dominant(rows)
     said = sentences.dominance(dominant, 2)
     why = sentences.example_target(dominant)
-    record.emit(str(tmp_path), "stage4a_profile", "trace", {"dominant": dominant}, shown=False)
-    record.emit(str(tmp_path), "stage4a_profile", "environment", {"cpu_count": 2}, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
+    filed(tmp_path, "stage4a_profile", {"trace": {"dominant": dominant}, "environment": {"cpu_count": 2}})
 
     # by hand: quartiles by linear interpolation; an annotation is longer only if its middle half starts above
     # the other's end
@@ -1210,8 +1050,6 @@ def test_the_longer_annotation_is_named_only_when_its_middle_half_lies_above_the
 def test_the_part_the_threshold_was_sized_from_is_set_beside_the_threshold(
     tmp_path, first, unchanged, threshold, moved
 ):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
 
     outcome = {
         "mechanism": "jitted_dispatch",
@@ -1220,9 +1058,7 @@ def test_the_part_the_threshold_was_sized_from_is_set_beside_the_threshold(
         "threshold_ms": threshold,
     }
     (said,) = sentences.sized_part_moved(outcome)
-    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
+    filed(tmp_path, "stage4a_profile", {"change": outcome})
     assert (abs(first - unchanged) > threshold) == moved  # by hand
     assert ("moved by more than that threshold" in said) == moved, said
     assert ("moved by less than that threshold" in said) == (not moved), said
@@ -1243,14 +1079,9 @@ def test_the_part_the_threshold_was_sized_from_is_set_beside_the_threshold(
     ],
 )
 def test_the_target_s_move_between_captures_is_set_beside_the_cut(tmp_path, first, unchanged, cut, moved):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     outcome = {"baseline_first_ms": first, "reach_ms": unchanged, "cut_ms": cut}
     said = sentences.capture_drift(outcome)
-    record.emit(str(tmp_path), "stage4a_profile", "change", outcome, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
+    filed(tmp_path, "stage4a_profile", {"change": outcome})
     assert (abs(first - unchanged) >= abs(cut) / 2) == moved  # by hand: half the cut's size
     assert said.startswith("With no code changed, the target moved between captures") == moved, said
     assert said.startswith("With no code changed, the target went from") == (not moved), said
@@ -1260,16 +1091,8 @@ def test_the_target_s_move_between_captures_is_set_beside_the_cut(tmp_path, firs
 
 def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: dict, **values) -> tuple[str, dict]:
     """A stage 1-3 sentence chosen for `values` as its lesson cell chooses it, filed as its closing cell files it."""
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    for key, value in recorded.items():
-        record.emit(str(tmp_path), notebook, key, value, shown=False)
     text = sentences.chosen(notebook, name, **values)
-    claims.record(str(tmp_path), notebook, {name: keys})
-    found = record.load(str(tmp_path), notebook)
-    assert not check_claims(found), check_claims(found)
-    return text, found
+    return text, filed(tmp_path, notebook, recorded, keys={name: keys})
 
 
 @pytest.mark.parametrize(
@@ -1306,8 +1129,6 @@ def _chosen_and_filed(tmp_path, notebook: str, recorded: dict, name: str, keys: 
     ],
 )
 def test_the_publish_sentence_says_both_marks_only_when_the_trace_shows_both(tmp_path, events, both):
-    from shardlab.course import orbax_lesson
-
     order = orbax_lesson.publish_order(events, "b")
     publish = {
         "renamed_to_final": order["renamed"],
@@ -1410,16 +1231,10 @@ ORIGINAL = {
     ],
 )
 def test_each_setting_is_set_beside_the_original_course_order(tmp_path, second, holds):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     nb = "stage3a_checkpoint"
     errors = {"seventeen": {"momentum": 0.215, "key": 0.1775, "cursor": 0.0785}, "twentynine": second}
-    record.emit(str(tmp_path), nb, "fault_ranking", {"errors": errors}, shown=False)
     lines = sentences.fault_ranking(errors, ORIGINAL).splitlines()
-    sentences.record(str(tmp_path), nb)
-    found = record.load(str(tmp_path), nb)
-    assert not check_claims(found), check_claims(found)
+    found = filed(tmp_path, nb, {"fault_ranking": {"errors": errors}}, whole=True)
     assert len(lines) == 3 and "one run each" not in " ".join(lines)
     for name, line in zip(errors, lines[1:]):
         # independently: this run's values taken in the original's order, largest first, strictly falling
@@ -1436,15 +1251,10 @@ def test_each_setting_is_set_beside_the_original_course_order(tmp_path, second, 
 
 @pytest.mark.parametrize("weight, exact", [(0.0, True), (1.2e-07, False)])
 def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, monkeypatch, weight, exact):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
-    record.emit(str(tmp_path), "stage5a_protocol", "world_change", {"runs": {"1x4": {"max_weight_diff": weight}}})
     said = sentences.world_match("1x4", weight)
-    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    filed(tmp_path, "stage5a_protocol", {"world_change": {"runs": {"1x4": {"max_weight_diff": weight}}}})
     assert (said == "bit for bit") == exact, said
     assert (f"weights up to {weight:.1e} apart" in said) == (not exact), said  # the difference itself, shown
 
@@ -1457,9 +1267,6 @@ def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, 
     ],
 )
 def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_path, monkeypatch, lost, wasted_word):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
     monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     a, b, c = lost
@@ -1469,11 +1276,8 @@ def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_p
         "preemption": {"at_step": 7, "resumed_from": 8, "steps_lost": c},
         "several_failures": {"steps_lost": a + b + c, "goodput": {"wasted": 0.24, "redone_compiled": 2}},
     }
-    for key, value in rows.items():
-        record.emit(str(tmp_path), "stage5a_protocol", key, value, shown=False)
     said = sentences.redone_steps(rows["several_failures"], rows["async_kill"], rows["p0_kill"], rows["preemption"])
-    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
+    filed(tmp_path, "stage5a_protocol", rows)
     assert wasted_word in said, said
     assert (a, b, c) == (6 - 3, 8 - 3, 0) or "do not say" in said  # by hand: completed step less the resume step
     assert "0.24 s" in said and f"{a + b + c} lost steps, 2 (the first" in said or "do not say" in said, said
@@ -1500,7 +1304,7 @@ def test_the_eager_sentence_takes_each_call_s_compiling_out_of_that_same_call(tm
     said = sentences.eager_compiles_timed(table)
     record.emit(str(tmp_path), "stage4a_profile", "timing", table, shown=False)
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record_load(tmp_path))
+    assert not check_claims(record.load(str(tmp_path), "stage4a_profile"))
     # by hand: each call less its own compiling, then the median, against the compiled four-device median
     less = statistics.median(1e3 * s - c["total_ms"] for s, c in zip(eager, per_call))
     ratio = less / (1e3 * statistics.median(compiled))

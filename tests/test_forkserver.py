@@ -10,10 +10,10 @@ import os
 import signal
 import subprocess
 import textwrap
-import time
 
 import conftest
 import pytest
+from conftest import ended
 
 import shardlab.checker.cli as runner
 import shardlab.checker.early as early
@@ -151,20 +151,6 @@ def test_an_environment_the_server_did_not_start_with_gets_a_new_interpreter(tmp
         worker.stop()
 
 
-def ended(pid: int, seconds: float) -> bool:
-    """True once `pid` is gone or a zombie (looked at every 50 ms, for at most `seconds`)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    return True
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.slow  # a new server, importing JAX: make test's, not the inner loop's
 def test_a_worker_ends_with_its_server(tmp_path):
     env = sandbox.environment(early.environment(None, [str(tmp_path)]))
@@ -176,7 +162,7 @@ def test_a_worker_ends_with_its_server(tmp_path):
         assert forked is not None and forked.poll() is None
         os.kill(server.process.pid, signal.SIGKILL)
         assert forked.wait(timeout=60) == -signal.SIGKILL
-        assert ended(forked.pid, seconds=30)  # PR_SET_PDEATHSIG: the worker was killed with its server
+        assert ended([forked.pid], seconds=30)  # PR_SET_PDEATHSIG: the worker was killed with its server
     finally:
         for descriptor in (*inbound, *outbound):
             os.close(descriptor)

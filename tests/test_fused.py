@@ -93,13 +93,11 @@ def assert_close_update(state, losses, control, control_losses, loss_atol=ATOL):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=field)
 
 
+WALKS = {"seed": st.integers(0, 2**32 - 1), "rows": st.integers(1, 40), "batch_size": st.integers(1, 50)}
+
+
 @settings(max_examples=6, deadline=None)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    rows=st.integers(1, 40),
-    batch_size=st.integers(1, 50),
-    extra=st.integers(0, 5),
-)
+@given(**WALKS, extra=st.integers(0, 5))
 @pytest.mark.long  # a fused loop compiled for every drawn case: make test-long's
 def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_size, extra):
     """Every seed, dataset size and batch size, over three epochs and a few steps more."""
@@ -123,13 +121,7 @@ def test_device_sampler_is_bit_identical_to_the_host_sampler(seed, rows, batch_s
 
 
 @settings(max_examples=6, deadline=None)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    rows=st.integers(1, 40),
-    batch_size=st.integers(1, 50),
-    k=st.integers(1, 30),
-    data=st.data(),
-)
+@given(**WALKS, k=st.integers(1, 30), data=st.data())
 @pytest.mark.long  # a fused loop compiled for every drawn case: make test-long's
 def test_planned_batches_equal_k_host_steps_from_any_cursor(seed, rows, batch_size, k, data):
     """`plan` computes K steps at once (the loops use it): from any cursor, stopping after any `active` <= K."""

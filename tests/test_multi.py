@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import results
+from conftest import idiom_batches, oracle_path, results
 
 import shardlab as sl
 from shardlab.errors import (
@@ -492,15 +492,21 @@ def test_a_controllers_log_is_compared_with_the_control_as_the_stitched_path_is(
     assert control.compare({"log": []}, reference)["matches"] is False
 
 
-def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
-    # 23 rows in batches of 7 on 4 devices: 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 (ceil(n / 4) * 4)
-    first = _attempt(0.0, [1, 2, 3, 4, 5, 6])
-    for e in first["progress"][0]:
+def _on_four_devices(attempt: dict, seconds: dict | None = None) -> dict:
+    """`attempt` on 4 devices of 2 processes, 23 rows in batches of 7: step 4 the short batch of 2 rows; each step's
+    time from `seconds` ({step: s}, 0.25 s for the others) when given."""
+    for e in attempt["progress"][0]:
         if e["event"] == "ready":
             e["world"] = {"devices": 4, "local_devices": 2, "processes": 2}
         if e["event"] == "step":
             e["ids"] = list(range(2 if e["step"] == 4 else 7))
-    parts = ledger.goodput({"attempts": [first]})
+            e["s"] = e["s"] if seconds is None else seconds.get(e["step"], 0.25)
+    return attempt
+
+
+def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
+    # 23 rows in batches of 7 on 4 devices: 7, 7, 7, 2 rows, padded to 8, 8, 8, 4 (ceil(n / 4) * 4)
+    parts = ledger.goodput({"attempts": [_on_four_devices(_attempt(0.0, [1, 2, 3, 4, 5, 6]))]})
     # by hand: step 1 meets shape 8, step 4 shape 4; steps 2, 3, 5, 6 are productive (1 s each)
     assert (parts["compile"], parts["productive"]) == (2.0, 4.0)
 
@@ -508,15 +514,8 @@ def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
 def test_ledger_counts_a_recomputed_step_that_compiled_as_compilation():
     # attempt 0: steps 1-5, step 4 the short batch (2 rows, padded to 4) and slow because it compiles; it dies
     # after step 5. Attempt 1 resumes from 3 and redoes 4 (its own compile of shape 4), 5 and 6.
-    first = _attempt(0.0, [1, 2, 3, 4, 5], end=8.0, detect=0.5)
-    second = _attempt(9.0, [4, 5, 6], restored=3, teardown=0.0)
-    for attempt, slow in ((first, {1: 3.0, 4: 2.0}), (second, {4: 0.75, 5: 0.5})):
-        for e in attempt["progress"][0]:
-            if e["event"] == "ready":
-                e["world"] = {"devices": 4, "local_devices": 2, "processes": 2}
-            if e["event"] == "step":
-                e["ids"] = list(range(2 if e["step"] == 4 else 7))
-                e["s"] = slow.get(e["step"], 0.25)
+    first = _on_four_devices(_attempt(0.0, [1, 2, 3, 4, 5], end=8.0, detect=0.5), {1: 3.0, 4: 2.0})
+    second = _on_four_devices(_attempt(9.0, [4, 5, 6], restored=3, teardown=0.0), {4: 0.75, 5: 0.5})
     parts = ledger.goodput({"attempts": [first, second]})
     # by hand: compile = attempt 0's steps 1 (3.0) and 4 (2.0, recomputed later but still a compile),
     # attempt 1's steps 4 (0.75, shape 4) and 5 (0.5, shape 8 first met there) = 6.25;
@@ -779,15 +778,8 @@ def drills_json(run_dir):
 
 
 def numpy_weights(data, seed, batch_size, steps):
-    """Weights after `steps` updates: the host sampler's IDs and the oracle's update in float64."""
-    from shardlab.verify import oracle
-
-    state = sl.initial_sampler(seed, len(data.targets))
-    w = v = np.zeros(data.features.shape[1])
-    for _ in range(steps):
-        state, ids = sl.advance(state, batch_size)
-        w, v, _, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
-    return w
+    """Weights after `steps` updates: the oracle's ids and its update in float64."""
+    return oracle_path(data, idiom_batches(seed, len(data.targets), batch_size, steps))[1]
 
 
 @pytest.mark.notebooks

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import executed, results
+from conftest import executed, oracle_path, results
 
 from shardlab.course import catalog
 from shardlab.course import execute as runner
@@ -26,16 +26,6 @@ def lengths(rows, batch_size):
 def idiom_ids(seed, rows, epochs):
     """Every id of `epochs` epochs in the course's split-then-permute order."""
     return np.concatenate([e["order"] for e in oracle.idiom_epochs(seed, rows, epochs)]).tolist()
-
-
-def numpy_path(data, id_batches):
-    """Pre-update losses of momentum SGD from zero: the oracle's float64 update over each batch's rows."""
-    w = v = np.zeros(data.features.shape[1])
-    losses = []
-    for ids in id_batches:
-        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
-        losses.append(loss)
-    return losses
 
 
 def check_walk(batches, seed, batch_size, rows=ROWS):
@@ -106,7 +96,7 @@ def test_stage2_recorded_numbers_match_independent_numpy(run_dir, data):
     id_batches = [s["ids"] for s in steps]
     assert [len(ids) for ids in id_batches] == [7, 7, 7, 2, 7, 7]
     assert [i for ids in id_batches for i in ids] == idiom_ids(17, ROWS, 2)[: sum(map(len, id_batches))]
-    np.testing.assert_allclose([s["loss"] for s in steps], numpy_path(data, id_batches), rtol=1e-5)
+    np.testing.assert_allclose([s["loss"] for s in steps], oracle_path(data, id_batches)[0], rtol=1e-5)
     assert res["updates"]["final_step"] == len(steps)
     # the local-means demonstration, recomputed: first batch split 2, 2, 2, 1 over the devices
     local = res["local_means"]

@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import executed, results
+from conftest import executed, idiom_batches, oracle_path, results
 
 import shardlab as sl
-from shardlab.verify import oracle, replay
+from shardlab.verify import replay
 
 pytestmark = [pytest.mark.stage3, pytest.mark.notebooks]
 
@@ -134,13 +134,10 @@ def test_the_second_fixture_resumes_in_a_fresh_kernel_with_zero_difference(run_d
 
     control = replay.load_record(folder / saved["control"])
     steps = saved["save_step"] + saved["continue_steps"]
-    orders = [e["order"] for e in oracle.idiom_epochs(29, 23, -(-steps // 3) + 1)]
-    expected_ids = [order[i : i + 10] for order in orders for i in range(0, 23, 10)][saved["save_step"] : steps]
-    w = v = np.zeros(data.features.shape[1])
-    for k, ids in enumerate([order[i : i + 10] for order in orders for i in range(0, 23, 10)][:steps]):
-        w, v, loss, _ = oracle.momentum_step(data.features[ids], data.targets[ids], np.ones(len(ids)), w, v)
-        if k >= saved["save_step"]:
-            j = k - saved["save_step"]
-            np.testing.assert_array_equal(control["ids"][j], expected_ids[j])
-            np.testing.assert_allclose(control["losses"][j], loss, rtol=1e-5)
-            np.testing.assert_allclose(control["weights"][j], w, rtol=1e-5, atol=1e-6)
+    batches = idiom_batches(29, 23, 10, steps)
+    for k in range(saved["save_step"], steps):
+        losses, w, _ = oracle_path(data, batches[: k + 1])
+        j = k - saved["save_step"]
+        np.testing.assert_array_equal(control["ids"][j], batches[k])
+        np.testing.assert_allclose(control["losses"][j], losses[-1], rtol=1e-5)
+        np.testing.assert_allclose(control["weights"][j], w, rtol=1e-5, atol=1e-6)

@@ -10,7 +10,7 @@ import functools
 import jax
 import numpy as np
 import pytest
-from conftest import course_run
+from conftest import course_run, idiom_batches, oracle_path
 from jax.sharding import PartitionSpec as P
 
 import shardlab as sl
@@ -23,19 +23,6 @@ from shardlab.verify import oracle
 pytestmark = pytest.mark.stage4
 
 STEPS = 9  # crosses at least one epoch boundary of the 23-row fixture for every batch size below
-
-
-def reference_run(data, seed, batch_size, steps):
-    """(ids per step, losses, weights, momentum) from the idiom orders and float64 NumPy updates."""
-    n = len(data.targets)
-    orders = [e["order"] for e in oracle.idiom_epochs(seed, n, steps)]  # at most one epoch per step
-    ids = [order[i : i + batch_size] for order in orders for i in range(0, n, batch_size)][:steps]
-    w = v = np.zeros(data.features.shape[1])
-    losses = []
-    for batch in ids:
-        w, v, loss, _ = oracle.momentum_step(data.features[batch], data.targets[batch], np.ones(len(batch)), w, v)
-        losses.append(loss)
-    return ids, losses, w, v
 
 
 def resident_transition(state, placed, batch_size, step, mesh):
@@ -85,7 +72,8 @@ def runs(data, mesh):
 @pytest.mark.parametrize("variant", ["multistep", "packed", "resident", "resident_packed"])
 def test_variant_replays_numpy_and_the_stage2_path(variant, batch_size, data, runs):
     seed = 17 if batch_size != 10 else 29
-    ref_ids, ref_losses, ref_w, ref_v = reference_run(data, seed, batch_size, STEPS)
+    ref_ids = idiom_batches(seed, len(data.targets), batch_size, STEPS)
+    ref_losses, ref_w, ref_v = oracle_path(data, ref_ids)
     base, base_losses, base_ids = runs["stage2"](seed, batch_size)
     state, losses, ids = runs[variant](seed, batch_size)
     for got, want, plain in zip(ids, ref_ids, base_ids):

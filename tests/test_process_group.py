@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from conftest import ended, proc_state, running, until
 
 from shardlab import process_group
 
@@ -18,24 +19,6 @@ time.sleep(600)
 """
 
 
-def _running(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (read from /proc, not from the module under test)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _ended(pids, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not any(_running(pid) for pid in pids):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _spawn_parent() -> tuple[subprocess.Popen, int]:
     process = process_group.spawn([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
     return process, int(process.stdout.readline())
@@ -45,10 +28,10 @@ def test_a_child_leads_its_own_group_and_kill_ends_its_grandchild_too():
     process, grandchild = _spawn_parent()
     try:
         assert os.getpgid(process.pid) == process.pid != os.getpgid(0)
-        assert os.getpgid(grandchild) == process.pid and _running(grandchild)
+        assert os.getpgid(grandchild) == process.pid and running(grandchild)
         process_group.kill(process)
         assert process.returncode == -9 and process not in process_group.LIVE
-        assert _ended([grandchild]), "the grandchild in the child's group outlived the kill"
+        assert ended([grandchild]), "the grandchild in the child's group outlived the kill"
     finally:
         process.stdout.close()
 
@@ -59,7 +42,7 @@ def test_kill_takes_several_groups_and_one_that_ended_already():
     done.wait()
     process_group.kill(first[0], second[0], done)
     assert (first[0].returncode, second[0].returncode, done.returncode) == (-9, -9, 0)
-    assert _ended([first[1], second[1]])
+    assert ended([first[1], second[1]])
     assert not {first[0], second[0], done} & process_group.LIVE
     for process, _ in (first, second):
         process.stdout.close()
@@ -71,35 +54,22 @@ def test_stop_all_ends_every_child_still_running():
     process_group.stop_all()
     assert not {p for p, _ in children} & process_group.LIVE
     assert [p.returncode for p, _ in children] == [-9, -9]
-    assert _ended([pid for p, _ in children for pid in (p.pid, _)])
+    assert ended([pid for p, _ in children for pid in (p.pid, _)])
     for process, _ in children:
         process.stdout.close()
-
-
-def _state(pid: int) -> str:
-    """The one-letter state /proc gives `pid` (T: stopped), read without the module under test."""
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
-
-
-def _until(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not condition():
-        time.sleep(0.05)
-    return condition()
 
 
 def test_signal_reaches_the_whole_group_and_reports_a_group_that_ended():
     process, grandchild = _spawn_parent()
     try:
         assert process_group.signal(process, signal.SIGSTOP) is True
-        assert _until(lambda: _state(process.pid) == _state(grandchild) == "T"), "the group was not stopped whole"
+        assert until(lambda: proc_state(process.pid) == proc_state(grandchild) == "T"), "the group was not stopped"
         assert process_group.signal(process, signal.SIGCONT) is True
-        assert _until(lambda: "T" not in (_state(process.pid), _state(grandchild)))
+        assert until(lambda: "T" not in (proc_state(process.pid), proc_state(grandchild)))
     finally:
         process_group.kill(process)
         process.stdout.close()
-    assert _ended([grandchild])
+    assert ended([grandchild])
     done = process_group.spawn([sys.executable, "-c", "pass"])  # a group of one, ended and reaped
     done.wait()
     assert process_group.signal(done, signal.SIGCONT) is False
@@ -109,22 +79,22 @@ def test_signal_reaches_the_whole_group_and_reports_a_group_that_ended():
 def test_signal_pids_reaches_only_the_pids_named_in_any_session_and_passes_over_one_that_ended():
     process, grandchild = _spawn_parent()  # the same group: a group signal would stop both
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()  # reaped: its pid names no process
+    reaped = subprocess.Popen([sys.executable, "-c", "pass"])
+    reaped.wait()  # reaped: its pid names no process
     try:
-        process_group.signal_pids([ended.pid, grandchild, other.pid], signal.SIGSTOP)
-        assert _until(lambda: _state(grandchild) == "T" and _state(other.pid) == "T"), "a named process ran on"
-        assert _state(process.pid) != "T", "a process not named was stopped with it"
+        process_group.signal_pids([reaped.pid, grandchild, other.pid], signal.SIGSTOP)
+        assert until(lambda: proc_state(grandchild) == "T" and proc_state(other.pid) == "T"), "a named process ran on"
+        assert proc_state(process.pid) != "T", "a process not named was stopped with it"
         process_group.signal_pids([grandchild], signal.SIGCONT)
-        assert _until(lambda: _state(grandchild) != "T")
-        process_group.signal_pids([ended.pid, other.pid], signal.SIGKILL)
+        assert until(lambda: proc_state(grandchild) != "T")
+        process_group.signal_pids([reaped.pid, other.pid], signal.SIGKILL)
         assert other.wait(timeout=30) == -signal.SIGKILL
     finally:
         process_group.kill(process)
         process.stdout.close()
         other.kill()
         other.wait()
-    assert _ended([grandchild])
+    assert ended([grandchild])
 
 
 def test_a_child_not_remembered_outlives_stop_all_and_kill_ends_it():
@@ -132,7 +102,7 @@ def test_a_child_not_remembered_outlives_stop_all_and_kill_ends_it():
     try:
         assert os.getpgid(server.pid) == server.pid and server not in process_group.LIVE
         process_group.stop_all()
-        assert server.poll() is None and _running(server.pid), "stop_all ended a child it was told to leave"
+        assert server.poll() is None and running(server.pid), "stop_all ended a child it was told to leave"
     finally:
         process_group.kill(server)
     assert server.returncode == -9
@@ -143,14 +113,14 @@ def test_until_returns_the_reason_and_leaves_nothing_of_the_group_running():
     asked = []
 
     def stop():
-        asked.append(_running(grandchild))
+        asked.append(running(grandchild))
         return "over the bound" if len(asked) == 3 else None
 
     try:
         assert process_group.until(process, stop, 0.01) == "over the bound"
         assert asked == [True, True, True]  # asked at each look until it gave a reason, the group running meanwhile
         assert process.returncode == -9 and process not in process_group.LIVE
-        assert _ended([grandchild]), "the grandchild outlived the bounded wait"
+        assert ended([grandchild]), "the grandchild outlived the bounded wait"
     finally:
         process.stdout.close()
 
@@ -170,7 +140,7 @@ def test_until_returns_none_for_a_child_that_ends_and_kills_the_group_when_the_t
             pass
         else:
             raise AssertionError("until swallowed the exception its test raised")
-        assert process.returncode == -9 and _ended([grandchild])
+        assert process.returncode == -9 and ended([grandchild])
     finally:
         process.stdout.close()
 
@@ -205,9 +175,9 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
         assert escaped is not None, "the escaper never printed its grandchild's pid"
         process_group.kill(process)
         time.sleep(0.2)
-        assert _running(escaped), "the grandchild should have escaped the group kill for this test to mean anything"
+        assert running(escaped), "the grandchild should have escaped the group kill for this test to mean anything"
         process_group.release(str(log))
-        assert not _running(escaped)
+        assert not running(escaped)
         size = log.stat().st_size
         time.sleep(0.2)
         assert log.stat().st_size == size  # nothing writes to it any more
@@ -215,7 +185,7 @@ def test_release_ends_a_writer_the_group_kill_missed_and_spares_a_reader(tmp_pat
     finally:
         reader.kill()
         reader.wait()
-        if (escaped := _escaped_pid(log)) is not None and _running(escaped):
+        if (escaped := _escaped_pid(log)) is not None and running(escaped):
             os.kill(escaped, signal.SIGKILL)
 
 
@@ -239,7 +209,7 @@ def test_run_past_its_timeout_kills_the_whole_group_and_raises_with_the_output_s
         grandchild = int(exc.stdout.split()[0])
     else:
         raise AssertionError("a child sleeping 600 s ended within a 2 s timeout")
-    assert _ended([grandchild]), "the grandchild in the child's group outlived the timeout"
+    assert ended([grandchild]), "the grandchild in the child's group outlived the timeout"
     assert process_group.LIVE == before
 
 

@@ -15,6 +15,7 @@ from argparse import Namespace
 import jax
 import numpy as np
 import pytest
+from conftest import ended, proc_state, until
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -234,25 +235,28 @@ def test_a_file_that_replaces_the_checker_on_import_gets_no_pass(tmp_path):
     assert results and not any(r.passed for r in results), [r.name for r in results if r.passed]
 
 
-def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
-    spec = tmp_path / "garbage.py"
+def _answering(tmp_path, answer: str, call_seconds: float) -> remote.RemoteImplementation:
+    """A started worker for a file whose worker process answers every call with `answer`'s body (`self` the server;
+    os, signal and time imported)."""
+    spec = tmp_path / "answering.py"
     spec.write_text(
-        textwrap.dedent(
-            """
-            import os
-            import sys
-            from shardlab.learner.reference import *  # noqa
-            worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker
-            def answer(self, header, blobs):
-                os.write(self.write, b"\\xff" * 64)
-                return {"ok": None, "changes": []}, [], 0
-            worker.Server.answer = answer
-            """
-        )
+        "import os, signal, sys, time\n"
+        "from shardlab.learner.reference import *  # noqa\n"
+        'worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker\n'
+        "def answer(self, header, blobs):\n" + textwrap.indent(textwrap.dedent(answer), "    ") + "\n"
+        "worker.Server.answer = answer\n"
     )
-    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=5, scratch=str(tmp_path)))
+    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=call_seconds, scratch=str(tmp_path)))
+    started = impl.worker.start()
+    if "error" in started:
+        impl.close()
+    assert "error" not in started, started
+    return impl
+
+
+def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
+    impl = _answering(tmp_path, 'os.write(self.write, b"\\xff" * 64)\nreturn {"ok": None, "changes": []}, [], 0', 5)
     try:
-        assert "error" not in impl.worker.start()
         with pytest.raises(guard.Overrun, match="not a value the checker reads|did not return"):
             impl.initial(0, Dataset(np.ones((4, 2), np.float32), np.ones(4, np.float32)), make_mesh(4))
         with pytest.raises(guard.Overrun, match="not called again"):
@@ -262,31 +266,17 @@ def test_a_worker_that_answers_garbage_is_ended_with_a_verdict(tmp_path):
 
 
 def test_a_worker_that_closes_its_channel_and_goes_on_is_ended_within_the_calls_bound(tmp_path):
-    spec = tmp_path / "linger.py"
-    spec.write_text(
-        textwrap.dedent(
-            """
-            import os
-            import signal
-            import sys
-            import time
-            from shardlab.learner.reference import *  # noqa
-            worker = sys.modules["__main__"]  # the worker runs as python -m shardlab.checker.worker
-            def answer(self, header, blobs):
-                signal.signal(signal.SIGALRM, signal.SIG_IGN)  # its own alarm cannot end it either
-                os.close(self.write)
-                time.sleep(600)
-            worker.Server.answer = answer
-            """
-        )
-    )
-    impl = remote.RemoteImplementation(remote.Worker(str(spec), call_seconds=1, scratch=str(tmp_path)))
+    linger = """
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)  # its own alarm cannot end it either
+        os.close(self.write)
+        time.sleep(600)
+    """
+    impl = _answering(tmp_path, linger, 1)
     try:
-        assert "error" not in impl.worker.start()
         pid = impl.worker.process.pid
         with pytest.raises(guard.Overrun, match="did not return within 1 s"):  # the bound, not the sleep's end
             impl.contract(None, None)
-        assert _gone(pid), "the worker outlived the call that closed its channel"
+        assert ended([pid], 30.0), "the worker outlived the call that closed its channel"
     finally:
         impl.close()
 
@@ -347,29 +337,11 @@ def test_the_report_says_the_file_could_not_load_from_its_own_interpreter(tmp_pa
     assert report["checks"][0]["name"] == "implementation_loads" and "SyntaxError" in report["checks"][0]["observed"]
 
 
-def _gone(pid: int, seconds: float = 30.0) -> bool:
-    """True once `pid` has no process, or only a zombie, in /proc (read without the module under test)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if _state(pid) == "Z":
-                return True
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _state(pid: int) -> str:
-    """The process's state letter as the kernel reports it (/proc/PID/stat, after the command's parentheses), once
-    it is "T" or after 5 s: a stop signal takes effect when the process next runs, not when kill returns."""
-    deadline = time.monotonic() + 5
-    while True:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rpartition(")")[2].split()[0]
-        if state == "T" or time.monotonic() > deadline:
-            return state
-        time.sleep(0.01)
+def _state(pid: int) -> str | None:
+    """The process's state letter as the kernel reports it, once it is "T" or after 5 s: a stop signal takes effect
+    when the process next runs, not when kill returns."""
+    until(lambda: proc_state(pid) == "T", 5.0, every=0.01)
+    return proc_state(pid)
 
 
 def test_between_calls_the_worker_and_every_process_it_started_are_stopped(tmp_path, monkeypatch):

@@ -3,10 +3,11 @@
 import jax
 import numpy as np
 import pytest
+from conftest import oracle_path
 
 import shardlab as sl
 from shardlab.learner import reference as impl
-from shardlab.verify import faults, oracle, replay, step_fingerprint
+from shardlab.verify import faults, replay, step_fingerprint
 
 pytestmark = pytest.mark.stage3
 
@@ -166,10 +167,7 @@ def sampler_ids(key, order, cursor, batch_size, steps):
 
 def numpy_weights(data, ids, weights, momentum):
     """(weights, momentum) after one oracle update per batch of `ids`, in float64."""
-    w, v = weights, momentum
-    for batch in ids:
-        w, v, _, _ = oracle.momentum_step(data.features[batch], data.targets[batch], np.ones(len(batch)), w, v)
-    return w, v
+    return oracle_path(data, ids, weights, momentum)[1:]
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,9 @@ ESTIMATE = re.compile(
 )
 
 
-def _texts(relative: str) -> list[str]:
-    """The file's text; for a notebook, also the markdown of its .ipynb pair (each must state the same)."""
-    path = REPO / relative
+def _texts(relative: str, root=REPO) -> list[str]:
+    """The file's text under `root`; for a notebook, also the markdown of its .ipynb pair (each must state the same)."""
+    path = root / relative
     found = [path.read_text()]
     if path.parent.name == "notebooks":
         pair = jupytext.read(path.with_suffix(".ipynb"))
@@ -143,12 +143,7 @@ def test_restate_writes_a_new_tables_times_into_a_copy_and_nothing_else(tmp_path
     assert loops.restate(checkout, newer) == files
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == listing  # no file added
     for relative, expected in EXPECTED.items():
-        path = checkout / relative
-        texts = [path.read_text()]
-        if path.parent.name == "notebooks":
-            pair = jupytext.read(path.with_suffix(".ipynb"))
-            texts.append("\n".join(c.source for c in pair.cells if c.cell_type == "markdown"))
-        for text in texts:
+        for text in _texts(relative, checkout):
             for key in expected:
                 assert f"took {walls[key]:.0f} s (one run, on 8 logical CPUs at load 1.2, 2031-02-03: `{key}`" in text
     assert loops.restate(checkout, newer, write=False) == []
