@@ -362,7 +362,7 @@ QUESTIONS = (
             "unchanged. What do the NPZ and Orbax restores do?",
             [
                 "load: the seed only drew the initial weights, which the file replaces",
-                "refuse with ContractMismatchError naming the seed, as they refused another batch size",
+                "refuse with ContractMismatchError naming the seed",
                 "load the weights and draw a new order from seed 18",
             ],
             "b",
@@ -373,7 +373,7 @@ QUESTIONS = (
             (
                 "refusal",
                 "The same state through Orbax",
-                "the two refusals under another batch size, with the reason they give",
+                "the two refusals under the next seed, with the reason they give",
                 r"NPZ: ContractMismatchError: .*a changed batch size or seed is a new experiment[^\n]*\n(.*\n)*"
                 r"Orbax: (the same message|ContractMismatchError)",
             ),
@@ -446,8 +446,11 @@ QUESTIONS = (
                 "from step 0: an unfinished save spoils every checkpoint in the folder",
             ],
             "b",
-            "save returns while background threads still write; a folder under its temporary name carries neither "
-            "mark of a finished checkpoint (it was never renamed), and the finished one beside it is untouched.",
+            "save returns while background threads still write. A folder still under its temporary name is not "
+            "finished, whatever it holds: the commit file may already be inside it (the trace under \u201cHow Orbax "
+            "publishes a checkpoint\u201d writes commit_success.txt before the rename), but where Orbax renames, the "
+            "final name comes last and only it marks the checkpoint finished. The finished folder beside it is "
+            "untouched.",
             "async_save",
             (
                 "async-save",
