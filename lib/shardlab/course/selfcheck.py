@@ -473,8 +473,8 @@ QUESTIONS = (
             (
                 "compare",
                 "Beside the receipt",
-                "the comparison with the receipt, rule and max |diff| per row",
-                r"losses\s+equal\s+recorded .*\(rtol 2e-05, atol 2e-06, max \|diff\| ",
+                "the table beside the receipt: each quantity's rule and max |diff|",
+                r"\| losses \| [^|]+ \| [^|]+ \| rtol 2e-05, atol 2e-06 \| [^|]+ \| True \|",
             ),
         ),
     ),
