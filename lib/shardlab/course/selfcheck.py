@@ -203,9 +203,12 @@ QUESTIONS = (
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the per-device counts, their psum on every device, and the refusal of out_specs=P()",
+                "the per-device counts, their psum on every device, the psum'd count laid out under "
+                "out_specs=P('data'), and the refusal of out_specs=P()",
                 r"(?s)(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
-                r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)(?=.*out_specs=P\(\): ValueError)",
+                r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)"
+                r"(?=.*the psum'd count under out_specs=P\('data'\): \[7\.0, 7\.0, 7\.0, 7\.0\])"
+                r"(?=.*out_specs=P\(\): ValueError)",
             ),
         ),
         (
