@@ -27,7 +27,7 @@ SHOWN = {
     "stage2_update": ("jax.shard_map", "in_specs=", "out_specs=P()", "jax.lax.psum", "all_reduce"),
     "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
-    "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct", ".sharding", "orbax_io.target"),
+    "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct(", ".sharding", "NamedSharding(mesh, P())"),
     "stage4a_profile": (
         "inspect.getsource(trace.traced_transition)",
         "inspect.getsource(timing.sample_ms)",  # the sample the timing takes, before its table

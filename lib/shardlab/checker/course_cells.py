@@ -75,7 +75,7 @@ CELLS = {
         "updates": ("consecutive_updates", "loss_is_taken_before_the_update", "transition_is_one_batch_and_one_update"),
         "replicas": ("replicas_agree",),
         "singleton": ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
-        "stablehlo": ("step_is_sharded",),
+        "stablehlo stablehlo-checks": ("step_is_sharded", "loss_on_full_and_tail_batches"),
         "check": (ALL,),
     },
     "stage3a_checkpoint": {
@@ -116,7 +116,7 @@ CELLS = {
             "key_changes_at_each_new_epoch",
             "random_sampler_walk",
         ),
-        "compare": (
+        "compare compare-checks": (
             "random_sampler_walk",
             "random_transition_walk",
             "loss_is_taken_before_the_update",

@@ -35,6 +35,12 @@ PROMPTS = (
         "Why the denominator of the loss and the gradient must be the global valid count, not each device's own.",
     ),
     Prompt(
+        "step_count",
+        "stage3a_checkpoint",
+        "Why a checkpoint's step count alone cannot rebuild the random key and the data order (the rebuild table "
+        "under *Predict first* shows a case).",
+    ),
+    Prompt(
         "failures",
         "stage3a_checkpoint",
         "The deliberate failures (momentum, cursor, key reset): what each changed, and at which step it first "
@@ -45,12 +51,6 @@ PROMPTS = (
         "stage3a_checkpoint",
         "Transfer: is changing the batch size on restore a continuation or a new experiment? If you would allow "
         "it, the migration contract you would write first.",
-    ),
-    Prompt(
-        "step_count",
-        "stage3b_resume",
-        "Why a checkpoint's step count alone cannot rebuild the random key and the data order (stage3a_checkpoint's "
-        "rebuild table, under *Predict first*, shows a case).",
     ),
     Prompt(
         "topology",

@@ -203,9 +203,12 @@ QUESTIONS = (
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the per-device counts, their psum on every device, and the refusal of out_specs=P()",
+                "the per-device counts, their psum on every device, the psum'd count laid out under "
+                "out_specs=P('data'), and the refusal of out_specs=P()",
                 r"(?s)(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
-                r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)(?=.*out_specs=P\(\): ValueError)",
+                r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)"
+                r"(?=.*the psum'd count under out_specs=P\('data'\): \[7\.0, 7\.0, 7\.0, 7\.0\])"
+                r"(?=.*out_specs=P\(\): ValueError)",
             ),
         ),
         (
@@ -362,7 +365,7 @@ QUESTIONS = (
             "unchanged. What do the NPZ and Orbax restores do?",
             [
                 "load: the seed only drew the initial weights, which the file replaces",
-                "refuse with ContractMismatchError naming the seed, as they refused another batch size",
+                "refuse with ContractMismatchError naming the seed",
                 "load the weights and draw a new order from seed 18",
             ],
             "b",
@@ -373,7 +376,7 @@ QUESTIONS = (
             (
                 "refusal",
                 "The same state through Orbax",
-                "the two refusals under another batch size, with the reason they give",
+                "the two refusals under the next seed, with the reason they give",
                 r"NPZ: ContractMismatchError: .*a changed batch size or seed is a new experiment[^\n]*\n(.*\n)*"
                 r"Orbax: (the same message|ContractMismatchError)",
             ),
@@ -446,8 +449,11 @@ QUESTIONS = (
                 "from step 0: an unfinished save spoils every checkpoint in the folder",
             ],
             "b",
-            "save returns while background threads still write; a folder under its temporary name carries neither "
-            "mark of a finished checkpoint (it was never renamed), and the finished one beside it is untouched.",
+            "save returns while background threads still write. A folder still under its temporary name is not "
+            "finished, whatever it holds: the commit file may already be inside it (the trace under \u201cHow Orbax "
+            "publishes a checkpoint\u201d writes commit_success.txt before the rename), but where Orbax renames, the "
+            "final name comes last and only it marks the checkpoint finished. The finished folder beside it is "
+            "untouched.",
             "async_save",
             (
                 "async-save",
@@ -470,8 +476,8 @@ QUESTIONS = (
             (
                 "compare",
                 "Beside the receipt",
-                "the comparison with the receipt, rule and max |diff| per row",
-                r"losses\s+equal\s+recorded .*\(rtol 2e-05, atol 2e-06, max \|diff\| ",
+                "the table beside the receipt: each quantity's rule and max |diff|",
+                r"\| losses \| [^|]+ \| [^|]+ \| rtol 2e-05, atol 2e-06 \| [^|]+ \| True \|",
             ),
         ),
     ),
