@@ -80,6 +80,9 @@ def save_and_step(base: dict, leave_out=()) -> dict:
     return {
         "median_step_ms": 1e3 * float(np.median(steps)),
         "median_save_ms": 1e3 * float(np.median(saves)),
+        "saves": len(saves),
+        "min_save_ms": 1e3 * float(min(saves)),
+        "max_save_ms": 1e3 * float(max(saves)),
         "steps_left_out": sorted(leave_out),
     }
 

@@ -693,12 +693,25 @@ SENTENCES = {
             },
             "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so the steps a "
             "failed attempt completed after it are lost (the table's steps recomputed). Of the failed attempts' {n} "
-            "lost steps, {k:.0f} (the first of a batch shape in their attempt) count as compilation; the rest are "
-            "the ledger's wasted {w:.2f} s.",
+            "lost steps, <compiled> (the first of a batch shape in their attempt); the other <warm> are the ledger's "
+            "wasted {w:.2f} s, <each> ms a step: the ledger times a step from its agreement to its end, with any "
+            "publication of an earlier save done inside it, which the median step above leaves out.",
             "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
             "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
             "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
             "wasted {w:.2f} s is their time, less the steps that compiled.",
+        ),
+        "goodput_startup_against_steps": _s(
+            "u > p",
+            {
+                "u": "several_failures.goodput.startup",
+                "p": "several_failures.goodput.productive",
+                "t": "several_failures.goodput.total",
+            },
+            "The figure, read: start-up (launching each attempt's processes until they are ready) took {u:.1f} s of "
+            "the {t:.1f} s (<share>); the productive steps, {p:.3f} s, are too thin to see.",
+            "The figure, read: the productive steps took {p:.3f} s of the {t:.1f} s, start-up (launching each "
+            "attempt's processes until they are ready) no longer, {u:.1f} s.",
         ),
         "world_change_<world>_match": _s(
             "d == 0",
@@ -708,12 +721,20 @@ SENTENCES = {
         ),
         "save_outlasts_step": _s(
             "w > s",
-            {"s": "uninterrupted.median_step_ms", "w": "uninterrupted.median_save_ms"},
+            {
+                "s": "uninterrupted.median_step_ms",
+                "w": "uninterrupted.median_save_ms",
+                "n": "uninterrupted.saves",
+                "lo": "uninterrupted.min_save_ms",
+                "hi": "uninterrupted.max_save_ms",
+            },
             "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
-            "{w:.1f} ms: <ratio> steps' time. A background write is not timed here: one that long would still be "
-            "going <ratio> steps after it began; a shorter one could be published at the next agreement.",
-            "In that run a save, written while the loop waited, took {w:.1f} ms by median, no longer than a step "
-            "({s:.1f} ms<left>): a background write as long (not timed here) would end within a step or two.",
+            "{w:.1f} ms by median ({n} saves, {lo:.0f} to {hi:.0f} ms): <ratio> steps' time. That is Orbax's whole "
+            "synchronous save, its commit and its waits for the other process included, not a background write "
+            "alone: how long one of those lasts is not timed here.",
+            "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} saves, {lo:.0f} to "
+            "{hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a background write as long (not timed here) "
+            "would end within a step or two.",
         ),
         "uninterrupted_bitwise": _s(
             "l == 0 and w == 0",
@@ -733,6 +754,19 @@ SENTENCES = {
         ),
     },
     "stage5b_scaling": {
+        "save_and_publish_held": _s(
+            "a + ap < s + sp",
+            {
+                "a": "async_vs_sync.spread.async.save_block_s.median_ms",
+                "ap": "async_vs_sync.spread.async.publish_s.median_ms",
+                "s": "async_vs_sync.spread.sync.save_block_s.median_ms",
+                "sp": "async_vs_sync.spread.sync.publish_s.median_ms",
+            },
+            "Save and publish together, medians added: the synchronous group's loop was held {s:.0f} + {sp:.0f} ms "
+            "per save, the asynchronous group's {a:.0f} + {ap:.0f} ms, its publish at a later step.",
+            "Save and publish together, medians added: the asynchronous group's loop was held {a:.0f} + {ap:.0f} ms "
+            "per save, its publish at a later step, no less than the synchronous group's {s:.0f} + {sp:.0f} ms.",
+        ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
             ASYNC_SPREAD,
@@ -972,7 +1006,21 @@ def redone_steps(path: dict, async_kill: dict, p0_kill: dict, preempt: dict, not
     values = {"n": path["steps_lost"], "w": path["goodput"]["wasted"], "k": path["goodput"]["redone_compiled"]}
     for name, row in (("a", async_kill), ("b", p0_kill), ("c", preempt)):
         values.update({name: row["steps_lost"], f"s{name}": row["at_step"], f"r{name}": row["resumed_from"]})
-    return chosen(notebook, "redone_after_newest_manifest", **values)
+    k, warm = int(values["k"]), values["n"] - int(values["k"])
+    fill = {
+        "compiled": f"{k} {'counts' if k == 1 else 'count'} as compilation" if k else "none counts as compilation",
+        "warm": f"{warm}",
+        "each": f"{1e3 * values['w'] / warm:.0f}" if warm > 0 else "no",
+    }
+    return chosen(notebook, "redone_after_newest_manifest", fill, **values)
+
+
+def goodput_reading(path: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: the goodput figure read in one sentence, start-up against the productive steps."""
+    found = path["goodput"]
+    values = {"u": found["startup"], "p": found["productive"], "t": found["total"]}
+    fill = {"share": f"{100 * found['startup'] / found['total']:.0f}%" if found["total"] else "none"}
+    return chosen(notebook, "goodput_startup_against_steps", fill, **values)
 
 
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
@@ -994,7 +1042,8 @@ def save_against_step(found: dict, notebook: str = "stage5a_protocol") -> str:
         "ratio": f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.1f}",
         "left": f" (steps {', '.join(map(str, left))}, which compiled, left out)" if left else "",
     }
-    return chosen(notebook, "save_outlasts_step", fill, s=found["median_step_ms"], w=found["median_save_ms"])
+    values = {"n": found["saves"], "lo": found["min_save_ms"], "hi": found["max_save_ms"]}
+    return chosen(notebook, "save_outlasts_step", fill, s=found["median_step_ms"], w=found["median_save_ms"], **values)
 
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
@@ -1080,6 +1129,13 @@ def async_saves(saves: dict, notebook: str = "stage5b_scaling") -> list[str]:
         names = ["async_shortens_<what>", "async_lengthens_<what>"]
         said.append(chosen_first(notebook, names, {"what": what, "label": label}, **values))
     return said
+
+
+def save_and_publish(saves: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: how long each group's loop was held per save, the blocking save and the publish added."""
+    values = {"a": saves["async"]["save_block_s"]["median_ms"], "ap": saves["async"]["publish_s"]["median_ms"]}
+    values.update(s=saves["sync"]["save_block_s"]["median_ms"], sp=saves["sync"]["publish_s"]["median_ms"])
+    return chosen(notebook, "save_and_publish_held", **values)
 
 
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
