@@ -705,8 +705,8 @@ QUESTIONS = (
     *_stage(
         "stage5b_scaling",
         (
-            "Each device holds the same rows. One device's step took 4 ms; two devices' step took 8 ms. What "
-            "efficiency is that?",
+            "Each device holds the same number of rows. One device's step took 4 ms; two devices' step took 8 ms. "
+            "What efficiency is that?",
             [
                 "1: each device did its share",
                 "0.5: two devices delivered the rows per second of one",
@@ -724,15 +724,16 @@ QUESTIONS = (
             ),
         ),
         (
-            "The same scaling table on a host with 8 usable cores instead of this one's: what is the bound "
-            "min(C, W)/W at W = 4, read as this notebook reads it (one core per device's step)?",
+            "The same scaling table on a host with 8 usable cores instead of this one's: what is the ceiling "
+            "min(C, W)/W at W = 4?",
             [
                 "2/4: the bound this host printed, whatever the host",
                 "4/4 = 1: each of the 4 devices could compute on a core of its own at once",
                 "8/4 = 2: twice what 4 devices deliver alone",
             ],
             "b",
-            "min(8, 4)/4 = 1: with a core for every device, the core count costs no efficiency.",
+            "min(8, 4)/4 = 1: with a core for every device, the core count no longer caps efficiency. A ceiling "
+            "only: if one device's step used several cores, as this host's W = 2 suggests, it would lie lower.",
             "efficiency",
             (
                 "reveal-efficiency",
@@ -742,15 +743,15 @@ QUESTIONS = (
             ),
         ),
         (
-            "The same 23 rows on 4 devices, with a batch of 6 rows instead of 7. Which of ten steps compile?",
+            "The same 23 rows on 4 devices, with a batch of 5 rows instead of 7. Which of ten steps compile?",
             [
                 "steps 1 and 4, as with a batch of 7",
-                "only step 1: a full batch and the epoch's last, 5 rows, both pad to 8 slots",
-                "every step whose batch has fewer rows than the step before",
+                "only step 1: every batch pads to 8 slots",
+                "steps 1 and 5: four batches of 5 pad to 8 slots, the epoch's last, 3 rows, to 4",
             ],
-            "b",
-            "The update compiles once per padded shape, and the epoch's last batch of 5 rows pads to the 8 slots "
-            "of a full batch, unlike the 2 rows (4 slots) of a batch of 7.",
+            "c",
+            "The update compiles once per padded shape: 5 rows pad to 8 slots, and the epoch's fifth batch, 3 rows "
+            "(23 = 4 · 5 + 3), pads to 4, a new shape at step 5, like the 2 rows (4 slots) of a batch of 7 at step 4.",
             "step_times",
             (
                 "rank-log",
