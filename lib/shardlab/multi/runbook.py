@@ -30,8 +30,8 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "SIGKILL the group (a stopped process cannot handle SIGTERM) and relaunch from the newest "
         "complete step",
-        "stop": "detected within {freeze_s} s (5 s unchanged, plus a pulse and two polls), below JAX's own "
-        "heartbeat bound ({heartbeat_s} s)",
+        "stop": "detected within {freeze_s} s (5 s unchanged, plus a pulse and two polls), below the heartbeat "
+        "bound each controller gives `jax.distributed.initialize` ({heartbeat_s} s)",
         "drills": ("p0_frozen", "p1_frozen", "mpirun_p0_frozen"),
     },
     {
@@ -72,7 +72,7 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "stop relaunching and raise RestartBudgetError naming every attempt's cause; a person fixes "
         "the cause (code, data, host) before the next launch",
-        "stop": "more failures than the restart budget ({crash_loop_budget} in the drill)",
+        "stop": "more failures than the restart budget ({crash_loop_budget} in `make drills`' crash-loop drill)",
         "drills": ("crash_loop",),
     },
 )
