@@ -394,6 +394,11 @@ MISTAKES = {
         "random_restore_damage",
         ["cause:accepts-non-finite", "momentum: NaN", "rows=1, batch=1, devices=1"],
     ),
+    "restore_leaves_finiteness_to_the_checksum": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-non-finite", "rule:refuse-nan", "momentum written by your save: NaN", "rows=1, batch=1"],
+    ),
     "save_fsync_before_write": (
         3,
         "save_syncs_before_publishing",
@@ -529,6 +534,11 @@ MISTAKES = {
         3,
         "random_contract_tells_apart",
         ["rule:contract-pins", "carry about 32 bits", "birthday bound", "rows=1, batch=1"],
+    ),
+    "step_type_tests_the_learning_rate": (
+        2,
+        "random_step_update",
+        ["rule:momentum", "the course's default learning rate", "make_step given learning_rate np.", "numbers='"],
     ),
     "step_cache_rounded_lr": (
         2,
@@ -1200,6 +1210,7 @@ SLOW_MISTAKES = {
     "contract_hashes_printed_arrays",
     "step_mask_as_prefix",
     "step_cache_rounded_lr",
+    *("step_type_tests_the_learning_rate", "restore_leaves_finiteness_to_the_checksum"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("save_publishes_before_fsync", "save_without_fsync", "contract_hashes_sorted_rows"),
