@@ -12,15 +12,17 @@ import numpy as np
 from shardlab.core import checkpoint, schema
 from shardlab.learner.reference import *  # noqa: F403
 
+FINITE = ()  # the fields whose finiteness the check tests: none (the mistake; other planted files set their own)
+
 
 def _fields_but_finite(arrays, expected, where):
-    """The course's field check with weights and momentum replaced by zeros of their dtype and shape: the mistake."""
-    zeros = {name: np.zeros_like(arrays[name]) for name in schema.DEVICE if name in arrays}
+    """The course's field check with each float field outside FINITE replaced by zeros of its dtype and shape."""
+    zeros = {name: np.zeros_like(arrays[name]) for name in schema.DEVICE if name in arrays and name not in FINITE}
     schema.check({**arrays, **zeros}, expected["num_features"], expected["features_shape"][0], where)
 
 
 def _with_the_check(function):
-    scope = {**function.__globals__, "_check_fields": _fields_but_finite}
+    scope = {**function.__globals__, "_check_fields": lambda *args: _fields_but_finite(*args)}
     return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__)
 
 
