@@ -394,6 +394,21 @@ MISTAKES = {
         "random_restore_damage",
         ["cause:accepts-non-finite", "momentum: NaN", "rows=1, batch=1, devices=1"],
     ),
+    "restore_checksum_and_finite_weights_only": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-non-finite", "rule:refuse-nan", "momentum written by your save: NaN", "rows=1, batch=1"],
+    ),
+    "restore_checksum_and_isnan": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-non-finite", "weights written by your save: +inf", "momentum written by your save: -inf"],
+    ),
+    "restore_leaves_finiteness_to_the_checksum": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-non-finite", "rule:refuse-nan", "momentum written by your save: NaN", "rows=1, batch=1"],
+    ),
     "save_fsync_before_write": (
         3,
         "save_syncs_before_publishing",
@@ -529,6 +544,16 @@ MISTAKES = {
         3,
         "random_contract_tells_apart",
         ["rule:contract-pins", "carry about 32 bits", "birthday bound", "rows=1, batch=1"],
+    ),
+    "step_takes_only_float_learning_rates": (
+        2,
+        "random_step_update",
+        ["rule:momentum", "the course's default learning rate", "make_step given learning_rate", "numbers='"],
+    ),
+    "step_type_tests_the_learning_rate": (
+        2,
+        "random_step_update",
+        ["rule:momentum", "the course's default learning rate", "make_step given learning_rate np.", "numbers='"],
     ),
     "step_cache_rounded_lr": (
         2,
@@ -1200,6 +1225,8 @@ SLOW_MISTAKES = {
     "contract_hashes_printed_arrays",
     "step_mask_as_prefix",
     "step_cache_rounded_lr",
+    *("step_type_tests_the_learning_rate", "restore_leaves_finiteness_to_the_checksum"),
+    *("step_takes_only_float_learning_rates", "restore_checksum_and_finite_weights_only", "restore_checksum_and_isnan"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("save_publishes_before_fsync", "save_without_fsync", "contract_hashes_sorted_rows"),

@@ -19,6 +19,10 @@ SHAPES = "check shapes (stage3a_checkpoint: restore checks shapes)"
 DTYPES = "check dtypes (stage3a_checkpoint)"
 FINITE = "finite parameters (stage3a_checkpoint)"
 FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run (the starter's rule:refuse-nan)"
+SAVED_NON_FINITE = {  # a diverged state written by the learner's own save, whose checksum (if any) matches it
+    "weights": FINITE + ": a diverged state saved with a checksum of its own is still refused",
+    "momentum": FINITE_MOMENTUM + ": a diverged state saved with a checksum of its own is still refused",
+}
 PERMUTATION = "a valid permutation of 0..rows-1 (stage3a_checkpoint)"
 CURSOR = "cursor bounds 0 <= cursor <= rows (stage3a_checkpoint)"
 STEP = "a non-negative step (stage3a_checkpoint)"

@@ -39,6 +39,7 @@ class Case:
     file_name: str = "checkpoint.npz"  # the file name: with the .npz suffix, without, or another, spaces at its ends
     contents: str = "course"  # what a step's arrays hold: the course's data, non-finite or huge padding, large data
     layout: str = "first"  # which of the 4 logical devices the mesh holds, in which order (LAYOUTS)
+    numbers: str = "float / float"  # the types make_step is given its learning rate / decay in (NUMBERS)
 
     def shape(self) -> tuple[int, int]:
         if self.fixture:
@@ -77,13 +78,14 @@ DOMAIN = {
     "file_name": ("checkpoint.npz", SPELT, "checkpoint.npz"),
     "contents": ("course", "large data", "course"),
     "layout": ("first", "interleaved", "first"),
+    "numbers": ("float / float", "uint64 / 0-d uint8", "float / float"),
 }
 # One step cannot diverge, so a single-step property draws the learning rate from the whole range the
 # course's Config accepts, (0, 10); a walk keeps to DOMAIN's range, where many steps stay finite.
 ONE_STEP = {"learning_rate": (0.001, 9.99)}
 SHRINK_ORDER = ("fixture", "rows", "batch", "devices", "epochs", "features", "seed", "learning_rate", "decay")
 # the forms, shrunk to the course's own after the sizes
-SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "contents", "layout")
+SHRINK_LAST = ("save_at", "path", "compiled", "data_form", "file_name", "contents", "layout", "numbers")
 # The contents of a step's arrays: padded slots whose target is NaN, +-inf or 3e38 and whose features are 3e38 (a
 # padded slot has mask 0 whatever it holds), or large data (features ~1e5, targets fitted to within ~10), where float32
 # still gives the loss to its rounding bound but a loss expanded as a sum of squares loses every digit.
@@ -101,6 +103,29 @@ CONTENTS = (
     "exact data",
     "mask with gaps",
 )
+# The types make_step is given its learning rate and decay in, as "learning rate / decay": every number Config
+# accepts (0 < float(learning_rate) < 10, 0 <= float(decay) < 1), so a Python int or float, a NumPy scalar of each
+# float and integer width, or a 0-d array; the momentum rule asks for each as given, with no type test. An integer
+# learning rate is one of 1 ... 9 and an integer decay is 0; a narrow float holds the number it rounds the case's to.
+# The one-step and transition searches take them in turn, one form per case.
+NUMBERS = (
+    "float / float",
+    "float32 / float32",
+    "int / float64",
+    "float64 / 0-d float32",
+    "0-d float64 / float16",
+    "int64 / int",
+    "float16 / 0-d float64",
+    "uint8 / float32",
+    "0-d float32 / float64",
+    "int32 / 0-d float16",
+    "int8 / float",
+    "0-d int64 / 0-d float32",
+    "int16 / float16",
+    "uint16 / float64",
+    "uint32 / float32",
+    "uint64 / 0-d uint8",
+)
 CHOICES = {
     "fixture": ("", "", "", "", "teaching", "timing"),
     "save_at": ("start", "end", "mid"),
@@ -110,7 +135,53 @@ CHOICES = {
     "file_name": ("checkpoint.npz", "checkpoint", SPELT),
     "contents": CONTENTS,
     "layout": ("first", "last", "reversed", "interleaved"),
+    "numbers": NUMBERS,
 }
+
+
+def _integer_kind(kind: str) -> bool:
+    return kind == "int" or (kind != "float" and np.dtype(kind.removeprefix("0-d ")).kind in "iu")
+
+
+def typed(value: float, kind: str):
+    """`value` as the number `kind` names: a Python float or int, a NumPy scalar of a dtype, or a 0-d array."""
+    if kind == "float":
+        return float(value)
+    if kind == "int":
+        return int(value)
+    dtype = np.dtype(kind.removeprefix("0-d "))
+    return np.asarray(value, dtype) if kind.startswith("0-d ") else dtype.type(value)
+
+
+def hyperparameters(case: Case) -> dict:
+    """The learning rate and decay make_step is given for `case`, each in the type its `numbers` form names: a Python
+    float where that type cannot hold the case's value exactly (a value derived from the case's)."""
+    found = {}
+    for name, kind in zip(("learning_rate", "decay"), case.numbers.split(" / ")):
+        value = getattr(case, name)
+        number = typed(value, kind)
+        found[name] = number if float(number) == value else float(value)
+    return found
+
+
+def numbers_words(case: Case) -> str:
+    """The types of the case's learning rate and decay, as the report names them."""
+    return ", ".join(
+        f"{name} {type(value).__module__.replace('builtins', '').replace('numpy', 'np')}"
+        f"{'.' if type(value).__module__ != 'builtins' else ''}{type(value).__name__}"
+        + (f" of dtype {value.dtype}" if isinstance(value, np.ndarray) else "")
+        for name, value in hyperparameters(case).items()
+    )
+
+
+def _held(value: float, kind: str, name: str) -> float:
+    """The number a hyperparameter of `kind` holds for `value`: an integer learning rate 1 ... 9 and an integer decay
+    0 (the integers Config accepts), a narrow float's rounding, else `value`."""
+    if _integer_kind(kind):
+        return float(min(max(round(value), 1), 9)) if name == "learning_rate" else 0.0
+    return float(typed(value, kind))
+
+
 # Which devices a case's mesh of k devices holds, by position in jax.devices(), in mesh order. Only "first" is a
 # prefix of jax.devices(): a function that places on a mesh of its own making (jax.devices()[:k], sorted devices)
 # instead of the mesh it is given puts its arrays elsewhere on the others (on 4 devices, "reversed" and
@@ -195,7 +266,9 @@ def fit(case: Case) -> Case:
     rows = case.shape()[0]
     batch = max(1, min(case.batch, rows + 2))
     epochs = max(2, min(case.epochs, MAX_WALK // max(1, math.ceil(rows / batch)) - 1))
-    return replace(case, batch=batch, epochs=epochs)
+    kinds = dict(zip(("learning_rate", "decay"), case.numbers.split(" / ")))
+    held = {name: _held(getattr(case, name), kind, name) for name, kind in kinds.items()}
+    return replace(case, batch=batch, epochs=epochs, **held)
 
 
 def smaller(case: Case, name: str) -> list[Case]:

@@ -39,7 +39,7 @@ from shardlab.checker.common import (
     snapshot,
     typed_key,
 )
-from shardlab.checker.domain import Case, data_for, given, mesh_positions, walk_calls
+from shardlab.checker.domain import Case, data_for, given, hyperparameters, mesh_positions, numbers_words, walk_calls
 from shardlab.checker.early import HOME
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
@@ -185,7 +185,7 @@ def other_mesh_of(ctx, devices: int, layout: str = "first"):
 
 
 def _step_key(case: Case, compiled: bool) -> tuple:
-    return ("search step", case.devices, case.layout, case.learning_rate, case.decay, compiled)
+    return ("search step", case.devices, case.layout, case.learning_rate, case.decay, case.numbers, compiled)
 
 
 def step_of(ctx, case: Case, compiled: bool = True):
@@ -193,7 +193,7 @@ def step_of(ctx, case: Case, compiled: bool = True):
     key = _step_key(case, compiled)
     if key not in ctx.cache:
         mesh = mesh_of(ctx, case.devices, case.layout)
-        ctx.cache[key] = ctx.impl.make_step(mesh, learning_rate=case.learning_rate, decay=case.decay, compiled=compiled)
+        ctx.cache[key] = ctx.impl.make_step(mesh, **hyperparameters(case), compiled=compiled)  # in the case's types
     return ctx.cache[key]
 
 
@@ -530,8 +530,10 @@ def _update_cause(before: dict, got: dict, want: dict, case: Case) -> str:
     which = formulas.explain_update(before, want["grad"], got, case.learning_rate, case.decay, case.devices)
     return (
         f"the new momentum and weights: {which}; the step was built with "
-        f"learning_rate={case.learning_rate:.6g}, decay={case.decay:.6g} -> v <- decay*v + g, w <- w - "
-        "learning_rate*v with the values make_step was given" + formulas.mark("momentum")
+        f"learning_rate={case.learning_rate:.6g}, decay={case.decay:.6g} ({numbers_words(case)}) -> v <- decay*v + g, "
+        "w <- w - learning_rate*v with the values make_step was given, whatever number type Config accepts they come "
+        "in (float(value) reads a Python int or float, a NumPy scalar or a 0-d array exactly: no type test)"
+        + formulas.mark("momentum")
     )
 
 
@@ -2405,7 +2407,49 @@ def _damage_attempts(ctx, case, path, state, contract, data) -> dict:
     if case.save_at == "start":
         larger = _larger_checkpoint(ctx, case, os.path.dirname(files["truncated file"][0]))
         attempts[f"given another experiment's file ({LARGER})"] = (larger, contract, other)
+    folder = os.path.dirname(files["truncated file"][0])
+    attempts.update(
+        {
+            what: (target, contract, rule)
+            for what, (target, rule) in _non_finite_saves(ctx, case, state, contract, folder).items()
+        }
+    )
     return attempts
+
+
+def _non_finite_saves(ctx, case: Case, state: dict, contract: dict, folder: str) -> dict:
+    """Damage name -> (a checkpoint your own save wrote of the state with one float field non-finite, the rule).
+
+    A copy damaged after the save keeps the file's own checksum or signature of the valid values, so a restore
+    that compares those refuses it without ever testing finiteness; a diverged state saved by your own save carries
+    a matching one, and only a test of the values themselves refuses it (rule:refuse-nan). Every float field of the
+    state gets each of NaN, +inf and -inf, at a position set by the seed. A save that refuses the diverged state (the
+    course's own does) leaves nothing to restore: that field and value are not asked of restore."""
+    found = {}
+    for field in (name for name in FIELDS if _float_field(state.get(name))):
+        values = np.array(host(state[field]), copy=True)
+        for number, (kind, bad) in enumerate(NON_FINITE.items()):
+            changed = values.copy()
+            if changed.size:
+                changed.flat[(case.seed + number) % changed.size] = bad
+            target = os.path.join(folder, f"non-finite-{field}-{number}.npz")
+            try:
+                called(ctx, "save", target, {**state, field: _as_field(state[field], changed)}, contract)
+            except (NotImplementedError, Miss):
+                raise
+            except Exception:
+                continue  # refusing to save a diverged state is the course's own choice
+            found[damage.name(f"{field} written by your save", kind)] = (target, damage.SAVED_NON_FINITE[field])
+    return found
+
+
+NON_FINITE = {"NaN": np.nan, "+inf": np.inf, "-inf": -np.inf}
+
+
+def _float_field(value) -> bool:
+    """Whether a state field holds floating-point numbers (weights and momentum: the fields a run can make diverge)."""
+    kind = getattr(value, "dtype", None)
+    return kind is not None and not typed_key(value) and np.issubdtype(np.dtype(kind), np.floating)
 
 
 def _damage_verdicts(ctx, case, path, state, contract, mesh, data) -> dict:

@@ -31,6 +31,7 @@ from shardlab.checker.domain import (
     CHOICES,
     CONTENTS,
     DOMAIN,
+    NUMBERS,
     ONE_STEP,
     SHRINK_LAST,
     SHRINK_ORDER,
@@ -39,6 +40,7 @@ from shardlab.checker.domain import (
     draw,
     fit,
     mesh_positions,
+    numbers_words,
     smaller,
 )
 from shardlab.checker.domain import _float as draw_float
@@ -61,7 +63,7 @@ WALK = ("rows", "batch", "devices", "epochs", "features", "fixture", "seed", "da
 OPTIMISER = ("learning_rate", "decay")
 EXPERIMENT = ("rows", "batch", "devices", "features", "fixture", "seed", *OPTIMISER, "data_form")
 RESTORE = ("rows", "batch", "devices", "features", "seed", "save_at", "path", "data_form", "file_name", "layout")
-STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled", "contents", "layout")
+STEP = ("rows", "devices", "features", "seed", *OPTIMISER, "compiled", "contents", "layout", "numbers")
 PROPERTIES = {  # one row per randomised check: its name, stage, property, parameters drawn, cases per run
     p.name: p
     for p in (
@@ -177,7 +179,7 @@ def cases_for(prop: Property, seed: int, count: int) -> list[Case]:
     if prop.name == "step_update":  # one step: the whole range Config accepts (its own generator)
         wide = np.random.default_rng([seed, *prop.name.encode(), 1])
         found = [replace(c, learning_rate=draw_float(wide, *ONE_STEP["learning_rate"], c.learning_rate)) for c in found]
-    return [replace(case, **_forms(prop, seed + number)) for number, case in enumerate(found)]
+    return [fit(replace(case, **_forms(prop, seed + number))) for number, case in enumerate(found)]  # types held
 
 
 def _forms(prop: Property, number: int) -> dict:
@@ -191,6 +193,7 @@ def _forms(prop: Property, number: int) -> dict:
         "file_name": FILE_NAMES[(number // 3 * 2 + number + 2) % 3],
         "contents": CONTENTS[number % len(CONTENTS)],
         "layout": LAYOUT_FORMS[(number // 2 + number) % 4],
+        "numbers": NUMBERS[number % len(NUMBERS)],  # every type Config accepts, in turn
     }
     return {name: value for name, value in forms.items() if name in prop.parameters}
 
@@ -253,6 +256,8 @@ def _shape(case: Case, prop: Property) -> str:
         words.append(f"a mesh of jax.devices() {list(mesh_positions(case.layout, case.devices))}, in that order")
     if "data_form" in prop.parameters:
         words.append(DATA_WORDS[case.data_form])
+    if "numbers" in prop.parameters and case.numbers != Case.numbers:
+        words.append(f"make_step given {numbers_words(case)}")
     return ", ".join(words)
 
 
