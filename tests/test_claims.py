@@ -1331,7 +1331,10 @@ def test_the_eager_sentence_takes_each_call_s_compiling_out_of_that_same_call(tm
     assert ("compiles inside every call" in said) == (compile_s > 0), said
     if compile_s:
         assert (
-            f"its median is {less:.0f} ms, {ratio:.0f}x the compiled four-device call rather than {full:.0f}x" in said
+            f"median of those differences (not {1e3 * statistics.median(eager):.0f} − "
+            f"{statistics.median(c['total_ms'] for c in per_call):.0f}: a median of differences is not the difference "
+            f"of medians) gives {less:.0f} ms, {ratio:.0f}x the compiled four-device call rather than {full:.0f}x"
+            in said
         ), said
     else:
         assert f"eager / 4-device = {full:.0f}x is running each operation on its own" in said, said
@@ -1345,14 +1348,17 @@ def test_the_fused_capture_is_read_as_traced_when_the_profiler_stretched_it(tmp_
     monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
 
     per_step = {"after": {"median_compiled_update_and_wait_ms_per_step": traced}}
-    said = sentences.fused_traced_inflation(per_step, {"fused_stats": untraced})
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"per_step": per_step}, shown=False)
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_timing", {"median_per_step_ms": {"fused_stats": untraced}})
+    said = sentences.fused_traced_inflation(per_step, {"fused_stats": untraced}, 10, 50)
+    trace_record = {"per_step": per_step, "steps_per_transition": {"after": 10, "before": 1}}
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", trace_record, shown=False)
+    timing_record = {"median_per_step_ms": {"fused_stats": untraced}, "steps_per_sample": 50}
+    record.emit(str(tmp_path), "stage4b_beyond", "fused_timing", timing_record)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
     stretched = traced > 1.25 * untraced  # by hand: beyond a quarter, the margin one capture allows
     assert ("these kinds are those of a traced dispatch" in said) == stretched, said
     assert ("the profiler changed it little" in said) == (not stretched), said
+    assert "dispatch of K = 10 steps" in said and "dispatch of K = 50 took" in said, said  # both K, as recorded
     if stretched:
         assert f"{traced / untraced:.1f}x" in said, said
 

@@ -534,7 +534,8 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. Make the change",
-                "the line above the verdicts: the target's move between captures, beside the cut",
+                "the first of the verdicts in words, below the verdict table: the target's move between captures, "
+                "beside the cut",
                 r"With no code changed, the target (moved between captures|went from)",
             ),
         ),

@@ -291,8 +291,10 @@ SENTENCES = {
                 "re": "timing.ratios.eager_4dev_over_compiled_4dev",
             },
             "The un-jitted variant compiles inside every call, warm or not: by median {n:.0f} XLA compilations, "
-            "{k:.0f} ms of a {e:.0f} ms timed call (the last column). Taking each call's compile time out of that "
-            "call, its median is {x:.0f} ms, {rx:.0f}x the compiled four-device call rather than {re:.0f}x: what is "
+            "{k:.0f} ms of a {e:.0f} ms timed call (the last column; both medians over the calls). Taking each call's "
+            "compile time out of that call and then the median of those differences (not {e:.0f} − {k:.0f}: a median "
+            "of differences is not the difference of medians) gives {x:.0f} ms, {rx:.0f}x the compiled four-device "
+            "call rather than {re:.0f}x: what is "
             "left is tracing, lowering and dispatching each operation on its own.",
             "The un-jitted variant's timed calls triggered no XLA compilation by median (the last column): eager / "
             "4-device = {re:.0f}x is running each operation on its own, not compiling.",
@@ -540,12 +542,16 @@ SENTENCES = {
             {
                 "t": "fused_trace.per_step.after.median_compiled_update_and_wait_ms_per_step",
                 "f": "fused_timing.median_per_step_ms.fused_stats",
+                "kt": "fused_trace.steps_per_transition.after",
+                "kf": "fused_timing.steps_per_sample",
             },
-            "The profiler's cost falls on the fused loop too: traced, a fused_stats dispatch took {t:.3f} ms per step, "
-            "untraced {f:.4f} ms (section 1), <ratio>x. So these kinds are those of a traced dispatch, the profiler's "
-            "own work among them; how an untraced step splits is not shown here.",
-            "Traced, a fused_stats dispatch took {t:.3f} ms per step, untraced {f:.4f} ms (section 1): within a "
-            "quarter, so the profiler changed it little.",
+            "Traced, a fused_stats dispatch of K = {kt} steps took {t:.3f} ms per step; untraced, a dispatch of "
+            "K = {kf} took {f:.4f} ms per step (section 1), <ratio>x. Two things can raise the traced figure: the "
+            "profiler's own work, and, when the traced K is the smaller, a dispatch's fixed cost spread over fewer "
+            "steps; this page does not separate them. So these kinds are those of a traced dispatch; how an "
+            "untraced step splits is not shown here.",
+            "Traced, a fused_stats dispatch of K = {kt} steps took {t:.3f} ms per step; untraced, a dispatch of "
+            "K = {kf} took {f:.4f} ms per step (section 1): within a quarter, so the profiler changed it little.",
         ),
         "roofline_beside_threads": _s(
             "s >= 1.5 * d and p < 0.5 * b",
@@ -1071,11 +1077,15 @@ def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
     return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
 
 
-def fused_traced_inflation(per_step: dict, untraced: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b: the traced fused_stats dispatch per step (`per_step`, the capture's) against the same loop untraced
-    (`untraced`, section 1's medians per step): whether the profiler stretched it by more than a quarter."""
+def fused_traced_inflation(
+    per_step: dict, untraced: dict, traced_steps: int, untraced_steps: int, notebook: str = "stage4b_beyond"
+) -> str:
+    """Stage 4b: the traced fused_stats dispatch per step (`per_step`, the capture's, K = `traced_steps`) against the
+    same loop untraced (`untraced`, section 1's medians per step, K = `untraced_steps`): whether the traced figure
+    is more than a quarter above, with both K stated."""
     t, f = per_step["after"]["median_compiled_update_and_wait_ms_per_step"], untraced["fused_stats"]
-    return chosen(notebook, "fused_traced_inflation", {"ratio": f"{t / f:.1f}"}, t=t, f=f)
+    values = {"t": t, "f": f, "kt": traced_steps, "kf": untraced_steps}
+    return chosen(notebook, "fused_traced_inflation", {"ratio": f"{t / f:.1f}"}, **values)
 
 
 def roofline_beside_threads(points: dict, devices: int, split: dict, notebook: str = "stage4b_beyond") -> str:
