@@ -729,7 +729,8 @@ SENTENCES = {
                 "hi": "uninterrupted.max_save_ms",
             },
             "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
-            "{w:.1f} ms by median ({n} saves, every process's counted, {lo:.0f} to {hi:.0f} ms): <ratio> steps' time. That is Orbax's whole "
+            "{w:.1f} ms by median ({n} saves, every process's counted, {lo:.0f} to {hi:.0f} ms): <ratio> steps' "
+            "time. That is Orbax's whole "
             "synchronous save, its commit and its waits for the other process included, not a background write "
             "alone: how long one of those lasts is not timed here.",
             "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} saves, {lo:.0f} to "

@@ -20,7 +20,8 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "SIGKILL every process group of the attempt, relaunch the whole group on a fresh coordinator "
         "port from the newest step whose manifest verifies; the steps after it are recomputed",
-        "stop": "designed bound, its time not shown here: detected within {death_s} s; a relaunch that fails again counts against the restart budget",
+        "stop": "designed bound, its time not shown here: detected within {death_s} s; a relaunch that fails "
+        "again counts against the restart budget",
         "drills": ("several_failures", "kill_during_step", "p0_killed_mid_step", "mpirun_p1_killed_mid_step"),
     },
     {
