@@ -734,7 +734,8 @@ SENTENCES = {
             "synchronous save, its commit and its waits for the other process included, not a background write "
             "alone: how long one of those lasts is not timed here.",
             "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} saves, every "
-            "process's counted, {lo:.0f} to {hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a background write as long (not timed here) "
+            "process's counted, {lo:.0f} to {hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a background "
+            "write as long (not timed here) "
             "would end within a step or two.",
         ),
         "uninterrupted_bitwise": _s(
