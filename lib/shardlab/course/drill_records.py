@@ -132,13 +132,16 @@ def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: lis
     survivor = {int(pid): code for pid, code in p0_kill["exit_codes"].items() if int(pid) != p0_kill["process"]}
     ended = "; ".join(f"process {p} ended by {ENDED_BY.get(code, f'exit code {code}')}" for p, code in survivor.items())
     earlier = [n for n in preempt["published"] if n < preempt["resumed_from"]]
-    before = max(earlier, default=p0_kill["resumed_from"])  # where the preempted attempt's newest manifest stood
+    # one save is pending at a time: the newest of `earlier` was published at that agreement, any older before it,
+    # so a death before that agreement would have found the newest of those, or where the attempt resumed
+    before = max(earlier[:-1], default=p0_kill["resumed_from"])
     kept = (
         "one of the regular saves"
         if preempt["resumed_from"] in scheduled
-        else f"no regular save: a death would go back to step {before}"
+        else f"no regular save: a death before that agreement would go back to step {before}"
+        + (f", step {earlier[-1]} not yet published" if earlier else "")
     )
-    pending = f"step {', '.join(map(str, earlier))} here" if earlier else "none here"
+    pending = f"step {earlier[-1]} here" if earlier else "none here"
     why = {
         "a": "a save is published only once an agreement's flags all say `D`",
         "b": _unpublished(p0_kill, scheduled),

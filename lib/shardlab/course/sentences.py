@@ -735,11 +735,13 @@ SENTENCES = {
                 "hi": "uninterrupted.max_save_ms",
             },
             "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
-            "{w:.1f} ms by median ({n} saves, {lo:.0f} to {hi:.0f} ms): <ratio> steps' time. That is Orbax's whole "
+            "{w:.1f} ms by median ({n} saves, every process's counted, {lo:.0f} to {hi:.0f} ms): <ratio> steps' "
+            "time. That is Orbax's whole "
             "synchronous save, its commit and its waits for the other process included, not a background write "
             "alone: how long one of those lasts is not timed here.",
-            "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} saves, {lo:.0f} to "
-            "{hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a background write as long (not timed here) "
+            "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} saves, every "
+            "process's counted, {lo:.0f} to {hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a background "
+            "write as long (not timed here) "
             "would end within a step or two.",
         ),
         "uninterrupted_bitwise": _s(
@@ -858,8 +860,8 @@ SENTENCES = {
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
             "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
-            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}): the "
-            "added devices added no rows per second.",
+            "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}): "
+            "whatever the added devices added is within the spread.",
         ),
         "tallest_other_phases": _s(  # "mostly" one phase only when it holds more than two thirds of the step
             "3 * p > 2 * o",

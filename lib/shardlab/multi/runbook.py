@@ -20,7 +20,8 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "SIGKILL every process group of the attempt, relaunch the whole group on a fresh coordinator "
         "port from the newest step whose manifest verifies; the steps after it are recomputed",
-        "stop": "detected within {death_s} s; a relaunch that fails again counts against the restart budget",
+        "stop": "designed bound, its time not shown here: detected within {death_s} s; a relaunch that fails "
+        "again counts against the restart budget",
         "drills": ("several_failures", "kill_during_step", "p0_killed_mid_step", "mpirun_p1_killed_mid_step"),
     },
     {
@@ -31,7 +32,7 @@ ROWS = (
         "mitigation": "SIGKILL the group (a stopped process cannot handle SIGTERM) and relaunch from the newest "
         "complete step",
         "stop": "detected within {freeze_s} s (5 s unchanged, plus a pulse and two polls), below the heartbeat "
-        "bound each controller gives `jax.distributed.initialize` ({heartbeat_s} s)",
+        "timeout each controller passes to `jax.distributed.initialize` (`heartbeat_timeout_seconds`, {heartbeat_s} s)",
         "drills": ("p0_frozen", "p1_frozen", "mpirun_p0_frozen"),
     },
     {
