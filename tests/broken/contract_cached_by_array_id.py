@@ -1,5 +1,6 @@
 """Mistake: contract keeps each contract by the id() of the data arrays and the configuration: the same arrays,
-changed in place, get the contract of the values they held before."""
+changed in place, get the contract of the values they held before. The arrays are kept too, so no id is reused
+while its contract is kept."""
 
 from shardlab.learner import reference
 from shardlab.learner.reference import *  # noqa: F403
@@ -11,5 +12,5 @@ def contract(data, config):
     features, targets = data
     key = (id(features), id(targets), config)
     if key not in _KEPT:
-        _KEPT[key] = reference.contract(data, config)
-    return dict(_KEPT[key])
+        _KEPT[key] = (features, targets), reference.contract(data, config)
+    return dict(_KEPT[key][1])

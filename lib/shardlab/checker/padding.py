@@ -99,7 +99,8 @@ def check_padding(batch, data, batch_size: int, devices: int) -> None:
         "features and targets of batch.ids, unchanged",
         "other values",
         "the selected rows must be data[ids] exactly, in the order of batch.ids, degenerate ones included (no "
-        "scaling, deduplication or reordering)",
+        "scaling, deduplication or reordering, and read from this call's data: never a copy kept from an earlier "
+        "call)" + mark("pad-by-position"),
     )
     features, targets = np.asarray(batch.features), np.asarray(batch.targets)
     padded = range(len(ids), min(len(features), len(targets)))
