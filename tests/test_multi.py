@@ -511,6 +511,18 @@ def test_ledger_counts_the_first_step_of_each_padded_batch_shape_as_compiling():
     assert (parts["compile"], parts["productive"]) == (2.0, 4.0)
 
 
+def test_ledger_pads_for_the_devices_the_attempt_reports():
+    # 22 rows in batches of 8 on 4 devices: 8, 8, 6 rows, each padded to 8 (ceil(n / 4) * 4): one shape, so only
+    # step 1 compiles; padded for 1 device instead, the short batches (6 rows) would be a second shape
+    attempt = _on_four_devices(_attempt(0.0, [1, 2, 3, 4, 5, 6]))
+    for e in attempt["progress"][0]:
+        if e["event"] == "step":
+            e["ids"] = list(range(6 if e["step"] in (3, 6) else 8))
+    parts = ledger.goodput({"attempts": [attempt]})
+    # by hand: step 1 meets shape 8; steps 2-6 are productive (1 s each)
+    assert (parts["compile"], parts["productive"]) == (1.0, 5.0)
+
+
 def test_ledger_counts_a_recomputed_step_that_compiled_as_compilation():
     # attempt 0: steps 1-5, step 4 the short batch (2 rows, padded to 4) and slow because it compiles; it dies
     # after step 5. Attempt 1 resumes from 3 and redoes 4 (its own compile of shape 4), 5 and 6.
