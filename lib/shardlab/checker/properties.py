@@ -1503,6 +1503,15 @@ HUGE_EDIT = 524_309  # a prime row in its middle: every k-th row from the first 
 HUGE = f"a dataset of {HUGE_ROWS:,} rows: row {HUGE_EDIT:,}'s feature and target + 1"
 
 
+def _fresh(value):
+    """A copy of a value built once per process (the lru_cache'd datasets and samplers below) for one run to hand to
+    the learner: what its function changes in place is written back into its caller's arrays (wire.write_back), and
+    must not reach the next run in this process, whose verdict would then depend on the runs before it."""
+    if isinstance(value, Dataset):
+        return Dataset(value.features.copy(), value.targets.copy())
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
 @functools.lru_cache(maxsize=1)
 def _huge_pair() -> tuple[Dataset, Dataset]:
     """A dataset of HUGE_ROWS rows x 1 feature, and the same with one row's values changed (16 MB, built once)."""
@@ -1517,7 +1526,7 @@ def _huge_pair() -> tuple[Dataset, Dataset]:
 def _huge_ignored(ctx) -> bool:
     """Whether the contract of the huge pair (the course's default configuration) is equal: asked once per run."""
     if HUGE not in ctx.cache:
-        config, (first, second) = _config(Case()), _huge_pair()
+        config, (first, second) = _config(Case()), (_fresh(pair) for pair in _huge_pair())
         ctx.cache[HUGE] = contract_of(ctx, Case(), first, config, HUGE) == contract_of(
             ctx, Case(), second, config, HUGE
         )
@@ -1811,7 +1820,8 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     step = _long_run_step(rows, case.batch)
     if step is None:
         return
-    long_run = _moved_to(state, {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step})
+    sampler = {name: _fresh(value) for name, value in _long_run_sampler(case.seed, rows, case.batch, step).items()}
+    long_run = _moved_to(state, {**sampler, "step": step})
     at = f"{step:,}"
     fix = (
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
@@ -1842,7 +1852,7 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
     in its interpreter alone, where a restore that replays the sampler finds it compiled."""
     if case.save_at != "start":
         return
-    data = given(case, _many_rows(case.shape()[1]))
+    data = given(case, _fresh(_many_rows(case.shape()[1])))
     contract = called(ctx, "contract", data, _config(case, batch_size=1))  # batch 1: see _float32_step_kept
     large = called(ctx, "initial", case.seed, data, mesh)
     fix = (
@@ -1906,7 +1916,7 @@ def _wide_checkpoint_kept(ctx, case: Case, path: str, mesh) -> None:
     save wrote is a valid checkpoint. Tried in the cases saved at the start, as `_large_order_kept`."""
     if case.save_at != "start":
         return
-    data = given(case, _wide_row())
+    data = given(case, _fresh(_wide_row()))
     contract = called(ctx, "contract", data, _config(case))
     wide = called(ctx, "initial", case.seed, data, mesh)
     what = f"a valid checkpoint of a run on 1 row x {WIDE_FEATURES:,} features (its first state, over 16 MiB)"
