@@ -413,7 +413,7 @@ def sampler_walk(ctx, case: Case) -> None:
             and all(np.array_equal(v, states[-1][k]) for k, v in snapshot(state).items()),
             "the input state unchanged",
             "changed",
-            f"call {call + 1}: next_batch changed the caller's state",
+            f"call {call + 1}: next_batch changed the caller's state" + formulas.mark("new-state"),
         )
         observed.append(np.asarray(batch.ids).astype(np.int64))
         states.append(snapshot(new))
@@ -432,7 +432,7 @@ def sampler_walk(ctx, case: Case) -> None:
                 {k: states[-1].get(k) for k in ("cursor", "key", "order")},
                 cause or f"call {call + 1}: the sampler fields leave coverage arithmetic",
             )
-        need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone")
+        need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone" + formulas.mark("new-state"))
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
@@ -1578,13 +1578,39 @@ def _in_place_told_apart(ctx, case: Case, data: Dataset) -> None:
     )
 
 
+def _same_experiment_told_apart(ctx, case: Case, data, base: dict, again: dict) -> None:
+    """Fail for a contract of fresh copies of the data unlike the first one, naming why from a third call given the
+    first call's own arrays: equal to the first, the contract follows the arrays' identity (kept by id() or by the
+    object, whatever address the process gave them); unequal, it varies from call to call."""
+    same = called(ctx, "contract", given(case, data), _config(case)) == base
+    raise Miss(
+        base,
+        again,
+        "the same experiment (fresh copies of the data) must give an equal contract"
+        + (
+            ": given the first call's own arrays again it gives the first contract, so it is kept by the arrays' "
+            "identity (a cache keyed by id() or by the object), not computed from their bytes -> compute the "
+            "contract from the data's bytes on every call" + formulas.mark("contract-pins")
+            if same
+            else ": it changes from call to call -> build it from the data bytes and the configuration only (no "
+            "counter, time or random draw)" + formulas.mark("contract-json") + known_causes.mark("contract-varies")
+        ),
+    )
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data, (rows, width) = data_for(case), case.shape()
     base = contract_of(ctx, case, data, _config(case), "the case's data")
-    need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
+    need(
+        _plain_json(base),
+        "plain JSON data",
+        type(base).__name__,
+        "the contract is plain JSON (it goes in an NPZ)" + formulas.mark("contract-json"),
+    )
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
-    need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
+    if again != base:
+        _same_experiment_told_apart(ctx, case, data, base, again)
     _same_experiment_other_forms(ctx, case, data, base)
     ignored = _ignored_variants(ctx, case, base) + _reread_ignored(ctx, case, data, base)
     if focused(ctx, IN_PLACE):
