@@ -1505,6 +1505,23 @@ def test_what_one_files_contract_writes_into_the_huge_dataset_never_reaches_a_la
     assert all(np.array_equal(a, b) for a, b in zip(kept, now))
 
 
+@pytest.mark.parametrize("third, rule", [({"data": 1}, "contract-pins"), ({"data": 3}, "contract-json")])
+def test_a_contract_unlike_the_first_for_fresh_copies_names_its_rule_whichever_way_it_differs(third, rule):
+    """Fresh copies of the data gave another contract than the first call. Given the first call's arrays again, a
+    contract kept by their identity answers as the first time (contract-pins: read the bytes at every call); one that
+    changes from call to call answers otherwise (contract-json): either way the failure names a rule."""
+    from types import SimpleNamespace
+
+    from shardlab.checker import properties
+    from shardlab.checker.domain import Case, data_for
+
+    case = Case()
+    ctx = SimpleNamespace(impl=SimpleNamespace(contract=lambda data, config: dict(third)))
+    with pytest.raises(properties.Miss) as found:
+        properties._same_experiment_told_apart(ctx, case, data_for(case), {"data": 1}, {"data": 2})
+    assert found.value.why.count("{rule:") == 1 and f"{{rule:{rule}}}" in found.value.why, found.value.why
+
+
 def test_docs_state_the_domain_the_damage_space_and_every_randomised_check():
     """docs/checker.md prints the tables the search is driven by: none of their rows may go missing."""
     from shardlab.checker import damage, domain, search
