@@ -1484,6 +1484,44 @@ def test_untrusted_code_gets_a_named_verdict_within_the_bound(tmp_path, capfd, k
         assert (out / "check_output.log").stat().st_size > 200_000 and "printed" in shown
 
 
+def test_what_one_files_contract_writes_into_the_huge_dataset_never_reaches_a_later_run():
+    """The huge pair of datasets is built once per process; each run hands its learner copies. The checker writes a
+    learner's in-place changes back into the arrays it passed (as the learner's caller would see them), so a run
+    given the kept arrays themselves would leave them changed for every later run in this process (xdist worker)."""
+    from types import SimpleNamespace
+
+    from shardlab.checker import properties
+
+    kept = [array.copy() for dataset in properties._huge_pair() for array in dataset]
+
+    def contract(data, config):  # scales the caller's features in place, as a learner "saving memory" would
+        data[0][...] *= 2
+        return reference.contract(data, config)
+
+    ctx = SimpleNamespace(impl=SimpleNamespace(contract=contract), cache={})
+    with pytest.raises(properties.Miss, match="changed its caller's inputs"):
+        properties._huge_ignored(ctx)
+    now = [array for dataset in properties._huge_pair() for array in dataset]
+    assert all(np.array_equal(a, b) for a, b in zip(kept, now))
+
+
+@pytest.mark.parametrize("third, rule", [({"data": 1}, "contract-pins"), ({"data": 3}, "contract-json")])
+def test_a_contract_unlike_the_first_for_fresh_copies_names_its_rule_whichever_way_it_differs(third, rule):
+    """Fresh copies of the data gave another contract than the first call. Given the first call's arrays again, a
+    contract kept by their identity answers as the first time (contract-pins: read the bytes at every call); one that
+    changes from call to call answers otherwise (contract-json): either way the failure names a rule."""
+    from types import SimpleNamespace
+
+    from shardlab.checker import properties
+    from shardlab.checker.domain import Case, data_for
+
+    case = Case()
+    ctx = SimpleNamespace(impl=SimpleNamespace(contract=lambda data, config: dict(third)))
+    with pytest.raises(properties.Miss) as found:
+        properties._same_experiment_told_apart(ctx, case, data_for(case), {"data": 1}, {"data": 2})
+    assert found.value.why.count("{rule:") == 1 and f"{{rule:{rule}}}" in found.value.why, found.value.why
+
+
 def test_docs_state_the_domain_the_damage_space_and_every_randomised_check():
     """docs/checker.md prints the tables the search is driven by: none of their rows may go missing."""
     from shardlab.checker import damage, domain, search

@@ -492,24 +492,27 @@ def test_a_save_that_moves_into_the_folder_is_named_as_such_not_as_a_suffix():
 
 
 @pytest.mark.slow  # a save, its probes and the checker's worker: seconds of CPU, make test's, not the inner loop's
-def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_such():
+def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_such(tmp_path, monkeypatch):
     """`save("~/runs/x")` must write at that relative path; the planted save expands '~'. The checker's worker runs
-    with a HOME inside the run's scratch folder, so the planted file never writes into the real home."""
+    with a HOME inside the run's scratch folder, so the planted file never writes into the real home.
+
+    The checker's own home here is a new folder of this test's, not the user's: a kernel, JupyterLab or matplotlib that
+    another test starts meanwhile makes its folders (.ipython, .cache, ...) in the user's home the first time one runs
+    on a machine, so only a home no other process knows can show that the run wrote nothing there."""
     spec = "broken/save_expands_home.py"
     (module, data, mesh), here = _planted(spec), os.getcwd()
     state = reference.initial(17, data, mesh)
-    real_home = os.path.expanduser("~")
-    before = set(os.listdir(real_home))
+    real_home = str(tmp_path / "the-users-home")
+    os.mkdir(real_home)
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as home:
         os.makedirs(os.path.join(folder, "~", "runs"))
-        old = os.environ.get("HOME")
-        os.environ["HOME"] = home
+        monkeypatch.setenv("HOME", home)
         try:
             os.chdir(folder)
             returned = module.save(os.path.join("~", "runs", "c.npz"), state, reference.contract(data, Config()))
         finally:
             os.chdir(here)
-            os.environ["HOME"] = old if old is not None else real_home
+            monkeypatch.setenv("HOME", real_home)
         assert not os.path.exists(os.path.join(folder, "~", "runs", "c.npz"))  # the fault: not at the path given
         assert os.path.exists(os.path.join(home, "runs", "c.npz")) and returned.startswith(home)
 
@@ -517,7 +520,7 @@ def test_a_save_that_expands_home_writes_in_the_scratch_home_and_is_named_as_suc
     assert not result.passed
     assert result.rules == ("exact-path",) and "expanded '~'" in result.diagnosis, (result.rules, result.diagnosis)
     assert "np.savez appends" not in result.diagnosis
-    assert set(os.listdir(real_home)) == before  # nothing written into the real home
+    assert os.listdir(real_home) == []  # nothing written into the real home
 
 
 @pytest.mark.slow  # a step compiled for each of two meshes and judged: make test's, not the inner loop's

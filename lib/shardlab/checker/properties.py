@@ -413,7 +413,7 @@ def sampler_walk(ctx, case: Case) -> None:
             and all(np.array_equal(v, states[-1][k]) for k, v in snapshot(state).items()),
             "the input state unchanged",
             "changed",
-            f"call {call + 1}: next_batch changed the caller's state",
+            f"call {call + 1}: next_batch changed the caller's state" + formulas.mark("new-state"),
         )
         observed.append(np.asarray(batch.ids).astype(np.int64))
         states.append(snapshot(new))
@@ -432,7 +432,7 @@ def sampler_walk(ctx, case: Case) -> None:
                 {k: states[-1].get(k) for k in ("cursor", "key", "order")},
                 cause or f"call {call + 1}: the sampler fields leave coverage arithmetic",
             )
-        need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone")
+        need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone" + formulas.mark("new-state"))
         _kinds_kept(first_kinds, new, call)
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
@@ -1503,6 +1503,15 @@ HUGE_EDIT = 524_309  # a prime row in its middle: every k-th row from the first 
 HUGE = f"a dataset of {HUGE_ROWS:,} rows: row {HUGE_EDIT:,}'s feature and target + 1"
 
 
+def _fresh(value):
+    """A copy of a value built once per process (the lru_cache'd datasets and samplers below) for one run to hand to
+    the learner: what its function changes in place is written back into its caller's arrays (wire.write_back), and
+    must not reach the next run in this process, whose verdict would then depend on the runs before it."""
+    if isinstance(value, Dataset):
+        return Dataset(value.features.copy(), value.targets.copy())
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
 @functools.lru_cache(maxsize=1)
 def _huge_pair() -> tuple[Dataset, Dataset]:
     """A dataset of HUGE_ROWS rows x 1 feature, and the same with one row's values changed (16 MB, built once)."""
@@ -1517,7 +1526,7 @@ def _huge_pair() -> tuple[Dataset, Dataset]:
 def _huge_ignored(ctx) -> bool:
     """Whether the contract of the huge pair (the course's default configuration) is equal: asked once per run."""
     if HUGE not in ctx.cache:
-        config, (first, second) = _config(Case()), _huge_pair()
+        config, (first, second) = _config(Case()), (_fresh(pair) for pair in _huge_pair())
         ctx.cache[HUGE] = contract_of(ctx, Case(), first, config, HUGE) == contract_of(
             ctx, Case(), second, config, HUGE
         )
@@ -1569,13 +1578,39 @@ def _in_place_told_apart(ctx, case: Case, data: Dataset) -> None:
     )
 
 
+def _same_experiment_told_apart(ctx, case: Case, data, base: dict, again: dict) -> None:
+    """Fail for a contract of fresh copies of the data unlike the first one, naming why from a third call given the
+    first call's own arrays: equal to the first, the contract follows the arrays' identity (kept by id() or by the
+    object, whatever address the process gave them); unequal, it varies from call to call."""
+    same = called(ctx, "contract", given(case, data), _config(case)) == base
+    raise Miss(
+        base,
+        again,
+        "the same experiment (fresh copies of the data) must give an equal contract"
+        + (
+            ": given the first call's own arrays again it gives the first contract, so it is kept by the arrays' "
+            "identity (a cache keyed by id() or by the object), not computed from their bytes -> compute the "
+            "contract from the data's bytes on every call" + formulas.mark("contract-pins")
+            if same
+            else ": it changes from call to call -> build it from the data bytes and the configuration only (no "
+            "counter, time or random draw)" + formulas.mark("contract-json") + known_causes.mark("contract-varies")
+        ),
+    )
+
+
 def contract_tells_apart(ctx, case: Case) -> None:
     """The contract is plain JSON, equal for equal experiments and different when any one input changes."""
     data, (rows, width) = data_for(case), case.shape()
     base = contract_of(ctx, case, data, _config(case), "the case's data")
-    need(_plain_json(base), "plain JSON data", type(base).__name__, "the contract is plain JSON (it goes in an NPZ)")
+    need(
+        _plain_json(base),
+        "plain JSON data",
+        type(base).__name__,
+        "the contract is plain JSON (it goes in an NPZ)" + formulas.mark("contract-json"),
+    )
     again = called(ctx, "contract", given(case, Dataset(data.features.copy(), data.targets.copy())), _config(case))
-    need(again == base, base, again, "the same experiment (fresh copies of the data) must give an equal contract")
+    if again != base:
+        _same_experiment_told_apart(ctx, case, data, base, again)
     _same_experiment_other_forms(ctx, case, data, base)
     ignored = _ignored_variants(ctx, case, base) + _reread_ignored(ctx, case, data, base)
     if focused(ctx, IN_PLACE):
@@ -1811,7 +1846,8 @@ def _long_run_step_kept(ctx, case: Case, path: str, state: dict, contract: dict,
     step = _long_run_step(rows, case.batch)
     if step is None:
         return
-    long_run = _moved_to(state, {**_long_run_sampler(case.seed, rows, case.batch, step), "step": step})
+    sampler = {name: _fresh(value) for name, value in _long_run_sampler(case.seed, rows, case.batch, step).items()}
+    long_run = _moved_to(state, {**sampler, "step": step})
     at = f"{step:,}"
     fix = (
         "store cursor and step in an integer type that holds every value a run reaches (np.int64), and restore "
@@ -1842,7 +1878,7 @@ def _large_order_kept(ctx, case: Case, path: str, mesh) -> None:
     in its interpreter alone, where a restore that replays the sampler finds it compiled."""
     if case.save_at != "start":
         return
-    data = given(case, _many_rows(case.shape()[1]))
+    data = given(case, _fresh(_many_rows(case.shape()[1])))
     contract = called(ctx, "contract", data, _config(case, batch_size=1))  # batch 1: see _float32_step_kept
     large = called(ctx, "initial", case.seed, data, mesh)
     fix = (
@@ -1906,7 +1942,7 @@ def _wide_checkpoint_kept(ctx, case: Case, path: str, mesh) -> None:
     save wrote is a valid checkpoint. Tried in the cases saved at the start, as `_large_order_kept`."""
     if case.save_at != "start":
         return
-    data = given(case, _wide_row())
+    data = given(case, _fresh(_wide_row()))
     contract = called(ctx, "contract", data, _config(case))
     wide = called(ctx, "initial", case.seed, data, mesh)
     what = f"a valid checkpoint of a run on 1 row x {WIDE_FEATURES:,} features (its first state, over 16 MiB)"

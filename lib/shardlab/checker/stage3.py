@@ -839,7 +839,9 @@ def invalid_arguments_are_refused(ctx):
     )
 
 
-RAGGED = [[1.0], [1.0, 2.0]]  # no array holds it: np.asarray (and so np.savez) raises ValueError
+# no array holds it: np.asarray (and so np.savez) raises ValueError; each case gets a copy (a save that changes its
+# list in place changes the caller's, which is this process's: never the next case's or the next run's)
+RAGGED = [[1.0], [1.0, 2.0]]
 
 
 def failing_saves(state: dict, contract) -> dict:
@@ -851,7 +853,8 @@ def failing_saves(state: dict, contract) -> dict:
     for name in FIELDS:
         cases[f"a state without {name}"] = ("checkpoint.npz", {k: v for k, v in state.items() if k != name}, contract)
         cases[f"a state whose {name} is a str"] = ("checkpoint.npz", {**state, name: "not a number"}, contract)
-        cases[f"a state whose {name} is a ragged list"] = ("checkpoint.npz", {**state, name: RAGGED}, contract)
+        ragged = [list(row) for row in RAGGED]
+        cases[f"a state whose {name} is a ragged list"] = ("checkpoint.npz", {**state, name: ragged}, contract)
     cases["a contract holding a set"] = ("checkpoint.npz", state, {**contract, "seed": {1, 2}})
     cases["a file name of 300 characters"] = ("c" * 296 + ".npz", state, contract)
     cases["a folder that does not exist"] = (os.path.join("missing", "checkpoint.npz"), state, contract)
