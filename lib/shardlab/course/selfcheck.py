@@ -426,8 +426,9 @@ QUESTIONS = (
                 "the newest modification time in the folder",
             ],
             "b",
-            "A rename that copies file by file shows the final name before every file is there; the commit file, "
-            "written once the rest is saved, is there only once the rest is. This page's trace shows both marks: the "
+            "A rename that copies file by file shows the final name before every file is there, so there Orbax "
+            "writes straight into the final folder; the commit file, written once the rest is saved, is there only "
+            "once the rest is. This page's trace, on a local disk, shows both marks: the "
             "commit file as the last write it saw inside the temporary folder (TensorStore's array writes are not "
             "traced), then the rename.",
             "orbax_publish",

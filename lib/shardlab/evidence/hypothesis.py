@@ -303,8 +303,8 @@ def verdict_rows(outcome: dict) -> list[dict]:
         )
     rows.append(
         {
-            "medians, ms (middle half)": "noise: the larger of the control's |drift| and half the widest middle half "
-            "of the target and control rows",
+            "medians, ms (middle half)": "noise: the larger of the control's |drift| and half the widest middle "
+            "half above",
             "unchanged loop": "",
             "changed loop": "",
             "unchanged − changed": f"threshold {outcome['threshold_ms']:.3f}, noise {outcome['noise_ms']:.3f}",
