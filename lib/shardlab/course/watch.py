@@ -1,15 +1,16 @@
 """What a save does to the files of one folder, in the order it happens: stage 3a's `watched`.
 
 An audit hook (`sys.addaudithook`: Python calls it at each audited operation of this process) notes each
-open, link, rename and removal of a path in the folder, the folder itself included; `os.fsync`, which raises no
-audit event, is wrapped for the length of the block to note each fsync with the file's size. Writes and closes
-are not noted. A temporary name (one starting with a dot, new at every save) is shown numbered by its place.
+open, link, rename and removal of a path in the folder, the folder itself included; `os.fsync`, which raises
+no audit event, is noted through `files.fsyncs_noted` while the block runs, with the file's size. Writes and
+closes are not noted. A temporary name (one starting with a dot, new at every save) is shown numbered by its place.
 """
 
 import contextlib
 import os
 import sys
-from unittest import mock
+
+from shardlab.core import files
 
 _EVENTS = ("open", "os.link", "os.rename", "os.remove")
 _WATCH: dict = {"folder": None, "operations": []}  # the folder being watched (None: none) and what was noted
@@ -32,12 +33,11 @@ def _audit(event, args):
         _WATCH["operations"].append(f"{event:9s} " + " -> ".join(_shown_as(p) for p in paths))
 
 
-def _fsync(fd, _real=os.fsync):
+def _fsync(fd):
     number = fd if isinstance(fd, int) else fd.fileno()
     path = os.readlink(f"/proc/self/fd/{number}")
     size = "" if os.path.isdir(path) else f" ({os.fstat(number).st_size} bytes)"
     _WATCH["operations"].append(f"os.fsync  {_shown_as(path)}{size}")
-    return _real(fd)
 
 
 @contextlib.contextmanager
@@ -51,7 +51,7 @@ def watched(folder, published=None):
     before = set(os.listdir(here))
     seen = {"operations": []}
     _WATCH["operations"] = seen["operations"]
-    with mock.patch.object(os, "fsync", _fsync):
+    with files.fsyncs_noted(_fsync):
         _WATCH["folder"] = here
         try:
             yield seen
