@@ -206,8 +206,8 @@ QUESTIONS = (
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the per-device counts, their psum on every device, the psum'd count laid out under "
-                "out_specs=P('data'), and the refusal of out_specs=P()",
+                "the count of each device's (2,) block of the mask, their psum held by every device under "
+                "out_specs=P(), the psum'd count laid out under out_specs=P('data'), and the refusal of out_specs=P()",
                 r"(?s)(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
                 r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)"
                 r"(?=.*the psum'd count under out_specs=P\('data'\): \[7\.0, 7\.0, 7\.0, 7\.0\])"
