@@ -97,6 +97,14 @@ def sync(path) -> None:
 
 
 @contextlib.contextmanager
+def fsyncs_noted(note):  # while the block runs, each os.fsync(fd) calls note(fd) first (fsync raises no audit event)
+    from unittest import mock
+
+    with mock.patch.object(os, "fsync", lambda fd, real=os.fsync: (note(fd), real(fd))[1]):
+        yield
+
+
+@contextlib.contextmanager
 def new_folders(folder):
     """Make `folder` and its missing parents; if the block raises, remove the ones made here, then re-raise.
 

@@ -100,8 +100,8 @@ QUESTIONS = (
             (
                 "mask-by-position",
                 "Where each row lives",
-                "the line after the placement table and the question under it (is it the zeros that make it "
-                "padding?): a padded slot and a real row of the same zeros",
+                "the cell after the question \u201cis it the zeros that make it padding?\u201d, below the placement "
+                "table: a padded slot and a real row of the same zeros, with their masks",
                 r"padded slot holds features .* has mask 0; row \d+, a real row set to the same zeros, has mask 1\b",
             ),
         ),
@@ -189,22 +189,25 @@ QUESTIONS = (
             ),
         ),
         (
-            "Suppose `local_count` returned jax.lax.psum(jnp.sum(mask_block), 'data')[None], still under "
-            "out_specs=P('data'). What would `per_device` give?",
+            "Suppose `global_count` returned jax.lax.psum(mask_block, 'data'), the (2,) block summed over the "
+            "devices without jnp.sum, still under out_specs=P(). What would `everywhere` give for the first "
+            "batch's mask?",
             [
-                "the four local counts, as before: psum only acts under out_specs=P()",
-                "the global count four times, one copy from each device laid side by side",
-                "a ValueError: a summed value may not be laid out over 'data'",
+                "7.0, as before: psum counts every valid row",
+                "[4.0, 3.0]: psum adds the four blocks entry by entry, and every device holds that (2,) sum",
+                "the eight mask values side by side: out_specs=P() gathers the blocks",
             ],
             "b",
-            "psum leaves the global count on every device, and out_specs=P('data') lays each device's block side "
-            "by side whatever it holds; only the reverse, a value that differs per device under P(), is refused.",
+            "psum adds what each device holds, entry by entry, whatever its shape: the blocks [1, 1], [1, 1], "
+            "[1, 1] and [1, 0] add to [4, 3], the valid rows among the devices' first slots and among their second. "
+            "Under P() every device holds that one sum; laying the blocks side by side is out_specs=P('data')'s work, "
+            "as per_device showed.",
             "shard_map",
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the per-device counts, their psum on every device, the psum'd count laid out under "
-                "out_specs=P('data'), and the refusal of out_specs=P()",
+                "the count of each device's (2,) block of the mask, their psum held by every device under "
+                "out_specs=P(), the psum'd count laid out under out_specs=P('data'), and the refusal of out_specs=P()",
                 r"(?s)(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
                 r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)"
                 r"(?=.*the psum'd count under out_specs=P\('data'\): \[7\.0, 7\.0, 7\.0, 7\.0\])"
@@ -245,16 +248,16 @@ QUESTIONS = (
                 "never: at step 0 the saved momentum is zeros already, so nothing was lost",
             ],
             "c",
-            "A reset shows only where the value it puts back differs from the saved one. The table's momentum rows "
-            "show the weights parting at the step after a save that held momentum; at step 0 the state's momentum "
-            "is the zeros `initial` made.",
+            "A reset shows only where the value it puts back differs from the saved one. At step 0 the state's "
+            "momentum is the zeros `initial` made, as the line under the first prediction says; the fault table's "
+            "momentum rows part at the step after a save only because that save held momentum built by updates.",
             "faults",
             (
-                "faults",
-                "Fault injection",
-                "the table of the three faults: in each momentum row, the columns \u201cids changed\u201d (False) and "
-                "\u201cfirst step whose ids or weights differ\u201d (the step right after the save)",
-                r"\| momentum \| [\d.]+ \| False \| \d+ \|",
+                "rebuild",
+                "Predict first",
+                "the line under the first prediction: the fields that differ from step 0, and whether step 0's "
+                "momentum, as `initial` made it, is all zeros",
+                r"step 0's momentum, as initial made it, is all zeros: True",
             ),
         ),
         (
@@ -314,7 +317,8 @@ QUESTIONS = (
                 "publish-demo",
                 "Save: publish a complete file",
                 "what a reader halfway through found when the file was written in place, and when it was written "
-                "aside and then linked",
+                "aside and then linked; then, under \u201cRefusals\u201d, the table's rows for a truncated file and "
+                "an existing checkpoint path",
                 r"(?s)written in place: a reader halfway through found 'the first half, '.*"
                 r"written aside, then os\.link: a reader halfway through found no file",
             ),
