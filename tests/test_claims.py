@@ -653,6 +653,7 @@ def _roofline_said(tmp_path, course_update: float) -> tuple[dict, list[str]]:
     points = {name: {"measured_over_roofline": r} for name, r in ratios.items()}
     said = sentences.roofline(points, 4)
     recorded = {"points": points, "course_update_over_fused": roofline.gap(points), "devices": 4}
+    recorded["over_shared_roof"] = {n: points[n]["measured_over_roofline"] / 4 for n in ("fused_psum", "fused_stats")}
     filed(tmp_path, "stage4b_beyond", {"roofline": recorded})
     return points, said
 
@@ -781,10 +782,13 @@ def test_fixed_cost_is_named_only_where_the_roofline_leaves_room_for_it(tmp_path
     points |= {"fused_psum": {"measured_over_roofline": psum}, "fused_stats": {"measured_over_roofline": stats}}
     said = sentences.roofline(points, 4)
     recorded = {"points": points, "course_update_over_fused": roofline.gap(points), "devices": 4}
+    recorded["over_shared_roof"] = {n: points[n]["measured_over_roofline"] / 4 for n in ("fused_psum", "fused_stats")}
     filed(tmp_path, "stage4b_beyond", {"roofline": recorded})
     assert len(said) == 2 and phrase in said[1], said
     # by hand: fixed cost is named only when both ratios stay 1.5x or more against a roof 4 devices could make 4x lower
     assert ("fixed cost" in said[1] and "little room" not in said[1]) == (min(psum, stats) / 4 >= 1.5)
+    if min(psum, stats) / 4 >= 1.5:  # both ratios against the 4x lower roof, stated as computed by hand
+        assert f"still {psum / 4:.1f}x and {stats / 4:.1f}x against a roof 4x lower" in said[1], said
     # a ratio at least 1 is said against the one-device roof only, the 4x lower one beside it
     near = 1 <= min(psum, stats) < 1.5
     assert ("at least the roofline of one device alone" in said[1]) == near, said
@@ -867,6 +871,9 @@ def test_the_effect_and_the_mechanism_are_judged_apart(tmp_path, dispatch, jitte
     assert reason == cause == outcome["mechanism_verdict"]
     shown = {row["medians, ms (middle half)"].split(":")[0]: row for row in hypothesis.verdict_rows(outcome)}
     assert shown["mechanism"]["unchanged − changed"] == f"fall {fall:.3f}"  # the part the mechanism reads, in view
+    rest = shown["rest"]  # the other part, whose fall the sentence on where the cut went names
+    assert (rest["unchanged loop"], rest["changed loop"]) == (f"{other[0]:.3f}", f"{other[1]:.3f}")
+    assert rest["unchanged − changed"] == f"fall {other[0] - other[1]:.3f}"
     assert shown["mechanism"]["unchanged loop"].startswith(
         f"{statistics.median(before):.3f} ({quartiles(before)[0]:.3f}"
     )
@@ -1383,7 +1390,9 @@ def test_what_bounds_a_fused_step_is_said_only_when_both_readings_agree(tmp_path
     points = {"fused_stats": {"measured_over_roofline": ratio}}
     split = {"program_ms": program, "busy_ms": 1.56}
     said = sentences.roofline_beside_threads(points, 4, split)
-    record.emit(str(tmp_path), "stage4b_beyond", "roofline", {"points": points, "devices": 4}, shown=False)
+    shared = {"fused_stats": ratio / 4}  # by hand: against a roof four devices could make 4x lower
+    roof = {"points": points, "devices": 4, "over_shared_roof": shared}
+    record.emit(str(tmp_path), "stage4b_beyond", "roofline", roof, shown=False)
     record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
     sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
     assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
@@ -1392,6 +1401,8 @@ def test_what_bounds_a_fused_step_is_said_only_when_both_readings_agree(tmp_path
     assert ("Not arithmetic or memory traffic alone" in said) == (room and program < 0.5 * 1.56), said
     assert ("does not settle it" in said) == (not room or program >= 0.5 * 1.56), said
     assert ("the roofline cannot bound it" in said) == (ratio < 1), said
+    if "Not arithmetic or memory traffic alone" in said:  # the ratio against the lower roof, stated
+        assert f"the step took {ratio / 4:.1f}x its roofline" in said, said
 
 
 @pytest.mark.parametrize(("sync", "async_"), [((309.2, 68.6), (58.0, 68.0)), ((20.0, 5.0), (22.0, 6.0))])
@@ -1406,3 +1417,43 @@ def test_the_loop_held_per_save_adds_the_blocking_save_and_the_publish(tmp_path,
     shorter = sum(async_) < sum(sync)  # by hand
     assert said.endswith("its publish at a later step.") == shorter, said
     assert f"{sync[0]:.0f} + {sync[1]:.0f} ms" in said and f"{async_[0]:.0f} + {async_[1]:.0f} ms" in said, said
+
+
+@pytest.mark.parametrize(
+    ("stats", "psum", "word"),
+    [
+        ((0.085, 0.2465, 0.313), (0.122, 0.2002, 0.228), "neither faster nor slower"),  # one executed run's halves
+        ((0.05, 0.06, 0.07), (0.12, 0.2, 0.23), "was faster per step"),
+        ((0.30, 0.35, 0.40), (0.12, 0.2, 0.23), "was slower per step"),
+    ],
+)
+def test_one_collective_per_dispatch_is_called_faster_only_beyond_both_middle_halves(
+    tmp_path, monkeypatch, stats, psum, word
+):
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentences are filed
+    per_step = {"fused_stats": stats[1], "fused_psum": psum[1]}
+    half = {"fused_stats": [stats[0], stats[2]], "fused_psum": [psum[0], psum[2]]}
+    said = sentences.stats_beside_psum(per_step, half)
+    filed(
+        tmp_path, "stage4b_beyond", {"fused_timing": {"median_per_step_ms": per_step, "middle_half_per_step_ms": half}}
+    )
+    faster, slower = stats[2] < psum[0], stats[0] > psum[2]  # by hand: one middle half wholly below the other
+    assert word in said, said
+    assert ("was faster per step" in said) == faster and ("was slower per step" in said) == slower, said
+    assert ("d × d matrix A" in said) == (not faster), said  # the larger collective named where it did not pay
+    assert f"{stats[1]:.3g} ms (middle half {stats[0]:.3g}–{stats[2]:.3g})" in said, said
+
+
+@pytest.mark.parametrize(("course", "update"), [(1.225, 0.468), (1.0, 0.6)])
+def test_the_untraced_course_step_is_set_beside_its_update_alone(tmp_path, monkeypatch, course, update):
+    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
+    said = sentences.untraced_course_step({"course_loop": course}, update)
+    recorded = {
+        "fused_timing": {"median_per_step_ms": {"course_loop": course}},
+        "roofline": {"points": {"course_update": {"step_ms": update}}},
+    }
+    filed(tmp_path, "stage4b_beyond", recorded)
+    outside = course - update > update  # by hand: more of the step outside the update than in it
+    assert ("more of an untraced step lies outside the update" in said) == outside, said
+    assert ("the update is at least half" in said) == (not outside), said
+    assert f"{course:.3f} ms by median" in said and f"alone {update:.3f} ms" in said, said

@@ -62,6 +62,9 @@ def test_what_the_receipt_leaves_out_is_named():
     assert {r["quantity"] for r in rows} == set(lesson.RECEIPT) - {"jax"}  # only what the receipt prints
     off = lesson.compare({**lesson.RECEIPT, "next_ids": [[0] * 8] * 3, "momentum_gap": 0.02})
     assert {r["quantity"] for r in off if not r["equal"]} == {"next_ids", "momentum_gap"}
+    caught_at_once = {"first_batch_same": False, "next_epoch_same": False}  # a wrong key that shows at once
+    off = lesson.compare({**lesson.RECEIPT, "wrong_key": caught_at_once})
+    assert [r["quantity"] for r in off if not r["equal"]] == ["wrong_key"]
 
 
 @pytest.mark.notebooks

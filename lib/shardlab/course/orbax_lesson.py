@@ -36,6 +36,8 @@ RECEIPT = {  # printed by the lesson's recorded CPU run (JAX 0.9.2)
     "next_ids": [[12, 5, 4, 1, 8, 13, 2, 11], [9, 0, 7, 15, 11, 13, 8, 14], [1, 6, 5, 4, 3, 12, 2, 10]],
     "losses": [0.5069587826728821, 0.19637340307235718, 0.1798383891582489],
     "momentum_gap": 0.0195157527923584,  # max |w| difference one step after a restore that zeroed momentum
+    # after a restore whose key is PRNGKey(999): "Current-epoch batch matches; next-epoch batch exposes the wrong key."
+    "wrong_key": {"first_batch_same": True, "next_epoch_same": False},
     "jax": "0.9.2",
 }
 
@@ -116,7 +118,7 @@ def _row(quantity: str, recorded, observed, exact: bool) -> dict:
 
 def compare(observed: dict) -> list[dict]:
     """Our observations beside the receipt: one row per recorded quantity (keys as in RECEIPT)."""
-    exact = ("backend", "processes", "devices", "restored_step", "restored_cursor", "next_ids")
+    exact = ("backend", "processes", "devices", "restored_step", "restored_cursor", "next_ids", "wrong_key")
     rows = [_row(k, RECEIPT[k], observed[k], True) for k in exact]
     return rows + [_row(k, RECEIPT[k], observed[k], False) for k in ("losses", "momentum_gap")]
 

@@ -430,18 +430,19 @@ QUESTIONS = (
                 "the newest modification time in the folder",
             ],
             "b",
-            "A rename that copies file by file shows the final name before every file is there, so there Orbax "
-            "writes straight into the final folder; the commit file, written once the rest is saved, is there only "
-            "once the rest is. This page's trace, on a local disk, shows both marks: the "
-            "commit file as the last write it saw inside the temporary folder (TensorStore's array writes are not "
-            "traced), then the rename.",
+            "A rename that copies file by file shows the final name before every file is there, so for such a path "
+            "(gs://) Orbax's default is the class that uses a commit file, CommitFileTemporaryPath, as the last "
+            "line under the trace prints; the commit file, written once the rest is saved, is there only once the "
+            "rest is. This page's trace, on a local disk, shows both marks: the commit file as the last write it saw "
+            "inside the temporary folder (TensorStore's array writes are not traced), then the rename.",
             "orbax_publish",
             (
                 "orbax-publish",
                 "How Orbax publishes a checkpoint",
-                "the trace of what Orbax did, in order",
+                "the trace of what Orbax did, in order, and the last line under it: Orbax's default for a gs:// path",
                 r"write\s+bare-orbax\.orbax-checkpoint-tmp/commit_success\.txt\n\s*"
-                r"rename\s+bare-orbax\.orbax-checkpoint-tmp -> bare-orbax",
+                r"rename\s+bare-orbax\.orbax-checkpoint-tmp -> bare-orbax(?s:.*)"
+                r"default for gs://\S+: CommitFileTemporaryPath",
             ),
         ),
         (
@@ -602,7 +603,8 @@ QUESTIONS = (
             (
                 "plan_small",
                 "The fused loop",
-                "the plan's ids beside the host sampler's, and step 1's slots by device",
+                "the plan's ids beside the host sampler's and step 1's slots by device; above them, gather's source "
+                "(padded slots read row 0, and their mask is 0)",
                 r"step 1's slots by device: device 0: ids \[\d+\]; .*ids \[-1\]",
             ),
         ),

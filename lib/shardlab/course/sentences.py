@@ -68,6 +68,14 @@ WAITING = {  # stage 4b: the busiest thread's own time during the fused dispatch
 }
 NEAR = (2, 10, 100)  # stage 4b's prediction: the nearest of 2x, 10x, 100x in log ratio (met at geometric means)
 SPEEDUP = {"s": "fused_timing.speedup_over_course.<loop>"}
+FUSED_PAIR = {  # stage 4b: fused_stats and fused_psum per step, each median with its middle half
+    "s": "fused_timing.median_per_step_ms.fused_stats",
+    "s_lo": "fused_timing.middle_half_per_step_ms.fused_stats.0",
+    "s_hi": "fused_timing.middle_half_per_step_ms.fused_stats.1",
+    "p": "fused_timing.median_per_step_ms.fused_psum",
+    "p_lo": "fused_timing.middle_half_per_step_ms.fused_psum.0",
+    "p_hi": "fused_timing.middle_half_per_step_ms.fused_psum.1",
+}
 NEAREST = ["speedup_below_1x_<loop>", "speedup_near_2x_<loop>", "speedup_near_10x_<loop>"]
 _PROGRAM = "the arithmetic, sampler, gather and runtime"
 CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
@@ -443,6 +451,37 @@ SENTENCES = {
         ),
     },
     "stage4b_beyond": {
+        "stats_faster_than_psum": _s(
+            "s_hi < p_lo",
+            FUSED_PAIR,
+            "fused_stats, one collective per dispatch, was faster per step than fused_psum, one per step, beyond the "
+            "spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms ({p_lo:.3g}–{p_hi:.3g}).",
+            "fused_stats, one collective per dispatch, was not faster per step than fused_psum, one per step, beyond "
+            "the spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms ({p_lo:.3g}–{p_hi:.3g}).",
+        ),
+        "stats_slower_than_psum": _s(
+            "s_lo > p_hi",
+            FUSED_PAIR,
+            "fused_stats, one collective per dispatch, was slower per step than fused_psum, one per step, beyond the "
+            "spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms ({p_lo:.3g}–{p_hi:.3g}). "
+            "Its one collective carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
+            "numbers a step.",
+            "fused_stats, one collective per dispatch, was neither faster nor slower per step than fused_psum, one per "
+            "step, beyond the spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms "
+            "({p_lo:.3g}–{p_hi:.3g}), middle halves overlapping. Fewer collectives did not show as a faster step "
+            "here: the one it keeps carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
+            "numbers a step.",
+        ),
+        "untraced_course_step_mostly_outside_update": _s(
+            "c - q > q",
+            {"c": "fused_timing.median_per_step_ms.course_loop", "q": UNTRACED},
+            "Untraced, a whole course-loop step took {c:.3f} ms by median (section 1) and its update alone {q:.3f} "
+            "ms (above): by these two medians, more of an untraced step lies outside the update than in it. They are "
+            "two timings of separate runs, not one split of the same steps.",
+            "Untraced, a whole course-loop step took {c:.3f} ms by median (section 1) and its update alone {q:.3f} "
+            "ms (above): by these two medians, the update is at least half of an untraced step. They are two timings "
+            "of separate runs, not one split of the same steps.",
+        ),
         "speedup_below_1x_<loop>": _s(
             "s < 1",
             SPEEDUP,
@@ -557,12 +596,13 @@ SENTENCES = {
             "s >= 1.5 * d and p < 0.5 * b",
             {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "s_d": "roofline.over_shared_roof.fused_stats",
                 "d": "roofline.devices",
                 "p": "fused_trace.top_events.program_ms",
                 "b": "fused_trace.top_events.busy_ms",
             },
             "What bounds a fused_stats step, then? Not arithmetic or memory traffic alone: even against a roof {d}x "
-            "lower the step took at least 1.5x its roofline, and the traced busiest thread spent {p:.2f} of {b:.2f} ms "
+            "lower the step took {s_d:.1f}x its roofline, and the traced busiest thread spent {p:.2f} of {b:.2f} ms "
             "in its program. Both point at the fixed costs of one dispatch shared by K steps and of the devices "
             "meeting in the collective, which this page times together, not apart.",
             "What bounds a fused_stats step, then? The two readings disagree: the roofline leaves room for fixed "
@@ -643,10 +683,13 @@ SENTENCES = {
             {
                 "p": "roofline.points.fused_psum.measured_over_roofline",
                 "s": "roofline.points.fused_stats.measured_over_roofline",
+                "p_d": "roofline.over_shared_roof.fused_psum",
+                "s_d": "roofline.over_shared_roof.fused_stats",
                 "d": "roofline.devices",
             },
-            f"Both fused steps took at least 1.5x their roofline ({_P}x, {_S}x) even against a roof {{d}}x lower, "
-            "as {d} devices sharing the cores could make it: arithmetic and memory traffic, even at XLA's generous "
+            f"Both fused steps took {_P}x and {_S}x their roofline at one device's roofs, and still {{p_d:.1f}}x and "
+            "{s_d:.1f}x against a roof {d}x lower, as {d} devices sharing the cores could make it: arithmetic and "
+            "memory traffic, even at XLA's generous "
             "byte count, do not account for the rest of each step. This table does not time that rest; fixed cost "
             "(dispatch of small operations, the device threads' rendezvous) is the likely part.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
@@ -1067,8 +1110,16 @@ def roofline(points: dict, devices: int, notebook: str = "stage4b_beyond") -> li
     over = {k: points[name]["measured_over_roofline"] for k, name in names.items()}
     said = [chosen(notebook, "course_against_roofline", q=roofline_gap(points), **over)]
     names = ["fused_under_roofline", "fused_over_roofline", "fused_over_one_device_roof", "fused_near_roofline"]
-    said.append(chosen_first(notebook, names, **{k: over[k] for k in ("p", "s")}, d=devices))
+    shared = over_shared_roof(points, devices)  # each fused ratio against a roof `devices` times lower
+    values = {"p": over["p"], "s": over["s"], "p_d": shared["fused_psum"], "s_d": shared["fused_stats"]}
+    said.append(chosen_first(notebook, names, **values, d=devices))
     return said
+
+
+def over_shared_roof(points: dict, devices: int) -> dict:
+    """Stage 4b: each fused step's measured / roofline against a roof `devices` times lower (the devices share the
+    cores one device's roofs were measured on), recorded as `roofline.over_shared_roof`."""
+    return {name: points[name]["measured_over_roofline"] / devices for name in ("fused_psum", "fused_stats")}
 
 
 def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
@@ -1093,8 +1144,23 @@ def fused_traced_inflation(
 def roofline_beside_threads(points: dict, devices: int, split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b: the roofline of an untraced fused_stats step beside the traced busiest thread's program time."""
     values = {"s": points["fused_stats"]["measured_over_roofline"], "d": devices}
+    values["s_d"] = points["fused_stats"]["measured_over_roofline"] / devices  # as `over_shared_roof` gives it
     names = ["roofline_beside_threads", "roofline_below_byte_count", "roofline_room_unsettled"]
     return chosen_first(notebook, names, **values, p=split["program_ms"], b=split["busy_ms"])
+
+
+def stats_beside_psum(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: whether fused_stats' one collective per dispatch made a step faster than fused_psum's one per step,
+    read with both middle halves (faster, slower, or neither beyond the spread)."""
+    values = {"s": per_step["fused_stats"], "s_lo": half["fused_stats"][0], "s_hi": half["fused_stats"][1]}
+    values.update(p=per_step["fused_psum"], p_lo=half["fused_psum"][0], p_hi=half["fused_psum"][1])
+    return chosen_first(notebook, ["stats_faster_than_psum", "stats_slower_than_psum"], **values)
+
+
+def untraced_course_step(per_step: dict, untraced_ms: float, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b: the untraced course-loop step (section 1) beside its update alone, untraced: which holds more."""
+    values = {"c": per_step["course_loop"], "q": untraced_ms}
+    return chosen(notebook, "untraced_course_step_mostly_outside_update", **values)
 
 
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
@@ -1343,8 +1409,9 @@ CHOSEN = {
             "renamed == 1 and marker_last == 1 and early == 0",
             "Both, in this version: Orbax wrote into bare-orbax.orbax-checkpoint-tmp, commit_success.txt was the "
             "last write the trace saw there, and nothing touched bare-orbax until one rename gave the folder its "
-            "final name. So no operation the hook saw used the name bare-orbax before that rename; the arrays' chunks, "
-            "written by TensorStore outside Python, are not in the trace, so where they went is not shown here.",
+            "final name. So no operation the hook saw used the name bare-orbax before that rename. The listing's other "
+            "entries, _sharding and the six field folders with the arrays' chunks, are not in the trace: TensorStore "
+            "wrote them outside Python, so when and where they were written is not shown here.",
             "Not both marks in the order the question describes: in this trace, the folder got its final name by a "
             "rename: {renamed} (1 = yes); commit_success.txt was the last write before it, in the temporary folder: "
             "{marker_last}; operations under the final name before that: {early}. The trace above is this version's "

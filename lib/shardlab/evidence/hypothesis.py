@@ -279,7 +279,7 @@ def assert_same_run(changed: dict, unchanged: dict) -> None:
 def verdict_rows(outcome: dict) -> list[dict]:
     """What the verdicts read: the target and the control, each loop's median with its middle half and their
     difference (the cut, the drift); for a target split into parts, then the part the mechanism's verdict reads
-    (its fall); last the threshold and the noise the cut is read against."""
+    (its fall) and each of its other parts (median only); last the threshold and the noise the cut is read against."""
     sides, rows = outcome["sides"], []
     labels = {"target": outcome.get("target", outcome["annotation"]), "control": outcome.get("control_label")}
     for role, fall, key in (("target", "cut", "cut_ms"), ("control", "drift", "control_drift_ms")):
@@ -301,6 +301,15 @@ def verdict_rows(outcome: dict) -> list[dict]:
                 "unchanged − changed": f"fall {outcome['mechanism_fall_ms']:.3f}",
             }
         )
+        for name, part in list(outcome["parts"].items())[1:]:  # the target's other parts, beside it: medians only
+            rows.append(
+                {
+                    "medians, ms (middle half)": f"rest: {name}, the target's part the reason does not name",
+                    "unchanged loop": f"{part['unchanged_ms']:.3f}",
+                    "changed loop": f"{part['changed_ms']:.3f}",
+                    "unchanged − changed": f"fall {part['fall_ms']:.3f}",
+                }
+            )
     rows.append(
         {
             "medians, ms (middle half)": "noise: the larger of the control's |drift| and half the widest middle "
