@@ -23,6 +23,7 @@ from shardlab.evidence.hypothesis import (  # the verdicts' rules
 )
 from shardlab.perf.roofline import DIGITS as ROOFLINE_DIGITS
 from shardlab.perf.roofline import gap as roofline_gap
+from shardlab.perf.roofline import over_shared_roof
 
 
 class Sentence(NamedTuple):
@@ -1116,12 +1117,6 @@ def roofline(points: dict, devices: int, notebook: str = "stage4b_beyond") -> li
     return said
 
 
-def over_shared_roof(points: dict, devices: int) -> dict:
-    """Stage 4b: each fused step's measured / roofline against a roof `devices` times lower (the devices share the
-    cores one device's roofs were measured on), recorded as `roofline.over_shared_roof`."""
-    return {name: points[name]["measured_over_roofline"] / devices for name in ("fused_psum", "fused_stats")}
-
-
 def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's close of its prediction: which of 2x, 10x and 100x each loop's speedup is nearest, in log ratio."""
     loops = ("fused_psum", "fused_stats", "floor_1dev")
@@ -1144,7 +1139,7 @@ def fused_traced_inflation(
 def roofline_beside_threads(points: dict, devices: int, split: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b: the roofline of an untraced fused_stats step beside the traced busiest thread's program time."""
     values = {"s": points["fused_stats"]["measured_over_roofline"], "d": devices}
-    values["s_d"] = points["fused_stats"]["measured_over_roofline"] / devices  # as `over_shared_roof` gives it
+    values["s_d"] = points["fused_stats"]["measured_over_roofline"] / devices  # as `roofline.over_shared_roof` gives it
     names = ["roofline_beside_threads", "roofline_below_byte_count", "roofline_room_unsettled"]
     return chosen_first(notebook, names, **values, p=split["program_ms"], b=split["busy_ms"])
 

@@ -137,3 +137,9 @@ def gap(points: dict) -> float:
     """How many times the course update's measured/roofline ratio is the larger of the two fused steps'."""
     fused_most = max(points["fused_psum"]["measured_over_roofline"], points["fused_stats"]["measured_over_roofline"])
     return points["course_update"]["measured_over_roofline"] / fused_most
+
+
+def over_shared_roof(points: dict, devices: int) -> dict:
+    """Each fused step's measured / roofline against a roof `devices` times lower: the devices share the cores
+    one device's roofs were measured on, so their roof may be that much lower."""
+    return {name: points[name]["measured_over_roofline"] / devices for name in ("fused_psum", "fused_stats")}
