@@ -676,7 +676,7 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
             },
             f"Both fused steps ran faster than their roofline ({_P}x, {_S}x): a measured time cannot beat a real "
-            "roof, so XLA's byte count overstates what they move (see below).",
+            "roof, so XLA's byte count overstates what they move (see the note above the table).",
             f"The fused steps took {_P}x and {_S}x what their roofline allows.",
         ),
         "fused_over_roofline": _s(
@@ -694,7 +694,7 @@ SENTENCES = {
             "byte count, do not account for the rest of each step. This table does not time that rest; fixed cost "
             "(dispatch of small operations, the device threads' rendezvous) is the likely part.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
-            "count overstates what it moves (see below).",
+            "count overstates what it moves (see the note above the table).",
         ),
         "fused_over_one_device_roof": _s(
             "min(p, s) >= 1.5",
@@ -707,7 +707,7 @@ SENTENCES = {
             "share the cores, so their roof may be up to {d}x lower, and then at least one step would be within 1.5x "
             "of it: this table cannot say whether every fused step spends time beyond arithmetic and memory traffic.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
-            "count overstates what it moves (see below).",
+            "count overstates what it moves (see the note above the table).",
         ),
         "fused_near_roofline": _s(
             "min(p, s) >= 1",
@@ -721,7 +721,7 @@ SENTENCES = {
             "could make it, that one could lie below its roof. As XLA's byte count can overstate traffic (see "
             "below), a ratio near 1 does not show it memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
-            "count overstates what it moves (see below).",
+            "count overstates what it moves (see the note above the table).",
         ),
     },
     "stage5a_protocol": {
