@@ -719,7 +719,7 @@ SENTENCES = {
             f"Both fused steps took at least the roofline of one device alone ({_P}x, {_S}x), one within 1.5x of it, "
             "which leaves little room for fixed cost; against a roof {d}x lower, as {d} devices sharing the cores "
             "could make it, that one could lie below its roof. As XLA's byte count can overstate traffic (see "
-            "below), a ratio near 1 does not show it memory-bound either.",
+            "the note above the table), a ratio near 1 does not show it memory-bound either.",
             f"One ran faster than its roofline and one did not ({_P}x, {_S}x): for the faster one XLA's byte "
             "count overstates what it moves (see the note above the table).",
         ),
