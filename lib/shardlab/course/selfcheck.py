@@ -290,7 +290,9 @@ QUESTIONS = (
                 "the cursor is rescaled and it continues",
             ],
             "a",
-            "The replay promise covers sample grouping, update count and optimiser history.",
+            "A changed batch size groups the rows into other batches, makes another number of updates per epoch and "
+            "builds another momentum history, as the text above the refusal table says: the contract holds the batch "
+            "size, and the table shows the file refused with ContractMismatchError.",
             "rejections",
             (
                 "rejections",
