@@ -791,8 +791,8 @@ SENTENCES = {
             },
             "So, per step (a save every step), medians added, step + blocking save + publish: the synchronous group's "
             "loop was held {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms, the asynchronous group's {at:.1f} + {a:.1f} + "
-            "{ap:.1f} = <async> ms (its publish at a later step): less in all with asynchronous saving, its longer "
-            "step included.",
+            "{ap:.1f} = <async> ms (its publish at a later step): less in all with asynchronous saving, its step "
+            "included.",
             "So, per step (a save every step), medians added, step + blocking save + publish: the asynchronous "
             "group's loop was held {at:.1f} + {a:.1f} + {ap:.1f} = <async> ms (its publish at a later step), no less "
             "in all than the synchronous group's {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms.",
