@@ -1047,7 +1047,7 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values.update(n2_lo=before["rows_per_s_middle_half"][0], n2_hi=before["rows_per_s_middle_half"][1])
     values.update(nw_lo=last["rows_per_s_middle_half"][0], nw_hi=last["rows_per_s_middle_half"][1])
     step = chosen_first(notebook, ["throughput_last_step_rose", "throughput_last_step_fell"], **values)
-    return [moved, bound, gain, step]
+    return [moved, step, bound, gain]
 
 
 def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> str:
