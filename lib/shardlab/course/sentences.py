@@ -137,6 +137,16 @@ SECOND_DEVICE = {  # stage 5b: rows per second at W = 1 and at the next W, the e
     "w": "efficiency.table.-1.devices",
     "c": "efficiency.usable_cores",
 }
+LAST_STEP = {  # stage 5b: rows per second at the W before the largest and at the largest, with their middle halves
+    "n2": "efficiency.table.-2.rows_per_s",
+    "n2_lo": "efficiency.table.-2.rows_per_s_middle_half.0",
+    "n2_hi": "efficiency.table.-2.rows_per_s_middle_half.1",
+    "nw": "efficiency.table.-1.rows_per_s",
+    "nw_lo": "efficiency.table.-1.rows_per_s_middle_half.0",
+    "nw_hi": "efficiency.table.-1.rows_per_s_middle_half.1",
+    "w2": "efficiency.table.-2.devices",
+    "w": "efficiency.table.-1.devices",
+}
 # stage 4a's verdict on the effect: the first of these that holds is printed
 VERDICT = (
     "change_confirmed",
@@ -779,14 +789,21 @@ SENTENCES = {
                 "hi": "uninterrupted.max_save_ms",
             },
             "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
-            "{w:.1f} ms by median ({n} saves, every process's counted, {lo:.0f} to {hi:.0f} ms): <ratio> steps' "
-            "time. That is Orbax's whole "
+            "{w:.1f} ms by median ({n} timings: every save, timed in every process, {lo:.0f} to {hi:.0f} ms): "
+            "<ratio> steps' time. That is Orbax's whole "
             "synchronous save, its commit and its waits for the other process included, not a background write "
             "alone: how long one of those lasts is not timed here.",
-            "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} saves, every "
-            "process's counted, {lo:.0f} to {hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a background "
-            "write as long (not timed here) "
+            "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} timings: every "
+            "save, timed in every process, {lo:.0f} to {hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a "
+            "background write as long (not timed here) "
             "would end within a step or two.",
+        ),
+        "supervised_path_match": _s(
+            "w == 0 and l == 0",
+            {"w": "several_failures.max_weight_diff", "l": "several_failures.max_loss_diff"},
+            "its losses and weights equal the control's bit for bit",
+            "not bit for bit: its losses up to {l:.1e} and its weights up to {w:.1e} from the control's, within "
+            "float32 tolerance",
         ),
         "uninterrupted_bitwise": _s(
             "l == 0 and w == 0",
@@ -807,17 +824,37 @@ SENTENCES = {
     },
     "stage5b_scaling": {
         "save_and_publish_held": _s(
-            "a + ap < s + sp",
+            "at + a + ap < st + s + sp",
             {
                 "a": "async_vs_sync.spread.async.save_block_s.median_ms",
                 "ap": "async_vs_sync.spread.async.publish_s.median_ms",
+                "at": "async_vs_sync.spread.async.step_s.median_ms",
                 "s": "async_vs_sync.spread.sync.save_block_s.median_ms",
                 "sp": "async_vs_sync.spread.sync.publish_s.median_ms",
+                "st": "async_vs_sync.spread.sync.step_s.median_ms",
             },
-            "Save and publish together, medians added: the synchronous group's loop was held {s:.0f} + {sp:.0f} ms "
-            "per save, the asynchronous group's {a:.0f} + {ap:.0f} ms, its publish at a later step.",
-            "Save and publish together, medians added: the asynchronous group's loop was held {a:.0f} + {ap:.0f} ms "
-            "per save, its publish at a later step, no less than the synchronous group's {s:.0f} + {sp:.0f} ms.",
+            "So, per step (a save every step), medians added, step + blocking save + publish: the synchronous group's "
+            "loop was held {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms, the asynchronous group's {at:.1f} + {a:.1f} + "
+            "{ap:.1f} = <async> ms (its publish at a later step): less in all with asynchronous saving, its step "
+            "included.",
+            "So, per step (a save every step), medians added, step + blocking save + publish: the asynchronous "
+            "group's loop was held {at:.1f} + {a:.1f} + {ap:.1f} = <async> ms (its publish at a later step), no less "
+            "in all than the synchronous group's {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms.",
+        ),
+        "sync_save_against_stage5a": _s(
+            "s < m",
+            {
+                "s": "async_vs_sync.spread.sync.save_block_s.median_ms",
+                "m": "stage5a_sync_save.median_save_ms",
+                "n": "stage5a_sync_save.saves",
+            },
+            "Stage 5a timed the same interval (from `save` called to `save` returned, synchronous) at {m:.1f} ms by "
+            "median, longer than this {s:.1f} ms. What differs: stage 5a counted both processes' saves, one every "
+            "3 steps ({n} timings); this group counts process 0's, one every step. These records do not say which "
+            "difference moves the median.",
+            "Stage 5a timed the same interval (from `save` called to `save` returned, synchronous) at {m:.1f} ms by "
+            "median, no longer than this {s:.1f} ms. What differs: stage 5a counted both processes' saves, one every "
+            "3 steps ({n} timings); this group counts process 0's, one every step.",
         ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
@@ -838,8 +875,8 @@ SENTENCES = {
         "efficiency_against_core_bound": _s(
             "e * w <= c",
             {"e": "efficiency.table.-1.efficiency", "c": "efficiency.usable_cores", "w": "efficiency.table.-1.devices"},
-            "The bound: {c} usable cores let at most {c} of the {w} devices compute at once, so efficiency ≤ "
-            "{c}/{w}; this run's {e:.3f} is no higher.",
+            "The bound: {c} usable cores let at most min(C, W) = <cap> of the {w} devices compute at once, so "
+            "efficiency ≤ min(C, W)/W = <cap>/{w}; this run's {e:.3f} is no higher.",
             "Efficiency {e:.3f} at W = {w}, above the bound C / W = {c}/{w} that {c} usable cores allow when every "
             "device computes at the single device's speed: this run's one-device baseline was slower than that.",
         ),
@@ -863,7 +900,7 @@ SENTENCES = {
             "e_hi * w < 1",
             EFFICIENCY_OPTION,
             "So, to the prediction at W = {w}: below 1/{w}. The efficiency's whole middle-half range "
-            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}.",
+            "({e_lo:.3f}–{e_hi:.3f}) lies under 1/{w}, its upper end <margin>% below the line.",
             "The efficiency's middle-half range ({e_lo:.3f}–{e_hi:.3f}) is not wholly below 1/{w}.",
         ),
         "efficiency_option_near_share": _s(
@@ -891,21 +928,36 @@ SENTENCES = {
         "throughput_fell_with_devices": _s(
             "nw_hi < n1_lo",
             THROUGHPUT,
-            "Throughput fell as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
+            "Throughput fell from one device to {w}: {w} devices processed {nw:.3g} rows/s (middle half "
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread: the {w} "
             "devices together delivered less than one device alone.",
-            "Throughput did not fall beyond the spread as devices were added ({w} devices {nw:.3g} rows/s, middle "
+            "Throughput did not fall beyond the spread from one device to {w} ({w} devices {nw:.3g} rows/s, middle "
             "half {nw_lo:.3g}–{nw_hi:.3g}; one device {n1:.3g}, {n1_lo:.3g}–{n1_hi:.3g}).",
         ),
         "throughput_rose_with_devices": _s(
             "nw_lo > n1_hi",
             THROUGHPUT,
-            "Throughput rose as devices were added: {w} devices processed {nw:.3g} rows/s (middle half "
+            "Throughput rose from one device to {w}: {w} devices processed {nw:.3g} rows/s (middle half "
             "{nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}), beyond the spread. "
             "Efficiency {e:.3f} ({e_lo:.3f}–{e_hi:.3f} over the middle halves): 1 would be {w} times one device.",
-            "Throughput did not change beyond the spread as devices were added: {w} devices processed {nw:.3g} "
+            "Throughput did not change beyond the spread from one device to {w}: {w} devices processed {nw:.3g} "
             "rows/s (middle half {nw_lo:.3g}–{nw_hi:.3g}) against {n1:.3g} on one ({n1_lo:.3g}–{n1_hi:.3g}): "
             "whatever the added devices added is within the spread.",
+        ),
+        "throughput_last_step_rose": _s(
+            "nw_lo > n2_hi",
+            LAST_STEP,
+            "From W = {w2} to W = {w}, rows/s rose beyond the spread ({n2:.3g} to {nw:.3g}; middle halves "
+            "{n2_lo:.3g}–{n2_hi:.3g} and {nw_lo:.3g}–{nw_hi:.3g}).",
+            "From W = {w2} to W = {w}, rows/s did not rise beyond the spread.",
+        ),
+        "throughput_last_step_fell": _s(
+            "nw_hi < n2_lo",
+            LAST_STEP,
+            "From W = {w2} to W = {w}, rows/s fell again beyond the spread ({n2:.3g} to {nw:.3g}; middle halves "
+            "{n2_lo:.3g}–{n2_hi:.3g} and {nw_lo:.3g}–{nw_hi:.3g}).",
+            "From W = {w2} to W = {w}, rows/s moved within the spread ({n2:.3g}, then {nw:.3g}; middle halves "
+            "{n2_lo:.3g}–{n2_hi:.3g} and {nw_lo:.3g}–{nw_hi:.3g}).",
         ),
         "tallest_other_phases": _s(  # "mostly" one phase only when it holds more than two thirds of the step
             "3 * p > 2 * o",
@@ -970,8 +1022,8 @@ SENTENCES = {
         "straggler_in_agreement": _s(
             "q1_slow <= q3_fast and q1_wait > q3_late",
             STRAGGLER,
-            "So the candidate late peer is process <late>, in the agreement phase. From a handful of steps this is a "
-            "lead, not yet a finding.",
+            "So the candidate late peer is process <late>: process <waits> waits longer for it in the agreement "
+            "phase. From a handful of steps this is a lead, not yet a finding.",
             "So the agreement phase alone does not single out a process.",
         ),
         "straggler_in_both": _s(
@@ -1024,7 +1076,8 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     values.update(nw_lo=last["rows_per_s_middle_half"][0], nw_hi=last["rows_per_s_middle_half"][1])
     values.update(e_lo=last["efficiency_range"][0], e_hi=last["efficiency_range"][1])
     moved = chosen_first(notebook, ["throughput_fell_with_devices", "throughput_rose_with_devices"], **values)
-    bound = chosen(notebook, "efficiency_against_core_bound", e=last["efficiency"], c=cores, w=last["devices"])
+    cap = {"cap": min(cores, last["devices"])}
+    bound = chosen(notebook, "efficiency_against_core_bound", cap, e=last["efficiency"], c=cores, w=last["devices"])
     if len(efficiency["table"]) < 3:  # no W between one device and the most
         return [moved, bound]
     two = efficiency["table"][1]
@@ -1033,7 +1086,12 @@ def throughput(efficiency: dict, cores: int, notebook: str = "stage5b_scaling") 
     gain = chosen_first(
         notebook, ["one_usable_core", "second_device_gain"], e=last["efficiency"], w=last["devices"], **values
     )
-    return [moved, bound, gain]
+    before = efficiency["table"][-2]
+    values = {"n2": before["rows_per_s"], "nw": last["rows_per_s"], "w2": before["devices"], "w": last["devices"]}
+    values.update(n2_lo=before["rows_per_s_middle_half"][0], n2_hi=before["rows_per_s_middle_half"][1])
+    values.update(nw_lo=last["rows_per_s_middle_half"][0], nw_hi=last["rows_per_s_middle_half"][1])
+    step = chosen_first(notebook, ["throughput_last_step_rose", "throughput_last_step_fell"], **values)
+    return [moved, step, bound, gain]
 
 
 def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> str:
@@ -1046,7 +1104,12 @@ def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> st
     options = (f"below 1/{w}", f"near 1/{w}", "near 0.5", "near 1")
     touched = [o for k, o in enumerate(options) if (k == 0 or high >= lines[k - 1]) and (k == 3 or low < lines[k])]
     spans = ", ".join(touched[:-1]) + f" and {touched[-1]}" if len(touched) > 1 else touched[0]
-    fill = {"low": f"{lines[1]:.3f}", "high": f"{lines[2]:.3f}", "spans": spans}
+    fill = {
+        "low": f"{lines[1]:.3f}",
+        "high": f"{lines[2]:.3f}",
+        "spans": spans,
+        "margin": f"{100 * (1 - high * w):.0f}",
+    }
     values = {"e": last["efficiency"], "e_lo": low, "e_hi": high, "w": w, "c": efficiency["usable_cores"]}
     names = ["efficiency_option_below", "efficiency_option_near_share", "efficiency_option_near_half"]
     return chosen_first(notebook, [*names, "efficiency_option_near_one"], fill, **values)
@@ -1078,6 +1141,11 @@ def goodput_reading(path: dict, notebook: str = "stage5a_protocol") -> str:
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether a restart on another world size matched the control bit for bit."""
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
+
+
+def supervised_match(path: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: whether drill 1's joined attempts matched the control bit for bit, with both largest gaps if not."""
+    return chosen(notebook, "supervised_path_match", w=path["max_weight_diff"], l=path["max_loss_diff"])
 
 
 def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
@@ -1208,7 +1276,19 @@ def save_and_publish(saves: dict, notebook: str = "stage5b_scaling") -> str:
     """Stage 5b: how long each group's loop was held per save, the blocking save and the publish added."""
     values = {"a": saves["async"]["save_block_s"]["median_ms"], "ap": saves["async"]["publish_s"]["median_ms"]}
     values.update(s=saves["sync"]["save_block_s"]["median_ms"], sp=saves["sync"]["publish_s"]["median_ms"])
-    return chosen(notebook, "save_and_publish_held", **values)
+    values.update(at=saves["async"]["step_s"]["median_ms"], st=saves["sync"]["step_s"]["median_ms"])
+    fill = {
+        "sync": f"{values['st'] + values['s'] + values['sp']:.1f}",
+        "async": f"{values['at'] + values['a'] + values['ap']:.1f}",
+    }
+    return chosen(notebook, "save_and_publish_held", fill, **values)
+
+
+def sync_save_against_stage5a(saves: dict, earlier: dict, notebook: str = "stage5b_scaling") -> str:
+    """Stage 5b: its synchronous blocking save beside stage 5a's (`drill_records.save_and_step` of stage 5a's
+    uninterrupted run): the same interval, timed over other processes and another save interval."""
+    s = saves["sync"]["save_block_s"]["median_ms"]
+    return chosen(notebook, "sync_save_against_stage5a", s=s, m=earlier["median_save_ms"], n=earlier["saves"])
 
 
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
