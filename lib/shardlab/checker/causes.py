@@ -114,6 +114,7 @@ CAUSES = {
     "overwrites": "save overwrote an existing checkpoint",
     "refusal-not-the-courses": "a refusal with another exception than the course's",
     "leftovers": "save leaves files beside the checkpoint",
+    "left-open-on-error": "a descriptor left open on a way out of save or restore: a refusal or an error",
     "written-in-place": "an interrupted save leaves an incomplete file at the final path",
     "no-publication": "save writes the final name in place, no publication",
     "changes-working-directory": "save changes the process's working directory",

@@ -607,6 +607,8 @@ def save_never_overwrites(ctx):
     with open(path, "wb") as handle:
         handle.write(earlier)
     raised, what = _refused(lambda: ctx.impl.save(path, state, ctx.impl.contract(ctx.data, _config(ctx))))
+    left: dict = {}
+    _note_left_open(ctx, "save", folder, "a save to a path that exists", left)
     with open(path, "rb") as handle:
         kept = handle.read() == earlier
     added = sorted(set(os.listdir(folder)) - {"checkpoint"})
@@ -624,6 +626,7 @@ def save_never_overwrites(ctx):
             "overwritten; use a new path)" + mark("never-overwrite", cause="overwrites")
         ),
     )
+    _none_left_open("save", left)
     return expect(
         what.startswith("CheckpointExistsError"),
         "CheckpointExistsError, the existing file untouched",
@@ -677,6 +680,29 @@ def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
         f"about a thousand calls (the open-files limit) every {function} fails -> close every file and folder "
         f"{function} opens before it returns (a with block, or os.close in a finally), whether it succeeds or raises"
         + mark("new-temp-name" if function == "save" else "exact-resume"),
+    )
+
+
+def _note_left_open(ctx, function: str, folder: str, what: str, into: dict) -> None:
+    """Into `into`[what]: the paths at or under `folder` (made for the call just made, where nothing else opens files)
+    that descriptors of the learner's process still name after its `function` returned, refused or raised."""
+    left = probe("open_under", getattr(ctx.impl, function), folder)
+    if left:
+        into[what] = left
+
+
+def _none_left_open(function: str, left: dict) -> None:
+    """Fail naming every call of `function` (what -> the paths its descriptors still name) that left one open."""
+    expect(
+        not left,
+        f"nothing left open by {function}, whether it returns, refuses or raises",
+        left,
+        f"{function} left descriptors open after {len(left)} call(s): "
+        + "; ".join(f"{what}: {paths[:2]}" for what, paths in left.items())
+        + f" -> each leaks a descriptor, and after about a thousand such calls (the open-files limit) every "
+        f"{function} fails: close every file and folder {function} opens on every way out, the refusals and the "
+        "errors included (a with block, or os.close in a finally; check what makes it refuse before opening anything)"
+        + mark("new-temp-name" if function == "save" else "exact-resume", cause="left-open-on-error"),
     )
 
 
@@ -786,7 +812,7 @@ def invalid_arguments_are_refused(ctx):
     path, state, contract = _saved(ctx, "arguments-source")
     with open(path, "rb") as handle:
         checkpoint = handle.read()
-    wrong, tried = {}, []
+    wrong, tried, left = {}, [], {"save": {}, "restore": {}}
     for number, argument in enumerate(arguments.ARGUMENTS):
         name = arguments.FILE_NAMES.get(argument.layout, "checkpoint.npz")
         target = os.path.join(ctx.workdir, f"arguments-{number}", name)
@@ -797,6 +823,7 @@ def invalid_arguments_are_refused(ctx):
         else:
             call = lambda target=target: ctx.impl.restore(target, contract, ctx.mesh)  # noqa: E731
         what = arguments.outcome(call, error, target)
+        _note_left_open(ctx, argument.function, os.path.dirname(target), argument.name, left[argument.function])
         tried.append(f"{argument.function}: {argument.name} -> {error.__name__}")
         if what is not None:
             wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
@@ -827,7 +854,7 @@ def invalid_arguments_are_refused(ctx):
         ),
     }
     functions = sorted({case.split(":")[0] for case in wrong})
-    return expect(
+    verdict = expect(
         not wrong,
         tried,
         {case: what for case, (_, _, what) in wrong.items()},
@@ -837,6 +864,9 @@ def invalid_arguments_are_refused(ctx):
         + "; ".join(f"{function}: {fixes[function]}" for function in functions)
         + "".join(sorted({f" {{rule:{rule}}}" for rule, _, _ in wrong.values()})),
     )
+    for function, calls in left.items():
+        _none_left_open(function, calls)
+    return verdict
 
 
 # no array holds it: np.asarray (and so np.savez) raises ValueError; each case gets a copy (a save that changes its
@@ -888,7 +918,7 @@ def save_errors_leave_the_folder_as_it_was(ctx):
     returns has added the checkpoint alone. Observed by listing the folder before and after each call."""
     state, _ = _trained(ctx)
     contract = ctx.impl.contract(ctx.data, _config(ctx))
-    wrong, tried = {}, []
+    wrong, tried, left = {}, [], {}
     for number, (what, (name, given, given_contract)) in enumerate(failing_saves(state, contract).items()):
         folder = _with_an_earlier_file(os.path.join(ctx.workdir, "save-errors", str(number)))
         path = os.path.join(folder, name)
@@ -899,11 +929,13 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         except NotImplementedError:
             raise
         except Exception as exc:
+            _note_left_open(ctx, "save", folder, what, left)
             moved = arguments.changed(before, arguments.disk(observed))
             tried.append(f"{what}: {type(exc).__name__}")
             if moved:
                 wrong[what] = f"raised {type(exc).__name__} and left {moved[:3]} behind"
             continue
+        _note_left_open(ctx, "save", folder, what, left)
         tried.append(f"{what}: saved")
         if not os.path.lexists(path):  # a save that reports success must have written the path it was given
             wrong[what] = f"returned, but left no file at the path given ({name[:40]})"
@@ -912,8 +944,8 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         extra = [m for m in arguments.changed(before, arguments.disk(observed)) if m not in allowed]
         if extra:
             wrong[what] = f"saved, and left {extra[:3]} beside the checkpoint"
-    wrong.update(_failed_publishes(ctx, state, contract, tried))
-    return expect(
+    wrong.update(_failed_publishes(ctx, state, contract, tried, left))
+    verdict = expect(
         not wrong,
         "every save that raises leaves its folder as it was; one that returns adds the checkpoint alone",
         wrong,
@@ -960,6 +992,8 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         )
         + mark("new-temp-name"),
     )
+    _none_left_open("save", left)
+    return verdict
 
 
 def _interrupts_only(wrong: dict) -> bool:
@@ -972,14 +1006,15 @@ def _interrupts_only(wrong: dict) -> bool:
     )
 
 
-def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
+def _failed_publishes(ctx, state: dict, contract: dict, tried: list, left: dict) -> dict:
     """{case: what it left}: saves into a folder two levels below the missing one `new`, itself in an empty folder
     `found` that was there before, and into an empty folder `kept/inner` that was there before, in a forked child
     whose first write, and then whose publication (link, rename or replace), raises OSError(ENOSPC) as a full disk
     does, and whose first write is interrupted by Ctrl-C (KeyboardInterrupt) or the process told to end. A write is
     any way the save writes bytes: a file object's write, os.write, np.savez given a name or a handle. A save that
     raises must leave the tree as it was: `new` gone, `found` and `kept/inner` still there (an undo that climbs
-    past the folders it made, as os.removedirs does, removes `found`); one that returns must have saved."""
+    past the folders it made, as os.removedirs does, removes `found`); one that returns must have saved. What each
+    save left open when it returned or raised goes into `left`."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
     layouts = {  # (folders below the case folder, how many of the first of them are there, empty, before the save)
         "a missing folder two levels deep in an empty folder that was there before": (("found", "new", "deeper"), 1),
@@ -997,6 +1032,8 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
             outcome = _save_at(ctx, number, mode, folder + ".json", (path, state, contract))
             moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
+            if outcome.get("left_open"):
+                left[what] = outcome["left_open"]
             if outcome["status"] != "done":
                 wrong[what] = f"the save's child ended {outcome['status']} after the failure"
             elif point == BESIDE_POINT:
@@ -1097,12 +1134,13 @@ def restore_refuses_damaged_checkpoints(ctx):
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
     changes = {what: damage.by_field(change, located) for what, change in damages.items()}
     targets = damaged_copies(path, changes)
-    accepted = {}
+    accepted, left = {}, {}
     for what, target in targets.items():
         raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
+        _note_left_open(ctx, "restore", os.path.dirname(target), what, left)
         if not raised:
             accepted[what] = got
-    return expect(
+    verdict = expect(
         not accepted,
         f"all {len(targets)} damaged files refused",
         f"accepted: {sorted(accepted)}",
@@ -1111,6 +1149,8 @@ def restore_refuses_damaged_checkpoints(ctx):
         "read with allow_pickle=False"
         + mark(*dict.fromkeys("refuse-nan" if "finite" in what else "validate-fields" for what in sorted(accepted))),
     )
+    _none_left_open("restore", left)
+    return verdict
 
 
 def _two_states(ctx) -> tuple[dict, dict, dict]:
