@@ -114,6 +114,8 @@ CAUSES = {
     "overwrites": "save overwrote an existing checkpoint",
     "refusal-not-the-courses": "a refusal with another exception than the course's",
     "leftovers": "save leaves files beside the checkpoint",
+    "contract-compared-in-part": "a contract compared on some of its members only (the expected one's, or those "
+    "both contracts have)",
     "left-open-on-error": "a descriptor left open on a way out of save or restore: a refusal or an error",
     "written-in-place": "an interrupted save leaves an incomplete file at the final path",
     "no-publication": "save writes the final name in place, no publication",

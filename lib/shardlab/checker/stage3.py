@@ -742,7 +742,100 @@ def restore_refuses_another_experiment(ctx):
         "never within a tolerance (math.isclose, np.allclose, rounding) or in part (a prefix, a length)"
         + mark("contract-first", cause="contract-compared-loosely"),
     )
-    return "refused, also given its own contract with one entry moved by the least its type allows", "refused"
+    _refuses_other_structures(ctx, path, saved)
+    return (
+        "refused, also given its own contract with one entry moved by the least its type allows, or with its members "
+        "changed (one missing, one more, one renamed, one of another type, none), and a contract so changed saved",
+        "refused",
+    )
+
+
+EXTRA_MEMBER = "an entry the run did not pin"  # the name of a member no contract of the course's has
+
+
+def _retyped(value):
+    """`value` held in another JSON type that == never equates with it: text in a list, anything else as its JSON
+    text (an int as a float, or a bool as an int, would be == to it in Python, so neither is used)."""
+    return [value] if isinstance(value, str) else json.dumps(value)
+
+
+def contract_structures(contract: dict) -> dict:
+    """What -> `contract` with its members changed: none at all, one more, and each one missing, renamed (its value
+    kept under another name) and held in another type. Every one is another experiment's contract: the course's
+    rule compares the two contracts exactly, member by member, so a member on one side only is a difference."""
+    found = {"no member at all": {}, f"one member more ({EXTRA_MEMBER!r})": {**contract, EXTRA_MEMBER: "x"}}
+    for key, value in contract.items():
+        found[f"{key} missing"] = {k: v for k, v in contract.items() if k != key}
+        found[f"{key} renamed {key}_"] = {(f"{k}_" if k == key else k): v for k, v in contract.items()}
+        found[f"{key} as {type(_retyped(value)).__name__}"] = {**contract, key: _retyped(value)}
+    return found
+
+
+def _not_refused(call) -> str | None:
+    """None when `call` refused as another experiment's (a course error of OTHER_EXPERIMENT), else what it did."""
+    try:
+        call()
+    except (NotImplementedError, CheckFailed):
+        raise
+    except OTHER_EXPERIMENT:
+        return None
+    except Exception as exc:
+        return wire.learner_error(exc, 200)
+    return "accepted (no error)"
+
+
+def _refuses_other_structures(ctx, path: str, saved: dict) -> None:
+    """restore refuses its own checkpoint given `saved` (the contract it was saved with) with its members changed
+    (`contract_structures`), and refuses, given `saved`, a checkpoint its own save wrote with a contract so changed
+    (one of each kind of change, those save accepts: a save may refuse a contract not of contract()'s form). An
+    integrity checksum over the saved contract refuses a contract edited inside the file, whatever restore compares;
+    only these show a comparison of some members (the expected contract's, or those both have). Given a changed
+    expected contract, any error is a refusal (the rules name none for a caller's contract that contract() never
+    gives); a changed saved one is refused with the course's errors (rule:contract-first)."""
+    if not isinstance(saved, dict):
+        return
+    state, _ = _trained(ctx)
+    changes = contract_structures(saved)
+    wrong = {}
+    for what, changed in changes.items():  # a caller's contract that contract() never gives: the rules name no
+        # error for it (restore may read the members it needs and fail there), so only an acceptance is wrong
+        found = _not_refused(lambda changed=changed: _restore(ctx, path, changed))
+        if found and found.startswith("accepted"):
+            wrong[f"expected contract with {what}"] = found
+    first = min(saved, default="")  # one member's three changes, and the member more
+    kinds = [f"one member more ({EXTRA_MEMBER!r})", *(what for what in changes if what.startswith(f"{first} "))]
+    for number, what in enumerate(kinds):
+        other = os.path.join(ctx.workdir, "other-structure", str(number), "checkpoint.npz")
+        os.makedirs(os.path.dirname(other))
+        try:
+            ctx.impl.save(other, state, changes[what])
+        except (NotImplementedError, CheckFailed):
+            raise
+        except Exception:  # save may refuse a contract that is not of contract()'s form: nothing saved to restore
+            continue
+        found = _not_refused(lambda other=other: _restore(ctx, other, saved))
+        if found:
+            wrong[f"a checkpoint saved with a contract with {what}"] = found
+    left: dict = {}
+    _note_left_open(ctx, "restore", os.path.dirname(path), "the restores of another structure's contract", left)
+    expect(
+        not wrong,
+        {
+            what: "an error (ContractMismatchError, or CorruptCheckpointError: a malformed contract)"
+            if what.startswith("a checkpoint")
+            else "an error"
+            for what in wrong
+        },
+        wrong,
+        f"restore of its own checkpoint did not refuse a contract whose members differ from the saved one's: "
+        f"{', '.join(list(wrong)[:6])}{f' and {len(wrong) - 6} more' if len(wrong) > 6 else ''} -> two contracts "
+        f"are one experiment only when they hold the same members with equal "
+        "values: compare every member of either one (the union of both contracts' keys, or the two dicts with ==), "
+        "never only the expected contract's members or only those both have; a member missing on one side, one more, "
+        "one renamed or one of another type is another experiment's contract"
+        + mark("contract-first", cause="contract-compared-in-part"),
+    )
+    _none_left_open("restore", left)
 
 
 NEAREST_LIMIT = 16  # entries of a contract moved one at a time (a contract of a few scalars and two shapes has ~12)
