@@ -49,6 +49,8 @@ CAUSES = {
     "result-handed-out-again": "a result kept between calls and handed out again",
     # stage 2: make_step and transition (the ranked formulas of checker/formulas.py among them)
     "local-means": "the mean of the per-device means",
+    "local-means-reweighted": "each device's mean multiplied back by its count (or weighted by it) before the sum: "
+    "x / c * c rounds",
     "local-means-zero-when-empty": "the mean of the per-device means, an empty device's taken as 0",
     "padding-counted": "padding counted as observations in the denominator",
     "unmasked-residuals": "the loss numerator includes the padded slots",
