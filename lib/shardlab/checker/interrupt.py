@@ -557,10 +557,12 @@ def _guarded_change(name: str, original, top: str, tried: list):
 def read_only(folder: str, tried: list):
     """Inside the block, every call that would write under `folder` raises OSError(EROFS), as on a file system
     mounted read-only: an open for writing (`open`, `io.open`, `os.open`), a rename, link, unlink, truncate
-    or mkdir there. Reads work. Each refused call is appended to `tried` ('open r+b checkpoint.npz').
+    or mkdir there. Reads work. Each refused call is appended to `tried` ('open r+b checkpoint.npz'). And
+    `os.access` asked for W_OK there answers False, as access(2) does on a read-only mount (EROFS) for every user,
+    root included, whose answer for a mode-0444 file is True: the question is appended too ('os.access W_OK ...').
     The originals come back when the block ends."""
     top = os.path.abspath(folder)
-    original_open, original_os_open = io.open, os.open
+    original_open, original_os_open, original_access = io.open, os.open, os.access
     saved = {name: getattr(os, name) for name in _CHANGES}
 
     def guarded_open(file, mode="r", *args, **kwargs):
@@ -573,14 +575,20 @@ def read_only(folder: str, tried: list):
             _refuse(tried, "os.open for writing", path)
         return original_os_open(path, flags, *args, **kwargs)
 
+    def guarded_access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and _inside(top, path):
+            tried.append(f"os.access W_OK {os.path.basename(str(path))}")
+            return False
+        return original_access(path, mode, *args, **kwargs)
+
     io.open = builtins.open = guarded_open
-    os.open = guarded_os_open
+    os.open, os.access = guarded_os_open, guarded_access
     for name, original in saved.items():
         setattr(os, name, _guarded_change(name, original, top, tried))
     try:
         yield tried
     finally:
         io.open = builtins.open = original_open
-        os.open = original_os_open
+        os.open, os.access = original_os_open, original_access
         for name, function in saved.items():
             setattr(os, name, function)

@@ -498,11 +498,16 @@ def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None
     expect(
         not error and not _differ(restored, state),
         "every field as saved, from a checkpoint whose file system refuses writes (mounted read-only)",
-        {"raised": error, "write attempts refused": tried[:5]}
+        {"raised": error, "write attempts refused or write permission denied": tried[:5]}
         if error
         else {"fields that differ": _differ(restored, state)},
         (
-            f"restore tried to write where the checkpoint lies ({', '.join(tried[:3])}) and, refused as on a "
+            f"restore asked whether it may write the checkpoint ({', '.join(tried[:3])}), which a read-only file "
+            "system answers no for every user (and a mode-0444 file for every user but root), and refused a valid "
+            "checkpoint -> restore only reads: ask only what reading needs (a file that can be opened 'rb' can be "
+            "restored), never whether it may be written"
+            if tried and all(t.startswith("os.access") for t in tried)
+            else f"restore tried to write where the checkpoint lies ({', '.join(tried[:3])}) and, refused as on a "
             "read-only file system, refused a valid checkpoint -> restore only reads: open the file 'rb' (np.load "
             "does), and take no write lock, lock file or temporary there"
             if tried
