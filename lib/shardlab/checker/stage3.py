@@ -765,15 +765,32 @@ def _retyped(value):
 
 
 def contract_structures(contract: dict) -> dict:
-    """What -> `contract` with its members changed: none at all, one more, and each one missing, renamed (its value
-    kept under another name) and held in another type. Every one is another experiment's contract: the course's
-    rule compares the two contracts exactly, member by member, so a member on one side only is a difference."""
-    found = {"no member at all": {}, f"one member more ({EXTRA_MEMBER!r})": {**contract, EXTRA_MEMBER: "x"}}
+    """What -> (kind, member, `contract` with its members changed): none at all, one more, and each one missing,
+    renamed (its value kept under another name) and held in another type. Every one is another experiment's
+    contract: the course's rule compares the two contracts exactly, member by member, so a member on one side only
+    is a difference."""
+    found = {
+        "no member at all": ("none", "", {}),
+        f"one member more ({EXTRA_MEMBER!r})": ("one more", EXTRA_MEMBER, {**contract, EXTRA_MEMBER: "x"}),
+    }
     for key, value in contract.items():
-        found[f"{key} missing"] = {k: v for k, v in contract.items() if k != key}
-        found[f"{key} renamed {key}_"] = {(f"{k}_" if k == key else k): v for k, v in contract.items()}
-        found[f"{key} as {type(_retyped(value)).__name__}"] = {**contract, key: _retyped(value)}
+        found[f"{key} missing"] = ("missing", key, {k: v for k, v in contract.items() if k != key})
+        renamed = {(f"{k}_" if k == key else k): v for k, v in contract.items()}
+        found[f"{key} renamed {key}_"] = ("renamed", key, renamed)
+        retyped = {**contract, key: _retyped(value)}
+        found[f"{key} as {type(_retyped(value)).__name__}"] = ("of another type", key, retyped)
     return found
+
+
+def _by_kind(wrong: dict, changes: dict, prefix: str) -> list[str]:
+    """'a member missing (seed, decay)'-like phrases: the changes `wrong` holds under `prefix`, grouped by kind."""
+    kinds: dict = {}
+    for what in wrong:
+        if what.startswith(prefix):
+            kind, key, _ = changes[what.removeprefix(prefix)]
+            kinds.setdefault(kind, []).append(key)
+    phrases = {"none": "no member at all", "one more": "one member more"}
+    return [phrases.get(kind) or f"a member {kind} ({', '.join(keys)})" for kind, keys in kinds.items()]
 
 
 def _not_refused(call) -> str | None:
@@ -789,6 +806,9 @@ def _not_refused(call) -> str | None:
     return "accepted (no error)"
 
 
+EXPECTED, SAVED = "expected contract with ", "a checkpoint saved with a contract with "
+
+
 def _refuses_other_structures(ctx, path: str, saved: dict) -> None:
     """restore refuses its own checkpoint given `saved` (the contract it was saved with) with its members changed
     (`contract_structures`), and refuses, given `saved`, a checkpoint its own save wrote with a contract so changed
@@ -802,40 +822,47 @@ def _refuses_other_structures(ctx, path: str, saved: dict) -> None:
     state, _ = _trained(ctx)
     changes = contract_structures(saved)
     wrong = {}
-    for what, changed in changes.items():  # a caller's contract that contract() never gives: the rules name no
+    for what, (_, _, changed) in changes.items():  # a caller's contract that contract() never gives: the rules name no
         # error for it (restore may read the members it needs and fail there), so only an acceptance is wrong
         found = _not_refused(lambda changed=changed: _restore(ctx, path, changed))
         if found and found.startswith("accepted"):
-            wrong[f"expected contract with {what}"] = found
+            wrong[f"{EXPECTED}{what}"] = found
     first = min(saved, default="")  # one member's three changes, and the member more
     kinds = [f"one member more ({EXTRA_MEMBER!r})", *(what for what in changes if what.startswith(f"{first} "))]
     for number, what in enumerate(kinds):
         other = os.path.join(ctx.workdir, "other-structure", str(number), "checkpoint.npz")
         os.makedirs(os.path.dirname(other))
         try:
-            ctx.impl.save(other, state, changes[what])
+            ctx.impl.save(other, state, changes[what][2])
         except (NotImplementedError, CheckFailed):
             raise
         except Exception:  # save may refuse a contract that is not of contract()'s form: nothing saved to restore
             continue
         found = _not_refused(lambda other=other: _restore(ctx, other, saved))
         if found:
-            wrong[f"a checkpoint saved with a contract with {what}"] = found
+            wrong[f"{SAVED}{what}"] = found
     left: dict = {}
     _note_left_open(ctx, "restore", os.path.dirname(path), "the restores of another structure's contract", left)
     expect(
         not wrong,
         {
             what: "an error (ContractMismatchError, or CorruptCheckpointError: a malformed contract)"
-            if what.startswith("a checkpoint")
+            if what.startswith(SAVED)
             else "an error"
             for what in wrong
         },
         wrong,
-        f"restore of its own checkpoint did not refuse a contract whose members differ from the saved one's: "
-        f"{', '.join(list(wrong)[:6])}{f' and {len(wrong) - 6} more' if len(wrong) > 6 else ''} -> two contracts "
-        f"are one experiment only when they hold the same members with equal "
-        "values: compare every member of either one (the union of both contracts' keys, or the two dicts with ==), "
+        "restore did not refuse a contract whose members differ from the saved one's: "
+        + "; ".join(
+            f"{side} {', '.join(found)}"
+            for side, found in (
+                ("its own checkpoint, given the contract it was saved with but", _by_kind(wrong, changes, EXPECTED)),
+                ("given the run's contract, a checkpoint its save wrote with", _by_kind(wrong, changes, SAVED)),
+            )
+            if found
+        )
+        + " -> two contracts are one experiment only when they hold the same members with equal values: compare "
+        "every member of either one (the union of both contracts' keys, or the two dicts with ==), "
         "never only the expected contract's members or only those both have; a member missing on one side, one more, "
         "one renamed or one of another type is another experiment's contract"
         + mark("contract-first", cause="contract-compared-in-part"),
