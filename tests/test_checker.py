@@ -1049,6 +1049,42 @@ MISTAKES = {
         "save_syncs_before_publishing",
         ["rule:exact-path", "whose 'via' is a symbolic link", "wrote large/checkpoint.npz", "no os.path.normpath"],
     ),
+    # a contract compared in part, under a checksum that refuses any contract edited in the file
+    "restore_compares_the_expected_keys": (
+        3,
+        "restore_refuses_another_experiment",
+        [
+            "cause:contract-compared-in-part",
+            "a member missing (schema_version",
+            "a checkpoint its save wrote with one member more",
+        ],
+    ),
+    "restore_compares_shared_keys_under_a_checksum": (
+        3,
+        "restore_refuses_another_experiment",
+        ["cause:contract-compared-in-part", "saved with but one member more", "a member renamed (schema_version"],
+    ),
+    # a descriptor left open on a way out: a write that raises, a refusal after the temporary
+    "save_leaves_its_file_open_on_error": (
+        3,
+        "save_errors_leave_the_folder_as_it_was",
+        ["cause:left-open-on-error", "rule:new-temp-name", "its first write fails (its write raises ENOSPC)"],
+    ),
+    "save_refuses_after_its_temporary": (
+        3,
+        "save_never_overwrites",
+        ["cause:left-open-on-error", "a save to a path that exists", "(deleted)"],
+    ),
+    "restore_refuses_unwritable_files": (
+        3,
+        "restore_returns_every_field",
+        ["rule:exact-resume", "os.access W_OK checkpoint.npz", "never whether it may be written"],
+    ),
+    "step_reweights_local_means": (
+        2,
+        "count_is_exact_on_a_large_batch",
+        ["cause:local-means-reweighted", "13, 13, 6, 0", "in 52 slots on 4 device(s)"],
+    ),
     # stage 4: the eager and compiled steps
     "compiled_flag_ignored": (4, "eager_step_is_the_unjitted_mapped_body", ["compiled=False) is still jitted"]),
     "eager_without_shard_map": (4, "eager_step_is_the_unjitted_mapped_body", ["has no shard_map"]),

@@ -49,6 +49,8 @@ CAUSES = {
     "result-handed-out-again": "a result kept between calls and handed out again",
     # stage 2: make_step and transition (the ranked formulas of checker/formulas.py among them)
     "local-means": "the mean of the per-device means",
+    "local-means-reweighted": "each device's mean multiplied back by its count (or weighted by it) before the sum: "
+    "x / c * c rounds",
     "local-means-zero-when-empty": "the mean of the per-device means, an empty device's taken as 0",
     "padding-counted": "padding counted as observations in the denominator",
     "unmasked-residuals": "the loss numerator includes the padded slots",
@@ -114,6 +116,9 @@ CAUSES = {
     "overwrites": "save overwrote an existing checkpoint",
     "refusal-not-the-courses": "a refusal with another exception than the course's",
     "leftovers": "save leaves files beside the checkpoint",
+    "contract-compared-in-part": "a contract compared on some of its members only (the expected one's, or those "
+    "both contracts have)",
+    "left-open-on-error": "a descriptor left open on a way out of save or restore: a refusal or an error",
     "written-in-place": "an interrupted save leaves an incomplete file at the final path",
     "no-publication": "save writes the final name in place, no publication",
     "changes-working-directory": "save changes the process's working directory",

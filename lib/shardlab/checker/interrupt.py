@@ -319,6 +319,29 @@ def _refused(mode: str, final: str, target, original_open):
     raise OSError(errno.ENOSPC, "No space left on device", str(target))
 
 
+def descriptors() -> dict:
+    """This process's open file descriptors: number -> what it names (a path, a socket, a pipe)."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found[name] = os.readlink(os.path.join("/proc/self/fd", name))
+        except OSError:  # closed meanwhile (the listing's own descriptor among them)
+            continue
+    return found
+
+
+def open_under(folder: str, before: dict | None = None) -> list:
+    """Sorted paths at or under `folder` named by this process's descriptors (those in `before`, number -> path,
+    left out): a removed file's path ends in ' (deleted)'."""
+    inside = {os.path.realpath(folder), os.path.abspath(folder)}
+    before = before or {}
+    return sorted(
+        target
+        for number, target in descriptors().items()
+        if before.get(number) != target and any(target == top or target.startswith(top + os.sep) for top in inside)
+    )
+
+
 def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> int:
     """Body of the forked child: save `first`, interrupted at operation `stop_at`; return the exit status.
 
@@ -360,11 +383,17 @@ def _child(save, stop_at: int, mode: str, report: str, first: tuple, rival) -> i
         outcome["removed_by_rival"] = sorted(present - _listed(folder))
 
     instrument(hook)
+    # what the save (or its rival here) opened in the folder of this run's cases (where the report is written only
+    # later) and left open when it returned, or when it raised: seen while the caller holds the exception, as a
+    # caller that logs or keeps it does (its traceback keeps the save's frames, and the files they hold, alive)
+    cases, opened = os.path.dirname(os.path.abspath(report)), descriptors()
     try:
         save(*first)
+        outcome["left_open"] = open_under(cases, opened)
         outcome["first"] = "saved"
         outcome["unseen_publication"] = unseen_publication(final, seen, absent)
     except (Exception, KeyboardInterrupt, ProcessEnding) as exc:
+        outcome["left_open"] = open_under(cases, opened)
         found = refusal(exc)
         outcome.update(first=found["text"], first_exists_error=found["exists"])
     outcome["operations"] = list(seen)
@@ -528,10 +557,12 @@ def _guarded_change(name: str, original, top: str, tried: list):
 def read_only(folder: str, tried: list):
     """Inside the block, every call that would write under `folder` raises OSError(EROFS), as on a file system
     mounted read-only: an open for writing (`open`, `io.open`, `os.open`), a rename, link, unlink, truncate
-    or mkdir there. Reads work. Each refused call is appended to `tried` ('open r+b checkpoint.npz').
+    or mkdir there. Reads work. Each refused call is appended to `tried` ('open r+b checkpoint.npz'). And
+    `os.access` asked for W_OK there answers False, as access(2) does on a read-only mount (EROFS) for every user,
+    root included, whose answer for a mode-0444 file is True: the question is appended too ('os.access W_OK ...').
     The originals come back when the block ends."""
     top = os.path.abspath(folder)
-    original_open, original_os_open = io.open, os.open
+    original_open, original_os_open, original_access = io.open, os.open, os.access
     saved = {name: getattr(os, name) for name in _CHANGES}
 
     def guarded_open(file, mode="r", *args, **kwargs):
@@ -544,14 +575,20 @@ def read_only(folder: str, tried: list):
             _refuse(tried, "os.open for writing", path)
         return original_os_open(path, flags, *args, **kwargs)
 
+    def guarded_access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and _inside(top, path):
+            tried.append(f"os.access W_OK {os.path.basename(str(path))}")
+            return False
+        return original_access(path, mode, *args, **kwargs)
+
     io.open = builtins.open = guarded_open
-    os.open = guarded_os_open
+    os.open, os.access = guarded_os_open, guarded_access
     for name, original in saved.items():
         setattr(os, name, _guarded_change(name, original, top, tried))
     try:
         yield tried
     finally:
         io.open = builtins.open = original_open
-        os.open = original_os_open
+        os.open, os.access = original_os_open, original_access
         for name, function in saved.items():
             setattr(os, name, function)

@@ -174,34 +174,25 @@ def edited_between_calls(function, *args) -> dict:
     return {"same_object": second is first, "edit_seen": any(EDIT in found for found in _dicts(second))}
 
 
-def _descriptors() -> dict:
-    """This process's open file descriptors: number -> what it names (a path, a socket, a pipe)."""
-    found = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            found[name] = os.readlink(os.path.join("/proc/self/fd", name))
-        except OSError:  # closed meanwhile (the listing's own descriptor among them)
-            continue
-    return found
+def open_under(function, folder: str) -> list:
+    """The paths at or under `folder` that descriptors of the process where `function` runs name now (a removed
+    file's ends in ' (deleted)'). `function` is not called: it says which process to look in. Called after a
+    learner's call into a folder made new for it, where nothing else opens files, every one is a descriptor that
+    call left open."""
+    return interrupt.open_under(folder)
 
 
 def left_open(function, folder: str, *args) -> dict:
     """`function(*args)`, then what it opened in `folder` (or `folder` itself) and left open when it returned:
     {"left": the paths those descriptors name, "error": what it raised, or ''}."""
-    before, error = _descriptors(), ""
+    before, error = interrupt.descriptors(), ""
     try:
         function(*args)
     except NotImplementedError:
         raise
     except Exception as exc:
         error = wire.learner_error(exc)
-    inside = (os.path.realpath(folder), os.path.abspath(folder))
-    left = [
-        target
-        for number, target in _descriptors().items()
-        if before.get(number) != target and any(target == f or target.startswith(f + os.sep) for f in inside)
-    ]
-    return {"left": sorted(left), "error": error}
+    return {"left": interrupt.open_under(folder, before), "error": error}
 
 
 PROBES = {
@@ -216,6 +207,7 @@ PROBES = {
     "interrupted_save": interrupted_save,
     "read_only_restore": read_only_restore,
     "left_open": left_open,
+    "open_under": open_under,
     "in_a_thread": in_a_thread,
 }
 # probes that may take longer than one call's bound (each forked save has its own)

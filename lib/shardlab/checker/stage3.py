@@ -498,11 +498,16 @@ def _restores_written_another_way(ctx, path: str, state: dict, contract) -> None
     expect(
         not error and not _differ(restored, state),
         "every field as saved, from a checkpoint whose file system refuses writes (mounted read-only)",
-        {"raised": error, "write attempts refused": tried[:5]}
+        {"raised": error, "write attempts refused or write permission denied": tried[:5]}
         if error
         else {"fields that differ": _differ(restored, state)},
         (
-            f"restore tried to write where the checkpoint lies ({', '.join(tried[:3])}) and, refused as on a "
+            f"restore asked whether it may write the checkpoint ({', '.join(tried[:3])}), which a read-only file "
+            "system answers no for every user (and a mode-0444 file for every user but root), and refused a valid "
+            "checkpoint -> restore only reads: ask only what reading needs (a file that can be opened 'rb' can be "
+            "restored), never whether it may be written"
+            if tried and all(t.startswith("os.access") for t in tried)
+            else f"restore tried to write where the checkpoint lies ({', '.join(tried[:3])}) and, refused as on a "
             "read-only file system, refused a valid checkpoint -> restore only reads: open the file 'rb' (np.load "
             "does), and take no write lock, lock file or temporary there"
             if tried
@@ -607,6 +612,8 @@ def save_never_overwrites(ctx):
     with open(path, "wb") as handle:
         handle.write(earlier)
     raised, what = _refused(lambda: ctx.impl.save(path, state, ctx.impl.contract(ctx.data, _config(ctx))))
+    left: dict = {}
+    _note_left_open(ctx, "save", folder, "a save to a path that exists", left)
     with open(path, "rb") as handle:
         kept = handle.read() == earlier
     added = sorted(set(os.listdir(folder)) - {"checkpoint"})
@@ -624,6 +631,7 @@ def save_never_overwrites(ctx):
             "overwritten; use a new path)" + mark("never-overwrite", cause="overwrites")
         ),
     )
+    _none_left_open("save", left)
     return expect(
         what.startswith("CheckpointExistsError"),
         "CheckpointExistsError, the existing file untouched",
@@ -680,6 +688,29 @@ def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
     )
 
 
+def _note_left_open(ctx, function: str, folder: str, what: str, into: dict) -> None:
+    """Into `into`[what]: the paths at or under `folder` (made for the call just made, where nothing else opens files)
+    that descriptors of the learner's process still name after its `function` returned, refused or raised."""
+    left = probe("open_under", getattr(ctx.impl, function), folder)
+    if left:
+        into[what] = left
+
+
+def _none_left_open(function: str, left: dict) -> None:
+    """Fail naming every call of `function` (what -> the paths its descriptors still name) that left one open."""
+    expect(
+        not left,
+        f"nothing left open by {function}, whether it returns, refuses or raises",
+        left,
+        f"{function} left descriptors open after {len(left)} call(s): "
+        + "; ".join(f"{what}: {paths[:2]}" for what, paths in left.items())
+        + f" -> each leaks a descriptor, and after about a thousand such calls (the open-files limit) every "
+        f"{function} fails: close every file and folder {function} opens on every way out, the refusals and the "
+        "errors included (a with block, or os.close in a finally; check what makes it refuse before opening anything)"
+        + mark("new-temp-name" if function == "save" else "exact-resume", cause="left-open-on-error"),
+    )
+
+
 def restore_refuses_another_experiment(ctx):
     """restore raises for a checkpoint of another batch size or other data, and refuses its own checkpoint given an
     expected contract one entry of which is moved by the least its type allows (`nearest_contracts`)."""
@@ -716,7 +747,127 @@ def restore_refuses_another_experiment(ctx):
         "never within a tolerance (math.isclose, np.allclose, rounding) or in part (a prefix, a length)"
         + mark("contract-first", cause="contract-compared-loosely"),
     )
-    return "refused, also given its own contract with one entry moved by the least its type allows", "refused"
+    _refuses_other_structures(ctx, path, saved)
+    return (
+        "refused, also given its own contract with one entry moved by the least its type allows, or with its members "
+        "changed (one missing, one more, one renamed, one of another type, none), and a contract so changed saved",
+        "refused",
+    )
+
+
+EXTRA_MEMBER = "an entry the run did not pin"  # the name of a member no contract of the course's has
+
+
+def _retyped(value):
+    """`value` held in another JSON type that == never equates with it: text in a list, anything else as its JSON
+    text (an int as a float, or a bool as an int, would be == to it in Python, so neither is used)."""
+    return [value] if isinstance(value, str) else json.dumps(value)
+
+
+def contract_structures(contract: dict) -> dict:
+    """What -> (kind, member, `contract` with its members changed): none at all, one more, and each one missing,
+    renamed (its value kept under another name) and held in another type. Every one is another experiment's
+    contract: the course's rule compares the two contracts exactly, member by member, so a member on one side only
+    is a difference."""
+    found = {
+        "no member at all": ("none", "", {}),
+        f"one member more ({EXTRA_MEMBER!r})": ("one more", EXTRA_MEMBER, {**contract, EXTRA_MEMBER: "x"}),
+    }
+    for key, value in contract.items():
+        found[f"{key} missing"] = ("missing", key, {k: v for k, v in contract.items() if k != key})
+        renamed = {(f"{k}_" if k == key else k): v for k, v in contract.items()}
+        found[f"{key} renamed {key}_"] = ("renamed", key, renamed)
+        retyped = {**contract, key: _retyped(value)}
+        found[f"{key} as {type(_retyped(value)).__name__}"] = ("of another type", key, retyped)
+    return found
+
+
+def _by_kind(wrong: dict, changes: dict, prefix: str) -> list[str]:
+    """'a member missing (seed, decay)'-like phrases: the changes `wrong` holds under `prefix`, grouped by kind."""
+    kinds: dict = {}
+    for what in wrong:
+        if what.startswith(prefix):
+            kind, key, _ = changes[what.removeprefix(prefix)]
+            kinds.setdefault(kind, []).append(key)
+    phrases = {"none": "no member at all", "one more": "one member more"}
+    return [phrases.get(kind) or f"a member {kind} ({', '.join(keys)})" for kind, keys in kinds.items()]
+
+
+def _not_refused(call) -> str | None:
+    """None when `call` refused as another experiment's (a course error of OTHER_EXPERIMENT), else what it did."""
+    try:
+        call()
+    except (NotImplementedError, CheckFailed):
+        raise
+    except OTHER_EXPERIMENT:
+        return None
+    except Exception as exc:
+        return wire.learner_error(exc, 200)
+    return "accepted (no error)"
+
+
+EXPECTED, SAVED = "expected contract with ", "a checkpoint saved with a contract with "
+
+
+def _refuses_other_structures(ctx, path: str, saved: dict) -> None:
+    """restore refuses its own checkpoint given `saved` (the contract it was saved with) with its members changed
+    (`contract_structures`), and refuses, given `saved`, a checkpoint its own save wrote with a contract so changed
+    (one of each kind of change, those save accepts: a save may refuse a contract not of contract()'s form). An
+    integrity checksum over the saved contract refuses a contract edited inside the file, whatever restore compares;
+    only these show a comparison of some members (the expected contract's, or those both have). Given a changed
+    expected contract, any error is a refusal (the rules name none for a caller's contract that contract() never
+    gives); a changed saved one is refused with the course's errors (rule:contract-first)."""
+    if not isinstance(saved, dict):
+        return
+    state, _ = _trained(ctx)
+    changes = contract_structures(saved)
+    wrong = {}
+    for what, (_, _, changed) in changes.items():  # a caller's contract that contract() never gives: the rules name no
+        # error for it (restore may read the members it needs and fail there), so only an acceptance is wrong
+        found = _not_refused(lambda changed=changed: _restore(ctx, path, changed))
+        if found and found.startswith("accepted"):
+            wrong[f"{EXPECTED}{what}"] = found
+    first = min(saved, default="")  # one member's three changes, and the member more
+    kinds = [f"one member more ({EXTRA_MEMBER!r})", *(what for what in changes if what.startswith(f"{first} "))]
+    for number, what in enumerate(kinds):
+        other = os.path.join(ctx.workdir, "other-structure", str(number), "checkpoint.npz")
+        os.makedirs(os.path.dirname(other))
+        try:
+            ctx.impl.save(other, state, changes[what][2])
+        except (NotImplementedError, CheckFailed):
+            raise
+        except Exception:  # save may refuse a contract that is not of contract()'s form: nothing saved to restore
+            continue
+        found = _not_refused(lambda other=other: _restore(ctx, other, saved))
+        if found:
+            wrong[f"{SAVED}{what}"] = found
+    left: dict = {}
+    _note_left_open(ctx, "restore", os.path.dirname(path), "the restores of another structure's contract", left)
+    expect(
+        not wrong,
+        {
+            what: "an error (ContractMismatchError, or CorruptCheckpointError: a malformed contract)"
+            if what.startswith(SAVED)
+            else "an error"
+            for what in wrong
+        },
+        wrong,
+        "restore did not refuse a contract whose members differ from the saved one's: "
+        + "; ".join(
+            f"{side} {', '.join(found)}"
+            for side, found in (
+                ("its own checkpoint, given the contract it was saved with but", _by_kind(wrong, changes, EXPECTED)),
+                ("given the run's contract, a checkpoint its save wrote with", _by_kind(wrong, changes, SAVED)),
+            )
+            if found
+        )
+        + " -> two contracts are one experiment only when they hold the same members with equal values: compare "
+        "every member of either one (the union of both contracts' keys, or the two dicts with ==), "
+        "never only the expected contract's members or only those both have; a member missing on one side, one more, "
+        "one renamed or one of another type is another experiment's contract"
+        + mark("contract-first", cause="contract-compared-in-part"),
+    )
+    _none_left_open("restore", left)
 
 
 NEAREST_LIMIT = 16  # entries of a contract moved one at a time (a contract of a few scalars and two shapes has ~12)
@@ -786,7 +937,7 @@ def invalid_arguments_are_refused(ctx):
     path, state, contract = _saved(ctx, "arguments-source")
     with open(path, "rb") as handle:
         checkpoint = handle.read()
-    wrong, tried = {}, []
+    wrong, tried, left = {}, [], {"save": {}, "restore": {}}
     for number, argument in enumerate(arguments.ARGUMENTS):
         name = arguments.FILE_NAMES.get(argument.layout, "checkpoint.npz")
         target = os.path.join(ctx.workdir, f"arguments-{number}", name)
@@ -797,6 +948,7 @@ def invalid_arguments_are_refused(ctx):
         else:
             call = lambda target=target: ctx.impl.restore(target, contract, ctx.mesh)  # noqa: E731
         what = arguments.outcome(call, error, target)
+        _note_left_open(ctx, argument.function, os.path.dirname(target), argument.name, left[argument.function])
         tried.append(f"{argument.function}: {argument.name} -> {error.__name__}")
         if what is not None:
             wrong[f"{argument.function}: {argument.name}"] = (argument.rule, error.__name__, what)
@@ -827,7 +979,7 @@ def invalid_arguments_are_refused(ctx):
         ),
     }
     functions = sorted({case.split(":")[0] for case in wrong})
-    return expect(
+    verdict = expect(
         not wrong,
         tried,
         {case: what for case, (_, _, what) in wrong.items()},
@@ -837,6 +989,9 @@ def invalid_arguments_are_refused(ctx):
         + "; ".join(f"{function}: {fixes[function]}" for function in functions)
         + "".join(sorted({f" {{rule:{rule}}}" for rule, _, _ in wrong.values()})),
     )
+    for function, calls in left.items():
+        _none_left_open(function, calls)
+    return verdict
 
 
 # no array holds it: np.asarray (and so np.savez) raises ValueError; each case gets a copy (a save that changes its
@@ -888,7 +1043,7 @@ def save_errors_leave_the_folder_as_it_was(ctx):
     returns has added the checkpoint alone. Observed by listing the folder before and after each call."""
     state, _ = _trained(ctx)
     contract = ctx.impl.contract(ctx.data, _config(ctx))
-    wrong, tried = {}, []
+    wrong, tried, left = {}, [], {}
     for number, (what, (name, given, given_contract)) in enumerate(failing_saves(state, contract).items()):
         folder = _with_an_earlier_file(os.path.join(ctx.workdir, "save-errors", str(number)))
         path = os.path.join(folder, name)
@@ -899,11 +1054,13 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         except NotImplementedError:
             raise
         except Exception as exc:
+            _note_left_open(ctx, "save", folder, what, left)
             moved = arguments.changed(before, arguments.disk(observed))
             tried.append(f"{what}: {type(exc).__name__}")
             if moved:
                 wrong[what] = f"raised {type(exc).__name__} and left {moved[:3]} behind"
             continue
+        _note_left_open(ctx, "save", folder, what, left)
         tried.append(f"{what}: saved")
         if not os.path.lexists(path):  # a save that reports success must have written the path it was given
             wrong[what] = f"returned, but left no file at the path given ({name[:40]})"
@@ -912,8 +1069,8 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         extra = [m for m in arguments.changed(before, arguments.disk(observed)) if m not in allowed]
         if extra:
             wrong[what] = f"saved, and left {extra[:3]} beside the checkpoint"
-    wrong.update(_failed_publishes(ctx, state, contract, tried))
-    return expect(
+    wrong.update(_failed_publishes(ctx, state, contract, tried, left))
+    verdict = expect(
         not wrong,
         "every save that raises leaves its folder as it was; one that returns adds the checkpoint alone",
         wrong,
@@ -960,6 +1117,8 @@ def save_errors_leave_the_folder_as_it_was(ctx):
         )
         + mark("new-temp-name"),
     )
+    _none_left_open("save", left)
+    return verdict
 
 
 def _interrupts_only(wrong: dict) -> bool:
@@ -972,14 +1131,15 @@ def _interrupts_only(wrong: dict) -> bool:
     )
 
 
-def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
+def _failed_publishes(ctx, state: dict, contract: dict, tried: list, left: dict) -> dict:
     """{case: what it left}: saves into a folder two levels below the missing one `new`, itself in an empty folder
     `found` that was there before, and into an empty folder `kept/inner` that was there before, in a forked child
     whose first write, and then whose publication (link, rename or replace), raises OSError(ENOSPC) as a full disk
     does, and whose first write is interrupted by Ctrl-C (KeyboardInterrupt) or the process told to end. A write is
     any way the save writes bytes: a file object's write, os.write, np.savez given a name or a handle. A save that
     raises must leave the tree as it was: `new` gone, `found` and `kept/inner` still there (an undo that climbs
-    past the folders it made, as os.removedirs does, removes `found`); one that returns must have saved."""
+    past the folders it made, as os.removedirs does, removes `found`); one that returns must have saved. What each
+    save left open when it returned or raised goes into `left`."""
     base = os.path.join(ctx.workdir, "save-errors", "failed-write")
     layouts = {  # (folders below the case folder, how many of the first of them are there, empty, before the save)
         "a missing folder two levels deep in an empty folder that was there before": (("found", "new", "deeper"), 1),
@@ -997,6 +1157,8 @@ def _failed_publishes(ctx, state: dict, contract: dict, tried: list) -> dict:
             outcome = _save_at(ctx, number, mode, folder + ".json", (path, state, contract))
             moved = arguments.changed(before, arguments.disk(os.path.join(folder, "observed")))
             tried.append(f"{what}: {outcome.get('first', outcome['status'])[:60]}")
+            if outcome.get("left_open"):
+                left[what] = outcome["left_open"]
             if outcome["status"] != "done":
                 wrong[what] = f"the save's child ended {outcome['status']} after the failure"
             elif point == BESIDE_POINT:
@@ -1097,12 +1259,13 @@ def restore_refuses_damaged_checkpoints(ctx):
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
     changes = {what: damage.by_field(change, located) for what, change in damages.items()}
     targets = damaged_copies(path, changes)
-    accepted = {}
+    accepted, left = {}, {}
     for what, target in targets.items():
         raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
+        _note_left_open(ctx, "restore", os.path.dirname(target), what, left)
         if not raised:
             accepted[what] = got
-    return expect(
+    verdict = expect(
         not accepted,
         f"all {len(targets)} damaged files refused",
         f"accepted: {sorted(accepted)}",
@@ -1111,6 +1274,8 @@ def restore_refuses_damaged_checkpoints(ctx):
         "read with allow_pickle=False"
         + mark(*dict.fromkeys("refuse-nan" if "finite" in what else "validate-fields" for what in sorted(accepted))),
     )
+    _none_left_open("restore", left)
+    return verdict
 
 
 def _two_states(ctx) -> tuple[dict, dict, dict]:
