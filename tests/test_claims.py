@@ -1304,7 +1304,8 @@ def test_the_goodput_figure_is_read_as_start_up_only_when_start_up_outlasts_the_
     path = {"goodput": {"startup": startup, "productive": productive, "total": total}}
     said = sentences.goodput_reading(path)
     filed(tmp_path, "stage5a_protocol", {"several_failures": path})
-    assert ("too thin to see" in said) == (startup > productive), said
+    assert said.startswith("The figure, read: start-up") == (startup > productive), said
+    assert f"the productive steps took {productive:.3f} s" in said, said
     assert f"{startup:.1f} s of the {total:.1f} s" in said or f"{productive:.3f} s of the {total:.1f} s" in said, said
     if startup > productive:  # the share by hand
         assert f"({100 * startup / total:.0f}%)" in said, said
@@ -1484,6 +1485,7 @@ def test_the_sync_save_is_set_beside_stage_5a_s_with_what_each_timing_covers(
     median = 1e3 * float(np.median(earlier))  # by hand
     assert (here < median) == lower and (f", longer than this {here:.1f} ms" in said) == lower, said
     assert f"at {median:.1f} ms by median" in said and f"({len(earlier)} timings)" in said, said
+    assert (f"this group's median is at least as long, {here:.1f} ms" in said) == (not lower), said
     assert "both processes' saves, one every 3 steps" in said and "process 0's, one every step" in said, said
 
 

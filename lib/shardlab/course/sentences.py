@@ -769,7 +769,7 @@ SENTENCES = {
                 "t": "several_failures.goodput.total",
             },
             "The figure, read: start-up (launching each attempt's processes until they are ready) took {u:.1f} s of "
-            "the {t:.1f} s (<share>); the productive steps, {p:.3f} s, are too thin to see.",
+            "the {t:.1f} s (<share>); the productive steps took {p:.3f} s.",
             "The figure, read: the productive steps took {p:.3f} s of the {t:.1f} s, start-up (launching each "
             "attempt's processes until they are ready) no longer, {u:.1f} s.",
         ),
@@ -853,8 +853,9 @@ SENTENCES = {
             "3 steps ({n} timings); this group counts process 0's, one every step. These records do not say which "
             "difference moves the median.",
             "Stage 5a timed the same interval (from `save` called to `save` returned, synchronous) at {m:.1f} ms by "
-            "median, no longer than this {s:.1f} ms. What differs: stage 5a counted both processes' saves, one every "
-            "3 steps ({n} timings); this group counts process 0's, one every step.",
+            "median, while this group's median is at least as long, {s:.1f} ms. What differs: stage 5a counted both "
+            "processes' saves, one every 3 steps ({n} timings); this group counts process 0's, one every step. These "
+            "records do not say which difference moves the median.",
         ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
