@@ -10,13 +10,17 @@ from shardlab.errors import ContractMismatchError, CorruptCheckpointError
 from shardlab.learner.reference import *  # noqa: F403
 
 
+def _differs(found, expected) -> bool:
+    return any(found.get(k) != v for k, v in expected.items())  # the mistake
+
+
 def restore(path, expected_contract, mesh):
     def compare(saved):
         try:
             found = json.loads(str(saved[()]))
         except (ValueError, TypeError, IndexError):
             raise CorruptCheckpointError(f"{path}: the contract is not valid JSON") from None
-        if not isinstance(found, dict) or any(found.get(k) != v for k, v in expected_contract.items()):  # the mistake
+        if not isinstance(found, dict) or _differs(found, expected_contract):
             raise ContractMismatchError(f"{path} belongs to another experiment")
 
     arrays = archive.read_members(path, expected_contract, compare)
