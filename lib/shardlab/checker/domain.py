@@ -107,7 +107,7 @@ CONTENTS = (
 # accepts (0 < float(learning_rate) < 10, 0 <= float(decay) < 1), so a Python int or float, a NumPy scalar of each
 # float and integer width, or a 0-d array; the momentum rule asks for each as given, with no type test. An integer
 # learning rate is one of 1 ... 9 and an integer decay is 0; a narrow float holds the number it rounds the case's to.
-# The one-step and transition searches take them in turn, one form per case.
+# The one-step search takes them in turn, one form per case (the transition search gives Python floats only).
 NUMBERS = (
     "float / float",
     "float32 / float32",
