@@ -7,6 +7,7 @@ from shardlab.course.watch import watched
 
 def test_a_write_aside_then_link_is_noted_in_order_and_nothing_outside_the_folder(tmp_path):
     outside = tmp_path / "elsewhere.txt"
+    sibling = tmp_path / "stage3-other.txt"  # beside the folder, its name starting with the folder's
     folder = tmp_path / "stage3"
     folder.mkdir()
     final = folder / "checkpoint.npz"
@@ -18,6 +19,7 @@ def test_a_write_aside_then_link_is_noted_in_order_and_nothing_outside_the_folde
         os.link(folder / ".tmp123", final)
         os.remove(folder / ".tmp123")
         outside.write_text("not watched")
+        sibling.write_text("not watched")
     assert [line.split()[0] for line in seen["operations"]] == ["open", "os.fsync", "os.link", "os.remove"]
     assert "<temporary 1> (5 bytes)" in seen["operations"][1]
     assert seen["operations"][2].endswith("<temporary 1> -> checkpoint.npz")
