@@ -83,11 +83,11 @@ CELLS = {
         "train": ("transition_is_one_batch_and_one_update", "random_transition_walk"),
         "rebuild": ("initial_state_fields", "next_batch_returns_a_new_state", "random_sampler_walk"),
         "control": ("transition_is_one_batch_and_one_update", "resume_continues_the_same_run"),
-        "saved-once": ("initial_state_fields", "transition_is_one_batch_and_one_update"),
+        "npz-members": ("initial_state_fields", "transition_is_one_batch_and_one_update"),
         "save": ("contract_is_json_data", "checkpoint_holds_every_field"),
-        "rejections-damaged rejections-bytes rejections-contract rejections": ("refusals_name_the_course_errors",),
+        "rejections": ("refusals_name_the_course_errors",),
         "fault-in-view": ("restore_returns_every_field", "faults_show_where_arithmetic_predicts"),
-        "faults fault-checks": ("faults_show_where_arithmetic_predicts",),
+        "faults": ("faults_show_where_arithmetic_predicts",),
     },
     "stage3b_resume": {
         "restore": ("restore_returns_every_field",),
@@ -304,7 +304,7 @@ def refusals_name_the_course_errors(ctx):
 
 
 def fault_problems(rows: list[dict], setup: dict, num_rows: int) -> list[str]:
-    """What stage3a_checkpoint's fault-checks cell would refuse in a fault table: visibility and its step."""
+    """What stage3a_checkpoint's faults cell would refuse in a fault table: visibility and its step."""
     problems = []
     for r in rows:
         seen, at = r["first_divergence_step"], setup[r["fixture"]]

@@ -7,14 +7,15 @@ damaged; `refused` runs a call that must raise and proves no file was touched.
 
 import os
 import struct
+import zipfile
 
 import jax
 import numpy as np
 
 from shardlab.core import files
 from shardlab.core.config import FIXTURES, Config
-from shardlab.core.errors import ShardlabError
-from shardlab.core.fixtures import check_dataset
+from shardlab.core.errors import CheckpointExistsError, ContractMismatchError, CorruptCheckpointError, ShardlabError
+from shardlab.core.fixtures import Dataset, check_dataset
 from shardlab.core.sampler import epoch_batches
 from shardlab.core.state import replicate
 from shardlab.io import read_npz
@@ -61,6 +62,15 @@ def inject(state: dict, fault: str, seed: int, mesh) -> dict:
     if fault == "key":
         return {**state, "key": np.asarray(jax.random.PRNGKey(seed), np.uint32)}
     raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
+
+
+def first_visible(fault: str, save_at: int, cursor: int, batch_size: int, rows: int) -> int | None:
+    """The step at which a one-field reset after a save at step `save_at` (cursor `cursor`) first shows: the next
+    step for momentum and cursor, the first step of the next permutation for the key; None for no fault."""
+    if fault == "none":
+        return None
+    left = -(-(rows - cursor) // batch_size)  # batches still unread in the saved epoch
+    return save_at + (left + 1 if fault == "key" else 1)
 
 
 def save_step(num_examples: int, batch_size: int) -> int:
@@ -286,3 +296,84 @@ DAMAGE = {
     "contract not JSON": _set("contract", lambda c: np.asarray("{not json")),
 }
 COURSE_DAMAGE = tuple(DAMAGE)  # their names, in the order the notebook shows them
+
+
+def _headers(path) -> dict:
+    """Member name (without .npy) -> (dtype, shape), read from each member's .npy header without loading it."""
+    found = {}
+    with zipfile.ZipFile(os.fspath(path)) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(member)
+            found[info.filename.removesuffix(".npy")] = (str(dtype), shape)
+    return found
+
+
+def _changed(original, copy) -> str:
+    """What a damaged copy dropped or changed, read back from both files: the members' headers, then their values."""
+    old, new = _headers(original), _headers(copy)
+    notes = [f"{m} removed" for m in old if m not in new] + [f"{m} added" for m in new if m not in old]
+    with np.load(os.fspath(original)) as x, np.load(os.fspath(copy)) as y:
+        for m in (m for m in old if m in new):
+            if old[m] != new[m]:
+                notes.append(f"{m}: {old[m][0]} {old[m][1]} -> {new[m][0]} {new[m][1]}")
+            elif not np.array_equal(x[m], y[m]):
+                notes.append(f"{m}: values changed")
+    return "; ".join(notes)
+
+
+def refusals(impl, checkpoint, state: dict, contract: dict, data, config, mesh, folder) -> tuple[list, dict, list]:
+    """Stage 3a's refusals, each run through `refused`: restore given every COURSE_DAMAGE copy of `checkpoint`
+    (made in `folder`), a truncated file and a text file, the intact file under another experiment's contract (one
+    data value changed, the batch size one more), and save asked to write `checkpoint` again.
+
+    (rows: case, error, message, files involved, whether every one of them is unchanged; case -> what its file is;
+    the damage cases not built because the file names that member otherwise)."""
+    os.makedirs(folder, exist_ok=True)
+    rows, not_built = [], []
+    made = {
+        "truncated file": "the first half of the saved file's bytes",
+        "not an NPZ file": "a text file named .npz",
+        "different data (one value changed)": "the saved file; the run's data differ",
+        "different configuration (batch size)": "the saved file; the run's batch size differs",
+        "existing checkpoint path": "the saved file; save is asked to write that name again",
+    }
+
+    def refuse(case, call, error, *paths):
+        before = [_snapshot(os.fspath(p)) for p in paths]
+        message = refused(call, error, *paths)
+        unchanged = [_snapshot(os.fspath(p)) for p in paths] == before
+        rows.append(
+            {"case": case, "error": error.__name__, "message": message, "files": len(paths), "unchanged": unchanged}
+        )
+
+    for case in COURSE_DAMAGE:
+        try:
+            copy = tampered(checkpoint, os.path.join(folder, case.replace(" ", "_") + ".npz"), DAMAGE[case])
+        except KeyError as missing:
+            not_built.append(f"{case} (no member {missing})")
+            continue
+        made[case] = _changed(checkpoint, copy)
+        refuse(case, lambda copy=copy: impl.restore(copy, contract, mesh), CorruptCheckpointError, copy, checkpoint)
+    cut = truncated(checkpoint, os.path.join(folder, "truncated.npz"))
+    refuse("truncated file", lambda: impl.restore(cut, contract, mesh), CorruptCheckpointError, cut, checkpoint)
+    text = os.path.join(folder, "notes.npz")
+    with open(text, "x") as handle:
+        handle.write("weights: 0.1 0.2 0.3\n")
+    refuse("not an NPZ file", lambda: impl.restore(text, contract, mesh), CorruptCheckpointError, text)
+    features = data.features.copy()
+    features[3, 2] += 1.0  # same shape and dtype, one value changed
+    other_data = impl.contract(Dataset(features, data.targets.copy()), config)
+    other_size = impl.contract(data, Config(seed=config.seed, batch_size=config.batch_size + 1))
+    for case, other in (
+        ("different data (one value changed)", other_data),
+        ("different configuration (batch size)", other_size),
+    ):
+        refuse(case, lambda other=other: impl.restore(checkpoint, other, mesh), ContractMismatchError, checkpoint)
+    refuse(
+        "existing checkpoint path", lambda: impl.save(checkpoint, state, contract), CheckpointExistsError, checkpoint
+    )
+    assert len(rows) == len(os.listdir(folder)) + 3  # one per damaged copy, plus the three refusals of an intact file
+    return rows, {r["case"]: made[r["case"]] for r in rows}, not_built
