@@ -555,6 +555,11 @@ MISTAKES = {
         "random_step_update",
         ["rule:momentum", "the course's default learning rate", "make_step given learning_rate np.", "numbers='"],
     ),
+    "step_cached_by_number_types": (
+        2,
+        "random_transition_walk",
+        ["rule:momentum", "the step depends on the numbers' types", "make_step given learning_rate np.", "numbers='"],
+    ),
     "step_cache_rounded_lr": (
         2,
         "random_step_update",
@@ -1261,6 +1266,7 @@ SLOW_MISTAKES = {
     "contract_hashes_printed_arrays",
     "step_mask_as_prefix",
     "step_cache_rounded_lr",
+    "step_cached_by_number_types",
     *("step_type_tests_the_learning_rate", "restore_leaves_finiteness_to_the_checksum"),
     *("step_takes_only_float_learning_rates", "restore_checksum_and_finite_weights_only", "restore_checksum_and_isnan"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),

@@ -39,7 +39,17 @@ from shardlab.checker.common import (
     snapshot,
     typed_key,
 )
-from shardlab.checker.domain import Case, data_for, given, hyperparameters, mesh_positions, numbers_words, walk_calls
+from shardlab.checker.domain import (
+    Case,
+    data_for,
+    given,
+    hyperparameters,
+    mesh_positions,
+    numbers_words,
+    typed,
+    walk_calls,
+    walk_data,
+)
 from shardlab.checker.early import HOME
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
@@ -924,8 +934,8 @@ def _rows_split(step, args, case: Case) -> None:
 
 def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
-    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
-    step = step_of(ctx, case)
+    data, mesh, rows = walk_data(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
+    step = _made_after_another(ctx, case)  # the learning rate and decay in the case's number types
     state = initial_checked(ctx, case, data, mesh, "any transition")
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
@@ -966,6 +976,8 @@ def transition_walk(ctx, case: Case) -> None:
                         + ") -> fix make_step's loss; transition is not at fault",
                     )
             own = updates and near(step_loss, want_loss)
+            if not own:
+                _typed_step_cause(ctx, case, mesh, batch, before, (w, v), got, call)
             wrong_batch = _batch_fault(ctx, case, state, data, mesh) if own else None
             if wrong_batch:  # next_batch's output is judged before transition is blamed for it
                 raise Miss(
@@ -1035,6 +1047,49 @@ def transition_walk(ctx, case: Case) -> None:
             "placed anew) -> " + KEEP_STEP_OUTPUTS + formulas.mark("one-update") + known_causes.mark("outputs-copied"),
         )
         state = new
+
+
+def other_values(case: Case) -> dict:
+    """A learning rate and decay in the case's number types but of other values: the learning rate doubled and the
+    decay halved (exact in every float width; an integer learning rate 2, an integer decay stays 0); a Python float
+    where the type cannot hold the value exactly, as `hyperparameters` does."""
+    found = {}
+    for (name, value), kind, factor in zip(hyperparameters(case).items(), case.numbers.split(" / "), (2.0, 0.5)):
+        moved = float(value) * factor
+        number = moved if isinstance(value, float) else typed(moved, kind)
+        found[name] = number if float(number) == moved else moved
+    return found
+
+
+def _made_after_another(ctx, case: Case):
+    """The case's step (jitted), made by a make_step call that follows one for other values of the same number types
+    (`other_values`, that step never run): each call builds for the values it is given, so a step kept from an
+    earlier call under the numbers' types (or the mesh alone) is the other experiment's."""
+    if _step_key(case, True) not in ctx.cache:
+        ctx.impl.make_step(mesh_of(ctx, case.devices, case.layout), **other_values(case), compiled=True)
+    return step_of(ctx, case)
+
+
+def _typed_step_cause(ctx, case: Case, mesh, batch, before: dict, want: tuple, got: dict, call: int) -> None:
+    """A Miss naming the numbers' types when the step make_step gave for the case's learning rate and decay, in the
+    case's types, is wrong on this batch and the step make_step gives for the same values as Python floats is right
+    (one more make_step call, asked only after a failure)."""
+    if all(isinstance(value, float) for value in hyperparameters(case).values()):
+        return
+    floats = ctx.impl.make_step(mesh, float(case.learning_rate), float(case.decay))
+    outputs = floats(*placed(mesh, *batch, before["weights"], before["momentum"]))
+    if not (near(np.asarray(outputs[0]), want[0]) and near(np.asarray(outputs[1]), want[1])):
+        return
+    raise Miss(
+        {"weights": want[0], "momentum": want[1]},
+        {"weights": got["weights"], "momentum": got["momentum"]},
+        f"transition {call + 1}: the step make_step gave for learning_rate={case.learning_rate:.6g}, "
+        f"decay={case.decay:.6g} as {numbers_words(case)} is wrong on this batch, and the step it gives for the same "
+        "values as Python floats is right: the step depends on the numbers' types (a type test, or a step kept from "
+        "another call under their types or a key that equal values of other types share) -> build each step from "
+        "the values that call is given, float(learning_rate) and float(decay), whatever number type they come in"
+        + formulas.mark("momentum"),
+    )
 
 
 KEEP_STEP_OUTPUTS = (
