@@ -987,6 +987,11 @@ MISTAKES = {
         "random_transition_walk",
         ["rule:one-update", "called the step it was given on tracers"],
     ),
+    "reshuffle_widens_the_key": (
+        1,
+        "random_sampler_walk",
+        ["rule:initial-fields", "call 2: next_batch returned a state whose ['key']", "ndarray int64(2,)", "rows=1"],
+    ),
     "next_batch_cached_by_array_id": (
         1,
         "random_sampler_walk",
@@ -1267,6 +1272,7 @@ SLOW_MISTAKES = {
     "step_mask_as_prefix",
     "step_cache_rounded_lr",
     "step_cached_by_number_types",
+    "reshuffle_widens_the_key",
     *("step_type_tests_the_learning_rate", "restore_leaves_finiteness_to_the_checksum"),
     *("step_takes_only_float_learning_rates", "restore_checksum_and_finite_weights_only", "restore_checksum_and_isnan"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),

@@ -396,6 +396,49 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
 OTHER_ROWS = 23  # the row count of the data of another shape a walk's second initial is given
 
 
+def _dtype_of(value) -> np.dtype:
+    return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+
+
+def misformed_fields(state: dict, rows: int, width: int) -> dict:
+    """Field -> its form (dtype and shape) where it is not the form rule:initial-fields gives every state's field:
+    weights and momentum float32 (d,), the legacy uint32 (2,) key, integer ids (n,), cursor and step 0-d integers
+    (a Python int, a NumPy integer or a 0-d integer array; never a bool or a float)."""
+    wanted = {
+        "weights": lambda dtype, shape: dtype == np.float32 and shape == (width,),
+        "momentum": lambda dtype, shape: dtype == np.float32 and shape == (width,),
+        "key": lambda dtype, shape: dtype == np.uint32 and shape == (2,),
+        "order": lambda dtype, shape: dtype.kind in "iu" and shape == (rows,),
+        "cursor": lambda dtype, shape: dtype.kind in "iu" and shape == (),
+        "step": lambda dtype, shape: dtype.kind in "iu" and shape == (),
+    }
+    found = {}
+    for name, fits in wanted.items():
+        if name in state:
+            dtype, shape = _dtype_of(state[name]), tuple(np.shape(state[name]))
+            if not fits(dtype, shape):
+                found[name] = f"{type(state[name]).__name__} {dtype}{shape}"
+    return found
+
+
+FIELD_FORMS = (
+    "weights and momentum float32 (d,), the legacy uint32 (2,) key, integer ids (n,), cursor and step 0-d integers"
+)
+
+
+def _forms_kept(state: dict, rows: int, width: int, what: str) -> None:
+    """A Miss unless every field of `state` has the form the rule gives a state's fields (`misformed_fields`)."""
+    wrong = misformed_fields(state, rows, width)
+    need(
+        not wrong,
+        FIELD_FORMS,
+        wrong,
+        f"{what} returned a state whose {sorted(wrong)} are not in the form every state's fields take -> every state, "
+        f"not only initial's, holds {FIELD_FORMS} (a new epoch's key and order included: np.asarray(key, np.uint32))"
+        + formulas.mark("initial-fields", "new-state"),
+    )
+
+
 def other_rows(rows: int) -> int:
     """The row count of a walk's second `initial`: the teaching fixture's 23, which the enumerated checks compile
     the course's permutation for, or 1 when the case has 23 (a one-element permutation has no sort to compile)."""
@@ -444,6 +487,7 @@ def sampler_walk(ctx, case: Case) -> None:
             )
         need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone" + formulas.mark("new-state"))
         _kinds_kept(first_kinds, new, call)
+        _forms_kept(new, rows, case.shape()[1], f"call {call + 1}: next_batch")
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
     _placed_on_the_mesh_given(ctx, case, data, first, mesh)
@@ -1009,6 +1053,7 @@ def transition_walk(ctx, case: Case) -> None:
                 f"transition {call + 1}: {lead}{blame or _update_cause(before, got, {'grad': grad}, case)}",
             )
         _transition_placement(ctx, case, state, data, mesh, step, new, call)
+        _forms_kept(new, rows, case.shape()[1], f"transition {call + 1}")
         need(
             calls == 1,
             "1 call of the step it was given",
