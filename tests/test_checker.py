@@ -990,7 +990,7 @@ MISTAKES = {
     "reshuffle_widens_the_key": (
         1,
         "random_sampler_walk",
-        ["rule:initial-fields", "call 2: next_batch returned a state whose ['key']", "ndarray int64(2,)", "rows=1"],
+        ["rule:initial-fields", "call 2: next_batch returned a state with key a ndarray int64(2,)", "rows=1"],
     ),
     "next_batch_cached_by_array_id": (
         1,

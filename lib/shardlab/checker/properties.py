@@ -433,7 +433,9 @@ def _forms_kept(state: dict, rows: int, width: int, what: str) -> None:
         not wrong,
         FIELD_FORMS,
         wrong,
-        f"{what} returned a state whose {sorted(wrong)} are not in the form every state's fields take -> every state, "
+        f"{what} returned a state with "
+        + ", ".join(f"{name} a {form}" for name, form in wrong.items())
+        + ", not the form every state's fields take -> every state, "
         f"not only initial's, holds {FIELD_FORMS} (a new epoch's key and order included: np.asarray(key, np.uint32))"
         + formulas.mark("initial-fields", "new-state"),
     )
