@@ -792,6 +792,11 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["cause:contract-varies", "with the same values in other memory layouts", "rows=2, batch=1"],
     ),
+    "contract_converts_numpy_floats_only": (
+        3,
+        "random_contract_tells_apart",
+        ["rule:contract-json", "0-d float64 arrays", "not plain JSON", "rows=1, batch=1"],
+    ),
     "contract_keeps_numpy_numbers": (
         3,
         "random_contract_tells_apart",
@@ -1273,6 +1278,7 @@ SLOW_MISTAKES = {
     "step_cache_rounded_lr",
     "step_cached_by_number_types",
     "reshuffle_widens_the_key",
+    "contract_converts_numpy_floats_only",
     *("step_type_tests_the_learning_rate", "restore_leaves_finiteness_to_the_checksum"),
     *("step_takes_only_float_learning_rates", "restore_checksum_and_finite_weights_only", "restore_checksum_and_isnan"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),

@@ -1416,19 +1416,31 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
             + formulas.mark("contract-json")
             + known_causes.mark("contract-varies"),
         )
-    try:
-        numpy_config = _config(case, learning_rate=np.float32(case.learning_rate), decay=np.float32(case.decay))
-    except (errors.ConfigError, TypeError):
-        return
-    theirs = called(ctx, "contract", given(case, data), numpy_config)
-    need(
-        _plain_json(theirs),
-        "plain JSON data (int, float, str, list, dict)",
-        {k: type(v).__name__ for k, v in theirs.items()} if isinstance(theirs, dict) else type(theirs).__name__,
-        "with the learning rate and decay given as NumPy float32 scalars (Config(learning_rate=np.float32(...)), which "
-        "Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) before "
-        "it goes in" + formulas.mark("contract-json"),
-    )
+    for words, (rate, decay) in _numbers_config_accepts(case).items():
+        try:
+            numpy_config = _config(case, learning_rate=rate, decay=decay)
+        except (errors.ConfigError, TypeError):
+            continue
+        theirs = called(ctx, "contract", given(case, data), numpy_config)
+        need(
+            _plain_json(theirs),
+            "plain JSON data (int, float, str, list, dict)",
+            {k: type(v).__name__ for k, v in theirs.items()} if isinstance(theirs, dict) else type(theirs).__name__,
+            f"with the learning rate and decay given as {words} (Config(learning_rate=np.float32(...)) and the like, "
+            "which Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) "
+            "before it goes in, whatever number type it comes in" + formulas.mark("contract-json"),
+        )
+
+
+def _numbers_config_accepts(case: Case) -> dict:
+    """Words -> a learning rate and decay in other number types Config accepts: the case's values as NumPy float32
+    scalars and as 0-d float64 arrays, and the integers 1 and 0 as NumPy int8 and uint64 scalars (the last another
+    experiment: only the contract's form is asked of it)."""
+    return {
+        "NumPy float32 scalars": (np.float32(case.learning_rate), np.float32(case.decay)),
+        "0-d float64 arrays": (np.asarray(case.learning_rate, np.float64), np.asarray(case.decay, np.float64)),
+        "NumPy integers (np.int8(1), np.uint64(0))": (np.int8(1), np.uint64(0)),
+    }
 
 
 LAID_OUT = "with the same values in other memory layouts (features in Fortran order, targets a strided column)"
