@@ -555,6 +555,11 @@ MISTAKES = {
         "random_step_update",
         ["rule:momentum", "the course's default learning rate", "make_step given learning_rate np.", "numbers='"],
     ),
+    "step_cached_by_number_types": (
+        2,
+        "random_transition_walk",
+        ["rule:momentum", "the step depends on the numbers' types", "make_step given learning_rate np.", "numbers='"],
+    ),
     "step_cache_rounded_lr": (
         2,
         "random_step_update",
@@ -787,6 +792,11 @@ MISTAKES = {
         "random_contract_tells_apart",
         ["cause:contract-varies", "with the same values in other memory layouts", "rows=2, batch=1"],
     ),
+    "contract_converts_numpy_floats_only": (
+        3,
+        "random_contract_tells_apart",
+        ["rule:contract-json", "0-d float64 arrays", "not plain JSON", "rows=1, batch=1"],
+    ),
     "contract_keeps_numpy_numbers": (
         3,
         "random_contract_tells_apart",
@@ -981,6 +991,11 @@ MISTAKES = {
         2,
         "random_transition_walk",
         ["rule:one-update", "called the step it was given on tracers"],
+    ),
+    "reshuffle_widens_the_key": (
+        1,
+        "random_sampler_walk",
+        ["rule:initial-fields", "call 2: next_batch returned a state with key a ndarray int64(2,)", "rows=1"],
     ),
     "next_batch_cached_by_array_id": (
         1,
@@ -1261,6 +1276,9 @@ SLOW_MISTAKES = {
     "contract_hashes_printed_arrays",
     "step_mask_as_prefix",
     "step_cache_rounded_lr",
+    "step_cached_by_number_types",
+    "reshuffle_widens_the_key",
+    "contract_converts_numpy_floats_only",
     *("step_type_tests_the_learning_rate", "restore_leaves_finiteness_to_the_checksum"),
     *("step_takes_only_float_learning_rates", "restore_checksum_and_finite_weights_only", "restore_checksum_and_isnan"),
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),

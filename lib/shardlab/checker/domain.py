@@ -107,7 +107,8 @@ CONTENTS = (
 # accepts (0 < float(learning_rate) < 10, 0 <= float(decay) < 1), so a Python int or float, a NumPy scalar of each
 # float and integer width, or a 0-d array; the momentum rule asks for each as given, with no type test. An integer
 # learning rate is one of 1 ... 9 and an integer decay is 0; a narrow float holds the number it rounds the case's to.
-# The one-step search takes them in turn, one form per case (the transition search gives Python floats only).
+# The one-step and transition searches take them in turn, one form per case (a walk at an integer learning rate on
+# rows scaled down: walk_data).
 NUMBERS = (
     "float / float",
     "float32 / float32",
@@ -210,6 +211,21 @@ def data_for(case: Case) -> Dataset:
     w_true = rng.normal(size=case.features).astype(np.float32)
     targets = (features @ w_true + 0.1 * rng.normal(size=case.rows)).astype(np.float32)
     return Dataset(features, targets)
+
+
+WALK_SCALE = 0.25  # a power of two: the rows scaled by it are exact in float32
+
+
+def walk_data(case: Case) -> Dataset:
+    """The data a walk of many steps takes: the case's, every feature and target times WALK_SCALE where its learning
+    rate is an integer. The least integer Config accepts, 1, is ten times the walk's float range, and on the case's
+    own rows a walk of tens of steps at 1 grows past what float32 holds; on rows a quarter the size, a gradient step of
+    1 moves the weights as one of 1/16 does on the case's, inside that range."""
+    data = data_for(case)
+    if not _integer_kind(case.numbers.split(" / ")[0]):
+        return data
+    scale = np.float32(WALK_SCALE)
+    return Dataset(data.features * scale, data.targets * scale)
 
 
 def given(case: Case, data: Dataset):

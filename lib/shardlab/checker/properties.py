@@ -39,7 +39,17 @@ from shardlab.checker.common import (
     snapshot,
     typed_key,
 )
-from shardlab.checker.domain import Case, data_for, given, hyperparameters, mesh_positions, numbers_words, walk_calls
+from shardlab.checker.domain import (
+    Case,
+    data_for,
+    given,
+    hyperparameters,
+    mesh_positions,
+    numbers_words,
+    typed,
+    walk_calls,
+    walk_data,
+)
 from shardlab.checker.early import HOME
 from shardlab.checker.padding import check_padding
 from shardlab.checker.probes import probe
@@ -386,6 +396,51 @@ def _kinds_kept(first: dict, state: dict, call: int) -> None:
 OTHER_ROWS = 23  # the row count of the data of another shape a walk's second initial is given
 
 
+def _dtype_of(value) -> np.dtype:
+    return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+
+
+def misformed_fields(state: dict, rows: int, width: int) -> dict:
+    """Field -> its form (dtype and shape) where it is not the form rule:initial-fields gives every state's field:
+    weights and momentum float32 (d,), the legacy uint32 (2,) key, integer ids (n,), cursor and step 0-d integers
+    (a Python int, a NumPy integer or a 0-d integer array; never a bool or a float)."""
+    wanted = {
+        "weights": lambda dtype, shape: dtype == np.float32 and shape == (width,),
+        "momentum": lambda dtype, shape: dtype == np.float32 and shape == (width,),
+        "key": lambda dtype, shape: dtype == np.uint32 and shape == (2,),
+        "order": lambda dtype, shape: dtype.kind in "iu" and shape == (rows,),
+        "cursor": lambda dtype, shape: dtype.kind in "iu" and shape == (),
+        "step": lambda dtype, shape: dtype.kind in "iu" and shape == (),
+    }
+    found = {}
+    for name, fits in wanted.items():
+        if name in state:
+            dtype, shape = _dtype_of(state[name]), tuple(np.shape(state[name]))
+            if not fits(dtype, shape):
+                found[name] = f"{type(state[name]).__name__} {dtype}{shape}"
+    return found
+
+
+FIELD_FORMS = (
+    "weights and momentum float32 (d,), the legacy uint32 (2,) key, integer ids (n,), cursor and step 0-d integers"
+)
+
+
+def _forms_kept(state: dict, rows: int, width: int, what: str) -> None:
+    """A Miss unless every field of `state` has the form the rule gives a state's fields (`misformed_fields`)."""
+    wrong = misformed_fields(state, rows, width)
+    need(
+        not wrong,
+        FIELD_FORMS,
+        wrong,
+        f"{what} returned a state with "
+        + ", ".join(f"{name} a {form}" for name, form in wrong.items())
+        + ", not the form every state's fields take -> every state, "
+        f"not only initial's, holds {FIELD_FORMS} (a new epoch's key and order included: np.asarray(key, np.uint32))"
+        + formulas.mark("initial-fields", "new-state"),
+    )
+
+
 def other_rows(rows: int) -> int:
     """The row count of a walk's second `initial`: the teaching fixture's 23, which the enumerated checks compile
     the course's permutation for, or 1 when the case has 23 (a one-element permutation has no sort to compile)."""
@@ -434,6 +489,7 @@ def sampler_walk(ctx, case: Case) -> None:
             )
         need(int(new["step"]) == 0, 0, int(new["step"]), "next_batch leaves step alone" + formulas.mark("new-state"))
         _kinds_kept(first_kinds, new, call)
+        _forms_kept(new, rows, case.shape()[1], f"call {call + 1}: next_batch")
         state = new
     _rows_read_again(ctx, case, data, mesh, first, plan[1]["ids"])
     _placed_on_the_mesh_given(ctx, case, data, first, mesh)
@@ -924,8 +980,8 @@ def _rows_split(step, args, case: Case) -> None:
 
 def transition_walk(ctx, case: Case) -> None:
     """transition with a step built for the case's learning rate and decay, across several epoch boundaries."""
-    data, mesh, rows = data_for(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
-    step = step_of(ctx, case)
+    data, mesh, rows = walk_data(case), mesh_of(ctx, case.devices, case.layout), case.shape()[0]
+    step = _made_after_another(ctx, case)  # the learning rate and decay in the case's number types
     state = initial_checked(ctx, case, data, mesh, "any transition")
     count = functools.partial(probe, "counted_transition", ctx.impl.transition)  # run where transition runs
     for call, want in enumerate(oracle.walk(rows, case.seed, case.batch, walk_calls(case))):
@@ -966,6 +1022,8 @@ def transition_walk(ctx, case: Case) -> None:
                         + ") -> fix make_step's loss; transition is not at fault",
                     )
             own = updates and near(step_loss, want_loss)
+            if not own:
+                _typed_step_cause(ctx, case, mesh, batch, before, (w, v), got, call)
             wrong_batch = _batch_fault(ctx, case, state, data, mesh) if own else None
             if wrong_batch:  # next_batch's output is judged before transition is blamed for it
                 raise Miss(
@@ -997,6 +1055,7 @@ def transition_walk(ctx, case: Case) -> None:
                 f"transition {call + 1}: {lead}{blame or _update_cause(before, got, {'grad': grad}, case)}",
             )
         _transition_placement(ctx, case, state, data, mesh, step, new, call)
+        _forms_kept(new, rows, case.shape()[1], f"transition {call + 1}")
         need(
             calls == 1,
             "1 call of the step it was given",
@@ -1035,6 +1094,49 @@ def transition_walk(ctx, case: Case) -> None:
             "placed anew) -> " + KEEP_STEP_OUTPUTS + formulas.mark("one-update") + known_causes.mark("outputs-copied"),
         )
         state = new
+
+
+def other_values(case: Case) -> dict:
+    """A learning rate and decay in the case's number types but of other values: the learning rate doubled and the
+    decay halved (exact in every float width; an integer learning rate 2, an integer decay stays 0); a Python float
+    where the type cannot hold the value exactly, as `hyperparameters` does."""
+    found = {}
+    for (name, value), kind, factor in zip(hyperparameters(case).items(), case.numbers.split(" / "), (2.0, 0.5)):
+        moved = float(value) * factor
+        number = moved if isinstance(value, float) else typed(moved, kind)
+        found[name] = number if float(number) == moved else moved
+    return found
+
+
+def _made_after_another(ctx, case: Case):
+    """The case's step (jitted), made by a make_step call that follows one for other values of the same number types
+    (`other_values`, that step never run): each call builds for the values it is given, so a step kept from an
+    earlier call under the numbers' types (or the mesh alone) is the other experiment's."""
+    if _step_key(case, True) not in ctx.cache:
+        ctx.impl.make_step(mesh_of(ctx, case.devices, case.layout), **other_values(case), compiled=True)
+    return step_of(ctx, case)
+
+
+def _typed_step_cause(ctx, case: Case, mesh, batch, before: dict, want: tuple, got: dict, call: int) -> None:
+    """A Miss naming the numbers' types when the step make_step gave for the case's learning rate and decay, in the
+    case's types, is wrong on this batch and the step make_step gives for the same values as Python floats is right
+    (one more make_step call, asked only after a failure)."""
+    if all(isinstance(value, float) for value in hyperparameters(case).values()):
+        return
+    floats = ctx.impl.make_step(mesh, float(case.learning_rate), float(case.decay))
+    outputs = floats(*placed(mesh, *batch, before["weights"], before["momentum"]))
+    if not (near(np.asarray(outputs[0]), want[0]) and near(np.asarray(outputs[1]), want[1])):
+        return
+    raise Miss(
+        {"weights": want[0], "momentum": want[1]},
+        {"weights": got["weights"], "momentum": got["momentum"]},
+        f"transition {call + 1}: the step make_step gave for learning_rate={case.learning_rate:.6g}, "
+        f"decay={case.decay:.6g} as {numbers_words(case)} is wrong on this batch, and the step it gives for the same "
+        "values as Python floats is right: the step depends on the numbers' types (a type test, or a step kept from "
+        "another call under their types or a key that equal values of other types share) -> build each step from "
+        "the values that call is given, float(learning_rate) and float(decay), whatever number type they come in"
+        + formulas.mark("momentum"),
+    )
 
 
 KEEP_STEP_OUTPUTS = (
@@ -1314,19 +1416,31 @@ def _same_experiment_other_forms(ctx, case: Case, data: Dataset, base: dict) -> 
             + formulas.mark("contract-json")
             + known_causes.mark("contract-varies"),
         )
-    try:
-        numpy_config = _config(case, learning_rate=np.float32(case.learning_rate), decay=np.float32(case.decay))
-    except (errors.ConfigError, TypeError):
-        return
-    theirs = called(ctx, "contract", given(case, data), numpy_config)
-    need(
-        _plain_json(theirs),
-        "plain JSON data (int, float, str, list, dict)",
-        {k: type(v).__name__ for k, v in theirs.items()} if isinstance(theirs, dict) else type(theirs).__name__,
-        "with the learning rate and decay given as NumPy float32 scalars (Config(learning_rate=np.float32(...)), which "
-        "Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) before "
-        "it goes in" + formulas.mark("contract-json"),
-    )
+    for words, (rate, decay) in _numbers_config_accepts(case).items():
+        try:
+            numpy_config = _config(case, learning_rate=rate, decay=decay)
+        except (errors.ConfigError, TypeError):
+            continue
+        theirs = called(ctx, "contract", given(case, data), numpy_config)
+        need(
+            _plain_json(theirs),
+            "plain JSON data (int, float, str, list, dict)",
+            {k: type(v).__name__ for k, v in theirs.items()} if isinstance(theirs, dict) else type(theirs).__name__,
+            f"with the learning rate and decay given as {words} (Config(learning_rate=np.float32(...)) and the like, "
+            "which Config accepts) the contract is not plain JSON -> convert each number with int(...) or float(...) "
+            "before it goes in, whatever number type it comes in" + formulas.mark("contract-json"),
+        )
+
+
+def _numbers_config_accepts(case: Case) -> dict:
+    """Words -> a learning rate and decay in other number types Config accepts: the case's values as NumPy float32
+    scalars and as 0-d float64 arrays, and the integers 1 and 0 as NumPy int8 and uint64 scalars (the last another
+    experiment: only the contract's form is asked of it)."""
+    return {
+        "NumPy float32 scalars": (np.float32(case.learning_rate), np.float32(case.decay)),
+        "0-d float64 arrays": (np.asarray(case.learning_rate, np.float64), np.asarray(case.decay, np.float64)),
+        "NumPy integers (np.int8(1), np.uint64(0))": (np.int8(1), np.uint64(0)),
+    }
 
 
 LAID_OUT = "with the same values in other memory layouts (features in Fortran order, targets a strided column)"

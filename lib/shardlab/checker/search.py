@@ -69,7 +69,7 @@ PROPERTIES = {  # one row per randomised check: its name, stage, property, param
     for p in (
         Property("sampler_walk", 1, properties.sampler_walk, WALK, 10),
         Property("step_update", 2, properties.step_update, STEP, 8),
-        Property("transition_walk", 2, properties.transition_walk, (*WALK, *OPTIMISER), 4),
+        Property("transition_walk", 2, properties.transition_walk, (*WALK, *OPTIMISER, "numbers"), 4),
         Property("contract_tells_apart", 3, properties.contract_tells_apart, EXPERIMENT, 6),
         Property("restore_damage", 3, properties.restore_damage, RESTORE, 5),
     )
