@@ -45,8 +45,7 @@ CELLS = {
             "key_changes_at_each_new_epoch",
             "padding_is_never_an_observation",
         ),
-        "device-counts device-counts-checks": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-        "placement": ("batch_is_placed_on_the_mesh",),
+        "placement": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
         "mask-by-position": (
             "padding_is_never_an_observation",
             "padding_is_decided_by_position",
