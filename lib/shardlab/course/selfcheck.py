@@ -183,7 +183,7 @@ QUESTIONS = (
             "when they differ, as the first batch's counts showed.",
             "local_means",
             (
-                "local-means-checks",
+                "local-means",
                 "Local means, or one global mean?",
                 "the line under the first batch's local means: the same pieces with one valid row on each device",
                 r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means is off by up to 0\.0e\+00",
