@@ -45,8 +45,7 @@ CELLS = {
             "key_changes_at_each_new_epoch",
             "padding_is_never_an_observation",
         ),
-        "device-counts device-counts-checks": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-        "placement": ("batch_is_placed_on_the_mesh",),
+        "placement": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
         "mask-by-position": (
             "padding_is_never_an_observation",
             "padding_is_decided_by_position",
@@ -63,17 +62,20 @@ CELLS = {
         "check": (ALL,),
     },
     "stage2_update": {
-        "local-means local-means-checks": ("padding_is_never_an_observation",),
+        "local-means": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh", "gradient_on_a_full_batch"),
         "batch": ("initial_state_fields", "next_batch_returns_a_new_state", "batch_is_placed_on_the_mesh"),
-        "gradient gradient-checks": (
+        "gradient": (
             "gradient_on_a_full_batch",
             "loss_on_full_and_tail_batches",
             "consecutive_updates",
         ),
-        "shard-map shard-map-checks": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
-        "partition": ("gradient_on_a_full_batch", "padding_is_never_an_observation"),
-        "updates": ("consecutive_updates", "loss_is_taken_before_the_update", "transition_is_one_batch_and_one_update"),
-        "replicas": ("replicas_agree",),
+        "shard-map": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh"),
+        "updates": (
+            "consecutive_updates",
+            "loss_is_taken_before_the_update",
+            "transition_is_one_batch_and_one_update",
+            "replicas_agree",
+        ),
         "singleton": ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
         "stablehlo stablehlo-checks": ("step_is_sharded", "loss_on_full_and_tail_batches"),
         "check": (ALL,),

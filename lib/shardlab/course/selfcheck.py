@@ -64,10 +64,11 @@ QUESTIONS = (
             "slots in blocks of 3, the last holding one row and two padded slots.",
             "device_counts_7_rows",
             (
-                "device-counts",
+                "placement",
                 "Valid rows per device",
-                "the slots and the valid rows per device for 7 rows and for 1 row on four devices",
-                r"7 row\(s\) -> 8 slots.*\n(?s:.*)7 rows: \[2, 2, 2, 1\]",
+                "the line above the placement table: the slots and the valid rows per device for 7 rows and for 1 row "
+                "on four devices",
+                r"7 rows -> 8 slots, valid rows per device \[2, 2, 2, 1\]",
             ),
         ),
         (
@@ -99,7 +100,7 @@ QUESTIONS = (
             "placement",
             (
                 "mask-by-position",
-                "Where each row lives",
+                "Valid rows per device",
                 "the cell after the question \u201cis it the zeros that make it padding?\u201d, below the placement "
                 "table: a padded slot and a real row of the same zeros, with their masks",
                 r"padded slot holds features .* has mask 0; row \d+, a real row set to the same zeros, has mask 1\b",
@@ -182,7 +183,7 @@ QUESTIONS = (
             "when they differ, as the first batch's counts showed.",
             "local_means",
             (
-                "local-means-checks",
+                "local-means",
                 "Local means, or one global mean?",
                 "the line under the first batch's local means: the same pieces with one valid row on each device",
                 r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means is off by up to 0\.0e\+00",
