@@ -29,7 +29,7 @@ def _audit(event, args):
         return
     named = args[:1] if event == "open" else args  # open's other arguments are its mode and flags
     paths = [os.path.abspath(os.fspath(a)) for a in named if isinstance(a, (str, os.PathLike))]
-    if paths and all(p == here or p.startswith(here + os.sep) for p in paths):  # not a sibling sharing its prefix
+    if paths and all(files.inside(p, here) for p in paths):  # not a sibling sharing its prefix
         _WATCH["operations"].append(f"{event:9s} " + " -> ".join(_shown_as(p) for p in paths))
 
 
