@@ -40,3 +40,33 @@ def test_the_zip_writer_keeps_names_bytes_and_modes_and_nothing_of_the_clock(tmp
         assert [(i.filename, archive.read(i), i.external_attr >> 16) for i in infos] == members
         assert {i.compress_type for i in infos} == {zipfile.ZIP_DEFLATED}
         assert {i.date_time for i in infos} == {(2000, 1, 1, 0, 0, 0)}
+
+
+def test_inside_answers_as_the_path_parts_do_for_siblings_the_root_relative_names_and_descriptors(
+    tmp_path, monkeypatch
+):
+    import os
+    from pathlib import PurePosixPath
+
+    from shardlab.core import files
+
+    monkeypatch.chdir(tmp_path)
+    top = str(tmp_path / "run")
+    cases = [
+        top,
+        top + "/",
+        top + "/a/b.json",
+        top + "-old/a",
+        top + "x",
+        str(tmp_path),
+        "run/a",
+        "run",
+        "/",
+        "x/../run/a",
+    ]
+    for path in cases:  # the independent answer: the absolute parts of `top` begin those of `path`
+        want = PurePosixPath(os.path.abspath(path)).parts[: len(PurePosixPath(top).parts)] == PurePosixPath(top).parts
+        assert files.inside(path, top) is want, path
+        assert files.inside(os.fsencode(path), top) is want and files.inside(PurePosixPath(path), top) is want
+    assert files.inside(top + "/a", "/") and files.inside("/", "/") and not files.inside("/etc", top)
+    assert not files.inside(3, top) and not files.inside(None, top)  # a descriptor, or no path at all

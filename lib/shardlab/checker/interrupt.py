@@ -36,6 +36,7 @@ import time
 import warnings
 
 from shardlab import errors
+from shardlab.core import files
 
 OS_OPERATIONS = (
     *("open", "mkdir", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
@@ -333,12 +334,12 @@ def descriptors() -> dict:
 def open_under(folder: str, before: dict | None = None) -> list:
     """Sorted paths at or under `folder` named by this process's descriptors (those in `before`, number -> path,
     left out): a removed file's path ends in ' (deleted)'."""
-    inside = {os.path.realpath(folder), os.path.abspath(folder)}
+    tops = {os.path.realpath(folder), os.path.abspath(folder)}
     before = before or {}
     return sorted(
-        target
+        target  # a path, or a pipe's or socket's 'pipe:[...]', never inside
         for number, target in descriptors().items()
-        if before.get(number) != target and any(target == top or target.startswith(top + os.sep) for top in inside)
+        if before.get(number) != target and os.path.isabs(target) and any(files.inside(target, top) for top in tops)
     )
 
 
@@ -528,17 +529,6 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _CHANGES = ("rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "mkdir", "rmdir")
 
 
-def _inside(top: str, target) -> bool:
-    """Whether `target` (a path, never a descriptor) names `top` or something under it."""
-    if isinstance(target, int):
-        return False
-    try:
-        found = os.path.abspath(os.fspath(target))
-    except TypeError:
-        return False
-    return found == top or found.startswith(top + os.sep)
-
-
 def _refuse(tried: list, what: str, target):
     tried.append(f"{what} {os.path.basename(str(target))}")
     raise OSError(errno.EROFS, "Read-only file system", str(target))
@@ -546,7 +536,7 @@ def _refuse(tried: list, what: str, target):
 
 def _guarded_change(name: str, original, top: str, tried: list):
     def call(*args, **kwargs):
-        if any(_inside(top, a) for a in args[:2]):
+        if any(files.inside(a, top) for a in args[:2]):
             _refuse(tried, f"os.{name}", args[0])
         return original(*args, **kwargs)
 
@@ -566,17 +556,17 @@ def read_only(folder: str, tried: list):
     saved = {name: getattr(os, name) for name in _CHANGES}
 
     def guarded_open(file, mode="r", *args, **kwargs):
-        if any(flag in mode for flag in "wax+") and _inside(top, file):
+        if any(flag in mode for flag in "wax+") and files.inside(file, top):
             _refuse(tried, f"open {mode}", file)
         return original_open(file, mode, *args, **kwargs)
 
     def guarded_os_open(path, flags, *args, **kwargs):
-        if flags & _WRITE_FLAGS and _inside(top, path):
+        if flags & _WRITE_FLAGS and files.inside(path, top):
             _refuse(tried, "os.open for writing", path)
         return original_os_open(path, flags, *args, **kwargs)
 
     def guarded_access(path, mode, *args, **kwargs):
-        if mode & os.W_OK and _inside(top, path):
+        if mode & os.W_OK and files.inside(path, top):
             tried.append(f"os.access W_OK {os.path.basename(str(path))}")
             return False
         return original_access(path, mode, *args, **kwargs)

@@ -364,7 +364,11 @@ def restore_returns_every_field(ctx):
             f"rebuild the replicated placement of {name}" + known_causes.placement(wrong),
         )
     _restores_written_another_way(ctx, path, state, contract)
-    _nothing_left_open(ctx, "restore", path, contract, ctx.mesh)
+    left: dict = {}
+    _note_left_open(
+        ctx, "restore", os.path.dirname(path), "a restore of the saved checkpoint", left, path, contract, ctx.mesh
+    )
+    _none_left_open("restore", left, cause=None)
     _called_from_another_thread(ctx, path, state, contract)
     _restored_beside_a_running_save(ctx, state, contract)
     return (
@@ -668,46 +672,39 @@ def save_leaves_only_the_final_file(ctx):
         + mark(cause="leftovers"),
     )
     state, _ = _trained(ctx)
-    _nothing_left_open(ctx, "save", path + "-again", state, ctx.impl.contract(ctx.data, _config(ctx)))
+    left: dict = {}
+    again = (path + "-again", state, ctx.impl.contract(ctx.data, _config(ctx)))
+    _note_left_open(ctx, "save", os.path.dirname(path), "a second save into the folder", left, *again)
+    _none_left_open("save", left, cause=None)
     return ["checkpoint"], found
 
 
-def _nothing_left_open(ctx, function: str, path: str, *args) -> None:
-    """Fail unless the learner's `function`(path, *args), where it runs, closes every descriptor it opened in the
-    checkpoint's folder (the file, its temporary, the folder it fsyncs) before it returns."""
-    folder = os.path.dirname(path)
-    seen = probe("left_open", getattr(ctx.impl, function), folder, path, *args)
-    expect(
-        not seen["left"],
-        f"no descriptor of {folder} left open by {function}",
-        {"left open": seen["left"], **({"raised": seen["error"]} if seen["error"] else {})},
-        f"{function} returned with {seen['left']} still open: every call leaves a descriptor behind, and after "
-        f"about a thousand calls (the open-files limit) every {function} fails -> close every file and folder "
-        f"{function} opens before it returns (a with block, or os.close in a finally), whether it succeeds or raises"
-        + mark("new-temp-name" if function == "save" else "exact-resume"),
-    )
-
-
-def _note_left_open(ctx, function: str, folder: str, what: str, into: dict) -> None:
-    """Into `into`[what]: the paths at or under `folder` (made for the call just made, where nothing else opens files)
-    that descriptors of the learner's process still name after its `function` returned, refused or raised."""
-    left = probe("open_under", getattr(ctx.impl, function), folder)
+def _note_left_open(ctx, function: str, folder: str, what: str, into: dict, *call) -> None:
+    """Into `into`[what]: the paths at or under `folder` that descriptors of the learner's process still name after
+    its `function` returned, refused or raised: the call just made (into a folder made for it, where nothing else
+    opens files), or, given its arguments `call`, this call of it, made here (descriptors open before it left out)."""
+    if call:
+        seen = probe("left_open", getattr(ctx.impl, function), folder, *call)
+        left, what = seen["left"], what + (f" (it raised {seen['error']})" if seen["error"] else "")
+    else:
+        left = probe("open_under", getattr(ctx.impl, function), folder)
     if left:
         into[what] = left
 
 
-def _none_left_open(function: str, left: dict) -> None:
-    """Fail naming every call of `function` (what -> the paths its descriptors still name) that left one open."""
+def _none_left_open(function: str, left: dict, cause: str | None = "left-open-on-error") -> None:
+    """Fail naming every call of `function` (what -> the paths its descriptors still name) that left one open;
+    `cause` names the mistake (the default: a descriptor left open on a way out, a refusal or an error)."""
     expect(
         not left,
         f"nothing left open by {function}, whether it returns, refuses or raises",
         left,
         f"{function} left descriptors open after {len(left)} call(s): "
-        + "; ".join(f"{what}: {paths[:2]}" for what, paths in left.items())
+        + "; ".join(f"{what}: {paths[:2]} still open" for what, paths in left.items())
         + f" -> each leaks a descriptor, and after about a thousand such calls (the open-files limit) every "
         f"{function} fails: close every file and folder {function} opens on every way out, the refusals and the "
         "errors included (a with block, or os.close in a finally; check what makes it refuse before opening anything)"
-        + mark("new-temp-name" if function == "save" else "exact-resume", cause="left-open-on-error"),
+        + mark("new-temp-name" if function == "save" else "exact-resume", cause=cause),
     )
 
 

@@ -10,12 +10,12 @@ says what its text does not give, so a comparison that needs it cannot be exact.
 
 import contextlib
 import os
-import sys
 
 import numpy as np
 
 from shardlab.core.config import Config
 from shardlab.core.fixtures import Dataset
+from shardlab.course import watch
 from shardlab.verify import oracle
 
 DEVICES = 4  # the lesson derives every size from the device count
@@ -138,43 +138,32 @@ def publish_order(events: list, final: str) -> dict:
     }
 
 
-_WATCH = {"here": None, "events": None}  # the folder being watched and its event list; None: watching nothing
 _AUDITED = ("os.mkdir", "open", "os.remove", "os.rename")
 _WORDS = {"os.mkdir": "make folder", "open": "write", "os.remove": "remove", "os.rename": "rename"}
-
-
-def _audit(event: str, args: tuple) -> None:
-    """Python's audit hook (called from every thread): note a folder made, a file opened to write, a removal or a
-    rename, when every path it names lies inside the watched folder."""
-    here, events = _WATCH["here"], _WATCH["events"]
-    if here is None or event not in _AUDITED:
-        return
-    if event == "open":  # (path, mode, flags): keep only opens that write
-        mode, flags = args[1], args[2]
-        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & (os.O_WRONLY | os.O_RDWR))
-        paths = [args[0]] if writes else []
-    else:
-        paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
-    paths = [os.path.abspath(os.fsdecode(p)) for p in paths if not isinstance(p, int)]
-    if paths and all(p.startswith(here + os.sep) for p in paths):
-        events.append((event, [os.path.relpath(p, here) for p in paths]))
 
 
 @contextlib.contextmanager
 def watch_writes(folder: str):
     """Yield a list that fills, in order, with (event, paths relative to `folder`) for each folder made, file
-    written, removal and rename inside `folder` while the block runs. What C++ code (TensorStore) writes never
-    reaches Python's audit hooks and is not in it. The hook is installed once per process (hooks cannot be
-    removed) and notes nothing outside a block."""
-    if not _WATCH.get("installed"):
-        sys.addaudithook(_audit)
-        _WATCH["installed"] = True
-    events: list = []
-    _WATCH.update(here=os.path.abspath(folder), events=events)
-    try:
+    written, removal and rename inside `folder` while the block runs (stage 3a's audit hook, `watch.audited`,
+    called from every thread). What C++ code (TensorStore) writes never reaches Python's audit hooks and is not
+    in it."""
+    here, events = os.path.abspath(folder), []
+
+    def note(event: str, args: tuple) -> None:
+        if event not in _AUDITED:
+            return
+        named = args[:2]
+        if event == "open":  # (path, mode, flags): keep only opens that write
+            mode, flags = args[1], args[2]
+            writes = any(c in mode for c in "wax+") if isinstance(mode, str) else flags & (os.O_WRONLY | os.O_RDWR)
+            named = args[:1] if writes else ()
+        paths = watch.paths_in(named, here)
+        if paths and here not in paths:  # inside the folder, never the folder itself
+            events.append((event, [os.path.relpath(p, here) for p in paths]))
+
+    with watch.audited(note):
         yield events
-    finally:
-        _WATCH.update(here=None, events=None)
 
 
 def trace_lines(events: list) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 from jinja2 import DictLoader
 
+from shardlab.core import files
 from shardlab.errors import PageError
 
 TEMPLATE = "shardlab_offline.html.j2"
@@ -172,7 +173,7 @@ def export_html(executed, sheets=None) -> Path:
     """
     executed = Path(executed)
     folder = executed.parent if sheets is None else Path(sheets)
-    if not executed.resolve().is_relative_to(folder.resolve()):
+    if not files.inside(executed.resolve(), folder.resolve()):
         raise PageError(f"the stylesheet folder {folder} does not hold {executed}; pass a folder above the page")
     body, css, styles = notebook_html(nbformat.read(executed, as_version=4))
     sheet = folder / f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css"

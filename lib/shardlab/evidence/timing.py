@@ -13,6 +13,7 @@ triggers (`compilations`): zero for the compiled variants, every call for the ea
 every timed call, so a variant's median can be read with its compiling taken out.
 """
 
+import contextlib
 import time
 from typing import NamedTuple
 
@@ -32,7 +33,6 @@ VARIANTS = ("eager_4dev", "compiled_4dev", "compiled_1dev")
 SAMPLES = 11
 WARMUP = 1
 PROGRESS_EVERY_S = 10  # at most one 'round r/N' line per this many seconds of sampling
-COURSE_MEDIANS_MS = {"eager_4dev": 421.46, "compiled_4dev": 0.1661, "compiled_1dev": 0.07225}  # another machine
 BOUNDARY = (
     "inputs already padded and placed; one sample = one call of a warmed-up variant plus "
     "jax.block_until_ready on every output leaf; no sampling, no placement. Explicit compilation "
@@ -89,8 +89,9 @@ def build(host: dict, mesh: Mesh, make_sharded=make_step, learning_rate=LEARNING
     }
 
 
-def compilations(fn, args, block=jax.block_until_ready) -> dict:
-    """Backend compilations (count and total ms) that one blocking call of `fn(*args)` triggers."""
+@contextlib.contextmanager
+def compiling():
+    """Yield a list that fills with the duration (s) of each backend compilation while the block runs."""
     seen = []
 
     def listener(event, duration_secs, **_):
@@ -99,10 +100,20 @@ def compilations(fn, args, block=jax.block_until_ready) -> dict:
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        block(fn(*args))
+        yield seen
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def _counted(seen: list) -> dict:
     return {"count": len(seen), "total_ms": 1e3 * sum(seen)}
+
+
+def compilations(fn, args, block=jax.block_until_ready) -> dict:
+    """Backend compilations (count and total ms) that one blocking call of `fn(*args)` triggers."""
+    with compiling() as seen:
+        block(fn(*args))
+    return _counted(seen)
 
 
 def check(variants: dict, host: dict, learning_rate=LEARNING_RATE, decay=DECAY, rtol=1e-4, atol=1e-5) -> dict:
@@ -168,27 +179,18 @@ def measure(
     rounds = rotations(variants, samples)
     samples_ms = {name: [] for name in variants}
     in_samples = {name: [] for name in variants}  # the XLA compilations each timed call triggered
-    seen = []
-
-    def listener(event, duration_secs, **_):
-        if event == COMPILE_EVENT:
-            seen.append(duration_secs)
-
     shown = time.perf_counter()
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with compiling() as seen:
         for number, order in enumerate(rounds, start=1):
             for name in order:
                 if len(samples_ms[name]) >= (caps or {}).get(name, samples):
                     continue
                 seen.clear()
                 samples_ms[name].append(sample_ms(variants[name], clock, block))
-                in_samples[name].append({"count": len(seen), "total_ms": 1e3 * sum(seen)})
+                in_samples[name].append(_counted(seen))
             if time.perf_counter() - shown > PROGRESS_EVERY_S and number < len(rounds):
                 say(f"timing: round {number}/{len(rounds)} done, {time.perf_counter() - started:.0f} s so far")
                 shown = time.perf_counter()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
     for name, taken in samples_ms.items():
         say(f"timing: {name} {len(taken)} samples, median {np.median(taken):.4g} ms")
     say(f"timing: {len(rounds)} rounds in rotating order, {time.perf_counter() - started:.1f} s with warm-up")

@@ -45,11 +45,6 @@ XPLANE = "shardlab.xplane.pb"  # instead of <hostname>.xplane.pb
 PERFETTO = "perfetto_trace.json.gz"
 CAPTURE = "trace"  # the manifest section of a capture folder (`shardlab.outdir`)
 OWNS = ("plugins",)  # what a capture writes into its folder; a trace viewer may add its cache inside
-COURSE_MS = {  # the original course's four traced transitions, on another machine
-    PREPARE: [0.421, 0.790, 0.777, 0.752],
-    UPDATE: [0.196, 0.193, 0.167, 0.153],
-}
-COURSE_RESHUFFLED = [False, True, True, True]  # its first traced transition read on in its epoch; the others reshuffled
 TOLERANCE_MS = 1e-3  # both files hold the same nanosecond timestamps; allow rounding only
 OUTLIER = 2.0  # a traced duration beyond twice its annotation's median is named beside the medians
 

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from shardlab import outdir
-from shardlab.core.files import sha256_file
+from shardlab.core import files
 from shardlab.errors import OutputFolderError, PortfolioError
 from shardlab.handin import bounded
 
@@ -39,20 +39,12 @@ def member(folder: Path, rel) -> Path:
     return path
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        Path(os.path.abspath(path)).relative_to(os.path.abspath(folder))
-    except ValueError:
-        return False
-    return True
-
-
 def source(receipts: Path, path, implementation: str | None = None) -> Path:
     """`path` if it is the implementation file or a regular file inside `receipts` reached by no link."""
     path = Path(path)
     if implementation not in (None, "reference") and os.path.abspath(path) == os.path.abspath(implementation):
         return path
-    if not _inside(path, receipts):
+    if not files.inside(path, receipts):
         raise PortfolioError(
             f"{path} is outside the receipts folder {receipts}; the portfolio copies only the run's files"
         )
@@ -87,8 +79,8 @@ def verify_receipts(receipts: Path) -> None:
     A listed file that is absent is not an edit (an item that needs it says it is missing); one that is
     there with other bytes, or as a link, is.
     """
-    files = _manifest_files(receipts)
-    present = {rel: entry for rel, entry in files.items() if os.path.lexists(member(receipts, rel))}
+    listed = _manifest_files(receipts)
+    present = {rel: entry for rel, entry in listed.items() if os.path.lexists(member(receipts, rel))}
     edited = sorted(rel for rel, entry in present.items() if not outdir.holds(member(receipts, rel), entry))
     if edited:
         shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
@@ -107,12 +99,12 @@ def check_report(path, receipts: Path, implementation: str) -> dict:
         raise PortfolioError(f"cannot read the check report {path} ({exc}); pass a check_report.json") from None
     if not bounded.is_report(report):
         raise PortfolioError(f"{path} is not a check report (no list of checks)")
-    digest = sha256_file(path)
+    digest = files.sha256_file(path)
     for rel, entry in _manifest_files(receipts).items():  # the run's own report, wherever it was copied to
         digests = entry["sha256"] if isinstance(entry["sha256"], list) else [entry["sha256"]]
         if Path(rel).name == "check_report.json" and digest in digests:
             return report
-    if implementation != "reference" and report.get("implementation_sha256") == sha256_file(implementation):
+    if implementation != "reference" and report.get("implementation_sha256") == files.sha256_file(implementation):
         return report
     raise PortfolioError(
         f"the check report {path} was not written by this run and does not name {implementation} with its "
