@@ -280,7 +280,7 @@ SENTENCES = {
             TIMING_KEYS,
             "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
             "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x "
-            "(compiling included: the next line takes it out). On "
+            "(compiling included: the last column counts it). On "
             "so small a workload, four logical devices cost more than they save here (they share this host's "
             "cores; this page does not measure which cost dominates).",
             "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
@@ -290,7 +290,7 @@ SENTENCES = {
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
             TIMING_KEYS,
-            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the next line takes it out): that "
+            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the last column counts it): that "
             "gap is clear beyond the spread. Four devices "
             "against one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
             "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread.",
