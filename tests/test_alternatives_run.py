@@ -283,7 +283,6 @@ NOT_LEARNER = {
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
     ("stage4b_beyond", "plan_small"): "the course's host sampler beside the device sampler's plan",
     ("stage4b_beyond", "fused_all_reduces"): "the all-reduces of the course's own fused loops, counted",
-    ("stage4b_beyond", "checkpoint_between_loops"): "a checkpoint of the course's own fused loop, resumed in its loop",
 }
 
 
