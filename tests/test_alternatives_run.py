@@ -279,11 +279,9 @@ NOT_LEARNER = {
     ("stage1_batches", "refusals"): "the refusals of the course's own functions",
     ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
     ("stage3c_orbax_lesson", "async-save"): "Orbax's own asynchronous save of a small pytree",
-    ("stage3c_orbax_lesson", "restore-ocdbt"): "Orbax restoring its OCDBT checkpoint, compared with the first restore",
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",
     ("stage4b_beyond", "plan_small"): "the course's host sampler beside the device sampler's plan",
     ("stage4b_beyond", "fused_all_reduces"): "the all-reduces of the course's own fused loops, counted",
-    ("stage4b_beyond", "checkpoint_between_loops"): "a checkpoint of the course's own fused loop, resumed in its loop",
 }
 
 

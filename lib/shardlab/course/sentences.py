@@ -80,13 +80,6 @@ FUSED_PAIR = {  # stage 4b: fused_stats and fused_psum per step, each median wit
 NEAREST = ["speedup_below_1x_<loop>", "speedup_near_2x_<loop>", "speedup_near_10x_<loop>"]
 _PROGRAM = "the arithmetic, sampler, gather and runtime"
 CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is called longer only beyond this
-BOUNDARY = {  # stage 4b: one loop's two traced boundaries per step
-    "p": "fused_trace.per_step.<side>.median_prepare_and_place_ms_per_step",
-    "u": "fused_trace.per_step.<side>.median_compiled_update_and_wait_ms_per_step",
-}
-UNTRACED = "roofline.points.course_update.step_ms"  # stage 4b: the course update timed without the profiler
-BOUNDARY_UNTRACED = {**BOUNDARY, "q": UNTRACED}
-SETTLED = "u <= p or u - q < u - p"  # an update read longer by more than the capture's inflation of it
 # stage 4b's measured/roofline ratios, rounded as the table rounds them (perf.roofline.DIGITS): one rounding each
 _U, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("u", "course_update"), ("p", "fused_psum"), ("s", "fused_stats"))
@@ -280,7 +273,7 @@ SENTENCES = {
             TIMING_KEYS,
             "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
             "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x "
-            "(compiling included: the next line takes it out). On "
+            "(compiling included: the last column counts it). On "
             "so small a workload, four logical devices cost more than they save here (they share this host's "
             "cores; this page does not measure which cost dominates).",
             "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
@@ -290,7 +283,7 @@ SENTENCES = {
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
             TIMING_KEYS,
-            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the next line takes it out): that "
+            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the last column counts it): that "
             "gap is clear beyond the spread. Four devices "
             "against one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
             "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread.",
@@ -483,16 +476,6 @@ SENTENCES = {
             "here: the one it keeps carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
             "numbers a step.",
         ),
-        "untraced_course_step_mostly_outside_update": _s(
-            "c - q > q",
-            {"c": "fused_timing.median_per_step_ms.course_loop", "q": UNTRACED},
-            "Untraced, a whole course-loop step took {c:.3f} ms by median (section 1) and its update alone {q:.3f} "
-            "ms (above): by these two medians, more of an untraced step lies outside the update than in it. They are "
-            "two timings of separate runs, not one split of the same steps.",
-            "Untraced, a whole course-loop step took {c:.3f} ms by median (section 1) and its update alone {q:.3f} "
-            "ms (above): by these two medians, the update is at least half of an untraced step. They are two timings "
-            "of separate runs, not one split of the same steps.",
-        ),
         "speedup_below_1x_<loop>": _s(
             "s < 1",
             SPEEDUP,
@@ -510,33 +493,6 @@ SENTENCES = {
             SPEEDUP,
             "<loop> {s:.1f}x is nearest 10x",
             "<loop> {s:.1f}x is nearest 100x",
-        ),
-        "boundary_unsettled_<side>": _s(
-            f"not ({SETTLED})",
-            BOUNDARY_UNTRACED,
-            "At batch <batch>, this capture cannot settle which of the <loop>'s boundaries is longer. Traced, "
-            "compiled_update_and_wait took {u:.3f} ms per step and prepare_and_place {p:.3f} ms, but the same update "
-            "untraced took {q:.3f} ms (printed above), no longer than prepare_and_place: the profiler's cost on the "
-            "update could account for the whole gap.",
-            "The traced update ({u:.3f} ms per step, {q:.3f} ms untraced, printed above) is not read longer than "
-            "prepare_and_place ({p:.3f} ms) by a gap the profiler's cost on the update could account for.",
-        ),
-        "boundary_at_batch_<side>": _s(
-            f"u > {CLEAR} * p",
-            BOUNDARY,
-            "At batch <batch>, the <loop>'s longer boundary is the update: compiled_update_and_wait {u:.3f} ms per "
-            "step against prepare_and_place {p:.3f} ms.",
-            "At batch <batch>, the <loop>'s update is not the longer boundary by more than a quarter "
-            "(compiled_update_and_wait {u:.3f} ms per step, prepare_and_place {p:.3f} ms).",
-        ),
-        "host_boundary_at_batch_<side>": _s(
-            f"p > {CLEAR} * u",
-            BOUNDARY,
-            "At batch <batch>, the <loop>'s longer boundary is the host's: prepare_and_place {p:.3f} ms per step "
-            "against compiled_update_and_wait {u:.3f} ms.",
-            "At batch <batch>, the <loop>'s two boundaries are within a quarter of each other (prepare_and_place "
-            "{p:.3f} ms per step, compiled_update_and_wait {u:.3f} ms): one short capture, with no spread, does not "
-            "say which is longer.",
         ),
         "one_device_beside_fused": _s(
             "f_hi < p_lo and f_hi < s_lo",
@@ -1221,35 +1177,11 @@ def stats_beside_psum(per_step: dict, half: dict, notebook: str = "stage4b_beyon
     return chosen_first(notebook, ["stats_faster_than_psum", "stats_slower_than_psum"], **values)
 
 
-def untraced_course_step(per_step: dict, untraced_ms: float, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b: the untraced course-loop step (section 1) beside its update alone, untraced: which holds more."""
-    values = {"c": per_step["course_loop"], "q": untraced_ms}
-    return chosen(notebook, "untraced_course_step_mostly_outside_update", **values)
-
-
 def one_device_beside_fused(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b's sentence on the one-device fused loop beside the two four-device fused loops, with their spreads."""
     values = {"f": per_step["floor_1dev"], "f_hi": half["floor_1dev"][1], "p": per_step["fused_psum"]}
     values.update(p_lo=half["fused_psum"][0], s=per_step["fused_stats"], s_lo=half["fused_stats"][0])
     return chosen(notebook, "one_device_beside_fused", **values)
-
-
-def boundary_at_batch(
-    per_step: dict, side: str, batch: int, loop: str, untraced_ms: float | None = None, notebook="stage4b_beyond"
-) -> str:
-    """Stage 4b: which traced boundary, host preparation or the update, is longer per step for one loop at `batch`
-    by more than a quarter (CLEAR), or that neither is. With `untraced_ms`, the same update timed without the
-    profiler: when the traced update lies above it by at least the gap between the two boundaries, the capture
-    cannot settle which is longer, and says so."""
-    values = {
-        key: per_step[side][f"median_{name}_ms_per_step"]
-        for key, name in (("p", "prepare_and_place"), ("u", "compiled_update_and_wait"))
-    }
-    fill = {"side": side, "batch": str(batch), "loop": loop}
-    names = ["boundary_at_batch_<side>", "host_boundary_at_batch_<side>"]
-    if untraced_ms is not None:
-        names, values = ["boundary_unsettled_<side>", *names], {**values, "q": untraced_ms}
-    return chosen_first(notebook, names, fill, **values)
 
 
 def arithmetic_share(split: dict, notebook: str = "stage4b_beyond") -> str:
