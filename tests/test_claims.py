@@ -991,35 +991,6 @@ def test_the_longer_annotation_is_named_only_when_its_middle_half_lies_above_the
 
 
 @pytest.mark.parametrize(
-    ("first", "unchanged", "threshold", "moved"),
-    [
-        (0.216, 0.419, 0.108, True),  # one executed run: the sized part nearly doubled between captures
-        (0.216, 0.100, 0.108, True),  # a fall counts as a move too
-        (0.216, 0.250, 0.108, False),  # within the threshold
-        (0.216, 0.216, 0.108, False),  # unmoved
-    ],
-)
-def test_the_part_the_threshold_was_sized_from_is_set_beside_the_threshold(
-    tmp_path, first, unchanged, threshold, moved
-):
-
-    outcome = {
-        "mechanism": "jitted_dispatch",
-        "mechanism_first_ms": first,
-        "mechanism_sides": {"unchanged": {"median_ms": unchanged}},
-        "threshold_ms": threshold,
-    }
-    (said,) = sentences.sized_part_moved(outcome)
-    filed(tmp_path, "stage4a_profile", {"change": outcome})
-    assert (abs(first - unchanged) > threshold) == moved  # by hand
-    assert ("moved by more than that threshold" in said) == moved, said
-    assert ("moved by less than that threshold" in said) == (not moved), said
-    assert f"{first:.3f} ms" in said and f"{unchanged:.3f} ms" in said and f"threshold {threshold:.3f} ms" in said
-    assert said.startswith("The threshold was sized from jitted_dispatch"), said
-    assert sentences.sized_part_moved({"threshold_ms": threshold}) == []  # a target without parts: nothing to say
-
-
-@pytest.mark.parametrize(
     ("first", "unchanged", "cut", "moved"),
     [
         (1.381, 1.055, 0.317, True),  # one executed run: the untouched target moved 0.326 ms, more than the cut
@@ -1251,101 +1222,6 @@ def test_the_goodput_figure_is_read_as_start_up_only_when_start_up_outlasts_the_
     assert f"{startup:.1f} s of the {total:.1f} s" in said or f"{productive:.3f} s of the {total:.1f} s" in said, said
     if startup > productive:  # the share by hand
         assert f"({100 * startup / total:.0f}%)" in said, said
-
-
-@pytest.mark.parametrize("compile_s", [0.0, 0.02, 0.7])
-def test_the_eager_sentence_takes_each_call_s_compiling_out_of_that_same_call(tmp_path, monkeypatch, compile_s):
-    import statistics
-
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-    from shardlab.evidence import timing
-
-    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
-
-    eager = [1.10, 0.95, 1.30, 1.02, 0.99]  # seconds per timed call
-    compiled = [0.0005, 0.0004, 0.0006]
-    per_call = [{"count": 36 if compile_s else 0, "total_ms": 1e3 * compile_s * (1 + i / 10)} for i in range(5)]
-    measured = {"order": [], "samples_ms": {"eager_4dev": [1e3 * s for s in eager]}, "sample_compilations": {}}
-    measured["samples_ms"] |= {"compiled_4dev": [1e3 * s for s in compiled], "compiled_1dev": [0.1, 0.1, 0.1]}
-    measured["sample_compilations"] = {"eager_4dev": per_call, "compiled_4dev": [{"count": 0, "total_ms": 0.0}] * 3}
-    variants = {name: timing.Variant(None, (), None, None) for name in measured["samples_ms"]}
-    table = timing.summary(variants, measured)
-    said = sentences.eager_compiles_timed(table)
-    record.emit(str(tmp_path), "stage4a_profile", "timing", table, shown=False)
-    sentences.record(str(tmp_path), "stage4a_profile", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4a_profile"))
-    # by hand: each call less its own compiling, then the median, against the compiled four-device median
-    less = statistics.median(1e3 * s - c["total_ms"] for s, c in zip(eager, per_call))
-    ratio = less / (1e3 * statistics.median(compiled))
-    full = 1e3 * statistics.median(eager) / (1e3 * statistics.median(compiled))
-    assert ("compiles inside every call" in said) == (compile_s > 0), said
-    if compile_s:
-        assert (
-            f"median of those differences (not {1e3 * statistics.median(eager):.0f} − "
-            f"{statistics.median(c['total_ms'] for c in per_call):.0f}: a median of differences is not the difference "
-            f"of medians) gives {less:.0f} ms, {ratio:.0f}x the compiled four-device call rather than {full:.0f}x"
-            in said
-        ), said
-    else:
-        assert f"eager / 4-device = {full:.0f}x is running each operation on its own" in said, said
-
-
-@pytest.mark.parametrize(("traced", "untraced"), [(0.5698, 0.06685), (0.09174, 0.02507), (0.030, 0.026)])
-def test_the_fused_capture_is_read_as_traced_when_the_profiler_stretched_it(tmp_path, monkeypatch, traced, untraced):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
-
-    per_step = {"after": {"median_compiled_update_and_wait_ms_per_step": traced}}
-    said = sentences.fused_traced_inflation(per_step, {"fused_stats": untraced}, 10, 50)
-    trace_record = {"per_step": per_step, "steps_per_transition": {"after": 10, "before": 1}}
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", trace_record, shown=False)
-    timing_record = {"median_per_step_ms": {"fused_stats": untraced}, "steps_per_sample": 50}
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_timing", timing_record)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
-    stretched = traced > 1.25 * untraced  # by hand: beyond a quarter, the margin one capture allows
-    assert ("these kinds are those of a traced dispatch" in said) == stretched, said
-    assert ("the profiler changed it little" in said) == (not stretched), said
-    assert "dispatch of K = 10 steps" in said and "dispatch of K = 50 took" in said, said  # both K, as recorded
-    if stretched:
-        assert f"{traced / untraced:.1f}x" in said, said
-
-
-@pytest.mark.parametrize(
-    ("ratio", "program", "reading"),
-    [
-        (2.55, 0.287, "may be most of an untraced step"),  # one executed run: a roof 4x lower takes 2.55 below 1.5
-        (1.07, 0.714, "may be most of an untraced step"),  # another, on a loaded host
-        (0.90, 0.82, "XLA's byte count overstates what it moves"),  # another: faster than its roofline
-        (9.0, 0.287, "Not arithmetic or memory traffic alone"),
-        (9.0, 1.2, "The two readings disagree"),
-    ],
-)
-def test_what_bounds_a_fused_step_is_said_only_when_both_readings_agree(tmp_path, monkeypatch, ratio, program, reading):
-    from shardlab.course import results as record
-    from shardlab.course import sentences
-
-    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
-
-    points = {"fused_stats": {"measured_over_roofline": ratio}}
-    split = {"program_ms": program, "busy_ms": 1.56}
-    said = sentences.roofline_beside_threads(points, 4, split)
-    shared = {"fused_stats": ratio / 4}  # by hand: against a roof four devices could make 4x lower
-    roof = {"points": points, "devices": 4, "over_shared_roof": shared}
-    record.emit(str(tmp_path), "stage4b_beyond", "roofline", roof, shown=False)
-    record.emit(str(tmp_path), "stage4b_beyond", "fused_trace", {"top_events": split}, shown=False)
-    sentences.record(str(tmp_path), "stage4b_beyond", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage4b_beyond"))
-    room = ratio / 4 >= 1.5  # by hand: still 1.5x its roofline against a roof four devices could make 4x lower
-    assert reading in said, said
-    assert ("Not arithmetic or memory traffic alone" in said) == (room and program < 0.5 * 1.56), said
-    assert ("does not settle it" in said) == (not room or program >= 0.5 * 1.56), said
-    assert ("the roofline cannot bound it" in said) == (ratio < 1), said
-    if "Not arithmetic or memory traffic alone" in said:  # the ratio against the lower roof, stated
-        assert f"the step took {ratio / 4:.1f}x its roofline" in said, said
 
 
 @pytest.mark.parametrize(

@@ -255,19 +255,6 @@ SENTENCES = {
             "capture's unchanged loop, less than half the {c:.3f} ms cut; the verdicts still read only this "
             "capture's two loops, traced in turn.",
         ),
-        "sized_part_moved": _s(
-            "abs(m1 - mu) > t",
-            {
-                "m1": "change.mechanism_first_ms",
-                "mu": "change.mechanism_sides.unchanged.median_ms",
-                "t": "change.threshold_ms",
-            },
-            "The threshold was sized from <part>, and with no code changed <part> moved by more than that threshold "
-            "({m1:.3f} ms in the first trace, {mu:.3f} ms here, threshold {t:.3f} ms): a threshold sized from one "
-            "capture need not fit the next.",
-            "The threshold was sized from <part>, which moved by less than that threshold between captures "
-            "({m1:.3f} ms in the first trace, {mu:.3f} ms here, threshold {t:.3f} ms).",
-        ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
@@ -291,25 +278,6 @@ SENTENCES = {
             "(eager from {e_lo:.4g} ms, four devices {c4_lo:.4g}–{c4_hi:.4g}, one device up to {c1_hi:.4g}). So "
             "the ratios of the medians, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x, are within "
             "the spread.",
-        ),
-        "eager_compiles_timed": _s(
-            "n > 0",
-            {
-                "n": "timing.eager_4dev.sample_compilations.median_count",
-                "k": "timing.eager_4dev.sample_compilations.median_ms",
-                "e": "timing.eager_4dev.median_ms",
-                "x": "timing.eager_4dev.median_less_compile_ms",
-                "rx": "timing.ratios.eager_4dev_less_compile_over_compiled_4dev",
-                "re": "timing.ratios.eager_4dev_over_compiled_4dev",
-            },
-            "The un-jitted variant compiles inside every call, warm or not: by median {n:.0f} XLA compilations, "
-            "{k:.0f} ms of a {e:.0f} ms timed call (the last column; both medians over the calls). Taking each call's "
-            "compile time out of that call and then the median of those differences (not {e:.0f} − {k:.0f}: a median "
-            "of differences is not the difference of medians) gives {x:.0f} ms, {rx:.0f}x the compiled four-device "
-            "call rather than {re:.0f}x: what is "
-            "left is tracing, lowering and dispatching each operation on its own.",
-            "The un-jitted variant's timed calls triggered no XLA compilation by median (the last column): eager / "
-            "4-device = {re:.0f}x is running each operation on its own, not compiling.",
         ),
         "change_confirmed": _s(
             RELATIONS["confirmed"],
@@ -542,67 +510,6 @@ SENTENCES = {
             "So, to the prediction, for the traced fused_stats loop: neither clearly. Program time "
             f"({_PROGRAM}) took {{p:.2f}} of {{b:.2f}} ms, within a quarter of waiting ({{w:.2f}} ms) and "
             "collective ({c:.2f} ms) together; one short capture has no spread to order them.",
-        ),
-        "fused_traced_inflation": _s(
-            f"t > {CLEAR} * f",
-            {
-                "t": "fused_trace.per_step.after.median_compiled_update_and_wait_ms_per_step",
-                "f": "fused_timing.median_per_step_ms.fused_stats",
-                "kt": "fused_trace.steps_per_transition.after",
-                "kf": "fused_timing.steps_per_sample",
-            },
-            "Traced, a fused_stats dispatch of K = {kt} steps took {t:.3f} ms per step; untraced, a dispatch of "
-            "K = {kf} took {f:.4f} ms per step (section 1), <ratio>x. Two things can raise the traced figure: the "
-            "profiler's own work, and, when the traced K is the smaller, a dispatch's fixed cost spread over fewer "
-            "steps; this page does not separate them. So these kinds are those of a traced dispatch; how an "
-            "untraced step splits is not shown here.",
-            "Traced, a fused_stats dispatch of K = {kt} steps took {t:.3f} ms per step; untraced, a dispatch of "
-            "K = {kf} took {f:.4f} ms per step (section 1): within a quarter, so the profiler changed it little.",
-        ),
-        "roofline_beside_threads": _s(
-            "s >= 1.5 * d and p < 0.5 * b",
-            {
-                "s": "roofline.points.fused_stats.measured_over_roofline",
-                "s_d": "roofline.over_shared_roof.fused_stats",
-                "d": "roofline.devices",
-                "p": "fused_trace.top_events.program_ms",
-                "b": "fused_trace.top_events.busy_ms",
-            },
-            "What bounds a fused_stats step, then? Not arithmetic or memory traffic alone: even against a roof {d}x "
-            "lower the step took {s_d:.1f}x its roofline, and the traced busiest thread spent {p:.2f} of {b:.2f} ms "
-            "in its program. Both point at the fixed costs of one dispatch shared by K steps and of the devices "
-            "meeting in the collective, which this page times together, not apart.",
-            "What bounds a fused_stats step, then? The two readings disagree: the roofline leaves room for fixed "
-            "cost, but the traced busiest thread spent at least half its busy time in its program ({p:.2f} of "
-            "{b:.2f} ms), in a traced run (section 2). This page does not settle it.",
-        ),
-        "roofline_below_byte_count": _s(
-            "s < 1",
-            {
-                "s": "roofline.points.fused_stats.measured_over_roofline",
-                "p": "fused_trace.top_events.program_ms",
-                "b": "fused_trace.top_events.busy_ms",
-            },
-            "What bounds a fused_stats step, then? This page does not settle it. The step ran faster than its roofline "
-            "({s:.2f}x), so XLA's byte count overstates what it moves and the roofline cannot bound it; the traced "
-            "thread's split ({p:.2f} of {b:.2f} ms in the program) is of a traced run (section 2).",
-            "fused_stats took at least its roofline ({s:.2f}x).",
-        ),
-        "roofline_room_unsettled": _s(
-            "s < 1.5 * d",
-            {
-                "s": "roofline.points.fused_stats.measured_over_roofline",
-                "d": "roofline.devices",
-                "p": "fused_trace.top_events.program_ms",
-                "b": "fused_trace.top_events.busy_ms",
-            },
-            "What bounds a fused_stats step, then? This page does not settle it. At one device's roofs the step took "
-            "{s:.2f}x its roofline, which a roof up to {d}x lower (the devices share the cores) could bring under "
-            "1.5x: arithmetic and memory traffic may be most of an untraced step. The traced thread's split ({p:.2f} "
-            "of {b:.2f} ms in the program) is of a traced run (section 2), so it does not settle it either.",
-            "What bounds a fused_stats step, then? The two readings disagree: the roofline leaves room for fixed "
-            "cost, but the traced busiest thread spent at least half its busy time in its program ({p:.2f} of "
-            "{b:.2f} ms), in a traced run (section 2). This page does not settle it.",
         ),
         "course_against_roofline": _s(
             "q > 10",
@@ -1150,25 +1057,6 @@ def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
     return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
 
 
-def fused_traced_inflation(
-    per_step: dict, untraced: dict, traced_steps: int, untraced_steps: int, notebook: str = "stage4b_beyond"
-) -> str:
-    """Stage 4b: the traced fused_stats dispatch per step (`per_step`, the capture's, K = `traced_steps`) against the
-    same loop untraced (`untraced`, section 1's medians per step, K = `untraced_steps`): whether the traced figure
-    is more than a quarter above, with both K stated."""
-    t, f = per_step["after"]["median_compiled_update_and_wait_ms_per_step"], untraced["fused_stats"]
-    values = {"t": t, "f": f, "kt": traced_steps, "kf": untraced_steps}
-    return chosen(notebook, "fused_traced_inflation", {"ratio": f"{t / f:.1f}"}, **values)
-
-
-def roofline_beside_threads(points: dict, devices: int, split: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b: the roofline of an untraced fused_stats step beside the traced busiest thread's program time."""
-    values = {"s": points["fused_stats"]["measured_over_roofline"], "d": devices}
-    values["s_d"] = points["fused_stats"]["measured_over_roofline"] / devices  # as `roofline.over_shared_roof` gives it
-    names = ["roofline_beside_threads", "roofline_below_byte_count", "roofline_room_unsettled"]
-    return chosen_first(notebook, names, **values, p=split["program_ms"], b=split["busy_ms"])
-
-
 def stats_beside_psum(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
     """Stage 4b: whether fused_stats' one collective per dispatch made a step faster than fused_psum's one per step,
     read with both middle halves (faster, slower, or neither beyond the spread)."""
@@ -1304,15 +1192,6 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
 
 
-def eager_compiles_timed(timing: dict, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on the XLA compiling inside the un-jitted variant's timed calls, and its median less it."""
-    eager, ratios = timing["eager_4dev"], timing["ratios"]
-    values = {"n": eager["sample_compilations"]["median_count"], "k": eager["sample_compilations"]["median_ms"]}
-    values.update(e=eager["median_ms"], x=eager["median_less_compile_ms"])
-    values.update(rx=ratios["eager_4dev_less_compile_over_compiled_4dev"], re=ratios["eager_4dev_over_compiled_4dev"])
-    return chosen(notebook, "eager_compiles_timed", **values)
-
-
 def dominance(dominant: dict, cpus: int, notebook: str = "stage4a_profile") -> list[str]:
     """Stage 4a's sentences on the first trace (`evidence.trace.dominant`): which annotation is longer, read with
     both middle halves, then the durations beyond twice their median, named."""
@@ -1342,14 +1221,6 @@ def capture_drift(outcome: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence setting the unchanged target's move between the two captures beside the cut."""
     b, r, c = outcome["baseline_first_ms"], outcome["reach_ms"], outcome["cut_ms"]
     return chosen(notebook, "capture_drift", b=b, r=r, c=c)
-
-
-def sized_part_moved(outcome: dict, notebook: str = "stage4a_profile") -> list[str]:
-    """Stage 4a's sentence on the part the threshold was sized from, between the captures; none without parts."""
-    if "mechanism_first_ms" not in outcome:
-        return []
-    values = {"m1": outcome["mechanism_first_ms"], "mu": outcome["mechanism_sides"]["unchanged"]["median_ms"]}
-    return [chosen(notebook, "sized_part_moved", {"part": outcome["mechanism"]}, **values, t=outcome["threshold_ms"])]
 
 
 def verdict(outcome: dict, verdict_of: str, notebook: str = "stage4a_profile") -> str:
