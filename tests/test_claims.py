@@ -852,8 +852,8 @@ def test_the_fault_free_group_s_difference_from_the_control_is_explained_only_wh
     assert ("in another order" in said) == (not bitwise) and (f"{weight:.1e} in a weight" in said) == (not bitwise)
 
 
-@pytest.mark.parametrize(("saves", "outlasts"), [([0.040, 0.050, 0.046], True), ([0.002, 0.003, 0.001], False)])
-def test_a_background_write_is_said_to_outlast_steps_only_when_a_save_outlasted_a_step(tmp_path, saves, outlasts):
+@pytest.mark.parametrize("saves", [[0.040, 0.050, 0.046], [0.002, 0.003, 0.001]])
+def test_stage_5a_s_saves_and_steps_are_summed_up_by_their_medians(saves):
     # two processes, three steps each: whole steps of 6, 9 and 150 ms (the first compiles); median 9 ms by hand
     phases = [(0.001, 0.002, 0.003), (0.002, 0.003, 0.004), (0.01, 0.04, 0.1)]
     records = [{"step": n + 1, "data_s": d, "agreement_s": a, "compute_s": c} for n, (d, a, c) in enumerate(phases)]
@@ -861,20 +861,10 @@ def test_a_background_write_is_said_to_outlast_steps_only_when_a_save_outlasted_
     found = drill_records.save_and_step(base)
     middle = 1e3 * sorted(saves)[1]  # each process's saves, the same three: the median is the middle one
     assert found["median_step_ms"] == pytest.approx(9.0) and found["median_save_ms"] == pytest.approx(middle)
-    said = sentences.save_against_step(found)
-    filed(tmp_path, "stage5a_protocol", {"uninterrupted": found})
-    assert ("not a background write alone" in said) == outlasts == (sorted(saves)[1] > 0.009), said
-    lo, hi = 1e3 * min(saves), 1e3 * max(saves)  # every process's saves: 6 of them, their range by hand
-    assert f"(6 timings: every save, timed in every process, {lo:.0f} to {hi:.0f} ms)" in said, said
-    assert f"{1e3 * sorted(saves)[1]:.1f} ms" in said and "9.0 ms" in said, said
-    assert (f"{middle / 9.0:.1f} steps' time" in said) == outlasts, said  # the save in steps, by hand
+    assert found["saves"] == 6  # every process's saves
+    assert (found["min_save_ms"], found["max_save_ms"]) == pytest.approx((1e3 * min(saves), 1e3 * max(saves)))
     warm = drill_records.save_and_step(base, [3])  # step 3 left out as a compiling step: 6, 9, 6, 9 ms
     assert warm["median_step_ms"] == pytest.approx(7.5) and warm["steps_left_out"] == [3]
-    said = sentences.save_against_step(warm)
-    assert "7.5 ms" in said and "steps 3, which compiled, left out" in said, said
-    record.emit(str(tmp_path), "stage5a_protocol", "uninterrupted", warm, shown=False)
-    sentences.record(str(tmp_path), "stage5a_protocol", partial=True)
-    assert not check_claims(record.load(str(tmp_path), "stage5a_protocol"))
 
 
 @pytest.mark.parametrize(("dispatches", "threshold"), [([0.16, 0.17, 0.15], 0.08), ([0.5] * 3, 0.25)])
@@ -1183,48 +1173,6 @@ def test_a_world_change_says_how_far_its_weights_are_from_the_control(tmp_path, 
 
 
 @pytest.mark.parametrize(
-    "lost, wasted_word",
-    [
-        ((3, 5, 0), "Where the wasted time comes from"),  # each the steps after the newest manifest, as ran
-        ((3, 4, 0), "do not say where the difference comes from"),  # one step fewer than (b)'s 8 - 3
-    ],
-)
-def test_the_redone_steps_are_explained_as_those_after_the_newest_manifest(tmp_path, monkeypatch, lost, wasted_word):
-    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
-
-    a, b, c = lost
-    rows = {
-        "async_kill": {"at_step": 6, "resumed_from": 3, "steps_lost": a},
-        "p0_kill": {"at_step": 8, "resumed_from": 3, "steps_lost": b},
-        "preemption": {"at_step": 7, "resumed_from": 8, "steps_lost": c},
-        "several_failures": {"steps_lost": a + b + c, "goodput": {"wasted": 0.24, "redone_compiled": 2}},
-    }
-    said = sentences.redone_steps(rows["several_failures"], rows["async_kill"], rows["p0_kill"], rows["preemption"])
-    filed(tmp_path, "stage5a_protocol", rows)
-    assert wasted_word in said, said
-    assert (a, b, c) == (6 - 3, 8 - 3, 0) or "do not say" in said  # by hand: completed step less the resume step
-    assert "0.24 s" in said and f"{a + b + c} lost steps, 2 count as compilation" in said or "do not say" in said, said
-    if "do not say" not in said:  # the other 8 - 2 = 6 steps share the 0.24 s: 40 ms each, by hand
-        assert "the other 6 are the ledger's wasted 0.24 s, 40 ms a step" in said, said
-
-
-@pytest.mark.parametrize(("startup", "productive"), [(23.7, 0.037), (0.02, 0.5)])
-def test_the_goodput_figure_is_read_as_start_up_only_when_start_up_outlasts_the_steps(
-    tmp_path, monkeypatch, startup, productive
-):
-    monkeypatch.setattr(sentences, "_KEYS", {})  # only this test's sentence is filed
-    total = startup + productive + 9.0
-    path = {"goodput": {"startup": startup, "productive": productive, "total": total}}
-    said = sentences.goodput_reading(path)
-    filed(tmp_path, "stage5a_protocol", {"several_failures": path})
-    assert said.startswith("The figure, read: start-up") == (startup > productive), said
-    assert f"the productive steps took {productive:.3f} s" in said, said
-    assert f"{startup:.1f} s of the {total:.1f} s" in said or f"{productive:.3f} s of the {total:.1f} s" in said, said
-    if startup > productive:  # the share by hand
-        assert f"({100 * startup / total:.0f}%)" in said, said
-
-
-@pytest.mark.parametrize(
     ("sync", "async_"),
     [
         ((5.9, 89.6, 6.2), (13.1, 48.9, 7.1)),  # one executed run: the longer async step still held the loop less
@@ -1270,26 +1218,6 @@ def test_one_collective_per_dispatch_is_called_faster_only_beyond_both_middle_ha
     assert ("was faster per step" in said) == faster and ("was slower per step" in said) == slower, said
     assert ("d × d matrix A" in said) == (not faster), said  # the larger collective named where it did not pay
     assert f"{stats[1]:.3g} ms (middle half {stats[0]:.3g}–{stats[2]:.3g})" in said, said
-
-
-@pytest.mark.parametrize(
-    ("here", "earlier", "lower"),
-    [(89.55, [0.1426, 0.3072, 0.3043, 0.1424, 0.3095], True), (400.0, [0.1, 0.2, 0.3], False)],
-)
-def test_the_sync_save_is_set_beside_stage_5a_s_with_what_each_timing_covers(
-    tmp_path, monkeypatch, here, earlier, lower
-):
-    monkeypatch.setattr(sentences, "_KEYS", {})
-    spread = {"sync": {"save_block_s": _quartiles(here, here - 1, here + 1)}}
-    records = [{"step": 1, "data_s": 0.001, "agreement_s": 0.001, "compute_s": 0.001}]
-    found = drill_records.save_and_step({"step_times": {"0": records}, "save_seconds": {"0": earlier}})
-    said = sentences.sync_save_against_stage5a(spread, found)
-    filed(tmp_path, "stage5b_scaling", {"async_vs_sync": {"spread": spread}, "stage5a_sync_save": found})
-    median = 1e3 * float(np.median(earlier))  # by hand
-    assert (here < median) == lower and (f", longer than this {here:.1f} ms" in said) == lower, said
-    assert f"at {median:.1f} ms by median" in said and f"({len(earlier)} timings)" in said, said
-    assert (f"this group's median is at least as long, {here:.1f} ms" in said) == (not lower), said
-    assert "both processes' saves, one every 3 steps" in said and "process 0's, one every step" in said, said
 
 
 @pytest.mark.parametrize(

@@ -598,68 +598,11 @@ SENTENCES = {
         ),
     },
     "stage5a_protocol": {
-        "redone_after_newest_manifest": _s(
-            "n == a + b + c and a == sa - ra and b == sb - rb and c == max(0, sc - rc)",
-            {
-                "n": "several_failures.steps_lost",
-                "w": "several_failures.goodput.wasted",
-                "k": "several_failures.goodput.redone_compiled",
-                "a": "async_kill.steps_lost",
-                "sa": "async_kill.at_step",
-                "ra": "async_kill.resumed_from",
-                "b": "p0_kill.steps_lost",
-                "sb": "p0_kill.at_step",
-                "rb": "p0_kill.resumed_from",
-                "c": "preemption.steps_lost",
-                "sc": "preemption.at_step",
-                "rc": "preemption.resumed_from",
-            },
-            "Where the wasted time comes from: a relaunch resumes at the newest published manifest, so the steps a "
-            "failed attempt completed after it are lost (the table's steps recomputed). Of the failed attempts' {n} "
-            "lost steps, <compiled> (the first of a batch shape in their attempt); the other <warm> are the ledger's "
-            "wasted {w:.2f} s, <each> ms a step: the ledger times a step from its agreement to its end, with any "
-            "publication of an earlier save done inside it, which the median step above leaves out.",
-            "The steps run again ({n}: {a}, {b} and {c} for (a), (b) and (c)) are not, here, the steps each attempt "
-            "completed after the newest published manifest (after step {ra} up to {sa}, after step {rb} up to {sb}, "
-            "after step {rc} up to {sc}): these records do not say where the difference comes from. The ledger's "
-            "wasted {w:.2f} s is their time, less the steps that compiled.",
-        ),
-        "goodput_startup_against_steps": _s(
-            "u > p",
-            {
-                "u": "several_failures.goodput.startup",
-                "p": "several_failures.goodput.productive",
-                "t": "several_failures.goodput.total",
-            },
-            "The figure, read: start-up (launching each attempt's processes until they are ready) took {u:.1f} s of "
-            "the {t:.1f} s (<share>); the productive steps took {p:.3f} s.",
-            "The figure, read: the productive steps took {p:.3f} s of the {t:.1f} s, start-up (launching each "
-            "attempt's processes until they are ready) no longer, {u:.1f} s.",
-        ),
         "world_change_<world>_match": _s(
             "d == 0",
             {"d": "world_change.runs.<world>.max_weight_diff"},
             "bit for bit",
             "within float32 tolerance, not bit for bit (weights up to {d:.1e} apart)",
-        ),
-        "save_outlasts_step": _s(
-            "w > s",
-            {
-                "s": "uninterrupted.median_step_ms",
-                "w": "uninterrupted.median_save_ms",
-                "n": "uninterrupted.saves",
-                "lo": "uninterrupted.min_save_ms",
-                "hi": "uninterrupted.max_save_ms",
-            },
-            "In that run a step took {s:.1f} ms by median<left> and a save, written while the loop waited, "
-            "{w:.1f} ms by median ({n} timings: every save, timed in every process, {lo:.0f} to {hi:.0f} ms): "
-            "<ratio> steps' time. That is Orbax's whole "
-            "synchronous save, its commit and its waits for the other process included, not a background write "
-            "alone: how long one of those lasts is not timed here.",
-            "In that run a save, written while the loop waited, took {w:.1f} ms by median ({n} timings: every "
-            "save, timed in every process, {lo:.0f} to {hi:.0f} ms), no longer than a step ({s:.1f} ms<left>): a "
-            "background write as long (not timed here) "
-            "would end within a step or two.",
         ),
         "supervised_path_match": _s(
             "w == 0 and l == 0",
@@ -703,22 +646,6 @@ SENTENCES = {
             "So, per step (a save every step), medians added, step + blocking save + publish: the asynchronous "
             "group's loop was held {at:.1f} + {a:.1f} + {ap:.1f} = <async> ms (its publish at a later step), no less "
             "in all than the synchronous group's {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms.",
-        ),
-        "sync_save_against_stage5a": _s(
-            "s < m",
-            {
-                "s": "async_vs_sync.spread.sync.save_block_s.median_ms",
-                "m": "stage5a_sync_save.median_save_ms",
-                "n": "stage5a_sync_save.saves",
-            },
-            "Stage 5a timed the same interval (from `save` called to `save` returned, synchronous) at {m:.1f} ms by "
-            "median, longer than this {s:.1f} ms. What differs: stage 5a counted both processes' saves, one every "
-            "3 steps ({n} timings); this group counts process 0's, one every step. These records do not say which "
-            "difference moves the median.",
-            "Stage 5a timed the same interval (from `save` called to `save` returned, synchronous) at {m:.1f} ms by "
-            "median, while this group's median is at least as long, {s:.1f} ms. What differs: stage 5a counted both "
-            "processes' saves, one every 3 steps ({n} timings); this group counts process 0's, one every step. These "
-            "records do not say which difference moves the median.",
         ),
         "async_shortens_<what>": _s(
             "a_hi < s_lo",
@@ -979,29 +906,6 @@ def efficiency_option(efficiency: dict, notebook: str = "stage5b_scaling") -> st
     return chosen_first(notebook, [*names, "efficiency_option_near_one"], fill, **values)
 
 
-def redone_steps(path: dict, async_kill: dict, p0_kill: dict, preempt: dict, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: the steps drill 1 ran twice, read as the steps each failed attempt completed after the newest
-    published manifest, and the ledger's wasted seconds they account for."""
-    values = {"n": path["steps_lost"], "w": path["goodput"]["wasted"], "k": path["goodput"]["redone_compiled"]}
-    for name, row in (("a", async_kill), ("b", p0_kill), ("c", preempt)):
-        values.update({name: row["steps_lost"], f"s{name}": row["at_step"], f"r{name}": row["resumed_from"]})
-    k, warm = int(values["k"]), values["n"] - int(values["k"])
-    fill = {
-        "compiled": f"{k} {'counts' if k == 1 else 'count'} as compilation" if k else "none counts as compilation",
-        "warm": f"{warm}",
-        "each": f"{1e3 * values['w'] / warm:.0f}" if warm > 0 else "no",
-    }
-    return chosen(notebook, "redone_after_newest_manifest", fill, **values)
-
-
-def goodput_reading(path: dict, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: the goodput figure read in one sentence, start-up against the productive steps."""
-    found = path["goodput"]
-    values = {"u": found["startup"], "p": found["productive"], "t": found["total"]}
-    fill = {"share": f"{100 * found['startup'] / found['total']:.0f}%" if found["total"] else "none"}
-    return chosen(notebook, "goodput_startup_against_steps", fill, **values)
-
-
 def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether a restart on another world size matched the control bit for bit."""
     return chosen(notebook, "world_change_<world>_match", {"world": world}, d=max_weight_diff)
@@ -1015,19 +919,6 @@ def supervised_match(path: dict, notebook: str = "stage5a_protocol") -> str:
 def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether the group with no fault matched the control bit for bit, and why not if it did not."""
     return chosen(notebook, "uninterrupted_bitwise", l=against["max_loss_diff"], w=against["max_weight_diff"])
-
-
-def save_against_step(found: dict, notebook: str = "stage5a_protocol") -> str:
-    """Stage 5a: the uninterrupted group's median save against its median step (`drill_records.save_and_step`),
-    with how many of those steps the save lasted and which steps (those that compiled) the median left out."""
-    ratio = found["median_save_ms"] / found["median_step_ms"]
-    left = found.get("steps_left_out") or []
-    fill = {
-        "ratio": f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.1f}",
-        "left": f" (steps {', '.join(map(str, left))}, which compiled, left out)" if left else "",
-    }
-    values = {"n": found["saves"], "lo": found["min_save_ms"], "hi": found["max_save_ms"]}
-    return chosen(notebook, "save_outlasts_step", fill, s=found["median_step_ms"], w=found["median_save_ms"], **values)
 
 
 def skip_stop(detect_s: float, timeout_s: float, pulse_s: float, notebook: str = "stage5a_protocol") -> str:
@@ -1103,13 +994,6 @@ def save_and_publish(saves: dict, notebook: str = "stage5b_scaling") -> str:
         "async": f"{values['at'] + values['a'] + values['ap']:.1f}",
     }
     return chosen(notebook, "save_and_publish_held", fill, **values)
-
-
-def sync_save_against_stage5a(saves: dict, earlier: dict, notebook: str = "stage5b_scaling") -> str:
-    """Stage 5b: its synchronous blocking save beside stage 5a's (`drill_records.save_and_step` of stage 5a's
-    uninterrupted run): the same interval, timed over other processes and another save interval."""
-    s = saves["sync"]["save_block_s"]["median_ms"]
-    return chosen(notebook, "sync_save_against_stage5a", s=s, m=earlier["median_save_ms"], n=earlier["saves"])
 
 
 def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict, late: dict, notebook=None) -> list:
