@@ -215,7 +215,7 @@ MISTAKES = {
         "interrupted_save_leaves_nothing_or_a_checkpoint",
         [
             "rule:new-temp-name",
-            "planted as an earlier process with this pid would leave",
+            "a name made of the pid and a counter that starts anew in every process is no new name",
             "the name a save killed in an earlier process with the re-run's own pid would have left",
         ],
     ),
