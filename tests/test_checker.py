@@ -1154,6 +1154,12 @@ ALSO = {
     "restore_resets_key": {"resume_continues_the_same_run": "first visible at step 9"},
     "eager_differs": {"eager_and_compiled_agree": "one computation"},
     "missing_factor_two": {"gradient_independent_of_device_count": "does not change with device count"},
+    "restore_isnan_under_a_refusing_save": {
+        "restore_refuses_damaged_checkpoints": "non-finite weights (+inf), the integrity hash recomputed"
+    },
+    "restore_finite_momentum_only_under_a_refusing_save": {
+        "restore_refuses_damaged_checkpoints": "non-finite weights (NaN), the integrity hash recomputed"
+    },
 }
 # mistakes whose named check tests/test_diagnosis_inputs.py runs, after showing the fault with NumPy and the course's
 # own functions: the check is run and its diagnosis judged there, not again here

@@ -1251,6 +1251,27 @@ def damaged_copies(path: str, changes: dict) -> dict:
     return copies
 
 
+def _resealed_non_finite(path: str, state: dict, contract: dict) -> dict:
+    """What -> the learner's file with one weight or momentum element NaN, +inf or -inf and its integrity member (the
+    course's hash, where the file holds one) recomputed over the change: valid but for the value (rule:refuse-nan).
+    A file without that hash gets none here: its plain damaged copy ("non-finite weights") is the same file."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    members = damage.locate(arrays, snapshot(state), contract)
+    folder, found = os.path.join(os.path.dirname(path), "bad"), {}
+    for field in ("weights", "momentum"):
+        for number, (kind, bad) in enumerate((("NaN", np.nan), ("+inf", np.inf), ("-inf", -np.inf))):
+            values = np.array(host(state[field]), copy=True)
+            if not values.size:
+                continue
+            values.flat[number % values.size] = bad
+            copy = damage.resealed(arrays, members, field, values)
+            if copy is not None and copy[1]:
+                target = os.path.join(folder, f"resealed-{field}-{number}.npz")
+                found[f"non-finite {field} ({kind}), the integrity hash recomputed"] = faults.written(target, copy[0])
+    return found
+
+
 def restore_refuses_damaged_checkpoints(ctx):
     """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
     path, state, contract = _saved(ctx, "damaged")
@@ -1260,6 +1281,7 @@ def restore_refuses_damaged_checkpoints(ctx):
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
     changes = {what: damage.by_field(change, located) for what, change in damages.items()}
     targets = damaged_copies(path, changes)
+    targets.update(_resealed_non_finite(path, state, contract))
     accepted, left = {}, {}
     for what, target in targets.items():
         raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
