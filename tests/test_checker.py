@@ -210,6 +210,15 @@ MISTAKES = {
         "racing_saves_never_overwrite",
         ["a second saver (another process)", "cause:check-then-replace"],
     ),
+    "save_temp_named_by_pid_and_counter": (
+        3,
+        "interrupted_save_leaves_nothing_or_a_checkpoint",
+        [
+            "rule:new-temp-name",
+            "a name made of the pid and a counter that starts anew in every process is no new name",
+            "the name a save killed in an earlier process with the re-run's own pid would have left",
+        ],
+    ),
     "save_fixed_temp_name": (
         3,
         "interrupted_save_leaves_nothing_or_a_checkpoint",
@@ -403,6 +412,22 @@ MISTAKES = {
         3,
         "random_restore_damage",
         ["cause:accepts-non-finite", "weights written by your save: +inf", "momentum written by your save: -inf"],
+    ),
+    "restore_isnan_under_a_refusing_save": (
+        3,
+        "random_restore_damage",
+        [
+            "cause:accepts-non-finite",
+            "rule:refuse-nan",
+            "weights in your file, its integrity hash recomputed: +inf",
+            "momentum in your file, its integrity hash recomputed: -inf",
+            "rows=1, batch=1",
+        ],
+    ),
+    "restore_finite_momentum_only_under_a_refusing_save": (
+        3,
+        "random_restore_damage",
+        ["cause:accepts-non-finite", "rule:refuse-nan", "weights in your file, its integrity hash recomputed: NaN"],
     ),
     "restore_leaves_finiteness_to_the_checksum": (
         3,
@@ -1129,6 +1154,12 @@ ALSO = {
     "restore_resets_key": {"resume_continues_the_same_run": "first visible at step 9"},
     "eager_differs": {"eager_and_compiled_agree": "one computation"},
     "missing_factor_two": {"gradient_independent_of_device_count": "does not change with device count"},
+    "restore_isnan_under_a_refusing_save": {
+        "restore_refuses_damaged_checkpoints": "non-finite weights (+inf), the integrity hash recomputed"
+    },
+    "restore_finite_momentum_only_under_a_refusing_save": {
+        "restore_refuses_damaged_checkpoints": "non-finite weights (NaN), the integrity hash recomputed"
+    },
 }
 # mistakes whose named check tests/test_diagnosis_inputs.py runs, after showing the fault with NumPy and the course's
 # own functions: the check is run and its diagnosis judged there, not again here
@@ -1284,7 +1315,8 @@ SLOW_MISTAKES = {
     *("save_appends_npz_suffix", "save_keeps_host_copies", "save_replaces_empty_file", "save_temp_in_system_folder"),
     "save_fsync_before_write",
     *("save_publishes_before_fsync", "save_without_fsync", "contract_hashes_sorted_rows"),
-    *("save_temp_named_by_process", "save_step_as_int16"),
+    *("save_temp_named_by_process", "save_step_as_int16", "save_temp_named_by_pid_and_counter"),
+    *("restore_isnan_under_a_refusing_save", "restore_finite_momentum_only_under_a_refusing_save"),
     *("save_naive_savez", "save_refuses_with_oserror", "restore_accepts_non_finite"),
     *("restore_reads_pickles", "save_returns_realpath", "transition_calls_step_twice"),
     *("gradient_summed_twice", "save_removes_live_temporaries", "contract_freezes_the_data"),

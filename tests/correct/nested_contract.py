@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import secrets
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def contract(data, config):
 
 def save(path, state, contract_):
     members = {"experiment_json": np.asarray(json.dumps(contract_, sort_keys=True)), **to_arrays(state)}  # may raise
-    tmp = f"{path}.{os.getpid()}.partial"
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.partial"  # new in every save: a pid alone repeats
     handle = open(tmp, "xb")  # noqa: SIM115  closed by the with below; a failed open created nothing
     try:
         with handle:

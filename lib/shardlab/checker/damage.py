@@ -9,6 +9,7 @@ Where the lessons are silent (non-finite momentum) the starter's rules (rule:ref
 table agrees with them. docs/checker.md prints this table.
 """
 
+import hashlib
 import json
 
 import numpy as np
@@ -22,6 +23,12 @@ FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run 
 SAVED_NON_FINITE = {  # a diverged state written by the learner's own save, whose checksum (if any) matches it
     "weights": FINITE + ": a diverged state saved with a checksum of its own is still refused",
     "momentum": FINITE_MOMENTUM + ": a diverged state saved with a checksum of its own is still refused",
+}
+RESEALED_NON_FINITE = {  # the learner's own file with one value made non-finite and its integrity hash made anew
+    "weights": FINITE + ": a diverged state in your file's own format, its integrity hash recomputed over it (as "
+    "the course's format writes it), is still refused",
+    "momentum": FINITE_MOMENTUM + ": a diverged state in your file's own format, its integrity hash recomputed over "
+    "it (as the course's format writes it), is still refused",
 }
 PERMUTATION = "a valid permutation of 0..rows-1 (stage3a_checkpoint)"
 CURSOR = "cursor bounds 0 <= cursor <= rows (stage3a_checkpoint)"
@@ -303,6 +310,38 @@ def damaged(arrays: dict, member: str | None, kind: str, change, rows: int) -> d
         return None
     copy[member] = value
     return copy
+
+
+def course_integrity(named: dict) -> str:
+    """The integrity hash the course's format stores beside the six fields and the contract (stage3a_checkpoint):
+    sha256 over each field's and then the contract's name, dtype, shape and bytes, as saved. Written here from the
+    lesson's words, not taken from the course's save."""
+    digest = hashlib.sha256()
+    for field in (*FIELDS, "contract"):
+        value = np.ascontiguousarray(named[field])
+        digest.update(f"{field}:{value.dtype.str}:{value.shape}:".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
+def resealed(arrays: dict, members: dict, field: str, value) -> tuple[dict, bool] | None:
+    """(a copy of the checkpoint's `arrays` whose `field` member holds `value` in the member's dtype, whether an
+    integrity member was recomputed): a text member equal to the course's integrity hash over the located fields and
+    contract is made anew over the changed ones, so only a test of the values themselves tells the copy from a valid
+    checkpoint. None where `field` (or its dtype) is not found in the file."""
+    member = members.get(field)
+    if member not in arrays or np.shape(arrays[member]) != np.shape(value):
+        return None
+    copy = dict(arrays)
+    copy[member] = np.asarray(value).astype(np.asarray(arrays[member]).dtype)
+    named = {name: arrays[members[name]] for name in (*FIELDS, "contract") if members.get(name) in arrays}
+    if len(named) < len(FIELDS) + 1:
+        return copy, False
+    seal = course_integrity(named)
+    sealed = [n for n, a in arrays.items() if a.dtype.kind in "US" and a.shape == () and str(a[()]) == seal]
+    for found in sealed:
+        copy[found] = np.asarray(course_integrity({**named, field: copy[member]}))
+    return copy, bool(sealed)
 
 
 def name(field: str, kind: str) -> str:

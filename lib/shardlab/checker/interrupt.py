@@ -514,10 +514,10 @@ def interrupted(save, stop_at: int, mode: str, report: str, first: tuple, rival:
         return {"status": "hung", "who": "the rival saver"}
     if status is None:
         return {"status": "hung"}
-    found = {}
+    found = {"saver_pid": pid, "caller_pid": os.getpid()}  # the forked saver's pid, and the process saving next
     if os.path.exists(report):
         with open(report) as handle:
-            found = json.load(handle)
+            found.update(json.load(handle))
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         return {"status": "killed", **found}
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1

@@ -2561,21 +2561,25 @@ def _damage_attempts(ctx, case, path, state, contract, data) -> dict:
     attempts.update(
         {
             what: (target, contract, rule)
-            for what, (target, rule) in _non_finite_saves(ctx, case, state, contract, folder).items()
+            for what, (target, rule) in _non_finite_saves(ctx, case, path, state, contract, folder).items()
         }
     )
     return attempts
 
 
-def _non_finite_saves(ctx, case: Case, state: dict, contract: dict, folder: str) -> dict:
-    """Damage name -> (a checkpoint your own save wrote of the state with one float field non-finite, the rule).
+def _non_finite_saves(ctx, case: Case, path: str, state: dict, contract: dict, folder: str) -> dict:
+    """Damage name -> (a checkpoint holding the state with one float field non-finite, otherwise valid, the rule).
 
     A copy damaged after the save keeps the file's own checksum or signature of the valid values, so a restore
     that compares those refuses it without ever testing finiteness; a diverged state saved by your own save carries
     a matching one, and only a test of the values themselves refuses it (rule:refuse-nan). Every float field of the
     state gets each of NaN, +inf and -inf, at a position set by the seed. A save that refuses the diverged state (the
-    course's own does) leaves nothing to restore: that field and value are not asked of restore."""
+    course's own does) writes nothing: then your own file at `path` (which holds `state`) gets the value instead, in
+    its own format, with its integrity member (the course's hash, if the file holds one) recomputed over it."""
     found = {}
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    members = damage.locate(arrays, snapshot(state), contract)
     for field in (name for name in FIELDS if _float_field(state.get(name))):
         values = np.array(host(state[field]), copy=True)
         for number, (kind, bad) in enumerate(NON_FINITE.items()):
@@ -2587,8 +2591,16 @@ def _non_finite_saves(ctx, case: Case, state: dict, contract: dict, folder: str)
                 called(ctx, "save", target, {**state, field: _as_field(state[field], changed)}, contract)
             except (NotImplementedError, Miss):
                 raise
-            except Exception:
-                continue  # refusing to save a diverged state is the course's own choice
+            except Exception:  # refusing to save a diverged state is the course's own choice
+                copy = damage.resealed(arrays, members, field, changed)
+                if copy is None:
+                    continue
+                if os.path.lexists(target):  # a refusing save must leave nothing; the copy takes a name of its own
+                    target = os.path.join(folder, f"non-finite-{field}-{number}-own-format.npz")
+                faults.written(target, copy[0])
+                how = "in your file, its integrity hash recomputed" if copy[1] else "in your file"
+                found[damage.name(f"{field} {how}", kind)] = (target, damage.RESEALED_NON_FINITE[field])
+                continue
             found[damage.name(f"{field} written by your save", kind)] = (target, damage.SAVED_NON_FINITE[field])
     return found
 

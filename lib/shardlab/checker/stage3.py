@@ -8,6 +8,7 @@ follow the control exactly: every sampler field, every id, every loss and weight
 import contextlib
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -1247,6 +1248,27 @@ def damaged_copies(path: str, changes: dict) -> dict:
     return copies
 
 
+def _resealed_non_finite(path: str, state: dict, contract: dict) -> dict:
+    """What -> the learner's file with one weight or momentum element NaN, +inf or -inf and its integrity member (the
+    course's hash, where the file holds one) recomputed over the change: valid but for the value (rule:refuse-nan).
+    A file without that hash gets none here: its plain damaged copy ("non-finite weights") is the same file."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    members = damage.locate(arrays, snapshot(state), contract)
+    folder, found = os.path.join(os.path.dirname(path), "bad"), {}
+    for field in ("weights", "momentum"):
+        for number, (kind, bad) in enumerate((("NaN", np.nan), ("+inf", np.inf), ("-inf", -np.inf))):
+            values = np.array(host(state[field]), copy=True)
+            if not values.size:
+                continue
+            values.flat[number % values.size] = bad
+            copy = damage.resealed(arrays, members, field, values)
+            if copy is not None and copy[1]:
+                target = os.path.join(folder, f"resealed-{field}-{number}.npz")
+                found[f"non-finite {field} ({kind}), the integrity hash recomputed"] = faults.written(target, copy[0])
+    return found
+
+
 def restore_refuses_damaged_checkpoints(ctx):
     """restore raises for every damage the stage 3 notebook shows, a cursor outside [0, rows] and cut files."""
     path, state, contract = _saved(ctx, "damaged")
@@ -1256,6 +1278,7 @@ def restore_refuses_damaged_checkpoints(ctx):
     damages.update({"cursor -1": _cursor(-1), f"cursor {rows + 1} (rows + 1)": _cursor(rows + 1)})
     changes = {what: damage.by_field(change, located) for what, change in damages.items()}
     targets = damaged_copies(path, changes)
+    targets.update(_resealed_non_finite(path, state, contract))
     accepted, left = {}, {}
     for what, target in targets.items():
         raised, got = _refused(lambda target=target: _restore(ctx, target, contract))
@@ -1409,8 +1432,43 @@ def _save_again(ctx, path: str, state: dict, contract: dict) -> tuple[bool, str]
     return True, ""
 
 
-def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, contract: dict) -> None:
-    """What a save killed at `number` left, and whether a re-run's save to the same name then does the right thing."""
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _reused_pid_leftovers(folder: str, left: list, final: str, killed, caller) -> list[str]:
+    """Plant, beside the killed save's leftovers, those a save killed in an earlier process that had the re-run's pid
+    would have left (pids repeat, in a container especially): each leftover naming the killed saver's pid, renamed
+    with the re-run's pid, and with each other number in its name (a counter that starts anew in every process)
+    made 0..16 as well. Empty files (an empty folder for a folder). Returns the names planted."""
+    if not killed or not caller or killed == caller:
+        return []
+    planted = []
+    for name in left:
+        if name == final or str(killed) not in name:
+            continue
+        renamed = name.replace(str(killed), str(caller))
+        names = [renamed]
+        for found in _DIGITS.finditer(renamed):
+            if found.group() != str(caller):
+                names += [renamed[: found.start()] + str(n) + renamed[found.end() :] for n in range(17)]
+        for other in dict.fromkeys(names):
+            target = os.path.join(folder, other)
+            if other == final or os.path.lexists(target):
+                continue
+            if os.path.isdir(os.path.join(folder, name)):
+                os.mkdir(target)
+            else:
+                with open(target, "x"):
+                    pass
+            planted.append(other)
+    return planted
+
+
+def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, contract: dict, pids=(None, None)) -> None:
+    """What a save killed at `number` left, and whether a re-run's save to the same name then does the right thing.
+
+    Where the killed save left names holding its pid, the re-run also finds what the same save killed in an earlier
+    process with the re-run's own pid would have left (`pids`: the killed saver's and the re-run's)."""
     where = f"a save killed at file operation {number} ({at})"
     published = os.path.lexists(path)
     if published:
@@ -1424,6 +1482,7 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             "in one step (os.link)" + mark("new-temp-name", cause="written-in-place"),
         )
     left = sorted(os.listdir(os.path.dirname(path)))
+    planted = [] if published else _reused_pid_leftovers(os.path.dirname(path), left, os.path.basename(path), *pids)
     before = fingerprint(contract)
     saved, refusal = _save_again(ctx, path, again, contract)
     _contract_kept(before, contract)
@@ -1437,10 +1496,15 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
         )
         return
     repeated = [name for name in left if name != os.path.basename(path) and name in refusal]
+    reused = [name for name in planted if name in refusal]
     expect(
         saved,
         "the re-run's save succeeds (the name is free)",
-        {"left in the folder": left, "the new save": refusal},
+        {
+            "left in the folder": left,
+            "planted as an earlier process with this pid would leave": planted,
+            "the new save": refusal,
+        },
         f"{where} left {left} behind, and a new save to the same, still free name was refused -> a killed save "
         "must not block the next one: give every save a temporary name of its own (tempfile.mkstemp in the "
         "target's folder), and no lock or temporary file whose leftover refuses a later save"
@@ -1449,6 +1513,11 @@ def _after_a_kill(ctx, number: int, at, path: str, state: dict, again: dict, con
             "drawn from the global random module repeat from process to process once it is seeded alike "
             "(random.seed in initial, 'seed everything') -> take names from tempfile.mkstemp, os.urandom or uuid4"
             if repeated
+            else f"; the new save drew {reused[0]}, the name a save killed in an earlier process with the re-run's "
+            "own pid would have left (pids repeat, in a container or sandbox especially): a name made of the pid "
+            "and a counter that starts anew in every process is no new name -> take names from tempfile.mkstemp, "
+            "os.urandom or uuid4, or draw another name when the one drawn is taken"
+            if reused
             else ""
         )
         + mark("new-temp-name"),
@@ -1680,7 +1749,8 @@ def interrupted_save_leaves_nothing_or_a_checkpoint(ctx):
     points = 0
     for number, outcome, path, state, again, contract in _interrupted_saves(ctx, "kill"):
         points += 1
-        _after_a_kill(ctx, number, outcome.get("at"), path, state, again, contract)
+        pids = (outcome.get("saver_pid"), outcome.get("caller_pid"))
+        _after_a_kill(ctx, number, outcome.get("at"), path, state, again, contract, pids)
     expect(points > 0, "a save with file operations to stop at", "none observed", _NO_OPERATIONS)
     return f"killed at each of {points} file operations: nothing or a complete checkpoint; re-run saved", "as expected"
 

@@ -8,6 +8,7 @@ restore compares contracts as canonical JSON text and returns the order as int32
 import hashlib
 import json
 import os
+import secrets
 
 import numpy as np
 
@@ -55,7 +56,9 @@ def save(path, state, contract_):
         "step": np.asarray(int(state["step"]), np.int64),
         "meta": np.frombuffer(_text(contract_).encode(), np.uint8),
     }
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.part")
+    tmp = os.path.join(
+        os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(8)}.part"
+    )
     handle = open(tmp, "xb")  # noqa: SIM115 (closed by the with block inside the try that removes it)
     try:
         with handle:
