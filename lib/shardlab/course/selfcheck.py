@@ -207,9 +207,12 @@ QUESTIONS = (
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the count of each device's (2,) block of the mask, their psum held by every device under "
-                "out_specs=P(), the psum'd count laid out under out_specs=P('data'), and the refusal of out_specs=P()",
-                r"(?s)(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
+                "the mask's (2,) blocks device by device, the count of each block, their psum held by every device "
+                "under out_specs=P(), the psum'd count laid out under out_specs=P('data'), and the refusal of "
+                "out_specs=P()",
+                r"(?s)(?=.*the mask's \(2,\) blocks, device by device: "
+                r"\[\[1\.0, 1\.0\], \[1\.0, 1\.0\], \[1\.0, 1\.0\], \[1\.0, 0\.0\]\])"
+                r"(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
                 r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)"
                 r"(?=.*the psum'd count under out_specs=P\('data'\): \[7\.0, 7\.0, 7\.0, 7\.0\])"
                 r"(?=.*out_specs=P\(\): ValueError)",
