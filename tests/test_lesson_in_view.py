@@ -25,7 +25,7 @@ CONSTRUCT, RECORD = "construct", "record"
 SHOWN = {
     "stage1_batches": ("addressable_shards", ".sharding", "jax.Array", 'jax.config.update("jax_num_cpu_devices", 4)'),
     "stage2_update": ("jax.shard_map", "in_specs=", "out_specs=P()", "jax.lax.psum", "all_reduce"),
-    "stage3a_checkpoint": ("zipfile.ZipFile", "np.lib.format", "read_magic"),
+    "stage3a_checkpoint": ("zipfile.ZipFile", ".file_size", "np.load(", "allow_pickle=False"),
     "stage3b_resume": ("addressable_shards", ".sharding"),
     "stage3c_orbax_lesson": ("jax.ShapeDtypeStruct(", ".sharding", "NamedSharding(mesh, P())"),
     "stage4a_profile": (

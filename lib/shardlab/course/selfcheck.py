@@ -385,7 +385,7 @@ QUESTIONS = (
             "refusal",
             (
                 "refusal",
-                "The same state through Orbax",
+                "A resume under another seed",
                 "the two refusals under the next seed, with the reason they give",
                 r"NPZ: ContractMismatchError: .*a changed batch size or seed is a new experiment[^\n]*\n(.*\n)*"
                 r"Orbax: (the same message|ContractMismatchError)",
