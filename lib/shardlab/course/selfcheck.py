@@ -546,7 +546,7 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. Make the change",
-                "the first of the verdicts in words, below the verdict table: the target's move between captures, "
+                "the sentence below the verdict table, in view (not folded): the target's move between captures, "
                 "beside the cut",
                 r"With no code changed, the target (moved between captures|went from)",
             ),
