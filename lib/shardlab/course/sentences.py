@@ -763,8 +763,9 @@ SENTENCES = {
         "tallest_other_on_peer": _s(  # one controller's slow step against the same step on its peer
             "2 * r >= o",
             {"r": "step_times.compiles.max_other_peer_ms", "o": "step_times.compiles.max_other_ms"},
-            "Step <other> was slow on process <peer> too ({r:.1f} ms): each controller waits for the other inside a "
-            "step, so one delay shows in both bars.",
+            "Step <other> was slow on process <peer> too ({r:.1f} ms, at least half of that): each controller waits "
+            "for the other inside a step, so a delay in either shows in both bars, and these records cannot say "
+            "whose it was.",
             "Step <other> took {r:.1f} ms on process <peer>, under half as long: the delay did not reach its peer's "
             "bar.",
         ),
