@@ -323,6 +323,26 @@ def test_the_tallest_step_outside_compilation_is_named_either_way(tmp_path, othe
     assert "step 5 of process 1" in said and f"mostly data: {0.8 * other_ms:.1f} of its {other_ms:.1f} ms" in said, said
 
 
+@pytest.mark.parametrize("peer_ms, shared", [(62.1, True), (32.0, True), (31.9, False)])
+def test_the_tallest_other_step_is_read_against_the_same_step_on_its_peer(tmp_path, peer_ms, shared):
+    """By hand: the tallest other step took 64.0 ms; the peer's same step counts as slow too from half of it, 32."""
+    spread = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9, "q3_ms": 3.1}
+    compiles = {"min_compile_ms": 995.0, "max_other_ms": 64.0, "max_other_other": 5, "max_other_process": "1"}
+    compiles.update(max_other_phase="compute", max_other_phase_ms=55.2, max_other_second="data")
+    compiles.update(max_other_second_ms=6.0, max_other_peer="0", max_other_peer_ms=peer_ms)
+    said = sentences.step_phases(compiles, "1, 4", spread, spread, spread, spread)[0]
+    recorded = {
+        "compute_spread": {"slow": 0, "fast": 0, "ratio": 1.0, "slow_q1_ms": 2.5, "fast_q3_ms": 3.1},
+        "agreement_spread": {"waits": 0, "late": 0, "ratio": 1.0, "waits_q1_ms": 2.5, "late_q3_ms": 3.1},
+        "compiles": compiles,
+    }
+    found = filed(tmp_path, "stage5b_scaling", {"step_times": recorded})
+    assert "tallest_other_on_peer" in found[claims.CLAIMS], sorted(found[claims.CLAIMS])
+    stated = f"({peer_ms:.1f} ms, at least half" if shared else f"took {peer_ms:.1f} ms on process 0"
+    assert stated in said, said
+    assert ("slow on process 0 too" in said) == shared and ("under half as long" in said) == (not shared), said
+
+
 @pytest.mark.parametrize(
     "ms, words",
     [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import REPO, results
 
-from shardlab.multi import drills, rows, runbook, scenarios
+from shardlab.multi import drills, group_supervisor, rows, runbook, scenarios
 from shardlab.perf import scaling
 
 pytestmark = pytest.mark.stage5
@@ -98,6 +98,15 @@ def test_every_controller_logs_data_agreement_and_compute_per_step(run_dir):
                 (len(kept), q1, med, q3), abs=1e-3
             )
     assert (run_dir / "stage5_step_times.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_death_bound_is_stated_in_polls_and_the_crash_loop_by_its_budgets():
+    stops = {row["class"]: row["stop"] for row in runbook.rows(drills.TIMEOUT)}
+    polls = round(group_supervisor.DEATH_S / group_supervisor.POLL)  # 0.5 s / 0.05 s: 10, by hand
+    assert polls == 10 and f"within {group_supervisor.DEATH_S} s" in stops["death"], stops["death"]
+    assert f"every {group_supervisor.POLL} s; the bound allows {polls} polls" in stops["death"], stops["death"]
+    budgets = f"({group_supervisor.BUDGET} by default; {scenarios.CRASH_LOOP_BUDGET} in the crash-loop drill"
+    assert budgets in stops["crash loop"], stops["crash loop"]
 
 
 def test_every_runbook_row_names_drill_rows_that_exist_and_says_who_acts():
@@ -198,3 +207,5 @@ def test_phase_spreads_leave_out_the_compiling_steps_and_name_the_longer_process
     # its two longest phases with their ms: compute 6, agreement 4
     assert (height["max_other_phase_ms"], height["max_other_second"]) == (pytest.approx(6.0), "agreement")
     assert height["max_other_second_ms"] == pytest.approx(4.0)
+    # the same step 3 on process 1: 1 + 1 + 2 ms
+    assert (height["max_other_peer"], height["max_other_peer_ms"]) == ("1", pytest.approx(4.0))

@@ -36,7 +36,7 @@ def world(drill: dict) -> dict:
             r["world"]: {
                 "default_contract": r["default_contract"],
                 "passed": r["passed"],
-                **{k: r["resumed"][k] for k in ("max_weight_diff", "max_loss_diff", "ids_equal")},
+                **{k: r["resumed"][k] for k in ("max_weight_diff", "max_loss_diff", "ids_equal", "steps")},
             }
             for r in drill["runs"]
         },

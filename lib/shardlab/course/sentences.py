@@ -641,8 +641,8 @@ SENTENCES = {
             },
             "So, per step (a save every step), medians added, step + blocking save + publish: the synchronous group's "
             "loop was held {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms, the asynchronous group's {at:.1f} + {a:.1f} + "
-            "{ap:.1f} = <async> ms (its publish at a later step): less in all with asynchronous saving, its step "
-            "included.",
+            "{ap:.1f} = <async> ms (its publish at a later step): less in all with asynchronous saving, each sum "
+            "counting its own group's step.",
             "So, per step (a save every step), medians added, step + blocking save + publish: the asynchronous "
             "group's loop was held {at:.1f} + {a:.1f} + {ap:.1f} = <async> ms (its publish at a later step), no less "
             "in all than the synchronous group's {st:.1f} + {s:.1f} + {sp:.1f} = <sync> ms.",
@@ -759,6 +759,15 @@ SENTENCES = {
             },
             "mostly <phase>: {p:.1f} of its {o:.1f} ms",
             "<phase> {p:.1f} ms and <second> {q:.1f} ms of its {o:.1f}",
+        ),
+        "tallest_other_on_peer": _s(  # one controller's slow step against the same step on its peer
+            "2 * r >= o",
+            {"r": "step_times.compiles.max_other_peer_ms", "o": "step_times.compiles.max_other_ms"},
+            "Step <other> was slow on process <peer> too ({r:.1f} ms, at least half of that): each controller waits "
+            "for the other inside a step, so a delay in either shows in both bars, and these records cannot say "
+            "whose it was.",
+            "Step <other> took {r:.1f} ms on process <peer>, under half as long: the delay did not reach its peer's "
+            "bar.",
         ),
         "compile_steps_height": _s(
             "c > o",
@@ -1003,6 +1012,10 @@ def step_phases(compiles: dict, steps: str, slow: dict, fast: dict, waits: dict,
     values = {"p": compiles["max_other_phase_ms"], "q": compiles["max_other_second_ms"], "o": compiles["max_other_ms"]}
     fill = {"steps": steps, **fill, "phases": chosen(notebook, "tallest_other_phases", fill, **values)}
     said = [chosen(notebook, "compile_steps_height", fill, c=compiles["min_compile_ms"], o=compiles["max_other_ms"])]
+    if "max_other_peer_ms" in compiles:  # the same step on the other controller, when there is one
+        fill = {"other": compiles["max_other_other"], "peer": compiles["max_other_peer"]}
+        values = {"r": compiles["max_other_peer_ms"], "o": compiles["max_other_ms"]}
+        said[0] += " " + chosen(notebook, "tallest_other_on_peer", fill, **values)
     ratio = slow["median_ms"] / fast["median_ms"]  # from the unrounded medians, rounded once where it is shown
     fill = {"slow": slow["process"], "fast": fast["process"]}
     said.append(chosen(notebook, "compute_spread_reading", fill, r=ratio, q1_slow=slow["q1_ms"], q3_fast=fast["q3_ms"]))

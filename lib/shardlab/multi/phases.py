@@ -42,6 +42,10 @@ def compile_height(step_times: dict, compiles) -> dict:
     # its two longest phases, each by its first word, with their ms
     found.update(max_other_phase=first_label.split(" ")[0], max_other_phase_ms=1e3 * record[first])
     found.update(max_other_second=second_label.split(" ")[0], max_other_second_ms=1e3 * record[second])
+    # the same step on the other processes: the longest of them, as each waits for the others inside a step
+    peers = [(steps[step], p) for p, steps in totals.items() if p != process and step in steps]
+    if peers:
+        found.update(max_other_peer_ms=max(peers)[0], max_other_peer=max(peers)[1])
     return {"compile_steps": list(compiles), "min_compile_ms": min(compiling), **found}
 
 

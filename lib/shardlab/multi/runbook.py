@@ -20,7 +20,8 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "SIGKILL every process group of the attempt, relaunch the whole group on a fresh coordinator "
         "port from the newest step whose manifest verifies; the steps after it are recomputed",
-        "stop": "designed bound, its time not shown here: detected within {death_s} s; a relaunch that fails "
+        "stop": "designed bound, its time not shown here: detected within {death_s} s (an exit is seen at the next "
+        "poll, every {poll_s} s; the bound allows {death_polls} polls, for a loaded machine); a relaunch that fails "
         "again counts against the restart budget",
         "drills": ("several_failures", "kill_during_step", "p0_killed_mid_step", "mpirun_p1_killed_mid_step"),
     },
@@ -73,7 +74,8 @@ ROWS = (
         "owner": "supervisor",
         "mitigation": "stop relaunching and raise RestartBudgetError naming every attempt's cause; a person fixes "
         "the cause (code, data, host) before the next launch",
-        "stop": "more failures than the restart budget ({crash_loop_budget} in `make drills`' crash-loop drill)",
+        "stop": "more failures than the restart budget ({budget} by default; {crash_loop_budget} in the crash-loop "
+        "drill, which the stage 5 notebooks do not run)",
         "drills": ("crash_loop",),
     },
 )
@@ -84,6 +86,8 @@ def rows(timeout: float) -> list[dict]:
     bounds = {**group_supervisor.detection_bounds(timeout), "crash_loop_budget": scenarios.CRASH_LOOP_BUDGET}
     bounds.update(timeout_s=timeout, pulse_s=wait_guard.PULSE_WINDOW)  # the skipped batch's stop, in parts
     bounds["heartbeat_s"] = runtime.heartbeat_seconds(timeout)  # each controller's jax.distributed.initialize
+    bounds.update(poll_s=group_supervisor.POLL, budget=group_supervisor.BUDGET)
+    bounds["death_polls"] = round(bounds["death_s"] / group_supervisor.POLL)  # the death bound, in polls
     return [{**row, "stop": row["stop"].format(**bounds)} for row in ROWS]
 
 
