@@ -469,8 +469,8 @@ SENTENCES = {
             f"c_lo * c_lo < {NEAR[0] * NEAR[1]} * l_hi * l_hi and c_hi * c_hi > {NEAR[0] * NEAR[1]} * l_lo * l_lo "
             f"or c_lo * c_lo < {NEAR[1] * NEAR[2]} * l_hi * l_hi and c_hi * c_hi > {NEAR[1] * NEAR[2]} * l_lo * l_lo",
             SPEEDUP_SPREAD,
-            "<loop> {s:.1f}x at the medians, but <lo>x–<hi>x over the middle halves (the course loop's quartiles "
-            "against its own), across where <spans> meet: this run does not tell them apart",
+            "<loop> {s:.1f}x at the medians, but <lo>x–<hi>x over the middle halves, across where <spans> meet: "
+            "this run does not tell them apart",
             "<loop> {s:.1f}x stays on one side of where the options meet over the middle halves (<lo>x–<hi>x)",
         ),
         "speedup_near_2x_<loop>": _s(
@@ -518,8 +518,9 @@ SENTENCES = {
             WAITING,
             "So, to the prediction, for the traced fused_stats loop: the collective and the waiting together, not the "
             "program. Of {b:.2f} ms busy, waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took <ratio>x "
-            f"the program time ({_PROGRAM}, {{p:.2f}} ms). The trace names only the waiting as time spent on the other "
-            "devices; the collective's own time may be copying and adding as much as synchronising.",
+            f"the program time ({_PROGRAM}, {{p:.2f}} ms). The waiting is a thread held at a rendezvous until every "
+            "thread has arrived, however late each was started; the collective's own time may be copying and adding "
+            "as much as synchronising.",
             "So, to the prediction, for the traced fused_stats loop: the collective and the waiting (waiting "
             f"{{w:.2f}} ms, collective {{c:.2f}} ms) together do not exceed the program time ({_PROGRAM}, {{p:.2f}} "
             "ms) by more than a quarter.",
@@ -543,8 +544,8 @@ SENTENCES = {
                 "q": "roofline.course_update_over_fused",
             },
             f"{_ROWS} The course update took {_U}x what its roofline allows, at most {{q:.0f}} times the larger "
-            f"fused ratio ({_P}x, {_S}x): {_COPY} It pays one dispatch and wait per step, a fused loop one per K "
-            "steps: that fixed cost per call is the likely excess.",
+            f"fused ratio ({_P}x, {_S}x): {_COPY} The course update pays one dispatch and wait per step, a fused "
+            "loop one per K steps: that fixed cost per call is the likely excess.",
             f"{_ROWS} The course update took {_U}x what its roofline allows, {{q:.1f}} times the larger fused ratio "
             f"({_P}x, {_S}x), not more than ten times, and at most that: {_COPY} One dispatch per K steps did not "
             "bring a step much nearer its roofline.",
@@ -981,7 +982,10 @@ def nearest_option(speedups: dict, half: dict | None = None, notebook: str = "st
         names = [NEAREST[0], "speedup_spread_crosses_<loop>", *NEAREST[1:]]
         values = {"s": speedups[loop], "c_lo": c_lo, "c_hi": c_hi, "l_lo": l_lo, "l_hi": l_hi}
         said.append(chosen_first(notebook, names, fill, **values))
-    return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
+    opening = f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x)"
+    if half is not None:
+        opening += ", with each range over the middle halves the course loop's quartiles over the loop's"
+    return f"{opening}: {'; '.join(said)}."
 
 
 def stats_beside_psum(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
