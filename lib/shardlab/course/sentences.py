@@ -978,7 +978,7 @@ def nearest_option(speedups: dict, half: dict | None = None, notebook: str = "st
         (c_lo, c_hi), (l_lo, l_hi) = half["course_loop"], half[loop]
         lo, hi = c_lo / l_hi, c_hi / l_lo
         met = [f"{a} and {b}" for a, b, line in (("2x", "10x", low), ("10x", "100x", high)) if lo < line < hi]
-        fill = {"loop": loop, "lo": f"{lo:.3g}", "hi": f"{hi:.3g}", "spans": " and ".join(met) or "no options"}
+        fill = {"loop": loop, "lo": f"{lo:.3g}", "hi": f"{hi:.3g}", "spans": ", and where ".join(met) or "no options"}
         names = [NEAREST[0], "speedup_spread_crosses_<loop>", *NEAREST[1:]]
         values = {"s": speedups[loop], "c_lo": c_lo, "c_hi": c_hi, "l_lo": l_lo, "l_hi": l_hi}
         said.append(chosen_first(notebook, names, fill, **values))
