@@ -1298,3 +1298,37 @@ def test_the_supervised_path_states_its_largest_gaps_from_the_control(tmp_path, 
     bitwise = weight == 0 and loss == 0  # by hand
     assert ("bit for bit" in said) and ("not bit for bit" in said) == (not bitwise), said
     assert (f"losses up to {loss:.1e}" in said and f"weights up to {weight:.1e}" in said) == (not bitwise), said
+
+
+@pytest.mark.parametrize(
+    ("course", "loop", "crosses"),
+    [
+        ((1.2, 2.9), (0.0389, 0.0721), "10x and 100x"),  # one executed run: 30.7x at the medians, 16.6x-74.6x
+        ((1.5, 1.7), (0.14, 0.16), None),  # a narrow spread: 9.4x-12.1x stays near 10x
+        ((0.8, 1.2), (0.2, 0.25), "2x and 10x"),  # 3.2x-6x crosses 4.5x
+    ],
+)
+def test_a_speedup_whose_spread_crosses_an_options_meeting_point_is_not_given_an_option(
+    tmp_path, course, loop, crosses
+):
+    half = {"course_loop": list(course), "fused_psum": list(loop), "fused_stats": list(loop)}
+    half["floor_1dev"] = [course[0] / 400, course[1] / 300]
+    speedups = {name: statistics.mean(course) / statistics.mean(v) for name, v in half.items() if name != "course_loop"}
+    said = sentences.nearest_option(speedups, half)
+    filed(
+        tmp_path, "stage4b_beyond", {"fused_timing": {"speedup_over_course": speedups, "middle_half_per_step_ms": half}}
+    )
+    lo, hi = course[0] / loop[1], course[1] / loop[0]  # by hand: the slowest course step over the fastest loop step
+    lines = {"2x and 10x": math.sqrt(20), "10x and 100x": math.sqrt(1000)}
+    assert (crosses is not None) == any(lo < line < hi for line in lines.values())
+    part = said.split("; ")[1]  # fused_stats
+    if crosses:
+        assert f"{lo:.3g}x–{hi:.3g}x" in part and f"where {crosses} meet" in part and "nearest" not in part, part
+    else:
+        assert "is nearest 10x" in part and "does not tell" not in part, part
+
+
+def test_the_roofline_sentence_says_what_each_row_times_and_that_the_gap_is_at_most_its_value(tmp_path):
+    _, said = _roofline_said(tmp_path, 1116.0)
+    assert "one call of its compiled update" in said[0] and "one dispatch of K steps divided by K" in said[0]
+    assert f"at most {1116.0 / 7.5:.0f} times the larger" in said[0] and "dataset copy" in said[0], said[0]

@@ -678,3 +678,13 @@ def test_a_report_that_ran_in_a_private_folder_names_its_files_by_their_own_name
         "key": str(folder),
         "elsewhere": "/srv/other/model.py",
     }
+
+
+@pytest.mark.parametrize(("asked", "needed"), [(4, 4), (5, 4), (10, 8)])
+def test_the_pass_mark_is_also_said_as_a_number_of_questions(asked, needed):
+    result = {"questions": asked, "answered": asked, "correct": needed - 1, "unanswered": [], "fraction": 0.0}
+    said = selfcheck.verdict({**result, "passed": False})
+    # by hand: the fewest right answers whose fraction reaches 80 %
+    assert min(k for k in range(asked + 1) if k / asked >= 0.8) == needed
+    assert f"({needed} of {asked} right)" in said, said
+    assert f"({needed} of {asked} right)" in selfcheck.verdict({**result, "answered": 0})

@@ -11,6 +11,7 @@ runs it; `score` counts the letters that match. The pass mark is the sources' ow
 """
 
 import functools
+import math
 from dataclasses import dataclass
 from html import escape
 
@@ -609,8 +610,9 @@ QUESTIONS = (
             (
                 "plan_small",
                 "The fused loop",
-                "the plan's ids beside the host sampler's and step 1's slots by device; above them, gather's source "
-                "(padded slots read row 0, and their mask is 0)",
+                "step 3's one id in the plan's ids, then step 1's slots by device: every step's slots split the same "
+                "way, in order, one block per device; above them, gather's source (padded slots read row 0, and "
+                "their mask is 0)",
                 r"step 1's slots by device: device 0: ids \[\d+\]; .*ids \[-1\]",
             ),
         ),
@@ -887,14 +889,21 @@ def render(notebook: str, choices: dict, prompts: bool = True) -> str:
     return f"<ol>{items}</ol><p><b>{escape(verdict(result))}</b></p>{written}"
 
 
+def _needed(result: dict) -> str:
+    """The pass mark in questions: how many of this stage's must be right."""
+    asked = result["questions"]
+    return f" ({math.ceil(PASS_MARK * asked - 1e-9)} of {asked} right)" if asked else ""
+
+
 def verdict(result: dict) -> str:
     """One line: the score against the pass mark, or what is still unanswered."""
     if not result["answered"]:
         return (
             f"Not answered yet: write your letters into `choices` (e.g. {{'1': 'a'}}) and run the cell again. "
-            f"Pass mark {PASS_MARK:.0%}."
+            f"Pass mark {PASS_MARK:.0%}{_needed(result)}."
         )
-    line = f"Score {result['correct']}/{result['questions']} ({result['fraction']:.0%}); pass mark {PASS_MARK:.0%}: "
+    line = f"Score {result['correct']}/{result['questions']} ({result['fraction']:.0%}); pass mark {PASS_MARK:.0%}"
+    line += f"{_needed(result)}: "
     line += "passed." if result["passed"] else "not yet passed."
     if result["unanswered"]:
         line += f" Unanswered: {', '.join(result['unanswered'])}."

@@ -84,6 +84,21 @@ CLEAR = 1.25  # stage 4b: one short capture has no spread, so one traced part is
 _U, _P, _S = (
     f"{{{v}:.{ROOFLINE_DIGITS[n]}f}}" for v, n in (("u", "course_update"), ("p", "fused_psum"), ("s", "fused_stats"))
 )
+_ROWS = (  # stage 4b: what each roofline row's measured time covers
+    "The course row times one call of its compiled update on a placed batch; a fused row is one dispatch of K "
+    "steps divided by K, a program that also samples and gathers."
+)
+_COPY = (  # stage 4b: why the fused ratios are lower bounds
+    "the fused byte counts include the dataset copy every gather reads from, so their rooflines are too high and "
+    "their ratios too low."
+)
+SPEEDUP_SPREAD = {  # stage 4b: a loop's speedup with the course loop's and its own middle halves per step
+    "s": "fused_timing.speedup_over_course.<loop>",
+    "c_lo": "fused_timing.middle_half_per_step_ms.course_loop.0",
+    "c_hi": "fused_timing.middle_half_per_step_ms.course_loop.1",
+    "l_lo": "fused_timing.middle_half_per_step_ms.<loop>.0",
+    "l_hi": "fused_timing.middle_half_per_step_ms.<loop>.1",
+}
 STRAGGLER = {  # stage 5b's per-controller phase spreads: the longer half's start, the shorter's end, the processes
     "q1_slow": "step_times.compute_spread.slow_q1_ms",
     "q3_fast": "step_times.compute_spread.fast_q3_ms",
@@ -450,6 +465,14 @@ SENTENCES = {
             "<loop> was slower than the course loop ({s:.2f}x), nearest none of them",
             "<loop> {s:.1f}x is at least 1x",
         ),
+        "speedup_spread_crosses_<loop>": _s(
+            f"c_lo * c_lo < {NEAR[0] * NEAR[1]} * l_hi * l_hi and c_hi * c_hi > {NEAR[0] * NEAR[1]} * l_lo * l_lo "
+            f"or c_lo * c_lo < {NEAR[1] * NEAR[2]} * l_hi * l_hi and c_hi * c_hi > {NEAR[1] * NEAR[2]} * l_lo * l_lo",
+            SPEEDUP_SPREAD,
+            "<loop> {s:.1f}x at the medians, but <lo>x–<hi>x over the middle halves, across where <spans> meet: "
+            "this run does not tell them apart",
+            "<loop> {s:.1f}x stays on one side of where the options meet over the middle halves (<lo>x–<hi>x)",
+        ),
         "speedup_near_2x_<loop>": _s(
             f"s * s < {NEAR[0] * NEAR[1]}",
             SPEEDUP,
@@ -495,8 +518,9 @@ SENTENCES = {
             WAITING,
             "So, to the prediction, for the traced fused_stats loop: the collective and the waiting together, not the "
             "program. Of {b:.2f} ms busy, waiting ({w:.2f} ms) and collective ({c:.2f} ms) together took <ratio>x "
-            f"the program time ({_PROGRAM}, {{p:.2f}} ms). The trace names only the waiting as time spent on the other "
-            "devices; the collective's own time may be copying and adding as much as synchronising.",
+            f"the program time ({_PROGRAM}, {{p:.2f}} ms). The waiting is a thread held at a rendezvous until every "
+            "thread has arrived, however late each was started; the collective's own time may be copying and adding "
+            "as much as synchronising.",
             "So, to the prediction, for the traced fused_stats loop: the collective and the waiting (waiting "
             f"{{w:.2f}} ms, collective {{c:.2f}} ms) together do not exceed the program time ({_PROGRAM}, {{p:.2f}} "
             "ms) by more than a quarter.",
@@ -519,14 +543,12 @@ SENTENCES = {
                 "s": "roofline.points.fused_stats.measured_over_roofline",
                 "q": "roofline.course_update_over_fused",
             },
-            f"Each row times one call of a compiled program with its dispatch, though not the same program: the "
-            f"course's update took {_U}x what its roofline allows, {{q:.0f}} times the larger fused ratio ({_P}x, "
-            f"{_S}x). It pays one dispatch and wait "
-            "per step, a fused loop one per K steps: that fixed cost per call is the likely excess.",
-            f"Each row times one call of a compiled program with its dispatch, though not the same program: the "
-            f"course's update took {_U}x what its roofline allows, {{q:.1f}} times the larger fused ratio ({_P}x, "
-            f"{_S}x), not more than ten times. One "
-            "dispatch per K steps did not bring a step much nearer its roofline.",
+            f"{_ROWS} The course update took {_U}x what its roofline allows, at most {{q:.0f}} times the larger "
+            f"fused ratio ({_P}x, {_S}x): {_COPY} The course update pays one dispatch and wait per step, a fused "
+            "loop one per K steps: that fixed cost per call is the likely excess.",
+            f"{_ROWS} The course update took {_U}x what its roofline allows, {{q:.1f}} times the larger fused ratio "
+            f"({_P}x, {_S}x), not more than ten times, and at most that: {_COPY} One dispatch per K steps did not "
+            "bring a step much nearer its roofline.",
         ),
         "byte_roof_samples": _s(
             "hi <= 1.5 * lo",
@@ -949,12 +971,30 @@ def roofline(points: dict, devices: int, notebook: str = "stage4b_beyond") -> li
     return said
 
 
-def nearest_option(speedups: dict, notebook: str = "stage4b_beyond") -> str:
-    """Stage 4b's close of its prediction: which of 2x, 10x and 100x each loop's speedup is nearest, in log ratio."""
+def nearest_option(speedups: dict, half: dict | None = None, notebook: str = "stage4b_beyond") -> str:
+    """Stage 4b's close of its prediction: which of 2x, 10x and 100x each loop's speedup is nearest, in log ratio.
+
+    Given the middle halves per step (`half`, with the course loop's), a loop whose speedup range (the course's
+    quartiles over the loop's, lowest to highest) crosses where two options meet is not given either.
+    """
     loops = ("fused_psum", "fused_stats", "floor_1dev")
-    said = [chosen_first(notebook, NEAREST, {"loop": loop}, s=speedups[loop]) for loop in loops]
     low, high = (NEAR[0] * NEAR[1]) ** 0.5, (NEAR[1] * NEAR[2]) ** 0.5
-    return f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x): {'; '.join(said)}."
+    said = []
+    for loop in loops:
+        if half is None:
+            said.append(chosen_first(notebook, NEAREST, {"loop": loop}, s=speedups[loop]))
+            continue
+        (c_lo, c_hi), (l_lo, l_hi) = half["course_loop"], half[loop]
+        lo, hi = c_lo / l_hi, c_hi / l_lo
+        met = [f"{a} and {b}" for a, b, line in (("2x", "10x", low), ("10x", "100x", high)) if lo < line < hi]
+        fill = {"loop": loop, "lo": f"{lo:.3g}", "hi": f"{hi:.3g}", "spans": ", and where ".join(met) or "no options"}
+        names = [NEAREST[0], "speedup_spread_crosses_<loop>", *NEAREST[1:]]
+        values = {"s": speedups[loop], "c_lo": c_lo, "c_hi": c_hi, "l_lo": l_lo, "l_hi": l_hi}
+        said.append(chosen_first(notebook, names, fill, **values))
+    opening = f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x)"
+    if half is not None:
+        opening += ", with each range over the middle halves the course loop's quartiles over the loop's"
+    return f"{opening}: {'; '.join(said)}."
 
 
 def stats_beside_psum(per_step: dict, half: dict, notebook: str = "stage4b_beyond") -> str:
