@@ -66,6 +66,12 @@ def check_claims(found: dict) -> list[str]:
     return problems
 
 
+@pytest.fixture(autouse=True)
+def _no_sentence_pending(monkeypatch):
+    """Each test files only the sentences it chose: none left pending by a test before it in this process."""
+    monkeypatch.setattr(sentences, "_KEYS", {})
+
+
 def filed(tmp_path, notebook: str, recorded: dict, whole: bool = False, keys: dict | None = None) -> dict:
     """`notebook`'s results once `recorded` ({name: value}) is recorded under tmp_path and the sentences chosen since
     are filed as its closing cell files them (every one when `whole`; the stage 1-3 claims `keys` names with those
