@@ -344,9 +344,9 @@ def test_the_tallest_other_step_is_read_against_the_same_step_on_its_peer(tmp_pa
     }
     found = filed(tmp_path, "stage5b_scaling", {"step_times": recorded})
     assert "tallest_other_on_peer" in found[claims.CLAIMS], sorted(found[claims.CLAIMS])
-    stated = f"({peer_ms:.1f} ms, at least half" if shared else f"took {peer_ms:.1f} ms on process 0"
+    stated = f"took {peer_ms:.1f} ms, at least half" if shared else f"took {peer_ms:.1f} ms on process 0"
     assert stated in said, said
-    assert ("slow on process 0 too" in said) == shared and ("under half as long" in said) == (not shared), said
+    assert ("On process 0 the same step" in said) == shared and ("under half as long" in said) == (not shared), said
 
 
 @pytest.mark.parametrize(
@@ -569,7 +569,8 @@ def test_the_second_device_is_read_against_the_cores_it_could_use(tmp_path, monk
     rose = 200 / q3_2 > 100 / np.percentile(one_ms, 25)
     assert ("rose beyond the spread" in said[3]) == (rose and cores >= 2), said
     if "did not rise" in said[3]:
-        assert f"{two['efficiency']:.3f} at W = 2" in said[3] and "ceiling is 1/W" in said[3], said
+        assert f"{two['efficiency']:.3f} at W = 2" in said[3] and "not measured here" in said[3], said
+        assert "ceiling" not in said[3], said  # no bound the efficiencies beside it could contradict
 
 
 @pytest.mark.parametrize(

@@ -749,7 +749,7 @@ QUESTIONS = (
             ],
             "b",
             "min(8, 4)/4 = 1: with a core for every device, the core count no longer caps efficiency. A ceiling "
-            "only: if one device's step used several cores, as this host's W = 2 suggests, it would lie lower.",
+            "only: if one device's step used several cores, it would lie lower.",
             "efficiency",
             (
                 "reveal-efficiency",

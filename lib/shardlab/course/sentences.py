@@ -705,9 +705,9 @@ SENTENCES = {
             "From W = 1 to W = {w2}, rows/s rose beyond the spread ({n1:.3g} to {n2:.3g}): a second device found "
             "compute the first left unused.",
             "Rows/s did not rise beyond the spread even from W = 1 to W = {w2} ({n1:.3g}, then {n2:.3g}), though {c} "
-            "usable cores could run {w2} devices at once if one device's step used one core. One device's step may "
-            "already use the cores (not measured here); then the ceiling is 1/W, not {c}/W. This run's "
-            "efficiencies: {e2:.3f} at W = {w2}, {e:.3f} at W = {w} (1/W: 1/{w2} and 1/{w}).",
+            "usable cores could run {w2} devices at once if one device's step used one core. How many cores one "
+            "device's step used is not measured here. This run's efficiencies: {e2:.3f} at W = {w2}, {e:.3f} at "
+            "W = {w}.",
         ),
         "efficiency_option_below": _s(
             "e_hi * w < 1",
@@ -785,9 +785,9 @@ SENTENCES = {
         "tallest_other_on_peer": _s(  # one controller's slow step against the same step on its peer
             "2 * r >= o",
             {"r": "step_times.compiles.max_other_peer_ms", "o": "step_times.compiles.max_other_ms"},
-            "Step <other> was slow on process <peer> too ({r:.1f} ms, at least half of that): each controller waits "
-            "for the other inside a step, so a delay in either shows in both bars, and these records cannot say "
-            "whose it was.",
+            "On process <peer> the same step took {r:.1f} ms, at least half of that: each controller waits for the "
+            "other inside a step, so a delay in either can show in both bars, and these records cannot say whose "
+            "it was.",
             "Step <other> took {r:.1f} ms on process <peer>, under half as long: the delay did not reach its peer's "
             "bar.",
         ),
