@@ -10,7 +10,7 @@ _KEPT = {}
 
 def contract(data, config):
     features, targets = data
-    key = (id(features), id(targets), config)
+    key = (id(features), id(targets), repr(config))  # repr: a configuration may hold 0-d arrays, which do not hash
     if key not in _KEPT:
         _KEPT[key] = (features, targets), reference.contract(data, config)
     return dict(_KEPT[key][1])
