@@ -30,6 +30,19 @@ CELL_TIMEOUT = 120  # seconds for one cell to finish through the kernel
 STOP_TIMEOUT = 15  # seconds for a graceful shutdown before SIGKILL
 
 
+def padding_line(devices: int = 4) -> str:
+    """Stage 1's printed line on padding, from arithmetic: a batch of 7 rows and one of 1 row, each padded to
+    the smallest multiple of the device count and cut into equal blocks filled in slot order."""
+
+    def cut(rows):
+        slots = -(-rows // devices) * devices
+        block = slots // devices
+        return slots, [min(block, max(0, rows - d * block)) for d in range(devices)]
+
+    (seven_slots, seven), (one_slots, one) = cut(7), cut(1)
+    return f"7 rows -> {seven_slots} slots, valid rows per device {seven}; 1 row -> {one_slots} slots, {one}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

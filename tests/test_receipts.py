@@ -18,6 +18,7 @@ import nbformat
 import numpy as np
 import pytest
 from conftest import REPO, executed, results
+from test_lab import padding_line
 
 from shardlab.course import catalog
 from shardlab.evidence import hypothesis, sources
@@ -380,6 +381,14 @@ def test_committed_receipts_follow_the_schema():
 
 
 @pytest.mark.slow  # every committed receipt read and compared: make test's, not the inner loop's
+def test_committed_stage1_prints_the_padding_the_browser_test_looks_for():
+    """The line the real-browser run of stage 1 looks for (make test-browser, run only by CI) is in stage 1's
+    executed output: a change to that line's wording fails here, not first in CI."""
+    nb = nbformat.read(COMMITTED / "stage1_batches.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert padding_line() in printed, padding_line()
+
+
 def test_committed_receipts_match_current_sources():
     recorded, current = load_audit(COMMITTED)["sources"], current_sources()
     changed = stale(recorded, current)
