@@ -48,7 +48,7 @@ def test_inside_answers_as_the_path_parts_do_for_siblings_the_root_relative_name
     import os
     from pathlib import PurePosixPath
 
-    from shardlab.core import files
+    from shardlab.io import inside
 
     monkeypatch.chdir(tmp_path)
     top = str(tmp_path / "run")
@@ -66,7 +66,7 @@ def test_inside_answers_as_the_path_parts_do_for_siblings_the_root_relative_name
     ]
     for path in cases:  # the independent answer: the absolute parts of `top` begin those of `path`
         want = PurePosixPath(os.path.abspath(path)).parts[: len(PurePosixPath(top).parts)] == PurePosixPath(top).parts
-        assert files.inside(path, top) is want, path
-        assert files.inside(os.fsencode(path), top) is want and files.inside(PurePosixPath(path), top) is want
-    assert files.inside(top + "/a", "/") and files.inside("/", "/") and not files.inside("/etc", top)
-    assert not files.inside(3, top) and not files.inside(None, top)  # a descriptor, or no path at all
+        assert inside(path, top) is want, path
+        assert inside(os.fsencode(path), top) is want and inside(PurePosixPath(path), top) is want
+    assert inside(top + "/a", "/") and inside("/", "/") and not inside("/etc", top)
+    assert not inside(3, top) and not inside(None, top)  # a descriptor, or no path at all

@@ -9,6 +9,8 @@
 - `without_folder(value, folder)`: a JSON value whose strings name files inside `folder` by their own
   names, never by this machine's path;
 - `read_npz(path)`: every member of an `.npz` file as a NumPy array, never unpickling;
+- `inside(path, folder)`: whether a path names `folder` or something under it (by absolute name);
+  no course function uses it, so the seal (checker/seal.py) leaves it to the checker's own guards;
 - `write_zip(path, members)`: a deflated zip whose bytes depend only on its members' names, bytes
   and modes (every timestamp ZIP_TIME), the one zip writer of the portfolio and the autograder bundle.
 
@@ -61,6 +63,18 @@ def read_record(path, limit: int) -> dict:
     except (OSError, ValueError, RecursionError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def inside(path, folder) -> bool:
+    """Whether `path` is `folder` or lies under it, compared by absolute names (no link resolved: pass real paths
+    where links matter); a sibling that merely shares the prefix is not, and a descriptor (an int) is no path."""
+    if isinstance(path, int):
+        return False
+    try:
+        path, folder = os.path.abspath(os.fsdecode(path)), os.path.abspath(os.fsdecode(folder))
+    except TypeError:
+        return False
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def without_folder(value, folder):

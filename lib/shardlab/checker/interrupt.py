@@ -36,7 +36,7 @@ import time
 import warnings
 
 from shardlab import errors
-from shardlab.core import files
+from shardlab.io import inside
 
 OS_OPERATIONS = (
     *("open", "mkdir", "rename", "replace", "link", "symlink", "unlink", "remove", "truncate", "ftruncate"),
@@ -339,7 +339,7 @@ def open_under(folder: str, before: dict | None = None) -> list:
     return sorted(
         target  # a path, or a pipe's or socket's 'pipe:[...]', never inside
         for number, target in descriptors().items()
-        if before.get(number) != target and os.path.isabs(target) and any(files.inside(target, top) for top in tops)
+        if before.get(number) != target and os.path.isabs(target) and any(inside(target, top) for top in tops)
     )
 
 
@@ -536,7 +536,7 @@ def _refuse(tried: list, what: str, target):
 
 def _guarded_change(name: str, original, top: str, tried: list):
     def call(*args, **kwargs):
-        if any(files.inside(a, top) for a in args[:2]):
+        if any(inside(a, top) for a in args[:2]):
             _refuse(tried, f"os.{name}", args[0])
         return original(*args, **kwargs)
 
@@ -556,17 +556,17 @@ def read_only(folder: str, tried: list):
     saved = {name: getattr(os, name) for name in _CHANGES}
 
     def guarded_open(file, mode="r", *args, **kwargs):
-        if any(flag in mode for flag in "wax+") and files.inside(file, top):
+        if any(flag in mode for flag in "wax+") and inside(file, top):
             _refuse(tried, f"open {mode}", file)
         return original_open(file, mode, *args, **kwargs)
 
     def guarded_os_open(path, flags, *args, **kwargs):
-        if flags & _WRITE_FLAGS and files.inside(path, top):
+        if flags & _WRITE_FLAGS and inside(path, top):
             _refuse(tried, "os.open for writing", path)
         return original_os_open(path, flags, *args, **kwargs)
 
     def guarded_access(path, mode, *args, **kwargs):
-        if mode & os.W_OK and files.inside(path, top):
+        if mode & os.W_OK and inside(path, top):
             tried.append(f"os.access W_OK {os.path.basename(str(path))}")
             return False
         return original_access(path, mode, *args, **kwargs)

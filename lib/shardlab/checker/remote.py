@@ -31,7 +31,7 @@ import shardlab.checker.probes as probes
 import shardlab.checker.sandbox as sandbox
 import shardlab.checker.wire as wire
 from shardlab import process_group
-from shardlab.core import files
+from shardlab.io import inside
 from shardlab.learner.implementation import API
 
 GRACE = 5.0  # seconds past the call bound the worker's own alarm has before it is killed
@@ -216,7 +216,7 @@ class Worker:
         except OSError:
             here = None
         roots = [os.path.realpath(folder) for folder in self.scratch]
-        if here and any(files.inside(here, root) for root in roots):
+        if here and any(inside(here, root) for root in roots):
             return here
         return roots[0] if roots else None
 
@@ -302,7 +302,7 @@ def _listing(folder: str, root: str, roots: list, found: list) -> tuple | None:
     inner = []
     for entry in entries:
         if entry.is_symlink():
-            if not any(files.inside(os.path.realpath(entry.path), root) for root in roots):
+            if not any(inside(os.path.realpath(entry.path), root) for root in roots):
                 found.append(f"{os.path.relpath(entry.path, root)} -> {os.readlink(entry.path)}")
                 os.unlink(entry.path)
         elif entry.is_dir(follow_symlinks=False):

@@ -37,7 +37,7 @@ import sysconfig
 from dataclasses import dataclass, field
 
 from shardlab import process_group
-from shardlab.core import files
+from shardlab.io import inside
 
 ADDRESS_SPACE = 8 * 1024**3  # bytes of virtual memory a sandboxed interpreter may map (JAX on CPU needs ~2 GB)
 PROBE_SECONDS = 20.0
@@ -87,7 +87,7 @@ def _runtime_paths() -> list[str]:
     paths |= {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}  # where shardlab is
     kept = sorted(p for p in {os.path.abspath(p) for p in paths} if os.path.isdir(p) and not p.startswith("/usr/"))
     # a folder inside another listed one adds nothing (bwrap would mount it twice)
-    return [p for p in kept if not any(p != q and files.inside(p, q) for q in kept)]
+    return [p for p in kept if not any(p != q and inside(p, q) for q in kept)]
 
 
 def command(inner: list, box: Sandbox) -> list:

@@ -81,10 +81,9 @@ HANDED = {
     "shardlab.core.config": "*",
     "shardlab.core.batch": ("Batch",),
 }
-# Functions of those modules that implement none of the seven and that the checker's own guards call while a file
-# runs (the read-only guard and the descriptor scan test paths with `inside`): never sealed, or the guards would
-# report the checker's call as the learner's.
-GUARDS_USE = {"shardlab.core.files": ("inside",)}
+# The checker's own guards, which run while a file runs (the read-only guard and the descriptor scan), call only
+# helpers of modules the seal leaves alone (`shardlab.io.inside`), never one of these: a sealed helper would report
+# the checker's call as the learner's.
 CALLING = ["loading the file"]  # the learner's function the worker is calling (checker/worker.py sets it)
 # what the stand-ins were asked since the worker's last reply, which carries it. Not the hook's refusals: those
 # are also raised where nothing of the file asked (a traceback's or a warning's look-up of a course line).
@@ -236,17 +235,15 @@ def _defined(value, module: str) -> bool:
 
 
 def sealed() -> dict:
-    """Module -> the names of the functions it defines that `seal` replaces: the implementation's, less HANDED and
-    GUARDS_USE."""
+    """Module -> the names of the functions it defines that `seal` replaces: the implementation's, less HANDED."""
     import importlib
 
     found = {}
     for name in IMPLEMENTATION:
         handed = HANDED.get(name, ())
         if handed != "*":
-            kept = (*handed, *GUARDS_USE.get(name, ()))
             names = vars(importlib.import_module(name))
-            found[name] = tuple(sorted(k for k, v in names.items() if k not in kept and _defined(v, name)))
+            found[name] = tuple(sorted(k for k, v in names.items() if k not in handed and _defined(v, name)))
     return found
 
 

@@ -23,9 +23,9 @@ import sys
 import traceback
 
 import shardlab.checker.seal as seal
-from shardlab.core import files
 from shardlab.core.config import NUM_DEVICES
 from shardlab.core.devices import setup_devices
+from shardlab.io import inside
 
 CHECKER = os.path.dirname(os.path.abspath(__file__))  # frames of the checker's own code are never "where"
 
@@ -34,7 +34,7 @@ def _where(exc: BaseException, spec: str, function: str = "the implementation") 
     """The learner's line that raised `exc`; else the innermost frame outside the checker (JAX's, NumPy's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if spec not in ("reference", "") and os.path.abspath(f.filename) == spec]
-    outside = [f for f in frames if not files.inside(f.filename, CHECKER)]
+    outside = [f for f in frames if not inside(f.filename, CHECKER)]
     frame = (own or outside)[-1:]
     if not frame:
         return f"the call of `{function}` (no line of the file: raised inside JAX's compiled or native code)"

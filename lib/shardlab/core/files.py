@@ -13,7 +13,6 @@
   the same bound for one member of a zip (the checkpoint's arrays, a portfolio's manifest);
 - `new_folders(folder)`: makes `folder` and its missing parents; if the block it guards raises,
   removes those it made (deepest first, each only while empty) and re-raises;
-- `inside(path, folder)`: whether a path names `folder` or something under it (by absolute name);
 - `sha256_file(path)` and `sync(path)` (fsync of a file or folder).
 """
 
@@ -28,18 +27,6 @@ import zipfile
 from shardlab.core.errors import BoundedReadError
 
 TEMP = ".tmp-"  # + pid + "-" + random + suffix: every temporary file, and the Orbax staging folders
-
-
-def inside(path, folder) -> bool:
-    """Whether `path` is `folder` or lies under it, compared by absolute names (no link resolved: pass real paths
-    where links matter); a sibling that merely shares the prefix is not, and a descriptor (an int) is no path."""
-    if isinstance(path, int):
-        return False
-    try:
-        path, folder = os.path.abspath(os.fsdecode(path)), os.path.abspath(os.fsdecode(folder))
-    except TypeError:
-        return False
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def sha256_file(path) -> str:

@@ -14,6 +14,7 @@ import os
 import sys
 
 from shardlab.core import files
+from shardlab.io import inside
 
 _EVENTS = ("open", "os.link", "os.rename", "os.remove")
 _WATCH: dict = {"folder": None, "operations": []}  # the folder `watched` watches (None: none) and what was noted
@@ -45,7 +46,7 @@ def paths_in(args, folder: str) -> list:
     """The absolute paths among an audited operation's `args` (its descriptors and flags left out), if there is one
     and every one names `folder` or lies in it (not a sibling sharing its prefix); else []."""
     paths = [os.path.abspath(os.fsdecode(a)) for a in args if isinstance(a, (str, bytes, os.PathLike))]
-    return paths if paths and all(files.inside(p, folder) for p in paths) else []
+    return paths if paths and all(inside(p, folder) for p in paths) else []
 
 
 def _shown_as(path: str) -> str:

@@ -17,8 +17,8 @@ from pathlib import Path
 import nbformat
 from jinja2 import DictLoader
 
-from shardlab.core import files
 from shardlab.errors import PageError
+from shardlab.io import inside
 
 TEMPLATE = "shardlab_offline.html.j2"
 TEMPLATES = {
@@ -173,7 +173,7 @@ def export_html(executed, sheets=None) -> Path:
     """
     executed = Path(executed)
     folder = executed.parent if sheets is None else Path(sheets)
-    if not files.inside(executed.resolve(), folder.resolve()):
+    if not inside(executed.resolve(), folder.resolve()):
         raise PageError(f"the stylesheet folder {folder} does not hold {executed}; pass a folder above the page")
     body, css, styles = notebook_html(nbformat.read(executed, as_version=4))
     sheet = folder / f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css"

@@ -21,6 +21,7 @@ from shardlab import outdir
 from shardlab.core import files
 from shardlab.errors import OutputFolderError, PortfolioError
 from shardlab.handin import bounded
+from shardlab.io import inside
 
 RUN_COMMAND = "run"  # the manifest section `python -m shardlab run` writes
 
@@ -44,7 +45,7 @@ def source(receipts: Path, path, implementation: str | None = None) -> Path:
     path = Path(path)
     if implementation not in (None, "reference") and os.path.abspath(path) == os.path.abspath(implementation):
         return path
-    if not files.inside(path, receipts):
+    if not inside(path, receipts):
         raise PortfolioError(
             f"{path} is outside the receipts folder {receipts}; the portfolio copies only the run's files"
         )
