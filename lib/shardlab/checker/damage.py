@@ -20,16 +20,33 @@ SHAPES = "check shapes (stage3a_checkpoint: restore checks shapes)"
 DTYPES = "check dtypes (stage3a_checkpoint)"
 FINITE = "finite parameters (stage3a_checkpoint)"
 FINITE_MOMENTUM = "finite momentum: non-finite momentum cannot continue the run (the starter's rule:refuse-nan)"
-SAVED_NON_FINITE = {  # a diverged state written by the learner's own save, whose checksum (if any) matches it
-    "weights": FINITE + ": a diverged state saved with a checksum of its own is still refused",
-    "momentum": FINITE_MOMENTUM + ": a diverged state saved with a checksum of its own is still refused",
-}
-RESEALED_NON_FINITE = {  # the learner's own file with one value made non-finite and its integrity hash made anew
-    "weights": FINITE + ": a diverged state in your file's own format, its integrity hash recomputed over it (as "
-    "the course's format writes it), is still refused",
-    "momentum": FINITE_MOMENTUM + ": a diverged state in your file's own format, its integrity hash recomputed over "
-    "it (as the course's format writes it), is still refused",
-}
+NON_FINITE_RULE = {"weights": FINITE, "momentum": FINITE_MOMENTUM}  # the rule a non-finite value of a field breaks
+SAVED = "a diverged state saved with a checksum of its own is still refused"  # written by the learner's own save
+# the learner's own file with one value made non-finite and its integrity hash made anew
+RESEALED = (
+    "a diverged state in your file's own format, its integrity hash recomputed over it (as the course's format "
+    "writes it), is still refused"
+)
+
+
+NON_FINITE = {"NaN": np.nan, "+inf": np.inf, "-inf": -np.inf}  # the values a diverged run holds
+
+
+def diverged(values, offset: int = 0):
+    """(number, kind, a copy of `values` with one element made NaN, +inf, -inf in turn): the element at
+    (offset + number) mod its size; a copy without elements is left as it is."""
+    for number, (kind, bad) in enumerate(NON_FINITE.items()):
+        changed = np.array(values, copy=True)
+        if changed.size:
+            changed.flat[(offset + number) % changed.size] = bad
+        yield number, kind, changed
+
+
+def non_finite_rule(field: str, how: str) -> str:
+    """The rule a non-finite `field` in a file made `how` (SAVED, RESEALED) breaks, as the learner reads it."""
+    return f"{NON_FINITE_RULE[field]}: {how}"
+
+
 PERMUTATION = "a valid permutation of 0..rows-1 (stage3a_checkpoint)"
 CURSOR = "cursor bounds 0 <= cursor <= rows (stage3a_checkpoint)"
 STEP = "a non-negative step (stage3a_checkpoint)"

@@ -58,6 +58,7 @@ from shardlab.core.devices import AXIS, make_mesh
 from shardlab.core.fixtures import Dataset, timing_fixture
 from shardlab.core.schema import FIELDS
 from shardlab.core.update import count_all_reduce
+from shardlab.io import read_npz
 from shardlab.verify import faults, oracle
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # one float32 step against float64 NumPy, from the learner's own state
@@ -2496,8 +2497,7 @@ def _replaced_at_the_same_path(ctx, case: Case, path: str, state, contract, data
 
 def _damage_files(ctx, case, path, state, contract, data) -> dict:
     """Damage name -> (damaged copy of the learner's file, the course rule), its members found by value."""
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    arrays = read_npz(path)
     rows, folder = case.shape()[0], os.path.join(os.path.dirname(os.path.abspath(path)), "damaged")
     os.makedirs(folder)
     members = damage.locate(arrays, snapshot(state), contract)
@@ -2521,9 +2521,10 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
         target = faults.archive_damaged(path, os.path.join(folder, f"archive-{number}.npz"), how)
         if target is not None:
             files[how] = (target, damage.WHOLE_FILE[how])
-    with open(os.path.join(folder, "notes.npz"), "x") as handle:
-        handle.write("weights 0.1 0.2\n")
-    files["not an NPZ file"] = (os.path.join(folder, "notes.npz"), damage.WHOLE_FILE["not an NPZ file"])
+    files["not an NPZ file"] = (
+        faults.not_an_npz(os.path.join(folder, "notes.npz")),
+        damage.WHOLE_FILE["not an NPZ file"],
+    )
     other = os.path.join(folder, "other.npz")
     theirs = called(ctx, "contract", given(case, data), _config(case, batch_size=case.batch + 1))
     called(ctx, "save", other, state, theirs)
@@ -2577,15 +2578,10 @@ def _non_finite_saves(ctx, case: Case, path: str, state: dict, contract: dict, f
     course's own does) writes nothing: then your own file at `path` (which holds `state`) gets the value instead, in
     its own format, with its integrity member (the course's hash, if the file holds one) recomputed over it."""
     found = {}
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    arrays = read_npz(path)
     members = damage.locate(arrays, snapshot(state), contract)
     for field in (name for name in FIELDS if _float_field(state.get(name))):
-        values = np.array(host(state[field]), copy=True)
-        for number, (kind, bad) in enumerate(NON_FINITE.items()):
-            changed = values.copy()
-            if changed.size:
-                changed.flat[(case.seed + number) % changed.size] = bad
+        for number, kind, changed in damage.diverged(host(state[field]), case.seed):
             target = os.path.join(folder, f"non-finite-{field}-{number}.npz")
             try:
                 called(ctx, "save", target, {**state, field: _as_field(state[field], changed)}, contract)
@@ -2599,13 +2595,13 @@ def _non_finite_saves(ctx, case: Case, path: str, state: dict, contract: dict, f
                     target = os.path.join(folder, f"non-finite-{field}-{number}-own-format.npz")
                 faults.written(target, copy[0])
                 how = "in your file, its integrity hash recomputed" if copy[1] else "in your file"
-                found[damage.name(f"{field} {how}", kind)] = (target, damage.RESEALED_NON_FINITE[field])
+                found[damage.name(f"{field} {how}", kind)] = (target, damage.non_finite_rule(field, damage.RESEALED))
                 continue
-            found[damage.name(f"{field} written by your save", kind)] = (target, damage.SAVED_NON_FINITE[field])
+            found[damage.name(f"{field} written by your save", kind)] = (
+                target,
+                damage.non_finite_rule(field, damage.SAVED),
+            )
     return found
-
-
-NON_FINITE = {"NaN": np.nan, "+inf": np.inf, "-inf": -np.inf}
 
 
 def _float_field(value) -> bool:

@@ -1242,9 +1242,7 @@ def damaged_copies(path: str, changes: dict) -> dict:
         except KeyError:  # no member of the learner's file holds that field alone: nothing to damage there
             continue
     copies["truncated file"] = faults.truncated(path, os.path.join(folder, "truncated.npz"))
-    copies["not an NPZ file"] = os.path.join(folder, "notes.npz")
-    with open(copies["not an NPZ file"], "x") as handle:
-        handle.write("weights: 0.1 0.2 0.3\n")
+    copies["not an NPZ file"] = faults.not_an_npz(os.path.join(folder, "notes.npz"))
     return copies
 
 
@@ -1252,16 +1250,13 @@ def _resealed_non_finite(path: str, state: dict, contract: dict) -> dict:
     """What -> the learner's file with one weight or momentum element NaN, +inf or -inf and its integrity member (the
     course's hash, where the file holds one) recomputed over the change: valid but for the value (rule:refuse-nan).
     A file without that hash gets none here: its plain damaged copy ("non-finite weights") is the same file."""
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    arrays = read_npz(path)
     members = damage.locate(arrays, snapshot(state), contract)
     folder, found = os.path.join(os.path.dirname(path), "bad"), {}
     for field in ("weights", "momentum"):
-        for number, (kind, bad) in enumerate((("NaN", np.nan), ("+inf", np.inf), ("-inf", -np.inf))):
-            values = np.array(host(state[field]), copy=True)
+        for number, kind, values in damage.diverged(host(state[field])):
             if not values.size:
                 continue
-            values.flat[number % values.size] = bad
             copy = damage.resealed(arrays, members, field, values)
             if copy is not None and copy[1]:
                 target = os.path.join(folder, f"resealed-{field}-{number}.npz")

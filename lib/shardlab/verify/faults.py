@@ -202,6 +202,13 @@ def truncated(source, target) -> str:
     return os.fspath(target)
 
 
+def not_an_npz(target) -> str:
+    """A new text file `target` named .npz: no archive np.load can read; its path."""
+    with open(os.fspath(target), "x") as handle:
+        handle.write("weights: 0.1 0.2 0.3\n")
+    return os.fspath(target)
+
+
 def _zip_headers(raw: bytes) -> list[tuple[int, int]]:
     """(offset of a member's local header, offset of its central directory entry) for every member of the zip
     archive `raw`, read from its end-of-central-directory record; [] if `raw` holds none."""
@@ -359,9 +366,7 @@ def refusals(impl, checkpoint, state: dict, contract: dict, data, config, mesh, 
         refuse(case, lambda copy=copy: impl.restore(copy, contract, mesh), CorruptCheckpointError, copy, checkpoint)
     cut = truncated(checkpoint, os.path.join(folder, "truncated.npz"))
     refuse("truncated file", lambda: impl.restore(cut, contract, mesh), CorruptCheckpointError, cut, checkpoint)
-    text = os.path.join(folder, "notes.npz")
-    with open(text, "x") as handle:
-        handle.write("weights: 0.1 0.2 0.3\n")
+    text = not_an_npz(os.path.join(folder, "notes.npz"))
     refuse("not an NPZ file", lambda: impl.restore(text, contract, mesh), CorruptCheckpointError, text)
     features = data.features.copy()
     features[3, 2] += 1.0  # same shape and dtype, one value changed
