@@ -267,11 +267,28 @@ WHOLE_FILE = {  # damage to the file itself, and a file of another experiment
 }
 
 
-def _contract_member(value, contract: dict) -> bool:
-    try:
-        return value.dtype.kind in "US" and json.loads(str(value[()])) == contract
-    except (ValueError, TypeError, IndexError):
-        return False
+def json_objects(arrays: dict) -> dict:
+    """Member -> the JSON object its text holds, for each 0-d text member of a checkpoint's `arrays` holding one."""
+    found = {}
+    for name, value in arrays.items():
+        if value.dtype.kind not in "US" or value.ndim != 0:
+            continue
+        try:
+            parsed = json.loads(str(value[()]))
+        except (ValueError, TypeError):
+            continue
+        if isinstance(parsed, dict):
+            found[name] = parsed
+    return found
+
+
+def holding(arrays: dict, value) -> list[str]:
+    """The numeric members of a checkpoint's `arrays` equal to `value`: its shape and its numbers."""
+    return [
+        n
+        for n, a in arrays.items()
+        if a.dtype.kind in "biuf" and a.shape == np.shape(value) and np.array_equal(a, value)
+    ]
 
 
 def locate(arrays: dict, state: dict, contract: dict | None = None) -> dict:
@@ -282,12 +299,7 @@ def locate(arrays: dict, state: dict, contract: dict | None = None) -> dict:
     momentum are both zeros, cursor and step both 0: under other names neither is located then).
     "contract" is the member holding the contract as JSON text.
     """
-    numeric = {n: a for n, a in arrays.items() if a.dtype.kind in "biuf"}
-    holders = {
-        field: [n for n, a in numeric.items() if a.shape == np.shape(state[field]) and np.array_equal(a, state[field])]
-        for field in FIELDS
-        if field in state
-    }
+    holders = {field: holding(arrays, state[field]) for field in FIELDS if field in state}
     found = {}
     for field, members in holders.items():
         if field in members:
@@ -295,7 +307,7 @@ def locate(arrays: dict, state: dict, contract: dict | None = None) -> dict:
         elif len(members) == 1 and sum(members[0] in m for m in holders.values()) == 1:
             found[field] = members[0]
     if contract is not None:
-        text = [n for n, a in arrays.items() if _contract_member(a, contract)]
+        text = [n for n, found in json_objects(arrays).items() if found == contract]
         if len(text) == 1:
             found["contract"] = text[0]
     return found

@@ -2513,18 +2513,13 @@ def _damage_files(ctx, case, path, state, contract, data) -> dict:
         target = os.path.join(folder, f"pickled-{number}.npz")
         faults.written(target, copy)
         files[kind] = (target, damage.PICKLE)
-    files["truncated file"] = (
-        faults.truncated(path, os.path.join(folder, "cut.npz")),
-        damage.WHOLE_FILE["truncated file"],
-    )
+    cut, text = faults.unreadable(path, folder).values()
+    files["truncated file"] = (cut, damage.WHOLE_FILE["truncated file"])
     for number, how in enumerate(faults.ARCHIVE_DAMAGE):
         target = faults.archive_damaged(path, os.path.join(folder, f"archive-{number}.npz"), how)
         if target is not None:
             files[how] = (target, damage.WHOLE_FILE[how])
-    files["not an NPZ file"] = (
-        faults.not_an_npz(os.path.join(folder, "notes.npz")),
-        damage.WHOLE_FILE["not an NPZ file"],
-    )
+    files["not an NPZ file"] = (text, damage.WHOLE_FILE["not an NPZ file"])
     other = os.path.join(folder, "other.npz")
     theirs = called(ctx, "contract", given(case, data), _config(case, batch_size=case.batch + 1))
     called(ctx, "save", other, state, theirs)

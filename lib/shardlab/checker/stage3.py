@@ -234,11 +234,6 @@ def _differ(restored: dict, state: dict) -> list[str]:
     return [n for n in FIELDS if n not in restored or not np.array_equal(host(restored[n]), host(state[n]))]
 
 
-def _held(members: dict, value) -> bool:
-    value = host(value)
-    return any(a.shape == value.shape and a.dtype.kind in "biuf" and np.array_equal(a, value) for a in members.values())
-
-
 NARROW_FLOATS = ("float16", "bfloat16")  # the floats a lossy save may store a float32 field in
 
 
@@ -276,7 +271,7 @@ def checkpoint_holds_every_field(ctx):
     path, state, contract = _saved(ctx, "fields")
     members = _members(path)
     restored, error = _restored(ctx, path, contract)
-    missing = [name for name in _differ(restored, state) if not _held(members, state[name])]
+    missing = [name for name in _differ(restored, state) if not damage.holding(members, host(state[name]))]
     rounded = _rounded_members(members, state, missing)
     expect(
         not rounded,
@@ -1241,8 +1236,7 @@ def damaged_copies(path: str, changes: dict) -> dict:
             copies[what] = faults.tampered(path, os.path.join(folder, f"{number}.npz"), change)
         except KeyError:  # no member of the learner's file holds that field alone: nothing to damage there
             continue
-    copies["truncated file"] = faults.truncated(path, os.path.join(folder, "truncated.npz"))
-    copies["not an NPZ file"] = faults.not_an_npz(os.path.join(folder, "notes.npz"))
+    copies.update(faults.unreadable(path, folder))
     return copies
 
 
@@ -1309,19 +1303,6 @@ def _holds(ctx, path: str, contract: dict, state: dict) -> str:
     return error or (f"a checkpoint whose {_differ(restored, state)} differ" if _differ(restored, state) else "")
 
 
-def _json_dicts(members: dict) -> list[dict]:
-    """The members of a checkpoint that hold a JSON object as text."""
-    found = []
-    for value in members.values():
-        try:
-            parsed = json.loads(str(value[()])) if value.dtype.kind in "US" and value.ndim == 0 else None
-        except (ValueError, TypeError):
-            continue
-        if isinstance(parsed, dict):
-            found.append(parsed)
-    return found
-
-
 def _contract_change(saved: dict, given: dict) -> str:
     """How the contract a file holds differs from the one save was given, entry by entry."""
     added, dropped = sorted(set(saved) - set(given)), sorted(set(given) - set(saved))
@@ -1338,7 +1319,7 @@ def _unrestorable(ctx, path: str, contract: dict, state: dict) -> str:
     found = _file_fault(ctx, path, contract, state)
     if found:
         return found
-    if not _json_dicts(read_npz(path)):
+    if not damage.json_objects(read_npz(path)):
         return (
             "the file holds every field; its contract is not JSON text this check can read, so whether save wrote "
             "it as given or restore compares it wrongly is not told apart here"
@@ -1369,13 +1350,13 @@ def _file_fault(ctx, path: str, contract: dict, state: dict) -> str | None:
             + mark("plain-npz")
             + see(ctx, "checkpoint_holds_every_field")
         )
-    missing = [name for name in FIELDS if not _held(members, state[name])]
+    missing = [name for name in FIELDS if not damage.holding(members, host(state[name]))]
     if missing:
         return f"the file save wrote holds no member equal to the state's {missing} -> save all six fields" + see(
             ctx, "checkpoint_holds_every_field"
         )
     given = json.loads(json.dumps(contract))
-    held = _json_dicts(members)
+    held = list(damage.json_objects(members).values())
     if held and given not in held:
         change = _contract_change(held[0], given) if len(held) == 1 else "no member equals it"
         return (

@@ -202,11 +202,13 @@ def truncated(source, target) -> str:
     return os.fspath(target)
 
 
-def not_an_npz(target) -> str:
-    """A new text file `target` named .npz: no archive np.load can read; its path."""
-    with open(os.fspath(target), "x") as handle:
+def unreadable(source, folder) -> dict:
+    """What -> a new file in `folder` that no restore may read as a checkpoint: `source` cut in half and a text file
+    named .npz."""
+    cut, text = truncated(source, os.path.join(folder, "truncated.npz")), os.path.join(folder, "notes.npz")
+    with open(text, "x") as handle:
         handle.write("weights: 0.1 0.2 0.3\n")
-    return os.fspath(target)
+    return {"truncated file": cut, "not an NPZ file": text}
 
 
 def _zip_headers(raw: bytes) -> list[tuple[int, int]]:
@@ -364,9 +366,8 @@ def refusals(impl, checkpoint, state: dict, contract: dict, data, config, mesh, 
             continue
         made[case] = _changed(checkpoint, copy)
         refuse(case, lambda copy=copy: impl.restore(copy, contract, mesh), CorruptCheckpointError, copy, checkpoint)
-    cut = truncated(checkpoint, os.path.join(folder, "truncated.npz"))
+    cut, text = unreadable(checkpoint, folder).values()
     refuse("truncated file", lambda: impl.restore(cut, contract, mesh), CorruptCheckpointError, cut, checkpoint)
-    text = not_an_npz(os.path.join(folder, "notes.npz"))
     refuse("not an NPZ file", lambda: impl.restore(text, contract, mesh), CorruptCheckpointError, text)
     features = data.features.copy()
     features[3, 2] += 1.0  # same shape and dtype, one value changed
