@@ -517,14 +517,6 @@ def test_the_later_stages_choose_sentences_in_the_lesson_and_file_them_in_the_cl
     assert "sentences.record(out_dir, NB)" in tagged(source(name), RECORD).source
 
 
-def test_the_refusals_cell_names_no_error_type_before_its_output():
-    """Stage 1 asks which error each bad input raises: the cell that answers names none of them in its source."""
-    cells = nbformat.read(REPO / "notebooks" / "stage1_batches.ipynb", as_version=4).cells
-    source = next(c.source for c in cells if "refusals" in (c.metadata.get("tags") or []))
-    named = [e for e in ("ConfigError", "DataError", "EmptyBatchError") if e in source]
-    assert not named, named
-
-
 SHOWING = {"print", "display", "display_table", "sentence"}  # calls that put an answer on the page
 
 

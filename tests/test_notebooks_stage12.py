@@ -68,8 +68,6 @@ def test_stage1_padding_settings_and_transfer(run_dir):
     for (seed, batch_size), s in settings.items():
         check_walk(s["batches"], seed, min(batch_size, ROWS))
         assert s["every_id_once"] == [True, True]
-    refused = [m.split(":")[0] for m in res["refusals"]]
-    assert refused == ["ConfigError", "ConfigError", "DataError", "DataError", "EmptyBatchError"]
 
 
 @pytest.mark.notebooks
