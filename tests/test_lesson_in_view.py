@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import REPO, cell_tags, executed, results
 
+import shardlab as sl
 from shardlab.course import results as record
 from shardlab.course import selfcheck
 from shardlab.verify import oracle
@@ -360,8 +361,10 @@ def test_stage2_labels_each_all_reduce_of_the_lowered_step(run_dir):
     sums = sorted((kind, what.split(",")[0]) for _, kind, _, what, _ in rows)
     assert sums == [("tensor<8xf32>", "the gradient numerator"), ("tensor<f32>", "the loss numerator"),
                     ("tensor<f32>", "the valid count N = sum of m")]  # fmt: skip
-    demo = found["shard_map"]
-    assert demo["local_counts"] == [2.0, 2.0, 2.0, 1.0] and demo["psum"] == 7.0 and "replication" in demo["refused"]
+    demo, first = found["shard_map"], found["updates"]["steps"][0]["ids"]  # the first batch's rows
+    assert demo["local_counts"] == [2.0, 2.0, 2.0, 1.0] and "replication" in demo["refused"]
+    mean = float(np.mean(sl.teaching_fixture().targets[first].astype(np.float64)))  # the mean target, by NumPy
+    assert abs(demo["mean"] - mean) <= 1e-5 * max(1.0, abs(mean)), (demo["mean"], mean)
 
 
 @pytest.mark.notebooks
