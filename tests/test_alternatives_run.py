@@ -276,7 +276,6 @@ USES_IMPL = re.compile(r"\bimpl\b")  # the loaded file: any call, or a function 
 LOAD = "impl = sl.implementation.load(implementation)"  # a setup cell's load: make run names implementation_loads
 # asserting cells whose assertions are about the course's own code or the notebook's bookkeeping, and why
 NOT_LEARNER = {
-    ("stage1_batches", "refusals"): "the refusals of the course's own functions",
     ("stage3b_resume", "fresh-kernel"): "which process runs the notebook",
     ("stage3c_orbax_lesson", "async-save"): "Orbax's own asynchronous save of a small pytree",
     ("stage4b_beyond", "fused_trace"): "the course's fused loop and its trace",

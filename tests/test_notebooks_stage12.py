@@ -68,8 +68,6 @@ def test_stage1_padding_settings_and_transfer(run_dir):
     for (seed, batch_size), s in settings.items():
         check_walk(s["batches"], seed, min(batch_size, ROWS))
         assert s["every_id_once"] == [True, True]
-    refused = [m.split(":")[0] for m in res["refusals"]]
-    assert refused == ["ConfigError", "ConfigError", "DataError", "DataError", "EmptyBatchError"]
 
 
 @pytest.mark.notebooks
@@ -78,11 +76,8 @@ def test_stage2_errors_are_small(run_dir):
     res = results(run_dir, STAGE2)
     assert res["gradient_error"] < 1e-5
     assert res["loss_error"] < 1e-5
-    assert res["partition"]["device_counts"] == [2, 2, 2, 1]
-    assert res["partition"]["reconstruction_error"] < 1e-5
-    assert res["partition"]["piece_error"] < 1e-5
-    assert res["partition"]["loss_reconstruction_error"] < 1e-5
-    assert res["singleton"]["device_counts"] == [1, 0, 0, 0]
+    assert res["local_means"]["device_counts"] == [2, 2, 2, 1]
+    assert res["singleton"]["device_counts"] == [1, 0, 0, 0] and res["singleton"]["empty_devices"] == [1, 2, 3]
     assert res["singleton"]["gradient_error"] < 1e-5
     assert res["replicas"] == {"weights": 4, "momentum": 4, "all_equal": True}
     assert res["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
@@ -98,16 +93,16 @@ def test_stage2_recorded_numbers_match_independent_numpy(run_dir, data):
     assert [i for ids in id_batches for i in ids] == idiom_ids(17, ROWS, 2)[: sum(map(len, id_batches))]
     np.testing.assert_allclose([s["loss"] for s in steps], oracle_path(data, id_batches)[0], rtol=1e-5)
     assert res["updates"]["final_step"] == len(steps)
-    # the local-means demonstration, recomputed: first batch split 2, 2, 2, 1 over the devices
+    # the shard_map example, recomputed: the first batch's targets split 2, 2, 2, 1 over the devices
     local = res["local_means"]
-    w = np.asarray(local["weights"], np.float64)
-    x, y = data.features[id_batches[0]].astype(np.float64), data.targets[id_batches[0]].astype(np.float64)
-    grad = 2 * x.T @ (x @ w - y) / len(y)
-    means = [2 * x[p].T @ (x[p] @ w - y[p]) / len(y[p]) for p in (slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 7))]
-    np.testing.assert_allclose(local["global_gradient"], grad, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(local["mean_of_local_means"], np.mean(means, axis=0), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(local["sum_of_local_means"], np.sum(means, axis=0), rtol=1e-5, atol=1e-6)
-    assert local["max_difference"] > 0.1
+    y = data.targets[id_batches[0]].astype(np.float64)
+    blocks = [y[p] for p in (slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 7))]
+    np.testing.assert_allclose(local["sums"], [b.sum() for b in blocks], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(local["local_means"], [b.mean() for b in blocks], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(local["mean_of_local_means"], np.mean([b.mean() for b in blocks]), rtol=1e-5)
+    np.testing.assert_allclose(local["global_mean"], y.mean(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(local["max_difference"], abs(np.mean([b.mean() for b in blocks]) - y.mean()), rtol=1e-4)
+    assert local["max_difference"] > 1e-3 and local["equal_counts_difference"] < 1e-6
 
 
 @pytest.mark.notebooks

@@ -62,7 +62,6 @@ CELLS = {
         "check": (ALL,),
     },
     "stage2_update": {
-        "local-means": ("padding_is_never_an_observation", "batch_is_placed_on_the_mesh", "gradient_on_a_full_batch"),
         "batch": ("initial_state_fields", "next_batch_returns_a_new_state", "batch_is_placed_on_the_mesh"),
         "gradient": (
             "gradient_on_a_full_batch",
@@ -77,7 +76,7 @@ CELLS = {
             "replicas_agree",
         ),
         "singleton": ("gradient_on_tail_batches", "empty_device_contributes_zeros"),
-        "stablehlo stablehlo-checks": ("step_is_sharded", "loss_on_full_and_tail_batches"),
+        "stablehlo": ("step_is_sharded", "loss_on_full_and_tail_batches"),
         "check": (ALL,),
     },
     "stage3a_checkpoint": {

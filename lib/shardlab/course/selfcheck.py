@@ -180,43 +180,39 @@ QUESTIONS = (
             ],
             "a",
             "A mean of local means weights every device equally; the global mean weights every row equally. They "
-            "agree exactly when the counts are equal, as the mask with one valid row per device showed, and part "
-            "when they differ, as the first batch's counts showed.",
+            "agree exactly when the counts are equal, as the mask with one valid row per device showed for the mean "
+            "target, and part when they differ, as the first batch's counts showed; a gradient is a mean too.",
             "local_means",
             (
                 "local-means",
                 "Local means, or one global mean?",
-                "the line under the first batch's local means: the same pieces with one valid row on each device",
+                "the line under the first batch's local means: the same sums with one valid row on each device",
                 r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means is off by up to 0\.0e\+00",
             ),
         ),
         (
-            "Suppose `global_count` returned jax.lax.psum(mask_block, 'data'), the (2,) block summed over the "
-            "devices without jnp.sum, still under out_specs=P(). What would `everywhere` give for the first "
-            "batch's mask?",
+            "Suppose a shard_map over the first batch's mask returned jax.lax.psum(m_block, 'data'), each device's "
+            "(2,) block summed over the devices without jnp.sum, under out_specs=P(). What would it give?",
             [
-                "7.0, as before: psum counts every valid row",
+                "7.0: psum counts every valid row",
                 "[4.0, 3.0]: psum adds the four blocks entry by entry, and every device holds that (2,) sum",
                 "the eight mask values side by side: out_specs=P() gathers the blocks",
             ],
             "b",
             "psum adds what each device holds, entry by entry, whatever its shape: the blocks [1, 1], [1, 1], "
-            "[1, 1] and [1, 0] add to [4, 3], the valid rows among the devices' first slots and among their second. "
-            "Under P() every device holds that one sum; laying the blocks side by side is out_specs=P('data')'s work, "
-            "as per_device showed.",
+            "[1, 1] and [1, 0] (valid rows per device 2, 2, 2, 1, filled in order) add to [4, 3], the valid rows "
+            "among the devices' first slots and among their second. Under P() every device holds that one sum; "
+            "laying the blocks side by side is out_specs=P('data')'s work, as per_device showed.",
             "shard_map",
             (
                 "shard-map",
                 "One collective, on a small example",
-                "the mask's (2,) blocks device by device, the count of each block, their psum held by every device "
-                "under out_specs=P(), the psum'd count laid out under out_specs=P('data'), and the refusal of "
-                "out_specs=P()",
-                r"(?s)(?=.*the mask's \(2,\) blocks, device by device: "
-                r"\[\[1\.0, 1\.0\], \[1\.0, 1\.0\], \[1\.0, 1\.0\], \[1\.0, 0\.0\]\])"
-                r"(?=.*per_device: \[2\.0, 2\.0, 2\.0, 1\.0\], sharding P\('data',\))"
-                r"(?=.*everywhere: 7\.0, sharding P\(\), on 4 devices)"
-                r"(?=.*the psum'd count under out_specs=P\('data'\): \[7\.0, 7\.0, 7\.0, 7\.0\])"
-                r"(?=.*out_specs=P\(\): ValueError)",
+                "each device's count laid side by side under out_specs=P('data'), the psum'd mean held by every device "
+                "under out_specs=P(), and the refusal of an unreduced value under out_specs=P()",
+                r"(?s)(?=.*per_device: counts \[2\.0, 2\.0, 2\.0, 1\.0\], sums of targets \[[^]]*\], "
+                r"sharding P\('data',\))"
+                r"(?=.*everywhere: the mean target -?\d+\.\d+, sharding P\(\), on 4 devices)"
+                r"(?=.*out_specs=P\(\), no psum: ValueError)",
             ),
         ),
         (
@@ -235,10 +231,10 @@ QUESTIONS = (
             (
                 "singleton",
                 "A singleton batch",
-                "the lines on the one-row batch: which devices hold pieces that are all zero, and whether the step's "
-                "gradient is finite and that row's",
-                r"observed: in the one-row batch \(.*\), devices \[1, 2, 3\] hold pieces that are all zero;.*\n"
-                r"the step's gradient is finite",
+                "the lines on the one-row batch: which devices hold a zero count and a zero sum, and whether the "
+                "step's gradient is finite and that row's",
+                r"observed: the one-row batch \(.*\) has valid rows per device \[1, 0, 0, 0\]; in per_device, "
+                r"devices \[1, 2, 3\] hold count 0 and sum 0.*\nthe step's gradient is finite",
             ),
         ),
     ),

@@ -379,11 +379,11 @@ TAUGHT_IN = {
 NOT_ASKED = {
     "initial": (
         "Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold "
-        'a NaN (stage 1\'s "Bad input is refused"); yours is only ever given valid data.'
+        "a NaN; yours is only ever given valid data."
     ),
     "next_batch": (
-        "Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "
-        '"Bad input is refused"); yours is only ever given batch sizes from 1 up.'
+        "Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it; yours is "
+        "only ever given batch sizes from 1 up."
     ),
 }
 

@@ -64,8 +64,8 @@ def initial(seed: int, data, mesh: Mesh) -> dict:
     - rule:plain-tuple-data: data is any (features, targets) pair of float32 arrays: the course's Dataset or a plain
       tuple.
     - rule:any-mesh: the mesh may hold 1, 2, 3 or 4 devices; nothing may assume four.
-    Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold a NaN
-    (stage 1's "Bad input is refused"); yours is only ever given valid data.
+    Not asked of yours: refusing bad input. The course's own initial refuses data whose rows disagree or hold a NaN;
+    yours is only ever given valid data.
     """
     raise _todo("initial", 1, "the state at step 0")
 
@@ -90,8 +90,8 @@ def next_batch(state: dict, data, batch_size: int, mesh: Mesh) -> tuple[dict, Ba
     - rule:placed-batch: features are placed with P('data', None), targets and mask with P('data'), on the mesh given.
     - rule:new-state: a new state dict of the six fields (no other) is returned; the caller's dict and its arrays are
       never changed, and step is left alone.
-    Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it (stage 1's "Bad
-    input is refused"); yours is only ever given batch sizes from 1 up.
+    Not asked of yours: refusing a batch size of 0 or below. The course's own next_batch refuses it; yours is only ever
+    given batch sizes from 1 up.
     """
     raise _todo("next_batch", 1, "the next ids, padded and placed")
 
