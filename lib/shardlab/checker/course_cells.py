@@ -103,6 +103,7 @@ CELLS = {
             "eager_step_is_the_unjitted_mapped_body",
             "eager_step_matches_numpy",
         ),
+        "all-reduces": ("compiled_step_lowers_and_compiles", "step_is_sharded"),
         "capture gate capture_change": ("transition_is_one_batch_and_one_update", "replay_is_deterministic"),
     },
     "stage3c_orbax_lesson": {

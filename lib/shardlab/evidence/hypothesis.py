@@ -244,7 +244,7 @@ def worked_example(breakdown: list[dict]) -> dict:
     each = ", ".join(f"{row['jitted_dispatch_ms']:.3f}" for row in breakdown)
     because = (
         f"jitted_dispatch takes {dispatch:.3f} ms by median over the first trace's {len(breakdown)} transitions "
-        f"({each} ms, transition 1 first, the one walked event by event above), over {calls} jitted "
+        f"({each} ms, transition 1 first), over {calls} jitted "
         f"call{'s' * (calls != 1)} per transition, each dispatched on its own; one call should remove at least "
         f"half of that, {threshold:.3f} ms"
     )
