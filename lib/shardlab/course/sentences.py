@@ -451,12 +451,12 @@ SENTENCES = {
             FUSED_PAIR,
             "fused_stats, one collective per dispatch, was slower per step than fused_psum, one per step, beyond the "
             "spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms ({p_lo:.3g}–{p_hi:.3g}). "
-            "Its one collective carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
+            "Its one collective carries every step's d × d matrix A (section 3), where fused_psum's carries d + 2 "
             "numbers a step.",
             "fused_stats, one collective per dispatch, was neither faster nor slower per step than fused_psum, one per "
             "step, beyond the spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms "
             "({p_lo:.3g}–{p_hi:.3g}), middle halves overlapping. Fewer collectives did not show as a faster step "
-            "here: the one it keeps carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
+            "here: the one it keeps carries every step's d × d matrix A (section 3), where fused_psum's carries d + 2 "
             "numbers a step.",
         ),
         "speedup_below_1x_<loop>": _s(
