@@ -641,6 +641,19 @@ SENTENCES = {
             "cause, not measured here: the two processes' all-reduces add the same numbers in another order, and "
             "float32 addition depends on the order.",
         ),
+        "supervised_goodput": _s(
+            "s >= 0.5 * t",
+            {
+                "g": "several_failures.goodput.productive_fraction",
+                "p": "several_failures.goodput.productive",
+                "s": "several_failures.goodput.startup",
+                "t": "several_failures.goodput.total",
+            },
+            "Goodput, the productive steps' share of the wall time: {g:.1%} ({p:.2f} of {t:.1f} s). Start-up took "
+            "{s:.1f} s, most of it: a ten-step run on one host is mostly launching processes, not stepping.",
+            "Goodput, the productive steps' share of the wall time: {g:.1%} ({p:.2f} of {t:.1f} s). Start-up took "
+            "{s:.1f} s, less than half of it.",
+        ),
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
             {"d": "skipped_batch.detect_s", "t": "skipped_batch.timeout_s", "p": "skipped_batch.pulse_window_s"},
@@ -945,6 +958,12 @@ def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_pro
 def supervised_match(path: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether drill 1's joined attempts matched the control bit for bit, with both largest gaps if not."""
     return chosen(notebook, "supervised_path_match", w=path["max_weight_diff"], l=path["max_loss_diff"])
+
+
+def supervised_goodput(ledger: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: drill 1's goodput (productive share of the wall time) and how much of the wall time start-up took."""
+    values = {"g": ledger["productive_fraction"], "p": ledger["productive"], "s": ledger["startup"]}
+    return chosen(notebook, "supervised_goodput", **values, t=ledger["total"])
 
 
 def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:
