@@ -269,17 +269,6 @@ def test_a_ridge_penalty_keeps_the_statistics_sufficient_and_a_logistic_loss_doe
     only_right("stage4b_beyond", "3", "L2 penalty")
 
 
-def test_two_megaflop_and_half_a_megabyte_sit_under_the_byte_roof():
-    from shardlab.perf import roofline
-
-    roofs = {"flops_per_s": 200e9, "bytes_per_s": 40e9}
-    flop_ms, byte_ms = 2e6 / 200e9 * 1e3, 0.5e6 / 40e9 * 1e3  # by hand: 0.01 ms and 0.0125 ms
-    point = roofline.point({"flops": 2e6, "bytes_accessed": 0.5e6}, 0.05, roofs)
-    assert point["flop_roof_ms"] == pytest.approx(flop_ms) and point["byte_roof_ms"] == pytest.approx(byte_ms)
-    assert point["measured_over_roofline"] == pytest.approx(0.05 / max(flop_ms, byte_ms)) == pytest.approx(4.0)
-    only_right("stage4b_beyond", "4", "the byte roof (0.0125 ms), ratio 4")
-
-
 def test_of_three_living_controllers_the_one_with_a_later_digest_is_named_as_skipping(monkeypatch):
     import threading
 

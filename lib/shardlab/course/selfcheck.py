@@ -627,28 +627,9 @@ QUESTIONS = (
             (
                 "fused_stats_body",
                 "The fused loop",
-                "the algebra above the lines of fused_stats that reduce every step's statistics at once; section 4 "
+                "the algebra above the lines of fused_stats that reduce every step's statistics at once; section 3 "
                 "says which losses allow it",
                 r"one all-reduce for all K steps",
-            ),
-        ),
-        (
-            "A step does 2 MFLOP and moves 0.5 MB by XLA's count, on roofs of 200 GFLOP/s and 40 GB/s, and took "
-            "0.05 ms. Which roof bounds it, and what is measured / roofline?",
-            [
-                "the FLOP roof (0.01 ms), ratio 5",
-                "the byte roof (0.0125 ms), ratio 4",
-                "neither: 0.05 ms is above both, so the ratio is 1",
-            ],
-            "b",
-            "2e6 / 200e9 s = 0.01 ms and 0.5e6 / 40e9 s = 0.0125 ms: the roofline is the larger, the bytes', and "
-            "0.05 / 0.0125 = 4, as the table's columns compute each step's ratio.",
-            "roofline",
-            (
-                "roofline",
-                "3. The roofline",
-                "the table's FLOP-roof, byte-roof and measured / roofline columns",
-                r"FLOP-roof ms \| byte-roof ms \| measured / roofline",
             ),
         ),
     ),

@@ -451,12 +451,12 @@ SENTENCES = {
             FUSED_PAIR,
             "fused_stats, one collective per dispatch, was slower per step than fused_psum, one per step, beyond the "
             "spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms ({p_lo:.3g}–{p_hi:.3g}). "
-            "Its one collective carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
+            "Its one collective carries every step's d × d matrix A (section 3), where fused_psum's carries d + 2 "
             "numbers a step.",
             "fused_stats, one collective per dispatch, was neither faster nor slower per step than fused_psum, one per "
             "step, beyond the spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms "
             "({p_lo:.3g}–{p_hi:.3g}), middle halves overlapping. Fewer collectives did not show as a faster step "
-            "here: the one it keeps carries every step's d × d matrix A (section 4), where fused_psum's carries d + 2 "
+            "here: the one it keeps carries every step's d × d matrix A (section 3), where fused_psum's carries d + 2 "
             "numbers a step.",
         ),
         "speedup_below_1x_<loop>": _s(
@@ -640,6 +640,19 @@ SENTENCES = {
             "Not bit for bit ({l:.1e} in a loss, {w:.1e} in a weight), though the ids are the control's. The likely "
             "cause, not measured here: the two processes' all-reduces add the same numbers in another order, and "
             "float32 addition depends on the order.",
+        ),
+        "supervised_goodput": _s(
+            "s >= 0.5 * t",
+            {
+                "g": "several_failures.goodput.productive_fraction",
+                "p": "several_failures.goodput.productive",
+                "s": "several_failures.goodput.startup",
+                "t": "several_failures.goodput.total",
+            },
+            "Goodput, the productive steps' share of the wall time: {g:.1%} ({p:.2f} of {t:.1f} s). Start-up took "
+            "{s:.1f} s, most of it: a ten-step run on one host is mostly launching processes, not stepping.",
+            "Goodput, the productive steps' share of the wall time: {g:.1%} ({p:.2f} of {t:.1f} s). Start-up took "
+            "{s:.1f} s, less than half of it.",
         ),
         "skip_stop_time": _s(
             "abs(d - (t + p)) <= 2",
@@ -945,6 +958,12 @@ def world_match(world: str, max_weight_diff: float, notebook: str = "stage5a_pro
 def supervised_match(path: dict, notebook: str = "stage5a_protocol") -> str:
     """Stage 5a: whether drill 1's joined attempts matched the control bit for bit, with both largest gaps if not."""
     return chosen(notebook, "supervised_path_match", w=path["max_weight_diff"], l=path["max_loss_diff"])
+
+
+def supervised_goodput(ledger: dict, notebook: str = "stage5a_protocol") -> str:
+    """Stage 5a: drill 1's goodput (productive share of the wall time) and how much of the wall time start-up took."""
+    values = {"g": ledger["productive_fraction"], "p": ledger["productive"], "s": ledger["startup"]}
+    return chosen(notebook, "supervised_goodput", **values, t=ledger["total"])
 
 
 def uninterrupted_match(against: dict, notebook: str = "stage5a_protocol") -> str:

@@ -128,11 +128,6 @@ DIGITS = {
 }  # decimals each step's measured/roofline ratio gets
 
 
-def shown_ratio(name: str, point_: dict) -> str:
-    """A step's measured/roofline ratio as every table and sentence shows it: one rounding, from the one value."""
-    return f"{point_['measured_over_roofline']:.{DIGITS[name]}f}"
-
-
 def gap(points: dict) -> float:
     """How many times the course update's measured/roofline ratio is the larger of the two fused steps'."""
     fused_most = max(points["fused_psum"]["measured_over_roofline"], points["fused_stats"]["measured_over_roofline"])
