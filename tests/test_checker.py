@@ -475,6 +475,11 @@ MISTAKES = {
         ["cause:count-offset", "not by the count 1"],
     ),
     "loss_as_a_norm_squared": (2, "count_is_exact_on_a_large_batch", ["cause:loss-numerator-rounds", "on 1 device(s)"]),
+    "count_from_the_mask_mean": (
+        2,
+        "count_is_exact_on_a_large_batch",
+        ["cause:count-offset", "not by the count 32", "in 164 slots on 4 device(s)"],
+    ),
     "restore_touches_the_file": (
         3,
         "restore_returns_every_field",

@@ -260,14 +260,17 @@ def count_is_exact_on_a_large_batch(ctx):
     )
 
 
-# (devices, slots, valid rows): counts and slots per device that are powers of two (a mean over a device's slots, then
-# over the devices, is exact then too), 4 and 8 slots on the four devices (shapes the other checks of this stage
-# compile) and 8 on one device (one compilation more: a loss numerator that rounds shows there), padding after. On
-# small integer data every product and sum of the course's formula is an integer below 2^24 and the division by such
+# (devices, slots, valid rows): counts that are powers of two, in 4 and 8 slots on the four devices (shapes the other
+# checks of this stage compile) and 8 on one device (one compilation more: a loss numerator that rounds shows there),
+# padding after. On small integer data every product and sum of the course's formula is an integer below 2^24 and the division by such
 # a count only moves the binary point, so the global masked mean is a float32 number and every correct order of the
 # course's operations (a psum of numerators, a pmean of shares, a product by 1/N) gives it exactly: any difference,
 # however small, is a division by something other than the count or a numerator that rounds.
-EXACT_BATCHES = ((4, 4, 1), (4, 4, 2), (4, 4, 4), (4, 8, 8), (1, 8, 1), (1, 8, 2), (1, 8, 4), (1, 8, 8))
+# One batch more has 41 slots a device (164 in all) and 32 valid rows, all on the first device: the count is a power of
+# two but the slots are not, so a count made from the mask's mean times the slots (32 / 41 * 41) rounds in float32
+# where a sum of the mask does not. The rule asks for exactness wherever the count is a power of two, whatever the
+# slots.
+EXACT_BATCHES = ((4, 4, 1), (4, 4, 2), (4, 4, 4), (4, 8, 8), (1, 8, 1), (1, 8, 2), (1, 8, 4), (1, 8, 8), (4, 164, 32))
 EXACT_DRAWS = 2  # data drawn per batch: a rounding that happens to land on the exact value rarely does twice
 # The rule's exactness is the global count's: a power of two in all (32 valid rows), spread over the four devices as
 # 13, 13, 6 and 0 (13 slots each, padding after). A device's own count of 13 is no power of two, so a mean taken per
@@ -333,8 +336,9 @@ def _exact_where_the_mean_is_exact(ctx) -> None:
             why = (
                 f"the outputs are the numerators divided by {divisor:.9g}, not by the count {count:g}: something was "
                 "added to the count or it was rounded (an epsilon 'against division by zero': a batch holds at least "
-                "one valid row, so the count is never 0) -> divide both numerators by the global count itself"
-                + formulas.mark("global-mean", cause="count-offset")
+                "one valid row, so the count is never 0; or a count made from the mask's mean times the slots, "
+                "which rounds when the slots are no power of two) -> sum the mask over the devices and divide both "
+                "numerators by that global count itself" + formulas.mark("global-mean", cause="count-offset")
             )
         elif grad_exact:
             why = (

@@ -187,8 +187,9 @@ RULES = (
     Rule(
         "contract-pins",
         "contract",
-        "the contract changes with the seed, batch size, learning rate, decay, device count, shapes, dtypes and "
-        "every byte of the data, read again at every call (arrays changed in place since an earlier call included)",
+        "the contract changes with the seed, batch size, learning rate, decay, device count, shapes and every byte "
+        "of the data as the run trains on it (float32: data given in another dtype is converted first, as initial "
+        "does), read again at every call (arrays changed in place since an earlier call included)",
         ("contract_pins_the_experiment", "random_contract_tells_apart"),
     ),
     Rule(

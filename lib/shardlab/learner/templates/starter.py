@@ -141,9 +141,9 @@ def contract(data, config: Config) -> dict:
     """Return everything that must match for a checkpoint to continue *this* experiment, as plain data.
 
     Rules:
-    - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes,
-      dtypes and every byte of the data, read again at every call (arrays changed in place since an earlier call
-      included).
+    - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes and
+      every byte of the data as the run trains on it (float32: data given in another dtype is converted first, as
+      initial does), read again at every call (arrays changed in place since an earlier call included).
     - rule:contract-exact: every entry is exact: a learning rate or decay one float64 step apart (the next Python float)
       is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
