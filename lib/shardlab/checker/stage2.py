@@ -262,10 +262,10 @@ def count_is_exact_on_a_large_batch(ctx):
 
 # (devices, slots, valid rows): counts that are powers of two, in 4 and 8 slots on the four devices (shapes the other
 # checks of this stage compile) and 8 on one device (one compilation more: a loss numerator that rounds shows there),
-# padding after. On small integer data every product and sum of the course's formula is an integer below 2^24 and
-# the division by such a count only moves the binary point, so the global masked mean is a float32 number and every
-# correct order of the course's operations (a psum of numerators, a pmean of shares, a product by 1/N) gives it exactly: any difference,
-# however small, is a division by something other than the count or a numerator that rounds.
+# padding after. On small integer data every product and sum of the course's formula is an integer below 2^24 and the
+# division by such a count only moves the binary point, so the global masked mean is a float32 number and every correct
+# order of the course's operations (a psum of numerators, a pmean of shares, a product by 1/N) gives it exactly: any
+# difference, however small, is a division by something other than the count or a numerator that rounds.
 # One batch more has 41 slots a device (164 in all) and 32 valid rows, all on the first device: the count is a power of
 # two but the slots are not, so a count made from the mask's mean times the slots (32 / 41 * 41) rounds in float32
 # where a sum of the mask does not. The rule asks for exactness wherever the count is a power of two, whatever the
