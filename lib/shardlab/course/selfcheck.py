@@ -187,7 +187,8 @@ QUESTIONS = (
                 "local-means",
                 "Local means, or one global mean?",
                 "the line under the first batch's local means: the same sums with one valid row on each device",
-                r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means is off by up to 0\.0e\+00",
+                r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means and the global mean differ by "
+                r"0\.0e\+00",
             ),
         ),
         (
