@@ -181,13 +181,14 @@ QUESTIONS = (
             "a",
             "A mean of local means weights every device equally; the global mean weights every row equally. They "
             "agree exactly when the counts are equal, as the mask with one valid row per device showed for the mean "
-            "target, and part when they differ, as the first batch's counts showed; a gradient is a mean too.",
+            "target, and differ when the counts differ, as the first batch's counts showed; a gradient is a mean too.",
             "local_means",
             (
                 "local-means",
                 "Local means, or one global mean?",
                 "the line under the first batch's local means: the same sums with one valid row on each device",
-                r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means is off by up to 0\.0e\+00",
+                r"\[1, 0, 1, 0, 1, 0, 1, 0\], equal counts: the mean of local means and the global mean differ by "
+                r"0\.0e\+00",
             ),
         ),
         (
@@ -207,12 +208,14 @@ QUESTIONS = (
             (
                 "shard-map",
                 "One collective, on a small example",
-                "each device's count laid side by side under out_specs=P('data'), the psum'd mean held by every device "
-                "under out_specs=P(), and the refusal of an unreduced value under out_specs=P()",
-                r"(?s)(?=.*per_device: counts \[2\.0, 2\.0, 2\.0, 1\.0\], sums of targets \[[^]]*\], "
+                "the mask's block on each device, each device's count laid side by side under out_specs=P('data'), the "
+                "psum'd mean held by every device under out_specs=P(), and the refusal of an unreduced value under "
+                "out_specs=P()",
+                r"(?s)(?=.*the mask's block on each device: \[\[1, 1\], \[1, 1\], \[1, 1\], \[1, 0\]\])"
+                r"(?=.*per_device: counts \[2\.0, 2\.0, 2\.0, 1\.0\], sums of targets \[[^]]*\], "
                 r"sharding P\('data',\))"
                 r"(?=.*everywhere: the mean target -?\d+\.\d+, sharding P\(\), on 4 devices)"
-                r"(?=.*out_specs=P\(\), no psum: ValueError)",
+                r"(?=.*out_specs=P\(\), no psum, this batch's mask: ValueError)",
             ),
         ),
         (
@@ -877,9 +880,10 @@ def verdict(result: dict) -> str:
     if not result["answered"]:
         return (
             f"Not answered yet: write your letters into `choices` (e.g. {{'1': 'a'}}) and run the cell again. "
-            f"Pass mark {PASS_MARK:.0%}{_needed(result)}."
+            f"Pass mark {PASS_MARK:.0%}, rounded up to whole questions{_needed(result)}."
         )
-    line = f"Score {result['correct']}/{result['questions']} ({result['fraction']:.0%}); pass mark {PASS_MARK:.0%}"
+    line = f"Score {result['correct']}/{result['questions']} ({result['fraction']:.0%}); "
+    line += f"pass mark {PASS_MARK:.0%}, rounded up"
     line += f"{_needed(result)}: "
     line += "passed." if result["passed"] else "not yet passed."
     if result["unanswered"]:

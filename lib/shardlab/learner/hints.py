@@ -34,7 +34,8 @@ HINTS = {
         "shorter remainder. Move the cursor by the number of ids taken.",
         "Pad to the smallest multiple of mesh.size that holds the rows (-(-rows // devices) * devices); the mask "
         "is 1.0 for the first `rows` slots, 0.0 after, whatever the values. Place features with "
-        "NamedSharding(mesh, P(AXIS, None)), targets and mask with P(AXIS).",
+        "NamedSharding(mesh, P(AXIS, None)), targets and mask with P(AXIS) (AXIS = 'data', the starter's name for "
+        "the mesh axis).",
         "Full recipe: copy the fields you change; if cursor == n: key, subkey = jax.random.split(key); order = "
         "jax.random.permutation(subkey, n); key, order = np.asarray(key), np.asarray(order) (they stay on the "
         "host); cursor = 0. ids = order[cursor:cursor + batch_size]; slots = "
@@ -48,8 +49,9 @@ HINTS = {
         "Each device computes three sums on its rows: its valid count, 2 * sum m_i x_i r_i and sum m_i r_i^2 "
         "(r_i = x_i.w - y_i, padding selected out with the mask). Add each over the devices, then divide once "
         "by the global count: never average per-device means.",
-        "Inside jax.shard_map over AXIS, jax.lax.psum the three sums. in_specs (P(AXIS, None), P(AXIS), P(AXIS), "
-        "P(), P()); out_specs P() for all four outputs. Loss first, then v <- decay * v + grad, w <- w - "
+        "Inside jax.shard_map over AXIS (= 'data', the mesh axis), jax.lax.psum the three sums. in_specs "
+        "(P(AXIS, None), P(AXIS), P(AXIS), P(), P()); out_specs P() for all four outputs. Loss first, then "
+        "v <- decay * v + grad, w <- w - "
         "learning_rate * v with the arguments make_step was given.",
         "Full recipe: def body(x, y, m, w, v): valid = m > 0; r = jnp.where(valid, x @ w - y, 0.0); n = "
         "psum(sum(valid)); g = psum(2 * jnp.where(valid[:, None], x, 0).T @ r) / n; loss = psum(r @ r) / n; v = "
