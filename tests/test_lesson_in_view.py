@@ -372,8 +372,15 @@ def test_stage3_shows_the_npz_members_and_the_restore_target(run_dir):
     saved = results(run_dir, "stage3a_checkpoint")
     with zipfile.ZipFile(run_dir / saved["checkpoint"]["file"]) as archive:
         on_disk = {info.filename: info.file_size for info in archive.infolist()}
-    rows = table(visible(tagged(executed(run_dir, "stage3a_checkpoint"), "npz-members")))
+        starts = {name: archive.read(name)[:12] for name in on_disk}  # magic, version, then the header's length
+    shown = visible(tagged(executed(run_dir, "stage3a_checkpoint"), "npz-members"))
+    rows = table(shown)
     assert {r[0]: int(r[3]) for r in rows} == on_disk
+    # independently: each .npy header's size read from its own bytes (10 or 12 fixed bytes, then the length given)
+    fixed = {name: (10, int.from_bytes(b[8:10], "little")) if b[6] == 1 else (12, int.from_bytes(b[8:12], "little"))
+             for name, b in starts.items()}  # fmt: skip
+    headers = sorted({sum(f) for f in fixed.values()})
+    assert f"its .npy header ({' or '.join(map(str, headers))} bytes here)" in shown, shown
     assert {f"{f}.npy" for f in ("weights", "momentum", "key", "order", "cursor", "step")} <= set(on_disk)
     with np.load(run_dir / saved["checkpoint"]["file"], allow_pickle=False) as npz:
         assert {r[0]: r[1] for r in rows} == {f"{k}.npy": str(npz[k].dtype) for k in npz.files}

@@ -1137,21 +1137,6 @@ def fault_ranking(errors: dict, original: dict | None = None, notebook: str = "s
     return "\n".join(said)
 
 
-def fault_order_as_original(errors: dict, course: dict, notebook: str = "stage3a_checkpoint") -> str:
-    """Stage 3a's lines after the fault table: the original course's final-weight errors (`course`: by setting, then
-    fault; a "none" entry is left out), then one line setting each setting's order in this run beside the original's."""
-    original = {s: {f: float(e) for f, e in course.get(s, {}).items() if f != "none"} for s in errors}
-    if any(sorted(original[s]) != sorted(errors[s]) or len(errors[s]) != 3 for s in errors):
-        raise UsageError(f"the original course's errors name other settings or faults: {course!r}")
-    figures = "; ".join(f"{s} " + ", ".join(f"{f} {e:.3g}" for f, e in o.items()) for s, o in original.items())
-    said = []
-    for s, found in errors.items():
-        p, q, r = sorted(original[s], key=lambda fault: -original[s][fault])  # the original's order
-        kept = {v: float(found[f]) for v, f in (("p", p), ("q", q), ("r", r))}
-        said.append(chosen(notebook, "fault_order_as_original_<s>", {"s": s, "p": p, "q": q, "r": r}, **kept))
-    return f"The original course's max |Δw|, on its own fixture: {figures}.\n" + "\n".join(said)
-
-
 def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     """Stage 4a's sentence on the order of the three warm medians, read with their middle halves, then their ratios."""
     c4, c1 = timing["compiled_4dev"], timing["compiled_1dev"]
