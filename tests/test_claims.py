@@ -282,6 +282,22 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
+# the small capture's three calls of one compiled function: one executed run (the first call 23x the last), then
+# calls within twice of each other, then a first call at exactly twice the last (not more than twice)
+EXAMPLE_CALLS = {"run": [4.271, 1.954, 0.184], "even": [0.21, 0.19, 0.18], "twice": [0.4, 0.3, 0.2]}
+
+
+@pytest.mark.parametrize("case", sorted(EXAMPLE_CALLS))
+def test_the_example_capture_says_more_than_twice_only_when_the_first_call_is(tmp_path, case):
+    tiny_ms = EXAMPLE_CALLS[case]
+    text = sentences.example_calls(tiny_ms)
+    found = filed(tmp_path, "stage4a_profile", {"trace_example": {"tiny_ms": tiny_ms}})
+    first, last = tiny_ms[0], tiny_ms[-1]  # by hand: the claim reads the first and the last call only
+    assert f"the first call took {first:.3f} ms, the last {last:.3f} ms" in text, text
+    assert ("more than twice as long" in text and "not more than" not in text) == (first > 2 * last), text
+    assert found["claims"]["example_calls"]["holds"] == (case == "run")
+
+
 def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
     # 2.9444 / 2.4440 = 1.2047: a ratio of medians first rounded to 1.205 would be shown as 1.21
     slow = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9444, "q3_ms": 3.1}

@@ -260,6 +260,17 @@ SENTENCES = {
             + "."
             + _WHY_PARTS,
         ),
+        "example_calls": _s(
+            "f > 2 * l",
+            {"f": "trace_example.tiny_ms.0", "l": "trace_example.tiny_ms.-1"},
+            "Section 2's small capture called the same compiled `tiny` (which cannot recompile) three times: the "
+            "first call took {f:.3f} ms, the last {l:.3f} ms, more than twice as long. Single calls under the "
+            "profiler can vary that much with nothing recompiled, so the traces here are read by median and middle "
+            "half over several transitions, never by one call.",
+            "Section 2's small capture called the same compiled `tiny` (which cannot recompile) three times: the "
+            "first call took {f:.3f} ms, the last {l:.3f} ms, not more than twice as long. Single calls still vary, "
+            "so the traces here are read by median and middle half over several transitions, never by one call.",
+        ),
         "capture_drift": _s(
             "2 * abs(b - r) >= abs(c)",
             {"b": "change.baseline_first_ms", "r": "change.reach_ms", "c": "change.cut_ms"},
@@ -1186,6 +1197,11 @@ def _dominance_values(dominant: dict) -> dict:
         values.update({short: dominant[f"median_{name}_ms"], f"{short}_lo": dominant[f"q1_{name}_ms"]})
         values[f"{short}_hi"] = dominant[f"q3_{name}_ms"]
     return {**values, "k": dominant["prepare_longer_in"], "n": dominant["transitions"]}
+
+
+def example_calls(tiny_ms: list, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on section 2's small capture: the first and last call of one compiled function."""
+    return chosen(notebook, "example_calls", f=tiny_ms[0], l=tiny_ms[-1])
 
 
 def capture_drift(outcome: dict, notebook: str = "stage4a_profile") -> str:
