@@ -263,11 +263,11 @@ SENTENCES = {
         "example_calls": _s(
             "f > 2 * l",
             {"f": "trace_example.tiny_ms.0", "l": "trace_example.tiny_ms.-1"},
-            "Section 2's small capture called the same compiled `tiny` (which cannot recompile) three times: the "
+            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): the "
             "first call took {f:.3f} ms, the last {l:.3f} ms, more than twice as long. Single calls under the "
             "profiler can vary that much with nothing recompiled, so the traces here are read by median and middle "
             "half over several transitions, never by one call.",
-            "Section 2's small capture called the same compiled `tiny` (which cannot recompile) three times: the "
+            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): the "
             "first call took {f:.3f} ms, the last {l:.3f} ms, not more than twice as long. Single calls still vary, "
             "so the traces here are read by median and middle half over several transitions, never by one call.",
         ),
