@@ -200,10 +200,9 @@ DOMINANCE_NAMES = ["prepare_longer", "update_longer"]  # the last one's other se
 EXAMPLE_TARGET_NAMES = ["example_target_longer", "example_target_shorter"]
 _HALVES = "prepare_and_place {p_lo:.3f}–{p_hi:.3f} ms, compiled_update_and_wait {u_lo:.3f}–{u_hi:.3f} ms"
 _WHY_PARTS = (
-    " Within it, the change replaces the sampler's draw: the draw's jitted calls are jitted_dispatch, and its copies "
-    "back to the host and the waits for them fall in other, so the target is both parts. The threshold is sized from "
-    "jitted_dispatch alone, the part the trace counts call by call: other, though larger, also holds the gathering "
-    "and padding the change leaves alone, so this trace cannot say how much of it the change removes."
+    " The change replaces the sampler's draw: its jitted calls fall in jitted_dispatch, its copies back to the host "
+    "in other, so the target is both parts. The threshold is sized from jitted_dispatch alone: other also holds "
+    "gathering and padding the change leaves alone, so this trace cannot say how much of other goes."
 )
 _WHY_COUNT = (
     "the first trace counts the jitted calls inside prepare_and_place, one per dispatch, so their cut can be sized "
