@@ -260,15 +260,16 @@ SENTENCES = {
             + _WHY_PARTS,
         ),
         "example_calls": _s(
-            "f > 2 * l",
-            {"f": "trace_example.tiny_ms.0", "l": "trace_example.tiny_ms.-1"},
-            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): the "
-            "first call took {f:.3f} ms, the last {l:.3f} ms, more than twice as long. Single calls under the "
-            "profiler can vary that much with nothing recompiled, so the traces here are read by median and middle "
-            "half over several transitions, never by one call.",
-            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): the "
-            "first call took {f:.3f} ms, the last {l:.3f} ms, not more than twice as long. Single calls still vary, "
-            "so the traces here are read by median and middle half over several transitions, never by one call.",
+            "hi > 2 * lo",
+            {"lo": "trace_example.fastest_ms", "hi": "trace_example.slowest_ms"},
+            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): "
+            "the calls took from {lo:.3f} to {hi:.3f} ms, the slowest more than twice the fastest. Single calls under "
+            "the profiler can vary that much with nothing recompiled, so the traces here are read by median and "
+            "middle half over several transitions, never by one call.",
+            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): "
+            "the calls took from {lo:.3f} to {hi:.3f} ms, the slowest not more than twice the fastest. Single calls "
+            "still vary, so the traces here are read by median and middle half over several transitions, never by "
+            "one call.",
         ),
         "capture_drift": _s(
             "2 * abs(b - r) >= abs(c)",
@@ -1199,8 +1200,8 @@ def _dominance_values(dominant: dict) -> dict:
 
 
 def example_calls(tiny_ms: list, notebook: str = "stage4a_profile") -> str:
-    """Stage 4a's sentence on section 2's small capture: the first and last call of one compiled function."""
-    return chosen(notebook, "example_calls", f=tiny_ms[0], l=tiny_ms[-1])
+    """Stage 4a's sentence on section 2's small capture: the fastest and slowest call of one compiled function."""
+    return chosen(notebook, "example_calls", lo=min(tiny_ms), hi=max(tiny_ms))
 
 
 def capture_drift(outcome: dict, notebook: str = "stage4a_profile") -> str:
