@@ -282,6 +282,30 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 
 
+# the small capture's three calls of one compiled function: two executed runs (the first call 23x the last; the
+# middle call 34x faster than the others), then calls within twice of each other, then a spread of exactly twice
+EXAMPLE_CALLS = {
+    "run": [4.271, 1.954, 0.184],
+    "middle": [4.263, 0.124, 6.098],
+    "even": [0.21, 0.19, 0.18],
+    "twice": [0.2, 0.4, 0.3],
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXAMPLE_CALLS))
+def test_the_example_capture_says_more_than_twice_only_when_the_slowest_call_is(tmp_path, case):
+    tiny_ms = EXAMPLE_CALLS[case]
+    text = sentences.example_calls(tiny_ms)
+    recorded = {"tiny_ms": tiny_ms, "fastest_ms": min(tiny_ms), "slowest_ms": max(tiny_ms)}  # as the closing cell
+    found = filed(tmp_path, "stage4a_profile", {"trace_example": recorded})
+    fastest, slowest = sorted(tiny_ms)[0], sorted(tiny_ms)[-1]  # by hand, over every call, not the first and last
+    assert f"the calls took from {fastest:.3f} to {slowest:.3f} ms" in text, text
+    wide = slowest > 2 * fastest
+    assert wide == (case in ("run", "middle"))
+    assert ("the slowest more than twice" in text) == wide, text
+    assert found["claims"]["example_calls"]["holds"] == wide
+
+
 def test_a_phase_ratio_is_computed_from_unrounded_medians_and_rounded_once(tmp_path):
     # 2.9444 / 2.4440 = 1.2047: a ratio of medians first rounded to 1.205 would be shown as 1.21
     slow = {"process": 0, "q1_ms": 2.5, "median_ms": 2.9444, "q3_ms": 3.1}

@@ -545,7 +545,7 @@ QUESTIONS = (
             "change",
             (
                 "verdict",
-                "4. Make the change",
+                "4. The change",
                 "the sentence below the verdict table, in view (not folded): the target's move between captures, "
                 "beside the cut",
                 r"With no code changed, the target (moved between captures|went from)",
@@ -565,7 +565,7 @@ QUESTIONS = (
             "change",
             (
                 "verdict",
-                "4. Make the change",
+                "4. The change",
                 "the rule above the verdict table (inconclusive when the control moved by more than t), the table's "
                 "control row beside the threshold, and the verdicts in words",
                 r"verdict[^:\n]* on the effect: [^\n]+\n+[^\n]*verdict[^:\n]* on the mechanism: ",

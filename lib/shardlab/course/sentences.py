@@ -200,10 +200,9 @@ DOMINANCE_NAMES = ["prepare_longer", "update_longer"]  # the last one's other se
 EXAMPLE_TARGET_NAMES = ["example_target_longer", "example_target_shorter"]
 _HALVES = "prepare_and_place {p_lo:.3f}–{p_hi:.3f} ms, compiled_update_and_wait {u_lo:.3f}–{u_hi:.3f} ms"
 _WHY_PARTS = (
-    " Within it, the change replaces the sampler's draw: the draw's jitted calls are jitted_dispatch, and its copies "
-    "back to the host and the waits for them fall in other, so the target is both parts. The threshold is sized from "
-    "jitted_dispatch alone, the part the trace counts call by call: other, though larger, also holds the gathering "
-    "and padding the change leaves alone, so this trace cannot say how much of it the change removes."
+    " The change replaces the sampler's draw: its jitted calls fall in jitted_dispatch, its copies back to the host "
+    "in other, so the target is both parts. The threshold is sized from jitted_dispatch alone: other also holds "
+    "gathering and padding the change leaves alone, so this trace cannot say how much of other goes."
 )
 _WHY_COUNT = (
     "the first trace counts the jitted calls inside prepare_and_place, one per dispatch, so their cut can be sized "
@@ -259,6 +258,18 @@ SENTENCES = {
             + _WHY_COUNT
             + "."
             + _WHY_PARTS,
+        ),
+        "example_calls": _s(
+            "hi > 2 * lo",
+            {"lo": "trace_example.fastest_ms", "hi": "trace_example.slowest_ms"},
+            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): "
+            "the calls took from {lo:.3f} to {hi:.3f} ms, the slowest more than twice the fastest. Single calls under "
+            "the profiler can vary that much with nothing recompiled, so the traces here are read by median and "
+            "middle half over several transitions, never by one call.",
+            "The small capture above called the same compiled `tiny` three times (a `Compiled` cannot recompile): "
+            "the calls took from {lo:.3f} to {hi:.3f} ms, the slowest not more than twice the fastest. Single calls "
+            "still vary, so the traces here are read by median and middle half over several transitions, never by "
+            "one call.",
         ),
         "capture_drift": _s(
             "2 * abs(b - r) >= abs(c)",
@@ -1171,6 +1182,11 @@ def _dominance_values(dominant: dict) -> dict:
         values.update({short: dominant[f"median_{name}_ms"], f"{short}_lo": dominant[f"q1_{name}_ms"]})
         values[f"{short}_hi"] = dominant[f"q3_{name}_ms"]
     return {**values, "k": dominant["prepare_longer_in"], "n": dominant["transitions"]}
+
+
+def example_calls(tiny_ms: list, notebook: str = "stage4a_profile") -> str:
+    """Stage 4a's sentence on section 2's small capture: the fastest and slowest call of one compiled function."""
+    return chosen(notebook, "example_calls", lo=min(tiny_ms), hi=max(tiny_ms))
 
 
 def capture_drift(outcome: dict, notebook: str = "stage4a_profile") -> str:

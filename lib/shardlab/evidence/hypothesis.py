@@ -208,7 +208,7 @@ def stated(mine, transitions: list[dict], whose: str = "your hypothesis") -> dic
             f"{whose[0].upper() + whose[1:]}. Change: {entry['what']}.\n"
             f"Hypothesis: the median traced {read['target']} ({baseline:.3f} ms now) falls by at least "
             f"{float(threshold):.3f} ms, with identical ids, losses and weights; {read['control_label']}, which the "
-            "change does not touch, stays within its drift.\n"
+            f"change does not touch, moves by no more than that threshold, {float(threshold):.3f} ms.\n"
             f"Because: {because.strip()}"
         ),
     }
