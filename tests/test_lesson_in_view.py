@@ -582,20 +582,26 @@ def test_the_drill_steps_the_predictions_and_the_self_check_name_are_the_ones_th
     last = kill["resumed_from"] + kill["steps_lost"]  # by hand: the completed steps past the resume, counted on
     assert f"SIGKILLed after step {last}, inside step {last + 1}" in text
     step = int(found["preemption"]["cause"].removeprefix("preempted at step "))  # saved once the signal's step ended
-    assert f"SIGTERM after step {step - 1} (during step {step})" in text
+    assert f"SIGTERM during step {step}, after that step's agreement (in its update)" in text
     (question,) = [q for q in selfcheck.questions("stage5a_protocol") if q.cell == "reveal-preempt"]
-    during, after = map(int, re.search(r"during step (\d+), after step (\d+);", question.prompt).groups())
-    assert after == during - 1 and during != step, question.prompt  # a transfer: the signal at another step
+    phase = r"during step (\d+), after that step's agreement \(in its update\);"
+    during = int(re.search(phase, question.prompt).group(1))  # the phase given, as in the drill's prompt
+    assert during != step, question.prompt  # a transfer: the signal at another step
     right = question.options[selfcheck.LETTERS.index(question.answer)]
     assert right.startswith(f"step {during}:"), right  # as in the drill: the step the signal came in is saved
 
 
 @pytest.mark.notebooks
 def test_stage4b_shows_the_samples_each_loop_took_and_its_parameter_is_a_floor(run_dir):
-    """The table's samples column is the count each loop recorded, and no loop took fewer than `fused_samples`."""
+    """The samples column: each loop's count, by block, as recorded; none took fewer than `fused_samples`."""
     text = (REPO / "notebooks" / "stage4b_beyond.md").read_text()
     least = int(re.search(r"^fused_samples = (\d+)  # timing samples per loop, at least", text, re.M).group(1))
-    recorded = results(run_dir, "stage4b_beyond")["fused_timing"]["per_step_ms"]
-    shown = {row[0]: int(row[1]) for row in table(visible(tagged(executed(run_dir, "stage4b_beyond"), "fused_timing")))}
-    assert shown == {name: len(samples) for name, samples in recorded.items()}, shown
+    timing = results(run_dir, "stage4b_beyond")["fused_timing"]
+    rows = table(visible(tagged(executed(run_dir, "stage4b_beyond"), "fused_timing")))
+    cells = {row[0]: re.fullmatch(r"(\d+) \((\d+(?: \+ \d+)*)\)", row[1]).groups() for row in rows}  # "N (a + b)"
+    shown = {name: int(total) for name, (total, _) in cells.items()}
+    assert shown == {name: len(samples) for name, samples in timing["per_step_ms"].items()}, shown
+    by_block = {name: [int(n) for n in blocks.split(" + ")] for name, (_, blocks) in cells.items()}
+    assert by_block == timing["blocks"], by_block
+    assert all(sum(blocks) == shown[name] for name, blocks in by_block.items()), by_block
     assert min(shown.values()) >= least, (shown, least)

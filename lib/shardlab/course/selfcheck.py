@@ -678,16 +678,16 @@ QUESTIONS = (
             ),
         ),
         (
-            "SIGTERM reaches process 1 during step 5, after step 4; the regular saves fall on steps 3, 6 and 9. "
-            "From which step does the relaunch resume?",
+            "SIGTERM reaches process 1 during step 5, after that step's agreement (in its update); the regular "
+            "saves fall on steps 3, 6 and 9. From which step does the relaunch resume?",
             [
                 "step 5: the next agreement carries the flag to every controller, which saves the step it completed",
                 "step 3, the last regular save",
                 "step 6, the next regular save, which the group finishes before it stops",
             ],
             "a",
-            "The next agreement carries the handler's flag, and every controller saves the step it completed, as "
-            "row (c) shows after step 7.",
+            "Step 5 completes; step 6's agreement carries the handler's flag, and every controller saves the step it "
+            "completed, as row (c) shows for a SIGTERM in step 8's update (newest manifest: step 8).",
             "preemption",
             (
                 "reveal-preempt",

@@ -462,13 +462,14 @@ SENTENCES = {
             FUSED_PAIR,
             "fused_stats, one collective per dispatch, was slower per step than fused_psum, one per step, beyond the "
             "spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms ({p_lo:.3g}–{p_hi:.3g}). "
-            "Its one collective carries every step's d × d matrix A (section 3), where fused_psum's carries d + 2 "
-            "numbers a step.",
+            "A possible reason, not measured on this page: its one collective carries every step's d × d matrix A "
+            "(section 3), where fused_psum's carries d + 2 numbers a step.",
             "fused_stats, one collective per dispatch, was neither faster nor slower per step than fused_psum, one per "
             "step, beyond the spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms "
             "({p_lo:.3g}–{p_hi:.3g}), middle halves overlapping. Fewer collectives did not show as a faster step "
-            "here: the one it keeps carries every step's d × d matrix A (section 3), where fused_psum's carries d + 2 "
-            "numbers a step.",
+            "here. A possible reason, not measured on this page (the profile below traces fused_stats alone): the "
+            "one collective it keeps carries every step's d × d matrix A (section 3), where fused_psum's carries "
+            "d + 2 numbers a step.",
         ),
         "speedup_below_1x_<loop>": _s(
             "s < 1",
@@ -1023,7 +1024,10 @@ def nearest_option(speedups: dict, half: dict | None = None, notebook: str = "st
         said.append(chosen_first(notebook, names, fill, **values))
     opening = f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x)"
     if half is not None:
-        opening += ", with each range over the middle halves the course loop's quartiles over the loop's"
+        opening += (
+            ", a loop named for one option only if its speedup range stays on one side of where they meet (the range: "
+            "the course loop's middle half divided by the loop's)"
+        )
     return f"{opening}: {'; '.join(said)}."
 
 
