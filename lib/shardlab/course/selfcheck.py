@@ -158,9 +158,9 @@ QUESTIONS = (
                 "32 all_reduces of tensor<f32>, one per feature",
             ],
             "a",
-            "Each psum of the body becomes one all_reduce whose type is the summed value's (a scalar count and loss "
-            "numerator, one gradient entry per feature) and whose replica_groups list the devices of the mesh axis, "
-            "as the table of the lowered step shows for 8 features on four devices.",
+            "Each psum of one array in the step's body becomes one all_reduce whose type is the summed value's (a "
+            "scalar count and loss numerator, one gradient entry per feature) and whose replica_groups list the "
+            "devices of the mesh axis, as the table of the lowered step shows for 8 features on four devices.",
             "all_reduce",
             (
                 "all-reduce-table",

@@ -313,7 +313,7 @@ def verdict_rows(outcome: dict) -> list[dict]:
     rows.append(
         {
             "medians, ms (middle half)": "noise: the larger of the control's |drift| and half the widest middle "
-            "half above",
+            "half of the target's and the control's rows",
             "unchanged loop": "",
             "changed loop": "",
             "unchanged − changed": f"threshold {outcome['threshold_ms']:.3f}, noise {outcome['noise_ms']:.3f}",
