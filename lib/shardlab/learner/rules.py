@@ -188,8 +188,8 @@ RULES = (
         "contract-pins",
         "contract",
         "the contract changes with the seed, batch size, learning rate, decay, device count, shapes and every byte "
-        "of the data as the run trains on it (float32: data given in another dtype is converted first, as initial "
-        "does), read again at every call (arrays changed in place since an earlier call included)",
+        "of the data, read again at every call (arrays changed in place since an earlier call included); the data "
+        "are float32, as the course gives them (what another dtype would do is not asked)",
         ("contract_pins_the_experiment", "random_contract_tells_apart"),
     ),
     Rule(

@@ -142,8 +142,8 @@ def contract(data, config: Config) -> dict:
 
     Rules:
     - rule:contract-pins: the contract changes with the seed, batch size, learning rate, decay, device count, shapes and
-      every byte of the data as the run trains on it (float32: data given in another dtype is converted first, as
-      initial does), read again at every call (arrays changed in place since an earlier call included).
+      every byte of the data, read again at every call (arrays changed in place since an earlier call included); the
+      data are float32, as the course gives them (what another dtype would do is not asked).
     - rule:contract-exact: every entry is exact: a learning rate or decay one float64 step apart (the next Python float)
       is another experiment.
     - rule:contract-json: the contract is plain JSON data, equal for equal inputs in any process (no process id, time or
