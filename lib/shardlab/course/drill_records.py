@@ -146,7 +146,8 @@ def interruptions(async_kill: dict, p0_kill: dict, preempt: dict, scheduled: lis
         "a": "a save is published only once an agreement's flags all say `D`",
         "b": _unpublished(p0_kill, scheduled),
         "c": f"`P` reached all at the next agreement: each published any save still pending ({pending}), then saved "
-        f"that step and stopped. Step {preempt['resumed_from']} is {kept}",
+        f"step {preempt['resumed_from']}, the last step completed before that agreement, and stopped. "
+        f"Step {preempt['resumed_from']} is {kept}",
     }
     what = {
         "a": f"process {async_kill['process']} {async_kill['cause']}",

@@ -605,15 +605,15 @@ QUESTIONS = (
             "b",
             "A batch is padded to a multiple of the devices and split in order, one block each (`my_block`); one id "
             "fills slot 0, device 0's block. Every device gathers a row, the padded slots row 0, but their mask is 0, "
-            "as step 1's last slot's was, so only device 0's row enters the loss.",
+            "so only device 0's row enters the loss.",
             "fused_timing",
             (
                 "plan_small",
                 "The fused loop",
-                "step 3's one id in the plan's ids, then step 1's slots by device: every step's slots split the same "
-                "way, in order, one block per device; above them, gather's source (padded slots read row 0, and "
-                "their mask is 0)",
-                r"step 1's slots by device: device 0: ids \[\d+\]; .*ids \[-1\]",
+                "step 3's one id in the plan's ids, then step 3's slots by device, in order, one block per device; "
+                "above them, gather's source (padded slots read row 0, and their mask is 0)",
+                r"step 3's slots by device: device 0: ids \[\d+\]; device 1: ids \[-1\]; device 2: ids \[-1\]; "
+                r"device 3: ids \[-1\]",
             ),
         ),
         (
@@ -649,13 +649,13 @@ QUESTIONS = (
             ],
             "b",
             "A relaunch resumes at the newest published manifest, step 3, and runs again every step completed "
-            "after it, as row (b) does.",
+            "after it, as row (a) does for a kill of process 1 with step 3 the newest manifest.",
             "async_kill",
             (
                 "reveal-async-kill",
                 "Drill 1",
-                "row (b) of the interruptions table: where the resume found its step, and the steps recomputed",
-                r"\| \(b\) \| process 0 killed \(SIGKILL\)[^|]* \| 8, in `[^`]+` \| newest manifest: step \d+[^|]* \| "
+                "row (a) of the interruptions table: where the resume found its step, and the steps recomputed",
+                r"\| \(a\) \| process 1 killed \(SIGKILL\) \| \d+, in `[^`]+` \| newest manifest: step 3[^|]* \| "
                 r"\d+ \|",
             ),
         ),

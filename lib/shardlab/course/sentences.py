@@ -466,10 +466,9 @@ SENTENCES = {
             "(section 3), where fused_psum's carries d + 2 numbers a step.",
             "fused_stats, one collective per dispatch, was neither faster nor slower per step than fused_psum, one per "
             "step, beyond the spread: {s:.3g} ms (middle half {s_lo:.3g}–{s_hi:.3g}) against {p:.3g} ms "
-            "({p_lo:.3g}–{p_hi:.3g}), middle halves overlapping. Fewer collectives did not show as a faster step "
-            "here. A possible reason, not measured on this page (the profile below traces fused_stats alone): the "
-            "one collective it keeps carries every step's d × d matrix A (section 3), where fused_psum's carries "
-            "d + 2 numbers a step.",
+            "({p_lo:.3g}–{p_hi:.3g}), middle halves overlapping: whichever median is lower, the spread covers the "
+            "difference. The two collectives also differ in size, not only in number: fused_stats' one carries every "
+            "step's d × d matrix A (section 3), fused_psum's d + 2 numbers a step.",
         ),
         "speedup_below_1x_<loop>": _s(
             "s < 1",
@@ -1025,8 +1024,8 @@ def nearest_option(speedups: dict, half: dict | None = None, notebook: str = "st
     opening = f"So, to the prediction, on a log scale (the options meet at {low:.1f}x and {high:.1f}x)"
     if half is not None:
         opening += (
-            ", a loop named for one option only if its speedup range stays on one side of where they meet (the range: "
-            "the course loop's middle half divided by the loop's)"
+            "; a loop is named for one option only if its speedup range stays on one side of where they meet "
+            "(the range: the course loop's middle half divided by the loop's)"
         )
     return f"{opening}: {'; '.join(said)}."
 
