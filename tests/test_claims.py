@@ -264,9 +264,11 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     timing["compiled_4dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), four_devices))
     timing["compiled_1dev"] = dict(zip(("median_ms", "q1_ms", "q3_ms"), one))
     ratio, eager_ratio = four_devices[0] / one[0], eager[0] / four_devices[0]  # of the medians, by hand
+    less_ratio = eager[0] * 0.3 / four_devices[0]  # as if compiling took 70% of the eager call's median
     timing["ratios"] = {"compiled_4dev_over_compiled_1dev": ratio, "eager_4dev_over_compiled_4dev": eager_ratio}
+    timing["ratios"]["eager_4dev_less_compile_over_compiled_4dev"] = less_ratio
     values = {"e": eager[0], "e_lo": eager[1], "c4": four_devices[0], "c4_lo": four_devices[1]}
-    values.update(c4_hi=four_devices[2], c1=one[0], c1_hi=one[2], r=ratio, re=eager_ratio)
+    values.update(c4_hi=four_devices[2], c1=one[0], c1_hi=one[2], r=ratio, re=eager_ratio, rc=less_ratio)
     names = ["timing_order", "timing_eager_clear"]
     text, _ = _said(tmp_path, "stage4a_profile", {"timing": timing}, names, **values)
     assert word in text, text
@@ -278,6 +280,10 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     at = text.index(f"4-device / 1-device = {ratio:.2f}x")
     assert ("within the spread" in text[at:]) == (word != "cost more than they save"), text
     assert ("order holds beyond the spread" in text[:at]) == (word == "cost more than they save"), text
+    # where eager is clear of the compiled variants, the ratio without compiling is stated beside the one with it
+    assert (f"{less_ratio:.0f}x with each call's compile time taken off" in text) == (
+        word != "not clear beyond the spread"
+    ), text
     assert sentences.timing_order(timing) == text
     sentences.record(str(tmp_path), "stage4a_profile", partial=True)
 

@@ -547,8 +547,8 @@ QUESTIONS = (
             (
                 "verdict",
                 "4. The change",
-                "the sentence below the verdict table, in view (not folded): the target's move between captures, "
-                "beside the cut",
+                "the first of the verdicts in words, below the verdict table (folded until yours is written): the "
+                "target's move between captures, beside the cut",
                 r"With no code changed, the target (moved between captures|went from)",
             ),
         ),

@@ -182,6 +182,7 @@ TIMING_KEYS = {
     "c1_hi": "timing.compiled_1dev.q3_ms",
     "r": "timing.ratios.compiled_4dev_over_compiled_1dev",
     "re": "timing.ratios.eager_4dev_over_compiled_4dev",
+    "rc": "timing.ratios.eager_4dev_less_compile_over_compiled_4dev",
 }
 
 
@@ -275,18 +276,18 @@ SENTENCES = {
             "2 * abs(b - r) >= abs(c)",
             {"b": "change.baseline_first_ms", "r": "change.reach_ms", "c": "change.cut_ms"},
             "With no code changed, the target moved between captures: {b:.3f} ms by median in the first trace, "
-            "{r:.3f} ms in this capture's unchanged loop, at least half the {c:.3f} ms cut. So the verdicts read "
-            "only this capture's two loops, traced in turn.",
+            "{r:.3f} ms in this capture's unchanged loop, at least half the {c:.3f} ms cut. So the verdicts, and the "
+            "noise they use, read only this capture's two loops, traced in turn.",
             "With no code changed, the target went from {b:.3f} ms by median in the first trace to {r:.3f} ms in this "
-            "capture's unchanged loop, less than half the {c:.3f} ms cut; the verdicts still read only this "
-            "capture's two loops, traced in turn.",
+            "capture's unchanged loop, less than half the {c:.3f} ms cut; the verdicts, and the noise they use, still "
+            "read only this capture's two loops, traced in turn.",
         ),
         "timing_order": _s(
             "e_lo > c4_hi and c4_lo > c1_hi",
             TIMING_KEYS,
             "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
             "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x "
-            "(compiling included: the last column counts it). On "
+            "(compiling included: the last column counts it; {rc:.0f}x with each call's compile time taken off). On "
             "so small a workload, four logical devices cost more than they save here (they share this host's "
             "cores; this page does not measure which cost dominates).",
             "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
@@ -296,7 +297,8 @@ SENTENCES = {
         "timing_eager_clear": _s(
             "e_lo > max(c4_hi, c1_hi)",
             TIMING_KEYS,
-            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the last column counts it): that "
+            "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the last column counts it; {rc:.0f}x "
+            "with each call's compile time taken off): that "
             "gap is clear beyond the spread. Four devices "
             "against one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
             "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread.",
@@ -1159,6 +1161,7 @@ def timing_order(timing: dict, notebook: str = "stage4a_profile") -> str:
     values.update(
         r=timing["ratios"]["compiled_4dev_over_compiled_1dev"], re=timing["ratios"]["eager_4dev_over_compiled_4dev"]
     )
+    values["rc"] = timing["ratios"]["eager_4dev_less_compile_over_compiled_4dev"]  # each call's compiling taken off
     return chosen_first(notebook, ["timing_order", "timing_eager_clear"], **values)
 
 
