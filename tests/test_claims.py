@@ -281,7 +281,7 @@ def test_the_timing_order_is_stated_only_beyond_the_middle_halves(tmp_path, eage
     assert ("within the spread" in text[at:]) == (word != "cost more than they save"), text
     assert ("order holds beyond the spread" in text[:at]) == (word == "cost more than they save"), text
     # where eager is clear of the compiled variants, the ratio without compiling is stated beside the one with it
-    assert (f"{less_ratio:.0f}x with each call's compile time taken off" in text) == (
+    assert (f"{less_ratio:.0f}x by the median of each call less its own compile time" in text) == (
         word != "not clear beyond the spread"
     ), text
     assert sentences.timing_order(timing) == text

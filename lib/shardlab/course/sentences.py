@@ -287,7 +287,8 @@ SENTENCES = {
             TIMING_KEYS,
             "eager ≫ compiled on four devices > compiled on one, and the middle halves do not overlap: the order "
             "holds beyond the spread. By median, 4-device / 1-device = {r:.2f}x and eager / 4-device = {re:.0f}x "
-            "(compiling included: the last column counts it; {rc:.0f}x with each call's compile time taken off). On "
+            "(compiling included: the last column counts it; {rc:.0f}x by the median of each call less its own "
+            "compile time). On "
             "so small a workload, four logical devices cost more than they save here (they share this host's "
             "cores; this page does not measure which cost dominates).",
             "the order eager > four devices > one device is not clear beyond the spread: some middle halves meet "
@@ -298,7 +299,7 @@ SENTENCES = {
             "e_lo > max(c4_hi, c1_hi)",
             TIMING_KEYS,
             "eager ≫ compiled (eager / 4-device = {re:.0f}x, compiling included: the last column counts it; {rc:.0f}x "
-            "with each call's compile time taken off): that "
+            "by the median of each call less its own compile time): that "
             "gap is clear beyond the spread. Four devices "
             "against one is not: the middle halves meet (four devices {c4_lo:.4g}–{c4_hi:.4g} ms, one device up to "
             "{c1_hi:.4g} ms), so the ratio of their medians, 4-device / 1-device = {r:.2f}x, is within the spread.",
